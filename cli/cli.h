@@ -1,0 +1,30 @@
+/* Shared pieces of the `ferry` command: the subcommand signature, error reporting that
+ * prints one line and returns a non-zero exit code, and option helpers. */
+#ifndef FERRY_CLI_H
+#define FERRY_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ferry/status.h"
+
+/* Exit codes: 0 ok, 1 runtime failure, 2 usage error, 3 regression found (db diff). */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2, CLI_REGRESSION = 3 };
+
+/* Print "ferry: <message>" (with ferry_last_error() when msg is NULL) and return CLI_FAIL. */
+int cli_fail(ferry_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print "ferry <cmd>: <message>\nTry 'ferry <cmd> --help'." and return CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Option value parsers that report the option name on error (return 0 on success). */
+int cli_parse_size(const char *opt, const char *text, uint64_t *out);
+int cli_parse_int(const char *opt, const char *text, int64_t min, int64_t max, int64_t *out);
+int cli_parse_double(const char *opt, const char *text, double min, double max, double *out);
+
+/* Whether stdout/stderr is a terminal (progress bars only then). */
+int cli_is_tty(FILE *f);
+
+/* Subcommands. Each parses its own options (argv[0] is the subcommand name). */
+int cmd_model(int argc, char **argv);
+
+#endif

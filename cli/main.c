@@ -1,0 +1,43 @@
+/* The `ferry` command: dispatches to one subcommand per concept (model, run, sim, ...). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct command {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *summary;
+} commands[] = {
+    {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: ferry COMMAND [OPTIONS]\n"
+          "GPU weight offloading, measured: an offload runtime and its simulator.\n\n"
+          "Commands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f, "\nRun 'ferry COMMAND --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("ferry %s\n", FERRY_VERSION);
+    return CLI_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "ferry: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return CLI_USAGE;
+}

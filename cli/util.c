@@ -1,0 +1,63 @@
+/* Error printing and option parsing shared by all subcommands. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/units.h"
+
+int cli_fail(ferry_status status, const char *fmt, ...) {
+  fputs("ferry: ", stderr);
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+  } else {
+    const char *m = ferry_last_error();
+    fputs(m && *m ? m : ferry_strerror(status), stderr);
+  }
+  fputc('\n', stderr);
+  return CLI_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  fprintf(stderr, "ferry %s: ", cmd);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nTry 'ferry %s --help'.\n", cmd);
+  return CLI_USAGE;
+}
+
+int cli_parse_size(const char *opt, const char *text, uint64_t *out) {
+  if (ferry__parse_size(text, out) != FERRY_OK) {
+    fprintf(stderr, "ferry: %s: %s\n", opt, ferry_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+int cli_parse_int(const char *opt, const char *text, int64_t min, int64_t max, int64_t *out) {
+  int64_t v;
+  if (ferry__parse_i64(text, &v) != FERRY_OK || v < min || v > max) {
+    fprintf(stderr, "ferry: %s: '%s' is not an integer in [%lld, %lld]\n", opt, text, (long long)min,
+            (long long)max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_parse_double(const char *opt, const char *text, double min, double max, double *out) {
+  double v;
+  if (ferry__parse_double(text, &v) != FERRY_OK || v < min || v > max) {
+    fprintf(stderr, "ferry: %s: '%s' is not a number in [%g, %g]\n", opt, text, min, max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_is_tty(FILE *f) { return isatty(fileno(f)); }

@@ -1,0 +1,32 @@
+/* File-system helpers: directories, joined paths, whole-file writes that never leave a
+ * partial file behind (write to a temporary name, fsync, rename). */
+#ifndef FERRY_COMMON_FSUTIL_H
+#define FERRY_COMMON_FSUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* Create a directory and its parents (mode 0755); an existing directory is fine. */
+ferry_status ferry__mkdir_p(const char *path, struct ferry_err *err);
+/* Remove a directory tree (used to undo a failed output folder). Best effort. */
+void ferry__rm_rf(const char *path);
+/* dir + "/" + name, owned by the caller; NULL on allocation failure. */
+char *ferry__path_join(const char *dir, const char *name);
+/* Whether path exists and is a directory / regular file. */
+int ferry__is_dir(const char *path);
+int ferry__is_file(const char *path);
+/* Write all bytes to fd at the current position, retrying short writes and EINTR; maps
+ * ENOSPC to FERRY_ERR_NO_SPACE. `what` names the file in the message. */
+ferry_status ferry__write_all(int fd, const void *buf, size_t len, const char *what, struct ferry_err *err);
+/* pread exactly len bytes at offset; a short read (EOF) is FERRY_ERR_IO naming file and offset. */
+ferry_status ferry__pread_all(int fd, void *buf, size_t len, uint64_t offset, const char *what,
+                              struct ferry_err *err);
+/* Write a whole file atomically (tmp + fsync + rename). */
+ferry_status ferry__write_file_atomic(const char *path, const void *data, size_t len, struct ferry_err *err);
+/* Read a whole small file into an owned NUL-terminated buffer (at most max_bytes). */
+ferry_status ferry__read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
+                              struct ferry_err *err);
+
+#endif

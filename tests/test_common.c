@@ -1,0 +1,140 @@
+/* common/: status table, size parsing, half conversions, RNG determinism, allocation hook. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/error.h"
+#include "common/half.h"
+#include "common/json.h"
+#include "common/rng.h"
+#include "common/units.h"
+#include "ferry/dtype.h"
+#include "testutil.h"
+
+static void test_status_names(void **state) {
+  (void)state;
+  assert_string_equal(ferry_status_name(FERRY_OK), "FERRY_OK");
+  assert_string_equal(ferry_status_name(FERRY_ERR_FORMAT), "FERRY_ERR_FORMAT");
+  assert_string_equal(ferry_strerror(FERRY_ERR_BUDGET), "memory budget exceeded");
+  assert_string_equal(ferry_strerror((ferry_status)-999), "unknown status");
+  struct ferry_err e;
+  ferry__err_clear(&e);
+  assert_int_equal(ferry__err_set(&e, FERRY_ERR_IO, "%s: offset %d", "f.bin", 42), FERRY_ERR_IO);
+  assert_string_equal(e.msg, "f.bin: offset 42");
+  assert_string_equal(ferry_last_error(), "f.bin: offset 42");
+}
+
+static void test_parse_size(void **state) {
+  (void)state;
+  uint64_t v;
+  assert_int_equal(ferry__parse_size("4096", &v), FERRY_OK);
+  assert_int_equal(v, 4096);
+  assert_int_equal(ferry__parse_size("512M", &v), FERRY_OK);
+  assert_int_equal(v, 512ull << 20);
+  assert_int_equal(ferry__parse_size("2GiB", &v), FERRY_OK);
+  assert_int_equal(v, 2ull << 30);
+  assert_int_equal(ferry__parse_size("1.5G", &v), FERRY_OK);
+  assert_int_equal(v, 3ull << 29);
+  assert_int_equal(ferry__parse_size("3GB", &v), FERRY_OK);
+  assert_int_equal(v, 3000000000ull);
+  assert_int_equal(ferry__parse_size("12X", &v), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__parse_size("-1", &v), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__parse_size("", &v), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__parse_size("99999999T", &v), FERRY_ERR_RANGE);
+}
+
+static void test_half_roundtrip(void **state) {
+  (void)state;
+  /* Every finite half converts to float and back exactly. */
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue; /* NaN payloads */
+    float f = ferry__f16_to_f32((uint16_t)h);
+    assert_int_equal(ferry__f32_to_f16(f), h);
+  }
+  assert_true(ferry__f16_to_f32(ferry__f32_to_f16(1.0f)) == 1.0f);
+  assert_int_equal(ferry__f32_to_f16(65520.0f), 0x7c00); /* rounds to inf */
+  assert_int_equal(ferry__f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
+  assert_int_equal(ferry__f32_to_bf16(1.0f), 0x3f80);
+  assert_true(ferry__bf16_to_f32(0x3f80) == 1.0f);
+}
+
+static void test_rng_deterministic(void **state) {
+  (void)state;
+  struct ferry_rng a, b;
+  ferry__rng_seed(&a, 42);
+  ferry__rng_seed(&b, 42);
+  for (int i = 0; i < 1000; i++) assert_int_equal(ferry__rng_u64(&a), ferry__rng_u64(&b));
+  ferry__rng_seed(&a, 1);
+  double sum = 0, sq = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; i++) {
+    double x = ferry__rng_normal(&a);
+    sum += x;
+    sq += x * x;
+  }
+  assert_true(fabs(sum / n) < 0.01);
+  assert_true(fabs(sq / n - 1.0) < 0.02);
+  double g = 0;
+  for (int i = 0; i < n; i++) g += ferry__rng_gamma(&a, 0.5, 2.0);
+  assert_true(fabs(g / n - 1.0) < 0.02); /* mean = shape * scale */
+  for (int i = 0; i < 1000; i++) assert_true(ferry__rng_below(&a, 7) < 7);
+}
+
+static void test_alloc_fault_injection(void **state) {
+  (void)state;
+  ferry_alloc_fail_after(2);
+  void *a = ferry_malloc(8), *b = ferry_malloc(8), *c = ferry_malloc(8), *d = ferry_malloc(8);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_null(c);
+  assert_non_null(d);
+  ferry_free(a);
+  ferry_free(b);
+  ferry_free(d);
+  ferry_free(NULL);
+}
+
+static void test_json_strict(void **state) {
+  (void)state;
+  cJSON *j = NULL;
+  const char *ok = "{\"a\": 3, \"b\": 2.5, \"c\": \"x\"}  \n";
+  assert_int_equal(ferry__json_parse(ok, strlen(ok), "t.json", &j, NULL), FERRY_OK);
+  int64_t i;
+  double d;
+  assert_int_equal(ferry__json_i64(j, "a", 0, &i, "t.json", NULL), FERRY_OK);
+  assert_int_equal(i, 3);
+  assert_int_equal(ferry__json_i64(j, "b", 0, &i, "t.json", NULL), FERRY_ERR_FORMAT);
+  assert_true(tu_contains(ferry_last_error(), "\"b\""));
+  assert_int_equal(ferry__json_f64(j, "b", 0, &d, "t.json", NULL), FERRY_OK);
+  assert_int_equal(ferry__json_i64(j, "zz", 1, &i, "t.json", NULL), FERRY_ERR_NOT_FOUND);
+  assert_int_equal(ferry__json_i64(j, "zz", 0, &i, "t.json", NULL), FERRY_ERR_FORMAT);
+  cJSON_Delete(j);
+  const char *trailing = "{\"a\":1} x";
+  assert_int_equal(ferry__json_parse(trailing, strlen(trailing), "t.json", &j, NULL), FERRY_ERR_FORMAT);
+  assert_true(tu_contains(ferry_last_error(), "byte 8"));
+}
+
+static void test_dtype_names(void **state) {
+  (void)state;
+  enum ferry_dtype d;
+  assert_int_equal(ferry_dtype_parse("BF16", &d), FERRY_OK);
+  assert_int_equal(d, FERRY_DTYPE_BF16);
+  assert_int_equal(ferry_dtype_parse("bfloat16", &d), FERRY_OK);
+  assert_int_equal(d, FERRY_DTYPE_BF16);
+  assert_int_equal(ferry_dtype_parse("fp16", &d), FERRY_OK);
+  assert_int_equal(d, FERRY_DTYPE_F16);
+  assert_int_equal(ferry_dtype_parse("F17", &d), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_dtype_size(FERRY_DTYPE_F64), 8);
+  assert_string_equal(ferry_dtype_st_name(FERRY_DTYPE_I8), "I8");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_status_names),      cmocka_unit_test(test_parse_size),
+      cmocka_unit_test(test_half_roundtrip),    cmocka_unit_test(test_rng_deterministic),
+      cmocka_unit_test(test_alloc_fault_injection), cmocka_unit_test(test_json_strict),
+      cmocka_unit_test(test_dtype_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,87 @@
+/* Test helpers: temporary folders, data paths and running the ferry command. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "testutil.h"
+
+char *tu_mkdtemp(const char *tag) {
+  const char *base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  size_t n = strlen(base) + strlen(tag) + 32;
+  char *path = malloc(n);
+  assert_non_null(path);
+  snprintf(path, n, "%s/ferry-%s-XXXXXX", base, tag);
+  assert_non_null(mkdtemp(path));
+  return path;
+}
+
+void tu_rmtree(const char *path) {
+  if (path) ferry__rm_rf(path);
+}
+
+static char *join(const char *env, const char *fallback, const char *name) {
+  const char *base = getenv(env);
+  if (!base) base = fallback;
+  if (!base) return NULL;
+  size_t n = strlen(base) + strlen(name) + 2;
+  char *p = malloc(n);
+  assert_non_null(p);
+  snprintf(p, n, "%s/%s", base, name);
+  return p;
+}
+
+char *tu_data_path(const char *name) { return join("FERRY_TEST_DATA", "tests/data", name); }
+
+char *tu_shared_path(const char *name) {
+  char *p = join("FERRY_SHARED", "../shared", name);
+  if (p && access(p, R_OK) != 0) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+int tu_run_ferry(const char *args, char **output) {
+  const char *bin = getenv("FERRY_BIN");
+  if (!bin) bin = "build/ferry";
+  size_t n = strlen(bin) + strlen(args) + 16;
+  char *cmd = malloc(n);
+  assert_non_null(cmd);
+  snprintf(cmd, n, "%s %s 2>&1", bin, args);
+  FILE *p = popen(cmd, "r");
+  free(cmd);
+  if (!p) return -1;
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  assert_non_null(buf);
+  size_t got;
+  while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+    len += got;
+    if (cap - len < 2) {
+      cap *= 2;
+      buf = realloc(buf, cap);
+      assert_non_null(buf);
+    }
+  }
+  buf[len] = '\0';
+  int status = pclose(p);
+  if (output)
+    *output = buf;
+  else
+    free(buf);
+  if (status == -1) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void tu_write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  assert_int_equal(fclose(f), 0);
+}
+
+int tu_contains(const char *text, const char *needle) { return text && strstr(text, needle) != NULL; }
