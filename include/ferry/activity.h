@@ -1,0 +1,80 @@
+/**
+ * @file activity.h
+ * @brief Activity records: what every executor reports about every operation it ran (a
+ *        kernel, a copy, a disk read, a range of engine work, a memory sample), and the sink
+ *        callback that receives them. The profiler turns them into timeline rows.
+ */
+#ifndef FERRY_ACTIVITY_H
+#define FERRY_ACTIVITY_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Kind of an activity record. */
+enum ferry_activity_kind {
+  FERRY_ACT_KERNEL,   /**< a compute op (GEMM, attention, norm, ...) */
+  FERRY_ACT_MEMCPY,   /**< a copy between tiers, including disk reads */
+  FERRY_ACT_MEMSET,   /**< a fill of a buffer */
+  FERRY_ACT_RANGE,    /**< an engine phase (NVTX-style range: step, layer, block fetch, ...) */
+  FERRY_ACT_MEMORY,   /**< a memory-usage sample of one tier */
+  FERRY_ACT_SYNC      /**< the host waiting for an event */
+};
+
+/** Direction of a copy, numbered as Nsight Systems' ENUM_CUDA_MEMCPY_OPER. */
+enum ferry_copy_kind {
+  FERRY_COPY_UNKNOWN = 0, /**< unknown */
+  FERRY_COPY_HTOD = 1,    /**< host to device */
+  FERRY_COPY_DTOH = 2,    /**< device to host */
+  FERRY_COPY_HTOA = 3,    /**< host to array (unused) */
+  FERRY_COPY_ATOH = 4,    /**< array to host (unused) */
+  FERRY_COPY_ATOA = 5,    /**< array to array (unused) */
+  FERRY_COPY_ATOD = 6,    /**< array to device (unused) */
+  FERRY_COPY_DTOA = 7,    /**< device to array (unused) */
+  FERRY_COPY_DTOD = 8,    /**< device to device */
+  FERRY_COPY_HTOH = 9,    /**< host to host */
+  FERRY_COPY_PTOP = 10,   /**< peer to peer */
+  FERRY_COPY_DISK_TO_HOST = 100 /**< ferry extension: a disk read into host memory */
+};
+
+/** Memory tier. */
+enum ferry_tier {
+  FERRY_TIER_DEVICE = 0, /**< GPU memory (or the host executor's budgeted stand-in) */
+  FERRY_TIER_HOST = 1,   /**< pinned host memory */
+  FERRY_TIER_DISK = 2,   /**< files */
+  FERRY_TIER_COUNT       /**< number of tiers, not a tier */
+};
+
+/** One activity. Times are nanoseconds on the run's clock (0 = run start). */
+struct ferry_activity {
+  enum ferry_activity_kind kind; /**< what this is */
+  const char *name;      /**< op or range name ("matmul", "attention", "step", ...); borrowed for
+                              the duration of the callback */
+  int32_t queue;         /**< executor queue (stream) id; -1 for ranges and samples */
+  int64_t start_ns;      /**< start time */
+  int64_t end_ns;        /**< end time (= start for samples) */
+  uint64_t bytes;        /**< bytes moved (copies) or touched (kernels) */
+  double flops;          /**< floating-point operations (kernels) */
+  enum ferry_copy_kind copy_kind; /**< copies: direction */
+  enum ferry_tier tier;  /**< memory samples: which tier */
+  uint64_t used_bytes;   /**< memory samples: bytes in use */
+  uint64_t correlation_id; /**< unique id of the op within the run */
+  int32_t step;          /**< engine step the activity belongs to, or -1 */
+  int32_t layer;         /**< layer, or -1 */
+  int32_t expert;        /**< expert, or -1 */
+};
+
+/**
+ * @brief Receives activity records. Called from executor threads: it must be thread-safe
+ *        and fast (copy what it needs and return).
+ * @param user the pointer given when the sink was installed.
+ * @param act the record; borrowed for the duration of the call.
+ */
+typedef void (*ferry_activity_fn)(void *user, const struct ferry_activity *act);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_ACTIVITY_H */
