@@ -1,0 +1,194 @@
+/**
+ * @file engine.h
+ * @brief The offload engine: plans residency for a device budget, streams blocks of layers and
+ *        experts through the executor with prefetching, and serves a request trace with
+ *        continuous batching. The same engine runs on every executor (host, cuda, sim).
+ */
+#ifndef FERRY_ENGINE_H
+#define FERRY_ENGINE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ferry/exec.h"
+#include "ferry/model.h"
+#include "ferry/status.h"
+#include "ferry/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Receives the logits of one generated token (real executors only). */
+typedef void (*ferry_logits_fn)(void *user, int64_t req_id, int32_t token_index, const float *logits, int64_t vocab);
+
+/**
+ * @brief Supplies routing decisions when the executor computes nothing (the simulator):
+ *        fill @p ids (distinct experts) and @p weights for one token at one layer.
+ */
+typedef void (*ferry_routing_fn)(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+                                 int32_t n_experts, int32_t *ids, float *weights);
+
+/**
+ * @brief Receives every routing decision the engine acts on (e.g. to record a routing trace).
+ */
+typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t token_index, int32_t layer,
+                                        int32_t top_k, const int32_t *ids, const float *weights);
+
+/** Engine configuration (copied at create time). */
+struct ferry_engine_config {
+  int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
+  int32_t prefetch_depth;        /**< blocks in flight ahead of the computing one (0 = on demand) */
+  int32_t pin_first;             /**< first layers kept resident */
+  int32_t pin_last;              /**< last layers kept resident */
+  int resident_attention;        /**< keep all attention resident, stream only FFN / experts */
+  int resident_all;              /**< keep everything resident (reference runs) */
+  int home_disk;                 /**< leave streamed units on disk instead of host memory */
+  int expert_cache_lfu;          /**< LFU instead of LRU eviction in the expert cache */
+  uint64_t device_budget_bytes;  /**< device budget (0 = unlimited: everything resident) */
+  uint64_t host_budget_bytes;    /**< host budget (0 = unlimited) */
+  int32_t max_batch;             /**< concurrent sequences (KV-cache slots); default 8 */
+  int32_t max_step_tokens;       /**< tokens per step, decode and prefill chunks; default 256 */
+  int32_t max_seq_tokens;        /**< KV-cache capacity per sequence; default 2048 */
+  unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
+  uint64_t seed;                 /**< token ids and synthetic routing */
+  int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
+  enum ferry_dtype kv_dtype;     /**< KV-cache dtype; F32 default for fp32 models, else F16 */
+  int kv_dtype_set;              /**< 1 when kv_dtype was chosen explicitly */
+  ferry_logits_fn on_logits;     /**< optional logits callback */
+  void *logits_user;             /**< passed to on_logits */
+  ferry_routing_fn routing;      /**< routing source for executors without data (default: seeded) */
+  void *routing_user;            /**< passed to routing */
+  ferry_routing_record_fn on_routing; /**< optional: every routing decision */
+  void *on_routing_user;         /**< passed to on_routing */
+};
+
+/** One request to serve. */
+struct ferry_engine_request {
+  int64_t id;            /**< request id */
+  int64_t arrival_ns;    /**< arrival time relative to the start of the run */
+  int32_t prompt_tokens; /**< prompt length */
+  int32_t output_tokens; /**< tokens to generate (at least 1) */
+};
+
+/** Options of one run. */
+struct ferry_run_options {
+  double time_scale;        /**< multiply arrival times (1 = as recorded; 0.5 = twice as fast) */
+  int as_fast_as_possible;  /**< ignore arrival times: every request arrives at the start */
+  int progress;             /**< print progress lines to stderr */
+};
+
+/** Per-request outcome; times relative to the start of the run. */
+struct ferry_request_metrics {
+  int64_t id;             /**< request id */
+  int64_t arrival_ns;     /**< when it arrived */
+  int64_t first_token_ns; /**< when its first output token was ready (-1 if never) */
+  int64_t finish_ns;      /**< when its last output token was ready (-1 if never) */
+  int32_t prompt_tokens;  /**< prompt length */
+  int32_t output_tokens;  /**< tokens generated */
+  int rejected;           /**< 1 when it could never fit (longer than the KV capacity) */
+};
+
+/** Per-step record. */
+struct ferry_step_metrics {
+  int64_t step;          /**< step number */
+  int64_t start_ns;      /**< start */
+  int64_t end_ns;        /**< end (logits ready) */
+  int32_t batch;         /**< sequences in the step */
+  int32_t tokens;        /**< tokens processed (decode + prefill) */
+  uint64_t bytes_disk;   /**< bytes read from disk during the step */
+  uint64_t bytes_h2d;    /**< bytes copied host to device */
+  uint64_t bytes_d2h;    /**< bytes copied device to host */
+  int32_t hits;          /**< expert-cache hits */
+  int32_t misses;        /**< expert-cache misses */
+  int64_t stall_ns;      /**< time the compute queue waited for transfers */
+};
+
+/** Distribution summary of one latency metric, in ns. */
+struct ferry_latency_stats {
+  int64_t count; /**< samples */
+  double mean;   /**< mean */
+  double p50;    /**< median */
+  double p90;    /**< 90th percentile */
+  double p99;    /**< 99th percentile */
+  double max;    /**< maximum */
+};
+
+/** Summary of a run. */
+struct ferry_run_summary {
+  int64_t requests_done;      /**< requests completed */
+  int64_t requests_rejected;  /**< requests that could never fit */
+  int64_t steps;              /**< engine steps */
+  int64_t tokens_generated;   /**< output tokens */
+  int64_t duration_ns;        /**< first arrival to last finish */
+  double tokens_per_s;        /**< output tokens per second over the duration */
+  struct ferry_latency_stats ttft;  /**< time to first token */
+  struct ferry_latency_stats tpot;  /**< time per output token after the first */
+  struct ferry_latency_stats e2e;   /**< end-to-end latency */
+  struct ferry_latency_stats step;  /**< step duration */
+  uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak bytes per tier */
+  uint64_t budget_bytes[FERRY_TIER_COUNT]; /**< budget per tier (0 = unlimited) */
+  uint64_t bytes_disk;        /**< total bytes read from disk while serving */
+  uint64_t bytes_h2d;         /**< total bytes host to device while serving */
+  uint64_t bytes_d2h;         /**< total bytes device to host while serving */
+  int64_t hits;               /**< expert-cache hits */
+  int64_t misses;             /**< expert-cache misses */
+  int64_t stall_ns;           /**< total compute stall */
+  int64_t load_ns;            /**< time to load resident weights before serving */
+};
+
+/** Opaque engine. */
+typedef struct ferry_engine ferry_engine;
+
+/**
+ * @brief Plan residency and allocate every buffer; load pinned and host-resident weights.
+ * @param model shapes (borrowed; must outlive the engine).
+ * @param store weights (borrowed); may be NULL only when the executor computes nothing.
+ * @param exec executor (borrowed); its budgets must match the configuration's.
+ * @param out receives the engine, owned by the caller (ferry_engine_destroy()).
+ * @return FERRY_ERR_BUDGET when a budget is below the minimum working set (the message gives
+ *         the figures); FERRY_ERR_FORMAT when the weights do not match the model; details in
+ *         ferry_last_error().
+ */
+ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
+                                 const struct ferry_engine_config *config);
+
+/**
+ * @brief Only plan (no allocation, no loading): prints the plan, or the budget error.
+ * @param f where to print the plan.
+ */
+ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
+                                    const struct ferry_engine_config *config, FILE *f);
+
+/** @brief Print the engine's plan (bytes per tier, slots, home of every unit). */
+void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
+
+/**
+ * @brief Serve requests (sorted by arrival). Metrics accumulate in the engine.
+ * @param requests array of @p n requests (copied).
+ */
+ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
+                              const struct ferry_run_options *options);
+
+/** @brief Per-request metrics of the last run; borrowed, valid until the next run. */
+const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
+
+/** @brief Per-step metrics of the last run; borrowed, valid until the next run. */
+const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
+
+/** @brief Summary of the last run. */
+void ferry_engine_summary(const ferry_engine *engine, struct ferry_run_summary *out);
+
+/** @brief Print a summary table (mean, P50, P90, P99) of a run. */
+void ferry_run_summary_print(const struct ferry_run_summary *summary, FILE *f);
+
+/** @brief Last detailed error (borrowed). */
+const char *ferry_engine_errmsg(const ferry_engine *engine);
+
+/** @brief Destroy an engine and free its buffers. Accepts NULL. */
+void ferry_engine_destroy(ferry_engine *engine);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_ENGINE_H */

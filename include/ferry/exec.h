@@ -1,0 +1,253 @@
+/**
+ * @file exec.h
+ * @brief The executor interface: the one seam between the engine's decisions and the world
+ *        that carries them out (real CPU work, a GPU, or a discrete-event simulation).
+ *
+ * Modelled on CUDA streams: buffers live in budgeted tiers; ops are enqueued on queues and run
+ * in order per queue; events order queues against each other and let the host wait. Every
+ * public wrapper validates its arguments, keeps the tier accounting and reports an activity
+ * record to the installed sink; backends implement a function table (exec_impl.h).
+ *
+ * Lifetimes: a kernel's immediate arrays (token ids, positions, routing lists) are borrowed
+ * until the op has completed, i.e. until an event recorded after it has been waited for; the
+ * engine keeps them per step and synchronises at the end of each step.
+ */
+#ifndef FERRY_EXEC_H
+#define FERRY_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/activity.h"
+#include "ferry/dtype.h"
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ferry_store;
+
+/** Opaque executor. */
+typedef struct ferry_exec ferry_exec;
+/** Opaque buffer in one tier of an executor. */
+typedef struct ferry_buf ferry_buf;
+/** Opaque event. */
+typedef struct ferry_event ferry_event;
+
+/** What a queue is for; decides which engine or link its ops use in the simulator. */
+enum ferry_queue_role {
+  FERRY_QUEUE_COMPUTE, /**< kernels */
+  FERRY_QUEUE_H2D,     /**< host to device copies */
+  FERRY_QUEUE_D2H,     /**< device to host copies */
+  FERRY_QUEUE_DISK     /**< disk reads into host memory */
+};
+
+/** Configuration common to every executor (copied at create time). */
+struct ferry_exec_config {
+  uint64_t device_budget_bytes; /**< most bytes the device tier may hold (0 = unlimited) */
+  uint64_t host_budget_bytes;   /**< most bytes the host tier may hold (0 = unlimited) */
+  int lock_host_memory;         /**< host executor: mlock the host tier (warn when refused) */
+  int compute_threads;          /**< host executor: BLAS threads (0 = library default) */
+};
+
+/** Kernel kinds. Each carries real arguments (buffers) and its shape for the cost model. */
+enum ferry_kernel_kind {
+  FERRY_K_EMBED,       /**< out[t,:] = table[ids[t],:] (+ pos_table[positions[t]+pos_offset,:]) */
+  FERRY_K_NORM,        /**< out = norm(x) * w (+ b): RMSNorm or LayerNorm over rows of length n */
+  FERRY_K_MATMUL,      /**< y[m,n] (+)= x[m,k] . W[n,k]^T (+ bias[n]) */
+  FERRY_K_ROPE,        /**< rotate-half RoPE in place on rows of heads x head_dim */
+  FERRY_K_ATTENTION,   /**< append k,v to the KV cache, then causal attention of q over it */
+  FERRY_K_SWIGLU,      /**< out = silu(gate) * up, or gelu/relu in place */
+  FERRY_K_ROUTER,      /**< softmax over expert logits, top-k, optional renormalisation */
+  FERRY_K_EXPERT,      /**< one expert's FFN over the (token, rank) pairs routed to it */
+  FERRY_K_MOE_COMBINE, /**< x += sum over ranks of gate weight x expert output (+ shared) */
+  FERRY_K_GATHER_ROWS, /**< out[i,:] = x[rows[i],:] */
+  FERRY_K_DEQUANTIZE,  /**< packed weights to dtype (quantized formats) */
+  FERRY_K_COUNT        /**< number of kinds, not a kind */
+};
+
+/** A reference to bytes inside a buffer. */
+struct ferry_ref {
+  ferry_buf *buf;          /**< the buffer */
+  uint64_t offset;         /**< byte offset inside it */
+  enum ferry_dtype dtype;  /**< element type of the data there */
+};
+
+/** Activation or weight function for FERRY_K_SWIGLU. */
+enum ferry_act_fn {
+  FERRY_FN_SILU_MUL, /**< out = silu(a) * b */
+  FERRY_FN_GELU,     /**< a = gelu(a) (tanh approximation off: exact erf) */
+  FERRY_FN_RELU      /**< a = relu(a) */
+};
+
+/** A described kernel. Fields not used by a kind are ignored. */
+struct ferry_kernel {
+  enum ferry_kernel_kind kind; /**< what to run */
+  const char *name;            /**< timeline name ("attn.q", "expert", ...); static string */
+  int32_t layer;               /**< layer, or -1 */
+  int32_t expert;              /**< expert, or -1 */
+  int64_t m;                   /**< rows (tokens) */
+  int64_t n;                   /**< output columns / row length */
+  int64_t k;                   /**< inner dimension */
+  struct ferry_ref x;          /**< main input (fp32 activations) */
+  struct ferry_ref y;          /**< main output (fp32 activations) */
+  struct ferry_ref w;          /**< weight (matmul W, norm weight, embedding table, router logits) */
+  struct ferry_ref b;          /**< bias (optional: buf NULL when absent) */
+  struct ferry_ref aux[6];     /**< kind-specific extra buffers (see exec.h per kind) */
+  const int32_t *ints;         /**< immediate ints: token ids, positions, row lists, ... */
+  const int32_t *ints2;        /**< second immediate array: seq slots, ranks, ... */
+  int64_t n_ints;              /**< length of ints (and ints2 when used) */
+  int accumulate;              /**< matmul/combine: add into y instead of overwriting */
+  float eps;                   /**< norm epsilon */
+  double theta;                /**< RoPE base */
+  int64_t heads;               /**< attention/rope: query heads */
+  int64_t kv_heads;            /**< attention: key/value heads */
+  int64_t head_dim;            /**< attention/rope: head dimension */
+  int64_t kv_capacity;         /**< attention: tokens per sequence slot in the KV cache */
+  int64_t context_tokens;      /**< attention: sum over tokens of their context (cost model) */
+  int64_t top_k;               /**< router: experts per token */
+  int norm_kind;               /**< norm: 0 RMSNorm, 1 LayerNorm */
+  int renormalize;             /**< router: renormalise top-k weights */
+  enum ferry_act_fn fn;        /**< swiglu kind */
+  int64_t pos_offset;          /**< embed: learned-position offset (OPT: 2) */
+  int64_t sliding_window;      /**< attention: window in tokens, 0 = none */
+};
+
+/**
+ * @brief Create the `host` executor: the device tier is a budgeted arena in RAM standing in
+ *        for GPU memory, queues are worker threads, compute is real math (OpenBLAS).
+ * @param out receives the executor, owned by the caller (ferry_exec_destroy()).
+ */
+ferry_status ferry_exec_create_host(ferry_exec **out, const struct ferry_exec_config *config);
+
+/**
+ * @brief Create the `cuda` executor on device 0.
+ * @return FERRY_ERR_NO_DEVICE when no driver or device is present, FERRY_ERR_UNSUPPORTED when
+ *         this build has no CUDA; details in ferry_last_error().
+ */
+ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config);
+
+/** @brief Destroy an executor after draining its queues; frees its buffers. Accepts NULL. */
+void ferry_exec_destroy(ferry_exec *ex);
+
+/** @brief Backend name: "host", "cuda" or "sim". */
+const char *ferry_exec_name(const ferry_exec *ex);
+
+/** @brief Last detailed error of this executor (borrowed; "" if none). */
+const char *ferry_exec_errmsg(const ferry_exec *ex);
+
+/** @brief Install the activity sink (NULL to remove). Not thread-safe against running ops. */
+void ferry_exec_set_sink(ferry_exec *ex, ferry_activity_fn fn, void *user);
+
+/**
+ * @brief Whether this executor computes on real data (host, cuda) or only accounts (sim).
+ *        The engine reads routing decisions from buffers only when it does.
+ */
+int ferry_exec_has_data(const ferry_exec *ex);
+
+/**
+ * @brief Create a queue. Ops on one queue run in order; different queues may overlap.
+ * @param out receives the queue id (small non-negative integer).
+ */
+ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role, int32_t *out);
+
+/**
+ * @brief Allocate a buffer in a tier. Over budget is FERRY_ERR_BUDGET (never overcommitted).
+ * @param tier FERRY_TIER_DEVICE or FERRY_TIER_HOST.
+ * @param label name shown in messages and memory samples (static string).
+ * @param out receives the buffer, owned by the executor (ferry_exec_free()).
+ */
+ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes, const char *label,
+                              ferry_buf **out);
+
+/** @brief Free a buffer (its queues must be idle on it). Accepts NULL. */
+void ferry_exec_free(ferry_exec *ex, ferry_buf *buf);
+
+/** @brief Size in bytes of a buffer. */
+uint64_t ferry_exec_buf_size(const ferry_buf *buf);
+
+/** @brief Tier of a buffer. */
+enum ferry_tier ferry_exec_buf_tier(const ferry_buf *buf);
+
+/**
+ * @brief Host-visible pointer to a buffer's bytes, or NULL when the bytes are not host
+ *        visible (device memory on a GPU; every buffer in the simulator). Borrowed.
+ */
+void *ferry_exec_buf_host_ptr(ferry_exec *ex, ferry_buf *buf);
+
+/** @brief Bytes in use and peak bytes of a tier since creation (or the last reset). */
+void ferry_exec_tier_usage(const ferry_exec *ex, enum ferry_tier tier, uint64_t *used, uint64_t *peak);
+
+/** @brief Budget of a tier (0 = unlimited). */
+uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier);
+
+/**
+ * @brief Enqueue a read of a file range of a store into a host buffer.
+ * @param flags FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE (store.h). With DIRECT, the data
+ *        lands at dst + *shift where shift = offset % FERRY_DIRECT_ALIGN, and the buffer
+ *        needs ferry_store_direct_span() bytes from the aligned start dst.offset.
+ */
+ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *store, uint32_t file,
+                             uint64_t offset, uint64_t len, struct ferry_ref dst, unsigned flags);
+
+/** @brief Enqueue a copy of @p bytes between buffers; direction follows their tiers. */
+ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
+                             uint64_t bytes);
+
+/** @brief Enqueue a kernel. The struct is copied; its immediate arrays are borrowed. */
+ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel);
+
+/** @brief Create an event (not yet recorded: waiting on it returns at once). */
+ferry_status ferry_exec_event_create(ferry_exec *ex, ferry_event **out);
+
+/** @brief Destroy an event. Accepts NULL. */
+void ferry_exec_event_destroy(ferry_exec *ex, ferry_event *ev);
+
+/**
+ * @brief Record an event on a queue: it completes when every op enqueued on the queue
+ *        before it has completed. Re-recording replaces the previous record (CUDA semantics).
+ */
+ferry_status ferry_exec_record(ferry_exec *ex, int32_t queue, ferry_event *ev);
+
+/** @brief Make a queue wait (without blocking the host) for the event's latest record. */
+ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *ev);
+
+/**
+ * @brief Block the host until the event's latest record completes. The only blocking point;
+ *        in the simulator it advances virtual time until the event has happened.
+ * @return FERRY_OK, or the first error of an op that failed before the event.
+ */
+ferry_status ferry_exec_sync(ferry_exec *ex, ferry_event *ev);
+
+/** @brief Whether the event's latest record has completed (1) or not (0). */
+int ferry_exec_query(ferry_exec *ex, ferry_event *ev);
+
+/** @brief Drain every queue (host waits for all enqueued work). */
+ferry_status ferry_exec_drain(ferry_exec *ex);
+
+/** @brief Executor time in ns since creation: wall clock for real executors, virtual for sim. */
+int64_t ferry_exec_now(ferry_exec *ex);
+
+/** @brief Wait until executor time @p t_ns (returns at once if already past). */
+void ferry_exec_sleep_until(ferry_exec *ex, int64_t t_ns);
+
+/** @brief Total ns a queue has spent waiting on events that were not yet complete. */
+int64_t ferry_exec_queue_stall_ns(const ferry_exec *ex, int32_t queue);
+
+/** @brief Total ns a queue has spent running ops. */
+int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue);
+
+/**
+ * @brief Cost-model view of a kernel: floating-point operations and bytes touched.
+ *        Used by the simulator and put on every kernel activity record.
+ */
+void ferry_kernel_cost(const struct ferry_kernel *kernel, double *flops, uint64_t *bytes);
+
+/** @brief Name of a kernel kind ("matmul", "attention", ...). */
+const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_EXEC_H */

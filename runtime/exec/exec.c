@@ -1,0 +1,340 @@
+/* Public executor wrappers: argument validation, tier budgets, op numbering and activity
+ * records live here once, so every backend behaves the same at the interface. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "exec_impl.h"
+#include "ferry/store.h"
+
+ferry_status ferry__exec_init(struct ferry_exec *ex, const struct ferry_exec_backend *backend,
+                              const struct ferry_exec_config *config) {
+  ex->backend = backend;
+  if (config) ex->config = *config;
+  pthread_mutex_init(&ex->lock, NULL);
+  pthread_mutex_init(&ex->error_lock, NULL);
+  atomic_store(&ex->next_correlation, 1);
+  atomic_store(&ex->first_error, 0);
+  return FERRY_OK;
+}
+
+void ferry__exec_fini(struct ferry_exec *ex) {
+  pthread_mutex_destroy(&ex->lock);
+  pthread_mutex_destroy(&ex->error_lock);
+}
+
+void ferry_exec_destroy(ferry_exec *ex) {
+  if (!ex) return;
+  ex->backend->destroy(ex);
+}
+
+const char *ferry_exec_name(const ferry_exec *ex) { return ex->backend->name; }
+const char *ferry_exec_errmsg(const ferry_exec *ex) { return ex->err.msg; }
+int ferry_exec_has_data(const ferry_exec *ex) { return ex->backend->has_data; }
+
+void ferry_exec_set_sink(ferry_exec *ex, ferry_activity_fn fn, void *user) {
+  pthread_mutex_lock(&ex->lock);
+  ex->sink = fn;
+  ex->sink_user = user;
+  pthread_mutex_unlock(&ex->lock);
+}
+
+static int valid_queue(const ferry_exec *ex, int32_t q) { return q >= 0 && q < ex->n_queues; }
+
+ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role, int32_t *out) {
+  if (!ex || !out || role > FERRY_QUEUE_DISK)
+    return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "queue_create: invalid argument");
+  if (ex->n_queues >= FERRY_EXEC_MAX_QUEUES)
+    return ferry__err_set(&ex->err, FERRY_ERR_RANGE, "queue_create: at most %d queues", FERRY_EXEC_MAX_QUEUES);
+  int32_t q = ex->n_queues;
+  memset(&ex->queues[q], 0, sizeof ex->queues[q]);
+  ex->queues[q].role = role;
+  ferry_status st = ex->backend->queue_init(ex, q);
+  if (st != FERRY_OK) return st;
+  ex->n_queues++;
+  *out = q;
+  return FERRY_OK;
+}
+
+static const char *tier_name(enum ferry_tier t) {
+  return t == FERRY_TIER_DEVICE ? "device" : t == FERRY_TIER_HOST ? "host" : "disk";
+}
+
+uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier) {
+  if (tier == FERRY_TIER_DEVICE) return ex->config.device_budget_bytes;
+  if (tier == FERRY_TIER_HOST) return ex->config.host_budget_bytes;
+  return 0;
+}
+
+void ferry__exec_emit_memory(struct ferry_exec *ex, enum ferry_tier tier, int64_t t_ns) {
+  if (!ex->sink) return;
+  struct ferry_activity a = {.kind = FERRY_ACT_MEMORY, .name = tier_name(tier), .queue = -1,
+                             .start_ns = t_ns, .end_ns = t_ns, .tier = tier, .used_bytes = ex->used[tier],
+                             .step = -1, .layer = -1, .expert = -1};
+  ex->sink(ex->sink_user, &a);
+}
+
+ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes, const char *label,
+                              ferry_buf **out) {
+  if (!ex || !out || (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST))
+    return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: invalid argument");
+  if (!label) label = "buffer";
+  uint64_t budget = ferry_exec_tier_budget(ex, tier);
+  pthread_mutex_lock(&ex->lock);
+  if (budget && (bytes > budget || ex->used[tier] > budget - bytes)) {
+    uint64_t used = ex->used[tier];
+    pthread_mutex_unlock(&ex->lock);
+    return ferry__err_set(&ex->err, FERRY_ERR_BUDGET,
+                          "%s tier: allocating %llu bytes for %s would exceed the budget (%llu of %llu bytes in use)",
+                          tier_name(tier), (unsigned long long)bytes, label, (unsigned long long)used,
+                          (unsigned long long)budget);
+  }
+  ex->used[tier] += bytes; /* reserve before the backend allocates, release on failure */
+  pthread_mutex_unlock(&ex->lock);
+
+  ferry_buf *buf = ferry__calloc(1, sizeof *buf);
+  ferry_status st = FERRY_OK;
+  if (!buf) {
+    st = ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "alloc: out of memory for %s", label);
+    goto out_unreserve;
+  }
+  buf->tier = tier;
+  buf->bytes = bytes;
+  buf->label = label;
+  st = ex->backend->buf_alloc(ex, buf);
+  if (st != FERRY_OK) {
+    ferry_free(buf);
+    goto out_unreserve;
+  }
+  pthread_mutex_lock(&ex->lock);
+  if (ex->used[tier] > ex->peak[tier]) ex->peak[tier] = ex->used[tier];
+  ferry__exec_emit_memory(ex, tier, ex->backend->now(ex));
+  pthread_mutex_unlock(&ex->lock);
+  *out = buf;
+  return FERRY_OK;
+out_unreserve:
+  pthread_mutex_lock(&ex->lock);
+  ex->used[tier] -= bytes;
+  pthread_mutex_unlock(&ex->lock);
+  return st;
+}
+
+void ferry_exec_free(ferry_exec *ex, ferry_buf *buf) {
+  if (!buf) return;
+  ex->backend->buf_free(ex, buf);
+  pthread_mutex_lock(&ex->lock);
+  ex->used[buf->tier] -= buf->bytes;
+  ferry__exec_emit_memory(ex, buf->tier, ex->backend->now(ex));
+  pthread_mutex_unlock(&ex->lock);
+  ferry_free(buf);
+}
+
+uint64_t ferry_exec_buf_size(const ferry_buf *buf) { return buf->bytes; }
+enum ferry_tier ferry_exec_buf_tier(const ferry_buf *buf) { return buf->tier; }
+
+void *ferry_exec_buf_host_ptr(ferry_exec *ex, ferry_buf *buf) {
+  (void)ex;
+  return buf ? buf->ptr : NULL;
+}
+
+void ferry_exec_tier_usage(const ferry_exec *ex, enum ferry_tier tier, uint64_t *used, uint64_t *peak) {
+  pthread_mutex_lock((pthread_mutex_t *)&ex->lock);
+  if (used) *used = ex->used[tier];
+  if (peak) *peak = ex->peak[tier];
+  pthread_mutex_unlock((pthread_mutex_t *)&ex->lock);
+}
+
+/* A reference must name a buffer and leave room for `need` bytes from its offset. */
+static ferry_status check_ref(ferry_exec *ex, const char *what, struct ferry_ref r, uint64_t need) {
+  if (!r.buf) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "%s: no buffer", what);
+  if (r.offset > r.buf->bytes || need > r.buf->bytes - r.offset)
+    return ferry__err_set(&ex->err, FERRY_ERR_RANGE,
+                          "%s: %llu bytes at offset %llu overrun buffer '%s' of %llu bytes", what,
+                          (unsigned long long)need, (unsigned long long)r.offset, r.buf->label,
+                          (unsigned long long)r.buf->bytes);
+  return FERRY_OK;
+}
+
+static ferry_status submit(ferry_exec *ex, int32_t queue, struct ferry_op *op) {
+  op->correlation_id = atomic_fetch_add(&ex->next_correlation, 1);
+  return ex->backend->submit(ex, queue, op);
+}
+
+ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *store, uint32_t file,
+                             uint64_t offset, uint64_t len, struct ferry_ref dst, unsigned flags) {
+  if (!valid_queue(ex, queue)) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "read: bad queue %d", queue);
+  uint64_t need = (flags & FERRY_READ_DIRECT) ? ferry_store_direct_span(offset, len) : len;
+  ferry_status st = check_ref(ex, "read", dst, need);
+  if (st != FERRY_OK) return st;
+  if (dst.buf->tier != FERRY_TIER_HOST)
+    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "read: destination '%s' is not in the host tier",
+                          dst.buf->label);
+  struct ferry_op op = {.kind = FERRY_OP_READ};
+  op.u.read.store = store;
+  op.u.read.file = file;
+  op.u.read.offset = offset;
+  op.u.read.len = len;
+  op.u.read.dst = dst;
+  op.u.read.flags = flags;
+  return submit(ex, queue, &op);
+}
+
+static enum ferry_copy_kind copy_kind(enum ferry_tier dst, enum ferry_tier src) {
+  if (src == FERRY_TIER_HOST && dst == FERRY_TIER_DEVICE) return FERRY_COPY_HTOD;
+  if (src == FERRY_TIER_DEVICE && dst == FERRY_TIER_HOST) return FERRY_COPY_DTOH;
+  if (src == FERRY_TIER_DEVICE && dst == FERRY_TIER_DEVICE) return FERRY_COPY_DTOD;
+  return FERRY_COPY_HTOH;
+}
+
+ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
+                             uint64_t bytes) {
+  if (!valid_queue(ex, queue)) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "copy: bad queue %d", queue);
+  ferry_status st = check_ref(ex, "copy destination", dst, bytes);
+  if (st == FERRY_OK) st = check_ref(ex, "copy source", src, bytes);
+  if (st != FERRY_OK) return st;
+  struct ferry_op op = {.kind = FERRY_OP_COPY};
+  op.u.copy.dst = dst;
+  op.u.copy.src = src;
+  op.u.copy.bytes = bytes;
+  op.u.copy.copy_kind = copy_kind(dst.buf->tier, src.buf->tier);
+  return submit(ex, queue, &op);
+}
+
+ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel) {
+  if (!valid_queue(ex, queue)) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: bad queue %d", queue);
+  if (!kernel || (unsigned)kernel->kind >= FERRY_K_COUNT)
+    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
+  if (kernel->m < 0 || kernel->n < 0 || kernel->k < 0)
+    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute %s: negative shape", kernel->name ? kernel->name : "?");
+  struct ferry_op op = {.kind = FERRY_OP_KERNEL};
+  op.u.kernel = *kernel;
+  if (!op.u.kernel.name) op.u.kernel.name = ferry_kernel_kind_name(kernel->kind);
+  return submit(ex, queue, &op);
+}
+
+ferry_status ferry_exec_event_create(ferry_exec *ex, ferry_event **out) {
+  ferry_event *ev = ferry__calloc(1, sizeof *ev);
+  if (!ev) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "event_create: out of memory");
+  if (ex->backend->event_init) {
+    ferry_status st = ex->backend->event_init(ex, ev);
+    if (st != FERRY_OK) {
+      ferry_free(ev);
+      return st;
+    }
+  }
+  *out = ev;
+  return FERRY_OK;
+}
+
+void ferry_exec_event_destroy(ferry_exec *ex, ferry_event *ev) {
+  if (!ev) return;
+  if (ex->backend->event_fini) ex->backend->event_fini(ex, ev);
+  ferry_free(ev);
+}
+
+ferry_status ferry_exec_record(ferry_exec *ex, int32_t queue, ferry_event *ev) {
+  if (!valid_queue(ex, queue) || !ev) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "record: invalid argument");
+  struct ferry_op op = {.kind = FERRY_OP_RECORD};
+  op.u.event.ev = ev;
+  op.u.event.gen = atomic_fetch_add(&ev->recorded_gen, 1) + 1;
+  return submit(ex, queue, &op);
+}
+
+ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *ev) {
+  if (!valid_queue(ex, queue) || !ev) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "queue_wait: invalid argument");
+  uint64_t gen = atomic_load(&ev->recorded_gen);
+  if (gen == 0 || atomic_load(&ev->done_gen) >= gen) return FERRY_OK; /* nothing to wait for */
+  struct ferry_op op = {.kind = FERRY_OP_WAIT};
+  op.u.event.ev = ev;
+  op.u.event.gen = gen;
+  return submit(ex, queue, &op);
+}
+
+static ferry_status async_error(ferry_exec *ex) {
+  int e = atomic_load(&ex->first_error);
+  if (!e) return FERRY_OK;
+  pthread_mutex_lock(&ex->error_lock);
+  ferry_status st = ferry__err_set(&ex->err, (ferry_status)e, "%s", ex->first_error_msg);
+  pthread_mutex_unlock(&ex->error_lock);
+  return st;
+}
+
+ferry_status ferry_exec_sync(ferry_exec *ex, ferry_event *ev) {
+  if (!ev) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "sync: no event");
+  uint64_t gen = atomic_load(&ev->recorded_gen);
+  if (gen && atomic_load(&ev->done_gen) < gen) {
+    ferry_status st = ex->backend->sync(ex, ev, gen);
+    if (st != FERRY_OK) return st;
+  }
+  return async_error(ex);
+}
+
+int ferry_exec_query(ferry_exec *ex, ferry_event *ev) {
+  (void)ex;
+  return atomic_load(&ev->done_gen) >= atomic_load(&ev->recorded_gen);
+}
+
+ferry_status ferry_exec_drain(ferry_exec *ex) {
+  ferry_status st = ex->backend->drain(ex);
+  if (st != FERRY_OK) return st;
+  return async_error(ex);
+}
+
+int64_t ferry_exec_now(ferry_exec *ex) { return ex->backend->now(ex); }
+void ferry_exec_sleep_until(ferry_exec *ex, int64_t t_ns) { ex->backend->sleep_until(ex, t_ns); }
+
+int64_t ferry_exec_queue_stall_ns(const ferry_exec *ex, int32_t queue) {
+  return valid_queue(ex, queue) ? atomic_load(&ex->queues[queue].stall_ns) : 0;
+}
+
+int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue) {
+  return valid_queue(ex, queue) ? atomic_load(&ex->queues[queue].busy_ns) : 0;
+}
+
+void ferry__exec_op_failed(struct ferry_exec *ex, ferry_status status, const char *msg) {
+  pthread_mutex_lock(&ex->error_lock);
+  if (!atomic_load(&ex->first_error)) {
+    snprintf(ex->first_error_msg, sizeof ex->first_error_msg, "%s", msg);
+    atomic_store(&ex->first_error, (int)status);
+  }
+  pthread_mutex_unlock(&ex->error_lock);
+}
+
+void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op, int64_t start_ns,
+                         int64_t end_ns) {
+  if (op->kind != FERRY_OP_WAIT && op->kind != FERRY_OP_RECORD)
+    atomic_fetch_add(&ex->queues[queue].busy_ns, end_ns - start_ns);
+  ferry_activity_fn sink = ex->sink;
+  if (!sink) return;
+  struct ferry_activity a = {.queue = queue, .start_ns = start_ns, .end_ns = end_ns,
+                             .correlation_id = op->correlation_id, .step = -1, .layer = -1, .expert = -1};
+  switch (op->kind) {
+    case FERRY_OP_READ:
+      a.kind = FERRY_ACT_MEMCPY;
+      a.name = "disk_read";
+      a.bytes = op->u.read.len;
+      a.copy_kind = FERRY_COPY_DISK_TO_HOST;
+      break;
+    case FERRY_OP_COPY:
+      a.kind = FERRY_ACT_MEMCPY;
+      a.name = op->u.copy.copy_kind == FERRY_COPY_HTOD ? "h2d" : op->u.copy.copy_kind == FERRY_COPY_DTOH ? "d2h" : "copy";
+      a.bytes = op->u.copy.bytes;
+      a.copy_kind = op->u.copy.copy_kind;
+      break;
+    case FERRY_OP_KERNEL:
+      a.kind = FERRY_ACT_KERNEL;
+      a.name = op->u.kernel.name;
+      ferry_kernel_cost(&op->u.kernel, &a.flops, &a.bytes);
+      a.layer = op->u.kernel.layer;
+      a.expert = op->u.kernel.expert;
+      break;
+    case FERRY_OP_WAIT:
+      if (end_ns <= start_ns) return; /* only waits that blocked are interesting */
+      a.kind = FERRY_ACT_SYNC;
+      a.name = "queue_wait";
+      break;
+    case FERRY_OP_RECORD:
+      return;
+  }
+  sink(ex->sink_user, &a);
+}

@@ -1,0 +1,119 @@
+/* The executor backend table and the state every executor shares. Backends (exec_host.c,
+ * exec_cuda.c, sim/exec_sim.c) fill a static const ferry_exec_backend; the public wrappers in
+ * exec.c validate, account tiers, number ops and emit activity, then call the table. */
+#ifndef FERRY_EXEC_IMPL_H
+#define FERRY_EXEC_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/error.h"
+#include "ferry/exec.h"
+
+#define FERRY_EXEC_BACKEND_VERSION 1
+#define FERRY_EXEC_MAX_QUEUES 16
+
+enum ferry_op_kind { FERRY_OP_READ, FERRY_OP_COPY, FERRY_OP_KERNEL, FERRY_OP_RECORD, FERRY_OP_WAIT };
+
+/* One enqueued operation, copied into the backend's queue. */
+struct ferry_op {
+  enum ferry_op_kind kind;
+  uint64_t correlation_id;
+  union {
+    struct {
+      struct ferry_store *store;
+      uint32_t file;
+      uint64_t offset, len;
+      struct ferry_ref dst;
+      unsigned flags;
+    } read;
+    struct {
+      struct ferry_ref dst, src;
+      uint64_t bytes;
+      enum ferry_copy_kind copy_kind;
+    } copy;
+    struct ferry_kernel kernel;
+    struct {
+      ferry_event *ev;
+      uint64_t gen; /* record: the generation this record completes; wait: generation awaited */
+    } event;
+  } u;
+};
+
+struct ferry_buf {
+  enum ferry_tier tier;
+  uint64_t bytes;
+  const char *label;
+  void *ptr;          /* host-visible bytes (host tier; device tier of the host executor) */
+  void *backend_ptr;  /* backend handle (device pointer, ...) */
+};
+
+/* Events complete by generation: record() bumps recorded_gen and enqueues a RECORD op with it;
+ * running that op raises done_gen. A wait for generation g is satisfied once done_gen >= g. */
+struct ferry_event {
+  _Atomic uint64_t recorded_gen;
+  _Atomic uint64_t done_gen;
+  int64_t done_time_ns; /* executor time at which done_gen was last raised */
+  void *backend;        /* backend per-event state */
+};
+
+struct ferry_exec_queue {
+  enum ferry_queue_role role;
+  _Atomic int64_t stall_ns;
+  _Atomic int64_t busy_ns;
+  void *backend; /* backend per-queue state */
+};
+
+struct ferry_exec;
+
+struct ferry_exec_backend {
+  int version;
+  const char *name;
+  int has_data; /* computes on real bytes */
+  /* required */
+  void (*destroy)(struct ferry_exec *ex);
+  ferry_status (*queue_init)(struct ferry_exec *ex, int32_t queue);
+  ferry_status (*buf_alloc)(struct ferry_exec *ex, ferry_buf *buf);
+  void (*buf_free)(struct ferry_exec *ex, ferry_buf *buf);
+  ferry_status (*submit)(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op);
+  ferry_status (*sync)(struct ferry_exec *ex, ferry_event *ev, uint64_t gen);
+  ferry_status (*drain)(struct ferry_exec *ex);
+  int64_t (*now)(struct ferry_exec *ex);
+  void (*sleep_until)(struct ferry_exec *ex, int64_t t_ns);
+  /* optional */
+  ferry_status (*event_init)(struct ferry_exec *ex, ferry_event *ev);
+  void (*event_fini)(struct ferry_exec *ex, ferry_event *ev);
+};
+
+struct ferry_exec {
+  const struct ferry_exec_backend *backend;
+  struct ferry_exec_config config;
+  struct ferry_err err;
+  pthread_mutex_t lock; /* tier accounting and sink */
+  uint64_t used[FERRY_TIER_COUNT], peak[FERRY_TIER_COUNT];
+  ferry_activity_fn sink;
+  void *sink_user;
+  _Atomic uint64_t next_correlation;
+  struct ferry_exec_queue queues[FERRY_EXEC_MAX_QUEUES];
+  int32_t n_queues;
+  /* First failure of an asynchronous op; reported by the next sync/drain. */
+  _Atomic int first_error;
+  char first_error_msg[FERRY_ERRMSG_MAX];
+  pthread_mutex_t error_lock;
+  void *backend_state;
+};
+
+/* Common initialisation of the shared part; the backend allocates the struct. */
+ferry_status ferry__exec_init(struct ferry_exec *ex, const struct ferry_exec_backend *backend,
+                              const struct ferry_exec_config *config);
+void ferry__exec_fini(struct ferry_exec *ex);
+
+/* Called by backends when an op ran (start/end on the executor's clock): emits the activity. */
+void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op, int64_t start_ns,
+                         int64_t end_ns);
+/* Called by backends for an asynchronous failure (first one wins). */
+void ferry__exec_op_failed(struct ferry_exec *ex, ferry_status status, const char *msg);
+/* Emit a memory sample of a tier at time t. */
+void ferry__exec_emit_memory(struct ferry_exec *ex, enum ferry_tier tier, int64_t t_ns);
+
+#endif

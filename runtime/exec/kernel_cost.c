@@ -1,0 +1,78 @@
+/* The cost-model view of a kernel (FLOPs and bytes touched). One function serves the
+ * simulator's roofline, the activity records of every executor and calibration, so all three
+ * agree on what an op costs. */
+#include "exec_impl.h"
+
+const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind) {
+  static const char *names[FERRY_K_COUNT] = {
+      [FERRY_K_EMBED] = "embed",         [FERRY_K_NORM] = "norm",
+      [FERRY_K_MATMUL] = "matmul",       [FERRY_K_ROPE] = "rope",
+      [FERRY_K_ATTENTION] = "attention", [FERRY_K_SWIGLU] = "activation",
+      [FERRY_K_ROUTER] = "router",       [FERRY_K_EXPERT] = "expert",
+      [FERRY_K_MOE_COMBINE] = "moe_combine", [FERRY_K_GATHER_ROWS] = "gather_rows",
+      [FERRY_K_DEQUANTIZE] = "dequantize",
+  };
+  return (unsigned)kind < FERRY_K_COUNT ? names[kind] : "?";
+}
+
+static uint64_t esize(enum ferry_dtype d) {
+  size_t s = ferry_dtype_size(d);
+  return s ? s : 4;
+}
+
+void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *bytes) {
+  double f = 0;
+  uint64_t b = 0;
+  const uint64_t m = (uint64_t)k->m, n = (uint64_t)k->n, kk = (uint64_t)k->k;
+  switch (k->kind) {
+    case FERRY_K_EMBED:
+      b = m * n * (esize(k->w.dtype) + 4);
+      break;
+    case FERRY_K_NORM:
+      f = 5.0 * (double)(m * n);
+      b = m * n * 8 + n * esize(k->w.dtype);
+      break;
+    case FERRY_K_MATMUL:
+      f = 2.0 * (double)m * (double)n * (double)kk;
+      b = n * kk * esize(k->w.dtype) + m * kk * 4 + m * n * 4;
+      break;
+    case FERRY_K_ROPE:
+      f = 6.0 * (double)(m * (uint64_t)(k->heads + k->kv_heads) * (uint64_t)k->head_dim);
+      b = 2 * 4 * m * (uint64_t)(k->heads + k->kv_heads) * (uint64_t)k->head_dim;
+      break;
+    case FERRY_K_ATTENTION: {
+      uint64_t ctx = (uint64_t)k->context_tokens;
+      uint64_t hd = (uint64_t)k->head_dim;
+      f = 4.0 * (double)ctx * (double)k->heads * (double)hd;
+      b = ctx * (uint64_t)k->kv_heads * hd * 2 * esize(k->aux[2].dtype) + m * (uint64_t)k->heads * hd * 8;
+      break;
+    }
+    case FERRY_K_SWIGLU:
+      f = 6.0 * (double)(m * n);
+      b = m * n * (k->fn == FERRY_FN_SILU_MUL ? 12 : 8);
+      break;
+    case FERRY_K_ROUTER:
+      f = 10.0 * (double)(m * n);
+      b = m * n * 4 + m * (uint64_t)k->top_k * 8;
+      break;
+    case FERRY_K_EXPERT:
+      f = 2.0 * 3.0 * (double)m * (double)n * (double)kk;
+      b = 3 * n * kk * esize(k->w.dtype) + m * kk * 8 + m * n * 8;
+      break;
+    case FERRY_K_MOE_COMBINE:
+      f = 2.0 * (double)(m * n * (uint64_t)(k->top_k + 1));
+      b = m * n * 4 * (uint64_t)(k->top_k + 2);
+      break;
+    case FERRY_K_GATHER_ROWS:
+      b = m * n * 8;
+      break;
+    case FERRY_K_DEQUANTIZE:
+      f = 2.0 * (double)(n * kk);
+      b = n * kk * (esize(k->y.dtype) + 1);
+      break;
+    case FERRY_K_COUNT:
+      break;
+  }
+  if (flops) *flops = f;
+  if (bytes) *bytes = b;
+}

@@ -1,0 +1,166 @@
+/* The residency plan: which parts of which layers are pinned on the device, how the rest is
+ * cut into blocks of consecutive layers, how many device slots streaming needs for a prefetch
+ * depth, how large the expert cache can be in what is left, and which streamed units live in
+ * host memory and which are read from disk. Pure arithmetic over sizes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/units.h"
+#include "policy.h"
+
+void ferry__plan_free(struct ferry_plan *p) {
+  if (!p) return;
+  ferry_free(p->attn_pinned);
+  ferry_free(p->ffn_pinned);
+  ferry_free(p->layer_block);
+  ferry_free(p->blocks);
+  memset(p, 0, sizeof *p);
+}
+
+static const char *fmt(uint64_t b, char *buf) { return ferry__format_bytes(b, buf, 32); }
+
+ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct ferry_plan_config *cfg,
+                              struct ferry_plan *p, char *msg, size_t len) {
+  memset(p, 0, sizeof *p);
+  const int32_t L = in->n_layers;
+  const uint64_t n_expert_units = (uint64_t)L * (uint64_t)in->n_experts;
+  if (L <= 0 || cfg->block_layers < 0 || cfg->prefetch_depth < 0 || cfg->pin_first < 0 || cfg->pin_last < 0) {
+    snprintf(msg, len, "plan: invalid configuration");
+    return FERRY_ERR_INVALID;
+  }
+  if (cfg->home_disk && !in->disk_available) {
+    snprintf(msg, len, "plan: units cannot be homed on disk without weight files");
+    return FERRY_ERR_INVALID;
+  }
+  p->attn_pinned = ferry__calloc((size_t)L, 1);
+  p->ffn_pinned = ferry__calloc((size_t)L, 1);
+  p->layer_block = ferry__calloc((size_t)L, sizeof(int32_t));
+  p->blocks = ferry__calloc((size_t)L, sizeof *p->blocks);
+  if (!p->attn_pinned || !p->ffn_pinned || !p->layer_block || !p->blocks) {
+    ferry__plan_free(p);
+    snprintf(msg, len, "plan: out of memory");
+    return FERRY_ERR_NOMEM;
+  }
+  char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32];
+  const int all_pinned = cfg->resident_all || cfg->device_budget_bytes == 0;
+  uint64_t pinned = in->global_bytes;
+  for (int32_t l = 0; l < L; l++) {
+    p->layer_block[l] = -1;
+    int pin_layer = all_pinned || l < cfg->pin_first || l >= L - cfg->pin_last;
+    p->attn_pinned[l] = (uint8_t)(pin_layer || cfg->resident_attention);
+    p->ffn_pinned[l] = (uint8_t)pin_layer;
+    if (p->attn_pinned[l]) pinned += in->attn_bytes[l];
+    if (p->ffn_pinned[l]) pinned += in->ffn_bytes[l];
+  }
+  /* Consecutive streamed layers form blocks of block_layers (0 = all of them). */
+  int32_t per_block = cfg->block_layers;
+  for (int32_t l = 0; l < L; l++) {
+    uint64_t streamed = (p->attn_pinned[l] ? 0 : in->attn_bytes[l]) + (p->ffn_pinned[l] ? 0 : in->ffn_bytes[l]);
+    if (!streamed) continue;
+    struct ferry_plan_block *cur = p->n_blocks ? &p->blocks[p->n_blocks - 1] : NULL;
+    int extend = cur && cur->first_layer + cur->n_layers == l && (per_block == 0 || cur->n_layers < per_block);
+    if (!extend) {
+      cur = &p->blocks[p->n_blocks++];
+      cur->first_layer = l;
+      cur->n_layers = 0;
+      cur->bytes = 0;
+    }
+    cur->n_layers++;
+    cur->bytes += streamed;
+    p->layer_block[l] = p->n_blocks - 1;
+  }
+  for (int32_t b = 0; b < p->n_blocks; b++)
+    if (p->blocks[b].bytes > p->block_slot_bytes) p->block_slot_bytes = p->blocks[b].bytes;
+  if (p->n_blocks) {
+    int64_t slots = (int64_t)cfg->prefetch_depth + 1;
+    p->n_block_slots = (int32_t)(slots < p->n_blocks ? slots : p->n_blocks);
+  }
+  p->experts_pinned = in->n_experts > 0 && all_pinned;
+  if (p->experts_pinned) pinned += n_expert_units * in->expert_bytes;
+
+  p->device_pinned_bytes = pinned;
+  p->device_kv_bytes = in->kv_bytes;
+  p->device_workspace_bytes = in->workspace_bytes;
+  p->device_block_bytes = (uint64_t)p->n_block_slots * p->block_slot_bytes;
+  const uint64_t fixed = pinned + in->kv_bytes + in->workspace_bytes + p->device_block_bytes;
+  const int cached_experts = in->n_experts > 0 && !p->experts_pinned;
+  p->expert_slot_bytes = cached_experts ? in->expert_bytes : 0;
+  p->device_min_bytes = fixed + (cached_experts ? in->expert_bytes : 0);
+
+  if (cfg->device_budget_bytes && p->device_min_bytes > cfg->device_budget_bytes) {
+    snprintf(msg, len,
+             "device budget %s is below the minimum working set %s (pinned %s, KV cache %s, workspace %s, "
+             "%d block slot(s) of %s%s%s)",
+             fmt(cfg->device_budget_bytes, b1), fmt(p->device_min_bytes, b2), fmt(pinned, b3), fmt(in->kv_bytes, b4),
+             fmt(in->workspace_bytes, b5), p->n_block_slots, fmt(p->block_slot_bytes, b6),
+             cached_experts ? ", 1 expert slot of " : "", cached_experts ? fmt(in->expert_bytes, b7) : "");
+    ferry__plan_free(p);
+    return FERRY_ERR_BUDGET;
+  }
+  if (cached_experts) {
+    uint64_t slots = (cfg->device_budget_bytes - fixed) / in->expert_bytes;
+    if (slots > n_expert_units) slots = n_expert_units;
+    p->n_expert_slots = (int32_t)slots;
+    p->device_expert_bytes = slots * in->expert_bytes;
+  }
+  p->device_total_bytes = fixed + p->device_expert_bytes;
+
+  /* Homes of streamed units: host memory while the host budget lasts, then disk. */
+  uint64_t streamed_units = 0, largest = 0;
+  for (int32_t b = 0; b < p->n_blocks; b++) {
+    streamed_units += p->blocks[b].bytes;
+    if (p->blocks[b].bytes > largest) largest = p->blocks[b].bytes;
+  }
+  if (cached_experts) {
+    streamed_units += n_expert_units * in->expert_bytes;
+    if (in->expert_bytes > largest) largest = in->expert_bytes;
+  }
+  p->host_fixed_bytes = in->host_fixed_bytes;
+  /* Every unit passes through host memory when it is loaded or streamed from disk. */
+  const uint64_t stage_slot = largest + 2 * in->staging_align;
+  p->expert_home = FERRY_TIER_HOST;
+  int need_disk = cfg->home_disk && (p->n_blocks > 0 || cached_experts);
+  const uint64_t host_budget = cfg->host_budget_bytes;
+  if (!need_disk && host_budget && in->host_fixed_bytes + streamed_units > host_budget) need_disk = 1;
+  if (need_disk && !in->disk_available) {
+    snprintf(msg, len, "host budget %s cannot hold the %s of streamed weights and there are no weight files to read",
+             fmt(host_budget, b1), fmt(streamed_units, b2));
+    ferry__plan_free(p);
+    return FERRY_ERR_BUDGET;
+  }
+  if (need_disk) {
+    p->n_staging_slots = 2;
+    if (cfg->prefetch_depth + 1 > p->n_staging_slots) p->n_staging_slots = cfg->prefetch_depth + 1;
+    p->staging_slot_bytes = stage_slot;
+    p->host_staging_bytes = (uint64_t)p->n_staging_slots * stage_slot;
+  }
+  uint64_t host_left = host_budget ? host_budget : UINT64_MAX;
+  uint64_t host_min = in->host_fixed_bytes + p->host_staging_bytes;
+  if (host_budget && host_min > host_budget) {
+    snprintf(msg, len, "host budget %s is below the minimum %s (read-back buffers %s, %d staging slot(s) of %s)",
+             fmt(host_budget, b1), fmt(host_min, b2), fmt(in->host_fixed_bytes, b3), p->n_staging_slots,
+             fmt(stage_slot, b4));
+    ferry__plan_free(p);
+    return FERRY_ERR_BUDGET;
+  }
+  if (host_budget) host_left -= host_min;
+  for (int32_t b = 0; b < p->n_blocks; b++) {
+    if (!cfg->home_disk && p->blocks[b].bytes <= host_left) {
+      p->blocks[b].home = FERRY_TIER_HOST;
+      if (host_budget) host_left -= p->blocks[b].bytes;
+      p->host_units_bytes += p->blocks[b].bytes;
+    } else {
+      p->blocks[b].home = FERRY_TIER_DISK;
+    }
+  }
+  if (cached_experts) {
+    uint64_t fit = cfg->home_disk ? 0 : host_left / in->expert_bytes;
+    if (fit > n_expert_units) fit = n_expert_units;
+    p->experts_on_host = (int32_t)fit;
+    p->host_units_bytes += fit * in->expert_bytes;
+    p->expert_home = fit == n_expert_units ? FERRY_TIER_HOST : FERRY_TIER_DISK;
+  }
+  p->host_total_bytes = p->host_units_bytes + p->host_staging_bytes + p->host_fixed_bytes;
+  return FERRY_OK;
+}

@@ -1,0 +1,105 @@
+/* Pure offload decisions: the residency plan (what is pinned on the device, what is streamed
+ * in blocks, where each streamed unit lives between uses) and the expert cache. No I/O, no
+ * clock, no executor: the engine hands in a snapshot of sizes and state and gets a decision. */
+#ifndef FERRY_POLICY_H
+#define FERRY_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/activity.h"
+#include "ferry/status.h"
+
+/* Sizes the plan is made from (bytes as stored, per layer). */
+struct ferry_plan_input {
+  int32_t n_layers;
+  int32_t n_experts;            /* 0 for dense models */
+  int32_t experts_per_token;
+  uint64_t global_bytes;        /* embeddings, final norm, head: always pinned */
+  const uint64_t *attn_bytes;   /* per layer: attention part (+ router, shared expert, norms for MoE) */
+  const uint64_t *ffn_bytes;    /* per layer: dense FFN part (0 for MoE) */
+  uint64_t expert_bytes;        /* one routed expert (largest) */
+  uint64_t kv_bytes;            /* KV cache (device) */
+  uint64_t workspace_bytes;     /* activations and kernel workspace (device) */
+  uint64_t host_fixed_bytes;    /* host buffers the engine always needs (read-back) */
+  uint64_t staging_align;       /* extra bytes per staging slot for O_DIRECT envelopes */
+  int disk_available;           /* weights can be read from files */
+};
+
+struct ferry_plan_config {
+  int32_t block_layers;         /* layers per streamed block; 0 = all streamed layers */
+  int32_t prefetch_depth;       /* blocks in flight ahead of the one computing */
+  int32_t pin_first, pin_last;  /* layers pinned at either end */
+  int resident_attention;       /* keep every attention part pinned; stream FFN / experts */
+  int resident_all;             /* pin everything (the reference for offloaded runs) */
+  int home_disk;                /* keep streamed units on disk (no host copies) */
+  uint64_t device_budget_bytes; /* 0 = unlimited: everything pinned */
+  uint64_t host_budget_bytes;   /* 0 = unlimited */
+};
+
+struct ferry_plan_block {
+  int32_t first_layer, n_layers;
+  uint64_t bytes;
+  enum ferry_tier home; /* HOST or DISK */
+};
+
+struct ferry_plan {
+  /* per layer: 1 if its attention / FFN part is pinned on the device; -1 or its block */
+  uint8_t *attn_pinned, *ffn_pinned;
+  int32_t *layer_block;        /* block holding the layer's streamed parts, or -1 */
+  struct ferry_plan_block *blocks;
+  int32_t n_blocks;
+  int32_t n_block_slots;       /* device slots for streamed blocks (prefetch depth + 1) */
+  uint64_t block_slot_bytes;
+  /* experts */
+  int experts_pinned;          /* all experts pinned (resident_all or unlimited budget) */
+  int32_t n_expert_slots;      /* expert cache capacity (all layers together) */
+  uint64_t expert_slot_bytes;
+  enum ferry_tier expert_home; /* HOST or DISK for experts not pinned */
+  int32_t experts_on_host;     /* how many experts (layer-major order) live in host memory */
+  /* staging for units homed on disk */
+  int32_t n_staging_slots;
+  uint64_t staging_slot_bytes;
+  /* device bytes */
+  uint64_t device_pinned_bytes, device_kv_bytes, device_workspace_bytes, device_block_bytes,
+      device_expert_bytes, device_total_bytes, device_min_bytes;
+  /* host bytes */
+  uint64_t host_units_bytes, host_staging_bytes, host_fixed_bytes, host_total_bytes;
+};
+
+/* Make the plan. On failure returns FERRY_ERR_BUDGET (or INVALID) with a message naming the
+ * figures (the minimum working set and what it is made of) in msg. */
+ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct ferry_plan_config *cfg,
+                              struct ferry_plan *out, char *msg, size_t msg_len);
+void ferry__plan_free(struct ferry_plan *plan);
+
+/* ---- expert cache: fixed slots, LRU or LFU eviction ---- */
+enum ferry_cache_policy { FERRY_CACHE_LRU, FERRY_CACHE_LFU };
+
+struct ferry_expert_cache {
+  enum ferry_cache_policy policy;
+  int32_t n_slots, n_layers, n_experts;
+  int32_t *slot_of;        /* [layer * n_experts + expert] -> slot or -1 */
+  int32_t *slot_layer, *slot_expert; /* slot -> contents, -1 when empty */
+  uint64_t *slot_stamp;    /* last use (LRU) */
+  uint64_t *use_count;     /* [layer * n_experts + expert] uses (LFU) */
+  uint8_t *slot_protected;
+  uint64_t clock;
+};
+
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_policy policy, int32_t n_slots,
+                               int32_t n_layers, int32_t n_experts);
+void ferry__cache_free(struct ferry_expert_cache *c);
+/* Slot holding (layer, expert), or -1. */
+int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, int32_t expert);
+/* Record a use (hit or fresh fill). */
+void ferry__cache_touch(struct ferry_expert_cache *c, int32_t slot);
+/* Choose a slot for (layer, expert): an empty one, else the victim by policy among slots not
+ * protected. Returns the slot and the evicted (layer, expert) through out params (-1 when the
+ * slot was empty); -1 when every slot is protected. The slot is assigned to the new expert. */
+int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t expert, int32_t *evicted_layer,
+                            int32_t *evicted_expert);
+void ferry__cache_protect(struct ferry_expert_cache *c, int32_t slot, int on);
+void ferry__cache_unprotect_all(struct ferry_expert_cache *c);
+
+#endif
