@@ -643,6 +643,7 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...) {
 }
 
 ferry_status ferry_trace_write_jsonl(const ferry_trace *t, const char *path) {
+  if (!t || !path) return ferry__fail(FERRY_ERR_INVALID, "ferry_trace_write_jsonl: NULL trace or path");
   struct sbuf b = {0};
   for (size_t i = 0; i < t->n; i++) {
     const struct ferry_request *r = &t->reqs[i];
