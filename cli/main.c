@@ -10,6 +10,7 @@ static const struct command {
   const char *summary;
 } commands[] = {
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
+    {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},
 };
 
 static void usage(FILE *f) {
