@@ -49,7 +49,8 @@ struct ferry_model_config {
   enum ferry_family family;      /**< architecture family */
   int64_t n_layers;              /**< transformer layers */
   int64_t hidden;                /**< hidden size (d_model) */
-  int64_t intermediate;          /**< dense FFN size (dense models and Qwen2-MoE's base size) */
+  int64_t intermediate;          /**< dense FFN size (dense models and Qwen2-MoE's base size; 0 for
+                                      Mixtral and OLMoE, whose routed size is expert_intermediate) */
   int64_t n_heads;               /**< attention heads */
   int64_t n_kv_heads;            /**< key/value heads (grouped-query attention); = n_heads for MHA */
   int64_t head_dim;              /**< per-head dimension */
