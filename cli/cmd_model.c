@@ -1,8 +1,296 @@
-/* `ferry model`: placeholder until the model catalogue lands. */
+/* `ferry model`: describe models from the preset catalogue or a Hugging Face config.json
+ * folder: configuration, parameter / byte / KV-cache / FLOP accounting, and the preset list.
+ * Subcommands live in one dispatch table so others (gen, quantize) can add a line. */
+#include <stdio.h>
+#include <string.h>
+
 #include "cli/cli.h"
+#include "common/alloc.h"
+#include "common/json.h"
+#include "common/units.h"
+#include "ferry/model.h"
+
+struct subcommand {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *args;
+  const char *summary;
+};
+
+static int model_show(int argc, char **argv);
+static int model_list(int argc, char **argv);
+
+static const struct subcommand subcommands[] = {
+    {"show", model_show, "NAME|DIR [--json]",
+     "configuration and accounting of a preset or a Hugging Face model folder / config.json"},
+    {"list", model_list, "", "the catalogue of presets, one line each"},
+};
+#define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: ferry model SUBCOMMAND [OPTIONS]\n"
+          "Describe transformer models: presets of published checkpoints and Hugging Face\n"
+          "config.json folders, with parameters, bytes, KV-cache bytes and FLOPs.\n\nSubcommands:\n");
+  for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+    fprintf(f, "  %-6s %-20s %s\n", subcommands[i].name, subcommands[i].args, subcommands[i].summary);
+  fprintf(f,
+          "\nOptions of show:\n"
+          "  --json   print one JSON object (params_*, bytes_*, kv_bytes_*, flops_*, config)\n"
+          "\nExamples:\n"
+          "  ferry model list\n"
+          "  ferry model show mixtral-8x7b\n"
+          "  ferry model show path/to/Mixtral-8x7B-v0.1 --json\n");
+}
 
 int cmd_model(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return cli_fail(FERRY_ERR_UNSUPPORTED, "model: not built yet");
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  const char *sub = argv[1];
+  if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+    if (!strcmp(sub, subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
+  return cli_usage_error("model", "unknown subcommand '%s' (expected show or list)", sub);
+}
+
+/* ---- formatting ------------------------------------------------------------------------- */
+
+/* Parameter counts in decimal units, as papers write them: "46.70 B". */
+static const char *fmt_count(double n, char *buf, size_t len) {
+  if (n >= 1e12)
+    snprintf(buf, len, "%.2f T", n / 1e12);
+  else if (n >= 1e9)
+    snprintf(buf, len, "%.2f B", n / 1e9);
+  else if (n >= 1e6)
+    snprintf(buf, len, "%.2f M", n / 1e6);
+  else if (n >= 1e3)
+    snprintf(buf, len, "%.2f K", n / 1e3);
+  else
+    snprintf(buf, len, "%.0f", n);
+  return buf;
+}
+
+static const char *fmt_flops(double f, char *buf, size_t len) {
+  if (f >= 1e12)
+    snprintf(buf, len, "%.2f TFLOP", f / 1e12);
+  else if (f >= 1e9)
+    snprintf(buf, len, "%.2f GFLOP", f / 1e9);
+  else if (f >= 1e6)
+    snprintf(buf, len, "%.2f MFLOP", f / 1e6);
+  else
+    snprintf(buf, len, "%.0f FLOP", f);
+  return buf;
+}
+
+static const char *norm_name(enum ferry_norm_kind n) { return n == FERRY_NORM_LAYER ? "layernorm" : "rmsnorm"; }
+
+static const char *act_name(enum ferry_act_kind a) {
+  switch (a) {
+  case FERRY_ACT_SWIGLU: return "swiglu";
+  case FERRY_ACT_GELU: return "gelu";
+  case FERRY_ACT_RELU: return "relu";
+  }
+  return "?";
+}
+
+/* ---- show --------------------------------------------------------------------------------- */
+
+/* The configuration fields in one table, shared by the text and JSON output. */
+#define CONFIG_INT_FIELDS(X)                                                                  \
+  X(n_layers) X(hidden) X(intermediate) X(n_heads) X(n_kv_heads) X(head_dim) X(vocab)          \
+  X(max_position) X(n_experts) X(experts_per_token) X(expert_intermediate) X(n_shared_experts) \
+  X(shared_intermediate) X(sliding_window)
+#define CONFIG_FLAG_FIELDS(X)                                                                  \
+  X(shared_expert_gate) X(norm_topk_prob) X(tied_embeddings) X(qkv_bias) X(attn_out_bias)      \
+  X(ffn_bias) X(qk_norm) X(learned_positions)
+
+static void print_text(const ferry_model *m) {
+  const struct ferry_model_config *c = ferry_model_get_config(m);
+  struct ferry_model_accounting a;
+  ferry_model_get_accounting(m, &a);
+  char b1[32], b2[32], b3[32], b4[32];
+  printf("model   %s\n", c->name);
+  if (c->n_experts)
+    printf("family  %s (MoE: %lld routed experts, top-%lld%s)\n", ferry_family_name(c->family),
+           (long long)c->n_experts, (long long)c->experts_per_token,
+           c->n_shared_experts ? ", shared expert" : "");
+  else
+    printf("family  %s (dense)\n", ferry_family_name(c->family));
+  printf("\nconfig\n");
+#define PRINT_INT(f) printf("  %-22s %lld\n", #f, (long long)c->f);
+#define PRINT_FLAG(f) printf("  %-22s %d\n", #f, c->f);
+  CONFIG_INT_FIELDS(PRINT_INT)
+  CONFIG_FLAG_FIELDS(PRINT_FLAG)
+#undef PRINT_INT
+#undef PRINT_FLAG
+  printf("  %-22s %s\n  %-22s %s\n  %-22s %g\n  %-22s %g\n  %-22s %s\n", "norm", norm_name(c->norm), "act",
+         act_name(c->act), "norm_eps", c->norm_eps, "rope_theta", c->rope_theta, "dtype", ferry_dtype_name(c->dtype));
+
+  printf("\nparameters\n");
+  printf("  %-22s %s\n", "total", fmt_count((double)a.params_total, b1, sizeof b1));
+  printf("  %-22s %s\n", "active per token", fmt_count((double)a.params_active, b1, sizeof b1));
+  printf("  %-22s %s\n", "embed", fmt_count((double)a.params_embed, b1, sizeof b1));
+  printf("  %-22s %s\n", "head (final norm+head)", fmt_count((double)a.params_head, b1, sizeof b1));
+  printf("  %-22s %s\n", "per layer", fmt_count((double)a.params_layer, b1, sizeof b1));
+  printf("  %-22s %s\n", "per layer dense part", fmt_count((double)a.params_layer_dense, b1, sizeof b1));
+  printf("  %-22s %s\n", "per expert", fmt_count((double)a.params_expert, b1, sizeof b1));
+  printf("  %-22s %zu\n", "tensors", ferry_model_tensor_count(m));
+
+  const struct {
+    const char *label;
+    uint64_t params;
+  } rows[] = {{"whole model", a.params_total}, {"per layer", a.params_layer},
+              {"per layer dense part", a.params_layer_dense}, {"per expert", a.params_expert},
+              {"embed", a.params_embed}, {"head", a.params_head}};
+  printf("\nbytes                    %-12s %-12s %-12s %s (published)\n", "fp32", "fp16", "int8",
+         ferry_dtype_name(c->dtype));
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    printf("  %-22s %-12s %-12s %-12s %s\n", rows[i].label, ferry__format_bytes(rows[i].params * 4, b1, sizeof b1),
+           ferry__format_bytes(rows[i].params * 2, b2, sizeof b2), ferry__format_bytes(rows[i].params, b3, sizeof b3),
+           ferry__format_bytes(rows[i].params * ferry_dtype_size(c->dtype), b4, sizeof b4));
+  printf("  %-22s %.2f GB (decimal)\n", "whole model published", (double)a.bytes_total / 1e9);
+
+  printf("\nKV cache (%s)\n", ferry_dtype_name(c->dtype));
+  printf("  %-22s %s\n", "per token", ferry__format_bytes(a.kv_bytes_per_token, b1, sizeof b1));
+  printf("  %-22s %s\n", "2048 tokens", ferry__format_bytes(ferry_model_kv_bytes(m, 2048, c->dtype), b1, sizeof b1));
+  printf("  %-22s %s\n", "4096 tokens", ferry__format_bytes(ferry_model_kv_bytes(m, 4096, c->dtype), b1, sizeof b1));
+
+  printf("\nFLOPs per token\n");
+  printf("  %-22s %s\n", "context 0", fmt_flops(ferry_model_flops_per_token(m, 0), b1, sizeof b1));
+  printf("  %-22s %s\n", "context 2048", fmt_flops(ferry_model_flops_per_token(m, 2048), b1, sizeof b1));
+
+  double share = 100.0 * (double)(a.params_layer * (uint64_t)c->n_layers) / (double)a.params_total;
+  printf("\nshare of bytes in transformer layers: %.1f%%\n", share);
+}
+
+static int add_num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v) != NULL; }
+
+static cJSON *json_config(const struct ferry_model_config *c) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int ok = cJSON_AddStringToObject(o, "name", c->name) && cJSON_AddStringToObject(o, "family", ferry_family_name(c->family));
+#define JSON_INT(f) ok = ok && add_num(o, #f, (double)c->f);
+#define JSON_FLAG(f) ok = ok && cJSON_AddBoolToObject(o, #f, c->f);
+  CONFIG_INT_FIELDS(JSON_INT)
+  CONFIG_FLAG_FIELDS(JSON_FLAG)
+#undef JSON_INT
+#undef JSON_FLAG
+  ok = ok && cJSON_AddStringToObject(o, "norm", norm_name(c->norm)) && cJSON_AddStringToObject(o, "act", act_name(c->act)) &&
+       add_num(o, "norm_eps", c->norm_eps) && add_num(o, "rope_theta", c->rope_theta) &&
+       cJSON_AddStringToObject(o, "dtype", ferry_dtype_name(c->dtype));
+  if (!ok) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
+}
+
+static int print_json(const ferry_model *m) {
+  const struct ferry_model_config *c = ferry_model_get_config(m);
+  struct ferry_model_accounting a;
+  ferry_model_get_accounting(m, &a);
+  ferry__json_init();
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return cli_fail(FERRY_ERR_NOMEM, "model show: out of memory");
+  int ok = cJSON_AddStringToObject(o, "name", c->name) && cJSON_AddStringToObject(o, "family", ferry_family_name(c->family)) &&
+           cJSON_AddBoolToObject(o, "moe", ferry_model_is_moe(m)) &&
+           cJSON_AddStringToObject(o, "dtype", ferry_dtype_name(c->dtype));
+#define ACC(f) ok = ok && add_num(o, #f, (double)a.f);
+  ACC(params_total) ACC(params_active) ACC(params_embed) ACC(params_head) ACC(params_layer)
+  ACC(params_layer_dense) ACC(params_expert) ACC(bytes_total) ACC(bytes_layer) ACC(bytes_layer_dense)
+  ACC(bytes_expert) ACC(bytes_embed) ACC(bytes_head) ACC(kv_bytes_per_token)
+#undef ACC
+  ok = ok && add_num(o, "bytes_fp32", (double)a.params_total * 4) && add_num(o, "bytes_fp16", (double)a.params_total * 2) &&
+       add_num(o, "bytes_int8", (double)a.params_total) &&
+       add_num(o, "kv_bytes_2048", (double)ferry_model_kv_bytes(m, 2048, c->dtype)) &&
+       add_num(o, "kv_bytes_4096", (double)ferry_model_kv_bytes(m, 4096, c->dtype)) &&
+       add_num(o, "flops_per_token_ctx0", ferry_model_flops_per_token(m, 0)) &&
+       add_num(o, "flops_per_token_ctx2048", ferry_model_flops_per_token(m, 2048)) &&
+       add_num(o, "layer_bytes_share", (double)(a.params_layer * (uint64_t)c->n_layers) / (double)a.params_total) &&
+       add_num(o, "tensor_count", (double)ferry_model_tensor_count(m));
+  cJSON *cfg = ok ? json_config(c) : NULL;
+  if (cfg && !cJSON_AddItemToObject(o, "config", cfg)) {
+    cJSON_Delete(cfg);
+    cfg = NULL;
+  }
+  char *text = cfg ? cJSON_Print(o) : NULL;
+  cJSON_Delete(o);
+  if (!text) return cli_fail(FERRY_ERR_NOMEM, "model show: out of memory");
+  puts(text);
+  ferry_free(text);
+  return CLI_OK;
+}
+
+static int model_show(int argc, char **argv) {
+  const char *target = NULL;
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("Usage: ferry model show NAME|DIR [--json]\n"
+             "Print a model's configuration and accounting. NAME is a preset (ferry model list);\n"
+             "DIR is a folder holding a Hugging Face config.json, or the file itself.\n"
+             "  --json   one JSON object instead of text\n");
+      return CLI_OK;
+    }
+    if (!strcmp(argv[i], "--json"))
+      json = 1;
+    else if (argv[i][0] == '-' && argv[i][1])
+      return cli_usage_error("model show", "unknown option '%s'", argv[i]);
+    else if (target)
+      return cli_usage_error("model show", "one model expected, got '%s' and '%s'", target, argv[i]);
+    else
+      target = argv[i];
+  }
+  if (!target) return cli_usage_error("model show", "missing NAME|DIR");
+  ferry_model *m = NULL;
+  ferry_status st = ferry_model_open(&m, target);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
+  int rc = CLI_OK;
+  if (json)
+    rc = print_json(m);
+  else
+    print_text(m);
+  ferry_model_close(m);
+  return rc;
+}
+
+/* ---- list --------------------------------------------------------------------------------- */
+
+static int model_list(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("Usage: ferry model list\nList the model presets with a one-line summary each.\n");
+      return CLI_OK;
+    }
+    return cli_usage_error("model list", "unexpected argument '%s'", argv[i]);
+  }
+  for (size_t i = 0; i < ferry_model_preset_count(); i++) {
+    const char *name = ferry_model_preset_name(i);
+    ferry_model *m = NULL;
+    ferry_status st = ferry_model_open(&m, name);
+    if (st != FERRY_OK) return cli_fail(st, NULL);
+    const struct ferry_model_config *c = ferry_model_get_config(m);
+    struct ferry_model_accounting a;
+    ferry_model_get_accounting(m, &a);
+    char p[32], act[32], by[32], shape[64];
+    fmt_count((double)a.params_total, p, sizeof p);
+    if (c->n_experts) {
+      char tmp[32];
+      snprintf(act, sizeof act, "(%s active)", fmt_count((double)a.params_active, tmp, sizeof tmp));
+      snprintf(shape, sizeof shape, "%lld layers, %lld experts top-%lld", (long long)c->n_layers,
+               (long long)c->n_experts, (long long)c->experts_per_token);
+    } else {
+      act[0] = '\0';
+      snprintf(shape, sizeof shape, "%lld layers, dense", (long long)c->n_layers);
+    }
+    printf("%-18s %-10s %9s params %-17s %-5s %11s  %s\n", name, ferry_family_name(c->family), p, act,
+           ferry_dtype_name(c->dtype), ferry__format_bytes(a.bytes_total, by, sizeof by), shape);
+    ferry_model_close(m);
+  }
+  return CLI_OK;
 }

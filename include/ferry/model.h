@@ -49,7 +49,8 @@ struct ferry_model_config {
   enum ferry_family family;      /**< architecture family */
   int64_t n_layers;              /**< transformer layers */
   int64_t hidden;                /**< hidden size (d_model) */
-  int64_t intermediate;          /**< dense FFN size (dense models and Qwen2-MoE's base size) */
+  int64_t intermediate;          /**< dense FFN size (dense models and Qwen2-MoE's base size; 0 for
+                                      Mixtral and OLMoE, whose routed size is expert_intermediate) */
   int64_t n_heads;               /**< attention heads */
   int64_t n_kv_heads;            /**< key/value heads (grouped-query attention); = n_heads for MHA */
   int64_t head_dim;              /**< per-head dimension */
@@ -199,6 +200,7 @@ uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum fer
 /**
  * @brief FLOPs (multiply-add = 2) to process one token: the matrix products of the active
  *        parameters plus attention over @p context_len earlier tokens.
+ * @param model the model.
  * @param context_len tokens already in the KV cache when this token is processed.
  */
 double ferry_model_flops_per_token(const ferry_model *model, int64_t context_len);
@@ -221,7 +223,50 @@ const char *ferry_family_name(enum ferry_family family);
 int ferry_model_is_moe(const ferry_model *model);
 
 /**
+ * @brief Parse a family from its Hugging Face `model_type` spelling ("llama", "qwen2_moe", ...).
+ * @return FERRY_OK, or FERRY_ERR_UNSUPPORTED for an unknown spelling (no message set).
+ */
+ferry_status ferry_family_parse(const char *name, enum ferry_family *out);
+
+/**
+ * @brief The tensors of one layer's dense part (everything but its routed experts: norms,
+ *        attention, router, shared expert), which are adjacent in file order.
+ * @param model the model.
+ * @param layer layer index, 0 .. n_layers - 1.
+ * @param first receives the index of the first tensor (see ferry_model_tensor()).
+ * @param count receives the number of tensors.
+ * @return FERRY_OK, or FERRY_ERR_RANGE when @p layer is out of range.
+ */
+ferry_status ferry_model_layer_span(const ferry_model *model, int64_t layer, size_t *first,
+                                    size_t *count);
+
+/**
+ * @brief The tensors of routed expert @p expert of layer @p layer, adjacent in file order.
+ * @param model the model.
+ * @param layer layer index, 0 .. n_layers - 1.
+ * @param expert routed expert index, 0 .. n_experts - 1.
+ * @param first receives the index of the first tensor (see ferry_model_tensor()).
+ * @param count receives the number of tensors (3: gate, up, down).
+ * @return FERRY_OK, or FERRY_ERR_RANGE when the layer or expert is out of range (always for
+ *         dense models).
+ */
+ferry_status ferry_model_expert_span(const ferry_model *model, int64_t layer, int64_t expert,
+                                     size_t *first, size_t *count);
+
+/**
+ * @brief Parameters multiplied per token by matrix products: every 2-D weight of the active
+ *        path (attention, dense FFN, router, shared expert, top-k routed experts, output head,
+ *        the tied embedding when it serves as head), without biases, norms or the embedding
+ *        lookup. ferry_model_flops_per_token() is twice this plus attention.
+ */
+double ferry_model_matmul_params_active(const ferry_model *model);
+
+/**
  * @brief Write the model's Hugging Face `config.json` text for this configuration.
+ *
+ * The text is read back before it is returned: a configuration that config.json cannot
+ * express for its family (e.g. Qwen2 without q/k/v biases) gives FERRY_ERR_UNSUPPORTED.
+ * @param model the model.
  * @param out receives a NUL-terminated string owned by the caller (ferry_free()).
  */
 ferry_status ferry_model_config_json(const ferry_model *model, char **out);
