@@ -1,0 +1,369 @@
+/* Engine set-up and tear-down: configuration defaults, the residency plan, the unit table,
+ * every device and host buffer (sized once: the decode loop allocates nothing), the events
+ * that order slot reuse, and loading of resident weights. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/units.h"
+#include "engine_impl.h"
+
+#define WS_ALIGN 64u
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+static void apply_defaults(struct ferry_engine_config *c, const struct ferry_model_config *mc) {
+  if (c->max_batch <= 0) c->max_batch = 8;
+  if (c->max_step_tokens <= 0) c->max_step_tokens = 256;
+  if (c->max_step_tokens < c->max_batch) c->max_step_tokens = c->max_batch;
+  if (c->max_seq_tokens <= 0) c->max_seq_tokens = 2048;
+  if (!c->kv_dtype_set) c->kv_dtype = mc->dtype == FERRY_DTYPE_F32 ? FERRY_DTYPE_F32 : FERRY_DTYPE_F16;
+}
+
+/* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows. */
+static void layout_workspace(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const uint64_t T = (uint64_t)e->cfg.max_step_tokens, S = (uint64_t)e->cfg.max_batch;
+  const uint64_t H = (uint64_t)mc->hidden, qd = (uint64_t)(mc->n_heads * mc->head_dim),
+                 kvd = (uint64_t)(mc->n_kv_heads * mc->head_dim);
+  const uint64_t K = (uint64_t)mc->experts_per_token, E = (uint64_t)mc->n_experts;
+  uint64_t off = 0;
+#define WS(field, floats)         \
+  do {                            \
+    e->ws.field = off;            \
+    off = align_up(off + (uint64_t)(floats) * 4, WS_ALIGN); \
+  } while (0)
+  WS(x, T * H);
+  WS(h, T * H);
+  WS(q, T * qd);
+  WS(k, T * kvd);
+  WS(v, T * kvd);
+  WS(attn, T * qd);
+  uint64_t inter = (uint64_t)mc->intermediate;
+  WS(g, E ? 0 : T * inter);
+  WS(u, E ? 0 : T * inter);
+  WS(logits_r, T * E);
+  WS(topk_w, T * K);
+  WS(topk_ids, T * K);
+  WS(expert_out, T * K * H);
+  WS(gather, E ? T * H : 0);
+  WS(eg, T * (uint64_t)mc->expert_intermediate);
+  WS(eu, T * (uint64_t)mc->expert_intermediate);
+  uint64_t sh = mc->n_shared_experts ? (uint64_t)mc->shared_intermediate : 0;
+  WS(sg, T * sh);
+  WS(su, T * sh);
+  WS(sout, sh ? T * H : 0);
+  WS(sgate, mc->shared_expert_gate ? T : 0);
+  WS(rows, S * H);
+  WS(rows_n, S * H);
+  WS(logits, S * (uint64_t)mc->vocab);
+#undef WS
+  e->ws.total = off;
+}
+
+static uint64_t readback_bytes(const struct ferry_engine *e) {
+  const uint64_t T = (uint64_t)e->cfg.max_step_tokens, S = (uint64_t)e->cfg.max_batch;
+  return align_up(T * (uint64_t)e->mc->experts_per_token * 8, WS_ALIGN) + S * (uint64_t)e->mc->vocab * 4;
+}
+
+#define BOUNCE_BYTES (8u << 20)
+
+static ferry_status make_plan(struct ferry_engine *e) {
+  struct ferry_plan_input in;
+  uint64_t *attn = NULL, *ffn = NULL;
+  ferry_status st = ferry__engine_plan_input(e, &in, &attn, &ffn);
+  if (st != FERRY_OK) goto out;
+  e->kv_dtype = e->cfg.kv_dtype;
+  e->kv_capacity = e->cfg.max_seq_tokens;
+  e->kv_layer_bytes = (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * (uint64_t)e->mc->n_kv_heads *
+                      (uint64_t)e->mc->head_dim * ferry_dtype_size(e->kv_dtype);
+  layout_workspace(e);
+  in.kv_bytes = 2 * e->kv_layer_bytes * (uint64_t)e->mc->n_layers;
+  in.workspace_bytes = e->ws.total;
+  e->bounce_bytes = BOUNCE_BYTES;
+  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes;
+  /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
+  size_t n = ferry_model_tensor_count(e->model), dense = 3;
+  for (size_t i = 0; i < n; i++)
+    if (ferry_model_tensor(e->model, i)->expert < 0) dense++;
+  in.staging_align = (uint64_t)dense * 2 * FERRY_DIRECT_ALIGN;
+  struct ferry_plan_config pc = {
+      .block_layers = e->cfg.block_layers,
+      .prefetch_depth = e->cfg.prefetch_depth,
+      .pin_first = e->cfg.pin_first,
+      .pin_last = e->cfg.pin_last,
+      .resident_attention = e->cfg.resident_attention,
+      .resident_all = e->cfg.resident_all,
+      .home_disk = e->cfg.home_disk,
+      .device_budget_bytes = e->cfg.device_budget_bytes,
+      .host_budget_bytes = e->cfg.host_budget_bytes,
+  };
+  char msg[FERRY_ERRMSG_MAX];
+  st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
+  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", msg);
+out:
+  ferry_free(attn);
+  ferry_free(ffn);
+  return st;
+}
+
+static ferry_status check_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                 struct ferry_err *err) {
+  if (c->block_layers < 0 || c->prefetch_depth < 0 || c->pin_first < 0 || c->pin_last < 0)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: block layers, prefetch depth and pins must be >= 0");
+  if (c->block_layers > mc->n_layers)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --block-layers %d exceeds the model's %lld layers",
+                          c->block_layers, (long long)mc->n_layers);
+  if (c->prefetch_depth > 64) return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --prefetch-depth is at most 64");
+  return FERRY_OK;
+}
+
+static void engine_free(struct ferry_engine *e) {
+  if (!e) return;
+  ferry_exec *ex = e->ex;
+  if (ex) {
+    ferry_exec_drain(ex);
+    ferry_exec_free(ex, e->pinned_buf);
+    ferry_exec_free(ex, e->kv_buf);
+    ferry_exec_free(ex, e->ws_buf);
+    ferry_exec_free(ex, e->block_buf);
+    ferry_exec_free(ex, e->expert_buf);
+    ferry_exec_free(ex, e->host_units_buf);
+    ferry_exec_free(ex, e->staging_buf);
+    ferry_exec_free(ex, e->readback_buf);
+    ferry_exec_free(ex, e->bounce_buf);
+    for (int32_t s = 0; e->block_slots && s < e->plan.n_block_slots; s++) {
+      ferry_exec_event_destroy(ex, e->block_slots[s].ready);
+      ferry_exec_event_destroy(ex, e->block_slots[s].free);
+    }
+    for (int32_t s = 0; e->expert_slots && s < e->plan.n_expert_slots; s++) {
+      ferry_exec_event_destroy(ex, e->expert_slots[s].ready);
+      ferry_exec_event_destroy(ex, e->expert_slots[s].free);
+    }
+    for (int32_t s = 0; e->staging && s < e->plan.n_staging_slots; s++) ferry_exec_event_destroy(ex, e->staging[s].free);
+    ferry_exec_event_destroy(ex, e->ev_router);
+    ferry_exec_event_destroy(ex, e->ev_step);
+    ferry_exec_event_destroy(ex, e->ev_tmp);
+    ferry_exec_event_destroy(ex, e->ev_read);
+  }
+  ferry_free(e->block_slots);
+  ferry_free(e->expert_slots);
+  ferry_free(e->staging);
+  ferry__cache_free(&e->cache);
+  ferry__engine_free_units(e);
+  ferry__plan_free(&e->plan);
+  ferry_free(e->tok_ids);
+  ferry_free(e->tok_pos);
+  ferry_free(e->tok_slot);
+  ferry_free(e->tok_seq);
+  ferry_free(e->tok_index);
+  ferry_free(e->row_of_seq);
+  ferry_free(e->expert_tokens);
+  ferry_free(e->expert_ranks);
+  ferry_free(e->expert_count);
+  ferry_free(e->expert_start);
+  ferry_free(e->routing_ids);
+  ferry_free(e->routing_w);
+  ferry_free(e->reqs);
+  ferry_free(e->req_metrics);
+  ferry_free(e->steps);
+  ferry_free(e->seqs);
+  ferry_free(e);
+}
+
+void ferry_engine_destroy(ferry_engine *e) { engine_free(e); }
+
+const char *ferry_engine_errmsg(const ferry_engine *e) { return e->err.msg; }
+
+static ferry_status make_slots(struct ferry_engine *e, struct slot **out, int32_t n) {
+  *out = ferry__calloc((size_t)(n ? n : 1), sizeof **out);
+  if (!*out) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  for (int32_t s = 0; s < n; s++) {
+    (*out)[s].unit = -1;
+    if (ferry_exec_event_create(e->ex, &(*out)[s].ready) != FERRY_OK ||
+        ferry_exec_event_create(e->ex, &(*out)[s].free) != FERRY_OK)
+      return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
+  }
+  return FERRY_OK;
+}
+
+static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint64_t bytes, const char *label,
+                              ferry_buf **out) {
+  if (!bytes) return FERRY_OK;
+  ferry_status st = ferry_exec_alloc(e->ex, tier, bytes, label, out);
+  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return st;
+}
+
+static ferry_status allocate(struct ferry_engine *e) {
+  const struct ferry_plan *p = &e->plan;
+  const struct ferry_model_config *mc = e->mc;
+  uint64_t pinned = 0, host_units = 0;
+  for (int32_t u = 0; u < e->n_units; u++) {
+    const struct unit *un = &e->units[u];
+    if (un->pinned) pinned = un->device_offset + un->bytes;
+    else if (un->home == FERRY_TIER_HOST && un->bytes) host_units = un->host_offset + un->bytes;
+  }
+  ferry_status st;
+  if ((st = alloc_buf(e, FERRY_TIER_DEVICE, pinned, "pinned weights", &e->pinned_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", &e->kv_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", &e->ws_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_block_bytes, "block slots", &e->block_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_expert_bytes, "expert cache", &e->expert_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, host_units, "host-resident weights", &e->host_units_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, p->host_staging_bytes, "disk staging", &e->staging_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", &e->readback_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", &e->bounce_buf)))
+    return st;
+  if ((st = make_slots(e, &e->block_slots, p->n_block_slots)) || (st = make_slots(e, &e->expert_slots, p->n_expert_slots)))
+    return st;
+  e->staging = ferry__calloc((size_t)(p->n_staging_slots ? p->n_staging_slots : 1), sizeof *e->staging);
+  if (!e->staging) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  for (int32_t s = 0; s < p->n_staging_slots; s++)
+    if (ferry_exec_event_create(e->ex, &e->staging[s].free) != FERRY_OK)
+      return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
+  if (ferry_exec_event_create(e->ex, &e->ev_router) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_step) != FERRY_OK ||
+      ferry_exec_event_create(e->ex, &e->ev_tmp) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_read) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
+  if (mc->n_experts) {
+    st = ferry__cache_init(&e->cache, e->cfg.expert_cache_lfu ? FERRY_CACHE_LFU : FERRY_CACHE_LRU, p->n_expert_slots,
+                           (int32_t)mc->n_layers, (int32_t)mc->n_experts);
+    if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
+  }
+  const size_t T = (size_t)e->cfg.max_step_tokens, K = (size_t)(mc->experts_per_token ? mc->experts_per_token : 1),
+               E = (size_t)(mc->n_experts ? mc->n_experts : 1);
+  e->tok_ids = ferry__calloc(T, sizeof(int32_t));
+  e->tok_pos = ferry__calloc(T, sizeof(int32_t));
+  e->tok_slot = ferry__calloc(T, sizeof(int32_t));
+  e->tok_seq = ferry__calloc(T, sizeof(int32_t));
+  e->tok_index = ferry__calloc(T, sizeof(int32_t));
+  e->row_of_seq = ferry__calloc((size_t)e->cfg.max_batch, sizeof(int32_t));
+  e->expert_tokens = ferry__calloc(T * K, sizeof(int32_t));
+  e->expert_ranks = ferry__calloc(T * K, sizeof(int32_t));
+  e->expert_count = ferry__calloc(E, sizeof(int32_t));
+  e->expert_start = ferry__calloc(E + 1, sizeof(int32_t));
+  e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
+  e->routing_w = ferry__calloc(T * K, sizeof(float));
+  e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
+  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->row_of_seq ||
+      !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
+      !e->routing_w || !e->seqs)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  return FERRY_OK;
+}
+
+static ferry_status make_queues(struct ferry_engine *e) {
+  ferry_status st;
+  if ((st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_COMPUTE, &e->q_compute)) ||
+      (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_H2D, &e->q_h2d)) ||
+      (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_D2H, &e->q_d2h)) ||
+      (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_DISK, &e->q_disk)))
+    return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return FERRY_OK;
+}
+
+ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
+                                 const struct ferry_engine_config *config) {
+  if (!out || !model || !exec || !config) return ferry__fail(FERRY_ERR_INVALID, "engine_create: missing argument");
+  struct ferry_engine *e = ferry__calloc(1, sizeof *e);
+  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  e->model = model;
+  e->mc = ferry_model_get_config(model);
+  e->store = store;
+  e->ex = exec;
+  e->cfg = *config;
+  e->has_data = ferry_exec_has_data(exec);
+  apply_defaults(&e->cfg, e->mc);
+  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
+  if (st == FERRY_OK && e->has_data && !store)
+    st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "engine: the %s executor computes on real weights: give a model folder with safetensors",
+                        ferry_exec_name(exec));
+  if (st == FERRY_OK && e->has_data && e->mc->family == FERRY_FAMILY_OPT)
+    st = ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED,
+                        "engine: OPT models are simulation-only (use ferry sim); the %s executor computes Llama, "
+                        "Mistral, Mixtral, Qwen2, Qwen2-MoE and OLMoE",
+                        ferry_exec_name(exec));
+  if (st == FERRY_OK) st = make_plan(e);
+  if (st == FERRY_OK) st = ferry__engine_build_units(e);
+  if (st == FERRY_OK) st = make_queues(e);
+  if (st == FERRY_OK) st = allocate(e);
+  if (st == FERRY_OK) {
+    int64_t t0 = ferry_exec_now(exec);
+    st = ferry__engine_load_resident(e);
+    e->load_ns = ferry_exec_now(exec) - t0;
+  }
+  if (st != FERRY_OK) {
+    ferry__err_copy(NULL, &e->err);
+    engine_free(e);
+    return st;
+  }
+  *out = e;
+  return FERRY_OK;
+}
+
+static void print_plan(const struct ferry_engine *e, FILE *f) {
+  const struct ferry_plan *p = &e->plan;
+  char b[8][32];
+  fprintf(f, "plan for %s (%s, %lld layers%s)\n", e->mc->name, ferry_family_name(e->mc->family),
+          (long long)e->mc->n_layers, e->mc->n_experts ? ", MoE" : "");
+  fprintf(f, "  device: %s of %s budget\n", ferry__format_bytes(p->device_total_bytes, b[0], 32),
+          e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
+  fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
+  fprintf(f, "    KV cache         %s (%d sequences x %d tokens, %s)\n", ferry__format_bytes(p->device_kv_bytes, b[0], 32),
+          e->cfg.max_batch, e->kv_capacity, ferry_dtype_name(e->kv_dtype));
+  fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
+          e->cfg.max_step_tokens);
+  fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));
+  if (e->mc->n_experts)
+    fprintf(f, "    expert cache     %d x %s%s\n", p->n_expert_slots, ferry__format_bytes(p->expert_slot_bytes, b[0], 32),
+            p->experts_pinned ? " (all experts pinned)" : "");
+  fprintf(f, "    minimum          %s\n", ferry__format_bytes(p->device_min_bytes, b[0], 32));
+  fprintf(f, "  host: %s of %s budget\n", ferry__format_bytes(p->host_total_bytes, b[0], 32),
+          e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32) : "unlimited");
+  fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
+  fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
+  fprintf(f, "    read-back        %s\n", ferry__format_bytes(p->host_fixed_bytes, b[0], 32));
+  fprintf(f, "  prefetch depth %d, %d streamed block(s):\n", e->cfg.prefetch_depth, p->n_blocks);
+  for (int32_t u = 0; u < e->n_units; u++) {
+    const struct unit *un = &e->units[u];
+    if (un->kind == UNIT_EXPERT) continue;
+    const char *what = un->kind == UNIT_GLOBAL ? "embeddings + head" : un->kind == UNIT_LAYER_PART ? "layer" : "block";
+    char name[64];
+    if (un->kind == UNIT_GLOBAL) snprintf(name, sizeof name, "%s", what);
+    else if (un->n_layers == 1) snprintf(name, sizeof name, "%s %d", what, un->layer);
+    else snprintf(name, sizeof name, "%s layers %d-%d", what, un->layer, un->layer + un->n_layers - 1);
+    fprintf(f, "    %-28s %12s  %s\n", name, ferry__format_bytes(un->bytes, b[0], 32),
+            un->pinned ? "pinned on device" : un->home == FERRY_TIER_HOST ? "streamed from host" : "streamed from disk");
+  }
+  if (e->mc->n_experts) {
+    int64_t n = e->mc->n_layers * e->mc->n_experts;
+    fprintf(f, "    %-28s %12s  %s\n", "experts (each)", ferry__format_bytes(p->expert_slot_bytes ? p->expert_slot_bytes : e->units[e->expert_unit[0]].bytes, b[0], 32),
+            p->experts_pinned ? "pinned on device"
+                              : p->experts_on_host == n ? "cached on device, homed in host memory"
+                                                        : "cached on device, homed on host/disk");
+    if (!p->experts_pinned)
+      fprintf(f, "    experts in host memory: %d of %lld; on disk: %lld\n", p->experts_on_host, (long long)n,
+              (long long)(n - p->experts_on_host));
+  }
+}
+
+void ferry_engine_print_plan(const ferry_engine *e, FILE *f) { print_plan(e, f); }
+
+ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
+                                    const struct ferry_engine_config *config, FILE *f) {
+  struct ferry_engine *e = ferry__calloc(1, sizeof *e);
+  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  e->model = model;
+  e->mc = ferry_model_get_config(model);
+  e->store = store;
+  e->cfg = *config;
+  e->has_data = store != NULL;
+  apply_defaults(&e->cfg, e->mc);
+  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
+  if (st == FERRY_OK) st = make_plan(e);
+  if (st == FERRY_OK) st = ferry__engine_build_units(e);
+  if (st == FERRY_OK) print_plan(e, f);
+  else ferry__err_copy(NULL, &e->err);
+  engine_free(e);
+  return st;
+}

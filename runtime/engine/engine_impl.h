@@ -1,0 +1,166 @@
+/* Internal state of the engine: the unit table (what moves as one transfer), device slots and
+ * their events, step-scoped arrays, and metrics. Shared by engine.c (set-up), units.c (unit
+ * table), fetch.c (moving units), forward.c (one step's ops) and serve.c (the request loop). */
+#ifndef FERRY_ENGINE_IMPL_H
+#define FERRY_ENGINE_IMPL_H
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "ferry/engine.h"
+#include "runtime/policy/policy.h"
+
+enum unit_kind { UNIT_GLOBAL, UNIT_LAYER_PART, UNIT_BLOCK, UNIT_EXPERT };
+
+/* A contiguous file range of a unit and where it lands inside the unit's device copy. */
+struct unit_range {
+  uint32_t file;
+  uint64_t file_offset, len, unit_offset;
+};
+
+struct unit {
+  enum unit_kind kind;
+  int32_t layer, n_layers, expert, block;
+  uint64_t bytes;            /* packed size in a slot */
+  uint64_t stage_bytes;      /* staging needed for an O_DIRECT read of all ranges */
+  struct unit_range *ranges;
+  int32_t n_ranges;
+  int pinned;                /* lives on the device for the whole run */
+  enum ferry_tier home;      /* where it is read from when streamed: HOST or DISK */
+  uint64_t device_offset;    /* pinned: offset in the pinned buffer */
+  uint64_t host_offset;      /* home HOST: offset in the host units buffer */
+};
+
+/* Where a model tensor lives: its unit and offset inside it. */
+struct tensor_loc {
+  int32_t unit;
+  uint64_t unit_offset;
+  enum ferry_dtype dtype;
+  int present;
+};
+
+/* A device slot (block or expert) with the events that order its reuse. */
+struct slot {
+  int32_t unit;         /* unit it holds (or is being filled with), -1 when empty */
+  ferry_event *ready;   /* recorded on the copy queue after the fill */
+  ferry_event *free;    /* recorded on the compute queue after the last use */
+  int used;             /* free has been recorded since the last fill */
+};
+
+struct staging_slot {
+  ferry_event *free;    /* recorded on the copy queue after the h2d copy out of it */
+  int used;
+};
+
+/* Offsets (bytes) of the activation buffers inside the workspace. */
+struct workspace {
+  uint64_t x, h, q, k, v, attn, g, u, logits_r, topk_w, topk_ids, expert_out, gather, eg, eu, sg, su, sout, sgate,
+      rows, rows_n, logits, total;
+};
+
+struct seq {
+  int64_t req;          /* index into requests */
+  int32_t kv_slot;
+  int32_t pos;          /* tokens in the KV cache */
+  int32_t prompt_done;  /* prompt tokens processed */
+  int32_t generated;    /* output tokens produced */
+  int32_t last_token;   /* input token of the next decode step */
+  int active;
+};
+
+struct ferry_engine {
+  struct ferry_err err;
+  const ferry_model *model;
+  const struct ferry_model_config *mc;
+  ferry_store *store;
+  ferry_exec *ex;
+  struct ferry_engine_config cfg;
+  struct ferry_plan plan;
+  int has_data;
+
+  /* unit table */
+  struct unit *units;
+  int32_t n_units;
+  struct tensor_loc *tensors; /* indexed like the model's tensors */
+  int32_t *block_unit;        /* plan block -> unit */
+  int32_t *expert_unit;       /* layer * n_experts + expert -> unit */
+  int32_t global_unit;
+  int32_t *role_tensor;       /* (layer + 1) * FERRY_ROLE_COUNT + role -> tensor, or -1 */
+  int32_t *expert_tensor;     /* ((layer * n_experts) + expert) * 3 + {gate, up, down} -> tensor */
+  int32_t *unit_slot;         /* streamed unit -> slot holding it, or -1 */
+  uint64_t max_stage_extra;
+
+  /* queues */
+  int32_t q_compute, q_h2d, q_d2h, q_disk;
+
+  /* buffers */
+  ferry_buf *pinned_buf, *kv_buf, *ws_buf, *block_buf, *expert_buf, *host_units_buf, *staging_buf, *readback_buf,
+      *bounce_buf;
+  struct workspace ws;
+  uint64_t kv_layer_bytes; /* bytes of K (or V) per layer */
+  enum ferry_dtype kv_dtype;
+  int32_t kv_capacity;
+  uint64_t bounce_bytes;
+
+  /* slots */
+  struct slot *block_slots, *expert_slots;
+  struct staging_slot *staging;
+  int32_t next_staging;
+  int64_t block_fetch_seq;    /* streamed-block fetches issued so far (cyclic order) */
+  int64_t block_compute_seq;  /* streamed blocks computed so far */
+  struct ferry_expert_cache cache;
+  /* one event per queue that records it, so completions arrive in generation order */
+  ferry_event *ev_router, *ev_step, *ev_tmp, *ev_read;
+
+  /* per-step counters */
+  uint64_t step_bytes_disk, step_bytes_h2d, step_bytes_d2h;
+  int32_t step_hits, step_misses;
+
+  /* step-scoped arrays (sized once) */
+  int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */
+  int32_t *row_of_seq;      /* rows whose logits are computed */
+  int32_t *expert_tokens;   /* per layer: tokens grouped by expert */
+  int32_t *expert_ranks;
+  int32_t *expert_count;    /* per expert of the current layer */
+  int32_t *expert_start;
+  int32_t *routing_ids;     /* host copy of the current layer's top-k */
+  float *routing_w;
+  int32_t n_tok, n_rows;
+
+  /* serving */
+  struct ferry_engine_request *reqs;
+  struct ferry_request_metrics *req_metrics;
+  int64_t n_reqs;
+  struct ferry_step_metrics *steps;
+  int64_t n_steps, cap_steps;
+  struct seq *seqs;         /* max_batch */
+  int64_t load_ns;
+  int64_t run_start_ns;
+};
+
+/* units.c */
+ferry_status ferry__engine_build_units(struct ferry_engine *e);
+void ferry__engine_free_units(struct ferry_engine *e);
+/* Weight reference of model tensor `role` of layer (and expert), or a ref with buf NULL when
+ * the model has no such tensor. */
+struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
+                                      int32_t expert);
+/* Plan input from the unit table (sizes per layer). */
+ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_input *in, uint64_t **attn,
+                                      uint64_t **ffn);
+
+/* fetch.c */
+ferry_status ferry__engine_load_resident(struct ferry_engine *e);
+ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_seq);
+int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq);
+ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, int32_t slot);
+
+/* forward.c */
+ferry_status ferry__engine_step(struct ferry_engine *e);
+
+/* helpers */
+static inline struct ferry_ref ferry__ws(struct ferry_engine *e, uint64_t off) {
+  struct ferry_ref r = {e->ws_buf, off, FERRY_DTYPE_F32};
+  return r;
+}
+
+#endif

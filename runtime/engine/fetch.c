@@ -1,0 +1,145 @@
+/* Moving units: loading resident weights before serving, and streaming blocks and experts into
+ * device slots while compute runs. Every transfer is an executor op ordered by events: a slot
+ * is refilled only after the compute that used it, a staging buffer only after the copy out of
+ * it, and compute waits for the copy that filled its slot. */
+#include <string.h>
+
+#include "engine_impl.h"
+#include "ferry/store.h"
+
+static struct ferry_ref ref(ferry_buf *b, uint64_t off) { return (struct ferry_ref){b, off, FERRY_DTYPE_U8}; }
+
+static ferry_status exec_error(struct ferry_engine *e, ferry_status st) {
+  return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+}
+
+/* Resident weights: host-homed units read straight into host memory; pinned units read through
+ * a double-buffered bounce buffer and copied to the device. Reads use buffered I/O (this is a
+ * one-time load), dropping the page cache afterwards when asked. */
+ferry_status ferry__engine_load_resident(struct ferry_engine *e) {
+  ferry_status st = FERRY_OK;
+  const unsigned flags = e->cfg.read_flags & FERRY_READ_DROP_CACHE;
+  const uint64_t half = e->bounce_bytes / 2;
+  ferry_event *read_done[2] = {NULL, NULL}, *copy_done[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++)
+    if (ferry_exec_event_create(e->ex, &read_done[i]) || ferry_exec_event_create(e->ex, &copy_done[i])) {
+      st = exec_error(e, FERRY_ERR_NOMEM);
+      goto out;
+    }
+  int turn = 0;
+  for (int32_t u = 0; u < e->n_units && st == FERRY_OK; u++) {
+    const struct unit *un = &e->units[u];
+    for (int32_t r = 0; r < un->n_ranges && st == FERRY_OK; r++) {
+      const struct unit_range *rg = &un->ranges[r];
+      if (!un->pinned) {
+        if (un->home != FERRY_TIER_HOST) continue;
+        st = ferry_exec_read(e->ex, e->q_disk, e->store, rg->file, rg->file_offset, rg->len,
+                             ref(e->host_units_buf, un->host_offset + rg->unit_offset), flags);
+        if (st) st = exec_error(e, st);
+        continue;
+      }
+      for (uint64_t done = 0; done < rg->len && st == FERRY_OK; done += half) {
+        uint64_t n = rg->len - done < half ? rg->len - done : half;
+        struct ferry_ref bounce = ref(e->bounce_buf, (uint64_t)turn * half);
+        if ((st = ferry_exec_queue_wait(e->ex, e->q_disk, copy_done[turn])) ||
+            (st = ferry_exec_read(e->ex, e->q_disk, e->store, rg->file, rg->file_offset + done, n, bounce, flags)) ||
+            (st = ferry_exec_record(e->ex, e->q_disk, read_done[turn])) ||
+            (st = ferry_exec_queue_wait(e->ex, e->q_h2d, read_done[turn])) ||
+            (st = ferry_exec_copy(e->ex, e->q_h2d, ref(e->pinned_buf, un->device_offset + rg->unit_offset + done),
+                                  bounce, n)) ||
+            (st = ferry_exec_record(e->ex, e->q_h2d, copy_done[turn])))
+          st = exec_error(e, st);
+        turn ^= 1;
+      }
+    }
+  }
+  if (st == FERRY_OK) {
+    st = ferry_exec_drain(e->ex);
+    if (st != FERRY_OK) st = exec_error(e, st);
+  }
+out:
+  ferry_exec_drain(e->ex);
+  for (int i = 0; i < 2; i++) {
+    ferry_exec_event_destroy(e->ex, read_done[i]);
+    ferry_exec_event_destroy(e->ex, copy_done[i]);
+  }
+  return st;
+}
+
+/* Fill a device slot with unit u: from host memory by one copy per range, or from disk through
+ * a staging slot (read on the disk queue, then copy on the h2d queue). */
+static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
+  const struct unit *un = &e->units[u];
+  ferry_status st = FERRY_OK;
+  if (sl->used && (st = ferry_exec_queue_wait(e->ex, e->q_h2d, sl->free))) return exec_error(e, st);
+  if (un->home == FERRY_TIER_HOST) {
+    for (int32_t r = 0; r < un->n_ranges; r++) {
+      const struct unit_range *rg = &un->ranges[r];
+      st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset),
+                           ref(e->host_units_buf, un->host_offset + rg->unit_offset), rg->len);
+      if (st) return exec_error(e, st);
+      e->step_bytes_h2d += rg->len;
+    }
+  } else {
+    int32_t si = e->next_staging;
+    e->next_staging = (e->next_staging + 1) % e->plan.n_staging_slots;
+    struct staging_slot *sg = &e->staging[si];
+    const uint64_t base = (uint64_t)si * e->plan.staging_slot_bytes;
+    const int direct = (e->cfg.read_flags & FERRY_READ_DIRECT) != 0;
+    if (sg->used && (st = ferry_exec_queue_wait(e->ex, e->q_disk, sg->free))) return exec_error(e, st);
+    uint64_t pos = 0;
+    for (int32_t r = 0; r < un->n_ranges; r++) {
+      const struct unit_range *rg = &un->ranges[r];
+      st = ferry_exec_read(e->ex, e->q_disk, e->store, rg->file, rg->file_offset, rg->len, ref(e->staging_buf, base + pos),
+                           e->cfg.read_flags);
+      if (st) return exec_error(e, st);
+      e->step_bytes_disk += rg->len;
+      pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
+      pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
+    }
+    if ((st = ferry_exec_record(e->ex, e->q_disk, e->ev_read)) || (st = ferry_exec_queue_wait(e->ex, e->q_h2d, e->ev_read)))
+      return exec_error(e, st);
+    pos = 0;
+    for (int32_t r = 0; r < un->n_ranges; r++) {
+      const struct unit_range *rg = &un->ranges[r];
+      uint64_t shift = direct ? rg->file_offset % FERRY_DIRECT_ALIGN : 0;
+      st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset), ref(e->staging_buf, base + pos + shift),
+                           rg->len);
+      if (st) return exec_error(e, st);
+      e->step_bytes_h2d += rg->len;
+      pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
+      pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
+    }
+    if ((st = ferry_exec_record(e->ex, e->q_h2d, sg->free))) return exec_error(e, st);
+    sg->used = 1;
+  }
+  if ((st = ferry_exec_record(e->ex, e->q_h2d, sl->ready))) return exec_error(e, st);
+  if (sl->unit >= 0) e->unit_slot[sl->unit] = -1;
+  e->unit_slot[u] = (int32_t)(sl - (un->kind == UNIT_BLOCK ? e->block_slots : e->expert_slots));
+  sl->unit = u;
+  sl->used = 0;
+  return FERRY_OK;
+}
+
+int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq) { return (int32_t)(seq % e->plan.n_block_slots); }
+
+/* Streamed blocks are fetched in a cyclic order (0 .. n_blocks-1, again for the next step), so
+ * the prefetch window runs across step boundaries. A slot that already holds the block is not
+ * refilled (happens when every block has a slot of its own). */
+ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_seq) {
+  const struct ferry_plan *p = &e->plan;
+  while (e->block_fetch_seq <= upto_seq) {
+    int64_t seq = e->block_fetch_seq++;
+    int32_t b = (int32_t)(seq % p->n_blocks), s = ferry__engine_block_slot(e, seq);
+    int32_t u = e->block_unit[b];
+    struct slot *sl = &e->block_slots[s];
+    if (sl->unit == u) continue;
+    ferry_status st = fill_slot(e, sl, e->block_buf, (uint64_t)s * p->block_slot_bytes, u);
+    if (st != FERRY_OK) return st;
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, int32_t slot) {
+  return fill_slot(e, &e->expert_slots[slot], e->expert_buf, (uint64_t)slot * e->plan.expert_slot_bytes, unit);
+}

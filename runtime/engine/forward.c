@@ -1,0 +1,369 @@
+/* One engine step: the forward pass of a batch of tokens (decode tokens and prefill chunks)
+ * expressed as executor ops, with block prefetching at layer-block boundaries, the expert
+ * cache consulted after each router, and the logits of the sampled rows read back. */
+#include <string.h>
+
+#include "engine_impl.h"
+
+#define TRY(call)                                                               \
+  do {                                                                          \
+    ferry_status st_ = (call);                                                  \
+    if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
+  } while (0)
+
+static struct ferry_kernel kernel(enum ferry_kernel_kind kind, const char *name, int32_t layer) {
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = kind;
+  k.name = name;
+  k.layer = layer;
+  k.expert = -1;
+  return k;
+}
+
+static ferry_status matmul(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
+                           int64_t n, int64_t k, struct ferry_ref w, struct ferry_ref b, int accumulate) {
+  struct ferry_kernel kk = kernel(FERRY_K_MATMUL, name, layer);
+  kk.x = ferry__ws(e, x);
+  kk.y = ferry__ws(e, y);
+  kk.w = w;
+  kk.b = b;
+  kk.m = m;
+  kk.n = n;
+  kk.k = k;
+  kk.accumulate = accumulate;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &kk));
+  return FERRY_OK;
+}
+
+static ferry_status norm(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
+                         int64_t n, struct ferry_ref w, struct ferry_ref b) {
+  struct ferry_kernel k = kernel(FERRY_K_NORM, name, layer);
+  k.x = ferry__ws(e, x);
+  k.y = ferry__ws(e, y);
+  k.w = w;
+  k.b = b;
+  k.m = m;
+  k.n = n;
+  k.eps = (float)e->mc->norm_eps;
+  k.norm_kind = e->mc->norm == FERRY_NORM_LAYER;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  return FERRY_OK;
+}
+
+static struct ferry_ref W(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer) {
+  return ferry__engine_weight(e, role, layer, -1);
+}
+
+static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, H = mc->hidden, qd = mc->n_heads * mc->head_dim, kvd = mc->n_kv_heads * mc->head_dim;
+  ferry_status st;
+  if ((st = norm(e, "attn_norm", l, e->ws.x, e->ws.h, T, H, W(e, FERRY_ROLE_ATTN_NORM, l),
+                 W(e, FERRY_ROLE_ATTN_NORM_BIAS, l))) ||
+      (st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, qd, H, W(e, FERRY_ROLE_ATTN_Q, l), W(e, FERRY_ROLE_ATTN_Q_BIAS, l), 0)) ||
+      (st = matmul(e, "attn.k", l, e->ws.h, e->ws.k, T, kvd, H, W(e, FERRY_ROLE_ATTN_K, l), W(e, FERRY_ROLE_ATTN_K_BIAS, l), 0)) ||
+      (st = matmul(e, "attn.v", l, e->ws.h, e->ws.v, T, kvd, H, W(e, FERRY_ROLE_ATTN_V, l), W(e, FERRY_ROLE_ATTN_V_BIAS, l), 0)))
+    return st;
+  if (mc->qk_norm) {
+    if ((st = norm(e, "q_norm", l, e->ws.q, e->ws.q, T, qd, W(e, FERRY_ROLE_Q_NORM, l), (struct ferry_ref){0})) ||
+        (st = norm(e, "k_norm", l, e->ws.k, e->ws.k, T, kvd, W(e, FERRY_ROLE_K_NORM, l), (struct ferry_ref){0})))
+      return st;
+  }
+  if (!mc->learned_positions) {
+    struct ferry_kernel k = kernel(FERRY_K_ROPE, "rope", l);
+    k.x = ferry__ws(e, e->ws.q);
+    k.aux[0] = ferry__ws(e, e->ws.k);
+    k.m = T;
+    k.ints = e->tok_pos;
+    k.n_ints = T;
+    k.heads = mc->n_heads;
+    k.kv_heads = mc->n_kv_heads;
+    k.head_dim = mc->head_dim;
+    k.theta = mc->rope_theta;
+    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  }
+  struct ferry_kernel k = kernel(FERRY_K_ATTENTION, "attention", l);
+  k.x = ferry__ws(e, e->ws.q);
+  k.y = ferry__ws(e, e->ws.attn);
+  k.aux[0] = ferry__ws(e, e->ws.k);
+  k.aux[1] = ferry__ws(e, e->ws.v);
+  k.aux[2] = (struct ferry_ref){e->kv_buf, (uint64_t)l * 2 * e->kv_layer_bytes, e->kv_dtype};
+  k.aux[3] = (struct ferry_ref){e->kv_buf, (uint64_t)l * 2 * e->kv_layer_bytes + e->kv_layer_bytes, e->kv_dtype};
+  k.m = T;
+  k.ints = e->tok_pos;
+  k.ints2 = e->tok_slot;
+  k.n_ints = T;
+  k.heads = mc->n_heads;
+  k.kv_heads = mc->n_kv_heads;
+  k.head_dim = mc->head_dim;
+  k.kv_capacity = e->kv_capacity;
+  k.sliding_window = mc->sliding_window;
+  int64_t ctx = 0;
+  for (int64_t t = 0; t < T; t++) {
+    int64_t c = e->tok_pos[t] + 1;
+    if (mc->sliding_window > 0 && c > mc->sliding_window) c = mc->sliding_window;
+    ctx += c;
+  }
+  k.context_tokens = ctx;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  /* residual: x += o_proj(attn) */
+  return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, qd, W(e, FERRY_ROLE_ATTN_O, l), W(e, FERRY_ROLE_ATTN_O_BIAS, l), 1);
+}
+
+static ferry_status dense_ffn(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, H = mc->hidden, I = mc->intermediate;
+  ferry_status st;
+  if (mc->act == FERRY_ACT_SWIGLU) {
+    if ((st = matmul(e, "mlp.gate", l, e->ws.h, e->ws.g, T, I, H, W(e, FERRY_ROLE_FFN_GATE, l), (struct ferry_ref){0}, 0)) ||
+        (st = matmul(e, "mlp.up", l, e->ws.h, e->ws.u, T, I, H, W(e, FERRY_ROLE_FFN_UP, l), (struct ferry_ref){0}, 0)))
+      return st;
+    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, "swiglu", l);
+    k.x = ferry__ws(e, e->ws.g);
+    k.aux[0] = ferry__ws(e, e->ws.u);
+    k.y = ferry__ws(e, e->ws.g);
+    k.m = T;
+    k.n = I;
+    k.fn = FERRY_FN_SILU_MUL;
+    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  } else {
+    if ((st = matmul(e, "mlp.fc1", l, e->ws.h, e->ws.g, T, I, H, W(e, FERRY_ROLE_FFN_UP, l), W(e, FERRY_ROLE_FFN_UP_BIAS, l), 0)))
+      return st;
+    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, mc->act == FERRY_ACT_GELU ? "gelu" : "relu", l);
+    k.x = k.y = ferry__ws(e, e->ws.g);
+    k.m = T;
+    k.n = I;
+    k.fn = mc->act == FERRY_ACT_GELU ? FERRY_FN_GELU : FERRY_FN_RELU;
+    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  }
+  return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, W(e, FERRY_ROLE_FFN_DOWN, l), W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
+}
+
+/* Routing of the current layer into e->routing_ids / routing_w: read back from the device
+ * when the executor computes, else asked from the routing source. */
+static ferry_status routing(struct ferry_engine *e, int32_t l) {
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token;
+  if (e->has_data) {
+    struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
+    struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
+    TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
+    TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
+    TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
+    TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
+    TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
+    TRY(ferry_exec_sync(e->ex, e->ev_tmp));
+    e->step_bytes_d2h += (uint64_t)(T * K) * 8;
+    const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
+    memcpy(e->routing_w, base, (size_t)(T * K) * 4);
+    memcpy(e->routing_ids, base + (T * K) * 4, (size_t)(T * K) * 4);
+    for (int64_t i = 0; i < T * K; i++)
+      if (e->routing_ids[i] < 0 || e->routing_ids[i] >= e->mc->n_experts)
+        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "layer %d: router chose expert %d", l, e->routing_ids[i]);
+  } else {
+    for (int64_t t = 0; t < T; t++) {
+      const struct seq *s = &e->seqs[e->tok_seq[t]];
+      e->cfg.routing(e->cfg.routing_user, e->reqs[s->req].id, e->tok_index[t], l, (int32_t)K,
+                     (int32_t)e->mc->n_experts, e->routing_ids + t * K, e->routing_w + t * K);
+    }
+  }
+  if (e->cfg.on_routing)
+    for (int64_t t = 0; t < T; t++) {
+      const struct seq *s = &e->seqs[e->tok_seq[t]];
+      e->cfg.on_routing(e->cfg.on_routing_user, e->reqs[s->req].id, e->tok_index[t], l, (int32_t)K,
+                        e->routing_ids + t * K, e->routing_w + t * K);
+    }
+  return FERRY_OK;
+}
+
+static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot) {
+  const struct ferry_model_config *mc = e->mc;
+  struct slot *sl = &e->expert_slots[slot];
+  if (slot >= 0 && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned)
+    TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
+  struct ferry_kernel k = kernel(FERRY_K_EXPERT, "expert", l);
+  k.expert = x;
+  k.x = ferry__ws(e, e->ws.h);
+  k.y = ferry__ws(e, e->ws.expert_out);
+  k.w = ferry__engine_weight(e, FERRY_ROLE_EXPERT_GATE, l, x);
+  k.aux[0] = ferry__engine_weight(e, FERRY_ROLE_EXPERT_UP, l, x);
+  k.aux[1] = ferry__engine_weight(e, FERRY_ROLE_EXPERT_DOWN, l, x);
+  k.aux[2] = ferry__ws(e, e->ws.gather);
+  k.aux[3] = ferry__ws(e, e->ws.eg);
+  k.aux[4] = ferry__ws(e, e->ws.eu);
+  k.m = e->expert_count[x];
+  k.n = mc->expert_intermediate;
+  k.k = mc->hidden;
+  k.top_k = mc->experts_per_token;
+  k.ints = e->expert_tokens + e->expert_start[x];
+  k.ints2 = e->expert_ranks + e->expert_start[x];
+  k.n_ints = k.m;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  if (slot >= 0 && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned) {
+    TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
+    sl->used = 1;
+  }
+  return FERRY_OK;
+}
+
+static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
+  ferry_status st;
+  if ((st = matmul(e, "router", l, e->ws.h, e->ws.logits_r, T, E, H, W(e, FERRY_ROLE_ROUTER, l), (struct ferry_ref){0}, 0)))
+    return st;
+  struct ferry_kernel rk = kernel(FERRY_K_ROUTER, "router_topk", l);
+  rk.x = ferry__ws(e, e->ws.logits_r);
+  rk.y = ferry__ws(e, e->ws.topk_w);
+  rk.aux[0] = (struct ferry_ref){e->ws_buf, e->ws.topk_ids, FERRY_DTYPE_I32};
+  rk.m = T;
+  rk.n = E;
+  rk.top_k = K;
+  rk.renormalize = mc->norm_topk_prob;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &rk));
+  /* Shared expert on every token; its sigmoid gate scales it in the combine. */
+  if (mc->n_shared_experts) {
+    const int64_t S = mc->shared_intermediate;
+    if ((st = matmul(e, "shared.gate", l, e->ws.h, e->ws.sg, T, S, H, W(e, FERRY_ROLE_SHARED_GATE, l), (struct ferry_ref){0}, 0)) ||
+        (st = matmul(e, "shared.up", l, e->ws.h, e->ws.su, T, S, H, W(e, FERRY_ROLE_SHARED_UP, l), (struct ferry_ref){0}, 0)))
+      return st;
+    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, "swiglu", l);
+    k.x = k.y = ferry__ws(e, e->ws.sg);
+    k.aux[0] = ferry__ws(e, e->ws.su);
+    k.m = T;
+    k.n = S;
+    k.fn = FERRY_FN_SILU_MUL;
+    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    if ((st = matmul(e, "shared.down", l, e->ws.sg, e->ws.sout, T, H, S, W(e, FERRY_ROLE_SHARED_DOWN, l), (struct ferry_ref){0}, 0)))
+      return st;
+    if (mc->shared_expert_gate &&
+        (st = matmul(e, "shared.gate_logit", l, e->ws.h, e->ws.sgate, T, 1, H, W(e, FERRY_ROLE_SHARED_EXPERT_GATE, l),
+                     (struct ferry_ref){0}, 0)))
+      return st;
+  }
+  if ((st = routing(e, l))) return st;
+  /* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
+   * the same ops in the same order. */
+  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
+  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
+  e->expert_start[0] = 0;
+  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
+  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t r = 0; r < K; r++) {
+      int32_t x = e->routing_ids[t * K + r];
+      int32_t at = e->expert_start[x] + e->expert_count[x]++;
+      e->expert_tokens[at] = (int32_t)t;
+      e->expert_ranks[at] = (int32_t)r;
+    }
+  if (e->plan.experts_pinned) {
+    for (int32_t x = 0; x < E; x++)
+      if (e->expert_count[x] && (st = run_expert(e, l, x, -1))) return st;
+  } else {
+    /* Hits first (their data may already be there), then misses, each fetched into a slot
+     * chosen by the cache policy. */
+    for (int32_t x = 0; x < E; x++) {
+      if (!e->expert_count[x]) continue;
+      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
+      if (slot < 0) continue;
+      e->step_hits++;
+      ferry__cache_touch(&e->cache, slot);
+      if ((st = run_expert(e, l, x, slot))) return st;
+    }
+    for (int32_t x = 0; x < E; x++) {
+      if (!e->expert_count[x] || ferry__cache_lookup(&e->cache, l, x) >= 0) continue;
+      int32_t el, ex;
+      int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
+      if (slot < 0) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
+      e->step_misses++;
+      ferry__cache_touch(&e->cache, slot);
+      if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
+      if ((st = run_expert(e, l, x, slot))) return st;
+    }
+  }
+  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
+  ck.y = ferry__ws(e, e->ws.x);
+  ck.aux[0] = ferry__ws(e, e->ws.expert_out);
+  ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
+  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
+  ck.m = T;
+  ck.n = H;
+  ck.top_k = K;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &ck));
+  return FERRY_OK;
+}
+
+static ferry_status logits(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t S = e->n_rows, H = mc->hidden, V = mc->vocab;
+  struct ferry_kernel g = kernel(FERRY_K_GATHER_ROWS, "gather_rows", -1);
+  g.x = ferry__ws(e, e->ws.x);
+  g.y = ferry__ws(e, e->ws.rows);
+  g.m = S;
+  g.n = H;
+  g.ints = e->row_of_seq;
+  g.n_ints = S;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &g));
+  ferry_status st = norm(e, "final_norm", -1, e->ws.rows, e->ws.rows_n, S, H, W(e, FERRY_ROLE_FINAL_NORM, -1),
+                         W(e, FERRY_ROLE_FINAL_NORM_BIAS, -1));
+  if (st) return st;
+  struct ferry_ref head = mc->tied_embeddings ? W(e, FERRY_ROLE_EMBED, -1) : W(e, FERRY_ROLE_LM_HEAD, -1);
+  if ((st = matmul(e, "lm_head", -1, e->ws.rows_n, e->ws.logits, S, V, H, head, (struct ferry_ref){0}, 0))) return st;
+  TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
+  TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
+  uint64_t off = ((uint64_t)e->cfg.max_step_tokens * (uint64_t)mc->experts_per_token * 8 + 63) / 64 * 64;
+  TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->readback_buf, off, FERRY_DTYPE_F32}, ferry__ws(e, e->ws.logits),
+                      (uint64_t)(S * V) * 4));
+  e->step_bytes_d2h += (uint64_t)(S * V) * 4;
+  TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_step));
+  TRY(ferry_exec_sync(e->ex, e->ev_step));
+  return FERRY_OK;
+}
+
+ferry_status ferry__engine_step(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const struct ferry_plan *p = &e->plan;
+  ferry_status st;
+  struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
+  k.w = W(e, FERRY_ROLE_EMBED, -1);
+  k.y = ferry__ws(e, e->ws.x);
+  k.m = e->n_tok;
+  k.n = mc->hidden;
+  k.ints = e->tok_ids;
+  k.ints2 = e->tok_pos;
+  k.n_ints = e->n_tok;
+  if (mc->learned_positions) {
+    k.aux[0] = W(e, FERRY_ROLE_POS_EMBED, -1);
+    k.pos_offset = 2;
+  }
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  for (int32_t l = 0; l < mc->n_layers; l++) {
+    int32_t b = p->layer_block[l];
+    struct slot *sl = NULL;
+    if (b >= 0) {
+      int64_t seq = e->block_compute_seq;
+      sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
+      if (l == p->blocks[b].first_layer) {
+        /* Keep the window full: the next n_slots-1 blocks go in flight now; each lands in a
+         * slot whose last use has been enqueued already. */
+        if ((st = ferry__engine_prefetch_blocks(e, seq + p->n_block_slots - 1))) return st;
+        if (sl->unit != e->block_unit[b])
+          return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "block %d is not in its slot", b);
+        TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
+      }
+    }
+    if ((st = attention_part(e, l))) return st;
+    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+      return st;
+    st = mc->n_experts ? moe_ffn(e, l) : dense_ffn(e, l);
+    if (st) return st;
+    if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
+      TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
+      sl->used = 1;
+      e->block_compute_seq++;
+    }
+  }
+  return logits(e);
+}

@@ -1,0 +1,324 @@
+/* The unit table: which tensors move together (a pinned layer part, a block of layers, one
+ * expert), the file ranges each unit is read from, and where every tensor sits inside its
+ * unit's device copy. Built from the plan, so the forward pass can look up any weight the same
+ * way whether it is pinned, in a block slot or in the expert cache. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "engine_impl.h"
+#include "ferry/store.h"
+
+#define RANGE_ALIGN 64u
+
+enum group { G_GLOBAL, G_ATTN, G_FFN, G_EXPERT };
+
+static enum group tensor_group(const struct ferry_model_config *mc, const struct ferry_tensor_desc *t) {
+  if (t->layer < 0) return G_GLOBAL;
+  if (t->expert >= 0) return G_EXPERT;
+  switch (t->role) {
+    case FERRY_ROLE_FFN_NORM:
+    case FERRY_ROLE_FFN_NORM_BIAS:
+      return mc->n_experts > 0 ? G_ATTN : G_FFN;
+    case FERRY_ROLE_FFN_GATE:
+    case FERRY_ROLE_FFN_UP:
+    case FERRY_ROLE_FFN_UP_BIAS:
+    case FERRY_ROLE_FFN_DOWN:
+    case FERRY_ROLE_FFN_DOWN_BIAS:
+      return G_FFN;
+    default:
+      return G_ATTN; /* attention, norms, router, shared expert */
+  }
+}
+
+/* Where a tensor's bytes are in the files (store) or in a virtual file (no store). */
+struct tensor_file {
+  uint32_t file;
+  uint64_t offset, bytes;
+  enum ferry_dtype dtype;
+};
+
+static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st) {
+  size_t n = ferry_model_tensor_count(e->model);
+  struct tensor_file *tf = ferry__calloc(n, sizeof *tf);
+  if (!tf) {
+    *st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+    return NULL;
+  }
+  uint64_t virtual_offset = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+    if (e->store) {
+      const struct ferry_store_tensor *s = ferry_store_find(e->store, t->name);
+      if (!s) {
+        *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s required by the model is missing",
+                             ferry_store_file_path(e->store, 0), t->name);
+        goto fail;
+      }
+      int same = s->ndim == t->ndim;
+      for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+      if (!same) {
+        *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT,
+                             "%s: tensor %s has %d dims [%lld, %lld], the model expects [%lld, %lld]",
+                             ferry_store_file_path(e->store, s->file), t->name, s->ndim, (long long)s->shape[0],
+                             (long long)(s->ndim > 1 ? s->shape[1] : 0), (long long)t->shape[0],
+                             (long long)(t->ndim > 1 ? t->shape[1] : 0));
+        goto fail;
+      }
+      if (s->dtype != FERRY_DTYPE_F32 && s->dtype != FERRY_DTYPE_F16 && s->dtype != FERRY_DTYPE_BF16) {
+        *st = ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (expected F32, F16 or BF16)",
+                             ferry_store_file_path(e->store, s->file), t->name, ferry_dtype_st_name(s->dtype));
+        goto fail;
+      }
+      tf[i] = (struct tensor_file){s->file, s->offset, s->nbytes, s->dtype};
+    } else {
+      uint64_t bytes = t->numel * ferry_dtype_size(e->mc->dtype);
+      tf[i] = (struct tensor_file){0, virtual_offset, bytes, e->mc->dtype};
+      virtual_offset += bytes;
+    }
+  }
+  return tf;
+fail:
+  ferry_free(tf);
+  return NULL;
+}
+
+ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_input *in, uint64_t **attn,
+                                      uint64_t **ffn) {
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st = FERRY_OK;
+  struct tensor_file *tf = tensor_files(e, &st);
+  if (!tf) return st;
+  *attn = ferry__calloc((size_t)mc->n_layers, sizeof **attn);
+  *ffn = ferry__calloc((size_t)mc->n_layers, sizeof **ffn);
+  if (!*attn || !*ffn) {
+    ferry_free(tf);
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  }
+  memset(in, 0, sizeof *in);
+  in->n_layers = (int32_t)mc->n_layers;
+  in->n_experts = (int32_t)mc->n_experts;
+  in->experts_per_token = (int32_t)mc->experts_per_token;
+  uint64_t *expert_sum = ferry__calloc((size_t)(mc->n_layers * (mc->n_experts ? mc->n_experts : 1)), sizeof(uint64_t));
+  if (!expert_sum) {
+    ferry_free(tf);
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  }
+  size_t n = ferry_model_tensor_count(e->model);
+  /* Each tensor may start a range aligned to RANGE_ALIGN: count that slack so packed units
+   * always fit the slot sizes planned from these figures. */
+  for (size_t i = 0; i < n; i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+    uint64_t b = tf[i].bytes + RANGE_ALIGN;
+    switch (tensor_group(mc, t)) {
+      case G_GLOBAL: in->global_bytes += b; break;
+      case G_ATTN: (*attn)[t->layer] += b; break;
+      case G_FFN: (*ffn)[t->layer] += b; break;
+      case G_EXPERT: expert_sum[t->layer * mc->n_experts + t->expert] += b; break;
+    }
+  }
+  for (int64_t i = 0; i < mc->n_layers * mc->n_experts; i++)
+    if (expert_sum[i] > in->expert_bytes) in->expert_bytes = expert_sum[i];
+  in->attn_bytes = *attn;
+  in->ffn_bytes = *ffn;
+  in->disk_available = e->store != NULL || !e->has_data;
+  ferry_free(expert_sum);
+  ferry_free(tf);
+  return FERRY_OK;
+}
+
+static int cmp_tensor_file(const void *a, const void *b, void *ctx) {
+  const struct tensor_file *tf = ctx;
+  const struct tensor_file *x = &tf[*(const int32_t *)a], *y = &tf[*(const int32_t *)b];
+  if (x->file != y->file) return x->file < y->file ? -1 : 1;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static struct tensor_file *sort_ctx;
+static int cmp_members(const void *a, const void *b) { return cmp_tensor_file(a, b, sort_ctx); }
+
+/* Give unit u its ranges and its tensors their offsets. members: model tensor indices. */
+static ferry_status pack_unit(struct ferry_engine *e, int32_t u, int32_t *members, int32_t n_members,
+                              struct tensor_file *tf) {
+  struct unit *un = &e->units[u];
+  sort_ctx = tf;
+  qsort(members, (size_t)n_members, sizeof *members, cmp_members);
+  un->ranges = ferry__calloc((size_t)(n_members ? n_members : 1), sizeof *un->ranges);
+  if (!un->ranges) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  uint64_t end = 0, stage = 0;
+  for (int32_t i = 0; i < n_members; i++) {
+    const struct tensor_file *t = &tf[members[i]];
+    struct unit_range *r = un->n_ranges ? &un->ranges[un->n_ranges - 1] : NULL;
+    size_t es = ferry_dtype_size(t->dtype);
+    /* Extend the current range when the tensor follows it in the same file and stays aligned
+     * to its element size inside the unit. */
+    if (r && r->file == t->file && r->file_offset + r->len == t->offset && (r->unit_offset + r->len) % es == 0) {
+      r->len += t->bytes;
+    } else {
+      if (r) stage += ferry_store_direct_span(r->file_offset, r->len) + FERRY_DIRECT_ALIGN;
+      r = &un->ranges[un->n_ranges++];
+      r->file = t->file;
+      r->file_offset = t->offset;
+      r->len = t->bytes;
+      r->unit_offset = (end + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+    }
+    e->tensors[members[i]] = (struct tensor_loc){u, r->unit_offset + (t->offset - r->file_offset), t->dtype, 1};
+    end = r->unit_offset + r->len;
+  }
+  if (un->n_ranges) {
+    struct unit_range *r = &un->ranges[un->n_ranges - 1];
+    stage += ferry_store_direct_span(r->file_offset, r->len) + FERRY_DIRECT_ALIGN;
+  }
+  un->bytes = end;
+  un->stage_bytes = stage;
+  return FERRY_OK;
+}
+
+ferry_status ferry__engine_build_units(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const struct ferry_plan *p = &e->plan;
+  const int32_t L = (int32_t)mc->n_layers, E = (int32_t)mc->n_experts;
+  ferry_status st = FERRY_OK;
+  struct tensor_file *tf = tensor_files(e, &st);
+  if (!tf) return st;
+  size_t n_tensors = ferry_model_tensor_count(e->model);
+  int32_t max_units = 1 + L + p->n_blocks + L * E;
+  int32_t *unit_of = ferry__calloc(n_tensors, sizeof *unit_of);
+  int32_t *members = ferry__calloc(n_tensors, sizeof *members);
+  e->units = ferry__calloc((size_t)max_units, sizeof *e->units);
+  e->tensors = ferry__calloc(n_tensors, sizeof *e->tensors);
+  e->block_unit = ferry__calloc((size_t)(p->n_blocks ? p->n_blocks : 1), sizeof *e->block_unit);
+  e->expert_unit = ferry__calloc((size_t)(L * E > 0 ? L * E : 1), sizeof *e->expert_unit);
+  int32_t *layer_unit = ferry__calloc((size_t)L, sizeof *layer_unit);
+  e->role_tensor = ferry__calloc((size_t)(L + 1) * FERRY_ROLE_COUNT, sizeof *e->role_tensor);
+  e->expert_tensor = ferry__calloc((size_t)(L * E > 0 ? L * E * 3 : 1), sizeof *e->expert_tensor);
+  e->unit_slot = ferry__calloc((size_t)max_units, sizeof *e->unit_slot);
+  if (!unit_of || !members || !e->units || !e->tensors || !e->block_unit || !e->expert_unit || !layer_unit ||
+      !e->role_tensor || !e->expert_tensor || !e->unit_slot) {
+    st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+    goto out;
+  }
+  /* Units in a fixed order: global, pinned layer parts, blocks, experts. */
+  int32_t nu = 0;
+  e->global_unit = nu;
+  e->units[nu++] = (struct unit){.kind = UNIT_GLOBAL, .layer = -1, .expert = -1, .block = -1, .pinned = 1};
+  for (int32_t l = 0; l < L; l++) {
+    layer_unit[l] = -1;
+    if (p->attn_pinned[l] || p->ffn_pinned[l]) {
+      layer_unit[l] = nu;
+      e->units[nu++] = (struct unit){.kind = UNIT_LAYER_PART, .layer = l, .n_layers = 1, .expert = -1, .block = -1,
+                                     .pinned = 1};
+    }
+  }
+  for (int32_t b = 0; b < p->n_blocks; b++) {
+    e->block_unit[b] = nu;
+    e->units[nu++] = (struct unit){.kind = UNIT_BLOCK, .layer = p->blocks[b].first_layer,
+                                   .n_layers = p->blocks[b].n_layers, .expert = -1, .block = b,
+                                   .home = p->blocks[b].home};
+  }
+  for (int32_t l = 0; l < L; l++)
+    for (int32_t x = 0; x < E; x++) {
+      int32_t idx = l * E + x;
+      e->expert_unit[idx] = nu;
+      e->units[nu++] = (struct unit){.kind = UNIT_EXPERT, .layer = l, .n_layers = 1, .expert = x, .block = -1,
+                                     .pinned = p->experts_pinned,
+                                     .home = idx < p->experts_on_host ? FERRY_TIER_HOST : FERRY_TIER_DISK};
+    }
+  e->n_units = nu;
+  for (int32_t i = 0; i < (L + 1) * FERRY_ROLE_COUNT; i++) e->role_tensor[i] = -1;
+  for (int32_t i = 0; i < L * E * 3; i++) e->expert_tensor[i] = -1;
+  for (int32_t u = 0; u < max_units; u++) e->unit_slot[u] = -1;
+  for (size_t i = 0; i < n_tensors; i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+    if (t->expert >= 0) {
+      int which = t->role == FERRY_ROLE_EXPERT_GATE ? 0 : t->role == FERRY_ROLE_EXPERT_UP ? 1 : 2;
+      e->expert_tensor[(t->layer * E + t->expert) * 3 + which] = (int32_t)i;
+    } else {
+      e->role_tensor[(t->layer + 1) * FERRY_ROLE_COUNT + (int32_t)t->role] = (int32_t)i;
+    }
+    switch (tensor_group(mc, t)) {
+      case G_GLOBAL: unit_of[i] = e->global_unit; break;
+      case G_ATTN:
+        unit_of[i] = p->attn_pinned[t->layer] ? layer_unit[t->layer] : e->block_unit[p->layer_block[t->layer]];
+        break;
+      case G_FFN:
+        unit_of[i] = p->ffn_pinned[t->layer] ? layer_unit[t->layer] : e->block_unit[p->layer_block[t->layer]];
+        break;
+      case G_EXPERT: unit_of[i] = e->expert_unit[t->layer * E + t->expert]; break;
+    }
+  }
+  for (int32_t u = 0; u < nu && st == FERRY_OK; u++) {
+    int32_t m = 0;
+    for (size_t i = 0; i < n_tensors; i++)
+      if (unit_of[i] == u) members[m++] = (int32_t)i;
+    st = pack_unit(e, u, members, m, tf);
+  }
+  if (st != FERRY_OK) goto out;
+  /* Places: pinned units packed in the pinned buffer, host-homed units in the host buffer. */
+  uint64_t dev = 0, host = 0;
+  e->max_stage_extra = 0;
+  for (int32_t u = 0; u < nu; u++) {
+    struct unit *un = &e->units[u];
+    if (un->stage_bytes > un->bytes && un->stage_bytes - un->bytes > e->max_stage_extra)
+      e->max_stage_extra = un->stage_bytes - un->bytes;
+    if (un->pinned) {
+      un->device_offset = dev;
+      dev += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+    } else if (un->home == FERRY_TIER_HOST) {
+      un->host_offset = host;
+      host += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+    }
+  }
+  if (dev > p->device_pinned_bytes || host > p->host_units_bytes + RANGE_ALIGN * (uint64_t)nu) {
+    st = ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: packed units exceed the plan (device %llu > %llu)",
+                        (unsigned long long)dev, (unsigned long long)p->device_pinned_bytes);
+  }
+out:
+  ferry_free(layer_unit);
+  ferry_free(members);
+  ferry_free(unit_of);
+  ferry_free(tf);
+  return st;
+}
+
+struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
+                                      int32_t expert) {
+  int32_t ti;
+  if (expert >= 0) {
+    int which = role == FERRY_ROLE_EXPERT_GATE ? 0 : role == FERRY_ROLE_EXPERT_UP ? 1 : 2;
+    ti = e->expert_tensor[(layer * (int32_t)e->mc->n_experts + expert) * 3 + which];
+  } else {
+    ti = e->role_tensor[(layer + 1) * FERRY_ROLE_COUNT + (int32_t)role];
+  }
+  struct ferry_ref r = {NULL, 0, FERRY_DTYPE_F32};
+  if (ti < 0) return r;
+  const struct tensor_loc *loc = &e->tensors[ti];
+  const struct unit *un = &e->units[loc->unit];
+  r.dtype = loc->dtype;
+  if (un->pinned) {
+    r.buf = e->pinned_buf;
+    r.offset = un->device_offset + loc->unit_offset;
+  } else if (un->kind == UNIT_BLOCK) {
+    r.buf = e->block_buf;
+    r.offset = (uint64_t)e->unit_slot[loc->unit] * e->plan.block_slot_bytes + loc->unit_offset;
+  } else {
+    r.buf = e->expert_buf;
+    r.offset = (uint64_t)e->unit_slot[loc->unit] * e->plan.expert_slot_bytes + loc->unit_offset;
+  }
+  return r;
+}
+
+void ferry__engine_free_units(struct ferry_engine *e) {
+  for (int32_t u = 0; u < e->n_units; u++) ferry_free(e->units[u].ranges);
+  ferry_free(e->units);
+  ferry_free(e->tensors);
+  ferry_free(e->block_unit);
+  ferry_free(e->expert_unit);
+  ferry_free(e->role_tensor);
+  ferry_free(e->expert_tensor);
+  ferry_free(e->unit_slot);
+  e->role_tensor = e->expert_tensor = e->unit_slot = NULL;
+  e->units = NULL;
+  e->n_units = 0;
+}
