@@ -9,7 +9,7 @@
 #include "common/half.h"
 #include "runtime/quant/quant_impl.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(FERRY_QUANT_NO_SIMD)
 #include <immintrin.h>
 #define HAVE_X86_DISPATCH 1
 #endif
@@ -225,13 +225,9 @@ __attribute__((target("avx2"))) static void deq_nf4_row_avx2(const uint8_t *row,
 static _Atomic int simd_enabled = 1;
 void ferry__quant_set_simd(int enable) { simd_enabled = enable; }
 
-static int use_avx2(void) {
 #ifdef HAVE_X86_DISPATCH
-  return simd_enabled && __builtin_cpu_supports("avx2");
-#else
-  return 0;
-#endif
-}
+static int use_avx2(void) { return simd_enabled && __builtin_cpu_supports("avx2"); }
+#endif /* HAVE_X86_DISPATCH */
 
 static void deq_nf4_row(const uint8_t *row, const uint8_t *qa, int64_t first_block,
                         const uint8_t *s2p, const uint8_t *m2p, int64_t cols, int64_t g, float *dst) {
