@@ -64,6 +64,7 @@ struct seq {
   int32_t prompt_done;  /* prompt tokens processed */
   int32_t generated;    /* output tokens produced */
   int32_t last_token;   /* input token of the next decode step */
+  int32_t step_tokens;  /* tokens this sequence contributes to the current step */
   int active;
 };
 

@@ -1,0 +1,381 @@
+/* Serving: requests arrive on the executor's clock (so replay is the same code for real and
+ * simulated runs), wait FCFS for a KV-cache slot, and are batched continuously: every step
+ * carries one decode token per running sequence plus prefill chunks up to the token budget. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/units.h"
+#include "engine_impl.h"
+
+static uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* Token j of request id: the same for every executor and every run with this seed. */
+static int32_t token_id(const struct ferry_engine *e, int64_t req_id, int64_t j) {
+  return (int32_t)(mix64(e->cfg.seed ^ mix64((uint64_t)req_id * 0x100000001b3ULL + (uint64_t)j)) %
+                   (uint64_t)e->mc->vocab);
+}
+
+/* Default routing source: k distinct experts drawn from a hash of (seed, request, token,
+ * layer), weights from the same stream, normalised. */
+static void seeded_routing(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+                           int32_t n_experts, int32_t *ids, float *weights) {
+  const struct ferry_engine *e = user;
+  uint64_t h = mix64(e->cfg.seed ^ mix64(((uint64_t)req_id << 20) ^ ((uint64_t)token_index << 8) ^ (uint64_t)layer));
+  float sum = 0;
+  for (int32_t r = 0; r < top_k; r++) {
+    int32_t x;
+    int dup;
+    do {
+      h = mix64(h);
+      x = (int32_t)(h % (uint64_t)n_experts);
+      dup = 0;
+      for (int32_t q = 0; q < r; q++) dup |= ids[q] == x;
+    } while (dup);
+    ids[r] = x;
+    weights[r] = (float)((h >> 40) & 0xffff) / 65536.0f + 0.05f;
+    sum += weights[r];
+  }
+  for (int32_t r = 0; r < top_k; r++) weights[r] /= sum;
+}
+
+static int cmp_arrival(const void *a, const void *b) {
+  const struct ferry_engine_request *x = a, *y = b;
+  if (x->arrival_ns != y->arrival_ns) return x->arrival_ns < y->arrival_ns ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int32_t argmax(const float *v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (v[i] > v[best]) best = i;
+  return (int32_t)best;
+}
+
+/* Build the step's token list; returns the number of sequences in it. */
+static int32_t build_step(struct ferry_engine *e, int64_t *admit_order) {
+  const int32_t B = e->cfg.max_batch;
+  int32_t n = 0, rows = 0, batch = 0;
+  for (int32_t s = 0; s < B; s++) e->seqs[s].step_tokens = 0;
+  /* decode tokens first: one per sequence past its prompt */
+  for (int32_t s = 0; s < B; s++) {
+    struct seq *q = &e->seqs[s];
+    if (!q->active || q->prompt_done < e->reqs[q->req].prompt_tokens) continue;
+    q->step_tokens = 1;
+    e->tok_ids[n] = q->last_token;
+    e->tok_pos[n] = q->pos;
+    e->tok_slot[n] = s;
+    e->tok_seq[n] = s;
+    e->tok_index[n] = q->pos;
+    e->row_of_seq[rows++] = n;
+    n++;
+    batch++;
+  }
+  /* then prefill chunks, in admission order */
+  for (;;) {
+    int32_t pick = -1;
+    for (int32_t s = 0; s < B; s++) {
+      struct seq *q = &e->seqs[s];
+      if (!q->active || q->prompt_done >= e->reqs[q->req].prompt_tokens || q->step_tokens) continue;
+      if (pick < 0 || admit_order[s] < admit_order[pick]) pick = s;
+    }
+    if (pick < 0 || n >= e->cfg.max_step_tokens) break;
+    struct seq *q = &e->seqs[pick];
+    const struct ferry_engine_request *r = &e->reqs[q->req];
+    int32_t chunk = r->prompt_tokens - q->prompt_done;
+    if (chunk > e->cfg.max_step_tokens - n) chunk = e->cfg.max_step_tokens - n;
+    for (int32_t j = 0; j < chunk; j++) {
+      int32_t p = q->prompt_done + j;
+      e->tok_ids[n] = token_id(e, r->id, p);
+      e->tok_pos[n] = p;
+      e->tok_slot[n] = pick;
+      e->tok_seq[n] = pick;
+      e->tok_index[n] = p;
+      n++;
+    }
+    q->step_tokens = chunk;
+    if (q->prompt_done + chunk == r->prompt_tokens) e->row_of_seq[rows++] = n - 1;
+    batch++;
+  }
+  e->n_tok = n;
+  e->n_rows = rows;
+  return batch;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Mean and nearest-rank percentiles; sorts v. */
+static void percentile_stats(double *v, int64_t n, struct ferry_latency_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->count = n;
+  if (!n) return;
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) sum += v[i];
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  out->mean = sum / (double)n;
+#define PCT(q) (v[(int64_t)floor((q) * (double)(n - 1) + 0.5)])
+  out->p50 = PCT(0.50);
+  out->p90 = PCT(0.90);
+  out->p99 = PCT(0.99);
+  out->max = v[n - 1];
+#undef PCT
+}
+
+ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
+                              const struct ferry_run_options *opts) {
+  struct ferry_run_options o = {.time_scale = 1.0};
+  if (opts) o = *opts;
+  if (o.time_scale <= 0) o.time_scale = 1.0;
+  if (!e->has_data && !e->cfg.routing) {
+    e->cfg.routing = seeded_routing;
+    e->cfg.routing_user = e;
+  }
+  ferry_free(e->reqs);
+  ferry_free(e->req_metrics);
+  ferry_free(e->steps);
+  e->reqs = NULL;
+  e->req_metrics = NULL;
+  e->steps = NULL;
+  e->n_reqs = e->n_steps = 0;
+  int64_t *admit_order = NULL, *waiting = NULL;
+  ferry_status st = FERRY_OK;
+  e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
+  e->req_metrics = ferry__calloc((size_t)(n ? n : 1), sizeof *e->req_metrics);
+  admit_order = ferry__calloc((size_t)e->cfg.max_batch, sizeof *admit_order);
+  waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *waiting);
+  /* Steps are bounded: each step produces a token or finishes a prefill chunk. */
+  int64_t cap = 16;
+  for (int64_t i = 0; i < n; i++)
+    cap += requests[i].output_tokens + requests[i].prompt_tokens / (e->cfg.max_step_tokens) + 2;
+  e->steps = ferry__calloc((size_t)cap, sizeof *e->steps);
+  e->cap_steps = cap;
+  if (!e->reqs || !e->req_metrics || !admit_order || !waiting || !e->steps) {
+    st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
+    goto out;
+  }
+  memcpy(e->reqs, requests, (size_t)n * sizeof *requests);
+  for (int64_t i = 0; i < n; i++) {
+    if (e->reqs[i].output_tokens < 1 || e->reqs[i].prompt_tokens < 1 || e->reqs[i].arrival_ns < 0) {
+      st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: needs prompt and output tokens >= 1 (got %d, %d)",
+                          (long long)e->reqs[i].id, e->reqs[i].prompt_tokens, e->reqs[i].output_tokens);
+      goto out;
+    }
+    if (o.as_fast_as_possible) e->reqs[i].arrival_ns = 0;
+    else e->reqs[i].arrival_ns = (int64_t)llround((double)e->reqs[i].arrival_ns * o.time_scale);
+  }
+  qsort(e->reqs, (size_t)n, sizeof *e->reqs, cmp_arrival);
+  e->n_reqs = n;
+  for (int64_t i = 0; i < n; i++) {
+    struct ferry_request_metrics *m = &e->req_metrics[i];
+    m->id = e->reqs[i].id;
+    m->arrival_ns = e->reqs[i].arrival_ns;
+    m->prompt_tokens = e->reqs[i].prompt_tokens;
+    m->first_token_ns = m->finish_ns = -1;
+  }
+  memset(e->seqs, 0, (size_t)e->cfg.max_batch * sizeof *e->seqs);
+  const int64_t t0 = ferry_exec_now(e->ex);
+  e->run_start_ns = t0;
+  int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
+  const int32_t q_compute = e->q_compute;
+  int64_t last_progress = t0;
+  while (done < n) {
+    int64_t now = ferry_exec_now(e->ex) - t0;
+    while (next < n && e->reqs[next].arrival_ns <= now) waiting[w_tail++] = next++;
+    /* admit FCFS while KV slots are free; reject what can never fit */
+    while (w_head < w_tail) {
+      int64_t r = waiting[w_head];
+      const struct ferry_engine_request *rq = &e->reqs[r];
+      if ((int64_t)rq->prompt_tokens + rq->output_tokens > e->kv_capacity) {
+        e->req_metrics[r].rejected = 1;
+        w_head++;
+        done++;
+        continue;
+      }
+      int32_t s = -1;
+      for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
+        if (!e->seqs[i].active) s = i;
+      if (s < 0) break;
+      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
+      admit_order[s] = admitted++;
+      active++;
+      w_head++;
+    }
+    if (!active) {
+      if (next < n) {
+        ferry_exec_sleep_until(e->ex, t0 + e->reqs[next].arrival_ns);
+        continue;
+      }
+      if (w_head == w_tail) break;
+      continue;
+    }
+    /* one step */
+    struct ferry_step_metrics *sm = &e->steps[e->n_steps];
+    memset(sm, 0, sizeof *sm);
+    sm->step = e->n_steps;
+    sm->start_ns = ferry_exec_now(e->ex) - t0;
+    int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, q_compute);
+    e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
+    e->step_hits = e->step_misses = 0;
+    int32_t batch = build_step(e, admit_order);
+    if ((st = ferry__engine_step(e)) != FERRY_OK) goto out;
+    int64_t end = ferry_exec_now(e->ex) - t0;
+    sm->end_ns = end;
+    sm->batch = batch;
+    sm->tokens = e->n_tok;
+    sm->bytes_disk = e->step_bytes_disk;
+    sm->bytes_h2d = e->step_bytes_h2d;
+    sm->bytes_d2h = e->step_bytes_d2h;
+    sm->hits = e->step_hits;
+    sm->misses = e->step_misses;
+    sm->stall_ns = ferry_exec_queue_stall_ns(e->ex, q_compute) - stall0;
+    e->n_steps++;
+    /* outcomes: each logits row is a generated token */
+    const float *logits = NULL;
+    if (e->has_data) {
+      uint64_t off = ((uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->experts_per_token * 8 + 63) / 64 * 64;
+      logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) + off);
+    }
+    for (int32_t i = 0; i < e->n_rows; i++) {
+      int32_t t = e->row_of_seq[i];
+      struct seq *q = &e->seqs[e->tok_seq[t]];
+      const struct ferry_engine_request *rq = &e->reqs[q->req];
+      struct ferry_request_metrics *m = &e->req_metrics[q->req];
+      const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
+      if (row && e->cfg.on_logits) e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, row, e->mc->vocab);
+      if (q->generated == 0) m->first_token_ns = end;
+      q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
+      q->generated++;
+      m->output_tokens = q->generated;
+      if (q->generated == rq->output_tokens) {
+        m->finish_ns = end;
+        q->active = 0;
+        active--;
+        done++;
+      }
+    }
+    /* the step's tokens are now in the KV cache */
+    for (int32_t s = 0; s < e->cfg.max_batch; s++) {
+      struct seq *q = &e->seqs[s];
+      if (!q->step_tokens) continue;
+      if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
+      q->pos += q->step_tokens;
+    }
+    if (o.progress && end - last_progress > 2000000000LL) {
+      fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)done, (long long)n,
+              (long long)e->n_steps, (double)end / 1e9);
+      last_progress = end;
+    }
+    if (e->n_steps >= e->cap_steps) {
+      st = ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: more steps than the bound %lld", (long long)e->cap_steps);
+      goto out;
+    }
+  }
+  st = ferry_exec_drain(e->ex);
+  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+out:
+  ferry_free(admit_order);
+  ferry_free(waiting);
+  if (st != FERRY_OK) ferry__err_copy(NULL, &e->err);
+  return st;
+}
+
+const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *e, int64_t *n) {
+  *n = e->n_reqs;
+  return e->req_metrics;
+}
+
+const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *e, int64_t *n) {
+  *n = e->n_steps;
+  return e->steps;
+}
+
+void ferry_engine_summary(const ferry_engine *e, struct ferry_run_summary *out) {
+  memset(out, 0, sizeof *out);
+  int64_t n = e->n_reqs;
+  double *a = ferry__calloc((size_t)(n ? n : 1), sizeof *a), *b = ferry__calloc((size_t)(n ? n : 1), sizeof *b),
+         *c = ferry__calloc((size_t)(n ? n : 1), sizeof *c);
+  double *d = ferry__calloc((size_t)(e->n_steps ? e->n_steps : 1), sizeof *d);
+  int64_t na = 0, nb = 0, nc = 0;
+  int64_t first = INT64_MAX, last = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const struct ferry_request_metrics *m = &e->req_metrics[i];
+    if (m->rejected) {
+      out->requests_rejected++;
+      continue;
+    }
+    if (m->finish_ns < 0) continue;
+    out->requests_done++;
+    out->tokens_generated += m->output_tokens;
+    if (m->arrival_ns < first) first = m->arrival_ns;
+    if (m->finish_ns > last) last = m->finish_ns;
+    if (a) a[na++] = (double)(m->first_token_ns - m->arrival_ns);
+    if (b && m->output_tokens > 1) b[nb++] = (double)(m->finish_ns - m->first_token_ns) / (double)(m->output_tokens - 1);
+    if (c) c[nc++] = (double)(m->finish_ns - m->arrival_ns);
+  }
+  if (a) percentile_stats(a, na, &out->ttft);
+  if (b) percentile_stats(b, nb, &out->tpot);
+  if (c) percentile_stats(c, nc, &out->e2e);
+  for (int64_t s = 0; s < e->n_steps; s++) {
+    const struct ferry_step_metrics *sm = &e->steps[s];
+    if (d) d[s] = (double)(sm->end_ns - sm->start_ns);
+    out->bytes_disk += sm->bytes_disk;
+    out->bytes_h2d += sm->bytes_h2d;
+    out->bytes_d2h += sm->bytes_d2h;
+    out->hits += sm->hits;
+    out->misses += sm->misses;
+    out->stall_ns += sm->stall_ns;
+  }
+  if (d) percentile_stats(d, e->n_steps, &out->step);
+  out->steps = e->n_steps;
+  out->duration_ns = out->requests_done ? last - first : 0;
+  out->tokens_per_s = out->duration_ns > 0 ? (double)out->tokens_generated / ((double)out->duration_ns / 1e9) : 0;
+  for (int t = 0; t < FERRY_TIER_COUNT; t++) {
+    ferry_exec_tier_usage(e->ex, (enum ferry_tier)t, NULL, &out->peak_bytes[t]);
+    out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
+  }
+  out->load_ns = e->load_ns;
+  ferry_free(a);
+  ferry_free(b);
+  ferry_free(c);
+  ferry_free(d);
+}
+
+void ferry_run_summary_print(const struct ferry_run_summary *s, FILE *f) {
+  char b1[32], b2[32];
+  fprintf(f, "requests: %lld done, %lld rejected; %lld steps; %lld tokens in %.3f s (%.1f tokens/s)\n",
+          (long long)s->requests_done, (long long)s->requests_rejected, (long long)s->steps,
+          (long long)s->tokens_generated, (double)s->duration_ns / 1e9, s->tokens_per_s);
+  fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "latency", "mean", "p50", "p90", "p99", "max");
+  const struct {
+    const char *name;
+    const struct ferry_latency_stats *st;
+  } rows[] = {{"TTFT", &s->ttft}, {"TPOT", &s->tpot}, {"e2e", &s->e2e}, {"step", &s->step}};
+  for (size_t i = 0; i < 4; i++) {
+    char c[5][32];
+    fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", rows[i].name, ferry__format_ns(rows[i].st->mean, c[0], 32),
+            ferry__format_ns(rows[i].st->p50, c[1], 32), ferry__format_ns(rows[i].st->p90, c[2], 32),
+            ferry__format_ns(rows[i].st->p99, c[3], 32), ferry__format_ns(rows[i].st->max, c[4], 32));
+  }
+  static const char *tiers[] = {"device", "host"};
+  for (int t = 0; t < 2; t++)
+    fprintf(f, "peak %-6s %s of %s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
+            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited");
+  fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
+          ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
+  if (s->hits + s->misses)
+    fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
+            100.0 * (double)s->hits / (double)(s->hits + s->misses));
+  char c1[32], c2[32];
+  fprintf(f, "compute stall %s; weights loaded in %s\n", ferry__format_ns((double)s->stall_ns, c1, 32),
+          ferry__format_ns((double)s->load_ns, c2, 32));
+}
