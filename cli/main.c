@@ -10,6 +10,7 @@ static const struct command {
   const char *summary;
 } commands[] = {
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
+    {"hw", cmd_hw, "hardware profiles for the simulator (list, show)"},
 };
 
 static void usage(FILE *f) {
