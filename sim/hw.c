@@ -668,16 +668,16 @@ ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path) {
   if (n_src) {
     hw->sources = ferry__reallocarray(NULL, n_src, sizeof *hw->sources);
     if (!hw->sources) goto out_nomem;
-    memcpy(hw->sources, b.inherited.v, b.inherited.n * sizeof *hw->sources);
-    memcpy(hw->sources + b.inherited.n, b.mine.v, b.mine.n * sizeof *hw->sources);
+    for (size_t i = 0; i < b.inherited.n; i++) hw->sources[i] = b.inherited.v[i];
+    for (size_t i = 0; i < b.mine.n; i++) hw->sources[b.inherited.n + i] = b.mine.v[i];
   }
   size_t n_fit = b.fit_inherited.n + b.fit_mine.n;
   if (n_fit) {
     hw->fitted = ferry__calloc(n_fit, sizeof *hw->fitted);
     if (!hw->fitted) goto out_nomem;
     /* move the strings over */
-    memcpy(hw->fitted, b.fit_inherited.v, b.fit_inherited.n * sizeof *hw->fitted);
-    memcpy(hw->fitted + b.fit_inherited.n, b.fit_mine.v, b.fit_mine.n * sizeof *hw->fitted);
+    for (size_t i = 0; i < b.fit_inherited.n; i++) hw->fitted[i] = b.fit_inherited.v[i];
+    for (size_t i = 0; i < b.fit_mine.n; i++) hw->fitted[b.fit_inherited.n + i] = b.fit_mine.v[i];
     b.fit_inherited.n = b.fit_mine.n = 0;
   }
   hw->profile = b.p;

@@ -440,10 +440,12 @@ static void test_disk_queue_depth(void **state) {
   struct ferry__des *des;
   struct ferry__fluid *disk;
   assert_int_equal(ferry__des_create(&des, 0), FERRY_OK);
-  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 2), FERRY_OK); /* 2 B/ns */
   assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 0), FERRY_ERR_INVALID);
   assert_true(tu_contains(ferry_last_error(), "queue depth"));
-  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 2), FERRY_OK);
+  assert_null(disk);
+  assert_int_equal(ferry__fluid_create(&disk, des, "bad", 0, 0, 0), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__fluid_create(&disk, des, "bad", 1e9, -1, 0), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 2), FERRY_OK); /* 2 B/ns */
   struct done_log log = {0};
   struct ferry__res_job j[4];
   struct job_ctx c[4];
