@@ -11,6 +11,7 @@ static const struct command {
 } commands[] = {
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
     {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},
+    {"hw", cmd_hw, "hardware profiles for the simulator (list, show)"},
 };
 
 static void usage(FILE *f) {

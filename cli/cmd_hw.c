@@ -1,0 +1,156 @@
+/* `ferry hw`: the hardware-profile catalogue (list, show), so a user can see which GPUs,
+ * links, disks and host memories the simulator knows and where every figure comes from. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/units.h"
+#include "ferry/hw.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: ferry hw list\n"
+          "       ferry hw show NAME|FILE.json\n"
+          "Hardware profiles for the simulator.\n\n"
+          "  list         one line per catalogue entry: kind, GPU memory, bandwidths (GB/s = 1e9 bytes/s),\n"
+          "               dense fp16 TFLOP/s and price per hour\n"
+          "  show NAME    every field of a profile, composed parts included, with the source of\n"
+          "               each figure and which figures were fitted from measurements\n\n"
+          "Catalogue folders, searched in order: $FERRY_HW_PATH (':'-separated), the source tree's\n"
+          "hw/, the installed share/ferry/hw. The file format is described in hw/README.md.\n");
+}
+
+static const char *num(double v, const char *fmt, char *buf, size_t len) {
+  if (v > 0)
+    snprintf(buf, len, fmt, v);
+  else
+    snprintf(buf, len, "-");
+  return buf;
+}
+
+static int hw_list(void) {
+  char **names;
+  size_t n;
+  if (ferry_hw_list(&names, &n) != FERRY_OK) return cli_fail(FERRY_ERR_NOMEM, NULL);
+  if (n == 0) {
+    ferry_hw_list_free(names, n);
+    return cli_fail(FERRY_ERR_NOT_FOUND, "hw: the catalogue is empty (set FERRY_HW_PATH to a folder of profiles)");
+  }
+  printf("%-16s %-5s %11s %9s %8s %8s %9s %8s %7s\n", "NAME", "KIND", "GPU_MEM", "MEM_GB/S", "H2D_GB/S",
+         "D2H_GB/S", "DISK_GB/S", "FP16_TF", "USD/H");
+  int failed = 0;
+  for (size_t i = 0; i < n; i++) {
+    ferry_hw *hw;
+    if (ferry_hw_open(&hw, names[i]) != FERRY_OK) {
+      fprintf(stderr, "ferry: %s\n", ferry_last_error());
+      failed = 1;
+      continue;
+    }
+    const struct ferry_hw_profile *p = ferry_hw_get(hw);
+    char mem[32], bw[32], h2d[32], d2h[32], disk[32], tf[32], usd[32];
+    if (p->has_gpu)
+      ferry__format_bytes(p->gpu.memory_bytes, mem, sizeof mem);
+    else
+      snprintf(mem, sizeof mem, "-");
+    printf("%-16s %-5s %11s %9s %8s %8s %9s %8s %7s\n", p->name, ferry_hw_kind_name(p->kind), mem,
+           num(p->has_gpu ? p->gpu.mem_bw_gbps : p->has_host ? p->host.dram_gbps : 0, "%.0f", bw, sizeof bw),
+           num(p->has_link ? p->link.h2d_gbps : 0, "%.2f", h2d, sizeof h2d),
+           num(p->has_link ? p->link.d2h_gbps : 0, "%.2f", d2h, sizeof d2h),
+           num(p->has_disk ? p->disk.read_gbps : 0, "%.3f", disk, sizeof disk),
+           num(p->has_gpu ? p->gpu.peak_tflops.fp16 : 0, "%.1f", tf, sizeof tf),
+           num(p->price_per_hour_usd, "%.2f", usd, sizeof usd));
+    ferry_hw_close(hw);
+  }
+  ferry_hw_list_free(names, n);
+  return failed ? CLI_FAIL : CLI_OK;
+}
+
+static void show_f(const char *path, double v, const char *unit) {
+  if (v > 0)
+    printf("  %-28s %g %s\n", path, v, unit);
+  else
+    printf("  %-28s (not given)\n", path);
+}
+
+static void show_bytes(const char *path, uint64_t v) {
+  char buf[32];
+  printf("  %-28s %llu (%s)\n", path, (unsigned long long)v, ferry__format_bytes(v, buf, sizeof buf));
+}
+
+static int hw_show(const char *name) {
+  ferry_hw *hw;
+  if (ferry_hw_open(&hw, name) != FERRY_OK) return cli_fail(FERRY_ERR_NOT_FOUND, NULL);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  printf("name: %s\nkind: %s\nfile: %s\n", p->name, ferry_hw_kind_name(p->kind), p->path);
+  if (p->has_gpu) {
+    const struct ferry_hw_gpu *g = &p->gpu;
+    printf("gpu: %s\n", g->name);
+    show_bytes("gpu.memory_bytes", g->memory_bytes);
+    show_f("gpu.mem_bw_gbps", g->mem_bw_gbps, "GB/s");
+    show_f("gpu.peak_tflops.fp32", g->peak_tflops.fp32, "TFLOP/s");
+    show_f("gpu.peak_tflops.fp16", g->peak_tflops.fp16, "TFLOP/s");
+    show_f("gpu.peak_tflops.bf16", g->peak_tflops.bf16, "TFLOP/s");
+    show_f("gpu.peak_tflops.int8", g->peak_tflops.int8, "TOP/s");
+    printf("  %-28s %lld ns\n", "gpu.launch_overhead_ns", (long long)g->launch_overhead_ns);
+    show_f("gpu.efficiency.gemm", g->efficiency.gemm, "");
+    show_f("gpu.efficiency.gemv", g->efficiency.gemv, "");
+    show_f("gpu.efficiency.attention", g->efficiency.attention, "");
+    show_f("gpu.efficiency.elementwise", g->efficiency.elementwise, "");
+    show_f("gpu.efficiency.dequantize", g->efficiency.dequantize, "");
+  }
+  if (p->has_link) {
+    printf("link: %s\n", p->link.name);
+    show_f("link.h2d_gbps", p->link.h2d_gbps, "GB/s");
+    show_f("link.d2h_gbps", p->link.d2h_gbps, "GB/s");
+    show_f("link.pageable_h2d_gbps", p->link.pageable_h2d_gbps, "GB/s");
+    printf("  %-28s %lld ns\n", "link.latency_ns", (long long)p->link.latency_ns);
+    printf("  %-28s %d%s\n", "link.copy_engines", p->link.copy_engines, p->link.copy_engines ? "" : " (unlimited)");
+  }
+  if (p->has_host) {
+    printf("host: %s\n", p->host.name);
+    show_f("host.dram_gbps", p->host.dram_gbps, "GB/s");
+    show_f("host.cpu_gflops", p->host.cpu_gflops, "GFLOP/s");
+    if (p->host.memory_bytes)
+      show_bytes("host.memory_bytes", p->host.memory_bytes);
+    else
+      show_f("host.memory_bytes", 0, "");
+  }
+  if (p->has_disk) {
+    printf("disk: %s\n", p->disk.name);
+    show_f("disk.read_gbps", p->disk.read_gbps, "GB/s");
+    printf("  %-28s %lld ns\n", "disk.latency_ns", (long long)p->disk.latency_ns);
+    printf("  %-28s %d\n", "disk.queue_depth", p->disk.queue_depth);
+  }
+  if (p->price_per_hour_usd > 0) printf("price_per_hour_usd: %.2f\n", p->price_per_hour_usd);
+  printf("fitted from measurements:");
+  if (p->n_fitted == 0) printf(" none");
+  for (size_t i = 0; i < p->n_fitted; i++) printf("%s %s", i ? "," : "", p->fitted[i]);
+  printf("\nsources:\n");
+  for (size_t i = 0; i < p->n_sources; i++) {
+    const struct ferry_hw_source *s = &p->sources[i];
+    printf("  %-28s %s\n    %s (%s)\n", s->figure, s->value, s->source, s->date);
+  }
+  ferry_hw_close(hw);
+  return CLI_OK;
+}
+
+int cmd_hw(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  if (argc < 2) return cli_usage_error("hw", "missing subcommand (list or show)");
+  if (!strcmp(argv[1], "list")) {
+    if (argc != 2) return cli_usage_error("hw", "list takes no arguments");
+    return hw_list();
+  }
+  if (!strcmp(argv[1], "show")) {
+    if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+      usage(stdout);
+      return CLI_OK;
+    }
+    if (argc != 3) return cli_usage_error("hw", "show takes one profile name or file");
+    return hw_show(argv[2]);
+  }
+  return cli_usage_error("hw", "unknown subcommand '%s' (list or show)", argv[1]);
+}

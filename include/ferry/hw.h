@@ -1,0 +1,186 @@
+/**
+ * @file hw.h
+ * @brief Hardware profiles: the GPU, host↔GPU link, host memory and disk the simulator
+ *        models, read from documented JSON files (the catalogue in `hw/`).
+ *
+ * A profile is data (SimGrid's platform file): it is joined with a model and a trace only when
+ * a simulation runs. Rates use decimal units: `_gbps` is 10^9 **bytes** per second (GB/s, not
+ * gigabits), `_tflops` is 10^12 operations per second, `_gflops` 10^9. A rate of 0 means "not
+ * given"; ferry_hw_require() turns a missing rate that a run needs into a clear error.
+ *
+ * The file format and the source of every catalogue figure are described in `hw/README.md`
+ * and `docs/hardware-profiles.md`.
+ */
+#ifndef FERRY_HW_H
+#define FERRY_HW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** What a profile file describes. */
+enum ferry_hw_kind {
+  FERRY_HW_KIND_GPU,  /**< "gpu": a machine with a GPU (gpu section required) */
+  FERRY_HW_KIND_HOST, /**< "host": a machine without GPU, or a host-memory part (host section) */
+  FERRY_HW_KIND_LINK, /**< "link": a host↔GPU link part (link section), for composition */
+  FERRY_HW_KIND_DISK  /**< "disk": a disk part (disk section), for composition */
+};
+
+/** Kinds of GPU operation, each with its own efficiency in the roofline cost model. */
+enum ferry_hw_op {
+  FERRY_HW_OP_GEMM,        /**< matrix × matrix (prefill, batched decode) */
+  FERRY_HW_OP_GEMV,        /**< matrix × vector (batch-1 decode) */
+  FERRY_HW_OP_ATTENTION,   /**< attention over a KV cache */
+  FERRY_HW_OP_ELEMENTWISE, /**< norms, activations, residual adds, router top-k */
+  FERRY_HW_OP_DEQUANTIZE,  /**< unpacking quantized weights */
+  FERRY_HW_OP_COUNT        /**< number of op kinds, not an op kind */
+};
+
+/** Peak dense (non-sparse) throughput per element type, in TFLOP/s (TOP/s for int8). */
+struct ferry_hw_peak_tflops {
+  double fp32; /**< FP32 (non-tensor) peak */
+  double fp16; /**< FP16 tensor-core peak with FP32 accumulation; 0 if not given */
+  double bf16; /**< BF16 tensor-core peak; 0 if unsupported (falls back to fp16, then fp32) */
+  double int8; /**< INT8 tensor-core peak; 0 if not given (falls back to fp16, then fp32) */
+};
+
+/** Fraction of peak (in (0, 1]) an op kind reaches; defaults apply when a profile omits them. */
+struct ferry_hw_efficiency {
+  double gemm;        /**< GEMM; default 0.7 */
+  double gemv;        /**< GEMV (memory-bound); default 0.8 */
+  double attention;   /**< attention; default 0.5 */
+  double elementwise; /**< element-wise kernels (memory-bound); default 0.8 */
+  double dequantize;  /**< dequantization kernels; default 0.6 */
+};
+
+/** A GPU. */
+struct ferry_hw_gpu {
+  char name[64];                          /**< marketing name, e.g. "NVIDIA H100 PCIe" */
+  uint64_t memory_bytes;                  /**< device memory (nominal GB read as GiB) */
+  double mem_bw_gbps;                     /**< device memory bandwidth, GB/s */
+  struct ferry_hw_peak_tflops peak_tflops; /**< peak throughput per dtype */
+  int64_t launch_overhead_ns;             /**< fixed cost added to every kernel; default 5000 */
+  struct ferry_hw_efficiency efficiency;  /**< fraction of peak per op kind */
+};
+
+/** A host↔GPU link (PCIe). Each direction is modelled as its own fluid-shared channel. */
+struct ferry_hw_link {
+  char name[64];            /**< e.g. "PCIe 4.0 x16" */
+  double h2d_gbps;          /**< host→device bandwidth from pinned memory, GB/s */
+  double d2h_gbps;          /**< device→host bandwidth to pinned memory, GB/s */
+  double pageable_h2d_gbps; /**< host→device bandwidth from pageable memory, GB/s */
+  int64_t latency_ns;       /**< fixed cost of one transfer, paid before its bytes flow */
+  int32_t copy_engines;     /**< concurrent transfers (DMA copy engines); 0 = unlimited */
+};
+
+/** Host memory and CPU. */
+struct ferry_hw_host {
+  char name[64];         /**< e.g. "DDR4-3200, 8 channels" */
+  double dram_gbps;      /**< host memory bandwidth, GB/s */
+  double cpu_gflops;     /**< CPU throughput for the host executor's math, GFLOP/s */
+  uint64_t memory_bytes; /**< host memory available for pinned weights */
+};
+
+/** A disk (the tier weights are streamed from). */
+struct ferry_hw_disk {
+  char name[64];       /**< e.g. "NVMe PCIe 4.0 x4" */
+  double read_gbps;    /**< sequential read bandwidth, GB/s */
+  int64_t latency_ns;  /**< fixed cost of one read request */
+  int32_t queue_depth; /**< requests in flight at once; more wait in FIFO order */
+};
+
+/** Where a figure of the profile comes from. */
+struct ferry_hw_source {
+  char figure[64];  /**< field path, e.g. "gpu.peak_tflops.fp16" */
+  char value[64];   /**< the value as the source states it (text) */
+  char source[256]; /**< document: vendor datasheet name, specification, paper, or "default" */
+  char date[32];    /**< date or version of the source */
+};
+
+/** A hardware profile: sections are present according to `has_*`. */
+struct ferry_hw_profile {
+  char name[64];                  /**< catalogue name, e.g. "h100-pcie" */
+  enum ferry_hw_kind kind;        /**< what the file describes */
+  int has_gpu;                    /**< 1 if @ref gpu is set */
+  int has_link;                   /**< 1 if @ref link is set */
+  int has_host;                   /**< 1 if @ref host is set */
+  int has_disk;                   /**< 1 if @ref disk is set */
+  struct ferry_hw_gpu gpu;        /**< the GPU */
+  struct ferry_hw_link link;      /**< the host↔GPU link */
+  struct ferry_hw_host host;      /**< host memory and CPU */
+  struct ferry_hw_disk disk;      /**< the disk */
+  double price_per_hour_usd;      /**< rental price, USD per hour; 0 if not given */
+  size_t n_sources;               /**< entries in @ref sources */
+  const struct ferry_hw_source *sources; /**< figure sources, including those of composed parts */
+  size_t n_fitted;                /**< entries in @ref fitted */
+  const char *const *fitted;      /**< field paths whose values were fitted from measurements */
+  const char *path;               /**< the file the profile was read from */
+};
+
+/** Opaque handle on a loaded profile. */
+typedef struct ferry_hw ferry_hw;
+
+/**
+ * @brief Open a hardware profile by catalogue name or path.
+ *
+ * A name (letters, digits, '.', '_' and '-' only) is looked up as `NAME.json` in, in order:
+ * each folder of the environment variable `FERRY_HW_PATH` (':'-separated), the source tree's
+ * `hw/` folder, and the installed `share/ferry/hw`. Anything containing '/' or ending in
+ * ".json" is read as a file path. Sections given as a string name a catalogue part (looked up
+ * the same way, the referencing file's folder first); a section object may hold `"base": NAME`
+ * to start from a part and override some of its fields.
+ *
+ * The reader is strict: an unknown field, a wrong type, a non-positive rate or a missing
+ * required field is FERRY_ERR_FORMAT with a message naming the file and the field path, e.g.
+ * "h100.json: gpu.peak_tflops.fp16 must be a number".
+ * @param out receives the handle, owned by the caller (release with ferry_hw_close()).
+ * @param name_or_path catalogue name or file path.
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND (unknown name: the message lists the folders
+ *         searched); FERRY_ERR_FORMAT; FERRY_ERR_IO; FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
+
+/** @brief Release a profile. Accepts NULL. */
+void ferry_hw_close(ferry_hw *hw);
+
+/** @brief The profile's contents; borrowed, valid until ferry_hw_close(). */
+const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
+
+/**
+ * @brief Check that a profile gives every figure a run needs.
+ * @param profile the profile.
+ * @param what comma-separated field paths, e.g. "gpu.mem_bw_gbps,link.h2d_gbps,disk.read_gbps",
+ *        or a section name ("gpu", "link", "host", "disk") meaning its rates (bandwidths and,
+ *        for "gpu", memory size and the fp16 and fp32 peaks).
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND naming the profile and the first missing figure;
+ *         FERRY_ERR_INVALID for an unknown field path. Details in ferry_last_error().
+ */
+ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
+
+/**
+ * @brief List the catalogue: the names of every `*.json` in the search folders (the first
+ *        folder holding a name wins), sorted.
+ * @param out_names receives an owned array of owned strings (free with ferry_hw_list_free()).
+ * @param out_count receives the number of names.
+ * @return FERRY_OK (an empty catalogue gives 0 names) or FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_hw_list(char ***out_names, size_t *out_count);
+
+/** @brief Free a list returned by ferry_hw_list(). Accepts NULL. */
+void ferry_hw_list_free(char **names, size_t count);
+
+/** @brief Name of a kind as written in files ("gpu", "host", "link", "disk"); "?" if unknown. */
+const char *ferry_hw_kind_name(enum ferry_hw_kind kind);
+
+/** @brief Name of an op kind as in the efficiency table ("gemm", ...); "?" if unknown. */
+const char *ferry_hw_op_name(enum ferry_hw_op op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_HW_H */

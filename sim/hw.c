@@ -1,0 +1,828 @@
+/* Hardware profiles: the strict JSON reader (table-driven, so an unknown field, a wrong type
+ * or a missing figure is reported with its file and field path), composition of catalogue
+ * parts ("link": "pcie4-x16"), the catalogue search path and ferry_hw_require(). */
+#include <dirent.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "ferry/hw.h"
+
+#ifndef FERRY_HW_SOURCE_DIR
+#define FERRY_HW_SOURCE_DIR ""
+#endif
+#ifndef FERRY_HW_INSTALL_DIR
+#define FERRY_HW_INSTALL_DIR ""
+#endif
+
+#define MAX_FILE_BYTES (1u << 20)
+#define MAX_DEPTH 4 /* part -> base part -> ...: deep enough for real use, stops cycles */
+#define PATH_MAX_LEN 128
+
+/* ---- the field table ------------------------------------------------------------------------ */
+
+enum ftype { T_STR, T_F64, T_I64, T_U64, T_I32 };
+enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION };
+enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_TOP, S_COUNT };
+
+struct field {
+  const char *path;
+  enum ftype type;
+  enum fcheck check;
+  enum section sec;
+  size_t off;
+  size_t size; /* strings: buffer size */
+};
+
+#define P(member) offsetof(struct ferry_hw_profile, member)
+#define S(member) P(member), sizeof(((struct ferry_hw_profile *)0)->member)
+static const struct field fields[] = {
+    {"gpu.name", T_STR, C_NONE, S_GPU, S(gpu.name)},
+    {"gpu.memory_bytes", T_U64, C_POS, S_GPU, P(gpu.memory_bytes), 0},
+    {"gpu.mem_bw_gbps", T_F64, C_POS, S_GPU, P(gpu.mem_bw_gbps), 0},
+    {"gpu.peak_tflops.fp32", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.fp32), 0},
+    {"gpu.peak_tflops.fp16", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.fp16), 0},
+    {"gpu.peak_tflops.bf16", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.bf16), 0},
+    {"gpu.peak_tflops.int8", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.int8), 0},
+    {"gpu.launch_overhead_ns", T_I64, C_NONNEG, S_GPU, P(gpu.launch_overhead_ns), 0},
+    {"gpu.efficiency.gemm", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemm), 0},
+    {"gpu.efficiency.gemv", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemv), 0},
+    {"gpu.efficiency.attention", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.attention), 0},
+    {"gpu.efficiency.elementwise", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.elementwise), 0},
+    {"gpu.efficiency.dequantize", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.dequantize), 0},
+    {"link.name", T_STR, C_NONE, S_LINK, S(link.name)},
+    {"link.h2d_gbps", T_F64, C_POS, S_LINK, P(link.h2d_gbps), 0},
+    {"link.d2h_gbps", T_F64, C_POS, S_LINK, P(link.d2h_gbps), 0},
+    {"link.pageable_h2d_gbps", T_F64, C_POS, S_LINK, P(link.pageable_h2d_gbps), 0},
+    {"link.latency_ns", T_I64, C_NONNEG, S_LINK, P(link.latency_ns), 0},
+    {"link.copy_engines", T_I32, C_NONNEG, S_LINK, P(link.copy_engines), 0},
+    {"host.name", T_STR, C_NONE, S_HOST, S(host.name)},
+    {"host.dram_gbps", T_F64, C_POS, S_HOST, P(host.dram_gbps), 0},
+    {"host.cpu_gflops", T_F64, C_POS, S_HOST, P(host.cpu_gflops), 0},
+    {"host.memory_bytes", T_U64, C_POS, S_HOST, P(host.memory_bytes), 0},
+    {"disk.name", T_STR, C_NONE, S_DISK, S(disk.name)},
+    {"disk.read_gbps", T_F64, C_POS, S_DISK, P(disk.read_gbps), 0},
+    {"disk.latency_ns", T_I64, C_NONNEG, S_DISK, P(disk.latency_ns), 0},
+    {"disk.queue_depth", T_I32, C_POS, S_DISK, P(disk.queue_depth), 0},
+    {"price_per_hour_usd", T_F64, C_NONNEG, S_TOP, P(price_per_hour_usd), 0},
+};
+#undef S
+#undef P
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", ""};
+
+/* Defaults (documented in hw/README.md): not measurements, just reasonable starting points
+ * for an uncalibrated profile. */
+static const struct {
+  const char *path;
+  double value;
+} defaults[] = {
+    {"gpu.launch_overhead_ns", 5000},   {"gpu.efficiency.gemm", 0.7},
+    {"gpu.efficiency.gemv", 0.8},       {"gpu.efficiency.attention", 0.5},
+    {"gpu.efficiency.elementwise", 0.8}, {"gpu.efficiency.dequantize", 0.6},
+    {"disk.queue_depth", 1},
+};
+
+static int field_index(const char *path) {
+  for (size_t i = 0; i < N_FIELDS; i++)
+    if (!strcmp(fields[i].path, path)) return (int)i;
+  return -1;
+}
+
+/* Whether path names an object that holds fields (e.g. "gpu.peak_tflops"). */
+static int is_object_path(const char *path) {
+  size_t n = strlen(path);
+  for (size_t i = 0; i < N_FIELDS; i++)
+    if (!strncmp(fields[i].path, path, n) && fields[i].path[n] == '.') return 1;
+  return 0;
+}
+
+static double field_number(const struct ferry_hw_profile *p, const struct field *f) {
+  const char *base = (const char *)p + f->off;
+  switch (f->type) {
+  case T_F64: return *(const double *)(const void *)base;
+  case T_I64: return (double)*(const int64_t *)(const void *)base;
+  case T_U64: return (double)*(const uint64_t *)(const void *)base;
+  case T_I32: return (double)*(const int32_t *)(const void *)base;
+  default: return 0;
+  }
+}
+
+static void field_set_number(struct ferry_hw_profile *p, const struct field *f, double v) {
+  char *base = (char *)p + f->off;
+  switch (f->type) {
+  case T_F64: *(double *)(void *)base = v; break;
+  case T_I64: *(int64_t *)(void *)base = (int64_t)v; break;
+  case T_U64: *(uint64_t *)(void *)base = (uint64_t)v; break;
+  case T_I32: *(int32_t *)(void *)base = (int32_t)v; break;
+  default: break;
+  }
+}
+
+/* ---- growable lists of sources and fitted names ---------------------------------------------- */
+
+struct srclist {
+  struct ferry_hw_source *v;
+  size_t n, cap;
+};
+
+struct strlist {
+  char **v;
+  size_t n, cap;
+};
+
+static int srclist_push(struct srclist *l, const struct ferry_hw_source *s) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    struct ferry_hw_source *v = ferry__reallocarray(l->v, cap, sizeof *v);
+    if (!v) return -1;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = *s;
+  return 0;
+}
+
+static int strlist_push(struct strlist *l, const char *s) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 8;
+    char **v = ferry__reallocarray(l->v, cap, sizeof *v);
+    if (!v) return -1;
+    l->v = v;
+    l->cap = cap;
+  }
+  char *d = ferry__strdup(s);
+  if (!d) return -1;
+  l->v[l->n++] = d;
+  return 0;
+}
+
+static void strlist_free(struct strlist *l) {
+  for (size_t i = 0; i < l->n; i++) ferry_free(l->v[i]);
+  ferry_free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+/* ---- one file being read ------------------------------------------------------------------- */
+
+struct builder {
+  struct ferry_hw_profile p;
+  uint64_t set;        /* fields with a value (from this file or a part) */
+  uint64_t own;        /* fields given in this file itself */
+  struct srclist inherited, mine;
+  struct strlist fit_inherited, fit_mine;
+  const char *what;    /* the file, for messages */
+  char *dir;           /* its folder, searched first for parts */
+  int depth;
+};
+
+static void builder_free(struct builder *b) {
+  ferry_free(b->inherited.v);
+  ferry_free(b->mine.v);
+  strlist_free(&b->fit_inherited);
+  strlist_free(&b->fit_mine);
+  ferry_free(b->dir);
+}
+
+static ferry_status nomem(const char *what) {
+  return ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory reading the hardware profile", what);
+}
+
+static ferry_status load_file(struct builder *b, const char *path, int depth);
+static ferry_status find_profile(const char *name, const char *first_dir, char **out_path);
+
+static int *section_flag(struct ferry_hw_profile *p, enum section s) {
+  switch (s) {
+  case S_GPU: return &p->has_gpu;
+  case S_LINK: return &p->has_link;
+  case S_HOST: return &p->has_host;
+  case S_DISK: return &p->has_disk;
+  default: return NULL;
+  }
+}
+
+static int section_present(const struct ferry_hw_profile *p, enum section s) {
+  switch (s) {
+  case S_GPU: return p->has_gpu;
+  case S_LINK: return p->has_link;
+  case S_HOST: return p->has_host;
+  case S_DISK: return p->has_disk;
+  default: return 1;
+  }
+}
+
+static int in_section(const char *path, enum section s) {
+  size_t n = strlen(section_names[s]);
+  return !strncmp(path, section_names[s], n) && path[n] == '.';
+}
+
+static void copy_section(struct ferry_hw_profile *dst, const struct ferry_hw_profile *src, enum section s) {
+  switch (s) {
+  case S_GPU: dst->gpu = src->gpu; break;
+  case S_LINK: dst->link = src->link; break;
+  case S_HOST: dst->host = src->host; break;
+  case S_DISK: dst->disk = src->disk; break;
+  default: break;
+  }
+}
+
+/* Take section s (values, presence, sources and fitted names) from catalogue part `name`. */
+static ferry_status inherit_part(struct builder *b, enum section s, const char *name) {
+  const char *sec = section_names[s];
+  if (b->depth >= MAX_DEPTH)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s: part \"%s\" nests more than %d levels deep (a cycle?)", b->what,
+                       sec, name, MAX_DEPTH);
+  char *path = NULL;
+  ferry_status st = find_profile(name, b->dir, &path);
+  if (st != FERRY_OK) {
+    if (st == FERRY_ERR_NOT_FOUND) {
+      char why[FERRY_ERRMSG_MAX];
+      snprintf(why, sizeof why, "%s", ferry_last_error());
+      ferry__fail(st, "%s: %s refers to part \"%s\": %s", b->what, sec, name, why);
+    }
+    return st;
+  }
+  struct builder part;
+  memset(&part, 0, sizeof part);
+  st = load_file(&part, path, b->depth + 1);
+  if (st != FERRY_OK) goto out_free_part;
+  if (!*section_flag(&part.p, s)) {
+    st = ferry__fail(FERRY_ERR_FORMAT, "%s: %s refers to \"%s\" (%s), which has no %s section", b->what, sec, name,
+                     path, sec);
+    goto out_free_part;
+  }
+  copy_section(&b->p, &part.p, s);
+  *section_flag(&b->p, s) = 1;
+  for (size_t i = 0; i < N_FIELDS; i++)
+    if (fields[i].sec == s && (part.set >> i & 1)) b->set |= 1ull << i;
+  const struct srclist *lists[2] = {&part.inherited, &part.mine};
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < lists[k]->n; i++)
+      if (in_section(lists[k]->v[i].figure, s) && srclist_push(&b->inherited, &lists[k]->v[i])) goto out_nomem;
+  const struct strlist *fl[2] = {&part.fit_inherited, &part.fit_mine};
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < fl[k]->n; i++)
+      if (in_section(fl[k]->v[i], s) && strlist_push(&b->fit_inherited, fl[k]->v[i])) goto out_nomem;
+  st = FERRY_OK;
+  goto out_free_part;
+out_nomem:
+  st = nomem(b->what);
+out_free_part:
+  builder_free(&part);
+  ferry_free(path);
+  return st;
+}
+
+static ferry_status set_string(char *dst, size_t size, const cJSON *item, const char *what, const char *path) {
+  if (!cJSON_IsString(item)) return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be a string", what, path);
+  size_t n = strlen(item->valuestring);
+  if (n >= size)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be at most %zu characters (has %zu)", what, path, size - 1, n);
+  memcpy(dst, item->valuestring, n + 1);
+  return FERRY_OK;
+}
+
+/* One leaf field. */
+static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
+  const struct field *f = &fields[idx];
+  const char *what = b->what;
+  if (b->own >> idx & 1) return ferry__fail(FERRY_ERR_FORMAT, "%s: %s is given twice", what, f->path);
+  if (f->type == T_STR) {
+    ferry_status st = set_string((char *)&b->p + f->off, f->size, item, what, f->path);
+    if (st != FERRY_OK) return st;
+  } else {
+    double v;
+    if (f->type == T_F64) {
+      if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble))
+        return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be a number", what, f->path);
+    } else {
+      double max = f->type == T_I32 ? 2147483647.0 : 9007199254740992.0;
+      double min = f->type == T_U64 ? 0 : -max;
+      if (!ferry__json_is_int(item, min, max))
+        return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be an integer%s", what, f->path,
+                           f->type == T_I32 ? " below 2^31" : "");
+    }
+    v = item->valuedouble;
+    if (f->check == C_POS && !(v > 0))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be positive (got %g)", what, f->path, v);
+    if (f->check == C_NONNEG && !(v >= 0))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be >= 0 (got %g)", what, f->path, v);
+    if (f->check == C_FRACTION && !(v > 0 && v <= 1))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in (0, 1] (got %g)", what, f->path, v);
+    field_set_number(&b->p, f, v);
+  }
+  b->own |= 1ull << idx;
+  b->set |= 1ull << idx;
+  return FERRY_OK;
+}
+
+/* The members of an object at `prefix` ("gpu", "gpu.peak_tflops"). */
+static ferry_status parse_object(struct builder *b, const char *prefix, const cJSON *obj) {
+  const cJSON *item;
+  cJSON_ArrayForEach(item, obj) {
+    if (!strchr(prefix, '.') && !strcmp(item->string, "base")) continue; /* see parse_section */
+    char path[PATH_MAX_LEN];
+    int n = snprintf(path, sizeof path, "%s.%s", prefix, item->string);
+    int idx = n > 0 && (size_t)n < sizeof path ? field_index(path) : -1;
+    if (idx >= 0) {
+      ferry_status st = parse_field(b, idx, item);
+      if (st != FERRY_OK) return st;
+    } else if (n > 0 && (size_t)n < sizeof path && is_object_path(path)) {
+      if (!cJSON_IsObject(item)) return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be an object", b->what, path);
+      ferry_status st = parse_object(b, path, item);
+      if (st != FERRY_OK) return st;
+    } else {
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: unknown field %s.%s", b->what, prefix, item->string);
+    }
+  }
+  return FERRY_OK;
+}
+
+static ferry_status parse_section(struct builder *b, enum section s, const cJSON *item) {
+  const char *sec = section_names[s];
+  if (*section_flag(&b->p, s)) return ferry__fail(FERRY_ERR_FORMAT, "%s: %s is given twice", b->what, sec);
+  if (cJSON_IsString(item)) return inherit_part(b, s, item->valuestring);
+  if (!cJSON_IsObject(item))
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be an object or the name of a catalogue part", b->what, sec);
+  const cJSON *base = cJSON_GetObjectItemCaseSensitive(item, "base");
+  if (base) {
+    if (!cJSON_IsString(base))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s.base must be a string (a catalogue part name)", b->what, sec);
+    ferry_status st = inherit_part(b, s, base->valuestring);
+    if (st != FERRY_OK) return st;
+  }
+  *section_flag(&b->p, s) = 1;
+  return parse_object(b, sec, item);
+}
+
+static int known_figure(const char *figure) { return field_index(figure) >= 0; }
+
+static ferry_status parse_sources(struct builder *b, const cJSON *arr) {
+  if (!cJSON_IsArray(arr)) return ferry__fail(FERRY_ERR_FORMAT, "%s: sources must be an array", b->what);
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, arr) {
+    if (!cJSON_IsObject(e)) return ferry__fail(FERRY_ERR_FORMAT, "%s: sources[%d] must be an object", b->what, i);
+    struct ferry_hw_source src;
+    memset(&src, 0, sizeof src);
+    static const char *const keys[4] = {"figure", "value", "source", "date"};
+    const cJSON *m;
+    cJSON_ArrayForEach(m, e) {
+      int k = 0;
+      while (k < 4 && strcmp(m->string, keys[k])) k++;
+      if (k == 4) return ferry__fail(FERRY_ERR_FORMAT, "%s: unknown field sources[%d].%s", b->what, i, m->string);
+    }
+    for (int k = 0; k < 4; k++) {
+      char path[64];
+      snprintf(path, sizeof path, "sources[%d].%s", i, keys[k]);
+      m = cJSON_GetObjectItemCaseSensitive(e, keys[k]);
+      if (!m) return ferry__fail(FERRY_ERR_FORMAT, "%s: missing required field %s", b->what, path);
+      char *dst = k == 0 ? src.figure : k == 1 ? src.value : k == 2 ? src.source : src.date;
+      size_t size = k == 0 ? sizeof src.figure : k == 1 ? sizeof src.value : k == 2 ? sizeof src.source : sizeof src.date;
+      if (k == 1 && cJSON_IsNumber(m)) {
+        if (!isfinite(m->valuedouble))
+          return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be a string or a number", b->what, path);
+        snprintf(dst, size, "%.15g", m->valuedouble);
+        continue;
+      }
+      if (k == 1 && !cJSON_IsString(m))
+        return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be a string or a number", b->what, path);
+      ferry_status st = set_string(dst, size, m, b->what, path);
+      if (st != FERRY_OK) return st;
+    }
+    if (!known_figure(src.figure))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: sources[%d].figure \"%s\" is not a field of the profile", b->what, i,
+                         src.figure);
+    if (srclist_push(&b->mine, &src)) return nomem(b->what);
+    i++;
+  }
+  return FERRY_OK;
+}
+
+static ferry_status parse_fitted(struct builder *b, const cJSON *arr) {
+  if (!cJSON_IsArray(arr)) return ferry__fail(FERRY_ERR_FORMAT, "%s: fitted must be an array of field paths", b->what);
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, arr) {
+    if (!cJSON_IsString(e)) return ferry__fail(FERRY_ERR_FORMAT, "%s: fitted[%d] must be a string", b->what, i);
+    if (!known_figure(e->valuestring))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: fitted[%d] \"%s\" is not a field of the profile", b->what, i,
+                         e->valuestring);
+    if (strlist_push(&b->fit_mine, e->valuestring)) return nomem(b->what);
+    i++;
+  }
+  return FERRY_OK;
+}
+
+/* After the whole file: kind/section agreement, numeric sources agree with the values, and
+ * inherited sources of overridden fields are dropped. */
+static ferry_status finish_file(struct builder *b) {
+  static const enum section kind_section[] = {S_GPU, S_HOST, S_LINK, S_DISK};
+  enum section need = kind_section[b->p.kind];
+  if (!*section_flag(&b->p, need))
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: kind \"%s\" needs a \"%s\" section", b->what,
+                       ferry_hw_kind_name(b->p.kind), section_names[need]);
+  for (size_t i = 0; i < b->mine.n; i++) {
+    const struct ferry_hw_source *s = &b->mine.v[i];
+    int idx = field_index(s->figure);
+    const struct field *f = &fields[idx];
+    if (f->sec != S_TOP && !*section_flag(&b->p, f->sec))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: sources[%zu] documents %s but the profile has no %s section", b->what,
+                         i, s->figure, section_names[f->sec]);
+    char *end;
+    double v = strtod(s->value, &end);
+    if (f->type != T_STR && end != s->value && *end == '\0') {
+      double actual = field_number(&b->p, f);
+      if (fabs(v - actual) > 1e-9 * fabs(actual))
+        return ferry__fail(FERRY_ERR_FORMAT, "%s: sources[%zu].value %s does not match %s = %.15g", b->what, i,
+                           s->value, s->figure, actual);
+    }
+  }
+  /* a field this file sets itself is documented by this file, not by the part it came from */
+  size_t k = 0;
+  for (size_t i = 0; i < b->inherited.n; i++) {
+    int idx = field_index(b->inherited.v[i].figure);
+    if (idx >= 0 && (b->own >> idx & 1)) continue;
+    b->inherited.v[k++] = b->inherited.v[i];
+  }
+  b->inherited.n = k;
+  k = 0;
+  for (size_t i = 0; i < b->fit_inherited.n; i++) {
+    int idx = field_index(b->fit_inherited.v[i]);
+    if (idx >= 0 && (b->own >> idx & 1)) {
+      ferry_free(b->fit_inherited.v[i]);
+      continue;
+    }
+    b->fit_inherited.v[k++] = b->fit_inherited.v[i];
+  }
+  b->fit_inherited.n = k;
+  return FERRY_OK;
+}
+
+static ferry_status load_file(struct builder *b, const char *path, int depth) {
+  b->what = path;
+  b->depth = depth;
+  const char *slash = strrchr(path, '/');
+  b->dir = slash ? ferry__strndup(path, (size_t)(slash - path) + (slash == path)) : ferry__strdup(".");
+  if (!b->dir) return nomem(path);
+  cJSON *root = NULL;
+  struct ferry_err err;
+  ferry_status st = ferry__json_load(path, MAX_FILE_BYTES, &root, &err);
+  if (st != FERRY_OK) return st;
+  if (!cJSON_IsObject(root)) {
+    st = ferry__fail(FERRY_ERR_FORMAT, "%s: a hardware profile must be a JSON object", path);
+    goto out_delete;
+  }
+  int have_name = 0, have_kind = 0, have_sources = 0, have_fitted = 0;
+  const cJSON *item;
+  cJSON_ArrayForEach(item, root) {
+    const char *key = item->string;
+    st = FERRY_OK;
+    if (!strcmp(key, "name")) {
+      if (have_name++) st = ferry__fail(FERRY_ERR_FORMAT, "%s: name is given twice", path);
+      else st = set_string(b->p.name, sizeof b->p.name, item, path, "name");
+    } else if (!strcmp(key, "kind")) {
+      if (have_kind++) {
+        st = ferry__fail(FERRY_ERR_FORMAT, "%s: kind is given twice", path);
+      } else if (!cJSON_IsString(item)) {
+        st = ferry__fail(FERRY_ERR_FORMAT, "%s: kind must be a string", path);
+      } else {
+        int k = 0;
+        while (k < 4 && strcmp(item->valuestring, ferry_hw_kind_name((enum ferry_hw_kind)k))) k++;
+        if (k == 4)
+          st = ferry__fail(FERRY_ERR_FORMAT, "%s: kind must be \"gpu\", \"host\", \"link\" or \"disk\" (got \"%s\")",
+                           path, item->valuestring);
+        b->p.kind = (enum ferry_hw_kind)k;
+      }
+    } else if (!strcmp(key, "gpu")) {
+      st = parse_section(b, S_GPU, item);
+    } else if (!strcmp(key, "link")) {
+      st = parse_section(b, S_LINK, item);
+    } else if (!strcmp(key, "host")) {
+      st = parse_section(b, S_HOST, item);
+    } else if (!strcmp(key, "disk")) {
+      st = parse_section(b, S_DISK, item);
+    } else if (!strcmp(key, "price_per_hour_usd")) {
+      st = parse_field(b, field_index("price_per_hour_usd"), item);
+    } else if (!strcmp(key, "sources")) {
+      st = have_sources++ ? ferry__fail(FERRY_ERR_FORMAT, "%s: sources is given twice", path) : parse_sources(b, item);
+    } else if (!strcmp(key, "fitted")) {
+      st = have_fitted++ ? ferry__fail(FERRY_ERR_FORMAT, "%s: fitted is given twice", path) : parse_fitted(b, item);
+    } else {
+      st = ferry__fail(FERRY_ERR_FORMAT, "%s: unknown field %s", path, key);
+    }
+    if (st != FERRY_OK) goto out_delete;
+  }
+  if (!have_name) {
+    st = ferry__fail(FERRY_ERR_FORMAT, "%s: missing required field name", path);
+    goto out_delete;
+  }
+  if (!have_kind) {
+    st = ferry__fail(FERRY_ERR_FORMAT, "%s: missing required field kind (\"gpu\", \"host\", \"link\" or \"disk\")",
+                     path);
+    goto out_delete;
+  }
+  st = finish_file(b);
+out_delete:
+  cJSON_Delete(root);
+  return st;
+}
+
+/* ---- catalogue search ------------------------------------------------------------------------ */
+
+static int valid_name(const char *name) {
+  if (!*name || name[0] == '.') return 0;
+  for (const char *c = name; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+          *c == '_' || *c == '.'))
+      return 0;
+  return 1;
+}
+
+/* The search folders in order: FERRY_HW_PATH entries, then the source tree, then the install
+ * datadir. Calls fn for each; stops when fn returns non-zero. */
+static int for_each_dir(int (*fn)(const char *dir, void *arg), void *arg) {
+  const char *env = getenv("FERRY_HW_PATH");
+  if (env && *env) {
+    const char *p = env;
+    while (*p) {
+      const char *colon = strchr(p, ':');
+      size_t n = colon ? (size_t)(colon - p) : strlen(p);
+      if (n > 0) {
+        char *dir = ferry__strndup(p, n);
+        if (!dir) return -1;
+        int r = fn(dir, arg);
+        ferry_free(dir);
+        if (r) return r;
+      }
+      if (!colon) break;
+      p = colon + 1;
+    }
+  }
+  static const char *const builtin[] = {FERRY_HW_SOURCE_DIR, FERRY_HW_INSTALL_DIR};
+  for (size_t i = 0; i < 2; i++) {
+    if (!*builtin[i]) continue;
+    int r = fn(builtin[i], arg);
+    if (r) return r;
+  }
+  return 0;
+}
+
+struct find_ctx {
+  const char *name;
+  char *found;
+  char tried[768];
+  size_t tried_len;
+};
+
+static int try_dir(const char *dir, void *arg) {
+  struct find_ctx *c = arg;
+  int n = snprintf(c->tried + c->tried_len, sizeof c->tried - c->tried_len, "%s%s", c->tried_len ? ", " : "", dir);
+  if (n > 0) c->tried_len += (size_t)n < sizeof c->tried - c->tried_len ? (size_t)n : sizeof c->tried - c->tried_len - 1;
+  char *file = ferry__asprintf("%s/%s.json", dir, c->name);
+  if (!file) return -1;
+  if (ferry__is_file(file)) {
+    c->found = file;
+    return 1;
+  }
+  ferry_free(file);
+  return 0;
+}
+
+static ferry_status find_profile(const char *name, const char *first_dir, char **out_path) {
+  *out_path = NULL;
+  if (!valid_name(name))
+    return ferry__fail(FERRY_ERR_NOT_FOUND, "\"%s\" is not a catalogue name (letters, digits, '.', '_', '-')", name);
+  struct find_ctx c;
+  memset(&c, 0, sizeof c);
+  c.name = name;
+  int r = 0;
+  if (first_dir) r = try_dir(first_dir, &c);
+  if (r == 0) r = for_each_dir(try_dir, &c);
+  if (r < 0) return nomem(name);
+  if (!c.found)
+    return ferry__fail(FERRY_ERR_NOT_FOUND, "hardware profile \"%s\" not found in %s (set FERRY_HW_PATH to add folders)",
+                       name, c.tried_len ? c.tried : "no folder");
+  *out_path = c.found;
+  return FERRY_OK;
+}
+
+/* ---- public API ------------------------------------------------------------------------------ */
+
+struct ferry_hw {
+  struct ferry_hw_profile profile;
+  struct ferry_hw_source *sources;
+  char **fitted;
+  char *path;
+};
+
+const char *ferry_hw_kind_name(enum ferry_hw_kind kind) {
+  switch (kind) {
+  case FERRY_HW_KIND_GPU: return "gpu";
+  case FERRY_HW_KIND_HOST: return "host";
+  case FERRY_HW_KIND_LINK: return "link";
+  case FERRY_HW_KIND_DISK: return "disk";
+  }
+  return "?";
+}
+
+const char *ferry_hw_op_name(enum ferry_hw_op op) {
+  static const char *const names[FERRY_HW_OP_COUNT] = {"gemm", "gemv", "attention", "elementwise", "dequantize"};
+  return (unsigned)op < FERRY_HW_OP_COUNT ? names[op] : "?";
+}
+
+ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path) {
+  *out = NULL;
+  if (!name_or_path || !*name_or_path) return ferry__fail(FERRY_ERR_INVALID, "hw: no profile name given");
+  ferry__json_init();
+  char *path = NULL;
+  size_t len = strlen(name_or_path);
+  ferry_status st;
+  if (strchr(name_or_path, '/') || (len > 5 && !strcmp(name_or_path + len - 5, ".json"))) {
+    path = ferry__strdup(name_or_path);
+    if (!path) return nomem(name_or_path);
+  } else {
+    st = find_profile(name_or_path, NULL, &path);
+    if (st != FERRY_OK) return st;
+  }
+  struct builder b;
+  memset(&b, 0, sizeof b);
+  struct ferry_hw *hw = NULL;
+  st = load_file(&b, path, 0);
+  if (st != FERRY_OK) goto out_free_builder;
+  /* defaults for figures a profile may leave out */
+  for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+    int idx = field_index(defaults[i].path);
+    if (!(b.set >> idx & 1) && *section_flag(&b.p, fields[idx].sec)) field_set_number(&b.p, &fields[idx], defaults[i].value);
+  }
+  hw = ferry__calloc(1, sizeof *hw);
+  if (!hw) goto out_nomem;
+  size_t n_src = b.inherited.n + b.mine.n;
+  if (n_src) {
+    hw->sources = ferry__reallocarray(NULL, n_src, sizeof *hw->sources);
+    if (!hw->sources) goto out_nomem;
+    for (size_t i = 0; i < b.inherited.n; i++) hw->sources[i] = b.inherited.v[i];
+    for (size_t i = 0; i < b.mine.n; i++) hw->sources[b.inherited.n + i] = b.mine.v[i];
+  }
+  size_t n_fit = b.fit_inherited.n + b.fit_mine.n;
+  if (n_fit) {
+    hw->fitted = ferry__calloc(n_fit, sizeof *hw->fitted);
+    if (!hw->fitted) goto out_nomem;
+    /* move the strings over */
+    for (size_t i = 0; i < b.fit_inherited.n; i++) hw->fitted[i] = b.fit_inherited.v[i];
+    for (size_t i = 0; i < b.fit_mine.n; i++) hw->fitted[b.fit_inherited.n + i] = b.fit_mine.v[i];
+    b.fit_inherited.n = b.fit_mine.n = 0;
+  }
+  hw->profile = b.p;
+  hw->profile.sources = hw->sources;
+  hw->profile.n_sources = n_src;
+  hw->profile.fitted = (const char *const *)hw->fitted;
+  hw->profile.n_fitted = n_fit;
+  hw->path = path;
+  hw->profile.path = path;
+  path = NULL;
+  *out = hw;
+  hw = NULL;
+  st = FERRY_OK;
+  goto out_free_builder;
+out_nomem:
+  st = nomem(path);
+out_free_builder:
+  if (hw) {
+    ferry_free(hw->sources);
+    ferry_free(hw->fitted);
+    ferry_free(hw);
+  }
+  builder_free(&b);
+  ferry_free(path);
+  return st;
+}
+
+void ferry_hw_close(ferry_hw *hw) {
+  if (!hw) return;
+  for (size_t i = 0; i < hw->profile.n_fitted; i++) ferry_free(hw->fitted[i]);
+  ferry_free(hw->fitted);
+  ferry_free(hw->sources);
+  ferry_free(hw->path);
+  ferry_free(hw);
+}
+
+const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw) { return &hw->profile; }
+
+static ferry_status require_field(const struct ferry_hw_profile *p, int idx) {
+  const struct field *f = &fields[idx];
+  const char *name = p->name[0] ? p->name : (p->path ? p->path : "profile");
+  if (!section_present(p, f->sec))
+    return ferry__fail(FERRY_ERR_NOT_FOUND,
+                       "hardware profile %s: %s is needed but the profile has no %s section (add one or name a "
+                       "catalogue part, see hw/README.md)",
+                       name, f->path, section_names[f->sec]);
+  int missing;
+  if (f->type == T_STR)
+    missing = ((const char *)p + f->off)[0] == '\0';
+  else
+    missing = f->check == C_NONNEG ? 0 : !(field_number(p, f) > 0);
+  if (missing)
+    return ferry__fail(FERRY_ERR_NOT_FOUND, "hardware profile %s: %s is needed for this run but is not given", name,
+                       f->path);
+  return FERRY_OK;
+}
+
+ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what) {
+  static const char *const section_needs[4][4] = {
+      {"gpu.memory_bytes", "gpu.mem_bw_gbps", "gpu.peak_tflops.fp32", "gpu.peak_tflops.fp16"},
+      {"link.h2d_gbps", "link.d2h_gbps", NULL, NULL},
+      {"host.dram_gbps", "host.memory_bytes", NULL, NULL},
+      {"disk.read_gbps", NULL, NULL, NULL},
+  };
+  if (!profile || !what) return ferry__fail(FERRY_ERR_INVALID, "ferry_hw_require: NULL argument");
+  const char *p = what;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    char tok[PATH_MAX_LEN];
+    while (n > 0 && *p == ' ') p++, n--;
+    while (n > 0 && p[n - 1] == ' ') n--;
+    if (n >= sizeof tok) return ferry__fail(FERRY_ERR_INVALID, "ferry_hw_require: \"%.*s\" is not a field", (int)n, p);
+    memcpy(tok, p, n);
+    tok[n] = '\0';
+    if (n > 0) {
+      int sec = -1;
+      for (int s = 0; s < 4; s++)
+        if (!strcmp(tok, section_names[s])) sec = s;
+      if (sec >= 0) {
+        for (int k = 0; k < 4 && section_needs[sec][k]; k++) {
+          ferry_status st = require_field(profile, field_index(section_needs[sec][k]));
+          if (st != FERRY_OK) return st;
+        }
+      } else {
+        int idx = field_index(tok);
+        if (idx < 0) return ferry__fail(FERRY_ERR_INVALID, "ferry_hw_require: \"%s\" is not a field of a profile", tok);
+        ferry_status st = require_field(profile, idx);
+        if (st != FERRY_OK) return st;
+      }
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return FERRY_OK;
+}
+
+struct list_ctx {
+  struct strlist names;
+  int failed;
+};
+
+static int list_dir(const char *dir, void *arg) {
+  struct list_ctx *c = arg;
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (n <= 5 || strcmp(e->d_name + n - 5, ".json")) continue;
+    char name[256];
+    if (n - 5 >= sizeof name) continue;
+    memcpy(name, e->d_name, n - 5);
+    name[n - 5] = '\0';
+    if (!valid_name(name)) continue;
+    int dup = 0;
+    for (size_t i = 0; i < c->names.n && !dup; i++) dup = !strcmp(c->names.v[i], name);
+    if (!dup && strlist_push(&c->names, name)) {
+      c->failed = 1;
+      break;
+    }
+  }
+  closedir(d);
+  return c->failed ? -1 : 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+ferry_status ferry_hw_list(char ***out_names, size_t *out_count) {
+  *out_names = NULL;
+  *out_count = 0;
+  struct list_ctx c;
+  memset(&c, 0, sizeof c);
+  if (for_each_dir(list_dir, &c) < 0 || c.failed) {
+    strlist_free(&c.names);
+    return ferry__fail(FERRY_ERR_NOMEM, "hw: out of memory listing the catalogue");
+  }
+  if (c.names.n) qsort(c.names.v, c.names.n, sizeof *c.names.v, cmp_str);
+  *out_names = c.names.v;
+  *out_count = c.names.n;
+  return FERRY_OK;
+}
+
+void ferry_hw_list_free(char **names, size_t count) {
+  if (!names) return;
+  for (size_t i = 0; i < count; i++) ferry_free(names[i]);
+  ferry_free(names);
+}

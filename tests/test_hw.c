@@ -1,0 +1,350 @@
+/* Hardware profiles: every catalogue file loads and composes, the T4 profile carries the
+ * FlexGen fit, ferry_hw_require() explains missing figures, malformed profiles are refused
+ * with file-and-field messages, allocation failures are clean, and `ferry hw` works. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "ferry/hw.h"
+#include "testutil.h"
+
+static char *hw_dir(void) {
+  const char *src = getenv("FERRY_SOURCE_DIR");
+  char *p = malloc(4096);
+  assert_non_null(p);
+  snprintf(p, 4096, "%s/hw", src ? src : ".");
+  return p;
+}
+
+static void use_catalogue_only(void) {
+  char *dir = hw_dir();
+  setenv("FERRY_HW_PATH", dir, 1);
+  free(dir);
+}
+
+static const struct ferry_hw_source *find_source(const struct ferry_hw_profile *p, const char *figure, int nth) {
+  for (size_t i = 0; i < p->n_sources; i++)
+    if (!strcmp(p->sources[i].figure, figure) && nth-- == 0) return &p->sources[i];
+  return NULL;
+}
+
+static int is_fitted(const struct ferry_hw_profile *p, const char *figure) {
+  for (size_t i = 0; i < p->n_fitted; i++)
+    if (!strcmp(p->fitted[i], figure)) return 1;
+  return 0;
+}
+
+static void test_catalogue_loads(void **state) {
+  (void)state;
+  use_catalogue_only();
+  char **names;
+  size_t n;
+  assert_int_equal(ferry_hw_list(&names, &n), FERRY_OK);
+  static const char *const expect[] = {"t4", "l4", "rtx-3060", "rtx-3090", "rtx-4090", "a100-40gb-pcie",
+                                       "a100-80gb-sxm", "h100-pcie", "h100-sxm", "h200", "pcie3-x16",
+                                       "pcie4-x16", "pcie5-x16", "nvme-gen3", "nvme-gen4", "ddr4", "ddr5"};
+  for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
+    int found = 0;
+    for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
+    if (!found) fail_msg("catalogue lacks %s", expect[e]);
+  }
+  for (size_t i = 1; i < n; i++) assert_true(strcmp(names[i - 1], names[i]) < 0); /* sorted, unique */
+  int gpus = 0;
+  for (size_t i = 0; i < n; i++) {
+    ferry_hw *hw = NULL;
+    if (ferry_hw_open(&hw, names[i]) != FERRY_OK) fail_msg("%s: %s", names[i], ferry_last_error());
+    const struct ferry_hw_profile *p = ferry_hw_get(hw);
+    assert_string_equal(p->name, names[i]);
+    assert_true(p->n_sources > 0);
+    for (size_t s = 0; s < p->n_sources; s++) {
+      assert_true(p->sources[s].figure[0] && p->sources[s].source[0] && p->sources[s].date[0]);
+    }
+    if (p->kind == FERRY_HW_KIND_GPU) {
+      gpus++;
+      /* a full GPU profile composes all four parts and every figure has a source */
+      assert_true(p->has_gpu && p->has_link && p->has_host && p->has_disk);
+      if (ferry_hw_require(p, "gpu,link,host,disk,link.pageable_h2d_gbps,host.cpu_gflops") != FERRY_OK)
+        fail_msg("%s: %s", names[i], ferry_last_error());
+      static const char *const documented[] = {"gpu.memory_bytes", "gpu.mem_bw_gbps", "gpu.peak_tflops.fp32",
+                                                "gpu.peak_tflops.fp16", "link.h2d_gbps", "link.d2h_gbps",
+                                                "host.dram_gbps", "disk.read_gbps"};
+      for (size_t d = 0; d < sizeof documented / sizeof documented[0]; d++)
+        if (!find_source(p, documented[d], 0)) fail_msg("%s: no source for %s", names[i], documented[d]);
+      /* efficiency defaults applied */
+      assert_true(p->gpu.efficiency.gemm > 0 && p->gpu.efficiency.gemm <= 1);
+      assert_int_equal(p->gpu.launch_overhead_ns, 5000);
+    }
+    ferry_hw_close(hw);
+  }
+  assert_int_equal(gpus, 10);
+  ferry_hw_list_free(names, n);
+  ferry_hw_list_free(NULL, 0);
+  ferry_hw_close(NULL);
+}
+
+static void test_t4_flexgen_fit(void **state) {
+  (void)state;
+  use_catalogue_only();
+  ferry_hw *hw;
+  assert_int_equal(ferry_hw_open(&hw, "t4"), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_int_equal(p->kind, FERRY_HW_KIND_GPU);
+  assert_int_equal(p->gpu.memory_bytes, 16ull << 30);
+  assert_true(p->gpu.mem_bw_gbps == 320);
+  assert_true(p->gpu.peak_tflops.fp16 == 65);
+  assert_true(p->gpu.peak_tflops.bf16 == 0); /* Turing has no bf16 */
+  /* FlexGen's 12.89 and 0.473 "GB/s" are GiB/s: stored in 1e9 bytes/s */
+  assert_true(fabs(p->link.h2d_gbps - 12.89 * 1.073741824) < 1e-5);
+  assert_true(fabs(p->disk.read_gbps - 0.473 * 1.073741824) < 1e-5);
+  assert_true(is_fitted(p, "link.h2d_gbps"));
+  assert_true(is_fitted(p, "disk.read_gbps"));
+  assert_false(is_fitted(p, "gpu.mem_bw_gbps"));
+  /* the rest of the link comes from the pcie3-x16 part */
+  assert_string_equal(p->link.name, "PCIe 3.0 x16");
+  assert_int_equal(p->link.latency_ns, 10000);
+  assert_true(p->link.pageable_h2d_gbps > 0);
+  /* the part's datasheet source for h2d is replaced by the fit's */
+  const struct ferry_hw_source *s = find_source(p, "link.h2d_gbps", 0);
+  assert_non_null(s);
+  assert_true(tu_contains(s->source, "FlexGen"));
+  assert_null(find_source(p, "link.h2d_gbps", 1));
+  assert_non_null(find_source(p, "link.latency_ns", 0)); /* inherited */
+  assert_true(p->price_per_hour_usd > 0);
+  /* require: bf16 missing */
+  assert_int_equal(ferry_hw_require(p, "gpu.mem_bw_gbps, link.h2d_gbps"), FERRY_OK);
+  assert_int_equal(ferry_hw_require(p, "gpu.peak_tflops.bf16"), FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_last_error(), "t4: gpu.peak_tflops.bf16 is needed"));
+  assert_int_equal(ferry_hw_require(p, "gpu.warp_drive"), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "gpu.warp_drive"));
+  ferry_hw_close(hw);
+
+  /* a part alone lacks the other sections */
+  assert_int_equal(ferry_hw_open(&hw, "pcie4-x16"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_int_equal(p->kind, FERRY_HW_KIND_LINK);
+  assert_true(fabs(p->link.h2d_gbps - 31.508) < 1e-9);
+  assert_int_equal(ferry_hw_require(p, "link"), FERRY_OK);
+  assert_int_equal(ferry_hw_require(p, "disk"), FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_last_error(), "no disk section"));
+  ferry_hw_close(hw);
+
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_int_equal(p->gpu.memory_bytes, 80ull << 30);
+  assert_true(p->gpu.mem_bw_gbps == 2000);
+  assert_true(fabs(p->link.h2d_gbps - 63.015) < 1e-9);
+  assert_true(p->host.dram_gbps == 307.2);
+  ferry_hw_close(hw);
+}
+
+/* ---- malformed profiles -------------------------------------------------------------------- */
+
+#define GPU_OK "\"gpu\": {\"name\": \"G\", \"memory_bytes\": 1024, \"mem_bw_gbps\": 100, \"peak_tflops\": {\"fp32\": 1}}"
+
+static const struct bad_case {
+  const char *file;    /* written into a temp folder */
+  const char *json;
+  ferry_status status;
+  const char *message; /* expected substring */
+} bad_cases[] = {
+    /* unknown top-level field */
+    {"unknown.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"colour\": 1}", FERRY_ERR_FORMAT,
+     "unknown.json: unknown field colour"},
+    /* unknown nested field */
+    {"nested.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"peak_tflops\": {\"fp64\": 9}}}", FERRY_ERR_FORMAT,
+     "nested.json: unknown field gpu.peak_tflops.fp64"},
+    /* wrong type for a rate */
+    {"h100.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"peak_tflops\": {\"fp16\": \"fast\"}}}",
+     FERRY_ERR_FORMAT, "h100.json: gpu.peak_tflops.fp16 must be a number"},
+    /* a fraction where an integer is required */
+    {"frac.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"memory_bytes\": 1.5}}", FERRY_ERR_FORMAT,
+     "frac.json: gpu.memory_bytes must be an integer"},
+    /* negative rate */
+    {"neg.json", "{\"name\": \"x\", \"kind\": \"disk\", \"disk\": {\"read_gbps\": -3}}", FERRY_ERR_FORMAT,
+     "neg.json: disk.read_gbps must be positive"},
+    /* efficiency outside (0, 1] */
+    {"eff.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"efficiency\": {\"gemm\": 1.5}}}", FERRY_ERR_FORMAT,
+     "eff.json: gpu.efficiency.gemm must be in (0, 1]"},
+    /* a nested object given as a number */
+    {"obj.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"peak_tflops\": 5}}", FERRY_ERR_FORMAT,
+     "obj.json: gpu.peak_tflops must be an object"},
+    /* a section given as a number */
+    {"sec.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": 5}", FERRY_ERR_FORMAT,
+     "sec.json: gpu must be an object or the name of a catalogue part"},
+    /* required name missing */
+    {"noname.json", "{\"kind\": \"gpu\", " GPU_OK "}", FERRY_ERR_FORMAT, "noname.json: missing required field name"},
+    /* required kind missing */
+    {"nokind.json", "{\"name\": \"x\", " GPU_OK "}", FERRY_ERR_FORMAT, "nokind.json: missing required field kind"},
+    /* kind not one of the four */
+    {"kind.json", "{\"name\": \"x\", \"kind\": \"tpu\"}", FERRY_ERR_FORMAT, "kind.json: kind must be"},
+    /* kind gpu without a gpu section */
+    {"nogpu.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"link\": \"pcie4-x16\"}", FERRY_ERR_FORMAT,
+     "nogpu.json: kind \"gpu\" needs a \"gpu\" section"},
+    /* a field given twice */
+    {"dup.json", "{\"name\": \"x\", \"name\": \"y\", \"kind\": \"gpu\", " GPU_OK "}", FERRY_ERR_FORMAT,
+     "dup.json: name is given twice"},
+    /* a name too long for the profile */
+    {"long.json",
+     "{\"name\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\", \"kind\": \"gpu\"}",
+     FERRY_ERR_FORMAT, "long.json: name must be at most 63 characters"},
+    /* a part that does not exist */
+    {"nopart.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"link\": \"pcie9-x16\"}", FERRY_ERR_NOT_FOUND,
+     "nopart.json: link refers to part \"pcie9-x16\""},
+    /* a part without the section asked for */
+    {"wrongpart.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"link\": \"ddr4\"}", FERRY_ERR_FORMAT,
+     "which has no link section"},
+    /* a source entry missing its date */
+    {"srcdate.json",
+     "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK
+     ", \"sources\": [{\"figure\": \"gpu.mem_bw_gbps\", \"value\": 100, \"source\": \"sheet\"}]}",
+     FERRY_ERR_FORMAT, "srcdate.json: missing required field sources[0].date"},
+    /* a source for a field that does not exist */
+    {"srcfig.json",
+     "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK
+     ", \"sources\": [{\"figure\": \"gpu.speed\", \"value\": 1, \"source\": \"s\", \"date\": \"d\"}]}",
+     FERRY_ERR_FORMAT, "srcfig.json: sources[0].figure \"gpu.speed\" is not a field"},
+    /* a source whose number disagrees with the profile */
+    {"srcval.json",
+     "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK
+     ", \"sources\": [{\"figure\": \"gpu.mem_bw_gbps\", \"value\": 101, \"source\": \"s\", \"date\": \"d\"}]}",
+     FERRY_ERR_FORMAT, "srcval.json: sources[0].value 101 does not match gpu.mem_bw_gbps = 100"},
+    /* fitted naming an unknown field */
+    {"fit.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"fitted\": [\"gpu.magic\"]}", FERRY_ERR_FORMAT,
+     "fit.json: fitted[0] \"gpu.magic\" is not a field"},
+    /* not JSON */
+    {"broken.json", "{\"name\": \"x\", ", FERRY_ERR_FORMAT, "broken.json: invalid JSON at byte"},
+    /* not an object */
+    {"array.json", "[1, 2]", FERRY_ERR_FORMAT, "array.json: a hardware profile must be a JSON object"},
+    /* parts that refer to each other */
+    {"cycle-a.json", "{\"name\": \"cycle-a\", \"kind\": \"link\", \"link\": {\"base\": \"cycle-b\"}}", FERRY_ERR_FORMAT,
+     "levels deep"},
+    /* queue depth zero */
+    {"qd.json", "{\"name\": \"x\", \"kind\": \"disk\", \"disk\": {\"read_gbps\": 1, \"queue_depth\": 0}}",
+     FERRY_ERR_FORMAT, "qd.json: disk.queue_depth must be positive"},
+};
+
+static void test_malformed(void **state) {
+  (void)state;
+  use_catalogue_only();
+  char *dir = tu_mkdtemp("hw");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/cycle-b.json", dir);
+  const char *cycle_b = "{\"name\": \"cycle-b\", \"kind\": \"link\", \"link\": {\"base\": \"cycle-a\"}}";
+  tu_write_file(path, cycle_b, strlen(cycle_b));
+  for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+    const struct bad_case *c = &bad_cases[i];
+    snprintf(path, sizeof path, "%s/%s", dir, c->file);
+    tu_write_file(path, c->json, strlen(c->json));
+    ferry_hw *hw = (ferry_hw *)1;
+    ferry_status st = ferry_hw_open(&hw, path);
+    if (st != c->status || !tu_contains(ferry_last_error(), c->message))
+      fail_msg("%s: got %s \"%s\", expected %s \"%s\"", c->file, ferry_status_name(st), ferry_last_error(),
+               ferry_status_name(c->status), c->message);
+    assert_null(hw);
+  }
+  tu_rmtree(dir);
+  free(dir);
+}
+
+/* FERRY_HW_PATH comes first; a local file may compose catalogue parts; unknown names list
+ * the folders searched. */
+static void test_search_path(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("hwpath");
+  char *cat = hw_dir();
+  char env[8192];
+  snprintf(env, sizeof env, "%s:%s", dir, cat);
+  setenv("FERRY_HW_PATH", env, 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/t4.json", dir);
+  const char *mine = "{\"name\": \"my-t4\", \"kind\": \"gpu\", " GPU_OK ", \"link\": \"pcie4-x16\", "
+                     "\"disk\": {\"base\": \"nvme-gen4\", \"queue_depth\": 4}, \"price_per_hour_usd\": 0}";
+  tu_write_file(path, mine, strlen(mine));
+  ferry_hw *hw;
+  assert_int_equal(ferry_hw_open(&hw, "t4"), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_string_equal(p->name, "my-t4");
+  assert_true(p->has_link && p->has_disk && !p->has_host);
+  assert_true(fabs(p->link.h2d_gbps - 31.508) < 1e-9);
+  assert_int_equal(p->disk.queue_depth, 4);
+  assert_true(p->disk.read_gbps == 7.0);
+  assert_null(find_source(p, "disk.queue_depth", 0)); /* overridden without a new source */
+  assert_non_null(find_source(p, "disk.read_gbps", 0));
+  assert_int_equal(ferry_hw_require(p, "host"), FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_last_error(), "my-t4: host.dram_gbps is needed but the profile has no host section"));
+  ferry_hw_close(hw);
+  /* the same file opened by path */
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  ferry_hw_close(hw);
+
+  assert_int_equal(ferry_hw_open(&hw, "a800"), FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_last_error(), "hardware profile \"a800\" not found in"));
+  assert_true(tu_contains(ferry_last_error(), dir));
+  assert_int_equal(ferry_hw_open(&hw, "../etc/passwd.json"), FERRY_ERR_NOT_FOUND);
+  assert_int_equal(ferry_hw_open(&hw, ""), FERRY_ERR_INVALID);
+  tu_rmtree(dir);
+  free(dir);
+  free(cat);
+  use_catalogue_only();
+}
+
+/* Every allocation failure while composing a profile fails cleanly (ASan checks leaks). */
+static void test_alloc_failures(void **state) {
+  (void)state;
+  use_catalogue_only();
+  int ok = 0;
+  for (int64_t n = 0; n < 2000 && !ok; n++) {
+    ferry_hw *hw = NULL;
+    ferry_alloc_fail_after(n);
+    ferry_status st = ferry_hw_open(&hw, "t4");
+    ferry_alloc_fail_after(-1);
+    if (st == FERRY_OK) {
+      ok = 1;
+      assert_true(ferry_hw_get(hw)->n_sources > 0);
+      ferry_hw_close(hw);
+    } else {
+      /* common/json.c cannot tell cJSON's out-of-memory from bad syntax (cJSON returns NULL
+       * for both), so a failure inside the parser reads as "invalid JSON" */
+      if (st != FERRY_ERR_NOMEM && !(st == FERRY_ERR_FORMAT && tu_contains(ferry_last_error(), "invalid JSON")))
+        fail_msg("allocation %lld: %s %s", (long long)n, ferry_status_name(st), ferry_last_error());
+      assert_null(hw);
+    }
+  }
+  assert_true(ok);
+}
+
+static void test_cli(void **state) {
+  (void)state;
+  use_catalogue_only();
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("hw list", &out), 0);
+  assert_true(tu_contains(out, "h100-pcie"));
+  assert_true(tu_contains(out, "pcie4-x16"));
+  assert_true(tu_contains(out, "80.00 GiB"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw show t4", &out), 0);
+  assert_true(tu_contains(out, "FlexGen"));
+  assert_true(tu_contains(out, "link.h2d_gbps"));
+  assert_true(tu_contains(out, "fitted"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw show nope", &out), 1);
+  assert_true(tu_contains(out, "ferry: "));
+  assert_true(tu_contains(out, "\"nope\" not found"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw --help", &out), 0);
+  assert_true(tu_contains(out, "Usage: ferry hw"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw frobnicate", &out), 2);
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_catalogue_loads), cmocka_unit_test(test_t4_flexgen_fit),
+      cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
+      cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
