@@ -24,6 +24,7 @@ static const struct subcommand subcommands[] = {
     {"show", model_show, "NAME|DIR [--json]",
      "configuration and accounting of a preset or a Hugging Face model folder / config.json"},
     {"list", model_list, "", "the catalogue of presets, one line each"},
+    {"gen", cmd_model_gen, "--preset P --out DIR", "write a synthetic model (config.json + safetensors)"},
 };
 #define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
 
@@ -55,7 +56,7 @@ int cmd_model(int argc, char **argv) {
   }
   for (size_t i = 0; i < N_SUBCOMMANDS; i++)
     if (!strcmp(sub, subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
-  return cli_usage_error("model", "unknown subcommand '%s' (expected show or list)", sub);
+  return cli_usage_error("model", "unknown subcommand '%s' (expected show, list or gen)", sub);
 }
 
 /* ---- formatting ------------------------------------------------------------------------- */

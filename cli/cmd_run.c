@@ -1,0 +1,226 @@
+/* `ferry run` (real executors) and the shared option handling that `ferry sim` reuses: model,
+ * trace, offload policy and budgets, then the engine, the summary and the result database. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/run_common.h"
+#include "common/alloc.h"
+#include "common/error.h"
+#include "common/units.h"
+#include "ferry/engine.h"
+#include "ferry/trace.h"
+
+void run_usage(FILE *f, const char *cmd) {
+  int sim = !strcmp(cmd, "sim");
+  fprintf(f,
+          "Usage: ferry %s --model %s (--trace FILE | --synthetic SPEC) [OPTIONS]\n"
+          "%s\n\n"
+          "Model and workload:\n"
+          "  --model %-14s %s\n"
+          "  --trace FILE            request trace (Azure CSV, BurstGPT CSV, Mooncake JSONL, ferry JSONL)\n"
+          "  --trace-format F        force the trace format (azure, burstgpt, mooncake, jsonl)\n"
+          "  --synthetic SPEC        synthetic arrivals, e.g. rate=2,n=50,prompt=128,output=32\n"
+          "  --max-requests N        first N requests only\n"
+          "  --time-window A:B       requests arriving in [A, B) seconds of the trace\n"
+          "  --rate-scale X          replay X times faster (2 = twice the rate)\n"
+          "  --time-scale X          multiply arrival times by X\n"
+          "  --as-fast-as-possible   every request arrives at the start\n"
+          "  --skip-bad              skip malformed trace rows (counted) instead of failing\n"
+          "  --seed S                token ids and synthetic routing (default 1)\n"
+          "Offload policy:\n"
+          "  --block-layers K        consecutive layers per streamed block (0 = all; default 1)\n"
+          "  --prefetch-depth D      blocks in flight ahead of compute (0 = on demand; default 1)\n"
+          "  --pin-first N, --pin-last M   keep the first N / last M layers resident\n"
+          "  --resident attention|all      keep all attention (or everything) resident\n"
+          "  --device-budget SIZE    device memory budget (e.g. 2GiB; default: everything resident)\n"
+          "  --host-budget SIZE      host memory budget (default unlimited; what does not fit is read from disk)\n"
+          "  --home disk             stream every unit from disk (no host copies)\n"
+          "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
+          "  --max-batch N           concurrent sequences (default 8)\n"
+          "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
+          "  --max-seq-tokens N      KV capacity per sequence (default: longest request)\n"
+          "%s"
+          "Output:\n"
+          "  --plan-only             print the residency plan and exit\n"
+          "  --db FILE               write the run (requests, steps, memory, timeline) to SQLite\n"
+          "  --quiet                 no progress lines\n",
+          cmd, sim ? "NAME|DIR" : "DIR",
+          sim ? "Simulate serving a trace on a hardware profile: the same engine as 'ferry run', on a\n"
+                "discrete-event executor whose op durations come from the profile."
+              : "Serve a request trace with weight offloading on a real executor and report latency,\n"
+                "throughput, bytes moved and peak memory per tier.",
+          sim ? "NAME|DIR" : "DIR", sim ? "preset name or model folder (shapes only)" : "model folder (config.json + safetensors)",
+          sim ? "Simulation:\n"
+                "  --hw PROFILE            hardware profile (ferry hw list) or JSON file\n"
+              : "Executor:\n"
+                "  --backend host|cuda     executor (default host)\n"
+                "  --threads N             BLAS threads of the host executor (default: library default)\n"
+                "  --direct-io             read disk units with O_DIRECT\n"
+                "  --drop-cache            drop the page cache after each disk read (default on without --direct-io)\n"
+                "  --greedy                next token = argmax of the logits (default: seeded draw)\n");
+}
+
+enum {
+  OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
+  OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
+  OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_HELP
+};
+
+int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, OPT_MODEL}, {"trace", required_argument, 0, OPT_TRACE},
+      {"trace-format", required_argument, 0, OPT_TRACE_FORMAT}, {"synthetic", required_argument, 0, OPT_SYNTH},
+      {"max-requests", required_argument, 0, OPT_MAX_REQ}, {"time-window", required_argument, 0, OPT_WINDOW},
+      {"rate-scale", required_argument, 0, OPT_RATE}, {"time-scale", required_argument, 0, OPT_TSCALE},
+      {"as-fast-as-possible", no_argument, 0, OPT_AFAP}, {"skip-bad", no_argument, 0, OPT_SKIP_BAD},
+      {"seed", required_argument, 0, OPT_SEED}, {"block-layers", required_argument, 0, OPT_BLOCK},
+      {"prefetch-depth", required_argument, 0, OPT_DEPTH}, {"pin-first", required_argument, 0, OPT_PIN_FIRST},
+      {"pin-last", required_argument, 0, OPT_PIN_LAST}, {"resident", required_argument, 0, OPT_RESIDENT},
+      {"device-budget", required_argument, 0, OPT_DEV_BUDGET}, {"host-budget", required_argument, 0, OPT_HOST_BUDGET},
+      {"home", required_argument, 0, OPT_HOME}, {"expert-cache", required_argument, 0, OPT_CACHE},
+      {"max-batch", required_argument, 0, OPT_MAX_BATCH}, {"max-step-tokens", required_argument, 0, OPT_STEP_TOKENS},
+      {"max-seq-tokens", required_argument, 0, OPT_SEQ_TOKENS}, {"plan-only", no_argument, 0, OPT_PLAN_ONLY},
+      {"db", required_argument, 0, OPT_DB}, {"quiet", no_argument, 0, OPT_QUIET},
+      {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
+      {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
+      {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
+      {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+  memset(a, 0, sizeof *a);
+  a->cmd = cmd;
+  a->backend = "host";
+  a->seed = 1;
+  a->time_scale = 1.0;
+  a->progress = 1;
+  a->ec.block_layers = 1;
+  a->ec.prefetch_depth = 1;
+  a->trace_opts.rate_scale = 1.0;
+  int sim = !strcmp(cmd, "sim");
+  int64_t v;
+  int drop_cache_set = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+      case OPT_MODEL: a->model = optarg; break;
+      case OPT_TRACE: a->trace = optarg; break;
+      case OPT_TRACE_FORMAT:
+        if (ferry_trace_format_parse(optarg, &a->trace_opts.format) != FERRY_OK)
+          return cli_usage_error(cmd, "--trace-format: unknown format '%s'", optarg);
+        break;
+      case OPT_SYNTH: a->synthetic = optarg; break;
+      case OPT_MAX_REQ: if (cli_parse_int("--max-requests", optarg, 1, INT64_MAX, &a->trace_opts.max_requests)) return CLI_USAGE; break;
+      case OPT_WINDOW: {
+        double lo, hi;
+        char extra;
+        if (sscanf(optarg, "%lf:%lf%c", &lo, &hi, &extra) != 2 || lo < 0 || hi <= lo)
+          return cli_usage_error(cmd, "--time-window: expected A:B seconds with 0 <= A < B, got '%s'", optarg);
+        a->trace_opts.window_start_ns = (int64_t)(lo * 1e9);
+        a->trace_opts.window_end_ns = (int64_t)(hi * 1e9);
+        break;
+      }
+      case OPT_RATE: if (cli_parse_double("--rate-scale", optarg, 1e-6, 1e6, &a->trace_opts.rate_scale)) return CLI_USAGE; break;
+      case OPT_TSCALE: if (cli_parse_double("--time-scale", optarg, 1e-9, 1e9, &a->time_scale)) return CLI_USAGE; break;
+      case OPT_AFAP: a->as_fast = 1; break;
+      case OPT_SKIP_BAD: a->trace_opts.skip_bad = 1; break;
+      case OPT_SEED: if (cli_parse_int("--seed", optarg, 0, INT64_MAX, &v)) return CLI_USAGE; a->seed = (uint64_t)v; break;
+      case OPT_BLOCK: if (cli_parse_int("--block-layers", optarg, 0, 1 << 20, &v)) return CLI_USAGE; a->ec.block_layers = (int32_t)v; break;
+      case OPT_DEPTH: if (cli_parse_int("--prefetch-depth", optarg, 0, 64, &v)) return CLI_USAGE; a->ec.prefetch_depth = (int32_t)v; break;
+      case OPT_PIN_FIRST: if (cli_parse_int("--pin-first", optarg, 0, 1 << 20, &v)) return CLI_USAGE; a->ec.pin_first = (int32_t)v; break;
+      case OPT_PIN_LAST: if (cli_parse_int("--pin-last", optarg, 0, 1 << 20, &v)) return CLI_USAGE; a->ec.pin_last = (int32_t)v; break;
+      case OPT_RESIDENT:
+        if (!strcmp(optarg, "attention")) a->ec.resident_attention = 1;
+        else if (!strcmp(optarg, "all")) a->ec.resident_all = 1;
+        else return cli_usage_error(cmd, "--resident: expected 'attention' or 'all', got '%s'", optarg);
+        break;
+      case OPT_DEV_BUDGET: if (cli_parse_size("--device-budget", optarg, &a->ec.device_budget_bytes)) return CLI_USAGE; break;
+      case OPT_HOST_BUDGET: if (cli_parse_size("--host-budget", optarg, &a->ec.host_budget_bytes)) return CLI_USAGE; break;
+      case OPT_HOME:
+        if (strcmp(optarg, "disk") && strcmp(optarg, "host"))
+          return cli_usage_error(cmd, "--home: expected 'disk' or 'host', got '%s'", optarg);
+        a->ec.home_disk = !strcmp(optarg, "disk");
+        break;
+      case OPT_CACHE:
+        if (strcmp(optarg, "lru") && strcmp(optarg, "lfu"))
+          return cli_usage_error(cmd, "--expert-cache: expected 'lru' or 'lfu', got '%s'", optarg);
+        a->ec.expert_cache_lfu = !strcmp(optarg, "lfu");
+        break;
+      case OPT_MAX_BATCH: if (cli_parse_int("--max-batch", optarg, 1, 4096, &v)) return CLI_USAGE; a->ec.max_batch = (int32_t)v; break;
+      case OPT_STEP_TOKENS: if (cli_parse_int("--max-step-tokens", optarg, 1, 1 << 20, &v)) return CLI_USAGE; a->ec.max_step_tokens = (int32_t)v; break;
+      case OPT_SEQ_TOKENS: if (cli_parse_int("--max-seq-tokens", optarg, 2, 1 << 24, &v)) return CLI_USAGE; a->ec.max_seq_tokens = (int32_t)v; break;
+      case OPT_PLAN_ONLY: a->plan_only = 1; break;
+      case OPT_DB: a->db = optarg; break;
+      case OPT_QUIET: a->progress = 0; break;
+      case OPT_BACKEND:
+        if (sim) return cli_usage_error(cmd, "--backend is for 'ferry run' (the simulator is 'ferry sim')");
+        if (strcmp(optarg, "host") && strcmp(optarg, "cuda"))
+          return cli_usage_error(cmd, "--backend: expected 'host' or 'cuda', got '%s'", optarg);
+        a->backend = optarg;
+        break;
+      case OPT_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &v)) return CLI_USAGE; a->threads = (int)v; break;
+      case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
+      case OPT_DROP: drop_cache_set = 1; break;
+      case OPT_GREEDY: a->ec.greedy = 1; break;
+      case OPT_HW:
+        if (!sim) return cli_usage_error(cmd, "--hw is for 'ferry sim'");
+        a->hw = optarg;
+        break;
+      case OPT_HELP: run_usage(stdout, cmd); return -1;
+      default: return cli_usage_error(cmd, "invalid option");
+    }
+  }
+  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (!a->model) return cli_usage_error(cmd, "missing --model");
+  if (!a->plan_only && !a->trace && !a->synthetic) return cli_usage_error(cmd, "missing --trace FILE or --synthetic SPEC");
+  if (a->trace && a->synthetic) return cli_usage_error(cmd, "give either --trace or --synthetic, not both");
+  if (sim && !a->hw && !a->plan_only) return cli_usage_error(cmd, "missing --hw PROFILE (see ferry hw list)");
+  /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
+  if (drop_cache_set || !(a->ec.read_flags & FERRY_READ_DIRECT)) a->ec.read_flags |= FERRY_READ_DROP_CACHE;
+  a->ec.seed = a->seed;
+  return 0;
+}
+
+ferry_status run_load_requests(struct run_args *a, struct ferry_engine_request **out, int64_t *n_out) {
+  ferry_trace *t = NULL;
+  ferry_status st = a->synthetic ? ferry_trace_synthetic(&t, a->synthetic, a->seed) : ferry_trace_open(&t, a->trace, &a->trace_opts);
+  if (st != FERRY_OK) return st;
+  size_t n = ferry_trace_count(t);
+  if (a->synthetic && a->trace_opts.max_requests > 0 && (size_t)a->trace_opts.max_requests < n)
+    n = (size_t)a->trace_opts.max_requests;
+  if (n == 0) {
+    ferry_trace_free(t);
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: no requests to serve", a->trace ? a->trace : "synthetic trace");
+  }
+  struct ferry_engine_request *r = ferry__calloc(n, sizeof *r);
+  if (!r) {
+    ferry_trace_free(t);
+    return ferry__fail(FERRY_ERR_NOMEM, "out of memory for %zu requests", n);
+  }
+  int64_t longest = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct ferry_request *q = ferry_trace_request(t, i);
+    r[i].id = q->id;
+    r[i].arrival_ns = q->arrival_ns;
+    /* the engine needs at least one prompt and one output token */
+    r[i].prompt_tokens = q->prompt_tokens > 0 ? q->prompt_tokens : 1;
+    r[i].output_tokens = q->output_tokens > 0 ? q->output_tokens : 1;
+    int64_t len = (int64_t)r[i].prompt_tokens + r[i].output_tokens;
+    if (len > longest) longest = len;
+  }
+  ferry_trace_free(t);
+  if (a->ec.max_seq_tokens <= 0) a->ec.max_seq_tokens = (int32_t)(longest < (1 << 24) ? longest : (1 << 24));
+  a->n_requests = (int64_t)n;
+  *out = r;
+  *n_out = (int64_t)n;
+  return FERRY_OK;
+}
+
+int cmd_run(int argc, char **argv) {
+  struct run_args a;
+  int rc = run_parse(argc, argv, "run", &a);
+  if (rc) return rc < 0 ? CLI_OK : rc;
+  return run_execute(&a);
+}

@@ -1,0 +1,268 @@
+/* Synthetic model generation. Weights are drawn from seeded streams (one per tensor, so any
+ * tensor can be regenerated alone) and scaled so activations stay bounded through every layer:
+ *   - matrices ~ N(0, 1/fan_in): each projection keeps the variance of its input;
+ *   - projections that write into the residual stream (attention output, FFN/expert down) are
+ *     further scaled by 1/sqrt(2 * layers), so the residual's variance grows to about 2 at the
+ *     last layer instead of with the depth (the GPT-2 initialisation rule);
+ *   - norm weights ~ 1 + N(0, 0.05), biases ~ N(0, 0.02), embeddings ~ N(0, 1);
+ *   - router rows ~ N(0, 4/fan_in) (a peaked softmax), optionally skewed towards popular
+ *     experts and correlated between adjacent layers (see ferry_gen_options).
+ * "Normal" draws are the sum of four 16-bit uniforms, rescaled: one generator call per value,
+ * so generation keeps up with the disk. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/fsutil.h"
+#include "common/half.h"
+#include "common/rng.h"
+#include "common/units.h"
+#include "ferry/gen.h"
+#include "ferry/store.h"
+
+#define CHUNK_ELEMS (1u << 20)
+
+static inline float approx_normal(struct ferry_rng *r) {
+  uint64_t x = ferry__rng_u64(r);
+  int32_t s = (int32_t)(x & 0xffff) + (int32_t)((x >> 16) & 0xffff) + (int32_t)((x >> 32) & 0xffff) +
+              (int32_t)(x >> 48) - 131070;
+  /* four U(0, 65535) sum: variance 4 * 65536^2 / 12 */
+  return (float)s * (1.0f / 37837.23f);
+}
+
+static double tensor_std(const struct ferry_model_config *mc, const struct ferry_tensor_desc *t, double *mean) {
+  *mean = 0;
+  const double fan_in = t->ndim == 2 ? (double)t->shape[1] : 1.0;
+  const double residual = 1.0 / sqrt(2.0 * (double)mc->n_layers);
+  switch (t->role) {
+    case FERRY_ROLE_EMBED: return 1.0;
+    case FERRY_ROLE_POS_EMBED: return 0.1;
+    case FERRY_ROLE_ATTN_NORM:
+    case FERRY_ROLE_FFN_NORM:
+    case FERRY_ROLE_Q_NORM:
+    case FERRY_ROLE_K_NORM:
+    case FERRY_ROLE_FINAL_NORM:
+      *mean = 1.0;
+      return 0.05;
+    case FERRY_ROLE_ATTN_NORM_BIAS:
+    case FERRY_ROLE_FFN_NORM_BIAS:
+    case FERRY_ROLE_FINAL_NORM_BIAS:
+    case FERRY_ROLE_ATTN_Q_BIAS:
+    case FERRY_ROLE_ATTN_K_BIAS:
+    case FERRY_ROLE_ATTN_V_BIAS:
+    case FERRY_ROLE_ATTN_O_BIAS:
+    case FERRY_ROLE_FFN_UP_BIAS:
+    case FERRY_ROLE_FFN_DOWN_BIAS:
+      return 0.02;
+    case FERRY_ROLE_ATTN_O:
+    case FERRY_ROLE_FFN_DOWN:
+    case FERRY_ROLE_EXPERT_DOWN:
+    case FERRY_ROLE_SHARED_DOWN:
+      return residual / sqrt(fan_in);
+    case FERRY_ROLE_ROUTER: return 2.0 / sqrt(fan_in);
+    default: return 1.0 / sqrt(fan_in);
+  }
+}
+
+struct gen_state {
+  const struct ferry_model_config *mc;
+  const struct ferry_gen_options *opt;
+  ferry_store_writer *w;
+  float *chunk;
+  void *out;
+  float *prev_router; /* last layer's router rows, for adjacent-layer correlation */
+  float *direction;   /* shared embedding direction the router skew keys on */
+  uint64_t written, next_report;
+  int64_t t0;
+};
+
+static ferry_status emit(struct gen_state *g, const float *v, size_t n) {
+  size_t es = ferry_dtype_size(g->opt->dtype);
+  const void *src = v;
+  if (g->opt->dtype == FERRY_DTYPE_F16) {
+    uint16_t *o = g->out;
+    for (size_t i = 0; i < n; i++) o[i] = ferry__f32_to_f16(v[i]);
+    src = o;
+  } else if (g->opt->dtype == FERRY_DTYPE_BF16) {
+    uint16_t *o = g->out;
+    for (size_t i = 0; i < n; i++) o[i] = ferry__f32_to_bf16(v[i]);
+    src = o;
+  }
+  ferry_status st = ferry_store_writer_write(g->w, src, n * es);
+  if (st != FERRY_OK) return ferry__fail(st, "%s", ferry_store_writer_errmsg(g->w));
+  g->written += n * es;
+  if (g->opt->progress && g->written >= g->next_report) {
+    double s = (double)(ferry__mono_ns() - g->t0) / 1e9;
+    fprintf(stderr, "ferry: generated %.0f MiB (%.0f MB/s)\n", (double)g->written / 1048576.0,
+            s > 0 ? (double)g->written / 1e6 / s : 0.0);
+    g->next_report += 256u << 20;
+  }
+  return FERRY_OK;
+}
+
+/* Router of one layer: random rows, plus a bias along the shared direction that favours
+ * low-numbered experts (skew), mixed with the previous layer's rows (correlation). */
+static ferry_status gen_router(struct gen_state *g, const struct ferry_tensor_desc *t, struct ferry_rng *r) {
+  const int64_t E = t->shape[0], H = t->shape[1];
+  const double std = 2.0 / sqrt((double)H), corr = g->opt->router_locality;
+  float *rows = g->chunk; /* E * H <= CHUNK_ELEMS checked by the caller */
+  for (int64_t e = 0; e < E; e++) {
+    double bias = g->opt->router_skew > 0 ? g->opt->router_skew * (1.0 - pow((double)(e + 1), -0.5)) : 0.0;
+    for (int64_t i = 0; i < H; i++) {
+      double v = std * approx_normal(r);
+      if (g->prev_router && corr > 0) v = corr * g->prev_router[e * H + i] + sqrt(1.0 - corr * corr) * v;
+      rows[e * H + i] = (float)v;
+    }
+    /* popular experts get the largest component along the shared direction */
+    if (g->direction)
+      for (int64_t i = 0; i < H; i++) rows[e * H + i] += (float)(-bias * g->direction[i] / sqrt((double)H) * 4.0);
+  }
+  if (g->prev_router) memcpy(g->prev_router, rows, (size_t)(E * H) * sizeof(float));
+  return emit(g, rows, (size_t)(E * H));
+}
+
+static ferry_status gen_tensor(struct gen_state *g, size_t index, const struct ferry_tensor_desc *t) {
+  struct ferry_rng r;
+  ferry__rng_seed_stream(&r, g->opt->seed, (uint64_t)index + 1);
+  if (t->role == FERRY_ROLE_ROUTER && t->numel <= CHUNK_ELEMS) return gen_router(g, t, &r);
+  double mean, std = tensor_std(g->mc, t, &mean);
+  const int embed_dir = t->role == FERRY_ROLE_EMBED && g->direction;
+  const uint64_t cols = t->ndim == 2 ? (uint64_t)t->shape[1] : t->numel;
+  for (uint64_t done = 0; done < t->numel;) {
+    size_t n = t->numel - done < CHUNK_ELEMS ? (size_t)(t->numel - done) : CHUNK_ELEMS;
+    for (size_t i = 0; i < n; i++) {
+      float v = (float)(mean + std * approx_normal(&r));
+      if (embed_dir) v += g->direction[(done + i) % cols];
+      g->chunk[i] = v;
+    }
+    ferry_status st = emit(g, g->chunk, n);
+    if (st != FERRY_OK) return st;
+    done += n;
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry_model_config_derive(const struct ferry_model_config *base, int64_t layers, double scale,
+                                       struct ferry_model_config *out) {
+  *out = *base;
+  if (layers > 0) out->n_layers = layers;
+  if (scale > 0 && scale != 1.0) {
+    int64_t heads = (int64_t)llround((double)base->n_heads * scale);
+    if (heads < 1) heads = 1;
+    int64_t kv = (int64_t)llround((double)base->n_kv_heads * scale);
+    if (kv < 1) kv = 1;
+    while (heads % kv) kv--;
+    out->n_heads = heads;
+    out->n_kv_heads = kv;
+    out->hidden = heads * base->head_dim;
+#define SCALE16(f) \
+  if (base->f) out->f = ((int64_t)llround((double)base->f * scale) + 15) / 16 * 16;
+    SCALE16(intermediate);
+    SCALE16(expert_intermediate);
+    SCALE16(shared_intermediate);
+#undef SCALE16
+  }
+  ferry_model *check = NULL;
+  ferry_status st = ferry_model_create(&check, out);
+  ferry_model_close(check);
+  return st;
+}
+
+ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_gen_options *options,
+                                  const char *out_dir, uint64_t *bytes_written) {
+  const struct ferry_model_config *base = ferry_model_get_config(model);
+  if (options->dtype != FERRY_DTYPE_F32 && options->dtype != FERRY_DTYPE_F16 && options->dtype != FERRY_DTYPE_BF16)
+    return ferry__fail(FERRY_ERR_INVALID, "model gen: --dtype must be fp32, fp16 or bf16");
+  if (options->router_locality < 0 || options->router_locality > 1 || options->router_skew < 0)
+    return ferry__fail(FERRY_ERR_INVALID, "model gen: router skew must be >= 0 and locality in [0, 1]");
+  struct ferry_model_config mc = *base;
+  mc.dtype = options->dtype;
+  ferry_model *m = NULL;
+  ferry_status st = ferry_model_create(&m, &mc);
+  if (st != FERRY_OK) return st;
+  struct gen_state g = {.mc = ferry_model_get_config(m), .opt = options};
+  char *tmp_dir = ferry__asprintf("%s.ferry-tmp-%ld", out_dir, (long)getpid());
+  char *config_json = NULL, *config_path = NULL;
+  g.chunk = ferry_malloc(CHUNK_ELEMS * sizeof(float));
+  g.out = ferry_malloc(CHUNK_ELEMS * sizeof(float));
+  if (!tmp_dir || !g.chunk || !g.out) {
+    st = ferry__fail(FERRY_ERR_NOMEM, "model gen: out of memory");
+    goto out_free;
+  }
+  if (ferry__is_dir(out_dir) && rmdir(out_dir) != 0 && !options->force) {
+    st = ferry__fail(FERRY_ERR_EXISTS, "%s: exists and is not empty (use --force to replace it)", out_dir);
+    goto out_free;
+  }
+  if (ferry__is_file(out_dir)) {
+    st = ferry__fail(FERRY_ERR_EXISTS, "%s: exists and is a file", out_dir);
+    goto out_free;
+  }
+  ferry__rm_rf(tmp_dir);
+  if ((st = ferry__mkdir_p(tmp_dir, NULL)) != FERRY_OK) goto out_free;
+  if (mc.n_experts && (options->router_skew > 0 || options->router_locality > 0)) {
+    if ((uint64_t)(mc.n_experts * mc.hidden) > CHUNK_ELEMS) {
+      st = ferry__fail(FERRY_ERR_UNSUPPORTED, "model gen: router shaping needs experts x hidden <= %u", CHUNK_ELEMS);
+      goto out_rm;
+    }
+    g.prev_router = options->router_locality > 0 ? ferry__calloc((size_t)(mc.n_experts * mc.hidden), sizeof(float)) : NULL;
+    g.direction = options->router_skew > 0 ? ferry__calloc((size_t)mc.hidden, sizeof(float)) : NULL;
+    if ((options->router_locality > 0 && !g.prev_router) || (options->router_skew > 0 && !g.direction)) {
+      st = ferry__fail(FERRY_ERR_NOMEM, "model gen: out of memory");
+      goto out_rm;
+    }
+    if (g.direction) {
+      struct ferry_rng r;
+      ferry__rng_seed_stream(&r, options->seed, 0);
+      for (int64_t i = 0; i < mc.hidden; i++) g.direction[i] = (float)(approx_normal(&r) > 0 ? 0.7 : -0.7);
+    }
+  }
+  if ((st = ferry_store_writer_create(&g.w, tmp_dir, options->max_shard_bytes)) != FERRY_OK) goto out_rm;
+  char seed_text[32];
+  snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)options->seed);
+  size_t n = ferry_model_tensor_count(m);
+  if ((st = ferry_store_writer_set_metadata(g.w, "format", "pt")) ||
+      (st = ferry_store_writer_set_metadata(g.w, "ferry.generator", "ferry model gen")) ||
+      (st = ferry_store_writer_set_metadata(g.w, "ferry.seed", seed_text)))
+    goto out_writer;
+  for (size_t i = 0; i < n; i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(m, i);
+    if ((st = ferry_store_writer_add(g.w, t->name, options->dtype, t->ndim, t->shape)) != FERRY_OK) goto out_writer;
+  }
+  g.t0 = ferry__mono_ns();
+  g.next_report = 256u << 20;
+  for (size_t i = 0; i < n; i++)
+    if ((st = gen_tensor(&g, i, ferry_model_tensor(m, i))) != FERRY_OK) goto out_writer;
+  if ((st = ferry_store_writer_finish(g.w)) != FERRY_OK) {
+    st = ferry__fail(st, "%s", ferry_store_writer_errmsg(g.w));
+    goto out_writer;
+  }
+  if ((st = ferry_model_config_json(m, &config_json)) != FERRY_OK) goto out_writer;
+  config_path = ferry__path_join(tmp_dir, "config.json");
+  if (!config_path) {
+    st = ferry__fail(FERRY_ERR_NOMEM, "model gen: out of memory");
+    goto out_writer;
+  }
+  if ((st = ferry__write_file_atomic(config_path, config_json, strlen(config_json), NULL)) != FERRY_OK) goto out_writer;
+  if (options->force && ferry__is_dir(out_dir)) ferry__rm_rf(out_dir);
+  if (rename(tmp_dir, out_dir) != 0) {
+    st = ferry__fail(FERRY_ERR_IO, "%s: cannot move the generated model into place", out_dir);
+    goto out_writer;
+  }
+  if (bytes_written) *bytes_written = g.written;
+out_writer:
+  ferry_store_writer_free(g.w);
+out_rm:
+  if (st != FERRY_OK) ferry__rm_rf(tmp_dir);
+out_free:
+  ferry_free(config_json);
+  ferry_free(config_path);
+  ferry_free(g.prev_router);
+  ferry_free(g.direction);
+  ferry_free(g.chunk);
+  ferry_free(g.out);
+  ferry_free(tmp_dir);
+  ferry_model_close(m);
+  return st;
+}
