@@ -26,5 +26,6 @@ int cli_is_tty(FILE *f);
 
 /* Subcommands. Each parses its own options (argv[0] is the subcommand name). */
 int cmd_model(int argc, char **argv);
+int cmd_db(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@ static const struct command {
   const char *summary;
 } commands[] = {
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
+    {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
 };
 
 static void usage(FILE *f) {
