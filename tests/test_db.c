@@ -717,8 +717,7 @@ static void test_export_trace(void **state) {
 
 /* Build a small database in the layout of `nsys export --type sqlite`. variant 0: current
  * columns (demangledName/shortName, NVTX textId); 1: older ones (kernel `name`, NVTX `text`). */
-void build_nsys_fixture(const char *path, int variant, const char *omit_table);
-void build_nsys_fixture(const char *path, int variant, const char *omit_table) {
+static void build_nsys_fixture(const char *path, int variant, const char *omit_table) {
   sqlite3 *s;
   assert_int_equal(sqlite3_open(path, &s), SQLITE_OK);
   char sql_text[4096];
