@@ -144,17 +144,15 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
     goto out_free;
   }
   if (!db->read_only) {
-    char *mode = NULL;
+    int wal = 0;
     sqlite3_stmt *stj;
     rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
     if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
       const char *m = (const char *)sqlite3_column_text(stj, 0);
-      mode = m ? ferry__strdup(m) : NULL;
+      wal = m && !strcmp(m, "wal");
       rc = SQLITE_OK;
     }
     sqlite3_finalize(stj);
-    int wal = mode && !strcmp(mode, "wal");
-    ferry_free(mode);
     if (rc != SQLITE_OK || !wal) {
       if ((st = unwritable(db)) == FERRY_OK)
         st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)

@@ -431,8 +431,6 @@ static int write_strings(struct ferry_db *db, size_t upto) {
 ferry_status ferry__db_flush(struct ferry_db *db) {
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&db->write_mu);
-  if ((st = prepare_all(db)) != FERRY_OK) goto out_unlock;
-
   pthread_mutex_lock(&db->batch_mu);
   struct ferry__batch work = db->batch;
   db->batch = db->spare;
@@ -440,6 +438,8 @@ ferry_status ferry__db_flush(struct ferry_db *db) {
   pthread_mutex_unlock(&db->batch_mu);
   size_t rows = batch_rows(&work);
   if (rows == 0 && nstrings == db->strings_written) goto out_restore;
+  /* A batch that cannot be written is dropped and counted, so memory stays bounded. */
+  if ((st = prepare_all(db)) != FERRY_OK) goto out_count_dropped;
 
   const char *what = "writing a batch";
   int rc = sqlite3_exec(db->sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
@@ -474,7 +474,6 @@ out_count_dropped:
 out_restore:
   work.acts.len = work.reqs.len = work.steps.len = work.mems.len = 0;
   db->spare = work;
-out_unlock:
   pthread_mutex_unlock(&db->write_mu);
   return st;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "ferry/alloc.h"
 #include "ferry/db.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
@@ -852,6 +853,42 @@ static void test_import_nsys(void **state) {
   ferry_db_close(db);
 }
 
+/* Every allocation failure on the write path is an error or a counted drop, never a crash or
+ * a leak (ASan checks the latter). */
+static void test_allocation_failures(void **state) {
+  struct fixture *f = *state;
+  for (int64_t n = 0; n < 150; n++) {
+    unlink(f->path);
+    ferry_alloc_fail_after(n);
+    ferry_db *db = NULL;
+    ferry_status st = ferry_db_open(&db, f->path, FERRY_DB_CREATE);
+    if (st == FERRY_OK) {
+      struct ferry_run_info info = {.kind = FERRY_RUN_SIM, .model = "m"};
+      int64_t run;
+      if (ferry_db_run_begin(db, &info, &run) == FERRY_OK) {
+        char name[16];
+        for (int i = 0; i < 40; i++) {
+          snprintf(name, sizeof name, "op%d", i);
+          struct ferry_activity a = act(FERRY_ACT_KERNEL, name, 0, i, i + 1);
+          ferry_db_activity_sink(db, &a);
+        }
+        struct ferry_request_row r = {1, 0, 1, 2, 3, 4};
+        ferry_db_add_request(db, run, &r);
+        ferry_db_run_finish(db, run, NULL);
+        sqlite3 *s = ferry__db_sqlite(db);
+        /* Whatever was lost is accounted for. */
+        assert_int_equal(q1(s, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL") +
+                             q1(s, "SELECT dropped_records FROM runs"), 40);
+      }
+    } else {
+      if (st != FERRY_ERR_NOMEM) fail_msg("n=%lld: %s", (long long)n, ferry_last_error());
+      assert_null(db);
+    }
+    ferry_db_close(db);
+  }
+  ferry_alloc_fail_after(-1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_create_schema, setup, teardown),
@@ -866,6 +903,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stats_and_compare, setup, teardown),
       cmocka_unit_test_setup_teardown(test_export_trace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_import_nsys, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
