@@ -30,5 +30,6 @@ int cmd_run(int argc, char **argv);
 int cmd_model_gen(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
+int cmd_db(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static const struct command {
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
     {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},
     {"hw", cmd_hw, "hardware profiles for the simulator (list, show)"},
+    {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,333 @@
+/**
+ * @file db.h
+ * @brief The result database: one SQLite file per study holding every run (simulated or
+ *        real) with its requests, engine steps, memory samples and a timeline in the table
+ *        layout of Nsight Systems' SQLite export. The full schema is in docs/schema.md.
+ *
+ * Writing: ferry_db_open() with FERRY_DB_CREATE, ferry_db_run_begin() (the run row is
+ * committed at once with complete = 0), then rows through ferry_db_add_request(),
+ * ferry_db_add_step(), ferry_db_add_memory() and the activity sink
+ * ferry_db_activity_sink(), ferry_db_flush() as often as wanted, and ferry_db_run_finish().
+ * Rows are written in batched transactions, so a process killed mid-run leaves a consistent
+ * database in which the run is marked incomplete and every committed batch is intact.
+ *
+ * Threads: ferry_db_activity_sink() may be called from any number of threads at once. Every
+ * other function must be called from one thread at a time per handle.
+ */
+#ifndef FERRY_DB_H
+#define FERRY_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/activity.h"
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Schema version this build writes (stored in PRAGMA user_version). */
+#define FERRY_DB_SCHEMA_VERSION 2
+
+/** Opaque handle on an open result database. */
+typedef struct ferry_db ferry_db;
+
+/** How to open a database (ferry_db_open() flags). */
+enum ferry_db_open_flags {
+  FERRY_DB_READ_ONLY = 0, /**< open an existing database for reading only; nothing is written */
+  FERRY_DB_CREATE = 1     /**< open for reading and writing, creating and migrating as needed */
+};
+
+/** Kind of a run (runs.kind). */
+enum ferry_run_kind {
+  FERRY_RUN_SIM = 0,        /**< the discrete-event simulator ("sim") */
+  FERRY_RUN_HOST = 1,       /**< the host executor ("host") */
+  FERRY_RUN_CUDA = 2,       /**< the CUDA executor ("cuda") */
+  FERRY_RUN_NSYS_IMPORT = 3 /**< imported from an Nsight Systems SQLite export ("nsys-import") */
+};
+
+/** Description of a run, given to ferry_db_run_begin(). Strings are copied; NULL = unknown. */
+struct ferry_run_info {
+  enum ferry_run_kind kind; /**< which world produced the run */
+  const char *model;        /**< model name or path */
+  const char *hardware;     /**< hardware profile or GPU name */
+  const char *trace;        /**< request trace name or path */
+  const char *config_json;  /**< the full configuration as JSON text */
+  const char *config_hash;  /**< identifies the configuration across runs (sweep resume) */
+  const char *git_rev;      /**< source revision of the build */
+  const char *notes;        /**< free text */
+};
+
+/** One request (requests table). Times are ns on the run's clock. */
+struct ferry_request_row {
+  int64_t req_id;         /**< request id within the trace */
+  int64_t arrival_ns;     /**< arrival time */
+  int64_t first_token_ns; /**< time the first output token was produced */
+  int64_t finish_ns;      /**< time the last output token was produced */
+  int64_t prompt_tokens;  /**< prompt length in tokens */
+  int64_t output_tokens;  /**< generated tokens */
+};
+
+/** One engine step (steps table). */
+struct ferry_step_row {
+  int64_t step;       /**< step number */
+  int64_t start_ns;   /**< step start */
+  int64_t end_ns;     /**< step end */
+  int64_t batch;      /**< requests in the batch */
+  int64_t tokens;     /**< tokens processed */
+  uint64_t bytes_disk; /**< bytes read from disk */
+  uint64_t bytes_h2d;  /**< bytes copied host to device */
+  uint64_t bytes_d2h;  /**< bytes copied device to host */
+  int64_t hits;       /**< weight-cache hits */
+  int64_t misses;     /**< weight-cache misses */
+  int64_t stall_ns;   /**< time compute waited for weights */
+};
+
+/** A run as listed by ferry_db_list_runs() and ferry_db_get_run(); strings owned by the array. */
+struct ferry_run_summary {
+  int64_t id;            /**< run id */
+  char kind[16];         /**< "sim", "host", "cuda" or "nsys-import" */
+  char *model;           /**< model, or NULL */
+  char *hardware;        /**< hardware, or NULL */
+  char *trace;           /**< trace, or NULL */
+  char *started_at;      /**< ISO-8601 UTC start time */
+  char *finished_at;     /**< ISO-8601 UTC finish time, or NULL while running / killed */
+  int complete;          /**< 1 when the run finished without error */
+  char *error;           /**< error message of a failed run, or NULL */
+  char *config_json;     /**< configuration JSON, or NULL */
+  char *config_hash;     /**< configuration hash, or NULL */
+  char *notes;           /**< notes, or NULL */
+  int64_t requests;      /**< number of request rows */
+  int64_t dropped_records; /**< activity records lost (allocation or write failures) */
+};
+
+/** Summary statistics of one sample (latency in ns). */
+struct ferry_dist {
+  int64_t count; /**< number of samples (0: the other fields are 0) */
+  double mean;   /**< arithmetic mean */
+  double p50;    /**< median (linear interpolation between closest ranks) */
+  double p90;    /**< 90th percentile */
+  double p99;    /**< 99th percentile */
+};
+
+/** Metrics of one run, computed by ferry_db_run_stats(). */
+struct ferry_run_stats {
+  struct ferry_dist ttft_ns;  /**< time to first token: first_token_ns - arrival_ns */
+  struct ferry_dist tpot_ns;  /**< time per output token after the first (requests with >1 token) */
+  struct ferry_dist e2e_ns;   /**< end-to-end latency: finish_ns - arrival_ns */
+  int64_t requests;           /**< request rows */
+  int64_t output_tokens;      /**< sum of output tokens */
+  double throughput_tok_s;    /**< output tokens / (last finish - first arrival) in tokens/s */
+  int64_t steps;              /**< step rows */
+  uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak used_bytes per tier (memory table) */
+  uint64_t bytes_disk;        /**< sum of steps.bytes_disk */
+  uint64_t bytes_h2d;         /**< sum of steps.bytes_h2d */
+  uint64_t bytes_d2h;         /**< sum of steps.bytes_d2h */
+  int64_t stall_ns;           /**< sum of steps.stall_ns */
+};
+
+/** One compared metric, produced by ferry_db_compare(). */
+struct ferry_metric_delta {
+  char name[32];        /**< metric name, e.g. "ttft_p99_ms" */
+  double a;             /**< value in run A (unit in the name) */
+  double b;             /**< value in run B */
+  double change_pct;    /**< (b - a) / a * 100; 0 when both are 0; +/-inf when a is 0 */
+  int higher_is_better; /**< 1 for throughput, 0 for latencies, memory and bytes */
+  int regressed;        /**< 1 when B is worse than A by more than the tolerance */
+};
+
+/** Maximum number of rows ferry_db_compare() writes. */
+#define FERRY_DB_MAX_METRICS 32
+
+/**
+ * @brief Open (and with FERRY_DB_CREATE create or migrate) a result database.
+ *
+ * A file that is not SQLite, or an SQLite file without the ferry schema, is refused with
+ * FERRY_ERR_FORMAT ("not a ferry database"); a database written by a newer ferry is refused
+ * with FERRY_ERR_SCHEMA and nothing is written; an unwritable file or folder gives
+ * FERRY_ERR_IO naming the file. The database is put in WAL mode with synchronous=NORMAL.
+ * @param out receives the handle (owned: release with ferry_db_close()); NULL on failure.
+ * @param path database file.
+ * @param flags FERRY_DB_READ_ONLY or FERRY_DB_CREATE.
+ * @return FERRY_OK or an error; the message is in ferry_last_error().
+ */
+ferry_status ferry_db_open(ferry_db **out, const char *path, int flags);
+
+/**
+ * @brief Flush pending activity rows and close the database. Accepts NULL.
+ * @param db handle.
+ */
+void ferry_db_close(ferry_db *db);
+
+/**
+ * @brief The detailed message of the handle's last failure.
+ * @param db handle (NULL gives "").
+ * @return borrowed string valid until the next call on the handle; "" if none.
+ */
+const char *ferry_db_errmsg(const ferry_db *db);
+
+/**
+ * @brief Insert a run row (complete = 0, started_at = now) and commit it at once. The run
+ *        becomes the target of ferry_db_activity_sink().
+ * @param db handle opened with FERRY_DB_CREATE.
+ * @param info run description (copied).
+ * @param run_id receives the new run's id.
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id);
+
+/**
+ * @brief Flush pending rows and mark a run finished: finished_at = now, complete = 1 when
+ *        error is NULL, otherwise complete = 0 and runs.error = error.
+ * @param db handle.
+ * @param run_id run to finish.
+ * @param error NULL on success, or what went wrong.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
+ */
+ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error);
+
+/**
+ * @brief Add a request row (written with the next batch).
+ * @param db handle.
+ * @param run_id run the row belongs to.
+ * @param row the request.
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct ferry_request_row *row);
+
+/**
+ * @brief Add a step row (written with the next batch).
+ * @param db handle.
+ * @param run_id run the row belongs to.
+ * @param row the step.
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_step_row *row);
+
+/**
+ * @brief Add a memory sample (written with the next batch).
+ * @param db handle.
+ * @param run_id run the row belongs to.
+ * @param t_ns sample time.
+ * @param tier which tier.
+ * @param used_bytes bytes in use.
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enum ferry_tier tier,
+                                 uint64_t used_bytes);
+
+/**
+ * @brief Activity sink: usable directly as a ferry_activity_fn with the ferry_db as user.
+ *
+ * Thread-safe: appends a copy of the record (its name interned into StringIds) to an
+ * in-memory batch under a mutex; a full batch (4096 rows) is written in one transaction by
+ * the calling thread. Records go to the run of the last ferry_db_run_begin(); records arriving
+ * with no run, or lost to an allocation or write failure, are counted in runs.dropped_records
+ * and the failure is reported by the next ferry_db_flush().
+ * @param user the ferry_db handle.
+ * @param act the record (borrowed for the call).
+ */
+void ferry_db_activity_sink(void *user, const struct ferry_activity *act);
+
+/**
+ * @brief Write every pending row (requests, steps, memory, activities) in one transaction.
+ * @param db handle.
+ * @return FERRY_OK, FERRY_ERR_NO_SPACE when the disk or database is full (earlier batches
+ *         stay intact), or another error, including one deferred from the sink.
+ */
+ferry_status ferry_db_flush(ferry_db *db);
+
+/**
+ * @brief Find the most recent complete run with a configuration hash (sweeps resume by it).
+ * @param db handle.
+ * @param config_hash the hash.
+ * @param run_id receives the run id.
+ * @return FERRY_OK, or FERRY_ERR_NOT_FOUND (no message) when there is none.
+ */
+ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, int64_t *run_id);
+
+/**
+ * @brief List every run, oldest first.
+ * @param db handle.
+ * @param runs receives an owned array (release with ferry_db_runs_free()).
+ * @param count receives the number of runs.
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count);
+
+/**
+ * @brief Read one run.
+ * @param db handle.
+ * @param run_id the run.
+ * @param run receives an owned array of one run (release with ferry_db_runs_free(run, 1)).
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
+ */
+ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run);
+
+/**
+ * @brief Release an array from ferry_db_list_runs() or ferry_db_get_run(). Accepts NULL.
+ * @param runs the array.
+ * @param count its length.
+ */
+void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
+
+/**
+ * @brief Compute a run's latency percentiles, throughput, peak memory and bytes moved.
+ * @param db handle.
+ * @param run_id the run.
+ * @param stats receives the metrics.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
+ */
+ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats);
+
+/**
+ * @brief Compare two runs' metrics (latency percentiles, throughput, peak memory per tier,
+ *        bytes moved, stall time).
+ * @param a baseline.
+ * @param b candidate.
+ * @param tolerance_pct allowed worsening in percent (e.g. 5.0).
+ * @param out array of at least FERRY_DB_MAX_METRICS rows.
+ * @param count receives the number of rows written.
+ * @return the number of regressed metrics (0 when B is within tolerance of A).
+ */
+int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_stats *b,
+                     double tolerance_pct, struct ferry_metric_delta *out, size_t *count);
+
+/**
+ * @brief Write a run's timeline as Chrome trace JSON (Perfetto): complete events per queue,
+ *        NVTX ranges on their own track, memory per tier as counters; times in microseconds
+ *        relative to the run's first timestamp.
+ * @param db handle.
+ * @param run_id the run.
+ * @param out_path output file (replaced atomically).
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
+ */
+ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out_path);
+
+/**
+ * @brief Import an Nsight Systems SQLite export (`nsys export --type sqlite`) as a run of
+ *        kind nsys-import. Known column variants are accepted; a missing required table
+ *        (META_DATA_EXPORT, StringIds, CUPTI_ACTIVITY_KIND_KERNEL) fails with FERRY_ERR_FORMAT
+ *        naming the file and table, and nothing is written.
+ * @param db handle opened with FERRY_DB_CREATE.
+ * @param export_path the export.
+ * @param info optional run description (kind is forced to nsys-import; NULL fields are
+ *        filled from the export); may be NULL.
+ * @param run_id receives the new run's id.
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
+                                  const struct ferry_run_info *info, int64_t *run_id);
+
+/**
+ * @brief Name of a run kind as stored in runs.kind.
+ * @param kind the kind.
+ * @return a static string ("sim", "host", "cuda", "nsys-import", or "?").
+ */
+const char *ferry_run_kind_name(enum ferry_run_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_DB_H */

@@ -1,0 +1,636 @@
+/* The result database handle: opening (with the checks that turn a wrong file, a newer schema
+ * or an unwritable place into one clear error), run bookkeeping, row appends and the read-side
+ * queries behind `ferry db list/show/diff`. The write path proper is in writer.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "profiler/db_internal.h"
+#include "profiler/schema.h"
+
+const char *ferry_run_kind_name(enum ferry_run_kind kind) {
+  switch (kind) {
+  case FERRY_RUN_SIM: return "sim";
+  case FERRY_RUN_HOST: return "host";
+  case FERRY_RUN_CUDA: return "cuda";
+  case FERRY_RUN_NSYS_IMPORT: return "nsys-import";
+  }
+  return "?";
+}
+
+sqlite3 *ferry__db_sqlite(struct ferry_db *db) { return db ? db->sql : NULL; }
+
+static int pragma_int(sqlite3 *sql, const char *pragma, int *out) {
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(sql, pragma, -1, &st, NULL);
+  if (rc != SQLITE_OK) return rc;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int(st, 0);
+    rc = SQLITE_OK;
+  } else if (rc == SQLITE_DONE) {
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* Explain why a database could not be opened for writing: the file or its folder. */
+static ferry_status unwritable(struct ferry_db *db) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", db->path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *(slash == dir ? slash + 1 : slash) = '\0';
+  else
+    snprintf(dir, sizeof dir, ".");
+  if (access(db->path, F_OK) == 0 && access(db->path, W_OK) != 0)
+    return ferry__err_set(&db->err, FERRY_ERR_IO, "%s: file is read-only (%s)", db->path, strerror(EACCES));
+  if (access(dir, W_OK) != 0)
+    return ferry__err_set(&db->err, FERRY_ERR_IO,
+                          "%s: cannot write in folder %s (%s); a database needs its folder writable",
+                          db->path, dir, strerror(errno));
+  return FERRY_OK;
+}
+
+ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
+  if (!out || !path || !*path)
+    return ferry__fail(FERRY_ERR_INVALID, "ferry_db_open: %s is NULL or empty", out ? "path" : "out");
+  *out = NULL;
+  if (flags != FERRY_DB_READ_ONLY && flags != FERRY_DB_CREATE)
+    return ferry__fail(FERRY_ERR_INVALID, "%s: unknown open flags %d", path, flags);
+  struct ferry_db *db = ferry__calloc(1, sizeof *db);
+  if (!db) return ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory", path);
+  ferry_status st = FERRY_OK;
+  db->read_only = flags == FERRY_DB_READ_ONLY;
+  db->global_pid = (int64_t)getpid() << 24; /* nsys serialised GlobalId: pid in bits 24..47 */
+  ferry__db_batch_init(&db->batch);
+  ferry__db_batch_init(&db->spare);
+  pthread_mutex_init(&db->write_mu, NULL);
+  pthread_mutex_init(&db->batch_mu, NULL);
+  if (!(db->path = ferry__strdup(path))) {
+    st = ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory", path);
+    goto out_free;
+  }
+
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    if (db->read_only) {
+      st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no such database (%s)", path, strerror(errno));
+      goto out_free;
+    }
+    if ((st = unwritable(db)) != FERRY_OK) goto out_free;
+  } else if (S_ISDIR(sb.st_mode)) {
+    st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: is a folder, expected a database file", path);
+    goto out_free;
+  }
+
+  int oflags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+               SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
+  int rc = sqlite3_open_v2(path, &db->sql, oflags, NULL);
+  if (rc != SQLITE_OK) {
+    if (!db->read_only && unwritable(db) != FERRY_OK) {
+      st = db->err.status;
+    } else {
+      st = ferry__db_sqlite_error(db->sql, rc, path, "cannot open", &db->err);
+    }
+    goto out_free;
+  }
+  sqlite3_extended_result_codes(db->sql, 1);
+  sqlite3_busy_timeout(db->sql, 10000);
+  if (!db->read_only && sqlite3_db_readonly(db->sql, "main") == 1) {
+    if ((st = unwritable(db)) == FERRY_OK)
+      st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: opened read-only by SQLite; cannot write", path);
+    goto out_free;
+  }
+
+  /* Reading the header tells a non-SQLite file apart before anything is written. */
+  int version = 0, app_id = 0, tables = 0;
+  rc = pragma_int(db->sql, "PRAGMA user_version", &version);
+  if (db->read_only && ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY)) {
+    /* A WAL database in a folder we cannot write: SQLite cannot create the -shm file. Read
+     * it as immutable (no locking), which is right for a study someone else has finished. */
+    char *uri = ferry__db_file_uri(path, "immutable=1");
+    sqlite3_close_v2(db->sql);
+    db->sql = NULL;
+    rc = uri ? sqlite3_open_v2(uri, &db->sql, oflags, NULL) : SQLITE_NOMEM;
+    ferry_free(uri);
+    if (rc == SQLITE_OK) rc = pragma_int(db->sql, "PRAGMA user_version", &version);
+  }
+  if (rc != SQLITE_OK ||
+      (rc = pragma_int(db->sql, "PRAGMA application_id", &app_id)) != SQLITE_OK ||
+      (rc = pragma_int(db->sql, "SELECT count(*) FROM sqlite_master", &tables)) != SQLITE_OK) {
+    if ((rc & 0xff) == SQLITE_NOTADB)
+      st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (not an SQLite file)", path);
+    else
+      st = ferry__db_sqlite_error(db->sql, rc, path, "reading the database header", &db->err);
+    goto out_free;
+  }
+  if (version > FERRY_DB_SCHEMA_VERSION) {
+    st = ferry__err_set(&db->err, FERRY_ERR_SCHEMA,
+                        "%s: schema version %d is newer than this build's %d; upgrade ferry", path,
+                        version, FERRY_DB_SCHEMA_VERSION);
+    goto out_free;
+  }
+  if ((version == 0 && (tables > 0 || db->read_only)) ||
+      (version > 0 && app_id != FERRY_DB_APPLICATION_ID)) {
+    st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (%s)", path,
+                        tables > 0 ? "an SQLite file with other tables" : "empty file");
+    goto out_free;
+  }
+  if (!db->read_only) {
+    int wal = 0;
+    sqlite3_stmt *stj;
+    rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
+      const char *m = (const char *)sqlite3_column_text(stj, 0);
+      wal = m && !strcmp(m, "wal");
+      rc = SQLITE_OK;
+    }
+    sqlite3_finalize(stj);
+    if (rc != SQLITE_OK || !wal) {
+      if ((st = unwritable(db)) == FERRY_OK)
+        st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)
+                             : ferry__err_set(&db->err, FERRY_ERR_IO, "%s: cannot switch to WAL mode", path);
+      goto out_free;
+    }
+    sqlite3_exec(db->sql, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-16384",
+                 NULL, NULL, NULL);
+    if (version < FERRY_DB_SCHEMA_VERSION &&
+        (st = ferry__db_migrate(db->sql, path, FERRY_DB_SCHEMA_VERSION, &db->err)) != FERRY_OK)
+      goto out_free;
+  }
+  *out = db;
+  return FERRY_OK;
+
+out_free:
+  ferry__err_copy(NULL, &db->err);
+  db->read_only = 1; /* nothing to flush */
+  ferry_db_close(db);
+  return st;
+}
+
+void ferry_db_close(ferry_db *db) {
+  if (!db) return;
+  if (!db->read_only && db->sql) ferry__db_flush(db);
+  for (int i = 0; i < STMT_COUNT; i++) {
+    sqlite3_finalize(db->stmt[i]);
+    sqlite3_finalize(db->multi[i]);
+  }
+  if (db->sql) sqlite3_close_v2(db->sql);
+  ferry__db_batch_free(&db->batch);
+  ferry__db_batch_free(&db->spare);
+  ferry__db_strings_free(db);
+  pthread_mutex_destroy(&db->write_mu);
+  pthread_mutex_destroy(&db->batch_mu);
+  ferry_free(db->path);
+  ferry_free(db);
+}
+
+const char *ferry_db_errmsg(const ferry_db *db) { return db ? db->err.msg : ""; }
+
+static void iso_now(char *buf, size_t len, int64_t *epoch_ns, int local) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  if (local)
+    localtime_r(&ts.tv_sec, &tm);
+  else
+    gmtime_r(&ts.tv_sec, &tm);
+  size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(buf + n, len - n, ".%03ld%s", ts.tv_nsec / 1000000, local ? "" : "Z");
+  if (epoch_ns) *epoch_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static ferry_status check_writable(ferry_db *db, const char *fn) {
+  if (!db) return ferry__fail(FERRY_ERR_INVALID, "%s: db is NULL", fn);
+  if (db->read_only)
+    return ferry__err_set(&db->err, FERRY_ERR_INVALID, "%s: %s: database opened read-only", db->path, fn);
+  return FERRY_OK;
+}
+
+static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s) {
+  if (s)
+    sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(st, i);
+}
+
+ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id) {
+  ferry_status st = check_writable(db, "ferry_db_run_begin");
+  if (st != FERRY_OK) return st;
+  if (!info || !run_id)
+    return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_run_begin: info or run_id is NULL");
+  if ((unsigned)info->kind > FERRY_RUN_NSYS_IMPORT)
+    return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_run_begin: unknown run kind %d", (int)info->kind);
+  char started[40], local[40], host[256] = "";
+  int64_t epoch_ns;
+  iso_now(started, sizeof started, &epoch_ns, 0);
+  iso_now(local, sizeof local, NULL, 1);
+  gethostname(host, sizeof host - 1);
+
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *ins = NULL;
+  const char *what = "inserting the run row";
+  int rc = sqlite3_exec(db->sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  if (rc != SQLITE_OK) goto out_error;
+  rc = sqlite3_prepare_v2(db->sql,
+                          "INSERT INTO runs(kind,started_at,complete,model,hardware,trace,config_json,"
+                          "config_hash,ferry_version,git_rev,notes,hostname,pid) "
+                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                          -1, &ins, NULL);
+  if (rc != SQLITE_OK) goto out_rollback;
+  sqlite3_bind_text(ins, 1, ferry_run_kind_name(info->kind), -1, SQLITE_STATIC);
+  sqlite3_bind_text(ins, 2, started, -1, SQLITE_TRANSIENT);
+  bind_text_or_null(ins, 3, info->model);
+  bind_text_or_null(ins, 4, info->hardware);
+  bind_text_or_null(ins, 5, info->trace);
+  bind_text_or_null(ins, 6, info->config_json);
+  bind_text_or_null(ins, 7, info->config_hash);
+  sqlite3_bind_text(ins, 8, FERRY_VERSION, -1, SQLITE_STATIC);
+  bind_text_or_null(ins, 9, info->git_rev);
+  bind_text_or_null(ins, 10, info->notes);
+  bind_text_or_null(ins, 11, host[0] ? host : NULL);
+  sqlite3_bind_int64(ins, 12, (int64_t)getpid());
+  if ((rc = sqlite3_step(ins)) != SQLITE_DONE) goto out_rollback;
+  int64_t id = sqlite3_last_insert_rowid(db->sql);
+  sqlite3_finalize(ins);
+  ins = NULL;
+  what = "recording the session start time";
+  rc = sqlite3_prepare_v2(db->sql,
+                          "INSERT INTO TARGET_INFO_SESSION_START_TIME(runId,utcEpochNs,utcTime,localTime) "
+                          "VALUES(?1,?2,?3,?4)", -1, &ins, NULL);
+  if (rc != SQLITE_OK) goto out_rollback;
+  sqlite3_bind_int64(ins, 1, id);
+  sqlite3_bind_int64(ins, 2, epoch_ns);
+  sqlite3_bind_text(ins, 3, started, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(ins, 4, local, -1, SQLITE_TRANSIENT);
+  if ((rc = sqlite3_step(ins)) != SQLITE_DONE) goto out_rollback;
+  sqlite3_finalize(ins);
+  ins = NULL;
+  what = "committing the run row";
+  if ((rc = sqlite3_exec(db->sql, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK) goto out_rollback;
+  pthread_mutex_unlock(&db->write_mu);
+
+  pthread_mutex_lock(&db->batch_mu);
+  db->sink_run = id;
+  db->dropped = 0;
+  pthread_mutex_unlock(&db->batch_mu);
+  *run_id = id;
+  return FERRY_OK;
+
+out_rollback:
+  st = ferry__db_sqlite_error(db->sql, rc, db->path, what, &db->err);
+  sqlite3_finalize(ins);
+  sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+out_error:
+  st = ferry__db_sqlite_error(db->sql, rc, db->path, what, &db->err);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
+ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error) {
+  ferry_status st = check_writable(db, "ferry_db_run_finish");
+  if (st != FERRY_OK) return st;
+  ferry_status flushed = ferry_db_flush(db);
+  char finished[40];
+  iso_now(finished, sizeof finished, NULL, 0);
+  pthread_mutex_lock(&db->batch_mu);
+  int64_t dropped = db->dropped;
+  if (db->sink_run == run_id) db->sink_run = 0;
+  pthread_mutex_unlock(&db->batch_mu);
+  /* A failed final flush still marks the run, as failed, so it is not mistaken for complete. */
+  char flush_msg[FERRY_ERRMSG_MAX + 32];
+  if (flushed != FERRY_OK && !error) {
+    snprintf(flush_msg, sizeof flush_msg, "final flush failed: %s", db->err.msg);
+    error = flush_msg;
+  }
+
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *up = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "UPDATE runs SET finished_at=?1, complete=?2, error=?3, dropped_records=?4 "
+                              "WHERE id=?5", -1, &up, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_text(up, 1, finished, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(up, 2, error ? 0 : 1);
+    bind_text_or_null(up, 3, error);
+    sqlite3_bind_int64(up, 4, dropped);
+    sqlite3_bind_int64(up, 5, run_id);
+    rc = sqlite3_step(up);
+  }
+  sqlite3_finalize(up);
+  if (rc != SQLITE_DONE)
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "marking the run finished", &db->err);
+  else if (sqlite3_changes(db->sql) == 0)
+    st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no run %lld", db->path, (long long)run_id);
+  pthread_mutex_unlock(&db->write_mu);
+  if (st == FERRY_OK && flushed != FERRY_OK) st = flushed;
+  return st;
+}
+
+/* Append under batch_mu; flush when the batch is full. */
+#define ADD_ROW(db, vec, type, fill)                                                    \
+  do {                                                                                  \
+    pthread_mutex_lock(&(db)->batch_mu);                                                \
+    type *slot_ = ferry__vec_push(&(db)->batch.vec);                                    \
+    if (slot_) { fill; }                                                                \
+    size_t n_ = (db)->batch.acts.len + (db)->batch.reqs.len + (db)->batch.steps.len +   \
+                (db)->batch.mems.len;                                                   \
+    pthread_mutex_unlock(&(db)->batch_mu);                                              \
+    if (!slot_) return ferry__err_set(&(db)->err, FERRY_ERR_NOMEM, "%s: out of memory", \
+                                      (db)->path);                                      \
+    if (n_ >= FERRY_DB_BATCH_ROWS) return ferry_db_flush(db);                           \
+  } while (0)
+
+ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct ferry_request_row *row) {
+  ferry_status st = check_writable(db, "ferry_db_add_request");
+  if (st != FERRY_OK) return st;
+  if (!row) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_add_request: row is NULL");
+  ADD_ROW(db, reqs, struct ferry__req_row, (slot_->run_id = run_id, slot_->r = *row));
+  return FERRY_OK;
+}
+
+ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_step_row *row) {
+  ferry_status st = check_writable(db, "ferry_db_add_step");
+  if (st != FERRY_OK) return st;
+  if (!row) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_add_step: row is NULL");
+  ADD_ROW(db, steps, struct ferry__step_row, (slot_->run_id = run_id, slot_->r = *row));
+  return FERRY_OK;
+}
+
+ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enum ferry_tier tier,
+                                 uint64_t used_bytes) {
+  ferry_status st = check_writable(db, "ferry_db_add_memory");
+  if (st != FERRY_OK) return st;
+  if ((unsigned)tier >= FERRY_TIER_COUNT)
+    return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_add_memory: unknown tier %d", (int)tier);
+  ADD_ROW(db, mems, struct ferry__mem_row,
+          (slot_->run_id = run_id, slot_->t_ns = t_ns, slot_->tier = (int)tier, slot_->used_bytes = used_bytes));
+  return FERRY_OK;
+}
+
+ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, int64_t *run_id) {
+  if (!db || !config_hash || !run_id) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_find_complete_run: NULL argument");
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *q = NULL;
+  ferry_status st = FERRY_OK;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT id FROM runs WHERE config_hash=?1 AND complete=1 ORDER BY id DESC LIMIT 1",
+                              -1, &q, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_text(q, 1, config_hash, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(q);
+  }
+  if (rc == SQLITE_ROW)
+    *run_id = sqlite3_column_int64(q, 0);
+  else if (rc == SQLITE_DONE)
+    st = FERRY_ERR_NOT_FOUND;
+  else
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "looking up a configuration hash", &db->err);
+  sqlite3_finalize(q);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
+static char *col_dup(sqlite3_stmt *q, int i, int *oom) {
+  const unsigned char *t = sqlite3_column_text(q, i);
+  if (!t) return NULL;
+  char *s = ferry__strdup((const char *)t);
+  if (!s) *oom = 1;
+  return s;
+}
+
+static const char run_cols[] =
+    "SELECT id, kind, model, hardware, trace, started_at, finished_at, complete, error, config_json,"
+    " config_hash, notes, dropped_records, (SELECT count(*) FROM requests r WHERE r.runId = runs.id)"
+    " FROM runs";
+
+static ferry_status read_runs(ferry_db *db, const char *sql_text, int64_t only,
+                              struct ferry_run_summary **runs, size_t *count) {
+  *runs = NULL;
+  *count = 0;
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *q = NULL;
+  struct ferry_run_summary *arr = NULL;
+  size_t n = 0, cap = 0;
+  ferry_status st = FERRY_OK;
+  int oom = 0;
+  int rc = sqlite3_prepare_v2(db->sql, sql_text, -1, &q, NULL);
+  if (rc != SQLITE_OK) goto out_sqlite;
+  if (only) sqlite3_bind_int64(q, 1, only);
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    if (n == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      struct ferry_run_summary *p = ferry__reallocarray(arr, ncap, sizeof *arr);
+      if (!p) {
+        oom = 1;
+        break;
+      }
+      arr = p;
+      cap = ncap;
+    }
+    struct ferry_run_summary *r = &arr[n++];
+    memset(r, 0, sizeof *r);
+    r->id = sqlite3_column_int64(q, 0);
+    snprintf(r->kind, sizeof r->kind, "%s", sqlite3_column_text(q, 1) ? (const char *)sqlite3_column_text(q, 1) : "?");
+    r->model = col_dup(q, 2, &oom);
+    r->hardware = col_dup(q, 3, &oom);
+    r->trace = col_dup(q, 4, &oom);
+    r->started_at = col_dup(q, 5, &oom);
+    r->finished_at = col_dup(q, 6, &oom);
+    r->complete = sqlite3_column_int(q, 7);
+    r->error = col_dup(q, 8, &oom);
+    r->config_json = col_dup(q, 9, &oom);
+    r->config_hash = col_dup(q, 10, &oom);
+    r->notes = col_dup(q, 11, &oom);
+    r->dropped_records = sqlite3_column_int64(q, 12);
+    r->requests = sqlite3_column_int64(q, 13);
+    if (oom) break;
+  }
+  if (oom) {
+    st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory listing runs", db->path);
+    goto out_free;
+  }
+  if (rc != SQLITE_DONE) goto out_sqlite;
+  sqlite3_finalize(q);
+  pthread_mutex_unlock(&db->write_mu);
+  *runs = arr;
+  *count = n;
+  return FERRY_OK;
+
+out_sqlite:
+  st = ferry__db_sqlite_error(db->sql, rc, db->path, "reading runs", &db->err);
+out_free:
+  sqlite3_finalize(q);
+  pthread_mutex_unlock(&db->write_mu);
+  ferry_db_runs_free(arr, n);
+  return st;
+}
+
+ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count) {
+  if (!db || !runs || !count) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_list_runs: NULL argument");
+  char sql_text[512];
+  snprintf(sql_text, sizeof sql_text, "%s ORDER BY id", run_cols);
+  return read_runs(db, sql_text, 0, runs, count);
+}
+
+ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run) {
+  if (!db || !run) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_get_run: NULL argument");
+  char sql_text[512];
+  snprintf(sql_text, sizeof sql_text, "%s WHERE id = ?1", run_cols);
+  size_t n;
+  ferry_status st = read_runs(db, sql_text, run_id, run, &n);
+  if (st == FERRY_OK && n == 0) {
+    ferry_db_runs_free(*run, 0);
+    *run = NULL;
+    return ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no run %lld", db->path, (long long)run_id);
+  }
+  return st;
+}
+
+void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count) {
+  if (!runs) return;
+  for (size_t i = 0; i < count; i++) {
+    struct ferry_run_summary *r = &runs[i];
+    ferry_free(r->model);
+    ferry_free(r->hardware);
+    ferry_free(r->trace);
+    ferry_free(r->started_at);
+    ferry_free(r->finished_at);
+    ferry_free(r->error);
+    ferry_free(r->config_json);
+    ferry_free(r->config_hash);
+    ferry_free(r->notes);
+  }
+  ferry_free(runs);
+}
+
+/* --- statistics -------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double percentile(const double *v, size_t n, double p) {
+  double pos = p / 100.0 * (double)(n - 1);
+  size_t lo = (size_t)pos;
+  if (lo + 1 >= n) return v[n - 1];
+  double frac = pos - (double)lo;
+  return v[lo] + (v[lo + 1] - v[lo]) * frac;
+}
+
+static void dist_of(double *v, size_t n, struct ferry_dist *d) {
+  memset(d, 0, sizeof *d);
+  if (!n) return;
+  qsort(v, n, sizeof *v, cmp_double);
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += v[i];
+  d->count = (int64_t)n;
+  d->mean = sum / (double)n;
+  d->p50 = percentile(v, n, 50);
+  d->p90 = percentile(v, n, 90);
+  d->p99 = percentile(v, n, 99);
+}
+
+ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
+  if (!db || !stats) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_run_stats: NULL argument");
+  memset(stats, 0, sizeof *stats);
+  struct ferry_run_summary *run;
+  ferry_status st = ferry_db_get_run(db, run_id, &run);
+  if (st != FERRY_OK) return st;
+  ferry_db_runs_free(run, 1);
+
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *q = NULL;
+  double *ttft = NULL, *tpot = NULL, *e2e = NULL;
+  size_t n = 0, ntpot = 0, cap = 0;
+  int64_t first_arrival = INT64_MAX, last_finish = INT64_MIN;
+  const char *what = "reading requests";
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT arrival_ns, first_token_ns, finish_ns, output_tokens FROM requests "
+                              "WHERE runId=?1 AND finish_ns IS NOT NULL AND first_token_ns IS NOT NULL",
+                              -1, &q, NULL);
+  if (rc != SQLITE_OK) goto out_sqlite;
+  sqlite3_bind_int64(q, 1, run_id);
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    if (n == cap) {
+      cap = cap ? cap * 2 : 1024;
+      double *a = ferry__reallocarray(ttft, cap, sizeof *a);
+      if (a) ttft = a;
+      double *b = ferry__reallocarray(tpot, cap, sizeof *b);
+      if (b) tpot = b;
+      double *c = ferry__reallocarray(e2e, cap, sizeof *c);
+      if (c) e2e = c;
+      if (!a || !b || !c) {
+        st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory reading requests", db->path);
+        goto out_free;
+      }
+    }
+    int64_t arr = sqlite3_column_int64(q, 0), ft = sqlite3_column_int64(q, 1),
+            fin = sqlite3_column_int64(q, 2), out = sqlite3_column_int64(q, 3);
+    ttft[n] = (double)(ft - arr);
+    e2e[n] = (double)(fin - arr);
+    if (out > 1) tpot[ntpot++] = (double)(fin - ft) / (double)(out - 1);
+    n++;
+    stats->output_tokens += out;
+    if (arr < first_arrival) first_arrival = arr;
+    if (fin > last_finish) last_finish = fin;
+  }
+  if (rc != SQLITE_DONE) goto out_sqlite;
+  sqlite3_finalize(q);
+  q = NULL;
+  stats->requests = (int64_t)n;
+  dist_of(ttft, n, &stats->ttft_ns);
+  dist_of(tpot, ntpot, &stats->tpot_ns);
+  dist_of(e2e, n, &stats->e2e_ns);
+  if (n && last_finish > first_arrival)
+    stats->throughput_tok_s = (double)stats->output_tokens * 1e9 / (double)(last_finish - first_arrival);
+
+  what = "reading memory samples";
+  rc = sqlite3_prepare_v2(db->sql, "SELECT tier, max(used_bytes) FROM memory WHERE runId=?1 GROUP BY tier",
+                          -1, &q, NULL);
+  if (rc != SQLITE_OK) goto out_sqlite;
+  sqlite3_bind_int64(q, 1, run_id);
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const char *tier = (const char *)sqlite3_column_text(q, 0);
+    int64_t peak = sqlite3_column_int64(q, 1);
+    int t = !tier ? -1 : !strcmp(tier, "device") ? 0 : !strcmp(tier, "host") ? 1 : !strcmp(tier, "disk") ? 2 : -1;
+    if (t >= 0) stats->peak_bytes[t] = peak > 0 ? (uint64_t)peak : 0;
+  }
+  if (rc != SQLITE_DONE) goto out_sqlite;
+  sqlite3_finalize(q);
+  q = NULL;
+
+  what = "reading steps";
+  rc = sqlite3_prepare_v2(db->sql,
+                          "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
+                          "total(stall_ns) FROM steps WHERE runId=?1", -1, &q, NULL);
+  if (rc != SQLITE_OK) goto out_sqlite;
+  sqlite3_bind_int64(q, 1, run_id);
+  if ((rc = sqlite3_step(q)) != SQLITE_ROW) goto out_sqlite;
+  stats->steps = sqlite3_column_int64(q, 0);
+  stats->bytes_disk = (uint64_t)sqlite3_column_double(q, 1);
+  stats->bytes_h2d = (uint64_t)sqlite3_column_double(q, 2);
+  stats->bytes_d2h = (uint64_t)sqlite3_column_double(q, 3);
+  stats->stall_ns = (int64_t)sqlite3_column_double(q, 4);
+  goto out_free;
+
+out_sqlite:
+  st = ferry__db_sqlite_error(db->sql, rc, db->path, what, &db->err);
+out_free:
+  sqlite3_finalize(q);
+  pthread_mutex_unlock(&db->write_mu);
+  ferry_free(ttft);
+  ferry_free(tpot);
+  ferry_free(e2e);
+  return st;
+}

@@ -1,0 +1,335 @@
+/* Import of an Nsight Systems SQLite export (`nsys export --type sqlite`) as a run of kind
+ * nsys-import. The export is attached read-only; each timeline table is copied with one
+ * INSERT ... SELECT built from PRAGMA table_info of both sides, so known column variants
+ * (demangledName vs name, NVTX text vs textId, missing optional columns) are accepted and
+ * string ids are remapped into this database's StringIds. All or nothing: one transaction. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/alloc.h"
+#include "profiler/db_internal.h"
+#include "profiler/schema.h"
+
+#define MAX_COLS 64
+
+struct cols {
+  char names[MAX_COLS][48];
+  int notnull[MAX_COLS];
+  int has_default[MAX_COLS];
+  int n;
+};
+
+static int cols_find(const struct cols *c, const char *name) {
+  for (int i = 0; i < c->n; i++)
+    if (!strcmp(c->names[i], name)) return i;
+  return -1;
+}
+
+/* PRAGMA schema.table_info(table); a table that does not exist gives n = 0. */
+static int read_cols(sqlite3 *sql, const char *schema, const char *table, struct cols *c) {
+  char text[160];
+  snprintf(text, sizeof text, "PRAGMA %s.table_info(%s)", schema, table);
+  sqlite3_stmt *q;
+  int rc = sqlite3_prepare_v2(sql, text, -1, &q, NULL);
+  if (rc != SQLITE_OK) return rc;
+  c->n = 0;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(q, 1);
+    if (!name || c->n >= MAX_COLS || strlen(name) >= sizeof c->names[0]) continue; /* not ours */
+    snprintf(c->names[c->n], sizeof c->names[0], "%s", name);
+    c->notnull[c->n] = sqlite3_column_int(q, 3);
+    c->has_default[c->n] = sqlite3_column_type(q, 4) != SQLITE_NULL;
+    c->n++;
+  }
+  sqlite3_finalize(q);
+  return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int is_string_ref(const char *table, const char *col) {
+  if (!strcmp(col, "demangledName") || !strcmp(col, "shortName") || !strcmp(col, "mangledName") ||
+      !strcmp(col, "textId") || !strcmp(col, "jsonTextId"))
+    return 1;
+  return !strcmp(col, "nameId") && !strcmp(table, "CUPTI_ACTIVITY_KIND_RUNTIME");
+}
+
+/* Source column for a target column: the same name, or a known older/other variant. */
+static const char *source_col(const struct cols *src, const char *col) {
+  if (cols_find(src, col) >= 0) return col;
+  static const char *const alts[][3] = {
+      {"demangledName", "name", NULL},
+      {"shortName", "demangledName", "name"},
+      {"globalPid", "globalTid", NULL},
+  };
+  for (size_t i = 0; i < sizeof alts / sizeof alts[0]; i++)
+    if (!strcmp(alts[i][0], col))
+      for (int k = 1; k < 3 && alts[i][k]; k++)
+        if (cols_find(src, alts[i][k]) >= 0) return alts[i][k];
+  return NULL;
+}
+
+struct sbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+};
+
+static void sb_add(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(struct sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->oom = 1;
+      return;
+    }
+    if (b->p && b->len + (size_t)n < b->cap) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = (b->cap ? b->cap : 1024);
+    while (cap <= b->len + (size_t)n) cap *= 2;
+    char *q = ferry__realloc(b->p, cap);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+}
+
+/* Copy one table. Target columns come from this database's schema (constant names), so no
+ * name read from the export is ever spliced into SQL. */
+static ferry_status copy_table(struct ferry_db *db, const char *export_path, const char *table, int64_t run_id,
+                               int64_t *copied) {
+  struct cols dst, src;
+  int rc = read_cols(db->sql, "main", table, &dst);
+  if (rc == SQLITE_OK) rc = read_cols(db->sql, "nsys", table, &src);
+  if (rc != SQLITE_OK) return ferry__db_sqlite_error(db->sql, rc, export_path, table, &db->err);
+  *copied = 0;
+  if (src.n == 0) return FERRY_OK; /* optional table absent: nsys creates tables lazily */
+  int timeline = strncmp(table, "CUPTI_", 6) == 0 || !strcmp(table, "NVTX_EVENTS");
+  if (timeline && cols_find(&src, "start") < 0)
+    return ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: table %s has no column start", export_path, table);
+  if (!strcmp(table, "CUPTI_ACTIVITY_KIND_KERNEL") && !source_col(&src, "shortName"))
+    return ferry__err_set(&db->err, FERRY_ERR_FORMAT,
+                          "%s: table %s has no kernel name column (demangledName, shortName or name)",
+                          export_path, table);
+
+  struct sbuf ins = {0}, sel = {0};
+  sb_add(&ins, "INSERT INTO main.%s(runId", table);
+  sb_add(&sel, " SELECT ?1");
+  for (int i = 0; i < dst.n; i++) {
+    const char *col = dst.names[i];
+    if (!strcmp(col, "runId")) continue;
+    const char *from = source_col(&src, col);
+    if (!from) {
+      if (!dst.notnull[i] || dst.has_default[i]) continue; /* NULL or the column default */
+      sb_add(&ins, ",\"%s\"", col);
+      sb_add(&sel, ",0");
+      continue;
+    }
+    sb_add(&ins, ",\"%s\"", col);
+    if (is_string_ref(table, col))
+      sb_add(&sel, ",%s(SELECT dst FROM temp.ferry_strmap WHERE src = x.\"%s\")%s", dst.notnull[i] ? "coalesce(" : "",
+             from, dst.notnull[i] ? ",0)" : "");
+    else if (dst.notnull[i])
+      sb_add(&sel, ",coalesce(x.\"%s\",0)", from);
+    else
+      sb_add(&sel, ",x.\"%s\"", from);
+  }
+  sb_add(&ins, ")%s FROM nsys.%s x", sel.p ? sel.p : "", table);
+  ferry_status st = FERRY_OK;
+  if (ins.oom || sel.oom) {
+    st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory", export_path);
+    goto out_free;
+  }
+  sqlite3_stmt *q;
+  rc = sqlite3_prepare_v2(db->sql, ins.p, -1, &q, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(q, 1, run_id);
+    rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_OK) {
+    char what[128];
+    snprintf(what, sizeof what, "copying table %s", table);
+    st = ferry__db_sqlite_error(db->sql, rc, export_path, what, &db->err);
+  } else {
+    *copied = sqlite3_changes(db->sql);
+  }
+out_free:
+  ferry_free(ins.p);
+  ferry_free(sel.p);
+  return st;
+}
+
+static int exec1(sqlite3 *sql, const char *text, int64_t arg) {
+  sqlite3_stmt *q;
+  int rc = sqlite3_prepare_v2(sql, text, -1, &q, NULL);
+  if (rc != SQLITE_OK) return rc;
+  sqlite3_bind_int64(q, 1, arg);
+  rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static const char *const copied_tables[] = {
+    "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",          "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS",
+    "TARGET_INFO_GPU",             "TARGET_INFO_SESSION_START_TIME",      "META_DATA_EXPORT",
+};
+static const char *const required_tables[] = {"META_DATA_EXPORT", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL"};
+
+ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const struct ferry_run_info *info,
+                                  int64_t *run_id) {
+  if (!db || !export_path || !run_id) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_import_nsys: NULL argument");
+  if (db->read_only) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "%s: opened read-only", db->path);
+  struct stat sb;
+  if (stat(export_path, &sb) != 0)
+    return ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no such file", export_path);
+  if (!S_ISREG(sb.st_mode))
+    return ferry__err_set(&db->err, FERRY_ERR_IO, "%s: not a regular file", export_path);
+  char *uri = ferry__db_file_uri(export_path, "mode=ro");
+  if (!uri) return ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory", export_path);
+
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(db->sql, "ATTACH ?1 AS nsys", -1, &q, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_text(q, 1, uri, -1, SQLITE_STATIC);
+    rc = sqlite3_step(q);
+  }
+  sqlite3_finalize(q);
+  q = NULL;
+  if (rc != SQLITE_DONE) {
+    st = ferry__db_sqlite_error(db->sql, rc, export_path, "cannot open the export", &db->err);
+    goto out_unlock;
+  }
+
+  /* Validate before writing anything. */
+  for (size_t i = 0; i < sizeof required_tables / sizeof required_tables[0]; i++) {
+    struct cols c;
+    rc = read_cols(db->sql, "nsys", required_tables[i], &c);
+    if (rc != SQLITE_OK) {
+      if ((rc & 0xff) == SQLITE_NOTADB)
+        st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not an SQLite file (expected an nsys SQLite export)",
+                            export_path);
+      else
+        st = ferry__db_sqlite_error(db->sql, rc, export_path, "reading the export's tables", &db->err);
+      goto out_detach;
+    }
+    if (c.n == 0) {
+      st = ferry__err_set(&db->err, FERRY_ERR_FORMAT,
+                          "%s: not an Nsight Systems export: required table %s is missing", export_path,
+                          required_tables[i]);
+      goto out_detach;
+    }
+    if (!strcmp(required_tables[i], "StringIds") && (cols_find(&c, "id") < 0 || cols_find(&c, "value") < 0)) {
+      st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: table StringIds lacks column id or value", export_path);
+      goto out_detach;
+    }
+    if (!strcmp(required_tables[i], "META_DATA_EXPORT") && (cols_find(&c, "name") < 0 || cols_find(&c, "value") < 0)) {
+      st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: table META_DATA_EXPORT lacks column name or value",
+                          export_path);
+      goto out_detach;
+    }
+  }
+  char product[64] = "?", schema[64] = "?", gpu[256] = "";
+  rc = sqlite3_prepare_v2(db->sql, "SELECT name, value FROM nsys.META_DATA_EXPORT", -1, &q, NULL);
+  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+    if ((rc = sqlite3_step(q)) != SQLITE_ROW) break;
+    const char *n = (const char *)sqlite3_column_text(q, 0), *v = (const char *)sqlite3_column_text(q, 1);
+    if (n && v && !strcmp(n, "EXPORT_PRODUCT_VERSION")) snprintf(product, sizeof product, "%s", v);
+    if (n && v && !strcmp(n, "EXPORT_SCHEMA_VERSION")) snprintf(schema, sizeof schema, "%s", v);
+  }
+  sqlite3_finalize(q);
+  q = NULL;
+  if (rc != SQLITE_DONE && rc != SQLITE_OK) {
+    st = ferry__db_sqlite_error(db->sql, rc, export_path, "reading META_DATA_EXPORT", &db->err);
+    goto out_detach;
+  }
+  struct cols gc;
+  if (read_cols(db->sql, "nsys", "TARGET_INFO_GPU", &gc) == SQLITE_OK && cols_find(&gc, "name") >= 0 &&
+      sqlite3_prepare_v2(db->sql, "SELECT name FROM nsys.TARGET_INFO_GPU WHERE name IS NOT NULL LIMIT 1", -1, &q,
+                         NULL) == SQLITE_OK) {
+    if (sqlite3_step(q) == SQLITE_ROW) snprintf(gpu, sizeof gpu, "%s", (const char *)sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+    q = NULL;
+  }
+
+  char notes[256], started[32];
+  snprintf(notes, sizeof notes, "imported from Nsight Systems %s export (schema %s)", product, schema);
+  {
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  }
+  const char *what = "starting the import transaction";
+  if ((rc = sqlite3_exec(db->sql, "BEGIN IMMEDIATE", NULL, NULL, NULL)) != SQLITE_OK) goto out_sqlite;
+  what = "inserting the run row";
+  rc = sqlite3_prepare_v2(db->sql,
+                          "INSERT INTO runs(kind,started_at,finished_at,complete,model,hardware,trace,config_json,"
+                          "config_hash,ferry_version,git_rev,notes) VALUES('nsys-import',?1,?1,1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                          -1, &q, NULL);
+  if (rc != SQLITE_OK) goto out_rollback;
+  sqlite3_bind_text(q, 1, started, -1, SQLITE_TRANSIENT);
+  const char *fields[] = {info ? info->model : NULL,       info && info->hardware ? info->hardware : (gpu[0] ? gpu : NULL),
+                          info && info->trace ? info->trace : export_path, info ? info->config_json : NULL,
+                          info ? info->config_hash : NULL, NULL, info ? info->git_rev : NULL,
+                          info && info->notes ? info->notes : notes};
+  for (int i = 0; i < 8; i++) {
+    if (i == 5)
+      sqlite3_bind_text(q, 7, FERRY_VERSION, -1, SQLITE_STATIC);
+    else if (fields[i])
+      sqlite3_bind_text(q, i + 2, fields[i], -1, SQLITE_TRANSIENT);
+  }
+  rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  q = NULL;
+  if (rc != SQLITE_DONE) goto out_rollback;
+  int64_t id = sqlite3_last_insert_rowid(db->sql);
+
+  what = "remapping StringIds";
+  if ((rc = sqlite3_exec(db->sql,
+                         "INSERT OR IGNORE INTO main.StringIds(value) SELECT value FROM nsys.StringIds WHERE value IS NOT NULL;"
+                         "CREATE TEMP TABLE IF NOT EXISTS ferry_strmap(src INTEGER PRIMARY KEY, dst INTEGER);"
+                         "DELETE FROM temp.ferry_strmap;"
+                         "INSERT OR IGNORE INTO temp.ferry_strmap SELECT s.id, m.id FROM nsys.StringIds s"
+                         " JOIN main.StringIds m ON m.value = s.value;",
+                         NULL, NULL, NULL)) != SQLITE_OK)
+    goto out_rollback;
+  for (size_t i = 0; i < sizeof copied_tables / sizeof copied_tables[0]; i++) {
+    int64_t n;
+    if ((st = copy_table(db, export_path, copied_tables[i], id, &n)) != FERRY_OK) {
+      sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+      goto out_detach;
+    }
+  }
+  what = "committing the import";
+  if ((rc = exec1(db->sql, "DELETE FROM temp.ferry_strmap WHERE ?1 = ?1", 0)) != SQLITE_OK) goto out_rollback;
+  if ((rc = sqlite3_exec(db->sql, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK) goto out_rollback;
+  *run_id = id;
+  goto out_detach;
+
+out_rollback:
+  st = ferry__db_sqlite_error(db->sql, rc, rc == SQLITE_FULL ? db->path : export_path, what, &db->err);
+  sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+  goto out_detach;
+out_sqlite:
+  st = ferry__db_sqlite_error(db->sql, rc, db->path, what, &db->err);
+out_detach:
+  sqlite3_exec(db->sql, "DETACH nsys", NULL, NULL, NULL);
+out_unlock:
+  pthread_mutex_unlock(&db->write_mu);
+  ferry_free(uri);
+  return st;
+}

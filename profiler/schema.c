@@ -1,0 +1,259 @@
+/* Result-database schema as an ordered list of migrations (PRAGMA user_version counts the
+ * steps applied), so databases written by older builds are upgraded in place and databases
+ * from newer builds are refused before anything is written. docs/schema.md documents it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "ferry/db.h"
+#include "profiler/schema.h"
+
+/* Version 1: the whole first schema. Timeline tables copy the names, columns and enum values
+ * of Nsight Systems' SQLite export (schema 3.x), with a leading runId column and a few ferry
+ * extension columns at the end; no indexes on them, as nsys, so ingest stays fast. */
+static const char schema_v1[] =
+    "CREATE TABLE runs ("
+    " id INTEGER PRIMARY KEY,"
+    " kind TEXT NOT NULL CHECK(kind IN ('sim','host','cuda','nsys-import')),"
+    " started_at TEXT NOT NULL, finished_at TEXT,"
+    " complete INTEGER NOT NULL DEFAULT 0,"
+    " model TEXT, hardware TEXT, trace TEXT, config_json TEXT, config_hash TEXT,"
+    " ferry_version TEXT, git_rev TEXT, error TEXT, notes TEXT,"
+    " dropped_records INTEGER NOT NULL DEFAULT 0, hostname TEXT, pid INTEGER);"
+    "CREATE TABLE requests (runId INTEGER NOT NULL REFERENCES runs(id), req_id INTEGER NOT NULL,"
+    " arrival_ns INTEGER NOT NULL, first_token_ns INTEGER, finish_ns INTEGER,"
+    " prompt_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE steps (runId INTEGER NOT NULL REFERENCES runs(id), step INTEGER NOT NULL,"
+    " start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, batch INTEGER NOT NULL DEFAULT 0,"
+    " tokens INTEGER NOT NULL DEFAULT 0, bytes_disk INTEGER NOT NULL DEFAULT 0,"
+    " bytes_h2d INTEGER NOT NULL DEFAULT 0, bytes_d2h INTEGER NOT NULL DEFAULT 0,"
+    " hits INTEGER NOT NULL DEFAULT 0, misses INTEGER NOT NULL DEFAULT 0,"
+    " stall_ns INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE memory (runId INTEGER NOT NULL REFERENCES runs(id), t_ns INTEGER NOT NULL,"
+    " tier TEXT NOT NULL CHECK(tier IN ('device','host','disk')), used_bytes INTEGER NOT NULL);"
+    /* nsys tables */
+    "CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL UNIQUE);"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (runId INTEGER NOT NULL,"
+    " start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL DEFAULT 0,"
+    " contextId INTEGER NOT NULL DEFAULT 0, greenContextId INTEGER, streamId INTEGER NOT NULL,"
+    " correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,"
+    " shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER, cacheConfig INTEGER,"
+    " registersPerThread INTEGER NOT NULL DEFAULT 0, gridX INTEGER NOT NULL DEFAULT 0,"
+    " gridY INTEGER NOT NULL DEFAULT 0, gridZ INTEGER NOT NULL DEFAULT 0,"
+    " blockX INTEGER NOT NULL DEFAULT 0, blockY INTEGER NOT NULL DEFAULT 0,"
+    " blockZ INTEGER NOT NULL DEFAULT 0, staticSharedMemory INTEGER NOT NULL DEFAULT 0,"
+    " dynamicSharedMemory INTEGER NOT NULL DEFAULT 0, localMemoryPerThread INTEGER NOT NULL DEFAULT 0,"
+    " localMemoryTotal INTEGER NOT NULL DEFAULT 0, gridId INTEGER NOT NULL DEFAULT 0,"
+    " sharedMemoryExecuted INTEGER, graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER,"
+    " bytes INTEGER, flops REAL, step INTEGER, layer INTEGER, expert INTEGER);"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (runId INTEGER NOT NULL,"
+    " start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL DEFAULT 0,"
+    " contextId INTEGER NOT NULL DEFAULT 0, greenContextId INTEGER, streamId INTEGER NOT NULL,"
+    " correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL,"
+    " copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER,"
+    " srcDeviceId INTEGER, srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER,"
+    " migrationCause INTEGER, graphNodeId INTEGER, virtualAddress INTEGER,"
+    " step INTEGER, layer INTEGER, expert INTEGER, nameId INTEGER);"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (runId INTEGER NOT NULL,"
+    " start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL DEFAULT 0,"
+    " contextId INTEGER NOT NULL DEFAULT 0, greenContextId INTEGER, streamId INTEGER NOT NULL,"
+    " correlationId INTEGER, globalPid INTEGER, value INTEGER NOT NULL DEFAULT 0,"
+    " bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER,"
+    " step INTEGER, layer INTEGER, expert INTEGER, nameId INTEGER);"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (runId INTEGER NOT NULL,"
+    " start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL DEFAULT 0,"
+    " globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,"
+    " returnValue INTEGER NOT NULL DEFAULT 0, callchainId INTEGER);"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (runId INTEGER NOT NULL,"
+    " start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL DEFAULT 0,"
+    " contextId INTEGER NOT NULL DEFAULT 0, greenContextId INTEGER, streamId INTEGER NOT NULL,"
+    " correlationId INTEGER, globalPid INTEGER, syncType INTEGER NOT NULL,"
+    " eventId INTEGER NOT NULL DEFAULT 0, nameId INTEGER);"
+    "CREATE TABLE NVTX_EVENTS (runId INTEGER NOT NULL,"
+    " start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER,"
+    " category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER,"
+    " textId INTEGER, domainId INTEGER, uint64Value INTEGER, int64Value INTEGER,"
+    " doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, floatValue REAL,"
+    " jsonTextId INTEGER, jsonText TEXT, binaryData TEXT,"
+    " step INTEGER, layer INTEGER, expert INTEGER);"
+    "CREATE TABLE TARGET_INFO_GPU (runId INTEGER NOT NULL, vmId INTEGER NOT NULL DEFAULT 0,"
+    " id INTEGER NOT NULL, name TEXT, busLocation TEXT, isDiscrete INTEGER, l2CacheSize INTEGER,"
+    " totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER,"
+    " uuid TEXT, chipName TEXT, computeMajor INTEGER, computeMinor INTEGER);"
+    "CREATE TABLE TARGET_INFO_SESSION_START_TIME (runId INTEGER NOT NULL, utcEpochNs INTEGER,"
+    " utcTime TEXT, localTime TEXT);"
+    "CREATE TABLE META_DATA_EXPORT (runId INTEGER, name TEXT NOT NULL, value TEXT);"
+    /* enum tables: (id, name, label) as nsys */
+    "CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);"
+    "INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES"
+    " (0,'CUDA_MEMCPY_KIND_UNKNOWN','Unknown'),(1,'CUDA_MEMCPY_KIND_HTOD','Host-to-Device'),"
+    " (2,'CUDA_MEMCPY_KIND_DTOH','Device-to-Host'),(3,'CUDA_MEMCPY_KIND_HTOA','Host-to-Array'),"
+    " (4,'CUDA_MEMCPY_KIND_ATOH','Array-to-Host'),(5,'CUDA_MEMCPY_KIND_ATOA','Array-to-Array'),"
+    " (6,'CUDA_MEMCPY_KIND_ATOD','Array-to-Device'),(7,'CUDA_MEMCPY_KIND_DTOA','Device-to-Array'),"
+    " (8,'CUDA_MEMCPY_KIND_DTOD','Device-to-Device'),(9,'CUDA_MEMCPY_KIND_HTOH','Host-to-Host'),"
+    " (10,'CUDA_MEMCPY_KIND_PTOP','Peer-to-Peer'),"
+    " (11,'CUDA_MEMCPY_KIND_UVM_HTOD','Unified Host-to-Device'),"
+    " (12,'CUDA_MEMCPY_KIND_UVM_DTOH','Unified Device-to-Host'),"
+    " (13,'CUDA_MEMCPY_KIND_UVM_DTOD','Unified Device-to-Device'),"
+    " (100,'FERRY_MEMCPY_KIND_DISK_TO_HOST','Disk-to-Host');"
+    "CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);"
+    "INSERT INTO ENUM_CUDA_MEM_KIND VALUES"
+    " (0,'CUDA_MEMOPR_MEMORY_KIND_PAGEABLE','Pageable'),(1,'CUDA_MEMOPR_MEMORY_KIND_PINNED','Pinned'),"
+    " (2,'CUDA_MEMOPR_MEMORY_KIND_DEVICE','Device'),(3,'CUDA_MEMOPR_MEMORY_KIND_ARRAY','Array'),"
+    " (4,'CUDA_MEMOPR_MEMORY_KIND_MANAGED','Managed'),"
+    " (5,'CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC','Device Static'),"
+    " (6,'CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC','Managed Static'),"
+    " (7,'CUDA_MEMOPR_MEMORY_KIND_UNKNOWN','Unknown'),"
+    " (100,'FERRY_MEMOPR_MEMORY_KIND_DISK','Disk');"
+    "CREATE TABLE ENUM_CUPTI_SYNC_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);"
+    "INSERT INTO ENUM_CUPTI_SYNC_TYPE VALUES"
+    " (0,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN','Unknown'),"
+    " (1,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE','Event sync'),"
+    " (2,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT','Stream wait sync'),"
+    " (3,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE','Stream sync'),"
+    " (4,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE','Context sync');"
+    "CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);"
+    "INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES"
+    " (33,'NvtxCategory','NvtxCategory'),(34,'NvtxMark','NvtxMark'),(39,'NvtxThread','NvtxThread'),"
+    " (59,'NvtxPushPopRange','NvtxPushPopRange'),(60,'NvtxStartEndRange','NvtxStartEndRange'),"
+    " (75,'NvtxDomainCreate','NvtxDomainCreate'),(76,'NvtxDomainDestroy','NvtxDomainDestroy');"
+    "CREATE TABLE ENUM_CUDA_KERNEL_LAUNCH_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);"
+    "INSERT INTO ENUM_CUDA_KERNEL_LAUNCH_TYPE VALUES"
+    " (0,'CUDA_KERNEL_LAUNCH_TYPE_UNKNOWN','Unknown'),(1,'CUDA_KERNEL_LAUNCH_TYPE_REGULAR','Regular'),"
+    " (2,'CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE','Coop Single Device'),"
+    " (3,'CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_MULTI_DEVICE','Coop Multi Device');";
+
+/* Version 2: indexes for the per-run queries of list/show/diff and sweep resume. Kept as a
+ * separate step so the migration path is exercised by every version-1 database. */
+static const char schema_v2[] =
+    "CREATE INDEX requests_run ON requests(runId);"
+    "CREATE INDEX steps_run ON steps(runId);"
+    "CREATE INDEX memory_run ON memory(runId, tier);"
+    "CREATE INDEX runs_config_hash ON runs(config_hash, complete);";
+
+static const struct ferry__migration migrations[] = {
+    {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
+    {2, "per-run indexes", schema_v2},
+};
+
+_Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,
+               "FERRY_DB_SCHEMA_VERSION must equal the number of migration steps");
+
+const struct ferry__migration *ferry__db_migrations(int *count) {
+  *count = (int)(sizeof migrations / sizeof migrations[0]);
+  return migrations;
+}
+
+ferry_status ferry__db_sqlite_error(sqlite3 *sql, int rc, const char *path, const char *what,
+                                    struct ferry_err *err) {
+  const char *msg = sql ? sqlite3_errmsg(sql) : sqlite3_errstr(rc);
+  switch (rc & 0xff) {
+  case SQLITE_FULL:
+    return ferry__err_set(err, FERRY_ERR_NO_SPACE, "%s: %s: database or disk is full (%s)", path,
+                          what, msg);
+  case SQLITE_NOTADB:
+    return ferry__err_set(err, FERRY_ERR_FORMAT, "%s: not a ferry database (not an SQLite file)",
+                          path);
+  case SQLITE_CORRUPT:
+    return ferry__err_set(err, FERRY_ERR_FORMAT, "%s: %s: database is corrupt (%s)", path, what,
+                          msg);
+  case SQLITE_READONLY:
+  case SQLITE_CANTOPEN:
+  case SQLITE_PERM:
+  case SQLITE_IOERR:
+    return ferry__err_set(err, FERRY_ERR_IO, "%s: %s: %s", path, what, msg);
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+    return ferry__err_set(err, FERRY_ERR_BUSY, "%s: %s: %s", path, what, msg);
+  case SQLITE_NOMEM:
+    return ferry__err_set(err, FERRY_ERR_NOMEM, "%s: %s: out of memory", path, what);
+  default:
+    return ferry__err_set(err, FERRY_ERR_DB, "%s: %s: %s (sqlite code %d)", path, what, msg, rc);
+  }
+}
+
+static int read_int_pragma(sqlite3 *sql, const char *pragma, int *out) {
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(sql, pragma, -1, &st, NULL);
+  if (rc != SQLITE_OK) return rc;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int(st, 0);
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+ferry_status ferry__db_migrate(sqlite3 *sql, const char *path, int target, struct ferry_err *err) {
+  int count;
+  const struct ferry__migration *steps = ferry__db_migrations(&count);
+  if (target < 0 || target > count)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "%s: no schema version %d", path, target);
+  int rc = sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  if (rc != SQLITE_OK) return ferry__db_sqlite_error(sql, rc, path, "starting the schema migration", err);
+  ferry_status st = FERRY_OK;
+  int version = 0, app_id = 0, tables = 0;
+  /* Read again inside the write transaction: another process may have migrated meanwhile. */
+  if ((rc = read_int_pragma(sql, "PRAGMA user_version", &version)) != SQLITE_OK ||
+      (rc = read_int_pragma(sql, "PRAGMA application_id", &app_id)) != SQLITE_OK ||
+      (rc = read_int_pragma(sql, "SELECT count(*) FROM sqlite_master", &tables)) != SQLITE_OK) {
+    st = ferry__db_sqlite_error(sql, rc, path, "reading the schema version", err);
+    goto out_rollback;
+  }
+  if (version > count) {
+    st = ferry__err_set(err, FERRY_ERR_SCHEMA,
+                        "%s: schema version %d is newer than this build's %d; upgrade ferry", path,
+                        version, count);
+    goto out_rollback;
+  }
+  if ((version == 0 && tables > 0) || (version > 0 && app_id != FERRY_DB_APPLICATION_ID)) {
+    st = ferry__err_set(err, FERRY_ERR_FORMAT,
+                        "%s: not a ferry database (an SQLite file with other tables)", path);
+    goto out_rollback;
+  }
+  for (int i = version; i < target; i++) {
+    rc = sqlite3_exec(sql, steps[i].sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+      char what[160];
+      snprintf(what, sizeof what, "schema migration to version %d (%s)", steps[i].version, steps[i].what);
+      st = ferry__db_sqlite_error(sql, rc, path, what, err);
+      goto out_rollback;
+    }
+  }
+  if (target > version) {
+    char pragma[96];
+    snprintf(pragma, sizeof pragma, "PRAGMA application_id=%d; PRAGMA user_version=%d",
+             FERRY_DB_APPLICATION_ID, target);
+    rc = sqlite3_exec(sql, pragma, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+      st = ferry__db_sqlite_error(sql, rc, path, "setting the schema version", err);
+      goto out_rollback;
+    }
+  }
+  rc = sqlite3_exec(sql, "COMMIT", NULL, NULL, NULL);
+  if (rc != SQLITE_OK) {
+    st = ferry__db_sqlite_error(sql, rc, path, "committing the schema migration", err);
+    goto out_rollback;
+  }
+  return FERRY_OK;
+
+out_rollback:
+  sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
+  return st;
+}
+
+char *ferry__db_file_uri(const char *path, const char *query) {
+  size_t n = strlen(path);
+  char *u = ferry_malloc(n * 3 + strlen(query) + 8);
+  if (!u) return NULL;
+  char *w = u + sprintf(u, "file:");
+  for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("/._-~", *p))
+      *w++ = (char)*p;
+    else
+      w += sprintf(w, "%%%02X", *p);
+  }
+  sprintf(w, "?%s", query);
+  return u;
+}

@@ -1,0 +1,35 @@
+/* Result-database schema: the ordered list of migration steps (step i takes a database from
+ * user_version i-1 to i) and the function that applies the missing ones. */
+#ifndef FERRY_PROFILER_SCHEMA_H
+#define FERRY_PROFILER_SCHEMA_H
+
+#include <sqlite3.h>
+
+#include "common/error.h"
+
+/* PRAGMA application_id of ferry databases ("FRRY"). */
+#define FERRY_DB_APPLICATION_ID 0x46525259
+
+struct ferry__migration {
+  int version;        /* user_version after this step */
+  const char *what;   /* one line for messages */
+  const char *sql;    /* statements run in the migration transaction */
+};
+
+/* The steps, in order; *count receives their number (== FERRY_DB_SCHEMA_VERSION). */
+const struct ferry__migration *ferry__db_migrations(int *count);
+
+/* Bring the open database up to `target` (<= the newest step) in one IMMEDIATE transaction.
+ * A database newer than this build is FERRY_ERR_SCHEMA and nothing is written. `path` names
+ * the file in messages. */
+ferry_status ferry__db_migrate(sqlite3 *sql, const char *path, int target, struct ferry_err *err);
+
+/* Translate an SQLite result code (and the connection's message) into a ferry status and a
+ * message "path: what: sqlite message". */
+ferry_status ferry__db_sqlite_error(sqlite3 *sql, int rc, const char *path, const char *what,
+                                    struct ferry_err *err);
+
+/* "file:" URI for a path (percent-encoded) with a query such as "mode=ro"; owned, or NULL. */
+char *ferry__db_file_uri(const char *path, const char *query);
+
+#endif
