@@ -21,6 +21,9 @@ void run_usage(FILE *f, const char *cmd);
 /* 0 to go on, -1 after --help, or a CLI exit code. */
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a);
 ferry_status run_load_requests(struct run_args *a, struct ferry_engine_request **out, int64_t *n);
+/* Canonical configuration JSON (owned, ferry_free) and its 16-hex-digit hash. */
+char *run_config_json(const struct run_args *a);
+void run_config_hash(const char *config_json, char out[17]);
 /* Open model/store/executor, build the engine, serve, print, write the database. */
 int run_execute(struct run_args *a);
 

@@ -7,10 +7,37 @@
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/fsutil.h"
+#include "ferry/db.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/model.h"
 #include "ferry/store.h"
+
+/* Requests and steps on the executor's clock, like the timeline rows. */
+static ferry_status write_results(ferry_db *db, int64_t run_id, ferry_engine *eng, const struct ferry_serve_summary *sum) {
+  int64_t n;
+  const struct ferry_request_metrics *rm = ferry_engine_request_metrics(eng, &n);
+  const int64_t base = sum->run_start_ns;
+  ferry_status st = FERRY_OK;
+  for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
+    if (rm[i].rejected) continue;
+    struct ferry_request_row r = {.req_id = rm[i].id, .arrival_ns = base + rm[i].arrival_ns,
+                                  .first_token_ns = rm[i].first_token_ns < 0 ? -1 : base + rm[i].first_token_ns,
+                                  .finish_ns = rm[i].finish_ns < 0 ? -1 : base + rm[i].finish_ns,
+                                  .prompt_tokens = rm[i].prompt_tokens, .output_tokens = rm[i].output_tokens};
+    st = ferry_db_add_request(db, run_id, &r);
+  }
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(eng, &n);
+  for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
+    struct ferry_step_row r = {.step = sm[i].step, .start_ns = base + sm[i].start_ns, .end_ns = base + sm[i].end_ns,
+                               .batch = sm[i].batch, .tokens = sm[i].tokens, .bytes_disk = sm[i].bytes_disk,
+                               .bytes_h2d = sm[i].bytes_h2d, .bytes_d2h = sm[i].bytes_d2h, .hits = sm[i].hits,
+                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns};
+    st = ferry_db_add_step(db, run_id, &r);
+  }
+  if (st == FERRY_OK) st = ferry_db_flush(db);
+  return st;
+}
 
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
@@ -19,6 +46,9 @@ int run_execute(struct run_args *a) {
   ferry_store *store = NULL;
   ferry_exec *ex = NULL;
   ferry_engine *eng = NULL;
+  ferry_db *db = NULL;
+  int64_t run_id = -1;
+  char *config_json = NULL;
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
   ferry_status st = ferry_model_open(&model, a->model);
@@ -49,6 +79,12 @@ int run_execute(struct run_args *a) {
     else rc = CLI_OK;
     goto out;
   }
+  if (a->db) {
+    if ((st = ferry_db_open(&db, a->db, FERRY_DB_CREATE)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+  }
   struct ferry_exec_config xc = {.device_budget_bytes = a->ec.device_budget_bytes,
                                  .host_budget_bytes = a->ec.host_budget_bytes,
                                  .lock_host_memory = 1,
@@ -65,6 +101,22 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  if (db) {
+    config_json = run_config_json(a);
+    char hash[17];
+    run_config_hash(config_json ? config_json : "", hash);
+    struct ferry_run_info info = {.kind = sim ? FERRY_RUN_SIM : !strcmp(a->backend, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST,
+                                  .model = a->model,
+                                  .hardware = sim ? a->hw : a->backend,
+                                  .trace = a->trace ? a->trace : a->synthetic,
+                                  .config_json = config_json,
+                                  .config_hash = hash};
+    if ((st = ferry_db_run_begin(db, &info, &run_id)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
+  }
   if ((st = ferry_engine_create(&eng, model, store, ex, &a->ec)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
@@ -75,15 +127,24 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
-  struct ferry_run_summary sum;
+  struct ferry_serve_summary sum;
   ferry_engine_summary(eng, &sum);
-  ferry_run_summary_print(&sum, stdout);
-  if (a->db) {
-    cli_fail(FERRY_ERR_UNSUPPORTED, "--db: the result database is not built yet");
+  ferry_serve_summary_print(&sum, stdout);
+  if (db && (st = write_results(db, run_id, eng, &sum)) != FERRY_OK) {
+    cli_fail(st, NULL);
     goto out;
   }
   rc = CLI_OK;
 out:
+  if (db && run_id >= 0) {
+    if (ex) ferry_exec_drain(ex);
+    ferry_exec_set_sink(ex, NULL, NULL);
+    ferry_status fst = ferry_db_run_finish(db, run_id, rc == CLI_OK ? NULL : ferry_last_error());
+    if (fst != FERRY_OK && rc == CLI_OK) rc = cli_fail(fst, NULL);
+    if (rc == CLI_OK && a->progress) fprintf(stderr, "ferry: wrote run %lld to %s\n", (long long)run_id, a->db);
+  }
+  ferry_db_close(db);
+  ferry_free(config_json);
   ferry_engine_destroy(eng);
   ferry_exec_destroy(ex);
   ferry_store_close(store);

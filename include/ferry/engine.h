@@ -115,7 +115,7 @@ struct ferry_latency_stats {
 };
 
 /** Summary of a run. */
-struct ferry_run_summary {
+struct ferry_serve_summary {
   int64_t requests_done;      /**< requests completed */
   int64_t requests_rejected;  /**< requests that could never fit */
   int64_t steps;              /**< engine steps */
@@ -135,6 +135,8 @@ struct ferry_run_summary {
   int64_t misses;             /**< expert-cache misses */
   int64_t stall_ns;           /**< total compute stall */
   int64_t load_ns;            /**< time to load resident weights before serving */
+  int64_t run_start_ns;       /**< executor time at which serving started (request and step
+                                   times are relative to it) */
 };
 
 /** Opaque engine. */
@@ -177,10 +179,10 @@ const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_eng
 const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Summary of the last run. */
-void ferry_engine_summary(const ferry_engine *engine, struct ferry_run_summary *out);
+void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
 
 /** @brief Print a summary table (mean, P50, P90, P99) of a run. */
-void ferry_run_summary_print(const struct ferry_run_summary *summary, FILE *f);
+void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);
 
 /** @brief Last detailed error (borrowed). */
 const char *ferry_engine_errmsg(const ferry_engine *engine);

@@ -239,6 +239,22 @@ int64_t ferry_exec_queue_stall_ns(const ferry_exec *ex, int32_t queue);
 int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue);
 
 /**
+ * @brief Report an engine phase (step, weight load, ...) as a range activity (an NVTX-style
+ *        range on the timeline). Times are on the executor's clock.
+ * @param ex the executor.
+ * @param name static string naming the range.
+ * @param start_ns start of the range.
+ * @param end_ns end of the range.
+ * @param step engine step, or -1.
+ * @param layer layer, or -1.
+ */
+void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
+                           int32_t layer);
+
+/** @brief Report the bytes in use of every tier now as memory activities. */
+void ferry_exec_sample_memory(ferry_exec *ex);
+
+/**
  * @brief Cost-model view of a kernel: floating-point operations and bytes touched.
  *        Used by the simulator and put on every kernel activity record.
  */

@@ -291,6 +291,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
     int64_t t0 = ferry_exec_now(exec);
     st = ferry__engine_load_resident(e);
     e->load_ns = ferry_exec_now(exec) - t0;
+    ferry_exec_emit_range(exec, "load weights", t0, t0 + e->load_ns, -1, -1);
   }
   if (st != FERRY_OK) {
     ferry__err_copy(NULL, &e->err);

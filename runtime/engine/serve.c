@@ -239,6 +239,8 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->misses = e->step_misses;
     sm->stall_ns = ferry_exec_queue_stall_ns(e->ex, q_compute) - stall0;
     e->n_steps++;
+    ferry_exec_emit_range(e->ex, "step", t0 + sm->start_ns, t0 + end, (int32_t)sm->step, -1);
+    ferry_exec_sample_memory(e->ex);
     /* outcomes: each logits row is a generated token */
     const float *logits = NULL;
     if (e->has_data) {
@@ -299,7 +301,7 @@ const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *e
   return e->steps;
 }
 
-void ferry_engine_summary(const ferry_engine *e, struct ferry_run_summary *out) {
+void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out) {
   memset(out, 0, sizeof *out);
   int64_t n = e->n_reqs;
   double *a = ferry__calloc((size_t)(n ? n : 1), sizeof *a), *b = ferry__calloc((size_t)(n ? n : 1), sizeof *b),
@@ -344,13 +346,14 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_run_summary *out) 
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
   }
   out->load_ns = e->load_ns;
+  out->run_start_ns = e->run_start_ns;
   ferry_free(a);
   ferry_free(b);
   ferry_free(c);
   ferry_free(d);
 }
 
-void ferry_run_summary_print(const struct ferry_run_summary *s, FILE *f) {
+void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   char b1[32], b2[32];
   fprintf(f, "requests: %lld done, %lld rejected; %lld steps; %lld tokens in %.3f s (%.1f tokens/s)\n",
           (long long)s->requests_done, (long long)s->requests_rejected, (long long)s->steps,

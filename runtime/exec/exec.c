@@ -338,3 +338,19 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
   }
   sink(ex->sink_user, &a);
 }
+
+void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
+                           int32_t layer) {
+  ferry_activity_fn sink = ex->sink;
+  if (!sink) return;
+  struct ferry_activity a = {.kind = FERRY_ACT_RANGE, .name = name, .queue = -1, .start_ns = start_ns,
+                             .end_ns = end_ns, .step = step, .layer = layer, .expert = -1};
+  sink(ex->sink_user, &a);
+}
+
+void ferry_exec_sample_memory(ferry_exec *ex) {
+  int64_t now = ex->backend->now(ex);
+  pthread_mutex_lock(&ex->lock);
+  for (int t = 0; t < FERRY_TIER_COUNT; t++) ferry__exec_emit_memory(ex, (enum ferry_tier)t, now);
+  pthread_mutex_unlock(&ex->lock);
+}

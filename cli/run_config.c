@@ -1,0 +1,63 @@
+/* The canonical configuration of a run: every option that changes what a run measures, as a
+ * JSON object with sorted keys (the long option names with underscores), and its hash. `ferry
+ * run`/`ferry sim` store both in the result database; `ferry sweep` computes the same hash to
+ * skip runs that are already complete. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/run_common.h"
+#include "common/alloc.h"
+#include "common/json.h"
+
+static void add_str(cJSON *o, const char *k, const char *v) {
+  if (v) cJSON_AddStringToObject(o, k, v);
+}
+
+char *run_config_json(const struct run_args *a) {
+  ferry__json_init();
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int sim = !strcmp(a->cmd, "sim");
+  /* keys in alphabetical order: cJSON keeps insertion order */
+  cJSON_AddBoolToObject(o, "as_fast_as_possible", a->as_fast);
+  cJSON_AddNumberToObject(o, "block_layers", a->ec.block_layers);
+  cJSON_AddNumberToObject(o, "device_budget", (double)a->ec.device_budget_bytes);
+  cJSON_AddBoolToObject(o, "direct_io", (a->ec.read_flags & 1u) != 0);
+  add_str(o, "executor", sim ? "sim" : a->backend);
+  add_str(o, "expert_cache", a->ec.expert_cache_lfu ? "lfu" : "lru");
+  cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);
+  add_str(o, "home", a->ec.home_disk ? "disk" : "host");
+  cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
+  add_str(o, "hw", a->hw);
+  cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
+  cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
+  cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);
+  cJSON_AddNumberToObject(o, "max_step_tokens", a->ec.max_step_tokens ? a->ec.max_step_tokens : 256);
+  add_str(o, "model", a->model);
+  cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
+  cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
+  cJSON_AddNumberToObject(o, "prefetch_depth", a->ec.prefetch_depth);
+  cJSON_AddNumberToObject(o, "rate_scale", a->trace_opts.rate_scale);
+  add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
+  cJSON_AddNumberToObject(o, "seed", (double)a->seed);
+  cJSON_AddNumberToObject(o, "threads", a->threads);
+  cJSON_AddNumberToObject(o, "time_scale", a->time_scale);
+  char window[64] = "";
+  if (a->trace_opts.window_end_ns > 0)
+    snprintf(window, sizeof window, "%.9g:%.9g", (double)a->trace_opts.window_start_ns / 1e9,
+             (double)a->trace_opts.window_end_ns / 1e9);
+  add_str(o, "time_window", window[0] ? window : NULL);
+  add_str(o, "trace", a->trace ? a->trace : a->synthetic);
+  char *text = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return text;
+}
+
+void run_config_hash(const char *config_json, char out[17]) {
+  uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a 64 */
+  for (const unsigned char *p = (const unsigned char *)config_json; *p; p++) {
+    h ^= *p;
+    h *= 0x100000001b3ULL;
+  }
+  snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
