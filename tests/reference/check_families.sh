@@ -17,7 +17,7 @@ check() { # name, gen args...
   shift
   "$ferry" model gen --quiet --out "$tmp/$name" --dtype fp32 --seed 5 "$@" >/dev/null
   "$ferry" run --quiet --model "$tmp/$name" --synthetic rate=100,n=4,prompt=uniform:3:12,output=4 \
-    --as-fast-as-possible --max-batch 3 --max-step-tokens 8 --device-budget 3M --block-layers 1 \
+    --as-fast-as-possible --max-batch 3 --max-step-tokens 8 --device-budget 12M --block-layers 1 \
     --prefetch-depth 1 --greedy --dump-logits "$tmp/$name.jsonl" >/dev/null
   $py "$src/tests/reference/hf_reference.py" "$tmp/$name" "$tmp/$name.jsonl"
 }
