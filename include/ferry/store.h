@@ -117,6 +117,16 @@ ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t 
 ferry_status ferry_store_read_tensor(ferry_store *store, const struct ferry_store_tensor *tensor,
                                      void *buf, uint64_t buf_cap);
 
+/**
+ * @brief Whether FERRY_READ_DIRECT reads really bypass the page cache on this store's files.
+ *
+ * Probes the first file once (opens it with O_DIRECT and reads its first aligned block); where
+ * the file system refuses O_DIRECT (EINVAL, e.g. some tmpfs or network file systems) DIRECT
+ * reads fall back to buffered reads followed by posix_fadvise(POSIX_FADV_DONTNEED).
+ * @return 1 when O_DIRECT works, 0 when the buffered fallback is used (or the store is empty).
+ */
+int ferry_store_direct_supported(ferry_store *store);
+
 /** Opaque streaming writer of one safetensors file or a sharded set. */
 typedef struct ferry_store_writer ferry_store_writer;
 
