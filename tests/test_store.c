@@ -325,6 +325,7 @@ static const struct corpus_case {
     {"missing_data_offsets.safetensors", FERRY_ERR_FORMAT, "tensor \"a\": missing \"data_offsets\""},
     {"duplicate_names.safetensors", FERRY_ERR_FORMAT, "duplicate tensor name \"a\""},
     {"name_control_char.safetensors", FERRY_ERR_FORMAT, "tensor name at header entry 0 contains a control character"},
+    {"name_nul_escape.safetensors", FERRY_ERR_FORMAT, "header byte 3 (file offset 11): \"\\u0000\" escape"},
     {"empty_name.safetensors", FERRY_ERR_FORMAT, "tensor name at header entry 0 is empty"},
     {"tensor_not_object.safetensors", FERRY_ERR_FORMAT, "tensor \"a\": expected an object"},
     {"metadata_non_string.safetensors", FERRY_ERR_FORMAT, "\"__metadata__\" value of \"format\" must be a string"},
@@ -382,6 +383,11 @@ static void test_valid_corpus(void **state) {
   assert_int_equal(sc->nbytes, 1);
   assert_int_equal(ferry_store_find(s, "empty")->nbytes, 0);
   assert_string_equal(ferry_store_tensor_at(s, 0)->name, "w");
+  ferry_store_close(s);
+  free(path);
+  path = tu_data_path("safetensors/name_escaped_backslash_ok.safetensors");
+  assert_int_equal(ferry_store_open(&s, path), FERRY_OK);
+  assert_non_null(ferry_store_find(s, "a\\u0000b"));
   ferry_store_close(s);
   free(path);
   path = tu_data_path("safetensors/sharded_valid");

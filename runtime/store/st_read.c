@@ -54,6 +54,17 @@ static uint64_t read_le64(const unsigned char *b) {
 
 /* ---- one safetensors file ------------------------------------------------------------------ */
 
+/* cJSON decodes "\u0000" into a NUL that silently truncates a name ("a\u0000b" would become
+ * "a"), so reject the escape outright: returns its byte offset in the header, or -1. */
+static int64_t find_escaped_nul(const char *text, size_t len) {
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (text[i] != '\\') continue;
+    if (text[i + 1] == 'u' && i + 5 < len && !memcmp(text + i + 2, "0000", 4)) return (int64_t)i;
+    i++; /* skip the escaped character: an escaped backslash then "u0000" is plain text */
+  }
+  return -1;
+}
+
 /* A tensor's [begin, end) inside the data area, for the coverage check. */
 struct span {
   uint64_t begin, end;
@@ -315,6 +326,14 @@ static ferry_status load_file(ferry_store *s, const char *path, int keep_metadat
   char *what = NULL;
   if ((st = ferry__pread_all(f->fd, text, (size_t)hlen, 8, path, &s->err)) != FERRY_OK) goto out_free_text;
   text[hlen] = '\0';
+  int64_t nul = find_escaped_nul(text, (size_t)hlen);
+  if (nul >= 0) {
+    st = ferry__err_set(&s->err, FERRY_ERR_FORMAT,
+                        "%s: header byte %lld (file offset %lld): \"\\u0000\" escape; names and strings must "
+                        "not contain NUL",
+                        path, (long long)nul, (long long)nul + 8);
+    goto out_free_text;
+  }
   what = ferry__asprintf("%s: header (file offset 8)", path);
   if (!what) {
     st = ferry__err_set(&s->err, FERRY_ERR_NOMEM, "%s: out of memory", path);

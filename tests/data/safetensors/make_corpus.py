@@ -67,6 +67,10 @@ def main():
         b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
         b'"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'), data=b"\0" * 8))
     write("name_control_char.safetensors", st_bytes({"a\nb": t("F32", [1], 0, 4)}, b"\0" * 4))
+    write("name_nul_escape.safetensors", st_bytes(None, raw_header=(
+        b'{"a\\u0000b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'), data=b"\0"))
+    write("name_escaped_backslash_ok.safetensors", st_bytes(None, raw_header=(
+        b'{"a\\\\u0000b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'), data=b"\0"))
     write("empty_name.safetensors", st_bytes({"": t("F32", [1], 0, 4)}, b"\0" * 4))
     write("tensor_not_object.safetensors", st_bytes({"a": [1, 2]}))
     write("metadata_non_string.safetensors",
