@@ -32,5 +32,7 @@ int cmd_model_gen(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_db(int argc, char **argv);
+int cmd_trace_routing(int argc, char **argv);
+int cmd_predictor(int argc, char **argv);
 
 #endif

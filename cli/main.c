@@ -15,6 +15,7 @@ static const struct command {
     {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},
     {"hw", cmd_hw, "hardware profiles for the simulator (list, show)"},
     {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
+    {"predictor", cmd_predictor, "expert predictors: train an MLP, evaluate on a routing trace (train, eval)"},
 };
 
 static void usage(FILE *f) {
