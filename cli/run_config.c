@@ -36,6 +36,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "model", a->model);
   cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
   cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
+  add_str(o, "predictor", a->predictor);
   cJSON_AddNumberToObject(o, "prefetch_depth", a->ec.prefetch_depth);
   add_str(o, "quant", a->quant);
   cJSON_AddNumberToObject(o, "rate_scale", a->trace_opts.rate_scale);

@@ -12,6 +12,7 @@
 #include "ferry/exec.h"
 #include "ferry/model.h"
 #include "ferry/routing.h"
+#include "cli/predict_glue.h"
 #include "ferry/store.h"
 
 struct logit_dump {
@@ -69,6 +70,8 @@ int run_execute(struct run_args *a) {
   ferry_routing *recorded = NULL, *replayed = NULL;
   ferry_routing_synth *synth = NULL;
   ferry_routing_replay *replay = NULL;
+  ferry_routing *pred_trace = NULL;
+  struct predict_glue glue = {0};
   struct logit_dump dump = {0};
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
@@ -160,6 +163,20 @@ int run_execute(struct run_args *a) {
       a->ec.routing_user = replay;
     }
   }
+  if ((a->predictor || a->predictor_routing) && !mc->n_experts) {
+    cli_fail(FERRY_ERR_INVALID, "--predictor needs a Mixture-of-Experts model (%s is dense)", a->model);
+    goto out;
+  }
+  if (a->predictor_routing && (st = ferry_routing_open(&pred_trace, a->predictor_routing, NULL)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  if (a->predictor &&
+      (st = predict_glue_init(&glue, a->predictor, mc, pred_trace, sim ? a->ec.routing : NULL,
+                              sim ? a->ec.routing_user : NULL, &a->ec)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
   if (a->dump_logits) {
     dump_tmp = ferry__asprintf("%s.tmp", a->dump_logits);
     dump.f = dump_tmp ? fopen(dump_tmp, "w") : NULL;
@@ -226,6 +243,8 @@ int run_execute(struct run_args *a) {
             a->routing, (long long)ferry_routing_replay_hits(replay), (long long)ferry_routing_replay_misses(replay));
   rc = CLI_OK;
 out:
+  predict_glue_free(&glue);
+  ferry_routing_free(pred_trace);
   ferry_routing_replay_free(replay);
   ferry_routing_free(replayed);
   ferry_routing_synth_free(synth);

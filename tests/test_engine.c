@@ -355,6 +355,92 @@ static void test_quantized_offload(void **state) {
   free(qdir);
 }
 
+/* Expert prefetching never changes the numbers: a predictor that guesses badly (random
+ * experts) and one that knows the future (replayed from a first run) give the same logits. */
+struct recorded {
+  int32_t ids[4096][2];
+  int64_t key[4096];
+  int n;
+};
+
+static void record_routing(void *user, int64_t req, int32_t tok, int32_t layer, int32_t k, const int32_t *ids,
+                           const float *w) {
+  (void)w;
+  struct recorded *r = user;
+  assert_true(r->n < 4096 && k == 2);
+  r->key[r->n] = (req << 32) | ((int64_t)tok << 8) | layer;
+  memcpy(r->ids[r->n], ids, 2 * sizeof(int32_t));
+  r->n++;
+}
+
+static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
+                              const int32_t *ids_now, const float *w_now, int32_t k, int32_t *out, int32_t max) {
+  (void)seq_len;
+  (void)now;
+  (void)ids_now;
+  (void)w_now;
+  const struct recorded *r = user;
+  int64_t key = (req << 32) | ((int64_t)tok << 8) | target;
+  for (int i = 0; i < r->n; i++)
+    if (r->key[i] == key) {
+      for (int32_t j = 0; j < k && j < max; j++) out[j] = r->ids[i][j];
+      return k < max ? k : max;
+    }
+  return 0;
+}
+
+static int32_t predict_random(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
+                              const int32_t *ids_now, const float *w_now, int32_t k, int32_t *out, int32_t max) {
+  (void)user;
+  (void)seq_len;
+  (void)ids_now;
+  (void)w_now;
+  (void)max;
+  out[0] = (int32_t)((req * 31 + tok * 7 + now * 3 + target) % 8);
+  return k > 0 ? 1 : 0;
+}
+
+static void test_predictors_keep_logits(void **state) {
+  (void)state;
+  struct logit_log ref = {0};
+  struct ferry_serve_summary sum;
+  static struct recorded rec;
+  memset(&rec, 0, sizeof rec);
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  c.on_routing = record_routing;
+  c.on_routing_user = &rec;
+  assert_int_equal(run(fx.moe_dir, c, &ref, &sum), FERRY_OK);
+  assert_true(rec.n > 0);
+  ferry_expert_predict_fn fns[] = {predict_future, predict_random};
+  int64_t used[2];
+  for (int i = 0; i < 2; i++) {
+    struct logit_log got = {0};
+    struct ferry_engine_config o = base_config();
+    o.block_layers = 1;
+    o.prefetch_depth = 2;
+    o.predict = fns[i];
+    o.predict_user = &rec;
+    o.device_budget_bytes = min_device(fx.moe_dir, o, NULL) + 6 * 300 * 1024;
+    assert_int_equal(run(fx.moe_dir, o, &got, &sum), FERRY_OK);
+    assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+    assert_true(sum.prefetches > 0);
+    used[i] = sum.prefetches_used * 100 / sum.prefetches;
+    free(got.data);
+  }
+  /* knowing the future makes better guesses than chance */
+  assert_true(used[0] > used[1]);
+  struct logit_log got = {0};
+  struct ferry_engine_config o = base_config();
+  o.expert_no_reuse = 1;
+  o.device_budget_bytes = min_device(fx.moe_dir, o, NULL) + 6 * 300 * 1024;
+  assert_int_equal(run(fx.moe_dir, o, &got, &sum), FERRY_OK);
+  assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+  assert_int_equal(sum.hits, 0);
+  free(got.data);
+  free(ref.data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dense_offload_bit_identical),
@@ -364,6 +450,7 @@ int main(void) {
       cmocka_unit_test(test_resident_attention_streams_ffn),
       cmocka_unit_test(test_request_too_long_rejected),
       cmocka_unit_test(test_quantized_offload),
+      cmocka_unit_test(test_predictors_keep_logits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -51,6 +51,7 @@ struct slot {
   ferry_event *ready;   /* recorded on the copy queue after the fill */
   ferry_event *free;    /* recorded on the compute queue after the last use */
   int used;             /* free has been recorded since the last fill */
+  int prefetched;       /* filled on a prediction and not used yet */
 };
 
 struct staging_slot {
@@ -124,6 +125,8 @@ struct ferry_engine {
   /* per-step counters */
   uint64_t step_bytes_disk, step_bytes_h2d, step_bytes_d2h;
   int32_t step_hits, step_misses;
+  int64_t prefetches, prefetches_used;
+  int32_t *votes, *predicted;  /* expert prefetch scratch: votes per expert, one token's guess */
 
   /* step-scoped arrays (sized once) */
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */

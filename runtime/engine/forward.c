@@ -236,6 +236,56 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   return FERRY_OK;
 }
 
+/* A cache slot for (layer, expert), evicting by the cache policy; an evicted expert that was
+ * prefetched and never used is a wasted prefetch. */
+static int32_t insert_expert(struct ferry_engine *e, int32_t l, int32_t x) {
+  int32_t el, ex;
+  int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
+  if (slot >= 0) e->expert_slots[slot].prefetched = 0;
+  return slot;
+}
+
+/* After layer l's experts are enqueued: ask the predictor, per token, for the experts of the
+ * next prefetch_depth layers, and fetch the most voted ones that are not cached, at most a
+ * share of the cache per target layer so guesses cannot flush it. Wrong guesses cost bandwidth
+ * and slots, never correctness: a demand miss fetches what is really needed. */
+static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  if (!e->cfg.predict) return FERRY_OK;
+  const int32_t E = (int32_t)mc->n_experts, K = (int32_t)mc->experts_per_token, L = (int32_t)mc->n_layers;
+  const int32_t depth = e->cfg.prefetch_depth > 0 ? e->cfg.prefetch_depth : 1;
+  int32_t budget = e->plan.n_expert_slots / (depth + 1);
+  if (budget < 1) budget = 1;
+  for (int32_t ahead = 1; ahead <= depth && l + ahead < L; ahead++) {
+    const int32_t target = l + ahead;
+    memset(e->votes, 0, (size_t)E * sizeof *e->votes);
+    for (int64_t t = 0; t < e->n_tok; t++) {
+      const struct seq *q = &e->seqs[e->tok_seq[t]];
+      const struct ferry_engine_request *r = &e->reqs[q->req];
+      int32_t n = e->cfg.predict(e->cfg.predict_user, r->id, e->tok_index[t], r->prompt_tokens + r->output_tokens, l,
+                                 target, e->routing_ids + t * K, e->routing_w + t * K, K, e->predicted, E);
+      for (int32_t i = 0; i < n && i < E; i++)
+        if (e->predicted[i] >= 0 && e->predicted[i] < E) e->votes[e->predicted[i]]++;
+    }
+    for (int32_t issued = 0; issued < budget; issued++) {
+      int32_t best = -1;
+      for (int32_t x = 0; x < E; x++)
+        if (e->votes[x] > 0 && (best < 0 || e->votes[x] > e->votes[best])) best = x;
+      if (best < 0) break;
+      e->votes[best] = 0;
+      if (ferry__cache_lookup(&e->cache, target, best) >= 0) continue;
+      int32_t slot = insert_expert(e, target, best);
+      if (slot < 0) break;
+      ferry__cache_touch(&e->cache, slot);
+      ferry_status st = ferry__engine_fetch_expert(e, e->expert_unit[target * E + best], slot);
+      if (st != FERRY_OK) return st;
+      e->expert_slots[slot].prefetched = 1;
+      e->prefetches++;
+    }
+  }
+  return FERRY_OK;
+}
+
 static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
@@ -292,24 +342,31 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
   } else {
     /* Hits first (their data may already be there), then misses, each fetched into a slot
      * chosen by the cache policy. */
-    for (int32_t x = 0; x < E; x++) {
+    const int reuse = !e->cfg.expert_no_reuse;
+    for (int32_t x = 0; reuse && x < E; x++) {
       if (!e->expert_count[x]) continue;
       int32_t slot = ferry__cache_lookup(&e->cache, l, x);
       if (slot < 0) continue;
       e->step_hits++;
+      if (e->expert_slots[slot].prefetched) {
+        e->expert_slots[slot].prefetched = 0;
+        e->prefetches_used++;
+      }
       ferry__cache_touch(&e->cache, slot);
       if ((st = run_expert(e, l, x, slot))) return st;
     }
     for (int32_t x = 0; x < E; x++) {
-      if (!e->expert_count[x] || ferry__cache_lookup(&e->cache, l, x) >= 0) continue;
-      int32_t el, ex;
-      int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
-      if (slot < 0) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
+      if (!e->expert_count[x]) continue;
+      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
+      if (slot >= 0 && reuse) continue; /* a hit, run above */
+      if (slot < 0 && (slot = insert_expert(e, l, x)) < 0)
+        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
       e->step_misses++;
       ferry__cache_touch(&e->cache, slot);
       if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
       if ((st = run_expert(e, l, x, slot))) return st;
     }
+    if ((st = prefetch_experts(e, l))) return st;
   }
   struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
   ck.y = ferry__ws(e, e->ws.x);

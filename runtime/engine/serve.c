@@ -149,6 +149,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   e->req_metrics = NULL;
   e->steps = NULL;
   e->n_reqs = e->n_steps = 0;
+  e->prefetches = e->prefetches_used = 0;
   int64_t *admit_order = NULL, *waiting = NULL;
   ferry_status st = FERRY_OK;
   e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
@@ -359,6 +360,8 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
   }
   out->load_ns = e->load_ns;
+  out->prefetches = e->prefetches;
+  out->prefetches_used = e->prefetches_used;
   out->run_start_ns = e->run_start_ns;
   ferry_free(a);
   ferry_free(b);
@@ -391,6 +394,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   if (s->hits + s->misses)
     fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
             100.0 * (double)s->hits / (double)(s->hits + s->misses));
+  if (s->prefetches)
+    fprintf(f, "expert prefetch: %lld fetched ahead, %lld used (precision %.1f%%)\n", (long long)s->prefetches,
+            (long long)s->prefetches_used, 100.0 * (double)s->prefetches_used / (double)s->prefetches);
   char c1[32], c2[32];
   fprintf(f, "compute stall %s; weights loaded in %s\n", ferry__format_ns((double)s->stall_ns, c1, 32),
           ferry__format_ns((double)s->load_ns, c2, 32));
