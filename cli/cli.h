@@ -31,5 +31,7 @@ int cmd_model_gen(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_db(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 #endif
