@@ -161,7 +161,6 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
   c->log_fd = -1;
   char val[1024];
   const char *executor = "host";
-  char exec_buf[32] = "host";
   size_t k = 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
@@ -172,8 +171,7 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
         fprintf(stderr, "ferry: %s: executor: expected host, cuda or sim, got '%s'\n", sw->spec_path, val);
         return CLI_USAGE;
       }
-      snprintf(exec_buf, sizeof exec_buf, "%s", val);
-      executor = exec_buf;
+      executor = !strcmp(val, "sim") ? "sim" : !strcmp(val, "cuda") ? "cuda" : "host";
     }
     k++;
   }
@@ -559,7 +557,6 @@ int cmd_sweep(int argc, char **argv) {
     cJSON_Delete(spec);
     return cli_fail(FERRY_ERR_FORMAT, "%s: expected a JSON object mapping parameters to lists of values", sw.spec_path);
   }
-  /* the children must not inherit a half-written stdio buffer or our option state */
   if ((rc = expand(&sw, spec)) != 0) goto out;
   rc = CLI_FAIL;
   if ((st = ferry_db_open(&sw.db, sw.db_path, FERRY_DB_CREATE)) != FERRY_OK) {
@@ -612,9 +609,10 @@ int cmd_sweep(int argc, char **argv) {
   char el[32];
   fmt_dur(ferry__mono_ns() - sw.t0, el, sizeof el);
   size_t not_run = sw.n - sw.skipped - sw.finished;
-  fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %zu ran, %zu failed%s%.0zu%s in %s; database %s\n",
-          sw.n, sw.skipped, sw.ran, sw.failed, not_run ? ", " : "", not_run, not_run ? " not run (interrupted)" : "", el,
-          sw.db_path);
+  char not_run_text[64] = "";
+  if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
+  fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %zu ran, %zu failed%s in %s; database %s\n", sw.n,
+          sw.skipped, sw.ran, sw.failed, not_run_text, el, sw.db_path);
   for (size_t i = 0; i < sw.n; i++)
     if (sw.c[i].state == FAILED) fprintf(stderr, "  failed: %s %s: %s\n", ferry_run_kind_name(sw.c[i].kind), sw.c[i].desc, sw.c[i].error ? sw.c[i].error : "");
   if (interrupted) {

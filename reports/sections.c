@@ -14,12 +14,20 @@
 
 #define NOMEM(rp) ferry__err_set(&(rp)->err, FERRY_ERR_NOMEM, "report: out of memory")
 
-/* A number for a table cell ("" when not a number). */
-#define N(v) ferry__fmt_num((v), nb[nbi++ % 16], sizeof nb[0])
+/* Numbers for table cells ("" when not a number): a ring of buffers so one row can format up
+ * to 16 numbers; each call advances the ring inside a function, so argument order is moot. */
+struct nring {
+  char b[16][32];
+  unsigned i;
+};
+static const char *nfmt(struct nring *r, double v) {
+  char *b = r->b[r->i++ % 16];
+  return ferry__fmt_num(v, b, sizeof r->b[0]);
+}
 #define NUMBUF \
-  char nb[16][32]; \
-  unsigned nbi = 0; \
-  (void)nbi
+  struct nring nr_; \
+  nr_.i = 0
+#define N(v) nfmt(&nr_, (v))
 
 /* Short name of a key for plot labels: initials of its words ("prefetch_depth" -> "pd"). */
 static void key_abbrev(const char *key, char *out, size_t len) {
@@ -157,53 +165,56 @@ ferry_status ferry__section_runs(struct report *rp) {
 
 struct point {
   char series[256];
-  char x[128];
+  char x[256];
   int n;
   double m[7]; /* ttft p50, p99, tpot p50, p99, e2e p50, p99, throughput */
 };
 
-static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
-  NUMBUF;
-  /* the other axes make the series; with too many lines, fix all but the smallest one */
-  size_t n_other = 0, smallest = SIZE_MAX;
-  size_t series_count = 1;
-  for (size_t a = 0; a < rp->n_axes; a++) {
-    if (&rp->axes[a] == ax) continue;
-    n_other++;
-    series_count *= rp->axes[a].n;
-    if (smallest == SIZE_MAX || rp->axes[a].n < rp->axes[smallest].n) smallest = a;
+/* The most frequent value of an axis among the usable runs (ties: the smallest value). */
+static void axis_mode(const struct report *rp, const struct raxis *ax, char *out, size_t len) {
+  size_t best = 0, best_n = 0;
+  char v[256];
+  for (size_t k = 0; k < ax->n; k++) {
+    size_t n = 0;
+    for (size_t i = 0; i < rp->n_runs; i++) {
+      if (!usable(&rp->runs[i])) continue;
+      ferry__run_val(&rp->runs[i], ax->key, v, sizeof v);
+      n += !strcmp(v, ax->vals[k]);
+    }
+    if (n > best_n) {
+      best_n = n;
+      best = k;
+    }
   }
-  int restrict_series = series_count > 8 && n_other > 1;
-  const struct rrun *ref = NULL;
-  for (size_t i = 0; i < rp->n_runs && !ref; i++)
-    if (usable(&rp->runs[i])) ref = &rp->runs[i];
-  if (!ref) return FERRY_OK;
-  char fixed[1024] = "";
-  size_t fixed_len = 0;
+  snprintf(out, len, "%s", ax->n ? ax->vals[best] : "");
+}
+
+/* Points (series, x) averaged over repeats. Series are the combinations of the other axes;
+ * with `keep` set, only the axis `keep` makes series and the others must equal modes[a]. */
+static ferry_status collect_points(struct report *rp, const struct raxis *ax, size_t keep, char (*modes)[256],
+                                   struct point **out, size_t *nout) {
   struct point *pts = NULL;
   size_t npts = 0;
-  ferry_status st = FERRY_OK;
-  char v[256], rv[256];
+  char v[256];
   for (size_t i = 0; i < rp->n_runs; i++) {
     const struct rrun *r = &rp->runs[i];
     if (!usable(r)) continue;
     char series[256] = "";
     size_t sl = 0;
-    int keep = 1;
+    int take = 1;
     for (size_t a = 0; a < rp->n_axes; a++) {
       const struct raxis *o = &rp->axes[a];
       if (o == ax) continue;
       ferry__run_val(r, o->key, v, sizeof v);
-      if (restrict_series && a != smallest) {
-        ferry__run_val(ref, o->key, rv, sizeof rv);
-        if (strcmp(v, rv)) keep = 0;
+      if (modes && a != keep) {
+        if (strcmp(v, modes[a])) take = 0;
         continue;
       }
       sl += (size_t)snprintf(series + sl, sl < sizeof series ? sizeof series - sl : 0, "%s%s=%s", sl ? ", " : "",
                              o->key, *v ? v : "-");
       if (sl >= sizeof series) sl = sizeof series - 1;
     }
-    if (!keep) continue;
+    if (!take) continue;
     ferry__run_val(r, ax->key, v, sizeof v);
     size_t k;
     for (k = 0; k < npts; k++)
@@ -211,8 +222,8 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
     if (k == npts) {
       struct point *p = ferry__reallocarray(pts, npts + 1, sizeof *p);
       if (!p) {
-        st = NOMEM(rp);
-        goto out;
+        ferry_free(pts);
+        return NOMEM(rp);
       }
       pts = p;
       memset(&pts[k], 0, sizeof pts[k]);
@@ -225,14 +236,51 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
     for (int j = 0; j < 7; j++) pts[k].m[j] = (pts[k].m[j] * pts[k].n + m[j]) / (pts[k].n + 1);
     pts[k].n++;
   }
-  if (restrict_series) {
+  *out = pts;
+  *nout = npts;
+  return FERRY_OK;
+}
+
+static size_t count_series(const struct point *pts, size_t n) {
+  size_t ns = 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t j;
+    for (j = 0; j < k; j++)
+      if (!strcmp(pts[j].series, pts[k].series)) break;
+    ns += j == k;
+  }
+  return ns;
+}
+
+static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
+  NUMBUF;
+  size_t n_other = rp->n_axes - 1, smallest = SIZE_MAX;
+  for (size_t a = 0; a < rp->n_axes; a++)
+    if (&rp->axes[a] != ax && (smallest == SIZE_MAX || rp->axes[a].n < rp->axes[smallest].n)) smallest = a;
+  char fixed[1024] = "";
+  size_t fixed_len = 0;
+  struct point *pts = NULL;
+  size_t npts = 0;
+  char (*modes)[256] = NULL;
+  ferry_status st = collect_points(rp, ax, 0, NULL, &pts, &npts);
+  if (st != FERRY_OK) return st;
+  /* too many lines: one line per value of the smallest other axis, the rest at their most
+   * frequent value */
+  if (count_series(pts, npts) > 8 && n_other > 1) {
+    ferry_free(pts);
+    pts = NULL;
+    modes = ferry__calloc(rp->n_axes, sizeof *modes);
+    if (!modes) return NOMEM(rp);
     for (size_t a = 0; a < rp->n_axes; a++) {
       if (&rp->axes[a] == ax || a == smallest) continue;
-      ferry__run_val(ref, rp->axes[a].key, rv, sizeof rv);
+      axis_mode(rp, &rp->axes[a], modes[a], sizeof modes[a]);
       fixed_len += (size_t)snprintf(fixed + fixed_len, fixed_len < sizeof fixed ? sizeof fixed - fixed_len : 0, "%s%s=%s",
-                                    fixed_len ? ", " : "", rp->axes[a].key, rv);
+                                    fixed_len ? ", " : "", rp->axes[a].key, *modes[a] ? modes[a] : "-");
       if (fixed_len >= sizeof fixed) fixed_len = sizeof fixed - 1;
     }
+    st = collect_points(rp, ax, smallest, modes, &pts, &npts);
+    ferry_free(modes);
+    if (st != FERRY_OK) return st;
   }
   /* distinct series in order of appearance */
   const char *series[16];
@@ -441,7 +489,7 @@ ferry_status ferry__section_bytes(struct report *rp) {
   ferry__rb_puts(&s, "EOD\nset datafile missing 'NaN'\n"
                      "set style data histograms\nset style histogram clustered gap 1\n"
                      "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
-                     "set xtics rotate by -35 left nomirror\nset key top right\nset yrange [0:*]\n"
+                     "set xtics rotate by -35 left nomirror\nset key outside top center horizontal\nset yrange [0:*]\n"
                      "set multiplot layout 1,2\n");
   ferry__rb_printf(&s, "set title \"Bytes moved per tier\"\nset ylabel \"%s\"\n", unit);
   ferry__rb_puts(&s, "plot $b using 2:xtic(1) title \"disk read\" lt 5, '' using 3 title \"host to device\" lt 2, "
@@ -767,6 +815,7 @@ ferry_status ferry__section_hardware(struct report *rp) {
   ferry__rb_puts(&s, "set datafile missing 'NaN'\nset style data histograms\nset style histogram clustered gap 1\n"
                      "set style fill solid 0.85 border -1\nset yrange [0:*]\nset xtics rotate by -30 left nomirror\n"
                      "set key top right\n");
+  if (shown == 1) ferry__rb_puts(&s, "unset key\n");
   if (any_price) ferry__rb_puts(&s, "set multiplot layout 1,2\n");
   for (int panel = 0; panel < (any_price ? 2 : 1); panel++) {
     ferry__rb_printf(&s, "set title \"%s\"\nset ylabel \"%s\"\nplot ", panel ? "Cost per million output tokens" : "Throughput",

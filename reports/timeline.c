@@ -283,7 +283,7 @@ ferry_status ferry__section_timeline(struct report *rp) {
   for (size_t k = 0; k < nq; k++) ferry__rb_printf(&s, "%s\"queue %d: %s\" %zu", k ? ", " : "", queues[k], cat_short[role[k]], k);
   ferry__rb_printf(&s,
                    ")\nset xlabel \"time since the first operation (%s)\"\nset xrange [0:%.6f]\nset grid xtics\n"
-                   "set key outside bottom center horizontal\nset style fill solid 0.85 noborder\n"
+                   "set key outside right top vertical\nset style fill solid 0.85 noborder\n"
                    "set title \"Run %s: %s\" offset 0,1\nplot ",
                    tunit, span_ns / div, r->label, range);
   int any = 0;
@@ -412,14 +412,17 @@ ferry_status ferry__section_memory(struct report *rp) {
     goto out;
   }
   int drawn = 0;
+  /* short runs (tests, tiny models) read better in ms */
+  int ms = tmax - tmin < 2000000000;
+  double tdiv = ms ? 1e6 : 1e9;
   for (int t = 0; t < 3; t++) {
     ferry__rb_printf(&s, "$t%d << EOD\n", t);
     for (size_t i = 0; i < nv[t]; i++) {
-      ferry__rb_printf(&s, "%.9f %.9g\n", (double)(v[t][i].t - tmin) / 1e9, v[t][i].used * scale);
+      ferry__rb_printf(&s, "%.9f %.9g\n", (double)(v[t][i].t - tmin) / tdiv, v[t][i].used * scale);
       ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", (double)(v[t][i].t - tmin) / 1e9, tiers[t], v[t][i].used);
     }
     /* extend the last level to the end of the run so the step line reaches the right edge */
-    if (nv[t]) ferry__rb_printf(&s, "%.9f %.9g\n", (double)(tmax - tmin) / 1e9, v[t][nv[t] - 1].used * scale);
+    if (nv[t]) ferry__rb_printf(&s, "%.9f %.9g\n", (double)(tmax - tmin) / tdiv, v[t][nv[t] - 1].used * scale);
     ferry__rb_puts(&s, "EOD\n");
     if (nv[t]) {
       char b1[32], b2[32], b3[32];
@@ -430,9 +433,9 @@ ferry_status ferry__section_memory(struct report *rp) {
     }
   }
   ferry__rb_printf(&s,
-                   "set xlabel \"time since the first sample (s)\"\nset ylabel \"bytes in use (%s)\"\n"
+                   "set xlabel \"time since the first sample (%s)\"\nset ylabel \"bytes in use (%s)\"\n"
                    "set yrange [0:*]\nset key outside right top\nset title \"Memory per tier, run %s\"\nplot ",
-                   unit, r->label);
+                   ms ? "ms" : "s", unit, r->label);
   for (int t = 0; t < 3; t++) {
     if (!nv[t]) continue;
     ferry__rb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title \"%s\"", drawn ? ", " : "", t, t + 1, tiers[t]);
