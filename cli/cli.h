@@ -33,6 +33,8 @@ int cmd_model_quantize(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_db(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_trace_routing(int argc, char **argv);
 int cmd_predictor(int argc, char **argv);
 

@@ -15,6 +15,8 @@ static const struct command {
     {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},
     {"hw", cmd_hw, "hardware profiles for the simulator (list, show)"},
     {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
+    {"sweep", cmd_sweep, "run the cartesian product of run parameters into one database (resumable)"},
+    {"report", cmd_report, "HTML/Markdown/CSV report with gnuplot plots from result databases"},
     {"predictor", cmd_predictor, "expert predictors: train an MLP, evaluate on a routing trace (train, eval)"},
 };
 
