@@ -57,6 +57,14 @@ static ferry_status write_results(ferry_db *db, int64_t run_id, ferry_engine *en
   return st;
 }
 
+static int has_weights(const char *dir) {
+  char *idx = ferry__path_join(dir, "model.safetensors.index.json"), *one = ferry__path_join(dir, "model.safetensors");
+  int yes = (idx && ferry__is_file(idx)) || (one && ferry__is_file(one));
+  ferry_free(idx);
+  ferry_free(one);
+  return yes;
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -86,9 +94,14 @@ int run_execute(struct run_args *a) {
                a->model, a->cmd);
       goto out;
     }
-    if (!sim && (st = ferry_store_open(&store, a->model)) != FERRY_OK) {
-      cli_fail(st, NULL);
-      goto out;
+    /* The simulator reads no weights, but a folder's files give the real sizes and formats of
+     * its tensors (a quantized folder streams fewer bytes); a folder with only config.json is
+     * sized from the configuration. */
+    if (!sim || has_weights(a->model)) {
+      if ((st = ferry_store_open(&store, a->model)) != FERRY_OK) {
+        cli_fail(st, NULL);
+        goto out;
+      }
     }
   }
   if (!a->plan_only) {
