@@ -19,8 +19,19 @@
 extern "C" {
 #endif
 
-/** Receives the logits of one generated token (real executors only). */
-typedef void (*ferry_logits_fn)(void *user, int64_t req_id, int32_t token_index, const float *logits, int64_t vocab);
+/**
+ * @brief Receives the logits of one generated token (real executors only).
+ * @param user the pointer given in the configuration.
+ * @param req_id the request.
+ * @param token_index which output token (0 = the first).
+ * @param tokens the sequence's token ids so far (prompt and generated inputs); the logits are
+ *        those of the last position. Borrowed for the call.
+ * @param n_tokens length of @p tokens.
+ * @param logits the logits; borrowed for the call.
+ * @param vocab length of @p logits.
+ */
+typedef void (*ferry_logits_fn)(void *user, int64_t req_id, int32_t token_index, const int32_t *tokens,
+                                int32_t n_tokens, const float *logits, int64_t vocab);
 
 /**
  * @brief Supplies routing decisions when the executor computes nothing (the simulator):
@@ -102,6 +113,9 @@ struct ferry_step_metrics {
   int32_t hits;          /**< expert-cache hits */
   int32_t misses;        /**< expert-cache misses */
   int64_t stall_ns;      /**< time the compute queue waited for transfers */
+  int64_t compute_busy_ns; /**< time the compute queue spent running kernels */
+  int64_t h2d_busy_ns;   /**< time the host-to-device queue spent copying */
+  int64_t disk_busy_ns;  /**< time the disk queue spent reading */
 };
 
 /** Distribution summary of one latency metric, in ns. */
@@ -161,6 +175,20 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
  */
 ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
                                     const struct ferry_engine_config *config, FILE *f);
+
+/**
+ * @brief The smallest budgets a configuration can run with: the device's minimum working set
+ *        (pinned units, KV cache, workspace, block slots for the prefetch depth, one expert slot)
+ *        and the host's (read-back and staging buffers) when streaming.
+ * @param model shapes.
+ * @param store weights, or NULL to size from the model's dtype.
+ * @param config the configuration (its budgets are ignored).
+ * @param device_min receives the device minimum in bytes.
+ * @param host_min receives the host minimum in bytes (with every streamed unit on disk).
+ */
+ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
+                                      const struct ferry_engine_config *config, uint64_t *device_min,
+                                      uint64_t *host_min);
 
 /** @brief Print the engine's plan (bytes per tier, slots, home of every unit). */
 void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);

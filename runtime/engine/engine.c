@@ -168,6 +168,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
   ferry_free(e->seqs);
+  ferry_free(e->seq_tokens);
   ferry_free(e);
 }
 
@@ -245,9 +246,10 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
   e->routing_w = ferry__calloc(T * K, sizeof(float));
   e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
+  e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs)
+      !e->routing_w || !e->seqs || !e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
   return FERRY_OK;
 }
@@ -365,6 +367,32 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
   if (st == FERRY_OK) print_plan(e, f);
   else ferry__err_copy(NULL, &e->err);
+  engine_free(e);
+  return st;
+}
+
+ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
+                                      const struct ferry_engine_config *config, uint64_t *device_min,
+                                      uint64_t *host_min) {
+  struct ferry_engine *e = ferry__calloc(1, sizeof *e);
+  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  e->model = model;
+  e->mc = ferry_model_get_config(model);
+  e->store = store;
+  e->cfg = *config;
+  e->cfg.device_budget_bytes = UINT64_MAX / 2; /* any budget: streaming mode */
+  e->cfg.host_budget_bytes = 0;
+  e->cfg.home_disk = store != NULL;
+  e->has_data = store != NULL;
+  apply_defaults(&e->cfg, e->mc);
+  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
+  if (st == FERRY_OK) st = make_plan(e);
+  if (st == FERRY_OK) {
+    *device_min = e->plan.device_min_bytes;
+    *host_min = e->plan.host_staging_bytes + e->plan.host_fixed_bytes;
+  } else {
+    ferry__err_copy(NULL, &e->err);
+  }
   engine_free(e);
   return st;
 }
