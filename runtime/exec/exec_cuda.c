@@ -1011,6 +1011,7 @@ static const struct ferry_exec_backend cuda_backend = {
 
 ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
   if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
+  *out = NULL;
   int count = 0, unified = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -1046,8 +1047,9 @@ ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_co
 
 #else /* !FERRY_HAVE_CUDA */
 ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
-  (void)out;
   (void)config;
+  if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
+  *out = NULL;
   return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
 }
 #endif /* FERRY_HAVE_CUDA */
