@@ -17,6 +17,7 @@
 #include "ferry/exec.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
+#include "ferry/quant.h"
 #include "ferry/store.h"
 
 #define EXIT_SKIP 77
@@ -54,6 +55,10 @@ struct kcase {
   uint64_t ids_off, ids_n;      /* compared exactly as int32 (router ids) */
   double tol;
   int32_t ints[64], ints2[64];
+  int quant; /* DEQUANTIZE: a packed weight of qspec at blob_off, quantized from random floats */
+  struct ferry_qspec qspec;
+  struct ferry_qlayout qlayout;
+  uint64_t blob_off;
 };
 
 static ferry_buf *const PLACEHOLDER = (ferry_buf *)1;
@@ -264,6 +269,28 @@ static struct kcase case_embed(int learned_pos) {
   return c;
 }
 
+/* A [37, 200] weight (200 is not a multiple of the groups: tails are exercised). */
+static struct kcase case_dequant(const char *spec_text) {
+  struct kcase c = base(spec_text, FERRY_K_DEQUANTIZE, 1e-6);
+  c.quant = 1;
+  if (ferry_quant_spec_parse(spec_text, &c.qspec) != FERRY_OK ||
+      ferry_quant_layout(&c.qspec, 37, 200, &c.qlayout) != FERRY_OK) {
+    fprintf(stderr, "gpu_check: %s: %s\n", spec_text, ferry_last_error());
+    exit(2);
+  }
+  c.k.n = 37;
+  c.k.k = 200;
+  c.k.m = (int64_t)c.qlayout.total_bytes;
+  c.k.qformat = (int32_t)c.qspec.format;
+  c.k.qgroup = c.qspec.group_size;
+  c.blob_off = place(&c, c.qlayout.blob_bytes);
+  for (int p = 0; p < FERRY_QPART_COUNT; p++)
+    if (c.qlayout.part[p].bytes) c.k.aux[p] = ref(c.blob_off + c.qlayout.part[p].offset, FERRY_DTYPE_U8);
+  c.k.y = f32(&c, 37 * 200);
+  out(&c, c.k.y, 37 * 200);
+  return c;
+}
+
 static void fill_case(const struct kcase *c, char *h) {
   struct ferry_rng rng;
   ferry__rng_seed(&rng, 12345);
@@ -279,6 +306,18 @@ static void fill_case(const struct kcase *c, char *h) {
       else if (g->dt == FERRY_DTYPE_BF16) ((uint16_t *)(void *)(h + g->off))[i] = ferry__f32_to_bf16(v);
       else ((float *)(void *)(h + g->off))[i] = v;
     }
+  }
+  if (c->quant) {
+    float *src = malloc((size_t)(c->k.n * c->k.k) * sizeof(float));
+    if (!src) exit(2);
+    for (int64_t i = 0; i < c->k.n * c->k.k; i++) src[i] = (float)(ferry__rng_normal(&rng) * 0.05);
+    struct ferry_qout qo;
+    for (int p = 0; p < FERRY_QPART_COUNT; p++) qo.part[p] = h + c->blob_off + c->qlayout.part[p].offset;
+    if (ferry_quant_quantize(&c->qspec, src, c->k.n, c->k.k, &qo) != FERRY_OK) {
+      fprintf(stderr, "gpu_check: quantize %s: %s\n", c->name, ferry_last_error());
+      exit(2);
+    }
+    free(src);
   }
 }
 
@@ -352,6 +391,13 @@ static int cmd_kernels(int self_test) {
       case_gather(),
       case_embed(0),
       case_embed(1),
+      case_dequant("int8"),
+      case_dequant("int4-g64"),
+      case_dequant("int3-g32"),
+      case_dequant("int2-g64"),
+      case_dequant("nf4"),
+      case_dequant("fp16"),
+      case_dequant("bf16"),
   };
   ferry_exec *cu = NULL;
   if (!self_test) {

@@ -31,7 +31,9 @@
 #include "common/units.h"
 #include "exec_cuda.h"
 #include "exec_impl.h"
+#include "ferry/quant.h"
 #include "ferry/store.h"
+#include "runtime/quant/quant_impl.h"
 
 /* Ops between submit and completion per queue (back-pressure beyond). One entry is kept
  * spare so the previous op's end event survives while the next completes (timing chain). */
@@ -276,7 +278,7 @@ static ferry_status check_gemm_weight(struct ferry_exec *ex, const struct ferry_
 static ferry_status validate_kernel(struct ferry_exec *ex, const struct ferry_kernel *k) {
   ferry_status st;
   const int64_t m = k->m, n = k->n, kk = k->k;
-  if (m > INT32_MAX || n > INT32_MAX || kk > INT32_MAX)
+  if ((k->kind != FERRY_K_DEQUANTIZE && m > INT32_MAX) || n > INT32_MAX || kk > INT32_MAX)
     return bad_kernel(ex, k, FERRY_ERR_RANGE, "a dimension exceeds 2^31-1");
   if (kernel_uses_ints(k) && m > 0) {
     if (!k->ints || k->n_ints < m || (kernel_uses_ints2(k) && !k->ints2))
@@ -412,9 +414,58 @@ static ferry_status validate_kernel(struct ferry_exec *ex, const struct ferry_ke
       NEED("y", k->y, prod(m, n, 4));
       return FERRY_OK;
     }
+    case FERRY_K_DEQUANTIZE: {
+      struct ferry_qspec spec = {(enum ferry_qformat)k->qformat, k->qgroup};
+      if ((unsigned)k->qformat >= FERRY_QFORMAT_COUNT || ferry_quant_spec_check(&spec) != FERRY_OK)
+        return bad_kernel(ex, k, FERRY_ERR_INVALID, "unknown quantization format or group size");
+      if (n < 1 || kk < 1) return bad_kernel(ex, k, FERRY_ERR_INVALID, "empty weight");
+      const int bits = ferry__quant_bits(spec.format);
+      const int64_t g = spec.group_size, gpr = g ? (kk + g - 1) / g : 0;
+      const enum ferry_qformat f = spec.format;
+      if ((f == FERRY_QFORMAT_INT4 || f == FERRY_QFORMAT_INT3 || f == FERRY_QFORMAT_INT2 || f == FERRY_QFORMAT_NF4) && g < 1)
+        return bad_kernel(ex, k, FERRY_ERR_INVALID, "grouped format without a group size");
+      NEED("y", k->y, prod(n, kk, 4));
+      NEED("qweight", k->aux[FERRY_QPART_DATA], prod(n, (kk * bits + 7) / 8, 1));
+      if (f == FERRY_QFORMAT_INT8) NEED("scales", k->aux[FERRY_QPART_SCALES], prod(n, 4, 1));
+      if (f == FERRY_QFORMAT_INT4 || f == FERRY_QFORMAT_INT3 || f == FERRY_QFORMAT_INT2) {
+        NEED("scales", k->aux[FERRY_QPART_SCALES], prod(n, gpr, 2));
+        NEED("zeros", k->aux[FERRY_QPART_ZEROS], prod(n, gpr, 1));
+      }
+      if (f == FERRY_QFORMAT_NF4) {
+        const uint64_t blocks = prod(n, gpr, 1), b2 = (blocks + FERRY_QUANT_NF4_BLOCK2 - 1) / FERRY_QUANT_NF4_BLOCK2;
+        NEED("absmax", k->aux[FERRY_QPART_SCALES], blocks);
+        NEED("absmax_scales", k->aux[FERRY_QPART_SCALES2], b2 * 4);
+        NEED("absmax_offsets", k->aux[FERRY_QPART_OFFSETS2], b2 * 4);
+      }
+      return FERRY_OK;
+    }
     default:
       return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "not implemented by the cuda executor");
   }
+}
+
+/* The kernel's view of a DEQUANTIZE op (validated). */
+static void dequant_args(const struct ferry_kernel *k, struct ferry_cu_dequant *d) {
+  memset(d, 0, sizeof *d);
+  switch ((enum ferry_qformat)k->qformat) {
+    case FERRY_QFORMAT_FP32: d->format = FERRY_CU_Q_F32; break;
+    case FERRY_QFORMAT_FP16: d->format = FERRY_CU_Q_F16; break;
+    case FERRY_QFORMAT_BF16: d->format = FERRY_CU_Q_BF16; break;
+    case FERRY_QFORMAT_INT8: d->format = FERRY_CU_Q_INT8; break;
+    case FERRY_QFORMAT_NF4: d->format = FERRY_CU_Q_NF4; break;
+    default: d->format = FERRY_CU_Q_INTN; break;
+  }
+  d->bits = ferry__quant_bits((enum ferry_qformat)k->qformat);
+  d->rows = k->n;
+  d->cols = k->k;
+  d->group = k->qgroup;
+  d->data = dptr(k->aux[FERRY_QPART_DATA]);
+  d->scales = dptr(k->aux[FERRY_QPART_SCALES]);
+  d->zeros = dptr(k->aux[FERRY_QPART_ZEROS]);
+  d->scales2 = dptr(k->aux[FERRY_QPART_SCALES2]);
+  d->offsets2 = dptr(k->aux[FERRY_QPART_OFFSETS2]);
+  memcpy(d->nf4_levels, ferry__nf4_levels, sizeof d->nf4_levels);
+  memcpy(d->dynamic_map, ferry__dynamic_map, sizeof d->dynamic_map);
 }
 
 /* y[m, n] (+)= x[m, k] . W[n, k]^T on the queue's stream, fp32 accumulation. cuBLAS wants A
@@ -524,6 +575,12 @@ static int run_kernel(struct cu_queue *q, const struct cu_pending *p, char *msg,
     case FERRY_K_GATHER_ROWS:
       e = ferry__cu_gather(s, x, y, ints, k->m, k->n);
       break;
+    case FERRY_K_DEQUANTIZE: {
+      struct ferry_cu_dequant d;
+      dequant_args(k, &d);
+      e = ferry__cu_dequantize(s, &d, y);
+      break;
+    }
     default:
       snprintf(msg, len, "kernel kind %s is not implemented by the cuda executor", ferry_kernel_kind_name(k->kind));
       return -1;

@@ -79,6 +79,24 @@ cudaError_t ferry__cu_add_bias(cudaStream_t s, float *y, const void *bias, int b
  * bf16, round to nearest even: the activation side of a mixed-precision GEMM. */
 cudaError_t ferry__cu_to_half(cudaStream_t s, const float *x, void *out, int dt, int64_t n);
 
+/* Weight formats the dequantize kernel expands (mapped from enum ferry_qformat by the caller). */
+enum ferry_cu_qformat { FERRY_CU_Q_F32, FERRY_CU_Q_F16, FERRY_CU_Q_BF16, FERRY_CU_Q_INT8, FERRY_CU_Q_INTN, FERRY_CU_Q_NF4 };
+
+/* A packed [rows, cols] weight (runtime/quant layout: rows byte-aligned, codes little-endian
+ * bit order) and the tables NF4 needs; passed to the kernel by value. */
+struct ferry_cu_dequant {
+  int format; /* enum ferry_cu_qformat */
+  int bits;   /* bits per code */
+  int64_t rows, cols, group;
+  const uint8_t *data, *scales, *zeros, *scales2, *offsets2;
+  float nf4_levels[16];
+  float dynamic_map[256];
+};
+
+/* y[rows, cols] (fp32) = the weight expanded, element by element with the host's expressions
+ * (no fused multiply-add), so the result is bit-identical to ferry_quant_dequantize_rows(). */
+cudaError_t ferry__cu_dequantize(cudaStream_t s, const struct ferry_cu_dequant *d, float *y);
+
 #ifdef __cplusplus
 }
 #endif

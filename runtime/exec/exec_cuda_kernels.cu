@@ -277,6 +277,63 @@ __global__ void to_half_kernel(const float *x, void *out, int dt, int64_t n) {
   }
 }
 
+__device__ __forceinline__ float f32_at(const uint8_t *p) {
+  const uint32_t b = static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+                     static_cast<uint32_t>(p[3]) << 24;
+  return __uint_as_float(b);
+}
+
+__device__ __forceinline__ unsigned short u16_at(const uint8_t *p) {
+  return static_cast<unsigned short>(p[0] | p[1] << 8);
+}
+
+/* Code j of a packed row: bits [j*bits, (j+1)*bits), little-endian bit order. */
+__device__ __forceinline__ unsigned code_at(const uint8_t *row, int bits, int64_t j) {
+  const uint64_t pos = static_cast<uint64_t>(j) * static_cast<uint64_t>(bits);
+  const unsigned shift = static_cast<unsigned>(pos & 7u);
+  unsigned v = row[pos >> 3];
+  if (shift + static_cast<unsigned>(bits) > 8u) v |= static_cast<unsigned>(row[(pos >> 3) + 1]) << 8;
+  return (v >> shift) & ((1u << bits) - 1u);
+}
+
+__global__ void dequant_kernel(const ferry_cu_dequant d, float *y) {
+  const uint64_t row_bytes = (static_cast<uint64_t>(d.cols) * static_cast<uint64_t>(d.bits) + 7) / 8;
+  const int64_t gpr = d.group ? (d.cols + d.group - 1) / d.group : 0;
+  GRID_STRIDE(idx, d.rows * d.cols) {
+    const int64_t r = idx / d.cols, j = idx % d.cols;
+    const uint8_t *row = d.data + static_cast<uint64_t>(r) * row_bytes;
+    float v = 0.0f;
+    switch (d.format) {
+      case FERRY_CU_Q_F32:
+        v = f32_at(row + 4 * j);
+        break;
+      case FERRY_CU_Q_F16:
+        v = __half2float(__ushort_as_half(u16_at(row + 2 * j)));
+        break;
+      case FERRY_CU_Q_BF16:
+        v = __uint_as_float(static_cast<uint32_t>(u16_at(row + 2 * j)) << 16);
+        break;
+      case FERRY_CU_Q_INT8:
+        v = static_cast<float>(static_cast<int8_t>(row[j])) * f32_at(d.scales + 4 * r);
+        break;
+      case FERRY_CU_Q_INTN: {
+        const int64_t g = r * gpr + j / d.group;
+        const float s = __half2float(__ushort_as_half(u16_at(d.scales + 2 * g)));
+        v = static_cast<float>(static_cast<int>(code_at(row, d.bits, j)) - static_cast<int>(d.zeros[g])) * s;
+        break;
+      }
+      case FERRY_CU_Q_NF4: {
+        const int64_t i = r * gpr + j / d.group, b2 = i / 256; /* FERRY_QUANT_NF4_BLOCK2 */
+        /* offset2 + map[code] * scale2, rounded twice as on the host (no FMA) */
+        const float a = __fadd_rn(f32_at(d.offsets2 + 4 * b2), __fmul_rn(d.dynamic_map[d.scales[i]], f32_at(d.scales2 + 4 * b2)));
+        v = __fmul_rn(d.nf4_levels[code_at(row, 4, j)], a);
+        break;
+      }
+    }
+    y[idx] = v;
+  }
+}
+
 /* Grid x is limited to 2^31-1 blocks: rows per launch are capped there (the executor rejects
  * larger m before launching). */
 unsigned rows_grid(int64_t m) { return static_cast<unsigned>(m); }
@@ -385,6 +442,12 @@ cudaError_t ferry__cu_add_bias(cudaStream_t s, float *y, const void *bias, int b
 cudaError_t ferry__cu_to_half(cudaStream_t s, const float *x, void *out, int dt, int64_t n) {
   if (n <= 0) return cudaSuccess;
   to_half_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, out, dt, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_dequantize(cudaStream_t s, const struct ferry_cu_dequant *d, float *y) {
+  if (d->rows <= 0 || d->cols <= 0) return cudaSuccess;
+  dequant_kernel<<<blocks_for(d->rows * d->cols), kThreads, 0, s>>>(*d, y);
   return cudaGetLastError();
 }
 
