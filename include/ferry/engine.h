@@ -162,6 +162,20 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
 ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
                                     const struct ferry_engine_config *config, FILE *f);
 
+/**
+ * @brief The smallest budgets a configuration can run with: the device's minimum working set
+ *        (pinned units, KV cache, workspace, block slots for the prefetch depth, one expert slot)
+ *        and the host's (read-back and staging buffers) when streaming.
+ * @param model shapes.
+ * @param store weights, or NULL to size from the model's dtype.
+ * @param config the configuration (its budgets are ignored).
+ * @param device_min receives the device minimum in bytes.
+ * @param host_min receives the host minimum in bytes (with every streamed unit on disk).
+ */
+ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
+                                      const struct ferry_engine_config *config, uint64_t *device_min,
+                                      uint64_t *host_min);
+
 /** @brief Print the engine's plan (bytes per tier, slots, home of every unit). */
 void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
 

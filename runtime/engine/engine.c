@@ -368,3 +368,29 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
   engine_free(e);
   return st;
 }
+
+ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
+                                      const struct ferry_engine_config *config, uint64_t *device_min,
+                                      uint64_t *host_min) {
+  struct ferry_engine *e = ferry__calloc(1, sizeof *e);
+  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  e->model = model;
+  e->mc = ferry_model_get_config(model);
+  e->store = store;
+  e->cfg = *config;
+  e->cfg.device_budget_bytes = UINT64_MAX / 2; /* any budget: streaming mode */
+  e->cfg.host_budget_bytes = 0;
+  e->cfg.home_disk = store != NULL;
+  e->has_data = store != NULL;
+  apply_defaults(&e->cfg, e->mc);
+  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
+  if (st == FERRY_OK) st = make_plan(e);
+  if (st == FERRY_OK) {
+    *device_min = e->plan.device_min_bytes;
+    *host_min = e->plan.host_staging_bytes + e->plan.host_fixed_bytes;
+  } else {
+    ferry__err_copy(NULL, &e->err);
+  }
+  engine_free(e);
+  return st;
+}

@@ -1,0 +1,286 @@
+/* The offload engine on the host executor: offloading never changes the numbers (logits are
+ * bit-identical to a fully resident run for every block size, prefetch depth and home tier),
+ * budgets hold (peak <= budget), and a budget one byte under the minimum is refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/engine.h"
+#include "ferry/exec.h"
+#include "ferry/gen.h"
+#include "ferry/model.h"
+#include "ferry/store.h"
+#include "testutil.h"
+
+struct fixture {
+  char *dir;
+  char *dense_dir, *moe_dir, *qmoe_dir, *olmoe_dir;
+};
+
+static struct fixture fx;
+
+static char *gen_model(const char *preset, const char *name, double skew) {
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, preset), FERRY_OK);
+  size_t n = strlen(fx.dir) + strlen(name) + 2;
+  char *out = malloc(n);
+  snprintf(out, n, "%s/%s", fx.dir, name);
+  struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 7, .router_skew = skew};
+  assert_int_equal(ferry_model_generate(m, &go, out, NULL), FERRY_OK);
+  ferry_model_close(m);
+  return out;
+}
+
+static int setup(void **state) {
+  (void)state;
+  fx.dir = tu_mkdtemp("engine");
+  fx.dense_dir = gen_model("tiny-dense", "dense", 0);
+  fx.moe_dir = gen_model("tiny-moe", "moe", 0.5);
+  fx.qmoe_dir = gen_model("tiny-qwen2-moe", "qmoe", 0);
+  fx.olmoe_dir = gen_model("tiny-olmoe", "olmoe", 0);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_rmtree(fx.dir);
+  free(fx.dir);
+  free(fx.dense_dir);
+  free(fx.moe_dir);
+  free(fx.qmoe_dir);
+  free(fx.olmoe_dir);
+  return 0;
+}
+
+/* Logits of every generated token, in the order they arrive. */
+struct logit_log {
+  float *data;
+  size_t floats, cap;
+  int64_t rows;
+};
+
+static void on_logits(void *user, int64_t req, int32_t tok, const float *logits, int64_t vocab) {
+  (void)req;
+  (void)tok;
+  struct logit_log *l = user;
+  if (l->floats + (size_t)vocab > l->cap) {
+    l->cap = (l->cap + (size_t)vocab) * 2;
+    l->data = realloc(l->data, l->cap * sizeof(float));
+    assert_non_null(l->data);
+  }
+  memcpy(l->data + l->floats, logits, (size_t)vocab * sizeof(float));
+  l->floats += (size_t)vocab;
+  l->rows++;
+}
+
+static const struct ferry_engine_request requests[] = {
+    {.id = 0, .arrival_ns = 0, .prompt_tokens = 5, .output_tokens = 4},
+    {.id = 1, .arrival_ns = 0, .prompt_tokens = 11, .output_tokens = 3},
+    {.id = 2, .arrival_ns = 0, .prompt_tokens = 3, .output_tokens = 6},
+    {.id = 3, .arrival_ns = 0, .prompt_tokens = 7, .output_tokens = 2},
+};
+#define N_REQ ((int64_t)(sizeof requests / sizeof requests[0]))
+
+static struct ferry_engine_config base_config(void) {
+  struct ferry_engine_config c = {.max_batch = 3, .max_step_tokens = 8, .max_seq_tokens = 32, .seed = 11};
+  return c;
+}
+
+/* Run the requests; fills log, checks peak <= budget per tier, returns the summary. */
+static ferry_status run(const char *dir, struct ferry_engine_config c, struct logit_log *log,
+                        struct ferry_serve_summary *sum) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, dir), FERRY_OK);
+  struct ferry_exec_config xc = {.device_budget_bytes = c.device_budget_bytes,
+                                 .host_budget_bytes = c.host_budget_bytes,
+                                 .compute_threads = 1};
+  assert_int_equal(ferry_exec_create_host(&ex, &xc), FERRY_OK);
+  c.on_logits = on_logits;
+  c.logits_user = log;
+  ferry_status st = ferry_engine_create(&e, m, s, ex, &c);
+  if (st == FERRY_OK) {
+    struct ferry_run_options ro = {.as_fast_as_possible = 1};
+    st = ferry_engine_run(e, requests, N_REQ, &ro);
+    if (st != FERRY_OK) fprintf(stderr, "run failed: %s\n", ferry_last_error());
+    assert_int_equal(st, FERRY_OK);
+    ferry_engine_summary(e, sum);
+    for (int t = 0; t < 2; t++)
+      if (sum->budget_bytes[t]) assert_true(sum->peak_bytes[t] <= sum->budget_bytes[t]);
+    assert_int_equal(sum->requests_done, N_REQ);
+  }
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+  return st;
+}
+
+static uint64_t min_device(const char *dir, struct ferry_engine_config c, uint64_t *host_min) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  assert_int_equal(ferry_model_open(&m, dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, dir), FERRY_OK);
+  uint64_t dev = 0, host = 0;
+  assert_int_equal(ferry_engine_min_budgets(m, s, &c, &dev, &host), FERRY_OK);
+  ferry_store_close(s);
+  ferry_model_close(m);
+  if (host_min) *host_min = host;
+  return dev;
+}
+
+static void check_offload_identical(const char *dir, int moe) {
+  struct logit_log ref = {0};
+  struct ferry_serve_summary sum;
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  assert_int_equal(run(dir, c, &ref, &sum), FERRY_OK);
+  int64_t expected_rows = 0;
+  for (int64_t i = 0; i < N_REQ; i++) expected_rows += requests[i].output_tokens;
+  assert_int_equal(ref.rows, expected_rows);
+  for (size_t i = 0; i < ref.floats; i++) assert_true(ref.data[i] == ref.data[i]); /* no NaN */
+  const int blocks[] = {1, 2, 3, 0};
+  int configs = 0;
+  for (int bi = 0; bi < 4; bi++)
+    for (int depth = 0; depth <= 3; depth++)
+      for (int disk = 0; disk <= 1; disk++) {
+        struct ferry_engine_config o = base_config();
+        o.block_layers = blocks[bi];
+        o.prefetch_depth = depth;
+        o.home_disk = disk;
+        uint64_t host_min = 0;
+        uint64_t dev = min_device(dir, o, &host_min);
+        /* a few expert slots beyond the minimum so the cache evicts */
+        o.device_budget_bytes = dev + (moe ? 2 * (dev / 64) : 0);
+        if (disk) o.host_budget_bytes = host_min;
+        struct logit_log got = {0};
+        assert_int_equal(run(dir, o, &got, &sum), FERRY_OK);
+        assert_int_equal(got.rows, ref.rows);
+        if (memcmp(got.data, ref.data, ref.floats * sizeof(float)) != 0) {
+          fprintf(stderr, "logits differ: block_layers %d depth %d disk %d\n", blocks[bi], depth, disk);
+          fail();
+        }
+        /* something really moved */
+        assert_true(sum.bytes_h2d > 0);
+        if (disk) assert_true(sum.bytes_disk > 0);
+        if (moe) assert_true(sum.misses > 0);
+        free(got.data);
+        configs++;
+      }
+  assert_int_equal(configs, 32);
+  free(ref.data);
+}
+
+static void test_dense_offload_bit_identical(void **state) {
+  (void)state;
+  check_offload_identical(fx.dense_dir, 0);
+}
+
+static void test_moe_offload_bit_identical(void **state) {
+  (void)state;
+  check_offload_identical(fx.moe_dir, 1);
+}
+
+static void test_qwen2_moe_and_olmoe_offload(void **state) {
+  (void)state;
+  const char *dirs[] = {fx.qmoe_dir, fx.olmoe_dir};
+  for (int i = 0; i < 2; i++) {
+    struct logit_log ref = {0}, got = {0};
+    struct ferry_serve_summary sum;
+    struct ferry_engine_config c = base_config();
+    c.resident_all = 1;
+    assert_int_equal(run(dirs[i], c, &ref, &sum), FERRY_OK);
+    struct ferry_engine_config o = base_config();
+    o.block_layers = 2;
+    o.prefetch_depth = 1;
+    o.device_budget_bytes = min_device(dirs[i], o, NULL);
+    assert_int_equal(run(dirs[i], o, &got, &sum), FERRY_OK);
+    assert_int_equal(got.rows, ref.rows);
+    assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+    free(ref.data);
+    free(got.data);
+  }
+}
+
+static void test_budget_below_minimum_refused(void **state) {
+  (void)state;
+  const char *dirs[] = {fx.dense_dir, fx.moe_dir};
+  for (int i = 0; i < 2; i++) {
+    struct ferry_engine_config o = base_config();
+    o.block_layers = 2;
+    o.prefetch_depth = 2;
+    uint64_t dev = min_device(dirs[i], o, NULL);
+    struct logit_log log = {0};
+    struct ferry_serve_summary sum;
+    o.device_budget_bytes = dev - 1;
+    assert_int_equal(run(dirs[i], o, &log, &sum), FERRY_ERR_BUDGET);
+    assert_true(tu_contains(ferry_last_error(), "minimum working set"));
+    o.device_budget_bytes = dev;
+    assert_int_equal(run(dirs[i], o, &log, &sum), FERRY_OK);
+    assert_true(sum.peak_bytes[FERRY_TIER_DEVICE] <= dev);
+    free(log.data);
+  }
+}
+
+static void test_resident_attention_streams_ffn(void **state) {
+  (void)state;
+  struct logit_log ref = {0}, got = {0};
+  struct ferry_serve_summary sum;
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  assert_int_equal(run(fx.dense_dir, c, &ref, &sum), FERRY_OK);
+  struct ferry_engine_config o = base_config();
+  o.resident_attention = 1;
+  o.pin_first = 1;
+  o.pin_last = 1;
+  o.block_layers = 3;
+  o.prefetch_depth = 1;
+  o.device_budget_bytes = min_device(fx.dense_dir, o, NULL);
+  assert_int_equal(run(fx.dense_dir, o, &got, &sum), FERRY_OK);
+  assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+  assert_true(sum.bytes_h2d > 0);
+  free(ref.data);
+  free(got.data);
+}
+
+static void test_request_too_long_rejected(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, fx.dense_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, fx.dense_dir), FERRY_OK);
+  assert_int_equal(ferry_exec_create_host(&ex, NULL), FERRY_OK);
+  struct ferry_engine_config c = base_config();
+  c.max_seq_tokens = 10;
+  assert_int_equal(ferry_engine_create(&e, m, s, ex, &c), FERRY_OK);
+  const struct ferry_engine_request r[] = {{.id = 0, .prompt_tokens = 4, .output_tokens = 3},
+                                           {.id = 1, .prompt_tokens = 9, .output_tokens = 3}};
+  assert_int_equal(ferry_engine_run(e, r, 2, &(struct ferry_run_options){.as_fast_as_possible = 1}), FERRY_OK);
+  int64_t n;
+  const struct ferry_request_metrics *rm = ferry_engine_request_metrics(e, &n);
+  assert_int_equal(n, 2);
+  assert_int_equal(rm[0].rejected, 0);
+  assert_int_equal(rm[0].output_tokens, 3);
+  assert_int_equal(rm[1].rejected, 1);
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dense_offload_bit_identical),
+      cmocka_unit_test(test_moe_offload_bit_identical),
+      cmocka_unit_test(test_qwen2_moe_and_olmoe_offload),
+      cmocka_unit_test(test_budget_below_minimum_refused),
+      cmocka_unit_test(test_resident_attention_streams_ffn),
+      cmocka_unit_test(test_request_too_long_rejected),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
