@@ -18,6 +18,7 @@ static void gen_usage(FILE *f) {
           "  --out DIR             output folder (must not exist or be empty)\n"
           "  --layers N            override the number of layers\n"
           "  --scale F             multiply widths (hidden size, heads, FFN sizes) by F\n"
+          "  --vocab N             override the vocabulary size\n"
           "  --dtype fp32|fp16|bf16  weight dtype (default: the preset's)\n"
           "  --seed S              generator seed (default 1)\n"
           "  --shard-size SIZE     split into shards of at most SIZE (default 2GiB; 0 = one file)\n"
@@ -30,14 +31,14 @@ static void gen_usage(FILE *f) {
 int cmd_model_gen(int argc, char **argv) {
   static const struct option opts[] = {
       {"preset", required_argument, 0, 'p'}, {"out", required_argument, 0, 'o'},
-      {"layers", required_argument, 0, 'l'}, {"scale", required_argument, 0, 's'},
+      {"layers", required_argument, 0, 'l'}, {"vocab", required_argument, 0, 'v'}, {"scale", required_argument, 0, 's'},
       {"dtype", required_argument, 0, 'd'},  {"seed", required_argument, 0, 'S'},
       {"shard-size", required_argument, 0, 'z'}, {"router-skew", required_argument, 0, 'k'},
       {"router-locality", required_argument, 0, 'c'}, {"force", no_argument, 0, 'f'},
       {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *preset = NULL, *out = NULL, *dtype_text = NULL;
-  int64_t layers = 0, seed = 1;
+  int64_t layers = 0, seed = 1, vocab = 0;
   double scale = 1.0;
   uint64_t shard = 2ull << 30;
   struct ferry_gen_options go = {.progress = 1};
@@ -48,6 +49,7 @@ int cmd_model_gen(int argc, char **argv) {
       case 'p': preset = optarg; break;
       case 'o': out = optarg; break;
       case 'l': if (cli_parse_int("--layers", optarg, 1, 100000, &layers)) return CLI_USAGE; break;
+      case 'v': if (cli_parse_int("--vocab", optarg, 2, 1 << 24, &vocab)) return CLI_USAGE; break;
       case 's': if (cli_parse_double("--scale", optarg, 0.001, 1000, &scale)) return CLI_USAGE; break;
       case 'd': dtype_text = optarg; break;
       case 'S': if (cli_parse_int("--seed", optarg, 0, INT64_MAX, &seed)) return CLI_USAGE; break;
@@ -68,7 +70,7 @@ int cmd_model_gen(int argc, char **argv) {
   ferry_status st = ferry_model_open(&base, preset);
   if (st != FERRY_OK) return cli_fail(st, NULL);
   struct ferry_model_config mc;
-  st = ferry_model_config_derive(ferry_model_get_config(base), layers, scale, &mc);
+  st = ferry_model_config_derive(ferry_model_get_config(base), layers, scale, vocab, &mc);
   ferry_model_close(base);
   if (st != FERRY_OK) return cli_fail(st, NULL);
   go.dtype = mc.dtype;

@@ -102,6 +102,9 @@ struct ferry_step_metrics {
   int32_t hits;          /**< expert-cache hits */
   int32_t misses;        /**< expert-cache misses */
   int64_t stall_ns;      /**< time the compute queue waited for transfers */
+  int64_t compute_busy_ns; /**< time the compute queue spent running kernels */
+  int64_t h2d_busy_ns;   /**< time the host-to-device queue spent copying */
+  int64_t disk_busy_ns;  /**< time the disk queue spent reading */
 };
 
 /** Distribution summary of one latency metric, in ns. */

@@ -35,11 +35,12 @@ struct ferry_gen_options {
  * @param base the preset's configuration.
  * @param layers replace the layer count when > 0.
  * @param scale multiply the widths (hidden size, head counts, FFN sizes) when > 0 and != 1.
+ * @param vocab replace the vocabulary size when > 0.
  * @param out receives the configuration.
  * @return FERRY_ERR_INVALID when the result is not a valid model; details in ferry_last_error().
  */
 ferry_status ferry_model_config_derive(const struct ferry_model_config *base, int64_t layers, double scale,
-                                       struct ferry_model_config *out);
+                                       int64_t vocab, struct ferry_model_config *out);
 
 /**
  * @brief Write a synthetic model into folder @p out_dir (created; must not exist or be empty

@@ -224,6 +224,8 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->step = e->n_steps;
     sm->start_ns = ferry_exec_now(e->ex) - t0;
     int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, q_compute);
+    int64_t busy0[3] = {ferry_exec_queue_busy_ns(e->ex, q_compute), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
+                        ferry_exec_queue_busy_ns(e->ex, e->q_disk)};
     e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
     e->step_hits = e->step_misses = 0;
     int32_t batch = build_step(e, admit_order);
@@ -238,6 +240,11 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->hits = e->step_hits;
     sm->misses = e->step_misses;
     sm->stall_ns = ferry_exec_queue_stall_ns(e->ex, q_compute) - stall0;
+    /* copies and reads of a step may still run after its logits are back (prefetches for the
+     * next step): their time is counted in the step in which they complete */
+    sm->compute_busy_ns = ferry_exec_queue_busy_ns(e->ex, q_compute) - busy0[0];
+    sm->h2d_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_h2d) - busy0[1];
+    sm->disk_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_disk) - busy0[2];
     e->n_steps++;
     ferry_exec_emit_range(e->ex, "step", t0 + sm->start_ns, t0 + end, (int32_t)sm->step, -1);
     ferry_exec_sample_memory(e->ex);

@@ -96,7 +96,7 @@ static ferry_status unsupported(const struct reader *r, const char *field, const
 static ferry_status read_llama_like(const struct reader *r, struct ferry_model_config *c) {
   const enum ferry_family f = c->family;
   const int64_t dim_max = 4 * (int64_t)FERRY__MODEL_MAX_DIM;
-  int64_t inter;
+  int64_t inter = 0;
   TRY(get_int(r, "hidden_size", 1, 0, 1, FERRY__MODEL_MAX_DIM, &c->hidden));
   TRY(get_int(r, "intermediate_size", 1, 0, 1, dim_max, &inter));
   TRY(get_int(r, "num_hidden_layers", 1, 0, 1, FERRY__MODEL_MAX_LAYERS, &c->n_layers));
@@ -217,11 +217,11 @@ static ferry_status read_opt(const struct reader *r, struct ferry_model_config *
                        r->what, (long long)c->hidden, (long long)c->n_heads);
   c->n_kv_heads = c->n_heads;
   c->head_dim = c->hidden / c->n_heads;
-  int64_t proj;
+  int64_t proj = 0;
   TRY(get_int(r, "word_embed_proj_dim", 0, c->hidden, 1, FERRY__MODEL_MAX_DIM, &proj));
   if (proj != c->hidden)
     return unsupported(r, "word_embed_proj_dim", "differs from hidden_size (project_in/out) and is not supported");
-  int pre, affine, bias;
+  int pre = 1, affine = 1, bias = 1;
   TRY(get_bool(r, "do_layer_norm_before", 1, &pre));
   if (!pre) return unsupported(r, "do_layer_norm_before", "false (post-norm, OPT-350m) is not supported");
   TRY(get_bool(r, "layer_norm_elementwise_affine", 1, &affine));

@@ -145,9 +145,10 @@ static ferry_status gen_tensor(struct gen_state *g, size_t index, const struct f
 }
 
 ferry_status ferry_model_config_derive(const struct ferry_model_config *base, int64_t layers, double scale,
-                                       struct ferry_model_config *out) {
+                                       int64_t vocab, struct ferry_model_config *out) {
   *out = *base;
   if (layers > 0) out->n_layers = layers;
+  if (vocab > 0) out->vocab = vocab;
   if (scale > 0 && scale != 1.0) {
     int64_t heads = (int64_t)llround((double)base->n_heads * scale);
     if (heads < 1) heads = 1;
