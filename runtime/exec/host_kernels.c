@@ -10,6 +10,7 @@
 
 #include "common/alloc.h"
 #include "common/half.h"
+#include "ferry/quant.h"
 #include "exec_impl.h"
 #include "host_kernels.h"
 
@@ -34,18 +35,18 @@ static float *scratch(struct ferry_host_scratch *s, size_t floats) {
 
 static inline void *at(struct ferry_ref r) { return (char *)r.buf->ptr + r.offset; }
 
-/* Convert n elements of dtype to fp32. */
+/* Convert n elements of dtype to fp32 with the quantization module's vectorised expansion
+ * (the same code dequantizes stored formats, so one fast path serves both). */
 static void to_f32(enum ferry_dtype dt, const void *src, float *dst, size_t n) {
-  switch (dt) {
-    case FERRY_DTYPE_F16:
-      ferry__f16_to_f32_n(src, dst, n);
-      break;
-    case FERRY_DTYPE_BF16:
-      ferry__bf16_to_f32_n(src, dst, n);
-      break;
-    default:
-      memcpy(dst, src, n * sizeof(float));
-      break;
+  if (dt == FERRY_DTYPE_F32) {
+    memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  struct ferry_qspec spec = {dt == FERRY_DTYPE_F16 ? FERRY_QFORMAT_FP16 : FERRY_QFORMAT_BF16, 0};
+  struct ferry_qview view = {{src}};
+  if (ferry_quant_dequantize_rows(&spec, &view, 1, (int64_t)n, 0, 1, dst) != FERRY_OK) {
+    if (dt == FERRY_DTYPE_F16) ferry__f16_to_f32_n(src, dst, n);
+    else ferry__bf16_to_f32_n(src, dst, n);
   }
 }
 

@@ -118,7 +118,8 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
   }
   p->host_fixed_bytes = in->host_fixed_bytes;
   /* Every unit passes through host memory when it is loaded or streamed from disk. */
-  const uint64_t stage_slot = largest + 2 * in->staging_align;
+  /* slots start on 4 KiB boundaries so O_DIRECT reads can land in any of them */
+  const uint64_t stage_slot = (largest + 2 * in->staging_align + 4095) / 4096 * 4096;
   p->expert_home = FERRY_TIER_HOST;
   int need_disk = cfg->home_disk && (p->n_blocks > 0 || cached_experts);
   const uint64_t host_budget = cfg->host_budget_bytes;
