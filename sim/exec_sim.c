@@ -2,6 +2,7 @@
  * ops in a ring and hands the head op to a resource model (compute unit, link direction, disk,
  * memory bus) when the op before it completes; records and waits resolve event generations at
  * the virtual time the queue reaches them. No engine or policy logic lives here. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,7 +18,8 @@
 /* An enqueued op with what the resource model needs, worked out once when it is enqueued so
  * that starting it cannot fail for a reason the caller could have been told about. */
 struct sim_op {
-  struct ferry_op op;
+  struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
+  int full;                  /* op.u holds the whole kernel */
   int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
   struct ferry__fluid *res;  /* copies and reads: the channel the bytes flow through */
   uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
@@ -72,6 +74,12 @@ static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
     case FERRY_OP_COPY: s->copies++; break;
     case FERRY_OP_READ: s->reads++; break;
     default: break;
+  }
+  if (so->op.kind == FERRY_OP_KERNEL && !so->full && s->ex->sink) {
+    /* a sink installed while the kernel was queued: report it without its shape */
+    memset(&so->op.u.kernel, 0, sizeof so->op.u.kernel);
+    so->op.u.kernel.name = "kernel";
+    so->op.u.kernel.layer = so->op.u.kernel.expert = -1;
   }
   ferry__exec_op_done(s->ex, q->index, &so->op, start_ns, end_ns);
   q->head = (q->head + 1) & (q->cap - 1);
@@ -254,8 +262,7 @@ static ferry_status missing(struct sim_exec *s, const char *what, const char *fi
 }
 
 /* Work out an op's resource and duration at enqueue time. */
-static ferry_status prepare(struct sim_exec *s, struct sim_op *so) {
-  const struct ferry_op *op = &so->op;
+static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
       double flops;
@@ -316,17 +323,30 @@ static ferry_status ring_grow(struct ferry_exec *ex, struct sim_queue *q) {
   return FERRY_OK;
 }
 
+/* Bytes of an op worth keeping: a kernel is 400-odd bytes of which the resource model needs
+ * nothing once its duration is known, so it is kept whole only for the activity sink. */
+static size_t op_bytes(const struct ferry_op *op, int sink) {
+  const size_t head = offsetof(struct ferry_op, u);
+  switch (op->kind) {
+    case FERRY_OP_KERNEL: return sink ? sizeof *op : head;
+    case FERRY_OP_COPY: return head + sizeof op->u.copy;
+    case FERRY_OP_READ: return head + sizeof op->u.read;
+    default: return head + sizeof op->u.event;
+  }
+}
+
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
   struct sim_queue *q = &s->queues[queue];
   ferry_status st;
   if (q->count == q->cap && (st = ring_grow(ex, q)) != FERRY_OK) return st;
   struct sim_op *so = &q->ring[(q->head + q->count) & (q->cap - 1)];
-  so->op = *op;
   so->duration_ns = 0;
   so->res = NULL;
   so->flow_bytes = 0;
-  if ((st = prepare(s, so)) != FERRY_OK) return st;
+  if ((st = prepare(s, so, op)) != FERRY_OK) return st;
+  so->full = ex->sink != NULL;
+  memcpy(&so->op, op, op_bytes(op, so->full));
   q->count++;
   s->pending_ops++;
   if (q->count == 1) { /* the queue was idle: the op starts now */
