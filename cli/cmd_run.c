@@ -60,14 +60,15 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --threads N             BLAS threads of the host executor (default: library default)\n"
                 "  --direct-io             read disk units with O_DIRECT\n"
                 "  --drop-cache            drop the page cache after each disk read (default on without --direct-io)\n"
-                "  --greedy                next token = argmax of the logits (default: seeded draw)\n");
+                "  --greedy                next token = argmax of the logits (default: seeded draw)\n"
+          "  --dump-logits FILE      write every generated token's input ids and logits as JSONL\n");
 }
 
 enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -88,6 +89,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
       {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
       {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
+      {"dump-logits", required_argument, 0, OPT_DUMP},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -164,6 +166,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
       case OPT_GREEDY: a->ec.greedy = 1; break;
+      case OPT_DUMP:
+        if (sim) return cli_usage_error(cmd, "--dump-logits needs a real executor (the simulator computes no logits)");
+        a->dump_logits = optarg;
+        break;
       case OPT_HW:
         if (!sim) return cli_usage_error(cmd, "--hw is for 'ferry sim'");
         a->hw = optarg;

@@ -8,7 +8,7 @@
 #include "ferry/trace.h"
 
 struct run_args {
-  const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db;
+  const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
   uint64_t seed;

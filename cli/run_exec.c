@@ -16,6 +16,22 @@
 #include "ferry/sim.h"
 #include "ferry/store.h"
 
+struct logit_dump {
+  FILE *f;
+  int failed;
+};
+
+static void dump_logits(void *user, int64_t req_id, int32_t token_index, const int32_t *tokens, int32_t n_tokens,
+                        const float *logits, int64_t vocab) {
+  struct logit_dump *d = user;
+  FILE *f = d->f;
+  fprintf(f, "{\"req_id\":%lld,\"token_index\":%d,\"tokens\":[", (long long)req_id, token_index);
+  for (int32_t i = 0; i < n_tokens; i++) fprintf(f, i ? ",%d" : "%d", tokens[i]);
+  fputs("],\"logits\":[", f);
+  for (int64_t i = 0; i < vocab; i++) fprintf(f, i ? ",%.9g" : "%.9g", (double)logits[i]);
+  if (fputs("]}\n", f) < 0) d->failed = 1;
+}
+
 /* Requests and steps on the executor's clock, like the timeline rows. */
 static ferry_status write_results(ferry_db *db, int64_t run_id, ferry_engine *eng, const struct ferry_serve_summary *sum) {
   int64_t n;
@@ -51,7 +67,8 @@ int run_execute(struct run_args *a) {
   ferry_engine *eng = NULL;
   ferry_db *db = NULL;
   int64_t run_id = -1;
-  char *config_json = NULL;
+  char *config_json = NULL, *dump_tmp = NULL;
+  struct logit_dump dump = {0};
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
   ferry_status st = ferry_model_open(&model, a->model);
@@ -106,6 +123,16 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  if (a->dump_logits) {
+    dump_tmp = ferry__asprintf("%s.tmp", a->dump_logits);
+    dump.f = dump_tmp ? fopen(dump_tmp, "w") : NULL;
+    if (!dump.f) {
+      cli_fail(FERRY_ERR_IO, "--dump-logits %s: cannot create the file", a->dump_logits);
+      goto out;
+    }
+    a->ec.on_logits = dump_logits;
+    a->ec.logits_user = &dump;
+  }
   if (db) {
     config_json = run_config_json(a);
     char hash[17];
@@ -148,8 +175,19 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  if (dump.f) {
+    int bad = dump.failed || fclose(dump.f) != 0;
+    dump.f = NULL;
+    if (bad || rename(dump_tmp, a->dump_logits) != 0) {
+      cli_fail(FERRY_ERR_IO, "--dump-logits %s: write failed", a->dump_logits);
+      goto out;
+    }
+  }
   rc = CLI_OK;
 out:
+  if (dump.f) fclose(dump.f);
+  if (dump_tmp && rc != CLI_OK) remove(dump_tmp);
+  ferry_free(dump_tmp);
   if (db && run_id >= 0) {
     if (ex) ferry_exec_drain(ex);
     ferry_exec_set_sink(ex, NULL, NULL);

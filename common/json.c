@@ -10,9 +10,19 @@
 #include "common/alloc.h"
 #include "common/json.h"
 
+/* Set when an allocation made by cJSON fails: cJSON reports out-of-memory as a parse error,
+ * so ferry__json_parse uses this to return FERRY_ERR_NOMEM instead of FERRY_ERR_FORMAT. */
+static _Thread_local int json_alloc_failed;
+
+static void *json_malloc(size_t size) {
+  void *p = ferry_malloc(size);
+  if (!p) json_alloc_failed = 1;
+  return p;
+}
+
 /* cJSON allocates through ferry's hook, so injected allocation failures reach it too. */
 static void install_hooks(void) {
-  cJSON_Hooks hooks = {.malloc_fn = ferry_malloc, .free_fn = ferry_free};
+  cJSON_Hooks hooks = {.malloc_fn = json_malloc, .free_fn = ferry_free};
   cJSON_InitHooks(&hooks);
 }
 
@@ -25,7 +35,10 @@ ferry_status ferry__json_parse(const char *text, size_t len, const char *what, c
                                struct ferry_err *err) {
   ferry__json_init();
   const char *end = NULL;
+  json_alloc_failed = 0;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (!root && json_alloc_failed)
+    return ferry__err_set(err, FERRY_ERR_NOMEM, "%s: out of memory parsing JSON", what);
   if (!root) {
     size_t off = end && end >= text ? (size_t)(end - text) : 0;
     const char *perr = cJSON_GetErrorPtr();

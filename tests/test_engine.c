@@ -59,9 +59,12 @@ struct logit_log {
   int64_t rows;
 };
 
-static void on_logits(void *user, int64_t req, int32_t tok, const float *logits, int64_t vocab) {
+static void on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens,
+                      const float *logits, int64_t vocab) {
   (void)req;
   (void)tok;
+  (void)tokens;
+  assert_true(n_tokens >= 1);
   struct logit_log *l = user;
   if (l->floats + (size_t)vocab > l->cap) {
     l->cap = (l->cap + (size_t)vocab) * 2;

@@ -19,8 +19,19 @@
 extern "C" {
 #endif
 
-/** Receives the logits of one generated token (real executors only). */
-typedef void (*ferry_logits_fn)(void *user, int64_t req_id, int32_t token_index, const float *logits, int64_t vocab);
+/**
+ * @brief Receives the logits of one generated token (real executors only).
+ * @param user the pointer given in the configuration.
+ * @param req_id the request.
+ * @param token_index which output token (0 = the first).
+ * @param tokens the sequence's token ids so far (prompt and generated inputs); the logits are
+ *        those of the last position. Borrowed for the call.
+ * @param n_tokens length of @p tokens.
+ * @param logits the logits; borrowed for the call.
+ * @param vocab length of @p logits.
+ */
+typedef void (*ferry_logits_fn)(void *user, int64_t req_id, int32_t token_index, const int32_t *tokens,
+                                int32_t n_tokens, const float *logits, int64_t vocab);
 
 /**
  * @brief Supplies routing decisions when the executor computes nothing (the simulator):

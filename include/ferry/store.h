@@ -103,6 +103,14 @@ uint64_t ferry_store_direct_span(uint64_t offset, uint64_t len);
  * must be aligned to FERRY_DIRECT_ALIGN and hold ferry_store_direct_span(offset, len) bytes;
  * the aligned envelope is read and the requested bytes start at buf + *data_shift. This lets
  * the engine read units that do not start on a 4 KiB boundary without a bounce copy.
+ * Safe to call from several threads at once.
+ * @param store the store.
+ * @param file index of the file (ferry_store_file_path()).
+ * @param offset absolute byte offset in the file.
+ * @param len number of bytes to read.
+ * @param buf destination, owned by the caller.
+ * @param buf_cap capacity of buf in bytes.
+ * @param flags FERRY_READ_DIRECT and/or FERRY_READ_DROP_CACHE (enum ferry_read_flags), or 0.
  * @param data_shift receives where the data starts in buf; may be NULL without DIRECT.
  * @return FERRY_OK; FERRY_ERR_RANGE if the range is outside the file; FERRY_ERR_INVALID for a
  *         misaligned buffer or too small capacity; FERRY_ERR_IO on a failed or short read.
@@ -112,10 +120,23 @@ ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t 
 
 /**
  * @brief Read a whole tensor into buf (buffered pread).
+ * @param store the store holding the tensor.
+ * @param tensor a tensor of this store (ferry_store_tensor_at() or ferry_store_find()).
+ * @param buf destination, owned by the caller.
  * @param buf_cap capacity of buf; must be at least tensor->nbytes.
  */
 ferry_status ferry_store_read_tensor(ferry_store *store, const struct ferry_store_tensor *tensor,
                                      void *buf, uint64_t buf_cap);
+
+/**
+ * @brief Whether FERRY_READ_DIRECT reads really bypass the page cache on this store's files.
+ *
+ * Probes the first file once (opens it with O_DIRECT and reads its first aligned block); where
+ * the file system refuses O_DIRECT (EINVAL, e.g. some tmpfs or network file systems) DIRECT
+ * reads fall back to buffered reads followed by posix_fadvise(POSIX_FADV_DONTNEED).
+ * @return 1 when O_DIRECT works, 0 when the buffered fallback is used (or the store is empty).
+ */
+int ferry_store_direct_supported(ferry_store *store);
 
 /** Opaque streaming writer of one safetensors file or a sharded set. */
 typedef struct ferry_store_writer ferry_store_writer;

@@ -168,6 +168,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
   ferry_free(e->seqs);
+  ferry_free(e->seq_tokens);
   ferry_free(e);
 }
 
@@ -245,9 +246,10 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
   e->routing_w = ferry__calloc(T * K, sizeof(float));
   e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
+  e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs)
+      !e->routing_w || !e->seqs || !e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
   return FERRY_OK;
 }

@@ -134,6 +134,7 @@ struct ferry_engine {
   struct ferry_step_metrics *steps;
   int64_t n_steps, cap_steps;
   struct seq *seqs;         /* max_batch */
+  int32_t *seq_tokens;      /* max_batch x kv_capacity: each sequence's token ids */
   int64_t load_ns;
   int64_t run_start_ns;
 };

@@ -70,6 +70,7 @@ static int32_t build_step(struct ferry_engine *e, int64_t *admit_order) {
     if (!q->active || q->prompt_done < e->reqs[q->req].prompt_tokens) continue;
     q->step_tokens = 1;
     e->tok_ids[n] = q->last_token;
+    e->seq_tokens[(int64_t)s * e->kv_capacity + q->pos] = q->last_token;
     e->tok_pos[n] = q->pos;
     e->tok_slot[n] = s;
     e->tok_seq[n] = s;
@@ -94,6 +95,7 @@ static int32_t build_step(struct ferry_engine *e, int64_t *admit_order) {
     for (int32_t j = 0; j < chunk; j++) {
       int32_t p = q->prompt_done + j;
       e->tok_ids[n] = token_id(e, r->id, p);
+      e->seq_tokens[(int64_t)pick * e->kv_capacity + p] = e->tok_ids[n];
       e->tok_pos[n] = p;
       e->tok_slot[n] = pick;
       e->tok_seq[n] = pick;
@@ -260,7 +262,11 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       const struct ferry_engine_request *rq = &e->reqs[q->req];
       struct ferry_request_metrics *m = &e->req_metrics[q->req];
       const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
-      if (row && e->cfg.on_logits) e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, row, e->mc->vocab);
+      if (row && e->cfg.on_logits) {
+        int32_t s_idx = e->tok_seq[t];
+        e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, e->seq_tokens + (int64_t)s_idx * e->kv_capacity,
+                         e->tok_pos[t] + 1, row, e->mc->vocab);
+      }
       if (q->generated == 0) m->first_token_ns = end;
       q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
       q->generated++;

@@ -25,6 +25,8 @@ void ferry__exec_fini(struct ferry_exec *ex) {
 
 void ferry_exec_destroy(ferry_exec *ex) {
   if (!ex) return;
+  ex->backend->drain(ex);
+  while (ex->buffers) ferry_exec_free(ex, ex->buffers);
   ex->backend->destroy(ex);
 }
 
@@ -107,6 +109,9 @@ ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t byt
     goto out_unreserve;
   }
   pthread_mutex_lock(&ex->lock);
+  buf->next = ex->buffers;
+  if (ex->buffers) ex->buffers->prev = buf;
+  ex->buffers = buf;
   if (ex->used[tier] > ex->peak[tier]) ex->peak[tier] = ex->used[tier];
   ferry__exec_emit_memory(ex, tier, ex->backend->now(ex));
   pthread_mutex_unlock(&ex->lock);
@@ -123,6 +128,9 @@ void ferry_exec_free(ferry_exec *ex, ferry_buf *buf) {
   if (!buf) return;
   ex->backend->buf_free(ex, buf);
   pthread_mutex_lock(&ex->lock);
+  if (buf->prev) buf->prev->next = buf->next;
+  else ex->buffers = buf->next;
+  if (buf->next) buf->next->prev = buf->prev;
   ex->used[buf->tier] -= buf->bytes;
   ferry__exec_emit_memory(ex, buf->tier, ex->backend->now(ex));
   pthread_mutex_unlock(&ex->lock);

@@ -46,6 +46,7 @@ struct ferry_buf {
   const char *label;
   void *ptr;          /* host-visible bytes (host tier; device tier of the host executor) */
   void *backend_ptr;  /* backend handle (device pointer, ...) */
+  struct ferry_buf *prev, *next; /* the executor's live buffers, freed at destroy */
 };
 
 /* Events complete by generation: record() bumps recorded_gen and enqueues a RECORD op with it;
@@ -91,6 +92,7 @@ struct ferry_exec {
   struct ferry_err err;
   pthread_mutex_t lock; /* tier accounting and sink */
   uint64_t used[FERRY_TIER_COUNT], peak[FERRY_TIER_COUNT];
+  ferry_buf *buffers; /* live buffers */
   ferry_activity_fn sink;
   void *sink_user;
   _Atomic uint64_t next_correlation;

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Generates a small model of each family ferry computes, runs it offloaded on the host executor
+# with --dump-logits, and compares every generated token's logits with the numpy re-implementation
+# of the Hugging Face forward pass (hf_reference.py). Needs /usr/bin/python3 with numpy.
+set -eu
+ferry=${FERRY_BIN:?FERRY_BIN is not set}
+src=${FERRY_SOURCE_DIR:?FERRY_SOURCE_DIR is not set}
+py=/usr/bin/python3
+if ! $py -c 'import numpy' 2>/dev/null; then
+  echo "SKIP: python3-numpy is not installed (scripts/setup-deps.sh installs it)"
+  exit 77
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-ref-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+check() { # name, gen args...
+  name=$1
+  shift
+  "$ferry" model gen --quiet --out "$tmp/$name" --dtype fp32 --seed 5 "$@" >/dev/null
+  "$ferry" run --quiet --model "$tmp/$name" --synthetic rate=100,n=4,prompt=uniform:3:12,output=4 \
+    --as-fast-as-possible --max-batch 3 --max-step-tokens 8 --device-budget 12M --block-layers 1 \
+    --prefetch-depth 1 --greedy --dump-logits "$tmp/$name.jsonl" >/dev/null
+  $py "$src/tests/reference/hf_reference.py" "$tmp/$name" "$tmp/$name.jsonl"
+}
+check llama --preset tiny-dense
+check mixtral --preset tiny-moe
+check qwen2_moe --preset tiny-qwen2-moe
+check olmoe --preset tiny-olmoe
+check qwen2 --preset "$src/tests/data/configs/qwen2" --layers 2 --scale 0.25 --vocab 256
+check mistral --preset "$src/tests/data/configs/mistral" --layers 2 --scale 0.0625 --vocab 256

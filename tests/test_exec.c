@@ -1,0 +1,247 @@
+/* Executor conformance: the same op-level behaviour checked on every executor built here
+ * (host always; others register in `executors` below). Budgets, queue order, events between
+ * queues, host waits, and kernel results against naive references where the executor computes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/exec.h"
+#include "testutil.h"
+
+typedef ferry_status (*make_fn)(ferry_exec **out, const struct ferry_exec_config *c);
+
+static const struct {
+  const char *name;
+  make_fn make;
+} executors[] = {{"host", ferry_exec_create_host}};
+#define N_EXEC (sizeof executors / sizeof executors[0])
+
+static ferry_exec *make(size_t i, uint64_t dev_budget, uint64_t host_budget) {
+  ferry_exec *ex = NULL;
+  struct ferry_exec_config c = {.device_budget_bytes = dev_budget, .host_budget_bytes = host_budget};
+  assert_int_equal(executors[i].make(&ex, &c), FERRY_OK);
+  return ex;
+}
+
+static void test_budget_enforced(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 1000, 500);
+    ferry_buf *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 600, "a", &a), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 401, "b", &b), FERRY_ERR_BUDGET);
+    assert_true(tu_contains(ferry_exec_errmsg(ex), "budget"));
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 400, "b", &b), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 501, "c", &c), FERRY_ERR_BUDGET);
+    uint64_t used, peak;
+    ferry_exec_tier_usage(ex, FERRY_TIER_DEVICE, &used, &peak);
+    assert_int_equal(used, 1000);
+    assert_int_equal(peak, 1000);
+    ferry_exec_free(ex, a);
+    ferry_exec_tier_usage(ex, FERRY_TIER_DEVICE, &used, &peak);
+    assert_int_equal(used, 400);
+    assert_int_equal(peak, 1000);
+    ferry_exec_free(ex, b);
+    ferry_exec_destroy(ex);
+  }
+}
+
+static void test_bad_refs_rejected(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 0, 0);
+    int32_t q;
+    ferry_buf *h = NULL, *d = NULL;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 64, "h", &h), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 64, "d", &d), FERRY_OK);
+    struct ferry_ref dst = {d, 32, FERRY_DTYPE_U8}, src = {h, 0, FERRY_DTYPE_U8};
+    assert_int_equal(ferry_exec_copy(ex, q, dst, src, 33), FERRY_ERR_RANGE);
+    assert_int_equal(ferry_exec_copy(ex, q + 5, dst, src, 8), FERRY_ERR_INVALID);
+    assert_int_equal(ferry_exec_copy(ex, q, dst, src, 32), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    ferry_exec_destroy(ex);
+  }
+}
+
+/* q1: fill A, copy A->B, record e; q2 waits e, copies B->C. Repeated with reuse of the event:
+ * C must always hold the latest value (queue order + event ordering). */
+static void test_queue_order_and_events(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 0, 0);
+    int has_data = ferry_exec_has_data(ex);
+    int32_t q1, q2;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q1), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &q2), FERRY_OK);
+    const uint64_t N = 1 << 20;
+    ferry_buf *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, N, "a", &a), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, N, "b", &b), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, N, "c", &c), FERRY_OK);
+    ferry_event *ev = NULL, *done = NULL;
+    assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+    assert_int_equal(ferry_exec_event_create(ex, &done), FERRY_OK);
+    assert_int_equal(ferry_exec_query(ex, ev), 1); /* never recorded: complete */
+    for (int round = 1; round <= 5; round++) {
+      if (has_data) memset(ferry_exec_buf_host_ptr(ex, a), round, N);
+      struct ferry_ref ra = {a, 0, FERRY_DTYPE_U8}, rb = {b, 0, FERRY_DTYPE_U8}, rc = {c, 0, FERRY_DTYPE_U8};
+      assert_int_equal(ferry_exec_copy(ex, q1, rb, ra, N), FERRY_OK);
+      assert_int_equal(ferry_exec_record(ex, q1, ev), FERRY_OK);
+      assert_int_equal(ferry_exec_queue_wait(ex, q2, ev), FERRY_OK);
+      assert_int_equal(ferry_exec_copy(ex, q2, rc, rb, N), FERRY_OK);
+      assert_int_equal(ferry_exec_record(ex, q2, done), FERRY_OK);
+      assert_int_equal(ferry_exec_sync(ex, done), FERRY_OK);
+      assert_int_equal(ferry_exec_query(ex, done), 1);
+      assert_int_equal(ferry_exec_query(ex, ev), 1);
+      if (has_data) {
+        const unsigned char *p = ferry_exec_buf_host_ptr(ex, c);
+        assert_int_equal(p[0], round);
+        assert_int_equal(p[N - 1], round);
+      }
+    }
+    assert_true(ferry_exec_queue_busy_ns(ex, q1) >= 0);
+    ferry_exec_event_destroy(ex, ev);
+    ferry_exec_event_destroy(ex, done);
+    ferry_exec_destroy(ex); /* frees buffers */
+  }
+}
+
+/* A queue blocked on an event that is recorded later: the wait must hold the queue back. */
+static void test_wait_blocks_queue(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 0, 0);
+    if (!ferry_exec_has_data(ex)) {
+      ferry_exec_destroy(ex);
+      continue;
+    }
+    int32_t qa, qb;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qa), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qb), FERRY_OK);
+    ferry_buf *x = NULL, *y = NULL;
+    const uint64_t N = 64 << 20;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, N, "x", &x), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, N, "y", &y), FERRY_OK);
+    memset(ferry_exec_buf_host_ptr(ex, x), 7, N);
+    ferry_event *ev = NULL, *fin = NULL;
+    assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+    assert_int_equal(ferry_exec_event_create(ex, &fin), FERRY_OK);
+    struct ferry_ref rx = {x, 0, FERRY_DTYPE_U8}, ry = {y, 0, FERRY_DTYPE_U8};
+    /* the big copy on qb, then qa waits for it and copies back a marker */
+    assert_int_equal(ferry_exec_copy(ex, qb, ry, rx, N), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qb, ev), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qa, ev), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qa, rx, (struct ferry_ref){y, N - 8, FERRY_DTYPE_U8}, 8), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qa, fin), FERRY_OK);
+    assert_int_equal(ferry_exec_sync(ex, fin), FERRY_OK);
+    const unsigned char *p = ferry_exec_buf_host_ptr(ex, x);
+    assert_int_equal(p[0], 7);
+    ferry_exec_event_destroy(ex, ev);
+    ferry_exec_event_destroy(ex, fin);
+    ferry_exec_destroy(ex);
+  }
+}
+
+/* Matmul against a naive reference, fp32 and fp16 weights, with bias and accumulate. */
+static void test_matmul_reference(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 0, 0);
+    if (!ferry_exec_has_data(ex)) {
+      ferry_exec_destroy(ex);
+      continue;
+    }
+    int32_t q;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &q), FERRY_OK);
+    const int64_t M = 3, N = 37, K = 29;
+    ferry_buf *x = NULL, *w = NULL, *y = NULL, *b = NULL;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, M * K * 4, "x", &x), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, N * K * 4, "w", &w), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, M * N * 4, "y", &y), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, N * 4, "b", &b), FERRY_OK);
+    float *px = ferry_exec_buf_host_ptr(ex, x), *pw = ferry_exec_buf_host_ptr(ex, w), *py = ferry_exec_buf_host_ptr(ex, y),
+          *pb = ferry_exec_buf_host_ptr(ex, b);
+    for (int64_t j = 0; j < M * K; j++) px[j] = (float)((j * 7) % 11) / 11.0f - 0.5f;
+    for (int64_t j = 0; j < N * K; j++) pw[j] = (float)((j * 5) % 13) / 13.0f - 0.5f;
+    for (int64_t j = 0; j < N; j++) pb[j] = (float)j / 100.0f;
+    for (int64_t j = 0; j < M * N; j++) py[j] = 1.0f;
+    struct ferry_kernel k = {.kind = FERRY_K_MATMUL, .name = "t", .layer = -1, .expert = -1, .m = M, .n = N, .k = K,
+                             .x = {x, 0, FERRY_DTYPE_F32}, .y = {y, 0, FERRY_DTYPE_F32}, .w = {w, 0, FERRY_DTYPE_F32},
+                             .b = {b, 0, FERRY_DTYPE_F32}, .accumulate = 1};
+    assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    for (int64_t r = 0; r < M; r++)
+      for (int64_t c = 0; c < N; c++) {
+        double ref = 1.0 + pb[c];
+        for (int64_t j = 0; j < K; j++) ref += (double)px[r * K + j] * pw[c * K + j];
+        assert_true(fabs(py[r * N + c] - ref) < 1e-4);
+      }
+    ferry_exec_destroy(ex);
+  }
+}
+
+/* Attention with a KV cache against a naive softmax(qK^T/sqrt(d))V, grouped-query. */
+static void test_attention_reference(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 0, 0);
+    if (!ferry_exec_has_data(ex)) {
+      ferry_exec_destroy(ex);
+      continue;
+    }
+    int32_t q;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &q), FERRY_OK);
+    const int64_t T = 4, H = 4, KV = 2, D = 8, CAP = 8;
+    ferry_buf *bq, *bk, *bv, *bkc, *bvc, *bo;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, T * H * D * 4, "q", &bq), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, T * KV * D * 4, "k", &bk), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, T * KV * D * 4, "v", &bv), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, CAP * KV * D * 4, "kc", &bkc), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, CAP * KV * D * 4, "vc", &bvc), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, T * H * D * 4, "o", &bo), FERRY_OK);
+    float *Q = ferry_exec_buf_host_ptr(ex, bq), *Kn = ferry_exec_buf_host_ptr(ex, bk), *Vn = ferry_exec_buf_host_ptr(ex, bv),
+          *O = ferry_exec_buf_host_ptr(ex, bo);
+    for (int64_t j = 0; j < T * H * D; j++) Q[j] = sinf((float)j);
+    for (int64_t j = 0; j < T * KV * D; j++) {
+      Kn[j] = cosf((float)j * 0.7f);
+      Vn[j] = sinf((float)j * 0.3f);
+    }
+    const int32_t pos[] = {0, 1, 2, 3}, slot[] = {0, 0, 0, 0};
+    struct ferry_kernel k = {.kind = FERRY_K_ATTENTION, .name = "attn", .layer = 0, .expert = -1, .m = T,
+                             .x = {bq, 0, FERRY_DTYPE_F32}, .y = {bo, 0, FERRY_DTYPE_F32},
+                             .aux = {{bk, 0, FERRY_DTYPE_F32}, {bv, 0, FERRY_DTYPE_F32}, {bkc, 0, FERRY_DTYPE_F32},
+                                     {bvc, 0, FERRY_DTYPE_F32}},
+                             .ints = pos, .ints2 = slot, .n_ints = T, .heads = H, .kv_heads = KV, .head_dim = D,
+                             .kv_capacity = CAP, .context_tokens = 10};
+    assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t h = 0; h < H; h++) {
+        int64_t g = h / (H / KV);
+        double s[4], mx = -1e30, sum = 0;
+        for (int64_t p = 0; p <= t; p++) {
+          double d = 0;
+          for (int64_t j = 0; j < D; j++) d += (double)Q[(t * H + h) * D + j] * Kn[(p * KV + g) * D + j];
+          s[p] = d / sqrt((double)D);
+          if (s[p] > mx) mx = s[p];
+        }
+        for (int64_t p = 0; p <= t; p++) sum += (s[p] = exp(s[p] - mx));
+        for (int64_t j = 0; j < D; j++) {
+          double ref = 0;
+          for (int64_t p = 0; p <= t; p++) ref += s[p] / sum * Vn[(p * KV + g) * D + j];
+          assert_true(fabs(O[(t * H + h) * D + j] - ref) < 1e-5);
+        }
+      }
+    ferry_exec_destroy(ex);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_budget_enforced),        cmocka_unit_test(test_bad_refs_rejected),
+      cmocka_unit_test(test_queue_order_and_events), cmocka_unit_test(test_wait_blocks_queue),
+      cmocka_unit_test(test_matmul_reference),       cmocka_unit_test(test_attention_reference),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
