@@ -342,12 +342,50 @@ static void test_moe_expert_cache(void **state) {
   ferry_hw_close(hw);
 }
 
+/* `ferry sim`: the plan and summary, clear errors, and a result database tagged as a sim run. */
+static void test_cli(void **state) {
+  (void)state;
+  char *out = NULL, args[1024];
+  assert_int_equal(tu_run_ferry("sim --help", &out), 0);
+  assert_true(tu_contains(out, "--hw PROFILE"));
+  free(out);
+  assert_int_equal(tu_run_ferry("sim --model tiny-moe --synthetic rate=5,n=4,prompt=8,output=3", &out), 2);
+  assert_true(tu_contains(out, "missing --hw"));
+  free(out);
+  assert_int_equal(tu_run_ferry("sim --model tiny-moe --hw no-such-gpu --synthetic rate=5,n=4,prompt=8,output=3", &out), 1);
+  assert_true(tu_contains(out, "ferry: "));
+  assert_true(tu_contains(out, "no-such-gpu"));
+  free(out);
+  snprintf(args, sizeof args,
+           "sim --model tiny-moe --hw h100-pcie --synthetic rate=5,n=6,prompt=16,output=4 --device-budget 8MiB "
+           "--db '%s/sim.db'",
+           tmp);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "plan for tiny-moe"));
+  assert_true(tu_contains(out, "requests: 6 done, 0 rejected"));
+  assert_true(tu_contains(out, "expert cache:"));
+  assert_true(tu_contains(out, "events"));
+  free(out);
+  snprintf(args, sizeof args, "db list --db '%s/sim.db'", tmp);
+  int rc = tu_run_ferry(args, &out);
+  if (rc != 0) fail_msg("ferry %s: %s", args, out);
+  assert_true(tu_contains(out, "sim"));
+  assert_true(tu_contains(out, "h100-pcie"));
+  free(out);
+  /* --quiet: the summary only */
+  assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw rtx-4090 --synthetic rate=5,n=3,prompt=8,output=2 --quiet", &out), 0);
+  assert_false(tu_contains(out, "plan for"));
+  assert_true(tu_contains(out, "requests: 3 done"));
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dense_completes_deterministically),
       cmocka_unit_test(test_pipeline_copy_bound),
       cmocka_unit_test(test_pipeline_compute_bound),
       cmocka_unit_test(test_moe_expert_cache),
+      cmocka_unit_test(test_cli),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
