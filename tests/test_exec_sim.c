@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry/alloc.h"
 #include "ferry/exec.h"
 #include "ferry/hw.h"
 #include "ferry/sim.h"
@@ -493,12 +494,51 @@ static void test_deterministic(void **state) {
   }
 }
 
+/* Steady state allocates nothing: op records, events and resource slots are pooled. */
+static void test_no_allocation_per_op(void **state) {
+  (void)state;
+  ferry_exec *ex = make_sim(2, NULL);
+  int32_t qc, qh, qd, qk;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4 << 20, "d", &dev), FERRY_OK);
+  ferry_event *ev[4];
+  for (int i = 0; i < 4; i++) assert_int_equal(ferry_exec_event_create(ex, &ev[i]), FERRY_OK);
+  uint64_t before = 0;
+  for (int round = 0; round < 60; round++) {
+    if (round == 10) before = ferry_alloc_count(); /* pools have grown to their high-water mark */
+    for (int k = 0; k < 8; k++) {
+      assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, 0, 4096, ref(host), 0), FERRY_OK);
+      assert_int_equal(ferry_exec_record(ex, qk, ev[0]), FERRY_OK);
+      assert_int_equal(ferry_exec_queue_wait(ex, qh, ev[0]), FERRY_OK);
+      assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 4096), FERRY_OK);
+      assert_int_equal(ferry_exec_record(ex, qh, ev[1]), FERRY_OK);
+      assert_int_equal(ferry_exec_queue_wait(ex, qc, ev[1]), FERRY_OK);
+      struct ferry_kernel kk = matmul(8, 1000, 1000, dev, FERRY_DTYPE_F16);
+      assert_int_equal(ferry_exec_compute(ex, qc, &kk), FERRY_OK);
+    }
+    assert_int_equal(ferry_exec_record(ex, qc, ev[2]), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qd, ev[2]), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qd, ref(host), ref(dev), 1024), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qd, ev[3]), FERRY_OK);
+    assert_int_equal(ferry_exec_sync(ex, ev[3]), FERRY_OK);
+  }
+  assert_int_equal(ferry_alloc_count() - before, 0);
+  for (int i = 0; i < 4; i++) ferry_exec_event_destroy(ex, ev[i]);
+  ferry_exec_destroy(ex); /* frees the buffers too */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copy_closed_form),      cmocka_unit_test(test_pageable_and_disk),
       cmocka_unit_test(test_compute_roofline_and_order), cmocka_unit_test(test_link_sharing),
       cmocka_unit_test(test_wait_orders_queues),    cmocka_unit_test(test_budgets_and_errors),
       cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_no_allocation_per_op),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
