@@ -38,6 +38,7 @@ struct ferry__act_row {
   uint64_t used_bytes;
   uint64_t correlation_id;
   uint32_t name; /* local string index + 1; 0 = no name */
+  uint32_t short_name; /* kernels: kind name (shortName); 0 = same as name */
   int32_t queue, step, layer, expert;
   uint8_t kind, tier;
   int32_t copy_kind;

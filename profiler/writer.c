@@ -30,7 +30,7 @@ static const struct {
 } row_sql[STMT_COUNT] = {
     [STMT_KERNEL] = {"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(runId,start,end,streamId,correlationId,globalPid,"
                      "demangledName,shortName,mangledName,launchType,bytes,flops,step,layer,expert) VALUES",
-                     "($1,$2,$3,$4,$5,$6,$7,$7,$7,1,$8,$9,$10,$11,$12)", 12},
+                     "($1,$2,$3,$4,$5,$6,$7,$13,$7,1,$8,$9,$10,$11,$12)", 13},
     [STMT_MEMCPY] = {"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY(runId,start,end,streamId,correlationId,globalPid,"
                      "bytes,copyKind,srcKind,dstKind,step,layer,expert,nameId) VALUES",
                      "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)", 14},
@@ -193,6 +193,10 @@ void ferry_db_activity_sink(void *user, const struct ferry_activity *act) {
   }
   uint32_t name = 0;
   if (act->name && act->name[0] && !(name = intern(db, act->name))) goto out_drop;
+  uint32_t short_name = 0;
+  if (act->kind == FERRY_ACT_KERNEL && act->kind_name && act->kind_name[0] &&
+      !(short_name = intern(db, act->kind_name)))
+    goto out_drop;
   struct ferry__act_row *r = ferry__vec_push(&db->batch.acts);
   if (!r) goto out_drop;
   r->run_id = db->sink_run;
@@ -203,6 +207,7 @@ void ferry_db_activity_sink(void *user, const struct ferry_activity *act) {
   r->used_bytes = act->used_bytes;
   r->correlation_id = act->correlation_id;
   r->name = name;
+  r->short_name = short_name;
   r->queue = act->queue;
   r->step = act->step;
   r->layer = act->layer;
@@ -312,6 +317,7 @@ static void bind_act(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
     bind_opt(st, b + 10, r->step);
     bind_opt(st, b + 11, r->layer);
     bind_opt(st, b + 12, r->expert);
+    sqlite3_bind_int64(st, b + 13, r->short_name ? name_id(db, r->short_name) : nid);
     break;
   case FERRY_ACT_MEMCPY: {
     int src, dst;

@@ -29,7 +29,7 @@
 
 enum ftype { T_STR, T_F64, T_I64, T_U64, T_I32 };
 enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION };
-enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_TOP, S_COUNT };
+enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_TOP, S_COUNT };
 
 struct field {
   const char *path;
@@ -71,12 +71,33 @@ static const struct field fields[] = {
     {"disk.latency_ns", T_I64, C_NONNEG, S_DISK, P(disk.latency_ns), 0},
     {"disk.queue_depth", T_I32, C_POS, S_DISK, P(disk.queue_depth), 0},
     {"price_per_hour_usd", T_F64, C_NONNEG, S_TOP, P(price_per_hour_usd), 0},
+#define COST(i, kind)                                                                           \
+  {"cost." kind ".overhead_ns", T_F64, C_NONNEG, S_COST, P(cost[i].overhead_ns), 0},            \
+      {"cost." kind ".ns_per_byte", T_F64, C_NONNEG, S_COST, P(cost[i].ns_per_byte), 0},        \
+      {"cost." kind ".ns_per_flop", T_F64, C_NONNEG, S_COST, P(cost[i].ns_per_flop), 0}
+    COST(0, "matmul"), COST(1, "attention"), COST(2, "expert"), COST(3, "norm"), COST(4, "rope"),
+    COST(5, "activation"), COST(6, "router"), COST(7, "moe_combine"), COST(8, "gather_rows"), COST(9, "embed"),
+    COST(10, "dequantize"),
+#undef COST
 };
+_Static_assert(sizeof fields / sizeof fields[0] <= 64, "field bitmasks are 64 bits");
 #undef S
 #undef P
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
-static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", ""};
+static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", "cost", ""};
+static const char *const cost_kinds[FERRY_HW_COST_KINDS] = {"matmul", "attention", "expert", "norm",
+                                                           "rope", "activation", "router", "moe_combine",
+                                                           "gather_rows", "embed", "dequantize"};
+
+const char *ferry_hw_cost_kind_name(int i) { return i >= 0 && i < FERRY_HW_COST_KINDS ? cost_kinds[i] : NULL; }
+
+const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *p, const char *kind_name) {
+  if (!p || !kind_name || !p->has_cost) return NULL;
+  for (int i = 0; i < FERRY_HW_COST_KINDS; i++)
+    if (!strcmp(kind_name, cost_kinds[i])) return (p->cost_set >> i & 1) ? &p->cost[i] : NULL;
+  return NULL;
+}
 
 /* Defaults (documented in hw/README.md): not measurements, just reasonable starting points
  * for an uncalibrated profile. */
@@ -204,6 +225,7 @@ static int *section_flag(struct ferry_hw_profile *p, enum section s) {
   case S_LINK: return &p->has_link;
   case S_HOST: return &p->has_host;
   case S_DISK: return &p->has_disk;
+  case S_COST: return &p->has_cost;
   default: return NULL;
   }
 }
@@ -214,6 +236,7 @@ static int section_present(const struct ferry_hw_profile *p, enum section s) {
   case S_LINK: return p->has_link;
   case S_HOST: return p->has_host;
   case S_DISK: return p->has_disk;
+  case S_COST: return p->has_cost;
   default: return 1;
   }
 }
@@ -229,6 +252,10 @@ static void copy_section(struct ferry_hw_profile *dst, const struct ferry_hw_pro
   case S_LINK: dst->link = src->link; break;
   case S_HOST: dst->host = src->host; break;
   case S_DISK: dst->disk = src->disk; break;
+  case S_COST:
+    memcpy(dst->cost, src->cost, sizeof dst->cost);
+    dst->cost_set = src->cost_set;
+    break;
   default: break;
   }
 }
@@ -463,6 +490,15 @@ static ferry_status finish_file(struct builder *b) {
     b->fit_inherited.v[k++] = b->fit_inherited.v[i];
   }
   b->fit_inherited.n = k;
+  for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
+    char path[PATH_MAX_LEN];
+    static const char *const parts[] = {"overhead_ns", "ns_per_byte", "ns_per_flop"};
+    for (int j = 0; j < 3; j++) {
+      snprintf(path, sizeof path, "cost.%s.%s", cost_kinds[i], parts[j]);
+      int idx = field_index(path);
+      if (idx >= 0 && (b->set >> idx & 1)) b->p.cost_set |= 1u << i;
+    }
+  }
   return FERRY_OK;
 }
 
@@ -509,6 +545,8 @@ static ferry_status load_file(struct builder *b, const char *path, int depth) {
       st = parse_section(b, S_HOST, item);
     } else if (!strcmp(key, "disk")) {
       st = parse_section(b, S_DISK, item);
+    } else if (!strcmp(key, "cost")) {
+      st = parse_section(b, S_COST, item);
     } else if (!strcmp(key, "price_per_hour_usd")) {
       st = parse_field(b, field_index("price_per_hour_usd"), item);
     } else if (!strcmp(key, "sources")) {

@@ -64,6 +64,8 @@ struct ferry_activity {
   int32_t step;          /**< engine step the activity belongs to, or -1 */
   int32_t layer;         /**< layer, or -1 */
   int32_t expert;        /**< expert, or -1 */
+  const char *kind_name; /**< kernels: the kernel kind ("matmul", "attention", ...), stored as
+                              the timeline's shortName; NULL otherwise */
 };
 
 /**

@@ -58,6 +58,20 @@ struct ferry_hw_efficiency {
   double dequantize;  /**< dequantization kernels; default 0.6 */
 };
 
+/** Kernel kinds a profile may carry fitted costs for (the names of ferry_kernel_kind_name()). */
+#define FERRY_HW_COST_KINDS 11
+
+/**
+ * Fitted cost of one kernel kind (from `ferry calibrate --db`): duration = overhead_ns +
+ * bytes * ns_per_byte + flops * ns_per_flop. Where a profile has one, the simulator uses it
+ * instead of the roofline for that kind.
+ */
+struct ferry_hw_cost {
+  double overhead_ns; /**< fixed cost per op */
+  double ns_per_byte; /**< cost per byte touched */
+  double ns_per_flop; /**< cost per floating-point operation */
+};
+
 /** A GPU. */
 struct ferry_hw_gpu {
   char name[64];                          /**< marketing name, e.g. "NVIDIA H100 PCIe" */
@@ -115,6 +129,9 @@ struct ferry_hw_profile {
   struct ferry_hw_host host;      /**< host memory and CPU */
   struct ferry_hw_disk disk;      /**< the disk */
   double price_per_hour_usd;      /**< rental price, USD per hour; 0 if not given */
+  int has_cost;                   /**< 1 if a "cost" section with fitted kernel costs is set */
+  struct ferry_hw_cost cost[FERRY_HW_COST_KINDS]; /**< fitted costs, see ferry_hw_cost_of() */
+  uint32_t cost_set;              /**< bit i: cost[i] was given */
   size_t n_sources;               /**< entries in @ref sources */
   const struct ferry_hw_source *sources; /**< figure sources, including those of composed parts */
   size_t n_fitted;                /**< entries in @ref fitted */
@@ -160,6 +177,21 @@ const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND naming the profile and the first missing figure;
  *         FERRY_ERR_INVALID for an unknown field path. Details in ferry_last_error().
  */
+/**
+ * @brief Name of fitted-cost kind i ("matmul", "attention", "expert", "norm", "rope",
+ *        "activation", "router", "moe_combine", "gather_rows", "embed", "dequantize").
+ * @return a static string, or NULL when i is out of range.
+ */
+const char *ferry_hw_cost_kind_name(int i);
+
+/**
+ * @brief The fitted cost of a kernel kind, or NULL when the profile has none for it.
+ * @param profile the profile.
+ * @param kind_name a kernel kind name (ferry_kernel_kind_name()).
+ * @return borrowed from the profile.
+ */
+const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *profile, const char *kind_name);
+
 ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
 
 /**

@@ -345,6 +345,7 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
     case FERRY_OP_KERNEL:
       a.kind = FERRY_ACT_KERNEL;
       a.name = op->u.kernel.name;
+      a.kind_name = ferry_kernel_kind_name(op->u.kernel.kind);
       ferry_kernel_cost(&op->u.kernel, &a.flops, &a.bytes);
       a.layer = op->u.kernel.layer;
       a.expert = op->u.kernel.expert;
