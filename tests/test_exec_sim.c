@@ -235,6 +235,36 @@ static void test_compute_roofline_and_order(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* A fitted cost for a kind replaces the roofline for that kind only. */
+static void test_fitted_cost(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("fitted", GPU_JSON ", " LINK_JSON(1)
+                         ", \"cost\": {\"matmul\": {\"overhead_ns\": 700, \"ns_per_byte\": 0.001, \"ns_per_flop\": 0.0005}}");
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_OK);
+  ferry_hw_close(hw);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qc;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  ferry_buf *w;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
+  /* matmul m=4 fp16: 2032000 bytes, 8e6 flops: 700 + 2032 + 4000 */
+  struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16);
+  assert_int_equal(ferry_exec_compute(ex, qc, &k1), FERRY_OK);
+  /* an expert over the same shape has no fitted cost: the roofline (gemm, 0.5):
+   * bytes 3 x 1000 x 1000 x 2 + 4 x 1000 x 8 + 4 x 1000 x 8 = 6064000 -> 12128 ns + 1000 */
+  struct ferry_kernel k2 = k1;
+  k2.kind = FERRY_K_EXPERT;
+  assert_int_equal(ferry_exec_compute(ex, qc, &k2), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const struct ferry_activity *a1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *a2 = find(&log, FERRY_ACT_KERNEL, qc, 1);
+  assert_int_equal(a1->end_ns - a1->start_ns, 6732);
+  assert_int_equal(a2->end_ns - a2->start_ns, 13128);
+  ferry_exec_free(ex, w);
+  ferry_exec_destroy(ex);
+}
+
 static void test_link_sharing(void **state) {
   (void)state;
   /* two copy engines: both transfers flow at once and split 10 B/ns */
@@ -538,7 +568,7 @@ int main(void) {
       cmocka_unit_test(test_compute_roofline_and_order), cmocka_unit_test(test_link_sharing),
       cmocka_unit_test(test_wait_orders_queues),    cmocka_unit_test(test_budgets_and_errors),
       cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
-      cmocka_unit_test(test_no_allocation_per_op),
+      cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,7 +6,10 @@
  * Nothing is computed and buffers hold no bytes (ferry_exec_buf_host_ptr() is NULL); tier
  * budgets are enforced exactly as on the real executors. Each op becomes events: a kernel runs
  * on its queue's compute unit for its roofline duration on the profile's GPU (FLOPs and bytes
- * from ferry_kernel_cost(), plus the launch overhead); a host-to-device copy flows over the
+ * from ferry_kernel_cost(), plus the launch overhead; matrix products with one row use the
+ * GEMV efficiency, others GEMM; norms, RoPE, activations, the router's top-k, combine, gather
+ * and embedding are element-wise), or for the profile's fitted cost of its kind when the
+ * profile has a `cost` section for it (ferry_hw_cost_of()); a host-to-device copy flows over the
  * link's h2d direction and a device-to-host copy over its d2h direction (fluid sharing between
  * concurrent transfers, at most `link.copy_engines` at once, latency paid first; the pinned
  * rate, or the pageable rate when the configuration does not lock host memory); a disk read
