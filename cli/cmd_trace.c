@@ -12,6 +12,7 @@ static const char *const trace_usage =
     "Usage: ferry trace stats FILE [OPTIONS]\n"
     "       ferry trace convert FILE [OPTIONS] [--out OUT.jsonl]\n"
     "       ferry trace synth SPEC [--seed S] [--out OUT.jsonl]\n"
+    "       ferry trace routing FILE | --synth SPEC  (routing traces: see 'ferry trace routing --help')\n"
     "Inspect, convert and generate request traces.\n\n"
     "Formats read: azure (Azure LLM inference 2023 CSV), burstgpt (BurstGPT CSV), mooncake\n"
     "(Mooncake JSONL), jsonl (ferry JSONL); detected from the first line unless forced.\n\n"
@@ -190,6 +191,7 @@ int cmd_trace(int argc, char **argv) {
     fputs(trace_usage, stderr);
     return CLI_USAGE;
   }
+  if (!strcmp(argv[1], "routing")) return cmd_trace_routing(argc - 1, argv + 1);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help") || wants_help(argc, argv)) {
     fputs(trace_usage, stdout);
     return CLI_OK;
@@ -197,5 +199,5 @@ int cmd_trace(int argc, char **argv) {
   if (!strcmp(argv[1], "stats")) return trace_stats(argc - 1, argv + 1);
   if (!strcmp(argv[1], "convert")) return trace_convert(argc - 1, argv + 1);
   if (!strcmp(argv[1], "synth")) return trace_synth(argc - 1, argv + 1);
-  return cli_usage_error("trace", "unknown subcommand '%s' (expected stats, convert or synth)", argv[1]);
+  return cli_usage_error("trace", "unknown subcommand '%s' (expected stats, convert, synth or routing)", argv[1]);
 }

@@ -11,10 +11,12 @@ static const struct command {
 } commands[] = {
     {"run", cmd_run, "serve a request trace with weight offloading on a real executor"},
     {"sim", cmd_sim, "simulate serving a request trace on a hardware profile (same engine, virtual time)"},
+    {"calibrate", cmd_calibrate, "measure this machine or fit a hardware profile to a recorded run"},
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
     {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},
     {"hw", cmd_hw, "hardware profiles for the simulator (list, show)"},
     {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
+    {"predictor", cmd_predictor, "expert predictors: train an MLP, evaluate on a routing trace (train, eval)"},
 };
 
 static void usage(FILE *f) {

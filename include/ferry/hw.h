@@ -177,6 +177,8 @@ const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND naming the profile and the first missing figure;
  *         FERRY_ERR_INVALID for an unknown field path. Details in ferry_last_error().
  */
+ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
+
 /**
  * @brief Name of fitted-cost kind i ("matmul", "attention", "expert", "norm", "rope",
  *        "activation", "router", "moe_combine", "gather_rows", "embed", "dequantize").
@@ -192,7 +194,6 @@ const char *ferry_hw_cost_kind_name(int i);
  */
 const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *profile, const char *kind_name);
 
-ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
 
 /**
  * @brief List the catalogue: the names of every `*.json` in the search folders (the first

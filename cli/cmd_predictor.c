@@ -1,0 +1,599 @@
+/* `ferry predictor`: train the mlp3 / mlp7 expert predictors from a routing trace (weights
+ * written as safetensors in fp32, fp16 or int8) and evaluate any predictor variant by
+ * replaying a routing trace through an expert cache with prefetching. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/alloc.h"
+#include "common/half.h"
+#include "common/units.h"
+#include "ferry/predict.h"
+#include "ferry/routing.h"
+#include "ferry/store.h"
+
+static const char *const predictor_usage =
+    "Usage: ferry predictor train --routing FILE --variant mlp3|mlp7 --out P.safetensors [OPTIONS]\n"
+    "       ferry predictor eval --routing FILE --variant V [--model P.safetensors] [OPTIONS]\n"
+    "Expert predictors for MoE offloading (see docs/predictors.md).\n\n"
+    "train: fit the MLP (3 -> 32 -> 16 -> layers x experts sigmoids) with Adam on every token\n"
+    "of the routing trace. Features come from the rows' \"features\" when present (written by\n"
+    "`ferry run --record-routing`); otherwise only what the trace implies is used (token\n"
+    "position, sequence length), and the command says so.\n"
+    "  --epochs N            passes over the data (default 10)\n"
+    "  --lr X                Adam step size (default 0.01)\n"
+    "  --batch N             samples per step (default 32)\n"
+    "  --seed S              initialisation and shuffling seed (default 1)\n"
+    "  --predictor-dtype D   weights stored as fp16 (default), int8 or fp32\n\n"
+    "eval: replay the trace (requests one after another) through an expert cache; at each\n"
+    "layer l the predictor names experts of layer l+D, which are loaded if not resident.\n"
+    "Variants: none, lru, frequency, gate-lookahead, mlp3, mlp7, oracle.\n"
+    "  --model P.safetensors  MLP weights (mlp3/mlp7; default: train on --train-routing now)\n"
+    "  --train-routing FILE   trace for frequency counts and in-process MLP training\n"
+    "                         (default: the evaluated trace itself, i.e. in-sample)\n"
+    "  --cache-slots N        expert cache capacity, all layers (default: 2 layers' worth of\n"
+    "                         experts x top-k, at least 4 x top-k)\n"
+    "  --prefetch-depth D     layers ahead (default 1)\n"
+    "  --prefetch-max M       experts prefetched per layer (default top-k)\n"
+    "  --expert-bytes SIZE    bytes per expert, for byte figures (default 0: loads only)\n"
+    "  --link-gbps G          host-to-device GB/s for the stall estimate (default 25)\n"
+    "  --lfu                  LFU eviction instead of LRU\n"
+    "  --predictor-dtype D    round MLP weights through fp16, int8 or fp32\n"
+    "Trace shape: --experts E and --layers L as for `ferry trace routing`.\n";
+
+struct args {
+  const char *routing, *train_routing, *out, *model;
+  enum ferry_predictor_kind variant;
+  int has_variant;
+  int64_t epochs, batch, seed, cache_slots, depth, pf_max, experts, layers;
+  double lr, gbps;
+  uint64_t expert_bytes;
+  enum ferry_dtype dtype;
+  int dtype_set, lfu;
+};
+
+static int parse_dtype(const char *v, enum ferry_dtype *out) {
+  if (!strcmp(v, "fp16") || !strcmp(v, "f16")) *out = FERRY_DTYPE_F16;
+  else if (!strcmp(v, "int8") || !strcmp(v, "i8")) *out = FERRY_DTYPE_I8;
+  else if (!strcmp(v, "fp32") || !strcmp(v, "f32")) *out = FERRY_DTYPE_F32;
+  else return -1;
+  return 0;
+}
+
+static int parse(int argc, char **argv, const char *cmd, struct args *a) {
+  memset(a, 0, sizeof *a);
+  a->epochs = 10;
+  a->batch = 32;
+  a->seed = 1;
+  a->depth = 1;
+  a->lr = 0.01;
+  a->gbps = 25;
+  a->dtype = FERRY_DTYPE_F16;
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i];
+    if (!strcmp(o, "--lfu")) {
+      a->lfu = 1;
+      continue;
+    }
+    if (o[0] != '-') return cli_usage_error(cmd, "unexpected argument '%s'", o);
+    if (i + 1 >= argc) return cli_usage_error(cmd, "option '%s' needs a value (or is unknown)", o);
+    const char *v = argv[++i];
+    if (!strcmp(o, "--routing")) a->routing = v;
+    else if (!strcmp(o, "--train-routing")) a->train_routing = v;
+    else if (!strcmp(o, "--out")) a->out = v;
+    else if (!strcmp(o, "--model")) a->model = v;
+    else if (!strcmp(o, "--variant")) {
+      if (ferry_predictor_kind_parse(v, &a->variant) != FERRY_OK) return cli_usage_error(cmd, "--variant: %s", ferry_last_error());
+      a->has_variant = 1;
+    } else if (!strcmp(o, "--predictor-dtype")) {
+      if (parse_dtype(v, &a->dtype)) return cli_usage_error(cmd, "--predictor-dtype: '%s' is not fp16, int8 or fp32", v);
+      a->dtype_set = 1;
+    } else if (!strcmp(o, "--epochs")) {
+      if (cli_parse_int(o, v, 1, 100000, &a->epochs)) return CLI_USAGE;
+    } else if (!strcmp(o, "--batch")) {
+      if (cli_parse_int(o, v, 1, 1 << 20, &a->batch)) return CLI_USAGE;
+    } else if (!strcmp(o, "--seed")) {
+      if (cli_parse_int(o, v, 0, INT64_MAX, &a->seed)) return CLI_USAGE;
+    } else if (!strcmp(o, "--cache-slots")) {
+      if (cli_parse_int(o, v, 1, 1 << 24, &a->cache_slots)) return CLI_USAGE;
+    } else if (!strcmp(o, "--prefetch-depth")) {
+      if (cli_parse_int(o, v, 1, FERRY_ROUTING_MAX_LAYERS, &a->depth)) return CLI_USAGE;
+    } else if (!strcmp(o, "--prefetch-max")) {
+      if (cli_parse_int(o, v, 1, FERRY_ROUTING_MAX_EXPERTS, &a->pf_max)) return CLI_USAGE;
+    } else if (!strcmp(o, "--experts")) {
+      if (cli_parse_int(o, v, 1, FERRY_ROUTING_MAX_EXPERTS, &a->experts)) return CLI_USAGE;
+    } else if (!strcmp(o, "--layers")) {
+      if (cli_parse_int(o, v, 1, FERRY_ROUTING_MAX_LAYERS, &a->layers)) return CLI_USAGE;
+    } else if (!strcmp(o, "--lr")) {
+      if (cli_parse_double(o, v, 1e-9, 10, &a->lr)) return CLI_USAGE;
+    } else if (!strcmp(o, "--link-gbps")) {
+      if (cli_parse_double(o, v, 1e-6, 1e6, &a->gbps)) return CLI_USAGE;
+    } else if (!strcmp(o, "--expert-bytes")) {
+      if (cli_parse_size(o, v, &a->expert_bytes)) return CLI_USAGE;
+    } else {
+      return cli_usage_error(cmd, "unknown option '%s'", o);
+    }
+  }
+  if (!a->routing) return cli_usage_error(cmd, "missing --routing FILE");
+  if (!a->has_variant) return cli_usage_error(cmd, "missing --variant");
+  return CLI_OK;
+}
+
+static ferry_status open_trace(const char *path, const struct args *a, ferry_routing **out) {
+  struct ferry_routing_options o = {.n_experts = (int32_t)a->experts, .n_layers = (int32_t)a->layers};
+  return ferry_routing_open(out, path, &o);
+}
+
+/* One sample per (request, token) present in the trace. *recorded: samples whose features
+ * came from the trace. */
+static ferry_status build_dataset(const ferry_routing *r, enum ferry_predictor_kind variant, struct ferry_mlp_dataset *d,
+                                  float **x_out, int32_t **y_out, int64_t *recorded) {
+  int32_t L = ferry_routing_n_layers(r), K = ferry_routing_top_k(r), nf = ferry_routing_n_features(r);
+  int32_t n_in = variant == FERRY_PREDICTOR_MLP7 ? FERRY_MLP7_FEATURES : FERRY_MLP3_FEATURES;
+  int64_t n = 0;
+  struct ferry_routing_request q;
+  for (size_t i = 0; ferry_routing_request_at(r, i, &q) == FERRY_OK; i++) n += q.n_tokens;
+  float *x = ferry__calloc((size_t)(n ? n : 1) * (size_t)n_in, sizeof *x);
+  int32_t *y = ferry__calloc((size_t)(n ? n : 1) * (size_t)L * (size_t)K, sizeof *y);
+  if (!x || !y) {
+    ferry_free(x);
+    ferry_free(y);
+    cli_fail(FERRY_ERR_NOMEM, "out of memory for %" PRId64 " training samples", n);
+    return FERRY_ERR_NOMEM;
+  }
+  int64_t s = 0;
+  *recorded = 0;
+  for (size_t i = 0; ferry_routing_request_at(r, i, &q) == FERRY_OK; i++)
+    for (int32_t t = 0; t < q.n_tokens; t++) {
+      const int32_t *ids = q.ids + (size_t)t * (size_t)L * (size_t)K;
+      int any = 0;
+      for (int32_t l = 0; l < L; l++) any |= ids[(size_t)l * (size_t)K] >= 0;
+      if (!any) continue;
+      if (nf == n_in && q.features && q.has_features[t]) {
+        memcpy(x + s * n_in, q.features + (size_t)t * (size_t)nf, (size_t)n_in * sizeof *x);
+        (*recorded)++;
+      } else {
+        ferry_predictor_features_derived(variant, t, q.n_tokens, x + s * n_in);
+      }
+      memcpy(y + (size_t)s * (size_t)L * (size_t)K, ids, (size_t)L * (size_t)K * sizeof *y);
+      s++;
+    }
+  *d = (struct ferry_mlp_dataset){.n = s, .n_features = n_in, .x = x, .n_layers = L, .top_k = K, .y = y};
+  *x_out = x;
+  *y_out = y;
+  return FERRY_OK;
+}
+
+static void say_features(const ferry_routing *r, int64_t recorded, int64_t n, enum ferry_predictor_kind v) {
+  if (recorded == n) return;
+  int32_t nf = ferry_routing_n_features(r);
+  fprintf(stderr,
+          "ferry: %" PRId64 " of %" PRId64 " samples have no recorded %s features (the trace carries %d per token); "
+          "they use only token position and sequence length\n",
+          n - recorded, n, ferry_predictor_kind_name(v), nf);
+}
+
+/* Train an MLP of `variant` on trace r. */
+static ferry_status train(const ferry_routing *r, const struct args *a, struct ferry_mlp *m, int verbose) {
+  struct ferry_mlp_dataset d;
+  float *x;
+  int32_t *y;
+  int64_t recorded;
+  ferry_status st = build_dataset(r, a->variant, &d, &x, &y, &recorded);
+  if (st != FERRY_OK) return st;
+  say_features(r, recorded, d.n, a->variant);
+  st = ferry_mlp_init(m, a->variant, d.n_layers, ferry_routing_n_experts(r), (uint64_t)a->seed);
+  double *loss = ferry__calloc((size_t)a->epochs, sizeof *loss);
+  if (st == FERRY_OK && !loss) st = FERRY_ERR_NOMEM;
+  if (st == FERRY_OK) {
+    double before = ferry_mlp_loss(m, &d);
+    struct ferry_mlp_train_config tc = {.epochs = (int32_t)a->epochs, .batch = (int32_t)a->batch, .lr = a->lr,
+                                        .seed = (uint64_t)a->seed};
+    st = ferry_mlp_train(m, &d, &tc, loss);
+    if (st == FERRY_OK && verbose) {
+      printf("samples        %" PRId64 " (tokens), %d layers x %d experts outputs\n", d.n, d.n_layers, m->n_experts);
+      printf("loss           %.5f before training\n", before);
+      for (int64_t e = 0; e < a->epochs; e++) printf("epoch %-8" PRId64 " %.5f\n", e + 1, loss[e]);
+    }
+  }
+  if (st != FERRY_OK) ferry_mlp_free(m);
+  ferry_free(loss);
+  ferry_free(x);
+  ferry_free(y);
+  return st;
+}
+
+/* ---- safetensors ------------------------------------------------------------------------- */
+
+struct tensor_spec {
+  const char *name;
+  float *data;
+  int64_t rows, cols; /* cols 0: a vector of `rows` */
+  int quantizable;    /* weights: stored in the chosen dtype; else fp32 (int8) or fp16 */
+};
+
+static void mlp_tensors(struct ferry_mlp *m, struct tensor_spec t[8]) {
+  int64_t O = (int64_t)m->n_layers * m->n_experts;
+  t[0] = (struct tensor_spec){"in_mean", m->in_mean, m->n_in, 0, 0};
+  t[1] = (struct tensor_spec){"in_scale", m->in_scale, m->n_in, 0, 0};
+  t[2] = (struct tensor_spec){"w1", m->w1, FERRY_MLP_H1, m->n_in, 1};
+  t[3] = (struct tensor_spec){"b1", m->b1, FERRY_MLP_H1, 0, 2};
+  t[4] = (struct tensor_spec){"w2", m->w2, FERRY_MLP_H2, FERRY_MLP_H1, 1};
+  t[5] = (struct tensor_spec){"b2", m->b2, FERRY_MLP_H2, 0, 2};
+  t[6] = (struct tensor_spec){"w3", m->w3, O, FERRY_MLP_H2, 1};
+  t[7] = (struct tensor_spec){"b3", m->b3, O, 0, 2};
+}
+
+/* Storage dtype of tensor t: standardisation always fp32; biases fp16 with fp16 weights. */
+static enum ferry_dtype tensor_dtype(const struct tensor_spec *t, enum ferry_dtype dtype) {
+  if (!t->quantizable) return FERRY_DTYPE_F32;
+  if (dtype == FERRY_DTYPE_I8) return t->quantizable == 1 ? FERRY_DTYPE_I8 : FERRY_DTYPE_F32;
+  return dtype;
+}
+
+static ferry_status write_tensor(ferry_store_writer *w, const struct tensor_spec *t, enum ferry_dtype dt,
+                                 int scales_pass) {
+  int64_t n = t->rows * (t->cols ? t->cols : 1);
+  ferry_status st = FERRY_OK;
+  if (scales_pass) { /* int8 row scales */
+    for (int64_t r = 0; r < t->rows && st == FERRY_OK; r++) {
+      float mx = 0;
+      for (int64_t c = 0; c < t->cols; c++) mx = fabsf(t->data[r * t->cols + c]) > mx ? fabsf(t->data[r * t->cols + c]) : mx;
+      float scale = mx / 127.0f;
+      st = ferry_store_writer_write(w, &scale, sizeof scale);
+    }
+    return st;
+  }
+  for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
+    float v = t->data[i];
+    if (dt == FERRY_DTYPE_F32) {
+      st = ferry_store_writer_write(w, &v, 4);
+    } else if (dt == FERRY_DTYPE_F16) {
+      uint16_t h = ferry__f32_to_f16(v);
+      st = ferry_store_writer_write(w, &h, 2);
+    } else {
+      int64_t r = i / t->cols;
+      float mx = 0;
+      for (int64_t c = 0; c < t->cols; c++) mx = fabsf(t->data[r * t->cols + c]) > mx ? fabsf(t->data[r * t->cols + c]) : mx;
+      float q = mx > 0 ? nearbyintf(v / (mx / 127.0f)) : 0;
+      int8_t b = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+      st = ferry_store_writer_write(w, &b, 1);
+    }
+  }
+  return st;
+}
+
+static ferry_status save_mlp(struct ferry_mlp *m, enum ferry_dtype dtype, const ferry_routing *r, const char *out) {
+  char *dir = ferry__asprintf("%s.XXXXXX", out);
+  if (!dir) return FERRY_ERR_NOMEM;
+  if (!mkdtemp(dir)) {
+    cli_fail(FERRY_ERR_IO, "%s: cannot create a temporary folder beside it: %s", out, strerror(errno));
+    ferry_free(dir);
+    return FERRY_ERR_IO;
+  }
+  struct tensor_spec t[8];
+  mlp_tensors(m, t);
+  ferry_store_writer *w = NULL;
+  ferry_status st = ferry_store_writer_create(&w, dir, 0);
+  char num[32];
+  if (st == FERRY_OK) st = ferry_store_writer_set_metadata(w, "ferry.predictor", ferry_predictor_kind_name(m->variant));
+  if (st == FERRY_OK) st = ferry_store_writer_set_metadata(w, "ferry.dtype", ferry_dtype_name(dtype));
+  snprintf(num, sizeof num, "%d", m->n_layers);
+  if (st == FERRY_OK) st = ferry_store_writer_set_metadata(w, "ferry.n_layers", num);
+  snprintf(num, sizeof num, "%d", m->n_experts);
+  if (st == FERRY_OK) st = ferry_store_writer_set_metadata(w, "ferry.n_experts", num);
+  snprintf(num, sizeof num, "%d", ferry_routing_top_k(r));
+  if (st == FERRY_OK) st = ferry_store_writer_set_metadata(w, "ferry.top_k", num);
+  for (int i = 0; i < 8 && st == FERRY_OK; i++) {
+    enum ferry_dtype dt = tensor_dtype(&t[i], dtype);
+    int64_t shape[2] = {t[i].rows, t[i].cols};
+    st = ferry_store_writer_add(w, t[i].name, dt, t[i].cols ? 2 : 1, shape);
+    if (st == FERRY_OK && dt == FERRY_DTYPE_I8) {
+      char name[32];
+      snprintf(name, sizeof name, "%s_scale", t[i].name);
+      st = ferry_store_writer_add(w, name, FERRY_DTYPE_F32, 1, shape);
+    }
+  }
+  for (int i = 0; i < 8 && st == FERRY_OK; i++) {
+    enum ferry_dtype dt = tensor_dtype(&t[i], dtype);
+    st = write_tensor(w, &t[i], dt, 0);
+    if (st == FERRY_OK && dt == FERRY_DTYPE_I8) st = write_tensor(w, &t[i], dt, 1);
+  }
+  if (st == FERRY_OK) st = ferry_store_writer_finish(w);
+  if (st != FERRY_OK) {
+    cli_fail(st, "%s: %s", out, w ? ferry_store_writer_errmsg(w) : ferry_last_error());
+  } else {
+    char *file = ferry__asprintf("%s/model.safetensors", dir);
+    if (!file || rename(file, out) != 0) {
+      st = FERRY_ERR_IO;
+      cli_fail(st, "%s: cannot move the written file into place: %s", out, strerror(errno));
+    }
+    ferry_free(file);
+  }
+  ferry_store_writer_free(w);
+  char *f = ferry__asprintf("%s/model.safetensors", dir);
+  if (f) unlink(f);
+  ferry_free(f);
+  rmdir(dir);
+  ferry_free(dir);
+  return st;
+}
+
+static int meta_int(ferry_store *s, const char *key, int64_t *out) {
+  const char *v = ferry_store_metadata(s, key);
+  return v && ferry__parse_i64(v, out) == FERRY_OK ? 0 : -1;
+}
+
+static ferry_status load_mlp(const char *path, const struct args *a, const ferry_routing *r, struct ferry_mlp *m,
+                             enum ferry_dtype *file_dtype) {
+  ferry_store *s;
+  ferry_status st = ferry_store_open(&s, path);
+  if (st != FERRY_OK) {
+    cli_fail(st, NULL);
+    return st;
+  }
+  const char *variant = ferry_store_metadata(s, "ferry.predictor");
+  int64_t L = 0, E = 0;
+  float *buf = NULL;
+  if (!variant || strcmp(variant, ferry_predictor_kind_name(a->variant)) || meta_int(s, "ferry.n_layers", &L) ||
+      meta_int(s, "ferry.n_experts", &E)) {
+    cli_fail(FERRY_ERR_FORMAT, "%s: not a %s predictor (metadata ferry.predictor is %s)", path,
+                  ferry_predictor_kind_name(a->variant), variant ? variant : "absent");
+    st = FERRY_ERR_FORMAT;
+    goto out_close;
+  }
+  if (L != ferry_routing_n_layers(r) || E != ferry_routing_n_experts(r)) {
+    cli_fail(FERRY_ERR_FORMAT, "%s: trained for %" PRId64 " layers x %" PRId64 " experts, the trace has %d x %d",
+                  path, L, E, ferry_routing_n_layers(r), ferry_routing_n_experts(r));
+    st = FERRY_ERR_FORMAT;
+    goto out_close;
+  }
+  if ((st = ferry_mlp_init(m, a->variant, (int32_t)L, (int32_t)E, 0)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out_close;
+  }
+  const char *dts = ferry_store_metadata(s, "ferry.dtype");
+  if (!dts || parse_dtype(dts, file_dtype)) *file_dtype = FERRY_DTYPE_F32;
+  struct tensor_spec t[8];
+  mlp_tensors(m, t);
+  for (int i = 0; i < 8; i++) {
+    const struct ferry_store_tensor *ti = ferry_store_find(s, t[i].name);
+    int64_t n = t[i].rows * (t[i].cols ? t[i].cols : 1);
+    int ndim = t[i].cols ? 2 : 1;
+    if (!ti || ti->ndim != ndim || ti->shape[0] != t[i].rows || (ndim == 2 && ti->shape[1] != t[i].cols) ||
+        (ti->dtype != FERRY_DTYPE_F32 && ti->dtype != FERRY_DTYPE_F16 && ti->dtype != FERRY_DTYPE_I8) ||
+        ti->nbytes != (uint64_t)n * ferry_dtype_size(ti->dtype)) {
+      cli_fail(FERRY_ERR_FORMAT, "%s: tensor %s missing or not %s[%" PRId64 "%s] in fp32, fp16 or int8", path,
+                    t[i].name, "float", t[i].rows, ndim == 2 ? ", ..." : "");
+    st = FERRY_ERR_FORMAT;
+      goto out_free;
+    }
+    buf = ferry__realloc(buf, (size_t)ti->nbytes + 4);
+    if (!buf || (st = ferry_store_read_tensor(s, ti, buf, ti->nbytes + 4)) != FERRY_OK) {
+      if (!buf) st = FERRY_ERR_NOMEM;
+      cli_fail(st, "%s: %s", path, buf ? ferry_store_errmsg(s) : "out of memory");
+      goto out_free;
+    }
+    if (ti->dtype == FERRY_DTYPE_F32) {
+      memcpy(t[i].data, buf, (size_t)n * 4);
+    } else if (ti->dtype == FERRY_DTYPE_F16) {
+      ferry__f16_to_f32_n((const uint16_t *)buf, t[i].data, (size_t)n);
+    } else {
+      char name[32];
+      snprintf(name, sizeof name, "%s_scale", t[i].name);
+      const struct ferry_store_tensor *sc = ferry_store_find(s, name);
+      if (ndim != 2 || !sc || sc->dtype != FERRY_DTYPE_F32 || sc->ndim != 1 || sc->shape[0] != t[i].rows) {
+        cli_fail(FERRY_ERR_FORMAT, "%s: int8 tensor %s needs an fp32 %s[%" PRId64 "]", path, t[i].name, name,
+                      t[i].rows);
+    st = FERRY_ERR_FORMAT;
+        goto out_free;
+      }
+      float *scales = ferry__calloc((size_t)t[i].rows, sizeof *scales);
+      if (!scales || (st = ferry_store_read_tensor(s, sc, scales, sc->nbytes)) != FERRY_OK) {
+        if (!scales) st = FERRY_ERR_NOMEM;
+        cli_fail(st, "%s: %s", path, scales ? ferry_store_errmsg(s) : "out of memory");
+        ferry_free(scales);
+        goto out_free;
+      }
+      const int8_t *q = (const int8_t *)buf;
+      for (int64_t j = 0; j < n; j++) t[i].data[j] = (float)q[j] * scales[j / t[i].cols];
+      ferry_free(scales);
+    }
+  }
+  st = FERRY_OK;
+out_free:
+  ferry_free(buf);
+  if (st != FERRY_OK) ferry_mlp_free(m);
+out_close:
+  ferry_store_close(s);
+  return st;
+}
+
+/* ---- subcommands ------------------------------------------------------------------------- */
+
+static int predictor_train(int argc, char **argv) {
+  struct args a;
+  int rc = parse(argc, argv, "predictor train", &a);
+  if (rc != CLI_OK) return rc;
+  if (a.variant != FERRY_PREDICTOR_MLP3 && a.variant != FERRY_PREDICTOR_MLP7)
+    return cli_usage_error("predictor train", "--variant must be mlp3 or mlp7 (the others have nothing to train)");
+  if (!a.out) return cli_usage_error("predictor train", "missing --out P.safetensors");
+  ferry_routing *r;
+  ferry_status st = open_trace(a.routing, &a, &r);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
+  struct ferry_mlp m;
+  st = train(r, &a, &m, 1);
+  if (st == FERRY_OK) {
+    st = save_mlp(&m, a.dtype, r, a.out);
+    if (st == FERRY_OK)
+      printf("wrote          %s (%s, weights %s)\n", a.out, ferry_predictor_kind_name(a.variant), ferry_dtype_name(a.dtype));
+    ferry_mlp_free(&m);
+  } else if (st != FERRY_OK) {
+    cli_fail(st, NULL);
+  }
+  ferry_routing_free(r);
+  return st == FERRY_OK ? CLI_OK : CLI_FAIL;
+}
+
+static int predictor_eval(int argc, char **argv) {
+  struct args a;
+  int rc = parse(argc, argv, "predictor eval", &a);
+  if (rc != CLI_OK) return rc;
+  ferry_routing *r = NULL, *tr = NULL;
+  ferry_predictor *p = NULL;
+  struct ferry_predict_eval_request *reqs = NULL;
+  struct ferry_predict_eval_result res = {0};
+  ferry_status st = open_trace(a.routing, &a, &r);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
+  rc = CLI_FAIL;
+  int32_t L = ferry_routing_n_layers(r), E = ferry_routing_n_experts(r), K = ferry_routing_top_k(r);
+  if (a.depth >= L && L > 1) {
+    rc = cli_usage_error("predictor eval", "--prefetch-depth %" PRId64 " must be below the %d layers", a.depth, L);
+    goto out_free;
+  }
+  const ferry_routing *train_src = r;
+  if (a.train_routing) {
+    struct args ta = a;
+    ta.experts = E;
+    ta.layers = L;
+    if ((st = open_trace(a.train_routing, &ta, &tr)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out_free;
+    }
+    if (ferry_routing_top_k(tr) != K) {
+      cli_fail(FERRY_ERR_FORMAT, "%s: top-%d, the evaluated trace has top-%d", a.train_routing, ferry_routing_top_k(tr), K);
+      goto out_free;
+    }
+    train_src = tr;
+  }
+  enum ferry_dtype dtype = a.dtype;
+  struct ferry_mlp m = {0};
+  const char *mlp_origin = NULL;
+  if (a.variant == FERRY_PREDICTOR_MLP3 || a.variant == FERRY_PREDICTOR_MLP7) {
+    if (a.model) {
+      enum ferry_dtype fdt;
+      if (load_mlp(a.model, &a, r, &m, &fdt) != FERRY_OK) goto out_free;
+      if (!a.dtype_set) dtype = fdt;
+      mlp_origin = a.model;
+    } else {
+      if ((st = train(train_src, &a, &m, 0)) != FERRY_OK) {
+        cli_fail(st, NULL);
+        goto out_free;
+      }
+      mlp_origin = a.train_routing ? "trained now on --train-routing" : "trained now on this trace (in-sample)";
+    }
+  }
+  struct ferry_predictor_config pc = {.kind = a.variant, .n_layers = L, .n_experts = E, .top_k = K,
+                                      .mlp_dtype = dtype, .mlp_dtype_set = 1};
+  st = ferry_predictor_create(&p, &pc);
+  if (st == FERRY_OK && mlp_origin) st = ferry_predictor_set_mlp(p, &m);
+  ferry_mlp_free(&m);
+  if (st != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out_free;
+  }
+  if (a.variant == FERRY_PREDICTOR_FREQUENCY) {
+    int64_t *counts = ferry__calloc((size_t)E, sizeof *counts);
+    if (!counts) goto out_free;
+    struct ferry_routing_request q;
+    for (int32_t l = 0; l < L; l++) {
+      memset(counts, 0, (size_t)E * sizeof *counts);
+      for (size_t i = 0; ferry_routing_request_at(train_src, i, &q) == FERRY_OK; i++)
+        for (int32_t t = 0; t < q.n_tokens; t++) {
+          const int32_t *s = q.ids + ((size_t)t * (size_t)L + (size_t)l) * (size_t)K;
+          for (int32_t j = 0; j < K && s[0] >= 0; j++) counts[s[j]]++;
+        }
+      ferry_predictor_set_popularity(p, l, counts);
+    }
+    ferry_free(counts);
+  }
+  size_t n = ferry_routing_n_requests(r);
+  reqs = ferry__calloc(n ? n : 1, sizeof *reqs);
+  if (!reqs) goto out_free;
+  for (size_t i = 0; i < n; i++) {
+    struct ferry_routing_request q;
+    ferry_routing_request_at(r, i, &q);
+    reqs[i] = (struct ferry_predict_eval_request){.n_tokens = q.n_tokens, .ids = q.ids, .weights = q.weights,
+                                                  .features = q.features, .has_features = q.has_features};
+  }
+  int64_t slots = a.cache_slots;
+  if (!slots) {
+    slots = 2 * (int64_t)K * (a.depth + 1);
+    if (slots < 4 * K) slots = 4 * K;
+  }
+  struct ferry_predict_eval_config ec = {.n_layers = L, .n_experts = E, .top_k = K,
+                                         .n_features = ferry_routing_n_features(r), .cache_slots = (int32_t)slots,
+                                         .prefetch_depth = (int32_t)a.depth, .prefetch_max = (int32_t)a.pf_max,
+                                         .expert_bytes = a.expert_bytes, .lfu = a.lfu};
+  if ((st = ferry_predict_eval(p, reqs, n, &ec, &res)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out_free;
+  }
+  char b1[32], b2[32];
+  printf("predictor      %s%s%s%s\n", ferry_predictor_kind_name(a.variant), mlp_origin ? " (" : "",
+         mlp_origin ? mlp_origin : "", mlp_origin ? ")" : "");
+  if (mlp_origin) printf("weights        %s\n", ferry_dtype_name(dtype));
+  printf("routing        %s: %d layers, %d experts, top-%d, %zu requests, %" PRId64 " tokens\n", a.routing, L, E, K, n,
+         res.tokens);
+  printf("cache          %" PRId64 " slots (%s), prefetch depth %" PRId64 ", up to %d experts per layer\n", slots,
+         a.lfu ? "LFU" : "LRU", a.depth, a.pf_max ? (int)a.pf_max : K);
+  if (res.predictions) {
+    printf("recall         %.4f (top-%d, over %" PRId64 " predicted token-layers)\n", res.recall, K, res.predictions);
+    printf("precision      %.4f of predicted experts were chosen\n", res.precision);
+  } else {
+    printf("recall         - (no predictions)\n");
+  }
+  printf("uses           %" PRId64 ": hits %" PRId64 ", misses %" PRId64 " (hit rate %.4f)\n", res.uses, res.hits,
+         res.misses, res.uses ? (double)res.hits / res.uses : 0);
+  printf("prefetches     %" PRId64 " loads: %" PRId64 " used, %" PRId64 " evicted or left unused, %" PRId64
+         " dropped (no free slot); prefetch precision %.4f\n",
+         res.prefetch_loads, res.prefetch_useful, res.prefetch_unused, res.prefetch_dropped,
+         res.prefetch_loads ? (double)res.prefetch_useful / res.prefetch_loads : 0);
+  printf("stall proxy    %" PRId64 " demand loads (%.3f per token)", res.misses,
+         res.tokens ? (double)res.misses / res.tokens : 0);
+  if (a.expert_bytes)
+    printf(", ~%.3f ms at %.1f GB/s\n", (double)res.misses * (double)a.expert_bytes / (a.gbps * 1e9) * 1e3, a.gbps);
+  else
+    printf("\n");
+  if (a.expert_bytes)
+    printf("bytes          %s loaded, %s fetched but unused\n", ferry__format_bytes(res.bytes_loaded, b1, sizeof b1),
+           ferry__format_bytes(res.bytes_unused, b2, sizeof b2));
+  else
+    printf("loads          %" PRId64 " loaded, %" PRId64 " fetched but unused (give --expert-bytes for bytes)\n",
+           res.misses + res.prefetch_loads, res.prefetch_unused);
+  if (res.predictions) {
+    printf("\n%5s %8s\n", "layer", "recall");
+    for (int32_t l = 0; l < L; l++) {
+      if (isnan(res.layer_recall[l])) printf("%5d %8s\n", l, "-");
+      else printf("%5d %8.4f\n", l, res.layer_recall[l]);
+    }
+  }
+  rc = CLI_OK;
+out_free:
+  ferry_predict_eval_result_free(&res);
+  ferry_free(reqs);
+  ferry_predictor_free(p);
+  ferry_routing_free(tr);
+  ferry_routing_free(r);
+  return rc;
+}
+
+int cmd_predictor(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(predictor_usage, stderr);
+    return CLI_USAGE;
+  }
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || !strcmp(argv[i], "help")) {
+      fputs(predictor_usage, stdout);
+      return CLI_OK;
+    }
+  if (!strcmp(argv[1], "train")) return predictor_train(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "eval")) return predictor_eval(argc - 1, argv + 1);
+  return cli_usage_error("predictor", "unknown subcommand '%s' (expected train or eval)", argv[1]);
+}

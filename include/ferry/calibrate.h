@@ -1,0 +1,66 @@
+/**
+ * @file calibrate.h
+ * @brief Calibration: measure this machine for the `host` executor (`ferry calibrate --probe`)
+ *        and fit hardware-profile costs to the op durations of a recorded run's timeline
+ *        (`ferry calibrate --db`), so simulated runs are priced by measured rates.
+ */
+#ifndef FERRY_CALIBRATE_H
+#define FERRY_CALIBRATE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ferry/hw.h"
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** One measured op: its cost-model view and how long it took. */
+struct ferry_calib_sample {
+  double bytes;       /**< bytes moved or touched */
+  double flops;       /**< floating-point operations (0 for copies) */
+  double duration_ns; /**< measured duration */
+};
+
+/**
+ * @brief Fit duration = overhead + bytes * ns_per_byte + flops * ns_per_flop by relative least
+ *        squares (each sample weighted by 1/duration^2) with every coefficient >= 0 (each
+ *        subset of free coefficients is tried; the best feasible one wins).
+ * @param samples the measurements (at least one).
+ * @param n number of samples.
+ * @param out receives the coefficients.
+ * @param r2 receives the coefficient of determination (may be NULL).
+ * @return FERRY_ERR_INVALID when n is 0.
+ */
+ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *samples, size_t n, struct ferry_hw_cost *out,
+                                 double *r2);
+
+/**
+ * @brief Measure this machine with the host executor: copy bandwidth and per-op latency,
+ *        O_DIRECT read bandwidth and latency, and the cost of every kernel kind at the shapes
+ *        the engine uses (fitted into the profile's "cost" section).
+ * @param dir a folder on the disk to measure (a temporary file is written and removed there).
+ * @param progress where to print progress lines, or NULL.
+ * @param out receives the profile (kind "gpu": the host executor's stand-in device).
+ */
+ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry_hw_profile *out);
+
+/**
+ * @brief Write a profile as JSON in the catalogue format (every section it has, the cost
+ *        section, the fitted list and a source note), atomically.
+ * @param profile the profile.
+ * @param fitted names of the figures that were fitted or measured (may be NULL).
+ * @param n_fitted number of names.
+ * @param source_note text for the "source" of the measured figures (e.g. "ferry calibrate
+ *        --probe on host X, 2026-11-29").
+ * @param path output file.
+ */
+ferry_status ferry_hw_write_json(const struct ferry_hw_profile *profile, const char *const *fitted, size_t n_fitted,
+                                 const char *source_note, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_CALIBRATE_H */

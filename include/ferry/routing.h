@@ -1,0 +1,279 @@
+/**
+ * @file routing.h
+ * @brief Routing traces (which experts each token chose at each MoE layer): strict JSONL
+ *        reading and writing, an in-memory index by (request, token, layer), statistics
+ *        (popularity, reuse distance, adjacent-layer agreement), a seeded synthetic routing
+ *        model for the simulator and a routing source that replays a recorded trace.
+ *
+ * One JSONL row per (request, token, layer):
+ * `{"req_id":3, "token_idx":17, "layer":5, "topk_ids":[12,40], "topk_weights":[0.7,0.3]}`
+ * with an optional `"features":[...]` (per-token predictor features, see predict.h).
+ * The synthetic model and the replay source have the signature of ::ferry_routing_fn of
+ * engine.h, so either can be handed to the engine as its routing source.
+ */
+#ifndef FERRY_ROUTING_H
+#define FERRY_ROUTING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Most experts per layer a routing trace may name (ids are in [0, this)). */
+#define FERRY_ROUTING_MAX_EXPERTS 4096
+/** Most layers a routing trace may name. */
+#define FERRY_ROUTING_MAX_LAYERS 1024
+/** Most experts chosen per token and layer. */
+#define FERRY_ROUTING_MAX_TOPK 64
+/** Largest token index accepted (tokens of one request are indexed densely). */
+#define FERRY_ROUTING_MAX_TOKEN_IDX (1 << 20)
+/** Most per-token features a row may carry. */
+#define FERRY_ROUTING_MAX_FEATURES 64
+/** Buckets of the reuse-distance histogram: 1, 2, 3-4, 5-8, ..., 65-128, >128. */
+#define FERRY_ROUTING_REUSE_BUCKETS 9
+
+/** Opaque in-memory routing trace. */
+typedef struct ferry_routing ferry_routing;
+
+/** Options of ferry_routing_open(). */
+struct ferry_routing_options {
+  int32_t n_experts; /**< experts per layer; ids must be below it (0: inferred as max id + 1) */
+  int32_t n_layers;  /**< layers; rows must be below it (0: inferred as max layer + 1) */
+};
+
+/**
+ * @brief An empty routing trace to fill with ferry_routing_add().
+ * @param out receives the handle, owned by the caller (ferry_routing_free()).
+ * @param n_layers layers (1..FERRY_ROUTING_MAX_LAYERS).
+ * @param n_experts experts per layer (1..FERRY_ROUTING_MAX_EXPERTS).
+ * @param top_k experts per token and layer (1..min(n_experts, FERRY_ROUTING_MAX_TOPK)).
+ * @return FERRY_OK, FERRY_ERR_INVALID or FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_routing_create(ferry_routing **out, int32_t n_layers, int32_t n_experts, int32_t top_k);
+
+/**
+ * @brief Read a routing trace from JSONL.
+ *
+ * Strict: every row must be an object with integer `req_id` (|v| <= 2^53), `token_idx` in
+ * [0, FERRY_ROUTING_MAX_TOKEN_IDX], `layer` below the layer bound, a non-empty `topk_ids`
+ * array of distinct integers below the expert bound, a `topk_weights` array of finite numbers
+ * of the same length, the same top-k on every row, and optional `features` (numbers, the same
+ * count on every row that has them, equal on every row of one token). A second row for the
+ * same (request, token, layer) is an error naming both lines.
+ * @param out receives the handle, owned by the caller (ferry_routing_free()).
+ * @param path JSONL file.
+ * @param opts bounds (NULL: infer both).
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND, FERRY_ERR_IO; FERRY_ERR_FORMAT with "path:line:
+ *         what was expected" in ferry_last_error(); FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_routing_open(ferry_routing **out, const char *path, const struct ferry_routing_options *opts);
+
+/** @brief Free a routing trace. Accepts NULL. */
+void ferry_routing_free(ferry_routing *r);
+
+/** @brief The last detailed error message of this trace ("" if none). Borrowed. */
+const char *ferry_routing_errmsg(const ferry_routing *r);
+
+/**
+ * @brief Add (or replace) the choice of one token at one layer.
+ * @param k must equal the trace's top-k; ids distinct and below n_experts.
+ * @param weights k gate weights, or NULL for 1/k each.
+ * @param features n_features per-token features (copied; the first call for a token that
+ *        carries features sets them), or NULL with n_features 0.
+ * @return FERRY_OK, FERRY_ERR_INVALID (message names the offending value), FERRY_ERR_RANGE, FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_routing_add(ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer, int32_t k,
+                               const int32_t *ids, const float *weights, int32_t n_features, const float *features);
+
+/**
+ * @brief Write the trace as JSONL (requests by id, then tokens, then layers); "-" is stdout.
+ *        The file is replaced atomically.
+ */
+ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path);
+
+/** @brief Layers of the trace. */
+int32_t ferry_routing_n_layers(const ferry_routing *r);
+/** @brief Experts per layer. */
+int32_t ferry_routing_n_experts(const ferry_routing *r);
+/** @brief Experts chosen per token and layer. */
+int32_t ferry_routing_top_k(const ferry_routing *r);
+/** @brief Features per token (0 when no row carries any). */
+int32_t ferry_routing_n_features(const ferry_routing *r);
+/** @brief Number of requests. */
+size_t ferry_routing_n_requests(const ferry_routing *r);
+/** @brief Number of (request, token, layer) choices present. */
+int64_t ferry_routing_n_rows(const ferry_routing *r);
+
+/** One request of a routing trace (all pointers borrowed from the trace). */
+struct ferry_routing_request {
+  int64_t req_id;        /**< request id */
+  int32_t n_tokens;      /**< tokens indexed (largest token_idx + 1) */
+  const int32_t *ids;    /**< [n_tokens][n_layers][top_k] chosen experts; -1 where absent */
+  const float *weights;  /**< [n_tokens][n_layers][top_k] gate weights */
+  const float *features; /**< [n_tokens][n_features] features, or NULL when n_features is 0 */
+  const uint8_t *has_features; /**< [n_tokens]: 1 where the trace carried features for the token */
+};
+
+/**
+ * @brief Request i (sorted by req_id).
+ * @return FERRY_OK or FERRY_ERR_RANGE. The view stays valid until the next ferry_routing_add()
+ *         or ferry_routing_free().
+ */
+ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct ferry_routing_request *out);
+
+/**
+ * @brief The choice of (req_id, token_idx, layer).
+ * @param ids receives a borrowed pointer to top_k ids (may be NULL).
+ * @param weights receives a borrowed pointer to top_k weights (may be NULL).
+ * @return 1 when present, 0 when absent.
+ */
+int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+                         const int32_t **ids, const float **weights);
+
+/** Popularity of one layer's experts. */
+struct ferry_routing_layer_stats {
+  int64_t uses;             /**< (token, expert) uses at this layer */
+  int32_t top_ids[8];       /**< most used experts, most used first (-1 past n_experts) */
+  double top_share[8];      /**< share of uses of each of top_ids */
+  double top25_share;       /**< share of uses going to the most used 25% of experts */
+  double entropy_norm;      /**< entropy of the usage distribution / log(n_experts): 1 = uniform */
+  double next_overlap;      /**< mean |S(l) ∩ S(l+1)| / k over tokens with both (NAN for the last layer) */
+  double next_same;         /**< share of tokens whose set at l+1 equals the set at l (NAN for the last) */
+  double prev_token_same;   /**< share of tokens (after the first) whose set equals the previous token's */
+};
+
+/** Statistics of a routing trace. */
+struct ferry_routing_stats {
+  int32_t n_layers;                    /**< entries in layers */
+  struct ferry_routing_layer_stats *layers; /**< per layer; owned (ferry_routing_stats_free()) */
+  double top25_share;                  /**< mean over layers */
+  double entropy_norm;                 /**< mean over layers */
+  double next_overlap;                 /**< mean over layer pairs */
+  double next_same;                    /**< mean over layer pairs */
+  double prev_token_same;              /**< mean over layers */
+  int64_t reuse_hist[FERRY_ROUTING_REUSE_BUCKETS]; /**< reuse distances (tokens between consecutive
+                                                       uses of an expert at one layer in one request) */
+  int64_t first_uses;                  /**< uses with no earlier use in the request (no distance) */
+  double reuse_mean;                   /**< mean reuse distance */
+  int64_t reuse_p50;                   /**< median reuse distance (0 when none) */
+};
+
+/**
+ * @brief Compute popularity, reuse distance and adjacent-layer statistics.
+ * @param out filled; free its layers with ferry_routing_stats_free().
+ */
+ferry_status ferry_routing_stats_compute(const ferry_routing *r, struct ferry_routing_stats *out);
+
+/** @brief Free what ferry_routing_stats_compute() allocated. Accepts NULL. */
+void ferry_routing_stats_free(struct ferry_routing_stats *s);
+
+/**
+ * @brief Lower bound of reuse-distance bucket b (1, 2, 3, 5, 9, ...; the last is open).
+ */
+int64_t ferry_routing_reuse_bucket_lo(int b);
+
+/**
+ * @brief A ::ferry_routing_record_fn of engine.h that appends every decision to a trace.
+ * @param user the ferry_routing to fill. The first failure is kept in its error message and
+ *        later calls do nothing (check with ferry_routing_record_status()).
+ */
+void ferry_routing_record(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+                          const int32_t *ids, const float *weights);
+
+/** @brief FERRY_OK, or the first error ferry_routing_record() met. */
+ferry_status ferry_routing_record_status(const ferry_routing *r);
+
+/* ---- synthetic routing ------------------------------------------------------------------ */
+
+/** Knobs of the synthetic routing model. */
+struct ferry_routing_synth_config {
+  int32_t n_layers;  /**< layers (1..FERRY_ROUTING_MAX_LAYERS) */
+  int32_t n_experts; /**< experts per layer (1..FERRY_ROUTING_MAX_EXPERTS) */
+  int32_t top_k;     /**< experts per token (1..min(n_experts, FERRY_ROUTING_MAX_TOPK)) */
+  uint64_t seed;     /**< seed of every draw */
+  double zipf;       /**< popularity skew: expert of popularity rank r is drawn with weight
+                          1/r^zipf (0 = uniform); ranks are a per-layer random permutation */
+  double temporal;   /**< probability that a token re-uses the previous token's set at a layer */
+  double layer_corr; /**< probability that layer l+1 repeats layer l's set (checked first) */
+};
+
+/** Opaque synthetic routing model. */
+typedef struct ferry_routing_synth ferry_routing_synth;
+
+/**
+ * @brief Create a synthetic routing model.
+ *
+ * The choice of (request, token, layer) is a pure function of the seed and those three
+ * numbers, whatever the call order: "repeat layer l-1" (probability layer_corr) and "re-use
+ * token t-1" (probability temporal) are decided by hashes, and the chain they form is walked
+ * back (at most 64 steps, then a fresh draw) to a fresh Zipf draw without replacement.
+ * @param out receives the model, owned by the caller (ferry_routing_synth_free()).
+ */
+ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct ferry_routing_synth_config *cfg);
+
+/**
+ * @brief Parse "layers=L,experts=E,k=K,zipf=S,temporal=P,layer=P,seed=N" (any subset; the
+ *        rest keeps the values already in cfg).
+ * @return FERRY_OK or FERRY_ERR_INVALID naming the key or value.
+ */
+ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_synth_config *cfg);
+
+/** @brief Free a model. Accepts NULL. */
+void ferry_routing_synth_free(ferry_routing_synth *s);
+
+/**
+ * @brief The ::ferry_routing_fn of the synthetic model (user = the ferry_routing_synth).
+ *
+ * Ids come out ordered by weight, heaviest first; weights sum to 1. A call whose top_k or
+ * n_experts differs from the configuration, or whose layer is past n_layers, gets a uniform
+ * hashed choice and is counted (ferry_routing_synth_mismatches()).
+ */
+void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+                            int32_t n_experts, int32_t *ids, float *weights);
+
+/** @brief Calls that did not match the configured shape. */
+int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s);
+
+/**
+ * @brief Fill a routing trace with n_requests requests of n_tokens tokens from the model
+ *        (request ids 0..n_requests-1).
+ * @param out receives a new trace, owned by the caller.
+ */
+ferry_status ferry_routing_synth_trace(ferry_routing_synth *s, int64_t n_requests, int32_t n_tokens,
+                                       ferry_routing **out);
+
+/* ---- replay ------------------------------------------------------------------------------ */
+
+/** Opaque routing source replaying a recorded trace. */
+typedef struct ferry_routing_replay ferry_routing_replay;
+
+/**
+ * @brief A routing source that answers from a trace and falls back to a synthetic model.
+ * @param trace borrowed; must outlive the replay.
+ * @param fallback borrowed; used for (request, token, layer) absent from the trace or of a
+ *        different shape; must outlive the replay.
+ * @param out receives the source, owned by the caller (ferry_routing_replay_free()).
+ */
+ferry_status ferry_routing_replay_create(ferry_routing_replay **out, const ferry_routing *trace,
+                                         ferry_routing_synth *fallback);
+
+/** @brief Free a replay source. Accepts NULL. */
+void ferry_routing_replay_free(ferry_routing_replay *rp);
+
+/** @brief The ::ferry_routing_fn of the replay source (user = the ferry_routing_replay). */
+void ferry_routing_replay_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+                             int32_t n_experts, int32_t *ids, float *weights);
+
+/** @brief Calls answered from the trace. */
+int64_t ferry_routing_replay_hits(const ferry_routing_replay *rp);
+/** @brief Calls answered by the fallback model. */
+int64_t ferry_routing_replay_misses(const ferry_routing_replay *rp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_ROUTING_H */

@@ -1,0 +1,388 @@
+/* Routing traces: JSONL reading of a valid file (values, features, gaps), write/read round
+ * trip, the malformed-row corpus with line numbers, statistics on a trace with known reuse
+ * distances, the record hook, the synthetic model's determinism and knobs (skew, temporal
+ * re-use, layer repetition), the replay source, and `ferry trace routing`. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/fsutil.h"
+#include "ferry/routing.h"
+#include "testutil.h"
+
+static ferry_routing *open_data(const char *name, const struct ferry_routing_options *o) {
+  char *p = tu_data_path(name);
+  ferry_routing *r = NULL;
+  ferry_status st = ferry_routing_open(&r, p, o);
+  if (st != FERRY_OK) fprintf(stderr, "open %s: %s\n", p, ferry_last_error());
+  assert_int_equal(st, FERRY_OK);
+  free(p);
+  return r;
+}
+
+static void test_read_good(void **state) {
+  (void)state;
+  ferry_routing *r = open_data("routing/good.jsonl", NULL);
+  assert_int_equal(ferry_routing_n_layers(r), 2);
+  assert_int_equal(ferry_routing_n_experts(r), 4);
+  assert_int_equal(ferry_routing_top_k(r), 2);
+  assert_int_equal(ferry_routing_n_features(r), 3);
+  assert_int_equal(ferry_routing_n_requests(r), 2);
+  assert_int_equal(ferry_routing_n_rows(r), 6);
+  const int32_t *ids;
+  const float *w;
+  assert_true(ferry_routing_lookup(r, 7, 1, 1, &ids, &w));
+  assert_int_equal(ids[0], 3);
+  assert_int_equal(ids[1], 0);
+  assert_true(w[0] == 0.75f && w[1] == 0.25f);
+  assert_true(ferry_routing_lookup(r, -2, 2, 1, &ids, &w));
+  assert_int_equal(ids[0], 2);
+  assert_true(w[0] == 0.3333333f);
+  assert_false(ferry_routing_lookup(r, -2, 1, 0, NULL, NULL)); /* gap */
+  assert_false(ferry_routing_lookup(r, 8, 0, 0, NULL, NULL));
+  assert_false(ferry_routing_lookup(r, 7, 0, 2, NULL, NULL));
+  assert_false(ferry_routing_lookup(r, 7, 5, 0, NULL, NULL));
+  struct ferry_routing_request q;
+  assert_int_equal(ferry_routing_request_at(r, 0, &q), FERRY_OK);
+  assert_int_equal(q.req_id, -2); /* sorted by id */
+  assert_int_equal(q.n_tokens, 3);
+  assert_int_equal(q.ids[1 * 2 * 2], -1);
+  assert_true(q.has_features[2] && !q.has_features[0]);
+  assert_true(q.features[2 * 3] == 2.0f && q.features[2 * 3 + 2] == 0.1f);
+  assert_int_equal(ferry_routing_request_at(r, 1, &q), FERRY_OK);
+  assert_true(q.has_features[0] && !q.has_features[1]);
+  assert_true(q.features[1] == 0.25f);
+  assert_int_equal(ferry_routing_request_at(r, 2, &q), FERRY_ERR_RANGE);
+  ferry_routing_free(r);
+
+  /* Bounds given: a tighter expert bound than the ids fails, a looser one widens. */
+  struct ferry_routing_options o = {.n_experts = 16, .n_layers = 4};
+  r = open_data("routing/good.jsonl", &o);
+  assert_int_equal(ferry_routing_n_experts(r), 16);
+  assert_int_equal(ferry_routing_n_layers(r), 4);
+  ferry_routing_free(r);
+  o.n_experts = 3;
+  char *p = tu_data_path("routing/good.jsonl");
+  assert_int_equal(ferry_routing_open(&r, p, &o), FERRY_ERR_FORMAT);
+  assert_true(tu_contains(ferry_last_error(), "good.jsonl:1:"));
+  free(p);
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("routing");
+  char *a = ferry__path_join(dir, "a.jsonl"), *b = ferry__path_join(dir, "b.jsonl");
+  ferry_routing *r = open_data("routing/good.jsonl", NULL);
+  assert_int_equal(ferry_routing_write_jsonl(r, a), FERRY_OK);
+  ferry_routing *r2 = NULL;
+  assert_int_equal(ferry_routing_open(&r2, a, NULL), FERRY_OK);
+  assert_int_equal(ferry_routing_write_jsonl(r2, b), FERRY_OK);
+  char *ta, *tb;
+  size_t la, lb;
+  assert_int_equal(ferry__read_file(a, 1 << 20, &ta, &la, NULL), FERRY_OK);
+  assert_int_equal(ferry__read_file(b, 1 << 20, &tb, &lb, NULL), FERRY_OK);
+  assert_int_equal(la, lb);
+  assert_memory_equal(ta, tb, la);
+  assert_int_equal(ferry_routing_n_rows(r2), 6);
+  assert_int_equal(ferry_routing_n_features(r2), 3);
+  for (size_t i = 0; i < 2; i++) {
+    struct ferry_routing_request x, y;
+    ferry_routing_request_at(r, i, &x);
+    ferry_routing_request_at(r2, i, &y);
+    assert_int_equal(x.req_id, y.req_id);
+    assert_int_equal(x.n_tokens, y.n_tokens);
+    assert_memory_equal(x.ids, y.ids, (size_t)x.n_tokens * 2 * 2 * sizeof(int32_t));
+    assert_memory_equal(x.weights, y.weights, (size_t)x.n_tokens * 2 * 2 * sizeof(float));
+    assert_memory_equal(x.has_features, y.has_features, (size_t)x.n_tokens);
+    for (int32_t t = 0; t < x.n_tokens; t++)
+      if (x.has_features[t]) assert_memory_equal(x.features + t * 3, y.features + t * 3, 3 * sizeof(float));
+  }
+  ferry_free(ta);
+  ferry_free(tb);
+  ferry_routing_free(r);
+  ferry_routing_free(r2);
+  ferry_free(a);
+  ferry_free(b);
+  tu_rmtree(dir);
+  free(dir);
+}
+
+static void test_malformed(void **state) {
+  (void)state;
+  static const struct {
+    const char *file, *where, *what;
+  } cases[] = {
+      {"bad_json.jsonl", ":2:", "invalid JSON"},
+      {"missing_layer.jsonl", ":3:", "missing \"layer\""},
+      {"id_out_of_range.jsonl", ":2:", "not an expert id in [0, 8)"},
+      {"negative_id.jsonl", ":1:", "\"topk_ids\"[0] is not an expert id"},
+      {"repeated_id.jsonl", ":2:", "chosen twice"},
+      {"topk_mismatch.jsonl", ":3:", "has 3 entries, expected 2 as on line 1"},
+      {"weights_length.jsonl", ":2:", "\"topk_weights\" has 1 entries"},
+      {"duplicate_row.jsonl", ":4:", "first on line 2"},
+      {"features_count.jsonl", ":2:", "\"features\" has 2 entries, expected 3"},
+      {"features_differ.jsonl", ":3:", "differ from those of the same token on line 1"},
+      {"negative_token.jsonl", ":1:", "\"token_idx\" is not an integer"},
+      {"not_object.jsonl", ":2:", "not a JSON object"},
+      {"weight_not_number.jsonl", ":1:", "\"topk_weights\"[0] is not a finite number"},
+      {"too_sparse.jsonl", "too_sparse.jsonl:", "too sparse"},
+      {"empty.jsonl", "empty.jsonl:", "no routing rows"},
+      {"trailing_data.jsonl", ":1:", "unexpected data after the JSON object"},
+      {"fractional_req.jsonl", ":1:", "\"req_id\" is not an integer"},
+      {"empty_topk.jsonl", ":1:", "has 0 entries"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char name[128];
+    snprintf(name, sizeof name, "routing/%s", cases[i].file);
+    char *p = tu_data_path(name);
+    ferry_routing *r = (ferry_routing *)1;
+    struct ferry_routing_options o = {.n_experts = strstr(cases[i].file, "out_of_range") ? 8 : 0};
+    ferry_status st = ferry_routing_open(&r, p, &o);
+    const char *msg = ferry_last_error();
+    if (st != FERRY_ERR_FORMAT || !tu_contains(msg, cases[i].where) || !tu_contains(msg, cases[i].what))
+      fprintf(stderr, "case %s: status %d, message '%s'\n", cases[i].file, st, msg);
+    assert_int_equal(st, FERRY_ERR_FORMAT);
+    assert_null(r);
+    assert_true(tu_contains(msg, cases[i].file));
+    assert_true(tu_contains(msg, cases[i].where));
+    assert_true(tu_contains(msg, cases[i].what));
+    free(p);
+  }
+  ferry_routing *r;
+  assert_int_equal(ferry_routing_open(&r, "/nonexistent/routing.jsonl", NULL), FERRY_ERR_NOT_FOUND);
+}
+
+static void test_stats_known(void **state) {
+  (void)state;
+  /* One request, top-1 over 4 experts. Layer 0: 0 1 0 0 2 1 (reuse distances 2, 1, 4);
+   * layer 1: 0 1 0 3 3 3 (distances 2, 1, 1). */
+  ferry_routing *r;
+  assert_int_equal(ferry_routing_create(&r, 2, 4, 1), FERRY_OK);
+  const int32_t seq[6] = {0, 1, 0, 0, 2, 1};
+  for (int32_t t = 0; t < 6; t++) {
+    assert_int_equal(ferry_routing_add(r, 5, t, 0, 1, &seq[t], NULL, 0, NULL), FERRY_OK);
+    int32_t next = t < 3 ? seq[t] : 3; /* layer 1 repeats layer 0 for the first 3 tokens */
+    assert_int_equal(ferry_routing_add(r, 5, t, 1, 1, &next, NULL, 0, NULL), FERRY_OK);
+  }
+  int32_t bad = 4;
+  assert_int_equal(ferry_routing_add(r, 5, 0, 0, 1, &bad, NULL, 0, NULL), FERRY_ERR_RANGE);
+  assert_int_equal(ferry_routing_add(r, 5, 0, 2, 1, &seq[0], NULL, 0, NULL), FERRY_ERR_RANGE);
+  struct ferry_routing_stats s;
+  assert_int_equal(ferry_routing_stats_compute(r, &s), FERRY_OK);
+  assert_int_equal(s.reuse_hist[0], 1 + 2); /* layer 0: one distance 1; layer 1: expert 3 at 3,4,5 */
+  assert_int_equal(s.reuse_hist[1], 2); /* expert 0 at token 2, both layers */
+  assert_int_equal(s.reuse_hist[2], 1);
+  assert_int_equal(s.first_uses, 3 + 3);
+  assert_true(fabs(s.reuse_mean - (2 + 1 + 4 + 2 + 1 + 1) / 6.0) < 1e-12);
+  assert_int_equal(s.reuse_p50, 1);
+  assert_int_equal(s.layers[0].uses, 6);
+  assert_int_equal(s.layers[0].top_ids[0], 0);
+  assert_true(fabs(s.layers[0].top_share[0] - 0.5) < 1e-12);
+  assert_true(fabs(s.layers[0].top25_share - 0.5) < 1e-12);
+  assert_true(fabs(s.layers[0].next_same - 0.5) < 1e-12);
+  assert_true(isnan(s.layers[1].next_same));
+  assert_true(fabs(s.layers[0].prev_token_same - 1 / 5.0) < 1e-12);
+  assert_true(fabs(s.layers[1].prev_token_same - 2 / 5.0) < 1e-12);
+  ferry_routing_stats_free(&s);
+  assert_int_equal(ferry_routing_reuse_bucket_lo(2), 3);
+  assert_int_equal(ferry_routing_reuse_bucket_lo(8), 129);
+  ferry_routing_free(r);
+}
+
+static void test_record_hook(void **state) {
+  (void)state;
+  ferry_routing *r;
+  assert_int_equal(ferry_routing_create(&r, 2, 8, 2), FERRY_OK);
+  int32_t ids[2] = {3, 5};
+  float w[2] = {0.7f, 0.3f};
+  ferry_routing_record(r, 1, 0, 1, 2, ids, w);
+  assert_int_equal(ferry_routing_record_status(r), FERRY_OK);
+  assert_int_equal(ferry_routing_n_rows(r), 1);
+  ids[1] = 3; /* repeated: the first failure sticks, later calls are ignored */
+  ferry_routing_record(r, 1, 1, 1, 2, ids, w);
+  assert_int_equal(ferry_routing_record_status(r), FERRY_ERR_INVALID);
+  ids[1] = 4;
+  ferry_routing_record(r, 1, 2, 1, 2, ids, w);
+  assert_int_equal(ferry_routing_n_rows(r), 1);
+  ferry_routing_free(r);
+}
+
+/* ---- synthetic model ---------------------------------------------------------------------- */
+
+static ferry_routing_synth *make_synth(int32_t L, int32_t E, int32_t K, double zipf, double temporal, double layer,
+                                       uint64_t seed) {
+  struct ferry_routing_synth_config c = {.n_layers = L, .n_experts = E, .top_k = K, .seed = seed, .zipf = zipf,
+                                         .temporal = temporal, .layer_corr = layer};
+  ferry_routing_synth *s = NULL;
+  assert_int_equal(ferry_routing_synth_create(&s, &c), FERRY_OK);
+  return s;
+}
+
+static void test_synth_deterministic(void **state) {
+  (void)state;
+  ferry_routing_synth *s = make_synth(6, 16, 2, 1.0, 0.5, 0.5, 42);
+  enum { R = 3, T = 40, L = 6, K = 2 };
+  static int32_t fwd[R][T][L][K], rev[R][T][L][K];
+  float w[K];
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < T; t++)
+      for (int l = 0; l < L; l++) {
+        ferry_routing_synth_fn(s, r, t, l, K, 16, fwd[r][t][l], w);
+        assert_true(fabsf(w[0] + w[1] - 1) < 1e-6f && w[0] >= w[1]);
+        assert_true(fwd[r][t][l][0] != fwd[r][t][l][1]);
+      }
+  ferry_routing_synth *s2 = make_synth(6, 16, 2, 1.0, 0.5, 0.5, 42);
+  for (int r = R - 1; r >= 0; r--)
+    for (int t = T - 1; t >= 0; t--)
+      for (int l = L - 1; l >= 0; l--) ferry_routing_synth_fn(s2, r, t, l, K, 16, rev[r][t][l], w);
+  assert_memory_equal(fwd, rev, sizeof fwd);
+  ferry_routing_synth *s3 = make_synth(6, 16, 2, 1.0, 0.5, 0.5, 43);
+  int differ = 0;
+  for (int t = 0; t < T; t++) {
+    int32_t ids[K];
+    ferry_routing_synth_fn(s3, 0, t, 0, K, 16, ids, w);
+    differ |= ids[0] != fwd[0][t][0][0] || ids[1] != fwd[0][t][0][1];
+  }
+  assert_true(differ);
+  /* A shape the model was not made for: a uniform choice, counted. */
+  int32_t ids[3];
+  float w3[3];
+  ferry_routing_synth_fn(s, 0, 0, 0, 3, 16, ids, w3);
+  ferry_routing_synth_fn(s, 0, 0, 9, 2, 16, ids, w3);
+  assert_int_equal(ferry_routing_synth_mismatches(s), 2);
+  assert_int_equal(ferry_routing_synth_mismatches(s2), 0);
+  ferry_routing_synth_free(s);
+  ferry_routing_synth_free(s2);
+  ferry_routing_synth_free(s3);
+}
+
+static void synth_stats(ferry_routing_synth *s, struct ferry_routing_stats *st) {
+  ferry_routing *r;
+  assert_int_equal(ferry_routing_synth_trace(s, 16, 256, &r), FERRY_OK);
+  assert_int_equal(ferry_routing_stats_compute(r, st), FERRY_OK);
+  ferry_routing_free(r);
+}
+
+static void test_synth_knobs(void **state) {
+  (void)state;
+  struct ferry_routing_stats st;
+  /* Uniform: top quarter takes a quarter, entropy near 1, little agreement. */
+  ferry_routing_synth *s = make_synth(4, 32, 2, 0, 0, 0, 1);
+  synth_stats(s, &st);
+  assert_true(fabs(st.top25_share - 0.25) < 0.02);
+  assert_true(st.entropy_norm > 0.98);
+  assert_true(st.prev_token_same < 0.01 && st.next_same < 0.01);
+  ferry_routing_stats_free(&st);
+  ferry_routing_synth_free(s);
+
+  /* Zipf 1.2 with k = 1: the top quarter's share is exactly the Zipf mass of ranks 1..16. */
+  s = make_synth(4, 64, 1, 1.2, 0, 0, 2);
+  synth_stats(s, &st);
+  double top = 0, all = 0;
+  for (int r = 1; r <= 64; r++) {
+    all += pow(r, -1.2);
+    if (r <= 16) top += pow(r, -1.2);
+  }
+  assert_true(fabs(st.top25_share - top / all) < 0.02);
+  assert_true(st.layers[0].top_ids[0] != st.layers[1].top_ids[0] || st.layers[1].top_ids[0] != st.layers[2].top_ids[0]);
+  ferry_routing_stats_free(&st);
+  ferry_routing_synth_free(s);
+
+  /* Temporal re-use 0.4 alone. */
+  s = make_synth(4, 32, 2, 0, 0.4, 0, 3);
+  synth_stats(s, &st);
+  assert_true(fabs(st.prev_token_same - 0.4) < 0.03);
+  assert_true(st.next_same < 0.01);
+  ferry_routing_stats_free(&st);
+  ferry_routing_synth_free(s);
+
+  /* Layer repetition 0.6 alone. */
+  s = make_synth(4, 32, 2, 0, 0, 0.6, 4);
+  synth_stats(s, &st);
+  assert_true(fabs(st.next_same - 0.6) < 0.03);
+  assert_true(st.prev_token_same < 0.01);
+  ferry_routing_stats_free(&st);
+  ferry_routing_synth_free(s);
+}
+
+static void test_synth_parse(void **state) {
+  (void)state;
+  struct ferry_routing_synth_config c = {.n_layers = 2, .n_experts = 8, .top_k = 2};
+  assert_int_equal(ferry_routing_synth_parse("layers=12,experts=64,k=4,zipf=1.5,temporal=0.2,layer=0.7,seed=9", &c),
+                   FERRY_OK);
+  assert_int_equal(c.n_layers, 12);
+  assert_int_equal(c.n_experts, 64);
+  assert_int_equal(c.top_k, 4);
+  assert_true(c.zipf == 1.5 && c.temporal == 0.2 && c.layer_corr == 0.7 && c.seed == 9);
+  assert_int_equal(ferry_routing_synth_parse("temporal=1.5", &c), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "temporal=1.5"));
+  assert_int_equal(ferry_routing_synth_parse("colour=red", &c), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_routing_synth_parse("layers", &c), FERRY_ERR_INVALID);
+  c.top_k = 65;
+  ferry_routing_synth *s;
+  assert_int_equal(ferry_routing_synth_create(&s, &c), FERRY_ERR_INVALID);
+}
+
+static void test_replay(void **state) {
+  (void)state;
+  ferry_routing *r = open_data("routing/good.jsonl", NULL);
+  ferry_routing_synth *fb = make_synth(2, 4, 2, 0, 0, 0, 5);
+  ferry_routing_replay *rp;
+  assert_int_equal(ferry_routing_replay_create(&rp, r, fb), FERRY_OK);
+  int32_t ids[2];
+  float w[2];
+  ferry_routing_replay_fn(rp, 7, 1, 1, 2, 4, ids, w);
+  assert_int_equal(ids[0], 3);
+  assert_int_equal(ids[1], 0);
+  assert_true(w[0] == 0.75f);
+  ferry_routing_replay_fn(rp, -2, 1, 0, 2, 4, ids, w); /* gap: fallback */
+  int32_t expect[2];
+  float ew[2];
+  ferry_routing_synth_fn(fb, -2, 1, 0, 2, 4, expect, ew);
+  assert_memory_equal(ids, expect, sizeof ids);
+  ferry_routing_replay_fn(rp, 7, 0, 0, 2, 4, ids, w);
+  assert_int_equal(ferry_routing_replay_hits(rp), 2);
+  assert_int_equal(ferry_routing_replay_misses(rp), 1);
+  ferry_routing_replay_free(rp);
+  ferry_routing_synth_free(fb);
+  ferry_routing_free(r);
+}
+
+static void test_cli(void **state) {
+  (void)state;
+  char *p = tu_data_path("routing/good.jsonl");
+  char args[1024], *out = NULL;
+  snprintf(args, sizeof args, "trace routing '%s'", p);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "2 layers, 4 experts, top-2, 2 requests, 6 rows, 3 features"));
+  assert_true(tu_contains(out, "reuse distance"));
+  free(out);
+  free(p);
+  p = tu_data_path("routing/duplicate_row.jsonl");
+  snprintf(args, sizeof args, "trace routing '%s'", p);
+  assert_int_equal(tu_run_ferry(args, &out), 1);
+  assert_true(tu_contains(out, "ferry: ") && tu_contains(out, "duplicate_row.jsonl:4:"));
+  free(out);
+  free(p);
+  assert_int_equal(tu_run_ferry("trace routing --synth layers=4,experts=16,k=2,zipf=1,seed=3 --tokens 32", &out), 0);
+  assert_true(tu_contains(out, "4 layers, 16 experts, top-2, 8 requests"));
+  free(out);
+  assert_int_equal(tu_run_ferry("trace routing --synth zipf=-1", &out), 2);
+  free(out);
+  assert_int_equal(tu_run_ferry("trace routing --help", &out), 0);
+  assert_true(tu_contains(out, "--synth SPEC"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_read_good),         cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_malformed),         cmocka_unit_test(test_stats_known),
+      cmocka_unit_test(test_record_hook),       cmocka_unit_test(test_synth_deterministic),
+      cmocka_unit_test(test_synth_knobs),       cmocka_unit_test(test_synth_parse),
+      cmocka_unit_test(test_replay),            cmocka_unit_test(test_cli),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
