@@ -13,6 +13,7 @@
 #include "ferry/exec.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
+#include "ferry/routing.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
 
@@ -68,6 +69,9 @@ int run_execute(struct run_args *a) {
   ferry_db *db = NULL;
   int64_t run_id = -1;
   char *config_json = NULL, *dump_tmp = NULL;
+  ferry_routing *recorded = NULL, *replayed = NULL;
+  ferry_routing_synth *synth = NULL;
+  ferry_routing_replay *replay = NULL;
   struct logit_dump dump = {0};
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
@@ -122,6 +126,44 @@ int run_execute(struct run_args *a) {
   if (st != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
+  }
+  const struct ferry_model_config *mc = ferry_model_get_config(model);
+  if ((a->record_routing || a->routing || a->routing_synth) && !mc->n_experts) {
+    cli_fail(FERRY_ERR_INVALID, "routing options need a Mixture-of-Experts model (%s is dense)", a->model);
+    goto out;
+  }
+  if (a->record_routing) {
+    if ((st = ferry_routing_create(&recorded, (int32_t)mc->n_layers, (int32_t)mc->n_experts,
+                                   (int32_t)mc->experts_per_token)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    a->ec.on_routing = ferry_routing_record;
+    a->ec.on_routing_user = recorded;
+  }
+  if (sim && mc->n_experts) {
+    /* routing source: a recorded trace (falling back to the synthetic model), or the model */
+    struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
+                                            .top_k = (int32_t)mc->experts_per_token, .seed = a->seed};
+    if (a->routing_synth && (st = ferry_routing_synth_parse(a->routing_synth, &sc)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    if ((st = ferry_routing_synth_create(&synth, &sc)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    a->ec.routing = ferry_routing_synth_fn;
+    a->ec.routing_user = synth;
+    if (a->routing) {
+      if ((st = ferry_routing_open(&replayed, a->routing, NULL)) != FERRY_OK ||
+          (st = ferry_routing_replay_create(&replay, replayed, synth)) != FERRY_OK) {
+        cli_fail(st, NULL);
+        goto out;
+      }
+      a->ec.routing = ferry_routing_replay_fn;
+      a->ec.routing_user = replay;
+    }
   }
   if (a->dump_logits) {
     dump_tmp = ferry__asprintf("%s.tmp", a->dump_logits);
@@ -183,8 +225,25 @@ int run_execute(struct run_args *a) {
       goto out;
     }
   }
+  if (recorded) {
+    if ((st = ferry_routing_record_status(recorded)) != FERRY_OK ||
+        (st = ferry_routing_write_jsonl(recorded, a->record_routing)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    if (a->progress)
+      fprintf(stderr, "ferry: wrote %lld routing decisions to %s\n", (long long)ferry_routing_n_rows(recorded),
+              a->record_routing);
+  }
+  if (replay && a->progress)
+    fprintf(stderr, "ferry: routing replayed from %s: %lld decisions from the trace, %lld from the synthetic model\n",
+            a->routing, (long long)ferry_routing_replay_hits(replay), (long long)ferry_routing_replay_misses(replay));
   rc = CLI_OK;
 out:
+  ferry_routing_replay_free(replay);
+  ferry_routing_free(replayed);
+  ferry_routing_synth_free(synth);
+  ferry_routing_free(recorded);
   if (dump.f) fclose(dump.f);
   if (dump_tmp && rc != CLI_OK) remove(dump_tmp);
   ferry_free(dump_tmp);
