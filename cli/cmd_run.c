@@ -67,6 +67,8 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --dump-logits FILE      write every generated token's input ids and logits as JSONL\n",
           sim ? "  --routing FILE          replay a recorded routing trace (what the real run chose)\n"
                 "  --routing-synth SPEC    synthetic routing, e.g. zipf=1.2,temporal=0.3,layer=0.5,seed=1\n"
+                "  --quant PLAN            size a preset's weights in a format or per-class plan (int4-g64, nf4,\n"
+                "                          expert=int3-g64,default=fp16, ...); a quantized folder carries its own\n"
               : "");
 }
 
@@ -74,7 +76,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -96,7 +98,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
       {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
       {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
-      {"routing", required_argument, 0, OPT_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
+      {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -188,6 +190,12 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
           return cli_usage_error(cmd, "--routing and --routing-synth are for 'ferry sim' (a real run computes its routing)");
         if (c == OPT_ROUTING) a->routing = optarg;
         else a->routing_synth = optarg;
+        break;
+      case OPT_QUANT:
+        if (!sim) return cli_usage_error(cmd, "--quant is for 'ferry sim'; quantize a model folder with 'ferry model quantize'");
+        if (ferry_quant_plan_parse(optarg, &a->ec.quant) != FERRY_OK) return cli_usage_error(cmd, "--quant: %s", ferry_last_error());
+        a->ec.quant_set = 1;
+        a->quant = optarg;
         break;
       case OPT_HELP: run_usage(stdout, cmd); return -1;
       default: return cli_usage_error(cmd, "invalid option");

@@ -439,7 +439,7 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->has_gpu = out->has_link = out->has_host = out->has_disk = 1;
   char hostname[48] = "this machine";
   gethostname(hostname, sizeof hostname - 1);
-  snprintf(out->gpu.name, sizeof out->gpu.name, "CPU of %s (host executor)", hostname);
+  snprintf(out->gpu.name, sizeof out->gpu.name, "CPU of %.30s (host executor)", hostname);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 1ull << 34;
   const double memcpy_gbps = h2d.ns_per_byte > 0 ? 1.0 / h2d.ns_per_byte : 10.0;
@@ -454,11 +454,11 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->link.pageable_h2d_gbps = out->link.h2d_gbps;
   out->link.latency_ns = (int64_t)llround(h2d.overhead_ns);
   out->link.copy_engines = 1;
-  snprintf(out->host.name, sizeof out->host.name, "RAM of %s", hostname);
+  snprintf(out->host.name, sizeof out->host.name, "RAM of %.40s", hostname);
   out->host.dram_gbps = out->gpu.mem_bw_gbps;
   out->host.cpu_gflops = best_gflops;
   out->host.memory_bytes = ram;
-  snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %s", dir);
+  snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %.40s", dir);
   out->disk.read_gbps = disk.ns_per_byte > 0 ? 1.0 / disk.ns_per_byte : 1.0;
   out->disk.latency_ns = (int64_t)llround(disk.overhead_ns);
   out->disk.queue_depth = 1;

@@ -12,6 +12,7 @@
 
 #include "ferry/exec.h"
 #include "ferry/model.h"
+#include "ferry/quant.h"
 #include "ferry/status.h"
 #include "ferry/store.h"
 
@@ -70,6 +71,9 @@ struct ferry_engine_config {
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data (default: seeded) */
   void *routing_user;            /**< passed to routing */
+  struct ferry_qplan quant;      /**< without weight files (simulation): the formats to size the
+                                      model's tensors by; a quantized folder's own formats win */
+  int quant_set;                 /**< 1 when @ref quant applies */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */
   void *on_routing_user;         /**< passed to on_routing */
 };

@@ -33,6 +33,10 @@ static void layout_workspace(struct ferry_engine *e) {
     e->ws.field = off;            \
     off = align_up(off + (uint64_t)(floats) * 4, WS_ALIGN); \
   } while (0)
+  /* dequantized weights (fp32): one slot for matmuls, three for an expert's gate/up/down */
+  WS(dq[0], e->max_q_numel);
+  WS(dq[1], E ? e->max_q_numel : 0);
+  WS(dq[2], E ? e->max_q_numel : 0);
   WS(x, T * H);
   WS(h, T * H);
   WS(q, T * qd);
