@@ -10,6 +10,7 @@ static const struct command {
   const char *summary;
 } commands[] = {
     {"run", cmd_run, "serve a request trace with weight offloading on a real executor"},
+    {"sim", cmd_sim, "simulate serving a request trace on a hardware profile (same engine, virtual time)"},
     {"calibrate", cmd_calibrate, "measure this machine or fit a hardware profile to a recorded run"},
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
     {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},

@@ -7,12 +7,15 @@
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/fsutil.h"
+#include "common/units.h"
 #include "ferry/db.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
+#include "ferry/hw.h"
 #include "ferry/model.h"
 #include "ferry/routing.h"
 #include "cli/predict_glue.h"
+#include "ferry/sim.h"
 #include "ferry/store.h"
 
 struct logit_dump {
@@ -127,8 +130,10 @@ int run_execute(struct run_args *a) {
                                  .lock_host_memory = 1,
                                  .compute_threads = a->threads};
   if (sim) {
-    cli_fail(FERRY_ERR_UNSUPPORTED, "ferry sim: the simulator executor is not built yet");
-    goto out;
+    ferry_hw *hw = NULL;
+    st = ferry_hw_open(&hw, a->hw);
+    if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
+    ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
   } else {
@@ -222,9 +227,18 @@ int run_execute(struct run_args *a) {
   }
   if (a->progress) ferry_engine_print_plan(eng, stderr);
   struct ferry_run_options ro = {.time_scale = a->time_scale, .as_fast_as_possible = a->as_fast, .progress = a->progress};
+  int64_t wall0 = ferry__mono_ns();
   if ((st = ferry_engine_run(eng, reqs, n, &ro)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
+  }
+  if (sim && a->progress) {
+    struct ferry_sim_stats ss;
+    double wall_s = (double)(ferry__mono_ns() - wall0) / 1e9;
+    if (ferry_exec_sim_stats(ex, &ss) == FERRY_OK)
+      fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time: %llu events (%.0f events/s), %llu ops\n",
+              (double)ss.now_ns / 1e9, wall_s, (unsigned long long)ss.events_run,
+              wall_s > 0 ? (double)ss.events_run / wall_s : 0.0, (unsigned long long)ss.ops_done);
   }
   struct ferry_serve_summary sum;
   ferry_engine_summary(eng, &sum);
