@@ -221,7 +221,7 @@ static ferry_status probe_copies(struct probe *p, ferry_buf *host, ferry_buf *de
     for (int r = 0; r < REPS + 1 && st == FERRY_OK; r++) {
       struct ferry_ref h = {host, 0, FERRY_DTYPE_U8}, d = {dev, 0, FERRY_DTYPE_U8};
       st = to_device ? ferry_exec_copy(p->ex, q, d, h, sizes[i]) : ferry_exec_copy(p->ex, q, h, d, sizes[i]);
-      struct ferry_calib_sample x;
+      struct ferry_calib_sample x = {0, 0, 0};
       if (st == FERRY_OK) st = finish(p, q, &x);
       if (st == FERRY_OK && r > 0 && push(&s, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
     }
@@ -263,7 +263,7 @@ static ferry_status probe_disk(struct probe *p, const char *dir, ferry_buf *host
       offset = (offset + sizes[i] + 12345) % (t->nbytes - sizes[i]);
       st = ferry_exec_read(p->ex, p->q_disk, store, t->file, t->offset + offset, sizes[i],
                            (struct ferry_ref){host, 0, FERRY_DTYPE_U8}, FERRY_READ_DIRECT);
-      struct ferry_calib_sample x;
+      struct ferry_calib_sample x = {0, 0, 0};
       if (st == FERRY_OK) st = finish(p, p->q_disk, &x);
       if (st == FERRY_OK && push(&s, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
     }
@@ -287,7 +287,7 @@ static ferry_status run_kernel(struct probe *p, struct ferry_kernel *k, struct s
   ferry_status st = FERRY_OK;
   for (int r = 0; r < REPS + 1 && st == FERRY_OK; r++) {
     st = ferry_exec_compute(p->ex, p->q_compute, k);
-    struct ferry_calib_sample x;
+    struct ferry_calib_sample x = {0, 0, 0};
     if (st == FERRY_OK) st = finish(p, p->q_compute, &x);
     else st = ferry__fail(st, "calibrate: %s", ferry_exec_errmsg(p->ex));
     if (st == FERRY_OK && r > 0 && push(s, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
