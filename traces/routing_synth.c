@@ -20,6 +20,9 @@ struct ferry_routing_synth {
   struct ferry_routing_synth_config cfg;
   int32_t *perm; /* [layer][rank] -> expert */
   double *cdf;   /* [rank] cumulative Zipf weight, the same for every layer */
+  double *alias_prob; /* Walker/Vose alias table of the Zipf ranks: O(1) draws */
+  int32_t *alias_idx;
+  uint64_t salt_mix[4]; /* the seed mixed with each salt, hashed once */
   int64_t mismatches;
 };
 
@@ -30,14 +33,60 @@ static uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-static uint64_t hash4(uint64_t seed, uint64_t salt, int64_t req, int32_t tok, int32_t layer) {
-  uint64_t h = mix64(seed ^ mix64(salt));
-  h = mix64(h ^ (uint64_t)req);
-  h = mix64(h ^ (uint64_t)(uint32_t)tok);
-  return mix64(h ^ (uint64_t)(uint32_t)layer);
-}
 
 static double unit(uint64_t h) { return (double)(h >> 11) * (1.0 / 9007199254740992.0); }
+
+/* One mix per (salt, request, token, layer): the seed's mix with the salt is precomputed, and
+ * the three coordinates enter through odd multipliers before a single finaliser. */
+static inline uint64_t key(const ferry_routing_synth *s, int which, int64_t req, int32_t tok, int32_t layer) {
+  return mix64(s->salt_mix[which] ^ ((uint64_t)req * 0x9e3779b97f4a7c15ULL) ^
+               ((uint64_t)(uint32_t)tok * 0xc2b2ae3d27d4eb4fULL) ^ ((uint64_t)(uint32_t)layer * 0x165667b19e3779f9ULL));
+}
+
+/* Vose's alias method over the Zipf weights of the ranks. */
+static ferry_status build_alias(ferry_routing_synth *s) {
+  const int32_t n = s->cfg.n_experts;
+  s->alias_prob = ferry__calloc((size_t)n, sizeof *s->alias_prob);
+  s->alias_idx = ferry__calloc((size_t)n, sizeof *s->alias_idx);
+  double *scaled = ferry__calloc((size_t)n, sizeof *scaled);
+  int32_t *small = ferry__calloc((size_t)n, sizeof *small), *large = ferry__calloc((size_t)n, sizeof *large);
+  if (!s->alias_prob || !s->alias_idx || !scaled || !small || !large) {
+    ferry_free(scaled);
+    ferry_free(small);
+    ferry_free(large);
+    return FERRY_ERR_NOMEM;
+  }
+  const double total = s->cdf[n - 1];
+  int32_t ns = 0, nl = 0;
+  for (int32_t r = 0; r < n; r++) {
+    double w = s->cdf[r] - (r ? s->cdf[r - 1] : 0);
+    scaled[r] = w / total * n;
+    if (scaled[r] < 1.0) small[ns++] = r;
+    else large[nl++] = r;
+  }
+  while (ns && nl) {
+    int32_t a = small[--ns], b = large[--nl];
+    s->alias_prob[a] = scaled[a];
+    s->alias_idx[a] = b;
+    scaled[b] = scaled[b] + scaled[a] - 1.0;
+    if (scaled[b] < 1.0) small[ns++] = b;
+    else large[nl++] = b;
+  }
+  while (nl) {
+    int32_t b = large[--nl];
+    s->alias_prob[b] = 1.0;
+    s->alias_idx[b] = b;
+  }
+  while (ns) {
+    int32_t a = small[--ns];
+    s->alias_prob[a] = 1.0;
+    s->alias_idx[a] = a;
+  }
+  ferry_free(scaled);
+  ferry_free(small);
+  ferry_free(large);
+  return FERRY_OK;
+}
 
 ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct ferry_routing_synth_config *cfg) {
   if (!out || !cfg) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_synth_create: NULL argument");
@@ -67,6 +116,12 @@ ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct 
     acc += pow((double)(r + 1), -c->zipf);
     s->cdf[r] = acc;
   }
+  if (build_alias(s) != FERRY_OK) {
+    ferry_routing_synth_free(s);
+    return ferry__fail(FERRY_ERR_NOMEM, "synthetic routing: out of memory");
+  }
+  static const uint64_t salts[4] = {SALT_LAYER, SALT_TEMPORAL, SALT_BASE, SALT_MISMATCH};
+  for (int i = 0; i < 4; i++) s->salt_mix[i] = mix64(c->seed ^ mix64(salts[i]));
   for (int32_t l = 0; l < c->n_layers; l++) {
     int32_t *p = s->perm + (size_t)l * (size_t)c->n_experts;
     struct ferry_rng rng;
@@ -87,30 +142,24 @@ void ferry_routing_synth_free(ferry_routing_synth *s) {
   if (!s) return;
   ferry_free(s->perm);
   ferry_free(s->cdf);
+  ferry_free(s->alias_prob);
+  ferry_free(s->alias_idx);
   ferry_free(s);
 }
 
 int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s) { return s ? s->mismatches : 0; }
 
 /* Weights: k draws, sorted heaviest first, summing to 1. */
-/* A splitmix64 stream: one multiply-xorshift per draw, seeded by a hash; far cheaper to start
- * than a full generator, which matters at one routing decision per token and layer. */
-struct stream {
-  uint64_t x;
-};
-
-static inline double stream_unit(struct stream *s) {
-  s->x += 0x9e3779b97f4a7c15ULL;
-  return unit(mix64(s->x));
-}
-
-static void draw_weights(struct stream *rng, int32_t k, float *w) {
+/* Weights from the hash stream x: k draws in [0.05, 1.05), normalised, sorted descending. */
+static void draw_weights(uint64_t x, int32_t k, float *w) {
   float sum = 0;
   for (int32_t i = 0; i < k; i++) {
-    w[i] = (float)stream_unit(rng) + 0.05f;
+    x = mix64(x + 0x9e3779b97f4a7c15ULL);
+    w[i] = (float)(x >> 40) * (1.0f / 16777216.0f) + 0.05f;
     sum += w[i];
   }
-  for (int32_t i = 0; i < k; i++) w[i] /= sum;
+  const float inv = 1.0f / sum;
+  for (int32_t i = 0; i < k; i++) w[i] *= inv;
   for (int32_t i = 1; i < k; i++) /* insertion sort, descending */
     for (int32_t j = i; j > 0 && w[j] > w[j - 1]; j--) {
       float t = w[j];
@@ -119,23 +168,20 @@ static void draw_weights(struct stream *rng, int32_t k, float *w) {
     }
 }
 
-/* k distinct experts from the Zipf distribution of layer l (without replacement). */
+/* k distinct experts from the Zipf distribution of layer l (without replacement): alias-table
+ * draws from one hash stream, redrawn on a repeat. */
 static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t l, int32_t *ids, float *w) {
   const struct ferry_routing_synth_config *c = &s->cfg;
-  struct stream rng = {hash4(c->seed, SALT_BASE, req, tok, l)};
+  uint64_t x = key(s, 2, req, tok, l);
   const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
-  double total = s->cdf[c->n_experts - 1];
+  const uint64_t n = (uint64_t)c->n_experts;
   for (int32_t i = 0; i < c->top_k; i++) {
     int32_t rank = -1;
     for (int attempt = 0; attempt < 64 && rank < 0; attempt++) {
-      double u = stream_unit(&rng) * total;
-      int32_t lo = 0, hi = c->n_experts - 1;
-      while (lo < hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (s->cdf[mid] > u) hi = mid;
-        else lo = mid + 1;
-      }
-      rank = lo;
+      x = mix64(x + 0x9e3779b97f4a7c15ULL);
+      int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
+      double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
+      rank = coin < s->alias_prob[idx] ? idx : s->alias_idx[idx];
       for (int32_t j = 0; j < i; j++)
         if (ids[j] == perm[rank]) rank = -1;
     }
@@ -147,21 +193,22 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
       }
     ids[i] = perm[rank];
   }
-  draw_weights(&rng, c->top_k, w);
+  draw_weights(x, c->top_k, w);
 }
 
-static void uniform_choice(uint64_t seed, int64_t req, int32_t tok, int32_t layer, int32_t k, int32_t n_experts,
-                           int32_t *ids, float *w) {
-  struct stream rng = {hash4(seed, SALT_MISMATCH, req, tok, layer)};
+static void uniform_choice(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t layer, int32_t k,
+                           int32_t n_experts, int32_t *ids, float *w) {
+  uint64_t x = key(s, 3, req, tok, layer);
   for (int32_t i = 0; i < k; i++) {
     int dup;
     do {
-      ids[i] = (int32_t)(stream_unit(&rng) * (double)n_experts);
+      x = mix64(x + 0x9e3779b97f4a7c15ULL);
+      ids[i] = (int32_t)(((x >> 32) * (uint64_t)n_experts) >> 32);
       dup = 0;
       for (int32_t j = 0; j < i; j++) dup |= ids[j] == ids[i];
     } while (dup);
   }
-  draw_weights(&rng, k, w);
+  draw_weights(x, k, w);
 }
 
 void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
@@ -171,7 +218,7 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
   if (top_k < 1 || top_k > n_experts) return;
   if (top_k != c->top_k || n_experts != c->n_experts || layer < 0 || layer >= c->n_layers || token_index < 0) {
     s->mismatches++;
-    uniform_choice(c->seed, req_id, token_index, layer, top_k, n_experts, ids, weights);
+    uniform_choice(s, req_id, token_index, layer, top_k, n_experts, ids, weights);
     return;
   }
   /* Walk the chain of "same as the layer before" / "same as the token before" back to the
@@ -179,11 +226,11 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
    * layer repetition (checked first) thins the token re-use seen at deeper layers. */
   int32_t t = token_index, l = layer;
   for (int step = 0; step < MAX_WALK; step++) {
-    if (l > 0 && c->layer_corr > 0 && unit(hash4(c->seed, SALT_LAYER, req_id, t, l)) < c->layer_corr) {
+    if (l > 0 && c->layer_corr > 0 && unit(key(s, 0, req_id, t, l)) < c->layer_corr) {
       l--;
       continue;
     }
-    if (t > 0 && c->temporal > 0 && unit(hash4(c->seed, SALT_TEMPORAL, req_id, t, l)) < c->temporal) {
+    if (t > 0 && c->temporal > 0 && unit(key(s, 1, req_id, t, l)) < c->temporal) {
       t--;
       continue;
     }
