@@ -287,7 +287,7 @@ static void fixed_routing(void *user, int64_t req_id, int32_t token_index, int32
   (*calls)++;
   for (int32_t r = 0; r < top_k; r++) {
     ids[r] = r;
-    weights[r] = 1.0f / (float)top_k;
+    if (weights) weights[r] = 1.0f / (float)top_k;
   }
 }
 

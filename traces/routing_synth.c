@@ -150,12 +150,14 @@ void ferry_routing_synth_free(ferry_routing_synth *s) {
 int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s) { return s ? s->mismatches : 0; }
 
 /* Weights: k draws, sorted heaviest first, summing to 1. */
-/* Weights from the hash stream x: k draws in [0.05, 1.05), normalised, sorted descending. */
+/* k weights in [0.05, 1.05) from the hash x (16 bits each, four per mix), normalised and
+ * sorted descending. */
 static void draw_weights(uint64_t x, int32_t k, float *w) {
   float sum = 0;
+  uint64_t bits = 0;
   for (int32_t i = 0; i < k; i++) {
-    x = mix64(x + 0x9e3779b97f4a7c15ULL);
-    w[i] = (float)(x >> 40) * (1.0f / 16777216.0f) + 0.05f;
+    if (i % 4 == 0) bits = mix64(x + 0x632be59bd9b4e019ULL * (uint64_t)(i / 4 + 1));
+    w[i] = (float)((bits >> (16 * (i % 4))) & 0xffff) * (1.0f / 65536.0f) + 0.05f;
     sum += w[i];
   }
   const float inv = 1.0f / sum;
@@ -169,16 +171,18 @@ static void draw_weights(uint64_t x, int32_t k, float *w) {
 }
 
 /* k distinct experts from the Zipf distribution of layer l (without replacement): alias-table
- * draws from one hash stream, redrawn on a repeat. */
+ * draws, each from its own mix of the decision's hash (independent, so they pipeline), redrawn
+ * on a repeat. */
 static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t l, int32_t *ids, float *w) {
   const struct ferry_routing_synth_config *c = &s->cfg;
-  uint64_t x = key(s, 2, req, tok, l);
+  const uint64_t base = key(s, 2, req, tok, l);
   const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
   const uint64_t n = (uint64_t)c->n_experts;
+  uint64_t draw = 0;
   for (int32_t i = 0; i < c->top_k; i++) {
     int32_t rank = -1;
     for (int attempt = 0; attempt < 64 && rank < 0; attempt++) {
-      x = mix64(x + 0x9e3779b97f4a7c15ULL);
+      uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
       int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
       double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
       rank = coin < s->alias_prob[idx] ? idx : s->alias_idx[idx];
@@ -193,22 +197,23 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
       }
     ids[i] = perm[rank];
   }
-  draw_weights(x, c->top_k, w);
+  if (w) draw_weights(base, c->top_k, w);
 }
 
 static void uniform_choice(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t layer, int32_t k,
                            int32_t n_experts, int32_t *ids, float *w) {
-  uint64_t x = key(s, 3, req, tok, layer);
+  const uint64_t base = key(s, 3, req, tok, layer);
+  uint64_t draw = 0;
   for (int32_t i = 0; i < k; i++) {
     int dup;
     do {
-      x = mix64(x + 0x9e3779b97f4a7c15ULL);
+      uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
       ids[i] = (int32_t)(((x >> 32) * (uint64_t)n_experts) >> 32);
       dup = 0;
       for (int32_t j = 0; j < i; j++) dup |= ids[j] == ids[i];
     } while (dup);
   }
-  draw_weights(x, k, w);
+  if (w) draw_weights(base, k, w);
 }
 
 void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
@@ -345,7 +350,7 @@ void ferry_routing_replay_fn(void *user, int64_t req_id, int32_t token_index, in
   if (top_k == rp->trace->top_k && n_experts >= rp->trace->n_experts &&
       ferry_routing_lookup(rp->trace, req_id, token_index, layer, &ti, &tw)) {
     memcpy(ids, ti, (size_t)top_k * sizeof *ids);
-    memcpy(weights, tw, (size_t)top_k * sizeof *weights);
+    if (weights) memcpy(weights, tw, (size_t)top_k * sizeof *weights);
     rp->hits++;
     return;
   }

@@ -36,7 +36,8 @@ typedef void (*ferry_logits_fn)(void *user, int64_t req_id, int32_t token_index,
 
 /**
  * @brief Supplies routing decisions when the executor computes nothing (the simulator):
- *        fill @p ids (distinct experts) and @p weights for one token at one layer.
+ *        fill @p ids (distinct experts) and @p weights for one token at one layer. @p weights
+ *        is NULL when nobody reads them (no recording, no predictor): skip drawing them.
  */
 typedef void (*ferry_routing_fn)(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
                                  int32_t n_experts, int32_t *ids, float *weights);

@@ -190,10 +190,12 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
       if (e->routing_ids[i] < 0 || e->routing_ids[i] >= e->mc->n_experts)
         return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "layer %d: router chose expert %d", l, e->routing_ids[i]);
   } else {
+    /* Nothing computes with gate weights here: ask for them only when someone reads them. */
+    const int need_weights = e->cfg.on_routing || e->cfg.predict;
     for (int64_t t = 0; t < T; t++) {
       const struct seq *s = &e->seqs[e->tok_seq[t]];
       e->cfg.routing(e->cfg.routing_user, e->reqs[s->req].id, e->tok_index[t], l, (int32_t)K,
-                     (int32_t)e->mc->n_experts, e->routing_ids + t * K, e->routing_w + t * K);
+                     (int32_t)e->mc->n_experts, e->routing_ids + t * K, need_weights ? e->routing_w + t * K : NULL);
     }
   }
   if (e->cfg.on_routing)

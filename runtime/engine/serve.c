@@ -40,10 +40,11 @@ static void seeded_routing(void *user, int64_t req_id, int32_t token_index, int3
       for (int32_t q = 0; q < r; q++) dup |= ids[q] == x;
     } while (dup);
     ids[r] = x;
-    weights[r] = (float)((h >> 40) & 0xffff) / 65536.0f + 0.05f;
-    sum += weights[r];
+    float wr = (float)((h >> 40) & 0xffff) / 65536.0f + 0.05f;
+    if (weights) weights[r] = wr;
+    sum += wr;
   }
-  for (int32_t r = 0; r < top_k; r++) weights[r] /= sum;
+  for (int32_t r = 0; weights && r < top_k; r++) weights[r] /= sum;
 }
 
 static int cmp_arrival(const void *a, const void *b) {
