@@ -75,32 +75,6 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
   atomic_fetch_sub(&g_inflight, 1);
 }
 
-/* __cxa_demangle from the C++ runtime when the process has one (CUDA's libraries usually pull
- * it in); without it kernels keep their mangled names. */
-typedef char *(*cxa_demangle_fn)(const char *, char *, size_t *, int *);
-static cxa_demangle_fn g_cxa_demangle;
-static pthread_once_t g_demangle_once = PTHREAD_ONCE_INIT;
-
-static void find_demangler(void) {
-  void *sym = dlsym(RTLD_DEFAULT, "__cxa_demangle");
-  if (!sym) {
-    void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL); /* kept open for the process */
-    if (lib) sym = dlsym(lib, "__cxa_demangle");
-  }
-  memcpy(&g_cxa_demangle, &sym, sizeof sym);
-}
-
-static char *demangle(const char *mangled) {
-  if (!g_cxa_demangle || strncmp(mangled, "_Z", 2)) return NULL;
-  int status = 0;
-  char *out = g_cxa_demangle(mangled, NULL, NULL, &status);
-  if (status != 0) {
-    free(out);
-    return NULL;
-  }
-  return out;
-}
-
 static const char *runtime_api_name(uint32_t cbid) {
   const char *name = NULL;
   return cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) == CUPTI_SUCCESS ? name : NULL;
@@ -179,8 +153,7 @@ ferry_status ferry_cupti_start_config(ferry_cupti **out, ferry_activity_fn sink,
     goto out_pool;
   }
   ferry__cupti_conv_init(&c->conv, sink, user, t0_ns);
-  pthread_once(&g_demangle_once, find_demangler);
-  c->conv.demangle = demangle;
+  c->conv.demangle = ferry__cupti_demangle;
   c->conv.api_name = runtime_api_name;
   point_nvtx_at_cupti();
 

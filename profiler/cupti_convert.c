@@ -1,6 +1,7 @@
 /* The device-free half of the CUPTI collector: the fixed buffer pool CUPTI fills, and the
  * conversion of CUPTI activity records into ferry activities. Kept apart from cupti.c so that
  * it is built and tested on machines without a GPU (records are filled in by the tests). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,34 @@ void ferry__cupti_short_name(const char *demangled, char *out, size_t cap) {
   out[n] = '\0';
   if (start) memmove(out, out + start, n - start + 1);
   if (!out[0]) snprintf(out, cap, "%s", demangled);
+}
+
+/* __cxa_demangle from the C++ runtime when the process has one (CUDA's libraries usually pull
+ * it in), else from libstdc++ if installed; without it kernels keep their mangled names. */
+typedef char *(*cxa_demangle_fn)(const char *, char *, size_t *, int *);
+static cxa_demangle_fn g_cxa_demangle;
+static pthread_once_t g_demangle_once = PTHREAD_ONCE_INIT;
+
+static void find_demangler(void) {
+  void *sym = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  if (!sym) {
+    void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL); /* kept open for the process */
+    if (lib) sym = dlsym(lib, "__cxa_demangle");
+  }
+  memcpy(&g_cxa_demangle, &sym, sizeof sym); /* object to function pointer without a cast warning */
+}
+
+char *ferry__cupti_demangle(const char *mangled) {
+  if (!mangled || strncmp(mangled, "_Z", 2)) return NULL;
+  pthread_once(&g_demangle_once, find_demangler);
+  if (!g_cxa_demangle) return NULL;
+  int status = 0;
+  char *out = g_cxa_demangle(mangled, NULL, NULL, &status);
+  if (status != 0) {
+    free(out);
+    return NULL;
+  }
+  return out;
 }
 
 /* ---- record conversion --------------------------------------------------------------------- */

@@ -51,6 +51,9 @@ void ferry__cupti_short_name(const char *demangled, char *out, size_t cap);
 
 /* Demangles a C++ name; returns an owned (malloc) string or NULL when it is not one. */
 typedef char *(*ferry__cupti_demangle_fn)(const char *mangled);
+/* The C++ runtime's demangler (__cxa_demangle, found at run time); NULL when the name is not
+ * a mangled C++ name or no C++ runtime is available. */
+char *ferry__cupti_demangle(const char *mangled);
 /* Name of a CUDA runtime API callback id, or NULL. */
 typedef const char *(*ferry__cupti_api_name_fn)(uint32_t cbid);
 
