@@ -78,6 +78,7 @@ struct ferry__batch {
 
 enum {
   STMT_KERNEL,
+  STMT_KERNEL_CUDA,
   STMT_MEMCPY,
   STMT_MEMSET,
   STMT_SYNC,

@@ -29,11 +29,15 @@ static const struct {
   int nparams;
 } row_sql[STMT_COUNT] = {
     [STMT_KERNEL] = {"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(runId,start,end,streamId,correlationId,globalPid,"
-                     "demangledName,shortName,mangledName,launchType,bytes,flops,step,layer,expert,deviceId,"
-                     "contextId,registersPerThread,gridX,gridY,gridZ,blockX,blockY,blockZ,staticSharedMemory,"
-                     "dynamicSharedMemory) VALUES",
-                     "($1,$2,$3,$4,$5,$6,$7,$13,$25,1,$8,$9,$10,$11,$12,$14,$15,$16,$17,$18,$19,$20,$21,$22,"
-                     "$23,$24)", 25},
+                     "demangledName,shortName,mangledName,launchType,bytes,flops,step,layer,expert) VALUES",
+                     "($1,$2,$3,$4,$5,$6,$7,$13,$7,1,$8,$9,$10,$11,$12)", 13},
+    /* Kernels from a CUDA trace also carry device, launch configuration and mangled name. */
+    [STMT_KERNEL_CUDA] = {"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(runId,start,end,streamId,correlationId,globalPid,"
+                          "demangledName,shortName,mangledName,launchType,bytes,flops,step,layer,expert,deviceId,"
+                          "contextId,registersPerThread,gridX,gridY,gridZ,blockX,blockY,blockZ,staticSharedMemory,"
+                          "dynamicSharedMemory) VALUES",
+                          "($1,$2,$3,$4,$5,$6,$7,$13,$25,1,$8,$9,$10,$11,$12,$14,$15,$16,$17,$18,$19,$20,$21,$22,"
+                          "$23,$24)", 25},
     [STMT_MEMCPY] = {"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY(runId,start,end,streamId,correlationId,globalPid,"
                      "bytes,copyKind,srcKind,dstKind,step,layer,expert,nameId,deviceId,contextId) VALUES",
                      "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)", 16},
@@ -303,7 +307,7 @@ static void src_dst_kind(int32_t copy_kind, int *src, int *dst) {
 /* Statement a pending activity is written with, or -1 to skip it (unknown kind, bad tier). */
 static int act_stmt(const struct ferry__act_row *r) {
   switch (r->kind) {
-  case FERRY_ACT_KERNEL: return STMT_KERNEL;
+  case FERRY_ACT_KERNEL: return r->has_cuda ? STMT_KERNEL_CUDA : STMT_KERNEL;
   case FERRY_ACT_MEMCPY: return STMT_MEMCPY;
   case FERRY_ACT_MEMSET: return STMT_MEMSET;
   case FERRY_ACT_SYNC: return STMT_SYNC;
@@ -365,6 +369,7 @@ static void bind_act(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
     bind_opt(st, b + 11, r->layer);
     bind_opt(st, b + 12, r->expert);
     sqlite3_bind_int64(st, b + 13, r->short_name ? name_id(db, r->short_name) : nid);
+    if (!r->has_cuda) break;
     sqlite3_bind_int64(st, b + 14, r->device_id);
     sqlite3_bind_int64(st, b + 15, r->context_id);
     sqlite3_bind_int(st, b + 16, r->registers);
@@ -522,7 +527,8 @@ ferry_status ferry__db_flush(struct ferry_db *db) {
   if (rc != SQLITE_OK) goto out_fail;
   if ((rc = write_strings(db, nstrings)) != SQLITE_OK) goto out_rollback;
   what = "writing activity rows";
-  static const int act_kinds[] = {STMT_KERNEL, STMT_MEMCPY, STMT_MEMSET, STMT_SYNC, STMT_NVTX, STMT_RUNTIME, STMT_MEMORY};
+  static const int act_kinds[] = {STMT_KERNEL,      STMT_KERNEL_CUDA, STMT_MEMCPY, STMT_MEMSET,
+                                  STMT_SYNC,        STMT_NVTX,        STMT_RUNTIME, STMT_MEMORY};
   for (size_t k = 0; k < sizeof act_kinds / sizeof act_kinds[0]; k++)
     if ((rc = write_rows(db, &work.acts, act_kinds[k], bind_act, act_stmt)) != SQLITE_OK)
       goto out_rollback;
