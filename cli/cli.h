@@ -27,11 +27,15 @@ int cli_is_tty(FILE *f);
 /* Subcommands. Each parses its own options (argv[0] is the subcommand name). */
 int cmd_model(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_model_gen(int argc, char **argv);
+int cmd_model_quantize(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_db(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_trace_routing(int argc, char **argv);
 int cmd_predictor(int argc, char **argv);
 

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "ferry/engine.h"
+#include "ferry/predict.h"
 #include "ferry/trace.h"
 
 void run_usage(FILE *f, const char *cmd) {
@@ -43,6 +44,12 @@ void run_usage(FILE *f, const char *cmd) {
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
           "  --max-seq-tokens N      KV capacity per sequence (default: longest request)\n"
           "%s"
+          "MoE routing:\n"
+          "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
+          "  --predictor V           expert prefetching: none (no cache reuse), lru (cache only, default),\n"
+          "                          frequency, gate-lookahead, oracle; prefetches --prefetch-depth layers ahead\n"
+          "  --predictor-routing F   routing trace for frequency (popularity) and oracle on real runs\n"
+          "%s"
           "Output:\n"
           "  --plan-only             print the residency plan and exit\n"
           "  --db FILE               write the run (requests, steps, memory, timeline) to SQLite\n"
@@ -61,14 +68,19 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --direct-io             read disk units with O_DIRECT\n"
                 "  --drop-cache            drop the page cache after each disk read (default on without --direct-io)\n"
                 "  --greedy                next token = argmax of the logits (default: seeded draw)\n"
-          "  --dump-logits FILE      write every generated token's input ids and logits as JSONL\n");
+                "  --dump-logits FILE      write every generated token's input ids and logits as JSONL\n",
+          sim ? "  --routing FILE          replay a recorded routing trace (what the real run chose)\n"
+                "  --routing-synth SPEC    synthetic routing, e.g. zipf=1.2,temporal=0.3,layer=0.5,seed=1\n"
+                "  --quant PLAN            size a preset's weights in a format or per-class plan (int4-g64, nf4,\n"
+                "                          expert=int3-g64,default=fp16, ...); a quantized folder carries its own\n"
+              : "");
 }
 
 enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -89,7 +101,9 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
       {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
       {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
-      {"dump-logits", required_argument, 0, OPT_DUMP},
+      {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
+      {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
+      {"predictor", required_argument, 0, OPT_PREDICTOR}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -173,6 +187,29 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_HW:
         if (!sim) return cli_usage_error(cmd, "--hw is for 'ferry sim'");
         a->hw = optarg;
+        break;
+      case OPT_RECORD_ROUTING: a->record_routing = optarg; break;
+      case OPT_ROUTING:
+      case OPT_ROUTING_SYNTH:
+        if (!sim)
+          return cli_usage_error(cmd, "--routing and --routing-synth are for 'ferry sim' (a real run computes its routing)");
+        if (c == OPT_ROUTING) a->routing = optarg;
+        else a->routing_synth = optarg;
+        break;
+      case OPT_PREDICTOR: {
+        enum ferry_predictor_kind k;
+        if (ferry_predictor_kind_parse(optarg, &k) != FERRY_OK)
+          return cli_usage_error(cmd, "--predictor: unknown variant '%s' (none, lru, frequency, gate-lookahead, oracle)",
+                                 optarg);
+        a->predictor = optarg;
+        break;
+      }
+      case OPT_PREDICTOR_ROUTING: a->predictor_routing = optarg; break;
+      case OPT_QUANT:
+        if (!sim) return cli_usage_error(cmd, "--quant is for 'ferry sim'; quantize a model folder with 'ferry model quantize'");
+        if (ferry_quant_plan_parse(optarg, &a->ec.quant) != FERRY_OK) return cli_usage_error(cmd, "--quant: %s", ferry_last_error());
+        a->ec.quant_set = 1;
+        a->quant = optarg;
         break;
       case OPT_HELP: run_usage(stdout, cmd); return -1;
       default: return cli_usage_error(cmd, "invalid option");

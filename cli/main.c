@@ -10,11 +10,14 @@ static const struct command {
   const char *summary;
 } commands[] = {
     {"run", cmd_run, "serve a request trace with weight offloading on a real executor"},
+    {"sim", cmd_sim, "simulate serving a request trace on a hardware profile (same engine, virtual time)"},
     {"calibrate", cmd_calibrate, "measure this machine or fit a hardware profile to a recorded run"},
     {"model", cmd_model, "describe, generate and inspect models (show, gen, list)"},
     {"trace", cmd_trace, "request traces: statistics, conversion to JSONL, synthetic (stats, convert, synth)"},
     {"hw", cmd_hw, "hardware profiles for the simulator (list, show)"},
     {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
+    {"sweep", cmd_sweep, "run the cartesian product of run parameters into one database (resumable)"},
+    {"report", cmd_report, "HTML/Markdown/CSV report with gnuplot plots from result databases"},
     {"predictor", cmd_predictor, "expert predictors: train an MLP, evaluate on a routing trace (train, eval)"},
 };
 

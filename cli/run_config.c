@@ -36,9 +36,14 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "model", a->model);
   cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
   cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
+  add_str(o, "predictor", a->predictor);
+  add_str(o, "predictor_routing", a->predictor_routing);
   cJSON_AddNumberToObject(o, "prefetch_depth", a->ec.prefetch_depth);
+  add_str(o, "quant", a->quant);
   cJSON_AddNumberToObject(o, "rate_scale", a->trace_opts.rate_scale);
   add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
+  add_str(o, "routing", a->routing);
+  add_str(o, "routing_synth", a->routing_synth);
   cJSON_AddNumberToObject(o, "seed", (double)a->seed);
   cJSON_AddNumberToObject(o, "threads", a->threads);
   cJSON_AddNumberToObject(o, "time_scale", a->time_scale);

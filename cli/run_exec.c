@@ -7,10 +7,15 @@
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/fsutil.h"
+#include "common/units.h"
 #include "ferry/db.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
+#include "ferry/hw.h"
 #include "ferry/model.h"
+#include "ferry/routing.h"
+#include "cli/predict_glue.h"
+#include "ferry/sim.h"
 #include "ferry/store.h"
 
 struct logit_dump {
@@ -55,6 +60,14 @@ static ferry_status write_results(ferry_db *db, int64_t run_id, ferry_engine *en
   return st;
 }
 
+static int has_weights(const char *dir) {
+  char *idx = ferry__path_join(dir, "model.safetensors.index.json"), *one = ferry__path_join(dir, "model.safetensors");
+  int yes = (idx && ferry__is_file(idx)) || (one && ferry__is_file(one));
+  ferry_free(idx);
+  ferry_free(one);
+  return yes;
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -65,6 +78,11 @@ int run_execute(struct run_args *a) {
   ferry_db *db = NULL;
   int64_t run_id = -1;
   char *config_json = NULL, *dump_tmp = NULL;
+  ferry_routing *recorded = NULL, *replayed = NULL;
+  ferry_routing_synth *synth = NULL;
+  ferry_routing_replay *replay = NULL;
+  ferry_routing *pred_trace = NULL;
+  struct predict_glue glue = {0};
   struct logit_dump dump = {0};
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
@@ -79,9 +97,14 @@ int run_execute(struct run_args *a) {
                a->model, a->cmd);
       goto out;
     }
-    if (!sim && (st = ferry_store_open(&store, a->model)) != FERRY_OK) {
-      cli_fail(st, NULL);
-      goto out;
+    /* The simulator reads no weights, but a folder's files give the real sizes and formats of
+     * its tensors (a quantized folder streams fewer bytes); a folder with only config.json is
+     * sized from the configuration. */
+    if (!sim || has_weights(a->model)) {
+      if ((st = ferry_store_open(&store, a->model)) != FERRY_OK) {
+        cli_fail(st, NULL);
+        goto out;
+      }
     }
   }
   if (!a->plan_only) {
@@ -107,14 +130,68 @@ int run_execute(struct run_args *a) {
                                  .lock_host_memory = 1,
                                  .compute_threads = a->threads};
   if (sim) {
-    cli_fail(FERRY_ERR_UNSUPPORTED, "ferry sim: the simulator executor is not built yet");
-    goto out;
+    ferry_hw *hw = NULL;
+    st = ferry_hw_open(&hw, a->hw);
+    if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
+    ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
   } else {
     st = ferry_exec_create_host(&ex, &xc);
   }
   if (st != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  const struct ferry_model_config *mc = ferry_model_get_config(model);
+  if ((a->record_routing || a->routing || a->routing_synth) && !mc->n_experts) {
+    cli_fail(FERRY_ERR_INVALID, "routing options need a Mixture-of-Experts model (%s is dense)", a->model);
+    goto out;
+  }
+  if (a->record_routing) {
+    if ((st = ferry_routing_create(&recorded, (int32_t)mc->n_layers, (int32_t)mc->n_experts,
+                                   (int32_t)mc->experts_per_token)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    a->ec.on_routing = ferry_routing_record;
+    a->ec.on_routing_user = recorded;
+  }
+  if (sim && mc->n_experts) {
+    /* routing source: a recorded trace (falling back to the synthetic model), or the model */
+    struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
+                                            .top_k = (int32_t)mc->experts_per_token, .seed = a->seed};
+    if (a->routing_synth && (st = ferry_routing_synth_parse(a->routing_synth, &sc)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    if ((st = ferry_routing_synth_create(&synth, &sc)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    a->ec.routing = ferry_routing_synth_fn;
+    a->ec.routing_user = synth;
+    if (a->routing) {
+      if ((st = ferry_routing_open(&replayed, a->routing, NULL)) != FERRY_OK ||
+          (st = ferry_routing_replay_create(&replay, replayed, synth)) != FERRY_OK) {
+        cli_fail(st, NULL);
+        goto out;
+      }
+      a->ec.routing = ferry_routing_replay_fn;
+      a->ec.routing_user = replay;
+    }
+  }
+  if ((a->predictor || a->predictor_routing) && !mc->n_experts) {
+    cli_fail(FERRY_ERR_INVALID, "--predictor needs a Mixture-of-Experts model (%s is dense)", a->model);
+    goto out;
+  }
+  if (a->predictor_routing && (st = ferry_routing_open(&pred_trace, a->predictor_routing, NULL)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  if (a->predictor &&
+      (st = predict_glue_init(&glue, a->predictor, mc, pred_trace, sim ? a->ec.routing : NULL,
+                              sim ? a->ec.routing_user : NULL, &a->ec)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
@@ -150,9 +227,18 @@ int run_execute(struct run_args *a) {
   }
   if (a->progress) ferry_engine_print_plan(eng, stderr);
   struct ferry_run_options ro = {.time_scale = a->time_scale, .as_fast_as_possible = a->as_fast, .progress = a->progress};
+  int64_t wall0 = ferry__mono_ns();
   if ((st = ferry_engine_run(eng, reqs, n, &ro)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
+  }
+  if (sim && a->progress) {
+    struct ferry_sim_stats ss;
+    double wall_s = (double)(ferry__mono_ns() - wall0) / 1e9;
+    if (ferry_exec_sim_stats(ex, &ss) == FERRY_OK)
+      fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time: %llu events (%.0f events/s), %llu ops\n",
+              (double)ss.now_ns / 1e9, wall_s, (unsigned long long)ss.events_run,
+              wall_s > 0 ? (double)ss.events_run / wall_s : 0.0, (unsigned long long)ss.ops_done);
   }
   struct ferry_serve_summary sum;
   ferry_engine_summary(eng, &sum);
@@ -169,8 +255,27 @@ int run_execute(struct run_args *a) {
       goto out;
     }
   }
+  if (recorded) {
+    if ((st = ferry_routing_record_status(recorded)) != FERRY_OK ||
+        (st = ferry_routing_write_jsonl(recorded, a->record_routing)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    if (a->progress)
+      fprintf(stderr, "ferry: wrote %lld routing decisions to %s\n", (long long)ferry_routing_n_rows(recorded),
+              a->record_routing);
+  }
+  if (replay && a->progress)
+    fprintf(stderr, "ferry: routing replayed from %s: %lld decisions from the trace, %lld from the synthetic model\n",
+            a->routing, (long long)ferry_routing_replay_hits(replay), (long long)ferry_routing_replay_misses(replay));
   rc = CLI_OK;
 out:
+  predict_glue_free(&glue);
+  ferry_routing_free(pred_trace);
+  ferry_routing_replay_free(replay);
+  ferry_routing_free(replayed);
+  ferry_routing_synth_free(synth);
+  ferry_routing_free(recorded);
   if (dump.f) fclose(dump.f);
   if (dump_tmp && rc != CLI_OK) remove(dump_tmp);
   ferry_free(dump_tmp);

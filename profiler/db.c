@@ -102,7 +102,7 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
     goto out_free;
   }
   sqlite3_extended_result_codes(db->sql, 1);
-  sqlite3_busy_timeout(db->sql, 10000);
+  sqlite3_busy_timeout(db->sql, 60000); /* sweep workers share one file */
   if (!db->read_only && sqlite3_db_readonly(db->sql, "main") == 1) {
     if ((st = unwritable(db)) == FERRY_OK)
       st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: opened read-only by SQLite; cannot write", path);

@@ -221,7 +221,7 @@ static ferry_status probe_copies(struct probe *p, ferry_buf *host, ferry_buf *de
     for (int r = 0; r < REPS + 1 && st == FERRY_OK; r++) {
       struct ferry_ref h = {host, 0, FERRY_DTYPE_U8}, d = {dev, 0, FERRY_DTYPE_U8};
       st = to_device ? ferry_exec_copy(p->ex, q, d, h, sizes[i]) : ferry_exec_copy(p->ex, q, h, d, sizes[i]);
-      struct ferry_calib_sample x;
+      struct ferry_calib_sample x = {0, 0, 0};
       if (st == FERRY_OK) st = finish(p, q, &x);
       if (st == FERRY_OK && r > 0 && push(&s, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
     }
@@ -263,7 +263,7 @@ static ferry_status probe_disk(struct probe *p, const char *dir, ferry_buf *host
       offset = (offset + sizes[i] + 12345) % (t->nbytes - sizes[i]);
       st = ferry_exec_read(p->ex, p->q_disk, store, t->file, t->offset + offset, sizes[i],
                            (struct ferry_ref){host, 0, FERRY_DTYPE_U8}, FERRY_READ_DIRECT);
-      struct ferry_calib_sample x;
+      struct ferry_calib_sample x = {0, 0, 0};
       if (st == FERRY_OK) st = finish(p, p->q_disk, &x);
       if (st == FERRY_OK && push(&s, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
     }
@@ -287,7 +287,7 @@ static ferry_status run_kernel(struct probe *p, struct ferry_kernel *k, struct s
   ferry_status st = FERRY_OK;
   for (int r = 0; r < REPS + 1 && st == FERRY_OK; r++) {
     st = ferry_exec_compute(p->ex, p->q_compute, k);
-    struct ferry_calib_sample x;
+    struct ferry_calib_sample x = {0, 0, 0};
     if (st == FERRY_OK) st = finish(p, p->q_compute, &x);
     else st = ferry__fail(st, "calibrate: %s", ferry_exec_errmsg(p->ex));
     if (st == FERRY_OK && r > 0 && push(s, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
@@ -439,7 +439,7 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->has_gpu = out->has_link = out->has_host = out->has_disk = 1;
   char hostname[40] = "this machine"; /* "CPU of " + 39 + " (host executor)" fits gpu.name[64] */
   gethostname(hostname, sizeof hostname - 1);
-  snprintf(out->gpu.name, sizeof out->gpu.name, "CPU of %s (host executor)", hostname);
+  snprintf(out->gpu.name, sizeof out->gpu.name, "CPU of %.30s (host executor)", hostname);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 1ull << 34;
   const double memcpy_gbps = h2d.ns_per_byte > 0 ? 1.0 / h2d.ns_per_byte : 10.0;
@@ -454,11 +454,11 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->link.pageable_h2d_gbps = out->link.h2d_gbps;
   out->link.latency_ns = (int64_t)llround(h2d.overhead_ns);
   out->link.copy_engines = 1;
-  snprintf(out->host.name, sizeof out->host.name, "RAM of %s", hostname);
+  snprintf(out->host.name, sizeof out->host.name, "RAM of %.40s", hostname);
   out->host.dram_gbps = out->gpu.mem_bw_gbps;
   out->host.cpu_gflops = best_gflops;
   out->host.memory_bytes = ram;
-  snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %s", dir);
+  snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %.40s", dir);
   out->disk.read_gbps = disk.ns_per_byte > 0 ? 1.0 / disk.ns_per_byte : 1.0;
   out->disk.latency_ns = (int64_t)llround(disk.overhead_ns);
   out->disk.queue_depth = 1;

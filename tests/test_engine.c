@@ -1,6 +1,7 @@
 /* The offload engine on the host executor: offloading never changes the numbers (logits are
  * bit-identical to a fully resident run for every block size, prefetch depth and home tier),
  * budgets hold (peak <= budget), and a budget one byte under the minimum is refused. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "ferry/exec.h"
 #include "ferry/gen.h"
 #include "ferry/model.h"
+#include "ferry/quantize.h"
 #include "ferry/store.h"
 #include "testutil.h"
 
@@ -276,6 +278,169 @@ static void test_request_too_long_rejected(void **state) {
   ferry_model_close(m);
 }
 
+/* A quantized model runs offloaded with the same logits as resident, and is close to fp32. */
+static void test_quantized_offload(void **state) {
+  (void)state;
+  size_t n = strlen(fx.dir) + 16;
+  char *qdir = malloc(n);
+  snprintf(qdir, n, "%s/moe-q4", fx.dir);
+  struct ferry_qplan plan;
+  assert_int_equal(ferry_quant_plan_parse("expert=int4-g64,attn=int8,default=fp16", &plan), FERRY_OK);
+  struct ferry_quantize_report rep;
+  assert_int_equal(ferry_model_quantize(fx.moe_dir, qdir, &plan, NULL, &rep), FERRY_OK);
+  assert_true(rep.bytes_after * 3 < rep.bytes_before);
+  assert_true(rep.cls[FERRY_QCLASS_EXPERT].max_rel_error < 0.15);
+  struct logit_log ref = {0}, got = {0}, fp = {0};
+  struct ferry_serve_summary sum;
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  assert_int_equal(run(qdir, c, &ref, &sum), FERRY_OK);
+  assert_int_equal(run(fx.moe_dir, c, &fp, &sum), FERRY_OK);
+  struct ferry_engine_config o = base_config();
+  o.block_layers = 2;
+  o.prefetch_depth = 1;
+  o.home_disk = 1;
+  uint64_t host_min = 0;
+  o.device_budget_bytes = min_device(qdir, o, &host_min);
+  o.host_budget_bytes = host_min;
+  assert_int_equal(run(qdir, o, &got, &sum), FERRY_OK);
+  assert_true(sum.bytes_disk > 0);
+  assert_int_equal(got.rows, ref.rows);
+  assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+  /* close to the fp32 model, not equal to it */
+  assert_int_equal(fp.rows, ref.rows);
+  double worst = 0;
+  int differ = 0;
+  for (int64_t r = 0; r < ref.rows; r++) {
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t i = 0; i < 256; i++) {
+      double a = fp.data[r * 256 + i], b = ref.data[r * 256 + i];
+      dot += a * b;
+      na += a * a;
+      nb += b * b;
+      differ |= a != b;
+    }
+    double cs = dot / (sqrt(na) * sqrt(nb));
+    if (1 - cs > worst) worst = 1 - cs;
+  }
+  assert_true(differ);
+  assert_true(worst < 0.05);
+  free(ref.data);
+  free(got.data);
+  free(fp.data);
+
+  /* Claim another group size for one tensor in the metadata: its scales no longer match. */
+  ferry_store *qs = NULL;
+  assert_int_equal(ferry_store_open(&qs, qdir), FERRY_OK);
+  char *file = strdup(ferry_store_file_path(qs, 0));
+  ferry_store_close(qs);
+  FILE *f = fopen(file, "r+b");
+  assert_non_null(f);
+  uint64_t hlen = 0;
+  assert_int_equal(fread(&hlen, 8, 1, f), 1);
+  char *hdr = malloc(hlen + 1);
+  assert_int_equal(fread(hdr, 1, hlen, f), hlen);
+  hdr[hlen] = '\0';
+  char *at = strstr(hdr, "int4-g64");
+  assert_non_null(at);
+  memcpy(at, "int4-g32", 8);
+  fseek(f, 8, SEEK_SET);
+  assert_int_equal(fwrite(hdr, 1, hlen, f), hlen);
+  fclose(f);
+  struct logit_log bad = {0};
+  assert_int_equal(run(qdir, c, &bad, &sum), FERRY_ERR_FORMAT);
+  assert_true(tu_contains(ferry_last_error(), "do not match"));
+  free(hdr);
+  free(file);
+  free(qdir);
+}
+
+/* Expert prefetching never changes the numbers: a predictor that guesses badly (random
+ * experts) and one that knows the future (replayed from a first run) give the same logits. */
+struct recorded {
+  int32_t ids[4096][2];
+  int64_t key[4096];
+  int n;
+};
+
+static void record_routing(void *user, int64_t req, int32_t tok, int32_t layer, int32_t k, const int32_t *ids,
+                           const float *w) {
+  (void)w;
+  struct recorded *r = user;
+  assert_true(r->n < 4096 && k == 2);
+  r->key[r->n] = (req << 32) | ((int64_t)tok << 8) | layer;
+  memcpy(r->ids[r->n], ids, 2 * sizeof(int32_t));
+  r->n++;
+}
+
+static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
+                              const int32_t *ids_now, const float *w_now, int32_t k, int32_t *out, int32_t max) {
+  (void)seq_len;
+  (void)now;
+  (void)ids_now;
+  (void)w_now;
+  const struct recorded *r = user;
+  int64_t key = (req << 32) | ((int64_t)tok << 8) | target;
+  for (int i = 0; i < r->n; i++)
+    if (r->key[i] == key) {
+      for (int32_t j = 0; j < k && j < max; j++) out[j] = r->ids[i][j];
+      return k < max ? k : max;
+    }
+  return 0;
+}
+
+static int32_t predict_random(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
+                              const int32_t *ids_now, const float *w_now, int32_t k, int32_t *out, int32_t max) {
+  (void)user;
+  (void)seq_len;
+  (void)ids_now;
+  (void)w_now;
+  (void)max;
+  out[0] = (int32_t)((req * 31 + tok * 7 + now * 3 + target) % 8);
+  return k > 0 ? 1 : 0;
+}
+
+static void test_predictors_keep_logits(void **state) {
+  (void)state;
+  struct logit_log ref = {0};
+  struct ferry_serve_summary sum;
+  static struct recorded rec;
+  memset(&rec, 0, sizeof rec);
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  c.on_routing = record_routing;
+  c.on_routing_user = &rec;
+  assert_int_equal(run(fx.moe_dir, c, &ref, &sum), FERRY_OK);
+  assert_true(rec.n > 0);
+  ferry_expert_predict_fn fns[] = {predict_future, predict_random};
+  int64_t used[2];
+  for (int i = 0; i < 2; i++) {
+    struct logit_log got = {0};
+    struct ferry_engine_config o = base_config();
+    o.block_layers = 1;
+    o.prefetch_depth = 2;
+    o.predict = fns[i];
+    o.predict_user = &rec;
+    o.device_budget_bytes = min_device(fx.moe_dir, o, NULL) + 6 * 300 * 1024;
+    assert_int_equal(run(fx.moe_dir, o, &got, &sum), FERRY_OK);
+    assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+    assert_true(sum.prefetches > 0);
+    used[i] = sum.prefetches_used * 100 / sum.prefetches;
+    free(got.data);
+  }
+  /* knowing the future makes better guesses than chance */
+  assert_true(used[0] > used[1]);
+  struct logit_log got = {0};
+  struct ferry_engine_config o = base_config();
+  o.expert_no_reuse = 1;
+  o.device_budget_bytes = min_device(fx.moe_dir, o, NULL) + 6 * 300 * 1024;
+  assert_int_equal(run(fx.moe_dir, o, &got, &sum), FERRY_OK);
+  assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+  assert_int_equal(sum.hits, 0);
+  free(got.data);
+  free(ref.data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dense_offload_bit_identical),
@@ -284,6 +449,8 @@ int main(void) {
       cmocka_unit_test(test_budget_below_minimum_refused),
       cmocka_unit_test(test_resident_attention_streams_ffn),
       cmocka_unit_test(test_request_too_long_rejected),
+      cmocka_unit_test(test_quantized_offload),
+      cmocka_unit_test(test_predictors_keep_logits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,14 +6,25 @@
 #include <string.h>
 
 #include "ferry/exec.h"
+#include "ferry/hw.h"
+#include "ferry/sim.h"
 #include "testutil.h"
 
 typedef ferry_status (*make_fn)(ferry_exec **out, const struct ferry_exec_config *c);
 
+/* The simulator on a catalogue profile. */
+static ferry_status create_sim(ferry_exec **out, const struct ferry_exec_config *c) {
+  ferry_hw *hw = NULL;
+  ferry_status st = ferry_hw_open(&hw, "h100-pcie");
+  if (st == FERRY_OK) st = ferry_exec_create_sim(out, hw, c);
+  ferry_hw_close(hw);
+  return st;
+}
+
 static const struct {
   const char *name;
   make_fn make;
-} executors[] = {{"host", ferry_exec_create_host}};
+} executors[] = {{"host", ferry_exec_create_host}, {"sim", create_sim}};
 #define N_EXEC (sizeof executors / sizeof executors[0])
 
 static ferry_exec *make(size_t i, uint64_t dev_budget, uint64_t host_budget) {

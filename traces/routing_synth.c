@@ -93,10 +93,21 @@ void ferry_routing_synth_free(ferry_routing_synth *s) {
 int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s) { return s ? s->mismatches : 0; }
 
 /* Weights: k draws, sorted heaviest first, summing to 1. */
-static void draw_weights(struct ferry_rng *rng, int32_t k, float *w) {
+/* A splitmix64 stream: one multiply-xorshift per draw, seeded by a hash; far cheaper to start
+ * than a full generator, which matters at one routing decision per token and layer. */
+struct stream {
+  uint64_t x;
+};
+
+static inline double stream_unit(struct stream *s) {
+  s->x += 0x9e3779b97f4a7c15ULL;
+  return unit(mix64(s->x));
+}
+
+static void draw_weights(struct stream *rng, int32_t k, float *w) {
   float sum = 0;
   for (int32_t i = 0; i < k; i++) {
-    w[i] = (float)ferry__rng_uniform(rng) + 0.05f;
+    w[i] = (float)stream_unit(rng) + 0.05f;
     sum += w[i];
   }
   for (int32_t i = 0; i < k; i++) w[i] /= sum;
@@ -111,14 +122,13 @@ static void draw_weights(struct ferry_rng *rng, int32_t k, float *w) {
 /* k distinct experts from the Zipf distribution of layer l (without replacement). */
 static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t l, int32_t *ids, float *w) {
   const struct ferry_routing_synth_config *c = &s->cfg;
-  struct ferry_rng rng;
-  ferry__rng_seed(&rng, hash4(c->seed, SALT_BASE, req, tok, l));
+  struct stream rng = {hash4(c->seed, SALT_BASE, req, tok, l)};
   const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
   double total = s->cdf[c->n_experts - 1];
   for (int32_t i = 0; i < c->top_k; i++) {
     int32_t rank = -1;
     for (int attempt = 0; attempt < 64 && rank < 0; attempt++) {
-      double u = ferry__rng_uniform(&rng) * total;
+      double u = stream_unit(&rng) * total;
       int32_t lo = 0, hi = c->n_experts - 1;
       while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
@@ -142,12 +152,11 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
 
 static void uniform_choice(uint64_t seed, int64_t req, int32_t tok, int32_t layer, int32_t k, int32_t n_experts,
                            int32_t *ids, float *w) {
-  struct ferry_rng rng;
-  ferry__rng_seed(&rng, hash4(seed, SALT_MISMATCH, req, tok, layer));
+  struct stream rng = {hash4(seed, SALT_MISMATCH, req, tok, layer)};
   for (int32_t i = 0; i < k; i++) {
     int dup;
     do {
-      ids[i] = (int32_t)ferry__rng_below(&rng, (uint64_t)n_experts);
+      ids[i] = (int32_t)(stream_unit(&rng) * (double)n_experts);
       dup = 0;
       for (int32_t j = 0; j < i; j++) dup |= ids[j] == ids[i];
     } while (dup);
@@ -170,11 +179,11 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
    * layer repetition (checked first) thins the token re-use seen at deeper layers. */
   int32_t t = token_index, l = layer;
   for (int step = 0; step < MAX_WALK; step++) {
-    if (l > 0 && unit(hash4(c->seed, SALT_LAYER, req_id, t, l)) < c->layer_corr) {
+    if (l > 0 && c->layer_corr > 0 && unit(hash4(c->seed, SALT_LAYER, req_id, t, l)) < c->layer_corr) {
       l--;
       continue;
     }
-    if (t > 0 && unit(hash4(c->seed, SALT_TEMPORAL, req_id, t, l)) < c->temporal) {
+    if (t > 0 && c->temporal > 0 && unit(hash4(c->seed, SALT_TEMPORAL, req_id, t, l)) < c->temporal) {
       t--;
       continue;
     }

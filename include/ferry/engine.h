@@ -12,6 +12,7 @@
 
 #include "ferry/exec.h"
 #include "ferry/model.h"
+#include "ferry/quant.h"
 #include "ferry/status.h"
 #include "ferry/store.h"
 
@@ -46,6 +47,26 @@ typedef void (*ferry_routing_fn)(void *user, int64_t req_id, int32_t token_index
 typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t token_index, int32_t layer,
                                         int32_t top_k, const int32_t *ids, const float *weights);
 
+/**
+ * @brief Expert predictor: which experts of layer @p target_layer to prefetch for one token,
+ *        now that the token's routing at @p layer_now is known.
+ * @param user the pointer given in the configuration.
+ * @param req_id the request.
+ * @param token_index the token's position in its sequence.
+ * @param seq_len the request's prompt + output length.
+ * @param layer_now the layer just routed.
+ * @param target_layer the layer to predict (layer_now + 1 ... + prefetch depth).
+ * @param ids_now the token's chosen experts at layer_now (k of them).
+ * @param weights_now their gate weights.
+ * @param k experts per token.
+ * @param out_ids receives up to @p max experts, best first.
+ * @param max capacity of out_ids.
+ * @return how many experts were written.
+ */
+typedef int32_t (*ferry_expert_predict_fn)(void *user, int64_t req_id, int32_t token_index, int32_t seq_len,
+                                           int32_t layer_now, int32_t target_layer, const int32_t *ids_now,
+                                           const float *weights_now, int32_t k, int32_t *out_ids, int32_t max);
+
 /** Engine configuration (copied at create time). */
 struct ferry_engine_config {
   int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
@@ -70,6 +91,14 @@ struct ferry_engine_config {
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data (default: seeded) */
   void *routing_user;            /**< passed to routing */
+  struct ferry_qplan quant;      /**< without weight files (simulation): the formats to size the
+                                      model's tensors by; a quantized folder's own formats win */
+  int quant_set;                 /**< 1 when @ref quant applies */
+  ferry_expert_predict_fn predict; /**< optional expert predictor: prefetches experts up to
+                                      prefetch_depth layers ahead within the cache's capacity */
+  void *predict_user;            /**< passed to predict */
+  int expert_no_reuse;           /**< predictor "none": every routed expert is fetched on demand,
+                                      the cache is not consulted */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */
   void *on_routing_user;         /**< passed to on_routing */
 };
@@ -147,6 +176,8 @@ struct ferry_serve_summary {
   uint64_t bytes_d2h;         /**< total bytes device to host while serving */
   int64_t hits;               /**< expert-cache hits */
   int64_t misses;             /**< expert-cache misses */
+  int64_t prefetches;         /**< experts fetched ahead on a prediction */
+  int64_t prefetches_used;    /**< of those, used before being evicted */
   int64_t stall_ns;           /**< total compute stall */
   int64_t load_ns;            /**< time to load resident weights before serving */
   int64_t run_start_ns;       /**< executor time at which serving started (request and step

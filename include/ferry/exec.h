@@ -63,7 +63,8 @@ enum ferry_kernel_kind {
   FERRY_K_EXPERT,      /**< one expert's FFN over the (token, rank) pairs routed to it */
   FERRY_K_MOE_COMBINE, /**< x += sum over ranks of gate weight x expert output (+ shared) */
   FERRY_K_GATHER_ROWS, /**< out[i,:] = x[rows[i],:] */
-  FERRY_K_DEQUANTIZE,  /**< packed weights to dtype (quantized formats) */
+  FERRY_K_DEQUANTIZE,  /**< packed [n, k] weight (parts in aux[0..4], indexed by ferry_qpart;
+                            m = packed bytes) expanded into y (fp32) */
   FERRY_K_COUNT        /**< number of kinds, not a kind */
 };
 
@@ -112,6 +113,8 @@ struct ferry_kernel {
   enum ferry_act_fn fn;        /**< swiglu kind */
   int64_t pos_offset;          /**< embed: learned-position offset (OPT: 2) */
   int64_t sliding_window;      /**< attention: window in tokens, 0 = none */
+  int32_t qformat;             /**< dequantize: enum ferry_qformat of the packed weight */
+  int32_t qgroup;              /**< dequantize: group size of the format (0 when it has none) */
 };
 
 /**

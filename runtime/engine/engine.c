@@ -33,6 +33,10 @@ static void layout_workspace(struct ferry_engine *e) {
     e->ws.field = off;            \
     off = align_up(off + (uint64_t)(floats) * 4, WS_ALIGN); \
   } while (0)
+  /* dequantized weights (fp32): one slot for matmuls, three for an expert's gate/up/down */
+  WS(dq[0], e->max_q_numel);
+  WS(dq[1], E ? e->max_q_numel : 0);
+  WS(dq[2], E ? e->max_q_numel : 0);
   WS(x, T * H);
   WS(h, T * H);
   WS(q, T * qd);
@@ -164,6 +168,8 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->expert_start);
   ferry_free(e->routing_ids);
   ferry_free(e->routing_w);
+  ferry_free(e->votes);
+  ferry_free(e->predicted);
   ferry_free(e->reqs);
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
@@ -245,11 +251,13 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->expert_start = ferry__calloc(E + 1, sizeof(int32_t));
   e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
   e->routing_w = ferry__calloc(T * K, sizeof(float));
+  e->votes = ferry__calloc(E, sizeof(int32_t));
+  e->predicted = ferry__calloc(E, sizeof(int32_t));
   e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
   e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs || !e->seq_tokens)
+      !e->routing_w || !e->seqs || !e->seq_tokens || !e->votes || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
   return FERRY_OK;
 }

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "ferry/engine.h"
+#include "ferry/quant.h"
 #include "runtime/policy/policy.h"
 
 enum unit_kind { UNIT_GLOBAL, UNIT_LAYER_PART, UNIT_BLOCK, UNIT_EXPERT };
@@ -36,6 +37,12 @@ struct tensor_loc {
   uint64_t unit_offset;
   enum ferry_dtype dtype;
   int present;
+  int quantized;                               /* packed parts; dequantized before use */
+  struct ferry_qspec spec;
+  uint64_t part_offset[FERRY_QPART_COUNT];     /* offsets of the parts inside the unit */
+  enum ferry_dtype part_dtype[FERRY_QPART_COUNT];
+  uint32_t part_mask;                          /* bit p: part p exists */
+  uint64_t packed_bytes;                       /* all parts */
 };
 
 /* A device slot (block or expert) with the events that order its reuse. */
@@ -44,6 +51,7 @@ struct slot {
   ferry_event *ready;   /* recorded on the copy queue after the fill */
   ferry_event *free;    /* recorded on the compute queue after the last use */
   int used;             /* free has been recorded since the last fill */
+  int prefetched;       /* filled on a prediction and not used yet */
 };
 
 struct staging_slot {
@@ -53,6 +61,7 @@ struct staging_slot {
 
 /* Offsets (bytes) of the activation buffers inside the workspace. */
 struct workspace {
+  uint64_t dq[3];            /* dequantized weights: matmul, or an expert's gate/up/down */
   uint64_t x, h, q, k, v, attn, g, u, logits_r, topk_w, topk_ids, expert_out, gather, eg, eu, sg, su, sout, sgate,
       rows, rows_n, logits, total;
 };
@@ -89,6 +98,7 @@ struct ferry_engine {
   int32_t *expert_tensor;     /* ((layer * n_experts) + expert) * 3 + {gate, up, down} -> tensor */
   int32_t *unit_slot;         /* streamed unit -> slot holding it, or -1 */
   uint64_t max_stage_extra;
+  uint64_t max_q_numel;       /* elements of the largest quantized matrix (dequant scratch) */
 
   /* queues */
   int32_t q_compute, q_h2d, q_d2h, q_disk;
@@ -115,6 +125,8 @@ struct ferry_engine {
   /* per-step counters */
   uint64_t step_bytes_disk, step_bytes_h2d, step_bytes_d2h;
   int32_t step_hits, step_misses;
+  int64_t prefetches, prefetches_used;
+  int32_t *votes, *predicted;  /* expert prefetch scratch: votes per expert, one token's guess */
 
   /* step-scoped arrays (sized once) */
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */
@@ -146,6 +158,12 @@ void ferry__engine_free_units(struct ferry_engine *e);
  * the model has no such tensor. */
 struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
                                       int32_t expert);
+/* The location record of a tensor (NULL when the model has none). */
+const struct tensor_loc *ferry__engine_loc(const struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
+                                          int32_t expert);
+/* Device references of a quantized tensor's parts (buf NULL for parts its format lacks). */
+void ferry__engine_weight_parts(struct ferry_engine *e, const struct tensor_loc *loc,
+                                struct ferry_ref parts[FERRY_QPART_COUNT]);
 /* Plan input from the unit table (sizes per layer). */
 ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_input *in, uint64_t **attn,
                                       uint64_t **ffn);

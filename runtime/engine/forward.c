@@ -21,8 +21,37 @@ static struct ferry_kernel kernel(enum ferry_kernel_kind kind, const char *name,
   return k;
 }
 
+/* The weight (role, layer, expert) as a kernel reads it: the tensor where it lives, or, when it
+ * is stored quantized, a DEQUANTIZE op into dequantization slot `slot` of the workspace first
+ * (an op of its own, so every executor can time it and the simulator can cost it). */
+static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer, int32_t expert, int slot,
+                           struct ferry_ref *out) {
+  const struct tensor_loc *loc = ferry__engine_loc(e, role, layer, expert);
+  if (!loc || !loc->quantized) {
+    *out = ferry__engine_weight(e, role, layer, expert);
+    return FERRY_OK;
+  }
+  const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, (size_t)(loc - e->tensors));
+  struct ferry_kernel k = kernel(FERRY_K_DEQUANTIZE, "dequantize", layer);
+  k.expert = expert;
+  ferry__engine_weight_parts(e, loc, k.aux);
+  k.y = ferry__ws(e, e->ws.dq[slot]);
+  k.n = t->shape[0];
+  k.k = t->shape[1];
+  k.m = (int64_t)loc->packed_bytes;
+  k.qformat = (int32_t)loc->spec.format;
+  k.qgroup = loc->spec.group_size;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  *out = ferry__ws(e, e->ws.dq[slot]);
+  return FERRY_OK;
+}
+
+/* y (+)= x . W^T + b with W = the weight of `role` at `layer` (dequantized if need be). */
 static ferry_status matmul(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
-                           int64_t n, int64_t k, struct ferry_ref w, struct ferry_ref b, int accumulate) {
+                           int64_t n, int64_t k, enum ferry_tensor_role role, struct ferry_ref b, int accumulate) {
+  struct ferry_ref w;
+  ferry_status st = weight(e, role, layer, -1, 0, &w);
+  if (st != FERRY_OK) return st;
   struct ferry_kernel kk = kernel(FERRY_K_MATMUL, name, layer);
   kk.x = ferry__ws(e, x);
   kk.y = ferry__ws(e, y);
@@ -61,9 +90,9 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
   ferry_status st;
   if ((st = norm(e, "attn_norm", l, e->ws.x, e->ws.h, T, H, W(e, FERRY_ROLE_ATTN_NORM, l),
                  W(e, FERRY_ROLE_ATTN_NORM_BIAS, l))) ||
-      (st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, qd, H, W(e, FERRY_ROLE_ATTN_Q, l), W(e, FERRY_ROLE_ATTN_Q_BIAS, l), 0)) ||
-      (st = matmul(e, "attn.k", l, e->ws.h, e->ws.k, T, kvd, H, W(e, FERRY_ROLE_ATTN_K, l), W(e, FERRY_ROLE_ATTN_K_BIAS, l), 0)) ||
-      (st = matmul(e, "attn.v", l, e->ws.h, e->ws.v, T, kvd, H, W(e, FERRY_ROLE_ATTN_V, l), W(e, FERRY_ROLE_ATTN_V_BIAS, l), 0)))
+      (st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, qd, H, FERRY_ROLE_ATTN_Q, W(e, FERRY_ROLE_ATTN_Q_BIAS, l), 0)) ||
+      (st = matmul(e, "attn.k", l, e->ws.h, e->ws.k, T, kvd, H, FERRY_ROLE_ATTN_K, W(e, FERRY_ROLE_ATTN_K_BIAS, l), 0)) ||
+      (st = matmul(e, "attn.v", l, e->ws.h, e->ws.v, T, kvd, H, FERRY_ROLE_ATTN_V, W(e, FERRY_ROLE_ATTN_V_BIAS, l), 0)))
     return st;
   if (mc->qk_norm) {
     if ((st = norm(e, "q_norm", l, e->ws.q, e->ws.q, T, qd, W(e, FERRY_ROLE_Q_NORM, l), (struct ferry_ref){0})) ||
@@ -108,7 +137,7 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
   k.context_tokens = ctx;
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   /* residual: x += o_proj(attn) */
-  return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, qd, W(e, FERRY_ROLE_ATTN_O, l), W(e, FERRY_ROLE_ATTN_O_BIAS, l), 1);
+  return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, qd, FERRY_ROLE_ATTN_O, W(e, FERRY_ROLE_ATTN_O_BIAS, l), 1);
 }
 
 static ferry_status dense_ffn(struct ferry_engine *e, int32_t l) {
@@ -116,8 +145,8 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l) {
   const int64_t T = e->n_tok, H = mc->hidden, I = mc->intermediate;
   ferry_status st;
   if (mc->act == FERRY_ACT_SWIGLU) {
-    if ((st = matmul(e, "mlp.gate", l, e->ws.h, e->ws.g, T, I, H, W(e, FERRY_ROLE_FFN_GATE, l), (struct ferry_ref){0}, 0)) ||
-        (st = matmul(e, "mlp.up", l, e->ws.h, e->ws.u, T, I, H, W(e, FERRY_ROLE_FFN_UP, l), (struct ferry_ref){0}, 0)))
+    if ((st = matmul(e, "mlp.gate", l, e->ws.h, e->ws.g, T, I, H, FERRY_ROLE_FFN_GATE, (struct ferry_ref){0}, 0)) ||
+        (st = matmul(e, "mlp.up", l, e->ws.h, e->ws.u, T, I, H, FERRY_ROLE_FFN_UP, (struct ferry_ref){0}, 0)))
       return st;
     struct ferry_kernel k = kernel(FERRY_K_SWIGLU, "swiglu", l);
     k.x = ferry__ws(e, e->ws.g);
@@ -128,7 +157,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l) {
     k.fn = FERRY_FN_SILU_MUL;
     TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   } else {
-    if ((st = matmul(e, "mlp.fc1", l, e->ws.h, e->ws.g, T, I, H, W(e, FERRY_ROLE_FFN_UP, l), W(e, FERRY_ROLE_FFN_UP_BIAS, l), 0)))
+    if ((st = matmul(e, "mlp.fc1", l, e->ws.h, e->ws.g, T, I, H, FERRY_ROLE_FFN_UP, W(e, FERRY_ROLE_FFN_UP_BIAS, l), 0)))
       return st;
     struct ferry_kernel k = kernel(FERRY_K_SWIGLU, mc->act == FERRY_ACT_GELU ? "gelu" : "relu", l);
     k.x = k.y = ferry__ws(e, e->ws.g);
@@ -137,7 +166,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l) {
     k.fn = mc->act == FERRY_ACT_GELU ? FERRY_FN_GELU : FERRY_FN_RELU;
     TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   }
-  return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, W(e, FERRY_ROLE_FFN_DOWN, l), W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
+  return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, FERRY_ROLE_FFN_DOWN, W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
 }
 
 /* Routing of the current layer into e->routing_ids / routing_w: read back from the device
@@ -185,9 +214,10 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   k.expert = x;
   k.x = ferry__ws(e, e->ws.h);
   k.y = ferry__ws(e, e->ws.expert_out);
-  k.w = ferry__engine_weight(e, FERRY_ROLE_EXPERT_GATE, l, x);
-  k.aux[0] = ferry__engine_weight(e, FERRY_ROLE_EXPERT_UP, l, x);
-  k.aux[1] = ferry__engine_weight(e, FERRY_ROLE_EXPERT_DOWN, l, x);
+  ferry_status st;
+  if ((st = weight(e, FERRY_ROLE_EXPERT_GATE, l, x, 0, &k.w)) || (st = weight(e, FERRY_ROLE_EXPERT_UP, l, x, 1, &k.aux[0])) ||
+      (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, &k.aux[1])))
+    return st;
   k.aux[2] = ferry__ws(e, e->ws.gather);
   k.aux[3] = ferry__ws(e, e->ws.eg);
   k.aux[4] = ferry__ws(e, e->ws.eu);
@@ -206,11 +236,61 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   return FERRY_OK;
 }
 
+/* A cache slot for (layer, expert), evicting by the cache policy; an evicted expert that was
+ * prefetched and never used is a wasted prefetch. */
+static int32_t insert_expert(struct ferry_engine *e, int32_t l, int32_t x) {
+  int32_t el, ex;
+  int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
+  if (slot >= 0) e->expert_slots[slot].prefetched = 0;
+  return slot;
+}
+
+/* After layer l's experts are enqueued: ask the predictor, per token, for the experts of the
+ * next prefetch_depth layers, and fetch the most voted ones that are not cached, at most a
+ * share of the cache per target layer so guesses cannot flush it. Wrong guesses cost bandwidth
+ * and slots, never correctness: a demand miss fetches what is really needed. */
+static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  if (!e->cfg.predict) return FERRY_OK;
+  const int32_t E = (int32_t)mc->n_experts, K = (int32_t)mc->experts_per_token, L = (int32_t)mc->n_layers;
+  const int32_t depth = e->cfg.prefetch_depth > 0 ? e->cfg.prefetch_depth : 1;
+  int32_t budget = e->plan.n_expert_slots / (depth + 1);
+  if (budget < 1) budget = 1;
+  for (int32_t ahead = 1; ahead <= depth && l + ahead < L; ahead++) {
+    const int32_t target = l + ahead;
+    memset(e->votes, 0, (size_t)E * sizeof *e->votes);
+    for (int64_t t = 0; t < e->n_tok; t++) {
+      const struct seq *q = &e->seqs[e->tok_seq[t]];
+      const struct ferry_engine_request *r = &e->reqs[q->req];
+      int32_t n = e->cfg.predict(e->cfg.predict_user, r->id, e->tok_index[t], r->prompt_tokens + r->output_tokens, l,
+                                 target, e->routing_ids + t * K, e->routing_w + t * K, K, e->predicted, E);
+      for (int32_t i = 0; i < n && i < E; i++)
+        if (e->predicted[i] >= 0 && e->predicted[i] < E) e->votes[e->predicted[i]]++;
+    }
+    for (int32_t issued = 0; issued < budget; issued++) {
+      int32_t best = -1;
+      for (int32_t x = 0; x < E; x++)
+        if (e->votes[x] > 0 && (best < 0 || e->votes[x] > e->votes[best])) best = x;
+      if (best < 0) break;
+      e->votes[best] = 0;
+      if (ferry__cache_lookup(&e->cache, target, best) >= 0) continue;
+      int32_t slot = insert_expert(e, target, best);
+      if (slot < 0) break;
+      ferry__cache_touch(&e->cache, slot);
+      ferry_status st = ferry__engine_fetch_expert(e, e->expert_unit[target * E + best], slot);
+      if (st != FERRY_OK) return st;
+      e->expert_slots[slot].prefetched = 1;
+      e->prefetches++;
+    }
+  }
+  return FERRY_OK;
+}
+
 static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
   ferry_status st;
-  if ((st = matmul(e, "router", l, e->ws.h, e->ws.logits_r, T, E, H, W(e, FERRY_ROLE_ROUTER, l), (struct ferry_ref){0}, 0)))
+  if ((st = matmul(e, "router", l, e->ws.h, e->ws.logits_r, T, E, H, FERRY_ROLE_ROUTER, (struct ferry_ref){0}, 0)))
     return st;
   struct ferry_kernel rk = kernel(FERRY_K_ROUTER, "router_topk", l);
   rk.x = ferry__ws(e, e->ws.logits_r);
@@ -224,8 +304,8 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
   /* Shared expert on every token; its sigmoid gate scales it in the combine. */
   if (mc->n_shared_experts) {
     const int64_t S = mc->shared_intermediate;
-    if ((st = matmul(e, "shared.gate", l, e->ws.h, e->ws.sg, T, S, H, W(e, FERRY_ROLE_SHARED_GATE, l), (struct ferry_ref){0}, 0)) ||
-        (st = matmul(e, "shared.up", l, e->ws.h, e->ws.su, T, S, H, W(e, FERRY_ROLE_SHARED_UP, l), (struct ferry_ref){0}, 0)))
+    if ((st = matmul(e, "shared.gate", l, e->ws.h, e->ws.sg, T, S, H, FERRY_ROLE_SHARED_GATE, (struct ferry_ref){0}, 0)) ||
+        (st = matmul(e, "shared.up", l, e->ws.h, e->ws.su, T, S, H, FERRY_ROLE_SHARED_UP, (struct ferry_ref){0}, 0)))
       return st;
     struct ferry_kernel k = kernel(FERRY_K_SWIGLU, "swiglu", l);
     k.x = k.y = ferry__ws(e, e->ws.sg);
@@ -234,10 +314,10 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
     k.n = S;
     k.fn = FERRY_FN_SILU_MUL;
     TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
-    if ((st = matmul(e, "shared.down", l, e->ws.sg, e->ws.sout, T, H, S, W(e, FERRY_ROLE_SHARED_DOWN, l), (struct ferry_ref){0}, 0)))
+    if ((st = matmul(e, "shared.down", l, e->ws.sg, e->ws.sout, T, H, S, FERRY_ROLE_SHARED_DOWN, (struct ferry_ref){0}, 0)))
       return st;
     if (mc->shared_expert_gate &&
-        (st = matmul(e, "shared.gate_logit", l, e->ws.h, e->ws.sgate, T, 1, H, W(e, FERRY_ROLE_SHARED_EXPERT_GATE, l),
+        (st = matmul(e, "shared.gate_logit", l, e->ws.h, e->ws.sgate, T, 1, H, FERRY_ROLE_SHARED_EXPERT_GATE,
                      (struct ferry_ref){0}, 0)))
       return st;
   }
@@ -262,24 +342,31 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
   } else {
     /* Hits first (their data may already be there), then misses, each fetched into a slot
      * chosen by the cache policy. */
-    for (int32_t x = 0; x < E; x++) {
+    const int reuse = !e->cfg.expert_no_reuse;
+    for (int32_t x = 0; reuse && x < E; x++) {
       if (!e->expert_count[x]) continue;
       int32_t slot = ferry__cache_lookup(&e->cache, l, x);
       if (slot < 0) continue;
       e->step_hits++;
+      if (e->expert_slots[slot].prefetched) {
+        e->expert_slots[slot].prefetched = 0;
+        e->prefetches_used++;
+      }
       ferry__cache_touch(&e->cache, slot);
       if ((st = run_expert(e, l, x, slot))) return st;
     }
     for (int32_t x = 0; x < E; x++) {
-      if (!e->expert_count[x] || ferry__cache_lookup(&e->cache, l, x) >= 0) continue;
-      int32_t el, ex;
-      int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
-      if (slot < 0) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
+      if (!e->expert_count[x]) continue;
+      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
+      if (slot >= 0 && reuse) continue; /* a hit, run above */
+      if (slot < 0 && (slot = insert_expert(e, l, x)) < 0)
+        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
       e->step_misses++;
       ferry__cache_touch(&e->cache, slot);
       if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
       if ((st = run_expert(e, l, x, slot))) return st;
     }
+    if ((st = prefetch_experts(e, l))) return st;
   }
   struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
   ck.y = ferry__ws(e, e->ws.x);
@@ -308,7 +395,7 @@ static ferry_status logits(struct ferry_engine *e) {
   ferry_status st = norm(e, "final_norm", -1, e->ws.rows, e->ws.rows_n, S, H, W(e, FERRY_ROLE_FINAL_NORM, -1),
                          W(e, FERRY_ROLE_FINAL_NORM_BIAS, -1));
   if (st) return st;
-  struct ferry_ref head = mc->tied_embeddings ? W(e, FERRY_ROLE_EMBED, -1) : W(e, FERRY_ROLE_LM_HEAD, -1);
+  enum ferry_tensor_role head = mc->tied_embeddings ? FERRY_ROLE_EMBED : FERRY_ROLE_LM_HEAD;
   if ((st = matmul(e, "lm_head", -1, e->ws.rows_n, e->ws.logits, S, V, H, head, (struct ferry_ref){0}, 0))) return st;
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
@@ -326,7 +413,7 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   const struct ferry_plan *p = &e->plan;
   ferry_status st;
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
-  k.w = W(e, FERRY_ROLE_EMBED, -1);
+  if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
   k.y = ferry__ws(e, e->ws.x);
   k.m = e->n_tok;
   k.n = mc->hidden;

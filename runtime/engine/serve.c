@@ -149,6 +149,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   e->req_metrics = NULL;
   e->steps = NULL;
   e->n_reqs = e->n_steps = 0;
+  e->prefetches = e->prefetches_used = 0;
   int64_t *admit_order = NULL, *waiting = NULL;
   ferry_status st = FERRY_OK;
   e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
@@ -189,7 +190,8 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   e->run_start_ns = t0;
   int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
   const int32_t q_compute = e->q_compute;
-  int64_t last_progress = t0;
+  /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
+  int64_t last_progress = ferry__mono_ns();
   while (done < n) {
     int64_t now = ferry_exec_now(e->ex) - t0;
     while (next < n && e->reqs[next].arrival_ns <= now) waiting[w_tail++] = next++;
@@ -285,10 +287,10 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
       q->pos += q->step_tokens;
     }
-    if (o.progress && end - last_progress > 2000000000LL) {
+    if (o.progress && ferry__mono_ns() - last_progress > 2000000000LL) {
       fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)done, (long long)n,
               (long long)e->n_steps, (double)end / 1e9);
-      last_progress = end;
+      last_progress = ferry__mono_ns();
     }
     if (e->n_steps >= e->cap_steps) {
       st = ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: more steps than the bound %lld", (long long)e->cap_steps);
@@ -359,6 +361,8 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
   }
   out->load_ns = e->load_ns;
+  out->prefetches = e->prefetches;
+  out->prefetches_used = e->prefetches_used;
   out->run_start_ns = e->run_start_ns;
   ferry_free(a);
   ferry_free(b);
@@ -391,6 +395,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   if (s->hits + s->misses)
     fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
             100.0 * (double)s->hits / (double)(s->hits + s->misses));
+  if (s->prefetches)
+    fprintf(f, "expert prefetch: %lld fetched ahead, %lld used (precision %.1f%%)\n", (long long)s->prefetches,
+            (long long)s->prefetches_used, 100.0 * (double)s->prefetches_used / (double)s->prefetches);
   char c1[32], c2[32];
   fprintf(f, "compute stall %s; weights loaded in %s\n", ferry__format_ns((double)s->stall_ns, c1, 32),
           ferry__format_ns((double)s->load_ns, c2, 32));

@@ -8,6 +8,8 @@
 
 #include "common/alloc.h"
 #include "engine_impl.h"
+#include "common/json.h"
+#include "ferry/quant.h"
 #include "ferry/store.h"
 
 #define RANGE_ALIGN 64u
@@ -32,12 +34,79 @@ static enum group tensor_group(const struct ferry_model_config *mc, const struct
   }
 }
 
-/* Where a tensor's bytes are in the files (store) or in a virtual file (no store). */
-struct tensor_file {
+/* Where a tensor's bytes are: one part for a plain tensor, up to FERRY_QPART_COUNT for a
+ * quantized one (packed codes, scales, zeros, ...), in the files (store) or in a virtual file
+ * laid out in model order (no store: simulation). */
+struct part_file {
   uint32_t file;
   uint64_t offset, bytes;
   enum ferry_dtype dtype;
 };
+
+struct tensor_file {
+  int n_parts;
+  int quantized;
+  struct ferry_qspec spec;
+  struct part_file part[FERRY_QPART_COUNT]; /* indexed by ferry_qpart when quantized */
+  uint64_t bytes;                           /* all parts */
+};
+
+/* The "ferry.quant" metadata of a quantized folder: tensor name -> format. */
+static cJSON *quant_map(struct ferry_engine *e, ferry_status *st) {
+  const char *meta = e->store ? ferry_store_metadata(e->store, "ferry.quant") : NULL;
+  if (!meta) return NULL;
+  cJSON *map = NULL;
+  if (ferry__json_parse(meta, strlen(meta), "ferry.quant metadata", &map, &e->err) != FERRY_OK || !cJSON_IsObject(map)) {
+    cJSON_Delete(map);
+    *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: __metadata__ ferry.quant is not a JSON object of formats",
+                         ferry_store_file_path(e->store, 0));
+    return NULL;
+  }
+  return map;
+}
+
+/* The parts of quantized tensor t: each must exist with the dtype and shape its format and
+ * the tensor's shape imply, or the scales would not match the weights. */
+static ferry_status quantized_parts(struct ferry_engine *e, const struct ferry_tensor_desc *t, const char *spec_name,
+                                    struct tensor_file *out) {
+  const char *file0 = ferry_store_file_path(e->store, 0);
+  if (ferry_quant_spec_parse(spec_name, &out->spec) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s: unknown quantization format \"%s\"", file0, t->name,
+                          spec_name);
+  if (t->ndim != 2)
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s is %d-dimensional and cannot be quantized", file0,
+                          t->name, t->ndim);
+  struct ferry_qlayout lay;
+  if (ferry_quant_layout(&out->spec, t->shape[0], t->shape[1], &lay) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s: %s", file0, t->name, ferry_last_error());
+  char prefix[96], name[128];
+  size_t n = strlen(t->name);
+  if (n > 7 && !strcmp(t->name + n - 7, ".weight")) n -= 7;
+  snprintf(prefix, sizeof prefix, "%.*s", (int)n, t->name);
+  out->quantized = 1;
+  out->n_parts = FERRY_QPART_COUNT;
+  for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+    if (!lay.part[p].suffix) continue;
+    snprintf(name, sizeof name, "%s.%s", prefix, lay.part[p].suffix);
+    const struct ferry_store_tensor *s = ferry_store_find(e->store, name);
+    if (!s)
+      return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: quantized tensor %s (%s) has no part %s", file0, t->name,
+                            spec_name, name);
+    int same = s->dtype == lay.part[p].dtype && s->ndim == lay.part[p].ndim && s->nbytes == lay.part[p].bytes;
+    for (int d = 0; same && d < s->ndim; d++) same = s->shape[d] == lay.part[p].shape[d];
+    if (!same)
+      return ferry__err_set(&e->err, FERRY_ERR_FORMAT,
+                            "%s: %s has dtype %s and %llu bytes, but %s of %s [%lld, %lld] needs %s with %llu bytes "
+                            "(scales that do not match their weights)",
+                            ferry_store_file_path(e->store, s->file), name, ferry_dtype_st_name(s->dtype),
+                            (unsigned long long)s->nbytes, spec_name, t->name, (long long)t->shape[0],
+                            (long long)t->shape[1], ferry_dtype_st_name(lay.part[p].dtype),
+                            (unsigned long long)lay.part[p].bytes);
+    out->part[p] = (struct part_file){s->file, s->offset, s->nbytes, s->dtype};
+    out->bytes += s->nbytes;
+  }
+  return FERRY_OK;
+}
 
 static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st) {
   size_t n = ferry_model_tensor_count(e->model);
@@ -46,10 +115,23 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
     *st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
     return NULL;
   }
+  *st = FERRY_OK;
+  cJSON *qmap = quant_map(e, st);
+  if (*st != FERRY_OK) goto fail;
   uint64_t virtual_offset = 0;
   for (size_t i = 0; i < n; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
     if (e->store) {
+      const cJSON *q = qmap ? cJSON_GetObjectItemCaseSensitive(qmap, t->name) : NULL;
+      if (q) {
+        if (!cJSON_IsString(q) || (*st = quantized_parts(e, t, q->valuestring, &tf[i])) != FERRY_OK) {
+          if (*st == FERRY_OK)
+            *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: ferry.quant entry of %s is not a format name",
+                                 ferry_store_file_path(e->store, 0), t->name);
+          goto fail;
+        }
+        continue;
+      }
       const struct ferry_store_tensor *s = ferry_store_find(e->store, t->name);
       if (!s) {
         *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s required by the model is missing",
@@ -71,15 +153,43 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
                              ferry_store_file_path(e->store, s->file), t->name, ferry_dtype_st_name(s->dtype));
         goto fail;
       }
-      tf[i] = (struct tensor_file){s->file, s->offset, s->nbytes, s->dtype};
+      tf[i].n_parts = 1;
+      tf[i].part[0] = (struct part_file){s->file, s->offset, s->nbytes, s->dtype};
+      tf[i].bytes = s->nbytes;
+    } else if (e->cfg.quant_set && t->ndim == 2 &&
+               e->cfg.quant.spec[ferry_quant_class_of_role(t->role)].format > FERRY_QFORMAT_BF16) {
+      /* simulated quantized model: the parts' sizes from the format's layout */
+      struct ferry_qlayout lay;
+      tf[i].spec = e->cfg.quant.spec[ferry_quant_class_of_role(t->role)];
+      if (ferry_quant_layout(&tf[i].spec, t->shape[0], t->shape[1], &lay) != FERRY_OK) {
+        *st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "%s: %s", t->name, ferry_last_error());
+        goto fail;
+      }
+      tf[i].quantized = 1;
+      tf[i].n_parts = FERRY_QPART_COUNT;
+      for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+        if (!lay.part[p].suffix) continue;
+        tf[i].part[p] = (struct part_file){0, virtual_offset, lay.part[p].bytes, lay.part[p].dtype};
+        virtual_offset += lay.part[p].bytes;
+        tf[i].bytes += lay.part[p].bytes;
+      }
     } else {
-      uint64_t bytes = t->numel * ferry_dtype_size(e->mc->dtype);
-      tf[i] = (struct tensor_file){0, virtual_offset, bytes, e->mc->dtype};
+      enum ferry_dtype dt = e->mc->dtype;
+      if (e->cfg.quant_set && t->ndim == 2) {
+        enum ferry_qformat f = e->cfg.quant.spec[ferry_quant_class_of_role(t->role)].format;
+        dt = f == FERRY_QFORMAT_FP16 ? FERRY_DTYPE_F16 : f == FERRY_QFORMAT_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
+      }
+      uint64_t bytes = t->numel * ferry_dtype_size(dt);
+      tf[i].n_parts = 1;
+      tf[i].part[0] = (struct part_file){0, virtual_offset, bytes, dt};
+      tf[i].bytes = bytes;
       virtual_offset += bytes;
     }
   }
+  cJSON_Delete(qmap);
   return tf;
 fail:
+  cJSON_Delete(qmap);
   ferry_free(tf);
   return NULL;
 }
@@ -110,7 +220,8 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
    * always fit the slot sizes planned from these figures. */
   for (size_t i = 0; i < n; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
-    uint64_t b = tf[i].bytes + RANGE_ALIGN;
+    uint64_t b = tf[i].bytes + RANGE_ALIGN * (uint64_t)tf[i].n_parts;
+    if (tf[i].quantized && t->numel > e->max_q_numel) e->max_q_numel = t->numel;
     switch (tensor_group(mc, t)) {
       case G_GLOBAL: in->global_bytes += b; break;
       case G_ATTN: (*attn)[t->layer] += b; break;
@@ -128,30 +239,44 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
   return FERRY_OK;
 }
 
-static int cmp_tensor_file(const void *a, const void *b, void *ctx) {
-  const struct tensor_file *tf = ctx;
-  const struct tensor_file *x = &tf[*(const int32_t *)a], *y = &tf[*(const int32_t *)b];
+/* One contiguous piece of a tensor in the files: a plain tensor or one part of a quantized one. */
+struct piece {
+  int32_t tensor, part;
+  const struct part_file *f;
+};
+
+static int cmp_piece(const void *a, const void *b) {
+  const struct part_file *x = ((const struct piece *)a)->f, *y = ((const struct piece *)b)->f;
   if (x->file != y->file) return x->file < y->file ? -1 : 1;
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static struct tensor_file *sort_ctx;
-static int cmp_members(const void *a, const void *b) { return cmp_tensor_file(a, b, sort_ctx); }
-
-/* Give unit u its ranges and its tensors their offsets. members: model tensor indices. */
-static ferry_status pack_unit(struct ferry_engine *e, int32_t u, int32_t *members, int32_t n_members,
-                              struct tensor_file *tf) {
+/* Give unit u its ranges and its tensors (and their parts) their offsets inside it. */
+static ferry_status pack_unit(struct ferry_engine *e, int32_t u, const int32_t *members, int32_t n_members,
+                              const struct tensor_file *tf) {
   struct unit *un = &e->units[u];
-  sort_ctx = tf;
-  qsort(members, (size_t)n_members, sizeof *members, cmp_members);
-  un->ranges = ferry__calloc((size_t)(n_members ? n_members : 1), sizeof *un->ranges);
-  if (!un->ranges) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
-  uint64_t end = 0, stage = 0;
+  int32_t n_pieces = 0;
+  for (int32_t i = 0; i < n_members; i++) n_pieces += tf[members[i]].n_parts;
+  struct piece *pc = ferry__calloc((size_t)(n_pieces ? n_pieces : 1), sizeof *pc);
+  un->ranges = ferry__calloc((size_t)(n_pieces ? n_pieces : 1), sizeof *un->ranges);
+  if (!pc || !un->ranges) {
+    ferry_free(pc);
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  }
+  int32_t k = 0;
   for (int32_t i = 0; i < n_members; i++) {
     const struct tensor_file *t = &tf[members[i]];
+    for (int p = 0; p < t->n_parts; p++)
+      if (t->part[p].bytes || !t->quantized) pc[k++] = (struct piece){members[i], p, &t->part[p]};
+  }
+  n_pieces = k;
+  qsort(pc, (size_t)n_pieces, sizeof *pc, cmp_piece);
+  uint64_t end = 0, stage = 0;
+  for (int32_t i = 0; i < n_pieces; i++) {
+    const struct part_file *t = pc[i].f;
     struct unit_range *r = un->n_ranges ? &un->ranges[un->n_ranges - 1] : NULL;
     size_t es = ferry_dtype_size(t->dtype);
-    /* Extend the current range when the tensor follows it in the same file and stays aligned
+    /* Extend the current range when the piece follows it in the same file and stays aligned
      * to its element size inside the unit. */
     if (r && r->file == t->file && r->file_offset + r->len == t->offset && (r->unit_offset + r->len) % es == 0) {
       r->len += t->bytes;
@@ -163,7 +288,20 @@ static ferry_status pack_unit(struct ferry_engine *e, int32_t u, int32_t *member
       r->len = t->bytes;
       r->unit_offset = (end + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
     }
-    e->tensors[members[i]] = (struct tensor_loc){u, r->unit_offset + (t->offset - r->file_offset), t->dtype, 1};
+    struct tensor_loc *loc = &e->tensors[pc[i].tensor];
+    const struct tensor_file *tfi = &tf[pc[i].tensor];
+    loc->unit = u;
+    loc->present = 1;
+    loc->quantized = tfi->quantized;
+    loc->spec = tfi->spec;
+    loc->part_offset[pc[i].part] = r->unit_offset + (t->offset - r->file_offset);
+    loc->part_dtype[pc[i].part] = t->dtype;
+    loc->part_mask |= 1u << pc[i].part;
+    loc->packed_bytes = tfi->bytes;
+    if (pc[i].part == 0) {
+      loc->unit_offset = loc->part_offset[0];
+      loc->dtype = t->dtype;
+    }
     end = r->unit_offset + r->len;
   }
   if (un->n_ranges) {
@@ -172,6 +310,7 @@ static ferry_status pack_unit(struct ferry_engine *e, int32_t u, int32_t *member
   }
   un->bytes = end;
   un->stage_bytes = stage;
+  ferry_free(pc);
   return FERRY_OK;
 }
 
@@ -282,8 +421,8 @@ out:
   return st;
 }
 
-struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
-                                      int32_t expert) {
+const struct tensor_loc *ferry__engine_loc(const struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
+                                          int32_t expert) {
   int32_t ti;
   if (expert >= 0) {
     int which = role == FERRY_ROLE_EXPERT_GATE ? 0 : role == FERRY_ROLE_EXPERT_UP ? 1 : 2;
@@ -291,22 +430,43 @@ struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_
   } else {
     ti = e->role_tensor[(layer + 1) * FERRY_ROLE_COUNT + (int32_t)role];
   }
-  struct ferry_ref r = {NULL, 0, FERRY_DTYPE_F32};
-  if (ti < 0) return r;
-  const struct tensor_loc *loc = &e->tensors[ti];
-  const struct unit *un = &e->units[loc->unit];
-  r.dtype = loc->dtype;
+  return ti < 0 ? NULL : &e->tensors[ti];
+}
+
+/* Where unit u's bytes are on the device now: the pinned buffer, or the slot holding it. */
+static void unit_base(const struct ferry_engine *e, int32_t u, ferry_buf **buf, uint64_t *off) {
+  const struct unit *un = &e->units[u];
   if (un->pinned) {
-    r.buf = e->pinned_buf;
-    r.offset = un->device_offset + loc->unit_offset;
+    *buf = e->pinned_buf;
+    *off = un->device_offset;
   } else if (un->kind == UNIT_BLOCK) {
-    r.buf = e->block_buf;
-    r.offset = (uint64_t)e->unit_slot[loc->unit] * e->plan.block_slot_bytes + loc->unit_offset;
+    *buf = e->block_buf;
+    *off = (uint64_t)e->unit_slot[u] * e->plan.block_slot_bytes;
   } else {
-    r.buf = e->expert_buf;
-    r.offset = (uint64_t)e->unit_slot[loc->unit] * e->plan.expert_slot_bytes + loc->unit_offset;
+    *buf = e->expert_buf;
+    *off = (uint64_t)e->unit_slot[u] * e->plan.expert_slot_bytes;
   }
+}
+
+struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
+                                      int32_t expert) {
+  struct ferry_ref r = {NULL, 0, FERRY_DTYPE_F32};
+  const struct tensor_loc *loc = ferry__engine_loc(e, role, layer, expert);
+  if (!loc) return r;
+  unit_base(e, loc->unit, &r.buf, &r.offset);
+  r.offset += loc->unit_offset;
+  r.dtype = loc->dtype;
   return r;
+}
+
+void ferry__engine_weight_parts(struct ferry_engine *e, const struct tensor_loc *loc,
+                                struct ferry_ref parts[FERRY_QPART_COUNT]) {
+  ferry_buf *buf;
+  uint64_t off;
+  unit_base(e, loc->unit, &buf, &off);
+  for (int p = 0; p < FERRY_QPART_COUNT; p++)
+    parts[p] = (loc->part_mask >> p & 1) ? (struct ferry_ref){buf, off + loc->part_offset[p], loc->part_dtype[p]}
+                                         : (struct ferry_ref){NULL, 0, FERRY_DTYPE_U8};
 }
 
 void ferry__engine_free_units(struct ferry_engine *e) {

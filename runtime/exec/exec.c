@@ -163,6 +163,14 @@ static ferry_status check_ref(ferry_exec *ex, const char *what, struct ferry_ref
   return FERRY_OK;
 }
 
+/* Only the header is initialised here and each wrapper sets every field of the member it
+ * uses: zero-initialising the whole op (400-odd bytes, for its kernel member) cost more than
+ * the rest of enqueueing a record or a copy on the simulator. */
+static inline void op_init(struct ferry_op *op, enum ferry_op_kind kind) {
+  op->kind = kind;
+  op->correlation_id = 0;
+}
+
 static ferry_status submit(ferry_exec *ex, int32_t queue, struct ferry_op *op) {
   op->correlation_id = atomic_fetch_add(&ex->next_correlation, 1);
   return ex->backend->submit(ex, queue, op);
@@ -177,7 +185,8 @@ ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *
   if (dst.buf->tier != FERRY_TIER_HOST)
     return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "read: destination '%s' is not in the host tier",
                           dst.buf->label);
-  struct ferry_op op = {.kind = FERRY_OP_READ};
+  struct ferry_op op;
+  op_init(&op, FERRY_OP_READ);
   op.u.read.store = store;
   op.u.read.file = file;
   op.u.read.offset = offset;
@@ -200,7 +209,8 @@ ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst
   ferry_status st = check_ref(ex, "copy destination", dst, bytes);
   if (st == FERRY_OK) st = check_ref(ex, "copy source", src, bytes);
   if (st != FERRY_OK) return st;
-  struct ferry_op op = {.kind = FERRY_OP_COPY};
+  struct ferry_op op;
+  op_init(&op, FERRY_OP_COPY);
   op.u.copy.dst = dst;
   op.u.copy.src = src;
   op.u.copy.bytes = bytes;
@@ -214,7 +224,8 @@ ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferr
     return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
   if (kernel->m < 0 || kernel->n < 0 || kernel->k < 0)
     return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute %s: negative shape", kernel->name ? kernel->name : "?");
-  struct ferry_op op = {.kind = FERRY_OP_KERNEL};
+  struct ferry_op op;
+  op_init(&op, FERRY_OP_KERNEL);
   op.u.kernel = *kernel;
   if (!op.u.kernel.name) op.u.kernel.name = ferry_kernel_kind_name(kernel->kind);
   return submit(ex, queue, &op);
@@ -242,7 +253,8 @@ void ferry_exec_event_destroy(ferry_exec *ex, ferry_event *ev) {
 
 ferry_status ferry_exec_record(ferry_exec *ex, int32_t queue, ferry_event *ev) {
   if (!valid_queue(ex, queue) || !ev) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "record: invalid argument");
-  struct ferry_op op = {.kind = FERRY_OP_RECORD};
+  struct ferry_op op;
+  op_init(&op, FERRY_OP_RECORD);
   op.u.event.ev = ev;
   op.u.event.gen = atomic_fetch_add(&ev->recorded_gen, 1) + 1;
   return submit(ex, queue, &op);
@@ -252,7 +264,8 @@ ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *e
   if (!valid_queue(ex, queue) || !ev) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "queue_wait: invalid argument");
   uint64_t gen = atomic_load(&ev->recorded_gen);
   if (gen == 0 || atomic_load(&ev->done_gen) >= gen) return FERRY_OK; /* nothing to wait for */
-  struct ferry_op op = {.kind = FERRY_OP_WAIT};
+  struct ferry_op op;
+  op_init(&op, FERRY_OP_WAIT);
   op.u.event.ev = ev;
   op.u.event.gen = gen;
   return submit(ex, queue, &op);

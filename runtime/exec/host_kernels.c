@@ -362,6 +362,15 @@ static ferry_status k_combine(const struct ferry_kernel *k) {
   return FERRY_OK;
 }
 
+static ferry_status k_dequantize(const struct ferry_kernel *k, char *msg, size_t len) {
+  struct ferry_qspec spec = {(enum ferry_qformat)k->qformat, k->qgroup};
+  struct ferry_qview view;
+  for (int p = 0; p < FERRY_QPART_COUNT; p++) view.part[p] = k->aux[p].buf ? at(k->aux[p]) : NULL;
+  ferry_status st = ferry_quant_dequantize_rows(&spec, &view, k->n, k->k, 0, k->n, at(k->y));
+  if (st != FERRY_OK) snprintf(msg, len, "%s: %s", k->name, ferry_last_error());
+  return st;
+}
+
 static ferry_status k_gather(const struct ferry_kernel *k) {
   const float *x = at(k->x);
   float *y = at(k->y);
@@ -388,6 +397,7 @@ ferry_status ferry__host_kernel_run(const struct ferry_kernel *k, struct ferry_h
     case FERRY_K_EXPERT: st = k_expert(k, s); break;
     case FERRY_K_MOE_COMBINE: return k_combine(k);
     case FERRY_K_GATHER_ROWS: return k_gather(k);
+    case FERRY_K_DEQUANTIZE: return k_dequantize(k, msg, len);
     default:
       snprintf(msg, len, "%s: kernel kind %s is not implemented by the host executor", k->name,
                ferry_kernel_kind_name(k->kind));

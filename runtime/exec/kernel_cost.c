@@ -67,8 +67,9 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       b = m * n * 8;
       break;
     case FERRY_K_DEQUANTIZE:
+      /* packed bytes read (m) + expanded bytes written */
       f = 2.0 * (double)(n * kk);
-      b = n * kk * (esize(k->y.dtype) + 1);
+      b = m + n * kk * esize(k->y.dtype);
       break;
     case FERRY_K_COUNT:
       break;

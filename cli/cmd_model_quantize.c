@@ -1,0 +1,151 @@
+/* `ferry model quantize`: pack a model folder's weights in a format (or a per-class plan) and
+ * report size and error per tensor class; with --report also the end-to-end logits error of
+ * the quantized model against the input model on a fixed token set (host executor). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/alloc.h"
+#include "common/units.h"
+#include "ferry/engine.h"
+#include "ferry/exec.h"
+#include "ferry/quantize.h"
+#include "ferry/store.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: ferry model quantize (--format F | --plan SPEC) IN_DIR OUT_DIR [--report]\n"
+          "Pack a model's weights: formats fp16, bf16, int8, int4-g32|64|128, int3-g64, int2-g64, nf4;\n"
+          "a plan gives one per tensor class, e.g. attn=int4-g64,expert=int3-g64,head=fp16,default=int8\n"
+          "(classes: attn, expert, shared, router, dense_ffn, embed, head, norm).\n\n"
+          "  --report   also compare the logits of both models on a fixed token set (cosine, KL)\n");
+}
+
+struct logits {
+  float *v;
+  size_t n, cap;
+  int64_t vocab;
+};
+
+static void collect(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
+                    int64_t vocab) {
+  (void)req;
+  (void)tok;
+  (void)tokens;
+  (void)n_tokens;
+  struct logits *c = user;
+  c->vocab = vocab;
+  if (c->n + (size_t)vocab > c->cap) {
+    size_t cap = (c->cap + (size_t)vocab) * 2;
+    float *v = realloc(c->v, cap * sizeof *v);
+    if (!v) return;
+    c->v = v;
+    c->cap = cap;
+  }
+  memcpy(c->v + c->n, l, (size_t)vocab * sizeof *l);
+  c->n += (size_t)vocab;
+}
+
+/* Same requests, same token ids, everything resident: only the weights differ. */
+static ferry_status logits_of(const char *dir, struct logits *out) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  ferry_status st;
+  struct ferry_engine_config c = {.max_batch = 4, .max_step_tokens = 64, .max_seq_tokens = 64, .seed = 1234,
+                                  .resident_all = 1, .on_logits = collect, .logits_user = out};
+  static const struct ferry_engine_request reqs[] = {
+      {.id = 0, .prompt_tokens = 24, .output_tokens = 8}, {.id = 1, .prompt_tokens = 16, .output_tokens = 8},
+      {.id = 2, .prompt_tokens = 32, .output_tokens = 8}, {.id = 3, .prompt_tokens = 8, .output_tokens = 8}};
+  if ((st = ferry_model_open(&m, dir)) == FERRY_OK && (st = ferry_store_open(&s, dir)) == FERRY_OK &&
+      (st = ferry_exec_create_host(&ex, NULL)) == FERRY_OK && (st = ferry_engine_create(&e, m, s, ex, &c)) == FERRY_OK)
+    st = ferry_engine_run(e, reqs, 4, &(struct ferry_run_options){.as_fast_as_possible = 1});
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+  return st;
+}
+
+int cmd_model_quantize(int argc, char **argv) {
+  static const struct option opts[] = {{"format", required_argument, 0, 'f'}, {"plan", required_argument, 0, 'p'},
+                                       {"report", no_argument, 0, 'r'},       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  const char *format = NULL, *plan_text = NULL;
+  int report = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'f': format = optarg; break;
+      case 'p': plan_text = optarg; break;
+      case 'r': report = 1; break;
+      case 'h': usage(stdout); return CLI_OK;
+      default: return cli_usage_error("model quantize", "invalid option");
+    }
+  }
+  if (argc - optind != 2) return cli_usage_error("model quantize", "expected IN_DIR OUT_DIR");
+  if (!!format == !!plan_text) return cli_usage_error("model quantize", "give either --format F or --plan SPEC");
+  const char *in = argv[optind], *out = argv[optind + 1];
+  struct ferry_qplan plan;
+  if (ferry_quant_plan_parse(format ? format : plan_text, &plan) != FERRY_OK)
+    return cli_usage_error("model quantize", "%s", ferry_last_error());
+  struct ferry_quantize_report rep;
+  ferry_status st = ferry_model_quantize(in, out, &plan, cli_is_tty(stderr) ? stderr : NULL, &rep);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
+  char buf[256], b1[32], b2[32];
+  printf("quantized %s -> %s with %s\n", in, out, ferry_quant_plan_format(&plan, buf, sizeof buf));
+  printf("%-10s %-10s %8s %12s %12s %7s %10s %10s\n", "class", "format", "tensors", "before", "after", "ratio",
+         "mean err", "max err");
+  for (int k = 0; k < FERRY_QCLASS_COUNT; k++) {
+    const struct ferry_quantize_class_report *r = &rep.cls[k];
+    if (!r->tensors) continue;
+    char spec[32];
+    printf("%-10s %-10s %8lld %12s %12s %6.2fx %10.4f %10.4f\n", ferry_quant_class_name((enum ferry_qclass)k),
+           ferry_quant_spec_name(&plan.spec[k], spec, sizeof spec), (long long)r->tensors,
+           ferry__format_bytes(r->bytes_before, b1, sizeof b1), ferry__format_bytes(r->bytes_after, b2, sizeof b2),
+           r->bytes_after ? (double)r->bytes_before / (double)r->bytes_after : 0, r->mean_rel_error, r->max_rel_error);
+  }
+  printf("%-10s %-10s %8s %12s %12s %6.2fx   (relative Frobenius error per tensor)\n", "total", "", "",
+         ferry__format_bytes(rep.bytes_before, b1, sizeof b1), ferry__format_bytes(rep.bytes_after, b2, sizeof b2),
+         rep.bytes_after ? (double)rep.bytes_before / (double)rep.bytes_after : 0);
+  if (!report) return CLI_OK;
+  struct logits ref = {0}, q = {0};
+  if ((st = logits_of(in, &ref)) != FERRY_OK || (st = logits_of(out, &q)) != FERRY_OK) {
+    free(ref.v);
+    free(q.v);
+    return cli_fail(st, NULL);
+  }
+  int rc = CLI_OK;
+  if (ref.n != q.n || !ref.vocab) {
+    rc = cli_fail(FERRY_ERR_INTERNAL, "report: the two runs produced different numbers of tokens");
+  } else {
+    size_t tokens = ref.n / (size_t)ref.vocab;
+    double cos_sum = 0, cos_min = 1, kl_sum = 0, kl_max = 0;
+    int top1 = 0;
+    for (size_t t = 0; t < tokens; t++) {
+      const float *a = ref.v + t * (size_t)ref.vocab, *b = q.v + t * (size_t)ref.vocab;
+      double cs = ferry_quant_cosine(a, b, (size_t)ref.vocab), kl = ferry_quant_kl_logits(a, b, (size_t)ref.vocab);
+      cos_sum += cs;
+      kl_sum += kl;
+      if (cs < cos_min) cos_min = cs;
+      if (kl > kl_max) kl_max = kl;
+      size_t ia = 0, ib = 0;
+      for (size_t i = 1; i < (size_t)ref.vocab; i++) {
+        if (a[i] > a[ia]) ia = i;
+        if (b[i] > b[ib]) ib = i;
+      }
+      top1 += ia == ib;
+    }
+    printf("logits over %zu tokens (4 requests, seeded ids): cosine mean %.5f min %.5f; KL mean %.5f max %.5f nats; "
+           "top-1 agreement %.1f%%\n",
+           tokens, cos_sum / (double)tokens, cos_min, kl_sum / (double)tokens, kl_max, 100.0 * top1 / (double)tokens);
+  }
+  free(ref.v);
+  free(q.v);
+  return rc;
+}

@@ -1,0 +1,631 @@
+/* `ferry sweep`: the cartesian product of run parameters from a JSON spec, each combination run
+ * as a child `ferry run` / `ferry sim` writing into one result database. Resumable (a
+ * combination whose configuration hash has a complete run is skipped; the hash is computed by
+ * the same code as the child's), parallel up to -j for simulations, one real run at a time. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/run_common.h"
+#include "common/alloc.h"
+#include "common/json.h"
+#include "common/units.h"
+#include "ferry/db.h"
+
+/* Spec keys: the long options of `ferry run` / `ferry sim` with underscores, plus executor. */
+static const struct key {
+  const char *name;
+  int flag; /* boolean option: true adds it, false leaves it out */
+} keys[] = {
+    {"executor", 0},       {"hw", 0},           {"model", 0},          {"trace", 0},
+    {"trace_format", 0},   {"synthetic", 0},    {"max_requests", 0},   {"time_window", 0},
+    {"rate_scale", 0},     {"time_scale", 0},   {"as_fast_as_possible", 1}, {"skip_bad", 1},
+    {"seed", 0},           {"block_layers", 0}, {"prefetch_depth", 0}, {"pin_first", 0},
+    {"pin_last", 0},       {"resident", 0},     {"device_budget", 0},  {"host_budget", 0},
+    {"home", 0},           {"expert_cache", 0}, {"max_batch", 0},      {"max_step_tokens", 0},
+    {"max_seq_tokens", 0}, {"threads", 0},      {"direct_io", 1},      {"drop_cache", 1},
+    {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
+    {"routing", 0},        {"routing_synth", 0},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+enum state { PENDING, SKIPPED, RUNNING, DONE, FAILED };
+
+struct combo {
+  char **argv; /* "ferry", "run"|"sim", options..., NULL (owned) */
+  int argc;
+  char *desc;  /* swept keys only: "executor=sim block_layers=2" */
+  char *config_json;
+  char hash[17];
+  int real;    /* host or cuda: measured alone */
+  enum ferry_run_kind kind;
+  char *model, *hw, *trace; /* for a failure row the child could not write */
+  enum state state;
+  pid_t pid;
+  int log_fd;
+  int64_t start_ns;
+  char *error;
+};
+
+struct sweep {
+  const char *spec_path, *db_path;
+  int jobs, quiet, dry_run, tty;
+  struct combo *c;
+  size_t n;
+  ferry_db *db;
+  int64_t max_id_before;
+  int64_t t0;
+  size_t skipped, ran, failed, finished;
+};
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: ferry sweep --spec SPEC.json --db STUDY.db [-j N] [OPTIONS]\n"
+          "Run every combination of the parameters in SPEC into one result database. SPEC is a JSON\n"
+          "object mapping run options (long names with underscores) to lists of values, e.g.\n"
+          "  {\"executor\": [\"host\", \"sim\"], \"hw\": [\"h100-pcie\"], \"model\": [\"build/tiny\"],\n"
+          "   \"synthetic\": [\"rate=4,n=16,prompt=32,output=8\"], \"block_layers\": [1, 2, 4],\n"
+          "   \"prefetch_depth\": [0, 1, 2]}\n"
+          "executor host|cuda runs 'ferry run --backend X', sim runs 'ferry sim' (hw applies to sim only).\n"
+          "Booleans (as_fast_as_possible, skip_bad, direct_io, drop_cache, greedy) take true/false.\n"
+          "A combination whose configuration already has a complete run in the database is skipped, so\n"
+          "an interrupted sweep is resumed by running it again. A failed run is recorded with its error\n"
+          "and the sweep goes on; the exit status is 1 if any run failed.\n\n"
+          "Options:\n"
+          "  --spec FILE      the sweep specification (JSON)\n"
+          "  --db FILE        result database (created if missing)\n"
+          "  -j, --jobs N     simulations in parallel (default 1); real runs always run alone\n"
+          "  --dry-run        list the combinations and whether each is done; run nothing\n"
+          "  --quiet          no progress output\n"
+          "  -h, --help       this help\n");
+}
+
+static void known_keys(char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < NKEYS && n < len; i++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", keys[i].name);
+}
+
+static const struct key *find_key(const char *name) {
+  for (size_t i = 0; i < NKEYS; i++)
+    if (!strcmp(keys[i].name, name)) return &keys[i];
+  return NULL;
+}
+
+/* A value as option text; 0 on a type error (message printed). */
+static int value_text(const char *spec, const char *key, const cJSON *v, int flag, char *out, size_t len) {
+  if (flag) {
+    if (!cJSON_IsBool(v)) {
+      fprintf(stderr, "ferry: %s: %s: expected true or false\n", spec, key);
+      return 0;
+    }
+    snprintf(out, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    return 1;
+  }
+  if (cJSON_IsString(v)) {
+    if (!*v->valuestring) {
+      fprintf(stderr, "ferry: %s: %s: empty string\n", spec, key);
+      return 0;
+    }
+    snprintf(out, len, "%s", v->valuestring);
+  } else if (cJSON_IsNumber(v)) {
+    double d = v->valuedouble;
+    if (d == floor(d) && fabs(d) < 9e15) snprintf(out, len, "%lld", (long long)d);
+    else snprintf(out, len, "%.17g", d);
+  } else {
+    fprintf(stderr, "ferry: %s: %s: expected a string or a number in the list\n", spec, key);
+    return 0;
+  }
+  return 1;
+}
+
+static void combo_free(struct combo *c) {
+  if (c->argv)
+    for (int i = 0; i < c->argc; i++) ferry_free(c->argv[i]);
+  ferry_free(c->argv);
+  ferry_free(c->desc);
+  ferry_free(c->config_json);
+  ferry_free(c->model);
+  ferry_free(c->hw);
+  ferry_free(c->trace);
+  ferry_free(c->error);
+  if (c->log_fd > 0) close(c->log_fd);
+}
+
+static int push_arg(struct combo *c, const char *s) {
+  char **a = ferry__reallocarray(c->argv, (size_t)c->argc + 2, sizeof *a);
+  if (!a) return -1;
+  c->argv = a;
+  if (!(a[c->argc] = ferry__strdup(s))) return -1;
+  a[++c->argc] = NULL;
+  return 0;
+}
+
+/* Build one combination's argv from the chosen value index of every key, then parse it with
+ * the child's own parser and compute its configuration hash. */
+static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
+  memset(c, 0, sizeof *c);
+  c->log_fd = -1;
+  char val[1024];
+  const char *executor = "host";
+  size_t k = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, spec) {
+    if (!strcmp(it->string, "executor")) {
+      const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
+      if (!value_text(sw->spec_path, "executor", v, 0, val, sizeof val)) return CLI_USAGE;
+      if (strcmp(val, "host") && strcmp(val, "cuda") && strcmp(val, "sim")) {
+        fprintf(stderr, "ferry: %s: executor: expected host, cuda or sim, got '%s'\n", sw->spec_path, val);
+        return CLI_USAGE;
+      }
+      executor = !strcmp(val, "sim") ? "sim" : !strcmp(val, "cuda") ? "cuda" : "host";
+    }
+    k++;
+  }
+  int sim = !strcmp(executor, "sim");
+  c->real = !sim;
+  c->kind = sim ? FERRY_RUN_SIM : !strcmp(executor, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST;
+  struct rbuf_lite {
+    char s[2048];
+    size_t n;
+  } desc = {.n = 0};
+  desc.s[0] = '\0';
+  if (push_arg(c, "ferry") || push_arg(c, sim ? "sim" : "run")) goto oom;
+  if (!sim && (push_arg(c, "--backend") || push_arg(c, executor))) goto oom;
+  k = 0;
+  cJSON_ArrayForEach(it, spec) {
+    const struct key *key = find_key(it->string);
+    const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
+    int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
+    k++;
+    if (!value_text(sw->spec_path, it->string, v, key->flag, val, sizeof val)) return CLI_USAGE;
+    if (!strcmp(key->name, "hw") && !sim) continue; /* hardware profiles are the simulator's */
+    if (swept && desc.n < sizeof desc.s)
+      desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", key->name, val);
+    if (!strcmp(key->name, "executor")) continue;
+    char opt[64] = "--";
+    for (size_t i = 0; key->name[i] && i + 3 < sizeof opt; i++) opt[i + 2] = key->name[i] == '_' ? '-' : key->name[i];
+    opt[sizeof opt - 1] = '\0';
+    if (key->flag) {
+      if (cJSON_IsTrue(v) && push_arg(c, opt)) goto oom;
+    } else if (push_arg(c, opt) || push_arg(c, val)) {
+      goto oom;
+    }
+  }
+  if (push_arg(c, "--db") || push_arg(c, sw->db_path) || push_arg(c, "--quiet")) goto oom;
+  if (!(c->desc = ferry__strdup(desc.n ? desc.s : "(single configuration)"))) goto oom;
+
+  /* parse a copy: getopt may permute argv */
+  char **copy = ferry__calloc((size_t)c->argc + 1, sizeof *copy);
+  if (!copy) goto oom;
+  memcpy(copy, c->argv, (size_t)c->argc * sizeof *copy);
+  struct run_args a;
+  int rc = run_parse(c->argc - 1, copy + 1, c->argv[1], &a);
+  if (rc != 0) {
+    ferry_free(copy);
+    fprintf(stderr, "ferry: %s: invalid combination: %s\n", sw->spec_path, c->desc);
+    return rc < 0 ? CLI_USAGE : rc;
+  }
+  /* the child fills the KV capacity from the trace before hashing: do the same */
+  if (a.ec.max_seq_tokens <= 0) {
+    struct ferry_engine_request *reqs = NULL;
+    int64_t nreq = 0;
+    ferry_status st = run_load_requests(&a, &reqs, &nreq);
+    ferry_free(reqs);
+    if (st != FERRY_OK) {
+      ferry_free(copy);
+      fprintf(stderr, "ferry: %s: %s: %s\n", sw->spec_path, c->desc, ferry_last_error());
+      return CLI_FAIL;
+    }
+  }
+  c->config_json = run_config_json(&a);
+  c->model = a.model ? ferry__strdup(a.model) : NULL;
+  c->hw = a.hw ? ferry__strdup(a.hw) : NULL;
+  c->trace = (a.trace || a.synthetic) ? ferry__strdup(a.trace ? a.trace : a.synthetic) : NULL;
+  ferry_free(copy);
+  if (!c->config_json) goto oom;
+  run_config_hash(c->config_json, c->hash);
+  return 0;
+oom:
+  fprintf(stderr, "ferry: out of memory building the sweep\n");
+  return CLI_FAIL;
+}
+
+static int expand(struct sweep *sw, const cJSON *spec) {
+  size_t nkeys = (size_t)cJSON_GetArraySize(spec);
+  size_t *count = ferry__calloc(nkeys ? nkeys : 1, sizeof *count), *idx = ferry__calloc(nkeys ? nkeys : 1, sizeof *idx);
+  int rc = 0;
+  if (!count || !idx) {
+    rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  size_t total = 1, k = 0;
+  const cJSON *it;
+  char known[1024];
+  cJSON_ArrayForEach(it, spec) {
+    if (!find_key(it->string)) {
+      known_keys(known, sizeof known);
+      fprintf(stderr, "ferry: %s: unknown parameter '%s' (known: %s)\n", sw->spec_path, it->string, known);
+      rc = CLI_USAGE;
+      goto out;
+    }
+    if (cJSON_IsArray(it)) {
+      count[k] = (size_t)cJSON_GetArraySize(it);
+      if (count[k] == 0) {
+        fprintf(stderr, "ferry: %s: %s: empty list of values\n", sw->spec_path, it->string);
+        rc = CLI_USAGE;
+        goto out;
+      }
+    } else if (cJSON_IsString(it) || cJSON_IsNumber(it) || cJSON_IsBool(it)) {
+      count[k] = 1;
+    } else {
+      fprintf(stderr, "ferry: %s: %s: expected a list of values\n", sw->spec_path, it->string);
+      rc = CLI_USAGE;
+      goto out;
+    }
+    if (total > 100000 / count[k]) {
+      fprintf(stderr, "ferry: %s: more than 100000 combinations\n", sw->spec_path);
+      rc = CLI_USAGE;
+      goto out;
+    }
+    total *= count[k];
+    k++;
+  }
+  sw->c = ferry__calloc(total, sizeof *sw->c);
+  if (!sw->c) {
+    rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (size_t n = 0; n < total; n++) {
+    struct combo *c = &sw->c[sw->n];
+    if ((rc = build_combo(sw, spec, idx, c)) != 0) {
+      combo_free(c);
+      goto out;
+    }
+    /* host combinations that differed only by hw are the same run */
+    int dup = 0;
+    for (size_t i = 0; i < sw->n && !dup; i++) dup = !strcmp(sw->c[i].hash, c->hash);
+    if (dup) combo_free(c);
+    else sw->n++;
+    /* odometer: the last key varies fastest */
+    for (size_t d = nkeys; d-- > 0;) {
+      if (++idx[d] < count[d]) break;
+      idx[d] = 0;
+    }
+  }
+out:
+  ferry_free(count);
+  ferry_free(idx);
+  return rc;
+}
+
+static void fmt_dur(int64_t ns, char *buf, size_t len) {
+  int64_t s = ns / 1000000000;
+  if (s >= 3600) snprintf(buf, len, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
+  else snprintf(buf, len, "%lld:%02lld", (long long)(s / 60), (long long)(s % 60));
+}
+
+static void progress(struct sweep *sw, int final) {
+  if (sw->quiet || !sw->tty) return;
+  size_t done = sw->skipped + sw->finished;
+  int64_t el = ferry__mono_ns() - sw->t0;
+  char e[32], eta[32] = "--:--";
+  fmt_dur(el, e, sizeof e);
+  size_t remaining = sw->n - done;
+  if (sw->finished > 0 && remaining > 0) fmt_dur((int64_t)((double)el / (double)sw->finished * (double)remaining), eta, sizeof eta);
+  else if (remaining == 0) snprintf(eta, sizeof eta, "0:00");
+  const int width = 24;
+  int fill = sw->n ? (int)((double)done / (double)sw->n * width) : width;
+  char bar[32];
+  for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+  bar[width] = '\0';
+  const char *cur = "";
+  int running = 0;
+  for (size_t i = 0; i < sw->n; i++)
+    if (sw->c[i].state == RUNNING) {
+      if (!running) cur = sw->c[i].desc;
+      running++;
+    }
+  fprintf(stderr, "\r\033[K[%s] %zu/%zu", bar, done, sw->n);
+  if (sw->failed) fprintf(stderr, " (%zu failed)", sw->failed);
+  fprintf(stderr, "  %s elapsed, ETA %s", e, eta);
+  if (running) fprintf(stderr, "  running: %.60s%s", cur, running > 1 ? " +more" : "");
+  if (final) fputc('\n', stderr);
+  fflush(stderr);
+}
+
+static int launch(struct sweep *sw, struct combo *c) {
+  char path[] = "/tmp/ferry-sweep-XXXXXX";
+  const char *tmpdir = getenv("TMPDIR");
+  char *tmpl = ferry__asprintf("%s/ferry-sweep-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  int fd = tmpl ? mkstemp(tmpl) : -1;
+  if (fd < 0 && tmpl) {
+    ferry_free(tmpl);
+    tmpl = NULL;
+    fd = mkstemp(path);
+    if (fd >= 0) unlink(path);
+  } else if (tmpl) {
+    unlink(tmpl);
+  }
+  ferry_free(tmpl);
+  if (fd < 0) return cli_fail(FERRY_ERR_IO, "sweep: cannot create a log file: %s", strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    return cli_fail(FERRY_ERR_IO, "sweep: fork: %s", strerror(errno));
+  }
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv("/proc/self/exe", c->argv);
+    dprintf(2, "ferry: sweep: cannot run /proc/self/exe: %s\n", strerror(errno));
+    _exit(127);
+  }
+  c->pid = pid;
+  c->log_fd = fd;
+  c->state = RUNNING;
+  c->start_ns = ferry__mono_ns();
+  if (!sw->quiet && !sw->tty)
+    fprintf(stderr, "ferry sweep: [%zu/%zu] start %s %s\n", sw->skipped + sw->finished + 1, sw->n,
+            ferry_run_kind_name(c->kind), c->desc);
+  return 0;
+}
+
+/* The child's error: its last "ferry..." line, else its last line. */
+static char *child_error(int fd, int status) {
+  char buf[4096];
+  struct stat sb;
+  size_t got = 0;
+  if (fd >= 0 && fstat(fd, &sb) == 0 && sb.st_size > 0) {
+    off_t off = sb.st_size > (off_t)sizeof buf - 1 ? sb.st_size - (off_t)sizeof buf + 1 : 0;
+    ssize_t r = pread(fd, buf, sizeof buf - 1, off);
+    got = r > 0 ? (size_t)r : 0;
+  }
+  buf[got] = '\0';
+  char *best = NULL, *last = NULL;
+  for (char *line = buf; line && *line;) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    if (*line && strncmp(line, "Try 'ferry", 10)) {
+      last = line;
+      if (!strncmp(line, "ferry", 5)) best = line;
+    }
+    line = nl ? nl + 1 : NULL;
+  }
+  char how[64];
+  if (WIFSIGNALED(status)) snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(status));
+  else snprintf(how, sizeof how, "exit status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  const char *msg = best ? best : last;
+  return msg ? ferry__asprintf("%s (%s)", msg, how) : ferry__strdup(how);
+}
+
+/* Make sure a failed combination has a run row that says why. */
+static void record_failure(struct sweep *sw, struct combo *c) {
+  struct ferry_run_summary *runs = NULL;
+  size_t n = 0;
+  int64_t found = -1;
+  int finished = 0;
+  if (ferry_db_list_runs(sw->db, &runs, &n) == FERRY_OK) {
+    for (size_t i = 0; i < n; i++)
+      if (runs[i].id > sw->max_id_before && runs[i].config_hash && !strcmp(runs[i].config_hash, c->hash)) {
+        found = runs[i].id;
+        finished = runs[i].finished_at != NULL;
+      }
+  }
+  ferry_db_runs_free(runs, n);
+  const char *err = c->error ? c->error : "failed";
+  if (found >= 0) {
+    if (!finished) ferry_db_run_finish(sw->db, found, err);
+    return;
+  }
+  struct ferry_run_info info = {.kind = c->kind, .model = c->model, .hardware = c->kind == FERRY_RUN_SIM ? c->hw : ferry_run_kind_name(c->kind),
+                                .trace = c->trace, .config_json = c->config_json, .config_hash = c->hash,
+                                .notes = "recorded by ferry sweep: the run failed before it wrote its own row"};
+  int64_t id;
+  if (ferry_db_run_begin(sw->db, &info, &id) == FERRY_OK) ferry_db_run_finish(sw->db, id, err);
+}
+
+static void reap(struct sweep *sw, pid_t pid, int status) {
+  for (size_t i = 0; i < sw->n; i++) {
+    struct combo *c = &sw->c[i];
+    if (c->state != RUNNING || c->pid != pid) continue;
+    double secs = (double)(ferry__mono_ns() - c->start_ns) / 1e9;
+    sw->finished++;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      c->state = DONE;
+      sw->ran++;
+      if (!sw->quiet && !sw->tty)
+        fprintf(stderr, "ferry sweep: [%zu/%zu] done %s %s in %.1f s\n", sw->skipped + sw->finished, sw->n,
+                ferry_run_kind_name(c->kind), c->desc, secs);
+    } else {
+      c->state = FAILED;
+      sw->failed++;
+      c->error = child_error(c->log_fd, status);
+      if (!interrupted) record_failure(sw, c);
+      if (!sw->quiet) {
+        if (sw->tty) fputs("\r\033[K", stderr);
+        fprintf(stderr, "ferry sweep: [%zu/%zu] FAILED %s %s: %s\n", sw->skipped + sw->finished, sw->n,
+                ferry_run_kind_name(c->kind), c->desc, c->error ? c->error : "");
+      }
+    }
+    close(c->log_fd);
+    c->log_fd = -1;
+    return;
+  }
+}
+
+static int run_all(struct sweep *sw) {
+  size_t running = 0;
+  int64_t last_draw = 0;
+  for (;;) {
+    /* launch: simulations in parallel first, then real runs one at a time with nothing else */
+    int real_running = 0;
+    for (size_t i = 0; i < sw->n; i++) real_running |= sw->c[i].state == RUNNING && sw->c[i].real;
+    while (!interrupted && !real_running && running < (size_t)sw->jobs) {
+      struct combo *next = NULL;
+      for (size_t i = 0; i < sw->n && !next; i++)
+        if (sw->c[i].state == PENDING && !sw->c[i].real) next = &sw->c[i];
+      if (!next && running == 0)
+        for (size_t i = 0; i < sw->n && !next; i++)
+          if (sw->c[i].state == PENDING) next = &sw->c[i];
+      if (!next) break;
+      if (launch(sw, next) != 0) return CLI_FAIL;
+      running++;
+      real_running = next->real;
+    }
+    if (running == 0) break;
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      reap(sw, pid, status);
+      running--;
+      progress(sw, 0);
+      continue;
+    }
+    if (pid < 0 && errno != EINTR && errno != ECHILD) return cli_fail(FERRY_ERR_INTERNAL, "sweep: waitpid: %s", strerror(errno));
+    if (interrupted) {
+      for (size_t i = 0; i < sw->n; i++)
+        if (sw->c[i].state == RUNNING) kill(sw->c[i].pid, SIGTERM);
+      while (running > 0 && (pid = waitpid(-1, &status, 0)) > 0) {
+        reap(sw, pid, status);
+        running--;
+      }
+      break;
+    }
+    int64_t now = ferry__mono_ns();
+    if (now - last_draw > 250000000) {
+      progress(sw, 0);
+      last_draw = now;
+    }
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
+int cmd_sweep(int argc, char **argv) {
+  static const struct option opts[] = {{"spec", required_argument, 0, 's'}, {"db", required_argument, 0, 'd'},
+                                       {"jobs", required_argument, 0, 'j'}, {"dry-run", no_argument, 0, 'n'},
+                                       {"quiet", no_argument, 0, 'q'},      {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  struct sweep sw;
+  memset(&sw, 0, sizeof sw);
+  sw.jobs = 1;
+  int64_t v;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
+    switch (c) {
+      case 's': sw.spec_path = optarg; break;
+      case 'd': sw.db_path = optarg; break;
+      case 'j': if (cli_parse_int("--jobs", optarg, 1, 1024, &v)) return CLI_USAGE; sw.jobs = (int)v; break;
+      case 'n': sw.dry_run = 1; break;
+      case 'q': sw.quiet = 1; break;
+      case 'h': usage(stdout); return CLI_OK;
+      default: return cli_usage_error("sweep", "invalid option");
+    }
+  }
+  if (optind < argc) return cli_usage_error("sweep", "unexpected argument '%s'", argv[optind]);
+  if (!sw.spec_path) return cli_usage_error("sweep", "missing --spec FILE");
+  if (!sw.db_path) return cli_usage_error("sweep", "missing --db FILE");
+  sw.tty = cli_is_tty(stderr);
+
+  int rc = CLI_FAIL;
+  cJSON *spec = NULL;
+  struct ferry_err err;
+  ferry_status st = ferry__json_load(sw.spec_path, 16 << 20, &spec, &err);
+  if (st != FERRY_OK) return cli_fail(st, "%s", err.msg);
+  if (!cJSON_IsObject(spec) || cJSON_GetArraySize(spec) == 0) {
+    cJSON_Delete(spec);
+    return cli_fail(FERRY_ERR_FORMAT, "%s: expected a JSON object mapping parameters to lists of values", sw.spec_path);
+  }
+  if ((rc = expand(&sw, spec)) != 0) goto out;
+  rc = CLI_FAIL;
+  if ((st = ferry_db_open(&sw.db, sw.db_path, FERRY_DB_CREATE)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  struct ferry_run_summary *runs = NULL;
+  size_t nruns = 0;
+  if ((st = ferry_db_list_runs(sw.db, &runs, &nruns)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  for (size_t i = 0; i < nruns; i++)
+    if (runs[i].id > sw.max_id_before) sw.max_id_before = runs[i].id;
+  ferry_db_runs_free(runs, nruns);
+  for (size_t i = 0; i < sw.n; i++) {
+    int64_t id;
+    if (ferry_db_find_complete_run(sw.db, sw.c[i].hash, &id) == FERRY_OK) {
+      sw.c[i].state = SKIPPED;
+      sw.skipped++;
+    }
+  }
+  if (sw.dry_run) {
+    for (size_t i = 0; i < sw.n; i++) {
+      printf("%s  %-4s  %-8s  ", sw.c[i].hash, ferry_run_kind_name(sw.c[i].kind),
+             sw.c[i].state == SKIPPED ? "complete" : "to run");
+      for (int a = 1; a < sw.c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw.c[i].argv[a]);
+      printf("\n");
+    }
+    printf("ferry sweep: %zu combinations, %zu complete, %zu to run\n", sw.n, sw.skipped, sw.n - sw.skipped);
+    rc = CLI_OK;
+    goto out;
+  }
+  if (!sw.quiet)
+    fprintf(stderr, "ferry sweep: %zu combinations, %zu already complete in %s, %zu to run (-j %d)\n", sw.n, sw.skipped,
+            sw.db_path, sw.n - sw.skipped, sw.jobs);
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sw.t0 = ferry__mono_ns();
+  progress(&sw, 0);
+  int r = run_all(&sw);
+  progress(&sw, 1);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (r != 0) goto out;
+  char el[32];
+  fmt_dur(ferry__mono_ns() - sw.t0, el, sizeof el);
+  size_t not_run = sw.n - sw.skipped - sw.finished;
+  char not_run_text[64] = "";
+  if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
+  fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %zu ran, %zu failed%s in %s; database %s\n", sw.n,
+          sw.skipped, sw.ran, sw.failed, not_run_text, el, sw.db_path);
+  for (size_t i = 0; i < sw.n; i++)
+    if (sw.c[i].state == FAILED) fprintf(stderr, "  failed: %s %s: %s\n", ferry_run_kind_name(sw.c[i].kind), sw.c[i].desc, sw.c[i].error ? sw.c[i].error : "");
+  if (interrupted) {
+    fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
+    rc = 128 + interrupted;
+  } else {
+    rc = sw.failed ? CLI_FAIL : CLI_OK;
+  }
+out:
+  for (size_t i = 0; i < sw.n; i++) combo_free(&sw.c[i]);
+  ferry_free(sw.c);
+  ferry_db_close(sw.db);
+  cJSON_Delete(spec);
+  return rc;
+}

@@ -1,0 +1,126 @@
+/* Connects a predictor of runtime/policy (pure decisions) to the engine's expert-prefetch hook:
+ * tells it every routing decision, and gives it what its variant needs — the true future
+ * choice for the oracle (from the simulator's routing source, or a recorded routing trace), and
+ * for gate-lookahead the current layer's gate weights as the stand-in for the next layer's
+ * router logits (as `ferry predictor eval` does on traces without hidden states). */
+#include <math.h>
+#include <string.h>
+
+#include "cli/predict_glue.h"
+#include "common/alloc.h"
+#include "common/error.h"
+
+static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int32_t seq_len, int32_t layer_now,
+                            int32_t target_layer, const int32_t *ids_now, const float *weights_now, int32_t k,
+                            int32_t *out_ids, int32_t max) {
+  (void)seq_len;
+  struct predict_glue *g = user;
+  if (layer_now != g->last_layer || token_index != g->last_token || req_id != g->last_req) {
+    ferry_predictor_observe(g->p, req_id, token_index, layer_now, k, ids_now);
+    g->last_layer = layer_now;
+    g->last_token = token_index;
+    g->last_req = req_id;
+  }
+  struct ferry_predict_context ctx = {.req_id = req_id, .token_index = token_index, .layer = layer_now};
+  switch (g->kind) {
+    case FERRY_PREDICTOR_ORACLE: {
+      const int32_t *ids = NULL;
+      if (g->routing) {
+        g->routing(g->routing_user, req_id, token_index, target_layer, k, g->n_experts, g->future, g->future_w);
+        ids = g->future;
+      } else if (g->trace && ferry_routing_lookup(g->trace, req_id, token_index, target_layer, &ids, NULL)) {
+        /* ids borrowed from the trace */
+      } else {
+        return 0;
+      }
+      ctx.future_ids = ids;
+      ctx.n_future_ids = k;
+      break;
+    }
+    case FERRY_PREDICTOR_GATE_LOOKAHEAD:
+      for (int32_t x = 0; x < g->n_experts; x++) g->logits[x] = -INFINITY;
+      for (int32_t i = 0; i < k; i++)
+        if (ids_now[i] >= 0 && ids_now[i] < g->n_experts) g->logits[ids_now[i]] = logf(weights_now[i] + 1e-9f);
+      ctx.gate_logits = g->logits;
+      ctx.n_gate_logits = g->n_experts;
+      break;
+    default:
+      break;
+  }
+  int32_t n = 0;
+  if (ferry_predictor_predict(g->p, &ctx, target_layer - layer_now, out_ids, max < k ? max : k, &n) != FERRY_OK) return 0;
+  return n;
+}
+
+ferry_status predict_glue_init(struct predict_glue *g, const char *variant, const struct ferry_model_config *mc,
+                               const ferry_routing *trace, ferry_routing_fn routing, void *routing_user,
+                               struct ferry_engine_config *ec) {
+  memset(g, 0, sizeof *g);
+  g->last_layer = g->last_token = -1;
+  g->last_req = -1;
+  if (ferry_predictor_kind_parse(variant, &g->kind) != FERRY_OK) return FERRY_ERR_INVALID;
+  if (g->kind == FERRY_PREDICTOR_MLP3 || g->kind == FERRY_PREDICTOR_MLP7)
+    return ferry__fail(FERRY_ERR_UNSUPPORTED,
+                       "--predictor %s: the MLP predictors are evaluated on routing traces (ferry predictor eval); "
+                       "the engine does not compute their hidden-state features yet",
+                       variant);
+  if (g->kind == FERRY_PREDICTOR_ORACLE && !routing && !trace)
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--predictor oracle needs the true future: give --predictor-routing FILE recorded by an "
+                       "identical run (ferry run --record-routing)");
+  if (g->kind == FERRY_PREDICTOR_NONE) {
+    ec->expert_no_reuse = 1;
+    return FERRY_OK;
+  }
+  if (g->kind == FERRY_PREDICTOR_LRU) return FERRY_OK; /* the cache alone */
+  struct ferry_predictor_config pc = {.kind = g->kind, .n_layers = (int32_t)mc->n_layers,
+                                      .n_experts = (int32_t)mc->n_experts, .top_k = (int32_t)mc->experts_per_token};
+  ferry_status st = ferry_predictor_create(&g->p, &pc);
+  if (st != FERRY_OK) return st;
+  g->n_experts = (int32_t)mc->n_experts;
+  g->trace = trace;
+  g->routing = routing;
+  g->routing_user = routing_user;
+  g->logits = ferry__calloc((size_t)mc->n_experts, sizeof *g->logits);
+  g->future = ferry__calloc((size_t)mc->n_experts, sizeof *g->future);
+  g->future_w = ferry__calloc((size_t)mc->n_experts, sizeof *g->future_w);
+  if (!g->logits || !g->future || !g->future_w) {
+    predict_glue_free(g);
+    return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
+  }
+  if (g->kind == FERRY_PREDICTOR_FREQUENCY && trace) {
+    /* popularity per layer from the recorded trace */
+    const int32_t L = ferry_routing_n_layers(trace), E = ferry_routing_n_experts(trace), K = ferry_routing_top_k(trace);
+    if (L != (int32_t)mc->n_layers || E != (int32_t)mc->n_experts) {
+      predict_glue_free(g);
+      return ferry__fail(FERRY_ERR_INVALID, "--predictor-routing: the trace has %d layers x %d experts, the model %lld x %lld",
+                         L, E, (long long)mc->n_layers, (long long)mc->n_experts);
+    }
+    int64_t *counts = ferry__calloc((size_t)L * (size_t)E, sizeof *counts);
+    if (!counts) {
+      predict_glue_free(g);
+      return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < ferry_routing_n_requests(trace); i++) {
+      struct ferry_routing_request rq;
+      if (ferry_routing_request_at(trace, i, &rq) != FERRY_OK) continue;
+      for (int64_t j = 0; j < (int64_t)rq.n_tokens * L * K; j++) {
+        int32_t x = rq.ids[j];
+        if (x >= 0 && x < E) counts[(j / K) % L * E + x]++;
+      }
+    }
+    for (int32_t l = 0; l < L; l++) ferry_predictor_set_popularity(g->p, l, counts + (size_t)l * (size_t)E);
+    ferry_free(counts);
+  }
+  ec->predict = glue_predict;
+  ec->predict_user = g;
+  return FERRY_OK;
+}
+
+void predict_glue_free(struct predict_glue *g) {
+  ferry_predictor_free(g->p);
+  ferry_free(g->logits);
+  ferry_free(g->future);
+  ferry_free(g->future_w);
+  memset(g, 0, sizeof *g);
+}

@@ -1,0 +1,81 @@
+/**
+ * @file sim.h
+ * @brief The `sim` executor: the executor interface (exec.h) carried out in virtual time by a
+ *        discrete-event simulation of a hardware profile (hw.h).
+ *
+ * Nothing is computed and buffers hold no bytes (ferry_exec_buf_host_ptr() is NULL); tier
+ * budgets are enforced exactly as on the real executors. Each op becomes events: a kernel runs
+ * on its queue's compute unit for its roofline duration on the profile's GPU (FLOPs and bytes
+ * from ferry_kernel_cost(), plus the launch overhead; matrix products with one row use the
+ * GEMV efficiency, others GEMM; norms, RoPE, activations, the router's top-k, combine, gather
+ * and embedding are element-wise), or for the profile's fitted cost of its kind when the
+ * profile has a `cost` section for it (ferry_hw_cost_of()); a host-to-device copy flows over the
+ * link's h2d direction and a device-to-host copy over its d2h direction (fluid sharing between
+ * concurrent transfers, at most `link.copy_engines` at once, latency paid first; the pinned
+ * rate, or the pageable rate when the configuration does not lock host memory); a disk read
+ * flows through the disk (bandwidth shared by up to `disk.queue_depth` requests); copies
+ * inside host memory or inside device memory read and write their bytes at the DRAM or the
+ * device-memory bandwidth. Ops on one queue run in order; events order queues by generation
+ * as on every executor. The host waiting for an event (ferry_exec_sync()) runs the event heap
+ * until the event has happened, so ferry_exec_now() is the virtual clock.
+ *
+ * The same inputs give byte-identical results: ties between events resolve in submission
+ * order, and nothing depends on the wall clock.
+ */
+#ifndef FERRY_SIM_H
+#define FERRY_SIM_H
+
+#include <stdint.h>
+
+#include "ferry/exec.h"
+#include "ferry/hw.h"
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Counters of a `sim` executor since creation. */
+struct ferry_sim_stats {
+  uint64_t events_run;    /**< discrete events processed */
+  uint64_t ops_done;      /**< ops completed, every kind (kernels, copies, reads, records, waits) */
+  uint64_t kernels;       /**< kernels completed */
+  uint64_t copies;        /**< copies completed */
+  uint64_t reads;         /**< disk reads completed */
+  uint64_t bytes_h2d;     /**< bytes moved host to device */
+  uint64_t bytes_d2h;     /**< bytes moved device to host */
+  uint64_t bytes_disk;    /**< bytes read from disk */
+  int64_t h2d_busy_ns;    /**< time the link's h2d direction had bytes flowing */
+  int64_t d2h_busy_ns;    /**< time the link's d2h direction had bytes flowing */
+  int64_t disk_busy_ns;   /**< time the disk had bytes flowing */
+  int64_t compute_busy_ns; /**< sum over queues of the time their kernels ran */
+  int64_t now_ns;         /**< the virtual clock */
+};
+
+/**
+ * @brief Create the `sim` executor on a hardware profile.
+ *
+ * The profile needs a `gpu` section (kernels) and a `link` section (copies); `disk` and the
+ * host's `dram_gbps` are needed only by the ops that use them (an op needing a missing figure
+ * is refused when enqueued, with a message naming the profile and the figure).
+ * @param out receives the executor, owned by the caller (ferry_exec_destroy()).
+ * @param hw the profile (borrowed: its figures are copied, so it may be closed afterwards).
+ * @param config budgets (copied; NULL = unlimited). `lock_host_memory` = 0 makes host-to-device
+ *        copies use the link's pageable rate when the profile gives one.
+ * @return FERRY_OK; FERRY_ERR_INVALID for a NULL argument; FERRY_ERR_NOT_FOUND when the
+ *         profile lacks the gpu or link figures; FERRY_ERR_NOMEM. Details in ferry_last_error().
+ */
+ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const struct ferry_exec_config *config);
+
+/**
+ * @brief Counters of a `sim` executor.
+ * @param ex the executor.
+ * @param out receives the counters.
+ * @return FERRY_OK, or FERRY_ERR_INVALID when @p ex is not a `sim` executor.
+ */
+ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_SIM_H */

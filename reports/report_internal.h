@@ -1,0 +1,135 @@
+/* Internal state of a report: the runs read from the databases with their metrics and parsed
+ * configurations, the sweep axes, the growing HTML and Markdown documents, and the helpers
+ * the section writers share (tables that also become CSV files, plots drawn by gnuplot). */
+#ifndef FERRY_REPORTS_INTERNAL_H
+#define FERRY_REPORTS_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "ferry/report.h"
+
+/* A growing string; an allocation failure sets oom and later appends do nothing. */
+struct rbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+};
+void ferry__rb_printf(struct rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ferry__rb_vprintf(struct rbuf *b, const char *fmt, va_list ap);
+void ferry__rb_put(struct rbuf *b, const char *s, size_t n);
+void ferry__rb_puts(struct rbuf *b, const char *s);
+void ferry__rb_html(struct rbuf *b, const char *s); /* escaped for HTML text and attributes */
+void ferry__rb_free(struct rbuf *b);
+
+/* Latency distribution in milliseconds. */
+struct rdist {
+  int64_t n;
+  double mean, p50, p90, p99;
+};
+
+/* One run and what the report needs of it. */
+struct rrun {
+  int db;
+  int64_t id;
+  char label[32]; /* "r12", or "d2.r12" when several databases are read */
+  char kind[16];
+  char *model, *hardware, *trace, *config_hash, *error, *notes;
+  int complete;
+  cJSON *cfg; /* configuration (owned); keys filled from the run columns when missing */
+  int64_t n_req, out_tokens;
+  struct rdist ttft, tpot, e2e;
+  double thr_tok_s;
+  int64_t n_steps, hits, misses, tokens;
+  double bytes_disk, bytes_h2d, bytes_d2h, stall_ms, span_ms;
+  double peak_bytes[3];
+  int64_t n_mem, n_kernel, n_memcpy;
+};
+
+/* A configuration key whose value differs between the complete runs. */
+struct raxis {
+  char *key;
+  int numeric; /* every value is a number */
+  size_t n;
+  char **vals; /* distinct canonical values, sorted (numerically when numeric) */
+};
+
+struct report {
+  const struct ferry_report_options *opt;
+  struct ferry_err err;
+  sqlite3 **dbs;
+  size_t n_dbs;
+  struct rrun *runs;
+  size_t n_runs;
+  struct raxis *axes;
+  size_t n_axes;
+  char *dir; /* the temporary folder being written */
+  struct rbuf html, md, toc;
+  struct ferry_report_summary sum;
+};
+
+/* Canonical text of a run's value for key ("" and 0 when missing). */
+int ferry__run_val(const struct rrun *r, const char *key, char *buf, size_t len);
+/* Numeric value of a key (NAN when missing or not a number). */
+double ferry__run_num(const struct rrun *r, const char *key);
+/* Whether two runs agree on every key except those listed (NULL-terminated). */
+int ferry__runs_same_except(const struct rrun *a, const struct rrun *b, const char *const *except);
+/* Label and unit for a configuration key ("block_layers" -> "layers per block"). */
+const char *ferry__key_label(const char *key);
+
+/* Loading (load.c). */
+ferry_status ferry__report_load(struct report *rp);
+void ferry__report_unload(struct report *rp);
+
+/* A table: header, rows of cells; emitted to HTML, Markdown and tables/NAME.csv. */
+struct rtable {
+  char *name;
+  size_t ncols, nrows, cap;
+  char **cells; /* nrows * ncols, owned */
+  char **head;
+  int oom;
+};
+/* Cells of a row are separated by SEP in one printf format (cell text never holds SEP). */
+#define SEP "\x1f"
+/* New table; head is the column names separated by SEP. NULL when out of memory. */
+struct rtable *ferry__table_new(const char *name, const char *head);
+void ferry__table_rowf(struct rtable *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ferry__table_free(struct rtable *t);
+ferry_status ferry__emit_table(struct report *rp, struct rtable *t, const char *caption);
+/* Only tables/NAME.csv (for raw data too long to show, e.g. timeline rows). */
+ferry_status ferry__emit_csv(struct report *rp, struct rtable *t);
+
+/* Document pieces. */
+void ferry__doc_section(struct report *rp, enum ferry_report_section sec, const char *title);
+void ferry__doc_heading(struct report *rp, const char *title);
+void ferry__doc_para(struct report *rp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Write plots/NAME.gp (the terminal and output lines are prepended), run gnuplot, inline the SVG. */
+ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *caption, int width, int height,
+                              const char *script);
+
+/* Formatting: "%.3g"-like with fixed decimals chosen by magnitude. */
+const char *ferry__fmt_num(double v, char *buf, size_t len);
+/* Quote a string for a gnuplot double-quoted string. */
+void ferry__rb_gpstr(struct rbuf *b, const char *s);
+/* "set logscale y" when the positive values span at least two decades. */
+int ferry__spans_decades(const double *v, size_t n);
+
+/* Sections (sections.c, timeline.c). */
+ferry_status ferry__section_runs(struct report *rp);
+ferry_status ferry__section_sweep(struct report *rp);
+ferry_status ferry__section_bytes(struct report *rp);
+ferry_status ferry__section_timeline(struct report *rp);
+ferry_status ferry__section_memory(struct report *rp);
+ferry_status ferry__section_sim_vs_real(struct report *rp);
+ferry_status ferry__section_variants(struct report *rp, const char *key, enum ferry_report_section sec);
+ferry_status ferry__section_hardware(struct report *rp);
+
+/* The run chosen for the timeline and memory sections (NULL if none qualifies). */
+const struct rrun *ferry__timeline_run(struct report *rp, ferry_status *st);
+sqlite3 *ferry__run_db(struct report *rp, const struct rrun *r);
+
+#endif

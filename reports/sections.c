@@ -1,0 +1,839 @@
+/* The comparison sections of a report: the run table, latency and throughput against every
+ * swept parameter, bytes moved and stall time, sim against real (paired by configuration),
+ * per-variant tables for quantization formats and predictors, and the hardware what-if with
+ * cost per million tokens. Each builds its tables and gnuplot scripts from the loaded runs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "reports/report_internal.h"
+
+#define NOMEM(rp) ferry__err_set(&(rp)->err, FERRY_ERR_NOMEM, "report: out of memory")
+
+/* Numbers for table cells ("" when not a number): a ring of buffers so one row can format up
+ * to 16 numbers; each call advances the ring inside a function, so argument order is moot. */
+struct nring {
+  char b[16][32];
+  unsigned i;
+};
+static const char *nfmt(struct nring *r, double v) {
+  char *b = r->b[r->i++ % 16];
+  return ferry__fmt_num(v, b, sizeof r->b[0]);
+}
+#define NUMBUF \
+  struct nring nr_; \
+  nr_.i = 0
+#define N(v) nfmt(&nr_, (v))
+
+/* Short name of a key for plot labels: initials of its words ("prefetch_depth" -> "pd"). */
+static void key_abbrev(const char *key, char *out, size_t len) {
+  size_t n = 0;
+  int start = 1;
+  for (const char *p = key; *p && n + 1 < len; p++) {
+    if (*p == '_') start = 1;
+    else if (start) {
+      out[n++] = *p;
+      start = 0;
+    }
+  }
+  out[n] = '\0';
+}
+
+/* "r3 sim bl2 pd1": the run label and its values on the sweep axes. */
+static void short_desc(const struct report *rp, const struct rrun *r, const char *skip, char *out, size_t len) {
+  size_t n = (size_t)snprintf(out, len, "%s", r->label);
+  char v[128], ab[16];
+  for (size_t a = 0; a < rp->n_axes && n < len; a++) {
+    const char *k = rp->axes[a].key;
+    if (skip && !strcmp(k, skip)) continue;
+    ferry__run_val(r, k, v, sizeof v);
+    int plain = !strcmp(k, "executor") || !strcmp(k, "hw") || !strcmp(k, "quant") || !strcmp(k, "predictor") ||
+                !rp->axes[a].numeric;
+    key_abbrev(k, ab, sizeof ab);
+    n += (size_t)snprintf(out + n, len - n, " %s%s", plain ? "" : ab, *v ? v : "-");
+  }
+}
+
+/* "key=value, key=value" of the axes, except one. */
+static void axes_desc(const struct report *rp, const struct rrun *r, const char *skip, char *out, size_t len) {
+  size_t n = 0;
+  out[0] = '\0';
+  char v[128];
+  for (size_t a = 0; a < rp->n_axes && n < len; a++) {
+    if (skip && !strcmp(rp->axes[a].key, skip)) continue;
+    ferry__run_val(r, rp->axes[a].key, v, sizeof v);
+    n += (size_t)snprintf(out + n, len - n, "%s%s=%s", n ? ", " : "", rp->axes[a].key, *v ? v : "-");
+  }
+}
+
+/* A string safe inside a gnuplot datablock's double quotes. */
+static void dq(struct rbuf *b, const char *s) {
+  ferry__rb_puts(b, "\"");
+  for (; *s; s++) ferry__rb_put(b, (*s == '"' || (unsigned char)*s < 0x20) ? "'" : s, 1);
+  ferry__rb_puts(b, "\"");
+}
+
+static void gnum(struct rbuf *b, double v) {
+  if (isfinite(v)) ferry__rb_printf(b, " %.9g", v);
+  else ferry__rb_puts(b, " NaN");
+}
+
+/* Time unit for values in ms: seconds when they reach 10 s. */
+static double time_unit(const double *v, size_t n, const char **unit) {
+  double hi = 0;
+  for (size_t i = 0; i < n; i++)
+    if (isfinite(v[i]) && v[i] > hi) hi = v[i];
+  *unit = hi >= 10000 ? "s" : "ms";
+  return hi >= 10000 ? 1e-3 : 1;
+}
+
+/* Byte unit for a maximum value. */
+static double byte_unit(double hi, const char **unit) {
+  if (hi >= (double)(1ull << 30)) {
+    *unit = "GiB";
+    return 1.0 / (double)(1ull << 30);
+  }
+  if (hi >= (double)(1ull << 20)) {
+    *unit = "MiB";
+    return 1.0 / (double)(1ull << 20);
+  }
+  if (hi >= 1024) {
+    *unit = "KiB";
+    return 1.0 / 1024;
+  }
+  *unit = "B";
+  return 1;
+}
+
+static int usable(const struct rrun *r) { return r->complete && r->n_req > 0; }
+
+/* ---- runs ---------------------------------------------------------------------------------- */
+
+ferry_status ferry__section_runs(struct report *rp) {
+  NUMBUF;
+  ferry__doc_section(rp, FERRY_REPORT_RUNS, "Runs");
+  char head[2048];
+  size_t n = (size_t)snprintf(head, sizeof head, "run" SEP "kind" SEP "status" SEP "model" SEP "hardware" SEP "trace");
+  for (size_t a = 0; a < rp->n_axes && n < sizeof head; a++)
+    if (strcmp(rp->axes[a].key, "executor") && strcmp(rp->axes[a].key, "model") && strcmp(rp->axes[a].key, "trace"))
+      n += (size_t)snprintf(head + n, sizeof head - n, SEP "%s", rp->axes[a].key);
+  snprintf(head + n, sizeof head - n,
+           SEP "requests" SEP "TTFT P50 (ms)" SEP "TTFT P99 (ms)" SEP "TPOT P50 (ms)" SEP "TPOT P99 (ms)" SEP
+               "e2e P50 (ms)" SEP "e2e P99 (ms)" SEP "throughput (tok/s)" SEP "peak device (MiB)" SEP
+               "peak host (MiB)" SEP "config hash");
+  struct rtable *t = ferry__table_new("runs", head);
+  if (!t) return NOMEM(rp);
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    const struct rrun *r = &rp->runs[i];
+    struct rbuf axes = {0};
+    char v[256];
+    for (size_t a = 0; a < rp->n_axes; a++)
+      if (strcmp(rp->axes[a].key, "executor") && strcmp(rp->axes[a].key, "model") && strcmp(rp->axes[a].key, "trace")) {
+        ferry__run_val(r, rp->axes[a].key, v, sizeof v);
+        ferry__rb_printf(&axes, SEP "%s", v);
+      }
+    char status[300];
+    if (r->complete) snprintf(status, sizeof status, "ok");
+    else if (r->error) snprintf(status, sizeof status, "failed: %.280s", r->error);
+    else snprintf(status, sizeof status, "incomplete");
+    for (char *p = status; *p; p++)
+      if (*p == '\x1f') *p = ' ';
+    ferry__table_rowf(t, "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s%s" SEP "%lld" SEP "%s" SEP "%s" SEP "%s" SEP
+                         "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
+                      r->label, r->kind, status, r->model ? r->model : "", r->hardware ? r->hardware : "",
+                      r->trace ? r->trace : "", axes.p ? axes.p : "", (long long)r->n_req, N(r->ttft.p50), N(r->ttft.p99),
+                      N(r->tpot.p50), N(r->tpot.p99), N(r->e2e.p50), N(r->e2e.p99), N(r->thr_tok_s),
+                      N(r->peak_bytes[0] / 1048576.0), N(r->peak_bytes[1] / 1048576.0),
+                      r->config_hash ? r->config_hash : "");
+    if (axes.oom) t->oom = 1;
+    ferry__rb_free(&axes);
+  }
+  if (rp->sum.failed)
+    ferry__doc_para(rp, "%zu of %zu runs did not complete; they are listed here and left out of the comparisons.",
+                    rp->sum.failed, rp->sum.runs);
+  ferry_status st = ferry__emit_table(rp, t, "Every run: configuration on the swept parameters and headline metrics.");
+  ferry__table_free(t);
+  ferry__rb_puts(&rp->html, "</section>\n");
+  return st;
+}
+
+/* ---- latency and throughput against each swept parameter ---------------------------------- */
+
+struct point {
+  char series[256];
+  char x[256];
+  int n;
+  double m[7]; /* ttft p50, p99, tpot p50, p99, e2e p50, p99, throughput */
+};
+
+/* The most frequent value of an axis among the usable runs (ties: the smallest value). */
+static void axis_mode(const struct report *rp, const struct raxis *ax, char *out, size_t len) {
+  size_t best = 0, best_n = 0;
+  char v[256];
+  for (size_t k = 0; k < ax->n; k++) {
+    size_t n = 0;
+    for (size_t i = 0; i < rp->n_runs; i++) {
+      if (!usable(&rp->runs[i])) continue;
+      ferry__run_val(&rp->runs[i], ax->key, v, sizeof v);
+      n += !strcmp(v, ax->vals[k]);
+    }
+    if (n > best_n) {
+      best_n = n;
+      best = k;
+    }
+  }
+  snprintf(out, len, "%s", ax->n ? ax->vals[best] : "");
+}
+
+/* Points (series, x) averaged over repeats. Series are the combinations of the other axes;
+ * with `keep` set, only the axis `keep` makes series and the others must equal modes[a]. */
+static ferry_status collect_points(struct report *rp, const struct raxis *ax, size_t keep, char (*modes)[256],
+                                   struct point **out, size_t *nout) {
+  struct point *pts = NULL;
+  size_t npts = 0;
+  char v[256];
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    const struct rrun *r = &rp->runs[i];
+    if (!usable(r)) continue;
+    char series[256] = "";
+    size_t sl = 0;
+    int take = 1;
+    for (size_t a = 0; a < rp->n_axes; a++) {
+      const struct raxis *o = &rp->axes[a];
+      if (o == ax) continue;
+      ferry__run_val(r, o->key, v, sizeof v);
+      if (modes && a != keep) {
+        if (strcmp(v, modes[a])) take = 0;
+        continue;
+      }
+      sl += (size_t)snprintf(series + sl, sl < sizeof series ? sizeof series - sl : 0, "%s%s=%s", sl ? ", " : "",
+                             o->key, *v ? v : "-");
+      if (sl >= sizeof series) sl = sizeof series - 1;
+    }
+    if (!take) continue;
+    ferry__run_val(r, ax->key, v, sizeof v);
+    size_t k;
+    for (k = 0; k < npts; k++)
+      if (!strcmp(pts[k].series, series) && !strcmp(pts[k].x, v)) break;
+    if (k == npts) {
+      struct point *p = ferry__reallocarray(pts, npts + 1, sizeof *p);
+      if (!p) {
+        ferry_free(pts);
+        return NOMEM(rp);
+      }
+      pts = p;
+      memset(&pts[k], 0, sizeof pts[k]);
+      snprintf(pts[k].series, sizeof pts[k].series, "%s", series);
+      snprintf(pts[k].x, sizeof pts[k].x, "%s", v);
+      npts++;
+    }
+    const double m[7] = {r->ttft.p50, r->ttft.p99, r->tpot.p50, r->tpot.p99, r->e2e.p50, r->e2e.p99, r->thr_tok_s};
+    /* repeats of one configuration are averaged */
+    for (int j = 0; j < 7; j++) pts[k].m[j] = (pts[k].m[j] * pts[k].n + m[j]) / (pts[k].n + 1);
+    pts[k].n++;
+  }
+  *out = pts;
+  *nout = npts;
+  return FERRY_OK;
+}
+
+static size_t count_series(const struct point *pts, size_t n) {
+  size_t ns = 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t j;
+    for (j = 0; j < k; j++)
+      if (!strcmp(pts[j].series, pts[k].series)) break;
+    ns += j == k;
+  }
+  return ns;
+}
+
+static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
+  NUMBUF;
+  size_t n_other = rp->n_axes - 1, smallest = SIZE_MAX;
+  for (size_t a = 0; a < rp->n_axes; a++)
+    if (&rp->axes[a] != ax && (smallest == SIZE_MAX || rp->axes[a].n < rp->axes[smallest].n)) smallest = a;
+  char fixed[1024] = "";
+  size_t fixed_len = 0;
+  struct point *pts = NULL;
+  size_t npts = 0;
+  char (*modes)[256] = NULL;
+  ferry_status st = collect_points(rp, ax, 0, NULL, &pts, &npts);
+  if (st != FERRY_OK) return st;
+  /* too many lines: one line per value of the smallest other axis, the rest at their most
+   * frequent value */
+  if (count_series(pts, npts) > 8 && n_other > 1) {
+    ferry_free(pts);
+    pts = NULL;
+    modes = ferry__calloc(rp->n_axes, sizeof *modes);
+    if (!modes) return NOMEM(rp);
+    for (size_t a = 0; a < rp->n_axes; a++) {
+      if (&rp->axes[a] == ax || a == smallest) continue;
+      axis_mode(rp, &rp->axes[a], modes[a], sizeof modes[a]);
+      fixed_len += (size_t)snprintf(fixed + fixed_len, fixed_len < sizeof fixed ? sizeof fixed - fixed_len : 0, "%s%s=%s",
+                                    fixed_len ? ", " : "", rp->axes[a].key, *modes[a] ? modes[a] : "-");
+      if (fixed_len >= sizeof fixed) fixed_len = sizeof fixed - 1;
+    }
+    st = collect_points(rp, ax, smallest, modes, &pts, &npts);
+    ferry_free(modes);
+    if (st != FERRY_OK) return st;
+  }
+  /* distinct series in order of appearance */
+  const char *series[16];
+  size_t ns = 0;
+  for (size_t k = 0; k < npts && ns < 16; k++) {
+    size_t s;
+    for (s = 0; s < ns; s++)
+      if (!strcmp(series[s], pts[k].series)) break;
+    if (s == ns) series[ns++] = pts[k].series;
+  }
+  int budget = strstr(ax->key, "budget") != NULL && ax->numeric;
+  double xscale = budget ? 1.0 / (double)(1ull << 30) : 1;
+
+  char title[256];
+  snprintf(title, sizeof title, "Against %s", ax->key);
+  ferry__doc_heading(rp, title);
+  char tname[128];
+  snprintf(tname, sizeof tname, "sweep_%s", ax->key);
+  struct rtable *t = ferry__table_new(tname, "series" SEP "value" SEP "runs" SEP "TTFT P50 (ms)" SEP "TTFT P99 (ms)" SEP
+                                             "TPOT P50 (ms)" SEP "TPOT P99 (ms)" SEP "e2e P50 (ms)" SEP "e2e P99 (ms)" SEP
+                                             "throughput (tok/s)");
+  if (!t) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  struct rbuf s = {0};
+  double all[7][256];
+  size_t nall = 0;
+  for (size_t si = 0; si < ns; si++) {
+    ferry__rb_printf(&s, "$s%zu << EOD\n", si);
+    for (size_t xi = 0; xi < ax->n; xi++) {
+      for (size_t k = 0; k < npts; k++) {
+        if (strcmp(pts[k].series, series[si]) || strcmp(pts[k].x, ax->vals[xi])) continue;
+        if (ax->numeric) gnum(&s, strtod(pts[k].x, NULL) * xscale);
+        else ferry__rb_printf(&s, " %zu", xi);
+        for (int j = 0; j < 7; j++) gnum(&s, pts[k].m[j]);
+        ferry__rb_puts(&s, "\n");
+        if (nall < 256) {
+          for (int j = 0; j < 7; j++) all[j][nall] = pts[k].m[j];
+          nall++;
+        }
+        ferry__table_rowf(t, "%s" SEP "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
+                          *pts[k].series ? pts[k].series : "all", pts[k].x, pts[k].n, N(pts[k].m[0]), N(pts[k].m[1]),
+                          N(pts[k].m[2]), N(pts[k].m[3]), N(pts[k].m[4]), N(pts[k].m[5]), N(pts[k].m[6]));
+      }
+    }
+    ferry__rb_puts(&s, "EOD\n");
+  }
+  ferry__rb_puts(&s, "set datafile missing 'NaN'\n");
+  /* x axis */
+  char xlabel[160];
+  snprintf(xlabel, sizeof xlabel, "%s%s", budget ? ax->key : ferry__key_label(ax->key), budget ? " (GiB)" : "");
+  if (ax->numeric) {
+    double xs[256];
+    size_t nx = 0;
+    for (size_t xi = 0; xi < ax->n && nx < 256; xi++) xs[nx++] = strtod(ax->vals[xi], NULL);
+    if (ferry__spans_decades(xs, nx) && xs[0] > 0) ferry__rb_puts(&s, "set logscale x 2\n");
+    else ferry__rb_puts(&s, "set offsets graph 0.05, graph 0.05, 0, 0\n");
+    if (nx <= 12) {
+      ferry__rb_puts(&s, "set xtics (");
+      for (size_t xi = 0; xi < nx; xi++) ferry__rb_printf(&s, "%s%.9g", xi ? ", " : "", xs[xi] * xscale);
+      ferry__rb_puts(&s, ")\n");
+    }
+  } else {
+    ferry__rb_printf(&s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
+    for (size_t xi = 0; xi < ax->n; xi++) {
+      ferry__rb_puts(&s, xi ? ", " : "");
+      ferry__rb_gpstr(&s, ax->vals[xi]);
+      ferry__rb_printf(&s, " %zu", xi);
+    }
+    ferry__rb_puts(&s, ")\n");
+  }
+  ferry__rb_puts(&s, "set xlabel ");
+  ferry__rb_gpstr(&s, xlabel);
+  ferry__rb_puts(&s, "\nset multiplot layout 2,2 title ");
+  char mtitle[1200];
+  snprintf(mtitle, sizeof mtitle, "Latency and throughput against %s%s%s", ax->key, fixed_len ? " (" : "",
+           fixed_len ? fixed : "");
+  if (fixed_len) strncat(mtitle, ")", sizeof mtitle - strlen(mtitle) - 1);
+  ferry__rb_gpstr(&s, mtitle);
+  ferry__rb_puts(&s, "\n");
+  static const char *const panel[4] = {"Time to first token", "Time per output token", "End-to-end latency",
+                                       "Throughput"};
+  for (int p = 0; p < 4; p++) {
+    const char *unit = "tok/s";
+    double scale = 1;
+    double vals[512];
+    size_t nv = 0;
+    for (size_t k = 0; k < nall; k++) {
+      if (p < 3) {
+        vals[nv++] = all[2 * p][k];
+        vals[nv++] = all[2 * p + 1][k];
+      } else {
+        vals[nv++] = all[6][k];
+      }
+    }
+    if (p < 3) scale = time_unit(vals, nv, &unit);
+    ferry__rb_printf(&s, "set title \"%s%s\"\nset ylabel \"%s (%s)\"\n%s\n", panel[p],
+                     p < 3 ? " (solid P50, dashed P99)" : "", p == 3 ? "output tokens/s" : "latency", unit,
+                     ferry__spans_decades(vals, nv) ? "set logscale y" : "unset logscale y");
+    ferry__rb_puts(&s, p == 0 ? "set key top left\n" : "unset key\n");
+    ferry__rb_puts(&s, "plot ");
+    for (size_t si = 0; si < ns; si++) {
+      int col = p < 3 ? 2 + 2 * p : 8;
+      ferry__rb_printf(&s, "%s$s%zu using 1:($%d*%g) with linespoints lt %zu title ", si ? ", " : "", si, col, scale,
+                       si + 1);
+      ferry__rb_gpstr(&s, *series[si] ? series[si] : "all runs");
+      if (p < 3) ferry__rb_printf(&s, ", $s%zu using 1:($%d*%g) with linespoints lt %zu dt 2 notitle", si, col + 1, scale,
+                                  si + 1);
+    }
+    ferry__rb_puts(&s, "\n");
+  }
+  ferry__rb_puts(&s, "unset multiplot\n");
+  if (s.oom) {
+    st = NOMEM(rp);
+  } else {
+    char name[128], cap[1400];
+    snprintf(name, sizeof name, "sweep_%s", ax->key);
+    snprintf(cap, sizeof cap,
+             "Latency (TTFT, TPOT, end-to-end; P50 solid, P99 dashed) and throughput against %s, one line per %s%s%s.",
+             ax->key, n_other ? "combination of the other swept parameters" : "configuration",
+             fixed_len ? "; other parameters fixed at " : "", fixed_len ? fixed : "");
+    st = ferry__emit_plot(rp, name, cap, 1100, 780, s.p);
+    if (st == FERRY_OK) {
+      snprintf(cap, sizeof cap, "Points of the plot against %s (mean over repeated configurations).", ax->key);
+      st = ferry__emit_table(rp, t, cap);
+    }
+  }
+  ferry__rb_free(&s);
+  ferry__table_free(t);
+out:
+  ferry_free(pts);
+  return st;
+}
+
+ferry_status ferry__section_sweep(struct report *rp) {
+  size_t n_usable = 0;
+  for (size_t i = 0; i < rp->n_runs; i++) n_usable += usable(&rp->runs[i]);
+  if (rp->n_axes == 0 || n_usable < 2) return FERRY_OK;
+  ferry__doc_section(rp, FERRY_REPORT_SWEEP, "Latency and throughput against each swept parameter");
+  struct rbuf keys = {0};
+  for (size_t a = 0; a < rp->n_axes; a++)
+    ferry__rb_printf(&keys, "%s%s (%zu values)", a ? ", " : "", rp->axes[a].key, rp->axes[a].n);
+  ferry__doc_para(rp,
+                  "Swept parameters (configuration keys whose value differs between the complete runs): %s. "
+                  "TTFT is the time to the first output token, TPOT the time per output token after the first, "
+                  "end-to-end the time from arrival to the last token; throughput is output tokens per second of the run.",
+                  keys.p ? keys.p : "");
+  ferry__rb_free(&keys);
+  ferry_status st = FERRY_OK;
+  for (size_t a = 0; a < rp->n_axes && st == FERRY_OK; a++) st = sweep_axis(rp, &rp->axes[a]);
+  ferry__rb_puts(&rp->html, "</section>\n");
+  return st;
+}
+
+/* ---- bytes moved and stall ----------------------------------------------------------------- */
+
+ferry_status ferry__section_bytes(struct report *rp) {
+  NUMBUF;
+  size_t n = 0;
+  double hi = 0;
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    const struct rrun *r = &rp->runs[i];
+    if (!r->complete || r->n_steps == 0) continue;
+    n++;
+    hi = fmax(hi, fmax(r->bytes_disk, fmax(r->bytes_h2d, r->bytes_d2h)));
+  }
+  if (n == 0) return FERRY_OK;
+  ferry__doc_section(rp, FERRY_REPORT_BYTES, "Bytes moved per tier and stall time");
+  ferry__doc_para(rp, "Bytes read from disk and copied host to device and device to host over each run (sums of the "
+                      "engine steps), and the time compute waited for weights to arrive (stall). Stall share is stall "
+                      "time over the time from the first step's start to the last step's end.");
+  const char *unit;
+  double scale = byte_unit(hi, &unit);
+  char head[512];
+  snprintf(head, sizeof head,
+           "run" SEP "configuration" SEP "steps" SEP "disk (%s)" SEP "host to device (%s)" SEP "device to host (%s)" SEP
+           "stall (ms)" SEP "stall share (%%)" SEP "hits" SEP "misses" SEP "hit rate (%%)",
+           unit, unit, unit);
+  struct rtable *t = ferry__table_new("bytes", head);
+  if (!t) return NOMEM(rp);
+  struct rbuf s = {0};
+  ferry__rb_puts(&s, "$b << EOD\n");
+  double stall[1024];
+  size_t nst = 0;
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    const struct rrun *r = &rp->runs[i];
+    if (!r->complete || r->n_steps == 0) continue;
+    char desc[512], sd[256];
+    axes_desc(rp, r, NULL, desc, sizeof desc);
+    short_desc(rp, r, NULL, sd, sizeof sd);
+    double share = r->span_ms > 0 ? 100.0 * r->stall_ms / r->span_ms : NAN;
+    double hr = r->hits + r->misses > 0 ? 100.0 * (double)r->hits / (double)(r->hits + r->misses) : NAN;
+    ferry__table_rowf(t, "%s" SEP "%s" SEP "%lld" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%lld" SEP "%lld" SEP "%s",
+                      r->label, desc, (long long)r->n_steps, N(r->bytes_disk * scale), N(r->bytes_h2d * scale),
+                      N(r->bytes_d2h * scale), N(r->stall_ms), N(share), (long long)r->hits, (long long)r->misses, N(hr));
+    dq(&s, sd);
+    gnum(&s, r->bytes_disk * scale);
+    gnum(&s, r->bytes_h2d * scale);
+    gnum(&s, r->bytes_d2h * scale);
+    gnum(&s, r->stall_ms);
+    gnum(&s, share);
+    ferry__rb_puts(&s, "\n");
+    if (nst < 1024) stall[nst++] = r->stall_ms;
+  }
+  ferry__rb_puts(&s, "EOD\nset datafile missing 'NaN'\n"
+                     "set style data histograms\nset style histogram clustered gap 1\n"
+                     "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
+                     "set xtics rotate by -35 left nomirror\nset key outside top center horizontal\nset yrange [0:*]\n"
+                     "set multiplot layout 1,2\n");
+  ferry__rb_printf(&s, "set title \"Bytes moved per tier\"\nset ylabel \"%s\"\n", unit);
+  ferry__rb_puts(&s, "plot $b using 2:xtic(1) title \"disk read\" lt 5, '' using 3 title \"host to device\" lt 2, "
+                     "'' using 4 title \"device to host\" lt 3\n");
+  ferry__rb_puts(&s, "set title \"Stall time (compute waiting for transfers)\"\nset ylabel \"stall (ms)\"\n");
+  if (ferry__spans_decades(stall, nst)) ferry__rb_puts(&s, "set logscale y\nset yrange [*:*]\n");
+  ferry__rb_puts(&s, "plot $b using 5:xtic(1) title \"stall\" lt 4\nunset multiplot\n");
+  ferry_status st = s.oom ? NOMEM(rp)
+                          : ferry__emit_plot(rp, "bytes_stall", "Bytes moved per tier (left) and stall time (right) per run.",
+                                             1200, 520, s.p);
+  if (st == FERRY_OK) st = ferry__emit_table(rp, t, "Bytes moved per tier, stall time and weight-cache hit rate per run.");
+  ferry__rb_free(&s);
+  ferry__table_free(t);
+  ferry__rb_puts(&rp->html, "</section>\n");
+  return st;
+}
+
+/* ---- sim against real ------------------------------------------------------------------------ */
+
+ferry_status ferry__section_sim_vs_real(struct report *rp) {
+  NUMBUF;
+  static const char *const except[] = {"executor", "hw", "threads", "direct_io", NULL};
+  size_t npairs = 0;
+  for (size_t i = 0; i < rp->n_runs; i++)
+    for (size_t j = 0; j < rp->n_runs; j++) {
+      const struct rrun *a = &rp->runs[i], *b = &rp->runs[j];
+      if (usable(a) && usable(b) && strcmp(a->kind, "sim") && strcmp(a->kind, "nsys-import") && !strcmp(b->kind, "sim") &&
+          ferry__runs_same_except(a, b, except))
+        npairs++;
+    }
+  if (npairs == 0) return FERRY_OK;
+  rp->sum.sim_real_pairs = npairs;
+  ferry__doc_section(rp, FERRY_REPORT_SIM_VS_REAL, "Simulator against real runs");
+  ferry__doc_para(rp, "Runs are paired when their configurations agree on every key except the executor and the "
+                      "hardware profile. Error = (predicted - measured) / measured, in percent; the scatter shows each "
+                      "metric of each pair with the y = x line (a perfect prediction lies on it).");
+  struct rtable *t = ferry__table_new(
+      "sim_vs_real", "real run" SEP "sim run" SEP "hardware" SEP "configuration" SEP "mean TTFT measured (ms)" SEP
+                     "mean TTFT predicted (ms)" SEP "mean TTFT error (%)" SEP "mean TPOT measured (ms)" SEP
+                     "mean TPOT predicted (ms)" SEP "mean TPOT error (%)" SEP "P99 e2e measured (ms)" SEP
+                     "P99 e2e predicted (ms)" SEP "P99 e2e error (%)");
+  struct rtable *e = ferry__table_new("sim_error", "metric" SEP "pairs" SEP "mean |error| (%)" SEP "max |error| (%)" SEP
+                                                   "mean error (%)");
+  if (!t || !e) {
+    ferry__table_free(t);
+    ferry__table_free(e);
+    return NOMEM(rp);
+  }
+  static const char *const mname[3] = {"mean TTFT", "mean TPOT", "P99 e2e"};
+  double sum_abs[3] = {0}, max_abs[3] = {0}, sum[3] = {0};
+  int cnt[3] = {0};
+  struct rbuf s = {0}, d[3] = {{0}};
+  double lo = INFINITY, hi = 0;
+  for (size_t i = 0; i < rp->n_runs; i++)
+    for (size_t j = 0; j < rp->n_runs; j++) {
+      const struct rrun *a = &rp->runs[i], *b = &rp->runs[j];
+      if (!(usable(a) && usable(b) && strcmp(a->kind, "sim") && strcmp(a->kind, "nsys-import") &&
+            !strcmp(b->kind, "sim") && ferry__runs_same_except(a, b, except)))
+        continue;
+      double meas[3] = {a->ttft.mean, a->tpot.mean, a->e2e.p99}, pred[3] = {b->ttft.mean, b->tpot.mean, b->e2e.p99};
+      double err[3];
+      for (int m = 0; m < 3; m++) {
+        err[m] = meas[m] > 0 ? 100.0 * (pred[m] - meas[m]) / meas[m] : NAN;
+        if (isfinite(err[m])) {
+          sum_abs[m] += fabs(err[m]);
+          sum[m] += err[m];
+          max_abs[m] = fmax(max_abs[m], fabs(err[m]));
+          cnt[m]++;
+        }
+        if (meas[m] > 0 && pred[m] > 0 && isfinite(meas[m]) && isfinite(pred[m])) {
+          ferry__rb_printf(&d[m], "%.9g %.9g\n", meas[m], pred[m]);
+          lo = fmin(lo, fmin(meas[m], pred[m]));
+          hi = fmax(hi, fmax(meas[m], pred[m]));
+        }
+      }
+      char desc[512];
+      axes_desc(rp, a, "executor", desc, sizeof desc);
+      ferry__table_rowf(t, "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP
+                           "%s" SEP "%s",
+                        a->label, b->label, b->hardware ? b->hardware : "", desc, N(meas[0]), N(pred[0]), N(err[0]),
+                        N(meas[1]), N(pred[1]), N(err[1]), N(meas[2]), N(pred[2]), N(err[2]));
+    }
+  for (int m = 0; m < 3; m++)
+    ferry__table_rowf(e, "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s", mname[m], cnt[m],
+                      N(cnt[m] ? sum_abs[m] / cnt[m] : NAN), N(cnt[m] ? max_abs[m] : NAN), N(cnt[m] ? sum[m] / cnt[m] : NAN));
+  ferry_status st = FERRY_OK;
+  if (hi > 0) {
+    for (int m = 0; m < 3; m++) ferry__rb_printf(&s, "$m%d << EOD\n%sEOD\n", m, d[m].p ? d[m].p : "");
+    int logs = hi / lo >= 100;
+    double rlo = logs ? lo / 1.5 : 0, rhi = hi * 1.15;
+    ferry__rb_printf(&s,
+                     "%s"
+                     "set xrange [%.9g:%.9g]\nset yrange [%.9g:%.9g]\nset size ratio -1\n"
+                     "set xlabel \"measured (ms)\"\nset ylabel \"predicted by the simulator (ms)\"\n"
+                     "set key top left\nset title \"Simulator prediction against measurement\"\n"
+                     "set samples 200\n"
+                     "plot x with lines dt 2 lc rgb '#555555' lw 1 title \"y = x\"",
+                     logs ? "set logscale xy\n" : "", rlo, rhi, rlo, rhi);
+    for (int m = 0; m < 3; m++)
+      if (d[m].len) ferry__rb_printf(&s, ", $m%d using 1:2 with points lt %d ps 1.4 title \"%s\"", m, m + 1, mname[m]);
+    ferry__rb_puts(&s, "\n");
+    st = s.oom ? NOMEM(rp)
+               : ferry__emit_plot(rp, "sim_vs_real", "Predicted (simulator) against measured (real executor) per paired configuration; the dashed line is y = x.",
+                                  700, 640, s.p);
+  }
+  if (st == FERRY_OK) st = ferry__emit_table(rp, e, "Simulator error per metric over all pairs.");
+  if (st == FERRY_OK) st = ferry__emit_table(rp, t, "Sim against real, per paired configuration.");
+  ferry__rb_free(&s);
+  for (int m = 0; m < 3; m++) ferry__rb_free(&d[m]);
+  ferry__table_free(t);
+  ferry__table_free(e);
+  ferry__rb_puts(&rp->html, "</section>\n");
+  return st;
+}
+
+/* ---- per-variant sections (quantization formats, predictors) -------------------------------- */
+
+ferry_status ferry__section_variants(struct report *rp, const char *key, enum ferry_report_section sec) {
+  NUMBUF;
+  const struct raxis *ax = NULL;
+  for (size_t a = 0; a < rp->n_axes; a++)
+    if (!strcmp(rp->axes[a].key, key)) ax = &rp->axes[a];
+  if (!ax) return FERRY_OK;
+  int quant = sec == FERRY_REPORT_QUANT;
+  ferry__doc_section(rp, sec, quant ? "Quantization formats" : "Expert predictors");
+  ferry__doc_para(rp, quant ? "Per weight format (configuration key quant), averaged over its runs: bytes moved per output "
+                              "token (disk + host to device), latency and throughput."
+                            : "Per expert predictor (configuration key predictor), averaged over its runs: weight-cache "
+                              "hit rate (hits over hits + misses: the share of needed units already resident, a proxy for "
+                              "the predictor's recall), bytes moved per output token, latency and throughput.");
+  struct rtable *t = ferry__table_new(quant ? "quant" : "predictor",
+                                      "value" SEP "runs" SEP "bytes moved per token (KiB)" SEP "hit rate (%)" SEP
+                                      "TPOT P50 (ms)" SEP "TTFT P99 (ms)" SEP "throughput (tok/s)");
+  if (!t) return NOMEM(rp);
+  struct rbuf s = {0};
+  ferry__rb_puts(&s, "$v << EOD\n");
+  char v[256];
+  for (size_t k = 0; k < ax->n; k++) {
+    double bpt = 0, hr = 0, tpot = 0, ttft = 0, thr = 0;
+    int n = 0, nh = 0;
+    for (size_t i = 0; i < rp->n_runs; i++) {
+      const struct rrun *r = &rp->runs[i];
+      if (!usable(r)) continue;
+      ferry__run_val(r, key, v, sizeof v);
+      if (strcmp(v, ax->vals[k])) continue;
+      n++;
+      bpt += r->out_tokens > 0 ? (r->bytes_disk + r->bytes_h2d) / (double)r->out_tokens / 1024.0 : 0;
+      if (r->hits + r->misses > 0) {
+        hr += 100.0 * (double)r->hits / (double)(r->hits + r->misses);
+        nh++;
+      }
+      tpot += r->tpot.p50;
+      ttft += r->ttft.p99;
+      thr += r->thr_tok_s;
+    }
+    if (!n) continue;
+    double hrm = nh ? hr / nh : NAN;
+    ferry__table_rowf(t, "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", ax->vals[k], n, N(bpt / n), N(hrm),
+                      N(tpot / n), N(ttft / n), N(thr / n));
+    dq(&s, ax->vals[k]);
+    gnum(&s, bpt / n);
+    gnum(&s, hrm);
+    gnum(&s, tpot / n);
+    ferry__rb_puts(&s, "\n");
+  }
+  ferry__rb_puts(&s, "EOD\nset datafile missing 'NaN'\nset style data histograms\nset style fill solid 0.85 border -1\n"
+                     "set boxwidth 0.7\nset yrange [0:*]\nunset key\nset multiplot layout 1,3\n");
+  ferry__rb_printf(&s, "set xlabel \"%s\"\n", ferry__key_label(key));
+  ferry__rb_puts(&s, "set title \"Bytes moved per output token\"\nset ylabel \"KiB per token\"\n"
+                     "plot $v using 2:xtic(1) lt 1\n"
+                     "set title \"Weight-cache hit rate\"\nset ylabel \"hit rate (%)\"\nset yrange [0:100]\n"
+                     "plot $v using 3:xtic(1) lt 2\n"
+                     "set title \"Time per output token (P50)\"\nset ylabel \"TPOT (ms)\"\nset yrange [0:*]\n"
+                     "plot $v using 4:xtic(1) lt 3\nunset multiplot\n");
+  ferry_status st = s.oom ? NOMEM(rp)
+                          : ferry__emit_plot(rp, quant ? "quant" : "predictor",
+                                             quant ? "Bytes per token, hit rate and TPOT per weight format."
+                                                   : "Bytes per token, hit rate and TPOT per expert predictor.",
+                                             1200, 450, s.p);
+  if (st == FERRY_OK) st = ferry__emit_table(rp, t, quant ? "Per weight format." : "Per expert predictor.");
+  ferry__rb_free(&s);
+  ferry__table_free(t);
+  ferry__rb_puts(&rp->html, "</section>\n");
+  return st;
+}
+
+/* ---- hardware what-if --------------------------------------------------------------------- */
+
+static int price_from_file(const char *path, double *price) {
+  cJSON *j = NULL;
+  struct ferry_err err;
+  if (ferry__json_load(path, 1 << 20, &j, &err) != FERRY_OK) return 0;
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "price_per_hour_usd");
+  int ok = cJSON_IsNumber(p) && p->valuedouble > 0;
+  if (ok) *price = p->valuedouble;
+  cJSON_Delete(j);
+  return ok;
+}
+
+/* Price per hour of a hardware profile: a JSON path, or NAME.json in the profile folders, or
+ * "price_per_hour_usd=X" in the run's notes. */
+static double hw_price(const struct report *rp, const struct rrun *r, const char *hw) {
+  double price = NAN;
+  if (r->notes) {
+    const char *p = strstr(r->notes, "price_per_hour_usd=");
+    if (p) price = strtod(p + strlen("price_per_hour_usd="), NULL);
+    if (price > 0) return price;
+  }
+  if (!hw || !*hw) return NAN;
+  if (strchr(hw, '/') || (strlen(hw) > 5 && !strcmp(hw + strlen(hw) - 5, ".json")))
+    return price_from_file(hw, &price) ? price : NAN;
+  for (const char *c = hw; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' ||
+          *c == '.'))
+      return NAN;
+  const char *paths[3] = {rp->opt->hw_path ? rp->opt->hw_path : getenv("FERRY_HW_PATH"), FERRY_REPORT_HW_SOURCE_DIR,
+                          FERRY_REPORT_HW_INSTALL_DIR};
+  for (int i = 0; i < 3; i++) {
+    const char *p = paths[i];
+    while (p && *p) {
+      const char *colon = strchr(p, ':');
+      size_t n = colon ? (size_t)(colon - p) : strlen(p);
+      char file[1024];
+      if (n > 0 && n < 900) {
+        snprintf(file, sizeof file, "%.*s/%s.json", (int)n, p, hw);
+        if (price_from_file(file, &price)) return price;
+      }
+      p = colon ? colon + 1 : NULL;
+    }
+  }
+  return NAN;
+}
+
+ferry_status ferry__section_hardware(struct report *rp) {
+  NUMBUF;
+  static const char *const except[] = {"hw", NULL};
+  size_t n = rp->n_runs;
+  int *group = ferry__calloc(n ? n : 1, sizeof *group);
+  if (!group) return NOMEM(rp);
+  int ngroups = 0;
+  char v1[256], v2[256];
+  /* groups of runs that differ only by hardware, with at least two profiles */
+  for (size_t i = 0; i < n; i++) {
+    if (!usable(&rp->runs[i]) || group[i]) continue;
+    int id = ++ngroups, profiles = 1;
+    group[i] = id;
+    ferry__run_val(&rp->runs[i], "hw", v1, sizeof v1);
+    for (size_t j = i + 1; j < n; j++) {
+      if (!usable(&rp->runs[j]) || group[j] || !ferry__runs_same_except(&rp->runs[i], &rp->runs[j], except)) continue;
+      group[j] = id;
+      ferry__run_val(&rp->runs[j], "hw", v2, sizeof v2);
+      if (strcmp(v1, v2)) profiles++;
+    }
+    if (profiles < 2) {
+      for (size_t j = i; j < n; j++)
+        if (group[j] == id) group[j] = -1;
+      ngroups--;
+    }
+  }
+  if (ngroups == 0) {
+    ferry_free(group);
+    return FERRY_OK;
+  }
+  ferry__doc_section(rp, FERRY_REPORT_HARDWARE, "Hardware what-if");
+  ferry__doc_para(rp, "The same workload and configuration on several hardware profiles. Cost per million output tokens = "
+                      "price per hour / (throughput x 3600) x 10^6, with the price from the profile's price_per_hour_usd "
+                      "(or price_per_hour_usd=X in the run's notes).");
+  const struct ferry_report_options *o = rp->opt;
+  int slo = o->slo_ttft_p99_ms > 0 || o->slo_tpot_p99_ms > 0;
+  struct rtable *t = ferry__table_new("hardware", "group" SEP "configuration" SEP "hardware" SEP "run" SEP
+                                                  "throughput (tok/s)" SEP "TTFT P99 (ms)" SEP "TPOT P99 (ms)" SEP
+                                                  "price ($/h)" SEP "cost ($ per 1M tokens)" SEP "meets SLO");
+  if (!t) {
+    ferry_free(group);
+    return NOMEM(rp);
+  }
+  struct rbuf s = {0}, cheapest = {0};
+  int any_price = 0;
+  /* group ids were handed out in order but some were withdrawn: renumber the kept ones */
+  int shown = 0;
+  int next = 1;
+  for (size_t i = 0; i < n; i++) {
+    if (group[i] <= 0 || group[i] < next) continue;
+    int g = group[i];
+    next = g + 1;
+    shown++;
+    char desc[512];
+    axes_desc(rp, &rp->runs[i], "hw", desc, sizeof desc);
+    if (shown <= 6) ferry__rb_printf(&s, "$g%d << EOD\n", shown);
+    const char *best = NULL;
+    double best_cost = INFINITY;
+    for (size_t j = i; j < n; j++) {
+      if (group[j] != g) continue;
+      const struct rrun *r = &rp->runs[j];
+      ferry__run_val(r, "hw", v1, sizeof v1);
+      const char *hw = *v1 ? v1 : (r->hardware ? r->hardware : "");
+      double price = hw_price(rp, r, hw);
+      double cost = price > 0 && r->thr_tok_s > 0 ? price / (r->thr_tok_s * 3600.0) * 1e6 : NAN;
+      if (isfinite(cost)) any_price = 1;
+      int meets = (o->slo_ttft_p99_ms <= 0 || r->ttft.p99 <= o->slo_ttft_p99_ms) &&
+                  (o->slo_tpot_p99_ms <= 0 || r->tpot.p99 <= o->slo_tpot_p99_ms);
+      if (meets && isfinite(cost) && cost < best_cost) {
+        best_cost = cost;
+        best = r->label;
+      }
+      ferry__table_rowf(t, "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", shown,
+                        desc, hw, r->label, N(r->thr_tok_s), N(r->ttft.p99), N(r->tpot.p99), N(price), N(cost),
+                        slo ? (meets ? "yes" : "no") : "");
+      if (shown <= 6) {
+        dq(&s, hw);
+        gnum(&s, r->thr_tok_s);
+        gnum(&s, cost);
+        ferry__rb_puts(&s, "\n");
+      }
+    }
+    if (shown <= 6) ferry__rb_puts(&s, "EOD\n");
+    if (best)
+      ferry__rb_printf(&cheapest, "%sgroup %d: %s at %s $ per 1M tokens", cheapest.len ? "; " : "", shown, best,
+                       N(best_cost));
+  }
+  if (cheapest.len)
+    ferry__doc_para(rp, "Cheapest run%s: %s.", slo ? " meeting the latency objective" : "", cheapest.p);
+  ferry__rb_puts(&s, "set datafile missing 'NaN'\nset style data histograms\nset style histogram clustered gap 1\n"
+                     "set style fill solid 0.85 border -1\nset yrange [0:*]\nset xtics rotate by -30 left nomirror\n"
+                     "set key top right\n");
+  if (shown == 1) ferry__rb_puts(&s, "unset key\n");
+  if (any_price) ferry__rb_puts(&s, "set multiplot layout 1,2\n");
+  for (int panel = 0; panel < (any_price ? 2 : 1); panel++) {
+    ferry__rb_printf(&s, "set title \"%s\"\nset ylabel \"%s\"\nplot ", panel ? "Cost per million output tokens" : "Throughput",
+                     panel ? "$ per 1M tokens" : "output tokens/s");
+    for (int g = 1; g <= shown && g <= 6; g++)
+      ferry__rb_printf(&s, "%s$g%d using %d:xtic(1) title \"group %d\" lt %d", g > 1 ? ", " : "", g, panel ? 3 : 2, g, g);
+    ferry__rb_puts(&s, "\n");
+  }
+  if (any_price) ferry__rb_puts(&s, "unset multiplot\n");
+  ferry_status st = s.oom || cheapest.oom
+                        ? NOMEM(rp)
+                        : ferry__emit_plot(rp, "hardware", "Throughput and cost per million output tokens per hardware profile (one bar colour per group of otherwise identical runs).",
+                                           any_price ? 1200 : 700, 500, s.p);
+  if (st == FERRY_OK) st = ferry__emit_table(rp, t, "The same workload on several hardware profiles.");
+  ferry__rb_free(&s);
+  ferry__rb_free(&cheapest);
+  ferry__table_free(t);
+  ferry_free(group);
+  ferry__rb_puts(&rp->html, "</section>\n");
+  return st;
+}

@@ -1,0 +1,465 @@
+/* The per-run sections of a report: a Gantt chart of the compute, copy and disk queues of one
+ * run over a range of engine steps (from the nsys-layout kernel and memcpy tables, streamId =
+ * queue), and memory per tier over time with the configured budgets drawn as lines. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "reports/report_internal.h"
+
+#define NOMEM(rp) ferry__err_set(&(rp)->err, FERRY_ERR_NOMEM, "report: out of memory")
+#define MAX_OPS 50000 /* boxes drawn at most; a longer range is cut (and says so) */
+
+enum op_cat { CAT_COMPUTE, CAT_H2D, CAT_D2H, CAT_DISK, CAT_OTHER, CAT_COUNT };
+static const char *const cat_name[CAT_COUNT] = {"compute", "copy host to device", "copy device to host", "disk read",
+                                                "other copy"};
+static const char *const cat_short[CAT_COUNT] = {"compute", "h2d", "d2h", "disk", "copy"};
+static const char *const cat_color[CAT_COUNT] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#7f7f7f"};
+
+struct op {
+  int cat;
+  int32_t queue;
+  int64_t start, end, bytes, step;
+  char name[48];
+};
+
+static ferry_status sql_fail(struct report *rp, sqlite3 *db, const char *what) {
+  return ferry__err_set(&rp->err, FERRY_ERR_DB, "report: %s: %s", what, sqlite3_errmsg(db));
+}
+
+const struct rrun *ferry__timeline_run(struct report *rp, ferry_status *st) {
+  *st = FERRY_OK;
+  const struct ferry_report_options *o = rp->opt;
+  if (o->timeline_run >= 0) {
+    for (size_t i = 0; i < rp->n_runs; i++)
+      if (rp->runs[i].db == o->timeline_db && rp->runs[i].id == o->timeline_run) return &rp->runs[i];
+    *st = ferry__err_set(&rp->err, FERRY_ERR_NOT_FOUND, "%s: no run %lld (--timeline-run)",
+                         o->db_paths[o->timeline_db < (int)o->n_dbs && o->timeline_db >= 0 ? o->timeline_db : 0],
+                         (long long)o->timeline_run);
+    return NULL;
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < rp->n_runs; i++)
+      if ((pass || rp->runs[i].complete) && rp->runs[i].n_kernel + rp->runs[i].n_memcpy > 0) return &rp->runs[i];
+  return NULL;
+}
+
+static int cat_of(int is_kernel, int copy_kind) {
+  if (is_kernel) return CAT_COMPUTE;
+  switch (copy_kind) {
+    case 1: return CAT_H2D;
+    case 2: return CAT_D2H;
+    case 100: return CAT_DISK;
+    default: return CAT_OTHER;
+  }
+}
+
+static const char *const ops_sql =
+    "SELECT 1, k.streamId, k.start, k.end, coalesce(s.value, ''), coalesce(k.bytes, 0), coalesce(k.step, -1), 0 "
+    "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds s ON s.id = k.shortName WHERE k.runId = ?1 AND %s "
+    "UNION ALL "
+    "SELECT 0, m.streamId, m.start, m.end, coalesce(s.value, ''), m.bytes, coalesce(m.step, -1), m.copyKind "
+    "FROM CUPTI_ACTIVITY_KIND_MEMCPY m LEFT JOIN StringIds s ON s.id = m.nameId WHERE m.runId = ?1 AND %s "
+    "ORDER BY 3 LIMIT %d";
+
+/* Rows of the run selected by cond_k / cond_m (which may use ?2 and ?3). */
+static ferry_status read_ops(struct report *rp, sqlite3 *db, int64_t run, const char *cond_k, const char *cond_m, int64_t a,
+                             int64_t b, struct op **out, size_t *n, int *cut) {
+  char *sql = ferry__asprintf(ops_sql, cond_k, cond_m, MAX_OPS + 1);
+  if (!sql) return NOMEM(rp);
+  sqlite3_stmt *q;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
+  ferry_free(sql);
+  if (rc != SQLITE_OK) return sql_fail(rp, db, "reading the timeline");
+  sqlite3_bind_int64(q, 1, run);
+  if (sqlite3_bind_parameter_count(q) >= 3) {
+    sqlite3_bind_int64(q, 2, a);
+    sqlite3_bind_int64(q, 3, b);
+  }
+  size_t cap = 0;
+  ferry_status st = FERRY_OK;
+  *cut = 0;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    if (*n == MAX_OPS) {
+      *cut = 1;
+      break;
+    }
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 1024;
+      struct op *ops = ferry__reallocarray(*out, cap, sizeof *ops);
+      if (!ops) {
+        st = NOMEM(rp);
+        break;
+      }
+      *out = ops;
+    }
+    struct op *o = &(*out)[(*n)++];
+    o->cat = cat_of(sqlite3_column_int(q, 0), sqlite3_column_int(q, 7));
+    o->queue = sqlite3_column_int(q, 1);
+    o->start = sqlite3_column_int64(q, 2);
+    o->end = sqlite3_column_int64(q, 3);
+    const unsigned char *name = sqlite3_column_text(q, 4);
+    snprintf(o->name, sizeof o->name, "%s", name ? (const char *)name : "");
+    for (char *p = o->name; *p; p++)
+      if (*p == '\x1f' || *p == '"' || (unsigned char)*p < 0x20) *p = ' ';
+    o->bytes = sqlite3_column_int64(q, 5);
+    o->step = sqlite3_column_int64(q, 6);
+  }
+  if (st == FERRY_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) st = sql_fail(rp, db, "reading the timeline");
+  sqlite3_finalize(q);
+  return st;
+}
+
+static int64_t q_i64(sqlite3 *db, const char *sql, int64_t run, int64_t a, int64_t b, int *found) {
+  sqlite3_stmt *q;
+  *found = 0;
+  if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return 0;
+  sqlite3_bind_int64(q, 1, run);
+  if (sqlite3_bind_parameter_count(q) >= 3) {
+    sqlite3_bind_int64(q, 2, a);
+    sqlite3_bind_int64(q, 3, b);
+  }
+  int64_t v = 0;
+  if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL) {
+    v = sqlite3_column_int64(q, 0);
+    *found = 1;
+  }
+  sqlite3_finalize(q);
+  return v;
+}
+
+ferry_status ferry__section_timeline(struct report *rp) {
+  ferry_status st;
+  const struct rrun *r = ferry__timeline_run(rp, &st);
+  if (!r) return st;
+  sqlite3 *db = ferry__run_db(rp, r);
+  const struct ferry_report_options *o = rp->opt;
+  int found;
+  int64_t first = o->step_first;
+  if (first < 0) {
+    first = q_i64(db,
+                  "SELECT min(s) FROM (SELECT min(step) AS s FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1 "
+                  "UNION ALL SELECT min(step) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId = ?1)",
+                  r->id, 0, 0, &found);
+    if (!found) first = 0;
+  }
+  int64_t last = o->step_last >= 0 ? o->step_last : first + 2;
+  if (last < first) last = first;
+  struct op *ops = NULL;
+  size_t n = 0;
+  int cut = 0;
+  const char *how = "steps";
+  st = read_ops(rp, db, r->id, "k.step BETWEEN ?2 AND ?3", "m.step BETWEEN ?2 AND ?3", first, last, &ops, &n, &cut);
+  if (st == FERRY_OK && n == 0) {
+    /* rows without step numbers (imports): the steps table's time window, else the beginning */
+    int f1, f2;
+    int64_t t0 = q_i64(db, "SELECT min(start_ns) FROM steps WHERE runId = ?1 AND step BETWEEN ?2 AND ?3", r->id, first,
+                       last, &f1);
+    int64_t t1 = q_i64(db, "SELECT max(end_ns) FROM steps WHERE runId = ?1 AND step BETWEEN ?2 AND ?3", r->id, first,
+                       last, &f2);
+    if (f1 && f2) {
+      st = read_ops(rp, db, r->id, "k.end > ?2 AND k.start < ?3", "m.end > ?2 AND m.start < ?3", t0, t1, &ops, &n, &cut);
+      how = "time window of steps";
+    } else {
+      st = read_ops(rp, db, r->id, "k.start >= 0 AND ?2 <= ?3", "m.start >= 0 AND ?2 <= ?3", 0, 0, &ops, &n, &cut);
+      how = "first operations";
+    }
+  }
+  if (st != FERRY_OK || n == 0) {
+    ferry_free(ops);
+    return st;
+  }
+  /* queues in id order, each labelled by the kind of op it mostly runs */
+  int32_t queues[64];
+  int qcount[64][CAT_COUNT];
+  size_t nq = 0;
+  memset(qcount, 0, sizeof qcount);
+  int64_t t0 = INT64_MAX, t1 = INT64_MIN;
+  for (size_t i = 0; i < n; i++) {
+    size_t k;
+    for (k = 0; k < nq; k++)
+      if (queues[k] == ops[i].queue) break;
+    if (k == nq && nq < 64) queues[nq++] = ops[i].queue;
+    if (k < 64) qcount[k][ops[i].cat]++;
+    if (ops[i].start < t0) t0 = ops[i].start;
+    if (ops[i].end > t1) t1 = ops[i].end;
+  }
+  /* sort queues by id, keeping their counts */
+  for (size_t a = 1; a < nq; a++)
+    for (size_t b = a; b > 0 && queues[b - 1] > queues[b]; b--) {
+      int32_t tq = queues[b];
+      queues[b] = queues[b - 1];
+      queues[b - 1] = tq;
+      int tc[CAT_COUNT];
+      memcpy(tc, qcount[b], sizeof tc);
+      memcpy(qcount[b], qcount[b - 1], sizeof tc);
+      memcpy(qcount[b - 1], tc, sizeof tc);
+    }
+  double span_ns = (double)(t1 - t0);
+  int us = span_ns < 2e6;
+  double div = us ? 1e3 : 1e6;
+  const char *tunit = us ? "us" : "ms";
+
+  char title[160];
+  snprintf(title, sizeof title, "Timeline of run %s", r->label);
+  ferry__doc_section(rp, FERRY_REPORT_TIMELINE, title);
+  char range[96];
+  if (!strcmp(how, "first operations")) snprintf(range, sizeof range, "its first %zu operations", n);
+  else snprintf(range, sizeof range, "steps %lld to %lld", (long long)first, (long long)last);
+  char desc[512] = "";
+  ferry__doc_para(rp,
+                  "Run %s (%s%s%s), %s: %zu operations on %zu queues over %.3f ms%s. Each bar is one operation on its "
+                  "queue (stream); gaps on the compute queue while a copy or read is in flight are stalls.",
+                  r->label, r->kind, r->hardware ? ", " : "", r->hardware ? r->hardware : "", range, n, nq, span_ns / 1e6,
+                  cut ? " (cut at the first 50000)" : "");
+  (void)desc;
+
+  struct rtable *qt = ferry__table_new("timeline_queues", "queue" SEP "role" SEP "operations" SEP "busy (ms)" SEP
+                                                         "busy share (%)" SEP "bytes (MiB)");
+  struct rtable *rows = ferry__table_new("timeline", "category" SEP "queue" SEP "name" SEP "start (ms)" SEP "end (ms)" SEP
+                                                     "duration (us)" SEP "bytes" SEP "step");
+  struct rbuf s = {0};
+  if (!qt || !rows) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  int role[64];
+  for (size_t k = 0; k < nq; k++) {
+    int best = 0;
+    for (int c = 1; c < CAT_COUNT; c++)
+      if (qcount[k][c] > qcount[k][best]) best = c;
+    role[k] = best;
+    double busy = 0, bytes = 0;
+    int cnt = 0;
+    for (size_t i = 0; i < n; i++)
+      if (ops[i].queue == queues[k]) {
+        busy += (double)(ops[i].end - ops[i].start);
+        bytes += (double)ops[i].bytes;
+        cnt++;
+      }
+    char b1[32], b2[32], b3[32];
+    ferry__table_rowf(qt, "%d" SEP "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s", queues[k], cat_short[best], cnt,
+                      ferry__fmt_num(busy / 1e6, b1, sizeof b1),
+                      ferry__fmt_num(span_ns > 0 ? 100.0 * busy / span_ns : 0, b2, sizeof b2),
+                      ferry__fmt_num(bytes / 1048576.0, b3, sizeof b3));
+  }
+  for (size_t i = 0; i < n; i++)
+    ferry__table_rowf(rows, "%s" SEP "%d" SEP "%s" SEP "%.6f" SEP "%.6f" SEP "%.3f" SEP "%lld" SEP "%lld",
+                      cat_short[ops[i].cat], ops[i].queue, ops[i].name, (double)(ops[i].start - t0) / 1e6,
+                      (double)(ops[i].end - t0) / 1e6, (double)(ops[i].end - ops[i].start) / 1e3, (long long)ops[i].bytes,
+                      (long long)ops[i].step);
+  int used[CAT_COUNT] = {0};
+  for (int c = 0; c < CAT_COUNT; c++) {
+    ferry__rb_printf(&s, "$c%d << EOD\n", c);
+    for (size_t i = 0; i < n; i++) {
+      if (ops[i].cat != c) continue;
+      size_t lane = 0;
+      while (lane < nq && queues[lane] != ops[i].queue) lane++;
+      double x0 = (double)(ops[i].start - t0) / div, x1 = (double)(ops[i].end - t0) / div;
+      ferry__rb_printf(&s, "%.6f %zu %.6f %.6f %.2f %.2f\n", (x0 + x1) / 2, lane, x0, x1, lane - 0.38, lane + 0.38);
+      used[c] = 1;
+    }
+    ferry__rb_puts(&s, "EOD\n");
+  }
+  /* step boundaries from the steps table */
+  sqlite3_stmt *q;
+  if (sqlite3_prepare_v2(db, "SELECT step, start_ns FROM steps WHERE runId = ?1 AND start_ns BETWEEN ?2 AND ?3 ORDER BY start_ns LIMIT 64",
+                         -1, &q, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(q, 1, r->id);
+    sqlite3_bind_int64(q, 2, t0);
+    sqlite3_bind_int64(q, 3, t1);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+      double x = (double)(sqlite3_column_int64(q, 1) - t0) / div;
+      ferry__rb_printf(&s,
+                       "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\n"
+                       "set label 'step %lld' at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n",
+                       x, x, (long long)sqlite3_column_int64(q, 0), x);
+    }
+    sqlite3_finalize(q);
+  }
+  ferry__rb_printf(&s, "set yrange [%zu.6:-0.6]\nset ytics (", nq - 1);
+  for (size_t k = 0; k < nq; k++) ferry__rb_printf(&s, "%s\"queue %d: %s\" %zu", k ? ", " : "", queues[k], cat_short[role[k]], k);
+  ferry__rb_printf(&s,
+                   ")\nset xlabel \"time since the first operation (%s)\"\nset xrange [0:%.6f]\nset grid xtics\n"
+                   "set key outside right top vertical\nset style fill solid 0.85 noborder\n"
+                   "set title \"Run %s: %s\" offset 0,1\nplot ",
+                   tunit, span_ns / div, r->label, range);
+  int any = 0;
+  for (int c = 0; c < CAT_COUNT; c++) {
+    if (!used[c]) continue;
+    ferry__rb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title \"%s\"", any ? ", " : "", c,
+                     cat_color[c], cat_name[c]);
+    any = 1;
+  }
+  ferry__rb_puts(&s, "\n");
+  if (s.oom) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  char cap[300];
+  snprintf(cap, sizeof cap, "Gantt chart of the queues of run %s, %s (dotted lines: step starts).", r->label, range);
+  if ((st = ferry__emit_plot(rp, "timeline", cap, 1200, 190 + 46 * (int)nq, s.p)) != FERRY_OK) goto out;
+  if ((st = ferry__emit_table(rp, qt, "Per queue over the range: operations, busy time and bytes.")) != FERRY_OK) goto out;
+  if ((st = ferry__emit_csv(rp, rows)) != FERRY_OK) goto out;
+  ferry__rb_puts(&rp->html, "<p>Every operation of the chart: <a href=\"tables/timeline.csv\">timeline.csv</a>.</p>\n");
+  ferry__rb_puts(&rp->md, "Every operation of the chart: [tables/timeline.csv](tables/timeline.csv).\n\n");
+out:
+  ferry__rb_free(&s);
+  ferry__table_free(qt);
+  ferry__table_free(rows);
+  ferry_free(ops);
+  ferry__rb_puts(&rp->html, "</section>\n");
+  return st;
+}
+
+/* ---- memory per tier ----------------------------------------------------------------------- */
+
+#define MEM_POINTS 4000 /* per tier; longer series keep the maximum of each time bucket */
+
+struct sample {
+  int64_t t;
+  double used;
+};
+
+ferry_status ferry__section_memory(struct report *rp) {
+  ferry_status st;
+  const struct rrun *r = ferry__timeline_run(rp, &st);
+  if (st != FERRY_OK) return st;
+  if (!r || r->n_mem == 0) {
+    r = NULL;
+    for (size_t i = 0; i < rp->n_runs && !r; i++)
+      if (rp->runs[i].complete && rp->runs[i].n_mem > 0) r = &rp->runs[i];
+  }
+  if (!r) return FERRY_OK;
+  sqlite3 *db = ferry__run_db(rp, r);
+  static const char *const tiers[3] = {"device", "host", "disk"};
+  struct sample *v[3] = {NULL, NULL, NULL};
+  size_t nv[3] = {0}, cap[3] = {0};
+  sqlite3_stmt *q;
+  if (sqlite3_prepare_v2(db, "SELECT t_ns, tier, used_bytes FROM memory WHERE runId = ? ORDER BY t_ns", -1, &q, NULL) !=
+      SQLITE_OK)
+    return sql_fail(rp, db, "reading memory");
+  sqlite3_bind_int64(q, 1, r->id);
+  int64_t tmin = INT64_MAX, tmax = INT64_MIN;
+  st = FERRY_OK;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const char *tier = (const char *)sqlite3_column_text(q, 1);
+    int t = !tier ? -1 : !strcmp(tier, "device") ? 0 : !strcmp(tier, "host") ? 1 : !strcmp(tier, "disk") ? 2 : -1;
+    if (t < 0) continue;
+    if (nv[t] == cap[t]) {
+      cap[t] = cap[t] ? cap[t] * 2 : 1024;
+      struct sample *p = ferry__reallocarray(v[t], cap[t], sizeof *p);
+      if (!p) {
+        st = NOMEM(rp);
+        break;
+      }
+      v[t] = p;
+    }
+    int64_t tn = sqlite3_column_int64(q, 0);
+    v[t][nv[t]].t = tn;
+    v[t][nv[t]++].used = sqlite3_column_double(q, 2);
+    if (tn < tmin) tmin = tn;
+    if (tn > tmax) tmax = tn;
+  }
+  sqlite3_finalize(q);
+  struct rtable *pts = NULL, *sumt = NULL;
+  struct rbuf s = {0};
+  if (st != FERRY_OK) goto out;
+  /* keep the peak of each bucket so downsampling never hides a budget breach */
+  for (int t = 0; t < 3; t++) {
+    if (nv[t] <= MEM_POINTS) continue;
+    double w = (double)(tmax - tmin + 1) / MEM_POINTS;
+    size_t out_n = 0;
+    for (size_t i = 0; i < nv[t];) {
+      size_t b = (size_t)((double)(v[t][i].t - tmin) / w);
+      struct sample best = v[t][i];
+      size_t j = i + 1;
+      while (j < nv[t] && (size_t)((double)(v[t][j].t - tmin) / w) == b) {
+        if (v[t][j].used > best.used) best.used = v[t][j].used;
+        j++;
+      }
+      best.t = v[t][i].t;
+      v[t][out_n++] = best;
+      i = j;
+    }
+    nv[t] = out_n;
+  }
+  double budget[3] = {ferry__run_num(r, "device_budget"), ferry__run_num(r, "host_budget"), NAN};
+  double hi = 0;
+  for (int t = 0; t < 3; t++) {
+    hi = fmax(hi, r->peak_bytes[t]);
+    if (budget[t] > 0) hi = fmax(hi, budget[t]);
+  }
+  const char *unit = "GiB";
+  double scale = 1.0 / (double)(1ull << 30);
+  if (hi < (double)(1ull << 30)) {
+    unit = "MiB";
+    scale = 1.0 / 1048576.0;
+  }
+  char title[160];
+  snprintf(title, sizeof title, "Memory per tier over time (run %s)", r->label);
+  ferry__doc_section(rp, FERRY_REPORT_MEMORY, title);
+  ferry__doc_para(rp, "Bytes in use per tier, sampled at every change of the peak and at least once per engine step; "
+                      "dashed lines are the configured budgets (device_budget, host_budget; none drawn when unlimited).");
+  pts = ferry__table_new("memory", "time (s)" SEP "tier" SEP "used (bytes)");
+  char head[200];
+  snprintf(head, sizeof head, "tier" SEP "samples" SEP "peak (%s)" SEP "budget (%s)" SEP "peak / budget (%%)", unit, unit);
+  sumt = ferry__table_new("memory_peaks", head);
+  if (!pts || !sumt) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  int drawn = 0;
+  /* short runs (tests, tiny models) read better in ms */
+  int ms = tmax - tmin < 2000000000;
+  double tdiv = ms ? 1e6 : 1e9;
+  for (int t = 0; t < 3; t++) {
+    ferry__rb_printf(&s, "$t%d << EOD\n", t);
+    for (size_t i = 0; i < nv[t]; i++) {
+      ferry__rb_printf(&s, "%.9f %.9g\n", (double)(v[t][i].t - tmin) / tdiv, v[t][i].used * scale);
+      ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", (double)(v[t][i].t - tmin) / 1e9, tiers[t], v[t][i].used);
+    }
+    /* extend the last level to the end of the run so the step line reaches the right edge */
+    if (nv[t]) ferry__rb_printf(&s, "%.9f %.9g\n", (double)(tmax - tmin) / tdiv, v[t][nv[t] - 1].used * scale);
+    ferry__rb_puts(&s, "EOD\n");
+    if (nv[t]) {
+      char b1[32], b2[32], b3[32];
+      ferry__table_rowf(sumt, "%s" SEP "%zu" SEP "%s" SEP "%s" SEP "%s", tiers[t], nv[t],
+                        ferry__fmt_num(r->peak_bytes[t] * scale, b1, sizeof b1),
+                        budget[t] > 0 ? ferry__fmt_num(budget[t] * scale, b2, sizeof b2) : "unlimited",
+                        budget[t] > 0 ? ferry__fmt_num(100.0 * r->peak_bytes[t] / budget[t], b3, sizeof b3) : "");
+    }
+  }
+  ferry__rb_printf(&s,
+                   "set xlabel \"time since the first sample (%s)\"\nset ylabel \"bytes in use (%s)\"\n"
+                   "set yrange [0:*]\nset key outside right top\nset title \"Memory per tier, run %s\"\nplot ",
+                   ms ? "ms" : "s", unit, r->label);
+  for (int t = 0; t < 3; t++) {
+    if (!nv[t]) continue;
+    ferry__rb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title \"%s\"", drawn ? ", " : "", t, t + 1, tiers[t]);
+    drawn = 1;
+    if (budget[t] > 0)
+      ferry__rb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title \"%s budget\"", budget[t] * scale, t + 1, tiers[t]);
+  }
+  ferry__rb_puts(&s, "\n");
+  if (!drawn) goto out;
+  if (s.oom) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  snprintf(title, sizeof title, "Memory in use per tier over run %s, with the budgets as dashed lines.", r->label);
+  if ((st = ferry__emit_plot(rp, "memory", title, 1100, 450, s.p)) != FERRY_OK) goto out;
+  if ((st = ferry__emit_table(rp, sumt, "Peak memory per tier against its budget.")) != FERRY_OK) goto out;
+  st = ferry__emit_csv(rp, pts);
+  ferry__rb_puts(&rp->html, "<p>The plotted samples: <a href=\"tables/memory.csv\">memory.csv</a>.</p>\n");
+  ferry__rb_puts(&rp->md, "The plotted samples: [tables/memory.csv](tables/memory.csv).\n\n");
+out:
+  if (rp->sum.sections & FERRY_REPORT_MEMORY) ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__rb_free(&s);
+  ferry__table_free(pts);
+  ferry__table_free(sumt);
+  for (int t = 0; t < 3; t++) ferry_free(v[t]);
+  return st;
+}

@@ -1,0 +1,454 @@
+/* The `cuda` executor's own kernels: everything but the matrix products (cuBLAS, in
+ * exec_cuda.c). Each mirrors its host twin in host_kernels.c line for line, written for
+ * readability: one block per row or per (token, head), grid-stride loops for elementwise work,
+ * fp32 arithmetic throughout. Only reductions sum in a different order than on the host. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "exec_cuda.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load(int dt, const void *base, size_t i) {
+  switch (dt) {
+    case FERRY_CU_F16:
+      return __half2float(static_cast<const __half *>(base)[i]);
+    case FERRY_CU_BF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i]);
+    default:
+      return static_cast<const float *>(base)[i];
+  }
+}
+
+__device__ __forceinline__ void store(int dt, void *base, size_t i, float v) {
+  switch (dt) {
+    case FERRY_CU_F16:
+      static_cast<__half *>(base)[i] = __float2half_rn(v);
+      break;
+    case FERRY_CU_BF16:
+      static_cast<__nv_bfloat16 *>(base)[i] = __float2bfloat16_rn(v);
+      break;
+    default:
+      static_cast<float *>(base)[i] = v;
+      break;
+  }
+}
+
+/* Sum (or max) of one value per thread over the block; every thread gets the result. blockDim
+ * must be a multiple of 32; `sh` holds 32 floats. The leading barrier lets callers reuse `sh`. */
+__device__ float block_sum(float v, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (unsigned w = 0; w < blockDim.x / 32; w++) r += sh[w];
+  return r;
+}
+
+__device__ float block_max(float v, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = -INFINITY;
+  for (unsigned w = 0; w < blockDim.x / 32; w++) r = fmaxf(r, sh[w]);
+  return r;
+}
+
+/* Blocks for a grid-stride loop over n elements. */
+unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  if (b < 1) b = 1;
+  if (b > 65536) b = 65536;
+  return static_cast<unsigned>(b);
+}
+
+#define GRID_STRIDE(i, n)                                                                          \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);            \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__global__ void embed_kernel(float *y, const void *table, int tdt, const int32_t *ids, const void *pos_table, int pdt,
+                             const int32_t *pos, int64_t pos_offset, int64_t n) {
+  const int64_t t = blockIdx.x;
+  const size_t row = static_cast<size_t>(ids[t]) * static_cast<size_t>(n);
+  float *yr = y + t * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = load(tdt, table, row + static_cast<size_t>(i));
+    if (pos_table) v += load(pdt, pos_table, static_cast<size_t>(pos[t] + pos_offset) * static_cast<size_t>(n) + i);
+    yr[i] = v;
+  }
+}
+
+/* HF LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps)); LayerNorm: (x - mean) * rstd * w + b. */
+__global__ void norm_kernel(const float *x, float *y, const void *w, int wdt, const void *b, int bdt, int64_t n,
+                            float eps, int kind) {
+  __shared__ float sh[32];
+  const float *xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  float *yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  if (kind == 0) {
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = load(wdt, w, i) * (xr[i] * inv);
+  } else {
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xr[i];
+    const float mean = block_sum(s, sh) / static_cast<float>(n);
+    float v = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
+    const float var = block_sum(v, sh) / static_cast<float>(n);
+    const float inv = 1.0f / sqrtf(var + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float o = (xr[i] - mean) * inv * load(wdt, w, i);
+      yr[i] = b ? o + load(bdt, b, i) : o;
+    }
+  }
+}
+
+/* One block per token; each thread rotates (head, i) pairs. inv_freq in fp32 as HF computes it,
+ * the angle in double, as on the host. */
+__global__ void rope_kernel(float *q, float *k, const int32_t *pos, int64_t heads, int64_t kv_heads, int64_t hd,
+                            double theta) {
+  const int64_t t = blockIdx.x, half = hd / 2;
+  const int64_t all_heads = heads + (k ? kv_heads : 0);
+  const double p = static_cast<double>(pos[t]);
+  for (int64_t j = threadIdx.x; j < all_heads * half; j += blockDim.x) {
+    const int64_t h = j / half, i = j % half;
+    const float inv_freq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
+    const double ang = p * static_cast<double>(inv_freq);
+    const float c = static_cast<float>(cos(ang)), sn = static_cast<float>(sin(ang));
+    float *v = h < heads ? q + (t * heads + h) * hd : k + (t * kv_heads + (h - heads)) * hd;
+    const float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * sn;
+    v[i + half] = x2 * c + x1 * sn;
+  }
+}
+
+__global__ void kv_append_kernel(const float *knew, const float *vnew, void *kc, void *vc, int cdt, const int32_t *pos,
+                                 const int32_t *slot, int64_t row, int64_t cap) {
+  const int64_t t = blockIdx.x;
+  const size_t base = (static_cast<size_t>(slot[t]) * static_cast<size_t>(cap) + static_cast<size_t>(pos[t])) *
+                      static_cast<size_t>(row);
+  for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+    store(cdt, kc, base + i, knew[t * row + i]);
+    store(cdt, vc, base + i, vnew[t * row + i]);
+  }
+}
+
+/* One block per (token, head), one thread per output dimension (blockDim >= hd). Keys are
+ * scored a tile at a time into shared memory with a running max and sum (online softmax), so
+ * any context length works with fixed shared memory. */
+__global__ void attention_kernel(const float *q, float *out, const void *kc, const void *vc, int cdt, const int32_t *pos_a,
+                                 const int32_t *slot_a, int64_t heads, int64_t kv_heads, int64_t hd, int64_t cap,
+                                 int64_t window, float scale) {
+  extern __shared__ float smem[];
+  __shared__ float red[32];
+  float *qs = smem;
+  float *sc = smem + hd;
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const int64_t pos = pos_a[t], slot = slot_a[t];
+  const int64_t kvh = h / (heads / kv_heads);
+  int64_t first = 0;
+  if (window > 0 && pos - window + 1 > 0) first = pos - window + 1;
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[(t * heads + h) * hd + i];
+  __syncthreads();
+
+  const int64_t d = threadIdx.x;
+  float m_run = -INFINITY, l_run = 0.0f, acc = 0.0f;
+  for (int64_t p0 = first; p0 <= pos; p0 += FERRY_CU_ATTN_TILE) {
+    const int64_t cnt = pos - p0 + 1 < FERRY_CU_ATTN_TILE ? pos - p0 + 1 : FERRY_CU_ATTN_TILE;
+    float lmax = -INFINITY;
+    for (int64_t j = threadIdx.x; j < cnt; j += blockDim.x) {
+      const size_t off = ((static_cast<size_t>(slot) * cap + static_cast<size_t>(p0 + j)) * kv_heads + kvh) * hd;
+      float dot = 0.0f;
+      for (int64_t i = 0; i < hd; i++) dot += qs[i] * load(cdt, kc, off + i);
+      dot *= scale;
+      sc[j] = dot;
+      lmax = fmaxf(lmax, dot);
+    }
+    const float new_max = fmaxf(m_run, block_max(lmax, red));
+    const float corr = expf(m_run - new_max); /* 0 on the first tile */
+    float lsum = 0.0f;
+    for (int64_t j = threadIdx.x; j < cnt; j += blockDim.x) {
+      const float e = expf(sc[j] - new_max);
+      sc[j] = e;
+      lsum += e;
+    }
+    l_run = l_run * corr + block_sum(lsum, red);
+    if (d < hd) {
+      float a = acc * corr;
+      for (int64_t j = 0; j < cnt; j++) {
+        const size_t off = ((static_cast<size_t>(slot) * cap + static_cast<size_t>(p0 + j)) * kv_heads + kvh) * hd;
+        a += sc[j] * load(cdt, vc, off + d);
+      }
+      acc = a;
+    }
+    m_run = new_max;
+    __syncthreads(); /* the next tile overwrites sc */
+  }
+  if (d < hd) out[(t * heads + h) * hd + d] = acc / l_run;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__global__ void silu_mul_kernel(const float *a, const float *b, float *y, int64_t n) {
+  GRID_STRIDE(i, n) { y[i] = silu(a[i]) * b[i]; }
+}
+
+__global__ void gelu_kernel(float *a, int64_t n) {
+  GRID_STRIDE(i, n) { a[i] = 0.5f * a[i] * (1.0f + erff(a[i] * 0.70710678118654752f)); }
+}
+
+__global__ void relu_kernel(float *a, int64_t n) {
+  GRID_STRIDE(i, n) { a[i] = a[i] > 0.0f ? a[i] : 0.0f; }
+}
+
+/* One single-thread block per token: the host's loops verbatim (sequential sums, so the
+ * probabilities and the tie-breaking match the host's). */
+__global__ void router_kernel(const float *logits, float *wout, int32_t *ids, int64_t E, int64_t K, int renormalize) {
+  extern __shared__ float p[];
+  const int64_t t = blockIdx.x;
+  const float *l = logits + t * E;
+  float mx = -INFINITY, sum = 0.0f;
+  for (int64_t e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+  for (int64_t e = 0; e < E; e++) {
+    p[e] = expf(l[e] - mx);
+    sum += p[e];
+  }
+  for (int64_t e = 0; e < E; e++) p[e] /= sum;
+  float chosen = 0.0f;
+  for (int64_t r = 0; r < K; r++) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; e++) {
+      if (p[e] < 0.0f) continue; /* already taken */
+      if (best < 0 || p[e] > p[best]) best = e;
+    }
+    ids[t * K + r] = static_cast<int32_t>(best);
+    wout[t * K + r] = p[best];
+    chosen += p[best];
+    p[best] = -1.0f;
+  }
+  if (renormalize)
+    for (int64_t r = 0; r < K; r++) wout[t * K + r] /= chosen;
+}
+
+__global__ void combine_kernel(float *y, const float *eo, const float *w, const float *shared, const float *sgate,
+                               int64_t m, int64_t n, int64_t K) {
+  GRID_STRIDE(idx, m * n) {
+    const int64_t t = idx / n, i = idx % n;
+    const float sg = sgate ? 1.0f / (1.0f + expf(-sgate[t])) : 1.0f;
+    float acc = 0.0f;
+    for (int64_t r = 0; r < K; r++) acc += eo[(t * K + r) * n + i] * w[t * K + r];
+    if (shared) acc += sg * shared[t * n + i];
+    y[t * n + i] += acc;
+  }
+}
+
+__global__ void gather_kernel(const float *x, float *out, const int32_t *rows, int64_t n) {
+  const int64_t r = blockIdx.x;
+  const float *src = x + static_cast<int64_t>(rows[r]) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[r * n + i] = src[i];
+}
+
+__global__ void scatter_kernel(const float *src, float *y, const int32_t *tok, const int32_t *rank, int64_t n,
+                               int64_t K) {
+  const int64_t r = blockIdx.x;
+  float *dst = y + (static_cast<int64_t>(tok[r]) * K + rank[r]) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[r * n + i];
+}
+
+__global__ void add_bias_kernel(float *y, const void *bias, int bdt, int64_t m, int64_t n, int64_t ldy) {
+  GRID_STRIDE(idx, m * n) {
+    const int64_t r = idx / n, j = idx % n;
+    y[r * ldy + j] += load(bdt, bias, j);
+  }
+}
+
+__global__ void to_half_kernel(const float *x, void *out, int dt, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float v = x[i];
+    if (dt == FERRY_CU_F16) v = fminf(fmaxf(v, -65504.0f), 65504.0f);
+    store(dt, out, i, v);
+  }
+}
+
+__device__ __forceinline__ float f32_at(const uint8_t *p) {
+  const uint32_t b = static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+                     static_cast<uint32_t>(p[3]) << 24;
+  return __uint_as_float(b);
+}
+
+__device__ __forceinline__ unsigned short u16_at(const uint8_t *p) {
+  return static_cast<unsigned short>(p[0] | p[1] << 8);
+}
+
+/* Code j of a packed row: bits [j*bits, (j+1)*bits), little-endian bit order. */
+__device__ __forceinline__ unsigned code_at(const uint8_t *row, int bits, int64_t j) {
+  const uint64_t pos = static_cast<uint64_t>(j) * static_cast<uint64_t>(bits);
+  const unsigned shift = static_cast<unsigned>(pos & 7u);
+  unsigned v = row[pos >> 3];
+  if (shift + static_cast<unsigned>(bits) > 8u) v |= static_cast<unsigned>(row[(pos >> 3) + 1]) << 8;
+  return (v >> shift) & ((1u << bits) - 1u);
+}
+
+__global__ void dequant_kernel(const ferry_cu_dequant d, float *y) {
+  const uint64_t row_bytes = (static_cast<uint64_t>(d.cols) * static_cast<uint64_t>(d.bits) + 7) / 8;
+  const int64_t gpr = d.group ? (d.cols + d.group - 1) / d.group : 0;
+  GRID_STRIDE(idx, d.rows * d.cols) {
+    const int64_t r = idx / d.cols, j = idx % d.cols;
+    const uint8_t *row = d.data + static_cast<uint64_t>(r) * row_bytes;
+    float v = 0.0f;
+    switch (d.format) {
+      case FERRY_CU_Q_F32:
+        v = f32_at(row + 4 * j);
+        break;
+      case FERRY_CU_Q_F16:
+        v = __half2float(__ushort_as_half(u16_at(row + 2 * j)));
+        break;
+      case FERRY_CU_Q_BF16:
+        v = __uint_as_float(static_cast<uint32_t>(u16_at(row + 2 * j)) << 16);
+        break;
+      case FERRY_CU_Q_INT8:
+        v = static_cast<float>(static_cast<int8_t>(row[j])) * f32_at(d.scales + 4 * r);
+        break;
+      case FERRY_CU_Q_INTN: {
+        const int64_t g = r * gpr + j / d.group;
+        const float s = __half2float(__ushort_as_half(u16_at(d.scales + 2 * g)));
+        v = static_cast<float>(static_cast<int>(code_at(row, d.bits, j)) - static_cast<int>(d.zeros[g])) * s;
+        break;
+      }
+      case FERRY_CU_Q_NF4: {
+        const int64_t i = r * gpr + j / d.group, b2 = i / 256; /* FERRY_QUANT_NF4_BLOCK2 */
+        /* offset2 + map[code] * scale2, rounded twice as on the host (no FMA) */
+        const float a = __fadd_rn(f32_at(d.offsets2 + 4 * b2), __fmul_rn(d.dynamic_map[d.scales[i]], f32_at(d.scales2 + 4 * b2)));
+        v = __fmul_rn(d.nf4_levels[code_at(row, 4, j)], a);
+        break;
+      }
+    }
+    y[idx] = v;
+  }
+}
+
+/* Grid x is limited to 2^31-1 blocks: rows per launch are capped there (the executor rejects
+ * larger m before launching). */
+unsigned rows_grid(int64_t m) { return static_cast<unsigned>(m); }
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t ferry__cu_embed(cudaStream_t s, float *y, const void *table, int tdt, const int32_t *ids,
+                            const void *pos_table, int pdt, const int32_t *pos, int64_t pos_offset, int64_t m,
+                            int64_t n) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  embed_kernel<<<rows_grid(m), kThreads, 0, s>>>(y, table, tdt, ids, pos_table, pdt, pos, pos_offset, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_norm(cudaStream_t s, const float *x, float *y, const void *w, int wdt, const void *b, int bdt,
+                           int64_t m, int64_t n, float eps, int kind) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  norm_kernel<<<rows_grid(m), kThreads, 0, s>>>(x, y, w, wdt, b, bdt, n, eps, kind);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_rope(cudaStream_t s, float *q, float *k, const int32_t *pos, int64_t m, int64_t heads,
+                           int64_t kv_heads, int64_t hd, double theta) {
+  if (m <= 0 || hd < 2) return cudaSuccess;
+  rope_kernel<<<rows_grid(m), 128, 0, s>>>(q, k, pos, heads, kv_heads, hd, theta);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_kv_append(cudaStream_t s, const float *knew, const float *vnew, void *kc, void *vc, int cdt,
+                                const int32_t *pos, const int32_t *slot, int64_t m, int64_t kv_heads, int64_t hd,
+                                int64_t cap) {
+  if (m <= 0) return cudaSuccess;
+  kv_append_kernel<<<rows_grid(m), kThreads, 0, s>>>(knew, vnew, kc, vc, cdt, pos, slot, kv_heads * hd, cap);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_attention(cudaStream_t s, const float *q, float *out, const void *kc, const void *vc, int cdt,
+                                const int32_t *pos, const int32_t *slot, int64_t m, int64_t heads, int64_t kv_heads,
+                                int64_t hd, int64_t cap, int64_t window) {
+  if (m <= 0 || heads <= 0) return cudaSuccess;
+  int64_t threads = (hd + 31) / 32 * 32;
+  if (threads < 64) threads = 64;
+  const size_t smem = static_cast<size_t>(hd + FERRY_CU_ATTN_TILE) * sizeof(float);
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  dim3 grid(rows_grid(m), static_cast<unsigned>(heads));
+  attention_kernel<<<grid, static_cast<unsigned>(threads), smem, s>>>(q, out, kc, vc, cdt, pos, slot, heads, kv_heads,
+                                                                       hd, cap, window, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_silu_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  silu_mul_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_gelu(cudaStream_t s, float *a, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  gelu_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_relu(cudaStream_t s, float *a, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  relu_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_router(cudaStream_t s, const float *logits, float *w, int32_t *ids, int64_t m,
+                             int64_t n_experts, int64_t top_k, int renormalize) {
+  if (m <= 0 || n_experts <= 0) return cudaSuccess;
+  router_kernel<<<rows_grid(m), 1, static_cast<size_t>(n_experts) * sizeof(float), s>>>(logits, w, ids, n_experts,
+                                                                                        top_k, renormalize);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_combine(cudaStream_t s, float *y, const float *eo, const float *w, const float *shared,
+                              const float *sgate, int64_t m, int64_t n, int64_t top_k) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  combine_kernel<<<blocks_for(m * n), kThreads, 0, s>>>(y, eo, w, shared, sgate, m, n, top_k);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_gather(cudaStream_t s, const float *x, float *out, const int32_t *rows, int64_t m, int64_t n) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  gather_kernel<<<rows_grid(m), kThreads, 0, s>>>(x, out, rows, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_scatter(cudaStream_t s, const float *src, float *y, const int32_t *tok, const int32_t *rank,
+                              int64_t m, int64_t n, int64_t top_k) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  scatter_kernel<<<rows_grid(m), kThreads, 0, s>>>(src, y, tok, rank, n, top_k);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_add_bias(cudaStream_t s, float *y, const void *bias, int bdt, int64_t m, int64_t n,
+                               int64_t ldy) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  add_bias_kernel<<<blocks_for(m * n), kThreads, 0, s>>>(y, bias, bdt, m, n, ldy);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_to_half(cudaStream_t s, const float *x, void *out, int dt, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  to_half_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, out, dt, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ferry__cu_dequantize(cudaStream_t s, const struct ferry_cu_dequant *d, float *y) {
+  if (d->rows <= 0 || d->cols <= 0) return cudaSuccess;
+  dequant_kernel<<<blocks_for(d->rows * d->cols), kThreads, 0, s>>>(*d, y);
+  return cudaGetLastError();
+}
+
+}  // extern "C"

@@ -1,0 +1,75 @@
+#!/bin/sh
+# Fidelity of the simulator against the host executor on this machine.
+#   1. a synthetic Mixtral-shaped model and a slice of the Azure 2023 conversation trace;
+#   2. calibration: `ferry calibrate --probe`, then one calibration run on a *different* slice
+#      of the trace whose timeline `ferry calibrate --db` fits per-kernel-kind costs to;
+#   3. 12 configurations (block layers x prefetch depth x device budget), each run for real
+#      (`ferry run`, host executor) and simulated (`ferry sim` with the fitted profile and the
+#      routing the real run recorded, so both see the same experts);
+#   4. a table per configuration: measured and simulated mean TTFT, mean TPOT and P99
+#      end-to-end latency with their errors, and the median absolute error of each.
+# usage: scripts/fidelity.sh [OUT_DIR]   (default build/fidelity; takes several minutes)
+set -eu
+out=${1:-build/fidelity}
+ferry=${FERRY:-build/ferry}
+trace=${FIDELITY_TRACE:-tests/data/traces/azure_conv_200.csv}
+mkdir -p "$out"
+model="$out/model"
+if [ ! -f "$model/config.json" ]; then
+  "$ferry" model gen --preset mixtral-8x7b --layers 4 --scale 0.125 --vocab 4096 --dtype fp16 --seed 3 \
+    --router-skew 0.5 --router-locality 0.6 --quiet --out "$model"
+fi
+common="--max-batch 4 --max-step-tokens 128 --max-seq-tokens 2048 --seed 7 --quiet"
+eval_slice="--max-requests 12 --time-window 0:120 --rate-scale 4"
+calib_slice="--max-requests 8 --time-window 120:400 --rate-scale 4"
+db="$out/fidelity.db"
+rm -f "$db" "$out/calib.db"
+
+echo "== calibrating: probe, then a calibration run on another slice of the trace"
+"$ferry" calibrate --probe --out "$out/host.json" --dir "$out" >/dev/null
+# shellcheck disable=SC2086
+"$ferry" run --model "$model" --trace "$trace" $calib_slice $common --device-budget 64MiB \
+  --block-layers 1 --prefetch-depth 1 --db "$out/calib.db" >/dev/null
+"$ferry" calibrate --db "$out/calib.db" --run 1 --base "$out/host.json" --out "$out/fitted.json" >/dev/null
+
+echo "== 12 configurations, real then simulated"
+printf '%-26s %10s %10s %7s %10s %10s %7s %10s %10s %7s\n' "config" "TTFT real" "TTFT sim" "err%" \
+  "TPOT real" "TPOT sim" "err%" "p99 real" "p99 sim" "err%"
+metrics() { # db run -> "mean_ttft mean_tpot p99_e2e" in ms
+  sqlite3 "$1" "
+    WITH r AS (SELECT first_token_ns - arrival_ns AS ttft, finish_ns - arrival_ns AS e2e,
+                      CASE WHEN output_tokens > 1 THEN (finish_ns - first_token_ns) * 1.0 / (output_tokens - 1) END AS tpot
+               FROM requests WHERE runId = $2 AND finish_ns >= 0),
+         o AS (SELECT e2e, ROW_NUMBER() OVER (ORDER BY e2e) AS k, COUNT(*) OVER () AS n FROM r)
+    SELECT printf('%.3f %.3f %.3f', (SELECT AVG(ttft) FROM r) / 1e6, (SELECT AVG(tpot) FROM r) / 1e6,
+                  (SELECT e2e FROM o WHERE k = MAX(1, CAST(ROUND(0.99 * (n - 1)) AS INTEGER) + 1)) / 1e6);"
+}
+errs="$out/errors.txt"
+: >"$errs"
+for budget in 48MiB 80MiB; do
+  for block in 1 2; do
+    for depth in 0 1 2; do
+      policy="--device-budget $budget --block-layers $block --prefetch-depth $depth"
+      routing="$out/routing-$budget-$block-$depth.jsonl"
+      # shellcheck disable=SC2086
+      "$ferry" run --model "$model" --trace "$trace" $eval_slice $common $policy --db "$db" \
+        --record-routing "$routing" >/dev/null
+      real_id=$(sqlite3 "$db" "SELECT MAX(id) FROM runs")
+      # shellcheck disable=SC2086
+      "$ferry" sim --model "$model" --hw "$out/fitted.json" --trace "$trace" $eval_slice $common $policy \
+        --routing "$routing" --db "$db" >/dev/null
+      sim_id=$(sqlite3 "$db" "SELECT MAX(id) FROM runs")
+      set -- $(metrics "$db" "$real_id") $(metrics "$db" "$sim_id")
+      line=$(awk -v a="$1" -v b="$2" -v c="$3" -v d="$4" -v e="$5" -v f="$6" 'BEGIN {
+        ea = (d - a) / a * 100; eb = (e - b) / b * 100; ec = (f - c) / c * 100;
+        printf "%10.1f %10.1f %+7.1f %10.2f %10.2f %+7.1f %10.1f %10.1f %+7.1f|%f %f %f", a, d, ea, b, e, eb, c, f, ec,
+               (ea < 0 ? -ea : ea), (eb < 0 ? -eb : eb), (ec < 0 ? -ec : ec) }')
+      printf '%-26s %s\n' "$budget b$block d$depth" "${line%%|*}"
+      echo "${line##*|}" >>"$errs"
+    done
+  done
+done
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+printf '\nmedian absolute error: mean TTFT %.1f%%, mean TPOT %.1f%%, P99 end-to-end %.1f%% (goals: 10%%, 10%%, 20%%)\n' \
+  "$(cut -d' ' -f1 "$errs" | median)" "$(cut -d' ' -f2 "$errs" | median)" "$(cut -d' ' -f3 "$errs" | median)"
+echo "runs and timelines: $db"

@@ -1,0 +1,543 @@
+/* The `sim` executor: the executor interface carried out in virtual time. Each queue keeps its
+ * ops in a ring and hands the head op to a resource model (compute unit, link direction, disk,
+ * memory bus) when the op before it completes; records and waits resolve event generations at
+ * the virtual time the queue reaches them. No engine or policy logic lives here. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/error.h"
+#include "ferry/sim.h"
+#include "runtime/exec/exec_impl.h"
+#include "sim/des.h"
+#include "sim/resource.h"
+
+#define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
+
+/* An enqueued op with what the resource model needs, worked out once when it is enqueued so
+ * that starting it cannot fail for a reason the caller could have been told about. */
+struct sim_op {
+  struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
+  int full;                  /* op.u holds the whole kernel */
+  int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
+  struct ferry__fluid *res;  /* copies and reads: the channel the bytes flow through */
+  uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
+};
+
+struct sim_exec;
+
+struct sim_queue {
+  struct sim_exec *s;
+  int32_t index;
+  struct sim_op *ring; /* power-of-two capacity; the head op stays in place while it runs */
+  uint32_t cap, head, count;
+  int busy;            /* the head op is in flight on a resource */
+  int blocked;         /* the head op is a WAIT whose generation is not done yet */
+  int64_t blocked_since;
+  struct ferry__compute *unit; /* runs this queue's kernels */
+  struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
+};
+
+struct sim_exec {
+  struct ferry_exec *ex;
+  struct ferry__des *des;
+  struct ferry_hw_profile hw; /* figures only: sources, fitted and path are not kept */
+  struct ferry__fluid *h2d, *d2h, *disk, *dram, *dmem;
+  const struct ferry_hw_cost *fitted[FERRY_K_COUNT]; /* per kernel kind, or NULL: roofline */
+  struct sim_queue queues[FERRY_EXEC_MAX_QUEUES];
+  uint32_t runnable; /* bit per queue that may be able to start its head op */
+  int pumping;
+  uint64_t pending_ops; /* ops enqueued and not completed, every queue */
+  uint64_t ops_done, kernels, copies, reads;
+};
+
+static const struct ferry_exec_backend sim_backend;
+
+static struct sim_exec *state(struct ferry_exec *ex) { return ex->backend_state; }
+
+static const char *role_name(enum ferry_queue_role r) {
+  static const char *names[] = {"compute", "h2d", "d2h", "disk"};
+  return (unsigned)r < 4 ? names[r] : "?";
+}
+
+/* ---- running ops ----------------------------------------------------------------------------- */
+
+static void kick(struct sim_exec *s, int32_t q) { s->runnable |= 1u << q; }
+static void pump(struct sim_exec *s);
+
+/* The head op of q completed over [start, end]: report it and move on. */
+static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
+  struct sim_exec *s = q->s;
+  struct sim_op *so = &q->ring[q->head];
+  switch (so->op.kind) {
+    case FERRY_OP_KERNEL: s->kernels++; break;
+    case FERRY_OP_COPY: s->copies++; break;
+    case FERRY_OP_READ: s->reads++; break;
+    default: break;
+  }
+  if (so->op.kind == FERRY_OP_KERNEL && !so->full && s->ex->sink) {
+    /* a sink installed while the kernel was queued: report it without its shape */
+    memset(&so->op.u.kernel, 0, sizeof so->op.u.kernel);
+    so->op.u.kernel.name = "kernel";
+    so->op.u.kernel.layer = so->op.u.kernel.expert = -1;
+  }
+  ferry__exec_op_done(s->ex, q->index, &so->op, start_ns, end_ns);
+  q->head = (q->head + 1) & (q->cap - 1);
+  q->count--;
+  s->pending_ops--;
+  s->ops_done++;
+}
+
+/* An event generation completed now: raise done_gen and release the queues waiting for it.
+ * Released queues are only marked runnable; the pump starts them after the current queue, so
+ * the order of everything at one instant is fixed by queue index and submission order. */
+static void event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
+  int64_t now = ferry__des_now(s->des);
+  if (atomic_load(&ev->done_gen) < gen) {
+    atomic_store(&ev->done_gen, gen);
+    ev->done_time_ns = now;
+  }
+  uint64_t done = atomic_load(&ev->done_gen);
+  for (int32_t i = 0; i < s->ex->n_queues; i++) {
+    struct sim_queue *w = &s->queues[i];
+    if (!w->blocked) continue;
+    const struct sim_op *head = &w->ring[w->head];
+    if (head->op.u.event.ev != ev || head->op.u.event.gen > done) continue;
+    w->blocked = 0;
+    atomic_fetch_add(&s->ex->queues[i].stall_ns, now - w->blocked_since);
+    op_complete(w, w->blocked_since, now);
+    kick(s, i);
+  }
+}
+
+static void job_done(struct ferry__res_job *job, void *ctx) {
+  struct sim_queue *q = ctx;
+  q->busy = 0;
+  op_complete(q, job->start_ns, job->end_ns);
+  kick(q->s, q->index);
+  pump(q->s);
+}
+
+/* A resource refused a job (its pool could not grow): the op fails and completes now, so the
+ * queue does not hang; the failure is reported by the next sync or drain. */
+static void start_failed(struct sim_queue *q, ferry_status st) {
+  char msg[FERRY_ERRMSG_MAX];
+  snprintf(msg, sizeof msg, "sim executor: queue %d (%s): cannot start an op: %s", q->index,
+           role_name(q->s->ex->queues[q->index].role), ferry_last_error());
+  ferry__exec_op_failed(q->s->ex, st, msg);
+  int64_t now = ferry__des_now(q->s->des);
+  op_complete(q, now, now);
+}
+
+/* Start head ops until the queue is empty, busy on a resource, or blocked on an event. */
+static void advance(struct sim_queue *q) {
+  struct sim_exec *s = q->s;
+  while (q->count && !q->busy && !q->blocked) {
+    struct sim_op *so = &q->ring[q->head];
+    int64_t now = ferry__des_now(s->des);
+    ferry_status st;
+    switch (so->op.kind) {
+      case FERRY_OP_RECORD: {
+        ferry_event *ev = so->op.u.event.ev;
+        uint64_t gen = so->op.u.event.gen;
+        op_complete(q, now, now);
+        event_complete(s, ev, gen);
+        break;
+      }
+      case FERRY_OP_WAIT:
+        if (atomic_load(&so->op.u.event.ev->done_gen) >= so->op.u.event.gen) {
+          op_complete(q, now, now);
+        } else {
+          q->blocked = 1;
+          q->blocked_since = now;
+        }
+        break;
+      case FERRY_OP_KERNEL:
+        memset(&q->job, 0, sizeof q->job);
+        q->job.duration_ns = so->duration_ns;
+        q->job.done = job_done;
+        q->job.ctx = q;
+        q->busy = 1;
+        if ((st = ferry__compute_submit(q->unit, &q->job)) != FERRY_OK) {
+          q->busy = 0;
+          start_failed(q, st);
+        }
+        break;
+      case FERRY_OP_COPY:
+      case FERRY_OP_READ:
+        memset(&q->job, 0, sizeof q->job);
+        q->job.bytes = so->flow_bytes;
+        q->job.done = job_done;
+        q->job.ctx = q;
+        q->busy = 1;
+        if ((st = ferry__fluid_submit(so->res, &q->job)) != FERRY_OK) {
+          q->busy = 0;
+          start_failed(q, st);
+        }
+        break;
+    }
+  }
+}
+
+static void pump(struct sim_exec *s) {
+  if (s->pumping) return; /* the outer pump picks up what was kicked */
+  s->pumping = 1;
+  while (s->runnable) {
+    int32_t i = __builtin_ctz(s->runnable);
+    s->runnable &= ~(1u << i);
+    advance(&s->queues[i]);
+  }
+  s->pumping = 0;
+}
+
+/* ---- the backend ------------------------------------------------------------------------------ */
+
+static int64_t sim_now(struct ferry_exec *ex) { return ferry__des_now(state(ex)->des); }
+
+static void sim_sleep_until(struct ferry_exec *ex, int64_t t_ns) { ferry__des_run_until(state(ex)->des, t_ns); }
+
+static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
+  struct sim_exec *s = state(ex);
+  struct sim_queue *q = &s->queues[index];
+  char name[32];
+  snprintf(name, sizeof name, "queue %d", index);
+  q->ring = ferry__calloc(RING_INITIAL, sizeof *q->ring);
+  if (!q->ring) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for a queue");
+  ferry_status st = ferry__compute_create(&q->unit, s->des, name);
+  if (st != FERRY_OK) {
+    ferry_free(q->ring);
+    q->ring = NULL;
+    return ferry__err_set(&ex->err, st, "sim executor: out of memory for a queue");
+  }
+  q->s = s;
+  q->index = index;
+  q->cap = RING_INITIAL;
+  return FERRY_OK;
+}
+
+static ferry_status sim_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
+  (void)ex;
+  buf->ptr = NULL; /* accounting only: the wrapper has already checked the budget */
+  return FERRY_OK;
+}
+
+static void sim_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
+  (void)ex;
+  (void)buf;
+}
+
+static enum ferry_hw_op hw_op_of(const struct ferry_kernel *k) {
+  switch (k->kind) {
+    case FERRY_K_MATMUL:
+    case FERRY_K_EXPERT:
+      return k->m <= 1 ? FERRY_HW_OP_GEMV : FERRY_HW_OP_GEMM;
+    case FERRY_K_ATTENTION:
+      return FERRY_HW_OP_ATTENTION;
+    case FERRY_K_DEQUANTIZE:
+      return FERRY_HW_OP_DEQUANTIZE;
+    default: /* embed, norm, rope, activation, router top-k, combine, gather */
+      return FERRY_HW_OP_ELEMENTWISE;
+  }
+}
+
+/* The element type that picks the peak: the weights' for matrix products, the KV cache's for
+ * attention, the output's for dequantization; activations (fp32) for the rest. */
+static enum ferry_dtype dtype_of(const struct ferry_kernel *k) {
+  switch (k->kind) {
+    case FERRY_K_MATMUL:
+    case FERRY_K_EXPERT:
+      return k->w.dtype;
+    case FERRY_K_ATTENTION:
+      return k->aux[2].dtype;
+    case FERRY_K_DEQUANTIZE:
+      return k->y.dtype;
+    default:
+      return FERRY_DTYPE_F32;
+  }
+}
+
+static ferry_status missing(struct sim_exec *s, const char *what, const char *figure) {
+  return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
+                        "sim executor: hardware profile %s has no %s, needed to simulate %s", s->hw.name, figure, what);
+}
+
+/* Work out an op's resource and duration at enqueue time. */
+static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
+  switch (op->kind) {
+    case FERRY_OP_KERNEL: {
+      double flops;
+      uint64_t bytes;
+      ferry_kernel_cost(&op->u.kernel, &flops, &bytes);
+      const struct ferry_hw_cost *fit = s->fitted[op->u.kernel.kind];
+      if (fit) { /* calibrated from measurements: preferred to the roofline */
+        so->duration_ns =
+            ferry__ceil_ns(fit->overhead_ns + (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop);
+        return FERRY_OK;
+      }
+      enum ferry_hw_op hop = hw_op_of(&op->u.kernel);
+      enum ferry_dtype dt = dtype_of(&op->u.kernel);
+      int64_t ns = ferry__hw_compute_ns(&s->hw, hop, flops, (double)bytes, dt);
+      if (ns < 0)
+        return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
+                              "sim executor: hardware profile %s cannot time kernel %s (%s, %s): it lacks the GPU's "
+                              "memory bandwidth or a usable peak",
+                              s->hw.name, op->u.kernel.name, ferry_hw_op_name(hop), ferry_dtype_name(dt));
+      so->duration_ns = ns;
+      return FERRY_OK;
+    }
+    case FERRY_OP_COPY:
+      so->flow_bytes = op->u.copy.bytes;
+      switch (op->u.copy.copy_kind) {
+        case FERRY_COPY_HTOD: so->res = s->h2d; break;
+        case FERRY_COPY_DTOH: so->res = s->d2h; break;
+        case FERRY_COPY_DTOD:
+          so->res = s->dmem;
+          so->flow_bytes = 2 * op->u.copy.bytes;
+          break;
+        default:
+          if (!s->dram) return missing(s, "a copy within host memory", "host.dram_gbps");
+          so->res = s->dram;
+          so->flow_bytes = 2 * op->u.copy.bytes;
+          break;
+      }
+      return FERRY_OK;
+    case FERRY_OP_READ:
+      if (!s->disk) return missing(s, "a disk read", "disk section (disk.read_gbps)");
+      so->res = s->disk;
+      so->flow_bytes = op->u.read.len;
+      return FERRY_OK;
+    case FERRY_OP_RECORD:
+    case FERRY_OP_WAIT:
+      return FERRY_OK;
+  }
+  return FERRY_OK;
+}
+
+static ferry_status ring_grow(struct ferry_exec *ex, struct sim_queue *q) {
+  uint32_t cap = q->cap * 2;
+  if (cap < q->cap) return ferry__err_set(&ex->err, FERRY_ERR_RANGE, "sim executor: queue %d is full", q->index);
+  struct sim_op *r = ferry__reallocarray(NULL, cap, sizeof *r);
+  if (!r)
+    return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for %u ops on queue %d", cap,
+                          q->index);
+  /* unwrap into the new ring so the head is at 0 */
+  for (uint32_t i = 0; i < q->count; i++) r[i] = q->ring[(q->head + i) & (q->cap - 1)];
+  ferry_free(q->ring);
+  q->ring = r;
+  q->cap = cap;
+  q->head = 0;
+  return FERRY_OK;
+}
+
+/* Bytes of an op worth keeping: a kernel is 400-odd bytes of which the resource model needs
+ * nothing once its duration is known, so it is kept whole only for the activity sink. */
+static size_t op_bytes(const struct ferry_op *op, int sink) {
+  const size_t head = offsetof(struct ferry_op, u);
+  switch (op->kind) {
+    case FERRY_OP_KERNEL: return sink ? sizeof *op : head;
+    case FERRY_OP_COPY: return head + sizeof op->u.copy;
+    case FERRY_OP_READ: return head + sizeof op->u.read;
+    default: return head + sizeof op->u.event;
+  }
+}
+
+static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
+  struct sim_exec *s = state(ex);
+  struct sim_queue *q = &s->queues[queue];
+  ferry_status st;
+  if (q->count == q->cap && (st = ring_grow(ex, q)) != FERRY_OK) return st;
+  struct sim_op *so = &q->ring[(q->head + q->count) & (q->cap - 1)];
+  so->duration_ns = 0;
+  so->res = NULL;
+  so->flow_bytes = 0;
+  if ((st = prepare(s, so, op)) != FERRY_OK) return st;
+  so->full = ex->sink != NULL;
+  memcpy(&so->op, op, op_bytes(op, so->full));
+  q->count++;
+  s->pending_ops++;
+  if (q->count == 1) { /* the queue was idle: the op starts now */
+    kick(s, queue);
+    pump(s);
+  }
+  return FERRY_OK;
+}
+
+/* Why the simulation cannot go on: what every queue is stuck on. */
+static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for) {
+  struct sim_exec *s = state(ex);
+  char detail[FERRY_ERRMSG_MAX / 2];
+  size_t len = 0;
+  detail[0] = '\0';
+  for (int32_t i = 0; i < ex->n_queues && len < sizeof detail; i++) {
+    const struct sim_queue *q = &s->queues[i];
+    int n;
+    if (!q->count) {
+      n = snprintf(detail + len, sizeof detail - len, "; queue %d (%s) empty", i, role_name(ex->queues[i].role));
+    } else if (q->blocked) {
+      const struct ferry_op *w = &q->ring[q->head].op;
+      n = snprintf(detail + len, sizeof detail - len,
+                   "; queue %d (%s) %u op(s), waiting since t=%lld ns for an event generation %llu (done: %llu)", i,
+                   role_name(ex->queues[i].role), q->count, (long long)q->blocked_since,
+                   (unsigned long long)w->u.event.gen, (unsigned long long)atomic_load(&w->u.event.ev->done_gen));
+    } else {
+      n = snprintf(detail + len, sizeof detail - len, "; queue %d (%s) %u op(s)", i, role_name(ex->queues[i].role),
+                   q->count);
+    }
+    if (n < 0) break;
+    len += (size_t)n;
+  }
+  return ferry__err_set(&ex->err, FERRY_ERR_INTERNAL,
+                        "sim executor: deadlock at t=%lld ns: %s, but no op can run (a queue waits for an event "
+                        "recorded behind it, or never recorded)%s",
+                        (long long)ferry__des_now(s->des), waiting_for, detail);
+}
+
+struct sync_arg {
+  ferry_event *ev;
+  uint64_t gen;
+};
+
+static int gen_done(void *arg) {
+  const struct sync_arg *a = arg;
+  return atomic_load(&a->ev->done_gen) >= a->gen;
+}
+
+static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {
+  struct sync_arg a = {ev, gen};
+  if (!ferry__des_run_while_not(state(ex)->des, gen_done, &a)) {
+    char what[96];
+    snprintf(what, sizeof what, "the host waits for an event generation %llu (done: %llu)", (unsigned long long)gen,
+             (unsigned long long)atomic_load(&ev->done_gen));
+    return deadlock(ex, what);
+  }
+  return FERRY_OK;
+}
+
+static int all_idle(void *arg) { return ((struct sim_exec *)arg)->pending_ops == 0; }
+
+static ferry_status sim_drain(struct ferry_exec *ex) {
+  struct sim_exec *s = state(ex);
+  if (!ferry__des_run_while_not(s->des, all_idle, s)) return deadlock(ex, "draining every queue");
+  return FERRY_OK;
+}
+
+static void sim_destroy(struct ferry_exec *ex) {
+  struct sim_exec *s = state(ex);
+  if (s) {
+    for (int32_t i = 0; i < FERRY_EXEC_MAX_QUEUES; i++) {
+      ferry__compute_destroy(s->queues[i].unit);
+      ferry_free(s->queues[i].ring);
+    }
+    ferry__fluid_destroy(s->h2d);
+    ferry__fluid_destroy(s->d2h);
+    ferry__fluid_destroy(s->disk);
+    ferry__fluid_destroy(s->dram);
+    ferry__fluid_destroy(s->dmem);
+    ferry__des_destroy(s->des);
+    ferry_free(s);
+  }
+  ferry__exec_fini(ex);
+  ferry_free(ex);
+}
+
+static const struct ferry_exec_backend sim_backend = {
+    .version = FERRY_EXEC_BACKEND_VERSION,
+    .name = "sim",
+    .has_data = 0,
+    .destroy = sim_destroy,
+    .queue_init = sim_queue_init,
+    .buf_alloc = sim_buf_alloc,
+    .buf_free = sim_buf_free,
+    .submit = sim_submit,
+    .sync = sim_sync,
+    .drain = sim_drain,
+    .now = sim_now,
+    .sleep_until = sim_sleep_until,
+};
+
+/* The channels of the profile: link directions and the device memory always (checked by the
+ * caller), the disk and host DRAM when the profile gives them. */
+static ferry_status make_resources(struct sim_exec *s, int pinned) {
+  const struct ferry_hw_profile *p = &s->hw;
+  double h2d = p->link.h2d_gbps;
+  if (!pinned && p->link.pageable_h2d_gbps > 0) h2d = p->link.pageable_h2d_gbps;
+  uint32_t engines = p->link.copy_engines > 0 ? (uint32_t)p->link.copy_engines : 0;
+  ferry_status st;
+  if ((st = ferry__link_create(&s->h2d, s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||
+      (st = ferry__link_create(&s->d2h, s->des, "link d2h", p->link.d2h_gbps * 1e9, p->link.latency_ns, engines)) ||
+      (st = ferry__fluid_create(&s->dmem, s->des, "device memory", p->gpu.mem_bw_gbps * 1e9, 0, 0)))
+    return st;
+  if (p->has_disk && p->disk.read_gbps > 0 &&
+      (st = ferry__disk_create(&s->disk, s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
+                               p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))
+    return st;
+  if (p->has_host && p->host.dram_gbps > 0 &&
+      (st = ferry__fluid_create(&s->dram, s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))
+    return st;
+  return FERRY_OK;
+}
+
+ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const struct ferry_exec_config *config) {
+  if (!out || !hw) return ferry__fail(FERRY_ERR_INVALID, "exec_create_sim: %s is NULL", out ? "hw" : "out");
+  *out = NULL;
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  ferry_status st = ferry_hw_require(p, "gpu.mem_bw_gbps,gpu.peak_tflops.fp32,link.h2d_gbps,link.d2h_gbps");
+  if (st != FERRY_OK) return st;
+  struct ferry_exec *ex = ferry__calloc(1, sizeof *ex);
+  struct sim_exec *s = ferry__calloc(1, sizeof *s);
+  if (!ex || !s) {
+    ferry_free(ex);
+    ferry_free(s);
+    return ferry__fail(FERRY_ERR_NOMEM, "sim executor: out of memory");
+  }
+  ferry__exec_init(ex, &sim_backend, config);
+  ex->backend_state = s;
+  s->ex = ex;
+  s->hw = *p;
+  s->hw.sources = NULL;
+  s->hw.n_sources = 0;
+  s->hw.fitted = NULL;
+  s->hw.n_fitted = 0;
+  s->hw.path = NULL;
+  for (int k = 0; k < FERRY_K_COUNT; k++)
+    s->fitted[k] = ferry_hw_cost_of(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k));
+  if ((st = ferry__des_create(&s->des, 256)) != FERRY_OK ||
+      (st = make_resources(s, config ? config->lock_host_memory : 1)) != FERRY_OK) {
+    sim_destroy(ex); /* the failing call has set the message */
+    return st;
+  }
+  *out = ex;
+  return FERRY_OK;
+}
+
+ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *out) {
+  if (!ex || !out || ex->backend != &sim_backend)
+    return ferry__fail(FERRY_ERR_INVALID, "exec_sim_stats: not a sim executor");
+  const struct sim_exec *s = ex->backend_state;
+  memset(out, 0, sizeof *out);
+  out->events_run = ferry__des_events_run(s->des);
+  out->ops_done = s->ops_done;
+  out->kernels = s->kernels;
+  out->copies = s->copies;
+  out->reads = s->reads;
+  struct ferry__fluid_stats fs;
+  ferry__fluid_get_stats(s->h2d, &fs);
+  out->bytes_h2d = fs.bytes_done;
+  out->h2d_busy_ns = fs.busy_ns;
+  ferry__fluid_get_stats(s->d2h, &fs);
+  out->bytes_d2h = fs.bytes_done;
+  out->d2h_busy_ns = fs.busy_ns;
+  if (s->disk) {
+    ferry__fluid_get_stats(s->disk, &fs);
+    out->bytes_disk = fs.bytes_done;
+    out->disk_busy_ns = fs.busy_ns;
+  }
+  for (int32_t i = 0; i < ex->n_queues; i++) {
+    struct ferry__compute_stats cs;
+    ferry__compute_get_stats(s->queues[i].unit, &cs);
+    out->compute_busy_ns += cs.busy_ns;
+  }
+  out->now_ns = ferry__des_now(s->des);
+  return FERRY_OK;
+}

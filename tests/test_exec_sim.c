@@ -1,0 +1,574 @@
+/* The `sim` executor on its own, against closed forms on a profile with round numbers: a copy
+ * takes latency + bytes / bandwidth, a kernel its roofline, concurrent transfers share the link,
+ * ops on a queue run in order, waits stall a queue until the awaited record, sync and sleep
+ * move the virtual clock; plus budgets, missing figures, deadlock reports and determinism. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/alloc.h"
+#include "ferry/exec.h"
+#include "ferry/hw.h"
+#include "ferry/sim.h"
+#include "runtime/exec/exec_impl.h"
+#include "testutil.h"
+
+/* GPU: 1000 B/ns memory, fp32 100 TFLOP/s (1e5 flop/ns), fp16 1000 TFLOP/s, launch 1000 ns,
+ * gemm efficiency 0.5, gemv 0.8, others 1. Link: h2d 10 B/ns, d2h 5 B/ns, pageable 2.5 B/ns,
+ * latency 2000 ns, COPY_ENGINES engines. Host DRAM 100 B/ns. Disk 1 B/ns, 50 us, depth 1. */
+#define GPU_JSON                                                                                         \
+  "\"gpu\": {\"name\": \"G\", \"memory_bytes\": 1073741824, \"mem_bw_gbps\": 1000,"                      \
+  " \"peak_tflops\": {\"fp32\": 100, \"fp16\": 1000}, \"launch_overhead_ns\": 1000,"                     \
+  " \"efficiency\": {\"gemm\": 0.5, \"gemv\": 0.8, \"attention\": 1, \"elementwise\": 1, \"dequantize\": 1}}"
+#define LINK_JSON(engines)                                                                               \
+  "\"link\": {\"name\": \"L\", \"h2d_gbps\": 10, \"d2h_gbps\": 5, \"pageable_h2d_gbps\": 2.5,"            \
+  " \"latency_ns\": 2000, \"copy_engines\": " #engines "}"
+#define HOST_JSON "\"host\": {\"name\": \"H\", \"dram_gbps\": 100, \"cpu_gflops\": 1, \"memory_bytes\": 1073741824}"
+#define DISK_JSON "\"disk\": {\"name\": \"D\", \"read_gbps\": 1, \"latency_ns\": 50000, \"queue_depth\": 1}"
+
+static char *tmp;
+
+static int setup(void **state) {
+  (void)state;
+  tmp = tu_mkdtemp("exec_sim");
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_rmtree(tmp);
+  free(tmp);
+  return 0;
+}
+
+static ferry_hw *profile(const char *name, const char *sections) {
+  char path[512], text[2048];
+  snprintf(path, sizeof path, "%s/%s.json", tmp, name);
+  snprintf(text, sizeof text, "{\"name\": \"%s\", \"kind\": \"gpu\", %s}", name, sections);
+  tu_write_file(path, text, strlen(text));
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  return hw;
+}
+
+static ferry_exec *make_sim(int engines, const struct ferry_exec_config *cfg) {
+  ferry_hw *hw = engines == 1 ? profile("round1", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON ", " DISK_JSON)
+                              : profile("round2", GPU_JSON ", " LINK_JSON(2) ", " HOST_JSON ", " DISK_JSON);
+  struct ferry_exec_config def = {.lock_host_memory = 1};
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, cfg ? cfg : &def), FERRY_OK);
+  ferry_hw_close(hw); /* the executor keeps its own copy of the figures */
+  return ex;
+}
+
+/* Activities recorded by the sink. */
+struct log {
+  struct ferry_activity a[256];
+  int n;
+};
+
+static void sink(void *user, const struct ferry_activity *act) {
+  struct log *l = user;
+  if (act->kind == FERRY_ACT_MEMORY) return;
+  assert_true(l->n < 256);
+  l->a[l->n++] = *act;
+}
+
+static const struct ferry_activity *find(const struct log *l, enum ferry_activity_kind kind, int32_t queue, int nth) {
+  for (int i = 0; i < l->n; i++)
+    if (l->a[i].kind == kind && l->a[i].queue == queue && nth-- == 0) return &l->a[i];
+  fail_msg("no activity %d of kind %d on queue %d", nth, kind, queue);
+  return NULL;
+}
+
+static struct ferry_ref ref(ferry_buf *b) { return (struct ferry_ref){b, 0, FERRY_DTYPE_U8}; }
+
+static void test_copy_closed_form(void **state) {
+  (void)state;
+  ferry_exec *ex = make_sim(2, NULL);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  assert_string_equal(ferry_exec_name(ex), "sim");
+  assert_int_equal(ferry_exec_has_data(ex), 0);
+  int32_t qh, qd;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+  assert_null(ferry_exec_buf_host_ptr(ex, host)); /* accounting only */
+  ferry_event *ev;
+  assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+  /* h2d: 2000 + 1e6 / 10 */
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qh, ev), FERRY_OK);
+  assert_int_equal(ferry_exec_query(ex, ev), 0);
+  assert_int_equal(ferry_exec_now(ex), 0); /* enqueueing takes no virtual time */
+  assert_int_equal(ferry_exec_sync(ex, ev), FERRY_OK);
+  assert_int_equal(ferry_exec_query(ex, ev), 1);
+  assert_int_equal(ferry_exec_now(ex), 102000);
+  const struct ferry_activity *a = find(&log, FERRY_ACT_MEMCPY, qh, 0);
+  assert_int_equal(a->start_ns, 0);
+  assert_int_equal(a->end_ns, 102000);
+  assert_int_equal(a->bytes, 1000000);
+  assert_int_equal(a->copy_kind, FERRY_COPY_HTOD);
+  /* d2h from t=102000: 2000 + 1e6 / 5 */
+  assert_int_equal(ferry_exec_copy(ex, qd, ref(host), ref(dev), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex), 102000 + 202000);
+  a = find(&log, FERRY_ACT_MEMCPY, qd, 0);
+  assert_int_equal(a->start_ns, 102000);
+  assert_int_equal(a->end_ns, 304000);
+  assert_int_equal(ferry_exec_queue_busy_ns(ex, qd), 202000);
+  struct ferry_sim_stats ss;
+  assert_int_equal(ferry_exec_sim_stats(ex, &ss), FERRY_OK);
+  assert_int_equal(ss.copies, 2);
+  assert_int_equal(ss.bytes_h2d, 1000000);
+  assert_int_equal(ss.bytes_d2h, 1000000);
+  assert_int_equal(ss.h2d_busy_ns, 100000); /* bytes flowing, latency excluded */
+  assert_int_equal(ss.now_ns, 304000);
+  assert_true(ss.events_run >= 4);
+  /* copies inside one memory read and write their bytes: 2 x 1e6 / 1000 and 2 x 1e5 / 100 */
+  int64_t t0 = ferry_exec_now(ex);
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(dev), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex) - t0, 2000);
+  t0 = ferry_exec_now(ex);
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(host), ref(host), 100000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex) - t0, 2000);
+  ferry_exec_event_destroy(ex, ev);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+}
+
+static void test_pageable_and_disk(void **state) {
+  (void)state;
+  struct ferry_exec_config cfg = {.lock_host_memory = 0};
+  ferry_exec *ex = make_sim(1, &cfg);
+  int32_t qh, qk1, qk2;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk1), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk2), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 2000000, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+  /* pageable host memory: 2000 + 1e6 / 2.5 */
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex), 402000);
+  /* disk, queue depth 1: two reads on two queues run one after the other, 50000 + 1e6 each */
+  int64_t t0 = ferry_exec_now(ex);
+  ferry_event *e1, *e2;
+  assert_int_equal(ferry_exec_event_create(ex, &e1), FERRY_OK);
+  assert_int_equal(ferry_exec_event_create(ex, &e2), FERRY_OK);
+  assert_int_equal(ferry_exec_read(ex, qk1, NULL, 0, 0, 1000000, ref(host), 0), FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qk1, e1), FERRY_OK);
+  assert_int_equal(ferry_exec_read(ex, qk2, NULL, 0, 0, 1000000, (struct ferry_ref){host, 1000000, FERRY_DTYPE_U8}, 0),
+                   FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qk2, e2), FERRY_OK);
+  assert_int_equal(ferry_exec_sync(ex, e2), FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex) - t0, 2 * 1050000);
+  assert_int_equal(e1->done_time_ns - t0, 1050000);
+  struct ferry_sim_stats ss;
+  assert_int_equal(ferry_exec_sim_stats(ex, &ss), FERRY_OK);
+  assert_int_equal(ss.reads, 2);
+  assert_int_equal(ss.bytes_disk, 2000000);
+  ferry_exec_event_destroy(ex, e1);
+  ferry_exec_event_destroy(ex, e2);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+}
+
+static struct ferry_kernel matmul(int64_t m, int64_t n, int64_t k, ferry_buf *w, enum ferry_dtype dt) {
+  struct ferry_kernel kk;
+  memset(&kk, 0, sizeof kk);
+  kk.kind = FERRY_K_MATMUL;
+  kk.name = "mm";
+  kk.layer = kk.expert = -1;
+  kk.m = m;
+  kk.n = n;
+  kk.k = k;
+  kk.w = (struct ferry_ref){w, 0, dt};
+  return kk;
+}
+
+static void test_compute_roofline_and_order(void **state) {
+  (void)state;
+  ferry_exec *ex = make_sim(2, NULL);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qc;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  ferry_buf *w;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
+  /* memory-bound gemm (m=4, fp16): bytes 1000*1000*2 + 4*1000*4 + 4*1000*4 = 2032000 at
+   * 1000 B/ns x 0.5 = 4064 ns (flops 8e6 at 1e6 flop/ns x 0.5 = 16 ns) + 1000 launch */
+  struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16);
+  /* gemv (m=1, fp16): bytes 2000000 + 4000 + 4000 = 2008000 at 800 B/ns = 2510 ns + 1000 */
+  struct ferry_kernel k2 = matmul(1, 1000, 1000, w, FERRY_DTYPE_F16);
+  /* compute-bound gemm (m=1000, fp32): flops 2e9 at 1e5 x 0.5 = 40000 ns (bytes 12e6 at 500
+   * B/ns = 24000 ns) + 1000 */
+  struct ferry_kernel k3 = matmul(1000, 1000, 1000, w, FERRY_DTYPE_F32);
+  assert_int_equal(ferry_exec_compute(ex, qc, &k1), FERRY_OK);
+  assert_int_equal(ferry_exec_compute(ex, qc, &k2), FERRY_OK);
+  assert_int_equal(ferry_exec_compute(ex, qc, &k3), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const struct ferry_activity *a1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *a2 = find(&log, FERRY_ACT_KERNEL, qc, 1),
+                              *a3 = find(&log, FERRY_ACT_KERNEL, qc, 2);
+  assert_int_equal(a1->start_ns, 0);
+  assert_int_equal(a1->end_ns, 5064);
+  assert_int_equal(a2->start_ns, 5064); /* in order: each starts when the one before ends */
+  assert_int_equal(a2->end_ns, 5064 + 3510);
+  assert_int_equal(a3->start_ns, 8574);
+  assert_int_equal(a3->end_ns, 8574 + 41000);
+  assert_true(a3->flops == 2e9);
+  assert_int_equal(ferry_exec_queue_busy_ns(ex, qc), 5064 + 3510 + 41000);
+  assert_int_equal(ferry_exec_now(ex), 49574);
+  struct ferry_sim_stats ss;
+  assert_int_equal(ferry_exec_sim_stats(ex, &ss), FERRY_OK);
+  assert_int_equal(ss.kernels, 3);
+  assert_int_equal(ss.compute_busy_ns, 49574);
+  ferry_exec_free(ex, w);
+  ferry_exec_destroy(ex);
+}
+
+/* A fitted cost for a kind replaces the roofline for that kind only. */
+static void test_fitted_cost(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("fitted", GPU_JSON ", " LINK_JSON(1)
+                         ", \"cost\": {\"matmul\": {\"overhead_ns\": 700, \"ns_per_byte\": 0.001, \"ns_per_flop\": 0.0005}}");
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_OK);
+  ferry_hw_close(hw);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qc;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  ferry_buf *w;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
+  /* matmul m=4 fp16: 2032000 bytes, 8e6 flops: 700 + 2032 + 4000 */
+  struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16);
+  assert_int_equal(ferry_exec_compute(ex, qc, &k1), FERRY_OK);
+  /* an expert over the same shape has no fitted cost: the roofline (gemm, 0.5):
+   * bytes 3 x 1000 x 1000 x 2 + 4 x 1000 x 8 + 4 x 1000 x 8 = 6064000 -> 12128 ns + 1000 */
+  struct ferry_kernel k2 = k1;
+  k2.kind = FERRY_K_EXPERT;
+  assert_int_equal(ferry_exec_compute(ex, qc, &k2), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const struct ferry_activity *a1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *a2 = find(&log, FERRY_ACT_KERNEL, qc, 1);
+  assert_int_equal(a1->end_ns - a1->start_ns, 6732);
+  assert_int_equal(a2->end_ns - a2->start_ns, 13128);
+  ferry_exec_free(ex, w);
+  ferry_exec_destroy(ex);
+}
+
+static void test_link_sharing(void **state) {
+  (void)state;
+  /* two copy engines: both transfers flow at once and split 10 B/ns */
+  ferry_exec *ex = make_sim(2, NULL);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t q1, q2;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q1), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q2), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, q1, ref(dev), ref(host), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, q2, ref(dev), ref(host), 500000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  /* both at 5 B/ns: the small one ends at 2000 + 500000/5; the big one has 500000 left and
+   * then the whole link: + 500000/10 */
+  assert_int_equal(find(&log, FERRY_ACT_MEMCPY, q2, 0)->end_ns, 102000);
+  assert_int_equal(find(&log, FERRY_ACT_MEMCPY, q1, 0)->end_ns, 152000);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+
+  /* one copy engine: the second waits for the first */
+  ex = make_sim(1, NULL);
+  log.n = 0;
+  ferry_exec_set_sink(ex, sink, &log);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q1), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q2), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, q1, ref(dev), ref(host), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, q2, ref(dev), ref(host), 500000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  assert_int_equal(find(&log, FERRY_ACT_MEMCPY, q1, 0)->end_ns, 102000);
+  const struct ferry_activity *a = find(&log, FERRY_ACT_MEMCPY, q2, 0);
+  assert_int_equal(a->start_ns, 102000); /* got the engine when the first released it */
+  assert_int_equal(a->end_ns, 102000 + 52000);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+}
+
+static void test_wait_orders_queues(void **state) {
+  (void)state;
+  ferry_exec *ex = make_sim(2, NULL);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qc, qh;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "d", &dev), FERRY_OK);
+  ferry_event *copied, *computed, *never;
+  assert_int_equal(ferry_exec_event_create(ex, &copied), FERRY_OK);
+  assert_int_equal(ferry_exec_event_create(ex, &computed), FERRY_OK);
+  assert_int_equal(ferry_exec_event_create(ex, &never), FERRY_OK);
+  /* waiting for an event never recorded is a no-op */
+  assert_int_equal(ferry_exec_queue_wait(ex, qc, never), FERRY_OK);
+  assert_int_equal(ferry_exec_sync(ex, never), FERRY_OK);
+  /* compute: kernel A (5064 ns), wait for the copy, kernel B; copy ends at 102000 */
+  struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16);
+  assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qh, copied), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_wait(ex, qc, copied), FERRY_OK);
+  assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qc, computed), FERRY_OK);
+  /* the copy queue then waits for the compute before its next copy */
+  assert_int_equal(ferry_exec_queue_wait(ex, qh, computed), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000), FERRY_OK);
+  assert_int_equal(ferry_exec_sync(ex, computed), FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex), 102000 + 5064);
+  assert_int_equal(computed->done_time_ns, 107064);
+  assert_int_equal(copied->done_time_ns, 102000);
+  const struct ferry_activity *b = find(&log, FERRY_ACT_KERNEL, qc, 1);
+  assert_int_equal(b->start_ns, 102000);
+  const struct ferry_activity *w = find(&log, FERRY_ACT_SYNC, qc, 0);
+  assert_int_equal(w->start_ns, 5064); /* blocked once kernel A was done */
+  assert_int_equal(w->end_ns, 102000);
+  assert_int_equal(ferry_exec_queue_stall_ns(ex, qc), 102000 - 5064);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const struct ferry_activity *c = find(&log, FERRY_ACT_MEMCPY, qh, 1);
+  assert_int_equal(c->start_ns, 107064);
+  assert_int_equal(c->end_ns, 107064 + 2000 + 100);
+  assert_int_equal(ferry_exec_queue_stall_ns(ex, qh), 107064 - 102000);
+  /* sleep_until moves the clock forward only */
+  ferry_exec_sleep_until(ex, 500000);
+  assert_int_equal(ferry_exec_now(ex), 500000);
+  ferry_exec_sleep_until(ex, 10);
+  assert_int_equal(ferry_exec_now(ex), 500000);
+  /* sleep_until runs what is due on the way: a copy started at 500000 ends at 602000 */
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qh, copied), FERRY_OK);
+  ferry_exec_sleep_until(ex, 601999);
+  assert_int_equal(ferry_exec_query(ex, copied), 0);
+  ferry_exec_sleep_until(ex, 700000);
+  assert_int_equal(ferry_exec_query(ex, copied), 1);
+  assert_int_equal(copied->done_time_ns, 602000);
+  assert_int_equal(ferry_exec_now(ex), 700000);
+  ferry_exec_event_destroy(ex, copied);
+  ferry_exec_event_destroy(ex, computed);
+  ferry_exec_event_destroy(ex, never);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+}
+
+static void test_budgets_and_errors(void **state) {
+  (void)state;
+  struct ferry_exec_config cfg = {.device_budget_bytes = 1000, .host_budget_bytes = 500, .lock_host_memory = 1};
+  ferry_exec *ex = make_sim(1, &cfg);
+  ferry_buf *a, *b;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 600, "a", &a), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 401, "b", &b), FERRY_ERR_BUDGET);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 400, "b", &b), FERRY_OK);
+  uint64_t used, peak;
+  ferry_exec_tier_usage(ex, FERRY_TIER_DEVICE, &used, &peak);
+  assert_int_equal(used, 1000);
+  ferry_exec_free(ex, a);
+  ferry_exec_tier_usage(ex, FERRY_TIER_DEVICE, &used, &peak);
+  assert_int_equal(used, 400);
+  assert_int_equal(peak, 1000);
+  ferry_exec_free(ex, b);
+  ferry_exec_destroy(ex);
+
+  /* a profile without a disk refuses reads when they are enqueued, naming the figure */
+  ferry_hw *hw = profile("nodisk", GPU_JSON ", " LINK_JSON(1));
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_OK);
+  int32_t qk, qh;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 100, "h", &a), FERRY_OK);
+  assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, 0, 100, ref(a), 0), FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_exec_errmsg(ex), "nodisk has no disk section"));
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(a), ref(a), 10), FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_exec_errmsg(ex), "host.dram_gbps"));
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK); /* nothing was enqueued */
+  ferry_exec_free(ex, a);
+  ferry_exec_destroy(ex);
+  ferry_hw_close(hw);
+
+  /* a link part alone has no GPU */
+  assert_int_equal(ferry_hw_open(&hw, "pcie4-x16"), FERRY_OK);
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_last_error(), "gpu"));
+  ferry_hw_close(hw);
+  assert_int_equal(ferry_exec_create_sim(&ex, NULL, NULL), FERRY_ERR_INVALID);
+
+  /* stats of another executor are refused */
+  assert_int_equal(ferry_exec_create_host(&ex, NULL), FERRY_OK);
+  struct ferry_sim_stats ss;
+  assert_int_equal(ferry_exec_sim_stats(ex, &ss), FERRY_ERR_INVALID);
+  ferry_exec_destroy(ex);
+}
+
+/* The public API cannot build a wait cycle (a wait names a generation already enqueued), so
+ * forge a wait for a generation that will never be recorded: sync and drain must report a
+ * deadlock naming the stuck queue instead of hanging or returning early. */
+static void test_deadlock_reported(void **state) {
+  (void)state;
+  ferry_exec *ex = make_sim(1, NULL);
+  int32_t qc;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  ferry_event *ev, *after;
+  assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+  assert_int_equal(ferry_exec_event_create(ex, &after), FERRY_OK);
+  atomic_store(&ev->recorded_gen, 1); /* "recorded" but no RECORD op exists */
+  assert_int_equal(ferry_exec_queue_wait(ex, qc, ev), FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qc, after), FERRY_OK);
+  assert_int_equal(ferry_exec_sync(ex, after), FERRY_ERR_INTERNAL);
+  assert_true(tu_contains(ferry_exec_errmsg(ex), "deadlock"));
+  assert_true(tu_contains(ferry_exec_errmsg(ex), "queue 0 (compute) 2 op(s), waiting since t=0"));
+  assert_int_equal(ferry_exec_drain(ex), FERRY_ERR_INTERNAL);
+  assert_true(tu_contains(ferry_exec_errmsg(ex), "draining"));
+  /* recording the missing generation on another queue releases the stuck one */
+  int32_t qh;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  atomic_store(&ev->recorded_gen, 0);
+  assert_int_equal(ferry_exec_record(ex, qh, ev), FERRY_OK);
+  assert_int_equal(ferry_exec_query(ex, ev), 1);
+  assert_int_equal(ferry_exec_sync(ex, after), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  ferry_exec_event_destroy(ex, ev);
+  ferry_exec_event_destroy(ex, after);
+  ferry_exec_destroy(ex);
+}
+
+/* Same ops, same activities, bit for bit. */
+static void run_mixed(struct log *log) {
+  ferry_exec *ex = make_sim(2, NULL);
+  ferry_exec_set_sink(ex, sink, log);
+  int32_t qc, q1, q2, qd, qk;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q1), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q2), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4 << 20, "d", &dev), FERRY_OK);
+  ferry_event *ev[4];
+  for (int i = 0; i < 4; i++) assert_int_equal(ferry_exec_event_create(ex, &ev[i]), FERRY_OK);
+  for (int round = 0; round < 20; round++) {
+    uint64_t n = 1000 + (uint64_t)round * 7919;
+    assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, 0, n, ref(host), 0), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qk, ev[0]), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, round % 2 ? q1 : q2, ev[0]), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, round % 2 ? q1 : q2, ref(dev), ref(host), n), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, round % 2 ? q1 : q2, ev[1]), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qc, ev[1]), FERRY_OK);
+    struct ferry_kernel k = matmul(1 + round, 1000, 1000, dev, FERRY_DTYPE_F16);
+    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qc, ev[2]), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qd, ev[2]), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qd, ref(host), ref(dev), 333 * (uint64_t)round + 1), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qd, ev[3]), FERRY_OK);
+    if (round % 5 == 4) assert_int_equal(ferry_exec_sync(ex, ev[3]), FERRY_OK);
+  }
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  for (int i = 0; i < 4; i++) ferry_exec_event_destroy(ex, ev[i]);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+}
+
+static void test_deterministic(void **state) {
+  (void)state;
+  static struct log a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  run_mixed(&a);
+  run_mixed(&b);
+  assert_true(a.n > 100);
+  assert_int_equal(a.n, b.n);
+  for (int i = 0; i < a.n; i++) {
+    const struct ferry_activity *x = &a.a[i], *y = &b.a[i];
+    assert_int_equal(x->kind, y->kind);
+    assert_string_equal(x->name, y->name);
+    assert_int_equal(x->queue, y->queue);
+    assert_int_equal(x->start_ns, y->start_ns);
+    assert_int_equal(x->end_ns, y->end_ns);
+    assert_int_equal(x->bytes, y->bytes);
+    assert_memory_equal(&x->flops, &y->flops, sizeof x->flops);
+    assert_int_equal(x->correlation_id, y->correlation_id);
+  }
+  /* and the timeline respects queue order: activities on one queue never overlap */
+  for (int32_t q = 0; q < 5; q++) {
+    int64_t last_end = -1;
+    for (int i = 0; i < a.n; i++) {
+      if (a.a[i].queue != q) continue;
+      assert_true(a.a[i].start_ns >= last_end);
+      assert_true(a.a[i].end_ns >= a.a[i].start_ns);
+      last_end = a.a[i].end_ns;
+    }
+  }
+}
+
+/* Steady state allocates nothing: op records, events and resource slots are pooled. */
+static void test_no_allocation_per_op(void **state) {
+  (void)state;
+  ferry_exec *ex = make_sim(2, NULL);
+  int32_t qc, qh, qd, qk;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4 << 20, "d", &dev), FERRY_OK);
+  ferry_event *ev[4];
+  for (int i = 0; i < 4; i++) assert_int_equal(ferry_exec_event_create(ex, &ev[i]), FERRY_OK);
+  uint64_t before = 0;
+  for (int round = 0; round < 60; round++) {
+    if (round == 10) before = ferry_alloc_count(); /* pools have grown to their high-water mark */
+    for (int k = 0; k < 8; k++) {
+      assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, 0, 4096, ref(host), 0), FERRY_OK);
+      assert_int_equal(ferry_exec_record(ex, qk, ev[0]), FERRY_OK);
+      assert_int_equal(ferry_exec_queue_wait(ex, qh, ev[0]), FERRY_OK);
+      assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 4096), FERRY_OK);
+      assert_int_equal(ferry_exec_record(ex, qh, ev[1]), FERRY_OK);
+      assert_int_equal(ferry_exec_queue_wait(ex, qc, ev[1]), FERRY_OK);
+      struct ferry_kernel kk = matmul(8, 1000, 1000, dev, FERRY_DTYPE_F16);
+      assert_int_equal(ferry_exec_compute(ex, qc, &kk), FERRY_OK);
+    }
+    assert_int_equal(ferry_exec_record(ex, qc, ev[2]), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qd, ev[2]), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qd, ref(host), ref(dev), 1024), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qd, ev[3]), FERRY_OK);
+    assert_int_equal(ferry_exec_sync(ex, ev[3]), FERRY_OK);
+  }
+  assert_int_equal(ferry_alloc_count() - before, 0);
+  for (int i = 0; i < 4; i++) ferry_exec_event_destroy(ex, ev[i]);
+  ferry_exec_destroy(ex); /* frees the buffers too */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_copy_closed_form),      cmocka_unit_test(test_pageable_and_disk),
+      cmocka_unit_test(test_compute_roofline_and_order), cmocka_unit_test(test_link_sharing),
+      cmocka_unit_test(test_wait_orders_queues),    cmocka_unit_test(test_budgets_and_errors),
+      cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

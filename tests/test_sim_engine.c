@@ -1,0 +1,391 @@
+/* The engine on the `sim` executor: runs complete within budget, two runs give identical
+ * metrics, the block pipeline (block_layers 1, prefetch depth 1) runs at the analytic
+ * max-of-sums in both the copy-bound and the compute-bound regime, and MoE runs with the seeded
+ * (or a supplied) routing source report expert-cache hits and misses. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/engine.h"
+#include "ferry/exec.h"
+#include "ferry/hw.h"
+#include "ferry/model.h"
+#include "ferry/sim.h"
+#include "testutil.h"
+
+static char *tmp;
+
+static int setup(void **state) {
+  (void)state;
+  tmp = tu_mkdtemp("sim_engine");
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_rmtree(tmp);
+  free(tmp);
+  return 0;
+}
+
+/* A profile with round numbers: link 1 B/ns each way, no latency (a block's copy time is its
+ * bytes in ns); the GPU's memory bandwidth sets how long the layers compute. */
+static ferry_hw *profile(const char *name, const char *mem_bw_gbps) {
+  char path[512], text[2048];
+  snprintf(path, sizeof path, "%s/%s.json", tmp, name);
+  snprintf(text, sizeof text,
+           "{\"name\": \"%s\", \"kind\": \"gpu\","
+           " \"gpu\": {\"name\": \"G\", \"memory_bytes\": 1073741824, \"mem_bw_gbps\": %s,"
+           " \"peak_tflops\": {\"fp32\": 1, \"fp16\": 10}, \"launch_overhead_ns\": 100},"
+           " \"link\": {\"name\": \"L\", \"h2d_gbps\": 1, \"d2h_gbps\": 1, \"latency_ns\": 0, \"copy_engines\": 1},"
+           " \"host\": {\"name\": \"H\", \"dram_gbps\": 10, \"cpu_gflops\": 1, \"memory_bytes\": 1073741824},"
+           " \"disk\": {\"name\": \"D\", \"read_gbps\": 2, \"latency_ns\": 10000, \"queue_depth\": 4}}",
+           name, mem_bw_gbps);
+  tu_write_file(path, text, strlen(text));
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  return hw;
+}
+
+/* Activities of a run, grown as needed. */
+struct log {
+  struct ferry_activity *a;
+  size_t n, cap;
+};
+
+static void sink(void *user, const struct ferry_activity *act) {
+  struct log *l = user;
+  if (act->kind != FERRY_ACT_KERNEL && act->kind != FERRY_ACT_MEMCPY) return;
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 1024;
+    l->a = realloc(l->a, l->cap * sizeof *l->a);
+    assert_non_null(l->a);
+  }
+  l->a[l->n] = *act;
+  l->a[l->n].name = NULL; /* borrowed for the callback only */
+  l->n++;
+}
+
+struct run {
+  ferry_exec *ex;
+  ferry_engine *eng;
+  ferry_model *model;
+  struct log log;
+  struct ferry_serve_summary sum;
+};
+
+static const struct ferry_engine_request requests[] = {
+    {.id = 0, .arrival_ns = 0, .prompt_tokens = 40, .output_tokens = 12},
+    {.id = 1, .arrival_ns = 0, .prompt_tokens = 9, .output_tokens = 20},
+    {.id = 2, .arrival_ns = 3000000, .prompt_tokens = 70, .output_tokens = 8},
+    {.id = 3, .arrival_ns = 5000000, .prompt_tokens = 5, .output_tokens = 16},
+    {.id = 4, .arrival_ns = 900000000, .prompt_tokens = 30, .output_tokens = 4},
+};
+#define N_REQ ((int64_t)(sizeof requests / sizeof requests[0]))
+
+/* Run a preset on a profile; device budget = the engine's minimum + extra_device. */
+static void run(struct run *r, const char *preset, ferry_hw *hw, struct ferry_engine_config cfg, uint64_t extra_device) {
+  memset(r, 0, sizeof *r);
+  assert_int_equal(ferry_model_open(&r->model, preset), FERRY_OK);
+  uint64_t dmin = 0, hmin = 0;
+  assert_int_equal(ferry_engine_min_budgets(r->model, NULL, &cfg, &dmin, &hmin), FERRY_OK);
+  cfg.device_budget_bytes = dmin + extra_device;
+  struct ferry_exec_config xc = {.device_budget_bytes = cfg.device_budget_bytes,
+                                 .host_budget_bytes = cfg.host_budget_bytes, .lock_host_memory = 1};
+  assert_int_equal(ferry_exec_create_sim(&r->ex, hw, &xc), FERRY_OK);
+  ferry_exec_set_sink(r->ex, sink, &r->log);
+  ferry_status st = ferry_engine_create(&r->eng, r->model, NULL, r->ex, &cfg);
+  if (st != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  struct ferry_run_options ro = {.time_scale = 1.0};
+  st = ferry_engine_run(r->eng, requests, N_REQ, &ro);
+  if (st != FERRY_OK) fail_msg("engine_run: %s", ferry_last_error());
+  ferry_engine_summary(r->eng, &r->sum);
+}
+
+static void run_free(struct run *r) {
+  ferry_engine_destroy(r->eng);
+  ferry_exec_destroy(r->ex);
+  ferry_model_close(r->model);
+  free(r->log.a);
+}
+
+static struct ferry_engine_config base_config(void) {
+  struct ferry_engine_config c;
+  memset(&c, 0, sizeof c);
+  c.block_layers = 1;
+  c.prefetch_depth = 1;
+  c.max_batch = 4;
+  c.max_step_tokens = 64;
+  c.max_seq_tokens = 128;
+  c.seed = 7;
+  return c;
+}
+
+static void check_complete_within_budget(const struct run *r) {
+  assert_int_equal(r->sum.requests_done, N_REQ);
+  assert_int_equal(r->sum.requests_rejected, 0);
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < N_REQ; i++) tokens += requests[i].output_tokens;
+  assert_int_equal(r->sum.tokens_generated, tokens);
+  for (int t = 0; t < 2; t++)
+    if (r->sum.budget_bytes[t]) assert_true(r->sum.peak_bytes[t] <= r->sum.budget_bytes[t]);
+  assert_true(r->sum.peak_bytes[FERRY_TIER_DEVICE] > 0);
+  int64_t n;
+  const struct ferry_request_metrics *m = ferry_engine_request_metrics(r->eng, &n);
+  assert_int_equal(n, N_REQ);
+  for (int64_t i = 0; i < n; i++) {
+    assert_true(m[i].first_token_ns > m[i].arrival_ns);
+    assert_true(m[i].finish_ns >= m[i].first_token_ns);
+  }
+  /* the late request arrived on the virtual clock: served after its arrival, not before */
+  assert_true(m[N_REQ - 1].arrival_ns == 900000000 && m[N_REQ - 1].first_token_ns > 900000000);
+}
+
+static void test_dense_completes_deterministically(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("dense", "10");
+  struct run a, b;
+  run(&a, "tiny-dense", hw, base_config(), 0);
+  run(&b, "tiny-dense", hw, base_config(), 0);
+  check_complete_within_budget(&a);
+  assert_true(a.sum.bytes_h2d > 0); /* blocks were streamed */
+  assert_true(a.sum.load_ns > 0);   /* resident weights came from the simulated disk */
+  /* identical request and step metrics, field by field */
+  int64_t na, nb;
+  const struct ferry_request_metrics *ra = ferry_engine_request_metrics(a.eng, &na), *rb = ferry_engine_request_metrics(b.eng, &nb);
+  assert_int_equal(na, nb);
+  for (int64_t i = 0; i < na; i++) {
+    assert_int_equal(ra[i].id, rb[i].id);
+    assert_int_equal(ra[i].first_token_ns, rb[i].first_token_ns);
+    assert_int_equal(ra[i].finish_ns, rb[i].finish_ns);
+    assert_int_equal(ra[i].output_tokens, rb[i].output_tokens);
+  }
+  const struct ferry_step_metrics *sa = ferry_engine_step_metrics(a.eng, &na), *sb = ferry_engine_step_metrics(b.eng, &nb);
+  assert_int_equal(na, nb);
+  assert_true(na > 20);
+  for (int64_t i = 0; i < na; i++) {
+    assert_int_equal(sa[i].start_ns, sb[i].start_ns);
+    assert_int_equal(sa[i].end_ns, sb[i].end_ns);
+    assert_int_equal(sa[i].tokens, sb[i].tokens);
+    assert_int_equal(sa[i].bytes_h2d, sb[i].bytes_h2d);
+    assert_int_equal(sa[i].stall_ns, sb[i].stall_ns);
+  }
+  assert_int_equal(a.log.n, b.log.n);
+  for (size_t i = 0; i < a.log.n; i++) {
+    assert_int_equal(a.log.a[i].start_ns, b.log.a[i].start_ns);
+    assert_int_equal(a.log.a[i].end_ns, b.log.a[i].end_ns);
+  }
+  struct ferry_sim_stats s1, s2;
+  assert_int_equal(ferry_exec_sim_stats(a.ex, &s1), FERRY_OK);
+  assert_int_equal(ferry_exec_sim_stats(b.ex, &s2), FERRY_OK);
+  assert_int_equal(s1.events_run, s2.events_run);
+  assert_int_equal(s1.now_ns, s2.now_ns);
+  run_free(&a);
+  run_free(&b);
+  ferry_hw_close(hw);
+}
+
+/* Per step: compute of the layers (kernels with a layer), the rest of the compute (embedding,
+ * head) with the logits read-back, and host-to-device bytes, from the timeline. */
+struct step_parts {
+  int64_t layers_ns, other_ns, h2d_ns;
+  int64_t tail_ns; /* what runs after the last block has arrived: its layer, the head, read-back */
+};
+
+static struct step_parts parts_of(const struct run *r, const struct ferry_step_metrics *s, int32_t last_layer) {
+  struct step_parts p = {0, 0, 0, 0};
+  int seen_embed = 0;
+  int64_t lo = r->sum.run_start_ns + s->start_ns, hi = r->sum.run_start_ns + s->end_ns;
+  for (size_t i = 0; i < r->log.n; i++) {
+    const struct ferry_activity *a = &r->log.a[i];
+    if (a->start_ns < lo || a->start_ns >= hi) continue;
+    int64_t d = a->end_ns - a->start_ns;
+    if (a->kind == FERRY_ACT_KERNEL) {
+      if (a->layer >= 0) p.layers_ns += d;
+      else p.other_ns += d;
+      /* activities arrive in completion order: the step's first layer-less kernel is the
+       * embedding, which runs while the first block is still arriving */
+      if (a->layer == last_layer || (a->layer < 0 && seen_embed)) p.tail_ns += d;
+      if (a->layer < 0) seen_embed = 1;
+    } else if (a->copy_kind == FERRY_COPY_DTOH) {
+      p.other_ns += d;
+      p.tail_ns += d;
+    } else if (a->copy_kind == FERRY_COPY_HTOD) {
+      p.h2d_ns += d;
+    }
+  }
+  return p;
+}
+
+/* Steady-state step time = max(L x copy per block, compute of the layers + the rest): the
+ * copy queue and the compute queue each run their sum back to back, and the slower one sets
+ * the pace. Exactly: compute-bound, the step is its compute; copy-bound, the link never rests,
+ * so a step is L copies shifted by the change in what runs after the last block arrives (the
+ * last layer, the head, the read-back) from the step before. The first steps fill the
+ * pipeline and are skipped. */
+static void check_pipeline(const char *mem_bw, int copy_bound) {
+  ferry_hw *hw = profile(copy_bound ? "copybound" : "computebound", mem_bw);
+  struct run r;
+  run(&r, "tiny-dense", hw, base_config(), 0);
+  check_complete_within_budget(&r);
+  const int64_t L = 8;
+  int64_t n;
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(r.eng, &n);
+  /* copy per block: every block has the same bytes, at 1 B/ns */
+  assert_true(sm[3].bytes_h2d % L == 0);
+  const int64_t X = (int64_t)(sm[3].bytes_h2d / L);
+  assert_true(X > 100000);
+  int checked = 0;
+  for (int64_t i = 3; i < n; i++) {
+    const struct ferry_step_metrics *s = &sm[i];
+    /* after idle time the pipeline restarts: skip two steps */
+    if (s->start_ns != sm[i - 1].end_ns || sm[i - 1].start_ns != sm[i - 2].end_ns ||
+        sm[i - 2].start_ns != sm[i - 3].end_ns)
+      continue;
+    assert_int_equal(s->bytes_h2d, (uint64_t)(L * X)); /* every block streamed once per step */
+    struct step_parts p = parts_of(&r, s, (int32_t)(L - 1)), prev = parts_of(&r, &sm[i - 1], (int32_t)(L - 1));
+    int64_t compute = p.layers_ns + p.other_ns, copy = L * X;
+    int64_t expect = compute > copy ? compute : copy;
+    int64_t got = s->end_ns - s->start_ns;
+    if (copy_bound) {
+      assert_true(copy > 2 * compute);
+      assert_int_equal(got, copy + p.tail_ns - prev.tail_ns);
+      assert_true(s->stall_ns > 0); /* compute waits for the link */
+    } else {
+      assert_true(compute > 2 * copy);
+      assert_int_equal(got, compute); /* the compute queue never waits */
+      assert_int_equal(s->stall_ns, 0);
+    }
+    /* and within 2% of the plain max-of-sums */
+    int64_t diff = got > expect ? got - expect : expect - got;
+    assert_true(diff * 50 <= expect);
+    checked++;
+  }
+  assert_true(checked >= 10);
+  run_free(&r);
+  ferry_hw_close(hw);
+}
+
+static void test_pipeline_copy_bound(void **state) {
+  (void)state;
+  check_pipeline("10", 1); /* ~74 us of weights per layer vs ~738 us of copy */
+}
+
+static void test_pipeline_compute_bound(void **state) {
+  (void)state;
+  check_pipeline("0.05", 0); /* ~15 ms per layer vs ~738 us of copy */
+}
+
+/* Always experts 0 and 1: after the first step every lookup hits. */
+static void fixed_routing(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+                          int32_t n_experts, int32_t *ids, float *weights) {
+  (void)req_id;
+  (void)token_index;
+  (void)layer;
+  (void)n_experts;
+  int *calls = user;
+  (*calls)++;
+  for (int32_t r = 0; r < top_k; r++) {
+    ids[r] = r;
+    weights[r] = 1.0f / (float)top_k;
+  }
+}
+
+static void test_moe_expert_cache(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("moe", "10");
+  struct ferry_engine_config cfg = base_config();
+  /* the seeded routing source: a small cache both hits and misses */
+  ferry_model *m;
+  assert_int_equal(ferry_model_open(&m, "tiny-moe"), FERRY_OK);
+  const struct ferry_model_config *mc = ferry_model_get_config(m);
+  const uint64_t expert_bytes = 3 * (uint64_t)mc->hidden * (uint64_t)mc->expert_intermediate * 4;
+  const int64_t L = mc->n_layers;
+  ferry_model_close(m);
+  struct run r;
+  run(&r, "tiny-moe", hw, cfg, 12 * expert_bytes);
+  check_complete_within_budget(&r);
+  assert_true(r.sum.misses > 0);
+  assert_true(r.sum.hits > 0);
+  int64_t n;
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(r.eng, &n);
+  int64_t hits = 0, misses = 0;
+  for (int64_t i = 0; i < n; i++) {
+    hits += sm[i].hits;
+    misses += sm[i].misses;
+  }
+  assert_int_equal(hits, r.sum.hits);
+  assert_int_equal(misses, r.sum.misses);
+  assert_true(r.sum.bytes_h2d > 0);
+  struct run again;
+  run(&again, "tiny-moe", hw, cfg, 12 * expert_bytes);
+  assert_int_equal(again.sum.hits, r.sum.hits); /* seeded: the same routing every run */
+  assert_int_equal(again.sum.misses, r.sum.misses);
+  assert_int_equal(again.sum.duration_ns, r.sum.duration_ns);
+  run_free(&again);
+  run_free(&r);
+
+  /* a supplied routing source that always picks experts 0 and 1, with room for every layer's
+   * pair: each (layer, expert) misses once, then always hits */
+  int calls = 0;
+  cfg.routing = fixed_routing;
+  cfg.routing_user = &calls;
+  run(&r, "tiny-moe", hw, cfg, (uint64_t)(2 * L) * expert_bytes);
+  check_complete_within_budget(&r);
+  assert_true(calls > 0);
+  assert_int_equal(r.sum.misses, 2 * L);
+  assert_true(r.sum.hits > 0);
+  sm = ferry_engine_step_metrics(r.eng, &n);
+  assert_int_equal(sm[0].misses, 2 * L);
+  for (int64_t i = 1; i < n; i++) assert_int_equal(sm[i].misses, 0);
+  run_free(&r);
+  ferry_hw_close(hw);
+}
+
+/* `ferry sim`: the plan and summary, clear errors, and a result database tagged as a sim run. */
+static void test_cli(void **state) {
+  (void)state;
+  char *out = NULL, args[1024];
+  assert_int_equal(tu_run_ferry("sim --help", &out), 0);
+  assert_true(tu_contains(out, "--hw PROFILE"));
+  free(out);
+  assert_int_equal(tu_run_ferry("sim --model tiny-moe --synthetic rate=5,n=4,prompt=8,output=3", &out), 2);
+  assert_true(tu_contains(out, "missing --hw"));
+  free(out);
+  assert_int_equal(tu_run_ferry("sim --model tiny-moe --hw no-such-gpu --synthetic rate=5,n=4,prompt=8,output=3", &out), 1);
+  assert_true(tu_contains(out, "ferry: "));
+  assert_true(tu_contains(out, "no-such-gpu"));
+  free(out);
+  snprintf(args, sizeof args,
+           "sim --model tiny-moe --hw h100-pcie --synthetic rate=5,n=6,prompt=16,output=4 --device-budget 8MiB "
+           "--db '%s/sim.db'",
+           tmp);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "plan for tiny-moe"));
+  assert_true(tu_contains(out, "requests: 6 done, 0 rejected"));
+  assert_true(tu_contains(out, "expert cache:"));
+  assert_true(tu_contains(out, "events"));
+  free(out);
+  snprintf(args, sizeof args, "db list --db '%s/sim.db'", tmp);
+  int rc = tu_run_ferry(args, &out);
+  if (rc != 0) fail_msg("ferry %s: %s", args, out);
+  assert_true(tu_contains(out, "sim"));
+  assert_true(tu_contains(out, "h100-pcie"));
+  free(out);
+  /* --quiet: the summary only */
+  assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw rtx-4090 --synthetic rate=5,n=3,prompt=8,output=2 --quiet", &out), 0);
+  assert_false(tu_contains(out, "plan for"));
+  assert_true(tu_contains(out, "requests: 3 done"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dense_completes_deterministically),
+      cmocka_unit_test(test_pipeline_copy_bound),
+      cmocka_unit_test(test_pipeline_compute_bound),
+      cmocka_unit_test(test_moe_expert_cache),
+      cmocka_unit_test(test_cli),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

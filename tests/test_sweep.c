@@ -1,0 +1,219 @@
+/* cli/cmd_sweep.c: `ferry sweep` over a tiny generated model on the host executor. Resume after
+ * a partial sweep and after an interruption (SIGTERM mid-sweep) without re-running finished
+ * combinations; failed runs recorded with their error and a non-zero exit; real runs never
+ * overlap even with -j; bad specs (unknown key named with the known list, bad values) fail
+ * before anything runs. */
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "testutil.h"
+
+struct fixture {
+  char *dir;
+  char db[512];
+  char spec[512];
+};
+
+static int setup(void **state) {
+  struct fixture *f = calloc(1, sizeof *f);
+  f->dir = tu_mkdtemp("sweep");
+  snprintf(f->db, sizeof f->db, "%s/study.db", f->dir);
+  snprintf(f->spec, sizeof f->spec, "%s/spec.json", f->dir);
+  char args[1024], *out = NULL;
+  snprintf(args, sizeof args, "model gen --preset tiny-dense --out %s/tiny --quiet", f->dir);
+  int rc = tu_run_ferry(args, &out);
+  if (rc != 0) fail_msg("ferry %s: %s", args, out);
+  free(out);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  struct fixture *f = *state;
+  tu_rmtree(f->dir);
+  free(f->dir);
+  free(f);
+  return 0;
+}
+
+static void write_spec(struct fixture *f, const char *extra) {
+  char text[2048];
+  int n = snprintf(text, sizeof text,
+                   "{\"model\": [\"%s/tiny\"], \"synthetic\": [\"rate=50,n=4,prompt=8,output=3\"],\n"
+                   " \"as_fast_as_possible\": [true]%s}\n",
+                   f->dir, extra);
+  tu_write_file(f->spec, text, (size_t)n);
+}
+
+static int64_t q1(const char *db, const char *sql) {
+  sqlite3 *s;
+  if (sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    sqlite3_close(s);
+    return -1;
+  }
+  sqlite3_busy_timeout(s, 10000);
+  sqlite3_stmt *q;
+  int64_t v = -1;
+  if (sqlite3_prepare_v2(s, sql, -1, &q, NULL) == SQLITE_OK) {
+    if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+  }
+  sqlite3_close(s);
+  return v;
+}
+
+static int sweep(struct fixture *f, const char *opts, char **out) {
+  char args[2048];
+  snprintf(args, sizeof args, "sweep --spec %s --db %s %s", f->spec, f->db, opts);
+  return tu_run_ferry(args, out);
+}
+
+static void test_resume_after_partial_sweep(void **state) {
+  struct fixture *f = *state;
+  write_spec(f, ", \"block_layers\": [1, 2], \"prefetch_depth\": [0, 1]");
+  char *out = NULL;
+  int rc = sweep(f, "", &out);
+  if (rc != 0) fail_msg("sweep: %s", out);
+  assert_true(tu_contains(out, "4 combinations: 0 already complete, 4 ran, 0 failed"));
+  free(out);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE complete = 1"), 4);
+  assert_int_equal(q1(f->db, "SELECT count(DISTINCT config_hash) FROM runs"), 4);
+  /* the grown sweep runs only the new block size */
+  write_spec(f, ", \"block_layers\": [1, 2, 4], \"prefetch_depth\": [0, 1]");
+  rc = sweep(f, "--dry-run", &out);
+  assert_int_equal(rc, 0);
+  assert_true(tu_contains(out, "6 combinations, 4 complete, 2 to run"));
+  assert_true(tu_contains(out, "--block-layers 4 --prefetch-depth 1"));
+  free(out);
+  rc = sweep(f, "", &out);
+  if (rc != 0) fail_msg("sweep: %s", out);
+  assert_true(tu_contains(out, "6 combinations: 4 already complete, 2 ran, 0 failed"));
+  free(out);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs"), 6);
+  /* and once everything is there, nothing runs */
+  rc = sweep(f, "--quiet", &out);
+  assert_int_equal(rc, 0);
+  assert_true(tu_contains(out, "6 already complete, 0 ran"));
+  free(out);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs"), 6);
+  /* the stored configuration has the swept values */
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE json_extract(config_json, '$.block_layers') = 4"), 2);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE json_extract(config_json, '$.executor') = 'host'"), 6);
+}
+
+static void test_resume_after_interrupt(void **state) {
+  struct fixture *f = *state;
+  write_spec(f, ", \"block_layers\": [1, 2, 3], \"prefetch_depth\": [0, 1, 2]");
+  const char *bin = getenv("FERRY_BIN");
+  if (!bin) bin = "build/ferry";
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execl(bin, bin, "sweep", "--spec", f->spec, "--db", f->db, (char *)NULL);
+    _exit(127);
+  }
+  /* interrupt once the first run is complete */
+  for (int i = 0; i < 3000; i++) {
+    if (q1(f->db, "SELECT count(*) FROM runs WHERE complete = 1") >= 1) break;
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  kill(pid, SIGTERM);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  int64_t done_before = q1(f->db, "SELECT count(*) FROM runs WHERE complete = 1");
+  assert_true(done_before >= 1);
+  /* unless the sweep finished first, it says it was interrupted */
+  if (done_before < 9) assert_int_equal(WEXITSTATUS(status), 128 + SIGTERM);
+  char *out = NULL;
+  int rc = sweep(f, "-j 3", &out);
+  if (rc != 0) fail_msg("resumed sweep: %s", out);
+  char want[128];
+  snprintf(want, sizeof want, "9 combinations: %lld already complete, %lld ran, 0 failed", (long long)done_before,
+           (long long)(9 - done_before));
+  if (!tu_contains(out, want)) fail_msg("expected '%s' in:\n%s", want, out);
+  free(out);
+  /* every configuration complete exactly once: nothing finished was run again */
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE complete = 1"), 9);
+  assert_int_equal(q1(f->db, "SELECT count(DISTINCT config_hash) FROM runs WHERE complete = 1"), 9);
+  /* real runs are measured alone, even with -j 3: no two overlap in time */
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs a JOIN runs b ON a.id < b.id AND a.complete AND b.complete "
+                             "WHERE a.started_at < b.finished_at AND b.started_at < a.finished_at"),
+                   0);
+}
+
+static void test_failed_runs_recorded(void **state) {
+  struct fixture *f = *state;
+  char text[1024];
+  int n = snprintf(text, sizeof text,
+                   "{\"model\": [\"%s/tiny\", \"%s/no-such-model\"], \"synthetic\": [\"rate=50,n=3,prompt=8,output=2\"],"
+                   " \"as_fast_as_possible\": true, \"block_layers\": [1]}",
+                   f->dir, f->dir);
+  tu_write_file(f->spec, text, (size_t)n);
+  char *out = NULL;
+  int rc = sweep(f, "", &out);
+  assert_int_equal(rc, 1);
+  assert_true(tu_contains(out, "2 combinations: 0 already complete, 1 ran, 1 failed"));
+  assert_true(tu_contains(out, "failed: host model="));
+  free(out);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE complete = 1"), 1);
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE complete = 0 AND error LIKE '%no-such-model%'"), 1);
+  /* a rerun retries only the failed combination */
+  rc = sweep(f, "", &out);
+  assert_int_equal(rc, 1);
+  assert_true(tu_contains(out, "1 already complete, 0 ran, 1 failed"));
+  free(out);
+}
+
+static void expect_bad_spec(struct fixture *f, const char *spec, const char *needle) {
+  tu_write_file(f->spec, spec, strlen(spec));
+  char *out = NULL;
+  int rc = sweep(f, "", &out);
+  assert_int_not_equal(rc, 0);
+  if (!tu_contains(out, needle)) fail_msg("expected '%s' in: %s", needle, out);
+  free(out);
+  assert_false(ferry__is_file(f->db)); /* nothing ran, nothing written */
+}
+
+static void test_bad_spec(void **state) {
+  struct fixture *f = *state;
+  expect_bad_spec(f, "{\"model\": [\"x\"], \"block_size\": [1, 2]}",
+                  "unknown parameter 'block_size' (known: executor, hw, model, trace");
+  expect_bad_spec(f, "{\"model\": [\"x\"], \"synthetic\": [\"n=2\"], \"executor\": [\"gpu\"]}",
+                  "executor: expected host, cuda or sim, got 'gpu'");
+  expect_bad_spec(f, "{\"model\": [\"x\"], \"block_layers\": [{}]}", "block_layers: expected a string or a number");
+  expect_bad_spec(f, "{\"model\": [\"x\"], \"greedy\": [1]}", "greedy: expected true or false");
+  expect_bad_spec(f, "{\"model\": [\"x\"], \"block_layers\": []}", "block_layers: empty list");
+  expect_bad_spec(f, "[1, 2]", "expected a JSON object");
+  expect_bad_spec(f, "{\"model\": [\"x\"], ", "spec.json");
+  /* a value the run parser refuses */
+  char text[512];
+  int n = snprintf(text, sizeof text, "{\"model\": [\"%s/tiny\"], \"synthetic\": [\"rate=5,n=2\"], \"prefetch_depth\": [-1]}",
+                   f->dir);
+  text[n] = '\0';
+  expect_bad_spec(f, text, "--prefetch-depth");
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("sweep --db x.db", &out), 2);
+  assert_true(tu_contains(out, "missing --spec"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_resume_after_partial_sweep, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_resume_after_interrupt, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failed_runs_recorded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_spec, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
