@@ -336,6 +336,58 @@ ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error
   return st;
 }
 
+ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n) {
+  ferry_status st = check_writable(db, "ferry_db_run_add_dropped");
+  if (st != FERRY_OK || n == 0) return st;
+  int64_t add = n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
+  /* The active run's count is written by ferry_db_run_finish(): add to it there. */
+  pthread_mutex_lock(&db->batch_mu);
+  int active = db->sink_run == run_id;
+  if (active) db->dropped = db->dropped > INT64_MAX - add ? INT64_MAX : db->dropped + add;
+  pthread_mutex_unlock(&db->batch_mu);
+  if (active) return FERRY_OK;
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *up = NULL;
+  int rc = sqlite3_prepare_v2(db->sql, "UPDATE runs SET dropped_records = dropped_records + ?1 WHERE id = ?2", -1,
+                              &up, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(up, 1, add);
+    sqlite3_bind_int64(up, 2, run_id);
+    rc = sqlite3_step(up);
+  }
+  sqlite3_finalize(up);
+  if (rc != SQLITE_DONE)
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "adding dropped records", &db->err);
+  else if (sqlite3_changes(db->sql) == 0)
+    st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no run %lld", db->path, (long long)run_id);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
+ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value) {
+  ferry_status st = check_writable(db, "ferry_db_run_meta");
+  if (st != FERRY_OK) return st;
+  if (!name || !name[0]) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_run_meta: empty name");
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *ins = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "INSERT INTO META_DATA_EXPORT(runId, name, value) "
+                              "SELECT id, ?2, ?3 FROM runs WHERE id = ?1", -1, &ins, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(ins, 1, run_id);
+    sqlite3_bind_text(ins, 2, name, -1, SQLITE_TRANSIENT);
+    bind_text_or_null(ins, 3, value);
+    rc = sqlite3_step(ins);
+  }
+  sqlite3_finalize(ins);
+  if (rc != SQLITE_DONE)
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "writing run metadata", &db->err);
+  else if (sqlite3_changes(db->sql) == 0)
+    st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no run %lld", db->path, (long long)run_id);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
 /* Append under batch_mu; flush when the batch is full. */
 #define ADD_ROW(db, vec, type, fill)                                                    \
   do {                                                                                  \

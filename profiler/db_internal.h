@@ -42,6 +42,14 @@ struct ferry__act_row {
   int32_t queue, step, layer, expert;
   uint8_t kind, tier;
   int32_t copy_kind;
+  /* Details of a CUDA trace (ferry_activity.cuda); all 0 when has_cuda is 0. */
+  uint8_t has_cuda, src_kind, dst_kind, mem_kind, sync_type;
+  uint32_t mangled; /* kernels: local string index + 1 of the mangled name; 0 = name */
+  uint32_t device_id, context_id;
+  int32_t grid[3], block[3];
+  int32_t registers, static_shared, dynamic_shared;
+  uint32_t aux; /* memsets: value; syncs: CUDA event id; runtime calls and ranges: thread id */
+  int32_t return_value;
 };
 
 struct ferry__req_row {
@@ -70,10 +78,12 @@ struct ferry__batch {
 
 enum {
   STMT_KERNEL,
+  STMT_KERNEL_CUDA,
   STMT_MEMCPY,
   STMT_MEMSET,
   STMT_SYNC,
   STMT_NVTX,
+  STMT_RUNTIME,
   STMT_MEMORY,
   STMT_REQUEST,
   STMT_STEP,

@@ -31,17 +31,26 @@ static const struct {
     [STMT_KERNEL] = {"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(runId,start,end,streamId,correlationId,globalPid,"
                      "demangledName,shortName,mangledName,launchType,bytes,flops,step,layer,expert) VALUES",
                      "($1,$2,$3,$4,$5,$6,$7,$13,$7,1,$8,$9,$10,$11,$12)", 13},
+    /* Kernels from a CUDA trace also carry device, launch configuration and mangled name. */
+    [STMT_KERNEL_CUDA] = {"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(runId,start,end,streamId,correlationId,globalPid,"
+                          "demangledName,shortName,mangledName,launchType,bytes,flops,step,layer,expert,deviceId,"
+                          "contextId,registersPerThread,gridX,gridY,gridZ,blockX,blockY,blockZ,staticSharedMemory,"
+                          "dynamicSharedMemory) VALUES",
+                          "($1,$2,$3,$4,$5,$6,$7,$13,$25,1,$8,$9,$10,$11,$12,$14,$15,$16,$17,$18,$19,$20,$21,$22,"
+                          "$23,$24)", 25},
     [STMT_MEMCPY] = {"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY(runId,start,end,streamId,correlationId,globalPid,"
-                     "bytes,copyKind,srcKind,dstKind,step,layer,expert,nameId) VALUES",
-                     "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)", 14},
+                     "bytes,copyKind,srcKind,dstKind,step,layer,expert,nameId,deviceId,contextId) VALUES",
+                     "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)", 16},
     [STMT_MEMSET] = {"INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET(runId,start,end,streamId,correlationId,globalPid,"
-                     "bytes,memKind,step,layer,expert,nameId) VALUES",
-                     "($1,$2,$3,$4,$5,$6,$7,2,$8,$9,$10,$11)", 11},
+                     "bytes,memKind,step,layer,expert,nameId,deviceId,contextId,value) VALUES",
+                     "($1,$2,$3,$4,$5,$6,$7,$12,$8,$9,$10,$11,$13,$14,$15)", 15},
     [STMT_SYNC] = {"INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION(runId,start,end,streamId,correlationId,"
-                   "globalPid,syncType,eventId,nameId) VALUES",
-                   "($1,$2,$3,$4,$5,$6,1,$5,$7)", 7},
+                   "globalPid,syncType,eventId,nameId,contextId) VALUES",
+                   "($1,$2,$3,$4,$5,$6,$8,$9,$7,$10)", 10},
     [STMT_NVTX] = {"INSERT INTO NVTX_EVENTS(runId,start,end,eventType,text,globalTid,step,layer,expert) VALUES",
                    "($1,$2,$3,59,$4,$5,$6,$7,$8)", 8},
+    [STMT_RUNTIME] = {"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME(runId,start,end,globalTid,correlationId,nameId,"
+                      "returnValue) VALUES", "($1,$2,$3,$4,$5,$6,$7)", 7},
     [STMT_MEMORY] = {"INSERT INTO memory(runId,t_ns,tier,used_bytes) VALUES", "($1,$2,$3,$4)", 4},
     [STMT_REQUEST] = {"INSERT INTO requests(runId,req_id,arrival_ns,first_token_ns,finish_ns,prompt_tokens,"
                       "output_tokens) VALUES", "($1,$2,$3,$4,$5,$6,$7)", 7},
@@ -182,6 +191,31 @@ static uint32_t intern(struct ferry_db *db, const char *name) {
   return (uint32_t)(index + 1);
 }
 
+/* Copy a CUDA trace's details into a pending row. */
+static void copy_cuda(struct ferry__act_row *r, const struct ferry_activity *act) {
+  const struct ferry_activity_cuda *d = act->cuda;
+  r->has_cuda = 1;
+  r->device_id = d->device_id;
+  r->context_id = d->context_id;
+  r->src_kind = (uint8_t)d->src_kind;
+  r->dst_kind = (uint8_t)d->dst_kind;
+  r->mem_kind = (uint8_t)d->mem_kind;
+  r->sync_type = (uint8_t)d->sync_type;
+  for (int i = 0; i < 3; i++) {
+    r->grid[i] = d->grid[i];
+    r->block[i] = d->block[i];
+  }
+  r->registers = d->registers_per_thread;
+  r->static_shared = d->static_shared_bytes;
+  r->dynamic_shared = d->dynamic_shared_bytes;
+  r->return_value = d->return_value;
+  switch (act->kind) {
+  case FERRY_ACT_MEMSET: r->aux = d->value; break;
+  case FERRY_ACT_SYNC: r->aux = d->event_id; break;
+  default: r->aux = d->thread_id; break;
+  }
+}
+
 void ferry_db_activity_sink(void *user, const struct ferry_activity *act) {
   struct ferry_db *db = user;
   if (!db || !act) return;
@@ -197,8 +231,13 @@ void ferry_db_activity_sink(void *user, const struct ferry_activity *act) {
   if (act->kind == FERRY_ACT_KERNEL && act->kind_name && act->kind_name[0] &&
       !(short_name = intern(db, act->kind_name)))
     goto out_drop;
+  uint32_t mangled = 0;
+  if (act->kind == FERRY_ACT_KERNEL && act->cuda && act->cuda->mangled_name && act->cuda->mangled_name[0] &&
+      !(mangled = intern(db, act->cuda->mangled_name)))
+    goto out_drop;
   struct ferry__act_row *r = ferry__vec_push(&db->batch.acts);
   if (!r) goto out_drop;
+  memset(r, 0, sizeof *r); /* the batch's storage is reused */
   r->run_id = db->sink_run;
   r->start_ns = act->start_ns;
   r->end_ns = act->end_ns;
@@ -215,6 +254,8 @@ void ferry_db_activity_sink(void *user, const struct ferry_activity *act) {
   r->kind = (uint8_t)act->kind;
   r->copy_kind = (int32_t)act->copy_kind;
   r->tier = (uint8_t)act->tier;
+  r->mangled = mangled;
+  if (act->cuda) copy_cuda(r, act);
   int full = db->batch.acts.len >= FERRY_DB_BATCH_ROWS;
   pthread_mutex_unlock(&db->batch_mu);
   if (full) {
@@ -266,11 +307,12 @@ static void src_dst_kind(int32_t copy_kind, int *src, int *dst) {
 /* Statement a pending activity is written with, or -1 to skip it (unknown kind, bad tier). */
 static int act_stmt(const struct ferry__act_row *r) {
   switch (r->kind) {
-  case FERRY_ACT_KERNEL: return STMT_KERNEL;
+  case FERRY_ACT_KERNEL: return r->has_cuda ? STMT_KERNEL_CUDA : STMT_KERNEL;
   case FERRY_ACT_MEMCPY: return STMT_MEMCPY;
   case FERRY_ACT_MEMSET: return STMT_MEMSET;
   case FERRY_ACT_SYNC: return STMT_SYNC;
   case FERRY_ACT_RANGE: return STMT_NVTX;
+  case FERRY_ACT_RUNTIME: return STMT_RUNTIME;
   case FERRY_ACT_MEMORY: return r->tier < FERRY_TIER_COUNT ? STMT_MEMORY : -1;
   default: return -1; /* a kind from a newer executor */
   }
@@ -295,12 +337,21 @@ static void bind_act(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
     return;
   }
   sqlite3_bind_int64(st, b + 3, r->end_ns);
+  /* nsys GlobalId: the thread id in the low 24 bits of the writer's globalPid. */
+  int64_t global_tid = db->global_pid | (int64_t)(r->aux & 0xffffff);
+  if (r->kind == FERRY_ACT_RUNTIME) {
+    sqlite3_bind_int64(st, b + 4, global_tid);
+    bind_u64(st, b + 5, r->correlation_id);
+    sqlite3_bind_int64(st, b + 6, nid); /* nameId is NOT NULL: 0 when the call has no name */
+    sqlite3_bind_int(st, b + 7, r->return_value);
+    return;
+  }
   if (r->kind == FERRY_ACT_RANGE) {
     if (r->name)
       sqlite3_bind_text(st, b + 4, ferry__db_str(db, r->name - 1)->value, -1, SQLITE_STATIC);
     else
       sqlite3_bind_null(st, b + 4);
-    sqlite3_bind_int64(st, b + 5, db->global_pid);
+    sqlite3_bind_int64(st, b + 5, r->has_cuda ? global_tid : db->global_pid);
     bind_opt(st, b + 6, r->step);
     bind_opt(st, b + 7, r->layer);
     bind_opt(st, b + 8, r->expert);
@@ -318,10 +369,25 @@ static void bind_act(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
     bind_opt(st, b + 11, r->layer);
     bind_opt(st, b + 12, r->expert);
     sqlite3_bind_int64(st, b + 13, r->short_name ? name_id(db, r->short_name) : nid);
+    if (!r->has_cuda) break;
+    sqlite3_bind_int64(st, b + 14, r->device_id);
+    sqlite3_bind_int64(st, b + 15, r->context_id);
+    sqlite3_bind_int(st, b + 16, r->registers);
+    for (int i = 0; i < 3; i++) {
+      sqlite3_bind_int(st, b + 17 + i, r->grid[i]);
+      sqlite3_bind_int(st, b + 20 + i, r->block[i]);
+    }
+    sqlite3_bind_int(st, b + 23, r->static_shared);
+    sqlite3_bind_int(st, b + 24, r->dynamic_shared);
+    sqlite3_bind_int64(st, b + 25, r->mangled ? name_id(db, r->mangled) : nid);
     break;
   case FERRY_ACT_MEMCPY: {
     int src, dst;
     src_dst_kind(r->copy_kind, &src, &dst);
+    if (r->has_cuda) { /* the memory kinds CUPTI saw (already in nsys numbering) */
+      src = r->src_kind;
+      dst = r->dst_kind;
+    }
     bind_u64(st, b + 7, r->bytes);
     sqlite3_bind_int(st, b + 8, r->copy_kind);
     sqlite3_bind_int(st, b + 9, src);
@@ -330,6 +396,8 @@ static void bind_act(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
     bind_opt(st, b + 12, r->layer);
     bind_opt(st, b + 13, r->expert);
     bind_name(st, b + 14, nid);
+    sqlite3_bind_int64(st, b + 15, r->device_id);
+    sqlite3_bind_int64(st, b + 16, r->context_id);
     break;
   }
   case FERRY_ACT_MEMSET:
@@ -338,9 +406,16 @@ static void bind_act(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
     bind_opt(st, b + 9, r->layer);
     bind_opt(st, b + 10, r->expert);
     bind_name(st, b + 11, nid);
+    sqlite3_bind_int(st, b + 12, r->has_cuda ? r->mem_kind : NSYS_MEM_KIND_DEVICE);
+    sqlite3_bind_int64(st, b + 13, r->device_id);
+    sqlite3_bind_int64(st, b + 14, r->context_id);
+    sqlite3_bind_int64(st, b + 15, r->aux);
     break;
   case FERRY_ACT_SYNC:
     bind_name(st, b + 7, nid);
+    sqlite3_bind_int(st, b + 8, r->has_cuda ? r->sync_type : NSYS_SYNC_EVENT);
+    bind_u64(st, b + 9, r->has_cuda ? r->aux : r->correlation_id);
+    sqlite3_bind_int64(st, b + 10, r->context_id);
     break;
   default:
     break;
@@ -452,7 +527,8 @@ ferry_status ferry__db_flush(struct ferry_db *db) {
   if (rc != SQLITE_OK) goto out_fail;
   if ((rc = write_strings(db, nstrings)) != SQLITE_OK) goto out_rollback;
   what = "writing activity rows";
-  static const int act_kinds[] = {STMT_KERNEL, STMT_MEMCPY, STMT_MEMSET, STMT_SYNC, STMT_NVTX, STMT_MEMORY};
+  static const int act_kinds[] = {STMT_KERNEL,      STMT_KERNEL_CUDA, STMT_MEMCPY, STMT_MEMSET,
+                                  STMT_SYNC,        STMT_NVTX,        STMT_RUNTIME, STMT_MEMORY};
   for (size_t k = 0; k < sizeof act_kinds / sizeof act_kinds[0]; k++)
     if ((rc = write_rows(db, &work.acts, act_kinds[k], bind_act, act_stmt)) != SQLITE_OK)
       goto out_rollback;

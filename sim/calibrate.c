@@ -437,7 +437,7 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   snprintf(out->name, sizeof out->name, "host-probe");
   out->kind = FERRY_HW_KIND_GPU;
   out->has_gpu = out->has_link = out->has_host = out->has_disk = 1;
-  char hostname[48] = "this machine";
+  char hostname[40] = "this machine"; /* "CPU of " + 39 + " (host executor)" fits gpu.name[64] */
   gethostname(hostname, sizeof hostname - 1);
   snprintf(out->gpu.name, sizeof out->gpu.name, "CPU of %.30s (host executor)", hostname);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

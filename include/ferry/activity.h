@@ -20,7 +20,9 @@ enum ferry_activity_kind {
   FERRY_ACT_MEMSET,   /**< a fill of a buffer */
   FERRY_ACT_RANGE,    /**< an engine phase (NVTX-style range: step, layer, block fetch, ...) */
   FERRY_ACT_MEMORY,   /**< a memory-usage sample of one tier */
-  FERRY_ACT_SYNC      /**< the host waiting for an event */
+  FERRY_ACT_SYNC,     /**< the host waiting for an event */
+  FERRY_ACT_RUNTIME   /**< a CUDA runtime API call on a host thread (CUPTI collector); queue = -1,
+                           name = the API function */
 };
 
 /** Direction of a copy, numbered as Nsight Systems' ENUM_CUDA_MEMCPY_OPER. */
@@ -47,6 +49,31 @@ enum ferry_tier {
   FERRY_TIER_COUNT       /**< number of tiers, not a tier */
 };
 
+/**
+ * Details of an activity that only a CUDA trace knows (filled by the CUPTI collector,
+ * include/ferry/cupti.h). Memory kinds use Nsight Systems' ENUM_CUDA_MEM_KIND numbering
+ * (0 pageable, 1 pinned, 2 device, ..., 7 unknown), not CUPTI's.
+ */
+struct ferry_activity_cuda {
+  uint32_t device_id;            /**< CUDA device */
+  uint32_t context_id;           /**< CUDA context */
+  const char *mangled_name;      /**< kernels: the mangled name (borrowed); NULL = same as name */
+  int32_t grid[3];               /**< kernels: grid dimensions x, y, z */
+  int32_t block[3];              /**< kernels: block dimensions x, y, z */
+  int32_t registers_per_thread;  /**< kernels: registers per thread */
+  int32_t static_shared_bytes;   /**< kernels: static shared memory per block */
+  int32_t dynamic_shared_bytes;  /**< kernels: dynamic shared memory per block */
+  int32_t src_kind;              /**< copies: source memory kind (nsys numbering) */
+  int32_t dst_kind;              /**< copies: destination memory kind (nsys numbering) */
+  int32_t mem_kind;              /**< memsets: memory kind (nsys numbering) */
+  uint32_t value;                /**< memsets: the value written */
+  int32_t sync_type;             /**< syncs: nsys ENUM_CUPTI_SYNC_TYPE (1 event, 2 stream wait
+                                      event, 3 stream, 4 context) */
+  uint32_t event_id;             /**< syncs: the CUDA event id, 0 if none */
+  uint32_t thread_id;            /**< runtime calls and ranges: the calling host thread */
+  int32_t return_value;          /**< runtime calls: the cudaError_t returned */
+};
+
 /** One activity. Times are nanoseconds on the run's clock (0 = run start). */
 struct ferry_activity {
   enum ferry_activity_kind kind; /**< what this is */
@@ -66,6 +93,8 @@ struct ferry_activity {
   int32_t expert;        /**< expert, or -1 */
   const char *kind_name; /**< kernels: the kernel kind ("matmul", "attention", ...), stored as
                               the timeline's shortName; NULL otherwise */
+  const struct ferry_activity_cuda *cuda; /**< details from a CUDA trace (borrowed for the
+                              duration of the callback); NULL from the host and sim executors */
 };
 
 /**

@@ -99,7 +99,8 @@ struct ferry_run_summary {
   char *config_hash;     /**< configuration hash, or NULL */
   char *notes;           /**< notes, or NULL */
   int64_t requests;      /**< number of request rows */
-  int64_t dropped_records; /**< activity records lost (allocation or write failures) */
+  int64_t dropped_records; /**< activity records lost (allocation or write failures, and what
+                               ferry_db_run_add_dropped() added) */
 };
 
 /** Summary statistics of one sample (latency in ns). */
@@ -186,6 +187,28 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
 ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error);
+
+/**
+ * @brief Count records a run lost outside the database (e.g. the CUPTI collector's
+ *        ferry_cupti_dropped()) in runs.dropped_records. For the active run the count is
+ *        written by ferry_db_run_finish(); for a finished run it is added at once.
+ * @param db handle opened with FERRY_DB_CREATE.
+ * @param run_id the run.
+ * @param n records lost.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
+ */
+ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
+
+/**
+ * @brief Store a name/value fact about a run (written at once) in META_DATA_EXPORT with its
+ *        runId, e.g. "CUPTI_STATUS" = "off: no CUDA device" or "CUPTI_ZERO_TIMESTAMP_RECORDS".
+ * @param db handle opened with FERRY_DB_CREATE.
+ * @param run_id the run.
+ * @param name non-empty name (copied).
+ * @param value value (copied); NULL stores NULL.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
+ */
+ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
 
 /**
  * @brief Add a request row (written with the next batch).
