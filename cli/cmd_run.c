@@ -68,6 +68,8 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --direct-io             read disk units with O_DIRECT\n"
                 "  --drop-cache            drop the page cache after each disk read (default on without --direct-io)\n"
                 "  --greedy                next token = argmax of the logits (default: seeded draw)\n"
+                "  --profile               cuda: record the GPU timeline with CUPTI into --db (untraced, with a\n"
+                "                          note in the run, where CUPTI cannot start)\n"
                 "  --dump-logits FILE      write every generated token's input ids and logits as JSONL\n",
           sim ? "  --routing FILE          replay a recorded routing trace (what the real run chose)\n"
                 "  --routing-synth SPEC    synthetic routing, e.g. zipf=1.2,temporal=0.3,layer=0.5,seed=1\n"
@@ -80,7 +82,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -103,7 +105,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
       {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
       {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
-      {"predictor", required_argument, 0, OPT_PREDICTOR}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
+      {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -205,6 +207,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         break;
       }
       case OPT_PREDICTOR_ROUTING: a->predictor_routing = optarg; break;
+      case OPT_PROFILE:
+        if (sim) return cli_usage_error(cmd, "--profile is for 'ferry run --backend cuda'");
+        a->profile = 1;
+        break;
       case OPT_QUANT:
         if (!sim) return cli_usage_error(cmd, "--quant is for 'ferry sim'; quantize a model folder with 'ferry model quantize'");
         if (ferry_quant_plan_parse(optarg, &a->ec.quant) != FERRY_OK) return cli_usage_error(cmd, "--quant: %s", ferry_last_error());
@@ -220,6 +226,9 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   if (!a->plan_only && !a->trace && !a->synthetic) return cli_usage_error(cmd, "missing --trace FILE or --synthetic SPEC");
   if (a->trace && a->synthetic) return cli_usage_error(cmd, "give either --trace or --synthetic, not both");
   if (sim && !a->hw && !a->plan_only) return cli_usage_error(cmd, "missing --hw PROFILE (see ferry hw list)");
+  if (a->profile && !a->db) return cli_usage_error(cmd, "--profile writes the GPU timeline to --db FILE: give one");
+  if (a->profile && strcmp(a->backend, "cuda"))
+    return cli_usage_error(cmd, "--profile traces the GPU: use it with --backend cuda");
   /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
   if (drop_cache_set || !(a->ec.read_flags & FERRY_READ_DIRECT)) a->ec.read_flags |= FERRY_READ_DROP_CACHE;
   a->ec.seed = a->seed;

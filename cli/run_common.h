@@ -14,7 +14,7 @@ struct run_args {
   struct ferry_engine_config ec;
   uint64_t seed;
   double time_scale;
-  int as_fast, plan_only, progress, threads;
+  int as_fast, plan_only, progress, threads, profile;
   int64_t n_requests;
 };
 

@@ -8,6 +8,7 @@
 #include "common/alloc.h"
 #include "common/fsutil.h"
 #include "common/units.h"
+#include "ferry/cupti.h"
 #include "ferry/db.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
@@ -17,6 +18,13 @@
 #include "cli/predict_glue.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
+
+/* With CUPTI tracing the GPU, kernels and copies come from CUPTI (CUDA stream ids, real kernel
+ * names); from the executor only the engine's ranges and memory samples are kept, so nothing
+ * appears twice in the timeline. */
+static void ranges_and_memory(void *user, const struct ferry_activity *a) {
+  if (a->kind == FERRY_ACT_RANGE || a->kind == FERRY_ACT_MEMORY) ferry_db_activity_sink(user, a);
+}
 
 struct logit_dump {
   FILE *f;
@@ -83,6 +91,7 @@ int run_execute(struct run_args *a) {
   ferry_routing_replay *replay = NULL;
   ferry_routing *pred_trace = NULL;
   struct predict_glue glue = {0};
+  ferry_cupti *cupti = NULL;
   struct logit_dump dump = {0};
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
@@ -220,6 +229,17 @@ int run_execute(struct run_args *a) {
       goto out;
     }
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
+    if (a->profile) {
+      int64_t t0 = ferry_cupti_clock_ns() - ferry_exec_now(ex);
+      st = ferry_cupti_start(&cupti, ferry_db_activity_sink, db, t0);
+      if (st != FERRY_OK) {
+        fprintf(stderr, "ferry: %s\n", ferry_last_error());
+        ferry_db_run_meta(db, run_id, "CUPTI_STATUS", ferry_last_error());
+      } else {
+        ferry_db_run_meta(db, run_id, "CUPTI_STATUS", "on");
+        ferry_exec_set_sink(ex, ranges_and_memory, db);
+      }
+    }
   }
   if ((st = ferry_engine_create(&eng, model, store, ex, &a->ec)) != FERRY_OK) {
     cli_fail(st, NULL);
@@ -281,6 +301,20 @@ out:
   ferry_free(dump_tmp);
   if (db && run_id >= 0) {
     if (ex) ferry_exec_drain(ex);
+    if (cupti) {
+      struct ferry_cupti_stats cs;
+      ferry_status cst = ferry_cupti_stop(cupti, &cs);
+      cupti = NULL;
+      char num[32];
+      ferry_db_run_add_dropped(db, run_id, cs.dropped_records + cs.zero_timestamp);
+      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.records);
+      ferry_db_run_meta(db, run_id, "CUPTI_RECORDS", num);
+      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.dropped_records);
+      ferry_db_run_meta(db, run_id, "CUPTI_DROPPED_RECORDS", num);
+      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.zero_timestamp);
+      ferry_db_run_meta(db, run_id, "CUPTI_ZERO_TIMESTAMP_RECORDS", num);
+      if (cst != FERRY_OK) ferry_db_run_meta(db, run_id, "CUPTI_STOP", ferry_last_error());
+    }
     ferry_exec_set_sink(ex, NULL, NULL);
     ferry_status fst = ferry_db_run_finish(db, run_id, rc == CLI_OK ? NULL : ferry_last_error());
     if (fst != FERRY_OK && rc == CLI_OK) rc = cli_fail(fst, NULL);
