@@ -226,39 +226,37 @@ static ferry_status k_attention(const struct ferry_kernel *k, struct ferry_host_
       store1(cdt, vc, base + i, vnew[(size_t)t * row + i]);
     }
   }
-  float *scores = scratch(s, (size_t)cap + (size_t)hd);
-  if (!scores) return FERRY_ERR_NOMEM;
-  float *acc = scores + cap;
+  /* Per (token, kv head): expand the visible K and V rows to fp32 once, then every query head
+   * of the group is two BLAS matrix-vector products and a softmax. */
+  float *kf = scratch(s, (size_t)cap * (size_t)hd * 2 + (size_t)cap);
+  if (!kf) return FERRY_ERR_NOMEM;
+  float *vf = kf + (size_t)cap * (size_t)hd, *scores = vf + (size_t)cap * (size_t)hd;
   const float scale = 1.0f / sqrtf((float)hd);
   const int64_t group = H / KV;
+  const size_t es = ferry_dtype_size(cdt);
   for (int64_t t = 0; t < k->m; t++) {
     int32_t pos = k->ints[t], slot = k->ints2[t];
     int64_t first = 0;
     if (k->sliding_window > 0 && pos - k->sliding_window + 1 > 0) first = pos - k->sliding_window + 1;
-    for (int64_t h = 0; h < H; h++) {
-      const float *qh = q + (t * H + h) * hd;
-      int64_t kvh = h / group;
-      float mx = -INFINITY;
-      for (int64_t p = first; p <= pos; p++) {
-        size_t off = (((size_t)slot * (size_t)cap + (size_t)p) * (size_t)KV + (size_t)kvh) * (size_t)hd;
-        float dot = 0.0f;
-        for (int64_t i = 0; i < hd; i++) dot += qh[i] * load1(cdt, kc, off + (size_t)i);
-        dot *= scale;
-        scores[p] = dot;
-        if (dot > mx) mx = dot;
+    const int64_t n = pos - first + 1;
+    for (int64_t g = 0; g < KV; g++) {
+      for (int64_t p = 0; p < n; p++) {
+        size_t off = (((size_t)slot * (size_t)cap + (size_t)(first + p)) * (size_t)KV + (size_t)g) * (size_t)hd;
+        to_f32(cdt, (const char *)kc + off * es, kf + p * hd, (size_t)hd);
+        to_f32(cdt, (const char *)vc + off * es, vf + p * hd, (size_t)hd);
       }
-      float sum = 0.0f;
-      for (int64_t p = first; p <= pos; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
+      for (int64_t h = g * group; h < (g + 1) * group; h++) {
+        const float *qh = q + (t * H + h) * hd;
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)hd, scale, kf, (int)hd, qh, 1, 0.0f, scores, 1);
+        float mx = -INFINITY, sum = 0.0f;
+        for (int64_t p = 0; p < n; p++) mx = scores[p] > mx ? scores[p] : mx;
+        for (int64_t p = 0; p < n; p++) {
+          scores[p] = expf(scores[p] - mx);
+          sum += scores[p];
+        }
+        cblas_sgemv(CblasRowMajor, CblasTrans, (int)n, (int)hd, 1.0f / sum, vf, (int)hd, scores, 1, 0.0f,
+                    out + (t * H + h) * hd, 1);
       }
-      for (int64_t i = 0; i < hd; i++) acc[i] = 0.0f;
-      for (int64_t p = first; p <= pos; p++) {
-        size_t off = (((size_t)slot * (size_t)cap + (size_t)p) * (size_t)KV + (size_t)kvh) * (size_t)hd;
-        float wgt = scores[p] / sum;
-        for (int64_t i = 0; i < hd; i++) acc[i] += wgt * load1(cdt, vc, off + (size_t)i);
-      }
-      memcpy(out + (t * H + h) * hd, acc, (size_t)hd * sizeof(float));
     }
   }
   return FERRY_OK;
