@@ -291,6 +291,11 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
       if (!strcmp(series[s], pts[k].series)) break;
     if (s == ns) series[ns++] = pts[k].series;
   }
+  if (ns == 0) {
+    /* no runs vary along this key with the others held fixed: nothing to draw */
+    ferry_free(pts);
+    return FERRY_OK;
+  }
   int budget = strstr(ax->key, "budget") != NULL && ax->numeric;
   double xscale = budget ? 1.0 / (double)(1ull << 30) : 1;
 

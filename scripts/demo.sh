@@ -1,30 +1,57 @@
 #!/bin/sh
-# The main job (make demo): a synthetic Mixtral-shaped MoE model larger than its device budget,
-# its memory plan, and an offloaded run on the host executor over a slice of the Azure 2023
-# conversation trace, written to a result database.
+# The main job (make demo): generate a small synthetic MoE model; calibrate this machine; sweep
+# block layers x prefetch depth on the host executor and in the simulator over a slice of the
+# Azure 2023 conversation trace; simulate the same workload at full Mixtral-8x7B size on three
+# catalogue GPUs; write the report and print a short summary. Takes a few minutes.
 set -eu
 out=${1:-build/demo}
 ferry=${FERRY:-build/ferry}
+trace=tests/data/traces/azure_conv_200.csv
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 model="$out/moe-demo"
+db="$out/study.db"
+start=$(date +%s)
+step() { printf '\n== [%3ss] %s\n' "$(($(date +%s) - start))" "$*"; }
+
 if [ ! -f "$model/config.json" ]; then
-  echo "== generating a Mixtral-shaped synthetic model (4 layers, 8 experts, skewed routing) into $model"
+  step "generating a Mixtral-shaped synthetic model (4 layers, 8 experts, skewed routing) into $model"
   "$ferry" model gen --preset mixtral-8x7b --layers 4 --scale 0.125 --vocab 4096 --dtype fp16 --seed 1 \
     --router-skew 0.5 --router-locality 0.6 --quiet --out "$model"
 fi
-echo "== the model"
-"$ferry" model show "$model" | sed -n '/^parameters/,/^share/p'
-policy="--device-budget 96MiB --block-layers 1 --prefetch-depth 1 --max-batch 4 --max-seq-tokens 4096"
-echo
-echo "== memory plan: $policy"
-# shellcheck disable=SC2086
-"$ferry" run --model "$model" --plan-only $policy
-echo
-echo "== serving the first 16 requests of the Azure 2023 conversation trace (10x faster), offloaded"
-rm -f "$out/demo.db"
-# shellcheck disable=SC2086
-"$ferry" run --model "$model" --trace tests/data/traces/azure_conv_200.csv --max-requests 16 --rate-scale 10 \
-  --quiet $policy --db "$out/demo.db"
-echo
-echo "== the run in the result database ($out/demo.db)"
-"$ferry" db list --db "$out/demo.db"
+"$ferry" model show "$model" | sed -n '/^parameters/,/^  tensors/p'
+
+step "calibrating this machine (ferry calibrate --probe), then fitting kernel costs to a calibration run"
+"$ferry" calibrate --probe --out "$out/host.json" --dir "$out" | head -1
+rm -f "$out/calib.db"
+"$ferry" run --model "$model" --trace "$trace" --time-window 35:62 --max-requests 6 --rate-scale 10 \
+  --device-budget 64MiB --max-batch 4 --max-seq-tokens 4096 --quiet --db "$out/calib.db" >/dev/null
+"$ferry" calibrate --db "$out/calib.db" --run 1 --base "$out/host.json" --out "$out/fitted.json" | tail -1
+
+step "sweep: block layers x prefetch depth, host executor and simulator (first 8 requests, 10x faster)"
+cat >"$out/sweep.json" <<JSON
+{"executor": ["host", "sim"], "hw": ["$out/fitted.json"], "model": ["$model"], "trace": ["$trace"],
+ "max_requests": [8], "rate_scale": [10], "device_budget": ["64MiB"], "max_batch": [4],
+ "max_seq_tokens": [4096], "block_layers": [1, 2], "prefetch_depth": [0, 1, 2]}
+JSON
+"$ferry" sweep --spec "$out/sweep.json" --db "$db"
+
+step "what if: the same workload at full Mixtral-8x7B size on three GPUs (simulated)"
+cat >"$out/whatif.json" <<JSON
+{"executor": ["sim"], "hw": ["l4", "a100-80gb-sxm", "h100-pcie"], "model": ["mixtral-8x7b"], "trace": ["$trace"],
+ "max_requests": [8], "rate_scale": [10], "device_budget": ["20GiB"], "max_batch": [4],
+ "max_seq_tokens": [4096], "block_layers": [1], "prefetch_depth": [1]}
+JSON
+"$ferry" sweep --spec "$out/whatif.json" --db "$db" -j 3
+
+step "report"
+"$ferry" report --db "$db" --out "$out/report" >/dev/null
+echo "summary (mean latencies per run):"
+sqlite3 -column -header "$db" "
+  SELECT r.id AS run, r.kind, json_extract(r.config_json, '$.hw') AS hw,
+         json_extract(r.config_json, '$.block_layers') AS block, json_extract(r.config_json, '$.prefetch_depth') AS depth,
+         printf('%.0f', AVG(q.first_token_ns - q.arrival_ns) / 1e6) AS ttft_ms,
+         printf('%.1f', AVG((q.finish_ns - q.first_token_ns) * 1.0 / MAX(q.output_tokens - 1, 1)) / 1e6) AS tpot_ms
+  FROM runs r JOIN requests q ON q.runId = r.id WHERE r.complete = 1
+  GROUP BY r.id ORDER BY r.id;"
+step "done: open $out/report/index.html"
