@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "common/strbuf.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
 
@@ -70,39 +71,6 @@ static const char *source_col(const struct cols *src, const char *col) {
   return NULL;
 }
 
-struct sbuf {
-  char *p;
-  size_t len, cap;
-  int oom;
-};
-
-static void sb_add(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(struct sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->p && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = (b->cap ? b->cap : 1024);
-    while (cap <= b->len + (size_t)n) cap *= 2;
-    char *q = ferry__realloc(b->p, cap);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
-}
 
 /* Copy one table. Target columns come from this database's schema (constant names), so no
  * name read from the export is ever spliced into SQL. */
@@ -122,29 +90,29 @@ static ferry_status copy_table(struct ferry_db *db, const char *export_path, con
                           "%s: table %s has no kernel name column (demangledName, shortName or name)",
                           export_path, table);
 
-  struct sbuf ins = {0}, sel = {0};
-  sb_add(&ins, "INSERT INTO main.%s(runId", table);
-  sb_add(&sel, " SELECT ?1");
+  struct ferry_strbuf ins = {0}, sel = {0};
+  ferry__sb_printf(&ins, "INSERT INTO main.%s(runId", table);
+  ferry__sb_printf(&sel, " SELECT ?1");
   for (int i = 0; i < dst.n; i++) {
     const char *col = dst.names[i];
     if (!strcmp(col, "runId")) continue;
     const char *from = source_col(&src, col);
     if (!from) {
       if (!dst.notnull[i] || dst.has_default[i]) continue; /* NULL or the column default */
-      sb_add(&ins, ",\"%s\"", col);
-      sb_add(&sel, ",0");
+      ferry__sb_printf(&ins, ",\"%s\"", col);
+      ferry__sb_printf(&sel, ",0");
       continue;
     }
-    sb_add(&ins, ",\"%s\"", col);
+    ferry__sb_printf(&ins, ",\"%s\"", col);
     if (is_string_ref(table, col))
-      sb_add(&sel, ",%s(SELECT dst FROM temp.ferry_strmap WHERE src = x.\"%s\")%s", dst.notnull[i] ? "coalesce(" : "",
+      ferry__sb_printf(&sel, ",%s(SELECT dst FROM temp.ferry_strmap WHERE src = x.\"%s\")%s", dst.notnull[i] ? "coalesce(" : "",
              from, dst.notnull[i] ? ",0)" : "");
     else if (dst.notnull[i])
-      sb_add(&sel, ",coalesce(x.\"%s\",0)", from);
+      ferry__sb_printf(&sel, ",coalesce(x.\"%s\",0)", from);
     else
-      sb_add(&sel, ",x.\"%s\"", from);
+      ferry__sb_printf(&sel, ",x.\"%s\"", from);
   }
-  sb_add(&ins, ")%s FROM nsys.%s x", sel.p ? sel.p : "", table);
+  ferry__sb_printf(&ins, ")%s FROM nsys.%s x", sel.p ? sel.p : "", table);
   ferry_status st = FERRY_OK;
   if (ins.oom || sel.oom) {
     st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory", export_path);

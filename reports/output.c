@@ -16,81 +16,29 @@
 
 /* ---- strings ---------------------------------------------------------------------------- */
 
-static int rb_reserve(struct rbuf *b, size_t extra) {
-  if (b->oom) return -1;
-  if (b->len + extra + 1 <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < b->len + extra + 1) {
-    if (cap > SIZE_MAX / 2) {
-      b->oom = 1;
-      return -1;
-    }
-    cap *= 2;
-  }
-  char *p = ferry__realloc(b->p, cap);
-  if (!p) {
-    b->oom = 1;
-    return -1;
-  }
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-void ferry__rb_put(struct rbuf *b, const char *s, size_t n) {
-  if (rb_reserve(b, n)) return;
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-
-void ferry__rb_puts(struct rbuf *b, const char *s) { ferry__rb_put(b, s, strlen(s)); }
-
-void ferry__rb_vprintf(struct rbuf *b, const char *fmt, va_list ap) {
-  va_list ap2;
-  va_copy(ap2, ap);
-  int n = vsnprintf(NULL, 0, fmt, ap2);
-  va_end(ap2);
-  if (n < 0 || rb_reserve(b, (size_t)n)) return;
-  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-  b->len += (size_t)n;
-}
-
-void ferry__rb_printf(struct rbuf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  ferry__rb_vprintf(b, fmt, ap);
-  va_end(ap);
-}
-
-void ferry__rb_html(struct rbuf *b, const char *s) {
+void ferry__rb_html(struct ferry_strbuf *b, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {
-      case '<': ferry__rb_puts(b, "&lt;"); break;
-      case '>': ferry__rb_puts(b, "&gt;"); break;
-      case '&': ferry__rb_puts(b, "&amp;"); break;
-      case '"': ferry__rb_puts(b, "&quot;"); break;
-      case '\'': ferry__rb_puts(b, "&#39;"); break;
-      default: ferry__rb_put(b, s, 1);
+      case '<': ferry__sb_puts(b, "&lt;"); break;
+      case '>': ferry__sb_puts(b, "&gt;"); break;
+      case '&': ferry__sb_puts(b, "&amp;"); break;
+      case '"': ferry__sb_puts(b, "&quot;"); break;
+      case '\'': ferry__sb_puts(b, "&#39;"); break;
+      default: ferry__sb_put(b, s, 1);
     }
   }
 }
 
-void ferry__rb_gpstr(struct rbuf *b, const char *s) {
+void ferry__rb_gpstr(struct ferry_strbuf *b, const char *s) {
   /* plots use the noenhanced terminal, so only the string syntax itself needs escaping */
-  ferry__rb_puts(b, "\"");
+  ferry__sb_puts(b, "\"");
   for (; s && *s; s++) {
-    if (*s == '"') ferry__rb_puts(b, "\\\"");
-    else if (*s == '\\') ferry__rb_puts(b, "\\\\");
-    else if ((unsigned char)*s < 0x20) ferry__rb_puts(b, " ");
-    else ferry__rb_put(b, s, 1);
+    if (*s == '"') ferry__sb_puts(b, "\\\"");
+    else if (*s == '\\') ferry__sb_puts(b, "\\\\");
+    else if ((unsigned char)*s < 0x20) ferry__sb_puts(b, " ");
+    else ferry__sb_put(b, s, 1);
   }
-  ferry__rb_puts(b, "\"");
-}
-
-void ferry__rb_free(struct rbuf *b) {
-  ferry_free(b->p);
-  memset(b, 0, sizeof *b);
+  ferry__sb_puts(b, "\"");
 }
 
 const char *ferry__fmt_num(double v, char *buf, size_t len) {
@@ -155,17 +103,17 @@ void ferry__table_rowf(struct rtable *t, const char *fmt, ...) {
     t->cells = c;
     t->cap = cap;
   }
-  struct rbuf line = {0};
+  struct ferry_strbuf line = {0};
   va_list ap;
   va_start(ap, fmt);
-  ferry__rb_vprintf(&line, fmt, ap);
+  ferry__sb_vprintf(&line, fmt, ap);
   va_end(ap);
   if (line.oom) {
     t->oom = 1;
     return;
   }
   split_cells(t, line.p ? line.p : "", t->cells + t->nrows * t->ncols);
-  ferry__rb_free(&line);
+  ferry__sb_free(&line);
   t->nrows++;
 }
 
@@ -187,53 +135,53 @@ static int is_number(const char *s) {
   return *end == '\0' || (end[0] == '%' && end[1] == '\0');
 }
 
-static void csv_cell(struct rbuf *b, const char *s) {
+static void csv_cell(struct ferry_strbuf *b, const char *s) {
   if (!strpbrk(s, ",\"\n\r")) {
-    ferry__rb_puts(b, s);
+    ferry__sb_puts(b, s);
     return;
   }
-  ferry__rb_puts(b, "\"");
+  ferry__sb_puts(b, "\"");
   for (; *s; s++) {
-    if (*s == '"') ferry__rb_puts(b, "\"\"");
-    else ferry__rb_put(b, s, 1);
+    if (*s == '"') ferry__sb_puts(b, "\"\"");
+    else ferry__sb_put(b, s, 1);
   }
-  ferry__rb_puts(b, "\"");
+  ferry__sb_puts(b, "\"");
 }
 
-static void md_cell(struct rbuf *b, const char *s) {
-  ferry__rb_puts(b, " ");
+static void md_cell(struct ferry_strbuf *b, const char *s) {
+  ferry__sb_puts(b, " ");
   for (; *s; s++) {
-    if (*s == '|') ferry__rb_puts(b, "\\|");
-    else if (*s == '\n' || *s == '\r') ferry__rb_puts(b, " ");
-    else ferry__rb_put(b, s, 1);
+    if (*s == '|') ferry__sb_puts(b, "\\|");
+    else if (*s == '\n' || *s == '\r') ferry__sb_puts(b, " ");
+    else ferry__sb_put(b, s, 1);
   }
-  ferry__rb_puts(b, " |");
+  ferry__sb_puts(b, " |");
 }
 
 ferry_status ferry__emit_csv(struct report *rp, struct rtable *t) {
   if (!t || t->oom) return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory building a table");
-  struct rbuf csv = {0};
+  struct ferry_strbuf csv = {0};
   for (size_t c = 0; c < t->ncols; c++) {
-    if (c) ferry__rb_puts(&csv, ",");
+    if (c) ferry__sb_puts(&csv, ",");
     csv_cell(&csv, t->head[c]);
   }
-  ferry__rb_puts(&csv, "\n");
+  ferry__sb_puts(&csv, "\n");
   for (size_t r = 0; r < t->nrows; r++) {
     for (size_t c = 0; c < t->ncols; c++) {
-      if (c) ferry__rb_puts(&csv, ",");
+      if (c) ferry__sb_puts(&csv, ",");
       csv_cell(&csv, t->cells[r * t->ncols + c]);
     }
-    ferry__rb_puts(&csv, "\n");
+    ferry__sb_puts(&csv, "\n");
   }
   if (csv.oom) {
-    ferry__rb_free(&csv);
+    ferry__sb_free(&csv);
     return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory writing %s.csv", t->name);
   }
   char *path = ferry__asprintf("%s/tables/%s.csv", rp->dir, t->name);
   ferry_status st = path ? ferry__write_file_atomic(path, csv.p, csv.len, &rp->err)
                          : ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory");
   ferry_free(path);
-  ferry__rb_free(&csv);
+  ferry__sb_free(&csv);
   if (st == FERRY_OK) rp->sum.tables++;
   return st;
 }
@@ -242,40 +190,40 @@ ferry_status ferry__emit_table(struct report *rp, struct rtable *t, const char *
   ferry_status st = ferry__emit_csv(rp, t);
   if (st != FERRY_OK) return st;
 
-  struct rbuf *h = &rp->html;
-  ferry__rb_printf(h, "<div class=\"table\" id=\"table-%s\"><table>\n<caption>", t->name);
+  struct ferry_strbuf *h = &rp->html;
+  ferry__sb_printf(h, "<div class=\"table\" id=\"table-%s\"><table>\n<caption>", t->name);
   ferry__rb_html(h, caption);
-  ferry__rb_printf(h, " <a href=\"tables/%s.csv\">%s.csv</a></caption>\n<thead><tr>", t->name, t->name);
+  ferry__sb_printf(h, " <a href=\"tables/%s.csv\">%s.csv</a></caption>\n<thead><tr>", t->name, t->name);
   for (size_t c = 0; c < t->ncols; c++) {
-    ferry__rb_puts(h, "<th>");
+    ferry__sb_puts(h, "<th>");
     ferry__rb_html(h, t->head[c]);
-    ferry__rb_puts(h, "</th>");
+    ferry__sb_puts(h, "</th>");
   }
-  ferry__rb_puts(h, "</tr></thead>\n<tbody>\n");
+  ferry__sb_puts(h, "</tr></thead>\n<tbody>\n");
   for (size_t r = 0; r < t->nrows; r++) {
-    ferry__rb_puts(h, "<tr>");
+    ferry__sb_puts(h, "<tr>");
     for (size_t c = 0; c < t->ncols; c++) {
       const char *cell = t->cells[r * t->ncols + c];
-      ferry__rb_puts(h, is_number(cell) ? "<td class=\"n\">" : "<td>");
+      ferry__sb_puts(h, is_number(cell) ? "<td class=\"n\">" : "<td>");
       ferry__rb_html(h, cell);
-      ferry__rb_puts(h, "</td>");
+      ferry__sb_puts(h, "</td>");
     }
-    ferry__rb_puts(h, "</tr>\n");
+    ferry__sb_puts(h, "</tr>\n");
   }
-  ferry__rb_puts(h, "</tbody></table></div>\n");
+  ferry__sb_puts(h, "</tbody></table></div>\n");
 
-  struct rbuf *m = &rp->md;
-  ferry__rb_printf(m, "*%s* ([%s.csv](tables/%s.csv))\n\n|", caption, t->name, t->name);
+  struct ferry_strbuf *m = &rp->md;
+  ferry__sb_printf(m, "*%s* ([%s.csv](tables/%s.csv))\n\n|", caption, t->name, t->name);
   for (size_t c = 0; c < t->ncols; c++) md_cell(m, t->head[c]);
-  ferry__rb_puts(m, "\n|");
-  for (size_t c = 0; c < t->ncols; c++) ferry__rb_puts(m, "---|");
-  ferry__rb_puts(m, "\n");
+  ferry__sb_puts(m, "\n|");
+  for (size_t c = 0; c < t->ncols; c++) ferry__sb_puts(m, "---|");
+  ferry__sb_puts(m, "\n");
   for (size_t r = 0; r < t->nrows; r++) {
-    ferry__rb_puts(m, "|");
+    ferry__sb_puts(m, "|");
     for (size_t c = 0; c < t->ncols; c++) md_cell(m, t->cells[r * t->ncols + c]);
-    ferry__rb_puts(m, "\n");
+    ferry__sb_puts(m, "\n");
   }
-  ferry__rb_puts(m, "\n");
+  ferry__sb_puts(m, "\n");
   return FERRY_OK;
 }
 
@@ -284,34 +232,34 @@ ferry_status ferry__emit_table(struct report *rp, struct rtable *t, const char *
 void ferry__doc_section(struct report *rp, enum ferry_report_section sec, const char *title) {
   const char *id = ferry_report_section_name(sec);
   rp->sum.sections |= (unsigned)sec;
-  ferry__rb_printf(&rp->html, "<section id=\"%s\">\n<h2>", id);
+  ferry__sb_printf(&rp->html, "<section id=\"%s\">\n<h2>", id);
   ferry__rb_html(&rp->html, title);
-  ferry__rb_puts(&rp->html, "</h2>\n");
-  ferry__rb_printf(&rp->toc, "<li><a href=\"#%s\">", id);
+  ferry__sb_puts(&rp->html, "</h2>\n");
+  ferry__sb_printf(&rp->toc, "<li><a href=\"#%s\">", id);
   ferry__rb_html(&rp->toc, title);
-  ferry__rb_puts(&rp->toc, "</a></li>\n");
-  ferry__rb_printf(&rp->md, "## %s\n\n", title);
+  ferry__sb_puts(&rp->toc, "</a></li>\n");
+  ferry__sb_printf(&rp->md, "## %s\n\n", title);
 }
 
 void ferry__doc_heading(struct report *rp, const char *title) {
-  ferry__rb_puts(&rp->html, "<h3>");
+  ferry__sb_puts(&rp->html, "<h3>");
   ferry__rb_html(&rp->html, title);
-  ferry__rb_puts(&rp->html, "</h3>\n");
-  ferry__rb_printf(&rp->md, "### %s\n\n", title);
+  ferry__sb_puts(&rp->html, "</h3>\n");
+  ferry__sb_printf(&rp->md, "### %s\n\n", title);
 }
 
 void ferry__doc_para(struct report *rp, const char *fmt, ...) {
-  struct rbuf t = {0};
+  struct ferry_strbuf t = {0};
   va_list ap;
   va_start(ap, fmt);
-  ferry__rb_vprintf(&t, fmt, ap);
+  ferry__sb_vprintf(&t, fmt, ap);
   va_end(ap);
-  ferry__rb_puts(&rp->html, "<p>");
+  ferry__sb_puts(&rp->html, "<p>");
   ferry__rb_html(&rp->html, t.p ? t.p : "");
-  ferry__rb_puts(&rp->html, "</p>\n");
-  ferry__rb_printf(&rp->md, "%s\n\n", t.p ? t.p : "");
+  ferry__sb_puts(&rp->html, "</p>\n");
+  ferry__sb_printf(&rp->md, "%s\n\n", t.p ? t.p : "");
   if (t.oom) rp->html.oom = 1;
-  ferry__rb_free(&t);
+  ferry__sb_free(&t);
 }
 
 /* ---- plots -------------------------------------------------------------------------------- */
@@ -383,7 +331,7 @@ static ferry_status run_gnuplot(struct report *rp, const char *plots_dir, const 
 
 /* Append the SVG to the HTML without its XML prolog, with every id prefixed so that several
  * gnuplot figures (which all use the same ids) can live in one document. */
-static void inline_svg(struct rbuf *h, const char *svg, size_t plot_no) {
+static void inline_svg(struct ferry_strbuf *h, const char *svg, size_t plot_no) {
   const char *p = strstr(svg, "<svg");
   if (!p) return;
   char prefix[32];
@@ -394,11 +342,11 @@ static void inline_svg(struct rbuf *h, const char *svg, size_t plot_no) {
     for (k = 0; k < sizeof pats / sizeof pats[0]; k++)
       if (!strncmp(p, pats[k], strlen(pats[k]))) break;
     if (k < sizeof pats / sizeof pats[0]) {
-      ferry__rb_puts(h, pats[k]);
-      ferry__rb_puts(h, prefix);
+      ferry__sb_puts(h, pats[k]);
+      ferry__sb_puts(h, prefix);
       p += strlen(pats[k]);
     } else {
-      ferry__rb_put(h, p, 1);
+      ferry__sb_put(h, p, 1);
       p++;
     }
   }
@@ -406,10 +354,10 @@ static void inline_svg(struct rbuf *h, const char *svg, size_t plot_no) {
 
 ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *caption, int width, int height,
                               const char *script) {
-  struct rbuf s = {0};
-  ferry__rb_printf(&s, "# %s\n# Redraw with: gnuplot %s.gp (writes %s.svg; the data is inline below)\n", caption, name,
+  struct ferry_strbuf s = {0};
+  ferry__sb_printf(&s, "# %s\n# Redraw with: gnuplot %s.gp (writes %s.svg; the data is inline below)\n", caption, name,
                    name);
-  ferry__rb_printf(&s,
+  ferry__sb_printf(&s,
                    "set terminal svg size %d,%d dynamic noenhanced font 'Helvetica,12' background rgb 'white'\n"
                    "set output '%s.svg'\n"
                    "set encoding utf8\n"
@@ -428,9 +376,9 @@ ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *c
                    "set linetype 10 lc rgb '#17becf' lw 2 pt 11 ps 0.9\n"
                    "set linetype cycle 10\n",
                    width, height, name);
-  ferry__rb_puts(&s, script);
+  ferry__sb_puts(&s, script);
   if (s.oom) {
-    ferry__rb_free(&s);
+    ferry__sb_free(&s);
     return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory building plot %s", name);
   }
   char *plots = ferry__asprintf("%s/plots", rp->dir);
@@ -451,17 +399,17 @@ ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *c
     goto out;
   }
   rp->sum.plots++;
-  struct rbuf *h = &rp->html;
-  ferry__rb_printf(h, "<figure id=\"fig-%s\">\n<div class=\"svg\">", name);
+  struct ferry_strbuf *h = &rp->html;
+  ferry__sb_printf(h, "<figure id=\"fig-%s\">\n<div class=\"svg\">", name);
   inline_svg(h, svg, rp->sum.plots);
-  ferry__rb_puts(h, "</div>\n<figcaption>");
+  ferry__sb_puts(h, "</div>\n<figcaption>");
   ferry__rb_html(h, caption);
-  ferry__rb_printf(h, " <a href=\"plots/%s.gp\">gnuplot script</a> · <a href=\"plots/%s.svg\">SVG</a></figcaption>\n</figure>\n",
+  ferry__sb_printf(h, " <a href=\"plots/%s.gp\">gnuplot script</a> · <a href=\"plots/%s.svg\">SVG</a></figcaption>\n</figure>\n",
                    name, name);
-  ferry__rb_printf(&rp->md, "![%s](plots/%s.svg)\n\n*%s* (script: [plots/%s.gp](plots/%s.gp))\n\n", name, name, caption,
+  ferry__sb_printf(&rp->md, "![%s](plots/%s.svg)\n\n*%s* (script: [plots/%s.gp](plots/%s.gp))\n\n", name, name, caption,
                    name, name);
 out:
-  ferry__rb_free(&s);
+  ferry__sb_free(&s);
   ferry_free(plots);
   ferry_free(gp);
   ferry_free(svgp);

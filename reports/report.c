@@ -48,7 +48,7 @@ static const char css[] =
     "td.n{text-align:right;font-variant-numeric:tabular-nums}tbody tr:nth-child(even){background:#fafafa}"
     "a{color:#1f5f9f}";
 
-static ferry_status write_text(struct report *rp, const char *name, const struct rbuf *b) {
+static ferry_status write_text(struct report *rp, const char *name, const struct ferry_strbuf *b) {
   if (b->oom) return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory writing %s", name);
   char *path = ferry__path_join(rp->dir, name);
   if (!path) return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory");
@@ -65,37 +65,37 @@ static ferry_status assemble(struct report *rp) {
   struct tm tm;
   gmtime_r(&now, &tm);
   strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-  struct rbuf h = {0}, m = {0};
-  ferry__rb_puts(&h, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+  struct ferry_strbuf h = {0}, m = {0};
+  ferry__sb_puts(&h, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>");
   ferry__rb_html(&h, title);
-  ferry__rb_printf(&h, "</title>\n<style>%s</style>\n</head>\n<body>\n<h1>", css);
+  ferry__sb_printf(&h, "</title>\n<style>%s</style>\n</head>\n<body>\n<h1>", css);
   ferry__rb_html(&h, title);
-  ferry__rb_puts(&h, "</h1>\n<p class=\"meta\">");
-  ferry__rb_printf(&h, "%zu runs (%zu complete, %zu failed or incomplete) from ", rp->sum.runs, rp->sum.complete,
+  ferry__sb_puts(&h, "</h1>\n<p class=\"meta\">");
+  ferry__sb_printf(&h, "%zu runs (%zu complete, %zu failed or incomplete) from ", rp->sum.runs, rp->sum.complete,
                    rp->sum.failed);
-  ferry__rb_printf(&m, "# %s\n\n%zu runs (%zu complete, %zu failed or incomplete) from ", title, rp->sum.runs,
+  ferry__sb_printf(&m, "# %s\n\n%zu runs (%zu complete, %zu failed or incomplete) from ", title, rp->sum.runs,
                    rp->sum.complete, rp->sum.failed);
   for (size_t i = 0; i < o->n_dbs; i++) {
-    ferry__rb_puts(&h, i ? ", " : "");
-    ferry__rb_puts(&h, "<code>");
+    ferry__sb_puts(&h, i ? ", " : "");
+    ferry__sb_puts(&h, "<code>");
     ferry__rb_html(&h, o->db_paths[i]);
-    ferry__rb_puts(&h, "</code>");
-    ferry__rb_printf(&m, "%s`%s`", i ? ", " : "", o->db_paths[i]);
+    ferry__sb_puts(&h, "</code>");
+    ferry__sb_printf(&m, "%s`%s`", i ? ", " : "", o->db_paths[i]);
   }
-  ferry__rb_printf(&h, "; written %s by ferry %s. Tables are in <code>tables/</code> as CSV, plots in "
+  ferry__sb_printf(&h, "; written %s by ferry %s. Tables are in <code>tables/</code> as CSV, plots in "
                        "<code>plots/</code> with the gnuplot script that drew each.</p>\n<nav><ul>\n",
                    when, FERRY_VERSION);
-  ferry__rb_printf(&m, "; written %s by ferry %s.\n\n", when, FERRY_VERSION);
-  ferry__rb_put(&h, rp->toc.p ? rp->toc.p : "", rp->toc.len);
-  ferry__rb_puts(&h, "</ul></nav>\n");
-  ferry__rb_put(&h, rp->html.p ? rp->html.p : "", rp->html.len);
-  ferry__rb_puts(&h, "</body>\n</html>\n");
-  ferry__rb_put(&m, rp->md.p ? rp->md.p : "", rp->md.len);
+  ferry__sb_printf(&m, "; written %s by ferry %s.\n\n", when, FERRY_VERSION);
+  ferry__sb_put(&h, rp->toc.p ? rp->toc.p : "", rp->toc.len);
+  ferry__sb_puts(&h, "</ul></nav>\n");
+  ferry__sb_put(&h, rp->html.p ? rp->html.p : "", rp->html.len);
+  ferry__sb_puts(&h, "</body>\n</html>\n");
+  ferry__sb_put(&m, rp->md.p ? rp->md.p : "", rp->md.len);
   ferry_status st = write_text(rp, "index.html", &h);
   if (st == FERRY_OK) st = write_text(rp, "report.md", &m);
-  ferry__rb_free(&h);
-  ferry__rb_free(&m);
+  ferry__sb_free(&h);
+  ferry__sb_free(&m);
   return st;
 }
 
@@ -195,9 +195,9 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (st != FERRY_OK) ferry__err_copy(NULL, &rp.err);
   if (st == FERRY_OK && summary) *summary = rp.sum;
   ferry__report_unload(&rp);
-  ferry__rb_free(&rp.html);
-  ferry__rb_free(&rp.md);
-  ferry__rb_free(&rp.toc);
+  ferry__sb_free(&rp.html);
+  ferry__sb_free(&rp.md);
+  ferry__sb_free(&rp.toc);
   ferry_free(rp.dir);
   ferry_free(out);
   return st;

@@ -11,20 +11,12 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/strbuf.h"
 #include "ferry/report.h"
 
 /* A growing string; an allocation failure sets oom and later appends do nothing. */
-struct rbuf {
-  char *p;
-  size_t len, cap;
-  int oom;
-};
-void ferry__rb_printf(struct rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ferry__rb_vprintf(struct rbuf *b, const char *fmt, va_list ap);
-void ferry__rb_put(struct rbuf *b, const char *s, size_t n);
-void ferry__rb_puts(struct rbuf *b, const char *s);
-void ferry__rb_html(struct rbuf *b, const char *s); /* escaped for HTML text and attributes */
-void ferry__rb_free(struct rbuf *b);
+
+void ferry__rb_html(struct ferry_strbuf *b, const char *s); /* escaped for HTML text and attributes */
 
 /* Latency distribution in milliseconds. */
 struct rdist {
@@ -68,7 +60,7 @@ struct report {
   struct raxis *axes;
   size_t n_axes;
   char *dir; /* the temporary folder being written */
-  struct rbuf html, md, toc;
+  struct ferry_strbuf html, md, toc;
   struct ferry_report_summary sum;
 };
 
@@ -114,7 +106,7 @@ ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *c
 /* Formatting: "%.3g"-like with fixed decimals chosen by magnitude. */
 const char *ferry__fmt_num(double v, char *buf, size_t len);
 /* Quote a string for a gnuplot double-quoted string. */
-void ferry__rb_gpstr(struct rbuf *b, const char *s);
+void ferry__rb_gpstr(struct ferry_strbuf *b, const char *s);
 /* "set logscale y" when the positive values span at least two decades. */
 int ferry__spans_decades(const double *v, size_t n);
 

@@ -71,15 +71,15 @@ static void axes_desc(const struct report *rp, const struct rrun *r, const char 
 }
 
 /* A string safe inside a gnuplot datablock's double quotes. */
-static void dq(struct rbuf *b, const char *s) {
-  ferry__rb_puts(b, "\"");
-  for (; *s; s++) ferry__rb_put(b, (*s == '"' || (unsigned char)*s < 0x20) ? "'" : s, 1);
-  ferry__rb_puts(b, "\"");
+static void dq(struct ferry_strbuf *b, const char *s) {
+  ferry__sb_puts(b, "\"");
+  for (; *s; s++) ferry__sb_put(b, (*s == '"' || (unsigned char)*s < 0x20) ? "'" : s, 1);
+  ferry__sb_puts(b, "\"");
 }
 
-static void gnum(struct rbuf *b, double v) {
-  if (isfinite(v)) ferry__rb_printf(b, " %.9g", v);
-  else ferry__rb_puts(b, " NaN");
+static void gnum(struct ferry_strbuf *b, double v) {
+  if (isfinite(v)) ferry__sb_printf(b, " %.9g", v);
+  else ferry__sb_puts(b, " NaN");
 }
 
 /* Time unit for values in ms: seconds when they reach 10 s. */
@@ -129,12 +129,12 @@ ferry_status ferry__section_runs(struct report *rp) {
   if (!t) return NOMEM(rp);
   for (size_t i = 0; i < rp->n_runs; i++) {
     const struct rrun *r = &rp->runs[i];
-    struct rbuf axes = {0};
+    struct ferry_strbuf axes = {0};
     char v[256];
     for (size_t a = 0; a < rp->n_axes; a++)
       if (strcmp(rp->axes[a].key, "executor") && strcmp(rp->axes[a].key, "model") && strcmp(rp->axes[a].key, "trace")) {
         ferry__run_val(r, rp->axes[a].key, v, sizeof v);
-        ferry__rb_printf(&axes, SEP "%s", v);
+        ferry__sb_printf(&axes, SEP "%s", v);
       }
     char status[300];
     if (r->complete) snprintf(status, sizeof status, "ok");
@@ -150,14 +150,14 @@ ferry_status ferry__section_runs(struct report *rp) {
                       N(r->peak_bytes[0] / 1048576.0), N(r->peak_bytes[1] / 1048576.0),
                       r->config_hash ? r->config_hash : "");
     if (axes.oom) t->oom = 1;
-    ferry__rb_free(&axes);
+    ferry__sb_free(&axes);
   }
   if (rp->sum.failed)
     ferry__doc_para(rp, "%zu of %zu runs did not complete; they are listed here and left out of the comparisons.",
                     rp->sum.failed, rp->sum.runs);
   ferry_status st = ferry__emit_table(rp, t, "Every run: configuration on the swept parameters and headline metrics.");
   ferry__table_free(t);
-  ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
 
@@ -311,18 +311,18 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
     st = NOMEM(rp);
     goto out;
   }
-  struct rbuf s = {0};
+  struct ferry_strbuf s = {0};
   double all[7][256];
   size_t nall = 0;
   for (size_t si = 0; si < ns; si++) {
-    ferry__rb_printf(&s, "$s%zu << EOD\n", si);
+    ferry__sb_printf(&s, "$s%zu << EOD\n", si);
     for (size_t xi = 0; xi < ax->n; xi++) {
       for (size_t k = 0; k < npts; k++) {
         if (strcmp(pts[k].series, series[si]) || strcmp(pts[k].x, ax->vals[xi])) continue;
         if (ax->numeric) gnum(&s, strtod(pts[k].x, NULL) * xscale);
-        else ferry__rb_printf(&s, " %zu", xi);
+        else ferry__sb_printf(&s, " %zu", xi);
         for (int j = 0; j < 7; j++) gnum(&s, pts[k].m[j]);
-        ferry__rb_puts(&s, "\n");
+        ferry__sb_puts(&s, "\n");
         if (nall < 256) {
           for (int j = 0; j < 7; j++) all[j][nall] = pts[k].m[j];
           nall++;
@@ -332,9 +332,9 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
                           N(pts[k].m[2]), N(pts[k].m[3]), N(pts[k].m[4]), N(pts[k].m[5]), N(pts[k].m[6]));
       }
     }
-    ferry__rb_puts(&s, "EOD\n");
+    ferry__sb_puts(&s, "EOD\n");
   }
-  ferry__rb_puts(&s, "set datafile missing 'NaN'\n");
+  ferry__sb_puts(&s, "set datafile missing 'NaN'\n");
   /* x axis */
   char xlabel[160];
   snprintf(xlabel, sizeof xlabel, "%s%s", budget ? ax->key : ferry__key_label(ax->key), budget ? " (GiB)" : "");
@@ -342,31 +342,31 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
     double xs[256];
     size_t nx = 0;
     for (size_t xi = 0; xi < ax->n && nx < 256; xi++) xs[nx++] = strtod(ax->vals[xi], NULL);
-    if (ferry__spans_decades(xs, nx) && xs[0] > 0) ferry__rb_puts(&s, "set logscale x 2\n");
-    else ferry__rb_puts(&s, "set offsets graph 0.05, graph 0.05, 0, 0\n");
+    if (ferry__spans_decades(xs, nx) && xs[0] > 0) ferry__sb_puts(&s, "set logscale x 2\n");
+    else ferry__sb_puts(&s, "set offsets graph 0.05, graph 0.05, 0, 0\n");
     if (nx <= 12) {
-      ferry__rb_puts(&s, "set xtics (");
-      for (size_t xi = 0; xi < nx; xi++) ferry__rb_printf(&s, "%s%.9g", xi ? ", " : "", xs[xi] * xscale);
-      ferry__rb_puts(&s, ")\n");
+      ferry__sb_puts(&s, "set xtics (");
+      for (size_t xi = 0; xi < nx; xi++) ferry__sb_printf(&s, "%s%.9g", xi ? ", " : "", xs[xi] * xscale);
+      ferry__sb_puts(&s, ")\n");
     }
   } else {
-    ferry__rb_printf(&s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
+    ferry__sb_printf(&s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
     for (size_t xi = 0; xi < ax->n; xi++) {
-      ferry__rb_puts(&s, xi ? ", " : "");
+      ferry__sb_puts(&s, xi ? ", " : "");
       ferry__rb_gpstr(&s, ax->vals[xi]);
-      ferry__rb_printf(&s, " %zu", xi);
+      ferry__sb_printf(&s, " %zu", xi);
     }
-    ferry__rb_puts(&s, ")\n");
+    ferry__sb_puts(&s, ")\n");
   }
-  ferry__rb_puts(&s, "set xlabel ");
+  ferry__sb_puts(&s, "set xlabel ");
   ferry__rb_gpstr(&s, xlabel);
-  ferry__rb_puts(&s, "\nset multiplot layout 2,2 title ");
+  ferry__sb_puts(&s, "\nset multiplot layout 2,2 title ");
   char mtitle[1200];
   snprintf(mtitle, sizeof mtitle, "Latency and throughput against %s%s%s", ax->key, fixed_len ? " (" : "",
            fixed_len ? fixed : "");
   if (fixed_len) strncat(mtitle, ")", sizeof mtitle - strlen(mtitle) - 1);
   ferry__rb_gpstr(&s, mtitle);
-  ferry__rb_puts(&s, "\n");
+  ferry__sb_puts(&s, "\n");
   static const char *const panel[4] = {"Time to first token", "Time per output token", "End-to-end latency",
                                        "Throughput"};
   for (int p = 0; p < 4; p++) {
@@ -383,22 +383,22 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
       }
     }
     if (p < 3) scale = time_unit(vals, nv, &unit);
-    ferry__rb_printf(&s, "set title \"%s%s\"\nset ylabel \"%s (%s)\"\n%s\n", panel[p],
+    ferry__sb_printf(&s, "set title \"%s%s\"\nset ylabel \"%s (%s)\"\n%s\n", panel[p],
                      p < 3 ? " (solid P50, dashed P99)" : "", p == 3 ? "output tokens/s" : "latency", unit,
                      ferry__spans_decades(vals, nv) ? "set logscale y" : "unset logscale y");
-    ferry__rb_puts(&s, p == 0 ? "set key top left\n" : "unset key\n");
-    ferry__rb_puts(&s, "plot ");
+    ferry__sb_puts(&s, p == 0 ? "set key top left\n" : "unset key\n");
+    ferry__sb_puts(&s, "plot ");
     for (size_t si = 0; si < ns; si++) {
       int col = p < 3 ? 2 + 2 * p : 8;
-      ferry__rb_printf(&s, "%s$s%zu using 1:($%d*%g) with linespoints lt %zu title ", si ? ", " : "", si, col, scale,
+      ferry__sb_printf(&s, "%s$s%zu using 1:($%d*%g) with linespoints lt %zu title ", si ? ", " : "", si, col, scale,
                        si + 1);
       ferry__rb_gpstr(&s, *series[si] ? series[si] : "all runs");
-      if (p < 3) ferry__rb_printf(&s, ", $s%zu using 1:($%d*%g) with linespoints lt %zu dt 2 notitle", si, col + 1, scale,
+      if (p < 3) ferry__sb_printf(&s, ", $s%zu using 1:($%d*%g) with linespoints lt %zu dt 2 notitle", si, col + 1, scale,
                                   si + 1);
     }
-    ferry__rb_puts(&s, "\n");
+    ferry__sb_puts(&s, "\n");
   }
-  ferry__rb_puts(&s, "unset multiplot\n");
+  ferry__sb_puts(&s, "unset multiplot\n");
   if (s.oom) {
     st = NOMEM(rp);
   } else {
@@ -414,7 +414,7 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
       st = ferry__emit_table(rp, t, cap);
     }
   }
-  ferry__rb_free(&s);
+  ferry__sb_free(&s);
   ferry__table_free(t);
 out:
   ferry_free(pts);
@@ -426,18 +426,18 @@ ferry_status ferry__section_sweep(struct report *rp) {
   for (size_t i = 0; i < rp->n_runs; i++) n_usable += usable(&rp->runs[i]);
   if (rp->n_axes == 0 || n_usable < 2) return FERRY_OK;
   ferry__doc_section(rp, FERRY_REPORT_SWEEP, "Latency and throughput against each swept parameter");
-  struct rbuf keys = {0};
+  struct ferry_strbuf keys = {0};
   for (size_t a = 0; a < rp->n_axes; a++)
-    ferry__rb_printf(&keys, "%s%s (%zu values)", a ? ", " : "", rp->axes[a].key, rp->axes[a].n);
+    ferry__sb_printf(&keys, "%s%s (%zu values)", a ? ", " : "", rp->axes[a].key, rp->axes[a].n);
   ferry__doc_para(rp,
                   "Swept parameters (configuration keys whose value differs between the complete runs): %s. "
                   "TTFT is the time to the first output token, TPOT the time per output token after the first, "
                   "end-to-end the time from arrival to the last token; throughput is output tokens per second of the run.",
                   keys.p ? keys.p : "");
-  ferry__rb_free(&keys);
+  ferry__sb_free(&keys);
   ferry_status st = FERRY_OK;
   for (size_t a = 0; a < rp->n_axes && st == FERRY_OK; a++) st = sweep_axis(rp, &rp->axes[a]);
-  ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
 
@@ -467,8 +467,8 @@ ferry_status ferry__section_bytes(struct report *rp) {
            unit, unit, unit);
   struct rtable *t = ferry__table_new("bytes", head);
   if (!t) return NOMEM(rp);
-  struct rbuf s = {0};
-  ferry__rb_puts(&s, "$b << EOD\n");
+  struct ferry_strbuf s = {0};
+  ferry__sb_puts(&s, "$b << EOD\n");
   double stall[1024];
   size_t nst = 0;
   for (size_t i = 0; i < rp->n_runs; i++) {
@@ -488,27 +488,27 @@ ferry_status ferry__section_bytes(struct report *rp) {
     gnum(&s, r->bytes_d2h * scale);
     gnum(&s, r->stall_ms);
     gnum(&s, share);
-    ferry__rb_puts(&s, "\n");
+    ferry__sb_puts(&s, "\n");
     if (nst < 1024) stall[nst++] = r->stall_ms;
   }
-  ferry__rb_puts(&s, "EOD\nset datafile missing 'NaN'\n"
+  ferry__sb_puts(&s, "EOD\nset datafile missing 'NaN'\n"
                      "set style data histograms\nset style histogram clustered gap 1\n"
                      "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
                      "set xtics rotate by -35 left nomirror\nset key outside top center horizontal\nset yrange [0:*]\n"
                      "set multiplot layout 1,2\n");
-  ferry__rb_printf(&s, "set title \"Bytes moved per tier\"\nset ylabel \"%s\"\n", unit);
-  ferry__rb_puts(&s, "plot $b using 2:xtic(1) title \"disk read\" lt 5, '' using 3 title \"host to device\" lt 2, "
+  ferry__sb_printf(&s, "set title \"Bytes moved per tier\"\nset ylabel \"%s\"\n", unit);
+  ferry__sb_puts(&s, "plot $b using 2:xtic(1) title \"disk read\" lt 5, '' using 3 title \"host to device\" lt 2, "
                      "'' using 4 title \"device to host\" lt 3\n");
-  ferry__rb_puts(&s, "set title \"Stall time (compute waiting for transfers)\"\nset ylabel \"stall (ms)\"\n");
-  if (ferry__spans_decades(stall, nst)) ferry__rb_puts(&s, "set logscale y\nset yrange [*:*]\n");
-  ferry__rb_puts(&s, "plot $b using 5:xtic(1) title \"stall\" lt 4\nunset multiplot\n");
+  ferry__sb_puts(&s, "set title \"Stall time (compute waiting for transfers)\"\nset ylabel \"stall (ms)\"\n");
+  if (ferry__spans_decades(stall, nst)) ferry__sb_puts(&s, "set logscale y\nset yrange [*:*]\n");
+  ferry__sb_puts(&s, "plot $b using 5:xtic(1) title \"stall\" lt 4\nunset multiplot\n");
   ferry_status st = s.oom ? NOMEM(rp)
                           : ferry__emit_plot(rp, "bytes_stall", "Bytes moved per tier (left) and stall time (right) per run.",
                                              1200, 520, s.p);
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, "Bytes moved per tier, stall time and weight-cache hit rate per run.");
-  ferry__rb_free(&s);
+  ferry__sb_free(&s);
   ferry__table_free(t);
-  ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
 
@@ -546,7 +546,7 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
   static const char *const mname[3] = {"mean TTFT", "mean TPOT", "P99 e2e"};
   double sum_abs[3] = {0}, max_abs[3] = {0}, sum[3] = {0};
   int cnt[3] = {0};
-  struct rbuf s = {0}, d[3] = {{0}};
+  struct ferry_strbuf s = {0}, d[3] = {{0}};
   double lo = INFINITY, hi = 0;
   for (size_t i = 0; i < rp->n_runs; i++)
     for (size_t j = 0; j < rp->n_runs; j++) {
@@ -565,7 +565,7 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
           cnt[m]++;
         }
         if (meas[m] > 0 && pred[m] > 0 && isfinite(meas[m]) && isfinite(pred[m])) {
-          ferry__rb_printf(&d[m], "%.9g %.9g\n", meas[m], pred[m]);
+          ferry__sb_printf(&d[m], "%.9g %.9g\n", meas[m], pred[m]);
           lo = fmin(lo, fmin(meas[m], pred[m]));
           hi = fmax(hi, fmax(meas[m], pred[m]));
         }
@@ -582,10 +582,10 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
                       N(cnt[m] ? sum_abs[m] / cnt[m] : NAN), N(cnt[m] ? max_abs[m] : NAN), N(cnt[m] ? sum[m] / cnt[m] : NAN));
   ferry_status st = FERRY_OK;
   if (hi > 0) {
-    for (int m = 0; m < 3; m++) ferry__rb_printf(&s, "$m%d << EOD\n%sEOD\n", m, d[m].p ? d[m].p : "");
+    for (int m = 0; m < 3; m++) ferry__sb_printf(&s, "$m%d << EOD\n%sEOD\n", m, d[m].p ? d[m].p : "");
     int logs = hi / lo >= 100;
     double rlo = logs ? lo / 1.5 : 0, rhi = hi * 1.15;
-    ferry__rb_printf(&s,
+    ferry__sb_printf(&s,
                      "%s"
                      "set xrange [%.9g:%.9g]\nset yrange [%.9g:%.9g]\nset size ratio -1\n"
                      "set xlabel \"measured (ms)\"\nset ylabel \"predicted by the simulator (ms)\"\n"
@@ -594,19 +594,19 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
                      "plot x with lines dt 2 lc rgb '#555555' lw 1 title \"y = x\"",
                      logs ? "set logscale xy\n" : "", rlo, rhi, rlo, rhi);
     for (int m = 0; m < 3; m++)
-      if (d[m].len) ferry__rb_printf(&s, ", $m%d using 1:2 with points lt %d ps 1.4 title \"%s\"", m, m + 1, mname[m]);
-    ferry__rb_puts(&s, "\n");
+      if (d[m].len) ferry__sb_printf(&s, ", $m%d using 1:2 with points lt %d ps 1.4 title \"%s\"", m, m + 1, mname[m]);
+    ferry__sb_puts(&s, "\n");
     st = s.oom ? NOMEM(rp)
                : ferry__emit_plot(rp, "sim_vs_real", "Predicted (simulator) against measured (real executor) per paired configuration; the dashed line is y = x.",
                                   700, 640, s.p);
   }
   if (st == FERRY_OK) st = ferry__emit_table(rp, e, "Simulator error per metric over all pairs.");
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, "Sim against real, per paired configuration.");
-  ferry__rb_free(&s);
-  for (int m = 0; m < 3; m++) ferry__rb_free(&d[m]);
+  ferry__sb_free(&s);
+  for (int m = 0; m < 3; m++) ferry__sb_free(&d[m]);
   ferry__table_free(t);
   ferry__table_free(e);
-  ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
 
@@ -629,8 +629,8 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
                                       "value" SEP "runs" SEP "bytes moved per token (KiB)" SEP "hit rate (%)" SEP
                                       "TPOT P50 (ms)" SEP "TTFT P99 (ms)" SEP "throughput (tok/s)");
   if (!t) return NOMEM(rp);
-  struct rbuf s = {0};
-  ferry__rb_puts(&s, "$v << EOD\n");
+  struct ferry_strbuf s = {0};
+  ferry__sb_puts(&s, "$v << EOD\n");
   char v[256];
   for (size_t k = 0; k < ax->n; k++) {
     double bpt = 0, hr = 0, tpot = 0, ttft = 0, thr = 0;
@@ -658,12 +658,12 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
     gnum(&s, bpt / n);
     gnum(&s, hrm);
     gnum(&s, tpot / n);
-    ferry__rb_puts(&s, "\n");
+    ferry__sb_puts(&s, "\n");
   }
-  ferry__rb_puts(&s, "EOD\nset datafile missing 'NaN'\nset style data histograms\nset style fill solid 0.85 border -1\n"
+  ferry__sb_puts(&s, "EOD\nset datafile missing 'NaN'\nset style data histograms\nset style fill solid 0.85 border -1\n"
                      "set boxwidth 0.7\nset yrange [0:*]\nunset key\nset multiplot layout 1,3\n");
-  ferry__rb_printf(&s, "set xlabel \"%s\"\n", ferry__key_label(key));
-  ferry__rb_puts(&s, "set title \"Bytes moved per output token\"\nset ylabel \"KiB per token\"\n"
+  ferry__sb_printf(&s, "set xlabel \"%s\"\n", ferry__key_label(key));
+  ferry__sb_puts(&s, "set title \"Bytes moved per output token\"\nset ylabel \"KiB per token\"\n"
                      "plot $v using 2:xtic(1) lt 1\n"
                      "set title \"Weight-cache hit rate\"\nset ylabel \"hit rate (%)\"\nset yrange [0:100]\n"
                      "plot $v using 3:xtic(1) lt 2\n"
@@ -675,9 +675,9 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
                                                    : "Bytes per token, hit rate and TPOT per expert predictor.",
                                              1200, 450, s.p);
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, quant ? "Per weight format." : "Per expert predictor.");
-  ferry__rb_free(&s);
+  ferry__sb_free(&s);
   ferry__table_free(t);
-  ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
 
@@ -771,7 +771,7 @@ ferry_status ferry__section_hardware(struct report *rp) {
     ferry_free(group);
     return NOMEM(rp);
   }
-  struct rbuf s = {0}, cheapest = {0};
+  struct ferry_strbuf s = {0}, cheapest = {0};
   int any_price = 0;
   /* group ids were handed out in order but some were withdrawn: renumber the kept ones */
   int shown = 0;
@@ -783,7 +783,7 @@ ferry_status ferry__section_hardware(struct report *rp) {
     shown++;
     char desc[512];
     axes_desc(rp, &rp->runs[i], "hw", desc, sizeof desc);
-    if (shown <= 6) ferry__rb_printf(&s, "$g%d << EOD\n", shown);
+    if (shown <= 6) ferry__sb_printf(&s, "$g%d << EOD\n", shown);
     const char *best = NULL;
     double best_cost = INFINITY;
     for (size_t j = i; j < n; j++) {
@@ -807,38 +807,38 @@ ferry_status ferry__section_hardware(struct report *rp) {
         dq(&s, hw);
         gnum(&s, r->thr_tok_s);
         gnum(&s, cost);
-        ferry__rb_puts(&s, "\n");
+        ferry__sb_puts(&s, "\n");
       }
     }
-    if (shown <= 6) ferry__rb_puts(&s, "EOD\n");
+    if (shown <= 6) ferry__sb_puts(&s, "EOD\n");
     if (best)
-      ferry__rb_printf(&cheapest, "%sgroup %d: %s at %s $ per 1M tokens", cheapest.len ? "; " : "", shown, best,
+      ferry__sb_printf(&cheapest, "%sgroup %d: %s at %s $ per 1M tokens", cheapest.len ? "; " : "", shown, best,
                        N(best_cost));
   }
   if (cheapest.len)
     ferry__doc_para(rp, "Cheapest run%s: %s.", slo ? " meeting the latency objective" : "", cheapest.p);
-  ferry__rb_puts(&s, "set datafile missing 'NaN'\nset style data histograms\nset style histogram clustered gap 1\n"
+  ferry__sb_puts(&s, "set datafile missing 'NaN'\nset style data histograms\nset style histogram clustered gap 1\n"
                      "set style fill solid 0.85 border -1\nset yrange [0:*]\nset xtics rotate by -30 left nomirror\n"
                      "set key top right\n");
-  if (shown == 1) ferry__rb_puts(&s, "unset key\n");
-  if (any_price) ferry__rb_puts(&s, "set multiplot layout 1,2\n");
+  if (shown == 1) ferry__sb_puts(&s, "unset key\n");
+  if (any_price) ferry__sb_puts(&s, "set multiplot layout 1,2\n");
   for (int panel = 0; panel < (any_price ? 2 : 1); panel++) {
-    ferry__rb_printf(&s, "set title \"%s\"\nset ylabel \"%s\"\nplot ", panel ? "Cost per million output tokens" : "Throughput",
+    ferry__sb_printf(&s, "set title \"%s\"\nset ylabel \"%s\"\nplot ", panel ? "Cost per million output tokens" : "Throughput",
                      panel ? "$ per 1M tokens" : "output tokens/s");
     for (int g = 1; g <= shown && g <= 6; g++)
-      ferry__rb_printf(&s, "%s$g%d using %d:xtic(1) title \"group %d\" lt %d", g > 1 ? ", " : "", g, panel ? 3 : 2, g, g);
-    ferry__rb_puts(&s, "\n");
+      ferry__sb_printf(&s, "%s$g%d using %d:xtic(1) title \"group %d\" lt %d", g > 1 ? ", " : "", g, panel ? 3 : 2, g, g);
+    ferry__sb_puts(&s, "\n");
   }
-  if (any_price) ferry__rb_puts(&s, "unset multiplot\n");
+  if (any_price) ferry__sb_puts(&s, "unset multiplot\n");
   ferry_status st = s.oom || cheapest.oom
                         ? NOMEM(rp)
                         : ferry__emit_plot(rp, "hardware", "Throughput and cost per million output tokens per hardware profile (one bar colour per group of otherwise identical runs).",
                                            any_price ? 1200 : 700, 500, s.p);
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, "The same workload on several hardware profiles.");
-  ferry__rb_free(&s);
-  ferry__rb_free(&cheapest);
+  ferry__sb_free(&s);
+  ferry__sb_free(&cheapest);
   ferry__table_free(t);
   ferry_free(group);
-  ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }

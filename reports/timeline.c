@@ -220,7 +220,7 @@ ferry_status ferry__section_timeline(struct report *rp) {
                                                          "busy share (%)" SEP "bytes (MiB)");
   struct rtable *rows = ferry__table_new("timeline", "category" SEP "queue" SEP "name" SEP "start (ms)" SEP "end (ms)" SEP
                                                      "duration (us)" SEP "bytes" SEP "step");
-  struct rbuf s = {0};
+  struct ferry_strbuf s = {0};
   if (!qt || !rows) {
     st = NOMEM(rp);
     goto out;
@@ -252,16 +252,16 @@ ferry_status ferry__section_timeline(struct report *rp) {
                       (long long)ops[i].step);
   int used[CAT_COUNT] = {0};
   for (int c = 0; c < CAT_COUNT; c++) {
-    ferry__rb_printf(&s, "$c%d << EOD\n", c);
+    ferry__sb_printf(&s, "$c%d << EOD\n", c);
     for (size_t i = 0; i < n; i++) {
       if (ops[i].cat != c) continue;
       size_t lane = 0;
       while (lane < nq && queues[lane] != ops[i].queue) lane++;
       double x0 = (double)(ops[i].start - t0) / div, x1 = (double)(ops[i].end - t0) / div;
-      ferry__rb_printf(&s, "%.6f %zu %.6f %.6f %.2f %.2f\n", (x0 + x1) / 2, lane, x0, x1, lane - 0.38, lane + 0.38);
+      ferry__sb_printf(&s, "%.6f %zu %.6f %.6f %.2f %.2f\n", (x0 + x1) / 2, lane, x0, x1, lane - 0.38, lane + 0.38);
       used[c] = 1;
     }
-    ferry__rb_puts(&s, "EOD\n");
+    ferry__sb_puts(&s, "EOD\n");
   }
   /* step boundaries from the steps table */
   sqlite3_stmt *q;
@@ -272,16 +272,16 @@ ferry_status ferry__section_timeline(struct report *rp) {
     sqlite3_bind_int64(q, 3, t1);
     while (sqlite3_step(q) == SQLITE_ROW) {
       double x = (double)(sqlite3_column_int64(q, 1) - t0) / div;
-      ferry__rb_printf(&s,
+      ferry__sb_printf(&s,
                        "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\n"
                        "set label 'step %lld' at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n",
                        x, x, (long long)sqlite3_column_int64(q, 0), x);
     }
     sqlite3_finalize(q);
   }
-  ferry__rb_printf(&s, "set yrange [%zu.6:-0.6]\nset ytics (", nq - 1);
-  for (size_t k = 0; k < nq; k++) ferry__rb_printf(&s, "%s\"queue %d: %s\" %zu", k ? ", " : "", queues[k], cat_short[role[k]], k);
-  ferry__rb_printf(&s,
+  ferry__sb_printf(&s, "set yrange [%zu.6:-0.6]\nset ytics (", nq - 1);
+  for (size_t k = 0; k < nq; k++) ferry__sb_printf(&s, "%s\"queue %d: %s\" %zu", k ? ", " : "", queues[k], cat_short[role[k]], k);
+  ferry__sb_printf(&s,
                    ")\nset xlabel \"time since the first operation (%s)\"\nset xrange [0:%.6f]\nset grid xtics\n"
                    "set key outside right top vertical\nset style fill solid 0.85 noborder\n"
                    "set title \"Run %s: %s\" offset 0,1\nplot ",
@@ -289,11 +289,11 @@ ferry_status ferry__section_timeline(struct report *rp) {
   int any = 0;
   for (int c = 0; c < CAT_COUNT; c++) {
     if (!used[c]) continue;
-    ferry__rb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title \"%s\"", any ? ", " : "", c,
+    ferry__sb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title \"%s\"", any ? ", " : "", c,
                      cat_color[c], cat_name[c]);
     any = 1;
   }
-  ferry__rb_puts(&s, "\n");
+  ferry__sb_puts(&s, "\n");
   if (s.oom) {
     st = NOMEM(rp);
     goto out;
@@ -303,14 +303,14 @@ ferry_status ferry__section_timeline(struct report *rp) {
   if ((st = ferry__emit_plot(rp, "timeline", cap, 1200, 190 + 46 * (int)nq, s.p)) != FERRY_OK) goto out;
   if ((st = ferry__emit_table(rp, qt, "Per queue over the range: operations, busy time and bytes.")) != FERRY_OK) goto out;
   if ((st = ferry__emit_csv(rp, rows)) != FERRY_OK) goto out;
-  ferry__rb_puts(&rp->html, "<p>Every operation of the chart: <a href=\"tables/timeline.csv\">timeline.csv</a>.</p>\n");
-  ferry__rb_puts(&rp->md, "Every operation of the chart: [tables/timeline.csv](tables/timeline.csv).\n\n");
+  ferry__sb_puts(&rp->html, "<p>Every operation of the chart: <a href=\"tables/timeline.csv\">timeline.csv</a>.</p>\n");
+  ferry__sb_puts(&rp->md, "Every operation of the chart: [tables/timeline.csv](tables/timeline.csv).\n\n");
 out:
-  ferry__rb_free(&s);
+  ferry__sb_free(&s);
   ferry__table_free(qt);
   ferry__table_free(rows);
   ferry_free(ops);
-  ferry__rb_puts(&rp->html, "</section>\n");
+  ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
 
@@ -365,7 +365,7 @@ ferry_status ferry__section_memory(struct report *rp) {
   }
   sqlite3_finalize(q);
   struct rtable *pts = NULL, *sumt = NULL;
-  struct rbuf s = {0};
+  struct ferry_strbuf s = {0};
   if (st != FERRY_OK) goto out;
   /* keep the peak of each bucket so downsampling never hides a budget breach */
   for (int t = 0; t < 3; t++) {
@@ -416,14 +416,14 @@ ferry_status ferry__section_memory(struct report *rp) {
   int ms = tmax - tmin < 2000000000;
   double tdiv = ms ? 1e6 : 1e9;
   for (int t = 0; t < 3; t++) {
-    ferry__rb_printf(&s, "$t%d << EOD\n", t);
+    ferry__sb_printf(&s, "$t%d << EOD\n", t);
     for (size_t i = 0; i < nv[t]; i++) {
-      ferry__rb_printf(&s, "%.9f %.9g\n", (double)(v[t][i].t - tmin) / tdiv, v[t][i].used * scale);
+      ferry__sb_printf(&s, "%.9f %.9g\n", (double)(v[t][i].t - tmin) / tdiv, v[t][i].used * scale);
       ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", (double)(v[t][i].t - tmin) / 1e9, tiers[t], v[t][i].used);
     }
     /* extend the last level to the end of the run so the step line reaches the right edge */
-    if (nv[t]) ferry__rb_printf(&s, "%.9f %.9g\n", (double)(tmax - tmin) / tdiv, v[t][nv[t] - 1].used * scale);
-    ferry__rb_puts(&s, "EOD\n");
+    if (nv[t]) ferry__sb_printf(&s, "%.9f %.9g\n", (double)(tmax - tmin) / tdiv, v[t][nv[t] - 1].used * scale);
+    ferry__sb_puts(&s, "EOD\n");
     if (nv[t]) {
       char b1[32], b2[32], b3[32];
       ferry__table_rowf(sumt, "%s" SEP "%zu" SEP "%s" SEP "%s" SEP "%s", tiers[t], nv[t],
@@ -432,18 +432,18 @@ ferry_status ferry__section_memory(struct report *rp) {
                         budget[t] > 0 ? ferry__fmt_num(100.0 * r->peak_bytes[t] / budget[t], b3, sizeof b3) : "");
     }
   }
-  ferry__rb_printf(&s,
+  ferry__sb_printf(&s,
                    "set xlabel \"time since the first sample (%s)\"\nset ylabel \"bytes in use (%s)\"\n"
                    "set yrange [0:*]\nset key outside right top\nset title \"Memory per tier, run %s\"\nplot ",
                    ms ? "ms" : "s", unit, r->label);
   for (int t = 0; t < 3; t++) {
     if (!nv[t]) continue;
-    ferry__rb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title \"%s\"", drawn ? ", " : "", t, t + 1, tiers[t]);
+    ferry__sb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title \"%s\"", drawn ? ", " : "", t, t + 1, tiers[t]);
     drawn = 1;
     if (budget[t] > 0)
-      ferry__rb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title \"%s budget\"", budget[t] * scale, t + 1, tiers[t]);
+      ferry__sb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title \"%s budget\"", budget[t] * scale, t + 1, tiers[t]);
   }
-  ferry__rb_puts(&s, "\n");
+  ferry__sb_puts(&s, "\n");
   if (!drawn) goto out;
   if (s.oom) {
     st = NOMEM(rp);
@@ -453,11 +453,11 @@ ferry_status ferry__section_memory(struct report *rp) {
   if ((st = ferry__emit_plot(rp, "memory", title, 1100, 450, s.p)) != FERRY_OK) goto out;
   if ((st = ferry__emit_table(rp, sumt, "Peak memory per tier against its budget.")) != FERRY_OK) goto out;
   st = ferry__emit_csv(rp, pts);
-  ferry__rb_puts(&rp->html, "<p>The plotted samples: <a href=\"tables/memory.csv\">memory.csv</a>.</p>\n");
-  ferry__rb_puts(&rp->md, "The plotted samples: [tables/memory.csv](tables/memory.csv).\n\n");
+  ferry__sb_puts(&rp->html, "<p>The plotted samples: <a href=\"tables/memory.csv\">memory.csv</a>.</p>\n");
+  ferry__sb_puts(&rp->md, "The plotted samples: [tables/memory.csv](tables/memory.csv).\n\n");
 out:
-  if (rp->sum.sections & FERRY_REPORT_MEMORY) ferry__rb_puts(&rp->html, "</section>\n");
-  ferry__rb_free(&s);
+  if (rp->sum.sections & FERRY_REPORT_MEMORY) ferry__sb_puts(&rp->html, "</section>\n");
+  ferry__sb_free(&s);
   ferry__table_free(pts);
   ferry__table_free(sumt);
   for (int t = 0; t < 3; t++) ferry_free(v[t]);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/strbuf.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "traces/routing_impl.h"
@@ -491,43 +492,10 @@ out_free_rows:
 
 /* ---- JSONL writing ---------------------------------------------------------------------- */
 
-struct sbuf {
-  char *p;
-  size_t len, cap;
-  int oom;
-};
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) FERRY_PRINTF(2, 3);
-static void sb_printf(struct sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->p && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 65536;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *np = ferry__realloc(b->p, cap);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-}
 
 ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path) {
   if (!r || !path) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_write_jsonl: NULL argument");
-  struct sbuf b = {0};
+  struct ferry_strbuf b = {0};
   int32_t L = r->n_layers, K = r->top_k;
   for (size_t i = 0; i < r->n_reqs; i++) {
     const struct ferry__routing_req *q = &r->reqs[i];
@@ -536,20 +504,20 @@ ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path)
       for (int32_t l = 0; l < L; l++) {
         size_t cell = ((size_t)t * (size_t)L + (size_t)l) * (size_t)K;
         if (q->ids[cell] < 0) continue;
-        sb_printf(&b, "{\"req_id\":%" PRId64 ",\"token_idx\":%d,\"layer\":%d,\"topk_ids\":[", q->req_id, t, l);
-        for (int32_t j = 0; j < K; j++) sb_printf(&b, j ? ",%d" : "%d", q->ids[cell + (size_t)j]);
-        sb_printf(&b, "],\"topk_weights\":[");
+        ferry__sb_printf(&b, "{\"req_id\":%" PRId64 ",\"token_idx\":%d,\"layer\":%d,\"topk_ids\":[", q->req_id, t, l);
+        for (int32_t j = 0; j < K; j++) ferry__sb_printf(&b, j ? ",%d" : "%d", q->ids[cell + (size_t)j]);
+        ferry__sb_printf(&b, "],\"topk_weights\":[");
         /* %.9g round-trips every float exactly. */
-        for (int32_t j = 0; j < K; j++) sb_printf(&b, j ? ",%.9g" : "%.9g", (double)q->weights[cell + (size_t)j]);
-        sb_printf(&b, "]");
+        for (int32_t j = 0; j < K; j++) ferry__sb_printf(&b, j ? ",%.9g" : "%.9g", (double)q->weights[cell + (size_t)j]);
+        ferry__sb_printf(&b, "]");
         if (!features_done) {
           const float *f = q->features + (size_t)t * (size_t)r->n_features;
-          sb_printf(&b, ",\"features\":[");
-          for (int32_t j = 0; j < r->n_features; j++) sb_printf(&b, j ? ",%.9g" : "%.9g", (double)f[j]);
-          sb_printf(&b, "]");
+          ferry__sb_printf(&b, ",\"features\":[");
+          for (int32_t j = 0; j < r->n_features; j++) ferry__sb_printf(&b, j ? ",%.9g" : "%.9g", (double)f[j]);
+          ferry__sb_printf(&b, "]");
           features_done = 1;
         }
-        sb_printf(&b, "}\n");
+        ferry__sb_printf(&b, "}\n");
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "common/alloc.h"
+#include "common/strbuf.h"
 #include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -608,56 +609,23 @@ ferry_status ferry_trace_get_stats(const ferry_trace *t, struct ferry_trace_stat
 
 /* ---- ferry JSONL writer ----------------------------------------------------------------- */
 
-struct sbuf {
-  char *p;
-  size_t len, cap;
-  int oom;
-};
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) FERRY_PRINTF(2, 3);
-static void sb_printf(struct sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->p && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 65536;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *np = ferry__realloc(b->p, cap);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-}
 
 ferry_status ferry_trace_write_jsonl(const ferry_trace *t, const char *path) {
   if (!t || !path) return ferry__fail(FERRY_ERR_INVALID, "ferry_trace_write_jsonl: NULL trace or path");
-  struct sbuf b = {0};
+  struct ferry_strbuf b = {0};
   for (size_t i = 0; i < t->n; i++) {
     const struct ferry_request *r = &t->reqs[i];
-    sb_printf(&b, "{\"req_id\":%" PRId64 ",\"arrival_ns\":%" PRId64 ",\"prompt_tokens\":%" PRId32
+    ferry__sb_printf(&b, "{\"req_id\":%" PRId64 ",\"arrival_ns\":%" PRId64 ",\"prompt_tokens\":%" PRId32
                   ",\"output_tokens\":%" PRId32,
               r->id, r->arrival_ns, r->prompt_tokens, r->output_tokens);
     int32_t nh;
     const int64_t *h = ferry_trace_hash_ids(t, i, &nh);
     if (nh > 0) {
-      sb_printf(&b, ",\"hash_ids\":[");
-      for (int32_t j = 0; j < nh; j++) sb_printf(&b, j ? ",%" PRId64 : "%" PRId64, h[j]);
-      sb_printf(&b, "]");
+      ferry__sb_printf(&b, ",\"hash_ids\":[");
+      for (int32_t j = 0; j < nh; j++) ferry__sb_printf(&b, j ? ",%" PRId64 : "%" PRId64, h[j]);
+      ferry__sb_printf(&b, "]");
     }
-    sb_printf(&b, "}\n");
+    ferry__sb_printf(&b, "}\n");
   }
   ferry_status st;
   if (b.oom) {
