@@ -10,10 +10,14 @@
 #include "cli/cli.h"
 #include "common/alloc.h"
 #include "common/units.h"
+#include "ferry/db.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/quantize.h"
 #include "ferry/store.h"
+
+static int compare_logits(const char *in, const char *out, double *cos_mean, double *cos_min, double *kl_mean,
+                          double *kl_max, double *top1_share);
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -21,7 +25,8 @@ static void usage(FILE *f) {
           "Pack a model's weights: formats fp16, bf16, int8, int4-g32|64|128, int3-g64, int2-g64, nf4;\n"
           "a plan gives one per tensor class, e.g. attn=int4-g64,expert=int3-g64,head=fp16,default=int8\n"
           "(classes: attn, expert, shared, router, dense_ffn, embed, head, norm).\n\n"
-          "  --report   also compare the logits of both models on a fixed token set (cosine, KL)\n");
+          "  --report   also compare the logits of both models on a fixed token set (cosine, KL)\n"
+          "  --db FILE  store size and error per tensor class (and the logits figures) in a result database\n");
 }
 
 struct logits {
@@ -74,8 +79,9 @@ static ferry_status logits_of(const char *dir, struct logits *out) {
 int cmd_model_quantize(int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, 0, 'f'}, {"plan", required_argument, 0, 'p'},
                                        {"report", no_argument, 0, 'r'},       {"help", no_argument, 0, 'h'},
+                                       {"db", required_argument, 0, 'd'},
                                        {0, 0, 0, 0}};
-  const char *format = NULL, *plan_text = NULL;
+  const char *format = NULL, *plan_text = NULL, *db_path = NULL;
   int report = 0;
   optind = 1;
   int c;
@@ -84,6 +90,7 @@ int cmd_model_quantize(int argc, char **argv) {
       case 'f': format = optarg; break;
       case 'p': plan_text = optarg; break;
       case 'r': report = 1; break;
+      case 'd': db_path = optarg; break;
       case 'h': usage(stdout); return CLI_OK;
       default: return cli_usage_error("model quantize", "invalid option");
     }
@@ -113,7 +120,34 @@ int cmd_model_quantize(int argc, char **argv) {
   printf("%-10s %-10s %8s %12s %12s %6.2fx   (relative Frobenius error per tensor)\n", "total", "", "",
          ferry__format_bytes(rep.bytes_before, b1, sizeof b1), ferry__format_bytes(rep.bytes_after, b2, sizeof b2),
          rep.bytes_after ? (double)rep.bytes_before / (double)rep.bytes_after : 0);
-  if (!report) return CLI_OK;
+  double cos_mean = NAN, cos_min = NAN, kl_mean = NAN, kl_max = NAN, top1_share = NAN;
+  int rc = CLI_OK;
+  if (report) rc = compare_logits(in, out, &cos_mean, &cos_min, &kl_mean, &kl_max, &top1_share);
+  if (rc == CLI_OK && db_path) {
+    ferry_db *db = NULL;
+    if ((st = ferry_db_open(&db, db_path, FERRY_DB_CREATE)) != FERRY_OK) return cli_fail(st, NULL);
+    for (int k = 0; k < FERRY_QCLASS_COUNT && st == FERRY_OK; k++) {
+      const struct ferry_quantize_class_report *r = &rep.cls[k];
+      if (!r->tensors) continue;
+      char spec[32];
+      struct ferry_quant_quality_row row = {
+          .model = in, .output = out, .plan = buf, .cls = ferry_quant_class_name((enum ferry_qclass)k),
+          .format = ferry_quant_spec_name(&plan.spec[k], spec, sizeof spec), .tensors = r->tensors,
+          .bytes_before = r->bytes_before, .bytes_after = r->bytes_after, .mean_rel_error = r->mean_rel_error,
+          .max_rel_error = r->max_rel_error, .logits_cosine_mean = cos_mean, .logits_cosine_min = cos_min,
+          .logits_kl_mean = kl_mean, .logits_kl_max = kl_max, .top1_agreement = top1_share};
+      st = ferry_db_add_quant_quality(db, &row);
+    }
+    ferry_db_close(db);
+    if (st != FERRY_OK) return cli_fail(st, NULL);
+    printf("stored in %s (table quant_quality)\n", db_path);
+  }
+  return rc;
+}
+
+static int compare_logits(const char *in, const char *out, double *cos_mean, double *cos_min_out, double *kl_mean,
+                          double *kl_max_out, double *top1_share) {
+  ferry_status st;
   struct logits ref = {0}, q = {0};
   if ((st = logits_of(in, &ref)) != FERRY_OK || (st = logits_of(out, &q)) != FERRY_OK) {
     free(ref.v);
@@ -144,6 +178,11 @@ int cmd_model_quantize(int argc, char **argv) {
     printf("logits over %zu tokens (4 requests, seeded ids): cosine mean %.5f min %.5f; KL mean %.5f max %.5f nats; "
            "top-1 agreement %.1f%%\n",
            tokens, cos_sum / (double)tokens, cos_min, kl_sum / (double)tokens, kl_max, 100.0 * top1 / (double)tokens);
+    *cos_mean = cos_sum / (double)tokens;
+    *cos_min_out = cos_min;
+    *kl_mean = kl_sum / (double)tokens;
+    *kl_max_out = kl_max;
+    *top1_share = (double)top1 / (double)tokens;
   }
   free(ref.v);
   free(q.v);

@@ -388,6 +388,42 @@ ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, c
   return st;
 }
 
+ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *r) {
+  ferry_status st = check_writable(db, "ferry_db_add_quant_quality");
+  if (st != FERRY_OK) return st;
+  if (!r) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_add_quant_quality: NULL row");
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *ins = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "INSERT INTO quant_quality(created_at, model, output, plan, class, format, tensors,"
+                              " bytes_before, bytes_after, mean_rel_error, max_rel_error, logits_cosine_mean,"
+                              " logits_cosine_min, logits_kl_mean, logits_kl_max, top1_agreement)"
+                              " VALUES (strftime('%Y-%m-%dT%H:%M:%fZ','now'), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+                              " ?11, ?12, ?13, ?14, ?15)",
+                              -1, &ins, NULL);
+  if (rc == SQLITE_OK) {
+    bind_text_or_null(ins, 1, r->model);
+    bind_text_or_null(ins, 2, r->output);
+    bind_text_or_null(ins, 3, r->plan);
+    bind_text_or_null(ins, 4, r->cls);
+    bind_text_or_null(ins, 5, r->format);
+    sqlite3_bind_int64(ins, 6, r->tensors);
+    sqlite3_bind_int64(ins, 7, (sqlite3_int64)r->bytes_before);
+    sqlite3_bind_int64(ins, 8, (sqlite3_int64)r->bytes_after);
+    const double v[7] = {r->mean_rel_error, r->max_rel_error, r->logits_cosine_mean, r->logits_cosine_min,
+                         r->logits_kl_mean, r->logits_kl_max, r->top1_agreement};
+    for (int i = 0; i < 7; i++) {
+      if (v[i] == v[i]) sqlite3_bind_double(ins, 9 + i, v[i]);
+      else sqlite3_bind_null(ins, 9 + i);
+    }
+    rc = sqlite3_step(ins);
+  }
+  sqlite3_finalize(ins);
+  if (rc != SQLITE_DONE) st = ferry__db_sqlite_error(db->sql, rc, db->path, "writing quantization quality", &db->err);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
 /* Append under batch_mu; flush when the batch is full. */
 #define ADD_ROW(db, vec, type, fill)                                                    \
   do {                                                                                  \

@@ -131,9 +131,18 @@ static const char schema_v2[] =
     "CREATE INDEX memory_run ON memory(runId, tier);"
     "CREATE INDEX runs_config_hash ON runs(config_hash, complete);";
 
+/* Version 3: quantization quality (ferry model quantize --report --db), one row per tensor
+ * class of a quantized model, with the end-to-end logits agreement of the whole model. */
+static const char schema_v3[] =
+    "CREATE TABLE quant_quality (id INTEGER PRIMARY KEY, created_at TEXT, model TEXT, output TEXT,"
+    " plan TEXT, class TEXT, format TEXT, tensors INTEGER, bytes_before INTEGER, bytes_after INTEGER,"
+    " mean_rel_error REAL, max_rel_error REAL, logits_cosine_mean REAL, logits_cosine_min REAL,"
+    " logits_kl_mean REAL, logits_kl_max REAL, top1_agreement REAL);";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
+    {3, "quantization quality table", schema_v3},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

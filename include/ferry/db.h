@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 2
+#define FERRY_DB_SCHEMA_VERSION 3
 
 /** Opaque handle on an open result database. */
 typedef struct ferry_db ferry_db;
@@ -342,6 +342,33 @@ ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out
  */
 ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
                                   const struct ferry_run_info *info, int64_t *run_id);
+
+/** Quality of one tensor class of a quantized model (table quant_quality). */
+struct ferry_quant_quality_row {
+  const char *model;        /**< input model folder */
+  const char *output;       /**< quantized model folder */
+  const char *plan;         /**< the plan in canonical form */
+  const char *cls;          /**< tensor class ("attn", "expert", ...) */
+  const char *format;       /**< format of the class ("int4-g64", ...) */
+  int64_t tensors;          /**< tensors of the class */
+  uint64_t bytes_before;    /**< bytes in the input */
+  uint64_t bytes_after;     /**< bytes quantized */
+  double mean_rel_error;    /**< mean relative Frobenius error per tensor */
+  double max_rel_error;     /**< largest relative Frobenius error of a tensor */
+  double logits_cosine_mean; /**< whole model: mean cosine of logits against the input model (NAN if not measured) */
+  double logits_cosine_min; /**< whole model: smallest cosine */
+  double logits_kl_mean;    /**< whole model: mean KL divergence in nats */
+  double logits_kl_max;     /**< whole model: largest KL divergence */
+  double top1_agreement;    /**< whole model: share of tokens with the same argmax */
+};
+
+/**
+ * @brief Store the quality of one tensor class of a quantized model (written at once).
+ * @param db an open read-write database.
+ * @param row the row (strings copied).
+ * @return FERRY_OK or FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
+ */
+ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *row);
 
 /**
  * @brief Name of a run kind as stored in runs.kind.
