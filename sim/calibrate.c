@@ -382,6 +382,34 @@ static ferry_status probe_kernels(struct probe *p, const struct kbufs *b, enum f
   return st;
 }
 
+/* The host thread's own costs: issuing an op (enqueue only, the queue thread runs it later),
+ * and the round trip of waiting for an event on an idle queue (queue thread and host wake-ups). */
+static ferry_status probe_host_overheads(struct probe *p, ferry_buf *host, ferry_buf *dev, int64_t *submit_ns,
+                                         int64_t *sync_ns) {
+  struct ferry_ref d = {dev, 0, FERRY_DTYPE_U8}, h = {host, 0, FERRY_DTYPE_U8};
+  ferry_status st = FERRY_OK;
+  const int n_submit = 2000, n_sync = 500;
+  double best_submit = INFINITY;
+  for (int rep = 0; rep < 3 && st == FERRY_OK; rep++) {
+    int64_t t0 = ferry__mono_ns();
+    for (int i = 0; i < n_submit && st == FERRY_OK; i++) st = ferry_exec_copy(p->ex, p->q_h2d, d, h, 64);
+    double per = (double)(ferry__mono_ns() - t0) / n_submit;
+    if (per < best_submit) best_submit = per;
+    if (st == FERRY_OK) st = ferry_exec_drain(p->ex);
+  }
+  double lat[500];
+  for (int i = 0; i < n_sync && st == FERRY_OK; i++) {
+    int64_t t0 = ferry__mono_ns();
+    if ((st = ferry_exec_record(p->ex, p->q_compute, p->ev)) == FERRY_OK) st = ferry_exec_sync(p->ex, p->ev);
+    lat[i] = (double)(ferry__mono_ns() - t0);
+  }
+  if (st != FERRY_OK) return ferry__fail(st, "calibrate: %s", ferry_exec_errmsg(p->ex));
+  qsort(lat, n_sync, sizeof *lat, cmp_dbl);
+  *submit_ns = (int64_t)llround(best_submit);
+  *sync_ns = (int64_t)llround(lat[n_sync / 2]);
+  return FERRY_OK;
+}
+
 ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry_hw_profile *out) {
   memset(out, 0, sizeof *out);
   struct probe p = {.progress = progress};
@@ -406,6 +434,8 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   if (progress) fprintf(progress, "ferry: calibrate: copies\n");
   if ((st = probe_copies(&p, host, dev, p.q_h2d, 1, &h2d)) || (st = probe_copies(&p, host, dev, p.q_d2h, 0, &d2h)))
     goto out;
+  int64_t submit_ns = 0, sync_ns = 0;
+  if ((st = probe_host_overheads(&p, host, dev, &submit_ns, &sync_ns))) goto out;
   if (progress) fprintf(progress, "ferry: calibrate: O_DIRECT reads in %s\n", dir);
   if ((st = probe_disk(&p, dir, host, &disk))) goto out;
   if (progress) fprintf(progress, "ferry: calibrate: kernels\n");
@@ -458,6 +488,8 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->host.dram_gbps = out->gpu.mem_bw_gbps;
   out->host.cpu_gflops = best_gflops;
   out->host.memory_bytes = ram;
+  out->host.submit_ns = submit_ns;
+  out->host.sync_ns = sync_ns;
   snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %.40s", dir);
   out->disk.read_gbps = disk.ns_per_byte > 0 ? 1.0 / disk.ns_per_byte : 1.0;
   out->disk.latency_ns = (int64_t)llround(disk.overhead_ns);
@@ -510,6 +542,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(h, "dram_gbps", p->host.dram_gbps);
     if (p->host.cpu_gflops > 0) cJSON_AddNumberToObject(h, "cpu_gflops", p->host.cpu_gflops);
     cJSON_AddNumberToObject(h, "memory_bytes", (double)p->host.memory_bytes);
+    if (p->host.submit_ns) cJSON_AddNumberToObject(h, "submit_ns", (double)p->host.submit_ns);
+    if (p->host.sync_ns) cJSON_AddNumberToObject(h, "sync_ns", (double)p->host.sync_ns);
   }
   if (p->has_disk) {
     cJSON *d = cJSON_AddObjectToObject(root, "disk");

@@ -50,6 +50,7 @@ struct sim_exec {
   int pumping;
   uint64_t pending_ops; /* ops enqueued and not completed, every queue */
   uint64_t ops_done, kernels, copies, reads;
+  int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
 };
 
 static const struct ferry_exec_backend sim_backend;
@@ -360,6 +361,8 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
     kick(s, queue);
     pump(s);
   }
+  /* issuing takes host time: what is already queued runs on meanwhile */
+  if (s->submit_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->submit_ns);
   return FERRY_OK;
 }
 
@@ -405,12 +408,15 @@ static int gen_done(void *arg) {
 
 static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {
   struct sync_arg a = {ev, gen};
-  if (!ferry__des_run_while_not(state(ex)->des, gen_done, &a)) {
+  struct sim_exec *s = state(ex);
+  if (!ferry__des_run_while_not(s->des, gen_done, &a)) {
     char what[96];
     snprintf(what, sizeof what, "the host waits for an event generation %llu (done: %llu)", (unsigned long long)gen,
              (unsigned long long)atomic_load(&ev->done_gen));
     return deadlock(ex, what);
   }
+  /* the host notices the event only after its wake-up latency */
+  if (s->sync_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->sync_ns);
   return FERRY_OK;
 }
 
@@ -495,6 +501,10 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   ex->backend_state = s;
   s->ex = ex;
   s->hw = *p;
+  if (p->has_host) {
+    s->submit_ns = p->host.submit_ns;
+    s->sync_ns = p->host.sync_ns;
+  }
   s->hw.sources = NULL;
   s->hw.n_sources = 0;
   s->hw.fitted = NULL;

@@ -98,6 +98,9 @@ struct ferry_hw_host {
   double dram_gbps;      /**< host memory bandwidth, GB/s */
   double cpu_gflops;     /**< CPU throughput for the host executor's math, GFLOP/s */
   uint64_t memory_bytes; /**< host memory available for pinned weights */
+  int64_t submit_ns;     /**< host time to issue one op (the engine's thread issues at a finite
+                              rate); 0 = free */
+  int64_t sync_ns;       /**< host wake-up latency after an event it waits for completes; 0 = none */
 };
 
 /** A disk (the tier weights are streamed from). */
