@@ -193,7 +193,10 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
     k++;
     if (!value_text(sw->spec_path, it->string, v, key->flag, val, sizeof val)) return CLI_USAGE;
-    if (!strcmp(key->name, "hw") && !sim) continue; /* hardware profiles are the simulator's */
+    /* hardware profiles, routing sources and --quant sizing are the simulator's options */
+    if (!sim && (!strcmp(key->name, "hw") || !strcmp(key->name, "routing") || !strcmp(key->name, "routing_synth") ||
+                 !strcmp(key->name, "quant")))
+      continue;
     if (swept && desc.n < sizeof desc.s)
       desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", key->name, val);
     if (!strcmp(key->name, "executor")) continue;

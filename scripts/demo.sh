@@ -28,9 +28,14 @@ rm -f "$out/calib.db"
   --device-budget 64MiB --max-batch 4 --max-seq-tokens 4096 --quiet --db "$out/calib.db" >/dev/null
 "$ferry" calibrate --db "$out/calib.db" --run 1 --base "$out/host.json" --out "$out/fitted.json" | tail -1
 
+step "recording the routing of the evaluated requests, so the simulator sees the experts the real runs see"
+"$ferry" run --model "$model" --trace "$trace" --max-requests 8 --rate-scale 10 --device-budget 64MiB --max-batch 4 \
+  --max-seq-tokens 4096 --quiet --record-routing "$out/routing.jsonl" >/dev/null
+
 step "sweep: block layers x prefetch depth, host executor and simulator (first 8 requests, 10x faster)"
 cat >"$out/sweep.json" <<JSON
-{"executor": ["host", "sim"], "hw": ["$out/fitted.json"], "model": ["$model"], "trace": ["$trace"],
+{"executor": ["host", "sim"], "hw": ["$out/fitted.json"], "routing": ["$out/routing.jsonl"],
+ "model": ["$model"], "trace": ["$trace"],
  "max_requests": [8], "rate_scale": [10], "device_budget": ["64MiB"], "max_batch": [4],
  "max_seq_tokens": [4096], "block_layers": [1, 2], "prefetch_depth": [0, 1, 2]}
 JSON
