@@ -64,7 +64,7 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --hw PROFILE            hardware profile (ferry hw list) or JSON file\n"
               : "Executor:\n"
                 "  --backend host|cuda     executor (default host)\n"
-                "  --threads N             BLAS threads of the host executor (default: library default)\n"
+                "  --threads N             BLAS threads of the host executor (default: cores - 2, at least 1)\n"
                 "  --direct-io             read disk units with O_DIRECT\n"
                 "  --drop-cache            drop the page cache after each disk read (default on without --direct-io)\n"
                 "  --greedy                next token = argmax of the logits (default: seeded draw)\n"

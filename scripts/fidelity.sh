@@ -12,6 +12,8 @@
 set -eu
 out=${1:-build/fidelity}
 ferry=${FERRY:-build/ferry}
+shared=../shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv
+if [ -z "${FIDELITY_TRACE:-}" ] && [ -f "$shared" ]; then FIDELITY_TRACE=$shared; fi
 trace=${FIDELITY_TRACE:-tests/data/traces/azure_conv_200.csv}
 mkdir -p "$out"
 model="$out/model"
@@ -20,8 +22,9 @@ if [ ! -f "$model/config.json" ]; then
     --router-skew 0.5 --router-locality 0.6 --quiet --out "$model"
 fi
 common="--max-batch 4 --max-step-tokens 128 --max-seq-tokens 2048 --seed 7 --quiet"
-eval_slice="--max-requests 12 --time-window 0:120 --rate-scale 4"
-calib_slice="--max-requests 8 --time-window 120:400 --rate-scale 4"
+# evaluation and calibration on different requests of the trace (the slice spans 61 s)
+eval_slice="--max-requests 12 --time-window 0:30 --rate-scale 4"
+calib_slice="--max-requests 8 --time-window 35:62 --rate-scale 4"
 db="$out/fidelity.db"
 rm -f "$db" "$out/calib.db"
 

@@ -48,7 +48,8 @@ struct ferry_exec_config {
   uint64_t device_budget_bytes; /**< most bytes the device tier may hold (0 = unlimited) */
   uint64_t host_budget_bytes;   /**< most bytes the host tier may hold (0 = unlimited) */
   int lock_host_memory;         /**< host executor: mlock the host tier (warn when refused) */
-  int compute_threads;          /**< host executor: BLAS threads (0 = library default) */
+  int compute_threads;          /**< host executor: BLAS threads (0 = cores - 2, at least 1: the copy
+                                     and disk queues keep a core each) */
 };
 
 /** Kernel kinds. Each carries real arguments (buffers) and its shape for the cost model. */
