@@ -173,16 +173,18 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l) {
  * when the executor computes, else asked from the routing source. */
 static ferry_status routing(struct ferry_engine *e, int32_t l) {
   const int64_t T = e->n_tok, K = e->mc->experts_per_token;
+  /* The read-back and the host wait happen on every executor, so a simulated run has the same
+   * ops and the same stall as a real one; only where the ids come from differs. */
+  struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
+  struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
+  TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
+  TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
+  TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
+  TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
+  TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
+  TRY(ferry_exec_sync(e->ex, e->ev_tmp));
+  e->step_bytes_d2h += (uint64_t)(T * K) * 8;
   if (e->has_data) {
-    struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
-    struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
-    TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
-    TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
-    TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
-    TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
-    TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
-    TRY(ferry_exec_sync(e->ex, e->ev_tmp));
-    e->step_bytes_d2h += (uint64_t)(T * K) * 8;
     const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
     memcpy(e->routing_w, base, (size_t)(T * K) * 4);
     memcpy(e->routing_ids, base + (T * K) * 4, (size_t)(T * K) * 4);
