@@ -57,15 +57,12 @@ static double weight(double duration_ns) {
   return 1.0 / (d * d);
 }
 
-ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, struct ferry_hw_cost *out, double *r2) {
-  if (!s || !n || !out) return ferry__fail(FERRY_ERR_INVALID, "calibrate: no samples to fit");
-  /* columns scaled to comparable magnitudes for conditioning */
-  double scale[3] = {1, 0, 0};
-  for (size_t i = 0; i < n; i++) {
-    if (s[i].bytes > scale[1]) scale[1] = s[i].bytes;
-    if (s[i].flops > scale[2]) scale[2] = s[i].flops;
-  }
-  double best_sse = INFINITY, best[3] = {0, 0, 0};
+/* Best non-negative fit of duration = c0 + c1 * x1 + c2 * x2 where, per sample, x1 is its bytes
+ * when regime[i] is 0 (else 0) and x2 its flops when regime[i] is 1 (else 0); NULL regime: both.
+ * Every subset of free coefficients is tried. Returns the weighted SSE (INFINITY: no fit). */
+static double fit_masked(const struct ferry_calib_sample *s, size_t n, const uint8_t *regime, const double scale[3],
+                         double best[3]) {
+  double best_sse = INFINITY;
   for (int mask = 1; mask < 8; mask++) {
     int cols[3], k = 0;
     for (int c = 0; c < 3; c++)
@@ -73,7 +70,8 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
     if (!k) continue;
     double a[3][3] = {{0}}, b[3] = {0};
     for (size_t i = 0; i < n; i++) {
-      double x[3] = {1.0, s[i].bytes / (scale[1] ? scale[1] : 1), s[i].flops / (scale[2] ? scale[2] : 1)};
+      double x[3] = {1.0, (!regime || regime[i] == 0) ? s[i].bytes / scale[1] : 0,
+                     (!regime || regime[i] == 1) ? s[i].flops / scale[2] : 0};
       double wt = weight(s[i].duration_ns);
       for (int p = 0; p < k; p++) {
         b[p] += wt * x[cols[p]] * s[i].duration_ns;
@@ -88,14 +86,71 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
     for (int p = 0; p < k; p++) coef[cols[p]] = b[p];
     double sse = 0;
     for (size_t i = 0; i < n; i++) {
-      double pred = coef[0] + coef[1] * s[i].bytes / (scale[1] ? scale[1] : 1) + coef[2] * s[i].flops / (scale[2] ? scale[2] : 1);
+      double xb = s[i].bytes / scale[1] * coef[1], xf = s[i].flops / scale[2] * coef[2];
+      double pred = coef[0] + (regime ? (xb > xf ? xb : xf) : xb + xf);
       sse += weight(s[i].duration_ns) * (pred - s[i].duration_ns) * (pred - s[i].duration_ns);
     }
     if (sse < best_sse) {
       best_sse = sse;
-      memcpy(best, coef, sizeof best);
+      memcpy(best, coef, 3 * sizeof *best);
     }
   }
+  return best_sse;
+}
+
+ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, struct ferry_hw_cost *out, double *r2) {
+  if (!s || !n || !out) return ferry__fail(FERRY_ERR_INVALID, "calibrate: no samples to fit");
+  /* columns scaled to comparable magnitudes for conditioning */
+  double scale[3] = {1, 1e-300, 1e-300};
+  for (size_t i = 0; i < n; i++) {
+    if (s[i].bytes > scale[1]) scale[1] = s[i].bytes;
+    if (s[i].flops > scale[2]) scale[2] = s[i].flops;
+  }
+  if (scale[1] <= 1e-300) scale[1] = 0;
+  if (scale[2] <= 1e-300) scale[2] = 0;
+  const double sc[3] = {1, scale[1] > 0 ? scale[1] : 1, scale[2] > 0 ? scale[2] : 1};
+  /* The roofline shape: each op is bound by its bytes or by its flops, whichever costs more.
+   * Start from a plain linear fit, then alternate: give every op to the bound that dominates
+   * for it, refit, until the assignment settles. */
+  double best[3] = {0, 0, 0}, cur[3];
+  double best_sse = fit_masked(s, n, NULL, sc, best);
+  if (isfinite(best_sse)) { /* score it as the simulator uses it: overhead + the larger term */
+    best_sse = 0;
+    for (size_t i = 0; i < n; i++) {
+      double xb = s[i].bytes / sc[1] * best[1], xf = s[i].flops / sc[2] * best[2];
+      double pred = best[0] + (xb > xf ? xb : xf);
+      best_sse += weight(s[i].duration_ns) * (pred - s[i].duration_ns) * (pred - s[i].duration_ns);
+    }
+  }
+  uint8_t *regime = ferry_malloc(n ? n : 1);
+  if (regime && isfinite(best_sse)) {
+    memcpy(cur, best, sizeof cur);
+    for (int iter = 0; iter < 20; iter++) {
+      int changed = 0;
+      for (size_t i = 0; i < n; i++) {
+        uint8_t r = s[i].flops / sc[2] * cur[2] > s[i].bytes / sc[1] * cur[1];
+        changed |= iter == 0 || r != regime[i];
+        regime[i] = r;
+      }
+      if (!changed) break;
+      double next[3];
+      double sse = fit_masked(s, n, regime, sc, next);
+      if (!isfinite(sse)) break;
+      memcpy(cur, next, sizeof cur);
+      /* score the candidate as the simulator will use it: overhead + max of the two terms */
+      double full = 0;
+      for (size_t i = 0; i < n; i++) {
+        double xb = s[i].bytes / sc[1] * cur[1], xf = s[i].flops / sc[2] * cur[2];
+        double pred = cur[0] + (xb > xf ? xb : xf);
+        full += weight(s[i].duration_ns) * (pred - s[i].duration_ns) * (pred - s[i].duration_ns);
+      }
+      if (full < best_sse) {
+        best_sse = full;
+        memcpy(best, cur, sizeof best);
+      }
+    }
+  }
+  ferry_free(regime);
   if (!isfinite(best_sse)) {
     /* degenerate: a constant */
     double mean = 0;
@@ -104,8 +159,8 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
     best_sse = 0;
   }
   out->overhead_ns = best[0];
-  out->ns_per_byte = scale[1] > 0 ? best[1] / scale[1] : 0;
-  out->ns_per_flop = scale[2] > 0 ? best[2] / scale[2] : 0;
+  out->ns_per_byte = scale[1] > 0 ? best[1] / sc[1] : 0;
+  out->ns_per_flop = scale[2] > 0 ? best[2] / sc[2] : 0;
   if (r2) {
     double mean = 0, sst = 0;
     double wsum = 0;

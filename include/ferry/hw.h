@@ -62,9 +62,9 @@ struct ferry_hw_efficiency {
 #define FERRY_HW_COST_KINDS 11
 
 /**
- * Fitted cost of one kernel kind (from `ferry calibrate --db`): duration = overhead_ns +
- * bytes * ns_per_byte + flops * ns_per_flop. Where a profile has one, the simulator uses it
- * instead of the roofline for that kind.
+ * Fitted cost of one kernel kind (from `ferry calibrate`): duration = overhead_ns +
+ * max(bytes * ns_per_byte, flops * ns_per_flop), a roofline with measured rates. Where a profile
+ * has one, the simulator uses it instead of the datasheet roofline for that kind.
  */
 struct ferry_hw_cost {
   double overhead_ns; /**< fixed cost per op */
