@@ -22,8 +22,9 @@ static void usage(FILE *f) {
           "                   latency, O_DIRECT read bandwidth and latency (a 256 MiB scratch file in\n"
           "                   DIR, default .), and the cost of every kernel kind at engine shapes\n"
           "  --db RUN.db      fit costs to the timeline of a recorded run (host, cuda or an nsys import):\n"
-          "                   per kernel kind, duration = overhead + max(bytes x a, flops x b) (relative\n"
-          "                   least squares, coefficients >= 0); copies and disk reads: latency + bytes / rate\n"
+          "                   per kernel kind, duration = overhead + bytes x a + flops x b, or + max(...),\n"
+          "                   whichever fits better (relative least squares, coefficients >= 0); copies and\n"
+          "                   disk reads: latency + bytes / rate\n"
           "  --run N          the run in RUN.db\n"
           "  --base PROFILE   the profile whose other figures the fitted one keeps (ferry hw list)\n"
           "  --out FILE       where to write the profile (JSON, the catalogue format)\n");
@@ -69,8 +70,9 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     p.cost_set |= 1u << kind;
     p.has_cost = 1;
     any = 1;
-    printf("%-12s %6zu ops: %9.0f ns + max(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", ferry_hw_cost_kind_name(kind), n,
-           p.cost[kind].overhead_ns, p.cost[kind].ns_per_byte, p.cost[kind].ns_per_flop, r2);
+    printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", ferry_hw_cost_kind_name(kind), n,
+           p.cost[kind].overhead_ns, p.cost[kind].roofline ? "max" : "sum", p.cost[kind].ns_per_byte,
+           p.cost[kind].ns_per_flop, r2);
   }
   /* copies (1 = host->device, 2 = device->host) and disk reads (ferry's copy kind 100) */
   static const struct {
@@ -177,8 +179,8 @@ int cmd_calibrate(int argc, char **argv) {
          p.host.cpu_gflops, (long long)p.host.submit_ns, (long long)p.host.sync_ns);
   for (int i = 0; i < FERRY_HW_COST_KINDS; i++)
     if (p.cost_set >> i & 1)
-      printf("  %-12s %9.0f ns + max(%.4f ns/byte, %.5f ns/flop)\n", ferry_hw_cost_kind_name(i), p.cost[i].overhead_ns,
-             p.cost[i].ns_per_byte, p.cost[i].ns_per_flop);
+      printf("  %-12s %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop)\n", ferry_hw_cost_kind_name(i), p.cost[i].overhead_ns,
+             p.cost[i].roofline ? "max" : "sum", p.cost[i].ns_per_byte, p.cost[i].ns_per_flop);
   printf("wrote %s\n", out);
   return CLI_OK;
 }

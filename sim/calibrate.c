@@ -112,9 +112,14 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
   /* The roofline shape: each op is bound by its bytes or by its flops, whichever costs more.
    * Start from a plain linear fit, then alternate: give every op to the bound that dominates
    * for it, refit, until the assignment settles. */
+  /* the sum form: both terms paid (a CPU converting weights, then multiplying) */
+  double sum_coef[3] = {0, 0, 0};
+  const double sum_sse = fit_masked(s, n, NULL, sc, sum_coef);
+  /* the roofline form, started from the sum fit and scored as max */
   double best[3] = {0, 0, 0}, cur[3];
-  double best_sse = fit_masked(s, n, NULL, sc, best);
-  if (isfinite(best_sse)) { /* score it as the simulator uses it: overhead + the larger term */
+  memcpy(best, sum_coef, sizeof best);
+  double best_sse = INFINITY;
+  if (isfinite(sum_sse)) {
     best_sse = 0;
     for (size_t i = 0; i < n; i++) {
       double xb = s[i].bytes / sc[1] * best[1], xf = s[i].flops / sc[2] * best[2];
@@ -151,6 +156,12 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
     }
   }
   ferry_free(regime);
+  out->roofline = 1;
+  if (isfinite(sum_sse) && sum_sse <= best_sse) {
+    memcpy(best, sum_coef, sizeof best);
+    best_sse = sum_sse;
+    out->roofline = 0;
+  }
   if (!isfinite(best_sse)) {
     /* degenerate: a constant */
     double mean = 0;
@@ -615,6 +626,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
       cJSON_AddNumberToObject(k, "overhead_ns", p->cost[i].overhead_ns);
       cJSON_AddNumberToObject(k, "ns_per_byte", p->cost[i].ns_per_byte);
       cJSON_AddNumberToObject(k, "ns_per_flop", p->cost[i].ns_per_flop);
+      if (p->cost[i].roofline) cJSON_AddNumberToObject(k, "roofline", 1);
     }
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);

@@ -274,7 +274,8 @@ static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct 
       const struct ferry_hw_cost *fit = s->fitted[op->u.kernel.kind];
       if (fit) { /* calibrated from measurements: preferred to the roofline */
         so->duration_ns =
-            ferry__ceil_ns(fit->overhead_ns + fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop));
+            ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
+                                                            : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
         return FERRY_OK;
       }
       enum ferry_hw_op hop = hw_op_of(&op->u.kernel);

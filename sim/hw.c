@@ -76,13 +76,16 @@ static const struct field fields[] = {
 #define COST(i, kind)                                                                           \
   {"cost." kind ".overhead_ns", T_F64, C_NONNEG, S_COST, P(cost[i].overhead_ns), 0},            \
       {"cost." kind ".ns_per_byte", T_F64, C_NONNEG, S_COST, P(cost[i].ns_per_byte), 0},        \
-      {"cost." kind ".ns_per_flop", T_F64, C_NONNEG, S_COST, P(cost[i].ns_per_flop), 0}
+      {"cost." kind ".ns_per_flop", T_F64, C_NONNEG, S_COST, P(cost[i].ns_per_flop), 0},           \
+      {"cost." kind ".roofline", T_I32, C_NONNEG, S_COST, P(cost[i].roofline), 0}
     COST(0, "matmul"), COST(1, "attention"), COST(2, "expert"), COST(3, "norm"), COST(4, "rope"),
     COST(5, "activation"), COST(6, "router"), COST(7, "moe_combine"), COST(8, "gather_rows"), COST(9, "embed"),
     COST(10, "dequantize"),
 #undef COST
 };
-_Static_assert(sizeof fields / sizeof fields[0] <= 64, "field bitmasks are 64 bits");
+_Static_assert(sizeof fields / sizeof fields[0] <= 128, "field bitmasks are 128 bits");
+#define BIT(m, i) ((m)[(i) >> 6] >> ((i)&63) & 1)
+#define SETBIT(m, i) ((m)[(i) >> 6] |= 1ull << ((i)&63))
 #undef S
 #undef P
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -197,8 +200,8 @@ static void strlist_free(struct strlist *l) {
 
 struct builder {
   struct ferry_hw_profile p;
-  uint64_t set;        /* fields with a value (from this file or a part) */
-  uint64_t own;        /* fields given in this file itself */
+  uint64_t set[2];     /* bit per field: has a value (from this file or a part) */
+  uint64_t own[2];     /* bit per field: given in this file itself */
   struct srclist inherited, mine;
   struct strlist fit_inherited, fit_mine;
   const char *what;    /* the file, for messages */
@@ -290,7 +293,7 @@ static ferry_status inherit_part(struct builder *b, enum section s, const char *
   copy_section(&b->p, &part.p, s);
   *section_flag(&b->p, s) = 1;
   for (size_t i = 0; i < N_FIELDS; i++)
-    if (fields[i].sec == s && (part.set >> i & 1)) b->set |= 1ull << i;
+    if (fields[i].sec == s && BIT(part.set, i)) SETBIT(b->set, i);
   const struct srclist *lists[2] = {&part.inherited, &part.mine};
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; i < lists[k]->n; i++)
@@ -322,7 +325,7 @@ static ferry_status set_string(char *dst, size_t size, const cJSON *item, const 
 static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
   const struct field *f = &fields[idx];
   const char *what = b->what;
-  if (b->own >> idx & 1) return ferry__fail(FERRY_ERR_FORMAT, "%s: %s is given twice", what, f->path);
+  if (BIT(b->own, idx)) return ferry__fail(FERRY_ERR_FORMAT, "%s: %s is given twice", what, f->path);
   if (f->type == T_STR) {
     ferry_status st = set_string((char *)&b->p + f->off, f->size, item, what, f->path);
     if (st != FERRY_OK) return st;
@@ -347,8 +350,8 @@ static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in (0, 1] (got %g)", what, f->path, v);
     field_set_number(&b->p, f, v);
   }
-  b->own |= 1ull << idx;
-  b->set |= 1ull << idx;
+  SETBIT(b->own, idx);
+  SETBIT(b->set, idx);
   return FERRY_OK;
 }
 
@@ -478,14 +481,14 @@ static ferry_status finish_file(struct builder *b) {
   size_t k = 0;
   for (size_t i = 0; i < b->inherited.n; i++) {
     int idx = field_index(b->inherited.v[i].figure);
-    if (idx >= 0 && (b->own >> idx & 1)) continue;
+    if (idx >= 0 && BIT(b->own, idx)) continue;
     b->inherited.v[k++] = b->inherited.v[i];
   }
   b->inherited.n = k;
   k = 0;
   for (size_t i = 0; i < b->fit_inherited.n; i++) {
     int idx = field_index(b->fit_inherited.v[i]);
-    if (idx >= 0 && (b->own >> idx & 1)) {
+    if (idx >= 0 && BIT(b->own, idx)) {
       ferry_free(b->fit_inherited.v[i]);
       continue;
     }
@@ -498,7 +501,7 @@ static ferry_status finish_file(struct builder *b) {
     for (int j = 0; j < 3; j++) {
       snprintf(path, sizeof path, "cost.%s.%s", cost_kinds[i], parts[j]);
       int idx = field_index(path);
-      if (idx >= 0 && (b->set >> idx & 1)) b->p.cost_set |= 1u << i;
+      if (idx >= 0 && BIT(b->set, idx)) b->p.cost_set |= 1u << i;
     }
   }
   return FERRY_OK;
@@ -700,7 +703,7 @@ ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path) {
   /* defaults for figures a profile may leave out */
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
     int idx = field_index(defaults[i].path);
-    if (!(b.set >> idx & 1) && *section_flag(&b.p, fields[idx].sec)) field_set_number(&b.p, &fields[idx], defaults[i].value);
+    if (!BIT(b.set, idx) && *section_flag(&b.p, fields[idx].sec)) field_set_number(&b.p, &fields[idx], defaults[i].value);
   }
   hw = ferry__calloc(1, sizeof *hw);
   if (!hw) goto out_nomem;

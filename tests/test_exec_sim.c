@@ -239,7 +239,7 @@ static void test_compute_roofline_and_order(void **state) {
 static void test_fitted_cost(void **state) {
   (void)state;
   ferry_hw *hw = profile("fitted", GPU_JSON ", " LINK_JSON(1)
-                         ", \"cost\": {\"matmul\": {\"overhead_ns\": 700, \"ns_per_byte\": 0.001, \"ns_per_flop\": 0.0005}}");
+                         ", \"cost\": {\"matmul\": {\"overhead_ns\": 700, \"ns_per_byte\": 0.001, \"ns_per_flop\": 0.0005, \"roofline\": 1}}");
   ferry_exec *ex = NULL;
   assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_OK);
   ferry_hw_close(hw);

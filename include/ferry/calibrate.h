@@ -25,10 +25,10 @@ struct ferry_calib_sample {
 };
 
 /**
- * @brief Fit duration = overhead + max(bytes * ns_per_byte, flops * ns_per_flop) by relative
- *        least squares (each sample weighted by 1/duration^2), every coefficient >= 0: a linear
- *        fit first, then each op assigned to the term that dominates for it and the masked
- *        linear problem re-solved until the assignment settles.
+ * @brief Fit duration = overhead + bytes * ns_per_byte + flops * ns_per_flop, and the roofline
+ *        form overhead + max(...) (each op assigned to the term that dominates for it, the
+ *        masked linear problem re-solved until the assignment settles); keep the better one
+ *        (out->roofline). Relative least squares (weights 1/duration^2), coefficients >= 0.
  * @param samples the measurements (at least one).
  * @param n number of samples.
  * @param out receives the coefficients.

@@ -63,13 +63,17 @@ struct ferry_hw_efficiency {
 
 /**
  * Fitted cost of one kernel kind (from `ferry calibrate`): duration = overhead_ns +
- * max(bytes * ns_per_byte, flops * ns_per_flop), a roofline with measured rates. Where a profile
- * has one, the simulator uses it instead of the datasheet roofline for that kind.
+ * bytes * ns_per_byte + flops * ns_per_flop, or with roofline = 1, overhead_ns +
+ * max(bytes * ns_per_byte, flops * ns_per_flop) (the calibration keeps whichever form fits the
+ * measurements better: a CPU converting weights before a GEMM pays both terms, a GPU kernel
+ * overlaps them). Where a profile has one, the simulator uses it instead of the datasheet
+ * roofline for that kind.
  */
 struct ferry_hw_cost {
   double overhead_ns; /**< fixed cost per op */
   double ns_per_byte; /**< cost per byte touched */
   double ns_per_flop; /**< cost per floating-point operation */
+  int32_t roofline;   /**< 1: the larger of the two terms; 0: their sum */
 };
 
 /** A GPU. */
