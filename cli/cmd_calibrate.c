@@ -44,25 +44,39 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     cli_fail(FERRY_ERR_DB, "%s: cannot open: %s", db_path, db ? sqlite3_errmsg(db) : "out of memory");
     goto out;
   }
-  size_t cap = 1u << 16;
+  size_t cap = 200000;
   s = ferry_malloc(cap * sizeof *s);
   if (!s) goto out;
   int any = 0;
   for (int kind = 0; kind < FERRY_HW_COST_KINDS; kind++) {
+    /* "<kind>_gemm" takes the ops of <kind> above the GEMM intensity; <kind> the rest */
+    const char *name = ferry_hw_cost_kind_name(kind);
+    char kind_base[32];
+    snprintf(kind_base, sizeof kind_base, "%s", name);
+    char *suffix = strstr(kind_base, "_gemm");
+    const int gemm_kind = suffix != NULL;
+    if (suffix) *suffix = '\0';
+    char gemm_name[40];
+    snprintf(gemm_name, sizeof gemm_name, "%s_gemm", kind_base);
+    int has_gemm_variant = 0;
+    for (int j = 0; j < FERRY_HW_COST_KINDS; j++) has_gemm_variant |= !strcmp(ferry_hw_cost_kind_name(j), gemm_name);
     sqlite3_stmt *q = NULL;
     const char *sql =
         "SELECT k.bytes, k.flops, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds n ON n.id = k.shortName "
-        "WHERE k.runId = ?1 AND n.value = ?2 LIMIT 65536";
+        "WHERE k.runId = ?1 AND n.value = ?2 LIMIT 200000";
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-      cli_fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path, sqlite3_errmsg(db));
+      cli_fail(FERRY_ERR_DB, "%s: not a ferry result datakind_base with a timeline (%s)", db_path, sqlite3_errmsg(db));
       goto out;
     }
     sqlite3_bind_int64(q, 1, run);
-    sqlite3_bind_text(q, 2, ferry_hw_cost_kind_name(kind), -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, kind_base, -1, SQLITE_TRANSIENT);
     size_t n = 0;
-    while (sqlite3_step(q) == SQLITE_ROW && n < cap)
-      s[n++] = (struct ferry_calib_sample){(double)sqlite3_column_int64(q, 0), sqlite3_column_double(q, 1),
-                                           (double)sqlite3_column_int64(q, 2)};
+    while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
+      double bytes = (double)sqlite3_column_int64(q, 0), flops = sqlite3_column_double(q, 1);
+      int is_gemm = bytes > 0 && flops / bytes > FERRY_HW_GEMM_INTENSITY;
+      if (has_gemm_variant && is_gemm != gemm_kind) continue;
+      s[n++] = (struct ferry_calib_sample){bytes, flops, (double)sqlite3_column_int64(q, 2)};
+    }
     sqlite3_finalize(q);
     if (n < 3) continue;
     double r2 = 0;
@@ -70,9 +84,8 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     p.cost_set |= 1u << kind;
     p.has_cost = 1;
     any = 1;
-    printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", ferry_hw_cost_kind_name(kind), n,
-           p.cost[kind].overhead_ns, p.cost[kind].roofline ? "max" : "sum", p.cost[kind].ns_per_byte,
-           p.cost[kind].ns_per_flop, r2);
+    printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", name, n, p.cost[kind].overhead_ns,
+           p.cost[kind].roofline ? "max" : "sum", p.cost[kind].ns_per_byte, p.cost[kind].ns_per_flop, r2);
   }
   /* copies (1 = host->device, 2 = device->host) and disk reads (ferry's copy kind 100) */
   static const struct {

@@ -438,6 +438,21 @@ static ferry_status probe_kernels(struct probe *p, const struct kbufs *b, enum f
         (st = run_kernel(p, &gather, &s[8])) || (st = run_kernel(p, &embed, &s[9])))
       break;
   }
+  /* matrix-vector and matrix-matrix products are priced apart (kinds "<kind>_gemm") */
+  static const int split[][2] = {{0, 11}, {2, 12}};
+  for (int k = 0; k < 2 && st == FERRY_OK; k++) {
+    struct samples *lo = &s[split[k][0]], *hi = &s[split[k][1]];
+    size_t keep = 0;
+    for (size_t j = 0; j < lo->n && st == FERRY_OK; j++) {
+      struct ferry_calib_sample x = lo->v[j];
+      if (x.bytes > 0 && x.flops / x.bytes > FERRY_HW_GEMM_INTENSITY) {
+        if (push(hi, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+      } else {
+        lo->v[keep++] = x;
+      }
+    }
+    lo->n = keep;
+  }
   for (int i = 0; i < FERRY_HW_COST_KINDS && st == FERRY_OK; i++) {
     if (!s[i].n) continue;
     st = ferry_calibrate_fit(s[i].v, s[i].n, &out->cost[i], NULL);

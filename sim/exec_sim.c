@@ -45,7 +45,7 @@ struct sim_exec {
   struct ferry__des *des;
   struct ferry_hw_profile hw; /* figures only: sources, fitted and path are not kept */
   struct ferry__fluid *h2d, *d2h, *disk, *dram, *dmem;
-  const struct ferry_hw_cost *fitted[FERRY_K_COUNT]; /* per kernel kind, or NULL: roofline */
+  const struct ferry_hw_cost *fitted[FERRY_K_COUNT][2]; /* per kernel kind and regime (GEMM), or NULL: roofline */
   struct sim_queue queues[FERRY_EXEC_MAX_QUEUES];
   uint32_t runnable; /* bit per queue that may be able to start its head op */
   int pumping;
@@ -271,7 +271,8 @@ static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct 
       double flops;
       uint64_t bytes;
       ferry_kernel_cost(&op->u.kernel, &flops, &bytes);
-      const struct ferry_hw_cost *fit = s->fitted[op->u.kernel.kind];
+      const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
+      const struct ferry_hw_cost *fit = s->fitted[op->u.kernel.kind][gemm];
       if (fit) { /* calibrated from measurements: preferred to the roofline */
         so->duration_ns =
             ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
@@ -513,7 +514,8 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   s->hw.n_fitted = 0;
   s->hw.path = NULL;
   for (int k = 0; k < FERRY_K_COUNT; k++)
-    s->fitted[k] = ferry_hw_cost_of(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k));
+    for (int g = 0; g < 2; g++)
+      s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
   if ((st = ferry__des_create(&s->des, 256)) != FERRY_OK ||
       (st = make_resources(s, config ? config->lock_host_memory : 1)) != FERRY_OK) {
     sim_destroy(ex); /* the failing call has set the message */

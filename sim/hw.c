@@ -80,7 +80,7 @@ static const struct field fields[] = {
       {"cost." kind ".roofline", T_I32, C_NONNEG, S_COST, P(cost[i].roofline), 0}
     COST(0, "matmul"), COST(1, "attention"), COST(2, "expert"), COST(3, "norm"), COST(4, "rope"),
     COST(5, "activation"), COST(6, "router"), COST(7, "moe_combine"), COST(8, "gather_rows"), COST(9, "embed"),
-    COST(10, "dequantize"),
+    COST(10, "dequantize"), COST(11, "matmul_gemm"), COST(12, "expert_gemm"),
 #undef COST
 };
 _Static_assert(sizeof fields / sizeof fields[0] <= 128, "field bitmasks are 128 bits");
@@ -93,9 +93,20 @@ _Static_assert(sizeof fields / sizeof fields[0] <= 128, "field bitmasks are 128 
 static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", "cost", ""};
 static const char *const cost_kinds[FERRY_HW_COST_KINDS] = {"matmul", "attention", "expert", "norm",
                                                            "rope", "activation", "router", "moe_combine",
-                                                           "gather_rows", "embed", "dequantize"};
+                                                           "gather_rows", "embed", "dequantize", "matmul_gemm",
+                                                           "expert_gemm"};
 
 const char *ferry_hw_cost_kind_name(int i) { return i >= 0 && i < FERRY_HW_COST_KINDS ? cost_kinds[i] : NULL; }
+
+const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profile *p, const char *kind_name, int gemm) {
+  if (gemm && kind_name) {
+    char name[32];
+    snprintf(name, sizeof name, "%s_gemm", kind_name);
+    const struct ferry_hw_cost *c = ferry_hw_cost_of(p, name);
+    if (c) return c;
+  }
+  return ferry_hw_cost_of(p, kind_name);
+}
 
 const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *p, const char *kind_name) {
   if (!p || !kind_name || !p->has_cost) return NULL;

@@ -59,7 +59,11 @@ struct ferry_hw_efficiency {
 };
 
 /** Kernel kinds a profile may carry fitted costs for (the names of ferry_kernel_kind_name()). */
-#define FERRY_HW_COST_KINDS 11
+#define FERRY_HW_COST_KINDS 13
+
+/** Arithmetic intensity (flops per byte) above which a matmul or expert op counts as a GEMM and
+ *  uses the kind's "_gemm" fitted cost (matrix-vector products below it are memory-bound). */
+#define FERRY_HW_GEMM_INTENSITY 8.0
 
 /**
  * Fitted cost of one kernel kind (from `ferry calibrate`): duration = overhead_ns +
@@ -188,7 +192,8 @@ ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char
 
 /**
  * @brief Name of fitted-cost kind i ("matmul", "attention", "expert", "norm", "rope",
- *        "activation", "router", "moe_combine", "gather_rows", "embed", "dequantize").
+ *        "activation", "router", "moe_combine", "gather_rows", "embed", "dequantize",
+ *        "matmul_gemm", "expert_gemm": the last two are the matrix-matrix regime of their kind).
  * @return a static string, or NULL when i is out of range.
  */
 const char *ferry_hw_cost_kind_name(int i);
@@ -200,6 +205,18 @@ const char *ferry_hw_cost_kind_name(int i);
  * @return borrowed from the profile.
  */
 const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *profile, const char *kind_name);
+
+/**
+ * @brief The fitted cost of one op: the kind's "_gemm" cost when the op's arithmetic intensity
+ *        (flops / bytes) exceeds FERRY_HW_GEMM_INTENSITY and the profile has one, else the
+ *        kind's own; NULL when neither is fitted.
+ * @param profile the profile.
+ * @param kind_name a kernel kind name.
+ * @param gemm 1 for an op above the intensity threshold.
+ * @return borrowed from the profile.
+ */
+const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profile *profile, const char *kind_name,
+                                                    int gemm);
 
 
 /**
