@@ -138,7 +138,7 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
         regime[i] = r;
       }
       if (!changed) break;
-      double next[3];
+      double next[3] = {0, 0, 0};
       double sse = fit_masked(s, n, regime, sc, next);
       if (!isfinite(sse)) break;
       memcpy(cur, next, sizeof cur);
