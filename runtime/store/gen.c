@@ -10,6 +10,7 @@
  * "Normal" draws are the sum of four 16-bit uniforms, rescaled: one generator call per value,
  * so generation keeps up with the disk. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,12 +70,73 @@ static double tensor_std(const struct ferry_model_config *mc, const struct ferry
   }
 }
 
+/* Writing overlaps generating: a writer thread writes one buffer while the next is filled. */
+struct writer_thread {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  ferry_store_writer *w;
+  const void *job;  /* buffer to write, NULL when idle */
+  size_t job_len;
+  int stop, started;
+  ferry_status status; /* first failure */
+  char msg[FERRY_ERRMSG_MAX];
+};
+
+static void *writer_main(void *arg) {
+  struct writer_thread *t = arg;
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    while (!t->job && !t->stop) pthread_cond_wait(&t->cv, &t->mu);
+    if (!t->job) break;
+    const void *buf = t->job;
+    size_t len = t->job_len;
+    pthread_mutex_unlock(&t->mu);
+    ferry_status st = t->status == FERRY_OK ? ferry_store_writer_write(t->w, buf, len) : t->status;
+    pthread_mutex_lock(&t->mu);
+    if (st != FERRY_OK && t->status == FERRY_OK) {
+      t->status = st;
+      snprintf(t->msg, sizeof t->msg, "%s", ferry_store_writer_errmsg(t->w));
+    }
+    t->job = NULL;
+    pthread_cond_broadcast(&t->cv);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+/* Wait until the writer is idle; its first failure, if any. */
+static ferry_status writer_wait(struct writer_thread *t) {
+  if (!t->started) return FERRY_OK;
+  pthread_mutex_lock(&t->mu);
+  while (t->job) pthread_cond_wait(&t->cv, &t->mu);
+  ferry_status st = t->status;
+  pthread_mutex_unlock(&t->mu);
+  if (st != FERRY_OK) return ferry__fail(st, "%s", t->msg);
+  return FERRY_OK;
+}
+
+static void writer_stop(struct writer_thread *t) {
+  if (!t->started) return;
+  pthread_mutex_lock(&t->mu);
+  while (t->job) pthread_cond_wait(&t->cv, &t->mu);
+  t->stop = 1;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  pthread_join(t->thread, NULL);
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+  t->started = 0;
+}
+
 struct gen_state {
   const struct ferry_model_config *mc;
   const struct ferry_gen_options *opt;
   ferry_store_writer *w;
   float *chunk;
-  void *out;
+  void *out[2]; /* output buffers, one being written while the other fills */
+  int cur;
+  struct writer_thread wt;
   float *prev_router; /* last layer's router rows, for adjacent-layer correlation */
   float *direction;   /* shared embedding direction the router skew keys on */
   uint64_t written, next_report;
@@ -103,18 +165,22 @@ static void f32_to_f16(const float *v, uint16_t *o, size_t n) {
 
 static ferry_status emit(struct gen_state *g, const float *v, size_t n) {
   size_t es = ferry_dtype_size(g->opt->dtype);
-  const void *src = v;
-  if (g->opt->dtype == FERRY_DTYPE_F16) {
-    uint16_t *o = g->out;
+  /* the buffer filled now was handed to the writer two chunks ago: wait for it to be free */
+  ferry_status st = writer_wait(&g->wt);
+  if (st != FERRY_OK) return st;
+  void *o = g->out[g->cur];
+  if (g->opt->dtype == FERRY_DTYPE_F16)
     f32_to_f16(v, o, n);
-    src = o;
-  } else if (g->opt->dtype == FERRY_DTYPE_BF16) {
-    uint16_t *o = g->out;
-    for (size_t i = 0; i < n; i++) o[i] = ferry__f32_to_bf16(v[i]);
-    src = o;
-  }
-  ferry_status st = ferry_store_writer_write(g->w, src, n * es);
-  if (st != FERRY_OK) return ferry__fail(st, "%s", ferry_store_writer_errmsg(g->w));
+  else if (g->opt->dtype == FERRY_DTYPE_BF16)
+    for (size_t i = 0; i < n; i++) ((uint16_t *)o)[i] = ferry__f32_to_bf16(v[i]);
+  else
+    memcpy(o, v, n * sizeof *v);
+  pthread_mutex_lock(&g->wt.mu);
+  g->wt.job = o;
+  g->wt.job_len = n * es;
+  pthread_cond_broadcast(&g->wt.cv);
+  pthread_mutex_unlock(&g->wt.mu);
+  g->cur ^= 1;
   g->written += n * es;
   if (g->opt->progress && g->written >= g->next_report) {
     double s = (double)(ferry__mono_ns() - g->t0) / 1e9;
@@ -210,8 +276,9 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
   char *tmp_dir = ferry__asprintf("%s.ferry-tmp-%ld", out_dir, (long)getpid());
   char *config_json = NULL, *config_path = NULL;
   g.chunk = ferry_malloc(CHUNK_ELEMS * sizeof(float));
-  g.out = ferry_malloc(CHUNK_ELEMS * sizeof(float));
-  if (!tmp_dir || !g.chunk || !g.out) {
+  g.out[0] = ferry_malloc(CHUNK_ELEMS * sizeof(float));
+  g.out[1] = ferry_malloc(CHUNK_ELEMS * sizeof(float));
+  if (!tmp_dir || !g.chunk || !g.out[0] || !g.out[1]) {
     st = ferry__fail(FERRY_ERR_NOMEM, "model gen: out of memory");
     goto out_free;
   }
@@ -256,8 +323,20 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
   }
   g.t0 = ferry__mono_ns();
   g.next_report = 256u << 20;
+  g.wt.w = g.w;
+  pthread_mutex_init(&g.wt.mu, NULL);
+  pthread_cond_init(&g.wt.cv, NULL);
+  if (pthread_create(&g.wt.thread, NULL, writer_main, &g.wt) != 0) {
+    pthread_mutex_destroy(&g.wt.mu);
+    pthread_cond_destroy(&g.wt.cv);
+    st = ferry__fail(FERRY_ERR_INTERNAL, "model gen: cannot start the writer thread");
+    goto out_writer;
+  }
+  g.wt.started = 1;
   for (size_t i = 0; i < n; i++)
     if ((st = gen_tensor(&g, i, ferry_model_tensor(m, i))) != FERRY_OK) goto out_writer;
+  if ((st = writer_wait(&g.wt)) != FERRY_OK) goto out_writer;
+  writer_stop(&g.wt);
   if ((st = ferry_store_writer_finish(g.w)) != FERRY_OK) {
     st = ferry__fail(st, "%s", ferry_store_writer_errmsg(g.w));
     goto out_writer;
@@ -276,6 +355,7 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
   }
   if (bytes_written) *bytes_written = g.written;
 out_writer:
+  writer_stop(&g.wt);
   ferry_store_writer_free(g.w);
 out_rm:
   if (st != FERRY_OK) ferry__rm_rf(tmp_dir);
@@ -285,7 +365,8 @@ out_free:
   ferry_free(g.prev_router);
   ferry_free(g.direction);
   ferry_free(g.chunk);
-  ferry_free(g.out);
+  ferry_free(g.out[0]);
+  ferry_free(g.out[1]);
   ferry_free(tmp_dir);
   ferry_model_close(m);
   return st;

@@ -30,6 +30,9 @@ struct wtensor {
 struct wshard {
   char *file_name, *final_path, *tmp_path;
   int fd;
+  int dfd;              /* the same file opened with O_DIRECT for the data area, or -1 */
+  uint64_t data_start;  /* file offset of the data area (a multiple of FERRY_DIRECT_ALIGN) */
+  uint64_t flushed;     /* data bytes already in the file */
   int created;
   uint64_t data_bytes, written;
   size_t first, count; /* tensors [first, first + count) */
@@ -248,10 +251,10 @@ static ferry_status seal(ferry_store_writer *w) {
   }
   if (n == 0) n = 1; /* no tensors: one file with an empty header */
   w->shards = ferry__calloc(n, sizeof *w->shards);
-  w->buf = ferry_malloc(WRITE_BUF_BYTES);
+  w->buf = ferry__aligned_alloc(FERRY_DIRECT_ALIGN, WRITE_BUF_BYTES);
   if (!w->shards || !w->buf) return ferry__err_set(&w->err, FERRY_ERR_NOMEM, "%s: out of memory", w->dir);
   w->nshards = n;
-  for (size_t k = 0; k < n; k++) w->shards[k].fd = -1;
+  for (size_t k = 0; k < n; k++) w->shards[k].fd = w->shards[k].dfd = -1;
   size_t k = 0;
   for (size_t i = 0; i < w->ntensors; i++) {
     struct wshard *sh = &w->shards[k];
@@ -280,7 +283,8 @@ static ferry_status seal(ferry_store_writer *w) {
   return FERRY_OK;
 }
 
-/* Header JSON of shard k, padded with spaces so the data area starts at a multiple of 8. */
+/* Header JSON of shard k, padded with spaces so the data area starts at a multiple of 4 KiB:
+ * the data can then be written with O_DIRECT (and read with it without an envelope). */
 static ferry_status build_header(ferry_store_writer *w, const struct wshard *sh, struct sbuf *b) {
   sb_str(b, "{");
   int first = 1;
@@ -308,7 +312,7 @@ static ferry_status build_header(ferry_store_writer *w, const struct wshard *sh,
     sb_printf(b, "%llu]}", (unsigned long long)(t->begin + t->nbytes));
   }
   sb_str(b, "}");
-  while (!b->oom && (8 + b->len) % 8) sb_str(b, " ");
+  while (!b->oom && (8 + b->len) % FERRY_DIRECT_ALIGN) sb_str(b, " ");
   if (b->oom) return ferry__err_set(&w->err, FERRY_ERR_NOMEM, "%s: out of memory building a header", w->dir);
   if (b->len > FERRY_ST_MAX_HEADER_BYTES)
     return ferry__err_set(&w->err, FERRY_ERR_RANGE, "%s: header of %zu bytes exceeds the %u-byte limit",
@@ -332,18 +336,66 @@ static ferry_status open_shard(ferry_store_writer *w, size_t k) {
   for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)b.len >> (8 * i));
   st = ferry__write_all(sh->fd, len8, 8, sh->tmp_path, &w->err);
   if (st == FERRY_OK) st = ferry__write_all(sh->fd, b.p, b.len, sh->tmp_path, &w->err);
+  sh->data_start = 8 + b.len;
+  /* Data goes straight to the disk where the file system allows: the page cache would only
+   * throttle a multi-gigabyte stream to its write-back rate. */
+  if (st == FERRY_OK) sh->dfd = open(sh->tmp_path, O_WRONLY | O_DIRECT | O_CLOEXEC);
 out_free:
   ferry_free(b.p);
   return st;
 }
 
-static ferry_status flush(ferry_store_writer *w) {
+/* pwrite all of buf at offset, retrying short writes. */
+static ferry_status pwrite_all(int fd, const char *buf, size_t len, uint64_t offset, const char *path,
+                               struct ferry_err *err) {
+  while (len) {
+    ssize_t n = pwrite(fd, buf, len, (off_t)offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ferry__err_set(err, errno_status(errno), "%s: write at offset %llu failed: %s", path,
+                            (unsigned long long)offset, strerror(errno));
+    }
+    if (n == 0) return ferry__err_set(err, FERRY_ERR_IO, "%s: write returned 0", path);
+    buf += n;
+    len -= (size_t)n;
+    offset += (uint64_t)n;
+  }
+  return FERRY_OK;
+}
+
+/* Write the buffer to the current shard. With O_DIRECT only whole 4 KiB blocks go out and the
+ * rest stays buffered, unless `last` (the shard's final bytes), which go through the buffered
+ * descriptor. */
+static ferry_status flush_buf(ferry_store_writer *w, int last) {
   if (!w->buf_len) return FERRY_OK;
   struct wshard *sh = &w->shards[w->cur];
-  ferry_status st = ferry__write_all(sh->fd, w->buf, w->buf_len, sh->tmp_path, &w->err);
-  w->buf_len = 0;
-  return st;
+  const uint64_t off = sh->data_start + sh->flushed;
+  size_t direct = sh->dfd >= 0 ? w->buf_len / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN : 0;
+  ferry_status st = FERRY_OK;
+  if (direct) {
+    st = pwrite_all(sh->dfd, w->buf, direct, off, sh->tmp_path, &w->err);
+    if (st != FERRY_OK && errno == EINVAL) { /* refused after all: stay buffered */
+      close(sh->dfd);
+      sh->dfd = -1;
+      direct = 0;
+      st = FERRY_OK;
+    }
+  }
+  if (st != FERRY_OK) return st;
+  sh->flushed += direct;
+  size_t rest = w->buf_len - direct;
+  if (rest && (last || sh->dfd < 0)) {
+    st = pwrite_all(sh->fd, w->buf + direct, rest, off + direct, sh->tmp_path, &w->err);
+    if (st != FERRY_OK) return st;
+    sh->flushed += rest;
+    rest = 0;
+  }
+  if (rest) memmove(w->buf, w->buf + direct, rest);
+  w->buf_len = rest;
+  return FERRY_OK;
 }
+
+static ferry_status flush(ferry_store_writer *w) { return flush_buf(w, 1); }
 
 /* Flush the current shard and start the next one. */
 static ferry_status next_shard(ferry_store_writer *w) {
@@ -375,13 +427,10 @@ ferry_status ferry_store_writer_write(ferry_store_writer *w, const void *data, s
       continue;
     }
     size_t take = room < len ? (size_t)room : len;
-    if (w->buf_len + take > WRITE_BUF_BYTES && (st = flush(w)) != FERRY_OK) return fail(w, st);
-    if (take >= WRITE_BUF_BYTES) { /* large chunk: skip the copy */
-      if ((st = ferry__write_all(sh->fd, p, take, sh->tmp_path, &w->err)) != FERRY_OK) return fail(w, st);
-    } else {
-      memcpy(w->buf + w->buf_len, p, take);
-      w->buf_len += take;
-    }
+    if (take > WRITE_BUF_BYTES - w->buf_len) take = WRITE_BUF_BYTES - w->buf_len;
+    memcpy(w->buf + w->buf_len, p, take);
+    w->buf_len += take;
+    if (w->buf_len == WRITE_BUF_BYTES && (st = flush_buf(w, 0)) != FERRY_OK) return fail(w, st);
     sh->written += take;
     w->written_bytes += take;
     p += take;
@@ -445,6 +494,10 @@ ferry_status ferry_store_writer_finish(ferry_store_writer *w) {
     if (fsync(sh->fd) != 0)
       return fail(w, ferry__err_set(&w->err, errno_status(errno), "%s: fsync failed: %s", sh->tmp_path,
                                     strerror(errno)));
+    if (sh->dfd >= 0) {
+      close(sh->dfd);
+      sh->dfd = -1;
+    }
     int rc = close(sh->fd);
     sh->fd = -1;
     if (rc != 0)
@@ -479,6 +532,7 @@ void ferry_store_writer_free(ferry_store_writer *w) {
   for (size_t k = 0; k < w->nshards; k++) {
     struct wshard *sh = &w->shards[k];
     if (sh->fd >= 0) close(sh->fd);
+    if (sh->dfd >= 0) close(sh->dfd);
     if (sh->created && sh->tmp_path) unlink(sh->tmp_path);
     ferry_free(sh->file_name);
     ferry_free(sh->final_path);
