@@ -90,11 +90,12 @@ ferry_status predict_glue_init(struct predict_glue *g, const char *variant, cons
   }
   if (g->kind == FERRY_PREDICTOR_FREQUENCY && trace) {
     /* popularity per layer from the recorded trace */
-    const int32_t L = ferry_routing_n_layers(trace), E = ferry_routing_n_experts(trace), K = ferry_routing_top_k(trace);
-    if (L != (int32_t)mc->n_layers || E != (int32_t)mc->n_experts) {
+    /* a trace knows as many experts as it saw chosen: at most the model's */
+    const int32_t L = ferry_routing_n_layers(trace), E = (int32_t)mc->n_experts, K = ferry_routing_top_k(trace);
+    if (L != (int32_t)mc->n_layers || ferry_routing_n_experts(trace) > E) {
       predict_glue_free(g);
       return ferry__fail(FERRY_ERR_INVALID, "--predictor-routing: the trace has %d layers x %d experts, the model %lld x %lld",
-                         L, E, (long long)mc->n_layers, (long long)mc->n_experts);
+                         L, ferry_routing_n_experts(trace), (long long)mc->n_layers, (long long)mc->n_experts);
     }
     int64_t *counts = ferry__calloc((size_t)L * (size_t)E, sizeof *counts);
     if (!counts) {
