@@ -68,7 +68,19 @@ out:
 
 /* Fill a device slot with unit u: from host memory by one copy per range, or from disk through
  * a staging slot (read on the disk queue, then copy on the h2d queue). */
+static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u);
+
+/* Issue the fill, marked as an NVTX-style range of the host issuing it. */
 static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
+  const int64_t t0 = ferry_exec_now(e->ex);
+  ferry_status st = fill_slot_ops(e, sl, dev, dev_off, u);
+  const struct unit *un = &e->units[u];
+  ferry_exec_emit_range(e->ex, un->kind == UNIT_EXPERT ? "expert fetch" : "block fetch", t0, ferry_exec_now(e->ex),
+                        (int32_t)e->n_steps, un->layer);
+  return st;
+}
+
+static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
   const struct unit *un = &e->units[u];
   ferry_status st = FERRY_OK;
   if (sl->used && (st = ferry_exec_queue_wait(e->ex, e->q_h2d, sl->free))) return exec_error(e, st);

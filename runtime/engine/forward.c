@@ -429,7 +429,10 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
     k.pos_offset = 2;
   }
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  const int32_t step = (int32_t)e->n_steps;
   for (int32_t l = 0; l < mc->n_layers; l++) {
+    /* NVTX-style range of the host issuing the layer (waits for routing included) */
+    const int64_t layer_t0 = ferry_exec_now(e->ex);
     int32_t b = p->layer_block[l];
     struct slot *sl = NULL;
     if (b >= 0) {
@@ -455,6 +458,7 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
       sl->used = 1;
       e->block_compute_seq++;
     }
+    ferry_exec_emit_range(e->ex, "layer", layer_t0, ferry_exec_now(e->ex), step, l);
   }
   return logits(e);
 }
