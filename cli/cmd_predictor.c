@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/predict_glue.h"
 #include "common/alloc.h"
 #include "common/half.h"
 #include "common/units.h"
@@ -329,31 +330,32 @@ static int meta_int(ferry_store *s, const char *key, int64_t *out) {
   return v && ferry__parse_i64(v, out) == FERRY_OK ? 0 : -1;
 }
 
-static ferry_status load_mlp(const char *path, const struct args *a, const ferry_routing *r, struct ferry_mlp *m,
-                             enum ferry_dtype *file_dtype) {
+ferry_status cli_predictor_load_mlp(const char *path, enum ferry_predictor_kind variant_kind, int32_t n_layers,
+                                    int32_t n_experts, struct ferry_mlp *m, enum ferry_dtype *file_dtype) {
   ferry_store *s;
   ferry_status st = ferry_store_open(&s, path);
   if (st != FERRY_OK) {
     cli_fail(st, NULL);
     return st;
   }
+  const enum ferry_predictor_kind want = variant_kind;
   const char *variant = ferry_store_metadata(s, "ferry.predictor");
   int64_t L = 0, E = 0;
   float *buf = NULL;
-  if (!variant || strcmp(variant, ferry_predictor_kind_name(a->variant)) || meta_int(s, "ferry.n_layers", &L) ||
+  if (!variant || strcmp(variant, ferry_predictor_kind_name(want)) || meta_int(s, "ferry.n_layers", &L) ||
       meta_int(s, "ferry.n_experts", &E)) {
     cli_fail(FERRY_ERR_FORMAT, "%s: not a %s predictor (metadata ferry.predictor is %s)", path,
-                  ferry_predictor_kind_name(a->variant), variant ? variant : "absent");
+                  ferry_predictor_kind_name(want), variant ? variant : "absent");
     st = FERRY_ERR_FORMAT;
     goto out_close;
   }
-  if (L != ferry_routing_n_layers(r) || E != ferry_routing_n_experts(r)) {
-    cli_fail(FERRY_ERR_FORMAT, "%s: trained for %" PRId64 " layers x %" PRId64 " experts, the trace has %d x %d",
-                  path, L, E, ferry_routing_n_layers(r), ferry_routing_n_experts(r));
+  if (L != n_layers || E > n_experts) {
+    cli_fail(FERRY_ERR_FORMAT, "%s: trained for %" PRId64 " layers x %" PRId64 " experts, expected %d x %d",
+                  path, L, E, n_layers, n_experts);
     st = FERRY_ERR_FORMAT;
     goto out_close;
   }
-  if ((st = ferry_mlp_init(m, a->variant, (int32_t)L, (int32_t)E, 0)) != FERRY_OK) {
+  if ((st = ferry_mlp_init(m, want, (int32_t)L, (int32_t)E, 0)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out_close;
   }
@@ -477,7 +479,9 @@ static int predictor_eval(int argc, char **argv) {
   if (a.variant == FERRY_PREDICTOR_MLP3 || a.variant == FERRY_PREDICTOR_MLP7) {
     if (a.model) {
       enum ferry_dtype fdt;
-      if (load_mlp(a.model, &a, r, &m, &fdt) != FERRY_OK) goto out_free;
+      if (cli_predictor_load_mlp(a.model, a.variant, ferry_routing_n_layers(r), ferry_routing_n_experts(r), &m, &fdt) !=
+          FERRY_OK)
+        goto out_free;
       if (!a.dtype_set) dtype = fdt;
       mlp_origin = a.model;
     } else {

@@ -47,8 +47,10 @@ void run_usage(FILE *f, const char *cmd) {
           "MoE routing:\n"
           "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
           "  --predictor V           expert prefetching: none (no cache reuse), lru (cache only, default),\n"
-          "                          frequency, gate-lookahead, oracle; prefetches --prefetch-depth layers ahead\n"
+          "                          frequency, gate-lookahead, mlp3, mlp7, oracle; prefetches --prefetch-depth\n"
+          "                          layers ahead\n"
           "  --predictor-routing F   routing trace for frequency (popularity) and oracle on real runs\n"
+          "  --predictor-model P     mlp3/mlp7 weights (ferry predictor train), fed the derivable features\n"
           "%s"
           "Output:\n"
           "  --plan-only             print the residency plan and exit\n"
@@ -82,7 +84,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -105,7 +107,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
       {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
       {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
-      {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
+      {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
+      {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -201,12 +204,13 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_PREDICTOR: {
         enum ferry_predictor_kind k;
         if (ferry_predictor_kind_parse(optarg, &k) != FERRY_OK)
-          return cli_usage_error(cmd, "--predictor: unknown variant '%s' (none, lru, frequency, gate-lookahead, oracle)",
+          return cli_usage_error(cmd, "--predictor: unknown variant '%s' (none, lru, frequency, gate-lookahead, mlp3, mlp7, oracle)",
                                  optarg);
         a->predictor = optarg;
         break;
       }
       case OPT_PREDICTOR_ROUTING: a->predictor_routing = optarg; break;
+      case OPT_PREDICTOR_MODEL: a->predictor_model = optarg; break;
       case OPT_PROFILE:
         if (sim) return cli_usage_error(cmd, "--profile is for 'ferry run --backend cuda'");
         a->profile = 1;

@@ -13,7 +13,6 @@
 static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int32_t seq_len, int32_t layer_now,
                             int32_t target_layer, const int32_t *ids_now, const float *weights_now, int32_t k,
                             int32_t *out_ids, int32_t max) {
-  (void)seq_len;
   struct predict_glue *g = user;
   if (layer_now != g->last_layer || token_index != g->last_token || req_id != g->last_req) {
     ferry_predictor_observe(g->p, req_id, token_index, layer_now, k, ids_now);
@@ -44,6 +43,14 @@ static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int
       ctx.gate_logits = g->logits;
       ctx.n_gate_logits = g->n_experts;
       break;
+    case FERRY_PREDICTOR_MLP3:
+    case FERRY_PREDICTOR_MLP7:
+      /* the features derivable from the request alone (position, length): the engine does
+       * not read hidden states back */
+      ferry_predictor_features_derived(g->kind, token_index, seq_len, g->features);
+      ctx.features = g->features;
+      ctx.n_features = g->kind == FERRY_PREDICTOR_MLP3 ? FERRY_MLP3_FEATURES : FERRY_MLP7_FEATURES;
+      break;
     default:
       break;
   }
@@ -52,17 +59,16 @@ static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int
   return n;
 }
 
-ferry_status predict_glue_init(struct predict_glue *g, const char *variant, const struct ferry_model_config *mc,
-                               const ferry_routing *trace, ferry_routing_fn routing, void *routing_user,
-                               struct ferry_engine_config *ec) {
+ferry_status predict_glue_init(struct predict_glue *g, const char *variant, const char *mlp_path,
+                               const struct ferry_model_config *mc, const ferry_routing *trace, ferry_routing_fn routing,
+                               void *routing_user, struct ferry_engine_config *ec) {
   memset(g, 0, sizeof *g);
   g->last_layer = g->last_token = -1;
   g->last_req = -1;
   if (ferry_predictor_kind_parse(variant, &g->kind) != FERRY_OK) return FERRY_ERR_INVALID;
-  if (g->kind == FERRY_PREDICTOR_MLP3 || g->kind == FERRY_PREDICTOR_MLP7)
-    return ferry__fail(FERRY_ERR_UNSUPPORTED,
-                       "--predictor %s: the MLP predictors are evaluated on routing traces (ferry predictor eval); "
-                       "the engine does not compute their hidden-state features yet",
+  const int mlp = g->kind == FERRY_PREDICTOR_MLP3 || g->kind == FERRY_PREDICTOR_MLP7;
+  if (mlp && !mlp_path)
+    return ferry__fail(FERRY_ERR_INVALID, "--predictor %s needs --predictor-model P.safetensors (ferry predictor train)",
                        variant);
   if (g->kind == FERRY_PREDICTOR_ORACLE && !routing && !trace)
     return ferry__fail(FERRY_ERR_INVALID,
@@ -75,8 +81,24 @@ ferry_status predict_glue_init(struct predict_glue *g, const char *variant, cons
   if (g->kind == FERRY_PREDICTOR_LRU) return FERRY_OK; /* the cache alone */
   struct ferry_predictor_config pc = {.kind = g->kind, .n_layers = (int32_t)mc->n_layers,
                                       .n_experts = (int32_t)mc->n_experts, .top_k = (int32_t)mc->experts_per_token};
-  ferry_status st = ferry_predictor_create(&g->p, &pc);
-  if (st != FERRY_OK) return st;
+  struct ferry_mlp m;
+  memset(&m, 0, sizeof m);
+  ferry_status st;
+  if (mlp) {
+    enum ferry_dtype file_dtype;
+    if ((st = cli_predictor_load_mlp(mlp_path, g->kind, (int32_t)mc->n_layers, (int32_t)mc->n_experts, &m,
+                                     &file_dtype)) != FERRY_OK)
+      return st;
+    /* trained on a trace that saw fewer experts: it predicts among those */
+    pc.n_experts = m.n_experts;
+  }
+  if ((st = ferry_predictor_create(&g->p, &pc)) != FERRY_OK || (mlp && (st = ferry_predictor_set_mlp(g->p, &m)) != FERRY_OK)) {
+    if (mlp) ferry_mlp_free(&m);
+    ferry_predictor_free(g->p);
+    g->p = NULL;
+    return st;
+  }
+  if (mlp) ferry_mlp_free(&m);
   g->n_experts = (int32_t)mc->n_experts;
   g->trace = trace;
   g->routing = routing;

@@ -37,6 +37,7 @@ char *run_config_json(const struct run_args *a) {
   cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
   cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
   add_str(o, "predictor", a->predictor);
+  add_str(o, "predictor_model", a->predictor_model);
   add_str(o, "predictor_routing", a->predictor_routing);
   cJSON_AddNumberToObject(o, "prefetch_depth", a->ec.prefetch_depth);
   add_str(o, "quant", a->quant);

@@ -199,7 +199,7 @@ int run_execute(struct run_args *a) {
     goto out;
   }
   if (a->predictor &&
-      (st = predict_glue_init(&glue, a->predictor, mc, pred_trace, sim ? a->ec.routing : NULL,
+      (st = predict_glue_init(&glue, a->predictor, a->predictor_model, mc, pred_trace, sim ? a->ec.routing : NULL,
                               sim ? a->ec.routing_user : NULL, &a->ec)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
