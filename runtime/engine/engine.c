@@ -333,7 +333,8 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
   fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
-  fprintf(f, "    read-back        %s\n", ferry__format_bytes(p->host_fixed_bytes, b[0], 32));
+  fprintf(f, "    read-back, load  %s (routing and logits read-back, weight-load bounce buffer)\n",
+          ferry__format_bytes(p->host_fixed_bytes, b[0], 32));
   fprintf(f, "  prefetch depth %d, %d streamed block(s):\n", e->cfg.prefetch_depth, p->n_blocks);
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
