@@ -282,14 +282,29 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
     ferry_free(modes);
     if (st != FERRY_OK) return st;
   }
-  /* distinct series in order of appearance */
+  /* distinct series in order of appearance; a series with a single point draws no line, so
+   * when some series have several points the single-point ones (runs that only share the key's
+   * value by chance, e.g. a what-if on other hardware) are left out */
   const char *series[16];
+  size_t counts[16] = {0};
   size_t ns = 0;
-  for (size_t k = 0; k < npts && ns < 16; k++) {
+  for (size_t k = 0; k < npts; k++) {
     size_t s;
     for (s = 0; s < ns; s++)
       if (!strcmp(series[s], pts[k].series)) break;
-    if (s == ns) series[ns++] = pts[k].series;
+    if (s == ns) {
+      if (ns == 16) continue;
+      series[ns++] = pts[k].series;
+    }
+    counts[s]++;
+  }
+  size_t multi = 0;
+  for (size_t si = 0; si < ns; si++) multi += counts[si] > 1;
+  if (multi) {
+    size_t kept = 0;
+    for (size_t si = 0; si < ns; si++)
+      if (counts[si] > 1) series[kept++] = series[si];
+    ns = kept;
   }
   if (ns == 0) {
     /* no runs vary along this key with the others held fixed: nothing to draw */
