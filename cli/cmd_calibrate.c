@@ -180,16 +180,17 @@ int cmd_calibrate(int argc, char **argv) {
   static const char *const measured[] = {"gpu.mem_bw_gbps", "gpu.peak_tflops.fp32", "gpu.launch_overhead_ns",
                                          "link.h2d_gbps",   "link.d2h_gbps",        "link.latency_ns",
                                          "host.dram_gbps",  "host.cpu_gflops",      "disk.read_gbps",
-                                         "disk.latency_ns", "host.submit_ns",       "host.sync_ns"};
+                                         "disk.latency_ns", "host.submit_ns",       "host.sync_ns",
+                                         "host.queue_wake_ns"};
   char host[64] = "this machine", note[256];
   gethostname(host, sizeof host - 1);
   snprintf(note, sizeof note, "ferry calibrate --probe on %s", host);
   if ((st = ferry_hw_write_json(&p, measured, sizeof measured / sizeof measured[0], note, out)) != FERRY_OK)
     return cli_fail(st, NULL);
   printf("memcpy %.2f GB/s (latency %lld ns), O_DIRECT reads %.2f GB/s (latency %lld ns), matmul peak %.1f GFLOP/s, "
-         "op issue %lld ns, event round trip %lld ns\n",
+         "op issue %lld ns, event round trip %lld ns, idle queue wake-up %lld ns\n",
          p.link.h2d_gbps, (long long)p.link.latency_ns, p.disk.read_gbps, (long long)p.disk.latency_ns,
-         p.host.cpu_gflops, (long long)p.host.submit_ns, (long long)p.host.sync_ns);
+         p.host.cpu_gflops, (long long)p.host.submit_ns, (long long)p.host.sync_ns, (long long)p.host.queue_wake_ns);
   for (int i = 0; i < FERRY_HW_COST_KINDS; i++)
     if (p.cost_set >> i & 1)
       printf("  %-12s %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop)\n", ferry_hw_cost_kind_name(i), p.cost[i].overhead_ns,

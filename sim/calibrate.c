@@ -194,7 +194,7 @@ struct probe {
   ferry_event *ev;
   pthread_mutex_t mu;
   struct ferry_activity last; /* the last op's record */
-  int64_t last_ns;
+  int64_t last_ns, last_start;
   FILE *progress;
 };
 
@@ -204,6 +204,7 @@ static void probe_sink(void *user, const struct ferry_activity *a) {
   pthread_mutex_lock(&p->mu);
   p->last = *a;
   p->last_ns = a->end_ns - a->start_ns;
+  p->last_start = a->start_ns;
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -466,7 +467,7 @@ static ferry_status probe_kernels(struct probe *p, const struct kbufs *b, enum f
 /* The host thread's own costs: issuing an op (enqueue only, the queue thread runs it later),
  * and the round trip of waiting for an event on an idle queue (queue thread and host wake-ups). */
 static ferry_status probe_host_overheads(struct probe *p, ferry_buf *host, ferry_buf *dev, int64_t *submit_ns,
-                                         int64_t *sync_ns) {
+                                         int64_t *sync_ns, int64_t *wake_ns) {
   struct ferry_ref d = {dev, 0, FERRY_DTYPE_U8}, h = {host, 0, FERRY_DTYPE_U8};
   ferry_status st = FERRY_OK;
   const int n_submit = 2000, n_sync = 500;
@@ -488,6 +489,21 @@ static ferry_status probe_host_overheads(struct probe *p, ferry_buf *host, ferry
   qsort(lat, n_sync, sizeof *lat, cmp_dbl);
   *submit_ns = (int64_t)llround(best_submit);
   *sync_ns = (int64_t)llround(lat[n_sync / 2]);
+  /* an idle queue's wake-up: from submitting a copy to an idle queue to the copy starting */
+  for (int i = 0; i < n_sync && st == FERRY_OK; i++) {
+    int64_t t0 = ferry_exec_now(p->ex);
+    if ((st = ferry_exec_copy(p->ex, p->q_h2d, d, h, 64)) == FERRY_OK &&
+        (st = ferry_exec_record(p->ex, p->q_h2d, p->ev)) == FERRY_OK && (st = ferry_exec_sync(p->ex, p->ev)) == FERRY_OK) {
+      pthread_mutex_lock(&p->mu);
+      lat[i] = (double)(p->last_start - t0);
+      pthread_mutex_unlock(&p->mu);
+    }
+  }
+  if (st != FERRY_OK) return ferry__fail(st, "calibrate: %s", ferry_exec_errmsg(p->ex));
+  qsort(lat, n_sync, sizeof *lat, cmp_dbl);
+  *wake_ns = (int64_t)llround(lat[n_sync / 2] > 0 ? lat[n_sync / 2] : 0);
+  /* the round trip includes the queue's wake-up, which the simulator charges separately */
+  *sync_ns = *sync_ns > *wake_ns ? *sync_ns - *wake_ns : 0;
   return FERRY_OK;
 }
 
@@ -515,8 +531,8 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   if (progress) fprintf(progress, "ferry: calibrate: copies\n");
   if ((st = probe_copies(&p, host, dev, p.q_h2d, 1, &h2d)) || (st = probe_copies(&p, host, dev, p.q_d2h, 0, &d2h)))
     goto out;
-  int64_t submit_ns = 0, sync_ns = 0;
-  if ((st = probe_host_overheads(&p, host, dev, &submit_ns, &sync_ns))) goto out;
+  int64_t submit_ns = 0, sync_ns = 0, wake_ns = 0;
+  if ((st = probe_host_overheads(&p, host, dev, &submit_ns, &sync_ns, &wake_ns))) goto out;
   if (progress) fprintf(progress, "ferry: calibrate: O_DIRECT reads in %s\n", dir);
   if ((st = probe_disk(&p, dir, host, &disk))) goto out;
   if (progress) fprintf(progress, "ferry: calibrate: kernels\n");
@@ -571,6 +587,7 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->host.memory_bytes = ram;
   out->host.submit_ns = submit_ns;
   out->host.sync_ns = sync_ns;
+  out->host.queue_wake_ns = wake_ns;
   snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %.40s", dir);
   out->disk.read_gbps = disk.ns_per_byte > 0 ? 1.0 / disk.ns_per_byte : 1.0;
   out->disk.latency_ns = (int64_t)llround(disk.overhead_ns);
@@ -625,6 +642,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(h, "memory_bytes", (double)p->host.memory_bytes);
     if (p->host.submit_ns) cJSON_AddNumberToObject(h, "submit_ns", (double)p->host.submit_ns);
     if (p->host.sync_ns) cJSON_AddNumberToObject(h, "sync_ns", (double)p->host.sync_ns);
+    if (p->host.queue_wake_ns) cJSON_AddNumberToObject(h, "queue_wake_ns", (double)p->host.queue_wake_ns);
   }
   if (p->has_disk) {
     cJSON *d = cJSON_AddObjectToObject(root, "disk");

@@ -34,6 +34,7 @@ struct sim_queue {
   struct sim_op *ring; /* power-of-two capacity; the head op stays in place while it runs */
   uint32_t cap, head, count;
   int busy;            /* the head op is in flight on a resource */
+  int waking;          /* idle when an op arrived: starts after the wake-up latency */
   int blocked;         /* the head op is a WAIT whose generation is not done yet */
   int64_t blocked_since;
   struct ferry__compute *unit; /* runs this queue's kernels */
@@ -52,6 +53,7 @@ struct sim_exec {
   uint64_t pending_ops; /* ops enqueued and not completed, every queue */
   uint64_t ops_done, kernels, copies, reads;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
+  int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
 };
 
 static const struct ferry_exec_backend sim_backend;
@@ -135,7 +137,7 @@ static void start_failed(struct sim_queue *q, ferry_status st) {
 /* Start head ops until the queue is empty, busy on a resource, or blocked on an event. */
 static void advance(struct sim_queue *q) {
   struct sim_exec *s = q->s;
-  while (q->count && !q->busy && !q->blocked) {
+  while (q->count && !q->busy && !q->blocked && !q->waking) {
     struct sim_op *so = &q->ring[q->head];
     int64_t now = ferry__des_now(s->des);
     ferry_status st;
@@ -346,6 +348,14 @@ static size_t op_bytes(const struct ferry_op *op, int sink) {
   }
 }
 
+static void wake_queue(struct ferry__des *des, void *ctx) {
+  (void)des;
+  struct sim_queue *q = ctx;
+  q->waking = 0;
+  kick(q->s, q->index);
+  pump(q->s);
+}
+
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
   struct sim_queue *q = &s->queues[queue];
@@ -360,9 +370,15 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   memcpy(&so->op, op, op_bytes(op, so->full));
   q->count++;
   s->pending_ops++;
-  if (q->count == 1) { /* the queue was idle: the op starts now */
-    kick(s, queue);
-    pump(s);
+  if (q->count == 1) { /* the queue was idle: the op starts now, or once its thread woke up */
+    if (s->wake_ns > 0) {
+      q->waking = 1;
+      if ((st = ferry__des_schedule(s->des, ferry__des_now(s->des) + s->wake_ns, wake_queue, q, NULL)) != FERRY_OK)
+        return st;
+    } else {
+      kick(s, queue);
+      pump(s);
+    }
   }
   /* issuing takes host time: what is already queued runs on meanwhile */
   if (s->submit_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->submit_ns);
@@ -507,6 +523,7 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   if (p->has_host) {
     s->submit_ns = p->host.submit_ns;
     s->sync_ns = p->host.sync_ns;
+    s->wake_ns = p->host.queue_wake_ns;
   }
   s->hw.sources = NULL;
   s->hw.n_sources = 0;

@@ -109,6 +109,8 @@ struct ferry_hw_host {
   int64_t submit_ns;     /**< host time to issue one op (the engine's thread issues at a finite
                               rate); 0 = free */
   int64_t sync_ns;       /**< host wake-up latency after an event it waits for completes; 0 = none */
+  int64_t queue_wake_ns; /**< latency for an idle queue to start an op submitted to it (the host
+                              executor's worker threads sleep when idle); 0 = none */
 };
 
 /** A disk (the tier weights are streamed from). */
