@@ -12,6 +12,7 @@
 #include "ferry/engine.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
+#include "ferry/routing.h"
 #include "ferry/sim.h"
 #include "ferry/trace.h"
 
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
   ferry_trace *trace = NULL;
   ferry_exec *ex = NULL;
   ferry_engine *eng = NULL;
+  ferry_routing_synth *synth = NULL;
   struct ferry_engine_request *reqs = NULL;
   struct ferry_engine_config ec = {.block_layers = 1, .prefetch_depth = 1, .max_batch = max_batch,
                                    .max_seq_tokens = max_seq, .seed = 1};
@@ -49,6 +51,17 @@ int main(int argc, char **argv) {
     const struct ferry_request *q = ferry_trace_request(trace, i);
     reqs[i] = (struct ferry_engine_request){q->id, q->arrival_ns, q->prompt_tokens > 0 ? q->prompt_tokens : 1,
                                             q->output_tokens > 0 ? q->output_tokens : 1};
+  }
+  const struct ferry_model_config *mc = ferry_model_get_config(model);
+  if (mc->n_experts) { /* the simulator computes no router: uniform synthetic routing, as `ferry sim` */
+    struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
+                                            .top_k = (int32_t)mc->experts_per_token, .seed = ec.seed};
+    if (ferry_routing_synth_create(&synth, &sc) != FERRY_OK) {
+      fprintf(stderr, "sim_replay: %s\n", ferry_last_error());
+      goto out;
+    }
+    ec.routing = ferry_routing_synth_fn;
+    ec.routing_user = synth;
   }
   struct ferry_exec_config xc = {.device_budget_bytes = ec.device_budget_bytes, .lock_host_memory = 1};
   if (ferry_exec_create_sim(&ex, hw, &xc) != FERRY_OK || ferry_engine_create(&eng, model, NULL, ex, &ec) != FERRY_OK) {
@@ -79,6 +92,7 @@ int main(int argc, char **argv) {
 out:
   ferry_engine_destroy(eng);
   ferry_exec_destroy(ex);
+  ferry_routing_synth_free(synth);
   ferry_trace_free(trace);
   ferry_hw_close(hw);
   ferry_model_close(model);

@@ -1,7 +1,8 @@
 /* The engine on the `sim` executor: runs complete within budget, two runs give identical
  * metrics, the block pipeline (block_layers 1, prefetch depth 1) runs at the analytic
- * max-of-sums in both the copy-bound and the compute-bound regime, and MoE runs with the seeded
- * (or a supplied) routing source report expert-cache hits and misses. */
+ * max-of-sums in both the copy-bound and the compute-bound regime, MoE runs with the synthetic
+ * (or a supplied) routing source report expert-cache hits and misses, and an MoE run without a
+ * routing source is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "ferry/exec.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
+#include "ferry/routing.h"
 #include "ferry/sim.h"
 #include "testutil.h"
 
@@ -295,13 +297,32 @@ static void test_moe_expert_cache(void **state) {
   (void)state;
   ferry_hw *hw = profile("moe", "10");
   struct ferry_engine_config cfg = base_config();
-  /* the seeded routing source: a small cache both hits and misses */
   ferry_model *m;
   assert_int_equal(ferry_model_open(&m, "tiny-moe"), FERRY_OK);
   const struct ferry_model_config *mc = ferry_model_get_config(m);
   const uint64_t expert_bytes = 3 * (uint64_t)mc->hidden * (uint64_t)mc->expert_intermediate * 4;
   const int64_t L = mc->n_layers;
+
+  /* the simulator computes no router: without a routing source the engine refuses, naming it */
+  ferry_exec *ex = NULL;
+  ferry_engine *eng = NULL;
+  struct ferry_engine_config no_routing = cfg;
+  no_routing.device_budget_bytes = 1ull << 30;
+  struct ferry_exec_config xc = {.device_budget_bytes = no_routing.device_budget_bytes};
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
+  assert_int_equal(ferry_engine_create(&eng, m, NULL, ex, &no_routing), FERRY_ERR_INVALID);
+  assert_null(eng);
+  assert_non_null(strstr(ferry_last_error(), "routing source"));
+  ferry_exec_destroy(ex);
+
+  /* the synthetic routing model: a small cache both hits and misses */
+  struct ferry_routing_synth_config sc = {.n_layers = (int32_t)L, .n_experts = (int32_t)mc->n_experts,
+                                          .top_k = (int32_t)mc->experts_per_token, .seed = 7};
+  ferry_routing_synth *synth = NULL;
+  assert_int_equal(ferry_routing_synth_create(&synth, &sc), FERRY_OK);
   ferry_model_close(m);
+  cfg.routing = ferry_routing_synth_fn;
+  cfg.routing_user = synth;
   struct run r;
   run(&r, "tiny-moe", hw, cfg, 12 * expert_bytes);
   check_complete_within_budget(&r);
@@ -319,11 +340,12 @@ static void test_moe_expert_cache(void **state) {
   assert_true(r.sum.bytes_h2d > 0);
   struct run again;
   run(&again, "tiny-moe", hw, cfg, 12 * expert_bytes);
-  assert_int_equal(again.sum.hits, r.sum.hits); /* seeded: the same routing every run */
+  assert_int_equal(again.sum.hits, r.sum.hits); /* the same routing every run */
   assert_int_equal(again.sum.misses, r.sum.misses);
   assert_int_equal(again.sum.duration_ns, r.sum.duration_ns);
   run_free(&again);
   run_free(&r);
+  ferry_routing_synth_free(synth);
 
   /* a supplied routing source that always picks experts 0 and 1, with room for every layer's
    * pair: each (layer, expert) misses once, then always hits */

@@ -84,13 +84,13 @@ struct ferry_engine_config {
   int32_t max_step_tokens;       /**< tokens per step, decode and prefill chunks; default 256 */
   int32_t max_seq_tokens;        /**< KV-cache capacity per sequence; default 2048 */
   unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
-  uint64_t seed;                 /**< token ids and synthetic routing */
+  uint64_t seed;                 /**< token ids */
   int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
   enum ferry_dtype kv_dtype;     /**< KV-cache dtype; F32 default for fp32 models, else F16 */
   int kv_dtype_set;              /**< 1 when kv_dtype was chosen explicitly */
   ferry_logits_fn on_logits;     /**< optional logits callback */
   void *logits_user;             /**< passed to on_logits */
-  ferry_routing_fn routing;      /**< routing source for executors without data (default: seeded) */
+  ferry_routing_fn routing;      /**< routing source for executors without data; required for MoE models there */
   void *routing_user;            /**< passed to routing */
   struct ferry_qplan quant;      /**< without weight files (simulation): the formats to size the
                                       model's tensors by; a quantized folder's own formats win */

@@ -293,6 +293,13 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
                         "engine: OPT models are simulation-only (use ferry sim); the %s executor computes Llama, "
                         "Mistral, Mixtral, Qwen2, Qwen2-MoE and OLMoE",
                         ferry_exec_name(exec));
+  /* An executor without data computes no router, so routing must come from somewhere the
+   * user chose (a recorded trace, a synthetic model): a silent default would hide that choice. */
+  if (st == FERRY_OK && !e->has_data && e->mc->n_experts > 0 && !e->cfg.routing)
+    st = ferry__err_set(&e->err, FERRY_ERR_INVALID,
+                        "engine: the %s executor computes no router for this MoE model: give a routing source "
+                        "(engine config 'routing', e.g. ferry_routing_synth_fn or ferry_routing_replay_fn)",
+                        ferry_exec_name(exec));
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
   if (st == FERRY_OK) st = make_queues(e);

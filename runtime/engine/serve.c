@@ -23,30 +23,6 @@ static int32_t token_id(const struct ferry_engine *e, int64_t req_id, int64_t j)
                    (uint64_t)e->mc->vocab);
 }
 
-/* Default routing source: k distinct experts drawn from a hash of (seed, request, token,
- * layer), weights from the same stream, normalised. */
-static void seeded_routing(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
-                           int32_t n_experts, int32_t *ids, float *weights) {
-  const struct ferry_engine *e = user;
-  uint64_t h = mix64(e->cfg.seed ^ mix64(((uint64_t)req_id << 20) ^ ((uint64_t)token_index << 8) ^ (uint64_t)layer));
-  float sum = 0;
-  for (int32_t r = 0; r < top_k; r++) {
-    int32_t x;
-    int dup;
-    do {
-      h = mix64(h);
-      x = (int32_t)(h % (uint64_t)n_experts);
-      dup = 0;
-      for (int32_t q = 0; q < r; q++) dup |= ids[q] == x;
-    } while (dup);
-    ids[r] = x;
-    float wr = (float)((h >> 40) & 0xffff) / 65536.0f + 0.05f;
-    if (weights) weights[r] = wr;
-    sum += wr;
-  }
-  for (int32_t r = 0; weights && r < top_k; r++) weights[r] /= sum;
-}
-
 static int cmp_arrival(const void *a, const void *b) {
   const struct ferry_engine_request *x = a, *y = b;
   if (x->arrival_ns != y->arrival_ns) return x->arrival_ns < y->arrival_ns ? -1 : 1;
@@ -139,10 +115,6 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   struct ferry_run_options o = {.time_scale = 1.0};
   if (opts) o = *opts;
   if (o.time_scale <= 0) o.time_scale = 1.0;
-  if (!e->has_data && !e->cfg.routing) {
-    e->cfg.routing = seeded_routing;
-    e->cfg.routing_user = e;
-  }
   ferry_free(e->reqs);
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
