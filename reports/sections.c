@@ -43,19 +43,56 @@ static void key_abbrev(const char *key, char *out, size_t len) {
   out[n] = '\0';
 }
 
-/* "r3 sim bl2 pd1": the run label and its values on the sweep axes. */
+/* A value as a tick label shows: the last component of a path, and byte counts of budget
+ * keys in binary units ("67108864" -> "64MiB"), so labels stay short enough not to collide. */
+static void label_value(const char *key, const char *v, char *out, size_t len) {
+  if (!*v) {
+    snprintf(out, len, "-");
+    return;
+  }
+  size_t vl = strlen(v);
+  while (vl > 1 && v[vl - 1] == '/') vl--;
+  const char *base = v;
+  for (size_t i = 0; i < vl; i++)
+    if (v[i] == '/' && i + 1 < vl) base = v + i + 1;
+  size_t bl = (size_t)(v + vl - base);
+  char *end = NULL;
+  unsigned long long bytes = strtoull(v, &end, 10);
+  const size_t kl = strlen(key);
+  if (kl > 6 && !strcmp(key + kl - 6, "budget") && end && *end == '\0' && bytes > 0) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)bytes;
+    int u = 0;
+    while (x >= 1024.0 && u < 4) {
+      x /= 1024.0;
+      u++;
+    }
+    snprintf(out, len, "%.4g%s", x, unit[u]);
+    return;
+  }
+  snprintf(out, len, "%.*s", (int)bl, base);
+}
+
+/* "r3 sim bl2 pd1": the run label and its values on the sweep axes, executor and hardware
+ * first (they tell runs apart most), at most 48 characters. */
 static void short_desc(const struct report *rp, const struct rrun *r, const char *skip, char *out, size_t len) {
   size_t n = (size_t)snprintf(out, len, "%s", r->label);
-  char v[128], ab[16];
-  for (size_t a = 0; a < rp->n_axes && n < len; a++) {
+  char v[128], lv[128], ab[16];
+  for (size_t i = 0; i < 2 * rp->n_axes && n < len; i++) {
+    const size_t a = i % rp->n_axes;
     const char *k = rp->axes[a].key;
+    const int first = !strcmp(k, "executor") || !strcmp(k, "hw");
+    if ((i < rp->n_axes) != first) continue;
     if (skip && !strcmp(k, skip)) continue;
     ferry__run_val(r, k, v, sizeof v);
     int plain = !strcmp(k, "executor") || !strcmp(k, "hw") || !strcmp(k, "quant") || !strcmp(k, "predictor") ||
                 !rp->axes[a].numeric;
     key_abbrev(k, ab, sizeof ab);
-    n += (size_t)snprintf(out + n, len - n, " %s%s", plain ? "" : ab, *v ? v : "-");
+    label_value(k, v, lv, sizeof lv);
+    n += (size_t)snprintf(out + n, len - n, " %s%s", plain ? "" : ab, lv);
   }
+  const size_t max_label = 48;
+  if (len > max_label + 1 && strlen(out) > max_label) memcpy(out + max_label - 3, "...", 4);
 }
 
 /* "key=value, key=value" of the axes, except one. */
@@ -509,7 +546,7 @@ ferry_status ferry__section_bytes(struct report *rp) {
   ferry__sb_puts(&s, "EOD\nset datafile missing 'NaN'\n"
                      "set style data histograms\nset style histogram clustered gap 1\n"
                      "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
-                     "set xtics rotate by -35 left nomirror\nset key outside top center horizontal\nset yrange [0:*]\n"
+                     "set xtics rotate by -90 left nomirror\nset key outside top center horizontal\nset yrange [0:*]\n"
                      "set multiplot layout 1,2\n");
   ferry__sb_printf(&s, "set title \"Bytes moved per tier\"\nset ylabel \"%s\"\n", unit);
   ferry__sb_puts(&s, "plot $b using 2:xtic(1) title \"disk read\" lt 5, '' using 3 title \"host to device\" lt 2, "
@@ -519,7 +556,7 @@ ferry_status ferry__section_bytes(struct report *rp) {
   ferry__sb_puts(&s, "plot $b using 5:xtic(1) title \"stall\" lt 4\nunset multiplot\n");
   ferry_status st = s.oom ? NOMEM(rp)
                           : ferry__emit_plot(rp, "bytes_stall", "Bytes moved per tier (left) and stall time (right) per run.",
-                                             1200, 520, s.p);
+                                             1200, 640, s.p);
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, "Bytes moved per tier, stall time and weight-cache hit rate per run.");
   ferry__sb_free(&s);
   ferry__table_free(t);

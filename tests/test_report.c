@@ -317,6 +317,22 @@ static void test_sections_plots_tables(void **state) {
     if (!xml_well_formed(svg, why, sizeof why)) fail_msg("%s: %s", path, why);
     free(svg);
   }
+  /* per-run bar labels: short (no collisions when rotated), executor right after the run label */
+  snprintf(path, sizeof path, "%s/plots/bytes_stall.gp", f->out);
+  char *gp = slurp(path);
+  if (!gp) fail_msg("missing %s", path);
+  int labels = 0;
+  for (char *line = strstr(gp, "\n\"r"); line; line = strstr(line + 1, "\n\"r")) {
+    const char *q = strchr(line + 2, '"');
+    assert_non_null(q);
+    assert_true(q - (line + 2) <= 48);
+    const char *sp = strchr(line + 2, ' ');
+    assert_true(sp && sp < q);
+    assert_true(!strncmp(sp + 1, "host ", 5) || !strncmp(sp + 1, "sim ", 4));
+    labels++;
+  }
+  free(gp);
+  assert_int_equal(labels, 14);
   /* CSVs: header + rows */
   assert_int_equal(csv_lines(f->out, "runs"), 1 + 15);
   assert_int_equal(csv_lines(f->out, "bytes"), 1 + 14);
