@@ -1,8 +1,9 @@
 /* Connects a predictor of runtime/policy (pure decisions) to the engine's expert-prefetch hook:
  * tells it every routing decision, and gives it what its variant needs — the true future
  * choice for the oracle (from the simulator's routing source, or a recorded routing trace), and
- * for gate-lookahead the current layer's gate weights as the stand-in for the next layer's
- * router logits (as `ferry predictor eval` does on traces without hidden states). */
+ * for gate-lookahead the target layer's router logits on the current hidden state, which the
+ * engine computes (router_lookahead). The simulator computes no hidden states: there, as in
+ * `ferry predictor eval` on traces, the current layer's gate weights stand in for them. */
 #include <math.h>
 #include <string.h>
 
@@ -11,8 +12,8 @@
 #include "common/error.h"
 
 static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int32_t seq_len, int32_t layer_now,
-                            int32_t target_layer, const int32_t *ids_now, const float *weights_now, int32_t k,
-                            int32_t *out_ids, int32_t max) {
+                            int32_t target_layer, const int32_t *ids_now, const float *weights_now,
+                            const float *lookahead_logits, int32_t k, int32_t *out_ids, int32_t max) {
   struct predict_glue *g = user;
   if (layer_now != g->last_layer || token_index != g->last_token || req_id != g->last_req) {
     ferry_predictor_observe(g->p, req_id, token_index, layer_now, k, ids_now);
@@ -37,6 +38,11 @@ static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int
       break;
     }
     case FERRY_PREDICTOR_GATE_LOOKAHEAD:
+      if (lookahead_logits) {
+        ctx.gate_logits = lookahead_logits;
+        ctx.n_gate_logits = g->n_experts;
+        break;
+      }
       for (int32_t x = 0; x < g->n_experts; x++) g->logits[x] = -INFINITY;
       for (int32_t i = 0; i < k; i++)
         if (ids_now[i] >= 0 && ids_now[i] < g->n_experts) g->logits[ids_now[i]] = logf(weights_now[i] + 1e-9f);
@@ -137,6 +143,7 @@ ferry_status predict_glue_init(struct predict_glue *g, const char *variant, cons
   }
   ec->predict = glue_predict;
   ec->predict_user = g;
+  ec->router_lookahead = g->kind == FERRY_PREDICTOR_GATE_LOOKAHEAD;
   return FERRY_OK;
 }
 

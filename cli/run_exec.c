@@ -122,6 +122,8 @@ int run_execute(struct run_args *a) {
       goto out;
     }
   }
+  /* gate lookahead keeps every router resident: the plan must know before anything is sized */
+  if (a->predictor && !strcmp(a->predictor, "gate-lookahead")) a->ec.router_lookahead = 1;
   if (a->plan_only) {
     st = ferry_engine_plan_only(model, store, &a->ec, stdout);
     if (st != FERRY_OK) cli_fail(st, NULL);

@@ -2,6 +2,7 @@
  * bit-identical to a fully resident run for every block size, prefetch depth and home tier),
  * budgets hold (peak <= budget), and a budget one byte under the minimum is refused. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,7 +375,9 @@ static void record_routing(void *user, int64_t req, int32_t tok, int32_t layer, 
 }
 
 static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                              const int32_t *ids_now, const float *w_now, int32_t k, int32_t *out, int32_t max) {
+                              const int32_t *ids_now, const float *w_now, const float *look, int32_t k, int32_t *out,
+                              int32_t max) {
+  (void)look;
   (void)seq_len;
   (void)now;
   (void)ids_now;
@@ -390,7 +393,9 @@ static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_
 }
 
 static int32_t predict_random(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                              const int32_t *ids_now, const float *w_now, int32_t k, int32_t *out, int32_t max) {
+                              const int32_t *ids_now, const float *w_now, const float *look, int32_t k, int32_t *out,
+                              int32_t max) {
+  (void)look;
   (void)user;
   (void)seq_len;
   (void)ids_now;
@@ -398,6 +403,126 @@ static int32_t predict_random(void *user, int64_t req, int32_t tok, int32_t seq_
   (void)max;
   out[0] = (int32_t)((req * 31 + tok * 7 + now * 3 + target) % 8);
   return k > 0 ? 1 : 0;
+}
+
+/* Gate lookahead on real weights: a model whose layer-1 router is a copy of layer 0's, so the
+ * lookahead logits of layer 1 at layer 0 are layer 0's own router logits and their top-k must
+ * be exactly the experts layer 0 chose; layer 2's router differs from layer 1's, so at layer 1
+ * they must not always agree (a stand-in using the current router would). Logits stay
+ * bit-identical to a resident run. */
+struct lookahead_check {
+  int32_t n_experts;
+  int64_t calls, same_router_calls, agree, other_calls, other_agree;
+};
+
+static int32_t predict_lookahead(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
+                                 const int32_t *ids_now, const float *w_now, const float *look, int32_t k,
+                                 int32_t *out, int32_t max) {
+  (void)req;
+  (void)tok;
+  (void)seq_len;
+  (void)w_now;
+  struct lookahead_check *c = user;
+  assert_non_null(look);
+  c->calls++;
+  /* top-k of the lookahead logits, best first */
+  int32_t top[16];
+  assert_true(k <= 16);
+  for (int32_t r = 0; r < k; r++) {
+    int32_t best = -1;
+    for (int32_t x = 0; x < c->n_experts; x++) {
+      assert_true(isfinite(look[x]));
+      int taken = 0;
+      for (int32_t q = 0; q < r; q++) taken |= top[q] == x;
+      if (!taken && (best < 0 || look[x] > look[best])) best = x;
+    }
+    top[r] = best;
+  }
+  int all = 1;
+  for (int32_t r = 0; r < k; r++) {
+    int found = 0;
+    for (int32_t q = 0; q < k; q++) found |= ids_now[q] == top[r];
+    all &= found;
+  }
+  if (now == 0 && target == 1) {
+    c->same_router_calls++;
+    c->agree += all;
+  } else if (now == 1 && target == 2) {
+    c->other_calls++;
+    c->other_agree += all;
+  }
+  int32_t n = k < max ? k : max;
+  memcpy(out, top, (size_t)n * sizeof *out);
+  return n;
+}
+
+static void copy_router(const char *dir, int32_t from_layer, int32_t to_layer) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  assert_int_equal(ferry_model_open(&m, dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, dir), FERRY_OK);
+  const struct ferry_store_tensor *src = NULL, *dst = NULL;
+  for (size_t i = 0; i < ferry_model_tensor_count(m); i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(m, i);
+    if (t->role != FERRY_ROLE_ROUTER) continue;
+    if (t->layer == from_layer) src = ferry_store_find(s, t->name);
+    if (t->layer == to_layer) dst = ferry_store_find(s, t->name);
+  }
+  assert_non_null(src);
+  assert_non_null(dst);
+  assert_int_equal(src->nbytes, dst->nbytes);
+  void *buf = malloc(src->nbytes);
+  assert_non_null(buf);
+  assert_int_equal(ferry_store_read_tensor(s, src, buf, src->nbytes), FERRY_OK);
+  FILE *f = fopen(ferry_store_file_path(s, dst->file), "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, (long)dst->offset, SEEK_SET), 0);
+  assert_int_equal(fwrite(buf, 1, src->nbytes, f), src->nbytes);
+  assert_int_equal(fclose(f), 0);
+  free(buf);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+static void test_gate_lookahead_uses_next_router(void **state) {
+  (void)state;
+  char *dir = gen_model("tiny-moe", "moe-lookahead", 0.5);
+  copy_router(dir, 0, 1);
+  struct logit_log ref = {0};
+  struct ferry_serve_summary sum;
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  assert_int_equal(run(dir, c, &ref, &sum), FERRY_OK);
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, dir), FERRY_OK);
+  struct lookahead_check chk = {.n_experts = (int32_t)ferry_model_get_config(m)->n_experts};
+  ferry_model_close(m);
+  for (int depth = 1; depth <= 2; depth++) {
+    struct logit_log got = {0};
+    struct ferry_engine_config o = base_config();
+    o.block_layers = 1;
+    o.prefetch_depth = depth;
+    o.router_lookahead = 1;
+    o.predict = predict_lookahead;
+    o.predict_user = &chk;
+    /* the minimum with routers resident is more than without: they moved out of the blocks */
+    struct ferry_engine_config plain = o;
+    plain.router_lookahead = 0;
+    uint64_t with = min_device(dir, o, NULL), without = min_device(dir, plain, NULL);
+    assert_true(with != without);
+    o.device_budget_bytes = with + 6 * 300 * 1024;
+    memset(&chk.calls, 0, sizeof chk - offsetof(struct lookahead_check, calls));
+    assert_int_equal(run(dir, o, &got, &sum), FERRY_OK);
+    assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+    assert_true(sum.prefetches > 0);
+    assert_true(chk.same_router_calls > 0);
+    assert_int_equal(chk.agree, chk.same_router_calls);
+    assert_true(chk.other_calls > 0);
+    assert_true(chk.other_agree < chk.other_calls);
+    free(got.data);
+  }
+  free(ref.data);
+  free(dir);
 }
 
 static void test_predictors_keep_logits(void **state) {
@@ -451,6 +576,7 @@ int main(void) {
       cmocka_unit_test(test_request_too_long_rejected),
       cmocka_unit_test(test_quantized_offload),
       cmocka_unit_test(test_predictors_keep_logits),
+      cmocka_unit_test(test_gate_lookahead_uses_next_router),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

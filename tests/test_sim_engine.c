@@ -53,11 +53,13 @@ static ferry_hw *profile(const char *name, const char *mem_bw_gbps) {
 struct log {
   struct ferry_activity *a;
   size_t n, cap;
+  int64_t lookahead_ops; /* kernels named router.lookahead */
 };
 
 static void sink(void *user, const struct ferry_activity *act) {
   struct log *l = user;
   if (act->kind != FERRY_ACT_KERNEL && act->kind != FERRY_ACT_MEMCPY) return;
+  if (act->kind == FERRY_ACT_KERNEL && act->name && !strcmp(act->name, "router.lookahead")) l->lookahead_ops++;
   if (l->n == l->cap) {
     l->cap = l->cap ? 2 * l->cap : 1024;
     l->a = realloc(l->a, l->cap * sizeof *l->a);
@@ -293,6 +295,21 @@ static void fixed_routing(void *user, int64_t req_id, int32_t token_index, int32
   }
 }
 
+struct lookahead_sim {
+  int64_t calls, with_logits;
+};
+
+static int32_t predict_none_expected(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
+                                     const int32_t *ids_now, const float *w_now, const float *look, int32_t k,
+                                     int32_t *out, int32_t max) {
+  (void)req, (void)tok, (void)seq_len, (void)now, (void)target, (void)ids_now, (void)w_now, (void)k, (void)out,
+      (void)max;
+  struct lookahead_sim *s = user;
+  s->calls++;
+  s->with_logits += look != NULL;
+  return 0;
+}
+
 static void test_moe_expert_cache(void **state) {
   (void)state;
   ferry_hw *hw = profile("moe", "10");
@@ -360,6 +377,21 @@ static void test_moe_expert_cache(void **state) {
   sm = ferry_engine_step_metrics(r.eng, &n);
   assert_int_equal(sm[0].misses, 2 * L);
   for (int64_t i = 1; i < n; i++) assert_int_equal(sm[i].misses, 0);
+  run_free(&r);
+
+  /* gate lookahead: the same ops as on a computing executor (the next layers' routers, read
+   * back with the routing), no logits for the predictor, and the run stays within budget */
+  struct lookahead_sim ls = {0};
+  cfg.routing = fixed_routing;
+  cfg.routing_user = &calls;
+  cfg.router_lookahead = 1;
+  cfg.predict = predict_none_expected;
+  cfg.predict_user = &ls;
+  run(&r, "tiny-moe", hw, cfg, (uint64_t)(2 * L) * expert_bytes);
+  check_complete_within_budget(&r);
+  assert_true(ls.calls > 0);
+  assert_int_equal(ls.with_logits, 0);
+  assert_int_equal(r.log.lookahead_ops, r.sum.steps * (L - 1));
   run_free(&r);
   ferry_hw_close(hw);
 }

@@ -59,6 +59,9 @@ typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t toke
  * @param target_layer the layer to predict (layer_now + 1 ... + prefetch depth).
  * @param ids_now the token's chosen experts at layer_now (k of them).
  * @param weights_now their gate weights.
+ * @param lookahead_logits the router logits of @p target_layer applied to this token's hidden
+ *        state at @p layer_now (n_experts floats), when the configuration asks for
+ *        router_lookahead and the executor computes; NULL otherwise (the simulator).
  * @param k experts per token.
  * @param out_ids receives up to @p max experts, best first.
  * @param max capacity of out_ids.
@@ -66,7 +69,8 @@ typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t toke
  */
 typedef int32_t (*ferry_expert_predict_fn)(void *user, int64_t req_id, int32_t token_index, int32_t seq_len,
                                            int32_t layer_now, int32_t target_layer, const int32_t *ids_now,
-                                           const float *weights_now, int32_t k, int32_t *out_ids, int32_t max);
+                                           const float *weights_now, const float *lookahead_logits, int32_t k,
+                                           int32_t *out_ids, int32_t max);
 
 /** Engine configuration (copied at create time). */
 struct ferry_engine_config {
@@ -98,6 +102,9 @@ struct ferry_engine_config {
   ferry_expert_predict_fn predict; /**< optional expert predictor: prefetches experts up to
                                       prefetch_depth layers ahead within the cache's capacity */
   void *predict_user;            /**< passed to predict */
+  int router_lookahead;          /**< apply the routers of the next max(1, prefetch_depth) layers to
+                                      each MoE layer's hidden state and hand their logits to
+                                      predict (gate lookahead); keeps every router resident */
   int expert_no_reuse;           /**< predictor "none": every routed expert is fetched on demand,
                                       the cache is not consulted */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */

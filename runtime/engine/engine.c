@@ -47,6 +47,7 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(g, E ? 0 : T * inter);
   WS(u, E ? 0 : T * inter);
   WS(logits_r, T * E);
+  WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e));
   WS(topk_w, T * K);
   WS(topk_ids, T * K);
   WS(expert_out, T * K * H);
@@ -66,8 +67,9 @@ static void layout_workspace(struct ferry_engine *e) {
 }
 
 static uint64_t readback_bytes(const struct ferry_engine *e) {
-  const uint64_t T = (uint64_t)e->cfg.max_step_tokens, S = (uint64_t)e->cfg.max_batch;
-  return align_up(T * (uint64_t)e->mc->experts_per_token * 8, WS_ALIGN) + S * (uint64_t)e->mc->vocab * 4;
+  const uint64_t T = (uint64_t)e->cfg.max_step_tokens;
+  return ferry__readback_lookahead_offset(e) +
+         T * (uint64_t)e->mc->n_experts * (uint64_t)ferry__lookahead_layers(e) * 4;
 }
 
 #define BOUNCE_BYTES (8u << 20)
@@ -346,7 +348,8 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
     if (un->kind == UNIT_EXPERT) continue;
-    const char *what = un->kind == UNIT_GLOBAL ? "embeddings + head" : un->kind == UNIT_LAYER_PART ? "layer" : "block";
+    const char *global = ferry__lookahead_layers(e) ? "embeddings + head + routers" : "embeddings + head";
+    const char *what = un->kind == UNIT_GLOBAL ? global : un->kind == UNIT_LAYER_PART ? "layer" : "block";
     char name[64];
     if (un->kind == UNIT_GLOBAL) snprintf(name, sizeof name, "%s", what);
     else if (un->n_layers == 1) snprintf(name, sizeof name, "%s %d", what, un->layer);

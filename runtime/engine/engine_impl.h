@@ -62,8 +62,8 @@ struct staging_slot {
 /* Offsets (bytes) of the activation buffers inside the workspace. */
 struct workspace {
   uint64_t dq[3];            /* dequantized weights: matmul, or an expert's gate/up/down */
-  uint64_t x, h, q, k, v, attn, g, u, logits_r, topk_w, topk_ids, expert_out, gather, eg, eu, sg, su, sout, sgate,
-      rows, rows_n, logits, total;
+  uint64_t x, h, q, k, v, attn, g, u, logits_r, logits_look, topk_w, topk_ids, expert_out, gather, eg, eu, sg, su,
+      sout, sgate, rows, rows_n, logits, total;
 };
 
 struct seq {
@@ -176,6 +176,20 @@ ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, in
 
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);
+
+/* Layers whose routers each MoE layer applies ahead (gate lookahead), 0 when off. */
+static inline int32_t ferry__lookahead_layers(const struct ferry_engine *e) {
+  if (!e->cfg.router_lookahead || !e->mc->n_experts) return 0;
+  return e->cfg.prefetch_depth > 0 ? e->cfg.prefetch_depth : 1;
+}
+
+/* The read-back buffer: the routing (weights, ids), the logits rows, the lookahead logits. */
+static inline uint64_t ferry__readback_logits_offset(const struct ferry_engine *e) {
+  return ((uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->experts_per_token * 8 + 63) / 64 * 64;
+}
+static inline uint64_t ferry__readback_lookahead_offset(const struct ferry_engine *e) {
+  return ferry__readback_logits_offset(e) + ((uint64_t)e->cfg.max_batch * (uint64_t)e->mc->vocab * 4 + 63) / 64 * 64;
+}
 
 /* helpers */
 static inline struct ferry_ref ferry__ws(struct ferry_engine *e, uint64_t off) {

@@ -181,9 +181,14 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
   TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
   TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
+  const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
+  if (look_bytes) {
+    struct ferry_ref dst_l = {e->readback_buf, ferry__readback_lookahead_offset(e), FERRY_DTYPE_F32};
+    TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_l, ferry__ws(e, e->ws.logits_look), look_bytes));
+  }
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
   TRY(ferry_exec_sync(e->ex, e->ev_tmp));
-  e->step_bytes_d2h += (uint64_t)(T * K) * 8;
+  e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
   if (e->has_data) {
     const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
     memcpy(e->routing_w, base, (size_t)(T * K) * 4);
@@ -260,14 +265,21 @@ static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
   const int32_t depth = e->cfg.prefetch_depth > 0 ? e->cfg.prefetch_depth : 1;
   int32_t budget = e->plan.n_expert_slots / (depth + 1);
   if (budget < 1) budget = 1;
+  /* lookahead logits of (ahead, token) as read back with the routing; none without data */
+  const int32_t n_look = ferry__lookahead_layers(e);
+  const float *look = n_look && e->has_data
+                          ? (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) +
+                                            ferry__readback_lookahead_offset(e))
+                          : NULL;
   for (int32_t ahead = 1; ahead <= depth && l + ahead < L; ahead++) {
     const int32_t target = l + ahead;
     memset(e->votes, 0, (size_t)E * sizeof *e->votes);
     for (int64_t t = 0; t < e->n_tok; t++) {
       const struct seq *q = &e->seqs[e->tok_seq[t]];
       const struct ferry_engine_request *r = &e->reqs[q->req];
+      const float *look_t = look && ahead <= n_look ? look + ((int64_t)(ahead - 1) * e->n_tok + t) * E : NULL;
       int32_t n = e->cfg.predict(e->cfg.predict_user, r->id, e->tok_index[t], r->prompt_tokens + r->output_tokens, l,
-                                 target, e->routing_ids + t * K, e->routing_w + t * K, K, e->predicted, E);
+                                 target, e->routing_ids + t * K, e->routing_w + t * K, look_t, K, e->predicted, E);
       for (int32_t i = 0; i < n && i < E; i++)
         if (e->predicted[i] >= 0 && e->predicted[i] < E) e->votes[e->predicted[i]]++;
     }
@@ -290,6 +302,29 @@ static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
+/* Gate lookahead: the routers of the next layers (resident) applied to this layer's hidden
+ * state, into rows [ahead - 1][token] of logits_look; read back with the routing. An op of the
+ * layer it runs in, on the weight of the layer it looks at. */
+static ferry_status router_lookahead(struct ferry_engine *e, int32_t l) {
+  const int32_t n_look = ferry__lookahead_layers(e);
+  const int64_t T = e->n_tok, H = e->mc->hidden, E = e->mc->n_experts;
+  for (int32_t ahead = 1; ahead <= n_look && l + ahead < e->mc->n_layers; ahead++) {
+    const uint64_t y = e->ws.logits_look + (uint64_t)((int64_t)(ahead - 1) * T * E) * 4;
+    struct ferry_ref w;
+    ferry_status st = weight(e, FERRY_ROLE_ROUTER, l + ahead, -1, 0, &w);
+    if (st != FERRY_OK) return st;
+    struct ferry_kernel k = kernel(FERRY_K_MATMUL, "router.lookahead", l);
+    k.x = ferry__ws(e, e->ws.h);
+    k.y = ferry__ws(e, y);
+    k.w = w;
+    k.m = T;
+    k.n = E;
+    k.k = H;
+    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  }
+  return FERRY_OK;
+}
+
 static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
@@ -305,6 +340,7 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
   rk.top_k = K;
   rk.renormalize = mc->norm_topk_prob;
   TRY(ferry_exec_compute(e->ex, e->q_compute, &rk));
+  if ((st = router_lookahead(e, l))) return st;
   /* Shared expert on every token; its sigmoid gate scales it in the combine. */
   if (mc->n_shared_experts) {
     const int64_t S = mc->shared_intermediate;
@@ -403,7 +439,7 @@ static ferry_status logits(struct ferry_engine *e) {
   if ((st = matmul(e, "lm_head", -1, e->ws.rows_n, e->ws.logits, S, V, H, head, (struct ferry_ref){0}, 0))) return st;
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
-  uint64_t off = ((uint64_t)e->cfg.max_step_tokens * (uint64_t)mc->experts_per_token * 8 + 63) / 64 * 64;
+  const uint64_t off = ferry__readback_logits_offset(e);
   TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->readback_buf, off, FERRY_DTYPE_F32}, ferry__ws(e, e->ws.logits),
                       (uint64_t)(S * V) * 4));
   e->step_bytes_d2h += (uint64_t)(S * V) * 4;

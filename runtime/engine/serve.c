@@ -228,7 +228,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     /* outcomes: each logits row is a generated token */
     const float *logits = NULL;
     if (e->has_data) {
-      uint64_t off = ((uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->experts_per_token * 8 + 63) / 64 * 64;
+      uint64_t off = ferry__readback_logits_offset(e);
       logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) + off);
     }
     for (int32_t i = 0; i < e->n_rows; i++) {

@@ -16,8 +16,12 @@
 
 enum group { G_GLOBAL, G_ATTN, G_FFN, G_EXPERT };
 
-static enum group tensor_group(const struct ferry_model_config *mc, const struct ferry_tensor_desc *t) {
+/* routers_resident: every layer's router lives with the global weights, so a layer can apply
+ * the routers of the layers after it (gate lookahead) whatever block is on the device. */
+static enum group tensor_group(const struct ferry_model_config *mc, const struct ferry_tensor_desc *t,
+                               int routers_resident) {
   if (t->layer < 0) return G_GLOBAL;
+  if (routers_resident && t->role == FERRY_ROLE_ROUTER) return G_GLOBAL;
   if (t->expert >= 0) return G_EXPERT;
   switch (t->role) {
     case FERRY_ROLE_FFN_NORM:
@@ -222,7 +226,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
     uint64_t b = tf[i].bytes + RANGE_ALIGN * (uint64_t)tf[i].n_parts;
     if (tf[i].quantized && t->numel > e->max_q_numel) e->max_q_numel = t->numel;
-    switch (tensor_group(mc, t)) {
+    switch (tensor_group(mc, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: in->global_bytes += b; break;
       case G_ATTN: (*attn)[t->layer] += b; break;
       case G_FFN: (*ffn)[t->layer] += b; break;
@@ -376,7 +380,7 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
     } else {
       e->role_tensor[(t->layer + 1) * FERRY_ROLE_COUNT + (int32_t)t->role] = (int32_t)i;
     }
-    switch (tensor_group(mc, t)) {
+    switch (tensor_group(mc, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: unit_of[i] = e->global_unit; break;
       case G_ATTN:
         unit_of[i] = p->attn_pinned[t->layer] ? layer_unit[t->layer] : e->block_unit[p->layer_block[t->layer]];
