@@ -231,6 +231,11 @@ int run_execute(struct run_args *a) {
       goto out;
     }
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
+    struct ferry_device_info gpu;
+    if (ferry_exec_device_info(ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(db, run_id, 0, &gpu)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
     if (a->profile) {
       int64_t t0 = ferry_cupti_clock_ns() - ferry_exec_now(ex);
       st = ferry_cupti_start(&cupti, ferry_db_activity_sink, db, t0);

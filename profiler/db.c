@@ -388,6 +388,50 @@ ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, c
   return st;
 }
 
+static void bind_u64_or_null(sqlite3_stmt *st, int i, uint64_t v) {
+  if (v) sqlite3_bind_int64(st, i, (sqlite3_int64)(v > INT64_MAX ? INT64_MAX : v));
+  else sqlite3_bind_null(st, i);
+}
+
+ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, const struct ferry_device_info *g) {
+  ferry_status st = check_writable(db, "ferry_db_add_gpu");
+  if (st != FERRY_OK) return st;
+  if (!g || gpu_id < 0) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_add_gpu: no device or negative id");
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *ins = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "INSERT INTO TARGET_INFO_GPU(runId, id, name, busLocation, isDiscrete, l2CacheSize, "
+                              "totalMemory, memoryBandwidth, clockRate, smCount, uuid, chipName, computeMajor, "
+                              "computeMinor) SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 "
+                              "FROM runs WHERE id = ?1",
+                              -1, &ins, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(ins, 1, run_id);
+    sqlite3_bind_int(ins, 2, gpu_id);
+    bind_text_or_null(ins, 3, g->name[0] ? g->name : NULL);
+    bind_text_or_null(ins, 4, g->bus_location[0] ? g->bus_location : NULL);
+    sqlite3_bind_int(ins, 5, g->is_discrete);
+    bind_u64_or_null(ins, 6, g->l2_cache_bytes);
+    bind_u64_or_null(ins, 7, g->total_memory_bytes);
+    bind_u64_or_null(ins, 8, g->memory_bandwidth_bytes_per_s);
+    bind_u64_or_null(ins, 9, g->clock_rate_hz);
+    bind_u64_or_null(ins, 10, (uint64_t)(g->sm_count > 0 ? g->sm_count : 0));
+    bind_text_or_null(ins, 11, g->uuid[0] ? g->uuid : NULL);
+    bind_text_or_null(ins, 12, g->chip_name[0] ? g->chip_name : NULL);
+    bind_u64_or_null(ins, 13, (uint64_t)(g->compute_major > 0 ? g->compute_major : 0));
+    if (g->compute_major > 0) sqlite3_bind_int(ins, 14, g->compute_minor);
+    else sqlite3_bind_null(ins, 14);
+    rc = sqlite3_step(ins);
+  }
+  sqlite3_finalize(ins);
+  if (rc != SQLITE_DONE)
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "writing the GPU description", &db->err);
+  else if (sqlite3_changes(db->sql) == 0)
+    st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no run %lld", db->path, (long long)run_id);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
 ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *r) {
   ferry_status st = check_writable(db, "ferry_db_add_quant_quality");
   if (st != FERRY_OK) return st;

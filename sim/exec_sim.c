@@ -466,6 +466,16 @@ static void sim_destroy(struct ferry_exec *ex) {
   ferry_free(ex);
 }
 
+/* The simulated GPU as the profile gives it (the rest is unknown). */
+static ferry_status sim_device_info(struct ferry_exec *ex, struct ferry_device_info *out) {
+  const struct ferry_hw_profile *p = &state(ex)->hw;
+  snprintf(out->name, sizeof out->name, "%s", p->gpu.name);
+  out->is_discrete = 1;
+  out->total_memory_bytes = p->gpu.memory_bytes;
+  out->memory_bandwidth_bytes_per_s = (uint64_t)(p->gpu.mem_bw_gbps * 1e9);
+  return FERRY_OK;
+}
+
 static const struct ferry_exec_backend sim_backend = {
     .version = FERRY_EXEC_BACKEND_VERSION,
     .name = "sim",
@@ -479,6 +489,7 @@ static const struct ferry_exec_backend sim_backend = {
     .drain = sim_drain,
     .now = sim_now,
     .sleep_until = sim_sleep_until,
+    .device_info = sim_device_info,
 };
 
 /* The channels of the profile: link directions and the device memory always (checked by the

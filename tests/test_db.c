@@ -119,6 +119,19 @@ static void test_create_schema(void **state) {
   /* The kind CHECK constraint holds. */
   assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind,started_at) VALUES('gpu','x')", NULL, NULL, NULL),
                        SQLITE_OK);
+  /* TARGET_INFO_GPU rows: known figures stored, unknown ones NULL, unknown runs refused */
+  int64_t run = begin(db, "gpu0");
+  struct ferry_device_info gpu = {.name = "NVIDIA H200", .sm_count = 132, .compute_major = 9, .compute_minor = 0,
+                                  .is_discrete = 1, .total_memory_bytes = 150754820096ull,
+                                  .memory_bandwidth_bytes_per_s = 4800000000000ull, .clock_rate_hz = 1980000000ull};
+  assert_int_equal(ferry_db_add_gpu(db, run, 0, &gpu), FERRY_OK);
+  assert_string_equal(qs(s, "SELECT name FROM TARGET_INFO_GPU", buf, sizeof buf), "NVIDIA H200");
+  assert_int_equal(q1(s, "SELECT smCount * 100 + computeMajor * 10 + computeMinor FROM TARGET_INFO_GPU"), 13290);
+  assert_int_equal(q1(s, "SELECT totalMemory = 150754820096 AND clockRate = 1980000000 FROM TARGET_INFO_GPU"), 1);
+  assert_int_equal(q1(s, "SELECT (l2CacheSize IS NULL) + (uuid IS NULL) + (busLocation IS NULL) FROM TARGET_INFO_GPU"), 3);
+  assert_int_equal(ferry_db_add_gpu(db, run + 100, 0, &gpu), FERRY_ERR_NOT_FOUND);
+  assert_int_equal(ferry_db_add_gpu(db, run, -1, &gpu), FERRY_ERR_INVALID);
+  assert_int_equal(q1(s, "SELECT count(*) FROM TARGET_INFO_GPU"), 1);
   ferry_db_close(db);
   /* Reopening an up-to-date database changes nothing; read-only works too. */
   db = open_rw(f->path);

@@ -53,6 +53,17 @@ static void test_budget_enforced(void **state) {
     assert_int_equal(used, 400);
     assert_int_equal(peak, 1000);
     ferry_exec_free(ex, b);
+    /* the host executor drives no GPU; the simulator describes the one it models */
+    struct ferry_device_info gpu;
+    ferry_status st = ferry_exec_device_info(ex, &gpu);
+    if (!strcmp(ferry_exec_name(ex), "host")) {
+      assert_int_equal(st, FERRY_ERR_UNSUPPORTED);
+      assert_true(tu_contains(ferry_exec_errmsg(ex), "no GPU"));
+    } else {
+      assert_int_equal(st, FERRY_OK);
+      assert_true(gpu.name[0] != '\0');
+      assert_true(gpu.total_memory_bytes > 0);
+    }
     ferry_exec_destroy(ex);
   }
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sqlite3.h>
+
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/hw.h"
@@ -426,6 +428,28 @@ static void test_cli(void **state) {
   assert_true(tu_contains(out, "sim"));
   assert_true(tu_contains(out, "h100-pcie"));
   free(out);
+  /* the simulated GPU, as nsys describes the GPU of a run: name, memory and bandwidth of the profile */
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  const struct ferry_hw_profile *hp = ferry_hw_get(hw);
+  snprintf(args, sizeof args, "%s/sim.db", tmp);
+  sqlite3 *sql = NULL;
+  assert_int_equal(sqlite3_open_v2(args, &sql, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *q = NULL;
+  assert_int_equal(sqlite3_prepare_v2(sql, "SELECT runId, id, name, totalMemory, memoryBandwidth, smCount, COUNT(*) "
+                                           "FROM TARGET_INFO_GPU", -1, &q, NULL),
+                   SQLITE_OK);
+  assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+  assert_int_equal(sqlite3_column_int64(q, 6), 1);
+  assert_int_equal(sqlite3_column_int64(q, 0), 1);
+  assert_int_equal(sqlite3_column_int64(q, 1), 0);
+  assert_string_equal((const char *)sqlite3_column_text(q, 2), hp->gpu.name);
+  assert_int_equal(sqlite3_column_int64(q, 3), (int64_t)hp->gpu.memory_bytes);
+  assert_int_equal(sqlite3_column_int64(q, 4), (int64_t)(hp->gpu.mem_bw_gbps * 1e9));
+  assert_int_equal(sqlite3_column_type(q, 5), SQLITE_NULL); /* the profile does not say */
+  sqlite3_finalize(q);
+  sqlite3_close(sql);
+  ferry_hw_close(hw);
   /* --quiet: the summary only */
   assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw rtx-4090 --synthetic rate=5,n=3,prompt=8,output=2 --quiet", &out), 0);
   assert_false(tu_contains(out, "plan for"));

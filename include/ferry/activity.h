@@ -105,6 +105,22 @@ struct ferry_activity {
  */
 typedef void (*ferry_activity_fn)(void *user, const struct ferry_activity *act);
 
+/** The GPU an executor drives (cuda) or simulates (sim), in the units of Nsight Systems'
+ *  TARGET_INFO_GPU table. Numbers it does not know are 0, strings it does not know empty. */
+struct ferry_device_info {
+  char name[256];                       /**< e.g. "NVIDIA H100 PCIe" */
+  char bus_location[32];                /**< PCI bus id, e.g. "0000:17:00.0" */
+  char uuid[48];                        /**< "GPU-xxxxxxxx-..." */
+  char chip_name[32];                   /**< e.g. "GH100" */
+  int32_t is_discrete;                  /**< 1 for a discrete GPU */
+  int32_t sm_count;                     /**< streaming multiprocessors */
+  int32_t compute_major, compute_minor; /**< compute capability */
+  uint64_t total_memory_bytes;          /**< device memory */
+  uint64_t memory_bandwidth_bytes_per_s; /**< device memory bandwidth */
+  uint64_t l2_cache_bytes;              /**< L2 cache */
+  uint64_t clock_rate_hz;               /**< SM clock */
+};
+
 #ifdef __cplusplus
 }
 #endif

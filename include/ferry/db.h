@@ -211,6 +211,17 @@ ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
 ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
 
 /**
+ * @brief Store the GPU a run used or simulated as a TARGET_INFO_GPU row (written at once).
+ *        Zero numbers and empty strings are stored as NULL (unknown).
+ * @param db handle opened with FERRY_DB_CREATE.
+ * @param run_id the run.
+ * @param gpu_id the device's index in the run (0 for single-GPU runs).
+ * @param info what the executor knows (ferry_exec_device_info()).
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
+ */
+ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, const struct ferry_device_info *info);
+
+/**
  * @brief Add a request row (written with the next batch).
  * @param db handle.
  * @param run_id run the row belongs to.

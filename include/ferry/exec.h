@@ -138,6 +138,13 @@ void ferry_exec_destroy(ferry_exec *ex);
 /** @brief Backend name: "host", "cuda" or "sim". */
 const char *ferry_exec_name(const ferry_exec *ex);
 
+/**
+ * @brief Describe the executor's GPU.
+ * @param out filled on success (zeroed first).
+ * @return FERRY_OK; FERRY_ERR_UNSUPPORTED for the host executor, which drives no GPU.
+ */
+ferry_status ferry_exec_device_info(ferry_exec *ex, struct ferry_device_info *out);
+
 /** @brief Last detailed error of this executor (borrowed; "" if none). */
 const char *ferry_exec_errmsg(const ferry_exec *ex);
 

@@ -34,6 +34,14 @@ const char *ferry_exec_name(const ferry_exec *ex) { return ex->backend->name; }
 const char *ferry_exec_errmsg(const ferry_exec *ex) { return ex->err.msg; }
 int ferry_exec_has_data(const ferry_exec *ex) { return ex->backend->has_data; }
 
+ferry_status ferry_exec_device_info(ferry_exec *ex, struct ferry_device_info *out) {
+  if (!ex || !out) return ferry__fail(FERRY_ERR_INVALID, "exec_device_info: NULL argument");
+  memset(out, 0, sizeof *out);
+  if (!ex->backend->device_info)
+    return ferry__err_set(&ex->err, FERRY_ERR_UNSUPPORTED, "the %s executor drives no GPU", ex->backend->name);
+  return ex->backend->device_info(ex, out);
+}
+
 void ferry_exec_set_sink(ferry_exec *ex, ferry_activity_fn fn, void *user) {
   pthread_mutex_lock(&ex->lock);
   ex->sink = fn;

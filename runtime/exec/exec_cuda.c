@@ -1049,6 +1049,34 @@ static void cu_destroy(struct ferry_exec *ex) {
   ferry_free(ex);
 }
 
+/* Device properties as Nsight Systems' TARGET_INFO_GPU gives them: clocks come in kHz from the
+ * runtime, memory bandwidth is the double-data-rate peak of the memory clock and bus. */
+static ferry_status cu_device_info(struct ferry_exec *ex, struct ferry_device_info *out) {
+  const struct cu_state *cs = ex->backend_state;
+  struct cudaDeviceProp prop;
+  cudaError_t rc = cudaGetDeviceProperties(&prop, cs->device);
+  if (rc != cudaSuccess)
+    return ferry__err_set(&ex->err, FERRY_ERR_CUDA, "cudaGetDeviceProperties: %s", cudaGetErrorString(rc));
+  snprintf(out->name, sizeof out->name, "%s", prop.name);
+  snprintf(out->bus_location, sizeof out->bus_location, "%04x:%02x:%02x.0", (unsigned)prop.pciDomainID,
+           (unsigned)prop.pciBusID, (unsigned)prop.pciDeviceID);
+  const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+  snprintf(out->uuid, sizeof out->uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+           u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  out->is_discrete = !prop.integrated;
+  out->sm_count = prop.multiProcessorCount;
+  out->compute_major = prop.major;
+  out->compute_minor = prop.minor;
+  out->total_memory_bytes = (uint64_t)prop.totalGlobalMem;
+  out->l2_cache_bytes = (uint64_t)prop.l2CacheSize;
+  int clock_khz = 0, mem_clock_khz = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, cs->device) == cudaSuccess)
+    out->clock_rate_hz = (uint64_t)clock_khz * 1000u;
+  if (cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, cs->device) == cudaSuccess)
+    out->memory_bandwidth_bytes_per_s = 2u * (uint64_t)mem_clock_khz * 1000u * (uint64_t)prop.memoryBusWidth / 8u;
+  return FERRY_OK;
+}
+
 static const struct ferry_exec_backend cuda_backend = {
     .version = FERRY_EXEC_BACKEND_VERSION,
     .name = "cuda",
@@ -1064,6 +1092,7 @@ static const struct ferry_exec_backend cuda_backend = {
     .sleep_until = cu_sleep_until,
     .event_init = cu_event_init,
     .event_fini = cu_event_fini,
+    .device_info = cu_device_info,
 };
 
 ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {

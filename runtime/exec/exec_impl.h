@@ -84,6 +84,7 @@ struct ferry_exec_backend {
   /* optional */
   ferry_status (*event_init)(struct ferry_exec *ex, ferry_event *ev);
   void (*event_fini)(struct ferry_exec *ex, ferry_event *ev);
+  ferry_status (*device_info)(struct ferry_exec *ex, struct ferry_device_info *out); /* NULL: no GPU */
 };
 
 struct ferry_exec {
