@@ -114,7 +114,8 @@ struct ferry_device_info {
   char chip_name[32];                   /**< e.g. "GH100" */
   int32_t is_discrete;                  /**< 1 for a discrete GPU */
   int32_t sm_count;                     /**< streaming multiprocessors */
-  int32_t compute_major, compute_minor; /**< compute capability */
+  int32_t compute_major;                /**< compute capability, major */
+  int32_t compute_minor;                /**< compute capability, minor */
   uint64_t total_memory_bytes;          /**< device memory */
   uint64_t memory_bandwidth_bytes_per_s; /**< device memory bandwidth */
   uint64_t l2_cache_bytes;              /**< L2 cache */
