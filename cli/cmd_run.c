@@ -46,11 +46,13 @@ void run_usage(FILE *f, const char *cmd) {
           "%s"
           "MoE routing:\n"
           "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
+          "  --record-features V     with --record-routing: each token's mlp3 or mlp7 predictor features from\n"
+          "                          its embedding and hidden state (ferry predictor train uses them)\n"
           "  --predictor V           expert prefetching: none (no cache reuse), lru (cache only, default),\n"
           "                          frequency, gate-lookahead, mlp3, mlp7, oracle; prefetches --prefetch-depth\n"
           "                          layers ahead\n"
           "  --predictor-routing F   routing trace for frequency (popularity) and oracle on real runs\n"
-          "  --predictor-model P     mlp3/mlp7 weights (ferry predictor train), fed the derivable features\n"
+          "  --predictor-model P     mlp3/mlp7 weights (ferry predictor train), fed each token's features\n"
           "%s"
           "Output:\n"
           "  --plan-only             print the residency plan and exit\n"
@@ -84,7 +86,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -106,6 +108,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
       {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
       {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
+      {"record-features", required_argument, 0, OPT_RECORD_FEATURES},
       {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
       {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
       {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
@@ -194,6 +197,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         a->hw = optarg;
         break;
       case OPT_RECORD_ROUTING: a->record_routing = optarg; break;
+      case OPT_RECORD_FEATURES: a->record_features = optarg; break;
       case OPT_ROUTING:
       case OPT_ROUTING_SYNTH:
         if (!sim)

@@ -13,7 +13,8 @@
 
 static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int32_t seq_len, int32_t layer_now,
                             int32_t target_layer, const int32_t *ids_now, const float *weights_now,
-                            const float *lookahead_logits, int32_t k, int32_t *out_ids, int32_t max) {
+                            const float *lookahead_logits, const float *token_features, int32_t k,
+                            int32_t *out_ids, int32_t max) {
   struct predict_glue *g = user;
   if (layer_now != g->last_layer || token_index != g->last_token || req_id != g->last_req) {
     ferry_predictor_observe(g->p, req_id, token_index, layer_now, k, ids_now);
@@ -51,10 +52,18 @@ static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int
       break;
     case FERRY_PREDICTOR_MLP3:
     case FERRY_PREDICTOR_MLP7:
-      /* the features derivable from the request alone (position, length): the engine does
-       * not read hidden states back */
-      ferry_predictor_features_derived(g->kind, token_index, seq_len, g->features);
-      ctx.features = g->features;
+      /* the engine's features from the activations; without them (the simulator), those a
+       * real run recorded in the --predictor-routing trace; else the features derivable from
+       * the request alone (position, length) */
+      if (!token_features && g->trace &&
+          ferry_routing_n_features(g->trace) == (g->kind == FERRY_PREDICTOR_MLP3 ? FERRY_MLP3_FEATURES : FERRY_MLP7_FEATURES))
+        token_features = ferry_routing_token_features(g->trace, req_id, token_index);
+      if (token_features) {
+        ctx.features = token_features;
+      } else {
+        ferry_predictor_features_derived(g->kind, token_index, seq_len, g->features);
+        ctx.features = g->features;
+      }
       ctx.n_features = g->kind == FERRY_PREDICTOR_MLP3 ? FERRY_MLP3_FEATURES : FERRY_MLP7_FEATURES;
       break;
     default:
@@ -144,6 +153,7 @@ ferry_status predict_glue_init(struct predict_glue *g, const char *variant, cons
   ec->predict = glue_predict;
   ec->predict_user = g;
   ec->router_lookahead = g->kind == FERRY_PREDICTOR_GATE_LOOKAHEAD;
+  if (mlp) ec->token_features = g->kind == FERRY_PREDICTOR_MLP3 ? FERRY_MLP3_FEATURES : FERRY_MLP7_FEATURES;
   return FERRY_OK;
 }
 

@@ -168,6 +168,15 @@ int run_execute(struct run_args *a) {
     a->ec.on_routing = ferry_routing_record;
     a->ec.on_routing_user = recorded;
   }
+  if (a->record_features) {
+    const int mlp3 = !strcmp(a->record_features, "mlp3"), mlp7 = !strcmp(a->record_features, "mlp7");
+    if (!a->record_routing || (!mlp3 && !mlp7 && strcmp(a->record_features, "none"))) {
+      cli_fail(FERRY_ERR_INVALID, "--record-features %s: expected mlp3, mlp7 or none, with --record-routing FILE",
+               a->record_features);
+      goto out;
+    }
+    a->ec.token_features = mlp3 ? FERRY_MLP3_FEATURES : mlp7 ? FERRY_MLP7_FEATURES : 0;
+  }
   if (sim && mc->n_experts) {
     /* routing source: a recorded trace (falling back to the synthetic model), or the model */
     struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
@@ -200,10 +209,16 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  const int32_t recorded_features = a->ec.token_features;
   if (a->predictor &&
       (st = predict_glue_init(&glue, a->predictor, a->predictor_model, mc, pred_trace, sim ? a->ec.routing : NULL,
                               sim ? a->ec.routing_user : NULL, &a->ec)) != FERRY_OK) {
     cli_fail(st, NULL);
+    goto out;
+  }
+  if (recorded_features && a->ec.token_features != recorded_features) {
+    cli_fail(FERRY_ERR_INVALID, "--record-features %s and --predictor %s compute different features: use the same variant",
+             a->record_features, a->predictor);
     goto out;
   }
   if (a->dump_logits) {

@@ -30,7 +30,7 @@ rm -f "$out/calib.db"
 
 step "recording the routing of the evaluated requests, so the simulator sees the experts the real runs see"
 "$ferry" run --model "$model" --trace "$trace" --max-requests 8 --rate-scale 10 --device-budget 64MiB --max-batch 4 \
-  --max-seq-tokens 4096 --quiet --record-routing "$out/routing.jsonl" >/dev/null
+  --max-seq-tokens 4096 --quiet --record-routing "$out/routing.jsonl" --record-features mlp3 >/dev/null
 
 step "sweep: block layers x prefetch depth, host executor and simulator (first 8 requests, 10x faster)"
 cat >"$out/sweep.json" <<JSON

@@ -11,6 +11,7 @@
 #include "ferry/exec.h"
 #include "ferry/gen.h"
 #include "ferry/model.h"
+#include "ferry/predict.h"
 #include "ferry/quantize.h"
 #include "ferry/store.h"
 #include "testutil.h"
@@ -365,8 +366,10 @@ struct recorded {
 };
 
 static void record_routing(void *user, int64_t req, int32_t tok, int32_t layer, int32_t k, const int32_t *ids,
-                           const float *w) {
+                           const float *w, int32_t n_features, const float *features) {
   (void)w;
+  (void)n_features;
+  (void)features;
   struct recorded *r = user;
   assert_true(r->n < 4096 && k == 2);
   r->key[r->n] = (req << 32) | ((int64_t)tok << 8) | layer;
@@ -375,9 +378,10 @@ static void record_routing(void *user, int64_t req, int32_t tok, int32_t layer, 
 }
 
 static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                              const int32_t *ids_now, const float *w_now, const float *look, int32_t k, int32_t *out,
-                              int32_t max) {
+                              const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
+                              int32_t *out, int32_t max) {
   (void)look;
+  (void)feat;
   (void)seq_len;
   (void)now;
   (void)ids_now;
@@ -393,9 +397,10 @@ static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_
 }
 
 static int32_t predict_random(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                              const int32_t *ids_now, const float *w_now, const float *look, int32_t k, int32_t *out,
-                              int32_t max) {
+                              const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
+                              int32_t *out, int32_t max) {
   (void)look;
+  (void)feat;
   (void)user;
   (void)seq_len;
   (void)ids_now;
@@ -416,8 +421,9 @@ struct lookahead_check {
 };
 
 static int32_t predict_lookahead(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                                 const int32_t *ids_now, const float *w_now, const float *look, int32_t k,
+                                 const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
                                  int32_t *out, int32_t max) {
+  (void)feat;
   (void)req;
   (void)tok;
   (void)seq_len;
@@ -525,6 +531,151 @@ static void test_gate_lookahead_uses_next_router(void **state) {
   free(dir);
 }
 
+/* Predictor features from the activations: recorded per token through on_routing, the same at
+ * every layer, equal between a resident and an offloaded run, and matching an independent
+ * computation where one is possible (embedding variance, sequence length, segment position). */
+#define FEAT_REQ 4
+#define FEAT_TOK 64
+struct feature_log {
+  int32_t n_features;
+  float f[FEAT_REQ][FEAT_TOK][7];
+  int seen[FEAT_REQ][FEAT_TOK];
+  int32_t tokens[FEAT_REQ][FEAT_TOK];
+  int32_t n_tokens[FEAT_REQ];
+  int64_t mismatched_layers;
+};
+
+static void record_features(void *user, int64_t req, int32_t tok, int32_t layer, int32_t k, const int32_t *ids,
+                            const float *w, int32_t n_features, const float *features) {
+  (void)layer, (void)k, (void)ids, (void)w;
+  struct feature_log *fl = user;
+  assert_non_null(features);
+  assert_int_equal(n_features, fl->n_features);
+  assert_true(req >= 0 && req < FEAT_REQ && tok >= 0 && tok < FEAT_TOK);
+  if (!fl->seen[req][tok]) {
+    memcpy(fl->f[req][tok], features, (size_t)n_features * sizeof(float));
+    fl->seen[req][tok] = 1;
+  } else if (memcmp(fl->f[req][tok], features, (size_t)n_features * sizeof(float))) {
+    fl->mismatched_layers++;
+  }
+}
+
+static void feature_tokens(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens,
+                           const float *logits, int64_t vocab) {
+  (void)tok, (void)logits, (void)vocab;
+  struct feature_log *fl = user;
+  assert_true(req >= 0 && req < FEAT_REQ && n_tokens <= FEAT_TOK);
+  memcpy(fl->tokens[req], tokens, (size_t)n_tokens * sizeof *tokens);
+  fl->n_tokens[req] = n_tokens;
+}
+
+static void run_features(const char *dir, struct ferry_engine_config c, struct feature_log *fl) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  memset(fl, 0, sizeof *fl);
+  fl->n_features = c.token_features;
+  assert_int_equal(ferry_model_open(&m, dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, dir), FERRY_OK);
+  struct ferry_exec_config xc = {.device_budget_bytes = c.device_budget_bytes, .compute_threads = 1};
+  assert_int_equal(ferry_exec_create_host(&ex, &xc), FERRY_OK);
+  c.on_routing = record_features;
+  c.on_routing_user = fl;
+  c.on_logits = feature_tokens;
+  c.logits_user = fl;
+  assert_int_equal(ferry_engine_create(&e, m, s, ex, &c), FERRY_OK);
+  struct ferry_run_options ro = {.as_fast_as_possible = 1};
+  assert_int_equal(ferry_engine_run(e, requests, N_REQ, &ro), FERRY_OK);
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+/* Variance of the values of embedding rows tokens[from..to]. */
+static double emb_variance(const float *table, int64_t H, const int32_t *tokens, int32_t from, int32_t to) {
+  double sum = 0, sumsq = 0, n = 0;
+  for (int32_t i = from; i <= to; i++)
+    for (int64_t j = 0; j < H; j++) {
+      double v = table[(int64_t)tokens[i] * H + j];
+      sum += v;
+      sumsq += v * v;
+      n++;
+    }
+  double mean = sum / n;
+  return sumsq / n - mean * mean;
+}
+
+static void test_token_features(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  assert_int_equal(ferry_model_open(&m, fx.moe_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, fx.moe_dir), FERRY_OK);
+  const int64_t H = ferry_model_get_config(m)->hidden;
+  const struct ferry_store_tensor *emb = NULL;
+  for (size_t i = 0; i < ferry_model_tensor_count(m); i++)
+    if (ferry_model_tensor(m, i)->role == FERRY_ROLE_EMBED) emb = ferry_store_find(s, ferry_model_tensor(m, i)->name);
+  assert_non_null(emb);
+  assert_int_equal(emb->dtype, FERRY_DTYPE_F32);
+  float *table = malloc(emb->nbytes);
+  assert_non_null(table);
+  assert_int_equal(ferry_store_read_tensor(s, emb, table, emb->nbytes), FERRY_OK);
+
+  static struct feature_log resident, offloaded;
+  struct ferry_engine_config c = base_config();
+  c.token_features = FERRY_MLP3_FEATURES;
+  c.resident_all = 1;
+  run_features(fx.moe_dir, c, &resident);
+  struct ferry_engine_config o = base_config();
+  o.token_features = FERRY_MLP3_FEATURES;
+  o.block_layers = 1;
+  o.prefetch_depth = 1;
+  o.device_budget_bytes = min_device(fx.moe_dir, o, NULL);
+  run_features(fx.moe_dir, o, &offloaded);
+  assert_int_equal(resident.mismatched_layers, 0);
+  int64_t checked = 0;
+  for (int r = 0; r < N_REQ; r++) {
+    const int32_t seq_len = requests[r].prompt_tokens + requests[r].output_tokens;
+    float want_len[FERRY_MLP3_FEATURES];
+    ferry_predictor_features_mlp3(0, 0, seq_len, want_len);
+    /* every input token of the request was routed */
+    for (int32_t t = 0; t < seq_len - 1; t++) {
+      assert_true(resident.seen[r][t]);
+      assert_memory_equal(resident.f[r][t], offloaded.f[r][t], FERRY_MLP3_FEATURES * sizeof(float));
+      const float *f = resident.f[r][t];
+      assert_true(isfinite(f[0]) && f[0] > 0);
+      double want = emb_variance(table, H, resident.tokens[r], 0, t < 4 ? t : 4);
+      assert_true(fabs(f[1] - want) <= 1e-5 * fabs(want) + 1e-9);
+      assert_true(f[2] == want_len[2]);
+      checked++;
+    }
+  }
+  assert_true(checked > 20);
+
+  /* mlp7: segment statistics of the per-token embedding variance, segment position */
+  c.token_features = FERRY_MLP7_FEATURES;
+  run_features(fx.moe_dir, c, &resident);
+  for (int r = 0; r < N_REQ; r++) {
+    const int32_t seq_len = requests[r].prompt_tokens + requests[r].output_tokens;
+    double sum = 0;
+    for (int32_t t = 0; t < seq_len - 1; t++) {
+      const float *f = resident.f[r][t];
+      sum += emb_variance(table, H, resident.tokens[r], t, t);
+      assert_true(fabs(f[2] - sum / (t + 1)) <= 1e-5 * fabs(sum / (t + 1)) + 1e-9);
+      float want[FERRY_MLP7_FEATURES];
+      float norms[1] = {0}, vars[1] = {0};
+      ferry_predictor_features_mlp7(norms, vars, 1, seq_len, t, want);
+      assert_true(f[4] == want[4] && f[5] == want[5] && f[6] == want[6]);
+      assert_true(f[0] > 0);
+    }
+  }
+  free(table);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
 static void test_predictors_keep_logits(void **state) {
   (void)state;
   struct logit_log ref = {0};
@@ -577,6 +728,7 @@ int main(void) {
       cmocka_unit_test(test_quantized_offload),
       cmocka_unit_test(test_predictors_keep_logits),
       cmocka_unit_test(test_gate_lookahead_uses_next_router),
+      cmocka_unit_test(test_token_features),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

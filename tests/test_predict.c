@@ -397,11 +397,68 @@ static void test_cli(void **state) {
   free(dir);
 }
 
+/* `ferry run --record-routing --record-features`: the trace carries each token's features, a
+ * predictor trained on it uses them, and run and sim accept that predictor. */
+static void test_record_features_cli(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("features");
+  char args[2048], *out = NULL;
+  snprintf(args, sizeof args, "model gen --preset tiny-moe --dtype fp32 --out '%s/m'", dir);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  free(out);
+  snprintf(args, sizeof args,
+           "run --model '%s/m' --synthetic rate=50,n=3,prompt=8,output=4 --record-routing '%s/r.jsonl' "
+           "--record-features mlp3 --quiet",
+           dir, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+  free(out);
+  snprintf(args, sizeof args, "%s/r.jsonl", dir);
+  ferry_routing *r = NULL;
+  assert_int_equal(ferry_routing_open(&r, args, NULL), FERRY_OK);
+  assert_int_equal(ferry_routing_n_features(r), FERRY_MLP3_FEATURES);
+  const float *f = ferry_routing_token_features(r, 0, 0);
+  assert_non_null(f);
+  assert_true(f[0] > 0 && f[1] >= 0 && f[2] > 0);
+  ferry_routing_free(r);
+  snprintf(args, sizeof args, "predictor train --routing '%s/r.jsonl' --variant mlp3 --out '%s/p.safetensors' --epochs 2",
+           dir, dir);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_false(tu_contains(out, "have no recorded"));
+  free(out);
+  snprintf(args, sizeof args,
+           "run --model '%s/m' --synthetic rate=50,n=3,prompt=8,output=4 --predictor mlp3 --predictor-model "
+           "'%s/p.safetensors' --block-layers 1 --device-budget 4MiB --quiet",
+           dir, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+  assert_true(tu_contains(out, "requests: 3 done"));
+  free(out);
+  snprintf(args, sizeof args,
+           "sim --model '%s/m' --hw h100-pcie --synthetic rate=50,n=3,prompt=8,output=4 --routing '%s/r.jsonl' "
+           "--predictor mlp3 --predictor-model '%s/p.safetensors' --predictor-routing '%s/r.jsonl' --quiet",
+           dir, dir, dir, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+  assert_true(tu_contains(out, "requests: 3 done"));
+  free(out);
+  /* a variant that does not exist, and features without a trace to put them in */
+  snprintf(args, sizeof args, "run --model '%s/m' --synthetic rate=50,n=1,prompt=4,output=2 --record-features mlp4 "
+           "--record-routing '%s/x.jsonl'", dir, dir);
+  assert_int_equal(tu_run_ferry(args, &out), 1);
+  assert_true(tu_contains(out, "mlp4"));
+  free(out);
+  snprintf(args, sizeof args, "run --model '%s/m' --synthetic rate=50,n=1,prompt=4,output=2 --record-features mlp3", dir);
+  assert_int_equal(tu_run_ferry(args, &out), 1);
+  assert_true(tu_contains(out, "--record-routing"));
+  free(out);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_repeat_trace_recall), cmocka_unit_test(test_cache_accounting),
       cmocka_unit_test(test_predict_rules),       cmocka_unit_test(test_mlp_training),
       cmocka_unit_test(test_features),            cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_record_features_cli),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,14 +197,27 @@ static void test_record_hook(void **state) {
   assert_int_equal(ferry_routing_create(&r, 2, 8, 2), FERRY_OK);
   int32_t ids[2] = {3, 5};
   float w[2] = {0.7f, 0.3f};
-  ferry_routing_record(r, 1, 0, 1, 2, ids, w);
+  const float feat[3] = {12.5f, 0.25f, 0.5f};
+  ferry_routing_record(r, 1, 0, 1, 2, ids, w, 3, feat);
   assert_int_equal(ferry_routing_record_status(r), FERRY_OK);
   assert_int_equal(ferry_routing_n_rows(r), 1);
+  /* the token's features are kept with it */
+  assert_int_equal(ferry_routing_n_features(r), 3);
+  struct ferry_routing_request rq;
+  assert_int_equal(ferry_routing_request_at(r, 0, &rq), FERRY_OK);
+  assert_non_null(rq.features);
+  assert_true(rq.has_features[0]);
+  assert_memory_equal(rq.features, feat, sizeof feat);
+  const float *looked = ferry_routing_token_features(r, 1, 0);
+  assert_non_null(looked);
+  assert_memory_equal(looked, feat, sizeof feat);
+  assert_null(ferry_routing_token_features(r, 1, 5));
+  assert_null(ferry_routing_token_features(r, 2, 0));
   ids[1] = 3; /* repeated: the first failure sticks, later calls are ignored */
-  ferry_routing_record(r, 1, 1, 1, 2, ids, w);
+  ferry_routing_record(r, 1, 1, 1, 2, ids, w, 0, NULL);
   assert_int_equal(ferry_routing_record_status(r), FERRY_ERR_INVALID);
   ids[1] = 4;
-  ferry_routing_record(r, 1, 2, 1, 2, ids, w);
+  ferry_routing_record(r, 1, 2, 1, 2, ids, w, 0, NULL);
   assert_int_equal(ferry_routing_n_rows(r), 1);
   ferry_routing_free(r);
 }

@@ -301,10 +301,18 @@ struct lookahead_sim {
   int64_t calls, with_logits;
 };
 
+static void routing_without_features(void *user, int64_t req, int32_t tok, int32_t layer, int32_t k, const int32_t *ids,
+                                     const float *w, int32_t n_features, const float *features) {
+  (void)req, (void)tok, (void)layer, (void)k, (void)ids, (void)w;
+  struct lookahead_sim *s = user;
+  s->calls++;
+  s->with_logits += n_features != 0 || features != NULL;
+}
+
 static int32_t predict_none_expected(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                                     const int32_t *ids_now, const float *w_now, const float *look, int32_t k,
+                                     const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
                                      int32_t *out, int32_t max) {
-  (void)req, (void)tok, (void)seq_len, (void)now, (void)target, (void)ids_now, (void)w_now, (void)k, (void)out,
+  (void)feat, (void)req, (void)tok, (void)seq_len, (void)now, (void)target, (void)ids_now, (void)w_now, (void)k, (void)out,
       (void)max;
   struct lookahead_sim *s = user;
   s->calls++;
@@ -394,7 +402,38 @@ static void test_moe_expert_cache(void **state) {
   assert_true(ls.calls > 0);
   assert_int_equal(ls.with_logits, 0);
   assert_int_equal(r.log.lookahead_ops, r.sum.steps * (L - 1));
+  const uint64_t d2h_with_lookahead = r.sum.bytes_d2h;
   run_free(&r);
+
+  /* predictor features: the same read-backs as a computing executor (more bytes), no values */
+  struct lookahead_sim fs = {0};
+  cfg.router_lookahead = 0;
+  cfg.predict = NULL;
+  cfg.token_features = 3;
+  cfg.on_routing = routing_without_features;
+  cfg.on_routing_user = &fs;
+  run(&r, "tiny-moe", hw, cfg, (uint64_t)(2 * L) * expert_bytes);
+  check_complete_within_budget(&r);
+  assert_true(fs.calls > 0);
+  assert_int_equal(fs.with_logits, 0);
+  assert_true(r.sum.bytes_d2h > d2h_with_lookahead);
+  run_free(&r);
+  cfg.on_routing = NULL;
+  /* only 0, 3 and 7 features exist */
+  cfg.token_features = 5;
+  {
+    ferry_model *mm = NULL;
+    ferry_exec *x2 = NULL;
+    ferry_engine *e2 = NULL;
+    struct ferry_exec_config xc2 = {.device_budget_bytes = 1ull << 30};
+    cfg.device_budget_bytes = 1ull << 30;
+    assert_int_equal(ferry_model_open(&mm, "tiny-moe"), FERRY_OK);
+    assert_int_equal(ferry_exec_create_sim(&x2, hw, &xc2), FERRY_OK);
+    assert_int_equal(ferry_engine_create(&e2, mm, NULL, x2, &cfg), FERRY_ERR_INVALID);
+    assert_non_null(strstr(ferry_last_error(), "token_features"));
+    ferry_exec_destroy(x2);
+    ferry_model_close(mm);
+  }
   ferry_hw_close(hw);
 }
 

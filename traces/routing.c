@@ -194,11 +194,19 @@ int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_i
   return 1;
 }
 
+const float *ferry_routing_token_features(const ferry_routing *r, int64_t req_id, int32_t token_idx) {
+  if (!r || r->n_features <= 0 || token_idx < 0) return NULL;
+  const struct ferry__routing_req *q = ferry__routing_find(r, req_id);
+  if (!q || token_idx >= q->n_tokens || !q->features || !q->has_features || !q->has_features[token_idx]) return NULL;
+  return q->features + (size_t)token_idx * (size_t)r->n_features;
+}
+
 void ferry_routing_record(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
-                          const int32_t *ids, const float *weights) {
+                          const int32_t *ids, const float *weights, int32_t n_features, const float *features) {
   ferry_routing *r = user;
   if (!r || r->record_status != FERRY_OK) return;
-  r->record_status = ferry_routing_add(r, req_id, token_index, layer, top_k, ids, weights, 0, NULL);
+  r->record_status = ferry_routing_add(r, req_id, token_index, layer, top_k, ids, weights, features ? n_features : 0,
+                                       features);
 }
 
 ferry_status ferry_routing_record_status(const ferry_routing *r) {

@@ -44,9 +44,13 @@ typedef void (*ferry_routing_fn)(void *user, int64_t req_id, int32_t token_index
 
 /**
  * @brief Receives every routing decision the engine acts on (e.g. to record a routing trace).
+ *        @p token_features are the token's predictor features (n_features of them, the same at
+ *        every layer) when the configuration asks for token_features and the executor
+ *        computes; NULL with n_features 0 otherwise.
  */
 typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t token_index, int32_t layer,
-                                        int32_t top_k, const int32_t *ids, const float *weights);
+                                        int32_t top_k, const int32_t *ids, const float *weights,
+                                        int32_t n_features, const float *token_features);
 
 /**
  * @brief Expert predictor: which experts of layer @p target_layer to prefetch for one token,
@@ -62,6 +66,8 @@ typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t toke
  * @param lookahead_logits the router logits of @p target_layer applied to this token's hidden
  *        state at @p layer_now (n_experts floats), when the configuration asks for
  *        router_lookahead and the executor computes; NULL otherwise (the simulator).
+ * @param token_features the token's predictor features (token_features of the configuration
+ *        entries), when asked for and the executor computes; NULL otherwise.
  * @param k experts per token.
  * @param out_ids receives up to @p max experts, best first.
  * @param max capacity of out_ids.
@@ -69,8 +75,8 @@ typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t toke
  */
 typedef int32_t (*ferry_expert_predict_fn)(void *user, int64_t req_id, int32_t token_index, int32_t seq_len,
                                            int32_t layer_now, int32_t target_layer, const int32_t *ids_now,
-                                           const float *weights_now, const float *lookahead_logits, int32_t k,
-                                           int32_t *out_ids, int32_t max);
+                                           const float *weights_now, const float *lookahead_logits,
+                                           const float *token_features, int32_t k, int32_t *out_ids, int32_t max);
 
 /** Engine configuration (copied at create time). */
 struct ferry_engine_config {
@@ -105,6 +111,10 @@ struct ferry_engine_config {
   int router_lookahead;          /**< apply the routers of the next max(1, prefetch_depth) layers to
                                       each MoE layer's hidden state and hand their logits to
                                       predict (gate lookahead); keeps every router resident */
+  int32_t token_features;        /**< predictor features per token from the activations, for
+                                      predict and on_routing: 0 (none), 3 (mlp3) or 7 (mlp7);
+                                      reads each token's embedding and first-layer hidden state
+                                      back (ferry/predict.h defines the features) */
   int expert_no_reuse;           /**< predictor "none": every routed expert is fetched on demand,
                                       the cache is not consulted */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */

@@ -134,6 +134,12 @@ ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct f
 int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
                          const int32_t **ids, const float **weights);
 
+/**
+ * @brief The recorded features of (req_id, token_idx): a borrowed pointer to
+ *        ferry_routing_n_features() floats, or NULL when the trace has none for that token.
+ */
+const float *ferry_routing_token_features(const ferry_routing *r, int64_t req_id, int32_t token_idx);
+
 /** Popularity of one layer's experts. */
 struct ferry_routing_layer_stats {
   int64_t uses;             /**< (token, expert) uses at this layer */
@@ -180,9 +186,10 @@ int64_t ferry_routing_reuse_bucket_lo(int b);
  * @brief A ::ferry_routing_record_fn of engine.h that appends every decision to a trace.
  * @param user the ferry_routing to fill. The first failure is kept in its error message and
  *        later calls do nothing (check with ferry_routing_record_status()).
+ * Token features, when given, go on the token's rows (ferry_routing_add()).
  */
 void ferry_routing_record(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
-                          const int32_t *ids, const float *weights);
+                          const int32_t *ids, const float *weights, int32_t n_features, const float *features);
 
 /** @brief FERRY_OK, or the first error ferry_routing_record() met. */
 ferry_status ferry_routing_record_status(const ferry_routing *r);

@@ -7,6 +7,7 @@
 #include "common/alloc.h"
 #include "common/units.h"
 #include "engine_impl.h"
+#include "ferry/predict.h"
 
 #define WS_ALIGN 64u
 
@@ -67,9 +68,7 @@ static void layout_workspace(struct ferry_engine *e) {
 }
 
 static uint64_t readback_bytes(const struct ferry_engine *e) {
-  const uint64_t T = (uint64_t)e->cfg.max_step_tokens;
-  return ferry__readback_lookahead_offset(e) +
-         T * (uint64_t)e->mc->n_experts * (uint64_t)ferry__lookahead_layers(e) * 4;
+  return ferry__readback_features_offset(e) + ferry__features_readback_bytes(e);
 }
 
 #define BOUNCE_BYTES (8u << 20)
@@ -121,6 +120,12 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --block-layers %d exceeds the model's %lld layers",
                           c->block_layers, (long long)mc->n_layers);
   if (c->prefetch_depth > 64) return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --prefetch-depth is at most 64");
+  if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: token_features is 0, %d (mlp3) or %d (mlp7), not %d",
+                          FERRY_MLP3_FEATURES, FERRY_MLP7_FEATURES, c->token_features);
+  if (c->token_features && !mc->n_experts)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: predictor features are for MoE models; %s is dense",
+                          mc->name);
   return FERRY_OK;
 }
 
@@ -172,6 +177,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->routing_w);
   ferry_free(e->votes);
   ferry_free(e->predicted);
+  ferry__features_free(e);
   ferry_free(e->reqs);
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
@@ -261,7 +267,7 @@ static ferry_status allocate(struct ferry_engine *e) {
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
       !e->routing_w || !e->seqs || !e->seq_tokens || !e->votes || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
-  return FERRY_OK;
+  return ferry__features_alloc(e);
 }
 
 static ferry_status make_queues(struct ferry_engine *e) {

@@ -137,6 +137,9 @@ struct ferry_engine {
   int32_t *expert_start;
   int32_t *routing_ids;     /* host copy of the current layer's top-k */
   float *routing_w;
+  float *tok_features;      /* per token of the step: predictor features (FERRY_MLP7_FEATURES apart) */
+  double *feat_emb5;        /* per sequence: sum, sum of squares, count of its first embeddings */
+  float *feat_seg;          /* per sequence: hidden norms, then embedding variances, of its segment */
   int32_t n_tok, n_rows;
 
   /* serving */
@@ -174,6 +177,19 @@ ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_
 int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq);
 ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, int32_t slot);
 
+/* features.c: mlp3/mlp7 predictor features from the activations (cfg.token_features) */
+ferry_status ferry__features_alloc(struct ferry_engine *e);
+void ferry__features_free(struct ferry_engine *e);
+uint64_t ferry__features_readback_bytes(const struct ferry_engine *e);
+/* after the embedding op: read the embeddings back (compute waits for the copy) */
+ferry_status ferry__features_after_embed(struct ferry_engine *e);
+/* with the routing read-back of `layer`: the hidden states entering the first MoE layer */
+ferry_status ferry__features_copy_hidden(struct ferry_engine *e, int32_t layer);
+/* after that read-back: the step's per-token features */
+void ferry__features_compute(struct ferry_engine *e);
+/* token t's features, or NULL when not computed (off, or an executor without data) */
+const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
+
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);
 
@@ -189,6 +205,11 @@ static inline uint64_t ferry__readback_logits_offset(const struct ferry_engine *
 }
 static inline uint64_t ferry__readback_lookahead_offset(const struct ferry_engine *e) {
   return ferry__readback_logits_offset(e) + ((uint64_t)e->cfg.max_batch * (uint64_t)e->mc->vocab * 4 + 63) / 64 * 64;
+}
+static inline uint64_t ferry__readback_features_offset(const struct ferry_engine *e) {
+  const uint64_t look = (uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->n_experts *
+                        (uint64_t)ferry__lookahead_layers(e) * 4;
+  return ferry__readback_lookahead_offset(e) + (look + 63) / 64 * 64;
 }
 
 /* helpers */

@@ -181,6 +181,8 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
   TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
   TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
+  ferry_status fst = ferry__features_copy_hidden(e, l);
+  if (fst != FERRY_OK) return fst;
   const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
   if (look_bytes) {
     struct ferry_ref dst_l = {e->readback_buf, ferry__readback_lookahead_offset(e), FERRY_DTYPE_F32};
@@ -189,6 +191,7 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
   TRY(ferry_exec_sync(e->ex, e->ev_tmp));
   e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
+  if (l == 0) ferry__features_compute(e);
   if (e->has_data) {
     const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
     memcpy(e->routing_w, base, (size_t)(T * K) * 4);
@@ -208,8 +211,9 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   if (e->cfg.on_routing)
     for (int64_t t = 0; t < T; t++) {
       const struct seq *s = &e->seqs[e->tok_seq[t]];
+      const float *feat = ferry__features_of(e, t);
       e->cfg.on_routing(e->cfg.on_routing_user, e->reqs[s->req].id, e->tok_index[t], l, (int32_t)K,
-                        e->routing_ids + t * K, e->routing_w + t * K);
+                        e->routing_ids + t * K, e->routing_w + t * K, feat ? e->cfg.token_features : 0, feat);
     }
   return FERRY_OK;
 }
@@ -279,7 +283,8 @@ static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
       const struct ferry_engine_request *r = &e->reqs[q->req];
       const float *look_t = look && ahead <= n_look ? look + ((int64_t)(ahead - 1) * e->n_tok + t) * E : NULL;
       int32_t n = e->cfg.predict(e->cfg.predict_user, r->id, e->tok_index[t], r->prompt_tokens + r->output_tokens, l,
-                                 target, e->routing_ids + t * K, e->routing_w + t * K, look_t, K, e->predicted, E);
+                                 target, e->routing_ids + t * K, e->routing_w + t * K, look_t,
+                                 ferry__features_of(e, t), K, e->predicted, E);
       for (int32_t i = 0; i < n && i < E; i++)
         if (e->predicted[i] >= 0 && e->predicted[i] < E) e->votes[e->predicted[i]]++;
     }
@@ -465,6 +470,7 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
     k.pos_offset = 2;
   }
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  if ((st = ferry__features_after_embed(e))) return st;
   const int32_t step = (int32_t)e->n_steps;
   for (int32_t l = 0; l < mc->n_layers; l++) {
     /* NVTX-style range of the host issuing the layer (waits for routing included) */
