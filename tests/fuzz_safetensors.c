@@ -1,9 +1,7 @@
 /* libFuzzer target for the safetensors reader: every input is written to a memfd and opened
  * as a .safetensors file; any crash, leak or sanitizer report is a bug. Not part of the gcc
- * build (tests/CMakeLists.txt globs only test_*.c). Build and run with clang:
- *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I. \
- *     tests/fuzz_safetensors.c runtime/store/\*.c common/\*.c -lcjson -lm -lpthread -o fuzz_st
- *   ./fuzz_st -max_total_time=60 tests/data/safetensors/ */
+ * build (tests/CMakeLists.txt globs only test_*.c): scripts/fuzz.sh builds it with clang and
+ * runs it on seeds from tests/data/safetensors. */
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/mman.h>
