@@ -138,6 +138,16 @@ static int do_show(const struct opts *o) {
   if (r->error) printf("  error      %s\n", r->error);
   if (r->notes) printf("  notes      %s\n", r->notes);
   if (r->dropped_records) printf("  dropped    %lld activity records\n", (long long)r->dropped_records);
+  struct ferry_device_info gpu;
+  if (ferry_db_get_gpu(db, id, 0, &gpu) == FERRY_OK) {
+    printf("  gpu        %s", gpu.name[0] ? gpu.name : "-");
+    if (gpu.total_memory_bytes) printf(", %s", ferry__format_bytes(gpu.total_memory_bytes, b1, sizeof b1));
+    if (gpu.memory_bandwidth_bytes_per_s) printf(", %.0f GB/s", (double)gpu.memory_bandwidth_bytes_per_s / 1e9);
+    if (gpu.sm_count) printf(", %d SMs", gpu.sm_count);
+    if (gpu.compute_major) printf(", compute %d.%d", gpu.compute_major, gpu.compute_minor);
+    if (gpu.bus_location[0]) printf(", bus %s", gpu.bus_location);
+    printf("\n");
+  }
   printf("  config     %s\n  hash       %s\n", or_dash(r->config_json), or_dash(r->config_hash));
   printf("latency (%lld requests, %lld output tokens)\n", (long long)s.requests, (long long)s.output_tokens);
   print_dist("TTFT", &s.ttft_ns);

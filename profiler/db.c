@@ -432,6 +432,56 @@ ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, cons
   return st;
 }
 
+static void column_text(sqlite3_stmt *q, int i, char *out, size_t len) {
+  const unsigned char *t = sqlite3_column_text(q, i);
+  snprintf(out, len, "%s", t ? (const char *)t : "");
+}
+
+static uint64_t column_u64(sqlite3_stmt *q, int i) {
+  sqlite3_int64 v = sqlite3_column_int64(q, i);
+  return v > 0 ? (uint64_t)v : 0;
+}
+
+ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, struct ferry_device_info *g) {
+  if (!db || !g) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_get_gpu: NULL argument");
+  memset(g, 0, sizeof *g);
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *q = NULL;
+  ferry_status st = FERRY_OK;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT name, busLocation, isDiscrete, l2CacheSize, totalMemory, memoryBandwidth, "
+                              "clockRate, smCount, uuid, chipName, computeMajor, computeMinor FROM TARGET_INFO_GPU "
+                              "WHERE runId = ?1 AND id = ?2 LIMIT 1",
+                              -1, &q, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(q, 1, run_id);
+    sqlite3_bind_int(q, 2, gpu_id);
+    rc = sqlite3_step(q);
+  }
+  if (rc == SQLITE_ROW) {
+    column_text(q, 0, g->name, sizeof g->name);
+    column_text(q, 1, g->bus_location, sizeof g->bus_location);
+    g->is_discrete = sqlite3_column_int(q, 2);
+    g->l2_cache_bytes = column_u64(q, 3);
+    g->total_memory_bytes = column_u64(q, 4);
+    g->memory_bandwidth_bytes_per_s = column_u64(q, 5);
+    g->clock_rate_hz = column_u64(q, 6);
+    g->sm_count = (int32_t)column_u64(q, 7);
+    column_text(q, 8, g->uuid, sizeof g->uuid);
+    column_text(q, 9, g->chip_name, sizeof g->chip_name);
+    g->compute_major = (int32_t)column_u64(q, 10);
+    g->compute_minor = (int32_t)column_u64(q, 11);
+  } else if (rc == SQLITE_DONE) {
+    st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: run %lld has no GPU %d", db->path, (long long)run_id,
+                        gpu_id);
+  } else {
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "reading the GPU description", &db->err);
+  }
+  sqlite3_finalize(q);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
 ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *r) {
   ferry_status st = check_writable(db, "ferry_db_add_quant_quality");
   if (st != FERRY_OK) return st;

@@ -129,6 +129,10 @@ static void test_create_schema(void **state) {
   assert_int_equal(q1(s, "SELECT smCount * 100 + computeMajor * 10 + computeMinor FROM TARGET_INFO_GPU"), 13290);
   assert_int_equal(q1(s, "SELECT totalMemory = 150754820096 AND clockRate = 1980000000 FROM TARGET_INFO_GPU"), 1);
   assert_int_equal(q1(s, "SELECT (l2CacheSize IS NULL) + (uuid IS NULL) + (busLocation IS NULL) FROM TARGET_INFO_GPU"), 3);
+  struct ferry_device_info back;
+  assert_int_equal(ferry_db_get_gpu(db, run, 0, &back), FERRY_OK);
+  assert_memory_equal(&back, &gpu, sizeof gpu);
+  assert_int_equal(ferry_db_get_gpu(db, run, 1, &back), FERRY_ERR_NOT_FOUND);
   assert_int_equal(ferry_db_add_gpu(db, run + 100, 0, &gpu), FERRY_ERR_NOT_FOUND);
   assert_int_equal(ferry_db_add_gpu(db, run, -1, &gpu), FERRY_ERR_INVALID);
   assert_int_equal(q1(s, "SELECT count(*) FROM TARGET_INFO_GPU"), 1);

@@ -488,6 +488,12 @@ static void test_cli(void **state) {
   assert_int_equal(sqlite3_column_type(q, 5), SQLITE_NULL); /* the profile does not say */
   sqlite3_finalize(q);
   sqlite3_close(sql);
+  snprintf(args, sizeof args, "db show 1 --db '%s/sim.db'", tmp);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  char want[160];
+  snprintf(want, sizeof want, "gpu        %s, ", hp->gpu.name);
+  assert_true(tu_contains(out, want));
+  free(out);
   ferry_hw_close(hw);
   /* --quiet: the summary only */
   assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw rtx-4090 --synthetic rate=5,n=3,prompt=8,output=2 --quiet", &out), 0);

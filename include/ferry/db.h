@@ -222,6 +222,14 @@ ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, c
 ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, const struct ferry_device_info *info);
 
 /**
+ * @brief Read a run's GPU back from TARGET_INFO_GPU (NULL columns read as 0 or empty).
+ * @param gpu_id the device's index in the run.
+ * @param out filled on success.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND when the run has no such GPU row, or an error.
+ */
+ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, struct ferry_device_info *out);
+
+/**
  * @brief Add a request row (written with the next batch).
  * @param db handle.
  * @param run_id run the row belongs to.
