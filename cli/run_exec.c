@@ -260,6 +260,8 @@ int run_execute(struct run_args *a) {
       } else {
         ferry_db_run_meta(db, run_id, "CUPTI_STATUS", "on");
         ferry_exec_set_sink(ex, ranges_and_memory, db);
+        /* CUPTI's kernels and copies get the layer and expert of the op that issued them */
+        ferry_exec_set_launch_hook(ex, ferry_cupti_launch_begin, ferry_cupti_launch_end, cupti);
       }
     }
   }
@@ -325,6 +327,7 @@ out:
     if (ex) ferry_exec_drain(ex);
     if (cupti) {
       struct ferry_cupti_stats cs;
+      ferry_exec_set_launch_hook(ex, NULL, NULL, NULL);
       ferry_status cst = ferry_cupti_stop(cupti, &cs);
       cupti = NULL;
       char num[32];
@@ -335,6 +338,8 @@ out:
       ferry_db_run_meta(db, run_id, "CUPTI_DROPPED_RECORDS", num);
       snprintf(num, sizeof num, "%llu", (unsigned long long)cs.zero_timestamp);
       ferry_db_run_meta(db, run_id, "CUPTI_ZERO_TIMESTAMP_RECORDS", num);
+      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.attributed);
+      ferry_db_run_meta(db, run_id, "CUPTI_ATTRIBUTED_RECORDS", num);
       if (cst != FERRY_OK) ferry_db_run_meta(db, run_id, "CUPTI_STOP", ferry_last_error());
     }
     ferry_exec_set_sink(ex, NULL, NULL);

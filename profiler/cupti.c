@@ -23,6 +23,7 @@
 static const CUpti_ActivityKind kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_MARKER,
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 
@@ -223,6 +224,15 @@ uint64_t ferry_cupti_dropped(const ferry_cupti *c) {
   struct ferry_cupti_stats s;
   ferry_cupti_get_stats(c, &s);
   return s.dropped_records + s.zero_timestamp;
+}
+
+void ferry_cupti_launch_begin(void *user, uint64_t tag) {
+  if (user) cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, tag);
+}
+
+void ferry_cupti_launch_end(void *user) {
+  uint64_t last = 0;
+  if (user) cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
 }
 
 ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats) {

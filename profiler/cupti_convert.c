@@ -166,6 +166,10 @@ void ferry__cupti_conv_init(struct ferry__cupti_conv *cv, ferry_activity_fn sink
 }
 
 void ferry__cupti_conv_fini(struct ferry__cupti_conv *cv) {
+  ferry_free(cv->ext_corr);
+  ferry_free(cv->ext_tag);
+  cv->ext_corr = NULL;
+  cv->ext_tag = NULL;
   for (size_t i = 0; i < cv->nopen; i++) ferry_free(cv->open[i].name);
   cv->stats.unpaired_markers += cv->nopen;
   cv->nopen = 0;
@@ -183,6 +187,39 @@ void ferry__cupti_conv_fini(struct ferry__cupti_conv *cv) {
 static void deliver(struct ferry__cupti_conv *cv, const struct ferry_activity *a) {
   cv->stats.delivered++;
   if (cv->sink) cv->sink(cv->user, a);
+}
+
+/* CUPTI correlation id -> the tag of the ferry op that made the call (pushed as an external
+ * correlation id by ferry_cupti_launch_begin()). */
+static void conv_external(struct ferry__cupti_conv *cv, const CUpti_ActivityExternalCorrelation *x) {
+  if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 || !x->correlationId) {
+    cv->stats.ignored++;
+    return;
+  }
+  if (!cv->ext_corr) {
+    cv->ext_corr = ferry__calloc(FERRY__CUPTI_EXT_SLOTS, sizeof *cv->ext_corr);
+    cv->ext_tag = ferry__calloc(FERRY__CUPTI_EXT_SLOTS, sizeof *cv->ext_tag);
+    if (!cv->ext_corr || !cv->ext_tag) {
+      ferry_free(cv->ext_corr);
+      ferry_free(cv->ext_tag);
+      cv->ext_corr = NULL;
+      cv->ext_tag = NULL;
+      cv->stats.ignored++;
+      return;
+    }
+  }
+  const uint32_t slot = x->correlationId % FERRY__CUPTI_EXT_SLOTS;
+  cv->ext_corr[slot] = x->correlationId;
+  cv->ext_tag[slot] = x->externalId;
+}
+
+/* Layer and expert of the op behind a CUPTI record, when its call was tagged. */
+static void attribute(struct ferry__cupti_conv *cv, uint32_t correlation_id, struct ferry_activity *a) {
+  if (!cv->ext_corr || !correlation_id) return;
+  const uint32_t slot = correlation_id % FERRY__CUPTI_EXT_SLOTS;
+  if (cv->ext_corr[slot] != correlation_id) return;
+  ferry_op_tag_split(cv->ext_tag[slot], &a->layer, &a->expert, NULL);
+  cv->stats.attributed++;
 }
 
 static struct ferry_activity base_activity(enum ferry_activity_kind kind, int32_t queue, int64_t start_ns,
@@ -239,6 +276,7 @@ static void conv_kernel(struct ferry__cupti_conv *cv, const CUpti_ActivityKernel
   const struct ferry__cupti_name *n = kernel_name(cv, k->name);
   a.name = n->demangled ? n->demangled : k->name;
   a.kind_name = n->short_name;
+  attribute(cv, k->correlationId, &a);
   deliver(cv, &a);
 }
 
@@ -251,6 +289,7 @@ static void conv_memcpy(struct ferry__cupti_conv *cv, const CUpti_ActivityMemcpy
                                           ferry__cupti_run_ns(m->end, cv->t0_ns), m->correlationId, &d);
   a.bytes = m->bytes;
   a.copy_kind = ferry__cupti_copy_kind(m->copyKind);
+  attribute(cv, m->correlationId, &a);
   deliver(cv, &a);
 }
 
@@ -261,6 +300,7 @@ static void conv_memset(struct ferry__cupti_conv *cv, const CUpti_ActivityMemset
   struct ferry_activity a = base_activity(FERRY_ACT_MEMSET, (int32_t)m->streamId, ferry__cupti_run_ns(m->start, cv->t0_ns),
                                           ferry__cupti_run_ns(m->end, cv->t0_ns), m->correlationId, &d);
   a.bytes = m->bytes;
+  attribute(cv, m->correlationId, &a);
   deliver(cv, &a);
 }
 
@@ -348,6 +388,9 @@ void ferry__cupti_conv_record(struct ferry__cupti_conv *cv, const CUpti_Activity
   case CUPTI_ACTIVITY_KIND_RUNTIME: conv_runtime(cv, (const CUpti_ActivityAPI *)rec); break;
   case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: conv_sync(cv, (const CUpti_ActivitySynchronization2 *)rec); break;
   case CUPTI_ACTIVITY_KIND_MARKER: conv_marker(cv, (const CUpti_ActivityMarker2 *)rec); break;
+  case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+    conv_external(cv, (const CUpti_ActivityExternalCorrelation *)rec);
+    break;
   default: cv->stats.ignored++; break;
   }
 }

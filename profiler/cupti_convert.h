@@ -83,8 +83,14 @@ struct ferry__cupti_conv {
   struct ferry__cupti_open_marker open[FERRY__CUPTI_MAX_OPEN_MARKERS];
   size_t nopen;
   struct ferry__cupti_name names[FERRY__CUPTI_NAME_CACHE];
-  struct ferry_cupti_stats stats; /* records, delivered, zero_timestamp, unpaired, ignored */
+  /* CUPTI correlation id -> op tag (ferry_op_tag()), from EXTERNAL_CORRELATION records;
+   * direct-mapped on the id, which grows by one per driver call, so recent ids never collide */
+  uint32_t *ext_corr;
+  uint64_t *ext_tag;
+  struct ferry_cupti_stats stats; /* records, delivered, zero_timestamp, unpaired, ignored, attributed */
 };
+
+#define FERRY__CUPTI_EXT_SLOTS 65536u
 
 void ferry__cupti_conv_init(struct ferry__cupti_conv *cv, ferry_activity_fn sink, void *user, int64_t t0_ns);
 /* Counts still-open ranges as unpaired and releases names. */

@@ -13,6 +13,7 @@
 #include "ferry/alloc.h"
 #include "ferry/cupti.h"
 #include "ferry/db.h"
+#include "ferry/exec.h"
 #include "profiler/cupti_convert.h"
 #include "testutil.h"
 
@@ -453,6 +454,67 @@ static void test_convert_kernel(void **state) {
   free(g);
 }
 
+/* External correlation: a kernel or copy whose driver call was made under a pushed op tag gets
+ * that op's layer and expert; other records keep -1, and so does a tag from another kind. */
+static void test_convert_external_correlation(void **state) {
+  (void)state;
+  /* tags round-trip, and out-of-range fields become "none" */
+  int32_t l, x, k;
+  ferry_op_tag_split(ferry_op_tag(0x123456789ull, 31, 7, FERRY_K_EXPERT), &l, &x, &k);
+  assert_int_equal(l, 31);
+  assert_int_equal(x, 7);
+  assert_int_equal(k, FERRY_K_EXPERT);
+  ferry_op_tag_split(ferry_op_tag(5, -1, 5000, -1), &l, &x, &k);
+  assert_int_equal(l, -1);
+  assert_int_equal(x, -1);
+  assert_int_equal(k, -1);
+  assert_int_equal(ferry_op_tag(0x1ffffffffull, -1, -1, -1), 0xffffffffull);
+
+  struct got *g = calloc(1, sizeof *g);
+  struct ferry__cupti_conv *cv = new_conv(g);
+  CUpti_ActivityExternalCorrelation ext;
+  memset(&ext, 0, sizeof ext);
+  ext.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+  ext.externalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+  ext.externalId = ferry_op_tag(9, 3, 2, FERRY_K_EXPERT);
+  ext.correlationId = 77; /* kernel_rec's */
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&ext);
+  ext.externalId = ferry_op_tag(10, -1, -1, -1);
+  ext.correlationId = 100 + CUPTI_ACTIVITY_MEMCPY_KIND_HTOD; /* memcpy_rec's */
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&ext);
+  ext.externalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1; /* not ours */
+  ext.externalId = ferry_op_tag(11, 5, 5, 0);
+  ext.correlationId = 500;
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&ext);
+  assert_int_equal(g->n, 0); /* correlation records are not activities */
+
+  CUpti_ActivityKernel10 kr = kernel_rec(T0 + 10, T0 + 20);
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&kr);
+  CUpti_ActivityMemcpy6 m = memcpy_rec(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, CUPTI_ACTIVITY_MEMORY_KIND_PINNED,
+                                       CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, T0 + 30, T0 + 40);
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&m);
+  kr.correlationId = 500; /* tagged under another kind */
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&kr);
+  kr.correlationId = 78; /* never tagged */
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&kr);
+  kr.correlationId = 77 + FERRY__CUPTI_EXT_SLOTS; /* same slot as 77, another call */
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&kr);
+  assert_int_equal(g->n, 5);
+  assert_int_equal(g->a[0].layer, 3);
+  assert_int_equal(g->a[0].expert, 2);
+  assert_int_equal(g->a[1].kind, FERRY_ACT_MEMCPY);
+  assert_int_equal(g->a[1].layer, -1); /* copies carry no layer, but are matched */
+  for (int i = 2; i < 5; i++) {
+    assert_int_equal(g->a[i].layer, -1);
+    assert_int_equal(g->a[i].expert, -1);
+  }
+  assert_int_equal(cv->stats.attributed, 2);
+  assert_int_equal(cv->stats.ignored, 1);
+  ferry__cupti_conv_fini(cv);
+  free(cv);
+  free(g);
+}
+
 static void test_convert_memcpy_each_kind(void **state) {
   (void)state;
   struct got *g = calloc(1, sizeof *g);
@@ -735,6 +797,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_db_run_dropped_and_meta, db_setup, db_teardown),
 #ifdef FERRY_HAVE_CUDA
       cmocka_unit_test(test_convert_kernel),
+      cmocka_unit_test(test_convert_external_correlation),
       cmocka_unit_test(test_convert_memcpy_each_kind),
       cmocka_unit_test(test_convert_memset_runtime_sync),
       cmocka_unit_test(test_convert_markers),

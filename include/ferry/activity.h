@@ -105,6 +105,27 @@ struct ferry_activity {
  */
 typedef void (*ferry_activity_fn)(void *user, const struct ferry_activity *act);
 
+/** @name Op tags
+ * A 64-bit tag that names an op to a profiler which sees only the driver's calls (CUPTI's
+ * external correlation ids): bits 0-31 the op's correlation id (low 32 bits), 32-43 its
+ * layer + 1, 44-55 its expert + 1 (0: none, or beyond 4094), 56-63 its kernel kind + 1 (0: a
+ * copy).
+ * @{ */
+/** @brief Pack an op tag. */
+static inline uint64_t ferry_op_tag(uint64_t correlation_id, int32_t layer, int32_t expert, int32_t kernel_kind) {
+  const uint64_t l = layer >= 0 && layer < 4095 ? (uint64_t)layer + 1 : 0;
+  const uint64_t x = expert >= 0 && expert < 4095 ? (uint64_t)expert + 1 : 0;
+  const uint64_t k = kernel_kind >= 0 && kernel_kind < 255 ? (uint64_t)kernel_kind + 1 : 0;
+  return (correlation_id & 0xffffffffu) | l << 32 | x << 44 | k << 56;
+}
+/** @brief Unpack an op tag: layer and expert (-1 when none) and kernel kind (-1 for a copy). */
+static inline void ferry_op_tag_split(uint64_t tag, int32_t *layer, int32_t *expert, int32_t *kernel_kind) {
+  if (layer) *layer = (int32_t)((tag >> 32) & 0xfff) - 1;
+  if (expert) *expert = (int32_t)((tag >> 44) & 0xfff) - 1;
+  if (kernel_kind) *kernel_kind = (int32_t)(tag >> 56) - 1;
+}
+/** @} */
+
 /** The GPU an executor drives (cuda) or simulates (sim), in the units of Nsight Systems'
  *  TARGET_INFO_GPU table. Numbers it does not know are 0, strings it does not know empty. */
 struct ferry_device_info {

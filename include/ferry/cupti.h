@@ -44,6 +44,9 @@ struct ferry_cupti_stats {
   uint64_t ignored;           /**< records of kinds the collector does not convert */
   uint64_t pool_exhausted;    /**< buffer requests refused because every buffer was in use
                                    (CUPTI then drops records: see dropped_records) */
+  uint64_t attributed;        /**< kernels, copies and memsets matched to the ferry op that
+                                   issued them (layer and expert set; see
+                                   ferry_cupti_launch_begin()) */
 };
 
 /**
@@ -119,6 +122,17 @@ void ferry_cupti_get_stats(const ferry_cupti *c, struct ferry_cupti_stats *stats
  *         released all the same).
  */
 ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats);
+
+/**
+ * @brief A ::ferry_launch_begin_fn for ferry_exec_set_launch_hook() (user = the collector):
+ *        pushes the op's tag as CUPTI's external correlation id (kind CUSTOM0) on the calling
+ *        thread, so the kernels and copies CUPTI records get the op's layer and expert. Does
+ *        nothing without CUDA or without a running collector.
+ */
+void ferry_cupti_launch_begin(void *user, uint64_t tag);
+
+/** @brief The matching ::ferry_launch_end_fn: pops the external correlation id. */
+void ferry_cupti_launch_end(void *user);
 
 #ifdef __cplusplus
 }

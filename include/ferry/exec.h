@@ -138,6 +138,20 @@ void ferry_exec_destroy(ferry_exec *ex);
 /** @brief Backend name: "host", "cuda" or "sim". */
 const char *ferry_exec_name(const ferry_exec *ex);
 
+/** @brief Called on the issuing thread right before an op's driver calls, with its tag
+ *         (ferry_op_tag()). */
+typedef void (*ferry_launch_begin_fn)(void *user, uint64_t tag);
+/** @brief Called on the same thread right after them. */
+typedef void (*ferry_launch_end_fn)(void *user);
+
+/**
+ * @brief Bracket every copy and kernel the executor hands to a driver, so a profiler that sees
+ *        only driver activity can tell which op it came from (ferry_cupti_launch_begin()
+ *        pushes the tag as CUPTI's external correlation id). Only the cuda executor calls it;
+ *        set it before submitting work. NULL functions remove the hook.
+ */
+void ferry_exec_set_launch_hook(ferry_exec *ex, ferry_launch_begin_fn begin, ferry_launch_end_fn end, void *user);
+
 /**
  * @brief Describe the executor's GPU.
  * @param out filled on success (zeroed first).

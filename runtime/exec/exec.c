@@ -34,6 +34,13 @@ const char *ferry_exec_name(const ferry_exec *ex) { return ex->backend->name; }
 const char *ferry_exec_errmsg(const ferry_exec *ex) { return ex->err.msg; }
 int ferry_exec_has_data(const ferry_exec *ex) { return ex->backend->has_data; }
 
+void ferry_exec_set_launch_hook(ferry_exec *ex, ferry_launch_begin_fn begin, ferry_launch_end_fn end, void *user) {
+  if (!ex) return;
+  ex->launch_begin = begin && end ? begin : NULL;
+  ex->launch_end = begin && end ? end : NULL;
+  ex->launch_user = user;
+}
+
 ferry_status ferry_exec_device_info(ferry_exec *ex, struct ferry_device_info *out) {
   if (!ex || !out) return ferry__fail(FERRY_ERR_INVALID, "exec_device_info: NULL argument");
   memset(out, 0, sizeof *out);

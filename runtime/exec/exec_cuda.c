@@ -647,6 +647,13 @@ static void issue_op(struct cu_queue *q, const struct cu_pending *p, uint64_t se
   char msg[FERRY_ERRMSG_MAX - 128];
   msg[0] = '\0';
   cudaError_t e = cudaEventRecord(q->ev_start[i], q->stream);
+  const int bracket = ex->launch_begin && (op->kind == FERRY_OP_COPY || op->kind == FERRY_OP_KERNEL);
+  if (bracket) {
+    const int kernel = op->kind == FERRY_OP_KERNEL;
+    ex->launch_begin(ex->launch_user, ferry_op_tag(op->correlation_id, kernel ? op->u.kernel.layer : -1,
+                                                   kernel ? op->u.kernel.expert : -1,
+                                                   kernel ? (int32_t)op->u.kernel.kind : -1));
+  }
   if (e == cudaSuccess) {
     switch (op->kind) {
       case FERRY_OP_COPY:
@@ -667,6 +674,7 @@ static void issue_op(struct cu_queue *q, const struct cu_pending *p, uint64_t se
         break;
     }
   }
+  if (bracket) ex->launch_end(ex->launch_user);
   if (e != cudaSuccess) {
     if (!msg[0]) snprintf(msg, sizeof msg, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
     async_fail(ex, FERRY_ERR_CUDA, "cuda executor: queue %d, %s (op %llu): %s", q->index, op_name(op),

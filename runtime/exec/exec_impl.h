@@ -96,6 +96,9 @@ struct ferry_exec {
   ferry_buf *buffers; /* live buffers */
   ferry_activity_fn sink;
   void *sink_user;
+  ferry_launch_begin_fn launch_begin; /* optional: brackets a backend's driver calls per op */
+  ferry_launch_end_fn launch_end;
+  void *launch_user;
   _Atomic uint64_t next_correlation;
   struct ferry_exec_queue queues[FERRY_EXEC_MAX_QUEUES];
   int32_t n_queues;
