@@ -330,16 +330,21 @@ out:
       ferry_exec_set_launch_hook(ex, NULL, NULL, NULL);
       ferry_status cst = ferry_cupti_stop(cupti, &cs);
       cupti = NULL;
-      char num[32];
       ferry_db_run_add_dropped(db, run_id, cs.dropped_records + cs.zero_timestamp);
-      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.records);
-      ferry_db_run_meta(db, run_id, "CUPTI_RECORDS", num);
-      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.dropped_records);
-      ferry_db_run_meta(db, run_id, "CUPTI_DROPPED_RECORDS", num);
-      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.zero_timestamp);
-      ferry_db_run_meta(db, run_id, "CUPTI_ZERO_TIMESTAMP_RECORDS", num);
-      snprintf(num, sizeof num, "%llu", (unsigned long long)cs.attributed);
-      ferry_db_run_meta(db, run_id, "CUPTI_ATTRIBUTED_RECORDS", num);
+      const struct {
+        const char *name;
+        uint64_t value;
+      } counts[] = {{"CUPTI_RECORDS", cs.records},
+                    {"CUPTI_DROPPED_RECORDS", cs.dropped_records},
+                    {"CUPTI_ZERO_TIMESTAMP_RECORDS", cs.zero_timestamp},
+                    {"CUPTI_UNPAIRED_MARKERS", cs.unpaired_markers},
+                    {"CUPTI_POOL_EXHAUSTED", cs.pool_exhausted},
+                    {"CUPTI_ATTRIBUTED_RECORDS", cs.attributed}};
+      for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        char num[32];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)counts[i].value);
+        ferry_db_run_meta(db, run_id, counts[i].name, num);
+      }
       if (cst != FERRY_OK) ferry_db_run_meta(db, run_id, "CUPTI_STOP", ferry_last_error());
     }
     ferry_exec_set_sink(ex, NULL, NULL);
