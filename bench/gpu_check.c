@@ -560,7 +560,9 @@ static double copy_gbps(ferry_exec *ex, int32_t q, struct ferry_ref dst, struct 
   return best;
 }
 
-/* TFLOP/s of y[m,n] = x[m,k] W[n,k]^T with weights of dtype wdt (best of reps). */
+/* TFLOP/s of y[m,n] = x[m,k] W[n,k]^T with weights of dtype wdt: after one warm-up, reps
+ * products issued back to back and synchronised once, so a short product (a GEMV takes tens of
+ * microseconds on a large GPU) is not charged the host's submit-to-completion round trip. */
 static double gemm_tflops(ferry_exec *ex, int32_t qc, ferry_buf *d, int64_t m, int64_t n, int64_t k,
                           enum ferry_dtype wdt, int reps) {
   const uint64_t xb = (uint64_t)(m * k) * 4, wb = (uint64_t)(n * k) * (wdt == FERRY_DTYPE_F32 ? 4 : 2);
@@ -570,19 +572,20 @@ static double gemm_tflops(ferry_exec *ex, int32_t qc, ferry_buf *d, int64_t m, i
   kk.y = (struct ferry_ref){d, xb + wb, FERRY_DTYPE_F32};
   ferry_event *ev = NULL;
   if (ferry_exec_event_create(ex, &ev)) return 0;
-  double best = 0;
-  for (int r = 0; r < reps + 1; r++) {
-    int64_t t0 = ferry_exec_now(ex);
-    if (ferry_exec_compute(ex, qc, &kk) || ferry_exec_record(ex, qc, ev) || ferry_exec_sync(ex, ev)) {
-      fprintf(stderr, "gpu_check: gemm probe: %s\n", ferry_exec_errmsg(ex));
-      break;
-    }
-    int64_t dt = ferry_exec_now(ex) - t0;
-    double tf = dt > 0 ? 2.0 * (double)m * (double)n * (double)k / (double)dt / 1e3 : 0;
-    if (r > 0 && tf > best) best = tf;
-  }
+  double tf = 0;
+  if (ferry_exec_compute(ex, qc, &kk) || ferry_exec_record(ex, qc, ev) || ferry_exec_sync(ex, ev)) goto fail;
+  const int64_t t0 = ferry_exec_now(ex);
+  for (int r = 0; r < reps; r++)
+    if (ferry_exec_compute(ex, qc, &kk)) goto fail;
+  if (ferry_exec_record(ex, qc, ev) || ferry_exec_sync(ex, ev)) goto fail;
+  const int64_t dt = ferry_exec_now(ex) - t0;
+  tf = dt > 0 ? 2.0 * (double)m * (double)n * (double)k * reps / (double)dt / 1e3 : 0;
   ferry_exec_event_destroy(ex, ev);
-  return best;
+  return tf;
+fail:
+  fprintf(stderr, "gpu_check: gemm probe: %s\n", ferry_exec_errmsg(ex));
+  ferry_exec_event_destroy(ex, ev);
+  return 0;
 }
 
 static int cmd_probe(const char *out_path, const char *base, const char *link, const char *hostp, const char *disk) {
@@ -619,7 +622,7 @@ static int cmd_probe(const char *out_path, const char *base, const char *link, c
   const double tf16 = gemm_tflops(ex, qc, d, 4096, 8192, 8192, FERRY_DTYPE_F16, 10);
   const double tf32 = gemm_tflops(ex, qc, d, 2048, 4096, 4096, FERRY_DTYPE_F32, 5);
   /* GEMV: one token through 8192 x 16384 fp16 weights: bytes of the weights over the time */
-  const double gemv_tf = gemm_tflops(ex, qc, d, 1, 16384, 8192, FERRY_DTYPE_F16, 20);
+  const double gemv_tf = gemm_tflops(ex, qc, d, 1, 16384, 8192, FERRY_DTYPE_F16, 100);
   const double gemv_gbps = gemv_tf * 1e3; /* 2 flops and 2 bytes per fp16 weight */
   printf("probe: pinned h2d %.2f GB/s, d2h %.2f GB/s; gemm fp16 %.1f TFLOP/s, fp32 %.1f TFLOP/s; gemv %.0f GB/s\n",
          h2d, d2h, tf16, tf32, gemv_gbps);

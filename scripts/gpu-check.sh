@@ -6,6 +6,12 @@
 #
 # usage: scripts/gpu-check.sh OUT_DIR
 # exit:  0 all checks passed; 1 a check failed; 2 the set-up failed (no GPU, no build, ...)
+# env:   GPU_CHECK_BUDGET_S  wall-clock budget of the whole check (default 450 s): every step
+#                            gets at most what is left, and after a step that hangs the GPU
+#                            steps are skipped (a hang would otherwise eat the device time)
+#        GPU_CHECK_WORK      folder for the generated models (default: a temporary folder,
+#                            removed at exit; they are gigabytes, OUT_DIR stays small)
+#        GPU_CHECK_SKIP_BUILD=1  use an existing build-release (built with FERRY_CUDA=ON)
 set -euo pipefail
 
 if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
@@ -15,7 +21,12 @@ fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 OUT=$(cd "$1" && pwd)
-WORK="$OUT/work"     # generated models (large; delete after reading the results)
+if [[ -n ${GPU_CHECK_WORK:-} ]]; then
+  WORK=$GPU_CHECK_WORK
+else
+  WORK=$(mktemp -d /tmp/ferry-gpu-check.XXXXXX)
+  trap 'rm -rf "$WORK"' EXIT
+fi
 RUNS="$OUT/runs"
 mkdir -p "$WORK" "$RUNS"
 BUILD="$ROOT/build-release"
@@ -23,40 +34,74 @@ FERRY="$BUILD/ferry"
 CHECK="$BUILD/bench/gpu_check"
 JOBS=$(nproc 2>/dev/null || echo 4)
 START=$(date +%s)
+DEADLINE=$((START + ${GPU_CHECK_BUDGET_S:-450}))
+HUNG=0
 FAILED=0
+# kernels load lazily by default (CUDA 12.2+): load them up front, so the first step of a run
+# is not charged for it and TTFT compares with the simulator
+export CUDA_MODULE_LOADING=EAGER
 SUMMARY="$OUT/summary.md"
 : >"$SUMMARY"
 
 say() { printf '== [%3ds] %s\n' "$(($(date +%s) - START))" "$*"; }
 note() { printf -- '- %s\n' "$*" | tee -a "$SUMMARY"; }
 fatal() { echo "gpu-check: $*" >&2; note "set-up failed: $*"; exit 2; }
-# run NAME SECONDS CMD...: output to OUT/NAME.log (and the terminal); returns CMD's status
+# run NAME SECONDS CMD...: output to OUT/NAME.log (and the terminal); returns CMD's status.
+# A step gets at most the time left before DEADLINE; after a timeout every later step is
+# skipped (status 124), since a hung GPU would make each of them wait out its limit too.
 run() {
   local name=$1 secs=$2
   shift 2
+  local left=$((DEADLINE - $(date +%s)))
+  if [[ $HUNG -ne 0 || $left -lt 15 ]]; then
+    echo "gpu-check: $name skipped ($([[ $HUNG -ne 0 ]] && echo 'an earlier step hung' || echo 'time budget spent'))" |
+      tee "$OUT/$name.log" >&2
+    return 124
+  fi
+  [[ $secs -gt $left ]] && secs=$left
   local rc=0
   timeout --foreground -k 10 "$secs" "$@" 2>&1 | tee "$OUT/$name.log" || rc=${PIPESTATUS[0]}
-  if [[ $rc -eq 124 || $rc -eq 137 ]]; then echo "gpu-check: $name timed out after ${secs}s" | tee -a "$OUT/$name.log" >&2; fi
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    HUNG=1
+    echo "gpu-check: $name timed out after ${secs}s; later steps are skipped" | tee -a "$OUT/$name.log" >&2
+  fi
   return "$rc"
 }
 
 # --- 0. the machine --------------------------------------------------------------------------
 say "machine"
 command -v cmake >/dev/null || fatal "cmake not found (scripts/setup-deps.sh installs the build dependencies)"
-command -v nvidia-smi >/dev/null && nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || echo "gpu-check: nvidia-smi not available" >&2
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
+  note "driver $(nvidia-smi --query-gpu=driver_version,name,memory.total --format=csv,noheader 2>/dev/null | head -n 1)" \
+    "(CUDA 13 needs driver >= 580)"
+else
+  echo "gpu-check: nvidia-smi not available" >&2
+fi
+for dep in sqlite3.h cblas.h cjson/cJSON.h cmocka.h; do
+  found=0
+  for d in /usr/include /usr/include/*-linux-gnu /usr/include/openblas /usr/include/x86_64-linux-gnu/openblas-pthread; do
+    [[ -f $d/$dep ]] && found=1
+  done
+  [[ $found -eq 1 ]] || note "warning: $dep not found; the build may fail (scripts/setup-deps.sh installs it)"
+done
 { uname -a; nproc; free -g 2>/dev/null || true; } >"$OUT/machine.txt" 2>&1 || true
 
 # --- 1. build with CUDA (release) -------------------------------------------------------------
-say "build (release, FERRY_CUDA=ON)"
-run configure 120 cmake --preset release -DFERRY_CUDA=ON -DFERRY_BUILD_TESTS=ON -DFERRY_BUILD_BENCH=ON >/dev/null ||
-  fatal "cmake configure failed (see $OUT/configure.log)"
-run build 300 cmake --build --preset release -j"$JOBS" --target ferry bench_gpu_check test_exec_cuda >/dev/null ||
-  fatal "build failed (see $OUT/build.log)"
+if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
+  say "build skipped (GPU_CHECK_SKIP_BUILD=1)"
+else
+  say "build (release, FERRY_CUDA=ON)"
+  run configure 120 cmake --preset release -DFERRY_CUDA=ON -DFERRY_BUILD_TESTS=ON -DFERRY_BUILD_BENCH=ON >/dev/null ||
+    fatal "cmake configure failed (see $OUT/configure.log)"
+  run build 300 cmake --build --preset release -j"$JOBS" --target ferry bench_gpu_check test_exec_cuda >/dev/null ||
+    fatal "build failed (see $OUT/build.log)"
+fi
 [[ -x $FERRY && -x $CHECK ]] || fatal "build produced no $FERRY or $CHECK"
 
 # --- 2. executor conformance and kernels against the host executor -----------------------------
 say "cuda executor tests"
-if run test_exec_cuda 120 "$BUILD/tests/test_exec_cuda"; then
+if run test_exec_cuda 60 "$BUILD/tests/test_exec_cuda"; then
   if grep -q SKIPPED "$OUT/test_exec_cuda.log"; then fatal "no CUDA device visible (test_exec_cuda skipped; see its log)"; fi
   note "test_exec_cuda: passed"
 else
@@ -66,7 +111,7 @@ fi
 
 say "kernels: cuda vs host"
 rc=0
-run kernels 120 "$CHECK" kernels || rc=$?
+run kernels 60 "$CHECK" kernels || rc=$?
 case $rc in
   0) note "kernels: all match the host executor" ;;
   77) fatal "no CUDA device (gpu_check kernels skipped)" ;;
@@ -78,9 +123,9 @@ for spec in "tiny-moe:--preset tiny-moe" "tiny-qwen2-moe:--preset tiny-qwen2-moe
             "llama-4l:--preset llama-2-7b --layers 4 --scale 0.25 --vocab 8000"; do
   name=${spec%%:*}
   # shellcheck disable=SC2086
-  run "gen-$name" 120 "$FERRY" model gen ${spec#*:} --dtype fp16 --out "$WORK/$name" --force --quiet >/dev/null ||
+  run "gen-$name" 60 "$FERRY" model gen ${spec#*:} --dtype fp16 --out "$WORK/$name" --force --quiet >/dev/null ||
     fatal "ferry model gen $name failed (see gen-$name.log)"
-  if run "logits-$name" 120 "$CHECK" logits "$WORK/$name" 1e-2; then
+  if run "logits-$name" 60 "$CHECK" logits "$WORK/$name" 1e-2; then
     note "logits $name: $(tail -n 1 "$OUT/logits-$name.log")"
   else
     note "logits $name: FAILED: $(tail -n 1 "$OUT/logits-$name.log")"
@@ -90,7 +135,7 @@ done
 
 # --- 3. probes -> calibrated profile -----------------------------------------------------------
 say "probe: pinned H2D/D2H bandwidth, GEMM throughput"
-run probe 180 "$CHECK" probe "$OUT/calibrated.json" h200 pcie5-x16 ddr5 nvme-gen4 ||
+run probe 90 "$CHECK" probe "$OUT/calibrated.json" h200 pcie5-x16 ddr5 nvme-gen4 ||
   fatal "probe failed (see probe.log)"
 H2D=$(sed -n 's/.*"h2d_gbps": *\([0-9.]*\).*/\1/p' "$OUT/calibrated.json" | head -n 1)
 [[ -n $H2D ]] || fatal "no h2d_gbps in calibrated.json"
@@ -120,7 +165,7 @@ for B in 1 2 4; do
     tag="b${B}_d${D}"
     say "sweep $tag: measured"
     rm -f "$RUNS/$tag-cuda.db" "$RUNS/$tag-sim.db"
-    if run "run-$tag-cuda" 120 "$FERRY" run --model "$MODEL" --backend cuda --greedy "${WORKLOAD[@]}" \
+    if run "run-$tag-cuda" 60 "$FERRY" run --model "$MODEL" --backend cuda --greedy "${WORKLOAD[@]}" \
       --block-layers "$B" --prefetch-depth "$D" --device-budget "$BUDGET" --db "$RUNS/$tag-cuda.db" --quiet; then :; else
       note "sweep $tag (cuda): FAILED (see run-$tag-cuda.log)"
       FAILED=1
@@ -128,7 +173,7 @@ for B in 1 2 4; do
     simdb=-
     if [[ $SIM -eq 1 ]]; then
       say "sweep $tag: simulated"
-      if run "run-$tag-sim" 120 "$FERRY" sim --model "$MODEL" --hw "$OUT/calibrated.json" "${WORKLOAD[@]}" \
+      if run "run-$tag-sim" 60 "$FERRY" sim --model "$MODEL" --hw "$OUT/calibrated.json" "${WORKLOAD[@]}" \
         --block-layers "$B" --prefetch-depth "$D" --device-budget "$BUDGET" --db "$RUNS/$tag-sim.db" --quiet; then
         simdb="$RUNS/$tag-sim.db"
       else
@@ -141,7 +186,7 @@ done
 
 # --- 5. the table -----------------------------------------------------------------------------
 say "table"
-"$CHECK" table --h2d-gbps "$H2D" "${ROWS[@]}" | tee "$OUT/table.md"
+"$CHECK" table --h2d-gbps "$H2D" "${ROWS[@]}" | tee "$OUT/table.md" || FAILED=1
 {
   echo
   echo "Probed pinned H2D: $H2D GB/s. Goals (issue 8): H2D >= 90% of the probe while streaming;"
@@ -150,7 +195,7 @@ say "table"
 } | tee -a "$OUT/table.md"
 cat "$OUT/table.md" >>"$SUMMARY"
 
-say "done: results in $OUT (summary.md, table.md, calibrated.json, runs/, *.log); generated models in $WORK"
+say "done: results in $OUT (summary.md, table.md, calibrated.json, runs/, *.log)"
 if [[ $FAILED -ne 0 ]]; then
   echo "gpu-check: some checks FAILED (see $SUMMARY)" >&2
   exit 1

@@ -77,6 +77,7 @@ struct cu_queue {
   cublasHandle_t blas;
   void *blas_ws;
   char *ints_host, *ints_dev;
+  const char *ints_mapped; /* device address of ints_host (zero-copy), or NULL: copy to ints_dev */
   int int_seg;
   uint64_t int_fill;
   uint64_t int_seg_last[INT_SEGMENTS]; /* 1 + sequence number of the last op using a segment */
@@ -513,12 +514,16 @@ static int run_kernel(struct cu_queue *q, const struct cu_pending *p, char *msg,
   const int32_t *ints = NULL, *ints2 = NULL;
   cudaError_t e = cudaSuccess;
   if (p->ints_bytes) {
-    e = cudaMemcpyAsync(q->ints_dev + p->ints_off, q->ints_host + p->ints_off, p->ints_bytes, cudaMemcpyHostToDevice, s);
-    if (e != cudaSuccess) {
-      snprintf(msg, len, "staging immediate ints: %s", cudaGetErrorString(e));
-      return -1;
+    if (q->ints_mapped) {
+      ints = (const int32_t *)(q->ints_mapped + p->ints_off);
+    } else {
+      e = cudaMemcpyAsync(q->ints_dev + p->ints_off, q->ints_host + p->ints_off, p->ints_bytes, cudaMemcpyHostToDevice, s);
+      if (e != cudaSuccess) {
+        snprintf(msg, len, "staging immediate ints: %s", cudaGetErrorString(e));
+        return -1;
+      }
+      ints = (const int32_t *)(q->ints_dev + p->ints_off);
     }
-    ints = (const int32_t *)(q->ints_dev + p->ints_off);
     ints2 = ints + k->m;
   }
   float *x = dptr(k->x), *y = dptr(k->y);
@@ -872,14 +877,23 @@ static ferry_status compute_resources(struct ferry_exec *ex, struct cu_queue *q)
   if ((e = cudaMalloc(&q->blas_ws, BLAS_WORKSPACE_BYTES)) != cudaSuccess) return cuda_fail(ex, e, "cuBLAS workspace");
   if ((bs = cublasSetWorkspace(q->blas, q->blas_ws, BLAS_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS)
     return blas_fail(ex, bs, "cublasSetWorkspace");
-  if ((e = cudaHostAlloc((void **)&q->ints_host, INT_SEGMENTS * INT_SEGMENT_BYTES, cudaHostAllocDefault)) != cudaSuccess)
+  if ((e = cudaHostAlloc((void **)&q->ints_host, INT_SEGMENTS * INT_SEGMENT_BYTES, cudaHostAllocMapped)) != cudaSuccess)
     return cuda_fail(ex, e, "pinned staging for immediate ints");
-  if ((e = cudaMalloc((void **)&q->ints_dev, INT_SEGMENTS * INT_SEGMENT_BYTES)) != cudaSuccess)
-    return cuda_fail(ex, e, "device ring for immediate ints");
+  /* Kernels read the immediates (token ids, positions, token lists: a few KB) straight from
+   * pinned host memory: a copy would queue on a copy engine behind a block prefetch and stall
+   * compute. Without a mapping they are copied to a device ring first. */
+  void *mapped = NULL;
+  if (cudaHostGetDevicePointer(&mapped, q->ints_host, 0) == cudaSuccess && mapped) {
+    q->ints_mapped = mapped;
+  } else {
+    cudaGetLastError();
+    if ((e = cudaMalloc((void **)&q->ints_dev, INT_SEGMENTS * INT_SEGMENT_BYTES)) != cudaSuccess)
+      return cuda_fail(ex, e, "device ring for immediate ints");
+  }
   if ((e = cudaMalloc(&q->convert, CONVERT_BYTES)) != cudaSuccess)
     return cuda_fail(ex, e, "activation conversion buffer");
   cs->internal_pinned_bytes += INT_SEGMENTS * INT_SEGMENT_BYTES;
-  cs->internal_device_bytes += BLAS_WORKSPACE_BYTES + INT_SEGMENTS * INT_SEGMENT_BYTES + CONVERT_BYTES;
+  cs->internal_device_bytes += BLAS_WORKSPACE_BYTES + (q->ints_dev ? INT_SEGMENTS * INT_SEGMENT_BYTES : 0) + CONVERT_BYTES;
   return FERRY_OK;
 }
 

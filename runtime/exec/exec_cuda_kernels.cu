@@ -272,7 +272,7 @@ __global__ void add_bias_kernel(float *y, const void *bias, int bdt, int64_t m, 
 __global__ void to_half_kernel(const float *x, void *out, int dt, int64_t n) {
   GRID_STRIDE(i, n) {
     float v = x[i];
-    if (dt == FERRY_CU_F16) v = fminf(fmaxf(v, -65504.0f), 65504.0f);
+    if (dt == FERRY_CU_F16 && !isnan(v)) v = fminf(fmaxf(v, -65504.0f), 65504.0f); /* saturate; NaN stays NaN */
     store(dt, out, i, v);
   }
 }
