@@ -523,7 +523,9 @@ static int predictor_eval(int argc, char **argv) {
     struct ferry_routing_request q;
     ferry_routing_request_at(r, i, &q);
     reqs[i] = (struct ferry_predict_eval_request){.n_tokens = q.n_tokens, .ids = q.ids, .weights = q.weights,
-                                                  .features = q.features, .has_features = q.has_features};
+                                                  .features = q.features, .has_features = q.has_features,
+                                                  .lookahead = q.lookahead,
+                                                  .lookahead_max = FERRY_ROUTING_MAX_LOOKAHEAD};
   }
   int64_t slots = a.cache_slots;
   if (!slots) {
@@ -549,6 +551,10 @@ static int predictor_eval(int argc, char **argv) {
   if (res.predictions) {
     printf("recall         %.4f (top-%d, over %" PRId64 " predicted token-layers)\n", res.recall, K, res.predictions);
     printf("precision      %.4f of predicted experts were chosen\n", res.precision);
+    if (a.variant == FERRY_PREDICTOR_GATE_LOOKAHEAD)
+      printf("lookahead      %" PRId64 " of %" PRId64 " predictions replay a real run's recorded choices%s\n",
+             res.recorded_lookahead, res.predictions,
+             res.recorded_lookahead ? "" : " (the rest: the current layer's choice as a proxy)");
   } else {
     printf("recall         - (no predictions)\n");
   }

@@ -44,6 +44,18 @@ static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int
         ctx.n_gate_logits = g->n_experts;
         break;
       }
+      /* a replay: what the real run chose, recorded in its trace, ranked as it ranked them */
+      const int32_t *chosen = g->trace ? ferry_routing_lookahead(g->trace, req_id, token_index, layer_now,
+                                                                  target_layer - layer_now)
+                                       : NULL;
+      if (chosen && k == ferry_routing_top_k(g->trace)) {
+        for (int32_t x = 0; x < g->n_experts; x++) g->logits[x] = -INFINITY;
+        for (int32_t i = 0; i < k; i++)
+          if (chosen[i] >= 0 && chosen[i] < g->n_experts) g->logits[chosen[i]] = (float)(k - i);
+        ctx.gate_logits = g->logits;
+        ctx.n_gate_logits = g->n_experts;
+        break;
+      }
       for (int32_t x = 0; x < g->n_experts; x++) g->logits[x] = -INFINITY;
       for (int32_t i = 0; i < k; i++)
         if (ids_now[i] >= 0 && ids_now[i] < g->n_experts) g->logits[ids_now[i]] = logf(weights_now[i] + 1e-9f);
@@ -71,6 +83,10 @@ static int32_t glue_predict(void *user, int64_t req_id, int32_t token_index, int
   }
   int32_t n = 0;
   if (ferry_predictor_predict(g->p, &ctx, target_layer - layer_now, out_ids, max < k ? max : k, &n) != FERRY_OK) return 0;
+  if (g->kind == FERRY_PREDICTOR_GATE_LOOKAHEAD && lookahead_logits && g->record && n == k &&
+      target_layer - layer_now <= FERRY_ROUTING_MAX_LOOKAHEAD && g->record_status == FERRY_OK)
+    g->record_status = ferry_routing_set_lookahead(g->record, req_id, token_index, layer_now, target_layer - layer_now,
+                                                   k, out_ids);
   return n;
 }
 

@@ -22,6 +22,10 @@ struct predict_glue {
   int64_t last_req;
   int32_t last_layer, last_token;
   float features[FERRY_MLP7_FEATURES];
+  /* optional: the trace a real run records (--record-routing); gate-lookahead choices made
+   * from real logits go into it, the first failure into record_status */
+  ferry_routing *record;
+  ferry_status record_status;
 };
 
 /* Set up variant for the engine config (ec->predict / ec->expert_no_reuse). trace: a recorded

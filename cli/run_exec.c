@@ -216,6 +216,7 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  if (a->predictor) glue.record = recorded;
   if (recorded_features && a->ec.token_features != recorded_features) {
     cli_fail(FERRY_ERR_INVALID, "--record-features %s and --predictor %s compute different features: use the same variant",
              a->record_features, a->predictor);
@@ -300,7 +301,7 @@ int run_execute(struct run_args *a) {
     }
   }
   if (recorded) {
-    if ((st = ferry_routing_record_status(recorded)) != FERRY_OK ||
+    if ((st = ferry_routing_record_status(recorded)) != FERRY_OK || (st = glue.record_status) != FERRY_OK ||
         (st = ferry_routing_write_jsonl(recorded, a->record_routing)) != FERRY_OK) {
       cli_fail(st, NULL);
       goto out;

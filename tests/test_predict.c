@@ -453,12 +453,78 @@ static void test_record_features_cli(void **state) {
   free(dir);
 }
 
+/* The line of ferry's summary that starts with `prefix` (copied into out), or fail. */
+static void summary_line(const char *text, const char *prefix, char *out, size_t len) {
+  const char *p = strstr(text, prefix);
+  if (!p) fail_msg("no '%s' in: %s", prefix, text);
+  size_t n = strcspn(p, "\n");
+  snprintf(out, len, "%.*s", (int)n, p);
+}
+
+/* Gate lookahead recorded by a real run and replayed by the simulator: with every request in
+ * the first step (so both build the same batches) the simulated expert cache makes exactly the
+ * real run's hits, misses and prefetches; the current-layer proxy does not. */
+static void test_lookahead_replay_cli(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("replay");
+  char args[2048], *out = NULL;
+  snprintf(args, sizeof args, "model gen --preset tiny-moe --dtype fp32 --out '%s/m'", dir);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  free(out);
+  char common[1024];
+  snprintf(common, sizeof common,
+           "--model '%s/m' --synthetic rate=50,n=3,prompt=8,output=6 --as-fast-as-possible --block-layers 1 "
+           "--prefetch-depth 1 --device-budget 3MiB --quiet --predictor gate-lookahead",
+           dir);
+  snprintf(args, sizeof args, "run %s --record-routing '%s/r.jsonl'", common, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+  char real_cache[256], real_prefetch[256];
+  summary_line(out, "expert cache:", real_cache, sizeof real_cache);
+  summary_line(out, "expert prefetch:", real_prefetch, sizeof real_prefetch);
+  free(out);
+  snprintf(args, sizeof args, "%s/r.jsonl", dir);
+  ferry_routing *r = NULL;
+  assert_int_equal(ferry_routing_open(&r, args, NULL), FERRY_OK);
+  assert_non_null(ferry_routing_lookahead(r, 0, 0, 0, 1));
+  assert_null(ferry_routing_lookahead(r, 0, 0, ferry_routing_n_layers(r) - 1, 1));
+  ferry_routing_free(r);
+  snprintf(args, sizeof args, "sim %s --hw h100-pcie --routing '%s/r.jsonl' --predictor-routing '%s/r.jsonl'", common,
+           dir, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+  char sim_cache[256], sim_prefetch[256];
+  summary_line(out, "expert cache:", sim_cache, sizeof sim_cache);
+  summary_line(out, "expert prefetch:", sim_prefetch, sizeof sim_prefetch);
+  free(out);
+  assert_string_equal(sim_cache, real_cache);
+  assert_string_equal(sim_prefetch, real_prefetch);
+  snprintf(args, sizeof args, "sim %s --hw h100-pcie --routing '%s/r.jsonl'", common, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+  summary_line(out, "expert prefetch:", sim_prefetch, sizeof sim_prefetch);
+  free(out);
+  assert_string_not_equal(sim_prefetch, real_prefetch);
+  /* ferry predictor eval replays the recorded choices too: every prediction, and recall differs
+   * from the proxy's on a trace without them */
+  snprintf(args, sizeof args, "predictor eval --routing '%s/r.jsonl' --variant gate-lookahead --cache-slots 8", dir);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  char recall_line[256], look_line[256];
+  summary_line(out, "recall ", recall_line, sizeof recall_line);
+  summary_line(out, "lookahead ", look_line, sizeof look_line);
+  long long replayed = -1, predictions = -2;
+  assert_int_equal(sscanf(look_line, "lookahead %lld of %lld", &replayed, &predictions), 2);
+  assert_true(replayed > 0);
+  assert_int_equal(replayed, predictions);
+  free(out);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_repeat_trace_recall), cmocka_unit_test(test_cache_accounting),
       cmocka_unit_test(test_predict_rules),       cmocka_unit_test(test_mlp_training),
       cmocka_unit_test(test_features),            cmocka_unit_test(test_cli),
       cmocka_unit_test(test_record_features_cli),
+      cmocka_unit_test(test_lookahead_replay_cli),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,6 +132,11 @@ static void test_malformed(void **state) {
       {"trailing_data.jsonl", ":1:", "unexpected data after the JSON object"},
       {"fractional_req.jsonl", ":1:", "\"req_id\" is not an integer"},
       {"empty_topk.jsonl", ":1:", "has 0 entries"},
+      {"lookahead_not_nested.jsonl", ":2:", "\"lookahead\"[0] is not an array of 2 expert ids"},
+      {"lookahead_length.jsonl", ":1:", "\"lookahead\"[0] is not an array of 2 expert ids"},
+      {"lookahead_past_last_layer.jsonl", ":2:", "lookahead from layer 1 to layer 2: the trace has 2 layers"},
+      {"lookahead_repeated_id.jsonl", ":1:", "\"lookahead\"[1][1]: expert 1 is chosen twice"},
+      {"lookahead_too_far.jsonl", ":1:", "\"lookahead\" has 5 entries, expected 1 to 4"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char name[128];
@@ -220,6 +225,48 @@ static void test_record_hook(void **state) {
   ferry_routing_record(r, 1, 2, 1, 2, ids, w, 0, NULL);
   assert_int_equal(ferry_routing_n_rows(r), 1);
   ferry_routing_free(r);
+}
+
+/* Recorded lookahead choices: the API's checks, and a write/read round trip. */
+static void test_lookahead(void **state) {
+  (void)state;
+  ferry_routing *r;
+  assert_int_equal(ferry_routing_create(&r, 3, 8, 2), FERRY_OK);
+  const int32_t ids[2] = {3, 5}, look1[2] = {6, 2}, look2[2] = {1, 7}, twice[2] = {4, 4}, far[2] = {0, 8};
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 1, 2, look1), FERRY_ERR_NOT_FOUND); /* no row yet */
+  assert_int_equal(ferry_routing_add(r, 1, 0, 0, 2, ids, NULL, 0, NULL), FERRY_OK);
+  assert_int_equal(ferry_routing_add(r, 1, 0, 2, 2, ids, NULL, 0, NULL), FERRY_OK);
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 1, 2, look1), FERRY_OK);
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 2, 2, look2), FERRY_OK);
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 0, 2, look1), FERRY_ERR_RANGE);
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 3, 2, look1), FERRY_ERR_RANGE); /* layer 3 of 3 */
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 2, 1, 2, look1), FERRY_ERR_RANGE); /* from the last layer */
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 1, 2, twice), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 1, 2, far), FERRY_ERR_RANGE);
+  assert_int_equal(ferry_routing_set_lookahead(r, 1, 0, 0, 1, 1, look1), FERRY_ERR_INVALID);
+  assert_memory_equal(ferry_routing_lookahead(r, 1, 0, 0, 1), look1, sizeof look1);
+  assert_memory_equal(ferry_routing_lookahead(r, 1, 0, 0, 2), look2, sizeof look2);
+  assert_null(ferry_routing_lookahead(r, 1, 0, 2, 1));
+  assert_null(ferry_routing_lookahead(r, 1, 0, 0, 3));
+  assert_null(ferry_routing_lookahead(r, 2, 0, 0, 1));
+  /* the choices survive writing and reading, and a token added later keeps them */
+  assert_int_equal(ferry_routing_add(r, 1, 200, 0, 2, ids, NULL, 0, NULL), FERRY_OK);
+  assert_memory_equal(ferry_routing_lookahead(r, 1, 0, 0, 2), look2, sizeof look2);
+  char *dir = tu_mkdtemp("lookahead");
+  char path[512];
+  snprintf(path, sizeof path, "%s/l.jsonl", dir);
+  assert_int_equal(ferry_routing_write_jsonl(r, path), FERRY_OK);
+  ferry_routing *back = NULL;
+  struct ferry_routing_options o = {.n_layers = 3, .n_experts = 8};
+  assert_int_equal(ferry_routing_open(&back, path, &o), FERRY_OK);
+  assert_memory_equal(ferry_routing_lookahead(back, 1, 0, 0, 1), look1, sizeof look1);
+  assert_memory_equal(ferry_routing_lookahead(back, 1, 0, 0, 2), look2, sizeof look2);
+  assert_null(ferry_routing_lookahead(back, 1, 0, 2, 1));
+  assert_null(ferry_routing_lookahead(back, 1, 200, 0, 1));
+  ferry_routing_free(back);
+  ferry_routing_free(r);
+  tu_rmtree(dir);
+  free(dir);
 }
 
 /* ---- synthetic model ---------------------------------------------------------------------- */
@@ -392,7 +439,8 @@ static void test_cli(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read_good),         cmocka_unit_test(test_round_trip),
-      cmocka_unit_test(test_malformed),         cmocka_unit_test(test_stats_known),
+      cmocka_unit_test(test_malformed),         cmocka_unit_test(test_lookahead),
+              cmocka_unit_test(test_stats_known),
       cmocka_unit_test(test_record_hook),       cmocka_unit_test(test_synth_deterministic),
       cmocka_unit_test(test_synth_knobs),       cmocka_unit_test(test_synth_parse),
       cmocka_unit_test(test_replay),            cmocka_unit_test(test_cli),

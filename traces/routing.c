@@ -47,6 +47,7 @@ void ferry_routing_free(ferry_routing *r) {
     ferry_free(r->reqs[i].weights);
     ferry_free(r->reqs[i].features);
     ferry_free(r->reqs[i].has_features);
+    ferry_free(r->reqs[i].look);
   }
   ferry_free(r->reqs);
   ferry_free(r);
@@ -120,6 +121,13 @@ static ferry_status grow_tokens(ferry_routing *r, struct ferry__routing_req *q, 
     ids[i] = -1;
     w[i] = 0;
   }
+  if (q->look) {
+    const size_t lc = cells * FERRY_ROUTING_MAX_LOOKAHEAD;
+    int32_t *look = ferry__reallocarray(q->look, (size_t)cap * lc, sizeof *look);
+    if (!look) return FERRY_ERR_NOMEM;
+    q->look = look;
+    for (size_t i = (size_t)q->cap_tokens * lc; i < (size_t)cap * lc; i++) look[i] = -1;
+  }
   memset(hf + q->cap_tokens, 0, (size_t)(cap - q->cap_tokens));
   q->cap_tokens = (int32_t)cap;
   if (tok >= q->n_tokens) q->n_tokens = tok + 1;
@@ -178,7 +186,8 @@ ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct f
                                         .ids = q->ids,
                                         .weights = q->weights,
                                         .features = r->n_features ? q->features : NULL,
-                                        .has_features = q->has_features};
+                                        .has_features = q->has_features,
+                                        .lookahead = q->look};
   return FERRY_OK;
 }
 
@@ -192,6 +201,58 @@ int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_i
   if (ids) *ids = q->ids + cell;
   if (weights) *weights = q->weights + cell;
   return 1;
+}
+
+/* Index of (token, layer, ahead) in a request's lookahead block. */
+static size_t look_cell(const ferry_routing *r, int32_t token_idx, int32_t layer, int32_t ahead) {
+  return (((size_t)token_idx * (size_t)r->n_layers + (size_t)layer) * FERRY_ROUTING_MAX_LOOKAHEAD + (size_t)(ahead - 1)) *
+         (size_t)r->top_k;
+}
+
+ferry_status ferry_routing_set_lookahead(ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+                                         int32_t ahead, int32_t k, const int32_t *ids) {
+  if (!r || !ids) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_set_lookahead: NULL argument");
+  if (k != r->top_k)
+    return ferry__err_set(&r->err, FERRY_ERR_INVALID, "routing: lookahead of %d experts, the trace has top-k %d", k,
+                          r->top_k);
+  if (ahead < 1 || ahead > FERRY_ROUTING_MAX_LOOKAHEAD)
+    return ferry__err_set(&r->err, FERRY_ERR_RANGE, "routing: lookahead %d layers ahead is outside [1, %d]", ahead,
+                          FERRY_ROUTING_MAX_LOOKAHEAD);
+  if (layer < 0 || layer + ahead >= r->n_layers)
+    return ferry__err_set(&r->err, FERRY_ERR_RANGE, "routing: lookahead from layer %d to layer %d: the trace has %d layers",
+                          layer, layer + ahead, r->n_layers);
+  for (int32_t i = 0; i < k; i++) {
+    if (ids[i] < 0 || ids[i] >= r->n_experts)
+      return ferry__err_set(&r->err, FERRY_ERR_RANGE, "routing: lookahead expert %d is outside [0, %d)", ids[i],
+                            r->n_experts);
+    for (int32_t j = 0; j < i; j++)
+      if (ids[j] == ids[i])
+        return ferry__err_set(&r->err, FERRY_ERR_INVALID, "routing: lookahead expert %d chosen twice", ids[i]);
+  }
+  struct ferry__routing_req *q = (struct ferry__routing_req *)ferry__routing_find(r, req_id);
+  if (!q || token_idx < 0 || token_idx >= q->n_tokens ||
+      q->ids[((size_t)token_idx * (size_t)r->n_layers + (size_t)layer) * (size_t)r->top_k] < 0)
+    return ferry__err_set(&r->err, FERRY_ERR_NOT_FOUND,
+                          "routing: no row for req_id %" PRId64 " token_idx %d layer %d to attach a lookahead to",
+                          req_id, token_idx, layer);
+  if (!q->look) {
+    const size_t n = (size_t)q->cap_tokens * (size_t)r->n_layers * FERRY_ROUTING_MAX_LOOKAHEAD * (size_t)r->top_k;
+    q->look = ferry__reallocarray(NULL, n, sizeof *q->look);
+    if (!q->look) return ferry__err_set(&r->err, FERRY_ERR_NOMEM, "routing: out of memory for lookahead choices");
+    for (size_t i = 0; i < n; i++) q->look[i] = -1;
+  }
+  memcpy(q->look + look_cell(r, token_idx, layer, ahead), ids, (size_t)k * sizeof *ids);
+  return FERRY_OK;
+}
+
+const int32_t *ferry_routing_lookahead(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+                                       int32_t ahead) {
+  if (!r || ahead < 1 || ahead > FERRY_ROUTING_MAX_LOOKAHEAD || layer < 0 || layer >= r->n_layers || token_idx < 0)
+    return NULL;
+  const struct ferry__routing_req *q = ferry__routing_find(r, req_id);
+  if (!q || !q->look || token_idx >= q->n_tokens) return NULL;
+  const int32_t *ids = q->look + look_cell(r, token_idx, layer, ahead);
+  return ids[0] >= 0 ? ids : NULL;
 }
 
 const float *ferry_routing_token_features(const ferry_routing *r, int64_t req_id, int32_t token_idx) {
@@ -218,8 +279,8 @@ ferry_status ferry_routing_record_status(const ferry_routing *r) {
 /* A parsed row; its ids, weights and features live in the reader's pools. */
 struct row {
   int64_t req, line;
-  int32_t tok, layer, nf;
-  size_t off, foff;
+  int32_t tok, layer, nf, nlook;
+  size_t off, foff, loff;
 };
 
 struct reader {
@@ -232,6 +293,8 @@ struct reader {
   size_t pool_n, pool_cap, wpool_cap;
   float *feat;
   size_t feat_n, feat_cap;
+  int32_t *look; /* lookahead ids of every row, nlook * k per row */
+  size_t look_n, look_cap;
   int32_t k, nf, max_layer, max_expert;
   int64_t nf_line, k_line;
 };
@@ -377,12 +440,54 @@ static ferry_status parse_row(struct reader *rd, const struct ferry_routing_opti
       rd->feat[rd->feat_n + (size_t)i] = (float)fv->valuedouble;
     }
   }
+  int32_t nlook = 0;
+  const cJSON *la = cJSON_GetObjectItemCaseSensitive(obj, "lookahead");
+  if (la && !cJSON_IsNull(la)) {
+    if (!cJSON_IsArray(la)) {
+      st = bad(rd, line, "\"lookahead\" is not an array of expert-id arrays");
+      goto out_delete;
+    }
+    nlook = cJSON_GetArraySize(la);
+    if (nlook < 1 || nlook > FERRY_ROUTING_MAX_LOOKAHEAD) {
+      st = bad(rd, line, "\"lookahead\" has %d entries, expected 1 to %d (layers ahead)", nlook,
+               FERRY_ROUTING_MAX_LOOKAHEAD);
+      goto out_delete;
+    }
+    if (grow((void **)&rd->look, &rd->look_cap, rd->look_n + (size_t)nlook * (size_t)k, sizeof(int32_t))) {
+      st = oom(rd);
+      goto out_delete;
+    }
+    for (int a = 0; a < nlook; a++) {
+      const cJSON *ids_a = cJSON_GetArrayItem(la, a);
+      if (!cJSON_IsArray(ids_a) || cJSON_GetArraySize(ids_a) != k) {
+        st = bad(rd, line, "\"lookahead\"[%d] is not an array of %d expert ids like \"topk_ids\"", a, k);
+        goto out_delete;
+      }
+      int32_t *dst = rd->look + rd->look_n + (size_t)a * (size_t)k;
+      for (int i = 0; i < k; i++) {
+        const cJSON *it = cJSON_GetArrayItem(ids_a, i);
+        if (!ferry__json_is_int(it, 0, max_expert - 1)) {
+          st = bad(rd, line, "\"lookahead\"[%d][%d] is not an expert id in [0, %d)", a, i, max_expert);
+          goto out_delete;
+        }
+        dst[i] = (int32_t)it->valuedouble;
+        if (dst[i] > rd->max_expert) rd->max_expert = dst[i];
+        for (int j = 0; j < i; j++)
+          if (dst[j] == dst[i]) {
+            st = bad(rd, line, "\"lookahead\"[%d][%d]: expert %d is chosen twice", a, i, dst[i]);
+            goto out_delete;
+          }
+      }
+    }
+  }
   if (grow((void **)&rd->rows, &rd->cap, rd->n + 1, sizeof *rd->rows)) {
     st = oom(rd);
     goto out_delete;
   }
   rd->rows[rd->n++] = (struct row){.req = req, .line = line, .tok = (int32_t)tok, .layer = (int32_t)layer,
-                                   .nf = nf, .off = rd->pool_n, .foff = rd->feat_n};
+                                   .nf = nf, .nlook = nlook, .off = rd->pool_n, .foff = rd->feat_n,
+                                   .loff = rd->look_n};
+  rd->look_n += (size_t)nlook * (size_t)k;
   rd->pool_n += (size_t)k;
   rd->feat_n += (size_t)nf;
   if (!rd->k) {
@@ -482,7 +587,11 @@ ferry_status ferry_routing_open(ferry_routing **out, const char *path, const str
     const struct row *x = &rd.rows[i];
     st = ferry_routing_add(r, x->req, x->tok, x->layer, rd.k, rd.ids + x->off, rd.w + x->off, x->nf,
                            x->nf ? rd.feat + x->foff : NULL);
+    for (int32_t a = 0; st == FERRY_OK && a < x->nlook; a++)
+      st = ferry_routing_set_lookahead(r, x->req, x->tok, x->layer, a + 1, rd.k,
+                                       rd.look + x->loff + (size_t)a * (size_t)rd.k);
     if (st != FERRY_OK) {
+      if (st != FERRY_ERR_NOMEM) st = FERRY_ERR_FORMAT; /* a row the trace cannot hold is a malformed file */
       ferry__err_set(&err, st, "%s:%" PRId64 ": %s", path, x->line, r->err.msg);
       ferry_routing_free(r);
       goto out_free_rows;
@@ -494,6 +603,7 @@ out_free_rows:
   ferry_free(rd.ids);
   ferry_free(rd.w);
   ferry_free(rd.feat);
+  ferry_free(rd.look);
   ferry__lines_close(&rd.lines);
   return st;
 }
@@ -518,6 +628,18 @@ ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path)
         /* %.9g round-trips every float exactly. */
         for (int32_t j = 0; j < K; j++) ferry__sb_printf(&b, j ? ",%.9g" : "%.9g", (double)q->weights[cell + (size_t)j]);
         ferry__sb_printf(&b, "]");
+        /* lookahead choices, ahead 1, 2, ... up to the first one missing */
+        for (int32_t a = 1; q->look && a <= FERRY_ROUTING_MAX_LOOKAHEAD; a++) {
+          const int32_t *la = q->look + look_cell(r, t, l, a);
+          if (la[0] < 0) {
+            if (a > 1) ferry__sb_printf(&b, "]");
+            break;
+          }
+          ferry__sb_printf(&b, a == 1 ? ",\"lookahead\":[[" : ",[");
+          for (int32_t j = 0; j < K; j++) ferry__sb_printf(&b, j ? ",%d" : "%d", la[j]);
+          ferry__sb_printf(&b, "]");
+          if (a == FERRY_ROUTING_MAX_LOOKAHEAD) ferry__sb_printf(&b, "]");
+        }
         if (!features_done) {
           const float *f = q->features + (size_t)t * (size_t)r->n_features;
           ferry__sb_printf(&b, ",\"features\":[");

@@ -15,6 +15,8 @@ struct ferry__routing_req {
   float *weights;
   float *features;  /* [cap_tokens][n_features], allocated on first use */
   uint8_t *has_features;
+  int32_t *look;    /* [cap_tokens][layer][FERRY_ROUTING_MAX_LOOKAHEAD][k] lookahead choices,
+                       -1 where absent; allocated on first use */
 };
 
 struct ferry_routing {

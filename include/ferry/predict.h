@@ -250,6 +250,9 @@ struct ferry_predict_eval_request {
   const float *weights;  /**< same shape: gate weights */
   const float *features; /**< [n_tokens][n_features] recorded features, or NULL */
   const uint8_t *has_features; /**< [n_tokens] where features holds a row (NULL: none) */
+  const int32_t *lookahead;    /**< [n_tokens][n_layers][lookahead_max][top_k] gate-lookahead
+                                    choices a real run recorded (-1 absent), or NULL */
+  int32_t lookahead_max;       /**< layers ahead per entry of lookahead */
 };
 
 /** Evaluator settings. */
@@ -282,6 +285,8 @@ struct ferry_predict_eval_result {
   uint64_t bytes_loaded;     /**< (misses + prefetch_loads) * expert_bytes */
   uint64_t bytes_unused;     /**< prefetch_unused * expert_bytes */
   int64_t tokens;            /**< tokens replayed */
+  int64_t recorded_lookahead; /**< gate-lookahead predictions taken from the trace's recorded
+                                   choices rather than the current-layer proxy */
 };
 
 /**
@@ -291,9 +296,9 @@ struct ferry_predict_eval_result {
  * the actual experts are looked up (hit) or loaded on demand (miss, protected for the layer);
  * the predictor observes them; then it predicts layer + prefetch_depth of the same token and
  * the predicted experts not resident are loaded into unprotected slots (LRU/LFU victims).
- * For gate-lookahead the evaluator has no hidden states, so the target layer's logits are
- * approximated by the current layer's gate weights (the "repeat the current choice" proxy);
- * the engine supplies real lookahead logits. MLP features come from the requests' recorded
+ * For gate-lookahead the evaluator has no hidden states: it uses the choices a real run
+ * recorded (request lookahead), else approximates the target layer's logits by the current
+ * layer's gate weights (the "repeat the current choice" proxy). MLP features come from the requests' recorded
  * features, else ferry_predictor_features_derived().
  * @param out free with ferry_predict_eval_result_free().
  */

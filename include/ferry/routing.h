@@ -33,6 +33,8 @@ extern "C" {
 #define FERRY_ROUTING_MAX_TOKEN_IDX (1 << 20)
 /** Most per-token features a row may carry. */
 #define FERRY_ROUTING_MAX_FEATURES 64
+/** Most layers ahead a row's recorded lookahead prediction may cover. */
+#define FERRY_ROUTING_MAX_LOOKAHEAD 4
 /** Buckets of the reuse-distance histogram: 1, 2, 3-4, 5-8, ..., 65-128, >128. */
 #define FERRY_ROUTING_REUSE_BUCKETS 9
 
@@ -116,6 +118,8 @@ struct ferry_routing_request {
   const float *weights;  /**< [n_tokens][n_layers][top_k] gate weights */
   const float *features; /**< [n_tokens][n_features] features, or NULL when n_features is 0 */
   const uint8_t *has_features; /**< [n_tokens]: 1 where the trace carried features for the token */
+  const int32_t *lookahead; /**< [n_tokens][n_layers][FERRY_ROUTING_MAX_LOOKAHEAD][top_k] recorded
+                                 gate-lookahead choices, -1 where absent; NULL when none */
 };
 
 /**
@@ -133,6 +137,25 @@ ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct f
  */
 int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
                          const int32_t **ids, const float **weights);
+
+/**
+ * @brief Record what a gate-lookahead predictor chose at (req_id, token_idx, layer) for layer
+ *        layer + ahead (the top-k of that layer's router on this layer's hidden state), so a
+ *        simulated replay can predict exactly as the real run did.
+ * @param ahead 1..FERRY_ROUTING_MAX_LOOKAHEAD, with layer + ahead below the trace's layers.
+ * @param k must equal the trace's top-k; ids distinct and below n_experts.
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND when the (req, token, layer) row is absent (add it
+ *         first); FERRY_ERR_INVALID or FERRY_ERR_RANGE naming the value; FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_routing_set_lookahead(ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+                                         int32_t ahead, int32_t k, const int32_t *ids);
+
+/**
+ * @brief The recorded lookahead choice of (req_id, token_idx, layer) for layer + ahead: a
+ *        borrowed pointer to top_k ids, or NULL when none was recorded.
+ */
+const int32_t *ferry_routing_lookahead(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+                                       int32_t ahead);
 
 /**
  * @brief The recorded features of (req_id, token_idx): a borrowed pointer to

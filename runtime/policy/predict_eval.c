@@ -124,9 +124,21 @@ static ferry_status run_request(struct eval_state *st, ferry_predictor *p, const
       if (future[0] < 0) continue;
       struct ferry_predict_context ctx = {.req_id = req_index, .token_index = t, .layer = l};
       if (kind == FERRY_PREDICTOR_GATE_LOOKAHEAD) {
-        const float *w = rq->weights + ((size_t)t * (size_t)L + (size_t)l) * (size_t)K;
+        /* what the real run chose, when it recorded it; else the current choice as a proxy */
+        const int32_t *la = rq->lookahead && D <= rq->lookahead_max
+                                ? rq->lookahead + ((((size_t)t * (size_t)L + (size_t)l) * (size_t)rq->lookahead_max +
+                                                    (size_t)(D - 1)) *
+                                                   (size_t)K)
+                                : NULL;
         for (int32_t e = 0; e < E; e++) st->logits[e] = -INFINITY;
-        for (int32_t j = 0; j < K; j++) st->logits[s[j]] = w[j];
+        if (la && la[0] >= 0) {
+          for (int32_t j = 0; j < K; j++)
+            if (la[j] >= 0 && la[j] < E) st->logits[la[j]] = (float)(K - j);
+          st->out->recorded_lookahead++;
+        } else {
+          const float *w = rq->weights + ((size_t)t * (size_t)L + (size_t)l) * (size_t)K;
+          for (int32_t j = 0; j < K; j++) st->logits[s[j]] = w[j];
+        }
         ctx.gate_logits = st->logits;
         ctx.n_gate_logits = E;
       } else if (kind == FERRY_PREDICTOR_MLP3 || kind == FERRY_PREDICTOR_MLP7) {
