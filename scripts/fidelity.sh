@@ -8,7 +8,10 @@
 #      routing the real run recorded, so both see the same experts);
 #   4. a table per configuration: measured and simulated mean TTFT, mean TPOT and P99
 #      end-to-end latency with their errors, and the median absolute error of each.
-# usage: scripts/fidelity.sh [OUT_DIR]   (default build/fidelity; takes several minutes)
+# Real runs on a shared machine vary by several percent from one run to the next: each
+# configuration runs FIDELITY_REPEATS times for real (default 3) and the table takes the
+# median of each measured figure; the spread column is the TPOT range over the repeats.
+# usage: scripts/fidelity.sh [OUT_DIR]   (default build/fidelity; takes about 10 minutes)
 set -eu
 out=${1:-build/fidelity}
 ferry=${FERRY:-build/ferry}
@@ -26,6 +29,7 @@ common="--max-batch 4 --max-step-tokens 128 --max-seq-tokens 2048 --seed 7 --qui
 eval_slice="--max-requests 12 --time-window 0:30 --rate-scale 4"
 calib_slice="--max-requests 8 --time-window 35:62 --rate-scale 4"
 db="$out/fidelity.db"
+repeats=${FIDELITY_REPEATS:-3}
 rm -f "$db" "$out/calib.db"
 
 echo "== calibrating: probe, then a calibration run on another slice of the trace"
@@ -35,9 +39,9 @@ echo "== calibrating: probe, then a calibration run on another slice of the trac
   --block-layers 1 --prefetch-depth 1 --db "$out/calib.db" >/dev/null
 "$ferry" calibrate --db "$out/calib.db" --run 1 --base "$out/host.json" --out "$out/fitted.json" >/dev/null
 
-echo "== 12 configurations, real then simulated"
-printf '%-26s %10s %10s %7s %10s %10s %7s %10s %10s %7s\n' "config" "TTFT real" "TTFT sim" "err%" \
-  "TPOT real" "TPOT sim" "err%" "p99 real" "p99 sim" "err%"
+echo "== 12 configurations, real ($repeats times, medians) then simulated"
+printf '%-26s %10s %10s %7s %10s %10s %7s %10s %10s %7s %9s\n' "config" "TTFT real" "TTFT sim" "err%" \
+  "TPOT real" "TPOT sim" "err%" "p99 real" "p99 sim" "err%" "spread%"
 metrics() { # db run -> "mean_ttft mean_tpot p99_e2e" in ms
   sqlite3 "$1" "
     WITH r AS (SELECT first_token_ns - arrival_ns AS ttft, finish_ns - arrival_ns AS e2e,
@@ -47,6 +51,7 @@ metrics() { # db run -> "mean_ttft mean_tpot p99_e2e" in ms
     SELECT printf('%.3f %.3f %.3f', (SELECT AVG(ttft) FROM r) / 1e6, (SELECT AVG(tpot) FROM r) / 1e6,
                   (SELECT e2e FROM o WHERE k = MAX(1, CAST(ROUND(0.99 * (n - 1)) AS INTEGER) + 1)) / 1e6);"
 }
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 errs="$out/errors.txt"
 : >"$errs"
 for budget in 48MiB 80MiB; do
@@ -54,25 +59,32 @@ for budget in 48MiB 80MiB; do
     for depth in 0 1 2; do
       policy="--device-budget $budget --block-layers $block --prefetch-depth $depth"
       routing="$out/routing-$budget-$block-$depth.jsonl"
-      # shellcheck disable=SC2086
-      "$ferry" run --model "$model" --trace "$trace" $eval_slice $common $policy --db "$db" \
-        --record-routing "$routing" >/dev/null
-      real_id=$(sqlite3 "$db" "SELECT MAX(id) FROM runs")
+      reals="$out/real.txt"
+      : >"$reals"
+      for rep in $(seq 1 "$repeats"); do
+        record=""
+        [ "$rep" -eq 1 ] && record="--record-routing $routing"
+        # shellcheck disable=SC2086
+        "$ferry" run --model "$model" --trace "$trace" $eval_slice $common $policy --db "$db" $record >/dev/null
+        metrics "$db" "$(sqlite3 "$db" "SELECT MAX(id) FROM runs")" >>"$reals"
+      done
+      real="$(cut -d' ' -f1 "$reals" | median) $(cut -d' ' -f2 "$reals" | median) $(cut -d' ' -f3 "$reals" | median)"
+      spread=$(cut -d' ' -f2 "$reals" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }')
       # shellcheck disable=SC2086
       "$ferry" sim --model "$model" --hw "$out/fitted.json" --trace "$trace" $eval_slice $common $policy \
         --routing "$routing" --db "$db" >/dev/null
       sim_id=$(sqlite3 "$db" "SELECT MAX(id) FROM runs")
-      set -- $(metrics "$db" "$real_id") $(metrics "$db" "$sim_id")
+      # shellcheck disable=SC2086
+      set -- $real $(metrics "$db" "$sim_id")
       line=$(awk -v a="$1" -v b="$2" -v c="$3" -v d="$4" -v e="$5" -v f="$6" 'BEGIN {
         ea = (d - a) / a * 100; eb = (e - b) / b * 100; ec = (f - c) / c * 100;
         printf "%10.1f %10.1f %+7.1f %10.2f %10.2f %+7.1f %10.1f %10.1f %+7.1f|%f %f %f", a, d, ea, b, e, eb, c, f, ec,
                (ea < 0 ? -ea : ea), (eb < 0 ? -eb : eb), (ec < 0 ? -ec : ec) }')
-      printf '%-26s %s\n' "$budget b$block d$depth" "${line%%|*}"
+      printf '%-26s %s %9s\n' "$budget b$block d$depth" "${line%%|*}" "$spread"
       echo "${line##*|}" >>"$errs"
     done
   done
 done
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '\nmedian absolute error: mean TTFT %.1f%%, mean TPOT %.1f%%, P99 end-to-end %.1f%% (goals: 10%%, 10%%, 20%%)\n' \
   "$(cut -d' ' -f1 "$errs" | median)" "$(cut -d' ' -f2 "$errs" | median)" "$(cut -d' ' -f3 "$errs" | median)"
 echo "runs and timelines: $db"

@@ -28,7 +28,10 @@ struct ferry_calib_sample {
  * @brief Fit duration = overhead + bytes * ns_per_byte + flops * ns_per_flop, and the roofline
  *        form overhead + max(...) (each op assigned to the term that dominates for it, the
  *        masked linear problem re-solved until the assignment settles); keep the better one
- *        (out->roofline). Relative least squares (weights 1/duration^2), coefficients >= 0.
+ *        (out->roofline). Relative least squares (weights 1/duration^2), coefficients >= 0;
+ *        then every coefficient is scaled by one factor so the fitted durations add up to the
+ *        measured total (relative least squares alone comes out low on noisy data, and a run's
+ *        latency is a sum of durations).
  * @param samples the measurements (at least one).
  * @param n number of samples.
  * @param out receives the coefficients.
