@@ -339,6 +339,7 @@ out:
                     {"CUPTI_DROPPED_RECORDS", cs.dropped_records},
                     {"CUPTI_ZERO_TIMESTAMP_RECORDS", cs.zero_timestamp},
                     {"CUPTI_UNPAIRED_MARKERS", cs.unpaired_markers},
+                    {"CUPTI_OWN_RANGES", cs.own_ranges},
                     {"CUPTI_POOL_EXHAUSTED", cs.pool_exhausted},
                     {"CUPTI_ATTRIBUTED_RECORDS", cs.attributed}};
       for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {

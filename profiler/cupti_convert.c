@@ -352,18 +352,22 @@ static void conv_marker(struct ferry__cupti_conv *cv, const CUpti_ActivityMarker
     return;
   }
   int64_t t = ferry__cupti_run_ns(m->timestamp, cv->t0_ns);
+  /* ferry's own ranges reach the timeline from the executor, attributed to step and layer */
+  const int own = m->domain && !strcmp(m->domain, FERRY_NVTX_DOMAIN);
   if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS) {
-    emit_range(cv, m->name, t, t, tid, m->id);
+    if (own) cv->stats.own_ranges++;
+    else emit_range(cv, m->name, t, t, tid, m->id);
     return;
   }
   if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
-    char *name = m->name ? ferry__strdup(m->name) : NULL;
-    if (cv->nopen == FERRY__CUPTI_MAX_OPEN_MARKERS || (m->name && !name)) {
+    char *name = m->name && !own ? ferry__strdup(m->name) : NULL;
+    if (cv->nopen == FERRY__CUPTI_MAX_OPEN_MARKERS || (m->name && !own && !name)) {
       ferry_free(name);
       cv->stats.unpaired_markers++;
       return;
     }
-    cv->open[cv->nopen++] = (struct ferry__cupti_open_marker){.id = m->id, .start_ns = t, .thread_id = tid, .name = name};
+    cv->open[cv->nopen++] =
+        (struct ferry__cupti_open_marker){.id = m->id, .start_ns = t, .thread_id = tid, .name = name, .own = own};
     return;
   }
   /* END: the most recent open range with this id (ids are unique while open). */
@@ -371,7 +375,8 @@ static void conv_marker(struct ferry__cupti_conv *cv, const CUpti_ActivityMarker
     if (cv->open[i].id != m->id) continue;
     struct ferry__cupti_open_marker o = cv->open[i];
     cv->open[i] = cv->open[--cv->nopen];
-    emit_range(cv, o.name, o.start_ns, t, o.thread_id, o.id);
+    if (o.own) cv->stats.own_ranges++;
+    else emit_range(cv, o.name, o.start_ns, t, o.thread_id, o.id);
     ferry_free(o.name);
     return;
   }

@@ -65,6 +65,7 @@ struct ferry__cupti_open_marker {
   int64_t start_ns;
   uint32_t thread_id;
   char *name; /* owned */
+  int own;    /* domain "ferry": counted at its end, not converted */
 };
 
 /* Kernel names: CUPTI shares one name string between the records of a kernel, so demangling

@@ -480,6 +480,7 @@ static const struct ferry_exec_backend sim_backend = {
     .version = FERRY_EXEC_BACKEND_VERSION,
     .name = "sim",
     .has_data = 0,
+    .virtual_clock = 1,
     .destroy = sim_destroy,
     .queue_init = sim_queue_init,
     .buf_alloc = sim_buf_alloc,

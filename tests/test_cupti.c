@@ -661,6 +661,31 @@ static void test_convert_markers(void **state) {
   assert_int_equal(cv->stats.unpaired_markers, 2);
   assert_int_equal(g->n, 3);
 
+  /* ferry's own domain is reported by the executor: counted, never converted (an instant
+   * mark, and a range whose end comes without a domain, as CUPTI's END records do) */
+  ferry__cupti_conv_init(cv, collect, g, T0);
+  m = marker_rec(CUPTI_ACTIVITY_FLAG_MARKER_START, 7, T0 + 700, "layer L3");
+  m.domain = FERRY_NVTX_DOMAIN;
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&m);
+  m = marker_rec(CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS, 8, T0 + 710, "mark");
+  m.domain = FERRY_NVTX_DOMAIN;
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&m);
+  m = marker_rec(CUPTI_ACTIVITY_FLAG_MARKER_START, 9, T0 + 720, "user range");
+  m.domain = "someone-else";
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&m);
+  m = marker_rec(CUPTI_ACTIVITY_FLAG_MARKER_END, 7, T0 + 800, NULL);
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&m);
+  m = marker_rec(CUPTI_ACTIVITY_FLAG_MARKER_END, 9, T0 + 900, NULL);
+  ferry__cupti_conv_record(cv, (const CUpti_Activity *)&m);
+  assert_int_equal(cv->stats.own_ranges, 2);
+  assert_int_equal(cv->stats.unpaired_markers, 0);
+  assert_int_equal(g->n, 4);
+  assert_string_equal(g->a[3].name, "user range");
+  assert_int_equal(g->a[3].start_ns, 720);
+  assert_int_equal(g->a[3].end_ns, 900);
+  ferry__cupti_conv_fini(cv);
+  g->n = 3;
+
   /* More open ranges than the table holds: the excess is counted, nothing is overwritten. */
   ferry__cupti_conv_init(cv, collect, g, T0);
   for (uint32_t i = 0; i < FERRY__CUPTI_MAX_OPEN_MARKERS + 3; i++) {

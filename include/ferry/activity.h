@@ -13,6 +13,10 @@
 extern "C" {
 #endif
 
+/** The NVTX domain of ferry's ranges (ferry_exec_range_begin()): filter on it in Nsight Systems
+ *  (`nsys stats --report nvtx_sum`, or the NVTX_EVENTS rows whose domain is "ferry"). */
+#define FERRY_NVTX_DOMAIN "ferry"
+
 /** Kind of an activity record. */
 enum ferry_activity_kind {
   FERRY_ACT_KERNEL,   /**< a compute op (GEMM, attention, norm, ...) */

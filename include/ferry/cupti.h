@@ -42,6 +42,10 @@ struct ferry_cupti_stats {
   uint64_t unpaired_markers;  /**< NVTX range starts without an end, or ends without a start,
                                    or starts beyond the open-range table */
   uint64_t ignored;           /**< records of kinds the collector does not convert */
+  uint64_t own_ranges;        /**< NVTX ranges of ferry's own domain "ferry" (the engine's steps,
+                                   layers and fetches, the cuda executor's kernels): the
+                                   executor reports those itself, with step, layer and expert,
+                                   so CUPTI's copies are not converted */
   uint64_t pool_exhausted;    /**< buffer requests refused because every buffer was in use
                                    (CUPTI then drops records: see dropped_records) */
   uint64_t attributed;        /**< kernels, copies and memsets matched to the ferry op that

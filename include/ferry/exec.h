@@ -276,6 +276,45 @@ int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue);
 void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
                            int32_t layer);
 
+/**
+ * @brief A range of engine work in progress (a step, a layer, a block or expert fetch),
+ *        opened by ferry_exec_range_begin() and closed by ferry_exec_range_end(). Plain data
+ *        owned by the caller, usually on its stack.
+ */
+struct ferry_exec_range {
+  const char *name;  /**< static string naming the range ("step", "layer", "block fetch", ...) */
+  int64_t start_ns;  /**< executor time at the open */
+  int32_t step;      /**< engine step, or -1 */
+  int32_t layer;     /**< layer, or -1 */
+  int32_t expert;    /**< expert, or -1 */
+  uint64_t nvtx_id;  /**< the NVTX range opened with it (0: none) */
+};
+
+/**
+ * @brief Open a range of engine work now, on the calling thread.
+ *
+ * Executors that run in real time (host, cuda) also open an NVTX range in the domain "ferry"
+ * (message "layer 3", "expert fetch L2 E5", ...; payload the step), so a profiler attached to
+ * the process (Nsight Systems: `nsys profile -t nvtx,cuda`) shows the engine's phases over
+ * its own timeline. Without a profiler attached the NVTX call is a no-op; builds without
+ * the CUDA toolkit's NVTX headers make none. The simulator's clock is virtual: no NVTX there.
+ * @param ex the executor.
+ * @param name static string naming the range.
+ * @param step engine step, or -1.
+ * @param layer layer, or -1.
+ * @param expert expert, or -1.
+ * @return the open range, to pass to ferry_exec_range_end().
+ */
+struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name, int32_t step, int32_t layer,
+                                               int32_t expert);
+
+/**
+ * @brief Close a range opened by ferry_exec_range_begin(): ends its NVTX range and reports it
+ *        as a range activity (as ferry_exec_emit_range()) from its open until now. Any thread
+ *        may close it; closing twice is harmless.
+ */
+void ferry_exec_range_end(ferry_exec *ex, struct ferry_exec_range *range);
+
 /** @brief Report the bytes in use of every tier now as memory activities. */
 void ferry_exec_sample_memory(ferry_exec *ex);
 

@@ -313,10 +313,10 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) st = make_queues(e);
   if (st == FERRY_OK) st = allocate(e);
   if (st == FERRY_OK) {
-    int64_t t0 = ferry_exec_now(exec);
+    struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
     st = ferry__engine_load_resident(e);
-    e->load_ns = ferry_exec_now(exec) - t0;
-    ferry_exec_emit_range(exec, "load weights", t0, t0 + e->load_ns, -1, -1);
+    ferry_exec_range_end(exec, &range);
+    e->load_ns = ferry_exec_now(exec) - range.start_ns;
   }
   if (st != FERRY_OK) {
     ferry__err_copy(NULL, &e->err);

@@ -72,11 +72,12 @@ static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry
 
 /* Issue the fill, marked as an NVTX-style range of the host issuing it. */
 static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
-  const int64_t t0 = ferry_exec_now(e->ex);
-  ferry_status st = fill_slot_ops(e, sl, dev, dev_off, u);
   const struct unit *un = &e->units[u];
-  ferry_exec_emit_range(e->ex, un->kind == UNIT_EXPERT ? "expert fetch" : "block fetch", t0, ferry_exec_now(e->ex),
-                        (int32_t)e->n_steps, un->layer);
+  const int expert = un->kind == UNIT_EXPERT;
+  struct ferry_exec_range range = ferry_exec_range_begin(e->ex, expert ? "expert fetch" : "block fetch",
+                                                         (int32_t)e->n_steps, un->layer, expert ? un->expert : -1);
+  ferry_status st = fill_slot_ops(e, sl, dev, dev_off, u);
+  ferry_exec_range_end(e->ex, &range);
   return st;
 }
 

@@ -453,9 +453,42 @@ static ferry_status logits(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
-ferry_status ferry__engine_step(struct ferry_engine *e) {
+/* One layer of the step: its block's arrival (and the prefetch of the blocks after it),
+ * attention, the FFN or MoE, and the release of the block's slot after its last layer. */
+static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   const struct ferry_plan *p = &e->plan;
+  ferry_status st;
+  int32_t b = p->layer_block[l];
+  struct slot *sl = NULL;
+  if (b >= 0) {
+    int64_t seq = e->block_compute_seq;
+    sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
+    if (l == p->blocks[b].first_layer) {
+      /* Keep the window full: the next n_slots-1 blocks go in flight now; each lands in a
+       * slot whose last use has been enqueued already. */
+      if ((st = ferry__engine_prefetch_blocks(e, seq + p->n_block_slots - 1))) return st;
+      if (sl->unit != e->block_unit[b])
+        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "block %d is not in its slot", b);
+      TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
+    }
+  }
+  if ((st = attention_part(e, l))) return st;
+  if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                 W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+    return st;
+  st = mc->n_experts ? moe_ffn(e, l) : dense_ffn(e, l);
+  if (st) return st;
+  if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
+    TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
+    sl->used = 1;
+    e->block_compute_seq++;
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry__engine_step(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
   ferry_status st;
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
   if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
@@ -471,36 +504,12 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   }
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   if ((st = ferry__features_after_embed(e))) return st;
-  const int32_t step = (int32_t)e->n_steps;
   for (int32_t l = 0; l < mc->n_layers; l++) {
-    /* NVTX-style range of the host issuing the layer (waits for routing included) */
-    const int64_t layer_t0 = ferry_exec_now(e->ex);
-    int32_t b = p->layer_block[l];
-    struct slot *sl = NULL;
-    if (b >= 0) {
-      int64_t seq = e->block_compute_seq;
-      sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
-      if (l == p->blocks[b].first_layer) {
-        /* Keep the window full: the next n_slots-1 blocks go in flight now; each lands in a
-         * slot whose last use has been enqueued already. */
-        if ((st = ferry__engine_prefetch_blocks(e, seq + p->n_block_slots - 1))) return st;
-        if (sl->unit != e->block_unit[b])
-          return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "block %d is not in its slot", b);
-        TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
-      }
-    }
-    if ((st = attention_part(e, l))) return st;
-    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
-                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
-      return st;
-    st = mc->n_experts ? moe_ffn(e, l) : dense_ffn(e, l);
+    /* a range of the host issuing the layer (waits for routing included) */
+    struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
+    st = forward_layer(e, l);
+    ferry_exec_range_end(e->ex, &range);
     if (st) return st;
-    if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
-      TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
-      sl->used = 1;
-      e->block_compute_seq++;
-    }
-    ferry_exec_emit_range(e->ex, "layer", layer_t0, ferry_exec_now(e->ex), step, l);
   }
   return logits(e);
 }

@@ -206,7 +206,10 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
     e->step_hits = e->step_misses = 0;
     int32_t batch = build_step(e, admit_order);
-    if ((st = ferry__engine_step(e)) != FERRY_OK) goto out;
+    struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
+    st = ferry__engine_step(e);
+    ferry_exec_range_end(e->ex, &range);
+    if (st != FERRY_OK) goto out;
     int64_t end = ferry_exec_now(e->ex) - t0;
     sm->end_ns = end;
     sm->batch = batch;
@@ -223,7 +226,6 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->h2d_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_h2d) - busy0[1];
     sm->disk_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_disk) - busy0[2];
     e->n_steps++;
-    ferry_exec_emit_range(e->ex, "step", t0 + sm->start_ns, t0 + end, (int32_t)sm->step, -1);
     ferry_exec_sample_memory(e->ex);
     /* outcomes: each logits row is a generated token */
     const float *logits = NULL;

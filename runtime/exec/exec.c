@@ -5,6 +5,7 @@
 
 #include "common/alloc.h"
 #include "exec_impl.h"
+#include "nvtx.h"
 #include "ferry/store.h"
 
 ferry_status ferry__exec_init(struct ferry_exec *ex, const struct ferry_exec_backend *backend,
@@ -376,13 +377,34 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
   sink(ex->sink_user, &a);
 }
 
-void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
-                           int32_t layer) {
+static void emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
+                       int32_t layer, int32_t expert) {
   ferry_activity_fn sink = ex->sink;
   if (!sink) return;
   struct ferry_activity a = {.kind = FERRY_ACT_RANGE, .name = name, .queue = -1, .start_ns = start_ns,
-                             .end_ns = end_ns, .step = step, .layer = layer, .expert = -1};
+                             .end_ns = end_ns, .step = step, .layer = layer, .expert = expert};
   sink(ex->sink_user, &a);
+}
+
+void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
+                           int32_t layer) {
+  emit_range(ex, name, start_ns, end_ns, step, layer, -1);
+}
+
+struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name, int32_t step, int32_t layer,
+                                               int32_t expert) {
+  struct ferry_exec_range r = {.name = name, .start_ns = ex->backend->now(ex), .step = step, .layer = layer,
+                               .expert = expert};
+  if (!ex->backend->virtual_clock) r.nvtx_id = ferry__nvtx_start(name, step, layer, expert);
+  return r;
+}
+
+void ferry_exec_range_end(ferry_exec *ex, struct ferry_exec_range *range) {
+  if (!range->name) return;
+  if (range->nvtx_id) ferry__nvtx_end(range->nvtx_id);
+  emit_range(ex, range->name, range->start_ns, ex->backend->now(ex), range->step, range->layer, range->expert);
+  range->name = NULL;
+  range->nvtx_id = 0;
 }
 
 void ferry_exec_sample_memory(ferry_exec *ex) {

@@ -24,13 +24,13 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <nvtx3/nvToolsExt.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "exec_cuda.h"
 #include "exec_impl.h"
+#include "nvtx.h"
 #include "ferry/quant.h"
 #include "ferry/store.h"
 #include "runtime/quant/quant_impl.h"
@@ -665,9 +665,9 @@ static void issue_op(struct cu_queue *q, const struct cu_pending *p, uint64_t se
         e = cudaMemcpyAsync(dptr(op->u.copy.dst), dptr(op->u.copy.src), op->u.copy.bytes, cudaMemcpyDefault, q->stream);
         break;
       case FERRY_OP_KERNEL:
-        nvtxRangePushA(op->u.kernel.name);
+        ferry__nvtx_push(op->u.kernel.name);
         if (run_kernel(q, p, msg, sizeof msg)) e = cudaErrorLaunchFailure;
-        nvtxRangePop();
+        ferry__nvtx_pop();
         break;
       case FERRY_OP_RECORD:
         e = gpu_record(q, op->u.event.ev, op->u.event.gen);

@@ -70,7 +70,8 @@ struct ferry_exec;
 struct ferry_exec_backend {
   int version;
   const char *name;
-  int has_data; /* computes on real bytes */
+  int has_data;      /* computes on real bytes */
+  int virtual_clock; /* now() is simulated time: no NVTX ranges (they would be wall time) */
   /* required */
   void (*destroy)(struct ferry_exec *ex);
   ferry_status (*queue_init)(struct ferry_exec *ex, int32_t queue);
