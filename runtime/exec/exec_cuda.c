@@ -28,6 +28,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "arena.h"
 #include "exec_cuda.h"
 #include "exec_impl.h"
 #include "nvtx.h"
@@ -101,7 +102,17 @@ struct cu_state {
   int64_t t0;
   int device;
   uint64_t internal_pinned_bytes, internal_device_bytes;
+  /* With a device budget, the device tier is one cudaMalloc made at create (the budget plus
+   * alignment slack), sliced by the arena: buffers never call the driver afterwards. */
+  void *arena_base;
+  struct ferry__arena *arena;
+  pthread_mutex_t arena_mu;
 };
+
+/* Alignment of device buffers carved from the arena (cudaMalloc gives 256), and the slack
+ * reserved beyond the budget for it: 64 buffers' worth of padding. */
+#define ARENA_ALIGN 256u
+#define ARENA_SLACK (64u * ARENA_ALIGN)
 
 static struct cu_state *state(struct ferry_exec *ex) { return ex->backend_state; }
 
@@ -1025,6 +1036,22 @@ static ferry_status cu_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
   const size_t bytes = buf->bytes ? (size_t)buf->bytes : 1;
   char what[160];
   cudaError_t e;
+  struct cu_state *cs = state(ex);
+  if (buf->tier == FERRY_TIER_DEVICE && cs->arena) {
+    uint64_t off = 0;
+    pthread_mutex_lock(&cs->arena_mu);
+    ferry_status st = ferry__arena_alloc(cs->arena, buf->bytes, &off);
+    const uint64_t largest = ferry__arena_largest_free(cs->arena);
+    pthread_mutex_unlock(&cs->arena_mu);
+    if (st != FERRY_OK)
+      return ferry__err_set(&ex->err, FERRY_ERR_NOMEM,
+                            "cuda executor: device arena: no free range of %llu bytes for %s (largest free %llu of %llu)",
+                            (unsigned long long)buf->bytes, buf->label, (unsigned long long)largest,
+                            (unsigned long long)cs->arena->size);
+    buf->ptr = NULL;
+    buf->backend_ptr = (char *)cs->arena_base + off;
+    return FERRY_OK;
+  }
   if (buf->tier == FERRY_TIER_DEVICE) {
     e = cudaMalloc(&p, bytes);
     snprintf(what, sizeof what, "cudaMalloc of %llu bytes for %s", (unsigned long long)buf->bytes, buf->label);
@@ -1045,6 +1072,13 @@ static ferry_status cu_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
 }
 
 static void cu_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
+  struct cu_state *cs = state(ex);
+  if (buf->tier == FERRY_TIER_DEVICE && cs->arena) {
+    pthread_mutex_lock(&cs->arena_mu);
+    ferry__arena_free(cs->arena, (uint64_t)((char *)buf->backend_ptr - (char *)cs->arena_base), buf->bytes);
+    pthread_mutex_unlock(&cs->arena_mu);
+    return;
+  }
   cudaError_t e = buf->tier == FERRY_TIER_DEVICE ? cudaFree(buf->backend_ptr) : cudaFreeHost(buf->backend_ptr);
   if (e != cudaSuccess) FERRY_WARN("cuda executor: freeing %s: %s", buf->label, cudaGetErrorString(e));
 }
@@ -1063,6 +1097,15 @@ static void cu_destroy(struct ferry_exec *ex) {
       FERRY_INFO("cuda executor: peak pinned host memory %s (plus %s of internal staging)",
                  ferry__format_bytes(peak, a, sizeof a), ferry__format_bytes(cs->internal_pinned_bytes, b, sizeof b));
     }
+    if (cs->arena) {
+      char a[32], b[32];
+      FERRY_INFO("cuda executor: device arena %s, peak use %s", ferry__format_bytes(cs->arena->size, a, sizeof a),
+                 ferry__format_bytes(cs->arena->peak, b, sizeof b));
+      cudaError_t e = cudaFree(cs->arena_base);
+      if (e != cudaSuccess) FERRY_WARN("cuda executor: freeing the device arena: %s", cudaGetErrorString(e));
+      ferry_free(cs->arena);
+    }
+    pthread_mutex_destroy(&cs->arena_mu);
     pthread_mutex_destroy(&cs->ev_mu);
     pthread_cond_destroy(&cs->ev_cv);
     ferry_free(cs);
@@ -1143,9 +1186,32 @@ ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_co
   ferry__exec_init(ex, &cuda_backend, config);
   pthread_mutex_init(&cs->ev_mu, NULL);
   pthread_cond_init(&cs->ev_cv, NULL);
+  pthread_mutex_init(&cs->arena_mu, NULL);
   cs->t0 = ferry__mono_ns();
   cs->device = 0;
   ex->backend_state = cs;
+  const uint64_t budget = config ? config->device_budget_bytes : 0;
+  if (budget) {
+    /* the whole budget up front: a budget the GPU cannot hold fails here, not mid-run */
+    const uint64_t bytes = (budget + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN + ARENA_SLACK;
+    cs->arena = ferry__calloc(1, sizeof *cs->arena);
+    e = cs->arena ? cudaMalloc(&cs->arena_base, (size_t)bytes) : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      char want[32], have[32];
+      ferry__fail(cuda_status(e), "cuda executor: reserving the device budget (%s) as one arena: %s (%s free of the GPU's memory)",
+                  ferry__format_bytes(budget, want, sizeof want), cudaGetErrorString(e),
+                  ferry__format_bytes((uint64_t)free_b, have, sizeof have));
+      ferry_free(cs->arena);
+      cs->arena = NULL;
+      cu_destroy(ex);
+      return cuda_status(e);
+    }
+    ferry__arena_init(cs->arena, bytes, ARENA_ALIGN);
+    cs->internal_device_bytes += bytes - budget;
+  }
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
     FERRY_DEBUG("cuda executor: device 0 (%s, %llu bytes)", prop.name, (unsigned long long)prop.totalGlobalMem);
