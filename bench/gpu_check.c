@@ -508,13 +508,19 @@ static int64_t argmax(const float *v, int64_t n) {
   return b;
 }
 
-static int cmd_logits(const char *dir, double tol) {
-  ferry_exec *probe = NULL;
-  int rc = make_cuda(&probe);
-  if (rc) return rc;
-  ferry_exec_destroy(probe);
+/* self_test: host against host, every logit identical (checks the harness, as kernels --self-test) */
+static int cmd_logits(const char *dir, double tol, int self_test) {
+  if (self_test) {
+    tol = 0;
+  } else {
+    ferry_exec *probe = NULL;
+    int rc = make_cuda(&probe);
+    if (rc) return rc;
+    ferry_exec_destroy(probe);
+  }
   struct logit_log lh = {0}, lc = {0};
-  if (run_model(dir, ferry_exec_create_host, &lh) || run_model(dir, ferry_exec_create_cuda, &lc)) {
+  if (run_model(dir, ferry_exec_create_host, &lh) ||
+      run_model(dir, self_test ? ferry_exec_create_host : ferry_exec_create_cuda, &lc)) {
     free(lh.data);
     free(lc.data);
     return 2;
@@ -535,8 +541,8 @@ static int cmd_logits(const char *dir, double tol) {
     else if (first_diff < 0) first_diff = r;
   }
   int ok = lh.rows == lc.rows && rows > 0 && top1_same == rows && worst <= tol;
-  printf("logits: %lld rows (host %lld, cuda %lld), max relative error %.3e (tolerance %.1e), same top-1 %lld/%lld%s -> %s\n",
-         (long long)rows, (long long)lh.rows, (long long)lc.rows, worst, tol, (long long)top1_same, (long long)rows,
+  printf("logits: %lld rows (host %lld, %s %lld), max relative error %.3e (tolerance %.1e), same top-1 %lld/%lld%s -> %s\n",
+         (long long)rows, (long long)lh.rows, self_test ? "host again" : "cuda", (long long)lc.rows, worst, tol, (long long)top1_same, (long long)rows,
          first_diff >= 0 ? " (first difference at a row; greedy decoding diverges after it)" : "", ok ? "ok" : "FAIL");
   free(lh.data);
   free(lc.data);
@@ -762,7 +768,7 @@ static int cmd_table(int argc, char **argv) {
 static int usage(void) {
   fprintf(stderr,
           "usage: gpu_check kernels [--self-test]   (--self-test: host against host, checks the harness)\n"
-          "       gpu_check logits MODEL_DIR [TOLERANCE]\n"
+          "       gpu_check logits MODEL_DIR [TOLERANCE] [--self-test]\n"
           "       gpu_check probe OUT.json [BASE_PROFILE LINK HOST DISK]   (default h200 pcie5-x16 ddr5 nvme-gen4)\n"
           "       gpu_check table --h2d-gbps X LABEL REAL.db SIM.db|- ...\n"
           "exit: 0 pass, 1 fail, 2 error, 77 no CUDA device\n");
@@ -772,7 +778,9 @@ static int usage(void) {
 int main(int argc, char **argv) {
   if (argc < 2) return usage();
   if (!strcmp(argv[1], "kernels")) return cmd_kernels(argc >= 3 && !strcmp(argv[2], "--self-test"));
-  if (!strcmp(argv[1], "logits") && argc >= 3) return cmd_logits(argv[2], argc >= 4 ? atof(argv[3]) : 1e-2);
+  if (!strcmp(argv[1], "logits") && argc >= 3)
+    return cmd_logits(argv[2], argc >= 4 && strcmp(argv[3], "--self-test") ? atof(argv[3]) : 1e-2,
+                      !strcmp(argv[argc - 1], "--self-test"));
   if (!strcmp(argv[1], "probe") && argc >= 3)
     return cmd_probe(argv[2], argc >= 4 ? argv[3] : "h200", argc >= 5 ? argv[4] : "pcie5-x16",
                      argc >= 6 ? argv[5] : "ddr5", argc >= 7 ? argv[6] : "nvme-gen4");

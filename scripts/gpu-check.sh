@@ -11,7 +11,14 @@
 #                            steps are skipped (a hang would otherwise eat the device time)
 #        GPU_CHECK_WORK      folder for the generated models (default: a temporary folder,
 #                            removed at exit; they are gigabytes, OUT_DIR stays small)
-#        GPU_CHECK_SKIP_BUILD=1  use an existing build-release (built with FERRY_CUDA=ON)
+#        GPU_CHECK_SKIP_BUILD=1  use an existing build (built with FERRY_CUDA=ON)
+#        GPU_CHECK_BUILD     that build's folder (default build-release)
+#        GPU_CHECK_REHEARSAL=1  rehearse without a GPU (CI does, through ctest): every step and the
+#                            table run with the host executor in place of cuda, the harness
+#                            self-tests (host against host, which must agree exactly) in place
+#                            of the kernel and logit comparisons, `ferry calibrate --probe` in
+#                            place of the GPU probe, and models small enough for a CI machine.
+#                            It checks the script's plumbing, not the GPU.
 set -euo pipefail
 
 if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
@@ -29,7 +36,7 @@ else
 fi
 RUNS="$OUT/runs"
 mkdir -p "$WORK" "$RUNS"
-BUILD="$ROOT/build-release"
+BUILD=${GPU_CHECK_BUILD:-$ROOT/build-release}
 FERRY="$BUILD/ferry"
 CHECK="$BUILD/bench/gpu_check"
 JOBS=$(nproc 2>/dev/null || echo 4)
@@ -42,6 +49,16 @@ FAILED=0
 export CUDA_MODULE_LOADING=EAGER
 SUMMARY="$OUT/summary.md"
 : >"$SUMMARY"
+REHEARSAL=${GPU_CHECK_REHEARSAL:-0}
+if [[ $REHEARSAL == 1 ]]; then
+  BACKEND=host
+  PROFILE=()               # CUPTI traces a GPU
+  SELF_TEST=(--self-test)  # the harness, host against host
+else
+  BACKEND=cuda
+  PROFILE=(--profile)      # the sweep's timelines come from CUPTI
+  SELF_TEST=()
+fi
 
 say() { printf '== [%3ds] %s\n' "$(($(date +%s) - START))" "$*"; }
 note() { printf -- '- %s\n' "$*" | tee -a "$SUMMARY"; }
@@ -92,7 +109,7 @@ if [[ ${GPU_CHECK_SKIP_BUILD:-0} == 1 ]]; then
   say "build skipped (GPU_CHECK_SKIP_BUILD=1)"
 else
   say "build (release, FERRY_CUDA=ON)"
-  run configure 120 cmake --preset release -DFERRY_CUDA=ON -DFERRY_BUILD_TESTS=ON -DFERRY_BUILD_BENCH=ON >/dev/null ||
+  run configure 120 cmake --preset release -DFERRY_CUDA="$([[ $REHEARSAL == 1 ]] && echo AUTO || echo ON)" -DFERRY_BUILD_TESTS=ON -DFERRY_BUILD_BENCH=ON >/dev/null ||
     fatal "cmake configure failed (see $OUT/configure.log)"
   run build 300 cmake --build --preset release -j"$JOBS" --target ferry bench_gpu_check test_exec_cuda >/dev/null ||
     fatal "build failed (see $OUT/build.log)"
@@ -101,9 +118,16 @@ fi
 
 # --- 2. executor conformance and kernels against the host executor -----------------------------
 say "cuda executor tests"
+if [[ $REHEARSAL == 1 ]]; then
+  note "REHEARSAL (GPU_CHECK_REHEARSAL=1): host executor in place of cuda; no figure below is a GPU's"
+fi
 if run test_exec_cuda 60 "$BUILD/tests/test_exec_cuda"; then
-  if grep -q SKIPPED "$OUT/test_exec_cuda.log"; then fatal "no CUDA device visible (test_exec_cuda skipped; see its log)"; fi
-  note "test_exec_cuda: passed"
+  if grep -q SKIPPED "$OUT/test_exec_cuda.log"; then
+    [[ $REHEARSAL == 1 ]] || fatal "no CUDA device visible (test_exec_cuda skipped; see its log)"
+    note "test_exec_cuda: skipped (no CUDA device)"
+  else
+    note "test_exec_cuda: passed"
+  fi
 else
   note "test_exec_cuda: FAILED (see test_exec_cuda.log)"
   FAILED=1
@@ -111,7 +135,7 @@ fi
 
 say "kernels: cuda vs host"
 rc=0
-run kernels 60 "$CHECK" kernels || rc=$?
+run kernels 60 "$CHECK" kernels "${SELF_TEST[@]}" || rc=$?
 case $rc in
   0) note "kernels: all match the host executor" ;;
   77) fatal "no CUDA device (gpu_check kernels skipped)" ;;
@@ -119,13 +143,14 @@ case $rc in
 esac
 
 say "logits: cuda vs host on small fp16 models (greedy, same seed)"
-for spec in "tiny-moe:--preset tiny-moe" "tiny-qwen2-moe:--preset tiny-qwen2-moe" \
-            "llama-4l:--preset llama-2-7b --layers 4 --scale 0.25 --vocab 8000"; do
+LOGIT_MODELS=("tiny-moe:--preset tiny-moe" "tiny-qwen2-moe:--preset tiny-qwen2-moe"
+  "llama-4l:--preset llama-2-7b --layers 4 --scale 0.25 --vocab 8000")
+for spec in "${LOGIT_MODELS[@]}"; do
   name=${spec%%:*}
   # shellcheck disable=SC2086
   run "gen-$name" 60 "$FERRY" model gen ${spec#*:} --dtype fp16 --out "$WORK/$name" --force --quiet >/dev/null ||
     fatal "ferry model gen $name failed (see gen-$name.log)"
-  if run "logits-$name" 60 "$CHECK" logits "$WORK/$name" 1e-2; then
+  if run "logits-$name" 60 "$CHECK" logits "$WORK/$name" 1e-2 "${SELF_TEST[@]}"; then
     note "logits $name: $(tail -n 1 "$OUT/logits-$name.log")"
   else
     note "logits $name: FAILED: $(tail -n 1 "$OUT/logits-$name.log")"
@@ -135,19 +160,35 @@ done
 
 # --- 3. probes -> calibrated profile -----------------------------------------------------------
 say "probe: pinned H2D/D2H bandwidth, GEMM throughput"
-run probe 90 "$CHECK" probe "$OUT/calibrated.json" h200 pcie5-x16 ddr5 nvme-gen4 ||
-  fatal "probe failed (see probe.log)"
-H2D=$(sed -n 's/.*"h2d_gbps": *\([0-9.]*\).*/\1/p' "$OUT/calibrated.json" | head -n 1)
+if [[ $REHEARSAL == 1 ]]; then
+  run probe 120 "$FERRY" calibrate --probe --out "$OUT/calibrated.json" --dir "$WORK" ||
+    fatal "ferry calibrate --probe failed (see probe.log)"
+else
+  run probe 90 "$CHECK" probe "$OUT/calibrated.json" h200 pcie5-x16 ddr5 nvme-gen4 ||
+    fatal "probe failed (see probe.log)"
+fi
+H2D=$(sed -n 's/.*"h2d_gbps":[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$OUT/calibrated.json" | head -n 1)
 [[ -n $H2D ]] || fatal "no h2d_gbps in calibrated.json"
-note "probe: $(grep '^probe: pinned' "$OUT/probe.log" || true)"
+if [[ $REHEARSAL == 1 ]]; then
+  note "probe (ferry calibrate --probe, this host): $(grep '^memcpy' "$OUT/probe.log" || true)"
+else
+  note "probe: $(grep '^probe: pinned' "$OUT/probe.log" || true)"
+fi
 
 # --- 4. sweep: a model larger than the device budget, measured and simulated --------------------
 say "sweep model (fp16, larger than its device budget)"
 MODEL="$WORK/sweep-model"
-run gen-sweep 180 "$FERRY" model gen --preset llama-2-7b --layers 32 --scale 0.5 --vocab 16000 --dtype fp16 \
-  --out "$MODEL" --force --quiet >/dev/null || fatal "ferry model gen of the sweep model failed (see gen-sweep.log)"
+SWEEP_SHAPE=(--layers 32 --scale 0.5 --vocab 16000)
 BUDGET=2GiB
-WORKLOAD=(--synthetic "rate=1000,n=2,prompt=32,output=16" --as-fast-as-possible --seed 3)
+if [[ $REHEARSAL == 1 ]]; then
+  SWEEP_SHAPE=(--layers 32 --scale 0.0625 --vocab 2000) # about 50 MiB
+  BUDGET=40MiB
+fi
+run gen-sweep 180 "$FERRY" model gen --preset llama-2-7b "${SWEEP_SHAPE[@]}" --dtype fp16 \
+  --out "$MODEL" --force --quiet >/dev/null || fatal "ferry model gen of the sweep model failed (see gen-sweep.log)"
+# 2 requests of 32 + 16 tokens: the KV cache is sized for that, not for the defaults (which would
+# take gigabytes of the budget)
+WORKLOAD=(--synthetic "rate=1000,n=2,prompt=32,output=16" --as-fast-as-possible --seed 3 --max-batch 2 --max-seq-tokens 64)
 
 # `ferry sim` may be missing, or present without its executor ("not built yet"): a one-token
 # simulated run tells.
@@ -165,9 +206,10 @@ for B in 1 2 4; do
     tag="b${B}_d${D}"
     say "sweep $tag: measured"
     rm -f "$RUNS/$tag-cuda.db" "$RUNS/$tag-sim.db"
-    if run "run-$tag-cuda" 60 "$FERRY" run --model "$MODEL" --backend cuda --greedy "${WORKLOAD[@]}" \
-      --block-layers "$B" --prefetch-depth "$D" --device-budget "$BUDGET" --db "$RUNS/$tag-cuda.db" --quiet; then :; else
-      note "sweep $tag (cuda): FAILED (see run-$tag-cuda.log)"
+    if run "run-$tag-cuda" 60 "$FERRY" run --model "$MODEL" --backend "$BACKEND" "${PROFILE[@]}" --greedy \
+      "${WORKLOAD[@]}" --block-layers "$B" --prefetch-depth "$D" --device-budget "$BUDGET" --db "$RUNS/$tag-cuda.db" \
+      --quiet; then :; else
+      note "sweep $tag ($BACKEND): FAILED (see run-$tag-cuda.log)"
       FAILED=1
     fi
     simdb=-

@@ -1,0 +1,32 @@
+#!/bin/sh
+# The GPU check rehearsed without a GPU (scripts/gpu-check.sh with GPU_CHECK_REHEARSAL=1): every
+# step, the sweep and the table run on the host executor, so a broken command, flag, budget or
+# query fails here and not in the few minutes a GPU is lent. Usage: gpu_check_rehearsal.sh
+# SOURCE_DIR BUILD_DIR OUT_DIR
+set -eu
+src=$1 build=$2 out=$3
+rm -rf "$out"
+if ! GPU_CHECK_REHEARSAL=1 GPU_CHECK_SKIP_BUILD=1 GPU_CHECK_BUILD="$build" GPU_CHECK_BUDGET_S=300 \
+  bash "$src/scripts/gpu-check.sh" "$out" >"$out.log" 2>&1; then
+  tail -n 40 "$out.log"
+  echo "gpu_check_rehearsal: the script failed (log: $out.log)" >&2
+  exit 1
+fi
+table="$out/table.md"
+# six configurations, each with measured and simulated TTFT and TPOT and the streaming columns
+rows=$(grep -c '^| b[124]_d[12] |' "$table" || true)
+if [ "$rows" -ne 6 ]; then
+  echo "gpu_check_rehearsal: $rows configuration rows in $table, expected 6" >&2
+  cat "$table" >&2
+  exit 1
+fi
+if grep '^| b[124]_d[12] |' "$table" | awk -F'|' '{ for (i = 3; i <= 11; i++) { gsub(/ /, "", $i); if ($i == "" || $i == "-") bad = 1 } } END { exit !bad }'; then
+  echo "gpu_check_rehearsal: a row of $table has an empty column" >&2
+  cat "$table" >&2
+  exit 1
+fi
+for f in summary.md calibrated.json kernels.log; do
+  [ -s "$out/$f" ] || { echo "gpu_check_rehearsal: $out/$f missing or empty" >&2; exit 1; }
+done
+echo "gpu_check_rehearsal: all steps ran; table:"
+cat "$table"
