@@ -594,6 +594,52 @@ fail:
   return 0;
 }
 
+/* The calibrated profile: BASE composed with the measured link rates and GEMM/GEMV
+ * efficiencies, listed under "fitted"; reloaded to check it. 0, or 2 on an I/O error. */
+static int write_profile(const char *out_path, const char *base, const char *link, const char *hostp, const char *disk,
+                         double h2d, double d2h, double eff_gemm, double eff_gemv) {
+  FILE *f = fopen(out_path, "w");
+  if (!f) {
+    fprintf(stderr, "gpu_check: cannot write %s\n", out_path);
+    return 2;
+  }
+  fprintf(f,
+          "{\n  \"name\": \"calibrated\",\n  \"kind\": \"gpu\",\n"
+          "  \"gpu\": {\"base\": \"%s\", \"efficiency\": {\"gemm\": %.4f, \"gemv\": %.4f}},\n"
+          "  \"link\": {\"base\": \"%s\", \"h2d_gbps\": %.3f, \"d2h_gbps\": %.3f},\n"
+          "  \"host\": \"%s\",\n  \"disk\": \"%s\",\n"
+          "  \"fitted\": [\"gpu.efficiency.gemm\", \"gpu.efficiency.gemv\", \"link.h2d_gbps\", \"link.d2h_gbps\"]\n}\n",
+          base, eff_gemm, eff_gemv, link, h2d, d2h, hostp, disk);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "gpu_check: cannot write %s\n", out_path);
+    return 2;
+  }
+  ferry_hw *check = NULL;
+  if (ferry_hw_open(&check, out_path) != FERRY_OK) return die("the written profile does not load");
+  ferry_hw_close(check);
+  return 0;
+}
+
+/* profile OUT.json H2D D2H EFF_GEMM EFF_GEMV [BASE LINK HOST DISK]: the profile the probe
+ * writes, from given figures (the rehearsal checks the format loads and simulates). */
+static int cmd_profile(int argc, char **argv) {
+  if (argc < 7) {
+    fprintf(stderr, "usage: gpu_check profile OUT.json H2D_GBPS D2H_GBPS EFF_GEMM EFF_GEMV [BASE LINK HOST DISK]\n");
+    return 2;
+  }
+  double v[4];
+  for (int i = 0; i < 4; i++) {
+    char *end = NULL;
+    v[i] = strtod(argv[3 + i], &end);
+    if (!end || *end || !(v[i] > 0)) {
+      fprintf(stderr, "gpu_check: profile: '%s' is not a positive number\n", argv[3 + i]);
+      return 2;
+    }
+  }
+  return write_profile(argv[2], argc > 7 ? argv[7] : "h200", argc > 8 ? argv[8] : "pcie5-x16",
+                       argc > 9 ? argv[9] : "ddr5", argc > 10 ? argv[10] : "nvme-gen4", v[0], v[1], v[2], v[3]);
+}
+
 static int cmd_probe(const char *out_path, const char *base, const char *link, const char *hostp, const char *disk) {
   ferry_exec *ex = NULL;
   int rc = make_cuda(&ex);
@@ -641,29 +687,8 @@ static int cmd_probe(const char *out_path, const char *base, const char *link, c
     rc = 1;
     goto out;
   }
-  FILE *f = fopen(out_path, "w");
-  if (!f) {
-    fprintf(stderr, "gpu_check: cannot write %s\n", out_path);
-    rc = 2;
-    goto out;
-  }
-  fprintf(f,
-          "{\n  \"name\": \"calibrated\",\n  \"kind\": \"gpu\",\n"
-          "  \"gpu\": {\"base\": \"%s\", \"efficiency\": {\"gemm\": %.4f, \"gemv\": %.4f}},\n"
-          "  \"link\": {\"base\": \"%s\", \"h2d_gbps\": %.3f, \"d2h_gbps\": %.3f},\n"
-          "  \"host\": \"%s\",\n  \"disk\": \"%s\",\n"
-          "  \"fitted\": [\"gpu.efficiency.gemm\", \"gpu.efficiency.gemv\", \"link.h2d_gbps\", \"link.d2h_gbps\"]\n}\n",
-          base, eff_gemm, eff_gemv, link, h2d, d2h, hostp, disk);
-  if (fclose(f) != 0) {
-    rc = 2;
-    goto out;
-  }
-  ferry_hw *check = NULL;
-  if (ferry_hw_open(&check, out_path) != FERRY_OK) {
-    rc = die("the written profile does not load");
-    goto out;
-  }
-  ferry_hw_close(check);
+  rc = write_profile(out_path, base, link, hostp, disk, h2d, d2h, eff_gemm, eff_gemv);
+  if (rc) goto out;
   printf("probe: wrote %s\n", out_path);
 out:
   ferry_hw_close(hw);
@@ -771,6 +796,7 @@ static int usage(void) {
           "       gpu_check logits MODEL_DIR [TOLERANCE] [--self-test]\n"
           "       gpu_check probe OUT.json [BASE_PROFILE LINK HOST DISK]   (default h200 pcie5-x16 ddr5 nvme-gen4)\n"
           "       gpu_check table --h2d-gbps X LABEL REAL.db SIM.db|- ...\n"
+          "       gpu_check profile OUT.json H2D_GBPS D2H_GBPS EFF_GEMM EFF_GEMV [BASE LINK HOST DISK]\n"
           "exit: 0 pass, 1 fail, 2 error, 77 no CUDA device\n");
   return 2;
 }
@@ -785,5 +811,6 @@ int main(int argc, char **argv) {
     return cmd_probe(argv[2], argc >= 4 ? argv[3] : "h200", argc >= 5 ? argv[4] : "pcie5-x16",
                      argc >= 6 ? argv[5] : "ddr5", argc >= 7 ? argv[6] : "nvme-gen4");
   if (!strcmp(argv[1], "table")) return cmd_table(argc, argv);
+  if (!strcmp(argv[1], "profile")) return cmd_profile(argc, argv);
   return usage();
 }

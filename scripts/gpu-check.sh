@@ -171,6 +171,15 @@ H2D=$(sed -n 's/.*"h2d_gbps":[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$OUT/calibrate
 [[ -n $H2D ]] || fatal "no h2d_gbps in calibrated.json"
 if [[ $REHEARSAL == 1 ]]; then
   note "probe (ferry calibrate --probe, this host): $(grep '^memcpy' "$OUT/probe.log" || true)"
+  # the profile format the GPU probe writes, from made-up figures: it must load and simulate
+  if run gpu-format-profile 30 "$CHECK" profile "$OUT/gpu-format.json" 50 50 0.7 0.8 h200 pcie5-x16 ddr5 nvme-gen4 &&
+    run gpu-format-sim 60 "$FERRY" sim --model "$WORK/tiny-moe" --hw "$OUT/gpu-format.json" \
+      --synthetic rate=1,n=1,prompt=4,output=2 --routing-synth zipf=0.5 --as-fast-as-possible --quiet; then
+    note "the GPU probe's profile format loads and simulates"
+  else
+    note "the GPU probe's profile format: FAILED (see gpu-format-*.log)"
+    FAILED=1
+  fi
 else
   note "probe: $(grep '^probe: pinned' "$OUT/probe.log" || true)"
 fi
