@@ -105,6 +105,52 @@ static void test_copy_round_trip(void **state) {
   ferry_exec_destroy(ex); /* frees the buffers */
 }
 
+/* With a device budget the device tier is one arena: buffers with odd sizes (padded inside it)
+ * fill the whole budget, hold their own bytes (no two overlap: each gets a pattern, all are read
+ * back), and space freed in the middle is reused. A budget the GPU cannot hold fails at create. */
+static void test_device_arena(void **state) {
+  (void)state;
+  enum { NBUF = 4 };
+  const uint64_t part = (1u << 20) - 3; /* padded to 1 MiB inside the arena */
+  REQUIRE_DEVICE(ex, NBUF << 20, 2u << 20);
+  int32_t qh, qd;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
+  ferry_buf *d[NBUF] = {0}, *src = NULL, *dst = NULL;
+  for (int i = 0; i < NBUF; i++) assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, part, "part", &d[i]), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, part, "src", &src), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, part, "dst", &dst), FERRY_OK);
+  unsigned char *s = ferry_exec_buf_host_ptr(ex, src), *o = ferry_exec_buf_host_ptr(ex, dst);
+  struct ferry_ref r_src = {src, 0, FERRY_DTYPE_U8}, r_dst = {dst, 0, FERRY_DTYPE_U8};
+  ferry_event *ev = NULL;
+  assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+  for (int i = 0; i < NBUF; i++) {
+    memset(s, 0x10 + i, part);
+    assert_int_equal(ferry_exec_copy(ex, qh, (struct ferry_ref){d[i], 0, FERRY_DTYPE_U8}, r_src, part), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qh, ev), FERRY_OK);
+    assert_int_equal(ferry_exec_sync(ex, ev), FERRY_OK);
+  }
+  for (int i = 0; i < NBUF; i++) {
+    memset(o, 0, part);
+    assert_int_equal(ferry_exec_copy(ex, qd, r_dst, (struct ferry_ref){d[i], 0, FERRY_DTYPE_U8}, part), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qd, ev), FERRY_OK);
+    assert_int_equal(ferry_exec_sync(ex, ev), FERRY_OK);
+    for (uint64_t j = 0; j < part; j += 4099) assert_int_equal(o[j], 0x10 + i);
+    assert_int_equal(o[part - 1], 0x10 + i);
+  }
+  ferry_buf *again = NULL;
+  ferry_exec_free(ex, d[1]);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1u << 20, "again", &again), FERRY_OK);
+  ferry_exec_event_destroy(ex, ev);
+  ferry_exec_destroy(ex);
+  /* a petabyte: refused at create, saying what it tried */
+  ferry_exec *big = NULL;
+  struct ferry_exec_config c = {.device_budget_bytes = 1ull << 50};
+  assert_int_not_equal(ferry_exec_create_cuda(&big, &c), FERRY_OK);
+  assert_null(big);
+  assert_true(tu_contains(ferry_last_error(), "reserving the device budget"));
+}
+
 /* Event ordering under reuse: each round overwrites the source, copies it through the device
  * on one queue and back on another that waits for the first; the result is always the latest. */
 static void test_event_order(void **state) {
@@ -251,6 +297,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_status),   cmocka_unit_test(test_alloc_budget),
       cmocka_unit_test(test_copy_round_trip), cmocka_unit_test(test_event_order),
+      cmocka_unit_test(test_device_arena),
       cmocka_unit_test(test_matmul_reference), cmocka_unit_test(test_bad_kernel_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
