@@ -144,12 +144,22 @@ esac
 
 say "logits: cuda vs host on small fp16 models (greedy, same seed)"
 LOGIT_MODELS=("tiny-moe:--preset tiny-moe" "tiny-qwen2-moe:--preset tiny-qwen2-moe"
-  "llama-4l:--preset llama-2-7b --layers 4 --scale 0.25 --vocab 8000")
+  "llama-4l:--preset llama-2-7b --layers 4 --scale 0.25 --vocab 8000"
+  "llama-4l-int4:quantize llama-4l int4-g64")
 for spec in "${LOGIT_MODELS[@]}"; do
   name=${spec%%:*}
-  # shellcheck disable=SC2086
-  run "gen-$name" 60 "$FERRY" model gen ${spec#*:} --dtype fp16 --out "$WORK/$name" --force --quiet >/dev/null ||
-    fatal "ferry model gen $name failed (see gen-$name.log)"
+  args=${spec#*:}
+  if [[ $args == quantize\ * ]]; then
+    # a quantized model: the engine dequantizes every weight on the GPU before its product
+    read -r _ from format <<<"$args"
+    rm -rf "${WORK:?}/$name"
+    run "gen-$name" 120 "$FERRY" model quantize --format "$format" "$WORK/$from" "$WORK/$name" >/dev/null ||
+      fatal "ferry model quantize $name failed (see gen-$name.log)"
+  else
+    # shellcheck disable=SC2086
+    run "gen-$name" 60 "$FERRY" model gen $args --dtype fp16 --out "$WORK/$name" --force --quiet >/dev/null ||
+      fatal "ferry model gen $name failed (see gen-$name.log)"
+  fi
   if run "logits-$name" 60 "$CHECK" logits "$WORK/$name" 1e-2 "${SELF_TEST[@]}"; then
     note "logits $name: $(tail -n 1 "$OUT/logits-$name.log")"
   else
