@@ -777,8 +777,35 @@ static void test_metrics(void **state) {
   ferry_free(v);
 }
 
+/* Quantizing splits rows (and NF4's second-level runs) over threads: the bytes must be the
+ * same for any thread count, including splits that cut NF4 runs across rows. */
+static void test_threads_same_bytes(void **state) {
+  (void)state;
+  const char *fmts[] = {"int8", "int4-g64", "int3-g32", "int2-g64", "nf4"};
+  const int64_t rows = 301, cols = 200; /* odd, so chunks end mid-run */
+  float *x = normal_matrix(rows * cols, 99);
+  const char *saved = getenv("FERRY_THREADS");
+  char *keep = saved ? strdup(saved) : NULL;
+  for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+    struct packed one, many;
+    setenv("FERRY_THREADS", "1", 1);
+    pack(&one, fmts[f], x, rows, cols);
+    setenv("FERRY_THREADS", "7", 1);
+    pack(&many, fmts[f], x, rows, cols);
+    assert_int_equal(one.layout.blob_bytes, many.layout.blob_bytes);
+    assert_memory_equal(one.blob, many.blob, one.layout.blob_bytes);
+    ferry_free(one.blob);
+    ferry_free(many.blob);
+  }
+  if (keep) setenv("FERRY_THREADS", keep, 1);
+  else unsetenv("FERRY_THREADS");
+  free(keep);
+  ferry_free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_threads_same_bytes),
       cmocka_unit_test(test_spec_names),       cmocka_unit_test(test_packed_bytes),
       cmocka_unit_test(test_pack_bits),        cmocka_unit_test(test_exact_roundtrip),
       cmocka_unit_test(test_error_normal),     cmocka_unit_test(test_error_outliers),

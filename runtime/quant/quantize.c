@@ -1,13 +1,19 @@
 /* Quantization (fp32 -> packed parts) for every format. Not a hot path: it runs once per
  * tensor when a checkpoint is converted, so it favours exactness and determinism (round to
  * nearest even, padding bits zeroed, scales rounded to their stored precision before codes are
- * chosen, so dequantization reproduces exactly what was optimised here). */
+ * chosen, so dequantization reproduces exactly what was optimised here). Rows (and NF4's
+ * second-level blocks) are independent, so they are split over threads (common/parallel.h):
+ * the output is the same bytes whatever the number of threads. */
 #include <math.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "common/half.h"
+#include "common/parallel.h"
 #include "runtime/quant/quant_impl.h"
+
+/* Rows per thread at least: below that a thread costs more than it saves. */
+#define ROWS_PER_CHUNK 16
 
 static void put_code(uint8_t *row, int bits, int64_t j, unsigned code) {
   uint64_t pos = (uint64_t)j * (uint64_t)bits;
@@ -16,10 +22,20 @@ static void put_code(uint8_t *row, int bits, int64_t j, unsigned code) {
   if ((pos & 7u) + (unsigned)bits > 8u) row[(pos >> 3) + 1] |= (uint8_t)(v >> 8);
 }
 
-static void quantize_int8(const float *src, int64_t rows, int64_t cols, const struct ferry_qout *out) {
-  int8_t *q = out->part[FERRY_QPART_DATA];
-  uint8_t *scales = out->part[FERRY_QPART_SCALES];
-  for (int64_t r = 0; r < rows; r++) {
+/* What a row range of a quantizer needs. */
+struct qjob {
+  const struct ferry_qlayout *l;
+  const float *src;
+  const struct ferry_qout *out;
+};
+
+static void quantize_int8(void *ctx, int64_t r0, int64_t r1) {
+  const struct qjob *jb = ctx;
+  const float *src = jb->src;
+  const int64_t cols = jb->l->cols;
+  int8_t *q = jb->out->part[FERRY_QPART_DATA];
+  uint8_t *scales = jb->out->part[FERRY_QPART_SCALES];
+  for (int64_t r = r0; r < r1; r++) {
     const float *x = src + r * cols;
     float amax = 0.0f;
     for (int64_t j = 0; j < cols; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -78,14 +94,18 @@ static double group_sse(const float *x, int64_t n, uint16_t s16, long z, long qm
 static const float clip_factors[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f, 0.7f, 0.65f,
                                      0.6f, 0.55f, 0.5f};
 
-static void quantize_intn(const struct ferry_qlayout *l, const float *src, const struct ferry_qout *out) {
+static void quantize_intn(void *ctx, int64_t r0, int64_t r1) {
+  const struct qjob *jb = ctx;
+  const struct ferry_qlayout *l = jb->l;
+  const float *src = jb->src;
+  const struct ferry_qout *out = jb->out;
   const int bits = ferry__quant_bits(l->spec.format);
   const long qmax = (1L << bits) - 1;
   const int64_t cols = l->cols, g = l->spec.group_size, gpr = l->groups_per_row;
   uint8_t *data = out->part[FERRY_QPART_DATA];
   uint8_t *scales = out->part[FERRY_QPART_SCALES];
   uint8_t *zeros = out->part[FERRY_QPART_ZEROS];
-  for (int64_t r = 0; r < l->rows; r++) {
+  for (int64_t r = r0; r < r1; r++) {
     uint8_t *row = data + (uint64_t)r * l->row_bytes;
     memset(row, 0, l->row_bytes);
     const float *x = src + r * cols;
@@ -155,14 +175,17 @@ static uint8_t dynamic_nearest(float y) {
   return (uint8_t)(y - ferry__dynamic_map[lo] <= ferry__dynamic_map[hi] - y ? lo : hi);
 }
 
-static void quantize_nf4(const struct ferry_qlayout *l, const float *src, const struct ferry_qout *out) {
-  const int64_t nblocks = l->rows * l->groups_per_row, g = l->spec.group_size;
-  uint8_t *qa = out->part[FERRY_QPART_SCALES];
-  uint8_t *s2p = out->part[FERRY_QPART_SCALES2];
-  uint8_t *m2p = out->part[FERRY_QPART_OFFSETS2];
-  /* Level 2: each run of 256 absmax values minus their mean, scaled by the largest deviation
-   * and coded with the dynamic map; fp32 scale and mean per run. */
-  for (int64_t b2 = 0; b2 * FERRY_QUANT_NF4_BLOCK2 < nblocks; b2++) {
+/* Level 2 over runs [b0, b1): each run of 256 absmax values minus their mean, scaled by the
+ * largest deviation and coded with the dynamic map; fp32 scale and mean per run. */
+static void quantize_nf4_level2(void *ctx, int64_t b0, int64_t b1) {
+  const struct qjob *jb = ctx;
+  const struct ferry_qlayout *l = jb->l;
+  const float *src = jb->src;
+  const int64_t nblocks = l->rows * l->groups_per_row;
+  uint8_t *qa = jb->out->part[FERRY_QPART_SCALES];
+  uint8_t *s2p = jb->out->part[FERRY_QPART_SCALES2];
+  uint8_t *m2p = jb->out->part[FERRY_QPART_OFFSETS2];
+  for (int64_t b2 = b0; b2 < b1; b2++) {
     int64_t i0 = b2 * FERRY_QUANT_NF4_BLOCK2;
     int64_t i1 = i0 + FERRY_QUANT_NF4_BLOCK2 < nblocks ? i0 + FERRY_QUANT_NF4_BLOCK2 : nblocks;
     float a[FERRY_QUANT_NF4_BLOCK2];
@@ -178,9 +201,19 @@ static void quantize_nf4(const struct ferry_qlayout *l, const float *src, const 
     ferry__store_f32(s2p + 4 * b2, s2);
     ferry__store_f32(m2p + 4 * b2, mean);
   }
-  /* Level 1: codes against the absmax as dequantization will see it. */
-  uint8_t *data = out->part[FERRY_QPART_DATA];
-  for (int64_t r = 0; r < l->rows; r++) {
+}
+
+/* Level 1 over rows [r0, r1): codes against the absmax as dequantization will see it. */
+static void quantize_nf4_level1(void *ctx, int64_t r0, int64_t r1) {
+  const struct qjob *jb = ctx;
+  const struct ferry_qlayout *l = jb->l;
+  const float *src = jb->src;
+  const int64_t g = l->spec.group_size;
+  const uint8_t *qa = jb->out->part[FERRY_QPART_SCALES];
+  const uint8_t *s2p = jb->out->part[FERRY_QPART_SCALES2];
+  const uint8_t *m2p = jb->out->part[FERRY_QPART_OFFSETS2];
+  uint8_t *data = jb->out->part[FERRY_QPART_DATA];
+  for (int64_t r = r0; r < r1; r++) {
     uint8_t *row = data + (uint64_t)r * l->row_bytes;
     memset(row, 0, l->row_bytes);
     const float *x = src + r * l->cols;
@@ -215,6 +248,7 @@ ferry_status ferry_quant_quantize(const struct ferry_qspec *spec, const float *s
   }
   size_t n = (size_t)rows * (size_t)cols;
   uint8_t *data = out->part[FERRY_QPART_DATA];
+  struct qjob job = {&l, src, out};
   switch (spec->format) {
     case FERRY_QFORMAT_FP32:
       memcpy(data, src, n * 4);
@@ -226,16 +260,19 @@ ferry_status ferry_quant_quantize(const struct ferry_qspec *spec, const float *s
       for (size_t i = 0; i < n; i++) ferry__store_u16(data + 2 * i, ferry__f32_to_bf16(src[i]));
       break;
     case FERRY_QFORMAT_INT8:
-      quantize_int8(src, rows, cols, out);
+      ferry__parallel_for(rows, ROWS_PER_CHUNK, quantize_int8, &job);
       break;
     case FERRY_QFORMAT_INT4:
     case FERRY_QFORMAT_INT3:
     case FERRY_QFORMAT_INT2:
-      quantize_intn(&l, src, out);
+      ferry__parallel_for(rows, ROWS_PER_CHUNK, quantize_intn, &job);
       break;
-    case FERRY_QFORMAT_NF4:
-      quantize_nf4(&l, src, out);
+    case FERRY_QFORMAT_NF4: {
+      const int64_t runs = (rows * l.groups_per_row + FERRY_QUANT_NF4_BLOCK2 - 1) / FERRY_QUANT_NF4_BLOCK2;
+      ferry__parallel_for(runs, 1, quantize_nf4_level2, &job);
+      ferry__parallel_for(rows, ROWS_PER_CHUNK, quantize_nf4_level1, &job);
       break;
+    }
     case FERRY_QFORMAT_COUNT:
       break;
   }
