@@ -12,7 +12,8 @@
 #        GPU_CHECK_WORK      folder for the generated models (default: a temporary folder,
 #                            removed at exit; they are gigabytes, OUT_DIR stays small)
 #        GPU_CHECK_SKIP_BUILD=1  use an existing build (built with FERRY_CUDA=ON)
-#        GPU_CHECK_BUILD     that build's folder (default build-release)
+#        GPU_CHECK_BUILD     that build's folder (default build-release), or a bundle made by
+#                            scripts/gpu-bundle.sh for a machine without ferry's C dependencies
 #        GPU_CHECK_REHEARSAL=1  rehearse without a GPU (CI does, through ctest): every step and the
 #                            table run with the host executor in place of cuda, the harness
 #                            self-tests (host against host, which must agree exactly) in place
@@ -115,6 +116,24 @@ else
     fatal "build failed (see $OUT/build.log)"
 fi
 [[ -x $FERRY && -x $CHECK ]] || fatal "build produced no $FERRY or $CHECK"
+# hardware profiles from this tree, wherever the binaries were built (a bundle built elsewhere
+# has another tree's path compiled in)
+export FERRY_HW_PATH="$ROOT/hw${FERRY_HW_PATH:+:$FERRY_HW_PATH}"
+# a bundle (scripts/gpu-bundle.sh) carries its libraries; CUDA's come from this machine
+if [[ -d $BUILD/lib ]]; then
+  LIBS=$BUILD/lib
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/extras/CUPTI/lib64; do
+    [[ -d $d ]] && LIBS+=":$d"
+  done
+  # CUDA's pip wheels, where the toolkit's libraries are not in the usual place
+  for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in ("cublas", "cuda_runtime", "cuda_cupti")))' 2>/dev/null || true); do
+    [[ -d $d ]] && LIBS+=":$d"
+  done
+  export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  note "bundle: $(head -n 1 "$BUILD/MANIFEST" 2>/dev/null || echo "$BUILD")"
+fi
+missing=$(ldd "$FERRY" "$CHECK" "$BUILD/tests/test_exec_cuda" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')
+[[ -z $missing ]] || fatal "libraries not found: $missing(LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
 
 # --- 2. executor conformance and kernels against the host executor -----------------------------
 say "cuda executor tests"
