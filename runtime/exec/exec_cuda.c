@@ -54,6 +54,7 @@ struct cu_pending {
   struct ferry_op op;
   uint64_t ints_off;   /* byte offset of the staged ints (ints2 follow m ints later) */
   uint64_t ints_bytes; /* 0 when the kernel has none */
+  int end_recorded;    /* the op's end event was recorded (set by the issuer) */
 };
 
 struct cu_queue {
@@ -63,6 +64,9 @@ struct cu_queue {
   int compute;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* broadcast on any change of the counters */
+  /* held across a whole submit: its waits (back-pressure, ints staging) release mu, and a
+   * second submitter must not take the same ring entry meanwhile */
+  pthread_mutex_t submit_mu;
   struct cu_pending *ring;
   uint64_t submitted, issued, completed; /* op sequence numbers; ring index = seq % OP_RING */
   int stop;
@@ -110,9 +114,10 @@ struct cu_state {
 };
 
 /* Alignment of device buffers carved from the arena (cudaMalloc gives 256), and the slack
- * reserved beyond the budget for it: 64 buffers' worth of padding. */
+ * reserved beyond the budget for it: the most padding the arena's live blocks can take, so
+ * padding never refuses a buffer the budget admits. */
 #define ARENA_ALIGN 256u
-#define ARENA_SLACK (64u * ARENA_ALIGN)
+#define ARENA_SLACK ((uint64_t)ARENA_ALIGN * FERRY__ARENA_MAX_RANGES) /* padding of every live block */
 
 static struct cu_state *state(struct ferry_exec *ex) { return ex->backend_state; }
 
@@ -523,6 +528,9 @@ static int run_kernel(struct cu_queue *q, const struct cu_pending *p, char *msg,
   const struct ferry_kernel *k = &p->op.u.kernel;
   cudaStream_t s = q->stream;
   const int32_t *ints = NULL, *ints2 = NULL;
+  /* each launcher reports cudaGetLastError(): clear what an earlier call on this thread left
+   * (already reported with its own op), so it is not charged to this kernel */
+  cudaGetLastError();
   cudaError_t e = cudaSuccess;
   if (p->ints_bytes) {
     if (q->ints_mapped) {
@@ -637,6 +645,12 @@ static cudaError_t gpu_record(struct cu_queue *q, ferry_event *ev, uint64_t gen)
   struct cu_event_slot *s = &ce->slot[gen % EV_RING];
   cudaError_t e = cudaSuccess;
   pthread_mutex_lock(&cs->ev_mu);
+  if (s->gen != gen) {
+    /* the slot was reserved again for a later generation (the event is recorded on several
+     * queues and a later generation completed first): that record owns it now */
+    pthread_mutex_unlock(&cs->ev_mu);
+    return cudaSuccess;
+  }
   if (!s->ev) e = cudaEventCreateWithFlags(&s->ev, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventRecord(s->ev, q->stream);
   s->issued = 1; /* even on failure: a waiter then finds a completed (or never recorded) event */
@@ -656,7 +670,7 @@ static const char *op_name(const struct ferry_op *op) {
   return "?";
 }
 
-static void issue_op(struct cu_queue *q, const struct cu_pending *p, uint64_t seq) {
+static void issue_op(struct cu_queue *q, struct cu_pending *p, uint64_t seq) {
   struct ferry_exec *ex = q->ex;
   const struct ferry_op *op = &p->op;
   const uint32_t i = (uint32_t)(seq % OP_RING);
@@ -698,6 +712,7 @@ static void issue_op(struct cu_queue *q, const struct cu_pending *p, uint64_t se
   }
   /* Always close the op, so the completer (and whoever waits on it) moves on. */
   e = cudaEventRecord(q->ev_end[i], q->stream);
+  p->end_recorded = e == cudaSuccess;
   if (e != cudaSuccess)
     async_fail(ex, FERRY_ERR_CUDA, "cuda executor: queue %d: recording an op's end: %s", q->index, cudaGetErrorString(e));
 }
@@ -762,8 +777,12 @@ static void *completer_main(void *arg) {
 
     const uint32_t i = (uint32_t)(seq % OP_RING);
     int64_t start_ns, end_ns;
-    cudaError_t e = cudaEventSynchronize(q->ev_end[i]);
-    if (e == cudaSuccess) {
+    /* without its end event (the record failed, already reported) the op's slot holds an old
+     * record: wait for the stream instead, and keep the timing chain off it */
+    cudaError_t e = p->end_recorded ? cudaEventSynchronize(q->ev_end[i]) : cudaStreamSynchronize(q->stream);
+    if (e == cudaSuccess && !p->end_recorded) {
+      end_ns = start_ns = cu_now(ex);
+    } else if (e == cudaSuccess) {
       op_times(q, i, &start_ns, &end_ns);
     } else {
       async_fail(ex, cuda_status(e), "cuda executor: queue %d, %s (op %llu) failed on the device: %s (%s)", q->index,
@@ -871,6 +890,7 @@ static void queue_destroy(struct cu_queue *q) {
   cudaFree(q->convert);
   if (q->stream) cudaStreamDestroy(q->stream);
   pthread_mutex_destroy(&q->mu);
+  pthread_mutex_destroy(&q->submit_mu);
   pthread_cond_destroy(&q->cv);
   ferry_free(q->ring);
   ferry_free(q);
@@ -916,6 +936,7 @@ static ferry_status cu_queue_init(struct ferry_exec *ex, int32_t index) {
   struct cu_queue *q = ferry__calloc(1, sizeof *q);
   if (!q) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "cuda executor: out of memory for a queue");
   pthread_mutex_init(&q->mu, NULL);
+  pthread_mutex_init(&q->submit_mu, NULL);
   pthread_cond_init(&q->cv, NULL);
   q->ex = ex;
   q->index = index;
@@ -1000,6 +1021,7 @@ static ferry_status cu_submit(struct ferry_exec *ex, int32_t queue, const struct
     if ((st = validate_kernel(ex, &op->u.kernel)) != FERRY_OK) return st;
   }
   if (op->kind == FERRY_OP_RECORD && q->gpu) reserve_slot(ex, op->u.event.ev, op->u.event.gen);
+  pthread_mutex_lock(&q->submit_mu);
   pthread_mutex_lock(&q->mu);
   while (q->submitted - q->completed >= OP_RING - 1) pthread_cond_wait(&q->cv, &q->mu); /* back-pressure */
   const uint64_t seq = q->submitted;
@@ -1010,6 +1032,7 @@ static ferry_status cu_submit(struct ferry_exec *ex, int32_t queue, const struct
   q->submitted++;
   pthread_cond_broadcast(&q->cv);
   pthread_mutex_unlock(&q->mu);
+  pthread_mutex_unlock(&q->submit_mu);
   return FERRY_OK;
 }
 
