@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/strbuf.h"
+#include "ferry/activity.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
 
@@ -282,6 +283,26 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
       goto out_detach;
     }
   }
+  /* ferry's own NVTX ranges (domain "ferry": "step N", "layer LN", "block fetch LN",
+   * "expert fetch LN EM", the step as int64 payload) get their step, layer and expert columns
+   * back, as a run recorded by ferry itself has them */
+  what = "attributing ferry's NVTX ranges";
+  if ((rc = exec1(db->sql,
+                  "UPDATE main.NVTX_EVENTS AS n SET"
+                  " step = CASE WHEN t.txt GLOB 'step [0-9]*' THEN CAST(substr(t.txt, 6) AS INTEGER)"
+                  "             ELSE n.int64Value END,"
+                  " layer = CASE WHEN t.txt GLOB 'layer L[0-9]*' THEN CAST(substr(t.txt, 8) AS INTEGER)"
+                  "              WHEN t.txt GLOB 'block fetch L[0-9]*' THEN CAST(substr(t.txt, 14) AS INTEGER)"
+                  "              WHEN t.txt GLOB 'expert fetch L[0-9]*' THEN CAST(substr(t.txt, 15) AS INTEGER) END,"
+                  " expert = CASE WHEN t.txt GLOB 'expert fetch L[0-9]* E[0-9]*'"
+                  "               THEN CAST(substr(t.txt, instr(t.txt, ' E') + 2) AS INTEGER) END"
+                  " FROM (SELECT e.rowid AS rid, coalesce(e.text, s.value) AS txt FROM main.NVTX_EVENTS e"
+                  "       LEFT JOIN main.StringIds s ON s.id = e.textId WHERE e.runId = ?1) t"
+                  " WHERE n.rowid = t.rid AND n.eventType <> 75 AND n.domainId IN"
+                  "  (SELECT e.domainId FROM main.NVTX_EVENTS e LEFT JOIN main.StringIds s ON s.id = e.textId"
+                  "   WHERE e.runId = ?1 AND e.eventType = 75 AND coalesce(e.text, s.value) = '" FERRY_NVTX_DOMAIN "')",
+                  id)) != SQLITE_OK)
+    goto out_rollback;
   what = "committing the import";
   if ((rc = exec1(db->sql, "DELETE FROM temp.ferry_strmap WHERE ?1 = ?1", 0)) != SQLITE_OK) goto out_rollback;
   if ((rc = sqlite3_exec(db->sql, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK) goto out_rollback;

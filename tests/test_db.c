@@ -842,6 +842,44 @@ static void test_import_nsys(void **state) {
   }
   assert_int_equal(q1(s, "SELECT count(*) FROM StringIds WHERE value='sgemm'"), 1);
 
+  /* ferry's own NVTX ranges in an nsys export (domain "ferry", step as int64 payload) get
+   * their step, layer and expert back; another domain's and payload-less ranges do not */
+  {
+    char exp[600];
+    snprintf(exp, sizeof exp, "%s/export-ferry.sqlite", f->dir);
+    build_nsys_fixture(exp, 0, NULL);
+    sqlite3 *x;
+    assert_int_equal(sqlite3_open(exp, &x), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(x,
+                                  "ALTER TABLE NVTX_EVENTS ADD COLUMN int64Value INTEGER;"
+                                  "INSERT INTO StringIds VALUES (10,'ferry'),(11,'layer L3');"
+                                  "INSERT INTO NVTX_EVENTS VALUES"
+                                  " (10,NULL,75,NULL,5,10,1,NULL), (11,NULL,75,'user',5,NULL,2,NULL),"
+                                  " (100,900,60,'step 4',5,NULL,1,4),"
+                                  " (110,300,60,NULL,5,11,1,4),"
+                                  " (120,200,60,'block fetch L7',5,NULL,1,4),"
+                                  " (130,250,60,'expert fetch L12 E5',5,NULL,1,4),"
+                                  " (140,150,59,'matmul',6,NULL,1,NULL),"
+                                  " (160,170,60,'layer L9',5,NULL,2,4);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(x);
+    int64_t run = 0;
+    assert_int_equal(ferry_db_import_nsys(db, exp, NULL, &run), FERRY_OK);
+    char sql_text[512];
+    static const struct {
+      int64_t start;
+      const char *want;
+    } rows[] = {{100, "4|-|-"}, {110, "4|3|-"}, {120, "4|7|-"}, {130, "4|12|5"}, {140, "-|-|-"}, {160, "-|-|-"}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+      snprintf(sql_text, sizeof sql_text,
+               "SELECT coalesce(step,'-') || '|' || coalesce(layer,'-') || '|' || coalesce(expert,'-')"
+               " FROM NVTX_EVENTS WHERE runId=%lld AND start=%lld",
+               (long long)run, (long long)rows[i].start);
+      assert_string_equal(qs(s, sql_text, buf, sizeof buf), rows[i].want);
+    }
+  }
+
   /* Bad inputs: one error naming file (and table), nothing written. */
   int64_t runs_before = q1(s, "SELECT count(*) FROM runs");
   int64_t kernels_before = q1(s, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL");
