@@ -200,13 +200,13 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     memset(sm, 0, sizeof *sm);
     sm->step = e->n_steps;
     sm->start_ns = ferry_exec_now(e->ex) - t0;
+    struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
     int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, q_compute);
     int64_t busy0[3] = {ferry_exec_queue_busy_ns(e->ex, q_compute), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
                         ferry_exec_queue_busy_ns(e->ex, e->q_disk)};
     e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
     e->step_hits = e->step_misses = 0;
     int32_t batch = build_step(e, admit_order);
-    struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
     st = ferry__engine_step(e);
     ferry_exec_range_end(e->ex, &range);
     if (st != FERRY_OK) goto out;
