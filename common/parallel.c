@@ -1,3 +1,5 @@
+/* ferry__parallel_for: fork-join over contiguous chunks with plain pthreads, short-lived
+ * because its callers are one-off bulk jobs, not hot loops. */
 #include "common/parallel.h"
 
 #include <pthread.h>

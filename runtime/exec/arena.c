@@ -1,3 +1,5 @@
+/* The device arena's sub-allocator: offsets inside one reserved region, best fit, freed
+ * neighbours merged at once so the free list stays short and sorted. */
 #include "arena.h"
 
 #include <string.h>

@@ -73,7 +73,7 @@ void ferry__nvtx_push(const char *name) {
 
 void ferry__nvtx_pop(void) { nvtxDomainRangePop(ferry_domain()); }
 
-#else
+#else /* !FERRY_HAVE_NVTX */
 
 uint64_t ferry__nvtx_start(const char *name, int32_t step, int32_t layer, int32_t expert) {
   (void)name, (void)step, (void)layer, (void)expert;
@@ -83,4 +83,4 @@ void ferry__nvtx_end(uint64_t id) { (void)id; }
 void ferry__nvtx_push(const char *name) { (void)name; }
 void ferry__nvtx_pop(void) {}
 
-#endif
+#endif /* FERRY_HAVE_NVTX */
