@@ -36,7 +36,11 @@ void run_usage(FILE *f, const char *cmd) {
           "  --prefetch-depth D      blocks in flight ahead of compute (0 = on demand; default 1)\n"
           "  --pin-first N, --pin-last M   keep the first N / last M layers resident\n"
           "  --resident attention|all      keep all attention (or everything) resident\n"
-          "  --device-budget SIZE    device memory budget (e.g. 2GiB; default: everything resident)\n"
+          "  --device-budget SIZE    device memory budget (e.g. 2GiB; default: 90%% of the GPU's memory, the\n"
+          "                          profile's in sim, device 0's free memory on cuda; host: unlimited);\n"
+          "                          the default keeps a model that fits resident and fills the rest\n"
+          "  --fill-budget           dense models: pin the last layers with the budget the working set\n"
+          "                          leaves (on by default when the budget is the default)\n"
           "  --host-budget SIZE      host memory budget (default unlimited; what does not fit is read from disk)\n"
           "  --home disk             stream every unit from disk (no host copies)\n"
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
@@ -86,7 +90,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -99,6 +103,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"seed", required_argument, 0, OPT_SEED}, {"block-layers", required_argument, 0, OPT_BLOCK},
       {"prefetch-depth", required_argument, 0, OPT_DEPTH}, {"pin-first", required_argument, 0, OPT_PIN_FIRST},
       {"pin-last", required_argument, 0, OPT_PIN_LAST}, {"resident", required_argument, 0, OPT_RESIDENT},
+      {"fill-budget", no_argument, 0, OPT_FILL},
       {"device-budget", required_argument, 0, OPT_DEV_BUDGET}, {"host-budget", required_argument, 0, OPT_HOST_BUDGET},
       {"home", required_argument, 0, OPT_HOME}, {"expert-cache", required_argument, 0, OPT_CACHE},
       {"max-batch", required_argument, 0, OPT_MAX_BATCH}, {"max-step-tokens", required_argument, 0, OPT_STEP_TOKENS},
@@ -160,6 +165,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         else if (!strcmp(optarg, "all")) a->ec.resident_all = 1;
         else return cli_usage_error(cmd, "--resident: expected 'attention' or 'all', got '%s'", optarg);
         break;
+      case OPT_FILL: a->ec.fill_budget = 1; break;
       case OPT_DEV_BUDGET: if (cli_parse_size("--device-budget", optarg, &a->ec.device_budget_bytes)) return CLI_USAGE; break;
       case OPT_HOST_BUDGET: if (cli_parse_size("--host-budget", optarg, &a->ec.host_budget_bytes)) return CLI_USAGE; break;
       case OPT_HOME:

@@ -36,6 +36,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "model", a->model);
   cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
   cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
+  cJSON_AddNumberToObject(o, "fill_budget", a->ec.fill_budget);
   add_str(o, "predictor", a->predictor);
   add_str(o, "predictor_model", a->predictor_model);
   add_str(o, "predictor_routing", a->predictor_routing);

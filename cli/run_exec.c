@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/run_common.h"
 #include "common/alloc.h"
+#include "common/error.h"
 #include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/cupti.h"
@@ -76,6 +77,56 @@ static int has_weights(const char *dir) {
   return yes;
 }
 
+/* Without --device-budget a GPU gets 90 % of its memory (vLLM's default utilisation): the rest
+ * is for the CUDA context, cuBLAS workspaces and staging. A model that fits in that is kept
+ * resident, as without a budget; a larger one is offloaded, never run or simulated as if it
+ * fit. A budget beyond the (simulated) GPU's memory is refused. The host executor's "device"
+ * is this machine's memory: no default there. */
+#define DEFAULT_DEVICE_FRACTION 0.9
+
+static ferry_status default_device_budget(struct run_args *a, int sim, const ferry_model *model, ferry_store *store) {
+  uint64_t gpu_bytes = 0, free_bytes = UINT64_MAX;
+  char gpu[80] = "";
+  if (sim) {
+    ferry_hw *hw = NULL;
+    ferry_status st = ferry_hw_open(&hw, a->hw);
+    if (st != FERRY_OK) return st;
+    const struct ferry_hw_profile *p = ferry_hw_get(hw);
+    if (p->has_gpu) gpu_bytes = p->gpu.memory_bytes;
+    snprintf(gpu, sizeof gpu, "%s", p->name);
+    ferry_hw_close(hw);
+  } else if (!strcmp(a->backend, "cuda")) {
+    /* no device: creating the executor says so (a plan needs no device) */
+    if (ferry_exec_cuda_memory(&free_bytes, &gpu_bytes) != FERRY_OK) return FERRY_OK;
+    snprintf(gpu, sizeof gpu, "CUDA device 0");
+  }
+  if (!gpu_bytes) return FERRY_OK;
+  char want[32], have[32];
+  if (a->ec.device_budget_bytes > gpu_bytes)
+    return ferry__fail(FERRY_ERR_INVALID, "--device-budget %s exceeds the memory of %s (%s)",
+                       ferry__format_bytes(a->ec.device_budget_bytes, want, sizeof want), gpu,
+                       ferry__format_bytes(gpu_bytes, have, sizeof have));
+  if (a->ec.device_budget_bytes) return FERRY_OK;
+  uint64_t budget = (uint64_t)((double)gpu_bytes * DEFAULT_DEVICE_FRACTION);
+  const uint64_t reserve = 256ull << 20; /* another process may hold part of a real GPU */
+  if (free_bytes != UINT64_MAX && budget > (free_bytes > reserve ? free_bytes - reserve : 0))
+    budget = free_bytes > reserve ? free_bytes - reserve : 0;
+  if (!budget) return ferry__fail(FERRY_ERR_NOMEM, "%s has no free memory for a device budget", gpu);
+  struct ferry_engine_config whole = a->ec;
+  whole.resident_all = 1;
+  uint64_t need = 0, host_min = 0;
+  const int fits = ferry_engine_min_budgets(model, store, &whole, &need, &host_min) == FERRY_OK && need <= budget;
+  a->ec.device_budget_bytes = budget;
+  if (fits) a->ec.resident_all = 1;
+  else a->ec.fill_budget = 1;
+  if (a->progress || a->plan_only)
+    fprintf(stderr, "ferry: device budget %s (%.0f%% of %s's %s%s; --device-budget to change)%s\n",
+            ferry__format_bytes(budget, want, sizeof want), 100.0 * (double)budget / (double)gpu_bytes, gpu,
+            ferry__format_bytes(gpu_bytes, have, sizeof have), free_bytes != UINT64_MAX ? ", less what is in use" : "",
+            fits ? ": the model fits, everything resident" : ": the last layers fill what streaming leaves");
+  return FERRY_OK;
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -121,6 +172,10 @@ int run_execute(struct run_args *a) {
       cli_fail(st, NULL);
       goto out;
     }
+  }
+  if ((st = default_device_budget(a, sim, model, store)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
   }
   /* gate lookahead keeps every router resident: the plan must know before anything is sized */
   if (a->predictor && !strcmp(a->predictor, "gate-lookahead")) a->ec.router_lookahead = 1;

@@ -212,6 +212,38 @@ static void test_qwen2_moe_and_olmoe_offload(void **state) {
   }
 }
 
+/* fill_budget pins the last layers with what the working set leaves: the logits do not change,
+ * fewer bytes stream, and the budget still holds (run() asserts peak <= budget). */
+static void test_fill_budget(void **state) {
+  (void)state;
+  struct logit_log ref = {0}, streamed = {0}, filled = {0};
+  struct ferry_serve_summary sum_ref, sum_streamed, sum_filled;
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  assert_int_equal(run(fx.dense_dir, c, &ref, &sum_ref), FERRY_OK);
+  struct ferry_engine_config o = base_config();
+  o.block_layers = 1;
+  o.prefetch_depth = 1;
+  uint64_t dev = min_device(fx.dense_dir, o, NULL);
+  /* room for about two more layers beyond the working set */
+  struct ferry_engine_config one = o;
+  one.pin_last = 1;
+  const uint64_t layer = min_device(fx.dense_dir, one, NULL) - dev;
+  o.device_budget_bytes = dev + 2 * layer + layer / 2;
+  assert_int_equal(run(fx.dense_dir, o, &streamed, &sum_streamed), FERRY_OK);
+  o.fill_budget = 1;
+  assert_int_equal(run(fx.dense_dir, o, &filled, &sum_filled), FERRY_OK);
+  assert_int_equal(filled.rows, ref.rows);
+  assert_memory_equal(filled.data, ref.data, ref.floats * sizeof(float));
+  assert_memory_equal(streamed.data, ref.data, ref.floats * sizeof(float));
+  assert_true(sum_filled.bytes_h2d > 0);
+  assert_true(sum_filled.bytes_h2d < sum_streamed.bytes_h2d);
+  assert_true(sum_filled.peak_bytes[0] > sum_streamed.peak_bytes[0]);
+  free(ref.data);
+  free(streamed.data);
+  free(filled.data);
+}
+
 static void test_budget_below_minimum_refused(void **state) {
   (void)state;
   const char *dirs[] = {fx.dense_dir, fx.moe_dir};
@@ -722,6 +754,7 @@ int main(void) {
       cmocka_unit_test(test_dense_offload_bit_identical),
       cmocka_unit_test(test_moe_offload_bit_identical),
       cmocka_unit_test(test_qwen2_moe_and_olmoe_offload),
+      cmocka_unit_test(test_fill_budget),
       cmocka_unit_test(test_budget_below_minimum_refused),
       cmocka_unit_test(test_resident_attention_streams_ffn),
       cmocka_unit_test(test_request_too_long_rejected),

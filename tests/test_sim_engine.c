@@ -502,8 +502,69 @@ static void test_cli(void **state) {
   free(out);
 }
 
+/* Mean TPOT in seconds from the summary ("TPOT   3.801 s ..." or "TPOT   18.39 ms ..."). */
+static double tpot_s(const char *out) {
+  const char *p = strstr(out, "\nTPOT");
+  assert_non_null(p);
+  double v = 0;
+  char unit[8] = "";
+  assert_int_equal(sscanf(p + 5, "%lf %7s", &v, unit), 2);
+  return !strcmp(unit, "ms") ? v / 1e3 : !strcmp(unit, "us") ? v / 1e6 : v;
+}
+
+/* Without --device-budget a simulated GPU gets 90% of its memory: a model that fits stays
+ * resident, a larger one is offloaded with the last layers filling what streaming leaves (so
+ * a bigger GPU is faster on the same link), and a budget beyond the GPU is refused. */
+static void test_default_budget(void **state) {
+  (void)state;
+  char *out = NULL;
+  const char *work = " --synthetic rate=1,n=1,prompt=16,output=3 --as-fast-as-possible";
+  char args[512];
+  snprintf(args, sizeof args, "sim --model llama-2-70b --hw rtx-4090%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "device budget 21.60 GiB (90% of rtx-4090's 24.00 GiB"));
+  assert_true(tu_contains(out, "the last layers fill what streaming leaves"));
+  assert_true(tu_contains(out, "layer 79                         1.59 GiB  pinned on device"));
+  const char *peak = strstr(out, "peak device ");
+  assert_non_null(peak);
+  double peak_gib = 0;
+  assert_int_equal(sscanf(peak, "peak device %lf GiB of 21.60 GiB", &peak_gib), 1);
+  assert_true(peak_gib > 15 && peak_gib <= 21.60);
+  const double filled = tpot_s(out);
+  free(out);
+  /* the same budget given explicitly streams every layer: slower */
+  snprintf(args, sizeof args, "sim --model llama-2-70b --hw rtx-4090 --device-budget 21.6GiB%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  const double streamed = tpot_s(out);
+  free(out);
+  assert_true(filled < 0.95 * streamed);
+  /* and with --fill-budget as fast as the default */
+  snprintf(args, sizeof args, "sim --model llama-2-70b --hw rtx-4090 --device-budget 21.6GiB --fill-budget%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tpot_s(out) < 0.95 * streamed);
+  free(out);
+  /* a bigger GPU on a link of the same generation: faster, because more of the model stays */
+  snprintf(args, sizeof args, "sim --model llama-2-70b --hw a100-40gb-pcie%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "device budget 36.00 GiB"));
+  assert_true(tpot_s(out) < filled);
+  free(out);
+  /* a model that fits: everything resident, nothing streamed */
+  snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "the model fits, everything resident"));
+  assert_true(tu_contains(out, "host->device 0 B"));
+  free(out);
+  /* more than the GPU has */
+  snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090 --device-budget 30GiB%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 1);
+  assert_true(tu_contains(out, "--device-budget 30.00 GiB exceeds the memory of rtx-4090 (24.00 GiB)"));
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_default_budget),
       cmocka_unit_test(test_dense_completes_deterministically),
       cmocka_unit_test(test_pipeline_copy_bound),
       cmocka_unit_test(test_pipeline_compute_bound),

@@ -86,6 +86,10 @@ struct ferry_engine_config {
   int32_t pin_last;              /**< last layers kept resident */
   int resident_attention;        /**< keep all attention resident, stream only FFN / experts */
   int resident_all;              /**< keep everything resident (reference runs) */
+  int fill_budget;               /**< dense models: pin whole layers, from the last, with the device
+                                      budget left after the working set (MoE models give it to the
+                                      expert cache either way); `ferry run`/`sim` set it when they
+                                      choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
   int expert_cache_lfu;          /**< LFU instead of LRU eviction in the expert cache */
   uint64_t device_budget_bytes;  /**< device budget (0 = unlimited: everything resident) */

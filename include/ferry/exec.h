@@ -132,6 +132,16 @@ ferry_status ferry_exec_create_host(ferry_exec **out, const struct ferry_exec_co
  */
 ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config);
 
+/**
+ * @brief Free and total memory of CUDA device 0, without creating an executor (`ferry run`
+ *        sizes its default device budget from it).
+ * @param free_bytes receives the free bytes (may be NULL).
+ * @param total_bytes receives the device's total bytes (may be NULL).
+ * @return FERRY_OK; FERRY_ERR_NO_DEVICE without a driver or device; FERRY_ERR_UNSUPPORTED in a
+ *         build without CUDA. The message says which (ferry_last_error()).
+ */
+ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes);
+
 /** @brief Destroy an executor after draining its queues; frees its buffers. Accepts NULL. */
 void ferry_exec_destroy(ferry_exec *ex);
 

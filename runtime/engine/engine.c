@@ -105,6 +105,21 @@ static ferry_status make_plan(struct ferry_engine *e) {
   };
   char msg[FERRY_ERRMSG_MAX];
   st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
+  if (st == FERRY_OK && e->cfg.fill_budget && !e->mc->n_experts && pc.device_budget_bytes && !pc.resident_all) {
+    /* The most pinned last layers whose working set still fits. Not monotonic near the end
+     * (fewer streamed layers need fewer block slots), so every count is tried, largest first. */
+    for (int32_t k = e->mc->n_layers - pc.pin_first; k > pc.pin_last; k--) {
+      struct ferry_plan_config more = pc;
+      struct ferry_plan filled;
+      char ignored[FERRY_ERRMSG_MAX];
+      more.pin_last = k;
+      if (ferry__plan_make(&in, &more, &filled, ignored, sizeof ignored) != FERRY_OK) continue;
+      ferry__plan_free(&e->plan);
+      e->plan = filled;
+      e->cfg.pin_last = k;
+      break;
+    }
+  }
   if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", msg);
 out:
   ferry_free(attn);

@@ -1242,7 +1242,29 @@ ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_co
   return FERRY_OK;
 }
 
+ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return ferry__fail(FERRY_ERR_NO_DEVICE, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+  }
+  size_t f = 0, t = 0;
+  if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaMemGetInfo(&f, &t)) != cudaSuccess) {
+    cudaGetLastError();
+    return ferry__fail(cuda_status(e), "cuda: reading device 0's memory: %s", cudaGetErrorString(e));
+  }
+  if (free_bytes) *free_bytes = (uint64_t)f;
+  if (total_bytes) *total_bytes = (uint64_t)t;
+  return FERRY_OK;
+}
+
 #else /* !FERRY_HAVE_CUDA */
+ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
+  (void)free_bytes, (void)total_bytes;
+  return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
+}
+
 ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
   (void)config;
   if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
