@@ -81,8 +81,25 @@ static int has_weights(const char *dir) {
  * is for the CUDA context, cuBLAS workspaces and staging. A model that fits in that is kept
  * resident, as without a budget; a larger one is offloaded, never run or simulated as if it
  * fit. A budget beyond the (simulated) GPU's memory is refused. The host executor's "device"
- * is this machine's memory: no default there. */
+ * is this machine's memory: no default there. The simulator's host memory is the profile's
+ * too: 90 % of it by default (the rest for the OS), and what does not fit streams from disk. */
 #define DEFAULT_DEVICE_FRACTION 0.9
+
+static ferry_status default_host_budget(struct run_args *a, const struct ferry_hw_profile *p) {
+  if (!p->has_host || !p->host.memory_bytes) return FERRY_OK;
+  char want[32], have[32];
+  if (a->ec.host_budget_bytes > p->host.memory_bytes)
+    return ferry__fail(FERRY_ERR_INVALID, "--host-budget %s exceeds the host memory of %s (%s)",
+                       ferry__format_bytes(a->ec.host_budget_bytes, want, sizeof want), p->name,
+                       ferry__format_bytes(p->host.memory_bytes, have, sizeof have));
+  if (a->ec.host_budget_bytes) return FERRY_OK;
+  a->ec.host_budget_bytes = (uint64_t)((double)p->host.memory_bytes * DEFAULT_DEVICE_FRACTION);
+  if (a->progress || a->plan_only)
+    fprintf(stderr, "ferry: host budget %s (90%% of %s's host memory, %s; --host-budget to change)\n",
+            ferry__format_bytes(a->ec.host_budget_bytes, want, sizeof want), p->name,
+            ferry__format_bytes(p->host.memory_bytes, have, sizeof have));
+  return FERRY_OK;
+}
 
 static ferry_status default_device_budget(struct run_args *a, int sim, const ferry_model *model, ferry_store *store) {
   uint64_t gpu_bytes = 0, free_bytes = UINT64_MAX;
@@ -94,7 +111,9 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
     const struct ferry_hw_profile *p = ferry_hw_get(hw);
     if (p->has_gpu) gpu_bytes = p->gpu.memory_bytes;
     snprintf(gpu, sizeof gpu, "%s", p->name);
+    st = default_host_budget(a, p);
     ferry_hw_close(hw);
+    if (st != FERRY_OK) return st;
   } else if (!strcmp(a->backend, "cuda")) {
     /* no device: creating the executor says so (a plan needs no device) */
     if (ferry_exec_cuda_memory(&free_bytes, &gpu_bytes) != FERRY_OK) return FERRY_OK;

@@ -524,6 +524,10 @@ static void test_default_budget(void **state) {
   assert_int_equal(tu_run_ferry(args, &out), 0);
   assert_true(tu_contains(out, "device budget 21.60 GiB (90% of rtx-4090's 24.00 GiB"));
   assert_true(tu_contains(out, "the last layers fill what streaming leaves"));
+  /* the desktop's 64 GiB of host memory cannot hold the 128 GiB model: the rest comes from disk */
+  assert_true(tu_contains(out, "host budget 57.60 GiB (90% of rtx-4090's host memory, 64.00 GiB"));
+  assert_true(tu_contains(out, "streamed from disk"));
+  assert_false(tu_contains(out, "moved: disk 0 B"));
   assert_true(tu_contains(out, "layer 79                         1.59 GiB  pinned on device"));
   const char *peak = strstr(out, "peak device ");
   assert_non_null(peak);
@@ -559,6 +563,10 @@ static void test_default_budget(void **state) {
   snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090 --device-budget 30GiB%s", work);
   assert_int_equal(tu_run_ferry(args, &out), 1);
   assert_true(tu_contains(out, "--device-budget 30.00 GiB exceeds the memory of rtx-4090 (24.00 GiB)"));
+  free(out);
+  snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090 --host-budget 1TiB%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 1);
+  assert_true(tu_contains(out, "--host-budget 1.00 TiB exceeds the host memory of rtx-4090 (64.00 GiB)"));
   free(out);
 }
 
