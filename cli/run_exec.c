@@ -105,6 +105,7 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
   uint64_t gpu_bytes = 0, free_bytes = UINT64_MAX;
   char gpu[80] = "";
   if (sim) {
+    if (!a->hw) return FERRY_OK; /* --plan-only without a profile: no GPU to size from */
     ferry_hw *hw = NULL;
     ferry_status st = ferry_hw_open(&hw, a->hw);
     if (st != FERRY_OK) return st;
@@ -186,11 +187,15 @@ int run_execute(struct run_args *a) {
       }
     }
   }
-  if (!a->plan_only) {
+  /* a plan sizes the KV cache from the requests, as the run would: load them when given */
+  if (!a->plan_only || a->trace || a->synthetic) {
     if ((st = run_load_requests(a, &reqs, &n)) != FERRY_OK) {
       cli_fail(st, NULL);
       goto out;
     }
+  } else if (a->ec.max_seq_tokens <= 0) {
+    fprintf(stderr, "ferry: no --trace or --synthetic: the KV cache is sized for 2048 tokens per sequence "
+                    "(--max-seq-tokens N to change)\n");
   }
   if ((st = default_device_budget(a, sim, model, store)) != FERRY_OK) {
     cli_fail(st, NULL);

@@ -224,8 +224,7 @@ if [[ $REHEARSAL == 1 ]]; then
 fi
 run gen-sweep 180 "$FERRY" model gen --preset llama-2-7b "${SWEEP_SHAPE[@]}" --dtype fp16 \
   --out "$MODEL" --force --quiet >/dev/null || fatal "ferry model gen of the sweep model failed (see gen-sweep.log)"
-# 2 requests of 32 + 16 tokens: the KV cache is sized for that, not for the defaults (which would
-# take gigabytes of the budget)
+# 2 requests of 32 + 16 tokens, the batch and the KV cache sized for exactly them
 WORKLOAD=(--synthetic "rate=1000,n=2,prompt=32,output=16" --as-fast-as-possible --seed 3 --max-batch 2 --max-seq-tokens 64)
 
 # `ferry sim` may be missing, or present without its executor ("not built yet"): a one-token

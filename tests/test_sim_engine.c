@@ -564,6 +564,15 @@ static void test_default_budget(void **state) {
   assert_int_equal(tu_run_ferry(args, &out), 1);
   assert_true(tu_contains(out, "--device-budget 30.00 GiB exceeds the memory of rtx-4090 (24.00 GiB)"));
   free(out);
+  /* --plan-only sizes the KV cache from the requests as the run does, and says so without any */
+  assert_int_equal(tu_run_ferry("sim --model llama-2-7b --hw h100-pcie --synthetic rate=1,n=2,prompt=32,output=16 "
+                                "--plan-only", &out), 0);
+  assert_true(tu_contains(out, "(8 sequences x 48 tokens"));
+  free(out);
+  assert_int_equal(tu_run_ferry("sim --model llama-2-7b --plan-only", &out), 0);
+  assert_true(tu_contains(out, "sized for 2048 tokens per sequence"));
+  assert_true(tu_contains(out, "(8 sequences x 2048 tokens"));
+  free(out);
   snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090 --host-budget 1TiB%s", work);
   assert_int_equal(tu_run_ferry(args, &out), 1);
   assert_true(tu_contains(out, "--host-budget 1.00 TiB exceeds the host memory of rtx-4090 (64.00 GiB)"));
