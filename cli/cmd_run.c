@@ -42,7 +42,7 @@ void run_usage(FILE *f, const char *cmd) {
           "  --fill-budget           dense models: pin the last layers with the budget the working set\n"
           "                          leaves (on by default when the budget is the default)\n"
           "  --host-budget SIZE      host memory budget (default: sim 90%% of the profile's host memory, run\n"
-          "                          unlimited; what does not fit is read from disk)\n"
+          "                          half of the memory available at start; what does not fit is read from disk)\n"
           "  --home disk             stream every unit from disk (no host copies)\n"
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
           "  --max-batch N           concurrent sequences (default 8)\n"

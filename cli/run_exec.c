@@ -101,9 +101,24 @@ static ferry_status default_host_budget(struct run_args *a, const struct ferry_h
   return FERRY_OK;
 }
 
+/* A real run's streamed weights live in this machine's memory (pinned, on cuda): by default at
+ * most half of what is available when it starts, the rest is read from disk, so a model larger
+ * than memory streams instead of swapping or failing to pin. */
+static void default_real_host_budget(struct run_args *a) {
+  if (a->ec.host_budget_bytes) return;
+  const uint64_t avail = ferry__mem_available_bytes();
+  if (!avail) return;
+  a->ec.host_budget_bytes = avail / 2;
+  char want[32], have[32];
+  if (a->progress || a->plan_only)
+    fprintf(stderr, "ferry: host budget %s (half of the %s this machine has available; --host-budget to change)\n",
+            ferry__format_bytes(a->ec.host_budget_bytes, want, sizeof want), ferry__format_bytes(avail, have, sizeof have));
+}
+
 static ferry_status default_device_budget(struct run_args *a, int sim, const ferry_model *model, ferry_store *store) {
   uint64_t gpu_bytes = 0, free_bytes = UINT64_MAX;
   char gpu[80] = "";
+  if (!sim) default_real_host_budget(a);
   if (sim) {
     if (!a->hw) return FERRY_OK; /* --plan-only without a profile: no GPU to size from */
     ferry_hw *hw = NULL;
@@ -197,6 +212,9 @@ int run_execute(struct run_args *a) {
     fprintf(stderr, "ferry: no --trace or --synthetic: the KV cache is sized for 2048 tokens per sequence "
                     "(--max-seq-tokens N to change)\n");
   }
+  /* the configuration as asked, before defaults drawn from this machine (its free memory varies
+   * from run to run): `ferry sweep` finds completed runs by its hash */
+  config_json = run_config_json(a);
   if ((st = default_device_budget(a, sim, model, store)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
@@ -312,7 +330,6 @@ int run_execute(struct run_args *a) {
     a->ec.logits_user = &dump;
   }
   if (db) {
-    config_json = run_config_json(a);
     char hash[17];
     run_config_hash(config_json ? config_json : "", hash);
     struct ferry_run_info info = {.kind = sim ? FERRY_RUN_SIM : !strcmp(a->backend, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST,
@@ -325,6 +342,12 @@ int run_execute(struct run_args *a) {
       cli_fail(st, NULL);
       goto out;
     }
+    /* the budgets the run had, defaults included (0: unlimited) */
+    char budget[32];
+    snprintf(budget, sizeof budget, "%llu", (unsigned long long)a->ec.device_budget_bytes);
+    ferry_db_run_meta(db, run_id, "DEVICE_BUDGET_BYTES", budget);
+    snprintf(budget, sizeof budget, "%llu", (unsigned long long)a->ec.host_budget_bytes);
+    ferry_db_run_meta(db, run_id, "HOST_BUDGET_BYTES", budget);
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
     struct ferry_device_info gpu;
     if (ferry_exec_device_info(ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(db, run_id, 0, &gpu)) != FERRY_OK) {

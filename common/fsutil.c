@@ -174,3 +174,14 @@ out_close:
   close(fd);
   return st;
 }
+
+uint64_t ferry__mem_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+  fclose(f);
+  return found ? (uint64_t)kib * 1024u : 0;
+}

@@ -564,6 +564,16 @@ static void test_default_budget(void **state) {
   assert_int_equal(tu_run_ferry(args, &out), 1);
   assert_true(tu_contains(out, "--device-budget 30.00 GiB exceeds the memory of rtx-4090 (24.00 GiB)"));
   free(out);
+  /* a real run's host budget: half of the memory available */
+  snprintf(args, sizeof args, "model gen --preset tiny-dense --dtype fp16 --out '%s/td' --quiet", tmp);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  free(out);
+  snprintf(args, sizeof args, "run --model '%s/td' --synthetic rate=1,n=1,prompt=8,output=2 --device-budget 1GiB --plan-only",
+           tmp);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "this machine has available; --host-budget to change"));
+  assert_false(tu_contains(out, "of unlimited budget"));
+  free(out);
   /* --plan-only sizes the KV cache from the requests as the run does, and says so without any */
   assert_int_equal(tu_run_ferry("sim --model llama-2-7b --hw h100-pcie --synthetic rate=1,n=2,prompt=32,output=16 "
                                 "--plan-only", &out), 0);
