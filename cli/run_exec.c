@@ -152,13 +152,30 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
   uint64_t need = 0, host_min = 0;
   const int fits = ferry_engine_min_budgets(model, store, &whole, &need, &host_min) == FERRY_OK && need <= budget;
   a->ec.device_budget_bytes = budget;
-  if (fits) a->ec.resident_all = 1;
-  else a->ec.fill_budget = 1;
+  const int moe = ferry_model_get_config(model)->n_experts > 0;
+  const char *how = ": the model fits, everything resident";
+  if (fits) {
+    a->ec.resident_all = 1;
+  } else if (!moe) {
+    a->ec.fill_budget = 1;
+    how = ": the last layers fill what streaming leaves";
+  } else {
+    /* every token reads all attention and only some experts: attention first, when it fits,
+     * then the expert cache takes the rest */
+    how = ": the expert cache takes what streaming leaves";
+    struct ferry_engine_config attn = a->ec;
+    attn.resident_attention = 1;
+    if (!a->ec.resident_attention && ferry_engine_min_budgets(model, store, &attn, &need, &host_min) == FERRY_OK &&
+        need <= budget) {
+      a->ec.resident_attention = 1;
+      how = ": attention resident, the expert cache takes the rest";
+    }
+  }
   if (a->progress || a->plan_only)
     fprintf(stderr, "ferry: device budget %s (%.0f%% of %s's %s%s; --device-budget to change)%s\n",
             ferry__format_bytes(budget, want, sizeof want), 100.0 * (double)budget / (double)gpu_bytes, gpu,
             ferry__format_bytes(gpu_bytes, have, sizeof have), free_bytes != UINT64_MAX ? ", less what is in use" : "",
-            fits ? ": the model fits, everything resident" : ": the last layers fill what streaming leaves");
+            how);
   return FERRY_OK;
 }
 

@@ -553,6 +553,18 @@ static void test_default_budget(void **state) {
   assert_true(tu_contains(out, "device budget 36.00 GiB"));
   assert_true(tpot_s(out) < filled);
   free(out);
+  /* MoE: every token reads all attention, so the default keeps it resident and gives the rest to
+   * the expert cache, which beats the same budget spent on experts alone */
+  snprintf(args, sizeof args, "sim --model mixtral-8x7b --hw h100-pcie%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "device budget 72.00 GiB"));
+  assert_true(tu_contains(out, "attention resident, the expert cache takes the rest"));
+  const double moe_default = tpot_s(out);
+  free(out);
+  snprintf(args, sizeof args, "sim --model mixtral-8x7b --hw h100-pcie --device-budget 72GiB%s", work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(moe_default < 0.95 * tpot_s(out));
+  free(out);
   /* a model that fits: everything resident, nothing streamed */
   snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090%s", work);
   assert_int_equal(tu_run_ferry(args, &out), 0);
