@@ -190,6 +190,16 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
     r->n_mem += sqlite3_column_int64(q, 2);
   }
   sqlite3_finalize(q);
+  /* the budgets the run had, defaults included (older databases have none: the configuration's) */
+  if (sqlite3_prepare_v2(db, "SELECT name, value FROM META_DATA_EXPORT WHERE runId = ? AND name IN "
+                             "('DEVICE_BUDGET_BYTES', 'HOST_BUDGET_BYTES')", -1, &q, NULL) != SQLITE_OK)
+    return sql_fail(rp, db, path, "reading the run's budgets");
+  sqlite3_bind_int64(q, 1, r->id);
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(q, 0), *value = (const char *)sqlite3_column_text(q, 1);
+    if (name && value) r->budget_bytes[!strcmp(name, "HOST_BUDGET_BYTES")] = strtod(value, NULL);
+  }
+  sqlite3_finalize(q);
   return FERRY_OK;
 }
 

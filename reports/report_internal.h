@@ -39,6 +39,7 @@ struct rrun {
   int64_t n_steps, hits, misses, tokens;
   double bytes_disk, bytes_h2d, bytes_d2h, stall_ms, span_ms;
   double peak_bytes[3];
+  double budget_bytes[2]; /* device and host budgets the run had (run meta), 0 when not recorded */
   int64_t n_mem, n_kernel, n_memcpy;
 };
 

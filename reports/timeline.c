@@ -387,6 +387,8 @@ ferry_status ferry__section_memory(struct report *rp) {
     nv[t] = out_n;
   }
   double budget[3] = {ferry__run_num(r, "device_budget"), ferry__run_num(r, "host_budget"), NAN};
+  for (int t = 0; t < 2; t++)
+    if (r->budget_bytes[t] > 0) budget[t] = r->budget_bytes[t]; /* defaults included */
   double hi = 0;
   for (int t = 0; t < 3; t++) {
     hi = fmax(hi, r->peak_bytes[t]);
@@ -402,7 +404,7 @@ ferry_status ferry__section_memory(struct report *rp) {
   snprintf(title, sizeof title, "Memory per tier over time (run %s)", r->label);
   ferry__doc_section(rp, FERRY_REPORT_MEMORY, title);
   ferry__doc_para(rp, "Bytes in use per tier, sampled at every change of the peak and at least once per engine step; "
-                      "dashed lines are the configured budgets (device_budget, host_budget; none drawn when unlimited).");
+                      "dashed lines are the budgets the run had (device_budget, host_budget, defaults included; none drawn when unlimited).");
   pts = ferry__table_new("memory", "time (s)" SEP "tier" SEP "used (bytes)");
   char head[200];
   snprintf(head, sizeof head, "tier" SEP "samples" SEP "peak (%s)" SEP "budget (%s)" SEP "peak / budget (%%)", unit, unit);

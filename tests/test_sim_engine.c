@@ -536,6 +536,22 @@ static void test_default_budget(void **state) {
   assert_true(peak_gib > 15 && peak_gib <= 21.60);
   const double filled = tpot_s(out);
   free(out);
+  /* the report draws the budgets the run had, defaults included (run meta), not "unlimited" */
+  snprintf(args, sizeof args, "sim --model llama-2-70b --hw rtx-4090 --quiet --db '%s/default.db'%s", tmp, work);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  free(out);
+  snprintf(args, sizeof args, "report --db '%s/default.db' --out '%s/default-report'", tmp, tmp);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  free(out);
+  snprintf(args, sizeof args, "%s/default-report/tables/memory_peaks.csv", tmp);
+  FILE *csv = fopen(args, "r");
+  assert_non_null(csv);
+  char text[1024] = "";
+  size_t got = fread(text, 1, sizeof text - 1, csv);
+  text[got] = '\0';
+  fclose(csv);
+  assert_true(tu_contains(text, ",21.6,"));
+  assert_true(tu_contains(text, ",57.6,"));
   /* the same budget given explicitly streams every layer: slower */
   snprintf(args, sizeof args, "sim --model llama-2-70b --hw rtx-4090 --device-budget 21.6GiB%s", work);
   assert_int_equal(tu_run_ferry(args, &out), 0);
