@@ -25,6 +25,10 @@ if grep '^| b[124]_d[12] |' "$table" | awk -F'|' '{ for (i = 3; i <= 11; i++) { 
   cat "$table" >&2
   exit 1
 fi
+if ! grep -q '^Goals (issue 8), rows meeting each: H2D >= 90% of the probe [0-9]/6; decode / floor <= 1.15 at prefetch depth >= 2 [0-9]/3; simulated TPOT within 10% [0-9]/6' "$table"; then
+  echo "gpu_check_rehearsal: $table lacks the goal counts over 6, 3 and 6 rows" >&2
+  exit 1
+fi
 for f in summary.md calibrated.json kernels.log; do
   [ -s "$out/$f" ] || { echo "gpu_check_rehearsal: $out/$f missing or empty" >&2; exit 1; }
 done
