@@ -100,14 +100,16 @@ ferry_status ferry_predictor_set_mlp(ferry_predictor *p, const struct ferry_mlp 
   return FERRY_OK;
 }
 
-/* The `max` largest finite values, best first, ties to the lower index. O(n * max), which
- * beats sorting for the handful of experts prefetched per layer. */
-static int32_t top_float(const float *v, int32_t n, int32_t max, int32_t *out) {
+/* The `max` largest keys, best first, ties to the lower index; key() returns NaN for an entry
+ * that must not be chosen. O(n * max), which beats sorting for the handful of experts
+ * prefetched per layer. */
+static int32_t top_keys(const void *v, int32_t n, int32_t max, double (*key)(const void *v, int32_t i), int32_t *out) {
   int32_t got = 0;
   for (int32_t i = 0; i < n; i++) {
-    if (!isfinite(v[i])) continue;
+    const double ki = key(v, i);
+    if (isnan(ki)) continue;
     int32_t pos = got;
-    while (pos > 0 && v[out[pos - 1]] < v[i]) pos--;
+    while (pos > 0 && key(v, out[pos - 1]) < ki) pos--;
     if (pos >= max) continue;
     int32_t end = got < max ? got : max - 1;
     memmove(out + pos + 1, out + pos, (size_t)(end - pos) * sizeof *out);
@@ -117,19 +119,16 @@ static int32_t top_float(const float *v, int32_t n, int32_t max, int32_t *out) {
   return got;
 }
 
-static int32_t top_count(const int64_t *v, int32_t n, int32_t max, int32_t *out) {
-  int32_t got = 0;
-  for (int32_t i = 0; i < n; i++) {
-    if (v[i] <= 0) continue;
-    int32_t pos = got;
-    while (pos > 0 && v[out[pos - 1]] < v[i]) pos--;
-    if (pos >= max) continue;
-    int32_t end = got < max ? got : max - 1;
-    memmove(out + pos + 1, out + pos, (size_t)(end - pos) * sizeof *out);
-    out[pos] = i;
-    if (got < max) got++;
-  }
-  return got;
+/* logits: the finite ones */
+static double logit_key(const void *v, int32_t i) {
+  const float x = ((const float *)v)[i];
+  return isfinite(x) ? (double)x : NAN;
+}
+
+/* popularity counts: the experts seen at least once */
+static double count_key(const void *v, int32_t i) {
+  const int64_t c = ((const int64_t *)v)[i];
+  return c > 0 ? (double)c : NAN;
 }
 
 ferry_status ferry_predictor_predict(ferry_predictor *p, const struct ferry_predict_context *ctx, int32_t layer_ahead,
@@ -149,13 +148,13 @@ ferry_status ferry_predictor_predict(ferry_predictor *p, const struct ferry_pred
   case FERRY_PREDICTOR_LRU:
     return FERRY_OK;
   case FERRY_PREDICTOR_FREQUENCY:
-    *n_out = top_count(p->pop + (size_t)target * (size_t)E, E, max, out_ids);
+    *n_out = top_keys(p->pop + (size_t)target * (size_t)E, E, max, count_key, out_ids);
     return FERRY_OK;
   case FERRY_PREDICTOR_GATE_LOOKAHEAD:
     if (!ctx->gate_logits || ctx->n_gate_logits != E)
       return ferry__fail(FERRY_ERR_INVALID, "predictor gate-lookahead: needs %d router logits, got %d", E,
                          ctx->gate_logits ? ctx->n_gate_logits : 0);
-    *n_out = top_float(ctx->gate_logits, E, max, out_ids);
+    *n_out = top_keys(ctx->gate_logits, E, max, logit_key, out_ids);
     return FERRY_OK;
   case FERRY_PREDICTOR_MLP3:
   case FERRY_PREDICTOR_MLP7:
@@ -164,7 +163,7 @@ ferry_status ferry_predictor_predict(ferry_predictor *p, const struct ferry_pred
       return ferry__fail(FERRY_ERR_INVALID, "predictor %s: needs %d features, got %d",
                          ferry_predictor_kind_name(p->cfg.kind), p->mlp.n_in, ctx->features ? ctx->n_features : 0);
     ferry_mlp_forward(&p->mlp, ctx->features, target, p->logits);
-    *n_out = top_float(p->logits, E, max, out_ids);
+    *n_out = top_keys(p->logits, E, max, logit_key, out_ids);
     return FERRY_OK;
   case FERRY_PREDICTOR_ORACLE:
     if (!ctx->future_ids || ctx->n_future_ids < 0)
