@@ -185,3 +185,10 @@ uint64_t ferry__mem_available_bytes(void) {
   fclose(f);
   return found ? (uint64_t)kib * 1024u : 0;
 }
+
+ferry_status ferry__write_output(const char *path, const void *data, size_t len) {
+  if (strcmp(path, "-")) return ferry__write_file_atomic(path, data ? data : "", len, NULL);
+  if (len && (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0))
+    return ferry__fail(FERRY_ERR_IO, "standard output: write failed: %s", strerror(errno));
+  return FERRY_OK;
+}

@@ -25,6 +25,9 @@ ferry_status ferry__pread_all(int fd, void *buf, size_t len, uint64_t offset, co
                               struct ferry_err *err);
 /* Write a whole file atomically (tmp + fsync + rename). */
 ferry_status ferry__write_file_atomic(const char *path, const void *data, size_t len, struct ferry_err *err);
+/* Write an output a command produced: to standard output when path is "-", else atomically to
+ * the file (ferry__write_file_atomic). */
+ferry_status ferry__write_output(const char *path, const void *data, size_t len);
 /* Memory the kernel reports as available for new work (MemAvailable in /proc/meminfo), or 0
  * when it cannot be read. */
 uint64_t ferry__mem_available_bytes(void);

@@ -630,12 +630,8 @@ ferry_status ferry_trace_write_jsonl(const ferry_trace *t, const char *path) {
   ferry_status st;
   if (b.oom) {
     st = ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory formatting %zu requests", path, t->n);
-  } else if (!strcmp(path, "-")) {
-    st = FERRY_OK;
-    if (b.len && (fwrite(b.p, 1, b.len, stdout) != b.len || fflush(stdout) != 0))
-      st = ferry__fail(FERRY_ERR_IO, "standard output: write failed: %s", strerror(errno));
   } else {
-    st = ferry__write_file_atomic(path, b.p ? b.p : "", b.len, NULL);
+    st = ferry__write_output(path, b.p, b.len);
   }
   ferry_free(b.p);
   return st;
