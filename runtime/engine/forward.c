@@ -46,12 +46,9 @@ static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, 
   return FERRY_OK;
 }
 
-/* y (+)= x . W^T + b with W = the weight of `role` at `layer` (dequantized if need be). */
-static ferry_status matmul(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
-                           int64_t n, int64_t k, enum ferry_tensor_role role, struct ferry_ref b, int accumulate) {
-  struct ferry_ref w;
-  ferry_status st = weight(e, role, layer, -1, 0, &w);
-  if (st != FERRY_OK) return st;
+/* y (+)= x . W^T + b, an op of `layer` on the weight w. */
+static ferry_status matmul_w(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
+                             int64_t n, int64_t k, struct ferry_ref w, struct ferry_ref b, int accumulate) {
   struct ferry_kernel kk = kernel(FERRY_K_MATMUL, name, layer);
   kk.x = ferry__ws(e, x);
   kk.y = ferry__ws(e, y);
@@ -63,6 +60,15 @@ static ferry_status matmul(struct ferry_engine *e, const char *name, int32_t lay
   kk.accumulate = accumulate;
   TRY(ferry_exec_compute(e->ex, e->q_compute, &kk));
   return FERRY_OK;
+}
+
+/* y (+)= x . W^T + b with W = the weight of `role` at `layer` (dequantized if need be). */
+static ferry_status matmul(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
+                           int64_t n, int64_t k, enum ferry_tensor_role role, struct ferry_ref b, int accumulate) {
+  struct ferry_ref w;
+  ferry_status st = weight(e, role, layer, -1, 0, &w);
+  if (st != FERRY_OK) return st;
+  return matmul_w(e, name, layer, x, y, m, n, k, w, b, accumulate);
 }
 
 static ferry_status norm(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
@@ -317,15 +323,8 @@ static ferry_status router_lookahead(struct ferry_engine *e, int32_t l) {
     const uint64_t y = e->ws.logits_look + (uint64_t)((int64_t)(ahead - 1) * T * E) * 4;
     struct ferry_ref w;
     ferry_status st = weight(e, FERRY_ROLE_ROUTER, l + ahead, -1, 0, &w);
+    if (st == FERRY_OK) st = matmul_w(e, "router.lookahead", l, e->ws.h, y, T, E, H, w, (struct ferry_ref){0}, 0);
     if (st != FERRY_OK) return st;
-    struct ferry_kernel k = kernel(FERRY_K_MATMUL, "router.lookahead", l);
-    k.x = ferry__ws(e, e->ws.h);
-    k.y = ferry__ws(e, y);
-    k.w = w;
-    k.m = T;
-    k.n = E;
-    k.k = H;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   }
   return FERRY_OK;
 }
