@@ -143,9 +143,9 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
                        ferry__format_bytes(gpu_bytes, have, sizeof have));
   if (a->ec.device_budget_bytes) return FERRY_OK;
   uint64_t budget = (uint64_t)((double)gpu_bytes * DEFAULT_DEVICE_FRACTION);
-  const uint64_t reserve = 256ull << 20; /* another process may hold part of a real GPU */
-  if (free_bytes != UINT64_MAX && budget > (free_bytes > reserve ? free_bytes - reserve : 0))
-    budget = free_bytes > reserve ? free_bytes - reserve : 0;
+  /* a real GPU may be partly held by another process: stay 256 MiB under what is free */
+  const uint64_t reserve = 256ull << 20, usable = free_bytes > reserve ? free_bytes - reserve : 0;
+  if (budget > usable) budget = usable;
   if (!budget) return ferry__fail(FERRY_ERR_NOMEM, "%s has no free memory for a device budget", gpu);
   struct ferry_engine_config whole = a->ec;
   whole.resident_all = 1;
