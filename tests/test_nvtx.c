@@ -50,6 +50,29 @@ static char *gen_model(const char *dir, const char *preset) {
   return out;
 }
 
+/* A generated tiny MoE model, opened: its folder, model and weights. */
+struct tiny_moe {
+  char *dir, *path;
+  ferry_model *m;
+  ferry_store *s;
+};
+
+static struct tiny_moe tiny_moe_open(const char *tag) {
+  struct tiny_moe tm = {.dir = tu_mkdtemp(tag)};
+  tm.path = gen_model(tm.dir, "tiny-moe");
+  assert_int_equal(ferry_model_open(&tm.m, tm.path), FERRY_OK);
+  assert_int_equal(ferry_store_open(&tm.s, tm.path), FERRY_OK);
+  return tm;
+}
+
+static void tiny_moe_close(struct tiny_moe *tm) {
+  ferry_store_close(tm->s);
+  ferry_model_close(tm->m);
+  tu_rmtree(tm->dir);
+  free(tm->path);
+  free(tm->dir);
+}
+
 /* Range activities by name, counted by the executor's sink. */
 struct range_counts {
   int64_t step, layer, block_fetch, expert_fetch, load;
@@ -72,13 +95,12 @@ static const struct ferry_engine_request requests[] = {
 
 /* Run the engine on `ex` with weights streamed (one-layer blocks, experts through a cache of
  * the minimum size); returns the summary and fills the activity counts. */
-static void run(const char *dir, ferry_exec *ex, const ferry_model *m, ferry_store *s, struct range_counts *rc,
+static void run(ferry_exec *ex, const ferry_model *m, ferry_store *s, struct range_counts *rc,
                 struct ferry_serve_summary *sum, int routing) {
   struct ferry_engine_config c = {.max_batch = 2, .max_step_tokens = 8, .max_seq_tokens = 32, .seed = 3,
                                   .block_layers = 1, .prefetch_depth = 1};
   uint64_t dev = 0, host = 0;
   assert_int_equal(ferry_engine_min_budgets(m, s, &c, &dev, &host), FERRY_OK);
-  (void)dir;
   c.device_budget_bytes = dev;
   ferry_routing_synth *rs = NULL;
   if (routing) {
@@ -111,21 +133,16 @@ static int64_t end_of(const struct nvtx_seen_log *log, int64_t i) {
 
 static void test_engine_ranges(void **state) {
   (void)state;
-  char *dir = tu_mkdtemp("nvtx");
-  char *moe = gen_model(dir, "tiny-moe");
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
+  struct tiny_moe tm = tiny_moe_open("nvtx");
   ferry_exec *ex = NULL;
-  assert_int_equal(ferry_model_open(&m, moe), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, moe), FERRY_OK);
   struct ferry_exec_config xc = {.compute_threads = 1};
   assert_int_equal(ferry_exec_create_host(&ex, &xc), FERRY_OK);
   seen_fn(1);
   struct range_counts rc = {0};
   struct ferry_serve_summary sum;
-  run(moe, ex, m, s, &rc, &sum, 0);
+  run(ex, tm.m, tm.s, &rc, &sum, 0);
   const struct nvtx_seen_log *log = seen_fn(0);
-  const int64_t n_layers = ferry_model_get_config(m)->n_layers;
+  const int64_t n_layers = ferry_model_get_config(tm.m)->n_layers;
 
   assert_int_equal(log->domains_created, 1);
   assert_int_equal(log->dropped, 0);
@@ -192,40 +209,27 @@ static void test_engine_ranges(void **state) {
   assert_true(nv.expert_fetch > 0 && sum.misses > 0);
 
   ferry_exec_destroy(ex);
-  ferry_store_close(s);
-  ferry_model_close(m);
-  tu_rmtree(dir);
-  free(moe);
-  free(dir);
+  tiny_moe_close(&tm);
 }
 
 /* The simulator's ranges are in virtual time: activities, but no NVTX. */
 static void test_sim_makes_none(void **state) {
   (void)state;
-  char *dir = tu_mkdtemp("nvtx-sim");
-  char *moe = gen_model(dir, "tiny-moe");
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
+  struct tiny_moe tm = tiny_moe_open("nvtx-sim");
   ferry_exec *ex = NULL;
   ferry_hw *hw = NULL;
-  assert_int_equal(ferry_model_open(&m, moe), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, moe), FERRY_OK);
   assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
   struct ferry_exec_config xc = {0};
   assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
   seen_fn(1);
   struct range_counts rc = {0};
   struct ferry_serve_summary sum;
-  run(moe, ex, m, s, &rc, &sum, 1);
+  run(ex, tm.m, tm.s, &rc, &sum, 1);
   assert_true(rc.step == sum.steps && rc.layer > 0);
   assert_int_equal(seen_fn(0)->n, 0);
   ferry_exec_destroy(ex);
   ferry_hw_close(hw);
-  ferry_store_close(s);
-  ferry_model_close(m);
-  tu_rmtree(dir);
-  free(moe);
-  free(dir);
+  tiny_moe_close(&tm);
 }
 
 int main(void) {
