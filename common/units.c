@@ -34,6 +34,11 @@ ferry_status ferry__parse_size(const char *text, uint64_t *out_bytes) {
       double bytes = floor(value * units[i].mult);
       if (bytes >= 18446744073709551616.0)
         return ferry__fail(FERRY_ERR_RANGE, "size '%s' is too large", text);
+      /* 0 (or 0.5) must not quietly mean "no limit" where 0 is a budget's "unlimited": a size
+       * is at least one byte, and "no limit" is said by leaving the option out. */
+      if (bytes < 1)
+        return ferry__fail(FERRY_ERR_INVALID, "size '%s' is less than one byte (leave the option out for no limit)",
+                           text);
       *out_bytes = (uint64_t)bytes;
       return FERRY_OK;
     }

@@ -7,10 +7,11 @@
 
 #include "ferry/status.h"
 
-/* Parse a size: a non-negative number with an optional suffix. K/M/G/T and KiB/MiB/GiB/TiB
+/* Parse a size: a positive number with an optional suffix. K/M/G/T and KiB/MiB/GiB/TiB
  * are powers of 1024 (as memory budgets are usually meant); KB/MB/GB/TB are powers of 1000;
- * B or no suffix is bytes. Fractions are allowed ("1.5G") and rounded down to whole bytes.
- * On error sets the last error naming the text and returns FERRY_ERR_INVALID. */
+ * B or no suffix is bytes. Fractions are allowed ("1.5G") and rounded down to whole bytes; a
+ * size under one byte ("0", "0.5") is an error, never "unlimited". On error sets the last
+ * error naming the text and returns FERRY_ERR_INVALID (FERRY_ERR_RANGE when too large). */
 ferry_status ferry__parse_size(const char *text, uint64_t *out_bytes);
 
 /* Format bytes as "1.50 GiB"; returns buf. */

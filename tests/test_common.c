@@ -42,6 +42,16 @@ static void test_parse_size(void **state) {
   assert_int_equal(ferry__parse_size("-1", &v), FERRY_ERR_INVALID);
   assert_int_equal(ferry__parse_size("", &v), FERRY_ERR_INVALID);
   assert_int_equal(ferry__parse_size("99999999T", &v), FERRY_ERR_RANGE);
+  /* under one byte is an error, never 0 = "unlimited" */
+  assert_int_equal(ferry__parse_size("1.5", &v), FERRY_OK);
+  assert_int_equal(v, 1);
+  const char *tiny[] = {"0", "0.5", "0K", "0.0001K", "0GiB", "1e-300G"};
+  for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+    v = 12345;
+    assert_int_equal(ferry__parse_size(tiny[i], &v), FERRY_ERR_INVALID);
+    assert_true(strstr(ferry_last_error(), "less than one byte") != NULL);
+    assert_int_equal(v, 12345);
+  }
 }
 
 static void test_half_roundtrip(void **state) {

