@@ -25,7 +25,7 @@ void run_usage(FILE *f, const char *cmd) {
           "  --trace-format F        force the trace format (azure, burstgpt, mooncake, jsonl)\n"
           "  --synthetic SPEC        synthetic arrivals, e.g. rate=2,n=50,prompt=128,output=32\n"
           "  --max-requests N        first N requests only\n"
-          "  --time-window A:B       requests arriving in [A, B) seconds of the trace\n"
+          "  --time-window A:B       requests arriving in [A, B) seconds of the trace (A or B may be empty)\n"
           "  --rate-scale X          replay X times faster (2 = twice the rate)\n"
           "  --time-scale X          multiply arrival times by X\n"
           "  --as-fast-as-possible   every request arrives at the start\n"
@@ -143,15 +143,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         break;
       case OPT_SYNTH: a->synthetic = optarg; break;
       case OPT_MAX_REQ: if (cli_parse_int("--max-requests", optarg, 1, INT64_MAX, &a->trace_opts.max_requests)) return CLI_USAGE; break;
-      case OPT_WINDOW: {
-        double lo, hi;
-        char extra;
-        if (sscanf(optarg, "%lf:%lf%c", &lo, &hi, &extra) != 2 || lo < 0 || hi <= lo)
-          return cli_usage_error(cmd, "--time-window: expected A:B seconds with 0 <= A < B, got '%s'", optarg);
-        a->trace_opts.window_start_ns = (int64_t)(lo * 1e9);
-        a->trace_opts.window_end_ns = (int64_t)(hi * 1e9);
+      case OPT_WINDOW:
+        if (ferry__parse_window_ns(optarg, &a->trace_opts.window_start_ns, &a->trace_opts.window_end_ns) != FERRY_OK)
+          return cli_usage_error(cmd, "--time-window: %s", ferry_last_error());
         break;
-      }
       case OPT_RATE: if (cli_parse_double("--rate-scale", optarg, 1e-6, 1e6, &a->trace_opts.rate_scale)) return CLI_USAGE; break;
       case OPT_TSCALE: if (cli_parse_double("--time-scale", optarg, 1e-9, 1e9, &a->time_scale)) return CLI_USAGE; break;
       case OPT_AFAP: a->as_fast = 1; break;

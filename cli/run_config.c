@@ -53,6 +53,8 @@ char *run_config_json(const struct run_args *a) {
   if (a->trace_opts.window_end_ns > 0)
     snprintf(window, sizeof window, "%.9g:%.9g", (double)a->trace_opts.window_start_ns / 1e9,
              (double)a->trace_opts.window_end_ns / 1e9);
+  else if (a->trace_opts.window_start_ns > 0) /* open end ("600:") */
+    snprintf(window, sizeof window, "%.9g:", (double)a->trace_opts.window_start_ns / 1e9);
   add_str(o, "time_window", window[0] ? window : NULL);
   add_str(o, "trace", a->trace ? a->trace : a->synthetic);
   char *text = cJSON_PrintUnformatted(o);

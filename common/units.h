@@ -24,6 +24,18 @@ const char *ferry__format_ns(double ns, char *buf, size_t len);
 ferry_status ferry__parse_i64(const char *text, int64_t *out);
 ferry_status ferry__parse_double(const char *text, double *out);
 
+/* Seconds given by a user to int64 nanoseconds: every conversion of user time goes through
+ * these, so a value past the clock (1e300 s) is FERRY_ERR_RANGE, never a wrapped negative time.
+ * Valid: finite and in [0, 9223372036] s. */
+ferry_status ferry__seconds_to_ns(double seconds, int64_t *out_ns);
+/* Parse a number of seconds ("12.5") into ns; FERRY_ERR_INVALID on junk, ERR_RANGE out of range. */
+ferry_status ferry__parse_seconds_ns(const char *text, int64_t *out_ns);
+/* Parse a time window "A:B" in seconds; either side may be empty ("600:", ":60"), not both.
+ * start_ns = 0 when A is empty; end_ns = 0 (no end) when B is empty; B must be after A. */
+ferry_status ferry__parse_window_ns(const char *text, int64_t *start_ns, int64_t *end_ns);
+/* ns x factor (a time scale), rounded; FERRY_ERR_RANGE when it leaves the int64 clock. */
+ferry_status ferry__scale_ns(int64_t ns, double factor, int64_t *out_ns);
+
 /* Monotonic clock in ns. */
 int64_t ferry__mono_ns(void);
 

@@ -49,9 +49,26 @@ static void test_size_under_one_byte(void **state) {
   expect(SIM "--synthetic n=2,prompt=8,output=2 --device-budget 1GiB", 0, NULL);
 }
 
+/* 1e300 s used to become a negative window start (signed overflow converting to ns). */
+static void test_time_out_of_range(void **state) {
+  (void)state;
+  char args[512];
+  expect(SIM "--synthetic n=2 --time-window 1e300:", 2, "'1e300' s is outside [0, 9223372036] s");
+  expect(SIM "--synthetic n=2 --time-window 1:1e300", 2, "'1e300' s is outside");
+  char *trace = tu_data_path("traces/azure_conv_200.csv");
+  snprintf(args, sizeof args, "trace stats '%s' --time-window 1e300:", trace);
+  expect(args, 2, "'1e300' s is outside");
+  snprintf(args, sizeof args, "trace stats '%s' --time-window 10:", trace);
+  expect(args, 0, "requests");
+  free(trace);
+  /* arrival x --time-scale past the clock: a clear error, not a wrapped arrival */
+  expect(SIM "--synthetic rate=0.001,n=3,prompt=4,output=2 --time-scale 1e9", 1, "past the int64 nanosecond clock");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
+      cmocka_unit_test(test_time_out_of_range),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
