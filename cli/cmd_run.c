@@ -247,11 +247,11 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
 
 ferry_status run_load_requests(struct run_args *a, struct ferry_engine_request **out, int64_t *n_out) {
   ferry_trace *t = NULL;
-  ferry_status st = a->synthetic ? ferry_trace_synthetic(&t, a->synthetic, a->seed) : ferry_trace_open(&t, a->trace, &a->trace_opts);
+  /* synthetic requests are generated lazily: only those the slicing keeps */
+  ferry_status st = a->synthetic ? ferry_trace_synthetic_open(&t, a->synthetic, a->seed, &a->trace_opts)
+                                 : ferry_trace_open(&t, a->trace, &a->trace_opts);
   if (st != FERRY_OK) return st;
   size_t n = ferry_trace_count(t);
-  if (a->synthetic && a->trace_opts.max_requests > 0 && (size_t)a->trace_opts.max_requests < n)
-    n = (size_t)a->trace_opts.max_requests;
   if (n == 0) {
     ferry_trace_free(t);
     return ferry__fail(FERRY_ERR_FORMAT, "%s: no requests to serve", a->trace ? a->trace : "synthetic trace");

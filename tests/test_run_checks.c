@@ -65,10 +65,19 @@ static void test_time_out_of_range(void **state) {
   expect(SIM "--synthetic rate=0.001,n=3,prompt=4,output=2 --time-scale 1e9", 1, "past the int64 nanosecond clock");
 }
 
+/* --synthetic n=1e8 --max-requests 3 used to build all 1e8 requests first (GBs, seconds). */
+static void test_synthetic_lazy(void **state) {
+  (void)state;
+  expect(SIM "--synthetic n=100000000,prompt=8,output=2 --max-requests 3", 0, "requests: 3 done");
+  /* the window and the rate scale apply to synthetic traces too (they were ignored) */
+  expect(SIM "--synthetic rate=1,n=1000,prompt=8,output=2 --time-window 1e6:", 1, "no requests in the time window");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
       cmocka_unit_test(test_time_out_of_range),
+      cmocka_unit_test(test_synthetic_lazy),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
