@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "ferry/engine.h"
+#include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/trace.h"
 
@@ -29,7 +30,8 @@ void run_usage(FILE *f, const char *cmd) {
           "  --rate-scale X          replay X times faster (2 = twice the rate)\n"
           "  --time-scale X          multiply arrival times by X\n"
           "  --as-fast-as-possible   every request arrives at the start\n"
-          "  --skip-bad              skip malformed trace rows (counted) instead of failing\n"
+          "  --skip-bad              skip malformed trace rows and requests longer than the model's maximum\n"
+          "                          position (both counted) instead of failing\n"
           "  --seed S                token ids and synthetic routing (default 1)\n"
           "Offload policy:\n"
           "  --block-layers K        consecutive layers per streamed block (0 = all; default 1)\n"
@@ -246,37 +248,70 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
 }
 
 ferry_status run_load_requests(struct run_args *a, struct ferry_engine_request **out, int64_t *n_out) {
-  ferry_trace *t = NULL;
-  /* synthetic requests are generated lazily: only those the slicing keeps */
-  ferry_status st = a->synthetic ? ferry_trace_synthetic_open(&t, a->synthetic, a->seed, &a->trace_opts)
-                                 : ferry_trace_open(&t, a->trace, &a->trace_opts);
-  if (st != FERRY_OK) return st;
-  size_t n = ferry_trace_count(t);
-  if (n == 0) {
-    ferry_trace_free(t);
-    return ferry__fail(FERRY_ERR_FORMAT, "%s: no requests to serve", a->trace ? a->trace : "synthetic trace");
+  /* A request longer than the model's positions can never be served, and sizing the KV cache
+   * from it asked for hundreds of GiB: the model's maximum position bounds every request. */
+  ferry_model *model = NULL;
+  int64_t max_pos = INT64_MAX;
+  char model_name[128] = "";
+  /* a model that cannot be opened is the run's own error to report (`ferry sweep` plans a
+   * combination before its run fails and is recorded) */
+  if (ferry_model_open(&model, a->model) == FERRY_OK) {
+    const struct ferry_model_config *mc = ferry_model_get_config(model);
+    max_pos = mc->max_position;
+    snprintf(model_name, sizeof model_name, "%s", mc->name);
+    ferry_model_close(model);
   }
-  struct ferry_engine_request *r = ferry__calloc(n, sizeof *r);
+  ferry_trace *t = NULL;
+  ferry_status st;
+  /* synthetic requests are generated lazily: only those the slicing keeps */
+  st = a->synthetic ? ferry_trace_synthetic_open(&t, a->synthetic, a->seed, &a->trace_opts)
+                    : ferry_trace_open(&t, a->trace, &a->trace_opts);
+  if (st != FERRY_OK) return st;
+  const char *what = a->trace ? a->trace : "synthetic trace";
+  size_t n = ferry_trace_count(t), kept = 0;
+  struct ferry_engine_request *r = ferry__calloc(n ? n : 1, sizeof *r);
   if (!r) {
     ferry_trace_free(t);
     return ferry__fail(FERRY_ERR_NOMEM, "out of memory for %zu requests", n);
   }
   int64_t longest = 0;
+  a->too_long = 0;
   for (size_t i = 0; i < n; i++) {
     const struct ferry_request *q = ferry_trace_request(t, i);
-    r[i].id = q->id;
-    r[i].arrival_ns = q->arrival_ns;
     /* the engine needs at least one prompt and one output token */
-    r[i].prompt_tokens = q->prompt_tokens > 0 ? q->prompt_tokens : 1;
-    r[i].output_tokens = q->output_tokens > 0 ? q->output_tokens : 1;
-    int64_t len = (int64_t)r[i].prompt_tokens + r[i].output_tokens;
+    const int32_t prompt = q->prompt_tokens > 0 ? q->prompt_tokens : 1, output = q->output_tokens > 0 ? q->output_tokens : 1;
+    const int64_t len = (int64_t)prompt + output;
+    if (len > max_pos) {
+      if (!a->trace_opts.skip_bad) {
+        ferry_trace_free(t);
+        ferry_free(r);
+        return ferry__fail(FERRY_ERR_INVALID,
+                           "%s: request %lld needs %lld positions (%d prompt + %d output tokens), more than %s's maximum "
+                           "position %lld (max_position_embeddings); --skip-bad skips such requests (counted)",
+                           what, (long long)q->id, (long long)len, prompt, output, model_name, (long long)max_pos);
+      }
+      a->too_long++;
+      continue;
+    }
+    r[kept].id = q->id;
+    r[kept].arrival_ns = q->arrival_ns;
+    r[kept].prompt_tokens = prompt;
+    r[kept].output_tokens = output;
+    kept++;
     if (len > longest) longest = len;
   }
   ferry_trace_free(t);
+  if (kept == 0) {
+    ferry_free(r);
+    if (a->too_long)
+      return ferry__fail(FERRY_ERR_INVALID, "%s: no requests to serve: all %lld are longer than %s's maximum position %lld",
+                         what, (long long)a->too_long, model_name, (long long)max_pos);
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: no requests to serve", what);
+  }
   if (a->ec.max_seq_tokens <= 0) a->ec.max_seq_tokens = (int32_t)(longest < (1 << 24) ? longest : (1 << 24));
-  a->n_requests = (int64_t)n;
+  a->n_requests = (int64_t)kept;
   *out = r;
-  *n_out = (int64_t)n;
+  *n_out = (int64_t)kept;
   return FERRY_OK;
 }
 

@@ -225,6 +225,10 @@ int run_execute(struct run_args *a) {
       cli_fail(st, NULL);
       goto out;
     }
+    if (a->too_long)
+      fprintf(stderr, "ferry: skipped %lld request(s) longer than %s's maximum position %lld (--skip-bad)\n",
+              (long long)a->too_long, ferry_model_get_config(model)->name,
+              (long long)ferry_model_get_config(model)->max_position);
   } else if (a->ec.max_seq_tokens <= 0) {
     fprintf(stderr, "ferry: no --trace or --synthetic: the KV cache is sized for 2048 tokens per sequence "
                     "(--max-seq-tokens N to change)\n");
@@ -365,6 +369,10 @@ int run_execute(struct run_args *a) {
     ferry_db_run_meta(db, run_id, "DEVICE_BUDGET_BYTES", budget);
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)a->ec.host_budget_bytes);
     ferry_db_run_meta(db, run_id, "HOST_BUDGET_BYTES", budget);
+    if (a->too_long) {
+      snprintf(budget, sizeof budget, "%lld", (long long)a->too_long);
+      ferry_db_run_meta(db, run_id, "REQUESTS_TOO_LONG", budget);
+    }
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
     struct ferry_device_info gpu;
     if (ferry_exec_device_info(ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(db, run_id, 0, &gpu)) != FERRY_OK) {

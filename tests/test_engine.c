@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry/alloc.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/gen.h"
@@ -306,6 +307,50 @@ static void test_request_too_long_rejected(void **state) {
   assert_int_equal(rm[0].rejected, 0);
   assert_int_equal(rm[0].output_tokens, 3);
   assert_int_equal(rm[1].rejected, 1);
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+/* The KV cache is bounded by the model's positions (a capacity sized from one long request
+ * used to ask for hundreds of GiB), and every failed allocation of engine set-up names what it
+ * was sizing: the KV cache's sequences x tokens x bytes per token. */
+static void test_kv_bounded_and_alloc_failures_named(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, fx.dense_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, fx.dense_dir), FERRY_OK);
+  assert_int_equal(ferry_exec_create_host(&ex, NULL), FERRY_OK);
+  struct ferry_engine_config c = base_config();
+  c.max_seq_tokens = (int32_t)ferry_model_get_config(m)->max_position + 1;
+  assert_int_equal(ferry_engine_create(&e, m, s, ex, &c), FERRY_ERR_INVALID);
+  assert_non_null(strstr(ferry_last_error(), "exceeds tiny-dense's maximum position 2048"));
+  ferry_exec_destroy(ex);
+  c = base_config();
+  int named_kv = 0, failures = 0;
+  for (int64_t n = 0; n < 100000; n++) {
+    /* a fresh executor each time: a failed set-up leaves its queues in the executor */
+    assert_int_equal(ferry_exec_create_host(&ex, NULL), FERRY_OK);
+    ferry_alloc_fail_after(n);
+    ferry_status st = ferry_engine_create(&e, m, s, ex, &c);
+    ferry_alloc_fail_after(-1);
+    if (st == FERRY_OK) break;
+    ferry_exec_destroy(ex);
+    failures++;
+    assert_true(strlen(ferry_last_error()) > 10);
+    if (strstr(ferry_last_error(), "for KV cache")) {
+      assert_non_null(strstr(ferry_last_error(), "3 sequences x 32 tokens x "));
+      assert_non_null(strstr(ferry_last_error(), "bytes per token"));
+      named_kv++;
+    }
+  }
+  assert_non_null(e); /* set-up succeeded once the injected failures ran out */
+  assert_true(failures > 10);
+  assert_true(named_kv >= 1); /* the buffer record, then its memory */
   ferry_engine_destroy(e);
   ferry_exec_destroy(ex);
   ferry_store_close(s);
@@ -758,6 +803,7 @@ int main(void) {
       cmocka_unit_test(test_budget_below_minimum_refused),
       cmocka_unit_test(test_resident_attention_streams_ffn),
       cmocka_unit_test(test_request_too_long_rejected),
+      cmocka_unit_test(test_kv_bounded_and_alloc_failures_named),
       cmocka_unit_test(test_quantized_offload),
       cmocka_unit_test(test_predictors_keep_logits),
       cmocka_unit_test(test_gate_lookahead_uses_next_router),

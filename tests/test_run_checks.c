@@ -73,11 +73,29 @@ static void test_synthetic_lazy(void **state) {
   expect(SIM "--synthetic rate=1,n=1000,prompt=8,output=2 --time-window 1e6:", 1, "no requests in the time window");
 }
 
+/* A request longer than the model's positions used to size the KV cache (512 GiB for one
+ * long request on a large model): now it is refused by name, or skipped and counted. */
+static void test_request_longer_than_model(void **state) {
+  (void)state;
+  char args[1024], *trace = tu_data_path("traces/azure_conv_200.csv");
+  snprintf(args, sizeof args, SIM "--trace '%s'", trace);
+  expect(args, 1, "azure_conv_200.csv: request 13 needs 2236 positions (2221 prompt + 15 output tokens), more than "
+                  "tiny-dense's maximum position 2048");
+  snprintf(args, sizeof args, SIM "--trace '%s' --skip-bad --max-requests 30", trace);
+  expect(args, 0, "skipped 4 request(s) longer than tiny-dense's maximum position 2048 (--skip-bad)");
+  free(trace);
+  expect(SIM "--synthetic n=3,prompt=8,output=2 --max-seq-tokens 4096", 1, "exceeds tiny-dense's maximum position 2048");
+  /* a budget too small for the KV cache says what the cache was sized from */
+  expect("sim --model llama-2-7b --hw t4 --synthetic n=4,prompt=4000,output=90 --max-batch 64 --device-budget 10GiB",
+         1, "KV cache 127.81 GiB: 64 sequences x 4090 tokens x 524288 bytes per token");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
       cmocka_unit_test(test_time_out_of_range),
       cmocka_unit_test(test_synthetic_lazy),
+      cmocka_unit_test(test_request_longer_than_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

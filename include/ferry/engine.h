@@ -96,7 +96,9 @@ struct ferry_engine_config {
   uint64_t host_budget_bytes;    /**< host budget (0 = unlimited) */
   int32_t max_batch;             /**< concurrent sequences (KV-cache slots); default 8 */
   int32_t max_step_tokens;       /**< tokens per step, decode and prefill chunks; default 256 */
-  int32_t max_seq_tokens;        /**< KV-cache capacity per sequence; default 2048 */
+  int32_t max_seq_tokens;        /**< KV-cache capacity per sequence; default 2048 (or the model's
+                                      maximum position when smaller); more than the maximum position
+                                      is FERRY_ERR_INVALID */
   unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
   uint64_t seed;                 /**< token ids */
   int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
