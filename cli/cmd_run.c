@@ -81,7 +81,10 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --greedy                next token = argmax of the logits (default: seeded draw)\n"
                 "  --profile               cuda: record the GPU timeline with CUPTI into --db (untraced, with a\n"
                 "                          note in the run, where CUPTI cannot start)\n"
-                "  --dump-logits FILE      write every generated token's input ids and logits as JSONL\n",
+                "  --dump-logits FILE      write every generated token's input ids and logits as JSONL (a NaN or\n"
+                "                          infinite logit is null, counted in the row's \"nonfinite\")\n"
+                "  --allow-nonfinite       run weights holding NaN or Inf (by default they are refused, naming\n"
+                "                          the tensor)\n",
           sim ? "  --routing FILE          replay a recorded routing trace (what the real run chose)\n"
                 "  --routing-synth SPEC    synthetic routing, e.g. zipf=1.2,temporal=0.3,layer=0.5,seed=1\n"
                 "  --quant PLAN            size a preset's weights in a format or per-class plan (int4-g64, nf4,\n"
@@ -93,7 +96,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -120,6 +123,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
       {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
       {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
+      {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -228,6 +232,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         if (ferry_quant_plan_parse(optarg, &a->ec.quant) != FERRY_OK) return cli_usage_error(cmd, "--quant: %s", ferry_last_error());
         a->ec.quant_set = 1;
         a->quant = optarg;
+        break;
+      case OPT_ALLOW_NONFINITE:
+        if (sim) return cli_usage_error(cmd, "--allow-nonfinite is for 'ferry run' (the simulator reads no weight values)");
+        a->ec.allow_nonfinite = 1;
         break;
       case OPT_HELP: run_usage(stdout, cmd); return -1;
       default: return cli_usage_error(cmd, "invalid option");

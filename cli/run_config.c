@@ -18,7 +18,9 @@ char *run_config_json(const struct run_args *a) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
   int sim = !strcmp(a->cmd, "sim");
-  /* keys in alphabetical order: cJSON keeps insertion order */
+  /* keys in alphabetical order: cJSON keeps insertion order. Keys added since the first
+   * sweeps appear only when set, so the hashes of earlier configurations stay the same. */
+  if (a->ec.allow_nonfinite) cJSON_AddBoolToObject(o, "allow_nonfinite", 1);
   cJSON_AddBoolToObject(o, "as_fast_as_possible", a->as_fast);
   cJSON_AddNumberToObject(o, "block_layers", a->ec.block_layers);
   cJSON_AddNumberToObject(o, "device_budget", (double)a->ec.device_budget_bytes);

@@ -1,5 +1,6 @@
 /* The steps `ferry run` and `ferry sim` share once options are parsed: open the model (and its
  * weights for real executors), create the executor, build the engine, serve, report. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,16 +31,26 @@ static void ranges_and_memory(void *user, const struct ferry_activity *a) {
 struct logit_dump {
   FILE *f;
   int failed;
+  uint64_t nonfinite; /* logits written as null */
 };
 
+/* One JSON object per row. JSON has no NaN or Infinity: a non-finite logit is null, and the
+ * row says how many it has, so the file always parses. */
 static void dump_logits(void *user, int64_t req_id, int32_t token_index, const int32_t *tokens, int32_t n_tokens,
                         const float *logits, int64_t vocab) {
   struct logit_dump *d = user;
   FILE *f = d->f;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < vocab; i++) bad += !isfinite(logits[i]);
+  d->nonfinite += (uint64_t)bad;
   fprintf(f, "{\"req_id\":%lld,\"token_index\":%d,\"tokens\":[", (long long)req_id, token_index);
   for (int32_t i = 0; i < n_tokens; i++) fprintf(f, i ? ",%d" : "%d", tokens[i]);
-  fputs("],\"logits\":[", f);
-  for (int64_t i = 0; i < vocab; i++) fprintf(f, i ? ",%.9g" : "%.9g", (double)logits[i]);
+  fprintf(f, "],\"nonfinite\":%lld,\"logits\":[", (long long)bad);
+  for (int64_t i = 0; i < vocab; i++) {
+    if (i) fputc(',', f);
+    if (isfinite(logits[i])) fprintf(f, "%.9g", (double)logits[i]);
+    else fputs("null", f);
+  }
   if (fputs("]}\n", f) < 0) d->failed = 1;
 }
 
@@ -426,6 +437,9 @@ int run_execute(struct run_args *a) {
       cli_fail(FERRY_ERR_IO, "--dump-logits %s: write failed", a->dump_logits);
       goto out;
     }
+    if (dump.nonfinite)
+      fprintf(stderr, "ferry: --dump-logits %s: %llu non-finite logit(s) (NaN or Inf) written as null\n",
+              a->dump_logits, (unsigned long long)dump.nonfinite);
   }
   if (recorded) {
     if ((st = ferry_routing_record_status(recorded)) != FERRY_OK || (st = glue.record_status) != FERRY_OK ||

@@ -2,10 +2,14 @@
  * do not fit the nanosecond clock, requests longer than the model's positions, routing traces of
  * another shape and options that would be accepted and then ignored. Each case runs the real
  * command and checks its exit status and the message it prints. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
+#include "ferry/store.h"
 #include "testutil.h"
 
 static char *tmp;
@@ -90,12 +94,85 @@ static void test_request_longer_than_model(void **state) {
          1, "KV cache 127.81 GiB: 64 sequences x 4090 tokens x 524288 bytes per token");
 }
 
+/* Poke one float into tensor `name` of the model folder's weights. */
+static void poke_f32(const char *dir, const char *name, uint64_t index, float value) {
+  ferry_store *s = NULL;
+  assert_int_equal(ferry_store_open(&s, dir), FERRY_OK);
+  const struct ferry_store_tensor *t = ferry_store_find(s, name);
+  assert_non_null(t);
+  assert_int_equal(t->dtype, FERRY_DTYPE_F32);
+  FILE *f = fopen(ferry_store_file_path(s, t->file), "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, (long)(t->offset + index * 4), SEEK_SET), 0);
+  assert_int_equal(fwrite(&value, 4, 1, f), 1);
+  assert_int_equal(fclose(f), 0);
+  ferry_store_close(s);
+}
+
+/* Every row of a --dump-logits file parses as JSON; returns the sum of the rows' "nonfinite"
+ * and checks it equals the nulls among their logits. */
+static int64_t check_dump(const char *path, int64_t *rows) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static char line[1 << 20];
+  int64_t nonfinite = 0;
+  *rows = 0;
+  ferry__json_init();
+  while (fgets(line, sizeof line, f)) {
+    cJSON *o = cJSON_Parse(line);
+    assert_non_null(o); /* "nan" used to make the row invalid JSON */
+    const cJSON *nf = cJSON_GetObjectItem(o, "nonfinite"), *logits = cJSON_GetObjectItem(o, "logits");
+    assert_true(cJSON_IsNumber(nf) && cJSON_IsArray(logits));
+    int64_t nulls = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, logits) {
+      assert_true(cJSON_IsNull(x) || cJSON_IsNumber(x));
+      nulls += cJSON_IsNull(x);
+    }
+    assert_int_equal(nulls, (int64_t)nf->valuedouble);
+    nonfinite += nulls;
+    (*rows)++;
+    cJSON_Delete(o);
+  }
+  fclose(f);
+  return nonfinite;
+}
+
+/* NaN/Inf weights used to be accepted silently and --dump-logits wrote "nan" (invalid JSON). */
+static void test_nonfinite(void **state) {
+  (void)state;
+  char args[2048], model[512], dump[600];
+  snprintf(model, sizeof model, "%s/nan-model", tmp);
+  snprintf(dump, sizeof dump, "%s/logits.jsonl", tmp);
+  snprintf(args, sizeof args, "model gen --preset tiny-dense --dtype fp32 --quiet --out '%s'", model);
+  expect(args, 0, NULL);
+  int64_t rows = 0;
+  const char *run = "run --quiet --synthetic n=2,prompt=4,output=3 --threads 1 --greedy";
+  snprintf(args, sizeof args, "%s --model '%s' --dump-logits '%s'", run, model, dump);
+  expect(args, 0, NULL);
+  assert_int_equal(check_dump(dump, &rows), 0);
+  assert_int_equal(rows, 6);
+
+  poke_f32(model, "model.norm.weight", 5, NAN);
+  poke_f32(model, "model.layers.1.mlp.down_proj.weight", 7, INFINITY);
+  snprintf(args, sizeof args, "%s --model '%s'", run, model);
+  expect(args, 1, "nan-model/model-00001-of-00001.safetensors: tensor model.layers.1.mlp.down_proj.weight holds 1 non-finite value(s) (NaN or "
+                  "Inf; the first at element 7), 2 in 2 tensor(s) in all; --allow-nonfinite runs the model anyway");
+  snprintf(args, sizeof args, "%s --model '%s' --allow-nonfinite --dump-logits '%s'", run, model, dump);
+  expect(args, 0, "non-finite logit(s) (NaN or Inf) written as null");
+  const int64_t nf = check_dump(dump, &rows);
+  assert_int_equal(rows, 6);
+  assert_int_equal(nf, 6 * 256); /* a NaN final-norm weight: every logit */
+  expect("sim --model tiny-dense --hw h100-pcie --synthetic n=2 --allow-nonfinite", 2, "is for 'ferry run'");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
       cmocka_unit_test(test_time_out_of_range),
       cmocka_unit_test(test_synthetic_lazy),
       cmocka_unit_test(test_request_longer_than_model),
+      cmocka_unit_test(test_nonfinite),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -123,6 +123,9 @@ struct ferry_engine_config {
                                       back (ferry/predict.h defines the features) */
   int expert_no_reuse;           /**< predictor "none": every routed expert is fetched on demand,
                                       the cache is not consulted */
+  int allow_nonfinite;           /**< run weights holding NaN or Inf (counted, with a warning);
+                                      by default ferry_engine_create() refuses them
+                                      (ferry_store_scan_nonfinite()) */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */
   void *on_routing_user;         /**< passed to on_routing */
 };
@@ -218,8 +221,9 @@ typedef struct ferry_engine ferry_engine;
  * @param exec executor (borrowed); its budgets must match the configuration's.
  * @param out receives the engine, owned by the caller (ferry_engine_destroy()).
  * @return FERRY_ERR_BUDGET when a budget is below the minimum working set (the message gives
- *         the figures); FERRY_ERR_FORMAT when the weights do not match the model; details in
- *         ferry_last_error().
+ *         the figures); FERRY_ERR_FORMAT when the weights do not match the model, or (on an
+ *         executor that computes, unless allow_nonfinite) hold NaN or Inf values, the message
+ *         naming the first such tensor, its file and the counts; details in ferry_last_error().
  */
 ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
                                  const struct ferry_engine_config *config);

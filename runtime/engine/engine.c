@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/log.h"
 #include "common/units.h"
 #include "engine_impl.h"
 #include "ferry/predict.h"
@@ -326,6 +327,28 @@ static ferry_status make_queues(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* Weights holding NaN or Inf make every logit NaN without a word: an executor that computes
+ * refuses them, naming the tensor, unless asked to run them anyway. */
+static ferry_status check_finite(struct ferry_engine *e) {
+  struct ferry_store_nonfinite nf;
+  ferry_status st = ferry_store_scan_nonfinite(e->store, &nf);
+  if (st != FERRY_OK) {
+    char why[512]; /* the last error is rewritten below */
+    snprintf(why, sizeof why, "%s", ferry_last_error());
+    return ferry__err_set(&e->err, st, "engine: checking the weights for NaN and Inf: %s", why);
+  }
+  if (!nf.values) return FERRY_OK;
+  char where[1024];
+  snprintf(where, sizeof where, "%s: tensor %s holds %llu non-finite value(s) (NaN or Inf; the first at element %llu), "
+           "%llu in %llu tensor(s) in all",
+           ferry_store_file_path(e->store, nf.first_file), nf.first_tensor, (unsigned long long)nf.first_count,
+           (unsigned long long)nf.first_index, (unsigned long long)nf.values, (unsigned long long)nf.tensors);
+  if (!e->cfg.allow_nonfinite)
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s; --allow-nonfinite runs the model anyway", where);
+  FERRY_WARN("%s (allowed)", where);
+  return FERRY_OK;
+}
+
 ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
                                  const struct ferry_engine_config *config) {
   if (!out || !model || !exec || !config) return ferry__fail(FERRY_ERR_INVALID, "engine_create: missing argument");
@@ -354,6 +377,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
                         "engine: the %s executor computes no router for this MoE model: give a routing source "
                         "(engine config 'routing', e.g. ferry_routing_synth_fn or ferry_routing_replay_fn)",
                         ferry_exec_name(exec));
+  if (st == FERRY_OK && e->has_data) st = check_finite(e);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
   if (st == FERRY_OK) st = make_queues(e);
