@@ -49,7 +49,9 @@ void run_usage(FILE *f, const char *cmd) {
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
           "  --max-batch N           concurrent sequences (default 8)\n"
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
-          "  --max-seq-tokens N      KV capacity per sequence (default: longest request)\n"
+          "  --max-seq-tokens N      KV capacity per sequence (default: longest request; at most the model's\n"
+          "                          maximum position)\n"
+          "  --kv-dtype fp16|bf16|fp32  KV-cache element type (default: the model's dtype, as ferry model show says)\n"
           "%s"
           "MoE routing:\n"
           "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
@@ -96,7 +98,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -123,7 +125,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
       {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
       {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
-      {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE},
+      {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -232,6 +234,11 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         if (ferry_quant_plan_parse(optarg, &a->ec.quant) != FERRY_OK) return cli_usage_error(cmd, "--quant: %s", ferry_last_error());
         a->ec.quant_set = 1;
         a->quant = optarg;
+        break;
+      case OPT_KV_DTYPE:
+        if (ferry_kv_format_parse(optarg, &a->ec.kv_format) != FERRY_OK)
+          return cli_usage_error(cmd, "--kv-dtype: %s", ferry_last_error());
+        a->kv_dtype = a->ec.kv_format == FERRY_KV_AUTO ? NULL : ferry_kv_format_name(a->ec.kv_format);
         break;
       case OPT_ALLOW_NONFINITE:
         if (sim) return cli_usage_error(cmd, "--allow-nonfinite is for 'ferry run' (the simulator reads no weight values)");

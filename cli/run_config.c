@@ -31,6 +31,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
   add_str(o, "hw", a->hw);
+  add_str(o, "kv_dtype", a->kv_dtype);
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
   cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);

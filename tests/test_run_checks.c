@@ -166,6 +166,20 @@ static void test_nonfinite(void **state) {
   expect("sim --model tiny-dense --hw h100-pcie --synthetic n=2 --allow-nonfinite", 2, "is for 'ferry run'");
 }
 
+/* The KV dtype shown is the one a run uses: a bf16 model's own (it was printed as bf16 while
+ * the engine used fp16), and --kv-dtype chooses another. */
+static void test_kv_dtype(void **state) {
+  (void)state;
+  expect("model show mixtral-8x7b", 0, "KV cache (bf16; --kv-dtype to change)");
+  expect("model show llama-2-7b", 0, "KV cache (fp16;");
+  expect("model show tiny-dense --json", 0, "\"kv_dtype\":\t\"fp32\"");
+  expect("sim --model mixtral-8x7b --hw h100-pcie --plan-only --max-seq-tokens 4096", 0,
+         "KV cache         4.00 GiB (8 sequences x 4096 tokens, bf16)");
+  expect("sim --model mixtral-8x7b --hw h100-pcie --plan-only --max-seq-tokens 4096 --kv-dtype fp32", 0,
+         "KV cache         8.00 GiB (8 sequences x 4096 tokens, fp32)");
+  expect(SIM "--synthetic n=2 --kv-dtype fp8", 2, "unknown KV-cache format 'fp8' (expected fp32, fp16, bf16");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
@@ -173,6 +187,7 @@ int main(void) {
       cmocka_unit_test(test_synthetic_lazy),
       cmocka_unit_test(test_request_longer_than_model),
       cmocka_unit_test(test_nonfinite),
+      cmocka_unit_test(test_kv_dtype),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

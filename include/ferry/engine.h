@@ -102,8 +102,8 @@ struct ferry_engine_config {
   unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
   uint64_t seed;                 /**< token ids */
   int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
-  enum ferry_dtype kv_dtype;     /**< KV-cache dtype; F32 default for fp32 models, else F16 */
-  int kv_dtype_set;              /**< 1 when kv_dtype was chosen explicitly */
+  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values; FERRY_KV_AUTO (0,
+                                      the default): the model's own dtype (ferry_model_kv_format()) */
   ferry_logits_fn on_logits;     /**< optional logits callback */
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data; required for MoE models there */

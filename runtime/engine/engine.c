@@ -19,7 +19,6 @@ static void apply_defaults(struct ferry_engine_config *c, const struct ferry_mod
   if (c->max_step_tokens <= 0) c->max_step_tokens = 256;
   if (c->max_step_tokens < c->max_batch) c->max_step_tokens = c->max_batch;
   if (c->max_seq_tokens <= 0) c->max_seq_tokens = mc->max_position < 2048 ? (int32_t)mc->max_position : 2048;
-  if (!c->kv_dtype_set) c->kv_dtype = mc->dtype == FERRY_DTYPE_F32 ? FERRY_DTYPE_F32 : FERRY_DTYPE_F16;
 }
 
 /* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows. */
@@ -77,12 +76,13 @@ static uint64_t readback_bytes(const struct ferry_engine *e) {
 /* What the KV cache was sized from, for messages: a cache sized from one long request is the
  * usual reason an allocation or a budget fails. */
 static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len) {
-  const uint64_t per_token = 2 * (uint64_t)e->mc->n_layers * (uint64_t)e->mc->n_kv_heads * (uint64_t)e->mc->head_dim *
-                             ferry_dtype_size(e->kv_dtype);
+  const uint64_t per_token = 2 * (uint64_t)e->mc->n_layers *
+                             ferry_kv_format_row_bytes(e->kv_format, (uint64_t)e->mc->n_kv_heads * (uint64_t)e->mc->head_dim);
   char total[32];
-  snprintf(buf, len, "KV cache %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens)",
+  snprintf(buf, len,
+           "KV cache %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)",
            ferry__format_bytes((uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * per_token, total, sizeof total),
-           e->cfg.max_batch, e->kv_capacity, (unsigned long long)per_token, ferry_dtype_name(e->kv_dtype));
+           e->cfg.max_batch, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
   return buf;
 }
 
@@ -91,10 +91,11 @@ static ferry_status make_plan(struct ferry_engine *e) {
   uint64_t *attn = NULL, *ffn = NULL;
   ferry_status st = ferry__engine_plan_input(e, &in, &attn, &ffn);
   if (st != FERRY_OK) goto out;
-  e->kv_dtype = e->cfg.kv_dtype;
+  e->kv_format = ferry_model_kv_format(e->model, e->cfg.kv_format);
+  e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
-  e->kv_layer_bytes = (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * (uint64_t)e->mc->n_kv_heads *
-                      (uint64_t)e->mc->head_dim * ferry_dtype_size(e->kv_dtype);
+  e->kv_layer_bytes = (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity *
+                      ferry_kv_format_row_bytes(e->kv_format, (uint64_t)e->mc->n_kv_heads * (uint64_t)e->mc->head_dim);
   layout_workspace(e);
   in.kv_bytes = 2 * e->kv_layer_bytes * (uint64_t)e->mc->n_layers;
   in.workspace_bytes = e->ws.total;
@@ -158,6 +159,8 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --max-seq-tokens %d exceeds %s's maximum position %lld (max_position_embeddings)",
                           c->max_seq_tokens, mc->name, (long long)mc->max_position);
+  if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: token_features is 0, %d (mlp3) or %d (mlp7), not %d",
                           FERRY_MLP3_FEATURES, FERRY_MLP7_FEATURES, c->token_features);
@@ -406,7 +409,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
   fprintf(f, "    KV cache         %s (%d sequences x %d tokens, %s)\n", ferry__format_bytes(p->device_kv_bytes, b[0], 32),
-          e->cfg.max_batch, e->kv_capacity, ferry_dtype_name(e->kv_dtype));
+          e->cfg.max_batch, e->kv_capacity, ferry_kv_format_name(e->kv_format));
   fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
           e->cfg.max_step_tokens);
   fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));
