@@ -101,32 +101,89 @@ enum {
   OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_HELP
 };
 
+static const struct option run_opts[] = {
+    {"model", required_argument, 0, OPT_MODEL}, {"trace", required_argument, 0, OPT_TRACE},
+    {"trace-format", required_argument, 0, OPT_TRACE_FORMAT}, {"synthetic", required_argument, 0, OPT_SYNTH},
+    {"max-requests", required_argument, 0, OPT_MAX_REQ}, {"time-window", required_argument, 0, OPT_WINDOW},
+    {"rate-scale", required_argument, 0, OPT_RATE}, {"time-scale", required_argument, 0, OPT_TSCALE},
+    {"as-fast-as-possible", no_argument, 0, OPT_AFAP}, {"skip-bad", no_argument, 0, OPT_SKIP_BAD},
+    {"seed", required_argument, 0, OPT_SEED}, {"block-layers", required_argument, 0, OPT_BLOCK},
+    {"prefetch-depth", required_argument, 0, OPT_DEPTH}, {"pin-first", required_argument, 0, OPT_PIN_FIRST},
+    {"pin-last", required_argument, 0, OPT_PIN_LAST}, {"resident", required_argument, 0, OPT_RESIDENT},
+    {"fill-budget", no_argument, 0, OPT_FILL},
+    {"device-budget", required_argument, 0, OPT_DEV_BUDGET}, {"host-budget", required_argument, 0, OPT_HOST_BUDGET},
+    {"home", required_argument, 0, OPT_HOME}, {"expert-cache", required_argument, 0, OPT_CACHE},
+    {"max-batch", required_argument, 0, OPT_MAX_BATCH}, {"max-step-tokens", required_argument, 0, OPT_STEP_TOKENS},
+    {"max-seq-tokens", required_argument, 0, OPT_SEQ_TOKENS}, {"plan-only", no_argument, 0, OPT_PLAN_ONLY},
+    {"db", required_argument, 0, OPT_DB}, {"quiet", no_argument, 0, OPT_QUIET},
+    {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
+    {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
+    {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
+    {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
+    {"record-features", required_argument, 0, OPT_RECORD_FEATURES},
+    {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
+    {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
+    {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
+    {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
+    {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+_Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
+
+int run_given(const struct run_args *a, const char *name) {
+  for (size_t i = 0; run_opts[i].name; i++)
+    if (!strcmp(run_opts[i].name, name)) return (int)((a->given >> (run_opts[i].val - OPT_MODEL)) & 1u);
+  return 0;
+}
+
+/* The first of `names` (NULL-terminated) given, or NULL. */
+static const char *first_given(const struct run_args *a, const char *const *names) {
+  for (size_t i = 0; names[i]; i++)
+    if (run_given(a, names[i])) return names[i];
+  return NULL;
+}
+
+/* Options that would be accepted and then ignored are refused: a run measures what its
+ * options say, or says why it cannot. These need only the options; run_execute() checks
+ * those that need the model. */
+static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
+  const char *o;
+  if (a->synthetic && run_given(a, "trace-format"))
+    return cli_usage_error(cmd, "--trace-format applies to --trace files, not to --synthetic");
+  if (a->as_fast && (o = first_given(a, (const char *const[]){"time-scale", "rate-scale", NULL})))
+    return cli_usage_error(cmd, "--%s changes arrival times, which --as-fast-as-possible ignores", o);
+  if (a->plan_only &&
+      (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
+                                                 "greedy", "allow-nonfinite", "routing", "routing-synth",
+                                                 "predictor-routing", "predictor-model", NULL})))
+    return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
+  if (sim && (o = first_given(a, (const char *const[]){"direct-io", "drop-cache", "greedy", "threads", NULL})))
+    return cli_usage_error(cmd, "--%s is for 'ferry run': the simulator reads no weights and computes nothing", o);
+  if (!sim && !strcmp(a->backend, "cuda") && run_given(a, "threads"))
+    return cli_usage_error(cmd, "--threads sets the host executor's BLAS threads; --backend cuda computes on the GPU");
+  const int32_t batch = a->ec.max_batch ? a->ec.max_batch : 8;
+  if (run_given(a, "max-step-tokens") && a->ec.max_step_tokens < batch)
+    return cli_usage_error(cmd, "--max-step-tokens %d is below the %d sequences of a batch (--max-batch): each decodes "
+                                "one token per step",
+                           a->ec.max_step_tokens, batch);
+  const char *p = a->predictor;
+  const int mlp = p && (!strcmp(p, "mlp3") || !strcmp(p, "mlp7"));
+  if (a->predictor_model && !mlp)
+    return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only");
+  if (a->predictor_routing) {
+    if (!p || !strcmp(p, "lru") || !strcmp(p, "none"))
+      return cli_usage_error(cmd, "--predictor-routing is read by --predictor frequency, oracle%s only",
+                             sim ? ", gate-lookahead, mlp3 and mlp7" : "");
+    if (!sim && (mlp || !strcmp(p, "gate-lookahead")))
+      return cli_usage_error(cmd, "--predictor-routing: a real run's %s predictor reads its own activations, not a trace", p);
+    if (sim && !strcmp(p, "oracle"))
+      return cli_usage_error(cmd, "--predictor-routing: in 'ferry sim' the oracle knows the routing being simulated "
+                                  "(replay a recorded one with --routing)");
+  }
+  if (p && !strcmp(p, "none") && run_given(a, "expert-cache"))
+    return cli_usage_error(cmd, "--expert-cache does nothing with --predictor none (no expert is reused)");
+  return 0;
+}
+
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
-  static const struct option opts[] = {
-      {"model", required_argument, 0, OPT_MODEL}, {"trace", required_argument, 0, OPT_TRACE},
-      {"trace-format", required_argument, 0, OPT_TRACE_FORMAT}, {"synthetic", required_argument, 0, OPT_SYNTH},
-      {"max-requests", required_argument, 0, OPT_MAX_REQ}, {"time-window", required_argument, 0, OPT_WINDOW},
-      {"rate-scale", required_argument, 0, OPT_RATE}, {"time-scale", required_argument, 0, OPT_TSCALE},
-      {"as-fast-as-possible", no_argument, 0, OPT_AFAP}, {"skip-bad", no_argument, 0, OPT_SKIP_BAD},
-      {"seed", required_argument, 0, OPT_SEED}, {"block-layers", required_argument, 0, OPT_BLOCK},
-      {"prefetch-depth", required_argument, 0, OPT_DEPTH}, {"pin-first", required_argument, 0, OPT_PIN_FIRST},
-      {"pin-last", required_argument, 0, OPT_PIN_LAST}, {"resident", required_argument, 0, OPT_RESIDENT},
-      {"fill-budget", no_argument, 0, OPT_FILL},
-      {"device-budget", required_argument, 0, OPT_DEV_BUDGET}, {"host-budget", required_argument, 0, OPT_HOST_BUDGET},
-      {"home", required_argument, 0, OPT_HOME}, {"expert-cache", required_argument, 0, OPT_CACHE},
-      {"max-batch", required_argument, 0, OPT_MAX_BATCH}, {"max-step-tokens", required_argument, 0, OPT_STEP_TOKENS},
-      {"max-seq-tokens", required_argument, 0, OPT_SEQ_TOKENS}, {"plan-only", no_argument, 0, OPT_PLAN_ONLY},
-      {"db", required_argument, 0, OPT_DB}, {"quiet", no_argument, 0, OPT_QUIET},
-      {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
-      {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
-      {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
-      {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
-      {"record-features", required_argument, 0, OPT_RECORD_FEATURES},
-      {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
-      {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
-      {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
-      {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
-      {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
   a->backend = "host";
@@ -141,7 +198,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   int drop_cache_set = 0;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", run_opts, NULL)) != -1) {
+    if (c >= OPT_MODEL && c <= OPT_HELP) a->given |= 1ull << (c - OPT_MODEL);
     switch (c) {
       case OPT_MODEL: a->model = optarg; break;
       case OPT_TRACE: a->trace = optarg; break;
@@ -256,6 +314,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   if (a->profile && !a->db) return cli_usage_error(cmd, "--profile writes the GPU timeline to --db FILE: give one");
   if (a->profile && strcmp(a->backend, "cuda"))
     return cli_usage_error(cmd, "--profile traces the GPU: use it with --backend cuda");
+  const int refused = refuse_ignored(cmd, a, sim);
+  if (refused) return refused;
   /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
   if (drop_cache_set || !(a->ec.read_flags & FERRY_READ_DIRECT)) a->ec.read_flags |= FERRY_READ_DROP_CACHE;
   a->ec.seed = a->seed;

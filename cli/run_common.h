@@ -18,7 +18,11 @@ struct run_args {
   int as_fast, plan_only, progress, threads, profile;
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
+  uint64_t given;   /* one bit per option given on the command line (run_given()) */
 };
+
+/* Whether the option with this long name ("block-layers") was given. */
+int run_given(const struct run_args *a, const char *name);
 
 void run_usage(FILE *f, const char *cmd);
 /* 0 to go on, -1 after --help, or a CLI exit code. */

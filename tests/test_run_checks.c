@@ -13,11 +13,15 @@
 #include "testutil.h"
 
 static char *tmp;
+static char dense[600]; /* a generated tiny-dense model folder, for `ferry run` */
 
 static int setup(void **state) {
   (void)state;
   tmp = tu_mkdtemp("runchecks");
-  return 0;
+  snprintf(dense, sizeof dense, "%s/dense", tmp);
+  char args[800];
+  snprintf(args, sizeof args, "model gen --preset tiny-dense --dtype fp32 --quiet --out '%s'", dense);
+  return tu_run_ferry(args, NULL) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state) {
@@ -180,6 +184,94 @@ static void test_kv_dtype(void **state) {
   expect(SIM "--synthetic n=2 --kv-dtype fp8", 2, "unknown KV-cache format 'fp8' (expected fp32, fp16, bf16");
 }
 
+/* A routing trace for tiny-moe-shaped replay: requests `req`, 2 tokens, `layers` layers, k ids
+ * per row starting at `first_id`. */
+static void write_routing(const char *path, int64_t req, int layers, int k, int first_id) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  for (int t = 0; t < 2; t++)
+    for (int l = 0; l < layers; l++) {
+      fprintf(f, "{\"req_id\":%lld,\"token_idx\":%d,\"layer\":%d,\"topk_ids\":[", (long long)req, t, l);
+      for (int i = 0; i < k; i++) fprintf(f, i ? ",%d" : "%d", first_id + i);
+      fputs("],\"topk_weights\":[", f);
+      for (int i = 0; i < k; i++) fprintf(f, i ? ",%g" : "%g", 1.0 / k);
+      fputs("]}\n", f);
+    }
+  assert_int_equal(fclose(f), 0);
+}
+
+/* A routing trace of another shape used to fall back to synthetic routing without a word. */
+static void test_routing_must_match(void **state) {
+  (void)state;
+  char args[1024], path[600];
+  snprintf(path, sizeof path, "%s/routing.jsonl", tmp);
+  const char *moe = "sim --model tiny-moe --hw h100-pcie --quiet --synthetic n=2,prompt=1,output=1 --device-budget 4MiB";
+  write_routing(path, 0, 6, 2, 0); /* tiny-moe: 6 layers, 8 experts, top-2 */
+  snprintf(args, sizeof args, "%s --routing '%s'", moe, path);
+  expect(args, 0, "requests: 2 done");
+  write_routing(path, 0, 6, 3, 0);
+  expect(args, 1, "the routing trace does not match the model: it has 3 experts per token (the model routes 2)");
+  write_routing(path, 0, 2, 2, 7);
+  expect(args, 1, "it has 2 layers (the model has 6), expert ids up to 8 (the model has 8 experts)");
+  write_routing(path, 1000, 6, 2, 0);
+  expect(args, 1, "has no decisions for any of the 2 requests");
+  write_routing(path, 1, 6, 2, 0);
+  expect(args, 0, "1 of 2 requests have no recorded routing; the synthetic model routes them");
+  snprintf(args, sizeof args, "%s --routing-synth zipf=1.2,k=8", moe);
+  expect(args, 1, "--routing-synth zipf=1.2,k=8: tiny-moe has 6 layers, 8 experts and routes 2 per token");
+  snprintf(args, sizeof args, "%s --routing-synth zipf=1.2,seed=3", moe);
+  expect(args, 0, "requests: 2 done");
+  snprintf(args, sizeof args, "%s --predictor frequency --predictor-routing '%s'", moe, path);
+  write_routing(path, 0, 6, 3, 0);
+  expect(args, 1, "does not match the model");
+}
+
+/* Options that were accepted and then ignored are refused, each naming why. */
+static void test_ignored_options_refused(void **state) {
+  (void)state;
+  char args[1024];
+  const char *syn = "--synthetic n=2,prompt=4,output=2";
+  /* everything resident: the default budget holds the model, or no budget on the host */
+  snprintf(args, sizeof args, SIM "%s --block-layers 2", syn);
+  expect(args, 1, "--block-layers has no effect: tiny-dense fits in the default device budget (72.00 GiB)");
+  snprintf(args, sizeof args, SIM "%s --block-layers 2 --device-budget 8MiB", syn);
+  expect(args, 0, "requests: 2 done");
+  snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie --quiet %s --predictor frequency", syn);
+  expect(args, 1, "--predictor has no effect: tiny-moe fits in the default device budget");
+  snprintf(args, sizeof args, "run --model '%s' --quiet %s --prefetch-depth 2", dense, syn);
+  expect(args, 1, "--prefetch-depth has no effect: without --device-budget the host executor keeps every weight resident");
+  snprintf(args, sizeof args, SIM "%s --resident all --pin-first 1 --device-budget 1GiB", syn);
+  expect(args, 1, "--pin-first has no effect with --resident all");
+  snprintf(args, sizeof args, SIM "%s --resident attention", syn);
+  expect(args, 1, "--resident attention has no effect");
+  /* the model's kind */
+  snprintf(args, sizeof args, SIM "%s --expert-cache lfu --device-budget 8MiB", syn);
+  expect(args, 1, "--expert-cache needs a Mixture-of-Experts model");
+  snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --fill-budget --device-budget 8MiB", syn);
+  expect(args, 1, "--fill-budget is for dense models");
+  snprintf(args, sizeof args, "sim --model '%s' --hw h100-pcie %s --quant int4-g64", dense, syn);
+  expect(args, 1, "has weight files, whose own formats are used");
+  /* options that contradict one another */
+  snprintf(args, sizeof args, SIM "%s --trace-format azure", syn);
+  expect(args, 2, "--trace-format applies to --trace files");
+  snprintf(args, sizeof args, SIM "%s --as-fast-as-possible --time-scale 2", syn);
+  expect(args, 2, "--time-scale changes arrival times, which --as-fast-as-possible ignores");
+  snprintf(args, sizeof args, SIM "--plan-only --db '%s/x.db'", tmp);
+  expect(args, 2, "--db does nothing with --plan-only");
+  snprintf(args, sizeof args, SIM "%s --greedy", syn);
+  expect(args, 2, "--greedy is for 'ferry run'");
+  snprintf(args, sizeof args, SIM "%s --max-batch 8 --max-step-tokens 4", syn);
+  expect(args, 2, "--max-step-tokens 4 is below the 8 sequences of a batch");
+  snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor-model p.safetensors", syn);
+  expect(args, 2, "--predictor-model is read by --predictor mlp3 or mlp7 only");
+  snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor lru --predictor-routing r.jsonl", syn);
+  expect(args, 2, "--predictor-routing is read by --predictor frequency, oracle, gate-lookahead, mlp3 and mlp7 only");
+  snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor oracle --predictor-routing r.jsonl", syn);
+  expect(args, 2, "in 'ferry sim' the oracle knows the routing being simulated");
+  snprintf(args, sizeof args, "run --model '%s' %s --backend cuda --threads 2", dense, syn);
+  expect(args, 2, "--threads sets the host executor's BLAS threads");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
@@ -188,6 +280,8 @@ int main(void) {
       cmocka_unit_test(test_request_longer_than_model),
       cmocka_unit_test(test_nonfinite),
       cmocka_unit_test(test_kv_dtype),
+      cmocka_unit_test(test_routing_must_match),
+      cmocka_unit_test(test_ignored_options_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
