@@ -150,14 +150,16 @@ struct ferry_store_nonfinite {
 
 /**
  * @brief Count the NaN and infinite values of every floating-point tensor (F32, F16, BF16, F64,
- *        F8): one buffered pass over the data, dropped from the page cache behind it. The
- *        result is kept: later calls on the same store return it without reading again.
- *        Integer tensors (packed quantized weights) are skipped; their float scales are not.
+ *        F8): one buffered pass over the data. The result is kept: later calls on the same store
+ *        return it without reading again. Integer tensors (packed quantized weights) are
+ *        skipped; their float scales are not.
  * @param store the store.
+ * @param flags FERRY_READ_DROP_CACHE to drop the pages read from the page cache behind the
+ *        scan (so later "disk" reads come from the disk), or 0.
  * @param out receives the counts.
  * @return FERRY_OK (whatever was found); FERRY_ERR_IO when a read fails; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_store_scan_nonfinite(ferry_store *store, struct ferry_store_nonfinite *out);
+ferry_status ferry_store_scan_nonfinite(ferry_store *store, unsigned flags, struct ferry_store_nonfinite *out);
 
 /** Opaque streaming writer of one safetensors file or a sharded set. */
 typedef struct ferry_store_writer ferry_store_writer;

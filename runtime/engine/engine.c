@@ -334,7 +334,7 @@ static ferry_status make_queues(struct ferry_engine *e) {
  * refuses them, naming the tensor, unless asked to run them anyway. */
 static ferry_status check_finite(struct ferry_engine *e) {
   struct ferry_store_nonfinite nf;
-  ferry_status st = ferry_store_scan_nonfinite(e->store, &nf);
+  ferry_status st = ferry_store_scan_nonfinite(e->store, e->cfg.read_flags, &nf);
   if (st != FERRY_OK) {
     char why[512]; /* the last error is rewritten below */
     snprintf(why, sizeof why, "%s", ferry_last_error());
