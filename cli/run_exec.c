@@ -199,6 +199,10 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
     return ferry__fail(FERRY_ERR_INVALID,
                        "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
                        a->model);
+  if (!strcmp(a->cmd, "sim") && !mc->n_experts && a->trace && run_given(a, "seed"))
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--seed has no effect: the simulator computes no tokens, and a dense model served from a --trace "
+                       "file draws nothing (it seeds --synthetic traces and MoE routing)");
   if (a->quant && store)
     return ferry__fail(FERRY_ERR_INVALID,
                        "--quant sizes a preset or a folder with only config.json; %s has weight files, whose own formats "

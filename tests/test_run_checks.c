@@ -251,6 +251,10 @@ static void test_ignored_options_refused(void **state) {
   expect(args, 1, "--fill-budget is for dense models");
   snprintf(args, sizeof args, "sim --model '%s' --hw h100-pcie %s --quant int4-g64", dense, syn);
   expect(args, 1, "has weight files, whose own formats are used");
+  char *trace = tu_data_path("traces/azure_conv_200.csv");
+  snprintf(args, sizeof args, SIM "--trace '%s' --max-requests 2 --seed 5", trace);
+  expect(args, 1, "--seed has no effect: the simulator computes no tokens");
+  free(trace);
   /* options that contradict one another */
   snprintf(args, sizeof args, SIM "%s --trace-format azure", syn);
   expect(args, 2, "--trace-format applies to --trace files");
