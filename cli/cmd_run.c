@@ -51,7 +51,8 @@ void run_usage(FILE *f, const char *cmd) {
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
           "  --max-seq-tokens N      KV capacity per sequence (default: longest request; at most the model's\n"
           "                          maximum position)\n"
-          "  --kv-dtype fp16|bf16|fp32  KV-cache element type (default: the model's dtype, as ferry model show says)\n"
+          "  --kv-dtype fp16|bf16|fp32  KV-cache element type (default: the model's dtype, as 'ferry model\n"
+          "                          show' prints)\n"
           "%s"
           "MoE routing:\n"
           "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
@@ -358,12 +359,13 @@ ferry_status run_load_requests(struct run_args *a, struct ferry_engine_request *
     const int64_t len = (int64_t)prompt + output;
     if (len > max_pos) {
       if (!a->trace_opts.skip_bad) {
-        ferry_trace_free(t);
+        st = ferry__fail(FERRY_ERR_INVALID,
+                         "%s: request %lld needs %lld positions (%d prompt + %d output tokens), more than %s's maximum "
+                         "position %lld (max_position_embeddings); --skip-bad skips such requests (counted)",
+                         what, (long long)q->id, (long long)len, prompt, output, model_name, (long long)max_pos);
+        ferry_trace_free(t); /* q lives in it */
         ferry_free(r);
-        return ferry__fail(FERRY_ERR_INVALID,
-                           "%s: request %lld needs %lld positions (%d prompt + %d output tokens), more than %s's maximum "
-                           "position %lld (max_position_embeddings); --skip-bad skips such requests (counted)",
-                           what, (long long)q->id, (long long)len, prompt, output, model_name, (long long)max_pos);
+        return st;
       }
       a->too_long++;
       continue;
