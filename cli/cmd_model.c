@@ -157,10 +157,11 @@ static void print_text(const ferry_model *m) {
            ferry__format_bytes(rows[i].params * ferry_dtype_size(c->dtype), b4, sizeof b4));
   printf("  %-22s %.2f GB (decimal)\n", "whole model published", (double)a.bytes_total / 1e9);
 
-  printf("\nKV cache (%s)\n", ferry_dtype_name(c->dtype));
+  /* the format a run uses without --kv-dtype: the engine asks the same function */
+  printf("\nKV cache (%s; --kv-dtype to change)\n", ferry_kv_format_name(ferry_model_kv_format(m, FERRY_KV_AUTO)));
   printf("  %-22s %s\n", "per token", ferry__format_bytes(a.kv_bytes_per_token, b1, sizeof b1));
-  printf("  %-22s %s\n", "2048 tokens", ferry__format_bytes(ferry_model_kv_bytes(m, 2048, c->dtype), b1, sizeof b1));
-  printf("  %-22s %s\n", "4096 tokens", ferry__format_bytes(ferry_model_kv_bytes(m, 4096, c->dtype), b1, sizeof b1));
+  printf("  %-22s %s\n", "2048 tokens", ferry__format_bytes(ferry_model_kv_bytes(m, 2048, FERRY_KV_AUTO), b1, sizeof b1));
+  printf("  %-22s %s\n", "4096 tokens", ferry__format_bytes(ferry_model_kv_bytes(m, 4096, FERRY_KV_AUTO), b1, sizeof b1));
 
   printf("\nFLOPs per token\n");
   printf("  %-22s %s\n", "context 0", fmt_flops(ferry_model_flops_per_token(m, 0), b1, sizeof b1));
@@ -209,8 +210,9 @@ static int print_json(const ferry_model *m) {
 #undef ACC
   ok = ok && add_num(o, "bytes_fp32", (double)a.params_total * 4) && add_num(o, "bytes_fp16", (double)a.params_total * 2) &&
        add_num(o, "bytes_int8", (double)a.params_total) &&
-       add_num(o, "kv_bytes_2048", (double)ferry_model_kv_bytes(m, 2048, c->dtype)) &&
-       add_num(o, "kv_bytes_4096", (double)ferry_model_kv_bytes(m, 4096, c->dtype)) &&
+       cJSON_AddStringToObject(o, "kv_dtype", ferry_kv_format_name(ferry_model_kv_format(m, FERRY_KV_AUTO))) &&
+       add_num(o, "kv_bytes_2048", (double)ferry_model_kv_bytes(m, 2048, FERRY_KV_AUTO)) &&
+       add_num(o, "kv_bytes_4096", (double)ferry_model_kv_bytes(m, 4096, FERRY_KV_AUTO)) &&
        add_num(o, "flops_per_token_ctx0", ferry_model_flops_per_token(m, 0)) &&
        add_num(o, "flops_per_token_ctx2048", ferry_model_flops_per_token(m, 2048)) &&
        add_num(o, "layer_bytes_share", (double)(a.params_layer * (uint64_t)c->n_layers) / (double)a.params_total) &&

@@ -21,7 +21,7 @@ static void gen_usage(FILE *f) {
           "  --vocab N             override the vocabulary size\n"
           "  --dtype fp32|fp16|bf16  weight dtype (default: the preset's)\n"
           "  --seed S              generator seed (default 1)\n"
-          "  --shard-size SIZE     split into shards of at most SIZE (default 2GiB; 0 = one file)\n"
+          "  --shard-size SIZE     split into shards of at most SIZE (default 2GiB; 'none' = one file)\n"
           "  --router-skew X       MoE: make low-numbered experts more popular (0 = uniform; try 0.5)\n"
           "  --router-locality X   MoE: correlate routers of adjacent layers, 0..1 (try 0.8)\n"
           "  --force               replace a non-empty output folder\n"
@@ -53,7 +53,11 @@ int cmd_model_gen(int argc, char **argv) {
       case 's': if (cli_parse_double("--scale", optarg, 0.001, 1000, &scale)) return CLI_USAGE; break;
       case 'd': dtype_text = optarg; break;
       case 'S': if (cli_parse_int("--seed", optarg, 0, INT64_MAX, &seed)) return CLI_USAGE; break;
-      case 'z': if (cli_parse_size("--shard-size", optarg, &shard)) return CLI_USAGE; break;
+      case 'z':
+        /* one file is asked for by name: a size is never 0 */
+        if (!strcmp(optarg, "none")) shard = 0;
+        else if (cli_parse_size("--shard-size", optarg, &shard)) return CLI_USAGE;
+        break;
       case 'k': if (cli_parse_double("--router-skew", optarg, 0, 100, &go.router_skew)) return CLI_USAGE; break;
       case 'c': if (cli_parse_double("--router-locality", optarg, 0, 1, &go.router_locality)) return CLI_USAGE; break;
       case 'f': go.force = 1; break;

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "ferry/engine.h"
+#include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/trace.h"
 
@@ -25,11 +26,12 @@ void run_usage(FILE *f, const char *cmd) {
           "  --trace-format F        force the trace format (azure, burstgpt, mooncake, jsonl)\n"
           "  --synthetic SPEC        synthetic arrivals, e.g. rate=2,n=50,prompt=128,output=32\n"
           "  --max-requests N        first N requests only\n"
-          "  --time-window A:B       requests arriving in [A, B) seconds of the trace\n"
+          "  --time-window A:B       requests arriving in [A, B) seconds of the trace (A or B may be empty)\n"
           "  --rate-scale X          replay X times faster (2 = twice the rate)\n"
           "  --time-scale X          multiply arrival times by X\n"
           "  --as-fast-as-possible   every request arrives at the start\n"
-          "  --skip-bad              skip malformed trace rows (counted) instead of failing\n"
+          "  --skip-bad              skip malformed trace rows and requests longer than the model's maximum\n"
+          "                          position (both counted) instead of failing\n"
           "  --seed S                token ids and synthetic routing (default 1)\n"
           "Offload policy:\n"
           "  --block-layers K        consecutive layers per streamed block (0 = all; default 1)\n"
@@ -47,7 +49,10 @@ void run_usage(FILE *f, const char *cmd) {
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
           "  --max-batch N           concurrent sequences (default 8)\n"
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
-          "  --max-seq-tokens N      KV capacity per sequence (default: longest request)\n"
+          "  --max-seq-tokens N      KV capacity per sequence (default: longest request; at most the model's\n"
+          "                          maximum position)\n"
+          "  --kv-dtype fp16|bf16|fp32  KV-cache element type (default: the model's dtype, as 'ferry model\n"
+          "                          show' prints)\n"
           "%s"
           "MoE routing:\n"
           "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
@@ -79,7 +84,10 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --greedy                next token = argmax of the logits (default: seeded draw)\n"
                 "  --profile               cuda: record the GPU timeline with CUPTI into --db (untraced, with a\n"
                 "                          note in the run, where CUPTI cannot start)\n"
-                "  --dump-logits FILE      write every generated token's input ids and logits as JSONL\n",
+                "  --dump-logits FILE      write every generated token's input ids and logits as JSONL (a NaN or\n"
+                "                          infinite logit is null, counted in the row's \"nonfinite\")\n"
+                "  --allow-nonfinite       run weights holding NaN or Inf (by default they are refused, naming\n"
+                "                          the tensor)\n",
           sim ? "  --routing FILE          replay a recorded routing trace (what the real run chose)\n"
                 "  --routing-synth SPEC    synthetic routing, e.g. zipf=1.2,temporal=0.3,layer=0.5,seed=1\n"
                 "  --quant PLAN            size a preset's weights in a format or per-class plan (int4-g64, nf4,\n"
@@ -91,34 +99,92 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_HELP
 };
 
+static const struct option run_opts[] = {
+    {"model", required_argument, 0, OPT_MODEL}, {"trace", required_argument, 0, OPT_TRACE},
+    {"trace-format", required_argument, 0, OPT_TRACE_FORMAT}, {"synthetic", required_argument, 0, OPT_SYNTH},
+    {"max-requests", required_argument, 0, OPT_MAX_REQ}, {"time-window", required_argument, 0, OPT_WINDOW},
+    {"rate-scale", required_argument, 0, OPT_RATE}, {"time-scale", required_argument, 0, OPT_TSCALE},
+    {"as-fast-as-possible", no_argument, 0, OPT_AFAP}, {"skip-bad", no_argument, 0, OPT_SKIP_BAD},
+    {"seed", required_argument, 0, OPT_SEED}, {"block-layers", required_argument, 0, OPT_BLOCK},
+    {"prefetch-depth", required_argument, 0, OPT_DEPTH}, {"pin-first", required_argument, 0, OPT_PIN_FIRST},
+    {"pin-last", required_argument, 0, OPT_PIN_LAST}, {"resident", required_argument, 0, OPT_RESIDENT},
+    {"fill-budget", no_argument, 0, OPT_FILL},
+    {"device-budget", required_argument, 0, OPT_DEV_BUDGET}, {"host-budget", required_argument, 0, OPT_HOST_BUDGET},
+    {"home", required_argument, 0, OPT_HOME}, {"expert-cache", required_argument, 0, OPT_CACHE},
+    {"max-batch", required_argument, 0, OPT_MAX_BATCH}, {"max-step-tokens", required_argument, 0, OPT_STEP_TOKENS},
+    {"max-seq-tokens", required_argument, 0, OPT_SEQ_TOKENS}, {"plan-only", no_argument, 0, OPT_PLAN_ONLY},
+    {"db", required_argument, 0, OPT_DB}, {"quiet", no_argument, 0, OPT_QUIET},
+    {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
+    {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
+    {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
+    {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
+    {"record-features", required_argument, 0, OPT_RECORD_FEATURES},
+    {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
+    {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
+    {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
+    {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
+    {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+_Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
+
+int run_given(const struct run_args *a, const char *name) {
+  for (size_t i = 0; run_opts[i].name; i++)
+    if (!strcmp(run_opts[i].name, name)) return (int)((a->given >> (run_opts[i].val - OPT_MODEL)) & 1u);
+  return 0;
+}
+
+/* The first of `names` (NULL-terminated) given, or NULL. */
+static const char *first_given(const struct run_args *a, const char *const *names) {
+  for (size_t i = 0; names[i]; i++)
+    if (run_given(a, names[i])) return names[i];
+  return NULL;
+}
+
+/* Options that would be accepted and then ignored are refused: a run measures what its
+ * options say, or says why it cannot. These need only the options; run_execute() checks
+ * those that need the model. */
+static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
+  const char *o;
+  if (a->synthetic && run_given(a, "trace-format"))
+    return cli_usage_error(cmd, "--trace-format applies to --trace files, not to --synthetic");
+  if (a->as_fast && (o = first_given(a, (const char *const[]){"time-scale", "rate-scale", NULL})))
+    return cli_usage_error(cmd, "--%s changes arrival times, which --as-fast-as-possible ignores", o);
+  if (a->plan_only &&
+      (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
+                                                 "greedy", "allow-nonfinite", "routing", "routing-synth",
+                                                 "predictor-routing", "predictor-model", NULL})))
+    return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
+  if (sim && (o = first_given(a, (const char *const[]){"direct-io", "drop-cache", "greedy", "threads", NULL})))
+    return cli_usage_error(cmd, "--%s is for 'ferry run': the simulator reads no weights and computes nothing", o);
+  if (!sim && !strcmp(a->backend, "cuda") && run_given(a, "threads"))
+    return cli_usage_error(cmd, "--threads sets the host executor's BLAS threads; --backend cuda computes on the GPU");
+  const int32_t batch = a->ec.max_batch ? a->ec.max_batch : 8;
+  if (run_given(a, "max-step-tokens") && a->ec.max_step_tokens < batch)
+    return cli_usage_error(cmd, "--max-step-tokens %d is below the %d sequences of a batch (--max-batch): each decodes "
+                                "one token per step",
+                           a->ec.max_step_tokens, batch);
+  const char *p = a->predictor;
+  const int mlp = p && (!strcmp(p, "mlp3") || !strcmp(p, "mlp7"));
+  if (a->predictor_model && !mlp)
+    return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only");
+  if (a->predictor_routing) {
+    if (!p || !strcmp(p, "lru") || !strcmp(p, "none"))
+      return cli_usage_error(cmd, "--predictor-routing is read by --predictor frequency, oracle%s only",
+                             sim ? ", gate-lookahead, mlp3 and mlp7" : "");
+    if (!sim && (mlp || !strcmp(p, "gate-lookahead")))
+      return cli_usage_error(cmd, "--predictor-routing: a real run's %s predictor reads its own activations, not a trace", p);
+    if (sim && !strcmp(p, "oracle"))
+      return cli_usage_error(cmd, "--predictor-routing: in 'ferry sim' the oracle knows the routing being simulated "
+                                  "(replay a recorded one with --routing)");
+  }
+  if (p && !strcmp(p, "none") && run_given(a, "expert-cache"))
+    return cli_usage_error(cmd, "--expert-cache does nothing with --predictor none (no expert is reused)");
+  return 0;
+}
+
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
-  static const struct option opts[] = {
-      {"model", required_argument, 0, OPT_MODEL}, {"trace", required_argument, 0, OPT_TRACE},
-      {"trace-format", required_argument, 0, OPT_TRACE_FORMAT}, {"synthetic", required_argument, 0, OPT_SYNTH},
-      {"max-requests", required_argument, 0, OPT_MAX_REQ}, {"time-window", required_argument, 0, OPT_WINDOW},
-      {"rate-scale", required_argument, 0, OPT_RATE}, {"time-scale", required_argument, 0, OPT_TSCALE},
-      {"as-fast-as-possible", no_argument, 0, OPT_AFAP}, {"skip-bad", no_argument, 0, OPT_SKIP_BAD},
-      {"seed", required_argument, 0, OPT_SEED}, {"block-layers", required_argument, 0, OPT_BLOCK},
-      {"prefetch-depth", required_argument, 0, OPT_DEPTH}, {"pin-first", required_argument, 0, OPT_PIN_FIRST},
-      {"pin-last", required_argument, 0, OPT_PIN_LAST}, {"resident", required_argument, 0, OPT_RESIDENT},
-      {"fill-budget", no_argument, 0, OPT_FILL},
-      {"device-budget", required_argument, 0, OPT_DEV_BUDGET}, {"host-budget", required_argument, 0, OPT_HOST_BUDGET},
-      {"home", required_argument, 0, OPT_HOME}, {"expert-cache", required_argument, 0, OPT_CACHE},
-      {"max-batch", required_argument, 0, OPT_MAX_BATCH}, {"max-step-tokens", required_argument, 0, OPT_STEP_TOKENS},
-      {"max-seq-tokens", required_argument, 0, OPT_SEQ_TOKENS}, {"plan-only", no_argument, 0, OPT_PLAN_ONLY},
-      {"db", required_argument, 0, OPT_DB}, {"quiet", no_argument, 0, OPT_QUIET},
-      {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
-      {"direct-io", no_argument, 0, OPT_DIRECT}, {"drop-cache", no_argument, 0, OPT_DROP},
-      {"greedy", no_argument, 0, OPT_GREEDY}, {"hw", required_argument, 0, OPT_HW},
-      {"dump-logits", required_argument, 0, OPT_DUMP}, {"record-routing", required_argument, 0, OPT_RECORD_ROUTING},
-      {"record-features", required_argument, 0, OPT_RECORD_FEATURES},
-      {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
-      {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
-      {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
-      {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
   a->backend = "host";
@@ -133,7 +199,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   int drop_cache_set = 0;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", run_opts, NULL)) != -1) {
+    if (c >= OPT_MODEL && c <= OPT_HELP) a->given |= 1ull << (c - OPT_MODEL);
     switch (c) {
       case OPT_MODEL: a->model = optarg; break;
       case OPT_TRACE: a->trace = optarg; break;
@@ -143,15 +210,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         break;
       case OPT_SYNTH: a->synthetic = optarg; break;
       case OPT_MAX_REQ: if (cli_parse_int("--max-requests", optarg, 1, INT64_MAX, &a->trace_opts.max_requests)) return CLI_USAGE; break;
-      case OPT_WINDOW: {
-        double lo, hi;
-        char extra;
-        if (sscanf(optarg, "%lf:%lf%c", &lo, &hi, &extra) != 2 || lo < 0 || hi <= lo)
-          return cli_usage_error(cmd, "--time-window: expected A:B seconds with 0 <= A < B, got '%s'", optarg);
-        a->trace_opts.window_start_ns = (int64_t)(lo * 1e9);
-        a->trace_opts.window_end_ns = (int64_t)(hi * 1e9);
+      case OPT_WINDOW:
+        if (ferry__parse_window_ns(optarg, &a->trace_opts.window_start_ns, &a->trace_opts.window_end_ns) != FERRY_OK)
+          return cli_usage_error(cmd, "--time-window: %s", ferry_last_error());
         break;
-      }
       case OPT_RATE: if (cli_parse_double("--rate-scale", optarg, 1e-6, 1e6, &a->trace_opts.rate_scale)) return CLI_USAGE; break;
       case OPT_TSCALE: if (cli_parse_double("--time-scale", optarg, 1e-9, 1e9, &a->time_scale)) return CLI_USAGE; break;
       case OPT_AFAP: a->as_fast = 1; break;
@@ -232,6 +294,15 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         a->ec.quant_set = 1;
         a->quant = optarg;
         break;
+      case OPT_KV_DTYPE:
+        if (ferry_kv_format_parse(optarg, &a->ec.kv_format) != FERRY_OK)
+          return cli_usage_error(cmd, "--kv-dtype: %s", ferry_last_error());
+        a->kv_dtype = a->ec.kv_format == FERRY_KV_AUTO ? NULL : ferry_kv_format_name(a->ec.kv_format);
+        break;
+      case OPT_ALLOW_NONFINITE:
+        if (sim) return cli_usage_error(cmd, "--allow-nonfinite is for 'ferry run' (the simulator reads no weight values)");
+        a->ec.allow_nonfinite = 1;
+        break;
       case OPT_HELP: run_usage(stdout, cmd); return -1;
       default: return cli_usage_error(cmd, "invalid option");
     }
@@ -244,6 +315,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   if (a->profile && !a->db) return cli_usage_error(cmd, "--profile writes the GPU timeline to --db FILE: give one");
   if (a->profile && strcmp(a->backend, "cuda"))
     return cli_usage_error(cmd, "--profile traces the GPU: use it with --backend cuda");
+  const int refused = refuse_ignored(cmd, a, sim);
+  if (refused) return refused;
   /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
   if (drop_cache_set || !(a->ec.read_flags & FERRY_READ_DIRECT)) a->ec.read_flags |= FERRY_READ_DROP_CACHE;
   a->ec.seed = a->seed;
@@ -251,37 +324,71 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
 }
 
 ferry_status run_load_requests(struct run_args *a, struct ferry_engine_request **out, int64_t *n_out) {
-  ferry_trace *t = NULL;
-  ferry_status st = a->synthetic ? ferry_trace_synthetic(&t, a->synthetic, a->seed) : ferry_trace_open(&t, a->trace, &a->trace_opts);
-  if (st != FERRY_OK) return st;
-  size_t n = ferry_trace_count(t);
-  if (a->synthetic && a->trace_opts.max_requests > 0 && (size_t)a->trace_opts.max_requests < n)
-    n = (size_t)a->trace_opts.max_requests;
-  if (n == 0) {
-    ferry_trace_free(t);
-    return ferry__fail(FERRY_ERR_FORMAT, "%s: no requests to serve", a->trace ? a->trace : "synthetic trace");
+  /* A request longer than the model's positions can never be served, and sizing the KV cache
+   * from it asked for hundreds of GiB: the model's maximum position bounds every request. */
+  ferry_model *model = NULL;
+  int64_t max_pos = INT64_MAX;
+  char model_name[128] = "";
+  /* a model that cannot be opened is the run's own error to report (`ferry sweep` plans a
+   * combination before its run fails and is recorded) */
+  if (ferry_model_open(&model, a->model) == FERRY_OK) {
+    const struct ferry_model_config *mc = ferry_model_get_config(model);
+    max_pos = mc->max_position;
+    snprintf(model_name, sizeof model_name, "%s", mc->name);
+    ferry_model_close(model);
   }
-  struct ferry_engine_request *r = ferry__calloc(n, sizeof *r);
+  ferry_trace *t = NULL;
+  ferry_status st;
+  /* synthetic requests are generated lazily: only those the slicing keeps */
+  st = a->synthetic ? ferry_trace_synthetic_open(&t, a->synthetic, a->seed, &a->trace_opts)
+                    : ferry_trace_open(&t, a->trace, &a->trace_opts);
+  if (st != FERRY_OK) return st;
+  const char *what = a->trace ? a->trace : "synthetic trace";
+  size_t n = ferry_trace_count(t), kept = 0;
+  struct ferry_engine_request *r = ferry__calloc(n ? n : 1, sizeof *r);
   if (!r) {
     ferry_trace_free(t);
     return ferry__fail(FERRY_ERR_NOMEM, "out of memory for %zu requests", n);
   }
   int64_t longest = 0;
+  a->too_long = 0;
   for (size_t i = 0; i < n; i++) {
     const struct ferry_request *q = ferry_trace_request(t, i);
-    r[i].id = q->id;
-    r[i].arrival_ns = q->arrival_ns;
     /* the engine needs at least one prompt and one output token */
-    r[i].prompt_tokens = q->prompt_tokens > 0 ? q->prompt_tokens : 1;
-    r[i].output_tokens = q->output_tokens > 0 ? q->output_tokens : 1;
-    int64_t len = (int64_t)r[i].prompt_tokens + r[i].output_tokens;
+    const int32_t prompt = q->prompt_tokens > 0 ? q->prompt_tokens : 1, output = q->output_tokens > 0 ? q->output_tokens : 1;
+    const int64_t len = (int64_t)prompt + output;
+    if (len > max_pos) {
+      if (!a->trace_opts.skip_bad) {
+        st = ferry__fail(FERRY_ERR_INVALID,
+                         "%s: request %lld needs %lld positions (%d prompt + %d output tokens), more than %s's maximum "
+                         "position %lld (max_position_embeddings); --skip-bad skips such requests (counted)",
+                         what, (long long)q->id, (long long)len, prompt, output, model_name, (long long)max_pos);
+        ferry_trace_free(t); /* q lives in it */
+        ferry_free(r);
+        return st;
+      }
+      a->too_long++;
+      continue;
+    }
+    r[kept].id = q->id;
+    r[kept].arrival_ns = q->arrival_ns;
+    r[kept].prompt_tokens = prompt;
+    r[kept].output_tokens = output;
+    kept++;
     if (len > longest) longest = len;
   }
   ferry_trace_free(t);
+  if (kept == 0) {
+    ferry_free(r);
+    if (a->too_long)
+      return ferry__fail(FERRY_ERR_INVALID, "%s: no requests to serve: all %lld are longer than %s's maximum position %lld",
+                         what, (long long)a->too_long, model_name, (long long)max_pos);
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: no requests to serve", what);
+  }
   if (a->ec.max_seq_tokens <= 0) a->ec.max_seq_tokens = (int32_t)(longest < (1 << 24) ? longest : (1 << 24));
-  a->n_requests = (int64_t)n;
+  a->n_requests = (int64_t)kept;
   *out = r;
-  *n_out = (int64_t)n;
+  *n_out = (int64_t)kept;
   return FERRY_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/units.h"
 #include "ferry/trace.h"
 
 static const char *const trace_usage =
@@ -51,30 +52,9 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, in
 }
 
 static int parse_window(const char *text, struct ferry_trace_options *o) {
-  const char *colon = strchr(text, ':');
-  if (!colon) {
-    fprintf(stderr, "ferry: --time-window: '%s' is not START:END in seconds\n", text);
-    return -1;
-  }
-  char a[64], b[64];
-  size_t la = (size_t)(colon - text), lb = strlen(colon + 1);
-  if (la >= sizeof a || lb >= sizeof b) {
-    fprintf(stderr, "ferry: --time-window: '%s' is too long\n", text);
-    return -1;
-  }
-  memcpy(a, text, la);
-  a[la] = '\0';
-  memcpy(b, colon + 1, lb + 1);
-  double s = 0, e = 0;
-  if (la && cli_parse_double("--time-window start", a, 0, 9e9, &s)) return -1;
-  if (lb && cli_parse_double("--time-window end", b, 0, 9e9, &e)) return -1;
-  o->window_start_ns = llround(s * 1e9);
-  o->window_end_ns = lb ? llround(e * 1e9) : 0;
-  if (lb && o->window_end_ns <= o->window_start_ns) {
-    fprintf(stderr, "ferry: --time-window: end %s is not after start %s\n", b, la ? a : "0");
-    return -1;
-  }
-  return 0;
+  if (ferry__parse_window_ns(text, &o->window_start_ns, &o->window_end_ns) == FERRY_OK) return 0;
+  fprintf(stderr, "ferry: --time-window: %s\n", ferry_last_error());
+  return -1;
 }
 
 struct trace_args {

@@ -10,17 +10,26 @@
 struct run_args {
   const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
   const char *record_routing, *record_features, *routing, *routing_synth, *quant, *predictor, *predictor_routing, *predictor_model;
+  const char *kv_dtype; /* --kv-dtype as given (NULL: the model's dtype) */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
   uint64_t seed;
   double time_scale;
   int as_fast, plan_only, progress, threads, profile;
   int64_t n_requests;
+  int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
+  uint64_t given;   /* one bit per option given on the command line (run_given()) */
 };
+
+/* Whether the option with this long name ("block-layers") was given. */
+int run_given(const struct run_args *a, const char *name);
 
 void run_usage(FILE *f, const char *cmd);
 /* 0 to go on, -1 after --help, or a CLI exit code. */
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a);
+/* The requests to serve. One longer (prompt + output) than the model's maximum position is an
+ * error naming it, or with --skip-bad is skipped and counted in a->too_long. Without
+ * --max-seq-tokens the KV capacity becomes the longest request kept. */
 ferry_status run_load_requests(struct run_args *a, struct ferry_engine_request **out, int64_t *n);
 /* Canonical configuration JSON (owned, ferry_free) and its 16-hex-digit hash. */
 char *run_config_json(const struct run_args *a);

@@ -18,7 +18,9 @@ char *run_config_json(const struct run_args *a) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
   int sim = !strcmp(a->cmd, "sim");
-  /* keys in alphabetical order: cJSON keeps insertion order */
+  /* keys in alphabetical order: cJSON keeps insertion order. Keys added since the first
+   * sweeps appear only when set, so the hashes of earlier configurations stay the same. */
+  if (a->ec.allow_nonfinite) cJSON_AddBoolToObject(o, "allow_nonfinite", 1);
   cJSON_AddBoolToObject(o, "as_fast_as_possible", a->as_fast);
   cJSON_AddNumberToObject(o, "block_layers", a->ec.block_layers);
   cJSON_AddNumberToObject(o, "device_budget", (double)a->ec.device_budget_bytes);
@@ -29,6 +31,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
   add_str(o, "hw", a->hw);
+  add_str(o, "kv_dtype", a->kv_dtype);
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
   cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);
@@ -53,6 +56,8 @@ char *run_config_json(const struct run_args *a) {
   if (a->trace_opts.window_end_ns > 0)
     snprintf(window, sizeof window, "%.9g:%.9g", (double)a->trace_opts.window_start_ns / 1e9,
              (double)a->trace_opts.window_end_ns / 1e9);
+  else if (a->trace_opts.window_start_ns > 0) /* open end ("600:") */
+    snprintf(window, sizeof window, "%.9g:", (double)a->trace_opts.window_start_ns / 1e9);
   add_str(o, "time_window", window[0] ? window : NULL);
   add_str(o, "trace", a->trace ? a->trace : a->synthetic);
   char *text = cJSON_PrintUnformatted(o);

@@ -1,5 +1,6 @@
 /* The steps `ferry run` and `ferry sim` share once options are parsed: open the model (and its
  * weights for real executors), create the executor, build the engine, serve, report. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,16 +31,26 @@ static void ranges_and_memory(void *user, const struct ferry_activity *a) {
 struct logit_dump {
   FILE *f;
   int failed;
+  uint64_t nonfinite; /* logits written as null */
 };
 
+/* One JSON object per row. JSON has no NaN or Infinity: a non-finite logit is null, and the
+ * row says how many it has, so the file always parses. */
 static void dump_logits(void *user, int64_t req_id, int32_t token_index, const int32_t *tokens, int32_t n_tokens,
                         const float *logits, int64_t vocab) {
   struct logit_dump *d = user;
   FILE *f = d->f;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < vocab; i++) bad += !isfinite(logits[i]);
+  d->nonfinite += (uint64_t)bad;
   fprintf(f, "{\"req_id\":%lld,\"token_index\":%d,\"tokens\":[", (long long)req_id, token_index);
   for (int32_t i = 0; i < n_tokens; i++) fprintf(f, i ? ",%d" : "%d", tokens[i]);
-  fputs("],\"logits\":[", f);
-  for (int64_t i = 0; i < vocab; i++) fprintf(f, i ? ",%.9g" : "%.9g", (double)logits[i]);
+  fprintf(f, "],\"nonfinite\":%lld,\"logits\":[", (long long)bad);
+  for (int64_t i = 0; i < vocab; i++) {
+    if (i) fputc(',', f);
+    if (isfinite(logits[i])) fprintf(f, "%.9g", (double)logits[i]);
+    else fputs("null", f);
+  }
   if (fputs("]}\n", f) < 0) d->failed = 1;
 }
 
@@ -179,6 +190,71 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
   return FERRY_OK;
 }
 
+/* Options that need the model to know they would be ignored. */
+static ferry_status refuse_ignored_for_model(const struct run_args *a, const struct ferry_model_config *mc,
+                                             const ferry_store *store) {
+  if (!mc->n_experts && run_given(a, "expert-cache"))
+    return ferry__fail(FERRY_ERR_INVALID, "--expert-cache needs a Mixture-of-Experts model (%s is dense)", a->model);
+  if (mc->n_experts && run_given(a, "fill-budget"))
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
+                       a->model);
+  if (!strcmp(a->cmd, "sim") && !mc->n_experts && a->trace && run_given(a, "seed"))
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--seed has no effect: the simulator computes no tokens, and a dense model served from a --trace "
+                       "file draws nothing (it seeds --synthetic traces and MoE routing)");
+  if (a->quant && store)
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--quant sizes a preset or a folder with only config.json; %s has weight files, whose own formats "
+                       "are used (quantize it with ferry model quantize)",
+                       a->model);
+  return FERRY_OK;
+}
+
+/* With every weight on the device nothing streams: the streaming options would be accepted and
+ * measured as if they mattered. `asked_all` is --resident all; `defaulted` says the budget was
+ * chosen here (the model fits in it). */
+static ferry_status refuse_ignored_when_resident(const struct run_args *a, int asked_all, int defaulted) {
+  if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
+  static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
+                                          "fill-budget",  "expert-cache",   "predictor", "direct-io", NULL};
+  const char *o = NULL;
+  for (size_t i = 0; streaming[i] && !o; i++)
+    if (run_given(a, streaming[i])) o = streaming[i];
+  if (!o && run_given(a, "resident") && !asked_all) o = "resident attention";
+  if (!o) return FERRY_OK;
+  char budget[32];
+  if (asked_all)
+    return ferry__fail(FERRY_ERR_INVALID, "--%s has no effect with --resident all: every weight stays on the device", o);
+  if (defaulted)
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--%s has no effect: %s fits in the default device budget (%s) and stays resident; give "
+                       "--device-budget SIZE to offload it",
+                       o, a->model, ferry__format_bytes(a->ec.device_budget_bytes, budget, sizeof budget));
+  return ferry__fail(FERRY_ERR_INVALID,
+                     "--%s has no effect: without --device-budget the %s executor keeps every weight resident; give "
+                     "--device-budget SIZE to offload",
+                     o, strcmp(a->cmd, "sim") ? a->backend : "sim");
+}
+
+/* Requests of the run that a replayed routing trace has no decisions for: all of them means the
+ * trace was recorded on other requests (an error); some are warned about, with the count. */
+static ferry_status check_routing_coverage(const struct run_args *a, const ferry_routing *r,
+                                           const struct ferry_engine_request *reqs, int64_t n) {
+  int64_t absent = 0;
+  for (int64_t i = 0; i < n; i++) absent += !ferry_routing_lookup(r, reqs[i].id, 0, 0, NULL, NULL);
+  if (n && absent == n)
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--routing %s has no decisions for any of the %lld requests (their ids are not in the trace): "
+                       "record it on the same requests (ferry run --record-routing)",
+                       a->routing, (long long)n);
+  if (absent)
+    fprintf(stderr, "ferry: --routing %s: %lld of %lld requests have no recorded routing; the synthetic model routes "
+                    "them\n",
+            a->routing, (long long)absent, (long long)n);
+  return FERRY_OK;
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -219,12 +295,20 @@ int run_execute(struct run_args *a) {
       }
     }
   }
+  if ((st = refuse_ignored_for_model(a, ferry_model_get_config(model), store)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
   /* a plan sizes the KV cache from the requests, as the run would: load them when given */
   if (!a->plan_only || a->trace || a->synthetic) {
     if ((st = run_load_requests(a, &reqs, &n)) != FERRY_OK) {
       cli_fail(st, NULL);
       goto out;
     }
+    if (a->too_long)
+      fprintf(stderr, "ferry: skipped %lld request(s) longer than %s's maximum position %lld (--skip-bad)\n",
+              (long long)a->too_long, ferry_model_get_config(model)->name,
+              (long long)ferry_model_get_config(model)->max_position);
   } else if (a->ec.max_seq_tokens <= 0) {
     fprintf(stderr, "ferry: no --trace or --synthetic: the KV cache is sized for 2048 tokens per sequence "
                     "(--max-seq-tokens N to change)\n");
@@ -232,7 +316,9 @@ int run_execute(struct run_args *a) {
   /* the configuration as asked, before defaults drawn from this machine (its free memory varies
    * from run to run): `ferry sweep` finds completed runs by its hash */
   config_json = run_config_json(a);
-  if ((st = default_device_budget(a, sim, model, store)) != FERRY_OK) {
+  const int asked_all = a->ec.resident_all, had_budget = a->ec.device_budget_bytes != 0;
+  if ((st = default_device_budget(a, sim, model, store)) != FERRY_OK ||
+      (st = refuse_ignored_when_resident(a, asked_all, !had_budget && a->ec.device_budget_bytes)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
@@ -299,6 +385,16 @@ int run_execute(struct run_args *a) {
       cli_fail(st, NULL);
       goto out;
     }
+    /* the engine routes the model's shape: another one in the spec would be ignored */
+    if (sc.n_layers != (int32_t)mc->n_layers || sc.n_experts != (int32_t)mc->n_experts ||
+        sc.top_k != (int32_t)mc->experts_per_token) {
+      cli_fail(FERRY_ERR_INVALID,
+               "--routing-synth %s: %s has %lld layers, %lld experts and routes %lld per token; layers, experts and k "
+               "must match it (leave them out)",
+               a->routing_synth, a->model, (long long)mc->n_layers, (long long)mc->n_experts,
+               (long long)mc->experts_per_token);
+      goto out;
+    }
     if ((st = ferry_routing_synth_create(&synth, &sc)) != FERRY_OK) {
       cli_fail(st, NULL);
       goto out;
@@ -307,6 +403,8 @@ int run_execute(struct run_args *a) {
     a->ec.routing_user = synth;
     if (a->routing) {
       if ((st = ferry_routing_open(&replayed, a->routing, NULL)) != FERRY_OK ||
+          (st = ferry_routing_check_shape(replayed, sc.n_layers, sc.n_experts, sc.top_k, a->routing)) != FERRY_OK ||
+          (st = check_routing_coverage(a, replayed, reqs, n)) != FERRY_OK ||
           (st = ferry_routing_replay_create(&replay, replayed, synth)) != FERRY_OK) {
         cli_fail(st, NULL);
         goto out;
@@ -319,7 +417,10 @@ int run_execute(struct run_args *a) {
     cli_fail(FERRY_ERR_INVALID, "--predictor needs a Mixture-of-Experts model (%s is dense)", a->model);
     goto out;
   }
-  if (a->predictor_routing && (st = ferry_routing_open(&pred_trace, a->predictor_routing, NULL)) != FERRY_OK) {
+  if (a->predictor_routing &&
+      ((st = ferry_routing_open(&pred_trace, a->predictor_routing, NULL)) != FERRY_OK ||
+       (st = ferry_routing_check_shape(pred_trace, (int32_t)mc->n_layers, (int32_t)mc->n_experts,
+                                       (int32_t)mc->experts_per_token, a->predictor_routing)) != FERRY_OK)) {
     cli_fail(st, NULL);
     goto out;
   }
@@ -365,6 +466,10 @@ int run_execute(struct run_args *a) {
     ferry_db_run_meta(db, run_id, "DEVICE_BUDGET_BYTES", budget);
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)a->ec.host_budget_bytes);
     ferry_db_run_meta(db, run_id, "HOST_BUDGET_BYTES", budget);
+    if (a->too_long) {
+      snprintf(budget, sizeof budget, "%lld", (long long)a->too_long);
+      ferry_db_run_meta(db, run_id, "REQUESTS_TOO_LONG", budget);
+    }
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
     struct ferry_device_info gpu;
     if (ferry_exec_device_info(ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(db, run_id, 0, &gpu)) != FERRY_OK) {
@@ -418,6 +523,9 @@ int run_execute(struct run_args *a) {
       cli_fail(FERRY_ERR_IO, "--dump-logits %s: write failed", a->dump_logits);
       goto out;
     }
+    if (dump.nonfinite)
+      fprintf(stderr, "ferry: --dump-logits %s: %llu non-finite logit(s) (NaN or Inf) written as null\n",
+              a->dump_logits, (unsigned long long)dump.nonfinite);
   }
   if (recorded) {
     if ((st = ferry_routing_record_status(recorded)) != FERRY_OK || (st = glue.record_status) != FERRY_OK ||

@@ -42,6 +42,58 @@ static void test_parse_size(void **state) {
   assert_int_equal(ferry__parse_size("-1", &v), FERRY_ERR_INVALID);
   assert_int_equal(ferry__parse_size("", &v), FERRY_ERR_INVALID);
   assert_int_equal(ferry__parse_size("99999999T", &v), FERRY_ERR_RANGE);
+  /* under one byte is an error, never 0 = "unlimited" */
+  assert_int_equal(ferry__parse_size("1.5", &v), FERRY_OK);
+  assert_int_equal(v, 1);
+  const char *tiny[] = {"0", "0.5", "0K", "0.0001K", "0GiB", "1e-300G"};
+  for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+    v = 12345;
+    assert_int_equal(ferry__parse_size(tiny[i], &v), FERRY_ERR_INVALID);
+    assert_true(strstr(ferry_last_error(), "less than one byte") != NULL);
+    assert_int_equal(v, 12345);
+  }
+}
+
+/* User seconds become int64 ns through one helper: past the clock is an error, not a
+ * wrapped negative time (1e300 s used to become a negative window start). */
+static void test_seconds_to_ns(void **state) {
+  (void)state;
+  int64_t ns = -1, a = -1, b = -1;
+  assert_int_equal(ferry__seconds_to_ns(1.5, &ns), FERRY_OK);
+  assert_int_equal(ns, 1500000000);
+  assert_int_equal(ferry__seconds_to_ns(9223372036.0, &ns), FERRY_OK);
+  assert_true(ns > 0);
+  const double bad[] = {1e300, 9223372037.0, -1.0, INFINITY, NAN};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ns = 7;
+    assert_int_equal(ferry__seconds_to_ns(bad[i], &ns), FERRY_ERR_RANGE);
+    assert_int_equal(ns, 7);
+  }
+  assert_int_equal(ferry__parse_seconds_ns("1e300", &ns), FERRY_ERR_RANGE);
+  assert_true(strstr(ferry_last_error(), "'1e300' s is outside") != NULL);
+  assert_int_equal(ferry__parse_seconds_ns("1e999", &ns), FERRY_ERR_RANGE);
+  assert_int_equal(ferry__parse_seconds_ns("12s", &ns), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__parse_window_ns("10:30.5", &a, &b), FERRY_OK);
+  assert_int_equal(a, 10000000000LL);
+  assert_int_equal(b, 30500000000LL);
+  assert_int_equal(ferry__parse_window_ns("600:", &a, &b), FERRY_OK);
+  assert_int_equal(a, 600000000000LL);
+  assert_int_equal(b, 0);
+  assert_int_equal(ferry__parse_window_ns(":60", &a, &b), FERRY_OK);
+  assert_int_equal(a, 0);
+  assert_int_equal(b, 60000000000LL);
+  a = b = 5;
+  assert_int_equal(ferry__parse_window_ns("1e300:", &a, &b), FERRY_ERR_RANGE);
+  assert_int_equal(a, 5);
+  assert_int_equal(ferry__parse_window_ns("0:1e300", &a, &b), FERRY_ERR_RANGE);
+  assert_int_equal(ferry__parse_window_ns("5:2", &a, &b), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__parse_window_ns(":", &a, &b), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__parse_window_ns("5", &a, &b), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__parse_window_ns("1:2:3", &a, &b), FERRY_ERR_INVALID);
+  assert_int_equal(a, 5);
+  assert_int_equal(ferry__scale_ns(1000, 2.5, &ns), FERRY_OK);
+  assert_int_equal(ns, 2500);
+  assert_int_equal(ferry__scale_ns(1000000000000LL, 1e9, &ns), FERRY_ERR_RANGE);
 }
 
 static void test_half_roundtrip(void **state) {
@@ -131,7 +183,7 @@ static void test_dtype_names(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_status_names),      cmocka_unit_test(test_parse_size),
+      cmocka_unit_test(test_status_names),      cmocka_unit_test(test_parse_size), cmocka_unit_test(test_seconds_to_ns),
       cmocka_unit_test(test_half_roundtrip),    cmocka_unit_test(test_rng_deterministic),
       cmocka_unit_test(test_alloc_fault_injection), cmocka_unit_test(test_json_strict),
       cmocka_unit_test(test_dtype_names),

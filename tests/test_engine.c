@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry/alloc.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/gen.h"
@@ -310,6 +311,126 @@ static void test_request_too_long_rejected(void **state) {
   ferry_exec_destroy(ex);
   ferry_store_close(s);
   ferry_model_close(m);
+}
+
+/* The KV cache is bounded by the model's positions (a capacity sized from one long request
+ * used to ask for hundreds of GiB), and every failed allocation of engine set-up names what it
+ * was sizing: the KV cache's sequences x tokens x bytes per token. */
+static void test_kv_bounded_and_alloc_failures_named(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, fx.dense_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, fx.dense_dir), FERRY_OK);
+  assert_int_equal(ferry_exec_create_host(&ex, NULL), FERRY_OK);
+  struct ferry_engine_config c = base_config();
+  c.max_seq_tokens = (int32_t)ferry_model_get_config(m)->max_position + 1;
+  assert_int_equal(ferry_engine_create(&e, m, s, ex, &c), FERRY_ERR_INVALID);
+  assert_non_null(strstr(ferry_last_error(), "exceeds tiny-dense's maximum position 2048"));
+  ferry_exec_destroy(ex);
+  c = base_config();
+  int named_kv = 0, failures = 0;
+  for (int64_t n = 0; n < 100000; n++) {
+    /* a fresh executor each time: a failed set-up leaves its queues in the executor */
+    assert_int_equal(ferry_exec_create_host(&ex, NULL), FERRY_OK);
+    ferry_alloc_fail_after(n);
+    ferry_status st = ferry_engine_create(&e, m, s, ex, &c);
+    ferry_alloc_fail_after(-1);
+    if (st == FERRY_OK) break;
+    ferry_exec_destroy(ex);
+    failures++;
+    assert_true(strlen(ferry_last_error()) > 10);
+    if (strstr(ferry_last_error(), "for KV cache")) {
+      assert_non_null(strstr(ferry_last_error(), "3 sequences x 32 tokens x "));
+      assert_non_null(strstr(ferry_last_error(), "bytes per token"));
+      named_kv++;
+    }
+  }
+  assert_non_null(e); /* set-up succeeded once the injected failures ran out */
+  assert_true(failures > 10);
+  assert_true(named_kv >= 1); /* the buffer record, then its memory */
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+/* Multiply a bf16 tensor of a model folder by 2^e in place (exact: only exponents change). */
+static void scale_bf16(const char *dir, const char *name, int e) {
+  ferry_store *s = NULL;
+  assert_int_equal(ferry_store_open(&s, dir), FERRY_OK);
+  const struct ferry_store_tensor *t = ferry_store_find(s, name);
+  assert_non_null(t);
+  assert_int_equal(t->dtype, FERRY_DTYPE_BF16);
+  const size_t n = (size_t)(t->nbytes / 2);
+  uint16_t *v = malloc(t->nbytes);
+  assert_non_null(v);
+  assert_int_equal(ferry_store_read_tensor(s, t, v, t->nbytes), FERRY_OK);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits = (uint32_t)v[i] << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    f = ldexpf(f, e);
+    memcpy(&bits, &f, 4);
+    assert_int_equal(bits & 0xffff, 0); /* still a bf16 value */
+    v[i] = (uint16_t)(bits >> 16);
+  }
+  FILE *fp = fopen(ferry_store_file_path(s, t->file), "r+b");
+  assert_non_null(fp);
+  assert_int_equal(fseek(fp, (long)t->offset, SEEK_SET), 0);
+  assert_int_equal(fwrite(v, 2, n, fp), n);
+  assert_int_equal(fclose(fp), 0);
+  free(v);
+  ferry_store_close(s);
+}
+
+/* A bf16 model keeps its KV cache in bf16 by default. Its values pass fp16's 65504 when the
+ * value projection is scaled by 2^20 (and the output projection by 2^-20, so the model computes
+ * the same function): an fp16 cache turns them into Inf and the logits into NaN, while the bf16
+ * cache keeps the logits finite and bit-identical to the unscaled model's (scaling by a power of
+ * two is exact in every rounding on the way). */
+static void test_bf16_kv_cache(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  char ref_dir[512], big_dir[512];
+  snprintf(ref_dir, sizeof ref_dir, "%s/bf16-ref", fx.dir);
+  snprintf(big_dir, sizeof big_dir, "%s/bf16-big", fx.dir);
+  struct ferry_gen_options go = {.dtype = FERRY_DTYPE_BF16, .seed = 3};
+  assert_int_equal(ferry_model_generate(m, &go, ref_dir, NULL), FERRY_OK);
+  assert_int_equal(ferry_model_generate(m, &go, big_dir, NULL), FERRY_OK);
+  const int64_t layers = ferry_model_get_config(m)->n_layers;
+  ferry_model_close(m);
+  for (int64_t l = 0; l < layers; l++) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%lld.self_attn.v_proj.weight", (long long)l);
+    scale_bf16(big_dir, name, 20);
+    snprintf(name, sizeof name, "model.layers.%lld.self_attn.o_proj.weight", (long long)l);
+    scale_bf16(big_dir, name, -20);
+  }
+  ferry_model *bm = NULL;
+  assert_int_equal(ferry_model_open(&bm, big_dir), FERRY_OK);
+  assert_int_equal(ferry_model_kv_format(bm, FERRY_KV_AUTO), FERRY_KV_BF16); /* what `model show` prints */
+  ferry_model_close(bm);
+
+  struct ferry_serve_summary sum;
+  struct logit_log ref = {0}, big = {0}, f16 = {0};
+  struct ferry_engine_config c = base_config();
+  assert_int_equal(run(ref_dir, c, &ref, &sum), FERRY_OK);
+  assert_int_equal(run(big_dir, c, &big, &sum), FERRY_OK);
+  assert_int_equal(big.rows, ref.rows);
+  for (size_t i = 0; i < big.floats; i++) assert_true(isfinite(big.data[i]));
+  assert_memory_equal(big.data, ref.data, ref.floats * sizeof(float));
+  c.kv_format = FERRY_KV_FP16; /* the old default for bf16 models */
+  assert_int_equal(run(big_dir, c, &f16, &sum), FERRY_OK);
+  size_t nonfinite = 0;
+  for (size_t i = 0; i < f16.floats; i++) nonfinite += !isfinite(f16.data[i]);
+  assert_true(nonfinite > 0);
+  free(ref.data);
+  free(big.data);
+  free(f16.data);
 }
 
 /* A quantized model runs offloaded with the same logits as resident, and is close to fp32. */
@@ -758,6 +879,8 @@ int main(void) {
       cmocka_unit_test(test_budget_below_minimum_refused),
       cmocka_unit_test(test_resident_attention_streams_ffn),
       cmocka_unit_test(test_request_too_long_rejected),
+      cmocka_unit_test(test_kv_bounded_and_alloc_failures_named),
+      cmocka_unit_test(test_bf16_kv_cache),
       cmocka_unit_test(test_quantized_offload),
       cmocka_unit_test(test_predictors_keep_logits),
       cmocka_unit_test(test_gate_lookahead_uses_next_router),

@@ -159,9 +159,10 @@ static void test_llama2_7b(void **state) {
   assert_int_equal(a.params_active, a.params_total);
   assert_int_equal(a.params_expert, 0);
   assert_int_equal(ferry_model_get_config(m)->dtype, FERRY_DTYPE_F16);
-  assert_int_equal(ferry_model_kv_bytes(m, 2048, FERRY_DTYPE_F16), 1073741824ull);
-  assert_int_equal(ferry_model_kv_bytes(m, 2048, FERRY_DTYPE_F32), 2147483648ull);
-  assert_int_equal(ferry_model_kv_bytes(m, 0, FERRY_DTYPE_F16), 0);
+  assert_int_equal(ferry_model_kv_bytes(m, 2048, FERRY_KV_FP16), 1073741824ull);
+  assert_int_equal(ferry_model_kv_bytes(m, 2048, FERRY_KV_BF16), 1073741824ull);
+  assert_int_equal(ferry_model_kv_bytes(m, 2048, FERRY_KV_FP32), 2147483648ull);
+  assert_int_equal(ferry_model_kv_bytes(m, 0, FERRY_KV_FP16), 0);
   assert_int_equal(a.kv_bytes_per_token, 524288);
   assert_shape(m, "model.embed_tokens.weight", 32000, 4096);
   assert_shape(m, "model.layers.31.mlp.down_proj.weight", 4096, 11008);

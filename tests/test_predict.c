@@ -434,7 +434,8 @@ static void test_record_features_cli(void **state) {
   free(out);
   snprintf(args, sizeof args,
            "sim --model '%s/m' --hw h100-pcie --synthetic rate=50,n=3,prompt=8,output=4 --routing '%s/r.jsonl' "
-           "--predictor mlp3 --predictor-model '%s/p.safetensors' --predictor-routing '%s/r.jsonl' --quiet",
+           "--predictor mlp3 --predictor-model '%s/p.safetensors' --predictor-routing '%s/r.jsonl' --device-budget 4MiB "
+           "--quiet",
            dir, dir, dir, dir);
   if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
   assert_true(tu_contains(out, "requests: 3 done"));

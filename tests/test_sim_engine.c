@@ -438,6 +438,43 @@ static void test_moe_expert_cache(void **state) {
 }
 
 /* `ferry sim`: the plan and summary, clear errors, and a result database tagged as a sim run. */
+/* The simulator prices the KV cache by its format: the plan reserves its bytes and every
+ * attention op reads them (fp32 twice the bytes of fp16 and bf16, and slower). */
+static void test_kv_format_priced(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("kvprice", "100");
+  const enum ferry_kv_format fmts[] = {FERRY_KV_FP16, FERRY_KV_BF16, FERRY_KV_FP32};
+  uint64_t peak[3], attn_bytes[3];
+  int64_t attn_ns[3];
+  for (int f = 0; f < 3; f++) {
+    struct run r;
+    struct ferry_engine_config c = base_config();
+    c.kv_format = fmts[f];
+    run(&r, "tiny-dense", hw, c, 0);
+    check_complete_within_budget(&r);
+    peak[f] = r.sum.peak_bytes[FERRY_TIER_DEVICE];
+    attn_bytes[f] = 0;
+    attn_ns[f] = 0;
+    for (size_t i = 0; i < r.log.n; i++)
+      if (r.log.a[i].kind == FERRY_ACT_KERNEL && r.log.a[i].kind_name && !strcmp(r.log.a[i].kind_name, "attention")) {
+        attn_bytes[f] += r.log.a[i].bytes;
+        attn_ns[f] += r.log.a[i].end_ns - r.log.a[i].start_ns;
+      }
+    if (f == 2) {
+      /* fp32 holds the fp16 cache twice: the peaks differ by one fp16 cache */
+      const uint64_t fp16_kv = ferry_model_kv_bytes(r.model, (int64_t)c.max_batch * c.max_seq_tokens, FERRY_KV_FP16);
+      assert_int_equal(peak[2] - peak[0], fp16_kv);
+    }
+    run_free(&r);
+  }
+  assert_true(attn_bytes[0] > 0);
+  assert_int_equal(attn_bytes[0], attn_bytes[1]);
+  assert_int_equal(peak[0], peak[1]);
+  assert_true(attn_bytes[2] > attn_bytes[0]);
+  assert_true(attn_ns[2] > attn_ns[0]);
+  ferry_hw_close(hw);
+}
+
 static void test_cli(void **state) {
   (void)state;
   char *out = NULL, args[1024];
@@ -624,6 +661,7 @@ int main(void) {
       cmocka_unit_test(test_pipeline_copy_bound),
       cmocka_unit_test(test_pipeline_compute_bound),
       cmocka_unit_test(test_moe_expert_cache),
+      cmocka_unit_test(test_kv_format_priced),
       cmocka_unit_test(test_cli),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -2,6 +2,7 @@
  * without O_DIRECT (and its buffered fallback), the malformed-file corpus under
  * tests/data/safetensors/, writer misuse, concurrent reads and allocation-failure injection. */
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,6 +403,50 @@ static void test_valid_corpus(void **state) {
   ferry_store_close(NULL);
 }
 
+/* NaN and Inf in weights are counted in one pass, per dtype, naming the first tensor; integer
+ * tensors (packed quantized weights) are not floats and are skipped. */
+static void test_scan_nonfinite(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("store-nonfinite");
+  ferry_store_writer *w = NULL;
+  int64_t n8[1] = {8}, big[1] = {3 << 20}; /* "big" spans chunks of the scan */
+  assert_int_equal(ferry_store_writer_create(&w, dir, 0), FERRY_OK);
+  assert_int_equal(ferry_store_writer_add(w, "clean.f16", FERRY_DTYPE_F16, 1, n8), FERRY_OK);
+  assert_int_equal(ferry_store_writer_add(w, "ints", FERRY_DTYPE_U8, 1, n8), FERRY_OK);
+  assert_int_equal(ferry_store_writer_add(w, "w.f32", FERRY_DTYPE_F32, 1, n8), FERRY_OK);
+  assert_int_equal(ferry_store_writer_add(w, "w.bf16", FERRY_DTYPE_BF16, 1, big), FERRY_OK);
+  uint16_t f16[8] = {0x3c00, 0x7bff, 0xfbff, 0, 0x8000, 0x0001, 0x3c00, 0x3c00}; /* max finite, subnormal */
+  unsigned char ints[8] = {0xff, 0xff, 0x7f, 0x7c, 0xff, 0xff, 0xff, 0xff};
+  float f32[8] = {1, 2, 3, NAN, 5, 6, 7, -INFINITY};
+  uint16_t *bf = calloc((size_t)big[0], sizeof *bf);
+  assert_non_null(bf);
+  bf[(size_t)big[0] - 1] = 0x7f80; /* +Inf in the last element, past the first chunk */
+  bf[2500000] = 0xffc1;             /* a NaN */
+  assert_int_equal(ferry_store_writer_write(w, f16, sizeof f16), FERRY_OK);
+  assert_int_equal(ferry_store_writer_write(w, ints, sizeof ints), FERRY_OK);
+  assert_int_equal(ferry_store_writer_write(w, f32, sizeof f32), FERRY_OK);
+  assert_int_equal(ferry_store_writer_write(w, bf, (size_t)big[0] * sizeof *bf), FERRY_OK);
+  assert_int_equal(ferry_store_writer_finish(w), FERRY_OK);
+  ferry_store_writer_free(w);
+  free(bf);
+  ferry_store *s = NULL;
+  assert_int_equal(ferry_store_open(&s, dir), FERRY_OK);
+  struct ferry_store_nonfinite nf;
+  assert_int_equal(ferry_store_scan_nonfinite(s, FERRY_READ_DROP_CACHE, &nf), FERRY_OK);
+  assert_int_equal(nf.values, 4);
+  assert_int_equal(nf.tensors, 2);
+  assert_string_equal(nf.first_tensor, "w.f32");
+  assert_int_equal(nf.first_count, 2);
+  assert_int_equal(nf.first_index, 3);
+  assert_int_equal(nf.first_file, 0);
+  struct ferry_store_nonfinite again;
+  assert_int_equal(ferry_store_scan_nonfinite(s, 0, &again), FERRY_OK); /* kept: no second pass */
+  assert_memory_equal(&again, &nf, sizeof nf);
+  ferry_store_close(s);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 static void test_writer_misuse(void **state) {
   (void)state;
   char *dir = tu_mkdtemp("store-misuse");
@@ -602,7 +647,7 @@ int main(void) {
       cmocka_unit_test(test_read_range),       cmocka_unit_test(test_malformed_corpus),
       cmocka_unit_test(test_valid_corpus),     cmocka_unit_test(test_writer_misuse),
       cmocka_unit_test(test_find_many),        cmocka_unit_test(test_concurrent_reads),
-      cmocka_unit_test(test_alloc_failures),
+      cmocka_unit_test(test_alloc_failures),   cmocka_unit_test(test_scan_nonfinite),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,7 +47,7 @@ static void write_spec(struct fixture *f, const char *extra) {
   char text[2048];
   int n = snprintf(text, sizeof text,
                    "{\"model\": [\"%s/tiny\"], \"synthetic\": [\"rate=50,n=4,prompt=8,output=3\"],\n"
-                   " \"as_fast_as_possible\": [true]%s}\n",
+                   " \"as_fast_as_possible\": [true], \"device_budget\": [\"64MiB\"]%s}\n",
                    f->dir, extra);
   tu_write_file(f->spec, text, (size_t)n);
 }
@@ -157,7 +157,7 @@ static void test_failed_runs_recorded(void **state) {
   char text[1024];
   int n = snprintf(text, sizeof text,
                    "{\"model\": [\"%s/tiny\", \"%s/no-such-model\"], \"synthetic\": [\"rate=50,n=3,prompt=8,output=2\"],"
-                   " \"as_fast_as_possible\": true, \"block_layers\": [1]}",
+                   " \"as_fast_as_possible\": true, \"block_layers\": [1], \"device_budget\": \"64MiB\"}",
                    f->dir, f->dir);
   tu_write_file(f->spec, text, (size_t)n);
   char *out = NULL;

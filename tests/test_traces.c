@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common/alloc.h"
 #include "ferry/trace.h"
@@ -540,6 +541,54 @@ static void test_synthetic_statistics(void **state) {
   ferry_trace_free(t);
 }
 
+/* Synthetic traces are generated lazily: n=1e8 with max_requests 3 stores three requests
+ * (it used to build all 1e8 first, several GB), and a sliced synthetic trace equals the whole
+ * trace sliced afterwards. */
+static void test_synthetic_lazy(void **state) {
+  (void)state;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const long rss0_kb = ru.ru_maxrss;
+  ferry_trace *t = NULL, *full = NULL;
+  struct ferry_trace_options o = {.max_requests = 3};
+  assert_int_equal(ferry_trace_synthetic_open(&t, "n=100000000,prompt=uniform:1:900", 5, &o), FERRY_OK);
+  assert_int_equal(ferry_trace_count(t), 3);
+  getrusage(RUSAGE_SELF, &ru);
+  assert_true(ru.ru_maxrss - rss0_kb < 64 * 1024); /* 1e8 requests are 2.4 GB */
+  assert_int_equal(ferry_trace_synthetic(&full, "n=1000,prompt=uniform:1:900", 5), FERRY_OK);
+  for (size_t i = 0; i < 3; i++)
+    assert_memory_equal(ferry_trace_request(t, i), ferry_trace_request(full, i), sizeof(struct ferry_request));
+  ferry_trace_free(t);
+
+  /* window [100 s, 200 s), twice the rate, first 40: as ferry__trace_finish() slices */
+  o = (struct ferry_trace_options){.window_start_ns = 100000000000LL, .window_end_ns = 200000000000LL,
+                                   .rate_scale = 2.0, .max_requests = 40};
+  assert_int_equal(ferry_trace_synthetic_open(&t, "n=1000,prompt=uniform:1:900", 5, &o), FERRY_OK);
+  size_t k = 0;
+  for (size_t i = 0; i < ferry_trace_count(full) && k < 40; i++) {
+    const struct ferry_request *r = ferry_trace_request(full, i);
+    if (r->arrival_ns < o.window_start_ns) continue;
+    if (r->arrival_ns >= o.window_end_ns) break;
+    const struct ferry_request *q = ferry_trace_request(t, k++);
+    assert_non_null(q);
+    assert_int_equal(q->id, r->id);
+    assert_int_equal(q->prompt_tokens, r->prompt_tokens);
+    assert_int_equal(q->arrival_ns, (int64_t)nearbyint((double)(r->arrival_ns - o.window_start_ns) / 2.0));
+  }
+  assert_int_equal(ferry_trace_count(t), k);
+  assert_true(k > 10);
+  ferry_trace_free(t);
+  ferry_trace_free(full);
+
+  /* a window past the last arrival, and a file format, are errors */
+  o = (struct ferry_trace_options){.window_start_ns = 1000000000000000LL};
+  assert_int_equal(ferry_trace_synthetic_open(&t, "n=10", 5, &o), FERRY_ERR_FORMAT);
+  assert_null(t);
+  assert_true(strstr(ferry_last_error(), "no requests in the time window") != NULL);
+  o = (struct ferry_trace_options){.format = FERRY_TRACE_AZURE};
+  assert_int_equal(ferry_trace_synthetic_open(&t, "n=10", 5, &o), FERRY_ERR_INVALID);
+}
+
 static void test_synthetic_resample(void **state) {
   (void)state;
   char *p = tu_data_path("traces/azure_conv_200.csv");
@@ -697,6 +746,7 @@ int main(void) {
       cmocka_unit_test(test_shared_azure_conv),
       cmocka_unit_test(test_synthetic_determinism),
       cmocka_unit_test(test_synthetic_statistics),
+      cmocka_unit_test(test_synthetic_lazy),
       cmocka_unit_test(test_synthetic_resample),
       cmocka_unit_test(test_synthetic_errors),
       cmocka_unit_test(test_alloc_failures),

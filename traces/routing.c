@@ -54,6 +54,24 @@ void ferry_routing_free(ferry_routing *r) {
 }
 
 const char *ferry_routing_errmsg(const ferry_routing *r) { return r ? r->err.msg : ""; }
+ferry_status ferry_routing_check_shape(const ferry_routing *r, int32_t n_layers, int32_t n_experts, int32_t top_k,
+                                       const char *what) {
+  if (!r) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_check_shape: NULL trace");
+  char why[512] = "";
+  size_t n = 0;
+  if (r->n_layers != n_layers && n < sizeof why)
+    n += (size_t)snprintf(why + n, sizeof why - n, "%s%d layers (the model has %d)", n ? ", " : "", r->n_layers, n_layers);
+  if (r->top_k != top_k && n < sizeof why)
+    n += (size_t)snprintf(why + n, sizeof why - n, "%s%d experts per token (the model routes %d)", n ? ", " : "",
+                          r->top_k, top_k);
+  if (r->n_experts > n_experts && n < sizeof why)
+    n += (size_t)snprintf(why + n, sizeof why - n, "%sexpert ids up to %d (the model has %d experts)", n ? ", " : "",
+                          r->n_experts - 1, n_experts);
+  if (!n) return FERRY_OK;
+  return ferry__fail(FERRY_ERR_INVALID, "%s: the routing trace does not match the model: it has %s", what ? what : "routing",
+                     why);
+}
+
 int32_t ferry_routing_n_layers(const ferry_routing *r) { return r ? r->n_layers : 0; }
 int32_t ferry_routing_n_experts(const ferry_routing *r) { return r ? r->n_experts : 0; }
 int32_t ferry_routing_top_k(const ferry_routing *r) { return r ? r->top_k : 0; }

@@ -104,7 +104,19 @@ static void len_free(struct len_dist *d) {
 }
 
 ferry_status ferry_trace_synthetic(ferry_trace **out, const char *spec, uint64_t seed) {
+  return ferry_trace_synthetic_open(out, spec, seed, NULL);
+}
+
+ferry_status ferry_trace_synthetic_open(ferry_trace **out, const char *spec, uint64_t seed,
+                                        const struct ferry_trace_options *opts) {
+  static const struct ferry_trace_options defaults = {0};
+  const struct ferry_trace_options *so = opts ? opts : &defaults;
   *out = NULL;
+  if (so->format != FERRY_TRACE_AUTO)
+    return ferry__fail(FERRY_ERR_INVALID, "synthetic trace: a trace format (%s) applies to trace files only",
+                       ferry_trace_format_name(so->format));
+  ferry_status cst = ferry__trace_check_options(so, NULL);
+  if (cst != FERRY_OK) return cst;
   enum arrivals arr = ARR_POISSON;
   double rate = 1.0, cv = 1.0;
   int cv_given = 0;
@@ -196,7 +208,15 @@ ferry_status ferry_trace_synthetic(ferry_trace **out, const char *spec, uint64_t
   const double mean_gap_ns = 1e9 / rate, shape = 1.0 / (cv * cv);
   double now_ns = 0;
   int joint = output.src_shared;
-  for (int64_t i = 0; i < n; i++) {
+  /* Lazily, as ferry__trace_finish() would slice the whole trace: only requests that are kept
+   * are stored, and generation stops at the window's end or the last request wanted, so
+   * n=1e8 with --max-requests 3 costs three requests. Every generated request still draws
+   * its lengths, so the kept ones are those of the full trace. */
+  const int64_t ws = so->window_start_ns, we = so->window_end_ns > 0 ? so->window_end_ns : INT64_MAX;
+  const double scale = so->rate_scale > 0 ? so->rate_scale : 1.0;
+  const size_t limit = so->max_requests > 0 ? (size_t)so->max_requests : SIZE_MAX;
+  double last_ns = 0;
+  for (int64_t i = 0; i < n && t->n < limit; i++) {
     if (i > 0) {
       double gap;
       switch (arr) {
@@ -216,8 +236,28 @@ ferry_status ferry_trace_synthetic(ferry_trace **out, const char *spec, uint64_t
     int32_t p = draw_len(&prompt, &rp, &row, 1);
     if (!joint) row = -1;
     int32_t o = draw_len(&output, &ro, &row, 0);
-    st = ferry__trace_push(t, i, (int64_t)at, p, o, NULL, 0);
+    last_ns = at;
+    int64_t rel = (int64_t)at;
+    if (rel < ws) continue;
+    if (rel >= we) break;
+    rel -= ws;
+    if (scale != 1.0) { /* as ferry__trace_finish() */
+      const double v = nearbyint((double)rel / scale);
+      if (!(v < 9.2e18)) {
+        st = ferry__err_set(&t->err, FERRY_ERR_RANGE, "synthetic trace: rate scale %g makes arrival times overflow",
+                            scale);
+        goto out_free;
+      }
+      rel = (int64_t)v;
+    }
+    st = ferry__trace_push(t, i, rel, p, o, NULL, 0);
     if (st != FERRY_OK) goto out_free;
+  }
+  if (t->n == 0) {
+    st = ferry__err_set(&t->err, FERRY_ERR_FORMAT,
+                        "synthetic trace: no requests in the time window [%.3f s, %.3f s) of a trace spanning %.3f s",
+                        ws / 1e9, we == INT64_MAX ? INFINITY : we / 1e9, last_ns / 1e9);
+    goto out_free;
   }
   *out = t;
   t = NULL;

@@ -420,7 +420,7 @@ static ferry_status detect(struct ferry__lines *lr, enum ferry_trace_format *out
   return st;
 }
 
-static ferry_status check_options(const struct ferry_trace_options *o, struct ferry_err *err) {
+ferry_status ferry__trace_check_options(const struct ferry_trace_options *o, struct ferry_err *err) {
   if ((unsigned)o->format > FERRY_TRACE_JSONL)
     return ferry__err_set(err, FERRY_ERR_INVALID, "trace options: format %d is not a file format", (int)o->format);
   if (o->window_start_ns < 0)
@@ -440,7 +440,7 @@ ferry_status ferry_trace_open(ferry_trace **out, const char *path, const struct 
   static const struct ferry_trace_options defaults = {0};
   const struct ferry_trace_options *o = opts ? opts : &defaults;
   *out = NULL;
-  ferry_status st = check_options(o, NULL);
+  ferry_status st = ferry__trace_check_options(o, NULL);
   if (st != FERRY_OK) return st;
   ferry_trace *t = ferry__trace_new(o->format);
   if (!t) return ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory", path);

@@ -88,6 +88,9 @@ ferry_status ferry__read_burstgpt(struct ferry__trace_reader *rd);
 ferry_status ferry__read_mooncake(struct ferry__trace_reader *rd);
 ferry_status ferry__read_jsonl(struct ferry__trace_reader *rd);
 
+/* Validate trace options (format, window, rate scale); FERRY_ERR_INVALID naming the field. */
+ferry_status ferry__trace_check_options(const struct ferry_trace_options *o, struct ferry_err *err);
+
 /* Sort by arrival (stable), make times relative and apply the options' slicing. */
 ferry_status ferry__trace_finish(ferry_trace *t, const struct ferry_trace_options *opts, const char *what);
 

@@ -96,12 +96,14 @@ struct ferry_engine_config {
   uint64_t host_budget_bytes;    /**< host budget (0 = unlimited) */
   int32_t max_batch;             /**< concurrent sequences (KV-cache slots); default 8 */
   int32_t max_step_tokens;       /**< tokens per step, decode and prefill chunks; default 256 */
-  int32_t max_seq_tokens;        /**< KV-cache capacity per sequence; default 2048 */
+  int32_t max_seq_tokens;        /**< KV-cache capacity per sequence; default 2048 (or the model's
+                                      maximum position when smaller); more than the maximum position
+                                      is FERRY_ERR_INVALID */
   unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
   uint64_t seed;                 /**< token ids */
   int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
-  enum ferry_dtype kv_dtype;     /**< KV-cache dtype; F32 default for fp32 models, else F16 */
-  int kv_dtype_set;              /**< 1 when kv_dtype was chosen explicitly */
+  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values; FERRY_KV_AUTO (0,
+                                      the default): the model's own dtype (ferry_model_kv_format()) */
   ferry_logits_fn on_logits;     /**< optional logits callback */
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data; required for MoE models there */
@@ -121,6 +123,9 @@ struct ferry_engine_config {
                                       back (ferry/predict.h defines the features) */
   int expert_no_reuse;           /**< predictor "none": every routed expert is fetched on demand,
                                       the cache is not consulted */
+  int allow_nonfinite;           /**< run weights holding NaN or Inf (counted, with a warning);
+                                      by default ferry_engine_create() refuses them
+                                      (ferry_store_scan_nonfinite()) */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */
   void *on_routing_user;         /**< passed to on_routing */
 };
@@ -216,8 +221,9 @@ typedef struct ferry_engine ferry_engine;
  * @param exec executor (borrowed); its budgets must match the configuration's.
  * @param out receives the engine, owned by the caller (ferry_engine_destroy()).
  * @return FERRY_ERR_BUDGET when a budget is below the minimum working set (the message gives
- *         the figures); FERRY_ERR_FORMAT when the weights do not match the model; details in
- *         ferry_last_error().
+ *         the figures); FERRY_ERR_FORMAT when the weights do not match the model, or (on an
+ *         executor that computes, unless allow_nonfinite) hold NaN or Inf values, the message
+ *         naming the first such tensor, its file and the counts; details in ferry_last_error().
  */
 ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
                                  const struct ferry_engine_config *config);

@@ -125,6 +125,42 @@ struct ferry_tensor_desc {
   uint64_t numel;              /**< shape[0] * shape[1] */
 };
 
+/**
+ * @brief KV-cache formats, one row each: X(ENUM, name, element dtype). Append only. Today every
+ *        format is a plain element type; a quantized one (fp8, int8 or int4 with per-head
+ *        scales) adds a row here and its bytes per row in ferry_kv_format_row_bytes(), and the
+ *        engine, the simulator's pricing and `ferry model show` follow.
+ */
+#define FERRY_KV_FORMAT_MAP(X)      \
+  X(FP32, "fp32", FERRY_DTYPE_F32)  \
+  X(FP16, "fp16", FERRY_DTYPE_F16)  \
+  X(BF16, "bf16", FERRY_DTYPE_BF16)
+
+/** How the KV cache stores keys and values. */
+enum ferry_kv_format {
+  FERRY_KV_AUTO = 0, /**< the model's own dtype: fp32 for fp32 (and fp64) models, bf16 for bf16
+                          models, fp16 otherwise (ferry_model_kv_format()) */
+#define FERRY_KV_FORMAT_ENUM_(e, name, dtype) FERRY_KV_##e,
+  FERRY_KV_FORMAT_MAP(FERRY_KV_FORMAT_ENUM_)
+#undef FERRY_KV_FORMAT_ENUM_
+  FERRY_KV_FORMAT_COUNT /**< number of formats, not a format */
+};
+
+/** @brief Name of a KV format ("fp16", ...; "auto" for FERRY_KV_AUTO; "?" outside the enum). */
+const char *ferry_kv_format_name(enum ferry_kv_format format);
+
+/**
+ * @brief Parse a KV format name: "fp32", "fp16", "bf16" (or "auto").
+ * @return FERRY_OK, or FERRY_ERR_INVALID with a message listing the names.
+ */
+ferry_status ferry_kv_format_parse(const char *text, enum ferry_kv_format *out);
+
+/** @brief The element dtype executors store a format's cache in (FERRY_DTYPE_F32 for AUTO). */
+enum ferry_dtype ferry_kv_format_dtype(enum ferry_kv_format format);
+
+/** @brief Bytes of one cache row of @p elements keys (or values) in @p format (AUTO: 0). */
+uint64_t ferry_kv_format_row_bytes(enum ferry_kv_format format, uint64_t elements);
+
 /** Parameter and byte accounting of a model (bytes at the model's dtype). */
 struct ferry_model_accounting {
   uint64_t params_total;       /**< every parameter (tied head counted once) */
@@ -141,7 +177,8 @@ struct ferry_model_accounting {
   uint64_t bytes_expert;       /**< params_expert at the model dtype */
   uint64_t bytes_embed;        /**< params_embed at the model dtype */
   uint64_t bytes_head;         /**< params_head at the model dtype */
-  uint64_t kv_bytes_per_token; /**< K and V of every layer for one token, at the model dtype */
+  uint64_t kv_bytes_per_token; /**< K and V of every layer for one token, in the model's default
+                                    KV format (ferry_model_kv_format() of FERRY_KV_AUTO) */
 };
 
 /** Opaque model description (shapes only). */
@@ -191,11 +228,18 @@ int64_t ferry_model_find_tensor(const ferry_model *model, const char *name);
 void ferry_model_get_accounting(const ferry_model *model, struct ferry_model_accounting *out);
 
 /**
- * @brief KV-cache bytes for @p tokens tokens (all layers, K and V) with elements of
- *        @p kv_dtype. For 32 layers x 32 KV heads x head dim 128 x 2048 tokens in fp16 this
- *        is exactly 1 GiB.
+ * @brief The KV format a run of this model uses: @p requested itself, or for FERRY_KV_AUTO the
+ *        model's dtype (fp32 and fp64 models: fp32; bf16: bf16; every other: fp16). The engine
+ *        and `ferry model show` both ask here, so what is shown is what runs.
  */
-uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum ferry_dtype kv_dtype);
+enum ferry_kv_format ferry_model_kv_format(const ferry_model *model, enum ferry_kv_format requested);
+
+/**
+ * @brief KV-cache bytes for @p tokens tokens (all layers, K and V) in @p kv_format (FERRY_KV_AUTO:
+ *        the model's, ferry_model_kv_format()). For 32 layers x 32 KV heads x head dim 128 x 2048
+ *        tokens in fp16 this is exactly 1 GiB.
+ */
+uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum ferry_kv_format kv_format);
 
 /**
  * @brief FLOPs (multiply-add = 2) to process one token: the matrix products of the active

@@ -97,6 +97,17 @@ ferry_status ferry_routing_add(ferry_routing *r, int64_t req_id, int32_t token_i
  */
 ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path);
 
+/**
+ * @brief Check that a routing trace was recorded on a model of this shape: the same layers
+ *        and experts per token, and no expert id at or past @p n_experts (a trace may never
+ *        have seen the highest experts chosen). Replaying a trace of another shape would answer
+ *        nothing from it and fall back to synthetic routing without a word.
+ * @param what names the trace in the message (its path).
+ * @return FERRY_OK, or FERRY_ERR_INVALID naming every mismatch.
+ */
+ferry_status ferry_routing_check_shape(const ferry_routing *r, int32_t n_layers, int32_t n_experts, int32_t top_k,
+                                       const char *what);
+
 /** @brief Layers of the trace. */
 int32_t ferry_routing_n_layers(const ferry_routing *r);
 /** @brief Experts per layer. */

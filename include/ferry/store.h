@@ -138,6 +138,29 @@ ferry_status ferry_store_read_tensor(ferry_store *store, const struct ferry_stor
  */
 int ferry_store_direct_supported(ferry_store *store);
 
+/** NaN and infinite values in a store's weights (ferry_store_scan_nonfinite()). */
+struct ferry_store_nonfinite {
+  uint64_t values;          /**< non-finite values in every floating-point tensor */
+  uint64_t tensors;         /**< tensors holding at least one */
+  const char *first_tensor; /**< the first such tensor in file order (borrowed), NULL when none */
+  uint32_t first_file;      /**< its file (ferry_store_file_path()) */
+  uint64_t first_count;     /**< non-finite values in it */
+  uint64_t first_index;     /**< element index of its first one */
+};
+
+/**
+ * @brief Count the NaN and infinite values of every floating-point tensor (F32, F16, BF16, F64,
+ *        F8): one buffered pass over the data. The result is kept: later calls on the same store
+ *        return it without reading again. Integer tensors (packed quantized weights) are
+ *        skipped; their float scales are not.
+ * @param store the store.
+ * @param flags FERRY_READ_DROP_CACHE to drop the pages read from the page cache behind the
+ *        scan (so later "disk" reads come from the disk), or 0.
+ * @param out receives the counts.
+ * @return FERRY_OK (whatever was found); FERRY_ERR_IO when a read fails; FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_store_scan_nonfinite(ferry_store *store, unsigned flags, struct ferry_store_nonfinite *out);
+
 /** Opaque streaming writer of one safetensors file or a sharded set. */
 typedef struct ferry_store_writer ferry_store_writer;
 

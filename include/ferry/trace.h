@@ -136,6 +136,25 @@ ferry_status ferry_trace_open(ferry_trace **out, const char *path, const struct 
  */
 ferry_status ferry_trace_synthetic(ferry_trace **out, const char *spec, uint64_t seed);
 
+/**
+ * @brief Generate a synthetic trace and slice it as ferry_trace_open() slices a file: the
+ *        window, the rate scale and the first max_requests of @p opts apply, with the same
+ *        result as generating every request and slicing afterwards.
+ *
+ * Generation is lazy: only the requests kept are stored, and it stops at the window's end or
+ * once max_requests are kept, so `n=100000000` with max_requests 3 takes the time and memory
+ * of three requests.
+ * @param out receives the trace, owned by the caller (ferry_trace_free()).
+ * @param spec the spec string (see ferry_trace_synthetic()).
+ * @param seed random seed.
+ * @param opts slicing; NULL for none. Its format must be FERRY_TRACE_AUTO (a synthetic trace
+ *        has no file format); skip_bad and keep_failed do not apply. Copied.
+ * @return as ferry_trace_synthetic(); FERRY_ERR_INVALID for bad options; FERRY_ERR_FORMAT when
+ *         no request falls in the window.
+ */
+ferry_status ferry_trace_synthetic_open(ferry_trace **out, const char *spec, uint64_t seed,
+                                        const struct ferry_trace_options *opts);
+
 /** @brief Free a trace. Accepts NULL. */
 void ferry_trace_free(ferry_trace *trace);
 

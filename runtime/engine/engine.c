@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/log.h"
 #include "common/units.h"
 #include "engine_impl.h"
 #include "ferry/predict.h"
@@ -17,8 +18,7 @@ static void apply_defaults(struct ferry_engine_config *c, const struct ferry_mod
   if (c->max_batch <= 0) c->max_batch = 8;
   if (c->max_step_tokens <= 0) c->max_step_tokens = 256;
   if (c->max_step_tokens < c->max_batch) c->max_step_tokens = c->max_batch;
-  if (c->max_seq_tokens <= 0) c->max_seq_tokens = 2048;
-  if (!c->kv_dtype_set) c->kv_dtype = mc->dtype == FERRY_DTYPE_F32 ? FERRY_DTYPE_F32 : FERRY_DTYPE_F16;
+  if (c->max_seq_tokens <= 0) c->max_seq_tokens = mc->max_position < 2048 ? (int32_t)mc->max_position : 2048;
 }
 
 /* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows. */
@@ -73,15 +73,29 @@ static uint64_t readback_bytes(const struct ferry_engine *e) {
 
 #define BOUNCE_BYTES (8u << 20)
 
+/* What the KV cache was sized from, for messages: a cache sized from one long request is the
+ * usual reason an allocation or a budget fails. */
+static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len) {
+  const uint64_t per_token = 2 * (uint64_t)e->mc->n_layers *
+                             ferry_kv_format_row_bytes(e->kv_format, (uint64_t)e->mc->n_kv_heads * (uint64_t)e->mc->head_dim);
+  char total[32];
+  snprintf(buf, len,
+           "KV cache %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)",
+           ferry__format_bytes((uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * per_token, total, sizeof total),
+           e->cfg.max_batch, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
+  return buf;
+}
+
 static ferry_status make_plan(struct ferry_engine *e) {
   struct ferry_plan_input in;
   uint64_t *attn = NULL, *ffn = NULL;
   ferry_status st = ferry__engine_plan_input(e, &in, &attn, &ffn);
   if (st != FERRY_OK) goto out;
-  e->kv_dtype = e->cfg.kv_dtype;
+  e->kv_format = ferry_model_kv_format(e->model, e->cfg.kv_format);
+  e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
-  e->kv_layer_bytes = (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * (uint64_t)e->mc->n_kv_heads *
-                      (uint64_t)e->mc->head_dim * ferry_dtype_size(e->kv_dtype);
+  e->kv_layer_bytes = (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity *
+                      ferry_kv_format_row_bytes(e->kv_format, (uint64_t)e->mc->n_kv_heads * (uint64_t)e->mc->head_dim);
   layout_workspace(e);
   in.kv_bytes = 2 * e->kv_layer_bytes * (uint64_t)e->mc->n_layers;
   in.workspace_bytes = e->ws.total;
@@ -120,7 +134,12 @@ static ferry_status make_plan(struct ferry_engine *e) {
       break;
     }
   }
-  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", msg);
+  if (st == FERRY_ERR_BUDGET) {
+    char kv[256];
+    ferry__err_set(&e->err, st, "%s; %s", msg, kv_shape(e, kv, sizeof kv));
+  } else if (st != FERRY_OK) {
+    ferry__err_set(&e->err, st, "%s", msg);
+  }
 out:
   ferry_free(attn);
   ferry_free(ffn);
@@ -135,6 +154,13 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --block-layers %d exceeds the model's %lld layers",
                           c->block_layers, (long long)mc->n_layers);
   if (c->prefetch_depth > 64) return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --prefetch-depth is at most 64");
+  /* no sequence can be longer than the model's positions: a larger KV cache is memory never used */
+  if (c->max_seq_tokens > mc->max_position)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --max-seq-tokens %d exceeds %s's maximum position %lld (max_position_embeddings)",
+                          c->max_seq_tokens, mc->name, (long long)mc->max_position);
+  if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: token_features is 0, %d (mlp3) or %d (mlp7), not %d",
                           FERRY_MLP3_FEATURES, FERRY_MLP7_FEATURES, c->token_features);
@@ -217,11 +243,14 @@ static ferry_status make_slots(struct ferry_engine *e, struct slot **out, int32_
   return FERRY_OK;
 }
 
+/* A failed allocation names the buffer (the executor's message) and, when given, what it was
+ * sized from. */
 static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint64_t bytes, const char *label,
-                              ferry_buf **out) {
+                              const char *sized_from, ferry_buf **out) {
   if (!bytes) return FERRY_OK;
   ferry_status st = ferry_exec_alloc(e->ex, tier, bytes, label, out);
-  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  if (st != FERRY_OK)
+    ferry__err_set(&e->err, st, "%s%s%s", ferry_exec_errmsg(e->ex), sized_from ? "; " : "", sized_from ? sized_from : "");
   return st;
 }
 
@@ -235,15 +264,17 @@ static ferry_status allocate(struct ferry_engine *e) {
     else if (un->home == FERRY_TIER_HOST && un->bytes) host_units = un->host_offset + un->bytes;
   }
   ferry_status st;
-  if ((st = alloc_buf(e, FERRY_TIER_DEVICE, pinned, "pinned weights", &e->pinned_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", &e->kv_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", &e->ws_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_block_bytes, "block slots", &e->block_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_expert_bytes, "expert cache", &e->expert_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, host_units, "host-resident weights", &e->host_units_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, p->host_staging_bytes, "disk staging", &e->staging_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", &e->readback_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", &e->bounce_buf)))
+  char kv[256];
+  kv_shape(e, kv, sizeof kv);
+  if ((st = alloc_buf(e, FERRY_TIER_DEVICE, pinned, "pinned weights", NULL, &e->pinned_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_block_bytes, "block slots", NULL, &e->block_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_expert_bytes, "expert cache", NULL, &e->expert_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, host_units, "host-resident weights", NULL, &e->host_units_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, p->host_staging_bytes, "disk staging", NULL, &e->staging_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", NULL, &e->readback_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", NULL, &e->bounce_buf)))
     return st;
   if ((st = make_slots(e, &e->block_slots, p->n_block_slots)) || (st = make_slots(e, &e->expert_slots, p->n_expert_slots)))
     return st;
@@ -278,10 +309,14 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->predicted = ferry__calloc(E, sizeof(int32_t));
   e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
   e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
+  if (!e->seq_tokens)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
+                          e->cfg.max_batch, e->kv_capacity);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs || !e->seq_tokens || !e->votes || !e->predicted)
-    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+      !e->routing_w || !e->seqs || !e->votes || !e->predicted)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
+                          e->cfg.max_step_tokens);
   return ferry__features_alloc(e);
 }
 
@@ -292,6 +327,28 @@ static ferry_status make_queues(struct ferry_engine *e) {
       (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_D2H, &e->q_d2h)) ||
       (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_DISK, &e->q_disk)))
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return FERRY_OK;
+}
+
+/* Weights holding NaN or Inf make every logit NaN without a word: an executor that computes
+ * refuses them, naming the tensor, unless asked to run them anyway. */
+static ferry_status check_finite(struct ferry_engine *e) {
+  struct ferry_store_nonfinite nf;
+  ferry_status st = ferry_store_scan_nonfinite(e->store, e->cfg.read_flags, &nf);
+  if (st != FERRY_OK) {
+    char why[512]; /* the last error is rewritten below */
+    snprintf(why, sizeof why, "%s", ferry_last_error());
+    return ferry__err_set(&e->err, st, "engine: checking the weights for NaN and Inf: %s", why);
+  }
+  if (!nf.values) return FERRY_OK;
+  char where[1024];
+  snprintf(where, sizeof where, "%s: tensor %s holds %llu non-finite value(s) (NaN or Inf; the first at element %llu), "
+           "%llu in %llu tensor(s) in all",
+           ferry_store_file_path(e->store, nf.first_file), nf.first_tensor, (unsigned long long)nf.first_count,
+           (unsigned long long)nf.first_index, (unsigned long long)nf.values, (unsigned long long)nf.tensors);
+  if (!e->cfg.allow_nonfinite)
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s; --allow-nonfinite runs the model anyway", where);
+  FERRY_WARN("%s (allowed)", where);
   return FERRY_OK;
 }
 
@@ -323,6 +380,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
                         "engine: the %s executor computes no router for this MoE model: give a routing source "
                         "(engine config 'routing', e.g. ferry_routing_synth_fn or ferry_routing_replay_fn)",
                         ferry_exec_name(exec));
+  if (st == FERRY_OK && e->has_data) st = check_finite(e);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
   if (st == FERRY_OK) st = make_queues(e);
@@ -351,7 +409,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
   fprintf(f, "    KV cache         %s (%d sequences x %d tokens, %s)\n", ferry__format_bytes(p->device_kv_bytes, b[0], 32),
-          e->cfg.max_batch, e->kv_capacity, ferry_dtype_name(e->kv_dtype));
+          e->cfg.max_batch, e->kv_capacity, ferry_kv_format_name(e->kv_format));
   fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
           e->cfg.max_step_tokens);
   fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));

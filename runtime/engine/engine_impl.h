@@ -108,7 +108,8 @@ struct ferry_engine {
       *bounce_buf;
   struct workspace ws;
   uint64_t kv_layer_bytes; /* bytes of K (or V) per layer */
-  enum ferry_dtype kv_dtype;
+  enum ferry_kv_format kv_format; /* resolved: never FERRY_KV_AUTO */
+  enum ferry_dtype kv_dtype;      /* its element type, as the executors store it */
   int32_t kv_capacity;
   uint64_t bounce_bytes;
 

@@ -146,8 +146,14 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
                           (long long)e->reqs[i].id, e->reqs[i].prompt_tokens, e->reqs[i].output_tokens);
       goto out;
     }
-    if (o.as_fast_as_possible) e->reqs[i].arrival_ns = 0;
-    else e->reqs[i].arrival_ns = (int64_t)llround((double)e->reqs[i].arrival_ns * o.time_scale);
+    if (o.as_fast_as_possible) {
+      e->reqs[i].arrival_ns = 0;
+    } else if (ferry__scale_ns(e->reqs[i].arrival_ns, o.time_scale, &e->reqs[i].arrival_ns) != FERRY_OK) {
+      st = ferry__err_set(&e->err, FERRY_ERR_RANGE,
+                          "request %lld: arrival %lld ns x time scale %g is past the int64 nanosecond clock",
+                          (long long)e->reqs[i].id, (long long)requests[i].arrival_ns, o.time_scale);
+      goto out;
+    }
   }
   qsort(e->reqs, (size_t)n, sizeof *e->reqs, cmp_arrival);
   e->n_reqs = n;

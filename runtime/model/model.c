@@ -350,7 +350,9 @@ static void account(ferry_model *m) {
   a->bytes_expert = a->params_expert * sz;
   a->bytes_embed = a->params_embed * sz;
   a->bytes_head = a->params_head * sz;
-  a->kv_bytes_per_token = 2u * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * sz;
+  a->kv_bytes_per_token = 2u * (uint64_t)c->n_layers *
+                          ferry_kv_format_row_bytes(ferry__kv_format_default(c->dtype),
+                                                    (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim);
 }
 
 /* ---- handle ------------------------------------------------------------------------------ */
@@ -453,11 +455,12 @@ void ferry_model_get_accounting(const ferry_model *model, struct ferry_model_acc
   *out = model->acc;
 }
 
-uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum ferry_dtype kv_dtype) {
+uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum ferry_kv_format kv_format) {
   if (!model || tokens <= 0) return 0;
   const struct ferry_model_config *c = &model->cfg;
-  return 2u * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * (uint64_t)tokens *
-         ferry_dtype_size(kv_dtype);
+  const enum ferry_kv_format f = ferry_model_kv_format(model, kv_format);
+  return 2u * (uint64_t)c->n_layers * (uint64_t)tokens *
+         ferry_kv_format_row_bytes(f, (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim);
 }
 
 double ferry_model_matmul_params_active(const ferry_model *model) {

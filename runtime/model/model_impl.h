@@ -43,4 +43,7 @@ const struct ferry_model_config *ferry__model_preset_find(const char *name);
 /* Read a Hugging Face config.json into cfg. Errors name path and field. */
 ferry_status ferry__model_read_hf_config(const char *path, struct ferry_model_config *cfg);
 
+/* The KV format a model of this dtype uses by default (kv_format.c). */
+enum ferry_kv_format ferry__kv_format_default(enum ferry_dtype model_dtype);
+
 #endif /* FERRY_MODEL_IMPL_H */

@@ -53,6 +53,8 @@ struct ferry_store {
   struct ferry__name_index index;
   cJSON *metadata; /* __metadata__ object of the first file, or NULL */
   int direct_refused; /* some file refused O_DIRECT: every DIRECT read is buffered */
+  int nonfinite_scanned;                   /* ferry_store_scan_nonfinite() ran: its result below */
+  struct ferry_store_nonfinite nonfinite;  /* guarded by lock */
 };
 
 /* Validate a tensor name (non-empty, no control characters); returns a static description of
