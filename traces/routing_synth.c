@@ -170,6 +170,13 @@ static void draw_weights(uint64_t x, int32_t k, float *w) {
     }
 }
 
+/* Whether expert e is among the first n ids. */
+static int taken(const int32_t *ids, int32_t n, int32_t e) {
+  for (int32_t j = 0; j < n; j++)
+    if (ids[j] == e) return 1;
+  return 0;
+}
+
 /* k distinct experts from the Zipf distribution of layer l (without replacement): alias-table
  * draws, each from its own mix of the decision's hash (independent, so they pipeline), redrawn
  * on a repeat. */
@@ -186,15 +193,11 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
       int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
       double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
       rank = coin < s->alias_prob[idx] ? idx : s->alias_idx[idx];
-      for (int32_t j = 0; j < i; j++)
-        if (ids[j] == perm[rank]) rank = -1;
+      if (taken(ids, i, perm[rank])) rank = -1;
     }
     if (rank < 0) /* heavily skewed and unlucky: the most popular rank not yet taken */
-      for (int32_t r = 0; r < c->n_experts && rank < 0; r++) {
-        rank = r;
-        for (int32_t j = 0; j < i; j++)
-          if (ids[j] == perm[r]) rank = -1;
-      }
+      for (int32_t r = 0; r < c->n_experts && rank < 0; r++)
+        if (!taken(ids, i, perm[r])) rank = r;
     ids[i] = perm[rank];
   }
   if (w) draw_weights(base, c->top_k, w);
