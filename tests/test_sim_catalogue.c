@@ -1,7 +1,8 @@
 /* Every catalogue model simulated for a few steps through `ferry sim`, with uniform and with
  * skewed synthetic routing for the MoE ones: under the asan preset this is the check that no
  * model shape (top-k of 2, 4 or 8, 8 to 64 experts) walks off an array in the engine, the
- * simulator or the synthetic routing model (a top-k >= 3 draw once read perm[-1]). */
+ * simulator or the synthetic routing model (a top-k >= 3 draw once read perm[-1]), with plain
+ * skewed routing and with a calibrated profile. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ static void test_every_preset(void **state) {
     char spec[128];
     snprintf(spec, sizeof spec, "--routing-synth zipf=3,temporal=0.3,layer=0.4,seed=%lld", (long long)(k + 7));
     sim_one(name, spec);
+    /* a calibrated profile on another shape: domains, co-activation pairs, sticky choices */
+    sim_one(name, "--routing-synth profile=olmoe,seed=3");
   }
   assert_true(moe >= 4);
 }
