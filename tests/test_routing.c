@@ -70,6 +70,34 @@ static void test_read_good(void **state) {
   free(p);
 }
 
+/* vLLM's routed-experts responses: prompt and generated tokens of each choice become one
+ * request; weights are 1/k (vLLM returns ids only). */
+static void test_read_vllm(void **state) {
+  (void)state;
+  ferry_routing *r = open_data("routing/vllm_responses.jsonl", NULL);
+  assert_int_equal(ferry_routing_n_layers(r), 2);
+  assert_int_equal(ferry_routing_top_k(r), 2);
+  assert_int_equal(ferry_routing_n_experts(r), 6);
+  assert_int_equal(ferry_routing_n_requests(r), 3);
+  assert_int_equal(ferry_routing_n_rows(r), (3 + 4 + 3) * 2);
+  const int32_t *ids;
+  const float *w;
+  assert_true(ferry_routing_lookup(r, 1, 3, 0, &ids, &w)); /* choice 1, its second generated token */
+  assert_int_equal(ids[0], 4);
+  assert_int_equal(ids[1], 0);
+  assert_true(w[0] == 0.5f && w[1] == 0.5f);
+  assert_true(ferry_routing_lookup(r, 1, 1, 1, &ids, NULL)); /* the prompt is shared by both choices */
+  assert_int_equal(ids[0], 2);
+  assert_true(ferry_routing_lookup(r, 2, 2, 1, &ids, NULL));
+  assert_int_equal(ids[0], 2);
+  ferry_routing_free(r);
+  char *p = tu_data_path("routing/vllm_ragged.jsonl");
+  assert_int_equal(ferry_routing_open(&r, p, NULL), FERRY_ERR_FORMAT);
+  assert_true(tu_contains(ferry_last_error(), "vllm_ragged.jsonl:2:"));
+  assert_true(tu_contains(ferry_last_error(), "has 1 layers, expected 2 as on line 1"));
+  free(p);
+}
+
 static void test_round_trip(void **state) {
   (void)state;
   char *dir = tu_mkdtemp("routing");
@@ -523,7 +551,8 @@ static void test_cli(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_read_good),         cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_read_good),         cmocka_unit_test(test_read_vllm),
+      cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_malformed),         cmocka_unit_test(test_lookahead),
               cmocka_unit_test(test_stats_known),
       cmocka_unit_test(test_stats_measures),    cmocka_unit_test(test_record_hook),       cmocka_unit_test(test_synth_deterministic),
