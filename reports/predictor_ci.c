@@ -193,6 +193,7 @@ ferry_status ferry__section_predictor_ci(struct report *rp) {
   char v[256];
   for (size_t k = 0; k < ax->n && st == FERRY_OK; k++) {
     p[k].name = ax->vals[k];
+    if (!*p[k].name) continue; /* runs without a predictor: nothing to compare */
     for (size_t i = 0; i < rp->n_runs && st == FERRY_OK; i++) {
       const struct rrun *r = &rp->runs[i];
       if (!r->complete || r->n_req <= 0) continue;
