@@ -18,6 +18,7 @@
 #include "ferry/model.h"
 #include "ferry/routing.h"
 #include "cli/predict_glue.h"
+#include "cli/run_routing_meta.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
 
@@ -516,6 +517,10 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  /* for the report: the routing traces this run used, and its prefetch counts */
+  run_routing_meta(db, run_id, "replayed", a->routing, replayed);
+  run_routing_meta(db, run_id, "predictor", a->predictor_routing, pred_trace);
+  run_prefetch_meta(db, run_id, &sum);
   if (dump.f) {
     int bad = dump.failed || fclose(dump.f) != 0;
     dump.f = NULL;
@@ -533,6 +538,7 @@ int run_execute(struct run_args *a) {
       cli_fail(st, NULL);
       goto out;
     }
+    run_routing_meta(db, run_id, "recorded", a->record_routing, recorded);
     if (a->progress)
       fprintf(stderr, "ferry: wrote %lld routing decisions to %s\n", (long long)ferry_routing_n_rows(recorded),
               a->record_routing);

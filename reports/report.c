@@ -11,6 +11,7 @@
 #include "common/alloc.h"
 #include "common/fsutil.h"
 #include "reports/report_internal.h"
+#include "reports/routing_sections.h"
 
 void ferry_report_options_init(struct ferry_report_options *opt) {
   memset(opt, 0, sizeof *opt);
@@ -30,6 +31,8 @@ const char *ferry_report_section_name(enum ferry_report_section section) {
     case FERRY_REPORT_QUANT: return "quantization";
     case FERRY_REPORT_PREDICTOR: return "predictors";
     case FERRY_REPORT_HARDWARE: return "hardware";
+    case FERRY_REPORT_PREDICTOR_CI: return "predictor-intervals";
+    case FERRY_REPORT_ROUTING: return "routing";
   }
   return "?";
 }
@@ -188,6 +191,8 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (st == FERRY_OK) st = ferry__section_sim_vs_real(&rp);
   if (st == FERRY_OK) st = ferry__section_variants(&rp, "quant", FERRY_REPORT_QUANT);
   if (st == FERRY_OK) st = ferry__section_variants(&rp, "predictor", FERRY_REPORT_PREDICTOR);
+  if (st == FERRY_OK) st = ferry__section_predictor_ci(&rp);
+  if (st == FERRY_OK) st = ferry__section_routing(&rp);
   if (st == FERRY_OK) st = ferry__section_hardware(&rp);
   if (st == FERRY_OK) st = assemble(&rp);
   if (st == FERRY_OK) st = publish(&rp, out);
