@@ -29,18 +29,6 @@ void ferry__rb_html(struct ferry_strbuf *b, const char *s) {
   }
 }
 
-void ferry__rb_gpstr(struct ferry_strbuf *b, const char *s) {
-  /* plots use the noenhanced terminal, so only the string syntax itself needs escaping */
-  ferry__sb_puts(b, "\"");
-  for (; s && *s; s++) {
-    if (*s == '"') ferry__sb_puts(b, "\\\"");
-    else if (*s == '\\') ferry__sb_puts(b, "\\\\");
-    else if ((unsigned char)*s < 0x20) ferry__sb_puts(b, " ");
-    else ferry__sb_put(b, s, 1);
-  }
-  ferry__sb_puts(b, "\"");
-}
-
 const char *ferry__fmt_num(double v, char *buf, size_t len) {
   double a = fabs(v);
   if (isnan(v)) buf[0] = len ? (char)0 : (char)0;
@@ -81,7 +69,9 @@ struct rtable *ferry__table_new(const char *name, const char *head) {
   if (!t) return NULL;
   t->ncols = 1;
   for (const char *p = head; *p; p++) t->ncols += *p == '\x1f';
-  t->name = ferry__strdup(name);
+  char safe[96];
+  ferry__safe_name(name, safe, sizeof safe); /* names come from configuration keys: untrusted */
+  t->name = ferry__strdup(safe);
   t->head = ferry__calloc(t->ncols, sizeof *t->head);
   if (!t->name || !t->head) {
     ferry__table_free(t);
@@ -352,15 +342,18 @@ static void inline_svg(struct ferry_strbuf *h, const char *svg, size_t plot_no) 
   }
 }
 
-ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *caption, int width, int height,
+ferry_status ferry__emit_plot(struct report *rp, const char *plot_name, const char *caption, int width, int height,
                               const char *script) {
+  char name[96];
+  ferry__safe_name(plot_name, name, sizeof name);
   struct ferry_strbuf s = {0};
-  ferry__sb_printf(&s, "# %s\n# Redraw with: gnuplot %s.gp (writes %s.svg; the data is inline below)\n", caption, name,
-                   name);
-  ferry__sb_printf(&s,
-                   "set terminal svg size %d,%d dynamic noenhanced font 'Helvetica,12' background rgb 'white'\n"
-                   "set output '%s.svg'\n"
-                   "set encoding utf8\n"
+  ferry__gp_comment(&s, caption);
+  ferry__sb_printf(&s, "# Redraw with: gnuplot %s.gp (writes %s.svg; the data is inline below)\n", name, name);
+  ferry__sb_printf(&s, "set terminal svg size %d,%d dynamic noenhanced font 'Helvetica,12' background rgb 'white'\n"
+                       "set output ", width, height);
+  ferry__gp_strf(&s, "%s.svg", name);
+  ferry__sb_puts(&s,
+                   "\nset encoding utf8\n"
                    "set grid lc rgb '#dddddd'\n"
                    "set border lc rgb '#555555'\n"
                    "set key noopaque box lc rgb '#cccccc'\n"
@@ -374,12 +367,17 @@ ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *c
                    "set linetype 8 lc rgb '#7f7f7f' lw 2 pt 5 ps 0.8\n"
                    "set linetype 9 lc rgb '#bcbd22' lw 2 pt 9 ps 0.9\n"
                    "set linetype 10 lc rgb '#17becf' lw 2 pt 11 ps 0.9\n"
-                   "set linetype cycle 10\n",
-                   width, height, name);
+                   "set linetype cycle 10\n");
   ferry__sb_puts(&s, script);
   if (s.oom) {
     ferry__sb_free(&s);
     return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory building plot %s", name);
+  }
+  char why[128];
+  if (!ferry__gp_check(s.p, why, sizeof why)) {
+    /* a string that bypassed ferry__gp_str: never hand it to gnuplot */
+    ferry__sb_free(&s);
+    return ferry__err_set(&rp->err, FERRY_ERR_INTERNAL, "report: plot %s: unsafe gnuplot script (%s); not run", name, why);
   }
   char *plots = ferry__asprintf("%s/plots", rp->dir);
   char *gp = ferry__asprintf("%s/plots/%s.gp", rp->dir, name);

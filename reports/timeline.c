@@ -272,25 +272,29 @@ ferry_status ferry__section_timeline(struct report *rp) {
     sqlite3_bind_int64(q, 3, t1);
     while (sqlite3_step(q) == SQLITE_ROW) {
       double x = (double)(sqlite3_column_int64(q, 1) - t0) / div;
-      ferry__sb_printf(&s,
-                       "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\n"
-                       "set label 'step %lld' at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n",
-                       x, x, (long long)sqlite3_column_int64(q, 0), x);
+      ferry__sb_printf(&s, "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\nset label ", x, x);
+      ferry__gp_strf(&s, "step %lld", (long long)sqlite3_column_int64(q, 0));
+      ferry__sb_printf(&s, " at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n", x);
     }
     sqlite3_finalize(q);
   }
   ferry__sb_printf(&s, "set yrange [%zu.6:-0.6]\nset ytics (", nq - 1);
-  for (size_t k = 0; k < nq; k++) ferry__sb_printf(&s, "%s\"queue %d: %s\" %zu", k ? ", " : "", queues[k], cat_short[role[k]], k);
-  ferry__sb_printf(&s,
-                   ")\nset xlabel \"time since the first operation (%s)\"\nset xrange [0:%.6f]\nset grid xtics\n"
-                   "set key outside right top vertical\nset style fill solid 0.85 noborder\n"
-                   "set title \"Run %s: %s\" offset 0,1\nplot ",
-                   tunit, span_ns / div, r->label, range);
+  for (size_t k = 0; k < nq; k++) {
+    ferry__sb_puts(&s, k ? ", " : "");
+    ferry__gp_strf(&s, "queue %d: %s", queues[k], cat_short[role[k]]);
+    ferry__sb_printf(&s, " %zu", k);
+  }
+  ferry__sb_puts(&s, ")\n");
+  ferry__gp_set(&s, "xlabel", "time since the first operation (%s)", tunit);
+  ferry__sb_printf(&s, "set xrange [0:%.6f]\nset grid xtics\nset key outside right top vertical\n"
+                       "set style fill solid 0.85 noborder\nset title ", span_ns / div);
+  ferry__gp_strf(&s, "Run %s: %s", r->label, range);
+  ferry__sb_puts(&s, " offset 0,1\nplot ");
   int any = 0;
   for (int c = 0; c < CAT_COUNT; c++) {
     if (!used[c]) continue;
-    ferry__sb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title \"%s\"", any ? ", " : "", c,
-                     cat_color[c], cat_name[c]);
+    ferry__sb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title ", any ? ", " : "", c, cat_color[c]);
+    ferry__gp_str(&s, cat_name[c]);
     any = 1;
   }
   ferry__sb_puts(&s, "\n");
@@ -434,16 +438,20 @@ ferry_status ferry__section_memory(struct report *rp) {
                         budget[t] > 0 ? ferry__fmt_num(100.0 * r->peak_bytes[t] / budget[t], b3, sizeof b3) : "");
     }
   }
-  ferry__sb_printf(&s,
-                   "set xlabel \"time since the first sample (%s)\"\nset ylabel \"bytes in use (%s)\"\n"
-                   "set yrange [0:*]\nset key outside right top\nset title \"Memory per tier, run %s\"\nplot ",
-                   ms ? "ms" : "s", unit, r->label);
+  ferry__gp_set(&s, "xlabel", "time since the first sample (%s)", ms ? "ms" : "s");
+  ferry__gp_set(&s, "ylabel", "bytes in use (%s)", unit);
+  ferry__sb_puts(&s, "set yrange [0:*]\nset key outside right top\n");
+  ferry__gp_set(&s, "title", "Memory per tier, run %s", r->label);
+  ferry__sb_puts(&s, "plot ");
   for (int t = 0; t < 3; t++) {
     if (!nv[t]) continue;
-    ferry__sb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title \"%s\"", drawn ? ", " : "", t, t + 1, tiers[t]);
+    ferry__sb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title ", drawn ? ", " : "", t, t + 1);
+    ferry__gp_str(&s, tiers[t]);
     drawn = 1;
-    if (budget[t] > 0)
-      ferry__sb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title \"%s budget\"", budget[t] * scale, t + 1, tiers[t]);
+    if (budget[t] > 0) {
+      ferry__sb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title ", budget[t] * scale, t + 1);
+      ferry__gp_strf(&s, "%s budget", tiers[t]);
+    }
   }
   ferry__sb_puts(&s, "\n");
   if (!drawn) goto out;
