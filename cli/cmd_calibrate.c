@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "ferry/calibrate.h"
 #include "ferry/hw.h"
 
@@ -170,6 +171,8 @@ int cmd_calibrate(int argc, char **argv) {
   if (optind < argc) return cli_usage_error("calibrate", "unexpected argument '%s'", argv[optind]);
   if (!out) return cli_usage_error("calibrate", "missing --out FILE");
   if (probe == !!db) return cli_usage_error("calibrate", "give either --probe or --db RUN.db");
+  const struct ferry_path_use paths[] = {{"--out", out, FERRY_PATH_OUT}, {"--db", db, FERRY_PATH_SQLITE}, {"--base", base, 0}};
+  if (cli_check_paths("calibrate", paths, 3)) return CLI_USAGE;
   if (db) {
     if (run < 0 || !base) return cli_usage_error("calibrate", "--db needs --run N and --base PROFILE");
     return fit_from_db(db, run, base, out);

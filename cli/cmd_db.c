@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/db.h"
 
@@ -218,6 +219,8 @@ static int do_export(const struct opts *o) {
   if (o->npos) return cli_usage_error("db", "export-trace takes --run N --out FILE");
   if ((rc = parse_run("--run", o->run, &id))) return rc;
   if (!o->out) return cli_usage_error("db", "--out FILE is required");
+  const struct ferry_path_use paths[] = {{"--out", o->out, FERRY_PATH_OUT}, {"--db", o->db, FERRY_PATH_SQLITE}};
+  if ((rc = cli_check_paths("db", paths, 2))) return rc;
   ferry_db *db;
   if ((rc = open_db(o, FERRY_DB_READ_ONLY, &db))) return rc;
   ferry_status st = ferry_db_export_trace(db, id, o->out);
@@ -229,8 +232,12 @@ static int do_export(const struct opts *o) {
 
 static int do_import(const struct opts *o) {
   if (o->npos != 1) return cli_usage_error("db", "import-nsys takes one export file");
+  const struct ferry_path_use paths[] = {{"--db", o->db, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"EXPORT.sqlite", o->pos[0], FERRY_PATH_SQLITE}};
+  int rc = cli_check_paths("db", paths, 2);
+  if (rc) return rc;
   ferry_db *db;
-  int rc = open_db(o, FERRY_DB_CREATE, &db);
+  rc = open_db(o, FERRY_DB_CREATE, &db);
   if (rc) return rc;
   struct ferry_run_info info = {.kind = FERRY_RUN_NSYS_IMPORT, .model = o->model, .hardware = o->hardware};
   int64_t id;

@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/run_common.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "common/json.h"
 #include "common/units.h"
 #include "ferry/db.h"
@@ -551,6 +552,9 @@ int cmd_sweep(int argc, char **argv) {
   if (optind < argc) return cli_usage_error("sweep", "unexpected argument '%s'", argv[optind]);
   if (!sw.spec_path) return cli_usage_error("sweep", "missing --spec FILE");
   if (!sw.db_path) return cli_usage_error("sweep", "missing --db FILE");
+  const struct ferry_path_use paths[] = {{"--db", sw.db_path, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"--spec", sw.spec_path, 0}};
+  if (cli_check_paths("sweep", paths, 2)) return CLI_USAGE;
   sw.tty = cli_is_tty(stderr);
 
   int rc = CLI_FAIL;

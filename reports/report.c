@@ -177,7 +177,21 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (!out) return ferry__fail(FERRY_ERR_NOMEM, "report: out of memory");
   size_t len = strlen(out);
   while (len > 1 && out[len - 1] == '/') out[--len] = '\0';
-  ferry_status st = ferry__report_load(&rp);
+  /* the folder is replaced at the end: it must not be, nor hold, a database being read */
+  struct ferry_path_use *uses = ferry__calloc(opt->n_dbs + 1, sizeof *uses);
+  if (!uses) {
+    ferry_free(out);
+    return ferry__fail(FERRY_ERR_NOMEM, "report: out of memory");
+  }
+  uses[0] = (struct ferry_path_use){"--out", out, FERRY_PATH_OUT | FERRY_PATH_DIR};
+  for (size_t i = 0; i < opt->n_dbs; i++) uses[i + 1] = (struct ferry_path_use){"--db", opt->db_paths[i], FERRY_PATH_SQLITE};
+  ferry_status st = ferry__check_paths(uses, opt->n_dbs + 1);
+  ferry_free(uses);
+  if (st != FERRY_OK) {
+    ferry_free(out);
+    return st;
+  }
+  st = ferry__report_load(&rp);
   if (st == FERRY_OK && opt->timeline_run >= 0) ferry__timeline_run(&rp, &st); /* fail early on a bad run id */
   if (st == FERRY_OK) st = make_tmp_dir(&rp, out);
   if (st == FERRY_OK) st = ferry__section_runs(&rp);

@@ -225,7 +225,8 @@ static void test_bad_databases(void **state) {
   assert_true(tu_contains(out, path));
   free(out);
   /* import-nsys into a non-database must not overwrite it either */
-  assert_int_equal(run_ferry(&out, "db import-nsys '%s' --db '%s'", path, path), 1);
+  assert_int_equal(run_ferry(&out, "db import-nsys '%s' --db '%s'", path, path), 2);
+  assert_true(tu_contains(out, "must not overwrite"));
   free(out);
 
   snprintf(path, sizeof path, "%s/future.db", dir);
