@@ -537,6 +537,64 @@ static void test_hostile_strings(void **state) {
   free(html);
 }
 
+/* --out replaces only a previous report (it holds .ferry-report) or an empty folder; anything
+ * else, and a folder holding a database being read, is refused and left as it was. */
+static void test_out_folder(void **state) {
+  struct fixture *f = *state;
+  struct ferry_report_summary sum;
+  char path[1024], args[2048], *out = NULL;
+  /* a folder of someone's files */
+  assert_int_equal(ferry__mkdir_p(f->out, NULL), FERRY_OK);
+  snprintf(path, sizeof path, "%s/thesis.tex", f->out);
+  tu_write_file(path, "precious", 8);
+  snprintf(args, sizeof args, "report --db %s --out %s", f->db, f->out);
+  assert_int_equal(tu_run_ferry(args, &out), 1);
+  assert_true(tu_contains(out, "is not a ferry report"));
+  assert_non_null(strchr(out, '\n'));
+  assert_int_equal(strchr(out, '\n')[1], '\0'); /* one line */
+  free(out);
+  assert_true(ferry__is_file(path));
+  snprintf(path, sizeof path, "%s/index.html", f->out);
+  assert_false(ferry__is_file(path));
+  /* an empty folder is filled, a report replaced */
+  snprintf(path, sizeof path, "%s/thesis.tex", f->out);
+  assert_int_equal(unlink(path), 0);
+  build(f, &sum);
+  snprintf(path, sizeof path, "%s/.ferry-report", f->out);
+  assert_true(ferry__is_file(path));
+  snprintf(path, sizeof path, "%s/extra.txt", f->out);
+  tu_write_file(path, "x", 1);
+  build(f, &sum);
+  assert_false(ferry__is_file(path));
+  /* a report folder that now holds the database it is made from */
+  snprintf(path, sizeof path, "%s/study.db", f->out);
+  char cmd[2200];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", f->db, path);
+  assert_int_equal(system(cmd), 0);
+  snprintf(args, sizeof args, "report --db %s --out %s/", path, f->out);
+  assert_int_equal(tu_run_ferry(args, &out), 2);
+  assert_true(tu_contains(out, "must not overwrite"));
+  free(out);
+  struct ferry_report_options o;
+  ferry_report_options_init(&o);
+  const char *dbs[1] = {path};
+  o.db_paths = dbs;
+  o.n_dbs = 1;
+  o.out_dir = f->out;
+  assert_int_equal(ferry_report_write(&o, NULL), FERRY_ERR_INVALID);
+  assert_true(ferry__is_file(path));
+  /* a file, or a link to a folder, is no report folder */
+  snprintf(path, sizeof path, "%s/file", f->dir);
+  tu_write_file(path, "x", 1);
+  o.db_paths = (const char *[]){f->db};
+  o.out_dir = path;
+  assert_int_equal(ferry_report_write(&o, NULL), FERRY_ERR_EXISTS);
+  snprintf(path, sizeof path, "%s/link", f->dir);
+  assert_int_equal(symlink(f->out, path), 0);
+  assert_int_equal(ferry_report_write(&o, NULL), FERRY_ERR_EXISTS);
+  assert_true(ferry__is_dir(f->out));
+}
+
 /* Errors: one line, non-zero, nothing written. */
 static void expect_error(struct fixture *f, const char *db_path, const char *gnuplot, int64_t run, const char *needle) {
   struct ferry_report_options o;
@@ -674,6 +732,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sections_plots_tables, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sim_error_and_cost, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_strings, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_out_folder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_chromium, setup, teardown),
