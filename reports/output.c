@@ -29,6 +29,21 @@ void ferry__rb_html(struct ferry_strbuf *b, const char *s) {
   }
 }
 
+void ferry__rb_md(struct ferry_strbuf *b, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+      case '<': ferry__sb_puts(b, "&lt;"); break;
+      case '>': ferry__sb_puts(b, "&gt;"); break;
+      case '&': ferry__sb_puts(b, "&amp;"); break;
+      case '\\': case '`': case '*': case '[': case ']': case '|':
+        ferry__sb_puts(b, "\\"); /* CommonMark: a backslash makes ASCII punctuation literal */
+        ferry__sb_put(b, s, 1);
+        break;
+      default: ferry__sb_put(b, ((unsigned char)*s < 0x20 || *s == 0x7f) ? " " : s, 1);
+    }
+  }
+}
+
 const char *ferry__fmt_num(double v, char *buf, size_t len) {
   double a = fabs(v);
   if (isnan(v)) buf[0] = len ? (char)0 : (char)0;
@@ -140,11 +155,7 @@ static void csv_cell(struct ferry_strbuf *b, const char *s) {
 
 static void md_cell(struct ferry_strbuf *b, const char *s) {
   ferry__sb_puts(b, " ");
-  for (; *s; s++) {
-    if (*s == '|') ferry__sb_puts(b, "\\|");
-    else if (*s == '\n' || *s == '\r') ferry__sb_puts(b, " ");
-    else ferry__sb_put(b, s, 1);
-  }
+  ferry__rb_md(b, s);
   ferry__sb_puts(b, " |");
 }
 
@@ -203,7 +214,9 @@ ferry_status ferry__emit_table(struct report *rp, struct rtable *t, const char *
   ferry__sb_puts(h, "</tbody></table></div>\n");
 
   struct ferry_strbuf *m = &rp->md;
-  ferry__sb_printf(m, "*%s* ([%s.csv](tables/%s.csv))\n\n|", caption, t->name, t->name);
+  ferry__sb_puts(m, "*");
+  ferry__rb_md(m, caption);
+  ferry__sb_printf(m, "* ([%s.csv](tables/%s.csv))\n\n|", t->name, t->name);
   for (size_t c = 0; c < t->ncols; c++) md_cell(m, t->head[c]);
   ferry__sb_puts(m, "\n|");
   for (size_t c = 0; c < t->ncols; c++) ferry__sb_puts(m, "---|");
@@ -228,14 +241,18 @@ void ferry__doc_section(struct report *rp, enum ferry_report_section sec, const 
   ferry__sb_printf(&rp->toc, "<li><a href=\"#%s\">", id);
   ferry__rb_html(&rp->toc, title);
   ferry__sb_puts(&rp->toc, "</a></li>\n");
-  ferry__sb_printf(&rp->md, "## %s\n\n", title);
+  ferry__sb_puts(&rp->md, "## ");
+  ferry__rb_md(&rp->md, title);
+  ferry__sb_puts(&rp->md, "\n\n");
 }
 
 void ferry__doc_heading(struct report *rp, const char *title) {
   ferry__sb_puts(&rp->html, "<h3>");
   ferry__rb_html(&rp->html, title);
   ferry__sb_puts(&rp->html, "</h3>\n");
-  ferry__sb_printf(&rp->md, "### %s\n\n", title);
+  ferry__sb_puts(&rp->md, "### ");
+  ferry__rb_md(&rp->md, title);
+  ferry__sb_puts(&rp->md, "\n\n");
 }
 
 void ferry__doc_para(struct report *rp, const char *fmt, ...) {
@@ -247,7 +264,8 @@ void ferry__doc_para(struct report *rp, const char *fmt, ...) {
   ferry__sb_puts(&rp->html, "<p>");
   ferry__rb_html(&rp->html, t.p ? t.p : "");
   ferry__sb_puts(&rp->html, "</p>\n");
-  ferry__sb_printf(&rp->md, "%s\n\n", t.p ? t.p : "");
+  ferry__rb_md(&rp->md, t.p ? t.p : "");
+  ferry__sb_puts(&rp->md, "\n\n");
   if (t.oom) rp->html.oom = 1;
   ferry__sb_free(&t);
 }
@@ -404,8 +422,9 @@ ferry_status ferry__emit_plot(struct report *rp, const char *plot_name, const ch
   ferry__rb_html(h, caption);
   ferry__sb_printf(h, " <a href=\"plots/%s.gp\">gnuplot script</a> · <a href=\"plots/%s.svg\">SVG</a></figcaption>\n</figure>\n",
                    name, name);
-  ferry__sb_printf(&rp->md, "![%s](plots/%s.svg)\n\n*%s* (script: [plots/%s.gp](plots/%s.gp))\n\n", name, name, caption,
-                   name, name);
+  ferry__sb_printf(&rp->md, "![%s](plots/%s.svg)\n\n*", name, name);
+  ferry__rb_md(&rp->md, caption);
+  ferry__sb_printf(&rp->md, "* (script: [plots/%s.gp](plots/%s.gp))\n\n", name, name);
 out:
   ferry__sb_free(&s);
   ferry_free(plots);

@@ -78,14 +78,17 @@ static ferry_status assemble(struct report *rp) {
   ferry__sb_puts(&h, "</h1>\n<p class=\"meta\">");
   ferry__sb_printf(&h, "%zu runs (%zu complete, %zu failed or incomplete) from ", rp->sum.runs, rp->sum.complete,
                    rp->sum.failed);
-  ferry__sb_printf(&m, "# %s\n\n%zu runs (%zu complete, %zu failed or incomplete) from ", title, rp->sum.runs,
-                   rp->sum.complete, rp->sum.failed);
+  ferry__sb_puts(&m, "# ");
+  ferry__rb_md(&m, title);
+  ferry__sb_printf(&m, "\n\n%zu runs (%zu complete, %zu failed or incomplete) from ", rp->sum.runs, rp->sum.complete,
+                   rp->sum.failed);
   for (size_t i = 0; i < o->n_dbs; i++) {
     ferry__sb_puts(&h, i ? ", " : "");
     ferry__sb_puts(&h, "<code>");
     ferry__rb_html(&h, o->db_paths[i]);
     ferry__sb_puts(&h, "</code>");
-    ferry__sb_printf(&m, "%s`%s`", i ? ", " : "", o->db_paths[i]);
+    ferry__sb_puts(&m, i ? ", " : "");
+    ferry__rb_md(&m, o->db_paths[i]);
   }
   ferry__sb_printf(&h, "; written %s by ferry %s. Tables are in <code>tables/</code> as CSV, plots in "
                        "<code>plots/</code> with the gnuplot script that drew each.</p>\n<nav><ul>\n",

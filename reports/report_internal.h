@@ -17,6 +17,10 @@
 /* A growing string; an allocation failure sets oom and later appends do nothing. */
 
 void ferry__rb_html(struct ferry_strbuf *b, const char *s); /* escaped for HTML text and attributes */
+/* Escaped for Markdown text: no raw HTML (<, >, & as entities), no code, emphasis, link or
+ * table syntax (backslash escapes), control characters as spaces. Every text of report.md
+ * that is not the report's own markup goes through it. */
+void ferry__rb_md(struct ferry_strbuf *b, const char *s);
 
 /* Latency distribution in milliseconds. */
 struct rdist {

@@ -535,6 +535,15 @@ static void test_hostile_strings(void **state) {
   assert_non_null(html);
   assert_null(strstr(html, "<script"));
   free(html);
+  /* Markdown: the text is there, no raw HTML, link or table syntax from the database */
+  snprintf(path, sizeof path, "%s/report.md", f->out);
+  char *md = slurp(path);
+  assert_non_null(md);
+  assert_true(tu_contains(md, "&lt;script&gt;alert(1)&lt;/script&gt;"));
+  assert_null(strstr(md, "<script"));
+  assert_null(strstr(md, "[x]("));
+  assert_true(tu_contains(md, "\\[x\\](javascript"));
+  free(md);
 }
 
 /* --out replaces only a previous report (it holds .ferry-report) or an empty folder; anything
