@@ -272,33 +272,51 @@ void ferry__doc_para(struct report *rp, const char *fmt, ...) {
 
 /* ---- plots -------------------------------------------------------------------------------- */
 
-/* Run gnuplot on plots/NAME.gp in the plots folder; stderr is captured for the error message. */
+/* Run gnuplot on plots/NAME.gp in the plots folder; stderr is captured for the error message.
+ * Whether the program could be started at all comes back on its own close-on-exec pipe (the
+ * errno of a failed chdir or exec), never mixed into gnuplot's own output. */
 static ferry_status run_gnuplot(struct report *rp, const char *plots_dir, const char *name) {
-  const char *prog = rp->opt->gnuplot && *rp->opt->gnuplot ? rp->opt->gnuplot : "gnuplot";
+  const char *given = rp->opt->gnuplot && *rp->opt->gnuplot ? rp->opt->gnuplot : "gnuplot";
+  /* the child changes folder first: a relative path must not change meaning */
+  char cwd[4096];
+  char *prog = strchr(given, '/') && given[0] != '/' && getcwd(cwd, sizeof cwd) ? ferry__path_join(cwd, given)
+                                                                                 : ferry__strdup(given);
+  if (!prog) return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory");
   char script[300];
   snprintf(script, sizeof script, "%s.gp", name);
-  int fds[2];
-  if (pipe(fds) != 0) return ferry__err_set(&rp->err, FERRY_ERR_IO, "report: pipe: %s", strerror(errno));
+  int fds[2] = {-1, -1}, efd[2] = {-1, -1};
+  ferry_status st = FERRY_OK;
+  if (pipe(fds) != 0 || pipe2(efd, O_CLOEXEC) != 0) {
+    st = ferry__err_set(&rp->err, FERRY_ERR_IO, "report: pipe: %s", strerror(errno));
+    goto out;
+  }
   pid_t pid = fork();
   if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return ferry__err_set(&rp->err, FERRY_ERR_IO, "report: fork: %s", strerror(errno));
+    st = ferry__err_set(&rp->err, FERRY_ERR_IO, "report: fork: %s", strerror(errno));
+    goto out;
   }
   if (pid == 0) {
     close(fds[0]);
+    close(efd[0]);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) {
       dup2(devnull, 0);
       dup2(devnull, 1);
     }
     dup2(fds[1], 2);
-    if (chdir(plots_dir) != 0) _exit(126);
-    execlp(prog, prog, script, (char *)NULL);
-    dprintf(2, "\x01exec failed: %s", strerror(errno));
+    int failure[2] = {0, 0}; /* {0 = chdir, 1 = exec; errno} */
+    if (chdir(plots_dir) == 0) {
+      execlp(prog, prog, script, (char *)NULL);
+      failure[0] = 1;
+    }
+    failure[1] = errno;
+    ssize_t w = write(efd[1], failure, sizeof failure);
+    (void)w;
     _exit(127);
   }
   close(fds[1]);
+  close(efd[1]);
+  fds[1] = efd[1] = -1;
   char err[2048];
   size_t n = 0;
   for (;;) {
@@ -311,14 +329,22 @@ static ferry_status run_gnuplot(struct report *rp, const char *plots_dir, const 
     n += take;
   }
   err[n] = '\0';
-  close(fds[0]);
+  int failure[2];
+  ssize_t got;
+  while ((got = read(efd[0], failure, sizeof failure)) < 0 && errno == EINTR) {
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && err[0] == '\x01')
-    return ferry__err_set(&rp->err, FERRY_ERR_NOT_FOUND,
+  if (got == (ssize_t)sizeof failure) {
+    if (failure[0])
+      st = ferry__err_set(&rp->err, FERRY_ERR_NOT_FOUND,
                           "report: cannot run gnuplot '%s' (%s); install the Debian package gnuplot-nox or give --gnuplot PATH",
-                          prog, err + 1 + strlen("exec failed: "));
+                          prog, strerror(failure[1]));
+    else
+      st = ferry__err_set(&rp->err, FERRY_ERR_IO, "report: %s: cannot enter the folder: %s", plots_dir, strerror(failure[1]));
+    goto out;
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     /* first line that says what went wrong */
     char *line = err;
@@ -331,10 +357,21 @@ static ferry_status run_gnuplot(struct report *rp, const char *plots_dir, const 
       nl = strchr(line, '\n');
     }
     if (nl) *nl = '\0';
-    return ferry__err_set(&rp->err, FERRY_ERR_INTERNAL, "report: gnuplot failed on plots/%s.gp: %s", name,
-                          *line ? line : "no message");
+    for (char *c = line; *c; c++) /* it may quote the script: no terminal controls */
+      if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
+    char how[64] = "";
+    if (WIFSIGNALED(status)) snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(status));
+    else if (WIFEXITED(status)) snprintf(how, sizeof how, " (exit status %d)", WEXITSTATUS(status));
+    st = ferry__err_set(&rp->err, FERRY_ERR_INTERNAL, "report: gnuplot failed on plots/%s.gp%s: %s", name, how,
+                        *line ? line : "no message");
   }
-  return FERRY_OK;
+out:
+  for (int i = 0; i < 2; i++) {
+    if (fds[i] >= 0) close(fds[i]);
+    if (efd[i] >= 0) close(efd[i]);
+  }
+  ferry_free(prog);
+  return st;
 }
 
 /* Append the SVG to the HTML without its XML prolog, with every id prefixed so that several

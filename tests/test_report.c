@@ -654,7 +654,8 @@ static void test_bad_input(void **state) {
                 96);
   expect_error(f, path, NULL, -1, "not a ferry database");
   /* gnuplot missing, bad timeline run */
-  expect_error(f, f->db, "/nonexistent/gnuplot", -1, "gnuplot");
+  expect_error(f, f->db, "/nonexistent/gnuplot", -1, "cannot run gnuplot '/nonexistent/gnuplot' (No such file or directory)");
+  for (const char *c = ferry_last_error(); *c; c++) assert_true((unsigned char)*c >= 0x20);
   expect_error(f, f->db, NULL, 999, "no run 999");
   /* the same through the command */
   char args[2048], *out = NULL;
