@@ -11,6 +11,8 @@
 #include "cli/cli.h"
 #include "common/alloc.h"
 #include "common/fsutil.h"
+#include "common/sqlite_read.h"
+#include "ferry/db.h"
 #include "ferry/calibrate.h"
 #include "ferry/hw.h"
 
@@ -41,8 +43,9 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   struct ferry_calib_sample *s = NULL;
   const char *fitted[64];
   size_t n_fitted = 0;
-  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-    cli_fail(FERRY_ERR_DB, "%s: cannot open: %s", db_path, db ? sqlite3_errmsg(db) : "out of memory");
+  if ((st = ferry__sqlite_open_read(db_path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db, NULL, NULL)) !=
+      FERRY_OK) {
+    cli_fail(st, NULL);
     goto out;
   }
   size_t cap = 200000;
@@ -66,7 +69,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
         "SELECT k.bytes, k.flops, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds n ON n.id = k.shortName "
         "WHERE k.runId = ?1 AND n.value = ?2 LIMIT 200000";
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-      cli_fail(FERRY_ERR_DB, "%s: not a ferry result datakind_base with a timeline (%s)", db_path, sqlite3_errmsg(db));
+      cli_fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path, sqlite3_errmsg(db));
       goto out;
     }
     sqlite3_bind_int64(q, 1, run);
@@ -141,7 +144,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   rc = CLI_OK;
 out:
   ferry_free(s);
-  sqlite3_close(db);
+  sqlite3_close_v2(db);
   ferry_hw_close(hw);
   return rc;
 }

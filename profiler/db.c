@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/sqlite_read.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
 
@@ -77,24 +78,26 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
     st = ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory", path);
     goto out_free;
   }
+  if (db->read_only) {
+    /* the readers' one way in, shared with reports/ and calibrate */
+    st = ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db->sql, NULL, &db->err);
+    if (st != FERRY_OK) goto out_free;
+    *out = db;
+    return FERRY_OK;
+  }
 
   struct stat sb;
   if (stat(path, &sb) != 0) {
-    if (db->read_only) {
-      st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no such database (%s)", path, strerror(errno));
-      goto out_free;
-    }
     if ((st = unwritable(db)) != FERRY_OK) goto out_free;
   } else if (S_ISDIR(sb.st_mode)) {
     st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: is a folder, expected a database file", path);
     goto out_free;
   }
 
-  int oflags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-               SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
+  int oflags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
   int rc = sqlite3_open_v2(path, &db->sql, oflags, NULL);
   if (rc != SQLITE_OK) {
-    if (!db->read_only && unwritable(db) != FERRY_OK) {
+    if (unwritable(db) != FERRY_OK) {
       st = db->err.status;
     } else {
       st = ferry__db_sqlite_error(db->sql, rc, path, "cannot open", &db->err);
@@ -103,7 +106,7 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   }
   sqlite3_extended_result_codes(db->sql, 1);
   sqlite3_busy_timeout(db->sql, 60000); /* sweep workers share one file */
-  if (!db->read_only && sqlite3_db_readonly(db->sql, "main") == 1) {
+  if (sqlite3_db_readonly(db->sql, "main") == 1) {
     if ((st = unwritable(db)) == FERRY_OK)
       st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: opened read-only by SQLite; cannot write", path);
     goto out_free;
@@ -112,16 +115,6 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   /* Reading the header tells a non-SQLite file apart before anything is written. */
   int version = 0, app_id = 0, tables = 0;
   rc = pragma_int(db->sql, "PRAGMA user_version", &version);
-  if (db->read_only && ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY)) {
-    /* A WAL database in a folder we cannot write: SQLite cannot create the -shm file. Read
-     * it as immutable (no locking), which is right for a study someone else has finished. */
-    char *uri = ferry__db_file_uri(path, "immutable=1");
-    sqlite3_close_v2(db->sql);
-    db->sql = NULL;
-    rc = uri ? sqlite3_open_v2(uri, &db->sql, oflags, NULL) : SQLITE_NOMEM;
-    ferry_free(uri);
-    if (rc == SQLITE_OK) rc = pragma_int(db->sql, "PRAGMA user_version", &version);
-  }
   if (rc != SQLITE_OK ||
       (rc = pragma_int(db->sql, "PRAGMA application_id", &app_id)) != SQLITE_OK ||
       (rc = pragma_int(db->sql, "SELECT count(*) FROM sqlite_master", &tables)) != SQLITE_OK) {
@@ -137,34 +130,32 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
                         version, FERRY_DB_SCHEMA_VERSION);
     goto out_free;
   }
-  if ((version == 0 && (tables > 0 || db->read_only)) ||
+  if ((version == 0 && tables > 0) ||
       (version > 0 && app_id != FERRY_DB_APPLICATION_ID)) {
     st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (%s)", path,
                         tables > 0 ? "an SQLite file with other tables" : "empty file");
     goto out_free;
   }
-  if (!db->read_only) {
-    int wal = 0;
-    sqlite3_stmt *stj;
-    rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
-      const char *m = (const char *)sqlite3_column_text(stj, 0);
-      wal = m && !strcmp(m, "wal");
-      rc = SQLITE_OK;
-    }
-    sqlite3_finalize(stj);
-    if (rc != SQLITE_OK || !wal) {
-      if ((st = unwritable(db)) == FERRY_OK)
-        st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)
-                             : ferry__err_set(&db->err, FERRY_ERR_IO, "%s: cannot switch to WAL mode", path);
-      goto out_free;
-    }
-    sqlite3_exec(db->sql, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-16384",
-                 NULL, NULL, NULL);
-    if (version < FERRY_DB_SCHEMA_VERSION &&
-        (st = ferry__db_migrate(db->sql, path, FERRY_DB_SCHEMA_VERSION, &db->err)) != FERRY_OK)
-      goto out_free;
+  int wal = 0;
+  sqlite3_stmt *stj;
+  rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
+  if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
+    const char *m = (const char *)sqlite3_column_text(stj, 0);
+    wal = m && !strcmp(m, "wal");
+    rc = SQLITE_OK;
   }
+  sqlite3_finalize(stj);
+  if (rc != SQLITE_OK || !wal) {
+    if ((st = unwritable(db)) == FERRY_OK)
+      st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)
+                           : ferry__err_set(&db->err, FERRY_ERR_IO, "%s: cannot switch to WAL mode", path);
+    goto out_free;
+  }
+  sqlite3_exec(db->sql, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-16384",
+               NULL, NULL, NULL);
+  if (version < FERRY_DB_SCHEMA_VERSION &&
+      (st = ferry__db_migrate(db->sql, path, FERRY_DB_SCHEMA_VERSION, &db->err)) != FERRY_OK)
+    goto out_free;
   *out = db;
   return FERRY_OK;
 

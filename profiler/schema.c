@@ -251,18 +251,3 @@ out_rollback:
   sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
   return st;
 }
-
-char *ferry__db_file_uri(const char *path, const char *query) {
-  size_t n = strlen(path);
-  char *u = ferry_malloc(n * 3 + strlen(query) + 8);
-  if (!u) return NULL;
-  char *w = u + sprintf(u, "file:");
-  for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("/._-~", *p))
-      *w++ = (char)*p;
-    else
-      w += sprintf(w, "%%%02X", *p);
-  }
-  sprintf(w, "?%s", query);
-  return u;
-}

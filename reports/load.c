@@ -7,64 +7,19 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/sqlite_read.h"
 #include "common/json.h"
 #include "ferry/db.h"
 #include "reports/report_internal.h"
 
-#define FERRY_DB_APP_ID 0x46525259 /* "FRRY", PRAGMA application_id of a ferry database */
 
 static ferry_status sql_fail(struct report *rp, sqlite3 *db, const char *path, const char *what) {
   return ferry__err_set(&rp->err, FERRY_ERR_DB, "%s: %s: %s", path, what, sqlite3_errmsg(db));
 }
 
-static int pragma_int(sqlite3 *db, const char *sql, int *out) {
-  sqlite3_stmt *q;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
-  if (rc != SQLITE_OK) return rc;
-  rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) {
-    *out = sqlite3_column_int(q, 0);
-    rc = SQLITE_OK;
-  }
-  sqlite3_finalize(q);
-  return rc;
-}
-
 static ferry_status open_db(struct report *rp, const char *path, sqlite3 **out) {
-  *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ferry__err_set(&rp->err, FERRY_ERR_NOT_FOUND, "%s: no such database", path);
-  fclose(f);
-  sqlite3 *db = NULL;
-  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
-  if (rc != SQLITE_OK) {
-    ferry_status st = sql_fail(rp, db, path, "cannot open");
-    sqlite3_close_v2(db);
-    return st;
-  }
-  /* a sweep may still be writing: wait for its transactions rather than failing */
-  sqlite3_busy_timeout(db, 60000);
-  int version = 0, app_id = 0;
-  rc = pragma_int(db, "PRAGMA user_version", &version);
-  if (rc == SQLITE_OK) rc = pragma_int(db, "PRAGMA application_id", &app_id);
-  ferry_status st = FERRY_OK;
-  if ((rc & 0xff) == SQLITE_NOTADB)
-    st = ferry__err_set(&rp->err, FERRY_ERR_FORMAT, "%s: not a ferry database (not an SQLite file)", path);
-  else if (rc != SQLITE_OK)
-    st = sql_fail(rp, db, path, "reading the database header");
-  else if (version > FERRY_DB_SCHEMA_VERSION)
-    st = ferry__err_set(&rp->err, FERRY_ERR_SCHEMA,
-                        "%s: schema version %d is newer than this build's %d; upgrade ferry", path, version,
-                        FERRY_DB_SCHEMA_VERSION);
-  else if (version == 0 || app_id != FERRY_DB_APP_ID)
-    st = ferry__err_set(&rp->err, FERRY_ERR_FORMAT, "%s: not a ferry database (application_id %#x, version %d)", path,
-                        (unsigned)app_id, version);
-  if (st != FERRY_OK) {
-    sqlite3_close_v2(db);
-    return st;
-  }
-  *out = db;
-  return FERRY_OK;
+  /* the same way in as ferry db: read-only folders, committed WAL content, the same refusals */
+  return ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, out, NULL, &rp->err);
 }
 
 static char *col_str(sqlite3_stmt *q, int i) {

@@ -30,6 +30,9 @@ extern "C" {
 /** Schema version this build writes (stored in PRAGMA user_version). */
 #define FERRY_DB_SCHEMA_VERSION 3
 
+/** PRAGMA application_id of every ferry result database ("FRRY"). */
+#define FERRY_DB_APPLICATION_ID 0x46525259
+
 /** Opaque handle on an open result database. */
 typedef struct ferry_db ferry_db;
 
