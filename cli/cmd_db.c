@@ -18,7 +18,9 @@ static const char usage_text[] =
     "  list                               runs: id, kind, model, hardware, complete, started, requests, error\n"
     "  show RUN                           a run's configuration and metrics (TTFT/TPOT/e2e, throughput,\n"
     "                                     peak memory and bytes moved per tier, stall time)\n"
-    "  diff RUN_A RUN_B [--tolerance 5%]  compare B against A; exit 3 when B regressed beyond tolerance\n"
+    "  diff RUN_A RUN_B [--tolerance 5%]  compare B against A; exit 3 when B regressed beyond tolerance;\n"
+    "       [--allow-incomplete]          runs that failed, were killed or still run are refused unless this\n"
+    "                                     is given (their metrics cover only part of the work)\n"
     "  export-trace --run N --out FILE    Chrome trace JSON of a run's timeline (open in Perfetto)\n"
     "  import-nsys EXPORT.sqlite          add an Nsight Systems SQLite export as a run (kind nsys-import);\n"
     "                                     --into FILE is the same as --db FILE\n\n"
@@ -32,6 +34,7 @@ struct opts {
   const char *db, *out, *run, *tolerance, *model, *hardware;
   const char *pos[4];
   int npos;
+  int allow_incomplete;
 };
 
 static int parse(int argc, char **argv, struct opts *o) {
@@ -49,6 +52,10 @@ static int parse(int argc, char **argv, struct opts *o) {
     if (a[0] != '-' || a[1] == '\0') {
       if (o->npos >= 4) return cli_usage_error("db", "too many arguments ('%s')", a);
       o->pos[o->npos++] = a;
+      continue;
+    }
+    if (!strcmp(a, "--allow-incomplete")) {
+      o->allow_incomplete = 1;
       continue;
     }
     size_t k;
@@ -188,6 +195,28 @@ static int do_diff(const struct opts *o) {
     return rc;
   ferry_db *db;
   if ((rc = open_db(o, FERRY_DB_READ_ONLY, &db))) return rc;
+  /* a run that did not complete measured only part of the work: a diff against it would
+   * report whatever it happened to reach, typically "no regression" */
+  const int64_t ids[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    struct ferry_run_summary *r;
+    ferry_status st = ferry_db_get_run(db, ids[i], &r);
+    if (st != FERRY_OK) {
+      ferry_db_close(db);
+      return cli_fail(st, NULL);
+    }
+    char why[300];
+    if (r->error) snprintf(why, sizeof why, "failed: %.250s", r->error);
+    else snprintf(why, sizeof why, "%s", r->finished_at ? "failed" : "killed, or still running");
+    int complete = r->complete == 1;
+    ferry_db_runs_free(r, 1);
+    if (!complete && !o->allow_incomplete) {
+      ferry_db_close(db);
+      return cli_fail(FERRY_ERR_INVALID, "%s: run %lld did not complete (%s); its metrics cover only part of the work. "
+                      "Compare complete runs, or pass --allow-incomplete", o->db, (long long)ids[i], why);
+    }
+    if (!complete) fprintf(stderr, "ferry: warning: run %lld did not complete (%s)\n", (long long)ids[i], why);
+  }
   struct ferry_run_stats sa, sb;
   ferry_status st = ferry_db_run_stats(db, a, &sa);
   if (st == FERRY_OK) st = ferry_db_run_stats(db, b, &sb);
