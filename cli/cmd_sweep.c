@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -369,6 +370,7 @@ static int launch(struct sweep *sw, struct combo *c) {
   ferry_free(tmpl);
   if (fd < 0) return cli_fail(FERRY_ERR_IO, "sweep: cannot create a log file: %s", strerror(errno));
   fflush(NULL);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(fd);
@@ -377,6 +379,11 @@ static int launch(struct sweep *sw, struct combo *c) {
   if (pid == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    /* die with the sweep, even when it is killed outright (SIGKILL), so a resumed sweep never
+     * runs beside orphans of the last one; the parent may have died before prctl */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(127);
+    /* the database keeps one complete run per combination (runs.sweep_key) */
+    if (setenv("FERRY_SWEEP_KEY", c->hash, 1) != 0) _exit(127);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(fd, 1);

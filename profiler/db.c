@@ -232,8 +232,8 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   if (rc != SQLITE_OK) goto out_error;
   rc = sqlite3_prepare_v2(db->sql,
                           "INSERT INTO runs(kind,started_at,complete,model,hardware,trace,config_json,"
-                          "config_hash,ferry_version,git_rev,notes,hostname,pid) "
-                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                          "config_hash,ferry_version,git_rev,notes,hostname,pid,sweep_key) "
+                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
                           -1, &ins, NULL);
   if (rc != SQLITE_OK) goto out_rollback;
   sqlite3_bind_text(ins, 1, ferry_run_kind_name(info->kind), -1, SQLITE_STATIC);
@@ -248,6 +248,7 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   bind_text_or_null(ins, 10, info->notes);
   bind_text_or_null(ins, 11, host[0] ? host : NULL);
   sqlite3_bind_int64(ins, 12, (int64_t)getpid());
+  bind_text_or_null(ins, 13, info->sweep_key && *info->sweep_key ? info->sweep_key : NULL);
   if ((rc = sqlite3_step(ins)) != SQLITE_DONE) goto out_rollback;
   int64_t id = sqlite3_last_insert_rowid(db->sql);
   sqlite3_finalize(ins);
@@ -318,6 +319,35 @@ ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error
     rc = sqlite3_step(up);
   }
   sqlite3_finalize(up);
+  if (rc == SQLITE_CONSTRAINT_UNIQUE && !error) {
+    /* runs_sweep_complete: the combination was finished by another process meanwhile */
+    int64_t other = 0;
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db->sql, "SELECT o.id FROM runs r JOIN runs o ON o.sweep_key = r.sweep_key AND o.complete = 1 "
+                           "WHERE r.id = ?1", -1, &q, NULL) == SQLITE_OK) {
+      sqlite3_bind_int64(q, 1, run_id);
+      if (sqlite3_step(q) == SQLITE_ROW) other = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+    char dup[128];
+    snprintf(dup, sizeof dup, "duplicate: this sweep combination is already complete in run %lld", (long long)other);
+    rc = sqlite3_prepare_v2(db->sql, "UPDATE runs SET finished_at=?1, complete=0, error=?2, dropped_records=?3 WHERE id=?4",
+                            -1, &up, NULL);
+    if (rc == SQLITE_OK) {
+      sqlite3_bind_text(up, 1, finished, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(up, 2, dup, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(up, 3, dropped);
+      sqlite3_bind_int64(up, 4, run_id);
+      rc = sqlite3_step(up);
+    }
+    sqlite3_finalize(up);
+    if (rc == SQLITE_DONE) {
+      st = ferry__err_set(&db->err, FERRY_ERR_EXISTS, "%s: run %lld not recorded complete: %s", db->path,
+                          (long long)run_id, dup);
+      pthread_mutex_unlock(&db->write_mu);
+      return st;
+    }
+  }
   if (rc != SQLITE_DONE)
     st = ferry__db_sqlite_error(db->sql, rc, db->path, "marking the run finished", &db->err);
   else if (sqlite3_changes(db->sql) == 0)
