@@ -109,31 +109,32 @@ static const struct key *find_key(const char *name) {
   return NULL;
 }
 
-/* A value as option text; 0 on a type error (message printed). */
-static int value_text(const char *spec, const char *key, const cJSON *v, int flag, char *out, size_t len) {
+/* A value as option text, whole whatever its length (owned); NULL on a type error or out of
+ * memory (message printed). */
+static char *value_text(const char *spec, const char *key, const cJSON *v, int flag) {
+  char *out = NULL;
   if (flag) {
     if (!cJSON_IsBool(v)) {
       fprintf(stderr, "ferry: %s: %s: expected true or false\n", spec, key);
-      return 0;
+      return NULL;
     }
-    snprintf(out, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    return 1;
-  }
-  if (cJSON_IsString(v)) {
+    out = ferry__strdup(cJSON_IsTrue(v) ? "true" : "false");
+  } else if (cJSON_IsString(v)) {
     if (!*v->valuestring) {
       fprintf(stderr, "ferry: %s: %s: empty string\n", spec, key);
-      return 0;
+      return NULL;
     }
-    snprintf(out, len, "%s", v->valuestring);
+    out = ferry__strdup(v->valuestring);
   } else if (cJSON_IsNumber(v)) {
     double d = v->valuedouble;
-    if (d == floor(d) && fabs(d) < 9e15) snprintf(out, len, "%lld", (long long)d);
-    else snprintf(out, len, "%.17g", d);
+    if (d == floor(d) && fabs(d) < 9e15) out = ferry__asprintf("%lld", (long long)d);
+    else out = ferry__asprintf("%.17g", d);
   } else {
     fprintf(stderr, "ferry: %s: %s: expected a string or a number in the list\n", spec, key);
-    return 0;
+    return NULL;
   }
-  return 1;
+  if (!out) fprintf(stderr, "ferry: out of memory building the sweep\n");
+  return out;
 }
 
 static void combo_free(struct combo *c) {
@@ -163,19 +164,21 @@ static int push_arg(struct combo *c, const char *s) {
 static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
   memset(c, 0, sizeof *c);
   c->log_fd = -1;
-  char val[1024];
   const char *executor = "host";
   size_t k = 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
     if (!strcmp(it->string, "executor")) {
       const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
-      if (!value_text(sw->spec_path, "executor", v, 0, val, sizeof val)) return CLI_USAGE;
+      char *val = value_text(sw->spec_path, "executor", v, 0);
+      if (!val) return CLI_USAGE;
       if (strcmp(val, "host") && strcmp(val, "cuda") && strcmp(val, "sim")) {
         fprintf(stderr, "ferry: %s: executor: expected host, cuda or sim, got '%s'\n", sw->spec_path, val);
+        ferry_free(val);
         return CLI_USAGE;
       }
       executor = !strcmp(val, "sim") ? "sim" : !strcmp(val, "cuda") ? "cuda" : "host";
+      ferry_free(val);
     }
     k++;
   }
@@ -195,22 +198,30 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
     int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
     k++;
-    if (!value_text(sw->spec_path, it->string, v, key->flag, val, sizeof val)) return CLI_USAGE;
+    char *val = value_text(sw->spec_path, it->string, v, key->flag);
+    if (!val) return CLI_USAGE;
     /* hardware profiles, routing sources and --quant sizing are the simulator's options */
     if (!sim && (!strcmp(key->name, "hw") || !strcmp(key->name, "routing") || !strcmp(key->name, "routing_synth") ||
-                 !strcmp(key->name, "quant")))
+                 !strcmp(key->name, "quant"))) {
+      ferry_free(val);
       continue;
+    }
+    /* the description only names the combination (progress lines): it may be cut short */
     if (swept && desc.n < sizeof desc.s)
       desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", key->name, val);
-    if (!strcmp(key->name, "executor")) continue;
-    char opt[64] = "--";
-    for (size_t i = 0; key->name[i] && i + 3 < sizeof opt; i++) opt[i + 2] = key->name[i] == '_' ? '-' : key->name[i];
-    opt[sizeof opt - 1] = '\0';
-    if (key->flag) {
-      if (cJSON_IsTrue(v) && push_arg(c, opt)) goto oom;
-    } else if (push_arg(c, opt) || push_arg(c, val)) {
-      goto oom;
+    if (desc.n >= sizeof desc.s) desc.n = sizeof desc.s - 1;
+    int pushed = 0;
+    if (!strcmp(key->name, "executor")) {
+      pushed = 1;
+    } else {
+      char opt[64] = "--";
+      for (size_t i = 0; key->name[i] && i + 3 < sizeof opt; i++) opt[i + 2] = key->name[i] == '_' ? '-' : key->name[i];
+      opt[sizeof opt - 1] = '\0';
+      if (key->flag) pushed = !cJSON_IsTrue(v) || !push_arg(c, opt);
+      else pushed = !push_arg(c, opt) && !push_arg(c, val);
     }
+    ferry_free(val);
+    if (!pushed) goto oom;
   }
   if (push_arg(c, "--db") || push_arg(c, sw->db_path) || push_arg(c, "--quiet")) goto oom;
   if (!(c->desc = ferry__strdup(desc.n ? desc.s : "(single configuration)"))) goto oom;

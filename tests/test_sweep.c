@@ -267,6 +267,37 @@ static void test_failed_runs_recorded(void **state) {
   free(out);
 }
 
+/* Spec values reach the run whole, however long (they were cut at 1023 bytes). */
+static void test_long_values(void **state) {
+  struct fixture *f = *state;
+  /* a model path of about 1300 bytes: six long folder names and a link to the model */
+  char path[1600], link_target[600];
+  int n = snprintf(path, sizeof path, "%s", f->dir);
+  for (int i = 0; i < 6; i++) {
+    n += snprintf(path + n, sizeof path - (size_t)n, "/%c", 'a' + i);
+    for (int k = 0; k < 200; k++) path[n++] = (char)('a' + i);
+    path[n] = '\0';
+    assert_int_equal(ferry__mkdir_p(path, NULL), FERRY_OK);
+  }
+  snprintf(link_target, sizeof link_target, "%s/tiny", f->dir);
+  n += snprintf(path + n, sizeof path - (size_t)n, "/model");
+  assert_int_equal(symlink(link_target, path), 0);
+  assert_true(strlen(path) > 1100);
+  char text[2048];
+  int len = snprintf(text, sizeof text,
+                     "{\"model\": [\"%s\"], \"synthetic\": [\"rate=50,n=2,prompt=8,output=2\"], \"as_fast_as_possible\": true}",
+                     path);
+  assert_true(len < (int)sizeof text);
+  tu_write_file(f->spec, text, (size_t)len);
+  char *out = NULL;
+  int rc = sweep(f, "", &out);
+  if (rc != 0) fail_msg("sweep: %s", out);
+  free(out);
+  char sql[2048];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE complete = 1 AND model = '%s'", path);
+  assert_int_equal(q1(f->db, sql), 1);
+}
+
 static void expect_bad_spec(struct fixture *f, const char *spec, const char *needle) {
   tu_write_file(f->spec, spec, strlen(spec));
   char *out = NULL;
@@ -306,6 +337,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_resume_after_interrupt, setup, teardown),
       cmocka_unit_test_setup_teardown(test_children_die_with_the_sweep, setup, teardown),
       cmocka_unit_test_setup_teardown(test_failed_runs_recorded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_long_values, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_spec, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
