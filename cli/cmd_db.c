@@ -86,6 +86,20 @@ static int parse_run(const char *opt, const char *text, int64_t *id) {
 
 static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
 
+/* Text from the database goes to a terminal: no control characters (escape sequences could
+ * rewrite what the screen shows, a newline fake a line). */
+static void scrub(char *s) {
+  for (; s && *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+static void scrub_run(struct ferry_run_summary *r) {
+  char *fields[] = {r->model, r->hardware, r->trace, r->started_at, r->finished_at, r->error, r->config_json,
+                    r->config_hash, r->notes};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) scrub(fields[i]);
+  scrub(r->kind);
+}
+
 static int do_list(const struct opts *o) {
   ferry_db *db;
   int rc = open_db(o, FERRY_DB_READ_ONLY, &db);
@@ -100,7 +114,8 @@ static int do_list(const struct opts *o) {
   printf("%-5s %-11s %-24s %-16s %-8s %-24s %8s  %s\n", "id", "kind", "model", "hardware", "complete",
          "started", "requests", "error");
   for (size_t i = 0; i < n; i++) {
-    const struct ferry_run_summary *r = &runs[i];
+    struct ferry_run_summary *r = &runs[i];
+    scrub_run(r);
     printf("%-5lld %-11s %-24s %-16s %-8s %-24s %8lld  %s\n", (long long)r->id, r->kind, or_dash(r->model),
            or_dash(r->hardware), r->complete ? "yes" : (r->finished_at ? "failed" : "no"), or_dash(r->started_at),
            (long long)r->requests, or_dash(r->error));
@@ -138,6 +153,7 @@ static int do_show(const struct opts *o) {
     return cli_fail(st, NULL);
   }
   char b1[32], b2[32], b3[32];
+  scrub_run(r);
   printf("run %lld (%s)\n", (long long)r->id, r->kind);
   printf("  model      %s\n  hardware   %s\n  trace      %s\n", or_dash(r->model), or_dash(r->hardware),
          or_dash(r->trace));
@@ -148,6 +164,8 @@ static int do_show(const struct opts *o) {
   if (r->dropped_records) printf("  dropped    %lld activity records\n", (long long)r->dropped_records);
   struct ferry_device_info gpu;
   if (ferry_db_get_gpu(db, id, 0, &gpu) == FERRY_OK) {
+    scrub(gpu.name);
+    scrub(gpu.bus_location);
     printf("  gpu        %s", gpu.name[0] ? gpu.name : "-");
     if (gpu.total_memory_bytes) printf(", %s", ferry__format_bytes(gpu.total_memory_bytes, b1, sizeof b1));
     if (gpu.memory_bandwidth_bytes_per_s) printf(", %.0f GB/s", (double)gpu.memory_bandwidth_bytes_per_s / 1e9);
@@ -208,6 +226,7 @@ static int do_diff(const struct opts *o) {
     char why[300];
     if (r->error) snprintf(why, sizeof why, "failed: %.250s", r->error);
     else snprintf(why, sizeof why, "%s", r->finished_at ? "failed" : "killed, or still running");
+    scrub(why);
     int complete = r->complete == 1;
     ferry_db_runs_free(r, 1);
     if (!complete && !o->allow_incomplete) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/checked.h"
 #include "common/sqlite_read.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
@@ -778,13 +779,14 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
         goto out_free;
       }
     }
+    /* the database is untrusted: differences as doubles, sums saturating (common/checked.h) */
     int64_t arr = sqlite3_column_int64(q, 0), ft = sqlite3_column_int64(q, 1),
             fin = sqlite3_column_int64(q, 2), out = sqlite3_column_int64(q, 3);
-    ttft[n] = (double)(ft - arr);
-    e2e[n] = (double)(fin - arr);
-    if (out > 1) tpot[ntpot++] = (double)(fin - ft) / (double)(out - 1);
+    ttft[n] = ferry__span(arr, ft);
+    e2e[n] = ferry__span(arr, fin);
+    if (out > 1) tpot[ntpot++] = ferry__span(ft, fin) / ((double)out - 1.0);
     n++;
-    stats->output_tokens += out;
+    stats->output_tokens = ferry__sat_add_i64(stats->output_tokens, out);
     if (arr < first_arrival) first_arrival = arr;
     if (fin > last_finish) last_finish = fin;
   }
@@ -796,7 +798,7 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   dist_of(tpot, ntpot, &stats->tpot_ns);
   dist_of(e2e, n, &stats->e2e_ns);
   if (n && last_finish > first_arrival)
-    stats->throughput_tok_s = (double)stats->output_tokens * 1e9 / (double)(last_finish - first_arrival);
+    stats->throughput_tok_s = (double)stats->output_tokens * 1e9 / ferry__span(first_arrival, last_finish);
 
   what = "reading memory samples";
   rc = sqlite3_prepare_v2(db->sql, "SELECT tier, max(used_bytes) FROM memory WHERE runId=?1 GROUP BY tier",
@@ -821,10 +823,10 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   sqlite3_bind_int64(q, 1, run_id);
   if ((rc = sqlite3_step(q)) != SQLITE_ROW) goto out_sqlite;
   stats->steps = sqlite3_column_int64(q, 0);
-  stats->bytes_disk = (uint64_t)sqlite3_column_double(q, 1);
-  stats->bytes_h2d = (uint64_t)sqlite3_column_double(q, 2);
-  stats->bytes_d2h = (uint64_t)sqlite3_column_double(q, 3);
-  stats->stall_ns = (int64_t)sqlite3_column_double(q, 4);
+  stats->bytes_disk = ferry__f64_to_u64(sqlite3_column_double(q, 1));
+  stats->bytes_h2d = ferry__f64_to_u64(sqlite3_column_double(q, 2));
+  stats->bytes_d2h = ferry__f64_to_u64(sqlite3_column_double(q, 3));
+  stats->stall_ns = ferry__f64_to_i64(sqlite3_column_double(q, 4));
   goto out_free;
 
 out_sqlite:

@@ -18,6 +18,15 @@ void ferry__gp_str(struct ferry_strbuf *b, const char *s) {
   ferry__sb_puts(b, "'");
 }
 
+void ferry__gp_tic(struct ferry_strbuf *b, const char *s) {
+  /* gnuplot formats an explicit tic label with the tic's value: % must be %% */
+  struct ferry_strbuf t = {0};
+  for (; s && *s; s++) ferry__sb_put(&t, *s == '%' ? "%%" : s, *s == '%' ? 2 : 1);
+  if (t.oom) b->oom = 1;
+  ferry__gp_str(b, t.p ? t.p : "");
+  ferry__sb_free(&t);
+}
+
 void ferry__gp_strf(struct ferry_strbuf *b, const char *fmt, ...) {
   struct ferry_strbuf t = {0};
   va_list ap;

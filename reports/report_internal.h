@@ -41,6 +41,7 @@ struct rrun {
   struct rdist ttft, tpot, e2e;
   double thr_tok_s;
   int64_t n_steps, hits, misses, tokens;
+  double hit_rate_pct; /* 100 hits / (hits + misses), NAN without both (computed once, in load.c) */
   double bytes_disk, bytes_h2d, bytes_d2h, stall_ms, span_ms;
   double peak_bytes[3];
   double budget_bytes[2]; /* device and host budgets the run had (run meta), 0 when not recorded */
@@ -114,6 +115,9 @@ const char *ferry__fmt_num(double v, char *buf, size_t len);
  * database is untrusted and gnuplot runs backquotes, macros and system() in its program text. */
 /* A single-quoted gnuplot string (' doubled, control characters as spaces): inert. */
 void ferry__gp_str(struct ferry_strbuf *b, const char *s);
+/* An explicit tic label ("set xtics ('label' 1)"): gnuplot uses it as a format, so % is doubled
+ * before ferry__gp_str. */
+void ferry__gp_tic(struct ferry_strbuf *b, const char *s);
 /* ferry__gp_str of printf-formatted text. */
 void ferry__gp_strf(struct ferry_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "set WHAT 'text'\n" with the formatted text quoted by ferry__gp_str. */

@@ -398,7 +398,7 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
     ferry__sb_printf(&s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
     for (size_t xi = 0; xi < ax->n; xi++) {
       ferry__sb_puts(&s, xi ? ", " : "");
-      ferry__gp_str(&s, ax->vals[xi]);
+      ferry__gp_tic(&s, ax->vals[xi]);
       ferry__sb_printf(&s, " %zu", xi);
     }
     ferry__sb_puts(&s, ")\n");
@@ -523,7 +523,7 @@ ferry_status ferry__section_bytes(struct report *rp) {
     axes_desc(rp, r, NULL, desc, sizeof desc);
     short_desc(rp, r, NULL, sd, sizeof sd);
     double share = r->span_ms > 0 ? 100.0 * r->stall_ms / r->span_ms : NAN;
-    double hr = r->hits + r->misses > 0 ? 100.0 * (double)r->hits / (double)(r->hits + r->misses) : NAN;
+    double hr = r->hit_rate_pct;
     ferry__table_rowf(t, "%s" SEP "%s" SEP "%lld" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%lld" SEP "%lld" SEP "%s",
                       r->label, desc, (long long)r->n_steps, N(r->bytes_disk * scale), N(r->bytes_h2d * scale),
                       N(r->bytes_d2h * scale), N(r->stall_ms), N(share), (long long)r->hits, (long long)r->misses, N(hr));
@@ -692,8 +692,8 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
       if (strcmp(v, ax->vals[k])) continue;
       n++;
       bpt += r->out_tokens > 0 ? (r->bytes_disk + r->bytes_h2d) / (double)r->out_tokens / 1024.0 : 0;
-      if (r->hits + r->misses > 0) {
-        hr += 100.0 * (double)r->hits / (double)(r->hits + r->misses);
+      if (isfinite(r->hit_rate_pct)) {
+        hr += r->hit_rate_pct;
         nh++;
       }
       tpot += r->tpot.p50;
