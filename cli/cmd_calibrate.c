@@ -2,6 +2,7 @@
  * profile's costs to the op durations recorded in a run's timeline (--db), so `ferry sim`
  * prices ops by measured rates. */
 #include <getopt.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +32,12 @@ static void usage(FILE *f) {
           "  --run N          the run in RUN.db\n"
           "  --base PROFILE   the profile whose other figures the fitted one keeps (ferry hw list)\n"
           "  --out FILE       where to write the profile (JSON, the catalogue format)\n");
+}
+
+/* A timeline row worth fitting: the database is untrusted, so sizes must be finite and not
+ * negative and durations positive (an inf or NaN would poison the whole fit). */
+static int usable_sample(double bytes, double flops, double dur_ns) {
+  return isfinite(bytes) && isfinite(flops) && isfinite(dur_ns) && bytes >= 0 && flops >= 0 && dur_ns > 0;
 }
 
 static int fit_from_db(const char *db_path, int64_t run, const char *base, const char *out) {
@@ -77,9 +84,11 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     size_t n = 0;
     while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
       double bytes = (double)sqlite3_column_int64(q, 0), flops = sqlite3_column_double(q, 1);
+      double dur = (double)sqlite3_column_int64(q, 2);
+      if (!usable_sample(bytes, flops, dur)) continue;
       int is_gemm = bytes > 0 && flops / bytes > FERRY_HW_GEMM_INTENSITY;
       if (has_gemm_variant && is_gemm != gemm_kind) continue;
-      s[n++] = (struct ferry_calib_sample){bytes, flops, (double)sqlite3_column_int64(q, 2)};
+      s[n++] = (struct ferry_calib_sample){bytes, flops, dur};
     }
     sqlite3_finalize(q);
     if (n < 3) continue;
@@ -104,8 +113,10 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     sqlite3_bind_int64(q, 1, run);
     sqlite3_bind_int(q, 2, copies[c].copy_kind);
     size_t n = 0;
-    while (sqlite3_step(q) == SQLITE_ROW && n < cap)
-      s[n++] = (struct ferry_calib_sample){(double)sqlite3_column_int64(q, 0), 0, (double)sqlite3_column_int64(q, 1)};
+    while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
+      double bytes = (double)sqlite3_column_int64(q, 0), dur = (double)sqlite3_column_int64(q, 1);
+      if (usable_sample(bytes, 0, dur)) s[n++] = (struct ferry_calib_sample){bytes, 0, dur};
+    }
     sqlite3_finalize(q);
     if (n < 3) continue;
     struct ferry_hw_cost f;

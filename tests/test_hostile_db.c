@@ -233,6 +233,7 @@ static void test_commands(void **state) {
     free(text);
   }
   free(run(0, 0, "report --db '%s' --out '%s/report'", db_path, dir));
+  free(run(0, 1, "calibrate --db '%s' --run 1 --base h100-pcie --out '%s/fitted.json'", db_path, dir));
   free(run(0, 0, "report --db '%s' --out '%s/report' --timeline-run 2 --steps 0:9223372036854775807", db_path, dir));
 }
 
