@@ -3,6 +3,7 @@
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -20,6 +21,12 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_parse_size(const char *opt, const char *text, uint64_t *out);
 int cli_parse_int(const char *opt, const char *text, int64_t min, int64_t max, int64_t *out);
 int cli_parse_double(const char *opt, const char *text, double min, double max, double *out);
+
+/* ferry__check_paths over a command's paths (common/fsutil.h): 0, or CLI_USAGE after printing
+ * why an output would overwrite an input or another output. Every command calls it once,
+ * after parsing and before it opens anything for writing. */
+struct ferry_path_use;
+int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n);
 
 /* Whether stdout/stderr is a terminal (progress bars only then). */
 int cli_is_tty(FILE *f);

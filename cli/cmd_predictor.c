@@ -14,6 +14,7 @@
 #include "cli/predictor_cli.h"
 #include "common/alloc.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/half.h"
 #include "common/units.h"
 #include "ferry/predict.h"
@@ -447,6 +448,9 @@ static int predictor_train(int argc, char **argv) {
   if (a.n_variants != 1 || (a.variant != FERRY_PREDICTOR_MLP3 && a.variant != FERRY_PREDICTOR_MLP7))
     return cli_usage_error("predictor train", "--variant must be mlp3 or mlp7 (the others have nothing to train)");
   if (!a.out) return cli_usage_error("predictor train", "missing --out P.safetensors");
+  const struct ferry_path_use paths[] = {{"--out", a.out, FERRY_PATH_OUT}, {"--routing", a.routing, 0},
+                                         {"--train-routing", a.train_routing, 0}, {"--model", a.model, FERRY_PATH_DIR}};
+  if (cli_check_paths("predictor train", paths, 4)) return CLI_USAGE;
   ferry_routing *r;
   ferry_status st = predictor_open_trace(a.routing, &a, &r);
   if (st != FERRY_OK) return cli_fail(st, NULL);

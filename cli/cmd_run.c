@@ -9,6 +9,7 @@
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/engine.h"
 #include "ferry/model.h"
@@ -320,6 +321,13 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
   if (drop_cache_set || !(a->ec.read_flags & FERRY_READ_DIRECT)) a->ec.read_flags |= FERRY_READ_DROP_CACHE;
   a->ec.seed = a->seed;
+  const struct ferry_path_use paths[] = {
+      {"--db", a->db, FERRY_PATH_OUT | FERRY_PATH_SQLITE}, {"--record-routing", a->record_routing, FERRY_PATH_OUT},
+      {"--dump-logits", a->dump_logits, FERRY_PATH_OUT},   {"--model", a->model, FERRY_PATH_DIR},
+      {"--trace", a->trace, 0},                            {"--routing", a->routing, 0},
+      {"--predictor-routing", a->predictor_routing, 0},    {"--predictor-model", a->predictor_model, 0},
+      {"--hw", a->hw, 0}};
+  if (cli_check_paths(cmd, paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
   return 0;
 }
 

@@ -2,6 +2,7 @@
  * weights for real executors), create the executor, build the engine, serve, report. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -456,7 +457,8 @@ int run_execute(struct run_args *a) {
                                   .hardware = sim ? a->hw : a->backend,
                                   .trace = a->trace ? a->trace : a->synthetic,
                                   .config_json = config_json,
-                                  .config_hash = hash};
+                                  .config_hash = hash,
+                                  .sweep_key = getenv("FERRY_SWEEP_KEY")}; /* set by ferry sweep */
     if ((st = ferry_db_run_begin(db, &info, &run_id)) != FERRY_OK) {
       cli_fail(st, NULL);
       goto out;
