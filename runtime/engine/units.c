@@ -18,15 +18,17 @@ enum group { G_GLOBAL, G_ATTN, G_FFN, G_EXPERT };
 
 /* routers_resident: every layer's router lives with the global weights, so a layer can apply
  * the routers of the layers after it (gate lookahead) whatever block is on the device. */
-static enum group tensor_group(const struct ferry_model_config *mc, const struct ferry_tensor_desc *t,
+static enum group tensor_group(const struct ferry_engine *e, const struct ferry_tensor_desc *t,
                                int routers_resident) {
   if (t->layer < 0) return G_GLOBAL;
-  if (routers_resident && t->role == FERRY_ROLE_ROUTER) return G_GLOBAL;
+  if (routers_resident && (t->role == FERRY_ROLE_ROUTER || t->role == FERRY_ROLE_ROUTER_BIAS)) return G_GLOBAL;
   if (t->expert >= 0) return G_EXPERT;
   switch (t->role) {
     case FERRY_ROLE_FFN_NORM:
     case FERRY_ROLE_FFN_NORM_BIAS:
-      return mc->n_experts > 0 ? G_ATTN : G_FFN;
+    case FERRY_ROLE_POST_FFN_NORM:
+      /* an MoE layer's FFN is its experts: the norm stays with attention */
+      return e->li[t->layer].moe ? G_ATTN : G_FFN;
     case FERRY_ROLE_FFN_GATE:
     case FERRY_ROLE_FFN_UP:
     case FERRY_ROLE_FFN_UP_BIAS:
@@ -35,6 +37,19 @@ static enum group tensor_group(const struct ferry_model_config *mc, const struct
       return G_FFN;
     default:
       return G_ATTN; /* attention, norms, router, shared expert */
+  }
+}
+
+/* The slot of a routed expert's tensor in expert_tensor, -1 for other roles. */
+static int expert_slot(enum ferry_tensor_role role) {
+  switch (role) {
+    case FERRY_ROLE_EXPERT_GATE: return EXPERT_GATE;
+    case FERRY_ROLE_EXPERT_UP: return EXPERT_UP;
+    case FERRY_ROLE_EXPERT_DOWN: return EXPERT_DOWN;
+    case FERRY_ROLE_EXPERT_GATE_UP: return EXPERT_GATE_UP;
+    case FERRY_ROLE_EXPERT_GATE_UP_BIAS: return EXPERT_GATE_UP_BIAS;
+    case FERRY_ROLE_EXPERT_DOWN_BIAS: return EXPERT_DOWN_BIAS;
+    default: return -1;
   }
 }
 
@@ -142,14 +157,16 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
                              ferry_store_file_path(e->store, 0), t->name);
         goto fail;
       }
-      int same = s->ndim == t->ndim;
-      for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+      /* a slice of a fused [n_slices, ...] tensor: its shape after the leading dimension */
+      const int lead = t->slice >= 0;
+      int same = s->ndim == t->ndim + lead && (!lead || s->shape[0] == t->n_slices);
+      for (int d = 0; same && d < t->ndim; d++) same = s->shape[d + lead] == t->shape[d];
       if (!same) {
         *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT,
-                             "%s: tensor %s has %d dims [%lld, %lld], the model expects [%lld, %lld]",
+                             "%s: tensor %s has %d dims [%lld, %lld, ...], the model expects %s[%lld, %lld]",
                              ferry_store_file_path(e->store, s->file), t->name, s->ndim, (long long)s->shape[0],
-                             (long long)(s->ndim > 1 ? s->shape[1] : 0), (long long)t->shape[0],
-                             (long long)(t->ndim > 1 ? t->shape[1] : 0));
+                             (long long)(s->ndim > 1 ? s->shape[1] : 0), lead ? "n_experts x " : "",
+                             (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0));
         goto fail;
       }
       if (s->dtype != FERRY_DTYPE_F32 && s->dtype != FERRY_DTYPE_F16 && s->dtype != FERRY_DTYPE_BF16) {
@@ -157,9 +174,16 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
                              ferry_store_file_path(e->store, s->file), t->name, ferry_dtype_st_name(s->dtype));
         goto fail;
       }
+      const uint64_t bytes = lead ? s->nbytes / (uint64_t)t->n_slices : s->nbytes;
       tf[i].n_parts = 1;
-      tf[i].part[0] = (struct part_file){s->file, s->offset, s->nbytes, s->dtype};
-      tf[i].bytes = s->nbytes;
+      tf[i].part[0] = (struct part_file){s->file, s->offset + (lead ? (uint64_t)t->slice * bytes : 0), bytes, s->dtype};
+      tf[i].bytes = bytes;
+    } else if (t->quantized) {
+      /* simulated, quantized as published: its packed bytes move and sit in memory */
+      tf[i].n_parts = 1;
+      tf[i].part[0] = (struct part_file){0, virtual_offset, t->bytes, FERRY_DTYPE_U8};
+      tf[i].bytes = t->bytes;
+      virtual_offset += t->bytes;
     } else if (e->cfg.quant_set && t->ndim == 2 &&
                e->cfg.quant.spec[ferry_quant_class_of_role(t->role)].format > FERRY_QFORMAT_BF16) {
       /* simulated quantized model: the parts' sizes from the format's layout */
@@ -226,7 +250,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
     uint64_t b = tf[i].bytes + RANGE_ALIGN * (uint64_t)tf[i].n_parts;
     if (tf[i].quantized && t->numel > e->max_q_numel) e->max_q_numel = t->numel;
-    switch (tensor_group(mc, t, e->cfg.router_lookahead)) {
+    switch (tensor_group(e, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: in->global_bytes += b; break;
       case G_ATTN: (*attn)[t->layer] += b; break;
       case G_FFN: (*ffn)[t->layer] += b; break;
@@ -335,7 +359,7 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
   e->expert_unit = ferry__calloc((size_t)(L * E > 0 ? L * E : 1), sizeof *e->expert_unit);
   int32_t *layer_unit = ferry__calloc((size_t)L, sizeof *layer_unit);
   e->role_tensor = ferry__calloc((size_t)(L + 1) * FERRY_ROLE_COUNT, sizeof *e->role_tensor);
-  e->expert_tensor = ferry__calloc((size_t)(L * E > 0 ? L * E * 3 : 1), sizeof *e->expert_tensor);
+  e->expert_tensor = ferry__calloc((size_t)(L * E > 0 ? L * E * EXPERT_SLOTS : 1), sizeof *e->expert_tensor);
   e->unit_slot = ferry__calloc((size_t)max_units, sizeof *e->unit_slot);
   if (!unit_of || !members || !e->units || !e->tensors || !e->block_unit || !e->expert_unit || !layer_unit ||
       !e->role_tensor || !e->expert_tensor || !e->unit_slot) {
@@ -360,27 +384,32 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
                                    .n_layers = p->blocks[b].n_layers, .expert = -1, .block = b,
                                    .home = p->blocks[b].home};
   }
-  for (int32_t l = 0; l < L; l++)
+  int32_t moe_rank = 0;
+  for (int32_t l = 0; l < L; l++) {
+    for (int32_t x = 0; x < E; x++) e->expert_unit[l * E + x] = -1;
+    if (!e->li[l].moe) continue;
     for (int32_t x = 0; x < E; x++) {
-      int32_t idx = l * E + x;
-      e->expert_unit[idx] = nu;
+      /* host homes go to the first experts in layer order, counting MoE layers only */
+      int32_t idx = moe_rank * E + x;
+      e->expert_unit[l * E + x] = nu;
       e->units[nu++] = (struct unit){.kind = UNIT_EXPERT, .layer = l, .n_layers = 1, .expert = x, .block = -1,
                                      .pinned = p->experts_pinned,
                                      .home = idx < p->experts_on_host ? FERRY_TIER_HOST : FERRY_TIER_DISK};
     }
+    moe_rank++;
+  }
   e->n_units = nu;
   for (int32_t i = 0; i < (L + 1) * FERRY_ROLE_COUNT; i++) e->role_tensor[i] = -1;
-  for (int32_t i = 0; i < L * E * 3; i++) e->expert_tensor[i] = -1;
+  for (int32_t i = 0; i < L * E * EXPERT_SLOTS; i++) e->expert_tensor[i] = -1;
   for (int32_t u = 0; u < max_units; u++) e->unit_slot[u] = -1;
   for (size_t i = 0; i < n_tensors; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
     if (t->expert >= 0) {
-      int which = t->role == FERRY_ROLE_EXPERT_GATE ? 0 : t->role == FERRY_ROLE_EXPERT_UP ? 1 : 2;
-      e->expert_tensor[(t->layer * E + t->expert) * 3 + which] = (int32_t)i;
+      e->expert_tensor[(t->layer * E + t->expert) * EXPERT_SLOTS + expert_slot(t->role)] = (int32_t)i;
     } else {
       e->role_tensor[(t->layer + 1) * FERRY_ROLE_COUNT + (int32_t)t->role] = (int32_t)i;
     }
-    switch (tensor_group(mc, t, e->cfg.router_lookahead)) {
+    switch (tensor_group(e, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: unit_of[i] = e->global_unit; break;
       case G_ATTN:
         unit_of[i] = p->attn_pinned[t->layer] ? layer_unit[t->layer] : e->block_unit[p->layer_block[t->layer]];
@@ -429,8 +458,9 @@ const struct tensor_loc *ferry__engine_loc(const struct ferry_engine *e, enum fe
                                           int32_t expert) {
   int32_t ti;
   if (expert >= 0) {
-    int which = role == FERRY_ROLE_EXPERT_GATE ? 0 : role == FERRY_ROLE_EXPERT_UP ? 1 : 2;
-    ti = e->expert_tensor[(layer * (int32_t)e->mc->n_experts + expert) * 3 + which];
+    const int slot = expert_slot(role);
+    if (slot < 0) return NULL;
+    ti = e->expert_tensor[(layer * (int32_t)e->mc->n_experts + expert) * EXPERT_SLOTS + slot];
   } else {
     ti = e->role_tensor[(layer + 1) * FERRY_ROLE_COUNT + (int32_t)role];
   }
