@@ -1,5 +1,6 @@
 #!/bin/sh
-# Generates a small model of each family ferry computes, runs it offloaded on the host executor
+# Generates a small model of each family ferry computes (a tiny preset or a small config from
+# tests/data/configs/tiny), runs it offloaded on the host executor
 # with --dump-logits, and compares every generated token's logits with the numpy re-implementation
 # of the Hugging Face forward pass (hf_reference.py). Needs /usr/bin/python3 with numpy.
 set -eu
@@ -27,3 +28,7 @@ check qwen2_moe --preset tiny-qwen2-moe
 check olmoe --preset tiny-olmoe
 check qwen2 --preset "$src/tests/data/configs/qwen2" --layers 2 --scale 0.25 --vocab 256
 check mistral --preset "$src/tests/data/configs/mistral" --layers 2 --scale 0.0625 --vocab 256
+# the families of 2024-26, small shapes of their real configurations (tests/data/configs/tiny)
+tiny="$src/tests/data/configs/tiny"
+check qwen3 --preset "$tiny/qwen3"
+check qwen3_moe --preset "$tiny/qwen3_moe"
