@@ -32,3 +32,5 @@ check mistral --preset "$src/tests/data/configs/mistral" --layers 2 --scale 0.06
 tiny="$src/tests/data/configs/tiny"
 check qwen3 --preset "$tiny/qwen3"
 check qwen3_moe --preset "$tiny/qwen3_moe"
+check gemma2 --preset "$tiny/gemma2"
+check gemma3 --preset "$tiny/gemma3"
