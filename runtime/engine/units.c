@@ -127,6 +127,83 @@ static ferry_status quantized_parts(struct ferry_engine *e, const struct ferry_t
   return FERRY_OK;
 }
 
+/* The format a tensor quantized as published is stored in, from the config's
+ * quantization_config; FERRY_ERR_UNSUPPORTED for variants ferry cannot dequantize. */
+static ferry_status published_spec(struct ferry_engine *e, const struct ferry_tensor_desc *t, enum ferry_dtype scale_dt,
+                                   struct ferry_qspec *spec) {
+  const struct ferry_ckpt_quant_config *q = &e->mc->quant;
+  spec->group_size = (int32_t)q->group_size;
+  switch (q->kind) {
+    case FERRY_CKPT_GPTQ: spec->format = FERRY_QFORMAT_GPTQ4; break;
+    case FERRY_CKPT_AWQ: spec->format = FERRY_QFORMAT_AWQ4; break;
+    case FERRY_CKPT_COMPRESSED:
+      spec->format = scale_dt == FERRY_DTYPE_F16 ? FERRY_QFORMAT_CT4F16 : FERRY_QFORMAT_CT4;
+      if (!q->symmetric)
+        return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: asymmetric compressed-tensors weights are not read",
+                              t->name);
+      break;
+    case FERRY_CKPT_MXFP4: spec->format = FERRY_QFORMAT_MXFP4, spec->group_size = 0; break;
+    case FERRY_CKPT_FP8_BLOCK:
+      spec->format = FERRY_QFORMAT_FP8B, spec->group_size = 0;
+      if (q->block[0] != 128 || q->block[1] != 128)
+        return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: fp8 blocks of %lld x %lld (read: 128 x 128)", t->name,
+                              (long long)q->block[0], (long long)q->block[1]);
+      break;
+    case FERRY_CKPT_NONE: return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "%s: not quantized", t->name);
+  }
+  if (q->kind != FERRY_CKPT_MXFP4 && q->kind != FERRY_CKPT_FP8_BLOCK && q->bits != 4)
+    return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: %d-bit %s weights are not read (4-bit are)", t->name,
+                          q->bits, q->kind == FERRY_CKPT_GPTQ ? "GPTQ" : q->kind == FERRY_CKPT_AWQ ? "AWQ" : "compressed-tensors");
+  if (ferry_quant_spec_check(spec) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: %s", t->name, ferry_last_error());
+  return FERRY_OK;
+}
+
+/* A tensor quantized as published: its parts under the names its tool gives them ("x.qweight",
+ * "x.weight_scale", "x_blocks"), each checked against the shape the format implies; the slice of
+ * a fused [experts, ...] checkpoint tensor for one expert. */
+static ferry_status published_parts(struct ferry_engine *e, const struct ferry_tensor_desc *t, struct tensor_file *out) {
+  const char *file0 = ferry_store_file_path(e->store, 0);
+  char prefix[112], name[160];
+  size_t n = strlen(t->name);
+  const int mx = e->mc->quant.kind == FERRY_CKPT_MXFP4;
+  if (!mx && n > 7 && !strcmp(t->name + n - 7, ".weight")) n -= 7;
+  snprintf(prefix, sizeof prefix, "%.*s", (int)n, t->name);
+  /* compressed-tensors scales come in the model's dtype: look before choosing the format */
+  snprintf(name, sizeof name, "%s.weight_scale", prefix);
+  const struct ferry_store_tensor *sc = ferry_store_find(e->store, name);
+  ferry_status st = published_spec(e, t, sc ? sc->dtype : FERRY_DTYPE_BF16, &out->spec);
+  if (st != FERRY_OK) return st;
+  struct ferry_qlayout lay;
+  if (ferry_quant_layout(&out->spec, t->shape[0], t->shape[1], &lay) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s: %s", file0, t->name, ferry_last_error());
+  out->quantized = 1;
+  out->n_parts = FERRY_QPART_COUNT;
+  const int lead = t->slice >= 0;
+  for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+    if (!lay.part[p].suffix) continue;
+    snprintf(name, sizeof name, "%s%s%s", prefix, mx ? "_" : ".", lay.part[p].suffix);
+    const struct ferry_store_tensor *s = ferry_store_find(e->store, name);
+    if (!s)
+      return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s, quantized as published, has no part %s", file0,
+                            t->name, name);
+    int same = s->dtype == lay.part[p].dtype && s->ndim == lay.part[p].ndim + lead && (!lead || s->shape[0] == t->n_slices);
+    for (int d = 0; same && d < lay.part[p].ndim; d++) same = s->shape[d + lead] == lay.part[p].shape[d];
+    const uint64_t bytes = lead ? s->nbytes / (uint64_t)t->n_slices : s->nbytes;
+    if (!same || bytes != lay.part[p].bytes)
+      return ferry__err_set(&e->err, FERRY_ERR_FORMAT,
+                            "%s: %s has dtype %s and %llu bytes%s, but %s [%lld, %lld] stored as %s needs %s with %llu "
+                            "bytes",
+                            ferry_store_file_path(e->store, s->file), name, ferry_dtype_st_name(s->dtype),
+                            (unsigned long long)bytes, lead ? " per expert" : "", t->name, (long long)t->shape[0],
+                            (long long)t->shape[1], ferry_quant_spec_name(&out->spec, prefix, sizeof prefix),
+                            ferry_dtype_st_name(lay.part[p].dtype), (unsigned long long)lay.part[p].bytes);
+    out->part[p] = (struct part_file){s->file, s->offset + (lead ? (uint64_t)t->slice * bytes : 0), bytes, s->dtype};
+    out->bytes += bytes;
+  }
+  return FERRY_OK;
+}
+
 static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st) {
   size_t n = ferry_model_tensor_count(e->model);
   struct tensor_file *tf = ferry__calloc(n, sizeof *tf);
@@ -140,7 +217,9 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
   uint64_t virtual_offset = 0;
   for (size_t i = 0; i < n; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
-    if (e->store) {
+    if (e->store && t->quantized) {
+      if ((*st = published_parts(e, t, &tf[i])) != FERRY_OK) goto fail;
+    } else if (e->store) {
       const cJSON *q = qmap ? cJSON_GetObjectItemCaseSensitive(qmap, t->name) : NULL;
       if (q) {
         if (!cJSON_IsString(q) || (*st = quantized_parts(e, t, q->valuestring, &tf[i])) != FERRY_OK) {
@@ -179,11 +258,22 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
       tf[i].part[0] = (struct part_file){s->file, s->offset + (lead ? (uint64_t)t->slice * bytes : 0), bytes, s->dtype};
       tf[i].bytes = bytes;
     } else if (t->quantized) {
-      /* simulated, quantized as published: its packed bytes move and sit in memory */
-      tf[i].n_parts = 1;
-      tf[i].part[0] = (struct part_file){0, virtual_offset, t->bytes, FERRY_DTYPE_U8};
-      tf[i].bytes = t->bytes;
-      virtual_offset += t->bytes;
+      /* simulated, quantized as published: its parts move and sit in memory at their packed
+       * size, and each use dequantizes them first */
+      struct ferry_qlayout lay;
+      if ((*st = published_spec(e, t, FERRY_DTYPE_BF16, &tf[i].spec)) != FERRY_OK) goto fail;
+      if (ferry_quant_layout(&tf[i].spec, t->shape[0], t->shape[1], &lay) != FERRY_OK) {
+        *st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "%s: %s", t->name, ferry_last_error());
+        goto fail;
+      }
+      tf[i].quantized = 1;
+      tf[i].n_parts = FERRY_QPART_COUNT;
+      for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+        if (!lay.part[p].suffix) continue;
+        tf[i].part[p] = (struct part_file){0, virtual_offset, lay.part[p].bytes, lay.part[p].dtype};
+        virtual_offset += lay.part[p].bytes;
+        tf[i].bytes += lay.part[p].bytes;
+      }
     } else if (e->cfg.quant_set && t->ndim == 2 &&
                e->cfg.quant.spec[ferry_quant_class_of_role(t->role)].format > FERRY_QFORMAT_BF16) {
       /* simulated quantized model: the parts' sizes from the format's layout */

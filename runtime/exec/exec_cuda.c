@@ -317,6 +317,10 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
                  ? "fused, transposed, clamped or input-scaled experts"
                  : NULL;
     case FERRY_K_MOE_COMBINE: return k->aux[1].buf ? NULL : "combining without gate weights";
+    case FERRY_K_DEQUANTIZE:
+      return k->qformat >= FERRY_QFORMAT_GPTQ4 ? "formats of published checkpoints (GPTQ, AWQ, compressed-tensors, "
+                                                 "MXFP4, fp8 blocks)"
+                                               : NULL;
     default: return NULL;
   }
 }
