@@ -10,6 +10,7 @@
 
 #include "ferry/engine.h"
 #include "ferry/exec.h"
+#include "ferry/gen.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
 #include "ferry/routing.h"
@@ -282,12 +283,44 @@ static void test_published_quant_bytes(void **state) {
   ferry_model_close(m);
 }
 
+/* model gen on every new preset, cut small: the folder reads back as the derived shape with
+ * its quantization dropped (synthetic weights are plain), fused experts and all. */
+static void test_gen_presets(void **state) {
+  (void)state;
+  const char *presets[] = {"qwen3-8b", "qwen3-30b-a3b", "deepseek-v2-lite", "deepseek-v3", "gpt-oss-20b",
+                           "llama-4-scout-17b-16e", "phi-3.5-moe", "gemma-2-9b", "gemma-3-27b", "gpt-neox-20b",
+                           "bloom-176b"};
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+    ferry_model *base = NULL, *m = NULL, *back = NULL;
+    assert_int_equal(ferry_model_open(&base, presets[i]), FERRY_OK);
+    struct ferry_model_config c;
+    if (ferry_model_config_derive(ferry_model_get_config(base), 2, 0.03, 256, &c) != FERRY_OK)
+      fail_msg("%s: %s", presets[i], ferry_last_error());
+    assert_int_equal(ferry_model_create(&m, &c), FERRY_OK);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%.900s/gen-%zu", tmp, i);
+    struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F16, .seed = 1};
+    if (ferry_model_generate(m, &go, dir, NULL) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
+    if (ferry_model_open(&back, dir) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
+    const struct ferry_model_config *b = ferry_model_get_config(back);
+    assert_int_equal(b->quant.kind, FERRY_CKPT_NONE);
+    assert_int_equal(b->dtype, FERRY_DTYPE_F16);
+    assert_int_equal(b->n_layers, 2);
+    assert_int_equal(ferry_model_tensor_count(back), ferry_model_tensor_count(m));
+    assert_int_equal(b->family, c.family);
+    ferry_model_close(back);
+    ferry_model_close(m);
+    ferry_model_close(base);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mla_dense_first),
       cmocka_unit_test(test_windows),
       cmocka_unit_test(test_moe_layer_pattern),
       cmocka_unit_test(test_published_quant_bytes),
+      cmocka_unit_test(test_gen_presets),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -115,7 +115,11 @@ static ferry_status layer_types(const struct reader *r, struct ferry_model_confi
   if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
     return ferry__fail(FERRY_ERR_FORMAT, "%s: field \"layer_types\" must be an array of %lld strings", r->what,
                        (long long)c->n_layers);
-  if (derive) {
+  int same = 1;
+  int64_t l0 = 0;
+  for (const cJSON *it = lt->child; it && same; it = it->next, l0++)
+    same = cJSON_IsString(it) && !strcmp(it->valuestring, expected_type(c, l0));
+  if (derive && !same) {
     /* the first global layer gives the period; all sliding: period 0; all global: no window */
     int64_t first_full = -1, l = 0;
     for (const cJSON *it = lt->child; it; it = it->next, l++)

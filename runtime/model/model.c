@@ -98,7 +98,7 @@ static int check_moe(const struct ferry_model_config *cfg, char *msg, size_t msg
   CHECK_RANGE(experts_per_token, 1, cfg->n_experts);
   CHECK_RANGE(expert_intermediate, 1, 4 * (int64_t)FERRY__MODEL_MAX_DIM);
   CHECK_RANGE(first_dense_layers, 0, cfg->n_layers);
-  CHECK_RANGE(moe_layer_step, 0, cfg->n_layers);
+  CHECK_RANGE(moe_layer_step, 0, FERRY__MODEL_MAX_LAYERS);
   CHECK(has_dense_size(f) || cfg->intermediate == 0,
         "family %s has no dense FFN: intermediate must be 0 (the expert size is expert_intermediate)", fam);
   int dense_layers = 0;
@@ -145,9 +145,9 @@ static int check_moe(const struct ferry_model_config *cfg, char *msg, size_t msg
 
 static int check_attention(const struct ferry_model_config *cfg, char *msg, size_t msg_len) {
   CHECK_RANGE(sliding_window, 0, FERRY__MODEL_MAX_POSITION);
-  CHECK_RANGE(sliding_pattern, 0, cfg->n_layers);
+  CHECK_RANGE(sliding_pattern, 0, FERRY__MODEL_MAX_LAYERS);
   CHECK_RANGE(attn_chunk, 0, FERRY__MODEL_MAX_POSITION);
-  CHECK_RANGE(nope_layer_step, 0, cfg->n_layers);
+  CHECK_RANGE(nope_layer_step, 0, FERRY__MODEL_MAX_LAYERS);
   CHECK_NONNEG(query_pre_attn_scalar);
   CHECK_NONNEG(attn_softcap);
   CHECK_NONNEG(final_softcap);

@@ -252,7 +252,11 @@ static ferry_status gen_tensor(struct gen_state *g, size_t index, const struct f
 ferry_status ferry_model_config_derive(const struct ferry_model_config *base, int64_t layers, double scale,
                                        int64_t vocab, struct ferry_model_config *out) {
   *out = *base;
-  if (layers > 0) out->n_layers = layers;
+  if (layers > 0) {
+    out->n_layers = layers;
+    /* fewer layers than DeepSeek's dense-first run: keep the last one MoE */
+    if (out->n_experts && out->first_dense_layers >= layers) out->first_dense_layers = layers - 1;
+  }
   if (vocab > 0) out->vocab = vocab;
   if (scale > 0 && scale != 1.0) {
     int64_t heads = (int64_t)llround((double)base->n_heads * scale);
@@ -269,6 +273,7 @@ ferry_status ferry_model_config_derive(const struct ferry_model_config *base, in
     SCALE16(expert_intermediate);
     SCALE16(shared_intermediate);
 #undef SCALE16
+    if (base->family == FERRY_FAMILY_BLOOM) out->intermediate = 4 * out->hidden; /* BLOOM's is implied */
   }
   ferry_model *check = NULL;
   ferry_status st = ferry_model_create(&check, out);
@@ -285,6 +290,8 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
     return ferry__fail(FERRY_ERR_INVALID, "model gen: router skew must be >= 0 and locality in [0, 1]");
   struct ferry_model_config mc = *base;
   mc.dtype = options->dtype;
+  /* synthetic weights are written plain at --dtype, whatever format the checkpoint is published in */
+  memset(&mc.quant, 0, sizeof mc.quant);
   ferry_model *m = NULL;
   ferry_status st = ferry_model_create(&m, &mc);
   if (st != FERRY_OK) return st;
