@@ -86,6 +86,14 @@ struct ferry_expert_cache {
   uint64_t *use_count;     /* [layer * n_experts + expert] uses (LFU) */
   uint8_t *slot_protected;
   uint64_t clock;
+  /* Victim order kept up to date so that choosing one costs O(1) (LRU) or O(log slots) (LFU)
+   * instead of a scan of every slot: slots fill in index order, so the empty ones are the
+   * suffix from n_filled; LRU keeps every slot in a list by (stamp, index), LFU a min-heap by
+   * (uses of its expert, stamp, index). */
+  int32_t n_filled;
+  int32_t *lru_prev, *lru_next; /* LRU list links, -1 at the ends */
+  int32_t lru_head, lru_tail;
+  int32_t *heap, *heap_pos;     /* LFU heap of slots and each slot's place in it */
 };
 
 ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_policy policy, int32_t n_slots,
