@@ -9,52 +9,9 @@
 
 #include "common/alloc.h"
 #include "common/error.h"
-#include "ferry/sim.h"
-#include "runtime/exec/exec_impl.h"
-#include "sim/des.h"
-#include "sim/resource.h"
+#include "sim/exec_sim_impl.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
-
-/* An enqueued op with what the resource model needs, worked out once when it is enqueued so
- * that starting it cannot fail for a reason the caller could have been told about. */
-struct sim_op {
-  struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
-  int full;                  /* op.u holds the whole kernel */
-  int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
-  struct ferry__fluid *res;  /* copies and reads: the channel the bytes flow through */
-  uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
-};
-
-struct sim_exec;
-
-struct sim_queue {
-  struct sim_exec *s;
-  int32_t index;
-  struct sim_op *ring; /* power-of-two capacity; the head op stays in place while it runs */
-  uint32_t cap, head, count;
-  int busy;            /* the head op is in flight on a resource */
-  int waking;          /* idle when an op arrived: starts after the wake-up latency */
-  int blocked;         /* the head op is a WAIT whose generation is not done yet */
-  int64_t blocked_since;
-  struct ferry__compute *unit; /* runs this queue's kernels */
-  struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
-};
-
-struct sim_exec {
-  struct ferry_exec *ex;
-  struct ferry__des *des;
-  struct ferry_hw_profile hw; /* figures only: sources, fitted and path are not kept */
-  struct ferry__fluid *h2d, *d2h, *disk, *dram, *dmem;
-  const struct ferry_hw_cost *fitted[FERRY_K_COUNT][2]; /* per kernel kind and regime (GEMM), or NULL: roofline */
-  struct sim_queue queues[FERRY_EXEC_MAX_QUEUES];
-  uint32_t runnable; /* bit per queue that may be able to start its head op */
-  int pumping;
-  uint64_t pending_ops; /* ops enqueued and not completed, every queue */
-  uint64_t ops_done, kernels, copies, reads;
-  int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
-  int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
-};
 
 static const struct ferry_exec_backend sim_backend;
 
@@ -70,8 +27,7 @@ static const char *role_name(enum ferry_queue_role r) {
 static void kick(struct sim_exec *s, int32_t q) { s->runnable |= 1u << q; }
 static void pump(struct sim_exec *s);
 
-/* The head op of q completed over [start, end]: report it and move on. */
-static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
+void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
   struct sim_exec *s = q->s;
   struct sim_op *so = &q->ring[q->head];
   switch (so->op.kind) {
@@ -89,15 +45,14 @@ static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
   ferry__exec_op_done(s->ex, q->index, &so->op, start_ns, end_ns);
   q->head = (q->head + 1) & (q->cap - 1);
   q->count--;
+  q->last_done_ns = end_ns;
   s->pending_ops--;
   s->ops_done++;
 }
 
-/* An event generation completed now: raise done_gen and release the queues waiting for it.
- * Released queues are only marked runnable; the pump starts them after the current queue, so
+/* Released queues are only marked runnable; the pump starts them after the current queue, so
  * the order of everything at one instant is fixed by queue index and submission order. */
-static void event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
-  int64_t now = ferry__des_now(s->des);
+void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t now) {
   if (atomic_load(&ev->done_gen) < gen) {
     atomic_store(&ev->done_gen, gen);
     ev->done_time_ns = now;
@@ -110,7 +65,7 @@ static void event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
     if (head->op.u.event.ev != ev || head->op.u.event.gen > done) continue;
     w->blocked = 0;
     atomic_fetch_add(&s->ex->queues[i].stall_ns, now - w->blocked_since);
-    op_complete(w, w->blocked_since, now);
+    ferry__sim_op_complete(w, w->blocked_since, now);
     kick(s, i);
   }
 }
@@ -118,7 +73,7 @@ static void event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
 static void job_done(struct ferry__res_job *job, void *ctx) {
   struct sim_queue *q = ctx;
   q->busy = 0;
-  op_complete(q, job->start_ns, job->end_ns);
+  ferry__sim_op_complete(q, job->start_ns, job->end_ns);
   kick(q->s, q->index);
   pump(q->s);
 }
@@ -131,7 +86,7 @@ static void start_failed(struct sim_queue *q, ferry_status st) {
            role_name(q->s->ex->queues[q->index].role), ferry_last_error());
   ferry__exec_op_failed(q->s->ex, st, msg);
   int64_t now = ferry__des_now(q->s->des);
-  op_complete(q, now, now);
+  ferry__sim_op_complete(q, now, now);
 }
 
 /* Start head ops until the queue is empty, busy on a resource, or blocked on an event. */
@@ -145,13 +100,13 @@ static void advance(struct sim_queue *q) {
       case FERRY_OP_RECORD: {
         ferry_event *ev = so->op.u.event.ev;
         uint64_t gen = so->op.u.event.gen;
-        op_complete(q, now, now);
-        event_complete(s, ev, gen);
+        ferry__sim_op_complete(q, now, now);
+        ferry__sim_event_complete(s, ev, gen, now);
         break;
       }
       case FERRY_OP_WAIT:
         if (atomic_load(&so->op.u.event.ev->done_gen) >= so->op.u.event.gen) {
-          op_complete(q, now, now);
+          ferry__sim_op_complete(q, now, now);
         } else {
           q->blocked = 1;
           q->blocked_since = now;
@@ -175,7 +130,7 @@ static void advance(struct sim_queue *q) {
         q->job.done = job_done;
         q->job.ctx = q;
         q->busy = 1;
-        if ((st = ferry__fluid_submit(so->res, &q->job)) != FERRY_OK) {
+        if ((st = ferry__fluid_submit(s->chan[so->chan], &q->job)) != FERRY_OK) {
           q->busy = 0;
           start_failed(q, st);
         }
@@ -197,9 +152,16 @@ static void pump(struct sim_exec *s) {
 
 /* ---- the backend ------------------------------------------------------------------------------ */
 
-static int64_t sim_now(struct ferry_exec *ex) { return ferry__des_now(state(ex)->des); }
+static int64_t sim_now(struct ferry_exec *ex) {
+  struct sim_exec *s = state(ex);
+  return s->mode != FERRY_SIM_EXACT ? s->now_ns : ferry__des_now(s->des);
+}
 
-static void sim_sleep_until(struct ferry_exec *ex, int64_t t_ns) { ferry__des_run_until(state(ex)->des, t_ns); }
+static void sim_sleep_until(struct ferry_exec *ex, int64_t t_ns) {
+  struct sim_exec *s = state(ex);
+  if (s->mode != FERRY_SIM_EXACT) ferry__sim_fast_sleep_until(s, t_ns);
+  else ferry__des_run_until(s->des, t_ns);
+}
 
 static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
   struct sim_exec *s = state(ex);
@@ -217,6 +179,7 @@ static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
   q->s = s;
   q->index = index;
   q->cap = RING_INITIAL;
+  q->last_done_ns = q->tail_ns = INT64_MIN;
   return FERRY_OK;
 }
 
@@ -266,51 +229,56 @@ static ferry_status missing(struct sim_exec *s, const char *what, const char *fi
                         "sim executor: hardware profile %s has no %s, needed to simulate %s", s->hw.name, figure, what);
 }
 
-/* Work out an op's resource and duration at enqueue time. */
-static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
+/* A kernel's duration on the profile: its fitted cost when calibrated, else the roofline;
+ * -1 when the profile cannot time it. */
+int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k) {
+  double flops;
+  uint64_t bytes;
+  ferry_kernel_cost(k, &flops, &bytes);
+  const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
+  const struct ferry_hw_cost *fit = s->fitted[k->kind][gemm];
+  if (fit) /* calibrated from measurements: preferred to the roofline */
+    return ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
+                                                            : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
+  return ferry__hw_compute_ns(&s->hw, hw_op_of(k), flops, (double)bytes, dtype_of(k));
+}
+
+/* Work out an op's channel and duration at enqueue time. */
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
+  so->duration_ns = 0;
+  so->chan = CHAN_NONE;
+  so->flow_bytes = 0;
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
-      double flops;
-      uint64_t bytes;
-      ferry_kernel_cost(&op->u.kernel, &flops, &bytes);
-      const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
-      const struct ferry_hw_cost *fit = s->fitted[op->u.kernel.kind][gemm];
-      if (fit) { /* calibrated from measurements: preferred to the roofline */
-        so->duration_ns =
-            ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
-                                                            : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
-        return FERRY_OK;
-      }
-      enum ferry_hw_op hop = hw_op_of(&op->u.kernel);
-      enum ferry_dtype dt = dtype_of(&op->u.kernel);
-      int64_t ns = ferry__hw_compute_ns(&s->hw, hop, flops, (double)bytes, dt);
+      int64_t ns = ferry__sim_kernel_ns(s, &op->u.kernel);
       if (ns < 0)
         return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
                               "sim executor: hardware profile %s cannot time kernel %s (%s, %s): it lacks the GPU's "
                               "memory bandwidth or a usable peak",
-                              s->hw.name, op->u.kernel.name, ferry_hw_op_name(hop), ferry_dtype_name(dt));
+                              s->hw.name, op->u.kernel.name, ferry_hw_op_name(hw_op_of(&op->u.kernel)),
+                              ferry_dtype_name(dtype_of(&op->u.kernel)));
       so->duration_ns = ns;
       return FERRY_OK;
     }
     case FERRY_OP_COPY:
       so->flow_bytes = op->u.copy.bytes;
       switch (op->u.copy.copy_kind) {
-        case FERRY_COPY_HTOD: so->res = s->h2d; break;
-        case FERRY_COPY_DTOH: so->res = s->d2h; break;
+        case FERRY_COPY_HTOD: so->chan = CHAN_H2D; break;
+        case FERRY_COPY_DTOH: so->chan = CHAN_D2H; break;
         case FERRY_COPY_DTOD:
-          so->res = s->dmem;
+          so->chan = CHAN_DMEM;
           so->flow_bytes = 2 * op->u.copy.bytes;
           break;
         default:
-          if (!s->dram) return missing(s, "a copy within host memory", "host.dram_gbps");
-          so->res = s->dram;
+          if (!s->chan[CHAN_DRAM]) return missing(s, "a copy within host memory", "host.dram_gbps");
+          so->chan = CHAN_DRAM;
           so->flow_bytes = 2 * op->u.copy.bytes;
           break;
       }
       return FERRY_OK;
     case FERRY_OP_READ:
-      if (!s->disk) return missing(s, "a disk read", "disk section (disk.read_gbps)");
-      so->res = s->disk;
+      if (!s->chan[CHAN_DISK]) return missing(s, "a disk read", "disk section (disk.read_gbps)");
+      so->chan = CHAN_DISK;
       so->flow_bytes = op->u.read.len;
       return FERRY_OK;
     case FERRY_OP_RECORD:
@@ -336,9 +304,18 @@ static ferry_status ring_grow(struct ferry_exec *ex, struct sim_queue *q) {
   return FERRY_OK;
 }
 
+/* The ring entry after q's last op (growing the ring when full); the caller fills it in and
+ * then counts it. */
+ferry_status ferry__sim_ring_slot(struct sim_exec *s, struct sim_queue *q, struct sim_op **out) {
+  ferry_status st;
+  if (q->count == q->cap && (st = ring_grow(s->ex, q)) != FERRY_OK) return st;
+  *out = &q->ring[(q->head + q->count) & (q->cap - 1)];
+  return FERRY_OK;
+}
+
 /* Bytes of an op worth keeping: a kernel is 400-odd bytes of which the resource model needs
  * nothing once its duration is known, so it is kept whole only for the activity sink. */
-static size_t op_bytes(const struct ferry_op *op, int sink) {
+size_t ferry__sim_op_bytes(const struct ferry_op *op, int sink) {
   const size_t head = offsetof(struct ferry_op, u);
   switch (op->kind) {
     case FERRY_OP_KERNEL: return sink ? sizeof *op : head;
@@ -356,32 +333,34 @@ static void wake_queue(struct ferry__des *des, void *ctx) {
   pump(q->s);
 }
 
+/* The host never looks at a half-processed instant: each of its actions ends by running the
+ * events due by then (zero-length ops it just enqueued included), so what it sees done is
+ * exactly what ended at or before its clock, as in the fast path (exec_sim_fast.c). */
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
+  if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_submit(s, queue, op);
   struct sim_queue *q = &s->queues[queue];
+  struct sim_op *so;
   ferry_status st;
-  if (q->count == q->cap && (st = ring_grow(ex, q)) != FERRY_OK) return st;
-  struct sim_op *so = &q->ring[(q->head + q->count) & (q->cap - 1)];
-  so->duration_ns = 0;
-  so->res = NULL;
-  so->flow_bytes = 0;
-  if ((st = prepare(s, so, op)) != FERRY_OK) return st;
+  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK || (st = ferry__sim_prepare(s, so, op)) != FERRY_OK) return st;
   so->full = ex->sink != NULL;
-  memcpy(&so->op, op, op_bytes(op, so->full));
+  memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
   q->count++;
   s->pending_ops++;
-  if (q->count == 1) { /* the queue was idle: the op starts now, or once its thread woke up */
-    if (s->wake_ns > 0) {
+  const int64_t now = ferry__des_now(s->des);
+  if (q->count == 1) {
+    /* the queue was idle: the op starts now, or once its thread woke up; a queue whose last op
+     * ended at this very instant has not gone to sleep yet */
+    if (s->wake_ns > 0 && q->last_done_ns < now) {
       q->waking = 1;
-      if ((st = ferry__des_schedule(s->des, ferry__des_now(s->des) + s->wake_ns, wake_queue, q, NULL)) != FERRY_OK)
-        return st;
+      if ((st = ferry__des_schedule(s->des, now + s->wake_ns, wake_queue, q, NULL)) != FERRY_OK) return st;
     } else {
       kick(s, queue);
       pump(s);
     }
   }
   /* issuing takes host time: what is already queued runs on meanwhile */
-  if (s->submit_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->submit_ns);
+  ferry__des_run_until(s->des, now + s->submit_ns);
   return FERRY_OK;
 }
 
@@ -428,14 +407,17 @@ static int gen_done(void *arg) {
 static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {
   struct sync_arg a = {ev, gen};
   struct sim_exec *s = state(ex);
+  if (s->capture) return ferry__err_set(&ex->err, FERRY_ERR_INTERNAL, "sim executor: a host wait inside an op graph");
+  if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_sync(s, ev, gen);
   if (!ferry__des_run_while_not(s->des, gen_done, &a)) {
     char what[96];
     snprintf(what, sizeof what, "the host waits for an event generation %llu (done: %llu)", (unsigned long long)gen,
              (unsigned long long)atomic_load(&ev->done_gen));
     return deadlock(ex, what);
   }
-  /* the host notices the event only after its wake-up latency */
-  if (s->sync_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->sync_ns);
+  /* the host notices the event only after its wake-up latency (and never halfway through an
+   * instant: the rest of it runs too) */
+  ferry__des_run_until(s->des, ferry__des_now(s->des) + s->sync_ns);
   return FERRY_OK;
 }
 
@@ -443,7 +425,9 @@ static int all_idle(void *arg) { return ((struct sim_exec *)arg)->pending_ops ==
 
 static ferry_status sim_drain(struct ferry_exec *ex) {
   struct sim_exec *s = state(ex);
+  if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_drain(s);
   if (!ferry__des_run_while_not(s->des, all_idle, s)) return deadlock(ex, "draining every queue");
+  ferry__des_run_until(s->des, ferry__des_now(s->des));
   return FERRY_OK;
 }
 
@@ -454,11 +438,8 @@ static void sim_destroy(struct ferry_exec *ex) {
       ferry__compute_destroy(s->queues[i].unit);
       ferry_free(s->queues[i].ring);
     }
-    ferry__fluid_destroy(s->h2d);
-    ferry__fluid_destroy(s->d2h);
-    ferry__fluid_destroy(s->disk);
-    ferry__fluid_destroy(s->dram);
-    ferry__fluid_destroy(s->dmem);
+    for (int c = 0; c < CHAN_COUNT; c++) ferry__fluid_destroy(s->chan[c]);
+    ferry__sim_graph_state_free(s);
     ferry__des_destroy(s->des);
     ferry_free(s);
   }
@@ -491,6 +472,16 @@ static const struct ferry_exec_backend sim_backend = {
     .now = sim_now,
     .sleep_until = sim_sleep_until,
     .device_info = sim_device_info,
+    .event_init = ferry__sim_event_init,
+    .event_fini = ferry__sim_event_fini,
+    .graph_mode = ferry__sim_graph_mode,
+    .graph_begin = ferry__sim_graph_begin,
+    .graph_skipped_wait = ferry__sim_graph_skipped_wait,
+    .graph_end = ferry__sim_graph_end,
+    .graph_launch = ferry__sim_graph_launch,
+    .graph_same = ferry__sim_graph_same,
+    .graph_bytes = ferry__sim_graph_bytes,
+    .graph_free = ferry__sim_graph_free,
 };
 
 /* The channels of the profile: link directions and the device memory always (checked by the
@@ -501,16 +492,17 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
   if (!pinned && p->link.pageable_h2d_gbps > 0) h2d = p->link.pageable_h2d_gbps;
   uint32_t engines = p->link.copy_engines > 0 ? (uint32_t)p->link.copy_engines : 0;
   ferry_status st;
-  if ((st = ferry__link_create(&s->h2d, s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||
-      (st = ferry__link_create(&s->d2h, s->des, "link d2h", p->link.d2h_gbps * 1e9, p->link.latency_ns, engines)) ||
-      (st = ferry__fluid_create(&s->dmem, s->des, "device memory", p->gpu.mem_bw_gbps * 1e9, 0, 0)))
+  if ((st = ferry__link_create(&s->chan[CHAN_H2D], s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||
+      (st = ferry__link_create(&s->chan[CHAN_D2H], s->des, "link d2h", p->link.d2h_gbps * 1e9, p->link.latency_ns,
+                               engines)) ||
+      (st = ferry__fluid_create(&s->chan[CHAN_DMEM], s->des, "device memory", p->gpu.mem_bw_gbps * 1e9, 0, 0)))
     return st;
   if (p->has_disk && p->disk.read_gbps > 0 &&
-      (st = ferry__disk_create(&s->disk, s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
+      (st = ferry__disk_create(&s->chan[CHAN_DISK], s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
                                p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))
     return st;
   if (p->has_host && p->host.dram_gbps > 0 &&
-      (st = ferry__fluid_create(&s->dram, s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))
+      (st = ferry__fluid_create(&s->chan[CHAN_DRAM], s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))
     return st;
   return FERRY_OK;
 }
@@ -532,6 +524,15 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   ex->backend_state = s;
   s->ex = ex;
   s->hw = *p;
+  s->mode = config ? config->sim_mode : FERRY_SIM_EXACT;
+  if (s->mode != FERRY_SIM_FAST && s->mode != FERRY_SIM_EXACT && s->mode != FERRY_SIM_CHECK) {
+    ferry__exec_fini(ex);
+    ferry_free(ex);
+    ferry_free(s);
+    return ferry__fail(FERRY_ERR_INVALID, "sim executor: unknown mode %d (exact 0, fast 1, check 2)",
+                       config->sim_mode);
+  }
+  for (int c = 0; c < CHAN_COUNT; c++) s->chan_use[c] = (struct sim_chan_use){INT64_MIN, -1};
   if (p->has_host) {
     s->submit_ns = p->host.submit_ns;
     s->sync_ns = p->host.sync_ns;
@@ -565,14 +566,14 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
   out->copies = s->copies;
   out->reads = s->reads;
   struct ferry__fluid_stats fs;
-  ferry__fluid_get_stats(s->h2d, &fs);
+  ferry__fluid_get_stats(s->chan[CHAN_H2D], &fs);
   out->bytes_h2d = fs.bytes_done;
   out->h2d_busy_ns = fs.busy_ns;
-  ferry__fluid_get_stats(s->d2h, &fs);
+  ferry__fluid_get_stats(s->chan[CHAN_D2H], &fs);
   out->bytes_d2h = fs.bytes_done;
   out->d2h_busy_ns = fs.busy_ns;
-  if (s->disk) {
-    ferry__fluid_get_stats(s->disk, &fs);
+  if (s->chan[CHAN_DISK]) {
+    ferry__fluid_get_stats(s->chan[CHAN_DISK], &fs);
     out->bytes_disk = fs.bytes_done;
     out->disk_busy_ns = fs.busy_ns;
   }
@@ -581,6 +582,6 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     ferry__compute_get_stats(s->queues[i].unit, &cs);
     out->compute_busy_ns += cs.busy_ns;
   }
-  out->now_ns = ferry__des_now(s->des);
+  out->now_ns = sim_now((struct ferry_exec *)ex);
   return FERRY_OK;
 }

@@ -376,8 +376,9 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
     ts[n + 1] = ts[n] - !by_layer;
     ls[n + 1] = ls[n] - by_layer;
   }
-  float wbuf[FERRY_ROUTING_MAX_TOPK];
-  float *w = weights ? weights : wbuf;
+  /* the ids never depend on the weights: a caller that reads none (the simulator without a
+   * predictor) does not pay for drawing them */
+  float *w = weights;
   draw_base(s, req_id, ts[n], ls[n], -1, -1, ids, w);
   for (int i = n - 1; i >= 0; i--) {
     const uint64_t h = key(s, SALT_MODE, req_id, ts[i], ls[i]);

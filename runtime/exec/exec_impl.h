@@ -65,7 +65,18 @@ struct ferry_exec_queue {
   void *backend; /* backend per-queue state */
 };
 
+/* The generation a record of ev completes (the record is enqueued with it). */
+static inline uint64_t ferry__event_record_gen(ferry_event *ev) { return atomic_fetch_add(&ev->recorded_gen, 1) + 1; }
+
+/* The generation a wait on ev must wait for, or 0 when there is nothing to wait for (never
+ * recorded, or done already): such a wait is not enqueued at all. */
+static inline uint64_t ferry__event_wait_gen(ferry_event *ev) {
+  uint64_t gen = atomic_load(&ev->recorded_gen);
+  return gen == 0 || atomic_load(&ev->done_gen) >= gen ? 0 : gen;
+}
+
 struct ferry_exec;
+struct ferry_exec_graph; /* defined by the backends that have op graphs (runtime/exec/graph.h) */
 
 struct ferry_exec_backend {
   int version;
@@ -86,6 +97,18 @@ struct ferry_exec_backend {
   ferry_status (*event_init)(struct ferry_exec *ex, ferry_event *ev);
   void (*event_fini)(struct ferry_exec *ex, ferry_event *ev);
   ferry_status (*device_info)(struct ferry_exec *ex, struct ferry_device_info *out); /* NULL: no GPU */
+  /* optional, all or none: op graphs (runtime/exec/graph.h); graph_mode says whether they are
+   * worth using now (an enum ferry__graph_mode) */
+  int (*graph_mode)(struct ferry_exec *ex);
+  ferry_status (*graph_begin)(struct ferry_exec *ex, ferry_event *const *params, int32_t n_params);
+  void (*graph_skipped_wait)(struct ferry_exec *ex, int32_t queue, ferry_event *ev); /* a wait not enqueued */
+  ferry_status (*graph_end)(struct ferry_exec *ex, struct ferry_exec_graph **out);
+  ferry_status (*graph_launch)(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
+                               int64_t context_tokens);
+  int (*graph_same)(struct ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
+                    int64_t context_tokens);
+  size_t (*graph_bytes)(const struct ferry_exec_graph *g);
+  void (*graph_free)(struct ferry_exec *ex, struct ferry_exec_graph *g);
 };
 
 struct ferry_exec {
@@ -107,6 +130,7 @@ struct ferry_exec {
   _Atomic int first_error;
   char first_error_msg[FERRY_ERRMSG_MAX];
   pthread_mutex_t error_lock;
+  int capturing; /* an op graph is being recorded (graph_begin .. graph_end) */
   void *backend_state;
 };
 

@@ -1,0 +1,369 @@
+/* The `sim` executor's fast path (FERRY_SIM_FAST, FERRY_SIM_CHECK): each op's start and end are
+ * worked out when it is enqueued, from its queue's last op, the event it waits for and the host
+ * clock, instead of by running events. That is exact when no two queues share a channel at
+ * once (a lone transfer's time is known when it starts), which is how the engine uses its
+ * queues; an op that would share one is refused. Ops stay in their queue's ring until the host
+ * clock passes their end, and complete then in time order with the code the event-driven path
+ * uses, so counters, stalls, busy times, event generations and activities are the same.
+ * Plus op graphs (runtime/exec/graph.h): recorded ops replayed without the engine building them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/error.h"
+#include "runtime/exec/graph.h"
+#include "sim/exec_sim_impl.h"
+
+/* ---- events: when the latest generation recorded completes ---------------------------------- */
+
+struct sim_event {
+  int64_t record_end_ns;
+};
+
+ferry_status ferry__sim_event_init(struct ferry_exec *ex, ferry_event *ev) {
+  struct sim_event *se = ferry__calloc(1, sizeof *se);
+  if (!se) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for an event");
+  ev->backend = se;
+  return FERRY_OK;
+}
+
+void ferry__sim_event_fini(struct ferry_exec *ex, ferry_event *ev) {
+  (void)ex;
+  ferry_free(ev->backend);
+  ev->backend = NULL;
+}
+
+static int64_t record_end(const ferry_event *ev) { return ((const struct sim_event *)ev->backend)->record_end_ns; }
+
+/* ---- timing and completion ------------------------------------------------------------------- */
+
+static const char *chan_name(int c) {
+  static const char *names[CHAN_COUNT] = {"the link's host-to-device direction", "the link's device-to-host direction",
+                                          "the disk", "host memory", "device memory"};
+  return c >= 0 && c < CHAN_COUNT ? names[c] : "?";
+}
+
+/* The head op of q ended by the host clock: account for it as the event-driven path would. */
+static void complete_head(struct sim_exec *s, struct sim_queue *q) {
+  struct sim_op *so = &q->ring[q->head];
+  const int64_t start = so->start_ns, end = so->end_ns;
+  const enum ferry_op_kind kind = so->op.kind;
+  ferry_event *ev = so->op.u.event.ev;
+  const uint64_t gen = so->op.u.event.gen;
+  switch (kind) {
+    case FERRY_OP_KERNEL: ferry__compute_account(q->unit, so->duration_ns); break;
+    case FERRY_OP_COPY:
+    case FERRY_OP_READ: {
+      int64_t flow;
+      ferry__fluid_alone_ns(s->chan[so->chan], so->flow_bytes, &flow);
+      ferry__fluid_account(s->chan[so->chan], so->flow_bytes, flow);
+      break;
+    }
+    case FERRY_OP_WAIT:
+      if (end > start) atomic_fetch_add(&s->ex->queues[q->index].stall_ns, end - start);
+      break;
+    case FERRY_OP_RECORD: break;
+  }
+  ferry__sim_op_complete(q, start, end);
+  if (kind == FERRY_OP_RECORD) ferry__sim_event_complete(s, ev, gen, end);
+}
+
+/* Complete every op that ended by the host clock, earliest first (ties by queue index). */
+static void catch_up(struct sim_exec *s) {
+  const int32_t n = s->ex->n_queues;
+  for (;;) {
+    struct sim_queue *best = NULL;
+    for (int32_t i = 0; i < n; i++) {
+      struct sim_queue *q = &s->queues[i];
+      if (q->count && q->ring[q->head].end_ns <= s->now_ns && (!best || q->ring[q->head].end_ns < best->ring[best->head].end_ns))
+        best = q;
+    }
+    if (!best) return;
+    complete_head(s, best);
+  }
+}
+
+/* Time the op in q's tail slot (prepared), count it, and move the host clock past issuing it.
+ * A queue whose ops have all ended before now has gone idle: its next op waits for the queue's
+ * wake-up latency, as in the event-driven path. */
+static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct sim_op *so) {
+  const int64_t now = s->now_ns;
+  int64_t start = q->count ? q->tail_ns : (s->wake_ns > 0 && q->last_done_ns < now ? now + s->wake_ns : now), end = start;
+  switch (so->op.kind) {
+    case FERRY_OP_KERNEL: end = start + so->duration_ns; break;
+    case FERRY_OP_COPY:
+    case FERRY_OP_READ: {
+      struct sim_chan_use *u = &s->chan_use[so->chan];
+      if (u->queue >= 0 && u->queue != q->index && u->until_ns > start)
+        return ferry__err_set(&s->ex->err, FERRY_ERR_UNSUPPORTED,
+                              "sim executor (fast mode): at t=%lld ns queue %d would share %s with queue %d's "
+                              "transfer (until t=%lld ns); the fast mode times transfers alone on their channel: "
+                              "simulate with the exact mode (ferry sim --exact, FERRY_SIM_EXACT)",
+                              (long long)start, q->index, chan_name(so->chan), u->queue, (long long)u->until_ns);
+      end = start + ferry__fluid_alone_ns(s->chan[so->chan], so->flow_bytes, NULL);
+      u->until_ns = end;
+      u->queue = q->index;
+      break;
+    }
+    case FERRY_OP_RECORD: ((struct sim_event *)so->op.u.event.ev->backend)->record_end_ns = start; break;
+    case FERRY_OP_WAIT: {
+      const int64_t r = record_end(so->op.u.event.ev); /* the generation waited for is the latest */
+      if (r > start) end = r;
+      break;
+    }
+  }
+  so->start_ns = start;
+  so->end_ns = end;
+  q->tail_ns = end;
+  q->count++;
+  s->pending_ops++;
+  if (end <= now) complete_head(s, q); /* only the head can end by now: the ops before it ended */
+  if (s->submit_ns > 0) {
+    s->now_ns += s->submit_ns;
+    catch_up(s);
+  }
+  return FERRY_OK;
+}
+
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_op *so, const struct ferry_op *op);
+
+ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op) {
+  struct sim_queue *q = &s->queues[queue];
+  struct sim_op *so;
+  ferry_status st;
+  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK || (st = ferry__sim_prepare(s, so, op)) != FERRY_OK) return st;
+  so->full = s->ex->sink != NULL;
+  memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
+  if ((st = enqueue_timed(s, q, so)) != FERRY_OK) return st;
+  if (s->capture) capture_op(s, queue, so, op);
+  return FERRY_OK;
+}
+
+ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
+  (void)gen; /* the latest generation (the wrapper's): its record ends at record_end() */
+  const int64_t r = record_end(ev);
+  if (r > s->now_ns) s->now_ns = r;
+  catch_up(s);
+  /* the host notices the event only after its wake-up latency */
+  if (s->sync_ns > 0) {
+    s->now_ns += s->sync_ns;
+    catch_up(s);
+  }
+  return FERRY_OK;
+}
+
+void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns) {
+  if (t_ns > s->now_ns) s->now_ns = t_ns;
+  catch_up(s);
+}
+
+ferry_status ferry__sim_fast_drain(struct sim_exec *s) {
+  for (int32_t i = 0; i < s->ex->n_queues; i++) {
+    const struct sim_queue *q = &s->queues[i];
+    if (q->count && q->tail_ns > s->now_ns) s->now_ns = q->tail_ns;
+  }
+  catch_up(s);
+  return FERRY_OK;
+}
+
+/* ---- op graphs --------------------------------------------------------------------------------- */
+
+#define GRAPH_MAX_PARAMS 8
+
+/* An op as a graph keeps it: what timing it needs, its event as a parameter or itself. */
+struct graph_op {
+  uint8_t kind;        /* enum ferry_op_kind */
+  int8_t queue;
+  int8_t chan;
+  int8_t param;        /* events: parameter index, or -1 for ev */
+  int32_t kernel;      /* kernels timed again at launch (a context): index in kernels, else -1 */
+  int64_t duration_ns;
+  uint64_t flow_bytes;
+  ferry_event *ev;
+};
+
+struct ferry_exec_graph {
+  int32_t n_ops, n_kernels;
+  struct graph_op *ops;
+  struct ferry_kernel *kernels;
+};
+
+struct sim_graph_capture {
+  struct graph_op *ops;
+  int32_t n_ops, cap_ops;
+  struct ferry_kernel *kernels;
+  int32_t n_kernels, cap_kernels;
+  ferry_event *params[GRAPH_MAX_PARAMS];
+  int32_t n_params;
+  int failed; /* out of memory while recording */
+  int active;
+};
+
+int ferry__sim_graph_mode(struct ferry_exec *ex) {
+  const struct sim_exec *s = ex->backend_state;
+  return s->mode == FERRY_SIM_FAST ? FERRY__GRAPH_LAUNCH : s->mode == FERRY_SIM_CHECK ? FERRY__GRAPH_CHECK : FERRY__GRAPH_NONE;
+}
+
+void ferry__sim_graph_state_free(struct sim_exec *s) {
+  struct sim_graph_capture *c = s->capture;
+  if (!c) return;
+  ferry_free(c->ops);
+  ferry_free(c->kernels);
+  ferry_free(c);
+  s->capture = NULL;
+}
+
+ferry_status ferry__sim_graph_begin(struct ferry_exec *ex, ferry_event *const *params, int32_t n_params) {
+  struct sim_exec *s = ex->backend_state;
+  if (s->mode == FERRY_SIM_EXACT)
+    return ferry__err_set(&ex->err, FERRY_ERR_UNSUPPORTED, "sim executor: no op graphs in the exact mode");
+  if (n_params > GRAPH_MAX_PARAMS)
+    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "op graph: %d parameters (at most %d)", n_params, GRAPH_MAX_PARAMS);
+  if (!s->capture && !(s->capture = ferry__calloc(1, sizeof *s->capture)))
+    return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for an op graph");
+  struct sim_graph_capture *c = s->capture; /* kept between recordings: its arrays are reused */
+  c->n_ops = c->n_kernels = 0;
+  c->failed = 0;
+  c->active = 1;
+  c->n_params = n_params;
+  for (int32_t i = 0; i < n_params; i++) c->params[i] = params[i];
+  return FERRY_OK;
+}
+
+static struct graph_op *capture_push(struct sim_graph_capture *c) {
+  if (c->n_ops == c->cap_ops) {
+    int32_t cap = c->cap_ops ? 2 * c->cap_ops : 32;
+    struct graph_op *ops = ferry__reallocarray(c->ops, (size_t)cap, sizeof *ops);
+    if (!ops) {
+      c->failed = 1;
+      return NULL;
+    }
+    c->ops = ops;
+    c->cap_ops = cap;
+  }
+  return &c->ops[c->n_ops++];
+}
+
+static void capture_event(struct sim_graph_capture *c, struct graph_op *g, ferry_event *ev) {
+  g->param = -1;
+  g->ev = ev;
+  for (int32_t i = 0; i < c->n_params; i++)
+    if (c->params[i] == ev) {
+      g->param = (int8_t)i;
+      g->ev = NULL;
+    }
+}
+
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_op *so, const struct ferry_op *op) {
+  struct sim_graph_capture *c = s->capture;
+  if (!c->active) return;
+  struct graph_op *g = capture_push(c);
+  if (!g) return;
+  *g = (struct graph_op){.kind = (uint8_t)op->kind, .queue = (int8_t)queue, .chan = (int8_t)so->chan, .param = -1,
+                         .kernel = -1, .duration_ns = so->duration_ns, .flow_bytes = so->flow_bytes};
+  if (op->kind == FERRY_OP_RECORD || op->kind == FERRY_OP_WAIT) capture_event(c, g, op->u.event.ev);
+  if (op->kind == FERRY_OP_KERNEL && op->u.kernel.context_tokens > 0) {
+    /* its time depends on the context the launch gives: keep the kernel to time it again */
+    if (c->n_kernels == c->cap_kernels) {
+      int32_t cap = c->cap_kernels ? 2 * c->cap_kernels : 4;
+      struct ferry_kernel *k = ferry__reallocarray(c->kernels, (size_t)cap, sizeof *k);
+      if (!k) {
+        c->failed = 1;
+        return;
+      }
+      c->kernels = k;
+      c->cap_kernels = cap;
+    }
+    c->kernels[c->n_kernels] = op->u.kernel;
+    g->kernel = c->n_kernels++;
+  }
+}
+
+void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_event *ev) {
+  struct sim_exec *s = ex->backend_state;
+  struct sim_graph_capture *c = s->capture;
+  if (!c || !c->active) return;
+  struct graph_op *g = capture_push(c);
+  if (!g) return;
+  *g = (struct graph_op){.kind = FERRY_OP_WAIT, .queue = (int8_t)queue, .chan = CHAN_NONE, .kernel = -1};
+  capture_event(c, g, ev);
+}
+
+ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph **out) {
+  struct sim_exec *s = ex->backend_state;
+  struct sim_graph_capture *c = s->capture;
+  *out = NULL;
+  if (!c || !c->active) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "op graph: not recording");
+  c->active = 0;
+  if (c->failed) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory recording an op graph");
+  const size_t ops = (size_t)c->n_ops * sizeof *c->ops, kernels = (size_t)c->n_kernels * sizeof *c->kernels;
+  struct ferry_exec_graph *g = ferry__calloc(1, sizeof *g + ops + kernels);
+  if (!g) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for an op graph");
+  g->n_ops = c->n_ops;
+  g->n_kernels = c->n_kernels;
+  g->ops = (struct graph_op *)(g + 1);
+  g->kernels = (struct ferry_kernel *)((char *)g->ops + ops);
+  if (ops) memcpy(g->ops, c->ops, ops);
+  if (kernels) memcpy(g->kernels, c->kernels, kernels);
+  *out = g;
+  return FERRY_OK;
+}
+
+/* A graph op's duration at launch: recorded, or timed again with the launch's context. */
+static int64_t op_duration(struct sim_exec *s, const struct ferry_exec_graph *g, const struct graph_op *o,
+                           int64_t context_tokens) {
+  if (o->kernel < 0 || context_tokens < 0) return o->duration_ns;
+  struct ferry_kernel k = g->kernels[o->kernel];
+  k.context_tokens = context_tokens;
+  return ferry__sim_kernel_ns(s, &k); /* timed once already with this shape: cannot fail */
+}
+
+ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
+                                     int64_t context_tokens) {
+  struct sim_exec *s = ex->backend_state;
+  for (int32_t i = 0; i < g->n_ops; i++) {
+    const struct graph_op *o = &g->ops[i];
+    ferry_event *ev = o->param >= 0 ? args[o->param] : o->ev;
+    uint64_t gen = 0;
+    if (o->kind == FERRY_OP_WAIT && !(gen = ferry__event_wait_gen(ev))) continue; /* as the wrapper decides */
+    if (o->kind == FERRY_OP_RECORD) gen = ferry__event_record_gen(ev);
+    struct sim_queue *q = &s->queues[o->queue];
+    struct sim_op *so;
+    ferry_status st = ferry__sim_ring_slot(s, q, &so);
+    if (st != FERRY_OK) return st;
+    so->op.kind = (enum ferry_op_kind)o->kind;
+    so->op.correlation_id = atomic_fetch_add(&ex->next_correlation, 1);
+    so->op.u.event.ev = ev;
+    so->op.u.event.gen = gen;
+    so->full = 0;
+    so->chan = o->chan;
+    so->duration_ns = o->kind == FERRY_OP_KERNEL ? op_duration(s, g, o, context_tokens) : 0;
+    so->flow_bytes = o->flow_bytes;
+    if ((st = enqueue_timed(s, q, so)) != FERRY_OK) return st;
+  }
+  return FERRY_OK;
+}
+
+int ferry__sim_graph_same(struct ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
+                          int64_t context_tokens) {
+  struct sim_exec *s = ex->backend_state;
+  if (a->n_ops != b->n_ops) return 0;
+  for (int32_t i = 0; i < a->n_ops; i++) {
+    const struct graph_op *x = &a->ops[i], *y = &b->ops[i];
+    if (x->kind != y->kind || x->queue != y->queue || x->chan != y->chan || x->param != y->param || x->ev != y->ev ||
+        x->flow_bytes != y->flow_bytes || (x->kernel < 0) != (y->kernel < 0))
+      return 0;
+    if (x->kind == FERRY_OP_KERNEL && op_duration(s, a, x, context_tokens) != y->duration_ns) return 0;
+    if (y->kernel >= 0 && context_tokens >= 0 && b->kernels[y->kernel].context_tokens != context_tokens) return 0;
+  }
+  return 1;
+}
+
+size_t ferry__sim_graph_bytes(const struct ferry_exec_graph *g) {
+  return sizeof *g + (size_t)g->n_ops * sizeof *g->ops + (size_t)g->n_kernels * sizeof *g->kernels;
+}
+
+void ferry__sim_graph_free(struct ferry_exec *ex, struct ferry_exec_graph *g) {
+  (void)ex;
+  ferry_free(g);
+}

@@ -1,0 +1,103 @@
+/* State of the `sim` executor shared by its two ways of timing ops: the discrete-event path
+ * (exec_sim.c: every op is events on resource models) and the fast path (exec_sim_fast.c:
+ * each op's start and end worked out when it is enqueued, plus op graphs). Internal to sim/. */
+#ifndef FERRY_SIM_EXEC_SIM_IMPL_H
+#define FERRY_SIM_EXEC_SIM_IMPL_H
+
+#include "ferry/sim.h"
+#include "runtime/exec/exec_impl.h"
+#include "sim/des.h"
+#include "sim/resource.h"
+
+/* The channels bytes flow through (index of a sim_op's channel). */
+enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_COUNT };
+
+/* An enqueued op with what the resource model needs, worked out once when it is enqueued so
+ * that starting it cannot fail for a reason the caller could have been told about. */
+struct sim_op {
+  struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
+  int full;                  /* op.u holds the whole kernel */
+  int chan;                  /* copies and reads: the channel the bytes flow through (enum sim_chan) */
+  int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
+  uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
+  int64_t start_ns, end_ns;  /* fast path: when it starts and ends, known when it is enqueued */
+};
+
+struct sim_exec;
+
+struct sim_queue {
+  struct sim_exec *s;
+  int32_t index;
+  struct sim_op *ring; /* power-of-two capacity; the head op stays in place while it runs */
+  uint32_t cap, head, count;
+  int busy;            /* the head op is in flight on a resource */
+  int waking;          /* idle when an op arrived: starts after the wake-up latency */
+  int blocked;         /* the head op is a WAIT whose generation is not done yet */
+  int64_t blocked_since;
+  int64_t last_done_ns; /* when its last op completed (INT64_MIN: none yet) */
+  int64_t tail_ns;      /* fast path: when the last op enqueued ends */
+  struct ferry__compute *unit; /* runs this queue's kernels */
+  struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
+};
+
+/* A channel's last transfer in the fast path, which times a transfer alone on its channel and
+ * refuses one that would share it with another queue's. */
+struct sim_chan_use {
+  int64_t until_ns;
+  int32_t queue;
+};
+
+struct sim_graph_capture;
+
+struct sim_exec {
+  struct ferry_exec *ex;
+  struct ferry__des *des;
+  struct ferry_hw_profile hw; /* figures only: sources, fitted and path are not kept */
+  struct ferry__fluid *chan[CHAN_COUNT];
+  const struct ferry_hw_cost *fitted[FERRY_K_COUNT][2]; /* per kernel kind and regime (GEMM), or NULL: roofline */
+  struct sim_queue queues[FERRY_EXEC_MAX_QUEUES];
+  uint32_t runnable; /* bit per queue that may be able to start its head op */
+  int pumping;
+  uint64_t pending_ops; /* ops enqueued and not completed, every queue */
+  uint64_t ops_done, kernels, copies, reads;
+  int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
+  int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
+  /* fast path */
+  int mode;                   /* enum ferry_sim_mode */
+  int64_t now_ns;             /* its clock (the discrete-event path's is the event kernel's) */
+  struct sim_chan_use chan_use[CHAN_COUNT];
+  struct sim_graph_capture *capture; /* an op graph being recorded, or NULL */
+};
+
+/* exec_sim.c, used by both paths */
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op);
+int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k); /* -1: the profile cannot time it */
+/* Bytes of op worth keeping in a ring entry (a kernel's shape only for an activity sink). */
+size_t ferry__sim_op_bytes(const struct ferry_op *op, int sink);
+ferry_status ferry__sim_ring_slot(struct sim_exec *s, struct sim_queue *q, struct sim_op **out);
+/* The head op of q completed over [start, end]: counters, activity, the queue moves on. */
+void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns);
+/* Generation gen of ev completed at t_ns: raise done_gen, release queues blocked on it. */
+void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t t_ns);
+
+/* exec_sim_fast.c */
+ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op);
+ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t gen);
+void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns);
+ferry_status ferry__sim_fast_drain(struct sim_exec *s);
+ferry_status ferry__sim_event_init(struct ferry_exec *ex, ferry_event *ev);
+void ferry__sim_event_fini(struct ferry_exec *ex, ferry_event *ev);
+void ferry__sim_graph_state_free(struct sim_exec *s);
+/* the op-graph members of the backend table */
+int ferry__sim_graph_mode(struct ferry_exec *ex);
+ferry_status ferry__sim_graph_begin(struct ferry_exec *ex, ferry_event *const *params, int32_t n_params);
+void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_event *ev);
+ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph **out);
+ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
+                                     int64_t context_tokens);
+int ferry__sim_graph_same(struct ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
+                          int64_t context_tokens);
+size_t ferry__sim_graph_bytes(const struct ferry_exec_graph *g);
+void ferry__sim_graph_free(struct ferry_exec *ex, struct ferry_exec_graph *g);
+
+#endif /* FERRY_SIM_EXEC_SIM_IMPL_H */
