@@ -77,6 +77,9 @@ void run_usage(FILE *f, const char *cmd) {
           sim ? "NAME|DIR" : "DIR", sim ? "preset name or model folder (shapes only)" : "model folder (config.json + safetensors)",
           sim ? "Simulation:\n"
                 "  --hw PROFILE            hardware profile (ferry hw list) or JSON file\n"
+                "  --exact                 every op through the discrete-event simulation (the same figures,\n"
+                "                          20-50x slower; by default op times are worked out as ops are issued\n"
+                "                          and repeated op sequences replayed, docs/simulator-speed.md)\n"
               : "Executor:\n"
                 "  --backend host|cuda     executor (default host)\n"
                 "  --threads N             BLAS threads of the host executor (default: cores - 2, at least 1)\n"
@@ -100,7 +103,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_EXACT, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -127,6 +130,7 @@ static const struct option run_opts[] = {
     {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
     {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
     {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
+    {"exact", no_argument, 0, OPT_EXACT},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 _Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
 
@@ -303,6 +307,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_ALLOW_NONFINITE:
         if (sim) return cli_usage_error(cmd, "--allow-nonfinite is for 'ferry run' (the simulator reads no weight values)");
         a->ec.allow_nonfinite = 1;
+        break;
+      case OPT_EXACT:
+        if (!sim) return cli_usage_error(cmd, "--exact is for 'ferry sim' (a real run is timed by the clock)");
+        a->sim_exact = 1;
         break;
       case OPT_HELP: run_usage(stdout, cmd); return -1;
       default: return cli_usage_error(cmd, "invalid option");

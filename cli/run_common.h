@@ -16,6 +16,7 @@ struct run_args {
   uint64_t seed;
   double time_scale;
   int as_fast, plan_only, progress, threads, profile;
+  int sim_exact; /* --exact: the simulator's discrete-event mode (the same figures, slower) */
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
   uint64_t given;   /* one bit per option given on the command line (run_given()) */

@@ -407,7 +407,7 @@ static int gen_done(void *arg) {
 static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {
   struct sync_arg a = {ev, gen};
   struct sim_exec *s = state(ex);
-  if (s->capture) return ferry__err_set(&ex->err, FERRY_ERR_INTERNAL, "sim executor: a host wait inside an op graph");
+  if (ex->capturing) return ferry__err_set(&ex->err, FERRY_ERR_INTERNAL, "sim executor: a host wait inside an op graph");
   if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_sync(s, ev, gen);
   if (!ferry__des_run_while_not(s->des, gen_done, &a)) {
     char what[96];

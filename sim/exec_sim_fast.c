@@ -53,12 +53,7 @@ static void complete_head(struct sim_exec *s, struct sim_queue *q) {
   switch (kind) {
     case FERRY_OP_KERNEL: ferry__compute_account(q->unit, so->duration_ns); break;
     case FERRY_OP_COPY:
-    case FERRY_OP_READ: {
-      int64_t flow;
-      ferry__fluid_alone_ns(s->chan[so->chan], so->flow_bytes, &flow);
-      ferry__fluid_account(s->chan[so->chan], so->flow_bytes, flow);
-      break;
-    }
+    case FERRY_OP_READ: ferry__fluid_account(s->chan[so->chan], so->flow_bytes, so->flow_ns); break;
     case FERRY_OP_WAIT:
       if (end > start) atomic_fetch_add(&s->ex->queues[q->index].stall_ns, end - start);
       break;
@@ -68,9 +63,64 @@ static void complete_head(struct sim_exec *s, struct sim_queue *q) {
   if (kind == FERRY_OP_RECORD) ferry__sim_event_complete(s, ev, gen, end);
 }
 
-/* Complete every op that ended by the host clock, earliest first (ties by queue index). */
+/* The same accounting without an activity sink, for the ops that ended by now on queue q: the
+ * common case, kept lean (no activity built, no queue released: none blocks in this path).
+ * Only this thread issues and completes ops here, so the shared counters are read and stored
+ * rather than updated atomically. */
+static void complete_quiet(struct sim_exec *s, struct sim_queue *q) {
+  struct ferry_exec_queue *xq = &s->ex->queues[q->index];
+  int64_t busy = atomic_load_explicit(&xq->busy_ns, memory_order_relaxed);
+  int64_t stall = atomic_load_explicit(&xq->stall_ns, memory_order_relaxed);
+  const uint32_t mask = q->cap - 1;
+  uint32_t done = 0;
+  while (done < q->count) {
+    struct sim_op *so = &q->ring[(q->head + done) & mask];
+    if (so->end_ns > s->now_ns) break;
+    switch (so->op.kind) {
+      case FERRY_OP_KERNEL:
+        s->kernels++;
+        ferry__compute_account(q->unit, so->duration_ns);
+        busy += so->end_ns - so->start_ns;
+        break;
+      case FERRY_OP_COPY:
+      case FERRY_OP_READ:
+        if (so->op.kind == FERRY_OP_COPY) s->copies++;
+        else s->reads++;
+        ferry__fluid_account(s->chan[so->chan], so->flow_bytes, so->flow_ns);
+        busy += so->end_ns - so->start_ns;
+        break;
+      case FERRY_OP_WAIT: stall += so->end_ns - so->start_ns; break;
+      case FERRY_OP_RECORD: {
+        ferry_event *ev = so->op.u.event.ev;
+        if (atomic_load_explicit(&ev->done_gen, memory_order_relaxed) < so->op.u.event.gen) {
+          atomic_store(&ev->done_gen, so->op.u.event.gen);
+          ev->done_time_ns = so->end_ns;
+        }
+        break;
+      }
+    }
+    q->last_done_ns = so->end_ns;
+    done++;
+  }
+  atomic_store_explicit(&xq->busy_ns, busy, memory_order_relaxed);
+  atomic_store_explicit(&xq->stall_ns, stall, memory_order_relaxed);
+  q->head = (q->head + done) & mask;
+  q->count -= done;
+  s->pending_ops -= done;
+  s->ops_done += done;
+}
+
+/* Complete every op that ended by the host clock. With an activity sink, earliest first (ties
+ * by queue index) so activities come in time order; without one the order cannot be seen. */
 static void catch_up(struct sim_exec *s) {
   const int32_t n = s->ex->n_queues;
+  if (!s->ex->sink) {
+    for (int32_t i = 0; i < n; i++) {
+      struct sim_queue *q = &s->queues[i];
+      if (q->count && q->ring[q->head].end_ns <= s->now_ns) complete_quiet(s, q);
+    }
+    return;
+  }
   for (;;) {
     struct sim_queue *best = NULL;
     for (int32_t i = 0; i < n; i++) {
@@ -100,7 +150,7 @@ static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struc
                               "transfer (until t=%lld ns); the fast mode times transfers alone on their channel: "
                               "simulate with the exact mode (ferry sim --exact, FERRY_SIM_EXACT)",
                               (long long)start, q->index, chan_name(so->chan), u->queue, (long long)u->until_ns);
-      end = start + ferry__fluid_alone_ns(s->chan[so->chan], so->flow_bytes, NULL);
+      end = start + ferry__fluid_alone_ns(s->chan[so->chan], so->flow_bytes, &so->flow_ns);
       u->until_ns = end;
       u->queue = q->index;
       break;
@@ -117,7 +167,10 @@ static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struc
   q->tail_ns = end;
   q->count++;
   s->pending_ops++;
-  if (end <= now) complete_head(s, q); /* only the head can end by now: the ops before it ended */
+  if (end <= now) { /* only the head can end by now: the ops before it ended */
+    if (s->ex->sink) complete_head(s, q);
+    else complete_quiet(s, q);
+  }
   if (s->submit_ns > 0) {
     s->now_ns += s->submit_ns;
     catch_up(s);
@@ -321,6 +374,8 @@ static int64_t op_duration(struct sim_exec *s, const struct ferry_exec_graph *g,
 ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
                                      int64_t context_tokens) {
   struct sim_exec *s = ex->backend_state;
+  /* every op gets a correlation id, as if submitted one by one (nobody sees them: no sink) */
+  atomic_fetch_add(&ex->next_correlation, (uint64_t)g->n_ops);
   for (int32_t i = 0; i < g->n_ops; i++) {
     const struct graph_op *o = &g->ops[i];
     ferry_event *ev = o->param >= 0 ? args[o->param] : o->ev;
@@ -332,7 +387,7 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     ferry_status st = ferry__sim_ring_slot(s, q, &so);
     if (st != FERRY_OK) return st;
     so->op.kind = (enum ferry_op_kind)o->kind;
-    so->op.correlation_id = atomic_fetch_add(&ex->next_correlation, 1);
+    so->op.correlation_id = 0;
     so->op.u.event.ev = ev;
     so->op.u.event.gen = gen;
     so->full = 0;

@@ -21,6 +21,7 @@ struct sim_op {
   int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
   uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
   int64_t start_ns, end_ns;  /* fast path: when it starts and ends, known when it is enqueued */
+  int64_t flow_ns;           /* fast path, copies and reads: the part of it with bytes flowing */
 };
 
 struct sim_exec;

@@ -282,6 +282,34 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
                       int32_t forced, int32_t *ids, float *w) {
   const struct ferry_routing_synth_config *c = &s->cfg;
   const uint64_t base = key(s, SALT_BASE, req, tok, l);
+  if (forced_pos < 0 && !s->dperm && !s->partner) {
+    /* the common case (no forced expert, no domains, no partners), drawn with the same hashes
+     * in the same order as below, without the branches it does not need: the simulator draws
+     * hundreds of millions of these */
+    const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
+    const uint64_t n = (uint64_t)c->n_experts;
+    const double *prob = s->global.prob;
+    const int32_t *alias = s->global.idx;
+    uint64_t draw = 0;
+    for (int32_t i = 0; i < c->top_k; i++) {
+      int32_t pick = -1;
+      for (int attempt = 0; attempt < 64 && pick < 0; attempt++) {
+        const uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
+        const int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
+        const double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
+        pick = perm[coin < prob[idx] ? idx : alias[idx]];
+        if (taken(ids, i, pick)) pick = -1;
+      }
+      for (int32_t r = 0; pick < 0 && r < c->n_experts; r++)
+        if (!taken(ids, i, perm[r])) pick = perm[r];
+      ids[i] = pick;
+    }
+    if (w) {
+      if (c->gate_temp > 0) gumbel_weights(base, c->top_k, c->gate_temp, w);
+      else draw_weights(base, c->top_k, w);
+    }
+    return;
+  }
   const size_t E = (size_t)c->n_experts;
   const int32_t *perm = s->perm + (size_t)l * E;
   const int32_t *dperm = s->dperm ? s->dperm + ((size_t)l * (size_t)c->domains + (size_t)ferry_routing_synth_domain(s, req)) * E

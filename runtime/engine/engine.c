@@ -253,6 +253,7 @@ static void engine_free(struct ferry_engine *e) {
     ferry_exec_event_destroy(ex, e->ev_tmp);
     ferry_exec_event_destroy(ex, e->ev_read);
   }
+  if (e->ex) ferry__memo_free(e);
   ferry_free(e->block_slots);
   ferry_free(e->expert_slots);
   ferry_free(e->staging);
@@ -283,6 +284,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->steps);
   ferry_free(e->seqs);
   ferry_free(e->seq_tokens);
+  ferry_free(e->seq_maxpos);
   ferry_free(e);
 }
 
@@ -368,13 +370,14 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->votes = ferry__calloc(E, sizeof(int32_t));
   e->predicted = ferry__calloc(E, sizeof(int32_t));
   e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
+  e->seq_maxpos = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seq_maxpos);
   e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
   if (!e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
                           e->cfg.max_batch, e->kv_capacity);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs || !e->votes || !e->predicted)
+      !e->routing_w || !e->seqs || !e->seq_maxpos || !e->votes || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
   return ferry__features_alloc(e);

@@ -88,6 +88,28 @@ struct seq {
   int active;
 };
 
+/* Op graphs of repeated op sequences (memo.c). A key's first word says which sequence. */
+enum memo_kind { MEMO_LAYER = 1, MEMO_ROUTING, MEMO_EXPERT, MEMO_FILL, MEMO_COMBINE };
+#define MEMO_KEY_WORDS 4
+
+struct memo_entry;
+struct ferry_exec_graph;
+
+struct ferry__memo {
+  struct memo_entry *slots; /* open addressing, at most half full */
+  size_t cap, n, bytes;
+  int mode;                 /* enum ferry__graph_mode, refreshed every step */
+  uint64_t launched, checked;
+};
+
+/* One use of a memoised sequence, between ferry__memo_begin() and ferry__memo_end(). */
+struct memo_site {
+  int64_t key[MEMO_KEY_WORDS];
+  int64_t context_tokens;
+  int recording;
+  struct ferry_exec_graph *check; /* FERRY_SIM_CHECK: the graph the recording must equal */
+};
+
 struct ferry_engine {
   struct ferry_err err;
   const ferry_model *model;
@@ -169,8 +191,10 @@ struct ferry_engine {
   int64_t n_steps, cap_steps;
   struct seq *seqs;         /* max_batch */
   int32_t *seq_tokens;      /* max_batch x kv_capacity: each sequence's token ids */
+  int32_t *seq_maxpos;      /* max_batch: scratch of step_seqlens() */
   int64_t load_ns;
   int64_t run_start_ns;
+  struct ferry__memo memo;
 };
 
 /* units.c */
@@ -202,8 +226,10 @@ void ferry__features_free(struct ferry_engine *e);
 uint64_t ferry__features_readback_bytes(const struct ferry_engine *e);
 /* after the embedding op: read the embeddings back (compute waits for the copy) */
 ferry_status ferry__features_after_embed(struct ferry_engine *e);
-/* with the routing read-back of `layer`: the hidden states entering the first MoE layer */
+/* with the routing read-back of `layer`: the hidden states entering the first MoE layer (the
+ * caller counts their bytes, ferry__features_hidden_bytes()) */
 ferry_status ferry__features_copy_hidden(struct ferry_engine *e, int32_t layer);
+uint64_t ferry__features_hidden_bytes(const struct ferry_engine *e, int32_t layer);
 /* after that read-back: the step's per-token features */
 void ferry__features_compute(struct ferry_engine *e);
 /* token t's features, or NULL when not computed (off, or an executor without data) */
@@ -211,6 +237,18 @@ const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
 
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);
+
+/* memo.c. Either the graph of key is launched (*replayed = 1: the caller issues nothing), or
+ * the ops the caller issues next are recorded under key: the caller then passes their status
+ * to ferry__memo_end(), which returns the status to go on with. params are the events that
+ * differ between uses (an expert slot's), in a fixed order; context_tokens (>= 0) times the
+ * recorded attention kernels again at each launch. The caller's own state changes (counters,
+ * slots) must happen on both paths, outside. */
+ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, const int64_t key[MEMO_KEY_WORDS],
+                               ferry_event *const *params, int32_t n_params, int64_t context_tokens, int *replayed);
+ferry_status ferry__memo_end(struct ferry_engine *e, struct memo_site *site, ferry_status st);
+void ferry__memo_step(struct ferry_engine *e); /* at each step: whether graphs are used (the sink may change) */
+void ferry__memo_free(struct ferry_engine *e);
 
 /* Layers whose routers each MoE layer applies ahead (gate lookahead), 0 when off. */
 static inline int32_t ferry__lookahead_layers(const struct ferry_engine *e) {

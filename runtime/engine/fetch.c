@@ -66,38 +66,22 @@ out:
   return st;
 }
 
-/* Fill a device slot with unit u: from host memory by one copy per range, or from disk through
- * a staging slot (read on the disk queue, then copy on the h2d queue). */
-static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u);
-
-/* Issue the fill, marked as an NVTX-style range of the host issuing it. */
-static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
-  const struct unit *un = &e->units[u];
-  const int expert = un->kind == UNIT_EXPERT;
-  struct ferry_exec_range range = ferry_exec_range_begin(e->ex, expert ? "expert fetch" : "block fetch",
-                                                         (int32_t)e->n_steps, un->layer, expert ? un->expert : -1);
-  ferry_status st = fill_slot_ops(e, sl, dev, dev_off, u);
-  ferry_exec_range_end(e->ex, &range);
-  return st;
-}
-
-static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
+/* The ops filling a device slot with unit u: from host memory by one copy per range, or from
+ * disk through staging slot sg (read on the disk queue, then copy on the h2d queue). Only ops:
+ * a memoised fill (memo.c) skips this, and fill_slot() updates the state on both paths. */
+static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, struct staging_slot *sg, uint64_t base,
+                                  ferry_buf *dev, uint64_t dev_off, int32_t u) {
   const struct unit *un = &e->units[u];
   ferry_status st = FERRY_OK;
   if (sl->used && (st = ferry_exec_queue_wait(e->ex, e->q_h2d, sl->free))) return exec_error(e, st);
-  if (un->home == FERRY_TIER_HOST) {
+  if (!sg) {
     for (int32_t r = 0; r < un->n_ranges; r++) {
       const struct unit_range *rg = &un->ranges[r];
       st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset),
                            ref(e->host_units_buf, un->host_offset + rg->unit_offset), rg->len);
       if (st) return exec_error(e, st);
-      e->step_bytes_h2d += rg->len;
     }
   } else {
-    int32_t si = e->next_staging;
-    e->next_staging = (e->next_staging + 1) % e->plan.n_staging_slots;
-    struct staging_slot *sg = &e->staging[si];
-    const uint64_t base = (uint64_t)si * e->plan.staging_slot_bytes;
     const int direct = (e->cfg.read_flags & FERRY_READ_DIRECT) != 0;
     if (sg->used && (st = ferry_exec_queue_wait(e->ex, e->q_disk, sg->free))) return exec_error(e, st);
     uint64_t pos = 0;
@@ -106,7 +90,6 @@ static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry
       st = ferry_exec_read(e->ex, e->q_disk, e->store, rg->file, rg->file_offset, rg->len, ref(e->staging_buf, base + pos),
                            e->cfg.read_flags);
       if (st) return exec_error(e, st);
-      e->step_bytes_disk += rg->len;
       pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
       pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
     }
@@ -119,14 +102,43 @@ static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry
       st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset), ref(e->staging_buf, base + pos + shift),
                            rg->len);
       if (st) return exec_error(e, st);
-      e->step_bytes_h2d += rg->len;
       pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
       pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
     }
     if ((st = ferry_exec_record(e->ex, e->q_h2d, sg->free))) return exec_error(e, st);
-    sg->used = 1;
   }
   if ((st = ferry_exec_record(e->ex, e->q_h2d, sl->ready))) return exec_error(e, st);
+  return FERRY_OK;
+}
+
+/* Fill a device slot with unit u (marked as an NVTX-style range of the host issuing it): the
+ * same ops for the same unit and slot state, recorded once per (unit, slot state). */
+static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
+  const struct unit *un = &e->units[u];
+  const int expert = un->kind == UNIT_EXPERT;
+  struct ferry_exec_range range = ferry_exec_range_begin(e->ex, expert ? "expert fetch" : "block fetch",
+                                                         (int32_t)e->n_steps, un->layer, expert ? un->expert : -1);
+  struct staging_slot *sg = NULL;
+  uint64_t base = 0;
+  if (un->home != FERRY_TIER_HOST) {
+    const int32_t si = e->next_staging;
+    e->next_staging = (e->next_staging + 1) % e->plan.n_staging_slots;
+    sg = &e->staging[si];
+    base = (uint64_t)si * e->plan.staging_slot_bytes;
+  }
+  ferry_event *params[3] = {sl->free, sl->ready, sg ? sg->free : NULL};
+  struct memo_site site;
+  int replayed;
+  ferry_status st = ferry__memo_begin(
+      e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_FILL, u, sl->used, sg ? 1 + sg->used : 0}, params, 3, -1, &replayed);
+  if (st == FERRY_OK && !replayed) st = ferry__memo_end(e, &site, fill_slot_ops(e, sl, sg, base, dev, dev_off, u));
+  ferry_exec_range_end(e->ex, &range);
+  if (st != FERRY_OK) return st;
+  for (int32_t r = 0; r < un->n_ranges; r++) {
+    e->step_bytes_h2d += un->ranges[r].len;
+    if (sg) e->step_bytes_disk += un->ranges[r].len;
+  }
+  if (sg) sg->used = 1;
   if (sl->unit >= 0) e->unit_slot[sl->unit] = -1;
   e->unit_slot[u] = (int32_t)(sl - (un->kind == UNIT_BLOCK ? e->block_slots : e->expert_slots));
   sl->unit = u;

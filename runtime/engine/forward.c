@@ -332,12 +332,9 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, FERRY_ROLE_FFN_DOWN, W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
 }
 
-/* Routing of the current layer into e->routing_ids / routing_w: read back from the device
- * when the executor computes, else asked from the routing source. */
-static ferry_status routing(struct ferry_engine *e, int32_t l) {
+/* The read-back of layer l's routing (and features, lookahead logits): recorded by the memo. */
+static ferry_status readback_ops(struct ferry_engine *e, int32_t l, uint64_t look_bytes) {
   const int64_t T = e->n_tok, K = e->mc->experts_per_token;
-  /* The read-back and the host wait happen on every executor, so a simulated run has the same
-   * ops and the same stall as a real one; only where the ids come from differs. */
   struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
   struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
@@ -346,14 +343,29 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
   ferry_status fst = ferry__features_copy_hidden(e, l);
   if (fst != FERRY_OK) return fst;
-  const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
   if (look_bytes) {
     struct ferry_ref dst_l = {e->readback_buf, ferry__readback_lookahead_offset(e), FERRY_DTYPE_F32};
     TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_l, ferry__ws(e, e->ws.logits_look), look_bytes));
   }
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
+  return FERRY_OK;
+}
+
+/* Routing of the current layer into e->routing_ids / routing_w: read back from the device
+ * when the executor computes, else asked from the routing source. */
+static ferry_status routing(struct ferry_engine *e, int32_t l) {
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token;
+  /* The read-back and the host wait happen on every executor, so a simulated run has the same
+   * ops and the same stall as a real one; only where the ids come from differs. */
+  const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
+  struct memo_site site;
+  int replayed;
+  ferry_status st = ferry__memo_begin(e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_ROUTING, l, T, 0}, NULL, 0, -1,
+                                      &replayed);
+  if (st != FERRY_OK) return st;
+  if (!replayed && (st = ferry__memo_end(e, &site, readback_ops(e, l, look_bytes))) != FERRY_OK) return st;
   TRY(ferry_exec_sync(e->ex, e->ev_tmp));
-  e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
+  e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes + ferry__features_hidden_bytes(e, l);
   if (l == e->first_moe_layer) ferry__features_compute(e);
   if (e->has_data) {
     const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
@@ -381,11 +393,11 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
-static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
+/* Expert x of layer l over its tokens, from cache slot sl (NULL: resident): wait for the slot's
+ * fill, the FFN (after dequantizing), and mark the slot's use. */
+static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, struct slot *sl, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
-  struct slot *sl = &e->expert_slots[slot];
-  if (slot >= 0 && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned)
-    TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
+  if (sl) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
   struct ferry_kernel k = kernel(FERRY_K_EXPERT, "expert", l);
   k.expert = x;
   k.x = ferry__ws(e, in);
@@ -425,10 +437,22 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   k.ints2 = e->expert_ranks + e->expert_start[x];
   k.n_ints = k.m;
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
-  if (slot >= 0 && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned) {
-    TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
-    sl->used = 1;
-  }
+  if (sl) TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
+  return FERRY_OK;
+}
+
+static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
+  const int streamed = slot >= 0 && !e->units[e->expert_unit[l * e->mc->n_experts + x]].pinned;
+  struct slot *sl = streamed ? &e->expert_slots[slot] : NULL;
+  ferry_event *params[2] = {sl ? sl->ready : NULL, sl ? sl->free : NULL};
+  struct memo_site site;
+  int replayed;
+  ferry_status st = ferry__memo_begin(
+      e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_EXPERT, l, x, (int64_t)e->expert_count[x] * 2 + streamed}, params, 2,
+      -1, &replayed);
+  if (st != FERRY_OK) return st;
+  if (!replayed && (st = ferry__memo_end(e, &site, expert_ops(e, l, x, sl, in))) != FERRY_OK) return st;
+  if (sl) sl->used = 1;
   return FERRY_OK;
 }
 
@@ -509,7 +533,9 @@ static ferry_status router_lookahead(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
-static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
+/* The MoE layer's ops up to its routing: router logits and top-k, gate lookahead, the shared
+ * expert. Part of the layer's memoised sequence. */
+static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
   ferry_status st;
@@ -550,6 +576,32 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
         (st = matmul(e, "shared.gate_logit", l, in, e->ws.sgate, T, 1, H, FERRY_ROLE_SHARED_EXPERT_GATE, NOREF, 0)))
       return st;
   }
+  return FERRY_OK;
+}
+
+/* x += the routed experts' outputs weighted by their gates (+ the shared expert). */
+static ferry_status combine_ops(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
+  ck.y = ferry__ws(e, e->ws.x);
+  ck.aux[0] = ferry__ws(e, e->ws.expert_out);
+  /* Llama 4 weighted each expert's input already */
+  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
+  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
+  ck.m = e->n_tok;
+  ck.n = mc->hidden;
+  ck.top_k = mc->experts_per_token;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &ck));
+  return FERRY_OK;
+}
+
+/* The MoE layer from its routing on: read it back, then each expert (from the cache, fetched
+ * on a miss), the predictor's prefetches, and the combine. */
+static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, K = mc->experts_per_token, E = mc->n_experts;
+  ferry_status st;
   if ((st = routing(e, l))) return st;
   /* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
    * the same ops in the same order. */
@@ -597,18 +649,12 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
     }
     if ((st = prefetch_experts(e, l))) return st;
   }
-  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
-  ck.y = ferry__ws(e, e->ws.x);
-  ck.aux[0] = ferry__ws(e, e->ws.expert_out);
-  /* Llama 4 weighted each expert's input already */
-  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
-  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
-  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
-  ck.m = T;
-  ck.n = H;
-  ck.top_k = K;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &ck));
-  return FERRY_OK;
+  struct memo_site site;
+  int replayed;
+  if ((st = ferry__memo_begin(e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_COMBINE, l, T, 0}, NULL, 0, -1,
+                              &replayed)) != FERRY_OK)
+    return st;
+  return replayed ? FERRY_OK : ferry__memo_end(e, &site, combine_ops(e, l));
 }
 
 static ferry_status logits(struct ferry_engine *e) {
@@ -648,6 +694,19 @@ static ferry_status logits(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* Layer l's ops that depend on the batch size only: attention (and its context), the FFN's
+ * norm, the dense FFN or the MoE router. */
+static ferry_status layer_ops(struct ferry_engine *e, int32_t l, uint64_t in) {
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  if ((st = attention_part(e, l))) return st;
+  if (!mc->parallel_residual &&
+      (st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                 W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+    return st;
+  return e->li[l].moe ? moe_router(e, l, in) : dense_ffn(e, l, in);
+}
+
 /* One layer of the step: its block's arrival (and the prefetch of the blocks after it),
  * attention, the FFN or MoE, and the release of the block's slot after its last layer. */
 static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
@@ -668,16 +727,16 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
       TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
     }
   }
-  if ((st = attention_part(e, l))) return st;
-  uint64_t in = e->ws.h2;
-  if (!mc->parallel_residual) {
-    in = e->ws.h;
-    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
-                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
-      return st;
-  }
-  st = e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
-  if (st) return st;
+  /* attention and the FFN up to the routing are the same ops whenever the batch has as many
+   * tokens: one op graph per (layer, tokens), its attention timed with this step's context */
+  const uint64_t in = mc->parallel_residual ? e->ws.h2 : e->ws.h;
+  struct memo_site site;
+  int replayed;
+  if ((st = ferry__memo_begin(e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_LAYER, l, e->n_tok, 0}, NULL, 0,
+                              context_tokens(e, l), &replayed)) != FERRY_OK)
+    return st;
+  if (!replayed && (st = ferry__memo_end(e, &site, layer_ops(e, l, in))) != FERRY_OK) return st;
+  if (e->li[l].moe && (st = moe_experts(e, l, in))) return st;
   if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
     TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
     sl->used = 1;
@@ -690,17 +749,16 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
  * LongRoPE) rotates a step's tokens with the frequencies of that length, as transformers does
  * for the sequence it is given. */
 static void step_seqlens(struct ferry_engine *e) {
-  for (int64_t t = 0; t < e->n_tok; t++) {
-    int32_t len = e->tok_pos[t] + 1;
-    for (int64_t u = 0; u < e->n_tok; u++)
-      if (e->tok_seq[u] == e->tok_seq[t] && e->tok_pos[u] + 1 > len) len = e->tok_pos[u] + 1;
-    e->tok_seqlen[t] = len;
-  }
+  for (int64_t t = 0; t < e->n_tok; t++) e->seq_maxpos[e->tok_seq[t]] = -1;
+  for (int64_t t = 0; t < e->n_tok; t++)
+    if (e->tok_pos[t] > e->seq_maxpos[e->tok_seq[t]]) e->seq_maxpos[e->tok_seq[t]] = e->tok_pos[t];
+  for (int64_t t = 0; t < e->n_tok; t++) e->tok_seqlen[t] = e->seq_maxpos[e->tok_seq[t]] + 1;
 }
 
 ferry_status ferry__engine_step(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
+  ferry__memo_step(e);
   step_seqlens(e);
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
   if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
