@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
       goto out;
     }
     ec.routing = ferry_routing_synth_fn;
+    ec.routing_many = ferry_routing_synth_many;
     ec.routing_user = synth;
   }
   struct ferry_exec_config xc = {.device_budget_bytes = ec.device_budget_bytes, .lock_host_memory = 1};

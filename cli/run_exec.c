@@ -403,6 +403,7 @@ int run_execute(struct run_args *a) {
       goto out;
     }
     a->ec.routing = ferry_routing_synth_fn;
+    a->ec.routing_many = ferry_routing_synth_many;
     a->ec.routing_user = synth;
     if (a->routing) {
       if ((st = ferry_routing_open(&replayed, a->routing, NULL)) != FERRY_OK ||
@@ -413,6 +414,7 @@ int run_execute(struct run_args *a) {
         goto out;
       }
       a->ec.routing = ferry_routing_replay_fn;
+      a->ec.routing_many = NULL;
       a->ec.routing_user = replay;
     }
   }

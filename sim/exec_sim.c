@@ -114,7 +114,7 @@ static void advance(struct sim_queue *q) {
         break;
       case FERRY_OP_KERNEL:
         memset(&q->job, 0, sizeof q->job);
-        q->job.duration_ns = so->duration_ns;
+        q->job.duration_ns = so->cost.duration_ns;
         q->job.done = job_done;
         q->job.ctx = q;
         q->busy = 1;
@@ -126,11 +126,11 @@ static void advance(struct sim_queue *q) {
       case FERRY_OP_COPY:
       case FERRY_OP_READ:
         memset(&q->job, 0, sizeof q->job);
-        q->job.bytes = so->flow_bytes;
+        q->job.bytes = so->cost.flow_bytes;
         q->job.done = job_done;
         q->job.ctx = q;
         q->busy = 1;
-        if ((st = ferry__fluid_submit(s->chan[so->chan], &q->job)) != FERRY_OK) {
+        if ((st = ferry__fluid_submit(s->chan[so->cost.chan], &q->job)) != FERRY_OK) {
           q->busy = 0;
           start_failed(q, st);
         }
@@ -244,10 +244,10 @@ int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k) {
 }
 
 /* Work out an op's channel and duration at enqueue time. */
-ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
-  so->duration_ns = 0;
-  so->chan = CHAN_NONE;
-  so->flow_bytes = 0;
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op) {
+  c->duration_ns = 0;
+  c->chan = CHAN_NONE;
+  c->flow_bytes = 0;
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
       int64_t ns = ferry__sim_kernel_ns(s, &op->u.kernel);
@@ -257,29 +257,29 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_op *so, const str
                               "memory bandwidth or a usable peak",
                               s->hw.name, op->u.kernel.name, ferry_hw_op_name(hw_op_of(&op->u.kernel)),
                               ferry_dtype_name(dtype_of(&op->u.kernel)));
-      so->duration_ns = ns;
+      c->duration_ns = ns;
       return FERRY_OK;
     }
     case FERRY_OP_COPY:
-      so->flow_bytes = op->u.copy.bytes;
+      c->flow_bytes = op->u.copy.bytes;
       switch (op->u.copy.copy_kind) {
-        case FERRY_COPY_HTOD: so->chan = CHAN_H2D; break;
-        case FERRY_COPY_DTOH: so->chan = CHAN_D2H; break;
+        case FERRY_COPY_HTOD: c->chan = CHAN_H2D; break;
+        case FERRY_COPY_DTOH: c->chan = CHAN_D2H; break;
         case FERRY_COPY_DTOD:
-          so->chan = CHAN_DMEM;
-          so->flow_bytes = 2 * op->u.copy.bytes;
+          c->chan = CHAN_DMEM;
+          c->flow_bytes = 2 * op->u.copy.bytes;
           break;
         default:
           if (!s->chan[CHAN_DRAM]) return missing(s, "a copy within host memory", "host.dram_gbps");
-          so->chan = CHAN_DRAM;
-          so->flow_bytes = 2 * op->u.copy.bytes;
+          c->chan = CHAN_DRAM;
+          c->flow_bytes = 2 * op->u.copy.bytes;
           break;
       }
       return FERRY_OK;
     case FERRY_OP_READ:
       if (!s->chan[CHAN_DISK]) return missing(s, "a disk read", "disk section (disk.read_gbps)");
-      so->chan = CHAN_DISK;
-      so->flow_bytes = op->u.read.len;
+      c->chan = CHAN_DISK;
+      c->flow_bytes = op->u.read.len;
       return FERRY_OK;
     case FERRY_OP_RECORD:
     case FERRY_OP_WAIT:
@@ -342,7 +342,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   struct sim_queue *q = &s->queues[queue];
   struct sim_op *so;
   ferry_status st;
-  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK || (st = ferry__sim_prepare(s, so, op)) != FERRY_OK) return st;
+  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK || (st = ferry__sim_prepare(s, &so->cost, op)) != FERRY_OK) return st;
   so->full = ex->sink != NULL;
   memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
   q->count++;
@@ -439,7 +439,7 @@ static void sim_destroy(struct ferry_exec *ex) {
       ferry_free(s->queues[i].ring);
     }
     for (int c = 0; c < CHAN_COUNT; c++) ferry__fluid_destroy(s->chan[c]);
-    ferry__sim_graph_state_free(s);
+    ferry__sim_fast_free(s);
     ferry__des_destroy(s->des);
     ferry_free(s);
   }

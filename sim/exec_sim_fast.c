@@ -35,7 +35,54 @@ void ferry__sim_event_fini(struct ferry_exec *ex, ferry_event *ev) {
 
 static int64_t record_end(const ferry_event *ev) { return ((const struct sim_event *)ev->backend)->record_end_ns; }
 
-/* ---- timing and completion ------------------------------------------------------------------- */
+static void graph_state_free(struct sim_exec *s);
+
+/* ---- the ring ---------------------------------------------------------------------------------- */
+
+#define FRING_INITIAL 64u
+
+static ferry_status fring_grow(struct sim_exec *s, struct sim_queue *q) {
+  const uint32_t cap = q->fcap ? 2 * q->fcap : FRING_INITIAL;
+  if (cap < q->fcap) return ferry__err_set(&s->ex->err, FERRY_ERR_RANGE, "sim executor: queue %d is full", q->index);
+  struct fast_op *r = ferry__reallocarray(NULL, cap, sizeof *r);
+  struct ferry_op *full = q->ffull ? ferry__reallocarray(NULL, cap, sizeof *full) : NULL;
+  if (!r || (q->ffull && !full)) {
+    ferry_free(r);
+    ferry_free(full);
+    return ferry__err_set(&s->ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for %u ops on queue %d", cap,
+                          q->index);
+  }
+  /* unwrap into the new ring so the head is at 0 */
+  for (uint32_t i = 0; i < q->fcount; i++) {
+    r[i] = q->fring[(q->fhead + i) & (q->fcap - 1)];
+    if (full) full[i] = q->ffull[(q->fhead + i) & (q->fcap - 1)];
+  }
+  ferry_free(q->fring);
+  ferry_free(q->ffull);
+  q->fring = r;
+  q->ffull = full;
+  q->fcap = cap;
+  q->fhead = 0;
+  return FERRY_OK;
+}
+
+/* The entry after q's last op, the ring grown when full. */
+static inline ferry_status fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out) {
+  ferry_status st;
+  if (q->fcount == q->fcap && (st = fring_grow(s, q)) != FERRY_OK) return st;
+  *out = &q->fring[(q->fhead + q->fcount) & (q->fcap - 1)];
+  return FERRY_OK;
+}
+
+void ferry__sim_fast_free(struct sim_exec *s) {
+  for (int32_t i = 0; i < FERRY_EXEC_MAX_QUEUES; i++) {
+    ferry_free(s->queues[i].fring);
+    ferry_free(s->queues[i].ffull);
+  }
+  graph_state_free(s);
+}
+
+/* ---- timing and completion --------------------------------------------------------------------- */
 
 static const char *chan_name(int c) {
   static const char *names[CHAN_COUNT] = {"the link's host-to-device direction", "the link's device-to-host direction",
@@ -43,69 +90,91 @@ static const char *chan_name(int c) {
   return c >= 0 && c < CHAN_COUNT ? names[c] : "?";
 }
 
-/* The head op of q ended by the host clock: account for it as the event-driven path would. */
-static void complete_head(struct sim_exec *s, struct sim_queue *q) {
-  struct sim_op *so = &q->ring[q->head];
-  const int64_t start = so->start_ns, end = so->end_ns;
-  const enum ferry_op_kind kind = so->op.kind;
-  ferry_event *ev = so->op.u.event.ev;
-  const uint64_t gen = so->op.u.event.gen;
-  switch (kind) {
-    case FERRY_OP_KERNEL: ferry__compute_account(q->unit, so->duration_ns); break;
-    case FERRY_OP_COPY:
-    case FERRY_OP_READ: ferry__fluid_account(s->chan[so->chan], so->flow_bytes, so->flow_ns); break;
-    case FERRY_OP_WAIT:
-      if (end > start) atomic_fetch_add(&s->ex->queues[q->index].stall_ns, end - start);
-      break;
-    case FERRY_OP_RECORD: break;
+static void raise_event(ferry_event *ev, uint64_t gen, int64_t t_ns) {
+  if (atomic_load_explicit(&ev->done_gen, memory_order_relaxed) < gen) {
+    atomic_store(&ev->done_gen, gen);
+    ev->done_time_ns = t_ns;
   }
-  ferry__sim_op_complete(q, start, end);
-  if (kind == FERRY_OP_RECORD) ferry__sim_event_complete(s, ev, gen, end);
 }
 
-/* The same accounting without an activity sink, for the ops that ended by now on queue q: the
- * common case, kept lean (no activity built, no queue released: none blocks in this path).
- * Only this thread issues and completes ops here, so the shared counters are read and stored
- * rather than updated atomically. */
+/* The head op of q ended by the host clock, with an activity sink: account for it and report
+ * it as the event-driven path does (ferry__sim_op_complete()). */
+static void complete_reported(struct sim_exec *s, struct sim_queue *q) {
+  const uint32_t at = q->fhead;
+  const struct fast_op *fo = &q->fring[at];
+  struct ferry_op stub, *op = fo->full ? &q->ffull[at] : &stub;
+  if (!fo->full) { /* a sink installed while the op was queued: reported without its shape */
+    memset(&stub, 0, sizeof stub);
+    stub.kind = (enum ferry_op_kind)fo->kind;
+    if (fo->kind == FERRY_OP_KERNEL) {
+      stub.u.kernel.name = "kernel";
+      stub.u.kernel.layer = stub.u.kernel.expert = -1;
+    }
+  }
+  switch (fo->kind) {
+    case FERRY_OP_KERNEL:
+      s->kernels++;
+      ferry__compute_account(q->unit, fo->end_ns - fo->start_ns);
+      break;
+    case FERRY_OP_COPY:
+    case FERRY_OP_READ:
+      if (fo->kind == FERRY_OP_COPY) s->copies++;
+      else s->reads++;
+      ferry__fluid_account(s->chan[fo->chan], fo->gen, fo->flow_ns);
+      break;
+    case FERRY_OP_WAIT:
+      if (fo->end_ns > fo->start_ns) atomic_fetch_add(&s->ex->queues[q->index].stall_ns, fo->end_ns - fo->start_ns);
+      break;
+    case FERRY_OP_RECORD: raise_event(fo->ev, fo->gen, fo->end_ns); break;
+  }
+  ferry__exec_op_done(s->ex, q->index, op, fo->start_ns, fo->end_ns);
+  q->last_done_ns = fo->end_ns;
+  q->fhead = (q->fhead + 1) & (q->fcap - 1);
+  q->fcount--;
+  s->pending_ops--;
+  s->ops_done++;
+}
+
+/* The same accounting without an activity sink, for every op of q that ended by now: the
+ * common case, kept lean. Only this thread issues and completes ops here, so the shared
+ * counters are read and stored rather than updated atomically. */
 static void complete_quiet(struct sim_exec *s, struct sim_queue *q) {
   struct ferry_exec_queue *xq = &s->ex->queues[q->index];
   int64_t busy = atomic_load_explicit(&xq->busy_ns, memory_order_relaxed);
   int64_t stall = atomic_load_explicit(&xq->stall_ns, memory_order_relaxed);
-  const uint32_t mask = q->cap - 1;
+  int64_t compute = 0;
+  uint64_t kernels = 0;
+  const uint32_t mask = q->fcap - 1;
   uint32_t done = 0;
-  while (done < q->count) {
-    struct sim_op *so = &q->ring[(q->head + done) & mask];
-    if (so->end_ns > s->now_ns) break;
-    switch (so->op.kind) {
+  while (done < q->fcount) {
+    const struct fast_op *fo = &q->fring[(q->fhead + done) & mask];
+    if (fo->end_ns > s->now_ns) break;
+    const int64_t span = fo->end_ns - fo->start_ns;
+    switch (fo->kind) {
       case FERRY_OP_KERNEL:
-        s->kernels++;
-        ferry__compute_account(q->unit, so->duration_ns);
-        busy += so->end_ns - so->start_ns;
+        kernels++;
+        compute += span;
+        busy += span;
         break;
       case FERRY_OP_COPY:
       case FERRY_OP_READ:
-        if (so->op.kind == FERRY_OP_COPY) s->copies++;
+        if (fo->kind == FERRY_OP_COPY) s->copies++;
         else s->reads++;
-        ferry__fluid_account(s->chan[so->chan], so->flow_bytes, so->flow_ns);
-        busy += so->end_ns - so->start_ns;
+        ferry__fluid_account(s->chan[fo->chan], fo->gen, fo->flow_ns);
+        busy += span;
         break;
-      case FERRY_OP_WAIT: stall += so->end_ns - so->start_ns; break;
-      case FERRY_OP_RECORD: {
-        ferry_event *ev = so->op.u.event.ev;
-        if (atomic_load_explicit(&ev->done_gen, memory_order_relaxed) < so->op.u.event.gen) {
-          atomic_store(&ev->done_gen, so->op.u.event.gen);
-          ev->done_time_ns = so->end_ns;
-        }
-        break;
-      }
+      case FERRY_OP_WAIT: stall += span; break;
+      case FERRY_OP_RECORD: raise_event(fo->ev, fo->gen, fo->end_ns); break;
     }
-    q->last_done_ns = so->end_ns;
+    q->last_done_ns = fo->end_ns;
     done++;
   }
+  if (kernels) ferry__compute_account_many(q->unit, kernels, compute);
+  s->kernels += kernels;
   atomic_store_explicit(&xq->busy_ns, busy, memory_order_relaxed);
   atomic_store_explicit(&xq->stall_ns, stall, memory_order_relaxed);
-  q->head = (q->head + done) & mask;
-  q->count -= done;
+  q->fhead = (q->fhead + done) & mask;
+  q->fcount -= done;
   s->pending_ops -= done;
   s->ops_done += done;
 }
@@ -117,7 +186,7 @@ static void catch_up(struct sim_exec *s) {
   if (!s->ex->sink) {
     for (int32_t i = 0; i < n; i++) {
       struct sim_queue *q = &s->queues[i];
-      if (q->count && q->ring[q->head].end_ns <= s->now_ns) complete_quiet(s, q);
+      if (q->fcount && q->fring[q->fhead].end_ns <= s->now_ns) complete_quiet(s, q);
     }
     return;
   }
@@ -125,50 +194,52 @@ static void catch_up(struct sim_exec *s) {
     struct sim_queue *best = NULL;
     for (int32_t i = 0; i < n; i++) {
       struct sim_queue *q = &s->queues[i];
-      if (q->count && q->ring[q->head].end_ns <= s->now_ns && (!best || q->ring[q->head].end_ns < best->ring[best->head].end_ns))
+      if (q->fcount && q->fring[q->fhead].end_ns <= s->now_ns &&
+          (!best || q->fring[q->fhead].end_ns < best->fring[best->fhead].end_ns))
         best = q;
     }
     if (!best) return;
-    complete_head(s, best);
+    complete_reported(s, best);
   }
 }
 
-/* Time the op in q's tail slot (prepared), count it, and move the host clock past issuing it.
- * A queue whose ops have all ended before now has gone idle: its next op waits for the queue's
- * wake-up latency, as in the event-driven path. */
-static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct sim_op *so) {
+/* Time the op in q's tail entry (kind, event and cost filled in), count it, and move the host
+ * clock past issuing it. A queue whose ops have all ended before now has gone idle: its next
+ * op waits for the queue's wake-up latency, as in the event-driven path. */
+static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo, int64_t duration_ns) {
   const int64_t now = s->now_ns;
-  int64_t start = q->count ? q->tail_ns : (s->wake_ns > 0 && q->last_done_ns < now ? now + s->wake_ns : now), end = start;
-  switch (so->op.kind) {
-    case FERRY_OP_KERNEL: end = start + so->duration_ns; break;
+  const int64_t start = q->fcount ? q->tail_ns : (s->wake_ns > 0 && q->last_done_ns < now ? now + s->wake_ns : now);
+  int64_t end = start;
+  switch (fo->kind) {
+    case FERRY_OP_KERNEL: end = start + duration_ns; break;
     case FERRY_OP_COPY:
     case FERRY_OP_READ: {
-      struct sim_chan_use *u = &s->chan_use[so->chan];
+      struct sim_chan_use *u = &s->chan_use[fo->chan];
       if (u->queue >= 0 && u->queue != q->index && u->until_ns > start)
         return ferry__err_set(&s->ex->err, FERRY_ERR_UNSUPPORTED,
                               "sim executor (fast mode): at t=%lld ns queue %d would share %s with queue %d's "
                               "transfer (until t=%lld ns); the fast mode times transfers alone on their channel: "
                               "simulate with the exact mode (ferry sim --exact, FERRY_SIM_EXACT)",
-                              (long long)start, q->index, chan_name(so->chan), u->queue, (long long)u->until_ns);
-      end = start + ferry__fluid_alone_ns(s->chan[so->chan], so->flow_bytes, &so->flow_ns);
+                              (long long)start, q->index, chan_name(fo->chan), u->queue, (long long)u->until_ns);
+      end = start + ferry__fluid_alone_ns(s->chan[fo->chan], fo->gen, &fo->flow_ns);
       u->until_ns = end;
       u->queue = q->index;
       break;
     }
-    case FERRY_OP_RECORD: ((struct sim_event *)so->op.u.event.ev->backend)->record_end_ns = start; break;
+    case FERRY_OP_RECORD: ((struct sim_event *)fo->ev->backend)->record_end_ns = start; break;
     case FERRY_OP_WAIT: {
-      const int64_t r = record_end(so->op.u.event.ev); /* the generation waited for is the latest */
+      const int64_t r = record_end(fo->ev); /* the generation waited for is the latest */
       if (r > start) end = r;
       break;
     }
   }
-  so->start_ns = start;
-  so->end_ns = end;
+  fo->start_ns = start;
+  fo->end_ns = end;
   q->tail_ns = end;
-  q->count++;
+  q->fcount++;
   s->pending_ops++;
   if (end <= now) { /* only the head can end by now: the ops before it ended */
-    if (s->ex->sink) complete_head(s, q);
+    if (s->ex->sink) complete_reported(s, q);
     else complete_quiet(s, q);
   }
   if (s->submit_ns > 0) {
@@ -178,17 +249,28 @@ static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struc
   return FERRY_OK;
 }
 
-static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_op *so, const struct ferry_op *op);
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c, const struct ferry_op *op);
 
 ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op) {
   struct sim_queue *q = &s->queues[queue];
-  struct sim_op *so;
+  struct sim_cost c;
+  struct fast_op *fo;
   ferry_status st;
-  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK || (st = ferry__sim_prepare(s, so, op)) != FERRY_OK) return st;
-  so->full = s->ex->sink != NULL;
-  memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
-  if ((st = enqueue_timed(s, q, so)) != FERRY_OK) return st;
-  if (s->capture) capture_op(s, queue, so, op);
+  if ((st = ferry__sim_prepare(s, &c, op)) != FERRY_OK || (st = fring_tail(s, q, &fo)) != FERRY_OK) return st;
+  fo->kind = (uint8_t)op->kind;
+  fo->chan = (int8_t)c.chan;
+  fo->ev = op->kind == FERRY_OP_RECORD || op->kind == FERRY_OP_WAIT ? op->u.event.ev : NULL;
+  fo->gen = op->kind == FERRY_OP_RECORD ? op->u.event.gen : c.flow_bytes;
+  fo->flow_ns = 0;
+  fo->full = 0;
+  if (s->ex->sink) { /* keep the whole op for its activity */
+    if (!q->ffull && !(q->ffull = ferry__reallocarray(NULL, q->fcap, sizeof *q->ffull)))
+      return ferry__err_set(&s->ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for queue %d's ops", queue);
+    q->ffull[(q->fhead + q->fcount) & (q->fcap - 1)] = *op;
+    fo->full = 1;
+  }
+  if ((st = enqueue_timed(s, q, fo, c.duration_ns)) != FERRY_OK) return st;
+  if (s->capture) capture_op(s, queue, &c, op);
   return FERRY_OK;
 }
 
@@ -213,7 +295,7 @@ void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns) {
 ferry_status ferry__sim_fast_drain(struct sim_exec *s) {
   for (int32_t i = 0; i < s->ex->n_queues; i++) {
     const struct sim_queue *q = &s->queues[i];
-    if (q->count && q->tail_ns > s->now_ns) s->now_ns = q->tail_ns;
+    if (q->fcount && q->tail_ns > s->now_ns) s->now_ns = q->tail_ns;
   }
   catch_up(s);
   return FERRY_OK;
@@ -257,7 +339,7 @@ int ferry__sim_graph_mode(struct ferry_exec *ex) {
   return s->mode == FERRY_SIM_FAST ? FERRY__GRAPH_LAUNCH : s->mode == FERRY_SIM_CHECK ? FERRY__GRAPH_CHECK : FERRY__GRAPH_NONE;
 }
 
-void ferry__sim_graph_state_free(struct sim_exec *s) {
+static void graph_state_free(struct sim_exec *s) {
   struct sim_graph_capture *c = s->capture;
   if (!c) return;
   ferry_free(c->ops);
@@ -307,13 +389,13 @@ static void capture_event(struct sim_graph_capture *c, struct graph_op *g, ferry
     }
 }
 
-static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_op *so, const struct ferry_op *op) {
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c_op, const struct ferry_op *op) {
   struct sim_graph_capture *c = s->capture;
   if (!c->active) return;
   struct graph_op *g = capture_push(c);
   if (!g) return;
-  *g = (struct graph_op){.kind = (uint8_t)op->kind, .queue = (int8_t)queue, .chan = (int8_t)so->chan, .param = -1,
-                         .kernel = -1, .duration_ns = so->duration_ns, .flow_bytes = so->flow_bytes};
+  *g = (struct graph_op){.kind = (uint8_t)op->kind, .queue = (int8_t)queue, .chan = (int8_t)c_op->chan, .param = -1,
+                         .kernel = -1, .duration_ns = c_op->duration_ns, .flow_bytes = c_op->flow_bytes};
   if (op->kind == FERRY_OP_RECORD || op->kind == FERRY_OP_WAIT) capture_event(c, g, op->u.event.ev);
   if (op->kind == FERRY_OP_KERNEL && op->u.kernel.context_tokens > 0) {
     /* its time depends on the context the launch gives: keep the kernel to time it again */
@@ -379,22 +461,21 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
   for (int32_t i = 0; i < g->n_ops; i++) {
     const struct graph_op *o = &g->ops[i];
     ferry_event *ev = o->param >= 0 ? args[o->param] : o->ev;
-    uint64_t gen = 0;
-    if (o->kind == FERRY_OP_WAIT && !(gen = ferry__event_wait_gen(ev))) continue; /* as the wrapper decides */
+    uint64_t gen = o->flow_bytes;
+    if (o->kind == FERRY_OP_WAIT && !ferry__event_wait_gen(ev)) continue; /* as the wrapper decides */
     if (o->kind == FERRY_OP_RECORD) gen = ferry__event_record_gen(ev);
     struct sim_queue *q = &s->queues[o->queue];
-    struct sim_op *so;
-    ferry_status st = ferry__sim_ring_slot(s, q, &so);
+    struct fast_op *fo;
+    ferry_status st = fring_tail(s, q, &fo);
     if (st != FERRY_OK) return st;
-    so->op.kind = (enum ferry_op_kind)o->kind;
-    so->op.correlation_id = 0;
-    so->op.u.event.ev = ev;
-    so->op.u.event.gen = gen;
-    so->full = 0;
-    so->chan = o->chan;
-    so->duration_ns = o->kind == FERRY_OP_KERNEL ? op_duration(s, g, o, context_tokens) : 0;
-    so->flow_bytes = o->flow_bytes;
-    if ((st = enqueue_timed(s, q, so)) != FERRY_OK) return st;
+    fo->kind = o->kind;
+    fo->chan = o->chan;
+    fo->ev = ev;
+    fo->gen = gen;
+    fo->flow_ns = 0;
+    fo->full = 0;
+    if ((st = enqueue_timed(s, q, fo, o->kind == FERRY_OP_KERNEL ? op_duration(s, g, o, context_tokens) : 0)) != FERRY_OK)
+      return st;
   }
   return FERRY_OK;
 }

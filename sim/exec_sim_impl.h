@@ -12,16 +12,31 @@
 /* The channels bytes flow through (index of a sim_op's channel). */
 enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_COUNT };
 
-/* An enqueued op with what the resource model needs, worked out once when it is enqueued so
- * that starting it cannot fail for a reason the caller could have been told about. */
+/* What the resource models need of an op, worked out once when it is enqueued so that
+ * starting it cannot fail for a reason the caller could have been told about. */
+struct sim_cost {
+  int64_t duration_ns; /* kernels: roofline duration (launch overhead included) */
+  uint64_t flow_bytes; /* copies and reads: bytes the channel serves (a copy within one memory: read + write) */
+  int chan;            /* copies and reads: the channel the bytes flow through (enum sim_chan) */
+};
+
+/* An op enqueued on the discrete-event path. */
 struct sim_op {
-  struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
-  int full;                  /* op.u holds the whole kernel */
-  int chan;                  /* copies and reads: the channel the bytes flow through (enum sim_chan) */
-  int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
-  uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
-  int64_t start_ns, end_ns;  /* fast path: when it starts and ends, known when it is enqueued */
-  int64_t flow_ns;           /* fast path, copies and reads: the part of it with bytes flowing */
+  struct ferry_op op;  /* kernels: only the header unless a sink wanted the whole op */
+  int full;            /* op.u holds the whole kernel */
+  struct sim_cost cost;
+};
+
+/* An op enqueued on the fast path: its times are known, so little is kept (the ring is walked
+ * for every op of a simulation, and small entries keep it in cache). */
+struct fast_op {
+  int64_t start_ns, end_ns;
+  ferry_event *ev;   /* records */
+  uint64_t gen;      /* records: the generation completed; copies and reads: the bytes the channel serves */
+  int64_t flow_ns;   /* copies and reads: the part with bytes flowing */
+  uint8_t kind;      /* enum ferry_op_kind */
+  int8_t chan;
+  uint8_t full;      /* the whole op is in the queue's full[] at the same index (an activity sink) */
 };
 
 struct sim_exec;
@@ -36,7 +51,11 @@ struct sim_queue {
   int blocked;         /* the head op is a WAIT whose generation is not done yet */
   int64_t blocked_since;
   int64_t last_done_ns; /* when its last op completed (INT64_MIN: none yet) */
-  int64_t tail_ns;      /* fast path: when the last op enqueued ends */
+  /* fast path: its own ring (ring, cap, head and count above belong to the event path) */
+  struct fast_op *fring;
+  struct ferry_op *ffull; /* allocated with fring once an activity sink wants whole ops */
+  uint32_t fcap, fhead, fcount;
+  int64_t tail_ns;        /* when the last op enqueued ends */
   struct ferry__compute *unit; /* runs this queue's kernels */
   struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
 };
@@ -71,7 +90,7 @@ struct sim_exec {
 };
 
 /* exec_sim.c, used by both paths */
-ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op);
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op);
 int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k); /* -1: the profile cannot time it */
 /* Bytes of op worth keeping in a ring entry (a kernel's shape only for an activity sink). */
 size_t ferry__sim_op_bytes(const struct ferry_op *op, int sink);
@@ -88,7 +107,7 @@ void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns);
 ferry_status ferry__sim_fast_drain(struct sim_exec *s);
 ferry_status ferry__sim_event_init(struct ferry_exec *ex, ferry_event *ev);
 void ferry__sim_event_fini(struct ferry_exec *ex, ferry_event *ev);
-void ferry__sim_graph_state_free(struct sim_exec *s);
+void ferry__sim_fast_free(struct sim_exec *s); /* the fast path's rings and graph recording state */
 /* the op-graph members of the backend table */
 int ferry__sim_graph_mode(struct ferry_exec *ex);
 ferry_status ferry__sim_graph_begin(struct ferry_exec *ex, ferry_event *const *params, int32_t n_params);

@@ -373,9 +373,11 @@ ferry_status ferry__compute_submit(struct ferry__compute *c, struct ferry__res_j
   return FERRY_OK;
 }
 
-void ferry__compute_account(struct ferry__compute *c, int64_t duration_ns) {
-  c->jobs_done++;
-  c->busy_ns += duration_ns;
+void ferry__compute_account(struct ferry__compute *c, int64_t duration_ns) { ferry__compute_account_many(c, 1, duration_ns); }
+
+void ferry__compute_account_many(struct ferry__compute *c, uint64_t jobs, int64_t total_ns) {
+  c->jobs_done += jobs;
+  c->busy_ns += total_ns;
 }
 
 void ferry__compute_get_stats(const struct ferry__compute *c, struct ferry__compute_stats *out) {

@@ -104,6 +104,8 @@ void ferry__compute_get_stats(const struct ferry__compute *c, struct ferry__comp
 /* An op of duration_ns run outside the event kernel (the sim executor's fast path), added to
  * the unit's statistics once done. */
 void ferry__compute_account(struct ferry__compute *c, int64_t duration_ns);
+/* Several such ops at once: their number and total duration. */
+void ferry__compute_account_many(struct ferry__compute *c, uint64_t jobs, int64_t total_ns);
 
 /* ---- cost model ---------------------------------------------------------------------------- */
 

@@ -273,6 +273,39 @@ static int taken(const int32_t *ids, int32_t n, int32_t e) {
   return 0;
 }
 
+/* Whether the model draws from the global popularity only (no domains, no partners). */
+static int plain_draws(const ferry_routing_synth *s) { return !s->dperm && !s->partner; }
+
+/* draw_base() without a forced expert for a plain model (plain_draws()): the same hashes in
+ * the same order, without the branches it does not need, because the simulator draws hundreds
+ * of millions of these. */
+static inline void draw_plain(const ferry_routing_synth *s, uint64_t base, int32_t l, int32_t *ids, float *w) {
+  const struct ferry_routing_synth_config *c = &s->cfg;
+  const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
+  const uint64_t n = (uint64_t)c->n_experts;
+  const double *prob = s->global.prob;
+  const int32_t *alias = s->global.idx;
+  uint64_t draw = 0;
+  for (int32_t i = 0; i < c->top_k; i++) {
+    int32_t pick = -1;
+    for (int attempt = 0; attempt < 64 && pick < 0; attempt++) {
+      const uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
+      const int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
+      const double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
+      pick = perm[coin < prob[idx] ? idx : alias[idx]];
+      for (int32_t j = 0; j < i; j++)
+        if (ids[j] == pick) pick = -1;
+    }
+    for (int32_t r = 0; pick < 0 && r < c->n_experts; r++)
+      if (!taken(ids, i, perm[r])) pick = perm[r];
+    ids[i] = pick;
+  }
+  if (w) {
+    if (c->gate_temp > 0) gumbel_weights(base, c->top_k, c->gate_temp, w);
+    else draw_weights(base, c->top_k, w);
+  }
+}
+
 /* k distinct experts of layer l (without replacement) from the Zipf popularity of the layer,
  * or of the request's domain: alias-table draws, each from its own mix of the decision's hash
  * (independent, so they pipeline), redrawn on a repeat. `forced` (>= 0) goes at position
@@ -282,32 +315,8 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
                       int32_t forced, int32_t *ids, float *w) {
   const struct ferry_routing_synth_config *c = &s->cfg;
   const uint64_t base = key(s, SALT_BASE, req, tok, l);
-  if (forced_pos < 0 && !s->dperm && !s->partner) {
-    /* the common case (no forced expert, no domains, no partners), drawn with the same hashes
-     * in the same order as below, without the branches it does not need: the simulator draws
-     * hundreds of millions of these */
-    const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
-    const uint64_t n = (uint64_t)c->n_experts;
-    const double *prob = s->global.prob;
-    const int32_t *alias = s->global.idx;
-    uint64_t draw = 0;
-    for (int32_t i = 0; i < c->top_k; i++) {
-      int32_t pick = -1;
-      for (int attempt = 0; attempt < 64 && pick < 0; attempt++) {
-        const uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
-        const int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
-        const double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
-        pick = perm[coin < prob[idx] ? idx : alias[idx]];
-        if (taken(ids, i, pick)) pick = -1;
-      }
-      for (int32_t r = 0; pick < 0 && r < c->n_experts; r++)
-        if (!taken(ids, i, perm[r])) pick = perm[r];
-      ids[i] = pick;
-    }
-    if (w) {
-      if (c->gate_temp > 0) gumbel_weights(base, c->top_k, c->gate_temp, w);
-      else draw_weights(base, c->top_k, w);
-    }
+  if (forced_pos < 0 && plain_draws(s)) {
+    draw_plain(s, base, l, ids, w);
     return;
   }
   const size_t E = (size_t)c->n_experts;
@@ -422,6 +431,23 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
         break;
       default: break; /* whole-set copies keep ids and weights */
     }
+  }
+}
+
+void ferry_routing_synth_many(void *user, int64_t n, const int64_t *req_ids, const int32_t *token_index, int32_t layer,
+                              int32_t top_k, int32_t n_experts, int32_t *ids, float *weights) {
+  ferry_routing_synth *s = user;
+  const struct ferry_routing_synth_config *c = &s->cfg;
+  /* every token draws fresh when no knob copies or forces a choice: one loop of plain draws */
+  const int fresh = !s->extended && !(layer > 0 && c->layer_corr > 0) && c->temporal <= 0 && plain_draws(s) &&
+                    top_k == c->top_k && n_experts == c->n_experts && layer >= 0 && layer < c->n_layers;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t *id = ids + i * top_k;
+    float *w = weights ? weights + i * top_k : NULL;
+    if (fresh && token_index[i] >= 0)
+      draw_plain(s, key(s, SALT_BASE, req_ids[i], token_index[i], layer), layer, id, w);
+    else
+      ferry_routing_synth_fn(user, req_ids[i], token_index[i], layer, top_k, n_experts, id, w);
   }
 }
 

@@ -266,6 +266,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->tok_seq);
   ferry_free(e->tok_index);
   ferry_free(e->tok_seqlen);
+  ferry_free(e->tok_req);
   ferry_free(e->li);
   ferry_free(e->rope);
   ferry_free(e->kv);
@@ -360,6 +361,7 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->tok_seq = ferry__calloc(T, sizeof(int32_t));
   e->tok_index = ferry__calloc(T, sizeof(int32_t));
   e->tok_seqlen = ferry__calloc(T, sizeof(int32_t));
+  e->tok_req = ferry__calloc(T, sizeof(int64_t));
   e->row_of_seq = ferry__calloc((size_t)e->cfg.max_batch, sizeof(int32_t));
   e->expert_tokens = ferry__calloc(T * K, sizeof(int32_t));
   e->expert_ranks = ferry__calloc(T * K, sizeof(int32_t));
@@ -375,7 +377,8 @@ static ferry_status allocate(struct ferry_engine *e) {
   if (!e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
                           e->cfg.max_batch, e->kv_capacity);
-  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->row_of_seq ||
+  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->tok_req ||
+      !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
       !e->routing_w || !e->seqs || !e->seq_maxpos || !e->votes || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",

@@ -377,11 +377,13 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   } else {
     /* Nothing computes with gate weights here: ask for them only when someone reads them. */
     const int need_weights = e->cfg.on_routing || e->cfg.predict;
-    for (int64_t t = 0; t < T; t++) {
-      const struct seq *s = &e->seqs[e->tok_seq[t]];
-      e->cfg.routing(e->cfg.routing_user, e->reqs[s->req].id, e->tok_index[t], l, (int32_t)K,
-                     (int32_t)e->mc->n_experts, e->routing_ids + t * K, need_weights ? e->routing_w + t * K : NULL);
-    }
+    if (e->cfg.routing_many)
+      e->cfg.routing_many(e->cfg.routing_user, T, e->tok_req, e->tok_index, l, (int32_t)K, (int32_t)e->mc->n_experts,
+                          e->routing_ids, need_weights ? e->routing_w : NULL);
+    else
+      for (int64_t t = 0; t < T; t++)
+        e->cfg.routing(e->cfg.routing_user, e->tok_req[t], e->tok_index[t], l, (int32_t)K, (int32_t)e->mc->n_experts,
+                       e->routing_ids + t * K, need_weights ? e->routing_w + t * K : NULL);
   }
   if (e->cfg.on_routing)
     for (int64_t t = 0; t < T; t++) {
@@ -747,8 +749,9 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
 
 /* Each token's sequence length after this step: length-dependent RoPE (dynamic NTK,
  * LongRoPE) rotates a step's tokens with the frequencies of that length, as transformers does
- * for the sequence it is given. */
+ * for the sequence it is given. And each token's request id, for the routing source. */
 static void step_seqlens(struct ferry_engine *e) {
+  for (int64_t t = 0; t < e->n_tok; t++) e->tok_req[t] = e->reqs[e->seqs[e->tok_seq[t]].req].id;
   for (int64_t t = 0; t < e->n_tok; t++) e->seq_maxpos[e->tok_seq[t]] = -1;
   for (int64_t t = 0; t < e->n_tok; t++)
     if (e->tok_pos[t] > e->seq_maxpos[e->tok_seq[t]]) e->seq_maxpos[e->tok_seq[t]] = e->tok_pos[t];
