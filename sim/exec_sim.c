@@ -479,7 +479,7 @@ static const struct ferry_exec_backend sim_backend = {
     .graph_skipped_wait = ferry__sim_graph_skipped_wait,
     .graph_end = ferry__sim_graph_end,
     .graph_launch = ferry__sim_graph_launch,
-    .graph_same = ferry__sim_graph_same,
+    .graph_check = ferry__sim_graph_check,
     .graph_bytes = ferry__sim_graph_bytes,
     .graph_free = ferry__sim_graph_free,
 };

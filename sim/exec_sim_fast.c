@@ -456,8 +456,11 @@ static int64_t op_duration(struct sim_exec *s, const struct ferry_exec_graph *g,
 ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
                                      int64_t context_tokens) {
   struct sim_exec *s = ex->backend_state;
-  /* every op gets a correlation id, as if submitted one by one (nobody sees them: no sink) */
-  atomic_fetch_add(&ex->next_correlation, (uint64_t)g->n_ops);
+  /* every op gets a correlation id, as if submitted one by one (nobody sees them: no sink);
+   * only this thread issues ops */
+  atomic_store_explicit(&ex->next_correlation,
+                        atomic_load_explicit(&ex->next_correlation, memory_order_relaxed) + (uint64_t)g->n_ops,
+                        memory_order_relaxed);
   for (int32_t i = 0; i < g->n_ops; i++) {
     const struct graph_op *o = &g->ops[i];
     ferry_event *ev = o->param >= 0 ? args[o->param] : o->ev;
@@ -480,19 +483,25 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
   return FERRY_OK;
 }
 
-int ferry__sim_graph_same(struct ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
-                          int64_t context_tokens) {
+ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens,
+                                    int *same) {
   struct sim_exec *s = ex->backend_state;
-  if (a->n_ops != b->n_ops) return 0;
-  for (int32_t i = 0; i < a->n_ops; i++) {
-    const struct graph_op *x = &a->ops[i], *y = &b->ops[i];
+  struct sim_graph_capture *c = s->capture;
+  *same = 0;
+  if (!c || !c->active) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "op graph: not recording");
+  c->active = 0;
+  if (c->failed) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory recording an op graph");
+  if (c->n_ops != g->n_ops) return FERRY_OK;
+  for (int32_t i = 0; i < g->n_ops; i++) {
+    const struct graph_op *x = &g->ops[i], *y = &c->ops[i];
     if (x->kind != y->kind || x->queue != y->queue || x->chan != y->chan || x->param != y->param || x->ev != y->ev ||
         x->flow_bytes != y->flow_bytes || (x->kernel < 0) != (y->kernel < 0))
-      return 0;
-    if (x->kind == FERRY_OP_KERNEL && op_duration(s, a, x, context_tokens) != y->duration_ns) return 0;
-    if (y->kernel >= 0 && context_tokens >= 0 && b->kernels[y->kernel].context_tokens != context_tokens) return 0;
+      return FERRY_OK;
+    if (x->kind == FERRY_OP_KERNEL && op_duration(s, g, x, context_tokens) != y->duration_ns) return FERRY_OK;
+    if (y->kernel >= 0 && context_tokens >= 0 && c->kernels[y->kernel].context_tokens != context_tokens) return FERRY_OK;
   }
-  return 1;
+  *same = 1;
+  return FERRY_OK;
 }
 
 size_t ferry__sim_graph_bytes(const struct ferry_exec_graph *g) {

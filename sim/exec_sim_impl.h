@@ -115,8 +115,8 @@ void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_e
 ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph **out);
 ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
                                      int64_t context_tokens);
-int ferry__sim_graph_same(struct ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
-                          int64_t context_tokens);
+ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens,
+                                    int *same);
 size_t ferry__sim_graph_bytes(const struct ferry_exec_graph *g);
 void ferry__sim_graph_free(struct ferry_exec *ex, struct ferry_exec_graph *g);
 

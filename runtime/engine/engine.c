@@ -451,6 +451,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
   if (st == FERRY_OK) st = make_queues(e);
   if (st == FERRY_OK) st = allocate(e);
+  if (st == FERRY_OK) st = ferry__memo_init(e);
   if (st == FERRY_OK) {
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
     st = ferry__engine_load_resident(e);

@@ -88,24 +88,31 @@ struct seq {
   int active;
 };
 
-/* Op graphs of repeated op sequences (memo.c). A key's first word says which sequence. */
-enum memo_kind { MEMO_LAYER = 1, MEMO_ROUTING, MEMO_EXPERT, MEMO_FILL, MEMO_COMBINE };
-#define MEMO_KEY_WORDS 4
+/* Op graphs of repeated op sequences (memo.c), keyed (kind, a, b): see ferry__memo_begin(). */
+enum memo_kind {
+  MEMO_LAYER = 1, /* a = layer, b = tokens: attention and the FFN up to the routing */
+  MEMO_ROUTING,   /* a = layer, b = tokens: the routing read-back */
+  MEMO_COMBINE,   /* a = layer, b = tokens: the MoE combine */
+  MEMO_EXPERT,    /* a = layer x experts + expert, b = 2 x tokens + streamed: one expert's FFN */
+  MEMO_FILL,      /* a = unit, b = 3 x slot used + staging (0: none, 1 + used): filling a slot */
+  MEMO_KINDS
+};
 
-struct memo_entry;
+struct memo_group;
 struct ferry_exec_graph;
 
 struct ferry__memo {
-  struct memo_entry *slots; /* open addressing, at most half full */
-  size_t cap, n, bytes;
-  int mode;                 /* enum ferry__graph_mode, refreshed every step */
+  struct memo_group *groups; /* one per (kind, a) */
+  int64_t n_groups, base[MEMO_KINDS];
+  size_t n, bytes;
+  int mode;                  /* enum ferry__graph_mode, refreshed every step */
   uint64_t launched, checked;
 };
 
 /* One use of a memoised sequence, between ferry__memo_begin() and ferry__memo_end(). */
 struct memo_site {
-  int64_t key[MEMO_KEY_WORDS];
-  int64_t context_tokens;
+  enum memo_kind kind;
+  int64_t a, b, context_tokens;
   int recording;
   struct ferry_exec_graph *check; /* FERRY_SIM_CHECK: the graph the recording must equal */
 };
@@ -239,14 +246,16 @@ const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);
 
-/* memo.c. Either the graph of key is launched (*replayed = 1: the caller issues nothing), or
- * the ops the caller issues next are recorded under key: the caller then passes their status
- * to ferry__memo_end(), which returns the status to go on with. params are the events that
- * differ between uses (an expert slot's), in a fixed order; context_tokens (>= 0) times the
- * recorded attention kernels again at each launch. The caller's own state changes (counters,
- * slots) must happen on both paths, outside. */
-ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, const int64_t key[MEMO_KEY_WORDS],
-                               ferry_event *const *params, int32_t n_params, int64_t context_tokens, int *replayed);
+/* memo.c. Either the graph of (kind, a, b) is launched (*replayed = 1: the caller issues
+ * nothing), or the ops the caller issues next are recorded under it: the caller then passes
+ * their status to ferry__memo_end(), which returns the status to go on with. The key must name
+ * everything the ops depend on; params are the events that differ between uses (an expert
+ * slot's), in a fixed order; context_tokens (>= 0) times the recorded attention kernels again
+ * at each launch. The caller's own state changes (counters, slots) happen on both paths. */
+ferry_status ferry__memo_init(struct ferry_engine *e); /* after the unit table */
+ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, enum memo_kind kind, int64_t a,
+                               int64_t b, ferry_event *const *params, int32_t n_params, int64_t context_tokens,
+                               int *replayed);
 ferry_status ferry__memo_end(struct ferry_engine *e, struct memo_site *site, ferry_status st);
 void ferry__memo_step(struct ferry_engine *e); /* at each step: whether graphs are used (the sink may change) */
 void ferry__memo_free(struct ferry_engine *e);

@@ -129,8 +129,8 @@ static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf
   ferry_event *params[3] = {sl->free, sl->ready, sg ? sg->free : NULL};
   struct memo_site site;
   int replayed;
-  ferry_status st = ferry__memo_begin(
-      e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_FILL, u, sl->used, sg ? 1 + sg->used : 0}, params, 3, -1, &replayed);
+  ferry_status st = ferry__memo_begin(e, &site, MEMO_FILL, u, 3 * (sl->used != 0) + (sg ? 1 + (sg->used != 0) : 0), params,
+                                      3, -1, &replayed);
   if (st == FERRY_OK && !replayed) st = ferry__memo_end(e, &site, fill_slot_ops(e, sl, sg, base, dev, dev_off, u));
   ferry_exec_range_end(e->ex, &range);
   if (st != FERRY_OK) return st;

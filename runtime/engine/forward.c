@@ -360,8 +360,7 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
   struct memo_site site;
   int replayed;
-  ferry_status st = ferry__memo_begin(e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_ROUTING, l, T, 0}, NULL, 0, -1,
-                                      &replayed);
+  ferry_status st = ferry__memo_begin(e, &site, MEMO_ROUTING, l, T, NULL, 0, -1, &replayed);
   if (st != FERRY_OK) return st;
   if (!replayed && (st = ferry__memo_end(e, &site, readback_ops(e, l, look_bytes))) != FERRY_OK) return st;
   TRY(ferry_exec_sync(e->ex, e->ev_tmp));
@@ -449,9 +448,8 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   ferry_event *params[2] = {sl ? sl->ready : NULL, sl ? sl->free : NULL};
   struct memo_site site;
   int replayed;
-  ferry_status st = ferry__memo_begin(
-      e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_EXPERT, l, x, (int64_t)e->expert_count[x] * 2 + streamed}, params, 2,
-      -1, &replayed);
+  ferry_status st = ferry__memo_begin(e, &site, MEMO_EXPERT, (int64_t)l * e->mc->n_experts + x,
+                                      (int64_t)e->expert_count[x] * 2 + streamed, params, 2, -1, &replayed);
   if (st != FERRY_OK) return st;
   if (!replayed && (st = ferry__memo_end(e, &site, expert_ops(e, l, x, sl, in))) != FERRY_OK) return st;
   if (sl) sl->used = 1;
@@ -653,8 +651,7 @@ static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) 
   }
   struct memo_site site;
   int replayed;
-  if ((st = ferry__memo_begin(e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_COMBINE, l, T, 0}, NULL, 0, -1,
-                              &replayed)) != FERRY_OK)
+  if ((st = ferry__memo_begin(e, &site, MEMO_COMBINE, l, T, NULL, 0, -1, &replayed)) != FERRY_OK)
     return st;
   return replayed ? FERRY_OK : ferry__memo_end(e, &site, combine_ops(e, l));
 }
@@ -734,8 +731,7 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   const uint64_t in = mc->parallel_residual ? e->ws.h2 : e->ws.h;
   struct memo_site site;
   int replayed;
-  if ((st = ferry__memo_begin(e, &site, (const int64_t[MEMO_KEY_WORDS]){MEMO_LAYER, l, e->n_tok, 0}, NULL, 0,
-                              context_tokens(e, l), &replayed)) != FERRY_OK)
+  if ((st = ferry__memo_begin(e, &site, MEMO_LAYER, l, e->n_tok, NULL, 0, context_tokens(e, l), &replayed)) != FERRY_OK)
     return st;
   if (!replayed && (st = ferry__memo_end(e, &site, layer_ops(e, l, in))) != FERRY_OK) return st;
   if (e->li[l].moe && (st = moe_experts(e, l, in))) return st;

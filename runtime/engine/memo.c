@@ -5,7 +5,14 @@
  * engine still makes every decision (cache, routing, batching) and updates its own state on
  * both paths; only the ops' construction is skipped. A key names everything the recorded ops
  * depend on; FERRY_SIM_CHECK records every time and compares, which is how the test suite
- * checks the keys. */
+ * checks the keys.
+ *
+ * Keys are (kind, a, b) with small a and b (a layer, an expert, a unit; a token count), so the
+ * graphs sit in one vector per (kind, a) indexed by b: a launch costs two dependent loads, and
+ * the graphs a decode step uses stay few and close (a hash table's scattered slots made the
+ * lookups a fifth of a simulation). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -16,73 +23,80 @@
  * many batch sizes x experts x layers): past it, ops are built as without graphs. */
 #define MEMO_MAX_BYTES (256u << 20)
 
-struct memo_entry {
-  int64_t key[MEMO_KEY_WORDS];
-  struct ferry_exec_graph *g; /* NULL: empty */
+struct memo_group {
+  struct ferry_exec_graph **g; /* indexed by b; NULL: not recorded */
+  uint32_t n;
 };
 
-static uint64_t hash_key(const int64_t *k) {
-  uint64_t h = 0x9e3779b97f4a7c15ULL;
-  for (int i = 0; i < MEMO_KEY_WORDS; i++) {
-    h ^= (uint64_t)k[i];
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 31;
-  }
-  return h;
-}
-
-static struct memo_entry *find(struct ferry__memo *m, const int64_t *k) {
-  if (!m->cap) return NULL;
-  size_t i = (size_t)hash_key(k) & (m->cap - 1);
-  for (;;) {
-    struct memo_entry *en = &m->slots[i];
-    if (!en->g || !memcmp(en->key, k, sizeof en->key)) return en;
-    i = (i + 1) & (m->cap - 1);
+/* Groups per kind: (kind, a) is group base[kind] + a. */
+static int64_t group_count(const struct ferry_engine *e, enum memo_kind kind) {
+  const int64_t L = e->mc->n_layers, E = e->mc->n_experts > 0 ? e->mc->n_experts : 1;
+  switch (kind) {
+    case MEMO_LAYER:
+    case MEMO_ROUTING:
+    case MEMO_COMBINE: return L;
+    case MEMO_EXPERT: return L * E;
+    case MEMO_FILL: return e->n_units;
+    default: return 0;
   }
 }
 
-static int grow(struct ferry__memo *m) {
-  size_t cap = m->cap ? 2 * m->cap : 1024;
-  struct memo_entry *slots = ferry__calloc(cap, sizeof *slots), *old = m->slots;
-  if (!slots) return 0;
-  size_t old_cap = m->cap;
-  m->slots = slots;
-  m->cap = cap;
-  for (size_t i = 0; i < old_cap; i++)
-    if (old[i].g) *find(m, old[i].key) = old[i];
-  ferry_free(old);
-  return 1;
+ferry_status ferry__memo_init(struct ferry_engine *e) {
+  struct ferry__memo *m = &e->memo;
+  memset(m, 0, sizeof *m);
+  int64_t n = 0;
+  for (int k = MEMO_LAYER; k < MEMO_KINDS; k++) {
+    m->base[k] = n;
+    n += group_count(e, (enum memo_kind)k);
+  }
+  m->groups = ferry__calloc((size_t)(n ? n : 1), sizeof *m->groups);
+  if (!m->groups) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for op graphs");
+  m->n_groups = n;
+  return FERRY_OK;
 }
 
 void ferry__memo_free(struct ferry_engine *e) {
   struct ferry__memo *m = &e->memo;
-  for (size_t i = 0; i < m->cap; i++) ferry__exec_graph_free(e->ex, m->slots[i].g);
-  ferry_free(m->slots);
+  if (getenv("FERRY_MEMO_DEBUG"))
+    fprintf(stderr, "memo: %zu graphs, %zu bytes, %llu launched\n", m->n, m->bytes, (unsigned long long)m->launched);
+  for (int64_t i = 0; m->groups && i < m->n_groups; i++) {
+    for (uint32_t b = 0; b < m->groups[i].n; b++) ferry__exec_graph_free(e->ex, m->groups[i].g[b]);
+    ferry_free(m->groups[i].g);
+  }
+  ferry_free(m->groups);
   memset(m, 0, sizeof *m);
 }
 
-void ferry__memo_step(struct ferry_engine *e) { e->memo.mode = ferry__exec_graph_mode(e->ex); }
+void ferry__memo_step(struct ferry_engine *e) { e->memo.mode = e->memo.groups ? ferry__exec_graph_mode(e->ex) : 0; }
 
-ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, const int64_t key[MEMO_KEY_WORDS],
-                               ferry_event *const *params, int32_t n_params, int64_t context_tokens, int *replayed) {
+static struct memo_group *group_of(struct ferry__memo *m, enum memo_kind kind, int64_t a) {
+  return &m->groups[m->base[kind] + a];
+}
+
+ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, enum memo_kind kind, int64_t a,
+                               int64_t b, ferry_event *const *params, int32_t n_params, int64_t context_tokens,
+                               int *replayed) {
   struct ferry__memo *m = &e->memo;
   *replayed = 0;
-  memset(site, 0, sizeof *site);
+  site->recording = 0;
   if (m->mode == FERRY__GRAPH_NONE) return FERRY_OK;
-  memcpy(site->key, key, sizeof site->key);
-  site->context_tokens = context_tokens;
-  struct memo_entry *en = find(m, key);
-  if (en && en->g && m->mode == FERRY__GRAPH_LAUNCH) {
-    ferry_status st = ferry__exec_graph_launch(e->ex, en->g, params, context_tokens);
+  struct memo_group *grp = group_of(m, kind, a);
+  struct ferry_exec_graph *g = b < grp->n ? grp->g[b] : NULL;
+  if (g && m->mode == FERRY__GRAPH_LAUNCH) {
+    ferry_status st = ferry__exec_graph_launch(e->ex, g, params, context_tokens);
     if (st != FERRY_OK) return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
     *replayed = 1;
     m->launched++;
     return FERRY_OK;
   }
-  if (en && en->g) site->check = en->g;         /* FERRY_SIM_CHECK: record and compare */
-  else if (m->bytes >= MEMO_MAX_BYTES) return FERRY_OK; /* full: build the ops, record nothing */
+  if (!g && m->bytes >= MEMO_MAX_BYTES) return FERRY_OK; /* full: build the ops, record nothing */
   ferry_status st = ferry__exec_graph_begin(e->ex, params, n_params);
   if (st != FERRY_OK) return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  site->kind = kind;
+  site->a = a;
+  site->b = b;
+  site->context_tokens = context_tokens;
+  site->check = g; /* FERRY_SIM_CHECK: the recording must equal it */
   site->recording = 1;
   return FERRY_OK;
 }
@@ -90,32 +104,41 @@ ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, c
 ferry_status ferry__memo_end(struct ferry_engine *e, struct memo_site *site, ferry_status st) {
   struct ferry__memo *m = &e->memo;
   if (!site->recording) return st;
+  site->recording = 0;
+  if (site->check) {
+    int same = 0;
+    ferry_status end = ferry__exec_graph_check(e->ex, site->check, site->context_tokens, &same);
+    if (st != FERRY_OK) return st; /* the ops failed: the caller's error stands */
+    if (end != FERRY_OK) return ferry__err_set(&e->err, end, "%s", ferry_exec_errmsg(e->ex));
+    if (!same)
+      return ferry__err_set(&e->err, FERRY_ERR_INTERNAL,
+                            "engine: the op graph of key (%d, %lld, %lld) differs from the ops built for it now: the "
+                            "key misses something the ops depend on",
+                            (int)site->kind, (long long)site->a, (long long)site->b);
+    m->checked++;
+    return FERRY_OK;
+  }
   struct ferry_exec_graph *g = NULL;
   ferry_status end = ferry__exec_graph_end(e->ex, &g);
-  if (st != FERRY_OK) { /* the ops failed: the caller's error stands */
+  if (st != FERRY_OK) {
     ferry__exec_graph_free(e->ex, g);
     return st;
   }
   if (end != FERRY_OK) return ferry__err_set(&e->err, end, "%s", ferry_exec_errmsg(e->ex));
-  if (site->check) {
-    const int same = ferry__exec_graph_same(e->ex, site->check, g, site->context_tokens);
-    ferry__exec_graph_free(e->ex, g);
-    if (!same)
-      return ferry__err_set(&e->err, FERRY_ERR_INTERNAL,
-                            "engine: the op graph of key (%lld, %lld, %lld, %lld) differs from the ops built for it now: "
-                            "the key misses something the ops depend on",
-                            (long long)site->key[0], (long long)site->key[1], (long long)site->key[2],
-                            (long long)site->key[3]);
-    m->checked++;
-    return FERRY_OK;
+  struct memo_group *grp = group_of(m, site->kind, site->a);
+  if ((uint64_t)site->b >= grp->n) {
+    uint32_t n = grp->n ? grp->n : 8;
+    while (n <= (uint64_t)site->b) n *= 2;
+    struct ferry_exec_graph **v = ferry__reallocarray(grp->g, n, sizeof *v);
+    if (!v) { /* no room: simply not kept */
+      ferry__exec_graph_free(e->ex, g);
+      return FERRY_OK;
+    }
+    memset(v + grp->n, 0, (size_t)(n - grp->n) * sizeof *v);
+    grp->g = v;
+    grp->n = n;
   }
-  if (2 * (m->n + 1) > m->cap && !grow(m)) { /* no room: simply not kept */
-    ferry__exec_graph_free(e->ex, g);
-    return FERRY_OK;
-  }
-  struct memo_entry *en = find(m, site->key);
-  memcpy(en->key, site->key, sizeof en->key);
-  en->g = g;
+  grp->g[site->b] = g;
   m->n++;
   m->bytes += ferry__exec_graph_bytes(e->ex, g);
   return FERRY_OK;

@@ -111,8 +111,8 @@ struct ferry_exec_backend {
   ferry_status (*graph_end)(struct ferry_exec *ex, struct ferry_exec_graph **out);
   ferry_status (*graph_launch)(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
                                int64_t context_tokens);
-  int (*graph_same)(struct ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
-                    int64_t context_tokens);
+  ferry_status (*graph_check)(struct ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens,
+                              int *same); /* ends the recording */
   size_t (*graph_bytes)(const struct ferry_exec_graph *g);
   void (*graph_free)(struct ferry_exec *ex, struct ferry_exec_graph *g);
 };

@@ -35,9 +35,11 @@ ferry_status ferry__exec_graph_launch(ferry_exec *ex, const struct ferry_exec_gr
   return ex->backend->graph_launch(ex, g, args, context_tokens);
 }
 
-int ferry__exec_graph_same(ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
-                           int64_t context_tokens) {
-  return ex->backend->graph_same && a && b && ex->backend->graph_same(ex, a, b, context_tokens);
+ferry_status ferry__exec_graph_check(ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens, int *same) {
+  *same = 0;
+  if (!ex->capturing) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "op graph: not recording");
+  ex->capturing = 0;
+  return ex->backend->graph_check(ex, g, context_tokens, same);
 }
 
 size_t ferry__exec_graph_bytes(ferry_exec *ex, const struct ferry_exec_graph *g) {

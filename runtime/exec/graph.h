@@ -40,10 +40,9 @@ ferry_status ferry__exec_graph_end(ferry_exec *ex, struct ferry_exec_graph **out
 ferry_status ferry__exec_graph_launch(ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
                                       int64_t context_tokens);
 
-/* Whether launching a with context_tokens would submit the ops recorded in b (b recorded with
- * that context). */
-int ferry__exec_graph_same(ferry_exec *ex, const struct ferry_exec_graph *a, const struct ferry_exec_graph *b,
-                           int64_t context_tokens);
+/* Stop recording and say (*same) whether launching g with context_tokens would have submitted
+ * the ops just recorded (a check of a graph's key); nothing is kept. */
+ferry_status ferry__exec_graph_check(ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens, int *same);
 
 /* Memory held by a graph. */
 size_t ferry__exec_graph_bytes(ferry_exec *ex, const struct ferry_exec_graph *g);
