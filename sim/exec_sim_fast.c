@@ -321,6 +321,15 @@ struct ferry_exec_graph {
   int32_t n_ops, n_kernels;
   struct graph_op *ops;
   struct ferry_kernel *kernels;
+  uint64_t hash;
+  int shared; /* one of the executor's shared graphs (freed with it) */
+};
+
+/* Graphs recorded under different keys are often the same ops (every layer's experts have the
+ * same shapes): one copy of each, shared, keeps the graphs a step launches few and in cache. */
+struct sim_graph_pool {
+  struct ferry_exec_graph **slots; /* open addressing by content hash */
+  size_t cap, n;
 };
 
 struct sim_graph_capture {
@@ -332,6 +341,7 @@ struct sim_graph_capture {
   int32_t n_params;
   int failed; /* out of memory while recording */
   int active;
+  struct sim_graph_pool pool;
 };
 
 int ferry__sim_graph_mode(struct ferry_exec *ex) {
@@ -342,6 +352,8 @@ int ferry__sim_graph_mode(struct ferry_exec *ex) {
 static void graph_state_free(struct sim_exec *s) {
   struct sim_graph_capture *c = s->capture;
   if (!c) return;
+  for (size_t i = 0; i < c->pool.cap; i++) ferry_free(c->pool.slots[i]);
+  ferry_free(c->pool.slots);
   ferry_free(c->ops);
   ferry_free(c->kernels);
   ferry_free(c);
@@ -424,6 +436,48 @@ void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_e
   capture_event(c, g, ev);
 }
 
+static int op_equal(const struct graph_op *x, const struct graph_op *y) {
+  return x->kind == y->kind && x->queue == y->queue && x->chan == y->chan && x->param == y->param && x->ev == y->ev &&
+         x->flow_bytes == y->flow_bytes && x->duration_ns == y->duration_ns && x->kernel == y->kernel;
+}
+
+static uint64_t ops_hash(const struct graph_op *ops, int32_t n) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)n;
+  for (int32_t i = 0; i < n; i++) {
+    const struct graph_op *o = &ops[i];
+    const uint64_t v[4] = {(uint64_t)o->kind | (uint64_t)(uint8_t)o->queue << 8 | (uint64_t)(uint8_t)o->chan << 16 |
+                               (uint64_t)(uint8_t)o->param << 24,
+                           (uint64_t)o->duration_ns, o->flow_bytes, (uint64_t)(uintptr_t)o->ev};
+    for (int j = 0; j < 4; j++) h = (h ^ v[j]) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
+/* The pool's graph equal to the recording (n ops, no kernel to time again), or the empty slot
+ * where it goes. */
+static struct ferry_exec_graph **pool_find(struct sim_graph_pool *p, const struct graph_op *ops, int32_t n, uint64_t h) {
+  size_t i = (size_t)h & (p->cap - 1);
+  for (;; i = (i + 1) & (p->cap - 1)) {
+    struct ferry_exec_graph *g = p->slots[i];
+    if (!g) return &p->slots[i];
+    if (g->hash != h || g->n_ops != n) continue;
+    int32_t k = 0;
+    while (k < n && op_equal(&g->ops[k], &ops[k])) k++;
+    if (k == n) return &p->slots[i];
+  }
+}
+
+static int pool_grow(struct sim_graph_pool *p) {
+  const size_t cap = p->cap ? 2 * p->cap : 256;
+  struct sim_graph_pool q = {ferry__calloc(cap, sizeof *q.slots), cap, p->n};
+  if (!q.slots) return 0;
+  for (size_t i = 0; i < p->cap; i++)
+    if (p->slots[i]) *pool_find(&q, p->slots[i]->ops, p->slots[i]->n_ops, p->slots[i]->hash) = p->slots[i];
+  ferry_free(p->slots);
+  *p = q;
+  return 1;
+}
+
 ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph **out) {
   struct sim_exec *s = ex->backend_state;
   struct sim_graph_capture *c = s->capture;
@@ -431,6 +485,15 @@ ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph
   if (!c || !c->active) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "op graph: not recording");
   c->active = 0;
   if (c->failed) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory recording an op graph");
+  const uint64_t h = ops_hash(c->ops, c->n_ops);
+  struct ferry_exec_graph **slot = NULL;
+  if (!c->n_kernels && (2 * (c->pool.n + 1) <= c->pool.cap || pool_grow(&c->pool))) {
+    slot = pool_find(&c->pool, c->ops, c->n_ops, h);
+    if (*slot) { /* recorded before under another key */
+      *out = *slot;
+      return FERRY_OK;
+    }
+  }
   const size_t ops = (size_t)c->n_ops * sizeof *c->ops, kernels = (size_t)c->n_kernels * sizeof *c->kernels;
   struct ferry_exec_graph *g = ferry__calloc(1, sizeof *g + ops + kernels);
   if (!g) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for an op graph");
@@ -438,8 +501,14 @@ ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph
   g->n_kernels = c->n_kernels;
   g->ops = (struct graph_op *)(g + 1);
   g->kernels = (struct ferry_kernel *)((char *)g->ops + ops);
+  g->hash = h;
   if (ops) memcpy(g->ops, c->ops, ops);
   if (kernels) memcpy(g->kernels, c->kernels, kernels);
+  if (slot) {
+    *slot = g;
+    g->shared = 1;
+    c->pool.n++;
+  }
   *out = g;
   return FERRY_OK;
 }
@@ -505,10 +574,10 @@ ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_ex
 }
 
 size_t ferry__sim_graph_bytes(const struct ferry_exec_graph *g) {
-  return sizeof *g + (size_t)g->n_ops * sizeof *g->ops + (size_t)g->n_kernels * sizeof *g->kernels;
+  return g->shared ? 0 : sizeof *g + (size_t)g->n_ops * sizeof *g->ops + (size_t)g->n_kernels * sizeof *g->kernels;
 }
 
 void ferry__sim_graph_free(struct ferry_exec *ex, struct ferry_exec_graph *g) {
   (void)ex;
-  ferry_free(g);
+  if (!g->shared) ferry_free(g); /* shared ones go with the executor */
 }
