@@ -113,8 +113,8 @@ static void complete_reported(struct sim_exec *s, struct sim_queue *q) {
   }
   switch (fo->kind) {
     case FERRY_OP_KERNEL:
-      s->kernels++;
-      ferry__compute_account(q->unit, fo->end_ns - fo->start_ns);
+      s->kernels += fo->n;
+      ferry__compute_account_many(q->unit, fo->n, fo->end_ns - fo->start_ns);
       break;
     case FERRY_OP_COPY:
     case FERRY_OP_READ:
@@ -131,8 +131,8 @@ static void complete_reported(struct sim_exec *s, struct sim_queue *q) {
   q->last_done_ns = fo->end_ns;
   q->fhead = (q->fhead + 1) & (q->fcap - 1);
   q->fcount--;
-  s->pending_ops--;
-  s->ops_done++;
+  s->pending_ops -= fo->n;
+  s->ops_done += fo->n;
 }
 
 /* The same accounting without an activity sink, for every op of q that ended by now: the
@@ -143,16 +143,17 @@ static void complete_quiet(struct sim_exec *s, struct sim_queue *q) {
   int64_t busy = atomic_load_explicit(&xq->busy_ns, memory_order_relaxed);
   int64_t stall = atomic_load_explicit(&xq->stall_ns, memory_order_relaxed);
   int64_t compute = 0;
-  uint64_t kernels = 0;
+  uint64_t kernels = 0, ops = 0;
   const uint32_t mask = q->fcap - 1;
   uint32_t done = 0;
   while (done < q->fcount) {
     const struct fast_op *fo = &q->fring[(q->fhead + done) & mask];
     if (fo->end_ns > s->now_ns) break;
     const int64_t span = fo->end_ns - fo->start_ns;
+    ops += fo->n;
     switch (fo->kind) {
       case FERRY_OP_KERNEL:
-        kernels++;
+        kernels += fo->n;
         compute += span;
         busy += span;
         break;
@@ -175,8 +176,8 @@ static void complete_quiet(struct sim_exec *s, struct sim_queue *q) {
   atomic_store_explicit(&xq->stall_ns, stall, memory_order_relaxed);
   q->fhead = (q->fhead + done) & mask;
   q->fcount -= done;
-  s->pending_ops -= done;
-  s->ops_done += done;
+  s->pending_ops -= ops;
+  s->ops_done += ops;
 }
 
 /* Complete every op that ended by the host clock. With an activity sink, earliest first (ties
@@ -203,8 +204,9 @@ static void catch_up(struct sim_exec *s) {
   }
 }
 
-/* Time the op in q's tail entry (kind, event and cost filled in), count it, and move the host
- * clock past issuing it. A queue whose ops have all ended before now has gone idle: its next
+/* Time the op in q's tail entry (kind, event, bytes and flow time filled in) that lasts
+ * duration_ns once started (a kernel's roofline, a transfer's time alone on its channel),
+ * count it, and move the host clock past issuing it. A queue whose ops have all ended before now has gone idle: its next
  * op waits for the queue's wake-up latency, as in the event-driven path. */
 static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo, int64_t duration_ns) {
   const int64_t now = s->now_ns;
@@ -221,7 +223,7 @@ static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struc
                               "transfer (until t=%lld ns); the fast mode times transfers alone on their channel: "
                               "simulate with the exact mode (ferry sim --exact, FERRY_SIM_EXACT)",
                               (long long)start, q->index, chan_name(fo->chan), u->queue, (long long)u->until_ns);
-      end = start + ferry__fluid_alone_ns(s->chan[fo->chan], fo->gen, &fo->flow_ns);
+      end = start + duration_ns; /* the transfer alone on its channel (ferry__fluid_alone_ns()) */
       u->until_ns = end;
       u->queue = q->index;
       break;
@@ -237,7 +239,7 @@ static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struc
   fo->end_ns = end;
   q->tail_ns = end;
   q->fcount++;
-  s->pending_ops++;
+  s->pending_ops += fo->n;
   if (end <= now) { /* only the head can end by now: the ops before it ended */
     if (s->ex->sink) complete_reported(s, q);
     else complete_quiet(s, q);
@@ -249,7 +251,8 @@ static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struc
   return FERRY_OK;
 }
 
-static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c, const struct ferry_op *op);
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c, int64_t flow_ns,
+                       const struct ferry_op *op);
 
 ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op) {
   struct sim_queue *q = &s->queues[queue];
@@ -263,14 +266,17 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
   fo->gen = op->kind == FERRY_OP_RECORD ? op->u.event.gen : c.flow_bytes;
   fo->flow_ns = 0;
   fo->full = 0;
+  fo->n = 1;
+  if (c.chan != CHAN_NONE) c.duration_ns = ferry__fluid_alone_ns(s->chan[c.chan], c.flow_bytes, &fo->flow_ns);
   if (s->ex->sink) { /* keep the whole op for its activity */
     if (!q->ffull && !(q->ffull = ferry__reallocarray(NULL, q->fcap, sizeof *q->ffull)))
       return ferry__err_set(&s->ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for queue %d's ops", queue);
     q->ffull[(q->fhead + q->fcount) & (q->fcap - 1)] = *op;
     fo->full = 1;
   }
+  const int64_t flow_ns = fo->flow_ns;
   if ((st = enqueue_timed(s, q, fo, c.duration_ns)) != FERRY_OK) return st;
-  if (s->capture) capture_op(s, queue, &c, op);
+  if (s->capture) capture_op(s, queue, &c, flow_ns, op);
   return FERRY_OK;
 }
 
@@ -311,10 +317,13 @@ struct graph_op {
   int8_t queue;
   int8_t chan;
   int8_t param;        /* events: parameter index, or -1 for ev */
-  int32_t kernel;      /* kernels timed again at launch (a context): index in kernels, else -1 */
-  int64_t duration_ns;
-  uint64_t flow_bytes;
-  ferry_event *ev;
+  int32_t kernel;      /* a kernel timed again at launch (a context): index in kernels, else -1 */
+  int64_t duration_ns; /* kernels: recorded (all of them, when several run back to back); transfers: alone */
+  uint64_t flow_bytes; /* copies and reads */
+  ferry_event *ev;     /* events without a parameter */
+  int64_t aux_ns;      /* kernels: the recorded time of the kernel timed again, part of duration_ns;
+                          transfers: the part of duration_ns with bytes flowing */
+  uint32_t n;          /* ops it stands for (kernels run back to back) */
 };
 
 struct ferry_exec_graph {
@@ -401,13 +410,15 @@ static void capture_event(struct sim_graph_capture *c, struct graph_op *g, ferry
     }
 }
 
-static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c_op, const struct ferry_op *op) {
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c_op, int64_t flow_ns,
+                       const struct ferry_op *op) {
   struct sim_graph_capture *c = s->capture;
   if (!c->active) return;
   struct graph_op *g = capture_push(c);
   if (!g) return;
   *g = (struct graph_op){.kind = (uint8_t)op->kind, .queue = (int8_t)queue, .chan = (int8_t)c_op->chan, .param = -1,
-                         .kernel = -1, .duration_ns = c_op->duration_ns, .flow_bytes = c_op->flow_bytes};
+                         .kernel = -1, .duration_ns = c_op->duration_ns, .flow_bytes = c_op->flow_bytes,
+                         .aux_ns = flow_ns, .n = 1};
   if (op->kind == FERRY_OP_RECORD || op->kind == FERRY_OP_WAIT) capture_event(c, g, op->u.event.ev);
   if (op->kind == FERRY_OP_KERNEL && op->u.kernel.context_tokens > 0) {
     /* its time depends on the context the launch gives: keep the kernel to time it again */
@@ -423,6 +434,7 @@ static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost 
     }
     c->kernels[c->n_kernels] = op->u.kernel;
     g->kernel = c->n_kernels++;
+    g->aux_ns = c_op->duration_ns;
   }
 }
 
@@ -432,13 +444,41 @@ void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_e
   if (!c || !c->active) return;
   struct graph_op *g = capture_push(c);
   if (!g) return;
-  *g = (struct graph_op){.kind = FERRY_OP_WAIT, .queue = (int8_t)queue, .chan = CHAN_NONE, .kernel = -1};
+  *g = (struct graph_op){.kind = FERRY_OP_WAIT, .queue = (int8_t)queue, .chan = CHAN_NONE, .kernel = -1, .n = 1};
   capture_event(c, g, ev);
 }
 
 static int op_equal(const struct graph_op *x, const struct graph_op *y) {
   return x->kind == y->kind && x->queue == y->queue && x->chan == y->chan && x->param == y->param && x->ev == y->ev &&
-         x->flow_bytes == y->flow_bytes && x->duration_ns == y->duration_ns && x->kernel == y->kernel;
+         x->flow_bytes == y->flow_bytes && x->duration_ns == y->duration_ns && x->kernel == y->kernel &&
+         x->aux_ns == y->aux_ns && x->n == y->n;
+}
+
+/* Kernels recorded back to back on one queue run back to back at every launch when issuing
+ * takes no host time and no queue sleeps (host.submit_ns = host.queue_wake_ns = 0): one op
+ * for them all, as long as duration, with at most one kernel timed again by the context. The
+ * ops in between, on other queues, keep their order on theirs. Only the moments inside such a
+ * run are lost, and nothing looks at them: no event is recorded there and the host does not
+ * wait in a graph. */
+static void merge_kernels(const struct sim_exec *s, struct graph_op *ops, int32_t *n) {
+  if (s->submit_ns > 0 || s->wake_ns > 0) return;
+  int32_t out = 0;
+  for (int32_t i = 0; i < *n; i++) {
+    struct graph_op *prev = out > 0 ? &ops[out - 1] : NULL;
+    const struct graph_op *o = &ops[i];
+    if (prev && prev->kind == FERRY_OP_KERNEL && o->kind == FERRY_OP_KERNEL && prev->queue == o->queue &&
+        (prev->kernel < 0 || o->kernel < 0)) {
+      prev->duration_ns += o->duration_ns;
+      prev->n += o->n;
+      if (o->kernel >= 0) {
+        prev->kernel = o->kernel;
+        prev->aux_ns = o->aux_ns;
+      }
+      continue;
+    }
+    ops[out++] = *o;
+  }
+  *n = out;
 }
 
 static uint64_t ops_hash(const struct graph_op *ops, int32_t n) {
@@ -485,6 +525,7 @@ ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph
   if (!c || !c->active) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "op graph: not recording");
   c->active = 0;
   if (c->failed) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory recording an op graph");
+  merge_kernels(s, c->ops, &c->n_ops);
   const uint64_t h = ops_hash(c->ops, c->n_ops);
   struct ferry_exec_graph **slot = NULL;
   if (!c->n_kernels && (2 * (c->pool.n + 1) <= c->pool.cap || pool_grow(&c->pool))) {
@@ -519,7 +560,7 @@ static int64_t op_duration(struct sim_exec *s, const struct ferry_exec_graph *g,
   if (o->kernel < 0 || context_tokens < 0) return o->duration_ns;
   struct ferry_kernel k = g->kernels[o->kernel];
   k.context_tokens = context_tokens;
-  return ferry__sim_kernel_ns(s, &k); /* timed once already with this shape: cannot fail */
+  return o->duration_ns - o->aux_ns + ferry__sim_kernel_ns(s, &k); /* timed once already: cannot fail */
 }
 
 ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
@@ -544,10 +585,16 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     fo->chan = o->chan;
     fo->ev = ev;
     fo->gen = gen;
-    fo->flow_ns = 0;
     fo->full = 0;
-    if ((st = enqueue_timed(s, q, fo, o->kind == FERRY_OP_KERNEL ? op_duration(s, g, o, context_tokens) : 0)) != FERRY_OK)
-      return st;
+    fo->n = o->n;
+    int64_t d = o->duration_ns;
+    if (o->kind == FERRY_OP_KERNEL) {
+      fo->flow_ns = 0;
+      if (o->kernel >= 0) d = op_duration(s, g, o, context_tokens);
+    } else {
+      fo->flow_ns = o->aux_ns;
+    }
+    if ((st = enqueue_timed(s, q, fo, d)) != FERRY_OK) return st;
   }
   return FERRY_OK;
 }
@@ -560,11 +607,12 @@ ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_ex
   if (!c || !c->active) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "op graph: not recording");
   c->active = 0;
   if (c->failed) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory recording an op graph");
+  merge_kernels(s, c->ops, &c->n_ops);
   if (c->n_ops != g->n_ops) return FERRY_OK;
   for (int32_t i = 0; i < g->n_ops; i++) {
     const struct graph_op *x = &g->ops[i], *y = &c->ops[i];
     if (x->kind != y->kind || x->queue != y->queue || x->chan != y->chan || x->param != y->param || x->ev != y->ev ||
-        x->flow_bytes != y->flow_bytes || (x->kernel < 0) != (y->kernel < 0))
+        x->flow_bytes != y->flow_bytes || (x->kernel < 0) != (y->kernel < 0) || x->n != y->n)
       return FERRY_OK;
     if (x->kind == FERRY_OP_KERNEL && op_duration(s, g, x, context_tokens) != y->duration_ns) return FERRY_OK;
     if (y->kernel >= 0 && context_tokens >= 0 && c->kernels[y->kernel].context_tokens != context_tokens) return FERRY_OK;

@@ -37,6 +37,7 @@ struct fast_op {
   uint8_t kind;      /* enum ferry_op_kind */
   int8_t chan;
   uint8_t full;      /* the whole op is in the queue's full[] at the same index (an activity sink) */
+  uint32_t n;        /* ops it stands for: kernels of a graph that run back to back are one entry */
 };
 
 struct sim_exec;

@@ -25,6 +25,7 @@ enum mode { FRESH, COPY_LAYER, COPY_TOKEN, STICKY_FIRST, STICKY_ANY, AFFINITY };
 struct alias {
   double *prob; /* Walker/Vose alias table over popularity ranks: O(1) draws */
   int32_t *idx;
+  int sure;     /* every prob >= 1: a draw's coin never picks the alias (uniform popularity) */
 };
 
 struct ferry_routing_synth {
@@ -96,6 +97,8 @@ static ferry_status build_alias(struct alias *a, int32_t n, double skew) {
     a->prob[x] = 1.0;
     a->idx[x] = x;
   }
+  a->sure = 1;
+  for (int32_t r = 0; r < n; r++) a->sure &= a->prob[r] >= 1.0;
   st = FERRY_OK;
 out_free:
   ferry_free(scaled);
@@ -285,14 +288,15 @@ static inline void draw_plain(const ferry_routing_synth *s, uint64_t base, int32
   const uint64_t n = (uint64_t)c->n_experts;
   const double *prob = s->global.prob;
   const int32_t *alias = s->global.idx;
+  const int sure = s->global.sure;
   uint64_t draw = 0;
   for (int32_t i = 0; i < c->top_k; i++) {
     int32_t pick = -1;
     for (int attempt = 0; attempt < 64 && pick < 0; attempt++) {
       const uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
       const int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
-      const double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
-      pick = perm[coin < prob[idx] ? idx : alias[idx]];
+      /* the coin is below 1: with every prob at 1 it always keeps idx */
+      pick = perm[sure || (double)(uint32_t)x * (1.0 / 4294967296.0) < prob[idx] ? idx : alias[idx]];
       for (int32_t j = 0; j < i; j++)
         if (ids[j] == pick) pick = -1;
     }
