@@ -94,7 +94,8 @@ enum memo_kind {
   MEMO_ROUTING,   /* a = layer, b = tokens: the routing read-back */
   MEMO_COMBINE,   /* a = layer, b = tokens: the MoE combine */
   MEMO_EXPERT,    /* a = layer x experts + expert, b = 2 x tokens + streamed: one expert's FFN */
-  MEMO_FILL,      /* a = unit, b = 3 x slot used + staging (0: none, 1 + used): filling a slot */
+  MEMO_FILL,      /* a = unit, b = ferry__engine_fill_key(): filling a slot */
+  MEMO_MISS,      /* a = layer x experts + expert, b = fill key + 6 x (2 x tokens + streamed): fetch and FFN */
   MEMO_KINDS
 };
 
@@ -227,6 +228,17 @@ ferry_status ferry__engine_load_resident(struct ferry_engine *e);
 ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_seq);
 int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq);
 ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, int32_t slot);
+/* A fill of a device slot in three parts, so that a caller can record its ops with others
+ * (memo.c): prepare (the staging slot when the unit is on disk), the ops, the state after. */
+struct fill {
+  struct staging_slot *sg; /* NULL: from host memory */
+  uint64_t base;           /* the staging slot's offset */
+};
+void ferry__engine_fill_prepare(struct ferry_engine *e, int32_t u, struct fill *f);
+int64_t ferry__engine_fill_key(const struct slot *sl, const struct fill *f); /* 0..5: what the ops depend on */
+ferry_status ferry__engine_fill_ops(struct ferry_engine *e, struct slot *sl, const struct fill *f, ferry_buf *dev,
+                                    uint64_t dev_off, int32_t u);
+void ferry__engine_fill_done(struct ferry_engine *e, struct slot *sl, const struct fill *f, int32_t u);
 
 /* features.c: mlp3/mlp7 predictor features from the activations (cfg.token_features) */
 ferry_status ferry__features_alloc(struct ferry_engine *e);

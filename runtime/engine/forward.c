@@ -442,6 +442,31 @@ static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, str
   return FERRY_OK;
 }
 
+/* A cache miss: fill the slot with expert x of layer l, then run it, as one recorded sequence
+ * (the fill's and the FFN's keys together). */
+static ferry_status miss_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
+  const int32_t u = e->expert_unit[l * e->mc->n_experts + x];
+  const int streamed = !e->units[u].pinned;
+  struct slot *sl = &e->expert_slots[slot];
+  struct fill f;
+  ferry__engine_fill_prepare(e, u, &f);
+  ferry_event *params[3] = {sl->free, sl->ready, f.sg ? f.sg->free : NULL};
+  struct memo_site site;
+  int replayed;
+  ferry_status st = ferry__memo_begin(e, &site, MEMO_MISS, (int64_t)l * e->mc->n_experts + x,
+                                      ferry__engine_fill_key(sl, &f) + 6 * ((int64_t)e->expert_count[x] * 2 + streamed),
+                                      params, 3, -1, &replayed);
+  if (st != FERRY_OK) return st;
+  if (!replayed) {
+    st = ferry__engine_fill_ops(e, sl, &f, e->expert_buf, (uint64_t)slot * e->plan.expert_slot_bytes, u);
+    if (st == FERRY_OK) st = expert_ops(e, l, x, streamed ? sl : NULL, in);
+    if ((st = ferry__memo_end(e, &site, st)) != FERRY_OK) return st;
+  }
+  ferry__engine_fill_done(e, sl, &f, u);
+  if (streamed) sl->used = 1;
+  return FERRY_OK;
+}
+
 static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
   const int streamed = slot >= 0 && !e->units[e->expert_unit[l * e->mc->n_experts + x]].pinned;
   struct slot *sl = streamed ? &e->expert_slots[slot] : NULL;
@@ -644,8 +669,7 @@ static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) 
         return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
       e->step_misses++;
       ferry__cache_touch(&e->cache, slot);
-      if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
-      if ((st = run_expert(e, l, x, slot, in))) return st;
+      if ((st = miss_expert(e, l, x, slot, in))) return st;
     }
     if ((st = prefetch_experts(e, l))) return st;
   }

@@ -35,7 +35,8 @@ static int64_t group_count(const struct ferry_engine *e, enum memo_kind kind) {
     case MEMO_LAYER:
     case MEMO_ROUTING:
     case MEMO_COMBINE: return L;
-    case MEMO_EXPERT: return L * E;
+    case MEMO_EXPERT:
+    case MEMO_MISS: return L * E;
     case MEMO_FILL: return e->n_units;
     default: return 0;
   }
