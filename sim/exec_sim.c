@@ -565,6 +565,7 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
   out->kernels = s->kernels;
   out->copies = s->copies;
   out->reads = s->reads;
+  out->graph_ops = s->graph_ops;
   struct ferry__fluid_stats fs;
   ferry__fluid_get_stats(s->chan[CHAN_H2D], &fs);
   out->bytes_h2d = fs.bytes_done;

@@ -587,6 +587,7 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     fo->gen = gen;
     fo->full = 0;
     fo->n = o->n;
+    s->graph_ops += o->n;
     int64_t d = o->duration_ns;
     if (o->kind == FERRY_OP_KERNEL) {
       fo->flow_ns = 0;

@@ -80,7 +80,7 @@ struct sim_exec {
   uint32_t runnable; /* bit per queue that may be able to start its head op */
   int pumping;
   uint64_t pending_ops; /* ops enqueued and not completed, every queue */
-  uint64_t ops_done, kernels, copies, reads;
+  uint64_t ops_done, kernels, copies, reads, graph_ops;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
   /* fast path */

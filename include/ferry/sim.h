@@ -50,6 +50,8 @@ struct ferry_sim_stats {
   int64_t disk_busy_ns;   /**< time the disk had bytes flowing */
   int64_t compute_busy_ns; /**< sum over queues of the time their kernels ran */
   int64_t now_ns;         /**< the virtual clock */
+  uint64_t graph_ops;     /**< ops submitted by launching op graphs (the engine's repeated sequences,
+                               FERRY_SIM_FAST), counted in ops_done too */
 };
 
 /**
