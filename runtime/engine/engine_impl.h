@@ -95,7 +95,7 @@ enum memo_kind {
   MEMO_COMBINE,   /* a = layer, b = tokens: the MoE combine */
   MEMO_EXPERT,    /* a = layer x experts + expert, b = 2 x tokens + streamed: one expert's FFN */
   MEMO_FILL,      /* a = unit, b = ferry__engine_fill_key(): filling a slot */
-  MEMO_MISS,      /* a = layer x experts + expert, b = fill key + 6 x (2 x tokens + streamed): fetch and FFN */
+  MEMO_MISS,      /* a = layer x experts + expert, b = 12 x tokens + 2 x fill key + streamed: fetch and FFN */
   MEMO_KINDS
 };
 
@@ -104,7 +104,8 @@ struct ferry_exec_graph;
 
 struct ferry__memo {
   struct memo_group *groups; /* one per (kind, a) */
-  int64_t n_groups, base[MEMO_KINDS];
+  struct ferry_exec_graph **near; /* the first graphs of each group (memo.c) */
+  int64_t n_groups, base[MEMO_KINDS], n_near, near_base[MEMO_KINDS], near_n[MEMO_KINDS];
   size_t n, bytes;
   int mode;                  /* enum ferry__graph_mode, refreshed every step */
   uint64_t launched, checked;

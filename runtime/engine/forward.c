@@ -454,7 +454,7 @@ static ferry_status miss_expert(struct ferry_engine *e, int32_t l, int32_t x, in
   struct memo_site site;
   int replayed;
   ferry_status st = ferry__memo_begin(e, &site, MEMO_MISS, (int64_t)l * e->mc->n_experts + x,
-                                      ferry__engine_fill_key(sl, &f) + 6 * ((int64_t)e->expert_count[x] * 2 + streamed),
+                                      (int64_t)e->expert_count[x] * 12 + ferry__engine_fill_key(sl, &f) * 2 + streamed,
                                       params, 3, -1, &replayed);
   if (st != FERRY_OK) return st;
   if (!replayed) {

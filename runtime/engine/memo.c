@@ -23,10 +23,28 @@
  * many batch sizes x experts x layers): past it, ops are built as without graphs. */
 #define MEMO_MAX_BYTES (256u << 20)
 
+/* The graphs a decode step uses (few tokens: b up to near[kind]) sit in one flat array, the
+ * rest in a vector per group. */
+
 struct memo_group {
-  struct ferry_exec_graph **g; /* indexed by b; NULL: not recorded */
+  struct ferry_exec_graph **g; /* indexed by b - near of its kind; NULL: not recorded */
   uint32_t n;
 };
+
+/* How many b of a kind are near: those of a step of decode tokens only (at most max_batch
+ * tokens, an expert gets at most one per token). Keep in step with the keys (engine_impl.h). */
+static int64_t near_count(const struct ferry_engine *e, enum memo_kind kind) {
+  const int64_t B = e->cfg.max_batch;
+  switch (kind) {
+    case MEMO_LAYER:
+    case MEMO_ROUTING:
+    case MEMO_COMBINE: return B + 1;
+    case MEMO_EXPERT: return 2 * (B + 1);
+    case MEMO_MISS: return 12 * (B + 1);
+    case MEMO_FILL: return 6;
+    default: return 0;
+  }
+}
 
 /* Groups per kind: (kind, a) is group base[kind] + a. */
 static int64_t group_count(const struct ferry_engine *e, enum memo_kind kind) {
@@ -45,13 +63,18 @@ static int64_t group_count(const struct ferry_engine *e, enum memo_kind kind) {
 ferry_status ferry__memo_init(struct ferry_engine *e) {
   struct ferry__memo *m = &e->memo;
   memset(m, 0, sizeof *m);
-  int64_t n = 0;
+  int64_t n = 0, near = 0;
   for (int k = MEMO_LAYER; k < MEMO_KINDS; k++) {
     m->base[k] = n;
+    m->near_base[k] = near;
+    m->near_n[k] = near_count(e, (enum memo_kind)k);
     n += group_count(e, (enum memo_kind)k);
+    near += group_count(e, (enum memo_kind)k) * m->near_n[k];
   }
   m->groups = ferry__calloc((size_t)(n ? n : 1), sizeof *m->groups);
-  if (!m->groups) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for op graphs");
+  m->near = ferry__calloc((size_t)(near ? near : 1), sizeof *m->near); /* untouched pages cost nothing */
+  m->n_near = near;
+  if (!m->groups || !m->near) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for op graphs");
   m->n_groups = n;
   return FERRY_OK;
 }
@@ -64,14 +87,20 @@ void ferry__memo_free(struct ferry_engine *e) {
     for (uint32_t b = 0; b < m->groups[i].n; b++) ferry__exec_graph_free(e->ex, m->groups[i].g[b]);
     ferry_free(m->groups[i].g);
   }
+  for (int64_t i = 0; m->near && i < m->n_near; i++) ferry__exec_graph_free(e->ex, m->near[i]);
   ferry_free(m->groups);
+  ferry_free(m->near);
   memset(m, 0, sizeof *m);
 }
 
 void ferry__memo_step(struct ferry_engine *e) { e->memo.mode = e->memo.groups ? ferry__exec_graph_mode(e->ex) : 0; }
 
-static struct memo_group *group_of(struct ferry__memo *m, enum memo_kind kind, int64_t a) {
-  return &m->groups[m->base[kind] + a];
+/* Where the graph of (kind, a, b) is kept, or NULL when b is past the group's vector. */
+static struct ferry_exec_graph **place(struct ferry__memo *m, enum memo_kind kind, int64_t a, int64_t b) {
+  const int64_t near = m->near_n[kind];
+  if (b < near) return &m->near[m->near_base[kind] + a * near + b];
+  struct memo_group *grp = &m->groups[m->base[kind] + a];
+  return (uint64_t)(b - near) < grp->n ? &grp->g[b - near] : NULL;
 }
 
 ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, enum memo_kind kind, int64_t a,
@@ -81,8 +110,7 @@ ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, e
   *replayed = 0;
   site->recording = 0;
   if (m->mode == FERRY__GRAPH_NONE) return FERRY_OK;
-  struct memo_group *grp = group_of(m, kind, a);
-  struct ferry_exec_graph *g = b < grp->n ? grp->g[b] : NULL;
+  struct ferry_exec_graph **at = place(m, kind, a, b), *g = at ? *at : NULL;
   if (g && m->mode == FERRY__GRAPH_LAUNCH) {
     ferry_status st = ferry__exec_graph_launch(e->ex, g, params, context_tokens);
     if (st != FERRY_OK) return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
@@ -126,10 +154,12 @@ ferry_status ferry__memo_end(struct ferry_engine *e, struct memo_site *site, fer
     return st;
   }
   if (end != FERRY_OK) return ferry__err_set(&e->err, end, "%s", ferry_exec_errmsg(e->ex));
-  struct memo_group *grp = group_of(m, site->kind, site->a);
-  if ((uint64_t)site->b >= grp->n) {
+  struct ferry_exec_graph **at = place(m, site->kind, site->a, site->b);
+  if (!at) {
+    struct memo_group *grp = &m->groups[m->base[site->kind] + site->a];
+    const uint64_t i = (uint64_t)(site->b - m->near_n[site->kind]);
     uint32_t n = grp->n ? grp->n : 8;
-    while (n <= (uint64_t)site->b) n *= 2;
+    while (n <= i) n *= 2;
     struct ferry_exec_graph **v = ferry__reallocarray(grp->g, n, sizeof *v);
     if (!v) { /* no room: simply not kept */
       ferry__exec_graph_free(e->ex, g);
@@ -138,8 +168,9 @@ ferry_status ferry__memo_end(struct ferry_engine *e, struct memo_site *site, fer
     memset(v + grp->n, 0, (size_t)(n - grp->n) * sizeof *v);
     grp->g = v;
     grp->n = n;
+    at = &v[i];
   }
-  grp->g[site->b] = g;
+  *at = g;
   m->n++;
   m->bytes += ferry__exec_graph_bytes(e->ex, g);
   return FERRY_OK;
