@@ -438,21 +438,65 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
   }
 }
 
+/* Fresh draws of many tokens in passes the processor can overlap (the hashes of one token
+ * depend on each other; those of different tokens do not): every token's hash, then its first
+ * k draws; a token whose first k draws are not k distinct experts is drawn again the sequential
+ * way, which would have made the same first draws, so the answers are draw_plain()'s. */
+#define MANY_CHUNK 64
+
+static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64_t *req_ids, const int32_t *token_index,
+                            int32_t layer, int32_t *ids, float *weights) {
+  const struct ferry_routing_synth_config *c = &s->cfg;
+  const int32_t k = c->top_k;
+  const uint64_t E = (uint64_t)c->n_experts;
+  const int32_t *perm = s->perm + (size_t)layer * (size_t)c->n_experts;
+  const double *prob = s->global.prob;
+  const int32_t *alias = s->global.idx;
+  const int sure = s->global.sure;
+  /* key() with the layer's part folded in once (the parts are xored) */
+  const uint64_t lmix = s->salt_mix[SALT_BASE] ^ ((uint64_t)(uint32_t)layer * 0x165667b19e3779f9ULL);
+  uint64_t base[MANY_CHUNK];
+  for (int64_t i0 = 0; i0 < n; i0 += MANY_CHUNK) {
+    const int64_t m = n - i0 < MANY_CHUNK ? n - i0 : MANY_CHUNK;
+    for (int64_t t = 0; t < m; t++)
+      base[t] = mix64(lmix ^ ((uint64_t)req_ids[i0 + t] * 0x9e3779b97f4a7c15ULL) ^
+                      ((uint64_t)(uint32_t)token_index[i0 + t] * 0xc2b2ae3d27d4eb4fULL));
+    int32_t *id = ids + i0 * k;
+    for (int64_t t = 0; t < m; t++)
+      for (int32_t j = 0; j < k; j++) {
+        const uint64_t x = mix64(base[t] + 0x9e3779b97f4a7c15ULL * (uint64_t)(j + 1));
+        const int32_t idx = (int32_t)(((x >> 32) * E) >> 32);
+        id[t * k + j] = perm[sure || (double)(uint32_t)x * (1.0 / 4294967296.0) < prob[idx] ? idx : alias[idx]];
+      }
+    for (int64_t t = 0; t < m; t++) {
+      int distinct = 1;
+      for (int32_t j = 1; j < k && distinct; j++)
+        for (int32_t i = 0; i < j; i++) distinct &= id[t * k + j] != id[t * k + i];
+      if (!distinct) draw_plain(s, base[t], layer, id + t * k, NULL);
+      if (weights) {
+        float *w = weights + (i0 + t) * k;
+        if (c->gate_temp > 0) gumbel_weights(base[t], k, c->gate_temp, w);
+        else draw_weights(base[t], k, w);
+      }
+    }
+  }
+}
+
 void ferry_routing_synth_many(void *user, int64_t n, const int64_t *req_ids, const int32_t *token_index, int32_t layer,
                               int32_t top_k, int32_t n_experts, int32_t *ids, float *weights) {
   ferry_routing_synth *s = user;
   const struct ferry_routing_synth_config *c = &s->cfg;
-  /* every token draws fresh when no knob copies or forces a choice: one loop of plain draws */
-  const int fresh = !s->extended && !(layer > 0 && c->layer_corr > 0) && c->temporal <= 0 && plain_draws(s) &&
-                    top_k == c->top_k && n_experts == c->n_experts && layer >= 0 && layer < c->n_layers;
-  for (int64_t i = 0; i < n; i++) {
-    int32_t *id = ids + i * top_k;
-    float *w = weights ? weights + i * top_k : NULL;
-    if (fresh && token_index[i] >= 0)
-      draw_plain(s, key(s, SALT_BASE, req_ids[i], token_index[i], layer), layer, id, w);
-    else
-      ferry_routing_synth_fn(user, req_ids[i], token_index[i], layer, top_k, n_experts, id, w);
+  /* every token draws fresh when no knob copies or forces a choice */
+  int fresh = !s->extended && !(layer > 0 && c->layer_corr > 0) && c->temporal <= 0 && plain_draws(s) &&
+              top_k == c->top_k && n_experts == c->n_experts && layer >= 0 && layer < c->n_layers;
+  for (int64_t i = 0; i < n && fresh; i++) fresh = token_index[i] >= 0;
+  if (fresh) {
+    draw_many_fresh(s, n, req_ids, token_index, layer, ids, weights);
+    return;
   }
+  for (int64_t i = 0; i < n; i++)
+    ferry_routing_synth_fn(user, req_ids[i], token_index[i], layer, top_k, n_experts, ids + i * top_k,
+                           weights ? weights + i * top_k : NULL);
 }
 
 static ferry_status parse_prob(const char *key, const char *v, double lo, double hi, double *out) {
