@@ -1,7 +1,8 @@
 /* The `cuda` executor: device tier in cudaMalloc memory, host tier pinned (cudaHostAlloc),
  * COMPUTE/H2D/D2H queues as CUDA streams fed by an issuer thread each, the DISK queue as a CPU
  * worker reading into pinned memory; cuBLAS for matrix products, exec_cuda_kernels.cu for the
- * rest. Without CUDA in the build, or without a driver or device, creation fails cleanly.
+ * rest. Built into ferry's CUDA module (ferry_cuda.so), which ferry loads when the executor is
+ * asked for (exec_cuda_load.c); without a driver or device, creation fails cleanly.
  *
  * Why threads around the streams: the engine makes GPU queues wait for events raised by the CPU
  * disk queue. A stream cannot wait for the CPU without blocking something, so each GPU queue
@@ -30,6 +31,7 @@
 #include "common/units.h"
 #include "arena.h"
 #include "exec_cuda.h"
+#include "exec_cuda_api.h"
 #include "exec_impl.h"
 #include "nvtx.h"
 #include "ferry/quant.h"
@@ -1220,7 +1222,7 @@ static const struct ferry_exec_backend cuda_backend = {
     .device_info = cu_device_info,
 };
 
-ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
+static ferry_status cuda_create(ferry_exec **out, const struct ferry_exec_config *config) {
   if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
   *out = NULL;
   int count = 0, unified = 0;
@@ -1279,7 +1281,7 @@ ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_co
   return FERRY_OK;
 }
 
-ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
+static ferry_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -1296,16 +1298,11 @@ ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes)
   return FERRY_OK;
 }
 
-#else /* !FERRY_HAVE_CUDA */
-ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
-  (void)free_bytes, (void)total_bytes;
-  return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
-}
+/* What the module offers ferry (exec_cuda_load.c finds it by name). */
+const struct ferry__cuda_exec_api ferry__cuda_exec_api = {
+    .version = FERRY_CUDA_EXEC_API_VERSION,
+    .create = cuda_create,
+    .memory = cuda_memory,
+};
 
-ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
-  (void)config;
-  if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
-  *out = NULL;
-  return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
-}
 #endif /* FERRY_HAVE_CUDA */
