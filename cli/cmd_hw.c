@@ -91,6 +91,7 @@ static int hw_show(const char *name) {
     show_f("gpu.peak_tflops.fp16", g->peak_tflops.fp16, "TFLOP/s");
     show_f("gpu.peak_tflops.bf16", g->peak_tflops.bf16, "TFLOP/s");
     show_f("gpu.peak_tflops.int8", g->peak_tflops.int8, "TOP/s");
+    show_f("gpu.peak_tflops.fp8", g->peak_tflops.fp8, "TFLOP/s");
     printf("  %-28s %lld ns\n", "gpu.launch_overhead_ns", (long long)g->launch_overhead_ns);
     show_f("gpu.efficiency.gemm", g->efficiency.gemm, "");
     show_f("gpu.efficiency.gemv", g->efficiency.gemv, "");

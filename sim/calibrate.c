@@ -637,6 +637,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     if (p->gpu.peak_tflops.fp16 > 0) cJSON_AddNumberToObject(pk, "fp16", p->gpu.peak_tflops.fp16);
     if (p->gpu.peak_tflops.bf16 > 0) cJSON_AddNumberToObject(pk, "bf16", p->gpu.peak_tflops.bf16);
     if (p->gpu.peak_tflops.int8 > 0) cJSON_AddNumberToObject(pk, "int8", p->gpu.peak_tflops.int8);
+    if (p->gpu.peak_tflops.fp8 > 0) cJSON_AddNumberToObject(pk, "fp8", p->gpu.peak_tflops.fp8);
     cJSON_AddNumberToObject(g, "launch_overhead_ns", (double)p->gpu.launch_overhead_ns);
     cJSON *e = cJSON_AddObjectToObject(g, "efficiency");
     cJSON_AddNumberToObject(e, "gemm", p->gpu.efficiency.gemm);

@@ -12,16 +12,19 @@
 #include "ferry/sim.h"
 #include "runtime/exec/exec_impl.h"
 #include "sim/des.h"
+#include "sim/gpu_cost.h"
 #include "sim/resource.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
+#define PACKED_SLOTS 8   /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
 
 /* An enqueued op with what the resource model needs, worked out once when it is enqueued so
  * that starting it cannot fail for a reason the caller could have been told about. */
 struct sim_op {
   struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
   int full;                  /* op.u holds the whole kernel */
-  int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
+  int64_t duration_ns;       /* kernels: duration from the cost model (launch overhead included) */
+  int folded;                /* kernels: folded into the op that reads its output (no work, no launch) */
   struct ferry__fluid *res;  /* copies and reads: the channel the bytes flow through */
   uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
 };
@@ -54,6 +57,12 @@ struct sim_exec {
   uint64_t ops_done, kernels, copies, reads;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
+  int fused_dequant;          /* low-bit weights read by fused kernels (else a dequantize kernel expands them) */
+  /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
+  const ferry_buf *packed_buf[PACKED_SLOTS];
+  uint64_t packed_off[PACKED_SLOTS];
+  struct ferry__packed packed[PACKED_SLOTS];
+  uint64_t packed_next;
 };
 
 static const struct ferry_exec_backend sim_backend;
@@ -231,34 +240,22 @@ static void sim_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
   (void)buf;
 }
 
-static enum ferry_hw_op hw_op_of(const struct ferry_kernel *k) {
-  switch (k->kind) {
-    case FERRY_K_MATMUL:
-    case FERRY_K_EXPERT:
-      return k->m <= 1 ? FERRY_HW_OP_GEMV : FERRY_HW_OP_GEMM;
-    case FERRY_K_ATTENTION:
-      return FERRY_HW_OP_ATTENTION;
-    case FERRY_K_DEQUANTIZE:
-      return FERRY_HW_OP_DEQUANTIZE;
-    default: /* embed, norm, rope, activation, router top-k, combine, gather */
-      return FERRY_HW_OP_ELEMENTWISE;
-  }
+/* The packed weight a DEQUANTIZE op expanded into ref, if one of the last few did. */
+static const struct ferry__packed *packed_at(const struct sim_exec *s, struct ferry_ref ref) {
+  for (int i = 0; i < PACKED_SLOTS; i++)
+    if (s->packed_buf[i] && s->packed_buf[i] == ref.buf && s->packed_off[i] == ref.offset) return &s->packed[i];
+  return NULL;
 }
 
-/* The element type that picks the peak: the weights' for matrix products, the KV cache's for
- * attention, the output's for dequantization; activations (fp32) for the rest. */
-static enum ferry_dtype dtype_of(const struct ferry_kernel *k) {
-  switch (k->kind) {
-    case FERRY_K_MATMUL:
-    case FERRY_K_EXPERT:
-      return k->w.dtype;
-    case FERRY_K_ATTENTION:
-      return k->aux[2].dtype;
-    case FERRY_K_DEQUANTIZE:
-      return k->y.dtype;
-    default:
-      return FERRY_DTYPE_F32;
-  }
+/* Remember what a DEQUANTIZE op expands, for the product that reads its output. */
+static void note_packed(struct sim_exec *s, const struct ferry_kernel *k) {
+  int slot = -1;
+  for (int i = 0; i < PACKED_SLOTS && slot < 0; i++)
+    if (s->packed_buf[i] == k->y.buf && s->packed_off[i] == k->y.offset) slot = i;
+  if (slot < 0) slot = (int)(s->packed_next++ % PACKED_SLOTS);
+  s->packed_buf[slot] = k->y.buf;
+  s->packed_off[slot] = k->y.offset;
+  s->packed[slot] = (struct ferry__packed){(uint64_t)k->m, (double)k->n * (double)k->k, k->qformat};
 }
 
 static ferry_status missing(struct sim_exec *s, const char *what, const char *figure) {
@@ -270,25 +267,34 @@ static ferry_status missing(struct sim_exec *s, const char *what, const char *fi
 static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
+      const struct ferry_kernel *k = &op->u.kernel;
       double flops;
       uint64_t bytes;
-      ferry_kernel_cost(&op->u.kernel, &flops, &bytes);
+      ferry_kernel_cost(k, &flops, &bytes);
       const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
-      const struct ferry_hw_cost *fit = s->fitted[op->u.kernel.kind][gemm];
-      if (fit) { /* calibrated from measurements: preferred to the roofline */
+      const struct ferry_hw_cost *fit = s->fitted[k->kind][gemm];
+      if (fit) { /* calibrated from measurements of the op as issued: preferred to the roofline */
         so->duration_ns =
             ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
                                                             : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
         return FERRY_OK;
       }
-      enum ferry_hw_op hop = hw_op_of(&op->u.kernel);
-      enum ferry_dtype dt = dtype_of(&op->u.kernel);
-      int64_t ns = ferry__hw_compute_ns(&s->hw, hop, flops, (double)bytes, dt);
+      const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
+      if (k->kind == FERRY_K_DEQUANTIZE) {
+        note_packed(s, k);
+      } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT) {
+        packed[0] = packed_at(s, k->w);
+        if (k->kind == FERRY_K_EXPERT) packed[1] = packed_at(s, k->aux[0]), packed[2] = packed_at(s, k->aux[1]);
+      }
+      struct ferry__gpu_work w;
+      ferry__gpu_work_of(k, packed, s->fused_dequant, &w);
+      so->folded = w.folded;
+      int64_t ns = ferry__gpu_work_ns(&s->hw, &w);
       if (ns < 0)
         return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
                               "sim executor: hardware profile %s cannot time kernel %s (%s, %s): it lacks the GPU's "
                               "memory bandwidth or a usable peak",
-                              s->hw.name, op->u.kernel.name, ferry_hw_op_name(hop), ferry_dtype_name(dt));
+                              s->hw.name, k->name, ferry_hw_op_name(w.op), ferry_dtype_name(w.math));
       so->duration_ns = ns;
       return FERRY_OK;
     }
@@ -363,6 +369,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   if (q->count == q->cap && (st = ring_grow(ex, q)) != FERRY_OK) return st;
   struct sim_op *so = &q->ring[(q->head + q->count) & (q->cap - 1)];
   so->duration_ns = 0;
+  so->folded = 0;
   so->res = NULL;
   so->flow_bytes = 0;
   if ((st = prepare(s, so, op)) != FERRY_OK) return st;
@@ -542,6 +549,7 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   s->hw.fitted = NULL;
   s->hw.n_fitted = 0;
   s->hw.path = NULL;
+  s->fused_dequant = 1;
   for (int k = 0; k < FERRY_K_COUNT; k++)
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);

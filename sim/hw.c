@@ -50,6 +50,7 @@ static const struct field fields[] = {
     {"gpu.peak_tflops.fp16", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.fp16), 0},
     {"gpu.peak_tflops.bf16", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.bf16), 0},
     {"gpu.peak_tflops.int8", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.int8), 0},
+    {"gpu.peak_tflops.fp8", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.fp8), 0},
     {"gpu.launch_overhead_ns", T_I64, C_NONNEG, S_GPU, P(gpu.launch_overhead_ns), 0},
     {"gpu.efficiency.gemm", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemm), 0},
     {"gpu.efficiency.gemv", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemv), 0},

@@ -204,13 +204,14 @@ static void test_compute_roofline_and_order(void **state) {
   assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
   ferry_buf *w;
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
-  /* memory-bound gemm (m=4, fp16): bytes 1000*1000*2 + 4*1000*4 + 4*1000*4 = 2032000 at
-   * 1000 B/ns x 0.5 = 4064 ns (flops 8e6 at 1e6 flop/ns x 0.5 = 16 ns) + 1000 launch */
+  /* memory-bound gemm (m=4, fp16): bytes 1000*1000*2 + 4*1000*4 + 4*1000*4 = 2032000 streamed at
+   * 1000 B/ns x 0.8 (gemv) = 2540 ns, flops 8e6 at 1e6 flop/ns x 0.5 (gemm) = 16 ns;
+   * sqrt(16^2 + 2540^2) = 2540.05 -> 2541 + 1000 launch */
   struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16);
-  /* gemv (m=1, fp16): bytes 2000000 + 4000 + 4000 = 2008000 at 800 B/ns = 2510 ns + 1000 */
+  /* gemv (m=1, fp16): bytes 2000000 + 4000 + 4000 = 2008000 -> 2510 ns, flops 4 ns: 2511 + 1000 */
   struct ferry_kernel k2 = matmul(1, 1000, 1000, w, FERRY_DTYPE_F16);
-  /* compute-bound gemm (m=1000, fp32): flops 2e9 at 1e5 x 0.5 = 40000 ns (bytes 12e6 at 500
-   * B/ns = 24000 ns) + 1000 */
+  /* compute-bound gemm (m=1000, fp32): flops 2e9 at 1e5 x 0.5 = 40000 ns, bytes 12e6 at 800
+   * B/ns = 15000 ns: sqrt(40000^2 + 15000^2) = 42720.02 -> 42721 + 1000 */
   struct ferry_kernel k3 = matmul(1000, 1000, 1000, w, FERRY_DTYPE_F32);
   assert_int_equal(ferry_exec_compute(ex, qc, &k1), FERRY_OK);
   assert_int_equal(ferry_exec_compute(ex, qc, &k2), FERRY_OK);
@@ -219,18 +220,18 @@ static void test_compute_roofline_and_order(void **state) {
   const struct ferry_activity *a1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *a2 = find(&log, FERRY_ACT_KERNEL, qc, 1),
                               *a3 = find(&log, FERRY_ACT_KERNEL, qc, 2);
   assert_int_equal(a1->start_ns, 0);
-  assert_int_equal(a1->end_ns, 5064);
-  assert_int_equal(a2->start_ns, 5064); /* in order: each starts when the one before ends */
-  assert_int_equal(a2->end_ns, 5064 + 3510);
-  assert_int_equal(a3->start_ns, 8574);
-  assert_int_equal(a3->end_ns, 8574 + 41000);
+  assert_int_equal(a1->end_ns, 3541);
+  assert_int_equal(a2->start_ns, 3541); /* in order: each starts when the one before ends */
+  assert_int_equal(a2->end_ns, 3541 + 3511);
+  assert_int_equal(a3->start_ns, 7052);
+  assert_int_equal(a3->end_ns, 7052 + 43721);
   assert_true(a3->flops == 2e9);
-  assert_int_equal(ferry_exec_queue_busy_ns(ex, qc), 5064 + 3510 + 41000);
-  assert_int_equal(ferry_exec_now(ex), 49574);
+  assert_int_equal(ferry_exec_queue_busy_ns(ex, qc), 3541 + 3511 + 43721);
+  assert_int_equal(ferry_exec_now(ex), 50773);
   struct ferry_sim_stats ss;
   assert_int_equal(ferry_exec_sim_stats(ex, &ss), FERRY_OK);
   assert_int_equal(ss.kernels, 3);
-  assert_int_equal(ss.compute_busy_ns, 49574);
+  assert_int_equal(ss.compute_busy_ns, 50773);
   ferry_exec_free(ex, w);
   ferry_exec_destroy(ex);
 }
@@ -252,15 +253,16 @@ static void test_fitted_cost(void **state) {
   /* matmul m=4 fp16: 2032000 bytes, 8e6 flops: 700 + max(2032, 4000) */
   struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16);
   assert_int_equal(ferry_exec_compute(ex, qc, &k1), FERRY_OK);
-  /* an expert over the same shape has no fitted cost: the roofline (gemm, 0.5):
-   * bytes 3 x 1000 x 1000 x 2 + 4 x 1000 x 8 + 4 x 1000 x 8 = 6064000 -> 12128 ns + 1000 */
+  /* an expert over the same shape has no fitted cost: the roofline: bytes 3 x 1000 x 1000 x 2 +
+   * 4 x 1000 x 8 + 4 x 1000 x 8 = 6064000 at 800 B/ns = 7580 ns, flops 2.4e7 at 5e5 = 48 ns:
+   * sqrt(48^2 + 7580^2) = 7580.15 -> 7581 + 1000 */
   struct ferry_kernel k2 = k1;
   k2.kind = FERRY_K_EXPERT;
   assert_int_equal(ferry_exec_compute(ex, qc, &k2), FERRY_OK);
   assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
   const struct ferry_activity *a1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *a2 = find(&log, FERRY_ACT_KERNEL, qc, 1);
   assert_int_equal(a1->end_ns - a1->start_ns, 4700);
-  assert_int_equal(a2->end_ns - a2->start_ns, 13128);
+  assert_int_equal(a2->end_ns - a2->start_ns, 8581);
   ferry_exec_free(ex, w);
   ferry_exec_destroy(ex);
 }
@@ -326,7 +328,7 @@ static void test_wait_orders_queues(void **state) {
   /* waiting for an event never recorded is a no-op */
   assert_int_equal(ferry_exec_queue_wait(ex, qc, never), FERRY_OK);
   assert_int_equal(ferry_exec_sync(ex, never), FERRY_OK);
-  /* compute: kernel A (5064 ns), wait for the copy, kernel B; copy ends at 102000 */
+  /* compute: kernel A (3541 ns), wait for the copy, kernel B; copy ends at 102000 */
   struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16);
   assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
   assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
@@ -338,20 +340,20 @@ static void test_wait_orders_queues(void **state) {
   assert_int_equal(ferry_exec_queue_wait(ex, qh, computed), FERRY_OK);
   assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000), FERRY_OK);
   assert_int_equal(ferry_exec_sync(ex, computed), FERRY_OK);
-  assert_int_equal(ferry_exec_now(ex), 102000 + 5064);
-  assert_int_equal(computed->done_time_ns, 107064);
+  assert_int_equal(ferry_exec_now(ex), 102000 + 3541);
+  assert_int_equal(computed->done_time_ns, 105541);
   assert_int_equal(copied->done_time_ns, 102000);
   const struct ferry_activity *b = find(&log, FERRY_ACT_KERNEL, qc, 1);
   assert_int_equal(b->start_ns, 102000);
   const struct ferry_activity *w = find(&log, FERRY_ACT_SYNC, qc, 0);
-  assert_int_equal(w->start_ns, 5064); /* blocked once kernel A was done */
+  assert_int_equal(w->start_ns, 3541); /* blocked once kernel A was done */
   assert_int_equal(w->end_ns, 102000);
-  assert_int_equal(ferry_exec_queue_stall_ns(ex, qc), 102000 - 5064);
+  assert_int_equal(ferry_exec_queue_stall_ns(ex, qc), 102000 - 3541);
   assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
   const struct ferry_activity *c = find(&log, FERRY_ACT_MEMCPY, qh, 1);
-  assert_int_equal(c->start_ns, 107064);
-  assert_int_equal(c->end_ns, 107064 + 2000 + 100);
-  assert_int_equal(ferry_exec_queue_stall_ns(ex, qh), 107064 - 102000);
+  assert_int_equal(c->start_ns, 105541);
+  assert_int_equal(c->end_ns, 105541 + 2000 + 100);
+  assert_int_equal(ferry_exec_queue_stall_ns(ex, qh), 105541 - 102000);
   /* sleep_until moves the clock forward only */
   ferry_exec_sleep_until(ex, 500000);
   assert_int_equal(ferry_exec_now(ex), 500000);

@@ -47,6 +47,7 @@ struct ferry_hw_peak_tflops {
   double fp16; /**< FP16 tensor-core peak with FP32 accumulation; 0 if not given */
   double bf16; /**< BF16 tensor-core peak; 0 if unsupported (falls back to fp16, then fp32) */
   double int8; /**< INT8 tensor-core peak; 0 if not given (falls back to fp16, then fp32) */
+  double fp8;  /**< FP8 tensor-core peak with FP32 accumulation; 0 if unsupported (FP8 weights are then converted and run at the fp16 peak) */
 };
 
 /** Fraction of peak (in (0, 1]) an op kind reaches; defaults apply when a profile omits them. */
