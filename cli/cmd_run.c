@@ -71,6 +71,9 @@ void run_usage(FILE *f, const char *cmd) {
           sim ? "NAME|DIR" : "DIR", sim ? "preset name or model folder (shapes only)" : "model folder (config.json + safetensors)",
           sim ? "Simulation:\n"
                 "  --hw PROFILE            hardware profile (ferry hw list) or JSON file\n"
+                "  --runtime NAME          the software issuing the work: eager (PyTorch, one kernel at a time from\n"
+                "                          Python), graph (CUDA graphs), native (C++ engine), or a runtime file;\n"
+                "                          default: the profile's, else native\n"
               : "Executor:\n"
                 "  --backend host|cuda     executor (default host)\n"
                 "  --threads N             BLAS threads of the host executor (default: cores - 2, at least 1)\n"
@@ -91,7 +94,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_RUNTIME, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -118,6 +121,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
       {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
       {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
+      {"runtime", required_argument, 0, OPT_RUNTIME},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -202,6 +206,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_HW:
         if (!sim) return cli_usage_error(cmd, "--hw is for 'ferry sim'");
         a->hw = optarg;
+        break;
+      case OPT_RUNTIME:
+        if (!sim) return cli_usage_error(cmd, "--runtime is for 'ferry sim' (a real run's overheads are its own)");
+        a->runtime = optarg;
         break;
       case OPT_RECORD_ROUTING: a->record_routing = optarg; break;
       case OPT_RECORD_FEATURES: a->record_features = optarg; break;

@@ -36,7 +36,7 @@ static const struct key {
     {"max_seq_tokens", 0}, {"threads", 0},      {"direct_io", 1},      {"drop_cache", 1},
     {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
     {"predictor_model", 0},
-    {"routing", 0},        {"routing_synth", 0},
+    {"routing", 0},        {"routing_synth", 0}, {"runtime", 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -194,9 +194,9 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
     k++;
     if (!value_text(sw->spec_path, it->string, v, key->flag, val, sizeof val)) return CLI_USAGE;
-    /* hardware profiles, routing sources and --quant sizing are the simulator's options */
+    /* hardware profiles, runtimes, routing sources and --quant sizing are the simulator's options */
     if (!sim && (!strcmp(key->name, "hw") || !strcmp(key->name, "routing") || !strcmp(key->name, "routing_synth") ||
-                 !strcmp(key->name, "quant")))
+                 !strcmp(key->name, "quant") || !strcmp(key->name, "runtime")))
       continue;
     if (swept && desc.n < sizeof desc.s)
       desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", key->name, val);

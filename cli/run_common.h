@@ -10,6 +10,7 @@
 struct run_args {
   const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
   const char *record_routing, *record_features, *routing, *routing_synth, *quant, *predictor, *predictor_routing, *predictor_model;
+  const char *runtime; /* sim: runtime preset or file (NULL: the profile's, else "native") */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
   uint64_t seed;

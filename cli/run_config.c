@@ -46,6 +46,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
   add_str(o, "routing", a->routing);
   add_str(o, "routing_synth", a->routing_synth);
+  add_str(o, "runtime", a->runtime);
   cJSON_AddNumberToObject(o, "seed", (double)a->seed);
   cJSON_AddNumberToObject(o, "threads", a->threads);
   cJSON_AddNumberToObject(o, "time_scale", a->time_scale);

@@ -179,6 +179,22 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
   return FERRY_OK;
 }
 
+/* Fitted kernel costs that explain little of their measurements (R^2 below
+ * FERRY_HW_FIT_R2_MIN): named in `out` ("" when none) and warned of, since the run's
+ * predictions rest on them. */
+static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
+  size_t n = 0;
+  out[0] = '\0';
+  for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
+    if (!(p->cost_set >> i & 1) || p->cost[i].r2 == 0 || p->cost[i].r2 >= FERRY_HW_FIT_R2_MIN) continue;
+    int k = snprintf(out + n, len - n, "%s%s R^2 %.2f", n ? ", " : "", ferry_hw_cost_kind_name(i), p->cost[i].r2);
+    if (k < 0 || (size_t)k >= len - n) break;
+    n += (size_t)k;
+  }
+  if (n) fprintf(stderr, "ferry: warning: %s has weak fitted costs (%s < %.1f): its predictions may be off\n", p->name, out,
+                 FERRY_HW_FIT_R2_MIN);
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -189,6 +205,7 @@ int run_execute(struct run_args *a) {
   ferry_db *db = NULL;
   int64_t run_id = -1;
   char *config_json = NULL, *dump_tmp = NULL;
+  char fit_warning[512] = "";
   ferry_routing *recorded = NULL, *replayed = NULL;
   ferry_routing_synth *synth = NULL;
   ferry_routing_replay *replay = NULL;
@@ -257,7 +274,11 @@ int run_execute(struct run_args *a) {
   if (sim) {
     ferry_hw *hw = NULL;
     st = ferry_hw_open(&hw, a->hw);
+    /* the software issuing the work: as asked, else the profile's, else a C++ engine */
+    if (st == FERRY_OK && (a->runtime || !ferry_hw_get(hw)->has_runtime))
+      st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
     if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
+    if (st == FERRY_OK) weak_fits(ferry_hw_get(hw), fit_warning, sizeof fit_warning);
     ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
@@ -365,6 +386,7 @@ int run_execute(struct run_args *a) {
     ferry_db_run_meta(db, run_id, "DEVICE_BUDGET_BYTES", budget);
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)a->ec.host_budget_bytes);
     ferry_db_run_meta(db, run_id, "HOST_BUDGET_BYTES", budget);
+    if (fit_warning[0]) ferry_db_run_meta(db, run_id, "WEAK_FITS", fit_warning);
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
     struct ferry_device_info gpu;
     if (ferry_exec_device_info(ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(db, run_id, 0, &gpu)) != FERRY_OK) {

@@ -57,7 +57,7 @@ struct sim_exec {
   uint64_t ops_done, kernels, copies, reads;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
-  int fused_dequant;          /* low-bit weights read by fused kernels (else a dequantize kernel expands them) */
+  struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
   /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
   const ferry_buf *packed_buf[PACKED_SLOTS];
   uint64_t packed_off[PACKED_SLOTS];
@@ -287,7 +287,7 @@ static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct 
         if (k->kind == FERRY_K_EXPERT) packed[1] = packed_at(s, k->aux[0]), packed[2] = packed_at(s, k->aux[1]);
       }
       struct ferry__gpu_work w;
-      ferry__gpu_work_of(k, packed, s->fused_dequant, &w);
+      ferry__gpu_work_of(k, packed, s->rt.fused_dequant, &w);
       so->folded = w.folded;
       int64_t ns = ferry__gpu_work_ns(&s->hw, &w);
       if (ns < 0)
@@ -362,6 +362,24 @@ static void wake_queue(struct ferry__des *des, void *ctx) {
   pump(q->s);
 }
 
+/* The host thread works for ns: what is already queued runs on meanwhile. */
+static void host_busy(struct sim_exec *s, int64_t ns) {
+  if (ns > 0) ferry__des_run_until(s->des, ferry__des_now(s->des) + ns);
+}
+
+/* Host time the runtime spends issuing an op, before the op reaches its queue. */
+static int64_t issue_ns(const struct sim_exec *s, const struct sim_op *so, const struct ferry_op *op) {
+  switch (op->kind) {
+    case FERRY_OP_KERNEL:
+      if (so->folded) return 0;
+      /* the rows a step samples: the sampler and output processing work per row */
+      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS ? op->u.kernel.m * s->rt.row_ns : 0);
+    case FERRY_OP_COPY:
+    case FERRY_OP_READ: return s->rt.copy_ns;
+    default: return 0;
+  }
+}
+
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
   struct sim_queue *q = &s->queues[queue];
@@ -373,6 +391,15 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   so->res = NULL;
   so->flow_bytes = 0;
   if ((st = prepare(s, so, op)) != FERRY_OK) return st;
+  /* the runtime issues it first (the queue's ring slot is not taken yet: running the clock
+   * forward may complete ops of this queue, never add any) */
+  const int64_t issue = issue_ns(s, so, op);
+  if (issue > 0) {
+    struct sim_op tmp = *so;
+    host_busy(s, issue);
+    so = &q->ring[(q->head + q->count) & (q->cap - 1)];
+    *so = tmp;
+  }
   so->full = ex->sink != NULL;
   memcpy(&so->op, op, op_bytes(op, so->full));
   q->count++;
@@ -387,8 +414,8 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
       pump(s);
     }
   }
-  /* issuing takes host time: what is already queued runs on meanwhile */
-  if (s->submit_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->submit_ns);
+  /* queueing takes host time too (the host executor's threads) */
+  host_busy(s, s->submit_ns);
   return FERRY_OK;
 }
 
@@ -483,6 +510,15 @@ static ferry_status sim_device_info(struct ferry_exec *ex, struct ferry_device_i
   return FERRY_OK;
 }
 
+/* The runtime's host work at the start of an engine step or layer. */
+static void sim_range_begin(struct ferry_exec *ex, const char *name) {
+  struct sim_exec *s = state(ex);
+  if (!strcmp(name, "step"))
+    host_busy(s, s->rt.step_ns);
+  else if (!strcmp(name, "layer"))
+    host_busy(s, s->rt.layer_ns);
+}
+
 static const struct ferry_exec_backend sim_backend = {
     .version = FERRY_EXEC_BACKEND_VERSION,
     .name = "sim",
@@ -498,6 +534,7 @@ static const struct ferry_exec_backend sim_backend = {
     .now = sim_now,
     .sleep_until = sim_sleep_until,
     .device_info = sim_device_info,
+    .range_begin = sim_range_begin,
 };
 
 /* The channels of the profile: link directions and the device memory always (checked by the
@@ -549,7 +586,12 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   s->hw.fitted = NULL;
   s->hw.n_fitted = 0;
   s->hw.path = NULL;
-  s->fused_dequant = 1;
+  if (p->has_runtime) {
+    s->rt = p->runtime;
+  } else { /* no software costs, fused low-bit kernels: the machine alone */
+    memset(&s->rt, 0, sizeof s->rt);
+    s->rt.fused_dequant = 1;
+  }
   for (int k = 0; k < FERRY_K_COUNT; k++)
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);

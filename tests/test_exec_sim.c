@@ -267,6 +267,70 @@ static void test_fitted_cost(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* The runtime's host costs: each kernel is issued launch_ns after the host is free (a fast GPU
+ * waits for the host), copies cost copy_ns, a step and a layer cost their own host time, the
+ * sampled rows row_ns each, and a folded dequantize op nothing at all. */
+static void test_runtime_host_costs(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("runtime", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON
+                         ", \"runtime\": {\"name\": \"R\", \"launch_ns\": 10000, \"copy_ns\": 3000, \"layer_ns\": 7000,"
+                         " \"step_ns\": 50000, \"row_ns\": 500, \"fused_dequant\": 1}");
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_OK);
+  ferry_hw_close(hw);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qc, qh;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  ferry_buf *w, *host;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  /* a step opens: 50 us of host work; a layer: 7 us more */
+  struct ferry_exec_range step = ferry_exec_range_begin(ex, "step", 0, -1, -1);
+  assert_int_equal(ferry_exec_now(ex), 50000);
+  struct ferry_exec_range layer = ferry_exec_range_begin(ex, "layer", 0, 0, -1);
+  assert_int_equal(ferry_exec_now(ex), 57000);
+  /* two tiny kernels (1000 ns launch overhead on the GPU, no work): each issued 10 us after the
+   * host was free, so the GPU idles between them */
+  struct ferry_kernel tiny = matmul(0, 0, 0, w, FERRY_DTYPE_F16);
+  assert_int_equal(ferry_exec_compute(ex, qc, &tiny), FERRY_OK);
+  assert_int_equal(ferry_exec_compute(ex, qc, &tiny), FERRY_OK);
+  /* a dequantize op folded into its consumer: no host time, no GPU time */
+  struct ferry_kernel dq;
+  memset(&dq, 0, sizeof dq);
+  dq.kind = FERRY_K_DEQUANTIZE;
+  dq.m = 1000, dq.n = 100, dq.k = 100;
+  dq.qformat = 4; /* int4 */
+  dq.y = (struct ferry_ref){w, 0, FERRY_DTYPE_F32};
+  assert_int_equal(ferry_exec_compute(ex, qc, &dq), FERRY_OK);
+  /* the rows of a step's logits: 4 rows x 500 ns on top of the launch */
+  struct ferry_kernel rows;
+  memset(&rows, 0, sizeof rows);
+  rows.kind = FERRY_K_GATHER_ROWS;
+  rows.m = 4;
+  assert_int_equal(ferry_exec_compute(ex, qc, &rows), FERRY_OK);
+  /* a copy: 3 us to issue, then 2000 ns latency + 1000 bytes at 10 B/ns */
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(w), ref(host), 1000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  ferry_exec_range_end(ex, &layer);
+  ferry_exec_range_end(ex, &step);
+  const struct ferry_activity *k1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *k2 = find(&log, FERRY_ACT_KERNEL, qc, 1),
+                              *k3 = find(&log, FERRY_ACT_KERNEL, qc, 2), *k4 = find(&log, FERRY_ACT_KERNEL, qc, 3);
+  assert_int_equal(k1->start_ns, 67000);
+  assert_int_equal(k1->end_ns, 68000);
+  assert_int_equal(k2->start_ns, 77000);
+  assert_int_equal(k3->start_ns, 78000); /* the folded op: at once, for nothing */
+  assert_int_equal(k3->end_ns, 78000);
+  assert_int_equal(k4->start_ns, 77000 + 10000 + 2000);
+  const struct ferry_activity *c = find(&log, FERRY_ACT_MEMCPY, qh, 0);
+  assert_int_equal(c->start_ns, 89000 + 3000);
+  assert_int_equal(c->end_ns, 92000 + 2000 + 100);
+  ferry_exec_free(ex, w);
+  ferry_exec_free(ex, host);
+  ferry_exec_destroy(ex);
+}
+
 static void test_link_sharing(void **state) {
   (void)state;
   /* two copy engines: both transfers flow at once and split 10 B/ns */
@@ -571,6 +635,7 @@ int main(void) {
       cmocka_unit_test(test_wait_orders_queues),    cmocka_unit_test(test_budgets_and_errors),
       cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
+      cmocka_unit_test(test_runtime_host_costs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

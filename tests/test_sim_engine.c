@@ -537,6 +537,34 @@ static void test_quantized_decode_faster(void **state) {
     }
 }
 
+/* The software issuing the work: eager PyTorch (a Python launch per kernel, a millisecond of host
+ * work per layer) makes batch-1 decode of an 8B model host-bound, slower than a C++ engine; a
+ * runtime that is not one is refused. */
+static void test_runtime_presets_in_sim(void **state) {
+  (void)state;
+  double tpot[2];
+  static const char *const rt[2] = {"native", "eager"};
+  for (int i = 0; i < 2; i++) {
+    char args[256], *out = NULL;
+    snprintf(args, sizeof args, "sim --model llama-3-8b --hw h100-pcie --synthetic rate=1,n=1,prompt=16,output=8 --runtime %s --quiet",
+             rt[i]);
+    if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+    tpot[i] = tpot_s(out);
+    free(out);
+  }
+  /* eager: 32 layers x (1.02 ms + 12 launches x 15 us) = 38.4 ms of host work a token, more than
+   * the GPU's ~11 ms */
+  assert_true(tpot[1] > 3 * tpot[0]);
+  assert_true(tpot[1] > 0.038 && tpot[1] < 0.045);
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw h100-pcie --synthetic rate=1,n=1,prompt=4,output=2 --runtime pcie4-x16",
+                                &out), 1);
+  assert_true(tu_contains(out, "not a runtime"));
+  free(out);
+  assert_int_equal(tu_run_ferry("run --model x --synthetic rate=1,n=1,prompt=4,output=2 --runtime eager", &out), 2);
+  free(out);
+}
+
 struct attn_log {
   int64_t n, first_ns;
   uint64_t first_bytes;
@@ -716,6 +744,7 @@ int main(void) {
       cmocka_unit_test(test_moe_expert_cache),
       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_quantized_decode_faster),
+      cmocka_unit_test(test_runtime_presets_in_sim),
       cmocka_unit_test(test_prefill_attention_flash_roofline),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -250,7 +250,9 @@ ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *e
 
 /**
  * @brief Block the host until the event's latest record completes. The only blocking point;
- *        in the simulator it advances virtual time until the event has happened.
+ *        in the simulator it advances virtual time until the event has happened. When the host
+ *        really waited and a sink is installed, the wait is reported as a range activity named
+ *        "host wait" (step, layer and expert -1).
  * @return FERRY_OK, or the first error of an op that failed before the event.
  */
 ferry_status ferry_exec_sync(ferry_exec *ex, ferry_event *ev);
