@@ -44,6 +44,8 @@ void run_usage(FILE *f, const char *cmd) {
           "  --host-budget SIZE      host memory budget (default: sim 90%% of the profile's host memory, run\n"
           "                          half of the memory available at start; what does not fit is read from disk)\n"
           "  --home disk             stream every unit from disk (no host copies)\n"
+          "  --host-memory M         pinned (default: page-locked host tier, the link's full rate) or pageable\n"
+          "                          (ordinary memory: copies staged by the driver, the profile's pageable rate)\n"
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
           "  --max-batch N           concurrent sequences (default 8)\n"
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
@@ -94,7 +96,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_RUNTIME, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -121,7 +123,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"routing", required_argument, 0, OPT_ROUTING}, {"quant", required_argument, 0, OPT_QUANT},
       {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
       {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
-      {"runtime", required_argument, 0, OPT_RUNTIME},
+      {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -206,6 +208,11 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_HW:
         if (!sim) return cli_usage_error(cmd, "--hw is for 'ferry sim'");
         a->hw = optarg;
+        break;
+      case OPT_HOST_MEMORY:
+        if (strcmp(optarg, "pinned") && strcmp(optarg, "pageable"))
+          return cli_usage_error(cmd, "--host-memory: expected 'pinned' or 'pageable', got '%s'", optarg);
+        a->host_pageable = !strcmp(optarg, "pageable");
         break;
       case OPT_RUNTIME:
         if (!sim) return cli_usage_error(cmd, "--runtime is for 'ferry sim' (a real run's overheads are its own)");

@@ -36,7 +36,7 @@ static const struct key {
     {"max_seq_tokens", 0}, {"threads", 0},      {"direct_io", 1},      {"drop_cache", 1},
     {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
     {"predictor_model", 0},
-    {"routing", 0},        {"routing_synth", 0}, {"runtime", 0},
+    {"routing", 0},        {"routing_synth", 0}, {"runtime", 0},     {"host_memory", 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

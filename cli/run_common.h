@@ -16,6 +16,7 @@ struct run_args {
   uint64_t seed;
   double time_scale;
   int as_fast, plan_only, progress, threads, profile;
+  int host_pageable; /* --host-memory pageable: the host tier is not pinned */
   int64_t n_requests;
 };
 

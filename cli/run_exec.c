@@ -269,7 +269,7 @@ int run_execute(struct run_args *a) {
   }
   struct ferry_exec_config xc = {.device_budget_bytes = a->ec.device_budget_bytes,
                                  .host_budget_bytes = a->ec.host_budget_bytes,
-                                 .lock_host_memory = 1,
+                                 .lock_host_memory = !a->host_pageable,
                                  .compute_threads = a->threads};
   if (sim) {
     ferry_hw *hw = NULL;

@@ -41,6 +41,7 @@ struct sim_queue {
   int blocked;         /* the head op is a WAIT whose generation is not done yet */
   int64_t blocked_since;
   struct ferry__compute *unit; /* runs this queue's kernels */
+  uint64_t completed;          /* ops completed on this queue since creation */
   struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
 };
 
@@ -58,6 +59,7 @@ struct sim_exec {
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
   struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
+  int pageable;               /* host memory is not pinned: the host waits for its host->device copies */
   /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
   const ferry_buf *packed_buf[PACKED_SLOTS];
   uint64_t packed_off[PACKED_SLOTS];
@@ -98,6 +100,7 @@ static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
   ferry__exec_op_done(s->ex, q->index, &so->op, start_ns, end_ns);
   q->head = (q->head + 1) & (q->cap - 1);
   q->count--;
+  q->completed++;
   s->pending_ops--;
   s->ops_done++;
 }
@@ -380,6 +383,18 @@ static int64_t issue_ns(const struct sim_exec *s, const struct sim_op *so, const
   }
 }
 
+static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for);
+
+struct copy_wait {
+  const struct sim_queue *q;
+  uint64_t target; /* the queue's completed count once the copy is done */
+};
+
+static int copy_done(void *arg) {
+  const struct copy_wait *w = arg;
+  return w->q->completed >= w->target;
+}
+
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
   struct sim_queue *q = &s->queues[queue];
@@ -416,6 +431,12 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   }
   /* queueing takes host time too (the host executor's threads) */
   host_busy(s, s->submit_ns);
+  /* from pageable memory the driver stages the bytes through its own pinned buffer before the
+   * call returns: the host waits for the copy */
+  if (s->pageable && op->kind == FERRY_OP_COPY && op->u.copy.copy_kind == FERRY_COPY_HTOD) {
+    struct copy_wait w = {q, q->completed + q->count};
+    if (!ferry__des_run_while_not(s->des, copy_done, &w)) return deadlock(ex, "the host waits for a copy from pageable memory");
+  }
   return FERRY_OK;
 }
 
@@ -595,6 +616,7 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   for (int k = 0; k < FERRY_K_COUNT; k++)
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
+  s->pageable = config && !config->lock_host_memory;
   if ((st = ferry__des_create(&s->des, 256)) != FERRY_OK ||
       (st = make_resources(s, config ? config->lock_host_memory : 1)) != FERRY_OK) {
     sim_destroy(ex); /* the failing call has set the message */

@@ -47,7 +47,10 @@ enum ferry_queue_role {
 struct ferry_exec_config {
   uint64_t device_budget_bytes; /**< most bytes the device tier may hold (0 = unlimited) */
   uint64_t host_budget_bytes;   /**< most bytes the host tier may hold (0 = unlimited) */
-  int lock_host_memory;         /**< host executor: mlock the host tier (warn when refused) */
+  int lock_host_memory;         /**< 1: the host tier is pinned (cuda: cudaHostAlloc; host executor:
+                                     mlock, warned when refused; sim: the link's pinned rate); 0:
+                                     pageable (cuda: malloc memory, copies staged by the driver;
+                                     sim: link.pageable_h2d_gbps) */
   int compute_threads;          /**< host executor: BLAS threads (0 = cores - 2, at least 1: the copy
                                      and disk queues keep a core each) */
 };

@@ -60,8 +60,9 @@ struct ferry_sim_stats {
  * is refused when enqueued, with a message naming the profile and the figure).
  * @param out receives the executor, owned by the caller (ferry_exec_destroy()).
  * @param hw the profile (borrowed: its figures are copied, so it may be closed afterwards).
- * @param config budgets (copied; NULL = unlimited). `lock_host_memory` = 0 makes host-to-device
- *        copies use the link's pageable rate when the profile gives one.
+ * @param config budgets (copied; NULL = unlimited). `lock_host_memory` = 0 (pageable host memory)
+ *        makes host-to-device copies use the link's pageable rate when the profile gives one,
+ *        and the host wait for each (the driver stages pageable bytes before the call returns).
  * @return FERRY_OK; FERRY_ERR_INVALID for a NULL argument; FERRY_ERR_NOT_FOUND when the
  *         profile lacks the gpu or link figures; FERRY_ERR_NOMEM. Details in ferry_last_error().
  */
