@@ -134,6 +134,8 @@ static int hw_show(const char *name) {
     printf("  %-28s %lld ns\n", "runtime.row_ns", (long long)r->row_ns);
     printf("  %-28s %d (%s)\n", "runtime.fused_dequant", r->fused_dequant,
            r->fused_dequant ? "low-bit weights read packed by fused kernels" : "a dequantize kernel expands them to fp16");
+    printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
+           r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
   }
   if (p->price_per_hour_usd > 0) printf("price_per_hour_usd: %.2f\n", p->price_per_hour_usd);
   printf("fitted from measurements:");

@@ -701,6 +701,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(r, "step_ns", (double)p->runtime.step_ns);
     cJSON_AddNumberToObject(r, "row_ns", (double)p->runtime.row_ns);
     cJSON_AddNumberToObject(r, "fused_dequant", p->runtime.fused_dequant);
+    cJSON_AddNumberToObject(r, "sync_fetch", p->runtime.sync_fetch);
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
   if (fitted && n_fitted) {

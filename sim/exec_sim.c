@@ -385,6 +385,16 @@ static int64_t issue_ns(const struct sim_exec *s, const struct sim_op *so, const
 
 static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for);
 
+struct sync_arg {
+  ferry_event *ev;
+  uint64_t gen;
+};
+
+static int gen_done(void *arg) {
+  const struct sync_arg *a = arg;
+  return atomic_load(&a->ev->done_gen) >= a->gen;
+}
+
 struct copy_wait {
   const struct sim_queue *q;
   uint64_t target; /* the queue's completed count once the copy is done */
@@ -431,6 +441,12 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   }
   /* queueing takes host time too (the host executor's threads) */
   host_busy(s, s->submit_ns);
+  /* a runtime that fetches weights synchronously issues compute only once they are there: the
+   * host blocks on what the compute queue is told to wait for */
+  if (s->rt.sync_fetch && op->kind == FERRY_OP_WAIT && ex->queues[queue].role == FERRY_QUEUE_COMPUTE) {
+    struct sync_arg w = {op->u.event.ev, op->u.event.gen};
+    if (!ferry__des_run_while_not(s->des, gen_done, &w)) return deadlock(ex, "the host waits for weights it fetched");
+  }
   /* from pageable memory the driver stages the bytes through its own pinned buffer before the
    * call returns: the host waits for the copy */
   if (s->pageable && op->kind == FERRY_OP_COPY && op->u.copy.copy_kind == FERRY_COPY_HTOD) {
@@ -468,16 +484,6 @@ static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for) {
                         "sim executor: deadlock at t=%lld ns: %s, but no op can run (a queue waits for an event "
                         "recorded behind it, or never recorded)%s",
                         (long long)ferry__des_now(s->des), waiting_for, detail);
-}
-
-struct sync_arg {
-  ferry_event *ev;
-  uint64_t gen;
-};
-
-static int gen_done(void *arg) {
-  const struct sync_arg *a = arg;
-  return atomic_load(&a->ev->done_gen) >= a->gen;
 }
 
 static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {

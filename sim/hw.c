@@ -81,6 +81,7 @@ static const struct field fields[] = {
     {"runtime.step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.step_ns), 0},
     {"runtime.row_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.row_ns), 0},
     {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
+    {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
     {"price_per_hour_usd", T_F64, C_NONNEG, S_TOP, P(price_per_hour_usd), 0},
 #define COST(i, kind)                                                                           \
   {"cost." kind ".overhead_ns", T_F64, C_NONNEG, S_COST, P(cost[i].overhead_ns), 0},            \

@@ -142,6 +142,9 @@ struct ferry_hw_runtime {
   int64_t row_ns;         /**< host time per sampled row (sequence) of a step */
   int32_t fused_dequant;  /**< 1: quantized weights are read packed by fused dequantize-in-GEMM/GEMV
                                kernels; 0: a dequantize kernel expands them to fp16 first */
+  int32_t sync_fetch;     /**< 1: the host waits for a layer's (or expert's) weights to arrive before
+                               issuing its compute, as eager frameworks do in pre-forward hooks
+                               (DeepSpeed ZeRO-3, Accelerate); 0: the GPU waits, the host goes on */
 };
 
 /** A disk (the tier weights are streamed from). */
