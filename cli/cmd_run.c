@@ -44,6 +44,8 @@ void run_usage(FILE *f, const char *cmd) {
           "  --host-budget SIZE      host memory budget (default: sim 90%% of the profile's host memory, run\n"
           "                          half of the memory available at start; what does not fit is read from disk)\n"
           "  --home disk             stream every unit from disk (no host copies)\n"
+          "  --keep-cache            buffered disk reads keep their pages: the OS page cache (sim: its model, in the\n"
+          "                          host memory the budget leaves) serves a second read (default: drop them)\n"
           "  --host-memory M         pinned (default: page-locked host tier, the link's full rate) or pageable\n"
           "                          (ordinary memory: copies staged by the driver, the profile's pageable rate)\n"
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
@@ -96,7 +98,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_HELP
 };
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -124,6 +126,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
       {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
       {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
+      {"keep-cache", no_argument, 0, OPT_KEEP_CACHE},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   memset(a, 0, sizeof *a);
   a->cmd = cmd;
@@ -200,6 +203,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &v)) return CLI_USAGE; a->threads = (int)v; break;
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
+      case OPT_KEEP_CACHE: a->keep_cache = 1; break;
       case OPT_GREEDY: a->ec.greedy = 1; break;
       case OPT_DUMP:
         if (sim) return cli_usage_error(cmd, "--dump-logits needs a real executor (the simulator computes no logits)");
@@ -260,7 +264,9 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   if (a->profile && strcmp(a->backend, "cuda"))
     return cli_usage_error(cmd, "--profile traces the GPU: use it with --backend cuda");
   /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
-  if (drop_cache_set || !(a->ec.read_flags & FERRY_READ_DIRECT)) a->ec.read_flags |= FERRY_READ_DROP_CACHE;
+  if (drop_cache_set && a->keep_cache) return cli_usage_error(cmd, "give either --drop-cache or --keep-cache, not both");
+  if (drop_cache_set || (!(a->ec.read_flags & FERRY_READ_DIRECT) && !a->keep_cache))
+    a->ec.read_flags |= FERRY_READ_DROP_CACHE;
   a->ec.seed = a->seed;
   return 0;
 }

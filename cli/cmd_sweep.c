@@ -37,6 +37,7 @@ static const struct key {
     {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
     {"predictor_model", 0},
     {"routing", 0},        {"routing_synth", 0}, {"runtime", 0},     {"host_memory", 0},
+    {"keep_cache", 1},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -17,6 +17,7 @@ struct run_args {
   double time_scale;
   int as_fast, plan_only, progress, threads, profile;
   int host_pageable; /* --host-memory pageable: the host tier is not pinned */
+  int keep_cache;    /* --keep-cache: buffered disk reads keep their pages */
   int64_t n_requests;
 };
 

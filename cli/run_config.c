@@ -30,6 +30,7 @@ char *run_config_json(const struct run_args *a) {
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
   add_str(o, "host_memory", a->host_pageable ? "pageable" : NULL); /* pinned, the default, keeps older hashes */
   add_str(o, "hw", a->hw);
+  if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
   cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);

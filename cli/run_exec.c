@@ -425,6 +425,12 @@ int run_execute(struct run_args *a) {
       fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time: %llu events (%.0f events/s), %llu ops\n",
               (double)ss.now_ns / 1e9, wall_s, (unsigned long long)ss.events_run,
               wall_s > 0 ? (double)ss.events_run / wall_s : 0.0, (unsigned long long)ss.ops_done);
+    if (ferry_exec_sim_stats(ex, &ss) == FERRY_OK && ss.cache_hits + ss.cache_misses) {
+      char hit[32];
+      fprintf(stderr, "ferry: page cache: %llu of %llu buffered disk reads served from memory (%s)\n",
+              (unsigned long long)ss.cache_hits, (unsigned long long)(ss.cache_hits + ss.cache_misses),
+              ferry__format_bytes(ss.bytes_cache, hit, sizeof hit));
+    }
   }
   struct ferry_serve_summary sum;
   ferry_engine_summary(eng, &sum);

@@ -10,6 +10,7 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "ferry/sim.h"
+#include "ferry/store.h"
 #include "runtime/exec/exec_impl.h"
 #include "sim/des.h"
 #include "sim/gpu_cost.h"
@@ -30,6 +31,24 @@ struct sim_op {
 };
 
 struct sim_exec;
+
+/* The OS page cache as buffered disk reads see it: whole read ranges, least recently used out
+ * first, in the host memory the host budget leaves free. A read of a cached range is a copy
+ * within host memory; a buffered read from disk is cached unless it drops its pages after
+ * itself (FERRY_READ_DROP_CACHE); O_DIRECT reads bypass it. A range counts as cached from the
+ * moment its read is enqueued. */
+struct cached_range {
+  const struct ferry_store *store;
+  uint64_t file, offset, len;
+  uint64_t stamp; /* last use; 0 = empty entry */
+};
+
+struct page_cache {
+  struct cached_range *v;
+  size_t n, cap;
+  uint64_t capacity_bytes, used_bytes, clock;
+  uint64_t hits, misses, hit_bytes;
+};
 
 struct sim_queue {
   struct sim_exec *s;
@@ -65,6 +84,7 @@ struct sim_exec {
   uint64_t packed_off[PACKED_SLOTS];
   struct ferry__packed packed[PACKED_SLOTS];
   uint64_t packed_next;
+  struct page_cache cache; /* the OS page cache over buffered disk reads */
 };
 
 static const struct ferry_exec_backend sim_backend;
@@ -266,6 +286,76 @@ static ferry_status missing(struct sim_exec *s, const char *what, const char *fi
                         "sim executor: hardware profile %s has no %s, needed to simulate %s", s->hw.name, figure, what);
 }
 
+static struct cached_range *cache_find(struct page_cache *c, const struct ferry_op *op) {
+  for (size_t i = 0; i < c->n; i++) {
+    struct cached_range *r = &c->v[i];
+    if (r->stamp && r->store == op->u.read.store && r->file == op->u.read.file && r->offset == op->u.read.offset &&
+        r->len == op->u.read.len)
+      return r;
+  }
+  return NULL;
+}
+
+static void cache_drop(struct page_cache *c, struct cached_range *r) {
+  c->used_bytes -= r->len;
+  r->stamp = 0;
+}
+
+/* Cache a range just read, evicting the least recently used ones to make room; one larger
+ * than the whole cache is not kept. */
+static ferry_status cache_insert(struct sim_exec *s, const struct ferry_op *op) {
+  struct page_cache *c = &s->cache;
+  const uint64_t len = op->u.read.len;
+  if (len > c->capacity_bytes) return FERRY_OK;
+  while (c->used_bytes + len > c->capacity_bytes) {
+    struct cached_range *lru = NULL;
+    for (size_t i = 0; i < c->n; i++)
+      if (c->v[i].stamp && (!lru || c->v[i].stamp < lru->stamp)) lru = &c->v[i];
+    if (!lru) break;
+    cache_drop(c, lru);
+  }
+  struct cached_range *slot = NULL;
+  for (size_t i = 0; i < c->n && !slot; i++)
+    if (!c->v[i].stamp) slot = &c->v[i];
+  if (!slot) {
+    if (c->n == c->cap) {
+      size_t cap = c->cap ? 2 * c->cap : 64;
+      struct cached_range *v = ferry__reallocarray(c->v, cap, sizeof *v);
+      if (!v) return ferry__err_set(&s->ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for the page cache");
+      c->v = v;
+      c->cap = cap;
+    }
+    slot = &c->v[c->n++];
+  }
+  *slot = (struct cached_range){op->u.read.store, op->u.read.file, op->u.read.offset, len, ++c->clock};
+  c->used_bytes += len;
+  return FERRY_OK;
+}
+
+/* Where a disk read's bytes come from: the page cache (a copy within host memory) or the disk. */
+static ferry_status route_read(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
+  const unsigned flags = op->u.read.flags;
+  struct page_cache *c = &s->cache;
+  struct cached_range *hit = (flags & FERRY_READ_DIRECT) ? NULL : cache_find(c, op);
+  if (hit && s->dram) {
+    c->hits++;
+    c->hit_bytes += op->u.read.len;
+    so->res = s->dram;
+    so->flow_bytes = 2 * op->u.read.len;
+    if (flags & FERRY_READ_DROP_CACHE)
+      cache_drop(c, hit);
+    else
+      hit->stamp = ++c->clock;
+    return FERRY_OK;
+  }
+  if (!s->disk) return missing(s, "a disk read", "disk section (disk.read_gbps)");
+  so->res = s->disk;
+  so->flow_bytes = op->u.read.len;
+  if (!(flags & FERRY_READ_DIRECT)) c->misses++;
+  if (flags & (FERRY_READ_DIRECT | FERRY_READ_DROP_CACHE)) return FERRY_OK;
+  return cache_insert(s, op);
+}
+
 /* Work out an op's resource and duration at enqueue time. */
 static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
   switch (op->kind) {
@@ -318,10 +408,7 @@ static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct 
       }
       return FERRY_OK;
     case FERRY_OP_READ:
-      if (!s->disk) return missing(s, "a disk read", "disk section (disk.read_gbps)");
-      so->res = s->disk;
-      so->flow_bytes = op->u.read.len;
-      return FERRY_OK;
+      return route_read(s, so, op);
     case FERRY_OP_RECORD:
     case FERRY_OP_WAIT:
       return FERRY_OK;
@@ -520,6 +607,7 @@ static void sim_destroy(struct ferry_exec *ex) {
     ferry__fluid_destroy(s->disk);
     ferry__fluid_destroy(s->dram);
     ferry__fluid_destroy(s->dmem);
+    ferry_free(s->cache.v);
     ferry__des_destroy(s->des);
     ferry_free(s);
   }
@@ -623,6 +711,11 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
   s->pageable = config && !config->lock_host_memory;
+  /* the page cache lives in the host memory the host tier's budget leaves */
+  if (p->has_host && p->host.memory_bytes) {
+    const uint64_t budget = config ? config->host_budget_bytes : 0;
+    s->cache.capacity_bytes = budget < p->host.memory_bytes ? p->host.memory_bytes - budget : 0;
+  }
   if ((st = ferry__des_create(&s->des, 256)) != FERRY_OK ||
       (st = make_resources(s, config ? config->lock_host_memory : 1)) != FERRY_OK) {
     sim_destroy(ex); /* the failing call has set the message */
@@ -660,5 +753,8 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     out->compute_busy_ns += cs.busy_ns;
   }
   out->now_ns = ferry__des_now(s->des);
+  out->cache_hits = s->cache.hits;
+  out->cache_misses = s->cache.misses;
+  out->bytes_cache = s->cache.hit_bytes;
   return FERRY_OK;
 }

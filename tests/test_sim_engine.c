@@ -605,6 +605,29 @@ static void test_host_memory_pageable(void **state) {
   sqlite3_close(db);
 }
 
+/* Disk-homed weights: reads drop their pages by default (as real runs do), so every step reads
+ * the disk; with --keep-cache the page cache in the host memory the budget leaves serves the
+ * second read on, unless the budget leaves too little for the streamed weights. */
+static void test_keep_cache(void **state) {
+  (void)state;
+  static const char *const opts[3] = {"", "--keep-cache", "--keep-cache --host-budget 250GiB"};
+  double tpot[3];
+  for (int i = 0; i < 3; i++) {
+    char args[512], *out = NULL;
+    snprintf(args, sizeof args, "sim --model llama-3-8b --hw l4 --device-budget 8GiB --home disk "
+                                "--synthetic rate=1,n=1,prompt=16,output=4 %s", opts[i]);
+    if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+    tpot[i] = tpot_s(out);
+    if (i == 1) assert_true(tu_contains(out, "ferry: page cache: "));
+    free(out);
+  }
+  assert_true(tpot[1] < 0.5 * tpot[0]); /* 256 GiB host, 230 GiB budget: 26 GiB of cache */
+  assert_true(fabs(tpot[2] / tpot[0] - 1) < 0.01); /* 6 GiB of cache for 13 GiB cycled: no hits */
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw l4 --synthetic rate=1,n=1,prompt=4,output=2 --keep-cache --drop-cache", &out), 2);
+  free(out);
+}
+
 struct attn_log {
   int64_t n, first_ns;
   uint64_t first_bytes;
@@ -786,6 +809,7 @@ int main(void) {
       cmocka_unit_test(test_quantized_decode_faster),
       cmocka_unit_test(test_runtime_presets_in_sim),
       cmocka_unit_test(test_host_memory_pageable),
+      cmocka_unit_test(test_keep_cache),
       cmocka_unit_test(test_prefill_attention_flash_roofline),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
