@@ -193,16 +193,18 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
   out->ns_per_byte = scale[1] > 0 ? best[1] / sc[1] : 0;
   out->ns_per_flop = scale[2] > 0 ? best[2] / sc[2] : 0;
   if (r2) {
-    /* the share of the variance of the measured durations the fit explains (plain, unweighted:
-     * how well it tells a long op from a short one, which is what a run's latency adds up) */
+    /* the share of the variance of the log durations the fit explains: how well it tells each
+     * op's duration relative to the others (the relative error the fit minimises); on logs, an
+     * op the OS descheduled for a few milliseconds does not drown the rest */
     double mean = 0, sst = 0, sse = 0;
-    for (size_t i = 0; i < n; i++) mean += s[i].duration_ns;
+    for (size_t i = 0; i < n; i++) mean += log(fmax(s[i].duration_ns, 1.0));
     mean /= (double)n;
     for (size_t i = 0; i < n; i++) {
       double xb = s[i].bytes * out->ns_per_byte, xf = s[i].flops * out->ns_per_flop;
       double pred = out->overhead_ns + (out->roofline ? (xb > xf ? xb : xf) : xb + xf);
-      sst += (s[i].duration_ns - mean) * (s[i].duration_ns - mean);
-      sse += (pred - s[i].duration_ns) * (pred - s[i].duration_ns);
+      double lm = log(fmax(s[i].duration_ns, 1.0)), lp = log(fmax(pred, 1.0));
+      sst += (lm - mean) * (lm - mean);
+      sse += (lp - lm) * (lp - lm);
     }
     *r2 = sst > 0 ? 1.0 - sse / sst : 1.0;
   }
