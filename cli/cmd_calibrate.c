@@ -453,8 +453,9 @@ int cmd_calibrate(int argc, char **argv) {
          p.host.cpu_gflops, (long long)p.host.submit_ns, (long long)p.host.sync_ns, (long long)p.host.queue_wake_ns);
   for (int i = 0; i < FERRY_HW_COST_KINDS; i++)
     if (p.cost_set >> i & 1)
-      printf("  %-12s %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop)\n", ferry_hw_cost_kind_name(i), p.cost[i].overhead_ns,
-             p.cost[i].roofline ? "max" : "sum", p.cost[i].ns_per_byte, p.cost[i].ns_per_flop);
+      printf("  %-12s %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)%s\n", ferry_hw_cost_kind_name(i),
+             p.cost[i].overhead_ns, p.cost[i].roofline ? "max" : "sum", p.cost[i].ns_per_byte, p.cost[i].ns_per_flop,
+             p.cost[i].r2, p.cost[i].r2 < FERRY_HW_FIT_R2_MIN ? "  weak fit" : "");
   printf("wrote %s\n", out);
   return CLI_OK;
 }

@@ -82,11 +82,12 @@ struct ferry_hw_cost {
   double ns_per_flop; /**< cost per floating-point operation */
   int32_t roofline;   /**< 1: the larger of the two terms; 0: their sum */
   double r2;          /**< how well the fit explains the measured durations (coefficient of
-                           determination, relative weights); 0 when not recorded. Below 0.9 the
-                           simulator warns that this kind's predictions may be off */
+                           determination of the log durations); 0 when not recorded. Below
+                           FERRY_HW_FIT_R2_MIN the simulator warns that this kind's predictions
+                           may be off */
 };
 
-/** Fits (cost.<kind>.r2) below this explain too little of what was measured: `ferry calibrate`
+/** Fits (`cost.KIND.r2`) below this explain too little of what was measured: `ferry calibrate`
  *  and `ferry sim` warn. */
 #define FERRY_HW_FIT_R2_MIN 0.9
 
