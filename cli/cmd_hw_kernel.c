@@ -18,7 +18,7 @@ static void usage(FILE *f) {
           "Usage: ferry hw kernel PROFILE [--runtime NAME] SPEC...   (SPEC '-': one per line on stdin)\n"
           "Print the simulated GPU time of each kernel, in microseconds, one line per SPEC.\n\n"
           "A SPEC is a kind and key=value pairs, e.g.\n"
-          "  matmul m=1 n=12288 k=4096 w=fp16          y[m,n] = x[m,k] W[n,k]^T (w: fp32 fp16 bf16 fp8, or a\n"
+          "  matmul m=1 n=12288 k=4096 w=fp16          y[m,n] = x[m,k] W[n,k]^T (w: fp32 fp16 bf16 fp8e4m3, or a\n"
           "                                             quantized format such as int4-g64: read packed)\n"
           "  attention batch=1 q=512 ctx=0 heads=32 kv_heads=8 head_dim=128 [window=W] [kv=fp16]\n"
           "                                             q new tokens per sequence over ctx cached ones\n"

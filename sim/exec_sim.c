@@ -375,7 +375,8 @@ static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct 
       const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
       if (k->kind == FERRY_K_DEQUANTIZE) {
         note_packed(s, k);
-      } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT) {
+      } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_MLA_ATTENTION ||
+                 k->kind == FERRY_K_EMBED) {
         packed[0] = packed_at(s, k->w);
         if (k->kind == FERRY_K_EXPERT) packed[1] = packed_at(s, k->aux[0]), packed[2] = packed_at(s, k->aux[1]);
       }

@@ -16,14 +16,24 @@
  * multiply by the scale per pair, plus their share of the word load (Marlin, AWQ and the
  * llama.cpp kernels work this way): about 1.5 per element; int3 and int2 straddle bytes and
  * need more shifting; NF4 looks its code up in a 16-entry table and scales by a
- * double-quantized absmax. 16-bit formats are read as they are. */
+ * double-quantized absmax. 16-bit formats are read as they are. The published 4-bit formats
+ * (GPTQ, AWQ, compressed-tensors) are int4 in other packing orders, read by the same Marlin /
+ * AWQ kernels; MXFP4's e2m1 pairs take the same mask-and-shift to half2 and a multiply by
+ * their power-of-two block scale (no zero point); block-scaled fp8 converts two elements per
+ * instruction (cvt.f16x2.e4m3x2) and is scaled per 128 x 128 block on the accumulators. */
 static double unpack_instr_per_elem(int32_t qformat) {
   switch ((enum ferry_qformat)qformat) {
     case FERRY_QFORMAT_INT8:
-    case FERRY_QFORMAT_INT4: return 1.5;
+    case FERRY_QFORMAT_INT4:
+    case FERRY_QFORMAT_GPTQ4:
+    case FERRY_QFORMAT_AWQ4:
+    case FERRY_QFORMAT_CT4:
+    case FERRY_QFORMAT_CT4F16:
+    case FERRY_QFORMAT_MXFP4: return 1.5;
     case FERRY_QFORMAT_INT3:
     case FERRY_QFORMAT_INT2: return 2.0;
     case FERRY_QFORMAT_NF4: return 2.5;
+    case FERRY_QFORMAT_FP8B: return 0.5;
     default: return 0; /* fp32, fp16, bf16 */
   }
 }
@@ -37,6 +47,25 @@ static int is_16bit(int32_t qformat) { return qformat == FERRY_QFORMAT_FP16 || q
 static uint64_t esize(enum ferry_dtype d) {
   size_t s = ferry_dtype_size(d);
   return s ? s : 4;
+}
+
+/* A weight the engine reads as an expanded fp32 copy (`ref`, `elems` of them) is, on a GPU
+ * runtime, the packed one behind it: read packed and unpacked on the CUDA cores once per tile of
+ * `m` activation rows (fused kernels), or read as the fp16 copy a dequantize kernel wrote. The
+ * element type the product then runs in: bf16 for bf16 weights; fp8 for block-scaled fp8 read
+ * by fused kernels (fp8 tensor cores, the fp16 peak where a GPU has none); else fp16. */
+static enum ferry_dtype charge_packed(struct ferry__gpu_work *out, const struct ferry_ref *ref, double elems,
+                                      const struct ferry__packed *p, int fused, int64_t m) {
+  out->bytes -= elems * (double)esize(ref->dtype); /* the expanded copy the engine reads */
+  if (is_16bit(p->qformat) || fused) {
+    out->bytes += (double)p->bytes;
+    const double tiles = ceil((double)(m > 0 ? m : 1) / FUSED_M_TILE);
+    out->alu_ops += p->elems * unpack_instr_per_elem(p->qformat) * tiles;
+    if (p->qformat == FERRY_QFORMAT_FP8B) return FERRY_DTYPE_F8_E4M3;
+  } else {
+    out->bytes += elems * 2; /* fp16 weights the dequantize kernel wrote */
+  }
+  return p->qformat == FERRY_QFORMAT_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
 }
 
 void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
@@ -57,26 +86,33 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
       out->math = k->w.dtype;
       const struct ferry_ref *refs[3] = {&k->w, &k->aux[0], &k->aux[1]};
       const int n_w = k->kind == FERRY_K_EXPERT ? 3 : 1;
-      const double elems = (double)k->n * (double)k->k;
       for (int i = 0; i < n_w; i++) {
         const struct ferry__packed *p = packed ? packed[i] : NULL;
-        if (!p) continue;
-        /* the expanded fp32 copy the engine reads is not what a GPU runtime reads */
-        out->bytes -= elems * (double)esize(refs[i]->dtype);
-        if (is_16bit(p->qformat) || fused) {
-          out->bytes += (double)p->bytes;
-          const double tiles = ceil((double)(k->m > 0 ? k->m : 1) / FUSED_M_TILE);
-          out->alu_ops += p->elems * unpack_instr_per_elem(p->qformat) * tiles;
-        } else {
-          out->bytes += p->elems * 2; /* fp16 weights the dequantize kernel wrote */
-        }
-        out->math = p->qformat == FERRY_QFORMAT_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
+        /* each weight's own element count: a fused gate_up weight is twice the down one */
+        if (p) out->math = charge_packed(out, refs[i], p->elems, p, fused, k->m);
       }
       break;
     }
     case FERRY_K_ATTENTION:
       out->op = FERRY_HW_OP_ATTENTION;
       out->math = k->aux[2].dtype; /* the KV cache's type: fp16/bf16 on tensor cores */
+      break;
+    case FERRY_K_MLA_ATTENTION:
+      /* a flash-style kernel over the latent cache (FlashMLA), with the absorbed kv_b_proj
+       * weight read once per step: packed when it is stored quantized */
+      out->op = FERRY_HW_OP_ATTENTION;
+      out->math = k->aux[2].dtype;
+      if (packed && packed[0]) charge_packed(out, &k->w, packed[0]->elems, packed[0], fused, k->m);
+      break;
+    case FERRY_K_EMBED:
+      /* fused: a quantized table is read by the rows the tokens gather, not expanded whole;
+       * else the rows of the fp16 copy a dequantize kernel wrote */
+      if (packed && packed[0] && packed[0]->elems > 0) {
+        const struct ferry__packed *p = packed[0];
+        const double elems = (double)k->m * (double)k->n;
+        out->bytes -= elems * (double)esize(k->w.dtype);
+        out->bytes += elems * (is_16bit(p->qformat) || fused ? (double)p->bytes / p->elems : 2.0);
+      }
       break;
     case FERRY_K_DEQUANTIZE:
       out->op = FERRY_HW_OP_DEQUANTIZE;

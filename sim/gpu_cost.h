@@ -29,7 +29,8 @@ struct ferry__gpu_work {
 };
 
 /* The GPU work of kernel k. packed[i] is the packed weight behind the kernel's i-th weight
- * reference (w, aux[0], aux[1] of an expert; w of a matmul) when a DEQUANTIZE op expanded it
+ * reference (w, aux[0], aux[1] of an expert; w of a matmul, of an MLA attention (its kv_b_proj)
+ * and of an embedding) when a DEQUANTIZE op expanded it
  * for this op, else NULL. fused = 1: the runtime reads low-bit weights with fused
  * dequantize-in-GEMM/GEMV kernels (the DEQUANTIZE op is folded into its consumer, which reads
  * the packed bytes and pays the unpacking on the CUDA cores); 0: a dequantize kernel writes

@@ -2,7 +2,9 @@
  * worked out by hand in the comment above its assertion: tensor-core GEMM and streaming GEMV
  * in the weights' precision, a low-bit weight read packed by a fused kernel or expanded by a
  * dequantize kernel first, flash-style prefill attention (K and V read once per tile of
- * queries) and paged decode attention, and element-wise ops priced by their bytes. The profile
+ * queries, from the first key a window or chunk lets them see) and paged decode attention,
+ * multi-head latent attention, the published checkpoint formats (GPTQ, AWQ, MXFP4, block fp8),
+ * a fused gate_up expert, a quantized embedding table, and element-wise ops priced by their bytes. The profile
  * has round numbers: 1000 GB/s (1000 bytes/ns), fp32 10, fp16 100, bf16 50, int8 200, fp8 400
  * TFLOP/s, no launch overhead, efficiencies 1 unless a test says otherwise. */
 #include <math.h>
@@ -158,6 +160,12 @@ static void test_attention_prefill_flash(void **state) {
   k.sliding_window = 64;
   ferry__gpu_work_of(&k, NULL, 1, &w);
   assert_true(w.bytes == 2 * (128.0 + 191.0) * KVH * HD * 2 * 2 + 16777216.0 + 6291456.0);
+  /* chunked attention (Llama 4) in chunks of 100: the tile of queries 128..255 reads keys from
+   * its first query's chunk, 100..255 (156) */
+  k.sliding_window = 0;
+  k.attn_chunk = 100;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  assert_true(w.bytes == 2 * (128.0 + 156.0) * KVH * HD * 2 * 2 + 16777216.0 + 6291456.0);
 }
 
 /* Decode attention: each sequence's cached K and V streamed once (paged). */
@@ -208,6 +216,123 @@ static void test_elementwise_by_bytes(void **state) {
   assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 6219);
 }
 
+/* The formats of published checkpoints: GPTQ, AWQ and MXFP4 read packed by the same fused
+ * kernels as int4; block-scaled fp8 (DeepSeek-V3) on fp8 tensor cores when fused, expanded to
+ * fp16 by a dequantize kernel otherwise. */
+static void test_published_formats(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  struct ferry__gpu_work w;
+  const double elems = 4096.0 * 4096.0;
+  struct ferry_kernel k = matmul(1, 4096, 4096, FERRY_DTYPE_F32);
+  /* MXFP4 4096 x 4096: two e2m1 values a byte, one e8m0 scale per 32: 8388608 + 524288 =
+   * 8912896 B; with x and y 8945664 B -> 8945.66 ns; math 335.54 ns; unpacking 1.5 per element
+   * 5033.16 ns: sqrt((335.54 + 5033.16)^2 + 8945.66^2) -> 10434 */
+  struct ferry__packed q = {.bytes = 8912896, .elems = elems, .qformat = FERRY_QFORMAT_MXFP4};
+  const struct ferry__packed *packed[3] = {&q, NULL, NULL};
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 10434);
+  assert_true(w.bytes == 8945664);
+  /* GPTQ and AWQ at the same packed size cost the same as MXFP4 (int4 unpacking) */
+  q.qformat = FERRY_QFORMAT_GPTQ4;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 10434);
+  q.qformat = FERRY_QFORMAT_AWQ4;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 10434);
+  /* fp8 with fp32 scales per 128 x 128 block: 16777216 + 1024 x 4 = 16781312 B, 16814080 with
+   * x and y -> 16814.08 ns; math at fp8's 4e5 flop/ns 83.89 ns; 0.5 instructions per element
+   * 1677.72 ns: sqrt((83.89 + 1677.72)^2 + 16814.08^2) -> 16907 */
+  q = (struct ferry__packed){.bytes = 16781312, .elems = elems, .qformat = FERRY_QFORMAT_FP8B};
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 16907);
+  assert_int_equal(w.math, FERRY_DTYPE_F8_E4M3);
+  /* prefill of 2048 rows, fused: 2 x 2048 x 4096^2 flops at 4e5 = 171798.69 ns, unpacking 16
+   * tiles x 0.5 x 4096^2 at 5000 = 26843.55 ns; bytes 16781312 + 2 x 2048 x 4096 x 4 =
+   * 83890176 -> 83890.18 ns: sqrt -> 215631 */
+  k.m = 2048;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 215631);
+  /* expanded to fp16 first: fp16 math 687194.77 ns, bytes 33554432 + 67108864 -> 694529 */
+  assert_int_equal(ns_of(&p, &k, packed, 0, &w), 694529);
+  assert_int_equal(w.math, FERRY_DTYPE_F16);
+}
+
+/* An expert whose gate and up weights are one fused [2n, k] tensor (gpt-oss): each packed weight
+ * replaces its own elements of the expanded copy. */
+static void test_fused_gate_up_expert(void **state) {
+  (void)state;
+  struct ferry__gpu_work w;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_EXPERT;
+  k.m = 1, k.n = 1024, k.k = 1024;
+  k.w.dtype = k.aux[1].dtype = FERRY_DTYPE_F32;
+  /* MXFP4 gate_up 2048 x 1024: 1048576 + 65536 B; down 1024 x 1024: 524288 + 32768 B */
+  const struct ferry__packed gate_up = {.bytes = 1114112, .elems = 2048.0 * 1024, .qformat = FERRY_QFORMAT_MXFP4};
+  const struct ferry__packed down = {.bytes = 557056, .elems = 1024.0 * 1024, .qformat = FERRY_QFORMAT_MXFP4};
+  const struct ferry__packed *packed[3] = {&gate_up, NULL, &down};
+  ferry__gpu_work_of(&k, packed, 1, &w);
+  /* 3 x 1024 x 1024 x 4 B of expanded weights out, 1671168 packed in; activations 1 x 1024 x 8
+   * + 1 x 1024 x 8 = 16384 */
+  assert_true(w.bytes == 1671168.0 + 16384.0);
+  assert_true(w.alu_ops == 1.5 * 3 * 1024 * 1024);
+}
+
+/* Multi-head latent attention (DeepSeek): the latent rows read once per tile of queries like
+ * flash attention, the absorbed kv_b_proj weight read packed when it is stored quantized. */
+static void test_mla_attention(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  enum { S = 256, H = 16, NOPE = 128, ROPE = 64, RANK = 512, V = 128 };
+  int32_t pos[S], slot[S];
+  int64_t ctx = 0;
+  for (int i = 0; i < S; i++) pos[i] = i, slot[i] = 0, ctx += i + 1;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MLA_ATTENTION;
+  k.m = S, k.heads = H, k.kv_heads = 1, k.head_dim = NOPE, k.rot_dim = ROPE, k.k = RANK, k.n = V;
+  k.ints = pos, k.ints2 = slot, k.n_ints = S;
+  k.context_tokens = ctx;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  k.w.dtype = FERRY_DTYPE_F32; /* kv_b_proj, expanded from fp8 */
+  /* kv_b_proj 16 x 256 x 512 = 2097152 fp8 elements + 32 x 4 block scales of 4 B */
+  const struct ferry__packed q = {.bytes = 2097664, .elems = 2097152, .qformat = FERRY_QFORMAT_FP8B};
+  const struct ferry__packed *packed[3] = {&q, NULL, NULL};
+  struct ferry__gpu_work w;
+  /* flops 2 x 256 x 16 x 512 x 256 + 2 x 32896 x 16 x (2 x 512 + 64) = 2219048960 at fp16
+   * (the cache's type) 22190.49 ns; unpacking 2 tiles x 0.5 x 2097152 at 5000 = 419.43 ns;
+   * bytes: latent rows 128 + 256 = 384 x 576 x 2 = 442368, the weight packed 2097664, q in and
+   * out 256 x 16 x 320 x 4 = 5242880: 7782912 -> 7782.91 ns: sqrt -> 23912 */
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 23912);
+  assert_int_equal(w.op, FERRY_HW_OP_ATTENTION);
+  assert_int_equal(w.math, FERRY_DTYPE_F16);
+  assert_true(w.flops == 2219048960.0);
+  assert_true(w.bytes == 7782912.0);
+  /* decode of one token at position 1000: 1001 latent rows once: 1001 x 576 x 2 + 2097664 +
+   * 16 x 320 x 4 = 3271296 B -> 3271.3 ns; flops 39045120 -> 390.45 ns + 209.72 unpacking:
+   * sqrt -> 3326 */
+  pos[0] = 1000;
+  k.m = 1, k.n_ints = 1, k.context_tokens = 1001;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 3326);
+}
+
+/* A quantized embedding table: the gathered rows read packed, not the table expanded. */
+static void test_quantized_embed(void **state) {
+  (void)state;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_EMBED;
+  k.m = 4, k.n = 4096;
+  k.w.dtype = FERRY_DTYPE_F32;
+  /* int8 table of 32000 x 4096 with fp32 row scales: 131072000 + 128000 B, 1.0009766 B per
+   * element */
+  const struct ferry__packed q = {.bytes = 131200000, .elems = 32000.0 * 4096, .qformat = FERRY_QFORMAT_INT8};
+  const struct ferry__packed *packed[3] = {&q, NULL, NULL};
+  struct ferry__gpu_work w;
+  ferry__gpu_work_of(&k, packed, 1, &w);
+  /* 4 rows x 4096 read packed (16400 B) and written fp32 (65536 B) */
+  assert_true(fabs(w.bytes - (4.0 * 4096 * 131200000.0 / (32000.0 * 4096) + 65536.0)) < 1e-6);
+  /* unfused: the rows of the fp16 copy */
+  ferry__gpu_work_of(&k, packed, 0, &w);
+  assert_true(w.bytes == 4.0 * 4096 * 2 + 65536.0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemv_by_bytes),
@@ -216,6 +341,10 @@ int main(void) {
       cmocka_unit_test(test_attention_prefill_flash),
       cmocka_unit_test(test_attention_decode_paged),
       cmocka_unit_test(test_elementwise_by_bytes),
+      cmocka_unit_test(test_published_formats),
+      cmocka_unit_test(test_fused_gate_up_expert),
+      cmocka_unit_test(test_mla_attention),
+      cmocka_unit_test(test_quantized_embed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -392,8 +392,9 @@ void ferry_exec_sample_memory(ferry_exec *ex);
 /**
  * @brief Cost-model view of a kernel as it is issued: floating-point operations and bytes of
  *        memory traffic (weights as the op reads them, fp32 activations; attention reads the
- *        cached K and V once per tile of FERRY_ATTN_Q_TILE queries of a sequence and does
- *        4 x heads x head_dim flops per (query, key) pair the causal mask keeps). Used by the
+ *        cached K and V once per tile of FERRY_ATTN_Q_TILE queries of a sequence, from the first
+ *        key its window or chunk lets the tile see, and does 4 x heads x head_dim flops per
+ *        (query, key) pair the mask keeps; MLA attention reads its latent rows the same way). Used by the
  *        simulator and calibration and put on every kernel activity record.
  */
 void ferry_kernel_cost(const struct ferry_kernel *kernel, double *flops, uint64_t *bytes);

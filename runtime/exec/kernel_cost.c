@@ -28,7 +28,7 @@ static uint64_t esize(enum ferry_dtype d) {
  * are consecutive in the batch (same slot, rising positions). Without per-token positions the
  * m tokens are taken as one sequence whose queries see context_tokens keys in all. */
 static uint64_t attention_kv_tokens(const struct ferry_kernel *k) {
-  const int64_t m = k->m, window = k->sliding_window;
+  const int64_t m = k->m, window = k->sliding_window, chunk = k->attn_chunk;
   if (m <= 0) return 0;
   if (!k->ints || !k->ints2 || k->n_ints < m) {
     uint64_t tile = (uint64_t)(m < FERRY_ATTN_Q_TILE ? m : FERRY_ATTN_Q_TILE);
@@ -41,6 +41,7 @@ static uint64_t attention_kv_tokens(const struct ferry_kernel *k) {
     while (j < m && j - i < FERRY_ATTN_Q_TILE && k->ints2[j] == k->ints2[i] && k->ints[j] > k->ints[j - 1]) j++;
     int64_t first = k->ints[i], last = k->ints[j - 1];
     int64_t lo = window > 0 && first - window + 1 > 0 ? first - window + 1 : 0;
+    if (chunk > 0 && first - first % chunk > lo) lo = first - first % chunk; /* chunked attention */
     keys += (uint64_t)(last + 1 - lo);
     i = j;
   }
@@ -108,7 +109,7 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       const double H = (double)k->heads, nope = (double)k->head_dim, rope = (double)k->rot_dim, rank = (double)kk,
                    v = (double)n, ctx = (double)k->context_tokens;
       f = 2.0 * (double)m * H * rank * (nope + v) + 2.0 * ctx * H * (2.0 * rank + rope);
-      b = (uint64_t)(ctx * (rank + rope)) * esize(k->aux[2].dtype) +
+      b = attention_kv_tokens(k) * (uint64_t)(rank + rope) * esize(k->aux[2].dtype) +
           (uint64_t)(H * (nope + v) * rank) * esize(k->w.dtype) + m * (uint64_t)(H * (nope + rope + v)) * 4;
       break;
     }
