@@ -566,7 +566,9 @@ ferry_status ferry__section_bytes(struct report *rp) {
 
 ferry_status ferry__section_sim_vs_real(struct report *rp) {
   NUMBUF;
-  static const char *const except[] = {"executor", "hw", "threads", "direct_io", "routing", "routing_synth", "greedy", NULL};
+  /* the runtime preset describes the software a simulation prices; a real run's is its own */
+  static const char *const except[] = {"executor", "hw",     "runtime", "threads", "direct_io",
+                                       "routing",  "routing_synth", "greedy", NULL};
   size_t npairs = 0;
   for (size_t i = 0; i < rp->n_runs; i++)
     for (size_t j = 0; j < rp->n_runs; j++) {
@@ -578,8 +580,8 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
   if (npairs == 0) return FERRY_OK;
   rp->sum.sim_real_pairs = npairs;
   ferry__doc_section(rp, FERRY_REPORT_SIM_VS_REAL, "Simulator against real runs");
-  ferry__doc_para(rp, "Runs are paired when their configurations agree on every key except the executor, the routing source and the "
-                      "hardware profile. Error = (predicted - measured) / measured, in percent; the scatter shows each "
+  ferry__doc_para(rp, "Runs are paired when their configurations agree on every key except the executor, the routing source, the "
+                      "hardware profile and the runtime preset. Error = (predicted - measured) / measured, in percent; the scatter shows each "
                       "metric of each pair with the y = x line (a perfect prediction lies on it). The flag column marks "
                       "pairs off by more than 10 %% on a metric, and simulations whose profile has fitted costs that "
                       "explain little of their measurements (R^2 below 0.9, from ferry calibrate).");
