@@ -9,6 +9,7 @@
 
 #include "common/alloc.h"
 #include "common/error.h"
+#include "ferry/store.h"
 #include "sim/exec_sim_impl.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
@@ -45,6 +46,7 @@ void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_n
   ferry__exec_op_done(s->ex, q->index, &so->op, start_ns, end_ns);
   q->head = (q->head + 1) & (q->cap - 1);
   q->count--;
+  q->completed++;
   q->last_done_ns = end_ns;
   s->pending_ops--;
   s->ops_done++;
@@ -194,34 +196,22 @@ static void sim_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
   (void)buf;
 }
 
-static enum ferry_hw_op hw_op_of(const struct ferry_kernel *k) {
-  switch (k->kind) {
-    case FERRY_K_MATMUL:
-    case FERRY_K_EXPERT:
-      return k->m <= 1 ? FERRY_HW_OP_GEMV : FERRY_HW_OP_GEMM;
-    case FERRY_K_ATTENTION:
-      return FERRY_HW_OP_ATTENTION;
-    case FERRY_K_DEQUANTIZE:
-      return FERRY_HW_OP_DEQUANTIZE;
-    default: /* embed, norm, rope, activation, router top-k, combine, gather */
-      return FERRY_HW_OP_ELEMENTWISE;
-  }
+/* The packed weight a DEQUANTIZE op expanded into ref, if one of the last few did. */
+const struct ferry__packed *ferry__sim_packed_at(const struct sim_exec *s, struct ferry_ref ref) {
+  for (int i = 0; i < PACKED_SLOTS; i++)
+    if (s->packed_buf[i] && s->packed_buf[i] == ref.buf && s->packed_off[i] == ref.offset) return &s->packed[i];
+  return NULL;
 }
 
-/* The element type that picks the peak: the weights' for matrix products, the KV cache's for
- * attention, the output's for dequantization; activations (fp32) for the rest. */
-static enum ferry_dtype dtype_of(const struct ferry_kernel *k) {
-  switch (k->kind) {
-    case FERRY_K_MATMUL:
-    case FERRY_K_EXPERT:
-      return k->w.dtype;
-    case FERRY_K_ATTENTION:
-      return k->aux[2].dtype;
-    case FERRY_K_DEQUANTIZE:
-      return k->y.dtype;
-    default:
-      return FERRY_DTYPE_F32;
-  }
+/* Remember what a DEQUANTIZE op expands, for the product that reads its output. */
+static void note_packed(struct sim_exec *s, const struct ferry_kernel *k) {
+  int slot = -1;
+  for (int i = 0; i < PACKED_SLOTS && slot < 0; i++)
+    if (s->packed_buf[i] == k->y.buf && s->packed_off[i] == k->y.offset) slot = i;
+  if (slot < 0) slot = (int)(s->packed_next++ % PACKED_SLOTS);
+  s->packed_buf[slot] = k->y.buf;
+  s->packed_off[slot] = k->y.offset;
+  s->packed[slot] = (struct ferry__packed){(uint64_t)k->m, (double)k->n * (double)k->k, k->qformat};
 }
 
 static ferry_status missing(struct sim_exec *s, const char *what, const char *figure) {
@@ -229,34 +219,126 @@ static ferry_status missing(struct sim_exec *s, const char *what, const char *fi
                         "sim executor: hardware profile %s has no %s, needed to simulate %s", s->hw.name, figure, what);
 }
 
-/* A kernel's duration on the profile: its fitted cost when calibrated, else the roofline;
- * -1 when the profile cannot time it. */
-int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k) {
+static struct cached_range *cache_find(struct page_cache *c, const struct ferry_op *op) {
+  for (size_t i = 0; i < c->n; i++) {
+    struct cached_range *r = &c->v[i];
+    if (r->stamp && r->store == op->u.read.store && r->file == op->u.read.file && r->offset == op->u.read.offset &&
+        r->len == op->u.read.len)
+      return r;
+  }
+  return NULL;
+}
+
+static void cache_drop(struct page_cache *c, struct cached_range *r) {
+  c->used_bytes -= r->len;
+  r->stamp = 0;
+}
+
+/* Cache a range just read, evicting the least recently used ones to make room; one larger
+ * than the whole cache is not kept. */
+static ferry_status cache_insert(struct sim_exec *s, const struct ferry_op *op) {
+  struct page_cache *c = &s->cache;
+  const uint64_t len = op->u.read.len;
+  if (len > c->capacity_bytes) return FERRY_OK;
+  while (c->used_bytes + len > c->capacity_bytes) {
+    struct cached_range *lru = NULL;
+    for (size_t i = 0; i < c->n; i++)
+      if (c->v[i].stamp && (!lru || c->v[i].stamp < lru->stamp)) lru = &c->v[i];
+    if (!lru) break;
+    cache_drop(c, lru);
+  }
+  struct cached_range *slot = NULL;
+  for (size_t i = 0; i < c->n && !slot; i++)
+    if (!c->v[i].stamp) slot = &c->v[i];
+  if (!slot) {
+    if (c->n == c->cap) {
+      size_t cap = c->cap ? 2 * c->cap : 64;
+      struct cached_range *v = ferry__reallocarray(c->v, cap, sizeof *v);
+      if (!v) return ferry__err_set(&s->ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for the page cache");
+      c->v = v;
+      c->cap = cap;
+    }
+    slot = &c->v[c->n++];
+  }
+  *slot = (struct cached_range){op->u.read.store, op->u.read.file, op->u.read.offset, len, ++c->clock};
+  c->used_bytes += len;
+  return FERRY_OK;
+}
+
+/* Where a disk read's bytes come from: the page cache (a copy within host memory) or the disk. */
+ferry_status ferry__sim_route_read(struct sim_exec *s, struct sim_cost *c_out, const struct ferry_op *op) {
+  const unsigned flags = op->u.read.flags;
+  struct page_cache *c = &s->cache;
+  struct cached_range *hit = (flags & FERRY_READ_DIRECT) ? NULL : cache_find(c, op);
+  if (hit && s->chan[CHAN_DRAM]) {
+    c->hits++;
+    c->hit_bytes += op->u.read.len;
+    c_out->chan = CHAN_DRAM;
+    c_out->flow_bytes = 2 * op->u.read.len;
+    if (flags & FERRY_READ_DROP_CACHE)
+      cache_drop(c, hit);
+    else
+      hit->stamp = ++c->clock;
+    return FERRY_OK;
+  }
+  if (!s->chan[CHAN_DISK]) return missing(s, "a disk read", "disk section (disk.read_gbps)");
+  c_out->chan = CHAN_DISK;
+  c_out->flow_bytes = op->u.read.len;
+  if (!(flags & FERRY_READ_DIRECT)) c->misses++;
+  if (flags & (FERRY_READ_DIRECT | FERRY_READ_DROP_CACHE)) return FERRY_OK;
+  return cache_insert(s, op);
+}
+
+/* A kernel's duration: its fitted cost when the profile is calibrated, else the GPU cost model
+ * with the packed weights behind its references (packed[], ferry__sim_packed_at()); -1 when the
+ * profile cannot time it. *folded: no kernel of its own (its work is its consumer's). */
+int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
+                             int *folded, struct ferry__gpu_work *work) {
   double flops;
   uint64_t bytes;
+  *folded = 0;
   ferry_kernel_cost(k, &flops, &bytes);
   const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
   const struct ferry_hw_cost *fit = s->fitted[k->kind][gemm];
-  if (fit) /* calibrated from measurements: preferred to the roofline */
+  if (fit) /* calibrated from measurements of the op as issued: preferred to the roofline */
     return ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
                                                             : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
-  return ferry__hw_compute_ns(&s->hw, hw_op_of(k), flops, (double)bytes, dtype_of(k));
+  ferry__gpu_work_of(k, packed, s->rt.fused_dequant, work);
+  *folded = work->folded;
+  return ferry__gpu_work_ns(&s->hw, work);
+}
+
+/* The packed weights behind kernel k's references, as the last DEQUANTIZE ops left them (a
+ * DEQUANTIZE itself is noted for its consumer). */
+void ferry__sim_packed_of(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *packed[3]) {
+  packed[0] = packed[1] = packed[2] = NULL;
+  if (k->kind == FERRY_K_DEQUANTIZE) {
+    note_packed(s, k);
+  } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_MLA_ATTENTION ||
+             k->kind == FERRY_K_EMBED) {
+    packed[0] = ferry__sim_packed_at(s, k->w);
+    if (k->kind == FERRY_K_EXPERT) packed[1] = ferry__sim_packed_at(s, k->aux[0]), packed[2] = ferry__sim_packed_at(s, k->aux[1]);
+  }
 }
 
 /* Work out an op's channel and duration at enqueue time. */
 ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op) {
   c->duration_ns = 0;
+  c->folded = 0;
   c->chan = CHAN_NONE;
   c->flow_bytes = 0;
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
-      int64_t ns = ferry__sim_kernel_ns(s, &op->u.kernel);
+      const struct ferry_kernel *k = &op->u.kernel;
+      const struct ferry__packed *packed[3];
+      ferry__sim_packed_of(s, k, packed);
+      struct ferry__gpu_work w = {0};
+      int64_t ns = ferry__sim_kernel_ns(s, k, packed, &c->folded, &w);
       if (ns < 0)
         return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
                               "sim executor: hardware profile %s cannot time kernel %s (%s, %s): it lacks the GPU's "
                               "memory bandwidth or a usable peak",
-                              s->hw.name, op->u.kernel.name, ferry_hw_op_name(hw_op_of(&op->u.kernel)),
-                              ferry_dtype_name(dtype_of(&op->u.kernel)));
+                              s->hw.name, k->name, ferry_hw_op_name(w.op), ferry_dtype_name(w.math));
       c->duration_ns = ns;
       return FERRY_OK;
     }
@@ -277,10 +359,7 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
       }
       return FERRY_OK;
     case FERRY_OP_READ:
-      if (!s->chan[CHAN_DISK]) return missing(s, "a disk read", "disk section (disk.read_gbps)");
-      c->chan = CHAN_DISK;
-      c->flow_bytes = op->u.read.len;
-      return FERRY_OK;
+      return ferry__sim_route_read(s, c, op);
     case FERRY_OP_RECORD:
     case FERRY_OP_WAIT:
       return FERRY_OK;
@@ -333,6 +412,47 @@ static void wake_queue(struct ferry__des *des, void *ctx) {
   pump(q->s);
 }
 
+/* The host thread works for ns: what is already queued runs on meanwhile. */
+static void host_busy(struct sim_exec *s, int64_t ns) {
+  if (ns <= 0) return;
+  if (s->mode != FERRY_SIM_EXACT) ferry__sim_fast_host_busy(s, ns);
+  else ferry__des_run_until(s->des, ferry__des_now(s->des) + ns);
+}
+
+int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
+  switch (op->kind) {
+    case FERRY_OP_KERNEL:
+      if (c->folded) return 0;
+      /* the rows a step samples: the sampler and output processing work per row */
+      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS ? op->u.kernel.m * s->rt.row_ns : 0);
+    case FERRY_OP_COPY:
+    case FERRY_OP_READ: return s->rt.copy_ns;
+    default: return 0;
+  }
+}
+
+static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for);
+
+struct sync_arg {
+  ferry_event *ev;
+  uint64_t gen;
+};
+
+static int gen_done(void *arg) {
+  const struct sync_arg *a = arg;
+  return atomic_load(&a->ev->done_gen) >= a->gen;
+}
+
+struct copy_wait {
+  const struct sim_queue *q;
+  uint64_t target; /* the queue's completed count once the copy is done */
+};
+
+static int copy_done(void *arg) {
+  const struct copy_wait *w = arg;
+  return w->q->completed >= w->target;
+}
+
 /* The host never looks at a half-processed instant: each of its actions ends by running the
  * events due by then (zero-length ops it just enqueued included), so what it sees done is
  * exactly what ended at or before its clock, as in the fast path (exec_sim_fast.c). */
@@ -340,9 +460,15 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   struct sim_exec *s = state(ex);
   if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_submit(s, queue, op);
   struct sim_queue *q = &s->queues[queue];
-  struct sim_op *so;
   ferry_status st;
-  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK || (st = ferry__sim_prepare(s, &so->cost, op)) != FERRY_OK) return st;
+  struct sim_cost c;
+  if ((st = ferry__sim_prepare(s, &c, op)) != FERRY_OK) return st;
+  /* the runtime issues it first (running the clock forward may complete ops of this queue,
+   * never add any: its ring slot is taken after) */
+  host_busy(s, ferry__sim_issue_ns(s, &c, op));
+  struct sim_op *so;
+  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK) return st;
+  so->cost = c;
   so->full = ex->sink != NULL;
   memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
   q->count++;
@@ -359,8 +485,21 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
       pump(s);
     }
   }
-  /* issuing takes host time: what is already queued runs on meanwhile */
-  ferry__des_run_until(s->des, now + s->submit_ns);
+  /* queueing takes host time too (the host executor's threads) */
+  host_busy(s, s->submit_ns);
+  /* a runtime that fetches weights synchronously issues compute only once they are there: the
+   * host blocks on what the compute queue is told to wait for */
+  if (s->rt.sync_fetch && op->kind == FERRY_OP_WAIT && ex->queues[queue].role == FERRY_QUEUE_COMPUTE) {
+    struct sync_arg w = {op->u.event.ev, op->u.event.gen};
+    if (!ferry__des_run_while_not(s->des, gen_done, &w)) return deadlock(ex, "the host waits for weights it fetched");
+  }
+  /* from pageable memory the driver stages the bytes through its own pinned buffer before the
+   * call returns: the host waits for the copy */
+  if (s->pageable && op->kind == FERRY_OP_COPY && op->u.copy.copy_kind == FERRY_COPY_HTOD) {
+    struct copy_wait w = {q, q->completed + q->count};
+    if (!ferry__des_run_while_not(s->des, copy_done, &w)) return deadlock(ex, "the host waits for a copy from pageable memory");
+  }
+  ferry__des_run_until(s->des, ferry__des_now(s->des));
   return FERRY_OK;
 }
 
@@ -392,16 +531,6 @@ static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for) {
                         "sim executor: deadlock at t=%lld ns: %s, but no op can run (a queue waits for an event "
                         "recorded behind it, or never recorded)%s",
                         (long long)ferry__des_now(s->des), waiting_for, detail);
-}
-
-struct sync_arg {
-  ferry_event *ev;
-  uint64_t gen;
-};
-
-static int gen_done(void *arg) {
-  const struct sync_arg *a = arg;
-  return atomic_load(&a->ev->done_gen) >= a->gen;
 }
 
 static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {
@@ -440,6 +569,7 @@ static void sim_destroy(struct ferry_exec *ex) {
     }
     for (int c = 0; c < CHAN_COUNT; c++) ferry__fluid_destroy(s->chan[c]);
     ferry__sim_fast_free(s);
+    ferry_free(s->cache.v);
     ferry__des_destroy(s->des);
     ferry_free(s);
   }
@@ -455,6 +585,15 @@ static ferry_status sim_device_info(struct ferry_exec *ex, struct ferry_device_i
   out->total_memory_bytes = p->gpu.memory_bytes;
   out->memory_bandwidth_bytes_per_s = (uint64_t)(p->gpu.mem_bw_gbps * 1e9);
   return FERRY_OK;
+}
+
+/* The runtime's host work at the start of an engine step or layer. */
+static void sim_range_begin(struct ferry_exec *ex, const char *name) {
+  struct sim_exec *s = state(ex);
+  if (!strcmp(name, "step"))
+    host_busy(s, s->rt.step_ns);
+  else if (!strcmp(name, "layer"))
+    host_busy(s, s->rt.layer_ns);
 }
 
 static const struct ferry_exec_backend sim_backend = {
@@ -474,6 +613,7 @@ static const struct ferry_exec_backend sim_backend = {
     .device_info = sim_device_info,
     .event_init = ferry__sim_event_init,
     .event_fini = ferry__sim_event_fini,
+    .range_begin = sim_range_begin,
     .graph_mode = ferry__sim_graph_mode,
     .graph_begin = ferry__sim_graph_begin,
     .graph_skipped_wait = ferry__sim_graph_skipped_wait,
@@ -543,9 +683,21 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   s->hw.fitted = NULL;
   s->hw.n_fitted = 0;
   s->hw.path = NULL;
+  if (p->has_runtime) {
+    s->rt = p->runtime;
+  } else { /* no software costs, fused low-bit kernels: the machine alone */
+    memset(&s->rt, 0, sizeof s->rt);
+    s->rt.fused_dequant = 1;
+  }
   for (int k = 0; k < FERRY_K_COUNT; k++)
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
+  s->pageable = config && !config->lock_host_memory;
+  /* the page cache lives in the host memory the host tier's budget leaves */
+  if (p->has_host && p->host.memory_bytes) {
+    const uint64_t budget = config ? config->host_budget_bytes : 0;
+    s->cache.capacity_bytes = budget < p->host.memory_bytes ? p->host.memory_bytes - budget : 0;
+  }
   if ((st = ferry__des_create(&s->des, 256)) != FERRY_OK ||
       (st = make_resources(s, config ? config->lock_host_memory : 1)) != FERRY_OK) {
     sim_destroy(ex); /* the failing call has set the message */
@@ -584,5 +736,8 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     out->compute_busy_ns += cs.busy_ns;
   }
   out->now_ns = sim_now((struct ferry_exec *)ex);
+  out->cache_hits = s->cache.hits;
+  out->cache_misses = s->cache.misses;
+  out->bytes_cache = s->cache.hit_bytes;
   return FERRY_OK;
 }

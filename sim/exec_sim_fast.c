@@ -6,6 +6,7 @@
  * clock passes their end, and complete then in time order with the code the event-driven path
  * uses, so counters, stalls, busy times, event generations and activities are the same.
  * Plus op graphs (runtime/exec/graph.h): recorded ops replayed without the engine building them. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -209,7 +210,7 @@ static void catch_up(struct sim_exec *s) {
  * count it, and move the host clock past issuing it. A queue whose ops have all ended before now has gone idle: its next
  * op waits for the queue's wake-up latency, as in the event-driven path. */
 static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo, int64_t duration_ns) {
-  const int64_t now = s->now_ns;
+  int64_t now = s->now_ns;
   const int64_t start = q->fcount ? q->tail_ns : (s->wake_ns > 0 && q->last_done_ns < now ? now + s->wake_ns : now);
   int64_t end = start;
   switch (fo->kind) {
@@ -244,14 +245,25 @@ static ferry_status enqueue_timed(struct sim_exec *s, struct sim_queue *q, struc
     if (s->ex->sink) complete_reported(s, q);
     else complete_quiet(s, q);
   }
-  if (s->submit_ns > 0) {
-    s->now_ns += s->submit_ns;
-    catch_up(s);
-  }
+  /* queueing takes host time too (the host executor's threads) */
+  ferry__sim_fast_host_busy(s, s->submit_ns);
+  /* a runtime that fetches weights synchronously issues compute only once they are there; a
+   * copy from pageable memory returns once done (see sim_submit()) */
+  now = s->now_ns;
+  if (s->rt.sync_fetch && fo->kind == FERRY_OP_WAIT && s->ex->queues[q->index].role == FERRY_QUEUE_COMPUTE && end > now)
+    ferry__sim_fast_host_busy(s, end - now);
+  else if (s->pageable && fo->kind == FERRY_OP_COPY && fo->chan == CHAN_H2D && end > now)
+    ferry__sim_fast_host_busy(s, end - now);
   return FERRY_OK;
 }
 
-static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c, int64_t flow_ns,
+void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns) {
+  if (ns <= 0) return;
+  s->now_ns += ns;
+  catch_up(s);
+}
+
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c, int64_t flow_ns, int64_t issue_ns,
                        const struct ferry_op *op);
 
 ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op) {
@@ -259,7 +271,10 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
   struct sim_cost c;
   struct fast_op *fo;
   ferry_status st;
-  if ((st = ferry__sim_prepare(s, &c, op)) != FERRY_OK || (st = fring_tail(s, q, &fo)) != FERRY_OK) return st;
+  if ((st = ferry__sim_prepare(s, &c, op)) != FERRY_OK) return st;
+  const int64_t issue = ferry__sim_issue_ns(s, &c, op);
+  ferry__sim_fast_host_busy(s, issue); /* the runtime issues it before it reaches the queue */
+  if ((st = fring_tail(s, q, &fo)) != FERRY_OK) return st;
   fo->kind = (uint8_t)op->kind;
   fo->chan = (int8_t)c.chan;
   fo->ev = op->kind == FERRY_OP_RECORD || op->kind == FERRY_OP_WAIT ? op->u.event.ev : NULL;
@@ -276,7 +291,7 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
   }
   const int64_t flow_ns = fo->flow_ns;
   if ((st = enqueue_timed(s, q, fo, c.duration_ns)) != FERRY_OK) return st;
-  if (s->capture) capture_op(s, queue, &c, flow_ns, op);
+  if (s->capture) capture_op(s, queue, &c, flow_ns, issue, op);
   return FERRY_OK;
 }
 
@@ -286,10 +301,7 @@ ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t 
   if (r > s->now_ns) s->now_ns = r;
   catch_up(s);
   /* the host notices the event only after its wake-up latency */
-  if (s->sync_ns > 0) {
-    s->now_ns += s->sync_ns;
-    catch_up(s);
-  }
+  ferry__sim_fast_host_busy(s, s->sync_ns);
   return FERRY_OK;
 }
 
@@ -323,13 +335,31 @@ struct graph_op {
   ferry_event *ev;     /* events without a parameter */
   int64_t aux_ns;      /* kernels: the recorded time of the kernel timed again, part of duration_ns;
                           transfers: the part of duration_ns with bytes flowing */
+  int64_t issue_ns;    /* host time issuing it (the runtime's launch or copy cost) */
   uint32_t n;          /* ops it stands for (kernels run back to back) */
+  int32_t read;        /* reads: index in reads (routed again at launch: the page cache moves) */
+};
+
+/* A kernel timed again at launch, with the packed weights behind it when recorded. */
+struct graph_kernel {
+  struct ferry_kernel k;
+  struct ferry__packed packed[3];
+  uint8_t has_packed[3];
+};
+
+/* A disk read, routed again at launch (ferry__sim_route_read()). */
+struct graph_read {
+  const struct ferry_store *store;
+  uint32_t file;
+  uint64_t offset, len;
+  unsigned flags;
 };
 
 struct ferry_exec_graph {
-  int32_t n_ops, n_kernels;
+  int32_t n_ops, n_kernels, n_reads;
   struct graph_op *ops;
-  struct ferry_kernel *kernels;
+  struct graph_kernel *kernels;
+  struct graph_read *reads;
   uint64_t hash;
   int shared; /* one of the executor's shared graphs (freed with it) */
 };
@@ -344,8 +374,10 @@ struct sim_graph_pool {
 struct sim_graph_capture {
   struct graph_op *ops;
   int32_t n_ops, cap_ops;
-  struct ferry_kernel *kernels;
+  struct graph_kernel *kernels;
   int32_t n_kernels, cap_kernels;
+  struct graph_read *reads;
+  int32_t n_reads, cap_reads;
   ferry_event *params[GRAPH_MAX_PARAMS];
   int32_t n_params;
   int failed; /* out of memory while recording */
@@ -365,6 +397,7 @@ static void graph_state_free(struct sim_exec *s) {
   ferry_free(c->pool.slots);
   ferry_free(c->ops);
   ferry_free(c->kernels);
+  ferry_free(c->reads);
   ferry_free(c);
   s->capture = NULL;
 }
@@ -378,7 +411,7 @@ ferry_status ferry__sim_graph_begin(struct ferry_exec *ex, ferry_event *const *p
   if (!s->capture && !(s->capture = ferry__calloc(1, sizeof *s->capture)))
     return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for an op graph");
   struct sim_graph_capture *c = s->capture; /* kept between recordings: its arrays are reused */
-  c->n_ops = c->n_kernels = 0;
+  c->n_ops = c->n_kernels = c->n_reads = 0;
   c->failed = 0;
   c->active = 1;
   c->n_params = n_params;
@@ -410,7 +443,16 @@ static void capture_event(struct sim_graph_capture *c, struct graph_op *g, ferry
     }
 }
 
-static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c_op, int64_t flow_ns,
+/* Grow an array of n used entries of size bytes to hold one more (cap doubling). */
+static void *grow_for_one(void *v, int32_t n, int32_t *cap, size_t size) {
+  if (n < *cap) return v;
+  const int32_t c = *cap ? 2 * *cap : 4;
+  void *r = ferry__reallocarray(v, (size_t)c, size);
+  if (r) *cap = c;
+  return r;
+}
+
+static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *c_op, int64_t flow_ns, int64_t issue_ns,
                        const struct ferry_op *op) {
   struct sim_graph_capture *c = s->capture;
   if (!c->active) return;
@@ -418,21 +460,40 @@ static void capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost 
   if (!g) return;
   *g = (struct graph_op){.kind = (uint8_t)op->kind, .queue = (int8_t)queue, .chan = (int8_t)c_op->chan, .param = -1,
                          .kernel = -1, .duration_ns = c_op->duration_ns, .flow_bytes = c_op->flow_bytes,
-                         .aux_ns = flow_ns, .n = 1};
+                         .aux_ns = flow_ns, .issue_ns = issue_ns, .n = 1, .read = -1};
   if (op->kind == FERRY_OP_RECORD || op->kind == FERRY_OP_WAIT) capture_event(c, g, op->u.event.ev);
-  if (op->kind == FERRY_OP_KERNEL && op->u.kernel.context_tokens > 0) {
-    /* its time depends on the context the launch gives: keep the kernel to time it again */
-    if (c->n_kernels == c->cap_kernels) {
-      int32_t cap = c->cap_kernels ? 2 * c->cap_kernels : 4;
-      struct ferry_kernel *k = ferry__reallocarray(c->kernels, (size_t)cap, sizeof *k);
-      if (!k) {
-        c->failed = 1;
-        return;
-      }
-      c->kernels = k;
-      c->cap_kernels = cap;
+  if (op->kind == FERRY_OP_READ) {
+    struct graph_read *r = grow_for_one(c->reads, c->n_reads, &c->cap_reads, sizeof *r);
+    if (!r) {
+      c->failed = 1;
+      return;
     }
-    c->kernels[c->n_kernels] = op->u.kernel;
+    c->reads = r;
+    c->reads[c->n_reads] = (struct graph_read){op->u.read.store, op->u.read.file, op->u.read.offset, op->u.read.len,
+                                               op->u.read.flags};
+    g->read = c->n_reads++;
+  }
+  if (op->kind == FERRY_OP_KERNEL && op->u.kernel.context_tokens > 0) {
+    /* its time depends on the context the launch gives: keep the kernel, and the packed weights
+     * its cost read, to time it again */
+    struct graph_kernel *k = grow_for_one(c->kernels, c->n_kernels, &c->cap_kernels, sizeof *k);
+    if (!k) {
+      c->failed = 1;
+      return;
+    }
+    c->kernels = k;
+    struct graph_kernel *gk = &c->kernels[c->n_kernels];
+    memset(gk, 0, sizeof *gk);
+    gk->k = op->u.kernel;
+    const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
+    const struct ferry_kernel *kk = &op->u.kernel;
+    if (kk->kind == FERRY_K_MATMUL || kk->kind == FERRY_K_EXPERT || kk->kind == FERRY_K_MLA_ATTENTION ||
+        kk->kind == FERRY_K_EMBED) {
+      packed[0] = ferry__sim_packed_at(s, kk->w);
+      if (kk->kind == FERRY_K_EXPERT) packed[1] = ferry__sim_packed_at(s, kk->aux[0]), packed[2] = ferry__sim_packed_at(s, kk->aux[1]);
+    }
+    for (int i = 0; i < 3; i++)
+      if (packed[i]) gk->packed[i] = *packed[i], gk->has_packed[i] = 1;
     g->kernel = c->n_kernels++;
     g->aux_ns = c_op->duration_ns;
   }
@@ -444,18 +505,19 @@ void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_e
   if (!c || !c->active) return;
   struct graph_op *g = capture_push(c);
   if (!g) return;
-  *g = (struct graph_op){.kind = FERRY_OP_WAIT, .queue = (int8_t)queue, .chan = CHAN_NONE, .kernel = -1, .n = 1};
+  *g = (struct graph_op){.kind = FERRY_OP_WAIT, .queue = (int8_t)queue, .chan = CHAN_NONE, .kernel = -1, .n = 1, .read = -1};
   capture_event(c, g, ev);
 }
 
 static int op_equal(const struct graph_op *x, const struct graph_op *y) {
   return x->kind == y->kind && x->queue == y->queue && x->chan == y->chan && x->param == y->param && x->ev == y->ev &&
          x->flow_bytes == y->flow_bytes && x->duration_ns == y->duration_ns && x->kernel == y->kernel &&
-         x->aux_ns == y->aux_ns && x->n == y->n;
+         x->aux_ns == y->aux_ns && x->n == y->n && x->issue_ns == y->issue_ns && x->read == y->read;
 }
 
 /* Kernels recorded back to back on one queue run back to back at every launch when issuing
- * takes no host time and no queue sleeps (host.submit_ns = host.queue_wake_ns = 0): one op
+ * takes no host time and no queue sleeps (no launch cost, host.submit_ns = host.queue_wake_ns
+ * = 0): one op
  * for them all, as long as duration, with at most one kernel timed again by the context. The
  * ops in between, on other queues, keep their order on theirs. Only the moments inside such a
  * run are lost, and nothing looks at them: no event is recorded there and the host does not
@@ -467,7 +529,7 @@ static void merge_kernels(const struct sim_exec *s, struct graph_op *ops, int32_
     struct graph_op *prev = out > 0 ? &ops[out - 1] : NULL;
     const struct graph_op *o = &ops[i];
     if (prev && prev->kind == FERRY_OP_KERNEL && o->kind == FERRY_OP_KERNEL && prev->queue == o->queue &&
-        (prev->kernel < 0 || o->kernel < 0)) {
+        (prev->kernel < 0 || o->kernel < 0) && !prev->issue_ns && !o->issue_ns) {
       prev->duration_ns += o->duration_ns;
       prev->n += o->n;
       if (o->kernel >= 0) {
@@ -528,23 +590,27 @@ ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph
   merge_kernels(s, c->ops, &c->n_ops);
   const uint64_t h = ops_hash(c->ops, c->n_ops);
   struct ferry_exec_graph **slot = NULL;
-  if (!c->n_kernels && (2 * (c->pool.n + 1) <= c->pool.cap || pool_grow(&c->pool))) {
+  if (!c->n_kernels && !c->n_reads && (2 * (c->pool.n + 1) <= c->pool.cap || pool_grow(&c->pool))) {
     slot = pool_find(&c->pool, c->ops, c->n_ops, h);
     if (*slot) { /* recorded before under another key */
       *out = *slot;
       return FERRY_OK;
     }
   }
-  const size_t ops = (size_t)c->n_ops * sizeof *c->ops, kernels = (size_t)c->n_kernels * sizeof *c->kernels;
-  struct ferry_exec_graph *g = ferry__calloc(1, sizeof *g + ops + kernels);
+  const size_t ops = (size_t)c->n_ops * sizeof *c->ops, kernels = (size_t)c->n_kernels * sizeof *c->kernels,
+               reads = (size_t)c->n_reads * sizeof *c->reads;
+  struct ferry_exec_graph *g = ferry__calloc(1, sizeof *g + ops + kernels + reads);
   if (!g) return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for an op graph");
   g->n_ops = c->n_ops;
   g->n_kernels = c->n_kernels;
+  g->n_reads = c->n_reads;
   g->ops = (struct graph_op *)(g + 1);
-  g->kernels = (struct ferry_kernel *)((char *)g->ops + ops);
+  g->kernels = (struct graph_kernel *)((char *)g->ops + ops);
+  g->reads = (struct graph_read *)((char *)g->kernels + kernels);
   g->hash = h;
   if (ops) memcpy(g->ops, c->ops, ops);
   if (kernels) memcpy(g->kernels, c->kernels, kernels);
+  if (reads) memcpy(g->reads, c->reads, reads);
   if (slot) {
     *slot = g;
     g->shared = 1;
@@ -558,9 +624,32 @@ ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph
 static int64_t op_duration(struct sim_exec *s, const struct ferry_exec_graph *g, const struct graph_op *o,
                            int64_t context_tokens) {
   if (o->kernel < 0 || context_tokens < 0) return o->duration_ns;
-  struct ferry_kernel k = g->kernels[o->kernel];
+  const struct graph_kernel *gk = &g->kernels[o->kernel];
+  struct ferry_kernel k = gk->k;
   k.context_tokens = context_tokens;
-  return o->duration_ns - o->aux_ns + ferry__sim_kernel_ns(s, &k); /* timed once already: cannot fail */
+  const struct ferry__packed *packed[3];
+  for (int i = 0; i < 3; i++) packed[i] = gk->has_packed[i] ? &gk->packed[i] : NULL;
+  int folded;
+  struct ferry__gpu_work w;
+  return o->duration_ns - o->aux_ns + ferry__sim_kernel_ns(s, &k, packed, &folded, &w); /* timed once already: cannot fail */
+}
+
+/* A recorded read, routed again (the page cache may hold it now, or no longer): its channel,
+ * bytes and time alone on the channel. */
+static ferry_status reroute(struct sim_exec *s, const struct graph_read *r, struct sim_cost *c, int64_t *flow_ns) {
+  struct ferry_op op;
+  memset(&op, 0, offsetof(struct ferry_op, u) + sizeof op.u.read);
+  op.kind = FERRY_OP_READ;
+  op.u.read.store = (struct ferry_store *)r->store;
+  op.u.read.file = r->file;
+  op.u.read.offset = r->offset;
+  op.u.read.len = r->len;
+  op.u.read.flags = r->flags;
+  c->duration_ns = 0;
+  c->folded = 0;
+  ferry_status st = ferry__sim_route_read(s, c, &op);
+  if (st == FERRY_OK) c->duration_ns = ferry__fluid_alone_ns(s->chan[c->chan], c->flow_bytes, flow_ns);
+  return st;
 }
 
 ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
@@ -576,24 +665,33 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     ferry_event *ev = o->param >= 0 ? args[o->param] : o->ev;
     uint64_t gen = o->flow_bytes;
     if (o->kind == FERRY_OP_WAIT && !ferry__event_wait_gen(ev)) continue; /* as the wrapper decides */
+    int64_t d = o->duration_ns, flow_ns = o->aux_ns;
+    int chan = o->chan;
+    ferry_status st;
+    if (o->read >= 0) { /* the page cache decides where it reads from, as at submit */
+      struct sim_cost c;
+      if ((st = reroute(s, &g->reads[o->read], &c, &flow_ns)) != FERRY_OK) return st;
+      d = c.duration_ns;
+      chan = c.chan;
+      gen = c.flow_bytes;
+    }
+    ferry__sim_fast_host_busy(s, o->issue_ns);
     if (o->kind == FERRY_OP_RECORD) gen = ferry__event_record_gen(ev);
     struct sim_queue *q = &s->queues[o->queue];
     struct fast_op *fo;
-    ferry_status st = fring_tail(s, q, &fo);
-    if (st != FERRY_OK) return st;
+    if ((st = fring_tail(s, q, &fo)) != FERRY_OK) return st;
     fo->kind = o->kind;
-    fo->chan = o->chan;
+    fo->chan = (int8_t)chan;
     fo->ev = ev;
     fo->gen = gen;
     fo->full = 0;
     fo->n = o->n;
     s->graph_ops += o->n;
-    int64_t d = o->duration_ns;
     if (o->kind == FERRY_OP_KERNEL) {
       fo->flow_ns = 0;
       if (o->kernel >= 0) d = op_duration(s, g, o, context_tokens);
     } else {
-      fo->flow_ns = o->aux_ns;
+      fo->flow_ns = flow_ns;
     }
     if ((st = enqueue_timed(s, q, fo, d)) != FERRY_OK) return st;
   }
@@ -612,18 +710,27 @@ ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_ex
   if (c->n_ops != g->n_ops) return FERRY_OK;
   for (int32_t i = 0; i < g->n_ops; i++) {
     const struct graph_op *x = &g->ops[i], *y = &c->ops[i];
-    if (x->kind != y->kind || x->queue != y->queue || x->chan != y->chan || x->param != y->param || x->ev != y->ev ||
-        x->flow_bytes != y->flow_bytes || (x->kernel < 0) != (y->kernel < 0) || x->n != y->n)
+    if (x->kind != y->kind || x->queue != y->queue || x->param != y->param || x->ev != y->ev ||
+        (x->kernel < 0) != (y->kernel < 0) || x->n != y->n || x->issue_ns != y->issue_ns || (x->read < 0) != (y->read < 0))
       return FERRY_OK;
+    if (x->read >= 0) { /* routed at launch: the same read is what must match */
+      const struct graph_read *a = &g->reads[x->read], *b = &c->reads[y->read];
+      if (a->store != b->store || a->file != b->file || a->offset != b->offset || a->len != b->len || a->flags != b->flags)
+        return FERRY_OK;
+      continue;
+    }
+    if (x->chan != y->chan || x->flow_bytes != y->flow_bytes) return FERRY_OK;
     if (x->kind == FERRY_OP_KERNEL && op_duration(s, g, x, context_tokens) != y->duration_ns) return FERRY_OK;
-    if (y->kernel >= 0 && context_tokens >= 0 && c->kernels[y->kernel].context_tokens != context_tokens) return FERRY_OK;
+    if (y->kernel >= 0 && context_tokens >= 0 && c->kernels[y->kernel].k.context_tokens != context_tokens) return FERRY_OK;
   }
   *same = 1;
   return FERRY_OK;
 }
 
 size_t ferry__sim_graph_bytes(const struct ferry_exec_graph *g) {
-  return g->shared ? 0 : sizeof *g + (size_t)g->n_ops * sizeof *g->ops + (size_t)g->n_kernels * sizeof *g->kernels;
+  return g->shared ? 0
+                   : sizeof *g + (size_t)g->n_ops * sizeof *g->ops + (size_t)g->n_kernels * sizeof *g->kernels +
+                         (size_t)g->n_reads * sizeof *g->reads;
 }
 
 void ferry__sim_graph_free(struct ferry_exec *ex, struct ferry_exec_graph *g) {

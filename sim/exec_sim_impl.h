@@ -7,7 +7,10 @@
 #include "ferry/sim.h"
 #include "runtime/exec/exec_impl.h"
 #include "sim/des.h"
+#include "sim/gpu_cost.h"
 #include "sim/resource.h"
+
+#define PACKED_SLOTS 8 /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
 
 /* The channels bytes flow through (index of a sim_op's channel). */
 enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_COUNT };
@@ -15,9 +18,28 @@ enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_D
 /* What the resource models need of an op, worked out once when it is enqueued so that
  * starting it cannot fail for a reason the caller could have been told about. */
 struct sim_cost {
-  int64_t duration_ns; /* kernels: roofline duration (launch overhead included) */
+  int64_t duration_ns; /* kernels: duration from the cost model (launch overhead included) */
   uint64_t flow_bytes; /* copies and reads: bytes the channel serves (a copy within one memory: read + write) */
   int chan;            /* copies and reads: the channel the bytes flow through (enum sim_chan) */
+  int folded;          /* kernels: folded into the op that reads its output (no work, no launch) */
+};
+
+/* The OS page cache as buffered disk reads see it: whole read ranges, least recently used out
+ * first, in the host memory the host budget leaves free. A read of a cached range is a copy
+ * within host memory; a buffered read from disk is cached unless it drops its pages after
+ * itself (FERRY_READ_DROP_CACHE); O_DIRECT reads bypass it. A range counts as cached from the
+ * moment its read is enqueued. */
+struct cached_range {
+  const struct ferry_store *store;
+  uint64_t file, offset, len;
+  uint64_t stamp; /* last use; 0 = empty entry */
+};
+
+struct page_cache {
+  struct cached_range *v;
+  size_t n, cap;
+  uint64_t capacity_bytes, used_bytes, clock;
+  uint64_t hits, misses, hit_bytes;
 };
 
 /* An op enqueued on the discrete-event path. */
@@ -58,6 +80,7 @@ struct sim_queue {
   uint32_t fcap, fhead, fcount;
   int64_t tail_ns;        /* when the last op enqueued ends */
   struct ferry__compute *unit; /* runs this queue's kernels */
+  uint64_t completed;          /* ops completed on this queue since creation */
   struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
 };
 
@@ -83,6 +106,14 @@ struct sim_exec {
   uint64_t ops_done, kernels, copies, reads, graph_ops;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
+  struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
+  int pageable;               /* host memory is not pinned: the host waits for its host->device copies */
+  /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
+  const ferry_buf *packed_buf[PACKED_SLOTS];
+  uint64_t packed_off[PACKED_SLOTS];
+  struct ferry__packed packed[PACKED_SLOTS];
+  uint64_t packed_next;
+  struct page_cache cache; /* the OS page cache over buffered disk reads */
   /* fast path */
   int mode;                   /* enum ferry_sim_mode */
   int64_t now_ns;             /* its clock (the discrete-event path's is the event kernel's) */
@@ -92,7 +123,16 @@ struct sim_exec {
 
 /* exec_sim.c, used by both paths */
 ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op);
-int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k); /* -1: the profile cannot time it */
+/* Where a read's bytes come from (page cache or disk), updating the page cache. */
+ferry_status ferry__sim_route_read(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op);
+/* The packed weights behind kernel k's references (noting k itself when it is a DEQUANTIZE). */
+void ferry__sim_packed_of(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *packed[3]);
+const struct ferry__packed *ferry__sim_packed_at(const struct sim_exec *s, struct ferry_ref ref);
+/* A kernel's duration with the given packed weights (-1: the profile cannot time it). */
+int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
+                             int *folded, struct ferry__gpu_work *work);
+/* Host time the runtime spends issuing an op, before the op reaches its queue. */
+int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op);
 /* Bytes of op worth keeping in a ring entry (a kernel's shape only for an activity sink). */
 size_t ferry__sim_op_bytes(const struct ferry_op *op, int sink);
 ferry_status ferry__sim_ring_slot(struct sim_exec *s, struct sim_queue *q, struct sim_op **out);
@@ -105,6 +145,7 @@ void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen
 ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op);
 ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t gen);
 void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns);
+void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns); /* the host works for ns */
 ferry_status ferry__sim_fast_drain(struct sim_exec *s);
 ferry_status ferry__sim_event_init(struct ferry_exec *ex, ferry_event *ev);
 void ferry__sim_event_fini(struct ferry_exec *ex, ferry_event *ev);

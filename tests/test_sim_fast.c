@@ -1,8 +1,10 @@
 /* The simulator's fast mode against its exact mode (FERRY_SIM_FAST vs FERRY_SIM_EXACT) on
  * small workloads of every kind: dense and MoE, offloaded (streamed blocks, an expert cache,
- * weights on disk) and resident, with and without an expert predictor, quantized weights,
- * families whose layers differ (latent attention, sliding windows, shared experts), and a
- * profile where issuing ops and waking queues take host time. Every request's and every step's
+ * weights on disk, with the page cache keeping or dropping them) and resident, with and
+ * without an expert predictor, quantized weights, families whose layers differ (latent
+ * attention, sliding windows, shared experts), the runtimes' host costs (native, eager with
+ * its synchronous fetches, CUDA graphs), pageable host memory, and a profile where issuing ops
+ * and waking queues take host time. Every request's and every step's
  * figures must be equal, so the latency statistics (within 0.5 % is the contract; they come
  * out identical) and the bytes moved, hits and misses are. Each workload also runs in
  * FERRY_SIM_CHECK, where the engine builds every op it would replay and compares it with the
@@ -82,6 +84,10 @@ struct workload {
   int resident_all, resident_attention, home_disk, lfu, predict;
   int32_t block_layers, prefetch_depth, expert_slots; /* expert_slots: cache size over the minimum */
   const char *quant;    /* a quantization plan, or NULL */
+  const char *runtime;  /* a runtime preset (host costs per launch, copy, layer, step; eager fetches
+                           synchronously and dequantizes with kernels of its own), or NULL: none */
+  int pageable;         /* host memory not pinned: the host waits for each host-to-device copy */
+  int drop_cache;       /* disk reads drop their pages (else the page cache keeps them) */
 };
 
 struct result {
@@ -95,6 +101,7 @@ struct result {
 static void run(const struct workload *w, int mode, struct result *out) {
   ferry_hw *hw = profile(w->host_costs ? "host_costs" : "plain",
                          w->host_costs ? ", \"submit_ns\": 1500, \"sync_ns\": 2500, \"queue_wake_ns\": 4000" : "");
+  if (w->runtime) assert_int_equal(ferry_hw_set_runtime(hw, w->runtime), FERRY_OK);
   ferry_model *model = NULL;
   assert_int_equal(ferry_model_open(&model, w->preset), FERRY_OK);
   const struct ferry_model_config *mc = ferry_model_get_config(model);
@@ -110,6 +117,7 @@ static void run(const struct workload *w, int mode, struct result *out) {
   c.resident_attention = w->resident_attention;
   c.home_disk = w->home_disk;
   c.expert_cache_lfu = w->lfu;
+  if (w->drop_cache) c.read_flags = FERRY_READ_DROP_CACHE;
   if (w->quant) {
     assert_int_equal(ferry_quant_plan_parse(w->quant, &c.quant), FERRY_OK);
     c.quant_set = 1;
@@ -131,7 +139,8 @@ static void run(const struct workload *w, int mode, struct result *out) {
     const uint64_t expert = 3 * (uint64_t)mc->hidden * (uint64_t)mc->expert_intermediate * 4;
     c.device_budget_bytes = dmin + (uint64_t)w->expert_slots * expert;
   }
-  struct ferry_exec_config xc = {.device_budget_bytes = c.device_budget_bytes, .lock_host_memory = 1, .sim_mode = mode};
+  struct ferry_exec_config xc = {.device_budget_bytes = c.device_budget_bytes, .lock_host_memory = !w->pageable,
+                                 .sim_mode = mode};
   ferry_exec *ex = NULL;
   ferry_engine *eng = NULL;
   assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
@@ -250,6 +259,16 @@ static const struct workload workloads[] = {
     {.name = "latent attention", .preset = "deepseek-v2-lite", .resident_attention = 1, .block_layers = 1,
      .prefetch_depth = 1, .expert_slots = 40},
     {.name = "sliding windows", .preset = "gemma-2-9b", .block_layers = 3, .prefetch_depth = 1},
+    {.name = "native runtime", .preset = "tiny-dense", .runtime = "native", .block_layers = 1, .prefetch_depth = 1},
+    {.name = "eager runtime, int4 on disk", .preset = "tiny-moe", .runtime = "eager", .home_disk = 1,
+     .resident_attention = 1, .block_layers = 1, .prefetch_depth = 1, .expert_slots = 5,
+     .quant = "expert=int4-g64,default=fp16"},
+    {.name = "graph runtime, predictor", .preset = "tiny-moe", .runtime = "graph", .block_layers = 1,
+     .prefetch_depth = 2, .expert_slots = 8, .predict = 1},
+    {.name = "pageable host memory", .preset = "tiny-moe", .pageable = 1, .runtime = "native", .block_layers = 1,
+     .prefetch_depth = 1, .expert_slots = 6},
+    {.name = "dense on disk, pages dropped", .preset = "tiny-dense", .home_disk = 1, .drop_cache = 1,
+     .runtime = "native", .block_layers = 2, .prefetch_depth = 1},
 };
 
 static void test_fast_equals_exact(void **state) {

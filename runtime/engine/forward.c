@@ -457,12 +457,17 @@ static ferry_status miss_expert(struct ferry_engine *e, int32_t l, int32_t x, in
                                       (int64_t)e->expert_count[x] * 12 + ferry__engine_fill_key(sl, &f) * 2 + streamed,
                                       params, 3, -1, &replayed);
   if (st != FERRY_OK) return st;
-  if (!replayed) {
+  if (replayed) {
+    ferry__engine_fill_done(e, sl, &f, u);
+  } else {
+    /* the FFN's weight references follow the slot the fill just assigned */
     st = ferry__engine_fill_ops(e, sl, &f, e->expert_buf, (uint64_t)slot * e->plan.expert_slot_bytes, u);
-    if (st == FERRY_OK) st = expert_ops(e, l, x, streamed ? sl : NULL, in);
+    if (st == FERRY_OK) {
+      ferry__engine_fill_done(e, sl, &f, u);
+      st = expert_ops(e, l, x, streamed ? sl : NULL, in);
+    }
     if ((st = ferry__memo_end(e, &site, st)) != FERRY_OK) return st;
   }
-  ferry__engine_fill_done(e, sl, &f, u);
   if (streamed) sl->used = 1;
   return FERRY_OK;
 }

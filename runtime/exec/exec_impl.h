@@ -103,6 +103,9 @@ struct ferry_exec_backend {
   ferry_status (*event_init)(struct ferry_exec *ex, ferry_event *ev);
   void (*event_fini)(struct ferry_exec *ex, ferry_event *ev);
   ferry_status (*device_info)(struct ferry_exec *ex, struct ferry_device_info *out); /* NULL: no GPU */
+  /* the engine opens a range of work ("step", "layer", ...; ferry_exec_range_begin()): a
+   * simulated runtime charges its host work there */
+  void (*range_begin)(struct ferry_exec *ex, const char *name);
   /* optional, all or none: op graphs (runtime/exec/graph.h); graph_mode says whether they are
    * worth using now (an enum ferry__graph_mode) */
   int (*graph_mode)(struct ferry_exec *ex);
