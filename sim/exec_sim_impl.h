@@ -117,6 +117,7 @@ struct sim_exec {
   /* fast path */
   int mode;                   /* enum ferry_sim_mode */
   int64_t now_ns;             /* its clock (the discrete-event path's is the event kernel's) */
+  int64_t next_end_ns;        /* no queue's head op ends before this (INT64_MIN: unknown) */
   struct sim_chan_use chan_use[CHAN_COUNT];
   struct sim_graph_capture *capture; /* an op graph being recorded, or NULL */
 };
@@ -147,8 +148,6 @@ ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t 
 void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns);
 void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns); /* the host works for ns */
 ferry_status ferry__sim_fast_drain(struct sim_exec *s);
-ferry_status ferry__sim_event_init(struct ferry_exec *ex, ferry_event *ev);
-void ferry__sim_event_fini(struct ferry_exec *ex, ferry_event *ev);
 void ferry__sim_fast_free(struct sim_exec *s); /* the fast path's rings and graph recording state */
 /* the op-graph members of the backend table */
 int ferry__sim_graph_mode(struct ferry_exec *ex);

@@ -271,6 +271,10 @@ ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, e
                                int *replayed);
 ferry_status ferry__memo_end(struct ferry_engine *e, struct memo_site *site, ferry_status st);
 void ferry__memo_step(struct ferry_engine *e); /* at each step: whether graphs are used (the sink may change) */
+/* Start fetching where the graph of (kind, a, b) is kept (graph = 0), or the graph itself
+ * (graph = 1, once that has arrived): the graphs of a layer's many experts are looked up one
+ * after the other, and in a large step most are in no cache. */
+void ferry__memo_prefetch(struct ferry_engine *e, enum memo_kind kind, int64_t a, int64_t b, int graph);
 void ferry__memo_free(struct ferry_engine *e);
 
 /* Layers whose routers each MoE layer applies ahead (gate lookahead), 0 when off. */

@@ -103,6 +103,19 @@ static struct ferry_exec_graph **place(struct ferry__memo *m, enum memo_kind kin
   return (uint64_t)(b - near) < grp->n ? &grp->g[b - near] : NULL;
 }
 
+void ferry__memo_prefetch(struct ferry_engine *e, enum memo_kind kind, int64_t a, int64_t b, int graph) {
+  struct ferry__memo *m = &e->memo;
+  if (m->mode != FERRY__GRAPH_LAUNCH) return;
+  struct ferry_exec_graph **at = place(m, kind, a, b);
+  if (!at) return;
+  if (!graph) {
+    __builtin_prefetch(at);
+  } else if (*at) {
+    __builtin_prefetch(*at);
+    __builtin_prefetch((const char *)*at + 64);
+  }
+}
+
 ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, enum memo_kind kind, int64_t a,
                                int64_t b, ferry_event *const *params, int32_t n_params, int64_t context_tokens,
                                int *replayed) {

@@ -55,6 +55,8 @@ struct ferry_event {
   _Atomic uint64_t recorded_gen;
   _Atomic uint64_t done_gen;
   int64_t done_time_ns; /* executor time at which done_gen was last raised */
+  int64_t record_end_ns; /* when the latest generation recorded will complete, for a backend that
+                            knows at enqueue time (the sim executor's fast path) */
   void *backend;        /* backend per-event state */
 };
 
