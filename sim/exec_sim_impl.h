@@ -55,11 +55,16 @@ struct fast_op {
   int64_t start_ns, end_ns;
   ferry_event *ev;   /* records */
   uint64_t gen;      /* records: the generation completed; copies and reads: the bytes the channel serves */
-  int64_t flow_ns;   /* copies and reads: the part with bytes flowing */
+  int64_t flow_ns;   /* copies and reads: the part with bytes flowing; kernels: their own time (a run
+                        of kernels can have gaps between them) */
   uint8_t kind;      /* enum ferry_op_kind */
   int8_t chan;
   uint8_t full;      /* the whole op is in the queue's full[] at the same index (an activity sink) */
   uint32_t n;        /* ops it stands for: kernels of a graph that run back to back are one entry */
+  /* a record enqueued right behind it, which completes when it does: kept here rather than as
+   * an entry of its own (half the ops of an expert's fetch and FFN are records) */
+  ferry_event *rec_ev;
+  uint64_t rec_gen;
 };
 
 struct sim_exec;
@@ -143,12 +148,28 @@ void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_n
 void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t t_ns);
 
 /* exec_sim_fast.c */
+/* The entry after q's last op, the ring grown when full. */
+ferry_status ferry__sim_fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out);
+/* Time the op in q's tail entry (kind, event, bytes, flow time filled in) lasting duration_ns
+ * once started, count it, and move the host clock past queueing it (and past what the runtime
+ * waits for: a synchronous fetch, a pageable copy). */
+ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo, int64_t duration_ns);
+/* Count q's tail entry whose start and end are set already. */
+void ferry__sim_enqueue_placed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo);
+/* Complete every op that ended by the host clock. */
+void ferry__sim_catch_up(struct sim_exec *s);
 ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op);
 ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t gen);
 void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns);
 void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns); /* the host works for ns */
 ferry_status ferry__sim_fast_drain(struct sim_exec *s);
 void ferry__sim_fast_free(struct sim_exec *s); /* the fast path's rings and graph recording state */
+
+/* exec_sim_graph.c */
+void ferry__sim_graph_state_free(struct sim_exec *s);
+/* While recording: keep op as submitted to queue with its cost, flow time and issue cost. */
+void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *cost, int64_t flow_ns,
+                                 int64_t issue_ns, const struct ferry_op *op);
 /* the op-graph members of the backend table */
 int ferry__sim_graph_mode(struct ferry_exec *ex);
 ferry_status ferry__sim_graph_begin(struct ferry_exec *ex, ferry_event *const *params, int32_t n_params);

@@ -455,6 +455,9 @@ static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64
   const int sure = s->global.sure;
   /* key() with the layer's part folded in once (the parts are xored) */
   const uint64_t lmix = s->salt_mix[SALT_BASE] ^ ((uint64_t)(uint32_t)layer * 0x165667b19e3779f9ULL);
+#define PICK(x) perm[sure || (double)(uint32_t)(x) * (1.0 / 4294967296.0) < prob[(((x) >> 32) * E) >> 32] \
+                      ? (int32_t)((((x) >> 32) * E) >> 32)                                         \
+                      : alias[(((x) >> 32) * E) >> 32]]
   uint64_t base[MANY_CHUNK];
   for (int64_t i0 = 0; i0 < n; i0 += MANY_CHUNK) {
     const int64_t m = n - i0 < MANY_CHUNK ? n - i0 : MANY_CHUNK;
@@ -462,24 +465,35 @@ static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64
       base[t] = mix64(lmix ^ ((uint64_t)req_ids[i0 + t] * 0x9e3779b97f4a7c15ULL) ^
                       ((uint64_t)(uint32_t)token_index[i0 + t] * 0xc2b2ae3d27d4eb4fULL));
     int32_t *id = ids + i0 * k;
-    for (int64_t t = 0; t < m; t++)
-      for (int32_t j = 0; j < k; j++) {
-        const uint64_t x = mix64(base[t] + 0x9e3779b97f4a7c15ULL * (uint64_t)(j + 1));
-        const int32_t idx = (int32_t)(((x >> 32) * E) >> 32);
-        id[t * k + j] = perm[sure || (double)(uint32_t)x * (1.0 / 4294967296.0) < prob[idx] ? idx : alias[idx]];
+    if (k == 2) { /* the common top-2: both draws, then the rare repeat drawn on */
+      for (int64_t t = 0; t < m; t++) {
+        const uint64_t x0 = mix64(base[t] + 0x9e3779b97f4a7c15ULL), x1 = mix64(base[t] + 2 * 0x9e3779b97f4a7c15ULL);
+        id[2 * t] = PICK(x0);
+        id[2 * t + 1] = PICK(x1);
       }
-    for (int64_t t = 0; t < m; t++) {
-      int distinct = 1;
-      for (int32_t j = 1; j < k && distinct; j++)
-        for (int32_t i = 0; i < j; i++) distinct &= id[t * k + j] != id[t * k + i];
-      if (!distinct) draw_plain(s, base[t], layer, id + t * k, NULL);
-      if (weights) {
+      for (int64_t t = 0; t < m; t++)
+        if (id[2 * t + 1] == id[2 * t]) draw_plain(s, base[t], layer, id + 2 * t, NULL);
+    } else {
+      for (int64_t t = 0; t < m; t++)
+        for (int32_t j = 0; j < k; j++) {
+          const uint64_t x = mix64(base[t] + 0x9e3779b97f4a7c15ULL * (uint64_t)(j + 1));
+          id[t * k + j] = PICK(x);
+        }
+      for (int64_t t = 0; t < m; t++) {
+        int distinct = 1;
+        for (int32_t j = 1; j < k && distinct; j++)
+          for (int32_t i = 0; i < j; i++) distinct &= id[t * k + j] != id[t * k + i];
+        if (!distinct) draw_plain(s, base[t], layer, id + t * k, NULL);
+      }
+    }
+    if (weights)
+      for (int64_t t = 0; t < m; t++) {
         float *w = weights + (i0 + t) * k;
         if (c->gate_temp > 0) gumbel_weights(base[t], k, c->gate_temp, w);
         else draw_weights(base[t], k, w);
       }
-    }
   }
+#undef PICK
 }
 
 void ferry_routing_synth_many(void *user, int64_t n, const int64_t *req_ids, const int32_t *token_index, int32_t layer,
