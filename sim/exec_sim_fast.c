@@ -23,7 +23,7 @@ static int64_t record_end(const ferry_event *ev) { return ev->record_end_ns; }
 
 #define FRING_INITIAL 64u
 
-static ferry_status fring_grow(struct sim_exec *s, struct sim_queue *q) {
+ferry_status ferry__sim_fring_grow(struct sim_exec *s, struct sim_queue *q) {
   const uint32_t cap = q->fcap ? 2 * q->fcap : FRING_INITIAL;
   if (cap < q->fcap) return ferry__err_set(&s->ex->err, FERRY_ERR_RANGE, "sim executor: queue %d is full", q->index);
   struct fast_op *r = ferry__reallocarray(NULL, cap, sizeof *r);
@@ -48,13 +48,6 @@ static ferry_status fring_grow(struct sim_exec *s, struct sim_queue *q) {
   return FERRY_OK;
 }
 
-/* The entry after q's last op, the ring grown when full. */
-ferry_status ferry__sim_fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out) {
-  ferry_status st;
-  if (q->fcount == q->fcap && (st = fring_grow(s, q)) != FERRY_OK) return st;
-  *out = &q->fring[(q->fhead + q->fcount) & (q->fcap - 1)];
-  return FERRY_OK;
-}
 
 void ferry__sim_fast_free(struct sim_exec *s) {
   for (int32_t i = 0; i < FERRY_EXEC_MAX_QUEUES; i++) {
@@ -270,11 +263,6 @@ void ferry__sim_enqueue_placed(struct sim_exec *s, struct sim_queue *q, struct f
   }
 }
 
-void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns) {
-  if (ns <= 0) return;
-  s->now_ns += ns;
-  ferry__sim_catch_up(s);
-}
 
 ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op) {
   struct sim_queue *q = &s->queues[queue];

@@ -148,20 +148,36 @@ void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_n
 void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t t_ns);
 
 /* exec_sim_fast.c */
-/* The entry after q's last op, the ring grown when full. */
-ferry_status ferry__sim_fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out);
+ferry_status ferry__sim_fring_grow(struct sim_exec *s, struct sim_queue *q);
+/* Complete every op that ended by the host clock. */
+void ferry__sim_catch_up(struct sim_exec *s);
+
+/* The entry after q's last op, the ring grown when full (inline: once per op simulated). */
+static inline ferry_status ferry__sim_fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out) {
+  if (q->fcount == q->fcap) {
+    ferry_status st = ferry__sim_fring_grow(s, q);
+    if (st != FERRY_OK) return st;
+  }
+  *out = &q->fring[(q->fhead + q->fcount) & (q->fcap - 1)];
+  return FERRY_OK;
+}
+
+/* The host works for ns: the ops that end meanwhile complete. */
+static inline void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns) {
+  if (ns <= 0) return;
+  s->now_ns += ns;
+  if (s->now_ns >= s->next_end_ns) ferry__sim_catch_up(s);
+}
 /* Time the op in q's tail entry (kind, event, bytes, flow time filled in) lasting duration_ns
  * once started, count it, and move the host clock past queueing it (and past what the runtime
  * waits for: a synchronous fetch, a pageable copy). */
 ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo, int64_t duration_ns);
 /* Count q's tail entry whose start and end are set already. */
 void ferry__sim_enqueue_placed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo);
-/* Complete every op that ended by the host clock. */
-void ferry__sim_catch_up(struct sim_exec *s);
+
 ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op);
 ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t gen);
 void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns);
-void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns); /* the host works for ns */
 ferry_status ferry__sim_fast_drain(struct sim_exec *s);
 void ferry__sim_fast_free(struct sim_exec *s); /* the fast path's rings and graph recording state */
 
