@@ -471,8 +471,20 @@ static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64
         id[2 * t] = PICK(x0);
         id[2 * t + 1] = PICK(x1);
       }
-      for (int64_t t = 0; t < m; t++)
-        if (id[2 * t + 1] == id[2 * t]) draw_plain(s, base[t], layer, id + 2 * t, NULL);
+      for (int64_t t = 0; t < m; t++) {
+        if (id[2 * t + 1] != id[2 * t]) continue;
+        /* the second draw repeated the first: go on drawing as draw_plain() does (its third,
+         * fourth, ... draw; the most popular other expert after 64 attempts) */
+        int32_t pick = -1;
+        for (uint64_t d = 3; d <= 65 && pick < 0; d++) {
+          const uint64_t x = mix64(base[t] + 0x9e3779b97f4a7c15ULL * d);
+          pick = PICK(x);
+          if (pick == id[2 * t]) pick = -1;
+        }
+        for (int32_t r = 0; pick < 0 && r < c->n_experts; r++)
+          if (perm[r] != id[2 * t]) pick = perm[r];
+        id[2 * t + 1] = pick;
+      }
     } else {
       for (int64_t t = 0; t < m; t++)
         for (int32_t j = 0; j < k; j++) {
