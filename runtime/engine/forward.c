@@ -648,8 +648,8 @@ static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) 
       e->expert_ranks[at] = (int32_t)r;
     }
   /* both kinds of graph an expert may use (a miss's for a free slot, the common state): first
-   * where they are kept, then the graphs */
-  for (int graph = 0; graph < 2; graph++)
+   * where they are kept, then the graphs; a decode step's (few tokens) stay in cache anyway */
+  for (int graph = 0; graph < 2 && T > e->cfg.max_batch; graph++)
     for (int32_t x = 0; x < E; x++)
       if (e->expert_count[x]) {
         ferry__memo_prefetch(e, MEMO_EXPERT, (int64_t)l * E + x, (int64_t)e->expert_count[x] * 2 + 1, graph);
