@@ -19,6 +19,7 @@ static void *handle;
 static char loaded_from[4096];
 static char why_not[1536]; /* what went wrong, when handle is NULL */
 
+#ifdef FERRY_CUDA_MODULE_BUILT
 /* The folder of the object (program or libferry.so) this code is in. */
 static int own_dir(char *out, size_t n) {
   Dl_info info;
@@ -35,6 +36,7 @@ static int own_dir(char *out, size_t n) {
   *slash = '\0';
   return 1;
 }
+#endif /* FERRY_CUDA_MODULE_BUILT */
 
 static void load(void) {
 #ifdef FERRY_CUDA_MODULE_BUILT
