@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/db_diff.h"
+#include "cli/output.h"
 #include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/db.h"
@@ -16,25 +18,37 @@ static const char usage_text[] =
     "Inspect and compare result databases.\n\n"
     "Commands:\n"
     "  list                               runs: id, kind, model, hardware, complete, started, requests, error\n"
-    "  show RUN                           a run's configuration and metrics (TTFT/TPOT/e2e, throughput,\n"
-    "                                     peak memory and bytes moved per tier, stall time)\n"
-    "  diff RUN_A RUN_B [--tolerance 5%]  compare B against A; exit 3 when B regressed beyond tolerance;\n"
+    "  show RUN                           a run's configuration, provenance and metrics (TTFT/TPOT/e2e,\n"
+    "                                     throughput, peak memory and bytes moved per tier, stall time)\n"
+    "  diff A B [--tolerance 5%]          compare B against A; exit 3 when B regressed beyond tolerance.\n"
+    "                                     A and B are [DB:]RUNS: RUNS is an id, a list (1,2,3) or a range\n"
+    "                                     (1-5) in DB (default --db); a run of a repeat group (--repeat N)\n"
+    "                                     stands for its whole group. With two runs or more on each side a\n"
+    "                                     metric regresses when a one-sided Mann-Whitney U test (--alpha,\n"
+    "                                     default 0.05) finds B worse than A by more than the tolerance\n"
     "       [--allow-incomplete]          runs that failed, were killed or still run are refused unless this\n"
     "                                     is given (their metrics cover only part of the work)\n"
+    "       [--force]                     compare runs of different kinds or configurations (refused by\n"
+    "                                     default; the differing configuration keys are named)\n"
+    "       [--single] [--alpha A]        the runs given, not their repeat groups; the test's level\n"
     "  export-trace --run N --out FILE    Chrome trace JSON of a run's timeline (open in Perfetto)\n"
     "  import-nsys EXPORT.sqlite          add an Nsight Systems SQLite export as a run (kind nsys-import);\n"
     "                                     --into FILE is the same as --db FILE\n\n"
     "Options:\n"
-    "  --db FILE          the result database (required)\n"
+    "  --db FILE          the result database (required unless every run is given as DB:RUNS)\n"
+    "  --format F         list, show, diff: text (default), json, csv or md (docs/output-formats.md)\n"
+    "  --tolerance T      diff: allowed worsening, in percent with '%' (5%) or as a fraction (0.05);\n"
+    "                     both mean five percent (default 5%)\n"
     "  --model NAME, --hardware NAME   import-nsys: run description\n"
     "  -h, --help         this help\n\n"
     "Exit status: 0 ok, 1 failure, 2 usage error, 3 regression found (diff).\n";
 
 struct opts {
-  const char *db, *out, *run, *tolerance, *model, *hardware;
+  const char *db, *out, *run, *tolerance, *alpha, *model, *hardware, *format;
   const char *pos[4];
   int npos;
-  int allow_incomplete;
+  int allow_incomplete, force, single;
+  enum cli_format fmt;
 };
 
 static int parse(int argc, char **argv, struct opts *o) {
@@ -45,7 +59,8 @@ static int parse(int argc, char **argv, struct opts *o) {
       {"--db", offsetof(struct opts, db)},           {"--into", offsetof(struct opts, db)},
       {"--out", offsetof(struct opts, out)},         {"--run", offsetof(struct opts, run)},
       {"--tolerance", offsetof(struct opts, tolerance)}, {"--model", offsetof(struct opts, model)},
-      {"--hardware", offsetof(struct opts, hardware)},
+      {"--hardware", offsetof(struct opts, hardware)}, {"--format", offsetof(struct opts, format)},
+      {"--alpha", offsetof(struct opts, alpha)},
   };
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -56,6 +71,14 @@ static int parse(int argc, char **argv, struct opts *o) {
     }
     if (!strcmp(a, "--allow-incomplete")) {
       o->allow_incomplete = 1;
+      continue;
+    }
+    if (!strcmp(a, "--force")) {
+      o->force = 1;
+      continue;
+    }
+    if (!strcmp(a, "--single")) {
+      o->single = 1;
       continue;
     }
     size_t k;
@@ -69,15 +92,18 @@ static int parse(int argc, char **argv, struct opts *o) {
     }
     if (k == sizeof table / sizeof table[0]) return cli_usage_error("db", "unknown option '%s'", a);
   }
+  if (o->format && cli_parse_format("db", o->format, &o->fmt)) return CLI_USAGE;
   return 0;
 }
 
-static int open_db(const struct opts *o, int flags, ferry_db **db) {
-  if (!o->db) return cli_usage_error("db", "--db FILE is required");
-  ferry_status st = ferry_db_open(db, o->db, flags);
+static int open_path(const char *path, int flags, ferry_db **db) {
+  if (!path) return cli_usage_error("db", "--db FILE is required");
+  ferry_status st = ferry_db_open(db, path, flags);
   if (st != FERRY_OK) return cli_fail(st, NULL);
   return 0;
 }
+
+static int open_db(const struct opts *o, int flags, ferry_db **db) { return open_path(o->db, flags, db); }
 
 static int parse_run(const char *opt, const char *text, int64_t *id) {
   if (!text) return cli_usage_error("db", "%s: a run id is required", opt);
@@ -95,9 +121,48 @@ static void scrub(char *s) {
 
 static void scrub_run(struct ferry_run_summary *r) {
   char *fields[] = {r->model, r->hardware, r->trace, r->started_at, r->finished_at, r->error, r->config_json,
-                    r->config_hash, r->notes};
+                    r->config_hash, r->notes, r->git_rev, r->ferry_version, r->repeat_group};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) scrub(fields[i]);
   scrub(r->kind);
+}
+
+static const char *status_of(const struct ferry_run_summary *r) {
+  return r->complete == 1 ? "complete" : r->finished_at ? "failed" : "incomplete";
+}
+
+/* The run's row as JSON: the fields `db list` shows, and with `full` those of `db show`. */
+static cJSON *run_json(const struct ferry_run_summary *r, int full) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  cJSON_AddNumberToObject(o, "id", (double)r->id);
+  cJSON_AddStringToObject(o, "kind", r->kind);
+  cli_json_str(o, "model", r->model);
+  cli_json_str(o, "hardware", r->hardware);
+  cli_json_str(o, "trace", r->trace);
+  cJSON_AddStringToObject(o, "status", status_of(r));
+  cli_json_str(o, "started_at", r->started_at);
+  cli_json_str(o, "finished_at", r->finished_at);
+  cJSON_AddNumberToObject(o, "requests", (double)r->requests);
+  cli_json_str(o, "config_hash", r->config_hash);
+  cli_json_str(o, "repeat_group", r->repeat_group);
+  if (r->repeat_group) cJSON_AddNumberToObject(o, "repeat_index", r->repeat_index);
+  else cJSON_AddNullToObject(o, "repeat_index");
+  cli_json_str(o, "git_rev", r->git_rev);
+  cli_json_str(o, "error", r->error);
+  if (full) {
+    cli_json_str(o, "ferry_version", r->ferry_version);
+    cli_json_str(o, "notes", r->notes);
+    cJSON_AddNumberToObject(o, "dropped_records", (double)r->dropped_records);
+    /* the configuration as an object when it parses (it comes from the database) */
+    cJSON *cfg = r->config_json ? cJSON_Parse(r->config_json) : NULL;
+    if (cfg && !cJSON_IsObject(cfg)) {
+      cJSON_Delete(cfg);
+      cfg = NULL;
+    }
+    if (cfg) cJSON_AddItemToObject(o, "config", cfg);
+    else cli_json_str(o, "config", r->config_json);
+  }
+  return o;
 }
 
 static int do_list(const struct opts *o) {
@@ -107,9 +172,20 @@ static int do_list(const struct opts *o) {
   struct ferry_run_summary *runs;
   size_t n;
   ferry_status st = ferry_db_list_runs(db, &runs, &n);
-  if (st != FERRY_OK) {
-    ferry_db_close(db);
-    return cli_fail(st, NULL);
+  ferry_db_close(db);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
+  if (o->fmt != CLI_FORMAT_TEXT) {
+    cJSON *doc = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(doc, "runs");
+    cJSON_AddStringToObject(doc, "schema", "ferry.db.list.v1");
+    cJSON_AddStringToObject(doc, "database", o->db);
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, run_json(&runs[i], 0));
+    /* "schema" first reads better; cJSON keeps insertion order */
+    cJSON_DetachItemViaPointer(doc, arr);
+    cJSON_AddItemToObject(doc, "runs", arr);
+    rc = cli_emit(stdout, doc, "runs", o->fmt);
+    cJSON_Delete(doc);
+    ferry_db_runs_free(runs, n);
+    return rc;
   }
   printf("%-5s %-11s %-24s %-16s %-8s %-24s %8s  %s\n", "id", "kind", "model", "hardware", "complete",
          "started", "requests", "error");
@@ -121,7 +197,6 @@ static int do_list(const struct opts *o) {
            (long long)r->requests, or_dash(r->error));
   }
   ferry_db_runs_free(runs, n);
-  ferry_db_close(db);
   return CLI_OK;
 }
 
@@ -132,6 +207,34 @@ static void print_dist(const char *name, const struct ferry_dist *d) {
   }
   printf("  %-6s  mean %10.3f  p50 %10.3f  p90 %10.3f  p99 %10.3f  ms  (n=%lld)\n", name, d->mean * 1e-6,
          d->p50 * 1e-6, d->p90 * 1e-6, d->p99 * 1e-6, (long long)d->count);
+}
+
+static cJSON *gpu_json(const struct ferry_device_info *g) {
+  cJSON *o = cJSON_CreateObject();
+  cli_json_str(o, "name", g->name[0] ? g->name : NULL);
+  if (g->total_memory_bytes) cJSON_AddNumberToObject(o, "memory_bytes", (double)g->total_memory_bytes);
+  if (g->memory_bandwidth_bytes_per_s)
+    cJSON_AddNumberToObject(o, "memory_bandwidth_bytes_per_s", (double)g->memory_bandwidth_bytes_per_s);
+  if (g->sm_count) cJSON_AddNumberToObject(o, "sm_count", g->sm_count);
+  if (g->compute_major) {
+    char cc[32];
+    snprintf(cc, sizeof cc, "%d.%d", g->compute_major, g->compute_minor);
+    cJSON_AddStringToObject(o, "compute_capability", cc);
+  }
+  if (g->bus_location[0]) cJSON_AddStringToObject(o, "bus_location", g->bus_location);
+  return o;
+}
+
+/* Metrics as `db diff` names them, and the counts behind them. */
+static cJSON *metrics_json(const struct ferry_run_stats *s) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "requests", (double)s->requests);
+  cJSON_AddNumberToObject(o, "output_tokens", (double)s->output_tokens);
+  cJSON_AddNumberToObject(o, "steps", (double)s->steps);
+  struct ferry_metric_value v[FERRY_DB_MAX_METRICS];
+  size_t n = ferry_db_metrics(s, v);
+  for (size_t i = 0; i < n; i++) cli_json_num(o, v[i].name, v[i].value);
+  return o;
 }
 
 static int do_show(const struct opts *o) {
@@ -152,6 +255,22 @@ static int do_show(const struct opts *o) {
     ferry_db_close(db);
     return cli_fail(st, NULL);
   }
+  struct ferry_device_info gpu;
+  const int has_gpu = ferry_db_get_gpu(db, id, 0, &gpu) == FERRY_OK;
+  if (o->fmt != CLI_FORMAT_TEXT) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "schema", "ferry.db.show.v1");
+    cJSON_AddStringToObject(doc, "database", o->db);
+    cJSON_AddItemToObject(doc, "run", run_json(r, 1));
+    if (has_gpu) cJSON_AddItemToObject(doc, "gpu", gpu_json(&gpu));
+    else cJSON_AddNullToObject(doc, "gpu");
+    cJSON_AddItemToObject(doc, "metrics", metrics_json(&s));
+    rc = cli_emit(stdout, doc, NULL, o->fmt);
+    cJSON_Delete(doc);
+    ferry_db_runs_free(r, 1);
+    ferry_db_close(db);
+    return rc;
+  }
   char b1[32], b2[32], b3[32];
   scrub_run(r);
   printf("run %lld (%s)\n", (long long)r->id, r->kind);
@@ -161,9 +280,9 @@ static int do_show(const struct opts *o) {
          r->complete ? "yes" : "no");
   if (r->error) printf("  error      %s\n", r->error);
   if (r->notes) printf("  notes      %s\n", r->notes);
+  if (r->repeat_group) printf("  repeat     %d of group %s\n", r->repeat_index + 1, r->repeat_group);
   if (r->dropped_records) printf("  dropped    %lld activity records\n", (long long)r->dropped_records);
-  struct ferry_device_info gpu;
-  if (ferry_db_get_gpu(db, id, 0, &gpu) == FERRY_OK) {
+  if (has_gpu) {
     scrub(gpu.name);
     scrub(gpu.bus_location);
     printf("  gpu        %s", gpu.name[0] ? gpu.name : "-");
@@ -188,76 +307,6 @@ static int do_show(const struct opts *o) {
   printf("stall time   %.3f ms\n", (double)s.stall_ns * 1e-6);
   ferry_db_runs_free(r, 1);
   ferry_db_close(db);
-  return CLI_OK;
-}
-
-static int parse_tolerance(const char *text, double *pct) {
-  if (!text) {
-    *pct = 5.0;
-    return 0;
-  }
-  char buf[64];
-  snprintf(buf, sizeof buf, "%s", text);
-  size_t n = strlen(buf);
-  if (n && buf[n - 1] == '%') buf[n - 1] = '\0';
-  return cli_parse_double("--tolerance", buf, 0.0, 1e6, pct) ? CLI_USAGE : 0;
-}
-
-static int do_diff(const struct opts *o) {
-  int64_t a, b;
-  double tol;
-  int rc;
-  if (o->npos != 2) return cli_usage_error("db", "diff takes two run ids: RUN_A RUN_B");
-  if ((rc = parse_run("RUN_A", o->pos[0], &a)) || (rc = parse_run("RUN_B", o->pos[1], &b)) ||
-      (rc = parse_tolerance(o->tolerance, &tol)))
-    return rc;
-  ferry_db *db;
-  if ((rc = open_db(o, FERRY_DB_READ_ONLY, &db))) return rc;
-  /* a run that did not complete measured only part of the work: a diff against it would
-   * report whatever it happened to reach, typically "no regression" */
-  const int64_t ids[2] = {a, b};
-  for (int i = 0; i < 2; i++) {
-    struct ferry_run_summary *r;
-    ferry_status st = ferry_db_get_run(db, ids[i], &r);
-    if (st != FERRY_OK) {
-      ferry_db_close(db);
-      return cli_fail(st, NULL);
-    }
-    char why[300];
-    if (r->error) snprintf(why, sizeof why, "failed: %.250s", r->error);
-    else snprintf(why, sizeof why, "%s", r->finished_at ? "failed" : "killed, or still running");
-    scrub(why);
-    int complete = r->complete == 1;
-    ferry_db_runs_free(r, 1);
-    if (!complete && !o->allow_incomplete) {
-      ferry_db_close(db);
-      return cli_fail(FERRY_ERR_INVALID, "%s: run %lld did not complete (%s); its metrics cover only part of the work. "
-                      "Compare complete runs, or pass --allow-incomplete", o->db, (long long)ids[i], why);
-    }
-    if (!complete) fprintf(stderr, "ferry: warning: run %lld did not complete (%s)\n", (long long)ids[i], why);
-  }
-  struct ferry_run_stats sa, sb;
-  ferry_status st = ferry_db_run_stats(db, a, &sa);
-  if (st == FERRY_OK) st = ferry_db_run_stats(db, b, &sb);
-  ferry_db_close(db);
-  if (st != FERRY_OK) return cli_fail(st, NULL);
-  struct ferry_metric_delta d[FERRY_DB_MAX_METRICS];
-  size_t n;
-  int regressed = ferry_db_compare(&sa, &sb, tol, d, &n);
-  printf("%-20s %16s %16s %10s\n", "metric", "run A", "run B", "change");
-  for (size_t i = 0; i < n; i++) {
-    char change[32];
-    if (isinf(d[i].change_pct))
-      snprintf(change, sizeof change, "%s", d[i].change_pct > 0 ? "+inf%" : "-inf%");
-    else
-      snprintf(change, sizeof change, "%+.2f%%", d[i].change_pct);
-    printf("%-20s %16.3f %16.3f %10s%s\n", d[i].name, d[i].a, d[i].b, change, d[i].regressed ? "  REGRESSION" : "");
-  }
-  if (regressed) {
-    printf("%d metric%s regressed beyond %.2f%%\n", regressed, regressed == 1 ? "" : "s", tol);
-    return CLI_REGRESSION;
-  }
-  printf("no regression beyond %.2f%%\n", tol);
   return CLI_OK;
 }
 
@@ -315,7 +364,13 @@ int cmd_db(int argc, char **argv) {
     return do_list(&o);
   }
   if (!strcmp(sub, "show")) return do_show(&o);
-  if (!strcmp(sub, "diff")) return do_diff(&o);
+  if (!strcmp(sub, "diff")) {
+    struct db_diff_opts d = {.db = o.db, .a = o.npos > 0 ? o.pos[0] : NULL, .b = o.npos > 1 ? o.pos[1] : NULL,
+                             .tolerance = o.tolerance, .alpha = o.alpha, .allow_incomplete = o.allow_incomplete,
+                             .force = o.force, .single = o.single, .fmt = o.fmt};
+    if (o.npos != 2) return cli_usage_error("db", "diff takes two runs: A B (each [DB:]RUNS)");
+    return db_diff(&d);
+  }
   if (!strcmp(sub, "export-trace")) return do_export(&o);
   if (!strcmp(sub, "import-nsys")) return do_import(&o);
   return cli_usage_error("db", "unknown command '%s'", sub);

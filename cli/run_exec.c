@@ -458,7 +458,9 @@ int run_execute(struct run_args *a) {
                                   .trace = a->trace ? a->trace : a->synthetic,
                                   .config_json = config_json,
                                   .config_hash = hash,
-                                  .sweep_key = getenv("FERRY_SWEEP_KEY")}; /* set by ferry sweep */
+                                  .sweep_key = getenv("FERRY_SWEEP_KEY"), /* set by ferry sweep */
+                                  .repeat_group = a->group_tag,
+                                  .repeat_index = a->repeat_index};
     if ((st = ferry_db_run_begin(db, &info, &run_id)) != FERRY_OK) {
       cli_fail(st, NULL);
       goto out;
@@ -514,7 +516,8 @@ int run_execute(struct run_args *a) {
   }
   struct ferry_serve_summary sum;
   ferry_engine_summary(eng, &sum);
-  ferry_serve_summary_print(&sum, stdout);
+  if (a->summary_out) *a->summary_out = sum;
+  else ferry_serve_summary_print(&sum, stdout);
   if (db && (st = write_results(db, run_id, eng, &sum)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
@@ -588,6 +591,7 @@ out:
     ferry_status fst = ferry_db_run_finish(db, run_id, rc == CLI_OK ? NULL : ferry_last_error());
     if (fst != FERRY_OK && rc == CLI_OK) rc = cli_fail(fst, NULL);
     if (rc == CLI_OK && a->progress) fprintf(stderr, "ferry: wrote run %lld to %s\n", (long long)run_id, a->db);
+    a->run_id_out = run_id;
   }
   ferry_db_close(db);
   ferry_free(config_json);

@@ -81,7 +81,8 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   }
   if (db->read_only) {
     /* the readers' one way in, shared with reports/ and calibrate */
-    st = ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db->sql, NULL, &db->err);
+    st = ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db->sql, &db->version,
+                                 &db->err);
     if (st != FERRY_OK) goto out_free;
     *out = db;
     return FERRY_OK;
@@ -157,6 +158,7 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   if (version < FERRY_DB_SCHEMA_VERSION &&
       (st = ferry__db_migrate(db->sql, path, FERRY_DB_SCHEMA_VERSION, &db->err)) != FERRY_OK)
     goto out_free;
+  db->version = FERRY_DB_SCHEMA_VERSION;
   *out = db;
   return FERRY_OK;
 
@@ -233,8 +235,8 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   if (rc != SQLITE_OK) goto out_error;
   rc = sqlite3_prepare_v2(db->sql,
                           "INSERT INTO runs(kind,started_at,complete,model,hardware,trace,config_json,"
-                          "config_hash,ferry_version,git_rev,notes,hostname,pid,sweep_key) "
-                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+                          "config_hash,ferry_version,git_rev,notes,hostname,pid,sweep_key,repeat_group,repeat_index) "
+                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
                           -1, &ins, NULL);
   if (rc != SQLITE_OK) goto out_rollback;
   sqlite3_bind_text(ins, 1, ferry_run_kind_name(info->kind), -1, SQLITE_STATIC);
@@ -250,6 +252,10 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   bind_text_or_null(ins, 11, host[0] ? host : NULL);
   sqlite3_bind_int64(ins, 12, (int64_t)getpid());
   bind_text_or_null(ins, 13, info->sweep_key && *info->sweep_key ? info->sweep_key : NULL);
+  const int grouped = info->repeat_group && *info->repeat_group;
+  bind_text_or_null(ins, 14, grouped ? info->repeat_group : NULL);
+  if (grouped) sqlite3_bind_int(ins, 15, info->repeat_index);
+  else sqlite3_bind_null(ins, 15);
   if ((rc = sqlite3_step(ins)) != SQLITE_DONE) goto out_rollback;
   int64_t id = sqlite3_last_insert_rowid(db->sql);
   sqlite3_finalize(ins);
@@ -612,10 +618,18 @@ static char *col_dup(sqlite3_stmt *q, int i, int *oom) {
   return s;
 }
 
+/* The runs columns every reader gets; %s: the columns of schema version 5, or NULLs for an
+ * older database opened read-only (never migrated). */
 static const char run_cols[] =
     "SELECT id, kind, model, hardware, trace, started_at, finished_at, complete, error, config_json,"
-    " config_hash, notes, dropped_records, (SELECT count(*) FROM requests r WHERE r.runId = runs.id)"
-    " FROM runs";
+    " config_hash, notes, dropped_records, (SELECT count(*) FROM requests r WHERE r.runId = runs.id),"
+    " git_rev, ferry_version, %s FROM runs";
+
+static void run_query(const ferry_db *db, const char *where, char *out, size_t len) {
+  char cols[sizeof run_cols + 64];
+  snprintf(cols, sizeof cols, run_cols, db->version >= 5 ? "repeat_group, repeat_index" : "NULL, NULL");
+  snprintf(out, len, "%s %s", cols, where);
+}
 
 static ferry_status read_runs(ferry_db *db, const char *sql_text, int64_t only,
                               struct ferry_run_summary **runs, size_t *count) {
@@ -657,6 +671,10 @@ static ferry_status read_runs(ferry_db *db, const char *sql_text, int64_t only,
     r->notes = col_dup(q, 11, &oom);
     r->dropped_records = sqlite3_column_int64(q, 12);
     r->requests = sqlite3_column_int64(q, 13);
+    r->git_rev = col_dup(q, 14, &oom);
+    r->ferry_version = col_dup(q, 15, &oom);
+    r->repeat_group = col_dup(q, 16, &oom);
+    r->repeat_index = sqlite3_column_int(q, 17);
     if (oom) break;
   }
   if (oom) {
@@ -681,15 +699,15 @@ out_free:
 
 ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count) {
   if (!db || !runs || !count) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_list_runs: NULL argument");
-  char sql_text[512];
-  snprintf(sql_text, sizeof sql_text, "%s ORDER BY id", run_cols);
+  char sql_text[640];
+  run_query(db, "ORDER BY id", sql_text, sizeof sql_text);
   return read_runs(db, sql_text, 0, runs, count);
 }
 
 ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run) {
   if (!db || !run) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_get_run: NULL argument");
-  char sql_text[512];
-  snprintf(sql_text, sizeof sql_text, "%s WHERE id = ?1", run_cols);
+  char sql_text[640];
+  run_query(db, "WHERE id = ?1", sql_text, sizeof sql_text);
   size_t n;
   ferry_status st = read_runs(db, sql_text, run_id, run, &n);
   if (st == FERRY_OK && n == 0) {
@@ -713,6 +731,9 @@ void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count) {
     ferry_free(r->config_json);
     ferry_free(r->config_hash);
     ferry_free(r->notes);
+    ferry_free(r->git_rev);
+    ferry_free(r->ferry_version);
+    ferry_free(r->repeat_group);
   }
   ferry_free(runs);
 }
@@ -724,7 +745,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double percentile(const double *v, size_t n, double p) {
+double ferry__db_percentile(const double *v, size_t n, double p) {
   double pos = p / 100.0 * (double)(n - 1);
   size_t lo = (size_t)pos;
   if (lo + 1 >= n) return v[n - 1];
@@ -740,9 +761,9 @@ static void dist_of(double *v, size_t n, struct ferry_dist *d) {
   for (size_t i = 0; i < n; i++) sum += v[i];
   d->count = (int64_t)n;
   d->mean = sum / (double)n;
-  d->p50 = percentile(v, n, 50);
-  d->p90 = percentile(v, n, 90);
-  d->p99 = percentile(v, n, 99);
+  d->p50 = ferry__db_percentile(v, n, 50);
+  d->p90 = ferry__db_percentile(v, n, 90);
+  d->p99 = ferry__db_percentile(v, n, 99);
 }
 
 ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 4
+#define FERRY_DB_SCHEMA_VERSION 5
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -65,6 +65,10 @@ struct ferry_run_info {
    *  it as failed and returns FERRY_ERR_EXISTS. `ferry sweep` gives its children the key in the
    *  environment variable FERRY_SWEEP_KEY. */
   const char *sweep_key;
+  /** Repetitions of one measurement (`--repeat N`, `--repeat-group TAG`): a tag shared by the
+   *  runs of the group, or NULL; `ferry db diff` compares a group's runs as one sample. */
+  const char *repeat_group;
+  int32_t repeat_index; /**< the run's index in its repeat group (0-based) */
 };
 
 /** One request (requests table). Times are ns on the run's clock. */
@@ -106,6 +110,10 @@ struct ferry_run_summary {
   char *config_json;     /**< configuration JSON, or NULL */
   char *config_hash;     /**< configuration hash, or NULL */
   char *notes;           /**< notes, or NULL */
+  char *git_rev;         /**< source revision of the build that made the run (git describe), or NULL */
+  char *ferry_version;   /**< ferry version that made the run, or NULL */
+  char *repeat_group;    /**< repeat group tag, or NULL */
+  int32_t repeat_index;  /**< index in the repeat group */
   int64_t requests;      /**< number of request rows */
   int64_t dropped_records; /**< activity records lost (allocation or write failures, and what
                                ferry_db_run_add_dropped() added) */
@@ -136,14 +144,36 @@ struct ferry_run_stats {
   int64_t stall_ns;           /**< sum of steps.stall_ns */
 };
 
-/** One compared metric, produced by ferry_db_compare(). */
+/** Verdict on one metric, or on a whole comparison (ferry_db_compare_groups()). */
+enum ferry_verdict {
+  FERRY_VERDICT_NONE = 0,       /**< no significant change (or none beyond the tolerance) */
+  FERRY_VERDICT_REGRESSION = 1, /**< B is worse than A by more than the tolerance */
+  FERRY_VERDICT_IMPROVEMENT = 2 /**< B is better than A by more than the tolerance */
+};
+
+/** One compared metric, produced by ferry_db_compare() and ferry_db_compare_groups(). */
 struct ferry_metric_delta {
   char name[32];        /**< metric name, e.g. "ttft_p99_ms" */
-  double a;             /**< value in run A (unit in the name) */
-  double b;             /**< value in run B */
+  double a;             /**< value in run A (unit in the name); the median over A's runs */
+  double b;             /**< value in run B; the median over B's runs */
   double change_pct;    /**< (b - a) / a * 100; 0 when both are 0; +/-inf when a is 0 */
   int higher_is_better; /**< 1 for throughput, 0 for latencies, memory and bytes */
   int regressed;        /**< 1 when B is worse than A by more than the tolerance */
+  int n_a;              /**< runs on side A with the metric */
+  int n_b;              /**< runs on side B with the metric */
+  /** With at least two runs on each side: the one-sided Mann-Whitney U p-value that B is worse
+   *  (regression) or better (improvement) than A by more than the tolerance, whichever is
+   *  smaller; NAN for single runs (the medians are compared with the tolerance alone). */
+  double p_value;
+  /** Effect size with two runs or more on each side: Cliff's delta of B against A, signed so
+   *  that positive means worse (-1: every B run better than every A run, +1: every one worse);
+   *  NAN for single runs. */
+  double effect;
+  enum ferry_verdict verdict; /**< regression, improvement or neither */
+  /** 1 when the metric decides the verdict. Single runs: every metric. Repeated runs: the
+   *  p50 and p99 latencies, throughput, peak memory and bytes moved, their p-values
+   *  Holm-corrected over those that vary (means, p90 and stall time are shown only). */
+  int gated;
 };
 
 /** Maximum number of rows ferry_db_compare() writes. */
@@ -345,6 +375,52 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
  */
 int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_stats *b,
                      double tolerance_pct, struct ferry_metric_delta *out, size_t *count);
+
+/**
+ * @brief Compare repeated runs: each metric's median over B's runs against A's. With at least
+ *        two runs on each side a metric regresses only when a one-sided Mann-Whitney U test
+ *        says B is worse than A by more than the tolerance (A's values are scaled by the
+ *        tolerance before ranking, so noise within the tolerance is never a regression), at
+ *        family-wise level alpha over the gated metrics (Holm's correction; see
+ *        ferry_metric_delta.gated); with one run on either side the medians are compared with
+ *        the tolerance alone, as ferry_db_compare() does. Which metrics are compared: those that
+ *        any run has.
+ * @param a baseline runs.
+ * @param na how many (at least 1).
+ * @param b candidate runs.
+ * @param nb how many (at least 1).
+ * @param tolerance_pct allowed worsening in percent (e.g. 5.0).
+ * @param alpha significance level of the test (e.g. 0.05).
+ * @param out array of at least FERRY_DB_MAX_METRICS rows.
+ * @param count receives the number of rows written.
+ * @return the number of regressed metrics.
+ */
+int ferry_db_compare_groups(const struct ferry_run_stats *a, size_t na, const struct ferry_run_stats *b, size_t nb,
+                            double tolerance_pct, double alpha, struct ferry_metric_delta *out, size_t *count);
+
+/**
+ * @brief Name of a verdict as printed and written in JSON.
+ * @param v the verdict.
+ * @return "regression", "improvement" or "no significant change".
+ */
+const char *ferry_verdict_name(enum ferry_verdict v);
+
+/** One metric of a run, listed by ferry_db_metrics(). */
+struct ferry_metric_value {
+  char name[32];        /**< metric name, as in ferry_metric_delta */
+  double value;         /**< its value (unit in the name) */
+  int higher_is_better; /**< 1 for throughput */
+};
+
+/**
+ * @brief The metrics of a run by name, in the order `ferry db diff` lists them: the one list
+ *        that `db show --format json` and `db diff` share. Metrics the run does not have
+ *        (latencies without requests, a tier never used, bytes without steps) are left out.
+ * @param s the run's statistics.
+ * @param out array of at least FERRY_DB_MAX_METRICS rows.
+ * @return the number of rows written.
+ */
+size_t ferry_db_metrics(const struct ferry_run_stats *s, struct ferry_metric_value *out);
 
 /**
  * @brief Write a run's timeline as Chrome trace JSON (Perfetto): complete events per queue,
