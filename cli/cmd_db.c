@@ -237,6 +237,61 @@ static cJSON *metrics_json(const struct ferry_run_stats *s) {
   return o;
 }
 
+/* Provenance facts are the run facts named BUILD_*, MACHINE_*, GPU_* and CUDA_*. */
+static int is_provenance(const char *name) {
+  static const char *const prefixes[] = {"BUILD_", "MACHINE_", "GPU_", "CUDA_"};
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+    if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return 1;
+  return 0;
+}
+
+static const char *fact(const struct ferry_meta_row *m, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(m[i].name, name) && m[i].value) return m[i].value;
+  return NULL;
+}
+
+/* "a, b, c" of the facts present. */
+static void join_facts(const struct ferry_meta_row *m, size_t n, const char *const *names, const char *const *labels,
+                       char *out, size_t len) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; names[i] && used + 4 < len; i++) {
+    const char *v = fact(m, n, names[i]);
+    if (!v) continue;
+    int w = snprintf(out + used, len - used, "%s%s%s", used ? ", " : "", labels[i], v);
+    used = w > 0 && (size_t)w < len - used ? used + (size_t)w : len - 1;
+  }
+}
+
+static void print_provenance(const struct ferry_meta_row *m, size_t n) {
+  char line[1024], b[32];
+  join_facts(m, n, (const char *const[]){"BUILD_GIT_DESCRIBE", "BUILD_FERRY_VERSION", "BUILD_COMPILER", "BUILD_TYPE",
+                                         "BUILD_CUDA_TOOLKIT", NULL},
+             (const char *const[]){"", "ferry ", "", "", "CUDA toolkit "}, line, sizeof line);
+  if (line[0]) printf("  build      %s\n", line);
+  if (fact(m, n, "BUILD_BLAS")) printf("  blas       %s\n", fact(m, n, "BUILD_BLAS"));
+  const char *mem = fact(m, n, "MACHINE_MEMORY_BYTES");
+  char memtext[48] = "";
+  if (mem) snprintf(memtext, sizeof memtext, "%s", ferry__format_bytes(strtoull(mem, NULL, 10), b, sizeof b));
+  const char *cores = fact(m, n, "MACHINE_CPU_CORES");
+  char corestext[48] = "";
+  if (cores) snprintf(corestext, sizeof corestext, "%s cores", cores);
+  const struct ferry_meta_row extra[2] = {{"X_CORES", corestext[0] ? corestext : NULL},
+                                          {"X_MEM", memtext[0] ? memtext : NULL}};
+  struct ferry_meta_row all[64];
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < 62; i++) all[k++] = m[i];
+  all[k++] = extra[0];
+  all[k++] = extra[1];
+  join_facts(all, k, (const char *const[]){"MACHINE_CPU_MODEL", "X_CORES", "X_MEM", "MACHINE_KERNEL", "MACHINE_OS", NULL},
+             (const char *const[]){"", "", "", "", ""}, line, sizeof line);
+  if (line[0]) printf("  machine    %s\n", line);
+  join_facts(m, n, (const char *const[]){"GPU_NAME", "GPU_DRIVER", "CUDA_RUNTIME", "CUDA_DRIVER_API", NULL},
+             (const char *const[]){"", "driver ", "CUDA runtime ", "driver API "}, line, sizeof line);
+  if (line[0]) printf("  gpu driver %s\n", line);
+}
+
 static int do_show(const struct opts *o) {
   int64_t id;
   int rc;
@@ -257,22 +312,42 @@ static int do_show(const struct opts *o) {
   }
   struct ferry_device_info gpu;
   const int has_gpu = ferry_db_get_gpu(db, id, 0, &gpu) == FERRY_OK;
+  struct ferry_meta_row *facts = NULL;
+  size_t n_facts = 0;
+  if ((st = ferry_db_run_meta_list(db, id, NULL, &facts, &n_facts)) != FERRY_OK) {
+    ferry_db_runs_free(r, 1);
+    ferry_db_close(db);
+    return cli_fail(st, NULL);
+  }
+  /* only the provenance facts are shown; the others have their own commands */
+  size_t kept = 0;
+  for (size_t i = 0; i < n_facts; i++) {
+    if (is_provenance(facts[i].name)) {
+      struct ferry_meta_row t = facts[kept];
+      facts[kept++] = facts[i];
+      facts[i] = t;
+    }
+  }
   if (o->fmt != CLI_FORMAT_TEXT) {
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "schema", "ferry.db.show.v1");
     cJSON_AddStringToObject(doc, "database", o->db);
     cJSON_AddItemToObject(doc, "run", run_json(r, 1));
+    cJSON *prov = cJSON_AddObjectToObject(doc, "provenance");
+    for (size_t i = 0; i < kept; i++) cli_json_str(prov, facts[i].name, facts[i].value);
     if (has_gpu) cJSON_AddItemToObject(doc, "gpu", gpu_json(&gpu));
     else cJSON_AddNullToObject(doc, "gpu");
     cJSON_AddItemToObject(doc, "metrics", metrics_json(&s));
     rc = cli_emit(stdout, doc, NULL, o->fmt);
     cJSON_Delete(doc);
+    ferry_db_meta_free(facts, n_facts);
     ferry_db_runs_free(r, 1);
     ferry_db_close(db);
     return rc;
   }
   char b1[32], b2[32], b3[32];
   scrub_run(r);
+  for (size_t i = 0; i < kept; i++) scrub(facts[i].value);
   printf("run %lld (%s)\n", (long long)r->id, r->kind);
   printf("  model      %s\n  hardware   %s\n  trace      %s\n", or_dash(r->model), or_dash(r->hardware),
          or_dash(r->trace));
@@ -282,6 +357,9 @@ static int do_show(const struct opts *o) {
   if (r->notes) printf("  notes      %s\n", r->notes);
   if (r->repeat_group) printf("  repeat     %d of group %s\n", r->repeat_index + 1, r->repeat_group);
   if (r->dropped_records) printf("  dropped    %lld activity records\n", (long long)r->dropped_records);
+  if (!kept && r->git_rev) printf("  build      %s\n", r->git_rev);
+  print_provenance(facts, kept);
+  ferry_db_meta_free(facts, n_facts);
   if (has_gpu) {
     scrub(gpu.name);
     scrub(gpu.bus_location);

@@ -17,6 +17,7 @@
 #include "ferry/exec.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
+#include "ferry/provenance.h"
 #include "ferry/routing.h"
 #include "cli/predict_glue.h"
 #include "cli/run_routing_meta.h"
@@ -452,12 +453,16 @@ int run_execute(struct run_args *a) {
   if (db) {
     char hash[17];
     run_config_hash(config_json ? config_json : "", hash);
+    /* what made the run: build, machine, GPU (docs/schema.md, provenance) */
+    struct ferry_provenance prov;
+    ferry_provenance_collect(ex, &prov);
     struct ferry_run_info info = {.kind = sim ? FERRY_RUN_SIM : !strcmp(a->backend, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST,
                                   .model = a->model,
                                   .hardware = sim ? a->hw : a->backend,
                                   .trace = a->trace ? a->trace : a->synthetic,
                                   .config_json = config_json,
                                   .config_hash = hash,
+                                  .git_rev = ferry_provenance_value(&prov, "BUILD_GIT_DESCRIBE"),
                                   .sweep_key = getenv("FERRY_SWEEP_KEY"), /* set by ferry sweep */
                                   .repeat_group = a->group_tag,
                                   .repeat_index = a->repeat_index};
@@ -465,6 +470,7 @@ int run_execute(struct run_args *a) {
       cli_fail(st, NULL);
       goto out;
     }
+    for (size_t i = 0; i < prov.count; i++) ferry_db_run_meta(db, run_id, prov.items[i].name, prov.items[i].value);
     /* the budgets the run had, defaults included (0: unlimited) */
     char budget[32];
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)a->ec.device_budget_bytes);

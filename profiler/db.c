@@ -510,6 +510,70 @@ ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, stru
   return st;
 }
 
+ferry_status ferry_db_run_meta_list(ferry_db *db, int64_t run_id, const char *prefix, struct ferry_meta_row **rows,
+                                    size_t *count) {
+  if (!db || !rows || !count) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_run_meta_list: NULL argument");
+  *rows = NULL;
+  *count = 0;
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *q = NULL;
+  struct ferry_meta_row *arr = NULL;
+  size_t n = 0, cap = 0;
+  ferry_status st = FERRY_OK;
+  /* substr, not LIKE: a prefix holding % or _ means itself */
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT name, value FROM META_DATA_EXPORT WHERE runId = ?1 AND"
+                              " (?2 IS NULL OR substr(name, 1, length(?2)) = ?2) ORDER BY rowid",
+                              -1, &q, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(q, 1, run_id);
+    if (prefix) sqlite3_bind_text(q, 2, prefix, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(q, 2);
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+      if (n == cap) {
+        size_t ncap = cap ? cap * 2 : 16;
+        struct ferry_meta_row *p2 = ferry__reallocarray(arr, ncap, sizeof *p2);
+        if (!p2) {
+          st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory reading run facts", db->path);
+          break;
+        }
+        arr = p2;
+        cap = ncap;
+      }
+      const unsigned char *name = sqlite3_column_text(q, 0), *value = sqlite3_column_text(q, 1);
+      arr[n].name = ferry__strdup(name ? (const char *)name : "");
+      arr[n].value = value ? ferry__strdup((const char *)value) : NULL;
+      if (!arr[n].name || (value && !arr[n].value)) {
+        ferry_free(arr[n].name);
+        ferry_free(arr[n].value);
+        st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory reading run facts", db->path);
+        break;
+      }
+      n++;
+    }
+  }
+  if (st == FERRY_OK && rc != SQLITE_DONE)
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "reading run facts", &db->err);
+  sqlite3_finalize(q);
+  pthread_mutex_unlock(&db->write_mu);
+  if (st != FERRY_OK) {
+    ferry_db_meta_free(arr, n);
+    return st;
+  }
+  *rows = arr;
+  *count = n;
+  return FERRY_OK;
+}
+
+void ferry_db_meta_free(struct ferry_meta_row *rows, size_t count) {
+  if (!rows) return;
+  for (size_t i = 0; i < count; i++) {
+    ferry_free(rows[i].name);
+    ferry_free(rows[i].value);
+  }
+  ferry_free(rows);
+}
+
 ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *r) {
   ferry_status st = check_writable(db, "ferry_db_add_quant_quality");
   if (st != FERRY_OK) return st;

@@ -318,6 +318,28 @@ static void test_run_summary_formats(void **state) {
   }
   cJSON_Delete(l);
   cJSON_Delete(j);
+  /* provenance: the build's git describe in runs.git_rev and in the facts, the machine's */
+  snprintf(args, sizeof args, "db show 2 --format json --db '%s/sim.db'", dir);
+  j = json_of(0, args);
+  const char *describe = get(j, "provenance.BUILD_GIT_DESCRIBE")->valuestring;
+  assert_string_equal(get(j, "run.git_rev")->valuestring, describe);
+  char git[600];
+  const char *src = getenv("FERRY_SOURCE_DIR");
+  snprintf(git, sizeof git, "git -C '%s' rev-parse --short=7 HEAD >/dev/null 2>&1", src ? src : ".");
+  if (system(git) == 0) assert_true(strlen(describe) >= 7); /* a git build names its commit */
+  assert_true(strncmp(get(j, "provenance.BUILD_BLAS")->valuestring, "OpenBLAS", 8) == 0);
+  assert_true(strlen(get(j, "provenance.BUILD_COMPILER")->valuestring) > 2);
+  assert_int_equal(atol(get(j, "provenance.MACHINE_CPU_CORES")->valuestring), sysconf(_SC_NPROCESSORS_ONLN));
+  assert_true(strtoull(get(j, "provenance.MACHINE_MEMORY_BYTES")->valuestring, NULL, 10) > (1ull << 26));
+  assert_true(strncmp(get(j, "provenance.MACHINE_KERNEL")->valuestring, "Linux ", 6) == 0);
+  check_schema(j, "db-show");
+  cJSON_Delete(j);
+  snprintf(args, sizeof args, "db show 2 --db '%s/sim.db'", dir);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "\n  build      "));
+  assert_true(tu_contains(out, "\n  machine    "));
+  assert_true(tu_contains(out, "repeat     2 of group repeat-"));
+  free(out);
   snprintf(args, sizeof args,
            "sim --model tiny-dense --hw l4 --synthetic rate=100,n=4,prompt=16,output=8 --repeat 2 --format csv --quiet");
   assert_int_equal(tu_run_ferry(args, &out), 0);

@@ -250,6 +250,31 @@ ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
  */
 ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
 
+/** A name/value row of a run's META_DATA_EXPORT facts, from ferry_db_run_meta_list(). */
+struct ferry_meta_row {
+  char *name;  /**< the fact's name */
+  char *value; /**< its value, or NULL */
+};
+
+/**
+ * @brief Read a run's META_DATA_EXPORT facts (provenance, budgets, collector status, ...).
+ * @param db handle.
+ * @param run_id the run.
+ * @param prefix only names starting with it (e.g. "HOST_"), or NULL for all.
+ * @param rows receives an owned array in insertion order (release with ferry_db_meta_free()).
+ * @param count receives its length (0 when the run has none).
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_run_meta_list(ferry_db *db, int64_t run_id, const char *prefix, struct ferry_meta_row **rows,
+                                    size_t *count);
+
+/**
+ * @brief Release an array from ferry_db_run_meta_list(). Accepts NULL.
+ * @param rows the array.
+ * @param count its length.
+ */
+void ferry_db_meta_free(struct ferry_meta_row *rows, size_t count);
+
 /**
  * @brief Store the GPU a run used or simulated as a TARGET_INFO_GPU row (written at once).
  *        Zero numbers and empty strings are stored as NULL (unknown).

@@ -1259,7 +1259,18 @@ ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes)
   return FERRY_OK;
 }
 
+void ferry__exec_cuda_versions(int *driver, int *runtime) {
+  *driver = *runtime = 0;
+  if (cudaDriverGetVersion(driver) != cudaSuccess) *driver = 0;
+  if (cudaRuntimeGetVersion(runtime) != cudaSuccess) *runtime = 0;
+  cudaGetLastError();
+}
+
 #else /* !FERRY_HAVE_CUDA */
+#include "exec_impl.h"
+
+void ferry__exec_cuda_versions(int *driver, int *runtime) { *driver = *runtime = 0; }
+
 ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
   (void)free_bytes, (void)total_bytes;
   return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");

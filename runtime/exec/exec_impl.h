@@ -123,4 +123,8 @@ void ferry__exec_op_failed(struct ferry_exec *ex, ferry_status status, const cha
 /* Emit a memory sample of a tier at time t. */
 void ferry__exec_emit_memory(struct ferry_exec *ex, enum ferry_tier tier, int64_t t_ns);
 
+/* exec_cuda.c: the CUDA driver API and runtime versions (1000 * major + 10 * minor), 0 when
+ * unknown or in a build without CUDA (provenance.c records them). */
+void ferry__exec_cuda_versions(int *driver, int *runtime);
+
 #endif
