@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/db_diff.h"
+#include "cli/db_stats.h"
 #include "cli/output.h"
 #include "common/fsutil.h"
 #include "common/units.h"
@@ -31,12 +32,15 @@ static const char usage_text[] =
     "       [--force]                     compare runs of different kinds or configurations (refused by\n"
     "                                     default; the differing configuration keys are named)\n"
     "       [--single] [--alpha A]        the runs given, not their repeat groups; the test's level\n"
+    "  stats --report R --run N           a run's timeline summarised as nsys stats does: R is kern_sum\n"
+    "                                     (cuda_gpu_kern_sum), mem_sum (cuda_gpu_mem_size_sum), mem_time_sum\n"
+    "                                     (cuda_gpu_mem_time_sum), nvtx_sum or step_sum; also imported runs\n"
     "  export-trace --run N --out FILE    Chrome trace JSON of a run's timeline (open in Perfetto)\n"
     "  import-nsys EXPORT.sqlite          add an Nsight Systems SQLite export as a run (kind nsys-import);\n"
     "                                     --into FILE is the same as --db FILE\n\n"
     "Options:\n"
     "  --db FILE          the result database (required unless every run is given as DB:RUNS)\n"
-    "  --format F         list, show, diff: text (default), json, csv or md (docs/output-formats.md)\n"
+    "  --format F         list, show, diff, stats: text (default), json, csv or md (docs/output-formats.md)\n"
     "  --tolerance T      diff: allowed worsening, in percent with '%' (5%) or as a fraction (0.05);\n"
     "                     both mean five percent (default 5%)\n"
     "  --model NAME, --hardware NAME   import-nsys: run description\n"
@@ -44,7 +48,7 @@ static const char usage_text[] =
     "Exit status: 0 ok, 1 failure, 2 usage error, 3 regression found (diff).\n";
 
 struct opts {
-  const char *db, *out, *run, *tolerance, *alpha, *model, *hardware, *format;
+  const char *db, *out, *run, *tolerance, *alpha, *model, *hardware, *format, *report;
   const char *pos[4];
   int npos;
   int allow_incomplete, force, single;
@@ -60,7 +64,7 @@ static int parse(int argc, char **argv, struct opts *o) {
       {"--out", offsetof(struct opts, out)},         {"--run", offsetof(struct opts, run)},
       {"--tolerance", offsetof(struct opts, tolerance)}, {"--model", offsetof(struct opts, model)},
       {"--hardware", offsetof(struct opts, hardware)}, {"--format", offsetof(struct opts, format)},
-      {"--alpha", offsetof(struct opts, alpha)},
+      {"--alpha", offsetof(struct opts, alpha)},     {"--report", offsetof(struct opts, report)},
   };
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -379,9 +383,12 @@ static int do_show(const struct opts *o) {
   printf("throughput   %.2f tokens/s\n", s.throughput_tok_s);
   printf("peak memory  device %s  host %s  disk %s\n", ferry__format_bytes(s.peak_bytes[0], b1, sizeof b1),
          ferry__format_bytes(s.peak_bytes[1], b2, sizeof b2), ferry__format_bytes(s.peak_bytes[2], b3, sizeof b3));
-  printf("bytes moved  disk->host %s  host->device %s  device->host %s  (%lld steps)\n",
+  char steps[64];
+  if (s.bytes_from_timeline) snprintf(steps, sizeof steps, "from the timeline's copies: no engine steps");
+  else snprintf(steps, sizeof steps, "%lld steps", (long long)s.steps);
+  printf("bytes moved  disk->host %s  host->device %s  device->host %s  (%s)\n",
          ferry__format_bytes(s.bytes_disk, b1, sizeof b1), ferry__format_bytes(s.bytes_h2d, b2, sizeof b2),
-         ferry__format_bytes(s.bytes_d2h, b3, sizeof b3), (long long)s.steps);
+         ferry__format_bytes(s.bytes_d2h, b3, sizeof b3), steps);
   printf("stall time   %.3f ms\n", (double)s.stall_ns * 1e-6);
   ferry_db_runs_free(r, 1);
   ferry_db_close(db);
@@ -418,6 +425,10 @@ static int do_import(const struct opts *o) {
   int64_t id;
   ferry_status st = ferry_db_import_nsys(db, o->pos[0], &info, &id);
   ferry_db_close(db);
+  if (st == FERRY_ERR_EXISTS) {
+    printf("%s was already imported as run %lld (same SHA-256); nothing added\n", o->pos[0], (long long)id);
+    return CLI_OK;
+  }
   if (st != FERRY_OK) return cli_fail(st, NULL);
   printf("imported %s as run %lld\n", o->pos[0], (long long)id);
   return CLI_OK;
@@ -448,6 +459,10 @@ int cmd_db(int argc, char **argv) {
                              .force = o.force, .single = o.single, .fmt = o.fmt};
     if (o.npos != 2) return cli_usage_error("db", "diff takes two runs: A B (each [DB:]RUNS)");
     return db_diff(&d);
+  }
+  if (!strcmp(sub, "stats")) {
+    if (o.npos) return cli_usage_error("db", "stats takes --report R --run N");
+    return db_stats(o.db, o.report, o.run, o.fmt);
   }
   if (!strcmp(sub, "export-trace")) return do_export(&o);
   if (!strcmp(sub, "import-nsys")) return do_import(&o);

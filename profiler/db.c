@@ -912,6 +912,28 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   stats->bytes_h2d = ferry__f64_to_u64(sqlite3_column_double(q, 2));
   stats->bytes_d2h = ferry__f64_to_u64(sqlite3_column_double(q, 3));
   stats->stall_ns = ferry__f64_to_i64(sqlite3_column_double(q, 4));
+  if (stats->steps) goto out_free;
+  sqlite3_finalize(q);
+  q = NULL;
+  /* no engine steps (an imported nsys run): the bytes its timeline's copies moved */
+  what = "reading copies";
+  rc = sqlite3_prepare_v2(db->sql,
+                          "SELECT copyKind, total(bytes), count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId=?1"
+                          " GROUP BY copyKind", -1, &q, NULL);
+  if (rc != SQLITE_OK) goto out_sqlite;
+  sqlite3_bind_int64(q, 1, run_id);
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const int64_t kind = sqlite3_column_int64(q, 0);
+    const uint64_t bytes = ferry__f64_to_u64(sqlite3_column_double(q, 1));
+    uint64_t *to = kind == FERRY_COPY_HTOD || kind == 11   ? &stats->bytes_h2d /* 11: unified memory */
+                   : kind == FERRY_COPY_DTOH || kind == 12 ? &stats->bytes_d2h
+                   : kind == FERRY_COPY_DISK_TO_HOST       ? &stats->bytes_disk
+                                                           : NULL;
+    if (!to) continue;
+    *to = bytes > UINT64_MAX - *to ? UINT64_MAX : *to + bytes;
+    stats->bytes_from_timeline = 1;
+  }
+  if (rc != SQLITE_DONE) goto out_sqlite;
   goto out_free;
 
 out_sqlite:

@@ -59,7 +59,7 @@ static int has(const struct ferry_run_stats *s, enum family f) {
     case F_PEAK_DEVICE: return s->peak_bytes[FERRY_TIER_DEVICE] != 0;
     case F_PEAK_HOST: return s->peak_bytes[FERRY_TIER_HOST] != 0;
     case F_PEAK_DISK: return s->peak_bytes[FERRY_TIER_DISK] != 0;
-    case F_STEPS: return s->steps != 0;
+    case F_STEPS: return s->steps != 0 || s->bytes_from_timeline;
   }
   return 0;
 }

@@ -138,10 +138,13 @@ struct ferry_run_stats {
   double throughput_tok_s;    /**< output tokens / (last finish - first arrival) in tokens/s */
   int64_t steps;              /**< step rows */
   uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak used_bytes per tier (memory table) */
-  uint64_t bytes_disk;        /**< sum of steps.bytes_disk */
+  uint64_t bytes_disk;        /**< sum of steps.bytes_disk (see bytes_from_timeline) */
   uint64_t bytes_h2d;         /**< sum of steps.bytes_h2d */
   uint64_t bytes_d2h;         /**< sum of steps.bytes_d2h */
   int64_t stall_ns;           /**< sum of steps.stall_ns */
+  /** 1 when the run has no step rows (an imported Nsight Systems run) and the bytes moved were
+   *  summed from its timeline's copies instead (CUPTI_ACTIVITY_KIND_MEMCPY by copyKind). */
+  int bytes_from_timeline;
 };
 
 /** Verdict on one metric, or on a whole comparison (ferry_db_compare_groups()). */
@@ -467,11 +470,80 @@ ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out
  * @param export_path the export.
  * @param info optional run description (kind is forced to nsys-import; NULL fields are
  *        filled from the export); may be NULL.
- * @param run_id receives the new run's id.
- * @return FERRY_OK or an error.
+ * @param run_id receives the new run's id; when the same file (by SHA-256, runs.source_sha256) was
+ *        imported before, the id of that run.
+ * @return FERRY_OK, FERRY_ERR_EXISTS when the file was imported before (nothing is written), or
+ *         an error.
  */
 ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
                                   const struct ferry_run_info *info, int64_t *run_id);
+
+/** The summaries of ferry_db_stats_report(), named after `nsys stats` reports. */
+enum ferry_stats_report {
+  FERRY_STATS_KERN_SUM = 0,     /**< "kern_sum", nsys cuda_gpu_kern_sum: time per kernel name */
+  FERRY_STATS_MEM_SIZE_SUM = 1, /**< "mem_sum", nsys cuda_gpu_mem_size_sum: bytes per copy kind */
+  FERRY_STATS_MEM_TIME_SUM = 2, /**< "mem_time_sum", nsys cuda_gpu_mem_time_sum: time per copy kind */
+  FERRY_STATS_NVTX_SUM = 3,     /**< "nvtx_sum", nsys nvtx_sum: time per NVTX range name */
+  FERRY_STATS_STEP_SUM = 4,     /**< "step_sum" (ferry): engine steps, decode against prefill */
+  FERRY_STATS_COUNT = 5         /**< number of reports, not a report */
+};
+
+/** A report: nrows x ncols cells, numbers in `num` (NAN where a cell is text or unknown), text
+ *  in `text` (NULL where a cell is a number); owned, release with ferry_stats_table_free(). */
+struct ferry_stats_table {
+  enum ferry_stats_report report; /**< which report */
+  size_t ncols;                   /**< columns */
+  size_t nrows;                   /**< rows (groups), by total time (or bytes) descending */
+  const char *const *columns;     /**< column names as nsys prints them (static) */
+  const char *types;              /**< per column 'n' (number) or 't' (text) (static) */
+  double *num;                    /**< nrows * ncols numbers */
+  char **text;                    /**< nrows * ncols strings */
+};
+
+/**
+ * @brief Summarise a run's timeline like `nsys stats` does: per group (kernel name, copy kind,
+ *        NVTX range name, step kind) the share of the time, total, count, mean, median
+ *        (interpolated), min, max and sample standard deviation. Works on ferry's own runs and
+ *        on imported Nsight Systems exports; ferry's disk reads (copyKind 100) are the operation
+ *        "[ferry disk read Disk-to-Host]". step_sum reads the steps table, or for a run without
+ *        one (an import of a profiled ferry run) its NVTX ranges "step N".
+ * @param db handle.
+ * @param run_id the run.
+ * @param report which summary.
+ * @param out receives the table (empty when the run has nothing to summarise).
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
+ */
+ferry_status ferry_db_stats_report(ferry_db *db, int64_t run_id, enum ferry_stats_report report,
+                                   struct ferry_stats_table *out);
+
+/**
+ * @brief Release a table from ferry_db_stats_report() (the struct itself is the caller's).
+ *        Accepts NULL.
+ * @param t the table.
+ */
+void ferry_stats_table_free(struct ferry_stats_table *t);
+
+/**
+ * @brief A report's ferry name ("kern_sum", ...).
+ * @param r the report.
+ * @return static string, "?" when unknown.
+ */
+const char *ferry_stats_report_name(enum ferry_stats_report r);
+
+/**
+ * @brief The `nsys stats` report a summary follows ("cuda_gpu_kern_sum", ...).
+ * @param r the report.
+ * @return static string, or NULL for ferry's own (step_sum).
+ */
+const char *ferry_stats_report_nsys_name(enum ferry_stats_report r);
+
+/**
+ * @brief Parse a report name: ferry's ("kern_sum") or the nsys one ("cuda_gpu_kern_sum").
+ * @param text the name.
+ * @param out receives the report.
+ * @return FERRY_OK or FERRY_ERR_INVALID listing the names.
+ */
+ferry_status ferry_stats_report_parse(const char *text, enum ferry_stats_report *out);
 
 /** Quality of one tensor class of a quantized model (table quant_quality). */
 struct ferry_quant_quality_row {
