@@ -35,7 +35,9 @@ static const char usage_text[] =
     "  stats --report R --run N           a run's timeline summarised as nsys stats does: R is kern_sum\n"
     "                                     (cuda_gpu_kern_sum), mem_sum (cuda_gpu_mem_size_sum), mem_time_sum\n"
     "                                     (cuda_gpu_mem_time_sum), nvtx_sum or step_sum; also imported runs\n"
-    "  export-trace --run N --out FILE    Chrome trace JSON of a run's timeline (open in Perfetto)\n"
+    "  export-trace --run N --out FILE    Chrome trace JSON of a run's timeline (open in Perfetto): named\n"
+    "       [--steps A:B] [--time A:B]    tracks, fetch-to-consumer flows, request spans, memory/batch/KV\n"
+    "                                     counters; only steps A to B, or seconds A to B of the run\n"
     "  import-nsys EXPORT.sqlite          add an Nsight Systems SQLite export as a run (kind nsys-import);\n"
     "                                     --into FILE is the same as --db FILE\n\n"
     "Options:\n"
@@ -48,7 +50,7 @@ static const char usage_text[] =
     "Exit status: 0 ok, 1 failure, 2 usage error, 3 regression found (diff).\n";
 
 struct opts {
-  const char *db, *out, *run, *tolerance, *alpha, *model, *hardware, *format, *report;
+  const char *db, *out, *run, *tolerance, *alpha, *model, *hardware, *format, *report, *steps, *time;
   const char *pos[4];
   int npos;
   int allow_incomplete, force, single;
@@ -65,6 +67,7 @@ static int parse(int argc, char **argv, struct opts *o) {
       {"--tolerance", offsetof(struct opts, tolerance)}, {"--model", offsetof(struct opts, model)},
       {"--hardware", offsetof(struct opts, hardware)}, {"--format", offsetof(struct opts, format)},
       {"--alpha", offsetof(struct opts, alpha)},     {"--report", offsetof(struct opts, report)},
+      {"--steps", offsetof(struct opts, steps)},     {"--time", offsetof(struct opts, time)},
   };
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -401,11 +404,35 @@ static int do_export(const struct opts *o) {
   if (o->npos) return cli_usage_error("db", "export-trace takes --run N --out FILE");
   if ((rc = parse_run("--run", o->run, &id))) return rc;
   if (!o->out) return cli_usage_error("db", "--out FILE is required");
+  struct ferry_trace_export_options opt;
+  ferry_trace_export_options_init(&opt);
+  if (o->steps) {
+    /* A:B, either end may be left out; A alone is that one step */
+    const char *colon = strchr(o->steps, ':');
+    char a[32] = "", b[32] = "";
+    const size_t la = colon ? (size_t)(colon - o->steps) : strlen(o->steps);
+    if (la >= sizeof a || (colon && strlen(colon + 1) >= sizeof b) || !strcmp(o->steps, ":") || !*o->steps)
+      return cli_usage_error("db", "--steps: expected A:B (steps A to B, either may be left out), got '%s'", o->steps);
+    memcpy(a, o->steps, la);
+    snprintf(b, sizeof b, "%s", colon ? colon + 1 : a);
+    if ((a[0] && cli_parse_int("--steps", a, 0, INT64_MAX, &opt.step_first)) ||
+        (b[0] && cli_parse_int("--steps", b, 0, INT64_MAX, &opt.step_last)))
+      return CLI_USAGE;
+    if (a[0] && b[0] && opt.step_last < opt.step_first)
+      return cli_usage_error("db", "--steps %s: the last step is before the first", o->steps);
+  }
+  if (o->time) {
+    int64_t t0, t1;
+    if (ferry__parse_window_ns(o->time, &t0, &t1) != FERRY_OK)
+      return cli_usage_error("db", "--time: %s", ferry_last_error());
+    opt.time_first_s = (double)t0 / 1e9;
+    if (t1 > 0) opt.time_last_s = (double)t1 / 1e9;
+  }
   const struct ferry_path_use paths[] = {{"--out", o->out, FERRY_PATH_OUT}, {"--db", o->db, FERRY_PATH_SQLITE}};
   if ((rc = cli_check_paths("db", paths, 2))) return rc;
   ferry_db *db;
   if ((rc = open_db(o, FERRY_DB_READ_ONLY, &db))) return rc;
-  ferry_status st = ferry_db_export_trace(db, id, o->out);
+  ferry_status st = ferry_db_export_trace_window(db, id, o->out, &opt);
   ferry_db_close(db);
   if (st != FERRY_OK) return cli_fail(st, NULL);
   printf("wrote %s (run %lld)\n", o->out, (long long)id);

@@ -76,7 +76,7 @@ static ferry_status write_results(ferry_db *db, int64_t run_id, ferry_engine *en
     struct ferry_step_row r = {.step = sm[i].step, .start_ns = base + sm[i].start_ns, .end_ns = base + sm[i].end_ns,
                                .batch = sm[i].batch, .tokens = sm[i].tokens, .bytes_disk = sm[i].bytes_disk,
                                .bytes_h2d = sm[i].bytes_h2d, .bytes_d2h = sm[i].bytes_d2h, .hits = sm[i].hits,
-                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns};
+                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns, .kv_tokens = sm[i].kv_tokens};
     st = ferry_db_add_step(db, run_id, &r);
   }
   if (st == FERRY_OK) st = ferry_db_flush(db);
@@ -527,6 +527,11 @@ int run_execute(struct run_args *a) {
   if (db && (st = write_results(db, run_id, eng, &sum)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
+  }
+  if (db) {
+    char kv[32];
+    snprintf(kv, sizeof kv, "%lld", (long long)sum.kv_capacity_tokens);
+    ferry_db_run_meta(db, run_id, "KV_CAPACITY_TOKENS", kv);
   }
   /* for the report: the routing traces this run used, and its prefetch counts */
   run_routing_meta(db, run_id, "replayed", a->routing, replayed);

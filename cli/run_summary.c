@@ -57,6 +57,8 @@ static cJSON *summary_json(const struct ferry_serve_summary *s, int index, int64
   cJSON_AddNumberToObject(o, "expert_misses", (double)s->misses);
   cJSON_AddNumberToObject(o, "prefetches", (double)s->prefetches);
   cJSON_AddNumberToObject(o, "prefetches_used", (double)s->prefetches_used);
+  cJSON_AddNumberToObject(o, "kv_capacity_tokens", (double)s->kv_capacity_tokens);
+  cJSON_AddNumberToObject(o, "kv_peak_tokens", (double)s->kv_peak_tokens);
   cJSON_AddNumberToObject(o, "stall_s", (double)s->stall_ns * 1e-9);
   cJSON_AddNumberToObject(o, "load_s", (double)s->load_ns * 1e-9);
   return o;

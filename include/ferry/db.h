@@ -94,6 +94,7 @@ struct ferry_step_row {
   int64_t hits;       /**< weight-cache hits */
   int64_t misses;     /**< weight-cache misses */
   int64_t stall_ns;   /**< time compute waited for weights */
+  int64_t kv_tokens;  /**< tokens in the KV cache at the end of the step (0: not recorded) */
 };
 
 /** A run as listed by ferry_db_list_runs() and ferry_db_get_run(); strings owned by the array. */
@@ -451,15 +452,48 @@ struct ferry_metric_value {
 size_t ferry_db_metrics(const struct ferry_run_stats *s, struct ferry_metric_value *out);
 
 /**
- * @brief Write a run's timeline as Chrome trace JSON (Perfetto): complete events per queue,
- *        NVTX ranges on their own track, memory per tier as counters; times in microseconds
- *        relative to the run's first timestamp.
+ * @brief Write a run's whole timeline as Chrome trace JSON (Perfetto); see
+ *        ferry_db_export_trace_window().
  * @param db handle.
  * @param run_id the run.
  * @param out_path output file (replaced atomically).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
 ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out_path);
+
+/** What part of a run ferry_db_export_trace_window() writes. */
+struct ferry_trace_export_options {
+  int64_t step_first;  /**< first step of the window, -1 for the run's start */
+  int64_t step_last;   /**< last step, -1 for the run's end */
+  double time_first_s; /**< window start in seconds from the run's first timestamp, NAN for none */
+  double time_last_s;  /**< window end in seconds from it, NAN for none */
+};
+
+/**
+ * @brief The whole run: no window.
+ * @param opt filled.
+ */
+void ferry_trace_export_options_init(struct ferry_trace_export_options *opt);
+
+/**
+ * @brief Write a run's timeline as Chrome trace JSON (Perfetto). Process 1 is the run: a named
+ *        track per queue ("compute", "H2D", "D2H", "disk"; a CUDA stream of a CUPTI run or an
+ *        import named by what it carried and its number), NVTX ranges on their own track, a
+ *        flow arrow from each weight fetch to the op that consumed it (disk read to the copy,
+ *        copy to the first kernel of its layer and expert that starts after it), and counters
+ *        of memory per tier, batch size and KV-cache tokens. Process 2 has an async span per
+ *        request (its "queued + prefill" and "decode" parts inside). Disk reads are category
+ *        "disk" with copyKind "Disk-to-Host (ferry 100)". Times in microseconds from the run's
+ *        first timestamp; with a window, only what overlaps it (docs/schema.md).
+ * @param db handle.
+ * @param run_id the run.
+ * @param out_path output file (replaced atomically).
+ * @param opt the window.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run or steps it does not have,
+ *         FERRY_ERR_INVALID for an empty window, or an error.
+ */
+ferry_status ferry_db_export_trace_window(ferry_db *db, int64_t run_id, const char *out_path,
+                                          const struct ferry_trace_export_options *opt);
 
 /**
  * @brief Import an Nsight Systems SQLite export (`nsys export --type sqlite`) as a run of

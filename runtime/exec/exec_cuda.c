@@ -717,8 +717,8 @@ static void issue_op(struct cu_queue *q, struct cu_pending *p, uint64_t seq) {
   const int bracket = ex->launch_begin && (op->kind == FERRY_OP_COPY || op->kind == FERRY_OP_KERNEL);
   if (bracket) {
     const int kernel = op->kind == FERRY_OP_KERNEL;
-    ex->launch_begin(ex->launch_user, ferry_op_tag(op->correlation_id, kernel ? op->u.kernel.layer : -1,
-                                                   kernel ? op->u.kernel.expert : -1,
+    ex->launch_begin(ex->launch_user, ferry_op_tag(op->correlation_id, kernel ? op->u.kernel.layer : op->layer,
+                                                   kernel ? op->u.kernel.expert : op->expert,
                                                    kernel ? (int32_t)op->u.kernel.kind : -1));
   }
   if (e == cudaSuccess) {
