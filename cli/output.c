@@ -45,11 +45,16 @@ struct cells {
   int oom;
 };
 
+/* Markdown is read by people: six significant digits; CSV and JSON keep every digit. */
+static int md_numbers;
+
 static void number_text(double v, char *buf, size_t len) {
   if (!isfinite(v)) {
     buf[0] = '\0';
   } else if (v == floor(v) && fabs(v) < 9007199254740992.0) {
     snprintf(buf, len, "%.0f", v);
+  } else if (md_numbers) {
+    snprintf(buf, len, "%.6g", v);
   } else {
     snprintf(buf, len, "%.15g", v); /* shortest form that reads back as the same double */
     if (strtod(buf, NULL) != v) snprintf(buf, len, "%.17g", v);
@@ -240,6 +245,7 @@ int cli_emit(FILE *f, const cJSON *doc, const char *rows, enum cli_format fmt) {
   }
   struct ferry_strbuf b = {0};
   int oom = 0;
+  md_numbers = fmt == CLI_FORMAT_MD;
   if (rows) {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(doc, rows), *e;
     size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
