@@ -39,6 +39,7 @@ static const struct key {
     {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
     {"predictor_model", 0},
     {"routing", 0},        {"routing_synth", 0}, {"allow_nonfinite", 1}, {"kv_dtype", 0},
+    {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -200,9 +201,9 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     k++;
     char *val = value_text(sw->spec_path, it->string, v, key->flag);
     if (!val) return CLI_USAGE;
-    /* hardware profiles, routing sources and --quant sizing are the simulator's options */
+    /* hardware profiles, runtimes, routing sources and --quant sizing are the simulator's options */
     if (!sim && (!strcmp(key->name, "hw") || !strcmp(key->name, "routing") || !strcmp(key->name, "routing_synth") ||
-                 !strcmp(key->name, "quant"))) {
+                 !strcmp(key->name, "quant") || !strcmp(key->name, "runtime"))) {
       ferry_free(val);
       continue;
     }

@@ -30,7 +30,9 @@ char *run_config_json(const struct run_args *a) {
   cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
+  add_str(o, "host_memory", a->host_pageable ? "pageable" : NULL); /* pinned, the default, keeps older hashes */
   add_str(o, "hw", a->hw);
+  if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
   add_str(o, "kv_dtype", a->kv_dtype);
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
@@ -49,6 +51,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
   add_str(o, "routing", a->routing);
   add_str(o, "routing_synth", a->routing_synth);
+  add_str(o, "runtime", a->runtime);
   cJSON_AddNumberToObject(o, "seed", (double)a->seed);
   cJSON_AddNumberToObject(o, "threads", a->threads);
   cJSON_AddNumberToObject(o, "time_scale", a->time_scale);

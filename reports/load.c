@@ -159,9 +159,9 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
   }
   sqlite3_finalize(q);
   /* the budgets the run had, defaults included (older databases have none: the configuration's),
-   * its KV capacity and its provenance (docs/schema.md) */
+   * its KV capacity, the simulator's weak fits and its provenance (docs/schema.md) */
   if (sqlite3_prepare_v2(db, "SELECT name, value FROM META_DATA_EXPORT WHERE runId = ? AND (name IN "
-                             "('DEVICE_BUDGET_BYTES', 'HOST_BUDGET_BYTES', 'KV_CAPACITY_TOKENS') OR name GLOB 'BUILD_*' "
+                             "('DEVICE_BUDGET_BYTES', 'HOST_BUDGET_BYTES', 'KV_CAPACITY_TOKENS', 'WEAK_FITS') OR name GLOB 'BUILD_*' "
                              "OR name GLOB 'MACHINE_*' OR name GLOB 'GPU_*' OR name GLOB 'CUDA_*')",
                          -1, &q, NULL) != SQLITE_OK)
     return sql_fail(rp, db, path, "reading the run's budgets");
@@ -179,7 +179,10 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
   while (sqlite3_step(q) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(q, 0), *value = (const char *)sqlite3_column_text(q, 1);
     if (!name || !value) continue;
-    if (!strcmp(name, "DEVICE_BUDGET_BYTES") || !strcmp(name, "HOST_BUDGET_BYTES"))
+    if (!strcmp(name, "WEAK_FITS")) {
+      ferry_free(r->weak_fits);
+      r->weak_fits = ferry__strdup(value); /* untrusted text: the report's writers escape it */
+    } else if (!strcmp(name, "DEVICE_BUDGET_BYTES") || !strcmp(name, "HOST_BUDGET_BYTES"))
       r->budget_bytes[!strcmp(name, "HOST_BUDGET_BYTES")] = ferry__finite_or(strtod(value, NULL), 0);
     else if (!strcmp(name, "KV_CAPACITY_TOKENS"))
       r->kv_capacity = ferry__finite_or(strtod(value, NULL), 0);
@@ -480,6 +483,7 @@ void ferry__report_unload(struct report *rp) {
     ferry_free(r->notes);
     for (int k = 0; k < 3; k++) ferry_free(r->lat[k]);
     for (int k = 0; k < 4; k++) ferry_free(r->prov[k]);
+    ferry_free(r->weak_fits);
     cJSON_Delete(r->cfg);
   }
   ferry_free(rp->runs);
