@@ -249,8 +249,8 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
       snprintf(part[2], sizeof part[2], "%s", v);
   }
   if (!schema[0] && part[0][0])
-    snprintf(schema, sizeof schema, "%s%s%s%s%s", part[0], part[1][0] ? "." : "", part[1], part[2][0] ? "." : "",
-             part[2]);
+    snprintf(schema, sizeof schema, "%.20s%s%.20s%s%.20s", part[0], part[1][0] ? "." : "", part[1],
+             part[2][0] ? "." : "", part[2]);
   sqlite3_finalize(q);
   q = NULL;
   if (rc != SQLITE_DONE && rc != SQLITE_OK) {

@@ -150,7 +150,18 @@ static void test_command(void **state) {
   assert_string_equal(cJSON_GetObjectItem(j, "schema")->valuestring, "ferry.db.stats.v1");
   assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "rows")), 2);
   cJSON_Delete(j);
+  /* and its JSON Schema (docs/schemas), where python3-jsonschema is installed */
+  char path[700], cmd[2400];
+  snprintf(path, sizeof path, "%s/stats.json", dir);
+  tu_write_file(path, out, strlen(out));
   free(out);
+  const char *src = getenv("FERRY_SOURCE_DIR");
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 -c 'import jsonschema' 2>/dev/null || exit 0; /usr/bin/python3 -c 'import json,sys,jsonschema; "
+           "jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))' '%s' "
+           "'%s/docs/schemas/db-stats.schema.json'",
+           path, src ? src : ".");
+  if (system(cmd) != 0) fail_msg("%s does not match docs/schemas/db-stats.schema.json", path);
   snprintf(args, sizeof args, "db stats --report osrt_sum --run 1 --db '%s'", db_path);
   assert_int_equal(tu_run_ferry(args, &out), 2);
   assert_true(tu_contains(out, "kern_sum, mem_sum"));
