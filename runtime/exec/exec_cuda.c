@@ -720,8 +720,8 @@ static void issue_op(struct cu_queue *q, struct cu_pending *p, uint64_t seq) {
   const int bracket = ex->launch_begin && (op->kind == FERRY_OP_COPY || op->kind == FERRY_OP_KERNEL);
   if (bracket) {
     const int kernel = op->kind == FERRY_OP_KERNEL;
-    ex->launch_begin(ex->launch_user, ferry_op_tag(op->correlation_id, kernel ? op->u.kernel.layer : -1,
-                                                   kernel ? op->u.kernel.expert : -1,
+    ex->launch_begin(ex->launch_user, ferry_op_tag(op->correlation_id, kernel ? op->u.kernel.layer : op->layer,
+                                                   kernel ? op->u.kernel.expert : op->expert,
                                                    kernel ? (int32_t)op->u.kernel.kind : -1));
   }
   if (e == cudaSuccess) {
@@ -1314,11 +1314,19 @@ static ferry_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
   return FERRY_OK;
 }
 
+static void cuda_versions(int *driver, int *runtime) {
+  *driver = *runtime = 0;
+  if (cudaDriverGetVersion(driver) != cudaSuccess) *driver = 0;
+  if (cudaRuntimeGetVersion(runtime) != cudaSuccess) *runtime = 0;
+  cudaGetLastError();
+}
+
 /* What the module offers ferry (exec_cuda_load.c finds it by name). */
 const struct ferry__cuda_exec_api ferry__cuda_exec_api = {
     .version = FERRY_CUDA_EXEC_API_VERSION,
     .create = cuda_create,
     .memory = cuda_memory,
+    .versions = cuda_versions,
 };
 
 #endif /* FERRY_HAVE_CUDA */

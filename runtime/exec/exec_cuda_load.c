@@ -29,3 +29,13 @@ ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes)
   const struct ferry__cuda_exec_api *a = api("the cuda executor", &st);
   return a ? a->memory(free_bytes, total_bytes) : st;
 }
+
+void ferry__exec_cuda_versions(int *driver, int *runtime) {
+  *driver = *runtime = 0;
+  /* Asked only of a process with a cuda executor, which has loaded the module already; one
+   * without it is not made to load CUDA for this. */
+  if (!ferry__cuda_module_path()) return;
+  ferry_status st;
+  const struct ferry__cuda_exec_api *a = api("the cuda executor", &st);
+  if (a) a->versions(driver, runtime);
+}
