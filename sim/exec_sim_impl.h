@@ -125,6 +125,15 @@ struct sim_exec {
   int64_t next_end_ns;        /* no queue's head op ends before this (INT64_MIN: unknown) */
   struct sim_chan_use chan_use[CHAN_COUNT];
   struct sim_graph_capture *capture; /* an op graph being recorded, or NULL */
+  /* attention kernels timed again at graph launch: the last few (shape, context) -> duration
+   * within one step (ferry_exec's graph_epoch; the kernels' token arrays hold that step's
+   * positions); every layer of a step asks the same */
+  struct sim_reprice {
+    uint64_t epoch; /* 0: empty */
+    int64_t context_tokens, ns;
+    struct graph_shape *key; /* a copy of the kernel's shape (exec_sim_graph.c), owned */
+  } reprice[4];
+  uint32_t reprice_next;
 };
 
 /* exec_sim.c, used by both paths */

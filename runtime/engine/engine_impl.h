@@ -180,6 +180,9 @@ struct ferry_engine {
   /* step-scoped arrays (sized once) */
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */
   int32_t *tok_seqlen;      /* per token: its sequence's length after this step (length-dependent RoPE) */
+  /* the step's attention context for the last (window, chunk) asked (forward.c), when ctx_valid */
+  int ctx_valid;
+  int64_t ctx_window, ctx_chunk, ctx_tokens;
   int64_t *tok_req;         /* per token: its request's id */
   int32_t *row_of_seq;      /* rows whose logits are computed */
   int32_t *expert_tokens;   /* per layer: tokens grouped by expert */

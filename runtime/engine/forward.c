@@ -136,8 +136,10 @@ static ferry_status rope(struct ferry_engine *e, int32_t l, uint64_t x, int64_t 
 }
 
 /* Tokens each query of layer l sees, summed over the step (the cost model's context). */
-static int64_t context_tokens(const struct ferry_engine *e, int32_t l) {
+static int64_t context_tokens(struct ferry_engine *e, int32_t l) {
   const struct ferry_layer_info *li = &e->li[l];
+  /* layers of one kind see the same context: worked out once a step */
+  if (e->ctx_valid && e->ctx_window == li->window && e->ctx_chunk == li->chunk) return e->ctx_tokens;
   int64_t ctx = 0;
   for (int64_t t = 0; t < e->n_tok; t++) {
     const int64_t pos = e->tok_pos[t];
@@ -146,6 +148,7 @@ static int64_t context_tokens(const struct ferry_engine *e, int32_t l) {
     if (li->chunk > 0 && pos - pos % li->chunk > first) first = pos - pos % li->chunk;
     ctx += pos - first + 1;
   }
+  e->ctx_valid = 1, e->ctx_window = li->window, e->ctx_chunk = li->chunk, e->ctx_tokens = ctx;
   return ctx;
 }
 
@@ -796,6 +799,7 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   ferry_status st;
   ferry__memo_step(e);
   step_seqlens(e);
+  e->ctx_valid = 0;
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
   if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
   k.y = ferry__ws(e, e->ws.x);

@@ -93,7 +93,10 @@ void ferry__memo_free(struct ferry_engine *e) {
   memset(m, 0, sizeof *m);
 }
 
-void ferry__memo_step(struct ferry_engine *e) { e->memo.mode = e->memo.groups ? ferry__exec_graph_mode(e->ex) : 0; }
+void ferry__memo_step(struct ferry_engine *e) {
+  e->memo.mode = e->memo.groups ? ferry__exec_graph_mode(e->ex) : 0;
+  ferry__exec_graph_step(e->ex); /* the step's token positions are set (build_step) */
+}
 
 /* Where the graph of (kind, a, b) is kept, or NULL when b is past the group's vector. */
 static struct ferry_exec_graph **place(struct ferry__memo *m, enum memo_kind kind, int64_t a, int64_t b) {

@@ -145,6 +145,7 @@ struct ferry_exec {
   char first_error_msg[FERRY_ERRMSG_MAX];
   pthread_mutex_t error_lock;
   int capturing; /* an op graph is being recorded (graph_begin .. graph_end) */
+  uint64_t graph_epoch; /* ferry__exec_graph_step() calls: 0 until the first */
   void *backend_state;
   /* The innermost open range's step, layer and expert (ferry_exec_range_begin), stamped on the
    * ops submitted meanwhile; touched only by the thread that submits, as ranges are. */

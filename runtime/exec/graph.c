@@ -49,3 +49,5 @@ size_t ferry__exec_graph_bytes(ferry_exec *ex, const struct ferry_exec_graph *g)
 void ferry__exec_graph_free(ferry_exec *ex, struct ferry_exec_graph *g) {
   if (g && ex->backend->graph_free) ex->backend->graph_free(ex, g);
 }
+
+void ferry__exec_graph_step(ferry_exec *ex) { ex->graph_epoch++; }

@@ -40,6 +40,12 @@ ferry_status ferry__exec_graph_end(ferry_exec *ex, struct ferry_exec_graph **out
 ferry_status ferry__exec_graph_launch(ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
                                       int64_t context_tokens);
 
+/* A new step: the token arrays the kernels point at (ints, ints2: positions, slots) may hold
+ * other values from now on. Until the next call they do not change, so a launch may reuse the
+ * time of a kernel of the same shape and context timed since (every layer's attention); a
+ * caller that never calls this gets every such kernel timed afresh. */
+void ferry__exec_graph_step(ferry_exec *ex);
+
 /* Stop recording and say (*same) whether launching g with context_tokens would have submitted
  * the ops just recorded (a check of a graph's key); nothing is kept. */
 ferry_status ferry__exec_graph_check(ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens, int *same);
