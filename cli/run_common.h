@@ -6,6 +6,7 @@
 
 #include "ferry/engine.h"
 #include "ferry/trace.h"
+#include "cli/run_resil.h"
 
 struct run_args {
   const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
@@ -19,6 +20,7 @@ struct run_args {
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
   uint64_t given;   /* one bit per option given on the command line (run_given()) */
+  struct resil_opts resil; /* --faults, --pressure, --reload-at, ... (cli/run_resil.h) */
 };
 
 /* Whether the option with this long name ("block-layers") was given. */

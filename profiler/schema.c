@@ -148,11 +148,23 @@ static const char schema_v4[] =
     "ALTER TABLE runs ADD COLUMN sweep_key TEXT;"
     "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;";
 
+/* Version 5: what kept a run up, on its executor's clock: memory-pressure transitions (the tier,
+ * its index and the action taken), weight reloads (staged, refused, applied), I/O retries and
+ * permanent failures, device failures, requests refused under pressure. A new table only: every
+ * existing row stays as it is. */
+static const char schema_v5[] =
+    "CREATE TABLE engine_events (runId INTEGER NOT NULL REFERENCES runs(id), t_ns INTEGER NOT NULL,"
+    " kind TEXT NOT NULL CHECK(kind IN ('pressure','reload','io','device','refused')),"
+    " tier TEXT CHECK(tier IS NULL OR tier IN ('device','host','disk')), pressure_index REAL,"
+    " level INTEGER, action TEXT NOT NULL, detail TEXT);"
+    "CREATE INDEX engine_events_run ON engine_events(runId, t_ns);";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
     {3, "quantization quality table", schema_v3},
     {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
+    {5, "engine events: memory pressure, reloads, I/O retries, device failures", schema_v5},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

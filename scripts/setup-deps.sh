@@ -5,7 +5,7 @@
 set -eu
 
 PACKAGES="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcmocka-dev libopenblas-dev \
-libcjson-dev gnuplot-nox doxygen python3-numpy chromium"
+libcjson-dev libssl-dev zlib1g-dev gnuplot-nox doxygen python3-numpy chromium"
 
 missing=""
 for p in $PACKAGES; do

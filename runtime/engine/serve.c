@@ -165,6 +165,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     m->first_token_ns = m->finish_ns = -1;
   }
   memset(e->seqs, 0, (size_t)e->cfg.max_batch * sizeof *e->seqs);
+  e->current->refs = 0;
   const int64_t t0 = ferry_exec_now(e->ex);
   e->run_start_ns = t0;
   int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
@@ -173,8 +174,13 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   int64_t last_progress = ferry__mono_ns();
   while (done < n) {
     int64_t now = ferry_exec_now(e->ex) - t0;
+    /* step boundary: budget changes, memory pressure, a staged reload */
+    if (o.on_tick) o.on_tick(o.tick_user, e, now);
+    if ((st = ferry__engine_adapt(e, now)) != FERRY_OK) goto out;
+    const int draining = ferry__engine_draining(e);
     while (next < n && e->reqs[next].arrival_ns <= now) waiting[w_tail++] = next++;
-    /* admit FCFS while KV slots are free; reject what can never fit */
+    /* admit FCFS while KV slots are free; reject what can never fit; under the last pressure
+     * level refuse, and while a reload waits for the running sequences, hold */
     while (w_head < w_tail) {
       int64_t r = waiting[w_head];
       const struct ferry_engine_request *rq = &e->reqs[r];
@@ -184,11 +190,22 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
         done++;
         continue;
       }
+      if (e->refusing) {
+        e->req_metrics[r].refused = 1;
+        ferry__engine_event(e, FERRY_ENGINE_EVENT_REFUSED, FERRY_TIER_HOST, NAN, "request refused",
+                            "request %lld refused: memory pressure (level %d, %s)", (long long)rq->id, e->level,
+                            "new requests are refused until pressure falls");
+        w_head++;
+        done++;
+        continue;
+      }
+      if (draining) break;
       int32_t s = -1;
       for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
         if (!e->seqs[i].active) s = i;
       if (s < 0) break;
-      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
+      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .version = e->current};
+      e->current->refs++;
       admit_order[s] = admitted++;
       active++;
       w_head++;
@@ -257,6 +274,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       if (q->generated == rq->output_tokens) {
         m->finish_ns = end;
         q->active = 0;
+        q->version->refs--;
         active--;
         done++;
       }
@@ -311,6 +329,10 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
       out->requests_rejected++;
       continue;
     }
+    if (m->refused) {
+      out->requests_refused++;
+      continue;
+    }
     if (m->finish_ns < 0) continue;
     out->requests_done++;
     out->tokens_generated += m->output_tokens;
@@ -345,6 +367,8 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
   out->prefetches = e->prefetches;
   out->prefetches_used = e->prefetches_used;
   out->run_start_ns = e->run_start_ns;
+  out->pressure_level_max = e->level_max;
+  out->reloads = e->reloads;
   ferry_free(a);
   ferry_free(b);
   ferry_free(c);
@@ -356,6 +380,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   fprintf(f, "requests: %lld done, %lld rejected; %lld steps; %lld tokens in %.3f s (%.1f tokens/s)\n",
           (long long)s->requests_done, (long long)s->requests_rejected, (long long)s->steps,
           (long long)s->tokens_generated, (double)s->duration_ns / 1e9, s->tokens_per_s);
+  if (s->requests_refused || s->pressure_level_max || s->reloads)
+    fprintf(f, "staying up: %lld request(s) refused under memory pressure, highest pressure level %d, %lld reload(s)\n",
+            (long long)s->requests_refused, s->pressure_level_max, (long long)s->reloads);
   fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "latency", "mean", "p50", "p90", "p99", "max");
   const struct {
     const char *name;

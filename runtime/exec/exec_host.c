@@ -73,6 +73,19 @@ static void run_op(struct host_queue *q, const struct ferry_op *op) {
   struct ferry_exec *ex = q->ex;
   int64_t start = host_now(ex);
   char msg[FERRY_ERRMSG_MAX];
+  /* after a failure the run is over: work queued behind it is skipped (its events still
+   * complete, so nothing waits forever), and the first error is what the next sync reports */
+  if (atomic_load(&ex->first_error) && (op->kind == FERRY_OP_READ || op->kind == FERRY_OP_COPY || op->kind == FERRY_OP_KERNEL)) {
+    ferry__exec_op_done(ex, q->index, op, start, start);
+    return;
+  }
+  const struct ferry_fault fault = ferry__exec_fault(op);
+  if (fault.delay_ns) host_sleep_until(ex, start + fault.delay_ns);
+  if (fault.kind == FERRY_FAULT_FAIL) {
+    ferry__exec_fault_fail(ex, q->index, op, fault.attempt);
+    ferry__exec_op_done(ex, q->index, op, start, host_now(ex));
+    return;
+  }
   switch (op->kind) {
     case FERRY_OP_READ: {
       const struct ferry_ref *d = &op->u.read.dst;
