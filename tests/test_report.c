@@ -496,7 +496,7 @@ static void test_hostile_strings(void **state) {
   if (st != FERRY_OK) fail_msg("ferry_report_write: %s", ferry_last_error());
   unsigned want = FERRY_REPORT_RUNS | FERRY_REPORT_SWEEP | FERRY_REPORT_BYTES | FERRY_REPORT_TIMELINE |
                   FERRY_REPORT_MEMORY | FERRY_REPORT_SIM_VS_REAL | FERRY_REPORT_QUANT | FERRY_REPORT_PREDICTOR |
-                  FERRY_REPORT_HARDWARE;
+                  FERRY_REPORT_PREDICTOR_CI | FERRY_REPORT_HARDWARE;
   assert_int_equal(sum.sections, want);
   for (int c = 1; c <= 8; c++) {
     char canary[1024];
