@@ -19,6 +19,7 @@ static const struct command {
     {"sweep", cmd_sweep, "run the cartesian product of run parameters into one database (resumable)"},
     {"report", cmd_report, "HTML/Markdown/CSV report with gnuplot plots from result databases"},
     {"predictor", cmd_predictor, "expert predictors: train an MLP, evaluate on a routing trace (train, eval)"},
+    {"ctl", cmd_ctl, "control a serving run over its --control-socket (reload weights, status)"},
 };
 
 static void usage(FILE *f) {

@@ -362,7 +362,7 @@ ferry_status resil_write(struct run_resil *r, ferry_db *db, int64_t run_id) {
     struct ferry_event_row row = {.t_ns = ev[i].t_ns, .kind = kind_name(&ev[i]), .tier = tier_name(ev[i].tier),
                                   .pressure_index = ev[i].pressure_index,
                                   .level = ev[i].kind == FERRY_ENGINE_EVENT_PRESSURE ? ev[i].level : -1,
-                                  .action = ev[i].action, .detail = ev[i].detail};
+                                  .action = ev[i].action, .detail = ev[i].detail, .budget_bytes = ev[i].budget_bytes};
     st = ferry_db_add_event(db, run_id, &row);
   }
   pthread_mutex_lock(&r->mu);

@@ -26,8 +26,8 @@ ferry_status ferry_db_add_event(ferry_db *db, int64_t run_id, const struct ferry
   pthread_mutex_lock(&db->write_mu);
   sqlite3_stmt *ins = NULL;
   int rc = sqlite3_prepare_v2(db->sql,
-                              "INSERT INTO engine_events(runId, t_ns, kind, tier, pressure_index, level, action, detail) "
-                              "SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM runs WHERE id = ?1",
+                              "INSERT INTO engine_events(runId, t_ns, kind, tier, pressure_index, level, action, detail, "
+                              "budget_bytes) SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM runs WHERE id = ?1",
                               -1, &ins, NULL);
   if (rc == SQLITE_OK) {
     sqlite3_bind_int64(ins, 1, run_id);
@@ -42,6 +42,8 @@ ferry_status ferry_db_add_event(ferry_db *db, int64_t run_id, const struct ferry
     sqlite3_bind_text(ins, 7, row->action, -1, SQLITE_TRANSIENT);
     if (row->detail) sqlite3_bind_text(ins, 8, row->detail, -1, SQLITE_TRANSIENT);
     else sqlite3_bind_null(ins, 8);
+    if (row->budget_bytes) sqlite3_bind_int64(ins, 9, (sqlite3_int64)(row->budget_bytes > INT64_MAX ? INT64_MAX : row->budget_bytes));
+    else sqlite3_bind_null(ins, 9);
     rc = sqlite3_step(ins);
   }
   sqlite3_finalize(ins);

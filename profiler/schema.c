@@ -156,7 +156,7 @@ static const char schema_v5[] =
     "CREATE TABLE engine_events (runId INTEGER NOT NULL REFERENCES runs(id), t_ns INTEGER NOT NULL,"
     " kind TEXT NOT NULL CHECK(kind IN ('pressure','reload','io','device','refused')),"
     " tier TEXT CHECK(tier IS NULL OR tier IN ('device','host','disk')), pressure_index REAL,"
-    " level INTEGER, action TEXT NOT NULL, detail TEXT);"
+    " level INTEGER, action TEXT NOT NULL, detail TEXT, budget_bytes INTEGER);"
     "CREATE INDEX engine_events_run ON engine_events(runId, t_ns);";
 
 static const struct ferry__migration migrations[] = {

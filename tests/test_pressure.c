@@ -524,6 +524,36 @@ static void test_cli_schedule(void **state) {
   assert_int_equal(query_int(s, "SELECT count(*) FROM requests WHERE runId = 2 AND finish_ns IS NOT NULL"), 12);
   assert_int_equal(query_int(s, "SELECT count(*) FROM runs WHERE complete = 1"), 2);
   sqlite3_close(s);
+  /* the report shows them: a section, and marks on the memory chart */
+  char rep[600], md[700];
+  snprintf(rep, sizeof rep, "%s/report", tmp);
+  snprintf(args, sizeof args, "report --db '%s' --out '%s' --timeline-run 1", db, rep);
+  rc = tu_run_ferry(args, &out);
+  if (rc) fprintf(stderr, "%s\n", out);
+  assert_int_equal(rc, 0);
+  assert_true(tu_contains(out, " events"));
+  free(out);
+  snprintf(md, sizeof md, "%s/report.md", rep);
+  FILE *f = fopen(md, "r");
+  assert_non_null(f);
+  const size_t cap = 64u << 20;
+  char *text = malloc(cap);
+  assert_non_null(text);
+  size_t n = fread(text, 1, cap - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  assert_true(tu_contains(text, "## What kept run r1 up"));
+  assert_true(tu_contains(text, "refuse new requests"));
+  assert_true(tu_contains(text, "plots/pressure_level.svg"));
+  snprintf(md, sizeof md, "%s/plots/memory.gp", rep);
+  f = fopen(md, "r");
+  assert_non_null(f);
+  n = fread(text, 1, cap - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  assert_true(tu_contains(text, "'budget changed'"));
+  assert_true(tu_contains(text, "$b1 using 1:2 with steps")); /* the host budget as it changed */
+  free(text);
 }
 
 int main(void) {

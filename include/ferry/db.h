@@ -408,6 +408,7 @@ struct ferry_event_row {
   int32_t level;         /**< pressure: the degradation level after it (-1: none) */
   const char *action;    /**< what was done, e.g. "shrink prefetch depth", "reload applied" */
   const char *detail;    /**< figures and names behind it, or NULL */
+  uint64_t budget_bytes; /**< a budget change: the tier's new budget (0: none) */
 };
 
 /**

@@ -341,6 +341,7 @@ struct ferry_engine_event {
   int32_t level;                 /**< the degradation level after it */
   char action[64];               /**< e.g. "shrink prefetch depth", "recover", "reload applied" */
   char detail[384];              /**< the figures or names behind it */
+  uint64_t budget_bytes;         /**< "budget changed": the tier's new budget; else 0 */
 };
 
 /**

@@ -357,6 +357,9 @@ static void change_budget(struct ferry_engine *e, enum ferry_tier tier, uint64_t
                       "%s budget %s -> %s (%s)", tier_word((int32_t)tier),
                       old ? ferry__format_bytes(old, was, sizeof was) : "unlimited",
                       ferry__format_bytes(bytes, now_b, sizeof now_b), why);
+  pthread_mutex_lock(&e->adapt_mu);
+  if (e->n_events) e->events[e->n_events - 1].budget_bytes = bytes;
+  pthread_mutex_unlock(&e->adapt_mu);
 }
 
 static void apply_schedule(struct ferry_engine *e, int64_t now_ns) {
