@@ -394,7 +394,13 @@ static ferry_status check_store(struct ferry_engine *e, ferry_store *store, stru
   x->kv_format = e->kv_format;
   x->kv_dtype = e->kv_dtype;
   x->kv_capacity = e->kv_capacity;
-  x->kv_layer_bytes = e->kv_layer_bytes;
+  x->kv_total_bytes = e->kv_total_bytes;
+  x->li = e->li; /* per-layer tables: borrowed, never freed through x */
+  x->rope = e->rope;
+  x->kv = e->kv;
+  x->first_moe_layer = e->first_moe_layer;
+  x->n_moe_layers = e->n_moe_layers;
+  x->attn_scale = e->attn_scale;
   x->bounce_bytes = e->bounce_bytes;
   memcpy(x->budget, e->budget, sizeof x->budget);
   x->asked_expert_slots = e->asked_expert_slots;
