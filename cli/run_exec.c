@@ -483,6 +483,7 @@ int run_execute(struct run_args *a) {
       ferry_db_run_meta(db, run_id, "REQUESTS_TOO_LONG", budget);
     }
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
+    resil_attach_db(&resil, db, run_id);
     struct ferry_device_info gpu;
     if (ferry_exec_device_info(ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(db, run_id, 0, &gpu)) != FERRY_OK) {
       cli_fail(st, NULL);

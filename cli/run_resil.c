@@ -119,7 +119,7 @@ static void add_event(struct run_resil *r, const char *kind, const char *action,
   if (r->n_ev == r->cap_ev) {
     size_t cap = r->cap_ev ? r->cap_ev * 2 : 64;
     /* a storm of retries is summarised by the counters; the rows stop at a bound */
-    struct resil_event *grown = cap <= 65536 ? ferry__reallocarray(r->ev, cap, sizeof *grown) : NULL;
+    struct resil_event *grown = cap <= 8192 ? ferry__reallocarray(r->ev, cap, sizeof *grown) : NULL;
     if (!grown) {
       r->dropped++;
       pthread_mutex_unlock(&r->mu);
@@ -150,6 +150,7 @@ void resil_init(struct run_resil *r, const struct resil_opts *o) {
   memset(r, 0, sizeof *r);
   r->o = o;
   r->listen_fd = -1;
+  r->run_id = -1;
   r->stop_pipe[0] = r->stop_pipe[1] = -1;
   pthread_mutex_init(&r->mu, NULL);
   /* from the start: the store's own reads (headers, the NaN scan) retry too; before the
@@ -198,9 +199,33 @@ static ferry_status do_reload(struct run_resil *r, const char *dir, const char *
   return FERRY_OK;
 }
 
+void resil_attach_db(struct run_resil *r, ferry_db *db, int64_t run_id) {
+  r->db = db;
+  r->run_id = run_id;
+  r->flushed_ns = ferry__mono_ns();
+}
+
+/* Write the command's events gathered so far and forget them (the array keeps its room). */
+static ferry_status flush_events(struct run_resil *r) {
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&r->mu);
+  for (size_t i = 0; i < r->n_ev && st == FERRY_OK; i++) {
+    struct ferry_event_row row = {.t_ns = r->ev[i].t_ns, .kind = r->ev[i].kind, .pressure_index = NAN, .level = -1,
+                                  .action = r->ev[i].action, .detail = r->ev[i].detail};
+    st = ferry_db_add_event(r->db, r->run_id, &row);
+  }
+  r->n_ev = 0;
+  pthread_mutex_unlock(&r->mu);
+  return st;
+}
+
 void resil_tick(void *user, ferry_engine *eng, int64_t now_ns) {
   struct run_resil *r = user;
   (void)eng;
+  if (r->db && r->run_id >= 0 && ferry__mono_ns() - r->flushed_ns > 1000000000LL) {
+    if (flush_events(r) != FERRY_OK) fprintf(stderr, "ferry: writing events: %s\n", ferry_last_error());
+    r->flushed_ns = ferry__mono_ns();
+  }
   struct resil_opts *o = (struct resil_opts *)r->o;
   for (int i = 0; i < o->n_reload_at; i++) {
     if (o->reload_at[i].done || now_ns < o->reload_at[i].at_ns) continue;
@@ -303,6 +328,7 @@ static ferry_status open_socket(struct run_resil *r, const char *path) {
 ferry_status resil_start(struct run_resil *r, ferry_engine *eng, const ferry_model *model) {
   r->eng = eng;
   r->model = model;
+  if (r->o->control_socket || r->o->reload_from || r->o->n_reload_at) ferry_manifest_prepare();
   if (!r->o->control_socket && !r->o->reload_from) return FERRY_OK;
   ferry_status st;
   if (r->o->control_socket && (st = open_socket(r, r->o->control_socket)) != FERRY_OK) return st;
@@ -365,12 +391,10 @@ ferry_status resil_write(struct run_resil *r, ferry_db *db, int64_t run_id) {
                                   .action = ev[i].action, .detail = ev[i].detail, .budget_bytes = ev[i].budget_bytes};
     st = ferry_db_add_event(db, run_id, &row);
   }
+  r->db = db;
+  r->run_id = run_id;
+  if (st == FERRY_OK) st = flush_events(r);
   pthread_mutex_lock(&r->mu);
-  for (size_t i = 0; i < r->n_ev && st == FERRY_OK; i++) {
-    struct ferry_event_row row = {.t_ns = r->ev[i].t_ns, .kind = r->ev[i].kind, .pressure_index = NAN, .level = -1,
-                                  .action = r->ev[i].action, .detail = r->ev[i].detail};
-    st = ferry_db_add_event(db, run_id, &row);
-  }
   const size_t dropped = r->dropped;
   pthread_mutex_unlock(&r->mu);
   struct ferry_io_stats io;

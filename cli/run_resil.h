@@ -63,6 +63,9 @@ struct run_resil {
   int stop_pipe[2];
   int listen_fd;
   int observing;
+  ferry_db *db;          /* where events go while serving (resil_attach_db), or NULL */
+  int64_t run_id;
+  int64_t flushed_ns;    /* wall clock of the last flush */
 };
 
 /* Before anything is opened: install the fault rules (--faults or FERRY_FAULT) and the retry
@@ -73,7 +76,10 @@ void resil_init(struct run_resil *r, const struct resil_opts *o);
 void resil_attach(struct run_resil *r, ferry_exec *ex);
 /* Once the engine exists: the control socket and SIGHUP reloads (a thread), when asked. */
 ferry_status resil_start(struct run_resil *r, ferry_engine *eng, const ferry_model *model);
-/* ferry_run_options.on_tick: timed reloads. */
+/* Once the run row exists: the command's events are written while serving (every second, from
+ * the serving thread), so a long run keeps none of them in memory. */
+void resil_attach_db(struct run_resil *r, ferry_db *db, int64_t run_id);
+/* ferry_run_options.on_tick: timed reloads, events written. */
 void resil_tick(void *user, ferry_engine *eng, int64_t now_ns);
 /* The run failed: record a device failure as an event. */
 void resil_note_failure(struct run_resil *r, ferry_status st, const char *msg);

@@ -265,7 +265,7 @@ static void serve_host(struct ferry_engine_config c, struct capture *cap, struct
     ferry_engine_summary(e, &r->sum);
     const struct ferry_engine_event *ev = ferry_engine_events(e, &r->n_ev);
     if (r->n_ev > 64) r->n_ev = 64;
-    memcpy(r->ev, ev, (size_t)r->n_ev * sizeof *ev);
+    if (r->n_ev) memcpy(r->ev, ev, (size_t)r->n_ev * sizeof *ev);
     int64_t n;
     const struct ferry_request_metrics *rm = ferry_engine_request_metrics(e, &n);
     memcpy(r->rm, rm, sizeof r->rm);
@@ -431,7 +431,7 @@ static void serve_sim(struct result *r, struct capture *cap) {
   ferry_engine_summary(e, &r->sum);
   const struct ferry_engine_event *ev = ferry_engine_events(e, &r->n_ev);
   if (r->n_ev > 64) r->n_ev = 64;
-  memcpy(r->ev, ev, (size_t)r->n_ev * sizeof *ev);
+  if (r->n_ev) memcpy(r->ev, ev, (size_t)r->n_ev * sizeof *ev);
   ferry_exec_set_sink(ex, NULL, NULL);
   ferry_engine_destroy(e);
   ferry_exec_destroy(ex);

@@ -219,7 +219,7 @@ static void serve(const char *dir, int first, int n, struct rec *r, struct outco
     o->version = ferry_engine_weights_version(e);
     const struct ferry_engine_event *ev = ferry_engine_events(e, &o->n_ev);
     if (o->n_ev > 32) o->n_ev = 32;
-    memcpy(o->ev, ev, (size_t)o->n_ev * sizeof *ev);
+    if (o->n_ev) memcpy(o->ev, ev, (size_t)o->n_ev * sizeof *ev);
   }
   ferry_engine_destroy(e); /* closes the staged store it owns */
   ferry_exec_destroy(ex);
@@ -364,7 +364,7 @@ static void sim_serve(int64_t stage_ns, struct outcome *o, uint64_t *h2d_late) {
   o->version = ferry_engine_weights_version(e);
   const struct ferry_engine_event *ev = ferry_engine_events(e, &o->n_ev);
   if (o->n_ev > 32) o->n_ev = 32;
-  memcpy(o->ev, ev, (size_t)o->n_ev * sizeof *ev);
+  if (o->n_ev) memcpy(o->ev, ev, (size_t)o->n_ev * sizeof *ev);
   int64_t n;
   const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
   *h2d_late = sm[n - 1].bytes_h2d;

@@ -242,6 +242,7 @@ struct ferry_serve_summary {
   int64_t requests_refused;   /**< requests refused under memory pressure */
   int32_t pressure_level_max; /**< highest degradation level reached (0: none) */
   int64_t reloads;            /**< weight versions swapped in */
+  int64_t budget_changes;     /**< budget changes applied (budget_bytes are those at the end) */
   int64_t steps;              /**< engine steps */
   int64_t tokens_generated;   /**< output tokens */
   int64_t duration_ns;        /**< first arrival to last finish */

@@ -351,6 +351,7 @@ static void change_budget(struct ferry_engine *e, enum ferry_tier tier, uint64_t
   const uint64_t old = e->budget[tier];
   e->budget[tier] = bytes;
   e->budget_changed = 1;
+  e->budget_changes++;
   uint64_t used;
   ferry_exec_tier_usage(e->ex, tier, &used, NULL);
   ferry__engine_event(e, FERRY_ENGINE_EVENT_PRESSURE, (int32_t)tier, ratio(used, bytes), "budget changed",

@@ -197,7 +197,7 @@ struct ferry_engine {
   int64_t level_since_ns;            /* executor time of the last transition (INT64_MIN: none) */
   int32_t asked_expert_slots;        /* expert slots of the first plan (level 2 halves them) */
   int refusing;                      /* level 4: new requests are refused */
-  int64_t reloads;
+  int64_t reloads, budget_changes;
   struct ferry_engine_event *events;
   int64_t n_events, cap_events;
 };

@@ -134,6 +134,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   for (int64_t i = 0; i < n; i++)
     cap += requests[i].output_tokens + requests[i].prompt_tokens / (e->cfg.max_step_tokens) + 2;
   e->steps = ferry__calloc((size_t)cap, sizeof *e->steps);
+  /* committed now, not page by page as steps complete: the serving loop takes no page fault
+   * for its records, and a long run's memory stays flat */
+  if (e->steps) memset(e->steps, 0, (size_t)cap * sizeof *e->steps);
   e->cap_steps = cap;
   if (!e->reqs || !e->req_metrics || !admit_order || !waiting || !e->steps) {
     st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
@@ -369,6 +372,7 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
   out->run_start_ns = e->run_start_ns;
   out->pressure_level_max = e->level_max;
   out->reloads = e->reloads;
+  out->budget_changes = e->budget_changes;
   ferry_free(a);
   ferry_free(b);
   ferry_free(c);
@@ -396,8 +400,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   }
   static const char *tiers[] = {"device", "host"};
   for (int t = 0; t < 2; t++)
-    fprintf(f, "peak %-6s %s of %s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
-            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited");
+    fprintf(f, "peak %-6s %s of %s%s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
+            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited",
+            s->budget_changes ? " (the budget at the end; budgets changed during the run)" : "");
   fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
           ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
   if (s->hits + s->misses)

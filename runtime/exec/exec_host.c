@@ -18,6 +18,7 @@
 #include "host_kernels.h"
 
 #define RING_CAPACITY 4096
+#define LARGE_BUFFER (1u << 20)
 
 struct host_queue {
   struct ferry_exec *ex;
@@ -193,8 +194,10 @@ static ferry_status host_drain(struct ferry_exec *ex) {
 }
 
 static ferry_status host_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
-  /* 4 KiB alignment: O_DIRECT reads may land in any host buffer. */
-  buf->ptr = ferry__aligned_alloc(FERRY_DIRECT_ALIGN, buf->bytes ? buf->bytes : 1);
+  /* 4 KiB alignment: O_DIRECT reads may land in any host buffer. Large buffers are mappings of
+   * their own, so what the engine frees (memory pressure, a reload) leaves the process. */
+  buf->ptr = buf->bytes >= LARGE_BUFFER ? ferry__pages_alloc(buf->bytes)
+                                        : ferry__aligned_alloc(FERRY_DIRECT_ALIGN, buf->bytes ? buf->bytes : 1);
   if (!buf->ptr)
     return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "host executor: cannot allocate %llu bytes for %s",
                           (unsigned long long)buf->bytes, buf->label);
@@ -215,7 +218,8 @@ static ferry_status host_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
 static void host_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
   (void)ex;
   if (buf->backend_ptr) munlock(buf->ptr, buf->bytes);
-  ferry_free(buf->ptr);
+  if (buf->bytes >= LARGE_BUFFER) ferry__pages_free(buf->ptr, buf->bytes);
+  else ferry_free(buf->ptr);
 }
 
 static void host_destroy(struct ferry_exec *ex) {
