@@ -48,6 +48,10 @@ void run_usage(FILE *f, const char *cmd) {
           "  --host-budget SIZE      host memory budget (default: sim 90%% of the profile's host memory, run\n"
           "                          half of the memory available at start; what does not fit is read from disk)\n"
           "  --home disk             stream every unit from disk (no host copies)\n"
+          "  --keep-cache            buffered disk reads keep their pages: the OS page cache (sim: its model, in the\n"
+          "                          host memory the budget leaves) serves a second read (default: drop them)\n"
+          "  --host-memory M         pinned (default: page-locked host tier, the link's full rate) or pageable\n"
+          "                          (ordinary memory: copies staged by the driver, the profile's pageable rate)\n"
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
           "  --max-batch N           concurrent sequences (default 8)\n"
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
@@ -92,6 +96,9 @@ void run_usage(FILE *f, const char *cmd) {
           sim ? "NAME|DIR" : "DIR", sim ? "preset name or model folder (shapes only)" : "model folder (config.json + safetensors)",
           sim ? "Simulation:\n"
                 "  --hw PROFILE            hardware profile (ferry hw list) or JSON file\n"
+                "  --runtime NAME          the software issuing the work: eager (PyTorch, one kernel at a time from\n"
+                "                          Python), graph (CUDA graphs), native (C++ engine), or a runtime file;\n"
+                "                          default: the profile's, else native\n"
               : "Executor:\n"
                 "  --backend host|cuda     executor (default host)\n"
                 "  --threads N             BLAS threads of the host executor (default: cores - 2, at least 1)\n"
@@ -120,7 +127,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE,
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE,
   /* staying up (cli/run_resil.c) */
   OPT_FAULTS, OPT_IO_RETRIES, OPT_VERIFY_READS, OPT_PRESSURE, OPT_PRESSURE_MARKS, OPT_PRESSURE_OS, OPT_HOST_SCHEDULE,
   OPT_RELOAD_AT, OPT_RELOAD_FROM, OPT_CONTROL_SOCKET, OPT_HELP
@@ -150,6 +157,8 @@ static const struct option run_opts[] = {
     {"predictor", required_argument, 0, OPT_PREDICTOR}, {"profile", no_argument, 0, OPT_PROFILE},
     {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
     {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
+    {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
+    {"keep-cache", no_argument, 0, OPT_KEEP_CACHE},
     /* staying up */
     {"faults", required_argument, 0, OPT_FAULTS}, {"io-retries", required_argument, 0, OPT_IO_RETRIES},
     {"verify-reads", no_argument, 0, OPT_VERIFY_READS}, {"pressure", no_argument, 0, OPT_PRESSURE},
@@ -185,12 +194,19 @@ static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
   if (a->plan_only &&
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
-                                                 "predictor-routing", "predictor-model", "faults", "io-retries",
-                                                 "verify-reads", "host-budget-schedule", "reload-at", "reload-from",
-                                                 "control-socket", NULL})))
+                                                 "predictor-routing", "predictor-model", "runtime", "host-memory",
+                                                 "keep-cache", "faults", "io-retries", "verify-reads",
+                                                 "host-budget-schedule", "reload-at", "reload-from", "control-socket",
+                                                 NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
-  if (sim && (o = first_given(a, (const char *const[]){"direct-io", "drop-cache", "greedy", "threads", NULL})))
+  if (sim && (o = first_given(a, (const char *const[]){"greedy", "threads", NULL})))
     return cli_usage_error(cmd, "--%s is for 'ferry run': the simulator reads no weights and computes nothing", o);
+  if (sim && (o = first_given(a, (const char *const[]){"direct-io", "drop-cache", NULL})))
+    return cli_usage_error(cmd, "--%s is for 'ferry run': the simulator's disk reads already leave nothing in its page "
+                                "cache model unless --keep-cache",
+                           o);
+  if (a->keep_cache && (a->ec.read_flags & FERRY_READ_DIRECT))
+    return cli_usage_error(cmd, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
   if (!sim && !strcmp(a->backend, "cuda") && run_given(a, "threads"))
     return cli_usage_error(cmd, "--threads sets the host executor's BLAS threads; --backend cuda computes on the GPU");
   const int32_t batch = a->ec.max_batch ? a->ec.max_batch : 8;
@@ -290,6 +306,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &v)) return CLI_USAGE; a->threads = (int)v; break;
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
+      case OPT_KEEP_CACHE: a->keep_cache = 1; break;
       case OPT_GREEDY: a->ec.greedy = 1; break;
       case OPT_DUMP:
         if (sim) return cli_usage_error(cmd, "--dump-logits needs a real executor (the simulator computes no logits)");
@@ -298,6 +315,15 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_HW:
         if (!sim) return cli_usage_error(cmd, "--hw is for 'ferry sim'");
         a->hw = optarg;
+        break;
+      case OPT_HOST_MEMORY:
+        if (strcmp(optarg, "pinned") && strcmp(optarg, "pageable"))
+          return cli_usage_error(cmd, "--host-memory: expected 'pinned' or 'pageable', got '%s'", optarg);
+        a->host_pageable = !strcmp(optarg, "pageable");
+        break;
+      case OPT_RUNTIME:
+        if (!sim) return cli_usage_error(cmd, "--runtime is for 'ferry sim' (a real run's overheads are its own)");
+        a->runtime = optarg;
         break;
       case OPT_RECORD_ROUTING: a->record_routing = optarg; break;
       case OPT_RECORD_FEATURES: a->record_features = optarg; break;
@@ -378,15 +404,17 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   const int refused = refuse_ignored(cmd, a, sim);
   if (refused) return refused;
   /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
-  if (drop_cache_set || !(a->ec.read_flags & FERRY_READ_DIRECT)) a->ec.read_flags |= FERRY_READ_DROP_CACHE;
+  if (drop_cache_set && a->keep_cache) return cli_usage_error(cmd, "give either --drop-cache or --keep-cache, not both");
+  if (drop_cache_set || (!(a->ec.read_flags & FERRY_READ_DIRECT) && !a->keep_cache))
+    a->ec.read_flags |= FERRY_READ_DROP_CACHE;
   a->ec.seed = a->seed;
   const struct ferry_path_use paths[] = {
       {"--db", a->db, FERRY_PATH_OUT | FERRY_PATH_SQLITE}, {"--record-routing", a->record_routing, FERRY_PATH_OUT},
       {"--dump-logits", a->dump_logits, FERRY_PATH_OUT},   {"--model", a->model, FERRY_PATH_DIR},
       {"--trace", a->trace, 0},                            {"--routing", a->routing, 0},
       {"--predictor-routing", a->predictor_routing, 0},    {"--predictor-model", a->predictor_model, 0},
-      {"--hw", a->hw, 0},                                  {"--reload-from", a->resil.reload_from, FERRY_PATH_DIR},
-      {"--control-socket", a->resil.control_socket, FERRY_PATH_OUT}};
+      {"--hw", a->hw, 0},                                  {"--runtime", a->runtime, 0},
+      {"--reload-from", a->resil.reload_from, FERRY_PATH_DIR}, {"--control-socket", a->resil.control_socket, FERRY_PATH_OUT}};
   if (cli_check_paths(cmd, paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
   return 0;
 }

@@ -42,6 +42,7 @@ static const struct key {
     /* staying up */
     {"faults", 0},         {"io_retries", 0},   {"verify_reads", 1},   {"pressure", 1},
     {"pressure_marks", 0}, {"pressure_os", 1},  {"host_budget_schedule", 0}, {"reload_at", 0},
+    {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -203,9 +204,9 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     k++;
     char *val = value_text(sw->spec_path, it->string, v, key->flag);
     if (!val) return CLI_USAGE;
-    /* hardware profiles, routing sources and --quant sizing are the simulator's options */
+    /* hardware profiles, runtimes, routing sources and --quant sizing are the simulator's options */
     if (!sim && (!strcmp(key->name, "hw") || !strcmp(key->name, "routing") || !strcmp(key->name, "routing_synth") ||
-                 !strcmp(key->name, "quant"))) {
+                 !strcmp(key->name, "quant") || !strcmp(key->name, "runtime"))) {
       ferry_free(val);
       continue;
     }

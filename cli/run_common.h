@@ -12,11 +12,14 @@ struct run_args {
   const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
   const char *record_routing, *record_features, *routing, *routing_synth, *quant, *predictor, *predictor_routing, *predictor_model;
   const char *kv_dtype; /* --kv-dtype as given (NULL: the model's dtype) */
+  const char *runtime;  /* sim: runtime preset or file (NULL: the profile's, else "native") */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
   uint64_t seed;
   double time_scale;
   int as_fast, plan_only, progress, threads, profile;
+  int host_pageable; /* --host-memory pageable: the host tier is not pinned */
+  int keep_cache;    /* --keep-cache: buffered disk reads keep their pages */
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
   uint64_t given;   /* one bit per option given on the command line (run_given()) */

@@ -32,8 +32,10 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
   add_str(o, "host_budget_schedule", a->resil.host_schedule);
+  add_str(o, "host_memory", a->host_pageable ? "pageable" : NULL); /* pinned, the default, keeps older hashes */
   add_str(o, "hw", a->hw);
   if (a->resil.io_retries >= 0) cJSON_AddNumberToObject(o, "io_retries", (double)a->resil.io_retries);
+  if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
   add_str(o, "kv_dtype", a->kv_dtype);
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
@@ -61,6 +63,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
   add_str(o, "routing", a->routing);
   add_str(o, "routing_synth", a->routing_synth);
+  add_str(o, "runtime", a->runtime);
   cJSON_AddNumberToObject(o, "seed", (double)a->seed);
   cJSON_AddNumberToObject(o, "threads", a->threads);
   cJSON_AddNumberToObject(o, "time_scale", a->time_scale);

@@ -219,7 +219,8 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
 static ferry_status refuse_ignored_when_resident(const struct run_args *a, int asked_all, int defaulted) {
   if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
   static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
-                                          "fill-budget",  "expert-cache",   "predictor", "direct-io", NULL};
+                                          "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
+                                          NULL};
   const char *o = NULL;
   for (size_t i = 0; streaming[i] && !o; i++)
     if (run_given(a, streaming[i])) o = streaming[i];
@@ -257,6 +258,22 @@ static ferry_status check_routing_coverage(const struct run_args *a, const ferry
   return FERRY_OK;
 }
 
+/* Fitted kernel costs that explain little of their measurements (R^2 below
+ * FERRY_HW_FIT_R2_MIN): named in `out` ("" when none) and warned of, since the run's
+ * predictions rest on them. */
+static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
+  size_t n = 0;
+  out[0] = '\0';
+  for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
+    if (!(p->cost_set >> i & 1) || p->cost[i].r2 == 0 || p->cost[i].r2 >= FERRY_HW_FIT_R2_MIN) continue;
+    int k = snprintf(out + n, len - n, "%s%s R^2 %.2f", n ? ", " : "", ferry_hw_cost_kind_name(i), p->cost[i].r2);
+    if (k < 0 || (size_t)k >= len - n) break;
+    n += (size_t)k;
+  }
+  if (n) fprintf(stderr, "ferry: warning: %s has weak fitted costs (%s < %.1f): its predictions may be off\n", p->name, out,
+                 FERRY_HW_FIT_R2_MIN);
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -267,6 +284,7 @@ int run_execute(struct run_args *a) {
   ferry_db *db = NULL;
   int64_t run_id = -1;
   char *config_json = NULL, *dump_tmp = NULL;
+  char fit_warning[512] = "";
   ferry_routing *recorded = NULL, *replayed = NULL;
   ferry_routing_synth *synth = NULL;
   ferry_routing_replay *replay = NULL;
@@ -348,12 +366,16 @@ int run_execute(struct run_args *a) {
   }
   struct ferry_exec_config xc = {.device_budget_bytes = a->ec.device_budget_bytes,
                                  .host_budget_bytes = a->ec.host_budget_bytes,
-                                 .lock_host_memory = 1,
+                                 .lock_host_memory = !a->host_pageable,
                                  .compute_threads = a->threads};
   if (sim) {
     ferry_hw *hw = NULL;
     st = ferry_hw_open(&hw, a->hw);
+    /* the software issuing the work: as asked, else the profile's, else a C++ engine */
+    if (st == FERRY_OK && (a->runtime || !ferry_hw_get(hw)->has_runtime))
+      st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
     if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
+    if (st == FERRY_OK) weak_fits(ferry_hw_get(hw), fit_warning, sizeof fit_warning);
     ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
@@ -482,6 +504,7 @@ int run_execute(struct run_args *a) {
       snprintf(budget, sizeof budget, "%lld", (long long)a->too_long);
       ferry_db_run_meta(db, run_id, "REQUESTS_TOO_LONG", budget);
     }
+    if (fit_warning[0]) ferry_db_run_meta(db, run_id, "WEAK_FITS", fit_warning);
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
     resil_attach_db(&resil, db, run_id);
     struct ferry_device_info gpu;
@@ -538,6 +561,12 @@ int run_execute(struct run_args *a) {
       fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time: %llu events (%.0f events/s), %llu ops\n",
               (double)ss.now_ns / 1e9, wall_s, (unsigned long long)ss.events_run,
               wall_s > 0 ? (double)ss.events_run / wall_s : 0.0, (unsigned long long)ss.ops_done);
+    if (ferry_exec_sim_stats(ex, &ss) == FERRY_OK && ss.cache_hits + ss.cache_misses) {
+      char hit[32];
+      fprintf(stderr, "ferry: page cache: %llu of %llu buffered disk reads served from memory (%s)\n",
+              (unsigned long long)ss.cache_hits, (unsigned long long)(ss.cache_hits + ss.cache_misses),
+              ferry__format_bytes(ss.bytes_cache, hit, sizeof hit));
+    }
   }
   struct ferry_serve_summary sum;
   ferry_engine_summary(eng, &sum);
