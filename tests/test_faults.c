@@ -365,8 +365,10 @@ static ferry_status sim_serve(const char *faults, struct ferry_serve_summary *su
   ferry_engine *e = NULL;
   assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
   assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  /* reads drop their pages (as ferry sim by default): each one comes from the disk model */
   struct ferry_engine_config c = {.block_layers = 1, .prefetch_depth = 1, .home_disk = 1, .max_batch = 3,
-                                  .max_step_tokens = 16, .max_seq_tokens = 16, .seed = 5};
+                                  .max_step_tokens = 16, .max_seq_tokens = 16, .seed = 5,
+                                  .read_flags = FERRY_READ_DROP_CACHE};
   uint64_t dev = 0, host = 0;
   assert_int_equal(ferry_engine_min_budgets(m, NULL, &c, &dev, &host), FERRY_OK);
   c.device_budget_bytes = dev;
@@ -438,7 +440,9 @@ static void test_cli_database_after_failures(void **state) {
   (void)state;
   char db[600], args[2048], *out = NULL;
   snprintf(db, sizeof db, "%s/study.db", tmp);
-  const char *common = "--synthetic rate=100,n=5,prompt=6,output=4 --block-layers 2 --home disk --device-budget 6MiB "
+  /* every request at the start: the same steps, reads and kernels in every run */
+  const char *common = "--synthetic rate=100,n=5,prompt=6,output=4 --as-fast-as-possible --block-layers 2 --home disk "
+                       "--device-budget 6MiB "
                        "--io-retries 2 --quiet";
   /* 1: clean; 2: transient faults survived; 3: a read failing for good; 4: the device lost */
   snprintf(args, sizeof args, "run --model '%s' %s --db '%s'", model_dir, common, db);
