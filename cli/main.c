@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/json.h"
 
 static const struct command {
   const char *name;
@@ -34,6 +35,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  ferry__json_init(); /* every cJSON tree of the process through one allocator */
   /* A serving process sheds memory under pressure and swaps weights while it runs: what it frees
    * must leave it. glibc's dynamic thresholds grow to the largest block freed (a 4 MiB scan
    * buffer, a weight buffer) and then keep blocks up to that size on the heap after they are

@@ -328,7 +328,6 @@ static ferry_status open_socket(struct run_resil *r, const char *path) {
 ferry_status resil_start(struct run_resil *r, ferry_engine *eng, const ferry_model *model) {
   r->eng = eng;
   r->model = model;
-  if (r->o->control_socket || r->o->reload_from || r->o->n_reload_at) ferry_manifest_prepare();
   if (!r->o->control_socket && !r->o->reload_from) return FERRY_OK;
   ferry_status st;
   if (r->o->control_socket && (st = open_socket(r, r->o->control_socket)) != FERRY_OK) return st;

@@ -1,7 +1,7 @@
-/* What kept a run up (engine_events, schema version 5): budget changes, memory-pressure
+/* What kept a run up (engine_events, schema version 6): budget changes, memory-pressure
  * transitions, reloads, I/O retries, device failures and refused requests, as marks on the
  * run's timeline and memory charts and as a section of their own (a table, the CSV, and the
- * degradation level over time). Databases older than version 5 have none: nothing is shown. */
+ * degradation level over time). Databases older than version 6 have none: nothing is shown. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -186,13 +186,6 @@ ferry_status ferry_store_scan_nonfinite(ferry_store *store, unsigned flags, stru
 ferry_status ferry_manifest_write(const char *dir);
 
 /**
- * @brief Load the SHA-256 implementation now: a process that will verify manifests while it
- *        serves (hot reloads) pays the library's one-time set-up, about 2 MB of code and tables,
- *        at start instead of at its first reload. Optional; safe to call more than once.
- */
-void ferry_manifest_prepare(void);
-
-/**
  * @brief Check every file of @p dir against its manifest before it is served (hot reload):
  *        each listed file must hash to its SHA-256, and every model file of the folder must be
  *        listed.

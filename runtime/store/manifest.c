@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +12,9 @@
 
 #include "common/alloc.h"
 #include "common/fsutil.h"
+#include "common/sha256.h"
 #include "common/strbuf.h"
 #include "ferry/store.h"
-
-#define HASH_CHUNK (4u << 20)
 
 /* Files a manifest covers: everything a model folder is read from. */
 static int covered(const char *name) {
@@ -25,38 +23,7 @@ static int covered(const char *name) {
          (n > 12 && !strcmp(name + n - 12, ".safetensors"));
 }
 
-static ferry_status sha256_file(const char *path, char hex[65]) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ferry__fail(errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  ferry_status st = FERRY_OK;
-  /* a mapping of its own, returned at once: a serving process hashes a folder per reload */
-  unsigned char *buf = ferry__pages_alloc(HASH_CHUNK);
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  if (!buf || !ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-    st = ferry__fail(FERRY_ERR_NOMEM, "%s: cannot start a SHA-256 digest", path);
-    goto out;
-  }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    st = ferry__fail(FERRY_ERR_IO, "%s: %s", path, strerror(errno));
-    goto out;
-  }
-  for (uint64_t off = 0; off < (uint64_t)sb.st_size;) {
-    size_t n = (uint64_t)sb.st_size - off < HASH_CHUNK ? (size_t)((uint64_t)sb.st_size - off) : HASH_CHUNK;
-    if ((st = ferry__pread_all(fd, buf, n, off, path, NULL)) != FERRY_OK) goto out;
-    EVP_DigestUpdate(ctx, buf, n);
-    off += n;
-  }
-  unsigned char md[32];
-  unsigned int md_len = 0;
-  EVP_DigestFinal_ex(ctx, md, &md_len);
-  for (unsigned i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
-out:
-  EVP_MD_CTX_free(ctx);
-  ferry__pages_free(buf, HASH_CHUNK);
-  close(fd);
-  return st;
-}
+static ferry_status sha256_file(const char *path, char hex[65]) { return ferry__sha256_file(path, hex, NULL); }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
@@ -101,12 +68,6 @@ static ferry_status list_covered(const char *dir, char ***out, size_t *n_out) {
 static void free_names(char **names, size_t n) {
   for (size_t i = 0; i < n; i++) ferry_free(names[i]);
   ferry_free(names);
-}
-
-void ferry_manifest_prepare(void) {
-  unsigned char md[32];
-  unsigned int len = 0;
-  (void)EVP_Digest("", 0, md, &len, EVP_sha256(), NULL);
 }
 
 ferry_status ferry_manifest_write(const char *dir) {
