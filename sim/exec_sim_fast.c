@@ -12,6 +12,7 @@
 
 #include "common/alloc.h"
 #include "common/error.h"
+#include "common/io.h"
 #include "runtime/exec/graph.h"
 #include "sim/exec_sim_impl.h"
 
@@ -65,6 +66,14 @@ static const char *chan_name(int c) {
   return c >= 0 && c < CHAN_COUNT ? names[c] : "?";
 }
 
+/* A read done: the I/O layer's counters as the event path keeps them (one read, one attempt:
+ * the fast path runs only without injected faults, see ferry__sim_fast_submit()). */
+static void count_read(struct sim_exec *s) {
+  s->reads++;
+  ferry__io_count(FERRY__IO_READS, 1);
+  ferry__io_count(FERRY__IO_ATTEMPTS, 1);
+}
+
 static void raise_event(ferry_event *ev, uint64_t gen, int64_t t_ns) {
   if (atomic_load_explicit(&ev->done_gen, memory_order_relaxed) < gen) {
     atomic_store(&ev->done_gen, gen);
@@ -94,7 +103,7 @@ static void complete_reported(struct sim_exec *s, struct sim_queue *q) {
     case FERRY_OP_COPY:
     case FERRY_OP_READ:
       if (fo->kind == FERRY_OP_COPY) s->copies++;
-      else s->reads++;
+      else count_read(s);
       ferry__fluid_account(s->chan[fo->chan], fo->gen, fo->flow_ns);
       break;
     case FERRY_OP_WAIT:
@@ -140,7 +149,7 @@ static void complete_quiet(struct sim_exec *s, struct sim_queue *q) {
       case FERRY_OP_COPY:
       case FERRY_OP_READ:
         if (fo->kind == FERRY_OP_COPY) s->copies++;
-        else s->reads++;
+        else count_read(s);
         ferry__fluid_account(s->chan[fo->chan], fo->gen, fo->flow_ns);
         busy += span;
         break;
@@ -269,6 +278,12 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
   struct sim_cost c;
   struct fast_op *fo;
   ferry_status st;
+  /* injected faults (ferry/fault.h) are drawn as ops start, which only the event path models:
+   * an executor created with faults installed runs exact (ferry_exec_create_sim()) */
+  if (__builtin_expect(ferry_fault_active(), 0))
+    return ferry__err_set(&s->ex->err, FERRY_ERR_INVALID,
+                          "sim executor: faults were installed after this fast-mode executor was created; install "
+                          "them first (it then runs in exact mode) or create it with sim_mode FERRY_SIM_EXACT");
   if ((st = ferry__sim_prepare(s, &c, op)) != FERRY_OK) return st;
   const int64_t issue = ferry__sim_issue_ns(s, &c, op);
   ferry__sim_fast_host_busy(s, issue); /* the runtime issues it before it reaches the queue */

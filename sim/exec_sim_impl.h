@@ -47,6 +47,11 @@ struct sim_op {
   struct ferry_op op;  /* kernels: only the header unless a sink wanted the whole op */
   int full;            /* op.u holds the whole kernel */
   struct sim_cost cost;
+  enum ferry_fault_kind fault; /* reads: the injected fault of the attempt in flight */
+  int32_t attempt;             /* reads: attempts made (the I/O layer's retries, in virtual time) */
+  int32_t failures;            /* reads: failed attempts */
+  int read_failed;             /* reads: failed for good */
+  int64_t first_start_ns;      /* start of the first attempt (-1 until one failed) */
 };
 
 /* An op enqueued on the fast path: its times are known, so little is kept (the ring is walked

@@ -15,6 +15,7 @@
 
 #include "ferry/engine.h"
 #include "ferry/exec.h"
+#include "ferry/fault.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
 #include "ferry/quant.h"
@@ -88,6 +89,8 @@ struct workload {
                            synchronously and dequantizes with kernels of its own), or NULL: none */
   int pageable;         /* host memory not pinned: the host waits for each host-to-device copy */
   int drop_cache;       /* disk reads drop their pages (else the page cache keeps them) */
+  int schedule;         /* memory-pressure control with the device budget cut at 4 ms and restored
+                           at 8 ms: the engine re-plans mid-run (its op graphs recorded again) */
 };
 
 struct result {
@@ -96,6 +99,7 @@ struct result {
   struct ferry_step_metrics *steps;
   int64_t n_req, n_steps;
   struct ferry_sim_stats stats;
+  int64_t replans; /* engine events with a new placement */
 };
 
 static void run(const struct workload *w, int mode, struct result *out) {
@@ -139,7 +143,17 @@ static void run(const struct workload *w, int mode, struct result *out) {
     const uint64_t expert = 3 * (uint64_t)mc->hidden * (uint64_t)mc->expert_intermediate * 4;
     c.device_budget_bytes = dmin + (uint64_t)w->expert_slots * expert;
   }
-  struct ferry_exec_config xc = {.device_budget_bytes = c.device_budget_bytes, .lock_host_memory = !w->pageable,
+  struct ferry_budget_change sched[2];
+  if (w->schedule) { /* the device cut to 2 expert slots over the minimum at 4 ms, restored at 8 ms */
+    const uint64_t expert = 3 * (uint64_t)mc->hidden * (uint64_t)mc->expert_intermediate * 4;
+    c.pressure.enabled = 1;
+    sched[0] = (struct ferry_budget_change){.at_ns = 4000000, .tier = FERRY_TIER_DEVICE, .bytes = dmin + 2 * expert};
+    sched[1] = (struct ferry_budget_change){.at_ns = 8000000, .tier = FERRY_TIER_DEVICE, .bytes = c.device_budget_bytes};
+    c.budget_schedule = sched;
+    c.n_budget_changes = 2;
+  }
+  struct ferry_exec_config xc = {.device_budget_bytes = c.device_budget_bytes,
+                                 .host_budget_bytes = c.host_budget_bytes, .lock_host_memory = !w->pageable,
                                  .sim_mode = mode};
   ferry_exec *ex = NULL;
   ferry_engine *eng = NULL;
@@ -158,6 +172,12 @@ static void run(const struct workload *w, int mode, struct result *out) {
   memcpy(out->req, rm, (size_t)out->n_req * sizeof *rm);
   memcpy(out->steps, sm, (size_t)out->n_steps * sizeof *sm);
   assert_int_equal(ferry_exec_sim_stats(ex, &out->stats), FERRY_OK);
+  int64_t n_ev = 0;
+  const struct ferry_engine_event *ev = ferry_engine_events(eng, &n_ev);
+  out->replans = 0;
+  for (int64_t i = 0; i < n_ev; i++) { /* a new placement is described by its slots */
+    if (strstr(ev[i].detail, "expert slot(s)")) out->replans++;
+  }
   ferry_engine_destroy(eng);
   ferry_exec_destroy(ex);
   ferry_routing_synth_free(synth);
@@ -188,7 +208,10 @@ static void compare(const struct workload *w) {
   const struct result *r[2] = {&fast, &check};
   for (int i = 0; i < 2; i++) {
     const struct ferry_serve_summary *a = &r[i]->sum, *b = &exact.sum;
-    assert_int_equal(a->requests_done, N_REQ);
+    if (a->requests_done != N_REQ)
+      fail_msg("%s: %lld request(s) done, %lld refused, pressure level up to %d (exact: %lld done)", w->name,
+               (long long)a->requests_done, (long long)a->requests_refused, a->pressure_level_max,
+               (long long)b->requests_done);
     assert_int_equal(a->requests_done, b->requests_done);
     assert_int_equal(a->steps, b->steps);
     assert_int_equal(a->bytes_disk, b->bytes_disk);
@@ -234,6 +257,12 @@ static void compare(const struct workload *w) {
   assert_true(fast.stats.graph_ops > 0);         /* the fast mode did replay */
   assert_true(fast.stats.graph_ops < fast.stats.ops_done);
   if (!w->resident_all) assert_true(exact.sum.bytes_h2d > 0);
+  if (w->schedule) {
+    assert_int_equal(exact.sum.budget_changes, 2);
+    assert_int_equal(exact.replans, 2); /* fewer expert slots, then as many as before */
+    assert_int_equal(fast.replans, exact.replans);
+    assert_int_equal(check.replans, exact.replans);
+  }
   result_free(&exact);
   result_free(&fast);
   result_free(&check);
@@ -269,6 +298,8 @@ static const struct workload workloads[] = {
      .prefetch_depth = 1, .expert_slots = 6},
     {.name = "dense on disk, pages dropped", .preset = "tiny-dense", .home_disk = 1, .drop_cache = 1,
      .runtime = "native", .block_layers = 2, .prefetch_depth = 1},
+    {.name = "budget schedule under pressure", .preset = "tiny-moe", .block_layers = 1, .prefetch_depth = 2,
+     .expert_slots = 6, .schedule = 1},
 };
 
 static void test_fast_equals_exact(void **state) {
@@ -307,6 +338,41 @@ static void test_shared_channel_refused(void **state) {
   ferry_hw_close(hw);
 }
 
+/* Injected faults are modelled by the exact mode only: a fast executor created with faults
+ * installed runs exact (events, delays charged); one whose faults came later refuses ops. */
+static void test_faults_run_exact(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("plain", "");
+  for (int late = 0; late < 2; late++) {
+    if (!late) assert_int_equal(ferry_fault_set("copy:delay:1@1+"), FERRY_OK);
+    struct ferry_exec_config xc = {.lock_host_memory = 1, .sim_mode = FERRY_SIM_FAST};
+    ferry_exec *ex = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
+    if (late) assert_int_equal(ferry_fault_set("copy:delay:1@1+"), FERRY_OK);
+    int32_t q;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q), FERRY_OK);
+    ferry_buf *h, *d;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &h), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1 << 20, "d", &d), FERRY_OK);
+    struct ferry_ref rh = {h, 0, FERRY_DTYPE_U8}, rd = {d, 0, FERRY_DTYPE_U8};
+    ferry_status st = ferry_exec_copy(ex, q, rd, rh, 1 << 20);
+    struct ferry_sim_stats stats;
+    if (!late) {
+      assert_int_equal(st, FERRY_OK);
+      assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+      assert_int_equal(ferry_exec_sim_stats(ex, &stats), FERRY_OK);
+      assert_true(stats.events_run > 0);        /* the discrete-event path ran it */
+      assert_true(stats.now_ns >= 1000000);     /* with its injected millisecond */
+    } else {
+      assert_int_equal(st, FERRY_ERR_INVALID);
+      assert_true(tu_contains(ferry_exec_errmsg(ex), "faults were installed after"));
+    }
+    ferry_fault_clear();
+    ferry_exec_destroy(ex);
+  }
+  ferry_hw_close(hw);
+}
+
 /* `ferry sim` is fast by default and --exact gives the same summary. */
 static void test_cli_exact(void **state) {
   (void)state;
@@ -330,6 +396,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fast_equals_exact),
       cmocka_unit_test(test_shared_channel_refused),
+      cmocka_unit_test(test_faults_run_exact),
       cmocka_unit_test(test_cli_exact),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

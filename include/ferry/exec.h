@@ -62,7 +62,9 @@ struct ferry_exec_config {
  * exact one (the test suite compares them on dense and MoE runs, offloaded and resident, with
  * and without a predictor), provided every channel (a link direction, the disk, a memory) is
  * used by one queue only, as the engine does; an op that would share a channel with another
- * queue is refused in the fast modes, with a message.
+ * queue is refused in the fast modes, with a message. Injected faults (fault.h) are modelled by
+ * the exact mode only: an executor created while faults are installed runs exact whatever its
+ * mode, and a fast one refuses ops once faults are installed after its creation.
  */
 enum ferry_sim_mode {
   FERRY_SIM_EXACT = 0, /**< every op becomes events of the discrete-event simulation (transfers of
@@ -287,6 +289,17 @@ void ferry_exec_tier_usage(const ferry_exec *ex, enum ferry_tier tier, uint64_t 
 
 /** @brief Budget of a tier (0 = unlimited). */
 uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier);
+
+/**
+ * @brief Change the budget of a tier while the executor runs (memory pressure: the engine sheds
+ *        memory first, then lowers the budget, so later allocations are held to it).
+ * @param ex the executor.
+ * @param tier FERRY_TIER_DEVICE or FERRY_TIER_HOST.
+ * @param bytes the new budget (0 = unlimited).
+ * @return FERRY_OK; FERRY_ERR_BUDGET, with the budget set all the same, when the tier already
+ *         holds more (the message gives both figures); FERRY_ERR_INVALID for another tier.
+ */
+ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes);
 
 /**
  * @brief Enqueue a read of a file range of a store into a host buffer.
