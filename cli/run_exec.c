@@ -557,6 +557,7 @@ int run_execute(struct run_args *a) {
   ferry_engine_summary(eng, &sum);
   if (a->summary_out) *a->summary_out = sum;
   else ferry_serve_summary_print(&sum, stdout);
+  if (a->on_served) a->on_served(a->served_user, eng);
   if (db && (st = write_results(db, run_id, eng, &sum)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
