@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/mpi.h"
 #include "cli/output.h"
 #include "cli/plan.h"
 #include "cli/plan_record.h"
@@ -353,8 +354,7 @@ static void print_text(const struct plan_state *ps, int cheapest, double wall_s)
   }
   int sims = 0;
   for (int i = 0; i < ps->nhw; i++) sims += ps->hw[i].sims;
-  printf("%d simulations of %zu requests per replica in %.1f s on %d worker(s)\n", sims,
-         plan_workload_count(ps->w, 1), wall_s, o->jobs);
+  printf("%d simulations of %zu requests per replica in %.1f s\n", sims, plan_workload_count(ps->w, 1), wall_s);
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -362,13 +362,34 @@ int cmd_plan(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? CLI_OK : rc;
   struct plan_state ps = {.o = &o};
+  struct cli_mpi mpi = {.size = 1};
+  const char **names = NULL;
   ferry_model *model = NULL;
   if (ferry_model_open(&model, o.model) != FERRY_OK) return cli_fail(FERRY_ERR_NOT_FOUND, NULL);
   const int moe = ferry_model_get_config(model)->n_experts > 0;
   ferry_model_close(model);
   o.moe = moe;
+  /* under mpirun rank 0 searches and the other ranks simulate what it sends them */
+  if ((rc = cli_mpi_start("plan", &mpi)) != CLI_OK) return rc;
   if ((rc = load_hardware(&o, &ps)) != CLI_OK) goto out;
   for (int i = 0; i < ps.nhw; i++) ps.hw[i].moe = moe;
+  if (mpi.rank > 0) {
+    /* the same request slices, in this rank's own temporary folder */
+    struct plan_opts wo = o;
+    wo.db = NULL;
+    if ((rc = plan_workload_open(&wo, &ps.w)) != CLI_OK) {
+      cli_mpi_abort(&mpi, rc);
+      goto out;
+    }
+    if (!(names = ferry__calloc((size_t)ps.nhw + 1, sizeof *names))) {
+      rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
+      cli_mpi_abort(&mpi, rc);
+      goto out;
+    }
+    for (int i = 0; i < ps.nhw; i++) names[i] = ps.hw[i].name;
+    rc = plan_remote_worker(&o, names, ps.w, &mpi);
+    goto out;
+  }
   if ((rc = plan_workload_open(&o, &ps.w)) != CLI_OK) goto out;
   for (int i = 0; i < ps.nhw; i++)
     if (!ps.hw[i].skipped && (rc = plan_workload_prepare(ps.w, ps.hw[i].replicas)) != CLI_OK) goto out;
@@ -376,11 +397,14 @@ int cmd_plan(int argc, char **argv) {
   ps.mean_output = plan_workload_mean_output(ps.w);
   if (!o.quiet)
     fprintf(stderr, "ferry plan: %s, %zu requests per replica (%.4g req/s as recorded, %.1f output tokens each), "
-                    "demand %.4g req/s, SLO %s; %d profile(s), %d worker(s)\n",
+                    "demand %.4g req/s, SLO %s; %d profile(s), %d worker(s)%s\n",
             o.model, plan_workload_count(ps.w, 1), plan_workload_rate(ps.w, 1), ps.mean_output, ps.demand_rps,
-            o.slo_text, ps.nhw, o.jobs);
+            o.slo_text, ps.nhw, o.jobs + mpi.size - 1, mpi.size > 1 ? " (with the other MPI ranks)" : "");
   const int64_t t0 = ferry__mono_ns();
-  if ((rc = plan_run_local(&ps, o.jobs)) != CLI_OK) goto out;
+  if ((rc = plan_run(&ps, o.jobs, &mpi)) != CLI_OK) {
+    if (mpi.size > 1) cli_mpi_abort(&mpi, rc);
+    goto out;
+  }
   const double wall_s = (double)(ferry__mono_ns() - t0) / 1e9;
   struct ferry_plan_choice *choice = ferry__calloc((size_t)ps.nhw, sizeof *choice);
   if (!choice) {
@@ -402,6 +426,8 @@ int cmd_plan(int argc, char **argv) {
 out:
   for (int i = 0; i < ps.nhw; i++) plan_hw_free(&ps.hw[i]);
   ferry_free(ps.hw);
+  ferry_free(names);
   plan_workload_close(ps.w);
+  cli_mpi_stop(&mpi);
   return rc;
 }

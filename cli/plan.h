@@ -121,15 +121,23 @@ void plan_job_argv(const struct plan_opts *o, const char *hw_name, const struct 
 /* A human description of knobs ("int8, batch 32, prefetch 2"). */
 void plan_knobs_text(const struct plan_opts *o, const struct plan_knobs *k, char *buf, size_t len);
 
-/* Worker pool (fork): plan_pool_start forks n workers; submit sends a job to an idle one;
- * wait blocks for a result. */
+/* Worker pool: plan_pool_start forks n workers on this machine and, under mpirun, takes the
+ * other ranks as one worker each (plan_remote_worker); submit sends a job to an idle one
+ * (local_only: a worker of this machine, for jobs that write its files); wait blocks for a
+ * result. */
 struct plan_pool;
+struct cli_mpi;
 int plan_pool_start(const struct plan_opts *o, const char *const *hw_names, const struct plan_workload *w,
-                    int n, struct plan_pool **out);
+                    int n, struct cli_mpi *mpi, struct plan_pool **out);
+int plan_pool_slots(const struct plan_pool *p);
 int plan_pool_idle(const struct plan_pool *p);
-int plan_pool_submit(struct plan_pool *p, const struct plan_job *j);
+int plan_pool_idle_local(const struct plan_pool *p);
+int plan_pool_submit(struct plan_pool *p, const struct plan_job *j, int local_only);
 int plan_pool_wait(struct plan_pool *p, struct plan_result *r);
 void plan_pool_stop(struct plan_pool *p);
+/* An MPI rank other than 0: run the jobs rank 0 sends until it says stop. */
+int plan_remote_worker(const struct plan_opts *o, const char *const *hw_names, struct plan_workload *w,
+                       struct cli_mpi *mpi);
 /* Run one job in this process (workers, and the MPI ranks). */
 void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
                   const struct plan_job *j, struct plan_result *r);

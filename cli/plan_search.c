@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/mpi.h"
 #include "cli/plan_search.h"
 #include "common/alloc.h"
 #include "common/units.h"
@@ -363,21 +364,26 @@ static void report_finished(const struct plan_state *ps, unsigned char *reported
   }
 }
 
-int plan_run_local(struct plan_state *ps, int workers) {
+int plan_run(struct plan_state *ps, int workers, struct cli_mpi *mpi) {
   const char **names = ferry__calloc((size_t)ps->nhw + 1, sizeof *names);
   if (!names) return cli_fail(FERRY_ERR_NOMEM, "out of memory");
   for (int i = 0; i < ps->nhw; i++) names[i] = ps->hw[i].name;
   struct plan_pool *pool = NULL;
   struct inflight *fl = NULL;
   unsigned char *reported = ferry__calloc((size_t)ps->nhw + 1, 1);
-  int rc = CLI_OK, nfl = workers > 0 ? workers : 1;
+  int rc = CLI_OK, nfl = 1;
+  struct plan_job held;
+  int have_held = 0;
+  for (int i = 0; i < ps->nhw; i++)
+    if ((rc = plan_hw_init(ps, &ps->hw[i])) != CLI_OK) goto out;
+  if ((workers > 0 || (mpi && mpi->size > 1)) &&
+      (rc = plan_pool_start(ps->o, names, ps->w, workers, mpi, &pool)) != CLI_OK)
+    goto out;
+  if (pool) nfl = plan_pool_slots(pool);
   if (!reported || !(fl = ferry__calloc((size_t)nfl, sizeof *fl))) {
     rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
     goto out;
   }
-  for (int i = 0; i < ps->nhw; i++)
-    if ((rc = plan_hw_init(ps, &ps->hw[i])) != CLI_OK) goto out;
-  if (workers > 0 && (rc = plan_pool_start(ps->o, names, ps->w, workers, &pool)) != CLI_OK) goto out;
   int turn = 0;
   for (;;) {
     /* fill idle workers, taking the profiles in turn */
@@ -385,6 +391,13 @@ int plan_run_local(struct plan_state *ps, int workers) {
     while (free_slots > 0) {
       struct plan_job j;
       int got = 0;
+      if (have_held) {
+        /* a job that writes this machine's files waits for one of its workers */
+        if (!plan_pool_idle_local(pool)) break;
+        j = held;
+        have_held = 0;
+        got = 1;
+      }
       for (int k = 0; k < ps->nhw && !got; k++) {
         struct plan_hw *h = &ps->hw[(turn + k) % ps->nhw];
         got = plan_hw_next(ps, h, &j);
@@ -395,6 +408,7 @@ int plan_run_local(struct plan_state *ps, int workers) {
         if (got) turn = (turn + k + 1) % ps->nhw;
       }
       if (!got) break;
+      const int local_only = j.kind == PLAN_JOB_RECORD;
       struct plan_result r;
       if (!pool) {
         /* in this process: run it now */
@@ -403,10 +417,15 @@ int plan_run_local(struct plan_state *ps, int workers) {
         report_finished(ps, reported);
         continue;
       }
+      if (local_only && !plan_pool_idle_local(pool)) {
+        held = j;
+        have_held = 1;
+        break;
+      }
       int slot = -1;
       for (int s = 0; s < nfl && slot < 0; s++)
         if (!fl[s].used) slot = s;
-      if (slot < 0 || (rc = plan_pool_submit(pool, &j)) != CLI_OK) {
+      if (slot < 0 || (rc = plan_pool_submit(pool, &j, local_only)) != CLI_OK) {
         if (rc == CLI_OK) rc = cli_fail(FERRY_ERR_INTERNAL, "plan: no slot for a job");
         goto out;
       }
@@ -416,6 +435,10 @@ int plan_run_local(struct plan_state *ps, int workers) {
     report_finished(ps, reported);
     int busy = 0;
     for (int s = 0; s < nfl; s++) busy += fl[s].used;
+    if (!busy && have_held) {
+      rc = cli_fail(FERRY_ERR_INTERNAL, "plan: a job for this machine with no worker here (-j 0?)");
+      goto out;
+    }
     if (!busy) break;
     struct plan_result r;
     if ((rc = plan_pool_wait(pool, &r)) != CLI_OK) goto out;

@@ -106,7 +106,9 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
 int plan_hw_done(const struct plan_hw *h);
 void plan_hw_free(struct plan_hw *h);
 
-/* Run every profile's search on n local workers (fork) or in this process (n = 0). */
-int plan_run_local(struct plan_state *ps, int workers);
+/* Run every profile's search on n local workers (fork) or in this process (n = 0 and no
+ * MPI), and under mpirun on the other ranks too. */
+struct cli_mpi;
+int plan_run(struct plan_state *ps, int workers, struct cli_mpi *mpi);
 
 #endif

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/mpi.h"
 #include "cli/plan.h"
 #include "cli/run_common.h"
 #include "common/alloc.h"
@@ -256,6 +257,10 @@ struct worker {
 struct plan_pool {
   struct worker *w;
   int n;
+  struct cli_mpi *mpi;  /* the other ranks, one worker each; NULL or size 1 without */
+  unsigned char *remote_busy; /* by rank */
+  const struct plan_opts *o;
+  struct plan_workload *w_files;
 };
 
 static int write_all(int fd, const void *buf, size_t n) {
@@ -280,16 +285,20 @@ static int read_all(int fd, void *buf, size_t n) {
   return 0;
 }
 
-static void worker_main(const struct plan_opts *o, const char *const *hw_names, const struct plan_workload *w,
-                        int job_fd, int result_fd) {
-  /* the sims' own messages would interleave with the plan's: their errors come back in the
-   * results instead */
+/* The sims' own messages would interleave with the plan's: their errors come back in the
+ * results instead. */
+static void quiet_output(void) {
   int devnull = open("/dev/null", O_WRONLY);
   if (devnull >= 0) {
     dup2(devnull, 1);
     dup2(devnull, 2);
     close(devnull);
   }
+}
+
+static void worker_main(const struct plan_opts *o, const char *const *hw_names, const struct plan_workload *w,
+                        int job_fd, int result_fd) {
+  quiet_output();
   struct plan_job j;
   struct plan_result r;
   while (read_all(job_fd, &j, sizeof j) == 0) {
@@ -300,13 +309,17 @@ static void worker_main(const struct plan_opts *o, const char *const *hw_names, 
 }
 
 int plan_pool_start(const struct plan_opts *o, const char *const *hw_names, const struct plan_workload *w, int n,
-                    struct plan_pool **out) {
+                    struct cli_mpi *mpi, struct plan_pool **out) {
   *out = NULL;
   struct plan_pool *p = ferry__calloc(1, sizeof *p);
-  if (!p || !(p->w = ferry__calloc((size_t)n, sizeof *p->w))) {
+  if (!p || !(p->w = ferry__calloc((size_t)(n > 0 ? n : 1), sizeof *p->w)) ||
+      !(p->remote_busy = ferry__calloc((size_t)(mpi ? mpi->size : 1) + 1, 1))) {
+    if (p) ferry_free(p->w);
     ferry_free(p);
     return cli_fail(FERRY_ERR_NOMEM, "out of memory");
   }
+  p->mpi = mpi && mpi->size > 1 ? mpi : NULL;
+  p->o = o;
   fflush(NULL);
   const pid_t parent = getpid();
   for (int i = 0; i < n; i++) {
@@ -340,13 +353,29 @@ int plan_pool_start(const struct plan_opts *o, const char *const *hw_names, cons
   return CLI_OK;
 }
 
-int plan_pool_idle(const struct plan_pool *p) {
+int plan_pool_slots(const struct plan_pool *p) { return p->n + (p->mpi ? p->mpi->size - 1 : 0); }
+
+int plan_pool_idle_local(const struct plan_pool *p) {
   int n = 0;
   for (int i = 0; i < p->n; i++) n += !p->w[i].busy;
   return n;
 }
 
-int plan_pool_submit(struct plan_pool *p, const struct plan_job *j) {
+int plan_pool_idle(const struct plan_pool *p) {
+  int n = plan_pool_idle_local(p);
+  for (int r = 1; p->mpi && r < p->mpi->size; r++) n += !p->remote_busy[r];
+  return n;
+}
+
+int plan_pool_submit(struct plan_pool *p, const struct plan_job *j, int local_only) {
+  /* the other ranks first: this machine's workers stay free for what must run here */
+  for (int r = 1; !local_only && p->mpi && r < p->mpi->size; r++) {
+    if (p->remote_busy[r]) continue;
+    if (p->mpi->api->send(j, sizeof *j, r, CLI_MPI_TAG_JOB))
+      return cli_fail(FERRY_ERR_IO, "plan: sending a job to rank %d failed", r);
+    p->remote_busy[r] = 1;
+    return CLI_OK;
+  }
   for (int i = 0; i < p->n; i++) {
     if (p->w[i].busy) continue;
     if (write_all(p->w[i].job_fd, j, sizeof *j) != 0) return cli_fail(FERRY_ERR_IO, "plan: a worker stopped");
@@ -358,28 +387,39 @@ int plan_pool_submit(struct plan_pool *p, const struct plan_job *j) {
 
 int plan_pool_wait(struct plan_pool *p, struct plan_result *r) {
   struct pollfd fds[256];
-  int map[256], n = 0;
+  int map[256], n = 0, remote = 0;
   for (int i = 0; i < p->n && n < 256; i++)
     if (p->w[i].busy) {
       fds[n] = (struct pollfd){.fd = p->w[i].result_fd, .events = POLLIN};
       map[n++] = i;
     }
-  if (n == 0) return cli_fail(FERRY_ERR_INTERNAL, "plan: waiting with nothing running");
+  for (int k = 1; p->mpi && k < p->mpi->size; k++) remote += p->remote_busy[k];
+  if (n == 0 && remote == 0) return cli_fail(FERRY_ERR_INTERNAL, "plan: waiting with nothing running");
   for (;;) {
-    int k = poll(fds, (nfds_t)n, -1);
+    /* with ranks out, look at them every millisecond between the local pipes */
+    int k = poll(fds, (nfds_t)n, remote ? 1 : -1);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) return cli_fail(FERRY_ERR_IO, "plan: poll: %s", strerror(errno));
-    break;
+    for (int i = 0; k > 0 && i < n; i++) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      struct worker *w = &p->w[map[i]];
+      w->busy = 0;
+      if (read_all(w->result_fd, r, sizeof *r) != 0)
+        return cli_fail(FERRY_ERR_INTERNAL, "plan: a simulation worker died (pid %d)", (int)w->pid);
+      return CLI_OK;
+    }
+    if (remote) {
+      int flag = 0, from = -1;
+      if (p->mpi->api->iprobe(FERRY_MPI_ANY_SOURCE, CLI_MPI_TAG_RESULT, &flag, &from))
+        return cli_fail(FERRY_ERR_IO, "plan: MPI probe failed");
+      if (flag) {
+        if (p->mpi->api->recv(r, sizeof *r, from, CLI_MPI_TAG_RESULT, NULL))
+          return cli_fail(FERRY_ERR_IO, "plan: receiving a result from rank %d failed", from);
+        p->remote_busy[from] = 0;
+        return CLI_OK;
+      }
+    }
   }
-  for (int i = 0; i < n; i++) {
-    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-    struct worker *w = &p->w[map[i]];
-    w->busy = 0;
-    if (read_all(w->result_fd, r, sizeof *r) != 0)
-      return cli_fail(FERRY_ERR_INTERNAL, "plan: a simulation worker died (pid %d)", (int)w->pid);
-    return CLI_OK;
-  }
-  return cli_fail(FERRY_ERR_INTERNAL, "plan: poll woke with nothing to read");
 }
 
 void plan_pool_stop(struct plan_pool *p) {
@@ -392,6 +432,36 @@ void plan_pool_stop(struct plan_pool *p) {
     if (p->w[i].busy) kill(p->w[i].pid, SIGTERM);
     waitpid(p->w[i].pid, NULL, 0);
   }
+  /* the other ranks: a job of kind -1 says stop (one still busy sends its result first) */
+  for (int r = 1; p->mpi && r < p->mpi->size; r++) {
+    if (p->remote_busy[r]) {
+      struct plan_result ignored;
+      p->mpi->api->recv(&ignored, sizeof ignored, r, CLI_MPI_TAG_RESULT, NULL);
+    }
+    struct plan_job stop = {.kind = -1};
+    p->mpi->api->send(&stop, sizeof stop, r, CLI_MPI_TAG_JOB);
+  }
   ferry_free(p->w);
+  ferry_free(p->remote_busy);
   ferry_free(p);
+}
+
+int plan_remote_worker(const struct plan_opts *o, const char *const *hw_names, struct plan_workload *w,
+                       struct cli_mpi *mpi) {
+  quiet_output();
+  struct plan_job j;
+  struct plan_result r;
+  for (;;) {
+    if (mpi->api->recv(&j, sizeof j, 0, CLI_MPI_TAG_JOB, NULL)) return CLI_FAIL;
+    if (j.kind < 0) return CLI_OK;
+    /* this rank's own copy of the request slices: the same content, written here */
+    if (plan_workload_prepare(w, j.replicas) != CLI_OK) {
+      memset(&r, 0, sizeof r);
+      r.id = j.id;
+      snprintf(r.error, sizeof r.error, "rank %d could not write its request slices", mpi->rank);
+    } else {
+      plan_job_run(o, hw_names[j.hw], w, &j, &r);
+    }
+    if (mpi->api->send(&r, sizeof r, 0, CLI_MPI_TAG_RESULT)) return CLI_FAIL;
+  }
 }
