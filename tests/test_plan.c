@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -284,13 +285,30 @@ static void test_plan_cli(void **state) {
   else assert_true(cJSON_IsNull(cheapest));
   cJSON_Delete(a);
   cJSON_Delete(b);
-  /* the study: one recorded run per profile, with the plan's facts */
-  char path[2100];
+  /* the study: one recorded run per profile, with the plan's facts, and its report section */
+  char path[4200];
   snprintf(path, sizeof path, "db list --db %s/study.db --format json", dir);
   char *out = NULL;
   assert_int_equal(tu_run_ferry(path, &out), 0);
   assert_true(tu_contains(out, "\"hardware\": \"t4\""));
   free(out);
+  snprintf(path, sizeof path, "report --db %s/study.db --out %s/report", dir, dir);
+  assert_int_equal(tu_run_ferry(path, &out), 0);
+  assert_true(tu_contains(out, " plan"));
+  free(out);
+  snprintf(path, sizeof path, "%s/report/tables/plan-1.csv", dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char csv[8192];
+  size_t len = fread(csv, 1, sizeof csv - 1, f);
+  fclose(f);
+  csv[len] = '\0';
+  int rows = 0;
+  for (const char *c = csv; *c; c++) rows += *c == '\n';
+  assert_int_equal(rows, 4); /* the header and three profiles */
+  assert_true(tu_contains(csv, "h100-pcie") && tu_contains(csv, "t4,") && tu_contains(csv, "l4,"));
+  snprintf(path, sizeof path, "%s/report/plots/plan-1-pareto.svg", dir);
+  assert_true(access(path, R_OK) == 0);
   tu_rmtree(dir);
   free(dir);
 }
