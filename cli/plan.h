@@ -143,7 +143,8 @@ void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct p
                   const struct plan_job *j, struct plan_result *r);
 
 /* Whether a result meets every SLO term (and is complete and stable); `why` names the first
- * term missed. */
-int plan_meets_slo(const struct plan_opts *o, const struct plan_result *r, char *why, size_t len);
+ * term missed; *excess (may be NULL) the largest ratio of a term to its limit of a complete,
+ * stable run, else 0. */
+int plan_meets_slo(const struct plan_opts *o, const struct plan_result *r, char *why, size_t len, double *excess);
 
 #endif

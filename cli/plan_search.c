@@ -23,6 +23,8 @@ enum { PHASE_BOUNDS, PHASE_SEARCH, PHASE_VERIFY, PHASE_REPLICAS, PHASE_RECORD, P
  * Llama-3-8B on the Azure conversation trace), and with short requests a stream can even be
  * served faster than a burst (1.2 for a tiny model): it is measured, not assumed. */
 #define BOUND_MARGIN 1.1
+/* Offload variants are tried for a format whose best bound is within this factor of the best. */
+#define VARIANT_REACH 1.5
 /* The search's first probe, floor and ceiling as fractions of the throughput bound: a stable
  * queue is served below it, and most SLOs hold up to most of it. */
 #define START_FRACTION 0.85
@@ -143,12 +145,19 @@ static int next_bound(struct plan_state *ps, struct plan_hw *h, struct plan_job 
     /* after every ladder, in quantization order, so the candidates' order never depends on
      * which simulation finished first */
     h->knobs_added = 1;
+    double top = 0;
+    for (int c = 0; c < h->nc; c++)
+      if (h->c[c].state == CAND_BOUNDED && h->c[c].mu_rps > top) top = h->c[c].mu_rps;
     for (int q = 0; q < o->n_quant; q++) {
       int best = -1;
       for (int c = 0; c < h->nc; c++)
         if (h->c[c].k.quant == q && h->c[c].state == CAND_BOUNDED && (best < 0 || h->c[c].mu_rps > h->c[best].mu_rps))
           best = c;
-      if (best >= 0 && h->c[best].streams && add_knob_variants(h, best) < 0) return -1;
+      /* how weights stream is worth tuning where they stream and the format is not far behind
+       * the best: a better prefetch gains tens of percent, not factors */
+      if (best >= 0 && h->c[best].streams && h->c[best].mu_rps * VARIANT_REACH >= top &&
+          add_knob_variants(h, best) < 0)
+        return -1;
     }
   }
   for (int c = 0; c < h->nc; c++) {
@@ -312,7 +321,8 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
     }
     break;
   case PLAN_JOB_PROBE:
-    feasible = plan_meets_slo(ps->o, r, why, sizeof why);
+    double excess;
+    feasible = plan_meets_slo(ps->o, r, why, sizeof why, &excess);
     if (j->slot > 0) {
       h->verify_ok[j->slot - 1] = feasible;
     } else if (h->demand_replicas) {
@@ -321,7 +331,9 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
       h->demand_replicas = 0;
       if (feasible) h->phase = ps->o->db ? PHASE_RECORD : PHASE_DONE;
     } else {
-      ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated);
+      ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated, excess);
+      if (c->s.unreachable)
+        snprintf(why + strlen(why), sizeof why - strlen(why), "; as at half the rate: no rate meets the SLO");
       if (feasible && j->rps >= c->s.best_rps) c->best = *r;
       c->state = CAND_SEARCHING;
     }

@@ -112,7 +112,7 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
   }
   if (lo == 0) {
     /* every probe failed: step down until one meets the SLO or the floor says none will */
-    if (hi <= s->min_rps) return 0;
+    if (hi <= s->min_rps || s->unreachable) return 0;
     *rps = fmax(hi / step, s->min_rps);
     return 1;
   }
@@ -121,14 +121,21 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
   return 1;
 }
 
-void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated) {
+void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess) {
   s->probes++;
   if (feasible) {
     if (rps > s->best_rps) s->best_rps = rps;
-  } else {
-    if (s->fail_rps == 0 || rps < s->fail_rps) s->fail_rps = rps;
-    if (saturated && (s->saturated_rps == 0 || rps < s->saturated_rps)) s->saturated_rps = rps;
+    s->last_excess = 0;
+    return;
   }
+  const int lower = s->fail_rps == 0 || rps < s->fail_rps;
+  if (lower) s->fail_rps = rps;
+  if (saturated && (s->saturated_rps == 0 || rps < s->saturated_rps)) s->saturated_rps = rps;
+  /* halving the load changed nothing: what misses the limit is not the queue */
+  if (s->best_rps == 0 && lower && !saturated && excess > 1 && s->last_excess > 1 &&
+      fabs(excess - s->last_excess) <= 0.02 * s->last_excess)
+    s->unreachable = 1;
+  s->last_excess = saturated ? 0 : excess;
 }
 
 void ferry_plan_cost(double price_per_hour, int machines, double rps, double mean_output_tokens,

@@ -27,7 +27,7 @@ static int search(double capacity, double start, double tol, double *found) {
   int n = 0;
   while (ferry_plan_search_next(&s, &r)) {
     assert_true(r > 0);
-    ferry_plan_search_report(&s, r, r <= capacity, r > capacity * 1.02);
+    ferry_plan_search_report(&s, r, r <= capacity, r > capacity * 1.02, r <= capacity ? 0 : 1 + (r - capacity) / capacity);
     assert_true(++n < 64);
   }
   *found = s.best_rps;
@@ -50,18 +50,27 @@ static void test_search_brackets(void **state) {
   struct ferry_plan_search s;
   ferry_plan_search_init(&s, 8, 1, 16, tol);
   double r;
-  while (ferry_plan_search_next(&s, &r)) ferry_plan_search_report(&s, r, 0, 0);
+  while (ferry_plan_search_next(&s, &r)) ferry_plan_search_report(&s, r, 0, 0, 0);
   assert_true(s.best_rps == 0 && s.fail_rps == 1);
   /* everything does: it stops at the ceiling */
   ferry_plan_search_init(&s, 8, 1, 16, tol);
-  while (ferry_plan_search_next(&s, &r)) ferry_plan_search_report(&s, r, 1, 0);
+  while (ferry_plan_search_next(&s, &r)) ferry_plan_search_report(&s, r, 1, 0, 0);
   assert_true(s.best_rps == 16 && s.fail_rps == 0);
   /* the smallest saturated probe is kept apart from other failures */
   ferry_plan_search_init(&s, 8, 1, 16, tol);
-  ferry_plan_search_report(&s, 12, 0, 1);
-  ferry_plan_search_report(&s, 9, 0, 0);
-  ferry_plan_search_report(&s, 14, 0, 1);
+  ferry_plan_search_report(&s, 12, 0, 1, 0);
+  ferry_plan_search_report(&s, 9, 0, 0, 1.5);
+  ferry_plan_search_report(&s, 14, 0, 1, 0);
   assert_true(s.saturated_rps == 12 && s.fail_rps == 9);
+  /* a limit missed by the same at half the rate: the load is not what misses it */
+  ferry_plan_search_init(&s, 8, 0.01, 16, tol);
+  int n = 0;
+  while (ferry_plan_search_next(&s, &r)) {
+    ferry_plan_search_report(&s, r, 0, 0, r > 4 ? 3.0 : 1.9);
+    n++;
+  }
+  assert_true(s.unreachable && s.best_rps == 0);
+  assert_true(n <= 4);
 }
 
 /* A brute-force scan of a monotone predicate on a fine grid against the search. */

@@ -64,6 +64,10 @@ struct ferry_plan_search {
   double fail_rps;      /**< smallest rate found infeasible; 0 = none yet */
   double saturated_rps; /**< smallest rate found saturated (queue without bound); 0 = none */
   int probes;           /**< rates probed so far */
+  double last_excess;   /**< how far the last failed probe missed the SLO (see
+                             ferry_plan_search_report()); 0 = not known */
+  int unreachable;      /**< 1: lowering the rate stopped bringing the SLO metrics down while they
+                             still miss it: no rate meets the SLO (the search is over) */
 };
 
 /**
@@ -93,8 +97,13 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps);
  * @param rps the rate probed (as returned by ferry_plan_search_next()).
  * @param feasible 1 when the SLO was met and the queue stayed stable.
  * @param saturated 1 when the queue grew without bound (then feasible must be 0).
+ * @param excess for a stable probe that missed the SLO, the largest ratio of an SLO metric to
+ *        its limit (> 1), else 0. When two probes in a row below every feasible rate miss by
+ *        the same (within 2 %) after the rate was halved, the metric no longer depends on the
+ *        load (the slowest request alone misses the limit) and the search ends: no rate meets
+ *        the SLO.
  */
-void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated);
+void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess);
 
 /** Costs of serving at a rate. */
 struct ferry_plan_cost {
