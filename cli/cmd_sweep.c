@@ -42,6 +42,9 @@ static const struct key {
     {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
     {"predictor_model", 0},
     {"routing", 0},        {"routing_synth", 0}, {"allow_nonfinite", 1}, {"kv_dtype", 0},
+    /* staying up */
+    {"faults", 0},         {"io_retries", 0},   {"verify_reads", 1},   {"pressure", 1},
+    {"pressure_marks", 0}, {"pressure_os", 1},  {"host_budget_schedule", 0}, {"reload_at", 0},
     {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])

@@ -7,6 +7,7 @@
 #include "cli/output.h"
 #include "ferry/engine.h"
 #include "ferry/trace.h"
+#include "cli/run_resil.h"
 
 struct run_args {
   const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
@@ -31,6 +32,7 @@ struct run_args {
   const char *group_tag;          /* the repeat group written to the database, or NULL */
   struct ferry_serve_summary *summary_out; /* receives the summary (not printed) when not NULL */
   int64_t run_id_out;             /* the run's id in --db, or 0 */
+  struct resil_opts resil; /* --faults, --pressure, --reload-at, ... (cli/run_resil.h) */
   /* called once the engine has served the requests, before anything is written (ferry plan
    * reads the per-request metrics); NULL for none */
   void (*on_served)(void *user, const ferry_engine *engine);

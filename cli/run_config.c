@@ -27,11 +27,14 @@ char *run_config_json(const struct run_args *a) {
   cJSON_AddBoolToObject(o, "direct_io", (a->ec.read_flags & 1u) != 0);
   add_str(o, "executor", sim ? "sim" : a->backend);
   add_str(o, "expert_cache", a->ec.expert_cache_lfu ? "lfu" : "lru");
+  add_str(o, "faults", a->resil.faults);
   cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
+  add_str(o, "host_budget_schedule", a->resil.host_schedule);
   add_str(o, "host_memory", a->host_pageable ? "pageable" : NULL); /* pinned, the default, keeps older hashes */
   add_str(o, "hw", a->hw);
+  if (a->resil.io_retries >= 0) cJSON_AddNumberToObject(o, "io_retries", (double)a->resil.io_retries);
   if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
   add_str(o, "kv_dtype", a->kv_dtype);
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
@@ -46,8 +49,17 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "predictor_model", a->predictor_model);
   add_str(o, "predictor_routing", a->predictor_routing);
   cJSON_AddNumberToObject(o, "prefetch_depth", a->ec.prefetch_depth);
+  /* staying up: present only when asked, so earlier configurations keep their hashes */
+  if (a->resil.pressure || a->resil.n_schedule) cJSON_AddBoolToObject(o, "pressure", 1);
+  if (a->resil.high_water > 0) {
+    char marks[64];
+    snprintf(marks, sizeof marks, "%g:%g", a->resil.high_water, a->resil.low_water);
+    add_str(o, "pressure_marks", marks);
+  }
+  if (a->resil.pressure_os) cJSON_AddBoolToObject(o, "pressure_os", 1);
   add_str(o, "quant", a->quant);
   cJSON_AddNumberToObject(o, "rate_scale", a->trace_opts.rate_scale);
+  add_str(o, "reload_at", a->resil.reload_at_text);
   add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
   add_str(o, "routing", a->routing);
   add_str(o, "routing_synth", a->routing_synth);
@@ -63,6 +75,7 @@ char *run_config_json(const struct run_args *a) {
     snprintf(window, sizeof window, "%.9g:", (double)a->trace_opts.window_start_ns / 1e9);
   add_str(o, "time_window", window[0] ? window : NULL);
   add_str(o, "trace", a->trace ? a->trace : a->synthetic);
+  if (a->resil.verify_reads) cJSON_AddBoolToObject(o, "verify_reads", 1);
   char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return text;

@@ -166,6 +166,17 @@ static const char schema_v5[] =
     "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
     "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
 
+/* Version 6: what kept a run up, on its executor's clock: memory-pressure transitions (the tier,
+ * its index and the action taken), weight reloads (staged, refused, applied), I/O retries and
+ * permanent failures, device failures, requests refused under pressure. A new table only: every
+ * existing row stays as it is. */
+static const char schema_v6[] =
+    "CREATE TABLE engine_events (runId INTEGER NOT NULL REFERENCES runs(id), t_ns INTEGER NOT NULL,"
+    " kind TEXT NOT NULL CHECK(kind IN ('pressure','reload','io','device','refused')),"
+    " tier TEXT CHECK(tier IS NULL OR tier IN ('device','host','disk')), pressure_index REAL,"
+    " level INTEGER, action TEXT NOT NULL, detail TEXT, budget_bytes INTEGER);"
+    "CREATE INDEX engine_events_run ON engine_events(runId, t_ns);";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
@@ -173,6 +184,7 @@ static const struct ferry__migration migrations[] = {
     {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
     {5, "repeat groups (runs.repeat_group, repeat_index), imported files' hashes (runs.source_sha256), "
         "KV use per step (steps.kv_tokens)", schema_v5},
+    {6, "engine events: memory pressure, reloads, I/O retries, device failures", schema_v6},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

@@ -134,6 +134,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   for (int64_t i = 0; i < n; i++)
     cap += requests[i].output_tokens + requests[i].prompt_tokens / (e->cfg.max_step_tokens) + 2;
   e->steps = ferry__calloc((size_t)cap, sizeof *e->steps);
+  /* committed now, not page by page as steps complete: the serving loop takes no page fault
+   * for its records, and a long run's memory stays flat */
+  if (e->steps) memset(e->steps, 0, (size_t)cap * sizeof *e->steps);
   e->cap_steps = cap;
   if (!e->reqs || !e->req_metrics || !admit_order || !waiting || !e->steps) {
     st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
@@ -165,6 +168,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     m->first_token_ns = m->finish_ns = -1;
   }
   memset(e->seqs, 0, (size_t)e->cfg.max_batch * sizeof *e->seqs);
+  e->current->refs = 0;
   const int64_t t0 = ferry_exec_now(e->ex);
   e->run_start_ns = t0;
   int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
@@ -173,8 +177,13 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   int64_t last_progress = ferry__mono_ns();
   while (done < n) {
     int64_t now = ferry_exec_now(e->ex) - t0;
+    /* step boundary: budget changes, memory pressure, a staged reload */
+    if (o.on_tick) o.on_tick(o.tick_user, e, now);
+    if ((st = ferry__engine_adapt(e, now)) != FERRY_OK) goto out;
+    const int draining = ferry__engine_draining(e);
     while (next < n && e->reqs[next].arrival_ns <= now) waiting[w_tail++] = next++;
-    /* admit FCFS while KV slots are free; reject what can never fit */
+    /* admit FCFS while KV slots are free; reject what can never fit; under the last pressure
+     * level refuse, and while a reload waits for the running sequences, hold */
     while (w_head < w_tail) {
       int64_t r = waiting[w_head];
       const struct ferry_engine_request *rq = &e->reqs[r];
@@ -184,11 +193,22 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
         done++;
         continue;
       }
+      if (e->refusing) {
+        e->req_metrics[r].refused = 1;
+        ferry__engine_event(e, FERRY_ENGINE_EVENT_REFUSED, FERRY_TIER_HOST, NAN, "request refused",
+                            "request %lld refused: memory pressure (level %d, %s)", (long long)rq->id, e->level,
+                            "new requests are refused until pressure falls");
+        w_head++;
+        done++;
+        continue;
+      }
+      if (draining) break;
       int32_t s = -1;
       for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
         if (!e->seqs[i].active) s = i;
       if (s < 0) break;
-      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
+      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .version = e->current};
+      e->current->refs++;
       admit_order[s] = admitted++;
       active++;
       w_head++;
@@ -257,6 +277,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       if (q->generated == rq->output_tokens) {
         m->finish_ns = end;
         q->active = 0;
+        q->version->refs--;
         active--;
         done++;
       }
@@ -312,6 +333,10 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
       out->requests_rejected++;
       continue;
     }
+    if (m->refused) {
+      out->requests_refused++;
+      continue;
+    }
     if (m->finish_ns < 0) continue;
     out->requests_done++;
     out->tokens_generated += m->output_tokens;
@@ -348,6 +373,9 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
   out->prefetches = e->prefetches;
   out->prefetches_used = e->prefetches_used;
   out->run_start_ns = e->run_start_ns;
+  out->pressure_level_max = e->level_max;
+  out->reloads = e->reloads;
+  out->budget_changes = e->budget_changes;
   ferry_free(a);
   ferry_free(b);
   ferry_free(c);
@@ -359,6 +387,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   fprintf(f, "requests: %lld done, %lld rejected; %lld steps; %lld tokens in %.3f s (%.1f tokens/s)\n",
           (long long)s->requests_done, (long long)s->requests_rejected, (long long)s->steps,
           (long long)s->tokens_generated, (double)s->duration_ns / 1e9, s->tokens_per_s);
+  if (s->requests_refused || s->pressure_level_max || s->reloads)
+    fprintf(f, "staying up: %lld request(s) refused under memory pressure, highest pressure level %d, %lld reload(s)\n",
+            (long long)s->requests_refused, s->pressure_level_max, (long long)s->reloads);
   fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "latency", "mean", "p50", "p90", "p99", "max");
   const struct {
     const char *name;
@@ -372,8 +403,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   }
   static const char *tiers[] = {"device", "host"};
   for (int t = 0; t < 2; t++)
-    fprintf(f, "peak %-6s %s of %s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
-            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited");
+    fprintf(f, "peak %-6s %s of %s%s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
+            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited",
+            s->budget_changes ? " (the budget at the end; budgets changed during the run)" : "");
   fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
           ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
   if (s->hits + s->misses)
