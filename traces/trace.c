@@ -612,8 +612,16 @@ ferry_status ferry_trace_get_stats(const ferry_trace *t, struct ferry_trace_stat
 
 ferry_status ferry_trace_write_jsonl(const ferry_trace *t, const char *path) {
   if (!t || !path) return ferry__fail(FERRY_ERR_INVALID, "ferry_trace_write_jsonl: NULL trace or path");
+  return ferry_trace_write_jsonl_subset(t, path, t->n, 0, 1);
+}
+
+ferry_status ferry_trace_write_jsonl_subset(const ferry_trace *t, const char *path, size_t count, size_t first,
+                                            size_t stride) {
+  if (!t || !path || stride == 0)
+    return ferry__fail(FERRY_ERR_INVALID, "ferry_trace_write_jsonl_subset: NULL trace or path, or stride 0");
+  if (count > t->n) count = t->n;
   struct ferry_strbuf b = {0};
-  for (size_t i = 0; i < t->n; i++) {
+  for (size_t i = first; i < count; i += stride) {
     const struct ferry_request *r = &t->reqs[i];
     ferry__sb_printf(&b, "{\"req_id\":%" PRId64 ",\"arrival_ns\":%" PRId64 ",\"prompt_tokens\":%" PRId32
                   ",\"output_tokens\":%" PRId32,
@@ -631,7 +639,7 @@ ferry_status ferry_trace_write_jsonl(const ferry_trace *t, const char *path) {
   if (b.oom) {
     st = ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory formatting %zu requests", path, t->n);
   } else {
-    st = ferry__write_output(path, b.p, b.len);
+    st = ferry__write_output(path, b.p ? b.p : "", b.len);
   }
   ferry_free(b.p);
   return st;

@@ -209,6 +209,20 @@ ferry_status ferry_trace_format_parse(const char *name, enum ferry_trace_format 
 ferry_status ferry_trace_write_jsonl(const ferry_trace *trace, const char *path);
 
 /**
+ * @brief Write some of the trace's requests as ferry JSONL (as ferry_trace_write_jsonl()): those
+ *        of index first, first + stride, first + 2 stride, ... below count. With stride R and
+ *        first 0..R-1 this splits a trace round-robin over R replicas (ferry plan).
+ * @param trace the trace.
+ * @param path output file, or "-" for standard output.
+ * @param count requests considered (at most the trace's).
+ * @param first index of the first request written.
+ * @param stride step between requests written (>= 1).
+ * @return FERRY_OK, FERRY_ERR_INVALID, FERRY_ERR_IO, FERRY_ERR_NO_SPACE or FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_trace_write_jsonl_subset(const ferry_trace *trace, const char *path, size_t count, size_t first,
+                                            size_t stride);
+
+/**
  * @brief Summary statistics of the trace.
  * @param trace the trace.
  * @param stats filled in; all zero for an empty trace.
