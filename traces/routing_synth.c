@@ -186,7 +186,7 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
       int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
       double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
       rank = coin < s->alias_prob[idx] ? idx : s->alias_idx[idx];
-      for (int32_t j = 0; j < i; j++)
+      for (int32_t j = 0; j < i && rank >= 0; j++) /* a repeat: redraw, never perm[-1] */
         if (ids[j] == perm[rank]) rank = -1;
     }
     if (rank < 0) /* heavily skewed and unlucky: the most popular rank not yet taken */
