@@ -7,8 +7,10 @@
 # OUT/NAME-crash-*, -timeout-*, -oom-* or -leak-*, and the script exits non-zero. Add such an
 # input to tests/fuzz/NAME/ once the bug is fixed, so that `make test` replays it.
 #   usage: scripts/fuzz.sh [SECONDS_PER_TARGET [OUT [TARGET...]]]   (default 60 s, build-fuzz/out, all)
-# FUZZ_FLAGS adds libFuzzer options (e.g. FUZZ_FLAGS=-jobs=2); a summary line per target gives
-# executions, coverage and the result, as docs/fuzzing.md records them.
+# An input running longer than FUZZ_TIMEOUT seconds (default 30; generous, as a loaded machine
+# stalls for seconds) is a timeout. FUZZ_FLAGS adds libFuzzer options (e.g. FUZZ_FLAGS=-jobs=2);
+# a summary line per target gives executions, coverage and the result, as docs/fuzzing.md
+# records them.
 set -eu
 secs=${1:-60}
 out=${2:-build-fuzz/out}
@@ -41,7 +43,7 @@ for t in $targets; do
   log=$out/$t.log
   # stdout and stderr of the target closed: the readers' error messages are not findings
   # shellcheck disable=SC2086
-  if "$bin" -max_total_time="$secs" -print_final_stats=1 -close_fd_mask=3 -timeout=10 -rss_limit_mb=2048 \
+  if "$bin" -max_total_time="$secs" -print_final_stats=1 -close_fd_mask=3 -timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 \
     -artifact_prefix="$out/$t-" ${FUZZ_FLAGS:-} "$out/corpus/$t" "$root/tests/fuzz/$t" >"$log" 2>&1; then
     result=ok
   else
