@@ -548,6 +548,11 @@ ferry_status ferry__trace_finish(ferry_trace *t, const struct ferry_trace_option
                               scale);
       rel = (int64_t)v;
     }
+    if (rel > FERRY_TRACE_MAX_SPAN_NS)
+      return ferry__err_set(&t->err, FERRY_ERR_RANGE,
+                            "%s: request %" PRId64 " arrives %.1f days after the first; a trace spans at most 2^53 ns "
+                            "(104 days), what ferry JSONL holds exactly",
+                            what, t->reqs[i].id, (double)rel / 86400e9);
     t->reqs[k] = t->reqs[i];
     t->reqs[k].arrival_ns = rel;
     t->hash_off[k] = t->hash_off[i];
