@@ -34,6 +34,10 @@ struct run_args {
   struct ferry_serve_summary *summary_out; /* receives the summary (not printed) when not NULL */
   int64_t run_id_out;             /* the run's id in --db, or 0 */
   struct resil_opts resil; /* --faults, --pressure, --reload-at, ... (cli/run_resil.h) */
+  /* called once the engine has served the requests, before anything is written (ferry plan
+   * reads the per-request metrics); NULL for none */
+  void (*on_served)(void *user, const ferry_engine *engine);
+  void *served_user;
 };
 
 /* Whether the option with this long name ("block-layers") was given. */

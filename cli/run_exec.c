@@ -378,6 +378,10 @@ int run_execute(struct run_args *a) {
       st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
     if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
     if (st == FERRY_OK) weak_fits(ferry_hw_get(hw), fit_warning, sizeof fit_warning);
+    /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
+    if (st == FERRY_OK && a->progress && ferry_hw_gpu_count(ferry_hw_get(hw)) > 1)
+      fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (ferry plan counts the others as replicas)\n",
+              ferry_hw_get(hw)->name, ferry_hw_gpu_count(ferry_hw_get(hw)));
     ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
@@ -585,6 +589,7 @@ int run_execute(struct run_args *a) {
   ferry_engine_summary(eng, &sum);
   if (a->summary_out) *a->summary_out = sum;
   else ferry_serve_summary_print(&sum, stdout);
+  if (a->on_served) a->on_served(a->served_user, eng);
   if (db && (st = write_results(db, run_id, eng, &sum)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
