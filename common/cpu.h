@@ -8,17 +8,17 @@
 #include <stdatomic.h>
 
 /* AVX with the F16C half-precision conversions (the 8-wide fp16 <-> fp32 paths need both).
- * Asked once: CPUID serialises the processor and, in a virtual machine, exits to the
- * hypervisor (microseconds), and the host executor converts rows thousands of times a step. */
+ * Asked of the CPU once per process: CPUID traps to the hypervisor in a virtual machine (tens of
+ * microseconds), and the callers convert a row at a time. */
 static inline int ferry__cpu_avx_f16c(void) {
-  static _Atomic int known; /* 0: not asked yet; 1: no; 2: yes */
-  int k = atomic_load_explicit(&known, memory_order_relaxed);
-  if (!k) {
+  static atomic_int known = -1; /* one per translation unit; each asks once */
+  int v = atomic_load_explicit(&known, memory_order_relaxed);
+  if (v < 0) {
     unsigned a, b, c, d;
-    k = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
-    atomic_store_explicit(&known, k, memory_order_relaxed);
+    v = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    atomic_store_explicit(&known, v, memory_order_relaxed);
   }
-  return k == 2;
+  return v;
 }
 #endif /* __x86_64__ */
 
