@@ -155,7 +155,7 @@ int cmd_calibrate(int argc, char **argv) {
   int64_t run = -1;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'p': probe = 1; break;
       case 'o': out = optarg; break;

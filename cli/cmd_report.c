@@ -54,7 +54,7 @@ int cmd_report(int argc, char **argv) {
   int64_t v;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case OPT_DB:
         if (n_dbs == sizeof dbs / sizeof dbs[0]) return cli_usage_error("report", "at most 64 --db");

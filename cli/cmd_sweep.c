@@ -19,26 +19,20 @@
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/json.h"
+#include "common/names.h"
 #include "common/units.h"
 #include "ferry/db.h"
 
-/* Spec keys: the long options of `ferry run` / `ferry sim` with underscores, plus executor. */
-static const struct key {
-  const char *name;
-  int flag; /* boolean option: true adds it, false leaves it out */
-} keys[] = {
-    {"executor", 0},       {"hw", 0},           {"model", 0},          {"trace", 0},
-    {"trace_format", 0},   {"synthetic", 0},    {"max_requests", 0},   {"time_window", 0},
-    {"rate_scale", 0},     {"time_scale", 0},   {"as_fast_as_possible", 1}, {"skip_bad", 1},
-    {"seed", 0},           {"block_layers", 0}, {"prefetch_depth", 0}, {"pin_first", 0},
-    {"pin_last", 0},       {"resident", 0},     {"device_budget", 0},  {"host_budget", 0},
-    {"home", 0},           {"expert_cache", 0}, {"max_batch", 0},      {"max_step_tokens", 0},
-    {"max_seq_tokens", 0}, {"threads", 0},      {"direct_io", 1},      {"drop_cache", 1},
-    {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
-    {"predictor_model", 0},
-    {"routing", 0},        {"routing_synth", 0}, {"allow_nonfinite", 1}, {"kv_dtype", 0},
-};
-#define NKEYS (sizeof keys / sizeof keys[0])
+/* Spec keys: the options of `ferry run` / `ferry sim` that are part of the configuration (the
+ * option table, run_options.h), named by their field: long names with underscores, and
+ * executor for --backend (whose value sim runs `ferry sim`). A key that did not enter the hash
+ * would make every value of it one run. */
+static int is_key(enum run_opt id) { return run_option(id)->cfg != CFG_NO; }
+
+static int is_flag(enum run_opt id) {
+  const enum run_type t = run_option(id)->type;
+  return t == TYPE_FLAG || t == TYPE_FLAG01;
+}
 
 enum state { PENDING, SKIPPED, RUNNING, DONE, FAILED };
 
@@ -80,8 +74,15 @@ static void usage(FILE *f) {
           "  {\"executor\": [\"host\", \"sim\"], \"hw\": [\"h100-pcie\"], \"model\": [\"build/tiny\"],\n"
           "   \"synthetic\": [\"rate=4,n=16,prompt=32,output=8\"], \"block_layers\": [1, 2, 4],\n"
           "   \"prefetch_depth\": [0, 1, 2]}\n"
-          "executor host|cuda runs 'ferry run --backend X', sim runs 'ferry sim' (hw applies to sim only).\n"
-          "Booleans (as_fast_as_possible, skip_bad, direct_io, drop_cache, greedy) take true/false.\n"
+          "executor host|cuda runs 'ferry run --backend X', sim runs 'ferry sim'; an option of the other\n"
+          "command (hw for a host run, threads for a simulation) is left out of that combination.\n"
+          "Booleans (");
+  int n = 0;
+  for (int i = 0; i < RUN_OPT_COUNT; i++)
+    if (is_key((enum run_opt)i) && is_flag((enum run_opt)i))
+      fprintf(f, "%s%s", n++ ? ", " : "", run_option((enum run_opt)i)->field);
+  fprintf(f,
+          ") take true/false.\n"
           "A combination whose configuration already has a complete run in the database is skipped, so\n"
           "an interrupted sweep is resumed by running it again. A failed run is recorded with its error\n"
           "and the sweep goes on; the exit status is 1 if any run failed.\n\n"
@@ -97,14 +98,31 @@ static void usage(FILE *f) {
 static void known_keys(char *buf, size_t len) {
   size_t n = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < NKEYS && n < len; i++)
-    n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", keys[i].name);
+  for (int i = 0; i < RUN_OPT_COUNT && n < len; i++)
+    if (is_key((enum run_opt)i)) n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", run_option((enum run_opt)i)->field);
 }
 
-static const struct key *find_key(const char *name) {
-  for (size_t i = 0; i < NKEYS; i++)
-    if (!strcmp(keys[i].name, name)) return &keys[i];
-  return NULL;
+/* The option a spec key names, or RUN_OPT_COUNT. */
+static enum run_opt find_key(const char *name) {
+  const enum run_opt id = run_option_by_field(name);
+  return id != RUN_OPT_COUNT && is_key(id) ? id : RUN_OPT_COUNT;
+}
+
+/* "unknown parameter 'x'": with the nearest keys when there are some, else every key. */
+static void unknown_key(const char *spec, const char *name) {
+  const char *keys[RUN_OPT_COUNT], *near[3];
+  size_t n = 0;
+  for (int i = 0; i < RUN_OPT_COUNT; i++)
+    if (is_key((enum run_opt)i)) keys[n++] = run_option((enum run_opt)i)->field;
+  const size_t k = ferry__nearest_names(name, keys, n, 1, near, 3);
+  char list[2048];
+  if (k) {
+    fprintf(stderr, "ferry: %s: unknown parameter '%s'; did you mean %s?\n", spec, name,
+            ferry__join_names(near, k, "", list, sizeof list));
+    return;
+  }
+  known_keys(list, sizeof list);
+  fprintf(stderr, "ferry: %s: unknown parameter '%s' (known: %s)\n", spec, name, list);
 }
 
 /* A value as option text; 0 on a type error (message printed). */
@@ -189,22 +207,21 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
   if (!sim && (push_arg(c, "--backend") || push_arg(c, executor))) goto oom;
   k = 0;
   cJSON_ArrayForEach(it, spec) {
-    const struct key *key = find_key(it->string);
+    const enum run_opt key = find_key(it->string);
+    const struct run_option_info *row = run_option(key);
     const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
     int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
     k++;
-    if (!value_text(sw->spec_path, it->string, v, key->flag, val, sizeof val)) return CLI_USAGE;
-    /* hardware profiles, routing sources and --quant sizing are the simulator's options */
-    if (!sim && (!strcmp(key->name, "hw") || !strcmp(key->name, "routing") || !strcmp(key->name, "routing_synth") ||
-                 !strcmp(key->name, "quant")))
-      continue;
+    if (!value_text(sw->spec_path, it->string, v, is_flag(key), val, sizeof val)) return CLI_USAGE;
+    /* an option of the other command (hw for a host run, threads for a simulation) does not
+     * apply to this combination */
+    if (key != RUN_OPT_executor && !(row->modes & (sim ? SIM_M : RUN_M))) continue;
     if (swept && desc.n < sizeof desc.s)
-      desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", key->name, val);
-    if (!strcmp(key->name, "executor")) continue;
-    char opt[64] = "--";
-    for (size_t i = 0; key->name[i] && i + 3 < sizeof opt; i++) opt[i + 2] = key->name[i] == '_' ? '-' : key->name[i];
-    opt[sizeof opt - 1] = '\0';
-    if (key->flag) {
+      desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", row->field, val);
+    if (key == RUN_OPT_executor) continue;
+    char opt[64];
+    snprintf(opt, sizeof opt, "--%s", row->name);
+    if (is_flag(key)) {
       if (cJSON_IsTrue(v) && push_arg(c, opt)) goto oom;
     } else if (push_arg(c, opt) || push_arg(c, val)) {
       goto oom;
@@ -259,11 +276,9 @@ static int expand(struct sweep *sw, const cJSON *spec) {
   }
   size_t total = 1, k = 0;
   const cJSON *it;
-  char known[1024];
   cJSON_ArrayForEach(it, spec) {
-    if (!find_key(it->string)) {
-      known_keys(known, sizeof known);
-      fprintf(stderr, "ferry: %s: unknown parameter '%s' (known: %s)\n", sw->spec_path, it->string, known);
+    if (find_key(it->string) == RUN_OPT_COUNT) {
+      unknown_key(sw->spec_path, it->string);
       rc = CLI_USAGE;
       goto out;
     }
@@ -537,7 +552,7 @@ int cmd_sweep(int argc, char **argv) {
   int64_t v;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
     switch (c) {
       case 's': sw.spec_path = optarg; break;
       case 'd': sw.db_path = optarg; break;

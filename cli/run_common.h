@@ -4,24 +4,30 @@
 
 #include <stdio.h>
 
+#include "cli/run_options.h"
 #include "ferry/engine.h"
 #include "ferry/trace.h"
 
 struct run_args {
-  const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
-  const char *record_routing, *record_features, *routing, *routing_synth, *quant, *predictor, *predictor_routing, *predictor_model;
-  const char *kv_dtype; /* --kv-dtype as given (NULL: the model's dtype) */
+  const char *cmd; /* "run" or "sim" */
+  int sim;         /* cmd is "sim" */
+  /* every option of the table (run_options.h), as given or defaulted */
+#define RUN_ARGS_FIELD_(field, name, type, ...) RUN_CTYPE_##type field;
+  FERRY_RUN_OPTIONS(RUN_ARGS_FIELD_)
+#undef RUN_ARGS_FIELD_
+  unsigned char given[RUN_OPT_COUNT]; /* 1 for each option given on the command line */
+  char time_window_text[64];          /* --time-window in its canonical spelling */
+  /* what the options imply for the library (run_parse fills them) */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
-  uint64_t seed;
-  double time_scale;
-  int as_fast, plan_only, progress, threads, profile;
+  int progress;     /* not --quiet */
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
-  uint64_t given;   /* one bit per option given on the command line (run_given()) */
 };
 
-/* Whether the option with this long name ("block-layers") was given. */
+/* Whether an option was given on the command line, by field: RUN_GIVEN(a, block_layers). */
+#define RUN_GIVEN(a, field) ((a)->given[RUN_OPT_##field])
+/* The same by long option name ("block-layers"). */
 int run_given(const struct run_args *a, const char *name);
 
 void run_usage(FILE *f, const char *cmd);

@@ -276,9 +276,31 @@ static void test_ignored_options_refused(void **state) {
   expect(args, 2, "--threads sets the host executor's BLAS threads");
 }
 
+/* Options are matched whole (getopt_long took a prefix for the option it abbreviates): an
+ * unknown or shortened one is an error naming the nearest; so are unknown profiles and models,
+ * whose preset names match in any case. */
+static void test_names_suggested(void **state) {
+  (void)state;
+  expect("run --model x --synthetic n=2 --prefetch-dept 1", 2,
+         "unknown option '--prefetch-dept'; did you mean --prefetch-depth?");
+  expect("run --model x --synthetic n=2 --prefetch 1", 2, "unknown option '--prefetch'; did you mean --prefetch-depth?");
+  expect("run --model x --synthetic n=2 --pin 1", 2, "did you mean --pin-first or --pin-last?");
+  expect("run --model x --synthetic n=2 --block-layers=2x", 2, "--block-layers");
+  expect("run --model x --synthetic n=2 --greedy=1", 2, "--greedy takes no value");
+  expect("run --model x --synthetic n=2 --seed", 2, "--seed needs a value");
+  expect(SIM "--synthetic n=2 --backend cuda", 2, "--backend is for 'ferry run'");
+  expect("report --d x --out y", 2, "unknown option '--d'; did you mean --db?");
+  expect("sim --model tiny-mo --hw h100-pcie --synthetic n=2", 1, "nearest: tiny-moe");
+  expect("sim --model tiny-moe --hw h100 --synthetic n=2", 1, "nearest: h100-pcie, h100-sxm");
+  expect("sim --model TINY-MOE --hw h100-pcie --synthetic n=2,prompt=8,output=2 --quiet", 0, "requests: 2 done");
+  /* --name=VALUE is the same option */
+  expect(SIM "--synthetic=n=2,prompt=8,output=2 --max-batch=2", 0, "requests: 2 done");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
+      cmocka_unit_test(test_names_suggested),
       cmocka_unit_test(test_time_out_of_range),
       cmocka_unit_test(test_synthetic_lazy),
       cmocka_unit_test(test_request_longer_than_model),

@@ -249,6 +249,50 @@ ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *sto
                                       const struct ferry_engine_config *config, uint64_t *device_min,
                                       uint64_t *host_min);
 
+/** What the machine a run is planned for offers, for ferry_engine_plan_budgets(). */
+struct ferry_machine_memory {
+  const char *gpu_name;          /**< names the GPU in notes and errors ("h100-pcie", "CUDA device 0") */
+  uint64_t gpu_bytes;            /**< the GPU's memory; 0 when there is no GPU to size from (the host
+                                      executor's "device" is this machine's memory: no default) */
+  uint64_t gpu_free_bytes;       /**< free GPU memory now; UINT64_MAX when unknown or all (a profile) */
+  const char *host_name;         /**< names a profile's host in notes and errors */
+  uint64_t host_bytes;           /**< a profile's host memory (simulated host); 0: none */
+  uint64_t host_available_bytes; /**< a real machine's available memory at start; 0: unknown */
+};
+
+/** The budgets ferry_engine_plan_budgets() chose, and why, for printing. */
+struct ferry_budget_plan {
+  int device_defaulted;  /**< the device budget was chosen (none was given) */
+  int host_defaulted;    /**< the host budget was chosen */
+  int fits;              /**< the model fits the chosen device budget: everything stays resident */
+  char device_note[256]; /**< "device budget 72.00 GiB (90% of h100-pcie's 80.00 GiB): the model fits,
+                              everything resident", or "" */
+  char host_note[256];   /**< "host budget ... (90% of ...'s host memory, ...)", or "" */
+};
+
+/**
+ * @brief Fill the budgets a configuration leaves out (0) from what the machine offers.
+ *
+ * The device gets 90 % of the GPU's memory (vLLM's default utilisation; on a real GPU at most
+ * its free memory less 256 MiB). A model that fits in it stays resident (resident_all is set);
+ * a larger dense model is offloaded with its last layers pinned in what streaming leaves
+ * (fill_budget); an MoE model keeps its attention resident when it fits and gives the rest to
+ * the expert cache. The host gets 90 % of a profile's host memory, or half of a real machine's
+ * available memory: what does not fit streams from disk. Budgets that are given are checked
+ * against the machine and kept.
+ * @param model shapes.
+ * @param store weights, or NULL to size from the model's dtype.
+ * @param machine what the GPU and host offer.
+ * @param config the configuration, updated in place (budgets, resident_all, resident_attention,
+ *        fill_budget).
+ * @param plan receives what was chosen and a note saying why.
+ * @return FERRY_OK; FERRY_ERR_INVALID when a given budget exceeds the machine's memory;
+ *         FERRY_ERR_NOMEM when the GPU has no free memory for a budget.
+ */
+ferry_status ferry_engine_plan_budgets(const ferry_model *model, ferry_store *store,
+                                       const struct ferry_machine_memory *machine, struct ferry_engine_config *config,
+                                       struct ferry_budget_plan *plan);
+
 /** @brief Print the engine's plan (bytes per tier, slots, home of every unit). */
 void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
 

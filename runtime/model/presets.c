@@ -2,6 +2,7 @@
  * Hugging Face checkpoints (values copied from their config.json), so that planning and
  * simulation can start from a name instead of a downloaded folder. */
 #include <string.h>
+#include <strings.h>
 
 #include "runtime/model/model_impl.h"
 
@@ -81,6 +82,6 @@ const char *ferry_model_preset_name(size_t i) { return i < N_PRESETS ? presets[i
 const struct ferry_model_config *ferry__model_preset_find(const char *name) {
   if (!name) return NULL;
   for (size_t i = 0; i < N_PRESETS; i++)
-    if (!strcmp(presets[i].name, name)) return &presets[i];
+    if (!strcasecmp(presets[i].name, name)) return &presets[i]; /* "Mixtral-8x7B" is mixtral-8x7b */
   return NULL;
 }

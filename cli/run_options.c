@@ -1,0 +1,351 @@
+/* The option table of `ferry run` and `ferry sim` (run_options.h) turned into a parser and a
+ * usage text. Long options only, matched whole: getopt_long would take --prefetch for
+ * --prefetch-depth (and silently a different option once a longer one is added), so an unknown
+ * or shortened name is an error that names the nearest options instead. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/run_common.h"
+#include "common/error.h"
+#include "common/names.h"
+#include "common/units.h"
+#include "ferry/model.h"
+#include "ferry/predict.h"
+#include "ferry/quant.h"
+
+/* --- checks of TEXT values (the table's `check` column) ------------------------------------ */
+
+static int expect_one_of(struct run_args *a, const char *opt, const char *value, const char *const *choices) {
+  for (size_t i = 0; choices[i]; i++)
+    if (!strcmp(value, choices[i])) return 0;
+  size_t n = 0;
+  while (choices[n]) n++;
+  char list[256];
+  return cli_usage_error(a->cmd, "--%s: expected %s, got '%s'", opt, ferry__join_names(choices, n, "", list, sizeof list),
+                         value);
+}
+
+static int check_trace_format(struct run_args *a, const char *value) {
+  if (ferry_trace_format_parse(value, &a->trace_opts.format) != FERRY_OK)
+    return cli_usage_error(a->cmd, "--trace-format: unknown format '%s'", value);
+  return 0;
+}
+
+static int check_time_window(struct run_args *a, const char *value) {
+  struct ferry_trace_options *t = &a->trace_opts;
+  if (ferry__parse_window_ns(value, &t->window_start_ns, &t->window_end_ns) != FERRY_OK)
+    return cli_usage_error(a->cmd, "--time-window: %s", ferry_last_error());
+  /* the configuration holds the window as parsed, so "10:20" and "10.0:20" are one run */
+  char *w = a->time_window_text;
+  const size_t len = sizeof a->time_window_text;
+  if (t->window_end_ns > 0)
+    snprintf(w, len, "%.9g:%.9g", (double)t->window_start_ns / 1e9, (double)t->window_end_ns / 1e9);
+  else if (t->window_start_ns > 0) /* open end ("600:") */
+    snprintf(w, len, "%.9g:", (double)t->window_start_ns / 1e9);
+  else
+    w[0] = '\0';
+  a->time_window = w[0] ? w : NULL;
+  return 0;
+}
+
+static int check_resident(struct run_args *a, const char *value) {
+  return expect_one_of(a, "resident", value, (const char *const[]){"attention", "all", NULL});
+}
+
+static int check_home(struct run_args *a, const char *value) {
+  return expect_one_of(a, "home", value, (const char *const[]){"disk", "host", NULL});
+}
+
+static int check_expert_cache(struct run_args *a, const char *value) {
+  return expect_one_of(a, "expert-cache", value, (const char *const[]){"lru", "lfu", NULL});
+}
+
+static int check_kv_dtype(struct run_args *a, const char *value) {
+  if (ferry_kv_format_parse(value, &a->ec.kv_format) != FERRY_OK)
+    return cli_usage_error(a->cmd, "--kv-dtype: %s", ferry_last_error());
+  a->kv_dtype = a->ec.kv_format == FERRY_KV_AUTO ? NULL : ferry_kv_format_name(a->ec.kv_format);
+  return 0;
+}
+
+static int check_backend(struct run_args *a, const char *value) {
+  return expect_one_of(a, "backend", value, (const char *const[]){"host", "cuda", NULL});
+}
+
+static int check_quant(struct run_args *a, const char *value) {
+  if (ferry_quant_plan_parse(value, &a->ec.quant) != FERRY_OK) return cli_usage_error(a->cmd, "--quant: %s", ferry_last_error());
+  a->ec.quant_set = 1;
+  return 0;
+}
+
+static int check_record_features(struct run_args *a, const char *value) {
+  return expect_one_of(a, "record-features", value, (const char *const[]){"mlp3", "mlp7", "none", NULL});
+}
+
+static int check_predictor(struct run_args *a, const char *value) {
+  enum ferry_predictor_kind k;
+  if (ferry_predictor_kind_parse(value, &k) != FERRY_OK)
+    return cli_usage_error(a->cmd, "--predictor: unknown variant '%s' (none, lru, frequency, gate-lookahead, mlp3, mlp7, oracle)",
+                           value);
+  return 0;
+}
+
+/* --- the table ------------------------------------------------------------------------------ */
+
+static const struct run_option_info rows[RUN_OPT_COUNT + 1] = {
+#define ROW_(field, name, type, metavar, modes, section, cfg, key, def, lo, hi, check, help, why) \
+  {#field, name, TYPE_##type, metavar, modes, section, cfg, key, help, why},
+    FERRY_RUN_OPTIONS(ROW_)
+#undef ROW_
+};
+
+const struct run_option_info *run_option(enum run_opt id) { return (unsigned)id < RUN_OPT_COUNT ? &rows[id] : NULL; }
+
+enum run_opt run_option_by_field(const char *field) {
+  for (int i = 0; i < RUN_OPT_COUNT; i++)
+    if (!strcmp(rows[i].field, field)) return (enum run_opt)i;
+  return RUN_OPT_COUNT;
+}
+
+int run_given(const struct run_args *a, const char *name) {
+  for (int i = 0; i < RUN_OPT_COUNT; i++)
+    if (!strcmp(rows[i].name, name)) return a->given[i];
+  return 0;
+}
+
+static void set_defaults(struct run_args *a) {
+#define DEFAULT_(field, name, type, metavar, modes, section, cfg, key, def, ...) a->field = (RUN_CTYPE_##type)(def);
+  FERRY_RUN_OPTIONS(DEFAULT_)
+#undef DEFAULT_
+  if (a->sim) a->executor = "sim";
+}
+
+/* Setters per value type; each prints its own error. */
+static int set_FLAG(const char *opt, const char *value, int *dst, double lo, double hi) {
+  *dst = 1;
+  return 0;
+}
+#define set_FLAG01 set_FLAG
+static int set_INT(const char *opt, const char *value, int64_t *dst, double lo, double hi) {
+  return cli_parse_int(opt, value, (int64_t)lo, hi >= 9.2e18 ? INT64_MAX : (int64_t)hi, dst) ? CLI_USAGE : 0;
+}
+static int set_SIZE(const char *opt, const char *value, uint64_t *dst, double lo, double hi) {
+  return cli_parse_size(opt, value, dst) ? CLI_USAGE : 0;
+}
+static int set_REAL(const char *opt, const char *value, double *dst, double lo, double hi) {
+  return cli_parse_double(opt, value, lo, hi, dst) ? CLI_USAGE : 0;
+}
+static int set_TEXT(const char *opt, const char *value, const char **dst, double lo, double hi) {
+  *dst = value;
+  return 0;
+}
+
+typedef int (*check_fn)(struct run_args *a, const char *value);
+
+static int set_value(struct run_args *a, enum run_opt id, const char *value) {
+  int rc = 0;
+  check_fn check = NULL;
+  switch (id) {
+#define SET_(field, name, type, metavar, modes, section, cfg, key, def, lo, hi, chk, ...) \
+  case RUN_OPT_##field:                                                                  \
+    rc = set_##type("--" name, value, &a->field, (double)(lo), (double)(hi));            \
+    check = chk;                                                                         \
+    break;
+    FERRY_RUN_OPTIONS(SET_)
+#undef SET_
+    case RUN_OPT_COUNT: break;
+  }
+  if (!rc && check) rc = check(a, value);
+  return rc;
+}
+
+/* --- usage ---------------------------------------------------------------------------------- */
+
+/* Help computed when printed (the table's help is NULL). */
+static const char *dynamic_help(enum run_opt id) {
+  switch (id) {
+    case RUN_OPT_executor: return "executor: host (real work on the CPU; default) or cuda (a GPU)";
+    case RUN_OPT_predictor:
+      return "expert prefetching: none (no cache reuse), lru (cache only, default),\nfrequency, gate-lookahead, mlp3, "
+             "mlp7, oracle; prefetches --prefetch-depth\nlayers ahead";
+    default: return "";
+  }
+}
+
+static void print_option(FILE *f, const struct run_option_info *r, enum run_opt id) {
+  char head[64];
+  snprintf(head, sizeof head, "--%s%s%s", r->name, r->metavar[0] ? " " : "", r->metavar);
+  const char *help = r->help ? r->help : dynamic_help(id);
+  if (strlen(head) <= 22) fprintf(f, "  %-22s  ", head);
+  else fprintf(f, "  %s  ", head);
+  for (const char *p = help; *p; p++) {
+    fputc(*p, f);
+    if (*p == '\n') fprintf(f, "%26s", "");
+  }
+  fputc('\n', f);
+}
+
+void run_usage(FILE *f, const char *cmd) {
+  const int sim = !strcmp(cmd, "sim"), mode = sim ? SIM_M : RUN_M;
+  static const char *const heading[SEC_COUNT] = {"Model and workload", "Offload policy", "Executor", "Simulation",
+                                                 "MoE routing", "Output"};
+  fprintf(f, "Usage: ferry %s --model %s (--trace FILE | --synthetic SPEC) [OPTIONS]\n%s\n", cmd, sim ? "NAME|DIR" : "DIR",
+          sim ? "Simulate serving a trace on a hardware profile: the same engine as 'ferry run', on a\n"
+                "discrete-event executor whose op durations come from the profile."
+              : "Serve a request trace with weight offloading on a real executor and report latency,\n"
+                "throughput, bytes moved and peak memory per tier.");
+  for (int s = 0; s < SEC_COUNT; s++) {
+    int shown = 0;
+    for (int i = 0; i < RUN_OPT_COUNT; i++) {
+      if (rows[i].section != (enum run_section)s || !(rows[i].modes & mode)) continue;
+      if (!shown++) fprintf(f, "\n%s:\n", heading[s]);
+      print_option(f, &rows[i], (enum run_opt)i);
+    }
+  }
+  fprintf(f, "\nOptions are spelt out in full (no abbreviations); --name=VALUE also works.\n");
+}
+
+/* --- parsing -------------------------------------------------------------------------------- */
+
+static int unknown_option(const char *cmd, const char *name, size_t len) {
+  char word[128];
+  snprintf(word, sizeof word, "%.*s", (int)len, name);
+  const char *names[RUN_OPT_COUNT], *near[3];
+  for (int i = 0; i < RUN_OPT_COUNT; i++) names[i] = rows[i].name;
+  const size_t n = ferry__nearest_names(word, names, RUN_OPT_COUNT, 1, near, 3);
+  if (!n) return cli_usage_error(cmd, "unknown option '--%s'", word);
+  char list[256];
+  return cli_usage_error(cmd, "unknown option '--%s'; did you mean %s?", word,
+                         ferry__join_names(near, n, "--", list, sizeof list));
+}
+
+/* One option at argv[*i]; advances *i past its value. */
+static int parse_one(struct run_args *a, int argc, char **argv, int *i) {
+  const char *arg = argv[*i];
+  if (!strcmp(arg, "-h")) arg = "--help";
+  if (strncmp(arg, "--", 2) || !arg[2]) return cli_usage_error(a->cmd, "unexpected argument '%s'", arg);
+  const char *name = arg + 2;
+  const size_t len = strcspn(name, "=");
+  int id = 0;
+  while (id < RUN_OPT_COUNT && (strlen(rows[id].name) != len || strncmp(rows[id].name, name, len))) id++;
+  if (id == RUN_OPT_COUNT) return unknown_option(a->cmd, name, len);
+  const struct run_option_info *r = &rows[id];
+  if (!(r->modes & (a->sim ? SIM_M : RUN_M)))
+    return cli_usage_error(a->cmd, "--%s is for 'ferry %s'%s", r->name, a->sim ? "run" : "sim", r->why);
+  const char *value = NULL;
+  if (r->type == TYPE_FLAG || r->type == TYPE_FLAG01) {
+    if (name[len] == '=') return cli_usage_error(a->cmd, "--%s takes no value", r->name);
+  } else if (name[len] == '=') {
+    value = name + len + 1;
+  } else if (*i + 1 < argc) {
+    value = argv[++*i];
+  } else {
+    return cli_usage_error(a->cmd, "--%s needs a value (%s)", r->name, r->metavar);
+  }
+  a->given[id] = 1;
+  if (id == RUN_OPT_help) {
+    run_usage(stdout, a->cmd);
+    return -1;
+  }
+  return set_value(a, (enum run_opt)id, value);
+}
+
+/* The first of `names` (NULL-terminated) given, or NULL. */
+static const char *first_given(const struct run_args *a, const char *const *names) {
+  for (size_t i = 0; names[i]; i++)
+    if (run_given(a, names[i])) return names[i];
+  return NULL;
+}
+
+/* Options that would be accepted and then ignored are refused: a run measures what its
+ * options say, or says why it cannot. These need only the options; run_execute() checks
+ * those that need the model. */
+static int refuse_ignored(const struct run_args *a) {
+  const char *cmd = a->cmd, *o;
+  const int sim = a->sim;
+  if (a->synthetic && RUN_GIVEN(a, trace_format))
+    return cli_usage_error(cmd, "--trace-format applies to --trace files, not to --synthetic");
+  if (a->as_fast_as_possible && (o = first_given(a, (const char *const[]){"time-scale", "rate-scale", NULL})))
+    return cli_usage_error(cmd, "--%s changes arrival times, which --as-fast-as-possible ignores", o);
+  if (a->plan_only &&
+      (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
+                                                 "greedy", "allow-nonfinite", "routing", "routing-synth",
+                                                 "predictor-routing", "predictor-model", NULL})))
+    return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
+  if (!sim && !strcmp(a->executor, "cuda") && RUN_GIVEN(a, threads))
+    return cli_usage_error(cmd, "--threads sets the host executor's BLAS threads; --backend cuda computes on the GPU");
+  if (RUN_GIVEN(a, max_step_tokens) && a->max_step_tokens < a->max_batch)
+    return cli_usage_error(cmd, "--max-step-tokens %lld is below the %lld sequences of a batch (--max-batch): each decodes "
+                                "one token per step",
+                           (long long)a->max_step_tokens, (long long)a->max_batch);
+  const char *p = a->predictor;
+  const int mlp = p && (!strcmp(p, "mlp3") || !strcmp(p, "mlp7"));
+  if (a->predictor_model && !mlp)
+    return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only");
+  if (a->predictor_routing) {
+    if (!p || !strcmp(p, "lru") || !strcmp(p, "none"))
+      return cli_usage_error(cmd, "--predictor-routing is read by --predictor frequency, oracle%s only",
+                             sim ? ", gate-lookahead, mlp3 and mlp7" : "");
+    if (!sim && (mlp || !strcmp(p, "gate-lookahead")))
+      return cli_usage_error(cmd, "--predictor-routing: a real run's %s predictor reads its own activations, not a trace", p);
+    if (sim && !strcmp(p, "oracle"))
+      return cli_usage_error(cmd, "--predictor-routing: in 'ferry sim' the oracle knows the routing being simulated "
+                                  "(replay a recorded one with --routing)");
+  }
+  if (a->record_features && !a->record_routing)
+    return cli_usage_error(cmd, "--record-features %s: the features go into --record-routing FILE: give one",
+                           a->record_features);
+  if (p && !strcmp(p, "none") && RUN_GIVEN(a, expert_cache))
+    return cli_usage_error(cmd, "--expert-cache does nothing with --predictor none (no expert is reused)");
+  return 0;
+}
+
+/* What the options mean for the engine and the trace reader. */
+static void apply(struct run_args *a) {
+  struct ferry_engine_config *ec = &a->ec;
+  ec->block_layers = (int32_t)a->block_layers;
+  ec->prefetch_depth = (int32_t)a->prefetch_depth;
+  ec->pin_first = (int32_t)a->pin_first;
+  ec->pin_last = (int32_t)a->pin_last;
+  ec->resident_attention = !strcmp(a->resident, "attention");
+  ec->resident_all = !strcmp(a->resident, "all");
+  ec->fill_budget = a->fill_budget;
+  ec->home_disk = !strcmp(a->home, "disk");
+  ec->expert_cache_lfu = !strcmp(a->expert_cache, "lfu");
+  ec->device_budget_bytes = a->device_budget;
+  ec->host_budget_bytes = a->host_budget;
+  ec->max_batch = (int32_t)a->max_batch;
+  ec->max_step_tokens = (int32_t)a->max_step_tokens;
+  ec->max_seq_tokens = (int32_t)a->max_seq_tokens;
+  /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
+  ec->read_flags = (a->direct_io ? FERRY_READ_DIRECT : 0u) | (a->drop_cache || !a->direct_io ? FERRY_READ_DROP_CACHE : 0u);
+  ec->seed = (uint64_t)a->seed;
+  ec->greedy = a->greedy;
+  ec->allow_nonfinite = a->allow_nonfinite;
+  a->trace_opts.max_requests = a->max_requests;
+  a->trace_opts.rate_scale = a->rate_scale;
+  a->trace_opts.skip_bad = a->skip_bad;
+  a->progress = !a->quiet;
+}
+
+int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
+  memset(a, 0, sizeof *a);
+  a->cmd = cmd;
+  a->sim = !strcmp(cmd, "sim");
+  set_defaults(a);
+  for (int i = 1; i < argc; i++) {
+    const int rc = parse_one(a, argc, argv, &i);
+    if (rc) return rc;
+  }
+  if (!a->model) return cli_usage_error(cmd, "missing --model");
+  if (!a->plan_only && !a->trace && !a->synthetic) return cli_usage_error(cmd, "missing --trace FILE or --synthetic SPEC");
+  if (a->trace && a->synthetic) return cli_usage_error(cmd, "give either --trace or --synthetic, not both");
+  if (a->sim && !a->hw && !a->plan_only) return cli_usage_error(cmd, "missing --hw PROFILE (see ferry hw list)");
+  if (a->profile && !a->db) return cli_usage_error(cmd, "--profile writes the GPU timeline to --db FILE: give one");
+  if (a->profile && strcmp(a->executor, "cuda"))
+    return cli_usage_error(cmd, "--profile traces the GPU: use it with --backend cuda");
+  const int refused = refuse_ignored(a);
+  if (refused) return refused;
+  apply(a);
+  return 0;
+}
