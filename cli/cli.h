@@ -3,6 +3,7 @@
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -26,6 +27,11 @@ struct option;
  * "unknown option '--name'; did you mean --x?" and returns '?' (getopt_long would quietly
  * take a prefix for the option it abbreviates). */
 int cli_getopt_long(int argc, char *const argv[], const char *shortopts, const struct option *longopts, int *longindex);
+/* ferry__check_paths over a command's paths (common/fsutil.h): 0, or CLI_USAGE after printing
+ * why an output would overwrite an input or another output. Every command calls it once,
+ * after parsing and before it opens anything for writing. */
+struct ferry_path_use;
+int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n);
 
 /* Whether stdout/stderr is a terminal (progress bars only then). */
 int cli_is_tty(FILE *f);

@@ -2,6 +2,7 @@
  * profile's costs to the op durations recorded in a run's timeline (--db), so `ferry sim`
  * prices ops by measured rates. */
 #include <getopt.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,9 @@
 
 #include "cli/cli.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
+#include "common/sqlite_read.h"
+#include "ferry/db.h"
 #include "ferry/calibrate.h"
 #include "ferry/hw.h"
 
@@ -30,6 +34,12 @@ static void usage(FILE *f) {
           "  --out FILE       where to write the profile (JSON, the catalogue format)\n");
 }
 
+/* A timeline row worth fitting: the database is untrusted, so sizes must be finite and not
+ * negative and durations positive (an inf or NaN would poison the whole fit). */
+static int usable_sample(double bytes, double flops, double dur_ns) {
+  return isfinite(bytes) && isfinite(flops) && isfinite(dur_ns) && bytes >= 0 && flops >= 0 && dur_ns > 0;
+}
+
 static int fit_from_db(const char *db_path, int64_t run, const char *base, const char *out) {
   ferry_hw *hw = NULL;
   ferry_status st = ferry_hw_open(&hw, base);
@@ -40,8 +50,9 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   struct ferry_calib_sample *s = NULL;
   const char *fitted[64];
   size_t n_fitted = 0;
-  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-    cli_fail(FERRY_ERR_DB, "%s: cannot open: %s", db_path, db ? sqlite3_errmsg(db) : "out of memory");
+  if ((st = ferry__sqlite_open_read(db_path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db, NULL, NULL)) !=
+      FERRY_OK) {
+    cli_fail(st, NULL);
     goto out;
   }
   size_t cap = 200000;
@@ -65,7 +76,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
         "SELECT k.bytes, k.flops, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds n ON n.id = k.shortName "
         "WHERE k.runId = ?1 AND n.value = ?2 LIMIT 200000";
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-      cli_fail(FERRY_ERR_DB, "%s: not a ferry result datakind_base with a timeline (%s)", db_path, sqlite3_errmsg(db));
+      cli_fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path, sqlite3_errmsg(db));
       goto out;
     }
     sqlite3_bind_int64(q, 1, run);
@@ -73,9 +84,11 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     size_t n = 0;
     while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
       double bytes = (double)sqlite3_column_int64(q, 0), flops = sqlite3_column_double(q, 1);
+      double dur = (double)sqlite3_column_int64(q, 2);
+      if (!usable_sample(bytes, flops, dur)) continue;
       int is_gemm = bytes > 0 && flops / bytes > FERRY_HW_GEMM_INTENSITY;
       if (has_gemm_variant && is_gemm != gemm_kind) continue;
-      s[n++] = (struct ferry_calib_sample){bytes, flops, (double)sqlite3_column_int64(q, 2)};
+      s[n++] = (struct ferry_calib_sample){bytes, flops, dur};
     }
     sqlite3_finalize(q);
     if (n < 3) continue;
@@ -100,8 +113,10 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     sqlite3_bind_int64(q, 1, run);
     sqlite3_bind_int(q, 2, copies[c].copy_kind);
     size_t n = 0;
-    while (sqlite3_step(q) == SQLITE_ROW && n < cap)
-      s[n++] = (struct ferry_calib_sample){(double)sqlite3_column_int64(q, 0), 0, (double)sqlite3_column_int64(q, 1)};
+    while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
+      double bytes = (double)sqlite3_column_int64(q, 0), dur = (double)sqlite3_column_int64(q, 1);
+      if (usable_sample(bytes, 0, dur)) s[n++] = (struct ferry_calib_sample){bytes, 0, dur};
+    }
     sqlite3_finalize(q);
     if (n < 3) continue;
     struct ferry_hw_cost f;
@@ -140,7 +155,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   rc = CLI_OK;
 out:
   ferry_free(s);
-  sqlite3_close(db);
+  sqlite3_close_v2(db);
   ferry_hw_close(hw);
   return rc;
 }
@@ -170,6 +185,8 @@ int cmd_calibrate(int argc, char **argv) {
   if (optind < argc) return cli_usage_error("calibrate", "unexpected argument '%s'", argv[optind]);
   if (!out) return cli_usage_error("calibrate", "missing --out FILE");
   if (probe == !!db) return cli_usage_error("calibrate", "give either --probe or --db RUN.db");
+  const struct ferry_path_use paths[] = {{"--out", out, FERRY_PATH_OUT}, {"--db", db, FERRY_PATH_SQLITE}, {"--base", base, 0}};
+  if (cli_check_paths("calibrate", paths, 3)) return CLI_USAGE;
   if (db) {
     if (run < 0 || !base) return cli_usage_error("calibrate", "--db needs --run N and --base PROFILE");
     return fit_from_db(db, run, base, out);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/db.h"
 
@@ -17,7 +18,9 @@ static const char usage_text[] =
     "  list                               runs: id, kind, model, hardware, complete, started, requests, error\n"
     "  show RUN                           a run's configuration and metrics (TTFT/TPOT/e2e, throughput,\n"
     "                                     peak memory and bytes moved per tier, stall time)\n"
-    "  diff RUN_A RUN_B [--tolerance 5%]  compare B against A; exit 3 when B regressed beyond tolerance\n"
+    "  diff RUN_A RUN_B [--tolerance 5%]  compare B against A; exit 3 when B regressed beyond tolerance;\n"
+    "       [--allow-incomplete]          runs that failed, were killed or still run are refused unless this\n"
+    "                                     is given (their metrics cover only part of the work)\n"
     "  export-trace --run N --out FILE    Chrome trace JSON of a run's timeline (open in Perfetto)\n"
     "  import-nsys EXPORT.sqlite          add an Nsight Systems SQLite export as a run (kind nsys-import);\n"
     "                                     --into FILE is the same as --db FILE\n\n"
@@ -31,6 +34,7 @@ struct opts {
   const char *db, *out, *run, *tolerance, *model, *hardware;
   const char *pos[4];
   int npos;
+  int allow_incomplete;
 };
 
 static int parse(int argc, char **argv, struct opts *o) {
@@ -48,6 +52,10 @@ static int parse(int argc, char **argv, struct opts *o) {
     if (a[0] != '-' || a[1] == '\0') {
       if (o->npos >= 4) return cli_usage_error("db", "too many arguments ('%s')", a);
       o->pos[o->npos++] = a;
+      continue;
+    }
+    if (!strcmp(a, "--allow-incomplete")) {
+      o->allow_incomplete = 1;
       continue;
     }
     size_t k;
@@ -78,6 +86,20 @@ static int parse_run(const char *opt, const char *text, int64_t *id) {
 
 static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
 
+/* Text from the database goes to a terminal: no control characters (escape sequences could
+ * rewrite what the screen shows, a newline fake a line). */
+static void scrub(char *s) {
+  for (; s && *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+static void scrub_run(struct ferry_run_summary *r) {
+  char *fields[] = {r->model, r->hardware, r->trace, r->started_at, r->finished_at, r->error, r->config_json,
+                    r->config_hash, r->notes};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) scrub(fields[i]);
+  scrub(r->kind);
+}
+
 static int do_list(const struct opts *o) {
   ferry_db *db;
   int rc = open_db(o, FERRY_DB_READ_ONLY, &db);
@@ -92,7 +114,8 @@ static int do_list(const struct opts *o) {
   printf("%-5s %-11s %-24s %-16s %-8s %-24s %8s  %s\n", "id", "kind", "model", "hardware", "complete",
          "started", "requests", "error");
   for (size_t i = 0; i < n; i++) {
-    const struct ferry_run_summary *r = &runs[i];
+    struct ferry_run_summary *r = &runs[i];
+    scrub_run(r);
     printf("%-5lld %-11s %-24s %-16s %-8s %-24s %8lld  %s\n", (long long)r->id, r->kind, or_dash(r->model),
            or_dash(r->hardware), r->complete ? "yes" : (r->finished_at ? "failed" : "no"), or_dash(r->started_at),
            (long long)r->requests, or_dash(r->error));
@@ -130,6 +153,7 @@ static int do_show(const struct opts *o) {
     return cli_fail(st, NULL);
   }
   char b1[32], b2[32], b3[32];
+  scrub_run(r);
   printf("run %lld (%s)\n", (long long)r->id, r->kind);
   printf("  model      %s\n  hardware   %s\n  trace      %s\n", or_dash(r->model), or_dash(r->hardware),
          or_dash(r->trace));
@@ -140,6 +164,8 @@ static int do_show(const struct opts *o) {
   if (r->dropped_records) printf("  dropped    %lld activity records\n", (long long)r->dropped_records);
   struct ferry_device_info gpu;
   if (ferry_db_get_gpu(db, id, 0, &gpu) == FERRY_OK) {
+    scrub(gpu.name);
+    scrub(gpu.bus_location);
     printf("  gpu        %s", gpu.name[0] ? gpu.name : "-");
     if (gpu.total_memory_bytes) printf(", %s", ferry__format_bytes(gpu.total_memory_bytes, b1, sizeof b1));
     if (gpu.memory_bandwidth_bytes_per_s) printf(", %.0f GB/s", (double)gpu.memory_bandwidth_bytes_per_s / 1e9);
@@ -187,6 +213,29 @@ static int do_diff(const struct opts *o) {
     return rc;
   ferry_db *db;
   if ((rc = open_db(o, FERRY_DB_READ_ONLY, &db))) return rc;
+  /* a run that did not complete measured only part of the work: a diff against it would
+   * report whatever it happened to reach, typically "no regression" */
+  const int64_t ids[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    struct ferry_run_summary *r;
+    ferry_status st = ferry_db_get_run(db, ids[i], &r);
+    if (st != FERRY_OK) {
+      ferry_db_close(db);
+      return cli_fail(st, NULL);
+    }
+    char why[300];
+    if (r->error) snprintf(why, sizeof why, "failed: %.250s", r->error);
+    else snprintf(why, sizeof why, "%s", r->finished_at ? "failed" : "killed, or still running");
+    scrub(why);
+    int complete = r->complete == 1;
+    ferry_db_runs_free(r, 1);
+    if (!complete && !o->allow_incomplete) {
+      ferry_db_close(db);
+      return cli_fail(FERRY_ERR_INVALID, "%s: run %lld did not complete (%s); its metrics cover only part of the work. "
+                      "Compare complete runs, or pass --allow-incomplete", o->db, (long long)ids[i], why);
+    }
+    if (!complete) fprintf(stderr, "ferry: warning: run %lld did not complete (%s)\n", (long long)ids[i], why);
+  }
   struct ferry_run_stats sa, sb;
   ferry_status st = ferry_db_run_stats(db, a, &sa);
   if (st == FERRY_OK) st = ferry_db_run_stats(db, b, &sb);
@@ -218,6 +267,8 @@ static int do_export(const struct opts *o) {
   if (o->npos) return cli_usage_error("db", "export-trace takes --run N --out FILE");
   if ((rc = parse_run("--run", o->run, &id))) return rc;
   if (!o->out) return cli_usage_error("db", "--out FILE is required");
+  const struct ferry_path_use paths[] = {{"--out", o->out, FERRY_PATH_OUT}, {"--db", o->db, FERRY_PATH_SQLITE}};
+  if ((rc = cli_check_paths("db", paths, 2))) return rc;
   ferry_db *db;
   if ((rc = open_db(o, FERRY_DB_READ_ONLY, &db))) return rc;
   ferry_status st = ferry_db_export_trace(db, id, o->out);
@@ -229,8 +280,12 @@ static int do_export(const struct opts *o) {
 
 static int do_import(const struct opts *o) {
   if (o->npos != 1) return cli_usage_error("db", "import-nsys takes one export file");
+  const struct ferry_path_use paths[] = {{"--db", o->db, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"EXPORT.sqlite", o->pos[0], FERRY_PATH_SQLITE}};
+  int rc = cli_check_paths("db", paths, 2);
+  if (rc) return rc;
   ferry_db *db;
-  int rc = open_db(o, FERRY_DB_CREATE, &db);
+  rc = open_db(o, FERRY_DB_CREATE, &db);
   if (rc) return rc;
   struct ferry_run_info info = {.kind = FERRY_RUN_NSYS_IMPORT, .model = o->model, .hardware = o->hardware};
   int64_t id;

@@ -24,6 +24,10 @@ static void gen_usage(FILE *f) {
           "  --shard-size SIZE     split into shards of at most SIZE (default 2GiB; 'none' = one file)\n"
           "  --router-skew X       MoE: make low-numbered experts more popular (0 = uniform; try 0.5)\n"
           "  --router-locality X   MoE: correlate routers of adjacent layers, 0..1 (try 0.8)\n"
+          "  --routing-profile P   MoE: routers shaped like a trained model's (mixtral, olmoe,\n"
+          "                        deepseek: balanced load, realistic gate spread, layer-to-layer\n"
+          "                        predictability, token-cluster specialisation; uniform: plain\n"
+          "                        random routers); excludes --router-skew/--router-locality\n"
           "  --force               replace a non-empty output folder\n"
           "  --quiet               no progress lines\n");
 }
@@ -34,7 +38,8 @@ int cmd_model_gen(int argc, char **argv) {
       {"layers", required_argument, 0, 'l'}, {"vocab", required_argument, 0, 'v'}, {"scale", required_argument, 0, 's'},
       {"dtype", required_argument, 0, 'd'},  {"seed", required_argument, 0, 'S'},
       {"shard-size", required_argument, 0, 'z'}, {"router-skew", required_argument, 0, 'k'},
-      {"router-locality", required_argument, 0, 'c'}, {"force", no_argument, 0, 'f'},
+      {"router-locality", required_argument, 0, 'c'}, {"routing-profile", required_argument, 0, 'P'},
+      {"force", no_argument, 0, 'f'},
       {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *preset = NULL, *out = NULL, *dtype_text = NULL;
@@ -60,6 +65,7 @@ int cmd_model_gen(int argc, char **argv) {
         break;
       case 'k': if (cli_parse_double("--router-skew", optarg, 0, 100, &go.router_skew)) return CLI_USAGE; break;
       case 'c': if (cli_parse_double("--router-locality", optarg, 0, 1, &go.router_locality)) return CLI_USAGE; break;
+      case 'P': go.routing_profile = optarg; break;
       case 'f': go.force = 1; break;
       case 'q': go.progress = 0; break;
       case 'h': gen_usage(stdout); return CLI_OK;

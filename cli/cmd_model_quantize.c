@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/db.h"
 #include "ferry/engine.h"
@@ -98,6 +99,10 @@ int cmd_model_quantize(int argc, char **argv) {
   if (argc - optind != 2) return cli_usage_error("model quantize", "expected IN_DIR OUT_DIR");
   if (!!format == !!plan_text) return cli_usage_error("model quantize", "give either --format F or --plan SPEC");
   const char *in = argv[optind], *out = argv[optind + 1];
+  const struct ferry_path_use paths[] = {{"OUT_DIR", out, FERRY_PATH_OUT | FERRY_PATH_DIR},
+                                         {"--db", db_path, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"IN_DIR", in, FERRY_PATH_DIR}};
+  if (cli_check_paths("model quantize", paths, 3)) return CLI_USAGE;
   struct ferry_qplan plan;
   if (ferry_quant_plan_parse(format ? format : plan_text, &plan) != FERRY_OK)
     return cli_usage_error("model quantize", "%s", ferry_last_error());

@@ -11,14 +11,17 @@
 
 #include "cli/cli.h"
 #include "cli/predict_glue.h"
+#include "cli/predictor_cli.h"
 #include "common/alloc.h"
+#include "common/error.h"
+#include "common/fsutil.h"
 #include "common/half.h"
 #include "common/units.h"
 #include "ferry/predict.h"
 #include "ferry/routing.h"
 #include "ferry/store.h"
 
-static const char *const predictor_usage =
+const char *const predictor_usage =
     "Usage: ferry predictor train --routing FILE --variant mlp3|mlp7 --out P.safetensors [OPTIONS]\n"
     "       ferry predictor eval --routing FILE --variant V [--model P.safetensors] [OPTIONS]\n"
     "Expert predictors for MoE offloading (see docs/predictors.md).\n\n"
@@ -33,7 +36,12 @@ static const char *const predictor_usage =
     "  --predictor-dtype D   weights stored as fp16 (default), int8 or fp32\n\n"
     "eval: replay the trace (requests one after another) through an expert cache; at each\n"
     "layer l the predictor names experts of layer l+D, which are loaded if not resident.\n"
-    "Variants: none, lru, frequency, gate-lookahead, mlp3, mlp7, oracle.\n"
+    "Variants: none, lru, frequency, gate-lookahead, mlp3, mlp7, oracle; several, comma-separated\n"
+    "(--variant frequency,mlp3,mlp7), give a table in which predictors whose stall differs by\n"
+    "less than the noise (paired bootstrap over requests) are marked tied.\n"
+    "Recall, precision, stall (demand loads per token) and waste (prefetched experts never\n"
+    "used, per token) carry 95% bootstrap confidence intervals over the requests.\n"
+    "  --bootstrap N          bootstrap resamples (default 1000)\n"
     "  --model P.safetensors  MLP weights (mlp3/mlp7; default: train on --train-routing now)\n"
     "  --train-routing FILE   trace for frequency counts and in-process MLP training\n"
     "                         (default: the evaluated trace itself, i.e. in-sample)\n"
@@ -47,16 +55,6 @@ static const char *const predictor_usage =
     "  --predictor-dtype D    round MLP weights through fp16, int8 or fp32\n"
     "Trace shape: --experts E and --layers L as for `ferry trace routing`.\n";
 
-struct args {
-  const char *routing, *train_routing, *out, *model;
-  enum ferry_predictor_kind variant;
-  int has_variant;
-  int64_t epochs, batch, seed, cache_slots, depth, pf_max, experts, layers;
-  double lr, gbps;
-  uint64_t expert_bytes;
-  enum ferry_dtype dtype;
-  int dtype_set, lfu;
-};
 
 static int parse_dtype(const char *v, enum ferry_dtype *out) {
   if (!strcmp(v, "fp16") || !strcmp(v, "f16")) *out = FERRY_DTYPE_F16;
@@ -66,7 +64,30 @@ static int parse_dtype(const char *v, enum ferry_dtype *out) {
   return 0;
 }
 
-static int parse(int argc, char **argv, const char *cmd, struct args *a) {
+/* "mlp3" or "frequency,mlp3,mlp7": the first is a->variant, all of them a->variants. */
+static int parse_variants(const char *v, struct predictor_args *a) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", v);
+  a->n_variants = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (a->n_variants == PREDICTOR_MAX_VARIANTS) {
+      ferry__fail(FERRY_ERR_INVALID, "at most %d variants", PREDICTOR_MAX_VARIANTS);
+      return -1;
+    }
+    if (ferry_predictor_kind_parse(t, &a->variants[a->n_variants]) != FERRY_OK) return -1;
+    a->n_variants++;
+  }
+  if (!a->n_variants) {
+    ferry__fail(FERRY_ERR_INVALID, "no variant named");
+    return -1;
+  }
+  a->variant = a->variants[0];
+  a->has_variant = 1;
+  return 0;
+}
+
+int predictor_parse(int argc, char **argv, const char *cmd, struct predictor_args *a) {
   memset(a, 0, sizeof *a);
   a->epochs = 10;
   a->batch = 32;
@@ -74,6 +95,7 @@ static int parse(int argc, char **argv, const char *cmd, struct args *a) {
   a->depth = 1;
   a->lr = 0.01;
   a->gbps = 25;
+  a->bootstrap = 1000;
   a->dtype = FERRY_DTYPE_F16;
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
@@ -89,8 +111,7 @@ static int parse(int argc, char **argv, const char *cmd, struct args *a) {
     else if (!strcmp(o, "--out")) a->out = v;
     else if (!strcmp(o, "--model")) a->model = v;
     else if (!strcmp(o, "--variant")) {
-      if (ferry_predictor_kind_parse(v, &a->variant) != FERRY_OK) return cli_usage_error(cmd, "--variant: %s", ferry_last_error());
-      a->has_variant = 1;
+      if (parse_variants(v, a)) return cli_usage_error(cmd, "--variant: %s", ferry_last_error());
     } else if (!strcmp(o, "--predictor-dtype")) {
       if (parse_dtype(v, &a->dtype)) return cli_usage_error(cmd, "--predictor-dtype: '%s' is not fp16, int8 or fp32", v);
       a->dtype_set = 1;
@@ -114,6 +135,8 @@ static int parse(int argc, char **argv, const char *cmd, struct args *a) {
       if (cli_parse_double(o, v, 1e-9, 10, &a->lr)) return CLI_USAGE;
     } else if (!strcmp(o, "--link-gbps")) {
       if (cli_parse_double(o, v, 1e-6, 1e6, &a->gbps)) return CLI_USAGE;
+    } else if (!strcmp(o, "--bootstrap")) {
+      if (cli_parse_int(o, v, 10, 1000000, &a->bootstrap)) return CLI_USAGE;
     } else if (!strcmp(o, "--expert-bytes")) {
       if (cli_parse_size(o, v, &a->expert_bytes)) return CLI_USAGE;
     } else {
@@ -125,7 +148,7 @@ static int parse(int argc, char **argv, const char *cmd, struct args *a) {
   return CLI_OK;
 }
 
-static ferry_status open_trace(const char *path, const struct args *a, ferry_routing **out) {
+ferry_status predictor_open_trace(const char *path, const struct predictor_args *a, ferry_routing **out) {
   struct ferry_routing_options o = {.n_experts = (int32_t)a->experts, .n_layers = (int32_t)a->layers};
   return ferry_routing_open(out, path, &o);
 }
@@ -180,7 +203,7 @@ static void say_features(const ferry_routing *r, int64_t recorded, int64_t n, en
 }
 
 /* Train an MLP of `variant` on trace r. */
-static ferry_status train(const ferry_routing *r, const struct args *a, struct ferry_mlp *m, int verbose) {
+ferry_status predictor_train_mlp(const ferry_routing *r, const struct predictor_args *a, struct ferry_mlp *m, int verbose) {
   struct ferry_mlp_dataset d;
   float *x;
   int32_t *y;
@@ -419,17 +442,20 @@ out_close:
 /* ---- subcommands ------------------------------------------------------------------------- */
 
 static int predictor_train(int argc, char **argv) {
-  struct args a;
-  int rc = parse(argc, argv, "predictor train", &a);
+  struct predictor_args a;
+  int rc = predictor_parse(argc, argv, "predictor train", &a);
   if (rc != CLI_OK) return rc;
-  if (a.variant != FERRY_PREDICTOR_MLP3 && a.variant != FERRY_PREDICTOR_MLP7)
+  if (a.n_variants != 1 || (a.variant != FERRY_PREDICTOR_MLP3 && a.variant != FERRY_PREDICTOR_MLP7))
     return cli_usage_error("predictor train", "--variant must be mlp3 or mlp7 (the others have nothing to train)");
   if (!a.out) return cli_usage_error("predictor train", "missing --out P.safetensors");
+  const struct ferry_path_use paths[] = {{"--out", a.out, FERRY_PATH_OUT}, {"--routing", a.routing, 0},
+                                         {"--train-routing", a.train_routing, 0}, {"--model", a.model, FERRY_PATH_DIR}};
+  if (cli_check_paths("predictor train", paths, 4)) return CLI_USAGE;
   ferry_routing *r;
-  ferry_status st = open_trace(a.routing, &a, &r);
+  ferry_status st = predictor_open_trace(a.routing, &a, &r);
   if (st != FERRY_OK) return cli_fail(st, NULL);
   struct ferry_mlp m;
-  st = train(r, &a, &m, 1);
+  st = predictor_train_mlp(r, &a, &m, 1);
   if (st == FERRY_OK) {
     st = save_mlp(&m, a.dtype, r, a.out);
     if (st == FERRY_OK)
@@ -440,157 +466,6 @@ static int predictor_train(int argc, char **argv) {
   }
   ferry_routing_free(r);
   return st == FERRY_OK ? CLI_OK : CLI_FAIL;
-}
-
-static int predictor_eval(int argc, char **argv) {
-  struct args a;
-  int rc = parse(argc, argv, "predictor eval", &a);
-  if (rc != CLI_OK) return rc;
-  ferry_routing *r = NULL, *tr = NULL;
-  ferry_predictor *p = NULL;
-  struct ferry_predict_eval_request *reqs = NULL;
-  struct ferry_predict_eval_result res = {0};
-  ferry_status st = open_trace(a.routing, &a, &r);
-  if (st != FERRY_OK) return cli_fail(st, NULL);
-  rc = CLI_FAIL;
-  int32_t L = ferry_routing_n_layers(r), E = ferry_routing_n_experts(r), K = ferry_routing_top_k(r);
-  if (a.depth >= L && L > 1) {
-    rc = cli_usage_error("predictor eval", "--prefetch-depth %" PRId64 " must be below the %d layers", a.depth, L);
-    goto out_free;
-  }
-  const ferry_routing *train_src = r;
-  if (a.train_routing) {
-    struct args ta = a;
-    ta.experts = E;
-    ta.layers = L;
-    if ((st = open_trace(a.train_routing, &ta, &tr)) != FERRY_OK) {
-      cli_fail(st, NULL);
-      goto out_free;
-    }
-    if (ferry_routing_top_k(tr) != K) {
-      cli_fail(FERRY_ERR_FORMAT, "%s: top-%d, the evaluated trace has top-%d", a.train_routing, ferry_routing_top_k(tr), K);
-      goto out_free;
-    }
-    train_src = tr;
-  }
-  enum ferry_dtype dtype = a.dtype;
-  struct ferry_mlp m = {0};
-  const char *mlp_origin = NULL;
-  if (a.variant == FERRY_PREDICTOR_MLP3 || a.variant == FERRY_PREDICTOR_MLP7) {
-    if (a.model) {
-      enum ferry_dtype fdt;
-      if (cli_predictor_load_mlp(a.model, a.variant, ferry_routing_n_layers(r), ferry_routing_n_experts(r), &m, &fdt) !=
-          FERRY_OK)
-        goto out_free;
-      if (!a.dtype_set) dtype = fdt;
-      mlp_origin = a.model;
-    } else {
-      if ((st = train(train_src, &a, &m, 0)) != FERRY_OK) {
-        cli_fail(st, NULL);
-        goto out_free;
-      }
-      mlp_origin = a.train_routing ? "trained now on --train-routing" : "trained now on this trace (in-sample)";
-    }
-  }
-  struct ferry_predictor_config pc = {.kind = a.variant, .n_layers = L, .n_experts = E, .top_k = K,
-                                      .mlp_dtype = dtype, .mlp_dtype_set = 1};
-  st = ferry_predictor_create(&p, &pc);
-  if (st == FERRY_OK && mlp_origin) st = ferry_predictor_set_mlp(p, &m);
-  ferry_mlp_free(&m);
-  if (st != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out_free;
-  }
-  if (a.variant == FERRY_PREDICTOR_FREQUENCY) {
-    int64_t *counts = ferry__calloc((size_t)E, sizeof *counts);
-    if (!counts) goto out_free;
-    struct ferry_routing_request q;
-    for (int32_t l = 0; l < L; l++) {
-      memset(counts, 0, (size_t)E * sizeof *counts);
-      for (size_t i = 0; ferry_routing_request_at(train_src, i, &q) == FERRY_OK; i++)
-        for (int32_t t = 0; t < q.n_tokens; t++) {
-          const int32_t *s = q.ids + ((size_t)t * (size_t)L + (size_t)l) * (size_t)K;
-          for (int32_t j = 0; j < K && s[0] >= 0; j++) counts[s[j]]++;
-        }
-      ferry_predictor_set_popularity(p, l, counts);
-    }
-    ferry_free(counts);
-  }
-  size_t n = ferry_routing_n_requests(r);
-  reqs = ferry__calloc(n ? n : 1, sizeof *reqs);
-  if (!reqs) goto out_free;
-  for (size_t i = 0; i < n; i++) {
-    struct ferry_routing_request q;
-    ferry_routing_request_at(r, i, &q);
-    reqs[i] = (struct ferry_predict_eval_request){.n_tokens = q.n_tokens, .ids = q.ids, .weights = q.weights,
-                                                  .features = q.features, .has_features = q.has_features,
-                                                  .lookahead = q.lookahead,
-                                                  .lookahead_max = FERRY_ROUTING_MAX_LOOKAHEAD};
-  }
-  int64_t slots = a.cache_slots;
-  if (!slots) {
-    slots = 2 * (int64_t)K * (a.depth + 1);
-    if (slots < 4 * K) slots = 4 * K;
-  }
-  struct ferry_predict_eval_config ec = {.n_layers = L, .n_experts = E, .top_k = K,
-                                         .n_features = ferry_routing_n_features(r), .cache_slots = (int32_t)slots,
-                                         .prefetch_depth = (int32_t)a.depth, .prefetch_max = (int32_t)a.pf_max,
-                                         .expert_bytes = a.expert_bytes, .lfu = a.lfu};
-  if ((st = ferry_predict_eval(p, reqs, n, &ec, &res)) != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out_free;
-  }
-  char b1[32], b2[32];
-  printf("predictor      %s%s%s%s\n", ferry_predictor_kind_name(a.variant), mlp_origin ? " (" : "",
-         mlp_origin ? mlp_origin : "", mlp_origin ? ")" : "");
-  if (mlp_origin) printf("weights        %s\n", ferry_dtype_name(dtype));
-  printf("routing        %s: %d layers, %d experts, top-%d, %zu requests, %" PRId64 " tokens\n", a.routing, L, E, K, n,
-         res.tokens);
-  printf("cache          %" PRId64 " slots (%s), prefetch depth %" PRId64 ", up to %d experts per layer\n", slots,
-         a.lfu ? "LFU" : "LRU", a.depth, a.pf_max ? (int)a.pf_max : K);
-  if (res.predictions) {
-    printf("recall         %.4f (top-%d, over %" PRId64 " predicted token-layers)\n", res.recall, K, res.predictions);
-    printf("precision      %.4f of predicted experts were chosen\n", res.precision);
-    if (a.variant == FERRY_PREDICTOR_GATE_LOOKAHEAD)
-      printf("lookahead      %" PRId64 " of %" PRId64 " predictions replay a real run's recorded choices%s\n",
-             res.recorded_lookahead, res.predictions,
-             res.recorded_lookahead ? "" : " (the rest: the current layer's choice as a proxy)");
-  } else {
-    printf("recall         - (no predictions)\n");
-  }
-  printf("uses           %" PRId64 ": hits %" PRId64 ", misses %" PRId64 " (hit rate %.4f)\n", res.uses, res.hits,
-         res.misses, res.uses ? (double)res.hits / res.uses : 0);
-  printf("prefetches     %" PRId64 " loads: %" PRId64 " used, %" PRId64 " evicted or left unused, %" PRId64
-         " dropped (no free slot); prefetch precision %.4f\n",
-         res.prefetch_loads, res.prefetch_useful, res.prefetch_unused, res.prefetch_dropped,
-         res.prefetch_loads ? (double)res.prefetch_useful / res.prefetch_loads : 0);
-  printf("stall proxy    %" PRId64 " demand loads (%.3f per token)", res.misses,
-         res.tokens ? (double)res.misses / res.tokens : 0);
-  if (a.expert_bytes)
-    printf(", ~%.3f ms at %.1f GB/s\n", (double)res.misses * (double)a.expert_bytes / (a.gbps * 1e9) * 1e3, a.gbps);
-  else
-    printf("\n");
-  if (a.expert_bytes)
-    printf("bytes          %s loaded, %s fetched but unused\n", ferry__format_bytes(res.bytes_loaded, b1, sizeof b1),
-           ferry__format_bytes(res.bytes_unused, b2, sizeof b2));
-  else
-    printf("loads          %" PRId64 " loaded, %" PRId64 " fetched but unused (give --expert-bytes for bytes)\n",
-           res.misses + res.prefetch_loads, res.prefetch_unused);
-  if (res.predictions) {
-    printf("\n%5s %8s\n", "layer", "recall");
-    for (int32_t l = 0; l < L; l++) {
-      if (isnan(res.layer_recall[l])) printf("%5d %8s\n", l, "-");
-      else printf("%5d %8.4f\n", l, res.layer_recall[l]);
-    }
-  }
-  rc = CLI_OK;
-out_free:
-  ferry_predict_eval_result_free(&res);
-  ferry_free(reqs);
-  ferry_predictor_free(p);
-  ferry_routing_free(tr);
-  ferry_routing_free(r);
-  return rc;
 }
 
 int cmd_predictor(int argc, char **argv) {
@@ -604,6 +479,6 @@ int cmd_predictor(int argc, char **argv) {
       return CLI_OK;
     }
   if (!strcmp(argv[1], "train")) return predictor_train(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "eval")) return predictor_eval(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "eval")) return cmd_predictor_eval(argc - 1, argv + 1);
   return cli_usage_error("predictor", "unknown subcommand '%s' (expected train or eval)", argv[1]);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/fsutil.h"
 #include "ferry/report.h"
 
 static void usage(FILE *f) {
@@ -18,7 +19,8 @@ static void usage(FILE *f) {
           "quantization, predictors, hardware what-if with cost per million tokens.\n\n"
           "Options:\n"
           "  --db FILE             result database (repeat for several)\n"
-          "  --out DIR             output folder (replaced when the report is complete)\n"
+          "  --out DIR             output folder; an existing one is replaced (when the report is complete)\n"
+          "                        only if it is an earlier report or empty\n"
           "  --title TEXT          report title\n"
           "  --timeline-run [D:]N  run for the timeline and memory plots (N in database D, counted from 1;\n"
           "                        default: the first complete run with a timeline)\n"
@@ -103,13 +105,16 @@ int cmd_report(int argc, char **argv) {
     return cli_usage_error("report", "--timeline-run: database %d given but only %zu --db", o.timeline_db + 1, n_dbs);
   o.db_paths = dbs;
   o.n_dbs = n_dbs;
+  struct ferry_path_use paths[65] = {{"--out", o.out_dir, FERRY_PATH_OUT | FERRY_PATH_DIR}};
+  for (size_t i = 0; i < n_dbs; i++) paths[i + 1] = (struct ferry_path_use){"--db", dbs[i], FERRY_PATH_SQLITE};
+  if (cli_check_paths("report", paths, n_dbs + 1)) return CLI_USAGE;
   struct ferry_report_summary sum;
   ferry_status st = ferry_report_write(&o, &sum);
   if (st != FERRY_OK) return cli_fail(st, NULL);
   if (!quiet) {
     printf("ferry: report of %zu runs (%zu complete, %zu failed) in %s: %zu plots, %zu tables; sections:", sum.runs,
            sum.complete, sum.failed, o.out_dir, sum.plots, sum.tables);
-    for (unsigned bit = 1; bit <= FERRY_REPORT_HARDWARE; bit <<= 1)
+    for (unsigned bit = 1; bit <= FERRY_REPORT_ROUTING; bit <<= 1)
       if (sum.sections & bit) printf(" %s", ferry_report_section_name((enum ferry_report_section)bit));
     printf("\nferry: open %s/index.html\n", o.out_dir);
   }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,6 +19,7 @@
 #include "cli/cli.h"
 #include "cli/run_common.h"
 #include "common/alloc.h"
+#include "common/fsutil.h"
 #include "common/json.h"
 #include "common/names.h"
 #include "common/units.h"
@@ -125,31 +127,32 @@ static void unknown_key(const char *spec, const char *name) {
   fprintf(stderr, "ferry: %s: unknown parameter '%s' (known: %s)\n", spec, name, list);
 }
 
-/* A value as option text; 0 on a type error (message printed). */
-static int value_text(const char *spec, const char *key, const cJSON *v, int flag, char *out, size_t len) {
+/* A value as option text, whole whatever its length (owned); NULL on a type error or out of
+ * memory (message printed). */
+static char *value_text(const char *spec, const char *key, const cJSON *v, int flag) {
+  char *out = NULL;
   if (flag) {
     if (!cJSON_IsBool(v)) {
       fprintf(stderr, "ferry: %s: %s: expected true or false\n", spec, key);
-      return 0;
+      return NULL;
     }
-    snprintf(out, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    return 1;
-  }
-  if (cJSON_IsString(v)) {
+    out = ferry__strdup(cJSON_IsTrue(v) ? "true" : "false");
+  } else if (cJSON_IsString(v)) {
     if (!*v->valuestring) {
       fprintf(stderr, "ferry: %s: %s: empty string\n", spec, key);
-      return 0;
+      return NULL;
     }
-    snprintf(out, len, "%s", v->valuestring);
+    out = ferry__strdup(v->valuestring);
   } else if (cJSON_IsNumber(v)) {
     double d = v->valuedouble;
-    if (d == floor(d) && fabs(d) < 9e15) snprintf(out, len, "%lld", (long long)d);
-    else snprintf(out, len, "%.17g", d);
+    if (d == floor(d) && fabs(d) < 9e15) out = ferry__asprintf("%lld", (long long)d);
+    else out = ferry__asprintf("%.17g", d);
   } else {
     fprintf(stderr, "ferry: %s: %s: expected a string or a number in the list\n", spec, key);
-    return 0;
+    return NULL;
   }
-  return 1;
+  if (!out) fprintf(stderr, "ferry: out of memory building the sweep\n");
+  return out;
 }
 
 static void combo_free(struct combo *c) {
@@ -179,19 +182,21 @@ static int push_arg(struct combo *c, const char *s) {
 static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
   memset(c, 0, sizeof *c);
   c->log_fd = -1;
-  char val[1024];
   const char *executor = "host";
   size_t k = 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
     if (!strcmp(it->string, "executor")) {
       const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
-      if (!value_text(sw->spec_path, "executor", v, 0, val, sizeof val)) return CLI_USAGE;
+      char *val = value_text(sw->spec_path, "executor", v, 0);
+      if (!val) return CLI_USAGE;
       if (strcmp(val, "host") && strcmp(val, "cuda") && strcmp(val, "sim")) {
         fprintf(stderr, "ferry: %s: executor: expected host, cuda or sim, got '%s'\n", sw->spec_path, val);
+        ferry_free(val);
         return CLI_USAGE;
       }
       executor = !strcmp(val, "sim") ? "sim" : !strcmp(val, "cuda") ? "cuda" : "host";
+      ferry_free(val);
     }
     k++;
   }
@@ -212,20 +217,29 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
     int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
     k++;
-    if (!value_text(sw->spec_path, it->string, v, is_flag(key), val, sizeof val)) return CLI_USAGE;
+    char *val = value_text(sw->spec_path, it->string, v, is_flag(key));
+    if (!val) return CLI_USAGE;
     /* an option of the other command (hw for a host run, threads for a simulation) does not
      * apply to this combination */
-    if (key != RUN_OPT_executor && !(row->modes & (sim ? SIM_M : RUN_M))) continue;
+    if (key != RUN_OPT_executor && !(row->modes & (sim ? SIM_M : RUN_M))) {
+      ferry_free(val);
+      continue;
+    }
+    /* the description only names the combination (progress lines): it may be cut short */
     if (swept && desc.n < sizeof desc.s)
       desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", row->field, val);
-    if (key == RUN_OPT_executor) continue;
-    char opt[64];
-    snprintf(opt, sizeof opt, "--%s", row->name);
-    if (is_flag(key)) {
-      if (cJSON_IsTrue(v) && push_arg(c, opt)) goto oom;
-    } else if (push_arg(c, opt) || push_arg(c, val)) {
-      goto oom;
+    if (desc.n >= sizeof desc.s) desc.n = sizeof desc.s - 1;
+    int pushed = 0;
+    if (key == RUN_OPT_executor) {
+      pushed = 1;
+    } else {
+      char opt[64];
+      snprintf(opt, sizeof opt, "--%s", row->name);
+      if (is_flag(key)) pushed = !cJSON_IsTrue(v) || !push_arg(c, opt);
+      else pushed = !push_arg(c, opt) && !push_arg(c, val);
     }
+    ferry_free(val);
+    if (!pushed) goto oom;
   }
   if (push_arg(c, "--db") || push_arg(c, sw->db_path) || push_arg(c, "--quiet")) goto oom;
   if (!(c->desc = ferry__strdup(desc.n ? desc.s : "(single configuration)"))) goto oom;
@@ -383,6 +397,7 @@ static int launch(struct sweep *sw, struct combo *c) {
   ferry_free(tmpl);
   if (fd < 0) return cli_fail(FERRY_ERR_IO, "sweep: cannot create a log file: %s", strerror(errno));
   fflush(NULL);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(fd);
@@ -391,6 +406,11 @@ static int launch(struct sweep *sw, struct combo *c) {
   if (pid == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    /* die with the sweep, even when it is killed outright (SIGKILL), so a resumed sweep never
+     * runs beside orphans of the last one; the parent may have died before prctl */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(127);
+    /* the database keeps one complete run per combination (runs.sweep_key) */
+    if (setenv("FERRY_SWEEP_KEY", c->hash, 1) != 0) _exit(127);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(fd, 1);
@@ -566,6 +586,9 @@ int cmd_sweep(int argc, char **argv) {
   if (optind < argc) return cli_usage_error("sweep", "unexpected argument '%s'", argv[optind]);
   if (!sw.spec_path) return cli_usage_error("sweep", "missing --spec FILE");
   if (!sw.db_path) return cli_usage_error("sweep", "missing --db FILE");
+  const struct ferry_path_use paths[] = {{"--db", sw.db_path, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"--spec", sw.spec_path, 0}};
+  if (cli_check_paths("sweep", paths, 2)) return CLI_USAGE;
   sw.tty = cli_is_tty(stderr);
 
   int rc = CLI_FAIL;

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "common/units.h"
+#include "common/fsutil.h"
 #include "ferry/trace.h"
 
 static const char *const trace_usage =
@@ -146,6 +147,8 @@ static int trace_convert(int argc, char **argv) {
   struct trace_args a;
   int rc = parse_args(argc, argv, "trace convert", 1 | 2, &a);
   if (rc != CLI_OK) return rc;
+  const struct ferry_path_use paths[] = {{"--out", a.out, FERRY_PATH_OUT}, {"FILE", a.input, 0}};
+  if ((rc = cli_check_paths("trace convert", paths, 2))) return rc;
   ferry_trace *t;
   ferry_status st = ferry_trace_open(&t, a.input, &a.opts);
   if (st != FERRY_OK) return cli_fail(st, NULL);

@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/run_exec.h"
+#include "cli/run_routing_meta.h"
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -178,7 +179,14 @@ static ferry_status serve(struct run_ctx *c) {
   struct ferry_serve_summary sum;
   ferry_engine_summary(c->eng, &sum);
   ferry_serve_summary_print(&sum, stdout);
-  if ((st = run_db_write_results(c, &sum)) != FERRY_OK || (st = run_close_dump(c, 1)) != FERRY_OK) return st;
+  if ((st = run_db_write_results(c, &sum)) != FERRY_OK) return st;
+  if (c->db) {
+    /* for the report: the routing traces this run used, and its prefetch counts */
+    run_routing_meta(c->db, c->run_id, "replayed", a->routing, c->replayed);
+    run_routing_meta(c->db, c->run_id, "predictor", a->predictor_routing, c->pred_trace);
+    run_prefetch_meta(c->db, c->run_id, &sum);
+  }
+  if ((st = run_close_dump(c, 1)) != FERRY_OK) return st;
   return run_finish_routing(c);
 }
 

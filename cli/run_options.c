@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/run_common.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/names.h"
 #include "common/units.h"
 #include "ferry/model.h"
@@ -347,5 +348,12 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   const int refused = refuse_ignored(a);
   if (refused) return refused;
   apply(a);
+  const struct ferry_path_use paths[] = {
+      {"--db", a->db, FERRY_PATH_OUT | FERRY_PATH_SQLITE}, {"--record-routing", a->record_routing, FERRY_PATH_OUT},
+      {"--dump-logits", a->dump_logits, FERRY_PATH_OUT},   {"--model", a->model, FERRY_PATH_DIR},
+      {"--trace", a->trace, 0},                            {"--routing", a->routing, 0},
+      {"--predictor-routing", a->predictor_routing, 0},    {"--predictor-model", a->predictor_model, 0},
+      {"--hw", a->hw, 0}};
+  if (cli_check_paths(cmd, paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
   return 0;
 }

@@ -2,6 +2,7 @@
  * timeline through the activity sink, CUPTI's GPU timeline) and --dump-logits. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/run_exec.h"
@@ -94,7 +95,8 @@ ferry_status run_db_begin(struct run_ctx *c) {
                                 .hardware = a->sim ? a->hw : a->executor,
                                 .trace = a->trace ? a->trace : a->synthetic,
                                 .config_json = c->config_json,
-                                .config_hash = hash};
+                                .config_hash = hash,
+                                .sweep_key = getenv("FERRY_SWEEP_KEY")}; /* set by ferry sweep */
   ferry_status st = ferry_db_run_begin(c->db, &info, &c->run_id);
   if (st != FERRY_OK) return st;
   /* the budgets the run had, defaults included (0: unlimited) */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/run_exec.h"
+#include "cli/run_routing_meta.h"
 #include "common/error.h"
 
 /* Requests of the run that a replayed routing trace has no decisions for: all of them means the
@@ -106,6 +107,7 @@ ferry_status run_finish_routing(struct run_ctx *c) {
     if ((st = ferry_routing_record_status(c->recorded)) != FERRY_OK || (st = c->glue.record_status) != FERRY_OK ||
         (st = ferry_routing_write_jsonl(c->recorded, a->record_routing)) != FERRY_OK)
       return st;
+    if (c->db) run_routing_meta(c->db, c->run_id, "recorded", a->record_routing, c->recorded);
     if (a->progress)
       fprintf(stderr, "ferry: wrote %lld routing decisions to %s\n", (long long)ferry_routing_n_rows(c->recorded),
               a->record_routing);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/fsutil.h"
 #include "common/names.h"
 #include "common/units.h"
 
@@ -61,6 +62,11 @@ int cli_parse_double(const char *opt, const char *text, double min, double max, 
   }
   *out = v;
   return 0;
+}
+
+int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n) {
+  if (ferry__check_paths(uses, n) == FERRY_OK) return 0;
+  return cli_usage_error(cmd, "%s", ferry_last_error());
 }
 
 int cli_is_tty(FILE *f) { return isatty(fileno(f)); }

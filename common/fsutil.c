@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,5 +191,145 @@ ferry_status ferry__write_output(const char *path, const void *data, size_t len)
   if (strcmp(path, "-")) return ferry__write_file_atomic(path, data ? data : "", len, NULL);
   if (len && (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0))
     return ferry__fail(FERRY_ERR_IO, "standard output: write failed: %s", strerror(errno));
+  return FERRY_OK;
+}
+
+/* ---- path identity ------------------------------------------------------------------------ */
+
+/* Drop "." and ".." components lexically (in place; path is absolute). */
+static void normalize(char *path) {
+  char *w = path;
+  for (char *r = path; *r;) {
+    while (*r == '/') r++;
+    size_t len = strcspn(r, "/");
+    if (len == 0) break;
+    if (len == 2 && r[0] == '.' && r[1] == '.') {
+      while (w > path && *--w != '/') {
+      }
+    } else if (!(len == 1 && r[0] == '.')) {
+      *w++ = '/';
+      memmove(w, r, len);
+      w += len;
+    }
+    r += len;
+  }
+  if (w == path) *w++ = '/';
+  *w = '\0';
+}
+
+/* The absolute path with symbolic links resolved as far as it exists and the missing rest
+ * appended lexically; owned, NULL when out of memory. */
+static char *resolve(const char *path) {
+  char cwd[PATH_MAX];
+  char *abs = path[0] == '/' ? ferry__strdup(path) : getcwd(cwd, sizeof cwd) ? ferry__path_join(cwd, path) : NULL;
+  char *rest = NULL, *out = NULL;
+  while (abs) {
+    char *real = realpath(abs, NULL);
+    if (real) {
+      out = rest ? ferry__path_join(real, rest) : ferry__strdup(real);
+      free(real); /* realpath's buffer comes from malloc */
+      break;
+    }
+    char *slash = strrchr(abs, '/');
+    if (!slash) break;
+    char *r = rest ? ferry__path_join(slash + 1, rest) : ferry__strdup(slash + 1);
+    ferry_free(rest);
+    rest = r;
+    if (!rest) break;
+    if (slash == abs) slash[1] = '\0'; /* the root */
+    else *slash = '\0';
+  }
+  ferry_free(abs);
+  ferry_free(rest);
+  if (out) normalize(out);
+  return out;
+}
+
+int ferry__same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea != eb) return 0; /* one exists, the other not: different files */
+  char *ra = resolve(a), *rb = resolve(b);
+  int same = ra && rb && !strcmp(ra, rb);
+  ferry_free(ra);
+  ferry_free(rb);
+  return same;
+}
+
+int ferry__path_within(const char *path, const char *dir) {
+  struct stat sd;
+  if (stat(dir, &sd) != 0 || !S_ISDIR(sd.st_mode)) return 0;
+  char *r = resolve(path);
+  if (!r) return 0;
+  /* walk up the resolved path comparing each existing ancestor with the folder */
+  int inside = 0;
+  for (;;) {
+    struct stat sp;
+    if (stat(r, &sp) == 0 && sp.st_dev == sd.st_dev && sp.st_ino == sd.st_ino) {
+      inside = 1;
+      break;
+    }
+    char *slash = strrchr(r, '/');
+    if (!slash) break;
+    if (slash == r) {
+      if (r[1] == '\0') break;
+      r[1] = '\0';
+      continue;
+    }
+    *slash = '\0';
+  }
+  ferry_free(r);
+  return inside;
+}
+
+static int skipped(const struct ferry_path_use *u) { return !u->path || !*u->path || !strcmp(u->path, "-"); }
+
+/* Whether output o clashes with path p (the other use u); sets how. */
+static int clashes(const struct ferry_path_use *o, const struct ferry_path_use *u, const char **how) {
+  if (ferry__same_file(o->path, u->path)) {
+    *how = "the same file as";
+    return 1;
+  }
+  if ((u->flags & FERRY_PATH_DIR) && ferry__path_within(o->path, u->path)) {
+    *how = "inside";
+    return 1;
+  }
+  if ((o->flags & FERRY_PATH_DIR) && ferry__path_within(u->path, o->path)) {
+    *how = "a folder holding";
+    return 1;
+  }
+  if (u->flags & FERRY_PATH_SQLITE) {
+    static const char *const side[] = {"-wal", "-shm", "-journal"};
+    for (size_t k = 0; k < 3; k++) {
+      char *s = ferry__asprintf("%s%s", u->path, side[k]);
+      int same = s && ferry__same_file(o->path, s);
+      ferry_free(s);
+      if (same) {
+        *how = "a side file of database";
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+ferry_status ferry__check_paths(const struct ferry_path_use *uses, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const struct ferry_path_use *o = &uses[i];
+    if (skipped(o) || !(o->flags & FERRY_PATH_OUT)) continue;
+    for (size_t j = 0; j < n; j++) {
+      const struct ferry_path_use *u = &uses[j];
+      if (j == i || skipped(u)) continue;
+      int out = (u->flags & FERRY_PATH_OUT) != 0;
+      if (out && j < i) continue; /* each pair of outputs once */
+      struct stat sb;
+      if (!out && stat(u->path, &sb) != 0) continue; /* a missing input cannot be overwritten */
+      const char *how = NULL;
+      if (clashes(o, u, &how) || (out && clashes(u, o, &how)))
+        return ferry__fail(FERRY_ERR_INVALID, "%s %s is %s %s %s: an output must not overwrite %s", o->option, o->path,
+                           how, u->option, u->path, out ? "another output" : "an input");
+    }
+  }
   return FERRY_OK;
 }

@@ -28,6 +28,31 @@ ferry_status ferry__write_file_atomic(const char *path, const void *data, size_t
 /* Write an output a command produced: to standard output when path is "-", else atomically to
  * the file (ferry__write_file_atomic). */
 ferry_status ferry__write_output(const char *path, const void *data, size_t len);
+/* Whether two paths name the same file: the same device and inode when both exist, else the
+ * same resolved path (symbolic links and "..", of the longest existing prefix, resolved), so an
+ * output that does not exist yet is compared too. */
+int ferry__same_file(const char *a, const char *b);
+/* Whether path (existing or not) is folder dir itself or lies anywhere inside it. */
+int ferry__path_within(const char *path, const char *dir);
+
+/* How a command uses a path, for ferry__check_paths. */
+enum {
+  FERRY_PATH_IN = 0,     /* read */
+  FERRY_PATH_OUT = 1,    /* written or replaced */
+  FERRY_PATH_DIR = 2,    /* a folder: everything inside it is in use too */
+  FERRY_PATH_SQLITE = 4, /* an SQLite database: its -wal, -shm and -journal files too */
+};
+struct ferry_path_use {
+  const char *option; /* "--out", for messages */
+  const char *path;   /* NULL, "" and "-" (standard input or output) are skipped */
+  int flags;          /* FERRY_PATH_* */
+};
+/* The one check every command runs on its paths before it writes anything: an output must
+ * not be an input (nor inside an input folder, nor an SQLite side file of an input database),
+ * nor another output; an input must not lie inside an output folder. Inputs that do not exist
+ * are skipped (nothing to destroy). FERRY_ERR_INVALID with a message naming both options. */
+ferry_status ferry__check_paths(const struct ferry_path_use *uses, size_t n);
+
 /* Memory the kernel reports as available for new work (MemAvailable in /proc/meminfo), or 0
  * when it cannot be read. */
 uint64_t ferry__mem_available_bytes(void);

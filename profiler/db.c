@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/checked.h"
+#include "common/sqlite_read.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
 
@@ -77,24 +79,26 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
     st = ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory", path);
     goto out_free;
   }
+  if (db->read_only) {
+    /* the readers' one way in, shared with reports/ and calibrate */
+    st = ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db->sql, NULL, &db->err);
+    if (st != FERRY_OK) goto out_free;
+    *out = db;
+    return FERRY_OK;
+  }
 
   struct stat sb;
   if (stat(path, &sb) != 0) {
-    if (db->read_only) {
-      st = ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no such database (%s)", path, strerror(errno));
-      goto out_free;
-    }
     if ((st = unwritable(db)) != FERRY_OK) goto out_free;
   } else if (S_ISDIR(sb.st_mode)) {
     st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: is a folder, expected a database file", path);
     goto out_free;
   }
 
-  int oflags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-               SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
+  int oflags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
   int rc = sqlite3_open_v2(path, &db->sql, oflags, NULL);
   if (rc != SQLITE_OK) {
-    if (!db->read_only && unwritable(db) != FERRY_OK) {
+    if (unwritable(db) != FERRY_OK) {
       st = db->err.status;
     } else {
       st = ferry__db_sqlite_error(db->sql, rc, path, "cannot open", &db->err);
@@ -103,7 +107,7 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   }
   sqlite3_extended_result_codes(db->sql, 1);
   sqlite3_busy_timeout(db->sql, 60000); /* sweep workers share one file */
-  if (!db->read_only && sqlite3_db_readonly(db->sql, "main") == 1) {
+  if (sqlite3_db_readonly(db->sql, "main") == 1) {
     if ((st = unwritable(db)) == FERRY_OK)
       st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: opened read-only by SQLite; cannot write", path);
     goto out_free;
@@ -112,16 +116,6 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   /* Reading the header tells a non-SQLite file apart before anything is written. */
   int version = 0, app_id = 0, tables = 0;
   rc = pragma_int(db->sql, "PRAGMA user_version", &version);
-  if (db->read_only && ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY)) {
-    /* A WAL database in a folder we cannot write: SQLite cannot create the -shm file. Read
-     * it as immutable (no locking), which is right for a study someone else has finished. */
-    char *uri = ferry__db_file_uri(path, "immutable=1");
-    sqlite3_close_v2(db->sql);
-    db->sql = NULL;
-    rc = uri ? sqlite3_open_v2(uri, &db->sql, oflags, NULL) : SQLITE_NOMEM;
-    ferry_free(uri);
-    if (rc == SQLITE_OK) rc = pragma_int(db->sql, "PRAGMA user_version", &version);
-  }
   if (rc != SQLITE_OK ||
       (rc = pragma_int(db->sql, "PRAGMA application_id", &app_id)) != SQLITE_OK ||
       (rc = pragma_int(db->sql, "SELECT count(*) FROM sqlite_master", &tables)) != SQLITE_OK) {
@@ -137,34 +131,32 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
                         version, FERRY_DB_SCHEMA_VERSION);
     goto out_free;
   }
-  if ((version == 0 && (tables > 0 || db->read_only)) ||
+  if ((version == 0 && tables > 0) ||
       (version > 0 && app_id != FERRY_DB_APPLICATION_ID)) {
     st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (%s)", path,
                         tables > 0 ? "an SQLite file with other tables" : "empty file");
     goto out_free;
   }
-  if (!db->read_only) {
-    int wal = 0;
-    sqlite3_stmt *stj;
-    rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
-      const char *m = (const char *)sqlite3_column_text(stj, 0);
-      wal = m && !strcmp(m, "wal");
-      rc = SQLITE_OK;
-    }
-    sqlite3_finalize(stj);
-    if (rc != SQLITE_OK || !wal) {
-      if ((st = unwritable(db)) == FERRY_OK)
-        st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)
-                             : ferry__err_set(&db->err, FERRY_ERR_IO, "%s: cannot switch to WAL mode", path);
-      goto out_free;
-    }
-    sqlite3_exec(db->sql, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-16384",
-                 NULL, NULL, NULL);
-    if (version < FERRY_DB_SCHEMA_VERSION &&
-        (st = ferry__db_migrate(db->sql, path, FERRY_DB_SCHEMA_VERSION, &db->err)) != FERRY_OK)
-      goto out_free;
+  int wal = 0;
+  sqlite3_stmt *stj;
+  rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
+  if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
+    const char *m = (const char *)sqlite3_column_text(stj, 0);
+    wal = m && !strcmp(m, "wal");
+    rc = SQLITE_OK;
   }
+  sqlite3_finalize(stj);
+  if (rc != SQLITE_OK || !wal) {
+    if ((st = unwritable(db)) == FERRY_OK)
+      st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)
+                           : ferry__err_set(&db->err, FERRY_ERR_IO, "%s: cannot switch to WAL mode", path);
+    goto out_free;
+  }
+  sqlite3_exec(db->sql, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-16384",
+               NULL, NULL, NULL);
+  if (version < FERRY_DB_SCHEMA_VERSION &&
+      (st = ferry__db_migrate(db->sql, path, FERRY_DB_SCHEMA_VERSION, &db->err)) != FERRY_OK)
+    goto out_free;
   *out = db;
   return FERRY_OK;
 
@@ -241,8 +233,8 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   if (rc != SQLITE_OK) goto out_error;
   rc = sqlite3_prepare_v2(db->sql,
                           "INSERT INTO runs(kind,started_at,complete,model,hardware,trace,config_json,"
-                          "config_hash,ferry_version,git_rev,notes,hostname,pid) "
-                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                          "config_hash,ferry_version,git_rev,notes,hostname,pid,sweep_key) "
+                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
                           -1, &ins, NULL);
   if (rc != SQLITE_OK) goto out_rollback;
   sqlite3_bind_text(ins, 1, ferry_run_kind_name(info->kind), -1, SQLITE_STATIC);
@@ -257,6 +249,7 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   bind_text_or_null(ins, 10, info->notes);
   bind_text_or_null(ins, 11, host[0] ? host : NULL);
   sqlite3_bind_int64(ins, 12, (int64_t)getpid());
+  bind_text_or_null(ins, 13, info->sweep_key && *info->sweep_key ? info->sweep_key : NULL);
   if ((rc = sqlite3_step(ins)) != SQLITE_DONE) goto out_rollback;
   int64_t id = sqlite3_last_insert_rowid(db->sql);
   sqlite3_finalize(ins);
@@ -327,6 +320,35 @@ ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error
     rc = sqlite3_step(up);
   }
   sqlite3_finalize(up);
+  if (rc == SQLITE_CONSTRAINT_UNIQUE && !error) {
+    /* runs_sweep_complete: the combination was finished by another process meanwhile */
+    int64_t other = 0;
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db->sql, "SELECT o.id FROM runs r JOIN runs o ON o.sweep_key = r.sweep_key AND o.complete = 1 "
+                           "WHERE r.id = ?1", -1, &q, NULL) == SQLITE_OK) {
+      sqlite3_bind_int64(q, 1, run_id);
+      if (sqlite3_step(q) == SQLITE_ROW) other = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+    char dup[128];
+    snprintf(dup, sizeof dup, "duplicate: this sweep combination is already complete in run %lld", (long long)other);
+    rc = sqlite3_prepare_v2(db->sql, "UPDATE runs SET finished_at=?1, complete=0, error=?2, dropped_records=?3 WHERE id=?4",
+                            -1, &up, NULL);
+    if (rc == SQLITE_OK) {
+      sqlite3_bind_text(up, 1, finished, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(up, 2, dup, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(up, 3, dropped);
+      sqlite3_bind_int64(up, 4, run_id);
+      rc = sqlite3_step(up);
+    }
+    sqlite3_finalize(up);
+    if (rc == SQLITE_DONE) {
+      st = ferry__err_set(&db->err, FERRY_ERR_EXISTS, "%s: run %lld not recorded complete: %s", db->path,
+                          (long long)run_id, dup);
+      pthread_mutex_unlock(&db->write_mu);
+      return st;
+    }
+  }
   if (rc != SQLITE_DONE)
     st = ferry__db_sqlite_error(db->sql, rc, db->path, "marking the run finished", &db->err);
   else if (sqlite3_changes(db->sql) == 0)
@@ -757,13 +779,14 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
         goto out_free;
       }
     }
+    /* the database is untrusted: differences as doubles, sums saturating (common/checked.h) */
     int64_t arr = sqlite3_column_int64(q, 0), ft = sqlite3_column_int64(q, 1),
             fin = sqlite3_column_int64(q, 2), out = sqlite3_column_int64(q, 3);
-    ttft[n] = (double)(ft - arr);
-    e2e[n] = (double)(fin - arr);
-    if (out > 1) tpot[ntpot++] = (double)(fin - ft) / (double)(out - 1);
+    ttft[n] = ferry__span(arr, ft);
+    e2e[n] = ferry__span(arr, fin);
+    if (out > 1) tpot[ntpot++] = ferry__span(ft, fin) / ((double)out - 1.0);
     n++;
-    stats->output_tokens += out;
+    stats->output_tokens = ferry__sat_add_i64(stats->output_tokens, out);
     if (arr < first_arrival) first_arrival = arr;
     if (fin > last_finish) last_finish = fin;
   }
@@ -775,7 +798,7 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   dist_of(tpot, ntpot, &stats->tpot_ns);
   dist_of(e2e, n, &stats->e2e_ns);
   if (n && last_finish > first_arrival)
-    stats->throughput_tok_s = (double)stats->output_tokens * 1e9 / (double)(last_finish - first_arrival);
+    stats->throughput_tok_s = (double)stats->output_tokens * 1e9 / ferry__span(first_arrival, last_finish);
 
   what = "reading memory samples";
   rc = sqlite3_prepare_v2(db->sql, "SELECT tier, max(used_bytes) FROM memory WHERE runId=?1 GROUP BY tier",
@@ -800,10 +823,10 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   sqlite3_bind_int64(q, 1, run_id);
   if ((rc = sqlite3_step(q)) != SQLITE_ROW) goto out_sqlite;
   stats->steps = sqlite3_column_int64(q, 0);
-  stats->bytes_disk = (uint64_t)sqlite3_column_double(q, 1);
-  stats->bytes_h2d = (uint64_t)sqlite3_column_double(q, 2);
-  stats->bytes_d2h = (uint64_t)sqlite3_column_double(q, 3);
-  stats->stall_ns = (int64_t)sqlite3_column_double(q, 4);
+  stats->bytes_disk = ferry__f64_to_u64(sqlite3_column_double(q, 1));
+  stats->bytes_h2d = ferry__f64_to_u64(sqlite3_column_double(q, 2));
+  stats->bytes_d2h = ferry__f64_to_u64(sqlite3_column_double(q, 3));
+  stats->stall_ns = ferry__f64_to_i64(sqlite3_column_double(q, 4));
   goto out_free;
 
 out_sqlite:

@@ -2,11 +2,13 @@
  * open: complete events per queue (one thread per streamId), NVTX ranges on their own track,
  * memory per tier as counters. Streamed with stdio so big runs need no JSON tree in memory. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/checked.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
 
@@ -44,9 +46,18 @@ static void sep(struct out *o) {
   o->first = 0;
 }
 
-static double us(const struct out *o, int64_t t_ns) { return (double)(t_ns - o->t0) / 1000.0; }
+/* Times come from the database (untrusted): differences as doubles, never int64 overflow. */
+static double us(const struct out *o, int64_t t_ns) { return ferry__span(o->t0, t_ns) / 1000.0; }
 
-static int tid_of(int64_t stream) { return stream < 0 ? HOST_TID : (int)stream; }
+static double dur_us(int64_t start, int64_t end) { return end > start ? ferry__span(start, end) / 1000.0 : 0.0; }
+
+/* A JSON number, or null for what JSON cannot hold (inf, NaN stored as REAL). */
+static void put_double(FILE *f, double v) {
+  if (isfinite(v)) fprintf(f, "%.17g", v);
+  else fputs("null", f);
+}
+
+static int tid_of(int64_t stream) { return stream < 0 ? HOST_TID : stream > INT32_MAX ? INT32_MAX : (int)stream; }
 
 static void meta(struct out *o, const char *what, int tid, const char *key, const char *name, int num) {
   sep(o);
@@ -99,12 +110,14 @@ static int write_table(struct ferry_db *db, struct out *o, int64_t run_id, enum 
     fputs("{\"ph\":\"X\",\"name\":", o->f);
     put_json_string(o->f, (const char *)sqlite3_column_text(q, 3));
     fprintf(o->f, ",\"cat\":\"%s\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{", tables[t].cat,
-            us(o, start), end > start ? (double)(end - start) / 1000.0 : 0.0, PID,
-            tid_of(sqlite3_column_int64(q, 2)));
+            us(o, start), dur_us(start, end), PID, tid_of(sqlite3_column_int64(q, 2)));
     fprintf(o->f, "\"correlationId\":%lld", (long long)sqlite3_column_int64(q, 4));
     if (t == T_KERNEL) {
       arg_int(o->f, q, 5, "bytes");
-      if (sqlite3_column_type(q, 6) != SQLITE_NULL) fprintf(o->f, ",\"flops\":%.17g", sqlite3_column_double(q, 6));
+      if (sqlite3_column_type(q, 6) != SQLITE_NULL) {
+        fputs(",\"flops\":", o->f);
+        put_double(o->f, sqlite3_column_double(q, 6));
+      }
       arg_int(o->f, q, 7, "step");
       arg_int(o->f, q, 8, "layer");
       arg_int(o->f, q, 9, "expert");
@@ -144,7 +157,7 @@ static int write_nvtx(struct ferry_db *db, struct out *o, int64_t run_id) {
     fputs(",\"name\":", o->f);
     put_json_string(o->f, (const char *)sqlite3_column_text(q, 2));
     fprintf(o->f, ",\"cat\":\"nvtx\",\"ts\":%.3f", us(o, start));
-    if (has_end) fprintf(o->f, ",\"dur\":%.3f", end > start ? (double)(end - start) / 1000.0 : 0.0);
+    if (has_end) fprintf(o->f, ",\"dur\":%.3f", dur_us(start, end));
     fprintf(o->f, ",\"pid\":%d,\"tid\":%d,\"args\":{", PID, NVTX_TID);
     int before = 0;
     const char *keys[3] = {"step", "layer", "expert"};
@@ -169,7 +182,8 @@ static int write_memory(struct ferry_db *db, struct out *o, int64_t run_id) {
     sep(o);
     fputs("{\"ph\":\"C\",\"name\":", o->f);
     char name[64];
-    snprintf(name, sizeof name, "memory %s", (const char *)sqlite3_column_text(q, 1));
+    const unsigned char *tier = sqlite3_column_text(q, 1);
+    snprintf(name, sizeof name, "memory %s", tier ? (const char *)tier : "?");
     put_json_string(o->f, name);
     fprintf(o->f, ",\"ts\":%.3f,\"pid\":%d,\"args\":{\"bytes\":%lld}}", us(o, sqlite3_column_int64(q, 0)), PID,
             (long long)sqlite3_column_int64(q, 2));
@@ -215,7 +229,7 @@ static int write_thread_names(struct ferry_db *db, struct out *o, int64_t run_id
     else
       snprintf(name, sizeof name, "queue %lld", (long long)s);
     meta(o, "thread_name", tid_of(s), "name", name, 0);
-    meta(o, "thread_sort_index", tid_of(s), "sort_index", NULL, s < 0 ? 1000001 : (int)s);
+    meta(o, "thread_sort_index", tid_of(s), "sort_index", NULL, s < 0 ? 1000001 : tid_of(s));
   }
   sqlite3_finalize(q);
   return rc == SQLITE_DONE ? SQLITE_OK : rc;

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "common/sqlite_read.h"
 #include "common/strbuf.h"
 #include "ferry/activity.h"
 #include "profiler/db_internal.h"
@@ -165,7 +166,7 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
     return ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no such file", export_path);
   if (!S_ISREG(sb.st_mode))
     return ferry__err_set(&db->err, FERRY_ERR_IO, "%s: not a regular file", export_path);
-  char *uri = ferry__db_file_uri(export_path, "mode=ro");
+  char *uri = ferry__sqlite_file_uri(export_path, "mode=ro");
   if (!uri) return ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory", export_path);
 
   ferry_status st = FERRY_OK;

@@ -139,10 +139,20 @@ static const char schema_v3[] =
     " mean_rel_error REAL, max_rel_error REAL, logits_cosine_mean REAL, logits_cosine_min REAL,"
     " logits_kl_mean REAL, logits_kl_max REAL, top1_agreement REAL);";
 
+/* Version 4: a sweep combination is recorded complete at most once, by the database itself
+ * (two sweep processes, or a resumed sweep beside orphaned children, cannot both finish one).
+ * Keyed by a new column, not config_hash: plain runs of one configuration may repeat (repeats
+ * are averaged), and existing rows keep sweep_key NULL, so the step never conflicts with what
+ * a database already holds and loses nothing. */
+static const char schema_v4[] =
+    "ALTER TABLE runs ADD COLUMN sweep_key TEXT;"
+    "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
     {3, "quantization quality table", schema_v3},
+    {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,
@@ -250,19 +260,4 @@ ferry_status ferry__db_migrate(sqlite3 *sql, const char *path, int target, struc
 out_rollback:
   sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
   return st;
-}
-
-char *ferry__db_file_uri(const char *path, const char *query) {
-  size_t n = strlen(path);
-  char *u = ferry_malloc(n * 3 + strlen(query) + 8);
-  if (!u) return NULL;
-  char *w = u + sprintf(u, "file:");
-  for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("/._-~", *p))
-      *w++ = (char)*p;
-    else
-      w += sprintf(w, "%%%02X", *p);
-  }
-  sprintf(w, "?%s", query);
-  return u;
 }

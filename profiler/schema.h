@@ -7,8 +7,7 @@
 
 #include "common/error.h"
 
-/* PRAGMA application_id of ferry databases ("FRRY"). */
-#define FERRY_DB_APPLICATION_ID 0x46525259
+#include "ferry/db.h" /* FERRY_DB_APPLICATION_ID */
 
 struct ferry__migration {
   int version;        /* user_version after this step */
@@ -28,8 +27,5 @@ ferry_status ferry__db_migrate(sqlite3 *sql, const char *path, int target, struc
  * message "path: what: sqlite message". */
 ferry_status ferry__db_sqlite_error(sqlite3 *sql, int rc, const char *path, const char *what,
                                     struct ferry_err *err);
-
-/* "file:" URI for a path (percent-encoded) with a query such as "mode=ro"; owned, or NULL. */
-char *ferry__db_file_uri(const char *path, const char *query);
 
 #endif

@@ -7,64 +7,20 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/checked.h"
+#include "common/sqlite_read.h"
 #include "common/json.h"
 #include "ferry/db.h"
 #include "reports/report_internal.h"
 
-#define FERRY_DB_APP_ID 0x46525259 /* "FRRY", PRAGMA application_id of a ferry database */
 
 static ferry_status sql_fail(struct report *rp, sqlite3 *db, const char *path, const char *what) {
   return ferry__err_set(&rp->err, FERRY_ERR_DB, "%s: %s: %s", path, what, sqlite3_errmsg(db));
 }
 
-static int pragma_int(sqlite3 *db, const char *sql, int *out) {
-  sqlite3_stmt *q;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
-  if (rc != SQLITE_OK) return rc;
-  rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) {
-    *out = sqlite3_column_int(q, 0);
-    rc = SQLITE_OK;
-  }
-  sqlite3_finalize(q);
-  return rc;
-}
-
 static ferry_status open_db(struct report *rp, const char *path, sqlite3 **out) {
-  *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ferry__err_set(&rp->err, FERRY_ERR_NOT_FOUND, "%s: no such database", path);
-  fclose(f);
-  sqlite3 *db = NULL;
-  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
-  if (rc != SQLITE_OK) {
-    ferry_status st = sql_fail(rp, db, path, "cannot open");
-    sqlite3_close_v2(db);
-    return st;
-  }
-  /* a sweep may still be writing: wait for its transactions rather than failing */
-  sqlite3_busy_timeout(db, 60000);
-  int version = 0, app_id = 0;
-  rc = pragma_int(db, "PRAGMA user_version", &version);
-  if (rc == SQLITE_OK) rc = pragma_int(db, "PRAGMA application_id", &app_id);
-  ferry_status st = FERRY_OK;
-  if ((rc & 0xff) == SQLITE_NOTADB)
-    st = ferry__err_set(&rp->err, FERRY_ERR_FORMAT, "%s: not a ferry database (not an SQLite file)", path);
-  else if (rc != SQLITE_OK)
-    st = sql_fail(rp, db, path, "reading the database header");
-  else if (version > FERRY_DB_SCHEMA_VERSION)
-    st = ferry__err_set(&rp->err, FERRY_ERR_SCHEMA,
-                        "%s: schema version %d is newer than this build's %d; upgrade ferry", path, version,
-                        FERRY_DB_SCHEMA_VERSION);
-  else if (version == 0 || app_id != FERRY_DB_APP_ID)
-    st = ferry__err_set(&rp->err, FERRY_ERR_FORMAT, "%s: not a ferry database (application_id %#x, version %d)", path,
-                        (unsigned)app_id, version);
-  if (st != FERRY_OK) {
-    sqlite3_close_v2(db);
-    return st;
-  }
-  *out = db;
-  return FERRY_OK;
+  /* the same way in as ferry db: read-only folders, committed WAL content, the same refusals */
+  return ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, out, NULL, &rp->err);
 }
 
 static char *col_str(sqlite3_stmt *q, int i) {
@@ -135,12 +91,13 @@ static ferry_status load_requests(struct report *rp, sqlite3 *db, const char *pa
     int64_t out_tok = sqlite3_column_int64(q, 3);
     r->n_req++;
     if (arr < first_arrival) first_arrival = arr;
-    if (ft >= 0 && sqlite3_column_type(q, 1) != SQLITE_NULL) ttft[nt++] = (double)(ft - arr) / 1e6;
+    /* the database is untrusted: differences as doubles, sums saturating (common/checked.h) */
+    if (ft >= 0 && sqlite3_column_type(q, 1) != SQLITE_NULL) ttft[nt++] = ferry__span(arr, ft) / 1e6;
     if (fin >= 0 && sqlite3_column_type(q, 2) != SQLITE_NULL) {
-      e2e[ne++] = (double)(fin - arr) / 1e6;
-      r->out_tokens += out_tok;
+      e2e[ne++] = ferry__span(arr, fin) / 1e6;
+      r->out_tokens = ferry__sat_add_i64(r->out_tokens, out_tok);
       if (fin > last_finish) last_finish = fin;
-      if (out_tok > 1 && ft >= 0) tpot[np++] = (double)(fin - ft) / 1e6 / (double)(out_tok - 1);
+      if (out_tok > 1 && ft >= 0) tpot[np++] = ferry__span(ft, fin) / 1e6 / ((double)out_tok - 1.0);
     }
   }
   if (rc != SQLITE_DONE) {
@@ -150,7 +107,7 @@ static ferry_status load_requests(struct report *rp, sqlite3 *db, const char *pa
   dist(ttft, nt, &r->ttft);
   dist(tpot, np, &r->tpot);
   dist(e2e, ne, &r->e2e);
-  r->thr_tok_s = last_finish > first_arrival ? (double)r->out_tokens / ((double)(last_finish - first_arrival) / 1e9) : NAN;
+  r->thr_tok_s = last_finish > first_arrival ? (double)r->out_tokens / (ferry__span(first_arrival, last_finish) / 1e9) : NAN;
 out:
   sqlite3_finalize(q);
   ferry_free(ttft);
@@ -167,16 +124,19 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
                          -1, &q, NULL) != SQLITE_OK)
     return sql_fail(rp, db, path, "reading steps");
   sqlite3_bind_int64(q, 1, r->id);
+  r->hit_rate_pct = NAN;
   if (sqlite3_step(q) == SQLITE_ROW) {
     r->n_steps = sqlite3_column_int64(q, 0);
-    r->bytes_disk = sqlite3_column_double(q, 1);
-    r->bytes_h2d = sqlite3_column_double(q, 2);
-    r->bytes_d2h = sqlite3_column_double(q, 3);
-    r->stall_ms = sqlite3_column_double(q, 4) / 1e6;
-    r->hits = (int64_t)sqlite3_column_double(q, 5);
-    r->misses = (int64_t)sqlite3_column_double(q, 6);
-    r->tokens = (int64_t)sqlite3_column_double(q, 7);
-    r->span_ms = r->n_steps ? (double)(sqlite3_column_int64(q, 9) - sqlite3_column_int64(q, 8)) / 1e6 : 0;
+    r->bytes_disk = ferry__finite_or(sqlite3_column_double(q, 1), NAN);
+    r->bytes_h2d = ferry__finite_or(sqlite3_column_double(q, 2), NAN);
+    r->bytes_d2h = ferry__finite_or(sqlite3_column_double(q, 3), NAN);
+    r->stall_ms = ferry__finite_or(sqlite3_column_double(q, 4) / 1e6, NAN);
+    r->hits = ferry__f64_to_i64(sqlite3_column_double(q, 5));
+    r->misses = ferry__f64_to_i64(sqlite3_column_double(q, 6));
+    r->tokens = ferry__f64_to_i64(sqlite3_column_double(q, 7));
+    const double h = (double)r->hits, m = (double)r->misses;
+    r->hit_rate_pct = h >= 0 && m >= 0 && h + m > 0 ? 100.0 * h / (h + m) : NAN;
+    r->span_ms = r->n_steps ? ferry__span(sqlite3_column_int64(q, 8), sqlite3_column_int64(q, 9)) / 1e6 : 0;
   }
   sqlite3_finalize(q);
   if (sqlite3_prepare_v2(db, "SELECT tier, max(used_bytes), count(*) FROM memory WHERE runId = ? GROUP BY tier", -1, &q,
@@ -186,8 +146,8 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
   while (sqlite3_step(q) == SQLITE_ROW) {
     const char *tier = (const char *)sqlite3_column_text(q, 0);
     int t = !tier ? -1 : !strcmp(tier, "device") ? 0 : !strcmp(tier, "host") ? 1 : !strcmp(tier, "disk") ? 2 : -1;
-    if (t >= 0) r->peak_bytes[t] = sqlite3_column_double(q, 1);
-    r->n_mem += sqlite3_column_int64(q, 2);
+    if (t >= 0) r->peak_bytes[t] = ferry__finite_or(sqlite3_column_double(q, 1), 0);
+    r->n_mem = ferry__sat_add_i64(r->n_mem, sqlite3_column_int64(q, 2));
   }
   sqlite3_finalize(q);
   /* the budgets the run had, defaults included (older databases have none: the configuration's) */
@@ -197,7 +157,7 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
   sqlite3_bind_int64(q, 1, r->id);
   while (sqlite3_step(q) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(q, 0), *value = (const char *)sqlite3_column_text(q, 1);
-    if (name && value) r->budget_bytes[!strcmp(name, "HOST_BUDGET_BYTES")] = strtod(value, NULL);
+    if (name && value) r->budget_bytes[!strcmp(name, "HOST_BUDGET_BYTES")] = ferry__finite_or(strtod(value, NULL), 0);
   }
   sqlite3_finalize(q);
   return FERRY_OK;
@@ -309,7 +269,7 @@ int ferry__run_val(const struct rrun *r, const char *key, char *buf, size_t len)
 
 double ferry__run_num(const struct rrun *r, const char *key) {
   const cJSON *v = r->cfg ? cJSON_GetObjectItemCaseSensitive(r->cfg, key) : NULL;
-  return v && cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  return v && cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN;
 }
 
 static int listed(const char *key, const char *const *list) {

@@ -29,16 +29,19 @@ void ferry__rb_html(struct ferry_strbuf *b, const char *s) {
   }
 }
 
-void ferry__rb_gpstr(struct ferry_strbuf *b, const char *s) {
-  /* plots use the noenhanced terminal, so only the string syntax itself needs escaping */
-  ferry__sb_puts(b, "\"");
+void ferry__rb_md(struct ferry_strbuf *b, const char *s) {
   for (; s && *s; s++) {
-    if (*s == '"') ferry__sb_puts(b, "\\\"");
-    else if (*s == '\\') ferry__sb_puts(b, "\\\\");
-    else if ((unsigned char)*s < 0x20) ferry__sb_puts(b, " ");
-    else ferry__sb_put(b, s, 1);
+    switch (*s) {
+      case '<': ferry__sb_puts(b, "&lt;"); break;
+      case '>': ferry__sb_puts(b, "&gt;"); break;
+      case '&': ferry__sb_puts(b, "&amp;"); break;
+      case '\\': case '`': case '*': case '[': case ']': case '|':
+        ferry__sb_puts(b, "\\"); /* CommonMark: a backslash makes ASCII punctuation literal */
+        ferry__sb_put(b, s, 1);
+        break;
+      default: ferry__sb_put(b, ((unsigned char)*s < 0x20 || *s == 0x7f) ? " " : s, 1);
+    }
   }
-  ferry__sb_puts(b, "\"");
 }
 
 const char *ferry__fmt_num(double v, char *buf, size_t len) {
@@ -81,7 +84,9 @@ struct rtable *ferry__table_new(const char *name, const char *head) {
   if (!t) return NULL;
   t->ncols = 1;
   for (const char *p = head; *p; p++) t->ncols += *p == '\x1f';
-  t->name = ferry__strdup(name);
+  char safe[96];
+  ferry__safe_name(name, safe, sizeof safe); /* names come from configuration keys: untrusted */
+  t->name = ferry__strdup(safe);
   t->head = ferry__calloc(t->ncols, sizeof *t->head);
   if (!t->name || !t->head) {
     ferry__table_free(t);
@@ -150,11 +155,7 @@ static void csv_cell(struct ferry_strbuf *b, const char *s) {
 
 static void md_cell(struct ferry_strbuf *b, const char *s) {
   ferry__sb_puts(b, " ");
-  for (; *s; s++) {
-    if (*s == '|') ferry__sb_puts(b, "\\|");
-    else if (*s == '\n' || *s == '\r') ferry__sb_puts(b, " ");
-    else ferry__sb_put(b, s, 1);
-  }
+  ferry__rb_md(b, s);
   ferry__sb_puts(b, " |");
 }
 
@@ -213,7 +214,9 @@ ferry_status ferry__emit_table(struct report *rp, struct rtable *t, const char *
   ferry__sb_puts(h, "</tbody></table></div>\n");
 
   struct ferry_strbuf *m = &rp->md;
-  ferry__sb_printf(m, "*%s* ([%s.csv](tables/%s.csv))\n\n|", caption, t->name, t->name);
+  ferry__sb_puts(m, "*");
+  ferry__rb_md(m, caption);
+  ferry__sb_printf(m, "* ([%s.csv](tables/%s.csv))\n\n|", t->name, t->name);
   for (size_t c = 0; c < t->ncols; c++) md_cell(m, t->head[c]);
   ferry__sb_puts(m, "\n|");
   for (size_t c = 0; c < t->ncols; c++) ferry__sb_puts(m, "---|");
@@ -238,14 +241,18 @@ void ferry__doc_section(struct report *rp, enum ferry_report_section sec, const 
   ferry__sb_printf(&rp->toc, "<li><a href=\"#%s\">", id);
   ferry__rb_html(&rp->toc, title);
   ferry__sb_puts(&rp->toc, "</a></li>\n");
-  ferry__sb_printf(&rp->md, "## %s\n\n", title);
+  ferry__sb_puts(&rp->md, "## ");
+  ferry__rb_md(&rp->md, title);
+  ferry__sb_puts(&rp->md, "\n\n");
 }
 
 void ferry__doc_heading(struct report *rp, const char *title) {
   ferry__sb_puts(&rp->html, "<h3>");
   ferry__rb_html(&rp->html, title);
   ferry__sb_puts(&rp->html, "</h3>\n");
-  ferry__sb_printf(&rp->md, "### %s\n\n", title);
+  ferry__sb_puts(&rp->md, "### ");
+  ferry__rb_md(&rp->md, title);
+  ferry__sb_puts(&rp->md, "\n\n");
 }
 
 void ferry__doc_para(struct report *rp, const char *fmt, ...) {
@@ -257,40 +264,59 @@ void ferry__doc_para(struct report *rp, const char *fmt, ...) {
   ferry__sb_puts(&rp->html, "<p>");
   ferry__rb_html(&rp->html, t.p ? t.p : "");
   ferry__sb_puts(&rp->html, "</p>\n");
-  ferry__sb_printf(&rp->md, "%s\n\n", t.p ? t.p : "");
+  ferry__rb_md(&rp->md, t.p ? t.p : "");
+  ferry__sb_puts(&rp->md, "\n\n");
   if (t.oom) rp->html.oom = 1;
   ferry__sb_free(&t);
 }
 
 /* ---- plots -------------------------------------------------------------------------------- */
 
-/* Run gnuplot on plots/NAME.gp in the plots folder; stderr is captured for the error message. */
+/* Run gnuplot on plots/NAME.gp in the plots folder; stderr is captured for the error message.
+ * Whether the program could be started at all comes back on its own close-on-exec pipe (the
+ * errno of a failed chdir or exec), never mixed into gnuplot's own output. */
 static ferry_status run_gnuplot(struct report *rp, const char *plots_dir, const char *name) {
-  const char *prog = rp->opt->gnuplot && *rp->opt->gnuplot ? rp->opt->gnuplot : "gnuplot";
+  const char *given = rp->opt->gnuplot && *rp->opt->gnuplot ? rp->opt->gnuplot : "gnuplot";
+  /* the child changes folder first: a relative path must not change meaning */
+  char cwd[4096];
+  char *prog = strchr(given, '/') && given[0] != '/' && getcwd(cwd, sizeof cwd) ? ferry__path_join(cwd, given)
+                                                                                 : ferry__strdup(given);
+  if (!prog) return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory");
   char script[300];
   snprintf(script, sizeof script, "%s.gp", name);
-  int fds[2];
-  if (pipe(fds) != 0) return ferry__err_set(&rp->err, FERRY_ERR_IO, "report: pipe: %s", strerror(errno));
+  int fds[2] = {-1, -1}, efd[2] = {-1, -1};
+  ferry_status st = FERRY_OK;
+  if (pipe(fds) != 0 || pipe2(efd, O_CLOEXEC) != 0) {
+    st = ferry__err_set(&rp->err, FERRY_ERR_IO, "report: pipe: %s", strerror(errno));
+    goto out;
+  }
   pid_t pid = fork();
   if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return ferry__err_set(&rp->err, FERRY_ERR_IO, "report: fork: %s", strerror(errno));
+    st = ferry__err_set(&rp->err, FERRY_ERR_IO, "report: fork: %s", strerror(errno));
+    goto out;
   }
   if (pid == 0) {
     close(fds[0]);
+    close(efd[0]);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) {
       dup2(devnull, 0);
       dup2(devnull, 1);
     }
     dup2(fds[1], 2);
-    if (chdir(plots_dir) != 0) _exit(126);
-    execlp(prog, prog, script, (char *)NULL);
-    dprintf(2, "\x01exec failed: %s", strerror(errno));
+    int failure[2] = {0, 0}; /* {0 = chdir, 1 = exec; errno} */
+    if (chdir(plots_dir) == 0) {
+      execlp(prog, prog, script, (char *)NULL);
+      failure[0] = 1;
+    }
+    failure[1] = errno;
+    ssize_t w = write(efd[1], failure, sizeof failure);
+    (void)w;
     _exit(127);
   }
   close(fds[1]);
+  close(efd[1]);
+  fds[1] = efd[1] = -1;
   char err[2048];
   size_t n = 0;
   for (;;) {
@@ -303,14 +329,22 @@ static ferry_status run_gnuplot(struct report *rp, const char *plots_dir, const 
     n += take;
   }
   err[n] = '\0';
-  close(fds[0]);
+  int failure[2];
+  ssize_t got;
+  while ((got = read(efd[0], failure, sizeof failure)) < 0 && errno == EINTR) {
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && err[0] == '\x01')
-    return ferry__err_set(&rp->err, FERRY_ERR_NOT_FOUND,
+  if (got == (ssize_t)sizeof failure) {
+    if (failure[0])
+      st = ferry__err_set(&rp->err, FERRY_ERR_NOT_FOUND,
                           "report: cannot run gnuplot '%s' (%s); install the Debian package gnuplot-nox or give --gnuplot PATH",
-                          prog, err + 1 + strlen("exec failed: "));
+                          prog, strerror(failure[1]));
+    else
+      st = ferry__err_set(&rp->err, FERRY_ERR_IO, "report: %s: cannot enter the folder: %s", plots_dir, strerror(failure[1]));
+    goto out;
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     /* first line that says what went wrong */
     char *line = err;
@@ -323,10 +357,21 @@ static ferry_status run_gnuplot(struct report *rp, const char *plots_dir, const 
       nl = strchr(line, '\n');
     }
     if (nl) *nl = '\0';
-    return ferry__err_set(&rp->err, FERRY_ERR_INTERNAL, "report: gnuplot failed on plots/%s.gp: %s", name,
-                          *line ? line : "no message");
+    for (char *c = line; *c; c++) /* it may quote the script: no terminal controls */
+      if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
+    char how[64] = "";
+    if (WIFSIGNALED(status)) snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(status));
+    else if (WIFEXITED(status)) snprintf(how, sizeof how, " (exit status %d)", WEXITSTATUS(status));
+    st = ferry__err_set(&rp->err, FERRY_ERR_INTERNAL, "report: gnuplot failed on plots/%s.gp%s: %s", name, how,
+                        *line ? line : "no message");
   }
-  return FERRY_OK;
+out:
+  for (int i = 0; i < 2; i++) {
+    if (fds[i] >= 0) close(fds[i]);
+    if (efd[i] >= 0) close(efd[i]);
+  }
+  ferry_free(prog);
+  return st;
 }
 
 /* Append the SVG to the HTML without its XML prolog, with every id prefixed so that several
@@ -352,15 +397,18 @@ static void inline_svg(struct ferry_strbuf *h, const char *svg, size_t plot_no) 
   }
 }
 
-ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *caption, int width, int height,
+ferry_status ferry__emit_plot(struct report *rp, const char *plot_name, const char *caption, int width, int height,
                               const char *script) {
+  char name[96];
+  ferry__safe_name(plot_name, name, sizeof name);
   struct ferry_strbuf s = {0};
-  ferry__sb_printf(&s, "# %s\n# Redraw with: gnuplot %s.gp (writes %s.svg; the data is inline below)\n", caption, name,
-                   name);
-  ferry__sb_printf(&s,
-                   "set terminal svg size %d,%d dynamic noenhanced font 'Helvetica,12' background rgb 'white'\n"
-                   "set output '%s.svg'\n"
-                   "set encoding utf8\n"
+  ferry__gp_comment(&s, caption);
+  ferry__sb_printf(&s, "# Redraw with: gnuplot %s.gp (writes %s.svg; the data is inline below)\n", name, name);
+  ferry__sb_printf(&s, "set terminal svg size %d,%d dynamic noenhanced font 'Helvetica,12' background rgb 'white'\n"
+                       "set output ", width, height);
+  ferry__gp_strf(&s, "%s.svg", name);
+  ferry__sb_puts(&s,
+                   "\nset encoding utf8\n"
                    "set grid lc rgb '#dddddd'\n"
                    "set border lc rgb '#555555'\n"
                    "set key noopaque box lc rgb '#cccccc'\n"
@@ -374,12 +422,17 @@ ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *c
                    "set linetype 8 lc rgb '#7f7f7f' lw 2 pt 5 ps 0.8\n"
                    "set linetype 9 lc rgb '#bcbd22' lw 2 pt 9 ps 0.9\n"
                    "set linetype 10 lc rgb '#17becf' lw 2 pt 11 ps 0.9\n"
-                   "set linetype cycle 10\n",
-                   width, height, name);
+                   "set linetype cycle 10\n");
   ferry__sb_puts(&s, script);
   if (s.oom) {
     ferry__sb_free(&s);
     return ferry__err_set(&rp->err, FERRY_ERR_NOMEM, "report: out of memory building plot %s", name);
+  }
+  char why[128];
+  if (!ferry__gp_check(s.p, why, sizeof why)) {
+    /* a string that bypassed ferry__gp_str: never hand it to gnuplot */
+    ferry__sb_free(&s);
+    return ferry__err_set(&rp->err, FERRY_ERR_INTERNAL, "report: plot %s: unsafe gnuplot script (%s); not run", name, why);
   }
   char *plots = ferry__asprintf("%s/plots", rp->dir);
   char *gp = ferry__asprintf("%s/plots/%s.gp", rp->dir, name);
@@ -406,8 +459,9 @@ ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *c
   ferry__rb_html(h, caption);
   ferry__sb_printf(h, " <a href=\"plots/%s.gp\">gnuplot script</a> · <a href=\"plots/%s.svg\">SVG</a></figcaption>\n</figure>\n",
                    name, name);
-  ferry__sb_printf(&rp->md, "![%s](plots/%s.svg)\n\n*%s* (script: [plots/%s.gp](plots/%s.gp))\n\n", name, name, caption,
-                   name, name);
+  ferry__sb_printf(&rp->md, "![%s](plots/%s.svg)\n\n*", name, name);
+  ferry__rb_md(&rp->md, caption);
+  ferry__sb_printf(&rp->md, "* (script: [plots/%s.gp](plots/%s.gp))\n\n", name, name);
 out:
   ferry__sb_free(&s);
   ferry_free(plots);

@@ -1,6 +1,7 @@
 /* ferry_report_write(): load the databases, write every section that the data allows into a
  * temporary sibling of the output folder (HTML body, Markdown, CSVs, gnuplot scripts and
  * SVGs), then assemble index.html and report.md and rename the folder into place. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,10 @@
 #include "common/alloc.h"
 #include "common/fsutil.h"
 #include "reports/report_internal.h"
+#include "reports/routing_sections.h"
+
+/* The file every report folder holds: only a folder with it (or an empty one) is replaced. */
+#define REPORT_MARKER ".ferry-report"
 
 void ferry_report_options_init(struct ferry_report_options *opt) {
   memset(opt, 0, sizeof *opt);
@@ -30,6 +35,8 @@ const char *ferry_report_section_name(enum ferry_report_section section) {
     case FERRY_REPORT_QUANT: return "quantization";
     case FERRY_REPORT_PREDICTOR: return "predictors";
     case FERRY_REPORT_HARDWARE: return "hardware";
+    case FERRY_REPORT_PREDICTOR_CI: return "predictor-intervals";
+    case FERRY_REPORT_ROUTING: return "routing";
   }
   return "?";
 }
@@ -74,14 +81,17 @@ static ferry_status assemble(struct report *rp) {
   ferry__sb_puts(&h, "</h1>\n<p class=\"meta\">");
   ferry__sb_printf(&h, "%zu runs (%zu complete, %zu failed or incomplete) from ", rp->sum.runs, rp->sum.complete,
                    rp->sum.failed);
-  ferry__sb_printf(&m, "# %s\n\n%zu runs (%zu complete, %zu failed or incomplete) from ", title, rp->sum.runs,
-                   rp->sum.complete, rp->sum.failed);
+  ferry__sb_puts(&m, "# ");
+  ferry__rb_md(&m, title);
+  ferry__sb_printf(&m, "\n\n%zu runs (%zu complete, %zu failed or incomplete) from ", rp->sum.runs, rp->sum.complete,
+                   rp->sum.failed);
   for (size_t i = 0; i < o->n_dbs; i++) {
     ferry__sb_puts(&h, i ? ", " : "");
     ferry__sb_puts(&h, "<code>");
     ferry__rb_html(&h, o->db_paths[i]);
     ferry__sb_puts(&h, "</code>");
-    ferry__sb_printf(&m, "%s`%s`", i ? ", " : "", o->db_paths[i]);
+    ferry__sb_puts(&m, i ? ", " : "");
+    ferry__rb_md(&m, o->db_paths[i]);
   }
   ferry__sb_printf(&h, "; written %s by ferry %s. Tables are in <code>tables/</code> as CSV, plots in "
                        "<code>plots/</code> with the gnuplot script that drew each.</p>\n<nav><ul>\n",
@@ -94,6 +104,12 @@ static ferry_status assemble(struct report *rp) {
   ferry__sb_put(&m, rp->md.p ? rp->md.p : "", rp->md.len);
   ferry_status st = write_text(rp, "index.html", &h);
   if (st == FERRY_OK) st = write_text(rp, "report.md", &m);
+  if (st == FERRY_OK) {
+    struct ferry_strbuf mk = {0};
+    ferry__sb_printf(&mk, "ferry report %s: this folder is replaced by the next report written here\n", FERRY_VERSION);
+    st = write_text(rp, REPORT_MARKER, &mk);
+    ferry__sb_free(&mk);
+  }
   ferry__sb_free(&h);
   ferry__sb_free(&m);
   return st;
@@ -136,13 +152,40 @@ static ferry_status make_tmp_dir(struct report *rp, const char *out) {
   return st;
 }
 
-/* Move the finished folder into place; an existing report there is replaced. */
-static ferry_status publish(struct report *rp, const char *out) {
+/* Whether out may be replaced: absent, an empty folder, or a previous report; *exists says
+ * whether there is something to move aside. */
+static ferry_status check_replaceable(struct ferry_err *err, const char *out, int *exists) {
   struct stat sb;
+  *exists = 0;
+  if (lstat(out, &sb) != 0) return FERRY_OK;
+  *exists = 1;
+  if (!S_ISDIR(sb.st_mode))
+    return ferry__err_set(err, FERRY_ERR_EXISTS, "%s: exists and is not a folder; not replacing it", out);
+  char *marker = ferry__path_join(out, REPORT_MARKER);
+  if (!marker) return ferry__err_set(err, FERRY_ERR_NOMEM, "report: out of memory");
+  int is_report = lstat(marker, &sb) == 0 && S_ISREG(sb.st_mode);
+  ferry_free(marker);
+  if (is_report) return FERRY_OK;
+  DIR *d = opendir(out);
+  if (!d) return ferry__err_set(err, FERRY_ERR_IO, "%s: cannot read the folder: %s", out, strerror(errno));
+  struct dirent *e;
+  int empty = 1;
+  while (empty && (e = readdir(d)) != NULL) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+  closedir(d);
+  if (!empty)
+    return ferry__err_set(err, FERRY_ERR_EXISTS,
+                          "%s: exists and is not a ferry report (no " REPORT_MARKER " in it); not replacing it: "
+                          "remove it or give another --out", out);
+  return FERRY_OK;
+}
+
+/* Move the finished folder into place; a previous report there is replaced. */
+static ferry_status publish(struct report *rp, const char *out) {
   char *old = NULL;
-  if (lstat(out, &sb) == 0) {
-    if (!S_ISDIR(sb.st_mode))
-      return ferry__err_set(&rp->err, FERRY_ERR_EXISTS, "%s: exists and is not a folder; not replacing it", out);
+  int exists;
+  ferry_status st0 = check_replaceable(&rp->err, out, &exists); /* again: it may have changed meanwhile */
+  if (st0 != FERRY_OK) return st0;
+  if (exists) {
     old = ferry__asprintf("%s.old-XXXXXX", out);
     if (!old || !mkdtemp(old)) {
       ferry_free(old);
@@ -177,7 +220,23 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (!out) return ferry__fail(FERRY_ERR_NOMEM, "report: out of memory");
   size_t len = strlen(out);
   while (len > 1 && out[len - 1] == '/') out[--len] = '\0';
-  ferry_status st = ferry__report_load(&rp);
+  /* the folder is replaced at the end: it must not be, nor hold, a database being read */
+  struct ferry_path_use *uses = ferry__calloc(opt->n_dbs + 1, sizeof *uses);
+  if (!uses) {
+    ferry_free(out);
+    return ferry__fail(FERRY_ERR_NOMEM, "report: out of memory");
+  }
+  uses[0] = (struct ferry_path_use){"--out", out, FERRY_PATH_OUT | FERRY_PATH_DIR};
+  for (size_t i = 0; i < opt->n_dbs; i++) uses[i + 1] = (struct ferry_path_use){"--db", opt->db_paths[i], FERRY_PATH_SQLITE};
+  ferry_status st = ferry__check_paths(uses, opt->n_dbs + 1);
+  ferry_free(uses);
+  if (st != FERRY_OK) {
+    ferry_free(out);
+    return st;
+  }
+  int exists;
+  st = check_replaceable(&rp.err, out, &exists); /* refuse before the work, not after */
+  if (st == FERRY_OK) st = ferry__report_load(&rp);
   if (st == FERRY_OK && opt->timeline_run >= 0) ferry__timeline_run(&rp, &st); /* fail early on a bad run id */
   if (st == FERRY_OK) st = make_tmp_dir(&rp, out);
   if (st == FERRY_OK) st = ferry__section_runs(&rp);
@@ -188,6 +247,8 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (st == FERRY_OK) st = ferry__section_sim_vs_real(&rp);
   if (st == FERRY_OK) st = ferry__section_variants(&rp, "quant", FERRY_REPORT_QUANT);
   if (st == FERRY_OK) st = ferry__section_variants(&rp, "predictor", FERRY_REPORT_PREDICTOR);
+  if (st == FERRY_OK) st = ferry__section_predictor_ci(&rp);
+  if (st == FERRY_OK) st = ferry__section_routing(&rp);
   if (st == FERRY_OK) st = ferry__section_hardware(&rp);
   if (st == FERRY_OK) st = assemble(&rp);
   if (st == FERRY_OK) st = publish(&rp, out);

@@ -17,6 +17,10 @@
 /* A growing string; an allocation failure sets oom and later appends do nothing. */
 
 void ferry__rb_html(struct ferry_strbuf *b, const char *s); /* escaped for HTML text and attributes */
+/* Escaped for Markdown text: no raw HTML (<, >, & as entities), no code, emphasis, link or
+ * table syntax (backslash escapes), control characters as spaces. Every text of report.md
+ * that is not the report's own markup goes through it. */
+void ferry__rb_md(struct ferry_strbuf *b, const char *s);
 
 /* Latency distribution in milliseconds. */
 struct rdist {
@@ -37,6 +41,7 @@ struct rrun {
   struct rdist ttft, tpot, e2e;
   double thr_tok_s;
   int64_t n_steps, hits, misses, tokens;
+  double hit_rate_pct; /* 100 hits / (hits + misses), NAN without both (computed once, in load.c) */
   double bytes_disk, bytes_h2d, bytes_d2h, stall_ms, span_ms;
   double peak_bytes[3];
   double budget_bytes[2]; /* device and host budgets the run had (run meta), 0 when not recorded */
@@ -106,8 +111,28 @@ ferry_status ferry__emit_plot(struct report *rp, const char *name, const char *c
 
 /* Formatting: "%.3g"-like with fixed decimals chosen by magnitude. */
 const char *ferry__fmt_num(double v, char *buf, size_t len);
-/* Quote a string for a gnuplot double-quoted string. */
-void ferry__rb_gpstr(struct ferry_strbuf *b, const char *s);
+/* Gnuplot script text (gpscript.c). Every string in a script goes through one of these: the
+ * database is untrusted and gnuplot runs backquotes, macros and system() in its program text. */
+/* A single-quoted gnuplot string (' doubled, control characters as spaces): inert. */
+void ferry__gp_str(struct ferry_strbuf *b, const char *s);
+/* An explicit tic label ("set xtics ('label' 1)"): gnuplot uses it as a format, so % is doubled
+ * before ferry__gp_str. */
+void ferry__gp_tic(struct ferry_strbuf *b, const char *s);
+/* ferry__gp_str of printf-formatted text. */
+void ferry__gp_strf(struct ferry_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "set WHAT 'text'\n" with the formatted text quoted by ferry__gp_str. */
+void ferry__gp_set(struct ferry_strbuf *b, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A string field of an inline datablock row (double-quoted data; quotes and control characters
+ * become '). */
+void ferry__gp_data(struct ferry_strbuf *b, const char *s);
+/* "# text\n" with control characters as spaces. */
+void ferry__gp_comment(struct ferry_strbuf *b, const char *s);
+/* 1 when the script holds no program text but the report's own: every string single-quoted,
+ * no backquote, macro or shell escape outside strings, datablocks and comments; else 0 and why. */
+int ferry__gp_check(const char *script, char *why, size_t why_len);
+/* A name safe as a file name, HTML id and Markdown link target: [A-Za-z0-9_.-], with an FNV
+ * hash of the original appended when anything had to change (len >= 32 recommended). */
+void ferry__safe_name(const char *name, char *out, size_t len);
 /* "set logscale y" when the positive values span at least two decades. */
 int ferry__spans_decades(const double *v, size_t n);
 

@@ -107,13 +107,6 @@ static void axes_desc(const struct report *rp, const struct rrun *r, const char 
   }
 }
 
-/* A string safe inside a gnuplot datablock's double quotes. */
-static void dq(struct ferry_strbuf *b, const char *s) {
-  ferry__sb_puts(b, "\"");
-  for (; *s; s++) ferry__sb_put(b, (*s == '"' || (unsigned char)*s < 0x20) ? "'" : s, 1);
-  ferry__sb_puts(b, "\"");
-}
-
 static void gnum(struct ferry_strbuf *b, double v) {
   if (isfinite(v)) ferry__sb_printf(b, " %.9g", v);
   else ferry__sb_puts(b, " NaN");
@@ -405,19 +398,19 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
     ferry__sb_printf(&s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
     for (size_t xi = 0; xi < ax->n; xi++) {
       ferry__sb_puts(&s, xi ? ", " : "");
-      ferry__rb_gpstr(&s, ax->vals[xi]);
+      ferry__gp_tic(&s, ax->vals[xi]);
       ferry__sb_printf(&s, " %zu", xi);
     }
     ferry__sb_puts(&s, ")\n");
   }
   ferry__sb_puts(&s, "set xlabel ");
-  ferry__rb_gpstr(&s, xlabel);
+  ferry__gp_str(&s, xlabel);
   ferry__sb_puts(&s, "\nset multiplot layout 2,2 title ");
   char mtitle[1200];
   snprintf(mtitle, sizeof mtitle, "Latency and throughput against %s%s%s", ax->key, fixed_len ? " (" : "",
            fixed_len ? fixed : "");
   if (fixed_len) strncat(mtitle, ")", sizeof mtitle - strlen(mtitle) - 1);
-  ferry__rb_gpstr(&s, mtitle);
+  ferry__gp_str(&s, mtitle);
   ferry__sb_puts(&s, "\n");
   static const char *const panel[4] = {"Time to first token", "Time per output token", "End-to-end latency",
                                        "Throughput"};
@@ -435,16 +428,16 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
       }
     }
     if (p < 3) scale = time_unit(vals, nv, &unit);
-    ferry__sb_printf(&s, "set title \"%s%s\"\nset ylabel \"%s (%s)\"\n%s\n", panel[p],
-                     p < 3 ? " (solid P50, dashed P99)" : "", p == 3 ? "output tokens/s" : "latency", unit,
-                     ferry__spans_decades(vals, nv) ? "set logscale y" : "unset logscale y");
+    ferry__gp_set(&s, "title", "%s%s", panel[p], p < 3 ? " (solid P50, dashed P99)" : "");
+    ferry__gp_set(&s, "ylabel", "%s (%s)", p == 3 ? "output tokens/s" : "latency", unit);
+    ferry__sb_printf(&s, "%s\n", ferry__spans_decades(vals, nv) ? "set logscale y" : "unset logscale y");
     ferry__sb_puts(&s, p == 0 ? "set key top left\n" : "unset key\n");
     ferry__sb_puts(&s, "plot ");
     for (size_t si = 0; si < ns; si++) {
       int col = p < 3 ? 2 + 2 * p : 8;
       ferry__sb_printf(&s, "%s$s%zu using 1:($%d*%g) with linespoints lt %zu title ", si ? ", " : "", si, col, scale,
                        si + 1);
-      ferry__rb_gpstr(&s, *series[si] ? series[si] : "all runs");
+      ferry__gp_str(&s, *series[si] ? series[si] : "all runs");
       if (p < 3) ferry__sb_printf(&s, ", $s%zu using 1:($%d*%g) with linespoints lt %zu dt 2 notitle", si, col + 1, scale,
                                   si + 1);
     }
@@ -530,11 +523,11 @@ ferry_status ferry__section_bytes(struct report *rp) {
     axes_desc(rp, r, NULL, desc, sizeof desc);
     short_desc(rp, r, NULL, sd, sizeof sd);
     double share = r->span_ms > 0 ? 100.0 * r->stall_ms / r->span_ms : NAN;
-    double hr = r->hits + r->misses > 0 ? 100.0 * (double)r->hits / (double)(r->hits + r->misses) : NAN;
+    double hr = r->hit_rate_pct;
     ferry__table_rowf(t, "%s" SEP "%s" SEP "%lld" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%lld" SEP "%lld" SEP "%s",
                       r->label, desc, (long long)r->n_steps, N(r->bytes_disk * scale), N(r->bytes_h2d * scale),
                       N(r->bytes_d2h * scale), N(r->stall_ms), N(share), (long long)r->hits, (long long)r->misses, N(hr));
-    dq(&s, sd);
+    ferry__gp_data(&s, sd);
     gnum(&s, r->bytes_disk * scale);
     gnum(&s, r->bytes_h2d * scale);
     gnum(&s, r->bytes_d2h * scale);
@@ -548,12 +541,14 @@ ferry_status ferry__section_bytes(struct report *rp) {
                      "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
                      "set xtics rotate by -90 left nomirror\nset key outside top center horizontal\nset yrange [0:*]\n"
                      "set multiplot layout 1,2\n");
-  ferry__sb_printf(&s, "set title \"Bytes moved per tier\"\nset ylabel \"%s\"\n", unit);
-  ferry__sb_puts(&s, "plot $b using 2:xtic(1) title \"disk read\" lt 5, '' using 3 title \"host to device\" lt 2, "
-                     "'' using 4 title \"device to host\" lt 3\n");
-  ferry__sb_puts(&s, "set title \"Stall time (compute waiting for transfers)\"\nset ylabel \"stall (ms)\"\n");
+  ferry__gp_set(&s, "title", "Bytes moved per tier");
+  ferry__gp_set(&s, "ylabel", "%s", unit);
+  ferry__sb_puts(&s, "plot $b using 2:xtic(1) title 'disk read' lt 5, '' using 3 title 'host to device' lt 2, "
+                     "'' using 4 title 'device to host' lt 3\n");
+  ferry__gp_set(&s, "title", "Stall time (compute waiting for transfers)");
+  ferry__gp_set(&s, "ylabel", "stall (ms)");
   if (ferry__spans_decades(stall, nst)) ferry__sb_puts(&s, "set logscale y\nset yrange [*:*]\n");
-  ferry__sb_puts(&s, "plot $b using 5:xtic(1) title \"stall\" lt 4\nunset multiplot\n");
+  ferry__sb_puts(&s, "plot $b using 5:xtic(1) title 'stall' lt 4\nunset multiplot\n");
   ferry_status st = s.oom ? NOMEM(rp)
                           : ferry__emit_plot(rp, "bytes_stall", "Bytes moved per tier (left) and stall time (right) per run.",
                                              1200, 640, s.p);
@@ -640,13 +635,16 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
     ferry__sb_printf(&s,
                      "%s"
                      "set xrange [%.9g:%.9g]\nset yrange [%.9g:%.9g]\nset size ratio -1\n"
-                     "set xlabel \"measured (ms)\"\nset ylabel \"predicted by the simulator (ms)\"\n"
-                     "set key top left\nset title \"Simulator prediction against measurement\"\n"
+                     "set xlabel 'measured (ms)'\nset ylabel 'predicted by the simulator (ms)'\n"
+                     "set key top left\nset title 'Simulator prediction against measurement'\n"
                      "set samples 200\n"
-                     "plot x with lines dt 2 lc rgb '#555555' lw 1 title \"y = x\"",
+                     "plot x with lines dt 2 lc rgb '#555555' lw 1 title 'y = x'",
                      logs ? "set logscale xy\n" : "", rlo, rhi, rlo, rhi);
     for (int m = 0; m < 3; m++)
-      if (d[m].len) ferry__sb_printf(&s, ", $m%d using 1:2 with points lt %d ps 1.4 title \"%s\"", m, m + 1, mname[m]);
+      if (d[m].len) {
+        ferry__sb_printf(&s, ", $m%d using 1:2 with points lt %d ps 1.4 title ", m, m + 1);
+        ferry__gp_str(&s, mname[m]);
+      }
     ferry__sb_puts(&s, "\n");
     st = s.oom ? NOMEM(rp)
                : ferry__emit_plot(rp, "sim_vs_real", "Predicted (simulator) against measured (real executor) per paired configuration; the dashed line is y = x.",
@@ -694,8 +692,8 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
       if (strcmp(v, ax->vals[k])) continue;
       n++;
       bpt += r->out_tokens > 0 ? (r->bytes_disk + r->bytes_h2d) / (double)r->out_tokens / 1024.0 : 0;
-      if (r->hits + r->misses > 0) {
-        hr += 100.0 * (double)r->hits / (double)(r->hits + r->misses);
+      if (isfinite(r->hit_rate_pct)) {
+        hr += r->hit_rate_pct;
         nh++;
       }
       tpot += r->tpot.p50;
@@ -706,7 +704,7 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
     double hrm = nh ? hr / nh : NAN;
     ferry__table_rowf(t, "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", ax->vals[k], n, N(bpt / n), N(hrm),
                       N(tpot / n), N(ttft / n), N(thr / n));
-    dq(&s, ax->vals[k]);
+    ferry__gp_data(&s, ax->vals[k]);
     gnum(&s, bpt / n);
     gnum(&s, hrm);
     gnum(&s, tpot / n);
@@ -714,12 +712,12 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
   }
   ferry__sb_puts(&s, "EOD\nset datafile missing 'NaN'\nset style data histograms\nset style fill solid 0.85 border -1\n"
                      "set boxwidth 0.7\nset yrange [0:*]\nunset key\nset multiplot layout 1,3\n");
-  ferry__sb_printf(&s, "set xlabel \"%s\"\n", ferry__key_label(key));
-  ferry__sb_puts(&s, "set title \"Bytes moved per output token\"\nset ylabel \"KiB per token\"\n"
+  ferry__gp_set(&s, "xlabel", "%s", ferry__key_label(key));
+  ferry__sb_puts(&s, "set title 'Bytes moved per output token'\nset ylabel 'KiB per token'\n"
                      "plot $v using 2:xtic(1) lt 1\n"
-                     "set title \"Weight-cache hit rate\"\nset ylabel \"hit rate (%)\"\nset yrange [0:100]\n"
+                     "set title 'Weight-cache hit rate'\nset ylabel 'hit rate (%)'\nset yrange [0:100]\n"
                      "plot $v using 3:xtic(1) lt 2\n"
-                     "set title \"Time per output token (P50)\"\nset ylabel \"TPOT (ms)\"\nset yrange [0:*]\n"
+                     "set title 'Time per output token (P50)'\nset ylabel 'TPOT (ms)'\nset yrange [0:*]\n"
                      "plot $v using 4:xtic(1) lt 3\nunset multiplot\n");
   ferry_status st = s.oom ? NOMEM(rp)
                           : ferry__emit_plot(rp, quant ? "quant" : "predictor",
@@ -856,7 +854,7 @@ ferry_status ferry__section_hardware(struct report *rp) {
                         desc, hw, r->label, N(r->thr_tok_s), N(r->ttft.p99), N(r->tpot.p99), N(price), N(cost),
                         slo ? (meets ? "yes" : "no") : "");
       if (shown <= 6) {
-        dq(&s, hw);
+        ferry__gp_data(&s, hw);
         gnum(&s, r->thr_tok_s);
         gnum(&s, cost);
         ferry__sb_puts(&s, "\n");
@@ -875,10 +873,14 @@ ferry_status ferry__section_hardware(struct report *rp) {
   if (shown == 1) ferry__sb_puts(&s, "unset key\n");
   if (any_price) ferry__sb_puts(&s, "set multiplot layout 1,2\n");
   for (int panel = 0; panel < (any_price ? 2 : 1); panel++) {
-    ferry__sb_printf(&s, "set title \"%s\"\nset ylabel \"%s\"\nplot ", panel ? "Cost per million output tokens" : "Throughput",
-                     panel ? "$ per 1M tokens" : "output tokens/s");
-    for (int g = 1; g <= shown && g <= 6; g++)
-      ferry__sb_printf(&s, "%s$g%d using %d:xtic(1) title \"group %d\" lt %d", g > 1 ? ", " : "", g, panel ? 3 : 2, g, g);
+    ferry__gp_set(&s, "title", "%s", panel ? "Cost per million output tokens" : "Throughput");
+    ferry__gp_set(&s, "ylabel", "%s", panel ? "$ per 1M tokens" : "output tokens/s");
+    ferry__sb_puts(&s, "plot ");
+    for (int g = 1; g <= shown && g <= 6; g++) {
+      ferry__sb_printf(&s, "%s$g%d using %d:xtic(1) title ", g > 1 ? ", " : "", g, panel ? 3 : 2);
+      ferry__gp_strf(&s, "group %d", g);
+      ferry__sb_printf(&s, " lt %d", g);
+    }
     ferry__sb_puts(&s, "\n");
   }
   if (any_price) ferry__sb_puts(&s, "unset multiplot\n");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/checked.h"
 #include "reports/report_internal.h"
 
 #define NOMEM(rp) ferry__err_set(&(rp)->err, FERRY_ERR_NOMEM, "report: out of memory")
@@ -145,7 +146,7 @@ ferry_status ferry__section_timeline(struct report *rp) {
                   r->id, 0, 0, &found);
     if (!found) first = 0;
   }
-  int64_t last = o->step_last >= 0 ? o->step_last : first + 2;
+  int64_t last = o->step_last >= 0 ? o->step_last : ferry__sat_add_i64(first, 2);
   if (last < first) last = first;
   struct op *ops = NULL;
   size_t n = 0;
@@ -197,7 +198,7 @@ ferry_status ferry__section_timeline(struct report *rp) {
       memcpy(qcount[b], qcount[b - 1], sizeof tc);
       memcpy(qcount[b - 1], tc, sizeof tc);
     }
-  double span_ns = (double)(t1 - t0);
+  double span_ns = ferry__span(t0, t1);
   int us = span_ns < 2e6;
   double div = us ? 1e3 : 1e6;
   const char *tunit = us ? "us" : "ms";
@@ -235,7 +236,7 @@ ferry_status ferry__section_timeline(struct report *rp) {
     int cnt = 0;
     for (size_t i = 0; i < n; i++)
       if (ops[i].queue == queues[k]) {
-        busy += (double)(ops[i].end - ops[i].start);
+        busy += ferry__span(ops[i].start, ops[i].end);
         bytes += (double)ops[i].bytes;
         cnt++;
       }
@@ -247,8 +248,8 @@ ferry_status ferry__section_timeline(struct report *rp) {
   }
   for (size_t i = 0; i < n; i++)
     ferry__table_rowf(rows, "%s" SEP "%d" SEP "%s" SEP "%.6f" SEP "%.6f" SEP "%.3f" SEP "%lld" SEP "%lld",
-                      cat_short[ops[i].cat], ops[i].queue, ops[i].name, (double)(ops[i].start - t0) / 1e6,
-                      (double)(ops[i].end - t0) / 1e6, (double)(ops[i].end - ops[i].start) / 1e3, (long long)ops[i].bytes,
+                      cat_short[ops[i].cat], ops[i].queue, ops[i].name, ferry__span(t0, ops[i].start) / 1e6,
+                      ferry__span(t0, ops[i].end) / 1e6, ferry__span(ops[i].start, ops[i].end) / 1e3, (long long)ops[i].bytes,
                       (long long)ops[i].step);
   int used[CAT_COUNT] = {0};
   for (int c = 0; c < CAT_COUNT; c++) {
@@ -257,7 +258,7 @@ ferry_status ferry__section_timeline(struct report *rp) {
       if (ops[i].cat != c) continue;
       size_t lane = 0;
       while (lane < nq && queues[lane] != ops[i].queue) lane++;
-      double x0 = (double)(ops[i].start - t0) / div, x1 = (double)(ops[i].end - t0) / div;
+      double x0 = ferry__span(t0, ops[i].start) / div, x1 = ferry__span(t0, ops[i].end) / div;
       ferry__sb_printf(&s, "%.6f %zu %.6f %.6f %.2f %.2f\n", (x0 + x1) / 2, lane, x0, x1, lane - 0.38, lane + 0.38);
       used[c] = 1;
     }
@@ -271,26 +272,32 @@ ferry_status ferry__section_timeline(struct report *rp) {
     sqlite3_bind_int64(q, 2, t0);
     sqlite3_bind_int64(q, 3, t1);
     while (sqlite3_step(q) == SQLITE_ROW) {
-      double x = (double)(sqlite3_column_int64(q, 1) - t0) / div;
-      ferry__sb_printf(&s,
-                       "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\n"
-                       "set label 'step %lld' at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n",
-                       x, x, (long long)sqlite3_column_int64(q, 0), x);
+      double x = ferry__span(t0, sqlite3_column_int64(q, 1)) / div;
+      ferry__sb_printf(&s, "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\nset label ", x, x);
+      ferry__gp_strf(&s, "step %lld", (long long)sqlite3_column_int64(q, 0));
+      ferry__sb_printf(&s, " at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n", x);
     }
     sqlite3_finalize(q);
   }
   ferry__sb_printf(&s, "set yrange [%zu.6:-0.6]\nset ytics (", nq - 1);
-  for (size_t k = 0; k < nq; k++) ferry__sb_printf(&s, "%s\"queue %d: %s\" %zu", k ? ", " : "", queues[k], cat_short[role[k]], k);
-  ferry__sb_printf(&s,
-                   ")\nset xlabel \"time since the first operation (%s)\"\nset xrange [0:%.6f]\nset grid xtics\n"
-                   "set key outside right top vertical\nset style fill solid 0.85 noborder\n"
-                   "set title \"Run %s: %s\" offset 0,1\nplot ",
-                   tunit, span_ns / div, r->label, range);
+  for (size_t k = 0; k < nq; k++) {
+    ferry__sb_puts(&s, k ? ", " : "");
+    char tic[64];
+    snprintf(tic, sizeof tic, "queue %d: %s", queues[k], cat_short[role[k]]);
+    ferry__gp_tic(&s, tic);
+    ferry__sb_printf(&s, " %zu", k);
+  }
+  ferry__sb_puts(&s, ")\n");
+  ferry__gp_set(&s, "xlabel", "time since the first operation (%s)", tunit);
+  ferry__sb_printf(&s, "set xrange [0:%.6f]\nset grid xtics\nset key outside right top vertical\n"
+                       "set style fill solid 0.85 noborder\nset title ", span_ns / div);
+  ferry__gp_strf(&s, "Run %s: %s", r->label, range);
+  ferry__sb_puts(&s, " offset 0,1\nplot ");
   int any = 0;
   for (int c = 0; c < CAT_COUNT; c++) {
     if (!used[c]) continue;
-    ferry__sb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title \"%s\"", any ? ", " : "", c,
-                     cat_color[c], cat_name[c]);
+    ferry__sb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title ", any ? ", " : "", c, cat_color[c]);
+    ferry__gp_str(&s, cat_name[c]);
     any = 1;
   }
   ferry__sb_puts(&s, "\n");
@@ -359,7 +366,7 @@ ferry_status ferry__section_memory(struct report *rp) {
     }
     int64_t tn = sqlite3_column_int64(q, 0);
     v[t][nv[t]].t = tn;
-    v[t][nv[t]++].used = sqlite3_column_double(q, 2);
+    v[t][nv[t]++].used = ferry__finite_or(sqlite3_column_double(q, 2), 0);
     if (tn < tmin) tmin = tn;
     if (tn > tmax) tmax = tn;
   }
@@ -370,13 +377,13 @@ ferry_status ferry__section_memory(struct report *rp) {
   /* keep the peak of each bucket so downsampling never hides a budget breach */
   for (int t = 0; t < 3; t++) {
     if (nv[t] <= MEM_POINTS) continue;
-    double w = (double)(tmax - tmin + 1) / MEM_POINTS;
+    double w = (ferry__span(tmin, tmax) + 1) / MEM_POINTS;
     size_t out_n = 0;
     for (size_t i = 0; i < nv[t];) {
-      size_t b = (size_t)((double)(v[t][i].t - tmin) / w);
+      size_t b = ferry__f64_to_index(ferry__span(tmin, v[t][i].t) / w, MEM_POINTS);
       struct sample best = v[t][i];
       size_t j = i + 1;
-      while (j < nv[t] && (size_t)((double)(v[t][j].t - tmin) / w) == b) {
+      while (j < nv[t] && ferry__f64_to_index(ferry__span(tmin, v[t][j].t) / w, MEM_POINTS) == b) {
         if (v[t][j].used > best.used) best.used = v[t][j].used;
         j++;
       }
@@ -415,16 +422,16 @@ ferry_status ferry__section_memory(struct report *rp) {
   }
   int drawn = 0;
   /* short runs (tests, tiny models) read better in ms */
-  int ms = tmax - tmin < 2000000000;
+  int ms = ferry__span(tmin, tmax) < 2e9;
   double tdiv = ms ? 1e6 : 1e9;
   for (int t = 0; t < 3; t++) {
     ferry__sb_printf(&s, "$t%d << EOD\n", t);
     for (size_t i = 0; i < nv[t]; i++) {
-      ferry__sb_printf(&s, "%.9f %.9g\n", (double)(v[t][i].t - tmin) / tdiv, v[t][i].used * scale);
-      ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", (double)(v[t][i].t - tmin) / 1e9, tiers[t], v[t][i].used);
+      ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, v[t][i].t) / tdiv, v[t][i].used * scale);
+      ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", ferry__span(tmin, v[t][i].t) / 1e9, tiers[t], v[t][i].used);
     }
     /* extend the last level to the end of the run so the step line reaches the right edge */
-    if (nv[t]) ferry__sb_printf(&s, "%.9f %.9g\n", (double)(tmax - tmin) / tdiv, v[t][nv[t] - 1].used * scale);
+    if (nv[t]) ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, tmax) / tdiv, v[t][nv[t] - 1].used * scale);
     ferry__sb_puts(&s, "EOD\n");
     if (nv[t]) {
       char b1[32], b2[32], b3[32];
@@ -434,16 +441,20 @@ ferry_status ferry__section_memory(struct report *rp) {
                         budget[t] > 0 ? ferry__fmt_num(100.0 * r->peak_bytes[t] / budget[t], b3, sizeof b3) : "");
     }
   }
-  ferry__sb_printf(&s,
-                   "set xlabel \"time since the first sample (%s)\"\nset ylabel \"bytes in use (%s)\"\n"
-                   "set yrange [0:*]\nset key outside right top\nset title \"Memory per tier, run %s\"\nplot ",
-                   ms ? "ms" : "s", unit, r->label);
+  ferry__gp_set(&s, "xlabel", "time since the first sample (%s)", ms ? "ms" : "s");
+  ferry__gp_set(&s, "ylabel", "bytes in use (%s)", unit);
+  ferry__sb_puts(&s, "set yrange [0:*]\nset key outside right top\n");
+  ferry__gp_set(&s, "title", "Memory per tier, run %s", r->label);
+  ferry__sb_puts(&s, "plot ");
   for (int t = 0; t < 3; t++) {
     if (!nv[t]) continue;
-    ferry__sb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title \"%s\"", drawn ? ", " : "", t, t + 1, tiers[t]);
+    ferry__sb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title ", drawn ? ", " : "", t, t + 1);
+    ferry__gp_str(&s, tiers[t]);
     drawn = 1;
-    if (budget[t] > 0)
-      ferry__sb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title \"%s budget\"", budget[t] * scale, t + 1, tiers[t]);
+    if (budget[t] > 0) {
+      ferry__sb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title ", budget[t] * scale, t + 1);
+      ferry__gp_strf(&s, "%s budget", tiers[t]);
+    }
   }
   ferry__sb_puts(&s, "\n");
   if (!drawn) goto out;

@@ -1,8 +1,10 @@
 #!/bin/sh
-# The main job (make demo): generate a small synthetic MoE model; calibrate this machine; sweep
-# block layers x prefetch depth on the host executor and in the simulator over a slice of the
-# Azure 2023 conversation trace; simulate the same workload at full Mixtral-8x7B size on three
-# catalogue GPUs; write the report and print a short summary. Takes a few minutes.
+# The main job (make demo): generate a small synthetic MoE model whose routers behave like a
+# trained model's (routing profile mixtral); calibrate this machine; record its routing and
+# compare the expert predictors on it with confidence intervals; sweep block layers x prefetch
+# depth on the host executor and in the simulator over a slice of the Azure 2023 conversation
+# trace; simulate the same workload at full Mixtral-8x7B size on three catalogue GPUs; write the
+# report and print a short summary. Takes a few minutes.
 set -eu
 out=${1:-build/demo}
 ferry=${FERRY:-build/ferry}
@@ -15,9 +17,9 @@ start=$(date +%s)
 step() { printf '\n== [%3ss] %s\n' "$(($(date +%s) - start))" "$*"; }
 
 if [ ! -f "$model/config.json" ]; then
-  step "generating a Mixtral-shaped synthetic model (4 layers, 8 experts, skewed routing) into $model"
+  step "generating a Mixtral-shaped synthetic model (4 layers, 8 experts, routers shaped like Mixtral's) into $model"
   "$ferry" model gen --preset mixtral-8x7b --layers 4 --scale 0.125 --vocab 4096 --dtype fp16 --seed 1 \
-    --router-skew 0.5 --router-locality 0.6 --quiet --out "$model"
+    --routing-profile mixtral --quiet --out "$model"
 fi
 "$ferry" model show "$model" | sed -n '/^parameters/,/^  tensors/p'
 
@@ -29,8 +31,19 @@ rm -f "$out/calib.db"
 "$ferry" calibrate --db "$out/calib.db" --run 1 --base "$out/host.json" --out "$out/fitted.json" | tail -1
 
 step "recording the routing of the evaluated requests, so the simulator sees the experts the real runs see"
+# with mlp3 features and the gate-lookahead choices made from the real routers, for the predictors
 "$ferry" run --model "$model" --trace "$trace" --max-requests 8 --rate-scale 10 --device-budget 64MiB --max-batch 4 \
-  --max-seq-tokens 4096 --quiet --record-routing "$out/routing.jsonl" --record-features mlp3 >/dev/null
+  --max-seq-tokens 4096 --quiet --record-routing "$out/routing.jsonl" --record-features mlp3 \
+  --predictor gate-lookahead >/dev/null
+# other requests (the calibration slice) to train the MLPs and count popularity on: held out
+"$ferry" run --model "$model" --trace "$trace" --time-window 35:62 --max-requests 6 --rate-scale 10 \
+  --device-budget 64MiB --max-batch 4 --max-seq-tokens 4096 --quiet --record-routing "$out/routing-train.jsonl" \
+  --record-features mlp3 >/dev/null
+"$ferry" trace routing stats "$out/routing.jsonl" | sed -n '3,7p'
+
+step "expert predictors on the recorded routing (trained on other requests; 95% bootstrap intervals)"
+"$ferry" predictor eval --routing "$out/routing.jsonl" --train-routing "$out/routing-train.jsonl" \
+  --variant frequency,mlp3,mlp7,gate-lookahead,oracle 2>/dev/null | tee "$out/predictors.txt"
 
 step "sweep: block layers x prefetch depth, host executor and simulator (first 8 requests, 10x faster)"
 cat >"$out/sweep.json" <<JSON
@@ -48,6 +61,23 @@ cat >"$out/whatif.json" <<JSON
  "max_seq_tokens": [4096], "block_layers": [1], "prefetch_depth": [1]}
 JSON
 "$ferry" sweep --spec "$out/whatif.json" --db "$db" -j 3
+
+step "expert predictors in the simulator (the recorded routing replayed; the report's predictor tables)"
+"$ferry" predictor train --routing "$out/routing-train.jsonl" --variant mlp3 --out "$out/mlp3.safetensors" >/dev/null
+for spec in predictors predictors-mlp3; do
+  if [ "$spec" = predictors ]; then
+    extra='"predictor": ["lru", "frequency", "gate-lookahead", "oracle"]'
+  else
+    extra="\"predictor\": [\"mlp3\"], \"predictor_model\": [\"$out/mlp3.safetensors\"]"
+  fi
+  cat >"$out/$spec.json" <<JSON
+{"executor": ["sim"], "hw": ["$out/fitted.json"], "routing": ["$out/routing.jsonl"],
+ "predictor_routing": ["$out/routing.jsonl"], "model": ["$model"], "trace": ["$trace"],
+ "max_requests": [8], "rate_scale": [10], "device_budget": ["64MiB"], "max_batch": [4],
+ "max_seq_tokens": [4096], "block_layers": [1], "prefetch_depth": [1], $extra}
+JSON
+  "$ferry" sweep --spec "$out/$spec.json" --db "$db" --quiet
+done
 
 step "report"
 "$ferry" report --db "$db" --out "$out/report" >/dev/null

@@ -11,7 +11,9 @@ for f in "$demo/moe-demo/config.json" "$routing" "$demo/fitted.json"; do
   [ -f "$f" ] || { echo "predictors.sh: $f is missing: run make demo first" >&2; exit 1; }
 done
 mlp="$demo/mlp3.safetensors"
-"$ferry" predictor train --routing "$routing" --variant mlp3 --out "$mlp" >/dev/null
+train="$demo/routing-train.jsonl" # other requests, recorded by make demo (held out)
+[ -f "$train" ] || train="$routing"
+"$ferry" predictor train --routing "$train" --variant mlp3 --out "$mlp" >/dev/null
 set -- --model "$demo/moe-demo" --trace tests/data/traces/azure_conv_200.csv --max-requests 8 --rate-scale 10 \
   --device-budget 96MiB --block-layers 1 --prefetch-depth 1 --max-batch 4 --max-seq-tokens 4096 --quiet
 echo "| predictor | executor | hit rate | prefetch precision | compute stall | mean TPOT |"

@@ -613,6 +613,7 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->disk.latency_ns = (int64_t)llround(disk.overhead_ns);
   out->disk.queue_depth = 1;
 out:
+  if (p.ev) ferry_exec_event_destroy(p.ex, p.ev); /* events are the caller's, unlike buffers */
   ferry_exec_destroy(p.ex);
   pthread_mutex_destroy(&p.mu);
   return st;

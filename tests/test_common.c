@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/checked.h"
 #include "common/error.h"
 #include "common/half.h"
 #include "common/json.h"
@@ -181,12 +182,36 @@ static void test_dtype_names(void **state) {
   assert_string_equal(ferry_dtype_st_name(FERRY_DTYPE_I8), "I8");
 }
 
+/* Arithmetic on untrusted numbers saturates instead of overflowing (UBSan would stop here). */
+static void test_checked_arithmetic(void **state) {
+  (void)state;
+  assert_true(ferry__sat_add_i64(INT64_MAX, 1) == INT64_MAX);
+  assert_true(ferry__sat_add_i64(INT64_MIN, -1) == INT64_MIN);
+  assert_true(ferry__sat_add_i64(40, 2) == 42);
+  assert_true(ferry__sat_sub_i64(INT64_MAX, INT64_MIN) == INT64_MAX);
+  assert_true(ferry__sat_sub_i64(INT64_MIN, INT64_MAX) == INT64_MIN);
+  assert_true(ferry__sat_sub_i64(5, 7) == -2);
+  assert_true(ferry__span(INT64_MIN, INT64_MAX) > 1.8e19);
+  assert_true(ferry__span(10, 4) == -6.0);
+  assert_true(ferry__f64_to_i64(1e300) == INT64_MAX);
+  assert_true(ferry__f64_to_i64(-1e300) == INT64_MIN);
+  assert_true(ferry__f64_to_i64(NAN) == 0);
+  assert_true(ferry__f64_to_i64(-3.9) == -3);
+  assert_true(ferry__f64_to_u64(-1) == 0);
+  assert_true(ferry__f64_to_u64(1e30) == UINT64_MAX);
+  assert_true(ferry__f64_to_u64(7.5) == 7);
+  assert_true(ferry__f64_to_index(1e30, 4000) == 4000);
+  assert_true(ferry__f64_to_index(-1, 4000) == 0);
+  assert_true(ferry__finite_or(INFINITY, 3) == 3);
+  assert_true(ferry__finite_or(2, 3) == 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_names),      cmocka_unit_test(test_parse_size), cmocka_unit_test(test_seconds_to_ns),
       cmocka_unit_test(test_half_roundtrip),    cmocka_unit_test(test_rng_deterministic),
       cmocka_unit_test(test_alloc_fault_injection), cmocka_unit_test(test_json_strict),
-      cmocka_unit_test(test_dtype_names),
+      cmocka_unit_test(test_dtype_names),       cmocka_unit_test(test_checked_arithmetic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

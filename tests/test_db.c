@@ -162,6 +162,57 @@ static void test_migration_from_v1(void **state) {
   for (int i = 0; i < count; i++) assert_int_equal(m[i].version, i + 1);
 }
 
+/* A sweep combination is complete at most once, by a rule of the database: a second finish
+ * is recorded as a failed duplicate; plain runs of one configuration may still repeat. */
+static void test_one_complete_run_per_sweep_combination(void **state) {
+  struct fixture *f = *state;
+  ferry_db *db = open_rw(f->path);
+  sqlite3 *s = ferry__db_sqlite(db);
+  struct ferry_run_info info = {.kind = FERRY_RUN_SIM, .model = "m", .config_hash = "c0ffee", .sweep_key = "c0ffee"};
+  int64_t a, b, c;
+  assert_int_equal(ferry_db_run_begin(db, &info, &a), FERRY_OK);
+  assert_int_equal(ferry_db_run_begin(db, &info, &b), FERRY_OK); /* an orphan of a killed sweep, say */
+  assert_int_equal(ferry_db_run_finish(db, a, NULL), FERRY_OK);
+  assert_int_equal(ferry_db_run_finish(db, b, NULL), FERRY_ERR_EXISTS);
+  assert_true(tu_contains(ferry_db_errmsg(db), "already complete in run 1"));
+  char buf[256], sql[128];
+  snprintf(sql, sizeof sql, "SELECT error FROM runs WHERE id = %lld AND complete = 0 AND finished_at IS NOT NULL",
+           (long long)b);
+  assert_true(tu_contains(qs(s, sql, buf, sizeof buf), "duplicate"));
+  /* the rule is the database's, whoever writes */
+  snprintf(sql, sizeof sql, "UPDATE runs SET complete = 1 WHERE id = %lld", (long long)b);
+  assert_int_equal(sqlite3_exec(s, sql, NULL, NULL, NULL) & 0xff, SQLITE_CONSTRAINT);
+  /* a failed run of the combination is fine, and so are repeats outside sweeps */
+  assert_int_equal(ferry_db_run_begin(db, &info, &c), FERRY_OK);
+  assert_int_equal(ferry_db_run_finish(db, c, "budget exceeded"), FERRY_OK);
+  info.sweep_key = NULL;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(ferry_db_run_begin(db, &info, &c), FERRY_OK);
+    assert_int_equal(ferry_db_run_finish(db, c, NULL), FERRY_OK);
+  }
+  assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE config_hash = 'c0ffee' AND complete = 1"), 3);
+  assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE sweep_key = 'c0ffee' AND complete = 1"), 1);
+  ferry_db_close(db);
+}
+
+/* Version 3 to 4 keeps every row, repeated complete configurations included. */
+static void test_migration_keeps_repeats(void **state) {
+  struct fixture *f = *state;
+  sqlite3 *s = raw_open(f->path);
+  assert_int_equal(ferry__db_migrate(s, f->path, 3, NULL), FERRY_OK);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(sqlite3_exec(s, "INSERT INTO runs(kind, started_at, complete, config_hash) VALUES('sim', 'x', 1, 'h')",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+  sqlite3_close(s);
+  ferry_db *db = open_rw(f->path);
+  s = ferry__db_sqlite(db);
+  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
+  assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE complete = 1 AND config_hash = 'h' AND sweep_key IS NULL"), 3);
+  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_sweep_complete'"), 1);
+  ferry_db_close(db);
+}
+
 static void test_newer_schema_refused(void **state) {
   struct fixture *f = *state;
   ferry_db *db = open_rw(f->path);
@@ -948,6 +999,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_create_schema, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_one_complete_run_per_sweep_combination, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_migration_keeps_repeats, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_a_ferry_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_activity_mapping, setup, teardown),

@@ -137,6 +137,42 @@ static void test_diff_exit_codes(void **state) {
   free(out);
 }
 
+/* A run that failed or was killed measured part of the work only (here its fast first
+ * requests): diff refuses it, unless --allow-incomplete, instead of reporting no regression. */
+static void test_diff_incomplete(void **state) {
+  (void)state;
+  char path[600], *out;
+  snprintf(path, sizeof path, "%s/partial.db", dir);
+  ferry_db *db;
+  assert_int_equal(ferry_db_open(&db, path, FERRY_DB_CREATE), FERRY_OK);
+  assert_int_equal(add_run(db, "tiny-dense", 1.0), 1);
+  struct ferry_run_info info = {.kind = FERRY_RUN_SIM, .model = "tiny-dense", .config_hash = "abc"};
+  int64_t killed, failed;
+  assert_int_equal(ferry_db_run_begin(db, &info, &killed), FERRY_OK);
+  for (int i = 0; i < 5; i++) {
+    struct ferry_request_row r = {i, i * 1000000LL, i * 1000000LL + 4000000, i * 1000000LL + 8000000, 64, 21};
+    assert_int_equal(ferry_db_add_request(db, killed, &r), FERRY_OK);
+  }
+  assert_int_equal(ferry_db_run_begin(db, &info, &failed), FERRY_OK);
+  assert_int_equal(ferry_db_run_finish(db, failed, "device budget exceeded"), FERRY_OK);
+  ferry_db_close(db); /* the killed run never finishes */
+  assert_int_equal(run_ferry(&out, "db diff 1 %lld --db '%s'", (long long)killed, path), 1);
+  assert_one_line_error(out);
+  assert_true(tu_contains(out, "did not complete (killed, or still running)"));
+  assert_true(tu_contains(out, "--allow-incomplete"));
+  assert_false(tu_contains(out, "no regression"));
+  free(out);
+  assert_int_equal(run_ferry(&out, "db diff %lld 1 --db '%s'", (long long)failed, path), 1);
+  assert_true(tu_contains(out, "failed: device budget exceeded"));
+  free(out);
+  /* asked for explicitly: compared, with a warning */
+  int rc = run_ferry(&out, "db diff 1 %lld --allow-incomplete --db '%s'", (long long)killed, path);
+  assert_true(rc == 0 || rc == 3);
+  assert_true(tu_contains(out, "warning: run 2 did not complete"));
+  assert_true(tu_contains(out, "ttft_p50_ms"));
+  free(out);
+}
+
 static void test_export_trace(void **state) {
   (void)state;
   char trace[600], *out;
@@ -225,7 +261,8 @@ static void test_bad_databases(void **state) {
   assert_true(tu_contains(out, path));
   free(out);
   /* import-nsys into a non-database must not overwrite it either */
-  assert_int_equal(run_ferry(&out, "db import-nsys '%s' --db '%s'", path, path), 1);
+  assert_int_equal(run_ferry(&out, "db import-nsys '%s' --db '%s'", path, path), 2);
+  assert_true(tu_contains(out, "must not overwrite"));
   free(out);
 
   snprintf(path, sizeof path, "%s/future.db", dir);
@@ -249,7 +286,8 @@ static void test_bad_databases(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_usage), cmocka_unit_test(test_list_show),
-      cmocka_unit_test(test_diff_exit_codes), cmocka_unit_test(test_export_trace),
+      cmocka_unit_test(test_diff_exit_codes), cmocka_unit_test(test_diff_incomplete),
+      cmocka_unit_test(test_export_trace),
       cmocka_unit_test(test_import_nsys),    cmocka_unit_test(test_bad_databases),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,7 +1,8 @@
 /* reports/: a report built from a fixture database written with the profiler API (a block_layers
  * x prefetch_depth sweep on host and sim, extra hardware profiles, a failed run, a timeline)
  * has every expected section, well-formed SVG plots, CSVs with the right row counts and an
- * HTML page that headless Chromium renders without console errors; bad input (missing,
+ * HTML page that headless Chromium renders without console errors; a study full of strings
+ * that try to break out of gnuplot strings runs no command; bad input (missing,
  * empty, newer-schema databases, missing gnuplot, bad run id) fails with one line and leaves
  * no folder behind. */
 #include <cjson/cJSON.h>
@@ -393,6 +394,216 @@ static void test_sim_error_and_cost(void **state) {
   assert_true(ferry__is_file(path));
 }
 
+/* ---- hostile strings --------------------------------------------------------------------- */
+
+/* Each tries another way out of a gnuplot string (or Markdown/HTML text); run with C = the
+ * canary folder, a command that ran leaves a file there. */
+static const char *const evil_fmt[] = {
+    "m`touch %s/c1`",
+    "$(touch %s/c2)",
+    "x'; system('touch %s/c3'); '",
+    "x\"; system(\"touch %s/c4\"); \"",
+    "a\nsystem('touch %s/c5')\n",
+    "b\nEOD\n!touch %s/c6\n",
+    "@m `touch %s/c7` <script>alert(1)</script> & | * [x](javascript:alert(1)) %s",
+};
+#define N_EVIL (sizeof evil_fmt / sizeof evil_fmt[0])
+
+static void evil(const struct fixture *f, size_t i, char *out, size_t len) {
+  snprintf(out, len, evil_fmt[i % N_EVIL], f->dir, f->dir);
+}
+
+static int64_t add_evil_run(struct fixture *f, ferry_db *db, int sim, size_t model, size_t hw, int knob) {
+  char m[512], h[512], q[512], key[512];
+  evil(f, model, m, sizeof m);
+  evil(f, hw, h, sizeof h);
+  evil(f, model + 2, q, sizeof q);
+  evil(f, 0, key, sizeof key);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "executor", sim ? "sim" : "host");
+  if (sim) cJSON_AddStringToObject(o, "hw", h);
+  cJSON_AddStringToObject(o, "model", m);
+  cJSON_AddStringToObject(o, "quant", q);
+  cJSON_AddStringToObject(o, "predictor", m);
+  cJSON_AddNumberToObject(o, key, knob); /* a swept key with a hostile name */
+  char *cfg = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  char hash[17];
+  snprintf(hash, sizeof hash, "%04x%04x%08x", (unsigned)model, (unsigned)hw, (unsigned)(sim * 16 + knob));
+  struct ferry_run_info info = {.kind = sim ? FERRY_RUN_SIM : FERRY_RUN_HOST, .model = m, .hardware = sim ? h : "host",
+                                .trace = q, .config_json = cfg, .config_hash = hash, .notes = h};
+  int64_t id;
+  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
+  free(cfg);
+  for (int r = 0; r < 4; r++) {
+    struct ferry_request_row row = {.req_id = r, .arrival_ns = r * 1000000LL, .prompt_tokens = 8, .output_tokens = 4};
+    row.first_token_ns = row.arrival_ns + 2000000LL * (1 + (int64_t)model) * (sim ? 2 : 1);
+    row.finish_ns = row.first_token_ns + 3000000LL * (1 + knob);
+    assert_int_equal(ferry_db_add_request(db, id, &row), FERRY_OK);
+  }
+  for (int st = 0; st < 3; st++) {
+    struct ferry_step_row row = {.step = st, .start_ns = st * 1000000LL, .end_ns = (st + 1) * 1000000LL, .batch = 1,
+                                 .tokens = 1, .bytes_disk = 1 << 20, .bytes_h2d = 2 << 20, .hits = 3, .misses = 1,
+                                 .stall_ns = 100000};
+    assert_int_equal(ferry_db_add_step(db, id, &row), FERRY_OK);
+    assert_int_equal(ferry_db_add_memory(db, id, st * 1000000LL, FERRY_TIER_DEVICE, (uint64_t)(10 + st) << 20), FERRY_OK);
+    struct ferry_activity a = act(FERRY_ACT_KERNEL, m, 0, st * 1000000LL, st * 1000000LL + 500000, st);
+    ferry_db_activity_sink(db, &a);
+    a = act(FERRY_ACT_MEMCPY, h, 1, st * 1000000LL, st * 1000000LL + 400000, st);
+    a.copy_kind = FERRY_COPY_HTOD;
+    a.bytes = 2 << 20;
+    ferry_db_activity_sink(db, &a);
+  }
+  assert_int_equal(ferry_db_run_finish(db, id, NULL), FERRY_OK);
+  return id;
+}
+
+/* A study whose model paths, hardware names, configuration keys and values, labels and op
+ * names try to break out of gnuplot strings (backquotes, $(...), quotes, newlines, system(),
+ * a datablock end, macros) and to inject HTML into the report: every section renders and no
+ * command runs. */
+static void test_hostile_strings(void **state) {
+  struct fixture *f = *state;
+  char db_path[1024];
+  snprintf(db_path, sizeof db_path, "%s/hostile.db", f->dir);
+  ferry_db *db;
+  assert_int_equal(ferry_db_open(&db, db_path, FERRY_DB_CREATE), FERRY_OK);
+  for (size_t i = 0; i < N_EVIL; i++) {
+    add_evil_run(f, db, 0, i, 0, 1 + (int)(i % 2));
+    add_evil_run(f, db, 1, i, i + 1, 1 + (int)(i % 2));
+  }
+  /* the same sim run on every hardware name: the hardware what-if */
+  for (size_t h = 1; h < N_EVIL; h++) add_evil_run(f, db, 1, 0, h + 1, 1);
+  char fail_text[512];
+  evil(f, 5, fail_text, sizeof fail_text);
+  struct ferry_run_info info = {.kind = FERRY_RUN_HOST, .model = fail_text, .config_json = "{\"x\": 1}"};
+  int64_t id;
+  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
+  assert_int_equal(ferry_db_run_finish(db, id, fail_text), FERRY_OK);
+  ferry_db_close(db);
+
+  char title[512];
+  evil(f, 6, title, sizeof title);
+  struct ferry_report_options o;
+  ferry_report_options_init(&o);
+  const char *dbs[1] = {db_path};
+  o.db_paths = dbs;
+  o.n_dbs = 1;
+  o.out_dir = f->out;
+  o.title = title;
+  struct ferry_report_summary sum;
+  ferry_status st = ferry_report_write(&o, &sum);
+  if (st != FERRY_OK) fail_msg("ferry_report_write: %s", ferry_last_error());
+  unsigned want = FERRY_REPORT_RUNS | FERRY_REPORT_SWEEP | FERRY_REPORT_BYTES | FERRY_REPORT_TIMELINE |
+                  FERRY_REPORT_MEMORY | FERRY_REPORT_SIM_VS_REAL | FERRY_REPORT_QUANT | FERRY_REPORT_PREDICTOR |
+                  FERRY_REPORT_PREDICTOR_CI | FERRY_REPORT_HARDWARE;
+  assert_int_equal(sum.sections, want);
+  for (int c = 1; c <= 8; c++) {
+    char canary[1024];
+    snprintf(canary, sizeof canary, "%s/c%d", f->dir, c);
+    if (access(canary, F_OK) == 0) fail_msg("a command in a hostile string ran: %s exists", canary);
+  }
+  /* the strings did reach the scripts, as inert single-quoted text or data */
+  char path[1024];
+  snprintf(path, sizeof path, "%s/plots/hardware.gp", f->out);
+  char *gp = slurp(path);
+  assert_non_null(gp);
+  assert_true(tu_contains(gp, "system('touch"));
+  assert_null(strstr(gp, "\nEOD\n!"));
+  free(gp);
+  snprintf(path, sizeof path, "%s/plots/sweep_hw.gp", f->out);
+  gp = slurp(path);
+  assert_non_null(gp);
+  assert_true(tu_contains(gp, "'x''; system(''touch"));
+  free(gp);
+  /* plots and tables of a hostile key get file names of their own kind */
+  snprintf(path, sizeof path, "%s/plots", f->out);
+  DIR *d = opendir(path);
+  assert_non_null(d);
+  struct dirent *e;
+  int evil_key_plot = 0;
+  while ((e = readdir(d)) != NULL) {
+    for (const char *c = e->d_name; *c; c++)
+      if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.", *c))
+        fail_msg("plot file name '%s' has '%c'", e->d_name, *c);
+    evil_key_plot |= !strncmp(e->d_name, "sweep_m_touch", 13);
+  }
+  closedir(d);
+  assert_true(evil_key_plot);
+  snprintf(path, sizeof path, "%s/index.html", f->out);
+  char *html = slurp(path);
+  assert_non_null(html);
+  assert_null(strstr(html, "<script"));
+  free(html);
+  /* Markdown: the text is there, no raw HTML, link or table syntax from the database */
+  snprintf(path, sizeof path, "%s/report.md", f->out);
+  char *md = slurp(path);
+  assert_non_null(md);
+  assert_true(tu_contains(md, "&lt;script&gt;alert(1)&lt;/script&gt;"));
+  assert_null(strstr(md, "<script"));
+  assert_null(strstr(md, "[x]("));
+  assert_true(tu_contains(md, "\\[x\\](javascript"));
+  free(md);
+}
+
+/* --out replaces only a previous report (it holds .ferry-report) or an empty folder; anything
+ * else, and a folder holding a database being read, is refused and left as it was. */
+static void test_out_folder(void **state) {
+  struct fixture *f = *state;
+  struct ferry_report_summary sum;
+  char path[1024], args[2048], *out = NULL;
+  /* a folder of someone's files */
+  assert_int_equal(ferry__mkdir_p(f->out, NULL), FERRY_OK);
+  snprintf(path, sizeof path, "%s/thesis.tex", f->out);
+  tu_write_file(path, "precious", 8);
+  snprintf(args, sizeof args, "report --db %s --out %s", f->db, f->out);
+  assert_int_equal(tu_run_ferry(args, &out), 1);
+  assert_true(tu_contains(out, "is not a ferry report"));
+  assert_non_null(strchr(out, '\n'));
+  assert_int_equal(strchr(out, '\n')[1], '\0'); /* one line */
+  free(out);
+  assert_true(ferry__is_file(path));
+  snprintf(path, sizeof path, "%s/index.html", f->out);
+  assert_false(ferry__is_file(path));
+  /* an empty folder is filled, a report replaced */
+  snprintf(path, sizeof path, "%s/thesis.tex", f->out);
+  assert_int_equal(unlink(path), 0);
+  build(f, &sum);
+  snprintf(path, sizeof path, "%s/.ferry-report", f->out);
+  assert_true(ferry__is_file(path));
+  snprintf(path, sizeof path, "%s/extra.txt", f->out);
+  tu_write_file(path, "x", 1);
+  build(f, &sum);
+  assert_false(ferry__is_file(path));
+  /* a report folder that now holds the database it is made from */
+  snprintf(path, sizeof path, "%s/study.db", f->out);
+  char cmd[2200];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", f->db, path);
+  assert_int_equal(system(cmd), 0);
+  snprintf(args, sizeof args, "report --db %s --out %s/", path, f->out);
+  assert_int_equal(tu_run_ferry(args, &out), 2);
+  assert_true(tu_contains(out, "must not overwrite"));
+  free(out);
+  struct ferry_report_options o;
+  ferry_report_options_init(&o);
+  const char *dbs[1] = {path};
+  o.db_paths = dbs;
+  o.n_dbs = 1;
+  o.out_dir = f->out;
+  assert_int_equal(ferry_report_write(&o, NULL), FERRY_ERR_INVALID);
+  assert_true(ferry__is_file(path));
+  /* a file, or a link to a folder, is no report folder */
+  snprintf(path, sizeof path, "%s/file", f->dir);
+  tu_write_file(path, "x", 1);
+  o.db_paths = (const char *[]){f->db};
+  o.out_dir = path;
+  assert_int_equal(ferry_report_write(&o, NULL), FERRY_ERR_EXISTS);
+  snprintf(path, sizeof path, "%s/link", f->dir);
+  assert_int_equal(symlink(f->out, path), 0);
+  assert_int_equal(ferry_report_write(&o, NULL), FERRY_ERR_EXISTS);
+  assert_true(ferry__is_dir(f->out));
+}
+
 /* Errors: one line, non-zero, nothing written. */
 static void expect_error(struct fixture *f, const char *db_path, const char *gnuplot, int64_t run, const char *needle) {
   struct ferry_report_options o;
@@ -443,7 +654,8 @@ static void test_bad_input(void **state) {
                 96);
   expect_error(f, path, NULL, -1, "not a ferry database");
   /* gnuplot missing, bad timeline run */
-  expect_error(f, f->db, "/nonexistent/gnuplot", -1, "gnuplot");
+  expect_error(f, f->db, "/nonexistent/gnuplot", -1, "cannot run gnuplot '/nonexistent/gnuplot' (No such file or directory)");
+  for (const char *c = ferry_last_error(); *c; c++) assert_true((unsigned char)*c >= 0x20);
   expect_error(f, f->db, NULL, 999, "no run 999");
   /* the same through the command */
   char args[2048], *out = NULL;
@@ -529,6 +741,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_sections_plots_tables, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sim_error_and_cost, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hostile_strings, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_out_folder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_chromium, setup, teardown),

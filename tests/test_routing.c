@@ -70,6 +70,34 @@ static void test_read_good(void **state) {
   free(p);
 }
 
+/* vLLM's routed-experts responses: prompt and generated tokens of each choice become one
+ * request; weights are 1/k (vLLM returns ids only). */
+static void test_read_vllm(void **state) {
+  (void)state;
+  ferry_routing *r = open_data("routing/vllm_responses.jsonl", NULL);
+  assert_int_equal(ferry_routing_n_layers(r), 2);
+  assert_int_equal(ferry_routing_top_k(r), 2);
+  assert_int_equal(ferry_routing_n_experts(r), 6);
+  assert_int_equal(ferry_routing_n_requests(r), 3);
+  assert_int_equal(ferry_routing_n_rows(r), (3 + 4 + 3) * 2);
+  const int32_t *ids;
+  const float *w;
+  assert_true(ferry_routing_lookup(r, 1, 3, 0, &ids, &w)); /* choice 1, its second generated token */
+  assert_int_equal(ids[0], 4);
+  assert_int_equal(ids[1], 0);
+  assert_true(w[0] == 0.5f && w[1] == 0.5f);
+  assert_true(ferry_routing_lookup(r, 1, 1, 1, &ids, NULL)); /* the prompt is shared by both choices */
+  assert_int_equal(ids[0], 2);
+  assert_true(ferry_routing_lookup(r, 2, 2, 1, &ids, NULL));
+  assert_int_equal(ids[0], 2);
+  ferry_routing_free(r);
+  char *p = tu_data_path("routing/vllm_ragged.jsonl");
+  assert_int_equal(ferry_routing_open(&r, p, NULL), FERRY_ERR_FORMAT);
+  assert_true(tu_contains(ferry_last_error(), "vllm_ragged.jsonl:2:"));
+  assert_true(tu_contains(ferry_last_error(), "has 1 layers, expected 2 as on line 1"));
+  free(p);
+}
+
 static void test_round_trip(void **state) {
   (void)state;
   char *dir = tu_mkdtemp("routing");
@@ -196,6 +224,54 @@ static void test_stats_known(void **state) {
   ferry_routing_free(r);
 }
 
+/* The measures of published routing analyses on a hand-made trace (one request, two layers,
+ * four experts, top-2, five tokens; values worked out by hand in the comments). */
+static void test_stats_measures(void **state) {
+  (void)state;
+  ferry_routing *r;
+  assert_int_equal(ferry_routing_create(&r, 2, 4, 2), FERRY_OK);
+  /* layer 0 first choices 0 0 3 3 1, layer 1 first choices 2 2 1 1 0 */
+  const int32_t l0[5][2] = {{0, 1}, {0, 2}, {3, 2}, {3, 1}, {1, 0}}, l1[5][2] = {{2, 3}, {2, 1}, {1, 0}, {1, 2}, {0, 3}};
+  const float w[2] = {0.8f, 0.2f}, w_rev[2] = {0.2f, 0.8f};
+  for (int32_t t = 0; t < 5; t++) {
+    assert_int_equal(ferry_routing_add(r, 1, t, 0, 2, l0[t], w, 0, NULL), FERRY_OK);
+    /* layer 1's rows list the first choice second: the first choice is the heavier weight */
+    const int32_t swapped[2] = {l1[t][1], l1[t][0]};
+    assert_int_equal(ferry_routing_add(r, 1, t, 1, 2, swapped, w_rev, 0, NULL), FERRY_OK);
+  }
+  struct ferry_routing_stats s;
+  assert_int_equal(ferry_routing_stats_compute(r, &s), FERRY_OK);
+  const struct ferry_routing_layer_stats *a = &s.layers[0], *b = &s.layers[1];
+  assert_int_equal(a->token_pairs, 4);
+  assert_true(fabs(a->first_repeat - 2 / 4.0) < 1e-12); /* t0-t1 and t2-t3 */
+  assert_true(fabs(a->any_repeat - 1.0) < 1e-12);       /* every pair shares an expert */
+  assert_true(fabs(a->first_repeat_indep - 0.36) < 1e-12); /* first choices 0:2, 3:2, 1:1 of 5 */
+  assert_true(fabs(a->any_repeat_indep - 0.0) < 1e-12); /* tokens two apart share nothing */
+  assert_true(fabs(a->busiest_share - 0.3) < 1e-12);    /* uses 3 3 2 2 */
+  assert_true(fabs(a->load_cv - 0.2) < 1e-12);
+  assert_true(fabs(a->next_first_acc - 1.0) < 1e-12);   /* 0 -> 2, 3 -> 1, 1 -> 0 every time */
+  assert_true(fabs(a->next_first_base - 0.4) < 1e-12);
+  assert_true(fabs(a->next_set_recall - 0.8) < 1e-12);
+  assert_true(fabs(a->next_set_base - 0.6) < 1e-12);
+  assert_true(fabs(a->coact_max - 2 / 3.0) < 1e-12);    /* experts 0 and 1 together 2 of 3 times */
+  assert_true(isnan(a->request_spec_max));              /* the request is shorter than 32 tokens */
+  assert_true(fabs(a->gate_top1_mean - 0.8) < 1e-6 && fabs(b->gate_top1_mean - 0.8) < 1e-6);
+  assert_true(fabs(a->gate_last_mean - 0.2) < 1e-6);
+  assert_true(fabs(a->gate_top1_p50 - 0.8) < 1e-3);
+  assert_true(fabs(b->first_repeat - 2 / 4.0) < 1e-12); /* 2 2 1 1 0 */
+  assert_true(isnan(b->next_first_acc));
+  assert_true(fabs(s.first_repeat_uniform - 0.25) < 1e-12);
+  assert_true(fabs(s.any_repeat_uniform - (1 - 1 / 6.0)) < 1e-12); /* 1 - C(2,2)/C(4,2) */
+  char *json = NULL;
+  assert_int_equal(ferry_routing_stats_json(r, &s, "hand", &json), FERRY_OK);
+  assert_true(tu_contains(json, "\"source\":\"hand\""));
+  assert_true(tu_contains(json, "\"next_first_acc\":null")); /* layer 1 has no next layer */
+  assert_true(tu_contains(json, "\"first_repeat\":0.5"));
+  ferry_free(json);
+  ferry_routing_stats_free(&s);
+  ferry_routing_free(r);
+}
+
 static void test_record_hook(void **state) {
   (void)state;
   ferry_routing *r;
@@ -318,6 +394,29 @@ static void test_synth_deterministic(void **state) {
   ferry_routing_synth_free(s3);
 }
 
+/* Top-k of 3 and more under heavy skew: every redraw path runs (a repeat once read perm[-1]),
+ * and the k ids stay distinct and in range. */
+static void test_synth_many_choices(void **state) {
+  (void)state;
+  static const int32_t shapes[][2] = {{64, 8}, {60, 4}, {8, 3}, {8, 8}};
+  for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+    const int32_t E = shapes[c][0], K = shapes[c][1];
+    ferry_routing_synth *s = make_synth(3, E, K, 4.0, 0.2, 0.2, 77 + c);
+    int32_t ids[8];
+    float w[8];
+    for (int t = 0; t < 300; t++)
+      for (int l = 0; l < 3; l++) {
+        ferry_routing_synth_fn(s, t % 5, t, l, K, E, ids, w);
+        for (int32_t i = 0; i < K; i++) {
+          assert_true(ids[i] >= 0 && ids[i] < E);
+          for (int32_t j = 0; j < i; j++) assert_true(ids[i] != ids[j]);
+        }
+      }
+    assert_int_equal(ferry_routing_synth_mismatches(s), 0);
+    ferry_routing_synth_free(s);
+  }
+}
+
 static void synth_stats(ferry_routing_synth *s, struct ferry_routing_stats *st) {
   ferry_routing *r;
   assert_int_equal(ferry_routing_synth_trace(s, 16, 256, &r), FERRY_OK);
@@ -431,6 +530,20 @@ static void test_cli(void **state) {
   free(out);
   assert_int_equal(tu_run_ferry("trace routing --synth zipf=-1", &out), 2);
   free(out);
+  p = tu_data_path("routing/good.jsonl");
+  snprintf(args, sizeof args, "trace routing stats '%s' --json", p);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "\"shape\":{\"layers\":2,\"experts\":4,\"top_k\":2"));
+  assert_true(tu_contains(out, "\"any_repeat_uniform\""));
+  free(out);
+  free(p);
+  assert_int_equal(tu_run_ferry("trace routing stats --synth profile=mixtral,layers=4 --tokens 64 --requests 2", &out), 0);
+  assert_true(tu_contains(out, "4 layers, 8 experts, top-2, 2 requests")); /* the profile's shape, layers overridden */
+  assert_true(tu_contains(out, "first choice repeated"));
+  free(out);
+  assert_int_equal(tu_run_ferry("trace routing --synth profile=switch", &out), 2);
+  assert_true(tu_contains(out, "expected mixtral, olmoe, deepseek or uniform"));
+  free(out);
   assert_int_equal(tu_run_ferry("trace routing --help", &out), 0);
   assert_true(tu_contains(out, "--synth SPEC"));
   free(out);
@@ -438,11 +551,12 @@ static void test_cli(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_read_good),         cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_read_good),         cmocka_unit_test(test_read_vllm),
+      cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_malformed),         cmocka_unit_test(test_lookahead),
               cmocka_unit_test(test_stats_known),
-      cmocka_unit_test(test_record_hook),       cmocka_unit_test(test_synth_deterministic),
-      cmocka_unit_test(test_synth_knobs),       cmocka_unit_test(test_synth_parse),
+      cmocka_unit_test(test_stats_measures),    cmocka_unit_test(test_record_hook),       cmocka_unit_test(test_synth_deterministic),
+      cmocka_unit_test(test_synth_knobs),       cmocka_unit_test(test_synth_many_choices),       cmocka_unit_test(test_synth_parse),
       cmocka_unit_test(test_replay),            cmocka_unit_test(test_cli),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,9 @@
 /* cli/cmd_sweep.c: `ferry sweep` over a tiny generated model on the host executor. Resume after
  * a partial sweep and after an interruption (SIGTERM mid-sweep) without re-running finished
- * combinations; failed runs recorded with their error and a non-zero exit; real runs never
+ * combinations; children killed with a killed sweep; failed runs recorded with their error and a non-zero exit; real runs never
  * overlap even with -j; bad specs (unknown key named with the known list, bad values) fail
  * before anything runs. */
+#include <dirent.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -85,6 +86,8 @@ static void test_resume_after_partial_sweep(void **state) {
   free(out);
   assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE complete = 1"), 4);
   assert_int_equal(q1(f->db, "SELECT count(DISTINCT config_hash) FROM runs"), 4);
+  /* each child recorded its combination (one complete run per key, by a unique index) */
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE sweep_key = config_hash"), 4);
   /* the grown sweep runs only the new block size */
   write_spec(f, ", \"block_layers\": [1, 2, 4], \"prefetch_depth\": [0, 1]");
   rc = sweep(f, "--dry-run", &out);
@@ -152,6 +155,95 @@ static void test_resume_after_interrupt(void **state) {
                    0);
 }
 
+/* Children of pid (from /proc), at most max. */
+static int children_of(pid_t pid, pid_t *out, int max) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < max) {
+    char *end;
+    long id = strtol(e->d_name, &end, 10);
+    if (*end || id <= 0) continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", id);
+    FILE *fp = fopen(path, "r");
+    if (!fp) continue;
+    size_t got = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[got] = '\0';
+    const char *rp = strrchr(buf, ')'); /* "pid (comm) state ppid ..." */
+    char state;
+    long ppid;
+    if (rp && sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == pid) out[n++] = (pid_t)id;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Gone, or a zombie nobody reaps (a container's init may not). */
+static int dead(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  FILE *fp = fopen(path, "r");
+  if (!fp) return 1;
+  size_t got = fread(buf, 1, sizeof buf - 1, fp);
+  fclose(fp);
+  buf[got] = '\0';
+  const char *rp = strrchr(buf, ')');
+  return rp && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* The sweep killed outright (SIGKILL, no chance to clean up) takes its running child with it,
+ * so a resumed sweep never runs beside an orphan of the last one. */
+static void test_children_die_with_the_sweep(void **state) {
+  struct fixture *f = *state;
+  char text[1024];
+  /* a real run that paces requests in wall time: about 20 s unless it is killed */
+  int n = snprintf(text, sizeof text,
+                   "{\"model\": [\"%s/tiny\"], \"synthetic\": [\"rate=2,n=40,prompt=8,output=3\"],"
+                   " \"max_seq_tokens\": [64], \"block_layers\": [1, 2]}",
+                   f->dir);
+  tu_write_file(f->spec, text, (size_t)n);
+  const char *bin = getenv("FERRY_BIN");
+  if (!bin) bin = "build/ferry";
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execl(bin, bin, "sweep", "--spec", f->spec, "--db", f->db, (char *)NULL);
+    _exit(127);
+  }
+  pid_t kids[8];
+  int nk = 0;
+  for (int i = 0; i < 3000 && nk == 0; i++) {
+    nk = children_of(pid, kids, 8);
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  if (nk == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("the sweep started no child within 30 s");
+  }
+  assert_int_equal(kill(pid, SIGKILL), 0);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  for (int k = 0; k < nk; k++) {
+    int gone = 0;
+    for (int i = 0; i < 1000 && !(gone = dead(kids[k])); i++) {
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+    if (!gone) {
+      kill(kids[k], SIGKILL);
+      fail_msg("child %ld of the killed sweep still runs after 10 s", (long)kids[k]);
+    }
+  }
+  assert_int_equal(q1(f->db, "SELECT count(*) FROM runs WHERE complete = 1"), 0);
+}
+
 static void test_failed_runs_recorded(void **state) {
   struct fixture *f = *state;
   char text[1024];
@@ -173,6 +265,37 @@ static void test_failed_runs_recorded(void **state) {
   assert_int_equal(rc, 1);
   assert_true(tu_contains(out, "1 already complete, 0 ran, 1 failed"));
   free(out);
+}
+
+/* Spec values reach the run whole, however long (they were cut at 1023 bytes). */
+static void test_long_values(void **state) {
+  struct fixture *f = *state;
+  /* a model path of about 1300 bytes: six long folder names and a link to the model */
+  char path[1600], link_target[600];
+  int n = snprintf(path, sizeof path, "%s", f->dir);
+  for (int i = 0; i < 6; i++) {
+    n += snprintf(path + n, sizeof path - (size_t)n, "/%c", 'a' + i);
+    for (int k = 0; k < 200; k++) path[n++] = (char)('a' + i);
+    path[n] = '\0';
+    assert_int_equal(ferry__mkdir_p(path, NULL), FERRY_OK);
+  }
+  snprintf(link_target, sizeof link_target, "%s/tiny", f->dir);
+  n += snprintf(path + n, sizeof path - (size_t)n, "/model");
+  assert_int_equal(symlink(link_target, path), 0);
+  assert_true(strlen(path) > 1100);
+  char text[2048];
+  int len = snprintf(text, sizeof text,
+                     "{\"model\": [\"%s\"], \"synthetic\": [\"rate=50,n=2,prompt=8,output=2\"], \"as_fast_as_possible\": true}",
+                     path);
+  assert_true(len < (int)sizeof text);
+  tu_write_file(f->spec, text, (size_t)len);
+  char *out = NULL;
+  int rc = sweep(f, "", &out);
+  if (rc != 0) fail_msg("sweep: %s", out);
+  free(out);
+  char sql[2048];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE complete = 1 AND model = '%s'", path);
+  assert_int_equal(q1(f->db, sql), 1);
 }
 
 static void expect_bad_spec(struct fixture *f, const char *spec, const char *needle) {
@@ -273,7 +396,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_resume_after_partial_sweep, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resume_after_interrupt, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_children_die_with_the_sweep, setup, teardown),
       cmocka_unit_test_setup_teardown(test_failed_runs_recorded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_long_values, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_spec, setup, teardown),
       cmocka_unit_test_setup_teardown(test_every_key_is_hashed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_hash_stable, setup, teardown),

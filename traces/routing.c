@@ -562,6 +562,9 @@ static ferry_status check_sorted(struct reader *rd) {
   return FERRY_OK;
 }
 
+/* Line number of the first non-blank line (the reader has parsed no row before it). */
+static int64_t first_line(const struct reader *rd) { return rd->n ? -1 : rd->lines.lineno; }
+
 ferry_status ferry_routing_open(ferry_routing **out, const char *path, const struct ferry_routing_options *opts) {
   if (!out || !path) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_open: NULL argument");
   *out = NULL;
@@ -576,6 +579,11 @@ ferry_status ferry_routing_open(ferry_routing **out, const char *path, const str
     st = ferry__lines_next(&rd.lines, &err);
     if (st != FERRY_OK) goto out_free_rows;
     if (rd.lines.eof) break;
+    if (rd.lines.lineno == first_line(&rd) && ferry__routing_looks_vllm(rd.lines.buf)) {
+      ferry__lines_close(&rd.lines); /* vLLM's routed-experts responses: their own reader */
+      st = ferry__routing_open_vllm(out, path, opts, &err);
+      return st;
+    }
     st = parse_row(&rd, opts);
     if (st != FERRY_OK) goto out_free_rows;
   }

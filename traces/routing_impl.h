@@ -28,6 +28,12 @@ struct ferry_routing {
   struct ferry_err err;
 };
 
+/* vLLM's routed-experts responses (read_routing_vllm.c): whether a first line looks like one,
+ * and the reader ferry_routing_open() hands such files to. */
+int ferry__routing_looks_vllm(const char *line);
+ferry_status ferry__routing_open_vllm(ferry_routing **out, const char *path, const struct ferry_routing_options *opts,
+                                      struct ferry_err *err);
+
 /* Request with this id, or NULL. */
 const struct ferry__routing_req *ferry__routing_find(const ferry_routing *r, int64_t req_id);
 

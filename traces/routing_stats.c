@@ -1,12 +1,14 @@
 /* Statistics of a routing trace, the figures `ferry trace routing` prints and the synthetic
  * model's tests check: expert popularity per layer (top experts, share of the top quarter,
- * normalised entropy), reuse distance, and agreement between adjacent layers and tokens. */
+ * normalised entropy), reuse distance, and agreement between adjacent layers and tokens; the
+ * per-layer measures of published routing analyses come from routing_stats_layer.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
-#include "traces/routing_impl.h"
+#include "traces/routing_stats_impl.h"
 
 int64_t ferry_routing_reuse_bucket_lo(int b) {
   if (b <= 0) return 1;
@@ -40,6 +42,37 @@ static int cmp_expert(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Mean of one field over the layers where it is a number (NAN when none). */
+static double layer_mean(const struct ferry_routing_stats *s, size_t offset) {
+  double sum = 0;
+  int n = 0;
+  for (int32_t l = 0; l < s->n_layers; l++) {
+    double v = *(const double *)((const char *)&s->layers[l] + offset);
+    if (isnan(v)) continue;
+    sum += v;
+    n++;
+  }
+  return n ? sum / n : NAN;
+}
+
+static void overall_means(struct ferry_routing_stats *s, int32_t E, int32_t K) {
+#define MEAN(f) s->f = layer_mean(s, offsetof(struct ferry_routing_layer_stats, f))
+  MEAN(busiest_share);
+  MEAN(load_cv);
+  MEAN(first_repeat);
+  MEAN(any_repeat);
+  MEAN(next_first_acc);
+  MEAN(next_first_base);
+  MEAN(next_set_recall);
+  MEAN(next_set_base);
+  MEAN(coact_max);
+  MEAN(gate_top1_mean);
+  MEAN(gate_last_mean);
+#undef MEAN
+  s->first_repeat_uniform = 1.0 / E;
+  s->any_repeat_uniform = ferry__routing_any_repeat_uniform(E, K);
+}
+
 void ferry_routing_stats_free(struct ferry_routing_stats *s) {
   if (!s) return;
   ferry_free(s->layers);
@@ -60,11 +93,14 @@ ferry_status ferry_routing_stats_compute(const ferry_routing *r, struct ferry_ro
   int32_t *last = ferry__calloc((size_t)L * (size_t)E, sizeof *last);
   int64_t *dist = ferry__calloc((size_t)max_tokens + 1, sizeof *dist);
   struct by_count *order = ferry__calloc((size_t)E, sizeof *order);
+  struct ferry__routing_scratch sc = {0};
   out->layers = ferry__calloc((size_t)L, sizeof *out->layers);
   if (!counts || !pair_n || !prev_n || !last || !dist || !order || !out->layers) {
     ferry__fail(FERRY_ERR_NOMEM, "routing statistics: out of memory");
     goto out_free;
   }
+  if ((st = ferry__routing_scratch_init(&sc, r)) != FERRY_OK) goto out_free;
+  st = FERRY_ERR_NOMEM;
   out->n_layers = L;
   for (size_t i = 0; i < r->n_reqs; i++) {
     const struct ferry__routing_req *q = &r->reqs[i];
@@ -126,6 +162,7 @@ ferry_status ferry_routing_stats_compute(const ferry_routing *r, struct ferry_ro
     ls->next_overlap = pair_n[l * 3] ? (double)pair_n[l * 3 + 1] / ((double)pair_n[l * 3] * K) : NAN;
     ls->next_same = pair_n[l * 3] ? (double)pair_n[l * 3 + 2] / (double)pair_n[l * 3] : NAN;
     ls->prev_token_same = prev_n[l * 2] ? (double)prev_n[l * 2 + 1] / (double)prev_n[l * 2] : NAN;
+    ferry__routing_layer_measures(r, l, c, &sc, ls);
     out->top25_share += ls->top25_share / L;
     out->entropy_norm += ls->entropy_norm / L;
     if (pair_n[l * 3]) {
@@ -151,6 +188,7 @@ ferry_status ferry_routing_stats_compute(const ferry_routing *r, struct ferry_ro
     n_dist += dist[d];
     sum += (double)d * (double)dist[d];
   }
+  overall_means(out, E, K);
   out->reuse_mean = n_dist ? sum / (double)n_dist : 0;
   int64_t seen = 0;
   for (int32_t d = 1; d <= max_tokens && n_dist; d++) {
@@ -169,5 +207,6 @@ out_free:
   ferry_free(last);
   ferry_free(dist);
   ferry_free(order);
+  ferry__routing_scratch_free(&sc);
   return st;
 }

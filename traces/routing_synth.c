@@ -1,7 +1,9 @@
-/* The seeded synthetic routing model (Zipf popularity over a per-layer permutation, temporal
- * re-use of the previous token's set, repetition of the previous layer's set) and the routing
- * source that replays a recorded trace. Every choice is a pure function of (seed, request,
- * token, layer), so the simulator gets the same routing whatever order it asks in. */
+/* The seeded synthetic routing model: Zipf popularity over a per-layer permutation (and, with
+ * domains, a per-request-domain one), temporal re-use of the previous token's set or of one of
+ * its experts, repetition of the previous layer's set or of its first choice through a fixed
+ * mapping, co-activation pairs, and gate weights of a chosen spread. Every choice is a pure
+ * function of (seed, request, token, layer), so the simulator gets the same routing whatever
+ * order it asks in. The named profiles that set these knobs live in routing_profile.c. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -14,15 +16,28 @@
 
 #define MAX_WALK 64
 
-enum { SALT_LAYER = 0x4c41, SALT_TEMPORAL = 0x5445, SALT_BASE = 0x4241, SALT_MISMATCH = 0x4d49 };
+enum { SALT_LAYER, SALT_TEMPORAL, SALT_BASE, SALT_MISMATCH, SALT_MODE, SALT_DOMAIN, N_SALTS };
+static const uint64_t salts[N_SALTS] = {0x4c41, 0x5445, 0x4241, 0x4d49, 0x4d4f, 0x444f};
+
+/* How a (token, layer) gets its choice: from a fresh draw, or from its one predecessor. */
+enum mode { FRESH, COPY_LAYER, COPY_TOKEN, STICKY_FIRST, STICKY_ANY, AFFINITY };
+
+struct alias {
+  double *prob; /* Walker/Vose alias table over popularity ranks: O(1) draws */
+  int32_t *idx;
+};
 
 struct ferry_routing_synth {
   struct ferry_routing_synth_config cfg;
-  int32_t *perm; /* [layer][rank] -> expert */
-  double *cdf;   /* [rank] cumulative Zipf weight, the same for every layer */
-  double *alias_prob; /* Walker/Vose alias table of the Zipf ranks: O(1) draws */
-  int32_t *alias_idx;
-  uint64_t salt_mix[4]; /* the seed mixed with each salt, hashed once */
+  int extended;       /* any profile knob set */
+  int32_t *perm;      /* [layer][rank] -> expert */
+  struct alias global;
+  int32_t *dperm;     /* [layer][domain][rank] -> expert (domains > 1) */
+  struct alias domain;
+  int32_t *partner;   /* [layer][expert] co-activation partner (coact > 0) */
+  int32_t *amap;      /* [layer][expert] image of the previous layer's first choice (affinity > 0) */
+  double *sticky_first, *sticky_any; /* [layer] */
+  uint64_t salt_mix[N_SALTS]; /* the seed mixed with each salt, hashed once */
   int64_t mismatches;
 };
 
@@ -33,7 +48,6 @@ static uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-
 static double unit(uint64_t h) { return (double)(h >> 11) * (1.0 / 9007199254740992.0); }
 
 /* One mix per (salt, request, token, layer): the seed's mix with the salt is precomputed, and
@@ -43,95 +57,155 @@ static inline uint64_t key(const ferry_routing_synth *s, int which, int64_t req,
                ((uint64_t)(uint32_t)tok * 0xc2b2ae3d27d4eb4fULL) ^ ((uint64_t)(uint32_t)layer * 0x165667b19e3779f9ULL));
 }
 
-/* Vose's alias method over the Zipf weights of the ranks. */
-static ferry_status build_alias(ferry_routing_synth *s) {
-  const int32_t n = s->cfg.n_experts;
-  s->alias_prob = ferry__calloc((size_t)n, sizeof *s->alias_prob);
-  s->alias_idx = ferry__calloc((size_t)n, sizeof *s->alias_idx);
+/* Vose's alias method over the Zipf weights 1/(r+1)^skew of n ranks. */
+static ferry_status build_alias(struct alias *a, int32_t n, double skew) {
+  a->prob = ferry__calloc((size_t)n, sizeof *a->prob);
+  a->idx = ferry__calloc((size_t)n, sizeof *a->idx);
   double *scaled = ferry__calloc((size_t)n, sizeof *scaled);
   int32_t *small = ferry__calloc((size_t)n, sizeof *small), *large = ferry__calloc((size_t)n, sizeof *large);
-  if (!s->alias_prob || !s->alias_idx || !scaled || !small || !large) {
-    ferry_free(scaled);
-    ferry_free(small);
-    ferry_free(large);
-    return FERRY_ERR_NOMEM;
-  }
-  const double total = s->cdf[n - 1];
+  ferry_status st = FERRY_ERR_NOMEM;
+  if (!a->prob || !a->idx || !scaled || !small || !large) goto out_free;
+  /* weights as differences of the running sum, as the model always computed them (the same
+   * bits, so the same draws for the same seed) */
+  double total = 0, prev = 0;
+  for (int32_t r = 0; r < n; r++) total += pow((double)(r + 1), -skew);
+  double acc = 0;
   int32_t ns = 0, nl = 0;
   for (int32_t r = 0; r < n; r++) {
-    double w = s->cdf[r] - (r ? s->cdf[r - 1] : 0);
-    scaled[r] = w / total * n;
+    acc += pow((double)(r + 1), -skew);
+    scaled[r] = (acc - prev) / total * n;
+    prev = acc;
     if (scaled[r] < 1.0) small[ns++] = r;
     else large[nl++] = r;
   }
   while (ns && nl) {
-    int32_t a = small[--ns], b = large[--nl];
-    s->alias_prob[a] = scaled[a];
-    s->alias_idx[a] = b;
-    scaled[b] = scaled[b] + scaled[a] - 1.0;
-    if (scaled[b] < 1.0) small[ns++] = b;
-    else large[nl++] = b;
+    int32_t x = small[--ns], y = large[--nl];
+    a->prob[x] = scaled[x];
+    a->idx[x] = y;
+    scaled[y] = scaled[y] + scaled[x] - 1.0;
+    if (scaled[y] < 1.0) small[ns++] = y;
+    else large[nl++] = y;
   }
   while (nl) {
-    int32_t b = large[--nl];
-    s->alias_prob[b] = 1.0;
-    s->alias_idx[b] = b;
+    int32_t y = large[--nl];
+    a->prob[y] = 1.0;
+    a->idx[y] = y;
   }
   while (ns) {
-    int32_t a = small[--ns];
-    s->alias_prob[a] = 1.0;
-    s->alias_idx[a] = a;
+    int32_t x = small[--ns];
+    a->prob[x] = 1.0;
+    a->idx[x] = x;
   }
+  st = FERRY_OK;
+out_free:
   ferry_free(scaled);
   ferry_free(small);
   ferry_free(large);
-  return FERRY_OK;
+  return st;
 }
 
-ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct ferry_routing_synth_config *cfg) {
-  if (!out || !cfg) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_synth_create: NULL argument");
-  *out = NULL;
-  const struct ferry_routing_synth_config *c = cfg;
+static void alias_free(struct alias *a) {
+  ferry_free(a->prob);
+  ferry_free(a->idx);
+}
+
+/* Fill p[0..n) with a permutation of 0..n-1 from its own seeded stream. */
+static void shuffle(int32_t *p, int32_t n, uint64_t seed, uint64_t stream) {
+  struct ferry_rng rng;
+  ferry__rng_seed_stream(&rng, seed, stream);
+  for (int32_t e = 0; e < n; e++) p[e] = e;
+  for (int32_t e = n - 1; e > 0; e--) {
+    int32_t j = (int32_t)ferry__rng_below(&rng, (uint64_t)e + 1);
+    int32_t tmp = p[e];
+    p[e] = p[j];
+    p[j] = tmp;
+  }
+}
+
+/* Value of a per-layer knob given at the first, middle and last layer. */
+static double interpolate(const double v[3], int32_t l, int32_t n_layers) {
+  double x = n_layers > 1 ? (double)l / (n_layers - 1) : 0;
+  return x <= 0.5 ? v[0] + (v[1] - v[0]) * x * 2 : v[1] + (v[2] - v[1]) * (x - 0.5) * 2;
+}
+
+static int prob_ok(double p) { return p >= 0 && p <= 1; }
+
+static ferry_status check_config(const struct ferry_routing_synth_config *c) {
   if (c->n_layers < 1 || c->n_layers > FERRY_ROUTING_MAX_LAYERS || c->n_experts < 1 ||
       c->n_experts > FERRY_ROUTING_MAX_EXPERTS || c->top_k < 1 || c->top_k > c->n_experts ||
       c->top_k > FERRY_ROUTING_MAX_TOPK)
     return ferry__fail(FERRY_ERR_INVALID, "synthetic routing: layers=%d experts=%d k=%d: need 1 <= k <= experts <= %d, "
                        "layers <= %d, k <= %d", c->n_layers, c->n_experts, c->top_k, FERRY_ROUTING_MAX_EXPERTS,
                        FERRY_ROUTING_MAX_LAYERS, FERRY_ROUTING_MAX_TOPK);
-  if (!(c->zipf >= 0 && c->zipf <= 10) || !(c->temporal >= 0 && c->temporal <= 1) ||
-      !(c->layer_corr >= 0 && c->layer_corr <= 1))
+  if (!(c->zipf >= 0 && c->zipf <= 10) || !prob_ok(c->temporal) || !prob_ok(c->layer_corr))
     return ferry__fail(FERRY_ERR_INVALID, "synthetic routing: zipf=%g temporal=%g layer=%g: need zipf in [0, 10] "
                        "and probabilities in [0, 1]", c->zipf, c->temporal, c->layer_corr);
+  for (int i = 0; i < 3; i++)
+    if (!prob_ok(c->sticky_first[i]) || !prob_ok(c->sticky_any[i]) ||
+        c->sticky_first[i] + c->sticky_any[i] + c->affinity > 1 + 1e-12)
+      return ferry__fail(FERRY_ERR_INVALID, "synthetic routing: sticky=%g, sticky_any=%g and affinity=%g must be "
+                         "probabilities whose sum is at most 1", c->sticky_first[i], c->sticky_any[i], c->affinity);
+  if (!prob_ok(c->affinity) || !prob_ok(c->coact) || !prob_ok(c->domain_mix) || c->domains < 0 ||
+      c->domains > 4096 || !(c->domain_zipf >= 0 && c->domain_zipf <= 10) || !(c->gate_temp >= 0 && c->gate_temp <= 100))
+    return ferry__fail(FERRY_ERR_INVALID, "synthetic routing: affinity=%g coact=%g domain_mix=%g domains=%d "
+                       "domain_zipf=%g gate_temp=%g: need probabilities in [0, 1], 0..4096 domains, skew in "
+                       "[0, 10] and a temperature in [0, 100]", c->affinity, c->coact, c->domain_mix, c->domains,
+                       c->domain_zipf, c->gate_temp);
+  return FERRY_OK;
+}
+
+ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct ferry_routing_synth_config *cfg) {
+  if (!out || !cfg) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_synth_create: NULL argument");
+  *out = NULL;
+  ferry_status st = check_config(cfg);
+  if (st != FERRY_OK) return st;
+  const struct ferry_routing_synth_config *c = cfg;
+  const size_t L = (size_t)c->n_layers, E = (size_t)c->n_experts;
+  const int32_t D = c->domains > 1 ? c->domains : 0;
   ferry_routing_synth *s = ferry__calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ERR_NOMEM, "synthetic routing: out of memory");
   s->cfg = *c;
-  s->perm = ferry__calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof *s->perm);
-  s->cdf = ferry__calloc((size_t)c->n_experts, sizeof *s->cdf);
-  if (!s->perm || !s->cdf) {
+  s->cfg.profile[FERRY_ROUTING_PROFILE_NAME_MAX - 1] = '\0';
+  for (int i = 0; i < 3; i++) s->extended |= c->sticky_first[i] > 0 || c->sticky_any[i] > 0;
+  s->extended |= c->affinity > 0 || c->coact > 0 || D > 0 || c->gate_temp > 0;
+  s->perm = ferry__calloc(L * E, sizeof *s->perm);
+  s->sticky_first = ferry__calloc(L, sizeof *s->sticky_first);
+  s->sticky_any = ferry__calloc(L, sizeof *s->sticky_any);
+  int ok = s->perm && s->sticky_first && s->sticky_any && build_alias(&s->global, c->n_experts, c->zipf) == FERRY_OK;
+  if (ok && D) {
+    s->dperm = ferry__calloc(L * (size_t)D * E, sizeof *s->dperm);
+    ok = s->dperm && build_alias(&s->domain, c->n_experts, c->domain_zipf) == FERRY_OK;
+  }
+  if (ok && c->coact > 0) ok = (s->partner = ferry__calloc(L * E, sizeof *s->partner)) != NULL;
+  if (ok && c->affinity > 0) ok = (s->amap = ferry__calloc(L * E, sizeof *s->amap)) != NULL;
+  if (!ok) {
     ferry_routing_synth_free(s);
     return ferry__fail(FERRY_ERR_NOMEM, "synthetic routing: out of memory");
   }
-  double acc = 0;
-  for (int32_t r = 0; r < c->n_experts; r++) {
-    acc += pow((double)(r + 1), -c->zipf);
-    s->cdf[r] = acc;
-  }
-  if (build_alias(s) != FERRY_OK) {
-    ferry_routing_synth_free(s);
-    return ferry__fail(FERRY_ERR_NOMEM, "synthetic routing: out of memory");
-  }
-  static const uint64_t salts[4] = {SALT_LAYER, SALT_TEMPORAL, SALT_BASE, SALT_MISMATCH};
-  for (int i = 0; i < 4; i++) s->salt_mix[i] = mix64(c->seed ^ mix64(salts[i]));
-  for (int32_t l = 0; l < c->n_layers; l++) {
-    int32_t *p = s->perm + (size_t)l * (size_t)c->n_experts;
-    struct ferry_rng rng;
-    ferry__rng_seed_stream(&rng, c->seed, 0x7065726d00000000ULL + (uint64_t)l);
-    for (int32_t e = 0; e < c->n_experts; e++) p[e] = e;
-    for (int32_t e = c->n_experts - 1; e > 0; e--) {
-      int32_t j = (int32_t)ferry__rng_below(&rng, (uint64_t)e + 1);
-      int32_t tmp = p[e];
-      p[e] = p[j];
-      p[j] = tmp;
+  for (int i = 0; i < N_SALTS; i++) s->salt_mix[i] = mix64(c->seed ^ mix64(salts[i]));
+  for (size_t l = 0; l < L; l++) {
+    shuffle(s->perm + l * E, c->n_experts, c->seed, 0x7065726d00000000ULL + l);
+    s->sticky_first[l] = interpolate(c->sticky_first, (int32_t)l, c->n_layers);
+    s->sticky_any[l] = interpolate(c->sticky_any, (int32_t)l, c->n_layers);
+    for (int32_t d = 0; d < D; d++)
+      shuffle(s->dperm + (l * (size_t)D + (size_t)d) * E, c->n_experts, c->seed,
+              0x646f6d0000000000ULL + l * (size_t)D + (size_t)d);
+    if (s->amap) shuffle(s->amap + l * E, c->n_experts, c->seed, 0x616d617000000000ULL + l);
+    if (s->partner) {
+      /* a random perfect matching: consecutive entries of a shuffled order are partners */
+      int32_t *order = s->partner + l * E; /* shuffled in place, then turned into the map */
+      int32_t *tmp = ferry__calloc(E, sizeof *tmp);
+      if (!tmp) {
+        ferry_routing_synth_free(s);
+        return ferry__fail(FERRY_ERR_NOMEM, "synthetic routing: out of memory");
+      }
+      shuffle(tmp, c->n_experts, c->seed, 0x7061697200000000ULL + l);
+      for (size_t e = 0; e < E; e++) order[e] = (int32_t)e;
+      for (size_t e = 0; e + 1 < E; e += 2) {
+        order[tmp[e]] = tmp[e + 1];
+        order[tmp[e + 1]] = tmp[e];
+      }
+      ferry_free(tmp);
     }
   }
   *out = s;
@@ -141,15 +215,23 @@ ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct 
 void ferry_routing_synth_free(ferry_routing_synth *s) {
   if (!s) return;
   ferry_free(s->perm);
-  ferry_free(s->cdf);
-  ferry_free(s->alias_prob);
-  ferry_free(s->alias_idx);
+  alias_free(&s->global);
+  ferry_free(s->dperm);
+  alias_free(&s->domain);
+  ferry_free(s->partner);
+  ferry_free(s->amap);
+  ferry_free(s->sticky_first);
+  ferry_free(s->sticky_any);
   ferry_free(s);
 }
 
 int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s) { return s ? s->mismatches : 0; }
 
-/* Weights: k draws, sorted heaviest first, summing to 1. */
+int32_t ferry_routing_synth_domain(const ferry_routing_synth *s, int64_t req_id) {
+  if (!s || s->cfg.domains <= 1) return 0;
+  return (int32_t)((key(s, SALT_DOMAIN, req_id, 0, 0) >> 33) % (uint64_t)s->cfg.domains);
+}
+
 /* k weights in [0.05, 1.05) from the hash x (16 bits each, four per mix), normalised and
  * sorted descending. */
 static void draw_weights(uint64_t x, int32_t k, float *w) {
@@ -170,39 +252,75 @@ static void draw_weights(uint64_t x, int32_t k, float *w) {
     }
 }
 
-/* k distinct experts from the Zipf distribution of layer l (without replacement): alias-table
- * draws, each from its own mix of the decision's hash (independent, so they pipeline), redrawn
- * on a repeat. */
-static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t l, int32_t *ids, float *w) {
+/* Softmax of the k largest of many Gumbel(0, 1) logits over a temperature: those order
+ * statistics are -log(S_i) (plus a constant) with S_i a running sum of unit exponentials,
+ * so weight i is proportional to S_i^(-1/temp) and the weights come out sorted. */
+static void gumbel_weights(uint64_t x, int32_t k, double temp, float *w) {
+  double sum_s = 0, raw[FERRY_ROUTING_MAX_TOPK], total = 0;
+  for (int32_t i = 0; i < k; i++) {
+    double u = unit(mix64(x + 0x5851f42d4c957f2dULL * (uint64_t)(i + 1)));
+    sum_s += -log(1.0 - u);
+    raw[i] = pow(sum_s, -1.0 / temp);
+    total += raw[i];
+  }
+  for (int32_t i = 0; i < k; i++) w[i] = (float)(raw[i] / total);
+}
+
+/* Whether expert e is among the first n ids. */
+static int taken(const int32_t *ids, int32_t n, int32_t e) {
+  for (int32_t j = 0; j < n; j++)
+    if (ids[j] == e) return 1;
+  return 0;
+}
+
+/* k distinct experts of layer l (without replacement) from the Zipf popularity of the layer,
+ * or of the request's domain: alias-table draws, each from its own mix of the decision's hash
+ * (independent, so they pipeline), redrawn on a repeat. `forced` (>= 0) goes at position
+ * forced_pos unless an earlier position already holds it; a drawn expert brings its partner
+ * along with probability coact. */
+static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t l, int32_t forced_pos,
+                      int32_t forced, int32_t *ids, float *w) {
   const struct ferry_routing_synth_config *c = &s->cfg;
-  const uint64_t base = key(s, 2, req, tok, l);
-  const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
+  const uint64_t base = key(s, SALT_BASE, req, tok, l);
+  const size_t E = (size_t)c->n_experts;
+  const int32_t *perm = s->perm + (size_t)l * E;
+  const int32_t *dperm = s->dperm ? s->dperm + ((size_t)l * (size_t)c->domains + (size_t)ferry_routing_synth_domain(s, req)) * E
+                                  : NULL;
   const uint64_t n = (uint64_t)c->n_experts;
   uint64_t draw = 0;
   for (int32_t i = 0; i < c->top_k; i++) {
-    int32_t rank = -1;
-    for (int attempt = 0; attempt < 64 && rank < 0; attempt++) {
-      uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
-      int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
-      double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
-      rank = coin < s->alias_prob[idx] ? idx : s->alias_idx[idx];
-      for (int32_t j = 0; j < i; j++)
-        if (ids[j] == perm[rank]) rank = -1;
-    }
-    if (rank < 0) /* heavily skewed and unlucky: the most popular rank not yet taken */
-      for (int32_t r = 0; r < c->n_experts && rank < 0; r++) {
-        rank = r;
-        for (int32_t j = 0; j < i; j++)
-          if (ids[j] == perm[r]) rank = -1;
+    if (i == forced_pos && forced >= 0 && !taken(ids, i, forced)) {
+      ids[i] = forced;
+    } else {
+      int32_t pick = -1;
+      for (int attempt = 0; attempt < 64 && pick < 0; attempt++) {
+        uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
+        int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
+        double coin = (double)(uint32_t)x * (1.0 / 4294967296.0);
+        const int use_domain = dperm && unit(mix64(x ^ 0xd1b54a32d192ed03ULL)) < c->domain_mix;
+        const struct alias *a = use_domain ? &s->domain : &s->global;
+        int32_t rank = coin < a->prob[idx] ? idx : a->idx[idx];
+        pick = (use_domain ? dperm : perm)[rank];
+        if (taken(ids, i, pick)) pick = -1;
       }
-    ids[i] = perm[rank];
+      for (int32_t r = 0; r < c->n_experts && pick < 0; r++) /* heavily skewed and unlucky: */
+        if (!taken(ids, i, perm[r])) pick = perm[r];           /* the most popular not yet taken */
+      ids[i] = pick;
+    }
+    if (s->partner && i + 1 < c->top_k && i + 1 != forced_pos &&
+        unit(mix64(base ^ (0xa0761d6478bd642fULL * (uint64_t)(i + 1)))) < c->coact) {
+      int32_t p = s->partner[(size_t)l * E + (size_t)ids[i]];
+      if (!taken(ids, i + 1, p)) ids[++i] = p;
+    }
   }
-  if (w) draw_weights(base, c->top_k, w);
+  if (!w) return;
+  if (c->gate_temp > 0) gumbel_weights(base, c->top_k, c->gate_temp, w);
+  else draw_weights(base, c->top_k, w);
 }
 
 static void uniform_choice(const ferry_routing_synth *s, int64_t req, int32_t tok, int32_t layer, int32_t k,
                            int32_t n_experts, int32_t *ids, float *w) {
-  const uint64_t base = key(s, 3, req, tok, layer);
+  const uint64_t base = key(s, SALT_MISMATCH, req, tok, layer);
   uint64_t draw = 0;
   for (int32_t i = 0; i < k; i++) {
     int dup;
@@ -216,6 +334,21 @@ static void uniform_choice(const ferry_routing_synth *s, int64_t req, int32_t to
   if (w) draw_weights(base, k, w);
 }
 
+/* How (t, l) gets its choice. The whole-set copies are checked first, each with its own hash,
+ * so a model without profile knobs draws exactly as before they existed. */
+static enum mode mode_of(const ferry_routing_synth *s, int64_t req, int32_t t, int32_t l) {
+  const struct ferry_routing_synth_config *c = &s->cfg;
+  if (l > 0 && c->layer_corr > 0 && unit(key(s, SALT_LAYER, req, t, l)) < c->layer_corr) return COPY_LAYER;
+  if (t > 0 && c->temporal > 0 && unit(key(s, SALT_TEMPORAL, req, t, l)) < c->temporal) return COPY_TOKEN;
+  if (!s->extended) return FRESH;
+  const double u = unit(key(s, SALT_MODE, req, t, l));
+  double acc = 0;
+  if (t > 0 && u < (acc += s->sticky_first[l])) return STICKY_FIRST;
+  if (t > 0 && u < (acc += s->sticky_any[l])) return STICKY_ANY;
+  if (l > 0 && u < (acc += c->affinity)) return AFFINITY;
+  return FRESH;
+}
+
 void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
                             int32_t n_experts, int32_t *ids, float *weights) {
   ferry_routing_synth *s = user;
@@ -226,22 +359,41 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
     uniform_choice(s, req_id, token_index, layer, top_k, n_experts, ids, weights);
     return;
   }
-  /* Walk the chain of "same as the layer before" / "same as the token before" back to the
-   * (token, layer) that made a fresh draw. Each knob is exact when the other is 0; together,
-   * layer repetition (checked first) thins the token re-use seen at deeper layers. */
-  int32_t t = token_index, l = layer;
-  for (int step = 0; step < MAX_WALK; step++) {
-    if (l > 0 && c->layer_corr > 0 && unit(key(s, 0, req_id, t, l)) < c->layer_corr) {
-      l--;
-      continue;
-    }
-    if (t > 0 && c->temporal > 0 && unit(key(s, 1, req_id, t, l)) < c->temporal) {
-      t--;
-      continue;
-    }
-    break;
+  /* Walk the chain of predecessors (each (token, layer) has at most one: the previous token or
+   * the previous layer) back to the one that made a fresh draw (at most MAX_WALK steps, then a
+   * fresh draw), then replay it forwards: a copy keeps the choice, the sticky and affinity
+   * modes force one expert into a fresh draw. Each whole-set knob is exact when the others are
+   * 0; together, layer repetition (checked first) thins the token re-use seen deeper. */
+  int32_t ts[MAX_WALK + 1], ls[MAX_WALK + 1];
+  enum mode modes[MAX_WALK + 1];
+  int n = 0;
+  ts[0] = token_index;
+  ls[0] = layer;
+  for (;; n++) {
+    modes[n] = n < MAX_WALK ? mode_of(s, req_id, ts[n], ls[n]) : FRESH;
+    if (modes[n] == FRESH) break;
+    const int by_layer = modes[n] == COPY_LAYER || modes[n] == AFFINITY;
+    ts[n + 1] = ts[n] - !by_layer;
+    ls[n + 1] = ls[n] - by_layer;
   }
-  draw_base(s, req_id, t, l, ids, weights);
+  float wbuf[FERRY_ROUTING_MAX_TOPK];
+  float *w = weights ? weights : wbuf;
+  draw_base(s, req_id, ts[n], ls[n], -1, -1, ids, w);
+  for (int i = n - 1; i >= 0; i--) {
+    const uint64_t h = key(s, SALT_MODE, req_id, ts[i], ls[i]);
+    switch (modes[i]) {
+      case STICKY_FIRST: draw_base(s, req_id, ts[i], ls[i], 0, ids[0], ids, w); break;
+      case STICKY_ANY: {
+        int32_t keep = ids[(h >> 40) % (uint64_t)top_k];
+        draw_base(s, req_id, ts[i], ls[i], top_k > 1 ? 1 : 0, keep, ids, w);
+        break;
+      }
+      case AFFINITY:
+        draw_base(s, req_id, ts[i], ls[i], 0, s->amap[(size_t)ls[i] * (size_t)n_experts + (size_t)ids[0]], ids, w);
+        break;
+      default: break; /* whole-set copies keep ids and weights */
+    }
+  }
 }
 
 static ferry_status parse_prob(const char *key, const char *v, double lo, double hi, double *out) {
@@ -261,6 +413,14 @@ static ferry_status parse_i32(const char *key, const char *v, int64_t lo, int64_
   return FERRY_OK;
 }
 
+/* A per-layer knob set to one value at every layer. */
+static ferry_status parse_curve(const char *key, const char *v, double out[3]) {
+  double x = 0;
+  ferry_status st = parse_prob(key, v, 0, 1, &x);
+  if (st == FERRY_OK) out[0] = out[1] = out[2] = x;
+  return st;
+}
+
 ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_synth_config *cfg) {
   if (!spec || !cfg) return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_synth_parse: NULL argument");
   char *copy = ferry__strdup(spec);
@@ -275,12 +435,21 @@ ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_sy
     }
     *eq = '\0';
     const char *k = item, *v = eq + 1;
-    if (!strcmp(k, "layers")) st = parse_i32(k, v, 1, FERRY_ROUTING_MAX_LAYERS, &cfg->n_layers);
+    if (!strcmp(k, "profile")) st = ferry_routing_profile_apply(v, cfg);
+    else if (!strcmp(k, "layers")) st = parse_i32(k, v, 1, FERRY_ROUTING_MAX_LAYERS, &cfg->n_layers);
     else if (!strcmp(k, "experts")) st = parse_i32(k, v, 1, FERRY_ROUTING_MAX_EXPERTS, &cfg->n_experts);
     else if (!strcmp(k, "k")) st = parse_i32(k, v, 1, FERRY_ROUTING_MAX_TOPK, &cfg->top_k);
     else if (!strcmp(k, "zipf")) st = parse_prob(k, v, 0, 10, &cfg->zipf);
     else if (!strcmp(k, "temporal")) st = parse_prob(k, v, 0, 1, &cfg->temporal);
     else if (!strcmp(k, "layer")) st = parse_prob(k, v, 0, 1, &cfg->layer_corr);
+    else if (!strcmp(k, "sticky")) st = parse_curve(k, v, cfg->sticky_first);
+    else if (!strcmp(k, "sticky_any")) st = parse_curve(k, v, cfg->sticky_any);
+    else if (!strcmp(k, "affinity")) st = parse_prob(k, v, 0, 1, &cfg->affinity);
+    else if (!strcmp(k, "coact")) st = parse_prob(k, v, 0, 1, &cfg->coact);
+    else if (!strcmp(k, "domains")) st = parse_i32(k, v, 0, 4096, &cfg->domains);
+    else if (!strcmp(k, "domain_mix")) st = parse_prob(k, v, 0, 1, &cfg->domain_mix);
+    else if (!strcmp(k, "domain_zipf")) st = parse_prob(k, v, 0, 10, &cfg->domain_zipf);
+    else if (!strcmp(k, "gate_temp")) st = parse_prob(k, v, 0, 100, &cfg->gate_temp);
     else if (!strcmp(k, "seed")) {
       int64_t x;
       if (ferry__parse_i64(v, &x) != FERRY_OK || x < 0)
@@ -288,7 +457,8 @@ ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_sy
       else cfg->seed = (uint64_t)x;
     } else {
       st = ferry__fail(FERRY_ERR_INVALID,
-                       "routing spec: unknown key '%s' (expected layers, experts, k, zipf, temporal, layer, seed)", k);
+                       "routing spec: unknown key '%s' (expected profile, layers, experts, k, zipf, temporal, layer, "
+                       "sticky, sticky_any, affinity, coact, domains, domain_mix, domain_zipf, gate_temp, seed)", k);
     }
   }
   ferry_free(copy);
@@ -319,41 +489,3 @@ ferry_status ferry_routing_synth_trace(ferry_routing_synth *s, int64_t n_request
   return FERRY_OK;
 }
 
-/* ---- replay ------------------------------------------------------------------------------ */
-
-struct ferry_routing_replay {
-  const ferry_routing *trace;
-  ferry_routing_synth *fallback;
-  int64_t hits, misses;
-};
-
-ferry_status ferry_routing_replay_create(ferry_routing_replay **out, const ferry_routing *trace,
-                                         ferry_routing_synth *fallback) {
-  if (!out || !trace || !fallback)
-    return ferry__fail(FERRY_ERR_INVALID, "ferry_routing_replay_create: NULL trace or fallback");
-  *out = ferry__calloc(1, sizeof **out);
-  if (!*out) return ferry__fail(FERRY_ERR_NOMEM, "routing replay: out of memory");
-  (*out)->trace = trace;
-  (*out)->fallback = fallback;
-  return FERRY_OK;
-}
-
-void ferry_routing_replay_free(ferry_routing_replay *rp) { ferry_free(rp); }
-int64_t ferry_routing_replay_hits(const ferry_routing_replay *rp) { return rp ? rp->hits : 0; }
-int64_t ferry_routing_replay_misses(const ferry_routing_replay *rp) { return rp ? rp->misses : 0; }
-
-void ferry_routing_replay_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
-                             int32_t n_experts, int32_t *ids, float *weights) {
-  ferry_routing_replay *rp = user;
-  const int32_t *ti;
-  const float *tw;
-  if (top_k == rp->trace->top_k && n_experts >= rp->trace->n_experts &&
-      ferry_routing_lookup(rp->trace, req_id, token_index, layer, &ti, &tw)) {
-    memcpy(ids, ti, (size_t)top_k * sizeof *ids);
-    if (weights) memcpy(weights, tw, (size_t)top_k * sizeof *weights);
-    rp->hits++;
-    return;
-  }
-  rp->misses++;
-  ferry_routing_synth_fn(rp->fallback, req_id, token_index, layer, top_k, n_experts, ids, weights);
-}

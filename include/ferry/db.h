@@ -28,7 +28,10 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 3
+#define FERRY_DB_SCHEMA_VERSION 4
+
+/** PRAGMA application_id of every ferry result database ("FRRY"). */
+#define FERRY_DB_APPLICATION_ID 0x46525259
 
 /** Opaque handle on an open result database. */
 typedef struct ferry_db ferry_db;
@@ -57,6 +60,11 @@ struct ferry_run_info {
   const char *config_hash;  /**< identifies the configuration across runs (sweep resume) */
   const char *git_rev;      /**< source revision of the build */
   const char *notes;        /**< free text */
+  /** A combination of a sweep (its configuration hash), or NULL. The database holds at most
+   *  one complete run per key (a unique index): ferry_db_run_finish() of a second one records
+   *  it as failed and returns FERRY_ERR_EXISTS. `ferry sweep` gives its children the key in the
+   *  environment variable FERRY_SWEEP_KEY. */
+  const char *sweep_key;
 };
 
 /** One request (requests table). Times are ns on the run's clock. */
@@ -184,7 +192,9 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
  * @param db handle.
  * @param run_id run to finish.
  * @param error NULL on success, or what went wrong.
- * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, FERRY_ERR_EXISTS when the run's
+ *         sweep_key already has a complete run (this one is then recorded as failed, with the
+ *         duplicate named in runs.error), or an error.
  */
 ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error);
 

@@ -26,6 +26,14 @@ struct ferry_gen_options {
                                      (Zipf-like exponent of the per-expert router bias) */
   double router_locality;       /**< 0..1: how strongly router rows align with the hidden-state
                                      directions that persist across tokens (temporal locality) */
+  const char *routing_profile;  /**< NULL, or a routing profile (mixtral, olmoe, deepseek, uniform):
+                                     router rows of equal scale (balanced load, a trained router's
+                                     gate spread), correlated with the previous layer's through a
+                                     permutation (cross-layer predictability without shared ids),
+                                     and keyed on token clusters that also set the embedding's
+                                     scale (vocabulary specialisation the predictor features see);
+                                     "uniform" keeps plain random routers. Excludes router_skew
+                                     and router_locality. */
   int force;                    /**< replace an existing non-empty output folder */
   int progress;                 /**< print progress lines to stderr */
 };

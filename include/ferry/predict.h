@@ -268,6 +268,20 @@ struct ferry_predict_eval_config {
   int lfu;                /**< LFU instead of LRU eviction */
 };
 
+/** One request's share of the evaluation counts (the unit ferry_predict_eval_ci() resamples). */
+struct ferry_predict_eval_counts {
+  int64_t tokens;          /**< tokens replayed */
+  int64_t predictions;     /**< (token, layer) sets predicted */
+  int64_t predicted_ids;   /**< experts predicted */
+  int64_t correct_ids;     /**< of those, chosen */
+  int64_t uses;            /**< (token, layer, expert) uses */
+  int64_t hits;            /**< uses found in the cache */
+  int64_t misses;          /**< demand loads */
+  int64_t prefetch_loads;  /**< experts loaded on a prediction */
+  int64_t prefetch_unused; /**< prefetched experts evicted unused while this request ran (the
+                                last request also gets those left unused at the end) */
+};
+
 /** Evaluation figures. */
 struct ferry_predict_eval_result {
   int32_t n_layers;          /**< entries of layer_recall */
@@ -287,7 +301,57 @@ struct ferry_predict_eval_result {
   int64_t tokens;            /**< tokens replayed */
   int64_t recorded_lookahead; /**< gate-lookahead predictions taken from the trace's recorded
                                    choices rather than the current-layer proxy */
+  int32_t top_k;             /**< experts per token and layer (for the metrics) */
+  size_t n_requests;         /**< entries of per_request */
+  struct ferry_predict_eval_counts *per_request; /**< [n_requests] counts per request; owned */
 };
+
+/** Metrics of an evaluation that get confidence intervals. */
+enum ferry_predict_metric {
+  FERRY_PREDICT_RECALL,    /**< correct predicted experts / (predicted token-layers x k): higher is better */
+  FERRY_PREDICT_PRECISION, /**< correct predicted experts / predicted experts: higher is better */
+  FERRY_PREDICT_STALL,     /**< demand loads per token (the stall proxy): lower is better */
+  FERRY_PREDICT_WASTED,    /**< prefetched experts never used, per token (x expert bytes = wasted bytes): lower is better */
+  FERRY_PREDICT_HIT_RATE,  /**< cache hits / uses: higher is better */
+  FERRY_PREDICT_METRICS    /**< number of metrics */
+};
+
+/** A metric with its bootstrap confidence interval. */
+struct ferry_predict_ci {
+  double value; /**< on the evaluated requests (NAN when undefined, e.g. no predictions) */
+  double lo;    /**< lower end of the interval */
+  double hi;    /**< upper end of the interval */
+};
+
+/** @brief Name of a metric ("recall", "precision", "stall", "wasted", "hit rate"). Static string. */
+const char *ferry_predict_metric_name(enum ferry_predict_metric m);
+
+/** @brief Whether a larger value of the metric is better. */
+int ferry_predict_metric_higher_is_better(enum ferry_predict_metric m);
+
+/**
+ * @brief 95% percentile-bootstrap confidence intervals of every metric, resampling requests
+ *        with replacement (n_boot resamples from a seeded stream: the same inputs give the same
+ *        intervals). Requests share the cache in the replay, so the interval treats them as
+ *        nearly independent units: it shows sampling noise, not the cache's carry-over.
+ * @param n_boot resamples (>= 10; 1000 is a good choice).
+ * @param out FERRY_PREDICT_METRICS intervals, in enum order.
+ * @return FERRY_OK, FERRY_ERR_INVALID (no per-request counts, n_boot < 10), FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_predict_eval_ci(const struct ferry_predict_eval_result *r, int32_t n_boot, uint64_t seed,
+                                   struct ferry_predict_ci out[FERRY_PREDICT_METRICS]);
+
+/**
+ * @brief Paired bootstrap of the difference a - b of one metric between two evaluations of
+ *        the same requests (the same resampled requests on both sides).
+ * @param out value = the difference on all requests; [lo, hi] its 95% interval. The two
+ *        predictors are tied on this metric when the interval contains 0.
+ * @return FERRY_OK, FERRY_ERR_INVALID (different request counts, no per-request counts), or
+ *         FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_predict_eval_diff_ci(const struct ferry_predict_eval_result *a, const struct ferry_predict_eval_result *b,
+                                        enum ferry_predict_metric m, int32_t n_boot, uint64_t seed,
+                                        struct ferry_predict_ci *out);
 
 /**
  * @brief Replay routing through an expert cache with the predictor prefetching.

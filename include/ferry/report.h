@@ -39,7 +39,9 @@ enum ferry_report_section {
   FERRY_REPORT_SIM_VS_REAL = 1 << 5, /**< predicted vs measured, error per metric */
   FERRY_REPORT_QUANT = 1 << 6,      /**< per quantization format (config key `quant`) */
   FERRY_REPORT_PREDICTOR = 1 << 7,  /**< per expert predictor (config key `predictor`) */
-  FERRY_REPORT_HARDWARE = 1 << 8    /**< the same workload on several hardware profiles, cost */
+  FERRY_REPORT_HARDWARE = 1 << 8,   /**< the same workload on several hardware profiles, cost */
+  FERRY_REPORT_PREDICTOR_CI = 1 << 9, /**< per expert predictor with bootstrap confidence intervals */
+  FERRY_REPORT_ROUTING = 1 << 10    /**< statistics of every routing trace the runs used or recorded */
 };
 
 /** What to report on and where. Strings are borrowed for the duration of the call. */

@@ -174,7 +174,7 @@ const int32_t *ferry_routing_lookahead(const ferry_routing *r, int64_t req_id, i
  */
 const float *ferry_routing_token_features(const ferry_routing *r, int64_t req_id, int32_t token_idx);
 
-/** Popularity of one layer's experts. */
+/** Statistics of one layer (NAN where there was nothing to measure). */
 struct ferry_routing_layer_stats {
   int64_t uses;             /**< (token, expert) uses at this layer */
   int32_t top_ids[8];       /**< most used experts, most used first (-1 past n_experts) */
@@ -184,6 +184,34 @@ struct ferry_routing_layer_stats {
   double next_overlap;      /**< mean |S(l) ∩ S(l+1)| / k over tokens with both (NAN for the last layer) */
   double next_same;         /**< share of tokens whose set at l+1 equals the set at l (NAN for the last) */
   double prev_token_same;   /**< share of tokens (after the first) whose set equals the previous token's */
+  /* load balance */
+  double busiest_share;     /**< share of uses taken by the busiest expert (uniform: 1/E) */
+  double load_cv;           /**< coefficient of variation of the per-expert use counts (uniform: 0) */
+  /* consecutive tokens of one request (Mixtral paper, Table 5) */
+  int64_t token_pairs;      /**< consecutive-token pairs measured */
+  double first_repeat;      /**< share of pairs whose first choice (highest weight) is the same */
+  double any_repeat;        /**< share of pairs whose sets share at least one expert */
+  double first_repeat_indep; /**< first_repeat expected of independent tokens with this layer's
+                                  first-choice popularity (sum of squared shares) */
+  double any_repeat_indep;  /**< any_repeat of unrelated tokens (token t of the next request, or
+                                 half a request away when there is one request) */
+  /* cross-layer: how well layer l's choice predicts layer l+1's, for the same token */
+  double next_first_acc;    /**< share of tokens whose first choice at l+1 is the one most often
+                                 seen after their first choice at l (in-sample; NAN for the last layer) */
+  double next_first_base;   /**< the same without knowing layer l: the busiest first choice of l+1 */
+  double next_set_recall;   /**< recall of layer l+1's set from the k experts most often chosen at l+1
+                                 after layer l's first choice (in-sample) */
+  double next_set_base;     /**< recall of layer l+1's set from its k busiest experts */
+  double coact_max;         /**< largest co-activation N(i,j) / N(i) over expert pairs of this layer
+                                 (OLMoE paper, eq. 6; experts with at least 1/(4E) of the uses) */
+  double request_spec_max;  /**< largest share of one request's tokens that chose one expert
+                                 (OLMoE paper, eq. 7 with requests as domains; requests of >= 32 tokens) */
+  /* gate weights */
+  double gate_top1_mean;    /**< mean share of the largest gate weight in the k weights' sum */
+  double gate_top1_p10;     /**< its 10th percentile */
+  double gate_top1_p50;     /**< its median */
+  double gate_top1_p90;     /**< its 90th percentile */
+  double gate_last_mean;    /**< mean share of the smallest of the k weights */
 };
 
 /** Statistics of a routing trace. */
@@ -200,16 +228,42 @@ struct ferry_routing_stats {
   int64_t first_uses;                  /**< uses with no earlier use in the request (no distance) */
   double reuse_mean;                   /**< mean reuse distance */
   int64_t reuse_p50;                   /**< median reuse distance (0 when none) */
+  /* means over the layers that have the figure */
+  double busiest_share;                /**< mean of the layers' busiest_share */
+  double load_cv;                      /**< mean of the layers' load_cv */
+  double first_repeat;                 /**< mean of the layers' first_repeat */
+  double any_repeat;                   /**< mean of the layers' any_repeat */
+  double first_repeat_uniform;         /**< first_repeat of uniform random routing: 1/E */
+  double any_repeat_uniform;           /**< any_repeat of uniform random routing: 1 - C(E-k,k)/C(E,k) */
+  double next_first_acc;               /**< mean over layer pairs */
+  double next_first_base;              /**< mean over layer pairs */
+  double next_set_recall;              /**< mean over layer pairs */
+  double next_set_base;                /**< mean over layer pairs */
+  double coact_max;                    /**< mean of the layers' coact_max */
+  double gate_top1_mean;               /**< mean of the layers' gate_top1_mean */
+  double gate_last_mean;               /**< mean of the layers' gate_last_mean */
 };
 
 /**
- * @brief Compute popularity, reuse distance and adjacent-layer statistics.
+ * @brief Compute load balance, consecutive-token repetition, cross-layer predictability,
+ *        co-activation, gate-weight spread, reuse distance and adjacent-layer statistics.
  * @param out filled; free its layers with ferry_routing_stats_free().
  */
 ferry_status ferry_routing_stats_compute(const ferry_routing *r, struct ferry_routing_stats *out);
 
 /** @brief Free what ferry_routing_stats_compute() allocated. Accepts NULL. */
 void ferry_routing_stats_free(struct ferry_routing_stats *s);
+
+/**
+ * @brief The statistics as a JSON document: shape, the overall means (with the uniform
+ *        baselines), the reuse-distance histogram, and one object per layer with every field
+ *        of ferry_routing_layer_stats (NAN written as null).
+ * @param source written as "source" (e.g. the file name); may be NULL.
+ * @param out receives a NUL-terminated string owned by the caller (ferry_free()).
+ * @return FERRY_OK or FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_routing_stats_json(const ferry_routing *r, const struct ferry_routing_stats *s, const char *source,
+                                      char **out);
 
 /**
  * @brief Lower bound of reuse-distance bucket b (1, 2, 3, 5, 9, ...; the last is open).
@@ -230,6 +284,9 @@ ferry_status ferry_routing_record_status(const ferry_routing *r);
 
 /* ---- synthetic routing ------------------------------------------------------------------ */
 
+/** Longest routing profile name, NUL included. */
+#define FERRY_ROUTING_PROFILE_NAME_MAX 16
+
 /** Knobs of the synthetic routing model. */
 struct ferry_routing_synth_config {
   int32_t n_layers;  /**< layers (1..FERRY_ROUTING_MAX_LAYERS) */
@@ -240,6 +297,25 @@ struct ferry_routing_synth_config {
                           1/r^zipf (0 = uniform); ranks are a per-layer random permutation */
   double temporal;   /**< probability that a token re-uses the previous token's set at a layer */
   double layer_corr; /**< probability that layer l+1 repeats layer l's set (checked first) */
+  /* Knobs of the calibrated profiles (all 0: the model above, unchanged). Per-layer knobs are
+   * given at the first, middle and last layer and interpolated linearly in between. */
+  char profile[FERRY_ROUTING_PROFILE_NAME_MAX]; /**< profile the knobs came from ("" if none) */
+  double sticky_first[3]; /**< probability that the first choice repeats the previous token's
+                               first choice (the rest drawn afresh) */
+  double sticky_any[3];   /**< probability that one expert of the previous token's set is kept as
+                               the second choice (the rest drawn afresh) */
+  double affinity;        /**< probability that the first choice is the previous layer's first
+                               choice mapped through a fixed per-layer permutation: cross-layer
+                               predictability without shared expert ids */
+  double coact;           /**< probability that a drawn expert brings its fixed partner of the
+                               layer along (co-activation pairs) */
+  int32_t domains;        /**< request domains: each request belongs to one (by hash) with its
+                               own per-layer popularity ranking (0 or 1: none) */
+  double domain_mix;      /**< share of draws that use the request's domain ranking */
+  double domain_zipf;     /**< popularity skew within a domain */
+  double gate_temp;       /**< > 0: gate weights are the softmax of the chosen experts' ordered
+                               logits (top order statistics of Gumbel(0, 1)) divided by this
+                               temperature: smaller is more peaked; 0: weights drawn uniformly */
 };
 
 /** Opaque synthetic routing model. */
@@ -257,11 +333,36 @@ typedef struct ferry_routing_synth ferry_routing_synth;
 ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct ferry_routing_synth_config *cfg);
 
 /**
- * @brief Parse "layers=L,experts=E,k=K,zipf=S,temporal=P,layer=P,seed=N" (any subset; the
- *        rest keeps the values already in cfg).
+ * @brief Parse "profile=NAME,layers=L,experts=E,k=K,zipf=S,temporal=P,layer=P,seed=N" and the
+ *        profile knobs (sticky=P, sticky_any=P, affinity=P, coact=P, domains=N, domain_mix=P,
+ *        domain_zipf=S, gate_temp=T), any subset; the rest keeps the values already in cfg.
+ *        profile= sets the profile's knobs (ferry_routing_profile_apply()) but not the shape;
+ *        keys after it override them.
  * @return FERRY_OK or FERRY_ERR_INVALID naming the key or value.
  */
 ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_synth_config *cfg);
+
+/**
+ * @brief Set the knobs of a named routing profile: "mixtral", "olmoe", "deepseek" (calibrated
+ *        to the published routing statistics recorded in tests/data/routing/targets.json) or
+ *        "uniform" (every choice uniform and independent). The shape and seed are kept.
+ * @return FERRY_OK or FERRY_ERR_INVALID listing the names.
+ */
+ferry_status ferry_routing_profile_apply(const char *name, struct ferry_routing_synth_config *cfg);
+
+/**
+ * @brief The shape of the model a profile describes (Mixtral-8x7B: 32 layers, 8 experts, top-2;
+ *        OLMoE-1B-7B: 16, 64, top-8; the DeepSeek 16B ablation model: 27, 64, top-6; uniform:
+ *        8, 32, top-2).
+ * @return FERRY_OK or FERRY_ERR_INVALID for an unknown name.
+ */
+ferry_status ferry_routing_profile_shape(const char *name, int32_t *n_layers, int32_t *n_experts, int32_t *top_k);
+
+/** @brief Name of profile i (NULL past the last). Static string. */
+const char *ferry_routing_profile_name(size_t i);
+
+/** @brief The domain (0..domains-1) a request belongs to, or 0 without domains. */
+int32_t ferry_routing_synth_domain(const ferry_routing_synth *s, int64_t req_id);
 
 /** @brief Free a model. Accepts NULL. */
 void ferry_routing_synth_free(ferry_routing_synth *s);

@@ -13,7 +13,9 @@
 void ferry_predict_eval_result_free(struct ferry_predict_eval_result *r) {
   if (!r) return;
   ferry_free(r->layer_recall);
+  ferry_free(r->per_request);
   r->layer_recall = NULL;
+  r->per_request = NULL;
 }
 
 struct eval_state {
@@ -163,6 +165,24 @@ static ferry_status run_request(struct eval_state *st, ferry_predictor *p, const
   return FERRY_OK;
 }
 
+/* The running totals, so each request's share is the difference before and after it. */
+static struct ferry_predict_eval_counts totals(const struct eval_state *st) {
+  const struct ferry_predict_eval_result *o = st->out;
+  return (struct ferry_predict_eval_counts){.tokens = o->tokens, .predictions = o->predictions,
+                                            .predicted_ids = st->predicted_ids, .correct_ids = st->predicted_hits,
+                                            .uses = o->uses, .hits = o->hits, .misses = o->misses,
+                                            .prefetch_loads = o->prefetch_loads, .prefetch_unused = o->prefetch_unused};
+}
+
+static struct ferry_predict_eval_counts difference(struct ferry_predict_eval_counts a, struct ferry_predict_eval_counts b) {
+  return (struct ferry_predict_eval_counts){.tokens = a.tokens - b.tokens, .predictions = a.predictions - b.predictions,
+                                            .predicted_ids = a.predicted_ids - b.predicted_ids,
+                                            .correct_ids = a.correct_ids - b.correct_ids, .uses = a.uses - b.uses,
+                                            .hits = a.hits - b.hits, .misses = a.misses - b.misses,
+                                            .prefetch_loads = a.prefetch_loads - b.prefetch_loads,
+                                            .prefetch_unused = a.prefetch_unused - b.prefetch_unused};
+}
+
 ferry_status ferry_predict_eval(ferry_predictor *p, const struct ferry_predict_eval_request *reqs, size_t n_reqs,
                                 const struct ferry_predict_eval_config *cfg, struct ferry_predict_eval_result *out) {
   if (!p || !cfg || !out || (n_reqs && !reqs)) return ferry__fail(FERRY_ERR_INVALID, "ferry_predict_eval: NULL argument");
@@ -205,14 +225,24 @@ ferry_status ferry_predict_eval(ferry_predictor *p, const struct ferry_predict_e
     goto out_free;
   }
   out->n_layers = st.L;
+  out->top_k = st.K;
+  out->per_request = ferry__calloc(n_reqs ? n_reqs : 1, sizeof *out->per_request);
+  if (!out->per_request) {
+    rc = ferry__fail(FERRY_ERR_NOMEM, "predictor eval: out of memory");
+    goto out_free;
+  }
+  out->n_requests = n_reqs;
   for (size_t i = 0; i < n_reqs; i++) {
     if (reqs[i].n_tokens < 0 || (reqs[i].n_tokens > 0 && (!reqs[i].ids || !reqs[i].weights))) {
       rc = ferry__fail(FERRY_ERR_INVALID, "predictor eval: request %zu has no routing arrays", i);
       goto out_free;
     }
+    struct ferry_predict_eval_counts before = totals(&st);
     if ((rc = run_request(&st, p, &reqs[i], (int64_t)i)) != FERRY_OK) goto out_free;
+    if (i + 1 == n_reqs)
+      for (int32_t s = 0; s < cfg->cache_slots && !none; s++) out->prefetch_unused += st.pf[s];
+    out->per_request[i] = difference(totals(&st), before);
   }
-  for (int32_t s = 0; s < cfg->cache_slots && !none; s++) out->prefetch_unused += st.pf[s];
   for (int32_t l = 0; l < st.L; l++)
     out->layer_recall[l] = st.layer_total[l] ? (double)st.layer_correct[l] / (double)st.layer_total[l] : NAN;
   out->recall = out->predictions ? (double)st.predicted_hits / ((double)out->predictions * st.K) : NAN;

@@ -6,7 +6,8 @@
  *     last layer instead of with the depth (the GPT-2 initialisation rule);
  *   - norm weights ~ 1 + N(0, 0.05), biases ~ N(0, 0.02), embeddings ~ N(0, 1);
  *   - router rows ~ N(0, 4/fan_in) (a peaked softmax), optionally skewed towards popular
- *     experts and correlated between adjacent layers (see ferry_gen_options).
+ *     experts and correlated between adjacent layers, or shaped by a routing profile (see
+ *     ferry_gen_options and gen_profile below).
  * "Normal" draws are the sum of four 16-bit uniforms, rescaled: one generator call per value,
  * so generation keeps up with the disk. */
 #include <math.h>
@@ -129,6 +130,18 @@ static void writer_stop(struct writer_thread *t) {
   t->started = 0;
 }
 
+/* Router shaping of a routing profile. A random token stream gives a router nothing to repeat
+ * from token to token, so temporal locality is left to the synthetic routing model
+ * (traces/routing_profile.c); what weights can give is shaped here. */
+struct gen_profile {
+  const char *name;
+  double affinity; /* correlation of a router row with the permuted previous layer's row */
+  double cluster;  /* weight of the token cluster in the embeddings and router rows (0: none) */
+};
+
+static const struct gen_profile gen_profiles[] = {
+    {"mixtral", 0.75, 1.0}, {"olmoe", 0.6, 1.0}, {"deepseek", 0.6, 1.0}, {"uniform", 0, 0}};
+
 struct gen_state {
   const struct ferry_model_config *mc;
   const struct ferry_gen_options *opt;
@@ -139,6 +152,12 @@ struct gen_state {
   struct writer_thread wt;
   float *prev_router; /* last layer's router rows, for adjacent-layer correlation */
   float *direction;   /* shared embedding direction the router skew keys on */
+  const struct gen_profile *prof; /* routing profile, or NULL */
+  float *clusters;    /* [n_clusters][hidden] token-cluster directions (profile with clusters) */
+  int32_t n_clusters;
+  int32_t *cluster_of, *prev_cluster_of; /* [experts] the cluster each expert's row keys on */
+  int32_t *perm;      /* [experts] scratch permutation */
+  int routers_done;   /* routers generated so far (the first has no previous layer) */
   uint64_t written, next_report;
   int64_t t0;
 };
@@ -212,18 +231,82 @@ static ferry_status gen_router(struct gen_state *g, const struct ferry_tensor_de
   return emit(g, rows, (size_t)(E * H));
 }
 
+/* Router of one layer under a routing profile. Row e is a fresh draw mixed with row p^-1(e)
+ * of the previous layer (p a random permutation per layer), so layer l+1's choice follows
+ * layer l's through p rather than by equal ids; it keys on the token cluster that the row it
+ * came from keyed on (layer 0: cluster e mod C), with a logit gain about `cluster` on a token
+ * of that cluster. Rows keep the N(0, 4/H) scale of the plain router: balanced experts and
+ * the gate spread of a trained router (mean top-1 share near 0.7 for top-2 of 8). */
+static ferry_status gen_router_profile(struct gen_state *g, const struct ferry_tensor_desc *t, struct ferry_rng *r) {
+  const int64_t E = t->shape[0], H = t->shape[1];
+  const double std = 2.0 / sqrt((double)H), a = g->prof->affinity, gain = 2.5 * g->prof->cluster / (double)H;
+  float *base = g->prev_router; /* the previous layer's rows without cluster terms, then this layer's */
+  float *rows = g->chunk;
+  const int first = g->routers_done++ == 0;
+  for (int64_t e = 0; e < E; e++) g->perm[e] = (int32_t)e;
+  for (int64_t e = E - 1; e > 0; e--) { /* p: the previous layer's row e becomes this layer's row perm[e] */
+    int64_t j = (int64_t)ferry__rng_below(r, (uint64_t)e + 1);
+    int32_t tmp = g->perm[e];
+    g->perm[e] = g->perm[j];
+    g->perm[j] = tmp;
+  }
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t to = g->perm[e];
+    for (int64_t i = 0; i < H; i++) {
+      double v = std * approx_normal(r);
+      if (!first) v = a * base[e * H + i] + sqrt(1.0 - a * a) * v;
+      rows[to * H + i] = (float)v;
+    }
+    g->cluster_of[to] = first ? (int32_t)(e % g->n_clusters) : g->prev_cluster_of[e];
+  }
+  memcpy(base, rows, (size_t)(E * H) * sizeof(float));
+  memcpy(g->prev_cluster_of, g->cluster_of, (size_t)E * sizeof *g->cluster_of);
+  for (int64_t e = 0; e < E; e++) {
+    const float *u = g->clusters ? g->clusters + (size_t)g->cluster_of[e] * (size_t)H : NULL;
+    double norm = 0;
+    for (int64_t i = 0; i < H; i++) {
+      if (u) rows[e * H + i] += (float)(gain * u[i]);
+      norm += (double)rows[e * H + i] * rows[e * H + i];
+    }
+    /* rows of equal length: no expert is favoured on every token (a trained router's balance) */
+    const double scale = std * sqrt((double)H) / sqrt(norm);
+    for (int64_t i = 0; i < H; i++) rows[e * H + i] = (float)(rows[e * H + i] * scale);
+  }
+  return emit(g, rows, (size_t)(E * H));
+}
+
+/* Token v's cluster (a hash of the id: tokens of one cluster are spread over the vocabulary). */
+static int32_t token_cluster(uint64_t seed, int64_t v, int32_t n) {
+  uint64_t z = seed ^ ((uint64_t)v * 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+  return (int32_t)((z ^ (z >> 29)) % (uint64_t)n);
+}
+
+/* Embedding row values under a routing profile: a token of cluster c is scaled by 0.7 + 0.6 c /
+ * (C - 1), so the hidden-state norm the predictor features read tells the clusters apart, and
+ * carries the cluster's direction the router rows key on. */
+static float embed_value(const struct gen_state *g, int64_t token, int64_t col, float v) {
+  const int32_t c = token_cluster(g->opt->seed, token, g->n_clusters);
+  const double scale = g->n_clusters > 1 ? 0.7 + 0.6 * c / (g->n_clusters - 1) : 1.0, beta = g->prof->cluster;
+  const float u = g->clusters[(size_t)c * (size_t)g->mc->hidden + (size_t)col];
+  return (float)(scale * (v + beta * u) / sqrt(1.0 + beta * beta));
+}
+
 static ferry_status gen_tensor(struct gen_state *g, size_t index, const struct ferry_tensor_desc *t) {
   struct ferry_rng r;
   ferry__rng_seed_stream(&r, g->opt->seed, (uint64_t)index + 1);
-  if (t->role == FERRY_ROLE_ROUTER && t->numel <= CHUNK_ELEMS) return gen_router(g, t, &r);
+  if (t->role == FERRY_ROLE_ROUTER && t->numel <= CHUNK_ELEMS)
+    return g->prof ? gen_router_profile(g, t, &r) : gen_router(g, t, &r);
   double mean, std = tensor_std(g->mc, t, &mean);
   const int embed_dir = t->role == FERRY_ROLE_EMBED && g->direction;
+  const int embed_cluster = t->role == FERRY_ROLE_EMBED && g->clusters;
   const uint64_t cols = t->ndim == 2 ? (uint64_t)t->shape[1] : t->numel;
   for (uint64_t done = 0; done < t->numel;) {
     size_t n = t->numel - done < CHUNK_ELEMS ? (size_t)(t->numel - done) : CHUNK_ELEMS;
     for (size_t i = 0; i < n; i++) {
       float v = (float)(mean + std * approx_normal(&r));
       if (embed_dir) v += g->direction[(done + i) % cols];
+      if (embed_cluster) v = embed_value(g, (int64_t)((done + i) / cols), (int64_t)((done + i) % cols), v);
       g->chunk[i] = v;
     }
     ferry_status st = emit(g, g->chunk, n);
@@ -267,12 +350,23 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
     return ferry__fail(FERRY_ERR_INVALID, "model gen: --dtype must be fp32, fp16 or bf16");
   if (options->router_locality < 0 || options->router_locality > 1 || options->router_skew < 0)
     return ferry__fail(FERRY_ERR_INVALID, "model gen: router skew must be >= 0 and locality in [0, 1]");
+  const struct gen_profile *prof = NULL;
+  if (options->routing_profile) {
+    for (size_t i = 0; i < sizeof gen_profiles / sizeof *gen_profiles; i++)
+      if (!strcmp(gen_profiles[i].name, options->routing_profile)) prof = &gen_profiles[i];
+    if (!prof)
+      return ferry__fail(FERRY_ERR_INVALID, "model gen: routing profile '%s' is unknown (expected mixtral, olmoe, "
+                         "deepseek or uniform)", options->routing_profile);
+    if (options->router_skew > 0 || options->router_locality > 0)
+      return ferry__fail(FERRY_ERR_INVALID, "model gen: a routing profile shapes the routers itself: give it without "
+                         "--router-skew and --router-locality");
+  }
   struct ferry_model_config mc = *base;
   mc.dtype = options->dtype;
   ferry_model *m = NULL;
   ferry_status st = ferry_model_create(&m, &mc);
   if (st != FERRY_OK) return st;
-  struct gen_state g = {.mc = ferry_model_get_config(m), .opt = options};
+  struct gen_state g = {.mc = ferry_model_get_config(m), .opt = options, .prof = prof};
   char *tmp_dir = ferry__asprintf("%s.ferry-tmp-%ld", out_dir, (long)getpid());
   char *config_json = NULL, *config_path = NULL;
   g.chunk = ferry_malloc(CHUNK_ELEMS * sizeof(float));
@@ -292,7 +386,27 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
   }
   ferry__rm_rf(tmp_dir);
   if ((st = ferry__mkdir_p(tmp_dir, NULL)) != FERRY_OK) goto out_free;
-  if (mc.n_experts && (options->router_skew > 0 || options->router_locality > 0)) {
+  if (mc.n_experts && prof) {
+    if ((uint64_t)(mc.n_experts * mc.hidden) > CHUNK_ELEMS) {
+      st = ferry__fail(FERRY_ERR_UNSUPPORTED, "model gen: a routing profile needs experts x hidden <= %u", CHUNK_ELEMS);
+      goto out_rm;
+    }
+    g.n_clusters = (int32_t)mc.n_experts;
+    g.prev_router = ferry__calloc((size_t)(mc.n_experts * mc.hidden), sizeof(float));
+    g.cluster_of = ferry__calloc((size_t)mc.n_experts, sizeof *g.cluster_of);
+    g.prev_cluster_of = ferry__calloc((size_t)mc.n_experts, sizeof *g.prev_cluster_of);
+    g.perm = ferry__calloc((size_t)mc.n_experts, sizeof *g.perm);
+    if (prof->cluster > 0) g.clusters = ferry__calloc((size_t)(mc.n_experts * mc.hidden), sizeof(float));
+    if (!g.prev_router || !g.cluster_of || !g.prev_cluster_of || !g.perm || (prof->cluster > 0 && !g.clusters)) {
+      st = ferry__fail(FERRY_ERR_NOMEM, "model gen: out of memory");
+      goto out_rm;
+    }
+    if (g.clusters) {
+      struct ferry_rng r;
+      ferry__rng_seed_stream(&r, options->seed, 0x636c7573ULL);
+      for (int64_t i = 0; i < mc.n_experts * mc.hidden; i++) g.clusters[i] = approx_normal(&r);
+    }
+  } else if (mc.n_experts && (options->router_skew > 0 || options->router_locality > 0)) {
     if ((uint64_t)(mc.n_experts * mc.hidden) > CHUNK_ELEMS) {
       st = ferry__fail(FERRY_ERR_UNSUPPORTED, "model gen: router shaping needs experts x hidden <= %u", CHUNK_ELEMS);
       goto out_rm;
@@ -364,6 +478,10 @@ out_free:
   ferry_free(config_path);
   ferry_free(g.prev_router);
   ferry_free(g.direction);
+  ferry_free(g.clusters);
+  ferry_free(g.cluster_of);
+  ferry_free(g.prev_cluster_of);
+  ferry_free(g.perm);
   ferry_free(g.chunk);
   ferry_free(g.out[0]);
   ferry_free(g.out[1]);
