@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/checked.h"
+#include "common/metrics.h"
 #include "common/sqlite_read.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
@@ -719,30 +720,11 @@ void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count) {
 
 /* --- statistics -------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double percentile(const double *v, size_t n, double p) {
-  double pos = p / 100.0 * (double)(n - 1);
-  size_t lo = (size_t)pos;
-  if (lo + 1 >= n) return v[n - 1];
-  double frac = pos - (double)lo;
-  return v[lo] + (v[lo + 1] - v[lo]) * frac;
-}
-
+/* The metrics are those of the run's own summary and of the report (common/metrics.h). */
 static void dist_of(double *v, size_t n, struct ferry_dist *d) {
-  memset(d, 0, sizeof *d);
-  if (!n) return;
-  qsort(v, n, sizeof *v, cmp_double);
-  double sum = 0;
-  for (size_t i = 0; i < n; i++) sum += v[i];
-  d->count = (int64_t)n;
-  d->mean = sum / (double)n;
-  d->p50 = percentile(v, n, 50);
-  d->p90 = percentile(v, n, 90);
-  d->p99 = percentile(v, n, 99);
+  struct ferry__dist x;
+  ferry__dist_compute(v, n, &x);
+  *d = (struct ferry_dist){.count = x.count, .mean = x.mean, .p50 = x.p50, .p90 = x.p90, .p99 = x.p99};
 }
 
 ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
@@ -782,9 +764,11 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
     /* the database is untrusted: differences as doubles, sums saturating (common/checked.h) */
     int64_t arr = sqlite3_column_int64(q, 0), ft = sqlite3_column_int64(q, 1),
             fin = sqlite3_column_int64(q, 2), out = sqlite3_column_int64(q, 3);
-    ttft[n] = ferry__span(arr, ft);
-    e2e[n] = ferry__span(arr, fin);
-    if (out > 1) tpot[ntpot++] = ferry__span(ft, fin) / ((double)out - 1.0);
+    struct ferry__request_latency lat;
+    if (!ferry__request_latency(arr, ft, fin, out, &lat)) continue;
+    ttft[n] = lat.ttft_ns;
+    e2e[n] = lat.e2e_ns;
+    if (lat.has_tpot) tpot[ntpot++] = lat.tpot_ns;
     n++;
     stats->output_tokens = ferry__sat_add_i64(stats->output_tokens, out);
     if (arr < first_arrival) first_arrival = arr;
@@ -797,8 +781,7 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   dist_of(ttft, n, &stats->ttft_ns);
   dist_of(tpot, ntpot, &stats->tpot_ns);
   dist_of(e2e, n, &stats->e2e_ns);
-  if (n && last_finish > first_arrival)
-    stats->throughput_tok_s = (double)stats->output_tokens * 1e9 / ferry__span(first_arrival, last_finish);
+  if (n) stats->throughput_tok_s = ferry__throughput_tok_s(stats->output_tokens, first_arrival, last_finish);
 
   what = "reading memory samples";
   rc = sqlite3_prepare_v2(db->sql, "SELECT tier, max(used_bytes) FROM memory WHERE runId=?1 GROUP BY tier",

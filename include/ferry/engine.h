@@ -174,7 +174,8 @@ struct ferry_step_metrics {
   int64_t disk_busy_ns;  /**< time the disk queue spent reading */
 };
 
-/** Distribution summary of one latency metric, in ns. */
+/** Distribution summary of one latency metric, in ns. Percentiles interpolate linearly between
+ *  the closest ranks, as `ferry db show` and the report compute them (docs/metrics.md). */
 struct ferry_latency_stats {
   int64_t count; /**< samples */
   double mean;   /**< mean */
@@ -193,7 +194,8 @@ struct ferry_serve_summary {
   int64_t duration_ns;        /**< first arrival to last finish */
   double tokens_per_s;        /**< output tokens per second over the duration */
   struct ferry_latency_stats ttft;  /**< time to first token */
-  struct ferry_latency_stats tpot;  /**< time per output token after the first */
+  struct ferry_latency_stats tpot;  /**< time per output token after the first (requests with more
+                                         than one output token) */
   struct ferry_latency_stats e2e;   /**< end-to-end latency */
   struct ferry_latency_stats step;  /**< step duration */
   uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak bytes per tier */

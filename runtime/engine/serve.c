@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/metrics.h"
 #include "common/units.h"
 #include "engine_impl.h"
 
@@ -88,26 +89,12 @@ static int32_t build_step(struct ferry_engine *e, int64_t *admit_order) {
   return batch;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Mean and nearest-rank percentiles; sorts v. */
-static void percentile_stats(double *v, int64_t n, struct ferry_latency_stats *out) {
-  memset(out, 0, sizeof *out);
-  out->count = n;
-  if (!n) return;
-  double sum = 0;
-  for (int64_t i = 0; i < n; i++) sum += v[i];
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  out->mean = sum / (double)n;
-#define PCT(q) (v[(int64_t)floor((q) * (double)(n - 1) + 0.5)])
-  out->p50 = PCT(0.50);
-  out->p90 = PCT(0.90);
-  out->p99 = PCT(0.99);
-  out->max = v[n - 1];
-#undef PCT
+/* The summary's distributions are the metrics every output of a run shares (common/metrics.h). */
+static void latency_stats(double *v, int64_t n, struct ferry_latency_stats *out) {
+  struct ferry__dist d;
+  ferry__dist_compute(v, (size_t)n, &d);
+  *out = (struct ferry_latency_stats){.count = d.count, .mean = d.mean, .p50 = d.p50, .p90 = d.p90, .p99 = d.p99,
+                                      .max = d.max};
 }
 
 ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
@@ -311,18 +298,19 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
       out->requests_rejected++;
       continue;
     }
-    if (m->finish_ns < 0) continue;
+    struct ferry__request_latency lat;
+    if (!ferry__request_latency(m->arrival_ns, m->first_token_ns, m->finish_ns, m->output_tokens, &lat)) continue;
     out->requests_done++;
     out->tokens_generated += m->output_tokens;
     if (m->arrival_ns < first) first = m->arrival_ns;
     if (m->finish_ns > last) last = m->finish_ns;
-    if (a) a[na++] = (double)(m->first_token_ns - m->arrival_ns);
-    if (b && m->output_tokens > 1) b[nb++] = (double)(m->finish_ns - m->first_token_ns) / (double)(m->output_tokens - 1);
-    if (c) c[nc++] = (double)(m->finish_ns - m->arrival_ns);
+    if (a) a[na++] = lat.ttft_ns;
+    if (b && lat.has_tpot) b[nb++] = lat.tpot_ns;
+    if (c) c[nc++] = lat.e2e_ns;
   }
-  if (a) percentile_stats(a, na, &out->ttft);
-  if (b) percentile_stats(b, nb, &out->tpot);
-  if (c) percentile_stats(c, nc, &out->e2e);
+  if (a) latency_stats(a, na, &out->ttft);
+  if (b) latency_stats(b, nb, &out->tpot);
+  if (c) latency_stats(c, nc, &out->e2e);
   for (int64_t s = 0; s < e->n_steps; s++) {
     const struct ferry_step_metrics *sm = &e->steps[s];
     if (d) d[s] = (double)(sm->end_ns - sm->start_ns);
@@ -333,10 +321,10 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->misses += sm->misses;
     out->stall_ns += sm->stall_ns;
   }
-  if (d) percentile_stats(d, e->n_steps, &out->step);
+  if (d) latency_stats(d, e->n_steps, &out->step);
   out->steps = e->n_steps;
   out->duration_ns = out->requests_done ? last - first : 0;
-  out->tokens_per_s = out->duration_ns > 0 ? (double)out->tokens_generated / ((double)out->duration_ns / 1e9) : 0;
+  out->tokens_per_s = out->requests_done ? ferry__throughput_tok_s(out->tokens_generated, first, last) : 0;
   for (int t = 0; t < FERRY_TIER_COUNT; t++) {
     ferry_exec_tier_usage(e->ex, (enum ferry_tier)t, NULL, &out->peak_bytes[t]);
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
