@@ -24,6 +24,7 @@
 #include "common/names.h"
 #include "common/units.h"
 #include "ferry/db.h"
+#include "ferry/exec.h"
 
 /* Spec keys: the options of `ferry run` / `ferry sim` that are part of the configuration (the
  * option table, run_options.h), named by their field: long names with underscores, and
@@ -45,7 +46,7 @@ struct combo {
   char *config_json;
   char hash[17];
   int real;    /* host or cuda: measured alone */
-  enum ferry_run_kind kind;
+  const char *kind; /* the executor's registry name (runs.kind) */
   char *model, *hw, *trace; /* for a failure row the child could not write */
   enum state state;
   pid_t pid;
@@ -76,15 +77,20 @@ static void usage(FILE *f) {
           "  {\"executor\": [\"host\", \"sim\"], \"hw\": [\"h100-pcie\"], \"model\": [\"build/tiny\"],\n"
           "   \"synthetic\": [\"rate=4,n=16,prompt=32,output=8\"], \"block_layers\": [1, 2, 4],\n"
           "   \"prefetch_depth\": [0, 1, 2]}\n"
-          "executor host|cuda runs 'ferry run --backend X', sim runs 'ferry sim'; an option of the other\n"
-          "command (hw for a host run, threads for a simulation) is left out of that combination.\n"
-          "Booleans (");
+          "executor names a registered executor (");
+  for (size_t i = 0; i < ferry_exec_registry_count(); i++)
+    fprintf(f, "%s%s", i ? ", " : "", ferry_exec_registry_at(i)->name);
+  fprintf(f,
+          "): one of a hardware profile (sim) runs\n"
+          "'ferry sim', the others 'ferry run --backend X'; an option of the other command (hw for a host\n"
+          "run, threads for a simulation) is left out of that combination.\n"
+          "Booleans take true/false:\n  ");
   int n = 0;
   for (int i = 0; i < RUN_OPT_COUNT; i++)
     if (is_key((enum run_opt)i) && is_flag((enum run_opt)i))
       fprintf(f, "%s%s", n++ ? ", " : "", run_option((enum run_opt)i)->field);
   fprintf(f,
-          ") take true/false.\n"
+          "\n"
           "A combination whose configuration already has a complete run in the database is skipped, so\n"
           "an interrupted sweep is resumed by running it again. A failed run is recorded with its error\n"
           "and the sweep goes on; the exit status is 1 if any run failed.\n\n"
@@ -182,7 +188,7 @@ static int push_arg(struct combo *c, const char *s) {
 static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
   memset(c, 0, sizeof *c);
   c->log_fd = -1;
-  const char *executor = "host";
+  const struct ferry_exec_info *executor = ferry_exec_registry_find("host");
   size_t k = 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
@@ -190,26 +196,30 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
       const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
       char *val = value_text(sw->spec_path, "executor", v, 0);
       if (!val) return CLI_USAGE;
-      if (strcmp(val, "host") && strcmp(val, "cuda") && strcmp(val, "sim")) {
-        fprintf(stderr, "ferry: %s: executor: expected host, cuda or sim, got '%s'\n", sw->spec_path, val);
+      executor = ferry_exec_registry_find(val);
+      if (!executor) {
+        ferry_exec *none = NULL;
+        ferry_exec_open(val, NULL, &none); /* fails, naming the executors nearest the value */
+        fprintf(stderr, "ferry: %s: executor: %s\n", sw->spec_path, ferry_last_error());
         ferry_free(val);
         return CLI_USAGE;
       }
-      executor = !strcmp(val, "sim") ? "sim" : !strcmp(val, "cuda") ? "cuda" : "host";
       ferry_free(val);
     }
     k++;
   }
-  int sim = !strcmp(executor, "sim");
-  c->real = !sim;
-  c->kind = sim ? FERRY_RUN_SIM : !strcmp(executor, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST;
+  /* an executor of a hardware profile runs as `ferry sim`, the others as `ferry run --backend`;
+   * real ones are measured alone */
+  const int sim = (executor->caps & FERRY_EXEC_CAP_HW) != 0;
+  c->real = !(executor->caps & FERRY_EXEC_CAP_VIRTUAL);
+  c->kind = executor->name;
   struct rbuf_lite {
     char s[2048];
     size_t n;
   } desc = {.n = 0};
   desc.s[0] = '\0';
   if (push_arg(c, "ferry") || push_arg(c, sim ? "sim" : "run")) goto oom;
-  if (!sim && (push_arg(c, "--backend") || push_arg(c, executor))) goto oom;
+  if (!sim && (push_arg(c, "--backend") || push_arg(c, executor->name))) goto oom;
   k = 0;
   cJSON_ArrayForEach(it, spec) {
     const enum run_opt key = find_key(it->string);
@@ -425,7 +435,7 @@ static int launch(struct sweep *sw, struct combo *c) {
   c->start_ns = ferry__mono_ns();
   if (!sw->quiet && !sw->tty)
     fprintf(stderr, "ferry sweep: [%zu/%zu] start %s %s\n", sw->skipped + sw->finished + 1, sw->n,
-            ferry_run_kind_name(c->kind), c->desc);
+            c->kind, c->desc);
   return 0;
 }
 
@@ -476,7 +486,7 @@ static void record_failure(struct sweep *sw, struct combo *c) {
     if (!finished) ferry_db_run_finish(sw->db, found, err);
     return;
   }
-  struct ferry_run_info info = {.kind = c->kind, .model = c->model, .hardware = c->kind == FERRY_RUN_SIM ? c->hw : ferry_run_kind_name(c->kind),
+  struct ferry_run_info info = {.executor = c->kind, .model = c->model, .hardware = c->hw ? c->hw : c->kind,
                                 .trace = c->trace, .config_json = c->config_json, .config_hash = c->hash,
                                 .notes = "recorded by ferry sweep: the run failed before it wrote its own row"};
   int64_t id;
@@ -494,7 +504,7 @@ static void reap(struct sweep *sw, pid_t pid, int status) {
       sw->ran++;
       if (!sw->quiet && !sw->tty)
         fprintf(stderr, "ferry sweep: [%zu/%zu] done %s %s in %.1f s\n", sw->skipped + sw->finished, sw->n,
-                ferry_run_kind_name(c->kind), c->desc, secs);
+                c->kind, c->desc, secs);
     } else {
       c->state = FAILED;
       sw->failed++;
@@ -503,7 +513,7 @@ static void reap(struct sweep *sw, pid_t pid, int status) {
       if (!sw->quiet) {
         if (sw->tty) fputs("\r\033[K", stderr);
         fprintf(stderr, "ferry sweep: [%zu/%zu] FAILED %s %s: %s\n", sw->skipped + sw->finished, sw->n,
-                ferry_run_kind_name(c->kind), c->desc, c->error ? c->error : "");
+                c->kind, c->desc, c->error ? c->error : "");
       }
     }
     close(c->log_fd);
@@ -624,7 +634,7 @@ int cmd_sweep(int argc, char **argv) {
   }
   if (sw.dry_run) {
     for (size_t i = 0; i < sw.n; i++) {
-      printf("%s  %-4s  %-8s  ", sw.c[i].hash, ferry_run_kind_name(sw.c[i].kind),
+      printf("%s  %-4s  %-8s  ", sw.c[i].hash, sw.c[i].kind,
              sw.c[i].state == SKIPPED ? "complete" : "to run");
       for (int a = 1; a < sw.c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw.c[i].argv[a]);
       printf("\n");
@@ -657,7 +667,7 @@ int cmd_sweep(int argc, char **argv) {
   fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %zu ran, %zu failed%s in %s; database %s\n", sw.n,
           sw.skipped, sw.ran, sw.failed, not_run_text, el, sw.db_path);
   for (size_t i = 0; i < sw.n; i++)
-    if (sw.c[i].state == FAILED) fprintf(stderr, "  failed: %s %s: %s\n", ferry_run_kind_name(sw.c[i].kind), sw.c[i].desc, sw.c[i].error ? sw.c[i].error : "");
+    if (sw.c[i].state == FAILED) fprintf(stderr, "  failed: %s %s: %s\n", sw.c[i].kind, sw.c[i].desc, sw.c[i].error ? sw.c[i].error : "");
   if (interrupted) {
     fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
     rc = 128 + interrupted;

@@ -79,8 +79,12 @@ static ferry_status machine_memory(const struct run_args *a, struct ferry_machin
   m->gpu_free_bytes = UINT64_MAX;
   if (!a->sim) {
     m->host_available_bytes = ferry__mem_available_bytes();
-    if (!strcmp(a->executor, "cuda") && ferry_exec_cuda_memory(&m->gpu_free_bytes, &m->gpu_bytes) == FERRY_OK)
-      m->gpu_name = "CUDA device 0";
+    /* an executor that can say how much device memory it has (cuda): its device 0 */
+    const struct ferry_exec_info *x = ferry_exec_registry_find(a->executor);
+    static char device[48];
+    snprintf(device, sizeof device, "%s device 0", a->executor);
+    if (x && (x->caps & FERRY_EXEC_CAP_MEMORY) && x->memory(&m->gpu_free_bytes, &m->gpu_bytes) == FERRY_OK)
+      m->gpu_name = device;
     else
       m->gpu_free_bytes = UINT64_MAX, m->gpu_bytes = 0;
     return FERRY_OK;
@@ -145,16 +149,17 @@ static ferry_status plan(struct run_ctx *c) {
   return FERRY_OK;
 }
 
+/* The executor by its registry name: --backend, or sim (with the --hw profile). */
 static ferry_status create_executor(struct run_ctx *c) {
   const struct run_args *a = c->a;
-  struct ferry_exec_config xc = {.device_budget_bytes = a->ec.device_budget_bytes,
-                                 .host_budget_bytes = a->ec.host_budget_bytes,
-                                 .lock_host_memory = 1,
-                                 .compute_threads = (int)a->threads};
-  if (!a->sim) return !strcmp(a->executor, "cuda") ? ferry_exec_create_cuda(&c->ex, &xc) : ferry_exec_create_host(&c->ex, &xc);
+  struct ferry_exec_params xp = {.config = {.device_budget_bytes = a->ec.device_budget_bytes,
+                                            .host_budget_bytes = a->ec.host_budget_bytes,
+                                            .lock_host_memory = 1,
+                                            .compute_threads = (int)a->threads}};
   ferry_hw *hw = NULL;
-  ferry_status st = ferry_hw_open(&hw, a->hw);
-  if (st == FERRY_OK) st = ferry_exec_create_sim(&c->ex, hw, &xc);
+  ferry_status st = a->hw ? ferry_hw_open(&hw, a->hw) : FERRY_OK;
+  xp.hw = hw;
+  if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, &c->ex);
   ferry_hw_close(hw);
   return st;
 }

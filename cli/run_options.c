@@ -11,6 +11,7 @@
 #include "common/fsutil.h"
 #include "common/names.h"
 #include "common/units.h"
+#include "ferry/exec.h"
 #include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/quant.h"
@@ -69,8 +70,20 @@ static int check_kv_dtype(struct run_args *a, const char *value) {
   return 0;
 }
 
+/* Executors from the registry; those that need a hardware profile are `ferry sim`'s. */
 static int check_backend(struct run_args *a, const char *value) {
-  return expect_one_of(a, "backend", value, (const char *const[]){"host", "cuda", NULL});
+  const struct ferry_exec_info *x = ferry_exec_registry_find(value);
+  if (x && !(x->caps & FERRY_EXEC_CAP_HW)) return 0;
+  if (x) return cli_usage_error(a->cmd, "--backend %s simulates a hardware profile: run 'ferry sim --hw PROFILE'", value);
+  const char *names[32], *near[3];
+  size_t n = 0;
+  for (size_t i = 0; i < ferry_exec_registry_count() && n < 32; i++)
+    if (!(ferry_exec_registry_at(i)->caps & FERRY_EXEC_CAP_HW)) names[n++] = ferry_exec_registry_at(i)->name;
+  char all[256], list[256];
+  const size_t k = ferry__nearest_names(value, names, n, 1, near, 3);
+  return cli_usage_error(a->cmd, "--backend: no executor '%s'%s%s%s (executors: %s)", value, k ? "; did you mean " : "",
+                         k ? ferry__join_names(near, k, "", list, sizeof list) : "", k ? "?" : "",
+                         ferry__join_names(names, n, "", all, sizeof all));
 }
 
 static int check_quant(struct run_args *a, const char *value) {
@@ -162,10 +175,25 @@ static int set_value(struct run_args *a, enum run_opt id, const char *value) {
 
 /* --- usage ---------------------------------------------------------------------------------- */
 
+/* --backend's help: the registry's executors that `ferry run` drives, and whether each can be
+ * opened here. */
+static const char *backend_help(void) {
+  static char text[2048];
+  size_t n = (size_t)snprintf(text, sizeof text, "the executor (default host):");
+  for (size_t i = 0; i < ferry_exec_registry_count() && n < sizeof text; i++) {
+    const struct ferry_exec_info *x = ferry_exec_registry_at(i);
+    if (x->caps & FERRY_EXEC_CAP_HW) continue;
+    char why[160] = "";
+    const int here = !x->available || x->available(why, sizeof why);
+    n += (size_t)snprintf(text + n, sizeof text - n, "\n  %s: %s%s", x->name, x->description, here ? "" : " (not here)");
+  }
+  return text;
+}
+
 /* Help computed when printed (the table's help is NULL). */
 static const char *dynamic_help(enum run_opt id) {
   switch (id) {
-    case RUN_OPT_executor: return "executor: host (real work on the CPU; default) or cuda (a GPU)";
+    case RUN_OPT_executor: return backend_help();
     case RUN_OPT_predictor:
       return "expert prefetching: none (no cache reuse), lru (cache only, default),\nfrequency, gate-lookahead, mlp3, "
              "mlp7, oracle; prefetches --prefetch-depth\nlayers ahead";
@@ -273,8 +301,9 @@ static int refuse_ignored(const struct run_args *a) {
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
                                                  "predictor-routing", "predictor-model", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
-  if (!sim && !strcmp(a->executor, "cuda") && RUN_GIVEN(a, threads))
-    return cli_usage_error(cmd, "--threads sets the host executor's BLAS threads; --backend cuda computes on the GPU");
+  if (!sim && strcmp(a->executor, "host") && RUN_GIVEN(a, threads))
+    return cli_usage_error(cmd, "--threads sets the host executor's BLAS threads; --backend %s does not use them",
+                           a->executor);
   if (RUN_GIVEN(a, max_step_tokens) && a->max_step_tokens < a->max_batch)
     return cli_usage_error(cmd, "--max-step-tokens %lld is below the %lld sequences of a batch (--max-batch): each decodes "
                                 "one token per step",
@@ -343,8 +372,11 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   if (a->trace && a->synthetic) return cli_usage_error(cmd, "give either --trace or --synthetic, not both");
   if (a->sim && !a->hw && !a->plan_only) return cli_usage_error(cmd, "missing --hw PROFILE (see ferry hw list)");
   if (a->profile && !a->db) return cli_usage_error(cmd, "--profile writes the GPU timeline to --db FILE: give one");
-  if (a->profile && strcmp(a->executor, "cuda"))
-    return cli_usage_error(cmd, "--profile traces the GPU: use it with --backend cuda");
+  const struct ferry_exec_info *x = ferry_exec_registry_find(a->executor);
+  if (a->profile && !(x && (x->caps & FERRY_EXEC_CAP_PROFILE)))
+    return cli_usage_error(cmd, "--profile traces the GPU with CUPTI: the %s executor has nothing to trace (use --backend "
+                                "cuda)",
+                           a->executor);
   const int refused = refuse_ignored(a);
   if (refused) return refused;
   apply(a);

@@ -71,7 +71,7 @@
     "the default)", "")                                                                                              \
   X(host_budget, "host-budget", SIZE, "SIZE", BOTH_M, SEC_POLICY, CFG_ALWAYS, "host_budget", 0, 0, 0, NULL,          \
     "host memory budget (default: sim 90% of the profile's host memory, run\nhalf of the memory available at "      \
-    "start; what does not fit is read from disk)", "")                                                               \
+    "start; what does not fit is read from\ndisk)", "")                                                               \
   X(home, "home", TEXT, "disk", BOTH_M, SEC_POLICY, CFG_ALWAYS, "home", "host", 0, 0, check_home,                    \
     "stream every unit from disk (no host copies)", "")                                                              \
   X(expert_cache, "expert-cache", TEXT, "lru|lfu", BOTH_M, SEC_POLICY, CFG_ALWAYS, "expert_cache", "lru", 0, 0,      \

@@ -90,7 +90,7 @@ ferry_status run_db_begin(struct run_ctx *c) {
   if (!c->db) return FERRY_OK;
   char hash[17];
   run_config_hash(c->config_json ? c->config_json : "", hash);
-  struct ferry_run_info info = {.kind = a->sim ? FERRY_RUN_SIM : !strcmp(a->executor, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST,
+  struct ferry_run_info info = {.executor = ferry_exec_name(c->ex),
                                 .model = a->model,
                                 .hardware = a->sim ? a->hw : a->executor,
                                 .trace = a->trace ? a->trace : a->synthetic,

@@ -214,13 +214,25 @@ static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s) {
     sqlite3_bind_null(st, i);
 }
 
+static int valid_kind(const char *kind) {
+  size_t n = 0;
+  for (; kind[n]; n++)
+    if (!((kind[n] >= 'a' && kind[n] <= 'z') || (kind[n] >= '0' && kind[n] <= '9') || kind[n] == '-')) return 0;
+  return n >= 1 && n <= 15;
+}
+
 ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id) {
   ferry_status st = check_writable(db, "ferry_db_run_begin");
   if (st != FERRY_OK) return st;
   if (!info || !run_id)
     return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_run_begin: info or run_id is NULL");
-  if ((unsigned)info->kind > FERRY_RUN_NSYS_IMPORT)
+  if (!info->executor && (unsigned)info->kind > FERRY_RUN_NSYS_IMPORT)
     return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_run_begin: unknown run kind %d", (int)info->kind);
+  /* runs.kind is free text (schema 5): any registered executor's name, in the registry's form */
+  const char *kind = info->executor ? info->executor : ferry_run_kind_name(info->kind);
+  if (!valid_kind(kind))
+    return ferry__err_set(&db->err, FERRY_ERR_INVALID,
+                          "ferry_db_run_begin: run kind '%.40s' is not an executor name (1-15 of a-z, 0-9, '-')", kind);
   char started[40], local[40], host[256] = "";
   int64_t epoch_ns;
   iso_now(started, sizeof started, &epoch_ns, 0);
@@ -238,7 +250,7 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
                           "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
                           -1, &ins, NULL);
   if (rc != SQLITE_OK) goto out_rollback;
-  sqlite3_bind_text(ins, 1, ferry_run_kind_name(info->kind), -1, SQLITE_STATIC);
+  sqlite3_bind_text(ins, 1, kind, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(ins, 2, started, -1, SQLITE_TRANSIENT);
   bind_text_or_null(ins, 3, info->model);
   bind_text_or_null(ins, 4, info->hardware);

@@ -148,11 +148,35 @@ static const char schema_v4[] =
     "ALTER TABLE runs ADD COLUMN sweep_key TEXT;"
     "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;";
 
+/* Version 5: runs.kind is free text, an executor's registry name (any executor registered, not
+ * the three built in) or "nsys-import": the writer checks the name, the schema its form. SQLite
+ * cannot drop a CHECK constraint, so the table is rebuilt as its documentation prescribes
+ * (create the new one, copy every row, drop the old, rename; foreign keys are off), with the
+ * same columns in the same order and its two indexes. */
+static const char schema_v5[] =
+    "CREATE TABLE runs_v5 ("
+    " id INTEGER PRIMARY KEY,"
+    " kind TEXT NOT NULL CHECK(length(kind) BETWEEN 1 AND 15),"
+    " started_at TEXT NOT NULL, finished_at TEXT,"
+    " complete INTEGER NOT NULL DEFAULT 0,"
+    " model TEXT, hardware TEXT, trace TEXT, config_json TEXT, config_hash TEXT,"
+    " ferry_version TEXT, git_rev TEXT, error TEXT, notes TEXT,"
+    " dropped_records INTEGER NOT NULL DEFAULT 0, hostname TEXT, pid INTEGER, sweep_key TEXT);"
+    "INSERT INTO runs_v5 (id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
+    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key)"
+    " SELECT id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
+    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key FROM runs;"
+    "DROP TABLE runs;"
+    "ALTER TABLE runs_v5 RENAME TO runs;"
+    "CREATE INDEX runs_config_hash ON runs(config_hash, complete);"
+    "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
     {3, "quantization quality table", schema_v3},
     {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
+    {5, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v5},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

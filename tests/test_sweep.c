@@ -374,7 +374,7 @@ static void test_bad_spec(void **state) {
   expect_bad_spec(f, "{\"model\": [\"x\"], \"prefetch_dept\": [1, 2]}",
                   "unknown parameter 'prefetch_dept'; did you mean prefetch_depth?");
   expect_bad_spec(f, "{\"model\": [\"x\"], \"synthetic\": [\"n=2\"], \"executor\": [\"gpu\"]}",
-                  "executor: expected host, cuda or sim, got 'gpu'");
+                  "executor: no executor named 'gpu'");
   expect_bad_spec(f, "{\"model\": [\"x\"], \"block_layers\": [{}]}", "block_layers: expected a string or a number");
   expect_bad_spec(f, "{\"model\": [\"x\"], \"greedy\": [1]}", "greedy: expected true or false");
   expect_bad_spec(f, "{\"model\": [\"x\"], \"block_layers\": []}", "block_layers: empty list");

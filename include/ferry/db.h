@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 4
+#define FERRY_DB_SCHEMA_VERSION 5
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -42,7 +42,8 @@ enum ferry_db_open_flags {
   FERRY_DB_CREATE = 1     /**< open for reading and writing, creating and migrating as needed */
 };
 
-/** Kind of a run (runs.kind). */
+/** Kind of a run (runs.kind) for the executors every build has; a run of any registered
+ *  executor names it in ferry_run_info::executor instead. */
 enum ferry_run_kind {
   FERRY_RUN_SIM = 0,        /**< the discrete-event simulator ("sim") */
   FERRY_RUN_HOST = 1,       /**< the host executor ("host") */
@@ -52,7 +53,11 @@ enum ferry_run_kind {
 
 /** Description of a run, given to ferry_db_run_begin(). Strings are copied; NULL = unknown. */
 struct ferry_run_info {
-  enum ferry_run_kind kind; /**< which world produced the run */
+  enum ferry_run_kind kind; /**< which world produced the run (when executor is NULL) */
+  /** The registry name of the executor that produced the run (ferry_exec_name(): "host",
+   *  "sim", a test's or a plugin's), stored as runs.kind; NULL: the name of @ref kind. A name is
+   *  1-15 of a-z, 0-9 and '-' (FERRY_ERR_INVALID otherwise). */
+  const char *executor;
   const char *model;        /**< model name or path */
   const char *hardware;     /**< hardware profile or GPU name */
   const char *trace;        /**< request trace name or path */
@@ -95,7 +100,7 @@ struct ferry_step_row {
 /** A run as listed by ferry_db_list_runs() and ferry_db_get_run(); strings owned by the array. */
 struct ferry_run_summary {
   int64_t id;            /**< run id */
-  char kind[16];         /**< "sim", "host", "cuda" or "nsys-import" */
+  char kind[16];         /**< the executor's registry name ("sim", "host", "cuda", ...) or "nsys-import" */
   char *model;           /**< model, or NULL */
   char *hardware;        /**< hardware, or NULL */
   char *trace;           /**< trace, or NULL */

@@ -142,10 +142,81 @@ ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_co
  */
 ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes);
 
+/* ---- the registry ---------------------------------------------------------------------- */
+
+struct ferry_hw;
+
+/** What a registered executor can do (bits of ferry_exec_info::caps). */
+enum ferry_exec_cap {
+  FERRY_EXEC_CAP_DATA = 1u << 0,    /**< computes on real bytes: logits, routing and features are read back */
+  FERRY_EXEC_CAP_MEMORY = 1u << 1,  /**< ferry_exec_info::memory says the device's memory before one is opened */
+  FERRY_EXEC_CAP_PROFILE = 1u << 2, /**< its device work can be traced with CUPTI (`ferry run --profile`) */
+  FERRY_EXEC_CAP_VIRTUAL = 1u << 3, /**< simulated time: a run on it is a simulation, measured alongside others */
+  FERRY_EXEC_CAP_HW = 1u << 4       /**< needs a hardware profile (ferry_exec_params::hw); `ferry sim` runs it */
+};
+
+/** What ferry_exec_open() hands an executor (copied; the profile is borrowed for the call). */
+struct ferry_exec_params {
+  struct ferry_exec_config config; /**< budgets and threads */
+  const struct ferry_hw *hw;       /**< hardware profile, for executors with FERRY_EXEC_CAP_HW */
+};
+
+/** Version of struct ferry_exec_info this build reads. */
+#define FERRY_EXEC_INFO_VERSION 1
+
+/**
+ * One executor of the registry: a static const table in the executor's own file, listed by one
+ * line in the registry (runtime/backends/registry.c) or registered at run time with
+ * ferry_exec_register(). The command line (`--backend`, `ferry sim`), sweeps (`executor`), the
+ * result database (`runs.kind`) and the help texts read names from the registry.
+ */
+struct ferry_exec_info {
+  int version;             /**< FERRY_EXEC_INFO_VERSION */
+  const char *name;        /**< registry name: 1-15 of a-z, 0-9, '-' ("host", "cuda", "sim") */
+  const char *description; /**< one line for help texts */
+  unsigned caps;           /**< ferry_exec_cap bits */
+  /** optional: 1 when the executor can be opened on this machine, else 0 with the reason in
+   *  @p why (no device, not in this build); NULL means always */
+  int (*available)(char *why, size_t len);
+  /** create one (receives an executor owned by the caller) */
+  ferry_status (*open)(ferry_exec **out, const struct ferry_exec_params *params);
+  /** with FERRY_EXEC_CAP_MEMORY: the device's free and total bytes (either may be NULL) */
+  ferry_status (*memory)(uint64_t *free_bytes, uint64_t *total_bytes);
+};
+
+/** @brief Number of registered executors (built in, then those registered at run time). */
+size_t ferry_exec_registry_count(void);
+
+/** @brief The i-th registered executor, or NULL past the end. Borrowed, static. */
+const struct ferry_exec_info *ferry_exec_registry_at(size_t i);
+
+/** @brief The executor registered under @p name, or NULL. Borrowed, static. */
+const struct ferry_exec_info *ferry_exec_registry_find(const char *name);
+
+/**
+ * @brief Add an executor to the registry at run time (a test's or a plugin's), before any
+ *        ferry_exec_open() of it. Not thread-safe: register at start-up.
+ * @param info the table; borrowed and must stay valid for the life of the process.
+ * @return FERRY_OK; FERRY_ERR_INVALID for a bad name, version or missing open(); FERRY_ERR_EXISTS
+ *         when the name is taken; FERRY_ERR_RANGE when the registry is full (16 run-time entries).
+ */
+ferry_status ferry_exec_register(const struct ferry_exec_info *info);
+
+/**
+ * @brief Open the executor registered as @p name.
+ * @param name a registry name ("host", "cuda", "sim", ...).
+ * @param params budgets, threads and (for FERRY_EXEC_CAP_HW) the hardware profile; NULL: defaults.
+ * @param out receives the executor, owned by the caller (ferry_exec_destroy()).
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND for an unknown name (the message lists the nearest);
+ *         FERRY_ERR_INVALID without a profile where one is needed; the executor's own status
+ *         when it is unavailable (FERRY_ERR_NO_DEVICE, FERRY_ERR_UNSUPPORTED) or fails.
+ */
+ferry_status ferry_exec_open(const char *name, const struct ferry_exec_params *params, ferry_exec **out);
+
 /** @brief Destroy an executor after draining its queues; frees its buffers. Accepts NULL. */
 void ferry_exec_destroy(ferry_exec *ex);
 
-/** @brief Backend name: "host", "cuda" or "sim". */
+/** @brief Backend name: its registry name ("host", "cuda", "sim", ...). */
 const char *ferry_exec_name(const ferry_exec *ex);
 
 /** @brief Called on the issuing thread right before an op's driver calls, with its tag

@@ -236,10 +236,10 @@ ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst
 
 ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel) {
   if (!valid_queue(ex, queue)) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: bad queue %d", queue);
-  if (!kernel || (unsigned)kernel->kind >= FERRY_K_COUNT)
-    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
-  if (kernel->m < 0 || kernel->n < 0 || kernel->k < 0)
-    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute %s: negative shape", kernel->name ? kernel->name : "?");
+  if (!kernel) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
+  /* the contract, once for every executor: the same bad op gets the same status everywhere */
+  const ferry_status st = ferry__kernel_check(ex, kernel);
+  if (st != FERRY_OK) return st;
   struct ferry_op op;
   op_init(&op, FERRY_OP_KERNEL);
   op.u.kernel = *kernel;
