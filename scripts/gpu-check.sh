@@ -158,7 +158,7 @@ if run conformance 120 "$BUILD/tests/test_exec"; then
     [[ $REHEARSAL == 1 ]] || fatal "no CUDA device visible (the conformance suite ran without cuda; see its log)"
     note "conformance: passed without cuda (no device)"
   else
-    note "conformance: every executor, the 28 kernel cases and the contract, cuda included: passed"
+    note "conformance: every executor, the 32 kernel cases and the contract, cuda included: passed"
   fi
 else
   note "conformance: FAILED (see conformance.log)"

@@ -6,6 +6,7 @@
 
 #include "common/half.h"
 #include "common/rng.h"
+#include "ferry/model.h"
 #include "kernel_cases.h"
 
 static ferry_buf *const PLACEHOLDER = (ferry_buf *)1;
@@ -284,7 +285,8 @@ ferry_status kc_run(ferry_exec *ex, const struct kcase *c, uint64_t device_bytes
   char *hp = ferry_exec_buf_host_ptr(ex, h);
   if (hp) fill_case(c, hp); /* an executor without host-visible memory (sim) computes nothing */
   struct ferry_kernel k = c->k;
-  struct ferry_ref *refs[] = {&k.x, &k.y, &k.w, &k.b, &k.aux[0], &k.aux[1], &k.aux[2], &k.aux[3], &k.aux[4], &k.aux[5]};
+  struct ferry_ref *refs[] = {&k.x, &k.y, &k.w, &k.b, &k.aux[0], &k.aux[1], &k.aux[2], &k.aux[3], &k.aux[4], &k.aux[5], &k.aux[6], &k.aux[7]};
+  _Static_assert(sizeof k.aux / sizeof k.aux[0] == 8, "every aux reference is placed");
   for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
     if (refs[i]->buf) refs[i]->buf = d;
   k.ints = c->ints;
@@ -313,8 +315,88 @@ out:
 }
 
 
+/* A ring cache (Gemma's and Llama 4's local layers): positions past the capacity wrap, a
+ * window no longer than the cache. */
+static struct kcase case_attention_ring(void) {
+  struct kcase c = case_attention("attention.ring", 4, FERRY_DTYPE_F32);
+  const int64_t cap = 8, slots = 2, KV = 2, hd = 64;
+  const int32_t pos[4] = {0, 1, 9, 50};
+  c.k.kv_capacity = cap;
+  c.k.kv_ring = 1;
+  /* smaller caches at the end of the case */
+  c.k.aux[2] = typed(&c, (uint64_t)(slots * cap * KV * hd), FERRY_DTYPE_F32);
+  c.k.aux[3] = typed(&c, (uint64_t)(slots * cap * KV * hd), FERRY_DTYPE_F32);
+  memcpy(c.ints, pos, sizeof pos);
+  return c;
+}
+
+/* A fused gate_up expert twice as wide, with biases (Llama 4, gpt-oss layouts). */
+static struct kcase case_expert_fused(void) {
+  struct kcase c = base("expert.fused", FERRY_K_EXPERT, 1e-4);
+  const int64_t m = 4, T = 4, hidden = 64, inter = 48, K = 2;
+  const int32_t tok[4] = {0, 1, 2, 3}, rank[4] = {0, 1, 1, 0};
+  c.k.m = m;
+  c.k.n = inter;
+  c.k.k = hidden;
+  c.k.top_k = K;
+  c.k.expert_layout = FERRY_EXPERTS_FUSED_HALVES;
+  c.k.x = f32(&c, (uint64_t)(T * hidden));
+  c.k.y = f32(&c, (uint64_t)(T * K * hidden));
+  c.k.w = typed(&c, (uint64_t)(2 * inter * hidden), FERRY_DTYPE_F32);
+  c.k.aux[1] = typed(&c, (uint64_t)(hidden * inter), FERRY_DTYPE_F32);
+  c.k.aux[6] = typed(&c, (uint64_t)(2 * inter), FERRY_DTYPE_F32);
+  c.k.aux[7] = typed(&c, (uint64_t)hidden, FERRY_DTYPE_F32);
+  c.k.aux[2] = f32(&c, (uint64_t)(m * hidden));
+  c.k.aux[3] = f32(&c, (uint64_t)(m * 2 * inter));
+  c.k.aux[4] = f32(&c, (uint64_t)(m * inter));
+  memcpy(c.ints, tok, sizeof tok);
+  memcpy(c.ints2, rank, sizeof rank);
+  c.k.n_ints = m;
+  out(&c, c.k.y, (uint64_t)(T * K * hidden));
+  return c;
+}
+
+/* A fused query_key_value output split into q, k and v (GPT-NeoX, BLOOM). */
+static struct kcase case_split_qkv(void) {
+  struct kcase c = base("split_qkv", FERRY_K_SPLIT_QKV, 0);
+  const int64_t m = 3, H = 4, hd = 16;
+  c.k.m = m;
+  c.k.heads = H;
+  c.k.head_dim = hd;
+  c.k.x = f32(&c, (uint64_t)(m * H * 3 * hd));
+  c.k.y = f32(&c, (uint64_t)(m * H * hd));
+  c.k.aux[0] = f32(&c, (uint64_t)(m * H * hd));
+  c.k.aux[1] = f32(&c, (uint64_t)(m * H * hd));
+  out(&c, c.k.y, (uint64_t)(m * H * hd) * 3); /* q, k and v, one after the other */
+  return c;
+}
+
+/* Multi-head latent attention over a compressed cache (DeepSeek-V2/V3). */
+static struct kcase case_mla_attention(void) {
+  struct kcase c = base("mla_attention", FERRY_K_MLA_ATTENTION, 1e-3);
+  const int64_t m = 3, H = 4, nope = 16, rope = 8, rank = 32, vd = 16, cap = 12, slots = 2;
+  const int32_t pos[3] = {0, 1, 5}, slot[3] = {0, 0, 1};
+  c.k.m = m;
+  c.k.heads = H;
+  c.k.head_dim = nope;
+  c.k.rot_dim = rope;
+  c.k.k = rank;
+  c.k.n = vd;
+  c.k.kv_capacity = cap;
+  c.k.x = f32(&c, (uint64_t)(m * H * (nope + rope)));
+  c.k.aux[0] = f32(&c, (uint64_t)(m * (rank + rope)));
+  c.k.w = typed(&c, (uint64_t)(H * (nope + vd) * rank), FERRY_DTYPE_F16);
+  c.k.aux[2] = typed(&c, (uint64_t)(slots * cap * (rank + rope)), FERRY_DTYPE_F32);
+  c.k.y = f32(&c, (uint64_t)(m * H * vd));
+  memcpy(c.ints, pos, sizeof pos);
+  memcpy(c.ints2, slot, sizeof slot);
+  c.k.n_ints = m;
+  out(&c, c.k.y, (uint64_t)(m * H * vd));
+  return c;
+}
+
 const struct kcase *kc_cases(size_t *n) {
-  static struct kcase cases[28];
+  static struct kcase cases[32];
   static int built;
   if (!built) {
     const struct kcase all[] = {
@@ -328,6 +410,9 @@ const struct kcase *kc_cases(size_t *n) {
       case_attention("attention.f16cache", 0, FERRY_DTYPE_F16),
       case_attention("attention.window", 3, FERRY_DTYPE_F16),
       case_attention("attention.f32cache", 0, FERRY_DTYPE_F32),
+      case_attention_ring(),
+      case_split_qkv(),
+      case_mla_attention(),
       case_act("swiglu", FERRY_FN_SILU_MUL),
       case_act("gelu", FERRY_FN_GELU),
       case_act("relu", FERRY_FN_RELU),
@@ -335,6 +420,7 @@ const struct kcase *kc_cases(size_t *n) {
       case_router("router", 0),
       case_expert(FERRY_DTYPE_F32),
       case_expert(FERRY_DTYPE_F16),
+      case_expert_fused(),
       case_combine(),
       case_gather(),
       case_embed(0),
@@ -347,7 +433,7 @@ const struct kcase *kc_cases(size_t *n) {
       case_dequant("fp16"),
       case_dequant("bf16"),
   };
-    _Static_assert(sizeof all / sizeof all[0] == sizeof cases / sizeof cases[0], "28 cases");
+    _Static_assert(sizeof all / sizeof all[0] == sizeof cases / sizeof cases[0], "the table's size");
     memcpy(cases, all, sizeof cases);
     built = 1;
   }

@@ -9,6 +9,7 @@
 #include "common/alloc.h"
 #include "common/half.h"
 #include "common/rng.h"
+#include "ferry/model.h"
 #include "ferry/quant.h"
 #include "runtime/quant/quant_impl.h"
 #include "testutil.h"
@@ -803,6 +804,134 @@ static void test_threads_same_bytes(void **state) {
   ferry_free(x);
 }
 
+/* ---- formats of published checkpoints ------------------------------------------------------- */
+
+/* Small matrices packed by hand from each tool's documented layout, expanded by ferry. */
+static void test_published_formats(void **state) {
+  (void)state;
+  const int64_t n = 8, k = 16; /* out, in */
+  float got[8 * 16];
+  /* GPTQ, group 8: code(i, o) = (i + o) % 16, zero(g, o) = 3 + g (stored minus one), scale 0.5
+   * for group 0 and 0.25 for group 1; g_idx puts input rows alternately in the groups */
+  {
+    uint32_t qw[2 * 8] = {0}, qz[2] = {0}, gidx[16];
+    uint16_t sc[2 * 8];
+    for (int64_t i = 0; i < k; i++) {
+      gidx[i] = (uint32_t)(i % 2);
+      for (int64_t o = 0; o < n; o++) qw[(i / 8) * n + o] |= (uint32_t)((i + o) % 16) << (4 * (i % 8));
+    }
+    for (int g = 0; g < 2; g++)
+      for (int64_t o = 0; o < n; o++) {
+        qz[g] |= (uint32_t)(3 + g - 1) << (4 * o);
+        sc[g * n + o] = ferry__f32_to_f16(g ? 0.25f : 0.5f);
+      }
+    struct ferry_qspec sp = spec_of("gptq4-g8");
+    struct ferry_qview v = {{qw, sc, qz, gidx, NULL}};
+    assert_int_equal(ferry_quant_dequantize_rows(&sp, &v, n, k, 0, n, got), FERRY_OK);
+    for (int64_t o = 0; o < n; o++)
+      for (int64_t i = 0; i < k; i++) {
+        const int g = (int)(i % 2);
+        assert_true(got[o * k + i] == (g ? 0.25f : 0.5f) * (float)((i + o) % 16 - (3 + g)));
+      }
+  }
+  /* AWQ GEMM, group 16: output column 8c + [0,2,4,6,1,3,5,7][j] lives in nibble j */
+  {
+    static const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    uint32_t qw[16] = {0}, qz[1] = {0};
+    uint16_t sc[8];
+    for (int64_t i = 0; i < k; i++)
+      for (int j = 0; j < 8; j++) qw[i] |= (uint32_t)((i * 3 + order[j]) % 16) << (4 * j);
+    for (int j = 0; j < 8; j++) qz[0] |= (uint32_t)(order[j] + 2) << (4 * j);
+    for (int64_t o = 0; o < n; o++) sc[o] = ferry__f32_to_f16(0.125f * (float)(o + 1));
+    struct ferry_qspec sp = spec_of("awq4-g16");
+    struct ferry_qview v = {{qw, sc, qz, NULL, NULL}};
+    assert_int_equal(ferry_quant_dequantize_rows(&sp, &v, n, k, 2, n, got), FERRY_OK); /* rows 2.. */
+    for (int64_t o = 2; o < n; o++)
+      for (int64_t i = 0; i < k; i++)
+        assert_true(got[(o - 2) * k + i] == 0.125f * (float)(o + 1) * (float)((i * 3 + o) % 16 - (o + 2)));
+  }
+  /* compressed-tensors symmetric int4 (codes stored + 8), bf16 scales per group of 8 */
+  {
+    uint32_t wp[8 * 2] = {0};
+    uint16_t sc[8 * 2];
+    int64_t shape[2] = {n, k};
+    for (int64_t o = 0; o < n; o++) {
+      for (int64_t i = 0; i < k; i++) wp[o * 2 + i / 8] |= (uint32_t)((i + 2 * o) % 16) << (4 * (i % 8));
+      for (int g = 0; g < 2; g++) sc[o * 2 + g] = ferry__f32_to_bf16(g ? -2.0f : 0.5f);
+    }
+    struct ferry_qspec sp = spec_of("ct4-g8");
+    struct ferry_qview v = {{wp, sc, NULL, NULL, shape}};
+    assert_int_equal(ferry_quant_dequantize_rows(&sp, &v, n, k, 0, n, got), FERRY_OK);
+    for (int64_t o = 0; o < n; o++)
+      for (int64_t i = 0; i < k; i++)
+        assert_true(got[o * k + i] == (i >= 8 ? -2.0f : 0.5f) * (float)((i + 2 * o) % 16 - 8));
+  }
+  /* MXFP4: byte 0x71 is e2m1 codes 1 (0.5) then 7 (6.0); scale byte 128 is 2^1 */
+  {
+    uint8_t blocks[2 * 16], scales[2] = {128, 125};
+    memset(blocks, 0x71, sizeof blocks);
+    blocks[16] = 0xF9; /* -0.5 then -6.0 */
+    struct ferry_qspec sp = spec_of("mxfp4");
+    struct ferry_qview v = {{blocks, scales, NULL, NULL, NULL}};
+    float row[2 * 32];
+    assert_int_equal(ferry_quant_dequantize_rows(&sp, &v, 2, 32, 0, 2, row), FERRY_OK);
+    assert_true(row[0] == 1.0f && row[1] == 12.0f && row[31] == 12.0f);
+    assert_true(row[32] == -0.125f && row[33] == -1.5f && row[34] == 0.125f); /* 2^(125 - 127) */
+  }
+  /* fp8 e4m3 with one fp32 scale per 128 x 128 block: 0x38 = 1, 0x7E = 448, 0xB8 = -1, 0x01 = 2^-9 */
+  {
+    uint8_t w[4] = {0x38, 0x7E, 0xB8, 0x01};
+    float sinv = 0.5f;
+    struct ferry_qspec sp = spec_of("fp8b");
+    struct ferry_qview v = {{w, &sinv, NULL, NULL, NULL}};
+    float row[4];
+    assert_int_equal(ferry_quant_dequantize_rows(&sp, &v, 1, 4, 0, 1, row), FERRY_OK);
+    assert_true(row[0] == 0.5f && row[1] == 224.0f && row[2] == -0.5f && row[3] == ldexpf(1.0f, -10));
+  }
+  /* layouts: the parts their tools write, and ferry never quantizes into them */
+  struct ferry_qlayout lay;
+  struct ferry_qspec sp = spec_of("gptq4-g128");
+  assert_int_equal(ferry_quant_layout(&sp, 4096, 11008, &lay), FERRY_OK);
+  assert_string_equal(lay.part[FERRY_QPART_DATA].suffix, "qweight");
+  assert_int_equal(lay.part[FERRY_QPART_DATA].shape[0], 11008 / 8);
+  assert_int_equal(lay.part[FERRY_QPART_DATA].shape[1], 4096);
+  assert_string_equal(lay.part[FERRY_QPART_SCALES2].suffix, "g_idx");
+  sp = spec_of("mxfp4");
+  assert_int_equal(ferry_quant_layout(&sp, 5760, 2880, &lay), FERRY_OK);
+  assert_int_equal(lay.part[FERRY_QPART_DATA].ndim, 3);
+  assert_int_equal(lay.total_bytes, 5760u * 2880u / 2u + 5760u * 90u);
+  assert_int_equal(ferry_quant_layout(&sp, 64, 48, &lay), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "multiple of 32"));
+  float src[8 * 16] = {0};
+  uint8_t blob[4096];
+  struct ferry_qout qo = {{blob, blob, blob, blob, blob}};
+  sp = spec_of("awq4-g16");
+  assert_int_equal(ferry_quant_quantize(&sp, src, 8, 16, &qo), FERRY_ERR_UNSUPPORTED);
+  assert_true(tu_contains(ferry_last_error(), "published"));
+}
+
+/* The bytes the model accounts per tensor quantized as published are the format's layout. */
+static void test_published_bytes_agree(void **state) {
+  (void)state;
+  const struct {
+    const char *preset, *spec;
+  } cases[] = {{"deepseek-v3", "fp8b"}, {"gpt-oss-120b", "mxfp4"}};
+  for (size_t c = 0; c < 2; c++) {
+    ferry_model *m = NULL;
+    assert_int_equal(ferry_model_open(&m, cases[c].preset), FERRY_OK);
+    struct ferry_qspec sp = spec_of(cases[c].spec);
+    size_t checked = 0;
+    for (size_t i = 0; i < ferry_model_tensor_count(m); i++) {
+      const struct ferry_tensor_desc *t = ferry_model_tensor(m, i);
+      if (!t->quantized) continue;
+      assert_int_equal(t->bytes, ferry_quant_packed_bytes(&sp, t->shape[0], t->shape[1], NULL, NULL));
+      checked++;
+    }
+    assert_true(checked > 100);
+    ferry_model_close(m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_threads_same_bytes),
@@ -814,6 +943,7 @@ int main(void) {
       cmocka_unit_test(test_simd_matches_portable),
       cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_plan),
       cmocka_unit_test(test_metrics),
+      cmocka_unit_test(test_published_formats), cmocka_unit_test(test_published_bytes_agree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

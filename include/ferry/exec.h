@@ -20,6 +20,7 @@
 
 #include "ferry/activity.h"
 #include "ferry/dtype.h"
+#include "ferry/model.h"
 #include "ferry/status.h"
 
 #ifdef __cplusplus
@@ -66,6 +67,14 @@ enum ferry_kernel_kind {
   FERRY_K_GATHER_ROWS, /**< out[i,:] = x[rows[i],:] */
   FERRY_K_DEQUANTIZE,  /**< packed [n, k] weight (parts in aux[0..4], indexed by ferry_qpart;
                             m = packed bytes) expanded into y (fp32) */
+  FERRY_K_SPLIT_QKV,   /**< x [m, heads, 3, head_dim] (a fused query_key_value output) into q (y),
+                            k (aux[0]) and v (aux[1]), each [m, heads x head_dim] */
+  FERRY_K_MLA_ATTENTION, /**< multi-head latent attention with absorbed weights: append the new
+                            latent rows aux[0] [m, k + rot_dim] to the cache aux[2], then each
+                            query head of x [m, heads, head_dim + rot_dim] (no-RoPE part first)
+                            attends over the latent rows; w = kv_b_proj [heads x (head_dim + n), k];
+                            y [m, heads, n]. head_dim: qk_nope, rot_dim: qk_rope, k: kv_lora_rank,
+                            n: v_head_dim */
   FERRY_K_COUNT        /**< number of kinds, not a kind */
 };
 
@@ -80,8 +89,23 @@ struct ferry_ref {
 enum ferry_act_fn {
   FERRY_FN_SILU_MUL, /**< out = silu(a) * b */
   FERRY_FN_GELU,     /**< a = gelu(a) (tanh approximation off: exact erf) */
-  FERRY_FN_RELU      /**< a = relu(a) */
+  FERRY_FN_RELU,     /**< a = relu(a) */
+  FERRY_FN_GELU_TANH,     /**< a = gelu(a), tanh approximation (GPT-NeoX gelu_fast, BLOOM) */
+  FERRY_FN_GELU_TANH_MUL, /**< out = gelu_tanh(a) * b (Gemma GeGLU) */
+  FERRY_FN_SOFTCAP        /**< a = softcap * tanh(a / softcap) (Gemma 2 logits) */
 };
+
+/** Norm kinds of FERRY_K_NORM (its norm_kind). */
+enum ferry_norm_fn {
+  FERRY_NORMFN_RMS = 0,        /**< x * rsqrt(mean(x^2) + eps) * w */
+  FERRY_NORMFN_LAYER = 1,      /**< (x - mean) * rsqrt(var + eps) * w + b */
+  FERRY_NORMFN_RMS_OFFSET = 2, /**< x * rsqrt(mean(x^2) + eps) * (1 + w) (Gemma) */
+  FERRY_NORMFN_RMS_PLAIN = 3   /**< x * rsqrt(mean(x^2) + eps), no weight (Llama 4 q/k) */
+};
+
+/** Routed expert FFN layouts of FERRY_K_EXPERT (its expert_layout; enum ferry_expert_layout). */
+#define FERRY_EXPERT_W_TRANS_GATE 1 /**< w_trans bit: the gate (or fused gate_up) weight is stored [in, out] */
+#define FERRY_EXPERT_W_TRANS_DOWN 4 /**< w_trans bit: the down weight is stored [in, out] */
 
 /** A described kernel. Fields not used by a kind are ignored. */
 struct ferry_kernel {
@@ -96,7 +120,7 @@ struct ferry_kernel {
   struct ferry_ref y;          /**< main output (fp32 activations) */
   struct ferry_ref w;          /**< weight (matmul W, norm weight, embedding table, router logits) */
   struct ferry_ref b;          /**< bias (optional: buf NULL when absent) */
-  struct ferry_ref aux[6];     /**< kind-specific extra buffers (see exec.h per kind) */
+  struct ferry_ref aux[8];     /**< kind-specific extra buffers (see exec.h per kind) */
   const int32_t *ints;         /**< immediate ints: token ids, positions, row lists, ... */
   const int32_t *ints2;        /**< second immediate array: seq slots, ranks, ... */
   int64_t n_ints;              /**< length of ints (and ints2 when used) */
@@ -116,6 +140,33 @@ struct ferry_kernel {
   int64_t sliding_window;      /**< attention: window in tokens, 0 = none */
   int32_t qformat;             /**< dequantize: enum ferry_qformat of the packed weight */
   int32_t qgroup;              /**< dequantize: group size of the format (0 when it has none) */
+  /* Added for the 2024-26 families; zero keeps the behaviour above. */
+  float scale;                 /**< attention: softmax scale (0: 1/sqrt(head_dim)); embed: multiplier (0: 1) */
+  float softcap;               /**< attention: logits soft-capped c * tanh(s / c); activation FN_SOFTCAP: c */
+  int64_t attn_chunk;          /**< attention: queries see only their chunk of this many positions */
+  int kv_ring;                 /**< attention: the cache holds kv_capacity rows per sequence as a ring
+                                    (row = position % kv_capacity), enough for its window or chunk */
+  int alibi;                   /**< attention: ALiBi position bias per head (BLOOM) */
+  float temp_floor;            /**< attention: Llama 4 query temperature 1 + temp_scale *
+                                    log1p(floor((pos + 1) / temp_floor)); 0 = off */
+  float temp_scale;            /**< attention: see temp_floor */
+  const struct ferry_rope_params *rope; /**< rope: the layer's RoPE (NULL: default rotation with theta);
+                                             ints2 then holds each token's sequence length */
+  int64_t rot_offset;          /**< rope: first rotated dimension of each head (MLA: qk_nope) */
+  int64_t rot_dim;             /**< rope: rotated dimensions (0 = head_dim); mla attention: qk_rope */
+  int64_t ld;                  /**< norm: row stride of x and y in elements (0 = n) */
+  int32_t router_kind;         /**< router: enum ferry_router_kind */
+  int64_t n_group;             /**< router: expert groups of group-limited routing (0 or 1 = off) */
+  int64_t topk_group;          /**< router: groups a token may use */
+  float routed_scale;          /**< router: weights multiplied by this (0 = 1) */
+  float jitter;                /**< router: sparsemixer threshold epsilon */
+  int32_t expert_layout;       /**< expert: enum ferry_expert_layout (SPLIT: w gate, aux[0] up, aux[1]
+                                    down; FUSED: w gate_up [2n wide], aux[1] down, aux[6]/aux[7]
+                                    biases of gate_up and down or NULL) */
+  int32_t w_trans;             /**< expert: FERRY_EXPERT_W_TRANS_* bits of weights stored [in, out] */
+  float swiglu_limit;          /**< expert: clamped SwiGLU (gpt-oss) when > 0 */
+  int scale_input;             /**< expert: each routed row is multiplied by its weight (aux[5],
+                                    [m_tokens, top_k]) before the FFN (Llama 4) */
 };
 
 /**

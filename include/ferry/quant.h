@@ -38,6 +38,19 @@ enum ferry_qformat {
   FERRY_QFORMAT_INT3, /**< asymmetric 3-bit, fp16 scale and uint8 zero per group of a row */
   FERRY_QFORMAT_INT2, /**< asymmetric 2-bit, fp16 scale and uint8 zero per group of a row */
   FERRY_QFORMAT_NF4,  /**< QLoRA NormalFloat4, absmax per block, absmax double-quantized */
+  /* Formats of published checkpoints, read as they are stored (no quantizer here). */
+  FERRY_QFORMAT_GPTQ4,  /**< GPTQ 4-bit: qweight int32 [in/8, out], qzeros int32 [groups, out/8]
+                             (stored minus 1), fp16 scales [groups, out], g_idx int32 [in] */
+  FERRY_QFORMAT_AWQ4,   /**< AWQ GEMM 4-bit: qweight int32 [in, out/8] and qzeros int32
+                             [groups, out/8] in AWQ's nibble order, fp16 scales [groups, out] */
+  FERRY_QFORMAT_CT4,    /**< compressed-tensors pack-quantized symmetric int4: weight_packed
+                             int32 [out, in/8], bf16 weight_scale [out, groups], weight_shape */
+  FERRY_QFORMAT_CT4F16, /**< the same with fp16 weight_scale */
+  FERRY_QFORMAT_MXFP4,  /**< OCP MXFP4 as gpt-oss ships it: _blocks uint8 [out, in/32, 16]
+                             (two e2m1 values a byte, low nibble first), _scales uint8
+                             [out, in/32] (e8m0) */
+  FERRY_QFORMAT_FP8B,   /**< fp8 e4m3 weight [out, in] with fp32 weight_scale_inv per 128 x 128
+                             block (DeepSeek-V3) */
   FERRY_QFORMAT_COUNT /**< number of formats, not a format */
 };
 
@@ -86,8 +99,10 @@ enum ferry_qpart {
   FERRY_QPART_SCALES,   /**< "scales": per row (INT8, F32) or per group (INTn, F16);
                              "absmax" for NF4: per block, an 8-bit dynamic-map code (U8) */
   FERRY_QPART_ZEROS,    /**< "zeros": per-group zero points of INTn (U8) */
-  FERRY_QPART_SCALES2,  /**< "absmax_scales": NF4 second-level scale per 256 absmax (F32) */
-  FERRY_QPART_OFFSETS2, /**< "absmax_offsets": NF4 second-level mean per 256 absmax (F32) */
+  FERRY_QPART_SCALES2,  /**< "absmax_scales": NF4 second-level scale per 256 absmax (F32);
+                             "g_idx" of GPTQ (I32, the group of each input row) */
+  FERRY_QPART_OFFSETS2, /**< "absmax_offsets": NF4 second-level mean per 256 absmax (F32);
+                             "weight_shape" of compressed-tensors (I64 [2]) */
   FERRY_QPART_COUNT     /**< number of parts, not a part */
 };
 
@@ -96,8 +111,8 @@ struct ferry_qpart_desc {
   const char *suffix;     /**< tensor name suffix ("qweight", "scales", ...); NULL if the
                                format has no such part (then every other field is 0) */
   enum ferry_dtype dtype; /**< safetensors dtype of the part */
-  int32_t ndim;           /**< 1 or 2 */
-  int64_t shape[2];       /**< shape in elements of dtype (shape[1] unused when ndim is 1) */
+  int32_t ndim;           /**< 1, 2 or 3 */
+  int64_t shape[3];       /**< shape in elements of dtype (entries past ndim unused) */
   uint64_t bytes;         /**< exact size in bytes */
   uint64_t offset;        /**< offset in a contiguous blob; parts are 64-byte aligned there */
 };

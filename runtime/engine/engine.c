@@ -21,6 +21,28 @@ static void apply_defaults(struct ferry_engine_config *c, const struct ferry_mod
   if (c->max_seq_tokens <= 0) c->max_seq_tokens = mc->max_position < 2048 ? (int32_t)mc->max_position : 2048;
 }
 
+/* Per-layer tables the forward pass and the plan read: layer kinds, RoPE, which layers route. */
+static ferry_status layer_tables(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const size_t L = (size_t)mc->n_layers;
+  e->li = ferry__calloc(L, sizeof *e->li);
+  e->rope = ferry__calloc(L, sizeof *e->rope);
+  e->kv = ferry__calloc(L, sizeof *e->kv);
+  if (!e->li || !e->rope || !e->kv) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  e->first_moe_layer = -1;
+  e->n_moe_layers = 0;
+  for (int64_t l = 0; l < mc->n_layers; l++) {
+    ferry_model_layer_info(e->model, l, &e->li[l]);
+    if (e->li[l].rope) ferry_model_layer_rope(e->model, l, &e->rope[l]);
+    if (e->li[l].moe) {
+      if (e->first_moe_layer < 0) e->first_moe_layer = (int32_t)l;
+      e->n_moe_layers++;
+    }
+  }
+  e->attn_scale = (float)ferry_model_attn_scale(e->model);
+  return FERRY_OK;
+}
+
 /* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows. */
 static void layout_workspace(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
@@ -28,6 +50,12 @@ static void layout_workspace(struct ferry_engine *e) {
   const uint64_t H = (uint64_t)mc->hidden, qd = (uint64_t)(mc->n_heads * mc->head_dim),
                  kvd = (uint64_t)(mc->n_kv_heads * mc->head_dim);
   const uint64_t K = (uint64_t)mc->experts_per_token, E = (uint64_t)mc->n_experts;
+  const uint64_t latent = (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim);
+  const uint64_t attn = mc->kv_lora_rank && (uint64_t)(mc->n_heads * mc->v_head_dim) > qd
+                            ? (uint64_t)(mc->n_heads * mc->v_head_dim)
+                            : qd;
+  const int dense_layers = e->n_moe_layers < mc->n_layers;
+  const uint64_t ei = (uint64_t)mc->expert_intermediate * (mc->expert_layout != FERRY_EXPERTS_SPLIT ? 2 : 1);
   uint64_t off = 0;
 #define WS(field, floats)         \
   do {                            \
@@ -40,20 +68,23 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(dq[2], E ? e->max_q_numel : 0);
   WS(x, T * H);
   WS(h, T * H);
+  WS(h2, mc->parallel_residual ? T * H : 0);
   WS(q, T * qd);
-  WS(k, T * kvd);
+  WS(qa, T * (uint64_t)mc->q_lora_rank);
+  WS(qkv, mc->fused_qkv ? T * 3 * qd : 0);
+  WS(k, T * (kvd > latent ? kvd : latent));
   WS(v, T * kvd);
-  WS(attn, T * qd);
-  uint64_t inter = (uint64_t)mc->intermediate;
-  WS(g, E ? 0 : T * inter);
-  WS(u, E ? 0 : T * inter);
+  WS(attn, T * attn);
+  uint64_t inter = dense_layers ? (uint64_t)mc->intermediate : 0;
+  WS(g, T * inter);
+  WS(u, T * inter);
   WS(logits_r, T * E);
   WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e));
   WS(topk_w, T * K);
   WS(topk_ids, T * K);
   WS(expert_out, T * K * H);
   WS(gather, E ? T * H : 0);
-  WS(eg, T * (uint64_t)mc->expert_intermediate);
+  WS(eg, T * ei);
   WS(eu, T * (uint64_t)mc->expert_intermediate);
   uint64_t sh = mc->n_shared_experts ? (uint64_t)mc->shared_intermediate : 0;
   WS(sg, T * sh);
@@ -67,6 +98,29 @@ static void layout_workspace(struct ferry_engine *e) {
   e->ws.total = off;
 }
 
+/* The KV cache, layer by layer: K and V rows (MLA: the latent rows) for max_batch sequences of
+ * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see. */
+static uint64_t layout_kv(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const uint64_t B = (uint64_t)e->cfg.max_batch;
+  const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
+                                                                              : (uint64_t)(mc->n_kv_heads * mc->head_dim));
+  uint64_t off = 0;
+  for (int64_t l = 0; l < mc->n_layers; l++) {
+    struct kv_layer *kv = &e->kv[l];
+    const int64_t vis = e->li[l].kv_visible, need = vis + e->cfg.max_step_tokens;
+    kv->ring = vis > 0 && need < e->kv_capacity;
+    kv->rows = kv->ring ? (int32_t)need : e->kv_capacity;
+    const uint64_t region = B * (uint64_t)kv->rows * row;
+    kv->k_off = off;
+    off += region;
+    kv->v_off = off;
+    if (!mc->kv_lora_rank) off += region;
+  }
+  e->kv_total_bytes = off;
+  return off;
+}
+
 static uint64_t readback_bytes(const struct ferry_engine *e) {
   return ferry__readback_features_offset(e) + ferry__features_readback_bytes(e);
 }
@@ -76,12 +130,12 @@ static uint64_t readback_bytes(const struct ferry_engine *e) {
 /* What the KV cache was sized from, for messages: a cache sized from one long request is the
  * usual reason an allocation or a budget fails. */
 static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len) {
-  const uint64_t per_token = 2 * (uint64_t)e->mc->n_layers *
-                             ferry_kv_format_row_bytes(e->kv_format, (uint64_t)e->mc->n_kv_heads * (uint64_t)e->mc->head_dim);
+  /* every layer's row for one token; windowed layers hold a ring, so the total is the layout's */
+  const uint64_t per_token = ferry_model_kv_bytes(e->model, 1, e->kv_format);
   char total[32];
   snprintf(buf, len,
-           "KV cache %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)",
-           ferry__format_bytes((uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * per_token, total, sizeof total),
+           "%s %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)",
+           e->mc->kv_lora_rank ? "MLA cache" : "KV cache", ferry__format_bytes(e->kv_total_bytes, total, sizeof total),
            e->cfg.max_batch, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
   return buf;
 }
@@ -89,15 +143,16 @@ static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len)
 static ferry_status make_plan(struct ferry_engine *e) {
   struct ferry_plan_input in;
   uint64_t *attn = NULL, *ffn = NULL;
-  ferry_status st = ferry__engine_plan_input(e, &in, &attn, &ffn);
+  ferry_status st = layer_tables(e);
+  if (st != FERRY_OK) return st;
+  st = ferry__engine_plan_input(e, &in, &attn, &ffn);
   if (st != FERRY_OK) goto out;
   e->kv_format = ferry_model_kv_format(e->model, e->cfg.kv_format);
   e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
-  e->kv_layer_bytes = (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity *
-                      ferry_kv_format_row_bytes(e->kv_format, (uint64_t)e->mc->n_kv_heads * (uint64_t)e->mc->head_dim);
   layout_workspace(e);
-  in.kv_bytes = 2 * e->kv_layer_bytes * (uint64_t)e->mc->n_layers;
+  in.kv_bytes = layout_kv(e);
+  in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.total;
   e->bounce_bytes = BOUNCE_BYTES;
   in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes;
@@ -209,6 +264,10 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->tok_slot);
   ferry_free(e->tok_seq);
   ferry_free(e->tok_index);
+  ferry_free(e->tok_seqlen);
+  ferry_free(e->li);
+  ferry_free(e->rope);
+  ferry_free(e->kv);
   ferry_free(e->row_of_seq);
   ferry_free(e->expert_tokens);
   ferry_free(e->expert_ranks);
@@ -298,6 +357,7 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->tok_slot = ferry__calloc(T, sizeof(int32_t));
   e->tok_seq = ferry__calloc(T, sizeof(int32_t));
   e->tok_index = ferry__calloc(T, sizeof(int32_t));
+  e->tok_seqlen = ferry__calloc(T, sizeof(int32_t));
   e->row_of_seq = ferry__calloc((size_t)e->cfg.max_batch, sizeof(int32_t));
   e->expert_tokens = ferry__calloc(T * K, sizeof(int32_t));
   e->expert_ranks = ferry__calloc(T * K, sizeof(int32_t));
@@ -312,7 +372,7 @@ static ferry_status allocate(struct ferry_engine *e) {
   if (!e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
                           e->cfg.max_batch, e->kv_capacity);
-  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->row_of_seq ||
+  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
       !e->routing_w || !e->seqs || !e->votes || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
@@ -370,8 +430,8 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
                         ferry_exec_name(exec));
   if (st == FERRY_OK && e->has_data && e->mc->family == FERRY_FAMILY_OPT)
     st = ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED,
-                        "engine: OPT models are simulation-only (use ferry sim); the %s executor computes Llama, "
-                        "Mistral, Mixtral, Qwen2, Qwen2-MoE and OLMoE",
+                        "engine: OPT models are simulation-only (use ferry sim); the %s executor computes every "
+                        "other family",
                         ferry_exec_name(exec));
   /* An executor without data computes no router, so routing must come from somewhere the
    * user chose (a recorded trace, a synthetic model): a silent default would hide that choice. */
@@ -408,8 +468,9 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "  device: %s of %s budget\n", ferry__format_bytes(p->device_total_bytes, b[0], 32),
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
-  fprintf(f, "    KV cache         %s (%d sequences x %d tokens, %s)\n", ferry__format_bytes(p->device_kv_bytes, b[0], 32),
-          e->cfg.max_batch, e->kv_capacity, ferry_kv_format_name(e->kv_format));
+  fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
+          ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->cfg.max_batch, e->kv_capacity, ferry_kv_format_name(e->kv_format),
+          e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
   fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
           e->cfg.max_step_tokens);
   fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));
@@ -437,8 +498,9 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
             un->pinned ? "pinned on device" : un->home == FERRY_TIER_HOST ? "streamed from host" : "streamed from disk");
   }
   if (e->mc->n_experts) {
-    int64_t n = e->mc->n_layers * e->mc->n_experts;
-    fprintf(f, "    %-28s %12s  %s\n", "experts (each)", ferry__format_bytes(p->expert_slot_bytes ? p->expert_slot_bytes : e->units[e->expert_unit[0]].bytes, b[0], 32),
+    int64_t n = (int64_t)e->n_moe_layers * e->mc->n_experts;
+    const int32_t first = e->expert_unit[e->first_moe_layer * e->mc->n_experts];
+    fprintf(f, "    %-28s %12s  %s\n", "experts (each)", ferry__format_bytes(p->expert_slot_bytes ? p->expert_slot_bytes : e->units[first].bytes, b[0], 32),
             p->experts_pinned ? "pinned on device"
                               : p->experts_on_host == n ? "cached on device, homed in host memory"
                                                         : "cached on device, homed on host/disk");

@@ -62,9 +62,20 @@ struct staging_slot {
 /* Offsets (bytes) of the activation buffers inside the workspace. */
 struct workspace {
   uint64_t dq[3];            /* dequantized weights: matmul, or an expert's gate/up/down */
-  uint64_t x, h, q, k, v, attn, g, u, logits_r, logits_look, topk_w, topk_ids, expert_out, gather, eg, eu, sg, su,
-      sout, sgate, rows, rows_n, logits, total;
+  uint64_t x, h, h2, q, qa, qkv, k, v, attn, g, u, logits_r, logits_look, topk_w, topk_ids, expert_out, gather, eg,
+      eu, sg, su, sout, sgate, rows, rows_n, logits, total;
 };
+
+/* One layer's part of the KV cache: K and V regions (MLA: one latent region at k_off), each
+ * max_batch x rows rows. A windowed or chunked layer keeps a ring of the rows it can see. */
+struct kv_layer {
+  uint64_t k_off, v_off;
+  int32_t rows;
+  int ring;
+};
+
+/* Tensors of a routed expert by what they are (ferry__engine_loc). */
+enum { EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, EXPERT_GATE_UP, EXPERT_GATE_UP_BIAS, EXPERT_DOWN_BIAS, EXPERT_SLOTS };
 
 struct seq {
   int64_t req;          /* index into requests */
@@ -95,7 +106,7 @@ struct ferry_engine {
   int32_t *expert_unit;       /* layer * n_experts + expert -> unit */
   int32_t global_unit;
   int32_t *role_tensor;       /* (layer + 1) * FERRY_ROLE_COUNT + role -> tensor, or -1 */
-  int32_t *expert_tensor;     /* ((layer * n_experts) + expert) * 3 + {gate, up, down} -> tensor */
+  int32_t *expert_tensor;     /* ((layer * n_experts) + expert) * EXPERT_SLOTS + slot -> tensor, or -1 */
   int32_t *unit_slot;         /* streamed unit -> slot holding it, or -1 */
   uint64_t max_stage_extra;
   uint64_t max_q_numel;       /* elements of the largest quantized matrix (dequant scratch) */
@@ -107,9 +118,15 @@ struct ferry_engine {
   ferry_buf *pinned_buf, *kv_buf, *ws_buf, *block_buf, *expert_buf, *host_units_buf, *staging_buf, *readback_buf,
       *bounce_buf;
   struct workspace ws;
-  uint64_t kv_layer_bytes; /* bytes of K (or V) per layer */
   enum ferry_kv_format kv_format; /* resolved: never FERRY_KV_AUTO */
   enum ferry_dtype kv_dtype;      /* its element type, as the executors store it */
+  uint64_t kv_total_bytes;        /* the whole cache as laid out (layout_kv) */
+  struct ferry_layer_info *li;   /* per layer: MoE, window, chunk, RoPE */
+  struct ferry_rope_params *rope; /* per layer RoPE (when li.rope) */
+  struct kv_layer *kv;           /* per layer KV cache regions */
+  int32_t first_moe_layer;       /* -1 for dense models */
+  int32_t n_moe_layers;
+  float attn_scale;              /* softmax scale of attention */
   int32_t kv_capacity;
   uint64_t bounce_bytes;
 
@@ -131,6 +148,7 @@ struct ferry_engine {
 
   /* step-scoped arrays (sized once) */
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */
+  int32_t *tok_seqlen;      /* per token: its sequence's length after this step (length-dependent RoPE) */
   int32_t *row_of_seq;      /* rows whose logits are computed */
   int32_t *expert_tokens;   /* per layer: tokens grouped by expert */
   int32_t *expert_ranks;

@@ -66,7 +66,7 @@ ferry_status ferry__features_after_embed(struct ferry_engine *e) {
 }
 
 ferry_status ferry__features_copy_hidden(struct ferry_engine *e, int32_t layer) {
-  if (!e->cfg.token_features || layer != 0) return FERRY_OK;
+  if (!e->cfg.token_features || layer != e->first_moe_layer) return FERRY_OK;
   const uint64_t bytes = (uint64_t)e->n_tok * (uint64_t)e->mc->hidden * 4;
   TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->readback_buf, hidden_offset(e), FERRY_DTYPE_F32},
                       ferry__ws(e, e->ws.x), bytes));

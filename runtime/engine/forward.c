@@ -1,6 +1,9 @@
 /* One engine step: the forward pass of a batch of tokens (decode tokens and prefill chunks)
  * expressed as executor ops, with block prefetching at layer-block boundaries, the expert
- * cache consulted after each router, and the logits of the sampled rows read back. */
+ * cache consulted after each router, and the logits of the sampled rows read back. Each
+ * family's layer is the same skeleton (norm, attention, norm, FFN or MoE) with its variations
+ * chosen from the configuration: MLA, fused qkv, q/k norms, sandwich norms, parallel residual. */
+#include <math.h>
 #include <string.h>
 
 #include "engine_impl.h"
@@ -10,6 +13,8 @@
     ferry_status st_ = (call);                                                  \
     if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
   } while (0)
+
+#define NOREF ((struct ferry_ref){0})
 
 static struct ferry_kernel kernel(enum ferry_kernel_kind kind, const char *name, int32_t layer) {
   struct ferry_kernel k;
@@ -71,8 +76,15 @@ static ferry_status matmul(struct ferry_engine *e, const char *name, int32_t lay
   return matmul_w(e, name, layer, x, y, m, n, k, w, b, accumulate);
 }
 
-static ferry_status norm(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
-                         int64_t n, struct ferry_ref w, struct ferry_ref b) {
+/* The norm of this model's hidden states: RMSNorm, Gemma's (1 + w) RMSNorm, or LayerNorm. */
+static int model_norm(const struct ferry_model_config *mc) {
+  if (mc->norm == FERRY_NORM_LAYER) return FERRY_NORMFN_LAYER;
+  return mc->norm_unit_offset ? FERRY_NORMFN_RMS_OFFSET : FERRY_NORMFN_RMS;
+}
+
+/* y (+)= norm(x) over m rows of n (row stride ld, 0 = n). */
+static ferry_status norm_ex(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
+                           int64_t n, int64_t ld, struct ferry_ref w, struct ferry_ref b, int kind, int accumulate) {
   struct ferry_kernel k = kernel(FERRY_K_NORM, name, layer);
   k.x = ferry__ws(e, x);
   k.y = ferry__ws(e, y);
@@ -80,98 +92,243 @@ static ferry_status norm(struct ferry_engine *e, const char *name, int32_t layer
   k.b = b;
   k.m = m;
   k.n = n;
+  k.ld = ld;
   k.eps = (float)e->mc->norm_eps;
-  k.norm_kind = e->mc->norm == FERRY_NORM_LAYER;
+  k.norm_kind = kind;
+  k.accumulate = accumulate;
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   return FERRY_OK;
+}
+
+static ferry_status norm(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
+                         int64_t n, struct ferry_ref w, struct ferry_ref b) {
+  return norm_ex(e, name, layer, x, y, m, n, 0, w, b, model_norm(e->mc), 0);
 }
 
 static struct ferry_ref W(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer) {
   return ferry__engine_weight(e, role, layer, -1);
 }
 
-static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
+/* RoPE on `heads` rows of head_dim per token at x (and kv_heads rows at k when k_off is not 0):
+ * the layer's scaling and layout; rot_offset/rot_dim pick the rotated part of each row. */
+static ferry_status rope(struct ferry_engine *e, int32_t l, uint64_t x, int64_t heads, uint64_t k_off, int64_t kv_heads,
+                         int64_t head_dim, int64_t rot_offset, int64_t rot_dim) {
+  const struct ferry_rope_params *rp = &e->rope[l];
+  struct ferry_kernel k = kernel(FERRY_K_ROPE, "rope", l);
+  k.x = ferry__ws(e, x);
+  if (k_off) k.aux[0] = ferry__ws(e, k_off);
+  k.m = e->n_tok;
+  k.ints = e->tok_pos;
+  k.n_ints = e->n_tok;
+  k.heads = heads;
+  k.kv_heads = k_off ? kv_heads : 0;
+  k.head_dim = head_dim;
+  k.theta = rp->theta;
+  k.rot_offset = rot_offset;
+  k.rot_dim = rot_dim == head_dim ? 0 : rot_dim;
+  /* the plain rotation needs no parameters: executors without the scaled ones still run it */
+  if (rp->scaling.type != FERRY_ROPE_DEFAULT || rp->interleaved) {
+    k.rope = rp;
+    k.ints2 = e->tok_seqlen;
+  }
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  return FERRY_OK;
+}
+
+/* Tokens each query of layer l sees, summed over the step (the cost model's context). */
+static int64_t context_tokens(const struct ferry_engine *e, int32_t l) {
+  const struct ferry_layer_info *li = &e->li[l];
+  int64_t ctx = 0;
+  for (int64_t t = 0; t < e->n_tok; t++) {
+    const int64_t pos = e->tok_pos[t];
+    int64_t first = 0;
+    if (li->window > 0 && pos - li->window + 1 > first) first = pos - li->window + 1;
+    if (li->chunk > 0 && pos - pos % li->chunk > first) first = pos - pos % li->chunk;
+    ctx += pos - first + 1;
+  }
+  return ctx;
+}
+
+/* The attention op's cache and visibility fields for layer l. */
+static void attention_common(struct ferry_engine *e, int32_t l, struct ferry_kernel *k) {
+  const struct kv_layer *kv = &e->kv[l];
+  k->aux[2] = (struct ferry_ref){e->kv_buf, kv->k_off, e->kv_dtype};
+  k->aux[3] = (struct ferry_ref){e->kv_buf, kv->v_off, e->kv_dtype};
+  k->m = e->n_tok;
+  k->ints = e->tok_pos;
+  k->ints2 = e->tok_slot;
+  k->n_ints = e->n_tok;
+  k->kv_capacity = kv->rows;
+  k->kv_ring = kv->ring;
+  k->sliding_window = e->li[l].window;
+  k->attn_chunk = e->li[l].chunk;
+  k->context_tokens = context_tokens(e, l);
+}
+
+/* Multi-head latent attention (DeepSeek): low-rank q, the compressed kv row [c_kv | k_pe]
+ * normalised and rotated, attention in the latent space, o_proj into the residual. */
+static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, H = mc->hidden, NH = mc->n_heads, qk = mc->qk_nope_dim + mc->qk_rope_dim;
+  const int64_t rank = mc->kv_lora_rank, width = rank + mc->qk_rope_dim;
+  ferry_status st;
+  if (mc->q_lora_rank) {
+    if ((st = matmul(e, "attn.q_a", l, e->ws.h, e->ws.qa, T, mc->q_lora_rank, H, FERRY_ROLE_MLA_Q_A, NOREF, 0)) ||
+        (st = norm_ex(e, "q_a_norm", l, e->ws.qa, e->ws.qa, T, mc->q_lora_rank, 0, W(e, FERRY_ROLE_MLA_Q_A_NORM, l),
+                      NOREF, FERRY_NORMFN_RMS, 0)) ||
+        (st = matmul(e, "attn.q_b", l, e->ws.qa, e->ws.q, T, NH * qk, mc->q_lora_rank, FERRY_ROLE_MLA_Q_B, NOREF, 0)))
+      return st;
+  } else if ((st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, NH * qk, H, FERRY_ROLE_MLA_Q_B, NOREF, 0))) {
+    return st;
+  }
+  if ((st = matmul(e, "attn.kv_a", l, e->ws.h, e->ws.k, T, width, H, FERRY_ROLE_MLA_KV_A, NOREF, 0)) ||
+      (st = norm_ex(e, "kv_a_norm", l, e->ws.k, e->ws.k, T, rank, width, W(e, FERRY_ROLE_MLA_KV_A_NORM, l), NOREF,
+                    FERRY_NORMFN_RMS, 0)) ||
+      (st = rope(e, l, e->ws.q, NH, 0, 0, qk, mc->qk_nope_dim, mc->qk_rope_dim)) ||
+      (st = rope(e, l, e->ws.k, 1, 0, 0, width, rank, mc->qk_rope_dim)))
+    return st;
+  struct ferry_kernel k = kernel(FERRY_K_MLA_ATTENTION, "mla_attention", l);
+  if ((st = weight(e, FERRY_ROLE_MLA_KV_B, l, -1, 0, &k.w))) return st;
+  attention_common(e, l, &k);
+  k.x = ferry__ws(e, e->ws.q);
+  k.aux[0] = ferry__ws(e, e->ws.k);
+  k.aux[3] = NOREF;
+  k.y = ferry__ws(e, e->ws.attn);
+  k.heads = NH;
+  k.kv_heads = 1;
+  k.head_dim = mc->qk_nope_dim;
+  k.rot_dim = mc->qk_rope_dim;
+  k.k = rank;
+  k.n = mc->v_head_dim;
+  k.scale = e->attn_scale;
+  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, NH * mc->v_head_dim, FERRY_ROLE_ATTN_O, NOREF, 1);
+}
+
+/* q, k and v of the usual attention: separate projections, or one fused query_key_value. */
+static ferry_status qkv(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, qd = mc->n_heads * mc->head_dim, kvd = mc->n_kv_heads * mc->head_dim;
   ferry_status st;
-  if ((st = norm(e, "attn_norm", l, e->ws.x, e->ws.h, T, H, W(e, FERRY_ROLE_ATTN_NORM, l),
-                 W(e, FERRY_ROLE_ATTN_NORM_BIAS, l))) ||
-      (st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, qd, H, FERRY_ROLE_ATTN_Q, W(e, FERRY_ROLE_ATTN_Q_BIAS, l), 0)) ||
+  if (mc->fused_qkv) {
+    if ((st = matmul(e, "attn.qkv", l, e->ws.h, e->ws.qkv, T, 3 * qd, H, FERRY_ROLE_ATTN_QKV,
+                     W(e, FERRY_ROLE_ATTN_QKV_BIAS, l), 0)))
+      return st;
+    struct ferry_kernel k = kernel(FERRY_K_SPLIT_QKV, "split_qkv", l);
+    k.x = ferry__ws(e, e->ws.qkv);
+    k.y = ferry__ws(e, e->ws.q);
+    k.aux[0] = ferry__ws(e, e->ws.k);
+    k.aux[1] = ferry__ws(e, e->ws.v);
+    k.m = T;
+    k.heads = mc->n_heads;
+    k.head_dim = mc->head_dim;
+    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    return FERRY_OK;
+  }
+  if ((st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, qd, H, FERRY_ROLE_ATTN_Q, W(e, FERRY_ROLE_ATTN_Q_BIAS, l), 0)) ||
       (st = matmul(e, "attn.k", l, e->ws.h, e->ws.k, T, kvd, H, FERRY_ROLE_ATTN_K, W(e, FERRY_ROLE_ATTN_K_BIAS, l), 0)) ||
       (st = matmul(e, "attn.v", l, e->ws.h, e->ws.v, T, kvd, H, FERRY_ROLE_ATTN_V, W(e, FERRY_ROLE_ATTN_V_BIAS, l), 0)))
     return st;
-  if (mc->qk_norm) {
-    if ((st = norm(e, "q_norm", l, e->ws.q, e->ws.q, T, qd, W(e, FERRY_ROLE_Q_NORM, l), (struct ferry_ref){0})) ||
-        (st = norm(e, "k_norm", l, e->ws.k, e->ws.k, T, kvd, W(e, FERRY_ROLE_K_NORM, l), (struct ferry_ref){0})))
+  return FERRY_OK;
+}
+
+static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  const struct ferry_layer_info *li = &e->li[l];
+  const int64_t T = e->n_tok, H = mc->hidden, NH = mc->n_heads, KV = mc->n_kv_heads, hd = mc->head_dim;
+  const int64_t qd = NH * hd, kvd = KV * hd;
+  ferry_status st;
+  if ((st = norm(e, "attn_norm", l, e->ws.x, e->ws.h, T, H, W(e, FERRY_ROLE_ATTN_NORM, l),
+                 W(e, FERRY_ROLE_ATTN_NORM_BIAS, l))))
+    return st;
+  /* parallel residual (GPT-NeoX): the FFN reads the norm of the layer's input, not of x + attn */
+  if (mc->parallel_residual &&
+      (st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h2, T, H, W(e, FERRY_ROLE_FFN_NORM, l), W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+    return st;
+  if (mc->kv_lora_rank) return mla_part(e, l);
+  if ((st = qkv(e, l))) return st;
+  if (mc->qk_norm == FERRY_QK_NORM_FULL) {
+    if ((st = norm_ex(e, "q_norm", l, e->ws.q, e->ws.q, T, qd, 0, W(e, FERRY_ROLE_Q_NORM, l), NOREF, FERRY_NORMFN_RMS, 0)) ||
+        (st = norm_ex(e, "k_norm", l, e->ws.k, e->ws.k, T, kvd, 0, W(e, FERRY_ROLE_K_NORM, l), NOREF, FERRY_NORMFN_RMS, 0)))
+      return st;
+  } else if (mc->qk_norm == FERRY_QK_NORM_HEAD) {
+    const int kind = model_norm(mc); /* Gemma 3's q/k norms are (1 + w) like its others */
+    if ((st = norm_ex(e, "q_norm", l, e->ws.q, e->ws.q, T * NH, hd, 0, W(e, FERRY_ROLE_Q_NORM, l), NOREF, kind, 0)) ||
+        (st = norm_ex(e, "k_norm", l, e->ws.k, e->ws.k, T * KV, hd, 0, W(e, FERRY_ROLE_K_NORM, l), NOREF, kind, 0)))
       return st;
   }
-  if (!mc->learned_positions) {
-    struct ferry_kernel k = kernel(FERRY_K_ROPE, "rope", l);
-    k.x = ferry__ws(e, e->ws.q);
-    k.aux[0] = ferry__ws(e, e->ws.k);
-    k.m = T;
-    k.ints = e->tok_pos;
-    k.n_ints = T;
-    k.heads = mc->n_heads;
-    k.kv_heads = mc->n_kv_heads;
-    k.head_dim = mc->head_dim;
-    k.theta = mc->rope_theta;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  if (li->rope) {
+    const int64_t rd = mc->rotary_dim ? mc->rotary_dim : hd;
+    if ((st = rope(e, l, e->ws.q, NH, e->ws.k, KV, hd, 0, rd))) return st;
+    /* Llama 4: RoPE layers normalise q and k per head after the rotation */
+    if (mc->qk_norm == FERRY_QK_NORM_L2 &&
+        ((st = norm_ex(e, "q_l2norm", l, e->ws.q, e->ws.q, T * NH, hd, 0, NOREF, NOREF, FERRY_NORMFN_RMS_PLAIN, 0)) ||
+         (st = norm_ex(e, "k_l2norm", l, e->ws.k, e->ws.k, T * KV, hd, 0, NOREF, NOREF, FERRY_NORMFN_RMS_PLAIN, 0))))
+      return st;
   }
   struct ferry_kernel k = kernel(FERRY_K_ATTENTION, "attention", l);
+  attention_common(e, l, &k);
   k.x = ferry__ws(e, e->ws.q);
   k.y = ferry__ws(e, e->ws.attn);
   k.aux[0] = ferry__ws(e, e->ws.k);
   k.aux[1] = ferry__ws(e, e->ws.v);
-  k.aux[2] = (struct ferry_ref){e->kv_buf, (uint64_t)l * 2 * e->kv_layer_bytes, e->kv_dtype};
-  k.aux[3] = (struct ferry_ref){e->kv_buf, (uint64_t)l * 2 * e->kv_layer_bytes + e->kv_layer_bytes, e->kv_dtype};
-  k.m = T;
-  k.ints = e->tok_pos;
-  k.ints2 = e->tok_slot;
-  k.n_ints = T;
-  k.heads = mc->n_heads;
-  k.kv_heads = mc->n_kv_heads;
-  k.head_dim = mc->head_dim;
-  k.kv_capacity = e->kv_capacity;
-  k.sliding_window = mc->sliding_window;
-  int64_t ctx = 0;
-  for (int64_t t = 0; t < T; t++) {
-    int64_t c = e->tok_pos[t] + 1;
-    if (mc->sliding_window > 0 && c > mc->sliding_window) c = mc->sliding_window;
-    ctx += c;
+  k.aux[4] = W(e, FERRY_ROLE_ATTN_SINKS, l);
+  k.heads = NH;
+  k.kv_heads = KV;
+  k.head_dim = hd;
+  /* only a scale other than 1/sqrt(head_dim) is spelled out (executors may lack the option) */
+  if (fabsf(e->attn_scale - 1.0f / sqrtf((float)hd)) > 1e-6f * e->attn_scale) k.scale = e->attn_scale;
+  k.softcap = (float)mc->attn_softcap;
+  k.alibi = mc->alibi;
+  if (!li->rope && mc->attn_temp_floor > 0) {
+    k.temp_floor = (float)mc->attn_temp_floor;
+    k.temp_scale = (float)mc->attn_temp_scale;
   }
-  k.context_tokens = ctx;
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
-  /* residual: x += o_proj(attn) */
+  /* residual: x += o_proj(attn); Gemma normalises the output first */
+  if (mc->sandwich_norms)
+    return (st = matmul(e, "attn.o", l, e->ws.attn, e->ws.h, T, H, qd, FERRY_ROLE_ATTN_O, W(e, FERRY_ROLE_ATTN_O_BIAS, l), 0))
+               ? st
+               : norm_ex(e, "post_attn_norm", l, e->ws.h, e->ws.x, T, H, 0, W(e, FERRY_ROLE_POST_ATTN_NORM, l), NOREF,
+                         model_norm(mc), 1);
   return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, qd, FERRY_ROLE_ATTN_O, W(e, FERRY_ROLE_ATTN_O_BIAS, l), 1);
 }
 
-static ferry_status dense_ffn(struct ferry_engine *e, int32_t l) {
+/* The dense FFN of layer l on the normed input `in`, added into x (Gemma: normalised first). */
+static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, I = mc->intermediate;
   ferry_status st;
-  if (mc->act == FERRY_ACT_SWIGLU) {
-    if ((st = matmul(e, "mlp.gate", l, e->ws.h, e->ws.g, T, I, H, FERRY_ROLE_FFN_GATE, (struct ferry_ref){0}, 0)) ||
-        (st = matmul(e, "mlp.up", l, e->ws.h, e->ws.u, T, I, H, FERRY_ROLE_FFN_UP, (struct ferry_ref){0}, 0)))
+  if (mc->act == FERRY_ACT_SWIGLU || mc->act == FERRY_ACT_GEGLU) {
+    if ((st = matmul(e, "mlp.gate", l, in, e->ws.g, T, I, H, FERRY_ROLE_FFN_GATE, NOREF, 0)) ||
+        (st = matmul(e, "mlp.up", l, in, e->ws.u, T, I, H, FERRY_ROLE_FFN_UP, NOREF, 0)))
       return st;
-    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, "swiglu", l);
+    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, mc->act == FERRY_ACT_GEGLU ? "geglu" : "swiglu", l);
     k.x = ferry__ws(e, e->ws.g);
     k.aux[0] = ferry__ws(e, e->ws.u);
     k.y = ferry__ws(e, e->ws.g);
     k.m = T;
     k.n = I;
-    k.fn = FERRY_FN_SILU_MUL;
+    k.fn = mc->act == FERRY_ACT_GEGLU ? FERRY_FN_GELU_TANH_MUL : FERRY_FN_SILU_MUL;
     TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   } else {
-    if ((st = matmul(e, "mlp.fc1", l, e->ws.h, e->ws.g, T, I, H, FERRY_ROLE_FFN_UP, W(e, FERRY_ROLE_FFN_UP_BIAS, l), 0)))
+    if ((st = matmul(e, "mlp.fc1", l, in, e->ws.g, T, I, H, FERRY_ROLE_FFN_UP, W(e, FERRY_ROLE_FFN_UP_BIAS, l), 0)))
       return st;
-    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, mc->act == FERRY_ACT_GELU ? "gelu" : "relu", l);
+    const enum ferry_act_fn fn = mc->act == FERRY_ACT_GELU ? FERRY_FN_GELU
+                                 : mc->act == FERRY_ACT_GELU_TANH ? FERRY_FN_GELU_TANH
+                                                                  : FERRY_FN_RELU;
+    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, fn == FERRY_FN_RELU ? "relu" : "gelu", l);
     k.x = k.y = ferry__ws(e, e->ws.g);
     k.m = T;
     k.n = I;
-    k.fn = mc->act == FERRY_ACT_GELU ? FERRY_FN_GELU : FERRY_FN_RELU;
+    k.fn = fn;
     TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
   }
+  if (mc->sandwich_norms)
+    return (st = matmul(e, "mlp.down", l, e->ws.g, e->ws.h, T, H, I, FERRY_ROLE_FFN_DOWN, NOREF, 0))
+               ? st
+               : norm_ex(e, "post_ffn_norm", l, e->ws.h, e->ws.x, T, H, 0, W(e, FERRY_ROLE_POST_FFN_NORM, l), NOREF,
+                         model_norm(mc), 1);
   return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, FERRY_ROLE_FFN_DOWN, W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
 }
 
@@ -197,7 +354,7 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
   TRY(ferry_exec_sync(e->ex, e->ev_tmp));
   e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
-  if (l == 0) ferry__features_compute(e);
+  if (l == e->first_moe_layer) ferry__features_compute(e);
   if (e->has_data) {
     const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
     memcpy(e->routing_w, base, (size_t)(T * K) * 4);
@@ -224,22 +381,42 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
-static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot) {
+static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   struct slot *sl = &e->expert_slots[slot];
   if (slot >= 0 && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned)
     TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
   struct ferry_kernel k = kernel(FERRY_K_EXPERT, "expert", l);
   k.expert = x;
-  k.x = ferry__ws(e, e->ws.h);
+  k.x = ferry__ws(e, in);
   k.y = ferry__ws(e, e->ws.expert_out);
   ferry_status st;
-  if ((st = weight(e, FERRY_ROLE_EXPERT_GATE, l, x, 0, &k.w)) || (st = weight(e, FERRY_ROLE_EXPERT_UP, l, x, 1, &k.aux[0])) ||
-      (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, &k.aux[1])))
-    return st;
+  k.expert_layout = (int32_t)mc->expert_layout;
+  if (mc->expert_layout == FERRY_EXPERTS_SPLIT) {
+    if ((st = weight(e, FERRY_ROLE_EXPERT_GATE, l, x, 0, &k.w)) || (st = weight(e, FERRY_ROLE_EXPERT_UP, l, x, 1, &k.aux[0])) ||
+        (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, &k.aux[1])))
+      return st;
+  } else {
+    if ((st = weight(e, FERRY_ROLE_EXPERT_GATE_UP, l, x, 0, &k.w)) || (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, &k.aux[1])))
+      return st;
+    const struct tensor_loc *gu = ferry__engine_loc(e, FERRY_ROLE_EXPERT_GATE_UP, l, x);
+    const struct tensor_loc *dn = ferry__engine_loc(e, FERRY_ROLE_EXPERT_DOWN, l, x);
+    /* stored [in, out] unless dequantized (quantized formats pack [out, in] rows) */
+    if (!gu->quantized && ferry_model_tensor(e->model, (size_t)(gu - e->tensors))->transposed)
+      k.w_trans |= FERRY_EXPERT_W_TRANS_GATE;
+    if (!dn->quantized && ferry_model_tensor(e->model, (size_t)(dn - e->tensors))->transposed)
+      k.w_trans |= FERRY_EXPERT_W_TRANS_DOWN;
+    k.aux[6] = ferry__engine_weight(e, FERRY_ROLE_EXPERT_GATE_UP_BIAS, l, x);
+    k.aux[7] = ferry__engine_weight(e, FERRY_ROLE_EXPERT_DOWN_BIAS, l, x);
+    k.swiglu_limit = (float)mc->swiglu_limit;
+  }
   k.aux[2] = ferry__ws(e, e->ws.gather);
   k.aux[3] = ferry__ws(e, e->ws.eg);
   k.aux[4] = ferry__ws(e, e->ws.eu);
+  if (mc->expert_scale_input) {
+    k.scale_input = 1;
+    k.aux[5] = ferry__ws(e, e->ws.topk_w);
+  }
   k.m = e->expert_count[x];
   k.n = mc->expert_intermediate;
   k.k = mc->hidden;
@@ -283,6 +460,7 @@ static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
                           : NULL;
   for (int32_t ahead = 1; ahead <= depth && l + ahead < L; ahead++) {
     const int32_t target = l + ahead;
+    if (!e->li[target].moe) continue; /* a dense layer has no experts to fetch */
     memset(e->votes, 0, (size_t)E * sizeof *e->votes);
     for (int64_t t = 0; t < e->n_tok; t++) {
       const struct seq *q = &e->seqs[e->tok_seq[t]];
@@ -315,41 +493,49 @@ static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
 
 /* Gate lookahead: the routers of the next layers (resident) applied to this layer's hidden
  * state, into rows [ahead - 1][token] of logits_look; read back with the routing. An op of the
- * layer it runs in, on the weight of the layer it looks at. */
+ * layer it runs in, on the weight of the layer it looks at. Dense layers ahead have no router. */
 static ferry_status router_lookahead(struct ferry_engine *e, int32_t l) {
   const int32_t n_look = ferry__lookahead_layers(e);
   const int64_t T = e->n_tok, H = e->mc->hidden, E = e->mc->n_experts;
   for (int32_t ahead = 1; ahead <= n_look && l + ahead < e->mc->n_layers; ahead++) {
+    if (!e->li[l + ahead].moe) continue;
     const uint64_t y = e->ws.logits_look + (uint64_t)((int64_t)(ahead - 1) * T * E) * 4;
     struct ferry_ref w;
     ferry_status st = weight(e, FERRY_ROLE_ROUTER, l + ahead, -1, 0, &w);
-    if (st == FERRY_OK) st = matmul_w(e, "router.lookahead", l, e->ws.h, y, T, E, H, w, (struct ferry_ref){0}, 0);
+    if (st == FERRY_OK)
+      st = matmul_w(e, "router.lookahead", l, e->ws.h, y, T, E, H, w, W(e, FERRY_ROLE_ROUTER_BIAS, l + ahead), 0);
     if (st != FERRY_OK) return st;
   }
   return FERRY_OK;
 }
 
-static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
+static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
   ferry_status st;
-  if ((st = matmul(e, "router", l, e->ws.h, e->ws.logits_r, T, E, H, FERRY_ROLE_ROUTER, (struct ferry_ref){0}, 0)))
+  if ((st = matmul(e, "router", l, in, e->ws.logits_r, T, E, H, FERRY_ROLE_ROUTER, W(e, FERRY_ROLE_ROUTER_BIAS, l), 0)))
     return st;
   struct ferry_kernel rk = kernel(FERRY_K_ROUTER, "router_topk", l);
   rk.x = ferry__ws(e, e->ws.logits_r);
   rk.y = ferry__ws(e, e->ws.topk_w);
   rk.aux[0] = (struct ferry_ref){e->ws_buf, e->ws.topk_ids, FERRY_DTYPE_I32};
+  rk.aux[1] = W(e, FERRY_ROLE_ROUTER_SCORE_BIAS, l);
   rk.m = T;
   rk.n = E;
   rk.top_k = K;
   rk.renormalize = mc->norm_topk_prob;
+  rk.router_kind = (int32_t)mc->router;
+  rk.n_group = mc->n_group;
+  rk.topk_group = mc->topk_group;
+  rk.routed_scale = (float)mc->routed_scaling;
+  rk.jitter = (float)mc->router_jitter;
   TRY(ferry_exec_compute(e->ex, e->q_compute, &rk));
   if ((st = router_lookahead(e, l))) return st;
-  /* Shared expert on every token; its sigmoid gate scales it in the combine. */
+  /* Shared expert on every token; its sigmoid gate (Qwen2-MoE) scales it in the combine. */
   if (mc->n_shared_experts) {
     const int64_t S = mc->shared_intermediate;
-    if ((st = matmul(e, "shared.gate", l, e->ws.h, e->ws.sg, T, S, H, FERRY_ROLE_SHARED_GATE, (struct ferry_ref){0}, 0)) ||
-        (st = matmul(e, "shared.up", l, e->ws.h, e->ws.su, T, S, H, FERRY_ROLE_SHARED_UP, (struct ferry_ref){0}, 0)))
+    if ((st = matmul(e, "shared.gate", l, in, e->ws.sg, T, S, H, FERRY_ROLE_SHARED_GATE, NOREF, 0)) ||
+        (st = matmul(e, "shared.up", l, in, e->ws.su, T, S, H, FERRY_ROLE_SHARED_UP, NOREF, 0)))
       return st;
     struct ferry_kernel k = kernel(FERRY_K_SWIGLU, "swiglu", l);
     k.x = k.y = ferry__ws(e, e->ws.sg);
@@ -358,11 +544,10 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
     k.n = S;
     k.fn = FERRY_FN_SILU_MUL;
     TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
-    if ((st = matmul(e, "shared.down", l, e->ws.sg, e->ws.sout, T, H, S, FERRY_ROLE_SHARED_DOWN, (struct ferry_ref){0}, 0)))
+    if ((st = matmul(e, "shared.down", l, e->ws.sg, e->ws.sout, T, H, S, FERRY_ROLE_SHARED_DOWN, NOREF, 0)))
       return st;
     if (mc->shared_expert_gate &&
-        (st = matmul(e, "shared.gate_logit", l, e->ws.h, e->ws.sgate, T, 1, H, FERRY_ROLE_SHARED_EXPERT_GATE,
-                     (struct ferry_ref){0}, 0)))
+        (st = matmul(e, "shared.gate_logit", l, in, e->ws.sgate, T, 1, H, FERRY_ROLE_SHARED_EXPERT_GATE, NOREF, 0)))
       return st;
   }
   if ((st = routing(e, l))) return st;
@@ -382,7 +567,7 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
     }
   if (e->plan.experts_pinned) {
     for (int32_t x = 0; x < E; x++)
-      if (e->expert_count[x] && (st = run_expert(e, l, x, -1))) return st;
+      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
   } else {
     /* Hits first (their data may already be there), then misses, each fetched into a slot
      * chosen by the cache policy. */
@@ -397,7 +582,7 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
         e->prefetches_used++;
       }
       ferry__cache_touch(&e->cache, slot);
-      if ((st = run_expert(e, l, x, slot))) return st;
+      if ((st = run_expert(e, l, x, slot, in))) return st;
     }
     for (int32_t x = 0; x < E; x++) {
       if (!e->expert_count[x]) continue;
@@ -408,14 +593,15 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l) {
       e->step_misses++;
       ferry__cache_touch(&e->cache, slot);
       if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
-      if ((st = run_expert(e, l, x, slot))) return st;
+      if ((st = run_expert(e, l, x, slot, in))) return st;
     }
     if ((st = prefetch_experts(e, l))) return st;
   }
   struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
   ck.y = ferry__ws(e, e->ws.x);
   ck.aux[0] = ferry__ws(e, e->ws.expert_out);
-  ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+  /* Llama 4 weighted each expert's input already */
+  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
   if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
   if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
   ck.m = T;
@@ -440,7 +626,17 @@ static ferry_status logits(struct ferry_engine *e) {
                          W(e, FERRY_ROLE_FINAL_NORM_BIAS, -1));
   if (st) return st;
   enum ferry_tensor_role head = mc->tied_embeddings ? FERRY_ROLE_EMBED : FERRY_ROLE_LM_HEAD;
-  if ((st = matmul(e, "lm_head", -1, e->ws.rows_n, e->ws.logits, S, V, H, head, (struct ferry_ref){0}, 0))) return st;
+  if ((st = matmul(e, "lm_head", -1, e->ws.rows_n, e->ws.logits, S, V, H, head, W(e, FERRY_ROLE_LM_HEAD_BIAS, -1), 0)))
+    return st;
+  if (mc->final_softcap > 0) {
+    struct ferry_kernel k = kernel(FERRY_K_SWIGLU, "logit_softcap", -1);
+    k.x = k.y = ferry__ws(e, e->ws.logits);
+    k.m = S;
+    k.n = V;
+    k.fn = FERRY_FN_SOFTCAP;
+    k.softcap = (float)mc->final_softcap;
+    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  }
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
   const uint64_t off = ferry__readback_logits_offset(e);
@@ -473,10 +669,14 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
     }
   }
   if ((st = attention_part(e, l))) return st;
-  if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
-                 W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
-    return st;
-  st = mc->n_experts ? moe_ffn(e, l) : dense_ffn(e, l);
+  uint64_t in = e->ws.h2;
+  if (!mc->parallel_residual) {
+    in = e->ws.h;
+    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+      return st;
+  }
+  st = e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
   if (st) return st;
   if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
     TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
@@ -486,9 +686,22 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
+/* Each token's sequence length after this step: length-dependent RoPE (dynamic NTK,
+ * LongRoPE) rotates a step's tokens with the frequencies of that length, as transformers does
+ * for the sequence it is given. */
+static void step_seqlens(struct ferry_engine *e) {
+  for (int64_t t = 0; t < e->n_tok; t++) {
+    int32_t len = e->tok_pos[t] + 1;
+    for (int64_t u = 0; u < e->n_tok; u++)
+      if (e->tok_seq[u] == e->tok_seq[t] && e->tok_pos[u] + 1 > len) len = e->tok_pos[u] + 1;
+    e->tok_seqlen[t] = len;
+  }
+}
+
 ferry_status ferry__engine_step(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
+  step_seqlens(e);
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
   if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
   k.y = ferry__ws(e, e->ws.x);
@@ -501,7 +714,13 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
     k.aux[0] = W(e, FERRY_ROLE_POS_EMBED, -1);
     k.pos_offset = 2;
   }
+  /* Gemma: embeddings times sqrt(hidden), rounded to the activation dtype (fp32 here) */
+  if (mc->scale_embeddings) k.scale = sqrtf((float)mc->hidden);
   TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  if (mc->embed_norm &&
+      (st = norm(e, "embed_norm", -1, e->ws.x, e->ws.x, e->n_tok, mc->hidden, W(e, FERRY_ROLE_EMBED_NORM, -1),
+                 W(e, FERRY_ROLE_EMBED_NORM_BIAS, -1))))
+    return st;
   if ((st = ferry__features_after_embed(e))) return st;
   for (int32_t l = 0; l < mc->n_layers; l++) {
     /* a range of the host issuing the layer (waits for routing included) */

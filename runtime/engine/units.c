@@ -18,15 +18,17 @@ enum group { G_GLOBAL, G_ATTN, G_FFN, G_EXPERT };
 
 /* routers_resident: every layer's router lives with the global weights, so a layer can apply
  * the routers of the layers after it (gate lookahead) whatever block is on the device. */
-static enum group tensor_group(const struct ferry_model_config *mc, const struct ferry_tensor_desc *t,
+static enum group tensor_group(const struct ferry_engine *e, const struct ferry_tensor_desc *t,
                                int routers_resident) {
   if (t->layer < 0) return G_GLOBAL;
-  if (routers_resident && t->role == FERRY_ROLE_ROUTER) return G_GLOBAL;
+  if (routers_resident && (t->role == FERRY_ROLE_ROUTER || t->role == FERRY_ROLE_ROUTER_BIAS)) return G_GLOBAL;
   if (t->expert >= 0) return G_EXPERT;
   switch (t->role) {
     case FERRY_ROLE_FFN_NORM:
     case FERRY_ROLE_FFN_NORM_BIAS:
-      return mc->n_experts > 0 ? G_ATTN : G_FFN;
+    case FERRY_ROLE_POST_FFN_NORM:
+      /* an MoE layer's FFN is its experts: the norm stays with attention */
+      return e->li[t->layer].moe ? G_ATTN : G_FFN;
     case FERRY_ROLE_FFN_GATE:
     case FERRY_ROLE_FFN_UP:
     case FERRY_ROLE_FFN_UP_BIAS:
@@ -35,6 +37,19 @@ static enum group tensor_group(const struct ferry_model_config *mc, const struct
       return G_FFN;
     default:
       return G_ATTN; /* attention, norms, router, shared expert */
+  }
+}
+
+/* The slot of a routed expert's tensor in expert_tensor, -1 for other roles. */
+static int expert_slot(enum ferry_tensor_role role) {
+  switch (role) {
+    case FERRY_ROLE_EXPERT_GATE: return EXPERT_GATE;
+    case FERRY_ROLE_EXPERT_UP: return EXPERT_UP;
+    case FERRY_ROLE_EXPERT_DOWN: return EXPERT_DOWN;
+    case FERRY_ROLE_EXPERT_GATE_UP: return EXPERT_GATE_UP;
+    case FERRY_ROLE_EXPERT_GATE_UP_BIAS: return EXPERT_GATE_UP_BIAS;
+    case FERRY_ROLE_EXPERT_DOWN_BIAS: return EXPERT_DOWN_BIAS;
+    default: return -1;
   }
 }
 
@@ -112,6 +127,83 @@ static ferry_status quantized_parts(struct ferry_engine *e, const struct ferry_t
   return FERRY_OK;
 }
 
+/* The format a tensor quantized as published is stored in, from the config's
+ * quantization_config; FERRY_ERR_UNSUPPORTED for variants ferry cannot dequantize. */
+static ferry_status published_spec(struct ferry_engine *e, const struct ferry_tensor_desc *t, enum ferry_dtype scale_dt,
+                                   struct ferry_qspec *spec) {
+  const struct ferry_ckpt_quant_config *q = &e->mc->quant;
+  spec->group_size = (int32_t)q->group_size;
+  switch (q->kind) {
+    case FERRY_CKPT_GPTQ: spec->format = FERRY_QFORMAT_GPTQ4; break;
+    case FERRY_CKPT_AWQ: spec->format = FERRY_QFORMAT_AWQ4; break;
+    case FERRY_CKPT_COMPRESSED:
+      spec->format = scale_dt == FERRY_DTYPE_F16 ? FERRY_QFORMAT_CT4F16 : FERRY_QFORMAT_CT4;
+      if (!q->symmetric)
+        return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: asymmetric compressed-tensors weights are not read",
+                              t->name);
+      break;
+    case FERRY_CKPT_MXFP4: spec->format = FERRY_QFORMAT_MXFP4, spec->group_size = 0; break;
+    case FERRY_CKPT_FP8_BLOCK:
+      spec->format = FERRY_QFORMAT_FP8B, spec->group_size = 0;
+      if (q->block[0] != 128 || q->block[1] != 128)
+        return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: fp8 blocks of %lld x %lld (read: 128 x 128)", t->name,
+                              (long long)q->block[0], (long long)q->block[1]);
+      break;
+    case FERRY_CKPT_NONE: return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "%s: not quantized", t->name);
+  }
+  if (q->kind != FERRY_CKPT_MXFP4 && q->kind != FERRY_CKPT_FP8_BLOCK && q->bits != 4)
+    return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: %d-bit %s weights are not read (4-bit are)", t->name,
+                          q->bits, q->kind == FERRY_CKPT_GPTQ ? "GPTQ" : q->kind == FERRY_CKPT_AWQ ? "AWQ" : "compressed-tensors");
+  if (ferry_quant_spec_check(spec) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: %s", t->name, ferry_last_error());
+  return FERRY_OK;
+}
+
+/* A tensor quantized as published: its parts under the names its tool gives them ("x.qweight",
+ * "x.weight_scale", "x_blocks"), each checked against the shape the format implies; the slice of
+ * a fused [experts, ...] checkpoint tensor for one expert. */
+static ferry_status published_parts(struct ferry_engine *e, const struct ferry_tensor_desc *t, struct tensor_file *out) {
+  const char *file0 = ferry_store_file_path(e->store, 0);
+  char prefix[112], name[160];
+  size_t n = strlen(t->name);
+  const int mx = e->mc->quant.kind == FERRY_CKPT_MXFP4;
+  if (!mx && n > 7 && !strcmp(t->name + n - 7, ".weight")) n -= 7;
+  snprintf(prefix, sizeof prefix, "%.*s", (int)n, t->name);
+  /* compressed-tensors scales come in the model's dtype: look before choosing the format */
+  snprintf(name, sizeof name, "%s.weight_scale", prefix);
+  const struct ferry_store_tensor *sc = ferry_store_find(e->store, name);
+  ferry_status st = published_spec(e, t, sc ? sc->dtype : FERRY_DTYPE_BF16, &out->spec);
+  if (st != FERRY_OK) return st;
+  struct ferry_qlayout lay;
+  if (ferry_quant_layout(&out->spec, t->shape[0], t->shape[1], &lay) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s: %s", file0, t->name, ferry_last_error());
+  out->quantized = 1;
+  out->n_parts = FERRY_QPART_COUNT;
+  const int lead = t->slice >= 0;
+  for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+    if (!lay.part[p].suffix) continue;
+    snprintf(name, sizeof name, "%s%s%s", prefix, mx ? "_" : ".", lay.part[p].suffix);
+    const struct ferry_store_tensor *s = ferry_store_find(e->store, name);
+    if (!s)
+      return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s, quantized as published, has no part %s", file0,
+                            t->name, name);
+    int same = s->dtype == lay.part[p].dtype && s->ndim == lay.part[p].ndim + lead && (!lead || s->shape[0] == t->n_slices);
+    for (int d = 0; same && d < lay.part[p].ndim; d++) same = s->shape[d + lead] == lay.part[p].shape[d];
+    const uint64_t bytes = lead ? s->nbytes / (uint64_t)t->n_slices : s->nbytes;
+    if (!same || bytes != lay.part[p].bytes)
+      return ferry__err_set(&e->err, FERRY_ERR_FORMAT,
+                            "%s: %s has dtype %s and %llu bytes%s, but %s [%lld, %lld] stored as %s needs %s with %llu "
+                            "bytes",
+                            ferry_store_file_path(e->store, s->file), name, ferry_dtype_st_name(s->dtype),
+                            (unsigned long long)bytes, lead ? " per expert" : "", t->name, (long long)t->shape[0],
+                            (long long)t->shape[1], ferry_quant_spec_name(&out->spec, prefix, sizeof prefix),
+                            ferry_dtype_st_name(lay.part[p].dtype), (unsigned long long)lay.part[p].bytes);
+    out->part[p] = (struct part_file){s->file, s->offset + (lead ? (uint64_t)t->slice * bytes : 0), bytes, s->dtype};
+    out->bytes += bytes;
+  }
+  return FERRY_OK;
+}
+
 static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st) {
   size_t n = ferry_model_tensor_count(e->model);
   struct tensor_file *tf = ferry__calloc(n, sizeof *tf);
@@ -125,7 +217,9 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
   uint64_t virtual_offset = 0;
   for (size_t i = 0; i < n; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
-    if (e->store) {
+    if (e->store && t->quantized) {
+      if ((*st = published_parts(e, t, &tf[i])) != FERRY_OK) goto fail;
+    } else if (e->store) {
       const cJSON *q = qmap ? cJSON_GetObjectItemCaseSensitive(qmap, t->name) : NULL;
       if (q) {
         if (!cJSON_IsString(q) || (*st = quantized_parts(e, t, q->valuestring, &tf[i])) != FERRY_OK) {
@@ -142,14 +236,16 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
                              ferry_store_file_path(e->store, 0), t->name);
         goto fail;
       }
-      int same = s->ndim == t->ndim;
-      for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+      /* a slice of a fused [n_slices, ...] tensor: its shape after the leading dimension */
+      const int lead = t->slice >= 0;
+      int same = s->ndim == t->ndim + lead && (!lead || s->shape[0] == t->n_slices);
+      for (int d = 0; same && d < t->ndim; d++) same = s->shape[d + lead] == t->shape[d];
       if (!same) {
         *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT,
-                             "%s: tensor %s has %d dims [%lld, %lld], the model expects [%lld, %lld]",
+                             "%s: tensor %s has %d dims [%lld, %lld, ...], the model expects %s[%lld, %lld]",
                              ferry_store_file_path(e->store, s->file), t->name, s->ndim, (long long)s->shape[0],
-                             (long long)(s->ndim > 1 ? s->shape[1] : 0), (long long)t->shape[0],
-                             (long long)(t->ndim > 1 ? t->shape[1] : 0));
+                             (long long)(s->ndim > 1 ? s->shape[1] : 0), lead ? "n_experts x " : "",
+                             (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0));
         goto fail;
       }
       if (s->dtype != FERRY_DTYPE_F32 && s->dtype != FERRY_DTYPE_F16 && s->dtype != FERRY_DTYPE_BF16) {
@@ -157,9 +253,27 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
                              ferry_store_file_path(e->store, s->file), t->name, ferry_dtype_st_name(s->dtype));
         goto fail;
       }
+      const uint64_t bytes = lead ? s->nbytes / (uint64_t)t->n_slices : s->nbytes;
       tf[i].n_parts = 1;
-      tf[i].part[0] = (struct part_file){s->file, s->offset, s->nbytes, s->dtype};
-      tf[i].bytes = s->nbytes;
+      tf[i].part[0] = (struct part_file){s->file, s->offset + (lead ? (uint64_t)t->slice * bytes : 0), bytes, s->dtype};
+      tf[i].bytes = bytes;
+    } else if (t->quantized) {
+      /* simulated, quantized as published: its parts move and sit in memory at their packed
+       * size, and each use dequantizes them first */
+      struct ferry_qlayout lay;
+      if ((*st = published_spec(e, t, FERRY_DTYPE_BF16, &tf[i].spec)) != FERRY_OK) goto fail;
+      if (ferry_quant_layout(&tf[i].spec, t->shape[0], t->shape[1], &lay) != FERRY_OK) {
+        *st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "%s: %s", t->name, ferry_last_error());
+        goto fail;
+      }
+      tf[i].quantized = 1;
+      tf[i].n_parts = FERRY_QPART_COUNT;
+      for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+        if (!lay.part[p].suffix) continue;
+        tf[i].part[p] = (struct part_file){0, virtual_offset, lay.part[p].bytes, lay.part[p].dtype};
+        virtual_offset += lay.part[p].bytes;
+        tf[i].bytes += lay.part[p].bytes;
+      }
     } else if (e->cfg.quant_set && t->ndim == 2 &&
                e->cfg.quant.spec[ferry_quant_class_of_role(t->role)].format > FERRY_QFORMAT_BF16) {
       /* simulated quantized model: the parts' sizes from the format's layout */
@@ -226,7 +340,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
     uint64_t b = tf[i].bytes + RANGE_ALIGN * (uint64_t)tf[i].n_parts;
     if (tf[i].quantized && t->numel > e->max_q_numel) e->max_q_numel = t->numel;
-    switch (tensor_group(mc, t, e->cfg.router_lookahead)) {
+    switch (tensor_group(e, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: in->global_bytes += b; break;
       case G_ATTN: (*attn)[t->layer] += b; break;
       case G_FFN: (*ffn)[t->layer] += b; break;
@@ -335,7 +449,7 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
   e->expert_unit = ferry__calloc((size_t)(L * E > 0 ? L * E : 1), sizeof *e->expert_unit);
   int32_t *layer_unit = ferry__calloc((size_t)L, sizeof *layer_unit);
   e->role_tensor = ferry__calloc((size_t)(L + 1) * FERRY_ROLE_COUNT, sizeof *e->role_tensor);
-  e->expert_tensor = ferry__calloc((size_t)(L * E > 0 ? L * E * 3 : 1), sizeof *e->expert_tensor);
+  e->expert_tensor = ferry__calloc((size_t)(L * E > 0 ? L * E * EXPERT_SLOTS : 1), sizeof *e->expert_tensor);
   e->unit_slot = ferry__calloc((size_t)max_units, sizeof *e->unit_slot);
   if (!unit_of || !members || !e->units || !e->tensors || !e->block_unit || !e->expert_unit || !layer_unit ||
       !e->role_tensor || !e->expert_tensor || !e->unit_slot) {
@@ -360,27 +474,32 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
                                    .n_layers = p->blocks[b].n_layers, .expert = -1, .block = b,
                                    .home = p->blocks[b].home};
   }
-  for (int32_t l = 0; l < L; l++)
+  int32_t moe_rank = 0;
+  for (int32_t l = 0; l < L; l++) {
+    for (int32_t x = 0; x < E; x++) e->expert_unit[l * E + x] = -1;
+    if (!e->li[l].moe) continue;
     for (int32_t x = 0; x < E; x++) {
-      int32_t idx = l * E + x;
-      e->expert_unit[idx] = nu;
+      /* host homes go to the first experts in layer order, counting MoE layers only */
+      int32_t idx = moe_rank * E + x;
+      e->expert_unit[l * E + x] = nu;
       e->units[nu++] = (struct unit){.kind = UNIT_EXPERT, .layer = l, .n_layers = 1, .expert = x, .block = -1,
                                      .pinned = p->experts_pinned,
                                      .home = idx < p->experts_on_host ? FERRY_TIER_HOST : FERRY_TIER_DISK};
     }
+    moe_rank++;
+  }
   e->n_units = nu;
   for (int32_t i = 0; i < (L + 1) * FERRY_ROLE_COUNT; i++) e->role_tensor[i] = -1;
-  for (int32_t i = 0; i < L * E * 3; i++) e->expert_tensor[i] = -1;
+  for (int32_t i = 0; i < L * E * EXPERT_SLOTS; i++) e->expert_tensor[i] = -1;
   for (int32_t u = 0; u < max_units; u++) e->unit_slot[u] = -1;
   for (size_t i = 0; i < n_tensors; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
     if (t->expert >= 0) {
-      int which = t->role == FERRY_ROLE_EXPERT_GATE ? 0 : t->role == FERRY_ROLE_EXPERT_UP ? 1 : 2;
-      e->expert_tensor[(t->layer * E + t->expert) * 3 + which] = (int32_t)i;
+      e->expert_tensor[(t->layer * E + t->expert) * EXPERT_SLOTS + expert_slot(t->role)] = (int32_t)i;
     } else {
       e->role_tensor[(t->layer + 1) * FERRY_ROLE_COUNT + (int32_t)t->role] = (int32_t)i;
     }
-    switch (tensor_group(mc, t, e->cfg.router_lookahead)) {
+    switch (tensor_group(e, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: unit_of[i] = e->global_unit; break;
       case G_ATTN:
         unit_of[i] = p->attn_pinned[t->layer] ? layer_unit[t->layer] : e->block_unit[p->layer_block[t->layer]];
@@ -429,8 +548,9 @@ const struct tensor_loc *ferry__engine_loc(const struct ferry_engine *e, enum fe
                                           int32_t expert) {
   int32_t ti;
   if (expert >= 0) {
-    int which = role == FERRY_ROLE_EXPERT_GATE ? 0 : role == FERRY_ROLE_EXPERT_UP ? 1 : 2;
-    ti = e->expert_tensor[(layer * (int32_t)e->mc->n_experts + expert) * 3 + which];
+    const int slot = expert_slot(role);
+    if (slot < 0) return NULL;
+    ti = e->expert_tensor[(layer * (int32_t)e->mc->n_experts + expert) * EXPERT_SLOTS + slot];
   } else {
     ti = e->role_tensor[(layer + 1) * FERRY_ROLE_COUNT + (int32_t)role];
   }

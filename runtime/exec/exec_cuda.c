@@ -240,10 +240,50 @@ static ferry_status bad_kernel(struct ferry_exec *ex, const struct ferry_kernel 
                         why);
 }
 
+/* Features of the 2024-26 families the cuda kernels do not compute yet: a clear refusal
+ * rather than a silently different result. NULL when the kernel asks for none of them. */
+static const char *unsupported_feature(const struct ferry_kernel *k) {
+  switch (k->kind) {
+    case FERRY_K_EMBED: return k->scale != 0 && k->scale != 1 ? "scaled embeddings (Gemma)" : NULL;
+    case FERRY_K_NORM:
+      if (k->norm_kind > FERRY_NORMFN_LAYER) return "offset or weightless RMSNorm (Gemma, Llama 4)";
+      return k->accumulate || (k->ld && k->ld != k->n) ? "accumulating or strided norms" : NULL;
+    case FERRY_K_ROPE:
+      return k->rope || k->rot_offset || (k->rot_dim && k->rot_dim != k->head_dim)
+                 ? "scaled, partial, offset or interleaved RoPE"
+                 : NULL;
+    case FERRY_K_ATTENTION:
+      return k->scale != 0 || k->softcap != 0 || k->attn_chunk || k->kv_ring || k->alibi || k->temp_floor != 0 ||
+                     k->aux[4].buf
+                 ? "attention with a set scale, soft-capping, chunks, a ring cache, ALiBi, temperature or sinks"
+                 : NULL;
+    case FERRY_K_SWIGLU: return k->fn > FERRY_FN_RELU ? "GELU-tanh, GeGLU and soft-capping activations" : NULL;
+    case FERRY_K_ROUTER:
+      return k->router_kind != FERRY_ROUTER_SOFTMAX_TOPK || (k->routed_scale != 0 && k->routed_scale != 1)
+                 ? "routers other than softmax top-k"
+                 : NULL;
+    case FERRY_K_EXPERT:
+      return k->expert_layout != FERRY_EXPERTS_SPLIT || k->w_trans || k->swiglu_limit != 0 || k->scale_input
+                 ? "fused, transposed, clamped or input-scaled experts"
+                 : NULL;
+    case FERRY_K_MOE_COMBINE: return k->aux[1].buf ? NULL : "combining without gate weights";
+    case FERRY_K_DEQUANTIZE:
+      return k->qformat >= FERRY_QFORMAT_GPTQ4 ? "formats of published checkpoints (GPTQ, AWQ, compressed-tensors, "
+                                                 "MXFP4, fp8 blocks)"
+                                               : NULL;
+    default: return NULL;
+  }
+}
+
 /* What the cuda kernels cannot do beyond the contract every executor shares (kernel_check.c,
- * already checked by ferry_exec_compute): 32-bit dimensions, the immediate ints one kernel
- * stages, the activation conversion buffer, head dimensions and expert counts of the kernels. */
+ * already checked by ferry_exec_compute): the newer families' features, 32-bit dimensions, the
+ * immediate ints one kernel stages, the activation conversion buffer, head dimensions and
+ * expert counts of the kernels. */
 static ferry_status validate_kernel(struct ferry_exec *ex, const struct ferry_kernel *k) {
+  const char *feature = unsupported_feature(k);
+  if (feature) return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, feature);
+  if (k->kind == FERRY_K_SPLIT_QKV || k->kind == FERRY_K_MLA_ATTENTION)
+    return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "not implemented by the cuda executor");
   const int64_t m = k->m, n = k->n, kk = k->k;
   if ((k->kind != FERRY_K_DEQUANTIZE && m > INT32_MAX) || n > INT32_MAX || kk > INT32_MAX)
     return bad_kernel(ex, k, FERRY_ERR_RANGE, "a dimension exceeds 2^31-1");

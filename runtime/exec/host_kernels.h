@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "exec_impl.h"
 #include "ferry/exec.h"
 
 /* Per-queue temporary space: weight conversion panels and attention scores. It grows to the
@@ -15,6 +16,35 @@ struct ferry_host_scratch {
 };
 
 void ferry__host_scratch_free(struct ferry_host_scratch *s);
+
+/* Shared by the host kernel files. A buffer's bytes at a reference. */
+static inline void *ferry__host_at(struct ferry_ref r) { return (char *)r.buf->ptr + r.offset; }
+/* The scratch as at least `floats` floats (grown, contents lost), NULL when out of memory. Any
+ * call may move it: callers take it once and call nothing else that uses it meanwhile. */
+float *ferry__host_scratch(struct ferry_host_scratch *s, size_t floats);
+/* n elements of dtype to fp32 (vectorised for fp16/bf16). */
+void ferry__host_to_f32(enum ferry_dtype dt, const void *src, float *dst, size_t n);
+float ferry__host_load1(enum ferry_dtype dt, const void *base, size_t i);
+void ferry__host_store1(enum ferry_dtype dt, void *base, size_t i, float v);
+/* y[m, n] (+)= x[m, k] . W^T (+ bias) with W [n, k] in dtype wdt; ldy is y's row stride.
+ * Uses the scratch for weight panels. */
+ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void *w, enum ferry_dtype wdt, int64_t n,
+                                const void *bias, enum ferry_dtype bdt, float *y, int64_t ldy, int accumulate,
+                                struct ferry_host_scratch *s);
+/* y[m, n] (+)= x[m, k] . W with W [k, n] stored input-major (fused expert checkpoints). */
+ferry_status ferry__host_matmul_t(const float *x, int64_t m, int64_t k, const void *w, enum ferry_dtype wdt, int64_t n,
+                                  float *y, int64_t ldy, int accumulate, struct ferry_host_scratch *s);
+
+/* host_attention.c: RoPE, attention, MLA attention, fused qkv split. */
+ferry_status ferry__host_rope(const struct ferry_kernel *k, char *msg, size_t len);
+ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg, size_t len);
+ferry_status ferry__host_mla_attention(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg,
+                                       size_t len);
+ferry_status ferry__host_split_qkv(const struct ferry_kernel *k);
+/* host_moe.c: router, one expert's FFN, the combine. */
+ferry_status ferry__host_router(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg, size_t len);
+ferry_status ferry__host_expert(const struct ferry_kernel *k, struct ferry_host_scratch *s);
+ferry_status ferry__host_combine(const struct ferry_kernel *k);
 
 /* Run one kernel on host memory. On failure writes a message into msg. */
 ferry_status ferry__host_kernel_run(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg,

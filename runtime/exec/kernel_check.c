@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "exec_impl.h"
+#include "ferry/model.h"
 #include "ferry/quant.h"
 #include "runtime/quant/quant_impl.h"
 
@@ -83,11 +84,12 @@ static ferry_status weight_dtype(struct ferry_exec *ex, const struct ferry_kerne
 
 int ferry__kernel_uses_ints(const struct ferry_kernel *k) {
   return k->kind == FERRY_K_EMBED || k->kind == FERRY_K_ROPE || k->kind == FERRY_K_ATTENTION ||
-         k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_GATHER_ROWS;
+         k->kind == FERRY_K_MLA_ATTENTION || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_GATHER_ROWS;
 }
 
 int ferry__kernel_uses_ints2(const struct ferry_kernel *k) {
-  return (k->kind == FERRY_K_EMBED && k->aux[0].buf) || k->kind == FERRY_K_ATTENTION || k->kind == FERRY_K_EXPERT;
+  return (k->kind == FERRY_K_EMBED && k->aux[0].buf) || k->kind == FERRY_K_ATTENTION ||
+         k->kind == FERRY_K_MLA_ATTENTION || k->kind == FERRY_K_EXPERT;
 }
 
 static ferry_status check_embed(struct ferry_exec *ex, const struct ferry_kernel *k) {
@@ -118,6 +120,41 @@ static ferry_status check_embed(struct ferry_exec *ex, const struct ferry_kernel
   return FERRY_OK;
 }
 
+/* The first position a query at pos sees (window, chunk), as the kernels compute it. */
+static int64_t first_visible(const struct ferry_kernel *k, int64_t pos) {
+  int64_t first = 0;
+  if (k->sliding_window > 0 && pos - k->sliding_window + 1 > first) first = pos - k->sliding_window + 1;
+  if (k->attn_chunk > 0 && pos - pos % k->attn_chunk > first) first = pos - pos % k->attn_chunk;
+  return first;
+}
+
+/* Each token's position and slot: inside the cache (a ring cache holds any position in
+ * kv_capacity rows, as long as what the token sees fits them). cache_row_bytes is one
+ * position's bytes in the cache `what`. */
+static ferry_status check_positions(struct ferry_exec *ex, const struct ferry_kernel *k, const char *what,
+                                    struct ferry_ref cache, uint64_t cache_row_bytes) {
+  ferry_status st;
+  const int64_t cap = k->kv_capacity;
+  char why[160];
+  for (int64_t t = 0; t < k->m; t++) {
+    const int32_t pos = k->ints[t], slot = k->ints2[t];
+    if (pos < 0 || (!k->kv_ring && pos >= cap) || slot < 0) {
+      snprintf(why, sizeof why, "position %d outside the KV capacity %lld (slot %d)", pos, (long long)cap, slot);
+      return bad(ex, k, FERRY_ERR_RANGE, why);
+    }
+    if (pos - first_visible(k, pos) + 1 > cap) {
+      snprintf(why, sizeof why, "position %d sees %lld positions, more than the %lld cache rows", pos,
+               (long long)(pos - first_visible(k, pos) + 1), (long long)cap);
+      return bad(ex, k, FERRY_ERR_RANGE, why);
+    }
+    const int64_t row = k->kv_ring ? (pos < cap ? pos : cap - 1) : pos; /* the highest row written or read */
+    NEED(what, cache, prod(slot, cap, 1) + (uint64_t)row + 1 > UINT64_MAX / (cache_row_bytes ? cache_row_bytes : 1)
+                          ? UINT64_MAX
+                          : (prod(slot, cap, 1) + (uint64_t)row + 1) * cache_row_bytes);
+  }
+  return FERRY_OK;
+}
+
 static ferry_status check_attention(struct ferry_exec *ex, const struct ferry_kernel *k) {
   ferry_status st;
   const int64_t m = k->m, H = k->heads, KV = k->kv_heads, hd = k->head_dim, cap = k->kv_capacity;
@@ -129,31 +166,45 @@ static ferry_status check_attention(struct ferry_exec *ex, const struct ferry_ke
   NEED("out", k->y, prod(m, H, hd * 4));
   NEED("k", k->aux[0], prod(m, KV, hd * 4));
   NEED("v", k->aux[1], prod(m, KV, hd * 4));
-  NEED("k cache", k->aux[2], 0);
-  NEED("v cache", k->aux[3], 0);
-  char why[160];
-  for (int64_t t = 0; t < m; t++) {
-    const int32_t pos = k->ints[t], slot = k->ints2[t];
-    if (pos < 0 || pos >= cap || slot < 0) {
-      snprintf(why, sizeof why, "position %d outside the KV capacity %lld (slot %d)", pos, (long long)cap, slot);
-      return bad(ex, k, FERRY_ERR_RANGE, why);
-    }
-    const uint64_t rows = prod(slot, cap, 1) + (uint64_t)pos + 1;
-    NEED("k cache", k->aux[2], prod((int64_t)rows, KV * hd, esize(k->aux[2].dtype)));
-    NEED("v cache", k->aux[3], prod((int64_t)rows, KV * hd, esize(k->aux[3].dtype)));
-  }
-  return FERRY_OK;
+  MAYBE("sinks", k->aux[4], prod(H, esize(k->aux[4].dtype), 1));
+  if ((st = check_positions(ex, k, "k cache", k->aux[2], prod(KV, hd, esize(k->aux[2].dtype)))) != FERRY_OK) return st;
+  return check_positions(ex, k, "v cache", k->aux[3], prod(KV, hd, esize(k->aux[3].dtype)));
 }
 
+/* Multi-head latent attention: queries [m, heads, qk_nope + qk_rope], new latent rows
+ * [m, kv_lora_rank + qk_rope] into the cache, kv_b_proj [heads x (qk_nope + v_head), rank]. */
+static ferry_status check_mla_attention(struct ferry_exec *ex, const struct ferry_kernel *k) {
+  ferry_status st;
+  const int64_t m = k->m, H = k->heads, nope = k->head_dim, rope = k->rot_dim, rank = k->k, vd = k->n;
+  if (H <= 0 || nope < 0 || rope < 0 || rank <= 0 || vd <= 0 || k->kv_capacity <= 0)
+    return bad(ex, k, FERRY_ERR_INVALID, "heads, kv_lora_rank, v_head_dim and kv_capacity must be positive");
+  if ((st = weight_dtype(ex, k, k->w)) != FERRY_OK) return st;
+  if (!float_dtype(k->aux[2].dtype)) return bad(ex, k, FERRY_ERR_UNSUPPORTED, "the latent cache is fp32, fp16 or bf16");
+  NEED("q", k->x, prod(m, H, (nope + rope) * 4));
+  NEED("latent", k->aux[0], prod(m, rank + rope, 4));
+  NEED("kv_b_proj", k->w, prod(H, (nope + vd) * rank, esize(k->w.dtype)));
+  NEED("out", k->y, prod(m, H, vd * 4));
+  return check_positions(ex, k, "latent cache", k->aux[2], prod(rank + rope, esize(k->aux[2].dtype), 1));
+}
+
+/* One expert over its (token, rank) pairs, in its stored layout: split gate/up/down, or a fused
+ * gate_up twice as wide (with optional biases); gathered rows scaled by their gate weight
+ * (scale_input) read those weights. Transposed weights have the same bytes. */
 static ferry_status check_expert(struct ferry_exec *ex, const struct ferry_kernel *k) {
   ferry_status st;
   const int64_t m = k->m, n = k->n, kk = k->k;
-  if ((st = weight_dtype(ex, k, k->w)) != FERRY_OK || (st = weight_dtype(ex, k, k->aux[0])) != FERRY_OK ||
+  const int split = k->expert_layout == FERRY_EXPERTS_SPLIT;
+  if (k->expert_layout < FERRY_EXPERTS_SPLIT || k->expert_layout > FERRY_EXPERTS_FUSED_INTERLEAVED)
+    return bad(ex, k, FERRY_ERR_INVALID, "unknown expert layout");
+  if ((st = weight_dtype(ex, k, k->w)) != FERRY_OK || (split && (st = weight_dtype(ex, k, k->aux[0])) != FERRY_OK) ||
       (st = weight_dtype(ex, k, k->aux[1])) != FERRY_OK)
     return st;
-  NEED("gate", k->w, prod(n, kk, esize(k->w.dtype)));
-  NEED("up", k->aux[0], prod(n, kk, esize(k->aux[0].dtype)));
+  const int64_t gate_cols = split ? n : 2 * n;
+  NEED(split ? "gate" : "gate_up", k->w, prod(gate_cols, kk, esize(k->w.dtype)));
+  if (split) NEED("up", k->aux[0], prod(n, kk, esize(k->aux[0].dtype)));
   NEED("down", k->aux[1], prod(kk, n, esize(k->aux[1].dtype)));
+  MAYBE("gate_up bias", k->aux[6], prod(gate_cols, esize(k->aux[6].dtype), 1));
+  MAYBE("down bias", k->aux[7], prod(kk, esize(k->aux[7].dtype), 1));
   if (m == 0) return FERRY_OK;
   if (k->top_k < 1) return bad(ex, k, FERRY_ERR_INVALID, "top_k must be positive");
   int64_t max_tok = 0, max_row = 0;
@@ -169,37 +220,26 @@ static ferry_status check_expert(struct ferry_exec *ex, const struct ferry_kerne
   }
   NEED("x", k->x, prod(max_tok + 1, kk, 4));
   NEED("y", k->y, prod(max_row + 1, kk, 4));
+  if (k->scale_input) NEED("gate weights", k->aux[5], prod(max_tok + 1, k->top_k, 4));
   NEED("gathered x", k->aux[2], prod(m, kk, 4));
-  NEED("gate out", k->aux[3], prod(m, n, 4));
+  NEED("gate out", k->aux[3], prod(m, gate_cols, 4));
   NEED("up out", k->aux[4], prod(m, n, 4));
   return FERRY_OK;
 }
 
+/* A packed weight: every part the format has, as large as ferry_quant_layout() says. */
 static ferry_status check_dequantize(struct ferry_exec *ex, const struct ferry_kernel *k) {
   ferry_status st;
   const int64_t n = k->n, kk = k->k;
   struct ferry_qspec spec = {(enum ferry_qformat)k->qformat, k->qgroup};
-  if ((unsigned)k->qformat >= FERRY_QFORMAT_COUNT || ferry_quant_spec_check(&spec) != FERRY_OK)
-    return bad(ex, k, FERRY_ERR_INVALID, "unknown quantization format or group size");
-  if (n < 1 || kk < 1) return bad(ex, k, FERRY_ERR_INVALID, "empty weight");
-  const int bits = ferry__quant_bits(spec.format);
-  const int64_t g = spec.group_size, gpr = g ? (kk + g - 1) / g : 0;
-  const enum ferry_qformat f = spec.format;
-  const int grouped = f == FERRY_QFORMAT_INT4 || f == FERRY_QFORMAT_INT3 || f == FERRY_QFORMAT_INT2;
-  if ((grouped || f == FERRY_QFORMAT_NF4) && g < 1) return bad(ex, k, FERRY_ERR_INVALID, "grouped format without a group size");
+  struct ferry_qlayout layout;
+  if ((unsigned)k->qformat >= FERRY_QFORMAT_COUNT || n < 1 || kk < 1 || ferry_quant_layout(&spec, n, kk, &layout) != FERRY_OK)
+    return bad(ex, k, FERRY_ERR_INVALID, "unknown quantization format, group size or empty weight");
+  static const char *const part_names[FERRY_QPART_COUNT] = {"qweight", "scales", "zeros", "absmax_scales",
+                                                             "absmax_offsets"};
   NEED("y", k->y, prod(n, kk, 4));
-  NEED("qweight", k->aux[FERRY_QPART_DATA], prod(n, (kk * bits + 7) / 8, 1));
-  if (f == FERRY_QFORMAT_INT8) NEED("scales", k->aux[FERRY_QPART_SCALES], prod(n, 4, 1));
-  if (grouped) {
-    NEED("scales", k->aux[FERRY_QPART_SCALES], prod(n, gpr, 2));
-    NEED("zeros", k->aux[FERRY_QPART_ZEROS], prod(n, gpr, 1));
-  }
-  if (f == FERRY_QFORMAT_NF4) {
-    const uint64_t blocks = prod(n, gpr, 1), b2 = (blocks + FERRY_QUANT_NF4_BLOCK2 - 1) / FERRY_QUANT_NF4_BLOCK2;
-    NEED("absmax", k->aux[FERRY_QPART_SCALES], blocks);
-    NEED("absmax_scales", k->aux[FERRY_QPART_SCALES2], b2 * 4);
-    NEED("absmax_offsets", k->aux[FERRY_QPART_OFFSETS2], b2 * 4);
-  }
+  for (int p = 0; p < FERRY_QPART_COUNT; p++)
+    if (layout.part[p].bytes) NEED(part_names[p], k->aux[p], layout.part[p].bytes);
   return FERRY_OK;
 }
 
@@ -220,14 +260,21 @@ static ferry_status check_simple(struct ferry_exec *ex, const struct ferry_kerne
   ferry_status st;
   const int64_t m = k->m, n = k->n, kk = k->k;
   switch (k->kind) {
-    case FERRY_K_NORM:
-      if (!float_dtype(k->w.dtype) || (k->b.buf && !float_dtype(k->b.dtype)))
+    case FERRY_K_NORM: {
+      /* rows of n with a stride of ld; a weightless RMSNorm (Llama 4's q/k) has no w */
+      const int64_t ld = k->ld ? k->ld : n;
+      const int weighted = k->norm_kind != FERRY_NORMFN_RMS_PLAIN;
+      if (k->norm_kind < FERRY_NORMFN_RMS || k->norm_kind > FERRY_NORMFN_RMS_PLAIN || ld < n)
+        return bad(ex, k, FERRY_ERR_INVALID, "unknown norm kind, or a row stride below the row length");
+      if ((weighted && !float_dtype(k->w.dtype)) || (k->b.buf && !float_dtype(k->b.dtype)))
         return bad(ex, k, FERRY_ERR_UNSUPPORTED, "norm weights are fp32, fp16 or bf16");
-      NEED("x", k->x, prod(m, n, 4));
-      NEED("y", k->y, prod(m, n, 4));
-      NEED("w", k->w, prod(n, esize(k->w.dtype), 1));
+      const uint64_t rows_bytes = m > 0 ? prod(m - 1, ld, 4) + (uint64_t)n * 4 : 0;
+      NEED("x", k->x, rows_bytes);
+      NEED("y", k->y, rows_bytes);
+      if (weighted) NEED("w", k->w, prod(n, esize(k->w.dtype), 1));
       MAYBE("b", k->b, prod(n, esize(k->b.dtype), 1));
       return FERRY_OK;
+    }
     case FERRY_K_MATMUL:
       if ((st = weight_dtype(ex, k, k->w)) != FERRY_OK || (st = weight_dtype(ex, k, k->b)) != FERRY_OK) return st;
       NEED("x", k->x, prod(m, kk, 4));
@@ -238,23 +285,33 @@ static ferry_status check_simple(struct ferry_exec *ex, const struct ferry_kerne
           (st = no_alias(ex, k, "y", k->y, prod(m, n, 4), "w", k->w, prod(n, kk, esize(k->w.dtype)))) != FERRY_OK)
         return st;
       return FERRY_OK;
-    case FERRY_K_ROPE:
+    case FERRY_K_ROPE: {
+      const int64_t rd = k->rot_dim ? k->rot_dim : k->head_dim;
       if (k->heads < 0 || k->kv_heads < 0 || k->head_dim < 0) return bad(ex, k, FERRY_ERR_INVALID, "negative heads");
+      if (rd % 2 || k->rot_offset < 0 || k->rot_offset + rd > k->head_dim)
+        return bad(ex, k, FERRY_ERR_INVALID, "the rotated dimensions are not an even span inside the head");
       NEED("q", k->x, prod(m, k->heads, k->head_dim * 4));
       MAYBE("k", k->aux[0], prod(m, k->kv_heads, k->head_dim * 4));
       return FERRY_OK;
+    }
     case FERRY_K_SWIGLU:
       NEED("x", k->x, prod(m, n, 4));
-      if (k->fn == FERRY_FN_SILU_MUL) {
+      if (k->fn == FERRY_FN_SILU_MUL || k->fn == FERRY_FN_GELU_TANH_MUL) { /* gated: into y */
         NEED("up", k->aux[0], prod(m, n, 4));
         NEED("y", k->y, prod(m, n, 4));
-      } else if (k->fn != FERRY_FN_GELU && k->fn != FERRY_FN_RELU) {
+      } else if (k->fn != FERRY_FN_GELU && k->fn != FERRY_FN_RELU && k->fn != FERRY_FN_GELU_TANH &&
+                 k->fn != FERRY_FN_SOFTCAP) { /* the others in place */
         return bad(ex, k, FERRY_ERR_INVALID, "unknown activation function");
       }
       return FERRY_OK;
     case FERRY_K_ROUTER:
       if (n < 1 || k->top_k < 1 || k->top_k > n) return bad(ex, k, FERRY_ERR_INVALID, "needs 1 <= top_k <= n_experts");
+      if (k->router_kind < FERRY_ROUTER_SOFTMAX_TOPK || k->router_kind > FERRY_ROUTER_SPARSEMIXER ||
+          (k->n_group > 1 && n % k->n_group) || (k->router_kind == FERRY_ROUTER_SPARSEMIXER && k->top_k != 2))
+        return bad(ex, k, FERRY_ERR_INVALID, "unknown router, experts not divisible into its groups, or a sparsemixer "
+                                             "not of top-2");
       NEED("logits", k->x, prod(m, n, 4));
+      MAYBE("score bias", k->aux[1], prod(n, esize(k->aux[1].dtype), 1));
       NEED("weights", k->y, prod(m, k->top_k, 4));
       NEED("ids", k->aux[0], prod(m, k->top_k, 4));
       if ((st = no_alias(ex, k, "weights", k->y, prod(m, k->top_k, 4), "logits", k->x, prod(m, n, 4))) != FERRY_OK ||
@@ -265,9 +322,16 @@ static ferry_status check_simple(struct ferry_exec *ex, const struct ferry_kerne
     case FERRY_K_MOE_COMBINE:
       NEED("y", k->y, prod(m, n, 4));
       NEED("expert outputs", k->aux[0], prod(m, k->top_k, n * 4));
-      NEED("gate weights", k->aux[1], prod(m, k->top_k, 4));
+      MAYBE("gate weights", k->aux[1], prod(m, k->top_k, 4)); /* without: each rank weighs 1 */
       MAYBE("shared expert", k->aux[2], prod(m, n, 4));
       MAYBE("shared gate", k->aux[3], prod(m, 4, 1));
+      return FERRY_OK;
+    case FERRY_K_SPLIT_QKV: /* [m, heads, 3, head_dim] into three [m, heads x head_dim] */
+      if (k->heads <= 0 || k->head_dim <= 0) return bad(ex, k, FERRY_ERR_INVALID, "heads and head_dim must be positive");
+      NEED("qkv", k->x, prod(m, k->heads, 3 * k->head_dim * 4));
+      NEED("q", k->y, prod(m, k->heads, k->head_dim * 4));
+      NEED("k", k->aux[0], prod(m, k->heads, k->head_dim * 4));
+      NEED("v", k->aux[1], prod(m, k->heads, k->head_dim * 4));
       return FERRY_OK;
     default: return bad(ex, k, FERRY_ERR_INVALID, "unknown kernel kind");
   }
@@ -282,6 +346,7 @@ ferry_status ferry__kernel_check(struct ferry_exec *ex, const struct ferry_kerne
   switch (k->kind) {
     case FERRY_K_EMBED: return check_embed(ex, k);
     case FERRY_K_ATTENTION: return check_attention(ex, k);
+    case FERRY_K_MLA_ATTENTION: return check_mla_attention(ex, k);
     case FERRY_K_EXPERT: return check_expert(ex, k);
     case FERRY_K_DEQUANTIZE: return check_dequantize(ex, k);
     case FERRY_K_GATHER_ROWS: return check_gather(ex, k);

@@ -10,7 +10,8 @@ const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind) {
       [FERRY_K_ATTENTION] = "attention", [FERRY_K_SWIGLU] = "activation",
       [FERRY_K_ROUTER] = "router",       [FERRY_K_EXPERT] = "expert",
       [FERRY_K_MOE_COMBINE] = "moe_combine", [FERRY_K_GATHER_ROWS] = "gather_rows",
-      [FERRY_K_DEQUANTIZE] = "dequantize",
+      [FERRY_K_DEQUANTIZE] = "dequantize",   [FERRY_K_SPLIT_QKV] = "split_qkv",
+      [FERRY_K_MLA_ATTENTION] = "mla_attention",
   };
   return (unsigned)kind < FERRY_K_COUNT ? names[kind] : "?";
 }
@@ -71,6 +72,19 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       f = 2.0 * (double)(n * kk);
       b = m + n * kk * esize(k->y.dtype);
       break;
+    case FERRY_K_SPLIT_QKV:
+      b = m * 3 * (uint64_t)k->heads * (uint64_t)k->head_dim * 8;
+      break;
+    case FERRY_K_MLA_ATTENTION: {
+      /* absorbed MLA: queries into the latent space, scores and values over the compressed
+       * cache (context_tokens rows of rank + rope), values back out of it */
+      const double H = (double)k->heads, nope = (double)k->head_dim, rope = (double)k->rot_dim, rank = (double)kk,
+                   v = (double)n, ctx = (double)k->context_tokens;
+      f = 2.0 * (double)m * H * rank * (nope + v) + 2.0 * ctx * H * (2.0 * rank + rope);
+      b = (uint64_t)(ctx * (rank + rope)) * esize(k->aux[2].dtype) +
+          (uint64_t)(H * (nope + v) * rank) * esize(k->w.dtype) + m * (uint64_t)(H * (nope + rope + v)) * 4;
+      break;
+    }
     case FERRY_K_COUNT:
       break;
   }

@@ -24,7 +24,7 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
                               struct ferry_plan *p, char *msg, size_t len) {
   memset(p, 0, sizeof *p);
   const int32_t L = in->n_layers;
-  const uint64_t n_expert_units = (uint64_t)L * (uint64_t)in->n_experts;
+  const uint64_t n_expert_units = (uint64_t)(in->n_moe_layers ? in->n_moe_layers : L) * (uint64_t)in->n_experts;
   if (L <= 0 || cfg->block_layers < 0 || cfg->prefetch_depth < 0 || cfg->pin_first < 0 || cfg->pin_last < 0) {
     snprintf(msg, len, "plan: invalid configuration");
     return FERRY_ERR_INVALID;

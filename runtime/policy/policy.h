@@ -15,6 +15,7 @@ struct ferry_plan_input {
   int32_t n_layers;
   int32_t n_experts;            /* 0 for dense models */
   int32_t experts_per_token;
+  int32_t n_moe_layers;         /* layers with routed experts (0: all n_layers when n_experts) */
   uint64_t global_bytes;        /* embeddings, final norm, head: always pinned */
   const uint64_t *attn_bytes;   /* per layer: attention part (+ router, shared expert, norms for MoE) */
   const uint64_t *ffn_bytes;    /* per layer: dense FFN part (0 for MoE) */
@@ -56,7 +57,7 @@ struct ferry_plan {
   int32_t n_expert_slots;      /* expert cache capacity (all layers together) */
   uint64_t expert_slot_bytes;
   enum ferry_tier expert_home; /* HOST or DISK for experts not pinned */
-  int32_t experts_on_host;     /* how many experts (layer-major order) live in host memory */
+  int32_t experts_on_host;     /* how many experts (layer-major order over the MoE layers) live in host memory */
   /* staging for units homed on disk */
   int32_t n_staging_slots;
   uint64_t staging_slot_bytes;

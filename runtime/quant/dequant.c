@@ -271,11 +271,19 @@ ferry_status ferry_quant_dequantize_rows(const struct ferry_qspec *spec,
   const uint8_t *s2p = packed->part[FERRY_QPART_SCALES2];
   const uint8_t *m2p = packed->part[FERRY_QPART_OFFSETS2];
   int need_scales = spec->format >= FERRY_QFORMAT_INT8;
-  int need_zeros = spec->format >= FERRY_QFORMAT_INT4 && spec->format <= FERRY_QFORMAT_INT2;
+  int need_zeros = (spec->format >= FERRY_QFORMAT_INT4 && spec->format <= FERRY_QFORMAT_INT2) ||
+                   spec->format == FERRY_QFORMAT_GPTQ4 || spec->format == FERRY_QFORMAT_AWQ4;
   int need_l2 = spec->format == FERRY_QFORMAT_NF4;
-  if (!data || (need_scales && !scales) || (need_zeros && !zeros) || (need_l2 && (!s2p || !m2p)))
+  if (!data || (need_scales && !scales) || (need_zeros && !zeros) || (need_l2 && (!s2p || !m2p)) ||
+      (spec->format == FERRY_QFORMAT_GPTQ4 && !s2p))
     return ferry__fail(FERRY_ERR_INVALID, "quant: dequantize: a part the format needs is NULL");
   if (row_begin == row_end) return FERRY_OK;
+  if (ferry__quant_is_published(spec->format)) {
+    struct ferry_qlayout l;
+    if ((st = ferry_quant_layout(spec, rows, cols, &l)) != FERRY_OK) return st;
+    ferry__quant_published_dequant(spec, packed, rows, cols, row_begin, row_end, dst);
+    return FERRY_OK;
+  }
 
   const uint8_t *first = data + (uint64_t)row_begin * row_bytes;
   const size_t n = (size_t)(row_end - row_begin) * (size_t)cols;

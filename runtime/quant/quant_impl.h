@@ -42,6 +42,18 @@ static inline float ferry__nf4_absmax(uint8_t code, float scale2, float offset2)
   return offset2 + ferry__dynamic_map[code] * scale2;
 }
 
+/* Formats of published checkpoints (published.c): read-only, laid out as their tools store them. */
+static inline int ferry__quant_is_published(enum ferry_qformat f) {
+  return f >= FERRY_QFORMAT_GPTQ4 && f < FERRY_QFORMAT_COUNT;
+}
+/* Their parts (suffix, dtype, shape as stored, bytes) for an [rows = out, cols = in] matrix;
+ * non-zero with a message in msg when the shape does not fit the format. */
+int ferry__quant_published_layout(const struct ferry_qspec *spec, int64_t rows, int64_t cols,
+                                  struct ferry_qlayout *out, char *msg, size_t msg_len);
+/* Rows [r0, r1) of the [rows, cols] (out, in) matrix in fp32. */
+void ferry__quant_published_dequant(const struct ferry_qspec *spec, const struct ferry_qview *v, int64_t rows,
+                                    int64_t cols, int64_t r0, int64_t r1, float *dst);
+
 /* Test hook: enable (1, the default) or disable the SIMD dequantization kernels. */
 void ferry__quant_set_simd(int enable);
 

@@ -233,6 +233,13 @@ ferry_status ferry_quant_quantize(const struct ferry_qspec *spec, const float *s
   ferry_status st = ferry_quant_layout(spec, rows, cols, &l);
   if (st != FERRY_OK) return st;
   if (!src || !out) return ferry__fail(FERRY_ERR_INVALID, "quant: quantize: NULL source or output");
+  if (ferry__quant_is_published(spec->format)) {
+    char name[FERRY_QSPEC_NAME_MAX];
+    return ferry__fail(FERRY_ERR_UNSUPPORTED,
+                       "quant: %s is the format of published checkpoints, read as they come; ferry does not "
+                       "quantize into it",
+                       ferry_quant_spec_name(spec, name, sizeof name));
+  }
   for (int i = 0; i < FERRY_QPART_COUNT; i++) {
     if (l.part[i].suffix && !out->part[i])
       return ferry__fail(FERRY_ERR_INVALID, "quant: quantize: output part '%s' is NULL",
@@ -273,7 +280,7 @@ ferry_status ferry_quant_quantize(const struct ferry_qspec *spec, const float *s
       ferry__parallel_for(rows, ROWS_PER_CHUNK, quantize_nf4_level1, &job);
       break;
     }
-    case FERRY_QFORMAT_COUNT:
+    default:
       break;
   }
   return FERRY_OK;

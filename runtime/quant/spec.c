@@ -83,11 +83,14 @@ const float ferry__dynamic_map[256] = {
 static const char *const family_names[FERRY_QFORMAT_COUNT] = {
     [FERRY_QFORMAT_FP32] = "fp32", [FERRY_QFORMAT_FP16] = "fp16", [FERRY_QFORMAT_BF16] = "bf16",
     [FERRY_QFORMAT_INT8] = "int8", [FERRY_QFORMAT_INT4] = "int4", [FERRY_QFORMAT_INT3] = "int3",
-    [FERRY_QFORMAT_INT2] = "int2", [FERRY_QFORMAT_NF4] = "nf4",
+    [FERRY_QFORMAT_INT2] = "int2", [FERRY_QFORMAT_NF4] = "nf4", [FERRY_QFORMAT_GPTQ4] = "gptq4",
+    [FERRY_QFORMAT_AWQ4] = "awq4", [FERRY_QFORMAT_CT4] = "ct4", [FERRY_QFORMAT_CT4F16] = "ct4f16",
+    [FERRY_QFORMAT_MXFP4] = "mxfp4", [FERRY_QFORMAT_FP8B] = "fp8b",
 };
 
 #define EXPECTED_NAMES \
-  "fp32, fp16, bf16, int8, int4-g<G>, int3-g<G>, int2-g<G>, nf4 or nf4-g<G> (G a multiple of 8 in 8..4096)"
+  "fp32, fp16, bf16, int8, int4-g<G>, int3-g<G>, int2-g<G>, nf4 or nf4-g<G> (G a multiple of 8 in 8..4096); " \
+  "read-only formats of published checkpoints: gptq4-g<G>, awq4-g<G>, ct4-g<G>, ct4f16-g<G>, mxfp4, fp8b"
 
 int ferry__quant_bits(enum ferry_qformat format) {
   switch (format) {
@@ -96,7 +99,13 @@ int ferry__quant_bits(enum ferry_qformat format) {
     case FERRY_QFORMAT_BF16: return 16;
     case FERRY_QFORMAT_INT8: return 8;
     case FERRY_QFORMAT_INT4:
-    case FERRY_QFORMAT_NF4: return 4;
+    case FERRY_QFORMAT_NF4:
+    case FERRY_QFORMAT_GPTQ4:
+    case FERRY_QFORMAT_AWQ4:
+    case FERRY_QFORMAT_CT4:
+    case FERRY_QFORMAT_CT4F16:
+    case FERRY_QFORMAT_MXFP4: return 4;
+    case FERRY_QFORMAT_FP8B: return 8;
     case FERRY_QFORMAT_INT3: return 3;
     case FERRY_QFORMAT_INT2: return 2;
     case FERRY_QFORMAT_COUNT: break;
@@ -106,7 +115,8 @@ int ferry__quant_bits(enum ferry_qformat format) {
 
 static int is_grouped(enum ferry_qformat f) {
   return f == FERRY_QFORMAT_INT4 || f == FERRY_QFORMAT_INT3 || f == FERRY_QFORMAT_INT2 ||
-         f == FERRY_QFORMAT_NF4;
+         f == FERRY_QFORMAT_NF4 || f == FERRY_QFORMAT_GPTQ4 || f == FERRY_QFORMAT_AWQ4 ||
+         f == FERRY_QFORMAT_CT4 || f == FERRY_QFORMAT_CT4F16;
 }
 
 static int group_ok(int64_t g) { return g >= 8 && g <= 4096 && g % 8 == 0; }
@@ -192,7 +202,7 @@ static void set_part(struct ferry_qpart_desc *p, const char *suffix, enum ferry_
   p->dtype = dtype;
   p->ndim = ndim;
   p->shape[0] = d0;
-  p->shape[1] = ndim == 2 ? d1 : 0;
+  p->shape[1] = ndim >= 2 ? d1 : 0;
   p->bytes = bytes;
 }
 
@@ -210,6 +220,13 @@ ferry_status ferry_quant_layout(const struct ferry_qspec *spec, int64_t rows, in
   out->spec = *spec;
   out->rows = rows;
   out->cols = cols;
+  struct ferry_qpart_desc *p = out->part;
+  if (ferry__quant_is_published(spec->format)) {
+    char msg[256];
+    if (ferry__quant_published_layout(spec, rows, cols, out, msg, sizeof msg))
+      return ferry__fail(FERRY_ERR_INVALID, "quant: %s", msg);
+    goto offsets;
+  }
   uint64_t r = (uint64_t)rows, c = (uint64_t)cols;
   int bits = ferry__quant_bits(spec->format);
   uint64_t row_bits = c * (uint64_t)bits; /* < 2^46 */
@@ -218,7 +235,6 @@ ferry_status ferry_quant_layout(const struct ferry_qspec *spec, int64_t rows, in
   if (!mul_ok(r, out->row_bytes, &data_bytes)) goto overflow;
   if (is_grouped(spec->format)) gpr = (c + (uint64_t)spec->group_size - 1) / (uint64_t)spec->group_size;
   if (!mul_ok(r, gpr, &ngroups)) goto overflow;
-  struct ferry_qpart_desc *p = out->part;
   switch (spec->format) {
     case FERRY_QFORMAT_FP32:
       set_part(&p[FERRY_QPART_DATA], "qweight", FERRY_DTYPE_F32, 2, rows, cols, data_bytes);
@@ -254,10 +270,11 @@ ferry_status ferry_quant_layout(const struct ferry_qspec *spec, int64_t rows, in
                nblk2 * 4);
       break;
     }
-    case FERRY_QFORMAT_COUNT:
+    default:
       break;
   }
   out->groups_per_row = (int64_t)gpr;
+offsets:;
   uint64_t off = 0, total = 0;
   for (int i = 0; i < FERRY_QPART_COUNT; i++) {
     if (!p[i].suffix) continue;

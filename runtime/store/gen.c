@@ -39,28 +39,44 @@ static inline float approx_normal(struct ferry_rng *r) {
 
 static double tensor_std(const struct ferry_model_config *mc, const struct ferry_tensor_desc *t, double *mean) {
   *mean = 0;
-  const double fan_in = t->ndim == 2 ? (double)t->shape[1] : 1.0;
+  /* weights stored [in, out] (fused experts) take their fan-in from the first dimension */
+  const double fan_in = t->ndim == 2 ? (double)t->shape[t->transposed ? 0 : 1] : 1.0;
   const double residual = 1.0 / sqrt(2.0 * (double)mc->n_layers);
   switch (t->role) {
-    case FERRY_ROLE_EMBED: return 1.0;
+    /* Gemma scales its embeddings by sqrt(hidden): draw them smaller so they start near 1 */
+    case FERRY_ROLE_EMBED: return mc->scale_embeddings ? 1.0 / sqrt((double)mc->hidden) : 1.0;
     case FERRY_ROLE_POS_EMBED: return 0.1;
     case FERRY_ROLE_ATTN_NORM:
     case FERRY_ROLE_FFN_NORM:
     case FERRY_ROLE_Q_NORM:
     case FERRY_ROLE_K_NORM:
     case FERRY_ROLE_FINAL_NORM:
-      *mean = 1.0;
+    case FERRY_ROLE_POST_ATTN_NORM:
+    case FERRY_ROLE_POST_FFN_NORM:
+    case FERRY_ROLE_EMBED_NORM:
+    case FERRY_ROLE_MLA_Q_A_NORM:
+    case FERRY_ROLE_MLA_KV_A_NORM:
+      /* Gemma's norms multiply by (1 + w): their weights sit around 0 */
+      *mean = mc->norm_unit_offset ? 0.0 : 1.0;
       return 0.05;
     case FERRY_ROLE_ATTN_NORM_BIAS:
     case FERRY_ROLE_FFN_NORM_BIAS:
     case FERRY_ROLE_FINAL_NORM_BIAS:
+    case FERRY_ROLE_EMBED_NORM_BIAS:
     case FERRY_ROLE_ATTN_Q_BIAS:
     case FERRY_ROLE_ATTN_K_BIAS:
     case FERRY_ROLE_ATTN_V_BIAS:
+    case FERRY_ROLE_ATTN_QKV_BIAS:
     case FERRY_ROLE_ATTN_O_BIAS:
     case FERRY_ROLE_FFN_UP_BIAS:
     case FERRY_ROLE_FFN_DOWN_BIAS:
+    case FERRY_ROLE_ROUTER_BIAS:
+    case FERRY_ROLE_ROUTER_SCORE_BIAS:
+    case FERRY_ROLE_EXPERT_GATE_UP_BIAS:
+    case FERRY_ROLE_EXPERT_DOWN_BIAS:
+    case FERRY_ROLE_LM_HEAD_BIAS:
       return 0.02;
+    case FERRY_ROLE_ATTN_SINKS: return 1.0;
     case FERRY_ROLE_ATTN_O:
     case FERRY_ROLE_FFN_DOWN:
     case FERRY_ROLE_EXPERT_DOWN:
@@ -319,7 +335,11 @@ static ferry_status gen_tensor(struct gen_state *g, size_t index, const struct f
 ferry_status ferry_model_config_derive(const struct ferry_model_config *base, int64_t layers, double scale,
                                        int64_t vocab, struct ferry_model_config *out) {
   *out = *base;
-  if (layers > 0) out->n_layers = layers;
+  if (layers > 0) {
+    out->n_layers = layers;
+    /* fewer layers than DeepSeek's dense-first run: keep the last one MoE */
+    if (out->n_experts && out->first_dense_layers >= layers) out->first_dense_layers = layers - 1;
+  }
   if (vocab > 0) out->vocab = vocab;
   if (scale > 0 && scale != 1.0) {
     int64_t heads = (int64_t)llround((double)base->n_heads * scale);
@@ -336,6 +356,7 @@ ferry_status ferry_model_config_derive(const struct ferry_model_config *base, in
     SCALE16(expert_intermediate);
     SCALE16(shared_intermediate);
 #undef SCALE16
+    if (base->family == FERRY_FAMILY_BLOOM) out->intermediate = 4 * out->hidden; /* BLOOM's is implied */
   }
   ferry_model *check = NULL;
   ferry_status st = ferry_model_create(&check, out);
@@ -363,6 +384,8 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
   }
   struct ferry_model_config mc = *base;
   mc.dtype = options->dtype;
+  /* synthetic weights are written plain at --dtype, whatever format the checkpoint is published in */
+  memset(&mc.quant, 0, sizeof mc.quant);
   ferry_model *m = NULL;
   ferry_status st = ferry_model_create(&m, &mc);
   if (st != FERRY_OK) return st;
@@ -433,7 +456,11 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
     goto out_writer;
   for (size_t i = 0; i < n; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(m, i);
-    if ((st = ferry_store_writer_add(g.w, t->name, options->dtype, t->ndim, t->shape)) != FERRY_OK) goto out_writer;
+    if (t->slice > 0) continue; /* a fused tensor is declared once, with its expert dimension */
+    int64_t shape[3] = {t->n_slices, t->shape[0], t->shape[1]};
+    const int lead = t->slice == 0;
+    if ((st = ferry_store_writer_add(g.w, t->name, options->dtype, t->ndim + lead, lead ? shape : t->shape)) != FERRY_OK)
+      goto out_writer;
   }
   g.t0 = ferry__mono_ns();
   g.next_report = 256u << 20;
@@ -447,8 +474,21 @@ ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_g
     goto out_writer;
   }
   g.wt.started = 1;
-  for (size_t i = 0; i < n; i++)
-    if ((st = gen_tensor(&g, i, ferry_model_tensor(m, i))) != FERRY_OK) goto out_writer;
+  for (size_t i = 0; i < n; i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(m, i);
+    if (t->slice > 0) continue;
+    if (t->slice < 0) {
+      if ((st = gen_tensor(&g, i, t)) != FERRY_OK) goto out_writer;
+      continue;
+    }
+    /* a fused [experts, ...] tensor: its slices in expert order, each from its own stream */
+    for (size_t j = i; j < n; j++) {
+      const struct ferry_tensor_desc *u = ferry_model_tensor(m, j);
+      if (u->slice >= 0 && u->layer == t->layer && !strcmp(u->name, t->name) &&
+          (st = gen_tensor(&g, j, u)) != FERRY_OK)
+        goto out_writer;
+    }
+  }
   if ((st = writer_wait(&g.wt)) != FERRY_OK) goto out_writer;
   writer_stop(&g.wt);
   if ((st = ferry_store_writer_finish(g.w)) != FERRY_OK) {
