@@ -12,6 +12,7 @@
 #include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/hw.h"
+#include "ferry/predict.h"
 #include "ferry/sim.h"
 
 static int has_weights(const char *dir) {
@@ -145,7 +146,8 @@ static ferry_status plan(struct run_ctx *c) {
   }
   if ((st = refuse_ignored_when_resident(a, asked_all, bp.device_defaulted)) != FERRY_OK) return st;
   /* gate lookahead keeps every router resident: the plan must know before anything is sized */
-  if (a->predictor && !strcmp(a->predictor, "gate-lookahead")) a->ec.router_lookahead = 1;
+  const struct ferry_predictor_ops *pr = a->predictor ? ferry_predictor_registry_find(a->predictor) : NULL;
+  if (pr && (pr->needs & FERRY_PREDICT_NEEDS_LOOKAHEAD)) a->ec.router_lookahead = 1;
   return FERRY_OK;
 }
 

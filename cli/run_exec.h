@@ -7,11 +7,11 @@
 
 #include <stdio.h>
 
-#include "cli/predict_glue.h"
 #include "cli/run_common.h"
 #include "ferry/cupti.h"
 #include "ferry/db.h"
 #include "ferry/exec.h"
+#include "ferry/prefetch.h"
 #include "ferry/routing.h"
 #include "ferry/store.h"
 
@@ -39,7 +39,7 @@ struct run_ctx {
   ferry_routing *pred_trace; /* --predictor-routing */
   ferry_routing_synth *synth;
   ferry_routing_replay *replay;
-  struct predict_glue glue;
+  ferry_prefetcher *prefetcher;
   ferry_cupti *cupti;
   struct logit_dump dump;
 };

@@ -11,6 +11,7 @@
 #include "common/fsutil.h"
 #include "common/names.h"
 #include "common/units.h"
+#include "ferry/cache_policy.h"
 #include "ferry/exec.h"
 #include "ferry/model.h"
 #include "ferry/predict.h"
@@ -59,8 +60,11 @@ static int check_home(struct run_args *a, const char *value) {
   return expect_one_of(a, "home", value, (const char *const[]){"disk", "host", NULL});
 }
 
+/* Eviction policies from their registry (ferry/cache_policy.h). */
 static int check_expert_cache(struct run_args *a, const char *value) {
-  return expect_one_of(a, "expert-cache", value, (const char *const[]){"lru", "lfu", NULL});
+  const struct ferry_cache_policy_ops *p;
+  if (ferry_cache_policy_lookup(value, &p) != FERRY_OK) return cli_usage_error(a->cmd, "--expert-cache: %s", ferry_last_error());
+  return 0;
 }
 
 static int check_kv_dtype(struct run_args *a, const char *value) {
@@ -96,11 +100,10 @@ static int check_record_features(struct run_args *a, const char *value) {
   return expect_one_of(a, "record-features", value, (const char *const[]){"mlp3", "mlp7", "none", NULL});
 }
 
+/* Predictors from their registry (ferry/predict.h). */
 static int check_predictor(struct run_args *a, const char *value) {
-  enum ferry_predictor_kind k;
-  if (ferry_predictor_kind_parse(value, &k) != FERRY_OK)
-    return cli_usage_error(a->cmd, "--predictor: unknown variant '%s' (none, lru, frequency, gate-lookahead, mlp3, mlp7, oracle)",
-                           value);
+  const struct ferry_predictor_ops *p;
+  if (ferry_predictor_lookup(value, &p) != FERRY_OK) return cli_usage_error(a->cmd, "--predictor: %s", ferry_last_error());
   return 0;
 }
 
@@ -190,13 +193,32 @@ static const char *backend_help(void) {
   return text;
 }
 
+/* --expert-cache's help: the registered eviction policies. */
+static const char *cache_help(void) {
+  static char text[1024];
+  size_t n = (size_t)snprintf(text, sizeof text, "expert cache eviction:");
+  for (size_t i = 0; i < ferry_cache_policy_registry_count() && n < sizeof text; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "\n  %s: %s", ferry_cache_policy_registry_at(i)->name,
+                          ferry_cache_policy_registry_at(i)->description);
+  return text;
+}
+
+/* --predictor's help: the registered predictors. */
+static const char *predictor_help(void) {
+  static char text[2048];
+  size_t n = (size_t)snprintf(text, sizeof text, "expert prefetching, --prefetch-depth layers ahead:");
+  for (size_t i = 0; i < ferry_predictor_registry_count() && n < sizeof text; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "\n  %s: %s", ferry_predictor_registry_at(i)->name,
+                          ferry_predictor_registry_at(i)->description);
+  return text;
+}
+
 /* Help computed when printed (the table's help is NULL). */
 static const char *dynamic_help(enum run_opt id) {
   switch (id) {
     case RUN_OPT_executor: return backend_help();
-    case RUN_OPT_predictor:
-      return "expert prefetching: none (no cache reuse), lru (cache only, default),\nfrequency, gate-lookahead, mlp3, "
-             "mlp7, oracle; prefetches --prefetch-depth\nlayers ahead";
+    case RUN_OPT_expert_cache: return cache_help();
+    case RUN_OPT_predictor: return predictor_help();
     default: return "";
   }
 }
@@ -308,24 +330,30 @@ static int refuse_ignored(const struct run_args *a) {
     return cli_usage_error(cmd, "--max-step-tokens %lld is below the %lld sequences of a batch (--max-batch): each decodes "
                                 "one token per step",
                            (long long)a->max_step_tokens, (long long)a->max_batch);
+  /* what the predictor reads, from its registry entry */
+  const struct ferry_predictor_ops *pr = a->predictor ? ferry_predictor_registry_find(a->predictor) : NULL;
+  const unsigned needs = pr ? pr->needs : 0;
   const char *p = a->predictor;
-  const int mlp = p && (!strcmp(p, "mlp3") || !strcmp(p, "mlp7"));
-  if (a->predictor_model && !mlp)
-    return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only");
+  if (a->predictor_model && !(needs & FERRY_PREDICT_NEEDS_WEIGHTS))
+    return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only (predictors of weights)");
   if (a->predictor_routing) {
-    if (!p || !strcmp(p, "lru") || !strcmp(p, "none"))
+    const unsigned reads_trace = FERRY_PREDICT_USES_POPULARITY | FERRY_PREDICT_NEEDS_FUTURE |
+                                 (sim ? FERRY_PREDICT_NEEDS_LOOKAHEAD | FERRY_PREDICT_NEEDS_FEATURES : 0);
+    const unsigned activations = FERRY_PREDICT_NEEDS_LOOKAHEAD | FERRY_PREDICT_NEEDS_FEATURES;
+    if (!(needs & reads_trace) && !(!sim && (needs & activations)))
       return cli_usage_error(cmd, "--predictor-routing is read by --predictor frequency, oracle%s only",
                              sim ? ", gate-lookahead, mlp3 and mlp7" : "");
-    if (!sim && (mlp || !strcmp(p, "gate-lookahead")))
+    if (!sim && (needs & activations) && !(needs & (FERRY_PREDICT_USES_POPULARITY | FERRY_PREDICT_NEEDS_FUTURE)))
       return cli_usage_error(cmd, "--predictor-routing: a real run's %s predictor reads its own activations, not a trace", p);
-    if (sim && !strcmp(p, "oracle"))
-      return cli_usage_error(cmd, "--predictor-routing: in 'ferry sim' the oracle knows the routing being simulated "
-                                  "(replay a recorded one with --routing)");
+    if (sim && (needs & FERRY_PREDICT_NEEDS_FUTURE) && !(needs & (reads_trace & ~FERRY_PREDICT_NEEDS_FUTURE)))
+      return cli_usage_error(cmd, "--predictor-routing: in 'ferry sim' the %s knows the routing being "
+                                  "simulated (replay a recorded one with --routing)",
+                             p);
   }
   if (a->record_features && !a->record_routing)
     return cli_usage_error(cmd, "--record-features %s: the features go into --record-routing FILE: give one",
                            a->record_features);
-  if (p && !strcmp(p, "none") && RUN_GIVEN(a, expert_cache))
+  if ((needs & FERRY_PREDICT_NO_REUSE) && RUN_GIVEN(a, expert_cache))
     return cli_usage_error(cmd, "--expert-cache does nothing with --predictor none (no expert is reused)");
   return 0;
 }
@@ -341,7 +369,7 @@ static void apply(struct run_args *a) {
   ec->resident_all = !strcmp(a->resident, "all");
   ec->fill_budget = a->fill_budget;
   ec->home_disk = !strcmp(a->home, "disk");
-  ec->expert_cache_lfu = !strcmp(a->expert_cache, "lfu");
+  ec->expert_cache_policy = a->expert_cache;
   ec->device_budget_bytes = a->device_budget;
   ec->host_budget_bytes = a->host_budget;
   ec->max_batch = (int32_t)a->max_batch;

@@ -74,8 +74,8 @@
     "start; what does not fit is read from\ndisk)", "")                                                               \
   X(home, "home", TEXT, "disk", BOTH_M, SEC_POLICY, CFG_ALWAYS, "home", "host", 0, 0, check_home,                    \
     "stream every unit from disk (no host copies)", "")                                                              \
-  X(expert_cache, "expert-cache", TEXT, "lru|lfu", BOTH_M, SEC_POLICY, CFG_ALWAYS, "expert_cache", "lru", 0, 0,      \
-    check_expert_cache, "expert cache eviction (default lru)", "")                                                  \
+  X(expert_cache, "expert-cache", TEXT, "NAME", BOTH_M, SEC_POLICY, CFG_ALWAYS, "expert_cache", "lru", 0, 0,         \
+    check_expert_cache, NULL, "")                                                                                    \
   X(max_batch, "max-batch", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_batch", 8, 1, 4096, NULL,                 \
     "concurrent sequences (default 8)", "")                                                                          \
   X(max_step_tokens, "max-step-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_step_tokens", 256, 1,         \

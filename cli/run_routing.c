@@ -87,11 +87,13 @@ ferry_status run_setup_predictor(struct run_ctx *c) {
                                        (int32_t)mc->experts_per_token, a->predictor_routing)) != FERRY_OK))
     return st;
   const int32_t recorded_features = a->ec.token_features;
-  if (a->predictor &&
-      (st = predict_glue_init(&c->glue, a->predictor, a->predictor_model, mc, c->pred_trace,
-                              a->sim ? a->ec.routing : NULL, a->sim ? a->ec.routing_user : NULL, &a->ec)) != FERRY_OK)
-    return st;
-  if (a->predictor) c->glue.record = c->recorded;
+  const struct ferry_prefetcher_config pc = {.predictor = a->predictor,
+                                             .weights = a->predictor_model,
+                                             .trace = c->pred_trace,
+                                             .routing = a->sim ? a->ec.routing : NULL,
+                                             .routing_user = a->sim ? a->ec.routing_user : NULL,
+                                             .record = c->recorded};
+  if (a->predictor && (st = ferry_prefetcher_create(&c->prefetcher, &pc, mc, &a->ec)) != FERRY_OK) return st;
   if (recorded_features && a->ec.token_features != recorded_features)
     return ferry__fail(FERRY_ERR_INVALID,
                        "--record-features %s and --predictor %s compute different features: use the same variant",
@@ -104,7 +106,7 @@ ferry_status run_finish_routing(struct run_ctx *c) {
   const struct run_args *a = c->a;
   ferry_status st;
   if (c->recorded) {
-    if ((st = ferry_routing_record_status(c->recorded)) != FERRY_OK || (st = c->glue.record_status) != FERRY_OK ||
+    if ((st = ferry_routing_record_status(c->recorded)) != FERRY_OK || (st = ferry_prefetcher_record_status(c->prefetcher)) != FERRY_OK ||
         (st = ferry_routing_write_jsonl(c->recorded, a->record_routing)) != FERRY_OK)
       return st;
     if (c->db) run_routing_meta(c->db, c->run_id, "recorded", a->record_routing, c->recorded);
@@ -119,7 +121,7 @@ ferry_status run_finish_routing(struct run_ctx *c) {
 }
 
 void run_free_routing(struct run_ctx *c) {
-  predict_glue_free(&c->glue);
+  ferry_prefetcher_free(c->prefetcher);
   ferry_routing_free(c->pred_trace);
   ferry_routing_replay_free(c->replay);
   ferry_routing_free(c->replayed);

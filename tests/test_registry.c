@@ -1,9 +1,12 @@
-/* The registries' promise: a new executor is one file and one registry line. This file defines
- * a test-only executor ("recorder": every op completes at once on a virtual clock of 1 us per
- * op, and is counted) and registers it with one line; it then opens by name, serves a model
- * through the engine, and runs through `ferry run --backend recorder` (the command's own code,
- * in this process) into a result database whose runs.kind names it. Nothing outside this file
- * knows it. */
+/* The registries' promise: a new executor, expert predictor or eviction policy is one file and
+ * one registry line. This file defines three test-only ones and registers each with one line:
+ * an executor ("recorder": every op completes at once on a virtual clock of 1 us per op, and is
+ * counted), a predictor ("previous": the experts the previous token chose at the target layer)
+ * and an eviction policy ("mru": evict the most recently used). The executor opens by name,
+ * serves a model through the engine and runs `ferry run --backend recorder` into a result
+ * database whose runs.kind names it; the predictor and the policy run in `ferry run` on the host
+ * executor, in `ferry sim` and in `ferry predictor eval` (the commands' own code, in this
+ * process). Nothing outside this file knows them. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +16,10 @@
 
 #include "cli/cli.h"
 #include "common/alloc.h"
+#include "ferry/cache_policy.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
+#include "ferry/predict.h"
 #include "runtime/exec/exec_impl.h"
 #include "testutil.h"
 
@@ -100,19 +105,98 @@ static const struct ferry_exec_info recorder_info = {
     .open = recorder_open,
 };
 
+/* --- the test predictor: the previous token's choice at the target layer ----------------- */
+
+struct previous {
+  int32_t n_layers, k;
+  int32_t last[64][16]; /* [layer][rank] the last choice seen, -1 before any */
+};
+static uint64_t previous_predictions;
+
+static ferry_status previous_create(void **state, const struct ferry_predictor_config *cfg) {
+  struct previous *p = ferry__calloc(1, sizeof *p);
+  if (!p || cfg->n_layers > 64 || cfg->top_k > 16) {
+    ferry_free(p);
+    return FERRY_ERR_INVALID;
+  }
+  p->n_layers = cfg->n_layers;
+  p->k = cfg->top_k;
+  memset(p->last, -1, sizeof p->last);
+  *state = p;
+  return FERRY_OK;
+}
+
+static void previous_free(void *state) { ferry_free(state); }
+
+static void previous_observe(void *state, const struct ferry_predict_context *ctx, int32_t k, const int32_t *ids) {
+  struct previous *p = state;
+  for (int32_t i = 0; i < k && i < 16; i++) p->last[ctx->layer][i] = ids[i];
+}
+
+static ferry_status previous_predict(void *state, const struct ferry_predict_context *ctx, int32_t ahead, int32_t *out,
+                                     int32_t max, int32_t *n) {
+  const struct previous *p = state;
+  *n = 0;
+  for (int32_t i = 0; i < p->k && *n < max; i++)
+    if (p->last[ctx->layer + ahead][i] >= 0) out[(*n)++] = p->last[ctx->layer + ahead][i];
+  previous_predictions++;
+  return FERRY_OK;
+}
+
+static const struct ferry_predictor_ops previous_ops = {
+    .version = FERRY_PREDICTOR_OPS_VERSION, .name = "previous",
+    .description = "test only: the previous token's choice at the target layer",
+    .needs = FERRY_PREDICT_PREDICTS, .create = previous_create, .free = previous_free, .observe = previous_observe,
+    .predict = previous_predict};
+
+/* --- the test eviction policy: the most recently used goes ------------------------------- */
+
+struct mru {
+  uint64_t clock, stamp[];
+};
+static uint64_t mru_victims;
+
+static ferry_status mru_create(void **state, int32_t n_slots, int32_t n_units) {
+  struct mru *m = ferry__calloc(1, sizeof *m + (size_t)n_slots * sizeof m->stamp[0]);
+  *state = m;
+  return m ? FERRY_OK : FERRY_ERR_NOMEM;
+}
+static void mru_free(void *state) { ferry_free(state); }
+static void mru_touch(void *state, int32_t slot, int32_t unit) {
+  struct mru *m = state;
+  m->stamp[slot] = ++m->clock;
+}
+static int32_t mru_victim(void *state, const int32_t *slot_unit, const uint8_t *is_protected, int32_t n_slots) {
+  const struct mru *m = state;
+  int32_t victim = -1;
+  for (int32_t s = 0; s < n_slots; s++)
+    if (!is_protected[s] && slot_unit[s] >= 0 && (victim < 0 || m->stamp[s] > m->stamp[victim])) victim = s;
+  mru_victims++;
+  return victim;
+}
+
+static const struct ferry_cache_policy_ops mru_ops = {
+    .version = FERRY_CACHE_POLICY_VERSION, .name = "mru", .description = "test only: evict the most recently used",
+    .create = mru_create, .free = mru_free, .touch = mru_touch, .victim = mru_victim};
+
 /* --- the tests ------------------------------------------------------------------------------ */
 
 static char *tmp;
-static char model_dir[600];
+static char model_dir[600], moe_dir[600];
 
 static int setup(void **state) {
   (void)state;
-  /* the one registry line */
-  if (ferry_exec_register(&recorder_info) != FERRY_OK) return -1;
+  /* one registry line each */
+  if (ferry_exec_register(&recorder_info) != FERRY_OK || ferry_predictor_register(&previous_ops) != FERRY_OK ||
+      ferry_cache_policy_register(&mru_ops) != FERRY_OK)
+    return -1;
   tmp = tu_mkdtemp("registry");
   snprintf(model_dir, sizeof model_dir, "%s/dense", tmp);
+  snprintf(moe_dir, sizeof moe_dir, "%s/moe", tmp);
   char args[800];
   snprintf(args, sizeof args, "model gen --preset tiny-dense --dtype fp32 --quiet --out '%s'", model_dir);
+  if (tu_run_ferry(args, NULL) != 0) return -1;
+  snprintf(args, sizeof args, "model gen --preset tiny-moe --dtype fp32 --quiet --out '%s'", moe_dir);
   return tu_run_ferry(args, NULL) == 0 ? 0 : -1;
 }
 
@@ -215,11 +299,41 @@ static void test_cli_runs_on_it(void **state) {
   assert_true(q1(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL", NULL, 0) > 0);
 }
 
+/* The test predictor and eviction policy in the engine on the host executor, in the simulator
+ * and in the evaluator, through the commands, by their names. */
+static void test_predictor_and_policy_everywhere(void **state) {
+  (void)state;
+  char routing[700];
+  snprintf(routing, sizeof routing, "%s/routing.jsonl", tmp);
+  uint64_t p0 = previous_predictions, v0 = mru_victims;
+  char *run[] = {"run", "--model", moe_dir, "--synthetic", "rate=50,n=4,prompt=8,output=6", "--device-budget", "10MiB",
+                 "--block-layers", "1", "--predictor", "previous", "--expert-cache", "mru", "--record-routing", routing,
+                 "--quiet", NULL};
+  fflush(stdout);
+  assert_int_equal(cmd_run(16, run), CLI_OK);
+  assert_true(previous_predictions > p0 && mru_victims > v0);
+  p0 = previous_predictions, v0 = mru_victims;
+  char *sim[] = {"sim", "--model", "tiny-moe", "--hw", "h100-pcie", "--synthetic", "rate=50,n=4,prompt=8,output=6",
+                 "--device-budget", "10MiB", "--predictor", "previous", "--expert-cache", "mru", "--quiet", NULL};
+  assert_int_equal(cmd_sim(14, sim), CLI_OK);
+  assert_true(previous_predictions > p0 && mru_victims > v0);
+  p0 = previous_predictions, v0 = mru_victims;
+  char *eval[] = {"predictor", "eval", "--routing", routing, "--variant", "previous,frequency", "--expert-cache", "mru",
+                  "--cache-slots", "6", "--bootstrap", "20", NULL};
+  assert_int_equal(cmd_predictor(12, eval), CLI_OK);
+  assert_true(previous_predictions > p0 && mru_victims > v0);
+  fflush(stdout);
+  /* an unknown one is named with the nearest */
+  char *bad[] = {"sim", "--model", "tiny-moe", "--hw", "h100-pcie", "--synthetic", "n=2", "--predictor", "previus", NULL};
+  assert_int_equal(cmd_sim(9, bad), CLI_USAGE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registry_lists_it),
       cmocka_unit_test(test_engine_runs_on_it),
       cmocka_unit_test(test_cli_runs_on_it),
+      cmocka_unit_test(test_predictor_and_policy_everywhere),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -309,14 +309,12 @@ static void routing_without_features(void *user, int64_t req, int32_t tok, int32
   s->with_logits += n_features != 0 || features != NULL;
 }
 
-static int32_t predict_none_expected(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                                     const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
-                                     int32_t *out, int32_t max) {
-  (void)feat, (void)req, (void)tok, (void)seq_len, (void)now, (void)target, (void)ids_now, (void)w_now, (void)k, (void)out,
-      (void)max;
+static int32_t predict_none_expected(void *user, const struct ferry_expert_predict_request *rq, int32_t *out,
+                                     int32_t max) {
+  (void)out, (void)max;
   struct lookahead_sim *s = user;
   s->calls++;
-  s->with_logits += look != NULL;
+  s->with_logits += rq->lookahead_logits != NULL;
   return 0;
 }
 

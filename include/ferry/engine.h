@@ -52,31 +52,37 @@ typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t toke
                                         int32_t top_k, const int32_t *ids, const float *weights,
                                         int32_t n_features, const float *token_features);
 
+/** What the engine knows about one token when it asks its expert predictor
+ *  (ferry_expert_predict_fn): one struct, so a predictor that needs more is a new member, not a
+ *  new signature. Arrays are borrowed for the call. */
+struct ferry_expert_predict_request {
+  int64_t req_id;               /**< the request */
+  int32_t token_index;          /**< the token's position in its sequence */
+  int32_t seq_len;              /**< the request's prompt + output length */
+  int32_t layer_now;            /**< the layer just routed */
+  int32_t target_layer;         /**< the layer to predict (layer_now + 1 ... + prefetch depth) */
+  int32_t k;                    /**< experts per token */
+  int32_t n_experts;            /**< experts per layer */
+  const int32_t *ids_now;       /**< the token's chosen experts at layer_now (k of them) */
+  const float *weights_now;     /**< their gate weights */
+  const float *lookahead_logits; /**< the router logits of target_layer on this token's hidden state
+                                      at layer_now (n_experts), when the configuration asks for
+                                      router_lookahead and the executor computes; else NULL */
+  const float *token_features;  /**< the token's predictor features (n_features), when asked for
+                                      and the executor computes; else NULL */
+  int32_t n_features;           /**< entries of token_features */
+};
+
 /**
- * @brief Expert predictor: which experts of layer @p target_layer to prefetch for one token,
- *        now that the token's routing at @p layer_now is known.
+ * @brief Expert predictor: which experts of rq->target_layer to prefetch for one token.
  * @param user the pointer given in the configuration.
- * @param req_id the request.
- * @param token_index the token's position in its sequence.
- * @param seq_len the request's prompt + output length.
- * @param layer_now the layer just routed.
- * @param target_layer the layer to predict (layer_now + 1 ... + prefetch depth).
- * @param ids_now the token's chosen experts at layer_now (k of them).
- * @param weights_now their gate weights.
- * @param lookahead_logits the router logits of @p target_layer applied to this token's hidden
- *        state at @p layer_now (n_experts floats), when the configuration asks for
- *        router_lookahead and the executor computes; NULL otherwise (the simulator).
- * @param token_features the token's predictor features (token_features of the configuration
- *        entries), when asked for and the executor computes; NULL otherwise.
- * @param k experts per token.
+ * @param rq what the engine knows.
  * @param out_ids receives up to @p max experts, best first.
  * @param max capacity of out_ids.
  * @return how many experts were written.
  */
-typedef int32_t (*ferry_expert_predict_fn)(void *user, int64_t req_id, int32_t token_index, int32_t seq_len,
-                                           int32_t layer_now, int32_t target_layer, const int32_t *ids_now,
-                                           const float *weights_now, const float *lookahead_logits,
-                                           const float *token_features, int32_t k, int32_t *out_ids, int32_t max);
+typedef int32_t (*ferry_expert_predict_fn)(void *user, const struct ferry_expert_predict_request *rq, int32_t *out_ids,
+                                           int32_t max);
 
 /** Engine configuration (copied at create time). */
 struct ferry_engine_config {
@@ -91,7 +97,11 @@ struct ferry_engine_config {
                                       expert cache either way); `ferry run`/`sim` set it when they
                                       choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
-  int expert_cache_lfu;          /**< LFU instead of LRU eviction in the expert cache */
+  int expert_cache_lfu;          /**< LFU instead of LRU eviction in the expert cache (when
+                                      expert_cache_policy is NULL) */
+  const char *expert_cache_policy; /**< the expert cache's eviction policy by registry name
+                                      (ferry/cache_policy.h: "lru", "lfu", ...); NULL: lru, or lfu
+                                      with expert_cache_lfu. Borrowed during ferry_engine_create() */
   uint64_t device_budget_bytes;  /**< device budget (0 = unlimited: everything resident) */
   uint64_t host_budget_bytes;    /**< host budget (0 = unlimited) */
   int32_t max_batch;             /**< concurrent sequences (KV-cache slots); default 8 */

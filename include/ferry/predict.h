@@ -176,7 +176,9 @@ typedef struct ferry_predictor ferry_predictor;
 
 /** Predictor configuration (copied). */
 struct ferry_predictor_config {
-  enum ferry_predictor_kind kind; /**< variant */
+  enum ferry_predictor_kind kind; /**< variant (built in), when name is NULL */
+  const char *name;               /**< the predictor's registry name (ferry_predictor_register());
+                                       NULL: the name of kind */
   int32_t n_layers;               /**< MoE layers */
   int32_t n_experts;              /**< experts per layer */
   int32_t top_k;                  /**< experts chosen per token and layer */
@@ -197,6 +199,70 @@ struct ferry_predict_context {
   int32_t n_future_ids;      /**< entries of future_ids */
 };
 
+/** What a predictor needs and does (bits of ferry_predictor_ops::needs): the engine, the
+ *  simulator and the evaluator read them to give it its inputs. */
+enum ferry_predictor_need {
+  FERRY_PREDICT_PREDICTS = 1u << 0,        /**< prefetches at all (none and lru do not) */
+  FERRY_PREDICT_NO_REUSE = 1u << 1,        /**< the expert cache is not consulted: every use is fetched (none) */
+  FERRY_PREDICT_NEEDS_LOOKAHEAD = 1u << 2, /**< the target layer's router logits on the current hidden state */
+  FERRY_PREDICT_NEEDS_FEATURES = 1u << 3,  /**< n_features per-token features (mlp3 / mlp7 definitions) */
+  FERRY_PREDICT_NEEDS_FUTURE = 1u << 4,    /**< the target layer's true choice (an oracle) */
+  FERRY_PREDICT_NEEDS_WEIGHTS = 1u << 5,   /**< a weights file of `ferry predictor train` (set_mlp()) */
+  FERRY_PREDICT_USES_POPULARITY = 1u << 6  /**< takes per-layer popularity from a routing trace (set_popularity()) */
+};
+
+/** Version of struct ferry_predictor_ops this build reads. */
+#define FERRY_PREDICTOR_OPS_VERSION 1
+
+/**
+ * An expert predictor: a static const op table in its own file, listed by one line in the
+ * registry (runtime/policy/predict.c) or added with ferry_predictor_register(). The engine on
+ * every executor (`--predictor NAME`), the simulator and `ferry predictor eval` use it by name.
+ * Pure: predict() gets what `needs` asks for in its context and allocates nothing.
+ */
+struct ferry_predictor_ops {
+  int version;             /**< FERRY_PREDICTOR_OPS_VERSION */
+  const char *name;        /**< registry name: 1-15 of a-z, 0-9, '-' */
+  const char *description; /**< one line for help texts */
+  unsigned needs;          /**< ferry_predictor_need bits */
+  int32_t n_features;      /**< features per token, with FERRY_PREDICT_NEEDS_FEATURES */
+  /** the predictor's state (released with free()) */
+  ferry_status (*create)(void **state, const struct ferry_predictor_config *cfg);
+  /** release the state */
+  void (*free)(void *state);
+  /** optional: the actual choice at ctx->layer (k ids) */
+  void (*observe)(void *state, const struct ferry_predict_context *ctx, int32_t k, const int32_t *ids);
+  /** experts of layer ctx->layer + layer_ahead, best first, at most max, into out_ids */
+  ferry_status (*predict)(void *state, const struct ferry_predict_context *ctx, int32_t layer_ahead, int32_t *out_ids,
+                          int32_t max, int32_t *n_out);
+  /** optional (FERRY_PREDICT_USES_POPULARITY): add popularity counts of one layer */
+  ferry_status (*set_popularity)(void *state, int32_t layer, const int64_t *counts);
+  /** optional (FERRY_PREDICT_NEEDS_WEIGHTS): use these weights (copied) */
+  ferry_status (*set_mlp)(void *state, const struct ferry_mlp *m);
+};
+
+/** @brief Number of registered predictors. */
+size_t ferry_predictor_registry_count(void);
+/** @brief The i-th registered predictor, or NULL past the end (borrowed, static). */
+const struct ferry_predictor_ops *ferry_predictor_registry_at(size_t i);
+/** @brief The predictor named @p name, or NULL. */
+const struct ferry_predictor_ops *ferry_predictor_registry_find(const char *name);
+/**
+ * @brief Add a predictor at start-up (not thread-safe).
+ * @param ops borrowed; must stay valid for the life of the process.
+ * @return FERRY_OK; FERRY_ERR_INVALID (version, missing create/free/predict, bad name);
+ *         FERRY_ERR_EXISTS; FERRY_ERR_RANGE when 16 have been added.
+ */
+ferry_status ferry_predictor_register(const struct ferry_predictor_ops *ops);
+/**
+ * @brief The predictor named @p name, or FERRY_ERR_NOT_FOUND naming the nearest.
+ * @param out receives the table (borrowed, static).
+ */
+ferry_status ferry_predictor_lookup(const char *name, const struct ferry_predictor_ops **out);
+
+/** @brief The op table of a predictor (borrowed, static). */
+const struct ferry_predictor_ops *ferry_predictor_ops_of(const ferry_predictor *p);
+
 /**
  * @brief Create a predictor.
  * @param out receives the predictor, owned by the caller (ferry_predictor_free()).
@@ -208,18 +274,23 @@ ferry_status ferry_predictor_create(ferry_predictor **out, const struct ferry_pr
 /** @brief Free a predictor. Accepts NULL. */
 void ferry_predictor_free(ferry_predictor *p);
 
-/** @brief The predictor's variant. */
+/** @brief The predictor's variant; FERRY_PREDICTOR_NONE for one not built in (use
+ *         ferry_predictor_ops_of()). */
 enum ferry_predictor_kind ferry_predictor_kind_of(const ferry_predictor *p);
 
 /**
- * @brief frequency: seed the popularity of one layer (e.g. counts from a routing trace).
+ * @brief A predictor that takes popularity (frequency): seed the popularity of one layer (e.g.
+ *        counts from a routing trace).
  * @param counts n_experts uses; added to what observe() counts.
+ * @return FERRY_ERR_INVALID for a layer out of range or a predictor that takes none.
  */
 ferry_status ferry_predictor_set_popularity(ferry_predictor *p, int32_t layer, const int64_t *counts);
 
 /**
- * @brief mlp3 / mlp7: use these weights (copied, then rounded through the configured dtype).
- * @return FERRY_ERR_INVALID when the MLP's variant or shape differs from the predictor's.
+ * @brief A predictor of weights (mlp3 / mlp7): use these (copied, then rounded through the
+ *        configured dtype).
+ * @return FERRY_ERR_INVALID when the MLP's variant or shape differs from the predictor's, or the
+ *         predictor takes no weights.
  */
 ferry_status ferry_predictor_set_mlp(ferry_predictor *p, const struct ferry_mlp *m);
 
@@ -265,7 +336,8 @@ struct ferry_predict_eval_config {
   int32_t prefetch_depth; /**< predict layer l + depth while at layer l (>= 1) */
   int32_t prefetch_max;   /**< experts predicted per layer (0 = top_k) */
   uint64_t expert_bytes;  /**< bytes of one expert load (0: count loads only) */
-  int lfu;                /**< LFU instead of LRU eviction */
+  int lfu;                /**< LFU instead of LRU eviction (when cache_policy is NULL) */
+  const char *cache_policy; /**< eviction policy by registry name (ferry/cache_policy.h); NULL: lru or lfu */
 };
 
 /** One request's share of the evaluation counts (the unit ferry_predict_eval_ci() resamples). */

@@ -256,7 +256,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->block_slots);
   ferry_free(e->expert_slots);
   ferry_free(e->staging);
-  ferry__cache_free(&e->cache);
+  ferry__xplan_free(&e->xplan);
   ferry__engine_free_units(e);
   ferry__plan_free(&e->plan);
   ferry_free(e->tok_ids);
@@ -275,7 +275,6 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->expert_start);
   ferry_free(e->routing_ids);
   ferry_free(e->routing_w);
-  ferry_free(e->votes);
   ferry_free(e->predicted);
   ferry__features_free(e);
   ferry_free(e->reqs);
@@ -346,8 +345,13 @@ static ferry_status allocate(struct ferry_engine *e) {
       ferry_exec_event_create(e->ex, &e->ev_tmp) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_read) != FERRY_OK)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
   if (mc->n_experts) {
-    st = ferry__cache_init(&e->cache, e->cfg.expert_cache_lfu ? FERRY_CACHE_LFU : FERRY_CACHE_LRU, p->n_expert_slots,
-                           (int32_t)mc->n_layers, (int32_t)mc->n_experts);
+    /* the eviction policy by name (cache_policy.h); expert_cache_lfu is the older spelling */
+    const char *name = e->cfg.expert_cache_policy ? e->cfg.expert_cache_policy : e->cfg.expert_cache_lfu ? "lfu" : "lru";
+    const struct ferry_cache_policy_ops *policy;
+    if ((st = ferry_cache_policy_lookup(name, &policy)) != FERRY_OK)
+      return ferry__err_set(&e->err, st, "engine: %s", ferry_last_error());
+    st = ferry__xplan_init(&e->xplan, policy, p->n_expert_slots, (int32_t)mc->n_layers, (int32_t)mc->n_experts,
+                           e->cfg.prefetch_depth, e->cfg.expert_no_reuse);
     if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
   }
   const size_t T = (size_t)e->cfg.max_step_tokens, K = (size_t)(mc->experts_per_token ? mc->experts_per_token : 1),
@@ -365,7 +369,6 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->expert_start = ferry__calloc(E + 1, sizeof(int32_t));
   e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
   e->routing_w = ferry__calloc(T * K, sizeof(float));
-  e->votes = ferry__calloc(E, sizeof(int32_t));
   e->predicted = ferry__calloc(E, sizeof(int32_t));
   e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
   e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
@@ -374,7 +377,7 @@ static ferry_status allocate(struct ferry_engine *e) {
                           e->cfg.max_batch, e->kv_capacity);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs || !e->votes || !e->predicted)
+      !e->routing_w || !e->seqs || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
   return ferry__features_alloc(e);

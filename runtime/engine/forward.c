@@ -432,61 +432,62 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   return FERRY_OK;
 }
 
-/* A cache slot for (layer, expert), evicting by the cache policy; an evicted expert that was
- * prefetched and never used is a wasted prefetch. */
-static int32_t insert_expert(struct ferry_engine *e, int32_t l, int32_t x) {
-  int32_t el, ex;
-  int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
-  if (slot >= 0) e->expert_slots[slot].prefetched = 0;
-  return slot;
+/* What the expert plan decided, as ops: a hit runs, a miss or a prefetch is fetched first (a
+ * prefetch runs later, when its layer routes to it). */
+struct expert_act {
+  struct ferry_engine *e;
+  uint64_t in;
+  int run; /* demand: run the expert; prefetch: only fetch it */
+};
+
+static ferry_status expert_act(void *user, int32_t l, int32_t x, int32_t slot, int fetch) {
+  struct expert_act *a = user;
+  struct ferry_engine *e = a->e;
+  ferry_status st;
+  if (a->run) {
+    if (fetch) e->step_misses++;
+    else e->step_hits++;
+  }
+  if (fetch && (st = ferry__engine_fetch_expert(e, e->expert_unit[l * e->mc->n_experts + x], slot)) != FERRY_OK)
+    return st;
+  return a->run ? run_expert(e, l, x, slot, a->in) : FERRY_OK;
 }
 
 /* After layer l's experts are enqueued: ask the predictor, per token, for the experts of the
- * next prefetch_depth layers, and fetch the most voted ones that are not cached, at most a
- * share of the cache per target layer so guesses cannot flush it. Wrong guesses cost bandwidth
- * and slots, never correctness: a demand miss fetches what is really needed. */
+ * next prefetch_depth layers; the plan fetches the most voted ones that are not cached. Wrong
+ * guesses cost bandwidth and slots, never correctness: a demand miss fetches what is really
+ * needed. */
 static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   if (!e->cfg.predict) return FERRY_OK;
   const int32_t E = (int32_t)mc->n_experts, K = (int32_t)mc->experts_per_token, L = (int32_t)mc->n_layers;
   const int32_t depth = e->cfg.prefetch_depth > 0 ? e->cfg.prefetch_depth : 1;
-  int32_t budget = e->plan.n_expert_slots / (depth + 1);
-  if (budget < 1) budget = 1;
   /* lookahead logits of (ahead, token) as read back with the routing; none without data */
   const int32_t n_look = ferry__lookahead_layers(e);
   const float *look = n_look && e->has_data
                           ? (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) +
                                             ferry__readback_lookahead_offset(e))
                           : NULL;
+  struct expert_act act = {.e = e, .run = 0};
   for (int32_t ahead = 1; ahead <= depth && l + ahead < L; ahead++) {
     const int32_t target = l + ahead;
     if (!e->li[target].moe) continue; /* a dense layer has no experts to fetch */
-    memset(e->votes, 0, (size_t)E * sizeof *e->votes);
+    ferry__xplan_vote_reset(&e->xplan);
     for (int64_t t = 0; t < e->n_tok; t++) {
       const struct seq *q = &e->seqs[e->tok_seq[t]];
       const struct ferry_engine_request *r = &e->reqs[q->req];
       const float *look_t = look && ahead <= n_look ? look + ((int64_t)(ahead - 1) * e->n_tok + t) * E : NULL;
-      int32_t n = e->cfg.predict(e->cfg.predict_user, r->id, e->tok_index[t], r->prompt_tokens + r->output_tokens, l,
-                                 target, e->routing_ids + t * K, e->routing_w + t * K, look_t,
-                                 ferry__features_of(e, t), K, e->predicted, E);
-      for (int32_t i = 0; i < n && i < E; i++)
-        if (e->predicted[i] >= 0 && e->predicted[i] < E) e->votes[e->predicted[i]]++;
+      const float *feat = ferry__features_of(e, t);
+      const struct ferry_expert_predict_request rq = {
+          .req_id = r->id, .token_index = e->tok_index[t], .seq_len = r->prompt_tokens + r->output_tokens,
+          .layer_now = l, .target_layer = target, .k = K, .n_experts = E, .ids_now = e->routing_ids + t * K,
+          .weights_now = e->routing_w + t * K, .lookahead_logits = look_t, .token_features = feat,
+          .n_features = feat ? e->cfg.token_features : 0};
+      const int32_t n = e->cfg.predict(e->cfg.predict_user, &rq, e->predicted, E);
+      ferry__xplan_vote(&e->xplan, e->predicted, n < E ? n : E);
     }
-    for (int32_t issued = 0; issued < budget; issued++) {
-      int32_t best = -1;
-      for (int32_t x = 0; x < E; x++)
-        if (e->votes[x] > 0 && (best < 0 || e->votes[x] > e->votes[best])) best = x;
-      if (best < 0) break;
-      e->votes[best] = 0;
-      if (ferry__cache_lookup(&e->cache, target, best) >= 0) continue;
-      int32_t slot = insert_expert(e, target, best);
-      if (slot < 0) break;
-      ferry__cache_touch(&e->cache, slot);
-      ferry_status st = ferry__engine_fetch_expert(e, e->expert_unit[target * E + best], slot);
-      if (st != FERRY_OK) return st;
-      e->expert_slots[slot].prefetched = 1;
-      e->prefetches++;
-    }
+    ferry_status st = ferry__xplan_prefetch(&e->xplan, target, expert_act, &act);
+    if (st != FERRY_OK) return ferry__err_set(&e->err, st, "%s", ferry_last_error());
   }
   return FERRY_OK;
 }
@@ -570,31 +571,10 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
       if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
   } else {
     /* Hits first (their data may already be there), then misses, each fetched into a slot
-     * chosen by the cache policy. */
-    const int reuse = !e->cfg.expert_no_reuse;
-    for (int32_t x = 0; reuse && x < E; x++) {
-      if (!e->expert_count[x]) continue;
-      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
-      if (slot < 0) continue;
-      e->step_hits++;
-      if (e->expert_slots[slot].prefetched) {
-        e->expert_slots[slot].prefetched = 0;
-        e->prefetches_used++;
-      }
-      ferry__cache_touch(&e->cache, slot);
-      if ((st = run_expert(e, l, x, slot, in))) return st;
-    }
-    for (int32_t x = 0; x < E; x++) {
-      if (!e->expert_count[x]) continue;
-      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
-      if (slot >= 0 && reuse) continue; /* a hit, run above */
-      if (slot < 0 && (slot = insert_expert(e, l, x)) < 0)
-        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
-      e->step_misses++;
-      ferry__cache_touch(&e->cache, slot);
-      if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
-      if ((st = run_expert(e, l, x, slot, in))) return st;
-    }
+     * chosen by the cache policy (runtime/policy/expert_plan.c). */
+    struct expert_act act = {.e = e, .in = in, .run = 1};
+    if ((st = ferry__xplan_demand(&e->xplan, l, e->expert_count, expert_act, &act)) != FERRY_OK)
+      return e->err.status == st ? st : ferry__err_set(&e->err, st, "%s", ferry_last_error());
     if ((st = prefetch_experts(e, l))) return st;
   }
   struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);

@@ -109,7 +109,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   e->req_metrics = NULL;
   e->steps = NULL;
   e->n_reqs = e->n_steps = 0;
-  e->prefetches = e->prefetches_used = 0;
+  e->xplan.prefetches = e->xplan.prefetches_used = 0;
   int64_t *admit_order = NULL, *waiting = NULL;
   ferry_status st = FERRY_OK;
   e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
@@ -330,8 +330,8 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
   }
   out->load_ns = e->load_ns;
-  out->prefetches = e->prefetches;
-  out->prefetches_used = e->prefetches_used;
+  out->prefetches = e->xplan.prefetches;
+  out->prefetches_used = e->xplan.prefetches_used;
   out->run_start_ns = e->run_start_ns;
   ferry_free(a);
   ferry_free(b);

@@ -1,12 +1,54 @@
 /* The expert cache: a fixed number of device slots shared by all layers, keyed by
- * (layer, expert), with LRU or LFU eviction among unprotected slots. Ties are broken by the
- * lowest slot index, so the same routing always leaves the same cache contents. */
+ * (layer, expert), with the eviction of a registered policy (cache_policy.h) among unprotected
+ * slots. The cache finds empty slots (the lowest first) and keeps who holds what; the policy
+ * keeps its history and names the victim, so the same routing always leaves the same contents. */
+#include <stddef.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/error.h"
+#include "common/registry.h"
 #include "policy.h"
 
-ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_policy policy, int32_t n_slots,
+/* One line per built-in policy, in the order help texts list them. */
+#define FERRY_CACHE_POLICIES(X) \
+  X(lru)                        \
+  X(lfu)
+
+#define DECLARE_(name) extern const struct ferry_cache_policy_ops ferry__cache_policy_##name;
+FERRY_CACHE_POLICIES(DECLARE_)
+#undef DECLARE_
+
+static const struct ferry_cache_policy_ops *const builtin[] = {
+#define ENTRY_(name) &ferry__cache_policy_##name,
+    FERRY_CACHE_POLICIES(ENTRY_)
+#undef ENTRY_
+};
+
+static struct ferry__registry registry = {.what = "expert-cache policy",
+                                          .builtin = (const void *const *)builtin,
+                                          .n_builtin = sizeof builtin / sizeof builtin[0],
+                                          .name_offset = offsetof(struct ferry_cache_policy_ops, name)};
+
+size_t ferry_cache_policy_registry_count(void) { return ferry__registry_count(&registry); }
+const struct ferry_cache_policy_ops *ferry_cache_policy_registry_at(size_t i) { return ferry__registry_at(&registry, i); }
+const struct ferry_cache_policy_ops *ferry_cache_policy_registry_find(const char *name) {
+  return ferry__registry_find(&registry, name);
+}
+
+ferry_status ferry_cache_policy_register(const struct ferry_cache_policy_ops *ops) {
+  if (!ops || ops->version != FERRY_CACHE_POLICY_VERSION || !ops->create || !ops->free || !ops->touch || !ops->victim)
+    return ferry__fail(FERRY_ERR_INVALID, "ferry_cache_policy_register: needs version %d and every function",
+                       FERRY_CACHE_POLICY_VERSION);
+  return ferry__registry_add(&registry, ops);
+}
+
+ferry_status ferry_cache_policy_lookup(const char *name, const struct ferry_cache_policy_ops **out) {
+  *out = ferry_cache_policy_registry_find(name);
+  return *out ? FERRY_OK : ferry__registry_unknown(&registry, name);
+}
+
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry_cache_policy_ops *policy, int32_t n_slots,
                                int32_t n_layers, int32_t n_experts) {
   memset(c, 0, sizeof *c);
   c->policy = policy;
@@ -16,26 +58,22 @@ ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_po
   size_t units = (size_t)n_layers * (size_t)n_experts;
   size_t slots = n_slots > 0 ? (size_t)n_slots : 1;
   c->slot_of = ferry__calloc(units ? units : 1, sizeof *c->slot_of);
-  c->use_count = ferry__calloc(units ? units : 1, sizeof *c->use_count);
-  c->slot_layer = ferry__calloc(slots, sizeof *c->slot_layer);
-  c->slot_expert = ferry__calloc(slots, sizeof *c->slot_expert);
-  c->slot_stamp = ferry__calloc(slots, sizeof *c->slot_stamp);
+  c->slot_unit = ferry__calloc(slots, sizeof *c->slot_unit);
   c->slot_protected = ferry__calloc(slots, 1);
-  if (!c->slot_of || !c->use_count || !c->slot_layer || !c->slot_expert || !c->slot_stamp || !c->slot_protected) {
+  if (!c->slot_of || !c->slot_unit || !c->slot_protected ||
+      policy->create(&c->policy_state, (int32_t)slots, (int32_t)(units ? units : 1)) != FERRY_OK) {
     ferry__cache_free(c);
     return FERRY_ERR_NOMEM;
   }
   for (size_t i = 0; i < units; i++) c->slot_of[i] = -1;
-  for (size_t s = 0; s < slots; s++) c->slot_layer[s] = c->slot_expert[s] = -1;
+  for (size_t s = 0; s < slots; s++) c->slot_unit[s] = -1;
   return FERRY_OK;
 }
 
 void ferry__cache_free(struct ferry_expert_cache *c) {
+  if (c->policy && c->policy_state) c->policy->free(c->policy_state);
   ferry_free(c->slot_of);
-  ferry_free(c->use_count);
-  ferry_free(c->slot_layer);
-  ferry_free(c->slot_expert);
-  ferry_free(c->slot_stamp);
+  ferry_free(c->slot_unit);
   ferry_free(c->slot_protected);
   memset(c, 0, sizeof *c);
 }
@@ -45,41 +83,23 @@ int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, i
 }
 
 void ferry__cache_touch(struct ferry_expert_cache *c, int32_t slot) {
-  c->slot_stamp[slot] = ++c->clock;
-  size_t u = (size_t)c->slot_layer[slot] * (size_t)c->n_experts + (size_t)c->slot_expert[slot];
-  c->use_count[u]++;
+  c->policy->touch(c->policy_state, slot, c->slot_unit[slot]);
 }
 
 int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t expert, int32_t *evicted_layer,
                             int32_t *evicted_expert) {
   int32_t victim = -1;
   for (int32_t s = 0; s < c->n_slots && victim < 0; s++)
-    if (c->slot_layer[s] < 0) victim = s;
-  if (victim < 0) {
-    for (int32_t s = 0; s < c->n_slots; s++) {
-      if (c->slot_protected[s]) continue;
-      if (victim < 0) {
-        victim = s;
-        continue;
-      }
-      if (c->policy == FERRY_CACHE_LFU) {
-        uint64_t us = c->use_count[(size_t)c->slot_layer[s] * (size_t)c->n_experts + (size_t)c->slot_expert[s]];
-        uint64_t uv =
-            c->use_count[(size_t)c->slot_layer[victim] * (size_t)c->n_experts + (size_t)c->slot_expert[victim]];
-        if (us < uv || (us == uv && c->slot_stamp[s] < c->slot_stamp[victim])) victim = s;
-      } else if (c->slot_stamp[s] < c->slot_stamp[victim]) {
-        victim = s;
-      }
-    }
-  }
-  if (victim < 0) return -1;
-  *evicted_layer = c->slot_layer[victim];
-  *evicted_expert = c->slot_expert[victim];
-  if (*evicted_layer >= 0)
-    c->slot_of[(size_t)*evicted_layer * (size_t)c->n_experts + (size_t)*evicted_expert] = -1;
-  c->slot_layer[victim] = layer;
-  c->slot_expert[victim] = expert;
-  c->slot_of[(size_t)layer * (size_t)c->n_experts + (size_t)expert] = victim;
+    if (c->slot_unit[s] < 0) victim = s;
+  if (victim < 0) victim = c->policy->victim(c->policy_state, c->slot_unit, c->slot_protected, c->n_slots);
+  if (victim < 0 || victim >= c->n_slots || c->slot_protected[victim]) return -1;
+  const int32_t old = c->slot_unit[victim];
+  *evicted_layer = old >= 0 ? old / c->n_experts : -1;
+  *evicted_expert = old >= 0 ? old % c->n_experts : -1;
+  if (old >= 0) c->slot_of[old] = -1;
+  const int32_t unit = layer * c->n_experts + expert;
+  c->slot_unit[victim] = unit;
+  c->slot_of[unit] = victim;
   return victim;
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ferry/activity.h"
+#include "ferry/cache_policy.h"
 #include "ferry/status.h"
 
 /* Sizes the plan is made from (bytes as stored, per layer). */
@@ -74,21 +75,25 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
                               struct ferry_plan *out, char *msg, size_t msg_len);
 void ferry__plan_free(struct ferry_plan *plan);
 
-/* ---- expert cache: fixed slots, LRU or LFU eviction ---- */
-enum ferry_cache_policy { FERRY_CACHE_LRU, FERRY_CACHE_LFU };
+/* ---- predictors: the selection they share ---- */
+/* The `max` largest keys, best first, ties to the lower index; key() returns NaN for an entry
+ * that must not be chosen. O(n * max), which beats sorting for the handful of experts
+ * prefetched per layer. */
+int32_t ferry__top_keys(const void *v, int32_t n, int32_t max, double (*key)(const void *v, int32_t i), int32_t *out);
+/* key of a float logit: the finite ones */
+double ferry__logit_key(const void *v, int32_t i);
 
+/* ---- expert cache: fixed slots, the eviction of a registered policy (cache_policy.h) ---- */
 struct ferry_expert_cache {
-  enum ferry_cache_policy policy;
+  const struct ferry_cache_policy_ops *policy;
+  void *policy_state;
   int32_t n_slots, n_layers, n_experts;
-  int32_t *slot_of;        /* [layer * n_experts + expert] -> slot or -1 */
-  int32_t *slot_layer, *slot_expert; /* slot -> contents, -1 when empty */
-  uint64_t *slot_stamp;    /* last use (LRU) */
-  uint64_t *use_count;     /* [layer * n_experts + expert] uses (LFU) */
+  int32_t *slot_of;        /* [unit = layer * n_experts + expert] -> slot or -1 */
+  int32_t *slot_unit;      /* slot -> unit, -1 when empty */
   uint8_t *slot_protected;
-  uint64_t clock;
 };
 
-ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_policy policy, int32_t n_slots,
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry_cache_policy_ops *policy, int32_t n_slots,
                                int32_t n_layers, int32_t n_experts);
 void ferry__cache_free(struct ferry_expert_cache *c);
 /* Slot holding (layer, expert), or -1. */
@@ -102,5 +107,33 @@ int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t
                             int32_t *evicted_expert);
 void ferry__cache_protect(struct ferry_expert_cache *c, int32_t slot, int on);
 void ferry__cache_unprotect_all(struct ferry_expert_cache *c);
+
+/* ---- the expert cache as the engine drives it (expert_plan.c): the engine issues the ops,
+ * `ferry predictor eval` counts them ---- */
+struct ferry__expert_plan {
+  struct ferry_expert_cache cache;
+  uint8_t *prefetched; /* [slot] filled on a prediction and not used yet */
+  int32_t *votes;      /* [expert] predictions for the target layer being prefetched */
+  int32_t n_experts, budget;
+  int no_reuse;        /* every use fetched on demand, the cache never consulted (predictor none) */
+  int64_t hits, misses, prefetches, prefetches_used, prefetches_wasted;
+};
+
+/* fn(user, layer, expert, slot, fetch): the expert is in `slot`; fetch says it must be loaded
+ * there first (a miss or a prefetch). */
+typedef ferry_status (*ferry__xplan_fn)(void *user, int32_t layer, int32_t expert, int32_t slot, int fetch);
+
+ferry_status ferry__xplan_init(struct ferry__expert_plan *p, const struct ferry_cache_policy_ops *policy, int32_t n_slots,
+                               int32_t n_layers, int32_t n_experts, int32_t prefetch_depth, int no_reuse);
+void ferry__xplan_free(struct ferry__expert_plan *p);
+/* Layer `layer`'s routed experts (count[x] > 0): the hits first, then the misses, experts in
+ * index order, fn for each. */
+ferry_status ferry__xplan_demand(struct ferry__expert_plan *p, int32_t layer, const int32_t *count, ferry__xplan_fn fn,
+                                 void *user);
+/* The votes of one target layer: reset, add each token's predicted ids, then prefetch the most
+ * voted that are not cached, at most the budget (ties: the lower expert). */
+void ferry__xplan_vote_reset(struct ferry__expert_plan *p);
+void ferry__xplan_vote(struct ferry__expert_plan *p, const int32_t *ids, int32_t n);
+ferry_status ferry__xplan_prefetch(struct ferry__expert_plan *p, int32_t target, ferry__xplan_fn fn, void *user);
 
 #endif
