@@ -5,12 +5,15 @@
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/alloc.h"
+#include "common/checked.h"
+#include "common/error.h"
 #include "common/fsutil.h"
 #include "common/sqlite_read.h"
 #include "ferry/db.h"
@@ -40,6 +43,251 @@ static int usable_sample(double bytes, double flops, double dur_ns) {
   return isfinite(bytes) && isfinite(flops) && isfinite(dur_ns) && bytes >= 0 && flops >= 0 && dur_ns > 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Medians of one column of a query's rows: durations, so values that are not finite or are
+ * negative (a crafted database) are left out. NAN when none. */
+static double median_of(sqlite3 *db, const char *sql, int64_t run, size_t *n_out) {
+  sqlite3_stmt *q = NULL;
+  *n_out = 0;
+  if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return NAN;
+  sqlite3_bind_int64(q, 1, run);
+  double *v = NULL;
+  size_t n = 0, cap = 0;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 256;
+      double *nv = ferry__reallocarray(v, cap, sizeof *v);
+      if (!nv) break;
+      v = nv;
+    }
+    const double x = sqlite3_column_double(q, 0);
+    if (isfinite(x) && x >= 0) v[n++] = x;
+  }
+  sqlite3_finalize(q);
+  double med = NAN;
+  if (n) {
+    qsort(v, n, sizeof *v, cmp_double); /* a database may hold millions of calls */
+    med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+  ferry_free(v);
+  *n_out = n;
+  return med;
+}
+
+struct span {
+  int64_t start, end;
+  int32_t layer;
+};
+
+static int cmp_span(const void *a, const void *b) {
+  const struct span *x = a, *y = b;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Rows of a query (start, end[, layer]) as spans sorted by start; *n 0 when none. */
+static ferry_status spans_of(sqlite3 *db, const char *sql, int64_t run, struct span **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return FERRY_OK;
+  sqlite3_bind_int64(q, 1, run);
+  size_t cap = 0;
+  struct span *v = NULL;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 1024;
+      struct span *nv = ferry__reallocarray(v, cap, sizeof *v);
+      if (!nv) {
+        sqlite3_finalize(q);
+        ferry_free(v);
+        *n = 0;
+        return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+      }
+      v = nv;
+    }
+    const int64_t start = sqlite3_column_int64(q, 0), end = sqlite3_column_int64(q, 1);
+    const int64_t layer = sqlite3_column_count(q) > 2 ? sqlite3_column_int64(q, 2) : -1;
+    if (end < start) continue; /* a crafted row: a range that ends before it starts */
+    v[(*n)++] = (struct span){start, end, layer >= 0 && layer <= INT32_MAX ? (int32_t)layer : -1};
+  }
+  sqlite3_finalize(q);
+  if (*n) qsort(v, *n, sizeof *v, cmp_span);
+  *out = v;
+  return FERRY_OK;
+}
+
+struct layer_fit {
+  size_t n;
+  double median;
+};
+
+/* Per layer range: its duration, less the host waits inside it, less its ops' issue costs (the
+ * ops of a layer, on average over the run: kernels and copies tagged with it / its ranges). */
+static ferry_status layer_extra(sqlite3 *db, int64_t run, double per_kernel, double per_copy, struct layer_fit *out) {
+  memset(out, 0, sizeof *out);
+  struct span *layers = NULL, *waits = NULL;
+  size_t nl = 0, nw = 0;
+  ferry_status st = spans_of(db, "SELECT start, end, layer FROM NVTX_EVENTS WHERE runId = ?1 AND text = 'layer'", run,
+                             &layers, &nl);
+  if (st == FERRY_OK)
+    st = spans_of(db, "SELECT start, end FROM NVTX_EVENTS WHERE runId = ?1 AND text = 'host wait'", run, &waits, &nw);
+  int32_t max_layer = -1;
+  for (size_t i = 0; i < nl; i++)
+    if (layers[i].layer > max_layer) max_layer = layers[i].layer;
+  double *ops = NULL, *extra = NULL;
+  int64_t *ranges = NULL;
+  if (st != FERRY_OK || nl < 3 || max_layer < 0 || max_layer > 100000) goto out;
+  ops = ferry__calloc((size_t)max_layer + 1, sizeof *ops);
+  ranges = ferry__calloc((size_t)max_layer + 1, sizeof *ranges);
+  extra = ferry__calloc(nl, sizeof *extra);
+  if (!ops || !ranges || !extra) {
+    st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+    goto out;
+  }
+  static const char *const count_sql[2] = {
+      "SELECT layer, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1 AND layer IS NOT NULL GROUP BY layer",
+      "SELECT layer, COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId = ?1 AND layer IS NOT NULL GROUP BY layer"};
+  for (int c = 0; c < 2; c++) {
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db, count_sql[c], -1, &q, NULL) != SQLITE_OK) continue;
+    sqlite3_bind_int64(q, 1, run);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+      int64_t l = sqlite3_column_int64(q, 0);
+      if (l >= 0 && l <= max_layer) ops[l] += (double)sqlite3_column_int64(q, 1) * (c ? per_copy : per_kernel);
+    }
+    sqlite3_finalize(q);
+  }
+  for (size_t i = 0; i < nl; i++)
+    if (layers[i].layer >= 0) ranges[layers[i].layer]++;
+  size_t w = 0;
+  for (size_t i = 0; i < nl; i++) {
+    const struct span *l = &layers[i];
+    while (w < nw && waits[w].end <= l->start) w++;
+    double waited = 0;
+    for (size_t k = w; k < nw && waits[k].start < l->end; k++)
+      if (waits[k].start >= l->start && waits[k].end <= l->end) waited += ferry__span(waits[k].start, waits[k].end);
+    double issue = l->layer >= 0 && ranges[l->layer] ? ops[l->layer] / (double)ranges[l->layer] : 0;
+    extra[out->n++] = ferry__span(l->start, l->end) - waited - issue;
+  }
+  qsort(extra, out->n, sizeof *extra, cmp_double);
+  out->median = out->n % 2 ? extra[out->n / 2] : (extra[out->n / 2 - 1] + extra[out->n / 2]) / 2;
+out:
+  ferry_free(ops);
+  ferry_free(ranges);
+  ferry_free(extra);
+  ferry_free(layers);
+  ferry_free(waits);
+  return st;
+}
+
+/* The software's host costs (the profile's runtime section) from the run's timeline:
+ * - step_ns + row_ns x batch: the gaps between one engine step and the next while requests were
+ *   in flight (sampling, bookkeeping, admission), fitted by least squares;
+ * - launch_ns, copy_ns: the median duration of the CUDA runtime's launch and copy calls, where
+ *   the timeline has them (CUPTI, nsys imports); else the base profile's;
+ * - layer_ns: the median host time of a layer range beyond its ops' issue costs (host.submit_ns
+ *   and launch_ns / copy_ns each) and the host's waits inside it ("host wait" ranges).
+ * The quality of each fit is printed; a step fit with R^2 < FERRY_HW_FIT_R2_MIN is warned of. */
+static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profile *p, const char **fitted,
+                                size_t *n_fitted, int *weak) {
+  if (!p->has_runtime) {
+    memset(&p->runtime, 0, sizeof p->runtime);
+    p->has_runtime = 1;
+  }
+  char kind[16] = "";
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT kind FROM runs WHERE id = ?1", -1, &q, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(q, 1, run);
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
+      snprintf(kind, sizeof kind, "%s", (const char *)sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+  }
+  /* ferry's own executors expand quantized weights before multiplying */
+  if (!strcmp(kind, "host") || !strcmp(kind, "cuda")) p->runtime.fused_dequant = 0;
+  snprintf(p->runtime.name, sizeof p->runtime.name, "fitted to a %s run", kind[0] ? kind : "recorded");
+  /* CUDA runtime calls, where recorded */
+  size_t n_launch = 0, n_copy = 0;
+  double launch = median_of(db,
+                            "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
+                            "WHERE r.runId = ?1 AND n.value LIKE 'cudaLaunchKernel%'",
+                            run, &n_launch);
+  double copy = median_of(db,
+                          "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
+                          "WHERE r.runId = ?1 AND n.value LIKE 'cudaMemcpyAsync%'",
+                          run, &n_copy);
+  if (n_launch >= 3) {
+    p->runtime.launch_ns = ferry__f64_to_i64(round(launch));
+    fitted[(*n_fitted)++] = "runtime.launch_ns";
+    printf("%-12s %6zu calls: %.0f ns per kernel launch (median)\n", "launch", n_launch, launch);
+  }
+  if (n_copy >= 3) {
+    p->runtime.copy_ns = ferry__f64_to_i64(round(copy));
+    fitted[(*n_fitted)++] = "runtime.copy_ns";
+    printf("%-12s %6zu calls: %.0f ns per copy issue (median)\n", "copy issue", n_copy, copy);
+  }
+  /* gaps between steps while requests were in flight */
+  if (sqlite3_prepare_v2(db,
+                         "SELECT s.batch, n.start_ns - s.end_ns FROM steps s JOIN steps n ON n.runId = s.runId AND "
+                         "n.step = s.step + 1 WHERE s.runId = ?1 AND EXISTS (SELECT 1 FROM requests r WHERE r.runId = "
+                         "s.runId AND r.arrival_ns <= s.end_ns AND r.finish_ns > s.end_ns) LIMIT 200000",
+                         -1, &q, NULL) != SQLITE_OK)
+    return FERRY_OK; /* an import without engine steps: nothing more to fit */
+  sqlite3_bind_int64(q, 1, run);
+  struct ferry_calib_sample *v = NULL;
+  size_t n = 0, cap = 0;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 256;
+      struct ferry_calib_sample *nv = ferry__reallocarray(v, cap, sizeof *v);
+      if (!nv) {
+        sqlite3_finalize(q);
+        ferry_free(v);
+        return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+      }
+      v = nv;
+    }
+    const double batch = (double)sqlite3_column_int64(q, 0), gap = (double)sqlite3_column_int64(q, 1);
+    if (batch < 0 || gap < 0) continue; /* a crafted row: steps overlap, or a negative batch */
+    v[n++] = (struct ferry_calib_sample){batch, 0, gap};
+  }
+  sqlite3_finalize(q);
+  if (n >= 3) {
+    struct ferry_hw_cost f;
+    double r2 = 0;
+    ferry_calibrate_fit(v, n, &f, &r2);
+    p->runtime.step_ns = ferry__f64_to_i64(round(f.overhead_ns));
+    p->runtime.row_ns = ferry__f64_to_i64(round(f.ns_per_byte));
+    fitted[(*n_fitted)++] = "runtime.step_ns";
+    fitted[(*n_fitted)++] = "runtime.row_ns";
+    printf("%-12s %6zu gaps: %lld ns + %lld ns per sequence (R^2 %.3f)\n", "step", n, (long long)p->runtime.step_ns,
+           (long long)p->runtime.row_ns, r2);
+    /* a constant is no worse a description when the gaps barely vary: judge the fit by its
+     * error then, not by R^2 */
+    if (r2 < FERRY_HW_FIT_R2_MIN && f.ns_per_byte > 0) {
+      fprintf(stderr, "ferry: warning: the step fit explains little of the gaps between steps (R^2 %.3f < %.1f)\n", r2,
+              FERRY_HW_FIT_R2_MIN);
+      (*weak)++;
+    }
+  }
+  ferry_free(v);
+  /* layers: host time beyond issuing their ops and waiting */
+  struct layer_fit lf;
+  ferry_status st = layer_extra(db, run, (double)(p->host.submit_ns + p->runtime.launch_ns),
+                                (double)(p->host.submit_ns + p->runtime.copy_ns), &lf);
+  if (st != FERRY_OK) return st;
+  if (lf.n >= 3) {
+    p->runtime.layer_ns = lf.median > 0 ? ferry__f64_to_i64(round(lf.median)) : 0;
+    fitted[(*n_fitted)++] = "runtime.layer_ns";
+    printf("%-12s %6zu layers: %lld ns of host work per layer beyond issuing its ops and waiting (median)\n", "layer",
+           lf.n, (long long)p->runtime.layer_ns);
+  }
+  return FERRY_OK;
+}
+
 static int fit_from_db(const char *db_path, int64_t run, const char *base, const char *out) {
   ferry_hw *hw = NULL;
   ferry_status st = ferry_hw_open(&hw, base);
@@ -50,6 +298,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   struct ferry_calib_sample *s = NULL;
   const char *fitted[64];
   size_t n_fitted = 0;
+  int weak = 0;
   if ((st = ferry__sqlite_open_read(db_path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db, NULL, NULL)) !=
       FERRY_OK) {
     cli_fail(st, NULL);
@@ -94,11 +343,21 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     if (n < 3) continue;
     double r2 = 0;
     ferry_calibrate_fit(s, n, &p.cost[kind], &r2);
+    p.cost[kind].r2 = r2;
     p.cost_set |= 1u << kind;
     p.has_cost = 1;
     any = 1;
     printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", name, n, p.cost[kind].overhead_ns,
            p.cost[kind].roofline ? "max" : "sum", p.cost[kind].ns_per_byte, p.cost[kind].ns_per_flop, r2);
+    if (r2 < FERRY_HW_FIT_R2_MIN) {
+      fprintf(stderr, "ferry: warning: the %s fit explains little of what was measured (R^2 %.3f < %.1f): simulated %s "
+                      "times may be off\n", name, r2, FERRY_HW_FIT_R2_MIN, name);
+      weak++;
+    }
+  }
+  if ((st = fit_runtime(db, run, &p, fitted, &n_fitted, &weak)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
   }
   /* copies (1 = host->device, 2 = device->host) and disk reads (ferry's copy kind 100) */
   static const struct {
@@ -151,7 +410,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     cli_fail(st, NULL);
     goto out;
   }
-  printf("wrote %s\n", out);
+  printf("wrote %s%s\n", out, weak ? " (with weak fits: see the warnings)" : "");
   rc = CLI_OK;
 out:
   ferry_free(s);
@@ -210,8 +469,9 @@ int cmd_calibrate(int argc, char **argv) {
          p.host.cpu_gflops, (long long)p.host.submit_ns, (long long)p.host.sync_ns, (long long)p.host.queue_wake_ns);
   for (int i = 0; i < FERRY_HW_COST_KINDS; i++)
     if (p.cost_set >> i & 1)
-      printf("  %-12s %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop)\n", ferry_hw_cost_kind_name(i), p.cost[i].overhead_ns,
-             p.cost[i].roofline ? "max" : "sum", p.cost[i].ns_per_byte, p.cost[i].ns_per_flop);
+      printf("  %-12s %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)%s\n", ferry_hw_cost_kind_name(i),
+             p.cost[i].overhead_ns, p.cost[i].roofline ? "max" : "sum", p.cost[i].ns_per_byte, p.cost[i].ns_per_flop,
+             p.cost[i].r2, p.cost[i].r2 < FERRY_HW_FIT_R2_MIN ? "  weak fit" : "");
   printf("wrote %s\n", out);
   return CLI_OK;
 }

@@ -11,11 +11,13 @@ static void usage(FILE *f) {
   fprintf(f,
           "Usage: ferry hw list\n"
           "       ferry hw show NAME|FILE.json\n"
+          "       ferry hw kernel PROFILE [--runtime NAME] SPEC...\n"
           "Hardware profiles for the simulator.\n\n"
           "  list         one line per catalogue entry: kind, GPU memory, bandwidths (GB/s = 1e9 bytes/s),\n"
           "               dense fp16 TFLOP/s and price per hour\n"
           "  show NAME    every field of a profile, composed parts included, with the source of\n"
-          "               each figure and which figures were fitted from measurements\n\n"
+          "               each figure and which figures were fitted from measurements\n"
+          "  kernel       the simulated time of kernels on a profile's GPU (ferry hw kernel --help)\n\n"
           "Catalogue folders, searched in order: $FERRY_HW_PATH (':'-separated), the source tree's\n"
           "hw/, the installed share/ferry/hw. The file format is described in hw/README.md.\n");
 }
@@ -91,6 +93,7 @@ static int hw_show(const char *name) {
     show_f("gpu.peak_tflops.fp16", g->peak_tflops.fp16, "TFLOP/s");
     show_f("gpu.peak_tflops.bf16", g->peak_tflops.bf16, "TFLOP/s");
     show_f("gpu.peak_tflops.int8", g->peak_tflops.int8, "TOP/s");
+    show_f("gpu.peak_tflops.fp8", g->peak_tflops.fp8, "TFLOP/s");
     printf("  %-28s %lld ns\n", "gpu.launch_overhead_ns", (long long)g->launch_overhead_ns);
     show_f("gpu.efficiency.gemm", g->efficiency.gemm, "");
     show_f("gpu.efficiency.gemv", g->efficiency.gemv, "");
@@ -121,6 +124,19 @@ static int hw_show(const char *name) {
     printf("  %-28s %lld ns\n", "disk.latency_ns", (long long)p->disk.latency_ns);
     printf("  %-28s %d\n", "disk.queue_depth", p->disk.queue_depth);
   }
+  if (p->has_runtime) {
+    const struct ferry_hw_runtime *r = &p->runtime;
+    printf("runtime: %s\n", r->name);
+    printf("  %-28s %lld ns\n", "runtime.launch_ns", (long long)r->launch_ns);
+    printf("  %-28s %lld ns\n", "runtime.copy_ns", (long long)r->copy_ns);
+    printf("  %-28s %lld ns\n", "runtime.layer_ns", (long long)r->layer_ns);
+    printf("  %-28s %lld ns\n", "runtime.step_ns", (long long)r->step_ns);
+    printf("  %-28s %lld ns\n", "runtime.row_ns", (long long)r->row_ns);
+    printf("  %-28s %d (%s)\n", "runtime.fused_dequant", r->fused_dequant,
+           r->fused_dequant ? "low-bit weights read packed by fused kernels" : "a dequantize kernel expands them to fp16");
+    printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
+           r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
+  }
   if (p->price_per_hour_usd > 0) printf("price_per_hour_usd: %.2f\n", p->price_per_hour_usd);
   printf("fitted from measurements:");
   if (p->n_fitted == 0) printf(" none");
@@ -139,7 +155,7 @@ int cmd_hw(int argc, char **argv) {
     usage(stdout);
     return CLI_OK;
   }
-  if (argc < 2) return cli_usage_error("hw", "missing subcommand (list or show)");
+  if (argc < 2) return cli_usage_error("hw", "missing subcommand (list, show or kernel)");
   if (!strcmp(argv[1], "list")) {
     if (argc != 2) return cli_usage_error("hw", "list takes no arguments");
     return hw_list();
@@ -152,5 +168,6 @@ int cmd_hw(int argc, char **argv) {
     if (argc != 3) return cli_usage_error("hw", "show takes one profile name or file");
     return hw_show(argv[2]);
   }
-  return cli_usage_error("hw", "unknown subcommand '%s' (list or show)", argv[1]);
+  if (!strcmp(argv[1], "kernel")) return hw_kernel(argc - 1, argv + 1);
+  return cli_usage_error("hw", "unknown subcommand '%s' (list, show or kernel)", argv[1]);
 }

@@ -116,7 +116,11 @@ int cmd_report(int argc, char **argv) {
            sum.complete, sum.failed, o.out_dir, sum.plots, sum.tables);
     for (unsigned bit = 1; bit <= FERRY_REPORT_ROUTING; bit <<= 1)
       if (sum.sections & bit) printf(" %s", ferry_report_section_name((enum ferry_report_section)bit));
-    printf("\nferry: open %s/index.html\n", o.out_dir);
+    printf("\n");
+    if (sum.sim_real_flagged)
+      printf("ferry: %zu of %zu sim-vs-real pairs flagged (error above 10 %% or weak fits): see the flag column\n",
+             sum.sim_real_flagged, sum.sim_real_pairs);
+    printf("ferry: open %s/index.html\n", o.out_dir);
   }
   return CLI_OK;
 }

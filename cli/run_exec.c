@@ -106,7 +106,8 @@ static ferry_status machine_memory(const struct run_args *a, struct ferry_machin
 static ferry_status refuse_ignored_when_resident(const struct run_args *a, int asked_all, int defaulted) {
   if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
   static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
-                                          "fill-budget",  "expert-cache",   "predictor", "direct-io", NULL};
+                                          "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
+                                          NULL};
   const char *o = NULL;
   for (size_t i = 0; streaming[i] && !o; i++)
     if (run_given(a, streaming[i])) o = streaming[i];
@@ -151,19 +152,55 @@ static ferry_status plan(struct run_ctx *c) {
   return FERRY_OK;
 }
 
+/* Fitted kernel costs that explain little of their measurements (R^2 below
+ * FERRY_HW_FIT_R2_MIN): named in `out` ("" when none) and warned of, since the run's
+ * predictions rest on them. */
+static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
+  size_t n = 0;
+  out[0] = '\0';
+  for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
+    if (!(p->cost_set >> i & 1) || p->cost[i].r2 == 0 || p->cost[i].r2 >= FERRY_HW_FIT_R2_MIN) continue;
+    int k = snprintf(out + n, len - n, "%s%s R^2 %.2f", n ? ", " : "", ferry_hw_cost_kind_name(i), p->cost[i].r2);
+    if (k < 0 || (size_t)k >= len - n) break;
+    n += (size_t)k;
+  }
+  if (n) fprintf(stderr, "ferry: warning: %s has weak fitted costs (%s < %.1f): its predictions may be off\n", p->name, out,
+                 FERRY_HW_FIT_R2_MIN);
+}
+
 /* The executor by its registry name: --backend, or sim (with the --hw profile). */
 static ferry_status create_executor(struct run_ctx *c) {
   const struct run_args *a = c->a;
   struct ferry_exec_params xp = {.config = {.device_budget_bytes = a->ec.device_budget_bytes,
                                             .host_budget_bytes = a->ec.host_budget_bytes,
-                                            .lock_host_memory = 1,
+                                            .lock_host_memory = strcmp(a->host_memory, "pageable") != 0,
                                             .compute_threads = (int)a->threads}};
   ferry_hw *hw = NULL;
   ferry_status st = a->hw ? ferry_hw_open(&hw, a->hw) : FERRY_OK;
+  /* the software issuing the work: as asked, else the profile's, else a C++ engine */
+  if (st == FERRY_OK && hw && (a->runtime || !ferry_hw_get(hw)->has_runtime))
+    st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
   xp.hw = hw;
   if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, &c->ex);
+  if (st == FERRY_OK && hw) weak_fits(ferry_hw_get(hw), c->fit_warning, sizeof c->fit_warning);
   ferry_hw_close(hw);
   return st;
+}
+
+/* How the simulation went: its speed, and what its page cache model served. */
+static void print_sim_stats(ferry_exec *ex, int64_t wall0) {
+  struct ferry_sim_stats ss;
+  if (ferry_exec_sim_stats(ex, &ss) != FERRY_OK) return;
+  const double wall_s = (double)(ferry__mono_ns() - wall0) / 1e9;
+  fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time: %llu events (%.0f events/s), %llu ops\n",
+          (double)ss.now_ns / 1e9, wall_s, (unsigned long long)ss.events_run,
+          wall_s > 0 ? (double)ss.events_run / wall_s : 0.0, (unsigned long long)ss.ops_done);
+  if (ss.cache_hits + ss.cache_misses) {
+    char hit[32];
+    fprintf(stderr, "ferry: page cache: %llu of %llu buffered disk reads served from memory (%s)\n",
+            (unsigned long long)ss.cache_hits, (unsigned long long)(ss.cache_hits + ss.cache_misses),
+            ferry__format_bytes(ss.bytes_cache, hit, sizeof hit));
+  }
 }
 
 /* Serve the requests and print the summary; the outputs follow. */
@@ -176,13 +213,7 @@ static ferry_status serve(struct run_ctx *c) {
                                  .progress = a->progress};
   const int64_t wall0 = ferry__mono_ns();
   if ((st = ferry_engine_run(c->eng, c->reqs, c->n_reqs, &ro)) != FERRY_OK) return st;
-  struct ferry_sim_stats ss;
-  if (a->sim && a->progress && ferry_exec_sim_stats(c->ex, &ss) == FERRY_OK) {
-    const double wall_s = (double)(ferry__mono_ns() - wall0) / 1e9;
-    fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time: %llu events (%.0f events/s), %llu ops\n",
-            (double)ss.now_ns / 1e9, wall_s, (unsigned long long)ss.events_run,
-            wall_s > 0 ? (double)ss.events_run / wall_s : 0.0, (unsigned long long)ss.ops_done);
-  }
+  if (a->sim && a->progress) print_sim_stats(c->ex, wall0);
   struct ferry_serve_summary sum;
   ferry_engine_summary(c->eng, &sum);
   ferry_serve_summary_print(&sum, stdout);

@@ -32,6 +32,7 @@ struct run_ctx {
   ferry_db *db;
   int64_t run_id; /* -1 until the run's row exists */
   char *config_json;
+  char fit_warning[512]; /* the profile's weak fitted costs ("" when none), for the run's metadata */
   struct ferry_engine_request *reqs;
   int64_t n_reqs;
   ferry_routing *recorded;   /* --record-routing */

@@ -22,11 +22,12 @@
 static int expect_one_of(struct run_args *a, const char *opt, const char *value, const char *const *choices) {
   for (size_t i = 0; choices[i]; i++)
     if (!strcmp(value, choices[i])) return 0;
-  size_t n = 0;
-  while (choices[n]) n++;
   char list[256];
-  return cli_usage_error(a->cmd, "--%s: expected %s, got '%s'", opt, ferry__join_names(choices, n, "", list, sizeof list),
-                         value);
+  size_t used = 0;
+  for (size_t i = 0; choices[i] && used < sizeof list; i++)
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", i == 0 ? "" : choices[i + 1] ? ", " : " or ",
+                             choices[i]);
+  return cli_usage_error(a->cmd, "--%s: expected %s, got '%s'", opt, list, value);
 }
 
 static int check_trace_format(struct run_args *a, const char *value) {
@@ -65,6 +66,10 @@ static int check_expert_cache(struct run_args *a, const char *value) {
   const struct ferry_cache_policy_ops *p;
   if (ferry_cache_policy_lookup(value, &p) != FERRY_OK) return cli_usage_error(a->cmd, "--expert-cache: %s", ferry_last_error());
   return 0;
+}
+
+static int check_host_memory(struct run_args *a, const char *value) {
+  return expect_one_of(a, "host-memory", value, (const char *const[]){"pinned", "pageable", NULL});
 }
 
 static int check_kv_dtype(struct run_args *a, const char *value) {
@@ -321,8 +326,12 @@ static int refuse_ignored(const struct run_args *a) {
   if (a->plan_only &&
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
-                                                 "predictor-routing", "predictor-model", NULL})))
+                                                 "predictor-routing", "predictor-model", "runtime", "host-memory",
+                                                 "keep-cache", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
+  if (a->keep_cache && a->direct_io)
+    return cli_usage_error(cmd, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
+  if (a->keep_cache && a->drop_cache) return cli_usage_error(cmd, "give either --drop-cache or --keep-cache, not both");
   if (!sim && strcmp(a->executor, "host") && RUN_GIVEN(a, threads))
     return cli_usage_error(cmd, "--threads sets the host executor's BLAS threads; --backend %s does not use them",
                            a->executor);
@@ -376,7 +385,8 @@ static void apply(struct run_args *a) {
   ec->max_step_tokens = (int32_t)a->max_step_tokens;
   ec->max_seq_tokens = (int32_t)a->max_seq_tokens;
   /* A "disk" read should come from the disk: drop cached pages unless O_DIRECT bypasses them. */
-  ec->read_flags = (a->direct_io ? FERRY_READ_DIRECT : 0u) | (a->drop_cache || !a->direct_io ? FERRY_READ_DROP_CACHE : 0u);
+  ec->read_flags = (a->direct_io ? FERRY_READ_DIRECT : 0u) |
+                   (a->drop_cache || (!a->direct_io && !a->keep_cache) ? FERRY_READ_DROP_CACHE : 0u);
   ec->seed = (uint64_t)a->seed;
   ec->greedy = a->greedy;
   ec->allow_nonfinite = a->allow_nonfinite;
@@ -413,7 +423,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"--dump-logits", a->dump_logits, FERRY_PATH_OUT},   {"--model", a->model, FERRY_PATH_DIR},
       {"--trace", a->trace, 0},                            {"--routing", a->routing, 0},
       {"--predictor-routing", a->predictor_routing, 0},    {"--predictor-model", a->predictor_model, 0},
-      {"--hw", a->hw, 0}};
+      {"--hw", a->hw, 0},                                  {"--runtime", a->runtime, 0}};
   if (cli_check_paths(cmd, paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
   return 0;
 }

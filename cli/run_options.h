@@ -74,6 +74,13 @@
     "start; what does not fit is read from\ndisk)", "")                                                               \
   X(home, "home", TEXT, "disk", BOTH_M, SEC_POLICY, CFG_ALWAYS, "home", "host", 0, 0, check_home,                    \
     "stream every unit from disk (no host copies)", "")                                                              \
+  X(keep_cache, "keep-cache", FLAG, "", BOTH_M, SEC_POLICY, CFG_GIVEN, "keep_cache", 0, 0, 0, NULL,                   \
+    "buffered disk reads keep their pages: the OS page cache (sim: its model, in the\nhost memory the budget "       \
+    "leaves) serves a second read (default: drop them)", "")                                                         \
+  X(host_memory, "host-memory", TEXT, "M", BOTH_M, SEC_POLICY, CFG_GIVEN, "host_memory", "pinned", 0, 0,              \
+    check_host_memory,                                                                                               \
+    "pinned (default: page-locked host tier, the link's full rate) or pageable\n(ordinary memory: copies staged by " \
+    "the driver, the profile's pageable rate)", "")                                                                  \
   X(expert_cache, "expert-cache", TEXT, "NAME", BOTH_M, SEC_POLICY, CFG_ALWAYS, "expert_cache", "lru", 0, 0,         \
     check_expert_cache, NULL, "")                                                                                    \
   X(max_batch, "max-batch", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_batch", 8, 1, 4096, NULL,                 \
@@ -91,10 +98,11 @@
     "BLAS threads of the host executor (default: cores - 2, at least 1)",                                          \
     ": the simulator reads no weights and computes nothing")                                                        \
   X(direct_io, "direct-io", FLAG, "", RUN_M, SEC_EXECUTOR, CFG_ALWAYS, "direct_io", 0, 0, 0, NULL,                   \
-    "read disk units with O_DIRECT", ": the simulator reads no weights and computes nothing")                       \
+    "read disk units with O_DIRECT",                                                                               \
+    ": the simulator's disk reads already leave nothing in its page cache model unless --keep-cache")               \
   X(drop_cache, "drop-cache", FLAG, "", RUN_M, SEC_EXECUTOR, CFG_GIVEN, "drop_cache", 0, 0, 0, NULL,                 \
     "drop the page cache after each disk read (default on without --direct-io)",                                   \
-    ": the simulator reads no weights and computes nothing")                                                        \
+    ": the simulator's disk reads already leave nothing in its page cache model unless --keep-cache")               \
   X(greedy, "greedy", FLAG, "", RUN_M, SEC_EXECUTOR, CFG_ALWAYS, "greedy", 0, 0, 0, NULL,                            \
     "next token = argmax of the logits (default: seeded draw)",                                                    \
     ": the simulator reads no weights and computes nothing")                                                        \
@@ -110,6 +118,9 @@
   /* --- the hardware of `ferry sim` --- */                                                                         \
   X(hw, "hw", TEXT, "PROFILE", SIM_M, SEC_SIM, CFG_ALWAYS, "hw", NULL, 0, 0, NULL,                                   \
     "hardware profile (ferry hw list) or JSON file", "")                                                             \
+  X(runtime, "runtime", TEXT, "NAME", SIM_M, SEC_SIM, CFG_ALWAYS, "runtime", NULL, 0, 0, NULL,                        \
+    "the software issuing the work: eager (PyTorch, one kernel at a time from\nPython), graph (CUDA graphs), native " \
+    "(C++ engine), or a runtime file;\ndefault: the profile's, else native", " (a real run's overheads are its own)")  \
   X(quant, "quant", TEXT, "PLAN", SIM_M, SEC_SIM, CFG_ALWAYS, "quant", NULL, 0, 0, check_quant,                      \
     "size a preset's weights in a format or per-class plan (int4-g64, nf4,\nexpert=int3-g64,default=fp16, ...); a " \
     "quantized folder carries its own", "; quantize a model folder with 'ferry model quantize'")                     \

@@ -103,6 +103,7 @@ ferry_status run_db_begin(struct run_ctx *c) {
   meta_u64(c, "DEVICE_BUDGET_BYTES", a->ec.device_budget_bytes);
   meta_u64(c, "HOST_BUDGET_BYTES", a->ec.host_budget_bytes);
   if (a->too_long) meta_u64(c, "REQUESTS_TOO_LONG", (uint64_t)a->too_long);
+  if (c->fit_warning[0]) ferry_db_run_meta(c->db, c->run_id, "WEAK_FITS", c->fit_warning);
   ferry_exec_set_sink(c->ex, ferry_db_activity_sink, c->db);
   struct ferry_device_info gpu;
   if (ferry_exec_device_info(c->ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(c->db, c->run_id, 0, &gpu)) != FERRY_OK)

@@ -141,12 +141,17 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
   sqlite3_finalize(q);
   /* the budgets the run had, defaults included (older databases have none: the configuration's) */
   if (sqlite3_prepare_v2(db, "SELECT name, value FROM META_DATA_EXPORT WHERE runId = ? AND name IN "
-                             "('DEVICE_BUDGET_BYTES', 'HOST_BUDGET_BYTES')", -1, &q, NULL) != SQLITE_OK)
+                             "('DEVICE_BUDGET_BYTES', 'HOST_BUDGET_BYTES', 'WEAK_FITS')", -1, &q, NULL) != SQLITE_OK)
     return sql_fail(rp, db, path, "reading the run's budgets");
   sqlite3_bind_int64(q, 1, r->id);
   while (sqlite3_step(q) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(q, 0), *value = (const char *)sqlite3_column_text(q, 1);
-    if (name && value) r->budget_bytes[!strcmp(name, "HOST_BUDGET_BYTES")] = ferry__finite_or(strtod(value, NULL), 0);
+    if (name && value && !strcmp(name, "WEAK_FITS")) {
+      ferry_free(r->weak_fits);
+      r->weak_fits = ferry__strdup(value); /* untrusted text: the report's writers escape it */
+    } else if (name && value) {
+      r->budget_bytes[!strcmp(name, "HOST_BUDGET_BYTES")] = ferry__finite_or(strtod(value, NULL), 0);
+    }
   }
   sqlite3_finalize(q);
   return FERRY_OK;
@@ -424,6 +429,7 @@ void ferry__report_unload(struct report *rp) {
     ferry_free(r->config_hash);
     ferry_free(r->error);
     ferry_free(r->notes);
+    ferry_free(r->weak_fits);
     cJSON_Delete(r->cfg);
   }
   ferry_free(rp->runs);

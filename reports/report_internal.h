@@ -45,6 +45,7 @@ struct rrun {
   double bytes_disk, bytes_h2d, bytes_d2h, stall_ms, span_ms;
   double peak_bytes[3];
   double budget_bytes[2]; /* device and host budgets the run had (run meta), 0 when not recorded */
+  char *weak_fits;        /* sim runs: the profile's fitted costs with R^2 below 0.9 (run meta WEAK_FITS), or NULL */
   int64_t n_mem, n_kernel, n_memcpy;
 };
 

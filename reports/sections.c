@@ -561,9 +561,14 @@ ferry_status ferry__section_bytes(struct report *rp) {
 
 /* ---- sim against real ------------------------------------------------------------------------ */
 
+/* A paired prediction further off than this on any metric is flagged. */
+#define SIM_ERROR_FLAG_PCT 10.0
+
 ferry_status ferry__section_sim_vs_real(struct report *rp) {
   NUMBUF;
-  static const char *const except[] = {"executor", "hw", "threads", "direct_io", "routing", "routing_synth", "greedy", NULL};
+  /* the runtime preset describes the software a simulation prices; a real run's is its own */
+  static const char *const except[] = {"executor", "hw",     "runtime", "threads", "direct_io",
+                                       "routing",  "routing_synth", "greedy", NULL};
   size_t npairs = 0;
   for (size_t i = 0; i < rp->n_runs; i++)
     for (size_t j = 0; j < rp->n_runs; j++) {
@@ -575,14 +580,16 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
   if (npairs == 0) return FERRY_OK;
   rp->sum.sim_real_pairs = npairs;
   ferry__doc_section(rp, FERRY_REPORT_SIM_VS_REAL, "Simulator against real runs");
-  ferry__doc_para(rp, "Runs are paired when their configurations agree on every key except the executor, the routing source and the "
-                      "hardware profile. Error = (predicted - measured) / measured, in percent; the scatter shows each "
-                      "metric of each pair with the y = x line (a perfect prediction lies on it).");
+  ferry__doc_para(rp, "Runs are paired when their configurations agree on every key except the executor, the routing source, the "
+                      "hardware profile and the runtime preset. Error = (predicted - measured) / measured, in percent; the scatter shows each "
+                      "metric of each pair with the y = x line (a perfect prediction lies on it). The flag column marks "
+                      "pairs off by more than 10 %% on a metric, and simulations whose profile has fitted costs that "
+                      "explain little of their measurements (R^2 below 0.9, from ferry calibrate).");
   struct rtable *t = ferry__table_new(
       "sim_vs_real", "real run" SEP "sim run" SEP "hardware" SEP "configuration" SEP "mean TTFT measured (ms)" SEP
                      "mean TTFT predicted (ms)" SEP "mean TTFT error (%)" SEP "mean TPOT measured (ms)" SEP
                      "mean TPOT predicted (ms)" SEP "mean TPOT error (%)" SEP "P99 e2e measured (ms)" SEP
-                     "P99 e2e predicted (ms)" SEP "P99 e2e error (%)");
+                     "P99 e2e predicted (ms)" SEP "P99 e2e error (%)" SEP "flag");
   struct rtable *e = ferry__table_new("sim_error", "metric" SEP "pairs" SEP "mean |error| (%)" SEP "max |error| (%)" SEP
                                                    "mean error (%)");
   if (!t || !e) {
@@ -617,12 +624,18 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
           hi = fmax(hi, fmax(meas[m], pred[m]));
         }
       }
-      char desc[512];
+      char desc[512], flag[640] = "";
       axes_desc(rp, a, "executor", desc, sizeof desc);
+      /* what makes a prediction suspect: a large miss, or a profile fitted poorly */
+      int off = 0;
+      for (int m = 0; m < 3; m++) off |= isfinite(err[m]) && fabs(err[m]) > SIM_ERROR_FLAG_PCT;
+      snprintf(flag, sizeof flag, "%s%s%s%s", off ? "error > 10%" : "", off && b->weak_fits ? "; " : "",
+               b->weak_fits ? "weak fits: " : "", b->weak_fits ? b->weak_fits : "");
+      if (flag[0]) rp->sum.sim_real_flagged++;
       ferry__table_rowf(t, "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP
-                           "%s" SEP "%s",
+                           "%s" SEP "%s" SEP "%s",
                         a->label, b->label, b->hardware ? b->hardware : "", desc, N(meas[0]), N(pred[0]), N(err[0]),
-                        N(meas[1]), N(pred[1]), N(err[1]), N(meas[2]), N(pred[2]), N(err[2]));
+                        N(meas[1]), N(pred[1]), N(err[1]), N(meas[2]), N(pred[2]), N(err[2]), flag);
     }
   for (int m = 0; m < 3; m++)
     ferry__table_rowf(e, "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s", mname[m], cnt[m],

@@ -193,15 +193,20 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
   out->ns_per_byte = scale[1] > 0 ? best[1] / sc[1] : 0;
   out->ns_per_flop = scale[2] > 0 ? best[2] / sc[2] : 0;
   if (r2) {
-    double mean = 0, sst = 0;
-    double wsum = 0;
+    /* the share of the variance of the log durations the fit explains: how well it tells each
+     * op's duration relative to the others (the relative error the fit minimises); on logs, an
+     * op the OS descheduled for a few milliseconds does not drown the rest */
+    double mean = 0, sst = 0, sse = 0;
+    for (size_t i = 0; i < n; i++) mean += log(fmax(s[i].duration_ns, 1.0));
+    mean /= (double)n;
     for (size_t i = 0; i < n; i++) {
-      mean += weight(s[i].duration_ns) * s[i].duration_ns;
-      wsum += weight(s[i].duration_ns);
+      double xb = s[i].bytes * out->ns_per_byte, xf = s[i].flops * out->ns_per_flop;
+      double pred = out->overhead_ns + (out->roofline ? (xb > xf ? xb : xf) : xb + xf);
+      double lm = log(fmax(s[i].duration_ns, 1.0)), lp = log(fmax(pred, 1.0));
+      sst += (lm - mean) * (lm - mean);
+      sse += (lp - lm) * (lp - lm);
     }
-    mean /= wsum;
-    for (size_t i = 0; i < n; i++) sst += weight(s[i].duration_ns) * (s[i].duration_ns - mean) * (s[i].duration_ns - mean);
-    *r2 = sst > 0 ? 1.0 - best_sse / sst : 1.0;
+    *r2 = sst > 0 ? 1.0 - sse / sst : 1.0;
   }
   return FERRY_OK;
 }
@@ -476,7 +481,7 @@ static ferry_status probe_kernels(struct probe *p, const struct kbufs *b, enum f
   }
   for (int i = 0; i < FERRY_HW_COST_KINDS && st == FERRY_OK; i++) {
     if (!s[i].n) continue;
-    st = ferry_calibrate_fit(s[i].v, s[i].n, &out->cost[i], NULL);
+    st = ferry_calibrate_fit(s[i].v, s[i].n, &out->cost[i], &out->cost[i].r2);
     if (st == FERRY_OK) out->cost_set |= 1u << i;
   }
   for (int i = 0; i < FERRY_HW_COST_KINDS; i++) ferry_free(s[i].v);
@@ -612,6 +617,11 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   out->disk.read_gbps = disk.ns_per_byte > 0 ? 1.0 / disk.ns_per_byte : 1.0;
   out->disk.latency_ns = (int64_t)llround(disk.overhead_ns);
   out->disk.queue_depth = 1;
+  /* the host executor issues its own ops: their cost is host.submit_ns; it expands quantized
+   * weights before multiplying */
+  out->has_runtime = 1;
+  snprintf(out->runtime.name, sizeof out->runtime.name, "ferry host executor");
+  out->runtime.fused_dequant = 0;
 out:
   if (p.ev) ferry_exec_event_destroy(p.ex, p.ev); /* events are the caller's, unlike buffers */
   ferry_exec_destroy(p.ex);
@@ -638,6 +648,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     if (p->gpu.peak_tflops.fp16 > 0) cJSON_AddNumberToObject(pk, "fp16", p->gpu.peak_tflops.fp16);
     if (p->gpu.peak_tflops.bf16 > 0) cJSON_AddNumberToObject(pk, "bf16", p->gpu.peak_tflops.bf16);
     if (p->gpu.peak_tflops.int8 > 0) cJSON_AddNumberToObject(pk, "int8", p->gpu.peak_tflops.int8);
+    if (p->gpu.peak_tflops.fp8 > 0) cJSON_AddNumberToObject(pk, "fp8", p->gpu.peak_tflops.fp8);
     cJSON_AddNumberToObject(g, "launch_overhead_ns", (double)p->gpu.launch_overhead_ns);
     cJSON *e = cJSON_AddObjectToObject(g, "efficiency");
     cJSON_AddNumberToObject(e, "gemm", p->gpu.efficiency.gemm);
@@ -681,7 +692,19 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
       cJSON_AddNumberToObject(k, "ns_per_byte", p->cost[i].ns_per_byte);
       cJSON_AddNumberToObject(k, "ns_per_flop", p->cost[i].ns_per_flop);
       if (p->cost[i].roofline) cJSON_AddNumberToObject(k, "roofline", 1);
+      if (p->cost[i].r2 != 0) cJSON_AddNumberToObject(k, "r2", p->cost[i].r2);
     }
+  }
+  if (p->has_runtime) {
+    cJSON *r = cJSON_AddObjectToObject(root, "runtime");
+    cJSON_AddStringToObject(r, "name", p->runtime.name);
+    cJSON_AddNumberToObject(r, "launch_ns", (double)p->runtime.launch_ns);
+    cJSON_AddNumberToObject(r, "copy_ns", (double)p->runtime.copy_ns);
+    cJSON_AddNumberToObject(r, "layer_ns", (double)p->runtime.layer_ns);
+    cJSON_AddNumberToObject(r, "step_ns", (double)p->runtime.step_ns);
+    cJSON_AddNumberToObject(r, "row_ns", (double)p->runtime.row_ns);
+    cJSON_AddNumberToObject(r, "fused_dequant", p->runtime.fused_dequant);
+    cJSON_AddNumberToObject(r, "sync_fetch", p->runtime.sync_fetch);
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
   if (fitted && n_fitted) {

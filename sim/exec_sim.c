@@ -10,23 +10,45 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "ferry/sim.h"
+#include "ferry/store.h"
 #include "runtime/exec/exec_impl.h"
 #include "sim/des.h"
+#include "sim/gpu_cost.h"
 #include "sim/resource.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
+#define PACKED_SLOTS 8   /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
 
 /* An enqueued op with what the resource model needs, worked out once when it is enqueued so
  * that starting it cannot fail for a reason the caller could have been told about. */
 struct sim_op {
   struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
   int full;                  /* op.u holds the whole kernel */
-  int64_t duration_ns;       /* kernels: roofline duration (launch overhead included) */
+  int64_t duration_ns;       /* kernels: duration from the cost model (launch overhead included) */
+  int folded;                /* kernels: folded into the op that reads its output (no work, no launch) */
   struct ferry__fluid *res;  /* copies and reads: the channel the bytes flow through */
   uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
 };
 
 struct sim_exec;
+
+/* The OS page cache as buffered disk reads see it: whole read ranges, least recently used out
+ * first, in the host memory the host budget leaves free. A read of a cached range is a copy
+ * within host memory; a buffered read from disk is cached unless it drops its pages after
+ * itself (FERRY_READ_DROP_CACHE); O_DIRECT reads bypass it. A range counts as cached from the
+ * moment its read is enqueued. */
+struct cached_range {
+  const struct ferry_store *store;
+  uint64_t file, offset, len;
+  uint64_t stamp; /* last use; 0 = empty entry */
+};
+
+struct page_cache {
+  struct cached_range *v;
+  size_t n, cap;
+  uint64_t capacity_bytes, used_bytes, clock;
+  uint64_t hits, misses, hit_bytes;
+};
 
 struct sim_queue {
   struct sim_exec *s;
@@ -38,6 +60,7 @@ struct sim_queue {
   int blocked;         /* the head op is a WAIT whose generation is not done yet */
   int64_t blocked_since;
   struct ferry__compute *unit; /* runs this queue's kernels */
+  uint64_t completed;          /* ops completed on this queue since creation */
   struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
 };
 
@@ -54,6 +77,14 @@ struct sim_exec {
   uint64_t ops_done, kernels, copies, reads;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
+  struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
+  int pageable;               /* host memory is not pinned: the host waits for its host->device copies */
+  /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
+  const ferry_buf *packed_buf[PACKED_SLOTS];
+  uint64_t packed_off[PACKED_SLOTS];
+  struct ferry__packed packed[PACKED_SLOTS];
+  uint64_t packed_next;
+  struct page_cache cache; /* the OS page cache over buffered disk reads */
 };
 
 static const struct ferry_exec_backend sim_backend;
@@ -89,6 +120,7 @@ static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
   ferry__exec_op_done(s->ex, q->index, &so->op, start_ns, end_ns);
   q->head = (q->head + 1) & (q->cap - 1);
   q->count--;
+  q->completed++;
   s->pending_ops--;
   s->ops_done++;
 }
@@ -231,34 +263,22 @@ static void sim_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
   (void)buf;
 }
 
-static enum ferry_hw_op hw_op_of(const struct ferry_kernel *k) {
-  switch (k->kind) {
-    case FERRY_K_MATMUL:
-    case FERRY_K_EXPERT:
-      return k->m <= 1 ? FERRY_HW_OP_GEMV : FERRY_HW_OP_GEMM;
-    case FERRY_K_ATTENTION:
-      return FERRY_HW_OP_ATTENTION;
-    case FERRY_K_DEQUANTIZE:
-      return FERRY_HW_OP_DEQUANTIZE;
-    default: /* embed, norm, rope, activation, router top-k, combine, gather */
-      return FERRY_HW_OP_ELEMENTWISE;
-  }
+/* The packed weight a DEQUANTIZE op expanded into ref, if one of the last few did. */
+static const struct ferry__packed *packed_at(const struct sim_exec *s, struct ferry_ref ref) {
+  for (int i = 0; i < PACKED_SLOTS; i++)
+    if (s->packed_buf[i] && s->packed_buf[i] == ref.buf && s->packed_off[i] == ref.offset) return &s->packed[i];
+  return NULL;
 }
 
-/* The element type that picks the peak: the weights' for matrix products, the KV cache's for
- * attention, the output's for dequantization; activations (fp32) for the rest. */
-static enum ferry_dtype dtype_of(const struct ferry_kernel *k) {
-  switch (k->kind) {
-    case FERRY_K_MATMUL:
-    case FERRY_K_EXPERT:
-      return k->w.dtype;
-    case FERRY_K_ATTENTION:
-      return k->aux[2].dtype;
-    case FERRY_K_DEQUANTIZE:
-      return k->y.dtype;
-    default:
-      return FERRY_DTYPE_F32;
-  }
+/* Remember what a DEQUANTIZE op expands, for the product that reads its output. */
+static void note_packed(struct sim_exec *s, const struct ferry_kernel *k) {
+  int slot = -1;
+  for (int i = 0; i < PACKED_SLOTS && slot < 0; i++)
+    if (s->packed_buf[i] == k->y.buf && s->packed_off[i] == k->y.offset) slot = i;
+  if (slot < 0) slot = (int)(s->packed_next++ % PACKED_SLOTS);
+  s->packed_buf[slot] = k->y.buf;
+  s->packed_off[slot] = k->y.offset;
+  s->packed[slot] = (struct ferry__packed){(uint64_t)k->m, (double)k->n * (double)k->k, k->qformat};
 }
 
 static ferry_status missing(struct sim_exec *s, const char *what, const char *figure) {
@@ -266,29 +286,109 @@ static ferry_status missing(struct sim_exec *s, const char *what, const char *fi
                         "sim executor: hardware profile %s has no %s, needed to simulate %s", s->hw.name, figure, what);
 }
 
+static struct cached_range *cache_find(struct page_cache *c, const struct ferry_op *op) {
+  for (size_t i = 0; i < c->n; i++) {
+    struct cached_range *r = &c->v[i];
+    if (r->stamp && r->store == op->u.read.store && r->file == op->u.read.file && r->offset == op->u.read.offset &&
+        r->len == op->u.read.len)
+      return r;
+  }
+  return NULL;
+}
+
+static void cache_drop(struct page_cache *c, struct cached_range *r) {
+  c->used_bytes -= r->len;
+  r->stamp = 0;
+}
+
+/* Cache a range just read, evicting the least recently used ones to make room; one larger
+ * than the whole cache is not kept. */
+static ferry_status cache_insert(struct sim_exec *s, const struct ferry_op *op) {
+  struct page_cache *c = &s->cache;
+  const uint64_t len = op->u.read.len;
+  if (len > c->capacity_bytes) return FERRY_OK;
+  while (c->used_bytes + len > c->capacity_bytes) {
+    struct cached_range *lru = NULL;
+    for (size_t i = 0; i < c->n; i++)
+      if (c->v[i].stamp && (!lru || c->v[i].stamp < lru->stamp)) lru = &c->v[i];
+    if (!lru) break;
+    cache_drop(c, lru);
+  }
+  struct cached_range *slot = NULL;
+  for (size_t i = 0; i < c->n && !slot; i++)
+    if (!c->v[i].stamp) slot = &c->v[i];
+  if (!slot) {
+    if (c->n == c->cap) {
+      size_t cap = c->cap ? 2 * c->cap : 64;
+      struct cached_range *v = ferry__reallocarray(c->v, cap, sizeof *v);
+      if (!v) return ferry__err_set(&s->ex->err, FERRY_ERR_NOMEM, "sim executor: out of memory for the page cache");
+      c->v = v;
+      c->cap = cap;
+    }
+    slot = &c->v[c->n++];
+  }
+  *slot = (struct cached_range){op->u.read.store, op->u.read.file, op->u.read.offset, len, ++c->clock};
+  c->used_bytes += len;
+  return FERRY_OK;
+}
+
+/* Where a disk read's bytes come from: the page cache (a copy within host memory) or the disk. */
+static ferry_status route_read(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
+  const unsigned flags = op->u.read.flags;
+  struct page_cache *c = &s->cache;
+  struct cached_range *hit = (flags & FERRY_READ_DIRECT) ? NULL : cache_find(c, op);
+  if (hit && s->dram) {
+    c->hits++;
+    c->hit_bytes += op->u.read.len;
+    so->res = s->dram;
+    so->flow_bytes = 2 * op->u.read.len;
+    if (flags & FERRY_READ_DROP_CACHE)
+      cache_drop(c, hit);
+    else
+      hit->stamp = ++c->clock;
+    return FERRY_OK;
+  }
+  if (!s->disk) return missing(s, "a disk read", "disk section (disk.read_gbps)");
+  so->res = s->disk;
+  so->flow_bytes = op->u.read.len;
+  if (!(flags & FERRY_READ_DIRECT)) c->misses++;
+  if (flags & (FERRY_READ_DIRECT | FERRY_READ_DROP_CACHE)) return FERRY_OK;
+  return cache_insert(s, op);
+}
+
 /* Work out an op's resource and duration at enqueue time. */
 static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
+      const struct ferry_kernel *k = &op->u.kernel;
       double flops;
       uint64_t bytes;
-      ferry_kernel_cost(&op->u.kernel, &flops, &bytes);
+      ferry_kernel_cost(k, &flops, &bytes);
       const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
-      const struct ferry_hw_cost *fit = s->fitted[op->u.kernel.kind][gemm];
-      if (fit) { /* calibrated from measurements: preferred to the roofline */
+      const struct ferry_hw_cost *fit = s->fitted[k->kind][gemm];
+      if (fit) { /* calibrated from measurements of the op as issued: preferred to the roofline */
         so->duration_ns =
             ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
                                                             : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
         return FERRY_OK;
       }
-      enum ferry_hw_op hop = hw_op_of(&op->u.kernel);
-      enum ferry_dtype dt = dtype_of(&op->u.kernel);
-      int64_t ns = ferry__hw_compute_ns(&s->hw, hop, flops, (double)bytes, dt);
+      const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
+      if (k->kind == FERRY_K_DEQUANTIZE) {
+        note_packed(s, k);
+      } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_MLA_ATTENTION ||
+                 k->kind == FERRY_K_EMBED) {
+        packed[0] = packed_at(s, k->w);
+        if (k->kind == FERRY_K_EXPERT) packed[1] = packed_at(s, k->aux[0]), packed[2] = packed_at(s, k->aux[1]);
+      }
+      struct ferry__gpu_work w;
+      ferry__gpu_work_of(k, packed, s->rt.fused_dequant, &w);
+      so->folded = w.folded;
+      int64_t ns = ferry__gpu_work_ns(&s->hw, &w);
       if (ns < 0)
         return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
                               "sim executor: hardware profile %s cannot time kernel %s (%s, %s): it lacks the GPU's "
                               "memory bandwidth or a usable peak",
-                              s->hw.name, op->u.kernel.name, ferry_hw_op_name(hop), ferry_dtype_name(dt));
+                              s->hw.name, k->name, ferry_hw_op_name(w.op), ferry_dtype_name(w.math));
       so->duration_ns = ns;
       return FERRY_OK;
     }
@@ -309,10 +409,7 @@ static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct 
       }
       return FERRY_OK;
     case FERRY_OP_READ:
-      if (!s->disk) return missing(s, "a disk read", "disk section (disk.read_gbps)");
-      so->res = s->disk;
-      so->flow_bytes = op->u.read.len;
-      return FERRY_OK;
+      return route_read(s, so, op);
     case FERRY_OP_RECORD:
     case FERRY_OP_WAIT:
       return FERRY_OK;
@@ -356,6 +453,46 @@ static void wake_queue(struct ferry__des *des, void *ctx) {
   pump(q->s);
 }
 
+/* The host thread works for ns: what is already queued runs on meanwhile. */
+static void host_busy(struct sim_exec *s, int64_t ns) {
+  if (ns > 0) ferry__des_run_until(s->des, ferry__des_now(s->des) + ns);
+}
+
+/* Host time the runtime spends issuing an op, before the op reaches its queue. */
+static int64_t issue_ns(const struct sim_exec *s, const struct sim_op *so, const struct ferry_op *op) {
+  switch (op->kind) {
+    case FERRY_OP_KERNEL:
+      if (so->folded) return 0;
+      /* the rows a step samples: the sampler and output processing work per row */
+      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS ? op->u.kernel.m * s->rt.row_ns : 0);
+    case FERRY_OP_COPY:
+    case FERRY_OP_READ: return s->rt.copy_ns;
+    default: return 0;
+  }
+}
+
+static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for);
+
+struct sync_arg {
+  ferry_event *ev;
+  uint64_t gen;
+};
+
+static int gen_done(void *arg) {
+  const struct sync_arg *a = arg;
+  return atomic_load(&a->ev->done_gen) >= a->gen;
+}
+
+struct copy_wait {
+  const struct sim_queue *q;
+  uint64_t target; /* the queue's completed count once the copy is done */
+};
+
+static int copy_done(void *arg) {
+  const struct copy_wait *w = arg;
+  return w->q->completed >= w->target;
+}
+
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
   struct sim_queue *q = &s->queues[queue];
@@ -363,9 +500,19 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   if (q->count == q->cap && (st = ring_grow(ex, q)) != FERRY_OK) return st;
   struct sim_op *so = &q->ring[(q->head + q->count) & (q->cap - 1)];
   so->duration_ns = 0;
+  so->folded = 0;
   so->res = NULL;
   so->flow_bytes = 0;
   if ((st = prepare(s, so, op)) != FERRY_OK) return st;
+  /* the runtime issues it first (the queue's ring slot is not taken yet: running the clock
+   * forward may complete ops of this queue, never add any) */
+  const int64_t issue = issue_ns(s, so, op);
+  if (issue > 0) {
+    struct sim_op tmp = *so;
+    host_busy(s, issue);
+    so = &q->ring[(q->head + q->count) & (q->cap - 1)];
+    *so = tmp;
+  }
   so->full = ex->sink != NULL;
   memcpy(&so->op, op, op_bytes(op, so->full));
   q->count++;
@@ -380,8 +527,20 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
       pump(s);
     }
   }
-  /* issuing takes host time: what is already queued runs on meanwhile */
-  if (s->submit_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->submit_ns);
+  /* queueing takes host time too (the host executor's threads) */
+  host_busy(s, s->submit_ns);
+  /* a runtime that fetches weights synchronously issues compute only once they are there: the
+   * host blocks on what the compute queue is told to wait for */
+  if (s->rt.sync_fetch && op->kind == FERRY_OP_WAIT && ex->queues[queue].role == FERRY_QUEUE_COMPUTE) {
+    struct sync_arg w = {op->u.event.ev, op->u.event.gen};
+    if (!ferry__des_run_while_not(s->des, gen_done, &w)) return deadlock(ex, "the host waits for weights it fetched");
+  }
+  /* from pageable memory the driver stages the bytes through its own pinned buffer before the
+   * call returns: the host waits for the copy */
+  if (s->pageable && op->kind == FERRY_OP_COPY && op->u.copy.copy_kind == FERRY_COPY_HTOD) {
+    struct copy_wait w = {q, q->completed + q->count};
+    if (!ferry__des_run_while_not(s->des, copy_done, &w)) return deadlock(ex, "the host waits for a copy from pageable memory");
+  }
   return FERRY_OK;
 }
 
@@ -413,16 +572,6 @@ static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for) {
                         "sim executor: deadlock at t=%lld ns: %s, but no op can run (a queue waits for an event "
                         "recorded behind it, or never recorded)%s",
                         (long long)ferry__des_now(s->des), waiting_for, detail);
-}
-
-struct sync_arg {
-  ferry_event *ev;
-  uint64_t gen;
-};
-
-static int gen_done(void *arg) {
-  const struct sync_arg *a = arg;
-  return atomic_load(&a->ev->done_gen) >= a->gen;
 }
 
 static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {
@@ -459,6 +608,7 @@ static void sim_destroy(struct ferry_exec *ex) {
     ferry__fluid_destroy(s->disk);
     ferry__fluid_destroy(s->dram);
     ferry__fluid_destroy(s->dmem);
+    ferry_free(s->cache.v);
     ferry__des_destroy(s->des);
     ferry_free(s);
   }
@@ -476,6 +626,15 @@ static ferry_status sim_device_info(struct ferry_exec *ex, struct ferry_device_i
   return FERRY_OK;
 }
 
+/* The runtime's host work at the start of an engine step or layer. */
+static void sim_range_begin(struct ferry_exec *ex, const char *name) {
+  struct sim_exec *s = state(ex);
+  if (!strcmp(name, "step"))
+    host_busy(s, s->rt.step_ns);
+  else if (!strcmp(name, "layer"))
+    host_busy(s, s->rt.layer_ns);
+}
+
 static const struct ferry_exec_backend sim_backend = {
     .version = FERRY_EXEC_BACKEND_VERSION,
     .name = "sim",
@@ -491,6 +650,7 @@ static const struct ferry_exec_backend sim_backend = {
     .now = sim_now,
     .sleep_until = sim_sleep_until,
     .device_info = sim_device_info,
+    .range_begin = sim_range_begin,
 };
 
 /* The channels of the profile: link directions and the device memory always (checked by the
@@ -557,9 +717,21 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   s->hw.fitted = NULL;
   s->hw.n_fitted = 0;
   s->hw.path = NULL;
+  if (p->has_runtime) {
+    s->rt = p->runtime;
+  } else { /* no software costs, fused low-bit kernels: the machine alone */
+    memset(&s->rt, 0, sizeof s->rt);
+    s->rt.fused_dequant = 1;
+  }
   for (int k = 0; k < FERRY_K_COUNT; k++)
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
+  s->pageable = config && !config->lock_host_memory;
+  /* the page cache lives in the host memory the host tier's budget leaves */
+  if (p->has_host && p->host.memory_bytes) {
+    const uint64_t budget = config ? config->host_budget_bytes : 0;
+    s->cache.capacity_bytes = budget < p->host.memory_bytes ? p->host.memory_bytes - budget : 0;
+  }
   if ((st = ferry__des_create(&s->des, 256)) != FERRY_OK ||
       (st = make_resources(s, config ? config->lock_host_memory : 1)) != FERRY_OK) {
     sim_destroy(ex); /* the failing call has set the message */
@@ -597,5 +769,8 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     out->compute_busy_ns += cs.busy_ns;
   }
   out->now_ns = ferry__des_now(s->des);
+  out->cache_hits = s->cache.hits;
+  out->cache_misses = s->cache.misses;
+  out->bytes_cache = s->cache.hit_bytes;
   return FERRY_OK;
 }

@@ -29,8 +29,8 @@
 /* ---- the field table ------------------------------------------------------------------------ */
 
 enum ftype { T_STR, T_F64, T_I64, T_U64, T_I32 };
-enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION };
-enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_TOP, S_COUNT };
+enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL };
+enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_RUNTIME, S_TOP, S_COUNT };
 
 struct field {
   const char *path;
@@ -51,6 +51,7 @@ static const struct field fields[] = {
     {"gpu.peak_tflops.fp16", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.fp16), 0},
     {"gpu.peak_tflops.bf16", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.bf16), 0},
     {"gpu.peak_tflops.int8", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.int8), 0},
+    {"gpu.peak_tflops.fp8", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.fp8), 0},
     {"gpu.launch_overhead_ns", T_I64, C_NONNEG, S_GPU, P(gpu.launch_overhead_ns), 0},
     {"gpu.efficiency.gemm", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemm), 0},
     {"gpu.efficiency.gemv", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemv), 0},
@@ -74,12 +75,21 @@ static const struct field fields[] = {
     {"disk.read_gbps", T_F64, C_POS, S_DISK, P(disk.read_gbps), 0},
     {"disk.latency_ns", T_I64, C_NONNEG, S_DISK, P(disk.latency_ns), 0},
     {"disk.queue_depth", T_I32, C_POS, S_DISK, P(disk.queue_depth), 0},
+    {"runtime.name", T_STR, C_NONE, S_RUNTIME, S(runtime.name)},
+    {"runtime.launch_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.launch_ns), 0},
+    {"runtime.copy_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.copy_ns), 0},
+    {"runtime.layer_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.layer_ns), 0},
+    {"runtime.step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.step_ns), 0},
+    {"runtime.row_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.row_ns), 0},
+    {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
+    {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
     {"price_per_hour_usd", T_F64, C_NONNEG, S_TOP, P(price_per_hour_usd), 0},
 #define COST(i, kind)                                                                           \
   {"cost." kind ".overhead_ns", T_F64, C_NONNEG, S_COST, P(cost[i].overhead_ns), 0},            \
       {"cost." kind ".ns_per_byte", T_F64, C_NONNEG, S_COST, P(cost[i].ns_per_byte), 0},        \
       {"cost." kind ".ns_per_flop", T_F64, C_NONNEG, S_COST, P(cost[i].ns_per_flop), 0},           \
-      {"cost." kind ".roofline", T_I32, C_NONNEG, S_COST, P(cost[i].roofline), 0}
+      {"cost." kind ".roofline", T_I32, C_NONNEG, S_COST, P(cost[i].roofline), 0},                \
+      {"cost." kind ".r2", T_F64, C_NONE, S_COST, P(cost[i].r2), 0}
     COST(0, "matmul"), COST(1, "attention"), COST(2, "expert"), COST(3, "norm"), COST(4, "rope"),
     COST(5, "activation"), COST(6, "router"), COST(7, "moe_combine"), COST(8, "gather_rows"), COST(9, "embed"),
     COST(10, "dequantize"), COST(11, "matmul_gemm"), COST(12, "expert_gemm"),
@@ -92,7 +102,7 @@ _Static_assert(sizeof fields / sizeof fields[0] <= 128, "field bitmasks are 128 
 #undef P
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
-static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", "cost", ""};
+static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", "cost", "runtime", ""};
 static const char *const cost_kinds[FERRY_HW_COST_KINDS] = {"matmul", "attention", "expert", "norm",
                                                            "rope", "activation", "router", "moe_combine",
                                                            "gather_rows", "embed", "dequantize", "matmul_gemm",
@@ -244,6 +254,7 @@ static int *section_flag(struct ferry_hw_profile *p, enum section s) {
   case S_HOST: return &p->has_host;
   case S_DISK: return &p->has_disk;
   case S_COST: return &p->has_cost;
+  case S_RUNTIME: return &p->has_runtime;
   default: return NULL;
   }
 }
@@ -255,6 +266,7 @@ static int section_present(const struct ferry_hw_profile *p, enum section s) {
   case S_HOST: return p->has_host;
   case S_DISK: return p->has_disk;
   case S_COST: return p->has_cost;
+  case S_RUNTIME: return p->has_runtime;
   default: return 1;
   }
 }
@@ -274,6 +286,7 @@ static void copy_section(struct ferry_hw_profile *dst, const struct ferry_hw_pro
     memcpy(dst->cost, src->cost, sizeof dst->cost);
     dst->cost_set = src->cost_set;
     break;
+  case S_RUNTIME: dst->runtime = src->runtime; break;
   default: break;
   }
 }
@@ -359,6 +372,8 @@ static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be positive (got %g)", what, f->path, v);
     if (f->check == C_NONNEG && !(v >= 0))
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be >= 0 (got %g)", what, f->path, v);
+    if (f->check == C_BOOL && v != 0 && v != 1)
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 0 or 1 (got %g)", what, f->path, v);
     if (f->check == C_FRACTION && !(v > 0 && v <= 1))
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in (0, 1] (got %g)", what, f->path, v);
     field_set_number(&b->p, f, v);
@@ -469,7 +484,7 @@ static ferry_status parse_fitted(struct builder *b, const cJSON *arr) {
 /* After the whole file: kind/section agreement, numeric sources agree with the values, and
  * inherited sources of overridden fields are dropped. */
 static ferry_status finish_file(struct builder *b) {
-  static const enum section kind_section[] = {S_GPU, S_HOST, S_LINK, S_DISK};
+  static const enum section kind_section[] = {S_GPU, S_HOST, S_LINK, S_DISK, S_RUNTIME};
   enum section need = kind_section[b->p.kind];
   if (!*section_flag(&b->p, need))
     return ferry__fail(FERRY_ERR_FORMAT, "%s: kind \"%s\" needs a \"%s\" section", b->what,
@@ -549,10 +564,11 @@ static ferry_status load_file(struct builder *b, const char *path, int depth) {
         st = ferry__fail(FERRY_ERR_FORMAT, "%s: kind must be a string", path);
       } else {
         int k = 0;
-        while (k < 4 && strcmp(item->valuestring, ferry_hw_kind_name((enum ferry_hw_kind)k))) k++;
-        if (k == 4)
-          st = ferry__fail(FERRY_ERR_FORMAT, "%s: kind must be \"gpu\", \"host\", \"link\" or \"disk\" (got \"%s\")",
-                           path, item->valuestring);
+        while (k < 5 && strcmp(item->valuestring, ferry_hw_kind_name((enum ferry_hw_kind)k))) k++;
+        if (k == 5)
+          st = ferry__fail(FERRY_ERR_FORMAT,
+                           "%s: kind must be \"gpu\", \"host\", \"link\", \"disk\" or \"runtime\" (got \"%s\")", path,
+                           item->valuestring);
         b->p.kind = (enum ferry_hw_kind)k;
       }
     } else if (!strcmp(key, "gpu")) {
@@ -565,6 +581,8 @@ static ferry_status load_file(struct builder *b, const char *path, int depth) {
       st = parse_section(b, S_DISK, item);
     } else if (!strcmp(key, "cost")) {
       st = parse_section(b, S_COST, item);
+    } else if (!strcmp(key, "runtime")) {
+      st = parse_section(b, S_RUNTIME, item);
     } else if (!strcmp(key, "price_per_hour_usd")) {
       st = parse_field(b, field_index("price_per_hour_usd"), item);
     } else if (!strcmp(key, "sources")) {
@@ -581,7 +599,7 @@ static ferry_status load_file(struct builder *b, const char *path, int depth) {
     goto out_delete;
   }
   if (!have_kind) {
-    st = ferry__fail(FERRY_ERR_FORMAT, "%s: missing required field kind (\"gpu\", \"host\", \"link\" or \"disk\")",
+    st = ferry__fail(FERRY_ERR_FORMAT, "%s: missing required field kind (\"gpu\", \"host\", \"link\", \"disk\" or \"runtime\")",
                      path);
     goto out_delete;
   }
@@ -697,6 +715,7 @@ const char *ferry_hw_kind_name(enum ferry_hw_kind kind) {
   case FERRY_HW_KIND_HOST: return "host";
   case FERRY_HW_KIND_LINK: return "link";
   case FERRY_HW_KIND_DISK: return "disk";
+  case FERRY_HW_KIND_RUNTIME: return "runtime";
   }
   return "?";
 }
@@ -770,6 +789,48 @@ out_free_builder:
   }
   builder_free(&b);
   ferry_free(path);
+  return st;
+}
+
+ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path) {
+  if (!hw || !name_or_path) return ferry__fail(FERRY_ERR_INVALID, "hw_set_runtime: NULL argument");
+  ferry_hw *rt = NULL;
+  ferry_status st = ferry_hw_open(&rt, name_or_path);
+  if (st != FERRY_OK) return st;
+  const struct ferry_hw_profile *r = &rt->profile;
+  if (r->kind != FERRY_HW_KIND_RUNTIME) {
+    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native: ferry hw list)",
+                     name_or_path, ferry_hw_kind_name(r->kind));
+    goto out_close;
+  }
+  /* the profile's sources less its runtime ones, then the preset's */
+  size_t n = 0;
+  struct ferry_hw_source *v = ferry__reallocarray(NULL, hw->profile.n_sources + r->n_sources + 1, sizeof *v);
+  if (!v) {
+    st = nomem(name_or_path);
+    goto out_close;
+  }
+  for (size_t i = 0; i < hw->profile.n_sources; i++)
+    if (!in_section(hw->sources[i].figure, S_RUNTIME)) v[n++] = hw->sources[i];
+  for (size_t i = 0; i < r->n_sources; i++)
+    if (in_section(r->sources[i].figure, S_RUNTIME)) v[n++] = r->sources[i];
+  ferry_free(hw->sources);
+  hw->sources = v;
+  hw->profile.sources = v;
+  hw->profile.n_sources = n;
+  /* runtime figures fitted from measurements are gone with them */
+  size_t k = 0;
+  for (size_t i = 0; i < hw->profile.n_fitted; i++) {
+    if (in_section(hw->fitted[i], S_RUNTIME))
+      ferry_free(hw->fitted[i]);
+    else
+      hw->fitted[k++] = hw->fitted[i];
+  }
+  hw->profile.n_fitted = k;
+  hw->profile.runtime = r->runtime;
+  hw->profile.has_runtime = 1;
+out_close:
+  ferry_hw_close(rt);
   return st;
 }
 

@@ -1,6 +1,6 @@
 /* Resource models on the event kernel: fluid-shared channels (processor sharing with a
  * latency phase and a FIFO-limited number of slots: PCIe copy engines, disk queue depth),
- * FIFO compute units, and the roofline cost function. See sim/resource.h for the model. */
+ * and FIFO compute units. See sim/resource.h for the model. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -361,55 +361,4 @@ void ferry__compute_get_stats(const struct ferry__compute *c, struct ferry__comp
   out->jobs_done = c->jobs_done;
   out->busy_ns = c->busy_ns;
   out->free_at_ns = c->free_at_ns;
-}
-
-/* ---- roofline ------------------------------------------------------------------------------ */
-
-static double peak_for(const struct ferry_hw_peak_tflops *p, enum ferry_dtype dtype) {
-  double fp16 = p->fp16 > 0 ? p->fp16 : p->fp32;
-  switch (dtype) {
-  case FERRY_DTYPE_F16:
-    return fp16;
-  case FERRY_DTYPE_BF16:
-    return p->bf16 > 0 ? p->bf16 : fp16;
-  case FERRY_DTYPE_I8:
-  case FERRY_DTYPE_U8:
-  case FERRY_DTYPE_F8_E4M3:
-  case FERRY_DTYPE_F8_E5M2:
-    return p->int8 > 0 ? p->int8 : fp16;
-  default:
-    return p->fp32;
-  }
-}
-
-static double efficiency_for(const struct ferry_hw_efficiency *e, enum ferry_hw_op op) {
-  double v;
-  switch (op) {
-  case FERRY_HW_OP_GEMM: v = e->gemm; break;
-  case FERRY_HW_OP_GEMV: v = e->gemv; break;
-  case FERRY_HW_OP_ATTENTION: v = e->attention; break;
-  case FERRY_HW_OP_ELEMENTWISE: v = e->elementwise; break;
-  case FERRY_HW_OP_DEQUANTIZE: v = e->dequantize; break;
-  default: v = 0; break;
-  }
-  return v > 0 && v <= 1 ? v : 1.0;
-}
-
-int64_t ferry__hw_compute_ns(const struct ferry_hw_profile *profile, enum ferry_hw_op op, double flops,
-                             double bytes, enum ferry_dtype dtype) {
-  if (!profile || !profile->has_gpu || !(flops >= 0) || !(bytes >= 0)) return -1;
-  const struct ferry_hw_gpu *g = &profile->gpu;
-  double eff = efficiency_for(&g->efficiency, op);
-  double t_compute = 0, t_memory = 0;
-  if (flops > 0) {
-    double peak = peak_for(&g->peak_tflops, dtype); /* TFLOP/s = 1e3 flop/ns */
-    if (!(peak > 0)) return -1;
-    t_compute = flops / (peak * 1e3 * eff);
-  }
-  if (bytes > 0) {
-    if (!(g->mem_bw_gbps > 0)) return -1; /* GB/s = bytes/ns */
-    t_memory = bytes / (g->mem_bw_gbps * eff);
-  }
-  int64_t launch = g->launch_overhead_ns > 0 ? g->launch_overhead_ns : 0;
-  return launch + ferry__ceil_ns(t_compute > t_memory ? t_compute : t_memory);
 }

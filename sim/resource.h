@@ -1,7 +1,7 @@
 /* Resource models the sim executor sits on: fluid-shared channels (a PCIe link direction with
  * its copy engines, a disk with its queue depth) and FIFO compute units, all driven by the
- * discrete-event kernel; plus the roofline cost function that turns an op's FLOPs and bytes
- * into a duration on a hardware profile. Internal to ferry (sim/). */
+ * discrete-event kernel. The cost model that prices kernels is sim/gpu_cost.h. Internal to
+ * ferry (sim/). */
 #ifndef FERRY_SIM_RESOURCE_H
 #define FERRY_SIM_RESOURCE_H
 
@@ -80,7 +80,7 @@ const char *ferry__fluid_name(const struct ferry__fluid *f);
 
 /* ---- compute units -------------------------------------------------------------------------
  * One queue of a GPU (or CPU): ops run one at a time in submission order, each for the
- * duration the caller gives (ferry__hw_compute_ns). */
+ * duration the caller gives (sim/gpu_cost.h). */
 struct ferry__compute;
 
 struct ferry__compute_stats {
@@ -94,17 +94,6 @@ void ferry__compute_destroy(struct ferry__compute *c);
 /* Queue an op of job->duration_ns (>= 0). FERRY_ERR_BUSY if already in flight. */
 ferry_status ferry__compute_submit(struct ferry__compute *c, struct ferry__res_job *job);
 void ferry__compute_get_stats(const struct ferry__compute *c, struct ferry__compute_stats *out);
-
-/* ---- cost model ---------------------------------------------------------------------------- */
-
-/* Roofline duration of a GPU op, a pure function of the profile:
- *   max(flops / (peak[dtype] * eff[op]), bytes / (mem_bw * eff[op])) + launch overhead,
- * rounded up to whole ns. dtype picks the peak: F32 fp32; F16 fp16; BF16 bf16 (else fp16);
- * I8/U8/F8 int8 (else fp16); a missing fp16 falls back to fp32; other dtypes use fp32.
- * Returns -1 if the profile lacks a figure the op needs (no gpu section, mem_bw 0 with bytes
- * > 0, no usable peak with flops > 0): call ferry_hw_require() first for a clear message. */
-int64_t ferry__hw_compute_ns(const struct ferry_hw_profile *profile, enum ferry_hw_op op, double flops,
-                             double bytes, enum ferry_dtype dtype);
 
 /* Round a duration in ns up to a whole ns, treating values within 1e-9 (relative) of an
  * integer as that integer so exact results are not pushed up by float noise. Negative and

@@ -1,10 +1,14 @@
 /* The cost fit of `ferry calibrate`: exact recovery of both model forms from noiseless data,
  * the total-time scaling on noisy data (the simulated sum of durations equals the measured
- * one), and the degenerate cases; a failed probe releases what it took. */
+ * one), and the degenerate cases; a failed probe releases what it took; `ferry calibrate --db` on
+ * a recorded host run (fit quality and the runtime's host costs in the profile), and `ferry sim`
+ * warning of weak fits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sqlite3.h>
 
 #include "ferry/calibrate.h"
 #include "ferry/hw.h"
@@ -103,6 +107,79 @@ static void test_failed_probe(void **state) {
   free(dir);
 }
 
+/* A recorded host run fitted: R^2 per kernel kind and the runtime's host costs (step, layer)
+ * land in the profile; the profile loads and simulates. */
+static void test_fit_from_run(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("calibrate"), args[2048], *out = NULL;
+  snprintf(args, sizeof args, "model gen --preset tiny-dense --layers 2 --out '%s/m' --quiet", dir);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  free(out);
+  snprintf(args, sizeof args,
+           "run --model '%s/m' --synthetic rate=200,n=6,prompt=24,output=6 --device-budget 4MiB --db '%s/r.db' --quiet",
+           dir, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("%s", out);
+  free(out);
+  snprintf(args, sizeof args, "calibrate --db '%s/r.db' --run 1 --base h100-pcie --out '%s/fit.json'", dir, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("%s", out);
+  assert_true(tu_contains(out, "matmul"));
+  assert_true(tu_contains(out, "(R^2 "));
+  assert_true(tu_contains(out, "step "));
+  assert_true(tu_contains(out, "layers: "));
+  free(out);
+  snprintf(args, sizeof args, "%s/fit.json", dir);
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, args), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_true(p->has_runtime);
+  assert_int_equal(p->runtime.fused_dequant, 0); /* the host executor expands weights first */
+  assert_true(p->runtime.step_ns >= 0 && p->runtime.layer_ns >= 0);
+  const struct ferry_hw_cost *mm = ferry_hw_cost_of(p, "matmul");
+  assert_non_null(mm);
+  assert_true(mm->r2 != 0 && mm->r2 <= 1);
+  int fitted_step = 0;
+  for (size_t i = 0; i < p->n_fitted; i++) fitted_step |= !strcmp(p->fitted[i], "runtime.step_ns");
+  assert_true(fitted_step);
+  ferry_hw_close(hw);
+  snprintf(args, sizeof args, "sim --model '%s/m' --hw '%s/fit.json' --synthetic rate=200,n=6,prompt=24,output=6 "
+                              "--device-budget 4MiB --quiet", dir, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("%s", out);
+  assert_true(tu_contains(out, "requests: 6 done"));
+  free(out);
+  tu_rmtree(dir);
+  free(dir);
+}
+
+/* A profile whose fitted costs explain little of their measurements: `ferry sim` warns and
+ * records which in the run (WEAK_FITS), where the report flags it. */
+static void test_weak_fit_warned(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("weakfit"), path[512], args[2048], *out = NULL;
+  snprintf(path, sizeof path, "%s/weak.json", dir);
+  const char *json = "{\"name\": \"weak\", \"kind\": \"gpu\", \"gpu\": \"h100-pcie\", \"link\": \"pcie5-x16\","
+                     " \"host\": \"ddr5\", \"disk\": \"nvme-gen4\","
+                     " \"cost\": {\"matmul\": {\"overhead_ns\": 1000, \"ns_per_byte\": 0.001, \"ns_per_flop\": 0, \"r2\": 0.42},"
+                     " \"norm\": {\"overhead_ns\": 500, \"ns_per_byte\": 0, \"ns_per_flop\": 0, \"r2\": 0.97}}}";
+  tu_write_file(path, json, strlen(json));
+  snprintf(args, sizeof args, "sim --model tiny-dense --hw '%s' --synthetic rate=5,n=2,prompt=8,output=2 --db '%s/s.db' --quiet",
+           path, dir);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("%s", out);
+  assert_true(tu_contains(out, "warning: weak has weak fitted costs (matmul R^2 0.42 < 0.9)"));
+  free(out);
+  snprintf(args, sizeof args, "%s/s.db", dir);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(args, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *q = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT value FROM META_DATA_EXPORT WHERE name = 'WEAK_FITS'", -1, &q, NULL),
+                   SQLITE_OK);
+  assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+  assert_string_equal((const char *)sqlite3_column_text(q, 0), "matmul R^2 0.42");
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_recovers_sum_form),
@@ -110,6 +187,8 @@ int main(void) {
       cmocka_unit_test(test_noisy_total_preserved),
       cmocka_unit_test(test_degenerate),
       cmocka_unit_test(test_failed_probe),
+      cmocka_unit_test(test_fit_from_run),
+      cmocka_unit_test(test_weak_fit_warned),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include "common/alloc.h"
 #include "ferry/hw.h"
 #include "sim/des.h"
+#include "sim/gpu_cost.h"
 #include "sim/resource.h"
 #include "testutil.h"
 
@@ -600,7 +601,7 @@ static void test_compute_fifo(void **state) {
   ferry__des_destroy(des);
 }
 
-/* Roofline: max(flops / (peak * eff), bytes / (bw * eff)) + launch overhead. */
+/* Roofline with a rounded corner: sqrt(t_math^2 + t_mem^2) + launch overhead (sim/gpu_cost.h). */
 static void test_roofline(void **state) {
   (void)state;
   struct ferry_hw_profile p;
@@ -615,23 +616,29 @@ static void test_roofline(void **state) {
   p.gpu.efficiency.attention = 0.5;
   p.gpu.efficiency.elementwise = 1.0;
   p.gpu.efficiency.dequantize = 0.5;
-  /* GEMV 4096x4096 fp16: 2*N*N flops, 2*N*N bytes: memory-bound:
-   * 33554432 / (1000*0.8) = 41943.04 -> 41944 ns */
+  /* GEMV 4096x4096 fp16: 2*N*N flops at 1e5 x 0.8 = 419.43 ns, 2*N*N bytes at 1000 x 0.8 =
+   * 41943.04 ns: sqrt of the sum of squares 41945.14 -> 41946 ns */
   double n = 4096;
   int64_t t = ferry__hw_compute_ns(&p, FERRY_HW_OP_GEMV, 2 * n * n, 2 * n * n, FERRY_DTYPE_F16);
-  assert_int_equal(t, 5000 + 41944);
-  /* GEMM 4096^3 fp16: 2*N^3 flops (137438953472), compute-bound:
-   * / (100000 * 0.5) = 2748779.06944 -> 2748780 */
+  assert_int_equal(t, 5000 + 41946);
+  /* GEMM 4096^3 fp16: 2*N^3 flops at 1e5 x 0.5 (gemm) = 2748779.07 ns, 6*N*N bytes streamed at
+   * 1000 x 0.8 (gemv) = 125829.12 ns: 2751657.4 -> 2751658 */
   t = ferry__hw_compute_ns(&p, FERRY_HW_OP_GEMM, 2 * n * n * n, 3 * 2 * n * n, FERRY_DTYPE_F16);
-  assert_int_equal(t, 5000 + 2748780);
-  /* same in fp32: peak 10 TFLOPs -> 10x slower compute */
+  assert_int_equal(t, 5000 + 2751658);
+  /* same in fp32: peak 10 TFLOPs -> 10x slower compute: 27487790.7 and 251658.2 -> 27488943 */
   t = ferry__hw_compute_ns(&p, FERRY_HW_OP_GEMM, 2 * n * n * n, 3 * 4 * n * n, FERRY_DTYPE_F32);
-  assert_int_equal(t, 5000 + 27487791);
-  /* bf16 not given: falls back to the fp16 peak; int8 not given: fp16 too */
+  assert_int_equal(t, 5000 + 27488943);
+  /* bf16, int8 and fp8 not given: they fall back to the fp16 peak */
   assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_GEMM, 2 * n * n * n, 0, FERRY_DTYPE_BF16), 5000 + 2748780);
   assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_GEMM, 2 * n * n * n, 0, FERRY_DTYPE_I8), 5000 + 2748780);
-  /* elementwise, exact: 1e6 bytes at 1000 bytes/ns * 1.0 */
-  assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_ELEMENTWISE, 1e6, 1e6, FERRY_DTYPE_F32), 5000 + 1000);
+  assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_GEMM, 2 * n * n * n, 0, FERRY_DTYPE_F8_E4M3), 5000 + 2748780);
+  /* given, fp8 runs at its own peak: twice fp16's here */
+  p.gpu.peak_tflops.fp8 = 200.0;
+  assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_GEMM, 2 * n * n * n, 0, FERRY_DTYPE_F8_E4M3), 5000 + 1374390);
+  /* elementwise: 1e6 bytes at 1000 bytes/ns x 1.0 = 1000 ns, 1e6 flops at 1e4 = 100 ns:
+   * sqrt(100^2 + 1000^2) = 1004.99 -> 1005 */
+  assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_ELEMENTWISE, 1e6, 1e6, FERRY_DTYPE_F32), 5000 + 1005);
+  assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_ELEMENTWISE, 0, 1e6, FERRY_DTYPE_F32), 5000 + 1000);
   /* zero work costs only the launch */
   assert_int_equal(ferry__hw_compute_ns(&p, FERRY_HW_OP_ATTENTION, 0, 0, FERRY_DTYPE_F16), 5000);
   /* missing rates: -1 */

@@ -174,6 +174,22 @@ static int setup(void **state) {
              r, r, r, r, r);
     exec_sql(s, sql);
   }
+  /* what `ferry calibrate --db` fits the runtime's host costs to: layer and host-wait ranges and
+   * CUDA runtime calls at the extremes */
+  exec_sql(s, "INSERT INTO StringIds(id, value) VALUES (7, 'cudaLaunchKernel_v7000'), (8, 'cudaMemcpyAsync_v3020')");
+  for (int r = 1; r <= 3; r++) {
+    char sql[4096];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO NVTX_EVENTS(runId, start, end, eventType, text, step, layer) VALUES"
+             " (%d, " MIN ", " MAX ", 59, 'layer', 0, " MAX "), (%d, " MAX ", " MIN ", 59, 'layer', 0, 0),"
+             " (%d, 0, 100, 59, 'layer', 0, 0), (%d, 100, 200, 59, 'layer', 1, 1), (%d, 0, 1e300, 59, 'layer', 1, -5),"
+             " (%d, " MIN ", 50, 59, 'host wait', 0, NULL), (%d, 10, " MAX ", 59, 'host wait', 0, NULL);"
+             "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME(runId, start, end, nameId) VALUES"
+             " (%d, " MIN ", " MAX ", 7), (%d, " MAX ", " MIN ", 7), (%d, 0, 1e308, 7), (%d, 5, 10, 7), (%d, 5, 'x', 8),"
+             " (%d, " MIN ", " MAX ", 8), (%d, 0, 3, 8)",
+             r, r, r, r, r, r, r, r, r, r, r, r, r, r);
+    exec_sql(s, sql);
+  }
   exec_sql(s, "COMMIT");
   sqlite3_close(s);
   return 0;

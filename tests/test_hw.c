@@ -42,9 +42,12 @@ static void test_catalogue_loads(void **state) {
   char **names;
   size_t n;
   assert_int_equal(ferry_hw_list(&names, &n), FERRY_OK);
-  static const char *const expect[] = {"t4", "l4", "rtx-3060", "rtx-3090", "rtx-4090", "a100-40gb-pcie",
-                                       "a100-80gb-sxm", "h100-pcie", "h100-sxm", "h200", "pcie3-x16",
-                                       "pcie4-x16", "pcie5-x16", "nvme-gen3", "nvme-gen4", "ddr4", "ddr5"};
+  static const char *const expect[] = {"t4",          "l4",           "rtx-3060",      "rtx-3090",      "rtx-4090",
+                                       "a100-40gb-pcie", "a100-80gb-sxm", "h100-pcie",    "h100-sxm",      "h200",
+                                       "v100-32gb-sxm3", "rtx-a6000",   "rtx-3090-ti",   "titan-rtx",     "titan-rtx-x2",
+                                       "rtx-4090d",   "pcie3-x16",    "pcie4-x16",     "pcie5-x16",     "nvme-gen3",
+                                       "nvme-gen4",   "ddr4",         "ddr5",          "xeon-6454s-1s", "xeon-6454s-2s",
+                                       "eager",       "graph",        "native"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -78,7 +81,7 @@ static void test_catalogue_loads(void **state) {
     }
     ferry_hw_close(hw);
   }
-  assert_int_equal(gpus, 10);
+  assert_int_equal(gpus, 16);
   ferry_hw_list_free(names, n);
   ferry_hw_list_free(NULL, 0);
   ferry_hw_close(NULL);
@@ -124,7 +127,7 @@ static void test_t4_flexgen_fit(void **state) {
   assert_int_equal(ferry_hw_open(&hw, "pcie4-x16"), FERRY_OK);
   p = ferry_hw_get(hw);
   assert_int_equal(p->kind, FERRY_HW_KIND_LINK);
-  assert_true(fabs(p->link.h2d_gbps - 31.508) < 1e-9);
+  assert_true(fabs(p->link.h2d_gbps - 24.006) < 1e-9); /* 31.508 GB/s raw x 64/84 */
   assert_int_equal(ferry_hw_require(p, "link"), FERRY_OK);
   assert_int_equal(ferry_hw_require(p, "disk"), FERRY_ERR_NOT_FOUND);
   assert_true(tu_contains(ferry_last_error(), "no disk section"));
@@ -134,7 +137,7 @@ static void test_t4_flexgen_fit(void **state) {
   p = ferry_hw_get(hw);
   assert_int_equal(p->gpu.memory_bytes, 80ull << 30);
   assert_true(p->gpu.mem_bw_gbps == 2000);
-  assert_true(fabs(p->link.h2d_gbps - 63.015) < 1e-9);
+  assert_true(fabs(p->link.h2d_gbps - 48.011) < 1e-9); /* 63.015 GB/s raw x 64/84 */
   assert_true(p->host.dram_gbps == 307.2);
   ferry_hw_close(hw);
 }
@@ -220,10 +223,60 @@ static const struct bad_case {
     /* parts that refer to each other */
     {"cycle-a.json", "{\"name\": \"cycle-a\", \"kind\": \"link\", \"link\": {\"base\": \"cycle-b\"}}", FERRY_ERR_FORMAT,
      "levels deep"},
+    /* a runtime flag that is not 0 or 1 */
+    {"rtflag.json", "{\"name\": \"x\", \"kind\": \"runtime\", \"runtime\": {\"fused_dequant\": 2}}", FERRY_ERR_FORMAT,
+     "rtflag.json: runtime.fused_dequant must be 0 or 1 (got 2)"},
+    /* kind runtime without a runtime section */
+    {"nort.json", "{\"name\": \"x\", \"kind\": \"runtime\"}", FERRY_ERR_FORMAT,
+     "nort.json: kind \"runtime\" needs a \"runtime\" section"},
     /* queue depth zero */
     {"qd.json", "{\"name\": \"x\", \"kind\": \"disk\", \"disk\": {\"read_gbps\": 1, \"queue_depth\": 0}}",
      FERRY_ERR_FORMAT, "qd.json: disk.queue_depth must be positive"},
 };
+
+/* Runtime presets: the catalogue's three, applied to a GPU profile with their sources (and
+ * replacing a runtime the profile had); a profile that is not a runtime is refused. */
+static void test_runtime_presets(void **state) {
+  (void)state;
+  use_catalogue_only();
+  static const char *const presets[] = {"eager", "graph", "native"};
+  for (int i = 0; i < 3; i++) {
+    ferry_hw *rt = NULL;
+    if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
+    const struct ferry_hw_profile *p = ferry_hw_get(rt);
+    assert_int_equal(p->kind, FERRY_HW_KIND_RUNTIME);
+    assert_true(p->has_runtime && !p->has_gpu);
+    static const char *const figures[] = {"runtime.launch_ns", "runtime.copy_ns", "runtime.layer_ns",
+                                          "runtime.step_ns", "runtime.row_ns", "runtime.fused_dequant",
+                                          "runtime.sync_fetch"};
+    for (size_t f = 0; f < 7; f++)
+      if (!find_source(p, figures[f], 0)) fail_msg("%s: no source for %s", presets[i], figures[f]);
+    ferry_hw_close(rt);
+  }
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  assert_false(ferry_hw_get(hw)->has_runtime);
+  size_t before = ferry_hw_get(hw)->n_sources;
+  assert_int_equal(ferry_hw_set_runtime(hw, "eager"), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_true(p->has_runtime);
+  assert_int_equal(p->runtime.fused_dequant, 0);
+  assert_true(p->runtime.launch_ns > 0 && p->runtime.layer_ns > 0 && p->runtime.step_ns > 0);
+  assert_int_equal(p->n_sources, before + 7);
+  assert_true(p->gpu.mem_bw_gbps == 2000); /* the rest untouched */
+  /* another preset replaces it, sources included */
+  assert_int_equal(ferry_hw_set_runtime(hw, "graph"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_int_equal(p->runtime.launch_ns, 0);
+  assert_int_equal(p->runtime.fused_dequant, 1);
+  assert_int_equal(p->n_sources, before + 7);
+  /* not a runtime */
+  assert_int_equal(ferry_hw_set_runtime(hw, "pcie4-x16"), FERRY_ERR_INVALID);
+  assert_true(strstr(ferry_last_error(), "pcie4-x16 is a link profile, not a runtime") != NULL);
+  assert_int_equal(ferry_hw_set_runtime(hw, "no-such-runtime"), FERRY_ERR_NOT_FOUND);
+  assert_int_equal(ferry_hw_get(hw)->runtime.launch_ns, 0); /* unchanged by the failures */
+  ferry_hw_close(hw);
+}
 
 static void test_malformed(void **state) {
   (void)state;
@@ -267,7 +320,7 @@ static void test_search_path(void **state) {
   const struct ferry_hw_profile *p = ferry_hw_get(hw);
   assert_string_equal(p->name, "my-t4");
   assert_true(p->has_link && p->has_disk && !p->has_host);
-  assert_true(fabs(p->link.h2d_gbps - 31.508) < 1e-9);
+  assert_true(fabs(p->link.h2d_gbps - 24.006) < 1e-9); /* 31.508 GB/s raw x 64/84 */
   assert_int_equal(p->disk.queue_depth, 4);
   assert_true(p->disk.read_gbps == 7.0);
   assert_null(find_source(p, "disk.queue_depth", 0)); /* overridden without a new source */
@@ -338,6 +391,24 @@ static void test_cli(void **state) {
   free(out);
   assert_int_equal(tu_run_ferry("hw frobnicate", &out), 2);
   free(out);
+  /* one kernel's simulated time: a 4096 x 4096 fp16 GEMV on an H100 PCIe streams 33587200 B at
+   * 2000 GB/s x 0.8 = 20992 ns (its 33554432 flops at 756.5 TFLOP/s x 0.7 = 63.4 ns barely add:
+   * sqrt of the squares 20992.1 -> 20993) + the 5000 ns launch overhead */
+  assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'matmul m=1 n=4096 k=4096 w=fp16'", &out), 0);
+  assert_true(tu_contains(out, "25.993"));
+  free(out);
+  /* int4 weights: fused (native) reads 4x fewer bytes; eager expands them in a kernel of its own */
+  double fused = 0, eager = 0;
+  assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'matmul m=1 n=4096 k=4096 w=int4-g64'", &out), 0);
+  assert_int_equal(sscanf(out, "%lf", &fused), 1);
+  free(out);
+  assert_int_equal(tu_run_ferry("hw kernel h100-pcie --runtime eager 'matmul m=1 n=4096 k=4096 w=int4-g64'", &out), 0);
+  assert_int_equal(sscanf(out, "%lf", &eager), 1);
+  free(out);
+  assert_true(fused < 25.993 && eager > 25.993);
+  assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'matmul m=1 n=4096 k=4096 w=int9'", &out), 2);
+  assert_true(tu_contains(out, "w=int9"));
+  free(out);
 }
 
 int main(void) {
@@ -345,6 +416,7 @@ int main(void) {
       cmocka_unit_test(test_catalogue_loads), cmocka_unit_test(test_t4_flexgen_fit),
       cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
       cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_runtime_presets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -274,6 +274,19 @@ static void test_ignored_options_refused(void **state) {
   expect(args, 2, "in 'ferry sim' the oracle knows the routing being simulated");
   snprintf(args, sizeof args, "run --model '%s' %s --backend cuda --threads 2", dense, syn);
   expect(args, 2, "--threads sets the host executor's BLAS threads");
+  /* the software and memory options of issue 13 */
+  snprintf(args, sizeof args, SIM "%s --keep-cache", syn);
+  expect(args, 1, "--keep-cache has no effect: tiny-dense fits in the default device budget");
+  snprintf(args, sizeof args, "run --model '%s' %s --device-budget 8MiB --keep-cache --direct-io", dense, syn);
+  expect(args, 2, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
+  snprintf(args, sizeof args, SIM "%s --direct-io", syn);
+  expect(args, 2, "--direct-io is for 'ferry run': the simulator's disk reads already leave nothing in its page cache");
+  snprintf(args, sizeof args, SIM "--plan-only --runtime eager");
+  expect(args, 2, "--runtime does nothing with --plan-only");
+  snprintf(args, sizeof args, SIM "--plan-only --host-memory pageable");
+  expect(args, 2, "--host-memory does nothing with --plan-only");
+  snprintf(args, sizeof args, "run --model '%s' %s --runtime eager", dense, syn);
+  expect(args, 2, "--runtime is for 'ferry sim'");
 }
 
 /* Options are matched whole (getopt_long took a prefix for the option it abbreviates): an

@@ -3,6 +3,7 @@
  * max-of-sums in both the copy-bound and the compute-bound regime, MoE runs with the synthetic
  * (or a supplied) routing source report expert-cache hits and misses, and an MoE run without a
  * routing source is refused. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -547,6 +548,186 @@ static double tpot_s(const char *out) {
   return !strcmp(unit, "ms") ? v / 1e3 : !strcmp(unit, "us") ? v / 1e6 : v;
 }
 
+/* Quantized decode is faster than 16-bit decode, as on real GPUs (a GPU runtime reads low-bit
+ * weights packed, with fused dequantize-in-GEMV kernels): where the model fits (h100-pcie) and
+ * where it streams or spills over PCIe (l4; Mixtral on both). */
+static void test_quantized_decode_faster(void **state) {
+  (void)state;
+  static const char *const models[] = {"llama-3-8b", "mixtral-8x7b"}, *const gpus[] = {"h100-pcie", "l4"};
+  for (int m = 0; m < 2; m++)
+    for (int g = 0; g < 2; g++) {
+      double tpot[2];
+      static const char *const quant[2] = {"fp16", "int4-g64"};
+      for (int q = 0; q < 2; q++) {
+        char args[256], *out = NULL;
+        snprintf(args, sizeof args, "sim --model %s --hw %s --synthetic rate=1,n=2,prompt=64,output=8 --quant %s --quiet",
+                 models[m], gpus[g], quant[q]);
+        if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+        tpot[q] = tpot_s(out);
+        free(out);
+      }
+      if (!(tpot[1] < tpot[0]))
+        fail_msg("%s on %s: int4 TPOT %.2f ms is not below fp16's %.2f ms", models[m], gpus[g], tpot[1] * 1e3,
+                 tpot[0] * 1e3);
+    }
+}
+
+/* The software issuing the work: eager PyTorch (a Python launch per kernel, a millisecond of host
+ * work per layer) makes batch-1 decode of an 8B model host-bound, slower than a C++ engine; a
+ * runtime that is not one is refused. */
+static void test_runtime_presets_in_sim(void **state) {
+  (void)state;
+  double tpot[2];
+  static const char *const rt[2] = {"native", "eager"};
+  for (int i = 0; i < 2; i++) {
+    char args[256], *out = NULL;
+    snprintf(args, sizeof args, "sim --model llama-3-8b --hw h100-pcie --synthetic rate=1,n=1,prompt=16,output=8 --runtime %s --quiet",
+             rt[i]);
+    if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+    tpot[i] = tpot_s(out);
+    free(out);
+  }
+  /* eager: 32 layers x (1.02 ms + 12 launches x 15 us) = 38.4 ms of host work a token, more than
+   * the GPU's ~11 ms */
+  assert_true(tpot[1] > 3 * tpot[0]);
+  assert_true(tpot[1] > 0.038 && tpot[1] < 0.045);
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw h100-pcie --synthetic rate=1,n=1,prompt=4,output=2 --runtime pcie4-x16",
+                                &out), 1);
+  assert_true(tu_contains(out, "not a runtime"));
+  free(out);
+  assert_int_equal(tu_run_ferry("run --model x --synthetic rate=1,n=1,prompt=4,output=2 --runtime eager", &out), 2);
+  free(out);
+}
+
+/* --host-memory pageable: copies from ordinary memory run at the link's pageable rate and the
+ * host waits for each, so a streamed model decodes more slowly than from pinned memory; a real
+ * run accepts it too (the host executor then leaves its host tier unlocked) and records it. */
+static void test_host_memory_pageable(void **state) {
+  (void)state;
+  double tpot[2];
+  static const char *const mem[2] = {"pinned", "pageable"};
+  for (int i = 0; i < 2; i++) {
+    char args[256], *out = NULL;
+    snprintf(args, sizeof args, "sim --model llama-3-8b --hw l4 --device-budget 8GiB --synthetic rate=1,n=1,prompt=16,output=4 "
+                                "--host-memory %s --quiet", mem[i]);
+    if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+    tpot[i] = tpot_s(out);
+    free(out);
+  }
+  /* l4's PCIe 4 link: 31.5 GB/s pinned, 15.8 GB/s pageable (the part's default) */
+  assert_true(tpot[1] > 1.5 * tpot[0]);
+  char args[1024], *out = NULL;
+  assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw l4 --synthetic rate=1,n=1,prompt=4,output=2 --host-memory gpu", &out), 2);
+  assert_true(tu_contains(out, "--host-memory: expected 'pinned' or 'pageable'"));
+  free(out);
+  snprintf(args, sizeof args, "model gen --preset tiny-dense --layers 2 --out '%s/pageable-model' --quiet", tmp);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  free(out);
+  snprintf(args, sizeof args, "run --model '%s/pageable-model' --synthetic rate=100,n=2,prompt=8,output=3 --device-budget 4MiB "
+                              "--host-memory pageable --db '%s/pageable.db' --quiet", tmp, tmp);
+  if (tu_run_ferry(args, &out) != 0) fail_msg("%s", out);
+  assert_true(tu_contains(out, "requests: 2 done"));
+  free(out);
+  snprintf(args, sizeof args, "%s/pageable.db", tmp);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(args, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *q = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT config_json FROM runs", -1, &q, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+  assert_true(strstr((const char *)sqlite3_column_text(q, 0), "\"host_memory\":\"pageable\"") != NULL);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+}
+
+/* Disk-homed weights: reads drop their pages by default (as real runs do), so every step reads
+ * the disk; with --keep-cache the page cache in the host memory the budget leaves serves the
+ * second read on, unless the budget leaves too little for the streamed weights. */
+static void test_keep_cache(void **state) {
+  (void)state;
+  static const char *const opts[3] = {"", "--keep-cache", "--keep-cache --host-budget 250GiB"};
+  double tpot[3];
+  for (int i = 0; i < 3; i++) {
+    char args[512], *out = NULL;
+    snprintf(args, sizeof args, "sim --model llama-3-8b --hw l4 --device-budget 8GiB --home disk "
+                                "--synthetic rate=1,n=1,prompt=16,output=4 %s", opts[i]);
+    if (tu_run_ferry(args, &out) != 0) fail_msg("ferry %s: %s", args, out);
+    tpot[i] = tpot_s(out);
+    if (i == 1) assert_true(tu_contains(out, "ferry: page cache: "));
+    free(out);
+  }
+  assert_true(tpot[1] < 0.5 * tpot[0]); /* 256 GiB host, 230 GiB budget: 26 GiB of cache */
+  assert_true(fabs(tpot[2] / tpot[0] - 1) < 0.01); /* 6 GiB of cache for 13 GiB cycled: no hits */
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("sim --model tiny-dense --hw l4 --synthetic rate=1,n=1,prompt=4,output=2 --keep-cache --drop-cache", &out), 2);
+  free(out);
+}
+
+struct attn_log {
+  int64_t n, first_ns;
+  uint64_t first_bytes;
+  int64_t first_m;
+};
+
+static void attention_sink(void *user, const struct ferry_activity *a) {
+  struct attn_log *l = user;
+  if (a->kind != FERRY_ACT_KERNEL || !a->kind_name || strcmp(a->kind_name, "attention")) return;
+  if (!l->n++) {
+    l->first_ns = a->end_ns - a->start_ns;
+    l->first_bytes = a->bytes;
+  }
+}
+
+/* A batch of long prompts prefilled in one step costs, per layer, one flash-attention kernel's
+ * roofline: the causal flops at the fp16 peak and the cached K and V read once per tile of 128
+ * queries (OPT-30B, 8 prompts of 512 tokens, on a T4), not once per query. */
+static void test_prefill_attention_flash_roofline(void **state) {
+  (void)state;
+  enum { B = 8, S = 512 };
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "t4"), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  ferry_model *model = NULL;
+  assert_int_equal(ferry_model_open(&model, "opt-30b"), FERRY_OK);
+  const struct ferry_model_config *mc = ferry_model_get_config(model);
+  struct ferry_engine_config cfg = base_config();
+  cfg.max_batch = B;
+  cfg.max_step_tokens = B * S;
+  cfg.max_seq_tokens = S + 2;
+  uint64_t dmin = 0, hmin = 0;
+  assert_int_equal(ferry_engine_min_budgets(model, NULL, &cfg, &dmin, &hmin), FERRY_OK);
+  cfg.device_budget_bytes = dmin;
+  struct ferry_exec_config xc = {.device_budget_bytes = dmin, .lock_host_memory = 1};
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
+  struct attn_log log = {0};
+  ferry_exec_set_sink(ex, attention_sink, &log);
+  ferry_engine *eng = NULL;
+  assert_int_equal(ferry_engine_create(&eng, model, NULL, ex, &cfg), FERRY_OK);
+  struct ferry_engine_request reqs[B];
+  for (int i = 0; i < B; i++) reqs[i] = (struct ferry_engine_request){.id = i, .prompt_tokens = S, .output_tokens = 2};
+  struct ferry_run_options ro = {.time_scale = 1.0};
+  assert_int_equal(ferry_engine_run(eng, reqs, B, &ro), FERRY_OK);
+  /* one prefill step then one decode step, one attention kernel per layer each */
+  assert_int_equal(log.n, 2 * mc->n_layers);
+  const double h = (double)mc->n_heads, kvh = (double)mc->n_kv_heads, d = (double)mc->head_dim, T = B * S;
+  /* per sequence: 4 h d S(S+1)/2 flops (about 2 S^2 d h); keys read 128 + 256 + 384 + 512 */
+  const double flops = B * 4 * h * d * (S * (S + 1.0) / 2);
+  const double kv_bytes = B * 1280.0 * kvh * d * 2 * 2, bytes = kv_bytes + T * h * d * 8 + T * kvh * d * 2 * 6;
+  assert_true((double)log.first_bytes == bytes);
+  const double t_math = flops / (p->gpu.peak_tflops.fp16 * 1e3 * p->gpu.efficiency.attention);
+  const double t_mem = bytes / (p->gpu.mem_bw_gbps * p->gpu.efficiency.gemv);
+  const double want = (double)p->gpu.launch_overhead_ns + sqrt(t_math * t_math + t_mem * t_mem);
+  if (fabs((double)log.first_ns - want) > 1.0)
+    fail_msg("prefill attention of layer 0: %lld ns, the flash roofline says %.0f ns", (long long)log.first_ns, want);
+  /* read per query, the cached keys would have been 8 x 131328 reads: 100 times the traffic */
+  assert_true(kv_bytes * 100 < B * (S * (S + 1.0) / 2) * kvh * d * 2 * 2);
+  ferry_engine_destroy(eng);
+  ferry_exec_destroy(ex);
+  ferry_model_close(model);
+  ferry_hw_close(hw);
+}
+
 /* Without --device-budget a simulated GPU gets 90% of its memory: a model that fits stays
  * resident, a larger one is offloaded with the last layers filling what streaming leaves (so
  * a bigger GPU is faster on the same link), and a budget beyond the GPU is refused. */
@@ -703,6 +884,11 @@ int main(void) {
       cmocka_unit_test(test_moe_expert_cache),
       cmocka_unit_test(test_kv_format_priced),
       cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_quantized_decode_faster),
+      cmocka_unit_test(test_runtime_presets_in_sim),
+      cmocka_unit_test(test_host_memory_pageable),
+      cmocka_unit_test(test_keep_cache),
+      cmocka_unit_test(test_prefill_attention_flash_roofline),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -35,7 +35,8 @@ struct ferry_calib_sample {
  * @param samples the measurements (at least one).
  * @param n number of samples.
  * @param out receives the coefficients.
- * @param r2 receives the coefficient of determination (may be NULL).
+ * @param r2 receives the coefficient of determination of the log durations: 1 - (sum of squared
+ *        log errors) / (variance of the log measured durations) (may be NULL).
  * @return FERRY_ERR_INVALID when n is 0.
  */
 ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *samples, size_t n, struct ferry_hw_cost *out,

@@ -48,7 +48,10 @@ enum ferry_queue_role {
 struct ferry_exec_config {
   uint64_t device_budget_bytes; /**< most bytes the device tier may hold (0 = unlimited) */
   uint64_t host_budget_bytes;   /**< most bytes the host tier may hold (0 = unlimited) */
-  int lock_host_memory;         /**< host executor: mlock the host tier (warn when refused) */
+  int lock_host_memory;         /**< 1: the host tier is pinned (cuda: cudaHostAlloc; host executor:
+                                     mlock, warned when refused; sim: the link's pinned rate); 0:
+                                     pageable (cuda: malloc memory, copies staged by the driver;
+                                     sim: link.pageable_h2d_gbps) */
   int compute_threads;          /**< host executor: BLAS threads (0 = cores - 2, at least 1: the copy
                                      and disk queues keep a core each) */
 };
@@ -131,7 +134,7 @@ struct ferry_kernel {
   int64_t kv_heads;            /**< attention: key/value heads */
   int64_t head_dim;            /**< attention/rope: head dimension */
   int64_t kv_capacity;         /**< attention: tokens per sequence slot in the KV cache */
-  int64_t context_tokens;      /**< attention: sum over tokens of their context (cost model) */
+  int64_t context_tokens;      /**< attention: sum over tokens of the keys each attends to (cost model: flops) */
   int64_t top_k;               /**< router: experts per token */
   int norm_kind;               /**< norm: 0 RMSNorm, 1 LayerNorm */
   int renormalize;             /**< router: renormalise top-k weights */
@@ -372,7 +375,9 @@ ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *e
 
 /**
  * @brief Block the host until the event's latest record completes. The only blocking point;
- *        in the simulator it advances virtual time until the event has happened.
+ *        in the simulator it advances virtual time until the event has happened. When the host
+ *        really waited and a sink is installed, the wait is reported as a range activity named
+ *        "host wait" (step, layer and expert -1).
  * @return FERRY_OK, or the first error of an op that failed before the event.
  */
 ferry_status ferry_exec_sync(ferry_exec *ex, ferry_event *ev);
@@ -450,9 +455,18 @@ void ferry_exec_range_end(ferry_exec *ex, struct ferry_exec_range *range);
 /** @brief Report the bytes in use of every tier now as memory activities. */
 void ferry_exec_sample_memory(ferry_exec *ex);
 
+/** Queries of one sequence an attention kernel keeps on chip while it streams K and V past them
+ *  (FlashAttention-2's tile for head dims up to 128): a prefill chunk reads its cached keys once
+ *  per tile of this many queries (ferry_kernel_cost()). */
+#define FERRY_ATTN_Q_TILE 128
+
 /**
- * @brief Cost-model view of a kernel: floating-point operations and bytes touched.
- *        Used by the simulator and put on every kernel activity record.
+ * @brief Cost-model view of a kernel as it is issued: floating-point operations and bytes of
+ *        memory traffic (weights as the op reads them, fp32 activations; attention reads the
+ *        cached K and V once per tile of FERRY_ATTN_Q_TILE queries of a sequence, from the first
+ *        key its window or chunk lets the tile see, and does 4 x heads x head_dim flops per
+ *        (query, key) pair the mask keeps; MLA attention reads its latent rows the same way). Used by the
+ *        simulator and calibration and put on every kernel activity record.
  */
 void ferry_kernel_cost(const struct ferry_kernel *kernel, double *flops, uint64_t *bytes);
 

@@ -28,7 +28,9 @@ enum ferry_hw_kind {
   FERRY_HW_KIND_GPU,  /**< "gpu": a machine with a GPU (gpu section required) */
   FERRY_HW_KIND_HOST, /**< "host": a machine without GPU, or a host-memory part (host section) */
   FERRY_HW_KIND_LINK, /**< "link": a host↔GPU link part (link section), for composition */
-  FERRY_HW_KIND_DISK  /**< "disk": a disk part (disk section), for composition */
+  FERRY_HW_KIND_DISK, /**< "disk": a disk part (disk section), for composition */
+  FERRY_HW_KIND_RUNTIME /**< "runtime": a software stack's overheads (runtime section): a preset
+                             that `ferry sim --runtime NAME` or ferry_hw_set_runtime() applies */
 };
 
 /** Kinds of GPU operation, each with its own efficiency in the roofline cost model. */
@@ -47,6 +49,7 @@ struct ferry_hw_peak_tflops {
   double fp16; /**< FP16 tensor-core peak with FP32 accumulation; 0 if not given */
   double bf16; /**< BF16 tensor-core peak; 0 if unsupported (falls back to fp16, then fp32) */
   double int8; /**< INT8 tensor-core peak; 0 if not given (falls back to fp16, then fp32) */
+  double fp8;  /**< FP8 tensor-core peak with FP32 accumulation; 0 if unsupported (FP8 weights are then converted and run at the fp16 peak) */
 };
 
 /** Fraction of peak (in (0, 1]) an op kind reaches; defaults apply when a profile omits them. */
@@ -78,7 +81,15 @@ struct ferry_hw_cost {
   double ns_per_byte; /**< cost per byte touched */
   double ns_per_flop; /**< cost per floating-point operation */
   int32_t roofline;   /**< 1: the larger of the two terms; 0: their sum */
+  double r2;          /**< how well the fit explains the measured durations (coefficient of
+                           determination of the log durations); 0 when not recorded. Below
+                           FERRY_HW_FIT_R2_MIN the simulator warns that this kind's predictions
+                           may be off */
 };
+
+/** Fits (`cost.KIND.r2`) below this explain too little of what was measured: `ferry calibrate`
+ *  and `ferry sim` warn. */
+#define FERRY_HW_FIT_R2_MIN 0.9
 
 /** A GPU. */
 struct ferry_hw_gpu {
@@ -113,6 +124,30 @@ struct ferry_hw_host {
                               executor's worker threads sleep when idle); 0 = none */
 };
 
+/**
+ * The software that issues the work (the runtime section): its host-side costs and how its
+ * kernels read quantized weights. The host thread is busy for these times; what it has already
+ * queued runs on meanwhile, so a fast GPU waits for a slow host (a launch-bound run) and a slow
+ * GPU hides the host. Presets in the catalogue: "eager" (a Python framework issuing each kernel:
+ * Hugging Face transformers, Accelerate, DeepSpeed), "graph" (an engine replaying CUDA graphs:
+ * vLLM, TensorRT-LLM), "native" (a C++ engine issuing kernels one by one: llama.cpp, ferry's own
+ * cuda executor).
+ */
+struct ferry_hw_runtime {
+  char name[64];          /**< e.g. "PyTorch eager (Python issues every kernel)" */
+  int64_t launch_ns;      /**< host time to issue one kernel */
+  int64_t copy_ns;        /**< host time to issue one copy or disk read */
+  int64_t layer_ns;       /**< host time per transformer layer beyond its launches (module
+                               dispatch, hooks, the small ops a framework adds) */
+  int64_t step_ns;        /**< host time per engine step (scheduling, input preparation, sampling) */
+  int64_t row_ns;         /**< host time per sampled row (sequence) of a step */
+  int32_t fused_dequant;  /**< 1: quantized weights are read packed by fused dequantize-in-GEMM/GEMV
+                               kernels; 0: a dequantize kernel expands them to fp16 first */
+  int32_t sync_fetch;     /**< 1: the host waits for a layer's (or expert's) weights to arrive before
+                               issuing its compute, as eager frameworks do in pre-forward hooks
+                               (DeepSpeed ZeRO-3, Accelerate); 0: the GPU waits, the host goes on */
+};
+
 /** A disk (the tier weights are streamed from). */
 struct ferry_hw_disk {
   char name[64];       /**< e.g. "NVMe PCIe 4.0 x4" */
@@ -137,10 +172,13 @@ struct ferry_hw_profile {
   int has_link;                   /**< 1 if @ref link is set */
   int has_host;                   /**< 1 if @ref host is set */
   int has_disk;                   /**< 1 if @ref disk is set */
+  int has_runtime;                /**< 1 if @ref runtime is set */
   struct ferry_hw_gpu gpu;        /**< the GPU */
   struct ferry_hw_link link;      /**< the host↔GPU link */
   struct ferry_hw_host host;      /**< host memory and CPU */
   struct ferry_hw_disk disk;      /**< the disk */
+  struct ferry_hw_runtime runtime; /**< the software issuing the work (absent: no host costs, fused
+                                        low-bit kernels) */
   double price_per_hour_usd;      /**< rental price, USD per hour; 0 if not given */
   int has_cost;                   /**< 1 if a "cost" section with fitted kernel costs is set */
   struct ferry_hw_cost cost[FERRY_HW_COST_KINDS]; /**< fitted costs, see ferry_hw_cost_of() */
@@ -174,6 +212,15 @@ typedef struct ferry_hw ferry_hw;
  *         searched); FERRY_ERR_FORMAT; FERRY_ERR_IO; FERRY_ERR_NOMEM.
  */
 ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
+
+/**
+ * @brief Replace a profile's runtime section (and its sources) by a runtime preset's.
+ * @param hw the profile.
+ * @param name_or_path a catalogue name ("eager", "graph", "native") or a file of kind "runtime".
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND / FERRY_ERR_FORMAT / FERRY_ERR_IO as ferry_hw_open();
+ *         FERRY_ERR_INVALID when the file is not of kind "runtime" (the message says what it is).
+ */
+ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path);
 
 /** @brief Release a profile. Accepts NULL. */
 void ferry_hw_close(ferry_hw *hw);

@@ -73,6 +73,7 @@ struct ferry_report_summary {
   size_t tables;         /**< tables written (one CSV each) */
   size_t axes;           /**< sweep axes found (configuration keys that vary) */
   size_t sim_real_pairs; /**< sim-vs-real pairs */
+  size_t sim_real_flagged; /**< of those, pairs flagged: an error above 10 % or a sim run whose profile has fitted costs with R^2 below 0.9 */
 };
 
 /**

@@ -16,7 +16,11 @@
  * flows through the disk (bandwidth shared by up to `disk.queue_depth` requests); copies
  * inside host memory or inside device memory read and write their bytes at the DRAM or the
  * device-memory bandwidth. Ops on one queue run in order; events order queues by generation
- * as on every executor. The host waiting for an event (ferry_exec_sync()) runs the event heap
+ * as on every executor. Buffered disk reads go through a model of the OS page cache: a range
+ * read before, and still among the most recently used ranges that fit in the host memory the
+ * host budget leaves (profile host.memory_bytes less the budget), is copied within host memory
+ * instead; FERRY_READ_DROP_CACHE reads are never kept (and drop a cached range), O_DIRECT reads
+ * bypass the cache. The host waiting for an event (ferry_exec_sync()) runs the event heap
  * until the event has happened, so ferry_exec_now() is the virtual clock.
  *
  * The same inputs give byte-identical results: ties between events resolve in submission
@@ -50,6 +54,9 @@ struct ferry_sim_stats {
   int64_t disk_busy_ns;   /**< time the disk had bytes flowing */
   int64_t compute_busy_ns; /**< sum over queues of the time their kernels ran */
   int64_t now_ns;         /**< the virtual clock */
+  uint64_t cache_hits;    /**< buffered disk reads served by the page cache */
+  uint64_t cache_misses;  /**< buffered disk reads that went to the disk */
+  uint64_t bytes_cache;   /**< bytes of reads served by the page cache */
 };
 
 /**
@@ -60,8 +67,9 @@ struct ferry_sim_stats {
  * is refused when enqueued, with a message naming the profile and the figure).
  * @param out receives the executor, owned by the caller (ferry_exec_destroy()).
  * @param hw the profile (borrowed: its figures are copied, so it may be closed afterwards).
- * @param config budgets (copied; NULL = unlimited). `lock_host_memory` = 0 makes host-to-device
- *        copies use the link's pageable rate when the profile gives one.
+ * @param config budgets (copied; NULL = unlimited). `lock_host_memory` = 0 (pageable host memory)
+ *        makes host-to-device copies use the link's pageable rate when the profile gives one,
+ *        and the host wait for each (the driver stages pageable bytes before the call returns).
  * @return FERRY_OK; FERRY_ERR_INVALID for a NULL argument; FERRY_ERR_NOT_FOUND when the
  *         profile lacks the gpu or link figures; FERRY_ERR_NOMEM. Details in ferry_last_error().
  */

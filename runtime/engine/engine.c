@@ -64,7 +64,7 @@ static void layout_workspace(struct ferry_engine *e) {
   } while (0)
   /* dequantized weights (fp32): one slot for matmuls, three for an expert's gate/up/down */
   WS(dq[0], e->max_q_numel);
-  WS(dq[1], E ? e->max_q_numel : 0);
+  WS(dq[1], E || mc->learned_positions ? e->max_q_numel : 0); /* an expert's up, or a learned position table */
   WS(dq[2], E ? e->max_q_numel : 0);
   WS(x, T * H);
   WS(h, T * H);

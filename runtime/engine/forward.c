@@ -691,7 +691,8 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   k.ints2 = e->tok_pos;
   k.n_ints = e->n_tok;
   if (mc->learned_positions) {
-    k.aux[0] = W(e, FERRY_ROLE_POS_EMBED, -1);
+    /* a quantized position table is expanded like any weight: kernels read fp32, fp16 or bf16 */
+    if ((st = weight(e, FERRY_ROLE_POS_EMBED, -1, -1, 1, &k.aux[0]))) return st;
     k.pos_offset = 2;
   }
   /* Gemma: embeddings times sqrt(hidden), rounded to the activation dtype (fp32 here) */

@@ -58,6 +58,8 @@ void ferry_exec_set_sink(ferry_exec *ex, ferry_activity_fn fn, void *user) {
 }
 
 static int valid_queue(const ferry_exec *ex, int32_t q) { return q >= 0 && q < ex->n_queues; }
+static void emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
+                       int32_t layer, int32_t expert);
 
 ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role, int32_t *out) {
   if (!ex || !out || role > FERRY_QUEUE_DISK)
@@ -300,8 +302,12 @@ ferry_status ferry_exec_sync(ferry_exec *ex, ferry_event *ev) {
   if (!ev) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "sync: no event");
   uint64_t gen = atomic_load(&ev->recorded_gen);
   if (gen && atomic_load(&ev->done_gen) < gen) {
+    /* the host blocked: a range on the timeline, so calibration can tell the host's own work
+     * from its waiting (ferry calibrate --db fits runtime.layer_ns from it) */
+    const int64_t t0 = ex->sink ? ex->backend->now(ex) : 0;
     ferry_status st = ex->backend->sync(ex, ev, gen);
     if (st != FERRY_OK) return st;
+    if (ex->sink) emit_range(ex, "host wait", t0, ex->backend->now(ex), -1, -1, -1);
   }
   return async_error(ex);
 }
@@ -396,6 +402,7 @@ struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name,
   struct ferry_exec_range r = {.name = name, .start_ns = ex->backend->now(ex), .step = step, .layer = layer,
                                .expert = expert};
   if (!ex->backend->virtual_clock) r.nvtx_id = ferry__nvtx_start(name, step, layer, expert);
+  if (ex->backend->range_begin) ex->backend->range_begin(ex, name);
   return r;
 }
 

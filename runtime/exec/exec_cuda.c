@@ -1,4 +1,5 @@
-/* The `cuda` executor: device tier in cudaMalloc memory, host tier pinned (cudaHostAlloc),
+/* The `cuda` executor: device tier in cudaMalloc memory, host tier pinned (cudaHostAlloc; pageable
+ * malloc memory when the configuration does not lock host memory),
  * COMPUTE/H2D/D2H queues as CUDA streams fed by an issuer thread each, the DISK queue as a CPU
  * worker reading into pinned memory; cuBLAS for matrix products, exec_cuda_kernels.cu for the
  * rest. Without CUDA in the build, or without a driver or device, creation fails cleanly.
@@ -919,6 +920,17 @@ static ferry_status cu_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
     buf->backend_ptr = (char *)cs->arena_base + off;
     return FERRY_OK;
   }
+  if (buf->tier == FERRY_TIER_HOST && !ex->config.lock_host_memory) {
+    /* pageable, as a framework's ordinary CPU tensors: copies from it are staged by the driver
+     * through its own pinned buffers (page-aligned, so O_DIRECT reads may land anywhere in it) */
+    p = ferry__aligned_alloc(4096, bytes);
+    if (!p)
+      return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "cuda executor: cannot allocate %llu pageable bytes for %s",
+                            (unsigned long long)buf->bytes, buf->label);
+    buf->ptr = buf->backend_ptr = p;
+    FERRY_DEBUG("cuda executor: pageable %llu bytes for %s", (unsigned long long)buf->bytes, buf->label);
+    return FERRY_OK;
+  }
   if (buf->tier == FERRY_TIER_DEVICE) {
     e = cudaMalloc(&p, bytes);
     snprintf(what, sizeof what, "cudaMalloc of %llu bytes for %s", (unsigned long long)buf->bytes, buf->label);
@@ -944,6 +956,10 @@ static void cu_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
     pthread_mutex_lock(&cs->arena_mu);
     ferry__arena_free(cs->arena, (uint64_t)((char *)buf->backend_ptr - (char *)cs->arena_base), buf->bytes);
     pthread_mutex_unlock(&cs->arena_mu);
+    return;
+  }
+  if (buf->tier == FERRY_TIER_HOST && !ex->config.lock_host_memory) {
+    ferry_free(buf->backend_ptr);
     return;
   }
   cudaError_t e = buf->tier == FERRY_TIER_DEVICE ? cudaFree(buf->backend_ptr) : cudaFreeHost(buf->backend_ptr);

@@ -86,6 +86,9 @@ struct ferry_exec_backend {
   ferry_status (*event_init)(struct ferry_exec *ex, ferry_event *ev);
   void (*event_fini)(struct ferry_exec *ex, ferry_event *ev);
   ferry_status (*device_info)(struct ferry_exec *ex, struct ferry_device_info *out); /* NULL: no GPU */
+  /* the engine opens a range of work ("step", "layer", ...; ferry_exec_range_begin()): a
+   * simulated runtime charges its host work there */
+  void (*range_begin)(struct ferry_exec *ex, const char *name);
 };
 
 struct ferry_exec {

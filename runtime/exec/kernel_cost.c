@@ -21,6 +21,33 @@ static uint64_t esize(enum ferry_dtype d) {
   return s ? s : 4;
 }
 
+/* Keys each tile of queries reads from the KV cache. A flash-style kernel (FlashAttention-2,
+ * paged decode) keeps a tile of FERRY_ATTN_Q_TILE queries of one sequence on chip and streams
+ * that sequence's K and V past it once: a prefill chunk reads its keys once per tile, not once
+ * per query, and a decode token (a tile of one) reads its context once. Tokens of one sequence
+ * are consecutive in the batch (same slot, rising positions). Without per-token positions the
+ * m tokens are taken as one sequence whose queries see context_tokens keys in all. */
+static uint64_t attention_kv_tokens(const struct ferry_kernel *k) {
+  const int64_t m = k->m, window = k->sliding_window, chunk = k->attn_chunk;
+  if (m <= 0) return 0;
+  if (!k->ints || !k->ints2 || k->n_ints < m) {
+    uint64_t tile = (uint64_t)(m < FERRY_ATTN_Q_TILE ? m : FERRY_ATTN_Q_TILE);
+    return ((uint64_t)k->context_tokens + tile - 1) / tile;
+  }
+  uint64_t keys = 0;
+  for (int64_t i = 0; i < m;) {
+    /* one tile: up to FERRY_ATTN_Q_TILE consecutive tokens of one sequence */
+    int64_t j = i + 1;
+    while (j < m && j - i < FERRY_ATTN_Q_TILE && k->ints2[j] == k->ints2[i] && k->ints[j] > k->ints[j - 1]) j++;
+    int64_t first = k->ints[i], last = k->ints[j - 1];
+    int64_t lo = window > 0 && first - window + 1 > 0 ? first - window + 1 : 0;
+    if (chunk > 0 && first - first % chunk > lo) lo = first - first % chunk; /* chunked attention */
+    keys += (uint64_t)(last + 1 - lo);
+    i = j;
+  }
+  return keys;
+}
+
 void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *bytes) {
   double f = 0;
   uint64_t b = 0;
@@ -42,10 +69,11 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       b = 2 * 4 * m * (uint64_t)(k->heads + k->kv_heads) * (uint64_t)k->head_dim;
       break;
     case FERRY_K_ATTENTION: {
-      uint64_t ctx = (uint64_t)k->context_tokens;
-      uint64_t hd = (uint64_t)k->head_dim;
-      f = 4.0 * (double)ctx * (double)k->heads * (double)hd;
-      b = ctx * (uint64_t)k->kv_heads * hd * 2 * esize(k->aux[2].dtype) + m * (uint64_t)k->heads * hd * 8;
+      /* QK^T and PV: 2 + 2 flops per (query, key, dim) pair the causal mask keeps */
+      const uint64_t hd = (uint64_t)k->head_dim, kvh = (uint64_t)k->kv_heads, kv_el = esize(k->aux[2].dtype);
+      f = 4.0 * (double)k->context_tokens * (double)k->heads * (double)hd;
+      /* cached K and V as a tiled kernel reads them, q in and out, new k and v appended */
+      b = attention_kv_tokens(k) * kvh * hd * 2 * kv_el + m * (uint64_t)k->heads * hd * 8 + m * kvh * hd * 2 * (4 + kv_el);
       break;
     }
     case FERRY_K_SWIGLU:
@@ -81,7 +109,7 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       const double H = (double)k->heads, nope = (double)k->head_dim, rope = (double)k->rot_dim, rank = (double)kk,
                    v = (double)n, ctx = (double)k->context_tokens;
       f = 2.0 * (double)m * H * rank * (nope + v) + 2.0 * ctx * H * (2.0 * rank + rope);
-      b = (uint64_t)(ctx * (rank + rope)) * esize(k->aux[2].dtype) +
+      b = attention_kv_tokens(k) * (uint64_t)(rank + rope) * esize(k->aux[2].dtype) +
           (uint64_t)(H * (nope + v) * rank) * esize(k->w.dtype) + m * (uint64_t)(H * (nope + rope + v)) * 4;
       break;
     }

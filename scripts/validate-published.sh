@@ -1,0 +1,9 @@
+#!/bin/sh
+# Published offloading results (../shared/validation/published-dev.md) against `ferry sim`:
+# every row of tests/data/published/rows.tsv that ferry can express is simulated, and the A100
+# kernel timings (source D6) are priced with `ferry hw kernel`; prints published, predicted and
+# error per row, the median |error| per source, and the rows that need a feature ferry lacks.
+# usage: scripts/validate-published.sh [--markdown FILE]   (FERRY=path/to/ferry; about 30 s)
+set -eu
+cd "$(dirname "$0")/.."
+exec /usr/bin/python3 scripts/validate_published.py "$@"

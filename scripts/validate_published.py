@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""Published offloading results against `ferry sim` (driven by scripts/validate-published.sh).
+
+Rows come from tests/data/published/rows.tsv (one `ferry sim` configuration per published
+figure, or the feature ferry lacks to express it); the measured A100 kernel times of
+../shared/validation/gpu-kernels-a100/ are priced with `ferry hw kernel` through the op mapping
+in tests/data/published/kernels-a100.tsv. Prints published, predicted and error per row, the
+median |error| per source, and the rows that cannot be expressed with the missing feature.
+Standard library only."""
+import argparse
+import csv
+import datetime
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+METRICS = {
+    # generated tokens over the makespan
+    "tok_s": "SELECT SUM(output_tokens) * 1e9 / (MAX(finish_ns) - MIN(arrival_ns)) FROM requests WHERE finish_ns >= 0",
+    # end-to-end latency per generated token
+    "s_per_token": "SELECT AVG((finish_ns - arrival_ns) * 1.0 / output_tokens) / 1e9 FROM requests WHERE finish_ns >= 0",
+    # prompt tokens over the time to the last first token
+    "prompt_tok_s": "SELECT SUM(prompt_tokens) * 1e9 / (MAX(first_token_ns) - MIN(arrival_ns)) FROM requests "
+    "WHERE first_token_ns >= 0",
+}
+
+
+def read_rows(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            cols = line.split("\t")
+            if len(cols) != 5 or cols[3] not in METRICS:
+                sys.exit("%s:%d: expected 5 tab-separated columns (id, source, published, metric, definition)" % (path, n))
+            rows.append({"id": cols[0], "source": cols[1], "published": float(cols[2]), "metric": cols[3],
+                         "def": cols[4]})
+    return rows
+
+
+def run_row(ferry, row, tmp):
+    db = os.path.join(tmp, row["id"] + ".db")
+    args = [ferry, "sim"] + row["def"].split() + ["--quiet", "--db", db]
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, (p.stderr or p.stdout).strip().splitlines()[-1:]
+    con = sqlite3.connect(db)
+    try:
+        (v,) = con.execute(METRICS[row["metric"]]).fetchone()
+    finally:
+        con.close()
+    return v, None
+
+
+# ---- D6: kernel times -----------------------------------------------------------------------
+
+def kernel_map(path):
+    """op name -> spec template (Python format string over the CSV's columns)."""
+    ops = {}
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            csv_name, op, template = line.split("\t")
+            ops[(csv_name, op)] = template
+    return ops
+
+
+def spec_of(template, r):
+    v = {}
+    for k, x in r.items():
+        try:
+            v[k] = int(x)
+        except ValueError:
+            try:
+                v[k] = float(x)
+            except ValueError:
+                v[k] = x
+    if "n_embd" in v and "n_head" in v:
+        v["head_dim"] = v["n_embd"] // v["n_head"]
+    v["gated"] = 2 if v.get("use_gated_mlp") == "True" else 1
+    return eval("f" + repr(template), {}, v)  # templates are ferry's own data file
+
+
+def run_kernels(ferry, hw, shared, mapping):
+    results = []  # (csv, op, measured_ms, predicted_ms)
+    for csv_name in ("mlp_a100.csv", "attention_a100.csv"):
+        path = os.path.join(shared, "validation", "gpu-kernels-a100", csv_name)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            data = [r for r in csv.DictReader(f) if (csv_name, r["op"]) in mapping and float(r["time_ms_median"]) > 0]
+        specs = [spec_of(mapping[(csv_name, r["op"])], r) for r in data]
+        p = subprocess.run([ferry, "hw", "kernel", hw, "-"], input="\n".join(specs) + "\n", capture_output=True,
+                           text=True, cwd=ROOT)
+        if p.returncode != 0:
+            sys.exit("ferry hw kernel: " + p.stderr.strip())
+        times = [float(x) / 1e3 for x in p.stdout.split()]
+        if len(times) != len(data):
+            sys.exit("ferry hw kernel: %d times for %d kernels" % (len(times), len(data)))
+        for r, t in zip(data, times):
+            results.append((csv_name, r["op"], float(r["time_ms_median"]), t))
+    return results
+
+
+def err_pct(pred, pub):
+    return (pred - pub) / pub * 100.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ferry", default=os.environ.get("FERRY", os.path.join(ROOT, "build", "ferry")))
+    ap.add_argument("--rows", default=os.path.join(ROOT, "tests", "data", "published", "rows.tsv"))
+    ap.add_argument("--kernels", default=os.path.join(ROOT, "tests", "data", "published", "kernels-a100.tsv"))
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument("--markdown", help="also write the tables as Markdown to this file")
+    a = ap.parse_args()
+    rows = read_rows(a.rows)
+    out = []  # markdown lines
+    by_source, missing, failed = {}, [], []
+    print("%-20s %-4s %12s %12s %9s" % ("row", "src", "published", "predicted", "error%"))
+    out += ["| row | source | metric | published | predicted | error % |", "|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory(prefix="ferry-published-") as tmp:
+        for r in rows:
+            if r["def"].startswith("missing:"):
+                missing.append(r)
+                continue
+            v, why = run_row(a.ferry, r, tmp)
+            if v is None:
+                failed.append((r, why))
+                print("%-20s %-4s %12.4g %12s %9s  (failed: %s)" % (r["id"], r["source"], r["published"], "-", "-",
+                                                                    " ".join(why)))
+                out.append("| %s | %s | %s | %.4g | failed | - |" % (r["id"], r["source"], r["metric"], r["published"]))
+                continue
+            e = err_pct(v, r["published"])
+            by_source.setdefault(r["source"], []).append(abs(e))
+            miss = abs(e) > 25
+            print("%-20s %-4s %12.4g %12.4g %+9.1f%s" % (r["id"], r["source"], r["published"], v, e, "  MISS" if miss else ""))
+            out.append("| %s | %s | %s | %.4g | %.4g | %+.1f%s |" % (r["id"], r["source"], r["metric"], r["published"], v, e,
+                                                                    " (miss)" if miss else ""))
+    # D6
+    mapping = kernel_map(a.kernels)
+    kres = run_kernels(a.ferry, "a100-80gb-sxm", a.shared, mapping)
+    kout = []
+    if kres is not None:
+        print("\nD6: A100 kernel times (measured medians) against `ferry hw kernel a100-80gb-sxm`")
+        print("%-36s %6s %14s %14s" % ("op", "rows", "median err%", "median |err|%"))
+        kout += ["| op | kernels | median error % | median \\|error\\| % |", "|---|---|---|---|"]
+        ops = {}
+        for c, op, m, p in kres:
+            ops.setdefault((c, op), []).append(err_pct(p, m))
+        all_abs = []
+        for (c, op), es in sorted(ops.items()):
+            all_abs += [abs(x) for x in es]
+            print("%-36s %6d %+14.1f %14.1f" % (c.split("_")[0] + "/" + op, len(es), statistics.median(es),
+                                              statistics.median([abs(x) for x in es])))
+            kout.append("| %s/%s | %d | %+.1f | %.1f |" % (c.split("_")[0], op, len(es), statistics.median(es),
+                                                          statistics.median([abs(x) for x in es])))
+        by_source["D6"] = [statistics.median(all_abs)]
+        print("%-36s %6d %14s %14.1f" % ("all kernels", len(all_abs), "", statistics.median(all_abs)))
+        kout.append("| all kernels | %d | | %.1f |" % (len(all_abs), statistics.median(all_abs)))
+    print("\nmedian |error| per source (goal: rows within 25 %, median at most 10 %; D6 kernels 15 %):")
+    sout = ["| source | rows | median \\|error\\| % | rows within 25 % |", "|---|---|---|---|"]
+    for s in sorted(by_source):
+        es = by_source[s]
+        if s == "D6":
+            print("  %-4s %3s kernels  %6.1f %%" % (s, len(kres), es[0]))
+            sout.append("| D6 | %d kernels | %.1f | - |" % (len(kres), es[0]))
+        else:
+            within = sum(1 for x in es if x <= 25)
+            print("  %-4s %3d rows  %6.1f %%  (%d within 25 %%)" % (s, len(es), statistics.median(es), within))
+            sout.append("| %s | %d | %.1f | %d of %d |" % (s, len(es), statistics.median(es), within, len(es)))
+    mout = []
+    if missing or failed:
+        print("\nrows ferry cannot express yet:")
+        mout += ["| row | source | published | missing feature |", "|---|---|---|---|"]
+        for r in missing:
+            print("  %-16s %-4s %10.4g  %s" % (r["id"], r["source"], r["published"], r["def"]))
+            mout.append("| %s | %s | %.4g | %s |" % (r["id"], r["source"], r["published"], r["def"][len("missing: "):]))
+        for r, why in failed:
+            print("  %-16s %-4s %10.4g  failed: %s" % (r["id"], r["source"], r["published"], " ".join(why)))
+    if a.markdown:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        with open(a.markdown, "w") as f:
+            f.write("Measured %s at commit %s with `scripts/validate-published.sh`.\n\n" %
+                    (datetime.date.today().isoformat(), rev or "?"))
+            f.write("\n".join(out) + "\n\n")
+            if kout:
+                f.write("D6, per op (A100 80GB, `ferry hw kernel a100-80gb-sxm`):\n\n" + "\n".join(kout) + "\n\n")
+            f.write("\n".join(sout) + "\n\n")
+            if mout:
+                f.write("Rows ferry cannot express yet:\n\n" + "\n".join(mout) + "\n")
+
+
+main()

@@ -1,0 +1,186 @@
+/* The GPU cost model: from one of the engine's kernels to the work a GPU inference runtime
+ * does for it (sim/gpu_cost.h), and from that work to a duration on a profile's GPU. The
+ * engine's kernels are those of the host executor (fp32 activations, a separate DEQUANTIZE
+ * op before a product on a quantized weight); a GPU runtime fuses or expands the low-bit
+ * weights and runs the products on tensor cores in the weights' precision, and that is what
+ * is priced here. */
+#include <math.h>
+
+#include "ferry/quant.h"
+#include "sim/gpu_cost.h"
+#include "sim/resource.h"
+
+/* CUDA-core instructions per weight element to turn a stored element into an fp16 operand.
+ * Packed 32-bit words are unpacked two lanes at a time (half2): int8 and int4 take a byte
+ * permute or a lop3 mask-and-shift, one half2 subtract of the zero point and one half2
+ * multiply by the scale per pair, plus their share of the word load (Marlin, AWQ and the
+ * llama.cpp kernels work this way): about 1.5 per element; int3 and int2 straddle bytes and
+ * need more shifting; NF4 looks its code up in a 16-entry table and scales by a
+ * double-quantized absmax. 16-bit formats are read as they are. The published 4-bit formats
+ * (GPTQ, AWQ, compressed-tensors) are int4 in other packing orders, read by the same Marlin /
+ * AWQ kernels; MXFP4's e2m1 pairs take the same mask-and-shift to half2 and a multiply by
+ * their power-of-two block scale (no zero point); block-scaled fp8 converts two elements per
+ * instruction (cvt.f16x2.e4m3x2) and is scaled per 128 x 128 block on the accumulators. */
+static double unpack_instr_per_elem(int32_t qformat) {
+  switch ((enum ferry_qformat)qformat) {
+    case FERRY_QFORMAT_INT8:
+    case FERRY_QFORMAT_INT4:
+    case FERRY_QFORMAT_GPTQ4:
+    case FERRY_QFORMAT_AWQ4:
+    case FERRY_QFORMAT_CT4:
+    case FERRY_QFORMAT_CT4F16:
+    case FERRY_QFORMAT_MXFP4: return 1.5;
+    case FERRY_QFORMAT_INT3:
+    case FERRY_QFORMAT_INT2: return 2.0;
+    case FERRY_QFORMAT_NF4: return 2.5;
+    case FERRY_QFORMAT_FP8B: return 0.5;
+    default: return 0; /* fp32, fp16, bf16 */
+  }
+}
+
+static int is_16bit(int32_t qformat) { return qformat == FERRY_QFORMAT_FP16 || qformat == FERRY_QFORMAT_BF16; }
+
+/* Rows of the activation a fused low-bit GEMM multiplies per unpacking of a weight tile: each
+ * block of output rows unpacks the weight tiles it needs again (Marlin's and CUTLASS's M tile). */
+#define FUSED_M_TILE 128
+
+static uint64_t esize(enum ferry_dtype d) {
+  size_t s = ferry_dtype_size(d);
+  return s ? s : 4;
+}
+
+/* A weight the engine reads as an expanded fp32 copy (`ref`, `elems` of them) is, on a GPU
+ * runtime, the packed one behind it: read packed and unpacked on the CUDA cores once per tile of
+ * `m` activation rows (fused kernels), or read as the fp16 copy a dequantize kernel wrote. The
+ * element type the product then runs in: bf16 for bf16 weights; fp8 for block-scaled fp8 read
+ * by fused kernels (fp8 tensor cores, the fp16 peak where a GPU has none); else fp16. */
+static enum ferry_dtype charge_packed(struct ferry__gpu_work *out, const struct ferry_ref *ref, double elems,
+                                      const struct ferry__packed *p, int fused, int64_t m) {
+  out->bytes -= elems * (double)esize(ref->dtype); /* the expanded copy the engine reads */
+  if (is_16bit(p->qformat) || fused) {
+    out->bytes += (double)p->bytes;
+    const double tiles = ceil((double)(m > 0 ? m : 1) / FUSED_M_TILE);
+    out->alu_ops += p->elems * unpack_instr_per_elem(p->qformat) * tiles;
+    if (p->qformat == FERRY_QFORMAT_FP8B) return FERRY_DTYPE_F8_E4M3;
+  } else {
+    out->bytes += elems * 2; /* fp16 weights the dequantize kernel wrote */
+  }
+  return p->qformat == FERRY_QFORMAT_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
+}
+
+void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
+                        struct ferry__gpu_work *out) {
+  double flops;
+  uint64_t bytes;
+  ferry_kernel_cost(k, &flops, &bytes);
+  out->flops = flops;
+  out->bytes = (double)bytes;
+  out->alu_ops = 0;
+  out->folded = 0;
+  out->math = FERRY_DTYPE_F32;
+  out->op = FERRY_HW_OP_ELEMENTWISE;
+  switch (k->kind) {
+    case FERRY_K_MATMUL:
+    case FERRY_K_EXPERT: {
+      out->op = FERRY_HW_OP_GEMM;
+      out->math = k->w.dtype;
+      const struct ferry_ref *refs[3] = {&k->w, &k->aux[0], &k->aux[1]};
+      const int n_w = k->kind == FERRY_K_EXPERT ? 3 : 1;
+      for (int i = 0; i < n_w; i++) {
+        const struct ferry__packed *p = packed ? packed[i] : NULL;
+        /* each weight's own element count: a fused gate_up weight is twice the down one */
+        if (p) out->math = charge_packed(out, refs[i], p->elems, p, fused, k->m);
+      }
+      break;
+    }
+    case FERRY_K_ATTENTION:
+      out->op = FERRY_HW_OP_ATTENTION;
+      out->math = k->aux[2].dtype; /* the KV cache's type: fp16/bf16 on tensor cores */
+      break;
+    case FERRY_K_MLA_ATTENTION:
+      /* a flash-style kernel over the latent cache (FlashMLA), with the absorbed kv_b_proj
+       * weight read once per step: packed when it is stored quantized */
+      out->op = FERRY_HW_OP_ATTENTION;
+      out->math = k->aux[2].dtype;
+      if (packed && packed[0]) charge_packed(out, &k->w, packed[0]->elems, packed[0], fused, k->m);
+      break;
+    case FERRY_K_EMBED:
+      /* fused: a quantized table is read by the rows the tokens gather, not expanded whole;
+       * else the rows of the fp16 copy a dequantize kernel wrote */
+      if (packed && packed[0] && packed[0]->elems > 0) {
+        const struct ferry__packed *p = packed[0];
+        const double elems = (double)k->m * (double)k->n;
+        out->bytes -= elems * (double)esize(k->w.dtype);
+        out->bytes += elems * (is_16bit(p->qformat) || fused ? (double)p->bytes / p->elems : 2.0);
+      }
+      break;
+    case FERRY_K_DEQUANTIZE:
+      out->op = FERRY_HW_OP_DEQUANTIZE;
+      if (fused || is_16bit(k->qformat)) {
+        out->folded = 1; /* read packed by its consumer */
+        out->flops = out->bytes = 0;
+      } else {
+        const double elems = (double)k->n * (double)k->k;
+        out->flops = 0;
+        out->bytes = (double)k->m + elems * 2; /* packed in, fp16 out */
+        out->alu_ops = elems * unpack_instr_per_elem(k->qformat);
+      }
+      break;
+    default: /* embed, norm, rope, activation, router top-k, combine, gather: priced by bytes */
+      break;
+  }
+}
+
+static double peak_for(const struct ferry_hw_peak_tflops *p, enum ferry_dtype dtype) {
+  double fp16 = p->fp16 > 0 ? p->fp16 : p->fp32;
+  switch (dtype) {
+    case FERRY_DTYPE_F16: return fp16;
+    case FERRY_DTYPE_BF16: return p->bf16 > 0 ? p->bf16 : fp16;
+    case FERRY_DTYPE_I8:
+    case FERRY_DTYPE_U8: return p->int8 > 0 ? p->int8 : fp16;
+    case FERRY_DTYPE_F8_E4M3:
+    case FERRY_DTYPE_F8_E5M2: return p->fp8 > 0 ? p->fp8 : fp16;
+    default: return p->fp32;
+  }
+}
+
+static double eff(double v) { return v > 0 && v <= 1 ? v : 1.0; }
+
+int64_t ferry__gpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w) {
+  if (!profile || !profile->has_gpu || !(w->flops >= 0) || !(w->bytes >= 0) || !(w->alu_ops >= 0)) return -1;
+  if (w->folded) return 0;
+  const struct ferry_hw_gpu *g = &profile->gpu;
+  const struct ferry_hw_efficiency *e = &g->efficiency;
+  double e_math, e_mem;
+  switch (w->op) {
+    case FERRY_HW_OP_GEMM: e_math = e->gemm, e_mem = e->gemv; break;
+    case FERRY_HW_OP_GEMV: e_math = e_mem = e->gemv; break;
+    case FERRY_HW_OP_ATTENTION: e_math = e->attention, e_mem = e->gemv; break;
+    case FERRY_HW_OP_DEQUANTIZE: e_math = e_mem = e->dequantize; break;
+    default: e_math = e_mem = e->elementwise; break;
+  }
+  double t_math = 0, t_alu = 0, t_mem = 0;
+  if (w->flops > 0) {
+    double peak = peak_for(&g->peak_tflops, w->math); /* TFLOP/s = 1e3 flop/ns */
+    if (!(peak > 0)) return -1;
+    t_math = w->flops / (peak * 1e3 * eff(e_math));
+  }
+  if (w->alu_ops > 0) {
+    if (!(g->peak_tflops.fp32 > 0)) return -1;
+    t_alu = w->alu_ops / (g->peak_tflops.fp32 * 1e3 / 2 * eff(e->dequantize));
+  }
+  if (w->bytes > 0) {
+    if (!(g->mem_bw_gbps > 0)) return -1; /* GB/s = bytes/ns */
+    t_mem = w->bytes / (g->mem_bw_gbps * eff(e_mem));
+  }
+  const double t_sm = t_math + t_alu;
+  const double t = t_sm == 0 ? t_mem : t_mem == 0 ? t_sm : sqrt(t_sm * t_sm + t_mem * t_mem);
+  int64_t launch = g->launch_overhead_ns > 0 ? g->launch_overhead_ns : 0;
+  return launch + ferry__ceil_ns(t);
+}
+
+int64_t ferry__hw_compute_ns(const struct ferry_hw_profile *profile, enum ferry_hw_op op, double flops,
+                             double bytes, enum ferry_dtype dtype) {
+  const struct ferry__gpu_work w = {.op = op, .math = dtype, .flops = flops, .bytes = bytes};
+  return ferry__gpu_work_ns(profile, &w);
+}

@@ -1,0 +1,59 @@
+/* The GPU cost model: what a GPU inference runtime executes for one of the engine's kernels
+ * (tensor-core math in the weights' precision, low-bit weights read packed by fused kernels or
+ * expanded by a dequantize kernel first, flash-style attention, element-wise ops by their
+ * bytes) and how long that takes on a hardware profile's GPU. Internal to ferry (sim/). */
+#ifndef FERRY_SIM_GPU_COST_H
+#define FERRY_SIM_GPU_COST_H
+
+#include <stdint.h>
+
+#include "ferry/dtype.h"
+#include "ferry/exec.h"
+#include "ferry/hw.h"
+
+/* A packed weight a DEQUANTIZE op expanded, remembered for the matrix product that reads it. */
+struct ferry__packed {
+  uint64_t bytes;  /* bytes of the stored weight, every part (values, scales, zeros) */
+  double elems;    /* weight elements */
+  int32_t qformat; /* enum ferry_qformat it is stored in */
+};
+
+/* The work a GPU runtime does for one kernel. */
+struct ferry__gpu_work {
+  enum ferry_hw_op op;   /* efficiency class */
+  enum ferry_dtype math; /* the element type whose peak the flops run at */
+  double flops;          /* math at that peak */
+  double bytes;          /* device-memory traffic */
+  double alu_ops;        /* CUDA-core instructions beside the math (unpacking low-bit weights) */
+  int folded;            /* no kernel of its own: its work is charged to the op that reads its output */
+};
+
+/* The GPU work of kernel k. packed[i] is the packed weight behind the kernel's i-th weight
+ * reference (w, aux[0], aux[1] of an expert; w of a matmul, of an MLA attention (its kv_b_proj)
+ * and of an embedding) when a DEQUANTIZE op expanded it
+ * for this op, else NULL. fused = 1: the runtime reads low-bit weights with fused
+ * dequantize-in-GEMM/GEMV kernels (the DEQUANTIZE op is folded into its consumer, which reads
+ * the packed bytes and pays the unpacking on the CUDA cores); 0: a dequantize kernel writes
+ * fp16 weights that a tensor-core GEMM then reads. */
+void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
+                        struct ferry__gpu_work *out);
+
+/* Duration of the work on the profile's GPU, rounded up to a whole ns:
+ *   launch + sqrt((t_math + t_alu)^2 + t_mem^2), 0 for folded work,
+ * with t_math = flops / (peak[math] * eff_compute), t_alu = alu_ops / (fp32 peak / 2 * eff.dequantize)
+ * (one instruction per lane per clock, an FMA counting two flops), t_mem = bytes / (mem_bw *
+ * eff_memory). The quadrature sum is a roofline whose corner is rounded: far from the ridge the
+ * larger term rules, at the ridge neither overlaps the other perfectly. Efficiencies per class:
+ * GEMM and GEMV math at eff.gemm and eff.gemv of the peak, both streaming at eff.gemv of the
+ * bandwidth; attention math at eff.attention, its K/V stream at eff.gemv; element-wise and
+ * dequantize kernels at their own efficiency for both. The peak for math: F32 fp32; F16 fp16;
+ * BF16 bf16 (else fp16); I8/U8 int8 (else fp16); F8 fp8 (else fp16); a missing fp16 falls back
+ * to fp32. Returns -1 if the profile lacks a figure the work needs (no gpu section, mem_bw 0
+ * with bytes, no usable peak with flops). */
+int64_t ferry__gpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
+
+/* ferry__gpu_work_ns() of plain work: flops at dtype's peak and bytes, efficiency class op. */
+int64_t ferry__hw_compute_ns(const struct ferry_hw_profile *profile, enum ferry_hw_op op, double flops,
+                             double bytes, enum ferry_dtype dtype);
+
+#endif /* FERRY_SIM_GPU_COST_H */

@@ -1,0 +1,350 @@
+/* The GPU cost model (sim/gpu_cost.h), one op kind per test, each against a roofline figure
+ * worked out by hand in the comment above its assertion: tensor-core GEMM and streaming GEMV
+ * in the weights' precision, a low-bit weight read packed by a fused kernel or expanded by a
+ * dequantize kernel first, flash-style prefill attention (K and V read once per tile of
+ * queries, from the first key a window or chunk lets them see) and paged decode attention,
+ * multi-head latent attention, the published checkpoint formats (GPTQ, AWQ, MXFP4, block fp8),
+ * a fused gate_up expert, a quantized embedding table, and element-wise ops priced by their bytes. The profile
+ * has round numbers: 1000 GB/s (1000 bytes/ns), fp32 10, fp16 100, bf16 50, int8 200, fp8 400
+ * TFLOP/s, no launch overhead, efficiencies 1 unless a test says otherwise. */
+#include <math.h>
+#include <string.h>
+
+#include "ferry/exec.h"
+#include "ferry/quant.h"
+#include "sim/gpu_cost.h"
+#include "testutil.h"
+
+static struct ferry_hw_profile gpu(void) {
+  struct ferry_hw_profile p;
+  memset(&p, 0, sizeof p);
+  p.has_gpu = 1;
+  p.gpu.mem_bw_gbps = 1000.0;
+  p.gpu.peak_tflops = (struct ferry_hw_peak_tflops){.fp32 = 10, .fp16 = 100, .bf16 = 50, .int8 = 200, .fp8 = 400};
+  p.gpu.efficiency = (struct ferry_hw_efficiency){1, 1, 1, 1, 1};
+  return p;
+}
+
+static int64_t ns_of(const struct ferry_hw_profile *p, const struct ferry_kernel *k,
+                     const struct ferry__packed *const packed[3], int fused, struct ferry__gpu_work *w) {
+  ferry__gpu_work_of(k, packed, fused, w);
+  return ferry__gpu_work_ns(p, w);
+}
+
+static struct ferry_kernel matmul(int64_t m, int64_t n, int64_t k, enum ferry_dtype wdt) {
+  struct ferry_kernel kk;
+  memset(&kk, 0, sizeof kk);
+  kk.kind = FERRY_K_MATMUL;
+  kk.m = m, kk.n = n, kk.k = k;
+  kk.w.dtype = wdt;
+  return kk;
+}
+
+/* Decode GEMV streams the weights: bytes rule. */
+static void test_gemv_by_bytes(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  struct ferry__gpu_work w;
+  /* 4096 x 4096 fp16, one row: weights 33554432 B + x 16384 + y 16384 (fp32) = 33587200 B ->
+   * 33587.2 ns; flops 2 x 4096 x 4096 = 33554432 at 1e5 flop/ns = 335.5 ns;
+   * sqrt(335.54^2 + 33587.2^2) = 33588.88 -> 33589 */
+  struct ferry_kernel k = matmul(1, 4096, 4096, FERRY_DTYPE_F16);
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 33589);
+  assert_int_equal(w.op, FERRY_HW_OP_GEMM);
+  assert_int_equal(w.math, FERRY_DTYPE_F16);
+  /* the same weights in bf16: same bytes, the math at bf16's 50 TFLOP/s (671.1 ns): 33594 */
+  k.w.dtype = FERRY_DTYPE_BF16;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 33594);
+}
+
+/* Prefill GEMM runs at the tensor-core peak of the weights' type. */
+static void test_gemm_by_flops(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.gpu.efficiency.gemm = 0.5;
+  p.gpu.efficiency.gemv = 0.8;
+  struct ferry__gpu_work w;
+  /* 2048 rows x 4096 x 4096 fp16: flops 2 x 2048 x 4096^2 = 68719476736 at 1e5 x 0.5 =
+   * 1374389.53 ns; bytes 33554432 + 2 x 2048 x 4096 x 4 = 100663296 at 800 B/ns = 125829.12 ns;
+   * sqrt of the sum of squares 1380137.67 -> 1380138 */
+  struct ferry_kernel k = matmul(2048, 4096, 4096, FERRY_DTYPE_F16);
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 1380138);
+  /* fp32 weights: no tensor cores, the fp32 peak (10x slower math) */
+  k.w.dtype = FERRY_DTYPE_F32;
+  int64_t t32 = ns_of(&p, &k, NULL, 1, &w);
+  assert_true(t32 > 9 * 1374389 && t32 < 10 * 1380138);
+  /* fp8 weights: fp8's peak, 4x fp16's: 343597.38 ns math, 100663296 - 33554432 + 16777216 B =
+   * 83886080 B at 800 = 104857.6 ns: sqrt -> 359241.4 -> 359242 */
+  k.w.dtype = FERRY_DTYPE_F8_E4M3;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 359242);
+}
+
+/* A low-bit weight a DEQUANTIZE op expanded: fused, the product reads the packed bytes and
+ * unpacks on the CUDA cores; unfused, a dequantize kernel writes fp16 the product reads. */
+static void test_quantized_matmul(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  struct ferry__gpu_work w;
+  /* int4-g64 4096 x 4096: 8388608 B of values + per group an fp16 scale and a u8 zero:
+   * 262144 groups x 3 B = 786432 -> 9175040 B packed */
+  const double elems = 4096.0 * 4096.0;
+  const struct ferry__packed q = {.bytes = 9175040, .elems = elems, .qformat = FERRY_QFORMAT_INT4};
+  const struct ferry__packed *packed[3] = {&q, NULL, NULL};
+  struct ferry_kernel k = matmul(1, 4096, 4096, FERRY_DTYPE_F32); /* the engine's expanded fp32 copy */
+  /* fused GEMV: bytes 9175040 + 16384 + 16384 = 9207808 -> 9207.8 ns; math 33554432 flops at
+   * fp16's 1e5 = 335.54 ns; unpacking 1.5 instructions per element = 25165824 at fp32 peak / 2
+   * = 5000 per ns = 5033.16 ns: sqrt((335.54 + 5033.16)^2 + 9207.81^2) = 10658.3 -> 10659 */
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 10659);
+  assert_int_equal(w.math, FERRY_DTYPE_F16);
+  assert_true(w.bytes == 9207808);
+  /* ... less than the fp16 GEMV of the same shape (33589 ns, test_gemv_by_bytes) */
+  /* unfused: the product reads fp16 (33554432 + 32768 B, 33587.2 ns; math 335.54 ns) -> 33589 */
+  assert_int_equal(ns_of(&p, &k, packed, 0, &w), 33589);
+  /* ... after a dequantize kernel: packed in, fp16 out = 9175040 + 33554432 = 42729472 B at
+   * 1000 B/ns = 42729.47 ns; unpacking 5033.16 ns: sqrt -> 43024.9 -> 43025 */
+  struct ferry_kernel dq;
+  memset(&dq, 0, sizeof dq);
+  dq.kind = FERRY_K_DEQUANTIZE;
+  dq.m = 9175040, dq.n = 4096, dq.k = 4096;
+  dq.qformat = FERRY_QFORMAT_INT4;
+  dq.y.dtype = FERRY_DTYPE_F32;
+  assert_int_equal(ns_of(&p, &dq, NULL, 0, &w), 43025);
+  assert_false(w.folded);
+  /* fused, the dequantize op is folded into its consumer: no time, no launch */
+  p.gpu.launch_overhead_ns = 3000;
+  assert_int_equal(ns_of(&p, &dq, NULL, 1, &w), 0);
+  assert_true(w.folded);
+  /* a weight stored in fp16 is read as it is, fused or not: the dequantize op is folded */
+  dq.qformat = FERRY_QFORMAT_FP16;
+  assert_int_equal(ns_of(&p, &dq, NULL, 0, &w), 0);
+  /* prefill through a fused kernel: each 128-row tile of the activation unpacks the weight
+   * again: 512 rows = 4 tiles, 100663296 instructions = 20132.66 ns beside 17179869184 flops at
+   * 1e5 = 171798.69 ns; bytes 9175040 + 2 x 512 x 4096 x 4 = 25952256 -> 25952.26 ns:
+   * sqrt(191931.35^2 + 25952.26^2) = 193677.9 -> 193678 */
+  p.gpu.launch_overhead_ns = 0;
+  k.m = 512;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 193678);
+}
+
+/* Prefill attention: the causal flops, K and V streamed once per tile of 128 queries. */
+static void test_attention_prefill_flash(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  enum { S = 512, HEADS = 32, KVH = 8, HD = 128 };
+  int32_t pos[S], slot[S];
+  int64_t ctx = 0;
+  for (int i = 0; i < S; i++) pos[i] = i, slot[i] = 0, ctx += i + 1;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.m = S, k.heads = HEADS, k.kv_heads = KVH, k.head_dim = HD;
+  k.ints = pos, k.ints2 = slot, k.n_ints = S;
+  k.context_tokens = ctx;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  struct ferry__gpu_work w;
+  int64_t t = ns_of(&p, &k, NULL, 1, &w);
+  /* flops: 4 x heads x head_dim x S(S+1)/2 = 4 x 32 x 128 x 131328 = 2151677952 (~2 S^2 d h);
+   * K/V: tiles of 128 queries read keys up to their last one: 128 + 256 + 384 + 512 = 1280
+   * keys x 8 heads x 128 x 2 (K, V) x 2 B = 5242880 B; q in and out 512 x 32 x 128 x 8 =
+   * 16777216 B; new k, v (fp32 in, fp16 written) 512 x 8 x 128 x 2 x 6 = 6291456 B */
+  assert_true(w.flops == 2151677952.0);
+  assert_true(w.bytes == 5242880.0 + 16777216.0 + 6291456.0);
+  /* 21516.78 ns of math at fp16, 28311.55 ns of memory: sqrt -> 35560.6 -> 35561 */
+  assert_int_equal(t, 35561);
+  /* the same tokens as two sequences of 256: each reads 128 + 256 keys */
+  for (int i = 0; i < S; i++) pos[i] = i % 256, slot[i] = i / 256;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  assert_true(w.bytes == 2 * 384.0 * KVH * HD * 2 * 2 + 16777216.0 + 6291456.0);
+  /* a sliding window of 64: the tile of queries 128..255 reads keys 65..255 (191) */
+  for (int i = 0; i < S; i++) pos[i] = i % 256, slot[i] = i / 256;
+  k.sliding_window = 64;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  assert_true(w.bytes == 2 * (128.0 + 191.0) * KVH * HD * 2 * 2 + 16777216.0 + 6291456.0);
+  /* chunked attention (Llama 4) in chunks of 100: the tile of queries 128..255 reads keys from
+   * its first query's chunk, 100..255 (156) */
+  k.sliding_window = 0;
+  k.attn_chunk = 100;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  assert_true(w.bytes == 2 * (128.0 + 156.0) * KVH * HD * 2 * 2 + 16777216.0 + 6291456.0);
+}
+
+/* Decode attention: each sequence's cached K and V streamed once (paged). */
+static void test_attention_decode_paged(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  enum { B = 4, KVH = 8, HD = 128 };
+  int32_t pos[B] = {1000, 2000, 3000, 4000}, slot[B] = {0, 1, 2, 3};
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.m = B, k.heads = 32, k.kv_heads = KVH, k.head_dim = HD;
+  k.ints = pos, k.ints2 = slot, k.n_ints = B;
+  k.context_tokens = 1001 + 2001 + 3001 + 4001;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  struct ferry__gpu_work w;
+  /* K/V: 10004 keys x 8 x 128 x 2 x 2 = 40976384 B; q and out 4 x 32 x 128 x 8 = 131072;
+   * appended 4 x 8 x 128 x 2 x 6 = 49152: 41156608 B -> 41156.6 ns; flops 4 x 32 x 128 x
+   * 10004 = 163905536 at 1e5 = 1639.06 ns: sqrt -> 41189.2 -> 41190 */
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 41190);
+  assert_true(w.bytes == 41156608.0);
+  assert_int_equal(w.op, FERRY_HW_OP_ATTENTION);
+}
+
+/* Norms, activations, RoPE: their bytes at the element-wise efficiency. */
+static void test_elementwise_by_bytes(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.gpu.efficiency.elementwise = 0.5;
+  p.gpu.launch_overhead_ns = 2000;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_SWIGLU;
+  k.fn = FERRY_FN_SILU_MUL;
+  k.m = 64, k.n = 14336;
+  struct ferry__gpu_work w;
+  /* silu(gate) x up: read two fp32 rows and write one: 64 x 14336 x 12 = 11010048 B at 500
+   * B/ns = 22020.1 ns; 6 flops per element = 5505024 at fp32 1e4 x 0.5 = 1101.0 ns:
+   * sqrt -> 22047.6 -> 22048 + 2000 launch */
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 24048);
+  assert_int_equal(w.op, FERRY_HW_OP_ELEMENTWISE);
+  /* RMSNorm of 64 rows of 4096 with an fp16 weight: 64 x 4096 x 8 + 4096 x 2 = 2105344 B ->
+   * 4210.69 ns; 5 flops per element 1310720 -> 262.14 ns: sqrt -> 4218.8 -> 4219 + 2000 */
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_NORM;
+  k.m = 64, k.n = 4096;
+  k.w.dtype = FERRY_DTYPE_F16;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 6219);
+}
+
+/* The formats of published checkpoints: GPTQ, AWQ and MXFP4 read packed by the same fused
+ * kernels as int4; block-scaled fp8 (DeepSeek-V3) on fp8 tensor cores when fused, expanded to
+ * fp16 by a dequantize kernel otherwise. */
+static void test_published_formats(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  struct ferry__gpu_work w;
+  const double elems = 4096.0 * 4096.0;
+  struct ferry_kernel k = matmul(1, 4096, 4096, FERRY_DTYPE_F32);
+  /* MXFP4 4096 x 4096: two e2m1 values a byte, one e8m0 scale per 32: 8388608 + 524288 =
+   * 8912896 B; with x and y 8945664 B -> 8945.66 ns; math 335.54 ns; unpacking 1.5 per element
+   * 5033.16 ns: sqrt((335.54 + 5033.16)^2 + 8945.66^2) -> 10434 */
+  struct ferry__packed q = {.bytes = 8912896, .elems = elems, .qformat = FERRY_QFORMAT_MXFP4};
+  const struct ferry__packed *packed[3] = {&q, NULL, NULL};
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 10434);
+  assert_true(w.bytes == 8945664);
+  /* GPTQ and AWQ at the same packed size cost the same as MXFP4 (int4 unpacking) */
+  q.qformat = FERRY_QFORMAT_GPTQ4;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 10434);
+  q.qformat = FERRY_QFORMAT_AWQ4;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 10434);
+  /* fp8 with fp32 scales per 128 x 128 block: 16777216 + 1024 x 4 = 16781312 B, 16814080 with
+   * x and y -> 16814.08 ns; math at fp8's 4e5 flop/ns 83.89 ns; 0.5 instructions per element
+   * 1677.72 ns: sqrt((83.89 + 1677.72)^2 + 16814.08^2) -> 16907 */
+  q = (struct ferry__packed){.bytes = 16781312, .elems = elems, .qformat = FERRY_QFORMAT_FP8B};
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 16907);
+  assert_int_equal(w.math, FERRY_DTYPE_F8_E4M3);
+  /* prefill of 2048 rows, fused: 2 x 2048 x 4096^2 flops at 4e5 = 171798.69 ns, unpacking 16
+   * tiles x 0.5 x 4096^2 at 5000 = 26843.55 ns; bytes 16781312 + 2 x 2048 x 4096 x 4 =
+   * 83890176 -> 83890.18 ns: sqrt -> 215631 */
+  k.m = 2048;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 215631);
+  /* expanded to fp16 first: fp16 math 687194.77 ns, bytes 33554432 + 67108864 -> 694529 */
+  assert_int_equal(ns_of(&p, &k, packed, 0, &w), 694529);
+  assert_int_equal(w.math, FERRY_DTYPE_F16);
+}
+
+/* An expert whose gate and up weights are one fused [2n, k] tensor (gpt-oss): each packed weight
+ * replaces its own elements of the expanded copy. */
+static void test_fused_gate_up_expert(void **state) {
+  (void)state;
+  struct ferry__gpu_work w;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_EXPERT;
+  k.m = 1, k.n = 1024, k.k = 1024;
+  k.w.dtype = k.aux[1].dtype = FERRY_DTYPE_F32;
+  /* MXFP4 gate_up 2048 x 1024: 1048576 + 65536 B; down 1024 x 1024: 524288 + 32768 B */
+  const struct ferry__packed gate_up = {.bytes = 1114112, .elems = 2048.0 * 1024, .qformat = FERRY_QFORMAT_MXFP4};
+  const struct ferry__packed down = {.bytes = 557056, .elems = 1024.0 * 1024, .qformat = FERRY_QFORMAT_MXFP4};
+  const struct ferry__packed *packed[3] = {&gate_up, NULL, &down};
+  ferry__gpu_work_of(&k, packed, 1, &w);
+  /* 3 x 1024 x 1024 x 4 B of expanded weights out, 1671168 packed in; activations 1 x 1024 x 8
+   * + 1 x 1024 x 8 = 16384 */
+  assert_true(w.bytes == 1671168.0 + 16384.0);
+  assert_true(w.alu_ops == 1.5 * 3 * 1024 * 1024);
+}
+
+/* Multi-head latent attention (DeepSeek): the latent rows read once per tile of queries like
+ * flash attention, the absorbed kv_b_proj weight read packed when it is stored quantized. */
+static void test_mla_attention(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  enum { S = 256, H = 16, NOPE = 128, ROPE = 64, RANK = 512, V = 128 };
+  int32_t pos[S], slot[S];
+  int64_t ctx = 0;
+  for (int i = 0; i < S; i++) pos[i] = i, slot[i] = 0, ctx += i + 1;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MLA_ATTENTION;
+  k.m = S, k.heads = H, k.kv_heads = 1, k.head_dim = NOPE, k.rot_dim = ROPE, k.k = RANK, k.n = V;
+  k.ints = pos, k.ints2 = slot, k.n_ints = S;
+  k.context_tokens = ctx;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  k.w.dtype = FERRY_DTYPE_F32; /* kv_b_proj, expanded from fp8 */
+  /* kv_b_proj 16 x 256 x 512 = 2097152 fp8 elements + 32 x 4 block scales of 4 B */
+  const struct ferry__packed q = {.bytes = 2097664, .elems = 2097152, .qformat = FERRY_QFORMAT_FP8B};
+  const struct ferry__packed *packed[3] = {&q, NULL, NULL};
+  struct ferry__gpu_work w;
+  /* flops 2 x 256 x 16 x 512 x 256 + 2 x 32896 x 16 x (2 x 512 + 64) = 2219048960 at fp16
+   * (the cache's type) 22190.49 ns; unpacking 2 tiles x 0.5 x 2097152 at 5000 = 419.43 ns;
+   * bytes: latent rows 128 + 256 = 384 x 576 x 2 = 442368, the weight packed 2097664, q in and
+   * out 256 x 16 x 320 x 4 = 5242880: 7782912 -> 7782.91 ns: sqrt -> 23912 */
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 23912);
+  assert_int_equal(w.op, FERRY_HW_OP_ATTENTION);
+  assert_int_equal(w.math, FERRY_DTYPE_F16);
+  assert_true(w.flops == 2219048960.0);
+  assert_true(w.bytes == 7782912.0);
+  /* decode of one token at position 1000: 1001 latent rows once: 1001 x 576 x 2 + 2097664 +
+   * 16 x 320 x 4 = 3271296 B -> 3271.3 ns; flops 39045120 -> 390.45 ns + 209.72 unpacking:
+   * sqrt -> 3326 */
+  pos[0] = 1000;
+  k.m = 1, k.n_ints = 1, k.context_tokens = 1001;
+  assert_int_equal(ns_of(&p, &k, packed, 1, &w), 3326);
+}
+
+/* A quantized embedding table: the gathered rows read packed, not the table expanded. */
+static void test_quantized_embed(void **state) {
+  (void)state;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_EMBED;
+  k.m = 4, k.n = 4096;
+  k.w.dtype = FERRY_DTYPE_F32;
+  /* int8 table of 32000 x 4096 with fp32 row scales: 131072000 + 128000 B, 1.0009766 B per
+   * element */
+  const struct ferry__packed q = {.bytes = 131200000, .elems = 32000.0 * 4096, .qformat = FERRY_QFORMAT_INT8};
+  const struct ferry__packed *packed[3] = {&q, NULL, NULL};
+  struct ferry__gpu_work w;
+  ferry__gpu_work_of(&k, packed, 1, &w);
+  /* 4 rows x 4096 read packed (16400 B) and written fp32 (65536 B) */
+  assert_true(fabs(w.bytes - (4.0 * 4096 * 131200000.0 / (32000.0 * 4096) + 65536.0)) < 1e-6);
+  /* unfused: the rows of the fp16 copy */
+  ferry__gpu_work_of(&k, packed, 0, &w);
+  assert_true(w.bytes == 4.0 * 4096 * 2 + 65536.0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemv_by_bytes),
+      cmocka_unit_test(test_gemm_by_flops),
+      cmocka_unit_test(test_quantized_matmul),
+      cmocka_unit_test(test_attention_prefill_flash),
+      cmocka_unit_test(test_attention_decode_paged),
+      cmocka_unit_test(test_elementwise_by_bytes),
+      cmocka_unit_test(test_published_formats),
+      cmocka_unit_test(test_fused_gate_up_expert),
+      cmocka_unit_test(test_mla_attention),
+      cmocka_unit_test(test_quantized_embed),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
