@@ -25,6 +25,7 @@
 #include "common/units.h"
 #include "ferry/db.h"
 #include "ferry/exec.h"
+#include "ferry/exec_registry.h"
 
 /* Spec keys: the options of `ferry run` / `ferry sim` that are part of the configuration (the
  * option table, run_options.h), named by their field: long names with underscores, and
@@ -183,50 +184,46 @@ static int push_arg(struct combo *c, const char *s) {
   return 0;
 }
 
-/* Build one combination's argv from the chosen value index of every key, then parse it with
- * the child's own parser and compute its configuration hash. */
-static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
-  memset(c, 0, sizeof *c);
-  c->log_fd = -1;
-  const struct ferry_exec_info *executor = ferry_exec_registry_find("host");
+/* The value of one key in this combination (the idx-th of its list, or the value itself). */
+static const cJSON *chosen(const cJSON *it, size_t idx) { return cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx) : it; }
+
+/* The combination's executor (default host), from the registry. */
+static int combo_executor(const struct sweep *sw, const cJSON *spec, const size_t *idx,
+                          const struct ferry_exec_info **out) {
+  *out = ferry_exec_registry_find("host");
   size_t k = 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
     if (!strcmp(it->string, "executor")) {
-      const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
-      char *val = value_text(sw->spec_path, "executor", v, 0);
+      char *val = value_text(sw->spec_path, "executor", chosen(it, idx[k]), 0);
       if (!val) return CLI_USAGE;
-      executor = ferry_exec_registry_find(val);
-      if (!executor) {
+      *out = ferry_exec_registry_find(val);
+      if (!*out) {
         ferry_exec *none = NULL;
         ferry_exec_open(val, NULL, &none); /* fails, naming the executors nearest the value */
         fprintf(stderr, "ferry: %s: executor: %s\n", sw->spec_path, ferry_last_error());
-        ferry_free(val);
-        return CLI_USAGE;
       }
       ferry_free(val);
+      if (!*out) return CLI_USAGE;
     }
     k++;
   }
-  /* an executor of a hardware profile runs as `ferry sim`, the others as `ferry run --backend`;
-   * real ones are measured alone */
-  const int sim = (executor->caps & FERRY_EXEC_CAP_HW) != 0;
-  c->real = !(executor->caps & FERRY_EXEC_CAP_VIRTUAL);
-  c->kind = executor->name;
-  struct rbuf_lite {
-    char s[2048];
-    size_t n;
-  } desc = {.n = 0};
-  desc.s[0] = '\0';
-  if (push_arg(c, "ferry") || push_arg(c, sim ? "sim" : "run")) goto oom;
-  if (!sim && (push_arg(c, "--backend") || push_arg(c, executor->name))) goto oom;
-  k = 0;
+  return 0;
+}
+
+/* The child's argv: `ferry sim` for an executor of a hardware profile, else `ferry run
+ * --backend X`; every key that applies to that command as its option; and a description
+ * naming the swept values (for progress lines: it may be cut short). */
+static int combo_argv(const struct sweep *sw, const cJSON *spec, const size_t *idx, int sim, struct combo *c) {
+  char desc[2048] = "";
+  size_t dn = 0, k = 0;
+  if (push_arg(c, "ferry") || push_arg(c, sim ? "sim" : "run")) return -1;
+  if (!sim && (push_arg(c, "--backend") || push_arg(c, c->kind))) return -1;
+  const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
     const enum run_opt key = find_key(it->string);
     const struct run_option_info *row = run_option(key);
-    const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
-    int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
-    k++;
+    const cJSON *v = chosen(it, idx[k++]);
     char *val = value_text(sw->spec_path, it->string, v, is_flag(key));
     if (!val) return CLI_USAGE;
     /* an option of the other command (hw for a host run, threads for a simulation) does not
@@ -235,28 +232,28 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
       ferry_free(val);
       continue;
     }
-    /* the description only names the combination (progress lines): it may be cut short */
-    if (swept && desc.n < sizeof desc.s)
-      desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", row->field, val);
-    if (desc.n >= sizeof desc.s) desc.n = sizeof desc.s - 1;
-    int pushed = 0;
-    if (key == RUN_OPT_executor) {
-      pushed = 1;
-    } else {
+    if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1 && dn < sizeof desc)
+      dn += (size_t)snprintf(desc + dn, sizeof desc - dn, "%s%s=%s", dn ? " " : "", row->field, val);
+    if (dn >= sizeof desc) dn = sizeof desc - 1;
+    int pushed = 1;
+    if (key != RUN_OPT_executor) {
       char opt[64];
       snprintf(opt, sizeof opt, "--%s", row->name);
-      if (is_flag(key)) pushed = !cJSON_IsTrue(v) || !push_arg(c, opt);
-      else pushed = !push_arg(c, opt) && !push_arg(c, val);
+      pushed = is_flag(key) ? !cJSON_IsTrue(v) || !push_arg(c, opt) : !push_arg(c, opt) && !push_arg(c, val);
     }
     ferry_free(val);
-    if (!pushed) goto oom;
+    if (!pushed) return -1;
   }
-  if (push_arg(c, "--db") || push_arg(c, sw->db_path) || push_arg(c, "--quiet")) goto oom;
-  if (!(c->desc = ferry__strdup(desc.n ? desc.s : "(single configuration)"))) goto oom;
+  if (push_arg(c, "--db") || push_arg(c, sw->db_path) || push_arg(c, "--quiet")) return -1;
+  return (c->desc = ferry__strdup(dn ? desc : "(single configuration)")) ? 0 : -1;
+}
 
-  /* parse a copy: getopt may permute argv */
+/* Parse the argv with the child's own parser and compute its configuration hash, as the child
+ * will (the KV capacity filled from the trace first). */
+static int combo_hash(const struct sweep *sw, struct combo *c) {
+  /* parse a copy: the parser may reorder nothing, but the argv stays the child's */
   char **copy = ferry__calloc((size_t)c->argc + 1, sizeof *copy);
-  if (!copy) goto oom;
+  if (!copy) return -1;
   memcpy(copy, c->argv, (size_t)c->argc * sizeof *copy);
   struct run_args a;
   int rc = run_parse(c->argc - 1, copy + 1, c->argv[1], &a);
@@ -265,7 +262,6 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     fprintf(stderr, "ferry: %s: invalid combination: %s\n", sw->spec_path, c->desc);
     return rc < 0 ? CLI_USAGE : rc;
   }
-  /* the child fills the KV capacity from the trace before hashing: do the same */
   if (a.ec.max_seq_tokens <= 0) {
     struct ferry_engine_request *reqs = NULL;
     int64_t nreq = 0;
@@ -282,12 +278,27 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
   c->hw = a.hw ? ferry__strdup(a.hw) : NULL;
   c->trace = (a.trace || a.synthetic) ? ferry__strdup(a.trace ? a.trace : a.synthetic) : NULL;
   ferry_free(copy);
-  if (!c->config_json) goto oom;
+  if (!c->config_json) return -1;
   run_config_hash(c->config_json, c->hash);
   return 0;
-oom:
-  fprintf(stderr, "ferry: out of memory building the sweep\n");
-  return CLI_FAIL;
+}
+
+/* One combination: its executor, its argv, its configuration hash. */
+static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
+  memset(c, 0, sizeof *c);
+  c->log_fd = -1;
+  const struct ferry_exec_info *executor;
+  int rc = combo_executor(sw, spec, idx, &executor);
+  if (rc) return rc;
+  /* real executors are measured alone */
+  c->real = !(executor->caps & FERRY_EXEC_CAP_VIRTUAL);
+  c->kind = executor->name;
+  if ((rc = combo_argv(sw, spec, idx, (executor->caps & FERRY_EXEC_CAP_HW) != 0, c)) == 0) rc = combo_hash(sw, c);
+  if (rc < 0) {
+    fprintf(stderr, "ferry: out of memory building the sweep\n");
+    return CLI_FAIL;
+  }
+  return rc;
 }
 
 static int expand(struct sweep *sw, const cJSON *spec) {
@@ -571,37 +582,106 @@ static int run_all(struct sweep *sw) {
   return 0;
 }
 
-int cmd_sweep(int argc, char **argv) {
+static int sweep_parse(int argc, char **argv, struct sweep *sw) {
   static const struct option opts[] = {{"spec", required_argument, 0, 's'}, {"db", required_argument, 0, 'd'},
                                        {"jobs", required_argument, 0, 'j'}, {"dry-run", no_argument, 0, 'n'},
                                        {"quiet", no_argument, 0, 'q'},      {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  struct sweep sw;
-  memset(&sw, 0, sizeof sw);
-  sw.jobs = 1;
+  memset(sw, 0, sizeof *sw);
+  sw->jobs = 1;
   int64_t v;
   optind = 1;
   int c;
   while ((c = cli_getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
     switch (c) {
-      case 's': sw.spec_path = optarg; break;
-      case 'd': sw.db_path = optarg; break;
-      case 'j': if (cli_parse_int("--jobs", optarg, 1, 1024, &v)) return CLI_USAGE; sw.jobs = (int)v; break;
-      case 'n': sw.dry_run = 1; break;
-      case 'q': sw.quiet = 1; break;
-      case 'h': usage(stdout); return CLI_OK;
+      case 's': sw->spec_path = optarg; break;
+      case 'd': sw->db_path = optarg; break;
+      case 'j': if (cli_parse_int("--jobs", optarg, 1, 1024, &v)) return CLI_USAGE; sw->jobs = (int)v; break;
+      case 'n': sw->dry_run = 1; break;
+      case 'q': sw->quiet = 1; break;
+      case 'h': usage(stdout); return -1;
       default: return cli_usage_error("sweep", "invalid option");
     }
   }
   if (optind < argc) return cli_usage_error("sweep", "unexpected argument '%s'", argv[optind]);
-  if (!sw.spec_path) return cli_usage_error("sweep", "missing --spec FILE");
-  if (!sw.db_path) return cli_usage_error("sweep", "missing --db FILE");
-  const struct ferry_path_use paths[] = {{"--db", sw.db_path, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
-                                         {"--spec", sw.spec_path, 0}};
+  if (!sw->spec_path) return cli_usage_error("sweep", "missing --spec FILE");
+  if (!sw->db_path) return cli_usage_error("sweep", "missing --db FILE");
+  const struct ferry_path_use paths[] = {{"--db", sw->db_path, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"--spec", sw->spec_path, 0}};
   if (cli_check_paths("sweep", paths, 2)) return CLI_USAGE;
-  sw.tty = cli_is_tty(stderr);
+  sw->tty = cli_is_tty(stderr);
+  return 0;
+}
 
-  int rc = CLI_FAIL;
+/* The database, the highest run id already in it, and the combinations it has complete. */
+static int open_study(struct sweep *sw) {
+  ferry_status st;
+  struct ferry_run_summary *runs = NULL;
+  size_t nruns = 0;
+  if ((st = ferry_db_open(&sw->db, sw->db_path, FERRY_DB_CREATE)) != FERRY_OK ||
+      (st = ferry_db_list_runs(sw->db, &runs, &nruns)) != FERRY_OK)
+    return cli_fail(st, NULL);
+  for (size_t i = 0; i < nruns; i++)
+    if (runs[i].id > sw->max_id_before) sw->max_id_before = runs[i].id;
+  ferry_db_runs_free(runs, nruns);
+  for (size_t i = 0; i < sw->n; i++) {
+    int64_t id;
+    if (ferry_db_find_complete_run(sw->db, sw->c[i].hash, &id) == FERRY_OK) {
+      sw->c[i].state = SKIPPED;
+      sw->skipped++;
+    }
+  }
+  return 0;
+}
+
+static void print_dry_run(const struct sweep *sw) {
+  for (size_t i = 0; i < sw->n; i++) {
+    printf("%s  %-4s  %-8s  ", sw->c[i].hash, sw->c[i].kind, sw->c[i].state == SKIPPED ? "complete" : "to run");
+    for (int a = 1; a < sw->c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw->c[i].argv[a]);
+    printf("\n");
+  }
+  printf("ferry sweep: %zu combinations, %zu complete, %zu to run\n", sw->n, sw->skipped, sw->n - sw->skipped);
+}
+
+/* Run what is left, interruptible (SIGINT, SIGTERM stop the children; running again resumes),
+ * and say how it went. */
+static int run_and_report(struct sweep *sw) {
+  if (!sw->quiet)
+    fprintf(stderr, "ferry sweep: %zu combinations, %zu already complete in %s, %zu to run (-j %d)\n", sw->n, sw->skipped,
+            sw->db_path, sw->n - sw->skipped, sw->jobs);
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sw->t0 = ferry__mono_ns();
+  progress(sw, 0);
+  const int r = run_all(sw);
+  progress(sw, 1);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (r != 0) return CLI_FAIL;
+  char el[32], not_run_text[64] = "";
+  fmt_dur(ferry__mono_ns() - sw->t0, el, sizeof el);
+  const size_t not_run = sw->n - sw->skipped - sw->finished;
+  if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
+  fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %zu ran, %zu failed%s in %s; database %s\n", sw->n,
+          sw->skipped, sw->ran, sw->failed, not_run_text, el, sw->db_path);
+  for (size_t i = 0; i < sw->n; i++)
+    if (sw->c[i].state == FAILED)
+      fprintf(stderr, "  failed: %s %s: %s\n", sw->c[i].kind, sw->c[i].desc, sw->c[i].error ? sw->c[i].error : "");
+  if (interrupted) {
+    fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
+    return 128 + interrupted;
+  }
+  return sw->failed ? CLI_FAIL : CLI_OK;
+}
+
+int cmd_sweep(int argc, char **argv) {
+  struct sweep sw;
+  int rc = sweep_parse(argc, argv, &sw);
+  if (rc) return rc < 0 ? CLI_OK : rc;
   cJSON *spec = NULL;
   struct ferry_err err;
   ferry_status st = ferry__json_load(sw.spec_path, 16 << 20, &spec, &err);
@@ -610,71 +690,10 @@ int cmd_sweep(int argc, char **argv) {
     cJSON_Delete(spec);
     return cli_fail(FERRY_ERR_FORMAT, "%s: expected a JSON object mapping parameters to lists of values", sw.spec_path);
   }
-  if ((rc = expand(&sw, spec)) != 0) goto out;
-  rc = CLI_FAIL;
-  if ((st = ferry_db_open(&sw.db, sw.db_path, FERRY_DB_CREATE)) != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out;
+  if ((rc = expand(&sw, spec)) == 0 && (rc = open_study(&sw)) == 0) {
+    if (sw.dry_run) print_dry_run(&sw);
+    else rc = run_and_report(&sw);
   }
-  struct ferry_run_summary *runs = NULL;
-  size_t nruns = 0;
-  if ((st = ferry_db_list_runs(sw.db, &runs, &nruns)) != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out;
-  }
-  for (size_t i = 0; i < nruns; i++)
-    if (runs[i].id > sw.max_id_before) sw.max_id_before = runs[i].id;
-  ferry_db_runs_free(runs, nruns);
-  for (size_t i = 0; i < sw.n; i++) {
-    int64_t id;
-    if (ferry_db_find_complete_run(sw.db, sw.c[i].hash, &id) == FERRY_OK) {
-      sw.c[i].state = SKIPPED;
-      sw.skipped++;
-    }
-  }
-  if (sw.dry_run) {
-    for (size_t i = 0; i < sw.n; i++) {
-      printf("%s  %-4s  %-8s  ", sw.c[i].hash, sw.c[i].kind,
-             sw.c[i].state == SKIPPED ? "complete" : "to run");
-      for (int a = 1; a < sw.c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw.c[i].argv[a]);
-      printf("\n");
-    }
-    printf("ferry sweep: %zu combinations, %zu complete, %zu to run\n", sw.n, sw.skipped, sw.n - sw.skipped);
-    rc = CLI_OK;
-    goto out;
-  }
-  if (!sw.quiet)
-    fprintf(stderr, "ferry sweep: %zu combinations, %zu already complete in %s, %zu to run (-j %d)\n", sw.n, sw.skipped,
-            sw.db_path, sw.n - sw.skipped, sw.jobs);
-  struct sigaction sa, old_int, old_term;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  sw.t0 = ferry__mono_ns();
-  progress(&sw, 0);
-  int r = run_all(&sw);
-  progress(&sw, 1);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
-  if (r != 0) goto out;
-  char el[32];
-  fmt_dur(ferry__mono_ns() - sw.t0, el, sizeof el);
-  size_t not_run = sw.n - sw.skipped - sw.finished;
-  char not_run_text[64] = "";
-  if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
-  fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %zu ran, %zu failed%s in %s; database %s\n", sw.n,
-          sw.skipped, sw.ran, sw.failed, not_run_text, el, sw.db_path);
-  for (size_t i = 0; i < sw.n; i++)
-    if (sw.c[i].state == FAILED) fprintf(stderr, "  failed: %s %s: %s\n", sw.c[i].kind, sw.c[i].desc, sw.c[i].error ? sw.c[i].error : "");
-  if (interrupted) {
-    fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
-    rc = 128 + interrupted;
-  } else {
-    rc = sw.failed ? CLI_FAIL : CLI_OK;
-  }
-out:
   for (size_t i = 0; i < sw.n; i++) combo_free(&sw.c[i]);
   ferry_free(sw.c);
   ferry_db_close(sw.db);

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/units.h"
+#include "ferry/exec_registry.h"
 #include "ferry/hw.h"
 #include "ferry/predict.h"
 #include "ferry/sim.h"

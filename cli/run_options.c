@@ -13,6 +13,7 @@
 #include "common/units.h"
 #include "ferry/cache_policy.h"
 #include "ferry/exec.h"
+#include "ferry/exec_registry.h"
 #include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/quant.h"

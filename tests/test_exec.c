@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ferry/exec.h"
+#include "ferry/exec_registry.h"
 #include "ferry/hw.h"
 #include "ferry/sim.h"
 #include "kernel_cases.h"

@@ -19,6 +19,7 @@
 #include "ferry/cache_policy.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
+#include "ferry/exec_registry.h"
 #include "ferry/predict.h"
 #include "runtime/exec/exec_impl.h"
 #include "testutil.h"

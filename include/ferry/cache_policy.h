@@ -14,6 +14,8 @@
 #ifndef FERRY_CACHE_POLICY_H
 #define FERRY_CACHE_POLICY_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,23 +46,23 @@ struct ferry_cache_policy_ops {
 };
 
 /** @brief Number of registered policies. */
-size_t ferry_cache_policy_registry_count(void);
+FERRY_API size_t ferry_cache_policy_registry_count(void);
 /** @brief The i-th registered policy, or NULL past the end (borrowed, static). */
-const struct ferry_cache_policy_ops *ferry_cache_policy_registry_at(size_t i);
+FERRY_API const struct ferry_cache_policy_ops *ferry_cache_policy_registry_at(size_t i);
 /** @brief The policy named @p name, or NULL. */
-const struct ferry_cache_policy_ops *ferry_cache_policy_registry_find(const char *name);
+FERRY_API const struct ferry_cache_policy_ops *ferry_cache_policy_registry_find(const char *name);
 /**
  * @brief Add a policy at start-up (not thread-safe).
  * @param ops borrowed; must stay valid for the life of the process.
  * @return FERRY_OK; FERRY_ERR_INVALID (version, missing functions, bad name); FERRY_ERR_EXISTS;
  *         FERRY_ERR_RANGE when 16 have been added.
  */
-ferry_status ferry_cache_policy_register(const struct ferry_cache_policy_ops *ops);
+FERRY_API ferry_status ferry_cache_policy_register(const struct ferry_cache_policy_ops *ops);
 /**
  * @brief The policy named @p name, or FERRY_ERR_NOT_FOUND naming the nearest (ferry_last_error()).
  * @param out receives the policy (borrowed, static).
  */
-ferry_status ferry_cache_policy_lookup(const char *name, const struct ferry_cache_policy_ops **out);
+FERRY_API ferry_status ferry_cache_policy_lookup(const char *name, const struct ferry_cache_policy_ops **out);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,8 @@
 #ifndef FERRY_DB_H
 #define FERRY_DB_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -166,20 +168,20 @@ struct ferry_metric_delta {
  * @param flags FERRY_DB_READ_ONLY or FERRY_DB_CREATE.
  * @return FERRY_OK or an error; the message is in ferry_last_error().
  */
-ferry_status ferry_db_open(ferry_db **out, const char *path, int flags);
+FERRY_API ferry_status ferry_db_open(ferry_db **out, const char *path, int flags);
 
 /**
  * @brief Flush pending activity rows and close the database. Accepts NULL.
  * @param db handle.
  */
-void ferry_db_close(ferry_db *db);
+FERRY_API void ferry_db_close(ferry_db *db);
 
 /**
  * @brief The detailed message of the handle's last failure.
  * @param db handle (NULL gives "").
  * @return borrowed string valid until the next call on the handle; "" if none.
  */
-const char *ferry_db_errmsg(const ferry_db *db);
+FERRY_API const char *ferry_db_errmsg(const ferry_db *db);
 
 /**
  * @brief Insert a run row (complete = 0, started_at = now) and commit it at once. The run
@@ -189,7 +191,7 @@ const char *ferry_db_errmsg(const ferry_db *db);
  * @param run_id receives the new run's id.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id);
+FERRY_API ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id);
 
 /**
  * @brief Flush pending rows and mark a run finished: finished_at = now, complete = 1 when
@@ -201,7 +203,7 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
  *         sweep_key already has a complete run (this one is then recorded as failed, with the
  *         duplicate named in runs.error), or an error.
  */
-ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error);
+FERRY_API ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error);
 
 /**
  * @brief Count records a run lost outside the database (e.g. the CUPTI collector's
@@ -212,7 +214,7 @@ ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error
  * @param n records lost.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
-ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
+FERRY_API ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
 
 /**
  * @brief Store a name/value fact about a run (written at once) in META_DATA_EXPORT with its
@@ -223,7 +225,7 @@ ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
  * @param value value (copied); NULL stores NULL.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
-ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
+FERRY_API ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
 
 /**
  * @brief Store the GPU a run used or simulated as a TARGET_INFO_GPU row (written at once).
@@ -234,7 +236,7 @@ ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, c
  * @param info what the executor knows (ferry_exec_device_info()).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
-ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, const struct ferry_device_info *info);
+FERRY_API ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, const struct ferry_device_info *info);
 
 /**
  * @brief Read a run's GPU back from TARGET_INFO_GPU (NULL columns read as 0 or empty).
@@ -242,7 +244,7 @@ ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, cons
  * @param out filled on success.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND when the run has no such GPU row, or an error.
  */
-ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, struct ferry_device_info *out);
+FERRY_API ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, struct ferry_device_info *out);
 
 /**
  * @brief Add a request row (written with the next batch).
@@ -251,7 +253,7 @@ ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, stru
  * @param row the request.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct ferry_request_row *row);
+FERRY_API ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct ferry_request_row *row);
 
 /**
  * @brief Add a step row (written with the next batch).
@@ -260,7 +262,7 @@ ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct fer
  * @param row the step.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_step_row *row);
+FERRY_API ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_step_row *row);
 
 /**
  * @brief Add a memory sample (written with the next batch).
@@ -271,7 +273,7 @@ ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_
  * @param used_bytes bytes in use.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enum ferry_tier tier,
+FERRY_API ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enum ferry_tier tier,
                                  uint64_t used_bytes);
 
 /**
@@ -285,7 +287,7 @@ ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enu
  * @param user the ferry_db handle.
  * @param act the record (borrowed for the call).
  */
-void ferry_db_activity_sink(void *user, const struct ferry_activity *act);
+FERRY_API void ferry_db_activity_sink(void *user, const struct ferry_activity *act);
 
 /**
  * @brief Write every pending row (requests, steps, memory, activities) in one transaction.
@@ -293,7 +295,7 @@ void ferry_db_activity_sink(void *user, const struct ferry_activity *act);
  * @return FERRY_OK, FERRY_ERR_NO_SPACE when the disk or database is full (earlier batches
  *         stay intact), or another error, including one deferred from the sink.
  */
-ferry_status ferry_db_flush(ferry_db *db);
+FERRY_API ferry_status ferry_db_flush(ferry_db *db);
 
 /**
  * @brief Find the most recent complete run with a configuration hash (sweeps resume by it).
@@ -302,7 +304,7 @@ ferry_status ferry_db_flush(ferry_db *db);
  * @param run_id receives the run id.
  * @return FERRY_OK, or FERRY_ERR_NOT_FOUND (no message) when there is none.
  */
-ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, int64_t *run_id);
+FERRY_API ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, int64_t *run_id);
 
 /**
  * @brief List every run, oldest first.
@@ -311,7 +313,7 @@ ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, i
  * @param count receives the number of runs.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count);
+FERRY_API ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count);
 
 /**
  * @brief Read one run.
@@ -320,14 +322,14 @@ ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, s
  * @param run receives an owned array of one run (release with ferry_db_runs_free(run, 1)).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
-ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run);
+FERRY_API ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run);
 
 /**
  * @brief Release an array from ferry_db_list_runs() or ferry_db_get_run(). Accepts NULL.
  * @param runs the array.
  * @param count its length.
  */
-void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
+FERRY_API void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
 
 /**
  * @brief Compute a run's latency percentiles, throughput, peak memory and bytes moved.
@@ -336,7 +338,7 @@ void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
  * @param stats receives the metrics.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
-ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats);
+FERRY_API ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats);
 
 /**
  * @brief Compare two runs' metrics (latency percentiles, throughput, peak memory per tier,
@@ -348,7 +350,7 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
  * @param count receives the number of rows written.
  * @return the number of regressed metrics (0 when B is within tolerance of A).
  */
-int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_stats *b,
+FERRY_API int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_stats *b,
                      double tolerance_pct, struct ferry_metric_delta *out, size_t *count);
 
 /**
@@ -360,7 +362,7 @@ int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_sta
  * @param out_path output file (replaced atomically).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
-ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out_path);
+FERRY_API ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out_path);
 
 /**
  * @brief Import an Nsight Systems SQLite export (`nsys export --type sqlite`) as a run of
@@ -374,7 +376,7 @@ ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out
  * @param run_id receives the new run's id.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
+FERRY_API ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
                                   const struct ferry_run_info *info, int64_t *run_id);
 
 /** Quality of one tensor class of a quantized model (table quant_quality). */
@@ -402,14 +404,14 @@ struct ferry_quant_quality_row {
  * @param row the row (strings copied).
  * @return FERRY_OK or FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
  */
-ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *row);
+FERRY_API ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *row);
 
 /**
  * @brief Name of a run kind as stored in runs.kind.
  * @param kind the kind.
  * @return a static string ("sim", "host", "cuda", "nsys-import", or "?").
  */
-const char *ferry_run_kind_name(enum ferry_run_kind kind);
+FERRY_API const char *ferry_run_kind_name(enum ferry_run_kind kind);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,8 @@
 #ifndef FERRY_ENGINE_H
 #define FERRY_ENGINE_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -237,14 +239,14 @@ typedef struct ferry_engine ferry_engine;
  *         executor that computes, unless allow_nonfinite) hold NaN or Inf values, the message
  *         naming the first such tensor, its file and the counts; details in ferry_last_error().
  */
-ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
+FERRY_API ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
                                  const struct ferry_engine_config *config);
 
 /**
  * @brief Only plan (no allocation, no loading): prints the plan, or the budget error.
  * @param f where to print the plan.
  */
-ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
+FERRY_API ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
                                     const struct ferry_engine_config *config, FILE *f);
 
 /**
@@ -257,7 +259,7 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
  * @param device_min receives the device minimum in bytes.
  * @param host_min receives the host minimum in bytes (with every streamed unit on disk).
  */
-ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
+FERRY_API ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
                                       const struct ferry_engine_config *config, uint64_t *device_min,
                                       uint64_t *host_min);
 
@@ -301,37 +303,37 @@ struct ferry_budget_plan {
  * @return FERRY_OK; FERRY_ERR_INVALID when a given budget exceeds the machine's memory;
  *         FERRY_ERR_NOMEM when the GPU has no free memory for a budget.
  */
-ferry_status ferry_engine_plan_budgets(const ferry_model *model, ferry_store *store,
+FERRY_API ferry_status ferry_engine_plan_budgets(const ferry_model *model, ferry_store *store,
                                        const struct ferry_machine_memory *machine, struct ferry_engine_config *config,
                                        struct ferry_budget_plan *plan);
 
 /** @brief Print the engine's plan (bytes per tier, slots, home of every unit). */
-void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
+FERRY_API void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
 
 /**
  * @brief Serve requests (sorted by arrival). Metrics accumulate in the engine.
  * @param requests array of @p n requests (copied).
  */
-ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
+FERRY_API ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
                               const struct ferry_run_options *options);
 
 /** @brief Per-request metrics of the last run; borrowed, valid until the next run. */
-const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Per-step metrics of the last run; borrowed, valid until the next run. */
-const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Summary of the last run. */
-void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
+FERRY_API void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
 
 /** @brief Print a summary table (mean, P50, P90, P99) of a run. */
-void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);
+FERRY_API void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);
 
 /** @brief Last detailed error (borrowed). */
-const char *ferry_engine_errmsg(const ferry_engine *engine);
+FERRY_API const char *ferry_engine_errmsg(const ferry_engine *engine);
 
 /** @brief Destroy an engine and free its buffers. Accepts NULL. */
-void ferry_engine_destroy(ferry_engine *engine);
+FERRY_API void ferry_engine_destroy(ferry_engine *engine);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,8 @@
 #ifndef FERRY_PREFETCH_H
 #define FERRY_PREFETCH_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 
 #include "ferry/dtype.h"
@@ -52,21 +54,21 @@ struct ferry_prefetcher_config {
  *         FERRY_ERR_INVALID when something it needs is missing (weights, a future); the weight
  *         file's errors (FERRY_ERR_FORMAT, ...).
  */
-ferry_status ferry_prefetcher_create(ferry_prefetcher **out, const struct ferry_prefetcher_config *cfg,
+FERRY_API ferry_status ferry_prefetcher_create(ferry_prefetcher **out, const struct ferry_prefetcher_config *cfg,
                                      const struct ferry_model_config *mc, struct ferry_engine_config *config);
 
 /** @brief The first failure recording lookahead choices into the config's record (FERRY_OK). */
-ferry_status ferry_prefetcher_record_status(const ferry_prefetcher *pf);
+FERRY_API ferry_status ferry_prefetcher_record_status(const ferry_prefetcher *pf);
 
 /** @brief Free a prefetcher. Accepts NULL. */
-void ferry_prefetcher_free(ferry_prefetcher *pf);
+FERRY_API void ferry_prefetcher_free(ferry_prefetcher *pf);
 
 /**
  * @brief Add the popularity of every layer of a routing trace to a predictor that takes it.
  * @return FERRY_OK (also for a predictor that takes none); FERRY_ERR_INVALID when the trace
  *         has other layers or more experts than the predictor; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_predictor_seed_popularity(ferry_predictor *p, const ferry_routing *trace, int32_t n_layers,
+FERRY_API ferry_status ferry_predictor_seed_popularity(ferry_predictor *p, const ferry_routing *trace, int32_t n_layers,
                                              int32_t n_experts);
 
 /**
@@ -74,7 +76,7 @@ ferry_status ferry_predictor_seed_popularity(ferry_predictor *p, const ferry_rou
  *        ferry.n_layers, ferry.n_experts, ferry.top_k), atomically.
  * @param dtype FERRY_DTYPE_F32, F16 (biases too) or I8 (weights with fp32 per-row scales).
  */
-ferry_status ferry_mlp_save(const struct ferry_mlp *m, enum ferry_dtype dtype, int32_t top_k, const char *path);
+FERRY_API ferry_status ferry_mlp_save(const struct ferry_mlp *m, enum ferry_dtype dtype, int32_t top_k, const char *path);
 
 /**
  * @brief Read MLP predictor weights written by ferry_mlp_save().
@@ -85,7 +87,7 @@ ferry_status ferry_mlp_save(const struct ferry_mlp *m, enum ferry_dtype dtype, i
  * @param file_dtype receives the storage dtype (may be NULL).
  * @return FERRY_OK; FERRY_ERR_FORMAT naming what is wrong; the store's errors.
  */
-ferry_status ferry_mlp_load(const char *path, enum ferry_predictor_kind variant, int32_t n_layers, int32_t n_experts,
+FERRY_API ferry_status ferry_mlp_load(const char *path, enum ferry_predictor_kind variant, int32_t n_layers, int32_t n_experts,
                             struct ferry_mlp *m, enum ferry_dtype *file_dtype);
 
 #ifdef __cplusplus

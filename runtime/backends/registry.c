@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/registry.h"
 #include "ferry/exec.h"
+#include "ferry/exec_registry.h"
 
 /* One line per executor built in, in the order help texts list them. */
 #define FERRY_EXECUTORS(X) \

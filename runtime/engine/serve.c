@@ -97,11 +97,18 @@ static void latency_stats(double *v, int64_t n, struct ferry_latency_stats *out)
                                       .max = d.max};
 }
 
-ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
-                              const struct ferry_run_options *opts) {
-  struct ferry_run_options o = {.time_scale = 1.0};
-  if (opts) o = *opts;
-  if (o.time_scale <= 0) o.time_scale = 1.0;
+/* The run's state between steps: the queue of arrived requests and who runs where. */
+struct run_state {
+  int64_t *admit_order; /* [slot] admission number of its sequence (prefill order) */
+  int64_t *waiting;     /* arrived requests, FCFS */
+  int64_t n, next, w_head, w_tail, done, admitted, active;
+  int64_t t0;           /* executor time of the run's start */
+};
+
+/* The requests (copied, validated, arrival times scaled, sorted) and the per-request and
+ * per-step arrays, bounded up front: each step produces a token or finishes a prefill chunk. */
+static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
+                                const struct ferry_run_options *o, struct run_state *rs) {
   ferry_free(e->reqs);
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
@@ -110,37 +117,28 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   e->steps = NULL;
   e->n_reqs = e->n_steps = 0;
   e->xplan.prefetches = e->xplan.prefetches_used = 0;
-  int64_t *admit_order = NULL, *waiting = NULL;
-  ferry_status st = FERRY_OK;
-  e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
-  e->req_metrics = ferry__calloc((size_t)(n ? n : 1), sizeof *e->req_metrics);
-  admit_order = ferry__calloc((size_t)e->cfg.max_batch, sizeof *admit_order);
-  waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *waiting);
-  /* Steps are bounded: each step produces a token or finishes a prefill chunk. */
   int64_t cap = 16;
   for (int64_t i = 0; i < n; i++)
     cap += requests[i].output_tokens + requests[i].prompt_tokens / (e->cfg.max_step_tokens) + 2;
+  e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
+  e->req_metrics = ferry__calloc((size_t)(n ? n : 1), sizeof *e->req_metrics);
   e->steps = ferry__calloc((size_t)cap, sizeof *e->steps);
   e->cap_steps = cap;
-  if (!e->reqs || !e->req_metrics || !admit_order || !waiting || !e->steps) {
-    st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
-    goto out;
-  }
+  rs->admit_order = ferry__calloc((size_t)e->cfg.max_batch, sizeof *rs->admit_order);
+  rs->waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *rs->waiting);
+  if (!e->reqs || !e->req_metrics || !rs->admit_order || !rs->waiting || !e->steps)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
   memcpy(e->reqs, requests, (size_t)n * sizeof *requests);
   for (int64_t i = 0; i < n; i++) {
-    if (e->reqs[i].output_tokens < 1 || e->reqs[i].prompt_tokens < 1 || e->reqs[i].arrival_ns < 0) {
-      st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: needs prompt and output tokens >= 1 (got %d, %d)",
-                          (long long)e->reqs[i].id, e->reqs[i].prompt_tokens, e->reqs[i].output_tokens);
-      goto out;
-    }
-    if (o.as_fast_as_possible) {
+    if (e->reqs[i].output_tokens < 1 || e->reqs[i].prompt_tokens < 1 || e->reqs[i].arrival_ns < 0)
+      return ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: needs prompt and output tokens >= 1 (got %d, %d)",
+                            (long long)e->reqs[i].id, e->reqs[i].prompt_tokens, e->reqs[i].output_tokens);
+    if (o->as_fast_as_possible)
       e->reqs[i].arrival_ns = 0;
-    } else if (ferry__scale_ns(e->reqs[i].arrival_ns, o.time_scale, &e->reqs[i].arrival_ns) != FERRY_OK) {
-      st = ferry__err_set(&e->err, FERRY_ERR_RANGE,
-                          "request %lld: arrival %lld ns x time scale %g is past the int64 nanosecond clock",
-                          (long long)e->reqs[i].id, (long long)requests[i].arrival_ns, o.time_scale);
-      goto out;
-    }
+    else if (ferry__scale_ns(e->reqs[i].arrival_ns, o->time_scale, &e->reqs[i].arrival_ns) != FERRY_OK)
+      return ferry__err_set(&e->err, FERRY_ERR_RANGE,
+                            "request %lld: arrival %lld ns x time scale %g is past the int64 nanosecond clock",
+                            (long long)e->reqs[i].id, (long long)requests[i].arrival_ns, o->time_scale);
   }
   qsort(e->reqs, (size_t)n, sizeof *e->reqs, cmp_arrival);
   e->n_reqs = n;
@@ -152,124 +150,153 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     m->first_token_ns = m->finish_ns = -1;
   }
   memset(e->seqs, 0, (size_t)e->cfg.max_batch * sizeof *e->seqs);
-  const int64_t t0 = ferry_exec_now(e->ex);
-  e->run_start_ns = t0;
-  int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
-  const int32_t q_compute = e->q_compute;
-  /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
-  int64_t last_progress = ferry__mono_ns();
-  while (done < n) {
-    int64_t now = ferry_exec_now(e->ex) - t0;
-    while (next < n && e->reqs[next].arrival_ns <= now) waiting[w_tail++] = next++;
-    /* admit FCFS while KV slots are free; reject what can never fit */
-    while (w_head < w_tail) {
-      int64_t r = waiting[w_head];
-      const struct ferry_engine_request *rq = &e->reqs[r];
-      if ((int64_t)rq->prompt_tokens + rq->output_tokens > e->kv_capacity) {
-        e->req_metrics[r].rejected = 1;
-        w_head++;
-        done++;
-        continue;
-      }
-      int32_t s = -1;
-      for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
-        if (!e->seqs[i].active) s = i;
-      if (s < 0) break;
-      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
-      admit_order[s] = admitted++;
-      active++;
-      w_head++;
-    }
-    if (!active) {
-      if (next < n) {
-        ferry_exec_sleep_until(e->ex, t0 + e->reqs[next].arrival_ns);
-        continue;
-      }
-      if (w_head == w_tail) break;
+  rs->n = n;
+  return FERRY_OK;
+}
+
+/* Arrived requests join the queue; admit FCFS while KV slots are free; reject what can never
+ * fit. */
+static void admit(ferry_engine *e, struct run_state *rs) {
+  const int64_t now = ferry_exec_now(e->ex) - rs->t0;
+  while (rs->next < rs->n && e->reqs[rs->next].arrival_ns <= now) rs->waiting[rs->w_tail++] = rs->next++;
+  while (rs->w_head < rs->w_tail) {
+    const int64_t r = rs->waiting[rs->w_head];
+    const struct ferry_engine_request *rq = &e->reqs[r];
+    if ((int64_t)rq->prompt_tokens + rq->output_tokens > e->kv_capacity) {
+      e->req_metrics[r].rejected = 1;
+      rs->w_head++;
+      rs->done++;
       continue;
     }
-    /* one step */
-    struct ferry_step_metrics *sm = &e->steps[e->n_steps];
-    memset(sm, 0, sizeof *sm);
-    sm->step = e->n_steps;
-    sm->start_ns = ferry_exec_now(e->ex) - t0;
-    struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
-    int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, q_compute);
-    int64_t busy0[3] = {ferry_exec_queue_busy_ns(e->ex, q_compute), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
-                        ferry_exec_queue_busy_ns(e->ex, e->q_disk)};
-    e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
-    e->step_hits = e->step_misses = 0;
-    int32_t batch = build_step(e, admit_order);
-    st = ferry__engine_step(e);
-    ferry_exec_range_end(e->ex, &range);
-    if (st != FERRY_OK) goto out;
-    int64_t end = ferry_exec_now(e->ex) - t0;
-    sm->end_ns = end;
-    sm->batch = batch;
-    sm->tokens = e->n_tok;
-    sm->bytes_disk = e->step_bytes_disk;
-    sm->bytes_h2d = e->step_bytes_h2d;
-    sm->bytes_d2h = e->step_bytes_d2h;
-    sm->hits = e->step_hits;
-    sm->misses = e->step_misses;
-    sm->stall_ns = ferry_exec_queue_stall_ns(e->ex, q_compute) - stall0;
-    /* copies and reads of a step may still run after its logits are back (prefetches for the
-     * next step): their time is counted in the step in which they complete */
-    sm->compute_busy_ns = ferry_exec_queue_busy_ns(e->ex, q_compute) - busy0[0];
-    sm->h2d_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_h2d) - busy0[1];
-    sm->disk_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_disk) - busy0[2];
-    e->n_steps++;
-    ferry_exec_sample_memory(e->ex);
-    /* outcomes: each logits row is a generated token */
-    const float *logits = NULL;
-    if (e->has_data) {
-      uint64_t off = ferry__readback_logits_offset(e);
-      logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) + off);
-    }
-    for (int32_t i = 0; i < e->n_rows; i++) {
-      int32_t t = e->row_of_seq[i];
-      struct seq *q = &e->seqs[e->tok_seq[t]];
-      const struct ferry_engine_request *rq = &e->reqs[q->req];
-      struct ferry_request_metrics *m = &e->req_metrics[q->req];
-      const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
-      if (row && e->cfg.on_logits) {
-        int32_t s_idx = e->tok_seq[t];
-        e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, e->seq_tokens + (int64_t)s_idx * e->kv_capacity,
-                         e->tok_pos[t] + 1, row, e->mc->vocab);
-      }
-      if (q->generated == 0) m->first_token_ns = end;
-      q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
-      q->generated++;
-      m->output_tokens = q->generated;
-      if (q->generated == rq->output_tokens) {
-        m->finish_ns = end;
-        q->active = 0;
-        active--;
-        done++;
-      }
-    }
-    /* the step's tokens are now in the KV cache */
-    for (int32_t s = 0; s < e->cfg.max_batch; s++) {
-      struct seq *q = &e->seqs[s];
-      if (!q->step_tokens) continue;
-      if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
-      q->pos += q->step_tokens;
-    }
-    if (o.progress && ferry__mono_ns() - last_progress > 2000000000LL) {
-      fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)done, (long long)n,
-              (long long)e->n_steps, (double)end / 1e9);
-      last_progress = ferry__mono_ns();
-    }
-    if (e->n_steps >= e->cap_steps) {
-      st = ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: more steps than the bound %lld", (long long)e->cap_steps);
-      goto out;
+    int32_t s = -1;
+    for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
+      if (!e->seqs[i].active) s = i;
+    if (s < 0) break;
+    e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
+    rs->admit_order[s] = rs->admitted++;
+    rs->active++;
+    rs->w_head++;
+  }
+}
+
+/* One step on the executor, measured: its time, batch, bytes, expert-cache hits and the busy
+ * and stalled time of the queues. */
+static ferry_status run_step(ferry_engine *e, struct run_state *rs) {
+  struct ferry_step_metrics *sm = &e->steps[e->n_steps];
+  memset(sm, 0, sizeof *sm);
+  sm->step = e->n_steps;
+  sm->start_ns = ferry_exec_now(e->ex) - rs->t0;
+  struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
+  const int32_t qc = e->q_compute;
+  const int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, qc);
+  const int64_t busy0[3] = {ferry_exec_queue_busy_ns(e->ex, qc), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
+                            ferry_exec_queue_busy_ns(e->ex, e->q_disk)};
+  e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
+  e->step_hits = e->step_misses = 0;
+  const int32_t batch = build_step(e, rs->admit_order);
+  const ferry_status st = ferry__engine_step(e);
+  ferry_exec_range_end(e->ex, &range);
+  if (st != FERRY_OK) return st;
+  sm->end_ns = ferry_exec_now(e->ex) - rs->t0;
+  sm->batch = batch;
+  sm->tokens = e->n_tok;
+  sm->bytes_disk = e->step_bytes_disk;
+  sm->bytes_h2d = e->step_bytes_h2d;
+  sm->bytes_d2h = e->step_bytes_d2h;
+  sm->hits = e->step_hits;
+  sm->misses = e->step_misses;
+  sm->stall_ns = ferry_exec_queue_stall_ns(e->ex, qc) - stall0;
+  /* copies and reads of a step may still run after its logits are back (prefetches for the
+   * next step): their time is counted in the step in which they complete */
+  sm->compute_busy_ns = ferry_exec_queue_busy_ns(e->ex, qc) - busy0[0];
+  sm->h2d_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_h2d) - busy0[1];
+  sm->disk_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_disk) - busy0[2];
+  e->n_steps++;
+  ferry_exec_sample_memory(e->ex);
+  return FERRY_OK;
+}
+
+/* Outcomes of a step: each logits row is a generated token (its next input drawn or, greedy,
+ * the argmax); the step's tokens are now in the KV cache. */
+static void step_outcomes(ferry_engine *e, struct run_state *rs) {
+  const int64_t end = e->steps[e->n_steps - 1].end_ns;
+  const float *logits = NULL;
+  if (e->has_data)
+    logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) +
+                             ferry__readback_logits_offset(e));
+  for (int32_t i = 0; i < e->n_rows; i++) {
+    const int32_t t = e->row_of_seq[i];
+    struct seq *q = &e->seqs[e->tok_seq[t]];
+    const struct ferry_engine_request *rq = &e->reqs[q->req];
+    struct ferry_request_metrics *m = &e->req_metrics[q->req];
+    const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
+    if (row && e->cfg.on_logits)
+      e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, e->seq_tokens + (int64_t)e->tok_seq[t] * e->kv_capacity,
+                       e->tok_pos[t] + 1, row, e->mc->vocab);
+    if (q->generated == 0) m->first_token_ns = end;
+    q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
+    q->generated++;
+    m->output_tokens = q->generated;
+    if (q->generated == rq->output_tokens) {
+      m->finish_ns = end;
+      q->active = 0;
+      rs->active--;
+      rs->done++;
     }
   }
-  st = ferry_exec_drain(e->ex);
-  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
-out:
-  ferry_free(admit_order);
-  ferry_free(waiting);
+  for (int32_t s = 0; s < e->cfg.max_batch; s++) {
+    struct seq *q = &e->seqs[s];
+    if (!q->step_tokens) continue;
+    if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
+    q->pos += q->step_tokens;
+  }
+}
+
+/* Steps until every request is done; between steps with nothing to run, the clock sleeps to
+ * the next arrival. */
+static ferry_status serve_loop(ferry_engine *e, struct run_state *rs, const struct ferry_run_options *o) {
+  /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
+  int64_t last_progress = ferry__mono_ns();
+  while (rs->done < rs->n) {
+    admit(e, rs);
+    if (!rs->active) {
+      if (rs->next < rs->n) {
+        ferry_exec_sleep_until(e->ex, rs->t0 + e->reqs[rs->next].arrival_ns);
+        continue;
+      }
+      if (rs->w_head == rs->w_tail) break;
+      continue;
+    }
+    ferry_status st = run_step(e, rs);
+    if (st != FERRY_OK) return st;
+    step_outcomes(e, rs);
+    if (o->progress && ferry__mono_ns() - last_progress > 2000000000LL) {
+      fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)rs->done, (long long)rs->n,
+              (long long)e->n_steps, (double)e->steps[e->n_steps - 1].end_ns / 1e9);
+      last_progress = ferry__mono_ns();
+    }
+    if (e->n_steps >= e->cap_steps)
+      return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: more steps than the bound %lld", (long long)e->cap_steps);
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
+                              const struct ferry_run_options *opts) {
+  struct ferry_run_options o = {.time_scale = 1.0};
+  if (opts) o = *opts;
+  if (o.time_scale <= 0) o.time_scale = 1.0;
+  struct run_state rs;
+  memset(&rs, 0, sizeof rs);
+  ferry_status st = prepare_run(e, requests, n, &o, &rs);
+  if (st == FERRY_OK) {
+    rs.t0 = e->run_start_ns = ferry_exec_now(e->ex);
+    st = serve_loop(e, &rs, &o);
+  }
+  if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
+    ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  ferry_free(rs.admit_order);
+  ferry_free(rs.waiting);
   if (st != FERRY_OK) ferry__err_copy(NULL, &e->err);
   return st;
 }
