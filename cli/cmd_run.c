@@ -90,5 +90,5 @@ int cmd_run(int argc, char **argv) {
   struct run_args a;
   int rc = run_parse(argc, argv, "run", &a);
   if (rc) return rc < 0 ? CLI_OK : rc;
-  return run_execute(&a);
+  return run_repeat(&a);
 }

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "cli/output.h"
 #include "cli/run_options.h"
 #include "ferry/engine.h"
 #include "ferry/trace.h"
@@ -23,6 +24,12 @@ struct run_args {
   int progress;     /* not --quiet */
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
+  enum cli_format output_format; /* --format of the summary */
+  /* set by run_repeat() for each repetition; run_execute() fills the out fields */
+  int repeat_index;
+  const char *group_tag;                   /* the repeat group written to the database, or NULL */
+  struct ferry_serve_summary *summary_out; /* receives the summary (not printed) when not NULL */
+  int64_t run_id_out;                      /* the run's id in --db, or 0 */
 };
 
 /* Whether an option was given on the command line, by field: RUN_GIVEN(a, block_layers). */
@@ -42,5 +49,8 @@ char *run_config_json(const struct run_args *a);
 void run_config_hash(const char *config_json, char out[17]);
 /* Open model/store/executor, build the engine, serve, print, write the database. */
 int run_execute(struct run_args *a);
+/* run_execute() --repeat times on fresh copies of the options, each repetition its own run in
+ * the repeat group, then the summaries in --format (run_summary.c). */
+int run_repeat(const struct run_args *a);
 
 #endif

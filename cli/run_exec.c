@@ -217,7 +217,8 @@ static ferry_status serve(struct run_ctx *c) {
   if (a->sim && a->progress) print_sim_stats(c->ex, wall0);
   struct ferry_serve_summary sum;
   ferry_engine_summary(c->eng, &sum);
-  ferry_serve_summary_print(&sum, stdout);
+  if (a->summary_out) *a->summary_out = sum; /* run_repeat() prints it in --format */
+  else ferry_serve_summary_print(&sum, stdout);
   if ((st = run_db_write_results(c, &sum)) != FERRY_OK) return st;
   if (c->db) {
     /* for the report: the routing traces this run used, and its prefetch counts */

@@ -113,6 +113,15 @@ static int check_predictor(struct run_args *a, const char *value) {
   return 0;
 }
 
+static int check_repeat_group(struct run_args *a, const char *value) {
+  if (!*value || strlen(value) > 200) return cli_usage_error(a->cmd, "--repeat-group: a tag of 1 to 200 characters");
+  return 0;
+}
+
+static int check_format(struct run_args *a, const char *value) {
+  return cli_parse_format(a->cmd, value, &a->output_format) ? CLI_USAGE : 0;
+}
+
 /* --- the table ------------------------------------------------------------------------------ */
 
 static const struct run_option_info rows[RUN_OPT_COUNT + 1] = {
@@ -328,7 +337,7 @@ static int refuse_ignored(const struct run_args *a) {
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
                                                  "predictor-routing", "predictor-model", "runtime", "host-memory",
-                                                 "keep-cache", NULL})))
+                                                 "keep-cache", "repeat", "repeat-group", "format", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
   if (a->keep_cache && a->direct_io)
     return cli_usage_error(cmd, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
@@ -411,6 +420,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   if (a->trace && a->synthetic) return cli_usage_error(cmd, "give either --trace or --synthetic, not both");
   if (a->sim && !a->hw && !a->plan_only) return cli_usage_error(cmd, "missing --hw PROFILE (see ferry hw list)");
   if (a->profile && !a->db) return cli_usage_error(cmd, "--profile writes the GPU timeline to --db FILE: give one");
+  if (a->repeat_group && !a->db) return cli_usage_error(cmd, "--repeat-group tags runs in --db FILE: give one");
+  if (a->repeat > 1 && (a->dump_logits || a->record_routing))
+    return cli_usage_error(cmd, "--repeat %d would write --%s %d times over: repeat without it", (int)a->repeat,
+                           a->dump_logits ? "dump-logits" : "record-routing", (int)a->repeat);
   const struct ferry_exec_info *x = ferry_exec_registry_find(a->executor);
   if (a->profile && !(x && (x->caps & FERRY_EXEC_CAP_PROFILE)))
     return cli_usage_error(cmd, "--profile traces the GPU with CUPTI: the %s executor has nothing to trace (use --backend "

@@ -146,6 +146,15 @@
     "print the residency plan and exit", "")                                                                         \
   X(db, "db", TEXT, "FILE", BOTH_M, SEC_OUTPUT, CFG_NO, "db", NULL, 0, 0, NULL,                                      \
     "write the run (requests, steps, memory, timeline) to SQLite", "")                                               \
+  X(repeat, "repeat", INT, "N", BOTH_M, SEC_OUTPUT, CFG_NO, "repeat", 1, 1, 10000, NULL,                               \
+    "run N times, each repetition its own run in --db, tagged with one\nrepeat group ('ferry db diff' compares "     \
+    "groups with a statistical test)", "")                                                                           \
+  X(repeat_group, "repeat-group", TEXT, "TAG", BOTH_M, SEC_OUTPUT, CFG_NO, "repeat_group", NULL, 0, 0,                \
+    check_repeat_group,                                                                                              \
+    "the repeat group's tag (default: one made up per invocation); runs of\nseparate invocations with one tag form " \
+    "one group (to interleave two builds)", "")                                                                      \
+  X(format, "format", TEXT, "F", BOTH_M, SEC_OUTPUT, CFG_NO, "format", "text", 0, 0, check_format,                     \
+    "summary as text (default), json, csv or md (docs/output-formats.md)", "")                                      \
   X(quiet, "quiet", FLAG, "", BOTH_M, SEC_OUTPUT, CFG_NO, "quiet", 0, 0, 0, NULL, "no progress lines", "")          \
   X(help, "help", FLAG, "", BOTH_M, SEC_OUTPUT, CFG_NO, "help", 0, 0, 0, NULL, "this help", "")
 

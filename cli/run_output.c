@@ -8,6 +8,7 @@
 #include "cli/run_exec.h"
 #include "common/alloc.h"
 #include "common/error.h"
+#include "ferry/provenance.h"
 
 /* One JSON object per row. JSON has no NaN or Infinity: a non-finite logit is null, and the
  * row says how many it has, so the file always parses. */
@@ -90,15 +91,22 @@ ferry_status run_db_begin(struct run_ctx *c) {
   if (!c->db) return FERRY_OK;
   char hash[17];
   run_config_hash(c->config_json ? c->config_json : "", hash);
+  /* what made the run: build, machine, GPU (docs/schema.md, provenance) */
+  struct ferry_provenance prov;
+  ferry_provenance_collect(c->ex, &prov);
   struct ferry_run_info info = {.executor = ferry_exec_name(c->ex),
                                 .model = a->model,
                                 .hardware = a->sim ? a->hw : a->executor,
                                 .trace = a->trace ? a->trace : a->synthetic,
                                 .config_json = c->config_json,
                                 .config_hash = hash,
-                                .sweep_key = getenv("FERRY_SWEEP_KEY")}; /* set by ferry sweep */
+                                .git_rev = ferry_provenance_value(&prov, "BUILD_GIT_DESCRIBE"),
+                                .sweep_key = getenv("FERRY_SWEEP_KEY"), /* set by ferry sweep */
+                                .repeat_group = a->group_tag,
+                                .repeat_index = a->repeat_index};
   ferry_status st = ferry_db_run_begin(c->db, &info, &c->run_id);
   if (st != FERRY_OK) return st;
+  for (size_t i = 0; i < prov.count; i++) ferry_db_run_meta(c->db, c->run_id, prov.items[i].name, prov.items[i].value);
   /* the budgets the run had, defaults included (0: unlimited) */
   meta_u64(c, "DEVICE_BUDGET_BYTES", a->ec.device_budget_bytes);
   meta_u64(c, "HOST_BUDGET_BYTES", a->ec.host_budget_bytes);
@@ -132,10 +140,11 @@ ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_su
     struct ferry_step_row r = {.step = sm[i].step, .start_ns = base + sm[i].start_ns, .end_ns = base + sm[i].end_ns,
                                .batch = sm[i].batch, .tokens = sm[i].tokens, .bytes_disk = sm[i].bytes_disk,
                                .bytes_h2d = sm[i].bytes_h2d, .bytes_d2h = sm[i].bytes_d2h, .hits = sm[i].hits,
-                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns};
+                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns, .kv_tokens = sm[i].kv_tokens};
     st = ferry_db_add_step(c->db, c->run_id, &r);
   }
   if (st == FERRY_OK) st = ferry_db_flush(c->db);
+  if (st == FERRY_OK) meta_u64(c, "KV_CAPACITY_TOKENS", (uint64_t)sum->kv_capacity_tokens);
   return st;
 }
 
@@ -164,6 +173,7 @@ ferry_status run_db_finish(struct run_ctx *c, int ok) {
   if (c->cupti) stop_cupti(c);
   ferry_exec_set_sink(c->ex, NULL, NULL);
   const ferry_status st = ferry_db_run_finish(c->db, c->run_id, ok ? NULL : error);
+  c->a->run_id_out = c->run_id;
   if (st == FERRY_OK && ok && c->a->progress)
     fprintf(stderr, "ferry: wrote run %lld to %s\n", (long long)c->run_id, c->a->db);
   return st;

@@ -148,35 +148,60 @@ static const char schema_v4[] =
     "ALTER TABLE runs ADD COLUMN sweep_key TEXT;"
     "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;";
 
-/* Version 5: runs.kind is free text, an executor's registry name (any executor registered, not
+/* Version 5: repeated runs (`ferry run/sim --repeat N`, `--repeat-group TAG`) carry a group
+ * tag and their index in it, so `ferry db diff` compares the whole group; an imported file's
+ * SHA-256, unique among runs, so importing the same export twice finds the first run; the KV
+ * cache's tokens at the end of each step (the report's and the trace's KV use); and the rows an
+ * nsys export names its schema with. */
+static const char schema_v5[] =
+    "ALTER TABLE runs ADD COLUMN repeat_group TEXT;"
+    "ALTER TABLE runs ADD COLUMN repeat_index INTEGER;"
+    "ALTER TABLE runs ADD COLUMN source_sha256 TEXT;"
+    "ALTER TABLE steps ADD COLUMN kv_tokens INTEGER;"
+    /* what an nsys export says of itself, for tools that check before reading: the timeline
+     * tables follow nsys's export schema 3 (docs/schema.md); database-level rows, runId NULL */
+    "DELETE FROM META_DATA_EXPORT WHERE runId IS NULL AND name IN ('EXPORT_SCHEMA_VERSION', 'EXPORT_PRODUCT');"
+    "INSERT INTO META_DATA_EXPORT(runId, name, value) VALUES (NULL, 'EXPORT_SCHEMA_VERSION', '3'),"
+    " (NULL, 'EXPORT_PRODUCT', 'ferry');"
+    "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
+    "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
+
+/* Version 6: runs.kind is free text, an executor's registry name (any executor registered, not
  * the three built in) or "nsys-import": the writer checks the name, the schema its form. SQLite
  * cannot drop a CHECK constraint, so the table is rebuilt as its documentation prescribes
  * (create the new one, copy every row, drop the old, rename; foreign keys are off), with the
- * same columns in the same order and its two indexes. */
-static const char schema_v5[] =
-    "CREATE TABLE runs_v5 ("
+ * same columns in the same order and its four indexes. */
+static const char schema_v6[] =
+    "CREATE TABLE runs_v6 ("
     " id INTEGER PRIMARY KEY,"
     " kind TEXT NOT NULL CHECK(length(kind) BETWEEN 1 AND 15),"
     " started_at TEXT NOT NULL, finished_at TEXT,"
     " complete INTEGER NOT NULL DEFAULT 0,"
     " model TEXT, hardware TEXT, trace TEXT, config_json TEXT, config_hash TEXT,"
     " ferry_version TEXT, git_rev TEXT, error TEXT, notes TEXT,"
-    " dropped_records INTEGER NOT NULL DEFAULT 0, hostname TEXT, pid INTEGER, sweep_key TEXT);"
-    "INSERT INTO runs_v5 (id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
-    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key)"
+    " dropped_records INTEGER NOT NULL DEFAULT 0, hostname TEXT, pid INTEGER, sweep_key TEXT,"
+    " repeat_group TEXT, repeat_index INTEGER, source_sha256 TEXT);"
+    "INSERT INTO runs_v6 (id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
+    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key, repeat_group,"
+    " repeat_index, source_sha256)"
     " SELECT id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
-    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key FROM runs;"
+    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key, repeat_group,"
+    " repeat_index, source_sha256 FROM runs;"
     "DROP TABLE runs;"
-    "ALTER TABLE runs_v5 RENAME TO runs;"
+    "ALTER TABLE runs_v6 RENAME TO runs;"
     "CREATE INDEX runs_config_hash ON runs(config_hash, complete);"
-    "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;";
+    "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;"
+    "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
+    "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
 
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
     {3, "quantization quality table", schema_v3},
     {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
-    {5, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v5},
+    {5, "repeat groups (runs.repeat_group, repeat_index), imported files' hashes (runs.source_sha256), "
+        "KV use per step (steps.kv_tokens)", schema_v5},
+    {6, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v6},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

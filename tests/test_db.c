@@ -198,33 +198,36 @@ static void test_one_complete_run_per_sweep_combination(void **state) {
   ferry_db_close(db);
 }
 
-/* Version 4 to 5 rebuilds runs without its CHECK of three kinds: every row and column survives,
+/* Version 5 to 6 rebuilds runs without its CHECK of three kinds: every row and column survives,
  * the indexes are back, and a run of any registered executor can be written. */
 static void test_migration_free_kind(void **state) {
   struct fixture *f = *state;
   sqlite3 *s = raw_open(f->path);
-  assert_int_equal(ferry__db_migrate(s, f->path, 4, NULL), FERRY_OK);
+  assert_int_equal(ferry__db_migrate(s, f->path, 5, NULL), FERRY_OK);
   assert_int_equal(sqlite3_exec(s,
                                 "INSERT INTO runs(id, kind, started_at, finished_at, complete, model, config_hash, "
-                                "dropped_records, sweep_key) VALUES(7, 'cuda', 'a', 'b', 1, 'm', 'h', 3, 'k');"
+                                "dropped_records, sweep_key, repeat_group, repeat_index, source_sha256) "
+                                "VALUES(7, 'cuda', 'a', 'b', 1, 'm', 'h', 3, 'k', 'g', 2, 'ab12');"
                                 "INSERT INTO runs(id, kind, started_at) VALUES(9, 'nsys-import', 'c');"
                                 "INSERT INTO requests(runId, req_id, arrival_ns) VALUES(7, 1, 5);",
                                 NULL, NULL, NULL),
                    SQLITE_OK);
   assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind, started_at) VALUES('recorder', 'x')", NULL, NULL, NULL),
-                       SQLITE_OK); /* version 4 knows three kinds */
+                       SQLITE_OK); /* version 5 knows three kinds */
   sqlite3_close(s);
   ferry_db *db = open_rw(f->path);
   s = ferry__db_sqlite(db);
   assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
   assert_int_equal(q1(s, "SELECT count(*) FROM runs"), 2);
   assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE id = 7 AND kind = 'cuda' AND finished_at = 'b' AND complete = 1 "
-                         "AND model = 'm' AND config_hash = 'h' AND dropped_records = 3 AND sweep_key = 'k'"),
+                         "AND model = 'm' AND config_hash = 'h' AND dropped_records = 3 AND sweep_key = 'k' "
+                         "AND repeat_group = 'g' AND repeat_index = 2 AND source_sha256 = 'ab12'"),
                    1);
   assert_int_equal(q1(s, "SELECT count(*) FROM requests JOIN runs ON runs.id = requests.runId"), 1);
-  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name IN ('runs_config_hash', 'runs_sweep_complete')"),
-                   2);
-  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_v5'"), 0);
+  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name IN ('runs_config_hash', 'runs_sweep_complete', "
+                         "'runs_repeat_group', 'runs_source')"),
+                   4);
+  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_v6'"), 0);
   struct ferry_run_info info = {.executor = "recorder", .model = "m"};
   int64_t id;
   assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
@@ -358,7 +361,7 @@ static void test_activity_mapping(void **state) {
   ferry_db_activity_sink(db, &a);
   struct ferry_request_row rq = {1, 0, 100, 900, 16, 8};
   assert_int_equal(ferry_db_add_request(db, run, &rq), FERRY_OK);
-  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50};
+  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0};
   assert_int_equal(ferry_db_add_step(db, run, &sr), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, FERRY_TIER_DEVICE, 1 << 30), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, (enum ferry_tier)7, 1), FERRY_ERR_INVALID);
@@ -672,7 +675,7 @@ static int64_t make_run(ferry_db *db, double scale, uint64_t peak_device) {
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
   }
   for (int i = 0; i < 10; i++) {
-    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10};
+    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0};
     assert_int_equal(ferry_db_add_step(db, run, &st), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, i * 1000, FERRY_TIER_DEVICE, peak_device / 10 * (uint64_t)(i + 1)),
                      FERRY_OK);
@@ -819,7 +822,7 @@ static void test_export_trace(void **state) {
   assert_int_equal(copies, 1);
   assert_int_equal(ranges, 1);
   assert_int_equal(counters, 1);
-  assert_int_equal(process_name, 1);
+  assert_int_equal(process_name, 2); /* the run, and its requests */
   assert_true(meta >= 4); /* process, NVTX track, two queues */
   assert_int_equal(kernel_tid, 0);
   assert_int_equal(copy_tid, 1);

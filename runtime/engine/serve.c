@@ -244,11 +244,13 @@ static void step_outcomes(ferry_engine *e, struct run_state *rs) {
       rs->done++;
     }
   }
+  struct ferry_step_metrics *sm = &e->steps[e->n_steps - 1];
   for (int32_t s = 0; s < e->cfg.max_batch; s++) {
     struct seq *q = &e->seqs[s];
     if (!q->step_tokens) continue;
     if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
     q->pos += q->step_tokens;
+    sm->kv_tokens += q->pos; /* a sequence finished in this step still held its cache during it */
   }
 }
 
@@ -347,7 +349,9 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->hits += sm->hits;
     out->misses += sm->misses;
     out->stall_ns += sm->stall_ns;
+    if (sm->kv_tokens > out->kv_peak_tokens) out->kv_peak_tokens = sm->kv_tokens;
   }
+  out->kv_capacity_tokens = (int64_t)e->cfg.max_batch * e->kv_capacity;
   if (d) latency_stats(d, e->n_steps, &out->step);
   out->steps = e->n_steps;
   out->duration_ns = out->requests_done ? last - first : 0;
