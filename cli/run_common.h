@@ -8,6 +8,7 @@
 #include "cli/run_options.h"
 #include "ferry/engine.h"
 #include "ferry/trace.h"
+#include "cli/run_resil.h"
 
 struct run_args {
   const char *cmd; /* "run" or "sim" */
@@ -30,6 +31,8 @@ struct run_args {
   const char *group_tag;                   /* the repeat group written to the database, or NULL */
   struct ferry_serve_summary *summary_out; /* receives the summary (not printed) when not NULL */
   int64_t run_id_out;                      /* the run's id in --db, or 0 */
+  struct resil_opts resil;                 /* what --faults, --pressure, --reload-at, ... imply (cli/run_resil.h) */
+  char pressure_marks_text[64];            /* --pressure-marks in its canonical spelling */
 };
 
 /* Whether an option was given on the command line, by field: RUN_GIVEN(a, block_layers). */

@@ -58,6 +58,7 @@ static ferry_status open_inputs(struct run_ctx *c) {
                                           "writes one)",
                        a->model, a->cmd);
   if (dir && (!a->sim || has_weights(a->model)) && (st = ferry_store_open(&c->store, a->model)) != FERRY_OK) return st;
+  if (c->store && a->verify_reads) ferry_store_set_verify(c->store, 1);
   if ((st = refuse_ignored_for_model(a, c->mc, c->store)) != FERRY_OK) return st;
   /* a plan sizes the KV cache from the requests, as the run would: load them when given */
   if (a->plan_only && !a->trace && !a->synthetic) {
@@ -204,16 +205,33 @@ static void print_sim_stats(ferry_exec *ex, int64_t wall0) {
   }
 }
 
+/* The engine failed while serving: what it served before stays in the database beside the
+ * error, and the failure is an event of the run. */
+static ferry_status serve_failed(struct run_ctx *c, ferry_status st) {
+  char why[FERRY_ERRMSG_MAX];
+  snprintf(why, sizeof why, "%s", ferry_last_error());
+  resil_stop(&c->resil);
+  resil_note_failure(&c->resil, st, why);
+  if (c->db) {
+    struct ferry_serve_summary part;
+    ferry_engine_summary(c->eng, &part);
+    run_db_write_results(c, &part);
+  }
+  return ferry__fail(st, "%s", why); /* the run's error in the database */
+}
+
 /* Serve the requests and print the summary; the outputs follow. */
 static ferry_status serve(struct run_ctx *c) {
   struct run_args *a = c->a;
   ferry_status st = ferry_engine_create(&c->eng, c->model, c->store, c->ex, &a->ec);
   if (st != FERRY_OK) return st;
   if (a->progress) ferry_engine_print_plan(c->eng, stderr);
+  if ((st = resil_start(&c->resil, c->eng, c->model)) != FERRY_OK) return st;
   struct ferry_run_options ro = {.time_scale = a->time_scale, .as_fast_as_possible = a->as_fast_as_possible,
-                                 .progress = a->progress};
+                                 .progress = a->progress, .on_tick = resil_tick, .tick_user = &c->resil};
   const int64_t wall0 = ferry__mono_ns();
-  if ((st = ferry_engine_run(c->eng, c->reqs, c->n_reqs, &ro)) != FERRY_OK) return st;
+  if ((st = ferry_engine_run(c->eng, c->reqs, c->n_reqs, &ro)) != FERRY_OK) return serve_failed(c, st);
+  resil_stop(&c->resil);
   if (a->sim && a->progress) print_sim_stats(c->ex, wall0);
   struct ferry_serve_summary sum;
   ferry_engine_summary(c->eng, &sum);
@@ -233,10 +251,14 @@ static ferry_status serve(struct run_ctx *c) {
 static ferry_status execute(struct run_ctx *c) {
   struct run_args *a = c->a;
   ferry_status st;
-  if ((st = open_inputs(c)) != FERRY_OK || (st = plan(c)) != FERRY_OK) return st;
+  if ((st = resil_prepare(&a->resil, &a->ec)) != FERRY_OK || (st = open_inputs(c)) != FERRY_OK ||
+      (st = plan(c)) != FERRY_OK)
+    return st;
   if (a->plan_only) return ferry_engine_plan_only(c->model, c->store, &a->ec, stdout);
-  if ((a->db && (st = ferry_db_open(&c->db, a->db, FERRY_DB_CREATE)) != FERRY_OK) || (st = create_executor(c)) != FERRY_OK ||
-      (st = run_setup_routing(c)) != FERRY_OK || (st = run_setup_predictor(c)) != FERRY_OK ||
+  if ((a->db && (st = ferry_db_open(&c->db, a->db, FERRY_DB_CREATE)) != FERRY_OK) || (st = create_executor(c)) != FERRY_OK)
+    return st;
+  resil_attach(&c->resil, c->ex); /* its events on the executor's clock */
+  if ((st = run_setup_routing(c)) != FERRY_OK || (st = run_setup_predictor(c)) != FERRY_OK ||
       (st = run_open_dump(c)) != FERRY_OK || (st = run_db_begin(c)) != FERRY_OK)
     return st;
   return serve(c);
@@ -244,16 +266,19 @@ static ferry_status execute(struct run_ctx *c) {
 
 int run_execute(struct run_args *a) {
   struct run_ctx c = {.a = a, .run_id = -1};
+  resil_init(&c.resil, &a->resil);
   ferry_status st = execute(&c);
   int rc = CLI_OK;
   if (st != FERRY_OK) rc = cli_fail(st, NULL);
   run_close_dump(&c, 0);
+  resil_stop(&c.resil);
   const ferry_status fst = run_db_finish(&c, rc == CLI_OK);
   if (fst != FERRY_OK && rc == CLI_OK) rc = cli_fail(fst, NULL);
   run_free_routing(&c);
   ferry_db_close(c.db);
   ferry_free(c.config_json);
   ferry_engine_destroy(c.eng);
+  resil_free(&c.resil);
   ferry_exec_destroy(c.ex);
   ferry_store_close(c.store);
   ferry_model_close(c.model);

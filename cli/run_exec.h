@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "cli/run_common.h"
+#include "cli/run_resil.h"
 #include "ferry/cupti.h"
 #include "ferry/db.h"
 #include "ferry/exec.h"
@@ -43,6 +44,7 @@ struct run_ctx {
   ferry_prefetcher *prefetcher;
   ferry_cupti *cupti;
   struct logit_dump dump;
+  struct run_resil resil; /* faults, pressure, reloads (cli/run_resil.c) */
 };
 
 /* run_routing.c: recording, the simulator's routing source, the expert predictor */

@@ -14,6 +14,7 @@
 #include "ferry/cache_policy.h"
 #include "ferry/exec.h"
 #include "ferry/exec_registry.h"
+#include "ferry/fault.h"
 #include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/quant.h"
@@ -111,6 +112,30 @@ static int check_predictor(struct run_args *a, const char *value) {
   const struct ferry_predictor_ops *p;
   if (ferry_predictor_lookup(value, &p) != FERRY_OK) return cli_usage_error(a->cmd, "--predictor: %s", ferry_last_error());
   return 0;
+}
+
+/* --- staying up: cli/run_resil.c parses, the options keep the text ----------------------- */
+
+static int check_faults(struct run_args *a, const char *value) {
+  if (ferry_fault_set(value) != FERRY_OK) return cli_usage_error(a->cmd, "--faults: %s", ferry_last_error());
+  ferry_fault_clear(); /* installed when the run starts (resil_prepare) */
+  return 0;
+}
+
+static int check_pressure_marks(struct run_args *a, const char *value) {
+  if (resil_parse_marks(a->cmd, value, &a->resil)) return CLI_USAGE;
+  /* the configuration holds the marks as parsed, so "0.85:0.7" and "0.850:0.70" are one run */
+  snprintf(a->pressure_marks_text, sizeof a->pressure_marks_text, "%g:%g", a->resil.high_water, a->resil.low_water);
+  a->pressure_marks = a->pressure_marks_text;
+  return 0;
+}
+
+static int check_host_budget_schedule(struct run_args *a, const char *value) {
+  return resil_parse_schedule(a->cmd, value, &a->resil) ? CLI_USAGE : 0;
+}
+
+static int check_reload_at(struct run_args *a, const char *value) {
+  return resil_parse_reload_at(a->cmd, value, &a->resil) ? CLI_USAGE : 0;
 }
 
 static int check_repeat_group(struct run_args *a, const char *value) {
@@ -243,7 +268,7 @@ static void print_option(FILE *f, const struct run_option_info *r, enum run_opt 
   snprintf(head, sizeof head, "--%s%s%s", r->name, r->metavar[0] ? " " : "", r->metavar);
   const char *help = r->help ? r->help : dynamic_help(id);
   if (strlen(head) <= 22) fprintf(f, "  %-22s  ", head);
-  else fprintf(f, "  %s  ", head);
+  else fprintf(f, "  %s\n%26s", head, ""); /* the help under it: lines stay within 100 columns */
   for (const char *p = help; *p; p++) {
     fputc(*p, f);
     if (*p == '\n') fprintf(f, "%26s", "");
@@ -254,7 +279,8 @@ static void print_option(FILE *f, const struct run_option_info *r, enum run_opt 
 void run_usage(FILE *f, const char *cmd) {
   const int sim = !strcmp(cmd, "sim"), mode = sim ? SIM_M : RUN_M;
   static const char *const heading[SEC_COUNT] = {"Model and workload", "Offload policy", "Executor", "Simulation",
-                                                 "MoE routing", "Output"};
+                                                 "MoE routing", "Staying up (faults, memory pressure, reloads)",
+                                                 "Output"};
   fprintf(f, "Usage: ferry %s --model %s (--trace FILE | --synthetic SPEC) [OPTIONS]\n%s\n", cmd, sim ? "NAME|DIR" : "DIR",
           sim ? "Simulate serving a trace on a hardware profile: the same engine as 'ferry run', on a\n"
                 "discrete-event executor whose op durations come from the profile."
@@ -337,7 +363,9 @@ static int refuse_ignored(const struct run_args *a) {
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
                                                  "predictor-routing", "predictor-model", "runtime", "host-memory",
-                                                 "keep-cache", "repeat", "repeat-group", "format", NULL})))
+                                                 "keep-cache", "repeat", "repeat-group", "format", "faults",
+                                                 "io-retries", "verify-reads", "host-budget-schedule", "reload-at",
+                                                 "reload-from", "control-socket", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
   if (a->keep_cache && a->direct_io)
     return cli_usage_error(cmd, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
@@ -404,6 +432,19 @@ static void apply(struct run_args *a) {
   a->trace_opts.rate_scale = a->rate_scale;
   a->trace_opts.skip_bad = a->skip_bad;
   a->progress = !a->quiet;
+  /* staying up: the marks, an OS watch and a budget schedule each need pressure control, which
+   * the configuration then holds */
+  a->pressure = a->pressure || a->pressure_marks || a->pressure_os || a->resil.n_schedule;
+  struct resil_opts *r = &a->resil;
+  r->faults = a->faults;
+  r->io_retries = a->io_retries;
+  r->verify_reads = a->verify_reads;
+  r->pressure = a->pressure;
+  r->pressure_os = a->pressure_os;
+  r->host_schedule = a->host_budget_schedule;
+  r->reload_at_text = a->reload_at;
+  r->reload_from = a->reload_from;
+  r->control_socket = a->control_socket;
 }
 
 int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
@@ -437,7 +478,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"--dump-logits", a->dump_logits, FERRY_PATH_OUT},   {"--model", a->model, FERRY_PATH_DIR},
       {"--trace", a->trace, 0},                            {"--routing", a->routing, 0},
       {"--predictor-routing", a->predictor_routing, 0},    {"--predictor-model", a->predictor_model, 0},
-      {"--hw", a->hw, 0},                                  {"--runtime", a->runtime, 0}};
+      {"--hw", a->hw, 0},                                  {"--runtime", a->runtime, 0},
+      {"--reload-from", a->reload_from, FERRY_PATH_DIR},   {"--control-socket", a->control_socket, FERRY_PATH_OUT}};
   if (cli_check_paths(cmd, paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
   return 0;
 }

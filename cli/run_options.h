@@ -75,12 +75,12 @@
   X(home, "home", TEXT, "disk", BOTH_M, SEC_POLICY, CFG_ALWAYS, "home", "host", 0, 0, check_home,                    \
     "stream every unit from disk (no host copies)", "")                                                              \
   X(keep_cache, "keep-cache", FLAG, "", BOTH_M, SEC_POLICY, CFG_GIVEN, "keep_cache", 0, 0, 0, NULL,                   \
-    "buffered disk reads keep their pages: the OS page cache (sim: its model, in the\nhost memory the budget "       \
-    "leaves) serves a second read (default: drop them)", "")                                                         \
+    "buffered disk reads keep their pages: the OS page cache (sim: its model,\nin the host memory the budget "      \
+    "leaves) serves a second read (default:\ndrop them)", "")                                                         \
   X(host_memory, "host-memory", TEXT, "M", BOTH_M, SEC_POLICY, CFG_GIVEN, "host_memory", "pinned", 0, 0,              \
     check_host_memory,                                                                                               \
     "pinned (default: page-locked host tier, the link's full rate) or pageable\n(ordinary memory: copies staged by " \
-    "the driver, the profile's pageable rate)", "")                                                                  \
+    "the driver, at the profile's pageable\nrate)", "")                                                                  \
   X(expert_cache, "expert-cache", TEXT, "NAME", BOTH_M, SEC_POLICY, CFG_ALWAYS, "expert_cache", "lru", 0, 0,         \
     check_expert_cache, NULL, "")                                                                                    \
   X(max_batch, "max-batch", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_batch", 8, 1, 4096, NULL,                 \
@@ -141,6 +141,33 @@
     "replay a recorded routing trace (what the real run chose)", " (a real run computes its routing)")               \
   X(routing_synth, "routing-synth", TEXT, "SPEC", SIM_M, SEC_ROUTING, CFG_ALWAYS, "routing_synth", NULL, 0, 0, NULL, \
     "synthetic routing, e.g. zipf=1.2,temporal=0.3,layer=0.5,seed=1", " (a real run computes its routing)")         \
+  /* --- staying up (cli/run_resil.c, docs/resilience.md) --- */                                                     \
+  X(faults, "faults", TEXT, "SPEC", BOTH_M, SEC_RESIL, CFG_GIVEN, "faults", NULL, 0, 0, check_faults,                \
+    "inject faults (as FERRY_FAULT): read:eio@N, read:short@N,\nread:eio@N+ (for good), read:delay:MS@P, "           \
+    "kernel:fail@N, ...", "")                                                                                        \
+  X(io_retries, "io-retries", INT, "N", BOTH_M, SEC_RESIL, CFG_GIVEN, "io_retries", -1, 0, 999, NULL,                 \
+    "retries of a failed disk read before it is permanent (default 4), with\nexponential backoff and jitter", "")    \
+  X(verify_reads, "verify-reads", FLAG, "", RUN_M, SEC_RESIL, CFG_GIVEN, "verify_reads", 0, 0, 0, NULL,              \
+    "checksum every disk read against the first read of the same range",                                           \
+    ": the simulator reads no weights and runs in virtual time")                                                     \
+  X(pressure, "pressure", FLAG, "", BOTH_M, SEC_RESIL, CFG_GIVEN, "pressure", 0, 0, 0, NULL,                         \
+    "memory-pressure control: above the high-water mark degrade in steps\n(prefetch depth, expert cache, on-demand "  \
+    "loading, refuse new requests),\nrecover below the low one; the host tier is planned to the low mark", "")       \
+  X(pressure_marks, "pressure-marks", TEXT, "H:L", BOTH_M, SEC_RESIL, CFG_GIVEN, "pressure_marks", NULL, 0, 0,      \
+    check_pressure_marks, "high- and low-water marks (default 0.85:0.7; implies --pressure)", "")                    \
+  X(pressure_os, "pressure-os", FLAG, "", RUN_M, SEC_RESIL, CFG_GIVEN, "pressure_os", 0, 0, 0, NULL,                 \
+    "host pressure also from the OS (MemAvailable, PSI /proc/pressure/memory;\nimplies --pressure)",                \
+    ": the simulator reads no weights and runs in virtual time")                                                     \
+  X(host_budget_schedule, "host-budget-schedule", TEXT, "T:SIZE,...", BOTH_M, SEC_RESIL, CFG_GIVEN,                 \
+    "host_budget_schedule", NULL, 0, 0, check_host_budget_schedule,                                                \
+    "change the host budget T seconds into serving (implies --pressure)", "")                                       \
+  X(reload_at, "reload-at", TEXT, "T:DIR,...", BOTH_M, SEC_RESIL, CFG_GIVEN, "reload_at", NULL, 0, 0, check_reload_at, \
+    "swap in the weights of DIR (same architecture; checked against its\nmanifest.sha256) T seconds into serving", "") \
+  X(reload_from, "reload-from", TEXT, "DIR", RUN_M, SEC_RESIL, CFG_NO, "reload_from", NULL, 0, 0, NULL,             \
+    "SIGHUP swaps in the weights of DIR", ": the simulator reads no weights and runs in virtual time")              \
+  X(control_socket, "control-socket", TEXT, "PATH", RUN_M, SEC_RESIL, CFG_NO, "control_socket", NULL, 0, 0, NULL,    \
+    "accept 'ferry ctl --socket PATH reload DIR|status' while serving",                                            \
+    ": the simulator reads no weights and runs in virtual time")                                                     \
   /* --- output --- */                                                                                              \
   X(plan_only, "plan-only", FLAG, "", BOTH_M, SEC_OUTPUT, CFG_NO, "plan_only", 0, 0, 0, NULL,                        \
     "print the residency plan and exit", "")                                                                         \
@@ -152,7 +179,7 @@
   X(repeat_group, "repeat-group", TEXT, "TAG", BOTH_M, SEC_OUTPUT, CFG_NO, "repeat_group", NULL, 0, 0,                \
     check_repeat_group,                                                                                              \
     "the repeat group's tag (default: one made up per invocation); runs of\nseparate invocations with one tag form " \
-    "one group (to interleave two builds)", "")                                                                      \
+    "one group (to interleave two\nbuilds)", "")                                                                      \
   X(format, "format", TEXT, "F", BOTH_M, SEC_OUTPUT, CFG_NO, "format", "text", 0, 0, check_format,                     \
     "summary as text (default), json, csv or md (docs/output-formats.md)", "")                                      \
   X(quiet, "quiet", FLAG, "", BOTH_M, SEC_OUTPUT, CFG_NO, "quiet", 0, 0, 0, NULL, "no progress lines", "")          \
@@ -177,7 +204,7 @@ enum run_opt {
 /* Where an option is accepted. */
 enum { RUN_M = 1, SIM_M = 2, BOTH_M = 3 };
 /* Usage headings, in the order printed. */
-enum run_section { SEC_WORKLOAD, SEC_POLICY, SEC_EXECUTOR, SEC_SIM, SEC_ROUTING, SEC_OUTPUT, SEC_COUNT };
+enum run_section { SEC_WORKLOAD, SEC_POLICY, SEC_EXECUTOR, SEC_SIM, SEC_ROUTING, SEC_RESIL, SEC_OUTPUT, SEC_COUNT };
 /* Whether and how an option is part of the canonical configuration. */
 enum run_cfg { CFG_NO, CFG_ALWAYS, CFG_GIVEN };
 enum run_type { TYPE_FLAG, TYPE_FLAG01, TYPE_INT, TYPE_SIZE, TYPE_REAL, TYPE_TEXT };

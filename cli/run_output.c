@@ -113,6 +113,7 @@ ferry_status run_db_begin(struct run_ctx *c) {
   if (a->too_long) meta_u64(c, "REQUESTS_TOO_LONG", (uint64_t)a->too_long);
   if (c->fit_warning[0]) ferry_db_run_meta(c->db, c->run_id, "WEAK_FITS", c->fit_warning);
   ferry_exec_set_sink(c->ex, ferry_db_activity_sink, c->db);
+  resil_attach_db(&c->resil, c->db, c->run_id);
   struct ferry_device_info gpu;
   if (ferry_exec_device_info(c->ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(c->db, c->run_id, 0, &gpu)) != FERRY_OK)
     return st;
@@ -172,9 +173,16 @@ ferry_status run_db_finish(struct run_ctx *c, int ok) {
   if (c->ex) ferry_exec_drain(c->ex);
   if (c->cupti) stop_cupti(c);
   ferry_exec_set_sink(c->ex, NULL, NULL);
-  const ferry_status st = ferry_db_run_finish(c->db, c->run_id, ok ? NULL : error);
+  /* events and I/O counters of every run that started, failed ones included */
+  resil_stop(&c->resil);
+  c->resil.eng = c->eng;
+  const ferry_status rst = resil_write(&c->resil, c->db, c->run_id);
+  const int write_failed = rst != FERRY_OK && ok; /* the run's own failure comes first */
+  if (write_failed) snprintf(error, sizeof error, "%s", ferry_last_error());
+  const ferry_status st = ferry_db_run_finish(c->db, c->run_id, ok && !write_failed ? NULL : error);
   c->a->run_id_out = c->run_id;
-  if (st == FERRY_OK && ok && c->a->progress)
-    fprintf(stderr, "ferry: wrote run %lld to %s\n", (long long)c->run_id, c->a->db);
-  return st;
+  if (st != FERRY_OK) return st;
+  if (write_failed) return ferry__fail(rst, "%s", error);
+  if (ok && c->a->progress) fprintf(stderr, "ferry: wrote run %lld to %s\n", (long long)c->run_id, c->a->db);
+  return FERRY_OK;
 }

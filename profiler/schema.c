@@ -166,13 +166,24 @@ static const char schema_v5[] =
     "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
     "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
 
-/* Version 6: runs.kind is free text, an executor's registry name (any executor registered, not
+/* Version 6: what kept a run up, on its executor's clock: memory-pressure transitions (the tier,
+ * its index and the action taken), weight reloads (staged, refused, applied), I/O retries and
+ * permanent failures, device failures, requests refused under pressure. A new table only: every
+ * existing row stays as it is. */
+static const char schema_v6[] =
+    "CREATE TABLE engine_events (runId INTEGER NOT NULL REFERENCES runs(id), t_ns INTEGER NOT NULL,"
+    " kind TEXT NOT NULL CHECK(kind IN ('pressure','reload','io','device','refused')),"
+    " tier TEXT CHECK(tier IS NULL OR tier IN ('device','host','disk')), pressure_index REAL,"
+    " level INTEGER, action TEXT NOT NULL, detail TEXT, budget_bytes INTEGER);"
+    "CREATE INDEX engine_events_run ON engine_events(runId, t_ns);";
+
+/* Version 7: runs.kind is free text, an executor's registry name (any executor registered, not
  * the three built in) or "nsys-import": the writer checks the name, the schema its form. SQLite
  * cannot drop a CHECK constraint, so the table is rebuilt as its documentation prescribes
  * (create the new one, copy every row, drop the old, rename; foreign keys are off), with the
  * same columns in the same order and its four indexes. */
-static const char schema_v6[] =
-    "CREATE TABLE runs_v6 ("
+static const char schema_v7[] =
+    "CREATE TABLE runs_v7 ("
     " id INTEGER PRIMARY KEY,"
     " kind TEXT NOT NULL CHECK(length(kind) BETWEEN 1 AND 15),"
     " started_at TEXT NOT NULL, finished_at TEXT,"
@@ -181,14 +192,14 @@ static const char schema_v6[] =
     " ferry_version TEXT, git_rev TEXT, error TEXT, notes TEXT,"
     " dropped_records INTEGER NOT NULL DEFAULT 0, hostname TEXT, pid INTEGER, sweep_key TEXT,"
     " repeat_group TEXT, repeat_index INTEGER, source_sha256 TEXT);"
-    "INSERT INTO runs_v6 (id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
+    "INSERT INTO runs_v7 (id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
     " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key, repeat_group,"
     " repeat_index, source_sha256)"
     " SELECT id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
     " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key, repeat_group,"
     " repeat_index, source_sha256 FROM runs;"
     "DROP TABLE runs;"
-    "ALTER TABLE runs_v6 RENAME TO runs;"
+    "ALTER TABLE runs_v7 RENAME TO runs;"
     "CREATE INDEX runs_config_hash ON runs(config_hash, complete);"
     "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;"
     "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
@@ -201,7 +212,8 @@ static const struct ferry__migration migrations[] = {
     {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
     {5, "repeat groups (runs.repeat_group, repeat_index), imported files' hashes (runs.source_sha256), "
         "KV use per step (steps.kv_tokens)", schema_v5},
-    {6, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v6},
+    {6, "engine events: memory pressure, reloads, I/O retries, device failures", schema_v6},
+    {7, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v7},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

@@ -162,6 +162,18 @@ void ferry__run_labels(const struct report *rp, const struct rrun *const *runs, 
 /* "r3 sim bl2 pd1": a run's label and its values on the sweep axes, short (sections.c). */
 void ferry__run_short_label(const struct report *rp, const struct rrun *r, char *out, size_t len);
 
+/* Engine events (events.c): the section, and dashed marks of a run's budget changes, pressure
+ * transitions, reloads and device failures in [t0, t1] on a chart whose x is (t - t0) / div. */
+ferry_status ferry__section_events(struct report *rp);
+void ferry__events_marks(struct report *rp, const struct rrun *r, int64_t t0, int64_t t1, double div,
+                         struct ferry_strbuf *s);
+/* Time of the run's last budget change, transition, reload or device failure (INT64_MIN: none). */
+int64_t ferry__events_last(struct report *rp, const struct rrun *r);
+/* When tier's budget changed during the run: a datablock NAME of (x, budget x scale) steps from
+ * `initial` through every change, to t1; returns 1 (0, nothing written, when it never changed). */
+int ferry__events_budget_line(struct report *rp, const struct rrun *r, int tier, int64_t t0, int64_t t1, double div,
+                              double initial, double scale, const char *name, struct ferry_strbuf *s);
+
 /* The run chosen for the timeline and memory sections (NULL if none qualifies). */
 const struct rrun *ferry__timeline_run(struct report *rp, ferry_status *st);
 sqlite3 *ferry__run_db(struct report *rp, const struct rrun *r);

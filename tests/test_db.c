@@ -198,22 +198,23 @@ static void test_one_complete_run_per_sweep_combination(void **state) {
   ferry_db_close(db);
 }
 
-/* Version 5 to 6 rebuilds runs without its CHECK of three kinds: every row and column survives,
+/* Version 6 to 7 rebuilds runs without its CHECK of three kinds: every row and column survives,
  * the indexes are back, and a run of any registered executor can be written. */
 static void test_migration_free_kind(void **state) {
   struct fixture *f = *state;
   sqlite3 *s = raw_open(f->path);
-  assert_int_equal(ferry__db_migrate(s, f->path, 5, NULL), FERRY_OK);
+  assert_int_equal(ferry__db_migrate(s, f->path, 6, NULL), FERRY_OK);
   assert_int_equal(sqlite3_exec(s,
                                 "INSERT INTO runs(id, kind, started_at, finished_at, complete, model, config_hash, "
                                 "dropped_records, sweep_key, repeat_group, repeat_index, source_sha256) "
                                 "VALUES(7, 'cuda', 'a', 'b', 1, 'm', 'h', 3, 'k', 'g', 2, 'ab12');"
                                 "INSERT INTO runs(id, kind, started_at) VALUES(9, 'nsys-import', 'c');"
-                                "INSERT INTO requests(runId, req_id, arrival_ns) VALUES(7, 1, 5);",
+                                "INSERT INTO requests(runId, req_id, arrival_ns) VALUES(7, 1, 5);"
+                                "INSERT INTO engine_events(runId, t_ns, kind, action) VALUES(7, 9, 'io', 'retry');",
                                 NULL, NULL, NULL),
                    SQLITE_OK);
   assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind, started_at) VALUES('recorder', 'x')", NULL, NULL, NULL),
-                       SQLITE_OK); /* version 5 knows three kinds */
+                       SQLITE_OK); /* version 6 knows three kinds */
   sqlite3_close(s);
   ferry_db *db = open_rw(f->path);
   s = ferry__db_sqlite(db);
@@ -224,10 +225,11 @@ static void test_migration_free_kind(void **state) {
                          "AND repeat_group = 'g' AND repeat_index = 2 AND source_sha256 = 'ab12'"),
                    1);
   assert_int_equal(q1(s, "SELECT count(*) FROM requests JOIN runs ON runs.id = requests.runId"), 1);
+  assert_int_equal(q1(s, "SELECT count(*) FROM engine_events JOIN runs ON runs.id = engine_events.runId"), 1);
   assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name IN ('runs_config_hash', 'runs_sweep_complete', "
                          "'runs_repeat_group', 'runs_source')"),
                    4);
-  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_v6'"), 0);
+  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_v7'"), 0);
   struct ferry_run_info info = {.executor = "recorder", .model = "m"};
   int64_t id;
   assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);

@@ -310,10 +310,30 @@ static void test_names_suggested(void **state) {
   expect(SIM "--synthetic=n=2,prompt=8,output=2 --max-batch=2", 0, "requests: 2 done");
 }
 
+/* The generated help: every option of the table, each line within 100 columns. */
+static void test_help_fits(void **state) {
+  (void)state;
+  const char *const cmds[] = {"run --help", "sim --help"};
+  for (int c = 0; c < 2; c++) {
+    char *out = NULL;
+    assert_int_equal(tu_run_ferry(cmds[c], &out), 0);
+    assert_true(tu_contains(out, "--prefetch-depth D") && tu_contains(out, "--host-budget-schedule"));
+    size_t col = 0, widest = 0;
+    for (const char *p = out; *p; p++) {
+      col = *p == '\n' ? 0 : col + 1;
+      if (col > widest) widest = col;
+    }
+    if (widest > 100) fprintf(stderr, "ferry %s: a line of %zu columns\n%s", cmds[c], widest, out);
+    assert_true(widest <= 100);
+    free(out);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
       cmocka_unit_test(test_names_suggested),
+      cmocka_unit_test(test_help_fits),
       cmocka_unit_test(test_time_out_of_range),
       cmocka_unit_test(test_synthetic_lazy),
       cmocka_unit_test(test_request_longer_than_model),

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 6
+#define FERRY_DB_SCHEMA_VERSION 7
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -612,6 +612,28 @@ struct ferry_quant_quality_row {
  * @return FERRY_OK or FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
  */
 FERRY_API ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *row);
+
+/** One row of `engine_events`: what kept a run up (schema version 6, docs/schema.md). */
+struct ferry_event_row {
+  int64_t t_ns;          /**< executor time, the clock of the run's timeline rows */
+  const char *kind;      /**< "pressure", "reload", "io", "device" or "refused" */
+  const char *tier;      /**< "device", "host", "disk" or NULL */
+  double pressure_index; /**< pressure: the tier's index when it happened (NAN: none) */
+  int32_t level;         /**< pressure: the degradation level after it (-1: none) */
+  const char *action;    /**< what was done, e.g. "shrink prefetch depth", "reload applied" */
+  const char *detail;    /**< figures and names behind it, or NULL */
+  uint64_t budget_bytes; /**< a budget change: the tier's new budget (0: none) */
+};
+
+/**
+ * @brief Store one engine event of a run (written at once, in its own transaction).
+ * @param db an open read-write database.
+ * @param run_id a run of this database.
+ * @param row the row (strings copied).
+ * @return FERRY_OK; FERRY_ERR_INVALID for a kind or tier not listed above; FERRY_ERR_NOT_FOUND
+ *         for an unknown run; FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
+ */
+FERRY_API ferry_status ferry_db_add_event(ferry_db *db, int64_t run_id, const struct ferry_event_row *row);
 
 /**
  * @brief Name of a run kind as stored in runs.kind.

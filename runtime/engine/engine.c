@@ -15,6 +15,9 @@
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 static void apply_defaults(struct ferry_engine_config *c, const struct ferry_model_config *mc) {
+  if (c->pressure.high_water <= 0) c->pressure.high_water = 0.85;
+  if (c->pressure.low_water <= 0) c->pressure.low_water = 0.70;
+  if (c->pressure.psi_some_pct <= 0) c->pressure.psi_some_pct = 10.0;
   if (c->max_batch <= 0) c->max_batch = 8;
   if (c->max_step_tokens <= 0) c->max_step_tokens = 256;
   if (c->max_step_tokens < c->max_batch) c->max_step_tokens = c->max_batch;
@@ -140,40 +143,72 @@ static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len)
   return buf;
 }
 
-static ferry_status make_plan(struct ferry_engine *e) {
-  struct ferry_plan_input in;
-  uint64_t *attn = NULL, *ffn = NULL;
-  ferry_status st = layer_tables(e);
-  if (st != FERRY_OK) return st;
-  st = ferry__engine_plan_input(e, &in, &attn, &ffn);
-  if (st != FERRY_OK) goto out;
+/* Per-layer tables and the KV cache layout of the engine's configuration (the workspace's is
+ * laid out with each plan: it depends on the store's largest quantized matrix, which a reload
+ * may change). */
+static ferry_status layout_buffers(struct ferry_engine *e) {
+  if (!e->li) {
+    ferry_status st = layer_tables(e);
+    if (st != FERRY_OK) return st;
+  }
   e->kv_format = ferry_model_kv_format(e->model, e->cfg.kv_format);
   e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
-  layout_workspace(e);
-  in.kv_bytes = layout_kv(e);
+  layout_kv(e);
+  e->bounce_bytes = BOUNCE_BYTES;
+  return FERRY_OK;
+}
+
+ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_plan_config *pc, struct ferry_plan *out,
+                                     char *msg, size_t msg_len) {
+  struct ferry_plan_input in;
+  uint64_t *attn = NULL, *ffn = NULL;
+  ferry_status st = ferry__engine_plan_input(e, &in, &attn, &ffn);
+  if (st != FERRY_OK) {
+    snprintf(msg, msg_len, "%s", e->err.msg);
+    goto out;
+  }
+  layout_workspace(e); /* after the plan input, which found the largest quantized matrix */
+  in.kv_bytes = e->kv_total_bytes;
   in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.total;
-  e->bounce_bytes = BOUNCE_BYTES;
   in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes;
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
   size_t n = ferry_model_tensor_count(e->model), dense = 3;
   for (size_t i = 0; i < n; i++)
     if (ferry_model_tensor(e->model, i)->expert < 0) dense++;
   in.staging_align = (uint64_t)dense * 2 * FERRY_DIRECT_ALIGN;
-  struct ferry_plan_config pc = {
-      .block_layers = e->cfg.block_layers,
-      .prefetch_depth = e->cfg.prefetch_depth,
-      .pin_first = e->cfg.pin_first,
-      .pin_last = e->cfg.pin_last,
-      .resident_attention = e->cfg.resident_attention,
-      .resident_all = e->cfg.resident_all,
-      .home_disk = e->cfg.home_disk,
-      .device_budget_bytes = e->cfg.device_budget_bytes,
-      .host_budget_bytes = e->cfg.host_budget_bytes,
-  };
+  st = ferry__plan_make(&in, pc, out, msg, msg_len);
+out:
+  ferry_free(attn);
+  ferry_free(ffn);
+  return st;
+}
+
+void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_plan_config *pc) {
+  memset(pc, 0, sizeof *pc);
+  pc->block_layers = e->cfg.block_layers;
+  pc->prefetch_depth = e->cfg.prefetch_depth;
+  pc->pin_first = e->cfg.pin_first;
+  pc->pin_last = e->cfg.pin_last;
+  pc->resident_attention = e->cfg.resident_attention;
+  pc->resident_all = e->cfg.resident_all;
+  pc->home_disk = e->cfg.home_disk;
+  pc->device_budget_bytes = e->cfg.device_budget_bytes;
+  pc->host_budget_bytes = e->cfg.host_budget_bytes;
+  /* under pressure control the host tier is planned to its low-water mark: the headroom up to
+   * the high mark is what other work on the machine may take before the engine degrades */
+  if (e->cfg.pressure.enabled && pc->host_budget_bytes)
+    pc->host_budget_bytes = (uint64_t)((double)pc->host_budget_bytes * e->cfg.pressure.low_water);
+}
+
+static ferry_status make_plan(struct ferry_engine *e) {
+  ferry_status lst = layout_buffers(e);
+  if (lst != FERRY_OK) return lst;
+  struct ferry_plan_config pc;
+  ferry__engine_base_plan_config(e, &pc);
   char msg[FERRY_ERRMSG_MAX];
-  st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
+  ferry_status st = ferry__engine_make_plan(e, &pc, &e->plan, msg, sizeof msg);
   if (st == FERRY_OK && e->cfg.fill_budget && !e->mc->n_experts && pc.device_budget_bytes && !pc.resident_all) {
     /* The most pinned last layers whose working set still fits. Not monotonic near the end
      * (fewer streamed layers need fewer block slots), so every count is tried, largest first. */
@@ -182,7 +217,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
       struct ferry_plan filled;
       char ignored[FERRY_ERRMSG_MAX];
       more.pin_last = k;
-      if (ferry__plan_make(&in, &more, &filled, ignored, sizeof ignored) != FERRY_OK) continue;
+      if (ferry__engine_make_plan(e, &more, &filled, ignored, sizeof ignored) != FERRY_OK) continue;
       ferry__plan_free(&e->plan);
       e->plan = filled;
       e->cfg.pin_last = k;
@@ -195,9 +230,6 @@ static ferry_status make_plan(struct ferry_engine *e) {
   } else if (st != FERRY_OK) {
     ferry__err_set(&e->err, st, "%s", msg);
   }
-out:
-  ferry_free(attn);
-  ferry_free(ffn);
   return st;
 }
 
@@ -219,26 +251,46 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: token_features is 0, %d (mlp3) or %d (mlp7), not %d",
                           FERRY_MLP3_FEATURES, FERRY_MLP7_FEATURES, c->token_features);
+  const struct ferry_pressure_config *pr = &c->pressure;
+  if (pr->enabled && !(pr->low_water > 0 && pr->low_water < pr->high_water && pr->high_water <= 1.0))
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: pressure marks need 0 < low water (%g) < high water (%g) <= 1", pr->low_water,
+                          pr->high_water);
+  if (c->n_budget_changes < 0 || (c->n_budget_changes > 0 && !c->budget_schedule))
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: budget schedule of %d changes without entries",
+                          c->n_budget_changes);
+  if (c->n_budget_changes > 0 && !pr->enabled)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: a budget schedule needs memory-pressure control (pressure.enabled): without it "
+                          "nothing would shed memory when a budget shrinks");
+  for (int32_t i = 0; i < c->n_budget_changes; i++) {
+    const struct ferry_budget_change *b = &c->budget_schedule[i];
+    if ((b->tier != FERRY_TIER_HOST && b->tier != FERRY_TIER_DEVICE) || !b->bytes || b->at_ns < 0)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: budget change %d: needs the host or device tier, a size of at least one byte and "
+                            "a time >= 0", i + 1);
+    if (b->tier == FERRY_TIER_DEVICE && !c->device_budget_bytes)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: a device budget change needs a device budget to start from (everything is "
+                            "resident without one)");
+    if (b->tier == FERRY_TIER_HOST && !c->host_budget_bytes)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: a host budget change needs a host budget to start from");
+  }
   if (c->token_features && !mc->n_experts)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: predictor features are for MoE models; %s is dense",
                           mc->name);
   return FERRY_OK;
 }
 
-static void engine_free(struct ferry_engine *e) {
-  if (!e) return;
+void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned) {
   ferry_exec *ex = e->ex;
   if (ex) {
-    ferry_exec_drain(ex);
-    ferry_exec_free(ex, e->pinned_buf);
-    ferry_exec_free(ex, e->kv_buf);
-    ferry_exec_free(ex, e->ws_buf);
+    if (with_pinned) ferry_exec_free(ex, e->pinned_buf);
     ferry_exec_free(ex, e->block_buf);
     ferry_exec_free(ex, e->expert_buf);
     ferry_exec_free(ex, e->host_units_buf);
     ferry_exec_free(ex, e->staging_buf);
-    ferry_exec_free(ex, e->readback_buf);
-    ferry_exec_free(ex, e->bounce_buf);
     for (int32_t s = 0; e->block_slots && s < e->plan.n_block_slots; s++) {
       ferry_exec_event_destroy(ex, e->block_slots[s].ready);
       ferry_exec_event_destroy(ex, e->block_slots[s].free);
@@ -248,15 +300,38 @@ static void engine_free(struct ferry_engine *e) {
       ferry_exec_event_destroy(ex, e->expert_slots[s].free);
     }
     for (int32_t s = 0; e->staging && s < e->plan.n_staging_slots; s++) ferry_exec_event_destroy(ex, e->staging[s].free);
+  }
+  if (with_pinned) e->pinned_buf = NULL;
+  e->block_buf = e->expert_buf = e->host_units_buf = e->staging_buf = NULL;
+  ferry_free(e->block_slots);
+  ferry_free(e->expert_slots);
+  ferry_free(e->staging);
+  e->block_slots = e->expert_slots = NULL;
+  e->staging = NULL;
+  /* a re-plan (adapt.c) replaces the expert cache: the run's prefetch counts carry over */
+  e->prefetches_before += e->xplan.prefetches;
+  e->prefetches_used_before += e->xplan.prefetches_used;
+  ferry__xplan_free(&e->xplan);
+}
+
+static void engine_free(struct ferry_engine *e) {
+  if (!e) return;
+  ferry_exec *ex = e->ex;
+  if (ex) {
+    ferry_exec_drain(ex);
+    ferry__engine_free_streaming(e, 1);
+    ferry_exec_free(ex, e->kv_buf);
+    ferry_exec_free(ex, e->ws_buf);
+    ferry_exec_free(ex, e->readback_buf);
+    ferry_exec_free(ex, e->bounce_buf);
     ferry_exec_event_destroy(ex, e->ev_router);
     ferry_exec_event_destroy(ex, e->ev_step);
     ferry_exec_event_destroy(ex, e->ev_tmp);
     ferry_exec_event_destroy(ex, e->ev_read);
+  } else {
+    ferry__engine_free_streaming(e, 1);
   }
-  ferry_free(e->block_slots);
-  ferry_free(e->expert_slots);
-  ferry_free(e->staging);
-  ferry__xplan_free(&e->xplan);
+  ferry__engine_adapt_free(e);
   ferry__engine_free_units(e);
   ferry__plan_free(&e->plan);
   ferry_free(e->tok_ids);
@@ -312,27 +387,25 @@ static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint
   return st;
 }
 
-static ferry_status allocate(struct ferry_engine *e) {
+ferry_status ferry__engine_alloc_pinned(struct ferry_engine *e) {
+  uint64_t pinned = 0;
+  for (int32_t u = 0; u < e->n_units; u++)
+    if (e->units[u].pinned) pinned = e->units[u].device_offset + e->units[u].bytes;
+  return alloc_buf(e, FERRY_TIER_DEVICE, pinned, "pinned weights", NULL, &e->pinned_buf);
+}
+
+ferry_status ferry__engine_alloc_streaming(struct ferry_engine *e) {
   const struct ferry_plan *p = &e->plan;
-  const struct ferry_model_config *mc = e->mc;
-  uint64_t pinned = 0, host_units = 0;
+  uint64_t host_units = 0;
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
-    if (un->pinned) pinned = un->device_offset + un->bytes;
-    else if (un->home == FERRY_TIER_HOST && un->bytes) host_units = un->host_offset + un->bytes;
+    if (!un->pinned && un->home == FERRY_TIER_HOST && un->bytes) host_units = un->host_offset + un->bytes;
   }
   ferry_status st;
-  char kv[256];
-  kv_shape(e, kv, sizeof kv);
-  if ((st = alloc_buf(e, FERRY_TIER_DEVICE, pinned, "pinned weights", NULL, &e->pinned_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_block_bytes, "block slots", NULL, &e->block_buf)) ||
+  if ((st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_block_bytes, "block slots", NULL, &e->block_buf)) ||
       (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_expert_bytes, "expert cache", NULL, &e->expert_buf)) ||
       (st = alloc_buf(e, FERRY_TIER_HOST, host_units, "host-resident weights", NULL, &e->host_units_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, p->host_staging_bytes, "disk staging", NULL, &e->staging_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", NULL, &e->readback_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", NULL, &e->bounce_buf)))
+      (st = alloc_buf(e, FERRY_TIER_HOST, p->host_staging_bytes, "disk staging", NULL, &e->staging_buf)))
     return st;
   if ((st = make_slots(e, &e->block_slots, p->n_block_slots)) || (st = make_slots(e, &e->expert_slots, p->n_expert_slots)))
     return st;
@@ -341,19 +414,37 @@ static ferry_status allocate(struct ferry_engine *e) {
   for (int32_t s = 0; s < p->n_staging_slots; s++)
     if (ferry_exec_event_create(e->ex, &e->staging[s].free) != FERRY_OK)
       return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
-  if (ferry_exec_event_create(e->ex, &e->ev_router) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_step) != FERRY_OK ||
-      ferry_exec_event_create(e->ex, &e->ev_tmp) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_read) != FERRY_OK)
-    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
-  if (mc->n_experts) {
+  if (e->mc->n_experts) {
     /* the eviction policy by name (cache_policy.h); expert_cache_lfu is the older spelling */
     const char *name = e->cfg.expert_cache_policy ? e->cfg.expert_cache_policy : e->cfg.expert_cache_lfu ? "lfu" : "lru";
     const struct ferry_cache_policy_ops *policy;
     if ((st = ferry_cache_policy_lookup(name, &policy)) != FERRY_OK)
       return ferry__err_set(&e->err, st, "engine: %s", ferry_last_error());
-    st = ferry__xplan_init(&e->xplan, policy, p->n_expert_slots, (int32_t)mc->n_layers, (int32_t)mc->n_experts,
+    st = ferry__xplan_init(&e->xplan, policy, p->n_expert_slots, (int32_t)e->mc->n_layers, (int32_t)e->mc->n_experts,
                            e->cfg.prefetch_depth, e->cfg.expert_no_reuse);
     if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
   }
+  e->block_fetch_seq = e->block_compute_seq = 0;
+  e->next_staging = 0;
+  return FERRY_OK;
+}
+
+static ferry_status allocate(struct ferry_engine *e) {
+  const struct ferry_plan *p = &e->plan;
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  char kv[256];
+  kv_shape(e, kv, sizeof kv);
+  if ((st = ferry__engine_alloc_pinned(e)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf)) ||
+      (st = ferry__engine_alloc_streaming(e)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", NULL, &e->readback_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", NULL, &e->bounce_buf)))
+    return st;
+  if (ferry_exec_event_create(e->ex, &e->ev_router) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_step) != FERRY_OK ||
+      ferry_exec_event_create(e->ex, &e->ev_tmp) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_read) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
   const size_t T = (size_t)e->cfg.max_step_tokens, K = (size_t)(mc->experts_per_token ? mc->experts_per_token : 1),
                E = (size_t)(mc->n_experts ? mc->n_experts : 1);
   e->tok_ids = ferry__calloc(T, sizeof(int32_t));
@@ -420,6 +511,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (!out || !model || !exec || !config) return ferry__fail(FERRY_ERR_INVALID, "engine_create: missing argument");
   struct ferry_engine *e = ferry__calloc(1, sizeof *e);
   if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  pthread_mutex_init(&e->adapt_mu, NULL);
   e->model = model;
   e->mc = ferry_model_get_config(model);
   e->store = store;
@@ -450,10 +542,11 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) st = allocate(e);
   if (st == FERRY_OK) {
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
-    st = ferry__engine_load_resident(e);
+    st = ferry__engine_load_resident(e, 0);
     ferry_exec_range_end(exec, &range);
     e->load_ns = ferry_exec_now(exec) - range.start_ns;
   }
+  if (st == FERRY_OK) st = ferry__engine_adapt_init(e);
   if (st != FERRY_OK) {
     ferry__err_copy(NULL, &e->err);
     engine_free(e);
@@ -519,6 +612,7 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
                                     const struct ferry_engine_config *config, FILE *f) {
   struct ferry_engine *e = ferry__calloc(1, sizeof *e);
   if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  pthread_mutex_init(&e->adapt_mu, NULL);
   e->model = model;
   e->mc = ferry_model_get_config(model);
   e->store = store;
@@ -539,6 +633,7 @@ ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *sto
                                       uint64_t *host_min) {
   struct ferry_engine *e = ferry__calloc(1, sizeof *e);
   if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  pthread_mutex_init(&e->adapt_mu, NULL);
   e->model = model;
   e->mc = ferry_model_get_config(model);
   e->store = store;

@@ -4,6 +4,8 @@
 #ifndef FERRY_ENGINE_IMPL_H
 #define FERRY_ENGINE_IMPL_H
 
+#include <pthread.h>
+
 #include "common/error.h"
 #include "common/rng.h"
 #include "ferry/engine.h"
@@ -65,6 +67,15 @@ struct workspace {
       eu, sg, su, sout, sgate, rows, rows_n, logits, total;
 };
 
+/* A weights version: its store and the sequences running on it (the reference count). */
+struct weights_version {
+  ferry_store *store;
+  int owned;            /* closed when released (staged by ferry_engine_reload) */
+  int32_t id;           /* 1, 2, ... */
+  int32_t refs;         /* active sequences admitted on it */
+  char label[160];
+};
+
 /* One layer's part of the KV cache: K and V regions (MLA: one latent region at k_off), each
  * max_batch x rows rows. A windowed or chunked layer keeps a ring of the rows it can see. */
 struct kv_layer {
@@ -78,6 +89,7 @@ enum { EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, EXPERT_GATE_UP, EXPERT_GATE_UP_BIAS,
 
 struct seq {
   int64_t req;          /* index into requests */
+  struct weights_version *version; /* the weights it runs on */
   int32_t kv_slot;
   int32_t pos;          /* tokens in the KV cache */
   int32_t prompt_done;  /* prompt tokens processed */
@@ -136,6 +148,7 @@ struct ferry_engine {
   int64_t block_fetch_seq;    /* streamed-block fetches issued so far (cyclic order) */
   int64_t block_compute_seq;  /* streamed blocks computed so far */
   struct ferry__expert_plan xplan; /* the expert cache's decisions (runtime/policy/expert_plan.c) */
+  int64_t prefetches_before, prefetches_used_before; /* of the expert caches a re-plan replaced */
   /* one event per queue that records it, so completions arrive in generation order */
   ferry_event *ev_router, *ev_step, *ev_tmp, *ev_read;
 
@@ -169,6 +182,23 @@ struct ferry_engine {
   int32_t *seq_tokens;      /* max_batch x kv_capacity: each sequence's token ids */
   int64_t load_ns;
   int64_t run_start_ns;
+
+  /* staying up (adapt.c): budgets in force, memory pressure, weights versions, events */
+  pthread_mutex_t adapt_mu;          /* guards staged, events (other threads stage reloads) */
+  struct weights_version *current, *staged;
+  int32_t next_version;
+  uint64_t budget[FERRY_TIER_COUNT]; /* budgets in force (the schedule changes them) */
+  struct ferry_budget_change *schedule;
+  int32_t n_schedule, next_change;
+  int budget_changed;
+  uint64_t asked_budget[FERRY_TIER_COUNT]; /* ferry_engine_set_budget() (guarded by adapt_mu; 0: none) */
+  int32_t level, level_max;
+  int64_t level_since_ns;            /* executor time of the last transition (INT64_MIN: none) */
+  int32_t asked_expert_slots;        /* expert slots of the first plan (level 2 halves them) */
+  int refusing;                      /* level 4: new requests are refused */
+  int64_t reloads, budget_changes;
+  struct ferry_engine_event *events;
+  int64_t n_events, cap_events;
 };
 
 /* units.c */
@@ -189,7 +219,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
                                       uint64_t **ffn);
 
 /* fetch.c */
-ferry_status ferry__engine_load_resident(struct ferry_engine *e);
+ferry_status ferry__engine_load_resident(struct ferry_engine *e, int skip_pinned);
 ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_seq);
 int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq);
 ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, int32_t slot);
@@ -206,6 +236,28 @@ ferry_status ferry__features_copy_hidden(struct ferry_engine *e, int32_t layer);
 void ferry__features_compute(struct ferry_engine *e);
 /* token t's features, or NULL when not computed (off, or an executor without data) */
 const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
+
+/* engine.c: planning and the buffers a re-plan replaces */
+ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_plan_config *pc, struct ferry_plan *out,
+                                     char *msg, size_t msg_len);
+/* The plan configuration asked for (level 0), with the host tier at its low-water mark under
+ * pressure control; budgets from the configuration. */
+void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_plan_config *pc);
+ferry_status ferry__engine_alloc_pinned(struct ferry_engine *e);
+/* Block slots, expert cache, host-resident units, staging: buffers, slots, events, cache. */
+ferry_status ferry__engine_alloc_streaming(struct ferry_engine *e);
+void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned);
+
+/* adapt.c: budget schedule, memory pressure, weight reloads, events */
+ferry_status ferry__engine_adapt_init(struct ferry_engine *e);
+void ferry__engine_adapt_free(struct ferry_engine *e);
+/* At a step boundary: apply due budget changes, the pressure decision, a staged reload whose
+ * predecessor has no sequence left. now_ns: since the start of serving. */
+ferry_status ferry__engine_adapt(struct ferry_engine *e, int64_t now_ns);
+/* Whether admissions wait (a reload is staged and the current weights still run sequences). */
+int ferry__engine_draining(struct ferry_engine *e);
+void ferry__engine_event(struct ferry_engine *e, enum ferry_engine_event_kind kind, int32_t tier, double index,
+                         const char *action, const char *fmt, ...) FERRY_PRINTF(6, 7);
 
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);

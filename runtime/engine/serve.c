@@ -117,12 +117,16 @@ static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_reque
   e->steps = NULL;
   e->n_reqs = e->n_steps = 0;
   e->xplan.prefetches = e->xplan.prefetches_used = 0;
+  e->prefetches_before = e->prefetches_used_before = 0;
   int64_t cap = 16;
   for (int64_t i = 0; i < n; i++)
     cap += requests[i].output_tokens + requests[i].prompt_tokens / (e->cfg.max_step_tokens) + 2;
   e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
   e->req_metrics = ferry__calloc((size_t)(n ? n : 1), sizeof *e->req_metrics);
   e->steps = ferry__calloc((size_t)cap, sizeof *e->steps);
+  /* committed now, not page by page as steps complete: the serving loop takes no page fault
+   * for its records, and a long run's memory stays flat */
+  if (e->steps) memset(e->steps, 0, (size_t)cap * sizeof *e->steps);
   e->cap_steps = cap;
   rs->admit_order = ferry__calloc((size_t)e->cfg.max_batch, sizeof *rs->admit_order);
   rs->waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *rs->waiting);
@@ -150,14 +154,15 @@ static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_reque
     m->first_token_ns = m->finish_ns = -1;
   }
   memset(e->seqs, 0, (size_t)e->cfg.max_batch * sizeof *e->seqs);
+  e->current->refs = 0;
   rs->n = n;
   return FERRY_OK;
 }
 
 /* Arrived requests join the queue; admit FCFS while KV slots are free; reject what can never
- * fit. */
-static void admit(ferry_engine *e, struct run_state *rs) {
-  const int64_t now = ferry_exec_now(e->ex) - rs->t0;
+ * fit; under the last pressure level refuse, and while a reload waits for the running
+ * sequences (draining), hold. */
+static void admit(ferry_engine *e, struct run_state *rs, int64_t now, int draining) {
   while (rs->next < rs->n && e->reqs[rs->next].arrival_ns <= now) rs->waiting[rs->w_tail++] = rs->next++;
   while (rs->w_head < rs->w_tail) {
     const int64_t r = rs->waiting[rs->w_head];
@@ -168,11 +173,22 @@ static void admit(ferry_engine *e, struct run_state *rs) {
       rs->done++;
       continue;
     }
+    if (e->refusing) {
+      e->req_metrics[r].refused = 1;
+      ferry__engine_event(e, FERRY_ENGINE_EVENT_REFUSED, FERRY_TIER_HOST, NAN, "request refused",
+                          "request %lld refused: memory pressure (level %d, %s)", (long long)rq->id, e->level,
+                          "new requests are refused until pressure falls");
+      rs->w_head++;
+      rs->done++;
+      continue;
+    }
+    if (draining) break;
     int32_t s = -1;
     for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
       if (!e->seqs[i].active) s = i;
     if (s < 0) break;
-    e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
+    e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .version = e->current};
+    e->current->refs++;
     rs->admit_order[s] = rs->admitted++;
     rs->active++;
     rs->w_head++;
@@ -240,6 +256,7 @@ static void step_outcomes(ferry_engine *e, struct run_state *rs) {
     if (q->generated == rq->output_tokens) {
       m->finish_ns = end;
       q->active = 0;
+      q->version->refs--;
       rs->active--;
       rs->done++;
     }
@@ -260,7 +277,12 @@ static ferry_status serve_loop(ferry_engine *e, struct run_state *rs, const stru
   /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
   int64_t last_progress = ferry__mono_ns();
   while (rs->done < rs->n) {
-    admit(e, rs);
+    const int64_t now = ferry_exec_now(e->ex) - rs->t0;
+    /* step boundary: budget changes, memory pressure, a staged reload */
+    if (o->on_tick) o->on_tick(o->tick_user, e, now);
+    ferry_status st = ferry__engine_adapt(e, now);
+    if (st != FERRY_OK) return st;
+    admit(e, rs, now, ferry__engine_draining(e));
     if (!rs->active) {
       if (rs->next < rs->n) {
         ferry_exec_sleep_until(e->ex, rs->t0 + e->reqs[rs->next].arrival_ns);
@@ -269,8 +291,7 @@ static ferry_status serve_loop(ferry_engine *e, struct run_state *rs, const stru
       if (rs->w_head == rs->w_tail) break;
       continue;
     }
-    ferry_status st = run_step(e, rs);
-    if (st != FERRY_OK) return st;
+    if ((st = run_step(e, rs)) != FERRY_OK) return st;
     step_outcomes(e, rs);
     if (o->progress && ferry__mono_ns() - last_progress > 2000000000LL) {
       fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)rs->done, (long long)rs->n,
@@ -327,6 +348,10 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
       out->requests_rejected++;
       continue;
     }
+    if (m->refused) {
+      out->requests_refused++;
+      continue;
+    }
     struct ferry__request_latency lat;
     if (!ferry__request_latency(m->arrival_ns, m->first_token_ns, m->finish_ns, m->output_tokens, &lat)) continue;
     out->requests_done++;
@@ -361,9 +386,12 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
   }
   out->load_ns = e->load_ns;
-  out->prefetches = e->xplan.prefetches;
-  out->prefetches_used = e->xplan.prefetches_used;
+  out->prefetches = e->prefetches_before + e->xplan.prefetches;
+  out->prefetches_used = e->prefetches_used_before + e->xplan.prefetches_used;
   out->run_start_ns = e->run_start_ns;
+  out->pressure_level_max = e->level_max;
+  out->reloads = e->reloads;
+  out->budget_changes = e->budget_changes;
   ferry_free(a);
   ferry_free(b);
   ferry_free(c);
@@ -375,6 +403,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   fprintf(f, "requests: %lld done, %lld rejected; %lld steps; %lld tokens in %.3f s (%.1f tokens/s)\n",
           (long long)s->requests_done, (long long)s->requests_rejected, (long long)s->steps,
           (long long)s->tokens_generated, (double)s->duration_ns / 1e9, s->tokens_per_s);
+  if (s->requests_refused || s->pressure_level_max || s->reloads)
+    fprintf(f, "staying up: %lld request(s) refused under memory pressure, highest pressure level %d, %lld reload(s)\n",
+            (long long)s->requests_refused, s->pressure_level_max, (long long)s->reloads);
   fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "latency", "mean", "p50", "p90", "p99", "max");
   const struct {
     const char *name;
@@ -388,8 +419,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   }
   static const char *tiers[] = {"device", "host"};
   for (int t = 0; t < 2; t++)
-    fprintf(f, "peak %-6s %s of %s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
-            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited");
+    fprintf(f, "peak %-6s %s of %s%s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
+            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited",
+            s->budget_changes ? " (the budget at the end; budgets changed during the run)" : "");
   fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
           ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
   if (s->hits + s->misses)

@@ -37,6 +37,8 @@ struct ferry_plan_config {
   int home_disk;                /* keep streamed units on disk (no host copies) */
   uint64_t device_budget_bytes; /* 0 = unlimited: everything pinned */
   uint64_t host_budget_bytes;   /* 0 = unlimited */
+  int32_t max_expert_slots;     /* at most this many expert-cache slots (0 = as many as fit): memory
+                                   pressure shrinks the cache */
 };
 
 struct ferry_plan_block {
