@@ -20,6 +20,7 @@ static const struct command {
     {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
     {"sweep", cmd_sweep, "run the cartesian product of run parameters into one database (resumable)"},
     {"report", cmd_report, "HTML/Markdown/CSV report with gnuplot plots from result databases"},
+    {"plan", cmd_plan, "the cheapest hardware and configuration serving a workload within a latency SLO"},
     {"predictor", cmd_predictor, "expert predictors: train an MLP, evaluate on a routing trace (train, eval)"},
     {"ctl", cmd_ctl, "control a serving run over its --control-socket (reload weights, status)"},
 };

@@ -33,6 +33,10 @@ struct run_args {
   int64_t run_id_out;                      /* the run's id in --db, or 0 */
   struct resil_opts resil;                 /* what --faults, --pressure, --reload-at, ... imply (cli/run_resil.h) */
   char pressure_marks_text[64];            /* --pressure-marks in its canonical spelling */
+  /* called once the engine has served the requests, before anything is written (ferry plan
+   * reads the per-request metrics); NULL for none */
+  void (*on_served)(void *user, const ferry_engine *engine);
+  void *served_user;
 };
 
 /* Whether an option was given on the command line, by field: RUN_GIVEN(a, block_layers). */

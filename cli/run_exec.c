@@ -185,6 +185,10 @@ static ferry_status create_executor(struct run_ctx *c) {
   xp.hw = hw;
   if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, &c->ex);
   if (st == FERRY_OK && hw) weak_fits(ferry_hw_get(hw), c->fit_warning, sizeof c->fit_warning);
+  /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
+  if (st == FERRY_OK && hw && a->progress && ferry_hw_gpu_count(ferry_hw_get(hw)) > 1)
+    fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (ferry plan counts the others as replicas)\n",
+            ferry_hw_get(hw)->name, ferry_hw_gpu_count(ferry_hw_get(hw)));
   ferry_hw_close(hw);
   return st;
 }
@@ -237,6 +241,7 @@ static ferry_status serve(struct run_ctx *c) {
   ferry_engine_summary(c->eng, &sum);
   if (a->summary_out) *a->summary_out = sum; /* run_repeat() prints it in --format */
   else ferry_serve_summary_print(&sum, stdout);
+  if (a->on_served) a->on_served(a->served_user, c->eng);
   if ((st = run_db_write_results(c, &sum)) != FERRY_OK) return st;
   if (c->db) {
     /* for the report: the routing traces this run used, and its prefetch counts */

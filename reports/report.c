@@ -39,6 +39,7 @@ const char *ferry_report_section_name(enum ferry_report_section section) {
     case FERRY_REPORT_ROUTING: return "routing";
     case FERRY_REPORT_LATENCY: return "latency";
     case FERRY_REPORT_EVENTS: return "events";
+    case FERRY_REPORT_PLAN: return "plan";
   }
   return "?";
 }
@@ -254,6 +255,7 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (st == FERRY_OK) st = ferry__section_predictor_ci(&rp);
   if (st == FERRY_OK) st = ferry__section_routing(&rp);
   if (st == FERRY_OK) st = ferry__section_hardware(&rp);
+  if (st == FERRY_OK) st = ferry__section_plan(&rp);
   if (st == FERRY_OK) st = assemble(&rp);
   if (st == FERRY_OK) st = publish(&rp, out);
   if (st != FERRY_OK && rp.dir) ferry__rm_rf(rp.dir);

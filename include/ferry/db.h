@@ -204,6 +204,38 @@ struct ferry_metric_delta {
  */
 FERRY_API ferry_status ferry_db_open(ferry_db **out, const char *path, int flags);
 
+/** What ferry_db_merge() did with one source. */
+struct ferry_db_merge_stats {
+  int64_t runs_added;      /**< runs copied, with their rows */
+  int64_t same_run;        /**< runs skipped: the destination holds the same run (kind, start and
+                                finish times, host, process, configuration hash, outcome and
+                                repetition: a run copied before) */
+  int64_t same_sweep_key;  /**< complete runs skipped: the destination has a complete run of the
+                                same sweep combination (runs.sweep_key, the configuration hash) */
+  int64_t same_import;     /**< imported runs skipped: the same file (runs.source_sha256) */
+  int64_t same_repetition; /**< runs skipped: the same repetition (repeat group, index and
+                                configuration hash) */
+  int64_t rows_added;      /**< rows copied into the per-run tables and quant_quality */
+};
+
+/**
+ * @brief Copy every run of another result database that this one does not hold, with all its
+ *        rows: requests, steps, memory, the timeline tables, META_DATA_EXPORT facts (provenance)
+ *        and every other table with a runId column, run ids remapped and StringIds references
+ *        translated; quant_quality rows not already present. A source run is skipped when this
+ *        database holds the same run, a complete run of its sweep combination (runs.sweep_key:
+ *        one complete run per combination, as the schema requires), the same imported file, or
+ *        the same repetition of its repeat group. One transaction: all or nothing.
+ * @param db destination, opened with FERRY_DB_CREATE.
+ * @param src_path the source database (read only; an older schema version is read as it is).
+ * @param stats receives what was copied and skipped (zeroed on failure).
+ * @return FERRY_OK; FERRY_ERR_INVALID when db is read-only or src_path is db's own file;
+ *         FERRY_ERR_NOT_FOUND, FERRY_ERR_FORMAT or FERRY_ERR_SCHEMA for a source that is
+ *         missing, not a ferry database or newer than this build; FERRY_ERR_NO_SPACE; or an
+ *         error. Details in ferry_db_errmsg() / ferry_last_error().
+ */
+FERRY_API ferry_status ferry_db_merge(ferry_db *db, const char *src_path, struct ferry_db_merge_stats *stats);
+
 /**
  * @brief Flush pending activity rows and close the database. Accepts NULL.
  * @param db handle.
