@@ -52,6 +52,10 @@ void run_usage(FILE *f, const char *cmd) {
           "  --host-memory M         pinned (default: page-locked host tier, the link's full rate) or pageable\n"
           "                          (ordinary memory: copies staged by the driver, the profile's pageable rate)\n"
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
+          "  --offload-compute SPEC  where what is not on the device is computed: gpu (fetch it, default), cpu\n"
+          "                          (on the host's CPU from host memory; only activations cross the link) or\n"
+          "                          auto (per op, fetch when copy + device time < CPU time); one for all, or\n"
+          "                          per class: experts=cpu,layers=gpu\n"
           "  --max-batch N           concurrent sequences (default 8)\n"
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
           "  --max-seq-tokens N      KV capacity per sequence (default: longest request; at most the model's\n"
@@ -107,7 +111,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -135,7 +139,7 @@ static const struct option run_opts[] = {
     {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
     {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
     {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
-    {"keep-cache", no_argument, 0, OPT_KEEP_CACHE},
+    {"keep-cache", no_argument, 0, OPT_KEEP_CACHE}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 _Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
 
@@ -198,6 +202,52 @@ static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
   }
   if (p && !strcmp(p, "none") && run_given(a, "expert-cache"))
     return cli_usage_error(cmd, "--expert-cache does nothing with --predictor none (no expert is reused)");
+  return 0;
+}
+
+static int compute_where(const char *v, enum ferry_compute_where *out) {
+  if (!strcmp(v, "gpu")) *out = FERRY_COMPUTE_GPU;
+  else if (!strcmp(v, "cpu")) *out = FERRY_COMPUTE_CPU;
+  else if (!strcmp(v, "auto")) *out = FERRY_COMPUTE_AUTO;
+  else return -1;
+  return 0;
+}
+
+static const char *where_name(enum ferry_compute_where w) {
+  return w == FERRY_COMPUTE_CPU ? "cpu" : w == FERRY_COMPUTE_AUTO ? "auto" : "gpu";
+}
+
+/* --offload-compute gpu|cpu|auto, or per class: experts=X,layers=Y (each class at most once). */
+static int parse_offload_compute(const char *cmd, const char *spec, struct run_args *a) {
+  char buf[64];
+  if (strlen(spec) >= sizeof buf) return cli_usage_error(cmd, "--offload-compute: '%s' is too long", spec);
+  snprintf(buf, sizeof buf, "%s", spec);
+  int seen_e = 0, seen_l = 0;
+  if (compute_where(buf, &a->ec.compute_experts) == 0) {
+    a->ec.compute_layers = a->ec.compute_experts;
+    a->compute_experts_given = 0; /* for every class the model has */
+    seen_e = seen_l = 1;
+  } else {
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      char *eq = strchr(tok, '=');
+      enum ferry_compute_where w;
+      if (!eq || compute_where(eq + 1, &w))
+        return cli_usage_error(cmd, "--offload-compute: expected gpu, cpu, auto or CLASS=gpu|cpu|auto (classes: experts, "
+                                    "layers), got '%s'", tok);
+      *eq = '\0';
+      if (!strcmp(tok, "experts") && !seen_e) {
+        a->ec.compute_experts = w;
+        a->compute_experts_given = seen_e = 1;
+      } else if (!strcmp(tok, "layers") && !seen_l) {
+        a->ec.compute_layers = w;
+        seen_l = 1;
+      } else {
+        return cli_usage_error(cmd, "--offload-compute: '%s' is not a class given once (experts, layers)", tok);
+      }
+    }
+  }
+  snprintf(a->offload_compute, sizeof a->offload_compute, "experts=%s,layers=%s", where_name(a->ec.compute_experts),
+           where_name(a->ec.compute_layers));
   return 0;
 }
 
@@ -274,6 +324,9 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
       case OPT_KEEP_CACHE: a->keep_cache = 1; break;
+      case OPT_OFFLOAD_COMPUTE:
+        if (parse_offload_compute(cmd, optarg, a)) return CLI_USAGE;
+        break;
       case OPT_GREEDY: a->ec.greedy = 1; break;
       case OPT_DUMP:
         if (sim) return cli_usage_error(cmd, "--dump-logits needs a real executor (the simulator computes no logits)");

@@ -39,7 +39,7 @@ static const struct key {
     {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
     {"predictor_model", 0},
     {"routing", 0},        {"routing_synth", 0}, {"allow_nonfinite", 1}, {"kv_dtype", 0},
-    {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},
+    {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},  {"offload_compute", 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -12,6 +12,8 @@ struct run_args {
   const char *record_routing, *record_features, *routing, *routing_synth, *quant, *predictor, *predictor_routing, *predictor_model;
   const char *kv_dtype; /* --kv-dtype as given (NULL: the model's dtype) */
   const char *runtime;  /* sim: runtime preset or file (NULL: the profile's, else "native") */
+  char offload_compute[64]; /* --offload-compute in canonical form ("" when not given) */
+  int compute_experts_given; /* --offload-compute named the experts (plain or experts=) */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
   uint64_t seed;

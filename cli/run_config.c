@@ -39,6 +39,7 @@ char *run_config_json(const struct run_args *a) {
   cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);
   cJSON_AddNumberToObject(o, "max_step_tokens", a->ec.max_step_tokens ? a->ec.max_step_tokens : 256);
   add_str(o, "model", a->model);
+  add_str(o, "offload_compute", a->offload_compute[0] ? a->offload_compute : NULL); /* only when given */
   cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
   cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
   cJSON_AddNumberToObject(o, "fill_budget", a->ec.fill_budget);

@@ -7,6 +7,8 @@
 
 #include "cli/cli.h"
 #include "cli/run_common.h"
+#include "sim/cpu_cost.h"
+#include "sim/gpu_cost.h"
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -197,6 +199,8 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
                                              const ferry_store *store) {
   if (!mc->n_experts && run_given(a, "expert-cache"))
     return ferry__fail(FERRY_ERR_INVALID, "--expert-cache needs a Mixture-of-Experts model (%s is dense)", a->model);
+  if (!mc->n_experts && a->compute_experts_given && a->ec.compute_experts != FERRY_COMPUTE_GPU)
+    return ferry__fail(FERRY_ERR_INVALID, "--offload-compute experts=...: %s is dense (no experts)", a->model);
   if (mc->n_experts && run_given(a, "fill-budget"))
     return ferry__fail(FERRY_ERR_INVALID,
                        "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
@@ -220,7 +224,7 @@ static ferry_status refuse_ignored_when_resident(const struct run_args *a, int a
   if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
   static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
                                           "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
-                                          NULL};
+                                          "offload-compute", NULL};
   const char *o = NULL;
   for (size_t i = 0; streaming[i] && !o; i++)
     if (run_given(a, streaming[i])) o = streaming[i];
@@ -274,6 +278,29 @@ static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
                  FERRY_HW_FIT_R2_MIN);
 }
 
+/* The figures --offload-compute auto compares, from the profile's cost models: what a GEMM of
+ * 1e12 flops and a read of 1e12 bytes take on its GPU and on its CPU, and its link's rate. */
+static void profile_rates(const struct ferry_hw_profile *p, enum ferry_dtype dtype, struct ferry_compute_rates *r) {
+  const double big = 1e12;
+  const struct ferry__gpu_work math = {.op = FERRY_HW_OP_GEMM, .math = dtype, .flops = big};
+  const struct ferry__gpu_work mem = {.op = FERRY_HW_OP_GEMV, .math = dtype, .bytes = big};
+  int64_t ns;
+  memset(r, 0, sizeof *r);
+  if ((ns = ferry__gpu_work_ns(p, &math)) > 0) r->device_flops = big / ((double)ns * 1e-9);
+  if ((ns = ferry__gpu_work_ns(p, &mem)) > 0) r->device_bytes = big / ((double)ns * 1e-9);
+  if ((ns = ferry__cpu_work_ns(p, &math)) > 0) r->cpu_flops = big / ((double)ns * 1e-9);
+  if ((ns = ferry__cpu_work_ns(p, &mem)) > 0) r->cpu_bytes = big / ((double)ns * 1e-9);
+  if (p->has_link) r->link_bytes = p->link.h2d_gbps * 1e9;
+}
+
+/* A real run has no profile: its device computes as fast as its CPU as far as the rule knows
+ * (true of the host executor, whose device is this CPU), so --offload-compute auto computes on
+ * the CPU, never paying for a copy. */
+static void same_rates(struct ferry_compute_rates *r) {
+  r->cpu_flops = r->device_flops = 1e12;
+  r->cpu_bytes = r->device_bytes = r->link_bytes = 1e10;
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -319,6 +346,8 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  /* --offload-compute cpu on a dense model: its only class is layers */
+  if (!ferry_model_get_config(model)->n_experts) a->ec.compute_experts = FERRY_COMPUTE_GPU;
   /* a plan sizes the KV cache from the requests, as the run would: load them when given */
   if (!a->plan_only || a->trace || a->synthetic) {
     if ((st = run_load_requests(a, &reqs, &n)) != FERRY_OK) {
@@ -368,11 +397,14 @@ int run_execute(struct run_args *a) {
       st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
     if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
     if (st == FERRY_OK) weak_fits(ferry_hw_get(hw), fit_warning, sizeof fit_warning);
+    if (st == FERRY_OK) profile_rates(ferry_hw_get(hw), ferry_model_get_config(model)->dtype, &a->ec.rates);
     ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
+    same_rates(&a->ec.rates);
   } else {
     st = ferry_exec_create_host(&ex, &xc);
+    same_rates(&a->ec.rates);
   }
   if (st != FERRY_OK) {
     cli_fail(st, NULL);

@@ -81,7 +81,7 @@ static void test_catalogue_loads(void **state) {
     }
     ferry_hw_close(hw);
   }
-  assert_int_equal(gpus, 16);
+  assert_int_equal(gpus, 17);
   ferry_hw_list_free(names, n);
   ferry_hw_list_free(NULL, 0);
   ferry_hw_close(NULL);

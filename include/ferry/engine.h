@@ -78,6 +78,26 @@ typedef int32_t (*ferry_expert_predict_fn)(void *user, int64_t req_id, int32_t t
                                            const float *weights_now, const float *lookahead_logits,
                                            const float *token_features, int32_t k, int32_t *out_ids, int32_t max);
 
+/** Where work whose weights are not on the device runs (`--offload-compute`). */
+enum ferry_compute_where {
+  FERRY_COMPUTE_GPU = 0, /**< fetch the weights to the device and compute there (default) */
+  FERRY_COMPUTE_CPU,     /**< compute on the host's CPU where the weights live (host memory); only
+                              activations cross the link (Fiddler, ktransformers, llama.cpp's
+                              CPU layers) */
+  FERRY_COMPUTE_AUTO     /**< per op, Fiddler's rule: fetch when transfer + device time is less
+                              than the CPU's time, from the rates in the configuration */
+};
+
+/** Throughputs the FERRY_COMPUTE_AUTO rule compares, per second (0: that side is never chosen
+ *  for lack of a figure). `ferry sim` takes them from the hardware profile. */
+struct ferry_compute_rates {
+  double cpu_flops;    /**< the CPU's math, flop/s */
+  double cpu_bytes;    /**< the CPU's reading of weights from host memory, bytes/s */
+  double device_flops; /**< the device's math, flop/s */
+  double device_bytes; /**< the device's memory, bytes/s */
+  double link_bytes;   /**< host -> device copies, bytes/s */
+};
+
 /** Engine configuration (copied at create time). */
 struct ferry_engine_config {
   int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
@@ -128,6 +148,13 @@ struct ferry_engine_config {
                                       (ferry_store_scan_nonfinite()) */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */
   void *on_routing_user;         /**< passed to on_routing */
+  enum ferry_compute_where compute_experts; /**< routed experts that are not on the device (a
+                                      cache miss): fetched (GPU), computed on the CPU from host
+                                      memory, or by the rule (AUTO); they must live in host memory */
+  enum ferry_compute_where compute_layers; /**< streamed layers (blocks): fetched, or computed on
+                                      the CPU from host memory with their KV cache there (llama.cpp's
+                                      layers left on the CPU), or per step by the rule */
+  struct ferry_compute_rates rates; /**< the AUTO rule's figures */
 };
 
 /** One request to serve. */
@@ -172,6 +199,11 @@ struct ferry_step_metrics {
   int64_t compute_busy_ns; /**< time the compute queue spent running kernels */
   int64_t h2d_busy_ns;   /**< time the host-to-device queue spent copying */
   int64_t disk_busy_ns;  /**< time the disk queue spent reading */
+  int64_t cpu_busy_ns;   /**< time the CPU queue spent running kernels (hybrid runs) */
+  uint64_t bytes_act;    /**< activations moved between the device and the CPU (hybrid runs; part
+                              of bytes_h2d and bytes_d2h) */
+  int32_t cpu_experts;   /**< routed experts computed on the CPU instead of fetched (neither hits
+                              nor misses) */
 };
 
 /** Distribution summary of one latency metric, in ns. */

@@ -41,7 +41,13 @@ enum ferry_queue_role {
   FERRY_QUEUE_COMPUTE, /**< kernels */
   FERRY_QUEUE_H2D,     /**< host to device copies */
   FERRY_QUEUE_D2H,     /**< device to host copies */
-  FERRY_QUEUE_DISK     /**< disk reads into host memory */
+  FERRY_QUEUE_DISK,    /**< disk reads into host memory */
+  FERRY_QUEUE_CPU      /**< kernels on the host's CPU over host-tier buffers only (hybrid
+                            strategies: experts, layers or attention computed where their weights
+                            or KV cache live); events order it against the device's queues like
+                            any other queue. host: a worker thread running the host kernels; cuda:
+                            a CPU thread beside the GPU streams; sim: priced from the profile's
+                            CPU (host.cores, host.core_gflops, host.dram_gbps) */
 };
 
 /** Configuration common to every executor (copied at create time). */

@@ -43,6 +43,11 @@ static ferry_status layer_tables(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* Whether routed experts may run on the CPU (and need the CPU's rows in the workspace). */
+static int c_cpu_experts(const struct ferry_engine *e) {
+  return e->cfg.compute_experts != FERRY_COMPUTE_GPU;
+}
+
 /* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows. */
 static void layout_workspace(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
@@ -82,7 +87,12 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e));
   WS(topk_w, T * K);
   WS(topk_ids, T * K);
-  WS(expert_out, T * K * H);
+  /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
+  const int cpu_experts = E && c_cpu_experts(e);
+  WS(expert_out, T * K * H + (cpu_experts ? H : 0));
+  e->ws.zero = cpu_experts ? e->ws.expert_out + T * K * H * 4 : 0;
+  WS(expert_final, cpu_experts ? T * K * H : 0);
+  WS(cpu_sum, cpu_experts ? T * H : 0);
   WS(gather, E ? T * H : 0);
   WS(eg, T * ei);
   WS(eu, T * (uint64_t)mc->expert_intermediate);
@@ -98,27 +108,38 @@ static void layout_workspace(struct ferry_engine *e) {
   e->ws.total = off;
 }
 
+/* Whether layer l's KV cache lives in host memory: a streamed layer of a run that computes
+ * streamed layers on the CPU (known once the plan says which layers stream). */
+static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
+  return planned && e->cfg.compute_layers != FERRY_COMPUTE_GPU && e->plan.layer_block[l] >= 0;
+}
+
 /* The KV cache, layer by layer: K and V rows (MLA: the latent rows) for max_batch sequences of
- * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see. */
-static uint64_t layout_kv(struct ferry_engine *e) {
+ * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see.
+ * Layers whose cache is in host memory are laid out in the host's buffer (hkv_bytes); returns
+ * the device's bytes. */
+static uint64_t layout_kv(struct ferry_engine *e, int planned) {
   const struct ferry_model_config *mc = e->mc;
   const uint64_t B = (uint64_t)e->cfg.max_batch;
   const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
                                                                               : (uint64_t)(mc->n_kv_heads * mc->head_dim));
-  uint64_t off = 0;
+  uint64_t off[2] = {0, 0};
   for (int64_t l = 0; l < mc->n_layers; l++) {
     struct kv_layer *kv = &e->kv[l];
     const int64_t vis = e->li[l].kv_visible, need = vis + e->cfg.max_step_tokens;
     kv->ring = vis > 0 && need < e->kv_capacity;
     kv->rows = kv->ring ? (int32_t)need : e->kv_capacity;
+    kv->host = kv_on_host(e, l, planned);
     const uint64_t region = B * (uint64_t)kv->rows * row;
-    kv->k_off = off;
-    off += region;
-    kv->v_off = off;
-    if (!mc->kv_lora_rank) off += region;
+    uint64_t *o = &off[kv->host];
+    kv->k_off = *o;
+    *o += region;
+    kv->v_off = *o;
+    if (!mc->kv_lora_rank) *o += region;
   }
-  e->kv_total_bytes = off;
-  return off;
+  e->kv_total_bytes = off[0] + off[1];
+  e->hkv_bytes = off[1];
+  return off[0];
 }
 
 static uint64_t readback_bytes(const struct ferry_engine *e) {
@@ -140,6 +161,40 @@ static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len)
   return buf;
 }
 
+/* A hybrid run computes on the CPU from host memory: streamed layers computed there keep their
+ * KV cache there too (the device's share of the cache shrinks), and whatever the CPU may compute
+ * must have a host copy (the plan homes units on disk when the host budget is short). */
+static ferry_status hybrid_plan(struct ferry_engine *e) {
+  struct ferry_plan *p = &e->plan;
+  char b[2][32];
+  if (e->cfg.compute_layers != FERRY_COMPUTE_GPU) {
+    const uint64_t before = p->device_kv_bytes, dev = layout_kv(e, 1);
+    p->device_kv_bytes = dev;
+    p->device_total_bytes -= before - dev;
+    for (int32_t i = 0; i < p->n_blocks && !e->sizing_only; i++)
+      if (p->blocks[i].home != FERRY_TIER_HOST)
+        return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
+                              "engine: layers computed on the CPU (--offload-compute layers=%s) need their weights in "
+                              "host memory, but block of layers %d-%d (%s) is homed on disk (--home disk, or a host "
+                              "budget of %s)",
+                              e->cfg.compute_layers == FERRY_COMPUTE_CPU ? "cpu" : "auto", p->blocks[i].first_layer,
+                              p->blocks[i].first_layer + p->blocks[i].n_layers - 1,
+                              ferry__format_bytes(p->blocks[i].bytes, b[0], 32),
+                              e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32)
+                                                       : "unlimited");
+  }
+  const int64_t n_units = (int64_t)e->n_moe_layers * e->mc->n_experts;
+  if (e->mc->n_experts && !p->experts_pinned && p->experts_on_host < n_units && !e->sizing_only &&
+      (e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU))
+    return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
+                          "engine: experts computed on the CPU (--offload-compute) need their weights in host memory, "
+                          "but %lld of %lld are homed on disk (--home disk, or a host budget of %s)",
+                          (long long)(n_units - p->experts_on_host), (long long)n_units,
+                          e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32)
+                                                   : "unlimited");
+  return FERRY_OK;
+}
+
 static ferry_status make_plan(struct ferry_engine *e) {
   struct ferry_plan_input in;
   uint64_t *attn = NULL, *ffn = NULL;
@@ -151,11 +206,12 @@ static ferry_status make_plan(struct ferry_engine *e) {
   e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
   layout_workspace(e);
-  in.kv_bytes = layout_kv(e);
+  in.kv_bytes = layout_kv(e, 0);
   in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.total;
   e->bounce_bytes = BOUNCE_BYTES;
-  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes;
+  /* a hybrid run's CPU works in a copy of the workspace in host memory */
+  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + (ferry__hybrid_on(e) ? e->ws.total : 0);
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
   size_t n = ferry_model_tensor_count(e->model), dense = 3;
   for (size_t i = 0; i < n; i++)
@@ -171,6 +227,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
       .home_disk = e->cfg.home_disk,
       .device_budget_bytes = e->cfg.device_budget_bytes,
       .host_budget_bytes = e->cfg.host_budget_bytes,
+      .blocks_on_cpu = e->cfg.compute_layers == FERRY_COMPUTE_CPU,
   };
   char msg[FERRY_ERRMSG_MAX];
   st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
@@ -195,6 +252,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
   } else if (st != FERRY_OK) {
     ferry__err_set(&e->err, st, "%s", msg);
   }
+  if (st == FERRY_OK) st = hybrid_plan(e);
 out:
   ferry_free(attn);
   ferry_free(ffn);
@@ -214,6 +272,22 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --max-seq-tokens %d exceeds %s's maximum position %lld (max_position_embeddings)",
                           c->max_seq_tokens, mc->name, (long long)mc->max_position);
+  if ((unsigned)c->compute_experts > FERRY_COMPUTE_AUTO || (unsigned)c->compute_layers > FERRY_COMPUTE_AUTO)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: compute placement %d/%d is not gpu, cpu or auto",
+                          (int)c->compute_experts, (int)c->compute_layers);
+  if (c->compute_experts != FERRY_COMPUTE_GPU && !mc->n_experts)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --offload-compute experts=... needs a Mixture-of-Experts model (%s is dense)", mc->name);
+  if (c->compute_layers != FERRY_COMPUTE_GPU) {
+    if (c->resident_attention)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --offload-compute layers=... computes whole streamed layers on the CPU; with "
+                            "--resident attention no layer streams whole");
+    if (c->token_features)
+      return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                            "engine: predictor features (mlp3, mlp7) are read from the device's activations; not with "
+                            "layers computed on the CPU");
+  }
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
@@ -253,6 +327,7 @@ static void engine_free(struct ferry_engine *e) {
     ferry_exec_event_destroy(ex, e->ev_tmp);
     ferry_exec_event_destroy(ex, e->ev_read);
   }
+  ferry__hybrid_free(e);
   ferry_free(e->block_slots);
   ferry_free(e->expert_slots);
   ferry_free(e->staging);
@@ -377,6 +452,7 @@ static ferry_status allocate(struct ferry_engine *e) {
       !e->routing_w || !e->seqs || !e->votes || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
+  if ((st = ferry__hybrid_alloc(e)) != FERRY_OK) return st;
   return ferry__features_alloc(e);
 }
 
@@ -387,7 +463,7 @@ static ferry_status make_queues(struct ferry_engine *e) {
       (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_D2H, &e->q_d2h)) ||
       (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_DISK, &e->q_disk)))
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
-  return FERRY_OK;
+  return ferry__hybrid_queues(e);
 }
 
 /* Weights holding NaN or Inf make every logit NaN without a word: an executor that computes
@@ -448,6 +524,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) {
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
     st = ferry__engine_load_resident(e);
+    if (st == FERRY_OK) st = ferry__hybrid_load(e);
     ferry_exec_range_end(exec, &range);
     e->load_ns = ferry_exec_now(exec) - range.start_ns;
   }
@@ -544,6 +621,7 @@ ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *sto
   e->cfg.host_budget_bytes = 0;
   e->cfg.home_disk = store != NULL;
   e->has_data = store != NULL;
+  e->sizing_only = 1; /* every unit is homed on disk here: the CPU's need of host copies is not checked */
   apply_defaults(&e->cfg, e->mc);
   ferry_status st = check_config(&e->cfg, e->mc, &e->err);
   if (st == FERRY_OK) st = make_plan(e);

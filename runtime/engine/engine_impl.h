@@ -64,6 +64,10 @@ struct workspace {
   uint64_t dq[3];            /* dequantized weights: matmul, or an expert's gate/up/down */
   uint64_t x, h, h2, q, qa, qkv, k, v, attn, g, u, logits_r, logits_look, topk_w, topk_ids, expert_out, gather, eg,
       eu, sg, su, sout, sgate, rows, rows_n, logits, total;
+  /* hybrid runs with experts on the CPU: a zero row right after expert_out (gathered in place
+   * of the pairs the other side computes), the gathered rows a combine reads, and the CPU's sum
+   * of its pairs per token; 0 when no expert runs on the CPU */
+  uint64_t zero, expert_final, cpu_sum;
 };
 
 /* One layer's part of the KV cache: K and V regions (MLA: one latent region at k_off), each
@@ -72,6 +76,7 @@ struct kv_layer {
   uint64_t k_off, v_off;
   int32_t rows;
   int ring;
+  int host; /* in the host KV buffer: the layer's attention runs on the CPU */
 };
 
 /* Tensors of a routed expert by what they are (ferry__engine_loc). */
@@ -97,6 +102,7 @@ struct ferry_engine {
   struct ferry_engine_config cfg;
   struct ferry_plan plan;
   int has_data;
+  int sizing_only; /* ferry_engine_min_budgets(): a plan for its sizes, never run */
 
   /* unit table */
   struct unit *units;
@@ -113,10 +119,22 @@ struct ferry_engine {
 
   /* queues */
   int32_t q_compute, q_h2d, q_d2h, q_disk;
+  /* Hybrid runs drive the device and the host's CPU over one op stream: q_cpu runs kernels on
+   * host memory, q_up carries their results to the device (beside the weight copies of q_h2d,
+   * which it must not queue behind). cq and cws are where ops of the part being issued go: the
+   * device (q_compute, ws_buf) or the CPU (q_cpu, hws_buf); w_host reads streamed units'
+   * weights from their host copies. -1 / NULL when the run is not hybrid. */
+  int32_t q_cpu, q_up, cq;
+  ferry_buf *cws;
+  int w_host;
+  int on_host;            /* the hidden state x is in hws_buf (a CPU-computed layer was last) */
+  ferry_event *ev_down, *ev_cpu, *ev_up;
 
   /* buffers */
   ferry_buf *pinned_buf, *kv_buf, *ws_buf, *block_buf, *expert_buf, *host_units_buf, *staging_buf, *readback_buf,
       *bounce_buf;
+  ferry_buf *hws_buf, *hkv_buf;   /* hybrid: the host's workspace (ws's layout) and KV cache */
+  uint64_t hkv_bytes;
   struct workspace ws;
   enum ferry_kv_format kv_format; /* resolved: never FERRY_KV_AUTO */
   enum ferry_dtype kv_dtype;      /* its element type, as the executors store it */
@@ -160,6 +178,14 @@ struct ferry_engine {
   double *feat_emb5;        /* per sequence: sum, sum of squares, count of its first embeddings */
   float *feat_seg;          /* per sequence: hidden norms, then embedding variances, of its segment */
   int32_t n_tok, n_rows;
+  uint8_t *pair_cpu;        /* hybrid MoE: per (token * top_k + rank) pair, computed on the CPU */
+  int32_t *cpu_rows, *dev_rows; /* per pair: its expert_out row or the zero row, for each side */
+  int32_t *zero_rows;       /* per token: the zero row (clears the CPU's sum) */
+  uint8_t *expert_cpu_now;  /* per expert of the current layer: computed on the CPU */
+  int layer_on_cpu;         /* the layer being issued runs on the CPU */
+  int step_layers_cpu;      /* compute_layers auto: this step computes streamed blocks on the CPU */
+  uint64_t step_bytes_act;  /* activations moved between the sides this step */
+  int32_t step_cpu_experts; /* routed experts computed on the CPU this step */
 
   /* serving */
   struct ferry_engine_request *reqs;
@@ -231,9 +257,29 @@ static inline uint64_t ferry__readback_features_offset(const struct ferry_engine
   return ferry__readback_lookahead_offset(e) + (look + 63) / 64 * 64;
 }
 
+/* hybrid.c: the second executor side (the host's CPU) */
+int ferry__hybrid_on(const struct ferry_engine *e);
+uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e);
+ferry_status ferry__hybrid_queues(struct ferry_engine *e);
+ferry_status ferry__hybrid_alloc(struct ferry_engine *e);
+ferry_status ferry__hybrid_load(struct ferry_engine *e);
+void ferry__hybrid_free(struct ferry_engine *e);
+/* Issue the following ops on the CPU (host workspace, host copies of streamed weights) or on
+ * the device; nothing is moved. */
+void ferry__side_cpu(struct ferry_engine *e);
+void ferry__side_device(struct ferry_engine *e);
+/* Move workspace regions (offsets, bytes) device -> host and make q_cpu wait for them, or
+ * host -> device on q_up and make the compute queue wait. */
+ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
+ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
+/* Whether a routed expert that is not on the device runs on the CPU for n tokens. */
+int ferry__expert_on_cpu(const struct ferry_engine *e, int32_t layer, int32_t expert, int32_t n_tokens);
+/* Whether streamed (not pinned) layers run on the CPU this step (compute_layers). */
+int ferry__layers_on_cpu(const struct ferry_engine *e, int32_t n_tokens);
+
 /* helpers */
 static inline struct ferry_ref ferry__ws(struct ferry_engine *e, uint64_t off) {
-  struct ferry_ref r = {e->ws_buf, off, FERRY_DTYPE_F32};
+  struct ferry_ref r = {e->cws ? e->cws : e->ws_buf, off, FERRY_DTYPE_F32};
   return r;
 }
 

@@ -208,10 +208,11 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->start_ns = ferry_exec_now(e->ex) - t0;
     struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
     int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, q_compute);
-    int64_t busy0[3] = {ferry_exec_queue_busy_ns(e->ex, q_compute), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
-                        ferry_exec_queue_busy_ns(e->ex, e->q_disk)};
-    e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
-    e->step_hits = e->step_misses = 0;
+    int64_t busy0[4] = {ferry_exec_queue_busy_ns(e->ex, q_compute), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
+                        ferry_exec_queue_busy_ns(e->ex, e->q_disk),
+                        e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) : 0};
+    e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = e->step_bytes_act = 0;
+    e->step_hits = e->step_misses = e->step_cpu_experts = 0;
     int32_t batch = build_step(e, admit_order);
     st = ferry__engine_step(e);
     ferry_exec_range_end(e->ex, &range);
@@ -231,6 +232,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->compute_busy_ns = ferry_exec_queue_busy_ns(e->ex, q_compute) - busy0[0];
     sm->h2d_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_h2d) - busy0[1];
     sm->disk_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_disk) - busy0[2];
+    sm->cpu_busy_ns = e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) - busy0[3] : 0;
+    sm->bytes_act = e->step_bytes_act;
+    sm->cpu_experts = e->step_cpu_experts;
     e->n_steps++;
     ferry_exec_sample_memory(e->ex);
     /* outcomes: each logits row is a generated token */

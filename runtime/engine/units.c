@@ -563,6 +563,9 @@ static void unit_base(const struct ferry_engine *e, int32_t u, ferry_buf **buf, 
   if (un->pinned) {
     *buf = e->pinned_buf;
     *off = un->device_offset;
+  } else if (e->w_host) { /* computed on the CPU from its host copy (hybrid runs) */
+    *buf = e->host_units_buf;
+    *off = un->host_offset;
   } else if (un->kind == UNIT_BLOCK) {
     *buf = e->block_buf;
     *off = (uint64_t)e->unit_slot[u] * e->plan.block_slot_bytes;

@@ -36,6 +36,8 @@ struct ferry_plan_config {
   int home_disk;                /* keep streamed units on disk (no host copies) */
   uint64_t device_budget_bytes; /* 0 = unlimited: everything pinned */
   uint64_t host_budget_bytes;   /* 0 = unlimited */
+  int blocks_on_cpu;            /* streamed blocks are computed on the CPU where they live: no
+                                   device slots for them */
 };
 
 struct ferry_plan_block {
@@ -102,5 +104,16 @@ int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t
                             int32_t *evicted_expert);
 void ferry__cache_protect(struct ferry_expert_cache *c, int32_t slot, int on);
 void ferry__cache_unprotect_all(struct ferry_expert_cache *c);
+
+/* ---- hybrid placement: Fiddler's rule ---- */
+/* Throughputs per second; 0 = unknown (that side is not chosen). */
+struct ferry_place_rates {
+  double cpu_flops, cpu_bytes, dev_flops, dev_bytes, link_bytes;
+};
+/* 1 when running `flops` of math over a weight of `weight_bytes` in host memory is faster on the
+ * CPU (max of its math and its reading of the weight) than copying the weight to the device and
+ * running there (copy, then the larger of the device's math and reading); 0 otherwise, and when
+ * the CPU's rates are unknown. */
+int ferry__place_on_cpu(const struct ferry_place_rates *r, double weight_bytes, double flops);
 
 #endif
