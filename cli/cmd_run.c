@@ -60,8 +60,10 @@ void run_usage(FILE *f, const char *cmd) {
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
           "  --max-seq-tokens N      KV capacity per sequence (default: longest request; at most the model's\n"
           "                          maximum position)\n"
-          "  --kv-dtype fp16|bf16|fp32  KV-cache element type (default: the model's dtype, as 'ferry model\n"
-          "                          show' prints)\n"
+          "  --kv-dtype F            KV-cache format: fp32, fp16, bf16, or fp8, int8, int4 with a scale per 32\n"
+          "                          (default: the model's dtype, as 'ferry model show' prints; 'ferry model\n"
+          "                          kv-error' reports what a format does to the logits)\n"
+          "  --kv-home device|host   where the KV cache lives; host: attention runs on the CPU over it\n"
           "%s"
           "MoE routing:\n"
           "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
@@ -111,7 +113,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -140,6 +142,7 @@ static const struct option run_opts[] = {
     {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
     {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
     {"keep-cache", no_argument, 0, OPT_KEEP_CACHE}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
+    {"kv-home", required_argument, 0, OPT_KV_HOME},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 _Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
 
@@ -324,6 +327,11 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
       case OPT_KEEP_CACHE: a->keep_cache = 1; break;
+      case OPT_KV_HOME:
+        if (strcmp(optarg, "device") && strcmp(optarg, "host"))
+          return cli_usage_error(cmd, "--kv-home: expected 'device' or 'host', got '%s'", optarg);
+        a->ec.kv_home_host = !strcmp(optarg, "host");
+        break;
       case OPT_OFFLOAD_COMPUTE:
         if (parse_offload_compute(cmd, optarg, a)) return CLI_USAGE;
         break;

@@ -122,8 +122,9 @@ struct ferry_engine_config {
   unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
   uint64_t seed;                 /**< token ids */
   int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
-  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values; FERRY_KV_AUTO (0,
-                                      the default): the model's own dtype (ferry_model_kv_format()) */
+  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values (fp32, fp16, bf16, or
+                                      fp8 / int8 / int4 with group scales); FERRY_KV_AUTO (0, the
+                                      default): the model's own dtype (ferry_model_kv_format()) */
   ferry_logits_fn on_logits;     /**< optional logits callback */
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data; required for MoE models there */
@@ -155,6 +156,9 @@ struct ferry_engine_config {
                                       the CPU from host memory with their KV cache there (llama.cpp's
                                       layers left on the CPU), or per step by the rule */
   struct ferry_compute_rates rates; /**< the AUTO rule's figures */
+  int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
+                                      device sends q, k and v and gets the result back: FlexGen,
+                                      ZeRO-Inference's KV offload); the device holds no cache */
 };
 
 /** One request to serve. */

@@ -176,6 +176,9 @@ struct ferry_kernel {
   float swiglu_limit;          /**< expert: clamped SwiGLU (gpt-oss) when > 0 */
   int scale_input;             /**< expert: each routed row is multiplied by its weight (aux[5],
                                     [m_tokens, top_k]) before the FFN (Llama 4) */
+  int32_t kv_format;           /**< attention, mla attention: enum ferry_kv_format of a quantized
+                                    cache (codes and group scales per head chunk, ferry/model.h);
+                                    0: elements of aux[2].dtype */
 };
 
 /**

@@ -111,6 +111,7 @@ static void layout_workspace(struct ferry_engine *e) {
 /* Whether layer l's KV cache lives in host memory: a streamed layer of a run that computes
  * streamed layers on the CPU (known once the plan says which layers stream). */
 static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
+  if (e->cfg.kv_home_host) return 1;
   return planned && e->cfg.compute_layers != FERRY_COMPUTE_GPU && e->plan.layer_block[l] >= 0;
 }
 
@@ -205,6 +206,15 @@ static ferry_status make_plan(struct ferry_engine *e) {
   e->kv_format = ferry_model_kv_format(e->model, e->cfg.kv_format);
   e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
+  const int32_t group = ferry_kv_format_group(e->kv_format);
+  const int64_t chunk = e->mc->kv_lora_rank ? e->mc->kv_lora_rank + e->mc->qk_rope_dim : e->mc->head_dim;
+  if (group && chunk % group) {
+    st = ferry__err_set(&e->err, FERRY_ERR_INVALID,
+                        "engine: a %s KV cache scales groups of %d elements of each %s, but %s's are %lld wide",
+                        ferry_kv_format_name(e->kv_format), group, e->mc->kv_lora_rank ? "latent row" : "head",
+                        e->mc->name, (long long)chunk);
+    goto out;
+  }
   layout_workspace(e);
   in.kv_bytes = layout_kv(e, 0);
   in.n_moe_layers = e->n_moe_layers;
@@ -288,6 +298,15 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
                             "engine: predictor features (mlp3, mlp7) are read from the device's activations; not with "
                             "layers computed on the CPU");
   }
+  if (c->kv_home_host && mc->kv_lora_rank)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home host: %s's latent attention on the CPU needs kv_b_proj in host memory, "
+                          "which a layer resident on the device has not (--offload-compute layers=cpu keeps the "
+                          "latent cache of the layers it computes there)", mc->name);
+  if (c->kv_home_host && mc->attn_sinks)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
+                          "attention on the CPU", mc->name);
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)

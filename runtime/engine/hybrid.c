@@ -14,7 +14,8 @@
   } while (0)
 
 int ferry__hybrid_on(const struct ferry_engine *e) {
-  return e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU;
+  return e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU ||
+         e->cfg.kv_home_host;
 }
 
 /* Host bytes a hybrid run adds: the CPU's workspace and the KV of the layers it computes. */
