@@ -52,6 +52,8 @@ void run_usage(FILE *f, const char *cmd) {
           "  --host-memory M         pinned (default: page-locked host tier, the link's full rate) or pageable\n"
           "                          (ordinary memory: copies staged by the driver, the profile's pageable rate)\n"
           "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
+          "  --expert-granularity G  expert (default: each expert through the expert cache) or layer (a layer's\n"
+          "                          experts stream with it, all together, as Accelerate and ZeRO-3 do)\n"
           "  --offload-compute SPEC  where what is not on the device is computed: gpu (fetch it, default), cpu\n"
           "                          (on the host's CPU from host memory; only activations cross the link) or\n"
           "                          auto (per op, fetch when copy + device time < CPU time); one for all, or\n"
@@ -113,7 +115,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -142,7 +144,7 @@ static const struct option run_opts[] = {
     {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
     {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
     {"keep-cache", no_argument, 0, OPT_KEEP_CACHE}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
-    {"kv-home", required_argument, 0, OPT_KV_HOME},
+    {"kv-home", required_argument, 0, OPT_KV_HOME}, {"expert-granularity", required_argument, 0, OPT_EXPERT_GRAN},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 _Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
 
@@ -327,6 +329,11 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
       case OPT_KEEP_CACHE: a->keep_cache = 1; break;
+      case OPT_EXPERT_GRAN:
+        if (strcmp(optarg, "expert") && strcmp(optarg, "layer"))
+          return cli_usage_error(cmd, "--expert-granularity: expected 'expert' or 'layer', got '%s'", optarg);
+        a->ec.expert_granularity_layer = !strcmp(optarg, "layer");
+        break;
       case OPT_KV_HOME:
         if (strcmp(optarg, "device") && strcmp(optarg, "host"))
           return cli_usage_error(cmd, "--kv-home: expected 'device' or 'host', got '%s'", optarg);

@@ -167,7 +167,8 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
   uint64_t need = 0, host_min = 0;
   const int fits = ferry_engine_min_budgets(model, store, &whole, &need, &host_min) == FERRY_OK && need <= budget;
   a->ec.device_budget_bytes = budget;
-  const int moe = ferry_model_get_config(model)->n_experts > 0;
+  /* experts moving with their layers stream like a dense model's layers */
+  const int moe = ferry_model_get_config(model)->n_experts > 0 && !a->ec.expert_granularity_layer;
   const char *how = ": the model fits, everything resident";
   if (fits) {
     a->ec.resident_all = 1;
@@ -199,9 +200,11 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
                                              const ferry_store *store) {
   if (!mc->n_experts && run_given(a, "expert-cache"))
     return ferry__fail(FERRY_ERR_INVALID, "--expert-cache needs a Mixture-of-Experts model (%s is dense)", a->model);
+  if (!mc->n_experts && run_given(a, "expert-granularity"))
+    return ferry__fail(FERRY_ERR_INVALID, "--expert-granularity needs a Mixture-of-Experts model (%s is dense)", a->model);
   if (!mc->n_experts && a->compute_experts_given && a->ec.compute_experts != FERRY_COMPUTE_GPU)
     return ferry__fail(FERRY_ERR_INVALID, "--offload-compute experts=...: %s is dense (no experts)", a->model);
-  if (mc->n_experts && run_given(a, "fill-budget"))
+  if (mc->n_experts && !a->ec.expert_granularity_layer && run_given(a, "fill-budget"))
     return ferry__fail(FERRY_ERR_INVALID,
                        "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
                        a->model);
@@ -224,7 +227,7 @@ static ferry_status refuse_ignored_when_resident(const struct run_args *a, int a
   if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
   static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
                                           "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
-                                          "offload-compute", NULL};
+                                          "offload-compute", "expert-granularity", NULL};
   const char *o = NULL;
   for (size_t i = 0; streaming[i] && !o; i++)
     if (run_given(a, streaming[i])) o = streaming[i];
@@ -348,6 +351,9 @@ int run_execute(struct run_args *a) {
   }
   /* --offload-compute cpu on a dense model: its only class is layers */
   if (!ferry_model_get_config(model)->n_experts) a->ec.compute_experts = FERRY_COMPUTE_GPU;
+  /* a layer's experts in its block: its expert cache and predictor do not exist */
+  if (a->ec.expert_granularity_layer && a->ec.compute_experts != FERRY_COMPUTE_GPU && !a->compute_experts_given)
+    a->ec.compute_experts = FERRY_COMPUTE_GPU;
   /* a plan sizes the KV cache from the requests, as the run would: load them when given */
   if (!a->plan_only || a->trace || a->synthetic) {
     if ((st = run_load_requests(a, &reqs, &n)) != FERRY_OK) {

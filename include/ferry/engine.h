@@ -106,8 +106,9 @@ struct ferry_engine_config {
   int32_t pin_last;              /**< last layers kept resident */
   int resident_attention;        /**< keep all attention resident, stream only FFN / experts */
   int resident_all;              /**< keep everything resident (reference runs) */
-  int fill_budget;               /**< dense models: pin whole layers, from the last, with the device
-                                      budget left after the working set (MoE models give it to the
+  int fill_budget;               /**< dense models (and MoE models whose experts move with their
+                                      layers): pin whole layers, from the last, with the device budget
+                                      left after the working set (other MoE models give it to the
                                       expert cache either way); `ferry run`/`sim` set it when they
                                       choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
@@ -156,6 +157,9 @@ struct ferry_engine_config {
                                       the CPU from host memory with their KV cache there (llama.cpp's
                                       layers left on the CPU), or per step by the rule */
   struct ferry_compute_rates rates; /**< the AUTO rule's figures */
+  int expert_granularity_layer;  /**< a layer's routed experts move with its block, all together
+                                      (Accelerate, DeepSpeed ZeRO-3), instead of one by one through the
+                                      expert cache; only the routed ones are computed */
   int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
                                       device sends q, k and v and gets the result back: FlexGen,
                                       ZeRO-Inference's KV offload); the device holds no cache */

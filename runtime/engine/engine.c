@@ -185,7 +185,8 @@ static ferry_status hybrid_plan(struct ferry_engine *e) {
                                                        : "unlimited");
   }
   const int64_t n_units = (int64_t)e->n_moe_layers * e->mc->n_experts;
-  if (e->mc->n_experts && !p->experts_pinned && p->experts_on_host < n_units && !e->sizing_only &&
+  if (e->mc->n_experts && !p->experts_pinned && !e->cfg.expert_granularity_layer && p->experts_on_host < n_units &&
+      !e->sizing_only &&
       (e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU))
     return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
                           "engine: experts computed on the CPU (--offload-compute) need their weights in host memory, "
@@ -241,7 +242,8 @@ static ferry_status make_plan(struct ferry_engine *e) {
   };
   char msg[FERRY_ERRMSG_MAX];
   st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
-  if (st == FERRY_OK && e->cfg.fill_budget && !e->mc->n_experts && pc.device_budget_bytes && !pc.resident_all) {
+  if (st == FERRY_OK && e->cfg.fill_budget && (!e->mc->n_experts || e->cfg.expert_granularity_layer) &&
+      pc.device_budget_bytes && !pc.resident_all) {
     /* The most pinned last layers whose working set still fits. Not monotonic near the end
      * (fewer streamed layers need fewer block slots), so every count is tried, largest first. */
     for (int32_t k = e->mc->n_layers - pc.pin_first; k > pc.pin_last; k--) {
@@ -307,6 +309,15 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
                           "attention on the CPU", mc->name);
+  if (c->expert_granularity_layer) {
+    if (!mc->n_experts)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --expert-granularity layer needs a Mixture-of-Experts model (%s is dense)", mc->name);
+    if (c->predict || c->compute_experts != FERRY_COMPUTE_GPU || c->expert_cache_lfu || c->expert_no_reuse)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --expert-granularity layer moves a layer's experts with it: there is no expert "
+                            "cache for a predictor, an eviction policy or --offload-compute experts=... to act on");
+  }
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
@@ -570,7 +581,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
           e->cfg.max_step_tokens);
   fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));
-  if (e->mc->n_experts)
+  if (e->mc->n_experts && !e->cfg.expert_granularity_layer)
     fprintf(f, "    expert cache     %d x %s%s\n", p->n_expert_slots, ferry__format_bytes(p->expert_slot_bytes, b[0], 32),
             p->experts_pinned ? " (all experts pinned)" : "");
   fprintf(f, "    minimum          %s\n", ferry__format_bytes(p->device_min_bytes, b[0], 32));
@@ -593,7 +604,9 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
     fprintf(f, "    %-28s %12s  %s\n", name, ferry__format_bytes(un->bytes, b[0], 32),
             un->pinned ? "pinned on device" : un->home == FERRY_TIER_HOST ? "streamed from host" : "streamed from disk");
   }
-  if (e->mc->n_experts) {
+  if (e->mc->n_experts && e->cfg.expert_granularity_layer) {
+    fprintf(f, "    %-28s %12s  %s\n", "experts", "", "in their layers' units, moving together");
+  } else if (e->mc->n_experts) {
     int64_t n = (int64_t)e->n_moe_layers * e->mc->n_experts;
     const int32_t first = e->expert_unit[e->first_moe_layer * e->mc->n_experts];
     fprintf(f, "    %-28s %12s  %s\n", "experts (each)", ferry__format_bytes(p->expert_slot_bytes ? p->expert_slot_bytes : e->units[first].bytes, b[0], 32),

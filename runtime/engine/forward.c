@@ -674,8 +674,9 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
       e->expert_ranks[at] = (int32_t)r;
     }
   int64_t n_cpu_pairs = 0;
-  if (e->plan.experts_pinned || e->layer_on_cpu) {
-    /* every expert where the layer runs: resident on the device, or the layer's CPU */
+  if (e->plan.experts_pinned || e->layer_on_cpu || e->cfg.expert_granularity_layer) {
+    /* every expert where the layer runs: resident on the device (or in the layer's block), or
+     * on the layer's CPU */
     for (int32_t x = 0; x < E; x++)
       if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
   } else {
