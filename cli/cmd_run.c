@@ -59,6 +59,8 @@ void run_usage(FILE *f, const char *cmd) {
           "                          auto (per op, fetch when copy + device time < CPU time); one for all, or\n"
           "                          per class: experts=cpu,layers=gpu\n"
           "  --max-batch N           concurrent sequences (default 8)\n"
+          "  --gpu-batches N         FlexGen's block schedule: N batches of --max-batch sequences go through each\n"
+          "                          loaded layer before it is evicted (default 1)\n"
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
           "  --max-seq-tokens N      KV capacity per sequence (default: longest request; at most the model's\n"
           "                          maximum position)\n"
@@ -115,7 +117,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -145,6 +147,7 @@ static const struct option run_opts[] = {
     {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
     {"keep-cache", no_argument, 0, OPT_KEEP_CACHE}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
     {"kv-home", required_argument, 0, OPT_KV_HOME}, {"expert-granularity", required_argument, 0, OPT_EXPERT_GRAN},
+    {"gpu-batches", required_argument, 0, OPT_GPU_BATCHES},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 _Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
 
@@ -329,6 +332,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
       case OPT_KEEP_CACHE: a->keep_cache = 1; break;
+      case OPT_GPU_BATCHES: if (cli_parse_int("--gpu-batches", optarg, 1, 1024, &v)) return CLI_USAGE; a->ec.gpu_batches = (int32_t)v; break;
       case OPT_EXPERT_GRAN:
         if (strcmp(optarg, "expert") && strcmp(optarg, "layer"))
           return cli_usage_error(cmd, "--expert-granularity: expected 'expert' or 'layer', got '%s'", optarg);

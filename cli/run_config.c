@@ -28,6 +28,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "executor", sim ? "sim" : a->backend);
   add_str(o, "expert_cache", a->ec.expert_cache_lfu ? "lfu" : "lru");
   add_str(o, "expert_granularity", a->ec.expert_granularity_layer ? "layer" : NULL); /* expert: older hashes */
+  if (a->ec.gpu_batches > 1) cJSON_AddNumberToObject(o, "gpu_batches", a->ec.gpu_batches); /* 1: older hashes */
   cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);

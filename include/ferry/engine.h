@@ -157,6 +157,11 @@ struct ferry_engine_config {
                                       the CPU from host memory with their KV cache there (llama.cpp's
                                       layers left on the CPU), or per step by the rule */
   struct ferry_compute_rates rates; /**< the AUTO rule's figures */
+  int32_t gpu_batches;           /**< FlexGen's block schedule: this many micro-batches of max_batch
+                                      sequences (and max_step_tokens tokens) each go through a layer
+                                      while it is loaded, so its weights cross once per step for all
+                                      of them; the KV cache holds gpu_batches x max_batch sequences
+                                      (0 or 1: one batch) */
   int expert_granularity_layer;  /**< a layer's routed experts move with its block, all together
                                       (Accelerate, DeepSpeed ZeRO-3), instead of one by one through the
                                       expert cache; only the routed ones are computed */

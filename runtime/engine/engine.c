@@ -19,6 +19,13 @@ static void apply_defaults(struct ferry_engine_config *c, const struct ferry_mod
   if (c->max_step_tokens <= 0) c->max_step_tokens = 256;
   if (c->max_step_tokens < c->max_batch) c->max_step_tokens = c->max_batch;
   if (c->max_seq_tokens <= 0) c->max_seq_tokens = mc->max_position < 2048 ? (int32_t)mc->max_position : 2048;
+  if (c->gpu_batches <= 0) c->gpu_batches = 1;
+}
+
+/* Micro-batches of a step and the sequences they hold together (the KV cache's slots). */
+static void mb_counts(struct ferry_engine *e) {
+  e->n_mb = e->cfg.gpu_batches > 0 ? e->cfg.gpu_batches : 1;
+  e->n_seqs = e->n_mb * e->cfg.max_batch;
 }
 
 /* Per-layer tables the forward pass and the plan read: layer kinds, RoPE, which layers route. */
@@ -71,7 +78,7 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(dq[0], e->max_q_numel);
   WS(dq[1], E ? e->max_q_numel : 0);
   WS(dq[2], E ? e->max_q_numel : 0);
-  WS(x, T * H);
+  WS(x, T * H * (uint64_t)e->n_mb); /* one hidden state per micro-batch */
   WS(h, T * H);
   WS(h2, mc->parallel_residual ? T * H : 0);
   WS(q, T * qd);
@@ -121,7 +128,7 @@ static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
  * the device's bytes. */
 static uint64_t layout_kv(struct ferry_engine *e, int planned) {
   const struct ferry_model_config *mc = e->mc;
-  const uint64_t B = (uint64_t)e->cfg.max_batch;
+  const uint64_t B = (uint64_t)e->n_seqs;
   const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
                                                                               : (uint64_t)(mc->n_kv_heads * mc->head_dim));
   uint64_t off[2] = {0, 0};
@@ -158,7 +165,7 @@ static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len)
   snprintf(buf, len,
            "%s %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)",
            e->mc->kv_lora_rank ? "MLA cache" : "KV cache", ferry__format_bytes(e->kv_total_bytes, total, sizeof total),
-           e->cfg.max_batch, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
+           e->n_seqs, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
   return buf;
 }
 
@@ -309,6 +316,10 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
                           "attention on the CPU", mc->name);
+  if (c->gpu_batches > 1024) return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --gpu-batches is at most 1024");
+  if (c->gpu_batches > 1 && c->token_features)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: predictor features (mlp3, mlp7) are kept for one batch per step; not with --gpu-batches");
   if (c->expert_granularity_layer) {
     if (!mc->n_experts)
       return ferry__err_set(err, FERRY_ERR_INVALID,
@@ -364,16 +375,19 @@ static void engine_free(struct ferry_engine *e) {
   ferry__cache_free(&e->cache);
   ferry__engine_free_units(e);
   ferry__plan_free(&e->plan);
-  ferry_free(e->tok_ids);
-  ferry_free(e->tok_pos);
-  ferry_free(e->tok_slot);
-  ferry_free(e->tok_seq);
-  ferry_free(e->tok_index);
-  ferry_free(e->tok_seqlen);
+  if (e->mbs) { /* the step arrays are micro-batch 0's, the others views into them */
+    ferry_free(e->mbs[0].tok_ids);
+    ferry_free(e->mbs[0].tok_pos);
+    ferry_free(e->mbs[0].tok_slot);
+    ferry_free(e->mbs[0].tok_seq);
+    ferry_free(e->mbs[0].tok_index);
+    ferry_free(e->mbs[0].tok_seqlen);
+    ferry_free(e->mbs[0].row_of_seq);
+    ferry_free(e->mbs);
+  }
   ferry_free(e->li);
   ferry_free(e->rope);
   ferry_free(e->kv);
-  ferry_free(e->row_of_seq);
   ferry_free(e->expert_tokens);
   ferry_free(e->expert_ranks);
   ferry_free(e->expert_count);
@@ -457,13 +471,32 @@ static ferry_status allocate(struct ferry_engine *e) {
   }
   const size_t T = (size_t)e->cfg.max_step_tokens, K = (size_t)(mc->experts_per_token ? mc->experts_per_token : 1),
                E = (size_t)(mc->n_experts ? mc->n_experts : 1);
-  e->tok_ids = ferry__calloc(T, sizeof(int32_t));
-  e->tok_pos = ferry__calloc(T, sizeof(int32_t));
-  e->tok_slot = ferry__calloc(T, sizeof(int32_t));
-  e->tok_seq = ferry__calloc(T, sizeof(int32_t));
-  e->tok_index = ferry__calloc(T, sizeof(int32_t));
-  e->tok_seqlen = ferry__calloc(T, sizeof(int32_t));
-  e->row_of_seq = ferry__calloc((size_t)e->cfg.max_batch, sizeof(int32_t));
+  const size_t M = (size_t)e->n_mb, B = (size_t)e->cfg.max_batch;
+  e->mbs = ferry__calloc(M, sizeof *e->mbs);
+  if (!e->mbs) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the micro-batches");
+  struct microbatch *b0 = &e->mbs[0];
+  b0->tok_ids = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_pos = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_slot = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_seq = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_index = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_seqlen = ferry__calloc(M * T, sizeof(int32_t));
+  b0->row_of_seq = ferry__calloc(M * B, sizeof(int32_t));
+  const uint64_t x0 = e->ws.x;
+  for (size_t m = 0; b0->tok_ids && b0->tok_pos && b0->tok_slot && b0->tok_seq && b0->tok_index && b0->tok_seqlen &&
+                     b0->row_of_seq && m < M;
+       m++) {
+    struct microbatch *b = &e->mbs[m];
+    b->tok_ids = b0->tok_ids + m * T;
+    b->tok_pos = b0->tok_pos + m * T;
+    b->tok_slot = b0->tok_slot + m * T;
+    b->tok_seq = b0->tok_seq + m * T;
+    b->tok_index = b0->tok_index + m * T;
+    b->tok_seqlen = b0->tok_seqlen + m * T;
+    b->row_of_seq = b0->row_of_seq + m * B;
+    b->x = x0 + (uint64_t)(m * T) * (uint64_t)mc->hidden * 4;
+  }
+  ferry__mb_use(e, 0);
   e->expert_tokens = ferry__calloc(T * K, sizeof(int32_t));
   e->expert_ranks = ferry__calloc(T * K, sizeof(int32_t));
   e->expert_count = ferry__calloc(E, sizeof(int32_t));
@@ -472,11 +505,11 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->routing_w = ferry__calloc(T * K, sizeof(float));
   e->votes = ferry__calloc(E, sizeof(int32_t));
   e->predicted = ferry__calloc(E, sizeof(int32_t));
-  e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
-  e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
+  e->seqs = ferry__calloc((size_t)e->n_seqs, sizeof *e->seqs);
+  e->seq_tokens = ferry__calloc((size_t)e->n_seqs * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
   if (!e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
-                          e->cfg.max_batch, e->kv_capacity);
+                          e->n_seqs, e->kv_capacity);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
       !e->routing_w || !e->seqs || !e->votes || !e->predicted)
@@ -530,6 +563,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   e->cfg = *config;
   e->has_data = ferry_exec_has_data(exec);
   apply_defaults(&e->cfg, e->mc);
+  mb_counts(e);
   ferry_status st = check_config(&e->cfg, e->mc, &e->err);
   if (st == FERRY_OK && e->has_data && !store)
     st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "engine: the %s executor computes on real weights: give a model folder with safetensors",
@@ -576,7 +610,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
   fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
-          ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->cfg.max_batch, e->kv_capacity, ferry_kv_format_name(e->kv_format),
+          ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format),
           e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
   fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
           e->cfg.max_step_tokens);
@@ -631,6 +665,7 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
   e->cfg = *config;
   e->has_data = store != NULL;
   apply_defaults(&e->cfg, e->mc);
+  mb_counts(e);
   ferry_status st = check_config(&e->cfg, e->mc, &e->err);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
@@ -655,6 +690,7 @@ ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *sto
   e->has_data = store != NULL;
   e->sizing_only = 1; /* every unit is homed on disk here: the CPU's need of host copies is not checked */
   apply_defaults(&e->cfg, e->mc);
+  mb_counts(e);
   ferry_status st = check_config(&e->cfg, e->mc, &e->err);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) {

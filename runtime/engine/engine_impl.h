@@ -93,6 +93,16 @@ struct seq {
   int active;
 };
 
+/* One micro-batch of a step (FlexGen's block schedule: --gpu-batches N runs N of them through
+ * each layer while it is loaded). The engine's tok_* arrays, n_tok, n_rows and ws.x are those of
+ * the micro-batch being issued (ferry__mb_use()); each keeps its own hidden state. */
+struct microbatch {
+  int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index, *tok_seqlen, *row_of_seq;
+  int32_t n_tok, n_rows;
+  uint64_t x;   /* its hidden state's offset in the workspace */
+  int on_host;  /* that hidden state is in the CPU's workspace (hybrid runs) */
+};
+
 struct ferry_engine {
   struct ferry_err err;
   const ferry_model *model;
@@ -127,7 +137,6 @@ struct ferry_engine {
   int32_t q_cpu, q_up, cq;
   ferry_buf *cws;
   int w_host;
-  int on_host;            /* the hidden state x is in hws_buf (a CPU-computed layer was last) */
   ferry_event *ev_down, *ev_cpu, *ev_up;
 
   /* buffers */
@@ -187,14 +196,19 @@ struct ferry_engine {
   uint64_t step_bytes_act;  /* activations moved between the sides this step */
   int32_t step_cpu_experts; /* routed experts computed on the CPU this step */
 
+  /* micro-batches: n_mb of up to max_batch sequences and max_step_tokens tokens each; the
+   * KV cache and the sequence table hold n_seqs = n_mb x max_batch sequences */
+  struct microbatch *mbs;
+  int32_t n_mb, n_seqs, cur_mb;
+
   /* serving */
   struct ferry_engine_request *reqs;
   struct ferry_request_metrics *req_metrics;
   int64_t n_reqs;
   struct ferry_step_metrics *steps;
   int64_t n_steps, cap_steps;
-  struct seq *seqs;         /* max_batch */
-  int32_t *seq_tokens;      /* max_batch x kv_capacity: each sequence's token ids */
+  struct seq *seqs;         /* n_seqs */
+  int32_t *seq_tokens;      /* n_seqs x kv_capacity: each sequence's token ids */
   int64_t load_ns;
   int64_t run_start_ns;
 };
@@ -249,7 +263,23 @@ static inline uint64_t ferry__readback_logits_offset(const struct ferry_engine *
   return ((uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->experts_per_token * 8 + 63) / 64 * 64;
 }
 static inline uint64_t ferry__readback_lookahead_offset(const struct ferry_engine *e) {
-  return ferry__readback_logits_offset(e) + ((uint64_t)e->cfg.max_batch * (uint64_t)e->mc->vocab * 4 + 63) / 64 * 64;
+  return ferry__readback_logits_offset(e) + ((uint64_t)e->n_seqs * (uint64_t)e->mc->vocab * 4 + 63) / 64 * 64;
+}
+
+/* Issue the following ops for micro-batch m: its token arrays, counts and hidden state. */
+static inline void ferry__mb_use(struct ferry_engine *e, int32_t m) {
+  const struct microbatch *b = &e->mbs[m];
+  e->cur_mb = m;
+  e->tok_ids = b->tok_ids;
+  e->tok_pos = b->tok_pos;
+  e->tok_slot = b->tok_slot;
+  e->tok_seq = b->tok_seq;
+  e->tok_index = b->tok_index;
+  e->tok_seqlen = b->tok_seqlen;
+  e->row_of_seq = b->row_of_seq;
+  e->n_tok = b->n_tok;
+  e->n_rows = b->n_rows;
+  e->ws.x = b->x;
 }
 static inline uint64_t ferry__readback_features_offset(const struct ferry_engine *e) {
   const uint64_t look = (uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->n_experts *

@@ -745,11 +745,15 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   return FERRY_OK;
 }
 
-static ferry_status logits(struct ferry_engine *e) {
+/* The head of micro-batch cur_mb and the read-back of its logits rows; the host waits for them
+ * after the last micro-batch's (`last`). */
+static ferry_status logits(struct ferry_engine *e, int last) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t S = e->n_rows, H = mc->hidden, V = mc->vocab;
   ferry_status xs = x_to(e, 0); /* the head is on the device */
   if (xs != FERRY_OK) return xs;
+  /* the previous micro-batch's logits must have left the workspace they share */
+  if (e->cur_mb > 0) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, e->ev_step));
   struct ferry_kernel g = kernel(FERRY_K_GATHER_ROWS, "gather_rows", -1);
   g.x = ferry__ws(e, e->ws.x);
   g.y = ferry__ws(e, e->ws.rows);
@@ -775,12 +779,13 @@ static ferry_status logits(struct ferry_engine *e) {
   }
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
-  const uint64_t off = ferry__readback_logits_offset(e);
+  /* each micro-batch's rows after the previous ones' */
+  const uint64_t off = ferry__readback_logits_offset(e) + (uint64_t)e->cur_mb * (uint64_t)e->cfg.max_batch * (uint64_t)V * 4;
   TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->readback_buf, off, FERRY_DTYPE_F32}, ferry__ws(e, e->ws.logits),
                       (uint64_t)(S * V) * 4));
   e->step_bytes_d2h += (uint64_t)(S * V) * 4;
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_step));
-  TRY(ferry_exec_sync(e->ex, e->ev_step));
+  if (last) TRY(ferry_exec_sync(e->ex, e->ev_step));
   return FERRY_OK;
 }
 
@@ -790,20 +795,39 @@ static ferry_status logits(struct ferry_engine *e) {
  * and issue them there. */
 static ferry_status x_to(struct ferry_engine *e, int cpu) {
   if (!ferry__hybrid_on(e)) return FERRY_OK;
-  if (cpu != e->on_host) {
+  struct microbatch *mb = &e->mbs[e->cur_mb];
+  if (cpu != mb->on_host) {
     const uint64_t row = (uint64_t)e->n_tok * (uint64_t)e->mc->hidden * 4;
     const uint64_t off[2] = {e->ws.x, e->ws.h2}, bytes[2] = {row, e->mc->parallel_residual ? row : 0};
     ferry_status st = cpu ? ferry__cross_down(e, off, bytes, 2) : ferry__cross_up(e, off, bytes, 2);
     if (st != FERRY_OK) return st;
-    e->on_host = cpu;
+    mb->on_host = cpu;
   }
   if (cpu) ferry__side_cpu(e);
   else ferry__side_device(e);
   return FERRY_OK;
 }
 
-static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
+/* Layer l of micro-batch cur_mb, where it runs: attention, then the FFN or the experts. */
+static ferry_status layer_body(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  if ((st = x_to(e, e->layer_on_cpu))) return st;
+  if ((st = attention_part(e, l))) return st;
+  uint64_t in = e->ws.h2;
+  if (!mc->parallel_residual) {
+    in = e->ws.h;
+    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+      return st;
+  }
+  return e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
+}
+
+/* One layer of the step: its block's arrival (and the prefetch of the blocks after it), the
+ * layer for every micro-batch while the block is there (FlexGen's zig-zag: a column of the
+ * layers x batches grid at a time), and the release of the block's slot after its last layer. */
+static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   const struct ferry_plan *p = &e->plan;
   ferry_status st;
   int32_t b = p->layer_block[l];
@@ -811,7 +835,6 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   /* a streamed layer of a step that computes them on the CPU: nothing is fetched, the block's
    * place in the fetch order passes */
   e->layer_on_cpu = b >= 0 && e->step_layers_cpu;
-  if ((st = x_to(e, e->layer_on_cpu))) return st;
   if (e->layer_on_cpu) {
     if (l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
       e->block_compute_seq++;
@@ -831,16 +854,11 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
       TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
     }
   }
-  if ((st = attention_part(e, l))) return st;
-  uint64_t in = e->ws.h2;
-  if (!mc->parallel_residual) {
-    in = e->ws.h;
-    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
-                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
-      return st;
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = layer_body(e, l))) return st;
   }
-  st = e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
-  if (st) return st;
   if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
     TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
     sl->used = 1;
@@ -862,11 +880,11 @@ static void step_seqlens(struct ferry_engine *e) {
   }
 }
 
-ferry_status ferry__engine_step(struct ferry_engine *e) {
+/* The embedding of micro-batch cur_mb's tokens into its hidden state. */
+static ferry_status embed(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
   step_seqlens(e);
-  e->step_layers_cpu = ferry__layers_on_cpu(e, e->n_tok);
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
   if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
   k.y = ferry__ws(e, e->ws.x);
@@ -886,7 +904,20 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
       (st = norm(e, "embed_norm", -1, e->ws.x, e->ws.x, e->n_tok, mc->hidden, W(e, FERRY_ROLE_EMBED_NORM, -1),
                  W(e, FERRY_ROLE_EMBED_NORM_BIAS, -1))))
     return st;
-  if ((st = ferry__features_after_embed(e))) return st;
+  return ferry__features_after_embed(e);
+}
+
+ferry_status ferry__engine_step(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  int32_t tokens = 0;
+  for (int32_t m = 0; m < e->n_mb; m++) tokens += e->mbs[m].n_tok;
+  e->step_layers_cpu = ferry__layers_on_cpu(e, tokens);
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = embed(e))) return st;
+  }
   for (int32_t l = 0; l < mc->n_layers; l++) {
     /* a range of the host issuing the layer (waits for routing included) */
     struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
@@ -894,5 +925,13 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
     ferry_exec_range_end(e->ex, &range);
     if (st) return st;
   }
-  return logits(e);
+  int32_t last = -1;
+  for (int32_t m = 0; m < e->n_mb; m++)
+    if (e->mbs[m].n_tok) last = m;
+  for (int32_t m = 0; m <= last; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = logits(e, m == last))) return st;
+  }
+  return FERRY_OK;
 }

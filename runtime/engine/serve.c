@@ -36,30 +36,32 @@ static int32_t argmax(const float *v, int64_t n) {
   return (int32_t)best;
 }
 
-/* Build the step's token list; returns the number of sequences in it. */
-static int32_t build_step(struct ferry_engine *e, int64_t *admit_order) {
-  const int32_t B = e->cfg.max_batch;
+/* Build micro-batch m's token list from its sequences (slots [m x max_batch, (m + 1) x
+ * max_batch)); returns the number of sequences in it. */
+static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order) {
+  const int32_t B = e->cfg.max_batch, s0 = m * B, s1 = s0 + B;
+  struct microbatch *mb = &e->mbs[m];
   int32_t n = 0, rows = 0, batch = 0;
-  for (int32_t s = 0; s < B; s++) e->seqs[s].step_tokens = 0;
+  for (int32_t s = s0; s < s1; s++) e->seqs[s].step_tokens = 0;
   /* decode tokens first: one per sequence past its prompt */
-  for (int32_t s = 0; s < B; s++) {
+  for (int32_t s = s0; s < s1; s++) {
     struct seq *q = &e->seqs[s];
     if (!q->active || q->prompt_done < e->reqs[q->req].prompt_tokens) continue;
     q->step_tokens = 1;
-    e->tok_ids[n] = q->last_token;
+    mb->tok_ids[n] = q->last_token;
     e->seq_tokens[(int64_t)s * e->kv_capacity + q->pos] = q->last_token;
-    e->tok_pos[n] = q->pos;
-    e->tok_slot[n] = s;
-    e->tok_seq[n] = s;
-    e->tok_index[n] = q->pos;
-    e->row_of_seq[rows++] = n;
+    mb->tok_pos[n] = q->pos;
+    mb->tok_slot[n] = s;
+    mb->tok_seq[n] = s;
+    mb->tok_index[n] = q->pos;
+    mb->row_of_seq[rows++] = n;
     n++;
     batch++;
   }
   /* then prefill chunks, in admission order */
   for (;;) {
     int32_t pick = -1;
-    for (int32_t s = 0; s < B; s++) {
+    for (int32_t s = s0; s < s1; s++) {
       struct seq *q = &e->seqs[s];
       if (!q->active || q->prompt_done >= e->reqs[q->req].prompt_tokens || q->step_tokens) continue;
       if (pick < 0 || admit_order[s] < admit_order[pick]) pick = s;
@@ -71,20 +73,31 @@ static int32_t build_step(struct ferry_engine *e, int64_t *admit_order) {
     if (chunk > e->cfg.max_step_tokens - n) chunk = e->cfg.max_step_tokens - n;
     for (int32_t j = 0; j < chunk; j++) {
       int32_t p = q->prompt_done + j;
-      e->tok_ids[n] = token_id(e, r->id, p);
-      e->seq_tokens[(int64_t)pick * e->kv_capacity + p] = e->tok_ids[n];
-      e->tok_pos[n] = p;
-      e->tok_slot[n] = pick;
-      e->tok_seq[n] = pick;
-      e->tok_index[n] = p;
+      mb->tok_ids[n] = token_id(e, r->id, p);
+      e->seq_tokens[(int64_t)pick * e->kv_capacity + p] = mb->tok_ids[n];
+      mb->tok_pos[n] = p;
+      mb->tok_slot[n] = pick;
+      mb->tok_seq[n] = pick;
+      mb->tok_index[n] = p;
       n++;
     }
     q->step_tokens = chunk;
-    if (q->prompt_done + chunk == r->prompt_tokens) e->row_of_seq[rows++] = n - 1;
+    if (q->prompt_done + chunk == r->prompt_tokens) mb->row_of_seq[rows++] = n - 1;
     batch++;
   }
-  e->n_tok = n;
-  e->n_rows = rows;
+  mb->n_tok = n;
+  mb->n_rows = rows;
+  return batch;
+}
+
+/* Build every micro-batch of the step; returns the sequences in it and the tokens in *tokens. */
+static int32_t build_step(struct ferry_engine *e, int64_t *admit_order, int32_t *tokens) {
+  int32_t batch = 0;
+  *tokens = 0;
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    batch += build_mb(e, m, admit_order);
+    *tokens += e->mbs[m].n_tok;
+  }
   return batch;
 }
 
@@ -127,7 +140,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   ferry_status st = FERRY_OK;
   e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
   e->req_metrics = ferry__calloc((size_t)(n ? n : 1), sizeof *e->req_metrics);
-  admit_order = ferry__calloc((size_t)e->cfg.max_batch, sizeof *admit_order);
+  admit_order = ferry__calloc((size_t)e->n_seqs, sizeof *admit_order);
   waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *waiting);
   /* Steps are bounded: each step produces a token or finishes a prefill chunk. */
   int64_t cap = 16;
@@ -164,7 +177,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     m->prompt_tokens = e->reqs[i].prompt_tokens;
     m->first_token_ns = m->finish_ns = -1;
   }
-  memset(e->seqs, 0, (size_t)e->cfg.max_batch * sizeof *e->seqs);
+  memset(e->seqs, 0, (size_t)e->n_seqs * sizeof *e->seqs);
   const int64_t t0 = ferry_exec_now(e->ex);
   e->run_start_ns = t0;
   int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
@@ -185,7 +198,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
         continue;
       }
       int32_t s = -1;
-      for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
+      for (int32_t i = 0; i < e->n_seqs && s < 0; i++)
         if (!e->seqs[i].active) s = i;
       if (s < 0) break;
       e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
@@ -213,14 +226,15 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
                         e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) : 0};
     e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = e->step_bytes_act = 0;
     e->step_hits = e->step_misses = e->step_cpu_experts = 0;
-    int32_t batch = build_step(e, admit_order);
+    int32_t step_tokens = 0;
+    int32_t batch = build_step(e, admit_order, &step_tokens);
     st = ferry__engine_step(e);
     ferry_exec_range_end(e->ex, &range);
     if (st != FERRY_OK) goto out;
     int64_t end = ferry_exec_now(e->ex) - t0;
     sm->end_ns = end;
     sm->batch = batch;
-    sm->tokens = e->n_tok;
+    sm->tokens = step_tokens;
     sm->bytes_disk = e->step_bytes_disk;
     sm->bytes_h2d = e->step_bytes_h2d;
     sm->bytes_d2h = e->step_bytes_d2h;
@@ -237,36 +251,39 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->cpu_experts = e->step_cpu_experts;
     e->n_steps++;
     ferry_exec_sample_memory(e->ex);
-    /* outcomes: each logits row is a generated token */
-    const float *logits = NULL;
-    if (e->has_data) {
-      uint64_t off = ferry__readback_logits_offset(e);
-      logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) + off);
-    }
-    for (int32_t i = 0; i < e->n_rows; i++) {
-      int32_t t = e->row_of_seq[i];
-      struct seq *q = &e->seqs[e->tok_seq[t]];
-      const struct ferry_engine_request *rq = &e->reqs[q->req];
-      struct ferry_request_metrics *m = &e->req_metrics[q->req];
-      const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
-      if (row && e->cfg.on_logits) {
-        int32_t s_idx = e->tok_seq[t];
-        e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, e->seq_tokens + (int64_t)s_idx * e->kv_capacity,
-                         e->tok_pos[t] + 1, row, e->mc->vocab);
+    /* outcomes: each logits row is a generated token; micro-batch m's rows follow those before */
+    for (int32_t mbi = 0; mbi < e->n_mb; mbi++) {
+      const struct microbatch *mb = &e->mbs[mbi];
+      const float *logits = NULL;
+      if (e->has_data) {
+        uint64_t off = ferry__readback_logits_offset(e) + (uint64_t)mbi * (uint64_t)e->cfg.max_batch * (uint64_t)e->mc->vocab * 4;
+        logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) + off);
       }
-      if (q->generated == 0) m->first_token_ns = end;
-      q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
-      q->generated++;
-      m->output_tokens = q->generated;
-      if (q->generated == rq->output_tokens) {
-        m->finish_ns = end;
-        q->active = 0;
-        active--;
-        done++;
+      for (int32_t i = 0; i < mb->n_rows; i++) {
+        int32_t t = mb->row_of_seq[i];
+        struct seq *q = &e->seqs[mb->tok_seq[t]];
+        const struct ferry_engine_request *rq = &e->reqs[q->req];
+        struct ferry_request_metrics *m = &e->req_metrics[q->req];
+        const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
+        if (row && e->cfg.on_logits) {
+          int32_t s_idx = mb->tok_seq[t];
+          e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, e->seq_tokens + (int64_t)s_idx * e->kv_capacity,
+                           mb->tok_pos[t] + 1, row, e->mc->vocab);
+        }
+        if (q->generated == 0) m->first_token_ns = end;
+        q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
+        q->generated++;
+        m->output_tokens = q->generated;
+        if (q->generated == rq->output_tokens) {
+          m->finish_ns = end;
+          q->active = 0;
+          active--;
+          done++;
+        }
       }
     }
     /* the step's tokens are now in the KV cache */
-    for (int32_t s = 0; s < e->cfg.max_batch; s++) {
+    for (int32_t s = 0; s < e->n_seqs; s++) {
       struct seq *q = &e->seqs[s];
       if (!q->step_tokens) continue;
       if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
