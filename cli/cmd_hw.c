@@ -1,6 +1,7 @@
 /* `ferry hw`: the hardware-profile catalogue (list, show), so a user can see which GPUs,
  * links, disks and host memories the simulator knows and where every figure comes from. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -19,7 +20,10 @@ static void usage(FILE *f) {
           "               each figure and which figures were fitted from measurements\n"
           "  kernel       the simulated time of kernels on a profile's GPU (ferry hw kernel --help)\n\n"
           "Catalogue folders, searched in order: $FERRY_HW_PATH (':'-separated), the source tree's\n"
-          "hw/, the installed share/ferry/hw. The file format is described in hw/README.md.\n");
+          "hw/, share/ferry/hw beside the running ferry (BIN/../share/ferry/hw: an installation under\n"
+          "any prefix), the datadir configured at build time. Rates are GB/s (10^9 bytes/s) throughout;\n"
+          "a source published in GiB/s shows its converted figure with the published one beside it.\n"
+          "The file format is described in hw/README.md.\n");
 }
 
 static const char *num(double v, const char *fmt, char *buf, size_t len) {
@@ -77,6 +81,18 @@ static void show_f(const char *path, double v, const char *unit) {
 static void show_bytes(const char *path, uint64_t v) {
   char buf[32];
   printf("  %-28s %llu (%s)\n", path, (unsigned long long)v, ferry__format_bytes(v, buf, sizeof buf));
+}
+
+/* A source's figure in the unit the fields use: a rate published in GiB/s (2^30 bytes/s, as
+ * FlexGen's "GB") shows as GB/s (10^9 bytes/s) with the published figure beside it, so one link
+ * is not "13.8405 GB/s" above and "12.89 GiB/s" below. */
+static void source_value(const char *v, char *out, size_t len) {
+  char *end = NULL;
+  const double x = strtod(v, &end);
+  if (end && end != v && !strcmp(end, " GiB/s"))
+    snprintf(out, len, "%.6g GB/s (published as %s)", x * 1073741824.0 / 1e9, v);
+  else
+    snprintf(out, len, "%s", v);
 }
 
 static int hw_show(const char *name) {
@@ -152,27 +168,28 @@ static int hw_show(const char *name) {
   printf("\nsources:\n");
   for (size_t i = 0; i < p->n_sources; i++) {
     const struct ferry_hw_source *s = &p->sources[i];
-    printf("  %-28s %s\n    %s (%s)\n", s->figure, s->value, s->source, s->date);
+    char value[160];
+    source_value(s->value, value, sizeof value);
+    printf("  %-28s %s\n    %s (%s)\n", s->figure, value, s->source, s->date);
   }
   ferry_hw_close(hw);
   return CLI_OK;
 }
 
 int cmd_hw(int argc, char **argv) {
-  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
-    usage(stdout);
-    return CLI_OK;
-  }
+  /* --help anywhere (ferry hw list --help) is the help; kernel has its own */
+  const int kernel = argc >= 2 && !strcmp(argv[1], "kernel");
+  for (int i = 1; i < argc && !kernel; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || (i == 1 && !strcmp(argv[i], "help"))) {
+      usage(stdout);
+      return CLI_OK;
+    }
   if (argc < 2) return cli_usage_error("hw", "missing subcommand (list, show or kernel)");
   if (!strcmp(argv[1], "list")) {
     if (argc != 2) return cli_usage_error("hw", "list takes no arguments");
     return hw_list();
   }
   if (!strcmp(argv[1], "show")) {
-    if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-      usage(stdout);
-      return CLI_OK;
-    }
     if (argc != 3) return cli_usage_error("hw", "show takes one profile name or file");
     return hw_show(argv[2]);
   }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/output.h"
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/error.h"
@@ -82,6 +83,11 @@ void run_usage(FILE *f, const char *cmd) {
           "Output:\n"
           "  --plan-only             print the residency plan and exit\n"
           "  --db FILE               write the run (requests, steps, memory, timeline) to SQLite\n"
+          "  --repeat N              run N times, each repetition its own run in --db, tagged with one\n"
+          "                          repeat group ('ferry db diff' compares groups with a statistical test)\n"
+          "  --repeat-group TAG      the repeat group's tag (default: one made up per invocation); runs of\n"
+          "                          separate invocations with one tag form one group (to interleave two builds)\n"
+          "  --format F              summary as text (default), json, csv or md (docs/output-formats.md)\n"
           "  --quiet                 no progress lines\n",
           cmd, sim ? "NAME|DIR" : "DIR",
           sim ? "Simulate serving a trace on a hardware profile: the same engine as 'ferry run', on a\n"
@@ -117,7 +123,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_REPEAT, OPT_REPEAT_GROUP, OPT_FORMAT, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -145,7 +151,9 @@ static const struct option run_opts[] = {
     {"predictor-model", required_argument, 0, OPT_PREDICTOR_MODEL}, {"predictor-routing", required_argument, 0, OPT_PREDICTOR_ROUTING}, {"routing-synth", required_argument, 0, OPT_ROUTING_SYNTH},
     {"allow-nonfinite", no_argument, 0, OPT_ALLOW_NONFINITE}, {"kv-dtype", required_argument, 0, OPT_KV_DTYPE},
     {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
-    {"keep-cache", no_argument, 0, OPT_KEEP_CACHE}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
+    {"keep-cache", no_argument, 0, OPT_KEEP_CACHE},
+    {"repeat", required_argument, 0, OPT_REPEAT}, {"repeat-group", required_argument, 0, OPT_REPEAT_GROUP},
+    {"format", required_argument, 0, OPT_FORMAT}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
     {"kv-home", required_argument, 0, OPT_KV_HOME}, {"expert-granularity", required_argument, 0, OPT_EXPERT_GRAN},
     {"gpu-batches", required_argument, 0, OPT_GPU_BATCHES},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
@@ -177,7 +185,8 @@ static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
                                                  "predictor-routing", "predictor-model", "runtime", "host-memory",
-                                                 "keep-cache", NULL})))
+                                                 "keep-cache", "repeat", "repeat-group",
+                                                 "format", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
   if (sim && (o = first_given(a, (const char *const[]){"greedy", "threads", NULL})))
     return cli_usage_error(cmd, "--%s is for 'ferry run': the simulator reads no weights and computes nothing", o);
@@ -269,6 +278,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   a->ec.block_layers = 1;
   a->ec.prefetch_depth = 1;
   a->trace_opts.rate_scale = 1.0;
+  a->repeat = 1;
   int sim = !strcmp(cmd, "sim");
   int64_t v;
   int drop_cache_set = 0;
@@ -402,6 +412,12 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         if (sim) return cli_usage_error(cmd, "--allow-nonfinite is for 'ferry run' (the simulator reads no weight values)");
         a->ec.allow_nonfinite = 1;
         break;
+      case OPT_REPEAT: if (cli_parse_int("--repeat", optarg, 1, 10000, &v)) return CLI_USAGE; a->repeat = (int)v; break;
+      case OPT_REPEAT_GROUP:
+        if (!*optarg || strlen(optarg) > 200) return cli_usage_error(cmd, "--repeat-group: a tag of 1 to 200 characters");
+        a->repeat_group = optarg;
+        break;
+      case OPT_FORMAT: if (cli_parse_format(cmd, optarg, &a->format)) return CLI_USAGE; break;
       case OPT_HELP: run_usage(stdout, cmd); return -1;
       default: return cli_usage_error(cmd, "invalid option");
     }
@@ -412,6 +428,10 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   if (a->trace && a->synthetic) return cli_usage_error(cmd, "give either --trace or --synthetic, not both");
   if (sim && !a->hw && !a->plan_only) return cli_usage_error(cmd, "missing --hw PROFILE (see ferry hw list)");
   if (a->profile && !a->db) return cli_usage_error(cmd, "--profile writes the GPU timeline to --db FILE: give one");
+  if (a->repeat_group && !a->db) return cli_usage_error(cmd, "--repeat-group tags runs in --db FILE: give one");
+  if (a->repeat > 1 && (a->dump_logits || a->record_routing))
+    return cli_usage_error(cmd, "--repeat %d would write --%s %d times over: repeat without it", a->repeat,
+                           a->dump_logits ? "dump-logits" : "record-routing", a->repeat);
   if (a->profile && strcmp(a->backend, "cuda"))
     return cli_usage_error(cmd, "--profile traces the GPU: use it with --backend cuda");
   const int refused = refuse_ignored(cmd, a, sim);
@@ -504,5 +524,5 @@ int cmd_run(int argc, char **argv) {
   struct run_args a;
   int rc = run_parse(argc, argv, "run", &a);
   if (rc) return rc < 0 ? CLI_OK : rc;
-  return run_execute(&a);
+  return run_repeat(&a);
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/json.h"
 
 static const struct command {
   const char *name;
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  ferry__json_init(); /* every cJSON tree of the process through one allocator */
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

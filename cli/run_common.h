@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "cli/output.h"
 #include "ferry/engine.h"
 #include "ferry/trace.h"
 
@@ -24,6 +25,14 @@ struct run_args {
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
   uint64_t given;   /* one bit per option given on the command line (run_given()) */
+  int repeat;               /* --repeat N (1 by default) */
+  const char *repeat_group; /* --repeat-group TAG, or NULL */
+  enum cli_format format;   /* --format of the summary */
+  /* set by run_repeat() for each repetition; run_execute() fills the out fields */
+  int repeat_index;
+  const char *group_tag;          /* the repeat group written to the database, or NULL */
+  struct ferry_serve_summary *summary_out; /* receives the summary (not printed) when not NULL */
+  int64_t run_id_out;             /* the run's id in --db, or 0 */
 };
 
 /* Whether the option with this long name ("block-layers") was given. */
@@ -41,5 +50,8 @@ char *run_config_json(const struct run_args *a);
 void run_config_hash(const char *config_json, char out[17]);
 /* Open model/store/executor, build the engine, serve, print, write the database. */
 int run_execute(struct run_args *a);
+/* run_execute() --repeat times on fresh copies of the options, each repetition its own run in
+ * the repeat group, then the summaries in --format (run_summary.c). */
+int run_repeat(const struct run_args *a);
 
 #endif

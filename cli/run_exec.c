@@ -19,6 +19,7 @@
 #include "ferry/exec.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
+#include "ferry/provenance.h"
 #include "ferry/routing.h"
 #include "cli/predict_glue.h"
 #include "cli/run_routing_meta.h"
@@ -77,7 +78,7 @@ static ferry_status write_results(ferry_db *db, int64_t run_id, ferry_engine *en
     struct ferry_step_row r = {.step = sm[i].step, .start_ns = base + sm[i].start_ns, .end_ns = base + sm[i].end_ns,
                                .batch = sm[i].batch, .tokens = sm[i].tokens, .bytes_disk = sm[i].bytes_disk,
                                .bytes_h2d = sm[i].bytes_h2d, .bytes_d2h = sm[i].bytes_d2h, .hits = sm[i].hits,
-                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns};
+                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns, .kv_tokens = sm[i].kv_tokens};
     st = ferry_db_add_step(db, run_id, &r);
   }
   if (st == FERRY_OK) st = ferry_db_flush(db);
@@ -512,17 +513,24 @@ int run_execute(struct run_args *a) {
   if (db) {
     char hash[17];
     run_config_hash(config_json ? config_json : "", hash);
+    /* what made the run: build, machine, GPU (docs/schema.md, provenance) */
+    struct ferry_provenance prov;
+    ferry_provenance_collect(ex, &prov);
     struct ferry_run_info info = {.kind = sim ? FERRY_RUN_SIM : !strcmp(a->backend, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST,
                                   .model = a->model,
                                   .hardware = sim ? a->hw : a->backend,
                                   .trace = a->trace ? a->trace : a->synthetic,
                                   .config_json = config_json,
                                   .config_hash = hash,
-                                  .sweep_key = getenv("FERRY_SWEEP_KEY")}; /* set by ferry sweep */
+                                  .git_rev = ferry_provenance_value(&prov, "BUILD_GIT_DESCRIBE"),
+                                  .sweep_key = getenv("FERRY_SWEEP_KEY"), /* set by ferry sweep */
+                                  .repeat_group = a->group_tag,
+                                  .repeat_index = a->repeat_index};
     if ((st = ferry_db_run_begin(db, &info, &run_id)) != FERRY_OK) {
       cli_fail(st, NULL);
       goto out;
     }
+    for (size_t i = 0; i < prov.count; i++) ferry_db_run_meta(db, run_id, prov.items[i].name, prov.items[i].value);
     /* the budgets the run had, defaults included (0: unlimited) */
     char budget[32];
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)a->ec.device_budget_bytes);
@@ -581,10 +589,16 @@ int run_execute(struct run_args *a) {
   }
   struct ferry_serve_summary sum;
   ferry_engine_summary(eng, &sum);
-  ferry_serve_summary_print(&sum, stdout);
+  if (a->summary_out) *a->summary_out = sum;
+  else ferry_serve_summary_print(&sum, stdout);
   if (db && (st = write_results(db, run_id, eng, &sum)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
+  }
+  if (db) {
+    char kv[32];
+    snprintf(kv, sizeof kv, "%lld", (long long)sum.kv_capacity_tokens);
+    ferry_db_run_meta(db, run_id, "KV_CAPACITY_TOKENS", kv);
   }
   /* for the report: the routing traces this run used, and its prefetch counts */
   run_routing_meta(db, run_id, "replayed", a->routing, replayed);
@@ -655,6 +669,7 @@ out:
     ferry_status fst = ferry_db_run_finish(db, run_id, rc == CLI_OK ? NULL : ferry_last_error());
     if (fst != FERRY_OK && rc == CLI_OK) rc = cli_fail(fst, NULL);
     if (rc == CLI_OK && a->progress) fprintf(stderr, "ferry: wrote run %lld to %s\n", (long long)run_id, a->db);
+    a->run_id_out = run_id;
   }
   ferry_db_close(db);
   ferry_free(config_json);

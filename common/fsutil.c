@@ -333,3 +333,19 @@ ferry_status ferry__check_paths(const struct ferry_path_use *uses, size_t n) {
   }
   return FERRY_OK;
 }
+
+char *ferry__installed_hw_dir(void) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash) return NULL;
+  *slash = '\0'; /* the bin folder */
+  char *dir = ferry__asprintf("%s/../share/ferry/hw", exe);
+  if (dir && !ferry__is_dir(dir)) {
+    ferry_free(dir);
+    dir = NULL;
+  }
+  return dir;
+}

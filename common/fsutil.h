@@ -16,6 +16,10 @@ void ferry__rm_rf(const char *path);
 char *ferry__path_join(const char *dir, const char *name);
 /* Whether path exists and is a directory / regular file. */
 int ferry__is_dir(const char *path);
+/* The hardware-profile folder of an installation this program runs from: BIN/../share/ferry/hw
+ * beside the running executable (/proc/self/exe), so a binary installed under any prefix
+ * (cmake --install --prefix P) finds P/share/ferry/hw. Owned, or NULL when there is none. */
+char *ferry__installed_hw_dir(void);
 int ferry__is_file(const char *path);
 /* Write all bytes to fd at the current position, retrying short writes and EINTR; maps
  * ENOSPC to FERRY_ERR_NO_SPACE. `what` names the file in the message. */

@@ -81,7 +81,8 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   }
   if (db->read_only) {
     /* the readers' one way in, shared with reports/ and calibrate */
-    st = ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db->sql, NULL, &db->err);
+    st = ferry__sqlite_open_read(path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db->sql, &db->version,
+                                 &db->err);
     if (st != FERRY_OK) goto out_free;
     *out = db;
     return FERRY_OK;
@@ -157,6 +158,7 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   if (version < FERRY_DB_SCHEMA_VERSION &&
       (st = ferry__db_migrate(db->sql, path, FERRY_DB_SCHEMA_VERSION, &db->err)) != FERRY_OK)
     goto out_free;
+  db->version = FERRY_DB_SCHEMA_VERSION;
   *out = db;
   return FERRY_OK;
 
@@ -233,8 +235,8 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   if (rc != SQLITE_OK) goto out_error;
   rc = sqlite3_prepare_v2(db->sql,
                           "INSERT INTO runs(kind,started_at,complete,model,hardware,trace,config_json,"
-                          "config_hash,ferry_version,git_rev,notes,hostname,pid,sweep_key) "
-                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+                          "config_hash,ferry_version,git_rev,notes,hostname,pid,sweep_key,repeat_group,repeat_index) "
+                          "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
                           -1, &ins, NULL);
   if (rc != SQLITE_OK) goto out_rollback;
   sqlite3_bind_text(ins, 1, ferry_run_kind_name(info->kind), -1, SQLITE_STATIC);
@@ -250,6 +252,10 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
   bind_text_or_null(ins, 11, host[0] ? host : NULL);
   sqlite3_bind_int64(ins, 12, (int64_t)getpid());
   bind_text_or_null(ins, 13, info->sweep_key && *info->sweep_key ? info->sweep_key : NULL);
+  const int grouped = info->repeat_group && *info->repeat_group;
+  bind_text_or_null(ins, 14, grouped ? info->repeat_group : NULL);
+  if (grouped) sqlite3_bind_int(ins, 15, info->repeat_index);
+  else sqlite3_bind_null(ins, 15);
   if ((rc = sqlite3_step(ins)) != SQLITE_DONE) goto out_rollback;
   int64_t id = sqlite3_last_insert_rowid(db->sql);
   sqlite3_finalize(ins);
@@ -504,6 +510,70 @@ ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, stru
   return st;
 }
 
+ferry_status ferry_db_run_meta_list(ferry_db *db, int64_t run_id, const char *prefix, struct ferry_meta_row **rows,
+                                    size_t *count) {
+  if (!db || !rows || !count) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_run_meta_list: NULL argument");
+  *rows = NULL;
+  *count = 0;
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *q = NULL;
+  struct ferry_meta_row *arr = NULL;
+  size_t n = 0, cap = 0;
+  ferry_status st = FERRY_OK;
+  /* substr, not LIKE: a prefix holding % or _ means itself */
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT name, value FROM META_DATA_EXPORT WHERE runId = ?1 AND"
+                              " (?2 IS NULL OR substr(name, 1, length(?2)) = ?2) ORDER BY rowid",
+                              -1, &q, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(q, 1, run_id);
+    if (prefix) sqlite3_bind_text(q, 2, prefix, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(q, 2);
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+      if (n == cap) {
+        size_t ncap = cap ? cap * 2 : 16;
+        struct ferry_meta_row *p2 = ferry__reallocarray(arr, ncap, sizeof *p2);
+        if (!p2) {
+          st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory reading run facts", db->path);
+          break;
+        }
+        arr = p2;
+        cap = ncap;
+      }
+      const unsigned char *name = sqlite3_column_text(q, 0), *value = sqlite3_column_text(q, 1);
+      arr[n].name = ferry__strdup(name ? (const char *)name : "");
+      arr[n].value = value ? ferry__strdup((const char *)value) : NULL;
+      if (!arr[n].name || (value && !arr[n].value)) {
+        ferry_free(arr[n].name);
+        ferry_free(arr[n].value);
+        st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory reading run facts", db->path);
+        break;
+      }
+      n++;
+    }
+  }
+  if (st == FERRY_OK && rc != SQLITE_DONE)
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "reading run facts", &db->err);
+  sqlite3_finalize(q);
+  pthread_mutex_unlock(&db->write_mu);
+  if (st != FERRY_OK) {
+    ferry_db_meta_free(arr, n);
+    return st;
+  }
+  *rows = arr;
+  *count = n;
+  return FERRY_OK;
+}
+
+void ferry_db_meta_free(struct ferry_meta_row *rows, size_t count) {
+  if (!rows) return;
+  for (size_t i = 0; i < count; i++) {
+    ferry_free(rows[i].name);
+    ferry_free(rows[i].value);
+  }
+  ferry_free(rows);
+}
+
 ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *r) {
   ferry_status st = check_writable(db, "ferry_db_add_quant_quality");
   if (st != FERRY_OK) return st;
@@ -612,10 +682,18 @@ static char *col_dup(sqlite3_stmt *q, int i, int *oom) {
   return s;
 }
 
+/* The runs columns every reader gets; %s: the columns of schema version 5, or NULLs for an
+ * older database opened read-only (never migrated). */
 static const char run_cols[] =
     "SELECT id, kind, model, hardware, trace, started_at, finished_at, complete, error, config_json,"
-    " config_hash, notes, dropped_records, (SELECT count(*) FROM requests r WHERE r.runId = runs.id)"
-    " FROM runs";
+    " config_hash, notes, dropped_records, (SELECT count(*) FROM requests r WHERE r.runId = runs.id),"
+    " git_rev, ferry_version, %s FROM runs";
+
+static void run_query(const ferry_db *db, const char *where, char *out, size_t len) {
+  char cols[sizeof run_cols + 64];
+  snprintf(cols, sizeof cols, run_cols, db->version >= 5 ? "repeat_group, repeat_index" : "NULL, NULL");
+  snprintf(out, len, "%s %s", cols, where);
+}
 
 static ferry_status read_runs(ferry_db *db, const char *sql_text, int64_t only,
                               struct ferry_run_summary **runs, size_t *count) {
@@ -657,6 +735,10 @@ static ferry_status read_runs(ferry_db *db, const char *sql_text, int64_t only,
     r->notes = col_dup(q, 11, &oom);
     r->dropped_records = sqlite3_column_int64(q, 12);
     r->requests = sqlite3_column_int64(q, 13);
+    r->git_rev = col_dup(q, 14, &oom);
+    r->ferry_version = col_dup(q, 15, &oom);
+    r->repeat_group = col_dup(q, 16, &oom);
+    r->repeat_index = sqlite3_column_int(q, 17);
     if (oom) break;
   }
   if (oom) {
@@ -681,15 +763,15 @@ out_free:
 
 ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count) {
   if (!db || !runs || !count) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_list_runs: NULL argument");
-  char sql_text[512];
-  snprintf(sql_text, sizeof sql_text, "%s ORDER BY id", run_cols);
+  char sql_text[640];
+  run_query(db, "ORDER BY id", sql_text, sizeof sql_text);
   return read_runs(db, sql_text, 0, runs, count);
 }
 
 ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run) {
   if (!db || !run) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_get_run: NULL argument");
-  char sql_text[512];
-  snprintf(sql_text, sizeof sql_text, "%s WHERE id = ?1", run_cols);
+  char sql_text[640];
+  run_query(db, "WHERE id = ?1", sql_text, sizeof sql_text);
   size_t n;
   ferry_status st = read_runs(db, sql_text, run_id, run, &n);
   if (st == FERRY_OK && n == 0) {
@@ -713,6 +795,9 @@ void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count) {
     ferry_free(r->config_json);
     ferry_free(r->config_hash);
     ferry_free(r->notes);
+    ferry_free(r->git_rev);
+    ferry_free(r->ferry_version);
+    ferry_free(r->repeat_group);
   }
   ferry_free(runs);
 }
@@ -724,7 +809,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double percentile(const double *v, size_t n, double p) {
+double ferry__db_percentile(const double *v, size_t n, double p) {
   double pos = p / 100.0 * (double)(n - 1);
   size_t lo = (size_t)pos;
   if (lo + 1 >= n) return v[n - 1];
@@ -740,9 +825,9 @@ static void dist_of(double *v, size_t n, struct ferry_dist *d) {
   for (size_t i = 0; i < n; i++) sum += v[i];
   d->count = (int64_t)n;
   d->mean = sum / (double)n;
-  d->p50 = percentile(v, n, 50);
-  d->p90 = percentile(v, n, 90);
-  d->p99 = percentile(v, n, 99);
+  d->p50 = ferry__db_percentile(v, n, 50);
+  d->p90 = ferry__db_percentile(v, n, 90);
+  d->p99 = ferry__db_percentile(v, n, 99);
 }
 
 ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
@@ -827,6 +912,28 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   stats->bytes_h2d = ferry__f64_to_u64(sqlite3_column_double(q, 2));
   stats->bytes_d2h = ferry__f64_to_u64(sqlite3_column_double(q, 3));
   stats->stall_ns = ferry__f64_to_i64(sqlite3_column_double(q, 4));
+  if (stats->steps) goto out_free;
+  sqlite3_finalize(q);
+  q = NULL;
+  /* no engine steps (an imported nsys run): the bytes its timeline's copies moved */
+  what = "reading copies";
+  rc = sqlite3_prepare_v2(db->sql,
+                          "SELECT copyKind, total(bytes), count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId=?1"
+                          " GROUP BY copyKind", -1, &q, NULL);
+  if (rc != SQLITE_OK) goto out_sqlite;
+  sqlite3_bind_int64(q, 1, run_id);
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const int64_t kind = sqlite3_column_int64(q, 0);
+    const uint64_t bytes = ferry__f64_to_u64(sqlite3_column_double(q, 1));
+    uint64_t *to = kind == FERRY_COPY_HTOD || kind == 11   ? &stats->bytes_h2d /* 11: unified memory */
+                   : kind == FERRY_COPY_DTOH || kind == 12 ? &stats->bytes_d2h
+                   : kind == FERRY_COPY_DISK_TO_HOST       ? &stats->bytes_disk
+                                                           : NULL;
+    if (!to) continue;
+    *to = bytes > UINT64_MAX - *to ? UINT64_MAX : *to + bytes;
+    stats->bytes_from_timeline = 1;
+  }
+  if (rc != SQLITE_DONE) goto out_sqlite;
   goto out_free;
 
 out_sqlite:

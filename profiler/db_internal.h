@@ -96,6 +96,7 @@ struct ferry_db {
   sqlite3 *sql;
   char *path;
   int read_only;
+  int version; /* schema version (PRAGMA user_version): older ones are read, never migrated, read-only */
   struct ferry_err err;
   pthread_mutex_t write_mu;
   pthread_mutex_t batch_mu;
@@ -131,6 +132,16 @@ void ferry__db_strings_free(struct ferry_db *db);
 ferry_status ferry__db_flush(struct ferry_db *db);
 /* Append to a vector (caller holds batch_mu); returns the new slot or NULL. */
 void *ferry__vec_push(struct ferry__vec *v);
+
+/* db.c: percentile p (0..100) of n >= 1 sorted values, linear interpolation between closest
+ * ranks (ferry_dist's definition); diff.c takes medians of repeated runs with it. */
+double ferry__db_percentile(const double *v, size_t n, double p);
+
+/* diff_stats.c: one-sided Mann-Whitney U test that y is stochastically larger than x (exact
+ * distribution for small samples, normal approximation with tie correction otherwise), and
+ * Cliff's delta P(y > x) - P(y < x). */
+double ferry__mann_whitney_greater(const double *x, size_t nx, const double *y, size_t ny);
+double ferry__cliffs_delta(const double *x, size_t nx, const double *y, size_t ny);
 
 /* db.c: the sqlite3 handle (tests use it to simulate a full database). */
 sqlite3 *ferry__db_sqlite(struct ferry_db *db);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/alloc.h"
+#include "common/sha256.h"
 #include "common/sqlite_read.h"
 #include "common/strbuf.h"
 #include "ferry/activity.h"
@@ -166,13 +167,33 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
     return ferry__err_set(&db->err, FERRY_ERR_NOT_FOUND, "%s: no such file", export_path);
   if (!S_ISREG(sb.st_mode))
     return ferry__err_set(&db->err, FERRY_ERR_IO, "%s: not a regular file", export_path);
+  /* the same file imported again is the same run: found by its digest */
+  char sha[65];
+  ferry_status st = ferry__sha256_file(export_path, sha, &db->err);
+  if (st != FERRY_OK) return st;
   char *uri = ferry__sqlite_file_uri(export_path, "mode=ro");
   if (!uri) return ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory", export_path);
 
-  ferry_status st = FERRY_OK;
   pthread_mutex_lock(&db->write_mu);
   sqlite3_stmt *q = NULL;
-  int rc = sqlite3_prepare_v2(db->sql, "ATTACH ?1 AS nsys", -1, &q, NULL);
+  int rc = sqlite3_prepare_v2(db->sql, "SELECT id FROM runs WHERE source_sha256 = ?1", -1, &q, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_text(q, 1, sha, -1, SQLITE_STATIC);
+    rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
+      *run_id = sqlite3_column_int64(q, 0);
+      st = ferry__err_set(&db->err, FERRY_ERR_EXISTS, "%s: already imported as run %lld (same SHA-256 %.12s...)",
+                          export_path, (long long)*run_id, sha);
+    } else if (rc != SQLITE_DONE) {
+      st = ferry__db_sqlite_error(db->sql, rc, db->path, "looking up the export's digest", &db->err);
+    }
+  } else {
+    st = ferry__db_sqlite_error(db->sql, rc, db->path, "looking up the export's digest", &db->err);
+  }
+  sqlite3_finalize(q);
+  q = NULL;
+  if (st != FERRY_OK) goto out_unlock;
+  rc = sqlite3_prepare_v2(db->sql, "ATTACH ?1 AS nsys", -1, &q, NULL);
   if (rc == SQLITE_OK) {
     sqlite3_bind_text(q, 1, uri, -1, SQLITE_STATIC);
     rc = sqlite3_step(q);
@@ -212,14 +233,24 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
       goto out_detach;
     }
   }
-  char product[64] = "?", schema[64] = "?", gpu[256] = "";
+  /* EXPORT_SCHEMA_VERSION ("3.16.1"), or its parts (_MAJOR, _MINOR, _MICRO or _PATCH) in some
+   * versions; the product version where the export names it */
+  char product[64] = "", schema[64] = "", part[3][24] = {"", "", ""}, gpu[256] = "";
   rc = sqlite3_prepare_v2(db->sql, "SELECT name, value FROM nsys.META_DATA_EXPORT", -1, &q, NULL);
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
     if ((rc = sqlite3_step(q)) != SQLITE_ROW) break;
     const char *n = (const char *)sqlite3_column_text(q, 0), *v = (const char *)sqlite3_column_text(q, 1);
-    if (n && v && !strcmp(n, "EXPORT_PRODUCT_VERSION")) snprintf(product, sizeof product, "%s", v);
-    if (n && v && !strcmp(n, "EXPORT_SCHEMA_VERSION")) snprintf(schema, sizeof schema, "%s", v);
+    if (!n || !v) continue;
+    if (!strcmp(n, "EXPORT_PRODUCT_VERSION")) snprintf(product, sizeof product, "%s", v);
+    if (!strcmp(n, "EXPORT_SCHEMA_VERSION")) snprintf(schema, sizeof schema, "%s", v);
+    if (!strcmp(n, "EXPORT_SCHEMA_VERSION_MAJOR")) snprintf(part[0], sizeof part[0], "%s", v);
+    if (!strcmp(n, "EXPORT_SCHEMA_VERSION_MINOR")) snprintf(part[1], sizeof part[1], "%s", v);
+    if (!strcmp(n, "EXPORT_SCHEMA_VERSION_MICRO") || !strcmp(n, "EXPORT_SCHEMA_VERSION_PATCH"))
+      snprintf(part[2], sizeof part[2], "%s", v);
   }
+  if (!schema[0] && part[0][0])
+    snprintf(schema, sizeof schema, "%.20s%s%.20s%s%.20s", part[0], part[1][0] ? "." : "", part[1],
+             part[2][0] ? "." : "", part[2]);
   sqlite3_finalize(q);
   q = NULL;
   if (rc != SQLITE_DONE && rc != SQLITE_OK) {
@@ -235,8 +266,14 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
     q = NULL;
   }
 
-  char notes[256], started[32];
-  snprintf(notes, sizeof notes, "imported from Nsight Systems %s export (schema %s)", product, schema);
+  char notes[512], started[32];
+  const char *base = strrchr(export_path, '/');
+  base = base ? base + 1 : export_path;
+  snprintf(notes, sizeof notes, "imported from the Nsight Systems export %.200s (%s%s%s%s%s), sha256 %.16s", base,
+           schema[0] ? "export schema " : "export schema unknown", schema, product[0] ? ", " : "",
+           product[0] ? "nsys " : "", product, sha);
+  for (char *c = notes; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
   {
     time_t now = time(NULL);
     struct tm tm;
@@ -248,7 +285,8 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
   what = "inserting the run row";
   rc = sqlite3_prepare_v2(db->sql,
                           "INSERT INTO runs(kind,started_at,finished_at,complete,model,hardware,trace,config_json,"
-                          "config_hash,ferry_version,git_rev,notes) VALUES('nsys-import',?1,?1,1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                          "config_hash,ferry_version,git_rev,notes,source_sha256)"
+                          " VALUES('nsys-import',?1,?1,1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
                           -1, &q, NULL);
   if (rc != SQLITE_OK) goto out_rollback;
   sqlite3_bind_text(q, 1, started, -1, SQLITE_TRANSIENT);
@@ -262,6 +300,7 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
     else if (fields[i])
       sqlite3_bind_text(q, i + 2, fields[i], -1, SQLITE_TRANSIENT);
   }
+  sqlite3_bind_text(q, 10, sha, -1, SQLITE_TRANSIENT);
   rc = sqlite3_step(q);
   sqlite3_finalize(q);
   q = NULL;

@@ -148,11 +148,31 @@ static const char schema_v4[] =
     "ALTER TABLE runs ADD COLUMN sweep_key TEXT;"
     "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;";
 
+/* Version 5: repeated runs (`ferry run/sim --repeat N`, `--repeat-group TAG`) carry a group
+ * tag and their index in it, so `ferry db diff` compares the whole group; an imported file's
+ * SHA-256, unique among runs, so importing the same export twice finds the first run; the KV
+ * cache's tokens at the end of each step (the report's and the trace's KV use); and the rows an
+ * nsys export names its schema with. */
+static const char schema_v5[] =
+    "ALTER TABLE runs ADD COLUMN repeat_group TEXT;"
+    "ALTER TABLE runs ADD COLUMN repeat_index INTEGER;"
+    "ALTER TABLE runs ADD COLUMN source_sha256 TEXT;"
+    "ALTER TABLE steps ADD COLUMN kv_tokens INTEGER;"
+    /* what an nsys export says of itself, for tools that check before reading: the timeline
+     * tables follow nsys's export schema 3 (docs/schema.md); database-level rows, runId NULL */
+    "DELETE FROM META_DATA_EXPORT WHERE runId IS NULL AND name IN ('EXPORT_SCHEMA_VERSION', 'EXPORT_PRODUCT');"
+    "INSERT INTO META_DATA_EXPORT(runId, name, value) VALUES (NULL, 'EXPORT_SCHEMA_VERSION', '3'),"
+    " (NULL, 'EXPORT_PRODUCT', 'ferry');"
+    "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
+    "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
     {3, "quantization quality table", schema_v3},
     {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
+    {5, "repeat groups (runs.repeat_group, repeat_index), imported files' hashes (runs.source_sha256), "
+        "KV use per step (steps.kv_tokens)", schema_v5},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

@@ -55,7 +55,7 @@ static const struct {
     [STMT_REQUEST] = {"INSERT INTO requests(runId,req_id,arrival_ns,first_token_ns,finish_ns,prompt_tokens,"
                       "output_tokens) VALUES", "($1,$2,$3,$4,$5,$6,$7)", 7},
     [STMT_STEP] = {"INSERT INTO steps(runId,step,start_ns,end_ns,batch,tokens,bytes_disk,bytes_h2d,bytes_d2h,"
-                   "hits,misses,stall_ns) VALUES", "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)", 12},
+                   "hits,misses,stall_ns,kv_tokens) VALUES", "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)", 13},
     [STMT_STR_INSERT] = {"INSERT OR IGNORE INTO StringIds(value) VALUES", "($1)", 1},
     [STMT_STR_LOOKUP] = {"SELECT id FROM StringIds WHERE value=", "$1", 1},
 };
@@ -449,6 +449,7 @@ static void bind_step(struct ferry_db *db, sqlite3_stmt *st, int b, const void *
   sqlite3_bind_int64(st, b + 10, s->r.hits);
   sqlite3_bind_int64(st, b + 11, s->r.misses);
   sqlite3_bind_int64(st, b + 12, s->r.stall_ns);
+  sqlite3_bind_int64(st, b + 13, s->r.kv_tokens);
 }
 
 static void bind_mem(struct ferry_db *db, sqlite3_stmt *st, int b, const void *row) {

@@ -107,6 +107,14 @@ static ferry_status load_requests(struct report *rp, sqlite3 *db, const char *pa
   dist(ttft, nt, &r->ttft);
   dist(tpot, np, &r->tpot);
   dist(e2e, ne, &r->e2e);
+  /* sorted by dist(): kept for the latency distributions */
+  r->lat[0] = ttft;
+  r->lat[1] = tpot;
+  r->lat[2] = e2e;
+  r->n_lat[0] = nt;
+  r->n_lat[1] = np;
+  r->n_lat[2] = ne;
+  ttft = tpot = e2e = NULL;
   r->thr_tok_s = last_finish > first_arrival ? (double)r->out_tokens / (ferry__span(first_arrival, last_finish) / 1e9) : NAN;
 out:
   sqlite3_finalize(q);
@@ -150,21 +158,54 @@ static ferry_status load_steps_memory(struct report *rp, sqlite3 *db, const char
     r->n_mem = ferry__sat_add_i64(r->n_mem, sqlite3_column_int64(q, 2));
   }
   sqlite3_finalize(q);
-  /* the budgets the run had, defaults included (older databases have none: the configuration's) */
-  if (sqlite3_prepare_v2(db, "SELECT name, value FROM META_DATA_EXPORT WHERE runId = ? AND name IN "
-                             "('DEVICE_BUDGET_BYTES', 'HOST_BUDGET_BYTES', 'WEAK_FITS')", -1, &q, NULL) != SQLITE_OK)
+  /* the budgets the run had, defaults included (older databases have none: the configuration's),
+   * its KV capacity, the simulator's weak fits and its provenance (docs/schema.md) */
+  if (sqlite3_prepare_v2(db, "SELECT name, value FROM META_DATA_EXPORT WHERE runId = ? AND (name IN "
+                             "('DEVICE_BUDGET_BYTES', 'HOST_BUDGET_BYTES', 'KV_CAPACITY_TOKENS', 'WEAK_FITS') OR name GLOB 'BUILD_*' "
+                             "OR name GLOB 'MACHINE_*' OR name GLOB 'GPU_*' OR name GLOB 'CUDA_*')",
+                         -1, &q, NULL) != SQLITE_OK)
     return sql_fail(rp, db, path, "reading the run's budgets");
   sqlite3_bind_int64(q, 1, r->id);
+  static const struct {
+    const char *name, *label;
+    int prov;
+  } facts[] = {{"BUILD_GIT_DESCRIBE", "", PROV_BUILD},      {"BUILD_COMPILER", "", PROV_BUILD},
+               {"BUILD_TYPE", "", PROV_BUILD},              {"BUILD_BLAS", "", PROV_BLAS},
+               {"MACHINE_CPU_MODEL", "", PROV_MACHINE},     {"MACHINE_CPU_CORES", "cores ", PROV_MACHINE},
+               {"MACHINE_MEMORY_BYTES", "memory ", PROV_MACHINE}, {"MACHINE_KERNEL", "", PROV_MACHINE},
+               {"GPU_NAME", "", PROV_GPU},                  {"GPU_DRIVER", "driver ", PROV_GPU},
+               {"CUDA_RUNTIME", "CUDA ", PROV_GPU}};
+  char *vals[sizeof facts / sizeof facts[0]] = {0};
   while (sqlite3_step(q) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(q, 0), *value = (const char *)sqlite3_column_text(q, 1);
-    if (name && value && !strcmp(name, "WEAK_FITS")) {
+    if (!name || !value) continue;
+    if (!strcmp(name, "WEAK_FITS")) {
       ferry_free(r->weak_fits);
       r->weak_fits = ferry__strdup(value); /* untrusted text: the report's writers escape it */
-    } else if (name && value) {
+    } else if (!strcmp(name, "DEVICE_BUDGET_BYTES") || !strcmp(name, "HOST_BUDGET_BYTES"))
       r->budget_bytes[!strcmp(name, "HOST_BUDGET_BYTES")] = ferry__finite_or(strtod(value, NULL), 0);
-    }
+    else if (!strcmp(name, "KV_CAPACITY_TOKENS"))
+      r->kv_capacity = ferry__finite_or(strtod(value, NULL), 0);
+    for (size_t f = 0; f < sizeof facts / sizeof facts[0]; f++)
+      if (!strcmp(name, facts[f].name) && !vals[f]) {
+        char mem[64];
+        if (!strcmp(name, "MACHINE_MEMORY_BYTES")) {
+          snprintf(mem, sizeof mem, "%.1f GiB", strtod(value, NULL) / (double)(1ull << 30));
+          value = mem;
+        }
+        vals[f] = ferry__asprintf("%s%s", facts[f].label, value);
+      }
   }
   sqlite3_finalize(q);
+  /* each provenance cell: its facts joined, in the table's order */
+  for (int p = 0; p < 4; p++) {
+    struct ferry_strbuf b = {0};
+    for (size_t f = 0; f < sizeof facts / sizeof facts[0]; f++)
+      if (facts[f].prov == p && vals[f]) ferry__sb_printf(&b, "%s%s", b.len ? ", " : "", vals[f]);
+    r->prov[p] = b.oom ? NULL : b.p;
+    if (b.oom) ferry_free(b.p);
+  }
+  for (size_t f = 0; f < sizeof facts / sizeof facts[0]; f++) ferry_free(vals[f]);
   return FERRY_OK;
 }
 
@@ -440,6 +481,8 @@ void ferry__report_unload(struct report *rp) {
     ferry_free(r->config_hash);
     ferry_free(r->error);
     ferry_free(r->notes);
+    for (int k = 0; k < 3; k++) ferry_free(r->lat[k]);
+    for (int k = 0; k < 4; k++) ferry_free(r->prov[k]);
     ferry_free(r->weak_fits);
     cJSON_Delete(r->cfg);
   }

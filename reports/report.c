@@ -37,6 +37,7 @@ const char *ferry_report_section_name(enum ferry_report_section section) {
     case FERRY_REPORT_HARDWARE: return "hardware";
     case FERRY_REPORT_PREDICTOR_CI: return "predictor-intervals";
     case FERRY_REPORT_ROUTING: return "routing";
+    case FERRY_REPORT_LATENCY: return "latency";
   }
   return "?";
 }
@@ -241,6 +242,7 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (st == FERRY_OK) st = make_tmp_dir(&rp, out);
   if (st == FERRY_OK) st = ferry__section_runs(&rp);
   if (st == FERRY_OK) st = ferry__section_sweep(&rp);
+  if (st == FERRY_OK) st = ferry__section_latency(&rp);
   if (st == FERRY_OK) st = ferry__section_bytes(&rp);
   if (st == FERRY_OK) st = ferry__section_timeline(&rp);
   if (st == FERRY_OK) st = ferry__section_memory(&rp);

@@ -47,7 +47,14 @@ struct rrun {
   double budget_bytes[2]; /* device and host budgets the run had (run meta), 0 when not recorded */
   char *weak_fits;        /* sim runs: the profile's fitted costs with R^2 below 0.9 (run meta WEAK_FITS), or NULL */
   int64_t n_mem, n_kernel, n_memcpy;
+  double *lat[3];    /* per-request TTFT, TPOT and e2e in ms, sorted (owned; the CDF plots) */
+  int64_t n_lat[3];
+  double kv_capacity; /* KV-cache capacity in tokens (run meta), 0 when not recorded */
+  char *prov[4];     /* provenance: build, BLAS, machine, GPU and driver (owned, NULL when unknown) */
 };
+
+/* Indexes of rrun.prov. */
+enum { PROV_BUILD, PROV_BLAS, PROV_MACHINE, PROV_GPU };
 
 /* A configuration key whose value differs between the complete runs. */
 struct raxis {
@@ -146,6 +153,14 @@ ferry_status ferry__section_memory(struct report *rp);
 ferry_status ferry__section_sim_vs_real(struct report *rp);
 ferry_status ferry__section_variants(struct report *rp, const char *key, enum ferry_report_section sec);
 ferry_status ferry__section_hardware(struct report *rp);
+ferry_status ferry__section_latency(struct report *rp);
+/* In the memory section: batch size and KV-cache tokens per step of run r (distributions.c). */
+ferry_status ferry__plot_batch_kv(struct report *rp, const struct rrun *r);
+/* "r3: executor=sim, pd=1": each run's label and the swept values that differ between these runs,
+ * paths as their last component (sections.c). */
+void ferry__run_labels(const struct report *rp, const struct rrun *const *runs, size_t n, char (*labels)[160]);
+/* "r3 sim bl2 pd1": a run's label and its values on the sweep axes, short (sections.c). */
+void ferry__run_short_label(const struct report *rp, const struct rrun *r, char *out, size_t len);
 
 /* The run chosen for the timeline and memory sections (NULL if none qualifies). */
 const struct rrun *ferry__timeline_run(struct report *rp, ferry_status *st);

@@ -95,6 +95,10 @@ static void short_desc(const struct report *rp, const struct rrun *r, const char
   if (len > max_label + 1 && strlen(out) > max_label) memcpy(out + max_label - 3, "...", 4);
 }
 
+void ferry__run_short_label(const struct report *rp, const struct rrun *r, char *out, size_t len) {
+  short_desc(rp, r, NULL, out, len);
+}
+
 /* "key=value, key=value" of the axes, except one. */
 static void axes_desc(const struct report *rp, const struct rrun *r, const char *skip, char *out, size_t len) {
   size_t n = 0;
@@ -143,6 +147,86 @@ static int usable(const struct rrun *r) { return r->complete && r->n_req > 0; }
 
 /* ---- runs ---------------------------------------------------------------------------------- */
 
+static ferry_status failed_runs(struct report *rp) {
+  struct rtable *t = ferry__table_new("failed_runs", "run" SEP "kind" SEP "configuration" SEP "error");
+  if (!t) return NOMEM(rp);
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    const struct rrun *r = &rp->runs[i];
+    if (r->complete) continue;
+    char desc[512], err[600];
+    axes_desc(rp, r, NULL, desc, sizeof desc);
+    snprintf(err, sizeof err, "%s", r->error ? r->error : "killed, or still running (no error recorded)");
+    for (char *p = err; *p; p++)
+      if (*p == '\x1f') *p = ' ';
+    ferry__table_rowf(t, "%s" SEP "%s" SEP "%s" SEP "%s", r->label, r->kind, desc, err);
+  }
+  ferry_status st = ferry__emit_table(rp, t, "Runs that did not complete, with their error.");
+  ferry__table_free(t);
+  return st;
+}
+
+/* "r1-r4, r7": labels of consecutive runs of one database compacted. */
+static void run_list(const struct report *rp, const size_t *idx, size_t n, struct ferry_strbuf *b) {
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j + 1 < n && rp->runs[idx[j + 1]].db == rp->runs[idx[j]].db && rp->runs[idx[j + 1]].id == rp->runs[idx[j]].id + 1)
+      j++;
+    ferry__sb_printf(b, "%s%s", b->len ? ", " : "", rp->runs[idx[i]].label);
+    if (j > i) ferry__sb_printf(b, "-%s", rp->runs[idx[j]].label);
+    i = j + 1;
+  }
+}
+
+static int same_text(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+/* What made the runs, one row per distinct build and machine (docs/schema.md, provenance). */
+static ferry_status provenance(struct report *rp) {
+  size_t *idx = ferry__calloc(rp->n_runs ? rp->n_runs : 1, sizeof *idx);
+  int *done = ferry__calloc(rp->n_runs ? rp->n_runs : 1, sizeof *done);
+  struct rtable *t = ferry__table_new("provenance", "runs" SEP "build" SEP "BLAS" SEP "machine" SEP "GPU");
+  ferry_status st = FERRY_OK;
+  size_t unknown = 0;
+  if (!idx || !done || !t) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    const struct rrun *r = &rp->runs[i];
+    if (done[i]) continue;
+    if (!r->prov[PROV_BUILD] && !r->prov[PROV_MACHINE]) {
+      unknown++;
+      continue;
+    }
+    size_t n = 0;
+    for (size_t j = i; j < rp->n_runs; j++) {
+      int same = 1;
+      for (int p = 0; p < 4 && same; p++) same = same_text(r->prov[p], rp->runs[j].prov[p]);
+      if (!same || done[j]) continue;
+      done[j] = 1;
+      idx[n++] = j;
+    }
+    struct ferry_strbuf list = {0};
+    run_list(rp, idx, n, &list);
+    ferry__table_rowf(t, "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", list.p ? list.p : "", r->prov[0] ? r->prov[0] : "",
+                      r->prov[1] ? r->prov[1] : "", r->prov[2] ? r->prov[2] : "", r->prov[3] ? r->prov[3] : "");
+    if (list.oom) t->oom = 1;
+    ferry__sb_free(&list);
+  }
+  if (t->nrows) {
+    char cap[256];
+    snprintf(cap, sizeof cap, "What made the runs: build (git describe, compiler, build type), BLAS, machine and GPU%s.",
+             unknown ? "; runs written before ferry recorded provenance are not listed" : "");
+    st = ferry__emit_table(rp, t, cap);
+  } else {
+    ferry__doc_para(rp, "No run recorded its provenance (databases written before schema version 5).");
+  }
+out:
+  ferry_free(idx);
+  ferry_free(done);
+  ferry__table_free(t);
+  return st;
+}
+
 ferry_status ferry__section_runs(struct report *rp) {
   NUMBUF;
   ferry__doc_section(rp, FERRY_REPORT_RUNS, "Runs");
@@ -183,49 +267,101 @@ ferry_status ferry__section_runs(struct report *rp) {
     ferry__sb_free(&axes);
   }
   if (rp->sum.failed)
-    ferry__doc_para(rp, "%zu of %zu runs did not complete; they are listed here and left out of the comparisons.",
+    ferry__doc_para(rp, "%zu of %zu runs did not complete; they are listed here with their error and left out of the "
+                        "comparisons.",
                     rp->sum.failed, rp->sum.runs);
   ferry_status st = ferry__emit_table(rp, t, "Every run: configuration on the swept parameters and headline metrics.");
   ferry__table_free(t);
+  if (st == FERRY_OK && rp->sum.failed) st = failed_runs(rp);
+  if (st == FERRY_OK) st = provenance(rp);
   ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
 
 /* ---- latency and throughput against each swept parameter ---------------------------------- */
 
+/* Parts of a series key are separated by this (values never hold it: control characters). */
+#define PART "\x1e"
+
 struct point {
-  char series[256];
+  char series[256]; /* the other axes' values, PART-separated "key=value" */
   char x[256];
   int n;
   double m[7]; /* ttft p50, p99, tpot p50, p99, e2e p50, p99, throughput */
+  char first_run[32];
 };
 
-/* The most frequent value of an axis among the usable runs (ties: the smallest value). */
-static void axis_mode(const struct report *rp, const struct raxis *ax, char *out, size_t len) {
-  size_t best = 0, best_n = 0;
-  char v[256];
-  for (size_t k = 0; k < ax->n; k++) {
-    size_t n = 0;
-    for (size_t i = 0; i < rp->n_runs; i++) {
-      if (!usable(&rp->runs[i])) continue;
-      ferry__run_val(&rp->runs[i], ax->key, v, sizeof v);
-      n += !strcmp(v, ax->vals[k]);
+/* The values the other axes are held at when there are too many lines: those of the slice of
+ * runs (one value per other axis, `keep` and `skip` aside) that covers the most values of ax,
+ * then the most runs. Fixing each axis at its own most frequent value instead can pick a
+ * combination no run has (host-only routing with the simulator's executor) and draw nothing. */
+static void best_slice(const struct report *rp, const struct raxis *ax, const int *skip, size_t keep,
+                       char (*modes)[256]) {
+  size_t best = SIZE_MAX, best_x = 0, best_n = 0;
+  char v[256], w[256];
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    if (!usable(&rp->runs[i])) continue;
+    size_t nx = 0, n = 0;
+    char seen[64][64];
+    for (size_t j = 0; j < rp->n_runs; j++) {
+      if (!usable(&rp->runs[j])) continue;
+      int same = 1;
+      for (size_t a = 0; a < rp->n_axes && same; a++) {
+        if (&rp->axes[a] == ax || a == keep || skip[a]) continue;
+        if (!ferry__run_val(&rp->runs[i], rp->axes[a].key, v, sizeof v) ||
+            !ferry__run_val(&rp->runs[j], rp->axes[a].key, w, sizeof w))
+          continue; /* absent in one: no difference */
+        same = !strcmp(v, w);
+      }
+      if (!same) continue;
+      n++;
+      ferry__run_val(&rp->runs[j], ax->key, v, sizeof v);
+      size_t k;
+      for (k = 0; k < nx; k++)
+        if (!strncmp(seen[k], v, sizeof seen[k] - 1)) break;
+      if (k == nx && nx < 64) snprintf(seen[nx++], sizeof seen[0], "%.63s", v);
     }
-    if (n > best_n) {
+    if (nx > best_x || (nx == best_x && n > best_n)) {
+      best = i;
+      best_x = nx;
       best_n = n;
-      best = k;
     }
   }
-  snprintf(out, len, "%s", ax->n ? ax->vals[best] : "");
+  for (size_t a = 0; a < rp->n_axes; a++) {
+    modes[a][0] = '\0';
+    if (best != SIZE_MAX) ferry__run_val(&rp->runs[best], rp->axes[a].key, modes[a], sizeof modes[a]);
+  }
 }
 
-/* Points (series, x) averaged over repeats. Series are the combinations of the other axes;
- * with `keep` set, only the axis `keep` makes series and the others must equal modes[a]. */
-static ferry_status collect_points(struct report *rp, const struct raxis *ax, size_t keep, char (*modes)[256],
-                                   struct point **out, size_t *nout) {
+/* Whether axis `o` follows axis `ax` among the usable runs: one value of o for each value of ax
+ * (hw follows executor: host runs have none, sim runs their profile). Such an axis neither
+ * splits the plot against ax into series nor is held fixed: it changes with ax. */
+static int follows(const struct report *rp, const struct raxis *ax, const struct raxis *o) {
+  char x[256], y[256], x2[256], y2[256];
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    if (!usable(&rp->runs[i])) continue;
+    ferry__run_val(&rp->runs[i], ax->key, x, sizeof x);
+    ferry__run_val(&rp->runs[i], o->key, y, sizeof y);
+    for (size_t j = i + 1; j < rp->n_runs; j++) {
+      if (!usable(&rp->runs[j])) continue;
+      ferry__run_val(&rp->runs[j], ax->key, x2, sizeof x2);
+      if (strcmp(x, x2)) continue;
+      ferry__run_val(&rp->runs[j], o->key, y2, sizeof y2);
+      if (strcmp(y, y2)) return 0;
+    }
+  }
+  return 1;
+}
+
+/* Points (series, x) averaged over repeats. Series are the combinations of the other axes not
+ * in `skip`; with `modes` set, only axis `keep` makes series and the others must equal modes[a]
+ * (runs that do not are counted in *held_out). */
+static ferry_status collect_points(struct report *rp, const struct raxis *ax, const int *skip, size_t keep,
+                                   char (*modes)[256], struct point **out, size_t *nout, size_t *held_out) {
   struct point *pts = NULL;
   size_t npts = 0;
   char v[256];
+  *held_out = 0;
   for (size_t i = 0; i < rp->n_runs; i++) {
     const struct rrun *r = &rp->runs[i];
     if (!usable(r)) continue;
@@ -234,17 +370,21 @@ static ferry_status collect_points(struct report *rp, const struct raxis *ax, si
     int take = 1;
     for (size_t a = 0; a < rp->n_axes; a++) {
       const struct raxis *o = &rp->axes[a];
-      if (o == ax) continue;
-      ferry__run_val(r, o->key, v, sizeof v);
+      if (o == ax || skip[a]) continue;
+      /* a key the run does not have (a host run's routing) neither splits nor excludes it */
+      if (!ferry__run_val(r, o->key, v, sizeof v)) continue;
       if (modes && a != keep) {
-        if (strcmp(v, modes[a])) take = 0;
+        if (modes[a][0] && strcmp(v, modes[a])) take = 0;
         continue;
       }
-      sl += (size_t)snprintf(series + sl, sl < sizeof series ? sizeof series - sl : 0, "%s%s=%s", sl ? ", " : "",
+      sl += (size_t)snprintf(series + sl, sl < sizeof series ? sizeof series - sl : 0, "%s%s=%s", sl ? PART : "",
                              o->key, *v ? v : "-");
       if (sl >= sizeof series) sl = sizeof series - 1;
     }
-    if (!take) continue;
+    if (!take) {
+      (*held_out)++;
+      continue;
+    }
     ferry__run_val(r, ax->key, v, sizeof v);
     size_t k;
     for (k = 0; k < npts; k++)
@@ -259,6 +399,7 @@ static ferry_status collect_points(struct report *rp, const struct raxis *ax, si
       memset(&pts[k], 0, sizeof pts[k]);
       snprintf(pts[k].series, sizeof pts[k].series, "%s", series);
       snprintf(pts[k].x, sizeof pts[k].x, "%s", v);
+      snprintf(pts[k].first_run, sizeof pts[k].first_run, "%s", r->label);
       npts++;
     }
     const double m[7] = {r->ttft.p50, r->ttft.p99, r->tpot.p50, r->tpot.p99, r->e2e.p50, r->e2e.p99, r->thr_tok_s};
@@ -282,65 +423,193 @@ static size_t count_series(const struct point *pts, size_t n) {
   return ns;
 }
 
+/* The i-th PART of a series key ("" past the end). */
+static void series_part(const char *series, size_t i, char *out, size_t len) {
+  const char *p = series;
+  for (size_t k = 0; k < i && p; k++) {
+    p = strstr(p, PART);
+    if (p) p++;
+  }
+  if (!p) {
+    out[0] = '\0';
+    return;
+  }
+  size_t n = strcspn(p, PART);
+  snprintf(out, len, "%.*s", (int)n, p);
+}
+
+/* The value of `key` in a series key, into out; 0 when the series has no such part. */
+static int series_value(const char *series, const char *key, char *out, size_t len) {
+  char part[256];
+  const size_t kl = strlen(key);
+  for (size_t i = 0;; i++) {
+    series_part(series, i, part, sizeof part);
+    if (!part[0]) return 0;
+    if (!strncmp(part, key, kl) && part[kl] == '=') {
+      snprintf(out, len, "%s", part + kl + 1);
+      return 1;
+    }
+  }
+}
+
+/* Labels of the series as a reader needs them: only the keys whose values differ between the
+ * series that have them, paths as their last component and budgets in binary units ("hw=l4,
+ * pd=2"). A series without a key (a host run has no hw) is not different for that. */
+static void series_labels(const char *const *series, size_t ns, char (*labels)[160]) {
+  char part[256], other[256];
+  for (size_t si = 0; si < ns; si++) {
+    size_t used = 0;
+    labels[si][0] = '\0';
+    for (size_t i = 0;; i++) {
+      series_part(series[si], i, part, sizeof part);
+      if (!part[0]) break;
+      char *eq = strchr(part, '=');
+      if (!eq) continue;
+      *eq = '\0';
+      int differs = 0;
+      for (size_t sj = 0; sj < ns && !differs; sj++)
+        differs = series_value(series[sj], part, other, sizeof other) && strcmp(eq + 1, other) != 0;
+      if (!differs) continue;
+      char shortv[128], ab[16];
+      label_value(part, eq + 1, shortv, sizeof shortv);
+      key_abbrev(part, ab, sizeof ab);
+      int w = snprintf(labels[si] + used, 160 - used, "%s%s=%s", used ? ", " : "", strlen(part) > 14 ? ab : part,
+                       shortv);
+      used = w > 0 && (size_t)w < 160 - used ? used + (size_t)w : 159;
+    }
+    if (!labels[si][0]) snprintf(labels[si], 160, "%s", ns > 1 ? "(same)" : "all runs");
+  }
+}
+
+void ferry__run_labels(const struct report *rp, const struct rrun *const *runs, size_t n, char (*labels)[160]) {
+  char(*keys)[256] = ferry__calloc(n ? n : 1, sizeof *keys);
+  const char **series = ferry__calloc(n ? n : 1, sizeof *series);
+  char(*diff)[160] = ferry__calloc(n ? n : 1, sizeof *diff);
+  if (!keys || !series || !diff) {
+    for (size_t i = 0; i < n; i++) snprintf(labels[i], 160, "%s", runs[i]->label);
+  } else {
+    char v[256];
+    for (size_t i = 0; i < n; i++) {
+      size_t used = 0;
+      for (size_t a = 0; a < rp->n_axes && used < sizeof keys[i]; a++) {
+        if (!ferry__run_val(runs[i], rp->axes[a].key, v, sizeof v)) continue;
+        used += (size_t)snprintf(keys[i] + used, sizeof keys[i] - used, "%s%s=%s", used ? PART : "", rp->axes[a].key,
+                                 *v ? v : "-");
+      }
+      series[i] = keys[i];
+    }
+    series_labels(series, n, diff);
+    for (size_t i = 0; i < n; i++) snprintf(labels[i], 160, "%.31s: %.120s", runs[i]->label, diff[i]);
+  }
+  ferry_free(keys);
+  ferry_free(series);
+  ferry_free(diff);
+}
+
 static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
   NUMBUF;
-  size_t n_other = rp->n_axes - 1, smallest = SIZE_MAX;
+  size_t n_other = 0, smallest = SIZE_MAX;
+  int *skip = ferry__calloc(rp->n_axes ? rp->n_axes : 1, sizeof *skip);
+  if (!skip) return NOMEM(rp);
+  struct ferry_strbuf follow = {0}, left = {0}, partial = {0};
+  for (size_t a = 0; a < rp->n_axes; a++) {
+    if (&rp->axes[a] == ax) continue;
+    if (follows(rp, ax, &rp->axes[a])) {
+      skip[a] = 1;
+      ferry__sb_printf(&follow, "%s%s", follow.len ? ", " : "", rp->axes[a].key);
+      continue;
+    }
+    n_other++;
+    if (smallest == SIZE_MAX || rp->axes[a].n < rp->axes[smallest].n) smallest = a;
+  }
+  /* when the other axes are fixed, the executor keeps its lines (sim against real side by side) */
   for (size_t a = 0; a < rp->n_axes; a++)
-    if (&rp->axes[a] != ax && (smallest == SIZE_MAX || rp->axes[a].n < rp->axes[smallest].n)) smallest = a;
+    if (&rp->axes[a] != ax && !skip[a] && !strcmp(rp->axes[a].key, "executor")) smallest = a;
   char fixed[1024] = "";
-  size_t fixed_len = 0;
+  size_t fixed_len = 0, held_out = 0;
   struct point *pts = NULL;
   size_t npts = 0;
   char (*modes)[256] = NULL;
-  ferry_status st = collect_points(rp, ax, 0, NULL, &pts, &npts);
-  if (st != FERRY_OK) return st;
+  ferry_status st = collect_points(rp, ax, skip, 0, NULL, &pts, &npts, &held_out);
+  if (st != FERRY_OK) goto out;
   /* too many lines: one line per value of the smallest other axis, the rest at their most
    * frequent value */
   if (count_series(pts, npts) > 8 && n_other > 1) {
     ferry_free(pts);
     pts = NULL;
     modes = ferry__calloc(rp->n_axes, sizeof *modes);
-    if (!modes) return NOMEM(rp);
+    if (!modes) {
+      st = NOMEM(rp);
+      goto out;
+    }
+    best_slice(rp, ax, skip, smallest, modes);
     for (size_t a = 0; a < rp->n_axes; a++) {
-      if (&rp->axes[a] == ax || a == smallest) continue;
-      axis_mode(rp, &rp->axes[a], modes[a], sizeof modes[a]);
+      /* an axis the chosen slice does not have is not fixed: its runs may hold any value */
+      if (&rp->axes[a] == ax || a == smallest || skip[a] || !modes[a][0]) continue;
+      char lv[128];
+      label_value(rp->axes[a].key, modes[a], lv, sizeof lv);
       fixed_len += (size_t)snprintf(fixed + fixed_len, fixed_len < sizeof fixed ? sizeof fixed - fixed_len : 0, "%s%s=%s",
-                                    fixed_len ? ", " : "", rp->axes[a].key, *modes[a] ? modes[a] : "-");
+                                    fixed_len ? ", " : "", rp->axes[a].key, lv);
       if (fixed_len >= sizeof fixed) fixed_len = sizeof fixed - 1;
     }
-    st = collect_points(rp, ax, smallest, modes, &pts, &npts);
+    st = collect_points(rp, ax, skip, smallest, modes, &pts, &npts, &held_out);
     ferry_free(modes);
-    if (st != FERRY_OK) return st;
+    if (st != FERRY_OK) goto out;
+    if (held_out)
+      ferry__sb_printf(&left, "%s%zu run%s at other values of the fixed parameters", left.len ? "; " : "", held_out,
+                       held_out == 1 ? "" : "s");
   }
   /* distinct series in order of appearance; a series with a single point draws no line, so
    * when some series have several points the single-point ones (runs that only share the key's
-   * value by chance, e.g. a what-if on other hardware) are left out */
-  const char *series[16];
-  size_t counts[16] = {0};
-  size_t ns = 0;
+   * value by chance, e.g. a what-if on other hardware) are left out, and said so */
+  enum { MAX_SERIES = 16 };
+  const char *series[MAX_SERIES];
+  size_t counts[MAX_SERIES] = {0};
+  size_t ns = 0, beyond = 0;
   for (size_t k = 0; k < npts; k++) {
-    size_t s;
-    for (s = 0; s < ns; s++)
-      if (!strcmp(series[s], pts[k].series)) break;
-    if (s == ns) {
-      if (ns == 16) continue;
+    size_t si;
+    for (si = 0; si < ns; si++)
+      if (!strcmp(series[si], pts[k].series)) break;
+    if (si == ns) {
+      if (ns == MAX_SERIES) {
+        beyond++;
+        continue;
+      }
       series[ns++] = pts[k].series;
     }
-    counts[s]++;
+    counts[si]++;
   }
+  if (beyond)
+    ferry__sb_printf(&left, "%s%zu point%s of series beyond the first %d", left.len ? "; " : "", beyond,
+                     beyond == 1 ? "" : "s", MAX_SERIES);
   size_t multi = 0;
   for (size_t si = 0; si < ns; si++) multi += counts[si] > 1;
   if (multi) {
-    size_t kept = 0;
-    for (size_t si = 0; si < ns; si++)
-      if (counts[si] > 1) series[kept++] = series[si];
+    size_t kept = 0, dropped = 0;
+    struct ferry_strbuf runs = {0};
+    for (size_t si = 0; si < ns; si++) {
+      if (counts[si] > 1) {
+        series[kept++] = series[si];
+        continue;
+      }
+      dropped++;
+      for (size_t k = 0; k < npts; k++)
+        if (!strcmp(pts[k].series, series[si]))
+          ferry__sb_printf(&runs, "%s%s", runs.len ? ", " : "", pts[k].first_run);
+    }
     ns = kept;
+    if (dropped)
+      ferry__sb_printf(&left, "%s%zu configuration%s with a single value of %s (run%s %s)", left.len ? "; " : "",
+                       dropped, dropped == 1 ? "" : "s", ax->key, dropped == 1 ? "" : "s", runs.p ? runs.p : "");
+    ferry__sb_free(&runs);
   }
-  if (ns == 0) {
-    /* no runs vary along this key with the others held fixed: nothing to draw */
-    ferry_free(pts);
-    return FERRY_OK;
+  if (ns == 0) goto out; /* no runs vary along this key with the others held fixed: nothing to draw */
+  char(*labels)[160] = ferry__calloc(ns, sizeof *labels);
+  if (!labels) {
+    st = NOMEM(rp);
+    goto out;
   }
+  series_labels(series, ns, labels);
   int budget = strstr(ax->key, "budget") != NULL && ax->numeric;
   double xscale = budget ? 1.0 / (double)(1ull << 30) : 1;
 
@@ -353,6 +622,7 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
                                              "TPOT P50 (ms)" SEP "TPOT P99 (ms)" SEP "e2e P50 (ms)" SEP "e2e P99 (ms)" SEP
                                              "throughput (tok/s)");
   if (!t) {
+    ferry_free(labels);
     st = NOMEM(rp);
     goto out;
   }
@@ -373,8 +643,8 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
           nall++;
         }
         ferry__table_rowf(t, "%s" SEP "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
-                          *pts[k].series ? pts[k].series : "all", pts[k].x, pts[k].n, N(pts[k].m[0]), N(pts[k].m[1]),
-                          N(pts[k].m[2]), N(pts[k].m[3]), N(pts[k].m[4]), N(pts[k].m[5]), N(pts[k].m[6]));
+                          labels[si], pts[k].x, pts[k].n, N(pts[k].m[0]), N(pts[k].m[1]), N(pts[k].m[2]), N(pts[k].m[3]),
+                          N(pts[k].m[4]), N(pts[k].m[5]), N(pts[k].m[6]));
       }
     }
     ferry__sb_puts(&s, "EOD\n");
@@ -397,8 +667,10 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
   } else {
     ferry__sb_printf(&s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
     for (size_t xi = 0; xi < ax->n; xi++) {
+      char lv[128];
+      label_value(ax->key, ax->vals[xi], lv, sizeof lv);
       ferry__sb_puts(&s, xi ? ", " : "");
-      ferry__gp_tic(&s, ax->vals[xi]);
+      ferry__gp_tic(&s, lv);
       ferry__sb_printf(&s, " %zu", xi);
     }
     ferry__sb_puts(&s, ")\n");
@@ -407,8 +679,10 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
   ferry__gp_str(&s, xlabel);
   ferry__sb_puts(&s, "\nset multiplot layout 2,2 title ");
   char mtitle[1200];
-  snprintf(mtitle, sizeof mtitle, "Latency and throughput against %s%s%s", ax->key, fixed_len ? " (" : "",
-           fixed_len ? fixed : "");
+  /* a long list of fixed values would run off the picture: the caption has it */
+  snprintf(mtitle, sizeof mtitle, "Latency and throughput against %s%s%s", ax->key,
+           fixed_len ? (fixed_len > 90 ? " (other parameters fixed: see the caption" : " (") : "",
+           fixed_len && fixed_len <= 90 ? fixed : "");
   if (fixed_len) strncat(mtitle, ")", sizeof mtitle - strlen(mtitle) - 1);
   ferry__gp_str(&s, mtitle);
   ferry__sb_puts(&s, "\n");
@@ -437,22 +711,26 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
       int col = p < 3 ? 2 + 2 * p : 8;
       ferry__sb_printf(&s, "%s$s%zu using 1:($%d*%g) with linespoints lt %zu title ", si ? ", " : "", si, col, scale,
                        si + 1);
-      ferry__gp_str(&s, *series[si] ? series[si] : "all runs");
+      ferry__gp_str(&s, labels[si]);
       if (p < 3) ferry__sb_printf(&s, ", $s%zu using 1:($%d*%g) with linespoints lt %zu dt 2 notitle", si, col + 1, scale,
                                   si + 1);
     }
     ferry__sb_puts(&s, "\n");
   }
   ferry__sb_puts(&s, "unset multiplot\n");
-  if (s.oom) {
+  if (s.oom || follow.oom || left.oom || partial.oom) {
     st = NOMEM(rp);
   } else {
-    char name[128], cap[1400];
+    char name[128], cap[2400];
     snprintf(name, sizeof name, "sweep_%s", ax->key);
     snprintf(cap, sizeof cap,
-             "Latency (TTFT, TPOT, end-to-end; P50 solid, P99 dashed) and throughput against %s, one line per %s%s%s.",
-             ax->key, n_other ? "combination of the other swept parameters" : "configuration",
-             fixed_len ? "; other parameters fixed at " : "", fixed_len ? fixed : "");
+             "Latency (TTFT, TPOT, end-to-end; P50 solid, P99 dashed) and throughput against %s, one line per "
+             "%s%s%s%s%s%s%s%s%s.",
+             ax->key, n_other ? "combination of the other swept parameters (named by what differs)" : "configuration",
+             fixed_len ? "; other parameters fixed at " : "", fixed_len ? fixed : "",
+             follow.len ? "; changing with it: " : "", follow.len ? follow.p : "",
+             partial.len ? "; " : "", partial.len ? partial.p : "",
+             left.len ? ". Left out: " : "", left.len ? left.p : "");
     st = ferry__emit_plot(rp, name, cap, 1100, 780, s.p);
     if (st == FERRY_OK) {
       snprintf(cap, sizeof cap, "Points of the plot against %s (mean over repeated configurations).", ax->key);
@@ -461,7 +739,12 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
   }
   ferry__sb_free(&s);
   ferry__table_free(t);
+  ferry_free(labels);
 out:
+  ferry__sb_free(&follow);
+  ferry__sb_free(&left);
+  ferry__sb_free(&partial);
+  ferry_free(skip);
   ferry_free(pts);
   return st;
 }
@@ -516,6 +799,18 @@ ferry_status ferry__section_bytes(struct report *rp) {
   ferry__sb_puts(&s, "$b << EOD\n");
   double stall[1024];
   size_t nst = 0;
+  /* a small run beside a large one is a bar of no height on a linear axis: logarithmic when the
+   * byte counts span two decades or more, with nothing moved left blank (no log of 0) */
+  double moved[3072];
+  size_t nmoved = 0;
+  for (size_t i = 0; i < rp->n_runs && nmoved + 3 <= 3072; i++) {
+    const struct rrun *r = &rp->runs[i];
+    if (!r->complete || r->n_steps == 0) continue;
+    moved[nmoved++] = r->bytes_disk;
+    moved[nmoved++] = r->bytes_h2d;
+    moved[nmoved++] = r->bytes_d2h;
+  }
+  const int log_bytes = ferry__spans_decades(moved, nmoved);
   for (size_t i = 0; i < rp->n_runs; i++) {
     const struct rrun *r = &rp->runs[i];
     if (!r->complete || r->n_steps == 0) continue;
@@ -528,9 +823,9 @@ ferry_status ferry__section_bytes(struct report *rp) {
                       r->label, desc, (long long)r->n_steps, N(r->bytes_disk * scale), N(r->bytes_h2d * scale),
                       N(r->bytes_d2h * scale), N(r->stall_ms), N(share), (long long)r->hits, (long long)r->misses, N(hr));
     ferry__gp_data(&s, sd);
-    gnum(&s, r->bytes_disk * scale);
-    gnum(&s, r->bytes_h2d * scale);
-    gnum(&s, r->bytes_d2h * scale);
+    gnum(&s, log_bytes && !(r->bytes_disk > 0) ? NAN : r->bytes_disk * scale);
+    gnum(&s, log_bytes && !(r->bytes_h2d > 0) ? NAN : r->bytes_h2d * scale);
+    gnum(&s, log_bytes && !(r->bytes_d2h > 0) ? NAN : r->bytes_d2h * scale);
     gnum(&s, r->stall_ms);
     gnum(&s, share);
     ferry__sb_puts(&s, "\n");
@@ -541,13 +836,15 @@ ferry_status ferry__section_bytes(struct report *rp) {
                      "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
                      "set xtics rotate by -90 left nomirror\nset key outside top center horizontal\nset yrange [0:*]\n"
                      "set multiplot layout 1,2\n");
-  ferry__gp_set(&s, "title", "Bytes moved per tier");
+  ferry__gp_set(&s, "title", "Bytes moved per tier%s", log_bytes ? " (log scale)" : "");
   ferry__gp_set(&s, "ylabel", "%s", unit);
+  if (log_bytes) ferry__sb_puts(&s, "set logscale y\nset yrange [*:*]\n");
   ferry__sb_puts(&s, "plot $b using 2:xtic(1) title 'disk read' lt 5, '' using 3 title 'host to device' lt 2, "
                      "'' using 4 title 'device to host' lt 3\n");
   ferry__gp_set(&s, "title", "Stall time (compute waiting for transfers)");
   ferry__gp_set(&s, "ylabel", "stall (ms)");
   if (ferry__spans_decades(stall, nst)) ferry__sb_puts(&s, "set logscale y\nset yrange [*:*]\n");
+  else ferry__sb_puts(&s, "unset logscale y\nset yrange [0:*]\n");
   ferry__sb_puts(&s, "plot $b using 5:xtic(1) title 'stall' lt 4\nunset multiplot\n");
   ferry_status st = s.oom ? NOMEM(rp)
                           : ferry__emit_plot(rp, "bytes_stall", "Bytes moved per tier (left) and stall time (right) per run.",
@@ -773,9 +1070,10 @@ static double hw_price(const struct report *rp, const struct rrun *r, const char
     if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' ||
           *c == '.'))
       return NAN;
-  const char *paths[3] = {rp->opt->hw_path ? rp->opt->hw_path : getenv("FERRY_HW_PATH"), FERRY_REPORT_HW_SOURCE_DIR,
-                          FERRY_REPORT_HW_INSTALL_DIR};
-  for (int i = 0; i < 3; i++) {
+  char *beside = ferry__installed_hw_dir(); /* an installation under another prefix */
+  const char *paths[4] = {rp->opt->hw_path ? rp->opt->hw_path : getenv("FERRY_HW_PATH"), FERRY_REPORT_HW_SOURCE_DIR,
+                          beside, FERRY_REPORT_HW_INSTALL_DIR};
+  for (int i = 0; i < 4; i++) {
     const char *p = paths[i];
     while (p && *p) {
       const char *colon = strchr(p, ':');
@@ -783,13 +1081,21 @@ static double hw_price(const struct report *rp, const struct rrun *r, const char
       char file[1024];
       if (n > 0 && n < 900) {
         snprintf(file, sizeof file, "%.*s/%s.json", (int)n, p, hw);
-        if (price_from_file(file, &price)) return price;
+        if (price_from_file(file, &price)) {
+          ferry_free(beside);
+          return price;
+        }
       }
       p = colon ? colon + 1 : NULL;
     }
   }
+  ferry_free(beside);
   return NAN;
 }
+
+/* A run the what-if compares: complete with requests, or failed (it is listed with its error:
+ * a profile on which the workload does not run is an answer too). */
+static int whatif_run(const struct rrun *r) { return usable(r) || (!r->complete && r->error); }
 
 ferry_status ferry__section_hardware(struct report *rp) {
   NUMBUF;
@@ -801,17 +1107,18 @@ ferry_status ferry__section_hardware(struct report *rp) {
   char v1[256], v2[256];
   /* groups of runs that differ only by hardware, with at least two profiles */
   for (size_t i = 0; i < n; i++) {
-    if (!usable(&rp->runs[i]) || group[i]) continue;
-    int id = ++ngroups, profiles = 1;
+    if (!whatif_run(&rp->runs[i]) || group[i]) continue;
+    int id = ++ngroups, profiles = 1, ok = usable(&rp->runs[i]);
     group[i] = id;
     ferry__run_val(&rp->runs[i], "hw", v1, sizeof v1);
     for (size_t j = i + 1; j < n; j++) {
-      if (!usable(&rp->runs[j]) || group[j] || !ferry__runs_same_except(&rp->runs[i], &rp->runs[j], except)) continue;
+      if (!whatif_run(&rp->runs[j]) || group[j] || !ferry__runs_same_except(&rp->runs[i], &rp->runs[j], except)) continue;
       group[j] = id;
+      ok += usable(&rp->runs[j]);
       ferry__run_val(&rp->runs[j], "hw", v2, sizeof v2);
       if (strcmp(v1, v2)) profiles++;
     }
-    if (profiles < 2) {
+    if (profiles < 2 || !ok) {
       for (size_t j = i; j < n; j++)
         if (group[j] == id) group[j] = -1;
       ngroups--;
@@ -824,12 +1131,13 @@ ferry_status ferry__section_hardware(struct report *rp) {
   ferry__doc_section(rp, FERRY_REPORT_HARDWARE, "Hardware what-if");
   ferry__doc_para(rp, "The same workload and configuration on several hardware profiles. Cost per million output tokens = "
                       "price per hour / (throughput x 3600) x 10^6, with the price from the profile's price_per_hour_usd "
-                      "(or price_per_hour_usd=X in the run's notes).");
+                      "(or price_per_hour_usd=X in the run's notes); the note says why a cost is missing. A run that "
+                      "failed on a profile is listed with its error.");
   const struct ferry_report_options *o = rp->opt;
   int slo = o->slo_ttft_p99_ms > 0 || o->slo_tpot_p99_ms > 0;
   struct rtable *t = ferry__table_new("hardware", "group" SEP "configuration" SEP "hardware" SEP "run" SEP
                                                   "throughput (tok/s)" SEP "TTFT P99 (ms)" SEP "TPOT P99 (ms)" SEP
-                                                  "price ($/h)" SEP "cost ($ per 1M tokens)" SEP "meets SLO");
+                                                  "price ($/h)" SEP "cost ($ per 1M tokens)" SEP "meets SLO" SEP "note");
   if (!t) {
     ferry_free(group);
     return NOMEM(rp);
@@ -852,23 +1160,36 @@ ferry_status ferry__section_hardware(struct report *rp) {
     for (size_t j = i; j < n; j++) {
       if (group[j] != g) continue;
       const struct rrun *r = &rp->runs[j];
+      const int ok = usable(r);
       ferry__run_val(r, "hw", v1, sizeof v1);
       const char *hw = *v1 ? v1 : (r->hardware ? r->hardware : "");
+      char hwl[128];
+      label_value("hw", hw, hwl, sizeof hwl);
       double price = hw_price(rp, r, hw);
-      double cost = price > 0 && r->thr_tok_s > 0 ? price / (r->thr_tok_s * 3600.0) * 1e6 : NAN;
+      double thr = ok ? r->thr_tok_s : NAN;
+      double cost = price > 0 && thr > 0 ? price / (thr * 3600.0) * 1e6 : NAN;
       if (isfinite(cost)) any_price = 1;
-      int meets = (o->slo_ttft_p99_ms <= 0 || r->ttft.p99 <= o->slo_ttft_p99_ms) &&
+      int meets = ok && (o->slo_ttft_p99_ms <= 0 || r->ttft.p99 <= o->slo_ttft_p99_ms) &&
                   (o->slo_tpot_p99_ms <= 0 || r->tpot.p99 <= o->slo_tpot_p99_ms);
       if (meets && isfinite(cost) && cost < best_cost) {
         best_cost = cost;
         best = r->label;
       }
-      ferry__table_rowf(t, "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", shown,
-                        desc, hw, r->label, N(r->thr_tok_s), N(r->ttft.p99), N(r->tpot.p99), N(price), N(cost),
-                        slo ? (meets ? "yes" : "no") : "");
+      char note[400] = "";
+      if (!ok) snprintf(note, sizeof note, "failed: %.360s", r->error ? r->error : "no error recorded");
+      else if (!(price > 0))
+        snprintf(note, sizeof note, "no cost: %s has no price_per_hour_usd (add it to the profile, or "
+                                    "price_per_hour_usd=X to the run's notes)", hwl);
+      for (char *c = note; *c; c++)
+        if (*c == '\x1f') *c = ' ';
+      ferry__table_rowf(t, "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
+                        shown, desc, hw, r->label, N(thr), ok ? N(r->ttft.p99) : "", ok ? N(r->tpot.p99) : "", N(price),
+                        N(cost), slo ? (meets ? "yes" : "no") : "", note);
       if (shown <= 6) {
-        ferry__gp_data(&s, hw);
-        gnum(&s, r->thr_tok_s);
+        char bar[160];
+        snprintf(bar, sizeof bar, "%s%s", hwl, ok ? "" : " (failed)");
+        ferry__gp_data(&s, bar);
+        gnum(&s, thr);
         gnum(&s, cost);
         ferry__sb_puts(&s, "\n");
       }
@@ -880,9 +1201,10 @@ ferry_status ferry__section_hardware(struct report *rp) {
   }
   if (cheapest.len)
     ferry__doc_para(rp, "Cheapest run%s: %s.", slo ? " meeting the latency objective" : "", cheapest.p);
+  /* labels turned to end at their tick: long profile names stay inside the picture */
   ferry__sb_puts(&s, "set datafile missing 'NaN'\nset style data histograms\nset style histogram clustered gap 1\n"
-                     "set style fill solid 0.85 border -1\nset yrange [0:*]\nset xtics rotate by -30 left nomirror\n"
-                     "set key top right\n");
+                     "set style fill solid 0.85 border -1\nset yrange [0:*]\nset xtics rotate by 30 right nomirror\n"
+                     "set bmargin 7\nset key top right\n");
   if (shown == 1) ferry__sb_puts(&s, "unset key\n");
   if (any_price) ferry__sb_puts(&s, "set multiplot layout 1,2\n");
   for (int panel = 0; panel < (any_price ? 2 : 1); panel++) {
@@ -897,10 +1219,12 @@ ferry_status ferry__section_hardware(struct report *rp) {
     ferry__sb_puts(&s, "\n");
   }
   if (any_price) ferry__sb_puts(&s, "unset multiplot\n");
-  ferry_status st = s.oom || cheapest.oom
-                        ? NOMEM(rp)
-                        : ferry__emit_plot(rp, "hardware", "Throughput and cost per million output tokens per hardware profile (one bar colour per group of otherwise identical runs).",
-                                           any_price ? 1200 : 700, 500, s.p);
+  char cap[400];
+  snprintf(cap, sizeof cap,
+           "Throughput and cost per million output tokens per hardware profile (one bar colour per group of otherwise "
+           "identical runs; a failed run has no bar)%s.",
+           shown > 6 ? "; groups beyond the sixth are in the table only" : "");
+  ferry_status st = s.oom || cheapest.oom ? NOMEM(rp) : ferry__emit_plot(rp, "hardware", cap, any_price ? 1200 : 700, 540, s.p);
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, "The same workload on several hardware profiles.");
   ferry__sb_free(&s);
   ferry__sb_free(&cheapest);

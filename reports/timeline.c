@@ -421,17 +421,28 @@ ferry_status ferry__section_memory(struct report *rp) {
     goto out;
   }
   int drawn = 0;
+  /* a device tier of a few MiB beside a host tier of tens of GiB is a flat line on a linear
+   * axis: logarithmic when peaks and budgets span two decades (an empty tier then reads as a gap) */
+  double levels[6];
+  size_t nlevels = 0;
+  for (int t = 0; t < 3; t++) {
+    if (nv[t]) levels[nlevels++] = r->peak_bytes[t];
+    if (nv[t] && budget[t] > 0) levels[nlevels++] = budget[t];
+  }
+  const int log_y = ferry__spans_decades(levels, nlevels);
   /* short runs (tests, tiny models) read better in ms */
   int ms = ferry__span(tmin, tmax) < 2e9;
   double tdiv = ms ? 1e6 : 1e9;
   for (int t = 0; t < 3; t++) {
     ferry__sb_printf(&s, "$t%d << EOD\n", t);
     for (size_t i = 0; i < nv[t]; i++) {
-      ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, v[t][i].t) / tdiv, v[t][i].used * scale);
+      if (log_y && !(v[t][i].used > 0)) ferry__sb_printf(&s, "%.9f NaN\n", ferry__span(tmin, v[t][i].t) / tdiv);
+      else ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, v[t][i].t) / tdiv, v[t][i].used * scale);
       ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", ferry__span(tmin, v[t][i].t) / 1e9, tiers[t], v[t][i].used);
     }
     /* extend the last level to the end of the run so the step line reaches the right edge */
-    if (nv[t]) ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, tmax) / tdiv, v[t][nv[t] - 1].used * scale);
+    if (nv[t] && !(log_y && !(v[t][nv[t] - 1].used > 0)))
+      ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, tmax) / tdiv, v[t][nv[t] - 1].used * scale);
     ferry__sb_puts(&s, "EOD\n");
     if (nv[t]) {
       char b1[32], b2[32], b3[32];
@@ -442,8 +453,9 @@ ferry_status ferry__section_memory(struct report *rp) {
     }
   }
   ferry__gp_set(&s, "xlabel", "time since the first sample (%s)", ms ? "ms" : "s");
-  ferry__gp_set(&s, "ylabel", "bytes in use (%s)", unit);
-  ferry__sb_puts(&s, "set yrange [0:*]\nset key outside right top\n");
+  ferry__gp_set(&s, "ylabel", "bytes in use (%s%s)", unit, log_y ? ", log scale" : "");
+  ferry__sb_puts(&s, log_y ? "set datafile missing 'NaN'\nset logscale y\nset key outside right top\n"
+                           : "set yrange [0:*]\nset key outside right top\n");
   ferry__gp_set(&s, "title", "Memory per tier, run %s", r->label);
   ferry__sb_puts(&s, "plot ");
   for (int t = 0; t < 3; t++) {
@@ -465,9 +477,10 @@ ferry_status ferry__section_memory(struct report *rp) {
   snprintf(title, sizeof title, "Memory in use per tier over run %s, with the budgets as dashed lines.", r->label);
   if ((st = ferry__emit_plot(rp, "memory", title, 1100, 450, s.p)) != FERRY_OK) goto out;
   if ((st = ferry__emit_table(rp, sumt, "Peak memory per tier against its budget.")) != FERRY_OK) goto out;
-  st = ferry__emit_csv(rp, pts);
+  if ((st = ferry__emit_csv(rp, pts)) != FERRY_OK) goto out;
   ferry__sb_puts(&rp->html, "<p>The plotted samples: <a href=\"tables/memory.csv\">memory.csv</a>.</p>\n");
   ferry__sb_puts(&rp->md, "The plotted samples: [tables/memory.csv](tables/memory.csv).\n\n");
+  st = ferry__plot_batch_kv(rp, r);
 out:
   if (rp->sum.sections & FERRY_REPORT_MEMORY) ferry__sb_puts(&rp->html, "</section>\n");
   ferry__sb_free(&s);

@@ -54,25 +54,28 @@ cat >"$out/sweep.json" <<JSON
 JSON
 "$ferry" sweep --spec "$out/sweep.json" --db "$db"
 
-step "what if: the same workload at full Mixtral-8x7B size on three GPUs (simulated)"
+step "what if: the same workload at full Mixtral-8x7B size on three GPUs (simulated, each with its default budget)"
+# no device_budget: each GPU gets 90 % of its own memory, so an 80 GB card is not judged as a 24 GB one
 cat >"$out/whatif.json" <<JSON
 {"executor": ["sim"], "hw": ["l4", "a100-80gb-sxm", "h100-pcie"], "model": ["mixtral-8x7b"], "trace": ["$trace"],
- "max_requests": [8], "rate_scale": [10], "device_budget": ["20GiB"], "max_batch": [4],
+ "max_requests": [8], "rate_scale": [10], "max_batch": [4],
  "max_seq_tokens": [4096], "block_layers": [1], "prefetch_depth": [1]}
 JSON
 "$ferry" sweep --spec "$out/whatif.json" --db "$db" -j 3
 
 step "expert predictors in the simulator (the recorded routing replayed; the report's predictor tables)"
 "$ferry" predictor train --routing "$out/routing-train.jsonl" --variant mlp3 --out "$out/mlp3.safetensors" >/dev/null
-for spec in predictors predictors-mlp3; do
-  if [ "$spec" = predictors ]; then
-    extra='"predictor": ["lru", "frequency", "gate-lookahead", "oracle"]'
-  else
-    extra="\"predictor\": [\"mlp3\"], \"predictor_model\": [\"$out/mlp3.safetensors\"]"
-  fi
+for spec in predictors predictors-lru predictors-mlp3; do
+  # lru reads no routing trace and the simulator's oracle knows the replayed routing (both refuse
+  # one); the others read the recorded one
+  case $spec in
+    predictors) extra="\"predictor\": [\"frequency\", \"gate-lookahead\"], \"predictor_routing\": [\"$out/routing.jsonl\"]" ;;
+    predictors-lru) extra='"predictor": ["lru", "oracle"]' ;;
+    *) extra="\"predictor\": [\"mlp3\"], \"predictor_model\": [\"$out/mlp3.safetensors\"], \"predictor_routing\": [\"$out/routing.jsonl\"]" ;;
+  esac
   cat >"$out/$spec.json" <<JSON
 {"executor": ["sim"], "hw": ["$out/fitted.json"], "routing": ["$out/routing.jsonl"],
- "predictor_routing": ["$out/routing.jsonl"], "model": ["$model"], "trace": ["$trace"],
+ "model": ["$model"], "trace": ["$trace"],
  "max_requests": [8], "rate_scale": [10], "device_budget": ["64MiB"], "max_batch": [4],
  "max_seq_tokens": [4096], "block_layers": [1], "prefetch_depth": [1], $extra}
 JSON

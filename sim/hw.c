@@ -645,13 +645,17 @@ static int for_each_dir(int (*fn)(const char *dir, void *arg), void *arg) {
       p = colon + 1;
     }
   }
-  static const char *const builtin[] = {FERRY_HW_SOURCE_DIR, FERRY_HW_INSTALL_DIR};
-  for (size_t i = 0; i < 2; i++) {
-    if (!*builtin[i]) continue;
-    int r = fn(builtin[i], arg);
-    if (r) return r;
+  /* the source tree; the share folder beside the running binary (an installation under any
+   * prefix); the datadir configured at build time */
+  char *beside = ferry__installed_hw_dir();
+  const char *const builtin[] = {FERRY_HW_SOURCE_DIR, beside ? beside : "", FERRY_HW_INSTALL_DIR};
+  int r = 0;
+  for (size_t i = 0; i < 3 && !r; i++) {
+    if (!*builtin[i] || (i == 2 && beside && ferry__same_file(beside, builtin[i]) == 1)) continue;
+    r = fn(builtin[i], arg);
   }
-  return 0;
+  ferry_free(beside);
+  return r;
 }
 
 struct find_ctx {

@@ -9,6 +9,7 @@
 #include "common/half.h"
 #include "common/json.h"
 #include "common/rng.h"
+#include "common/sha256.h"
 #include "common/units.h"
 #include "ferry/dtype.h"
 #include "testutil.h"
@@ -206,12 +207,42 @@ static void test_checked_arithmetic(void **state) {
   assert_true(ferry__finite_or(2, 3) == 2);
 }
 
+/* FIPS 180-4 test vectors (and its one-million-'a' message fed in uneven pieces). */
+static void test_sha256(void **state) {
+  (void)state;
+  static const struct {
+    const char *msg, *hex;
+  } v[] = {{"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+           {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+           {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"}};
+  char hex[65];
+  struct ferry__sha256 s;
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    ferry__sha256_init(&s);
+    ferry__sha256_update(&s, v[i].msg, strlen(v[i].msg));
+    ferry__sha256_hex(&s, hex);
+    assert_string_equal(hex, v[i].hex);
+  }
+  char a[997];
+  memset(a, 'a', sizeof a);
+  ferry__sha256_init(&s);
+  for (size_t left = 1000000; left;) {
+    size_t n = left < sizeof a ? left : sizeof a;
+    ferry__sha256_update(&s, a, n);
+    left -= n;
+  }
+  ferry__sha256_hex(&s, hex);
+  assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_names),      cmocka_unit_test(test_parse_size), cmocka_unit_test(test_seconds_to_ns),
       cmocka_unit_test(test_half_roundtrip),    cmocka_unit_test(test_rng_deterministic),
       cmocka_unit_test(test_alloc_fault_injection), cmocka_unit_test(test_json_strict),
       cmocka_unit_test(test_dtype_names),       cmocka_unit_test(test_checked_arithmetic),
+      cmocka_unit_test(test_sha256),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -229,9 +229,17 @@ static void test_commands(void **state) {
   (void)state;
   no_controls(run(0, 0, "db list --db '%s'", db_path));
   for (int r = 1; r <= 5; r++) no_controls(run(0, 0, "db show %d --db '%s'", r, db_path));
-  free(run(0, 3, "db diff 1 2 --db '%s'", db_path));
-  free(run(0, 3, "db diff 3 1 --db '%s'", db_path));
-  free(run(0, 3, "db diff 5 4 --allow-incomplete --db '%s'", db_path));
+  /* runs of other kinds and configurations: refused, then compared with --force */
+  free(run(1, 1, "db diff 1 2 --db '%s'", db_path));
+  free(run(0, 3, "db diff 1 2 --force --db '%s'", db_path));
+  free(run(0, 3, "db diff 3 1 --force --db '%s'", db_path));
+  free(run(0, 3, "db diff 5 4 --allow-incomplete --force --db '%s'", db_path));
+  for (int f = 0; f < 3; f++) {
+    static const char *const formats[] = {"json", "csv", "md"};
+    no_controls(run(0, 0, "db list --format %s --db '%s'", formats[f], db_path));
+    for (int r = 1; r <= 5; r++) no_controls(run(0, 0, "db show %d --format %s --db '%s'", r, formats[f], db_path));
+    free(run(0, 3, "db diff 1,3 2,5 --force --allow-incomplete --format %s --db '%s'", formats[f], db_path));
+  }
   char *out = run(1, 1, "db diff 1 4 --db '%s'", db_path);
   assert_true(tu_contains(out, "did not complete"));
   free(out);

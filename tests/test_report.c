@@ -268,7 +268,7 @@ static void test_sections_plots_tables(void **state) {
   assert_int_equal(sum.complete, 14);
   assert_int_equal(sum.failed, 1);
   unsigned want = FERRY_REPORT_RUNS | FERRY_REPORT_SWEEP | FERRY_REPORT_BYTES | FERRY_REPORT_TIMELINE |
-                  FERRY_REPORT_MEMORY | FERRY_REPORT_SIM_VS_REAL | FERRY_REPORT_HARDWARE;
+                  FERRY_REPORT_MEMORY | FERRY_REPORT_SIM_VS_REAL | FERRY_REPORT_HARDWARE | FERRY_REPORT_LATENCY;
   assert_int_equal(sum.sections, want);
   /* block_layers, prefetch_depth, executor, hw */
   assert_int_equal(sum.axes, 4);
@@ -279,7 +279,7 @@ static void test_sections_plots_tables(void **state) {
   snprintf(path, sizeof path, "%s/index.html", f->out);
   char *html = slurp(path);
   assert_non_null(html);
-  for (unsigned bit = 1; bit <= FERRY_REPORT_HARDWARE; bit <<= 1) {
+  for (unsigned bit = 1; bit <= FERRY_REPORT_LATENCY; bit <<= 1) {
     if (!(want & bit)) continue;
     char anchor[64];
     snprintf(anchor, sizeof anchor, "<section id=\"%s\">", ferry_report_section_name((enum ferry_report_section)bit));
@@ -303,7 +303,8 @@ static void test_sections_plots_tables(void **state) {
 
   /* every plot: script and a well-formed SVG */
   static const char *const plots[] = {"sweep_block_layers", "sweep_prefetch_depth", "sweep_executor", "sweep_hw",
-                                      "bytes_stall", "timeline", "memory", "sim_vs_real", "hardware"};
+                                      "latency_cdf", "bytes_stall", "timeline", "memory", "batch_kv", "sim_vs_real",
+                                      "hardware"};
   assert_int_equal(sum.plots, sizeof plots / sizeof plots[0]);
   for (size_t i = 0; i < sizeof plots / sizeof plots[0]; i++) {
     snprintf(path, sizeof path, "%s/plots/%s.gp", f->out, plots[i]);
@@ -349,7 +350,9 @@ static void test_sections_plots_tables(void **state) {
    * line and are left out of these plots (they have the hardware section) */
   assert_int_equal(csv_lines(f->out, "sweep_block_layers"), 1 + 2 * 2 * 3);
   assert_int_equal(csv_lines(f->out, "sweep_prefetch_depth"), 1 + 3 * 2 * 2);
-  assert_int_equal(sum.tables, 13);
+  assert_int_equal(sum.tables, 15); /* with the failed runs and the latency distributions */
+  assert_int_equal(csv_lines(f->out, "failed_runs"), 1 + 1);
+  assert_true(csv_lines(f->out, "latency_cdf") > 14 * 3 * 8);
 
   /* no temporary folders left beside the report */
   snprintf(path, sizeof path, "%s/out", f->dir);
@@ -392,6 +395,47 @@ static void test_sim_error_and_cost(void **state) {
   build(f, &sum);
   snprintf(path, sizeof path, "%s/index.html", f->out);
   assert_true(ferry__is_file(path));
+}
+
+/* The what-if lists a run that failed on a profile with its error and says why a cost is
+ * missing; the sweep plots name what they leave out; the failed runs have their own table. */
+static void test_whatif_failures_and_notes(void **state) {
+  struct fixture *f = *state;
+  ferry_db *db;
+  assert_int_equal(ferry_db_open(&db, f->db, FERRY_DB_CREATE), FERRY_OK);
+  add_run(f, db, 1, 1, "sim", "l4", 1.0, 0, "device budget 64.00 MiB is below the minimum working set");
+  add_run(f, db, 1, 1, "sim", "priceless-gpu", 2.0, 0, NULL);
+  ferry_db_close(db);
+  struct ferry_report_summary sum;
+  build(f, &sum);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tables/hardware.csv", f->out);
+  char *t = slurp(path);
+  assert_non_null(t);
+  assert_true(tu_contains(t, ",l4,"));
+  assert_true(tu_contains(t, "failed: device budget 64.00 MiB is below the minimum working set"));
+  assert_true(tu_contains(t, "no cost: priceless-gpu has no price_per_hour_usd"));
+  free(t);
+  snprintf(path, sizeof path, "%s/tables/failed_runs.csv", f->out);
+  t = slurp(path);
+  assert_non_null(t);
+  assert_true(tu_contains(t, "device budget exceeded"));
+  assert_true(tu_contains(t, "below the minimum working set"));
+  free(t);
+  snprintf(path, sizeof path, "%s/report.md", f->out);
+  t = slurp(path);
+  assert_non_null(t);
+  /* the a100, t4 and other single runs draw no line against block_layers: said so */
+  assert_true(tu_contains(t, "Left out: "));
+  assert_true(tu_contains(t, "configurations with a single value of"));
+  /* the what-if's bar labels name a failed profile */
+  free(t);
+  snprintf(path, sizeof path, "%s/plots/hardware.gp", f->out);
+  t = slurp(path);
+  assert_non_null(t);
+  assert_true(tu_contains(t, "\"l4 (failed)\""));
+  assert_true(tu_contains(t, "set xtics rotate by 30 right"));
+  free(t);
 }
 
 /* ---- hostile strings --------------------------------------------------------------------- */
@@ -496,7 +540,7 @@ static void test_hostile_strings(void **state) {
   if (st != FERRY_OK) fail_msg("ferry_report_write: %s", ferry_last_error());
   unsigned want = FERRY_REPORT_RUNS | FERRY_REPORT_SWEEP | FERRY_REPORT_BYTES | FERRY_REPORT_TIMELINE |
                   FERRY_REPORT_MEMORY | FERRY_REPORT_SIM_VS_REAL | FERRY_REPORT_QUANT | FERRY_REPORT_PREDICTOR |
-                  FERRY_REPORT_PREDICTOR_CI | FERRY_REPORT_HARDWARE;
+                  FERRY_REPORT_PREDICTOR_CI | FERRY_REPORT_HARDWARE | FERRY_REPORT_LATENCY;
   assert_int_equal(sum.sections, want);
   for (int c = 1; c <= 8; c++) {
     char canary[1024];
@@ -508,13 +552,15 @@ static void test_hostile_strings(void **state) {
   snprintf(path, sizeof path, "%s/plots/hardware.gp", f->out);
   char *gp = slurp(path);
   assert_non_null(gp);
-  assert_true(tu_contains(gp, "system('touch"));
+  /* bar labels are the profiles' last path components: the quote of c3's string is data */
+  assert_true(tu_contains(gp, "\"c3'); '"));
   assert_null(strstr(gp, "\nEOD\n!"));
   free(gp);
   snprintf(path, sizeof path, "%s/plots/sweep_hw.gp", f->out);
   gp = slurp(path);
   assert_non_null(gp);
-  assert_true(tu_contains(gp, "'x''; system(''touch"));
+  /* tick and series labels are the values' last path components, quotes doubled */
+  assert_true(tu_contains(gp, "'c3''); '''"));
   free(gp);
   /* plots and tables of a hostile key get file names of their own kind */
   snprintf(path, sizeof path, "%s/plots", f->out);
@@ -741,6 +787,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_sections_plots_tables, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sim_error_and_cost, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_whatif_failures_and_notes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_strings, setup, teardown),
       cmocka_unit_test_setup_teardown(test_out_folder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),

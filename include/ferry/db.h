@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 4
+#define FERRY_DB_SCHEMA_VERSION 5
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -65,6 +65,10 @@ struct ferry_run_info {
    *  it as failed and returns FERRY_ERR_EXISTS. `ferry sweep` gives its children the key in the
    *  environment variable FERRY_SWEEP_KEY. */
   const char *sweep_key;
+  /** Repetitions of one measurement (`--repeat N`, `--repeat-group TAG`): a tag shared by the
+   *  runs of the group, or NULL; `ferry db diff` compares a group's runs as one sample. */
+  const char *repeat_group;
+  int32_t repeat_index; /**< the run's index in its repeat group (0-based) */
 };
 
 /** One request (requests table). Times are ns on the run's clock. */
@@ -90,6 +94,7 @@ struct ferry_step_row {
   int64_t hits;       /**< weight-cache hits */
   int64_t misses;     /**< weight-cache misses */
   int64_t stall_ns;   /**< time compute waited for weights */
+  int64_t kv_tokens;  /**< tokens in the KV cache at the end of the step (0: not recorded) */
 };
 
 /** A run as listed by ferry_db_list_runs() and ferry_db_get_run(); strings owned by the array. */
@@ -106,6 +111,10 @@ struct ferry_run_summary {
   char *config_json;     /**< configuration JSON, or NULL */
   char *config_hash;     /**< configuration hash, or NULL */
   char *notes;           /**< notes, or NULL */
+  char *git_rev;         /**< source revision of the build that made the run (git describe), or NULL */
+  char *ferry_version;   /**< ferry version that made the run, or NULL */
+  char *repeat_group;    /**< repeat group tag, or NULL */
+  int32_t repeat_index;  /**< index in the repeat group */
   int64_t requests;      /**< number of request rows */
   int64_t dropped_records; /**< activity records lost (allocation or write failures, and what
                                ferry_db_run_add_dropped() added) */
@@ -130,20 +139,45 @@ struct ferry_run_stats {
   double throughput_tok_s;    /**< output tokens / (last finish - first arrival) in tokens/s */
   int64_t steps;              /**< step rows */
   uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak used_bytes per tier (memory table) */
-  uint64_t bytes_disk;        /**< sum of steps.bytes_disk */
+  uint64_t bytes_disk;        /**< sum of steps.bytes_disk (see bytes_from_timeline) */
   uint64_t bytes_h2d;         /**< sum of steps.bytes_h2d */
   uint64_t bytes_d2h;         /**< sum of steps.bytes_d2h */
   int64_t stall_ns;           /**< sum of steps.stall_ns */
+  /** 1 when the run has no step rows (an imported Nsight Systems run) and the bytes moved were
+   *  summed from its timeline's copies instead (CUPTI_ACTIVITY_KIND_MEMCPY by copyKind). */
+  int bytes_from_timeline;
 };
 
-/** One compared metric, produced by ferry_db_compare(). */
+/** Verdict on one metric, or on a whole comparison (ferry_db_compare_groups()). */
+enum ferry_verdict {
+  FERRY_VERDICT_NONE = 0,       /**< no significant change (or none beyond the tolerance) */
+  FERRY_VERDICT_REGRESSION = 1, /**< B is worse than A by more than the tolerance */
+  FERRY_VERDICT_IMPROVEMENT = 2 /**< B is better than A by more than the tolerance */
+};
+
+/** One compared metric, produced by ferry_db_compare() and ferry_db_compare_groups(). */
 struct ferry_metric_delta {
   char name[32];        /**< metric name, e.g. "ttft_p99_ms" */
-  double a;             /**< value in run A (unit in the name) */
-  double b;             /**< value in run B */
+  double a;             /**< value in run A (unit in the name); the median over A's runs */
+  double b;             /**< value in run B; the median over B's runs */
   double change_pct;    /**< (b - a) / a * 100; 0 when both are 0; +/-inf when a is 0 */
   int higher_is_better; /**< 1 for throughput, 0 for latencies, memory and bytes */
   int regressed;        /**< 1 when B is worse than A by more than the tolerance */
+  int n_a;              /**< runs on side A with the metric */
+  int n_b;              /**< runs on side B with the metric */
+  /** With at least two runs on each side: the one-sided Mann-Whitney U p-value that B is worse
+   *  (regression) or better (improvement) than A by more than the tolerance, whichever is
+   *  smaller; NAN for single runs (the medians are compared with the tolerance alone). */
+  double p_value;
+  /** Effect size with two runs or more on each side: Cliff's delta of B against A, signed so
+   *  that positive means worse (-1: every B run better than every A run, +1: every one worse);
+   *  NAN for single runs. */
+  double effect;
+  enum ferry_verdict verdict; /**< regression, improvement or neither */
+  /** 1 when the metric decides the verdict. Single runs: every metric. Repeated runs: the
+   *  p50 and p99 latencies, throughput, peak memory and bytes moved, their p-values
+   *  Holm-corrected over those that vary (means, p90 and stall time are shown only). */
+  int gated;
 };
 
 /** Maximum number of rows ferry_db_compare() writes. */
@@ -219,6 +253,31 @@ ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
 ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
+
+/** A name/value row of a run's META_DATA_EXPORT facts, from ferry_db_run_meta_list(). */
+struct ferry_meta_row {
+  char *name;  /**< the fact's name */
+  char *value; /**< its value, or NULL */
+};
+
+/**
+ * @brief Read a run's META_DATA_EXPORT facts (provenance, budgets, collector status, ...).
+ * @param db handle.
+ * @param run_id the run.
+ * @param prefix only names starting with it (e.g. "HOST_"), or NULL for all.
+ * @param rows receives an owned array in insertion order (release with ferry_db_meta_free()).
+ * @param count receives its length (0 when the run has none).
+ * @return FERRY_OK or an error.
+ */
+ferry_status ferry_db_run_meta_list(ferry_db *db, int64_t run_id, const char *prefix, struct ferry_meta_row **rows,
+                                    size_t *count);
+
+/**
+ * @brief Release an array from ferry_db_run_meta_list(). Accepts NULL.
+ * @param rows the array.
+ * @param count its length.
+ */
+void ferry_db_meta_free(struct ferry_meta_row *rows, size_t count);
 
 /**
  * @brief Store the GPU a run used or simulated as a TARGET_INFO_GPU row (written at once).
@@ -347,15 +406,94 @@ int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_sta
                      double tolerance_pct, struct ferry_metric_delta *out, size_t *count);
 
 /**
- * @brief Write a run's timeline as Chrome trace JSON (Perfetto): complete events per queue,
- *        NVTX ranges on their own track, memory per tier as counters; times in microseconds
- *        relative to the run's first timestamp.
+ * @brief Compare repeated runs: each metric's median over B's runs against A's. With at least
+ *        two runs on each side a metric regresses only when a one-sided Mann-Whitney U test
+ *        says B is worse than A by more than the tolerance (A's values are scaled by the
+ *        tolerance before ranking, so noise within the tolerance is never a regression), at
+ *        family-wise level alpha over the gated metrics (Holm's correction; see
+ *        ferry_metric_delta.gated); with one run on either side the medians are compared with
+ *        the tolerance alone, as ferry_db_compare() does. Which metrics are compared: those that
+ *        any run has.
+ * @param a baseline runs.
+ * @param na how many (at least 1).
+ * @param b candidate runs.
+ * @param nb how many (at least 1).
+ * @param tolerance_pct allowed worsening in percent (e.g. 5.0).
+ * @param alpha significance level of the test (e.g. 0.05).
+ * @param out array of at least FERRY_DB_MAX_METRICS rows.
+ * @param count receives the number of rows written.
+ * @return the number of regressed metrics.
+ */
+int ferry_db_compare_groups(const struct ferry_run_stats *a, size_t na, const struct ferry_run_stats *b, size_t nb,
+                            double tolerance_pct, double alpha, struct ferry_metric_delta *out, size_t *count);
+
+/**
+ * @brief Name of a verdict as printed and written in JSON.
+ * @param v the verdict.
+ * @return "regression", "improvement" or "no significant change".
+ */
+const char *ferry_verdict_name(enum ferry_verdict v);
+
+/** One metric of a run, listed by ferry_db_metrics(). */
+struct ferry_metric_value {
+  char name[32];        /**< metric name, as in ferry_metric_delta */
+  double value;         /**< its value (unit in the name) */
+  int higher_is_better; /**< 1 for throughput */
+};
+
+/**
+ * @brief The metrics of a run by name, in the order `ferry db diff` lists them: the one list
+ *        that `db show --format json` and `db diff` share. Metrics the run does not have
+ *        (latencies without requests, a tier never used, bytes without steps) are left out.
+ * @param s the run's statistics.
+ * @param out array of at least FERRY_DB_MAX_METRICS rows.
+ * @return the number of rows written.
+ */
+size_t ferry_db_metrics(const struct ferry_run_stats *s, struct ferry_metric_value *out);
+
+/**
+ * @brief Write a run's whole timeline as Chrome trace JSON (Perfetto); see
+ *        ferry_db_export_trace_window().
  * @param db handle.
  * @param run_id the run.
  * @param out_path output file (replaced atomically).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
 ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out_path);
+
+/** What part of a run ferry_db_export_trace_window() writes. */
+struct ferry_trace_export_options {
+  int64_t step_first;  /**< first step of the window, -1 for the run's start */
+  int64_t step_last;   /**< last step, -1 for the run's end */
+  double time_first_s; /**< window start in seconds from the run's first timestamp, NAN for none */
+  double time_last_s;  /**< window end in seconds from it, NAN for none */
+};
+
+/**
+ * @brief The whole run: no window.
+ * @param opt filled.
+ */
+void ferry_trace_export_options_init(struct ferry_trace_export_options *opt);
+
+/**
+ * @brief Write a run's timeline as Chrome trace JSON (Perfetto). Process 1 is the run: a named
+ *        track per queue ("compute", "H2D", "D2H", "disk"; a CUDA stream of a CUPTI run or an
+ *        import named by what it carried and its number), NVTX ranges on their own track, a
+ *        flow arrow from each weight fetch to the op that consumed it (disk read to the copy,
+ *        copy to the first kernel of its layer and expert that starts after it), and counters
+ *        of memory per tier, batch size and KV-cache tokens. Process 2 has an async span per
+ *        request (its "queued + prefill" and "decode" parts inside). Disk reads are category
+ *        "disk" with copyKind "Disk-to-Host (ferry 100)". Times in microseconds from the run's
+ *        first timestamp; with a window, only what overlaps it (docs/schema.md).
+ * @param db handle.
+ * @param run_id the run.
+ * @param out_path output file (replaced atomically).
+ * @param opt the window.
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run or steps it does not have,
+ *         FERRY_ERR_INVALID for an empty window, or an error.
+ */
+ferry_status ferry_db_export_trace_window(ferry_db *db, int64_t run_id, const char *out_path,
+                                          const struct ferry_trace_export_options *opt);
 
 /**
  * @brief Import an Nsight Systems SQLite export (`nsys export --type sqlite`) as a run of
@@ -366,11 +504,80 @@ ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out
  * @param export_path the export.
  * @param info optional run description (kind is forced to nsys-import; NULL fields are
  *        filled from the export); may be NULL.
- * @param run_id receives the new run's id.
- * @return FERRY_OK or an error.
+ * @param run_id receives the new run's id; when the same file (by SHA-256, runs.source_sha256) was
+ *        imported before, the id of that run.
+ * @return FERRY_OK, FERRY_ERR_EXISTS when the file was imported before (nothing is written), or
+ *         an error.
  */
 ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
                                   const struct ferry_run_info *info, int64_t *run_id);
+
+/** The summaries of ferry_db_stats_report(), named after `nsys stats` reports. */
+enum ferry_stats_report {
+  FERRY_STATS_KERN_SUM = 0,     /**< "kern_sum", nsys cuda_gpu_kern_sum: time per kernel name */
+  FERRY_STATS_MEM_SIZE_SUM = 1, /**< "mem_sum", nsys cuda_gpu_mem_size_sum: bytes per copy kind */
+  FERRY_STATS_MEM_TIME_SUM = 2, /**< "mem_time_sum", nsys cuda_gpu_mem_time_sum: time per copy kind */
+  FERRY_STATS_NVTX_SUM = 3,     /**< "nvtx_sum", nsys nvtx_sum: time per NVTX range name */
+  FERRY_STATS_STEP_SUM = 4,     /**< "step_sum" (ferry): engine steps, decode against prefill */
+  FERRY_STATS_COUNT = 5         /**< number of reports, not a report */
+};
+
+/** A report: nrows x ncols cells, numbers in `num` (NAN where a cell is text or unknown), text
+ *  in `text` (NULL where a cell is a number); owned, release with ferry_stats_table_free(). */
+struct ferry_stats_table {
+  enum ferry_stats_report report; /**< which report */
+  size_t ncols;                   /**< columns */
+  size_t nrows;                   /**< rows (groups), by total time (or bytes) descending */
+  const char *const *columns;     /**< column names as nsys prints them (static) */
+  const char *types;              /**< per column 'n' (number) or 't' (text) (static) */
+  double *num;                    /**< nrows * ncols numbers */
+  char **text;                    /**< nrows * ncols strings */
+};
+
+/**
+ * @brief Summarise a run's timeline like `nsys stats` does: per group (kernel name, copy kind,
+ *        NVTX range name, step kind) the share of the time, total, count, mean, median
+ *        (interpolated), min, max and sample standard deviation. Works on ferry's own runs and
+ *        on imported Nsight Systems exports; ferry's disk reads (copyKind 100) are the operation
+ *        "[ferry disk read Disk-to-Host]". step_sum reads the steps table, or for a run without
+ *        one (an import of a profiled ferry run) its NVTX ranges "step N".
+ * @param db handle.
+ * @param run_id the run.
+ * @param report which summary.
+ * @param out receives the table (empty when the run has nothing to summarise).
+ * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
+ */
+ferry_status ferry_db_stats_report(ferry_db *db, int64_t run_id, enum ferry_stats_report report,
+                                   struct ferry_stats_table *out);
+
+/**
+ * @brief Release a table from ferry_db_stats_report() (the struct itself is the caller's).
+ *        Accepts NULL.
+ * @param t the table.
+ */
+void ferry_stats_table_free(struct ferry_stats_table *t);
+
+/**
+ * @brief A report's ferry name ("kern_sum", ...).
+ * @param r the report.
+ * @return static string, "?" when unknown.
+ */
+const char *ferry_stats_report_name(enum ferry_stats_report r);
+
+/**
+ * @brief The `nsys stats` report a summary follows ("cuda_gpu_kern_sum", ...).
+ * @param r the report.
+ * @return static string, or NULL for ferry's own (step_sum).
+ */
+const char *ferry_stats_report_nsys_name(enum ferry_stats_report r);
+
+/**
+ * @brief Parse a report name: ferry's ("kern_sum") or the nsys one ("cuda_gpu_kern_sum").
+ * @param text the name.
+ * @param out receives the report.
+ * @return FERRY_OK or FERRY_ERR_INVALID listing the names.
+ */
+ferry_status ferry_stats_report_parse(const char *text, enum ferry_stats_report *out);
 
 /** Quality of one tensor class of a quantized model (table quant_quality). */
 struct ferry_quant_quality_row {

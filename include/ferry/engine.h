@@ -212,6 +212,7 @@ struct ferry_step_metrics {
   int64_t compute_busy_ns; /**< time the compute queue spent running kernels */
   int64_t h2d_busy_ns;   /**< time the host-to-device queue spent copying */
   int64_t disk_busy_ns;  /**< time the disk queue spent reading */
+  int64_t kv_tokens;     /**< tokens held in the KV cache at the end of the step (its sequences' positions) */
   int64_t cpu_busy_ns;   /**< time the CPU queue spent running kernels (hybrid runs) */
   uint64_t bytes_act;    /**< activations moved between the device and the CPU (hybrid runs; part
                               of bytes_h2d and bytes_d2h) */
@@ -254,6 +255,8 @@ struct ferry_serve_summary {
   int64_t load_ns;            /**< time to load resident weights before serving */
   int64_t run_start_ns;       /**< executor time at which serving started (request and step
                                    times are relative to it) */
+  int64_t kv_capacity_tokens; /**< tokens the KV cache holds: sequences x tokens per sequence */
+  int64_t kv_peak_tokens;     /**< most tokens the KV cache held at the end of a step */
 };
 
 /** Opaque engine. */

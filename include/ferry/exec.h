@@ -363,6 +363,9 @@ struct ferry_exec_range {
   int32_t layer;     /**< layer, or -1 */
   int32_t expert;    /**< expert, or -1 */
   uint64_t nvtx_id;  /**< the NVTX range opened with it (0: none) */
+  int32_t outer_step;   /**< the enclosing range's step, restored at the end */
+  int32_t outer_layer;  /**< the enclosing range's layer, restored at the end */
+  int32_t outer_expert; /**< the enclosing range's expert, restored at the end */
 };
 
 /**
@@ -373,6 +376,9 @@ struct ferry_exec_range {
  * the process (Nsight Systems: `nsys profile -t nvtx,cuda`) shows the engine's phases over
  * its own timeline. Without a profiler attached the NVTX call is a no-op; builds without
  * the CUDA toolkit's NVTX headers make none. The simulator's clock is virtual: no NVTX there.
+ * Until the range ends, the copies and reads submitted are attributed to its step, layer and
+ * expert (their activity records carry them), so a timeline ties each fetch to its layer.
+ * Ranges nest: ending one restores the enclosing range's attribution.
  * @param ex the executor.
  * @param name static string naming the range.
  * @param step engine step, or -1.

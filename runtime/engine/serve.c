@@ -288,6 +288,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       if (!q->step_tokens) continue;
       if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
       q->pos += q->step_tokens;
+      sm->kv_tokens += q->pos; /* a sequence finished in this step still held its cache during it */
     }
     if (o.progress && ferry__mono_ns() - last_progress > 2000000000LL) {
       fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)done, (long long)n,
@@ -353,7 +354,9 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->hits += sm->hits;
     out->misses += sm->misses;
     out->stall_ns += sm->stall_ns;
+    if (sm->kv_tokens > out->kv_peak_tokens) out->kv_peak_tokens = sm->kv_tokens;
   }
+  out->kv_capacity_tokens = (int64_t)e->n_seqs * e->kv_capacity;
   if (d) percentile_stats(d, e->n_steps, &out->step);
   out->steps = e->n_steps;
   out->duration_ns = out->requests_done ? last - first : 0;

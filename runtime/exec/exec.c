@@ -16,6 +16,7 @@ ferry_status ferry__exec_init(struct ferry_exec *ex, const struct ferry_exec_bac
   pthread_mutex_init(&ex->error_lock, NULL);
   atomic_store(&ex->next_correlation, 1);
   atomic_store(&ex->first_error, 0);
+  ex->range_step = ex->range_layer = ex->range_expert = -1;
   return FERRY_OK;
 }
 
@@ -191,6 +192,9 @@ static inline void op_init(struct ferry_op *op, enum ferry_op_kind kind) {
 
 static ferry_status submit(ferry_exec *ex, int32_t queue, struct ferry_op *op) {
   op->correlation_id = atomic_fetch_add(&ex->next_correlation, 1);
+  op->step = ex->range_step;
+  op->layer = ex->range_layer;
+  op->expert = ex->range_expert;
   return ex->backend->submit(ex, queue, op);
 }
 
@@ -376,6 +380,9 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
     case FERRY_OP_READ:
       a.kind = FERRY_ACT_MEMCPY;
       a.name = "disk_read";
+      a.step = op->step;
+      a.layer = op->layer;
+      a.expert = op->expert;
       a.bytes = op->u.read.len;
       a.copy_kind = FERRY_COPY_DISK_TO_HOST;
       break;
@@ -384,6 +391,9 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
       a.name = op->u.copy.copy_kind == FERRY_COPY_HTOD ? "h2d" : op->u.copy.copy_kind == FERRY_COPY_DTOH ? "d2h" : "copy";
       a.bytes = op->u.copy.bytes;
       a.copy_kind = op->u.copy.copy_kind;
+      a.step = op->step;
+      a.layer = op->layer;
+      a.expert = op->expert;
       break;
     case FERRY_OP_KERNEL:
       a.kind = FERRY_ACT_KERNEL;
@@ -421,8 +431,12 @@ void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, i
 struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name, int32_t step, int32_t layer,
                                                int32_t expert) {
   struct ferry_exec_range r = {.name = name, .start_ns = ex->backend->now(ex), .step = step, .layer = layer,
-                               .expert = expert};
+                               .expert = expert, .outer_step = ex->range_step, .outer_layer = ex->range_layer,
+                               .outer_expert = ex->range_expert};
   if (!ex->backend->virtual_clock) r.nvtx_id = ferry__nvtx_start(name, step, layer, expert);
+  ex->range_step = step;
+  ex->range_layer = layer;
+  ex->range_expert = expert;
   if (ex->backend->range_begin) ex->backend->range_begin(ex, name);
   return r;
 }
@@ -430,6 +444,9 @@ struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name,
 void ferry_exec_range_end(ferry_exec *ex, struct ferry_exec_range *range) {
   if (!range->name) return;
   if (range->nvtx_id) ferry__nvtx_end(range->nvtx_id);
+  ex->range_step = range->outer_step;
+  ex->range_layer = range->outer_layer;
+  ex->range_expert = range->outer_expert;
   emit_range(ex, range->name, range->start_ns, ex->backend->now(ex), range->step, range->layer, range->expert);
   range->name = NULL;
   range->nvtx_id = 0;

@@ -726,8 +726,8 @@ static void issue_op(struct cu_queue *q, struct cu_pending *p, uint64_t seq) {
   const int bracket = ex->launch_begin && (op->kind == FERRY_OP_COPY || op->kind == FERRY_OP_KERNEL);
   if (bracket) {
     const int kernel = op->kind == FERRY_OP_KERNEL;
-    ex->launch_begin(ex->launch_user, ferry_op_tag(op->correlation_id, kernel ? op->u.kernel.layer : -1,
-                                                   kernel ? op->u.kernel.expert : -1,
+    ex->launch_begin(ex->launch_user, ferry_op_tag(op->correlation_id, kernel ? op->u.kernel.layer : op->layer,
+                                                   kernel ? op->u.kernel.expert : op->expert,
                                                    kernel ? (int32_t)op->u.kernel.kind : -1));
   }
   if (e == cudaSuccess) {
@@ -1327,7 +1327,18 @@ ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes)
   return FERRY_OK;
 }
 
+void ferry__exec_cuda_versions(int *driver, int *runtime) {
+  *driver = *runtime = 0;
+  if (cudaDriverGetVersion(driver) != cudaSuccess) *driver = 0;
+  if (cudaRuntimeGetVersion(runtime) != cudaSuccess) *runtime = 0;
+  cudaGetLastError();
+}
+
 #else /* !FERRY_HAVE_CUDA */
+#include "exec_impl.h"
+
+void ferry__exec_cuda_versions(int *driver, int *runtime) { *driver = *runtime = 0; }
+
 ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
   (void)free_bytes, (void)total_bytes;
   return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");

@@ -19,6 +19,9 @@ enum ferry_op_kind { FERRY_OP_READ, FERRY_OP_COPY, FERRY_OP_KERNEL, FERRY_OP_REC
 struct ferry_op {
   enum ferry_op_kind kind;
   uint64_t correlation_id;
+  /* The engine work a copy or read serves: the innermost range open when it was submitted
+   * ("block fetch" of layer 3, ...), -1 when none. Kernels carry their own in u.kernel. */
+  int32_t step, layer, expert;
   union {
     struct {
       struct ferry_store *store;
@@ -111,6 +114,9 @@ struct ferry_exec {
   char first_error_msg[FERRY_ERRMSG_MAX];
   pthread_mutex_t error_lock;
   void *backend_state;
+  /* The innermost open range's step, layer and expert (ferry_exec_range_begin), stamped on the
+   * ops submitted meanwhile; touched only by the thread that submits, as ranges are. */
+  int32_t range_step, range_layer, range_expert;
 };
 
 /* Common initialisation of the shared part; the backend allocates the struct. */
@@ -125,5 +131,9 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
 void ferry__exec_op_failed(struct ferry_exec *ex, ferry_status status, const char *msg);
 /* Emit a memory sample of a tier at time t. */
 void ferry__exec_emit_memory(struct ferry_exec *ex, enum ferry_tier tier, int64_t t_ns);
+
+/* exec_cuda.c: the CUDA driver API and runtime versions (1000 * major + 10 * minor), 0 when
+ * unknown or in a build without CUDA (provenance.c records them). */
+void ferry__exec_cuda_versions(int *driver, int *runtime);
 
 #endif
