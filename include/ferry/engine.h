@@ -218,6 +218,21 @@ struct ferry_step_metrics {
                               of bytes_h2d and bytes_d2h) */
   int32_t cpu_experts;   /**< routed experts computed on the CPU instead of fetched (neither hits
                               nor misses) */
+  uint64_t bytes_blocks; /**< host-to-device bytes of streamed layer blocks */
+  uint64_t bytes_experts; /**< host-to-device bytes of routed experts (demand misses and prefetches) */
+  int32_t evictions;     /**< experts evicted from the expert cache */
+  int64_t kv_blocks;     /**< KV-cache blocks in use at the end of the step (paged cache; 0 otherwise) */
+};
+
+/** Expert-cache activity of one layer over a run (ferry_engine_layer_metrics()). */
+struct ferry_layer_metrics {
+  int32_t layer;         /**< the layer */
+  int64_t hits;          /**< routed experts found in the cache */
+  int64_t misses;        /**< routed experts fetched on demand */
+  int64_t evictions;     /**< experts of this layer evicted */
+  int64_t prefetches;    /**< experts of this layer fetched on a prediction */
+  int64_t cpu_experts;   /**< routed experts computed on the CPU */
+  uint64_t bytes_h2d;    /**< weights of this layer copied host to device (its block, its experts) */
 };
 
 /** Distribution summary of one latency metric, in ns. */
@@ -312,6 +327,10 @@ const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_eng
 
 /** @brief Per-step metrics of the last run; borrowed, valid until the next run. */
 const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
+
+/** @brief Per-layer expert-cache activity and weight traffic of the last run, one entry per
+ *         layer; borrowed, valid until the next run. */
+const struct ferry_layer_metrics *ferry_engine_layer_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Summary of the last run. */
 void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);

@@ -42,7 +42,9 @@ enum ferry_report_section {
   FERRY_REPORT_HARDWARE = 1 << 8,   /**< the same workload on several hardware profiles, cost */
   FERRY_REPORT_PREDICTOR_CI = 1 << 9, /**< per expert predictor with bootstrap confidence intervals */
   FERRY_REPORT_ROUTING = 1 << 10,   /**< statistics of every routing trace the runs used or recorded */
-  FERRY_REPORT_LATENCY = 1 << 11    /**< latency distributions (CDF of TTFT, TPOT, e2e) per run */
+  FERRY_REPORT_LATENCY = 1 << 11,   /**< latency distributions (CDF of TTFT, TPOT, e2e) per run */
+  FERRY_REPORT_STRATEGIES = 1 << 12 /**< offloading strategies side by side: TPOT, bytes moved by
+                                         class, hit rate, CPU work */
 };
 
 /** What to report on and where. Strings are borrowed for the duration of the call. */

@@ -394,6 +394,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->expert_start);
   ferry_free(e->routing_ids);
   ferry_free(e->routing_w);
+  ferry_free(e->layer_stats);
   ferry_free(e->votes);
   ferry_free(e->predicted);
   ferry__features_free(e);
@@ -503,6 +504,9 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->expert_start = ferry__calloc(E + 1, sizeof(int32_t));
   e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
   e->routing_w = ferry__calloc(T * K, sizeof(float));
+  e->layer_stats = ferry__calloc((size_t)mc->n_layers, sizeof *e->layer_stats);
+  if (!e->layer_stats) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the layer metrics");
+  for (int32_t l = 0; l < mc->n_layers; l++) e->layer_stats[l].layer = l;
   e->votes = ferry__calloc(E, sizeof(int32_t));
   e->predicted = ferry__calloc(E, sizeof(int32_t));
   e->seqs = ferry__calloc((size_t)e->n_seqs, sizeof *e->seqs);

@@ -194,6 +194,9 @@ struct ferry_engine {
   int layer_on_cpu;         /* the layer being issued runs on the CPU */
   int step_layers_cpu;      /* compute_layers auto: this step computes streamed blocks on the CPU */
   uint64_t step_bytes_act;  /* activations moved between the sides this step */
+  uint64_t step_bytes_blocks, step_bytes_experts; /* weights moved this step, by class */
+  int32_t step_evictions;
+  struct ferry_layer_metrics *layer_stats; /* per layer, over the run */
   int32_t step_cpu_experts; /* routed experts computed on the CPU this step */
 
   /* micro-batches: n_mb of up to max_batch sequences and max_step_tokens tokens each; the

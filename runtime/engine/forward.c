@@ -477,6 +477,10 @@ static int32_t insert_expert(struct ferry_engine *e, int32_t l, int32_t x) {
   int32_t el, ex;
   int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
   if (slot >= 0) e->expert_slots[slot].prefetched = 0;
+  if (slot >= 0 && el >= 0) {
+    e->step_evictions++;
+    e->layer_stats[el].evictions++;
+  }
   return slot;
 }
 
@@ -525,6 +529,7 @@ static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
       if (st != FERRY_OK) return st;
       e->expert_slots[slot].prefetched = 1;
       e->prefetches++;
+      e->layer_stats[target].prefetches++;
     }
   }
   return FERRY_OK;
@@ -590,6 +595,7 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
     if (e->expert_cpu_now[x]) {
       st = run_expert(e, l, x, -1, in);
       e->step_cpu_experts++;
+      e->layer_stats[l].cpu_experts++;
     }
   if (st == FERRY_OK) st = gather_pairs(e, l, "gather_cpu_pairs", e->cpu_rows, 1);
   if (st == FERRY_OK) { /* cpu_sum = 0, then the weighted sum of the CPU's pairs */
@@ -695,6 +701,7 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
       int32_t slot = ferry__cache_lookup(&e->cache, l, x);
       if (slot < 0) continue;
       e->step_hits++;
+      e->layer_stats[l].hits++;
       if (e->expert_slots[slot].prefetched) {
         e->expert_slots[slot].prefetched = 0;
         e->prefetches_used++;
@@ -709,6 +716,7 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
       if (slot < 0 && (slot = insert_expert(e, l, x)) < 0)
         return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
       e->step_misses++;
+      e->layer_stats[l].misses++;
       ferry__cache_touch(&e->cache, slot);
       if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
       if ((st = run_expert(e, l, x, slot, in))) return st;

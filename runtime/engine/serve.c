@@ -136,6 +136,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   e->steps = NULL;
   e->n_reqs = e->n_steps = 0;
   e->prefetches = e->prefetches_used = 0;
+  for (int32_t l = 0; l < e->mc->n_layers; l++) e->layer_stats[l] = (struct ferry_layer_metrics){.layer = l};
   int64_t *admit_order = NULL, *waiting = NULL;
   ferry_status st = FERRY_OK;
   e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
@@ -225,7 +226,8 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
                         ferry_exec_queue_busy_ns(e->ex, e->q_disk),
                         e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) : 0};
     e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = e->step_bytes_act = 0;
-    e->step_hits = e->step_misses = e->step_cpu_experts = 0;
+    e->step_bytes_blocks = e->step_bytes_experts = 0;
+    e->step_hits = e->step_misses = e->step_cpu_experts = e->step_evictions = 0;
     int32_t step_tokens = 0;
     int32_t batch = build_step(e, admit_order, &step_tokens);
     st = ferry__engine_step(e);
@@ -249,6 +251,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     sm->cpu_busy_ns = e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) - busy0[3] : 0;
     sm->bytes_act = e->step_bytes_act;
     sm->cpu_experts = e->step_cpu_experts;
+    sm->bytes_blocks = e->step_bytes_blocks;
+    sm->bytes_experts = e->step_bytes_experts;
+    sm->evictions = e->step_evictions;
     e->n_steps++;
     ferry_exec_sample_memory(e->ex);
     /* outcomes: each logits row is a generated token; micro-batch m's rows follow those before */
@@ -312,6 +317,11 @@ out:
 const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *e, int64_t *n) {
   *n = e->n_reqs;
   return e->req_metrics;
+}
+
+const struct ferry_layer_metrics *ferry_engine_layer_metrics(const ferry_engine *e, int64_t *n) {
+  *n = e->mc->n_layers;
+  return e->layer_stats;
 }
 
 const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *e, int64_t *n) {
