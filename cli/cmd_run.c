@@ -16,6 +16,7 @@
 #include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/trace.h"
+#include "runtime/policy/policy.h"
 
 void run_usage(FILE *f, const char *cmd) {
   int sim = !strcmp(cmd, "sim");
@@ -52,7 +53,9 @@ void run_usage(FILE *f, const char *cmd) {
           "                          host memory the budget leaves) serves a second read (default: drop them)\n"
           "  --host-memory M         pinned (default: page-locked host tier, the link's full rate) or pageable\n"
           "                          (ordinary memory: copies staged by the driver, the profile's pageable rate)\n"
-          "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
+          "  --expert-cache P        expert placement: auto (default: frequency with ageing, scan-resistant), lru,\n"
+          "                          lfu, static (the most routed pinned: --predictor-routing counts, else a\n"
+          "                          warm-up), per-layer:K (K slots per layer, lru in each)\n"
           "  --expert-granularity G  expert (default: each expert through the expert cache) or layer (a layer's\n"
           "                          experts stream with it, all together, as Accelerate and ZeRO-3 do)\n"
           "  --offload-compute SPEC  where what is not on the device is computed: gpu (fetch it, default), cpu\n"
@@ -207,9 +210,11 @@ static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
   const int mlp = p && (!strcmp(p, "mlp3") || !strcmp(p, "mlp7"));
   if (a->predictor_model && !mlp)
     return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only");
-  if (a->predictor_routing) {
+  const int static_cache = a->ec.expert_cache && !strcmp(a->ec.expert_cache, "static");
+  if (a->predictor_routing && !(static_cache && (!p || !strcmp(p, "lru")))) {
     if (!p || !strcmp(p, "lru") || !strcmp(p, "none"))
-      return cli_usage_error(cmd, "--predictor-routing is read by --predictor frequency, oracle%s only",
+      return cli_usage_error(cmd, "--predictor-routing is read by --expert-cache static and --predictor frequency, "
+                                  "oracle%s only",
                              sim ? ", gate-lookahead, mlp3 and mlp7" : "");
     if (!sim && (mlp || !strcmp(p, "gate-lookahead")))
       return cli_usage_error(cmd, "--predictor-routing: a real run's %s predictor reads its own activations, not a trace", p);
@@ -322,9 +327,14 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         a->ec.home_disk = !strcmp(optarg, "disk");
         break;
       case OPT_CACHE:
-        if (strcmp(optarg, "lru") && strcmp(optarg, "lfu"))
-          return cli_usage_error(cmd, "--expert-cache: expected 'lru' or 'lfu', got '%s'", optarg);
-        a->ec.expert_cache_lfu = !strcmp(optarg, "lfu");
+        if (!strncmp(optarg, "per-layer:", 10)) {
+          if (cli_parse_int("--expert-cache per-layer:K", optarg + 10, 1, 1 << 20, &v)) return CLI_USAGE;
+          a->ec.expert_cache_per_layer = (int32_t)v;
+        } else if (ferry__cache_policy_find(optarg)) {
+          a->ec.expert_cache = optarg;
+        } else {
+          return cli_usage_error(cmd, "--expert-cache: expected auto, lru, lfu, static or per-layer:K, got '%s'", optarg);
+        }
         break;
       case OPT_MAX_BATCH: if (cli_parse_int("--max-batch", optarg, 1, 4096, &v)) return CLI_USAGE; a->ec.max_batch = (int32_t)v; break;
       case OPT_STEP_TOKENS: if (cli_parse_int("--max-step-tokens", optarg, 1, 1 << 20, &v)) return CLI_USAGE; a->ec.max_step_tokens = (int32_t)v; break;

@@ -26,7 +26,9 @@ char *run_config_json(const struct run_args *a) {
   cJSON_AddNumberToObject(o, "device_budget", (double)a->ec.device_budget_bytes);
   cJSON_AddBoolToObject(o, "direct_io", (a->ec.read_flags & 1u) != 0);
   add_str(o, "executor", sim ? "sim" : a->backend);
-  add_str(o, "expert_cache", a->ec.expert_cache_lfu ? "lfu" : "lru");
+  char cache[32];
+  if (a->ec.expert_cache_per_layer) snprintf(cache, sizeof cache, "per-layer:%d", a->ec.expert_cache_per_layer);
+  add_str(o, "expert_cache", a->ec.expert_cache_per_layer ? cache : a->ec.expert_cache ? a->ec.expert_cache : "auto");
   add_str(o, "expert_granularity", a->ec.expert_granularity_layer ? "layer" : NULL); /* expert: older hashes */
   if (a->ec.gpu_batches > 1) cJSON_AddNumberToObject(o, "gpu_batches", a->ec.gpu_batches); /* 1: older hashes */
   cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);

@@ -332,6 +332,7 @@ int run_execute(struct run_args *a) {
   ferry_routing_synth *synth = NULL;
   ferry_routing_replay *replay = NULL;
   ferry_routing *pred_trace = NULL;
+  int64_t *popularity = NULL;
   struct predict_glue glue = {0};
   ferry_cupti *cupti = NULL;
   struct logit_dump dump = {0};
@@ -499,6 +500,15 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  /* the static placement pins the experts the trace routes most */
+  if (pred_trace && a->ec.expert_cache && !strcmp(a->ec.expert_cache, "static")) {
+    popularity = ferry__calloc((size_t)(mc->n_layers * mc->n_experts), sizeof *popularity);
+    if (!popularity || (st = ferry_routing_counts(pred_trace, (int32_t)mc->n_experts, popularity)) != FERRY_OK) {
+      cli_fail(popularity ? st : FERRY_ERR_NOMEM, popularity ? NULL : "out of memory for the routing counts");
+      goto out;
+    }
+    a->ec.expert_popularity = popularity;
+  }
   const int32_t recorded_features = a->ec.token_features;
   if (a->predictor &&
       (st = predict_glue_init(&glue, a->predictor, a->predictor_model, mc, pred_trace, sim ? a->ec.routing : NULL,
@@ -645,6 +655,7 @@ int run_execute(struct run_args *a) {
 out:
   predict_glue_free(&glue);
   ferry_routing_free(pred_trace);
+  ferry_free(popularity);
   ferry_routing_replay_free(replay);
   ferry_routing_free(replayed);
   ferry_routing_synth_free(synth);

@@ -276,7 +276,7 @@ static void test_ignored_options_refused(void **state) {
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor-model p.safetensors", syn);
   expect(args, 2, "--predictor-model is read by --predictor mlp3 or mlp7 only");
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor lru --predictor-routing r.jsonl", syn);
-  expect(args, 2, "--predictor-routing is read by --predictor frequency, oracle, gate-lookahead, mlp3 and mlp7 only");
+  expect(args, 2, "--predictor-routing is read by --expert-cache static and --predictor frequency, oracle, gate-lookahead, mlp3 and mlp7 only");
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor oracle --predictor-routing r.jsonl", syn);
   expect(args, 2, "in 'ferry sim' the oracle knows the routing being simulated");
   snprintf(args, sizeof args, "run --model '%s' %s --backend cuda --threads 2", dense, syn);

@@ -112,7 +112,17 @@ struct ferry_engine_config {
                                       expert cache either way); `ferry run`/`sim` set it when they
                                       choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
-  int expert_cache_lfu;          /**< LFU instead of LRU eviction in the expert cache */
+  int expert_cache_lfu;          /**< legacy: LFU eviction (the same as expert_cache "lfu") */
+  const char *expert_cache;      /**< expert placement policy (`--expert-cache`): "auto" (the default,
+                                      frequency with ageing: scan-resistant), "lru", "lfu" or "static"
+                                      (the most routed experts pinned); NULL: "auto" (or "lfu" with
+                                      expert_cache_lfu). Borrowed; must outlive the engine */
+  int32_t expert_cache_per_layer; /**< K > 0: K cache slots per layer, each layer evicting only its
+                                      own (mixtral-offloading), under the policy above (lru when
+                                      none is named) */
+  const int64_t *expert_popularity; /**< optional: how often each (layer, expert) is routed, layer
+                                      major (a routing trace's counts, `--predictor-routing`): the
+                                      static policy pins the most routed before serving. Copied */
   uint64_t device_budget_bytes;  /**< device budget (0 = unlimited: everything resident) */
   uint64_t host_budget_bytes;    /**< host budget (0 = unlimited) */
   int32_t max_batch;             /**< concurrent sequences (KV-cache slots); default 8 */

@@ -324,11 +324,22 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     if (!mc->n_experts)
       return ferry__err_set(err, FERRY_ERR_INVALID,
                             "engine: --expert-granularity layer needs a Mixture-of-Experts model (%s is dense)", mc->name);
-    if (c->predict || c->compute_experts != FERRY_COMPUTE_GPU || c->expert_cache_lfu || c->expert_no_reuse)
+    if (c->predict || c->compute_experts != FERRY_COMPUTE_GPU || c->expert_cache_lfu || c->expert_no_reuse ||
+        c->expert_cache || c->expert_cache_per_layer)
       return ferry__err_set(err, FERRY_ERR_INVALID,
                             "engine: --expert-granularity layer moves a layer's experts with it: there is no expert "
                             "cache for a predictor, an eviction policy or --offload-compute experts=... to act on");
   }
+  if (c->expert_cache && !ferry__cache_policy_find(c->expert_cache)) {
+    char names[128] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < ferry__cache_policy_count() && n < sizeof names; i++)
+      n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", ferry__cache_policy_at(i)->name);
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: unknown expert-cache policy '%s' (expected %s, or per-layer:K)",
+                          c->expert_cache, names);
+  }
+  if (c->expert_cache_per_layer < 0)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: per-layer expert cache of %d slots", c->expert_cache_per_layer);
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
@@ -433,6 +444,55 @@ static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint
   return st;
 }
 
+/* The policy placing experts in the cache (--expert-cache): its name, auto by default (lfu for
+ * the legacy flag, lru inside a per-layer split when none is named). */
+static const struct ferry__cache_policy_ops *cache_policy(const struct ferry_engine_config *c) {
+  const char *name = c->expert_cache ? c->expert_cache
+                     : c->expert_cache_lfu ? "lfu"
+                     : c->expert_cache_per_layer ? "lru"
+                                                 : "auto";
+  return ferry__cache_policy_find(name);
+}
+
+/* The expert cache over the plan's slots, with the popularity the policy may pin from. */
+static ferry_status expert_cache(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const int32_t L = (int32_t)mc->n_layers, K = e->cfg.expert_cache_per_layer;
+  if (K && !e->plan.experts_pinned && (int64_t)K * L > e->plan.n_expert_slots)
+    return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
+                          "engine: --expert-cache per-layer:%d needs %lld slots (%d per layer x %d layers), the device "
+                          "budget leaves %d",
+                          K, (long long)K * L, K, L, e->plan.n_expert_slots);
+  ferry_status st = ferry__cache_init(&e->cache, cache_policy(&e->cfg), e->plan.n_expert_slots, K, L,
+                                      (int32_t)mc->n_experts, e->cfg.expert_popularity);
+  if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
+  return FERRY_OK;
+}
+
+/* Experts the policy pins before serving (static with a trace's counts): fetched now, as part of
+ * loading the weights. */
+static ferry_status preload_experts(struct ferry_engine *e) {
+  if (!e->mc->n_experts || e->plan.experts_pinned || !e->plan.n_expert_slots || e->cfg.expert_granularity_layer)
+    return FERRY_OK;
+  int32_t *units = ferry__calloc((size_t)e->plan.n_expert_slots, sizeof *units);
+  if (!units) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  const int32_t n = ferry__cache_preload(&e->cache, units, e->plan.n_expert_slots);
+  const int32_t E = (int32_t)e->mc->n_experts;
+  ferry_status st = FERRY_OK;
+  for (int32_t i = 0; i < n && st == FERRY_OK; i++) {
+    const int32_t l = units[i] / E, x = units[i] % E, u = e->expert_unit[units[i]];
+    if (u < 0 || ferry__cache_lookup(&e->cache, l, x) >= 0) continue;
+    int32_t el, ex;
+    const int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
+    if (slot < 0) break;
+    st = ferry__engine_fetch_expert(e, u, slot);
+  }
+  ferry_free(units);
+  if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
+    st = ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return st;
+}
+
 static ferry_status allocate(struct ferry_engine *e) {
   const struct ferry_plan *p = &e->plan;
   const struct ferry_model_config *mc = e->mc;
@@ -466,9 +526,7 @@ static ferry_status allocate(struct ferry_engine *e) {
       ferry_exec_event_create(e->ex, &e->ev_tmp) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_read) != FERRY_OK)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
   if (mc->n_experts) {
-    st = ferry__cache_init(&e->cache, e->cfg.expert_cache_lfu ? FERRY_CACHE_LFU : FERRY_CACHE_LRU, p->n_expert_slots,
-                           (int32_t)mc->n_layers, (int32_t)mc->n_experts);
-    if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
+    if ((st = expert_cache(e)) != FERRY_OK) return st;
   }
   const size_t T = (size_t)e->cfg.max_step_tokens, K = (size_t)(mc->experts_per_token ? mc->experts_per_token : 1),
                E = (size_t)(mc->n_experts ? mc->n_experts : 1);
@@ -593,6 +651,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
     st = ferry__engine_load_resident(e);
     if (st == FERRY_OK) st = ferry__hybrid_load(e);
+    if (st == FERRY_OK) st = preload_experts(e);
     ferry_exec_range_end(exec, &range);
     e->load_ns = ferry_exec_now(exec) - range.start_ns;
   }
