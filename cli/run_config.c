@@ -37,8 +37,10 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "host_memory", a->host_pageable ? "pageable" : NULL); /* pinned, the default, keeps older hashes */
   add_str(o, "hw", a->hw);
   if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
+  if (a->ec.kv_block_tokens) cJSON_AddNumberToObject(o, "kv_block_tokens", a->ec.kv_block_tokens); /* only when set */
   add_str(o, "kv_dtype", a->kv_dtype);
   add_str(o, "kv_home", a->ec.kv_home_host ? "host" : NULL); /* device, the default, keeps older hashes */
+  if (a->ec.kv_pool_bytes) cJSON_AddNumberToObject(o, "kv_pool", (double)a->ec.kv_pool_bytes);
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
   cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);

@@ -167,6 +167,17 @@ struct ferry_engine_config {
                                       the CPU from host memory with their KV cache there (llama.cpp's
                                       layers left on the CPU), or per step by the rule */
   struct ferry_compute_rates rates; /**< the AUTO rule's figures */
+  int32_t kv_block_tokens;       /**< a paged KV cache (vLLM): blocks of this many tokens from a pool,
+                                      given to sequences as they grow; a request is admitted when the
+                                      blocks for its prompt are free, and when a step needs more than
+                                      are left the most recently admitted sequence is preempted (its
+                                      blocks freed, its tokens prefilled again when readmitted);
+                                      max_seq_tokens then reserves nothing. 0: every sequence slot
+                                      reserves max_seq_tokens rows */
+  uint64_t kv_pool_bytes;        /**< paged: the pool's bytes on the device; 0: as much as the
+                                      max_batch x max_seq_tokens reservation when the budget allows,
+                                      else one sequence of max_seq_tokens, and in either case what the
+                                      plan leaves of the device budget when every weight is resident */
   int32_t gpu_batches;           /**< FlexGen's block schedule: this many micro-batches of max_batch
                                       sequences (and max_step_tokens tokens) each go through a layer
                                       while it is loaded, so its weights cross once per step for all
@@ -276,6 +287,8 @@ struct ferry_serve_summary {
   int64_t misses;             /**< expert-cache misses */
   int64_t prefetches;         /**< experts fetched ahead on a prediction */
   int64_t prefetches_used;    /**< of those, used before being evicted */
+  int64_t preemptions;        /**< sequences preempted out of a paged KV cache (recomputed) */
+  int64_t kv_pool_blocks;     /**< blocks of a paged KV cache (0 without paging) */
   int64_t stall_ns;           /**< total compute stall */
   int64_t load_ns;            /**< time to load resident weights before serving */
   int64_t run_start_ns;       /**< executor time at which serving started (request and step

@@ -176,6 +176,14 @@ struct ferry_kernel {
   float swiglu_limit;          /**< expert: clamped SwiGLU (gpt-oss) when > 0 */
   int scale_input;             /**< expert: each routed row is multiplied by its weight (aux[5],
                                     [m_tokens, top_k]) before the FFN (Llama 4) */
+  const int32_t *kv_blocks;    /**< attention, mla attention: a paged cache's block table, sequence
+                                    slot major (kv_blocks_per_seq entries per slot): position p of
+                                    slot s is row kv_blocks[s * kv_blocks_per_seq + p / kv_block_tokens]
+                                    * kv_block_tokens + p % kv_block_tokens of the layer's region
+                                    (NULL: slot s owns rows [s * kv_capacity, (s + 1) * kv_capacity)).
+                                    Borrowed like ints */
+  int64_t kv_block_tokens;     /**< attention: tokens per block of a paged cache */
+  int64_t kv_blocks_per_seq;   /**< attention: the block table's entries per slot */
   int32_t kv_format;           /**< attention, mla attention: enum ferry_kv_format of a quantized
                                     cache (codes and group scales per head chunk, ferry/model.h);
                                     0: elements of aux[2].dtype */

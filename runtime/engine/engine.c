@@ -138,7 +138,9 @@ static uint64_t layout_kv(struct ferry_engine *e, int planned) {
     kv->ring = vis > 0 && need < e->kv_capacity;
     kv->rows = kv->ring ? (int32_t)need : e->kv_capacity;
     kv->host = kv_on_host(e, l, planned);
-    const uint64_t region = B * (uint64_t)kv->rows * row;
+    /* a paged layer's region is the pool's blocks, shared by the sequences */
+    const uint64_t region = e->kv_block && !kv->ring ? (uint64_t)e->kv_pool_blocks * (uint64_t)e->kv_block * row
+                                                     : B * (uint64_t)kv->rows * row;
     uint64_t *o = &off[kv->host];
     kv->k_off = *o;
     *o += region;
@@ -204,6 +206,47 @@ static ferry_status hybrid_plan(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* Bytes of one block of the paged KV cache over the paged layers (MLA: the latent rows only). */
+static uint64_t block_bytes(const struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
+                                                                              : (uint64_t)(mc->n_kv_heads * mc->head_dim));
+  uint64_t b = 0;
+  for (int64_t l = 0; l < mc->n_layers; l++) {
+    const int64_t vis = e->li[l].kv_visible, need = vis + e->cfg.max_step_tokens;
+    if (vis > 0 && need < e->kv_capacity) continue; /* a ring: its own rows */
+    b += (uint64_t)e->kv_block * row * (mc->kv_lora_rank ? 1 : 2);
+  }
+  return b;
+}
+
+/* The paged pool's blocks: --kv-pool's, or (full) the max_batch x max_seq_tokens reservation's
+ * worth, or at least one sequence of max_seq_tokens. */
+static int32_t pool_blocks(const struct ferry_engine *e, int full) {
+  const uint64_t bb = block_bytes(e);
+  if (e->cfg.kv_pool_bytes && bb) {
+    const uint64_t n = e->cfg.kv_pool_bytes / bb;
+    return (int32_t)(n > INT32_MAX ? INT32_MAX : n > 0 ? n : 1);
+  }
+  const int64_t seqs = full ? e->n_seqs : 1, n = seqs * ferry__pages_need(e, e->kv_capacity);
+  return (int32_t)(n < INT32_MAX ? n : INT32_MAX);
+}
+
+/* With every weight resident the pool also takes what the plan leaves of the budget (vLLM's
+ * gpu_memory_utilization); an explicit --kv-pool is kept as given. */
+static void grow_pool(struct ferry_engine *e) {
+  struct ferry_plan *p = &e->plan;
+  const uint64_t budget = e->cfg.device_budget_bytes, bb = block_bytes(e);
+  if (!e->kv_block || e->cfg.kv_pool_bytes || !budget || !bb || p->device_total_bytes >= budget) return;
+  if (!(e->cfg.resident_all || (p->n_blocks == 0 && (!e->mc->n_experts || p->experts_pinned)))) return;
+  const uint64_t more = (budget - p->device_total_bytes) / bb;
+  if (!more) return;
+  e->kv_pool_blocks += (int32_t)(more > (uint64_t)(INT32_MAX - e->kv_pool_blocks) ? (uint64_t)(INT32_MAX - e->kv_pool_blocks) : more);
+  const uint64_t before = p->device_kv_bytes, dev = layout_kv(e, 1);
+  p->device_kv_bytes = dev;
+  p->device_total_bytes += dev - before;
+}
+
 static ferry_status make_plan(struct ferry_engine *e) {
   struct ferry_plan_input in;
   uint64_t *attn = NULL, *ffn = NULL;
@@ -224,6 +267,11 @@ static ferry_status make_plan(struct ferry_engine *e) {
     goto out;
   }
   layout_workspace(e);
+  if (e->cfg.kv_block_tokens > 0) { /* the pool to plan with: a reservation's worth if it fits */
+    e->kv_block = e->cfg.kv_block_tokens;
+    e->kv_blocks_per_seq = ferry__pages_need(e, e->kv_capacity);
+    e->kv_pool_blocks = pool_blocks(e, e->sizing_only ? 0 : 1);
+  }
   in.kv_bytes = layout_kv(e, 0);
   in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.total;
@@ -249,6 +297,12 @@ static ferry_status make_plan(struct ferry_engine *e) {
   };
   char msg[FERRY_ERRMSG_MAX];
   st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
+  if (st == FERRY_ERR_BUDGET && e->kv_block && !e->cfg.kv_pool_bytes && e->kv_pool_blocks > pool_blocks(e, 0)) {
+    /* a reservation's worth does not fit: a paged server runs fewer sequences, not fewer weights */
+    e->kv_pool_blocks = pool_blocks(e, 0);
+    in.kv_bytes = layout_kv(e, 0);
+    st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
+  }
   if (st == FERRY_OK && e->cfg.fill_budget && (!e->mc->n_experts || e->cfg.expert_granularity_layer) &&
       pc.device_budget_bytes && !pc.resident_all) {
     /* The most pinned last layers whose working set still fits. Not monotonic near the end
@@ -272,6 +326,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
     ferry__err_set(&e->err, st, "%s", msg);
   }
   if (st == FERRY_OK) st = hybrid_plan(e);
+  if (st == FERRY_OK) grow_pool(e);
 out:
   ferry_free(attn);
   ferry_free(ffn);
@@ -316,6 +371,14 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
                           "attention on the CPU", mc->name);
+  if (c->kv_block_tokens < 0 || c->kv_block_tokens > 65536)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --kv-block-tokens %d is not in [1, 65536]", c->kv_block_tokens);
+  if (c->kv_pool_bytes && !c->kv_block_tokens)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: a KV pool (--kv-pool) is for a paged cache (--kv-block-tokens)");
+  if (c->kv_block_tokens && c->greedy)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: a paged KV cache recomputes a preempted sequence from its token ids, which --greedy "
+                          "takes from logits it does not keep; use the seeded draw");
   if (c->gpu_batches > 1024) return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --gpu-batches is at most 1024");
   if (c->gpu_batches > 1 && c->token_features)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
@@ -380,6 +443,8 @@ static void engine_free(struct ferry_engine *e) {
     ferry_exec_event_destroy(ex, e->ev_read);
   }
   ferry__hybrid_free(e);
+  ferry__pages_free(e);
+  ferry_free(e->resumes);
   ferry_free(e->block_slots);
   ferry_free(e->expert_slots);
   ferry_free(e->staging);
@@ -578,6 +643,7 @@ static ferry_status allocate(struct ferry_engine *e) {
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
   if ((st = ferry__hybrid_alloc(e)) != FERRY_OK) return st;
+  if ((st = ferry__pages_alloc(e)) != FERRY_OK) return st;
   return ferry__features_alloc(e);
 }
 
@@ -672,9 +738,21 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "  device: %s of %s budget\n", ferry__format_bytes(p->device_total_bytes, b[0], 32),
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
-  fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
-          ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format),
-          e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
+  if (e->kv_block)
+    fprintf(f, "    %s %s (paged, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
+            ferry__format_bytes(p->device_kv_bytes, b[0], 32), ferry_kv_format_name(e->kv_format),
+            e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
+  else
+    fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
+            ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->n_seqs, e->kv_capacity,
+            ferry_kv_format_name(e->kv_format),
+            e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
+  if (e->kv_block) /* what a paged pool holds, in sequences of the longest length kept */
+    fprintf(f, "    KV pool          %d blocks of %d tokens: %lld tokens, %lld sequences of %d tokens at once (paged; "
+               "--max-batch %d per step)\n",
+            e->kv_pool_blocks, e->kv_block, (long long)e->kv_pool_blocks * e->kv_block,
+            (long long)e->kv_pool_blocks / (e->kv_blocks_per_seq > 0 ? e->kv_blocks_per_seq : 1), e->kv_capacity,
+            e->cfg.max_batch);
   fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
           e->cfg.max_step_tokens);
   fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));

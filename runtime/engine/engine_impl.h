@@ -87,10 +87,18 @@ struct seq {
   int32_t kv_slot;
   int32_t pos;          /* tokens in the KV cache */
   int32_t prompt_done;  /* prompt tokens processed */
+  int32_t prefill;      /* tokens to prefill: the prompt, or a preempted sequence's tokens so far */
   int32_t generated;    /* output tokens produced */
   int32_t last_token;   /* input token of the next decode step */
   int32_t step_tokens;  /* tokens this sequence contributes to the current step */
+  int resumed;          /* re-prefilling after a preemption: its prefill yields no new token */
   int active;
+};
+
+/* A request preempted out of a paged KV cache (recompute): where it stood. */
+struct resume {
+  int32_t pos, generated, last_token;
+  int preempted;
 };
 
 /* One micro-batch of a step (FlexGen's block schedule: --gpu-batches N runs N of them through
@@ -204,6 +212,13 @@ struct ferry_engine {
   struct microbatch *mbs;
   int32_t n_mb, n_seqs, cur_mb;
 
+  /* paged KV cache (cfg.kv_block_tokens > 0): blocks of kv_block tokens from a pool, a block
+   * table per sequence slot, a stack of free blocks; layers with a ring keep their own rows */
+  int32_t kv_block, kv_pool_blocks, kv_blocks_per_seq, kv_free_count;
+  int32_t *kv_table, *kv_free, *seq_blocks;
+  struct resume *resumes;   /* per request (run), preemptions */
+  int64_t preemptions;
+
   /* serving */
   struct ferry_engine_request *reqs;
   struct ferry_request_metrics *req_metrics;
@@ -251,6 +266,18 @@ ferry_status ferry__features_copy_hidden(struct ferry_engine *e, int32_t layer);
 void ferry__features_compute(struct ferry_engine *e);
 /* token t's features, or NULL when not computed (off, or an executor without data) */
 const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
+
+/* kv_pages.c: the paged KV cache's blocks */
+ferry_status ferry__pages_alloc(struct ferry_engine *e);
+void ferry__pages_free(struct ferry_engine *e);
+void ferry__pages_reset(struct ferry_engine *e);
+/* blocks for `tokens` positions */
+static inline int32_t ferry__pages_need(const struct ferry_engine *e, int64_t tokens) {
+  return (int32_t)((tokens + e->kv_block - 1) / e->kv_block);
+}
+/* give slot s blocks for `tokens` positions; 0 when the pool has too few (nothing taken then) */
+int ferry__pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens);
+void ferry__pages_release(struct ferry_engine *e, int32_t s);
 
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);

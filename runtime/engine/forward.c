@@ -157,6 +157,11 @@ static void attention_common(struct ferry_engine *e, int32_t l, struct ferry_ker
   ferry_buf *cache = kv->host ? e->hkv_buf : e->kv_buf;
   k->aux[2] = (struct ferry_ref){cache, kv->k_off, e->kv_dtype};
   k->aux[3] = (struct ferry_ref){cache, kv->v_off, e->kv_dtype};
+  if (e->kv_block && !kv->ring) { /* a paged layer: positions through the block table */
+    k->kv_blocks = e->kv_table;
+    k->kv_block_tokens = e->kv_block;
+    k->kv_blocks_per_seq = e->kv_blocks_per_seq;
+  }
   /* a quantized cache says so; plain ones are their element type (every executor reads those) */
   if (ferry_kv_format_group(e->kv_format) > 0) k->kv_format = (int32_t)e->kv_format;
   k->m = e->n_tok;

@@ -46,7 +46,7 @@ static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order)
   /* decode tokens first: one per sequence past its prompt */
   for (int32_t s = s0; s < s1; s++) {
     struct seq *q = &e->seqs[s];
-    if (!q->active || q->prompt_done < e->reqs[q->req].prompt_tokens) continue;
+    if (!q->active || q->prompt_done < q->prefill) continue;
     q->step_tokens = 1;
     mb->tok_ids[n] = q->last_token;
     e->seq_tokens[(int64_t)s * e->kv_capacity + q->pos] = q->last_token;
@@ -63,13 +63,13 @@ static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order)
     int32_t pick = -1;
     for (int32_t s = s0; s < s1; s++) {
       struct seq *q = &e->seqs[s];
-      if (!q->active || q->prompt_done >= e->reqs[q->req].prompt_tokens || q->step_tokens) continue;
+      if (!q->active || q->prompt_done >= q->prefill || q->step_tokens) continue;
       if (pick < 0 || admit_order[s] < admit_order[pick]) pick = s;
     }
     if (pick < 0 || n >= e->cfg.max_step_tokens) break;
     struct seq *q = &e->seqs[pick];
     const struct ferry_engine_request *r = &e->reqs[q->req];
-    int32_t chunk = r->prompt_tokens - q->prompt_done;
+    int32_t chunk = q->prefill - q->prompt_done;
     if (chunk > e->cfg.max_step_tokens - n) chunk = e->cfg.max_step_tokens - n;
     for (int32_t j = 0; j < chunk; j++) {
       int32_t p = q->prompt_done + j;
@@ -82,7 +82,8 @@ static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order)
       n++;
     }
     q->step_tokens = chunk;
-    if (q->prompt_done + chunk == r->prompt_tokens) mb->row_of_seq[rows++] = n - 1;
+    /* a recomputed sequence's prefill ends where its next input token is already known */
+    if (q->prompt_done + chunk == q->prefill && !q->resumed) mb->row_of_seq[rows++] = n - 1;
     batch++;
   }
   mb->n_tok = n;
@@ -121,6 +122,52 @@ static void percentile_stats(double *v, int64_t n, struct ferry_latency_stats *o
   out->p99 = PCT(0.99);
   out->max = v[n - 1];
 #undef PCT
+}
+
+/* Paged KV cache: preempt the most recently admitted sequence (vLLM's recompute): its blocks
+ * go back to the pool and its request to the head of the waiting queue, to prefill its tokens
+ * again when blocks are free. Grows the step table for the steps that prefill takes. */
+static ferry_status preempt(struct ferry_engine *e, const int64_t *admit_order, int64_t *waiting, int64_t *w_head,
+                            int64_t *active) {
+  int32_t v = -1;
+  for (int32_t s = 0; s < e->n_seqs; s++)
+    if (e->seqs[s].active && (v < 0 || admit_order[s] > admit_order[v])) v = s;
+  if (v < 0) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: a step needs KV blocks and none can be freed");
+  struct seq *q = &e->seqs[v];
+  /* decoding: resume where it stands; in its first prefill: start again; re-prefilling after an
+   * earlier preemption: that record still holds */
+  if (q->prompt_done >= q->prefill)
+    e->resumes[q->req] = (struct resume){.pos = q->pos, .generated = q->generated, .last_token = q->last_token,
+                                         .preempted = 1};
+  ferry__pages_release(e, v);
+  q->active = 0;
+  q->step_tokens = 0;
+  waiting[--*w_head] = q->req; /* it was admitted: its place in the queue is free */
+  (*active)--;
+  e->preemptions++;
+  const int64_t more = q->pos / e->cfg.max_step_tokens + 2;
+  struct ferry_step_metrics *grown = ferry__reallocarray(e->steps, (size_t)(e->cap_steps + more), sizeof *grown);
+  if (!grown) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the step table");
+  e->steps = grown;
+  e->cap_steps += more;
+  return FERRY_OK;
+}
+
+/* Give every sequence of the step the blocks its new tokens need, preempting (and rebuilding the
+ * step) while the pool is short. */
+static ferry_status page_step(struct ferry_engine *e, int64_t *admit_order, int64_t *waiting, int64_t *w_head,
+                              int64_t *active, int32_t *batch, int32_t *tokens) {
+  for (;;) {
+    int ok = 1;
+    for (int32_t s = 0; s < e->n_seqs && ok; s++) {
+      const struct seq *q = &e->seqs[s];
+      if (q->active && q->step_tokens) ok = ferry__pages_grow(e, s, (int64_t)q->pos + q->step_tokens);
+    }
+    if (ok) return FERRY_OK;
+    ferry_status st = preempt(e, admit_order, waiting, w_head, active);
+    if (st != FERRY_OK) return st;
+    *batch = build_step(e, admit_order, tokens);
+  }
 }
 
 ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
@@ -179,6 +226,16 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     m->first_token_ns = m->finish_ns = -1;
   }
   memset(e->seqs, 0, (size_t)e->n_seqs * sizeof *e->seqs);
+  e->preemptions = 0;
+  if (e->kv_block) {
+    ferry_free(e->resumes);
+    e->resumes = ferry__calloc((size_t)(n ? n : 1), sizeof *e->resumes);
+    if (!e->resumes) {
+      st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
+      goto out;
+    }
+    ferry__pages_reset(e);
+  }
   const int64_t t0 = ferry_exec_now(e->ex);
   e->run_start_ns = t0;
   int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
@@ -192,7 +249,8 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     while (w_head < w_tail) {
       int64_t r = waiting[w_head];
       const struct ferry_engine_request *rq = &e->reqs[r];
-      if ((int64_t)rq->prompt_tokens + rq->output_tokens > e->kv_capacity) {
+      if ((int64_t)rq->prompt_tokens + rq->output_tokens > e->kv_capacity ||
+          (e->kv_block && ferry__pages_need(e, (int64_t)rq->prompt_tokens + rq->output_tokens) > e->kv_pool_blocks)) {
         e->req_metrics[r].rejected = 1;
         w_head++;
         done++;
@@ -202,7 +260,16 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       for (int32_t i = 0; i < e->n_seqs && s < 0; i++)
         if (!e->seqs[i].active) s = i;
       if (s < 0) break;
-      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1};
+      const struct resume *rs = e->kv_block ? &e->resumes[r] : NULL;
+      const int resumed = rs && rs->preempted;
+      /* paged: admitted when the blocks for its prefill and first new token are free */
+      if (e->kv_block &&
+          ferry__pages_need(e, (int64_t)(resumed ? rs->pos : rq->prompt_tokens) + 1) > e->kv_free_count)
+        break;
+      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rq->prompt_tokens};
+      if (resumed)
+        e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rs->pos, .generated = rs->generated,
+                                  .last_token = rs->last_token, .resumed = 1};
       admit_order[s] = admitted++;
       active++;
       w_head++;
@@ -230,6 +297,15 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     e->step_hits = e->step_misses = e->step_cpu_experts = e->step_evictions = 0;
     int32_t step_tokens = 0;
     int32_t batch = build_step(e, admit_order, &step_tokens);
+    if (e->kv_block && (st = page_step(e, admit_order, waiting, &w_head, &active, &batch, &step_tokens)) != FERRY_OK) {
+      ferry_exec_range_end(e->ex, &range);
+      goto out;
+    }
+    sm = &e->steps[e->n_steps]; /* a preemption grows the step table */
+    if (!step_tokens) { /* its only sequence went back to wait for the whole pool */
+      ferry_exec_range_end(e->ex, &range);
+      continue;
+    }
     st = ferry__engine_step(e);
     ferry_exec_range_end(e->ex, &range);
     if (st != FERRY_OK) goto out;
@@ -281,6 +357,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
         m->output_tokens = q->generated;
         if (q->generated == rq->output_tokens) {
           m->finish_ns = end;
+          ferry__pages_release(e, mb->tok_seq[t]);
           q->active = 0;
           active--;
           done++;
@@ -291,10 +368,14 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     for (int32_t s = 0; s < e->n_seqs; s++) {
       struct seq *q = &e->seqs[s];
       if (!q->step_tokens) continue;
-      if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
+      if (q->prompt_done < q->prefill) {
+        q->prompt_done += q->step_tokens;
+        if (q->prompt_done == q->prefill) q->resumed = 0; /* recomputed: decoding on from last_token */
+      }
       q->pos += q->step_tokens;
       sm->kv_tokens += q->pos; /* a sequence finished in this step still held its cache during it */
     }
+    if (e->kv_block) sm->kv_blocks = e->kv_pool_blocks - e->kv_free_count;
     if (o.progress && ferry__mono_ns() - last_progress > 2000000000LL) {
       fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)done, (long long)n,
               (long long)e->n_steps, (double)end / 1e9);
@@ -378,6 +459,8 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
   out->load_ns = e->load_ns;
   out->prefetches = e->prefetches;
   out->prefetches_used = e->prefetches_used;
+  out->preemptions = e->preemptions;
+  out->kv_pool_blocks = e->kv_pool_blocks;
   out->run_start_ns = e->run_start_ns;
   ferry_free(a);
   ferry_free(b);
@@ -410,6 +493,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   if (s->hits + s->misses)
     fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
             100.0 * (double)s->hits / (double)(s->hits + s->misses));
+  if (s->kv_pool_blocks)
+    fprintf(f, "KV cache: paged, %lld blocks; %lld preemption(s) (recomputed)\n", (long long)s->kv_pool_blocks,
+            (long long)s->preemptions);
   if (s->prefetches)
     fprintf(f, "expert prefetch: %lld fetched ahead, %lld used (precision %.1f%%)\n", (long long)s->prefetches,
             (long long)s->prefetches_used, 100.0 * (double)s->prefetches_used / (double)s->prefetches);

@@ -309,11 +309,13 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
     case FERRY_K_ATTENTION:
       if (k->kv_format && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0)
         return "quantized KV caches (fp8, int8, int4 with group scales)";
+      if (k->kv_blocks) return "a paged KV cache (block tables)";
       return k->scale != 0 || k->softcap != 0 || k->attn_chunk || k->kv_ring || k->alibi || k->temp_floor != 0 ||
                      k->aux[4].buf
                  ? "attention with a set scale, soft-capping, chunks, a ring cache, ALiBi, temperature or sinks"
                  : NULL;
     case FERRY_K_MLA_ATTENTION:
+      if (k->kv_blocks) return "a paged KV cache (block tables)";
       return k->kv_format && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0
                  ? "quantized KV caches (fp8, int8, int4 with group scales)"
                  : NULL;

@@ -98,6 +98,16 @@ static int cache_row(const struct ferry_kernel *k, int64_t pos, int64_t *row, ch
   return 0;
 }
 
+/* The row of the layer's region holding (slot, r): the slot's own rows, or a paged cache's
+ * block (r is then the position). */
+static size_t region_row(const struct ferry_kernel *k, int64_t slot, int64_t r) {
+  if (k->kv_blocks) {
+    const int64_t bs = k->kv_block_tokens;
+    return (size_t)k->kv_blocks[slot * k->kv_blocks_per_seq + r / bs] * (size_t)bs + (size_t)(r % bs);
+  }
+  return (size_t)slot * (size_t)k->kv_capacity + (size_t)r;
+}
+
 /* softmax of scores[0..n) with an optional extra sink logit; returns 1 / sum for the caller */
 static float softmax_inplace(float *scores, int64_t n, const float *sink) {
   float mx = sink ? *sink : -INFINITY, sum = 0.0f;
@@ -128,7 +138,7 @@ ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_ho
       if (!msg[0]) snprintf(msg, len, "attention: negative slot %d", k->ints2[t]);
       return FERRY_ERR_RANGE;
     }
-    const size_t chunk = ((size_t)k->ints2[t] * (size_t)cap + (size_t)r) * (size_t)KV;
+    const size_t chunk = region_row(k, k->ints2[t], r) * (size_t)KV;
     for (int64_t g = 0; g < KV; g++) {
       ferry__host_kv_store(fmt, cdt, kc, chunk + (size_t)g, knew + (size_t)t * row + (size_t)(g * hd), hd);
       ferry__host_kv_store(fmt, cdt, vc, chunk + (size_t)g, vnew + (size_t)t * row + (size_t)(g * hd), hd);
@@ -153,7 +163,7 @@ ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_ho
     for (int64_t g = 0; g < KV; g++) {
       for (int64_t p = 0; p < n; p++) {
         const int64_t r = k->kv_ring ? (first + p) % cap : first + p;
-        const size_t chunk = ((size_t)slot * (size_t)cap + (size_t)r) * (size_t)KV + (size_t)g;
+        const size_t chunk = region_row(k, slot, r) * (size_t)KV + (size_t)g;
         ferry__host_kv_load(fmt, cdt, kc, chunk, kf + p * hd, hd);
         ferry__host_kv_load(fmt, cdt, vc, chunk, vf + p * hd, hd);
       }
@@ -195,8 +205,8 @@ ferry_status ferry__host_mla_attention(const struct ferry_kernel *k, struct ferr
       if (!msg[0]) snprintf(msg, len, "mla attention: negative slot %d", k->ints2[t]);
       return FERRY_ERR_RANGE;
     }
-    ferry__host_kv_store((enum ferry_kv_format)k->kv_format, cdt, cache, (size_t)k->ints2[t] * (size_t)cap + (size_t)r,
-                         lat + t * width, width);
+    ferry__host_kv_store((enum ferry_kv_format)k->kv_format, cdt, cache, region_row(k, k->ints2[t], r), lat + t * width,
+                         width);
   }
   const size_t wh = (size_t)((nope + vd) * rank); /* one head's rows of kv_b_proj */
   float *cf = ferry__host_scratch(s, (size_t)cap * (size_t)width + wh + (size_t)width + (size_t)cap + (size_t)rank);
@@ -212,8 +222,8 @@ ferry_status ferry__host_mla_attention(const struct ferry_kernel *k, struct ferr
     }
     for (int64_t p = 0; p < n; p++) {
       const int64_t r = k->kv_ring ? (first + p) % cap : first + p;
-      ferry__host_kv_load((enum ferry_kv_format)k->kv_format, cdt, cache, (size_t)slot * (size_t)cap + (size_t)r,
-                          cf + p * width, width);
+      ferry__host_kv_load((enum ferry_kv_format)k->kv_format, cdt, cache, region_row(k, slot, r), cf + p * width,
+                          width);
     }
     for (int64_t h = 0; h < H; h++) {
       const float *W = wf;
