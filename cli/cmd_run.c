@@ -73,8 +73,11 @@ void run_usage(FILE *f, const char *cmd) {
           "                          kv-error' reports what a format does to the logits)\n"
           "  --kv-home device|host   where the KV cache lives; host: attention runs on the CPU over it\n"
           "  --kv-block-tokens N     a paged KV cache: blocks of N tokens given to sequences as they grow;\n"
-          "                          admission by free blocks, the latest sequence preempted (recomputed) when\n"
-          "                          they run out; --max-seq-tokens then reserves nothing\n"
+          "                          admission by free blocks, the latest sequence preempted when they run\n"
+          "                          out; --max-seq-tokens then reserves nothing\n"
+          "  --kv-preempt M          recompute (default: a preempted sequence prefills its tokens again) or\n"
+          "                          swap (its blocks copied to host memory, within the host budget, and\n"
+          "                          back when it is readmitted)\n"
           "  --kv-pool SIZE          the paged cache's device bytes (default: a --max-batch x --max-seq-tokens\n"
           "                          reservation's worth when it fits, else one sequence's; plus what a\n"
           "                          resident model leaves of the budget)\n"
@@ -132,7 +135,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_REPEAT, OPT_REPEAT_GROUP, OPT_FORMAT, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_KV_BLOCK, OPT_KV_POOL, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_REPEAT, OPT_REPEAT_GROUP, OPT_FORMAT, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_KV_BLOCK, OPT_KV_POOL, OPT_KV_PREEMPT, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -165,7 +168,7 @@ static const struct option run_opts[] = {
     {"format", required_argument, 0, OPT_FORMAT}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
     {"kv-home", required_argument, 0, OPT_KV_HOME}, {"expert-granularity", required_argument, 0, OPT_EXPERT_GRAN},
     {"gpu-batches", required_argument, 0, OPT_GPU_BATCHES}, {"kv-block-tokens", required_argument, 0, OPT_KV_BLOCK},
-    {"kv-pool", required_argument, 0, OPT_KV_POOL},
+    {"kv-pool", required_argument, 0, OPT_KV_POOL}, {"kv-preempt", required_argument, 0, OPT_KV_PREEMPT},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 _Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
 
@@ -360,6 +363,11 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_DROP: drop_cache_set = 1; break;
       case OPT_KEEP_CACHE: a->keep_cache = 1; break;
       case OPT_KV_BLOCK: if (cli_parse_int("--kv-block-tokens", optarg, 1, 65536, &v)) return CLI_USAGE; a->ec.kv_block_tokens = (int32_t)v; break;
+      case OPT_KV_PREEMPT:
+        if (strcmp(optarg, "recompute") && strcmp(optarg, "swap"))
+          return cli_usage_error(cmd, "--kv-preempt: expected 'recompute' or 'swap', got '%s'", optarg);
+        a->ec.kv_preempt_swap = !strcmp(optarg, "swap");
+        break;
       case OPT_KV_POOL: if (cli_parse_size("--kv-pool", optarg, &a->ec.kv_pool_bytes)) return CLI_USAGE; break;
       case OPT_GPU_BATCHES: if (cli_parse_int("--gpu-batches", optarg, 1, 1024, &v)) return CLI_USAGE; a->ec.gpu_batches = (int32_t)v; break;
       case OPT_EXPERT_GRAN:

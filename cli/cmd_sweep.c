@@ -41,7 +41,7 @@ static const struct key {
     {"routing", 0},        {"routing_synth", 0}, {"allow_nonfinite", 1}, {"kv_dtype", 0},
     {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},  {"offload_compute", 0},
     {"kv_home", 0},        {"expert_granularity", 0},
-    {"gpu_batches", 0},        {"kv_block_tokens", 0}, {"kv_pool", 0},
+    {"gpu_batches", 0},        {"kv_block_tokens", 0}, {"kv_pool", 0}, {"kv_preempt", 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -41,6 +41,7 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "kv_dtype", a->kv_dtype);
   add_str(o, "kv_home", a->ec.kv_home_host ? "host" : NULL); /* device, the default, keeps older hashes */
   if (a->ec.kv_pool_bytes) cJSON_AddNumberToObject(o, "kv_pool", (double)a->ec.kv_pool_bytes);
+  add_str(o, "kv_preempt", a->ec.kv_preempt_swap ? "swap" : NULL); /* recompute, the default: older hashes */
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
   cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);

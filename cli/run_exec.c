@@ -626,6 +626,7 @@ int run_execute(struct run_args *a) {
   run_routing_meta(db, run_id, "replayed", a->routing, replayed);
   run_routing_meta(db, run_id, "predictor", a->predictor_routing, pred_trace);
   run_prefetch_meta(db, run_id, &sum);
+  run_kv_meta(db, run_id, &sum);
   if (dump.f) {
     int bad = dump.failed || fclose(dump.f) != 0;
     dump.f = NULL;

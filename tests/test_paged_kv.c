@@ -1,8 +1,9 @@
 /* The paged KV cache: blocks taken as sequences grow, admission by free blocks, the latest
- * sequence preempted and recomputed when they run out. On the host executor the logits of every
- * request are those of the reserved cache (to the bit without preemption, within fp32 rounding
- * with it); in the simulator a budget that a max-batch x max-seq-tokens reservation does not fit
- * runs paged, with the blocks in use never above the pool. */
+ * sequence preempted and recomputed (or swapped to host memory and back) when they run out. On
+ * the host executor the logits of every request are those of the reserved cache (to the bit
+ * without preemption, within fp32 rounding with it); in the simulator a budget that a max-batch x
+ * max-seq-tokens reservation does not fit runs paged, with the blocks in use never above the
+ * pool, and swapped blocks cross the link both ways, within the host budget. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,21 @@ static void test_paged_logits(void **state) {
   assert_true(tight.max_blocks > 0 && tight.max_blocks <= 6);
   const double w = worst(&ref, &tight);
   if (w > 1e-5) fail_msg("a recomputed sequence's logits differ by %g", w);
+  /* swapped to host memory and back instead: the same logits, and its rows cross the link */
+  struct outcome swapped;
+  c.kv_preempt_swap = 1;
+  run_host(c, &swapped);
+  assert_int_equal(swapped.sum.requests_done, N_REQ);
+  assert_int_equal(swapped.sum.kv_pool_blocks, 6);
+  assert_true(swapped.sum.swaps > 0 && swapped.sum.swaps <= swapped.sum.preemptions);
+  assert_true(swapped.max_blocks > 0 && swapped.max_blocks <= 6);
+  /* whole blocks went out, as many came back, both counted in the run's traffic */
+  assert_true(swapped.sum.swap_bytes > 0 && swapped.sum.swap_bytes % (4 * per_token) == 0);
+  assert_true(swapped.sum.bytes_d2h >= swapped.sum.swap_bytes && swapped.sum.bytes_h2d >= swapped.sum.swap_bytes);
+  /* its rows were kept, not recomputed: each token's logits are the reserved cache's */
+  const double ws = worst(&ref, &swapped);
+  if (ws > 1e-5) fail_msg("a swapped sequence's logits differ by %g", ws);
+  free_outcome(&swapped);
   free_outcome(&ref);
   free_outcome(&paged);
   free_outcome(&tight);
@@ -229,11 +245,122 @@ static void test_sim_paged_fits_fewer_sequences(void **state) {
   ferry_model_close(m);
 }
 
+/* Swap preemption is for a paged cache. */
+static void test_swap_needs_paging(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  ferry_hw *hw = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){0}), FERRY_OK);
+  struct ferry_engine_config c = config();
+  c.kv_preempt_swap = 1;
+  assert_int_equal(ferry_engine_create(&e, m, NULL, ex, &c), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "--kv-preempt swap"));
+  ferry_exec_destroy(ex);
+  ferry_hw_close(hw);
+  ferry_model_close(m);
+}
+
+/* One simulated run of long decodes through a pool of 40 blocks of 16 tokens; host_budget 0 is
+ * unlimited. */
+static void sim_swap_run(uint64_t host_budget, int swap, struct ferry_serve_summary *sum, struct ferry_sim_stats *link,
+                         int64_t *max_blocks) {
+  ferry_model *m = NULL;
+  ferry_hw *hw = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  struct ferry_engine_config c = config();
+  c.max_seq_tokens = 512;
+  c.kv_block_tokens = 16;
+  c.kv_pool_bytes = 40 * ferry_model_kv_bytes(m, 16, FERRY_KV_AUTO);
+  c.kv_preempt_swap = swap;
+  c.host_budget_bytes = host_budget;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.host_budget_bytes = host_budget,
+                                                                                .lock_host_memory = 1}),
+                   FERRY_OK);
+  if (ferry_engine_create(&e, m, NULL, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  /* three sequences of 100 + 300 tokens want 75 blocks */
+  static const struct ferry_engine_request reqs[4] = {{.id = 0, .prompt_tokens = 100, .output_tokens = 300},
+                                                      {.id = 1, .prompt_tokens = 90, .output_tokens = 280},
+                                                      {.id = 2, .prompt_tokens = 120, .output_tokens = 260},
+                                                      {.id = 3, .prompt_tokens = 60, .output_tokens = 200}};
+  assert_int_equal(ferry_engine_run(e, reqs, 4, &(struct ferry_run_options){.as_fast_as_possible = 1}), FERRY_OK);
+  ferry_engine_summary(e, sum);
+  assert_int_equal(sum->requests_done, 4);
+  assert_int_equal(sum->kv_pool_blocks, 40);
+  assert_true(sum->peak_bytes[FERRY_TIER_HOST] <= host_budget || !host_budget);
+  int64_t n;
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
+  uint64_t d2h = 0, h2d = 0;
+  *max_blocks = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d2h += sm[i].bytes_d2h;
+    h2d += sm[i].bytes_h2d;
+    if (sm[i].kv_blocks > *max_blocks) *max_blocks = sm[i].kv_blocks;
+  }
+  /* every byte the steps count crossed the simulated link: the swaps are priced there */
+  assert_int_equal(ferry_exec_sim_stats(ex, link), FERRY_OK);
+  assert_int_equal(link->bytes_d2h, d2h);
+  assert_true(link->bytes_h2d >= h2d); /* and the resident weights' load */
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_hw_close(hw);
+  ferry_model_close(m);
+}
+
+/* In the simulator a small pool preempts; swapped, the blocks go down and come back over the
+ * link (priced there), and a host budget the swap space does not fit shrinks it, the rest
+ * recomputed. */
+static void test_sim_swap(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  const uint64_t block = ferry_model_kv_bytes(m, 16, FERRY_KV_AUTO);
+  ferry_model_close(m);
+  struct ferry_serve_summary rec, sw, small;
+  struct ferry_sim_stats lrec, lsw, lsmall;
+  int64_t mb;
+  sim_swap_run(0, 0, &rec, &lrec, &mb);
+  assert_true(rec.preemptions > 0);
+  assert_int_equal(rec.swaps, 0);
+  assert_int_equal(rec.swap_bytes, 0);
+  sim_swap_run(0, 1, &sw, &lsw, &mb);
+  assert_true(mb <= 40);
+  assert_true(sw.preemptions > 0);
+  assert_int_equal(sw.swaps, sw.preemptions); /* a swap slot per pool block: every one fits */
+  assert_true(sw.swap_bytes >= block && sw.swap_bytes % block == 0);
+  /* the swapped rows are the difference in device-to-host traffic (the logits of each new token
+   * come back either way), and they come back up */
+  assert_int_equal(lsw.bytes_d2h, lrec.bytes_d2h + sw.swap_bytes);
+  assert_true(lsw.bytes_h2d >= sw.swap_bytes);
+  /* swapping back what was computed is less work than prefilling it again */
+  assert_true(sw.steps < rec.steps);
+  /* a host budget with room for part of the pool: fewer slots, the other preemptions recomputed */
+  uint64_t dmin = 0, hmin = 0;
+  ferry_model *m2 = NULL;
+  assert_int_equal(ferry_model_open(&m2, "tiny-dense"), FERRY_OK);
+  struct ferry_engine_config c = config();
+  c.max_seq_tokens = 512;
+  c.kv_block_tokens = 16;
+  assert_int_equal(ferry_engine_min_budgets(m2, NULL, &c, &dmin, &hmin), FERRY_OK);
+  ferry_model_close(m2);
+  sim_swap_run(hmin + 20 * block, 1, &small, &lsmall, &mb);
+  assert_true(small.preemptions > 0);
+  assert_true(small.swaps < small.preemptions);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paged_logits),
       cmocka_unit_test(test_longer_than_pool_rejected),
       cmocka_unit_test(test_sim_paged_fits_fewer_sequences),
+      cmocka_unit_test(test_swap_needs_paging),
+      cmocka_unit_test(test_sim_swap),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

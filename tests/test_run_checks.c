@@ -189,6 +189,12 @@ static void test_kv_dtype(void **state) {
   expect(SIM "--synthetic n=2 --offload-compute experts=cpu", 1, "--offload-compute experts=...: tiny-dense is dense");
   expect(SIM "--synthetic n=2 --offload-compute layers=fast", 2,
          "--offload-compute: expected gpu, cpu, auto or CLASS=gpu|cpu|auto");
+  /* swap preemption is for a paged cache; its host copy is in the plan */
+  expect(SIM "--synthetic n=2 --kv-preempt swap", 1, "swap preemption (--kv-preempt swap) is for a paged cache");
+  expect(SIM "--synthetic n=2 --kv-block-tokens 16 --kv-preempt evict", 2,
+         "--kv-preempt: expected 'recompute' or 'swap', got 'evict'");
+  expect(SIM "--plan-only --max-seq-tokens 256 --kv-block-tokens 16 --kv-pool 2560KiB --kv-preempt swap", 0,
+         "KV swap          2.50 MiB (40 of the pool's 40 blocks"); /* tiny-dense: 64 KiB a block */
 }
 
 /* A routing trace for tiny-moe-shaped replay: requests `req`, 2 tokens, `layers` layers, k ids

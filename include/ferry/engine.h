@@ -174,6 +174,12 @@ struct ferry_engine_config {
                                       blocks freed, its tokens prefilled again when readmitted);
                                       max_seq_tokens then reserves nothing. 0: every sequence slot
                                       reserves max_seq_tokens rows */
+  int kv_preempt_swap;           /**< paged: a preempted sequence's blocks are copied to host memory
+                                      and back into fresh blocks when it is readmitted, where it decodes
+                                      on, instead of its tokens being prefilled again. The host copy has
+                                      a slot per pool block, as many as the host budget leaves after the
+                                      plan; a sequence finding too few slots, or any sequence of a model
+                                      with windowed layers (per-slot rings), is recomputed */
   uint64_t kv_pool_bytes;        /**< paged: the pool's bytes on the device; 0: as much as the
                                       max_batch x max_seq_tokens reservation when the budget allows,
                                       else one sequence of max_seq_tokens, and in either case what the
@@ -287,7 +293,10 @@ struct ferry_serve_summary {
   int64_t misses;             /**< expert-cache misses */
   int64_t prefetches;         /**< experts fetched ahead on a prediction */
   int64_t prefetches_used;    /**< of those, used before being evicted */
-  int64_t preemptions;        /**< sequences preempted out of a paged KV cache (recomputed) */
+  int64_t preemptions;        /**< sequences preempted out of a paged KV cache */
+  int64_t swaps;              /**< of those, swapped to host memory (the others recomputed) */
+  uint64_t swap_bytes;        /**< bytes of the swapped blocks copied device to host (as many come back;
+                                   both counted in bytes_d2h and bytes_h2d) */
   int64_t kv_pool_blocks;     /**< blocks of a paged KV cache (0 without paging) */
   int64_t stall_ns;           /**< total compute stall */
   int64_t load_ns;            /**< time to load resident weights before serving */

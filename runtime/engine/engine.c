@@ -207,7 +207,7 @@ static ferry_status hybrid_plan(struct ferry_engine *e) {
 }
 
 /* Bytes of one block of the paged KV cache over the paged layers (MLA: the latent rows only). */
-static uint64_t block_bytes(const struct ferry_engine *e) {
+uint64_t ferry__pages_block_bytes(const struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
                                                                               : (uint64_t)(mc->n_kv_heads * mc->head_dim));
@@ -223,7 +223,7 @@ static uint64_t block_bytes(const struct ferry_engine *e) {
 /* The paged pool's blocks: --kv-pool's, or (full) the max_batch x max_seq_tokens reservation's
  * worth, or at least one sequence of max_seq_tokens. */
 static int32_t pool_blocks(const struct ferry_engine *e, int full) {
-  const uint64_t bb = block_bytes(e);
+  const uint64_t bb = ferry__pages_block_bytes(e);
   if (e->cfg.kv_pool_bytes && bb) {
     const uint64_t n = e->cfg.kv_pool_bytes / bb;
     return (int32_t)(n > INT32_MAX ? INT32_MAX : n > 0 ? n : 1);
@@ -236,7 +236,7 @@ static int32_t pool_blocks(const struct ferry_engine *e, int full) {
  * gpu_memory_utilization); an explicit --kv-pool is kept as given. */
 static void grow_pool(struct ferry_engine *e) {
   struct ferry_plan *p = &e->plan;
-  const uint64_t budget = e->cfg.device_budget_bytes, bb = block_bytes(e);
+  const uint64_t budget = e->cfg.device_budget_bytes, bb = ferry__pages_block_bytes(e);
   if (!e->kv_block || e->cfg.kv_pool_bytes || !budget || !bb || p->device_total_bytes >= budget) return;
   if (!(e->cfg.resident_all || (p->n_blocks == 0 && (!e->mc->n_experts || p->experts_pinned)))) return;
   const uint64_t more = (budget - p->device_total_bytes) / bb;
@@ -245,6 +245,25 @@ static void grow_pool(struct ferry_engine *e) {
   const uint64_t before = p->device_kv_bytes, dev = layout_kv(e, 1);
   p->device_kv_bytes = dev;
   p->device_total_bytes += dev - before;
+}
+
+/* Swap preemption's host copy: a slot per pool block, as many as the host budget leaves after the
+ * plan (weights in host memory come first; a sequence that finds too few slots is recomputed).
+ * Windowed layers keep per-slot rings a block copy cannot carry: such models always recompute. */
+static void swap_space(struct ferry_engine *e) {
+  struct ferry_plan *p = &e->plan;
+  const uint64_t bb = ferry__pages_block_bytes(e), budget = e->cfg.host_budget_bytes;
+  e->kv_swap_blocks = 0;
+  if (!e->kv_block || !e->cfg.kv_preempt_swap || e->sizing_only || !bb) return;
+  for (int64_t l = 0; l < e->mc->n_layers; l++)
+    if (e->kv[l].ring) return;
+  uint64_t n = (uint64_t)e->kv_pool_blocks;
+  if (budget) {
+    const uint64_t fit = p->host_total_bytes < budget ? (budget - p->host_total_bytes) / bb : 0;
+    if (fit < n) n = fit;
+  }
+  e->kv_swap_blocks = (int32_t)n;
+  p->host_total_bytes += n * bb;
 }
 
 static ferry_status make_plan(struct ferry_engine *e) {
@@ -327,6 +346,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
   }
   if (st == FERRY_OK) st = hybrid_plan(e);
   if (st == FERRY_OK) grow_pool(e);
+  if (st == FERRY_OK) swap_space(e);
 out:
   ferry_free(attn);
   ferry_free(ffn);
@@ -375,6 +395,8 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --kv-block-tokens %d is not in [1, 65536]", c->kv_block_tokens);
   if (c->kv_pool_bytes && !c->kv_block_tokens)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: a KV pool (--kv-pool) is for a paged cache (--kv-block-tokens)");
+  if (c->kv_preempt_swap && !c->kv_block_tokens)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: swap preemption (--kv-preempt swap) is for a paged cache");
   if (c->kv_block_tokens && c->greedy)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: a paged KV cache recomputes a preempted sequence from its token ids, which --greedy "
@@ -766,6 +788,11 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
   fprintf(f, "    read-back, load  %s (routing and logits read-back, weight-load bounce buffer)\n",
           ferry__format_bytes(p->host_fixed_bytes, b[0], 32));
+  if (e->cfg.kv_preempt_swap) /* what swap preemption can hold; the rest is recomputed */
+    fprintf(f, "    KV swap          %s (%d of the pool's %d blocks: preempted sequences' rows; when full, or with "
+               "windowed layers, they are recomputed)\n",
+            ferry__format_bytes((uint64_t)e->kv_swap_blocks * ferry__pages_block_bytes(e), b[0], 32), e->kv_swap_blocks,
+            e->kv_pool_blocks);
   fprintf(f, "  prefetch depth %d, %d streamed block(s):\n", e->cfg.prefetch_depth, p->n_blocks);
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];

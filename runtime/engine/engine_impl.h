@@ -95,10 +95,12 @@ struct seq {
   int active;
 };
 
-/* A request preempted out of a paged KV cache (recompute): where it stood. */
+/* A request preempted out of a paged KV cache: where it stood (and, swapped, where its rows are). */
 struct resume {
   int32_t pos, generated, last_token;
   int preempted;
+  int32_t swap_head, swap_n; /* swapped out: its blocks in swap slots swap_head -> swap_next ... */
+  struct seq saved;          /* and the sequence as it stood (swapped at any point, prefill included) */
 };
 
 /* One micro-batch of a step (FlexGen's block schedule: --gpu-batches N runs N of them through
@@ -217,7 +219,14 @@ struct ferry_engine {
   int32_t kv_block, kv_pool_blocks, kv_blocks_per_seq, kv_free_count;
   int32_t *kv_table, *kv_free, *seq_blocks;
   struct resume *resumes;   /* per request (run), preemptions */
-  int64_t preemptions;
+  int64_t preemptions, swaps;
+  /* swap preemption (cfg.kv_preempt_swap): a host copy of the pool, slot by block */
+  ferry_buf *kv_swap_buf;
+  int32_t kv_swap_blocks; /* slots: the pool's blocks, or what the host budget leaves (swap_space()) */
+  int32_t *swap_free, *swap_next, swap_free_count;
+  uint64_t swap_bytes, swap_h2d_pending; /* copied out this run; copied in before the step counts it */
+  /* copies wait for the compute queue (ev_swap_cmp), compute waits for them (q_d2h, q_h2d) */
+  ferry_event *ev_swap_out, *ev_swap_in, *ev_swap_cmp;
 
   /* serving */
   struct ferry_engine_request *reqs;
@@ -278,6 +287,11 @@ static inline int32_t ferry__pages_need(const struct ferry_engine *e, int64_t to
 /* give slot s blocks for `tokens` positions; 0 when the pool has too few (nothing taken then) */
 int ferry__pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens);
 void ferry__pages_release(struct ferry_engine *e, int32_t s);
+uint64_t ferry__pages_block_bytes(const struct ferry_engine *e); /* engine.c: one block, every paged layer */
+/* swap preemption: copy slot s's blocks to host swap slots (1), or 0 when they are too few; and
+ * back into fresh blocks for a readmitted request (FERRY_ERR_* on an executor error) */
+int ferry__pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, ferry_status *st);
+ferry_status ferry__pages_swap_in(struct ferry_engine *e, int32_t s, struct resume *r);
 
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);

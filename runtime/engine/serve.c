@@ -124,9 +124,10 @@ static void percentile_stats(double *v, int64_t n, struct ferry_latency_stats *o
 #undef PCT
 }
 
-/* Paged KV cache: preempt the most recently admitted sequence (vLLM's recompute): its blocks
- * go back to the pool and its request to the head of the waiting queue, to prefill its tokens
- * again when blocks are free. Grows the step table for the steps that prefill takes. */
+/* Paged KV cache: preempt the most recently admitted sequence (vLLM's recompute, or swap): its
+ * blocks go back to the pool (swap: after a copy to host memory) and its request to the head of
+ * the waiting queue, to prefill its tokens again (swap: to copy them back) when blocks are free.
+ * Grows the step table for the steps that prefill takes. */
 static ferry_status preempt(struct ferry_engine *e, const int64_t *admit_order, int64_t *waiting, int64_t *w_head,
                             int64_t *active) {
   int32_t v = -1;
@@ -134,11 +135,19 @@ static ferry_status preempt(struct ferry_engine *e, const int64_t *admit_order, 
     if (e->seqs[s].active && (v < 0 || admit_order[s] > admit_order[v])) v = s;
   if (v < 0) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: a step needs KV blocks and none can be freed");
   struct seq *q = &e->seqs[v];
-  /* decoding: resume where it stands; in its first prefill: start again; re-prefilling after an
-   * earlier preemption: that record still holds */
-  if (q->prompt_done >= q->prefill)
-    e->resumes[q->req] = (struct resume){.pos = q->pos, .generated = q->generated, .last_token = q->last_token,
-                                         .preempted = 1};
+  /* swapped: its state is kept as it stands; else decoding: resume where it stands; in its first
+   * prefill: start again; re-prefilling after an earlier preemption: that record still holds */
+  struct resume *r = &e->resumes[q->req];
+  ferry_status st = FERRY_OK;
+  if (e->cfg.kv_preempt_swap && q->pos > 0 && ferry__pages_swap_out(e, v, r, &st)) {
+    r->saved = *q; /* swapped, decoding or prefilling: it goes on from where it stands */
+    r->preempted = 1;
+    e->swaps++;
+  } else if (st != FERRY_OK) {
+    return st;
+  } else if (q->prompt_done >= q->prefill) {
+    *r = (struct resume){.pos = q->pos, .generated = q->generated, .last_token = q->last_token, .preempted = 1};
+  }
   ferry__pages_release(e, v);
   q->active = 0;
   q->step_tokens = 0;
@@ -226,7 +235,7 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     m->first_token_ns = m->finish_ns = -1;
   }
   memset(e->seqs, 0, (size_t)e->n_seqs * sizeof *e->seqs);
-  e->preemptions = 0;
+  e->preemptions = e->swaps = 0;
   if (e->kv_block) {
     ferry_free(e->resumes);
     e->resumes = ferry__calloc((size_t)(n ? n : 1), sizeof *e->resumes);
@@ -262,14 +271,26 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       if (s < 0) break;
       const struct resume *rs = e->kv_block ? &e->resumes[r] : NULL;
       const int resumed = rs && rs->preempted;
-      /* paged: admitted when the blocks for its prefill and first new token are free */
-      if (e->kv_block &&
-          ferry__pages_need(e, (int64_t)(resumed ? rs->pos : rq->prompt_tokens) + 1) > e->kv_free_count)
-        break;
+      /* paged: admitted when the blocks for its prefill and first new token are free (swapped:
+       * those of the rest of its prefill, or its next token) */
+      const int32_t swapped = resumed && rs->swap_n;
+      const int32_t upto = swapped ? (rs->saved.prefill > rs->saved.pos ? rs->saved.prefill : rs->saved.pos)
+                           : resumed ? rs->pos
+                                     : rq->prompt_tokens;
+      if (e->kv_block && ferry__pages_need(e, (int64_t)upto + 1) > e->kv_free_count) break;
       e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rq->prompt_tokens};
-      if (resumed)
+      if (resumed && !swapped)
         e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rs->pos, .generated = rs->generated,
                                   .last_token = rs->last_token, .resumed = 1};
+      if (swapped) { /* its rows come back into fresh blocks; it goes on where it stood */
+        e->seqs[s] = rs->saved;
+        e->seqs[s].kv_slot = s;
+        e->seqs[s].step_tokens = 0;
+        e->seqs[s].active = 1;
+        if ((st = ferry__pages_swap_in(e, s, &e->resumes[r])) != FERRY_OK) goto out;
+        for (int32_t p = 0; p < e->seqs[s].pos; p++) /* its token ids, for the logits callback */
+          e->seq_tokens[(int64_t)s * e->kv_capacity + p] = token_id(e, rq->id, p);
+      }
       admit_order[s] = admitted++;
       active++;
       w_head++;
@@ -292,7 +313,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     int64_t busy0[4] = {ferry_exec_queue_busy_ns(e->ex, q_compute), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
                         ferry_exec_queue_busy_ns(e->ex, e->q_disk),
                         e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) : 0};
-    e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = e->step_bytes_act = 0;
+    e->step_bytes_disk = e->step_bytes_d2h = e->step_bytes_act = 0;
+    e->step_bytes_h2d = e->swap_h2d_pending; /* sequences swapped back in as they were admitted */
+    e->swap_h2d_pending = 0;
     e->step_bytes_blocks = e->step_bytes_experts = 0;
     e->step_hits = e->step_misses = e->step_cpu_experts = e->step_evictions = 0;
     int32_t step_tokens = 0;
@@ -460,6 +483,8 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
   out->prefetches = e->prefetches;
   out->prefetches_used = e->prefetches_used;
   out->preemptions = e->preemptions;
+  out->swaps = e->swaps;
+  out->swap_bytes = e->swap_bytes;
   out->kv_pool_blocks = e->kv_pool_blocks;
   out->run_start_ns = e->run_start_ns;
   ferry_free(a);
@@ -494,8 +519,10 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
     fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
             100.0 * (double)s->hits / (double)(s->hits + s->misses));
   if (s->kv_pool_blocks)
-    fprintf(f, "KV cache: paged, %lld blocks; %lld preemption(s) (recomputed)\n", (long long)s->kv_pool_blocks,
-            (long long)s->preemptions);
+    fprintf(f, "KV cache: paged, %lld blocks; %lld preemption(s) (%lld swapped to host and back, %s each way; the "
+               "others recomputed)\n",
+            (long long)s->kv_pool_blocks, (long long)s->preemptions, (long long)s->swaps,
+            ferry__format_bytes(s->swap_bytes, (char[32]){0}, 32));
   if (s->prefetches)
     fprintf(f, "expert prefetch: %lld fetched ahead, %lld used (precision %.1f%%)\n", (long long)s->prefetches,
             (long long)s->prefetches_used, 100.0 * (double)s->prefetches_used / (double)s->prefetches);
