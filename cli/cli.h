@@ -46,6 +46,9 @@ int cmd_sweep(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_trace_routing(int argc, char **argv);
 int cmd_predictor(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_ctl(int argc, char **argv);
+int cmd_model_manifest(int argc, char **argv);
 /* `ferry hw kernel` (argv[0] "kernel"). */
 int hw_kernel(int argc, char **argv);
 

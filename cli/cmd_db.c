@@ -10,6 +10,7 @@
 #include "cli/db_diff.h"
 #include "cli/db_stats.h"
 #include "cli/output.h"
+#include "common/alloc.h"
 #include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/db.h"
@@ -39,7 +40,12 @@ static const char usage_text[] =
     "       [--steps A:B] [--time A:B]    tracks, fetch-to-consumer flows, request spans, memory/batch/KV\n"
     "                                     counters; only steps A to B, or seconds A to B of the run\n"
     "  import-nsys EXPORT.sqlite          add an Nsight Systems SQLite export as a run (kind nsys-import);\n"
-    "                                     --into FILE is the same as --db FILE\n\n"
+    "                                     --into FILE is the same as --db FILE\n"
+    "  merge A.db B.db ... --out C.db     copy every run of A, B, ... that C does not hold into C (created if\n"
+    "                                     missing) with its rows, run ids and StringIds remapped; a run C holds\n"
+    "                                     is skipped: the same run, a complete run of the same sweep\n"
+    "                                     combination (configuration hash), the same imported file or the\n"
+    "                                     same repetition of a repeat group\n\n"
     "Options:\n"
     "  --db FILE          the result database (required unless every run is given as DB:RUNS)\n"
     "  --format F         list, show, diff, stats: text (default), json, csv or md (docs/output-formats.md)\n"
@@ -461,6 +467,73 @@ static int do_import(const struct opts *o) {
   return CLI_OK;
 }
 
+/* `ferry db merge A.db B.db ... --out C.db`: any number of sources, so it parses its own
+ * arguments. */
+static int do_merge(int argc, char **argv) {
+  const char *out = NULL;
+  int quiet = 0;
+  const char **src = ferry__calloc((size_t)argc, sizeof *src);
+  struct ferry_path_use *paths = ferry__calloc((size_t)argc + 1, sizeof *paths);
+  int n = 0, rc = CLI_OK;
+  if (!src || !paths) {
+    rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--out") || !strncmp(a, "--out=", 6)) {
+      out = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!out || !*out) {
+        rc = cli_usage_error("db", "option --out needs a value");
+        goto out;
+      }
+    } else if (!strcmp(a, "--quiet")) {
+      quiet = 1;
+    } else if (a[0] == '-' && a[1]) {
+      rc = cli_usage_error("db", "merge: unknown option '%s'", a);
+      goto out;
+    } else {
+      src[n++] = a;
+    }
+  }
+  if (!out) {
+    rc = cli_usage_error("db", "merge needs --out C.db (the database the runs go into)");
+    goto out;
+  }
+  if (n == 0) {
+    rc = cli_usage_error("db", "merge needs at least one source database");
+    goto out;
+  }
+  paths[0] = (struct ferry_path_use){"--out", out, FERRY_PATH_OUT | FERRY_PATH_SQLITE};
+  for (int i = 0; i < n; i++) paths[i + 1] = (struct ferry_path_use){"source", src[i], FERRY_PATH_SQLITE};
+  if ((rc = cli_check_paths("db", paths, (size_t)n + 1))) goto out;
+  ferry_db *db = NULL;
+  ferry_status st = ferry_db_open(&db, out, FERRY_DB_CREATE);
+  if (st != FERRY_OK) {
+    rc = cli_fail(st, NULL);
+    goto out;
+  }
+  for (int i = 0; i < n && rc == CLI_OK; i++) {
+    struct ferry_db_merge_stats ms;
+    if ((st = ferry_db_merge(db, src[i], &ms)) != FERRY_OK) {
+      rc = cli_fail(st, NULL);
+      break;
+    }
+    if (!quiet)
+      printf("%s: %lld run(s) added (%lld rows); skipped %lld already in %s (%lld the same run, %lld the same sweep "
+             "combination, %lld the same import, %lld the same repetition)\n",
+             src[i], (long long)ms.runs_added, (long long)ms.rows_added,
+             (long long)(ms.same_run + ms.same_sweep_key + ms.same_import + ms.same_repetition), out,
+             (long long)ms.same_run, (long long)ms.same_sweep_key, (long long)ms.same_import,
+             (long long)ms.same_repetition);
+  }
+  ferry_db_close(db);
+out:
+  ferry_free(src);
+  ferry_free(paths);
+  return rc;
+}
+
 int cmd_db(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
@@ -472,6 +545,7 @@ int cmd_db(int argc, char **argv) {
       fputs(usage_text, stdout);
       return CLI_OK;
     }
+  if (!strcmp(sub, "merge")) return do_merge(argc, argv);
   struct opts o = {0};
   int rc = parse(argc, argv, &o);
   if (rc) return rc;

@@ -14,8 +14,8 @@ static void usage(FILE *f) {
           "       ferry hw show NAME|FILE.json\n"
           "       ferry hw kernel PROFILE [--runtime NAME] SPEC...\n"
           "Hardware profiles for the simulator.\n\n"
-          "  list         one line per catalogue entry: kind, GPU memory, bandwidths (GB/s = 1e9 bytes/s),\n"
-          "               dense fp16 TFLOP/s and price per hour\n"
+          "  list         one line per catalogue entry: kind, GPUs, memory per GPU, bandwidths (GB/s =\n"
+          "               1e9 bytes/s), dense fp16 TFLOP/s per GPU and the machine's price per hour\n"
           "  show NAME    every field of a profile, composed parts included, with the source of\n"
           "               each figure and which figures were fitted from measurements\n"
           "  kernel       the simulated time of kernels on a profile's GPU (ferry hw kernel --help)\n\n"
@@ -42,7 +42,7 @@ static int hw_list(void) {
     ferry_hw_list_free(names, n);
     return cli_fail(FERRY_ERR_NOT_FOUND, "hw: the catalogue is empty (set FERRY_HW_PATH to a folder of profiles)");
   }
-  printf("%-16s %-5s %11s %9s %8s %8s %9s %8s %7s\n", "NAME", "KIND", "GPU_MEM", "MEM_GB/S", "H2D_GB/S",
+  printf("%-16s %-7s %4s %11s %9s %8s %8s %9s %8s %7s\n", "NAME", "KIND", "GPUS", "GPU_MEM", "MEM_GB/S", "H2D_GB/S",
          "D2H_GB/S", "DISK_GB/S", "FP16_TF", "USD/H");
   int failed = 0;
   for (size_t i = 0; i < n; i++) {
@@ -53,12 +53,13 @@ static int hw_list(void) {
       continue;
     }
     const struct ferry_hw_profile *p = ferry_hw_get(hw);
-    char mem[32], bw[32], h2d[32], d2h[32], disk[32], tf[32], usd[32];
+    char mem[32], bw[32], h2d[32], d2h[32], disk[32], tf[32], usd[32], gpus[16];
     if (p->has_gpu)
       ferry__format_bytes(p->gpu.memory_bytes, mem, sizeof mem);
     else
       snprintf(mem, sizeof mem, "-");
-    printf("%-16s %-5s %11s %9s %8s %8s %9s %8s %7s\n", p->name, ferry_hw_kind_name(p->kind), mem,
+    num(ferry_hw_gpu_count(p), "%.0f", gpus, sizeof gpus);
+    printf("%-16s %-7s %4s %11s %9s %8s %8s %9s %8s %7s\n", p->name, ferry_hw_kind_name(p->kind), gpus, mem,
            num(p->has_gpu ? p->gpu.mem_bw_gbps : p->has_host ? p->host.dram_gbps : 0, "%.0f", bw, sizeof bw),
            num(p->has_link ? p->link.h2d_gbps : 0, "%.2f", h2d, sizeof h2d),
            num(p->has_link ? p->link.d2h_gbps : 0, "%.2f", d2h, sizeof d2h),
@@ -161,7 +162,17 @@ static int hw_show(const char *name) {
     printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
            r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
   }
-  if (p->price_per_hour_usd > 0) printf("price_per_hour_usd: %.2f\n", p->price_per_hour_usd);
+  if (p->has_interconnect) {
+    const struct ferry_hw_interconnect *ic = &p->interconnect;
+    printf("interconnect: %s\n", ic->name);
+    printf("  %-28s %d\n", "interconnect.gpus", ic->gpus);
+    show_f("interconnect.gpu_gbps", ic->gpu_gbps, "GB/s");
+    printf("  %-28s %lld ns\n", "interconnect.latency_ns", (long long)ic->latency_ns);
+    printf("  %-28s %d (%s)\n", "interconnect.switched", ic->switched,
+           ic->switched ? "every GPU at its full rate at once" : "the GPUs share the host's PCIe fabric");
+  }
+  if (p->price_per_hour_usd > 0)
+    printf("price_per_hour_usd: %.2f%s\n", p->price_per_hour_usd, p->has_interconnect ? " (the whole machine)" : "");
   printf("fitted from measurements:");
   if (p->n_fitted == 0) printf(" none");
   for (size_t i = 0; i < p->n_fitted; i++) printf("%s %s", i ? "," : "", p->fitted[i]);

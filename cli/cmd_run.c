@@ -13,6 +13,7 @@
 #include "common/fsutil.h"
 #include "common/units.h"
 #include "ferry/engine.h"
+#include "ferry/fault.h"
 #include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/trace.h"
@@ -92,6 +93,20 @@ void run_usage(FILE *f, const char *cmd) {
           "  --predictor-routing F   routing trace for frequency (popularity) and oracle on real runs\n"
           "  --predictor-model P     mlp3/mlp7 weights (ferry predictor train), fed each token's features\n"
           "%s"
+          "Staying up (faults, memory pressure, reloads):\n"
+          "  --faults SPEC           inject faults (as FERRY_FAULT): read:eio@N, read:short@N,\n"
+          "                          read:eio@N+ (for good), read:delay:MS@P, kernel:fail@N, ...\n"
+          "  --io-retries N          retries of a failed disk read before it is permanent (default 4), with\n"
+          "                          exponential backoff and jitter\n"
+          "  --pressure              memory-pressure control: above the high-water mark degrade in steps\n"
+          "                          (prefetch depth, expert cache, on-demand loading, refuse new requests),\n"
+          "                          recover below the low one; the host tier is planned to the low mark\n"
+          "  --pressure-marks H:L    high- and low-water marks (default 0.85:0.7)\n"
+          "  --host-budget-schedule T:SIZE,...\n"
+          "                          change the host budget T seconds into serving (implies --pressure)\n"
+          "  --reload-at T:DIR,...   swap in the weights of DIR (same architecture; checked against its\n"
+          "                          manifest.sha256) T seconds into serving\n"
+          "%s"
           "Output:\n"
           "  --plan-only             print the residency plan and exit\n"
           "  --db FILE               write the run (requests, steps, memory, timeline) to SQLite\n"
@@ -128,14 +143,22 @@ void run_usage(FILE *f, const char *cmd) {
                 "  --routing-synth SPEC    synthetic routing, e.g. zipf=1.2,temporal=0.3,layer=0.5,seed=1\n"
                 "  --quant PLAN            size a preset's weights in a format or per-class plan (int4-g64, nf4,\n"
                 "                          expert=int3-g64,default=fp16, ...); a quantized folder carries its own\n"
-              : "");
+              : "",
+          sim ? ""
+              : "  --verify-reads          checksum every disk read against the first read of the same range\n"
+                "  --pressure-os           host pressure also from the OS (MemAvailable, PSI /proc/pressure/memory)\n"
+                "  --reload-from DIR       SIGHUP swaps in the weights of DIR\n"
+                "  --control-socket PATH   accept 'ferry ctl --socket PATH reload DIR|status' while serving\n");
 }
 
 enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_REPEAT, OPT_REPEAT_GROUP, OPT_FORMAT, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_KV_BLOCK, OPT_KV_POOL, OPT_KV_PREEMPT, OPT_HELP
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_REPEAT, OPT_REPEAT_GROUP, OPT_FORMAT, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_KV_BLOCK, OPT_KV_POOL, OPT_KV_PREEMPT,
+  /* staying up (cli/run_resil.c) */
+  OPT_FAULTS, OPT_IO_RETRIES, OPT_VERIFY_READS, OPT_PRESSURE, OPT_PRESSURE_MARKS, OPT_PRESSURE_OS, OPT_HOST_SCHEDULE,
+  OPT_RELOAD_AT, OPT_RELOAD_FROM, OPT_CONTROL_SOCKET, OPT_HELP
 };
 
 static const struct option run_opts[] = {
@@ -169,12 +192,22 @@ static const struct option run_opts[] = {
     {"kv-home", required_argument, 0, OPT_KV_HOME}, {"expert-granularity", required_argument, 0, OPT_EXPERT_GRAN},
     {"gpu-batches", required_argument, 0, OPT_GPU_BATCHES}, {"kv-block-tokens", required_argument, 0, OPT_KV_BLOCK},
     {"kv-pool", required_argument, 0, OPT_KV_POOL}, {"kv-preempt", required_argument, 0, OPT_KV_PREEMPT},
+    /* staying up */
+    {"faults", required_argument, 0, OPT_FAULTS}, {"io-retries", required_argument, 0, OPT_IO_RETRIES},
+    {"verify-reads", no_argument, 0, OPT_VERIFY_READS}, {"pressure", no_argument, 0, OPT_PRESSURE},
+    {"pressure-marks", required_argument, 0, OPT_PRESSURE_MARKS}, {"pressure-os", no_argument, 0, OPT_PRESSURE_OS},
+    {"host-budget-schedule", required_argument, 0, OPT_HOST_SCHEDULE},
+    {"reload-at", required_argument, 0, OPT_RELOAD_AT}, {"reload-from", required_argument, 0, OPT_RELOAD_FROM},
+    {"control-socket", required_argument, 0, OPT_CONTROL_SOCKET},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
-_Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
+_Static_assert(OPT_HELP - OPT_MODEL < 128, "run_args.given has one bit per option");
 
 int run_given(const struct run_args *a, const char *name) {
   for (size_t i = 0; run_opts[i].name; i++)
-    if (!strcmp(run_opts[i].name, name)) return (int)((a->given >> (run_opts[i].val - OPT_MODEL)) & 1u);
+    if (!strcmp(run_opts[i].name, name)) {
+      const int bit = run_opts[i].val - OPT_MODEL;
+      return (int)((a->given[bit / 64] >> (bit % 64)) & 1u);
+    }
   return 0;
 }
 
@@ -198,8 +231,9 @@ static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
                                                  "predictor-routing", "predictor-model", "runtime", "host-memory",
-                                                 "keep-cache", "repeat", "repeat-group",
-                                                 "format", NULL})))
+                                                 "keep-cache", "repeat", "repeat-group", "format", "faults",
+                                                 "io-retries", "verify-reads", "host-budget-schedule", "reload-at",
+                                                 "reload-from", "control-socket", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
   if (sim && (o = first_given(a, (const char *const[]){"greedy", "threads", NULL})))
     return cli_usage_error(cmd, "--%s is for 'ferry run': the simulator reads no weights and computes nothing", o);
@@ -294,13 +328,14 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   a->ec.prefetch_depth = 1;
   a->trace_opts.rate_scale = 1.0;
   a->repeat = 1;
+  a->resil.io_retries = -1;
   int sim = !strcmp(cmd, "sim");
   int64_t v;
   int drop_cache_set = 0;
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "h", run_opts, NULL)) != -1) {
-    if (c >= OPT_MODEL && c <= OPT_HELP) a->given |= 1ull << (c - OPT_MODEL);
+    if (c >= OPT_MODEL && c <= OPT_HELP) a->given[(c - OPT_MODEL) / 64] |= 1ull << ((c - OPT_MODEL) % 64);
     switch (c) {
       case OPT_MODEL: a->model = optarg; break;
       case OPT_TRACE: a->trace = optarg; break;
@@ -445,6 +480,32 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         a->repeat_group = optarg;
         break;
       case OPT_FORMAT: if (cli_parse_format(cmd, optarg, &a->format)) return CLI_USAGE; break;
+      /* staying up */
+      case OPT_FAULTS:
+        if (ferry_fault_set(optarg) != FERRY_OK) return cli_usage_error(cmd, "--faults: %s", ferry_last_error());
+        ferry_fault_clear(); /* installed when the run starts */
+        a->resil.faults = optarg;
+        break;
+      case OPT_IO_RETRIES: if (cli_parse_int("--io-retries", optarg, 0, 999, &a->resil.io_retries)) return CLI_USAGE; break;
+      case OPT_VERIFY_READS:
+      case OPT_PRESSURE_OS:
+      case OPT_RELOAD_FROM:
+      case OPT_CONTROL_SOCKET:
+        if (sim) return cli_usage_error(cmd, "--%s is for 'ferry run': the simulator reads no weights and runs in virtual time",
+                                        c == OPT_VERIFY_READS ? "verify-reads" : c == OPT_PRESSURE_OS ? "pressure-os"
+                                        : c == OPT_RELOAD_FROM ? "reload-from" : "control-socket");
+        if (c == OPT_VERIFY_READS) a->resil.verify_reads = 1;
+        else if (c == OPT_PRESSURE_OS) a->resil.pressure_os = a->resil.pressure = 1;
+        else if (c == OPT_RELOAD_FROM) a->resil.reload_from = optarg;
+        else a->resil.control_socket = optarg;
+        break;
+      case OPT_PRESSURE: a->resil.pressure = 1; break;
+      case OPT_PRESSURE_MARKS:
+        if (resil_parse_marks(cmd, optarg, &a->resil)) return CLI_USAGE;
+        a->resil.pressure = 1;
+        break;
+      case OPT_HOST_SCHEDULE: if (resil_parse_schedule(cmd, optarg, &a->resil)) return CLI_USAGE; break;
+      case OPT_RELOAD_AT: if (resil_parse_reload_at(cmd, optarg, &a->resil)) return CLI_USAGE; break;
       case OPT_HELP: run_usage(stdout, cmd); return -1;
       default: return cli_usage_error(cmd, "invalid option");
     }
@@ -473,7 +534,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"--dump-logits", a->dump_logits, FERRY_PATH_OUT},   {"--model", a->model, FERRY_PATH_DIR},
       {"--trace", a->trace, 0},                            {"--routing", a->routing, 0},
       {"--predictor-routing", a->predictor_routing, 0},    {"--predictor-model", a->predictor_model, 0},
-      {"--hw", a->hw, 0},                                  {"--runtime", a->runtime, 0}};
+      {"--hw", a->hw, 0},                                  {"--runtime", a->runtime, 0},
+      {"--reload-from", a->resil.reload_from, FERRY_PATH_DIR}, {"--control-socket", a->resil.control_socket, FERRY_PATH_OUT}};
   if (cli_check_paths(cmd, paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
   return 0;
 }

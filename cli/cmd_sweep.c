@@ -1,7 +1,9 @@
 /* `ferry sweep`: the cartesian product of run parameters from a JSON spec, each combination run
  * as a child `ferry run` / `ferry sim` writing into one result database. Resumable (a
  * combination whose configuration hash has a complete run is skipped; the hash is computed by
- * the same code as the child's), parallel up to -j for simulations, one real run at a time. */
+ * the same code as the child's), parallel up to -j for simulations, one real run at a time.
+ * Under mpirun the combinations are shared out over the ranks: each rank writes its own
+ * database, which rank 0 receives and merges into the study (ferry_db_merge). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/mpi.h"
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/fsutil.h"
@@ -39,13 +42,16 @@ static const struct key {
     {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
     {"predictor_model", 0},
     {"routing", 0},        {"routing_synth", 0}, {"allow_nonfinite", 1}, {"kv_dtype", 0},
+    /* staying up */
+    {"faults", 0},         {"io_retries", 0},   {"verify_reads", 1},   {"pressure", 1},
+    {"pressure_marks", 0}, {"pressure_os", 1},  {"host_budget_schedule", 0}, {"reload_at", 0},
     {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},  {"offload_compute", 0},
     {"kv_home", 0},        {"expert_granularity", 0},
     {"gpu_batches", 0},        {"kv_block_tokens", 0}, {"kv_pool", 0}, {"kv_preempt", 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
-enum state { PENDING, SKIPPED, RUNNING, DONE, FAILED };
+enum state { PENDING, SKIPPED, RUNNING, DONE, FAILED, ELSEWHERE /* another MPI rank's */ };
 
 struct combo {
   char **argv; /* "ferry", "run"|"sim", options..., NULL (owned) */
@@ -72,6 +78,7 @@ struct sweep {
   int64_t max_id_before;
   int64_t t0;
   size_t skipped, ran, failed, finished;
+  size_t elsewhere; /* combinations other MPI ranks run */
 };
 
 static volatile sig_atomic_t interrupted;
@@ -341,7 +348,7 @@ static void fmt_dur(int64_t ns, char *buf, size_t len) {
 
 static void progress(struct sweep *sw, int final) {
   if (sw->quiet || !sw->tty) return;
-  size_t done = sw->skipped + sw->finished;
+  size_t done = sw->skipped + sw->finished + sw->elsewhere;
   int64_t el = ferry__mono_ns() - sw->t0;
   char e[32], eta[32] = "--:--";
   fmt_dur(el, e, sizeof e);
@@ -411,7 +418,7 @@ static int launch(struct sweep *sw, struct combo *c) {
   c->state = RUNNING;
   c->start_ns = ferry__mono_ns();
   if (!sw->quiet && !sw->tty)
-    fprintf(stderr, "ferry sweep: [%zu/%zu] start %s %s\n", sw->skipped + sw->finished + 1, sw->n,
+    fprintf(stderr, "ferry sweep: [%zu/%zu] start %s %s\n", sw->skipped + sw->finished + 1, sw->n - sw->elsewhere,
             ferry_run_kind_name(c->kind), c->desc);
   return 0;
 }
@@ -480,7 +487,7 @@ static void reap(struct sweep *sw, pid_t pid, int status) {
       c->state = DONE;
       sw->ran++;
       if (!sw->quiet && !sw->tty)
-        fprintf(stderr, "ferry sweep: [%zu/%zu] done %s %s in %.1f s\n", sw->skipped + sw->finished, sw->n,
+        fprintf(stderr, "ferry sweep: [%zu/%zu] done %s %s in %.1f s\n", sw->skipped + sw->finished, sw->n - sw->elsewhere,
                 ferry_run_kind_name(c->kind), c->desc, secs);
     } else {
       c->state = FAILED;
@@ -489,7 +496,7 @@ static void reap(struct sweep *sw, pid_t pid, int status) {
       if (!interrupted) record_failure(sw, c);
       if (!sw->quiet) {
         if (sw->tty) fputs("\r\033[K", stderr);
-        fprintf(stderr, "ferry sweep: [%zu/%zu] FAILED %s %s: %s\n", sw->skipped + sw->finished, sw->n,
+        fprintf(stderr, "ferry sweep: [%zu/%zu] FAILED %s %s: %s\n", sw->skipped + sw->finished, sw->n - sw->elsewhere,
                 ferry_run_kind_name(c->kind), c->desc, c->error ? c->error : "");
       }
     }
@@ -548,6 +555,94 @@ static int run_all(struct sweep *sw) {
   return 0;
 }
 
+/* ---- MPI ---------------------------------------------------------------------------------- */
+
+/* A fresh database path of this rank in its temporary folder. */
+static int rank_database(const struct cli_mpi *mpi, char *path, size_t len) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, len, "%s/ferry-sweep-rank%d-XXXXXX", tmp && *tmp ? tmp : "/tmp", mpi->rank);
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    int e = errno;
+    path[0] = '\0';
+    return cli_fail(FERRY_ERR_IO, "sweep: rank %d: cannot create a database file: %s", mpi->rank, strerror(e));
+  }
+  close(fd);
+  unlink(path); /* ferry_db_open creates it as a database */
+  return CLI_OK;
+}
+
+static void remove_database(const char *path) {
+  char side[4200];
+  unlink(path);
+  snprintf(side, sizeof side, "%s-wal", path);
+  unlink(side);
+  snprintf(side, sizeof side, "%s-shm", path);
+  unlink(side);
+}
+
+/* Rank 0 (or a sweep without MPI): open the study, mark the combinations it holds complete. */
+static int read_study(struct sweep *sw, const char *study, unsigned char *complete) {
+  ferry_status st = ferry_db_open(&sw->db, study, FERRY_DB_CREATE);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
+  struct ferry_run_summary *runs = NULL;
+  size_t nruns = 0;
+  if ((st = ferry_db_list_runs(sw->db, &runs, &nruns)) != FERRY_OK) return cli_fail(st, NULL);
+  for (size_t i = 0; i < nruns; i++)
+    if (runs[i].id > sw->max_id_before) sw->max_id_before = runs[i].id;
+  ferry_db_runs_free(runs, nruns);
+  for (size_t i = 0; i < sw->n; i++) {
+    int64_t id;
+    complete[i] = ferry_db_find_complete_run(sw->db, sw->c[i].hash, &id) == FERRY_OK;
+  }
+  return CLI_OK;
+}
+
+/* Each rank its share of what is to run: simulations in turn, real runs all on rank 0 (one
+ * machine measures them one at a time; ranks on other machines would measure those). */
+static void share_out(struct sweep *sw, const struct cli_mpi *mpi) {
+  size_t k = 0;
+  for (size_t i = 0; i < sw->n; i++) {
+    struct combo *c = &sw->c[i];
+    if (c->state != PENDING) continue;
+    const int owner = c->real ? 0 : (int)(k++ % (size_t)mpi->size);
+    if (owner != mpi->rank) {
+      c->state = ELSEWHERE;
+      sw->elsewhere++;
+    }
+  }
+}
+
+/* After the runs: every rank's database to rank 0, merged into the study; totals summed. */
+static int gather_ranks(struct sweep *sw, struct cli_mpi *mpi, const char *rank_db, int64_t totals[4]) {
+  int rc = CLI_OK;
+  if (mpi->rank > 0) {
+    ferry_db_close(sw->db); /* checkpointed: the file holds every run */
+    sw->db = NULL;
+    rc = cli_mpi_send_file(mpi, rank_db, 0);
+  } else {
+    for (int r = 1; r < mpi->size; r++) {
+      char path[4096];
+      const char *tmp = getenv("TMPDIR");
+      snprintf(path, sizeof path, "%s/ferry-sweep-from-rank%d-%d.db", tmp && *tmp ? tmp : "/tmp", r, (int)getpid());
+      int got = cli_mpi_recv_file(mpi, path, r);
+      struct ferry_db_merge_stats ms;
+      ferry_status st = got == CLI_OK ? ferry_db_merge(sw->db, path, &ms) : FERRY_ERR_IO;
+      if (st == FERRY_OK && !sw->quiet)
+        fprintf(stderr, "ferry sweep: merged rank %d's %lld run(s) into %s\n", r, (long long)ms.runs_added,
+                sw->db_path);
+      if (st != FERRY_OK && got == CLI_OK) cli_fail(st, NULL);
+      if (st != FERRY_OK) rc = CLI_FAIL;
+      remove_database(path);
+    }
+  }
+  int64_t failed = rc != CLI_OK;
+  if (mpi->api->allreduce_sum_i64(totals, 3) || mpi->api->allreduce_max_i64(&totals[3], 1) ||
+      mpi->api->allreduce_max_i64(&failed, 1))
+    return cli_fail(FERRY_ERR_IO, "sweep: summing the ranks' results failed");
+  return failed ? CLI_FAIL : CLI_OK;
+}
+
 int cmd_sweep(int argc, char **argv) {
   static const struct option opts[] = {{"spec", required_argument, 0, 's'}, {"db", required_argument, 0, 'd'},
                                        {"jobs", required_argument, 0, 'j'}, {"dry-run", no_argument, 0, 'n'},
@@ -581,48 +676,65 @@ int cmd_sweep(int argc, char **argv) {
   int rc = CLI_FAIL;
   cJSON *spec = NULL;
   struct ferry_err err;
+  struct cli_mpi mpi = {.size = 1};
+  char rank_db[4096] = "";
+  unsigned char *states = NULL;
+  const char *study = sw.db_path;
   ferry_status st = ferry__json_load(sw.spec_path, 16 << 20, &spec, &err);
   if (st != FERRY_OK) return cli_fail(st, "%s", err.msg);
   if (!cJSON_IsObject(spec) || cJSON_GetArraySize(spec) == 0) {
     cJSON_Delete(spec);
     return cli_fail(FERRY_ERR_FORMAT, "%s: expected a JSON object mapping parameters to lists of values", sw.spec_path);
   }
+  /* under mpirun each rank runs its share into its own database; rank 0's is the study */
+  if ((rc = cli_mpi_start("sweep", &mpi)) != CLI_OK) {
+    cJSON_Delete(spec);
+    return rc;
+  }
+  if (mpi.rank > 0 && (rc = rank_database(&mpi, rank_db, sizeof rank_db)) != CLI_OK) goto out;
+  if (mpi.rank > 0) sw.db_path = rank_db;
   if ((rc = expand(&sw, spec)) != 0) goto out;
   rc = CLI_FAIL;
-  if ((st = ferry_db_open(&sw.db, sw.db_path, FERRY_DB_CREATE)) != FERRY_OK) {
-    cli_fail(st, NULL);
+  /* which combinations the study already holds: rank 0 reads it, every rank learns it */
+  states = ferry__calloc(sw.n + 1, 1);
+  int64_t study_ok = states != NULL;
+  if (mpi.rank == 0 && study_ok) study_ok = read_study(&sw, study, states) == CLI_OK;
+  if (mpi.size > 1 && (mpi.api->bcast(&study_ok, sizeof study_ok, 0) || (study_ok && mpi.api->bcast(states, sw.n, 0)))) {
+    cli_fail(FERRY_ERR_IO, "sweep: broadcasting the combinations failed");
     goto out;
   }
-  struct ferry_run_summary *runs = NULL;
-  size_t nruns = 0;
-  if ((st = ferry_db_list_runs(sw.db, &runs, &nruns)) != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out;
-  }
-  for (size_t i = 0; i < nruns; i++)
-    if (runs[i].id > sw.max_id_before) sw.max_id_before = runs[i].id;
-  ferry_db_runs_free(runs, nruns);
-  for (size_t i = 0; i < sw.n; i++) {
-    int64_t id;
-    if (ferry_db_find_complete_run(sw.db, sw.c[i].hash, &id) == FERRY_OK) {
+  if (!study_ok) goto out;
+  for (size_t i = 0; i < sw.n; i++)
+    if (states[i]) {
       sw.c[i].state = SKIPPED;
       sw.skipped++;
     }
+  if (mpi.rank > 0 && (st = ferry_db_open(&sw.db, sw.db_path, FERRY_DB_CREATE)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
   }
+  if (mpi.size > 1) share_out(&sw, &mpi);
   if (sw.dry_run) {
-    for (size_t i = 0; i < sw.n; i++) {
-      printf("%s  %-4s  %-8s  ", sw.c[i].hash, ferry_run_kind_name(sw.c[i].kind),
-             sw.c[i].state == SKIPPED ? "complete" : "to run");
-      for (int a = 1; a < sw.c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw.c[i].argv[a]);
-      printf("\n");
+    if (mpi.rank == 0) {
+      for (size_t i = 0; i < sw.n; i++) {
+        printf("%s  %-4s  %-8s  ", sw.c[i].hash, ferry_run_kind_name(sw.c[i].kind),
+               sw.c[i].state == SKIPPED ? "complete" : "to run");
+        for (int a = 1; a < sw.c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw.c[i].argv[a]);
+        printf("\n");
+      }
+      printf("ferry sweep: %zu combinations, %zu complete, %zu to run\n", sw.n, sw.skipped, sw.n - sw.skipped);
     }
-    printf("ferry sweep: %zu combinations, %zu complete, %zu to run\n", sw.n, sw.skipped, sw.n - sw.skipped);
     rc = CLI_OK;
     goto out;
   }
-  if (!sw.quiet)
-    fprintf(stderr, "ferry sweep: %zu combinations, %zu already complete in %s, %zu to run (-j %d)\n", sw.n, sw.skipped,
-            sw.db_path, sw.n - sw.skipped, sw.jobs);
+  if (!sw.quiet) {
+    if (mpi.size > 1)
+      fprintf(stderr, "ferry sweep: rank %d of %d: %zu combinations, %zu already complete in %s, %zu to run here (-j %d)\n",
+              mpi.rank, mpi.size, sw.n, sw.skipped, study, sw.n - sw.skipped - sw.elsewhere, sw.jobs);
+    else
+      fprintf(stderr, "ferry sweep: %zu combinations, %zu already complete in %s, %zu to run (-j %d)\n", sw.n,
+              sw.skipped, sw.db_path, sw.n - sw.skipped, sw.jobs);
+  }
   struct sigaction sa, old_int, old_term;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -635,26 +747,40 @@ int cmd_sweep(int argc, char **argv) {
   progress(&sw, 1);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
-  if (r != 0) goto out;
-  char el[32];
-  fmt_dur(ferry__mono_ns() - sw.t0, el, sizeof el);
-  size_t not_run = sw.n - sw.skipped - sw.finished;
-  char not_run_text[64] = "";
-  if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
-  fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %zu ran, %zu failed%s in %s; database %s\n", sw.n,
-          sw.skipped, sw.ran, sw.failed, not_run_text, el, sw.db_path);
+  if (r != 0) {
+    /* the other ranks would wait for this one's database forever */
+    if (mpi.size > 1) cli_mpi_abort(&mpi, r);
+    goto out;
+  }
   for (size_t i = 0; i < sw.n; i++)
     if (sw.c[i].state == FAILED) fprintf(stderr, "  failed: %s %s: %s\n", ferry_run_kind_name(sw.c[i].kind), sw.c[i].desc, sw.c[i].error ? sw.c[i].error : "");
-  if (interrupted) {
-    fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
-    rc = 128 + interrupted;
+  /* the ranks' databases into the study, and the totals */
+  int64_t totals[4] = {(int64_t)sw.ran, (int64_t)sw.failed, (int64_t)sw.finished, interrupted};
+  if (mpi.size > 1 && (rc = gather_ranks(&sw, &mpi, rank_db, totals)) != CLI_OK) goto out;
+  rc = CLI_FAIL;
+  if (mpi.rank == 0) {
+    char el[32];
+    fmt_dur(ferry__mono_ns() - sw.t0, el, sizeof el);
+    size_t not_run = sw.n - sw.skipped - (size_t)totals[2];
+    char not_run_text[64] = "";
+    if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
+    fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %lld ran, %lld failed%s in %s%s; database %s\n",
+            sw.n, sw.skipped, (long long)totals[0], (long long)totals[1], not_run_text, el,
+            mpi.size > 1 ? " over the ranks" : "", study);
+  }
+  if (totals[3]) {
+    if (mpi.rank == 0) fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
+    rc = 128 + (int)totals[3];
   } else {
-    rc = sw.failed ? CLI_FAIL : CLI_OK;
+    rc = totals[1] ? CLI_FAIL : CLI_OK;
   }
 out:
   for (size_t i = 0; i < sw.n; i++) combo_free(&sw.c[i]);
   ferry_free(sw.c);
+  ferry_free(states);
   ferry_db_close(sw.db);
+  if (rank_db[0]) remove_database(rank_db);
   cJSON_Delete(spec);
+  cli_mpi_stop(&mpi);
   return rc;
 }

@@ -1,4 +1,5 @@
 /* The `ferry` command: dispatches to one subcommand per concept (model, run, sim, ...). */
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,7 +20,9 @@ static const struct command {
     {"db", cmd_db, "result databases: list, show, diff, export-trace, import-nsys"},
     {"sweep", cmd_sweep, "run the cartesian product of run parameters into one database (resumable)"},
     {"report", cmd_report, "HTML/Markdown/CSV report with gnuplot plots from result databases"},
+    {"plan", cmd_plan, "the cheapest hardware and configuration serving a workload within a latency SLO"},
     {"predictor", cmd_predictor, "expert predictors: train an MLP, evaluate on a routing trace (train, eval)"},
+    {"ctl", cmd_ctl, "control a serving run over its --control-socket (reload weights, status)"},
 };
 
 static void usage(FILE *f) {
@@ -34,6 +37,12 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   ferry__json_init(); /* every cJSON tree of the process through one allocator */
+  /* A serving process sheds memory under pressure and swaps weights while it runs: what it frees
+   * must leave it. glibc's dynamic thresholds grow to the largest block freed (a 4 MiB scan
+   * buffer, a weight buffer) and then keep blocks up to that size on the heap after they are
+   * freed; fixed thresholds map large blocks and trim the heap, so memory stays flat over a run. */
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

@@ -7,6 +7,7 @@
 #include "cli/output.h"
 #include "ferry/engine.h"
 #include "ferry/trace.h"
+#include "cli/run_resil.h"
 
 struct run_args {
   const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
@@ -24,7 +25,7 @@ struct run_args {
   int keep_cache;    /* --keep-cache: buffered disk reads keep their pages */
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
-  uint64_t given;   /* one bit per option given on the command line (run_given()) */
+  uint64_t given[2]; /* one bit per option given on the command line (run_given()) */
   int repeat;               /* --repeat N (1 by default) */
   const char *repeat_group; /* --repeat-group TAG, or NULL */
   enum cli_format format;   /* --format of the summary */
@@ -33,6 +34,11 @@ struct run_args {
   const char *group_tag;          /* the repeat group written to the database, or NULL */
   struct ferry_serve_summary *summary_out; /* receives the summary (not printed) when not NULL */
   int64_t run_id_out;             /* the run's id in --db, or 0 */
+  struct resil_opts resil; /* --faults, --pressure, --reload-at, ... (cli/run_resil.h) */
+  /* called once the engine has served the requests, before anything is written (ferry plan
+   * reads the per-request metrics); NULL for none */
+  void (*on_served)(void *user, const ferry_engine *engine);
+  void *served_user;
 };
 
 /* Whether the option with this long name ("block-layers") was given. */

@@ -31,11 +31,14 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "expert_cache", a->ec.expert_cache_per_layer ? cache : a->ec.expert_cache ? a->ec.expert_cache : "auto");
   add_str(o, "expert_granularity", a->ec.expert_granularity_layer ? "layer" : NULL); /* expert: older hashes */
   if (a->ec.gpu_batches > 1) cJSON_AddNumberToObject(o, "gpu_batches", a->ec.gpu_batches); /* 1: older hashes */
+  add_str(o, "faults", a->resil.faults);
   cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
   cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
+  add_str(o, "host_budget_schedule", a->resil.host_schedule);
   add_str(o, "host_memory", a->host_pageable ? "pageable" : NULL); /* pinned, the default, keeps older hashes */
   add_str(o, "hw", a->hw);
+  if (a->resil.io_retries >= 0) cJSON_AddNumberToObject(o, "io_retries", (double)a->resil.io_retries);
   if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
   if (a->ec.kv_block_tokens) cJSON_AddNumberToObject(o, "kv_block_tokens", a->ec.kv_block_tokens); /* only when set */
   add_str(o, "kv_dtype", a->kv_dtype);
@@ -55,8 +58,17 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "predictor_model", a->predictor_model);
   add_str(o, "predictor_routing", a->predictor_routing);
   cJSON_AddNumberToObject(o, "prefetch_depth", a->ec.prefetch_depth);
+  /* staying up: present only when asked, so earlier configurations keep their hashes */
+  if (a->resil.pressure || a->resil.n_schedule) cJSON_AddBoolToObject(o, "pressure", 1);
+  if (a->resil.high_water > 0) {
+    char marks[64];
+    snprintf(marks, sizeof marks, "%g:%g", a->resil.high_water, a->resil.low_water);
+    add_str(o, "pressure_marks", marks);
+  }
+  if (a->resil.pressure_os) cJSON_AddBoolToObject(o, "pressure_os", 1);
   add_str(o, "quant", a->quant);
   cJSON_AddNumberToObject(o, "rate_scale", a->trace_opts.rate_scale);
+  add_str(o, "reload_at", a->resil.reload_at_text);
   add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
   add_str(o, "routing", a->routing);
   add_str(o, "routing_synth", a->routing_synth);
@@ -72,6 +84,7 @@ char *run_config_json(const struct run_args *a) {
     snprintf(window, sizeof window, "%.9g:", (double)a->trace_opts.window_start_ns / 1e9);
   add_str(o, "time_window", window[0] ? window : NULL);
   add_str(o, "trace", a->trace ? a->trace : a->synthetic);
+  if (a->resil.verify_reads) cJSON_AddBoolToObject(o, "verify_reads", 1);
   char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return text;

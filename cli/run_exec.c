@@ -338,7 +338,14 @@ int run_execute(struct run_args *a) {
   struct logit_dump dump = {0};
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
-  ferry_status st = ferry_model_open(&model, a->model);
+  struct run_resil resil;
+  resil_init(&resil, &a->resil);
+  ferry_status st = resil_prepare(&a->resil, &a->ec);
+  if (st != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  st = ferry_model_open(&model, a->model);
   if (st != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
@@ -357,6 +364,7 @@ int run_execute(struct run_args *a) {
         cli_fail(st, NULL);
         goto out;
       }
+      if (a->resil.verify_reads) ferry_store_set_verify(store, 1);
     }
   }
   if ((st = refuse_ignored_for_model(a, ferry_model_get_config(model), store)) != FERRY_OK) {
@@ -418,6 +426,10 @@ int run_execute(struct run_args *a) {
     if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
     if (st == FERRY_OK) weak_fits(ferry_hw_get(hw), fit_warning, sizeof fit_warning);
     if (st == FERRY_OK) profile_rates(ferry_hw_get(hw), ferry_model_get_config(model)->dtype, &a->ec.rates);
+    /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
+    if (st == FERRY_OK && a->progress && ferry_hw_gpu_count(ferry_hw_get(hw)) > 1)
+      fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (ferry plan counts the others as replicas)\n",
+              ferry_hw_get(hw)->name, ferry_hw_gpu_count(ferry_hw_get(hw)));
     ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
@@ -430,6 +442,7 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  resil_attach(&resil, ex);
   const struct ferry_model_config *mc = ferry_model_get_config(model);
   if ((a->record_routing || a->routing || a->routing_synth) && !mc->n_experts) {
     cli_fail(FERRY_ERR_INVALID, "routing options need a Mixture-of-Experts model (%s is dense)", a->model);
@@ -565,6 +578,7 @@ int run_execute(struct run_args *a) {
     }
     if (fit_warning[0]) ferry_db_run_meta(db, run_id, "WEAK_FITS", fit_warning);
     ferry_exec_set_sink(ex, ferry_db_activity_sink, db);
+    resil_attach_db(&resil, db, run_id);
     struct ferry_device_info gpu;
     if (ferry_exec_device_info(ex, &gpu) == FERRY_OK && (st = ferry_db_add_gpu(db, run_id, 0, &gpu)) != FERRY_OK) {
       cli_fail(st, NULL);
@@ -589,12 +603,29 @@ int run_execute(struct run_args *a) {
     goto out;
   }
   if (a->progress) ferry_engine_print_plan(eng, stderr);
-  struct ferry_run_options ro = {.time_scale = a->time_scale, .as_fast_as_possible = a->as_fast, .progress = a->progress};
-  int64_t wall0 = ferry__mono_ns();
-  if ((st = ferry_engine_run(eng, reqs, n, &ro)) != FERRY_OK) {
+  if ((st = resil_start(&resil, eng, model)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
+  struct ferry_run_options ro = {.time_scale = a->time_scale, .as_fast_as_possible = a->as_fast, .progress = a->progress,
+                                 .on_tick = resil_tick, .tick_user = &resil};
+  int64_t wall0 = ferry__mono_ns();
+  if ((st = ferry_engine_run(eng, reqs, n, &ro)) != FERRY_OK) {
+    /* what was served before the failure stays in the database beside the error */
+    char why[FERRY_ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", ferry_last_error());
+    resil_stop(&resil);
+    resil_note_failure(&resil, st, why);
+    if (db) {
+      struct ferry_serve_summary part;
+      ferry_engine_summary(eng, &part);
+      write_results(db, run_id, eng, &part);
+    }
+    ferry__fail(st, "%s", why); /* the run's error in the database */
+    cli_fail(st, NULL);
+    goto out;
+  }
+  resil_stop(&resil);
   if (sim && a->progress) {
     struct ferry_sim_stats ss;
     double wall_s = (double)(ferry__mono_ns() - wall0) / 1e9;
@@ -613,6 +644,7 @@ int run_execute(struct run_args *a) {
   ferry_engine_summary(eng, &sum);
   if (a->summary_out) *a->summary_out = sum;
   else ferry_serve_summary_print(&sum, stdout);
+  if (a->on_served) a->on_served(a->served_user, eng);
   if (db && (st = write_results(db, run_id, eng, &sum)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
@@ -654,6 +686,7 @@ int run_execute(struct run_args *a) {
             a->routing, (long long)ferry_routing_replay_hits(replay), (long long)ferry_routing_replay_misses(replay));
   rc = CLI_OK;
 out:
+  resil_stop(&resil);
   predict_glue_free(&glue);
   ferry_routing_free(pred_trace);
   ferry_free(popularity);
@@ -690,7 +723,17 @@ out:
       if (cst != FERRY_OK) ferry_db_run_meta(db, run_id, "CUPTI_STOP", ferry_last_error());
     }
     ferry_exec_set_sink(ex, NULL, NULL);
-    ferry_status fst = ferry_db_run_finish(db, run_id, rc == CLI_OK ? NULL : ferry_last_error());
+    /* events and I/O counters of every run that started, failed ones included */
+    char run_error[FERRY_ERRMSG_MAX];
+    snprintf(run_error, sizeof run_error, "%s", ferry_last_error());
+    resil_stop(&resil);
+    resil.eng = eng;
+    ferry_status rst = resil_write(&resil, db, run_id);
+    if (rst != FERRY_OK && rc == CLI_OK) {
+      rc = cli_fail(rst, NULL);
+      snprintf(run_error, sizeof run_error, "%s", ferry_last_error());
+    }
+    ferry_status fst = ferry_db_run_finish(db, run_id, rc == CLI_OK ? NULL : run_error);
     if (fst != FERRY_OK && rc == CLI_OK) rc = cli_fail(fst, NULL);
     if (rc == CLI_OK && a->progress) fprintf(stderr, "ferry: wrote run %lld to %s\n", (long long)run_id, a->db);
     a->run_id_out = run_id;
@@ -698,6 +741,7 @@ out:
   ferry_db_close(db);
   ferry_free(config_json);
   ferry_engine_destroy(eng);
+  resil_free(&resil);
   ferry_exec_destroy(ex);
   ferry_store_close(store);
   ferry_model_close(model);

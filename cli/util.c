@@ -4,16 +4,22 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/error.h"
 #include "common/fsutil.h"
 #include "common/units.h"
 
+/* The message also becomes the thread's last error, so a caller running a command's code in
+ * its own process (ferry plan's workers, with their output discarded) can say why it failed. */
 int cli_fail(ferry_status status, const char *fmt, ...) {
   fputs("ferry: ", stderr);
   if (fmt) {
+    char msg[FERRY_ERRMSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fputs(msg, stderr);
+    ferry__fail(status, "%s", msg);
   } else {
     const char *m = ferry_last_error();
     fputs(m && *m ? m : ferry_strerror(status), stderr);
@@ -23,12 +29,13 @@ int cli_fail(ferry_status status, const char *fmt, ...) {
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
-  fprintf(stderr, "ferry %s: ", cmd);
+  char msg[FERRY_ERRMSG_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\nTry 'ferry %s --help'.\n", cmd);
+  fprintf(stderr, "ferry %s: %s\nTry 'ferry %s --help'.\n", cmd, msg, cmd);
+  ferry__fail(FERRY_ERR_INVALID, "%s", msg);
   return CLI_USAGE;
 }
 

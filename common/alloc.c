@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -66,6 +67,39 @@ void *ferry__aligned_alloc(size_t alignment, size_t size) {
   void *p = NULL;
   if (posix_memalign(&p, alignment, rounded) != 0) return NULL;
   return p;
+}
+
+/* Large buffers come straight from the kernel so that freeing one gives its memory back at once:
+ * through malloc, glibc's dynamic mmap threshold moves up to the size of the first large block
+ * freed, and later blocks of that size stay on the heap after they are freed, so memory the
+ * engine sheds under pressure would not leave the process. Sanitizer builds keep malloc, whose
+ * bounds the sanitizer checks. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FERRY_PAGES_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FERRY_PAGES_MALLOC 1
+#endif
+#endif
+
+void *ferry__pages_alloc(size_t size) {
+#ifdef FERRY_PAGES_MALLOC
+  return ferry__aligned_alloc(4096, size);
+#else
+  if (injected_failure()) return NULL;
+  void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+#endif
+}
+
+void ferry__pages_free(void *ptr, size_t size) {
+  if (!ptr) return;
+#ifdef FERRY_PAGES_MALLOC
+  (void)size;
+  ferry_free(ptr);
+#else
+  munmap(ptr, size ? size : 1);
+#endif
 }
 
 char *ferry__asprintf(const char *fmt, ...) {

@@ -16,6 +16,10 @@ char *ferry__strndup(const char *s, size_t n);
 /* Aligned allocation (alignment a power of two, size rounded up to it); free with
  * ferry_free(). */
 void *ferry__aligned_alloc(size_t alignment, size_t size);
+/* Page-aligned memory of its own mapping (through the same failure hook), returned to the
+ * system by ferry__pages_free(ptr, size) with the size it was allocated with. */
+void *ferry__pages_alloc(size_t size);
+void ferry__pages_free(void *ptr, size_t size);
 /* printf into a new owned string. */
 char *ferry__asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

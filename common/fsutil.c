@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/fsutil.h"
+#include "common/io.h"
 
 static ferry_status errno_status(int e) {
   switch (e) {
@@ -101,22 +102,25 @@ ferry_status ferry__write_all(int fd, const void *buf, size_t len, const char *w
 
 ferry_status ferry__pread_all(int fd, void *buf, size_t len, uint64_t offset, const char *what,
                               struct ferry_err *err) {
+  /* through the I/O layer: transient failures are retried with backoff, short reads continued */
   char *p = buf;
   uint64_t off = offset;
+  struct ferry__io_try t;
+  ferry__io_try_init(&t, what, offset);
   while (len) {
-    ssize_t n = pread(fd, p, len, (off_t)off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ferry__err_set(err, errno_status(errno), "%s: read at offset %llu failed: %s", what,
-                            (unsigned long long)off, strerror(errno));
+    ssize_t n = ferry__io_attempt(fd, p, len, off, 1);
+    if (n <= 0) {
+      ferry_status st = ferry__io_retry(&t, fd, n < 0 ? errno : 0, off, len, err);
+      if (st != FERRY_OK) return st;
+      continue;
     }
-    if (n == 0)
-      return ferry__err_set(err, FERRY_ERR_IO, "%s: unexpected end of file at offset %llu (wanted %zu more bytes)",
-                            what, (unsigned long long)off, len);
+    if ((size_t)n < len) ferry__io_count(FERRY__IO_SHORT, 1);
+    t.attempt = 1; /* progress: the attempts count again from the next chunk */
     p += n;
     off += (uint64_t)n;
     len -= (size_t)n;
   }
+  ferry__io_done(&t);
   return FERRY_OK;
 }
 

@@ -16,52 +16,11 @@
 #include "ferry/activity.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
-
-#define MAX_COLS 64
-
-struct cols {
-  char names[MAX_COLS][48];
-  int notnull[MAX_COLS];
-  int has_default[MAX_COLS];
-  int n;
-};
-
-static int cols_find(const struct cols *c, const char *name) {
-  for (int i = 0; i < c->n; i++)
-    if (!strcmp(c->names[i], name)) return i;
-  return -1;
-}
-
-/* PRAGMA schema.table_info(table); a table that does not exist gives n = 0. */
-static int read_cols(sqlite3 *sql, const char *schema, const char *table, struct cols *c) {
-  char text[160];
-  snprintf(text, sizeof text, "PRAGMA %s.table_info(%s)", schema, table);
-  sqlite3_stmt *q;
-  int rc = sqlite3_prepare_v2(sql, text, -1, &q, NULL);
-  if (rc != SQLITE_OK) return rc;
-  c->n = 0;
-  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-    const char *name = (const char *)sqlite3_column_text(q, 1);
-    if (!name || c->n >= MAX_COLS || strlen(name) >= sizeof c->names[0]) continue; /* not ours */
-    snprintf(c->names[c->n], sizeof c->names[0], "%s", name);
-    c->notnull[c->n] = sqlite3_column_int(q, 3);
-    c->has_default[c->n] = sqlite3_column_type(q, 4) != SQLITE_NULL;
-    c->n++;
-  }
-  sqlite3_finalize(q);
-  return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-static int is_string_ref(const char *table, const char *col) {
-  if (!strcmp(col, "demangledName") || !strcmp(col, "shortName") || !strcmp(col, "mangledName") ||
-      !strcmp(col, "textId") || !strcmp(col, "jsonTextId"))
-    return 1;
-  return !strcmp(col, "nameId") && !strcmp(table, "CUPTI_ACTIVITY_KIND_RUNTIME");
-}
+#include "profiler/table_cols.h"
 
 /* Source column for a target column: the same name, or a known older/other variant. */
-static const char *source_col(const struct cols *src, const char *col) {
-  if (cols_find(src, col) >= 0) return col;
+static const char *source_col(const struct ferry__cols *src, const char *col) {
+  if (ferry__cols_find(src, col) >= 0) return col;
   static const char *const alts[][3] = {
       {"demangledName", "name", NULL},
       {"shortName", "demangledName", "name"},
@@ -70,7 +29,7 @@ static const char *source_col(const struct cols *src, const char *col) {
   for (size_t i = 0; i < sizeof alts / sizeof alts[0]; i++)
     if (!strcmp(alts[i][0], col))
       for (int k = 1; k < 3 && alts[i][k]; k++)
-        if (cols_find(src, alts[i][k]) >= 0) return alts[i][k];
+        if (ferry__cols_find(src, alts[i][k]) >= 0) return alts[i][k];
   return NULL;
 }
 
@@ -79,14 +38,14 @@ static const char *source_col(const struct cols *src, const char *col) {
  * name read from the export is ever spliced into SQL. */
 static ferry_status copy_table(struct ferry_db *db, const char *export_path, const char *table, int64_t run_id,
                                int64_t *copied) {
-  struct cols dst, src;
-  int rc = read_cols(db->sql, "main", table, &dst);
-  if (rc == SQLITE_OK) rc = read_cols(db->sql, "nsys", table, &src);
+  struct ferry__cols dst, src;
+  int rc = ferry__cols_read(db->sql, "main", table, &dst);
+  if (rc == SQLITE_OK) rc = ferry__cols_read(db->sql, "nsys", table, &src);
   if (rc != SQLITE_OK) return ferry__db_sqlite_error(db->sql, rc, export_path, table, &db->err);
   *copied = 0;
   if (src.n == 0) return FERRY_OK; /* optional table absent: nsys creates tables lazily */
   int timeline = strncmp(table, "CUPTI_", 6) == 0 || !strcmp(table, "NVTX_EVENTS");
-  if (timeline && cols_find(&src, "start") < 0)
+  if (timeline && ferry__cols_find(&src, "start") < 0)
     return ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: table %s has no column start", export_path, table);
   if (!strcmp(table, "CUPTI_ACTIVITY_KIND_KERNEL") && !source_col(&src, "shortName"))
     return ferry__err_set(&db->err, FERRY_ERR_FORMAT,
@@ -107,7 +66,7 @@ static ferry_status copy_table(struct ferry_db *db, const char *export_path, con
       continue;
     }
     ferry__sb_printf(&ins, ",\"%s\"", col);
-    if (is_string_ref(table, col))
+    if (ferry__col_is_string_ref(table, col) && (strcmp(col, "nameId") || !strcmp(table, "CUPTI_ACTIVITY_KIND_RUNTIME")))
       ferry__sb_printf(&sel, ",%s(SELECT dst FROM temp.ferry_strmap WHERE src = x.\"%s\")%s", dst.notnull[i] ? "coalesce(" : "",
              from, dst.notnull[i] ? ",0)" : "");
     else if (dst.notnull[i])
@@ -207,8 +166,8 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
 
   /* Validate before writing anything. */
   for (size_t i = 0; i < sizeof required_tables / sizeof required_tables[0]; i++) {
-    struct cols c;
-    rc = read_cols(db->sql, "nsys", required_tables[i], &c);
+    struct ferry__cols c;
+    rc = ferry__cols_read(db->sql, "nsys", required_tables[i], &c);
     if (rc != SQLITE_OK) {
       if ((rc & 0xff) == SQLITE_NOTADB)
         st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not an SQLite file (expected an nsys SQLite export)",
@@ -223,11 +182,11 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
                           required_tables[i]);
       goto out_detach;
     }
-    if (!strcmp(required_tables[i], "StringIds") && (cols_find(&c, "id") < 0 || cols_find(&c, "value") < 0)) {
+    if (!strcmp(required_tables[i], "StringIds") && (ferry__cols_find(&c, "id") < 0 || ferry__cols_find(&c, "value") < 0)) {
       st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: table StringIds lacks column id or value", export_path);
       goto out_detach;
     }
-    if (!strcmp(required_tables[i], "META_DATA_EXPORT") && (cols_find(&c, "name") < 0 || cols_find(&c, "value") < 0)) {
+    if (!strcmp(required_tables[i], "META_DATA_EXPORT") && (ferry__cols_find(&c, "name") < 0 || ferry__cols_find(&c, "value") < 0)) {
       st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: table META_DATA_EXPORT lacks column name or value",
                           export_path);
       goto out_detach;
@@ -257,8 +216,8 @@ ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path, const s
     st = ferry__db_sqlite_error(db->sql, rc, export_path, "reading META_DATA_EXPORT", &db->err);
     goto out_detach;
   }
-  struct cols gc;
-  if (read_cols(db->sql, "nsys", "TARGET_INFO_GPU", &gc) == SQLITE_OK && cols_find(&gc, "name") >= 0 &&
+  struct ferry__cols gc;
+  if (ferry__cols_read(db->sql, "nsys", "TARGET_INFO_GPU", &gc) == SQLITE_OK && ferry__cols_find(&gc, "name") >= 0 &&
       sqlite3_prepare_v2(db->sql, "SELECT name FROM nsys.TARGET_INFO_GPU WHERE name IS NOT NULL LIMIT 1", -1, &q,
                          NULL) == SQLITE_OK) {
     if (sqlite3_step(q) == SQLITE_ROW) snprintf(gpu, sizeof gpu, "%s", (const char *)sqlite3_column_text(q, 0));

@@ -166,11 +166,22 @@ static const char schema_v5[] =
     "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
     "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
 
-/* Version 6: what each offloading strategy did (issue 14): per step the CPU's busy time beside
+/* Version 6: what kept a run up, on its executor's clock: memory-pressure transitions (the tier,
+ * its index and the action taken), weight reloads (staged, refused, applied), I/O retries and
+ * permanent failures, device failures, requests refused under pressure. A new table only: every
+ * existing row stays as it is. */
+static const char schema_v6[] =
+    "CREATE TABLE engine_events (runId INTEGER NOT NULL REFERENCES runs(id), t_ns INTEGER NOT NULL,"
+    " kind TEXT NOT NULL CHECK(kind IN ('pressure','reload','io','device','refused')),"
+    " tier TEXT CHECK(tier IS NULL OR tier IN ('device','host','disk')), pressure_index REAL,"
+    " level INTEGER, action TEXT NOT NULL, detail TEXT, budget_bytes INTEGER);"
+    "CREATE INDEX engine_events_run ON engine_events(runId, t_ns);";
+
+/* Version 7: what each offloading strategy did (issue 14): per step the CPU's busy time beside
  * the device's, the bytes moved by class (layer blocks, experts, activations between the device
  * and the CPU), expert-cache evictions, experts computed on the CPU and KV blocks in use; per
  * layer its expert-cache hits, misses, evictions, prefetches, CPU experts and weight bytes. */
-static const char schema_v6[] =
+static const char schema_v7[] =
     "ALTER TABLE steps ADD COLUMN compute_busy_ns INTEGER;"
     "ALTER TABLE steps ADD COLUMN cpu_busy_ns INTEGER;"
     "ALTER TABLE steps ADD COLUMN bytes_blocks INTEGER;"
@@ -189,8 +200,9 @@ static const struct ferry__migration migrations[] = {
     {4, "one complete run per sweep combination (runs.sweep_key, unique index)", schema_v4},
     {5, "repeat groups (runs.repeat_group, repeat_index), imported files' hashes (runs.source_sha256), "
         "KV use per step (steps.kv_tokens)", schema_v5},
-    {6, "strategy metrics per step (CPU time, bytes by class, evictions, CPU experts, KV blocks) and per layer "
-        "(layer_stats)", schema_v6},
+    {6, "engine events: memory pressure, reloads, I/O retries, device failures", schema_v6},
+    {7, "strategy metrics per step (CPU time, bytes by class, evictions, CPU experts, KV blocks) and per layer "
+        "(layer_stats)", schema_v7},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

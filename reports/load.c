@@ -444,7 +444,7 @@ static ferry_status find_axes(struct report *rp) {
     ferry_free(rp->axes[a].key);
   }
   rp->n_axes = w;
-  qsort(rp->axes, rp->n_axes, sizeof *rp->axes, cmp_axis);
+  if (rp->n_axes > 1) qsort(rp->axes, rp->n_axes, sizeof *rp->axes, cmp_axis); /* axes is NULL when none */
   rp->sum.axes = rp->n_axes;
   return FERRY_OK;
 }

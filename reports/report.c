@@ -39,6 +39,8 @@ const char *ferry_report_section_name(enum ferry_report_section section) {
     case FERRY_REPORT_ROUTING: return "routing";
     case FERRY_REPORT_LATENCY: return "latency";
     case FERRY_REPORT_STRATEGIES: return "strategies";
+    case FERRY_REPORT_EVENTS: return "events";
+    case FERRY_REPORT_PLAN: return "plan";
   }
   return "?";
 }
@@ -248,12 +250,14 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (st == FERRY_OK) st = ferry__section_strategies(&rp);
   if (st == FERRY_OK) st = ferry__section_timeline(&rp);
   if (st == FERRY_OK) st = ferry__section_memory(&rp);
+  if (st == FERRY_OK) st = ferry__section_events(&rp);
   if (st == FERRY_OK) st = ferry__section_sim_vs_real(&rp);
   if (st == FERRY_OK) st = ferry__section_variants(&rp, "quant", FERRY_REPORT_QUANT);
   if (st == FERRY_OK) st = ferry__section_variants(&rp, "predictor", FERRY_REPORT_PREDICTOR);
   if (st == FERRY_OK) st = ferry__section_predictor_ci(&rp);
   if (st == FERRY_OK) st = ferry__section_routing(&rp);
   if (st == FERRY_OK) st = ferry__section_hardware(&rp);
+  if (st == FERRY_OK) st = ferry__section_plan(&rp);
   if (st == FERRY_OK) st = assemble(&rp);
   if (st == FERRY_OK) st = publish(&rp, out);
   if (st != FERRY_OK && rp.dir) ferry__rm_rf(rp.dir);

@@ -155,6 +155,7 @@ ferry_status ferry__section_variants(struct report *rp, const char *key, enum fe
 ferry_status ferry__section_hardware(struct report *rp);
 ferry_status ferry__section_latency(struct report *rp);
 ferry_status ferry__section_strategies(struct report *rp); /* strategies.c */
+ferry_status ferry__section_plan(struct report *rp);
 /* In the memory section: batch size and KV-cache tokens per step of run r (distributions.c). */
 ferry_status ferry__plot_batch_kv(struct report *rp, const struct rrun *r);
 /* "r3: executor=sim, pd=1": each run's label and the swept values that differ between these runs,
@@ -162,6 +163,18 @@ ferry_status ferry__plot_batch_kv(struct report *rp, const struct rrun *r);
 void ferry__run_labels(const struct report *rp, const struct rrun *const *runs, size_t n, char (*labels)[160]);
 /* "r3 sim bl2 pd1": a run's label and its values on the sweep axes, short (sections.c). */
 void ferry__run_short_label(const struct report *rp, const struct rrun *r, char *out, size_t len);
+
+/* Engine events (events.c): the section, and dashed marks of a run's budget changes, pressure
+ * transitions, reloads and device failures in [t0, t1] on a chart whose x is (t - t0) / div. */
+ferry_status ferry__section_events(struct report *rp);
+void ferry__events_marks(struct report *rp, const struct rrun *r, int64_t t0, int64_t t1, double div,
+                         struct ferry_strbuf *s);
+/* Time of the run's last budget change, transition, reload or device failure (INT64_MIN: none). */
+int64_t ferry__events_last(struct report *rp, const struct rrun *r);
+/* When tier's budget changed during the run: a datablock NAME of (x, budget x scale) steps from
+ * `initial` through every change, to t1; returns 1 (0, nothing written, when it never changed). */
+int ferry__events_budget_line(struct report *rp, const struct rrun *r, int tier, int64_t t0, int64_t t1, double div,
+                              double initial, double scale, const char *name, struct ferry_strbuf *s);
 
 /* The run chosen for the timeline and memory sections (NULL if none qualifies). */
 const struct rrun *ferry__timeline_run(struct report *rp, ferry_status *st);

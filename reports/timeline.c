@@ -279,6 +279,7 @@ ferry_status ferry__section_timeline(struct report *rp) {
     }
     sqlite3_finalize(q);
   }
+  ferry__events_marks(rp, r, t0, t1, div, &s);
   ferry__sb_printf(&s, "set yrange [%zu.6:-0.6]\nset ytics (", nq - 1);
   for (size_t k = 0; k < nq; k++) {
     ferry__sb_puts(&s, k ? ", " : "");
@@ -371,6 +372,9 @@ ferry_status ferry__section_memory(struct report *rp) {
     if (tn > tmax) tmax = tn;
   }
   sqlite3_finalize(q);
+  /* an engine event after the last sample (requests refused while idle) still shows */
+  const int64_t last_event = ferry__events_last(rp, r);
+  if (tmin != INT64_MAX && last_event > tmax) tmax = last_event;
   struct rtable *pts = NULL, *sumt = NULL;
   struct ferry_strbuf s = {0};
   if (st != FERRY_OK) goto out;
@@ -411,7 +415,9 @@ ferry_status ferry__section_memory(struct report *rp) {
   snprintf(title, sizeof title, "Memory per tier over time (run %s)", r->label);
   ferry__doc_section(rp, FERRY_REPORT_MEMORY, title);
   ferry__doc_para(rp, "Bytes in use per tier, sampled at every change of the peak and at least once per engine step; "
-                      "dashed lines are the budgets the run had (device_budget, host_budget, defaults included; none drawn when unlimited).");
+                      "dashed lines are the budgets the run had (device_budget, host_budget, defaults included; none drawn when unlimited); "
+                      "vertical dashed lines mark the run's engine events (red: budget changes and pressure transitions, green: "
+                      "reloads, black: a device failure).");
   pts = ferry__table_new("memory", "time (s)" SEP "tier" SEP "used (bytes)");
   char head[200];
   snprintf(head, sizeof head, "tier" SEP "samples" SEP "peak (%s)" SEP "budget (%s)" SEP "peak / budget (%%)", unit, unit);
@@ -452,18 +458,25 @@ ferry_status ferry__section_memory(struct report *rp) {
                         budget[t] > 0 ? ferry__fmt_num(100.0 * r->peak_bytes[t] / budget[t], b3, sizeof b3) : "");
     }
   }
+  ferry__events_marks(rp, r, tmin, tmax, tdiv, &s);
   ferry__gp_set(&s, "xlabel", "time since the first sample (%s)", ms ? "ms" : "s");
   ferry__gp_set(&s, "ylabel", "bytes in use (%s%s)", unit, log_y ? ", log scale" : "");
   ferry__sb_puts(&s, log_y ? "set datafile missing 'NaN'\nset logscale y\nset key outside right top\n"
                            : "set yrange [0:*]\nset key outside right top\n");
   ferry__gp_set(&s, "title", "Memory per tier, run %s", r->label);
+  /* budgets that changed during the run (engine_events): drawn as steps, not constants */
+  int moving[2] = {ferry__events_budget_line(rp, r, 0, tmin, tmax, tdiv, budget[0], scale, "$b0", &s),
+                   ferry__events_budget_line(rp, r, 1, tmin, tmax, tdiv, budget[1], scale, "$b1", &s)};
   ferry__sb_puts(&s, "plot ");
   for (int t = 0; t < 3; t++) {
     if (!nv[t]) continue;
     ferry__sb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title ", drawn ? ", " : "", t, t + 1);
     ferry__gp_str(&s, tiers[t]);
     drawn = 1;
-    if (budget[t] > 0) {
+    if (t < 2 && moving[t]) {
+      ferry__sb_printf(&s, ", $b%d using 1:2 with steps lt %d dt 2 lw 1.5 title ", t, t + 1);
+      ferry__gp_strf(&s, "%s budget", tiers[t]);
+    } else if (budget[t] > 0) {
       ferry__sb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title ", budget[t] * scale, t + 1);
       ferry__gp_strf(&s, "%s budget", tiers[t]);
     }

@@ -1,46 +1,59 @@
 #!/bin/sh
-# Fuzz ferry's file parsers with libFuzzer (clang, AddressSanitizer, UndefinedBehaviorSanitizer):
-#   fuzz_safetensors  the safetensors reader (tests/fuzz_safetensors.c)
-#   fuzz_parsers      request traces, routing traces, config.json, hardware profiles
-#                     (tests/fuzz_parsers.c; the first input byte picks the reader)
-# Seeds come from tests/data and hw/. A crash leaves its input in OUT and exits non-zero.
-# usage: scripts/fuzz.sh [SECONDS_PER_TARGET [OUT]]   (default 60 s, build/fuzz)
+# Fuzz every parser of untrusted input with libFuzzer (clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer): the targets of tests/fuzz/ (one per input kind, README there),
+# built with the `fuzz` CMake preset into build-fuzz/, run one after the other, each for
+# SECONDS, starting from its seed corpus tests/fuzz/NAME/. What a run learns goes to
+# OUT/corpus/NAME/ (kept between runs); a crash, leak, timeout or out-of-memory input is left as
+# OUT/NAME-crash-*, -timeout-*, -oom-* or -leak-*, and the script exits non-zero. Add such an
+# input to tests/fuzz/NAME/ once the bug is fixed, so that `make test` replays it.
+#   usage: scripts/fuzz.sh [SECONDS_PER_TARGET [OUT [TARGET...]]]   (default 60 s, build-fuzz/out, all)
+# An input running longer than FUZZ_TIMEOUT seconds (default 30; generous, as a loaded machine
+# stalls for seconds) is a timeout. FUZZ_FLAGS adds libFuzzer options (e.g. FUZZ_FLAGS=-jobs=2);
+# a summary line per target gives executions, coverage and the result, as docs/fuzzing.md
+# records them.
 set -eu
 secs=${1:-60}
-out=${2:-build/fuzz}
-command -v clang >/dev/null || { echo "fuzz.sh: clang is needed (apt-get install clang)" >&2; exit 1; }
-mkdir -p "$out/seeds_st" "$out/seeds_parsers" "$out/corpus_st" "$out/corpus_parsers"
-flags="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I."
-echo "== building fuzzers"
-# shellcheck disable=SC2086
-clang $flags tests/fuzz_safetensors.c $(ls runtime/store/*.c | grep -v '/gen\.c$') common/*.c -lcjson -lm -lpthread \
-  -o "$out/fuzz_safetensors"
-# shellcheck disable=SC2086
-clang $flags tests/fuzz_parsers.c traces/*.c runtime/model/*.c sim/hw.c common/*.c -lcjson -lm -lpthread \
-  -o "$out/fuzz_parsers"
-# seeds: a selector byte (the reader's index in fuzz_parsers.c) then a file that reader knows
-seed() { # seed SELECTOR FILE
-  name=$(printf '%s' "$2" | tr '/' '_')
-  { printf "\\$(printf '%03o' "$1")"; cat "$2"; } >"$out/seeds_parsers/$1_$name"
-}
-for f in tests/data/traces/azure_*.csv tests/data/traces/malformed/*azure*; do [ -f "$f" ] && seed 0 "$f"; done
-for f in tests/data/traces/burstgpt*.csv tests/data/traces/malformed/*burst*; do [ -f "$f" ] && seed 1 "$f"; done
-for f in tests/data/traces/mooncake*.jsonl tests/data/traces/malformed/*mooncake*; do [ -f "$f" ] && seed 2 "$f"; done
-for f in tests/data/traces/ferry*.jsonl tests/data/traces/malformed/*jsonl*; do [ -f "$f" ] && seed 3 "$f"; done
-for f in tests/data/routing/*.jsonl; do seed 4 "$f"; done
-for f in $(find tests/data/configs -name config.json); do seed 5 "$f"; done
-for f in hw/*.json; do seed 6 "$f"; done
-cp tests/data/safetensors/*.safetensors "$out/seeds_st/" 2>/dev/null || true
-find tests/data/safetensors -name '*.safetensors' -exec cp {} "$out/seeds_st/" \; 2>/dev/null || true
+out=${2:-build-fuzz/out}
+[ $# -gt 2 ] && shift 2 || set --
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+if ! command -v clang >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "fuzz.sh: installing clang (libFuzzer)"
+    apt-get install -y -q clang >/dev/null
+  else
+    echo "fuzz.sh: clang is needed (apt-get install clang)" >&2
+    exit 1
+  fi
+fi
+echo "== building the fuzz targets (cmake --preset fuzz)"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "${FUZZ_BUILD_JOBS:-2}" >/dev/null
+
+targets=${*:-$(sed -n 's/^ferry_fuzz(\([a-z0-9_]*\) .*/\1/p' tests/fuzz/CMakeLists.txt)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 status=0
-for t in safetensors parsers; do
-  case $t in safetensors) c=st ;; *) c=parsers ;; esac
-  echo "== fuzz_$t for $secs s"
-  if ! "$out/fuzz_$t" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$out/crash-$t-" \
-    -rss_limit_mb=2048 "$out/corpus_$c" "$out/seeds_$c" 2>"$out/fuzz_$t.log"; then
-    echo "fuzz_$t: FAILED, see $out/fuzz_$t.log and $out/crash-$t-*" >&2
+printf '%-16s %10s %8s %8s %7s  %s\n' target execs exec/s cov ft result
+for t in $targets; do
+  bin=$root/build-fuzz/tests/fuzz/fuzz_$t
+  [ -x "$bin" ] || { echo "fuzz.sh: no target $t" >&2; exit 2; }
+  mkdir -p "$out/corpus/$t"
+  log=$out/$t.log
+  # stdout and stderr of the target closed: the readers' error messages are not findings
+  # shellcheck disable=SC2086
+  if "$bin" -max_total_time="$secs" -print_final_stats=1 -close_fd_mask=3 -timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 \
+    -artifact_prefix="$out/$t-" ${FUZZ_FLAGS:-} "$out/corpus/$t" "$root/tests/fuzz/$t" >"$log" 2>&1; then
+    result=ok
+  else
+    result="FAILED (see $log and $out/$t-*)"
     status=1
   fi
-  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$out/fuzz_$t.log" || true
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+  ft=$(grep -Eo 'ft: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+  printf '%-16s %10s %8s %8s %7s  %s\n' "$t" "${execs:--}" "${rate:--}" "${cov:--}" "${ft:--}" "$result"
 done
 exit $status

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""Regenerate the "Source of every figure" section of hw/README.md from the catalogue files:
-one table per profile of the figures it documents itself (parts document their own), so the
-README never disagrees with the data. usage: scripts/hw-sources.py [--check]"""
+"""Regenerate the "Prices" and "Source of every figure" sections of hw/README.md from the
+catalogue files: one line per GPU profile with its on-demand price, the list it comes from and
+its date (or why it has none), then one table per profile of the figures it documents itself
+(parts document their own), so the README never disagrees with the data.
+usage: scripts/hw-sources.py [--check]"""
 import json
 import os
 import sys
@@ -24,7 +26,7 @@ def gpu_order(d):
 def section(name, d):
     out = ["### " + name, ""]
     comp = []
-    for sec in ("gpu", "link", "host", "disk", "runtime"):
+    for sec in ("gpu", "link", "host", "disk", "runtime", "interconnect"):
         v = d.get(sec)
         if d["kind"] == sec:
             continue
@@ -45,14 +47,44 @@ def section(name, d):
     return "\n".join(out) + "\n"
 
 
+def gpus(d):
+    ic = d.get("interconnect")
+    return ic.get("gpus", 1) if isinstance(ic, dict) else 1
+
+
+def prices(names, docs):
+    out = ["## Prices", "",
+           "On-demand price of each GPU profile's whole machine (all its GPUs), the list it was read from and",
+           "its date; a profile without a price says why. `ferry plan` and the report's what-if use them.", "",
+           "| profile | GPUs | USD/h | per GPU | list | date |", "|---|---|---|---|---|---|"]
+    for n in names:
+        d = docs[n]
+        if d["kind"] != "gpu":
+            continue
+        src = [s for s in d.get("sources", []) if s["figure"] == "price_per_hour_usd"]
+        p = d.get("price_per_hour_usd", 0)
+        g = gpus(d)
+        if src:
+            text, date = src[-1]["source"], src[-1]["date"]
+        else:
+            text, date = "(no source given)", "-"
+        text = text.replace("; approximate, check current pricing", "")
+        if p:
+            out.append("| `%s` | %d | %g | %.3g | %s | %s |" % (n, g, p, p / g, text, date))
+        else:
+            out.append("| `%s` | %d | - | - | %s | %s |" % (n, g, text, date))
+    return "\n".join(out) + "\n\n"
+
+
 def main():
     names = sorted(f[:-5] for f in os.listdir(HW) if f.endswith(".json"))
     docs = {n: load(n) for n in names}
     names.sort(key=lambda n: (KIND_ORDER.get(docs[n]["kind"], 9), gpu_order(docs[n]), n))
-    body = "## Source of every figure\n\n" + "\n".join(section(n, docs[n]) for n in names)
+    body = prices(names, docs) + "## Source of every figure\n\n" + "\n".join(section(n, docs[n]) for n in names)
     readme = os.path.join(HW, "README.md")
     text = open(readme).read()
-    head = text[: text.index("## Source of every figure")]
+    start = text.find("## Prices")
+    head = text[: start if start >= 0 else text.index("## Source of every figure")]
     new = head + body
     if "--check" in sys.argv:
         if new != text:

@@ -5,7 +5,7 @@
 set -eu
 
 PACKAGES="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcmocka-dev libopenblas-dev \
-libcjson-dev gnuplot-nox doxygen python3-numpy python3-jsonschema chromium"
+libcjson-dev zlib1g-dev gnuplot-nox doxygen python3-numpy python3-jsonschema chromium libopenmpi-dev openmpi-bin"
 
 missing=""
 for p in $PACKAGES; do

@@ -631,6 +631,12 @@ out:
 
 /* ---- writer ----------------------------------------------------------------------------------- */
 
+/* A figure the reader requires to be positive: 0 means "not given" and is left out, so that a
+ * profile read from parts that lack it is written back in a form the reader accepts. */
+static void add_positive(cJSON *o, const char *key, double v) {
+  if (v > 0) cJSON_AddNumberToObject(o, key, v);
+}
+
 ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *const *fitted, size_t n_fitted,
                                  const char *source_note, const char *path) {
   ferry__json_init();
@@ -641,10 +647,10 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
   if (p->has_gpu) {
     cJSON *g = cJSON_AddObjectToObject(root, "gpu");
     cJSON_AddStringToObject(g, "name", p->gpu.name);
-    cJSON_AddNumberToObject(g, "memory_bytes", (double)p->gpu.memory_bytes);
-    cJSON_AddNumberToObject(g, "mem_bw_gbps", p->gpu.mem_bw_gbps);
+    add_positive(g, "memory_bytes", (double)p->gpu.memory_bytes);
+    add_positive(g, "mem_bw_gbps", p->gpu.mem_bw_gbps);
     cJSON *pk = cJSON_AddObjectToObject(g, "peak_tflops");
-    cJSON_AddNumberToObject(pk, "fp32", p->gpu.peak_tflops.fp32);
+    add_positive(pk, "fp32", p->gpu.peak_tflops.fp32);
     if (p->gpu.peak_tflops.fp16 > 0) cJSON_AddNumberToObject(pk, "fp16", p->gpu.peak_tflops.fp16);
     if (p->gpu.peak_tflops.bf16 > 0) cJSON_AddNumberToObject(pk, "bf16", p->gpu.peak_tflops.bf16);
     if (p->gpu.peak_tflops.int8 > 0) cJSON_AddNumberToObject(pk, "int8", p->gpu.peak_tflops.int8);
@@ -660,8 +666,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
   if (p->has_link) {
     cJSON *l = cJSON_AddObjectToObject(root, "link");
     cJSON_AddStringToObject(l, "name", p->link.name);
-    cJSON_AddNumberToObject(l, "h2d_gbps", p->link.h2d_gbps);
-    cJSON_AddNumberToObject(l, "d2h_gbps", p->link.d2h_gbps);
+    add_positive(l, "h2d_gbps", p->link.h2d_gbps);
+    add_positive(l, "d2h_gbps", p->link.d2h_gbps);
     if (p->link.pageable_h2d_gbps > 0) cJSON_AddNumberToObject(l, "pageable_h2d_gbps", p->link.pageable_h2d_gbps);
     cJSON_AddNumberToObject(l, "latency_ns", (double)p->link.latency_ns);
     cJSON_AddNumberToObject(l, "copy_engines", p->link.copy_engines);
@@ -669,9 +675,9 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
   if (p->has_host) {
     cJSON *h = cJSON_AddObjectToObject(root, "host");
     cJSON_AddStringToObject(h, "name", p->host.name);
-    cJSON_AddNumberToObject(h, "dram_gbps", p->host.dram_gbps);
+    add_positive(h, "dram_gbps", p->host.dram_gbps);
     if (p->host.cpu_gflops > 0) cJSON_AddNumberToObject(h, "cpu_gflops", p->host.cpu_gflops);
-    cJSON_AddNumberToObject(h, "memory_bytes", (double)p->host.memory_bytes);
+    add_positive(h, "memory_bytes", (double)p->host.memory_bytes);
     if (p->host.submit_ns) cJSON_AddNumberToObject(h, "submit_ns", (double)p->host.submit_ns);
     if (p->host.sync_ns) cJSON_AddNumberToObject(h, "sync_ns", (double)p->host.sync_ns);
     if (p->host.queue_wake_ns) cJSON_AddNumberToObject(h, "queue_wake_ns", (double)p->host.queue_wake_ns);
@@ -679,9 +685,9 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
   if (p->has_disk) {
     cJSON *d = cJSON_AddObjectToObject(root, "disk");
     cJSON_AddStringToObject(d, "name", p->disk.name);
-    cJSON_AddNumberToObject(d, "read_gbps", p->disk.read_gbps);
+    add_positive(d, "read_gbps", p->disk.read_gbps);
     cJSON_AddNumberToObject(d, "latency_ns", (double)p->disk.latency_ns);
-    cJSON_AddNumberToObject(d, "queue_depth", p->disk.queue_depth);
+    add_positive(d, "queue_depth", p->disk.queue_depth);
   }
   if (p->has_cost && p->cost_set) {
     cJSON *c = cJSON_AddObjectToObject(root, "cost");

@@ -2,6 +2,7 @@
  * ops in a ring and hands the head op to a resource model (compute unit, link direction, disk,
  * memory bus) when the op before it completes; records and waits resolve event generations at
  * the virtual time the queue reaches them. No engine or policy logic lives here. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <math.h>
@@ -9,6 +10,8 @@
 
 #include "common/alloc.h"
 #include "common/error.h"
+#include "common/io.h"
+#include "ferry/store.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
 #include "runtime/exec/exec_impl.h"
@@ -29,6 +32,11 @@ struct sim_op {
   int folded;                /* kernels: folded into the op that reads its output (no work, no launch) */
   struct ferry__fluid *res;  /* copies and reads: the channel the bytes flow through */
   uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
+  enum ferry_fault_kind fault; /* reads: the injected fault of the attempt in flight */
+  int32_t attempt;             /* reads: attempts made (the I/O layer's retries, in virtual time) */
+  int32_t failures;            /* reads: failed attempts */
+  int read_failed;             /* reads: failed for good */
+  int64_t first_start_ns;      /* start of the first attempt (-1 until one failed) */
 };
 
 struct sim_exec;
@@ -148,10 +156,100 @@ static void event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
   }
 }
 
+static void job_done(struct ferry__res_job *job, void *ctx);
+static void start_failed(struct sim_queue *q, ferry_status st);
+
+/* Start one attempt of the head copy or read on its channel, with its injected faults
+ * (ferry/fault.h) drawn now, in virtual time: a delay holds the channel's slot longer (a
+ * latency spike); a failed copy is a lost device; a failed read is charged its full time and
+ * retried by job_done() as the I/O layer would, after the same backoff. */
+static ferry_status start_transfer(struct sim_queue *q, struct sim_op *so, uint64_t bytes) {
+  /* a read the page cache model serves never reaches the disk: no disk fault for it */
+  const struct ferry_fault none = {FERRY_FAULT_NONE, 0, 0};
+  struct ferry_fault f = so->op.kind != FERRY_OP_READ ? ferry__exec_fault(&so->op)
+                         : so->res == q->s->disk      ? ferry_fault_draw(FERRY_FAULT_READ)
+                                                      : none;
+  so->attempt++;
+  if (so->op.kind == FERRY_OP_READ) ferry__io_count(FERRY__IO_ATTEMPTS, 1);
+  if (f.kind == FERRY_FAULT_FAIL) {
+    int64_t now = ferry__des_now(q->s->des);
+    ferry__exec_fault_fail(q->s->ex, q->index, &so->op, f.attempt);
+    op_complete(q, now, now);
+    return FERRY_OK;
+  }
+  so->fault = f.kind == FERRY_FAULT_CORRUPT ? FERRY_FAULT_NONE : f.kind; /* no bytes here to corrupt */
+  memset(&q->job, 0, sizeof q->job);
+  q->job.bytes = so->fault == FERRY_FAULT_SHORT ? bytes / 2 : bytes;
+  q->job.extra_latency_ns = f.delay_ns;
+  q->job.done = job_done;
+  q->job.ctx = q;
+  q->busy = 1;
+  ferry_status st = ferry__fluid_submit(so->res, &q->job);
+  if (st != FERRY_OK) q->busy = 0;
+  return st;
+}
+
+static void retry_read(struct ferry__des *des, void *ctx) {
+  (void)des;
+  struct sim_queue *q = ctx;
+  struct sim_op *so = &q->ring[q->head];
+  ferry_status st = start_transfer(q, so, so->flow_bytes);
+  if (st != FERRY_OK) start_failed(q, st);
+  pump(q->s);
+}
+
+/* The attempt of a read that just ended had an injected fault: a short read continues with
+ * the other half (another request); an error is retried after the backoff, or after the
+ * policy's attempts fails the op naming the file and offset. Returns 1 when the op goes on. */
+static int read_fault(struct sim_queue *q, struct sim_op *so) {
+  struct sim_exec *s = q->s;
+  const struct ferry_op *op = &so->op;
+  const char *path = op->u.read.store ? ferry_store_file_path(op->u.read.store, op->u.read.file) : NULL;
+  if (!path) path = "(simulated file)";
+  if (so->first_start_ns < 0) so->first_start_ns = q->job.start_ns;
+  if (so->fault == FERRY_FAULT_SHORT) {
+    ferry__io_count(FERRY__IO_SHORT, 1);
+    ferry_status st = start_transfer(q, so, so->flow_bytes - so->flow_bytes / 2);
+    if (st != FERRY_OK) start_failed(q, st);
+    return 1;
+  }
+  struct ferry_io_policy p;
+  ferry_io_get_policy(&p);
+  so->failures++;
+  const int err = so->fault == FERRY_FAULT_EIO ? EIO : so->fault == FERRY_FAULT_EAGAIN ? EAGAIN : EINTR;
+  const int permanent = so->attempt >= p.max_attempts;
+  struct ferry_io_event ev = {.path = path, .offset = op->u.read.offset, .len = op->u.read.len, .attempt = so->attempt,
+                              .error = err, .permanent = permanent,
+                              .what = err == EIO ? "EIO" : err == EAGAIN ? "EAGAIN" : "EINTR"};
+  ferry__io_notify(&ev);
+  so->fault = FERRY_FAULT_NONE;
+  if (permanent) {
+    char msg[FERRY_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s: read of %llu bytes at offset %llu failed after %d attempt(s): %s", path,
+             (unsigned long long)op->u.read.len, (unsigned long long)op->u.read.offset, so->attempt, strerror(err));
+    ferry__io_count(FERRY__IO_FAILED, 1);
+    ferry__exec_op_failed(s->ex, FERRY_ERR_IO, msg);
+    so->read_failed = 1;
+    return 0; /* the op completes (failed); the next sync reports it */
+  }
+  ferry__io_count(FERRY__IO_RETRIES, 1);
+  const uint64_t salt = op->u.read.offset * 0x9e3779b97f4a7c15ULL ^ op->u.read.file;
+  ferry_status st = ferry__des_schedule_in(s->des, ferry_io_backoff_ns(so->attempt, salt), retry_read, q, NULL);
+  if (st != FERRY_OK) {
+    start_failed(q, st);
+    return 1;
+  }
+  return 1;
+}
+
 static void job_done(struct ferry__res_job *job, void *ctx) {
   struct sim_queue *q = ctx;
+  struct sim_op *so = &q->ring[q->head];
+  if (so->op.kind == FERRY_OP_READ && so->fault != FERRY_FAULT_NONE && read_fault(q, so)) return;
   q->busy = 0;
-  op_complete(q, job->start_ns, job->end_ns);
+  if (so->op.kind == FERRY_OP_READ && so->failures && !so->read_failed) ferry__io_count(FERRY__IO_RECOVERED, 1);
+  op_complete(q, so->op.kind == FERRY_OP_READ && so->first_start_ns >= 0 ? so->first_start_ns : job->start_ns,
+              job->end_ns);
   kick(q->s, q->index);
   pump(q->s);
 }
@@ -190,9 +288,15 @@ static void advance(struct sim_queue *q) {
           q->blocked_since = now;
         }
         break;
-      case FERRY_OP_KERNEL:
+      case FERRY_OP_KERNEL: {
+        const struct ferry_fault f = ferry__exec_fault(&so->op);
+        if (f.kind == FERRY_FAULT_FAIL) {
+          ferry__exec_fault_fail(s->ex, q->index, &so->op, f.attempt);
+          op_complete(q, now, now);
+          break;
+        }
         memset(&q->job, 0, sizeof q->job);
-        q->job.duration_ns = so->duration_ns;
+        q->job.duration_ns = so->duration_ns + f.delay_ns;
         q->job.done = job_done;
         q->job.ctx = q;
         q->busy = 1;
@@ -201,17 +305,13 @@ static void advance(struct sim_queue *q) {
           start_failed(q, st);
         }
         break;
+      }
       case FERRY_OP_COPY:
       case FERRY_OP_READ:
-        memset(&q->job, 0, sizeof q->job);
-        q->job.bytes = so->flow_bytes;
-        q->job.done = job_done;
-        q->job.ctx = q;
-        q->busy = 1;
-        if ((st = ferry__fluid_submit(so->res, &q->job)) != FERRY_OK) {
-          q->busy = 0;
-          start_failed(q, st);
-        }
+        so->attempt = so->failures = so->read_failed = 0;
+        so->first_start_ns = -1;
+        if (so->op.kind == FERRY_OP_READ) ferry__io_count(FERRY__IO_READS, 1);
+        if ((st = start_transfer(q, so, so->flow_bytes)) != FERRY_OK) start_failed(q, st);
         break;
     }
   }

@@ -29,7 +29,7 @@
 
 enum ftype { T_STR, T_F64, T_I64, T_U64, T_I32 };
 enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL };
-enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_RUNTIME, S_TOP, S_COUNT };
+enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_RUNTIME, S_IC, S_TOP, S_COUNT };
 
 struct field {
   const char *path;
@@ -88,6 +88,11 @@ static const struct field fields[] = {
     {"runtime.row_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.row_ns), 0},
     {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
     {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
+    {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
+    {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
+    {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},
+    {"interconnect.latency_ns", T_I64, C_NONNEG, S_IC, P(interconnect.latency_ns), 0},
+    {"interconnect.switched", T_I32, C_BOOL, S_IC, P(interconnect.switched), 0},
     {"price_per_hour_usd", T_F64, C_NONNEG, S_TOP, P(price_per_hour_usd), 0},
 #define COST(i, kind)                                                                           \
   {"cost." kind ".overhead_ns", T_F64, C_NONNEG, S_COST, P(cost[i].overhead_ns), 0},            \
@@ -100,14 +105,14 @@ static const struct field fields[] = {
     COST(10, "dequantize"), COST(11, "matmul_gemm"), COST(12, "expert_gemm"),
 #undef COST
 };
-_Static_assert(sizeof fields / sizeof fields[0] <= 128, "field bitmasks are 128 bits");
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+#define MASK_WORDS ((N_FIELDS + 63) / 64) /* bit per field: the table may grow */
 #define BIT(m, i) ((m)[(i) >> 6] >> ((i)&63) & 1)
 #define SETBIT(m, i) ((m)[(i) >> 6] |= 1ull << ((i)&63))
 #undef S
 #undef P
-#define N_FIELDS (sizeof fields / sizeof fields[0])
 
-static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", "cost", "runtime", ""};
+static const char *const section_names[S_COUNT] = {"gpu", "link", "host", "disk", "cost", "runtime", "interconnect", ""};
 static const char *const cost_kinds[FERRY_HW_COST_KINDS] = {"matmul", "attention", "expert", "norm",
                                                            "rope", "activation", "router", "moe_combine",
                                                            "gather_rows", "embed", "dequantize", "matmul_gemm",
@@ -228,8 +233,8 @@ static void strlist_free(struct strlist *l) {
 
 struct builder {
   struct ferry_hw_profile p;
-  uint64_t set[2];     /* bit per field: has a value (from this file or a part) */
-  uint64_t own[2];     /* bit per field: given in this file itself */
+  uint64_t set[MASK_WORDS]; /* bit per field: has a value (from this file or a part) */
+  uint64_t own[MASK_WORDS]; /* bit per field: given in this file itself */
   struct srclist inherited, mine;
   struct strlist fit_inherited, fit_mine;
   const char *what;    /* the file, for messages */
@@ -260,6 +265,7 @@ static int *section_flag(struct ferry_hw_profile *p, enum section s) {
   case S_DISK: return &p->has_disk;
   case S_COST: return &p->has_cost;
   case S_RUNTIME: return &p->has_runtime;
+  case S_IC: return &p->has_interconnect;
   default: return NULL;
   }
 }
@@ -272,6 +278,7 @@ static int section_present(const struct ferry_hw_profile *p, enum section s) {
   case S_DISK: return p->has_disk;
   case S_COST: return p->has_cost;
   case S_RUNTIME: return p->has_runtime;
+  case S_IC: return p->has_interconnect;
   default: return 1;
   }
 }
@@ -292,6 +299,7 @@ static void copy_section(struct ferry_hw_profile *dst, const struct ferry_hw_pro
     dst->cost_set = src->cost_set;
     break;
   case S_RUNTIME: dst->runtime = src->runtime; break;
+  case S_IC: dst->interconnect = src->interconnect; break;
   default: break;
   }
 }
@@ -494,6 +502,11 @@ static ferry_status finish_file(struct builder *b) {
   if (!*section_flag(&b->p, need))
     return ferry__fail(FERRY_ERR_FORMAT, "%s: kind \"%s\" needs a \"%s\" section", b->what,
                        ferry_hw_kind_name(b->p.kind), section_names[need]);
+  /* a multi-GPU machine says how many GPUs it has: everything priced per machine rests on it */
+  if (b->p.has_interconnect && b->p.interconnect.gpus < 1)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: interconnect.gpus is required (the GPUs the machine holds)", b->what);
+  if (b->p.has_interconnect && !b->p.has_gpu)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: an interconnect section needs a gpu section (the GPUs it joins)", b->what);
   for (size_t i = 0; i < b->mine.n; i++) {
     const struct ferry_hw_source *s = &b->mine.v[i];
     int idx = field_index(s->figure);
@@ -588,6 +601,8 @@ static ferry_status load_file(struct builder *b, const char *path, int depth) {
       st = parse_section(b, S_COST, item);
     } else if (!strcmp(key, "runtime")) {
       st = parse_section(b, S_RUNTIME, item);
+    } else if (!strcmp(key, "interconnect")) {
+      st = parse_section(b, S_IC, item);
     } else if (!strcmp(key, "price_per_hour_usd")) {
       st = parse_field(b, field_index("price_per_hour_usd"), item);
     } else if (!strcmp(key, "sources")) {
@@ -842,6 +857,11 @@ void ferry_hw_close(ferry_hw *hw) {
 
 const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw) { return &hw->profile; }
 
+int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *p) {
+  if (!p || !p->has_gpu) return 0;
+  return p->has_interconnect && p->interconnect.gpus > 0 ? p->interconnect.gpus : 1;
+}
+
 static ferry_status require_field(const struct ferry_hw_profile *p, int idx) {
   const struct field *f = &fields[idx];
   const char *name = p->name[0] ? p->name : (p->path ? p->path : "profile");
@@ -862,12 +882,17 @@ static ferry_status require_field(const struct ferry_hw_profile *p, int idx) {
 }
 
 ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what) {
-  static const char *const section_needs[4][4] = {
-      {"gpu.memory_bytes", "gpu.mem_bw_gbps", "gpu.peak_tflops.fp32", "gpu.peak_tflops.fp16"},
-      {"link.h2d_gbps", "link.d2h_gbps", NULL, NULL},
-      {"host.dram_gbps", "host.memory_bytes", NULL, NULL},
-      {"disk.read_gbps", NULL, NULL, NULL},
+  static const struct {
+    const char *section;
+    const char *needs[4];
+  } section_needs[] = {
+      {"gpu", {"gpu.memory_bytes", "gpu.mem_bw_gbps", "gpu.peak_tflops.fp32", "gpu.peak_tflops.fp16"}},
+      {"link", {"link.h2d_gbps", "link.d2h_gbps", NULL, NULL}},
+      {"host", {"host.dram_gbps", "host.memory_bytes", NULL, NULL}},
+      {"disk", {"disk.read_gbps", NULL, NULL, NULL}},
+      {"interconnect", {"interconnect.gpus", "interconnect.gpu_gbps", NULL, NULL}},
   };
+  const int n_sections = (int)(sizeof section_needs / sizeof section_needs[0]);
   if (!profile || !what) return ferry__fail(FERRY_ERR_INVALID, "ferry_hw_require: NULL argument");
   const char *p = what;
   while (*p) {
@@ -881,11 +906,11 @@ ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char
     tok[n] = '\0';
     if (n > 0) {
       int sec = -1;
-      for (int s = 0; s < 4; s++)
-        if (!strcmp(tok, section_names[s])) sec = s;
+      for (int s = 0; s < n_sections; s++)
+        if (!strcmp(tok, section_needs[s].section)) sec = s;
       if (sec >= 0) {
-        for (int k = 0; k < 4 && section_needs[sec][k]; k++) {
-          ferry_status st = require_field(profile, field_index(section_needs[sec][k]));
+        for (int k = 0; k < 4 && section_needs[sec].needs[k]; k++) {
+          ferry_status st = require_field(profile, field_index(section_needs[sec].needs[k]));
           if (st != FERRY_OK) return st;
         }
       } else {

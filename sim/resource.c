@@ -110,7 +110,7 @@ static void reschedule(struct ferry__fluid *f) {
 }
 
 static ferry_status admit(struct ferry__fluid *f, struct ferry__res_job *j) {
-  ferry_status st = ferry__des_schedule_in(f->des, f->latency_ns, on_latency_end, j, NULL);
+  ferry_status st = ferry__des_schedule_in(f->des, f->latency_ns + j->extra_latency_ns, on_latency_end, j, NULL);
   if (st != FERRY_OK) return st;
   f->active++;
   j->state = JOB_LATENCY;

@@ -25,6 +25,8 @@ struct ferry__res_job {
   /* inputs */
   uint64_t bytes;          /* fluid resources: bytes to move */
   int64_t duration_ns;     /* compute units: how long the op runs (from the cost model) */
+  int64_t extra_latency_ns; /* fluid resources: added to the latency phase (an injected delay, a
+                               latency spike: the job holds its slot meanwhile) */
   ferry__res_done_fn done; /* optional completion callback */
   void *ctx;               /* passed to done */
   /* outputs, set by the resource */

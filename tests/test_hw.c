@@ -47,14 +47,16 @@ static void test_catalogue_loads(void **state) {
                                        "v100-32gb-sxm3", "rtx-a6000",   "rtx-3090-ti",   "titan-rtx",     "titan-rtx-x2",
                                        "rtx-4090d",   "pcie3-x16",    "pcie4-x16",     "pcie5-x16",     "nvme-gen3",
                                        "nvme-gen4",   "ddr4",         "ddr5",          "xeon-6454s-1s", "xeon-6454s-2s",
-                                       "eager",       "graph",        "native"};
+                                       "eager",       "graph",        "native",        "b200",          "gh200",
+                                       "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
+                                       "mi300x",      "8xh100-sxm",   "4xl40s"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
     if (!found) fail_msg("catalogue lacks %s", expect[e]);
   }
   for (size_t i = 1; i < n; i++) assert_true(strcmp(names[i - 1], names[i]) < 0); /* sorted, unique */
-  int gpus = 0;
+  int gpus = 0, priced = 0, machines = 0;
   for (size_t i = 0; i < n; i++) {
     ferry_hw *hw = NULL;
     if (ferry_hw_open(&hw, names[i]) != FERRY_OK) fail_msg("%s: %s", names[i], ferry_last_error());
@@ -78,10 +80,30 @@ static void test_catalogue_loads(void **state) {
       /* efficiency defaults applied */
       assert_true(p->gpu.efficiency.gemm > 0 && p->gpu.efficiency.gemm <= 1);
       assert_int_equal(p->gpu.launch_overhead_ns, 5000);
+      /* every GPU profile has an on-demand price from a dated list, or a source saying why not */
+      const struct ferry_hw_source *price = find_source(p, "price_per_hour_usd", 0);
+      if (!price) fail_msg("%s: no source for its price (or for its absence)", names[i]);
+      if (p->price_per_hour_usd > 0) {
+        assert_true(strtod(price->value, NULL) == p->price_per_hour_usd);
+        priced++;
+      } else if (strcmp(price->value, "none") || !tu_contains(price->source, "no on-demand price")) {
+        fail_msg("%s: no price and no reason (%s: %s)", names[i], price->value, price->source);
+      }
+      /* a multi-GPU machine documents its interconnect; one GPU has none */
+      assert_int_equal(ferry_hw_gpu_count(p), p->has_interconnect ? p->interconnect.gpus : 1);
+      if (p->has_interconnect) {
+        if (ferry_hw_require(p, "interconnect") != FERRY_OK) fail_msg("%s: %s", names[i], ferry_last_error());
+        if (!find_source(p, "interconnect.gpu_gbps", 0)) fail_msg("%s: no source for interconnect.gpu_gbps", names[i]);
+        machines++;
+      } else {
+        assert_int_equal(ferry_hw_require(p, "interconnect"), FERRY_ERR_NOT_FOUND);
+      }
     }
     ferry_hw_close(hw);
   }
-  assert_int_equal(gpus, 17);
+  assert_int_equal(gpus, 27); /* rtx-4090d-1s: the one-socket view of rtx-4090d */
+  assert_int_equal(machines, 2); /* 8xh100-sxm, 4xl40s */
+  assert_true(priced >= 20);
   ferry_hw_list_free(names, n);
   ferry_hw_list_free(NULL, 0);
   ferry_hw_close(NULL);
@@ -232,6 +254,13 @@ static const struct bad_case {
     /* queue depth zero */
     {"qd.json", "{\"name\": \"x\", \"kind\": \"disk\", \"disk\": {\"read_gbps\": 1, \"queue_depth\": 0}}",
      FERRY_ERR_FORMAT, "qd.json: disk.queue_depth must be positive"},
+    /* a multi-GPU machine must say how many GPUs it has */
+    {"nogpus.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"interconnect\": {\"gpu_gbps\": 450}}",
+     FERRY_ERR_FORMAT, "nogpus.json: interconnect.gpus is required"},
+    {"zerogpus.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"interconnect\": {\"gpus\": 0}}",
+     FERRY_ERR_FORMAT, "zerogpus.json: interconnect.gpus must be positive"},
+    {"switched.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"interconnect\": {\"gpus\": 2, \"switched\": 2}}",
+     FERRY_ERR_FORMAT, "switched.json: interconnect.switched must be 0 or 1"},
 };
 
 /* Runtime presets: the catalogue's three, applied to a GPU profile with their sources (and
@@ -376,6 +405,10 @@ static void test_cli(void **state) {
   assert_true(tu_contains(out, "h100-pcie"));
   assert_true(tu_contains(out, "pcie4-x16"));
   assert_true(tu_contains(out, "80.00 GiB"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw show 8xh100-sxm", &out), 0);
+  assert_true(tu_contains(out, "interconnect.gpus            8"));
+  assert_true(tu_contains(out, "(the whole machine)"));
   free(out);
   assert_int_equal(tu_run_ferry("hw show t4", &out), 0);
   assert_true(tu_contains(out, "FlexGen"));

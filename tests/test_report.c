@@ -386,9 +386,9 @@ static void test_sim_error_and_cost(void **state) {
   snprintf(path, sizeof path, "%s/tables/hardware.csv", f->out);
   t = slurp(path);
   assert_non_null(t);
-  /* prices come from the hw/ profiles: h100-pcie 2.49 $/h */
+  /* prices come from the hw/ profiles: h100-pcie 2.89 $/h (RunPod, 2026-09-25) */
   assert_true(tu_contains(t, "h100-pcie"));
-  assert_true(tu_contains(t, ",2.49,"));
+  assert_true(tu_contains(t, ",2.89,"));
   assert_true(tu_contains(t, "t4"));
   free(t);
   /* the report replaces an existing folder */

@@ -413,6 +413,39 @@ static void test_jsonl_roundtrip(void **state) {
   free(dir);
 }
 
+/* A trace spanning more than 2^53 ns (found by fuzz_trace_azure: a year between two rows) is
+ * refused, since ferry JSONL could not hold it; up to 2^53 it converts and reads back. */
+static void test_span_limit(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("traces");
+  char path[512], out[512];
+  snprintf(path, sizeof path, "%s/year.csv", dir);
+  snprintf(out, sizeof out, "%s/year.jsonl", dir);
+  static const char year[] = "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-11-16 18:15:46.6805900,374,44\n"
+                             "2023-11-16 18:15:50.9951690,396,109\n";
+  tu_write_file(path, year, sizeof year - 1);
+  ferry_trace *t;
+  assert_int_equal(ferry_trace_open(&t, path, NULL), FERRY_ERR_RANGE);
+  assert_true(tu_contains(ferry_last_error(), "year.csv: request 0 arrives 366.0 days after the first"));
+  /* the window that keeps the first 100 days of it is fine, and round-trips through JSONL */
+  struct ferry_trace_options o = {.window_end_ns = 100 * 86400000000000LL};
+  assert_int_equal(ferry_trace_open(&t, path, &o), FERRY_OK);
+  assert_int_equal(ferry_trace_write_jsonl(t, out), FERRY_OK);
+  ferry_trace *back;
+  assert_int_equal(ferry_trace_open(&back, out, NULL), FERRY_OK);
+  assert_int_equal(ferry_trace_count(back), 1);
+  ferry_trace_free(back);
+  ferry_trace_free(t);
+  static const char edge[] = "{\"arrival_ns\":0,\"prompt_tokens\":1,\"output_tokens\":1}\n"
+                             "{\"arrival_ns\":9007199254740992,\"prompt_tokens\":1,\"output_tokens\":1}\n";
+  tu_write_file(out, edge, sizeof edge - 1);
+  assert_int_equal(ferry_trace_open(&t, out, NULL), FERRY_OK);
+  assert_int_equal(ferry_trace_request(t, 1)->arrival_ns, FERRY_TRACE_MAX_SPAN_NS);
+  ferry_trace_free(t);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 /* ---- full shared trace ------------------------------------------------------------------ */
 
 static void test_shared_azure_conv(void **state) {
@@ -749,6 +782,7 @@ int main(void) {
       cmocka_unit_test(test_time_parsers),
       cmocka_unit_test(test_slicing),
       cmocka_unit_test(test_jsonl_roundtrip),
+      cmocka_unit_test(test_span_limit),
       cmocka_unit_test(test_shared_azure_conv),
       cmocka_unit_test(test_synthetic_determinism),
       cmocka_unit_test(test_synthetic_statistics),

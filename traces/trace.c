@@ -548,6 +548,11 @@ ferry_status ferry__trace_finish(ferry_trace *t, const struct ferry_trace_option
                               scale);
       rel = (int64_t)v;
     }
+    if (rel > FERRY_TRACE_MAX_SPAN_NS)
+      return ferry__err_set(&t->err, FERRY_ERR_RANGE,
+                            "%s: request %" PRId64 " arrives %.1f days after the first; a trace spans at most 2^53 ns "
+                            "(104 days), what ferry JSONL holds exactly",
+                            what, t->reqs[i].id, (double)rel / 86400e9);
     t->reqs[k] = t->reqs[i];
     t->reqs[k].arrival_ns = rel;
     t->hash_off[k] = t->hash_off[i];
@@ -612,8 +617,16 @@ ferry_status ferry_trace_get_stats(const ferry_trace *t, struct ferry_trace_stat
 
 ferry_status ferry_trace_write_jsonl(const ferry_trace *t, const char *path) {
   if (!t || !path) return ferry__fail(FERRY_ERR_INVALID, "ferry_trace_write_jsonl: NULL trace or path");
+  return ferry_trace_write_jsonl_subset(t, path, t->n, 0, 1);
+}
+
+ferry_status ferry_trace_write_jsonl_subset(const ferry_trace *t, const char *path, size_t count, size_t first,
+                                            size_t stride) {
+  if (!t || !path || stride == 0)
+    return ferry__fail(FERRY_ERR_INVALID, "ferry_trace_write_jsonl_subset: NULL trace or path, or stride 0");
+  if (count > t->n) count = t->n;
   struct ferry_strbuf b = {0};
-  for (size_t i = 0; i < t->n; i++) {
+  for (size_t i = first; i < count; i += stride) {
     const struct ferry_request *r = &t->reqs[i];
     ferry__sb_printf(&b, "{\"req_id\":%" PRId64 ",\"arrival_ns\":%" PRId64 ",\"prompt_tokens\":%" PRId32
                   ",\"output_tokens\":%" PRId32,
@@ -631,7 +644,7 @@ ferry_status ferry_trace_write_jsonl(const ferry_trace *t, const char *path) {
   if (b.oom) {
     st = ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory formatting %zu requests", path, t->n);
   } else {
-    st = ferry__write_output(path, b.p, b.len);
+    st = ferry__write_output(path, b.p ? b.p : "", b.len);
   }
   ferry_free(b.p);
   return st;

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 6
+#define FERRY_DB_SCHEMA_VERSION 7
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -215,6 +215,38 @@ struct ferry_metric_delta {
  * @return FERRY_OK or an error; the message is in ferry_last_error().
  */
 ferry_status ferry_db_open(ferry_db **out, const char *path, int flags);
+
+/** What ferry_db_merge() did with one source. */
+struct ferry_db_merge_stats {
+  int64_t runs_added;      /**< runs copied, with their rows */
+  int64_t same_run;        /**< runs skipped: the destination holds the same run (kind, start and
+                                finish times, host, process, configuration hash, outcome and
+                                repetition: a run copied before) */
+  int64_t same_sweep_key;  /**< complete runs skipped: the destination has a complete run of the
+                                same sweep combination (runs.sweep_key, the configuration hash) */
+  int64_t same_import;     /**< imported runs skipped: the same file (runs.source_sha256) */
+  int64_t same_repetition; /**< runs skipped: the same repetition (repeat group, index and
+                                configuration hash) */
+  int64_t rows_added;      /**< rows copied into the per-run tables and quant_quality */
+};
+
+/**
+ * @brief Copy every run of another result database that this one does not hold, with all its
+ *        rows: requests, steps, memory, the timeline tables, META_DATA_EXPORT facts (provenance)
+ *        and every other table with a runId column, run ids remapped and StringIds references
+ *        translated; quant_quality rows not already present. A source run is skipped when this
+ *        database holds the same run, a complete run of its sweep combination (runs.sweep_key:
+ *        one complete run per combination, as the schema requires), the same imported file, or
+ *        the same repetition of its repeat group. One transaction: all or nothing.
+ * @param db destination, opened with FERRY_DB_CREATE.
+ * @param src_path the source database (read only; an older schema version is read as it is).
+ * @param stats receives what was copied and skipped (zeroed on failure).
+ * @return FERRY_OK; FERRY_ERR_INVALID when db is read-only or src_path is db's own file;
+ *         FERRY_ERR_NOT_FOUND, FERRY_ERR_FORMAT or FERRY_ERR_SCHEMA for a source that is
+ *         missing, not a ferry database or newer than this build; FERRY_ERR_NO_SPACE; or an
+ *         error. Details in ferry_db_errmsg() / ferry_last_error().
+ */
+ferry_status ferry_db_merge(ferry_db *db, const char *src_path, struct ferry_db_merge_stats *stats);
 
 /**
  * @brief Flush pending activity rows and close the database. Accepts NULL.
@@ -634,6 +666,28 @@ struct ferry_quant_quality_row {
  * @return FERRY_OK or FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
  */
 ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *row);
+
+/** One row of `engine_events`: what kept a run up (schema version 6, docs/schema.md). */
+struct ferry_event_row {
+  int64_t t_ns;          /**< executor time, the clock of the run's timeline rows */
+  const char *kind;      /**< "pressure", "reload", "io", "device" or "refused" */
+  const char *tier;      /**< "device", "host", "disk" or NULL */
+  double pressure_index; /**< pressure: the tier's index when it happened (NAN: none) */
+  int32_t level;         /**< pressure: the degradation level after it (-1: none) */
+  const char *action;    /**< what was done, e.g. "shrink prefetch depth", "reload applied" */
+  const char *detail;    /**< figures and names behind it, or NULL */
+  uint64_t budget_bytes; /**< a budget change: the tier's new budget (0: none) */
+};
+
+/**
+ * @brief Store one engine event of a run (written at once, in its own transaction).
+ * @param db an open read-write database.
+ * @param run_id a run of this database.
+ * @param row the row (strings copied).
+ * @return FERRY_OK; FERRY_ERR_INVALID for a kind or tier not listed above; FERRY_ERR_NOT_FOUND
+ *         for an unknown run; FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
+ */
+ferry_status ferry_db_add_event(ferry_db *db, int64_t run_id, const struct ferry_event_row *row);
 
 /**
  * @brief Name of a run kind as stored in runs.kind.

@@ -98,6 +98,38 @@ struct ferry_compute_rates {
   double link_bytes;   /**< host -> device copies, bytes/s */
 };
 
+/**
+ * @brief Memory-pressure control (ferry_engine_config::pressure).
+ *
+ * Between steps the engine measures a pressure index per tier (bytes in use / budget; for the
+ * host tier of a real executor, with watch_os, at least the OS's figure) and degrades in steps
+ * above the high-water mark: (1) prefetch depth halved, (2) expert cache halved, (3) on-demand
+ * loading (nothing kept in host memory, nothing prefetched), (4) new requests refused
+ * (ferry_request_metrics::refused). It recovers one step at a time once every index is below
+ * the low-water mark and the step down is predicted to stay under the high mark (hysteresis).
+ * A budget change (ferry_engine_config::budget_schedule) re-plans at once; a tier over its
+ * budget is shed before the next step runs. The device tier is planned to its budget and
+ * degrades only when a budget change leaves it over (its marks are 1.0); the host tier is
+ * planned to its low-water mark. Every transition is an engine event (ferry_engine_events()).
+ */
+struct ferry_pressure_config {
+  int enabled;          /**< run the controller (required by a budget schedule) */
+  double high_water;    /**< degrade above this index (default 0.85) */
+  double low_water;     /**< recover below this index (default 0.70; below high_water) */
+  int watch_os;         /**< host index at least 1 - MemAvailable/MemTotal, and 1 while the PSI
+                             memory "some avg10" reaches psi_some_pct (Linux, real executors) */
+  double psi_some_pct;  /**< PSI threshold in percent (default 10) */
+  int64_t min_dwell_ns; /**< least time between transitions unless a tier is over its budget
+                             (default 0: any step boundary) */
+};
+
+/** A budget change during a run (ferry_engine_config::budget_schedule). */
+struct ferry_budget_change {
+  int64_t at_ns;        /**< time since the start of serving */
+  enum ferry_tier tier; /**< FERRY_TIER_HOST or FERRY_TIER_DEVICE */
+  uint64_t bytes;       /**< the new budget (> 0) */
+};
+
 /** Engine configuration (copied at create time). */
 struct ferry_engine_config {
   int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
@@ -195,6 +227,9 @@ struct ferry_engine_config {
   int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
                                       device sends q, k and v and gets the result back: FlexGen,
                                       ZeRO-Inference's KV offload); the device holds no cache */
+  struct ferry_pressure_config pressure; /**< memory-pressure control (off by default) */
+  const struct ferry_budget_change *budget_schedule; /**< budget changes (copied; any order) */
+  int32_t n_budget_changes;      /**< entries in budget_schedule */
 };
 
 /** One request to serve. */
@@ -205,11 +240,26 @@ struct ferry_engine_request {
   int32_t output_tokens; /**< tokens to generate (at least 1) */
 };
 
+/** Opaque engine. */
+typedef struct ferry_engine ferry_engine;
+
+/**
+ * @brief Called by ferry_engine_run() at every step boundary (and while idle, before sleeping
+ *        until the next arrival), on the serving thread: a place to stage a reload
+ *        (ferry_engine_reload()) at a chosen time.
+ * @param user the pointer given in the options.
+ * @param engine the engine.
+ * @param now_ns time since the start of serving.
+ */
+typedef void (*ferry_tick_fn)(void *user, ferry_engine *engine, int64_t now_ns);
+
 /** Options of one run. */
 struct ferry_run_options {
   double time_scale;        /**< multiply arrival times (1 = as recorded; 0.5 = twice as fast) */
   int as_fast_as_possible;  /**< ignore arrival times: every request arrives at the start */
   int progress;             /**< print progress lines to stderr */
+  ferry_tick_fn on_tick;    /**< optional: called between steps */
+  void *tick_user;          /**< passed to on_tick */
 };
 
 /** Per-request outcome; times relative to the start of the run. */
@@ -221,6 +271,7 @@ struct ferry_request_metrics {
   int32_t prompt_tokens;  /**< prompt length */
   int32_t output_tokens;  /**< tokens generated */
   int rejected;           /**< 1 when it could never fit (longer than the KV capacity) */
+  int refused;            /**< 1 when refused on arrival under memory pressure (level 4) */
 };
 
 /** Per-step record. */
@@ -276,6 +327,10 @@ struct ferry_latency_stats {
 struct ferry_serve_summary {
   int64_t requests_done;      /**< requests completed */
   int64_t requests_rejected;  /**< requests that could never fit */
+  int64_t requests_refused;   /**< requests refused under memory pressure */
+  int32_t pressure_level_max; /**< highest degradation level reached (0: none) */
+  int64_t reloads;            /**< weight versions swapped in */
+  int64_t budget_changes;     /**< budget changes applied (budget_bytes are those at the end) */
   int64_t steps;              /**< engine steps */
   int64_t tokens_generated;   /**< output tokens */
   int64_t duration_ns;        /**< first arrival to last finish */
@@ -305,9 +360,6 @@ struct ferry_serve_summary {
   int64_t kv_capacity_tokens; /**< tokens the KV cache holds: sequences x tokens per sequence */
   int64_t kv_peak_tokens;     /**< most tokens the KV cache held at the end of a step */
 };
-
-/** Opaque engine. */
-typedef struct ferry_engine ferry_engine;
 
 /**
  * @brief Plan residency and allocate every buffer; load pinned and host-resident weights.
@@ -372,6 +424,71 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *
 
 /** @brief Last detailed error (borrowed). */
 const char *ferry_engine_errmsg(const ferry_engine *engine);
+
+/** Kinds of engine events. */
+enum ferry_engine_event_kind {
+  FERRY_ENGINE_EVENT_PRESSURE, /**< a budget change or a memory-pressure transition */
+  FERRY_ENGINE_EVENT_RELOAD,   /**< a weights version staged, applied, refused or rolled back */
+  FERRY_ENGINE_EVENT_REFUSED   /**< a request refused under memory pressure */
+};
+
+/** Something the engine did to stay up (ferry_engine_events()). */
+struct ferry_engine_event {
+  int64_t t_ns;                  /**< executor time (the clock of the timeline and memory samples) */
+  enum ferry_engine_event_kind kind; /**< what kind */
+  int32_t tier;                  /**< the tier concerned (enum ferry_tier), or -1 */
+  double pressure_index;         /**< that tier's pressure index then (NAN when not measured) */
+  int32_t level;                 /**< the degradation level after it */
+  char action[64];               /**< e.g. "shrink prefetch depth", "recover", "reload applied" */
+  char detail[384];              /**< the figures or names behind it */
+  uint64_t budget_bytes;         /**< "budget changed": the tier's new budget; else 0 */
+};
+
+/**
+ * @brief The engine's events since it was created, in order. Borrowed, valid until the next
+ *        call into the engine; read it after ferry_engine_run() returns.
+ */
+const struct ferry_engine_event *ferry_engine_events(const ferry_engine *engine, int64_t *n);
+
+/**
+ * @brief Check that @p store can replace the engine's weights, without changing anything: every
+ *        tensor of the model present with its shape (a different quantization is fine), a
+ *        residency plan within the budgets in force, and (on an executor that computes) no NaN
+ *        or Inf values. Safe to call from another thread while the engine serves.
+ * @return FERRY_OK; FERRY_ERR_FORMAT / FERRY_ERR_BUDGET / FERRY_ERR_IO with the reason, naming
+ *         the file and tensor, in ferry_last_error().
+ */
+ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_store *store);
+
+/**
+ * @brief Stage a new weights version: checked as ferry_engine_check_weights(), then swapped in
+ *        by the serving loop at a step boundary, once every sequence admitted on the current
+ *        weights has finished (steps in flight finish on the weights they started with; new
+ *        requests wait, none is refused). Each version is reference-counted by the sequences
+ *        that run on it; the old one is released when its last sequence ends. A version staged
+ *        while another waits replaces it. Safe to call from another thread.
+ * @param engine the engine.
+ * @param store the new weights; ownership passes to the engine on FERRY_OK (closed when
+ *        released); on an error the caller keeps it and the old weights keep serving.
+ * @param label names the version in events (copied; e.g. its folder), may be NULL.
+ * @return FERRY_OK when staged; the check's error otherwise.
+ */
+ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const char *label);
+
+/**
+ * @brief Change a tier's budget while the engine serves (a signal handler's or a control
+ *        thread's way to say memory got scarce): applied at the next step boundary as a
+ *        scheduled change would be. Needs memory-pressure control. Safe to call from another
+ *        thread.
+ * @return FERRY_OK; FERRY_ERR_INVALID without pressure control, for another tier or 0 bytes.
+ */
+ferry_status ferry_engine_set_budget(ferry_engine *engine, enum ferry_tier tier, uint64_t bytes);
+
+/** @brief Version number of the weights serving now (1 for those given at create). */
+int32_t ferry_engine_weights_version(const ferry_engine *engine);
+
+/** @brief The memory-pressure degradation level now (0: normal; see ferry_pressure_config). */
+int32_t ferry_engine_pressure_level(const ferry_engine *engine);
 
 /** @brief Destroy an engine and free its buffers. Accepts NULL. */
 void ferry_engine_destroy(ferry_engine *engine);

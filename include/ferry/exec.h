@@ -289,6 +289,17 @@ void ferry_exec_tier_usage(const ferry_exec *ex, enum ferry_tier tier, uint64_t 
 uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier);
 
 /**
+ * @brief Change the budget of a tier while the executor runs (memory pressure: the engine sheds
+ *        memory first, then lowers the budget, so later allocations are held to it).
+ * @param ex the executor.
+ * @param tier FERRY_TIER_DEVICE or FERRY_TIER_HOST.
+ * @param bytes the new budget (0 = unlimited).
+ * @return FERRY_OK; FERRY_ERR_BUDGET, with the budget set all the same, when the tier already
+ *         holds more (the message gives both figures); FERRY_ERR_INVALID for another tier.
+ */
+ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes);
+
+/**
  * @brief Enqueue a read of a file range of a store into a host buffer.
  * @param flags FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE (store.h). With DIRECT, the data
  *        lands at dst + *shift where shift = offset % FERRY_DIRECT_ALIGN, and the buffer

@@ -171,6 +171,23 @@ struct ferry_hw_disk {
   int32_t queue_depth; /**< requests in flight at once; more wait in FIFO order */
 };
 
+/**
+ * The GPUs of a multi-GPU machine and what joins them (NVLink through NVSwitch, PCIe
+ * peer-to-peer). Absent from a single-GPU profile. In a profile with this section the gpu
+ * section describes one of its GPUs, the link section each GPU's own link to the host, and
+ * price_per_hour_usd the whole machine.
+ */
+struct ferry_hw_interconnect {
+  char name[64];      /**< e.g. "NVLink 4 through NVSwitch (HGX H100 8-GPU)" */
+  int32_t gpus;       /**< GPUs in the machine (at least 1) */
+  double gpu_gbps;    /**< what one GPU sends to its peers, each direction, GB/s (NVLink 4 on
+                           H100: 450 GB/s, the "900 GB/s" bidirectional figure halved) */
+  int64_t latency_ns; /**< fixed cost of one GPU-to-GPU transfer or collective step */
+  int32_t switched;   /**< 1: a switch gives every GPU its gpu_gbps at once (NVSwitch, a PCIe
+                           switch per pair); 0: the GPUs share the host's PCIe fabric, so
+                           concurrent transfers split it */
+};
+
 /** Where a figure of the profile comes from. */
 struct ferry_hw_source {
   char figure[64];  /**< field path, e.g. "gpu.peak_tflops.fp16" */
@@ -188,13 +205,17 @@ struct ferry_hw_profile {
   int has_host;                   /**< 1 if @ref host is set */
   int has_disk;                   /**< 1 if @ref disk is set */
   int has_runtime;                /**< 1 if @ref runtime is set */
+  int has_interconnect;           /**< 1 if @ref interconnect is set (a multi-GPU machine) */
   struct ferry_hw_gpu gpu;        /**< the GPU */
   struct ferry_hw_link link;      /**< the host↔GPU link */
   struct ferry_hw_host host;      /**< host memory and CPU */
   struct ferry_hw_disk disk;      /**< the disk */
   struct ferry_hw_runtime runtime; /**< the software issuing the work (absent: no host costs, fused
                                         low-bit kernels) */
-  double price_per_hour_usd;      /**< rental price, USD per hour; 0 if not given */
+  struct ferry_hw_interconnect interconnect; /**< the machine's GPUs and what joins them (absent:
+                                                  one GPU); see ferry_hw_gpu_count() */
+  double price_per_hour_usd;      /**< on-demand rental price of the whole machine (all its
+                                       GPUs), USD per hour; 0 if not given */
   int has_cost;                   /**< 1 if a "cost" section with fitted kernel costs is set */
   struct ferry_hw_cost cost[FERRY_HW_COST_KINDS]; /**< fitted costs, see ferry_hw_cost_of() */
   uint32_t cost_set;              /**< bit i: cost[i] was given */
@@ -247,8 +268,9 @@ const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
  * @brief Check that a profile gives every figure a run needs.
  * @param profile the profile.
  * @param what comma-separated field paths, e.g. "gpu.mem_bw_gbps,link.h2d_gbps,disk.read_gbps",
- *        or a section name ("gpu", "link", "host", "disk") meaning its rates (bandwidths and,
- *        for "gpu", memory size and the fp16 and fp32 peaks).
+ *        or a section name ("gpu", "link", "host", "disk", "interconnect") meaning its rates
+ *        (bandwidths and, for "gpu", memory size and the fp16 and fp32 peaks; for
+ *        "interconnect", the GPU count and per-GPU bandwidth).
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND naming the profile and the first missing figure;
  *         FERRY_ERR_INVALID for an unknown field path. Details in ferry_last_error().
  */
@@ -294,6 +316,10 @@ ferry_status ferry_hw_list(char ***out_names, size_t *out_count);
 
 /** @brief Free a list returned by ferry_hw_list(). Accepts NULL. */
 void ferry_hw_list_free(char **names, size_t count);
+
+/** @brief GPUs in the machine a profile describes: interconnect.gpus, else 1 (0 for a profile
+ *         without a gpu section). */
+int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
 
 /** @brief Name of a kind as written in files ("gpu", "host", "link", "disk"); "?" if unknown. */
 const char *ferry_hw_kind_name(enum ferry_hw_kind kind);

@@ -546,6 +546,14 @@ double ferry_model_matmul_params_active(const ferry_model *model);
 ferry_status ferry_model_config_json(const ferry_model *model, char **out);
 
 /**
+ * @brief Whether @p candidate describes the same architecture as @p serving: every field of the
+ *        configuration but the name and the published dtype (a hot reload may bring another
+ *        quantization, not another model).
+ * @return FERRY_OK; FERRY_ERR_FORMAT naming the first field that differs, with both values.
+ */
+ferry_status ferry_model_same_architecture(const ferry_model *serving, const ferry_model *candidate);
+
+/**
  * @brief Per-layer facts: MoE or dense, window or chunk, RoPE or not, cache bytes per token.
  * @return FERRY_OK, or FERRY_ERR_RANGE when @p layer is out of range.
  */

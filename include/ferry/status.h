@@ -31,7 +31,8 @@ extern "C" {
   X(ERR_BUSY, -14, "resource busy")                                               \
   X(ERR_INTERNAL, -15, "internal error")                                          \
   X(ERR_NO_SPACE, -16, "no space left on device")                                 \
-  X(ERR_TOO_LARGE, -17, "request can never fit")
+  X(ERR_TOO_LARGE, -17, "request can never fit")                                  \
+  X(ERR_DEVICE, -18, "device failed")
 
 /** Result of every fallible ferry function: FERRY_OK (0) or a negative error. */
 typedef enum ferry_status {

@@ -138,6 +138,19 @@ ferry_status ferry_store_read_tensor(ferry_store *store, const struct ferry_stor
  */
 int ferry_store_direct_supported(ferry_store *store);
 
+/**
+ * @brief Verify every later read of a byte range against its first read.
+ *
+ * With verification on, ferry_store_read_range() computes the CRC-32 of the bytes it read and
+ * compares it with that of the first read of the same (file, offset, length); a mismatch is
+ * read again, as a transient failure, up to the I/O policy's attempts (ferry/fault.h), then
+ * fails with FERRY_ERR_IO naming the file, the offset and both checksums. Costs one CRC-32 pass
+ * over every byte read.
+ * @param store the store.
+ * @param on 1 to verify, 0 to stop.
+ */
+void ferry_store_set_verify(ferry_store *store, int on);
+
 /** NaN and infinite values in a store's weights (ferry_store_scan_nonfinite()). */
 struct ferry_store_nonfinite {
   uint64_t values;          /**< non-finite values in every floating-point tensor */
@@ -160,6 +173,29 @@ struct ferry_store_nonfinite {
  * @return FERRY_OK (whatever was found); FERRY_ERR_IO when a read fails; FERRY_ERR_NOMEM.
  */
 ferry_status ferry_store_scan_nonfinite(ferry_store *store, unsigned flags, struct ferry_store_nonfinite *out);
+
+/** Name of a model folder's manifest: the SHA-256 of each of its files, `sha256sum` format. */
+#define FERRY_MANIFEST_NAME "manifest.sha256"
+
+/**
+ * @brief Write @p dir/manifest.sha256: the SHA-256 of config.json, the safetensors files and
+ *        their index, one "HEX  NAME" line each (the format of `sha256sum`), sorted by name;
+ *        written atomically.
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND when the folder holds no model file; FERRY_ERR_IO.
+ */
+ferry_status ferry_manifest_write(const char *dir);
+
+/**
+ * @brief Check every file of @p dir against its manifest before it is served (hot reload):
+ *        each listed file must hash to its SHA-256, and every model file of the folder must be
+ *        listed.
+ * @param dir the model folder.
+ * @param files_checked receives the number of files verified (may be NULL).
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND without a manifest or a listed file; FERRY_ERR_FORMAT
+ *         naming the file whose hash differs (with both hashes), a malformed line, or a file the
+ *         manifest does not list.
+ */
+ferry_status ferry_manifest_verify(const char *dir, size_t *files_checked);
 
 /** Opaque streaming writer of one safetensors file or a sharded set. */
 typedef struct ferry_store_writer ferry_store_writer;

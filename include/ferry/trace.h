@@ -32,6 +32,10 @@ extern "C" {
 
 /** Longest line a trace file may contain (bytes, without the line end); longer is an error. */
 #define FERRY_TRACE_MAX_LINE_BYTES (1u << 20)
+/** Latest arrival a trace may have, relative to its first request (2^53 ns, about 104 days):
+ *  ferry JSONL stores times as JSON numbers, exact up to 2^53, so any trace ferry reads can be
+ *  written as ferry JSONL and read back unchanged. A longer trace is FERRY_ERR_RANGE. */
+#define FERRY_TRACE_MAX_SPAN_NS 9007199254740992LL
 /** Most requests a synthetic trace may have. */
 #define FERRY_TRACE_MAX_SYNTHETIC 100000000
 
@@ -107,7 +111,8 @@ typedef struct ferry_trace ferry_trace;
  * @param opts how to read and slice it; NULL for the defaults. Copied.
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND (no such file); FERRY_ERR_IO; FERRY_ERR_FORMAT (format
  *         not recognised, malformed row, line over FERRY_TRACE_MAX_LINE_BYTES, or "no
- *         requests" when nothing is left after skipping and slicing); FERRY_ERR_INVALID (bad
+ *         requests" when nothing is left after skipping and slicing); FERRY_ERR_RANGE (an arrival
+ *         past FERRY_TRACE_MAX_SPAN_NS, or one a rate scale makes overflow); FERRY_ERR_INVALID (bad
  *         options); FERRY_ERR_NOMEM. ferry_last_error() names file, line and field.
  */
 ferry_status ferry_trace_open(ferry_trace **out, const char *path, const struct ferry_trace_options *opts);
@@ -207,6 +212,20 @@ ferry_status ferry_trace_format_parse(const char *name, enum ferry_trace_format 
  * @return FERRY_OK, FERRY_ERR_IO, FERRY_ERR_NO_SPACE or FERRY_ERR_NOMEM.
  */
 ferry_status ferry_trace_write_jsonl(const ferry_trace *trace, const char *path);
+
+/**
+ * @brief Write some of the trace's requests as ferry JSONL (as ferry_trace_write_jsonl()): those
+ *        of index first, first + stride, first + 2 stride, ... below count. With stride R and
+ *        first 0..R-1 this splits a trace round-robin over R replicas (ferry plan).
+ * @param trace the trace.
+ * @param path output file, or "-" for standard output.
+ * @param count requests considered (at most the trace's).
+ * @param first index of the first request written.
+ * @param stride step between requests written (>= 1).
+ * @return FERRY_OK, FERRY_ERR_INVALID, FERRY_ERR_IO, FERRY_ERR_NO_SPACE or FERRY_ERR_NOMEM.
+ */
+ferry_status ferry_trace_write_jsonl_subset(const ferry_trace *trace, const char *path, size_t count, size_t first,
+                                            size_t stride);
 
 /**
  * @brief Summary statistics of the trace.

@@ -15,6 +15,9 @@
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 static void apply_defaults(struct ferry_engine_config *c, const struct ferry_model_config *mc) {
+  if (c->pressure.high_water <= 0) c->pressure.high_water = 0.85;
+  if (c->pressure.low_water <= 0) c->pressure.low_water = 0.70;
+  if (c->pressure.psi_some_pct <= 0) c->pressure.psi_some_pct = 10.0;
   if (c->max_batch <= 0) c->max_batch = 8;
   if (c->max_step_tokens <= 0) c->max_step_tokens = 256;
   if (c->max_step_tokens < c->max_batch) c->max_step_tokens = c->max_batch;
@@ -113,6 +116,8 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(logits, S * (uint64_t)mc->vocab);
 #undef WS
   e->ws.total = off;
+  /* each micro-batch's hidden state (a plan after a reload may move the workspace's buffers) */
+  for (int32_t m = 0; e->mbs && m < e->n_mb; m++) e->mbs[m].x = e->ws.x + (uint64_t)m * T * H * 4;
 }
 
 /* Whether layer l's KV cache lives in host memory: a streamed layer of a run that computes
@@ -207,7 +212,7 @@ static ferry_status hybrid_plan(struct ferry_engine *e) {
 }
 
 /* Bytes of one block of the paged KV cache over the paged layers (MLA: the latent rows only). */
-uint64_t ferry__pages_block_bytes(const struct ferry_engine *e) {
+uint64_t ferry__kv_pages_block_bytes(const struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
                                                                               : (uint64_t)(mc->n_kv_heads * mc->head_dim));
@@ -223,12 +228,12 @@ uint64_t ferry__pages_block_bytes(const struct ferry_engine *e) {
 /* The paged pool's blocks: --kv-pool's, or (full) the max_batch x max_seq_tokens reservation's
  * worth, or at least one sequence of max_seq_tokens. */
 static int32_t pool_blocks(const struct ferry_engine *e, int full) {
-  const uint64_t bb = ferry__pages_block_bytes(e);
+  const uint64_t bb = ferry__kv_pages_block_bytes(e);
   if (e->cfg.kv_pool_bytes && bb) {
     const uint64_t n = e->cfg.kv_pool_bytes / bb;
     return (int32_t)(n > INT32_MAX ? INT32_MAX : n > 0 ? n : 1);
   }
-  const int64_t seqs = full ? e->n_seqs : 1, n = seqs * ferry__pages_need(e, e->kv_capacity);
+  const int64_t seqs = full ? e->n_seqs : 1, n = seqs * ferry__kv_pages_need(e, e->kv_capacity);
   return (int32_t)(n < INT32_MAX ? n : INT32_MAX);
 }
 
@@ -236,7 +241,7 @@ static int32_t pool_blocks(const struct ferry_engine *e, int full) {
  * gpu_memory_utilization); an explicit --kv-pool is kept as given. */
 static void grow_pool(struct ferry_engine *e) {
   struct ferry_plan *p = &e->plan;
-  const uint64_t budget = e->cfg.device_budget_bytes, bb = ferry__pages_block_bytes(e);
+  const uint64_t budget = e->cfg.device_budget_bytes, bb = ferry__kv_pages_block_bytes(e);
   if (!e->kv_block || e->cfg.kv_pool_bytes || !budget || !bb || p->device_total_bytes >= budget) return;
   if (!(e->cfg.resident_all || (p->n_blocks == 0 && (!e->mc->n_experts || p->experts_pinned)))) return;
   const uint64_t more = (budget - p->device_total_bytes) / bb;
@@ -252,7 +257,7 @@ static void grow_pool(struct ferry_engine *e) {
  * Windowed layers keep per-slot rings a block copy cannot carry: such models always recompute. */
 static void swap_space(struct ferry_engine *e) {
   struct ferry_plan *p = &e->plan;
-  const uint64_t bb = ferry__pages_block_bytes(e), budget = e->cfg.host_budget_bytes;
+  const uint64_t bb = ferry__kv_pages_block_bytes(e), budget = e->cfg.host_budget_bytes;
   e->kv_swap_blocks = 0;
   if (!e->kv_block || !e->cfg.kv_preempt_swap || e->sizing_only || !bb) return;
   for (int64_t l = 0; l < e->mc->n_layers; l++)
@@ -266,35 +271,47 @@ static void swap_space(struct ferry_engine *e) {
   p->host_total_bytes += n * bb;
 }
 
-static ferry_status make_plan(struct ferry_engine *e) {
-  struct ferry_plan_input in;
-  uint64_t *attn = NULL, *ffn = NULL;
-  ferry_status st = layer_tables(e);
-  if (st != FERRY_OK) return st;
-  st = ferry__engine_plan_input(e, &in, &attn, &ffn);
-  if (st != FERRY_OK) goto out;
+/* Per-layer tables and the KV cache layout of the engine's configuration (the workspace's is
+ * laid out with each plan: it depends on the store's largest quantized matrix, which a reload
+ * may change). A paged cache is laid out for a reservation's worth of blocks (pool_blocks()). */
+static ferry_status layout_buffers(struct ferry_engine *e) {
+  if (!e->li) {
+    ferry_status st = layer_tables(e);
+    if (st != FERRY_OK) return st;
+  }
   e->kv_format = ferry_model_kv_format(e->model, e->cfg.kv_format);
   e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
   const int32_t group = ferry_kv_format_group(e->kv_format);
   const int64_t chunk = e->mc->kv_lora_rank ? e->mc->kv_lora_rank + e->mc->qk_rope_dim : e->mc->head_dim;
-  if (group && chunk % group) {
-    st = ferry__err_set(&e->err, FERRY_ERR_INVALID,
-                        "engine: a %s KV cache scales groups of %d elements of each %s, but %s's are %lld wide",
-                        ferry_kv_format_name(e->kv_format), group, e->mc->kv_lora_rank ? "latent row" : "head",
-                        e->mc->name, (long long)chunk);
-    goto out;
-  }
-  layout_workspace(e);
+  if (group && chunk % group)
+    return ferry__err_set(&e->err, FERRY_ERR_INVALID,
+                          "engine: a %s KV cache scales groups of %d elements of each %s, but %s's are %lld wide",
+                          ferry_kv_format_name(e->kv_format), group, e->mc->kv_lora_rank ? "latent row" : "head",
+                          e->mc->name, (long long)chunk);
   if (e->cfg.kv_block_tokens > 0) { /* the pool to plan with: a reservation's worth if it fits */
     e->kv_block = e->cfg.kv_block_tokens;
-    e->kv_blocks_per_seq = ferry__pages_need(e, e->kv_capacity);
+    e->kv_blocks_per_seq = ferry__kv_pages_need(e, e->kv_capacity);
     e->kv_pool_blocks = pool_blocks(e, e->sizing_only ? 0 : 1);
   }
-  in.kv_bytes = layout_kv(e, 0);
+  layout_kv(e, 0);
+  e->bounce_bytes = BOUNCE_BYTES;
+  return FERRY_OK;
+}
+
+ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_plan_config *pc, struct ferry_plan *out,
+                                     char *msg, size_t msg_len) {
+  struct ferry_plan_input in;
+  uint64_t *attn = NULL, *ffn = NULL;
+  ferry_status st = ferry__engine_plan_input(e, &in, &attn, &ffn);
+  if (st != FERRY_OK) {
+    snprintf(msg, msg_len, "%s", e->err.msg);
+    goto out;
+  }
+  layout_workspace(e); /* after the plan input, which found the largest quantized matrix */
+  in.kv_bytes = e->kv_total_bytes - e->hkv_bytes; /* the device's part of the cache */
   in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.total;
-  e->bounce_bytes = BOUNCE_BYTES;
   /* a hybrid run's CPU works in a copy of the workspace in host memory */
   in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + (ferry__hybrid_on(e) ? e->ws.total : 0);
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
@@ -302,25 +319,43 @@ static ferry_status make_plan(struct ferry_engine *e) {
   for (size_t i = 0; i < n; i++)
     if (ferry_model_tensor(e->model, i)->expert < 0) dense++;
   in.staging_align = (uint64_t)dense * 2 * FERRY_DIRECT_ALIGN;
-  struct ferry_plan_config pc = {
-      .block_layers = e->cfg.block_layers,
-      .prefetch_depth = e->cfg.prefetch_depth,
-      .pin_first = e->cfg.pin_first,
-      .pin_last = e->cfg.pin_last,
-      .resident_attention = e->cfg.resident_attention,
-      .resident_all = e->cfg.resident_all,
-      .home_disk = e->cfg.home_disk,
-      .device_budget_bytes = e->cfg.device_budget_bytes,
-      .host_budget_bytes = e->cfg.host_budget_bytes,
-      .blocks_on_cpu = e->cfg.compute_layers == FERRY_COMPUTE_CPU,
-  };
+  st = ferry__plan_make(&in, pc, out, msg, msg_len);
+out:
+  ferry_free(attn);
+  ferry_free(ffn);
+  return st;
+}
+
+void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_plan_config *pc) {
+  memset(pc, 0, sizeof *pc);
+  pc->block_layers = e->cfg.block_layers;
+  pc->prefetch_depth = e->cfg.prefetch_depth;
+  pc->pin_first = e->cfg.pin_first;
+  pc->pin_last = e->cfg.pin_last;
+  pc->resident_attention = e->cfg.resident_attention;
+  pc->resident_all = e->cfg.resident_all;
+  pc->home_disk = e->cfg.home_disk;
+  pc->device_budget_bytes = e->cfg.device_budget_bytes;
+  pc->host_budget_bytes = e->cfg.host_budget_bytes;
+  /* under pressure control the host tier is planned to its low-water mark: the headroom up to
+   * the high mark is what other work on the machine may take before the engine degrades */
+  pc->blocks_on_cpu = e->cfg.compute_layers == FERRY_COMPUTE_CPU;
+  if (e->cfg.pressure.enabled && pc->host_budget_bytes)
+    pc->host_budget_bytes = (uint64_t)((double)pc->host_budget_bytes * e->cfg.pressure.low_water);
+}
+
+static ferry_status make_plan(struct ferry_engine *e) {
+  ferry_status lst = layout_buffers(e);
+  if (lst != FERRY_OK) return lst;
+  struct ferry_plan_config pc;
+  ferry__engine_base_plan_config(e, &pc);
   char msg[FERRY_ERRMSG_MAX];
-  st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
+  ferry_status st = ferry__engine_make_plan(e, &pc, &e->plan, msg, sizeof msg);
   if (st == FERRY_ERR_BUDGET && e->kv_block && !e->cfg.kv_pool_bytes && e->kv_pool_blocks > pool_blocks(e, 0)) {
     /* a reservation's worth does not fit: a paged server runs fewer sequences, not fewer weights */
     e->kv_pool_blocks = pool_blocks(e, 0);
-    in.kv_bytes = layout_kv(e, 0);
-    st = ferry__plan_make(&in, &pc, &e->plan, msg, sizeof msg);
+    layout_kv(e, 0);
+    st = ferry__engine_make_plan(e, &pc, &e->plan, msg, sizeof msg);
   }
   if (st == FERRY_OK && e->cfg.fill_budget && (!e->mc->n_experts || e->cfg.expert_granularity_layer) &&
       pc.device_budget_bytes && !pc.resident_all) {
@@ -331,7 +366,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
       struct ferry_plan filled;
       char ignored[FERRY_ERRMSG_MAX];
       more.pin_last = k;
-      if (ferry__plan_make(&in, &more, &filled, ignored, sizeof ignored) != FERRY_OK) continue;
+      if (ferry__engine_make_plan(e, &more, &filled, ignored, sizeof ignored) != FERRY_OK) continue;
       ferry__plan_free(&e->plan);
       e->plan = filled;
       e->cfg.pin_last = k;
@@ -347,9 +382,6 @@ static ferry_status make_plan(struct ferry_engine *e) {
   if (st == FERRY_OK) st = hybrid_plan(e);
   if (st == FERRY_OK) grow_pool(e);
   if (st == FERRY_OK) swap_space(e);
-out:
-  ferry_free(attn);
-  ferry_free(ffn);
   return st;
 }
 
@@ -430,26 +462,46 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: token_features is 0, %d (mlp3) or %d (mlp7), not %d",
                           FERRY_MLP3_FEATURES, FERRY_MLP7_FEATURES, c->token_features);
+  const struct ferry_pressure_config *pr = &c->pressure;
+  if (pr->enabled && !(pr->low_water > 0 && pr->low_water < pr->high_water && pr->high_water <= 1.0))
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: pressure marks need 0 < low water (%g) < high water (%g) <= 1", pr->low_water,
+                          pr->high_water);
+  if (c->n_budget_changes < 0 || (c->n_budget_changes > 0 && !c->budget_schedule))
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: budget schedule of %d changes without entries",
+                          c->n_budget_changes);
+  if (c->n_budget_changes > 0 && !pr->enabled)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: a budget schedule needs memory-pressure control (pressure.enabled): without it "
+                          "nothing would shed memory when a budget shrinks");
+  for (int32_t i = 0; i < c->n_budget_changes; i++) {
+    const struct ferry_budget_change *b = &c->budget_schedule[i];
+    if ((b->tier != FERRY_TIER_HOST && b->tier != FERRY_TIER_DEVICE) || !b->bytes || b->at_ns < 0)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: budget change %d: needs the host or device tier, a size of at least one byte and "
+                            "a time >= 0", i + 1);
+    if (b->tier == FERRY_TIER_DEVICE && !c->device_budget_bytes)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: a device budget change needs a device budget to start from (everything is "
+                            "resident without one)");
+    if (b->tier == FERRY_TIER_HOST && !c->host_budget_bytes)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: a host budget change needs a host budget to start from");
+  }
   if (c->token_features && !mc->n_experts)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: predictor features are for MoE models; %s is dense",
                           mc->name);
   return FERRY_OK;
 }
 
-static void engine_free(struct ferry_engine *e) {
-  if (!e) return;
+void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned) {
   ferry_exec *ex = e->ex;
   if (ex) {
-    ferry_exec_drain(ex);
-    ferry_exec_free(ex, e->pinned_buf);
-    ferry_exec_free(ex, e->kv_buf);
-    ferry_exec_free(ex, e->ws_buf);
+    if (with_pinned) ferry_exec_free(ex, e->pinned_buf);
     ferry_exec_free(ex, e->block_buf);
     ferry_exec_free(ex, e->expert_buf);
     ferry_exec_free(ex, e->host_units_buf);
     ferry_exec_free(ex, e->staging_buf);
-    ferry_exec_free(ex, e->readback_buf);
-    ferry_exec_free(ex, e->bounce_buf);
     for (int32_t s = 0; e->block_slots && s < e->plan.n_block_slots; s++) {
       ferry_exec_event_destroy(ex, e->block_slots[s].ready);
       ferry_exec_event_destroy(ex, e->block_slots[s].free);
@@ -459,18 +511,38 @@ static void engine_free(struct ferry_engine *e) {
       ferry_exec_event_destroy(ex, e->expert_slots[s].free);
     }
     for (int32_t s = 0; e->staging && s < e->plan.n_staging_slots; s++) ferry_exec_event_destroy(ex, e->staging[s].free);
+  }
+  if (with_pinned) e->pinned_buf = NULL;
+  e->block_buf = e->expert_buf = e->host_units_buf = e->staging_buf = NULL;
+  ferry_free(e->block_slots);
+  ferry_free(e->expert_slots);
+  ferry_free(e->staging);
+  e->block_slots = e->expert_slots = NULL;
+  e->staging = NULL;
+  ferry__cache_free(&e->cache);
+}
+
+static void engine_free(struct ferry_engine *e) {
+  if (!e) return;
+  ferry_exec *ex = e->ex;
+  if (ex) {
+    ferry_exec_drain(ex);
+    ferry__engine_free_streaming(e, 1);
+    ferry_exec_free(ex, e->kv_buf);
+    ferry_exec_free(ex, e->ws_buf);
+    ferry_exec_free(ex, e->readback_buf);
+    ferry_exec_free(ex, e->bounce_buf);
     ferry_exec_event_destroy(ex, e->ev_router);
     ferry_exec_event_destroy(ex, e->ev_step);
     ferry_exec_event_destroy(ex, e->ev_tmp);
     ferry_exec_event_destroy(ex, e->ev_read);
+  } else {
+    ferry__engine_free_streaming(e, 1);
   }
   ferry__hybrid_free(e);
-  ferry__pages_free(e);
+  ferry__kv_pages_free(e);
   ferry_free(e->resumes);
-  ferry_free(e->block_slots);
-  ferry_free(e->expert_slots);
-  ferry_free(e->staging);
-  ferry__cache_free(&e->cache);
+  ferry__engine_adapt_free(e);
   ferry__engine_free_units(e);
   ferry__plan_free(&e->plan);
   if (e->mbs) { /* the step arrays are micro-batch 0's, the others views into them */
@@ -557,8 +629,8 @@ static ferry_status expert_cache(struct ferry_engine *e) {
 }
 
 /* Experts the policy pins before serving (static with a trace's counts): fetched now, as part of
- * loading the weights. */
-static ferry_status preload_experts(struct ferry_engine *e) {
+ * loading the weights (and again after a re-plan, whose cache starts empty). */
+ferry_status ferry__engine_preload_experts(struct ferry_engine *e) {
   if (!e->mc->n_experts || e->plan.experts_pinned || !e->plan.n_expert_slots || e->cfg.expert_granularity_layer)
     return FERRY_OK;
   int32_t *units = ferry__calloc((size_t)e->plan.n_expert_slots, sizeof *units);
@@ -580,27 +652,25 @@ static ferry_status preload_experts(struct ferry_engine *e) {
   return st;
 }
 
-static ferry_status allocate(struct ferry_engine *e) {
+ferry_status ferry__engine_alloc_pinned(struct ferry_engine *e) {
+  uint64_t pinned = 0;
+  for (int32_t u = 0; u < e->n_units; u++)
+    if (e->units[u].pinned) pinned = e->units[u].device_offset + e->units[u].bytes;
+  return alloc_buf(e, FERRY_TIER_DEVICE, pinned, "pinned weights", NULL, &e->pinned_buf);
+}
+
+ferry_status ferry__engine_alloc_streaming(struct ferry_engine *e) {
   const struct ferry_plan *p = &e->plan;
-  const struct ferry_model_config *mc = e->mc;
-  uint64_t pinned = 0, host_units = 0;
+  uint64_t host_units = 0;
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
-    if (un->pinned) pinned = un->device_offset + un->bytes;
-    else if (un->home == FERRY_TIER_HOST && un->bytes) host_units = un->host_offset + un->bytes;
+    if (!un->pinned && un->home == FERRY_TIER_HOST && un->bytes) host_units = un->host_offset + un->bytes;
   }
   ferry_status st;
-  char kv[256];
-  kv_shape(e, kv, sizeof kv);
-  if ((st = alloc_buf(e, FERRY_TIER_DEVICE, pinned, "pinned weights", NULL, &e->pinned_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_block_bytes, "block slots", NULL, &e->block_buf)) ||
+  if ((st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_block_bytes, "block slots", NULL, &e->block_buf)) ||
       (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_expert_bytes, "expert cache", NULL, &e->expert_buf)) ||
       (st = alloc_buf(e, FERRY_TIER_HOST, host_units, "host-resident weights", NULL, &e->host_units_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, p->host_staging_bytes, "disk staging", NULL, &e->staging_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", NULL, &e->readback_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", NULL, &e->bounce_buf)))
+      (st = alloc_buf(e, FERRY_TIER_HOST, p->host_staging_bytes, "disk staging", NULL, &e->staging_buf)))
     return st;
   if ((st = make_slots(e, &e->block_slots, p->n_block_slots)) || (st = make_slots(e, &e->expert_slots, p->n_expert_slots)))
     return st;
@@ -609,12 +679,28 @@ static ferry_status allocate(struct ferry_engine *e) {
   for (int32_t s = 0; s < p->n_staging_slots; s++)
     if (ferry_exec_event_create(e->ex, &e->staging[s].free) != FERRY_OK)
       return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
+  if (e->mc->n_experts && (st = expert_cache(e)) != FERRY_OK) return st;
+  e->block_fetch_seq = e->block_compute_seq = 0;
+  e->next_staging = 0;
+  return FERRY_OK;
+}
+
+static ferry_status allocate(struct ferry_engine *e) {
+  const struct ferry_plan *p = &e->plan;
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  char kv[256];
+  kv_shape(e, kv, sizeof kv);
+  if ((st = ferry__engine_alloc_pinned(e)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf)) ||
+      (st = ferry__engine_alloc_streaming(e)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", NULL, &e->readback_buf)) ||
+      (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", NULL, &e->bounce_buf)))
+    return st;
   if (ferry_exec_event_create(e->ex, &e->ev_router) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_step) != FERRY_OK ||
       ferry_exec_event_create(e->ex, &e->ev_tmp) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_read) != FERRY_OK)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
-  if (mc->n_experts) {
-    if ((st = expert_cache(e)) != FERRY_OK) return st;
-  }
   const size_t T = (size_t)e->cfg.max_step_tokens, K = (size_t)(mc->experts_per_token ? mc->experts_per_token : 1),
                E = (size_t)(mc->n_experts ? mc->n_experts : 1);
   const size_t M = (size_t)e->n_mb, B = (size_t)e->cfg.max_batch;
@@ -665,7 +751,7 @@ static ferry_status allocate(struct ferry_engine *e) {
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
   if ((st = ferry__hybrid_alloc(e)) != FERRY_OK) return st;
-  if ((st = ferry__pages_alloc(e)) != FERRY_OK) return st;
+  if ((st = ferry__kv_pages_alloc(e)) != FERRY_OK) return st;
   return ferry__features_alloc(e);
 }
 
@@ -706,6 +792,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (!out || !model || !exec || !config) return ferry__fail(FERRY_ERR_INVALID, "engine_create: missing argument");
   struct ferry_engine *e = ferry__calloc(1, sizeof *e);
   if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  pthread_mutex_init(&e->adapt_mu, NULL);
   e->model = model;
   e->mc = ferry_model_get_config(model);
   e->store = store;
@@ -737,12 +824,13 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) st = allocate(e);
   if (st == FERRY_OK) {
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
-    st = ferry__engine_load_resident(e);
+    st = ferry__engine_load_resident(e, 0);
     if (st == FERRY_OK) st = ferry__hybrid_load(e);
-    if (st == FERRY_OK) st = preload_experts(e);
+    if (st == FERRY_OK) st = ferry__engine_preload_experts(e);
     ferry_exec_range_end(exec, &range);
     e->load_ns = ferry_exec_now(exec) - range.start_ns;
   }
+  if (st == FERRY_OK) st = ferry__engine_adapt_init(e);
   if (st != FERRY_OK) {
     ferry__err_copy(NULL, &e->err);
     engine_free(e);
@@ -791,7 +879,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   if (e->cfg.kv_preempt_swap) /* what swap preemption can hold; the rest is recomputed */
     fprintf(f, "    KV swap          %s (%d of the pool's %d blocks: preempted sequences' rows; when full, or with "
                "windowed layers, they are recomputed)\n",
-            ferry__format_bytes((uint64_t)e->kv_swap_blocks * ferry__pages_block_bytes(e), b[0], 32), e->kv_swap_blocks,
+            ferry__format_bytes((uint64_t)e->kv_swap_blocks * ferry__kv_pages_block_bytes(e), b[0], 32), e->kv_swap_blocks,
             e->kv_pool_blocks);
   fprintf(f, "  prefetch depth %d, %d streamed block(s):\n", e->cfg.prefetch_depth, p->n_blocks);
   for (int32_t u = 0; u < e->n_units; u++) {
@@ -827,6 +915,7 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
                                     const struct ferry_engine_config *config, FILE *f) {
   struct ferry_engine *e = ferry__calloc(1, sizeof *e);
   if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  pthread_mutex_init(&e->adapt_mu, NULL);
   e->model = model;
   e->mc = ferry_model_get_config(model);
   e->store = store;
@@ -848,6 +937,7 @@ ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *sto
                                       uint64_t *host_min) {
   struct ferry_engine *e = ferry__calloc(1, sizeof *e);
   if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  pthread_mutex_init(&e->adapt_mu, NULL);
   e->model = model;
   e->mc = ferry_model_get_config(model);
   e->store = store;

@@ -4,6 +4,8 @@
 #ifndef FERRY_ENGINE_IMPL_H
 #define FERRY_ENGINE_IMPL_H
 
+#include <pthread.h>
+
 #include "common/error.h"
 #include "common/rng.h"
 #include "ferry/engine.h"
@@ -70,6 +72,15 @@ struct workspace {
   uint64_t zero, expert_final, cpu_sum;
 };
 
+/* A weights version: its store and the sequences running on it (the reference count). */
+struct weights_version {
+  ferry_store *store;
+  int owned;            /* closed when released (staged by ferry_engine_reload) */
+  int32_t id;           /* 1, 2, ... */
+  int32_t refs;         /* active sequences admitted on it */
+  char label[160];
+};
+
 /* One layer's part of the KV cache: K and V regions (MLA: one latent region at k_off), each
  * max_batch x rows rows. A windowed or chunked layer keeps a ring of the rows it can see. */
 struct kv_layer {
@@ -84,6 +95,7 @@ enum { EXPERT_GATE, EXPERT_UP, EXPERT_DOWN, EXPERT_GATE_UP, EXPERT_GATE_UP_BIAS,
 
 struct seq {
   int64_t req;          /* index into requests */
+  struct weights_version *version; /* the weights it runs on */
   int32_t kv_slot;
   int32_t pos;          /* tokens in the KV cache */
   int32_t prompt_done;  /* prompt tokens processed */
@@ -101,6 +113,7 @@ struct resume {
   int preempted;
   int32_t swap_head, swap_n; /* swapped out: its blocks in swap slots swap_head -> swap_next ... */
   struct seq saved;          /* and the sequence as it stood (swapped at any point, prefill included) */
+  int32_t swap_version;      /* the weights version its rows were computed with */
 };
 
 /* One micro-batch of a step (FlexGen's block schedule: --gpu-batches N runs N of them through
@@ -238,6 +251,23 @@ struct ferry_engine {
   int32_t *seq_tokens;      /* n_seqs x kv_capacity: each sequence's token ids */
   int64_t load_ns;
   int64_t run_start_ns;
+
+  /* staying up (adapt.c): budgets in force, memory pressure, weights versions, events */
+  pthread_mutex_t adapt_mu;          /* guards staged, events (other threads stage reloads) */
+  struct weights_version *current, *staged;
+  int32_t next_version;
+  uint64_t budget[FERRY_TIER_COUNT]; /* budgets in force (the schedule changes them) */
+  struct ferry_budget_change *schedule;
+  int32_t n_schedule, next_change;
+  int budget_changed;
+  uint64_t asked_budget[FERRY_TIER_COUNT]; /* ferry_engine_set_budget() (guarded by adapt_mu; 0: none) */
+  int32_t level, level_max;
+  int64_t level_since_ns;            /* executor time of the last transition (INT64_MIN: none) */
+  int32_t asked_expert_slots;        /* expert slots of the first plan (level 2 halves them) */
+  int refusing;                      /* level 4: new requests are refused */
+  int64_t reloads, budget_changes;
+  struct ferry_engine_event *events;
+  int64_t n_events, cap_events;
 };
 
 /* units.c */
@@ -258,7 +288,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
                                       uint64_t **ffn);
 
 /* fetch.c */
-ferry_status ferry__engine_load_resident(struct ferry_engine *e);
+ferry_status ferry__engine_load_resident(struct ferry_engine *e, int skip_pinned);
 ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_seq);
 int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq);
 ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, int32_t slot);
@@ -277,21 +307,48 @@ void ferry__features_compute(struct ferry_engine *e);
 const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
 
 /* kv_pages.c: the paged KV cache's blocks */
-ferry_status ferry__pages_alloc(struct ferry_engine *e);
-void ferry__pages_free(struct ferry_engine *e);
-void ferry__pages_reset(struct ferry_engine *e);
+ferry_status ferry__kv_pages_alloc(struct ferry_engine *e);
+void ferry__kv_pages_free(struct ferry_engine *e);
+void ferry__kv_pages_reset(struct ferry_engine *e);
 /* blocks for `tokens` positions */
-static inline int32_t ferry__pages_need(const struct ferry_engine *e, int64_t tokens) {
+static inline int32_t ferry__kv_pages_need(const struct ferry_engine *e, int64_t tokens) {
   return (int32_t)((tokens + e->kv_block - 1) / e->kv_block);
 }
 /* give slot s blocks for `tokens` positions; 0 when the pool has too few (nothing taken then) */
-int ferry__pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens);
-void ferry__pages_release(struct ferry_engine *e, int32_t s);
-uint64_t ferry__pages_block_bytes(const struct ferry_engine *e); /* engine.c: one block, every paged layer */
+int ferry__kv_pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens);
+void ferry__kv_pages_release(struct ferry_engine *e, int32_t s);
+uint64_t ferry__kv_pages_block_bytes(const struct ferry_engine *e); /* engine.c: one block, every paged layer */
 /* swap preemption: copy slot s's blocks to host swap slots (1), or 0 when they are too few; and
  * back into fresh blocks for a readmitted request (FERRY_ERR_* on an executor error) */
-int ferry__pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, ferry_status *st);
-ferry_status ferry__pages_swap_in(struct ferry_engine *e, int32_t s, struct resume *r);
+int ferry__kv_pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, ferry_status *st);
+ferry_status ferry__kv_pages_swap_in(struct ferry_engine *e, int32_t s, struct resume *r);
+/* Forget a swapped sequence's rows (the weights changed since): its slots freed, its record one
+ * of recompute (decoding: from where it stood; in its first prefill: from the start). */
+void ferry__kv_pages_swap_drop(struct ferry_engine *e, struct resume *r);
+
+/* engine.c: planning and the buffers a re-plan replaces */
+ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_plan_config *pc, struct ferry_plan *out,
+                                     char *msg, size_t msg_len);
+/* The plan configuration asked for (level 0), with the host tier at its low-water mark under
+ * pressure control; budgets from the configuration. */
+void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_plan_config *pc);
+ferry_status ferry__engine_alloc_pinned(struct ferry_engine *e);
+/* Block slots, expert cache, host-resident units, staging: buffers, slots, events, cache. */
+ferry_status ferry__engine_alloc_streaming(struct ferry_engine *e);
+void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned);
+/* The experts the cache policy pins before serving, fetched (after a load or a re-plan). */
+ferry_status ferry__engine_preload_experts(struct ferry_engine *e);
+
+/* adapt.c: budget schedule, memory pressure, weight reloads, events */
+ferry_status ferry__engine_adapt_init(struct ferry_engine *e);
+void ferry__engine_adapt_free(struct ferry_engine *e);
+/* At a step boundary: apply due budget changes, the pressure decision, a staged reload whose
+ * predecessor has no sequence left. now_ns: since the start of serving. */
+ferry_status ferry__engine_adapt(struct ferry_engine *e, int64_t now_ns);
+/* Whether admissions wait (a reload is staged and the current weights still run sequences). */
+int ferry__engine_draining(struct ferry_engine *e);
+void ferry__engine_event(struct ferry_engine *e, enum ferry_engine_event_kind kind, int32_t tier, double index,
+                         const char *action, const char *fmt, ...) FERRY_PRINTF(6, 7);
 
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);

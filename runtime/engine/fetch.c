@@ -14,9 +14,10 @@ static ferry_status exec_error(struct ferry_engine *e, ferry_status st) {
 }
 
 /* Resident weights: host-homed units read straight into host memory; pinned units read through
- * a double-buffered bounce buffer and copied to the device. Reads use buffered I/O (this is a
- * one-time load), dropping the page cache afterwards when asked. */
-ferry_status ferry__engine_load_resident(struct ferry_engine *e) {
+ * a double-buffered bounce buffer and copied to the device (unless skip_pinned: a re-plan that
+ * kept them). Reads use buffered I/O (a load, not streaming), dropping the page cache
+ * afterwards when asked. */
+ferry_status ferry__engine_load_resident(struct ferry_engine *e, int skip_pinned) {
   ferry_status st = FERRY_OK;
   const unsigned flags = e->cfg.read_flags & FERRY_READ_DROP_CACHE;
   const uint64_t half = e->bounce_bytes / 2;
@@ -29,6 +30,7 @@ ferry_status ferry__engine_load_resident(struct ferry_engine *e) {
   int turn = 0;
   for (int32_t u = 0; u < e->n_units && st == FERRY_OK; u++) {
     const struct unit *un = &e->units[u];
+    if (un->pinned && skip_pinned) continue;
     for (int32_t r = 0; r < un->n_ranges && st == FERRY_OK; r++) {
       const struct unit_range *rg = &un->ranges[r];
       if (!un->pinned) {

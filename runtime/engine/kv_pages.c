@@ -25,7 +25,7 @@ static uint64_t layer_block_bytes(const struct ferry_engine *e) {
 static ferry_status copy_block(struct ferry_engine *e, int32_t queue, int32_t blk, int32_t slot, int out,
                                uint64_t *moved) {
   const uint64_t lb = layer_block_bytes(e);
-  uint64_t at = (uint64_t)slot * ferry__pages_block_bytes(e);
+  uint64_t at = (uint64_t)slot * ferry__kv_pages_block_bytes(e);
   for (int64_t l = 0; l < e->mc->n_layers; l++) {
     const struct kv_layer *kv = &e->kv[l];
     if (kv->ring) continue;
@@ -49,9 +49,9 @@ static ferry_status after(struct ferry_engine *e, int32_t waiter, int32_t waited
   return st == FERRY_OK ? FERRY_OK : ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
 }
 
-int ferry__pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, ferry_status *st) {
+int ferry__kv_pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, ferry_status *st) {
   /* the blocks holding its rows; one taken for a token it has not computed yet is not copied */
-  const int32_t n = ferry__pages_need(e, e->seqs[s].pos);
+  const int32_t n = ferry__kv_pages_need(e, e->seqs[s].pos);
   *st = FERRY_OK;
   if (!e->swap_free || n > e->swap_free_count || n > e->seq_blocks[s]) return 0;
   uint64_t moved = 0;
@@ -73,8 +73,8 @@ int ferry__pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, f
   return 1;
 }
 
-ferry_status ferry__pages_swap_in(struct ferry_engine *e, int32_t s, struct resume *r) {
-  if (!ferry__pages_grow(e, s, (int64_t)r->swap_n * e->kv_block))
+ferry_status ferry__kv_pages_swap_in(struct ferry_engine *e, int32_t s, struct resume *r) {
+  if (!ferry__kv_pages_grow(e, s, (int64_t)r->swap_n * e->kv_block))
     return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: no blocks to swap a sequence back into");
   uint64_t moved = 0;
   /* its fresh blocks may have been another sequence's until now, and its slots were written by
@@ -95,10 +95,25 @@ ferry_status ferry__pages_swap_in(struct ferry_engine *e, int32_t s, struct resu
   return FERRY_OK;
 }
 
-ferry_status ferry__pages_alloc(struct ferry_engine *e) {
+void ferry__kv_pages_swap_drop(struct ferry_engine *e, struct resume *r) {
+  int32_t slot = r->swap_head;
+  for (int32_t i = 0; i < r->swap_n; i++) {
+    e->swap_free[e->swap_free_count++] = slot;
+    slot = e->swap_next[slot];
+  }
+  const struct seq q = r->saved;
+  if (q.prompt_done >= q.prefill) /* decoding */
+    *r = (struct resume){.pos = q.pos, .generated = q.generated, .last_token = q.last_token, .preempted = 1};
+  else if (q.resumed) /* prefilling again what it had: the same record */
+    *r = (struct resume){.pos = q.prefill, .generated = q.generated, .last_token = q.last_token, .preempted = 1};
+  else /* in its first prefill */
+    *r = (struct resume){0};
+}
+
+ferry_status ferry__kv_pages_alloc(struct ferry_engine *e) {
   if (!e->kv_block) return FERRY_OK;
   if (e->kv_swap_blocks > 0) { /* sized within the host budget by the plan */
-    const uint64_t bytes = (uint64_t)e->kv_swap_blocks * ferry__pages_block_bytes(e);
+    const uint64_t bytes = (uint64_t)e->kv_swap_blocks * ferry__kv_pages_block_bytes(e);
     ferry_status st = ferry_exec_alloc(e->ex, FERRY_TIER_HOST, bytes, "KV swap", &e->kv_swap_buf);
     if (st != FERRY_OK) return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
     e->swap_free = ferry__calloc((size_t)e->kv_swap_blocks, sizeof *e->swap_free);
@@ -113,11 +128,11 @@ ferry_status ferry__pages_alloc(struct ferry_engine *e) {
   e->seq_blocks = ferry__calloc((size_t)e->n_seqs, sizeof *e->seq_blocks);
   if (!e->kv_table || !e->kv_free || !e->seq_blocks)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the KV cache's block tables");
-  ferry__pages_reset(e);
+  ferry__kv_pages_reset(e);
   return FERRY_OK;
 }
 
-void ferry__pages_free(struct ferry_engine *e) {
+void ferry__kv_pages_free(struct ferry_engine *e) {
   if (e->ex) {
     ferry_exec_free(e->ex, e->kv_swap_buf);
     ferry_exec_event_destroy(e->ex, e->ev_swap_out);
@@ -136,7 +151,7 @@ void ferry__pages_free(struct ferry_engine *e) {
 }
 
 /* every block free, the lowest on top (the same run always gets the same blocks) */
-void ferry__pages_reset(struct ferry_engine *e) {
+void ferry__kv_pages_reset(struct ferry_engine *e) {
   if (!e->kv_block) return;
   e->kv_free_count = e->kv_pool_blocks;
   for (int32_t i = 0; i < e->kv_pool_blocks; i++) e->kv_free[i] = e->kv_pool_blocks - 1 - i;
@@ -148,8 +163,8 @@ void ferry__pages_reset(struct ferry_engine *e) {
   memset(e->seq_blocks, 0, (size_t)e->n_seqs * sizeof *e->seq_blocks);
 }
 
-int ferry__pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens) {
-  const int32_t need = ferry__pages_need(e, tokens), have = e->seq_blocks[s];
+int ferry__kv_pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens) {
+  const int32_t need = ferry__kv_pages_need(e, tokens), have = e->seq_blocks[s];
   if (need <= have) return 1;
   if (need - have > e->kv_free_count || need > e->kv_blocks_per_seq) return 0;
   for (int32_t b = have; b < need; b++)
@@ -158,7 +173,7 @@ int ferry__pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens) {
   return 1;
 }
 
-void ferry__pages_release(struct ferry_engine *e, int32_t s) {
+void ferry__kv_pages_release(struct ferry_engine *e, int32_t s) {
   if (!e->kv_block) return;
   for (int32_t b = e->seq_blocks[s] - 1; b >= 0; b--)
     e->kv_free[e->kv_free_count++] = e->kv_table[(int64_t)s * e->kv_blocks_per_seq + b];

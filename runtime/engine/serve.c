@@ -139,8 +139,10 @@ static ferry_status preempt(struct ferry_engine *e, const int64_t *admit_order, 
    * prefill: start again; re-prefilling after an earlier preemption: that record still holds */
   struct resume *r = &e->resumes[q->req];
   ferry_status st = FERRY_OK;
-  if (e->cfg.kv_preempt_swap && q->pos > 0 && ferry__pages_swap_out(e, v, r, &st)) {
+  if (e->cfg.kv_preempt_swap && q->pos > 0 && ferry__kv_pages_swap_out(e, v, r, &st)) {
     r->saved = *q; /* swapped, decoding or prefilling: it goes on from where it stands */
+    r->saved.version = NULL; /* it holds no weights version while it waits */
+    r->swap_version = q->version->id;
     r->preempted = 1;
     e->swaps++;
   } else if (st != FERRY_OK) {
@@ -148,8 +150,9 @@ static ferry_status preempt(struct ferry_engine *e, const int64_t *admit_order, 
   } else if (q->prompt_done >= q->prefill) {
     *r = (struct resume){.pos = q->pos, .generated = q->generated, .last_token = q->last_token, .preempted = 1};
   }
-  ferry__pages_release(e, v);
+  ferry__kv_pages_release(e, v);
   q->active = 0;
+  q->version->refs--;
   q->step_tokens = 0;
   waiting[--*w_head] = q->req; /* it was admitted: its place in the queue is free */
   (*active)--;
@@ -170,7 +173,7 @@ static ferry_status page_step(struct ferry_engine *e, int64_t *admit_order, int6
     int ok = 1;
     for (int32_t s = 0; s < e->n_seqs && ok; s++) {
       const struct seq *q = &e->seqs[s];
-      if (q->active && q->step_tokens) ok = ferry__pages_grow(e, s, (int64_t)q->pos + q->step_tokens);
+      if (q->active && q->step_tokens) ok = ferry__kv_pages_grow(e, s, (int64_t)q->pos + q->step_tokens);
     }
     if (ok) return FERRY_OK;
     ferry_status st = preempt(e, admit_order, waiting, w_head, active);
@@ -204,6 +207,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   for (int64_t i = 0; i < n; i++)
     cap += requests[i].output_tokens + requests[i].prompt_tokens / (e->cfg.max_step_tokens) + 2;
   e->steps = ferry__calloc((size_t)cap, sizeof *e->steps);
+  /* committed now, not page by page as steps complete: the serving loop takes no page fault
+   * for its records, and a long run's memory stays flat */
+  if (e->steps) memset(e->steps, 0, (size_t)cap * sizeof *e->steps);
   e->cap_steps = cap;
   if (!e->reqs || !e->req_metrics || !admit_order || !waiting || !e->steps) {
     st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
@@ -243,8 +249,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
       goto out;
     }
-    ferry__pages_reset(e);
+    ferry__kv_pages_reset(e);
   }
+  e->current->refs = 0;
   const int64_t t0 = ferry_exec_now(e->ex);
   e->run_start_ns = t0;
   int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
@@ -253,23 +260,39 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   int64_t last_progress = ferry__mono_ns();
   while (done < n) {
     int64_t now = ferry_exec_now(e->ex) - t0;
+    /* step boundary: budget changes, memory pressure, a staged reload */
+    if (o.on_tick) o.on_tick(o.tick_user, e, now);
+    if ((st = ferry__engine_adapt(e, now)) != FERRY_OK) goto out;
+    const int draining = ferry__engine_draining(e);
     while (next < n && e->reqs[next].arrival_ns <= now) waiting[w_tail++] = next++;
-    /* admit FCFS while KV slots are free; reject what can never fit */
+    /* admit FCFS while KV slots are free; reject what can never fit; under the last pressure
+     * level refuse, and while a reload waits for the running sequences, hold */
     while (w_head < w_tail) {
       int64_t r = waiting[w_head];
       const struct ferry_engine_request *rq = &e->reqs[r];
       if ((int64_t)rq->prompt_tokens + rq->output_tokens > e->kv_capacity ||
-          (e->kv_block && ferry__pages_need(e, (int64_t)rq->prompt_tokens + rq->output_tokens) > e->kv_pool_blocks)) {
+          (e->kv_block && ferry__kv_pages_need(e, (int64_t)rq->prompt_tokens + rq->output_tokens) > e->kv_pool_blocks)) {
         e->req_metrics[r].rejected = 1;
         w_head++;
         done++;
         continue;
       }
+      if (e->refusing && !(e->kv_block && e->resumes[r].preempted)) { /* a preempted one goes on */
+        e->req_metrics[r].refused = 1;
+        ferry__engine_event(e, FERRY_ENGINE_EVENT_REFUSED, FERRY_TIER_HOST, NAN, "request refused",
+                            "request %lld refused: memory pressure (level %d, %s)", (long long)rq->id, e->level,
+                            "new requests are refused until pressure falls");
+        w_head++;
+        done++;
+        continue;
+      }
+      if (draining) break;
       int32_t s = -1;
       for (int32_t i = 0; i < e->n_seqs && s < 0; i++)
         if (!e->seqs[i].active) s = i;
       if (s < 0) break;
-      const struct resume *rs = e->kv_block ? &e->resumes[r] : NULL;
+      struct resume *rs = e->kv_block ? &e->resumes[r] : NULL;
+      if (rs && rs->swap_n && rs->swap_version != e->current->id) ferry__kv_pages_swap_drop(e, rs); /* reloaded since */
       const int resumed = rs && rs->preempted;
       /* paged: admitted when the blocks for its prefill and first new token are free (swapped:
        * those of the rest of its prefill, or its next token) */
@@ -277,20 +300,22 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
       const int32_t upto = swapped ? (rs->saved.prefill > rs->saved.pos ? rs->saved.prefill : rs->saved.pos)
                            : resumed ? rs->pos
                                      : rq->prompt_tokens;
-      if (e->kv_block && ferry__pages_need(e, (int64_t)upto + 1) > e->kv_free_count) break;
-      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rq->prompt_tokens};
+      if (e->kv_block && ferry__kv_pages_need(e, (int64_t)upto + 1) > e->kv_free_count) break;
+      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rq->prompt_tokens, .version = e->current};
       if (resumed && !swapped)
         e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rs->pos, .generated = rs->generated,
-                                  .last_token = rs->last_token, .resumed = 1};
+                                  .last_token = rs->last_token, .resumed = 1, .version = e->current};
       if (swapped) { /* its rows come back into fresh blocks; it goes on where it stood */
         e->seqs[s] = rs->saved;
         e->seqs[s].kv_slot = s;
         e->seqs[s].step_tokens = 0;
         e->seqs[s].active = 1;
-        if ((st = ferry__pages_swap_in(e, s, &e->resumes[r])) != FERRY_OK) goto out;
+        e->seqs[s].version = e->current;
+        if ((st = ferry__kv_pages_swap_in(e, s, &e->resumes[r])) != FERRY_OK) goto out;
         for (int32_t p = 0; p < e->seqs[s].pos; p++) /* its token ids, for the logits callback */
           e->seq_tokens[(int64_t)s * e->kv_capacity + p] = token_id(e, rq->id, p);
       }
+      e->current->refs++;
       admit_order[s] = admitted++;
       active++;
       w_head++;
@@ -380,8 +405,9 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
         m->output_tokens = q->generated;
         if (q->generated == rq->output_tokens) {
           m->finish_ns = end;
-          ferry__pages_release(e, mb->tok_seq[t]);
+          ferry__kv_pages_release(e, mb->tok_seq[t]);
           q->active = 0;
+          q->version->refs--;
           active--;
           done++;
         }
@@ -447,6 +473,10 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
       out->requests_rejected++;
       continue;
     }
+    if (m->refused) {
+      out->requests_refused++;
+      continue;
+    }
     if (m->finish_ns < 0) continue;
     out->requests_done++;
     out->tokens_generated += m->output_tokens;
@@ -487,6 +517,9 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
   out->swap_bytes = e->swap_bytes;
   out->kv_pool_blocks = e->kv_pool_blocks;
   out->run_start_ns = e->run_start_ns;
+  out->pressure_level_max = e->level_max;
+  out->reloads = e->reloads;
+  out->budget_changes = e->budget_changes;
   ferry_free(a);
   ferry_free(b);
   ferry_free(c);
@@ -498,6 +531,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   fprintf(f, "requests: %lld done, %lld rejected; %lld steps; %lld tokens in %.3f s (%.1f tokens/s)\n",
           (long long)s->requests_done, (long long)s->requests_rejected, (long long)s->steps,
           (long long)s->tokens_generated, (double)s->duration_ns / 1e9, s->tokens_per_s);
+  if (s->requests_refused || s->pressure_level_max || s->reloads)
+    fprintf(f, "staying up: %lld request(s) refused under memory pressure, highest pressure level %d, %lld reload(s)\n",
+            (long long)s->requests_refused, s->pressure_level_max, (long long)s->reloads);
   fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "latency", "mean", "p50", "p90", "p99", "max");
   const struct {
     const char *name;
@@ -511,8 +547,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   }
   static const char *tiers[] = {"device", "host"};
   for (int t = 0; t < 2; t++)
-    fprintf(f, "peak %-6s %s of %s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
-            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited");
+    fprintf(f, "peak %-6s %s of %s%s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
+            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited",
+            s->budget_changes ? " (the budget at the end; budgets changed during the run)" : "");
   fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
           ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
   if (s->hits + s->misses)

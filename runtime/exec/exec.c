@@ -87,6 +87,20 @@ uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier) {
   return 0;
 }
 
+ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes) {
+  if (!ex || (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST))
+    return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "set_budget: the device or host tier only");
+  pthread_mutex_lock(&ex->lock);
+  if (tier == FERRY_TIER_DEVICE) ex->config.device_budget_bytes = bytes;
+  else ex->config.host_budget_bytes = bytes;
+  const uint64_t used = ex->used[tier];
+  pthread_mutex_unlock(&ex->lock);
+  if (bytes && used > bytes)
+    return ferry__err_set(&ex->err, FERRY_ERR_BUDGET, "%s tier: %llu bytes in use exceed the new budget of %llu bytes",
+                          tier_name(tier), (unsigned long long)used, (unsigned long long)bytes);
+  return FERRY_OK;
+}
+
 void ferry__exec_emit_memory(struct ferry_exec *ex, enum ferry_tier tier, int64_t t_ns) {
   if (!ex->sink) return;
   struct ferry_activity a = {.kind = FERRY_ACT_MEMORY, .name = tier_name(tier), .queue = -1,
@@ -357,6 +371,22 @@ int64_t ferry_exec_queue_stall_ns(const ferry_exec *ex, int32_t queue) {
 
 int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue) {
   return valid_queue(ex, queue) ? atomic_load(&ex->queues[queue].busy_ns) : 0;
+}
+
+struct ferry_fault ferry__exec_fault(const struct ferry_op *op) {
+  struct ferry_fault none = {FERRY_FAULT_NONE, 0, 0};
+  if (op->kind == FERRY_OP_COPY) return ferry_fault_draw(FERRY_FAULT_COPY);
+  if (op->kind == FERRY_OP_KERNEL) return ferry_fault_draw(FERRY_FAULT_KERNEL);
+  return none;
+}
+
+void ferry__exec_fault_fail(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op, uint64_t attempt) {
+  char msg[FERRY_ERRMSG_MAX];
+  const int kernel = op->kind == FERRY_OP_KERNEL;
+  snprintf(msg, sizeof msg, "%s executor: device failed (injected fault %s:fail at attempt %llu) in %s '%s' on queue %d",
+           ex->backend->name, kernel ? "kernel" : "copy", (unsigned long long)attempt, kernel ? "kernel" : "copy",
+           kernel ? op->u.kernel.name : "h2d/d2h", queue);
+  ferry__exec_op_failed(ex, FERRY_ERR_DEVICE, msg);
 }
 
 void ferry__exec_op_failed(struct ferry_exec *ex, ferry_status status, const char *msg) {

@@ -31,6 +31,7 @@
 #include "common/units.h"
 #include "arena.h"
 #include "exec_cuda.h"
+#include "common/io.h"
 #include "exec_impl.h"
 #include "host_kernels.h"
 #include "nvtx.h"
@@ -732,7 +733,12 @@ static void issue_op(struct cu_queue *q, struct cu_pending *p, uint64_t seq) {
                                                    kernel ? op->u.kernel.expert : op->expert,
                                                    kernel ? (int32_t)op->u.kernel.kind : -1));
   }
-  if (e == cudaSuccess) {
+  /* injected device faults (ferry/fault.h): the op fails instead of running, or starts late */
+  const struct ferry_fault fault = ferry__exec_fault(op);
+  if (fault.delay_ns) ferry__io_sleep_ns(fault.delay_ns);
+  if (fault.kind == FERRY_FAULT_FAIL) {
+    ferry__exec_fault_fail(ex, q->index, op, fault.attempt);
+  } else if (e == cudaSuccess) {
     switch (op->kind) {
       case FERRY_OP_COPY:
         e = cudaMemcpyAsync(dptr(op->u.copy.dst), dptr(op->u.copy.src), op->u.copy.bytes, cudaMemcpyDefault, q->stream);

@@ -18,6 +18,7 @@
 #include "host_kernels.h"
 
 #define RING_CAPACITY 4096
+#define LARGE_BUFFER (1u << 20)
 
 struct host_queue {
   struct ferry_exec *ex;
@@ -73,6 +74,19 @@ static void run_op(struct host_queue *q, const struct ferry_op *op) {
   struct ferry_exec *ex = q->ex;
   int64_t start = host_now(ex);
   char msg[FERRY_ERRMSG_MAX];
+  /* after a failure the run is over: work queued behind it is skipped (its events still
+   * complete, so nothing waits forever), and the first error is what the next sync reports */
+  if (atomic_load(&ex->first_error) && (op->kind == FERRY_OP_READ || op->kind == FERRY_OP_COPY || op->kind == FERRY_OP_KERNEL)) {
+    ferry__exec_op_done(ex, q->index, op, start, start);
+    return;
+  }
+  const struct ferry_fault fault = ferry__exec_fault(op);
+  if (fault.delay_ns) host_sleep_until(ex, start + fault.delay_ns);
+  if (fault.kind == FERRY_FAULT_FAIL) {
+    ferry__exec_fault_fail(ex, q->index, op, fault.attempt);
+    ferry__exec_op_done(ex, q->index, op, start, host_now(ex));
+    return;
+  }
   switch (op->kind) {
     case FERRY_OP_READ: {
       const struct ferry_ref *d = &op->u.read.dst;
@@ -180,8 +194,10 @@ static ferry_status host_drain(struct ferry_exec *ex) {
 }
 
 static ferry_status host_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
-  /* 4 KiB alignment: O_DIRECT reads may land in any host buffer. */
-  buf->ptr = ferry__aligned_alloc(FERRY_DIRECT_ALIGN, buf->bytes ? buf->bytes : 1);
+  /* 4 KiB alignment: O_DIRECT reads may land in any host buffer. Large buffers are mappings of
+   * their own, so what the engine frees (memory pressure, a reload) leaves the process. */
+  buf->ptr = buf->bytes >= LARGE_BUFFER ? ferry__pages_alloc(buf->bytes)
+                                        : ferry__aligned_alloc(FERRY_DIRECT_ALIGN, buf->bytes ? buf->bytes : 1);
   if (!buf->ptr)
     return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "host executor: cannot allocate %llu bytes for %s",
                           (unsigned long long)buf->bytes, buf->label);
@@ -202,7 +218,8 @@ static ferry_status host_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
 static void host_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
   (void)ex;
   if (buf->backend_ptr) munlock(buf->ptr, buf->bytes);
-  ferry_free(buf->ptr);
+  if (buf->bytes >= LARGE_BUFFER) ferry__pages_free(buf->ptr, buf->bytes);
+  else ferry_free(buf->ptr);
 }
 
 static void host_destroy(struct ferry_exec *ex) {

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "ferry/exec.h"
+#include "ferry/fault.h"
 
 #define FERRY_EXEC_BACKEND_VERSION 1
 #define FERRY_EXEC_MAX_QUEUES 16
@@ -129,6 +130,12 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
                          int64_t end_ns);
 /* Called by backends for an asynchronous failure (first one wins). */
 void ferry__exec_op_failed(struct ferry_exec *ex, ferry_status status, const char *msg);
+/* Injected faults of a copy or kernel about to run (ferry/fault.h; nothing for other ops):
+ * backends call it once per op before running it, wait delay_ns (real or virtual time) and,
+ * for FERRY_FAULT_FAIL, report the op failed with ferry__exec_fault_fail() instead of running
+ * it, so every executor loses its device the same way. */
+struct ferry_fault ferry__exec_fault(const struct ferry_op *op);
+void ferry__exec_fault_fail(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op, uint64_t attempt);
 /* Emit a memory sample of a tier at time t. */
 void ferry__exec_emit_memory(struct ferry_exec *ex, enum ferry_tier tier, int64_t t_ns);
 

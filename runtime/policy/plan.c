@@ -101,6 +101,7 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
   if (cached_experts) {
     uint64_t slots = (cfg->device_budget_bytes - fixed) / in->expert_bytes;
     if (slots > n_expert_units) slots = n_expert_units;
+    if (cfg->max_expert_slots > 0 && slots > (uint64_t)cfg->max_expert_slots) slots = (uint64_t)cfg->max_expert_slots;
     p->n_expert_slots = (int32_t)slots;
     p->device_expert_bytes = slots * in->expert_bytes;
   }

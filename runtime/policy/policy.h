@@ -38,6 +38,8 @@ struct ferry_plan_config {
   uint64_t host_budget_bytes;   /* 0 = unlimited */
   int blocks_on_cpu;            /* streamed blocks are computed on the CPU where they live: no
                                    device slots for them */
+  int32_t max_expert_slots;     /* at most this many expert-cache slots (0 = as many as fit): memory
+                                   pressure shrinks the cache */
 };
 
 struct ferry_plan_block {

@@ -5,6 +5,7 @@
  * register permutes) and fp16 uses F16C. Both paths give bit-identical results. */
 #include <string.h>
 
+#include "common/cpu.h"
 #include "common/error.h"
 #include "common/half.h"
 #include "runtime/quant/quant_impl.h"
@@ -53,7 +54,7 @@ __attribute__((target("avx,f16c"))) static void deq_f16_f16c(const uint8_t *src,
 
 static void deq_f16(const uint8_t *src, size_t n, float *dst) {
 #ifdef HAVE_X86_DISPATCH
-  if (simd_enabled && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+  if (simd_enabled && ferry__cpu_avx_f16c()) {
     deq_f16_f16c(src, n, dst);
     return;
   }

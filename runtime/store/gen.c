@@ -20,6 +20,7 @@
 #endif
 
 #include "common/alloc.h"
+#include "common/cpu.h"
 #include "common/fsutil.h"
 #include "common/half.h"
 #include "common/rng.h"
@@ -190,7 +191,7 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *v, 
 
 static void f32_to_f16(const float *v, uint16_t *o, size_t n) {
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("f16c")) {
+  if (ferry__cpu_avx_f16c()) {
     f32_to_f16_f16c(v, o, n);
     return;
   }

@@ -8,6 +8,7 @@
 
 #include "common/alloc.h"
 #include "common/fsutil.h"
+#include "common/io.h"
 #include "runtime/store/store_impl.h"
 
 #define ALIGN_DOWN(x) ((x) & ~(uint64_t)(FERRY_DIRECT_ALIGN - 1))
@@ -57,28 +58,31 @@ static ferry_status read_direct(ferry_store *s, uint32_t i, int dfd, char *buf, 
                                 uint64_t need_end, struct ferry_err *e) {
   const struct ferry__st_file *f = &s->files[i];
   uint64_t pos = 0;
+  struct ferry__io_try t;
+  ferry__io_try_init(&t, f->path, a0);
   while (pos < need_end) {
-    ssize_t n = pread(dfd, buf + pos, (size_t)(span - pos), (off_t)(a0 + pos));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EINVAL && pos == 0) return FERRY_ERR_UNSUPPORTED;
-      return ferry__err_set(e, FERRY_ERR_IO, "%s: O_DIRECT read of %llu bytes at offset %llu failed: %s", f->path,
-                            (unsigned long long)(span - pos), (unsigned long long)(a0 + pos), strerror(errno));
+    ssize_t n = ferry__io_attempt(dfd, buf + pos, (size_t)(span - pos), a0 + pos, FERRY_DIRECT_ALIGN);
+    if (n < 0 && errno == EINVAL && pos == 0) return FERRY_ERR_UNSUPPORTED;
+    if (n <= 0) {
+      ferry_status st = ferry__io_retry(&t, dfd, n < 0 ? errno : 0, a0 + pos, need_end - pos, e);
+      if (st != FERRY_OK) return st;
+      continue;
     }
-    if (n == 0)
-      return ferry__err_set(e, FERRY_ERR_IO, "%s: unexpected end of file at offset %llu (wanted %llu more bytes)",
-                            f->path, (unsigned long long)(a0 + pos), (unsigned long long)(need_end - pos));
+    if ((uint64_t)n < span - pos) ferry__io_count(FERRY__IO_SHORT, 1);
+    t.attempt = 1;
     pos += (uint64_t)n;
     if (pos < need_end && pos % FERRY_DIRECT_ALIGN) {
       /* An unaligned short read cannot be continued with O_DIRECT: finish buffered. */
+      ferry__io_done(&t);
       return ferry__pread_all(f->fd, buf + pos, (size_t)(need_end - pos), a0 + pos, f->path, e);
     }
   }
+  ferry__io_done(&t);
   return FERRY_OK;
 }
 
-ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t offset, uint64_t len, void *buf,
-                                    uint64_t buf_cap, unsigned flags, uint64_t *data_shift) {
+static ferry_status read_range_once(ferry_store *store, uint32_t file, uint64_t offset, uint64_t len, void *buf,
+                                   uint64_t buf_cap, unsigned flags, uint64_t *data_shift) {
   struct ferry_err e;
   ferry__err_clear(&e);
   if (!store) return ferry__fail(FERRY_ERR_INVALID, "ferry_store_read_range: NULL store");
@@ -141,6 +145,49 @@ ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t 
   st = ferry__pread_all(f->fd, cbuf + shift, (size_t)len, offset, f->path, &e);
   if (st != FERRY_OK) return publish(store, &e);
   drop_cache(f->fd, offset, len);
+  return FERRY_OK;
+}
+
+ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t offset, uint64_t len, void *buf,
+                                    uint64_t buf_cap, unsigned flags, uint64_t *data_shift) {
+  uint64_t shift = 0, *sp = (flags & FERRY_READ_DIRECT) && !data_shift ? NULL : &shift; /* refused there */
+  ferry_status st = read_range_once(store, file, offset, len, buf, buf_cap, flags, sp);
+  if (data_shift) *data_shift = shift;
+  if (st != FERRY_OK || !len) return st;
+  pthread_mutex_lock(&store->lock);
+  const int verify = store->verify;
+  pthread_mutex_unlock(&store->lock);
+  if (!verify) return FERRY_OK;
+  /* A range whose bytes differ from its first read is read again, as a transient failure; the
+   * same policy bounds the attempts. */
+  struct ferry__io_try t;
+  ferry__io_try_init(&t, store->files[file].path, offset);
+  for (;;) {
+    uint32_t want = 0, got = 0;
+    if (ferry__st_crc_check(store, file, offset, len, (const char *)buf + shift, &want, &got) == FERRY_OK) break;
+    ferry__io_count(FERRY__IO_MISMATCH, 1);
+    struct ferry_io_policy p;
+    ferry_io_get_policy(&p);
+    const int permanent = t.attempt >= p.max_attempts;
+    struct ferry_io_event ev = {.path = store->files[file].path, .offset = offset, .len = len, .attempt = t.attempt,
+                                .permanent = permanent, .what = "checksum mismatch"};
+    ferry__io_notify(&ev);
+    if (permanent) {
+      struct ferry_err e;
+      ferry__io_count(FERRY__IO_FAILED, 1);
+      ferry__err_set(&e, FERRY_ERR_IO,
+                     "%s: %llu bytes at offset %llu read with CRC-32 %08x, not the %08x of their first read, after %d "
+                     "attempt(s)",
+                     store->files[file].path, (unsigned long long)len, (unsigned long long)offset, got, want, t.attempt);
+      return publish(store, &e);
+    }
+    t.failures++;
+    ferry__io_count(FERRY__IO_RETRIES, 1);
+    ferry__io_sleep_ns(ferry_io_backoff_ns(t.attempt, t.salt));
+    t.attempt++;
+    if ((st = read_range_once(store, file, offset, len, buf, buf_cap, flags, sp)) != FERRY_OK) return st;
+  }
+  ferry__io_done(&t);
   return FERRY_OK;
 }
 

@@ -629,6 +629,7 @@ void ferry_store_close(ferry_store *store) {
   for (size_t i = 0; i < store->ntensors; i++) ferry_free((char *)store->tensors[i].name);
   ferry_free(store->tensors);
   ferry__name_index_free(&store->index);
+  ferry__st_crc_free(store);
   cJSON_Delete(store->metadata);
   pthread_mutex_destroy(&store->lock);
   ferry_free(store);

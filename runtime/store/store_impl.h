@@ -43,6 +43,13 @@ struct ferry__st_file {
   uint64_t data_start; /* 8 + header length */
 };
 
+/* The checksum of one range as first read (ferry_store_set_verify()). */
+struct ferry__st_crc {
+  uint64_t offset, len;
+  uint32_t file, crc;
+  int used;
+};
+
 struct ferry_store {
   struct ferry_err err;
   pthread_mutex_t lock; /* guards err and the lazy O_DIRECT descriptors during reads */
@@ -53,6 +60,9 @@ struct ferry_store {
   struct ferry__name_index index;
   cJSON *metadata; /* __metadata__ object of the first file, or NULL */
   int direct_refused; /* some file refused O_DIRECT: every DIRECT read is buffered */
+  int verify;                              /* ferry_store_set_verify(): reads are checksummed */
+  struct ferry__st_crc *crcs;              /* CRC-32 of each range read so far (guarded by lock) */
+  size_t crc_cap, crc_count;
   int nonfinite_scanned;                   /* ferry_store_scan_nonfinite() ran: its result below */
   struct ferry_store_nonfinite nonfinite;  /* guarded by lock */
 };
@@ -63,6 +73,13 @@ const char *ferry__st_name_problem(const char *name);
 
 /* Parse a safetensors dtype name ("F32", ...) — only the safetensors spellings. */
 ferry_status ferry__st_dtype_parse(const char *text, enum ferry_dtype *out);
+
+/* Verified reads: compare [buf, buf + len) read from (file, offset) with the checksum of the
+ * first read of that range (recording it on the first read). FERRY_OK when it matches or is
+ * new, FERRY_ERR_IO on a mismatch (stored checksum in *expected, this read's in *got). */
+ferry_status ferry__st_crc_check(ferry_store *s, uint32_t file, uint64_t offset, uint64_t len, const void *buf,
+                                 uint32_t *expected, uint32_t *got);
+void ferry__st_crc_free(ferry_store *s);
 
 /* Test hook: behave as if O_DIRECT were refused on every file of the store (so the buffered
  * fallback can be tested on file systems that accept O_DIRECT). */

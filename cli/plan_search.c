@@ -1,0 +1,479 @@
+/* `ferry plan`'s per-profile search (plan_search.h) and the local scheduler that feeds it from
+ * a pool of simulation workers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/mpi.h"
+#include "cli/plan_search.h"
+#include "common/alloc.h"
+#include "common/units.h"
+
+enum { CAND_NEW, CAND_RUNNING, CAND_BOUNDED, CAND_FAILED, CAND_SEARCHING, CAND_SEARCHED, CAND_PRUNED };
+enum { PHASE_BOUNDS, PHASE_SEARCH, PHASE_VERIFY, PHASE_REPLICAS, PHASE_RECORD, PHASE_DONE };
+
+/* A ladder rung that raises the throughput by less than this stops the ladder. */
+#define LADDER_GAIN 1.05
+/* Pruning: configurations are searched in order of their all-at-once throughput (the bound);
+ * one whose bound, times the highest ratio of rate found to bound seen on this profile so far
+ * and this margin, is below the best rate found is not searched. The ratio is not 1: a steady
+ * stream is served with partly filled batches, a full queue ends with some (0.85 for
+ * Llama-3-8B on the Azure conversation trace), and with short requests a stream can even be
+ * served faster than a burst (1.2 for a tiny model): it is measured, not assumed. */
+#define BOUND_MARGIN 1.1
+/* Offload variants are tried for a format whose best bound is within this factor of the best. */
+#define VARIANT_REACH 1.5
+/* The search's first probe, floor and ceiling as fractions of the throughput bound: a stable
+ * queue is served below it, and most SLOs hold up to most of it. */
+#define START_FRACTION 0.85
+#define FLOOR_FRACTION (1.0 / 256)
+#define CEIL_FRACTION 1.5
+
+static int add_cand(struct plan_hw *h, const struct plan_knobs *k) {
+  if (h->nc == h->capc) {
+    int cap = h->capc ? h->capc * 2 : 16;
+    struct plan_cand *c = ferry__reallocarray(h->c, (size_t)cap, sizeof *c);
+    if (!c) return -1;
+    h->c = c;
+    h->capc = cap;
+  }
+  memset(&h->c[h->nc], 0, sizeof h->c[h->nc]);
+  h->c[h->nc].k = *k;
+  return h->nc++;
+}
+
+static int log_probe(struct plan_hw *h, const struct plan_job *j, const struct plan_result *r, int feasible,
+                     const char *why) {
+  if (h->nlog == h->caplog) {
+    int cap = h->caplog ? h->caplog * 2 : 32;
+    struct plan_probe *l = ferry__reallocarray(h->log, (size_t)cap, sizeof *l);
+    if (!l) return -1;
+    h->log = l;
+    h->caplog = cap;
+  }
+  struct plan_probe *p = &h->log[h->nlog++];
+  memset(p, 0, sizeof *p);
+  p->cand = j->cand;
+  p->kind = j->kind;
+  p->rps = j->kind == PLAN_JOB_BOUND ? r->throughput_rps : j->rps;
+  p->replicas = j->replicas;
+  p->feasible = feasible;
+  p->saturated = r->saturated;
+  p->ttft_p99_ms = r->ttft[3] / 1e6;
+  p->tpot_p99_ms = r->tpot[3] / 1e6;
+  p->e2e_p99_ms = r->e2e[3] / 1e6;
+  p->throughput_rps = r->throughput_rps;
+  snprintf(p->why, sizeof p->why, "%.200s", why);
+  return 0;
+}
+
+int plan_hw_init(struct plan_state *ps, struct plan_hw *h) {
+  (void)ps;
+  h->searching = -1;
+  h->best_cand = -1;
+  for (int q = 0; q < PLAN_MAX_QUANT; q++) h->ladder[q].last = -1;
+  h->phase = h->skipped ? PHASE_DONE : PHASE_BOUNDS;
+  return CLI_OK;
+}
+
+int plan_hw_done(const struct plan_hw *h) { return h->phase == PHASE_DONE && h->inflight == 0; }
+
+void plan_hw_free(struct plan_hw *h) {
+  ferry_free(h->c);
+  ferry_free(h->log);
+  h->c = NULL;
+  h->log = NULL;
+}
+
+/* Offload variants of a streaming configuration: how the weights stream matters only then. */
+static int add_knob_variants(struct plan_hw *h, int base) {
+  static const struct {
+    int32_t block, prefetch, lfu;
+  } dense[] = {{2, -1, -1}, {-1, 2, -1}, {2, 2, -1}, {4, 2, -1}},
+    moe[] = {{-1, 2, -1}, {-1, -1, 1}, {-1, 2, 1}};
+  const int n = h->moe ? (int)(sizeof moe / sizeof moe[0]) : (int)(sizeof dense / sizeof dense[0]);
+  for (int i = 0; i < n; i++) {
+    struct plan_knobs k = h->c[base].k;
+    k.block_layers = h->moe ? moe[i].block : dense[i].block;
+    k.prefetch_depth = h->moe ? moe[i].prefetch : dense[i].prefetch;
+    k.expert_lfu = h->moe ? moe[i].lfu : dense[i].lfu;
+    if (k.block_layers < 0) k.block_layers = 0;
+    if (add_cand(h, &k) < 0) return -1;
+  }
+  return 0;
+}
+
+static void job_for(struct plan_state *ps, struct plan_hw *h, int cand, int kind, double rps, int replicas,
+                    struct plan_job *j) {
+  memset(j, 0, sizeof *j);
+  j->id = ++ps->next_job_id;
+  j->kind = kind;
+  j->hw = (int32_t)(h - ps->hw);
+  j->cand = cand;
+  j->k = h->c[cand].k;
+  j->rps = rps;
+  j->replicas = replicas;
+  h->inflight++;
+}
+
+/* Phase 1: the next ladder rung or offload variant to bound. */
+static int next_bound(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
+  const struct plan_opts *o = ps->o;
+  for (int q = 0; q < o->n_quant; q++) {
+    if (h->ladder[q].running || h->ladder[q].done) continue;
+    if (h->ladder[q].next >= o->n_batches) {
+      h->ladder[q].done = 1;
+      continue;
+    }
+    struct plan_knobs k = {.quant = q, .max_batch = o->batches[h->ladder[q].next], .prefetch_depth = -1,
+                           .expert_lfu = -1};
+    int c = add_cand(h, &k);
+    if (c < 0) return -1;
+    h->ladder[q].next++;
+    h->ladder[q].running = 1;
+    h->ladder[q].last = c;
+    h->c[c].state = CAND_RUNNING;
+    job_for(ps, h, c, PLAN_JOB_BOUND, 0, 1, j);
+    return 1;
+  }
+  int ladders_done = 1;
+  for (int q = 0; q < o->n_quant; q++) ladders_done &= h->ladder[q].done;
+  if (!ladders_done) return 0;
+  if (!h->knobs_added) {
+    /* after every ladder, in quantization order, so the candidates' order never depends on
+     * which simulation finished first */
+    h->knobs_added = 1;
+    double top = 0;
+    for (int c = 0; c < h->nc; c++)
+      if (h->c[c].state == CAND_BOUNDED && h->c[c].mu_rps > top) top = h->c[c].mu_rps;
+    for (int q = 0; q < o->n_quant; q++) {
+      int best = -1;
+      for (int c = 0; c < h->nc; c++)
+        if (h->c[c].k.quant == q && h->c[c].state == CAND_BOUNDED && (best < 0 || h->c[c].mu_rps > h->c[best].mu_rps))
+          best = c;
+      /* how weights stream is worth tuning where they stream and the format is not far behind
+       * the best: a better prefetch gains tens of percent, not factors */
+      if (best >= 0 && h->c[best].streams && h->c[best].mu_rps * VARIANT_REACH >= top &&
+          add_knob_variants(h, best) < 0)
+        return -1;
+    }
+  }
+  for (int c = 0; c < h->nc; c++) {
+    if (h->c[c].state != CAND_NEW) continue;
+    h->c[c].state = CAND_RUNNING;
+    job_for(ps, h, c, PLAN_JOB_BOUND, 0, 1, j);
+    return 1;
+  }
+  for (int c = 0; c < h->nc; c++)
+    if (h->c[c].state == CAND_RUNNING) return 0;
+  h->phase = PHASE_SEARCH;
+  return 0;
+}
+
+/* Phase 2: the next candidate worth searching, or the next probe of the one being searched. */
+static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
+  if (h->searching >= 0) {
+    struct plan_cand *c = &h->c[h->searching];
+    if (c->state == CAND_RUNNING) return 0; /* its probe is out */
+    double rps;
+    if (ferry_plan_search_next(&c->s, &rps)) {
+      c->state = CAND_RUNNING;
+      job_for(ps, h, h->searching, PLAN_JOB_PROBE, rps, h->replicas, j);
+      return 1;
+    }
+    c->state = CAND_SEARCHED;
+    if (c->mu_rps > 0 && c->s.best_rps / (c->mu_rps * h->replicas) > h->ratio)
+      h->ratio = c->s.best_rps / (c->mu_rps * h->replicas);
+    if (c->s.best_rps > h->best_rps) {
+      h->best_rps = c->s.best_rps;
+      h->best_cand = h->searching;
+      h->best = c->best;
+      h->saturated_rps = c->s.saturated_rps;
+    }
+    h->searching = -1;
+  }
+  /* the highest bound not yet searched (ties: the earlier candidate) */
+  int next = -1;
+  for (int c = 0; c < h->nc; c++)
+    if (h->c[c].state == CAND_BOUNDED && (next < 0 || h->c[c].mu_rps > h->c[next].mu_rps)) next = c;
+  if (next < 0) {
+    h->phase = PHASE_VERIFY;
+    return 0;
+  }
+  struct plan_cand *c = &h->c[next];
+  const double bound = c->mu_rps * h->replicas;
+  if (h->best_rps > 0 && bound * h->ratio * BOUND_MARGIN < h->best_rps) {
+    /* every remaining bound is lower still */
+    for (int k = 0; k < h->nc; k++)
+      if (h->c[k].state == CAND_BOUNDED) h->c[k].state = CAND_PRUNED;
+    h->phase = PHASE_VERIFY;
+    return 0;
+  }
+  ferry_plan_search_init(&c->s, bound * START_FRACTION, bound * FLOOR_FRACTION, bound * CEIL_FRACTION,
+                         ps->o->tolerance);
+  c->state = CAND_SEARCHING;
+  h->searching = next;
+  return next_search(ps, h, j);
+}
+
+/* --verify: a grid of rates around the answer, all at once (they are independent). */
+static int next_verify(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
+  const int n = ps->o->verify < PLAN_MAX_VERIFY ? ps->o->verify : PLAN_MAX_VERIFY;
+  if (h->best_cand < 0 || n < 2) {
+    h->phase = PHASE_REPLICAS;
+    return 0;
+  }
+  if (h->verify_next < n) {
+    const int i = h->verify_next++;
+    h->verify_rps[i] = h->best_rps * (0.5 + (double)i / (n - 1));
+    job_for(ps, h, h->best_cand, PLAN_JOB_PROBE, h->verify_rps[i], h->replicas, j);
+    j->slot = i + 1;
+    return 1;
+  }
+  if (h->inflight) return 0;
+  for (int i = 0; i < n; i++)
+    if (h->verify_ok[i] && h->verify_rps[i] > h->brute_force_rps) h->brute_force_rps = h->verify_rps[i];
+  h->phase = PHASE_REPLICAS;
+  return 0;
+}
+
+/* Phase 3: how many replicas serve the demand (single-GPU profiles; a machine's GPUs are fixed). */
+static int next_replicas(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
+  const struct plan_opts *o = ps->o;
+  if (h->demand_replicas) return 0; /* a verification is out */
+  if (h->best_cand < 0) {
+    h->need_replicas = 0;
+  } else if (h->best_rps >= ps->demand_rps) {
+    h->need_replicas = h->gpus;
+  } else if (h->gpus == 1 && o->max_gpus > 1) {
+    int r = h->need_replicas ? h->need_replicas + 1 : (int)ceil(ps->demand_rps / h->best_rps);
+    if (r < 2) r = 2;
+    if (r <= o->max_gpus && r <= PLAN_MAX_REPLICAS) {
+      if (plan_workload_prepare(ps->w, r) != CLI_OK) return -1;
+      h->need_replicas = r;
+      h->demand_replicas = r;
+      job_for(ps, h, h->best_cand, PLAN_JOB_PROBE, ps->demand_rps, r, j);
+      return 1;
+    }
+    h->need_replicas = 0;
+  } else {
+    h->need_replicas = 0;
+  }
+  h->phase = o->db && h->best_cand >= 0 ? PHASE_RECORD : PHASE_DONE;
+  return 0;
+}
+
+int plan_hw_next(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
+  for (;;) {
+    const int phase = h->phase;
+    int got = 0;
+    switch (phase) {
+    case PHASE_BOUNDS: got = next_bound(ps, h, j); break;
+    case PHASE_SEARCH: got = next_search(ps, h, j); break;
+    case PHASE_VERIFY: got = next_verify(ps, h, j); break;
+    case PHASE_REPLICAS: got = next_replicas(ps, h, j); break;
+    case PHASE_RECORD:
+      if (h->n_run_ids || h->inflight) return 0;
+      job_for(ps, h, h->best_cand, PLAN_JOB_RECORD, h->best_rps, h->replicas, j);
+      h->phase = PHASE_DONE;
+      return 1;
+    default: return 0;
+    }
+    if (got) return got;
+    if (h->phase == phase) return 0; /* waiting for results */
+  }
+}
+
+int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_job *j, const struct plan_result *r) {
+  h->inflight--;
+  h->sims += j->replicas;
+  struct plan_cand *c = &h->c[j->cand];
+  char why[256];
+  int feasible = 0;
+  switch (j->kind) {
+  case PLAN_JOB_BOUND:
+    if (!r->ok || r->throughput_rps <= 0) {
+      c->state = CAND_FAILED;
+      snprintf(c->error, sizeof c->error, "%s", r->ok ? "served nothing" : r->error);
+      snprintf(why, sizeof why, "does not run: %.200s", c->error);
+    } else {
+      c->state = CAND_BOUNDED;
+      c->mu_rps = r->throughput_rps;
+      c->streams = r->streams;
+      snprintf(why, sizeof why, "throughput bound %.4g requests/s (every request queued at once)%s", c->mu_rps,
+               c->streams ? "; weights stream" : "");
+    }
+    /* the ladder: a rung that does not run, or barely helps, ends it */
+    for (int q = 0; q < ps->o->n_quant; q++) {
+      if (!h->ladder[q].running || h->ladder[q].last != j->cand) continue;
+      h->ladder[q].running = 0;
+      int prev = -1;
+      for (int k = 0; k < j->cand; k++)
+        if (h->c[k].k.quant == q && (h->c[k].state == CAND_BOUNDED || h->c[k].state == CAND_FAILED) &&
+            h->c[k].k.block_layers == 0 && h->c[k].k.prefetch_depth < 0 && h->c[k].k.expert_lfu < 0)
+          prev = k;
+      if (c->state == CAND_FAILED) h->ladder[q].done = 1;
+      else if (ps->o->batch_ladder && prev >= 0 && h->c[prev].state == CAND_BOUNDED &&
+               c->mu_rps < h->c[prev].mu_rps * LADDER_GAIN)
+        h->ladder[q].done = 1;
+    }
+    break;
+  case PLAN_JOB_PROBE:
+    double excess;
+    feasible = plan_meets_slo(ps->o, r, why, sizeof why, &excess);
+    if (j->slot > 0) {
+      h->verify_ok[j->slot - 1] = feasible;
+    } else if (h->demand_replicas) {
+      /* phase 3: the demand on R replicas */
+      h->demand = *r;
+      h->demand_replicas = 0;
+      if (feasible) h->phase = ps->o->db ? PHASE_RECORD : PHASE_DONE;
+    } else {
+      ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated, excess);
+      if (c->s.unreachable)
+        snprintf(why + strlen(why), sizeof why - strlen(why), "; as at half the rate: no rate meets the SLO");
+      if (feasible && j->rps >= c->s.best_rps) c->best = *r;
+      c->state = CAND_SEARCHING;
+    }
+    break;
+  case PLAN_JOB_RECORD:
+    snprintf(why, sizeof why, "%.200s", r->ok ? "recorded" : r->error);
+    if (!r->ok) {
+      h->n_run_ids = 0;
+      fprintf(stderr, "ferry plan: %s: recording the best configuration failed: %s\n", h->name, r->error);
+    } else {
+      for (int i = 0; i < r->n_run_ids; i++) h->run_ids[h->n_run_ids++] = r->run_ids[i];
+    }
+    feasible = r->ok;
+    break;
+  }
+  if (log_probe(h, j, r, feasible, why) < 0) return cli_fail(FERRY_ERR_NOMEM, "out of memory");
+  return CLI_OK;
+}
+
+/* ---- local scheduling --------------------------------------------------------------------- */
+
+struct inflight {
+  struct plan_job j;
+  int used;
+};
+
+static void progress_line(const struct plan_state *ps, const struct plan_hw *h) {
+  if (ps->o->quiet || h->skipped) return;
+  char knobs[128] = "no configuration meets the SLO";
+  if (h->best_cand >= 0) plan_knobs_text(ps->o, &h->c[h->best_cand].k, knobs, sizeof knobs);
+  fprintf(stderr, "ferry plan: %-14s %8.4g req/s  (%s; %d simulations)\n", h->name, h->best_rps, knobs, h->sims);
+}
+
+/* One line per profile as it finishes (the table comes at the end). */
+static void report_finished(const struct plan_state *ps, unsigned char *reported) {
+  for (int i = 0; i < ps->nhw; i++) {
+    if (reported[i] || !plan_hw_done(&ps->hw[i])) continue;
+    reported[i] = 1;
+    progress_line(ps, &ps->hw[i]);
+  }
+}
+
+int plan_run(struct plan_state *ps, int workers, struct cli_mpi *mpi) {
+  const char **names = ferry__calloc((size_t)ps->nhw + 1, sizeof *names);
+  if (!names) return cli_fail(FERRY_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < ps->nhw; i++) names[i] = ps->hw[i].name;
+  struct plan_pool *pool = NULL;
+  struct inflight *fl = NULL;
+  unsigned char *reported = ferry__calloc((size_t)ps->nhw + 1, 1);
+  int rc = CLI_OK, nfl = 1;
+  struct plan_job held;
+  int have_held = 0;
+  for (int i = 0; i < ps->nhw; i++)
+    if ((rc = plan_hw_init(ps, &ps->hw[i])) != CLI_OK) goto out;
+  if ((workers > 0 || (mpi && mpi->size > 1)) &&
+      (rc = plan_pool_start(ps->o, names, ps->w, workers, mpi, &pool)) != CLI_OK)
+    goto out;
+  if (pool) nfl = plan_pool_slots(pool);
+  if (!reported || !(fl = ferry__calloc((size_t)nfl, sizeof *fl))) {
+    rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  int turn = 0;
+  for (;;) {
+    /* fill idle workers, taking the profiles in turn */
+    int free_slots = pool ? plan_pool_idle(pool) : 1;
+    while (free_slots > 0) {
+      struct plan_job j;
+      int got = 0;
+      if (have_held) {
+        /* a job that writes this machine's files waits for one of its workers */
+        if (!plan_pool_idle_local(pool)) break;
+        j = held;
+        have_held = 0;
+        got = 1;
+      }
+      for (int k = 0; k < ps->nhw && !got; k++) {
+        struct plan_hw *h = &ps->hw[(turn + k) % ps->nhw];
+        got = plan_hw_next(ps, h, &j);
+        if (got < 0) {
+          rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
+          goto out;
+        }
+        if (got) turn = (turn + k + 1) % ps->nhw;
+      }
+      if (!got) break;
+      const int local_only = j.kind == PLAN_JOB_RECORD;
+      struct plan_result r;
+      if (!pool) {
+        /* in this process: run it now */
+        plan_job_run(ps->o, ps->hw[j.hw].name, ps->w, &j, &r);
+        if ((rc = plan_hw_result(ps, &ps->hw[j.hw], &j, &r)) != CLI_OK) goto out;
+        report_finished(ps, reported);
+        continue;
+      }
+      if (local_only && !plan_pool_idle_local(pool)) {
+        held = j;
+        have_held = 1;
+        break;
+      }
+      int slot = -1;
+      for (int s = 0; s < nfl && slot < 0; s++)
+        if (!fl[s].used) slot = s;
+      if (slot < 0 || (rc = plan_pool_submit(pool, &j, local_only)) != CLI_OK) {
+        if (rc == CLI_OK) rc = cli_fail(FERRY_ERR_INTERNAL, "plan: no slot for a job");
+        goto out;
+      }
+      fl[slot] = (struct inflight){.j = j, .used = 1};
+      free_slots--;
+    }
+    report_finished(ps, reported);
+    int busy = 0;
+    for (int s = 0; s < nfl; s++) busy += fl[s].used;
+    if (!busy && have_held) {
+      rc = cli_fail(FERRY_ERR_INTERNAL, "plan: a job for this machine with no worker here (-j 0?)");
+      goto out;
+    }
+    if (!busy) break;
+    struct plan_result r;
+    if ((rc = plan_pool_wait(pool, &r)) != CLI_OK) goto out;
+    int slot = -1;
+    for (int s = 0; s < nfl && slot < 0; s++)
+      if (fl[s].used && fl[s].j.id == r.id) slot = s;
+    if (slot < 0) {
+      rc = cli_fail(FERRY_ERR_INTERNAL, "plan: a result for no job (%lld)", (long long)r.id);
+      goto out;
+    }
+    fl[slot].used = 0;
+    struct plan_hw *h = &ps->hw[fl[slot].j.hw];
+    if ((rc = plan_hw_result(ps, h, &fl[slot].j, &r)) != CLI_OK) goto out;
+  }
+  for (int i = 0; i < ps->nhw; i++)
+    if (!plan_hw_done(&ps->hw[i])) {
+      rc = cli_fail(FERRY_ERR_INTERNAL, "plan: %s stopped before its search ended", ps->hw[i].name);
+      goto out;
+    }
+out:
+  plan_pool_stop(pool);
+  ferry_free(fl);
+  ferry_free(names);
+  ferry_free(reported);
+  return rc;
+}

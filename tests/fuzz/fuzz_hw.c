@@ -1,0 +1,108 @@
+/* Fuzz target: a hardware profile (JSON; sections may name catalogue parts, which come from the
+ * source tree's hw/). Invariants of an accepted profile: every rate of a section it has is
+ * 0 (not given) or positive and finite, efficiencies in (0, 1], the kind's own section present, names
+ * terminated, and the profile written back as JSON reads back to the same figures. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ferry/calibrate.h"
+#include "ferry/hw.h"
+#include "tests/fuzz/fuzz.h"
+
+/* a rate is 0 (not given; ferry_hw_require() asks for it where a run needs it) or positive */
+#define RATE(x) ((x) == 0 || (isfinite(x) && (x) > 0))
+
+static void check_profile(const struct ferry_hw_profile *p) {
+  FUZZ_CHECK(memchr(p->name, '\0', sizeof p->name) != NULL);
+  FUZZ_CHECK(p->kind != FERRY_HW_KIND_GPU || p->has_gpu);
+  FUZZ_CHECK(p->kind != FERRY_HW_KIND_LINK || p->has_link);
+  FUZZ_CHECK(p->kind != FERRY_HW_KIND_DISK || p->has_disk);
+  if (p->has_gpu) {
+    const struct ferry_hw_gpu *g = &p->gpu;
+    FUZZ_CHECK(memchr(g->name, '\0', sizeof g->name) != NULL);
+    FUZZ_CHECK(RATE(g->mem_bw_gbps) && g->launch_overhead_ns >= 0);
+    const double eff[] = {g->efficiency.gemm, g->efficiency.gemv, g->efficiency.attention, g->efficiency.elementwise,
+                          g->efficiency.dequantize};
+    for (size_t i = 0; i < sizeof eff / sizeof eff[0]; i++) FUZZ_CHECK(eff[i] > 0 && eff[i] <= 1);
+    const double peaks[] = {g->peak_tflops.fp32, g->peak_tflops.fp16, g->peak_tflops.bf16, g->peak_tflops.int8};
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++) FUZZ_CHECK(RATE(peaks[i]));
+  }
+  if (p->has_link) {
+    FUZZ_CHECK(RATE(p->link.h2d_gbps) && RATE(p->link.d2h_gbps) && RATE(p->link.pageable_h2d_gbps));
+    FUZZ_CHECK(p->link.latency_ns >= 0 && p->link.copy_engines >= 0);
+  }
+  if (p->has_host) {
+    FUZZ_CHECK(RATE(p->host.dram_gbps) && RATE(p->host.cpu_gflops));
+    FUZZ_CHECK(p->host.submit_ns >= 0 && p->host.sync_ns >= 0 && p->host.queue_wake_ns >= 0);
+  }
+  if (p->has_disk) FUZZ_CHECK(RATE(p->disk.read_gbps) && p->disk.latency_ns >= 0 && p->disk.queue_depth >= 0);
+  FUZZ_CHECK(isfinite(p->price_per_hour_usd) && p->price_per_hour_usd >= 0);
+  for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
+    if (!(p->cost_set & (1u << i))) continue;
+    const struct ferry_hw_cost *c = &p->cost[i];
+    FUZZ_CHECK(isfinite(c->overhead_ns) && isfinite(c->ns_per_byte) && isfinite(c->ns_per_flop));
+    FUZZ_CHECK(ferry_hw_cost_of(p, ferry_hw_cost_kind_name(i)) == c);
+  }
+  for (size_t i = 0; i < p->n_sources; i++) FUZZ_CHECK(memchr(p->sources[i].figure, '\0', sizeof p->sources[i].figure));
+}
+
+/* the figures a simulation uses agree between a profile and its written copy */
+static void check_same(const struct ferry_hw_profile *a, const struct ferry_hw_profile *b) {
+  FUZZ_CHECK(a->kind == b->kind && a->has_gpu == b->has_gpu && a->has_link == b->has_link);
+  FUZZ_CHECK(a->has_host == b->has_host && a->has_disk == b->has_disk && a->cost_set == b->cost_set);
+  if (a->has_gpu) {
+    const struct ferry_hw_gpu *x = &a->gpu, *y = &b->gpu;
+    FUZZ_CHECK(!strcmp(x->name, y->name) && x->memory_bytes == y->memory_bytes && x->mem_bw_gbps == y->mem_bw_gbps);
+    FUZZ_CHECK(x->peak_tflops.fp32 == y->peak_tflops.fp32 && x->peak_tflops.fp16 == y->peak_tflops.fp16);
+    FUZZ_CHECK(x->peak_tflops.bf16 == y->peak_tflops.bf16 && x->peak_tflops.int8 == y->peak_tflops.int8);
+    FUZZ_CHECK(x->launch_overhead_ns == y->launch_overhead_ns && x->efficiency.gemm == y->efficiency.gemm);
+    FUZZ_CHECK(x->efficiency.gemv == y->efficiency.gemv && x->efficiency.attention == y->efficiency.attention);
+    FUZZ_CHECK(x->efficiency.elementwise == y->efficiency.elementwise &&
+               x->efficiency.dequantize == y->efficiency.dequantize);
+  }
+  if (a->has_link) {
+    const struct ferry_hw_link *x = &a->link, *y = &b->link;
+    FUZZ_CHECK(!strcmp(x->name, y->name) && x->h2d_gbps == y->h2d_gbps && x->d2h_gbps == y->d2h_gbps);
+    FUZZ_CHECK(x->pageable_h2d_gbps == y->pageable_h2d_gbps && x->latency_ns == y->latency_ns &&
+               x->copy_engines == y->copy_engines);
+  }
+  if (a->has_host) {
+    const struct ferry_hw_host *x = &a->host, *y = &b->host;
+    FUZZ_CHECK(!strcmp(x->name, y->name) && x->dram_gbps == y->dram_gbps && x->cpu_gflops == y->cpu_gflops);
+    FUZZ_CHECK(x->memory_bytes == y->memory_bytes && x->submit_ns == y->submit_ns && x->sync_ns == y->sync_ns &&
+               x->queue_wake_ns == y->queue_wake_ns);
+  }
+  if (a->has_disk) {
+    const struct ferry_hw_disk *x = &a->disk, *y = &b->disk;
+    FUZZ_CHECK(!strcmp(x->name, y->name) && x->read_gbps == y->read_gbps && x->latency_ns == y->latency_ns &&
+               x->queue_depth == y->queue_depth);
+  }
+  FUZZ_CHECK(a->price_per_hour_usd == b->price_per_hour_usd);
+  for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
+    if (!(a->cost_set & (1u << i))) continue;
+    FUZZ_CHECK(a->cost[i].overhead_ns == b->cost[i].overhead_ns && a->cost[i].ns_per_byte == b->cost[i].ns_per_byte);
+    FUZZ_CHECK(a->cost[i].ns_per_flop == b->cost[i].ns_per_flop && a->cost[i].roofline == b->cost[i].roofline);
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const char *written = fuzz_write("profile.json", data, size);
+  if (!written) return 0;
+  char path[256];
+  snprintf(path, sizeof path, "%s", written);
+  ferry_hw *hw = NULL;
+  if (ferry_hw_open(&hw, path) != FERRY_OK) return 0;
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  check_profile(p);
+  char out[256];
+  snprintf(out, sizeof out, "%s/round-trip.json", fuzz_dir());
+  if (ferry_hw_write_json(p, p->fitted, p->n_fitted, "fuzz", out) == FERRY_OK) {
+    ferry_hw *back = NULL;
+    FUZZ_CHECK(ferry_hw_open(&back, out) == FERRY_OK);
+    check_same(p, ferry_hw_get(back));
+    ferry_hw_close(back);
+  }
+  ferry_hw_close(hw);
+  return 0;
+}

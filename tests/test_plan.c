@@ -1,0 +1,371 @@
+/* Capacity planning decisions (ferry/plan.h) on numbers, and `ferry plan` end to end on a tiny
+ * model: the rate search ends within its tolerance of the capacity a brute-force scan of the
+ * same predicate finds, whatever it starts from; a queue served slower than it fills is
+ * saturated and a slow but stable one is not; costs and the cheapest pick follow their
+ * definitions; `ferry plan`'s rate is within its tolerance of a brute-force scan (--verify) and
+ * meets the SLO when `ferry sim` replays its printed command, the cheapest profile is the
+ * cheapest eligible, saturation stops the rate and is reported, and two plans print the same
+ * figures. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ferry/plan.h"
+#include "testutil.h"
+
+/* ---- the rate search -------------------------------------------------------------------- */
+
+/* Run a search against "feasible below capacity", returning the probes it took. */
+static int search(double capacity, double start, double tol, double *found) {
+  struct ferry_plan_search s;
+  ferry_plan_search_init(&s, start, 1e-3, 1000, tol);
+  double r;
+  int n = 0;
+  while (ferry_plan_search_next(&s, &r)) {
+    assert_true(r > 0);
+    ferry_plan_search_report(&s, r, r <= capacity, r > capacity * 1.02, r <= capacity ? 0 : 1 + (r - capacity) / capacity);
+    assert_true(++n < 64);
+  }
+  *found = s.best_rps;
+  return n;
+}
+
+static void test_search_brackets(void **state) {
+  (void)state;
+  const double tol = 0.05;
+  /* from far below, near, and far above the capacity */
+  const double starts[] = {0.05, 0.5, 0.85, 1.0, 1.2, 3.5};
+  for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+    double found;
+    int n = search(10.0, 10.0 * starts[i], tol, &found);
+    if (!(found <= 10.0 && found * (1 + tol) >= 10.0))
+      fail_msg("start %g: found %g, capacity 10 (tolerance %g)", starts[i], found, tol);
+    assert_true(n <= 14);
+  }
+  /* nothing meets the SLO: the search gives up at the floor */
+  struct ferry_plan_search s;
+  ferry_plan_search_init(&s, 8, 1, 16, tol);
+  double r;
+  while (ferry_plan_search_next(&s, &r)) ferry_plan_search_report(&s, r, 0, 0, 0);
+  assert_true(s.best_rps == 0 && s.fail_rps == 1);
+  /* everything does: it stops at the ceiling */
+  ferry_plan_search_init(&s, 8, 1, 16, tol);
+  while (ferry_plan_search_next(&s, &r)) ferry_plan_search_report(&s, r, 1, 0, 0);
+  assert_true(s.best_rps == 16 && s.fail_rps == 0);
+  /* the smallest saturated probe is kept apart from other failures */
+  ferry_plan_search_init(&s, 8, 1, 16, tol);
+  ferry_plan_search_report(&s, 12, 0, 1, 0);
+  ferry_plan_search_report(&s, 9, 0, 0, 1.5);
+  ferry_plan_search_report(&s, 14, 0, 1, 0);
+  assert_true(s.saturated_rps == 12 && s.fail_rps == 9);
+  /* a limit missed by the same at half the rate: the load is not what misses it */
+  ferry_plan_search_init(&s, 8, 0.01, 16, tol);
+  int n = 0;
+  while (ferry_plan_search_next(&s, &r)) {
+    ferry_plan_search_report(&s, r, 0, 0, r > 4 ? 3.0 : 1.9);
+    n++;
+  }
+  assert_true(s.unreachable && s.best_rps == 0);
+  assert_true(n <= 4);
+}
+
+/* A brute-force scan of a monotone predicate on a fine grid against the search. */
+static void test_search_brute_force(void **state) {
+  (void)state;
+  unsigned seed = 7;
+  for (int trial = 0; trial < 200; trial++) {
+    seed = seed * 1103515245u + 12345u;
+    const double capacity = 0.1 + (double)(seed % 100000) / 1000.0; /* 0.1 .. 100 */
+    seed = seed * 1103515245u + 12345u;
+    const double start = capacity * (0.2 + (double)(seed % 1000) / 500.0); /* 0.2 .. 2.2 x */
+    double found;
+    search(capacity, start, 0.05, &found);
+    /* brute force: the largest of 100000 grid rates in (0, 1000] (the search's range) that passes */
+    double brute = 0;
+    for (int g = 1; g <= 100000; g++) {
+      const double r = 1000.0 * g / 100000.0;
+      if (r <= capacity) brute = r;
+    }
+    if (!(found <= capacity && found * 1.05 >= brute))
+      fail_msg("capacity %g start %g: search %g, brute force %g", capacity, start, found, brute);
+  }
+}
+
+/* ---- saturation -------------------------------------------------------------------------- */
+
+/* n requests arriving every `gap` s, served by `servers` FIFO servers taking `service` s each;
+ * the first token comes when service starts. */
+static void queue(int n, double gap, double service, int servers, int64_t *arr, int64_t *first, int64_t *fin) {
+  double free_at[64] = {0};
+  for (int i = 0; i < n; i++) {
+    const double a = i * gap;
+    int s = 0;
+    for (int k = 1; k < servers; k++)
+      if (free_at[k] < free_at[s]) s = k;
+    const double start = a > free_at[s] ? a : free_at[s];
+    free_at[s] = start + service;
+    arr[i] = (int64_t)(a * 1e9);
+    first[i] = (int64_t)(start * 1e9) + 1;
+    fin[i] = (int64_t)(free_at[s] * 1e9);
+  }
+}
+
+static void test_saturation(void **state) {
+  (void)state;
+  enum { N = 200 };
+  int64_t arr[N], first[N], fin[N];
+  struct ferry_plan_load l;
+  /* served twice as fast as it fills: stable */
+  queue(N, 1.0, 0.5, 1, arr, first, fin);
+  assert_int_equal(ferry_plan_load_analyze(arr, first, fin, N, &l), FERRY_OK);
+  assert_false(l.saturated);
+  assert_true(fabs(l.offered_rps - 1.0) < 1e-6);
+  /* twice as slow: the line grows by half a request a second */
+  queue(N, 1.0, 2.0, 1, arr, first, fin);
+  assert_int_equal(ferry_plan_load_analyze(arr, first, fin, N, &l), FERRY_OK);
+  assert_true(l.saturated);
+  assert_true(fabs(l.queue_growth_rps - 0.5) < 0.05);
+  assert_true(l.served_rps < 0.6);
+  /* slow requests (60 s each) on enough servers: long-lived, nobody waits, stable */
+  queue(N, 1.0, 60.0, 64, arr, first, fin);
+  assert_int_equal(ferry_plan_load_analyze(arr, first, fin, N, &l), FERRY_OK);
+  assert_false(l.saturated);
+  /* unfinished requests count as waiting; a burst (all at once) is not a rate */
+  for (int i = 0; i < N; i++) first[i] = fin[i] = i < N / 4 ? arr[i] + 1 : -1;
+  assert_int_equal(ferry_plan_load_analyze(arr, first, fin, N, &l), FERRY_OK);
+  assert_true(l.saturated);
+  for (int i = 0; i < N; i++) arr[i] = 0;
+  assert_int_equal(ferry_plan_load_analyze(arr, first, fin, N, &l), FERRY_OK);
+  assert_false(l.saturated);
+  assert_int_equal(ferry_plan_load_analyze(NULL, first, fin, N, &l), FERRY_ERR_INVALID);
+}
+
+/* ---- costs and the cheapest pick --------------------------------------------------------- */
+
+static void test_costs(void **state) {
+  (void)state;
+  struct ferry_plan_cost c;
+  /* 2 machines at $3/h serving 10 req/s of 100 output tokens: 1000 tok/s, $6/h */
+  ferry_plan_cost(3.0, 2, 10.0, 100.0, &c);
+  assert_true(fabs(c.usd_per_hour - 6.0) < 1e-12);
+  assert_true(fabs(c.tokens_per_s - 1000.0) < 1e-9);
+  assert_true(fabs(c.usd_per_mtok - 6.0 / (1000.0 * 3600) * 1e6) < 1e-9);
+  assert_true(fabs(c.tokens_per_s_per_usd - 1000.0 / 6.0) < 1e-9);
+  ferry_plan_cost(0, 1, 10.0, 100.0, &c); /* no price: no cost figures */
+  assert_true(c.usd_per_hour == 0 && c.usd_per_mtok == 0 && c.tokens_per_s > 0);
+  const struct ferry_plan_choice ch[] = {
+      {.usd_per_hour = 1.0, .usd_per_mtok = 0.5, .eligible = 0}, /* cheapest, but misses the demand */
+      {.usd_per_hour = 0, .usd_per_mtok = 0, .eligible = 1},     /* no price */
+      {.usd_per_hour = 2.0, .usd_per_mtok = 0.9, .eligible = 1},
+      {.usd_per_hour = 2.0, .usd_per_mtok = 0.7, .eligible = 1}, /* same price, cheaper per token */
+      {.usd_per_hour = 5.0, .usd_per_mtok = 0.1, .eligible = 1},
+  };
+  assert_int_equal(ferry_plan_cheapest(ch, 5), 3);
+  assert_int_equal(ferry_plan_cheapest(ch, 2), -1);
+}
+
+/* ---- ferry plan ---------------------------------------------------------------------------- */
+
+static cJSON *plan_json(const char *args) {
+  char *out = NULL;
+  int rc = tu_run_ferry(args, &out);
+  if (rc != 0) fail_msg("ferry %s: exit %d\n%s", args, rc, out ? out : "");
+  /* the JSON document is what stdout holds; progress lines are off (--quiet) */
+  cJSON *doc = cJSON_Parse(out);
+  if (!doc) fail_msg("ferry %s: not JSON:\n%s", args, out);
+  free(out);
+  return doc;
+}
+
+static double num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Run `command` (a ferry sim line from the plan) at `scale` times its rate; the summary. */
+static cJSON *sim_at(const char *command, double scale) {
+  char args[4096];
+  const char *rs = strstr(command, "--rate-scale ");
+  assert_non_null(rs);
+  const double x = strtod(rs + 13, NULL);
+  const char *after = strchr(rs + 13, ' ');
+  snprintf(args, sizeof args, "%.*s--rate-scale %.17g%s --quiet --format json", (int)(rs - (command + 6)),
+           command + 6, x * scale, after ? after : "");
+  char *out = NULL;
+  int rc = tu_run_ferry(args, &out);
+  if (rc != 0) fail_msg("ferry %s: exit %d\n%s", args, rc, out ? out : "");
+  cJSON *doc = cJSON_Parse(out);
+  free(out);
+  assert_non_null(doc);
+  return doc;
+}
+
+/* The id of the run recorded for a profile in DIR/study.db (the workers write them in any order). */
+static int run_of(const char *dir, const char *hw) {
+  char args[2100], *out = NULL;
+  snprintf(args, sizeof args, "db list --db %s/study.db --format json", dir);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  cJSON *doc = cJSON_Parse(out);
+  free(out);
+  assert_non_null(doc);
+  int id = -1;
+  const cJSON *r;
+  cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(doc, "runs")) {
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(r, "hardware");
+    if (cJSON_IsString(h) && !strcmp(h->valuestring, hw)) id = (int)num(r, "id");
+  }
+  cJSON_Delete(doc);
+  assert_true(id > 0);
+  return id;
+}
+
+static void test_plan_cli(void **state) {
+  (void)state;
+  /* a tiny model on three priced profiles, two batch limits and one format so it stays quick;
+   * with --db the request slices stay (DB.plan/) for the commands the plan prints */
+  char *dir = tu_mkdtemp("plan"), args[2048];
+  snprintf(args, sizeof args,
+           "plan --model tiny-moe --synthetic arrivals=poisson,n=60,prompt=48,output=24 "
+           "--slo ttft_p99=40ms,tpot_p99=4ms --hw h100-pcie,t4,l4 --quant native --max-batch 4,8 "
+           "--rate 200 -j 2 --verify 41 --quiet --format json --db %s/study.db",
+           dir);
+  cJSON *a = plan_json(args);
+  snprintf(args + strlen(args), sizeof args - strlen(args), "-again");
+  cJSON *b = plan_json(args);
+  const cJSON *hws = cJSON_GetObjectItemCaseSensitive(a, "hardware"), *hwb = cJSON_GetObjectItemCaseSensitive(b, "hardware");
+  assert_int_equal(cJSON_GetArraySize(hws), 3);
+  const double tol = num(a, "tolerance");
+  double best_price = INFINITY;
+  const char *best = NULL;
+  for (int i = 0; i < 3; i++) {
+    const cJSON *h = cJSON_GetArrayItem(hws, i), *h2 = cJSON_GetArrayItem(hwb, i);
+    const char *name = cJSON_GetObjectItemCaseSensitive(h, "hardware")->valuestring;
+    const double max = num(h, "max_rps");
+    /* deterministic: the same figures twice */
+    assert_true(max == num(h2, "max_rps"));
+    assert_true(num(h, "simulations") == num(h2, "simulations"));
+    assert_true(max > 0);
+    /* a brute-force scan of 41 rates from 0.5 to 1.5 times the answer (steps of 2.5 %) with
+     * the same predicate: the search stopped within its tolerance of the scan's answer */
+    const double brute = num(cJSON_GetObjectItemCaseSensitive(h, "verify"), "brute_force_rps");
+    if (!(brute >= max * (1 - 1e-9) && brute <= max * (1 + tol)))
+      fail_msg("%s: search %g req/s, brute force %g (tolerance %g)", name, max, brute, tol);
+    /* the plan's point meets the SLO when `ferry sim` replays its command */
+    const char *command = cJSON_GetObjectItemCaseSensitive(h, "command")->valuestring;
+    cJSON *at = sim_at(command, 1.0);
+    const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(at, "runs"), 0);
+    const double ttft = num(cJSON_GetObjectItemCaseSensitive(run, "ttft_ms"), "p99"),
+                 tpot = num(cJSON_GetObjectItemCaseSensitive(run, "tpot_ms"), "p99");
+    if (!(ttft <= 40 && tpot <= 4)) fail_msg("%s at %g req/s: ttft p99 %g, tpot p99 %g", name, max, ttft, tpot);
+    cJSON_Delete(at);
+    /* and its recorded run has the plan's latencies (db show's percentiles are the plan's) */
+    char show[2200], *out = NULL;
+    snprintf(show, sizeof show, "db show %d --db %s/study.db --format json", run_of(dir, name), dir);
+    assert_int_equal(tu_run_ferry(show, &out), 0);
+    cJSON *sh = cJSON_Parse(out);
+    free(out);
+    assert_non_null(sh);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sh, "run"), "hardware")->valuestring, name);
+    const double db_ttft = num(cJSON_GetObjectItemCaseSensitive(sh, "metrics"), "ttft_p99_ms");
+    if (!(fabs(db_ttft - num(h, "ttft_p99_ms")) <= 1e-6 * db_ttft))
+      fail_msg("%s: recorded ttft p99 %g, plan %g", name, db_ttft, num(h, "ttft_p99_ms"));
+    cJSON_Delete(sh);
+    /* the probes above the answer all failed */
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(h, "probes")) {
+      const char *kind = cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring;
+      if (strcmp(kind, "probe")) continue;
+      const int ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible"));
+      const char *cfg = cJSON_GetObjectItemCaseSensitive(p, "config")->valuestring;
+      const char *best_cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(h, "config"), "text")->valuestring;
+      if (!strcmp(cfg, best_cfg) && num(p, "rps") > max * (1 + 1e-9)) assert_false(ok);
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "meets_demand")) && num(h, "price_per_hour") < best_price) {
+      best_price = num(h, "price_per_hour");
+      best = name;
+    }
+  }
+  const cJSON *cheapest = cJSON_GetObjectItemCaseSensitive(a, "cheapest");
+  if (best) assert_string_equal(cheapest->valuestring, best);
+  else assert_true(cJSON_IsNull(cheapest));
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  /* the study: one recorded run per profile, with the plan's facts, and its report section */
+  char path[4200];
+  snprintf(path, sizeof path, "db list --db %s/study.db --format json", dir);
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry(path, &out), 0);
+  assert_true(tu_contains(out, "\"hardware\": \"t4\""));
+  free(out);
+  snprintf(path, sizeof path, "report --db %s/study.db --out %s/report", dir, dir);
+  assert_int_equal(tu_run_ferry(path, &out), 0);
+  assert_true(tu_contains(out, " plan"));
+  free(out);
+  snprintf(path, sizeof path, "%s/report/tables/plan-1.csv", dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char csv[8192];
+  size_t len = fread(csv, 1, sizeof csv - 1, f);
+  fclose(f);
+  csv[len] = '\0';
+  int rows = 0;
+  for (const char *c = csv; *c; c++) rows += *c == '\n';
+  assert_int_equal(rows, 4); /* the header and three profiles */
+  assert_true(tu_contains(csv, "h100-pcie") && tu_contains(csv, "t4,") && tu_contains(csv, "l4,"));
+  snprintf(path, sizeof path, "%s/report/plots/plan-1-pareto.svg", dir);
+  assert_true(access(path, R_OK) == 0);
+  tu_rmtree(dir);
+  free(dir);
+}
+
+/* Saturation reported, never averaged into the latencies: a demand far above every profile's
+ * capacity is met by none, and the probes above capacity say the queue grew. */
+static void test_plan_saturation(void **state) {
+  (void)state;
+  cJSON *a = plan_json("plan --model tiny-dense --synthetic n=80,prompt=64,output=32 --slo ttft_p99=10s "
+                       "--hw t4 --quant native --max-batch 4 --rate 1000000 -j 1 --quiet --format json");
+  const cJSON *h = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "hardware"), 0);
+  assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "meets_demand")));
+  assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(a, "cheapest")));
+  /* with a loose TTFT limit, what stops the rate is the queue growing */
+  const double sat = num(h, "saturated_above_rps"), max = num(h, "max_rps");
+  assert_true(sat > max && max > 0);
+  int saturated = 0;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(h, "probes")) saturated += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "saturated"));
+  assert_true(saturated > 0);
+  cJSON_Delete(a);
+}
+
+static void test_plan_usage(void **state) {
+  (void)state;
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("plan --model tiny-dense --synthetic n=10 --slo ttft_p99=fast", &out), 2);
+  assert_true(tu_contains(out, "--slo"));
+  free(out);
+  assert_int_equal(tu_run_ferry("plan --model tiny-dense --synthetic n=10", &out), 2);
+  assert_true(tu_contains(out, "missing --slo"));
+  free(out);
+  assert_int_equal(tu_run_ferry("plan --model tiny-dense --slo ttft_p99=1s", &out), 2);
+  free(out);
+  assert_int_equal(tu_run_ferry("plan --model tiny-dense --synthetic n=10 --slo ttft_p99=1s --hw ddr4", &out), 2);
+  assert_true(tu_contains(out, "not a GPU profile"));
+  free(out);
+  assert_int_equal(tu_run_ferry("plan --help", &out), 0);
+  assert_true(tu_contains(out, "Usage: ferry plan"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_search_brackets), cmocka_unit_test(test_search_brute_force),
+      cmocka_unit_test(test_saturation),      cmocka_unit_test(test_costs),
+      cmocka_unit_test(test_plan_cli),        cmocka_unit_test(test_plan_saturation),
+      cmocka_unit_test(test_plan_usage),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
