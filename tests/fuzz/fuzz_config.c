@@ -26,8 +26,12 @@ static void check_layout(const ferry_model *m) {
     FUZZ_CHECK(ferry_model_layer_span(m, l, &first, &count) == FERRY_OK);
     FUZZ_CHECK(count > 0 && first + count <= n);
     for (size_t i = first; i < first + count; i++) FUZZ_CHECK(ferry_model_tensor(m, i)->layer == l);
-    /* the first and last expert are enough: the layout is regular */
-    for (int64_t e = 0; e < c->n_experts; e += c->n_experts > 1 ? c->n_experts - 1 : 1) {
+    /* the first and last expert are enough: the layout is regular; a dense layer of an MoE model
+     * (DeepSeek's first layers, Qwen2-MoE's mlp_only_layers) has none */
+    struct ferry_layer_info info;
+    FUZZ_CHECK(ferry_model_layer_info(m, l, &info) == FERRY_OK);
+    FUZZ_CHECK(info.moe == (ferry_model_expert_span(m, l, 0, &first, &count) == FERRY_OK));
+    for (int64_t e = 0; info.moe && e < c->n_experts; e += c->n_experts > 1 ? c->n_experts - 1 : 1) {
       FUZZ_CHECK(ferry_model_expert_span(m, l, e, &first, &count) == FERRY_OK);
       FUZZ_CHECK(count > 0 && first + count <= n && ferry_model_tensor(m, first)->expert == e);
     }
