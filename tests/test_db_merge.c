@@ -209,8 +209,8 @@ static void test_refused_sources(void **state) {
   snprintf(path, sizeof path, "%s/none.db", f->dir);
   assert_int_equal(ferry_db_merge(c, path, &ms), FERRY_ERR_NOT_FOUND);
   snprintf(path, sizeof path, "%s/text.db", f->dir);
-  static const char text[] = "not a database, just text.............................................................";
-  tu_write_file(path, text, sizeof text - 1); /* 90 bytes were read past the 86 of the string */
+  static const char text[] = "not a database, just text, longer than SQLite's 100-byte header....................................";
+  tu_write_file(path, text, sizeof text - 1);
   assert_int_equal(ferry_db_merge(c, path, &ms), FERRY_ERR_FORMAT);
   snprintf(path, sizeof path, "%s/other.db", f->dir);
   sqlite3 *s;
