@@ -17,6 +17,7 @@
 #include "ferry/model.h"
 #include "ferry/predict.h"
 #include "ferry/trace.h"
+#include "runtime/policy/policy.h"
 
 void run_usage(FILE *f, const char *cmd) {
   int sim = !strcmp(cmd, "sim");
@@ -53,13 +54,34 @@ void run_usage(FILE *f, const char *cmd) {
           "                          host memory the budget leaves) serves a second read (default: drop them)\n"
           "  --host-memory M         pinned (default: page-locked host tier, the link's full rate) or pageable\n"
           "                          (ordinary memory: copies staged by the driver, the profile's pageable rate)\n"
-          "  --expert-cache lru|lfu  expert cache eviction (default lru)\n"
+          "  --expert-cache P        expert placement: auto (default: frequency with ageing, scan-resistant), lru,\n"
+          "                          lfu, static (the most routed pinned: --predictor-routing counts, else a\n"
+          "                          warm-up), per-layer:K (K slots per layer, lru in each)\n"
+          "  --expert-granularity G  expert (default: each expert through the expert cache) or layer (a layer's\n"
+          "                          experts stream with it, all together, as Accelerate and ZeRO-3 do)\n"
+          "  --offload-compute SPEC  where what is not on the device is computed: gpu (fetch it, default), cpu\n"
+          "                          (on the host's CPU from host memory; only activations cross the link) or\n"
+          "                          auto (per op, fetch when copy + device time < CPU time); one for all, or\n"
+          "                          per class: experts=cpu,layers=gpu\n"
           "  --max-batch N           concurrent sequences (default 8)\n"
+          "  --gpu-batches N         FlexGen's block schedule: N batches of --max-batch sequences go through each\n"
+          "                          loaded layer before it is evicted (default 1)\n"
           "  --max-step-tokens N     tokens per step, decode + prefill chunks (default 256)\n"
           "  --max-seq-tokens N      KV capacity per sequence (default: longest request; at most the model's\n"
           "                          maximum position)\n"
-          "  --kv-dtype fp16|bf16|fp32  KV-cache element type (default: the model's dtype, as 'ferry model\n"
-          "                          show' prints)\n"
+          "  --kv-dtype F            KV-cache format: fp32, fp16, bf16, or fp8, int8, int4 with a scale per 32\n"
+          "                          (default: the model's dtype, as 'ferry model show' prints; 'ferry model\n"
+          "                          kv-error' reports what a format does to the logits)\n"
+          "  --kv-home device|host   where the KV cache lives; host: attention runs on the CPU over it\n"
+          "  --kv-block-tokens N     a paged KV cache: blocks of N tokens given to sequences as they grow;\n"
+          "                          admission by free blocks, the latest sequence preempted when they run\n"
+          "                          out; --max-seq-tokens then reserves nothing\n"
+          "  --kv-preempt M          recompute (default: a preempted sequence prefills its tokens again) or\n"
+          "                          swap (its blocks copied to host memory, within the host budget, and\n"
+          "                          back when it is readmitted)\n"
+          "  --kv-pool SIZE          the paged cache's device bytes (default: a --max-batch x --max-seq-tokens\n"
+          "                          reservation's worth when it fits, else one sequence's; plus what a\n"
+          "                          resident model leaves of the budget)\n"
           "%s"
           "MoE routing:\n"
           "  --record-routing FILE   write every routing decision as JSONL (ferry trace routing reads it)\n"
@@ -133,7 +155,7 @@ enum {
   OPT_MODEL = 256, OPT_TRACE, OPT_TRACE_FORMAT, OPT_SYNTH, OPT_MAX_REQ, OPT_WINDOW, OPT_RATE, OPT_TSCALE, OPT_AFAP,
   OPT_SKIP_BAD, OPT_SEED, OPT_BLOCK, OPT_DEPTH, OPT_PIN_FIRST, OPT_PIN_LAST, OPT_RESIDENT, OPT_DEV_BUDGET,
   OPT_HOST_BUDGET, OPT_HOME, OPT_CACHE, OPT_MAX_BATCH, OPT_STEP_TOKENS, OPT_SEQ_TOKENS, OPT_PLAN_ONLY, OPT_DB,
-  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_REPEAT, OPT_REPEAT_GROUP, OPT_FORMAT,
+  OPT_QUIET, OPT_BACKEND, OPT_THREADS, OPT_DIRECT, OPT_DROP, OPT_GREEDY, OPT_HW, OPT_DUMP, OPT_RECORD_ROUTING, OPT_ROUTING, OPT_ROUTING_SYNTH, OPT_QUANT, OPT_PREDICTOR, OPT_PREDICTOR_ROUTING, OPT_PROFILE, OPT_PREDICTOR_MODEL, OPT_RECORD_FEATURES, OPT_FILL, OPT_ALLOW_NONFINITE, OPT_KV_DTYPE, OPT_RUNTIME, OPT_HOST_MEMORY, OPT_KEEP_CACHE, OPT_REPEAT, OPT_REPEAT_GROUP, OPT_FORMAT, OPT_OFFLOAD_COMPUTE, OPT_KV_HOME, OPT_EXPERT_GRAN, OPT_GPU_BATCHES, OPT_KV_BLOCK, OPT_KV_POOL, OPT_KV_PREEMPT,
   /* staying up (cli/run_resil.c) */
   OPT_FAULTS, OPT_IO_RETRIES, OPT_VERIFY_READS, OPT_PRESSURE, OPT_PRESSURE_MARKS, OPT_PRESSURE_OS, OPT_HOST_SCHEDULE,
   OPT_RELOAD_AT, OPT_RELOAD_FROM, OPT_CONTROL_SOCKET, OPT_HELP
@@ -166,7 +188,10 @@ static const struct option run_opts[] = {
     {"runtime", required_argument, 0, OPT_RUNTIME}, {"host-memory", required_argument, 0, OPT_HOST_MEMORY},
     {"keep-cache", no_argument, 0, OPT_KEEP_CACHE},
     {"repeat", required_argument, 0, OPT_REPEAT}, {"repeat-group", required_argument, 0, OPT_REPEAT_GROUP},
-    {"format", required_argument, 0, OPT_FORMAT},
+    {"format", required_argument, 0, OPT_FORMAT}, {"offload-compute", required_argument, 0, OPT_OFFLOAD_COMPUTE},
+    {"kv-home", required_argument, 0, OPT_KV_HOME}, {"expert-granularity", required_argument, 0, OPT_EXPERT_GRAN},
+    {"gpu-batches", required_argument, 0, OPT_GPU_BATCHES}, {"kv-block-tokens", required_argument, 0, OPT_KV_BLOCK},
+    {"kv-pool", required_argument, 0, OPT_KV_POOL}, {"kv-preempt", required_argument, 0, OPT_KV_PREEMPT},
     /* staying up */
     {"faults", required_argument, 0, OPT_FAULTS}, {"io-retries", required_argument, 0, OPT_IO_RETRIES},
     {"verify-reads", no_argument, 0, OPT_VERIFY_READS}, {"pressure", no_argument, 0, OPT_PRESSURE},
@@ -175,11 +200,14 @@ static const struct option run_opts[] = {
     {"reload-at", required_argument, 0, OPT_RELOAD_AT}, {"reload-from", required_argument, 0, OPT_RELOAD_FROM},
     {"control-socket", required_argument, 0, OPT_CONTROL_SOCKET},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
-_Static_assert(OPT_HELP - OPT_MODEL < 64, "run_args.given has one bit per option");
+_Static_assert(OPT_HELP - OPT_MODEL < 128, "run_args.given has one bit per option");
 
 int run_given(const struct run_args *a, const char *name) {
   for (size_t i = 0; run_opts[i].name; i++)
-    if (!strcmp(run_opts[i].name, name)) return (int)((a->given >> (run_opts[i].val - OPT_MODEL)) & 1u);
+    if (!strcmp(run_opts[i].name, name)) {
+      const int bit = run_opts[i].val - OPT_MODEL;
+      return (int)((a->given[bit / 64] >> (bit % 64)) & 1u);
+    }
   return 0;
 }
 
@@ -226,9 +254,11 @@ static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
   const int mlp = p && (!strcmp(p, "mlp3") || !strcmp(p, "mlp7"));
   if (a->predictor_model && !mlp)
     return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only");
-  if (a->predictor_routing) {
+  const int static_cache = a->ec.expert_cache && !strcmp(a->ec.expert_cache, "static");
+  if (a->predictor_routing && !(static_cache && (!p || !strcmp(p, "lru")))) {
     if (!p || !strcmp(p, "lru") || !strcmp(p, "none"))
-      return cli_usage_error(cmd, "--predictor-routing is read by --predictor frequency, oracle%s only",
+      return cli_usage_error(cmd, "--predictor-routing is read by --expert-cache static and --predictor frequency, "
+                                  "oracle%s only",
                              sim ? ", gate-lookahead, mlp3 and mlp7" : "");
     if (!sim && (mlp || !strcmp(p, "gate-lookahead")))
       return cli_usage_error(cmd, "--predictor-routing: a real run's %s predictor reads its own activations, not a trace", p);
@@ -238,6 +268,52 @@ static int refuse_ignored(const char *cmd, const struct run_args *a, int sim) {
   }
   if (p && !strcmp(p, "none") && run_given(a, "expert-cache"))
     return cli_usage_error(cmd, "--expert-cache does nothing with --predictor none (no expert is reused)");
+  return 0;
+}
+
+static int compute_where(const char *v, enum ferry_compute_where *out) {
+  if (!strcmp(v, "gpu")) *out = FERRY_COMPUTE_GPU;
+  else if (!strcmp(v, "cpu")) *out = FERRY_COMPUTE_CPU;
+  else if (!strcmp(v, "auto")) *out = FERRY_COMPUTE_AUTO;
+  else return -1;
+  return 0;
+}
+
+static const char *where_name(enum ferry_compute_where w) {
+  return w == FERRY_COMPUTE_CPU ? "cpu" : w == FERRY_COMPUTE_AUTO ? "auto" : "gpu";
+}
+
+/* --offload-compute gpu|cpu|auto, or per class: experts=X,layers=Y (each class at most once). */
+static int parse_offload_compute(const char *cmd, const char *spec, struct run_args *a) {
+  char buf[64];
+  if (strlen(spec) >= sizeof buf) return cli_usage_error(cmd, "--offload-compute: '%s' is too long", spec);
+  snprintf(buf, sizeof buf, "%s", spec);
+  int seen_e = 0, seen_l = 0;
+  if (compute_where(buf, &a->ec.compute_experts) == 0) {
+    a->ec.compute_layers = a->ec.compute_experts;
+    a->compute_experts_given = 0; /* for every class the model has */
+    seen_e = seen_l = 1;
+  } else {
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      char *eq = strchr(tok, '=');
+      enum ferry_compute_where w;
+      if (!eq || compute_where(eq + 1, &w))
+        return cli_usage_error(cmd, "--offload-compute: expected gpu, cpu, auto or CLASS=gpu|cpu|auto (classes: experts, "
+                                    "layers), got '%s'", tok);
+      *eq = '\0';
+      if (!strcmp(tok, "experts") && !seen_e) {
+        a->ec.compute_experts = w;
+        a->compute_experts_given = seen_e = 1;
+      } else if (!strcmp(tok, "layers") && !seen_l) {
+        a->ec.compute_layers = w;
+        seen_l = 1;
+      } else {
+        return cli_usage_error(cmd, "--offload-compute: '%s' is not a class given once (experts, layers)", tok);
+      }
+    }
+  }
+  snprintf(a->offload_compute, sizeof a->offload_compute, "experts=%s,layers=%s", where_name(a->ec.compute_experts),
+           where_name(a->ec.compute_layers));
   return 0;
 }
 
@@ -259,7 +335,7 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "h", run_opts, NULL)) != -1) {
-    if (c >= OPT_MODEL && c <= OPT_HELP) a->given |= 1ull << (c - OPT_MODEL);
+    if (c >= OPT_MODEL && c <= OPT_HELP) a->given[(c - OPT_MODEL) / 64] |= 1ull << ((c - OPT_MODEL) % 64);
     switch (c) {
       case OPT_MODEL: a->model = optarg; break;
       case OPT_TRACE: a->trace = optarg; break;
@@ -296,9 +372,14 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
         a->ec.home_disk = !strcmp(optarg, "disk");
         break;
       case OPT_CACHE:
-        if (strcmp(optarg, "lru") && strcmp(optarg, "lfu"))
-          return cli_usage_error(cmd, "--expert-cache: expected 'lru' or 'lfu', got '%s'", optarg);
-        a->ec.expert_cache_lfu = !strcmp(optarg, "lfu");
+        if (!strncmp(optarg, "per-layer:", 10)) {
+          if (cli_parse_int("--expert-cache per-layer:K", optarg + 10, 1, 1 << 20, &v)) return CLI_USAGE;
+          a->ec.expert_cache_per_layer = (int32_t)v;
+        } else if (ferry__cache_policy_find(optarg)) {
+          a->ec.expert_cache = optarg;
+        } else {
+          return cli_usage_error(cmd, "--expert-cache: expected auto, lru, lfu, static or per-layer:K, got '%s'", optarg);
+        }
         break;
       case OPT_MAX_BATCH: if (cli_parse_int("--max-batch", optarg, 1, 4096, &v)) return CLI_USAGE; a->ec.max_batch = (int32_t)v; break;
       case OPT_STEP_TOKENS: if (cli_parse_int("--max-step-tokens", optarg, 1, 1 << 20, &v)) return CLI_USAGE; a->ec.max_step_tokens = (int32_t)v; break;
@@ -316,6 +397,27 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       case OPT_DIRECT: a->ec.read_flags |= FERRY_READ_DIRECT; break;
       case OPT_DROP: drop_cache_set = 1; break;
       case OPT_KEEP_CACHE: a->keep_cache = 1; break;
+      case OPT_KV_BLOCK: if (cli_parse_int("--kv-block-tokens", optarg, 1, 65536, &v)) return CLI_USAGE; a->ec.kv_block_tokens = (int32_t)v; break;
+      case OPT_KV_PREEMPT:
+        if (strcmp(optarg, "recompute") && strcmp(optarg, "swap"))
+          return cli_usage_error(cmd, "--kv-preempt: expected 'recompute' or 'swap', got '%s'", optarg);
+        a->ec.kv_preempt_swap = !strcmp(optarg, "swap");
+        break;
+      case OPT_KV_POOL: if (cli_parse_size("--kv-pool", optarg, &a->ec.kv_pool_bytes)) return CLI_USAGE; break;
+      case OPT_GPU_BATCHES: if (cli_parse_int("--gpu-batches", optarg, 1, 1024, &v)) return CLI_USAGE; a->ec.gpu_batches = (int32_t)v; break;
+      case OPT_EXPERT_GRAN:
+        if (strcmp(optarg, "expert") && strcmp(optarg, "layer"))
+          return cli_usage_error(cmd, "--expert-granularity: expected 'expert' or 'layer', got '%s'", optarg);
+        a->ec.expert_granularity_layer = !strcmp(optarg, "layer");
+        break;
+      case OPT_KV_HOME:
+        if (strcmp(optarg, "device") && strcmp(optarg, "host"))
+          return cli_usage_error(cmd, "--kv-home: expected 'device' or 'host', got '%s'", optarg);
+        a->ec.kv_home_host = !strcmp(optarg, "host");
+        break;
+      case OPT_OFFLOAD_COMPUTE:
+        if (parse_offload_compute(cmd, optarg, a)) return CLI_USAGE;
+        break;
       case OPT_GREEDY: a->ec.greedy = 1; break;
       case OPT_DUMP:
         if (sim) return cli_usage_error(cmd, "--dump-logits needs a real executor (the simulator computes no logits)");

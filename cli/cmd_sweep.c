@@ -45,7 +45,9 @@ static const struct key {
     /* staying up */
     {"faults", 0},         {"io_retries", 0},   {"verify_reads", 1},   {"pressure", 1},
     {"pressure_marks", 0}, {"pressure_os", 1},  {"host_budget_schedule", 0}, {"reload_at", 0},
-    {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},
+    {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},  {"offload_compute", 0},
+    {"kv_home", 0},        {"expert_granularity", 0},
+    {"gpu_batches", 0},        {"kv_block_tokens", 0}, {"kv_pool", 0}, {"kv_preempt", 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -144,7 +144,7 @@ ferry_status predict_glue_init(struct predict_glue *g, const char *variant, cons
   if (g->kind == FERRY_PREDICTOR_FREQUENCY && trace) {
     /* popularity per layer from the recorded trace */
     /* a trace knows as many experts as it saw chosen: at most the model's */
-    const int32_t L = ferry_routing_n_layers(trace), E = (int32_t)mc->n_experts, K = ferry_routing_top_k(trace);
+    const int32_t L = ferry_routing_n_layers(trace), E = (int32_t)mc->n_experts;
     if (L != (int32_t)mc->n_layers || ferry_routing_n_experts(trace) > E) {
       predict_glue_free(g);
       return ferry__fail(FERRY_ERR_INVALID, "--predictor-routing: the trace has %d layers x %d experts, the model %lld x %lld",
@@ -155,14 +155,7 @@ ferry_status predict_glue_init(struct predict_glue *g, const char *variant, cons
       predict_glue_free(g);
       return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
     }
-    for (size_t i = 0; i < ferry_routing_n_requests(trace); i++) {
-      struct ferry_routing_request rq;
-      if (ferry_routing_request_at(trace, i, &rq) != FERRY_OK) continue;
-      for (int64_t j = 0; j < (int64_t)rq.n_tokens * L * K; j++) {
-        int32_t x = rq.ids[j];
-        if (x >= 0 && x < E) counts[(j / K) % L * E + x]++;
-      }
-    }
+    ferry_routing_counts(trace, E, counts); /* the shape was checked above */
     for (int32_t l = 0; l < L; l++) ferry_predictor_set_popularity(g->p, l, counts + (size_t)l * (size_t)E);
     ferry_free(counts);
   }

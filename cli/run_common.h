@@ -14,6 +14,8 @@ struct run_args {
   const char *record_routing, *record_features, *routing, *routing_synth, *quant, *predictor, *predictor_routing, *predictor_model;
   const char *kv_dtype; /* --kv-dtype as given (NULL: the model's dtype) */
   const char *runtime;  /* sim: runtime preset or file (NULL: the profile's, else "native") */
+  char offload_compute[64]; /* --offload-compute in canonical form ("" when not given) */
+  int compute_experts_given; /* --offload-compute named the experts (plain or experts=) */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
   uint64_t seed;
@@ -23,7 +25,7 @@ struct run_args {
   int keep_cache;    /* --keep-cache: buffered disk reads keep their pages */
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
-  uint64_t given;   /* one bit per option given on the command line (run_given()) */
+  uint64_t given[2]; /* one bit per option given on the command line (run_given()) */
   int repeat;               /* --repeat N (1 by default) */
   const char *repeat_group; /* --repeat-group TAG, or NULL */
   enum cli_format format;   /* --format of the summary */

@@ -26,7 +26,11 @@ char *run_config_json(const struct run_args *a) {
   cJSON_AddNumberToObject(o, "device_budget", (double)a->ec.device_budget_bytes);
   cJSON_AddBoolToObject(o, "direct_io", (a->ec.read_flags & 1u) != 0);
   add_str(o, "executor", sim ? "sim" : a->backend);
-  add_str(o, "expert_cache", a->ec.expert_cache_lfu ? "lfu" : "lru");
+  char cache[32];
+  if (a->ec.expert_cache_per_layer) snprintf(cache, sizeof cache, "per-layer:%d", a->ec.expert_cache_per_layer);
+  add_str(o, "expert_cache", a->ec.expert_cache_per_layer ? cache : a->ec.expert_cache ? a->ec.expert_cache : "auto");
+  add_str(o, "expert_granularity", a->ec.expert_granularity_layer ? "layer" : NULL); /* expert: older hashes */
+  if (a->ec.gpu_batches > 1) cJSON_AddNumberToObject(o, "gpu_batches", a->ec.gpu_batches); /* 1: older hashes */
   add_str(o, "faults", a->resil.faults);
   cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);
   add_str(o, "home", a->ec.home_disk ? "disk" : "host");
@@ -36,12 +40,17 @@ char *run_config_json(const struct run_args *a) {
   add_str(o, "hw", a->hw);
   if (a->resil.io_retries >= 0) cJSON_AddNumberToObject(o, "io_retries", (double)a->resil.io_retries);
   if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
+  if (a->ec.kv_block_tokens) cJSON_AddNumberToObject(o, "kv_block_tokens", a->ec.kv_block_tokens); /* only when set */
   add_str(o, "kv_dtype", a->kv_dtype);
+  add_str(o, "kv_home", a->ec.kv_home_host ? "host" : NULL); /* device, the default, keeps older hashes */
+  if (a->ec.kv_pool_bytes) cJSON_AddNumberToObject(o, "kv_pool", (double)a->ec.kv_pool_bytes);
+  add_str(o, "kv_preempt", a->ec.kv_preempt_swap ? "swap" : NULL); /* recompute, the default: older hashes */
   cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
   cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
   cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);
   cJSON_AddNumberToObject(o, "max_step_tokens", a->ec.max_step_tokens ? a->ec.max_step_tokens : 256);
   add_str(o, "model", a->model);
+  add_str(o, "offload_compute", a->offload_compute[0] ? a->offload_compute : NULL); /* only when given */
   cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
   cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
   cJSON_AddNumberToObject(o, "fill_budget", a->ec.fill_budget);

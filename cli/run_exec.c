@@ -7,6 +7,8 @@
 
 #include "cli/cli.h"
 #include "cli/run_common.h"
+#include "sim/cpu_cost.h"
+#include "sim/gpu_cost.h"
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -76,8 +78,20 @@ static ferry_status write_results(ferry_db *db, int64_t run_id, ferry_engine *en
     struct ferry_step_row r = {.step = sm[i].step, .start_ns = base + sm[i].start_ns, .end_ns = base + sm[i].end_ns,
                                .batch = sm[i].batch, .tokens = sm[i].tokens, .bytes_disk = sm[i].bytes_disk,
                                .bytes_h2d = sm[i].bytes_h2d, .bytes_d2h = sm[i].bytes_d2h, .hits = sm[i].hits,
-                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns, .kv_tokens = sm[i].kv_tokens};
+                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns, .kv_tokens = sm[i].kv_tokens,
+                               .compute_busy_ns = sm[i].compute_busy_ns, .cpu_busy_ns = sm[i].cpu_busy_ns,
+                               .bytes_blocks = sm[i].bytes_blocks, .bytes_experts = sm[i].bytes_experts,
+                               .bytes_act = sm[i].bytes_act, .evictions = sm[i].evictions,
+                               .cpu_experts = sm[i].cpu_experts, .kv_blocks = sm[i].kv_blocks};
     st = ferry_db_add_step(db, run_id, &r);
+  }
+  const struct ferry_layer_metrics *lm = ferry_engine_layer_metrics(eng, &n);
+  for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
+    const struct ferry_layer_metrics *l = &lm[i];
+    if (!l->hits && !l->misses && !l->evictions && !l->prefetches && !l->cpu_experts && !l->bytes_h2d) continue;
+    const struct ferry_layer_row r = {.layer = l->layer, .hits = l->hits, .misses = l->misses, .evictions = l->evictions,
+                                      .prefetches = l->prefetches, .cpu_experts = l->cpu_experts, .bytes_h2d = l->bytes_h2d};
+    st = ferry_db_add_layer_stats(db, run_id, &r);
   }
   if (st == FERRY_OK) st = ferry_db_flush(db);
   return st;
@@ -166,7 +180,8 @@ static ferry_status default_device_budget(struct run_args *a, int sim, const fer
   uint64_t need = 0, host_min = 0;
   const int fits = ferry_engine_min_budgets(model, store, &whole, &need, &host_min) == FERRY_OK && need <= budget;
   a->ec.device_budget_bytes = budget;
-  const int moe = ferry_model_get_config(model)->n_experts > 0;
+  /* experts moving with their layers stream like a dense model's layers */
+  const int moe = ferry_model_get_config(model)->n_experts > 0 && !a->ec.expert_granularity_layer;
   const char *how = ": the model fits, everything resident";
   if (fits) {
     a->ec.resident_all = 1;
@@ -198,7 +213,11 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
                                              const ferry_store *store) {
   if (!mc->n_experts && run_given(a, "expert-cache"))
     return ferry__fail(FERRY_ERR_INVALID, "--expert-cache needs a Mixture-of-Experts model (%s is dense)", a->model);
-  if (mc->n_experts && run_given(a, "fill-budget"))
+  if (!mc->n_experts && run_given(a, "expert-granularity"))
+    return ferry__fail(FERRY_ERR_INVALID, "--expert-granularity needs a Mixture-of-Experts model (%s is dense)", a->model);
+  if (!mc->n_experts && a->compute_experts_given && a->ec.compute_experts != FERRY_COMPUTE_GPU)
+    return ferry__fail(FERRY_ERR_INVALID, "--offload-compute experts=...: %s is dense (no experts)", a->model);
+  if (mc->n_experts && !a->ec.expert_granularity_layer && run_given(a, "fill-budget"))
     return ferry__fail(FERRY_ERR_INVALID,
                        "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
                        a->model);
@@ -221,7 +240,7 @@ static ferry_status refuse_ignored_when_resident(const struct run_args *a, int a
   if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
   static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
                                           "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
-                                          NULL};
+                                          "offload-compute", "expert-granularity", NULL};
   const char *o = NULL;
   for (size_t i = 0; streaming[i] && !o; i++)
     if (run_given(a, streaming[i])) o = streaming[i];
@@ -275,6 +294,29 @@ static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
                  FERRY_HW_FIT_R2_MIN);
 }
 
+/* The figures --offload-compute auto compares, from the profile's cost models: what a GEMM of
+ * 1e12 flops and a read of 1e12 bytes take on its GPU and on its CPU, and its link's rate. */
+static void profile_rates(const struct ferry_hw_profile *p, enum ferry_dtype dtype, struct ferry_compute_rates *r) {
+  const double big = 1e12;
+  const struct ferry__gpu_work math = {.op = FERRY_HW_OP_GEMM, .math = dtype, .flops = big};
+  const struct ferry__gpu_work mem = {.op = FERRY_HW_OP_GEMV, .math = dtype, .bytes = big};
+  int64_t ns;
+  memset(r, 0, sizeof *r);
+  if ((ns = ferry__gpu_work_ns(p, &math)) > 0) r->device_flops = big / ((double)ns * 1e-9);
+  if ((ns = ferry__gpu_work_ns(p, &mem)) > 0) r->device_bytes = big / ((double)ns * 1e-9);
+  if ((ns = ferry__cpu_work_ns(p, &math)) > 0) r->cpu_flops = big / ((double)ns * 1e-9);
+  if ((ns = ferry__cpu_work_ns(p, &mem)) > 0) r->cpu_bytes = big / ((double)ns * 1e-9);
+  if (p->has_link) r->link_bytes = p->link.h2d_gbps * 1e9;
+}
+
+/* A real run has no profile: its device computes as fast as its CPU as far as the rule knows
+ * (true of the host executor, whose device is this CPU), so --offload-compute auto computes on
+ * the CPU, never paying for a copy. */
+static void same_rates(struct ferry_compute_rates *r) {
+  r->cpu_flops = r->device_flops = 1e12;
+  r->cpu_bytes = r->device_bytes = r->link_bytes = 1e10;
+}
+
 int run_execute(struct run_args *a) {
   int rc = CLI_FAIL;
   int sim = !strcmp(a->cmd, "sim");
@@ -290,6 +332,7 @@ int run_execute(struct run_args *a) {
   ferry_routing_synth *synth = NULL;
   ferry_routing_replay *replay = NULL;
   ferry_routing *pred_trace = NULL;
+  int64_t *popularity = NULL;
   struct predict_glue glue = {0};
   ferry_cupti *cupti = NULL;
   struct logit_dump dump = {0};
@@ -328,6 +371,11 @@ int run_execute(struct run_args *a) {
     cli_fail(st, NULL);
     goto out;
   }
+  /* --offload-compute cpu on a dense model: its only class is layers */
+  if (!ferry_model_get_config(model)->n_experts) a->ec.compute_experts = FERRY_COMPUTE_GPU;
+  /* a layer's experts in its block: its expert cache and predictor do not exist */
+  if (a->ec.expert_granularity_layer && a->ec.compute_experts != FERRY_COMPUTE_GPU && !a->compute_experts_given)
+    a->ec.compute_experts = FERRY_COMPUTE_GPU;
   /* a plan sizes the KV cache from the requests, as the run would: load them when given */
   if (!a->plan_only || a->trace || a->synthetic) {
     if ((st = run_load_requests(a, &reqs, &n)) != FERRY_OK) {
@@ -377,6 +425,7 @@ int run_execute(struct run_args *a) {
       st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
     if (st == FERRY_OK) st = ferry_exec_create_sim(&ex, hw, &xc);
     if (st == FERRY_OK) weak_fits(ferry_hw_get(hw), fit_warning, sizeof fit_warning);
+    if (st == FERRY_OK) profile_rates(ferry_hw_get(hw), ferry_model_get_config(model)->dtype, &a->ec.rates);
     /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
     if (st == FERRY_OK && a->progress && ferry_hw_gpu_count(ferry_hw_get(hw)) > 1)
       fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (ferry plan counts the others as replicas)\n",
@@ -384,8 +433,10 @@ int run_execute(struct run_args *a) {
     ferry_hw_close(hw);
   } else if (!strcmp(a->backend, "cuda")) {
     st = ferry_exec_create_cuda(&ex, &xc);
+    same_rates(&a->ec.rates);
   } else {
     st = ferry_exec_create_host(&ex, &xc);
+    same_rates(&a->ec.rates);
   }
   if (st != FERRY_OK) {
     cli_fail(st, NULL);
@@ -461,6 +512,15 @@ int run_execute(struct run_args *a) {
                                        (int32_t)mc->experts_per_token, a->predictor_routing)) != FERRY_OK)) {
     cli_fail(st, NULL);
     goto out;
+  }
+  /* the static placement pins the experts the trace routes most */
+  if (pred_trace && a->ec.expert_cache && !strcmp(a->ec.expert_cache, "static")) {
+    popularity = ferry__calloc((size_t)(mc->n_layers * mc->n_experts), sizeof *popularity);
+    if (!popularity || (st = ferry_routing_counts(pred_trace, (int32_t)mc->n_experts, popularity)) != FERRY_OK) {
+      cli_fail(popularity ? st : FERRY_ERR_NOMEM, popularity ? NULL : "out of memory for the routing counts");
+      goto out;
+    }
+    a->ec.expert_popularity = popularity;
   }
   const int32_t recorded_features = a->ec.token_features;
   if (a->predictor &&
@@ -598,6 +658,7 @@ int run_execute(struct run_args *a) {
   run_routing_meta(db, run_id, "replayed", a->routing, replayed);
   run_routing_meta(db, run_id, "predictor", a->predictor_routing, pred_trace);
   run_prefetch_meta(db, run_id, &sum);
+  run_kv_meta(db, run_id, &sum);
   if (dump.f) {
     int bad = dump.failed || fclose(dump.f) != 0;
     dump.f = NULL;
@@ -628,6 +689,7 @@ out:
   resil_stop(&resil);
   predict_glue_free(&glue);
   ferry_routing_free(pred_trace);
+  ferry_free(popularity);
   ferry_routing_replay_free(replay);
   ferry_routing_free(replayed);
   ferry_routing_synth_free(synth);

@@ -177,6 +177,22 @@ static const char schema_v6[] =
     " level INTEGER, action TEXT NOT NULL, detail TEXT, budget_bytes INTEGER);"
     "CREATE INDEX engine_events_run ON engine_events(runId, t_ns);";
 
+/* Version 7: what each offloading strategy did (issue 14): per step the CPU's busy time beside
+ * the device's, the bytes moved by class (layer blocks, experts, activations between the device
+ * and the CPU), expert-cache evictions, experts computed on the CPU and KV blocks in use; per
+ * layer its expert-cache hits, misses, evictions, prefetches, CPU experts and weight bytes. */
+static const char schema_v7[] =
+    "ALTER TABLE steps ADD COLUMN compute_busy_ns INTEGER;"
+    "ALTER TABLE steps ADD COLUMN cpu_busy_ns INTEGER;"
+    "ALTER TABLE steps ADD COLUMN bytes_blocks INTEGER;"
+    "ALTER TABLE steps ADD COLUMN bytes_experts INTEGER;"
+    "ALTER TABLE steps ADD COLUMN bytes_act INTEGER;"
+    "ALTER TABLE steps ADD COLUMN evictions INTEGER;"
+    "ALTER TABLE steps ADD COLUMN cpu_experts INTEGER;"
+    "ALTER TABLE steps ADD COLUMN kv_blocks INTEGER;"
+    "CREATE TABLE layer_stats (runId INTEGER NOT NULL, layer INTEGER NOT NULL, hits INTEGER, misses INTEGER,"
+    " evictions INTEGER, prefetches INTEGER, cpu_experts INTEGER, bytes_h2d INTEGER, PRIMARY KEY (runId, layer));";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
@@ -185,6 +201,8 @@ static const struct ferry__migration migrations[] = {
     {5, "repeat groups (runs.repeat_group, repeat_index), imported files' hashes (runs.source_sha256), "
         "KV use per step (steps.kv_tokens)", schema_v5},
     {6, "engine events: memory pressure, reloads, I/O retries, device failures", schema_v6},
+    {7, "strategy metrics per step (CPU time, bytes by class, evictions, CPU experts, KV blocks) and per layer "
+        "(layer_stats)", schema_v7},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

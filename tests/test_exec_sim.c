@@ -352,6 +352,7 @@ static void test_runtime_host_costs(void **state) {
   struct ferry_kernel rows;
   memset(&rows, 0, sizeof rows);
   rows.kind = FERRY_K_GATHER_ROWS;
+  rows.layer = -1; /* the head's gather, of no layer (a layer's gathers of expert rows sample nothing) */
   rows.m = 4;
   assert_int_equal(ferry_exec_compute(ex, qc, &rows), FERRY_OK);
   /* a copy: 3 us to issue, then 2000 ns latency + 1000 bytes at 10 B/ns */

@@ -1,42 +1,70 @@
-/* The expert cache: a fixed number of device slots shared by all layers, keyed by
- * (layer, expert), with LRU or LFU eviction among unprotected slots. Ties are broken by the
- * lowest slot index, so the same routing always leaves the same cache contents. */
+/* The expert cache: a fixed number of device slots shared by all layers (or K per layer), keyed
+ * by (layer, expert), with the victims of a placement policy (cache_*.c) among unprotected
+ * slots. The cache finds empty slots (the lowest first) and keeps who holds what; the policy
+ * keeps its history and names the victim, so the same routing always leaves the same contents. */
 #include <string.h>
 
 #include "common/alloc.h"
 #include "policy.h"
 
-ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_policy policy, int32_t n_slots,
-                               int32_t n_layers, int32_t n_experts) {
+/* One line per built-in policy, in the order help texts list them. */
+#define FERRY_CACHE_POLICIES(X) X(auto) X(lru) X(lfu) X(static)
+
+#define DECLARE_(name) extern const struct ferry__cache_policy_ops ferry__cache_policy_##name;
+FERRY_CACHE_POLICIES(DECLARE_)
+#undef DECLARE_
+
+static const struct ferry__cache_policy_ops *const builtin[] = {
+#define ENTRY_(name) &ferry__cache_policy_##name,
+    FERRY_CACHE_POLICIES(ENTRY_)
+#undef ENTRY_
+};
+
+size_t ferry__cache_policy_count(void) { return sizeof builtin / sizeof builtin[0]; }
+
+const struct ferry__cache_policy_ops *ferry__cache_policy_at(size_t i) {
+  return i < ferry__cache_policy_count() ? builtin[i] : NULL;
+}
+
+const struct ferry__cache_policy_ops *ferry__cache_policy_find(const char *name) {
+  for (size_t i = 0; name && i < ferry__cache_policy_count(); i++)
+    if (!strcmp(builtin[i]->name, name)) return builtin[i];
+  return NULL;
+}
+
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry__cache_policy_ops *policy,
+                               int32_t n_slots, int32_t per_layer, int32_t n_layers, int32_t n_experts,
+                               const int64_t *popularity) {
   memset(c, 0, sizeof *c);
   c->policy = policy;
   c->n_slots = n_slots;
   c->n_layers = n_layers;
   c->n_experts = n_experts;
+  c->per_layer = per_layer > 0 ? per_layer : 0;
   size_t units = (size_t)n_layers * (size_t)n_experts;
   size_t slots = n_slots > 0 ? (size_t)n_slots : 1;
   c->slot_of = ferry__calloc(units ? units : 1, sizeof *c->slot_of);
-  c->use_count = ferry__calloc(units ? units : 1, sizeof *c->use_count);
-  c->slot_layer = ferry__calloc(slots, sizeof *c->slot_layer);
-  c->slot_expert = ferry__calloc(slots, sizeof *c->slot_expert);
-  c->slot_stamp = ferry__calloc(slots, sizeof *c->slot_stamp);
+  c->slot_unit = ferry__calloc(slots, sizeof *c->slot_unit);
   c->slot_protected = ferry__calloc(slots, 1);
-  if (!c->slot_of || !c->use_count || !c->slot_layer || !c->slot_expert || !c->slot_stamp || !c->slot_protected) {
+  c->mask = ferry__calloc(slots, 1);
+  const struct ferry__cache_geometry g = {(int32_t)slots, n_layers, n_experts, popularity};
+  ferry_status st = FERRY_ERR_NOMEM;
+  if (!c->slot_of || !c->slot_unit || !c->slot_protected || !c->mask ||
+      (st = policy->create(&c->policy_state, &g)) != FERRY_OK) {
     ferry__cache_free(c);
-    return FERRY_ERR_NOMEM;
+    return st;
   }
   for (size_t i = 0; i < units; i++) c->slot_of[i] = -1;
-  for (size_t s = 0; s < slots; s++) c->slot_layer[s] = c->slot_expert[s] = -1;
+  for (size_t s = 0; s < slots; s++) c->slot_unit[s] = -1;
   return FERRY_OK;
 }
 
 void ferry__cache_free(struct ferry_expert_cache *c) {
+  if (c->policy && c->policy_state) c->policy->free(c->policy_state);
   ferry_free(c->slot_of);
-  ferry_free(c->use_count);
-  ferry_free(c->slot_layer);
-  ferry_free(c->slot_expert);
-  ferry_free(c->slot_stamp);
+  ferry_free(c->slot_unit);
   ferry_free(c->slot_protected);
+  ferry_free(c->mask);
   memset(c, 0, sizeof *c);
 }
 
@@ -45,41 +73,38 @@ int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, i
 }
 
 void ferry__cache_touch(struct ferry_expert_cache *c, int32_t slot) {
-  c->slot_stamp[slot] = ++c->clock;
-  size_t u = (size_t)c->slot_layer[slot] * (size_t)c->n_experts + (size_t)c->slot_expert[slot];
-  c->use_count[u]++;
+  c->policy->touch(c->policy_state, slot, c->slot_unit[slot]);
 }
 
 int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t expert, int32_t *evicted_layer,
                             int32_t *evicted_expert) {
-  int32_t victim = -1;
-  for (int32_t s = 0; s < c->n_slots && victim < 0; s++)
-    if (c->slot_layer[s] < 0) victim = s;
-  if (victim < 0) {
-    for (int32_t s = 0; s < c->n_slots; s++) {
-      if (c->slot_protected[s]) continue;
-      if (victim < 0) {
-        victim = s;
-        continue;
-      }
-      if (c->policy == FERRY_CACHE_LFU) {
-        uint64_t us = c->use_count[(size_t)c->slot_layer[s] * (size_t)c->n_experts + (size_t)c->slot_expert[s]];
-        uint64_t uv =
-            c->use_count[(size_t)c->slot_layer[victim] * (size_t)c->n_experts + (size_t)c->slot_expert[victim]];
-        if (us < uv || (us == uv && c->slot_stamp[s] < c->slot_stamp[victim])) victim = s;
-      } else if (c->slot_stamp[s] < c->slot_stamp[victim]) {
-        victim = s;
-      }
-    }
+  /* per-layer geometry: layer l's own slots only (a layer without any has none) */
+  int32_t lo = 0, hi = c->n_slots;
+  if (c->per_layer) {
+    lo = layer * c->per_layer;
+    hi = lo + c->per_layer < c->n_slots ? lo + c->per_layer : c->n_slots;
   }
-  if (victim < 0) return -1;
-  *evicted_layer = c->slot_layer[victim];
-  *evicted_expert = c->slot_expert[victim];
-  if (*evicted_layer >= 0)
-    c->slot_of[(size_t)*evicted_layer * (size_t)c->n_experts + (size_t)*evicted_expert] = -1;
-  c->slot_layer[victim] = layer;
-  c->slot_expert[victim] = expert;
-  c->slot_of[(size_t)layer * (size_t)c->n_experts + (size_t)expert] = victim;
+  int32_t victim = -1;
+  for (int32_t s = lo; s < hi && victim < 0; s++)
+    if (c->slot_unit[s] < 0) victim = s;
+  if (victim < 0 && lo < hi) {
+    const uint8_t *prot = c->slot_protected;
+    if (c->per_layer) { /* the policy sees the other layers' slots as protected */
+      memset(c->mask, 1, (size_t)c->n_slots);
+      memcpy(c->mask + lo, c->slot_protected + lo, (size_t)(hi - lo));
+      prot = c->mask;
+    }
+    victim = c->policy->victim(c->policy_state, c->slot_unit, prot, c->n_slots);
+    if (victim >= 0 && (victim < lo || victim >= hi)) victim = -1;
+  }
+  if (victim < 0 || c->slot_protected[victim]) return -1;
+  const int32_t old = c->slot_unit[victim];
+  *evicted_layer = old >= 0 ? old / c->n_experts : -1;
+  *evicted_expert = old >= 0 ? old % c->n_experts : -1;
+  if (old >= 0) c->slot_of[old] = -1;
+  const int32_t unit = layer * c->n_experts + expert;
+  c->slot_unit[victim] = unit;
+  c->slot_of[unit] = victim;
   return victim;
 }
 
@@ -87,4 +112,8 @@ void ferry__cache_protect(struct ferry_expert_cache *c, int32_t slot, int on) { 
 
 void ferry__cache_unprotect_all(struct ferry_expert_cache *c) {
   memset(c->slot_protected, 0, c->n_slots > 0 ? (size_t)c->n_slots : 1);
+}
+
+int32_t ferry__cache_preload(struct ferry_expert_cache *c, int32_t *units, int32_t max) {
+  return c->policy->preload ? c->policy->preload(c->policy_state, units, max) : 0;
 }

@@ -36,6 +36,8 @@ struct ferry_plan_config {
   int home_disk;                /* keep streamed units on disk (no host copies) */
   uint64_t device_budget_bytes; /* 0 = unlimited: everything pinned */
   uint64_t host_budget_bytes;   /* 0 = unlimited */
+  int blocks_on_cpu;            /* streamed blocks are computed on the CPU where they live: no
+                                   device slots for them */
   int32_t max_expert_slots;     /* at most this many expert-cache slots (0 = as many as fit): memory
                                    pressure shrinks the cache */
 };
@@ -76,22 +78,55 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
                               struct ferry_plan *out, char *msg, size_t msg_len);
 void ferry__plan_free(struct ferry_plan *plan);
 
-/* ---- expert cache: fixed slots, LRU or LFU eviction ---- */
-enum ferry_cache_policy { FERRY_CACHE_LRU, FERRY_CACHE_LFU };
+/* ---- expert cache: fixed slots, a placement policy (cache_*.c) choosing victims ---- */
 
-struct ferry_expert_cache {
-  enum ferry_cache_policy policy;
+/* What a policy is created for: the cache's slots, its units (layer * n_experts + expert), and
+ * optionally how often each unit is routed (a routing trace's counts; NULL when unknown). */
+struct ferry__cache_geometry {
   int32_t n_slots, n_layers, n_experts;
-  int32_t *slot_of;        /* [layer * n_experts + expert] -> slot or -1 */
-  int32_t *slot_layer, *slot_expert; /* slot -> contents, -1 when empty */
-  uint64_t *slot_stamp;    /* last use (LRU) */
-  uint64_t *use_count;     /* [layer * n_experts + expert] uses (LFU) */
-  uint8_t *slot_protected;
-  uint64_t clock;
+  const int64_t *popularity; /* n_layers x n_experts, borrowed for create() */
 };
 
-ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_policy policy, int32_t n_slots,
-                               int32_t n_layers, int32_t n_experts);
+/* An expert-cache placement policy: a const op table, one file each (cache_lru.c, cache_lfu.c,
+ * cache_static.c, cache_auto.c), listed in cache.c. The cache finds empty slots and keeps who
+ * holds what; the policy keeps its own history and names victims. Pure: no I/O, no clock, ties
+ * broken the same way every time. (Issue 17's registry of cache policies takes these tables;
+ * `victim` there has the same arguments, `preload` is optional.) */
+struct ferry__cache_policy_ops {
+  const char *name;        /* --expert-cache NAME */
+  const char *description; /* one line for help texts */
+  ferry_status (*create)(void **state, const struct ferry__cache_geometry *g);
+  void (*free)(void *state);
+  /* a use of the unit a slot holds: a hit, or the first use after its fill */
+  void (*touch)(void *state, int32_t slot, int32_t unit);
+  /* the slot to evict: slot_unit[s] >= 0 and !is_protected[s], or -1 when none; called only when
+   * every slot is occupied */
+  int32_t (*victim)(void *state, const int32_t *slot_unit, const uint8_t *is_protected, int32_t n_slots);
+  /* optional: units to place before serving (pinned hot experts), best first; returns how many */
+  int32_t (*preload)(void *state, int32_t *units, int32_t max);
+};
+
+/* The built-in policies, and lookup by name (NULL when unknown). */
+const struct ferry__cache_policy_ops *ferry__cache_policy_find(const char *name);
+size_t ferry__cache_policy_count(void);
+const struct ferry__cache_policy_ops *ferry__cache_policy_at(size_t i);
+
+struct ferry_expert_cache {
+  const struct ferry__cache_policy_ops *policy;
+  void *policy_state;
+  int32_t n_slots, n_layers, n_experts;
+  int32_t per_layer;       /* K > 0: layer l owns slots [l K, (l + 1) K) (mixtral-offloading) */
+  int32_t *slot_of;        /* [layer * n_experts + expert] -> slot or -1 */
+  int32_t *slot_unit;      /* slot -> unit, -1 when empty */
+  uint8_t *slot_protected;
+  uint8_t *mask;           /* scratch: protected, or another layer's slot (per_layer) */
+};
+
+/* A cache of n_slots under `policy`; per_layer > 0 splits it into per_layer slots per layer.
+ * FERRY_ERR_NOMEM or the policy's error. */
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry__cache_policy_ops *policy,
+                               int32_t n_slots, int32_t per_layer, int32_t n_layers, int32_t n_experts,
+                               const int64_t *popularity);
 void ferry__cache_free(struct ferry_expert_cache *c);
 /* Slot holding (layer, expert), or -1. */
 int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, int32_t expert);
@@ -104,5 +139,18 @@ int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t
                             int32_t *evicted_expert);
 void ferry__cache_protect(struct ferry_expert_cache *c, int32_t slot, int on);
 void ferry__cache_unprotect_all(struct ferry_expert_cache *c);
+/* Units the policy places before serving (best first), at most max; 0 without a preload. */
+int32_t ferry__cache_preload(struct ferry_expert_cache *c, int32_t *units, int32_t max);
+
+/* ---- hybrid placement: Fiddler's rule ---- */
+/* Throughputs per second; 0 = unknown (that side is not chosen). */
+struct ferry_place_rates {
+  double cpu_flops, cpu_bytes, dev_flops, dev_bytes, link_bytes;
+};
+/* 1 when running `flops` of math over a weight of `weight_bytes` in host memory is faster on the
+ * CPU (max of its math and its reading of the weight) than copying the weight to the device and
+ * running there (copy, then the larger of the device's math and reading); 0 otherwise, and when
+ * the CPU's rates are unknown. */
+int ferry__place_on_cpu(const struct ferry_place_rates *r, double weight_bytes, double flops);
 
 #endif

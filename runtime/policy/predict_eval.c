@@ -206,8 +206,8 @@ ferry_status ferry_predict_eval(ferry_predictor *p, const struct ferry_predict_e
   ferry_status rc = FERRY_ERR_NOMEM;
   int cache_ok = 0;
   if (!none) {
-    if (ferry__cache_init(&st.cache, cfg->lfu ? FERRY_CACHE_LFU : FERRY_CACHE_LRU, cfg->cache_slots, st.L, st.E) !=
-        FERRY_OK)
+    if (ferry__cache_init(&st.cache, ferry__cache_policy_find(cfg->lfu ? "lfu" : "lru"), cfg->cache_slots, 0, st.L,
+                          st.E, NULL) != FERRY_OK)
       return ferry__fail(FERRY_ERR_NOMEM, "predictor eval: out of memory for the cache");
     cache_ok = 1;
   }
