@@ -43,6 +43,7 @@ int cmd_sim(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_model_gen(int argc, char **argv);
 int cmd_model_quantize(int argc, char **argv);
+int cmd_model_kv_error(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_db(int argc, char **argv);

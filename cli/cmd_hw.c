@@ -131,6 +131,14 @@ static int hw_show(const char *name) {
     printf("host: %s\n", p->host.name);
     show_f("host.dram_gbps", p->host.dram_gbps, "GB/s");
     show_f("host.cpu_gflops", p->host.cpu_gflops, "GFLOP/s");
+    if (p->host.cores) {
+      printf("  %-28s %d\n", "host.cores", p->host.cores);
+      show_f("host.core_gflops.fp32", p->host.core_gflops.fp32, "GFLOP/s");
+      show_f("host.core_gflops.fp16", p->host.core_gflops.fp16, "GFLOP/s");
+      show_f("host.core_gflops.bf16", p->host.core_gflops.bf16, "GFLOP/s");
+      show_f("host.core_gflops.int8", p->host.core_gflops.int8, "GOP/s");
+    }
+    printf("  %-28s %lld ns\n", "host.cpu_op_ns", (long long)p->host.cpu_op_ns);
     if (p->host.memory_bytes)
       show_bytes("host.memory_bytes", p->host.memory_bytes);
     else

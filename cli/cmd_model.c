@@ -26,6 +26,7 @@ static const struct subcommand subcommands[] = {
     {"list", model_list, "", "the catalogue of presets, one line each"},
     {"gen", cmd_model_gen, "--preset P --out DIR", "write a synthetic model (config.json + safetensors)"},
     {"quantize", cmd_model_quantize, "--format F IN OUT", "pack a model's weights (int8, int4, nf4, ...) and report errors"},
+    {"kv-error", cmd_model_kv_error, "DIR [--kv-dtype F,..]", "the logits error of quantized KV-cache formats (fp8, int8, int4)"},
     {"manifest", cmd_model_manifest, "DIR [--check]", "write (or check) DIR/manifest.sha256, which a hot reload verifies"},
 };
 #define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
@@ -58,7 +59,7 @@ int cmd_model(int argc, char **argv) {
   }
   for (size_t i = 0; i < N_SUBCOMMANDS; i++)
     if (!strcmp(sub, subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
-  return cli_usage_error("model", "unknown subcommand '%s' (expected show, list, gen, quantize or manifest)", sub);
+  return cli_usage_error("model", "unknown subcommand '%s' (expected show, list, gen, quantize, kv-error or manifest)", sub);
 }
 
 /* ---- formatting ------------------------------------------------------------------------- */

@@ -53,7 +53,7 @@ static int parse_timeline_run(const char *arg, struct ferry_report_options *o) {
 static void print_summary(const struct ferry_report_summary *sum, const char *out_dir) {
   printf("ferry: report of %zu runs (%zu complete, %zu failed) in %s: %zu plots, %zu tables; sections:", sum->runs,
          sum->complete, sum->failed, out_dir, sum->plots, sum->tables);
-  for (unsigned bit = 1; bit <= FERRY_REPORT_PLAN; bit <<= 1)
+  for (unsigned bit = 1; bit <= FERRY_REPORT_STRATEGIES; bit <<= 1)
     if (sum->sections & bit) printf(" %s", ferry_report_section_name((enum ferry_report_section)bit));
   printf("\n");
   if (sum->sim_real_flagged)

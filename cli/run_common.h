@@ -19,6 +19,9 @@ struct run_args {
 #undef RUN_ARGS_FIELD_
   unsigned char given[RUN_OPT_COUNT]; /* 1 for each option given on the command line */
   char time_window_text[64];          /* --time-window in its canonical spelling */
+  char offload_compute_text[64];      /* --offload-compute in its canonical spelling */
+  char expert_cache_text[32];         /* --expert-cache per-layer:K in its canonical spelling */
+  int compute_experts_given;          /* --offload-compute named the experts (plain or experts=) */
   /* what the options imply for the library (run_parse fills them) */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;

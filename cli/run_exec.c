@@ -7,6 +7,8 @@
 #include "cli/cli.h"
 #include "cli/run_exec.h"
 #include "cli/run_routing_meta.h"
+#include "sim/cpu_cost.h"
+#include "sim/gpu_cost.h"
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -29,7 +31,11 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
                                              const ferry_store *store) {
   if (!mc->n_experts && RUN_GIVEN(a, expert_cache))
     return ferry__fail(FERRY_ERR_INVALID, "--expert-cache needs a Mixture-of-Experts model (%s is dense)", a->model);
-  if (mc->n_experts && RUN_GIVEN(a, fill_budget))
+  if (!mc->n_experts && RUN_GIVEN(a, expert_granularity))
+    return ferry__fail(FERRY_ERR_INVALID, "--expert-granularity needs a Mixture-of-Experts model (%s is dense)", a->model);
+  if (!mc->n_experts && a->compute_experts_given && a->ec.compute_experts != FERRY_COMPUTE_GPU)
+    return ferry__fail(FERRY_ERR_INVALID, "--offload-compute experts=...: %s is dense (no experts)", a->model);
+  if (mc->n_experts && !a->ec.expert_granularity_layer && RUN_GIVEN(a, fill_budget))
     return ferry__fail(FERRY_ERR_INVALID,
                        "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
                        a->model);
@@ -60,6 +66,11 @@ static ferry_status open_inputs(struct run_ctx *c) {
   if (dir && (!a->sim || has_weights(a->model)) && (st = ferry_store_open(&c->store, a->model)) != FERRY_OK) return st;
   if (c->store && a->verify_reads) ferry_store_set_verify(c->store, 1);
   if ((st = refuse_ignored_for_model(a, c->mc, c->store)) != FERRY_OK) return st;
+  /* --offload-compute cpu on a dense model: its only class is layers */
+  if (!c->mc->n_experts) a->ec.compute_experts = FERRY_COMPUTE_GPU;
+  /* a layer's experts in its block: its expert cache and predictor do not exist */
+  if (a->ec.expert_granularity_layer && a->ec.compute_experts != FERRY_COMPUTE_GPU && !a->compute_experts_given)
+    a->ec.compute_experts = FERRY_COMPUTE_GPU;
   /* a plan sizes the KV cache from the requests, as the run would: load them when given */
   if (a->plan_only && !a->trace && !a->synthetic) {
     if (a->ec.max_seq_tokens <= 0)
@@ -109,7 +120,7 @@ static ferry_status refuse_ignored_when_resident(const struct run_args *a, int a
   if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
   static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
                                           "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
-                                          NULL};
+                                          "offload-compute", "expert-granularity", NULL};
   const char *o = NULL;
   for (size_t i = 0; streaming[i] && !o; i++)
     if (run_given(a, streaming[i])) o = streaming[i];
@@ -170,9 +181,33 @@ static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
                  FERRY_HW_FIT_R2_MIN);
 }
 
-/* The executor by its registry name: --backend, or sim (with the --hw profile). */
+/* The figures --offload-compute auto compares, from the profile's cost models: what a GEMM of
+ * 1e12 flops and a read of 1e12 bytes take on its GPU and on its CPU, and its link's rate. */
+static void profile_rates(const struct ferry_hw_profile *p, enum ferry_dtype dtype, struct ferry_compute_rates *r) {
+  const double big = 1e12;
+  const struct ferry__gpu_work math = {.op = FERRY_HW_OP_GEMM, .math = dtype, .flops = big};
+  const struct ferry__gpu_work mem = {.op = FERRY_HW_OP_GEMV, .math = dtype, .bytes = big};
+  int64_t ns;
+  memset(r, 0, sizeof *r);
+  if ((ns = ferry__gpu_work_ns(p, &math)) > 0) r->device_flops = big / ((double)ns * 1e-9);
+  if ((ns = ferry__gpu_work_ns(p, &mem)) > 0) r->device_bytes = big / ((double)ns * 1e-9);
+  if ((ns = ferry__cpu_work_ns(p, &math)) > 0) r->cpu_flops = big / ((double)ns * 1e-9);
+  if ((ns = ferry__cpu_work_ns(p, &mem)) > 0) r->cpu_bytes = big / ((double)ns * 1e-9);
+  if (p->has_link) r->link_bytes = p->link.h2d_gbps * 1e9;
+}
+
+/* A real run has no profile: its device computes as fast as its CPU as far as the rule knows
+ * (true of the host executor, whose device is this CPU), so --offload-compute auto computes on
+ * the CPU, never paying for a copy. */
+static void same_rates(struct ferry_compute_rates *r) {
+  r->cpu_flops = r->device_flops = 1e12;
+  r->cpu_bytes = r->device_bytes = r->link_bytes = 1e10;
+}
+
+/* The executor by its registry name: --backend, or sim (with the --hw profile); the rates
+ * --offload-compute auto weighs, from the profile or (a real run) alike. */
 static ferry_status create_executor(struct run_ctx *c) {
-  const struct run_args *a = c->a;
+  struct run_args *a = c->a;
   struct ferry_exec_params xp = {.config = {.device_budget_bytes = a->ec.device_budget_bytes,
                                             .host_budget_bytes = a->ec.host_budget_bytes,
                                             .lock_host_memory = strcmp(a->host_memory, "pageable") != 0,
@@ -185,6 +220,8 @@ static ferry_status create_executor(struct run_ctx *c) {
   xp.hw = hw;
   if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, &c->ex);
   if (st == FERRY_OK && hw) weak_fits(ferry_hw_get(hw), c->fit_warning, sizeof c->fit_warning);
+  if (hw) profile_rates(ferry_hw_get(hw), c->mc->dtype, &a->ec.rates);
+  else same_rates(&a->ec.rates);
   /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
   if (st == FERRY_OK && hw && a->progress && ferry_hw_gpu_count(ferry_hw_get(hw)) > 1)
     fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (ferry plan counts the others as replicas)\n",
@@ -248,6 +285,7 @@ static ferry_status serve(struct run_ctx *c) {
     run_routing_meta(c->db, c->run_id, "replayed", a->routing, c->replayed);
     run_routing_meta(c->db, c->run_id, "predictor", a->predictor_routing, c->pred_trace);
     run_prefetch_meta(c->db, c->run_id, &sum);
+    run_kv_meta(c->db, c->run_id, &sum);
   }
   if ((st = run_close_dump(c, 1)) != FERRY_OK) return st;
   return run_finish_routing(c);

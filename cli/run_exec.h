@@ -39,6 +39,7 @@ struct run_ctx {
   ferry_routing *recorded;   /* --record-routing */
   ferry_routing *replayed;   /* --routing */
   ferry_routing *pred_trace; /* --predictor-routing */
+  int64_t *popularity;       /* its counts, for --expert-cache static */
   ferry_routing_synth *synth;
   ferry_routing_replay *replay;
   ferry_prefetcher *prefetcher;

@@ -64,9 +64,81 @@ static int check_home(struct run_args *a, const char *value) {
 }
 
 /* Eviction policies from their registry (ferry/cache_policy.h). */
+/* A registered policy by name, or per-layer:K (K slots per layer, lru in each unless a policy
+ * is named as well: the last given wins). */
 static int check_expert_cache(struct run_args *a, const char *value) {
+  if (!strncmp(value, "per-layer:", 10)) {
+    int64_t k;
+    if (cli_parse_int("--expert-cache per-layer:K", value + 10, 1, 1 << 20, &k)) return CLI_USAGE;
+    a->ec.expert_cache_per_layer = (int32_t)k;
+    snprintf(a->expert_cache_text, sizeof a->expert_cache_text, "per-layer:%d", (int)k);
+    a->expert_cache = a->expert_cache_text; /* the configuration holds it as parsed */
+    return 0;
+  }
   const struct ferry_cache_policy_ops *p;
-  if (ferry_cache_policy_lookup(value, &p) != FERRY_OK) return cli_usage_error(a->cmd, "--expert-cache: %s", ferry_last_error());
+  if (ferry_cache_policy_lookup(value, &p) != FERRY_OK)
+    return cli_usage_error(a->cmd, "--expert-cache: %s (or per-layer:K)", ferry_last_error());
+  a->ec.expert_cache_per_layer = 0;
+  return 0;
+}
+
+static int check_expert_granularity(struct run_args *a, const char *value) {
+  return expect_one_of(a, "expert-granularity", value, (const char *const[]){"expert", "layer", NULL});
+}
+
+static int check_kv_home(struct run_args *a, const char *value) {
+  return expect_one_of(a, "kv-home", value, (const char *const[]){"device", "host", NULL});
+}
+
+static int check_kv_preempt(struct run_args *a, const char *value) {
+  return expect_one_of(a, "kv-preempt", value, (const char *const[]){"recompute", "swap", NULL});
+}
+
+static int compute_where(const char *v, enum ferry_compute_where *out) {
+  if (!strcmp(v, "gpu")) *out = FERRY_COMPUTE_GPU;
+  else if (!strcmp(v, "cpu")) *out = FERRY_COMPUTE_CPU;
+  else if (!strcmp(v, "auto")) *out = FERRY_COMPUTE_AUTO;
+  else return -1;
+  return 0;
+}
+
+static const char *where_name(enum ferry_compute_where w) {
+  return w == FERRY_COMPUTE_CPU ? "cpu" : w == FERRY_COMPUTE_AUTO ? "auto" : "gpu";
+}
+
+/* --offload-compute gpu|cpu|auto, or per class: experts=X,layers=Y (each class at most once);
+ * the configuration holds the canonical experts=X,layers=Y. */
+static int check_offload_compute(struct run_args *a, const char *spec) {
+  char buf[64];
+  if (strlen(spec) >= sizeof buf) return cli_usage_error(a->cmd, "--offload-compute: '%s' is too long", spec);
+  snprintf(buf, sizeof buf, "%s", spec);
+  struct ferry_engine_config *ec = &a->ec;
+  int seen_e = 0, seen_l = 0;
+  if (compute_where(buf, &ec->compute_experts) == 0) {
+    ec->compute_layers = ec->compute_experts;
+    a->compute_experts_given = 0; /* for every class the model has */
+  } else {
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      char *eq = strchr(tok, '=');
+      enum ferry_compute_where w;
+      if (!eq || compute_where(eq + 1, &w))
+        return cli_usage_error(a->cmd, "--offload-compute: expected gpu, cpu, auto or CLASS=gpu|cpu|auto (classes: "
+                                       "experts, layers), got '%s'", tok);
+      *eq = '\0';
+      if (!strcmp(tok, "experts") && !seen_e) {
+        ec->compute_experts = w;
+        a->compute_experts_given = seen_e = 1;
+      } else if (!strcmp(tok, "layers") && !seen_l) {
+        ec->compute_layers = w;
+        seen_l = 1;
+      } else {
+        return cli_usage_error(a->cmd, "--offload-compute: '%s' is not a class given once (experts, layers)", tok);
+      }
+    }
+  }
+  snprintf(a->offload_compute_text, sizeof a->offload_compute_text, "experts=%s,layers=%s",
+           where_name(ec->compute_experts), where_name(ec->compute_layers));
+  a->offload_compute = a->offload_compute_text;
   return 0;
 }
 
@@ -236,7 +308,8 @@ static const char *backend_help(void) {
 /* --expert-cache's help: the registered eviction policies. */
 static const char *cache_help(void) {
   static char text[1024];
-  size_t n = (size_t)snprintf(text, sizeof text, "expert cache eviction:");
+  size_t n = (size_t)snprintf(text, sizeof text, "expert placement (default auto), or per-layer:K (K slots per\nlayer, "
+                                                 "lru in each):");
   for (size_t i = 0; i < ferry_cache_policy_registry_count() && n < sizeof text; i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "\n  %s: %s", ferry_cache_policy_registry_at(i)->name,
                           ferry_cache_policy_registry_at(i)->description);
@@ -383,12 +456,18 @@ static int refuse_ignored(const struct run_args *a) {
   const char *p = a->predictor;
   if (a->predictor_model && !(needs & FERRY_PREDICT_NEEDS_WEIGHTS))
     return cli_usage_error(cmd, "--predictor-model is read by --predictor mlp3 or mlp7 only (predictors of weights)");
-  if (a->predictor_routing) {
+  /* --expert-cache static pins the experts a routing trace routes most (with a predictor that
+   * reads no trace, or none) */
+  const int static_cache = !strcmp(a->expert_cache, "static");
+  const unsigned any_trace = FERRY_PREDICT_USES_POPULARITY | FERRY_PREDICT_NEEDS_FUTURE | FERRY_PREDICT_NEEDS_LOOKAHEAD |
+                             FERRY_PREDICT_NEEDS_FEATURES;
+  if (a->predictor_routing && !(static_cache && !(needs & any_trace))) {
     const unsigned reads_trace = FERRY_PREDICT_USES_POPULARITY | FERRY_PREDICT_NEEDS_FUTURE |
                                  (sim ? FERRY_PREDICT_NEEDS_LOOKAHEAD | FERRY_PREDICT_NEEDS_FEATURES : 0);
     const unsigned activations = FERRY_PREDICT_NEEDS_LOOKAHEAD | FERRY_PREDICT_NEEDS_FEATURES;
     if (!(needs & reads_trace) && !(!sim && (needs & activations)))
-      return cli_usage_error(cmd, "--predictor-routing is read by --predictor frequency, oracle%s only",
+      return cli_usage_error(cmd, "--predictor-routing is read by --expert-cache static and --predictor frequency, "
+                                  "oracle%s only",
                              sim ? ", gate-lookahead, mlp3 and mlp7" : "");
     if (!sim && (needs & activations) && !(needs & (FERRY_PREDICT_USES_POPULARITY | FERRY_PREDICT_NEEDS_FUTURE)))
       return cli_usage_error(cmd, "--predictor-routing: a real run's %s predictor reads its own activations, not a trace", p);
@@ -416,7 +495,14 @@ static void apply(struct run_args *a) {
   ec->resident_all = !strcmp(a->resident, "all");
   ec->fill_budget = a->fill_budget;
   ec->home_disk = !strcmp(a->home, "disk");
-  ec->expert_cache_policy = a->expert_cache;
+  /* per-layer:K names no policy (lru in each layer, the engine's choice) */
+  ec->expert_cache = ec->expert_cache_per_layer ? NULL : a->expert_cache;
+  ec->expert_granularity_layer = !strcmp(a->expert_granularity, "layer");
+  ec->kv_home_host = !strcmp(a->kv_home, "host");
+  ec->kv_block_tokens = (int32_t)a->kv_block_tokens;
+  ec->kv_preempt_swap = !strcmp(a->kv_preempt, "swap");
+  ec->kv_pool_bytes = a->kv_pool;
+  ec->gpu_batches = (int32_t)a->gpu_batches;
   ec->device_budget_bytes = a->device_budget;
   ec->host_budget_bytes = a->host_budget;
   ec->max_batch = (int32_t)a->max_batch;

@@ -81,16 +81,43 @@
     check_host_memory,                                                                                               \
     "pinned (default: page-locked host tier, the link's full rate) or pageable\n(ordinary memory: copies staged by " \
     "the driver, at the profile's pageable\nrate)", "")                                                                  \
-  X(expert_cache, "expert-cache", TEXT, "NAME", BOTH_M, SEC_POLICY, CFG_ALWAYS, "expert_cache", "lru", 0, 0,         \
+  X(expert_cache, "expert-cache", TEXT, "P", BOTH_M, SEC_POLICY, CFG_ALWAYS, "expert_cache", "auto", 0, 0,           \
     check_expert_cache, NULL, "")                                                                                    \
+  X(expert_granularity, "expert-granularity", TEXT, "G", BOTH_M, SEC_POLICY, CFG_GIVEN, "expert_granularity",        \
+    "expert", 0, 0, check_expert_granularity,                                                                      \
+    "expert (default: each expert through the expert cache) or layer (a\nlayer's experts stream with it, all "     \
+    "together, as Accelerate and ZeRO-3 do)", "")                                                                    \
+  X(offload_compute, "offload-compute", TEXT, "SPEC", BOTH_M, SEC_POLICY, CFG_GIVEN, "offload_compute", NULL, 0, 0,  \
+    check_offload_compute,                                                                                         \
+    "where what is not on the device is computed: gpu (fetch it, default),\ncpu (on the host's CPU from host "     \
+    "memory; only activations cross the\nlink) or auto (per op, fetch when copy + device time < CPU time); one\n"  \
+    "for all, or per class: experts=cpu,layers=gpu", "")                                                           \
   X(max_batch, "max-batch", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_batch", 8, 1, 4096, NULL,                 \
     "concurrent sequences (default 8)", "")                                                                          \
+  X(gpu_batches, "gpu-batches", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "gpu_batches", 1, 1, 1024, NULL,           \
+    "FlexGen's block schedule: N batches of --max-batch sequences go through\neach loaded layer before it is "      \
+    "evicted (default 1)", "")                                                                                       \
   X(max_step_tokens, "max-step-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_step_tokens", 256, 1,         \
     1 << 20, NULL, "tokens per step, decode + prefill chunks (default 256)", "")                                     \
   X(max_seq_tokens, "max-seq-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_seq_tokens", 0, 2, 1 << 24,     \
     NULL, "KV capacity per sequence (default: longest request; at most the model's\nmaximum position)", "")         \
-  X(kv_dtype, "kv-dtype", TEXT, "fp16|bf16|fp32", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_dtype", NULL, 0, 0,             \
-    check_kv_dtype, "KV-cache element type (default: the model's dtype, as 'ferry model\nshow' prints)", "")         \
+  X(kv_dtype, "kv-dtype", TEXT, "F", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_dtype", NULL, 0, 0,             \
+    check_kv_dtype,                                                                                                \
+    "KV-cache format: fp32, fp16, bf16, or fp8, int8, int4 with a scale per\n32 (default: the model's dtype, as "   \
+    "'ferry model show' prints; 'ferry\nmodel kv-error' reports what a format does to the logits)", "")            \
+  X(kv_home, "kv-home", TEXT, "device|host", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_home", "device", 0, 0, check_kv_home, \
+    "where the KV cache lives; host: attention runs on the CPU over it", "")                                       \
+  X(kv_block_tokens, "kv-block-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_block_tokens", 0, 1, 65536,     \
+    NULL,                                                                                                          \
+    "a paged KV cache: blocks of N tokens given to sequences as they grow;\nadmission by free blocks, the latest "  \
+    "sequence preempted when they run\nout; --max-seq-tokens then reserves nothing", "")                          \
+  X(kv_preempt, "kv-preempt", TEXT, "M", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_preempt", "recompute", 0, 0,             \
+    check_kv_preempt,                                                                                              \
+    "recompute (default: a preempted sequence prefills its tokens again) or\nswap (its blocks copied to host "      \
+    "memory, within the host budget, and\nback when it is readmitted)", "")                                        \
+  X(kv_pool, "kv-pool", SIZE, "SIZE", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_pool", 0, 0, 0, NULL,                       \
+    "the paged cache's device bytes (default: a --max-batch x --max-seq-tokens\nreservation's worth when it fits, " \
+    "else one sequence's; plus what a\nresident model leaves of the budget)", "")                                  \
   /* --- the executor of `ferry run` --- */                                                                         \
   X(executor, "backend", TEXT, "NAME", RUN_M, SEC_EXECUTOR, CFG_ALWAYS, "executor", "host", 0, 0, check_backend,     \
     NULL, " (the simulator is 'ferry sim')")                                                                          \

@@ -141,8 +141,21 @@ ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_su
     struct ferry_step_row r = {.step = sm[i].step, .start_ns = base + sm[i].start_ns, .end_ns = base + sm[i].end_ns,
                                .batch = sm[i].batch, .tokens = sm[i].tokens, .bytes_disk = sm[i].bytes_disk,
                                .bytes_h2d = sm[i].bytes_h2d, .bytes_d2h = sm[i].bytes_d2h, .hits = sm[i].hits,
-                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns, .kv_tokens = sm[i].kv_tokens};
+                               .misses = sm[i].misses, .stall_ns = sm[i].stall_ns, .kv_tokens = sm[i].kv_tokens,
+                               .compute_busy_ns = sm[i].compute_busy_ns, .cpu_busy_ns = sm[i].cpu_busy_ns,
+                               .bytes_blocks = sm[i].bytes_blocks, .bytes_experts = sm[i].bytes_experts,
+                               .bytes_act = sm[i].bytes_act, .evictions = sm[i].evictions,
+                               .cpu_experts = sm[i].cpu_experts, .kv_blocks = sm[i].kv_blocks};
     st = ferry_db_add_step(c->db, c->run_id, &r);
+  }
+  /* the expert cache and weight traffic per layer (layers with none are left out) */
+  const struct ferry_layer_metrics *lm = ferry_engine_layer_metrics(c->eng, &n);
+  for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
+    const struct ferry_layer_metrics *l = &lm[i];
+    if (!l->hits && !l->misses && !l->evictions && !l->prefetches && !l->cpu_experts && !l->bytes_h2d) continue;
+    const struct ferry_layer_row r = {.layer = l->layer, .hits = l->hits, .misses = l->misses, .evictions = l->evictions,
+                                      .prefetches = l->prefetches, .cpu_experts = l->cpu_experts, .bytes_h2d = l->bytes_h2d};
+    st = ferry_db_add_layer_stats(c->db, c->run_id, &r);
   }
   if (st == FERRY_OK) st = ferry_db_flush(c->db);
   if (st == FERRY_OK) meta_u64(c, "KV_CAPACITY_TOKENS", (uint64_t)sum->kv_capacity_tokens);

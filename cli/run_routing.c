@@ -6,6 +6,7 @@
 
 #include "cli/run_exec.h"
 #include "cli/run_routing_meta.h"
+#include "common/alloc.h"
 #include "common/error.h"
 
 /* Requests of the run that a replayed routing trace has no decisions for: all of them means the
@@ -86,6 +87,13 @@ ferry_status run_setup_predictor(struct run_ctx *c) {
        (st = ferry_routing_check_shape(c->pred_trace, (int32_t)mc->n_layers, (int32_t)mc->n_experts,
                                        (int32_t)mc->experts_per_token, a->predictor_routing)) != FERRY_OK))
     return st;
+  /* the static placement pins the experts the trace routes most */
+  if (c->pred_trace && a->ec.expert_cache && !strcmp(a->ec.expert_cache, "static")) {
+    c->popularity = ferry__calloc((size_t)(mc->n_layers * mc->n_experts), sizeof *c->popularity);
+    if (!c->popularity) return ferry__fail(FERRY_ERR_NOMEM, "out of memory for the routing counts");
+    if ((st = ferry_routing_counts(c->pred_trace, (int32_t)mc->n_experts, c->popularity)) != FERRY_OK) return st;
+    a->ec.expert_popularity = c->popularity;
+  }
   const int32_t recorded_features = a->ec.token_features;
   const struct ferry_prefetcher_config pc = {.predictor = a->predictor,
                                              .weights = a->predictor_model,
@@ -123,6 +131,7 @@ ferry_status run_finish_routing(struct run_ctx *c) {
 void run_free_routing(struct run_ctx *c) {
   ferry_prefetcher_free(c->prefetcher);
   ferry_routing_free(c->pred_trace);
+  ferry_free(c->popularity);
   ferry_routing_replay_free(c->replay);
   ferry_routing_free(c->replayed);
   ferry_routing_synth_free(c->synth);

@@ -59,6 +59,13 @@ static cJSON *summary_json(const struct ferry_serve_summary *s, int index, int64
   cJSON_AddNumberToObject(o, "prefetches_used", (double)s->prefetches_used);
   cJSON_AddNumberToObject(o, "kv_capacity_tokens", (double)s->kv_capacity_tokens);
   cJSON_AddNumberToObject(o, "kv_peak_tokens", (double)s->kv_peak_tokens);
+  if (s->kv_pool_blocks) { /* a paged cache */
+    cJSON *kv = cJSON_AddObjectToObject(o, "kv_paged");
+    cJSON_AddNumberToObject(kv, "pool_blocks", (double)s->kv_pool_blocks);
+    cJSON_AddNumberToObject(kv, "preemptions", (double)s->preemptions);
+    cJSON_AddNumberToObject(kv, "swaps", (double)s->swaps);
+    cJSON_AddNumberToObject(kv, "swap_bytes", (double)s->swap_bytes);
+  }
   cJSON_AddNumberToObject(o, "stall_s", (double)s->stall_ns * 1e-9);
   cJSON_AddNumberToObject(o, "load_s", (double)s->load_ns * 1e-9);
   return o;

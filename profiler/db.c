@@ -623,6 +623,29 @@ ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_q
   return st;
 }
 
+ferry_status ferry_db_add_layer_stats(ferry_db *db, int64_t run_id, const struct ferry_layer_row *r) {
+  ferry_status st = check_writable(db, "ferry_db_add_layer_stats");
+  if (st != FERRY_OK) return st;
+  if (!r) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_add_layer_stats: NULL row");
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *ins = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "INSERT INTO layer_stats(runId, layer, hits, misses, evictions, prefetches, cpu_experts,"
+                              " bytes_h2d) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                              -1, &ins, NULL);
+  if (rc == SQLITE_OK) {
+    const int64_t v[7] = {r->layer, r->hits, r->misses, r->evictions, r->prefetches, r->cpu_experts,
+                          (int64_t)(r->bytes_h2d > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->bytes_h2d)};
+    sqlite3_bind_int64(ins, 1, run_id);
+    for (int i = 0; i < 7; i++) sqlite3_bind_int64(ins, 2 + i, v[i]);
+    rc = sqlite3_step(ins);
+  }
+  sqlite3_finalize(ins);
+  if (rc != SQLITE_DONE) st = ferry__db_sqlite_error(db->sql, rc, db->path, "writing layer statistics", &db->err);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
 /* Append under batch_mu; flush when the batch is full. */
 #define ADD_ROW(db, vec, type, fill)                                                    \
   do {                                                                                  \

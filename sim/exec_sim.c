@@ -15,6 +15,7 @@
 #include "ferry/sim.h"
 #include "ferry/store.h"
 #include "runtime/exec/exec_impl.h"
+#include "sim/cpu_cost.h"
 #include "sim/des.h"
 #include "sim/gpu_cost.h"
 #include "sim/resource.h"
@@ -100,8 +101,8 @@ static const struct ferry_exec_backend sim_backend;
 static struct sim_exec *state(struct ferry_exec *ex) { return ex->backend_state; }
 
 static const char *role_name(enum ferry_queue_role r) {
-  static const char *names[] = {"compute", "h2d", "d2h", "disk"};
-  return (unsigned)r < 4 ? names[r] : "?";
+  static const char *names[] = {"compute", "h2d", "d2h", "disk", "cpu"};
+  return (unsigned)r < 5 ? names[r] : "?";
 }
 
 /* ---- running ops ----------------------------------------------------------------------------- */
@@ -456,11 +457,35 @@ static ferry_status route_read(struct sim_exec *s, struct sim_op *so, const stru
   return cache_insert(s, op);
 }
 
+/* A kernel on a CPU queue: the profile's CPU (cores, per-core peaks, DDR bandwidth). Fitted
+ * costs describe the device's kernels, so they do not apply here. */
+static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_op *so, const struct ferry_kernel *k) {
+  const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
+  if (k->kind == FERRY_K_DEQUANTIZE) {
+    note_packed(s, k);
+  } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_EMBED) {
+    packed[0] = packed_at(s, k->w);
+    if (k->kind == FERRY_K_EXPERT) packed[1] = packed_at(s, k->aux[0]), packed[2] = packed_at(s, k->aux[1]);
+  }
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(k, packed, &w);
+  so->folded = w.folded;
+  const int64_t ns = ferry__cpu_work_ns(&s->hw, &w);
+  if (ns < 0)
+    return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
+                          "sim executor: hardware profile %s cannot time kernel %s on the CPU: it lacks the host's "
+                          "CPU figures (host.cores with host.core_gflops, or host.cpu_gflops) or host.dram_gbps",
+                          s->hw.name, k->name);
+  so->duration_ns = ns;
+  return FERRY_OK;
+}
+
 /* Work out an op's resource and duration at enqueue time. */
-static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
+static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op, int cpu) {
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
       const struct ferry_kernel *k = &op->u.kernel;
+      if (cpu) return prepare_cpu_kernel(s, so, k);
       double flops;
       uint64_t bytes;
       ferry_kernel_cost(k, &flops, &bytes);
@@ -563,8 +588,11 @@ static int64_t issue_ns(const struct sim_exec *s, const struct sim_op *so, const
   switch (op->kind) {
     case FERRY_OP_KERNEL:
       if (so->folded) return 0;
-      /* the rows a step samples: the sampler and output processing work per row */
-      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS ? op->u.kernel.m * s->rt.row_ns : 0);
+      /* the rows a step samples (the gather of the logits rows, of no layer): the sampler and
+       * output processing work per row */
+      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0
+                                    ? op->u.kernel.m * s->rt.row_ns
+                                    : 0);
     case FERRY_OP_COPY:
     case FERRY_OP_READ: return s->rt.copy_ns;
     default: return 0;
@@ -603,7 +631,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   so->folded = 0;
   so->res = NULL;
   so->flow_bytes = 0;
-  if ((st = prepare(s, so, op)) != FERRY_OK) return st;
+  if ((st = prepare(s, so, op, ex->queues[queue].role == FERRY_QUEUE_CPU)) != FERRY_OK) return st;
   /* the runtime issues it first (the queue's ring slot is not taken yet: running the clock
    * forward may complete ops of this queue, never add any) */
   const int64_t issue = issue_ns(s, so, op);

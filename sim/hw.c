@@ -67,6 +67,12 @@ static const struct field fields[] = {
     {"host.name", T_STR, C_NONE, S_HOST, S(host.name)},
     {"host.dram_gbps", T_F64, C_POS, S_HOST, P(host.dram_gbps), 0},
     {"host.cpu_gflops", T_F64, C_POS, S_HOST, P(host.cpu_gflops), 0},
+    {"host.cores", T_I32, C_POS, S_HOST, P(host.cores), 0},
+    {"host.core_gflops.fp32", T_F64, C_POS, S_HOST, P(host.core_gflops.fp32), 0},
+    {"host.core_gflops.fp16", T_F64, C_POS, S_HOST, P(host.core_gflops.fp16), 0},
+    {"host.core_gflops.bf16", T_F64, C_POS, S_HOST, P(host.core_gflops.bf16), 0},
+    {"host.core_gflops.int8", T_F64, C_POS, S_HOST, P(host.core_gflops.int8), 0},
+    {"host.cpu_op_ns", T_I64, C_NONNEG, S_HOST, P(host.cpu_op_ns), 0},
     {"host.memory_bytes", T_U64, C_POS, S_HOST, P(host.memory_bytes), 0},
     {"host.submit_ns", T_I64, C_NONNEG, S_HOST, P(host.submit_ns), 0},
     {"host.sync_ns", T_I64, C_NONNEG, S_HOST, P(host.sync_ns), 0},
@@ -141,7 +147,7 @@ static const struct {
     {"gpu.launch_overhead_ns", 5000},   {"gpu.efficiency.gemm", 0.7},
     {"gpu.efficiency.gemv", 0.8},       {"gpu.efficiency.attention", 0.5},
     {"gpu.efficiency.elementwise", 0.8}, {"gpu.efficiency.dequantize", 0.6},
-    {"disk.queue_depth", 1},
+    {"disk.queue_depth", 1},            {"host.cpu_op_ns", 5000},
 };
 
 static int field_index(const char *path) {

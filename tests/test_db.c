@@ -198,12 +198,12 @@ static void test_one_complete_run_per_sweep_combination(void **state) {
   ferry_db_close(db);
 }
 
-/* Version 6 to 7 rebuilds runs without its CHECK of three kinds: every row and column survives,
+/* Version 7 to 8 rebuilds runs without its CHECK of three kinds: every row and column survives,
  * the indexes are back, and a run of any registered executor can be written. */
 static void test_migration_free_kind(void **state) {
   struct fixture *f = *state;
   sqlite3 *s = raw_open(f->path);
-  assert_int_equal(ferry__db_migrate(s, f->path, 6, NULL), FERRY_OK);
+  assert_int_equal(ferry__db_migrate(s, f->path, 7, NULL), FERRY_OK);
   assert_int_equal(sqlite3_exec(s,
                                 "INSERT INTO runs(id, kind, started_at, finished_at, complete, model, config_hash, "
                                 "dropped_records, sweep_key, repeat_group, repeat_index, source_sha256) "
@@ -214,7 +214,7 @@ static void test_migration_free_kind(void **state) {
                                 NULL, NULL, NULL),
                    SQLITE_OK);
   assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind, started_at) VALUES('recorder', 'x')", NULL, NULL, NULL),
-                       SQLITE_OK); /* version 6 knows three kinds */
+                       SQLITE_OK); /* version 7 knows three kinds */
   sqlite3_close(s);
   ferry_db *db = open_rw(f->path);
   s = ferry__db_sqlite(db);
@@ -229,7 +229,7 @@ static void test_migration_free_kind(void **state) {
   assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name IN ('runs_config_hash', 'runs_sweep_complete', "
                          "'runs_repeat_group', 'runs_source')"),
                    4);
-  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_v7'"), 0);
+  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_v8'"), 0);
   struct ferry_run_info info = {.executor = "recorder", .model = "m"};
   int64_t id;
   assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
@@ -363,7 +363,7 @@ static void test_activity_mapping(void **state) {
   ferry_db_activity_sink(db, &a);
   struct ferry_request_row rq = {1, 0, 100, 900, 16, 8};
   assert_int_equal(ferry_db_add_request(db, run, &rq), FERRY_OK);
-  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0};
+  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(ferry_db_add_step(db, run, &sr), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, FERRY_TIER_DEVICE, 1 << 30), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, (enum ferry_tier)7, 1), FERRY_ERR_INVALID);
@@ -677,7 +677,7 @@ static int64_t make_run(ferry_db *db, double scale, uint64_t peak_device) {
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
   }
   for (int i = 0; i < 10; i++) {
-    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0};
+    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(ferry_db_add_step(db, run, &st), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, i * 1000, FERRY_TIER_DEVICE, peak_device / 10 * (uint64_t)(i + 1)),
                      FERRY_OK);

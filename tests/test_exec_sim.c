@@ -383,6 +383,7 @@ static void test_runtime_host_costs(void **state) {
   struct ferry_kernel rows;
   memset(&rows, 0, sizeof rows);
   rows.kind = FERRY_K_GATHER_ROWS;
+  rows.layer = -1; /* the head's gather, of no layer (a layer's gathers of expert rows sample nothing) */
   rows.m = 4;
   static const int32_t row_ids[4] = {0, 1, 2, 3};
   rows.ints = row_ids;

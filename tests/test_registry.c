@@ -157,8 +157,8 @@ struct mru {
 };
 static uint64_t mru_victims;
 
-static ferry_status mru_create(void **state, int32_t n_slots, int32_t n_units) {
-  struct mru *m = ferry__calloc(1, sizeof *m + (size_t)n_slots * sizeof m->stamp[0]);
+static ferry_status mru_create(void **state, const struct ferry_cache_geometry *g) {
+  struct mru *m = ferry__calloc(1, sizeof *m + (size_t)g->n_slots * sizeof m->stamp[0]);
   *state = m;
   return m ? FERRY_OK : FERRY_ERR_NOMEM;
 }

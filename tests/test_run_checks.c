@@ -181,7 +181,20 @@ static void test_kv_dtype(void **state) {
          "KV cache         4.00 GiB (8 sequences x 4096 tokens, bf16)");
   expect("sim --model mixtral-8x7b --hw h100-pcie --plan-only --max-seq-tokens 4096 --kv-dtype fp32", 0,
          "KV cache         8.00 GiB (8 sequences x 4096 tokens, fp32)");
-  expect(SIM "--synthetic n=2 --kv-dtype fp8", 2, "unknown KV-cache format 'fp8' (expected fp32, fp16, bf16");
+  expect("sim --model mixtral-8x7b --hw h100-pcie --plan-only --max-seq-tokens 4096 --kv-dtype int4", 0,
+         "KV cache         1.12 GiB (8 sequences x 4096 tokens, int4)");
+  expect(SIM "--synthetic n=2 --kv-dtype fp4", 2,
+         "unknown KV-cache format 'fp4' (expected fp32, fp16, bf16, fp8, int8, int4");
+  expect(SIM "--synthetic n=2 --kv-home cpu", 2, "--kv-home: expected 'device' or 'host', got 'cpu'");
+  expect(SIM "--synthetic n=2 --offload-compute experts=cpu", 1, "--offload-compute experts=...: tiny-dense is dense");
+  expect(SIM "--synthetic n=2 --offload-compute layers=fast", 2,
+         "--offload-compute: expected gpu, cpu, auto or CLASS=gpu|cpu|auto");
+  /* swap preemption is for a paged cache; its host copy is in the plan */
+  expect(SIM "--synthetic n=2 --kv-preempt swap", 1, "swap preemption (--kv-preempt swap) is for a paged cache");
+  expect(SIM "--synthetic n=2 --kv-block-tokens 16 --kv-preempt evict", 2,
+         "--kv-preempt: expected 'recompute' or 'swap', got 'evict'");
+  expect(SIM "--plan-only --max-seq-tokens 256 --kv-block-tokens 16 --kv-pool 2560KiB --kv-preempt swap", 0,
+         "KV swap          2.50 MiB (40 of the pool's 40 blocks"); /* tiny-dense: 64 KiB a block */
 }
 
 /* A routing trace for tiny-moe-shaped replay: requests `req`, 2 tokens, `layers` layers, k ids
@@ -269,7 +282,7 @@ static void test_ignored_options_refused(void **state) {
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor-model p.safetensors", syn);
   expect(args, 2, "--predictor-model is read by --predictor mlp3 or mlp7 only");
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor lru --predictor-routing r.jsonl", syn);
-  expect(args, 2, "--predictor-routing is read by --predictor frequency, oracle, gate-lookahead, mlp3 and mlp7 only");
+  expect(args, 2, "--predictor-routing is read by --expert-cache static and --predictor frequency, oracle, gate-lookahead, mlp3 and mlp7 only");
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor oracle --predictor-routing r.jsonl", syn);
   expect(args, 2, "in 'ferry sim' the oracle knows the routing being simulated");
   snprintf(args, sizeof args, "run --model '%s' %s --backend cuda --threads 2", dense, syn);

@@ -1,9 +1,10 @@
 /**
  * @file cache_policy.h
  * @brief Expert-cache policies: which resident expert a full cache evicts. Each policy is a
- *        const op table listed in one registry (`lru`, `lfu`; a test's or a plugin's added
- *        with ferry_cache_policy_register()); the engine (`--expert-cache NAME`), the simulator
- *        and `ferry predictor eval` take it by name.
+ *        const op table in its own file listed in one registry (`auto`, `lru`, `lfu`, `static`;
+ *        a test's or a plugin's added with ferry_cache_policy_register()); the engine
+ *        (`--expert-cache NAME`, also inside `per-layer:K`), the simulator and
+ *        `ferry predictor eval` take it by name.
  *
  * A cache has a fixed number of slots; a unit is one (layer, expert) pair, numbered
  * layer * n_experts + expert. The cache itself finds empty slots, keeps which unit each slot
@@ -28,14 +29,23 @@ extern "C" {
 /** Version of struct ferry_cache_policy_ops this build reads. */
 #define FERRY_CACHE_POLICY_VERSION 1
 
+/** What a policy is created for. */
+struct ferry_cache_geometry {
+  int32_t n_slots;           /**< the cache's slots */
+  int32_t n_layers;          /**< layers: units are layer * n_experts + expert */
+  int32_t n_experts;         /**< experts per layer */
+  const int64_t *popularity; /**< optional: how often each unit is routed (a routing trace's
+                                  counts, n_layers x n_experts), borrowed during create(); NULL
+                                  when unknown */
+};
+
 /** An eviction policy (static const, one per file; ferry_cache_policy_register() for others). */
 struct ferry_cache_policy_ops {
   int version;             /**< FERRY_CACHE_POLICY_VERSION */
   const char *name;        /**< registry name: 1-15 of a-z, 0-9, '-' */
   const char *description; /**< one line for help texts */
-  /** The policy's state for a cache of n_slots slots over n_units units (owned by the cache,
-   *  released with free()). */
-  ferry_status (*create)(void **state, int32_t n_slots, int32_t n_units);
+  /** The policy's state for a cache of @p g (owned by the cache, released with free()). */
+  ferry_status (*create)(void **state, const struct ferry_cache_geometry *g);
   /** Release the state. */
   void (*free)(void *state);
   /** A use of the unit held by a slot: a hit, or the first use after it was filled. */
@@ -43,6 +53,9 @@ struct ferry_cache_policy_ops {
   /** The slot to evict: one whose slot_unit[] is >= 0 and is_protected[] is 0, or -1 when there
    *  is none. Called only when every slot is occupied. */
   int32_t (*victim)(void *state, const int32_t *slot_unit, const uint8_t *is_protected, int32_t n_slots);
+  /** Optional (NULL): units to place before serving (pinned hot experts), best first; writes at
+   *  most @p max into @p units and returns how many. */
+  int32_t (*preload)(void *state, int32_t *units, int32_t max);
 };
 
 /** @brief Number of registered policies. */

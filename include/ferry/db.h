@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 7
+#define FERRY_DB_SCHEMA_VERSION 8
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -102,6 +102,25 @@ struct ferry_step_row {
   int64_t misses;     /**< weight-cache misses */
   int64_t stall_ns;   /**< time compute waited for weights */
   int64_t kv_tokens;  /**< tokens in the KV cache at the end of the step (0: not recorded) */
+  int64_t compute_busy_ns; /**< time the device's compute queue ran kernels */
+  int64_t cpu_busy_ns;     /**< time the CPU queue ran kernels (hybrid runs) */
+  uint64_t bytes_blocks;   /**< host-to-device bytes of streamed layer blocks */
+  uint64_t bytes_experts;  /**< host-to-device bytes of routed experts */
+  uint64_t bytes_act;      /**< activations between the device and the CPU (in bytes_h2d and bytes_d2h) */
+  int64_t evictions;       /**< expert-cache evictions */
+  int64_t cpu_experts;     /**< routed experts computed on the CPU */
+  int64_t kv_blocks;       /**< KV-cache blocks in use at the end of the step (paged cache) */
+};
+
+/** One layer's expert-cache activity and weight traffic over a run (layer_stats table). */
+struct ferry_layer_row {
+  int64_t layer;       /**< layer */
+  int64_t hits;        /**< expert-cache hits */
+  int64_t misses;      /**< demand fetches */
+  int64_t evictions;   /**< experts of the layer evicted */
+  int64_t prefetches;  /**< experts fetched on a prediction */
+  int64_t cpu_experts; /**< experts computed on the CPU */
+  uint64_t bytes_h2d;  /**< the layer's weight bytes copied host to device */
 };
 
 /** A run as listed by ferry_db_list_runs() and ferry_db_get_run(); strings owned by the array. */
@@ -354,6 +373,16 @@ FERRY_API ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const 
  * @return FERRY_OK or an error.
  */
 FERRY_API ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_step_row *row);
+
+/**
+ * @brief Write one layer's expert-cache activity and weight traffic of a run (at once, not
+ *        batched: one row per layer at the end of a run).
+ * @param db handle.
+ * @param run_id the run.
+ * @param row the layer's counts.
+ * @return FERRY_OK or an error (FERRY_ERR_INVALID for a NULL row).
+ */
+FERRY_API ferry_status ferry_db_add_layer_stats(ferry_db *db, int64_t run_id, const struct ferry_layer_row *row);
 
 /**
  * @brief Add a memory sample (written with the next batch).

@@ -86,6 +86,26 @@ struct ferry_expert_predict_request {
 typedef int32_t (*ferry_expert_predict_fn)(void *user, const struct ferry_expert_predict_request *rq, int32_t *out_ids,
                                            int32_t max);
 
+/** Where work whose weights are not on the device runs (`--offload-compute`). */
+enum ferry_compute_where {
+  FERRY_COMPUTE_GPU = 0, /**< fetch the weights to the device and compute there (default) */
+  FERRY_COMPUTE_CPU,     /**< compute on the host's CPU where the weights live (host memory); only
+                              activations cross the link (Fiddler, ktransformers, llama.cpp's
+                              CPU layers) */
+  FERRY_COMPUTE_AUTO     /**< per op, Fiddler's rule: fetch when transfer + device time is less
+                              than the CPU's time, from the rates in the configuration */
+};
+
+/** Throughputs the FERRY_COMPUTE_AUTO rule compares, per second (0: that side is never chosen
+ *  for lack of a figure). `ferry sim` takes them from the hardware profile. */
+struct ferry_compute_rates {
+  double cpu_flops;    /**< the CPU's math, flop/s */
+  double cpu_bytes;    /**< the CPU's reading of weights from host memory, bytes/s */
+  double device_flops; /**< the device's math, flop/s */
+  double device_bytes; /**< the device's memory, bytes/s */
+  double link_bytes;   /**< host -> device copies, bytes/s */
+};
+
 /**
  * @brief Memory-pressure control (ferry_engine_config::pressure).
  *
@@ -126,16 +146,23 @@ struct ferry_engine_config {
   int32_t pin_last;              /**< last layers kept resident */
   int resident_attention;        /**< keep all attention resident, stream only FFN / experts */
   int resident_all;              /**< keep everything resident (reference runs) */
-  int fill_budget;               /**< dense models: pin whole layers, from the last, with the device
-                                      budget left after the working set (MoE models give it to the
+  int fill_budget;               /**< dense models (and MoE models whose experts move with their
+                                      layers): pin whole layers, from the last, with the device budget
+                                      left after the working set (other MoE models give it to the
                                       expert cache either way); `ferry run`/`sim` set it when they
                                       choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
-  int expert_cache_lfu;          /**< LFU instead of LRU eviction in the expert cache (when
-                                      expert_cache_policy is NULL) */
-  const char *expert_cache_policy; /**< the expert cache's eviction policy by registry name
-                                      (ferry/cache_policy.h: "lru", "lfu", ...); NULL: lru, or lfu
-                                      with expert_cache_lfu. Borrowed during ferry_engine_create() */
+  int expert_cache_lfu;          /**< legacy: LFU eviction (the same as expert_cache "lfu") */
+  const char *expert_cache;      /**< expert placement policy (`--expert-cache`): "auto" (the default,
+                                      frequency with ageing: scan-resistant), "lru", "lfu" or "static"
+                                      (the most routed experts pinned); NULL: "auto" (or "lfu" with
+                                      expert_cache_lfu). Borrowed; must outlive the engine */
+  int32_t expert_cache_per_layer; /**< K > 0: K cache slots per layer, each layer evicting only its
+                                      own (mixtral-offloading), under the policy above (lru when
+                                      none is named) */
+  const int64_t *expert_popularity; /**< optional: how often each (layer, expert) is routed, layer
+                                      major (a routing trace's counts, `--predictor-routing`): the
+                                      static policy pins the most routed before serving. Copied */
   uint64_t device_budget_bytes;  /**< device budget (0 = unlimited: everything resident) */
   uint64_t host_budget_bytes;    /**< host budget (0 = unlimited) */
   int32_t max_batch;             /**< concurrent sequences (KV-cache slots); default 8 */
@@ -146,8 +173,9 @@ struct ferry_engine_config {
   unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
   uint64_t seed;                 /**< token ids */
   int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
-  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values; FERRY_KV_AUTO (0,
-                                      the default): the model's own dtype (ferry_model_kv_format()) */
+  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values (fp32, fp16, bf16, or
+                                      fp8 / int8 / int4 with group scales); FERRY_KV_AUTO (0, the
+                                      default): the model's own dtype (ferry_model_kv_format()) */
   ferry_logits_fn on_logits;     /**< optional logits callback */
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data; required for MoE models there */
@@ -172,6 +200,41 @@ struct ferry_engine_config {
                                       (ferry_store_scan_nonfinite()) */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */
   void *on_routing_user;         /**< passed to on_routing */
+  enum ferry_compute_where compute_experts; /**< routed experts that are not on the device (a
+                                      cache miss): fetched (GPU), computed on the CPU from host
+                                      memory, or by the rule (AUTO); they must live in host memory */
+  enum ferry_compute_where compute_layers; /**< streamed layers (blocks): fetched, or computed on
+                                      the CPU from host memory with their KV cache there (llama.cpp's
+                                      layers left on the CPU), or per step by the rule */
+  struct ferry_compute_rates rates; /**< the AUTO rule's figures */
+  int32_t kv_block_tokens;       /**< a paged KV cache (vLLM): blocks of this many tokens from a pool,
+                                      given to sequences as they grow; a request is admitted when the
+                                      blocks for its prompt are free, and when a step needs more than
+                                      are left the most recently admitted sequence is preempted (its
+                                      blocks freed, its tokens prefilled again when readmitted);
+                                      max_seq_tokens then reserves nothing. 0: every sequence slot
+                                      reserves max_seq_tokens rows */
+  int kv_preempt_swap;           /**< paged: a preempted sequence's blocks are copied to host memory
+                                      and back into fresh blocks when it is readmitted, where it decodes
+                                      on, instead of its tokens being prefilled again. The host copy has
+                                      a slot per pool block, as many as the host budget leaves after the
+                                      plan; a sequence finding too few slots, or any sequence of a model
+                                      with windowed layers (per-slot rings), is recomputed */
+  uint64_t kv_pool_bytes;        /**< paged: the pool's bytes on the device; 0: as much as the
+                                      max_batch x max_seq_tokens reservation when the budget allows,
+                                      else one sequence of max_seq_tokens, and in either case what the
+                                      plan leaves of the device budget when every weight is resident */
+  int32_t gpu_batches;           /**< FlexGen's block schedule: this many micro-batches of max_batch
+                                      sequences (and max_step_tokens tokens) each go through a layer
+                                      while it is loaded, so its weights cross once per step for all
+                                      of them; the KV cache holds gpu_batches x max_batch sequences
+                                      (0 or 1: one batch) */
+  int expert_granularity_layer;  /**< a layer's routed experts move with its block, all together
+                                      (Accelerate, DeepSpeed ZeRO-3), instead of one by one through the
+                                      expert cache; only the routed ones are computed */
+  int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
+                                      device sends q, k and v and gets the result back: FlexGen,
+                                      ZeRO-Inference's KV offload); the device holds no cache */
   struct ferry_pressure_config pressure; /**< memory-pressure control (off by default) */
   const struct ferry_budget_change *budget_schedule; /**< budget changes (copied; any order) */
   int32_t n_budget_changes;      /**< entries in budget_schedule */
@@ -236,6 +299,26 @@ struct ferry_step_metrics {
   int64_t h2d_busy_ns;   /**< time the host-to-device queue spent copying */
   int64_t disk_busy_ns;  /**< time the disk queue spent reading */
   int64_t kv_tokens;     /**< tokens held in the KV cache at the end of the step (its sequences' positions) */
+  int64_t cpu_busy_ns;   /**< time the CPU queue spent running kernels (hybrid runs) */
+  uint64_t bytes_act;    /**< activations moved between the device and the CPU (hybrid runs; part
+                              of bytes_h2d and bytes_d2h) */
+  int32_t cpu_experts;   /**< routed experts computed on the CPU instead of fetched (neither hits
+                              nor misses) */
+  uint64_t bytes_blocks; /**< host-to-device bytes of streamed layer blocks */
+  uint64_t bytes_experts; /**< host-to-device bytes of routed experts (demand misses and prefetches) */
+  int32_t evictions;     /**< experts evicted from the expert cache */
+  int64_t kv_blocks;     /**< KV-cache blocks in use at the end of the step (paged cache; 0 otherwise) */
+};
+
+/** Expert-cache activity of one layer over a run (ferry_engine_layer_metrics()). */
+struct ferry_layer_metrics {
+  int32_t layer;         /**< the layer */
+  int64_t hits;          /**< routed experts found in the cache */
+  int64_t misses;        /**< routed experts fetched on demand */
+  int64_t evictions;     /**< experts of this layer evicted */
+  int64_t prefetches;    /**< experts of this layer fetched on a prediction */
+  int64_t cpu_experts;   /**< routed experts computed on the CPU */
+  uint64_t bytes_h2d;    /**< weights of this layer copied host to device (its block, its experts) */
 };
 
 /** Distribution summary of one latency metric, in ns. Percentiles interpolate linearly between
@@ -275,6 +358,11 @@ struct ferry_serve_summary {
   int64_t misses;             /**< expert-cache misses */
   int64_t prefetches;         /**< experts fetched ahead on a prediction */
   int64_t prefetches_used;    /**< of those, used before being evicted */
+  int64_t preemptions;        /**< sequences preempted out of a paged KV cache */
+  int64_t swaps;              /**< of those, swapped to host memory (the others recomputed) */
+  uint64_t swap_bytes;        /**< bytes of the swapped blocks copied device to host (as many come back;
+                                   both counted in bytes_d2h and bytes_h2d) */
+  int64_t kv_pool_blocks;     /**< blocks of a paged KV cache (0 without paging) */
   int64_t stall_ns;           /**< total compute stall */
   int64_t load_ns;            /**< time to load resident weights before serving */
   int64_t run_start_ns;       /**< executor time at which serving started (request and step
@@ -377,6 +465,10 @@ FERRY_API const struct ferry_request_metrics *ferry_engine_request_metrics(const
 
 /** @brief Per-step metrics of the last run; borrowed, valid until the next run. */
 FERRY_API const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
+
+/** @brief Per-layer expert-cache activity and weight traffic of the last run, one entry per
+ *         layer; borrowed, valid until the next run. */
+FERRY_API const struct ferry_layer_metrics *ferry_engine_layer_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Summary of the last run. */
 FERRY_API void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);

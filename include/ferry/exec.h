@@ -43,7 +43,13 @@ enum ferry_queue_role {
   FERRY_QUEUE_COMPUTE, /**< kernels */
   FERRY_QUEUE_H2D,     /**< host to device copies */
   FERRY_QUEUE_D2H,     /**< device to host copies */
-  FERRY_QUEUE_DISK     /**< disk reads into host memory */
+  FERRY_QUEUE_DISK,    /**< disk reads into host memory */
+  FERRY_QUEUE_CPU      /**< kernels on the host's CPU over host-tier buffers only (hybrid
+                            strategies: experts, layers or attention computed where their weights
+                            or KV cache live); events order it against the device's queues like
+                            any other queue. host: a worker thread running the host kernels; cuda:
+                            a CPU thread beside the GPU streams; sim: priced from the profile's
+                            CPU (host.cores, host.core_gflops, host.dram_gbps) */
 };
 
 /** Configuration common to every executor (copied at create time). */
@@ -172,6 +178,17 @@ struct ferry_kernel {
   float swiglu_limit;          /**< expert: clamped SwiGLU (gpt-oss) when > 0 */
   int scale_input;             /**< expert: each routed row is multiplied by its weight (aux[5],
                                     [m_tokens, top_k]) before the FFN (Llama 4) */
+  const int32_t *kv_blocks;    /**< attention, mla attention: a paged cache's block table, sequence
+                                    slot major (kv_blocks_per_seq entries per slot): position p of
+                                    slot s is row kv_blocks[s * kv_blocks_per_seq + p / kv_block_tokens]
+                                    * kv_block_tokens + p % kv_block_tokens of the layer's region
+                                    (NULL: slot s owns rows [s * kv_capacity, (s + 1) * kv_capacity)).
+                                    Borrowed like ints */
+  int64_t kv_block_tokens;     /**< attention: tokens per block of a paged cache */
+  int64_t kv_blocks_per_seq;   /**< attention: the block table's entries per slot */
+  int32_t kv_format;           /**< attention, mla attention: enum ferry_kv_format of a quantized
+                                    cache (codes and group scales per head chunk, ferry/model.h);
+                                    0: elements of aux[2].dtype */
 };
 
 /**

@@ -113,11 +113,26 @@ struct ferry_hw_link {
   int32_t copy_engines;     /**< concurrent transfers (DMA copy engines); 0 = unlimited */
 };
 
+/** Peak throughput of one CPU core per element type, GFLOP/s (GOP/s for int8); 0 = not given
+ *  (falls back to fp32). */
+struct ferry_hw_core_gflops {
+  double fp32; /**< FP32 SIMD FMA peak (e.g. AVX-512: 2 units x 16 lanes x 2 flops x GHz) */
+  double fp16; /**< FP16 SIMD peak (AVX512-FP16), used for fp16 weights */
+  double bf16; /**< BF16 dot-product peak (AVX512-BF16), used for bf16 weights */
+  double int8; /**< INT8 dot-product peak (AVX-512 VNNI / AVX2 maddubs), used for low-bit weights,
+                    which CPU kernels (llama.cpp, llamafile) multiply against int8 activations */
+};
+
 /** Host memory and CPU. */
 struct ferry_hw_host {
   char name[64];         /**< e.g. "DDR4-3200, 8 channels" */
   double dram_gbps;      /**< host memory bandwidth, GB/s */
-  double cpu_gflops;     /**< CPU throughput for the host executor's math, GFLOP/s */
+  double cpu_gflops;     /**< CPU throughput for the host executor's math, GFLOP/s; the whole CPU's
+                              fp32 peak for the simulator's CPU kernels when cores is not given */
+  int32_t cores;         /**< CPU cores that run CPU kernels (hybrid strategies); 0 = not given */
+  struct ferry_hw_core_gflops core_gflops; /**< peak per core per element type */
+  int64_t cpu_op_ns;     /**< fixed cost of one CPU kernel (a thread pool's wake-up and barrier);
+                              default 5000 */
   uint64_t memory_bytes; /**< host memory available for pinned weights */
   int64_t submit_ns;     /**< host time to issue one op (the engine's thread issues at a finite
                               rate); 0 = free */

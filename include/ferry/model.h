@@ -318,21 +318,28 @@ struct ferry_tensor_desc {
 };
 
 /**
- * @brief KV-cache formats, one row each: X(ENUM, name, element dtype). Append only. Today every
- *        format is a plain element type; a quantized one (fp8, int8 or int4 with per-head
- *        scales) adds a row here and its bytes per row in ferry_kv_format_row_bytes(), and the
- *        engine, the simulator's pricing and `ferry model show` follow.
+ * @brief KV-cache formats, one row each: X(ENUM, name, element dtype, bits per element, group).
+ *        Append only. A plain format (group 0) stores each element in its dtype; a quantized one
+ *        stores each row in chunks of a head's elements (MLA: the latent row), every group of
+ *        `group` elements as codes of `bits` bits and one fp16 scale (symmetric, absmax / the
+ *        code's largest value: 127 for int8, 7 for int4, 448 for fp8 e4m3), so a chunk holds
+ *        its codes then its scales and the head size must be a multiple of the group.
+ *        ferry_kv_format_row_bytes() sizes rows from this table; the engine, the host
+ *        executor's attention, the simulator's pricing and `ferry model show` follow.
  */
-#define FERRY_KV_FORMAT_MAP(X)      \
-  X(FP32, "fp32", FERRY_DTYPE_F32)  \
-  X(FP16, "fp16", FERRY_DTYPE_F16)  \
-  X(BF16, "bf16", FERRY_DTYPE_BF16)
+#define FERRY_KV_FORMAT_MAP(X)               \
+  X(FP32, "fp32", FERRY_DTYPE_F32, 32, 0)    \
+  X(FP16, "fp16", FERRY_DTYPE_F16, 16, 0)    \
+  X(BF16, "bf16", FERRY_DTYPE_BF16, 16, 0)   \
+  X(FP8, "fp8", FERRY_DTYPE_F8_E4M3, 8, 32)  \
+  X(INT8, "int8", FERRY_DTYPE_I8, 8, 32)     \
+  X(INT4, "int4", FERRY_DTYPE_U8, 4, 32)
 
 /** How the KV cache stores keys and values. */
 enum ferry_kv_format {
   FERRY_KV_AUTO = 0, /**< the model's own dtype: fp32 for fp32 (and fp64) models, bf16 for bf16
                           models, fp16 otherwise (ferry_model_kv_format()) */
-#define FERRY_KV_FORMAT_ENUM_(e, name, dtype) FERRY_KV_##e,
+#define FERRY_KV_FORMAT_ENUM_(e, name, dtype, bits, group) FERRY_KV_##e,
   FERRY_KV_FORMAT_MAP(FERRY_KV_FORMAT_ENUM_)
 #undef FERRY_KV_FORMAT_ENUM_
   FERRY_KV_FORMAT_COUNT /**< number of formats, not a format */
@@ -342,13 +349,17 @@ enum ferry_kv_format {
 FERRY_API const char *ferry_kv_format_name(enum ferry_kv_format format);
 
 /**
- * @brief Parse a KV format name: "fp32", "fp16", "bf16" (or "auto").
+ * @brief Parse a KV format name: "fp32", "fp16", "bf16", "fp8", "int8", "int4" (or "auto").
  * @return FERRY_OK, or FERRY_ERR_INVALID with a message listing the names.
  */
 FERRY_API ferry_status ferry_kv_format_parse(const char *text, enum ferry_kv_format *out);
 
-/** @brief The element dtype executors store a format's cache in (FERRY_DTYPE_F32 for AUTO). */
+/** @brief The element dtype executors store a format's cache in (FERRY_DTYPE_F32 for AUTO; the
+ *         codes' type for a quantized format). */
 FERRY_API enum ferry_dtype ferry_kv_format_dtype(enum ferry_kv_format format);
+
+/** @brief Elements per scale of a quantized format; 0 for a plain one (and AUTO). */
+FERRY_API int32_t ferry_kv_format_group(enum ferry_kv_format format);
 
 /** @brief Bytes of one cache row of @p elements keys (or values) in @p format (AUTO: 0). */
 FERRY_API uint64_t ferry_kv_format_row_bytes(enum ferry_kv_format format, uint64_t elements);

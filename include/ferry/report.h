@@ -46,7 +46,9 @@ enum ferry_report_section {
   FERRY_REPORT_ROUTING = 1 << 10,   /**< statistics of every routing trace the runs used or recorded */
   FERRY_REPORT_LATENCY = 1 << 11,   /**< latency distributions (CDF of TTFT, TPOT, e2e) per run */
   FERRY_REPORT_EVENTS = 1 << 12,    /**< engine events: memory pressure, reloads, I/O retries, device failures */
-  FERRY_REPORT_PLAN = 1 << 13       /**< `ferry plan`'s capacity per hardware profile, costs, Pareto front */
+  FERRY_REPORT_PLAN = 1 << 13,      /**< `ferry plan`'s capacity per hardware profile, costs, Pareto front */
+  FERRY_REPORT_STRATEGIES = 1 << 14 /**< offloading strategies side by side: TPOT, bytes moved by
+                                         class, hit rate, CPU work */
 };
 
 /** What to report on and where. Strings are borrowed for the duration of the call. */

@@ -120,6 +120,15 @@ FERRY_API int32_t ferry_routing_top_k(const ferry_routing *r);
 FERRY_API int32_t ferry_routing_n_features(const ferry_routing *r);
 /** @brief Number of requests. */
 FERRY_API size_t ferry_routing_n_requests(const ferry_routing *r);
+
+/**
+ * @brief How often each expert was chosen at each layer over the whole trace.
+ * @param r the trace.
+ * @param n_experts the model's experts per layer (a trace knows those it saw chosen: at most these).
+ * @param counts receives ferry_routing_n_layers(r) x n_experts counts, layer major (zeroed first).
+ * @return FERRY_OK; FERRY_ERR_INVALID when the trace saw more experts than n_experts.
+ */
+FERRY_API ferry_status ferry_routing_counts(const ferry_routing *r, int32_t n_experts, int64_t *counts);
 /** @brief Number of (request, token, layer) choices present. */
 FERRY_API int64_t ferry_routing_n_rows(const ferry_routing *r);
 

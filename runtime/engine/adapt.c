@@ -216,6 +216,8 @@ static ferry_status rebuild(struct ferry_engine *e, ferry_store *store, struct f
   if ((st = ferry__engine_alloc_streaming(e)) != FERRY_OK) return st;
   struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "load weights", (int32_t)e->n_steps, -1, -1);
   st = ferry__engine_load_resident(e, keep_pinned);
+  if (st == FERRY_OK) st = ferry__hybrid_load(e);
+  if (st == FERRY_OK) st = ferry__engine_preload_experts(e);
   ferry_exec_range_end(e->ex, &range);
   return st;
 }
@@ -409,6 +411,9 @@ static ferry_status check_store(struct ferry_engine *e, ferry_store *store, stru
   x->kv_dtype = e->kv_dtype;
   x->kv_capacity = e->kv_capacity;
   x->kv_total_bytes = e->kv_total_bytes;
+  x->hkv_bytes = e->hkv_bytes;
+  x->n_mb = e->n_mb;
+  x->n_seqs = e->n_seqs;
   x->li = e->li; /* per-layer tables: borrowed, never freed through x */
   x->rope = e->rope;
   x->kv = e->kv;

@@ -59,7 +59,8 @@ static const char *place(const ferry_model *model, ferry_store *store, struct fe
     c->resident_all = 1;
     return ": the model fits, everything resident";
   }
-  if (ferry_model_get_config(model)->n_experts == 0) {
+  /* experts moving with their layers (--expert-granularity layer) stream like a dense model's */
+  if (ferry_model_get_config(model)->n_experts == 0 || c->expert_granularity_layer) {
     c->fill_budget = 1;
     return ": the last layers fill what streaming leaves";
   }

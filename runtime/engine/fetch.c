@@ -83,6 +83,13 @@ static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf
   return st;
 }
 
+/* The weight traffic of a fill, by class and by layer (a block's counts to its first layer). */
+static void count_fill(struct ferry_engine *e, const struct unit *un, uint64_t bytes) {
+  if (un->kind == UNIT_EXPERT) e->step_bytes_experts += bytes;
+  else e->step_bytes_blocks += bytes;
+  if (e->layer_stats && un->layer >= 0) e->layer_stats[un->layer].bytes_h2d += bytes;
+}
+
 static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
   const struct unit *un = &e->units[u];
   ferry_status st = FERRY_OK;
@@ -94,6 +101,7 @@ static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry
                            ref(e->host_units_buf, un->host_offset + rg->unit_offset), rg->len);
       if (st) return exec_error(e, st);
       e->step_bytes_h2d += rg->len;
+      count_fill(e, un, rg->len);
     }
   } else {
     int32_t si = e->next_staging;
@@ -122,6 +130,7 @@ static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry
                            rg->len);
       if (st) return exec_error(e, st);
       e->step_bytes_h2d += rg->len;
+      count_fill(e, un, rg->len);
       pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
       pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
     }

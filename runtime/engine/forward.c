@@ -26,6 +26,8 @@ static struct ferry_kernel kernel(enum ferry_kernel_kind kind, const char *name,
   return k;
 }
 
+static ferry_status x_to(struct ferry_engine *e, int cpu);
+
 /* The weight (role, layer, expert) as a kernel reads it: the tensor where it lives, or, when it
  * is stored quantized, a DEQUANTIZE op into dequantization slot `slot` of the workspace first
  * (an op of its own, so every executor can time it and the simulator can cost it). */
@@ -46,7 +48,7 @@ static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, 
   k.m = (int64_t)loc->packed_bytes;
   k.qformat = (int32_t)loc->spec.format;
   k.qgroup = loc->spec.group_size;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   *out = ferry__ws(e, e->ws.dq[slot]);
   return FERRY_OK;
 }
@@ -63,7 +65,7 @@ static ferry_status matmul_w(struct ferry_engine *e, const char *name, int32_t l
   kk.n = n;
   kk.k = k;
   kk.accumulate = accumulate;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &kk));
+  TRY(ferry_exec_compute(e->ex, e->cq, &kk));
   return FERRY_OK;
 }
 
@@ -96,7 +98,7 @@ static ferry_status norm_ex(struct ferry_engine *e, const char *name, int32_t la
   k.eps = (float)e->mc->norm_eps;
   k.norm_kind = kind;
   k.accumulate = accumulate;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   return FERRY_OK;
 }
 
@@ -131,7 +133,7 @@ static ferry_status rope(struct ferry_engine *e, int32_t l, uint64_t x, int64_t 
     k.rope = rp;
     k.ints2 = e->tok_seqlen;
   }
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   return FERRY_OK;
 }
 
@@ -152,8 +154,16 @@ static int64_t context_tokens(const struct ferry_engine *e, int32_t l) {
 /* The attention op's cache and visibility fields for layer l. */
 static void attention_common(struct ferry_engine *e, int32_t l, struct ferry_kernel *k) {
   const struct kv_layer *kv = &e->kv[l];
-  k->aux[2] = (struct ferry_ref){e->kv_buf, kv->k_off, e->kv_dtype};
-  k->aux[3] = (struct ferry_ref){e->kv_buf, kv->v_off, e->kv_dtype};
+  ferry_buf *cache = kv->host ? e->hkv_buf : e->kv_buf;
+  k->aux[2] = (struct ferry_ref){cache, kv->k_off, e->kv_dtype};
+  k->aux[3] = (struct ferry_ref){cache, kv->v_off, e->kv_dtype};
+  if (e->kv_block && !kv->ring) { /* a paged layer: positions through the block table */
+    k->kv_blocks = e->kv_table;
+    k->kv_block_tokens = e->kv_block;
+    k->kv_blocks_per_seq = e->kv_blocks_per_seq;
+  }
+  /* a quantized cache says so; plain ones are their element type (every executor reads those) */
+  if (ferry_kv_format_group(e->kv_format) > 0) k->kv_format = (int32_t)e->kv_format;
   k->m = e->n_tok;
   k->ints = e->tok_pos;
   k->ints2 = e->tok_slot;
@@ -187,6 +197,16 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
       (st = rope(e, l, e->ws.q, NH, 0, 0, qk, mc->qk_nope_dim, mc->qk_rope_dim)) ||
       (st = rope(e, l, e->ws.k, 1, 0, 0, width, rank, mc->qk_rope_dim)))
     return st;
+  /* a latent cache in host memory (a streamed layer of a hybrid run, computed on the device this
+   * step): q and the new latent rows go down, the CPU attends with the layer's host copy of
+   * kv_b_proj, the result comes back */
+  const int remote = e->kv[l].host && !e->layer_on_cpu;
+  if (remote) {
+    const uint64_t off[2] = {e->ws.q, e->ws.k};
+    const uint64_t bytes[2] = {(uint64_t)(T * NH * qk) * 4, (uint64_t)(T * width) * 4};
+    if ((st = ferry__cross_down(e, off, bytes, 2))) return st;
+    ferry__side_cpu(e);
+  }
   struct ferry_kernel k = kernel(FERRY_K_MLA_ATTENTION, "mla_attention", l);
   if ((st = weight(e, FERRY_ROLE_MLA_KV_B, l, -1, 0, &k.w))) return st;
   attention_common(e, l, &k);
@@ -201,7 +221,12 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
   k.k = rank;
   k.n = mc->v_head_dim;
   k.scale = e->attn_scale;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  if (remote) {
+    ferry__side_device(e);
+    const uint64_t off = e->ws.attn, bytes = (uint64_t)(T * NH * mc->v_head_dim) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+  }
   return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, NH * mc->v_head_dim, FERRY_ROLE_ATTN_O, NOREF, 1);
 }
 
@@ -222,7 +247,7 @@ static ferry_status qkv(struct ferry_engine *e, int32_t l) {
     k.m = T;
     k.heads = mc->n_heads;
     k.head_dim = mc->head_dim;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
     return FERRY_OK;
   }
   if ((st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, qd, H, FERRY_ROLE_ATTN_Q, W(e, FERRY_ROLE_ATTN_Q_BIAS, l), 0)) ||
@@ -266,6 +291,15 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
          (st = norm_ex(e, "k_l2norm", l, e->ws.k, e->ws.k, T * KV, hd, 0, NOREF, NOREF, FERRY_NORMFN_RMS_PLAIN, 0))))
       return st;
   }
+  /* a KV cache in host memory (--kv-home host, or a streamed layer of a hybrid run computed on
+   * the device this step): q, k and v go down, the CPU attends, the result comes back */
+  const int remote = e->kv[l].host && !e->layer_on_cpu;
+  if (remote) {
+    const uint64_t off[3] = {e->ws.q, e->ws.k, e->ws.v};
+    const uint64_t bytes[3] = {(uint64_t)(T * qd) * 4, (uint64_t)(T * kvd) * 4, (uint64_t)(T * kvd) * 4};
+    if ((st = ferry__cross_down(e, off, bytes, 3))) return st;
+    ferry__side_cpu(e);
+  }
   struct ferry_kernel k = kernel(FERRY_K_ATTENTION, "attention", l);
   attention_common(e, l, &k);
   k.x = ferry__ws(e, e->ws.q);
@@ -284,7 +318,12 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
     k.temp_floor = (float)mc->attn_temp_floor;
     k.temp_scale = (float)mc->attn_temp_scale;
   }
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  if (remote) {
+    ferry__side_device(e);
+    const uint64_t off = e->ws.attn, bytes = (uint64_t)(T * qd) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+  }
   /* residual: x += o_proj(attn); Gemma normalises the output first */
   if (mc->sandwich_norms)
     return (st = matmul(e, "attn.o", l, e->ws.attn, e->ws.h, T, H, qd, FERRY_ROLE_ATTN_O, W(e, FERRY_ROLE_ATTN_O_BIAS, l), 0))
@@ -310,7 +349,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
     k.m = T;
     k.n = I;
     k.fn = mc->act == FERRY_ACT_GEGLU ? FERRY_FN_GELU_TANH_MUL : FERRY_FN_SILU_MUL;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
   } else {
     if ((st = matmul(e, "mlp.fc1", l, in, e->ws.g, T, I, H, FERRY_ROLE_FFN_UP, W(e, FERRY_ROLE_FFN_UP_BIAS, l), 0)))
       return st;
@@ -322,7 +361,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
     k.m = T;
     k.n = I;
     k.fn = fn;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
   }
   if (mc->sandwich_norms)
     return (st = matmul(e, "mlp.down", l, e->ws.g, e->ws.h, T, H, I, FERRY_ROLE_FFN_DOWN, NOREF, 0))
@@ -340,20 +379,25 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
    * ops and the same stall as a real one; only where the ids come from differs. */
   struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
   struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
-  TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
-  TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
-  TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
-  TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
+  /* a layer computed on the CPU routed in host memory: its queue copies the result itself */
+  const int32_t rq = e->layer_on_cpu ? e->q_cpu : e->q_d2h;
+  ferry_event *done = e->layer_on_cpu ? e->ev_cpu : e->ev_tmp;
+  if (!e->layer_on_cpu) {
+    TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
+    TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
+  }
+  TRY(ferry_exec_copy(e->ex, rq, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
+  TRY(ferry_exec_copy(e->ex, rq, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
   ferry_status fst = ferry__features_copy_hidden(e, l);
   if (fst != FERRY_OK) return fst;
   const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
   if (look_bytes) {
     struct ferry_ref dst_l = {e->readback_buf, ferry__readback_lookahead_offset(e), FERRY_DTYPE_F32};
-    TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_l, ferry__ws(e, e->ws.logits_look), look_bytes));
+    TRY(ferry_exec_copy(e->ex, rq, dst_l, ferry__ws(e, e->ws.logits_look), look_bytes));
   }
-  TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
-  TRY(ferry_exec_sync(e->ex, e->ev_tmp));
-  e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
+  TRY(ferry_exec_record(e->ex, rq, done));
+  TRY(ferry_exec_sync(e->ex, done));
+  if (!e->layer_on_cpu) e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
   if (l == e->first_moe_layer) ferry__features_compute(e);
   if (e->has_data) {
     const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
@@ -383,8 +427,8 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
 
 static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
-  struct slot *sl = &e->expert_slots[slot];
-  if (slot >= 0 && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned)
+  struct slot *sl = slot >= 0 ? &e->expert_slots[slot] : NULL;
+  if (sl && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned)
     TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
   struct ferry_kernel k = kernel(FERRY_K_EXPERT, "expert", l);
   k.expert = x;
@@ -424,8 +468,8 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   k.ints = e->expert_tokens + e->expert_start[x];
   k.ints2 = e->expert_ranks + e->expert_start[x];
   k.n_ints = k.m;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
-  if (slot >= 0 && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned) {
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  if (sl && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned) {
     TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
     sl->used = 1;
   }
@@ -444,10 +488,14 @@ static ferry_status expert_act(void *user, int32_t l, int32_t x, int32_t slot, i
   struct expert_act *a = user;
   struct ferry_engine *e = a->e;
   ferry_status st;
-  if (a->run) {
-    if (fetch) e->step_misses++;
-    else e->step_hits++;
+  /* the fill's eviction (expert_plan.c notes its layer), and the step's and layer's counts */
+  if (fetch && e->xplan.evicted_layer >= 0) {
+    e->step_evictions++;
+    e->layer_stats[e->xplan.evicted_layer].evictions++;
   }
+  if (a->run && fetch) e->step_misses++, e->layer_stats[l].misses++;
+  else if (a->run) e->step_hits++, e->layer_stats[l].hits++;
+  else e->layer_stats[l].prefetches++;
   if (fetch && (st = ferry__engine_fetch_expert(e, e->expert_unit[l * e->mc->n_experts + x], slot)) != FERRY_OK)
     return st;
   return a->run ? run_expert(e, l, x, slot, a->in) : FERRY_OK;
@@ -510,6 +558,159 @@ static ferry_status router_lookahead(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
+/* A gather of T x top_k expert rows from expert_out: pair p's own row where keep(p), else the
+ * zero row after expert_out. */
+static ferry_status gather_pairs(struct ferry_engine *e, int32_t l, const char *name, int32_t *rows, int cpu_side) {
+  const int64_t TK = (int64_t)e->n_tok * e->mc->experts_per_token;
+  const int32_t zero = e->cfg.max_step_tokens * (int32_t)e->mc->experts_per_token; /* the zero row */
+  for (int64_t p = 0; p < TK; p++) rows[p] = e->pair_cpu[p] == cpu_side ? (int32_t)p : zero;
+  struct ferry_kernel g = kernel(FERRY_K_GATHER_ROWS, name, l);
+  g.x = ferry__ws(e, e->ws.expert_out);
+  g.y = ferry__ws(e, e->ws.expert_final);
+  g.m = TK;
+  g.n = e->mc->hidden;
+  g.ints = rows;
+  g.n_ints = TK;
+  TRY(ferry_exec_compute(e->ex, e->cq, &g));
+  return FERRY_OK;
+}
+
+/* The routed experts of layer l marked in expert_cpu_now, on the CPU from their host copies: the
+ * layer's input (and gate weights) go down, the CPU combines its experts' rows into one row per
+ * token (the other pairs read as zeros), and only that sum comes back (ktransformers, Fiddler).
+ * Returns in *n_pairs how many (token, expert) pairs the CPU computes. */
+static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, int64_t *n_pairs) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, K = mc->experts_per_token, H = mc->hidden, E = mc->n_experts;
+  int64_t n = 0;
+  memset(e->pair_cpu, 0, (size_t)(T * K));
+  for (int32_t x = 0; x < E; x++) {
+    if (!e->expert_cpu_now[x]) continue;
+    for (int32_t i = e->expert_start[x]; i < e->expert_start[x] + e->expert_count[x]; i++, n++)
+      e->pair_cpu[e->expert_tokens[i] * (int32_t)K + e->expert_ranks[i]] = 1;
+  }
+  *n_pairs = n;
+  if (!n) return FERRY_OK;
+  const uint64_t off[2] = {in, e->ws.topk_w};
+  const uint64_t bytes[2] = {(uint64_t)(T * H) * 4, (uint64_t)(T * K) * 4};
+  ferry_status st = ferry__cross_down(e, off, bytes, 2);
+  if (st != FERRY_OK) return st;
+  ferry__side_cpu(e);
+  for (int32_t x = 0; x < E && st == FERRY_OK; x++)
+    if (e->expert_cpu_now[x]) {
+      st = run_expert(e, l, x, -1, in);
+      e->step_cpu_experts++;
+      e->layer_stats[l].cpu_experts++;
+    }
+  if (st == FERRY_OK) st = gather_pairs(e, l, "gather_cpu_pairs", e->cpu_rows, 1);
+  if (st == FERRY_OK) { /* cpu_sum = 0, then the weighted sum of the CPU's pairs */
+    const int32_t zero = e->cfg.max_step_tokens * (int32_t)K;
+    for (int64_t t = 0; t < T; t++) e->zero_rows[t] = zero;
+    struct ferry_kernel z = kernel(FERRY_K_GATHER_ROWS, "zero_cpu_sum", l);
+    z.x = ferry__ws(e, e->ws.expert_out);
+    z.y = ferry__ws(e, e->ws.cpu_sum);
+    z.m = T;
+    z.n = H;
+    z.ints = e->zero_rows;
+    z.n_ints = T;
+    struct ferry_kernel c = kernel(FERRY_K_MOE_COMBINE, "moe_combine_cpu", l);
+    c.y = ferry__ws(e, e->ws.cpu_sum);
+    c.aux[0] = ferry__ws(e, e->ws.expert_final);
+    if (!mc->expert_scale_input) c.aux[1] = ferry__ws(e, e->ws.topk_w);
+    c.m = T;
+    c.n = H;
+    c.top_k = K;
+    if ((st = ferry_exec_compute(e->ex, e->cq, &z)) == FERRY_OK) st = ferry_exec_compute(e->ex, e->cq, &c);
+    if (st != FERRY_OK) st = ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  }
+  ferry__side_device(e);
+  return st;
+}
+
+/* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
+ * the same ops in the same order. */
+static void group_by_expert(struct ferry_engine *e) {
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts;
+  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
+  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
+  e->expert_start[0] = 0;
+  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
+  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t r = 0; r < K; r++) {
+      int32_t x = e->routing_ids[t * K + r];
+      int32_t at = e->expert_start[x] + e->expert_count[x]++;
+      e->expert_tokens[at] = (int32_t)t;
+      e->expert_ranks[at] = (int32_t)r;
+    }
+}
+
+/* Every routed expert of layer l runs: where the layer runs (all resident, the layer on the CPU
+ * or in its block), else through the expert cache or on the CPU; *n_cpu_pairs counts the pairs
+ * the CPU computed. */
+static ferry_status dispatch_experts(struct ferry_engine *e, int32_t l, uint64_t in, int64_t *n_cpu_pairs) {
+  const int64_t E = e->mc->n_experts;
+  ferry_status st;
+  if (e->plan.experts_pinned || e->layer_on_cpu || e->cfg.expert_granularity_layer) {
+    /* every expert where the layer runs: resident on the device (or in the layer's block), or
+     * on the layer's CPU */
+    for (int32_t x = 0; x < E; x++)
+      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
+  } else {
+    /* Hits first (their data may already be there), then misses, each fetched into a slot
+     * chosen by the cache policy (runtime/policy/expert_plan.c), or computed on the CPU from
+     * host memory (hybrid runs: those are issued first, so the CPU works while the device runs
+     * the others). */
+    const int reuse = !e->cfg.expert_no_reuse;
+    if (e->expert_cpu_now) {
+      for (int32_t x = 0; x < E; x++)
+        e->expert_cpu_now[x] = e->expert_count[x] && !(reuse && ferry__cache_lookup(&e->xplan.cache, l, x) >= 0) &&
+                               ferry__expert_on_cpu(e, l, x, e->expert_count[x]);
+      if ((st = cpu_experts(e, l, in, n_cpu_pairs))) return st;
+    }
+    struct expert_act act = {.e = e, .in = in, .run = 1};
+    if ((st = ferry__xplan_demand(&e->xplan, l, e->expert_count, e->expert_cpu_now, expert_act, &act)) != FERRY_OK)
+      return e->err.status == st ? st : ferry__err_set(&e->err, st, "%s", ferry_last_error());
+    if ((st = prefetch_experts(e, l))) return st;
+  }
+  return FERRY_OK;
+}
+
+/* The experts' rows weighted into the hidden state (the device's pairs, then the CPU's sum). */
+static ferry_status combine_experts(struct ferry_engine *e, int32_t l, int64_t n_cpu_pairs) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token;
+  ferry_status st;
+  uint64_t expert_rows = e->ws.expert_out;
+  if (n_cpu_pairs) { /* the device's own pairs only; the CPU's sum is added after */
+    const uint64_t off = e->ws.cpu_sum, bytes = (uint64_t)(T * H) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+    if ((st = gather_pairs(e, l, "gather_device_pairs", e->dev_rows, 0))) return st;
+    expert_rows = e->ws.expert_final;
+  }
+  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
+  ck.y = ferry__ws(e, e->ws.x);
+  ck.aux[0] = ferry__ws(e, expert_rows);
+  /* Llama 4 weighted each expert's input already */
+  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
+  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
+  ck.m = T;
+  ck.n = H;
+  ck.top_k = K;
+  TRY(ferry_exec_compute(e->ex, e->cq, &ck));
+  if (n_cpu_pairs) {
+    struct ferry_kernel add = kernel(FERRY_K_MOE_COMBINE, "add_cpu_sum", l);
+    add.y = ferry__ws(e, e->ws.x);
+    add.aux[0] = ferry__ws(e, e->ws.cpu_sum);
+    add.m = T;
+    add.n = H;
+    add.top_k = 1;
+    TRY(ferry_exec_compute(e->ex, e->cq, &add));
+  }
+  return FERRY_OK;
+}
+
 static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
@@ -519,7 +720,8 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   struct ferry_kernel rk = kernel(FERRY_K_ROUTER, "router_topk", l);
   rk.x = ferry__ws(e, e->ws.logits_r);
   rk.y = ferry__ws(e, e->ws.topk_w);
-  rk.aux[0] = (struct ferry_ref){e->ws_buf, e->ws.topk_ids, FERRY_DTYPE_I32};
+  rk.aux[0] = ferry__ws(e, e->ws.topk_ids);
+  rk.aux[0].dtype = FERRY_DTYPE_I32;
   rk.aux[1] = W(e, FERRY_ROLE_ROUTER_SCORE_BIAS, l);
   rk.m = T;
   rk.n = E;
@@ -530,7 +732,7 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   rk.topk_group = mc->topk_group;
   rk.routed_scale = (float)mc->routed_scaling;
   rk.jitter = (float)mc->router_jitter;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &rk));
+  TRY(ferry_exec_compute(e->ex, e->cq, &rk));
   if ((st = router_lookahead(e, l))) return st;
   /* Shared expert on every token; its sigmoid gate (Qwen2-MoE) scales it in the combine. */
   if (mc->n_shared_experts) {
@@ -544,7 +746,7 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
     k.m = T;
     k.n = S;
     k.fn = FERRY_FN_SILU_MUL;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
     if ((st = matmul(e, "shared.down", l, e->ws.sg, e->ws.sout, T, H, S, FERRY_ROLE_SHARED_DOWN, NOREF, 0)))
       return st;
     if (mc->shared_expert_gate &&
@@ -552,48 +754,21 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
       return st;
   }
   if ((st = routing(e, l))) return st;
-  /* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
-   * the same ops in the same order. */
-  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
-  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
-  e->expert_start[0] = 0;
-  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
-  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t r = 0; r < K; r++) {
-      int32_t x = e->routing_ids[t * K + r];
-      int32_t at = e->expert_start[x] + e->expert_count[x]++;
-      e->expert_tokens[at] = (int32_t)t;
-      e->expert_ranks[at] = (int32_t)r;
-    }
-  if (e->plan.experts_pinned) {
-    for (int32_t x = 0; x < E; x++)
-      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
-  } else {
-    /* Hits first (their data may already be there), then misses, each fetched into a slot
-     * chosen by the cache policy (runtime/policy/expert_plan.c). */
-    struct expert_act act = {.e = e, .in = in, .run = 1};
-    if ((st = ferry__xplan_demand(&e->xplan, l, e->expert_count, expert_act, &act)) != FERRY_OK)
-      return e->err.status == st ? st : ferry__err_set(&e->err, st, "%s", ferry_last_error());
-    if ((st = prefetch_experts(e, l))) return st;
-  }
-  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
-  ck.y = ferry__ws(e, e->ws.x);
-  ck.aux[0] = ferry__ws(e, e->ws.expert_out);
-  /* Llama 4 weighted each expert's input already */
-  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
-  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
-  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
-  ck.m = T;
-  ck.n = H;
-  ck.top_k = K;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &ck));
-  return FERRY_OK;
+  int64_t n_cpu_pairs = 0;
+  group_by_expert(e);
+  if ((st = dispatch_experts(e, l, in, &n_cpu_pairs))) return st;
+  return combine_experts(e, l, n_cpu_pairs);
 }
 
-static ferry_status logits(struct ferry_engine *e) {
+/* The head of micro-batch cur_mb and the read-back of its logits rows; the host waits for them
+ * after the last micro-batch's (`last`). */
+static ferry_status logits(struct ferry_engine *e, int last) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t S = e->n_rows, H = mc->hidden, V = mc->vocab;
+  ferry_status xs = x_to(e, 0); /* the head is on the device */
+  if (xs != FERRY_OK) return xs;
+  /* the previous micro-batch's logits must have left the workspace they share */
+  if (e->cur_mb > 0) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, e->ev_step));
   struct ferry_kernel g = kernel(FERRY_K_GATHER_ROWS, "gather_rows", -1);
   g.x = ferry__ws(e, e->ws.x);
   g.y = ferry__ws(e, e->ws.rows);
@@ -601,7 +776,7 @@ static ferry_status logits(struct ferry_engine *e) {
   g.n = H;
   g.ints = e->row_of_seq;
   g.n_ints = S;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &g));
+  TRY(ferry_exec_compute(e->ex, e->cq, &g));
   ferry_status st = norm(e, "final_norm", -1, e->ws.rows, e->ws.rows_n, S, H, W(e, FERRY_ROLE_FINAL_NORM, -1),
                          W(e, FERRY_ROLE_FINAL_NORM_BIAS, -1));
   if (st) return st;
@@ -615,27 +790,73 @@ static ferry_status logits(struct ferry_engine *e) {
     k.n = V;
     k.fn = FERRY_FN_SOFTCAP;
     k.softcap = (float)mc->final_softcap;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
   }
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
-  const uint64_t off = ferry__readback_logits_offset(e);
+  /* each micro-batch's rows after the previous ones' */
+  const uint64_t off = ferry__readback_logits_offset(e) + (uint64_t)e->cur_mb * (uint64_t)e->cfg.max_batch * (uint64_t)V * 4;
   TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->readback_buf, off, FERRY_DTYPE_F32}, ferry__ws(e, e->ws.logits),
                       (uint64_t)(S * V) * 4));
   e->step_bytes_d2h += (uint64_t)(S * V) * 4;
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_step));
-  TRY(ferry_exec_sync(e->ex, e->ev_step));
+  if (last) TRY(ferry_exec_sync(e->ex, e->ev_step));
   return FERRY_OK;
 }
 
 /* One layer of the step: its block's arrival (and the prefetch of the blocks after it),
  * attention, the FFN or MoE, and the release of the block's slot after its last layer. */
-static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
+/* Put the hidden state (and GPT-NeoX's second norm of it) on the side the next ops run on,
+ * and issue them there. */
+static ferry_status x_to(struct ferry_engine *e, int cpu) {
+  if (!ferry__hybrid_on(e)) return FERRY_OK;
+  struct microbatch *mb = &e->mbs[e->cur_mb];
+  if (cpu != mb->on_host) {
+    const uint64_t row = (uint64_t)e->n_tok * (uint64_t)e->mc->hidden * 4;
+    const uint64_t off[2] = {e->ws.x, e->ws.h2}, bytes[2] = {row, e->mc->parallel_residual ? row : 0};
+    ferry_status st = cpu ? ferry__cross_down(e, off, bytes, 2) : ferry__cross_up(e, off, bytes, 2);
+    if (st != FERRY_OK) return st;
+    mb->on_host = cpu;
+  }
+  if (cpu) ferry__side_cpu(e);
+  else ferry__side_device(e);
+  return FERRY_OK;
+}
+
+/* Layer l of micro-batch cur_mb, where it runs: attention, then the FFN or the experts. */
+static ferry_status layer_body(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  if ((st = x_to(e, e->layer_on_cpu))) return st;
+  if ((st = attention_part(e, l))) return st;
+  uint64_t in = e->ws.h2;
+  if (!mc->parallel_residual) {
+    in = e->ws.h;
+    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+      return st;
+  }
+  return e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
+}
+
+/* One layer of the step: its block's arrival (and the prefetch of the blocks after it), the
+ * layer for every micro-batch while the block is there (FlexGen's zig-zag: a column of the
+ * layers x batches grid at a time), and the release of the block's slot after its last layer. */
+static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   const struct ferry_plan *p = &e->plan;
   ferry_status st;
   int32_t b = p->layer_block[l];
   struct slot *sl = NULL;
+  /* a streamed layer of a step that computes them on the CPU: nothing is fetched, the block's
+   * place in the fetch order passes */
+  e->layer_on_cpu = b >= 0 && e->step_layers_cpu;
+  if (e->layer_on_cpu) {
+    if (l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
+      e->block_compute_seq++;
+      if (e->block_fetch_seq < e->block_compute_seq) e->block_fetch_seq = e->block_compute_seq;
+    }
+    b = -1;
+  }
   if (b >= 0) {
     int64_t seq = e->block_compute_seq;
     sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
@@ -648,21 +869,17 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
       TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
     }
   }
-  if ((st = attention_part(e, l))) return st;
-  uint64_t in = e->ws.h2;
-  if (!mc->parallel_residual) {
-    in = e->ws.h;
-    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
-                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
-      return st;
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = layer_body(e, l))) return st;
   }
-  st = e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
-  if (st) return st;
   if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
     TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
     sl->used = 1;
     e->block_compute_seq++;
   }
+  e->layer_on_cpu = 0;
   return FERRY_OK;
 }
 
@@ -678,7 +895,8 @@ static void step_seqlens(struct ferry_engine *e) {
   }
 }
 
-ferry_status ferry__engine_step(struct ferry_engine *e) {
+/* The embedding of micro-batch cur_mb's tokens into its hidden state. */
+static ferry_status embed(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
   step_seqlens(e);
@@ -697,12 +915,25 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   }
   /* Gemma: embeddings times sqrt(hidden), rounded to the activation dtype (fp32 here) */
   if (mc->scale_embeddings) k.scale = sqrtf((float)mc->hidden);
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   if (mc->embed_norm &&
       (st = norm(e, "embed_norm", -1, e->ws.x, e->ws.x, e->n_tok, mc->hidden, W(e, FERRY_ROLE_EMBED_NORM, -1),
                  W(e, FERRY_ROLE_EMBED_NORM_BIAS, -1))))
     return st;
-  if ((st = ferry__features_after_embed(e))) return st;
+  return ferry__features_after_embed(e);
+}
+
+ferry_status ferry__engine_step(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  int32_t tokens = 0;
+  for (int32_t m = 0; m < e->n_mb; m++) tokens += e->mbs[m].n_tok;
+  e->step_layers_cpu = ferry__layers_on_cpu(e, tokens);
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = embed(e))) return st;
+  }
   for (int32_t l = 0; l < mc->n_layers; l++) {
     /* a range of the host issuing the layer (waits for routing included) */
     struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
@@ -710,5 +941,13 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
     ferry_exec_range_end(e->ex, &range);
     if (st) return st;
   }
-  return logits(e);
+  int32_t last = -1;
+  for (int32_t m = 0; m < e->n_mb; m++)
+    if (e->mbs[m].n_tok) last = m;
+  for (int32_t m = 0; m <= last; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = logits(e, m == last))) return st;
+  }
+  return FERRY_OK;
 }

@@ -22,7 +22,7 @@ static enum group tensor_group(const struct ferry_engine *e, const struct ferry_
                                int routers_resident) {
   if (t->layer < 0) return G_GLOBAL;
   if (routers_resident && (t->role == FERRY_ROLE_ROUTER || t->role == FERRY_ROLE_ROUTER_BIAS)) return G_GLOBAL;
-  if (t->expert >= 0) return G_EXPERT;
+  if (t->expert >= 0) return e->cfg.expert_granularity_layer ? G_FFN : G_EXPERT; /* with its layer, or alone */
   switch (t->role) {
     case FERRY_ROLE_FFN_NORM:
     case FERRY_ROLE_FFN_NORM_BIAS:
@@ -324,7 +324,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
   }
   memset(in, 0, sizeof *in);
   in->n_layers = (int32_t)mc->n_layers;
-  in->n_experts = (int32_t)mc->n_experts;
+  in->n_experts = e->cfg.expert_granularity_layer ? 0 : (int32_t)mc->n_experts; /* no expert cache */
   in->experts_per_token = (int32_t)mc->experts_per_token;
   uint64_t *expert_sum = ferry__calloc((size_t)(mc->n_layers * (mc->n_experts ? mc->n_experts : 1)), sizeof(uint64_t));
   if (!expert_sum) {
@@ -455,7 +455,7 @@ static int32_t make_units(struct ferry_engine *e, int32_t *layer_unit) {
   int32_t moe_rank = 0;
   for (int32_t l = 0; l < L; l++) {
     for (int32_t x = 0; x < E; x++) e->expert_unit[l * E + x] = -1;
-    if (!e->li[l].moe) continue;
+    if (!e->li[l].moe || e->cfg.expert_granularity_layer) continue; /* experts in their layer's unit */
     for (int32_t x = 0; x < E; x++) {
       /* host homes go to the first experts in layer order, counting MoE layers only */
       int32_t idx = moe_rank * E + x;
@@ -576,6 +576,9 @@ static void unit_base(const struct ferry_engine *e, int32_t u, ferry_buf **buf, 
   if (un->pinned) {
     *buf = e->pinned_buf;
     *off = un->device_offset;
+  } else if (e->w_host) { /* computed on the CPU from its host copy (hybrid runs) */
+    *buf = e->host_units_buf;
+    *off = un->host_offset;
   } else if (un->kind == UNIT_BLOCK) {
     *buf = e->block_buf;
     *off = (uint64_t)e->unit_slot[u] * e->plan.block_slot_bytes;

@@ -35,6 +35,7 @@
 #include "exec_cuda.h"
 #include "common/io.h"
 #include "exec_impl.h"
+#include "host_kernels.h"
 #include "nvtx.h"
 #include "ferry/quant.h"
 #include "ferry/store.h"
@@ -64,8 +65,10 @@ struct cu_pending {
 struct cu_queue {
   struct ferry_exec *ex;
   int32_t index;
-  int gpu; /* a CUDA stream (COMPUTE, H2D, D2H), or the CPU disk worker */
+  int gpu; /* a CUDA stream (COMPUTE, H2D, D2H), or a CPU worker (DISK, CPU) */
   int compute;
+  int cpu_compute;                      /* a CPU queue: host kernels over pinned host buffers */
+  struct ferry_host_scratch scratch;    /* its kernels' scratch */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* broadcast on any change of the counters */
   /* held across a whole submit: its waits (back-pressure, ints staging) release mu, and a
@@ -255,9 +258,17 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
                  ? "scaled, partial, offset or interleaved RoPE"
                  : NULL;
     case FERRY_K_ATTENTION:
+      if (k->kv_format && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0)
+        return "quantized KV caches (fp8, int8, int4 with group scales)";
+      if (k->kv_blocks) return "a paged KV cache (block tables)";
       return k->scale != 0 || k->softcap != 0 || k->attn_chunk || k->kv_ring || k->alibi || k->temp_floor != 0 ||
                      k->aux[4].buf
                  ? "attention with a set scale, soft-capping, chunks, a ring cache, ALiBi, temperature or sinks"
+                 : NULL;
+    case FERRY_K_MLA_ATTENTION:
+      if (k->kv_blocks) return "a paged KV cache (block tables)";
+      return k->kv_format && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0
+                 ? "quantized KV caches (fp8, int8, int4 with group scales)"
                  : NULL;
     case FERRY_K_SWIGLU: return k->fn > FERRY_FN_RELU ? "GELU-tanh, GeGLU and soft-capping activations" : NULL;
     case FERRY_K_ROUTER:
@@ -268,7 +279,6 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
       return k->expert_layout != FERRY_EXPERTS_SPLIT || k->w_trans || k->swiglu_limit != 0 || k->scale_input
                  ? "fused, transposed, clamped or input-scaled experts"
                  : NULL;
-    case FERRY_K_MOE_COMBINE: return k->aux[1].buf ? NULL : "combining without gate weights";
     case FERRY_K_DEQUANTIZE:
       return k->qformat >= FERRY_QFORMAT_GPTQ4 ? "formats of published checkpoints (GPTQ, AWQ, compressed-tensors, "
                                                  "MXFP4, fp8 blocks)"
@@ -686,8 +696,13 @@ static void cpu_run(struct cu_queue *q, const struct ferry_op *op) {
       /* Raised by the completer of a GPU queue (or by this thread): never a device call here. */
       wait_done(ex, op->u.event.ev, op->u.event.gen);
       break;
-    case FERRY_OP_KERNEL: /* refused at submit */
+    case FERRY_OP_KERNEL: { /* a CPU queue's kernel (refused at submit elsewhere) */
+      char msg[FERRY_ERRMSG_MAX];
+      msg[0] = '\0';
+      ferry_status st = ferry__host_kernel_run(&op->u.kernel, &q->scratch, msg, sizeof msg);
+      if (st != FERRY_OK) ferry__exec_op_failed(ex, st, msg);
       break;
+    }
   }
   const int64_t end = cu_now(ex);
   if (op->kind == FERRY_OP_WAIT) atomic_fetch_add(&ex->queues[q->index].stall_ns, end - start);
@@ -739,6 +754,7 @@ static void queue_destroy(struct cu_queue *q) {
   cudaFree(q->ints_dev);
   cudaFreeHost(q->ints_host);
   cudaFree(q->convert);
+  ferry__host_scratch_free(&q->scratch);
   if (q->stream) cudaStreamDestroy(q->stream);
   pthread_mutex_destroy(&q->mu);
   pthread_mutex_destroy(&q->submit_mu);
@@ -791,8 +807,9 @@ static ferry_status cu_queue_init(struct ferry_exec *ex, int32_t index) {
   pthread_cond_init(&q->cv, NULL);
   q->ex = ex;
   q->index = index;
-  q->gpu = role != FERRY_QUEUE_DISK;
+  q->gpu = role != FERRY_QUEUE_DISK && role != FERRY_QUEUE_CPU;
   q->compute = role == FERRY_QUEUE_COMPUTE;
+  q->cpu_compute = role == FERRY_QUEUE_CPU;
   q->ring = ferry__calloc(OP_RING, sizeof *q->ring);
   if (!q->ring) {
     st = ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "cuda executor: out of memory for a queue ring");
@@ -865,7 +882,7 @@ static ferry_status cu_submit(struct ferry_exec *ex, int32_t queue, const struct
   ferry_status st;
   if (op->kind == FERRY_OP_READ && q->gpu)
     return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "cuda executor: reads run on a DISK queue, not queue %d", queue);
-  if (op->kind == FERRY_OP_KERNEL) {
+  if (op->kind == FERRY_OP_KERNEL && !q->cpu_compute) {
     if (!q->compute)
       return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "cuda executor: kernel %s: kernels run on a COMPUTE queue, not queue %d",
                             op->u.kernel.name, queue);
@@ -879,7 +896,7 @@ static ferry_status cu_submit(struct ferry_exec *ex, int32_t queue, const struct
   struct cu_pending *p = &q->ring[seq % OP_RING];
   p->op = *op;
   p->ints_bytes = 0;
-  if (op->kind == FERRY_OP_KERNEL) stage_ints(q, p, seq);
+  if (op->kind == FERRY_OP_KERNEL && q->compute) stage_ints(q, p, seq);
   q->submitted++;
   pthread_cond_broadcast(&q->cv);
   pthread_mutex_unlock(&q->mu);

@@ -128,14 +128,61 @@ static int64_t first_visible(const struct ferry_kernel *k, int64_t pos) {
   return first;
 }
 
+/* The bytes of one chunk of n cache elements (a KV head's row, or a latent row): n elements of
+ * the cache's dtype, or a quantized format's codes and group scales (ferry/model.h). */
+static uint64_t kv_chunk_bytes(const struct ferry_kernel *k, enum ferry_dtype dt, int64_t n) {
+  const enum ferry_kv_format f = (enum ferry_kv_format)k->kv_format;
+  return f != FERRY_KV_AUTO && ferry_kv_format_group(f) > 0 ? ferry_kv_format_row_bytes(f, (uint64_t)n)
+                                                            : prod(n, esize(dt), 1);
+}
+
+/* The cache's element type: fp32, fp16 or bf16, or the codes of a known quantized format. */
+static ferry_status check_kv_format(struct ferry_exec *ex, const struct ferry_kernel *k, enum ferry_dtype dt) {
+  const enum ferry_kv_format f = (enum ferry_kv_format)k->kv_format;
+  if (k->kv_format < 0 || k->kv_format >= FERRY_KV_FORMAT_COUNT) return bad(ex, k, FERRY_ERR_INVALID, "unknown KV format");
+  if (f != FERRY_KV_AUTO && ferry_kv_format_group(f) > 0)
+    return dt == ferry_kv_format_dtype(f) ? FERRY_OK
+                                          : bad(ex, k, FERRY_ERR_INVALID, "the cache's dtype is not its KV format's codes");
+  return float_dtype(dt) ? FERRY_OK : bad(ex, k, FERRY_ERR_UNSUPPORTED, "the KV cache is fp32, fp16 or bf16");
+}
+
+/* A paged cache (kv_blocks): the table covers block indices [lo, hi] of the slot, and each
+ * block's rows lie inside the cache. */
+static ferry_status check_blocks(struct ferry_exec *ex, const struct ferry_kernel *k, const char *what,
+                                 struct ferry_ref cache, uint64_t row_bytes, int64_t slot, int64_t lo, int64_t hi) {
+  ferry_status st;
+  const int64_t bs = k->kv_block_tokens, per = k->kv_blocks_per_seq;
+  char why[160];
+  if (hi >= per) {
+    snprintf(why, sizeof why, "block %lld of slot %lld past its table of %lld blocks", (long long)hi, (long long)slot,
+             (long long)per);
+    return bad(ex, k, FERRY_ERR_RANGE, why);
+  }
+  int32_t top = -1;
+  for (int64_t i = lo; i <= hi; i++) {
+    const int32_t b = k->kv_blocks[slot * per + i];
+    if (b < 0) {
+      snprintf(why, sizeof why, "slot %lld's block %lld is not assigned (%d)", (long long)slot, (long long)i, b);
+      return bad(ex, k, FERRY_ERR_RANGE, why);
+    }
+    if (b > top) top = b;
+  }
+  NEED(what, cache, prod((int64_t)top + 1, bs, 1) > UINT64_MAX / (row_bytes ? row_bytes : 1)
+                        ? UINT64_MAX
+                        : prod((int64_t)top + 1, bs, 1) * row_bytes);
+  return FERRY_OK;
+}
+
 /* Each token's position and slot: inside the cache (a ring cache holds any position in
- * kv_capacity rows, as long as what the token sees fits them). cache_row_bytes is one
- * position's bytes in the cache `what`. */
+ * kv_capacity rows, as long as what the token sees fits them; a paged cache's block table
+ * maps the rows). cache_row_bytes is one position's bytes in the cache `what`. */
 static ferry_status check_positions(struct ferry_exec *ex, const struct ferry_kernel *k, const char *what,
                                     struct ferry_ref cache, uint64_t cache_row_bytes) {
   ferry_status st;
   const int64_t cap = k->kv_capacity;
   char why[160];
+  if (k->kv_blocks && (k->kv_block_tokens <= 0 || k->kv_blocks_per_seq <= 0))
+    return bad(ex, k, FERRY_ERR_INVALID, "a paged cache needs positive kv_block_tokens and kv_blocks_per_seq");
   for (int64_t t = 0; t < k->m; t++) {
     const int32_t pos = k->ints[t], slot = k->ints2[t];
     if (pos < 0 || (!k->kv_ring && pos >= cap) || slot < 0) {
@@ -148,6 +195,14 @@ static ferry_status check_positions(struct ferry_exec *ex, const struct ferry_ke
       return bad(ex, k, FERRY_ERR_RANGE, why);
     }
     const int64_t row = k->kv_ring ? (pos < cap ? pos : cap - 1) : pos; /* the highest row written or read */
+    if (k->kv_blocks) {
+      /* the rows read and written: [first, pos], or a ring's [0, row] */
+      const int64_t lo = k->kv_ring ? 0 : first_visible(k, pos);
+      if ((st = check_blocks(ex, k, what, cache, cache_row_bytes, slot, lo / k->kv_block_tokens,
+                             row / k->kv_block_tokens)) != FERRY_OK)
+        return st;
+      continue;
+    }
     NEED(what, cache, prod(slot, cap, 1) + (uint64_t)row + 1 > UINT64_MAX / (cache_row_bytes ? cache_row_bytes : 1)
                           ? UINT64_MAX
                           : (prod(slot, cap, 1) + (uint64_t)row + 1) * cache_row_bytes);
@@ -160,15 +215,16 @@ static ferry_status check_attention(struct ferry_exec *ex, const struct ferry_ke
   const int64_t m = k->m, H = k->heads, KV = k->kv_heads, hd = k->head_dim, cap = k->kv_capacity;
   if (H <= 0 || KV <= 0 || H % KV || hd <= 0 || cap <= 0)
     return bad(ex, k, FERRY_ERR_INVALID, "heads, kv_heads (dividing heads), head_dim and kv_capacity must be positive");
-  if (!float_dtype(k->aux[2].dtype) || k->aux[3].dtype != k->aux[2].dtype)
-    return bad(ex, k, FERRY_ERR_UNSUPPORTED, "the K and V caches are one of fp32, fp16 or bf16");
+  if ((st = check_kv_format(ex, k, k->aux[2].dtype)) != FERRY_OK) return st;
+  if (k->aux[3].dtype != k->aux[2].dtype) return bad(ex, k, FERRY_ERR_INVALID, "the K and V caches differ in dtype");
   NEED("q", k->x, prod(m, H, hd * 4));
   NEED("out", k->y, prod(m, H, hd * 4));
   NEED("k", k->aux[0], prod(m, KV, hd * 4));
   NEED("v", k->aux[1], prod(m, KV, hd * 4));
   MAYBE("sinks", k->aux[4], prod(H, esize(k->aux[4].dtype), 1));
-  if ((st = check_positions(ex, k, "k cache", k->aux[2], prod(KV, hd, esize(k->aux[2].dtype)))) != FERRY_OK) return st;
-  return check_positions(ex, k, "v cache", k->aux[3], prod(KV, hd, esize(k->aux[3].dtype)));
+  const uint64_t row_bytes = prod(KV, (int64_t)kv_chunk_bytes(k, k->aux[2].dtype, hd), 1);
+  if ((st = check_positions(ex, k, "k cache", k->aux[2], row_bytes)) != FERRY_OK) return st;
+  return check_positions(ex, k, "v cache", k->aux[3], row_bytes);
 }
 
 /* Multi-head latent attention: queries [m, heads, qk_nope + qk_rope], new latent rows
@@ -179,12 +235,12 @@ static ferry_status check_mla_attention(struct ferry_exec *ex, const struct ferr
   if (H <= 0 || nope < 0 || rope < 0 || rank <= 0 || vd <= 0 || k->kv_capacity <= 0)
     return bad(ex, k, FERRY_ERR_INVALID, "heads, kv_lora_rank, v_head_dim and kv_capacity must be positive");
   if ((st = weight_dtype(ex, k, k->w)) != FERRY_OK) return st;
-  if (!float_dtype(k->aux[2].dtype)) return bad(ex, k, FERRY_ERR_UNSUPPORTED, "the latent cache is fp32, fp16 or bf16");
+  if ((st = check_kv_format(ex, k, k->aux[2].dtype)) != FERRY_OK) return st;
   NEED("q", k->x, prod(m, H, (nope + rope) * 4));
   NEED("latent", k->aux[0], prod(m, rank + rope, 4));
   NEED("kv_b_proj", k->w, prod(H, (nope + vd) * rank, esize(k->w.dtype)));
   NEED("out", k->y, prod(m, H, vd * 4));
-  return check_positions(ex, k, "latent cache", k->aux[2], prod(rank + rope, esize(k->aux[2].dtype), 1));
+  return check_positions(ex, k, "latent cache", k->aux[2], kv_chunk_bytes(k, k->aux[2].dtype, rank + rope));
 }
 
 /* One expert over its (token, rank) pairs, in its stored layout: split gate/up/down, or a fused

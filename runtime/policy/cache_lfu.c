@@ -1,61 +1,61 @@
-/* Least frequently used eviction: the unprotected slot whose expert has been used the fewest
- * times over the run (ties: the one used longest ago, then the lowest slot). */
+/* lfu: evict the least frequently used expert (uses counted over the whole run, kept while an
+ * expert is out of the cache), the least recently used among equals. */
 #include "common/alloc.h"
-#include "ferry/cache_policy.h"
+#include "policy.h"
 
 struct lfu {
+  uint64_t *count; /* per unit */
+  uint64_t *stamp; /* per slot: last use */
   uint64_t clock;
-  uint64_t *stamp; /* [slot] last use */
-  uint64_t *uses;  /* [unit] uses, kept when the unit is evicted */
 };
 
-static ferry_status lfu_create(void **state, int32_t n_slots, int32_t n_units) {
-  struct lfu *f = ferry__calloc(1, sizeof *f);
-  if (f) {
-    f->stamp = ferry__calloc((size_t)n_slots, sizeof *f->stamp);
-    f->uses = ferry__calloc((size_t)n_units, sizeof *f->uses);
-  }
-  if (!f || !f->stamp || !f->uses) {
-    if (f) ferry_free(f->stamp), ferry_free(f->uses);
-    ferry_free(f);
+static ferry_status lfu_create(void **state, const struct ferry_cache_geometry *g) {
+  struct lfu *s = ferry__calloc(1, sizeof *s);
+  const size_t units = (size_t)g->n_layers * (size_t)g->n_experts;
+  if (!s || !(s->count = ferry__calloc(units ? units : 1, sizeof *s->count)) ||
+      !(s->stamp = ferry__calloc((size_t)g->n_slots, sizeof *s->stamp))) {
+    if (s) ferry_free(s->count);
+    ferry_free(s);
     return FERRY_ERR_NOMEM;
   }
-  *state = f;
+  *state = s;
   return FERRY_OK;
 }
 
 static void lfu_free(void *state) {
-  struct lfu *f = state;
-  ferry_free(f->stamp);
-  ferry_free(f->uses);
-  ferry_free(f);
+  struct lfu *s = state;
+  if (s) {
+    ferry_free(s->count);
+    ferry_free(s->stamp);
+  }
+  ferry_free(s);
 }
 
 static void lfu_touch(void *state, int32_t slot, int32_t unit) {
-  struct lfu *f = state;
-  f->stamp[slot] = ++f->clock;
-  f->uses[unit]++;
+  struct lfu *s = state;
+  s->stamp[slot] = ++s->clock;
+  s->count[unit]++;
 }
 
-static int32_t lfu_victim(void *state, const int32_t *slot_unit, const uint8_t *is_protected, int32_t n_slots) {
-  const struct lfu *f = state;
-  int32_t victim = -1;
-  for (int32_t s = 0; s < n_slots; s++) {
-    if (is_protected[s] || slot_unit[s] < 0) continue;
-    if (victim < 0) {
-      victim = s;
+static int32_t lfu_victim(void *state, const int32_t *slot_unit, const uint8_t *prot, int32_t n) {
+  const struct lfu *s = state;
+  int32_t v = -1;
+  for (int32_t i = 0; i < n; i++) {
+    if (slot_unit[i] < 0 || prot[i]) continue;
+    if (v < 0) {
+      v = i;
       continue;
     }
-    const uint64_t us = f->uses[slot_unit[s]], uv = f->uses[slot_unit[victim]];
-    if (us < uv || (us == uv && f->stamp[s] < f->stamp[victim])) victim = s;
+    const uint64_t ci = s->count[slot_unit[i]], cv = s->count[slot_unit[v]];
+    if (ci < cv || (ci == cv && s->stamp[i] < s->stamp[v])) v = i;
   }
-  return victim;
+  return v;
 }
 
 const struct ferry_cache_policy_ops ferry__cache_policy_lfu = {
     .version = FERRY_CACHE_POLICY_VERSION,
     .name = "lfu",
-    .description = "least frequently used over the run",
+    .description = "least frequently used (run-long counts), least recent among equals",
     .create = lfu_create,
     .free = lfu_free,
     .touch = lfu_touch,

@@ -12,7 +12,8 @@
 #include "policy.h"
 
 ferry_status ferry__xplan_init(struct ferry__expert_plan *p, const struct ferry_cache_policy_ops *policy, int32_t n_slots,
-                               int32_t n_layers, int32_t n_experts, int32_t prefetch_depth, int no_reuse) {
+                               int32_t per_layer, int32_t n_layers, int32_t n_experts, const int64_t *popularity,
+                               int32_t prefetch_depth, int no_reuse) {
   memset(p, 0, sizeof *p);
   p->n_experts = n_experts;
   p->no_reuse = no_reuse;
@@ -21,9 +22,12 @@ ferry_status ferry__xplan_init(struct ferry__expert_plan *p, const struct ferry_
   if (p->budget < 1) p->budget = 1;
   p->prefetched = ferry__calloc(n_slots > 0 ? (size_t)n_slots : 1, 1);
   p->votes = ferry__calloc(n_experts > 0 ? (size_t)n_experts : 1, sizeof *p->votes);
-  if (!p->prefetched || !p->votes || ferry__cache_init(&p->cache, policy, n_slots, n_layers, n_experts) != FERRY_OK) {
+  p->evicted_layer = -1;
+  ferry_status st = FERRY_ERR_NOMEM;
+  if (!p->prefetched || !p->votes ||
+      (st = ferry__cache_init(&p->cache, policy, n_slots, per_layer, n_layers, n_experts, popularity)) != FERRY_OK) {
     ferry__xplan_free(p);
-    return FERRY_ERR_NOMEM;
+    return st;
   }
   return FERRY_OK;
 }
@@ -40,15 +44,17 @@ void ferry__xplan_free(struct ferry__expert_plan *p) {
 static int32_t insert(struct ferry__expert_plan *p, int32_t layer, int32_t expert) {
   int32_t el, ee;
   const int32_t slot = ferry__cache_insert(&p->cache, layer, expert, &el, &ee);
+  p->evicted_layer = slot >= 0 ? el : -1;
   if (slot >= 0) {
     p->prefetches_wasted += el >= 0 && p->prefetched[slot];
+    p->evictions += el >= 0;
     p->prefetched[slot] = 0;
   }
   return slot;
 }
 
-ferry_status ferry__xplan_demand(struct ferry__expert_plan *p, int32_t layer, const int32_t *count, ferry__xplan_fn fn,
-                                 void *user) {
+ferry_status ferry__xplan_demand(struct ferry__expert_plan *p, int32_t layer, const int32_t *count, const uint8_t *skip,
+                                 ferry__xplan_fn fn, void *user) {
   ferry_status st;
   for (int32_t x = 0; !p->no_reuse && x < p->n_experts; x++) {
     if (!count[x]) continue;
@@ -63,9 +69,10 @@ ferry_status ferry__xplan_demand(struct ferry__expert_plan *p, int32_t layer, co
     if ((st = fn(user, layer, x, slot, 0)) != FERRY_OK) return st;
   }
   for (int32_t x = 0; x < p->n_experts; x++) {
-    if (!count[x]) continue;
+    if (!count[x] || (skip && skip[x])) continue;
     int32_t slot = ferry__cache_lookup(&p->cache, layer, x);
     if (slot >= 0 && !p->no_reuse) continue; /* a hit, done above */
+    p->evicted_layer = -1;
     if (slot < 0 && (slot = insert(p, layer, x)) < 0)
       return ferry__fail(FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
     p->misses++;

@@ -113,7 +113,7 @@ static ferry_status replay_layer(struct eval_state *st, ferry_predictor *p, cons
   score(st, t, l, s);
   st->out->uses += K;
   for (int32_t j = 0; j < K; j++) st->count[s[j]]++;
-  ferry_status rc = ferry__xplan_demand(&st->plan, l, st->count, count_only, NULL);
+  ferry_status rc = ferry__xplan_demand(&st->plan, l, st->count, NULL, count_only, NULL);
   for (int32_t j = 0; j < K; j++) st->count[s[j]] = 0;
   if (rc != FERRY_OK) return rc;
   ferry_predictor_observe(p, req_index, t, l, K, s);
@@ -195,8 +195,8 @@ static ferry_status state_init(struct eval_state *st, const struct ferry_predict
     return FERRY_ERR_NOT_FOUND;
   const int no_reuse = (ops->needs & FERRY_PREDICT_NO_REUSE) != 0;
   /* `none` keeps nothing: one slot, which every use is fetched into again */
-  if (ferry__xplan_init(&st->plan, policy, no_reuse ? 1 : cfg->cache_slots, st->L, st->E, cfg->prefetch_depth, no_reuse) !=
-      FERRY_OK)
+  if (ferry__xplan_init(&st->plan, policy, no_reuse ? 1 : cfg->cache_slots, 0, st->L, st->E, NULL, cfg->prefetch_depth,
+                        no_reuse) != FERRY_OK)
     return ferry__fail(FERRY_ERR_NOMEM, "predictor eval: out of memory for the cache");
   st->count = ferry__calloc((size_t)st->E, sizeof *st->count);
   st->pending = ferry__calloc((size_t)st->L * (size_t)st->max, sizeof *st->pending);

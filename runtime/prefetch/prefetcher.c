@@ -109,19 +109,13 @@ ferry_status ferry_predictor_seed_popularity(ferry_predictor *p, const ferry_rou
                                              int32_t n_experts) {
   if (!p || !trace || !(ferry_predictor_ops_of(p)->needs & FERRY_PREDICT_USES_POPULARITY)) return FERRY_OK;
   /* a trace knows as many experts as it saw chosen: at most the model's */
-  const int32_t L = ferry_routing_n_layers(trace), E = n_experts, K = ferry_routing_top_k(trace);
+  const int32_t L = ferry_routing_n_layers(trace), E = n_experts;
   if (L != n_layers || ferry_routing_n_experts(trace) > E)
     return ferry__fail(FERRY_ERR_INVALID, "popularity: the trace has %d layers x %d experts, the predictor %d x %d", L,
                        ferry_routing_n_experts(trace), n_layers, n_experts);
   int64_t *counts = ferry__calloc((size_t)L * (size_t)E, sizeof *counts);
   if (!counts) return ferry__fail(FERRY_ERR_NOMEM, "popularity: out of memory");
-  for (size_t i = 0; i < ferry_routing_n_requests(trace); i++) {
-    struct ferry_routing_request rq;
-    if (ferry_routing_request_at(trace, i, &rq) != FERRY_OK) continue;
-    for (int64_t j = 0; j < (int64_t)rq.n_tokens * L * K; j++)
-      if (rq.ids[j] >= 0 && rq.ids[j] < E) counts[(j / K) % L * E + rq.ids[j]]++;
-  }
-  ferry_status st = FERRY_OK;
+  ferry_status st = ferry_routing_counts(trace, E, counts); /* the same counts --expert-cache static pins from */
   for (int32_t l = 0; l < L && st == FERRY_OK; l++) st = ferry_predictor_set_popularity(p, l, counts + (size_t)l * (size_t)E);
   ferry_free(counts);
   return st;
