@@ -141,21 +141,9 @@ static const char *quant_name(enum ferry_ckpt_quant q) {
   X(rope_local_theta) X(query_pre_attn_scalar) X(attn_softcap) X(final_softcap)                \
   X(attn_temp_floor) X(attn_temp_scale) X(routed_scaling) X(router_jitter) X(swiglu_limit)
 
-static void print_text(const ferry_model *m) {
+/* The config section of `ferry model show`: every field of the model's configuration. */
+static void print_config(const ferry_model *m) {
   const struct ferry_model_config *c = ferry_model_get_config(m);
-  struct ferry_model_accounting a;
-  ferry_model_get_accounting(m, &a);
-  char b1[32], b2[32], b3[32], b4[32];
-  printf("model   %s\n", c->name);
-  if (c->n_experts) {
-    printf("family  %s (MoE: %lld routed experts, top-%lld", ferry_family_name(c->family), (long long)c->n_experts,
-           (long long)c->experts_per_token);
-    if (c->n_shared_experts) printf(", %lld shared expert%s", (long long)c->n_shared_experts, c->n_shared_experts > 1 ? "s" : "");
-    printf(", %lld of %lld layers MoE, router %s)\n", (long long)a.n_moe_layers, (long long)c->n_layers,
-           router_name(c->router));
-  } else {
-    printf("family  %s (dense)\n", ferry_family_name(c->family));
-  }
   printf("\nconfig\n");
 #define PRINT_INT(f) printf("  %-22s %lld\n", #f, (long long)c->f);
 #define PRINT_FLAG(f) printf("  %-22s %d\n", #f, c->f);
@@ -179,6 +167,24 @@ static void print_text(const ferry_model *m) {
     printf("  %-22s %s, %d bits%s\n", "quantization", quant_name(c->quant.kind), c->quant.bits,
            c->quant.experts_only ? ", routed experts only" : "");
   printf("  %-22s %.4g (softmax scale)\n", "attention scale", ferry_model_attn_scale(m));
+}
+
+static void print_text(const ferry_model *m) {
+  const struct ferry_model_config *c = ferry_model_get_config(m);
+  struct ferry_model_accounting a;
+  ferry_model_get_accounting(m, &a);
+  char b1[32], b2[32], b3[32], b4[32];
+  printf("model   %s\n", c->name);
+  if (c->n_experts) {
+    printf("family  %s (MoE: %lld routed experts, top-%lld", ferry_family_name(c->family), (long long)c->n_experts,
+           (long long)c->experts_per_token);
+    if (c->n_shared_experts) printf(", %lld shared expert%s", (long long)c->n_shared_experts, c->n_shared_experts > 1 ? "s" : "");
+    printf(", %lld of %lld layers MoE, router %s)\n", (long long)a.n_moe_layers, (long long)c->n_layers,
+           router_name(c->router));
+  } else {
+    printf("family  %s (dense)\n", ferry_family_name(c->family));
+  }
+  print_config(m);
 
   printf("\nparameters\n");
   printf("  %-22s %s\n", "total", fmt_count((double)a.params_total, b1, sizeof b1));

@@ -37,7 +37,7 @@ int cmd_model_quantize(int argc, char **argv) {
   int report = 0;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'f': format = optarg; break;
       case 'p': plan_text = optarg; break;

@@ -105,7 +105,7 @@ static void print_spread(const struct ferry_serve_summary *s, int n) {
 }
 
 int run_repeat(const struct run_args *given) {
-  const int n = given->repeat > 0 ? given->repeat : 1;
+  const int n = given->repeat > 0 ? (int)given->repeat : 1;
   char tag[96];
   const char *group = given->repeat_group;
   if (!group && n > 1 && given->db) {
@@ -126,7 +126,7 @@ int run_repeat(const struct run_args *given) {
     rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
     goto out;
   }
-  if (given->format != CLI_FORMAT_TEXT) {
+  if (given->output_format != CLI_FORMAT_TEXT) {
     doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "schema", "ferry.run.v1");
     cJSON_AddStringToObject(doc, "command", given->cmd);
@@ -153,7 +153,7 @@ int run_repeat(const struct run_args *given) {
     }
   }
   if (rc == CLI_OK && !given->plan_only) {
-    if (doc) rc = cli_emit(stdout, doc, given->format == CLI_FORMAT_JSON ? NULL : "runs", given->format);
+    if (doc) rc = cli_emit(stdout, doc, given->output_format == CLI_FORMAT_JSON ? NULL : "runs", given->output_format);
     else if (done > 1) print_spread(sums, done);
   }
 out:

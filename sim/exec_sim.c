@@ -803,6 +803,21 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
   return FERRY_OK;
 }
 
+static ferry_status sim_open(ferry_exec **out, const struct ferry_exec_params *p) {
+  if (!p || !p->hw)
+    return ferry__fail(FERRY_ERR_INVALID, "the sim executor needs a hardware profile (ferry hw list)");
+  return ferry_exec_create_sim(out, p->hw, &p->config);
+}
+
+/* The registry's entry (runtime/backends/registry.c lists it). */
+const struct ferry_exec_info ferry__exec_info_sim = {
+    .version = FERRY_EXEC_INFO_VERSION,
+    .name = "sim",
+    .description = "a discrete-event simulation of a hardware profile (virtual time)",
+    .caps = FERRY_EXEC_CAP_VIRTUAL | FERRY_EXEC_CAP_HW,
+    .open = sim_open,
+};
+
 ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const struct ferry_exec_config *config) {
   if (!out || !hw) return ferry__fail(FERRY_ERR_INVALID, "exec_create_sim: %s is NULL", out ? "hw" : "out");
   *out = NULL;

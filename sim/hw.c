@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/names.h"
 #include "ferry/hw.h"
 
 #ifndef FERRY_HW_SOURCE_DIR
@@ -705,9 +706,21 @@ static ferry_status find_profile(const char *name, const char *first_dir, char *
   if (first_dir) r = try_dir(first_dir, &c);
   if (r == 0) r = for_each_dir(try_dir, &c);
   if (r < 0) return nomem(name);
-  if (!c.found)
-    return ferry__fail(FERRY_ERR_NOT_FOUND, "hardware profile \"%s\" not found in %s (set FERRY_HW_PATH to add folders)",
-                       name, c.tried_len ? c.tried : "no folder");
+  if (!c.found) {
+    /* name the profiles it resembles ("h100": h100-pcie, h100-sxm) */
+    char **names = NULL, near_text[256] = "";
+    size_t n = 0;
+    if (ferry_hw_list(&names, &n) == FERRY_OK && n) {
+      const char *near[4];
+      const size_t k = ferry__nearest_names(name, (const char *const *)names, n, 1, near, 4);
+      char list[200];
+      if (k) snprintf(near_text, sizeof near_text, "; nearest: %s", ferry__join_names(near, k, "", list, sizeof list));
+    }
+    ferry_hw_list_free(names, n);
+    return ferry__fail(FERRY_ERR_NOT_FOUND,
+                       "hardware profile \"%s\" not found in %s (set FERRY_HW_PATH to add folders; ferry hw list)%s", name,
+                       c.tried_len ? c.tried : "no folder", near_text);
+  }
   *out_path = c.found;
   return FERRY_OK;
 }

@@ -302,9 +302,51 @@ static void test_ignored_options_refused(void **state) {
   expect(args, 2, "--runtime is for 'ferry sim'");
 }
 
+/* Options are matched whole (getopt_long took a prefix for the option it abbreviates): an
+ * unknown or shortened one is an error naming the nearest; so are unknown profiles and models,
+ * whose preset names match in any case. */
+static void test_names_suggested(void **state) {
+  (void)state;
+  expect("run --model x --synthetic n=2 --prefetch-dept 1", 2,
+         "unknown option '--prefetch-dept'; did you mean --prefetch-depth?");
+  expect("run --model x --synthetic n=2 --prefetch 1", 2, "unknown option '--prefetch'; did you mean --prefetch-depth?");
+  expect("run --model x --synthetic n=2 --pin 1", 2, "did you mean --pin-first or --pin-last?");
+  expect("run --model x --synthetic n=2 --block-layers=2x", 2, "--block-layers");
+  expect("run --model x --synthetic n=2 --greedy=1", 2, "--greedy takes no value");
+  expect("run --model x --synthetic n=2 --seed", 2, "--seed needs a value");
+  expect(SIM "--synthetic n=2 --backend cuda", 2, "--backend is for 'ferry run'");
+  expect("report --d x --out y", 2, "unknown option '--d'; did you mean --db?");
+  expect("sim --model tiny-mo --hw h100-pcie --synthetic n=2", 1, "nearest: tiny-moe");
+  expect("sim --model tiny-moe --hw h100 --synthetic n=2", 1, "nearest: h100-pcie, h100-sxm");
+  expect("sim --model TINY-MOE --hw h100-pcie --synthetic n=2,prompt=8,output=2 --quiet", 0, "requests: 2 done");
+  /* --name=VALUE is the same option */
+  expect(SIM "--synthetic=n=2,prompt=8,output=2 --max-batch=2", 0, "requests: 2 done");
+}
+
+/* The generated help: every option of the table, each line within 100 columns. */
+static void test_help_fits(void **state) {
+  (void)state;
+  const char *const cmds[] = {"run --help", "sim --help"};
+  for (int c = 0; c < 2; c++) {
+    char *out = NULL;
+    assert_int_equal(tu_run_ferry(cmds[c], &out), 0);
+    assert_true(tu_contains(out, "--prefetch-depth D") && tu_contains(out, "--host-budget-schedule"));
+    size_t col = 0, widest = 0;
+    for (const char *p = out; *p; p++) {
+      col = *p == '\n' ? 0 : col + 1;
+      if (col > widest) widest = col;
+    }
+    if (widest > 100) fprintf(stderr, "ferry %s: a line of %zu columns\n%s", cmds[c], widest, out);
+    assert_true(widest <= 100);
+    free(out);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
+      cmocka_unit_test(test_names_suggested),
+      cmocka_unit_test(test_help_fits),
       cmocka_unit_test(test_time_out_of_range),
       cmocka_unit_test(test_synthetic_lazy),
       cmocka_unit_test(test_request_longer_than_model),

@@ -7,6 +7,8 @@
 #ifndef FERRY_ENGINE_H
 #define FERRY_ENGINE_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -52,31 +54,37 @@ typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t toke
                                         int32_t top_k, const int32_t *ids, const float *weights,
                                         int32_t n_features, const float *token_features);
 
+/** What the engine knows about one token when it asks its expert predictor
+ *  (ferry_expert_predict_fn): one struct, so a predictor that needs more is a new member, not a
+ *  new signature. Arrays are borrowed for the call. */
+struct ferry_expert_predict_request {
+  int64_t req_id;               /**< the request */
+  int32_t token_index;          /**< the token's position in its sequence */
+  int32_t seq_len;              /**< the request's prompt + output length */
+  int32_t layer_now;            /**< the layer just routed */
+  int32_t target_layer;         /**< the layer to predict (layer_now + 1 ... + prefetch depth) */
+  int32_t k;                    /**< experts per token */
+  int32_t n_experts;            /**< experts per layer */
+  const int32_t *ids_now;       /**< the token's chosen experts at layer_now (k of them) */
+  const float *weights_now;     /**< their gate weights */
+  const float *lookahead_logits; /**< the router logits of target_layer on this token's hidden state
+                                      at layer_now (n_experts), when the configuration asks for
+                                      router_lookahead and the executor computes; else NULL */
+  const float *token_features;  /**< the token's predictor features (n_features), when asked for
+                                      and the executor computes; else NULL */
+  int32_t n_features;           /**< entries of token_features */
+};
+
 /**
- * @brief Expert predictor: which experts of layer @p target_layer to prefetch for one token,
- *        now that the token's routing at @p layer_now is known.
+ * @brief Expert predictor: which experts of rq->target_layer to prefetch for one token.
  * @param user the pointer given in the configuration.
- * @param req_id the request.
- * @param token_index the token's position in its sequence.
- * @param seq_len the request's prompt + output length.
- * @param layer_now the layer just routed.
- * @param target_layer the layer to predict (layer_now + 1 ... + prefetch depth).
- * @param ids_now the token's chosen experts at layer_now (k of them).
- * @param weights_now their gate weights.
- * @param lookahead_logits the router logits of @p target_layer applied to this token's hidden
- *        state at @p layer_now (n_experts floats), when the configuration asks for
- *        router_lookahead and the executor computes; NULL otherwise (the simulator).
- * @param token_features the token's predictor features (token_features of the configuration
- *        entries), when asked for and the executor computes; NULL otherwise.
- * @param k experts per token.
+ * @param rq what the engine knows.
  * @param out_ids receives up to @p max experts, best first.
  * @param max capacity of out_ids.
  * @return how many experts were written.
  */
-typedef int32_t (*ferry_expert_predict_fn)(void *user, int64_t req_id, int32_t token_index, int32_t seq_len,
-                                           int32_t layer_now, int32_t target_layer, const int32_t *ids_now,
-                                           const float *weights_now, const float *lookahead_logits,
-                                           const float *token_features, int32_t k, int32_t *out_ids, int32_t max);
+typedef int32_t (*ferry_expert_predict_fn)(void *user, const struct ferry_expert_predict_request *rq, int32_t *out_ids,
+                                           int32_t max);
 
 /** Where work whose weights are not on the device runs (`--offload-compute`). */
 enum ferry_compute_where {
@@ -313,7 +321,8 @@ struct ferry_layer_metrics {
   uint64_t bytes_h2d;    /**< weights of this layer copied host to device (its block, its experts) */
 };
 
-/** Distribution summary of one latency metric, in ns. */
+/** Distribution summary of one latency metric, in ns. Percentiles interpolate linearly between
+ *  the closest ranks, as `ferry db show` and the report compute them (docs/metrics.md). */
 struct ferry_latency_stats {
   int64_t count; /**< samples */
   double mean;   /**< mean */
@@ -336,7 +345,8 @@ struct ferry_serve_summary {
   int64_t duration_ns;        /**< first arrival to last finish */
   double tokens_per_s;        /**< output tokens per second over the duration */
   struct ferry_latency_stats ttft;  /**< time to first token */
-  struct ferry_latency_stats tpot;  /**< time per output token after the first */
+  struct ferry_latency_stats tpot;  /**< time per output token after the first (requests with more
+                                         than one output token) */
   struct ferry_latency_stats e2e;   /**< end-to-end latency */
   struct ferry_latency_stats step;  /**< step duration */
   uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak bytes per tier */
@@ -372,14 +382,14 @@ struct ferry_serve_summary {
  *         executor that computes, unless allow_nonfinite) hold NaN or Inf values, the message
  *         naming the first such tensor, its file and the counts; details in ferry_last_error().
  */
-ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
+FERRY_API ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
                                  const struct ferry_engine_config *config);
 
 /**
  * @brief Only plan (no allocation, no loading): prints the plan, or the budget error.
  * @param f where to print the plan.
  */
-ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
+FERRY_API ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
                                     const struct ferry_engine_config *config, FILE *f);
 
 /**
@@ -392,38 +402,82 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
  * @param device_min receives the device minimum in bytes.
  * @param host_min receives the host minimum in bytes (with every streamed unit on disk).
  */
-ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
+FERRY_API ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
                                       const struct ferry_engine_config *config, uint64_t *device_min,
                                       uint64_t *host_min);
 
+/** What the machine a run is planned for offers, for ferry_engine_plan_budgets(). */
+struct ferry_machine_memory {
+  const char *gpu_name;          /**< names the GPU in notes and errors ("h100-pcie", "CUDA device 0") */
+  uint64_t gpu_bytes;            /**< the GPU's memory; 0 when there is no GPU to size from (the host
+                                      executor's "device" is this machine's memory: no default) */
+  uint64_t gpu_free_bytes;       /**< free GPU memory now; UINT64_MAX when unknown or all (a profile) */
+  const char *host_name;         /**< names a profile's host in notes and errors */
+  uint64_t host_bytes;           /**< a profile's host memory (simulated host); 0: none */
+  uint64_t host_available_bytes; /**< a real machine's available memory at start; 0: unknown */
+};
+
+/** The budgets ferry_engine_plan_budgets() chose, and why, for printing. */
+struct ferry_budget_plan {
+  int device_defaulted;  /**< the device budget was chosen (none was given) */
+  int host_defaulted;    /**< the host budget was chosen */
+  int fits;              /**< the model fits the chosen device budget: everything stays resident */
+  char device_note[256]; /**< "device budget 72.00 GiB (90% of h100-pcie's 80.00 GiB): the model fits,
+                              everything resident", or "" */
+  char host_note[256];   /**< "host budget ... (90% of ...'s host memory, ...)", or "" */
+};
+
+/**
+ * @brief Fill the budgets a configuration leaves out (0) from what the machine offers.
+ *
+ * The device gets 90 % of the GPU's memory (vLLM's default utilisation; on a real GPU at most
+ * its free memory less 256 MiB). A model that fits in it stays resident (resident_all is set);
+ * a larger dense model is offloaded with its last layers pinned in what streaming leaves
+ * (fill_budget); an MoE model keeps its attention resident when it fits and gives the rest to
+ * the expert cache. The host gets 90 % of a profile's host memory, or half of a real machine's
+ * available memory: what does not fit streams from disk. Budgets that are given are checked
+ * against the machine and kept.
+ * @param model shapes.
+ * @param store weights, or NULL to size from the model's dtype.
+ * @param machine what the GPU and host offer.
+ * @param config the configuration, updated in place (budgets, resident_all, resident_attention,
+ *        fill_budget).
+ * @param plan receives what was chosen and a note saying why.
+ * @return FERRY_OK; FERRY_ERR_INVALID when a given budget exceeds the machine's memory;
+ *         FERRY_ERR_NOMEM when the GPU has no free memory for a budget.
+ */
+FERRY_API ferry_status ferry_engine_plan_budgets(const ferry_model *model, ferry_store *store,
+                                       const struct ferry_machine_memory *machine, struct ferry_engine_config *config,
+                                       struct ferry_budget_plan *plan);
+
 /** @brief Print the engine's plan (bytes per tier, slots, home of every unit). */
-void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
+FERRY_API void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
 
 /**
  * @brief Serve requests (sorted by arrival). Metrics accumulate in the engine.
  * @param requests array of @p n requests (copied).
  */
-ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
+FERRY_API ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
                               const struct ferry_run_options *options);
 
 /** @brief Per-request metrics of the last run; borrowed, valid until the next run. */
-const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Per-step metrics of the last run; borrowed, valid until the next run. */
-const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Per-layer expert-cache activity and weight traffic of the last run, one entry per
  *         layer; borrowed, valid until the next run. */
-const struct ferry_layer_metrics *ferry_engine_layer_metrics(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_layer_metrics *ferry_engine_layer_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Summary of the last run. */
-void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
+FERRY_API void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
 
 /** @brief Print a summary table (mean, P50, P90, P99) of a run. */
-void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);
+FERRY_API void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);
 
 /** @brief Last detailed error (borrowed). */
-const char *ferry_engine_errmsg(const ferry_engine *engine);
+FERRY_API const char *ferry_engine_errmsg(const ferry_engine *engine);
 
 /** Kinds of engine events. */
 enum ferry_engine_event_kind {
@@ -448,7 +502,7 @@ struct ferry_engine_event {
  * @brief The engine's events since it was created, in order. Borrowed, valid until the next
  *        call into the engine; read it after ferry_engine_run() returns.
  */
-const struct ferry_engine_event *ferry_engine_events(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_engine_event *ferry_engine_events(const ferry_engine *engine, int64_t *n);
 
 /**
  * @brief Check that @p store can replace the engine's weights, without changing anything: every
@@ -458,7 +512,7 @@ const struct ferry_engine_event *ferry_engine_events(const ferry_engine *engine,
  * @return FERRY_OK; FERRY_ERR_FORMAT / FERRY_ERR_BUDGET / FERRY_ERR_IO with the reason, naming
  *         the file and tensor, in ferry_last_error().
  */
-ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_store *store);
+FERRY_API ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_store *store);
 
 /**
  * @brief Stage a new weights version: checked as ferry_engine_check_weights(), then swapped in
@@ -473,7 +527,7 @@ ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_store *store
  * @param label names the version in events (copied; e.g. its folder), may be NULL.
  * @return FERRY_OK when staged; the check's error otherwise.
  */
-ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const char *label);
+FERRY_API ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const char *label);
 
 /**
  * @brief Change a tier's budget while the engine serves (a signal handler's or a control
@@ -482,16 +536,16 @@ ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const
  *        thread.
  * @return FERRY_OK; FERRY_ERR_INVALID without pressure control, for another tier or 0 bytes.
  */
-ferry_status ferry_engine_set_budget(ferry_engine *engine, enum ferry_tier tier, uint64_t bytes);
+FERRY_API ferry_status ferry_engine_set_budget(ferry_engine *engine, enum ferry_tier tier, uint64_t bytes);
 
 /** @brief Version number of the weights serving now (1 for those given at create). */
-int32_t ferry_engine_weights_version(const ferry_engine *engine);
+FERRY_API int32_t ferry_engine_weights_version(const ferry_engine *engine);
 
 /** @brief The memory-pressure degradation level now (0: normal; see ferry_pressure_config). */
-int32_t ferry_engine_pressure_level(const ferry_engine *engine);
+FERRY_API int32_t ferry_engine_pressure_level(const ferry_engine *engine);
 
 /** @brief Destroy an engine and free its buffers. Accepts NULL. */
-void ferry_engine_destroy(ferry_engine *engine);
+FERRY_API void ferry_engine_destroy(ferry_engine *engine);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,8 @@
 #ifndef FERRY_HW_H
 #define FERRY_HW_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -247,7 +249,7 @@ typedef struct ferry_hw ferry_hw;
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND (unknown name: the message lists the folders
  *         searched); FERRY_ERR_FORMAT; FERRY_ERR_IO; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
+FERRY_API ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
 
 /**
  * @brief Replace a profile's runtime section (and its sources) by a runtime preset's.
@@ -256,13 +258,13 @@ ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND / FERRY_ERR_FORMAT / FERRY_ERR_IO as ferry_hw_open();
  *         FERRY_ERR_INVALID when the file is not of kind "runtime" (the message says what it is).
  */
-ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path);
+FERRY_API ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path);
 
 /** @brief Release a profile. Accepts NULL. */
-void ferry_hw_close(ferry_hw *hw);
+FERRY_API void ferry_hw_close(ferry_hw *hw);
 
 /** @brief The profile's contents; borrowed, valid until ferry_hw_close(). */
-const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
+FERRY_API const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
 
 /**
  * @brief Check that a profile gives every figure a run needs.
@@ -274,7 +276,7 @@ const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND naming the profile and the first missing figure;
  *         FERRY_ERR_INVALID for an unknown field path. Details in ferry_last_error().
  */
-ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
+FERRY_API ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
 
 /**
  * @brief Name of fitted-cost kind i ("matmul", "attention", "expert", "norm", "rope",
@@ -282,7 +284,7 @@ ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char
  *        "matmul_gemm", "expert_gemm": the last two are the matrix-matrix regime of their kind).
  * @return a static string, or NULL when i is out of range.
  */
-const char *ferry_hw_cost_kind_name(int i);
+FERRY_API const char *ferry_hw_cost_kind_name(int i);
 
 /**
  * @brief The fitted cost of a kernel kind, or NULL when the profile has none for it.
@@ -290,7 +292,7 @@ const char *ferry_hw_cost_kind_name(int i);
  * @param kind_name a kernel kind name (ferry_kernel_kind_name()).
  * @return borrowed from the profile.
  */
-const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *profile, const char *kind_name);
+FERRY_API const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *profile, const char *kind_name);
 
 /**
  * @brief The fitted cost of one op: the kind's "_gemm" cost when the op's arithmetic intensity
@@ -301,7 +303,7 @@ const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *prof
  * @param gemm 1 for an op above the intensity threshold.
  * @return borrowed from the profile.
  */
-const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profile *profile, const char *kind_name,
+FERRY_API const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profile *profile, const char *kind_name,
                                                     int gemm);
 
 
@@ -312,20 +314,20 @@ const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profil
  * @param out_count receives the number of names.
  * @return FERRY_OK (an empty catalogue gives 0 names) or FERRY_ERR_NOMEM.
  */
-ferry_status ferry_hw_list(char ***out_names, size_t *out_count);
+FERRY_API ferry_status ferry_hw_list(char ***out_names, size_t *out_count);
 
 /** @brief Free a list returned by ferry_hw_list(). Accepts NULL. */
-void ferry_hw_list_free(char **names, size_t count);
+FERRY_API void ferry_hw_list_free(char **names, size_t count);
 
 /** @brief GPUs in the machine a profile describes: interconnect.gpus, else 1 (0 for a profile
  *         without a gpu section). */
-int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
+FERRY_API int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
 
 /** @brief Name of a kind as written in files ("gpu", "host", "link", "disk"); "?" if unknown. */
-const char *ferry_hw_kind_name(enum ferry_hw_kind kind);
+FERRY_API const char *ferry_hw_kind_name(enum ferry_hw_kind kind);
 
 /** @brief Name of an op kind as in the efficiency table ("gemm", ...); "?" if unknown. */
-const char *ferry_hw_op_name(enum ferry_hw_op op);
+FERRY_API const char *ferry_hw_op_name(enum ferry_hw_op op);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,8 @@
 #ifndef FERRY_REPORT_H
 #define FERRY_REPORT_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,7 +88,7 @@ struct ferry_report_summary {
  *        everything else 0 or NULL.
  * @param opt options to fill.
  */
-void ferry_report_options_init(struct ferry_report_options *opt);
+FERRY_API void ferry_report_options_init(struct ferry_report_options *opt);
 
 /**
  * @brief Read the databases and write the report folder.
@@ -101,14 +103,14 @@ void ferry_report_options_init(struct ferry_report_options *opt);
  * @param summary receives what the report contains; may be NULL.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_report_write(const struct ferry_report_options *opt, struct ferry_report_summary *summary);
+FERRY_API ferry_status ferry_report_write(const struct ferry_report_options *opt, struct ferry_report_summary *summary);
 
 /**
  * @brief Name of a section, as used for the anchors of index.html ("runs", "sweep", ...).
  * @param section one bit of ferry_report_section.
  * @return a static string, or "?" for an unknown value.
  */
-const char *ferry_report_section_name(enum ferry_report_section section);
+FERRY_API const char *ferry_report_section_name(enum ferry_report_section section);
 
 #ifdef __cplusplus
 }

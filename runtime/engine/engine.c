@@ -79,7 +79,7 @@ static void layout_workspace(struct ferry_engine *e) {
   } while (0)
   /* dequantized weights (fp32): one slot for matmuls, three for an expert's gate/up/down */
   WS(dq[0], e->max_q_numel);
-  WS(dq[1], E ? e->max_q_numel : 0);
+  WS(dq[1], E || mc->learned_positions ? e->max_q_numel : 0); /* an expert's up, or a learned position table */
   WS(dq[2], E ? e->max_q_numel : 0);
   WS(x, T * H * (uint64_t)e->n_mb); /* one hidden state per micro-batch */
   WS(h, T * H);
@@ -519,7 +519,10 @@ void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned) {
   ferry_free(e->staging);
   e->block_slots = e->expert_slots = NULL;
   e->staging = NULL;
-  ferry__cache_free(&e->cache);
+  /* a re-plan (adapt.c) replaces the expert cache: the run's prefetch counts carry over */
+  e->prefetches_before += e->xplan.prefetches;
+  e->prefetches_used_before += e->xplan.prefetches_used;
+  ferry__xplan_free(&e->xplan);
 }
 
 static void engine_free(struct ferry_engine *e) {
@@ -565,7 +568,6 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->routing_ids);
   ferry_free(e->routing_w);
   ferry_free(e->layer_stats);
-  ferry_free(e->votes);
   ferry_free(e->predicted);
   ferry__features_free(e);
   ferry_free(e->reqs);
@@ -603,17 +605,14 @@ static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint
   return st;
 }
 
-/* The policy placing experts in the cache (--expert-cache): its name, auto by default (lfu for
- * the legacy flag, lru inside a per-layer split when none is named). */
-static const struct ferry__cache_policy_ops *cache_policy(const struct ferry_engine_config *c) {
-  const char *name = c->expert_cache ? c->expert_cache
-                     : c->expert_cache_lfu ? "lfu"
-                     : c->expert_cache_per_layer ? "lru"
-                                                 : "auto";
-  return ferry__cache_policy_find(name);
+/* The policy placing experts in the cache (--expert-cache): its registry name, auto by default
+ * (lfu for the legacy flag, lru inside a per-layer split when none is named). */
+static const char *cache_policy_name(const struct ferry_engine_config *c) {
+  return c->expert_cache ? c->expert_cache : c->expert_cache_lfu ? "lfu" : c->expert_cache_per_layer ? "lru" : "auto";
 }
 
-/* The expert cache over the plan's slots, with the popularity the policy may pin from. */
+/* The expert cache over the plan's slots (runtime/policy/expert_plan.c), with the popularity the
+ * policy may pin from. */
 static ferry_status expert_cache(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   const int32_t L = (int32_t)mc->n_layers, K = e->cfg.expert_cache_per_layer;
@@ -622,8 +621,11 @@ static ferry_status expert_cache(struct ferry_engine *e) {
                           "engine: --expert-cache per-layer:%d needs %lld slots (%d per layer x %d layers), the device "
                           "budget leaves %d",
                           K, (long long)K * L, K, L, e->plan.n_expert_slots);
-  ferry_status st = ferry__cache_init(&e->cache, cache_policy(&e->cfg), e->plan.n_expert_slots, K, L,
-                                      (int32_t)mc->n_experts, e->cfg.expert_popularity);
+  const struct ferry_cache_policy_ops *policy;
+  ferry_status st = ferry_cache_policy_lookup(cache_policy_name(&e->cfg), &policy);
+  if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: %s", ferry_last_error());
+  st = ferry__xplan_init(&e->xplan, policy, e->plan.n_expert_slots, K, L, (int32_t)mc->n_experts, e->cfg.expert_popularity,
+                         e->cfg.prefetch_depth, e->cfg.expert_no_reuse);
   if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
   return FERRY_OK;
 }
@@ -635,14 +637,14 @@ ferry_status ferry__engine_preload_experts(struct ferry_engine *e) {
     return FERRY_OK;
   int32_t *units = ferry__calloc((size_t)e->plan.n_expert_slots, sizeof *units);
   if (!units) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
-  const int32_t n = ferry__cache_preload(&e->cache, units, e->plan.n_expert_slots);
+  const int32_t n = ferry__cache_preload(&e->xplan.cache, units, e->plan.n_expert_slots);
   const int32_t E = (int32_t)e->mc->n_experts;
   ferry_status st = FERRY_OK;
   for (int32_t i = 0; i < n && st == FERRY_OK; i++) {
     const int32_t l = units[i] / E, x = units[i] % E, u = e->expert_unit[units[i]];
-    if (u < 0 || ferry__cache_lookup(&e->cache, l, x) >= 0) continue;
+    if (u < 0 || ferry__cache_lookup(&e->xplan.cache, l, x) >= 0) continue;
     int32_t el, ex;
-    const int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
+    const int32_t slot = ferry__cache_insert(&e->xplan.cache, l, x, &el, &ex);
     if (slot < 0) break;
     st = ferry__engine_fetch_expert(e, u, slot);
   }
@@ -738,7 +740,6 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->layer_stats = ferry__calloc((size_t)mc->n_layers, sizeof *e->layer_stats);
   if (!e->layer_stats) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the layer metrics");
   for (int32_t l = 0; l < mc->n_layers; l++) e->layer_stats[l].layer = l;
-  e->votes = ferry__calloc(E, sizeof(int32_t));
   e->predicted = ferry__calloc(E, sizeof(int32_t));
   e->seqs = ferry__calloc((size_t)e->n_seqs, sizeof *e->seqs);
   e->seq_tokens = ferry__calloc((size_t)e->n_seqs * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
@@ -747,7 +748,7 @@ static ferry_status allocate(struct ferry_engine *e) {
                           e->n_seqs, e->kv_capacity);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs || !e->votes || !e->predicted)
+      !e->routing_w || !e->seqs || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
   if ((st = ferry__hybrid_alloc(e)) != FERRY_OK) return st;

@@ -53,7 +53,6 @@ struct slot {
   ferry_event *ready;   /* recorded on the copy queue after the fill */
   ferry_event *free;    /* recorded on the compute queue after the last use */
   int used;             /* free has been recorded since the last fill */
-  int prefetched;       /* filled on a prediction and not used yet */
 };
 
 struct staging_slot {
@@ -186,15 +185,15 @@ struct ferry_engine {
   int32_t next_staging;
   int64_t block_fetch_seq;    /* streamed-block fetches issued so far (cyclic order) */
   int64_t block_compute_seq;  /* streamed blocks computed so far */
-  struct ferry_expert_cache cache;
+  struct ferry__expert_plan xplan; /* the expert cache's decisions (runtime/policy/expert_plan.c) */
+  int64_t prefetches_before, prefetches_used_before; /* of the expert caches a re-plan replaced */
   /* one event per queue that records it, so completions arrive in generation order */
   ferry_event *ev_router, *ev_step, *ev_tmp, *ev_read;
 
   /* per-step counters */
   uint64_t step_bytes_disk, step_bytes_h2d, step_bytes_d2h;
   int32_t step_hits, step_misses;
-  int64_t prefetches, prefetches_used;
-  int32_t *votes, *predicted;  /* expert prefetch scratch: votes per expert, one token's guess */
+  int32_t *predicted;          /* expert prefetch scratch: one token's guess */
 
   /* step-scoped arrays (sized once) */
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */

@@ -476,66 +476,66 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   return FERRY_OK;
 }
 
-/* A cache slot for (layer, expert), evicting by the cache policy; an evicted expert that was
- * prefetched and never used is a wasted prefetch. */
-static int32_t insert_expert(struct ferry_engine *e, int32_t l, int32_t x) {
-  int32_t el, ex;
-  int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
-  if (slot >= 0) e->expert_slots[slot].prefetched = 0;
-  if (slot >= 0 && el >= 0) {
+/* What the expert plan decided, as ops: a hit runs, a miss or a prefetch is fetched first (a
+ * prefetch runs later, when its layer routes to it). */
+struct expert_act {
+  struct ferry_engine *e;
+  uint64_t in;
+  int run; /* demand: run the expert; prefetch: only fetch it */
+};
+
+static ferry_status expert_act(void *user, int32_t l, int32_t x, int32_t slot, int fetch) {
+  struct expert_act *a = user;
+  struct ferry_engine *e = a->e;
+  ferry_status st;
+  /* the fill's eviction (expert_plan.c notes its layer), and the step's and layer's counts */
+  if (fetch && e->xplan.evicted_layer >= 0) {
     e->step_evictions++;
-    e->layer_stats[el].evictions++;
+    e->layer_stats[e->xplan.evicted_layer].evictions++;
   }
-  return slot;
+  if (a->run && fetch) e->step_misses++, e->layer_stats[l].misses++;
+  else if (a->run) e->step_hits++, e->layer_stats[l].hits++;
+  else e->layer_stats[l].prefetches++;
+  if (fetch && (st = ferry__engine_fetch_expert(e, e->expert_unit[l * e->mc->n_experts + x], slot)) != FERRY_OK)
+    return st;
+  return a->run ? run_expert(e, l, x, slot, a->in) : FERRY_OK;
 }
 
 /* After layer l's experts are enqueued: ask the predictor, per token, for the experts of the
- * next prefetch_depth layers, and fetch the most voted ones that are not cached, at most a
- * share of the cache per target layer so guesses cannot flush it. Wrong guesses cost bandwidth
- * and slots, never correctness: a demand miss fetches what is really needed. */
+ * next prefetch_depth layers; the plan fetches the most voted ones that are not cached. Wrong
+ * guesses cost bandwidth and slots, never correctness: a demand miss fetches what is really
+ * needed. */
 static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   if (!e->cfg.predict) return FERRY_OK;
   const int32_t E = (int32_t)mc->n_experts, K = (int32_t)mc->experts_per_token, L = (int32_t)mc->n_layers;
   const int32_t depth = e->cfg.prefetch_depth > 0 ? e->cfg.prefetch_depth : 1;
-  int32_t budget = e->plan.n_expert_slots / (depth + 1);
-  if (budget < 1) budget = 1;
   /* lookahead logits of (ahead, token) as read back with the routing; none without data */
   const int32_t n_look = ferry__lookahead_layers(e);
   const float *look = n_look && e->has_data
                           ? (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) +
                                             ferry__readback_lookahead_offset(e))
                           : NULL;
+  struct expert_act act = {.e = e, .run = 0};
   for (int32_t ahead = 1; ahead <= depth && l + ahead < L; ahead++) {
     const int32_t target = l + ahead;
     if (!e->li[target].moe) continue; /* a dense layer has no experts to fetch */
-    memset(e->votes, 0, (size_t)E * sizeof *e->votes);
+    ferry__xplan_vote_reset(&e->xplan);
     for (int64_t t = 0; t < e->n_tok; t++) {
       const struct seq *q = &e->seqs[e->tok_seq[t]];
       const struct ferry_engine_request *r = &e->reqs[q->req];
       const float *look_t = look && ahead <= n_look ? look + ((int64_t)(ahead - 1) * e->n_tok + t) * E : NULL;
-      int32_t n = e->cfg.predict(e->cfg.predict_user, r->id, e->tok_index[t], r->prompt_tokens + r->output_tokens, l,
-                                 target, e->routing_ids + t * K, e->routing_w + t * K, look_t,
-                                 ferry__features_of(e, t), K, e->predicted, E);
-      for (int32_t i = 0; i < n && i < E; i++)
-        if (e->predicted[i] >= 0 && e->predicted[i] < E) e->votes[e->predicted[i]]++;
+      const float *feat = ferry__features_of(e, t);
+      const struct ferry_expert_predict_request rq = {
+          .req_id = r->id, .token_index = e->tok_index[t], .seq_len = r->prompt_tokens + r->output_tokens,
+          .layer_now = l, .target_layer = target, .k = K, .n_experts = E, .ids_now = e->routing_ids + t * K,
+          .weights_now = e->routing_w + t * K, .lookahead_logits = look_t, .token_features = feat,
+          .n_features = feat ? e->cfg.token_features : 0};
+      const int32_t n = e->cfg.predict(e->cfg.predict_user, &rq, e->predicted, E);
+      ferry__xplan_vote(&e->xplan, e->predicted, n < E ? n : E);
     }
-    for (int32_t issued = 0; issued < budget; issued++) {
-      int32_t best = -1;
-      for (int32_t x = 0; x < E; x++)
-        if (e->votes[x] > 0 && (best < 0 || e->votes[x] > e->votes[best])) best = x;
-      if (best < 0) break;
-      e->votes[best] = 0;
-      if (ferry__cache_lookup(&e->cache, target, best) >= 0) continue;
-      int32_t slot = insert_expert(e, target, best);
-      if (slot < 0) break;
-      ferry__cache_touch(&e->cache, slot);
-      ferry_status st = ferry__engine_fetch_expert(e, e->expert_unit[target * E + best], slot);
-      if (st != FERRY_OK) return st;
-      e->expert_slots[slot].prefetched = 1;
-      e->prefetches++;
-      e->layer_stats[target].prefetches++;
-    }
+    ferry_status st = ferry__xplan_prefetch(&e->xplan, target, expert_act, &act);
+    if (st != FERRY_OK) return ferry__err_set(&e->err, st, "%s", ferry_last_error());
   }
   return FERRY_OK;
 }
@@ -627,6 +627,90 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
   return st;
 }
 
+/* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
+ * the same ops in the same order. */
+static void group_by_expert(struct ferry_engine *e) {
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts;
+  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
+  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
+  e->expert_start[0] = 0;
+  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
+  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t r = 0; r < K; r++) {
+      int32_t x = e->routing_ids[t * K + r];
+      int32_t at = e->expert_start[x] + e->expert_count[x]++;
+      e->expert_tokens[at] = (int32_t)t;
+      e->expert_ranks[at] = (int32_t)r;
+    }
+}
+
+/* Every routed expert of layer l runs: where the layer runs (all resident, the layer on the CPU
+ * or in its block), else through the expert cache or on the CPU; *n_cpu_pairs counts the pairs
+ * the CPU computed. */
+static ferry_status dispatch_experts(struct ferry_engine *e, int32_t l, uint64_t in, int64_t *n_cpu_pairs) {
+  const int64_t E = e->mc->n_experts;
+  ferry_status st;
+  if (e->plan.experts_pinned || e->layer_on_cpu || e->cfg.expert_granularity_layer) {
+    /* every expert where the layer runs: resident on the device (or in the layer's block), or
+     * on the layer's CPU */
+    for (int32_t x = 0; x < E; x++)
+      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
+  } else {
+    /* Hits first (their data may already be there), then misses, each fetched into a slot
+     * chosen by the cache policy (runtime/policy/expert_plan.c), or computed on the CPU from
+     * host memory (hybrid runs: those are issued first, so the CPU works while the device runs
+     * the others). */
+    const int reuse = !e->cfg.expert_no_reuse;
+    if (e->expert_cpu_now) {
+      for (int32_t x = 0; x < E; x++)
+        e->expert_cpu_now[x] = e->expert_count[x] && !(reuse && ferry__cache_lookup(&e->xplan.cache, l, x) >= 0) &&
+                               ferry__expert_on_cpu(e, l, x, e->expert_count[x]);
+      if ((st = cpu_experts(e, l, in, n_cpu_pairs))) return st;
+    }
+    struct expert_act act = {.e = e, .in = in, .run = 1};
+    if ((st = ferry__xplan_demand(&e->xplan, l, e->expert_count, e->expert_cpu_now, expert_act, &act)) != FERRY_OK)
+      return e->err.status == st ? st : ferry__err_set(&e->err, st, "%s", ferry_last_error());
+    if ((st = prefetch_experts(e, l))) return st;
+  }
+  return FERRY_OK;
+}
+
+/* The experts' rows weighted into the hidden state (the device's pairs, then the CPU's sum). */
+static ferry_status combine_experts(struct ferry_engine *e, int32_t l, int64_t n_cpu_pairs) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token;
+  ferry_status st;
+  uint64_t expert_rows = e->ws.expert_out;
+  if (n_cpu_pairs) { /* the device's own pairs only; the CPU's sum is added after */
+    const uint64_t off = e->ws.cpu_sum, bytes = (uint64_t)(T * H) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+    if ((st = gather_pairs(e, l, "gather_device_pairs", e->dev_rows, 0))) return st;
+    expert_rows = e->ws.expert_final;
+  }
+  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
+  ck.y = ferry__ws(e, e->ws.x);
+  ck.aux[0] = ferry__ws(e, expert_rows);
+  /* Llama 4 weighted each expert's input already */
+  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
+  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
+  ck.m = T;
+  ck.n = H;
+  ck.top_k = K;
+  TRY(ferry_exec_compute(e->ex, e->cq, &ck));
+  if (n_cpu_pairs) {
+    struct ferry_kernel add = kernel(FERRY_K_MOE_COMBINE, "add_cpu_sum", l);
+    add.y = ferry__ws(e, e->ws.x);
+    add.aux[0] = ferry__ws(e, e->ws.cpu_sum);
+    add.m = T;
+    add.n = H;
+    add.top_k = 1;
+    TRY(ferry_exec_compute(e->ex, e->cq, &add));
+  }
+  return FERRY_OK;
+}
+
 static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
@@ -670,92 +754,10 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
       return st;
   }
   if ((st = routing(e, l))) return st;
-  /* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
-   * the same ops in the same order. */
-  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
-  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
-  e->expert_start[0] = 0;
-  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
-  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t r = 0; r < K; r++) {
-      int32_t x = e->routing_ids[t * K + r];
-      int32_t at = e->expert_start[x] + e->expert_count[x]++;
-      e->expert_tokens[at] = (int32_t)t;
-      e->expert_ranks[at] = (int32_t)r;
-    }
   int64_t n_cpu_pairs = 0;
-  if (e->plan.experts_pinned || e->layer_on_cpu || e->cfg.expert_granularity_layer) {
-    /* every expert where the layer runs: resident on the device (or in the layer's block), or
-     * on the layer's CPU */
-    for (int32_t x = 0; x < E; x++)
-      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
-  } else {
-    /* Hits first (their data may already be there), then misses, each fetched into a slot
-     * chosen by the cache policy, or computed on the CPU from host memory (hybrid runs: those
-     * are issued first, so the CPU works while the device runs the others). */
-    const int reuse = !e->cfg.expert_no_reuse;
-    if (e->expert_cpu_now) {
-      for (int32_t x = 0; x < E; x++)
-        e->expert_cpu_now[x] = e->expert_count[x] && !(reuse && ferry__cache_lookup(&e->cache, l, x) >= 0) &&
-                               ferry__expert_on_cpu(e, l, x, e->expert_count[x]);
-      if ((st = cpu_experts(e, l, in, &n_cpu_pairs))) return st;
-    }
-    for (int32_t x = 0; reuse && x < E; x++) {
-      if (!e->expert_count[x]) continue;
-      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
-      if (slot < 0) continue;
-      e->step_hits++;
-      e->layer_stats[l].hits++;
-      if (e->expert_slots[slot].prefetched) {
-        e->expert_slots[slot].prefetched = 0;
-        e->prefetches_used++;
-      }
-      ferry__cache_touch(&e->cache, slot);
-      if ((st = run_expert(e, l, x, slot, in))) return st;
-    }
-    for (int32_t x = 0; x < E; x++) {
-      if (!e->expert_count[x] || (e->expert_cpu_now && e->expert_cpu_now[x])) continue;
-      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
-      if (slot >= 0 && reuse) continue; /* a hit, run above */
-      if (slot < 0 && (slot = insert_expert(e, l, x)) < 0)
-        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
-      e->step_misses++;
-      e->layer_stats[l].misses++;
-      ferry__cache_touch(&e->cache, slot);
-      if ((st = ferry__engine_fetch_expert(e, e->expert_unit[l * E + x], slot))) return st;
-      if ((st = run_expert(e, l, x, slot, in))) return st;
-    }
-    if ((st = prefetch_experts(e, l))) return st;
-  }
-  uint64_t expert_rows = e->ws.expert_out;
-  if (n_cpu_pairs) { /* the device's own pairs only; the CPU's sum is added after */
-    const uint64_t off = e->ws.cpu_sum, bytes = (uint64_t)(T * H) * 4;
-    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
-    if ((st = gather_pairs(e, l, "gather_device_pairs", e->dev_rows, 0))) return st;
-    expert_rows = e->ws.expert_final;
-  }
-  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
-  ck.y = ferry__ws(e, e->ws.x);
-  ck.aux[0] = ferry__ws(e, expert_rows);
-  /* Llama 4 weighted each expert's input already */
-  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
-  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
-  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
-  ck.m = T;
-  ck.n = H;
-  ck.top_k = K;
-  TRY(ferry_exec_compute(e->ex, e->cq, &ck));
-  if (n_cpu_pairs) {
-    struct ferry_kernel add = kernel(FERRY_K_MOE_COMBINE, "add_cpu_sum", l);
-    add.y = ferry__ws(e, e->ws.x);
-    add.aux[0] = ferry__ws(e, e->ws.cpu_sum);
-    add.m = T;
-    add.n = H;
-    add.top_k = 1;
-    TRY(ferry_exec_compute(e->ex, e->cq, &add));
-  }
-  return FERRY_OK;
+  group_by_expert(e);
+  if ((st = dispatch_experts(e, l, in, &n_cpu_pairs))) return st;
+  return combine_experts(e, l, n_cpu_pairs);
 }
 
 /* The head of micro-batch cur_mb and the read-back of its logits rows; the host waits for them
@@ -907,7 +909,8 @@ static ferry_status embed(struct ferry_engine *e) {
   k.ints2 = e->tok_pos;
   k.n_ints = e->n_tok;
   if (mc->learned_positions) {
-    k.aux[0] = W(e, FERRY_ROLE_POS_EMBED, -1);
+    /* a quantized position table is expanded like any weight: kernels read fp32, fp16 or bf16 */
+    if ((st = weight(e, FERRY_ROLE_POS_EMBED, -1, -1, 1, &k.aux[0]))) return st;
     k.pos_offset = 2;
   }
   /* Gemma: embeddings times sqrt(hidden), rounded to the activation dtype (fp32 here) */

@@ -273,13 +273,13 @@ static ferry_status check_cpu_operands(ferry_exec *ex, const struct ferry_kernel
 
 ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel) {
   if (!valid_queue(ex, queue)) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: bad queue %d", queue);
-  if (!kernel || (unsigned)kernel->kind >= FERRY_K_COUNT)
-    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
-  if (kernel->m < 0 || kernel->n < 0 || kernel->k < 0)
-    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute %s: negative shape", kernel->name ? kernel->name : "?");
+  if (!kernel) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
+  /* the contract, once for every executor: the same bad op gets the same status everywhere */
+  const ferry_status st = ferry__kernel_check(ex, kernel);
+  if (st != FERRY_OK) return st;
   if (ex->queues[queue].role == FERRY_QUEUE_CPU) {
-    ferry_status st = check_cpu_operands(ex, kernel);
-    if (st != FERRY_OK) return st;
+    const ferry_status cst = check_cpu_operands(ex, kernel);
+    if (cst != FERRY_OK) return cst;
   }
   struct ferry_op op;
   op_init(&op, FERRY_OP_KERNEL);

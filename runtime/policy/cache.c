@@ -1,38 +1,59 @@
 /* The expert cache: a fixed number of device slots shared by all layers (or K per layer), keyed
- * by (layer, expert), with the victims of a placement policy (cache_*.c) among unprotected
- * slots. The cache finds empty slots (the lowest first) and keeps who holds what; the policy
+ * by (layer, expert), with the victims of a registered placement policy (cache_policy.h,
+ * cache_*.c) among unprotected slots. The cache finds empty slots (the lowest first) and keeps who holds what; the policy
  * keeps its history and names the victim, so the same routing always leaves the same contents. */
+#include <stddef.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/error.h"
+#include "common/registry.h"
 #include "policy.h"
 
 /* One line per built-in policy, in the order help texts list them. */
 #define FERRY_CACHE_POLICIES(X) X(auto) X(lru) X(lfu) X(static)
 
-#define DECLARE_(name) extern const struct ferry__cache_policy_ops ferry__cache_policy_##name;
+#define DECLARE_(name) extern const struct ferry_cache_policy_ops ferry__cache_policy_##name;
 FERRY_CACHE_POLICIES(DECLARE_)
 #undef DECLARE_
 
-static const struct ferry__cache_policy_ops *const builtin[] = {
+static const struct ferry_cache_policy_ops *const builtin[] = {
 #define ENTRY_(name) &ferry__cache_policy_##name,
     FERRY_CACHE_POLICIES(ENTRY_)
 #undef ENTRY_
 };
 
-size_t ferry__cache_policy_count(void) { return sizeof builtin / sizeof builtin[0]; }
+static struct ferry__registry registry = {.what = "expert-cache policy",
+                                          .builtin = (const void *const *)builtin,
+                                          .n_builtin = sizeof builtin / sizeof builtin[0],
+                                          .name_offset = offsetof(struct ferry_cache_policy_ops, name)};
 
-const struct ferry__cache_policy_ops *ferry__cache_policy_at(size_t i) {
-  return i < ferry__cache_policy_count() ? builtin[i] : NULL;
+size_t ferry_cache_policy_registry_count(void) { return ferry__registry_count(&registry); }
+const struct ferry_cache_policy_ops *ferry_cache_policy_registry_at(size_t i) { return ferry__registry_at(&registry, i); }
+const struct ferry_cache_policy_ops *ferry_cache_policy_registry_find(const char *name) {
+  return ferry__registry_find(&registry, name);
 }
 
-const struct ferry__cache_policy_ops *ferry__cache_policy_find(const char *name) {
-  for (size_t i = 0; name && i < ferry__cache_policy_count(); i++)
-    if (!strcmp(builtin[i]->name, name)) return builtin[i];
-  return NULL;
+ferry_status ferry_cache_policy_register(const struct ferry_cache_policy_ops *ops) {
+  if (!ops || ops->version != FERRY_CACHE_POLICY_VERSION || !ops->create || !ops->free || !ops->touch || !ops->victim)
+    return ferry__fail(FERRY_ERR_INVALID, "ferry_cache_policy_register: needs version %d and every function",
+                       FERRY_CACHE_POLICY_VERSION);
+  return ferry__registry_add(&registry, ops);
 }
 
-ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry__cache_policy_ops *policy,
+ferry_status ferry_cache_policy_lookup(const char *name, const struct ferry_cache_policy_ops **out) {
+  *out = ferry_cache_policy_registry_find(name);
+  return *out ? FERRY_OK : ferry__registry_unknown(&registry, name);
+}
+
+/* The engine's and predictor eval's lookups, by registry name (NULL when unknown). */
+size_t ferry__cache_policy_count(void) { return ferry_cache_policy_registry_count(); }
+const struct ferry_cache_policy_ops *ferry__cache_policy_at(size_t i) { return ferry_cache_policy_registry_at(i); }
+const struct ferry_cache_policy_ops *ferry__cache_policy_find(const char *name) {
+  return ferry_cache_policy_registry_find(name);
+}
+
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry_cache_policy_ops *policy,
                                int32_t n_slots, int32_t per_layer, int32_t n_layers, int32_t n_experts,
                                const int64_t *popularity) {
   memset(c, 0, sizeof *c);
@@ -47,7 +68,7 @@ ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry_
   c->slot_unit = ferry__calloc(slots, sizeof *c->slot_unit);
   c->slot_protected = ferry__calloc(slots, 1);
   c->mask = ferry__calloc(slots, 1);
-  const struct ferry__cache_geometry g = {(int32_t)slots, n_layers, n_experts, popularity};
+  const struct ferry_cache_geometry g = {(int32_t)slots, n_layers, n_experts, popularity};
   ferry_status st = FERRY_ERR_NOMEM;
   if (!c->slot_of || !c->slot_unit || !c->slot_protected || !c->mask ||
       (st = policy->create(&c->policy_state, &g)) != FERRY_OK) {

@@ -27,7 +27,7 @@ static uint32_t aged(const struct autoc *s, int32_t unit) {
   return d >= 32 ? 0 : s->count[unit] >> d;
 }
 
-static ferry_status auto_create(void **state, const struct ferry__cache_geometry *g) {
+static ferry_status auto_create(void **state, const struct ferry_cache_geometry *g) {
   struct autoc *s = ferry__calloc(1, sizeof *s);
   const int32_t units = g->n_layers * g->n_experts > 0 ? g->n_layers * g->n_experts : 1;
   if (!s) return FERRY_ERR_NOMEM;
@@ -109,9 +109,10 @@ static int32_t auto_victim(void *state, const int32_t *slot_unit, const uint8_t 
   return v >= 0 ? v : any;
 }
 
-const struct ferry__cache_policy_ops ferry__cache_policy_auto = {
+const struct ferry_cache_policy_ops ferry__cache_policy_auto = {
+    .version = FERRY_CACHE_POLICY_VERSION,
     .name = "auto",
-    .description = "frequency-admitted main area, LRU probation, ageing: scan-resistant (default)",
+    .description = "frequency-admitted main area, LRU probation, ageing (default)",
     .create = auto_create,
     .free = auto_free,
     .touch = auto_touch,

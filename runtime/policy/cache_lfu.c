@@ -9,7 +9,7 @@ struct lfu {
   uint64_t clock;
 };
 
-static ferry_status lfu_create(void **state, const struct ferry__cache_geometry *g) {
+static ferry_status lfu_create(void **state, const struct ferry_cache_geometry *g) {
   struct lfu *s = ferry__calloc(1, sizeof *s);
   const size_t units = (size_t)g->n_layers * (size_t)g->n_experts;
   if (!s || !(s->count = ferry__calloc(units ? units : 1, sizeof *s->count)) ||
@@ -52,7 +52,8 @@ static int32_t lfu_victim(void *state, const int32_t *slot_unit, const uint8_t *
   return v;
 }
 
-const struct ferry__cache_policy_ops ferry__cache_policy_lfu = {
+const struct ferry_cache_policy_ops ferry__cache_policy_lfu = {
+    .version = FERRY_CACHE_POLICY_VERSION,
     .name = "lfu",
     .description = "least frequently used (run-long counts), least recent among equals",
     .create = lfu_create,

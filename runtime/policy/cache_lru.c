@@ -9,7 +9,7 @@ struct lru {
   uint64_t clock;
 };
 
-static ferry_status lru_create(void **state, const struct ferry__cache_geometry *g) {
+static ferry_status lru_create(void **state, const struct ferry_cache_geometry *g) {
   struct lru *s = ferry__calloc(1, sizeof *s);
   if (!s || !(s->stamp = ferry__calloc((size_t)g->n_slots, sizeof *s->stamp))) {
     ferry_free(s);
@@ -39,7 +39,8 @@ static int32_t lru_victim(void *state, const int32_t *slot_unit, const uint8_t *
   return v;
 }
 
-const struct ferry__cache_policy_ops ferry__cache_policy_lru = {
+const struct ferry_cache_policy_ops ferry__cache_policy_lru = {
+    .version = FERRY_CACHE_POLICY_VERSION,
     .name = "lru",
     .description = "least recently used",
     .create = lru_create,

@@ -39,7 +39,7 @@ static void freeze(struct stat_state *s, struct ranked *rank) {
   s->frozen = 1;
 }
 
-static ferry_status static_create(void **state, const struct ferry__cache_geometry *g) {
+static ferry_status static_create(void **state, const struct ferry_cache_geometry *g) {
   struct stat_state *s = ferry__calloc(1, sizeof *s);
   const int32_t units = g->n_layers * g->n_experts > 0 ? g->n_layers * g->n_experts : 1;
   if (!s) return FERRY_ERR_NOMEM;
@@ -112,9 +112,10 @@ static int32_t static_preload(void *state, int32_t *units, int32_t max) {
   return n;
 }
 
-const struct ferry__cache_policy_ops ferry__cache_policy_static = {
+const struct ferry_cache_policy_ops ferry__cache_policy_static = {
+    .version = FERRY_CACHE_POLICY_VERSION,
     .name = "static",
-    .description = "the most routed experts pinned (--predictor-routing counts, else a warm-up), the rest streamed",
+    .description = "most routed experts pinned (--predictor-routing, else a warm-up)",
     .create = static_create,
     .free = static_free,
     .touch = static_touch,

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ferry/activity.h"
+#include "ferry/cache_policy.h"
 #include "ferry/status.h"
 
 /* Sizes the plan is made from (bytes as stored, per layer). */
@@ -78,53 +79,37 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
                               struct ferry_plan *out, char *msg, size_t msg_len);
 void ferry__plan_free(struct ferry_plan *plan);
 
-/* ---- expert cache: fixed slots, a placement policy (cache_*.c) choosing victims ---- */
+/* ---- predictors: the selection they share ---- */
+/* The `max` largest keys, best first, ties to the lower index; key() returns NaN for an entry
+ * that must not be chosen. O(n * max), which beats sorting for the handful of experts
+ * prefetched per layer. */
+int32_t ferry__top_keys(const void *v, int32_t n, int32_t max, double (*key)(const void *v, int32_t i), int32_t *out);
+/* key of a float logit: the finite ones */
+double ferry__logit_key(const void *v, int32_t i);
 
-/* What a policy is created for: the cache's slots, its units (layer * n_experts + expert), and
- * optionally how often each unit is routed (a routing trace's counts; NULL when unknown). */
-struct ferry__cache_geometry {
-  int32_t n_slots, n_layers, n_experts;
-  const int64_t *popularity; /* n_layers x n_experts, borrowed for create() */
-};
+/* ---- expert cache: fixed slots, a registered placement policy (cache_policy.h, cache_*.c)
+ * choosing victims ---- */
 
-/* An expert-cache placement policy: a const op table, one file each (cache_lru.c, cache_lfu.c,
- * cache_static.c, cache_auto.c), listed in cache.c. The cache finds empty slots and keeps who
- * holds what; the policy keeps its own history and names victims. Pure: no I/O, no clock, ties
- * broken the same way every time. (Issue 17's registry of cache policies takes these tables;
- * `victim` there has the same arguments, `preload` is optional.) */
-struct ferry__cache_policy_ops {
-  const char *name;        /* --expert-cache NAME */
-  const char *description; /* one line for help texts */
-  ferry_status (*create)(void **state, const struct ferry__cache_geometry *g);
-  void (*free)(void *state);
-  /* a use of the unit a slot holds: a hit, or the first use after its fill */
-  void (*touch)(void *state, int32_t slot, int32_t unit);
-  /* the slot to evict: slot_unit[s] >= 0 and !is_protected[s], or -1 when none; called only when
-   * every slot is occupied */
-  int32_t (*victim)(void *state, const int32_t *slot_unit, const uint8_t *is_protected, int32_t n_slots);
-  /* optional: units to place before serving (pinned hot experts), best first; returns how many */
-  int32_t (*preload)(void *state, int32_t *units, int32_t max);
-};
-
-/* The built-in policies, and lookup by name (NULL when unknown). */
-const struct ferry__cache_policy_ops *ferry__cache_policy_find(const char *name);
+/* The registered policies, and lookup by name (NULL when unknown). */
+const struct ferry_cache_policy_ops *ferry__cache_policy_find(const char *name);
 size_t ferry__cache_policy_count(void);
-const struct ferry__cache_policy_ops *ferry__cache_policy_at(size_t i);
+const struct ferry_cache_policy_ops *ferry__cache_policy_at(size_t i);
 
 struct ferry_expert_cache {
-  const struct ferry__cache_policy_ops *policy;
+  const struct ferry_cache_policy_ops *policy;
   void *policy_state;
   int32_t n_slots, n_layers, n_experts;
   int32_t per_layer;       /* K > 0: layer l owns slots [l K, (l + 1) K) (mixtral-offloading) */
-  int32_t *slot_of;        /* [layer * n_experts + expert] -> slot or -1 */
+  int32_t *slot_of;        /* [unit = layer * n_experts + expert] -> slot or -1 */
   int32_t *slot_unit;      /* slot -> unit, -1 when empty */
   uint8_t *slot_protected;
   uint8_t *mask;           /* scratch: protected, or another layer's slot (per_layer) */
 };
 
-/* A cache of n_slots under `policy`; per_layer > 0 splits it into per_layer slots per layer.
+/* A cache of n_slots under `policy`; per_layer > 0 splits it into per_layer slots per layer;
+ * popularity (optional, n_layers x n_experts) is handed to the policy's create().
  * FERRY_ERR_NOMEM or the policy's error. */
-ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry__cache_policy_ops *policy,
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry_cache_policy_ops *policy,
                                int32_t n_slots, int32_t per_layer, int32_t n_layers, int32_t n_experts,
                                const int64_t *popularity);
 void ferry__cache_free(struct ferry_expert_cache *c);
@@ -152,5 +137,37 @@ struct ferry_place_rates {
  * running there (copy, then the larger of the device's math and reading); 0 otherwise, and when
  * the CPU's rates are unknown. */
 int ferry__place_on_cpu(const struct ferry_place_rates *r, double weight_bytes, double flops);
+
+/* ---- the expert cache as the engine drives it (expert_plan.c): the engine issues the ops,
+ * `ferry predictor eval` counts them ---- */
+struct ferry__expert_plan {
+  struct ferry_expert_cache cache;
+  uint8_t *prefetched; /* [slot] filled on a prediction and not used yet */
+  int32_t *votes;      /* [expert] predictions for the target layer being prefetched */
+  int32_t n_experts, budget;
+  int no_reuse;        /* every use fetched on demand, the cache never consulted (predictor none) */
+  int32_t evicted_layer; /* the layer of the expert the last fill evicted, or -1 (read by fn) */
+  int64_t hits, misses, prefetches, prefetches_used, prefetches_wasted, evictions;
+};
+
+/* fn(user, layer, expert, slot, fetch): the expert is in `slot`; fetch says it must be loaded
+ * there first (a miss or a prefetch). */
+typedef ferry_status (*ferry__xplan_fn)(void *user, int32_t layer, int32_t expert, int32_t slot, int fetch);
+
+/* The cache's geometry as ferry__cache_init() takes it (per_layer, popularity). */
+ferry_status ferry__xplan_init(struct ferry__expert_plan *p, const struct ferry_cache_policy_ops *policy, int32_t n_slots,
+                               int32_t per_layer, int32_t n_layers, int32_t n_experts, const int64_t *popularity,
+                               int32_t prefetch_depth, int no_reuse);
+void ferry__xplan_free(struct ferry__expert_plan *p);
+/* Layer `layer`'s routed experts (count[x] > 0): the hits first, then the misses, experts in
+ * index order, fn for each; an expert with skip[x] set (optional: computed elsewhere, on the
+ * CPU) is neither, unless the cache holds it. */
+ferry_status ferry__xplan_demand(struct ferry__expert_plan *p, int32_t layer, const int32_t *count, const uint8_t *skip,
+                                 ferry__xplan_fn fn, void *user);
+/* The votes of one target layer: reset, add each token's predicted ids, then prefetch the most
+ * voted that are not cached, at most the budget (ties: the lower expert). */
+void ferry__xplan_vote_reset(struct ferry__expert_plan *p);
+void ferry__xplan_vote(struct ferry__expert_plan *p, const int32_t *ids, int32_t n);
+ferry_status ferry__xplan_prefetch(struct ferry__expert_plan *p, int32_t target, ferry__xplan_fn fn, void *user);
 
 #endif
