@@ -22,6 +22,11 @@ int cli_parse_size(const char *opt, const char *text, uint64_t *out);
 int cli_parse_int(const char *opt, const char *text, int64_t min, int64_t max, int64_t *out);
 int cli_parse_double(const char *opt, const char *text, double min, double max, double *out);
 
+struct option;
+/* getopt_long() with whole option names only: an unknown or abbreviated --name prints
+ * "unknown option '--name'; did you mean --x?" and returns '?' (getopt_long would quietly
+ * take a prefix for the option it abbreviates). */
+int cli_getopt_long(int argc, char *const argv[], const char *shortopts, const struct option *longopts, int *longindex);
 /* ferry__check_paths over a command's paths (common/fsutil.h): 0, or CLI_USAGE after printing
  * why an output would overwrite an input or another output. Every command calls it once,
  * after parsing and before it opens anything for writing. */
@@ -38,6 +43,7 @@ int cmd_sim(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_model_gen(int argc, char **argv);
 int cmd_model_quantize(int argc, char **argv);
+int cmd_model_kv_error(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_db(int argc, char **argv);

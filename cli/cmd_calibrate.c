@@ -184,52 +184,22 @@ out:
   return st;
 }
 
-/* The software's host costs (the profile's runtime section) from the run's timeline:
- * - step_ns + row_ns x batch: the gaps between one engine step and the next while requests were
- *   in flight (sampling, bookkeeping, admission), fitted by least squares;
- * - launch_ns, copy_ns: the median duration of the CUDA runtime's launch and copy calls, where
- *   the timeline has them (CUPTI, nsys imports); else the base profile's;
- * - layer_ns: the median host time of a layer range beyond its ops' issue costs (host.submit_ns
- *   and launch_ns / copy_ns each) and the host's waits inside it ("host wait" ranges).
- * The quality of each fit is printed; a step fit with R^2 < FERRY_HW_FIT_R2_MIN is warned of. */
-static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profile *p, const char **fitted,
-                                size_t *n_fitted, int *weak) {
-  if (!p->has_runtime) {
-    memset(&p->runtime, 0, sizeof p->runtime);
-    p->has_runtime = 1;
-  }
-  char kind[16] = "";
+/* The executor a run was recorded on ("" where the database does not say). */
+static void run_kind(sqlite3 *db, int64_t run, char *kind, size_t cap) {
   sqlite3_stmt *q = NULL;
-  if (sqlite3_prepare_v2(db, "SELECT kind FROM runs WHERE id = ?1", -1, &q, NULL) == SQLITE_OK) {
-    sqlite3_bind_int64(q, 1, run);
-    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
-      snprintf(kind, sizeof kind, "%s", (const char *)sqlite3_column_text(q, 0));
-    sqlite3_finalize(q);
-  }
-  /* ferry's own executors expand quantized weights before multiplying */
-  if (!strcmp(kind, "host") || !strcmp(kind, "cuda")) p->runtime.fused_dequant = 0;
-  snprintf(p->runtime.name, sizeof p->runtime.name, "fitted to a %s run", kind[0] ? kind : "recorded");
-  /* CUDA runtime calls, where recorded */
-  size_t n_launch = 0, n_copy = 0;
-  double launch = median_of(db,
-                            "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
-                            "WHERE r.runId = ?1 AND n.value LIKE 'cudaLaunchKernel%'",
-                            run, &n_launch);
-  double copy = median_of(db,
-                          "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
-                          "WHERE r.runId = ?1 AND n.value LIKE 'cudaMemcpyAsync%'",
-                          run, &n_copy);
-  if (n_launch >= 3) {
-    p->runtime.launch_ns = ferry__f64_to_i64(round(launch));
-    fitted[(*n_fitted)++] = "runtime.launch_ns";
-    printf("%-12s %6zu calls: %.0f ns per kernel launch (median)\n", "launch", n_launch, launch);
-  }
-  if (n_copy >= 3) {
-    p->runtime.copy_ns = ferry__f64_to_i64(round(copy));
-    fitted[(*n_fitted)++] = "runtime.copy_ns";
-    printf("%-12s %6zu calls: %.0f ns per copy issue (median)\n", "copy issue", n_copy, copy);
-  }
-  /* gaps between steps while requests were in flight */
+  kind[0] = '\0';
+  if (sqlite3_prepare_v2(db, "SELECT kind FROM runs WHERE id = ?1", -1, &q, NULL) != SQLITE_OK) return;
+  sqlite3_bind_int64(q, 1, run);
+  if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
+    snprintf(kind, cap, "%s", (const char *)sqlite3_column_text(q, 0));
+  sqlite3_finalize(q);
+}
+
+/* runtime.step_ns and row_ns: the gaps between steps while requests were in flight, fitted
+ * against the batch. A database without engine steps (an import) leaves them as they are. */
+static ferry_status fit_step_gaps(sqlite3 *db, int64_t run, struct ferry_hw_profile *p, const char **fitted,
+                                  size_t *n_fitted, int *weak) {
+  sqlite3_stmt *q = NULL;
   if (sqlite3_prepare_v2(db,
                          "SELECT s.batch, n.start_ns - s.end_ns FROM steps s JOIN steps n ON n.runId = s.runId AND "
                          "n.step = s.step + 1 WHERE s.runId = ?1 AND EXISTS (SELECT 1 FROM requests r WHERE r.runId = "
@@ -274,9 +244,53 @@ static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profil
     }
   }
   ferry_free(v);
+  return FERRY_OK;
+}
+
+/* The software's host costs (the profile's runtime section) from the run's timeline:
+ * - step_ns + row_ns x batch: the gaps between one engine step and the next while requests were
+ *   in flight (sampling, bookkeeping, admission), fitted by least squares;
+ * - launch_ns, copy_ns: the median duration of the CUDA runtime's launch and copy calls, where
+ *   the timeline has them (CUPTI, nsys imports); else the base profile's;
+ * - layer_ns: the median host time of a layer range beyond its ops' issue costs (host.submit_ns
+ *   and launch_ns / copy_ns each) and the host's waits inside it ("host wait" ranges).
+ * The quality of each fit is printed; a step fit with R^2 < FERRY_HW_FIT_R2_MIN is warned of. */
+static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profile *p, const char **fitted,
+                                size_t *n_fitted, int *weak) {
+  if (!p->has_runtime) {
+    memset(&p->runtime, 0, sizeof p->runtime);
+    p->has_runtime = 1;
+  }
+  char kind[16];
+  run_kind(db, run, kind, sizeof kind);
+  /* ferry's own executors expand quantized weights before multiplying */
+  if (!strcmp(kind, "host") || !strcmp(kind, "cuda")) p->runtime.fused_dequant = 0;
+  snprintf(p->runtime.name, sizeof p->runtime.name, "fitted to a %s run", kind[0] ? kind : "recorded");
+  /* CUDA runtime calls, where recorded */
+  size_t n_launch = 0, n_copy = 0;
+  double launch = median_of(db,
+                            "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
+                            "WHERE r.runId = ?1 AND n.value LIKE 'cudaLaunchKernel%'",
+                            run, &n_launch);
+  double copy = median_of(db,
+                          "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
+                          "WHERE r.runId = ?1 AND n.value LIKE 'cudaMemcpyAsync%'",
+                          run, &n_copy);
+  if (n_launch >= 3) {
+    p->runtime.launch_ns = ferry__f64_to_i64(round(launch));
+    fitted[(*n_fitted)++] = "runtime.launch_ns";
+    printf("%-12s %6zu calls: %.0f ns per kernel launch (median)\n", "launch", n_launch, launch);
+  }
+  if (n_copy >= 3) {
+    p->runtime.copy_ns = ferry__f64_to_i64(round(copy));
+    fitted[(*n_fitted)++] = "runtime.copy_ns";
+    printf("%-12s %6zu calls: %.0f ns per copy issue (median)\n", "copy issue", n_copy, copy);
+  }
+  ferry_status st = fit_step_gaps(db, run, p, fitted, n_fitted, weak);
+  if (st != FERRY_OK) return st;
   /* layers: host time beyond issuing their ops and waiting */
   struct layer_fit lf;
-  ferry_status st = layer_extra(db, run, (double)(p->host.submit_ns + p->runtime.launch_ns),
+  st = layer_extra(db, run, (double)(p->host.submit_ns + p->runtime.launch_ns),
                                 (double)(p->host.submit_ns + p->runtime.copy_ns), &lf);
   if (st != FERRY_OK) return st;
   if (lf.n >= 3) {
@@ -288,26 +302,10 @@ static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profil
   return FERRY_OK;
 }
 
-static int fit_from_db(const char *db_path, int64_t run, const char *base, const char *out) {
-  ferry_hw *hw = NULL;
-  ferry_status st = ferry_hw_open(&hw, base);
-  if (st != FERRY_OK) return cli_fail(st, NULL);
-  struct ferry_hw_profile p = *ferry_hw_get(hw);
-  sqlite3 *db = NULL;
-  int rc = CLI_FAIL;
-  struct ferry_calib_sample *s = NULL;
-  const char *fitted[64];
-  size_t n_fitted = 0;
-  int weak = 0;
-  if ((st = ferry__sqlite_open_read(db_path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db, NULL, NULL)) !=
-      FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out;
-  }
-  size_t cap = 200000;
-  s = ferry_malloc(cap * sizeof *s);
-  if (!s) goto out;
-  int any = 0;
+/* The kernel cost of each kind: least squares over the run's kernels of that kind (above or below
+ * the GEMM intensity where the kind has a _gemm variant). s holds up to cap samples. */
+static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, struct ferry_calib_sample *s, size_t cap,
+                                struct ferry_hw_profile *p, int *any, int *weak) {
   for (int kind = 0; kind < FERRY_HW_COST_KINDS; kind++) {
     /* "<kind>_gemm" takes the ops of <kind> above the GEMM intensity; <kind> the rest */
     const char *name = ferry_hw_cost_kind_name(kind);
@@ -325,8 +323,8 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
         "SELECT k.bytes, k.flops, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds n ON n.id = k.shortName "
         "WHERE k.runId = ?1 AND n.value = ?2 LIMIT 200000";
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-      cli_fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path, sqlite3_errmsg(db));
-      goto out;
+      return ferry__fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path,
+                         sqlite3_errmsg(db));
     }
     sqlite3_bind_int64(q, 1, run);
     sqlite3_bind_text(q, 2, kind_base, -1, SQLITE_TRANSIENT);
@@ -342,23 +340,25 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     sqlite3_finalize(q);
     if (n < 3) continue;
     double r2 = 0;
-    ferry_calibrate_fit(s, n, &p.cost[kind], &r2);
-    p.cost[kind].r2 = r2;
-    p.cost_set |= 1u << kind;
-    p.has_cost = 1;
-    any = 1;
-    printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", name, n, p.cost[kind].overhead_ns,
-           p.cost[kind].roofline ? "max" : "sum", p.cost[kind].ns_per_byte, p.cost[kind].ns_per_flop, r2);
+    ferry_calibrate_fit(s, n, &p->cost[kind], &r2);
+    p->cost[kind].r2 = r2;
+    p->cost_set |= 1u << kind;
+    p->has_cost = 1;
+    (*any) = 1;
+    printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", name, n, p->cost[kind].overhead_ns,
+           p->cost[kind].roofline ? "max" : "sum", p->cost[kind].ns_per_byte, p->cost[kind].ns_per_flop, r2);
     if (r2 < FERRY_HW_FIT_R2_MIN) {
       fprintf(stderr, "ferry: warning: the %s fit explains little of what was measured (R^2 %.3f < %.1f): simulated %s "
                       "times may be off\n", name, r2, FERRY_HW_FIT_R2_MIN, name);
-      weak++;
+      (*weak)++;
     }
   }
-  if ((st = fit_runtime(db, run, &p, fitted, &n_fitted, &weak)) != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out;
-  }
+  return FERRY_OK;
+}
+
+/* Link and disk: latency and bandwidth fitted to the run's copies and reads. */
+static void fit_copies(sqlite3 *db, int64_t run, struct ferry_calib_sample *s, size_t cap, struct ferry_hw_profile *p,
+                       const char **fitted, size_t *n_fitted, int *any) {
   /* copies (1 = host->device, 2 = device->host) and disk reads (ferry's copy kind 100) */
   static const struct {
     int copy_kind;
@@ -381,23 +381,54 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
     struct ferry_hw_cost f;
     ferry_calibrate_fit(s, n, &f, NULL);
     if (f.ns_per_byte <= 0) continue;
-    any = 1;
+    (*any) = 1;
     printf("%-12s %6zu ops: latency %.0f ns, %.2f GB/s\n", copies[c].name, n, f.overhead_ns, 1.0 / f.ns_per_byte);
     if (copies[c].copy_kind == 1) {
-      p.link.h2d_gbps = 1.0 / f.ns_per_byte;
-      p.link.latency_ns = (int64_t)f.overhead_ns;
-      fitted[n_fitted++] = "link.h2d_gbps";
-      fitted[n_fitted++] = "link.latency_ns";
+      p->link.h2d_gbps = 1.0 / f.ns_per_byte;
+      p->link.latency_ns = (int64_t)f.overhead_ns;
+      fitted[(*n_fitted)++] = "link.h2d_gbps";
+      fitted[(*n_fitted)++] = "link.latency_ns";
     } else if (copies[c].copy_kind == 2) {
-      p.link.d2h_gbps = 1.0 / f.ns_per_byte;
-      fitted[n_fitted++] = "link.d2h_gbps";
-    } else if (p.has_disk) {
-      p.disk.read_gbps = 1.0 / f.ns_per_byte;
-      p.disk.latency_ns = (int64_t)f.overhead_ns;
-      fitted[n_fitted++] = "disk.read_gbps";
-      fitted[n_fitted++] = "disk.latency_ns";
+      p->link.d2h_gbps = 1.0 / f.ns_per_byte;
+      fitted[(*n_fitted)++] = "link.d2h_gbps";
+    } else if (p->has_disk) {
+      p->disk.read_gbps = 1.0 / f.ns_per_byte;
+      p->disk.latency_ns = (int64_t)f.overhead_ns;
+      fitted[(*n_fitted)++] = "disk.read_gbps";
+      fitted[(*n_fitted)++] = "disk.latency_ns";
     }
   }
+}
+
+static int fit_from_db(const char *db_path, int64_t run, const char *base, const char *out) {
+  ferry_hw *hw = NULL;
+  ferry_status st = ferry_hw_open(&hw, base);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
+  struct ferry_hw_profile p = *ferry_hw_get(hw);
+  sqlite3 *db = NULL;
+  int rc = CLI_FAIL;
+  struct ferry_calib_sample *s = NULL;
+  const char *fitted[64];
+  size_t n_fitted = 0;
+  int weak = 0;
+  if ((st = ferry__sqlite_open_read(db_path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db, NULL, NULL)) !=
+      FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  size_t cap = 200000;
+  s = ferry_malloc(cap * sizeof *s);
+  if (!s) goto out;
+  int any = 0;
+  if ((st = fit_kernels(db, db_path, run, s, cap, &p, &any, &weak)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  if ((st = fit_runtime(db, run, &p, fitted, &n_fitted, &weak)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  fit_copies(db, run, s, cap, &p, fitted, &n_fitted, &any);
   if (!any) {
     cli_fail(FERRY_ERR_NOT_FOUND, "%s: run %lld has no timeline rows to fit (was it recorded with --db?)", db_path,
              (long long)run);
@@ -429,7 +460,7 @@ int cmd_calibrate(int argc, char **argv) {
   int64_t run = -1;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'p': probe = 1; break;
       case 'o': out = optarg; break;

@@ -305,6 +305,68 @@ static void print_provenance(const struct ferry_meta_row *m, size_t n) {
   if (line[0]) printf("  gpu driver %s\n", line);
 }
 
+/* `db show --format json|csv|md`: the run, its provenance facts, GPU and metrics. */
+static int show_json(const struct opts *o, const struct ferry_run_summary *r, const struct ferry_meta_row *facts,
+                     size_t kept, const struct ferry_device_info *gpu, const struct ferry_run_stats *s) {
+  cJSON *doc = cJSON_CreateObject();
+  cJSON_AddStringToObject(doc, "schema", "ferry.db.show.v1");
+  cJSON_AddStringToObject(doc, "database", o->db);
+  cJSON_AddItemToObject(doc, "run", run_json(r, 1));
+  cJSON *prov = cJSON_AddObjectToObject(doc, "provenance");
+  for (size_t i = 0; i < kept; i++) cli_json_str(prov, facts[i].name, facts[i].value);
+  if (gpu) cJSON_AddItemToObject(doc, "gpu", gpu_json(gpu));
+  else cJSON_AddNullToObject(doc, "gpu");
+  cJSON_AddItemToObject(doc, "metrics", metrics_json(s));
+  const int rc = cli_emit(stdout, doc, NULL, o->fmt);
+  cJSON_Delete(doc);
+  return rc;
+}
+
+/* `db show` as text; the strings from the database are scrubbed of control characters first. */
+static void show_text(struct ferry_run_summary *r, struct ferry_meta_row *facts, size_t kept,
+                      struct ferry_device_info *gpu, const struct ferry_run_stats *s) {
+  char b1[32], b2[32], b3[32];
+  scrub_run(r);
+  for (size_t i = 0; i < kept; i++) scrub(facts[i].value);
+  printf("run %lld (%s)\n", (long long)r->id, r->kind);
+  printf("  model      %s\n  hardware   %s\n  trace      %s\n", or_dash(r->model), or_dash(r->hardware),
+         or_dash(r->trace));
+  printf("  started    %s\n  finished   %s\n  complete   %s\n", or_dash(r->started_at), or_dash(r->finished_at),
+         r->complete ? "yes" : "no");
+  if (r->error) printf("  error      %s\n", r->error);
+  if (r->notes) printf("  notes      %s\n", r->notes);
+  if (r->repeat_group) printf("  repeat     %d of group %s\n", r->repeat_index + 1, r->repeat_group);
+  if (r->dropped_records) printf("  dropped    %lld activity records\n", (long long)r->dropped_records);
+  if (!kept && r->git_rev) printf("  build      %s\n", r->git_rev);
+  print_provenance(facts, kept);
+  if (gpu) {
+    scrub(gpu->name);
+    scrub(gpu->bus_location);
+    printf("  gpu        %s", gpu->name[0] ? gpu->name : "-");
+    if (gpu->total_memory_bytes) printf(", %s", ferry__format_bytes(gpu->total_memory_bytes, b1, sizeof b1));
+    if (gpu->memory_bandwidth_bytes_per_s) printf(", %.0f GB/s", (double)gpu->memory_bandwidth_bytes_per_s / 1e9);
+    if (gpu->sm_count) printf(", %d SMs", gpu->sm_count);
+    if (gpu->compute_major) printf(", compute %d.%d", gpu->compute_major, gpu->compute_minor);
+    if (gpu->bus_location[0]) printf(", bus %s", gpu->bus_location);
+    printf("\n");
+  }
+  printf("  config     %s\n  hash       %s\n", or_dash(r->config_json), or_dash(r->config_hash));
+  printf("latency (%lld requests, %lld output tokens)\n", (long long)s->requests, (long long)s->output_tokens);
+  print_dist("TTFT", &s->ttft_ns);
+  print_dist("TPOT", &s->tpot_ns);
+  print_dist("e2e", &s->e2e_ns);
+  printf("throughput   %.2f tokens/s\n", s->throughput_tok_s);
+  printf("peak memory  device %s  host %s  disk %s\n", ferry__format_bytes(s->peak_bytes[0], b1, sizeof b1),
+         ferry__format_bytes(s->peak_bytes[1], b2, sizeof b2), ferry__format_bytes(s->peak_bytes[2], b3, sizeof b3));
+  char steps[64];
+  if (s->bytes_from_timeline) snprintf(steps, sizeof steps, "from the timeline's copies: no engine steps");
+  else snprintf(steps, sizeof steps, "%lld steps", (long long)s->steps);
+  printf("bytes moved  disk->host %s  host->device %s  device->host %s  (%s)\n",
+         ferry__format_bytes(s->bytes_disk, b1, sizeof b1), ferry__format_bytes(s->bytes_h2d, b2, sizeof b2),
+         ferry__format_bytes(s->bytes_d2h, b3, sizeof b3), steps);
+  printf("stall time   %.3f ms\n", (double)s->stall_ns * 1e-6);
+}
+
 static int do_show(const struct opts *o) {
   int64_t id;
   int rc;
@@ -341,67 +403,13 @@ static int do_show(const struct opts *o) {
       facts[i] = t;
     }
   }
-  if (o->fmt != CLI_FORMAT_TEXT) {
-    cJSON *doc = cJSON_CreateObject();
-    cJSON_AddStringToObject(doc, "schema", "ferry.db.show.v1");
-    cJSON_AddStringToObject(doc, "database", o->db);
-    cJSON_AddItemToObject(doc, "run", run_json(r, 1));
-    cJSON *prov = cJSON_AddObjectToObject(doc, "provenance");
-    for (size_t i = 0; i < kept; i++) cli_json_str(prov, facts[i].name, facts[i].value);
-    if (has_gpu) cJSON_AddItemToObject(doc, "gpu", gpu_json(&gpu));
-    else cJSON_AddNullToObject(doc, "gpu");
-    cJSON_AddItemToObject(doc, "metrics", metrics_json(&s));
-    rc = cli_emit(stdout, doc, NULL, o->fmt);
-    cJSON_Delete(doc);
-    ferry_db_meta_free(facts, n_facts);
-    ferry_db_runs_free(r, 1);
-    ferry_db_close(db);
-    return rc;
-  }
-  char b1[32], b2[32], b3[32];
-  scrub_run(r);
-  for (size_t i = 0; i < kept; i++) scrub(facts[i].value);
-  printf("run %lld (%s)\n", (long long)r->id, r->kind);
-  printf("  model      %s\n  hardware   %s\n  trace      %s\n", or_dash(r->model), or_dash(r->hardware),
-         or_dash(r->trace));
-  printf("  started    %s\n  finished   %s\n  complete   %s\n", or_dash(r->started_at), or_dash(r->finished_at),
-         r->complete ? "yes" : "no");
-  if (r->error) printf("  error      %s\n", r->error);
-  if (r->notes) printf("  notes      %s\n", r->notes);
-  if (r->repeat_group) printf("  repeat     %d of group %s\n", r->repeat_index + 1, r->repeat_group);
-  if (r->dropped_records) printf("  dropped    %lld activity records\n", (long long)r->dropped_records);
-  if (!kept && r->git_rev) printf("  build      %s\n", r->git_rev);
-  print_provenance(facts, kept);
+  struct ferry_device_info *g = has_gpu ? &gpu : NULL;
+  if (o->fmt != CLI_FORMAT_TEXT) rc = show_json(o, r, facts, kept, g, &s);
+  else show_text(r, facts, kept, g, &s);
   ferry_db_meta_free(facts, n_facts);
-  if (has_gpu) {
-    scrub(gpu.name);
-    scrub(gpu.bus_location);
-    printf("  gpu        %s", gpu.name[0] ? gpu.name : "-");
-    if (gpu.total_memory_bytes) printf(", %s", ferry__format_bytes(gpu.total_memory_bytes, b1, sizeof b1));
-    if (gpu.memory_bandwidth_bytes_per_s) printf(", %.0f GB/s", (double)gpu.memory_bandwidth_bytes_per_s / 1e9);
-    if (gpu.sm_count) printf(", %d SMs", gpu.sm_count);
-    if (gpu.compute_major) printf(", compute %d.%d", gpu.compute_major, gpu.compute_minor);
-    if (gpu.bus_location[0]) printf(", bus %s", gpu.bus_location);
-    printf("\n");
-  }
-  printf("  config     %s\n  hash       %s\n", or_dash(r->config_json), or_dash(r->config_hash));
-  printf("latency (%lld requests, %lld output tokens)\n", (long long)s.requests, (long long)s.output_tokens);
-  print_dist("TTFT", &s.ttft_ns);
-  print_dist("TPOT", &s.tpot_ns);
-  print_dist("e2e", &s.e2e_ns);
-  printf("throughput   %.2f tokens/s\n", s.throughput_tok_s);
-  printf("peak memory  device %s  host %s  disk %s\n", ferry__format_bytes(s.peak_bytes[0], b1, sizeof b1),
-         ferry__format_bytes(s.peak_bytes[1], b2, sizeof b2), ferry__format_bytes(s.peak_bytes[2], b3, sizeof b3));
-  char steps[64];
-  if (s.bytes_from_timeline) snprintf(steps, sizeof steps, "from the timeline's copies: no engine steps");
-  else snprintf(steps, sizeof steps, "%lld steps", (long long)s.steps);
-  printf("bytes moved  disk->host %s  host->device %s  device->host %s  (%s)\n",
-         ferry__format_bytes(s.bytes_disk, b1, sizeof b1), ferry__format_bytes(s.bytes_h2d, b2, sizeof b2),
-         ferry__format_bytes(s.bytes_d2h, b3, sizeof b3), steps);
-  printf("stall time   %.3f ms\n", (double)s.stall_ns * 1e-6);
   ferry_db_runs_free(r, 1);
   ferry_db_close(db);
-  return CLI_OK;
+  return rc;
 }
 
 static int do_export(const struct opts *o) {

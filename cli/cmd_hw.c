@@ -96,28 +96,29 @@ static void source_value(const char *v, char *out, size_t len) {
     snprintf(out, len, "%s", v);
 }
 
+static void show_gpu(const struct ferry_hw_gpu *g) {
+  printf("gpu: %s\n", g->name);
+  show_bytes("gpu.memory_bytes", g->memory_bytes);
+  show_f("gpu.mem_bw_gbps", g->mem_bw_gbps, "GB/s");
+  show_f("gpu.peak_tflops.fp32", g->peak_tflops.fp32, "TFLOP/s");
+  show_f("gpu.peak_tflops.fp16", g->peak_tflops.fp16, "TFLOP/s");
+  show_f("gpu.peak_tflops.bf16", g->peak_tflops.bf16, "TFLOP/s");
+  show_f("gpu.peak_tflops.int8", g->peak_tflops.int8, "TOP/s");
+  show_f("gpu.peak_tflops.fp8", g->peak_tflops.fp8, "TFLOP/s");
+  printf("  %-28s %lld ns\n", "gpu.launch_overhead_ns", (long long)g->launch_overhead_ns);
+  show_f("gpu.efficiency.gemm", g->efficiency.gemm, "");
+  show_f("gpu.efficiency.gemv", g->efficiency.gemv, "");
+  show_f("gpu.efficiency.attention", g->efficiency.attention, "");
+  show_f("gpu.efficiency.elementwise", g->efficiency.elementwise, "");
+  show_f("gpu.efficiency.dequantize", g->efficiency.dequantize, "");
+}
+
 static int hw_show(const char *name) {
   ferry_hw *hw;
   if (ferry_hw_open(&hw, name) != FERRY_OK) return cli_fail(FERRY_ERR_NOT_FOUND, NULL);
   const struct ferry_hw_profile *p = ferry_hw_get(hw);
   printf("name: %s\nkind: %s\nfile: %s\n", p->name, ferry_hw_kind_name(p->kind), p->path);
-  if (p->has_gpu) {
-    const struct ferry_hw_gpu *g = &p->gpu;
-    printf("gpu: %s\n", g->name);
-    show_bytes("gpu.memory_bytes", g->memory_bytes);
-    show_f("gpu.mem_bw_gbps", g->mem_bw_gbps, "GB/s");
-    show_f("gpu.peak_tflops.fp32", g->peak_tflops.fp32, "TFLOP/s");
-    show_f("gpu.peak_tflops.fp16", g->peak_tflops.fp16, "TFLOP/s");
-    show_f("gpu.peak_tflops.bf16", g->peak_tflops.bf16, "TFLOP/s");
-    show_f("gpu.peak_tflops.int8", g->peak_tflops.int8, "TOP/s");
-    show_f("gpu.peak_tflops.fp8", g->peak_tflops.fp8, "TFLOP/s");
-    printf("  %-28s %lld ns\n", "gpu.launch_overhead_ns", (long long)g->launch_overhead_ns);
-    show_f("gpu.efficiency.gemm", g->efficiency.gemm, "");
-    show_f("gpu.efficiency.gemv", g->efficiency.gemv, "");
-    show_f("gpu.efficiency.attention", g->efficiency.attention, "");
-    show_f("gpu.efficiency.elementwise", g->efficiency.elementwise, "");
-    show_f("gpu.efficiency.dequantize", g->efficiency.dequantize, "");
-  }
+  if (p->has_gpu) show_gpu(&p->gpu);
   if (p->has_link) {
     printf("link: %s\n", p->link.name);
     show_f("link.h2d_gbps", p->link.h2d_gbps, "GB/s");
@@ -130,6 +131,14 @@ static int hw_show(const char *name) {
     printf("host: %s\n", p->host.name);
     show_f("host.dram_gbps", p->host.dram_gbps, "GB/s");
     show_f("host.cpu_gflops", p->host.cpu_gflops, "GFLOP/s");
+    if (p->host.cores) {
+      printf("  %-28s %d\n", "host.cores", p->host.cores);
+      show_f("host.core_gflops.fp32", p->host.core_gflops.fp32, "GFLOP/s");
+      show_f("host.core_gflops.fp16", p->host.core_gflops.fp16, "GFLOP/s");
+      show_f("host.core_gflops.bf16", p->host.core_gflops.bf16, "GFLOP/s");
+      show_f("host.core_gflops.int8", p->host.core_gflops.int8, "GOP/s");
+    }
+    printf("  %-28s %lld ns\n", "host.cpu_op_ns", (long long)p->host.cpu_op_ns);
     if (p->host.memory_bytes)
       show_bytes("host.memory_bytes", p->host.memory_bytes);
     else

@@ -100,6 +100,75 @@ static void sink(void *user, const struct ferry_activity *a) {
   t->kernels++;
 }
 
+/* The buffers a kernel names, in one device buffer: the simulator touches no byte, but every
+ * executor checks that a kernel's buffers hold its shape (runtime/exec/kernel_check.c). */
+struct placement {
+  struct ferry_ref *ref;
+  uint64_t bytes;
+};
+
+static ferry_status place(ferry_exec *ex, struct placement *p, int n, ferry_buf **out) {
+  uint64_t total = 0;
+  for (int i = 0; i < n; i++) total += (p[i].bytes + 255) / 256 * 256;
+  ferry_status st = ferry_exec_alloc(ex, FERRY_TIER_DEVICE, total ? total : 256, "kernel", out);
+  if (st != FERRY_OK) return st;
+  uint64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    p[i].ref->buf = *out;
+    p[i].ref->offset = off;
+    off += (p[i].bytes + 255) / 256 * 256;
+  }
+  return FERRY_OK;
+}
+
+static uint64_t esz(enum ferry_dtype dt) { return ferry_dtype_size(dt); }
+
+/* The buffers of each kind of kernel `ferry hw kernel` prices. */
+static ferry_status place_kernel(ferry_exec *ex, struct ferry_kernel *k, ferry_buf **out) {
+  const uint64_t m = (uint64_t)k->m, n = (uint64_t)k->n, kk = (uint64_t)k->k;
+  const uint64_t q = (uint64_t)(k->heads * k->head_dim) * 4, kv = (uint64_t)(k->kv_heads * k->head_dim);
+  switch (k->kind) {
+    case FERRY_K_MATMUL: {
+      struct placement p[] = {{&k->x, m * kk * 4}, {&k->y, m * n * 4}, {&k->w, k->w.buf ? 0 : n * kk * esz(k->w.dtype)}};
+      return place(ex, p, k->w.buf ? 2 : 3, out); /* a dequantized weight has its buffer */
+    }
+    case FERRY_K_ATTENTION: {
+      const uint64_t slots = (uint64_t)k->ints2[k->m - 1] + 1, cache = slots * (uint64_t)k->kv_capacity * kv;
+      struct placement p[] = {{&k->x, m * q},         {&k->y, m * q},
+                              {&k->aux[0], m * kv * 4}, {&k->aux[1], m * kv * 4},
+                              {&k->aux[2], cache * esz(k->aux[2].dtype)}, {&k->aux[3], cache * esz(k->aux[3].dtype)}};
+      return place(ex, p, 6, out);
+    }
+    case FERRY_K_NORM: {
+      struct placement p[] = {{&k->x, m * n * 4}, {&k->y, m * n * 4}, {&k->w, n * esz(k->w.dtype)}};
+      return place(ex, p, 3, out);
+    }
+    case FERRY_K_ROPE: {
+      struct placement p[] = {{&k->x, m * q}, {&k->aux[0], m * kv * 4}};
+      return place(ex, p, 2, out);
+    }
+    default: { /* activations */
+      struct placement p[] = {{&k->x, m * n * 4}, {&k->y, m * n * 4}, {&k->aux[0], m * n * 4}};
+      return place(ex, p, 3, out);
+    }
+  }
+}
+
+/* A packed weight's parts and the fp32 matrix it expands into. */
+static ferry_status place_dequant(ferry_exec *ex, struct ferry_kernel *d, const struct ferry_qspec *spec, ferry_buf **out) {
+  struct ferry_qlayout lay;
+  ferry_status st = ferry_quant_layout(spec, d->n, d->k, &lay);
+  if (st != FERRY_OK) return st;
+  struct placement p[1 + FERRY_QPART_COUNT] = {{&d->y, (uint64_t)(d->n * d->k) * 4}};
+  int n = 1;
+  for (int i = 0; i < FERRY_QPART_COUNT; i++)
+    if (lay.part[i].bytes) {
+      d->aux[i].dtype = FERRY_DTYPE_U8;
+      p[n++] = (struct placement){&d->aux[i], lay.part[i].bytes};
+    }
+  return place(ex, p, n, out);
+}
+
 /* Simulate one kernel (a quantized product: its dequantize op, then the product). */
 static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct timing *t, int32_t *ints) {
   struct ferry_kernel k;
@@ -107,7 +176,7 @@ static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct tim
   k.layer = k.expert = -1;
   k.name = s->kind;
   k.x.dtype = k.y.dtype = FERRY_DTYPE_F32;
-  ferry_buf *dq = NULL;
+  ferry_buf *dq = NULL, *bufs = NULL;
   ferry_status st = FERRY_OK;
   if (!strcmp(s->kind, "matmul")) {
     k.kind = FERRY_K_MATMUL;
@@ -118,8 +187,6 @@ static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct tim
        * fuses the two or not) */
       const uint64_t packed = ferry_quant_packed_bytes(&s->quant, s->n, s->k, NULL, NULL);
       if (!packed) return cli_usage_error("hw kernel", "matmul: n and k must be at least 1");
-      if ((st = ferry_exec_alloc(ex, FERRY_TIER_DEVICE, (uint64_t)(s->n * s->k) * 4, "dq", &dq)) != FERRY_OK)
-        return cli_fail(st, NULL);
       struct ferry_kernel d;
       memset(&d, 0, sizeof d);
       d.kind = FERRY_K_DEQUANTIZE;
@@ -128,7 +195,8 @@ static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct tim
       d.m = (int64_t)packed, d.n = s->n, d.k = s->k;
       d.qformat = (int32_t)s->quant.format;
       d.qgroup = s->quant.group_size;
-      d.y = (struct ferry_ref){dq, 0, FERRY_DTYPE_F32};
+      d.y.dtype = FERRY_DTYPE_F32;
+      if ((st = place_dequant(ex, &d, &s->quant, &dq)) != FERRY_OK) return cli_fail(st, NULL);
       if ((st = ferry_exec_compute(ex, q, &d)) != FERRY_OK) return cli_fail(st, "%s", ferry_exec_errmsg(ex));
       k.w = d.y;
     }
@@ -156,19 +224,24 @@ static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct tim
     k.m = s->m, k.n = s->n;
     k.w.dtype = s->w;
   } else if (!strcmp(s->kind, "rope")) {
+    if (s->m > 65536) return cli_usage_error("hw kernel", "rope: at most 65536 tokens (m)");
     k.kind = FERRY_K_ROPE;
     k.m = s->m, k.heads = s->heads, k.kv_heads = s->kv_heads ? s->kv_heads : s->heads, k.head_dim = s->head_dim;
+    for (int64_t i = 0; i < k.m; i++) ints[i] = (int32_t)i; /* positions */
+    k.ints = ints, k.n_ints = k.m;
   } else if (!strcmp(s->kind, "activation")) {
     k.kind = FERRY_K_SWIGLU;
     k.m = s->m, k.n = s->n, k.fn = s->fn;
   } else {
     return cli_usage_error("hw kernel", "unknown kernel kind '%s' (matmul, attention, norm, rope, activation)", s->kind);
   }
+  if ((st = place_kernel(ex, &k, &bufs)) != FERRY_OK) return cli_fail(st, NULL);
   memset(t, 0, sizeof *t);
   ferry_exec_set_sink(ex, sink, t);
   if ((st = ferry_exec_compute(ex, q, &k)) != FERRY_OK || (st = ferry_exec_drain(ex)) != FERRY_OK)
     return cli_fail(st, "%s", ferry_exec_errmsg(ex));
   ferry_exec_set_sink(ex, NULL, NULL);
+  ferry_exec_free(ex, bufs);
   ferry_exec_free(ex, dq);
   return 0;
 }

@@ -26,6 +26,7 @@ static const struct subcommand subcommands[] = {
     {"list", model_list, "", "the catalogue of presets, one line each"},
     {"gen", cmd_model_gen, "--preset P --out DIR", "write a synthetic model (config.json + safetensors)"},
     {"quantize", cmd_model_quantize, "--format F IN OUT", "pack a model's weights (int8, int4, nf4, ...) and report errors"},
+    {"kv-error", cmd_model_kv_error, "DIR [--kv-dtype F,..]", "the logits error of quantized KV-cache formats (fp8, int8, int4)"},
     {"manifest", cmd_model_manifest, "DIR [--check]", "write (or check) DIR/manifest.sha256, which a hot reload verifies"},
 };
 #define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
@@ -58,7 +59,7 @@ int cmd_model(int argc, char **argv) {
   }
   for (size_t i = 0; i < N_SUBCOMMANDS; i++)
     if (!strcmp(sub, subcommands[i].name)) return subcommands[i].fn(argc - 1, argv + 1);
-  return cli_usage_error("model", "unknown subcommand '%s' (expected show, list, gen, quantize or manifest)", sub);
+  return cli_usage_error("model", "unknown subcommand '%s' (expected show, list, gen, quantize, kv-error or manifest)", sub);
 }
 
 /* ---- formatting ------------------------------------------------------------------------- */
@@ -140,21 +141,9 @@ static const char *quant_name(enum ferry_ckpt_quant q) {
   X(rope_local_theta) X(query_pre_attn_scalar) X(attn_softcap) X(final_softcap)                \
   X(attn_temp_floor) X(attn_temp_scale) X(routed_scaling) X(router_jitter) X(swiglu_limit)
 
-static void print_text(const ferry_model *m) {
+/* The config section of `ferry model show`: every field of the model's configuration. */
+static void print_config(const ferry_model *m) {
   const struct ferry_model_config *c = ferry_model_get_config(m);
-  struct ferry_model_accounting a;
-  ferry_model_get_accounting(m, &a);
-  char b1[32], b2[32], b3[32], b4[32];
-  printf("model   %s\n", c->name);
-  if (c->n_experts) {
-    printf("family  %s (MoE: %lld routed experts, top-%lld", ferry_family_name(c->family), (long long)c->n_experts,
-           (long long)c->experts_per_token);
-    if (c->n_shared_experts) printf(", %lld shared expert%s", (long long)c->n_shared_experts, c->n_shared_experts > 1 ? "s" : "");
-    printf(", %lld of %lld layers MoE, router %s)\n", (long long)a.n_moe_layers, (long long)c->n_layers,
-           router_name(c->router));
-  } else {
-    printf("family  %s (dense)\n", ferry_family_name(c->family));
-  }
   printf("\nconfig\n");
 #define PRINT_INT(f) printf("  %-22s %lld\n", #f, (long long)c->f);
 #define PRINT_FLAG(f) printf("  %-22s %d\n", #f, c->f);
@@ -178,6 +167,24 @@ static void print_text(const ferry_model *m) {
     printf("  %-22s %s, %d bits%s\n", "quantization", quant_name(c->quant.kind), c->quant.bits,
            c->quant.experts_only ? ", routed experts only" : "");
   printf("  %-22s %.4g (softmax scale)\n", "attention scale", ferry_model_attn_scale(m));
+}
+
+static void print_text(const ferry_model *m) {
+  const struct ferry_model_config *c = ferry_model_get_config(m);
+  struct ferry_model_accounting a;
+  ferry_model_get_accounting(m, &a);
+  char b1[32], b2[32], b3[32], b4[32];
+  printf("model   %s\n", c->name);
+  if (c->n_experts) {
+    printf("family  %s (MoE: %lld routed experts, top-%lld", ferry_family_name(c->family), (long long)c->n_experts,
+           (long long)c->experts_per_token);
+    if (c->n_shared_experts) printf(", %lld shared expert%s", (long long)c->n_shared_experts, c->n_shared_experts > 1 ? "s" : "");
+    printf(", %lld of %lld layers MoE, router %s)\n", (long long)a.n_moe_layers, (long long)c->n_layers,
+           router_name(c->router));
+  } else {
+    printf("family  %s (dense)\n", ferry_family_name(c->family));
+  }
+  print_config(m);
 
   printf("\nparameters\n");
   printf("  %-22s %s\n", "total", fmt_count((double)a.params_total, b1, sizeof b1));

@@ -49,7 +49,7 @@ int cmd_model_gen(int argc, char **argv) {
   struct ferry_gen_options go = {.progress = 1};
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'p': preset = optarg; break;
       case 'o': out = optarg; break;

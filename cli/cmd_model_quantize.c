@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/logits_compare.h"
 #include "common/alloc.h"
 #include "common/fsutil.h"
 #include "common/units.h"
@@ -16,9 +17,6 @@
 #include "ferry/exec.h"
 #include "ferry/quantize.h"
 #include "ferry/store.h"
-
-static int compare_logits(const char *in, const char *out, double *cos_mean, double *cos_min, double *kl_mean,
-                          double *kl_max, double *top1_share);
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -30,53 +28,6 @@ static void usage(FILE *f) {
           "  --db FILE  store size and error per tensor class (and the logits figures) in a result database\n");
 }
 
-struct logits {
-  float *v;
-  size_t n, cap;
-  int64_t vocab;
-};
-
-static void collect(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
-                    int64_t vocab) {
-  (void)req;
-  (void)tok;
-  (void)tokens;
-  (void)n_tokens;
-  struct logits *c = user;
-  c->vocab = vocab;
-  if (c->n + (size_t)vocab > c->cap) {
-    size_t cap = (c->cap + (size_t)vocab) * 2;
-    float *v = realloc(c->v, cap * sizeof *v);
-    if (!v) return;
-    c->v = v;
-    c->cap = cap;
-  }
-  memcpy(c->v + c->n, l, (size_t)vocab * sizeof *l);
-  c->n += (size_t)vocab;
-}
-
-/* Same requests, same token ids, everything resident: only the weights differ. */
-static ferry_status logits_of(const char *dir, struct logits *out) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  ferry_status st;
-  struct ferry_engine_config c = {.max_batch = 4, .max_step_tokens = 64, .max_seq_tokens = 64, .seed = 1234,
-                                  .resident_all = 1, .on_logits = collect, .logits_user = out};
-  static const struct ferry_engine_request reqs[] = {
-      {.id = 0, .prompt_tokens = 24, .output_tokens = 8}, {.id = 1, .prompt_tokens = 16, .output_tokens = 8},
-      {.id = 2, .prompt_tokens = 32, .output_tokens = 8}, {.id = 3, .prompt_tokens = 8, .output_tokens = 8}};
-  if ((st = ferry_model_open(&m, dir)) == FERRY_OK && (st = ferry_store_open(&s, dir)) == FERRY_OK &&
-      (st = ferry_exec_create_host(&ex, NULL)) == FERRY_OK && (st = ferry_engine_create(&e, m, s, ex, &c)) == FERRY_OK)
-    st = ferry_engine_run(e, reqs, 4, &(struct ferry_run_options){.as_fast_as_possible = 1});
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_store_close(s);
-  ferry_model_close(m);
-  return st;
-}
-
 int cmd_model_quantize(int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, 0, 'f'}, {"plan", required_argument, 0, 'p'},
                                        {"report", no_argument, 0, 'r'},       {"help", no_argument, 0, 'h'},
@@ -86,7 +37,7 @@ int cmd_model_quantize(int argc, char **argv) {
   int report = 0;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'f': format = optarg; break;
       case 'p': plan_text = optarg; break;
@@ -127,7 +78,14 @@ int cmd_model_quantize(int argc, char **argv) {
          rep.bytes_after ? (double)rep.bytes_before / (double)rep.bytes_after : 0);
   double cos_mean = NAN, cos_min = NAN, kl_mean = NAN, kl_max = NAN, top1_share = NAN;
   int rc = CLI_OK;
-  if (report) rc = compare_logits(in, out, &cos_mean, &cos_min, &kl_mean, &kl_max, &top1_share);
+  if (report) {
+    struct logits_error le;
+    if ((st = logits_compare(in, FERRY_KV_AUTO, out, FERRY_KV_AUTO, &le)) != FERRY_OK) return cli_fail(st, NULL);
+    printf("logits over %zu tokens (4 requests, seeded ids): cosine mean %.5f min %.5f; KL mean %.5f max %.5f nats; "
+           "top-1 agreement %.1f%%\n",
+           le.tokens, le.cos_mean, le.cos_min, le.kl_mean, le.kl_max, 100.0 * le.top1_share);
+    cos_mean = le.cos_mean, cos_min = le.cos_min, kl_mean = le.kl_mean, kl_max = le.kl_max, top1_share = le.top1_share;
+  }
   if (rc == CLI_OK && db_path) {
     ferry_db *db = NULL;
     if ((st = ferry_db_open(&db, db_path, FERRY_DB_CREATE)) != FERRY_OK) return cli_fail(st, NULL);
@@ -147,49 +105,5 @@ int cmd_model_quantize(int argc, char **argv) {
     if (st != FERRY_OK) return cli_fail(st, NULL);
     printf("stored in %s (table quant_quality)\n", db_path);
   }
-  return rc;
-}
-
-static int compare_logits(const char *in, const char *out, double *cos_mean, double *cos_min_out, double *kl_mean,
-                          double *kl_max_out, double *top1_share) {
-  ferry_status st;
-  struct logits ref = {0}, q = {0};
-  if ((st = logits_of(in, &ref)) != FERRY_OK || (st = logits_of(out, &q)) != FERRY_OK) {
-    free(ref.v);
-    free(q.v);
-    return cli_fail(st, NULL);
-  }
-  int rc = CLI_OK;
-  if (ref.n != q.n || !ref.vocab) {
-    rc = cli_fail(FERRY_ERR_INTERNAL, "report: the two runs produced different numbers of tokens");
-  } else {
-    size_t tokens = ref.n / (size_t)ref.vocab;
-    double cos_sum = 0, cos_min = 1, kl_sum = 0, kl_max = 0;
-    int top1 = 0;
-    for (size_t t = 0; t < tokens; t++) {
-      const float *a = ref.v + t * (size_t)ref.vocab, *b = q.v + t * (size_t)ref.vocab;
-      double cs = ferry_quant_cosine(a, b, (size_t)ref.vocab), kl = ferry_quant_kl_logits(a, b, (size_t)ref.vocab);
-      cos_sum += cs;
-      kl_sum += kl;
-      if (cs < cos_min) cos_min = cs;
-      if (kl > kl_max) kl_max = kl;
-      size_t ia = 0, ib = 0;
-      for (size_t i = 1; i < (size_t)ref.vocab; i++) {
-        if (a[i] > a[ia]) ia = i;
-        if (b[i] > b[ib]) ib = i;
-      }
-      top1 += ia == ib;
-    }
-    printf("logits over %zu tokens (4 requests, seeded ids): cosine mean %.5f min %.5f; KL mean %.5f max %.5f nats; "
-           "top-1 agreement %.1f%%\n",
-           tokens, cos_sum / (double)tokens, cos_min, kl_sum / (double)tokens, kl_max, 100.0 * top1 / (double)tokens);
-    *cos_mean = cos_sum / (double)tokens;
-    *cos_min_out = cos_min;
-    *kl_mean = kl_sum / (double)tokens;
-    *kl_max_out = kl_max;
-    *top1_share = (double)top1 / (double)tokens;
-  }
-  free(ref.v);
-  free(q.v);
   return rc;
 }

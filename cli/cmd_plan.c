@@ -139,6 +139,36 @@ static int parse_batches(const char *text, struct plan_opts *o) {
   return 0;
 }
 
+/* What the options need of each other, the defaults that depend on them, and the paths. */
+static int check_options(struct plan_opts *o, const char *quant, const char *batches) {
+  if (!o->model) return cli_usage_error("plan", "missing --model");
+  if (!o->trace == !o->synthetic) return cli_usage_error("plan", "give --trace FILE or --synthetic SPEC (one of them)");
+  if (!o->n_slo) return cli_usage_error("plan", "missing --slo (e.g. ttft_p99=2s,tpot_p99=150ms)");
+  if (o->synthetic && (o->trace_format || o->time_window))
+    return cli_usage_error("plan", "--%s applies to --trace files", o->trace_format ? "trace-format" : "time-window");
+  if (!o->requests) {
+    /* a synthetic spec's n is the slice size when --requests is not given */
+    const char *n = o->synthetic ? strstr(o->synthetic, "n=") : NULL;
+    o->requests = n && (n == o->synthetic || n[-1] == ',') ? strtoll(n + 2, NULL, 10) : 100;
+    if (o->requests < 4) o->requests = 4;
+  }
+  if (parse_quant(quant, o)) return CLI_USAGE;
+  if (batches) {
+    if (parse_batches(batches, o)) return CLI_USAGE;
+  } else {
+    static const int32_t ladder[] = {8, 16, 32, 64, 128, 256};
+    o->n_batches = (int)(sizeof ladder / sizeof ladder[0]);
+    memcpy(o->batches, ladder, sizeof ladder);
+    o->batch_ladder = 1;
+  }
+  const struct ferry_path_use paths[] = {{"--db", o->db, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"--model", o->model, FERRY_PATH_DIR},
+                                         {"--trace", o->trace, 0},
+                                         {"--runtime", o->runtime, 0}};
+  if (cli_check_paths("plan", paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
+  return 0;
+}
+
 static int parse(int argc, char **argv, struct plan_opts *o) {
   enum { O_MODEL = 256, O_TRACE, O_SYNTH, O_REQUESTS, O_RATE, O_SLO, O_HW, O_MAX_GPUS, O_BUDGET, O_QUANT, O_BATCH,
          O_RUNTIME, O_TOL, O_DB, O_FORMAT, O_QUIET, O_SKIP, O_WINDOW, O_TFORMAT, O_SEED, O_VERIFY };
@@ -168,7 +198,7 @@ static int parse(int argc, char **argv, struct plan_opts *o) {
   const char *quant = "native,int8,int4-g128", *batches = NULL;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
     switch (c) {
     case O_MODEL: o->model = optarg; break;
     case O_TRACE: o->trace = optarg; break;
@@ -209,33 +239,9 @@ static int parse(int argc, char **argv, struct plan_opts *o) {
     }
   }
   if (optind < argc) return cli_usage_error("plan", "unexpected argument '%s'", argv[optind]);
-  if (!o->model) return cli_usage_error("plan", "missing --model");
-  if (!o->trace == !o->synthetic) return cli_usage_error("plan", "give --trace FILE or --synthetic SPEC (one of them)");
-  if (!o->n_slo) return cli_usage_error("plan", "missing --slo (e.g. ttft_p99=2s,tpot_p99=150ms)");
-  if (o->synthetic && (o->trace_format || o->time_window))
-    return cli_usage_error("plan", "--%s applies to --trace files", o->trace_format ? "trace-format" : "time-window");
-  if (!o->requests) {
-    /* a synthetic spec's n is the slice size when --requests is not given */
-    const char *n = o->synthetic ? strstr(o->synthetic, "n=") : NULL;
-    o->requests = n && (n == o->synthetic || n[-1] == ',') ? strtoll(n + 2, NULL, 10) : 100;
-    if (o->requests < 4) o->requests = 4;
-  }
-  if (parse_quant(quant, o)) return CLI_USAGE;
-  if (batches) {
-    if (parse_batches(batches, o)) return CLI_USAGE;
-  } else {
-    static const int32_t ladder[] = {8, 16, 32, 64, 128, 256};
-    o->n_batches = (int)(sizeof ladder / sizeof ladder[0]);
-    memcpy(o->batches, ladder, sizeof ladder);
-    o->batch_ladder = 1;
-  }
-  const struct ferry_path_use paths[] = {{"--db", o->db, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
-                                         {"--model", o->model, FERRY_PATH_DIR},
-                                         {"--trace", o->trace, 0},
-                                         {"--runtime", o->runtime, 0}};
-  if (cli_check_paths("plan", paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
-  return 0;
+  return check_options(o, quant, batches);
 }
+
 
 /* The profiles to consider: every GPU profile of the catalogue, or the list given. */
 static int load_hardware(const struct plan_opts *o, struct plan_state *ps) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/predict_glue.h"
+#include "ferry/prefetch.h"
 #include "cli/predictor_cli.h"
 #include "common/alloc.h"
 #include "common/error.h"
@@ -26,7 +26,7 @@ struct eval_setup {
 };
 
 struct eval_run {
-  enum ferry_predictor_kind kind;
+  const struct ferry_predictor_ops *ops;
   char origin[96]; /* where MLP weights came from ("" for other variants) */
   enum ferry_dtype dtype;
   struct ferry_predict_eval_result res;
@@ -76,7 +76,7 @@ static int setup_open(const struct predictor_args *a, struct eval_setup *s) {
                                              .n_features = ferry_routing_n_features(s->r),
                                              .cache_slots = (int32_t)slots, .prefetch_depth = (int32_t)a->depth,
                                              .prefetch_max = (int32_t)a->pf_max, .expert_bytes = a->expert_bytes,
-                                             .lfu = a->lfu};
+                                             .lfu = a->lfu, .cache_policy = a->cache_policy};
   return CLI_OK;
 }
 
@@ -86,32 +86,16 @@ static void setup_free(struct eval_setup *s) {
   ferry_routing_free(s->r);
 }
 
-/* frequency: popularity of each layer's experts in the training trace. */
-static ferry_status seed_popularity(ferry_predictor *p, const struct eval_setup *s) {
-  int64_t *counts = ferry__calloc((size_t)s->E, sizeof *counts);
-  if (!counts) return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
-  struct ferry_routing_request q;
-  for (int32_t l = 0; l < s->L; l++) {
-    memset(counts, 0, (size_t)s->E * sizeof *counts);
-    for (size_t i = 0; ferry_routing_request_at(s->train_src, i, &q) == FERRY_OK; i++)
-      for (int32_t t = 0; t < q.n_tokens; t++) {
-        const int32_t *ids = q.ids + ((size_t)t * (size_t)s->L + (size_t)l) * (size_t)s->K;
-        for (int32_t j = 0; j < s->K && ids[0] >= 0; j++) counts[ids[j]]++;
-      }
-    ferry_predictor_set_popularity(p, l, counts);
-  }
-  ferry_free(counts);
-  return FERRY_OK;
-}
-
 /* Build the predictor of one variant and replay the trace through it. */
-static int evaluate(const struct eval_setup *s, enum ferry_predictor_kind kind, struct eval_run *run) {
+static int evaluate(const struct eval_setup *s, const struct ferry_predictor_ops *ops, struct eval_run *run) {
   const struct predictor_args *a = s->a;
   memset(run, 0, sizeof *run);
-  run->kind = kind;
+  run->ops = ops;
   run->dtype = a->dtype;
   struct ferry_mlp m = {0};
-  int has_mlp = kind == FERRY_PREDICTOR_MLP3 || kind == FERRY_PREDICTOR_MLP7;
+  /* weights: the built-in MLPs read them from a file or train them here */
+  enum ferry_predictor_kind kind = FERRY_PREDICTOR_NONE;
+  const int has_mlp = (ops->needs & FERRY_PREDICT_NEEDS_WEIGHTS) && ferry_predictor_kind_parse(ops->name, &kind) == FERRY_OK;
   ferry_status st = FERRY_OK;
   if (has_mlp && a->model) {
     enum ferry_dtype fdt;
@@ -125,13 +109,13 @@ static int evaluate(const struct eval_setup *s, enum ferry_predictor_kind kind, 
     snprintf(run->origin, sizeof run->origin, "%s",
              a->train_routing ? "trained now on --train-routing" : "trained now on this trace (in-sample)");
   }
-  struct ferry_predictor_config pc = {.kind = kind, .n_layers = s->L, .n_experts = s->E, .top_k = s->K,
+  struct ferry_predictor_config pc = {.name = ops->name, .n_layers = s->L, .n_experts = s->E, .top_k = s->K,
                                       .mlp_dtype = run->dtype, .mlp_dtype_set = 1};
   ferry_predictor *p = NULL;
   st = ferry_predictor_create(&p, &pc);
   if (st == FERRY_OK && has_mlp) st = ferry_predictor_set_mlp(p, &m);
   ferry_mlp_free(&m);
-  if (st == FERRY_OK && kind == FERRY_PREDICTOR_FREQUENCY) st = seed_popularity(p, s);
+  if (st == FERRY_OK) st = ferry_predictor_seed_popularity(p, s->train_src, s->L, s->E);
   if (st == FERRY_OK) st = ferry_predict_eval(p, s->reqs, s->n, &s->ec, &run->res);
   if (st == FERRY_OK) st = ferry_predict_eval_ci(&run->res, (int32_t)a->bootstrap, (uint64_t)a->seed, run->ci);
   ferry_predictor_free(p);
@@ -160,17 +144,17 @@ static void print_one(const struct eval_setup *s, const struct eval_run *run) {
   const struct ferry_predict_eval_result *res = &run->res;
   const int32_t K = s->K;
   char b1[32], b2[32];
-  printf("predictor      %s%s%s%s\n", ferry_predictor_kind_name(run->kind), run->origin[0] ? " (" : "", run->origin,
+  printf("predictor      %s%s%s%s\n", run->ops->name, run->origin[0] ? " (" : "", run->origin,
          run->origin[0] ? ")" : "");
   if (run->origin[0]) printf("weights        %s\n", ferry_dtype_name(run->dtype));
   printf("routing        %s: %d layers, %d experts, top-%d, %zu requests, %" PRId64 " tokens\n", a->routing, s->L, s->E,
          K, s->n, res->tokens);
   printf("cache          %d slots (%s), prefetch depth %" PRId64 ", up to %d experts per layer\n", s->ec.cache_slots,
-         a->lfu ? "LFU" : "LRU", a->depth, a->pf_max ? (int)a->pf_max : K);
+         a->cache_policy ? a->cache_policy : a->lfu ? "lfu" : "lru", a->depth, a->pf_max ? (int)a->pf_max : K);
   if (res->predictions) {
     printf("recall         %.4f (top-%d, over %" PRId64 " predicted token-layers)\n", res->recall, K, res->predictions);
     printf("precision      %.4f of predicted experts were chosen\n", res->precision);
-    if (run->kind == FERRY_PREDICTOR_GATE_LOOKAHEAD)
+    if (run->ops->needs & FERRY_PREDICT_NEEDS_LOOKAHEAD)
       printf("lookahead      %" PRId64 " of %" PRId64 " predictions replay a real run's recorded choices%s\n",
              res->recorded_lookahead, res->predictions,
              res->recorded_lookahead ? "" : " (the rest: the current layer's choice as a proxy)");
@@ -228,7 +212,7 @@ static int print_table(const struct eval_setup *s, const struct eval_run *runs, 
          "wasted (loads/token)", "tied on stall with");
   for (int i = 0; i < n; i++) {
     const struct eval_run *r = &runs[i];
-    printf("%-15s", ferry_predictor_kind_name(r->kind));
+    printf("%-15s", r->ops->name);
     static const enum ferry_predict_metric cols[] = {FERRY_PREDICT_RECALL, FERRY_PREDICT_PRECISION, FERRY_PREDICT_STALL,
                                                      FERRY_PREDICT_WASTED};
     for (size_t c = 0; c < sizeof cols / sizeof *cols; c++) {
@@ -246,7 +230,7 @@ static int print_table(const struct eval_setup *s, const struct eval_run *runs, 
       ferry_status st = ferry_predict_eval_diff_ci(&r->res, &runs[j].res, FERRY_PREDICT_STALL, (int32_t)a->bootstrap,
                                                    (uint64_t)a->seed, &d);
       if (st != FERRY_OK) return cli_fail(st, NULL);
-      if (d.lo <= 0 && d.hi >= 0) printf("%s%s", ties++ ? ", " : " ", ferry_predictor_kind_name(runs[j].kind));
+      if (d.lo <= 0 && d.hi >= 0) printf("%s%s", ties++ ? ", " : " ", runs[j].ops->name);
     }
     printf("%s\n", ties ? "" : " -");
   }

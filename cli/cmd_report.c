@@ -35,6 +35,33 @@ static void usage(FILE *f) {
 
 enum { OPT_DB = 256, OPT_OUT, OPT_TITLE, OPT_TL_RUN, OPT_STEPS, OPT_SLO_TTFT, OPT_SLO_TPOT, OPT_HW_PATH, OPT_GNUPLOT, OPT_QUIET };
 
+/* --timeline-run [D:]N: run N of database D (1-based; the first without D). */
+static int parse_timeline_run(const char *arg, struct ferry_report_options *o) {
+  int64_t v;
+  const char *colon = strchr(arg, ':');
+  if (!colon) return cli_parse_int("--timeline-run", arg, 0, INT64_MAX, &o->timeline_run) ? CLI_USAGE : CLI_OK;
+  char dbi[24];
+  size_t n = (size_t)(colon - arg);
+  if (n == 0 || n >= sizeof dbi) return cli_usage_error("report", "--timeline-run: expected [D:]N, got '%s'", arg);
+  memcpy(dbi, arg, n);
+  dbi[n] = '\0';
+  if (cli_parse_int("--timeline-run", dbi, 1, 64, &v)) return CLI_USAGE;
+  o->timeline_db = (int)v - 1;
+  return cli_parse_int("--timeline-run", colon + 1, 0, INT64_MAX, &o->timeline_run) ? CLI_USAGE : CLI_OK;
+}
+
+static void print_summary(const struct ferry_report_summary *sum, const char *out_dir) {
+  printf("ferry: report of %zu runs (%zu complete, %zu failed) in %s: %zu plots, %zu tables; sections:", sum->runs,
+         sum->complete, sum->failed, out_dir, sum->plots, sum->tables);
+  for (unsigned bit = 1; bit <= FERRY_REPORT_STRATEGIES; bit <<= 1)
+    if (sum->sections & bit) printf(" %s", ferry_report_section_name((enum ferry_report_section)bit));
+  printf("\n");
+  if (sum->sim_real_flagged)
+    printf("ferry: %zu of %zu sim-vs-real pairs flagged (error above 10 %% or weak fits): see the flag column\n",
+           sum->sim_real_flagged, sum->sim_real_pairs);
+  printf("ferry: open %s/index.html\n", out_dir);
+}
+
 int cmd_report(int argc, char **argv) {
   static const struct option opts[] = {{"db", required_argument, 0, OPT_DB},
                                        {"out", required_argument, 0, OPT_OUT},
@@ -53,10 +80,9 @@ int cmd_report(int argc, char **argv) {
   const char *dbs[64];
   size_t n_dbs = 0;
   int quiet = 0;
-  int64_t v;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case OPT_DB:
         if (n_dbs == sizeof dbs / sizeof dbs[0]) return cli_usage_error("report", "at most 64 --db");
@@ -64,22 +90,7 @@ int cmd_report(int argc, char **argv) {
         break;
       case OPT_OUT: o.out_dir = optarg; break;
       case OPT_TITLE: o.title = optarg; break;
-      case OPT_TL_RUN: {
-        const char *colon = strchr(optarg, ':');
-        if (colon) {
-          char dbi[24];
-          size_t n = (size_t)(colon - optarg);
-          if (n == 0 || n >= sizeof dbi) return cli_usage_error("report", "--timeline-run: expected [D:]N, got '%s'", optarg);
-          memcpy(dbi, optarg, n);
-          dbi[n] = '\0';
-          if (cli_parse_int("--timeline-run", dbi, 1, 64, &v)) return CLI_USAGE;
-          o.timeline_db = (int)v - 1;
-          if (cli_parse_int("--timeline-run", colon + 1, 0, INT64_MAX, &o.timeline_run)) return CLI_USAGE;
-        } else if (cli_parse_int("--timeline-run", optarg, 0, INT64_MAX, &o.timeline_run)) {
-          return CLI_USAGE;
-        }
-        break;
-      }
+      case OPT_TL_RUN: if (parse_timeline_run(optarg, &o)) return CLI_USAGE; break;
       case OPT_STEPS: {
         long long a, b;
         char extra;
@@ -111,16 +122,6 @@ int cmd_report(int argc, char **argv) {
   struct ferry_report_summary sum;
   ferry_status st = ferry_report_write(&o, &sum);
   if (st != FERRY_OK) return cli_fail(st, NULL);
-  if (!quiet) {
-    printf("ferry: report of %zu runs (%zu complete, %zu failed) in %s: %zu plots, %zu tables; sections:", sum.runs,
-           sum.complete, sum.failed, o.out_dir, sum.plots, sum.tables);
-    for (unsigned bit = 1; bit <= FERRY_REPORT_PLAN; bit <<= 1)
-      if (sum.sections & bit) printf(" %s", ferry_report_section_name((enum ferry_report_section)bit));
-    printf("\n");
-    if (sum.sim_real_flagged)
-      printf("ferry: %zu of %zu sim-vs-real pairs flagged (error above 10 %% or weak fits): see the flag column\n",
-             sum.sim_real_flagged, sum.sim_real_pairs);
-    printf("ferry: open %s/index.html\n", o.out_dir);
-  }
+  if (!quiet) print_summary(&sum, o.out_dir);
   return CLI_OK;
 }

@@ -24,30 +24,22 @@
 #include "common/alloc.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/names.h"
 #include "common/units.h"
 #include "ferry/db.h"
+#include "ferry/exec.h"
+#include "ferry/exec_registry.h"
 
-/* Spec keys: the long options of `ferry run` / `ferry sim` with underscores, plus executor. */
-static const struct key {
-  const char *name;
-  int flag; /* boolean option: true adds it, false leaves it out */
-} keys[] = {
-    {"executor", 0},       {"hw", 0},           {"model", 0},          {"trace", 0},
-    {"trace_format", 0},   {"synthetic", 0},    {"max_requests", 0},   {"time_window", 0},
-    {"rate_scale", 0},     {"time_scale", 0},   {"as_fast_as_possible", 1}, {"skip_bad", 1},
-    {"seed", 0},           {"block_layers", 0}, {"prefetch_depth", 0}, {"pin_first", 0},
-    {"pin_last", 0},       {"resident", 0},     {"device_budget", 0},  {"host_budget", 0},
-    {"home", 0},           {"expert_cache", 0}, {"max_batch", 0},      {"max_step_tokens", 0},
-    {"max_seq_tokens", 0}, {"threads", 0},      {"direct_io", 1},      {"drop_cache", 1},
-    {"greedy", 1},         {"quant", 0},        {"predictor", 0},      {"predictor_routing", 0},
-    {"predictor_model", 0},
-    {"routing", 0},        {"routing_synth", 0}, {"allow_nonfinite", 1}, {"kv_dtype", 0},
-    /* staying up */
-    {"faults", 0},         {"io_retries", 0},   {"verify_reads", 1},   {"pressure", 1},
-    {"pressure_marks", 0}, {"pressure_os", 1},  {"host_budget_schedule", 0}, {"reload_at", 0},
-    {"runtime", 0},        {"host_memory", 0},  {"keep_cache", 1},
-};
-#define NKEYS (sizeof keys / sizeof keys[0])
+/* Spec keys: the options of `ferry run` / `ferry sim` that are part of the configuration (the
+ * option table, run_options.h), named by their field: long names with underscores, and
+ * executor for --backend (whose value sim runs `ferry sim`). A key that did not enter the hash
+ * would make every value of it one run. */
+static int is_key(enum run_opt id) { return run_option(id)->cfg != CFG_NO; }
+
+static int is_flag(enum run_opt id) {
+  const enum run_type t = run_option(id)->type;
+  return t == TYPE_FLAG || t == TYPE_FLAG01;
+}
 
 enum state { PENDING, SKIPPED, RUNNING, DONE, FAILED, ELSEWHERE /* another MPI rank's */ };
 
@@ -58,7 +50,7 @@ struct combo {
   char *config_json;
   char hash[17];
   int real;    /* host or cuda: measured alone */
-  enum ferry_run_kind kind;
+  const char *kind; /* the executor's registry name (runs.kind) */
   char *model, *hw, *trace; /* for a failure row the child could not write */
   enum state state;
   pid_t pid;
@@ -90,8 +82,20 @@ static void usage(FILE *f) {
           "  {\"executor\": [\"host\", \"sim\"], \"hw\": [\"h100-pcie\"], \"model\": [\"build/tiny\"],\n"
           "   \"synthetic\": [\"rate=4,n=16,prompt=32,output=8\"], \"block_layers\": [1, 2, 4],\n"
           "   \"prefetch_depth\": [0, 1, 2]}\n"
-          "executor host|cuda runs 'ferry run --backend X', sim runs 'ferry sim' (hw applies to sim only).\n"
-          "Booleans (as_fast_as_possible, skip_bad, direct_io, drop_cache, greedy) take true/false.\n"
+          "executor names a registered executor (");
+  for (size_t i = 0; i < ferry_exec_registry_count(); i++)
+    fprintf(f, "%s%s", i ? ", " : "", ferry_exec_registry_at(i)->name);
+  fprintf(f,
+          "): one of a hardware profile (sim) runs\n"
+          "'ferry sim', the others 'ferry run --backend X'; an option of the other command (hw for a host\n"
+          "run, threads for a simulation) is left out of that combination.\n"
+          "Booleans take true/false:\n  ");
+  int n = 0;
+  for (int i = 0; i < RUN_OPT_COUNT; i++)
+    if (is_key((enum run_opt)i) && is_flag((enum run_opt)i))
+      fprintf(f, "%s%s", n++ ? ", " : "", run_option((enum run_opt)i)->field);
+  fprintf(f,
+          "\n"
           "A combination whose configuration already has a complete run in the database is skipped, so\n"
           "an interrupted sweep is resumed by running it again. A failed run is recorded with its error\n"
           "and the sweep goes on; the exit status is 1 if any run failed.\n\n"
@@ -107,14 +111,31 @@ static void usage(FILE *f) {
 static void known_keys(char *buf, size_t len) {
   size_t n = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < NKEYS && n < len; i++)
-    n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", keys[i].name);
+  for (int i = 0; i < RUN_OPT_COUNT && n < len; i++)
+    if (is_key((enum run_opt)i)) n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", run_option((enum run_opt)i)->field);
 }
 
-static const struct key *find_key(const char *name) {
-  for (size_t i = 0; i < NKEYS; i++)
-    if (!strcmp(keys[i].name, name)) return &keys[i];
-  return NULL;
+/* The option a spec key names, or RUN_OPT_COUNT. */
+static enum run_opt find_key(const char *name) {
+  const enum run_opt id = run_option_by_field(name);
+  return id != RUN_OPT_COUNT && is_key(id) ? id : RUN_OPT_COUNT;
+}
+
+/* "unknown parameter 'x'": with the nearest keys when there are some, else every key. */
+static void unknown_key(const char *spec, const char *name) {
+  const char *keys[RUN_OPT_COUNT], *near[3];
+  size_t n = 0;
+  for (int i = 0; i < RUN_OPT_COUNT; i++)
+    if (is_key((enum run_opt)i)) keys[n++] = run_option((enum run_opt)i)->field;
+  const size_t k = ferry__nearest_names(name, keys, n, 1, near, 3);
+  char list[2048];
+  if (k) {
+    fprintf(stderr, "ferry: %s: unknown parameter '%s'; did you mean %s?\n", spec, name,
+            ferry__join_names(near, k, "", list, sizeof list));
+    return;
+  }
+  known_keys(list, sizeof list);
+  fprintf(stderr, "ferry: %s: unknown parameter '%s' (known: %s)\n", spec, name, list);
 }
 
 /* A value as option text, whole whatever its length (owned); NULL on a type error or out of
@@ -167,76 +188,76 @@ static int push_arg(struct combo *c, const char *s) {
   return 0;
 }
 
-/* Build one combination's argv from the chosen value index of every key, then parse it with
- * the child's own parser and compute its configuration hash. */
-static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
-  memset(c, 0, sizeof *c);
-  c->log_fd = -1;
-  const char *executor = "host";
+/* The value of one key in this combination (the idx-th of its list, or the value itself). */
+static const cJSON *chosen(const cJSON *it, size_t idx) { return cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx) : it; }
+
+/* The combination's executor (default host), from the registry. */
+static int combo_executor(const struct sweep *sw, const cJSON *spec, const size_t *idx,
+                          const struct ferry_exec_info **out) {
+  *out = ferry_exec_registry_find("host");
   size_t k = 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
     if (!strcmp(it->string, "executor")) {
-      const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
-      char *val = value_text(sw->spec_path, "executor", v, 0);
+      char *val = value_text(sw->spec_path, "executor", chosen(it, idx[k]), 0);
       if (!val) return CLI_USAGE;
-      if (strcmp(val, "host") && strcmp(val, "cuda") && strcmp(val, "sim")) {
-        fprintf(stderr, "ferry: %s: executor: expected host, cuda or sim, got '%s'\n", sw->spec_path, val);
-        ferry_free(val);
-        return CLI_USAGE;
+      *out = ferry_exec_registry_find(val);
+      if (!*out) {
+        ferry_exec *none = NULL;
+        ferry_exec_open(val, NULL, &none); /* fails, naming the executors nearest the value */
+        fprintf(stderr, "ferry: %s: executor: %s\n", sw->spec_path, ferry_last_error());
       }
-      executor = !strcmp(val, "sim") ? "sim" : !strcmp(val, "cuda") ? "cuda" : "host";
       ferry_free(val);
+      if (!*out) return CLI_USAGE;
     }
     k++;
   }
-  int sim = !strcmp(executor, "sim");
-  c->real = !sim;
-  c->kind = sim ? FERRY_RUN_SIM : !strcmp(executor, "cuda") ? FERRY_RUN_CUDA : FERRY_RUN_HOST;
-  struct rbuf_lite {
-    char s[2048];
-    size_t n;
-  } desc = {.n = 0};
-  desc.s[0] = '\0';
-  if (push_arg(c, "ferry") || push_arg(c, sim ? "sim" : "run")) goto oom;
-  if (!sim && (push_arg(c, "--backend") || push_arg(c, executor))) goto oom;
-  k = 0;
+  return 0;
+}
+
+/* The child's argv: `ferry sim` for an executor of a hardware profile, else `ferry run
+ * --backend X`; every key that applies to that command as its option; and a description
+ * naming the swept values (for progress lines: it may be cut short). */
+static int combo_argv(const struct sweep *sw, const cJSON *spec, const size_t *idx, int sim, struct combo *c) {
+  char desc[2048] = "";
+  size_t dn = 0, k = 0;
+  if (push_arg(c, "ferry") || push_arg(c, sim ? "sim" : "run")) return -1;
+  if (!sim && (push_arg(c, "--backend") || push_arg(c, c->kind))) return -1;
+  const cJSON *it;
   cJSON_ArrayForEach(it, spec) {
-    const struct key *key = find_key(it->string);
-    const cJSON *v = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, (int)idx[k]) : it;
-    int swept = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1;
-    k++;
-    char *val = value_text(sw->spec_path, it->string, v, key->flag);
+    const enum run_opt key = find_key(it->string);
+    const struct run_option_info *row = run_option(key);
+    const cJSON *v = chosen(it, idx[k++]);
+    char *val = value_text(sw->spec_path, it->string, v, is_flag(key));
     if (!val) return CLI_USAGE;
-    /* hardware profiles, runtimes, routing sources and --quant sizing are the simulator's options */
-    if (!sim && (!strcmp(key->name, "hw") || !strcmp(key->name, "routing") || !strcmp(key->name, "routing_synth") ||
-                 !strcmp(key->name, "quant") || !strcmp(key->name, "runtime"))) {
+    /* an option of the other command (hw for a host run, threads for a simulation) does not
+     * apply to this combination */
+    if (key != RUN_OPT_executor && !(row->modes & (sim ? SIM_M : RUN_M))) {
       ferry_free(val);
       continue;
     }
-    /* the description only names the combination (progress lines): it may be cut short */
-    if (swept && desc.n < sizeof desc.s)
-      desc.n += (size_t)snprintf(desc.s + desc.n, sizeof desc.s - desc.n, "%s%s=%s", desc.n ? " " : "", key->name, val);
-    if (desc.n >= sizeof desc.s) desc.n = sizeof desc.s - 1;
-    int pushed = 0;
-    if (!strcmp(key->name, "executor")) {
-      pushed = 1;
-    } else {
-      char opt[64] = "--";
-      for (size_t i = 0; key->name[i] && i + 3 < sizeof opt; i++) opt[i + 2] = key->name[i] == '_' ? '-' : key->name[i];
-      opt[sizeof opt - 1] = '\0';
-      if (key->flag) pushed = !cJSON_IsTrue(v) || !push_arg(c, opt);
-      else pushed = !push_arg(c, opt) && !push_arg(c, val);
+    if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 1 && dn < sizeof desc)
+      dn += (size_t)snprintf(desc + dn, sizeof desc - dn, "%s%s=%s", dn ? " " : "", row->field, val);
+    if (dn >= sizeof desc) dn = sizeof desc - 1;
+    int pushed = 1;
+    if (key != RUN_OPT_executor) {
+      char opt[64];
+      snprintf(opt, sizeof opt, "--%s", row->name);
+      pushed = is_flag(key) ? !cJSON_IsTrue(v) || !push_arg(c, opt) : !push_arg(c, opt) && !push_arg(c, val);
     }
     ferry_free(val);
-    if (!pushed) goto oom;
+    if (!pushed) return -1;
   }
-  if (push_arg(c, "--db") || push_arg(c, sw->db_path) || push_arg(c, "--quiet")) goto oom;
-  if (!(c->desc = ferry__strdup(desc.n ? desc.s : "(single configuration)"))) goto oom;
+  if (push_arg(c, "--db") || push_arg(c, sw->db_path) || push_arg(c, "--quiet")) return -1;
+  return (c->desc = ferry__strdup(dn ? desc : "(single configuration)")) ? 0 : -1;
+}
 
-  /* parse a copy: getopt may permute argv */
+/* Parse the argv with the child's own parser and compute its configuration hash, as the child
+ * will (the KV capacity filled from the trace first). */
+static int combo_hash(const struct sweep *sw, struct combo *c) {
+  /* parse a copy: the parser may reorder nothing, but the argv stays the child's */
   char **copy = ferry__calloc((size_t)c->argc + 1, sizeof *copy);
-  if (!copy) goto oom;
+  if (!copy) return -1;
   memcpy(copy, c->argv, (size_t)c->argc * sizeof *copy);
   struct run_args a;
   int rc = run_parse(c->argc - 1, copy + 1, c->argv[1], &a);
@@ -245,7 +266,6 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
     fprintf(stderr, "ferry: %s: invalid combination: %s\n", sw->spec_path, c->desc);
     return rc < 0 ? CLI_USAGE : rc;
   }
-  /* the child fills the KV capacity from the trace before hashing: do the same */
   if (a.ec.max_seq_tokens <= 0) {
     struct ferry_engine_request *reqs = NULL;
     int64_t nreq = 0;
@@ -262,12 +282,27 @@ static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, s
   c->hw = a.hw ? ferry__strdup(a.hw) : NULL;
   c->trace = (a.trace || a.synthetic) ? ferry__strdup(a.trace ? a.trace : a.synthetic) : NULL;
   ferry_free(copy);
-  if (!c->config_json) goto oom;
+  if (!c->config_json) return -1;
   run_config_hash(c->config_json, c->hash);
   return 0;
-oom:
-  fprintf(stderr, "ferry: out of memory building the sweep\n");
-  return CLI_FAIL;
+}
+
+/* One combination: its executor, its argv, its configuration hash. */
+static int build_combo(struct sweep *sw, const cJSON *spec, const size_t *idx, struct combo *c) {
+  memset(c, 0, sizeof *c);
+  c->log_fd = -1;
+  const struct ferry_exec_info *executor;
+  int rc = combo_executor(sw, spec, idx, &executor);
+  if (rc) return rc;
+  /* real executors are measured alone */
+  c->real = !(executor->caps & FERRY_EXEC_CAP_VIRTUAL);
+  c->kind = executor->name;
+  if ((rc = combo_argv(sw, spec, idx, (executor->caps & FERRY_EXEC_CAP_HW) != 0, c)) == 0) rc = combo_hash(sw, c);
+  if (rc < 0) {
+    fprintf(stderr, "ferry: out of memory building the sweep\n");
+    return CLI_FAIL;
+  }
+  return rc;
 }
 
 static int expand(struct sweep *sw, const cJSON *spec) {
@@ -280,11 +315,9 @@ static int expand(struct sweep *sw, const cJSON *spec) {
   }
   size_t total = 1, k = 0;
   const cJSON *it;
-  char known[1024];
   cJSON_ArrayForEach(it, spec) {
-    if (!find_key(it->string)) {
-      known_keys(known, sizeof known);
-      fprintf(stderr, "ferry: %s: unknown parameter '%s' (known: %s)\n", sw->spec_path, it->string, known);
+    if (find_key(it->string) == RUN_OPT_COUNT) {
+      unknown_key(sw->spec_path, it->string);
       rc = CLI_USAGE;
       goto out;
     }
@@ -417,7 +450,7 @@ static int launch(struct sweep *sw, struct combo *c) {
   c->start_ns = ferry__mono_ns();
   if (!sw->quiet && !sw->tty)
     fprintf(stderr, "ferry sweep: [%zu/%zu] start %s %s\n", sw->skipped + sw->finished + 1, sw->n - sw->elsewhere,
-            ferry_run_kind_name(c->kind), c->desc);
+            c->kind, c->desc);
   return 0;
 }
 
@@ -468,7 +501,7 @@ static void record_failure(struct sweep *sw, struct combo *c) {
     if (!finished) ferry_db_run_finish(sw->db, found, err);
     return;
   }
-  struct ferry_run_info info = {.kind = c->kind, .model = c->model, .hardware = c->kind == FERRY_RUN_SIM ? c->hw : ferry_run_kind_name(c->kind),
+  struct ferry_run_info info = {.executor = c->kind, .model = c->model, .hardware = c->hw ? c->hw : c->kind,
                                 .trace = c->trace, .config_json = c->config_json, .config_hash = c->hash,
                                 .notes = "recorded by ferry sweep: the run failed before it wrote its own row"};
   int64_t id;
@@ -486,7 +519,7 @@ static void reap(struct sweep *sw, pid_t pid, int status) {
       sw->ran++;
       if (!sw->quiet && !sw->tty)
         fprintf(stderr, "ferry sweep: [%zu/%zu] done %s %s in %.1f s\n", sw->skipped + sw->finished, sw->n - sw->elsewhere,
-                ferry_run_kind_name(c->kind), c->desc, secs);
+                c->kind, c->desc, secs);
     } else {
       c->state = FAILED;
       sw->failed++;
@@ -495,7 +528,7 @@ static void reap(struct sweep *sw, pid_t pid, int status) {
       if (!sw->quiet) {
         if (sw->tty) fputs("\r\033[K", stderr);
         fprintf(stderr, "ferry sweep: [%zu/%zu] FAILED %s %s: %s\n", sw->skipped + sw->finished, sw->n - sw->elsewhere,
-                ferry_run_kind_name(c->kind), c->desc, c->error ? c->error : "");
+                c->kind, c->desc, c->error ? c->error : "");
       }
     }
     close(c->log_fd);
@@ -641,42 +674,139 @@ static int gather_ranks(struct sweep *sw, struct cli_mpi *mpi, const char *rank_
   return failed ? CLI_FAIL : CLI_OK;
 }
 
-int cmd_sweep(int argc, char **argv) {
+static int sweep_parse(int argc, char **argv, struct sweep *sw) {
   static const struct option opts[] = {{"spec", required_argument, 0, 's'}, {"db", required_argument, 0, 'd'},
                                        {"jobs", required_argument, 0, 'j'}, {"dry-run", no_argument, 0, 'n'},
                                        {"quiet", no_argument, 0, 'q'},      {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  struct sweep sw;
-  memset(&sw, 0, sizeof sw);
-  sw.jobs = 1;
+  memset(sw, 0, sizeof *sw);
+  sw->jobs = 1;
   int64_t v;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
+  while ((c = cli_getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
     switch (c) {
-      case 's': sw.spec_path = optarg; break;
-      case 'd': sw.db_path = optarg; break;
-      case 'j': if (cli_parse_int("--jobs", optarg, 1, 1024, &v)) return CLI_USAGE; sw.jobs = (int)v; break;
-      case 'n': sw.dry_run = 1; break;
-      case 'q': sw.quiet = 1; break;
-      case 'h': usage(stdout); return CLI_OK;
+      case 's': sw->spec_path = optarg; break;
+      case 'd': sw->db_path = optarg; break;
+      case 'j': if (cli_parse_int("--jobs", optarg, 1, 1024, &v)) return CLI_USAGE; sw->jobs = (int)v; break;
+      case 'n': sw->dry_run = 1; break;
+      case 'q': sw->quiet = 1; break;
+      case 'h': usage(stdout); return -1;
       default: return cli_usage_error("sweep", "invalid option");
     }
   }
   if (optind < argc) return cli_usage_error("sweep", "unexpected argument '%s'", argv[optind]);
-  if (!sw.spec_path) return cli_usage_error("sweep", "missing --spec FILE");
-  if (!sw.db_path) return cli_usage_error("sweep", "missing --db FILE");
-  const struct ferry_path_use paths[] = {{"--db", sw.db_path, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
-                                         {"--spec", sw.spec_path, 0}};
+  if (!sw->spec_path) return cli_usage_error("sweep", "missing --spec FILE");
+  if (!sw->db_path) return cli_usage_error("sweep", "missing --db FILE");
+  const struct ferry_path_use paths[] = {{"--db", sw->db_path, FERRY_PATH_OUT | FERRY_PATH_SQLITE},
+                                         {"--spec", sw->spec_path, 0}};
   if (cli_check_paths("sweep", paths, 2)) return CLI_USAGE;
-  sw.tty = cli_is_tty(stderr);
+  sw->tty = cli_is_tty(stderr);
+  return 0;
+}
 
+/* Which combinations the study already holds: rank 0 reads it (read_study), every rank learns
+ * it; a rank above 0 then opens its own database. */
+static int learn_study(struct sweep *sw, struct cli_mpi *mpi, const char *study) {
+  unsigned char *states = ferry__calloc(sw->n + 1, 1);
+  int64_t study_ok = states != NULL;
   int rc = CLI_FAIL;
+  if (mpi->rank == 0 && study_ok) study_ok = read_study(sw, study, states) == CLI_OK;
+  if (mpi->size > 1 && (mpi->api->bcast(&study_ok, sizeof study_ok, 0) || (study_ok && mpi->api->bcast(states, sw->n, 0)))) {
+    cli_fail(FERRY_ERR_IO, "sweep: broadcasting the combinations failed");
+    goto out;
+  }
+  if (!study_ok) goto out;
+  for (size_t i = 0; i < sw->n; i++)
+    if (states[i]) {
+      sw->c[i].state = SKIPPED;
+      sw->skipped++;
+    }
+  ferry_status st;
+  if (mpi->rank > 0 && (st = ferry_db_open(&sw->db, sw->db_path, FERRY_DB_CREATE)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  if (mpi->size > 1) share_out(sw, mpi);
+  rc = CLI_OK;
+out:
+  ferry_free(states);
+  return rc;
+}
+
+static void print_dry_run(const struct sweep *sw) {
+  for (size_t i = 0; i < sw->n; i++) {
+    printf("%s  %-4s  %-8s  ", sw->c[i].hash, sw->c[i].kind, sw->c[i].state == SKIPPED ? "complete" : "to run");
+    for (int a = 1; a < sw->c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw->c[i].argv[a]);
+    printf("\n");
+  }
+  printf("ferry sweep: %zu combinations, %zu complete, %zu to run\n", sw->n, sw->skipped, sw->n - sw->skipped);
+}
+
+/* Run this rank's share, interruptible (SIGINT, SIGTERM stop the children; running again
+ * resumes). 0, or a CLI exit code. */
+static int run_share(struct sweep *sw, struct cli_mpi *mpi, const char *study) {
+  if (!sw->quiet) {
+    if (mpi->size > 1)
+      fprintf(stderr, "ferry sweep: rank %d of %d: %zu combinations, %zu already complete in %s, %zu to run here (-j %d)\n",
+              mpi->rank, mpi->size, sw->n, sw->skipped, study, sw->n - sw->skipped - sw->elsewhere, sw->jobs);
+    else
+      fprintf(stderr, "ferry sweep: %zu combinations, %zu already complete in %s, %zu to run (-j %d)\n", sw->n,
+              sw->skipped, sw->db_path, sw->n - sw->skipped, sw->jobs);
+  }
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sw->t0 = ferry__mono_ns();
+  progress(sw, 0);
+  const int r = run_all(sw);
+  progress(sw, 1);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (r != 0) {
+    /* the other ranks would wait for this one's database forever */
+    if (mpi->size > 1) cli_mpi_abort(mpi, r);
+    return CLI_FAIL;
+  }
+  for (size_t i = 0; i < sw->n; i++)
+    if (sw->c[i].state == FAILED)
+      fprintf(stderr, "  failed: %s %s: %s\n", sw->c[i].kind, sw->c[i].desc, sw->c[i].error ? sw->c[i].error : "");
+  return 0;
+}
+
+/* Run, gather the ranks' databases into the study, and say how it went (rank 0). */
+static int run_and_report(struct sweep *sw, struct cli_mpi *mpi, const char *rank_db, const char *study) {
+  int rc = run_share(sw, mpi, study);
+  if (rc) return rc;
+  int64_t totals[4] = {(int64_t)sw->ran, (int64_t)sw->failed, (int64_t)sw->finished, interrupted};
+  if (mpi->size > 1 && (rc = gather_ranks(sw, mpi, rank_db, totals)) != CLI_OK) return rc;
+  if (mpi->rank == 0) {
+    char el[32], not_run_text[64] = "";
+    fmt_dur(ferry__mono_ns() - sw->t0, el, sizeof el);
+    const size_t not_run = sw->n - sw->skipped - (size_t)totals[2];
+    if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
+    fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %lld ran, %lld failed%s in %s%s; database %s\n",
+            sw->n, sw->skipped, (long long)totals[0], (long long)totals[1], not_run_text, el,
+            mpi->size > 1 ? " over the ranks" : "", study);
+  }
+  if (totals[3]) {
+    if (mpi->rank == 0) fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
+    return 128 + (int)totals[3];
+  }
+  return totals[1] ? CLI_FAIL : CLI_OK;
+}
+
+int cmd_sweep(int argc, char **argv) {
+  struct sweep sw;
+  int rc = sweep_parse(argc, argv, &sw);
+  if (rc) return rc < 0 ? CLI_OK : rc;
   cJSON *spec = NULL;
   struct ferry_err err;
   struct cli_mpi mpi = {.size = 1};
   char rank_db[4096] = "";
-  unsigned char *states = NULL;
   const char *study = sw.db_path;
   ferry_status st = ferry__json_load(sw.spec_path, 16 << 20, &spec, &err);
   if (st != FERRY_OK) return cli_fail(st, "%s", err.msg);
@@ -691,91 +821,15 @@ int cmd_sweep(int argc, char **argv) {
   }
   if (mpi.rank > 0 && (rc = rank_database(&mpi, rank_db, sizeof rank_db)) != CLI_OK) goto out;
   if (mpi.rank > 0) sw.db_path = rank_db;
-  if ((rc = expand(&sw, spec)) != 0) goto out;
-  rc = CLI_FAIL;
-  /* which combinations the study already holds: rank 0 reads it, every rank learns it */
-  states = ferry__calloc(sw.n + 1, 1);
-  int64_t study_ok = states != NULL;
-  if (mpi.rank == 0 && study_ok) study_ok = read_study(&sw, study, states) == CLI_OK;
-  if (mpi.size > 1 && (mpi.api->bcast(&study_ok, sizeof study_ok, 0) || (study_ok && mpi.api->bcast(states, sw.n, 0)))) {
-    cli_fail(FERRY_ERR_IO, "sweep: broadcasting the combinations failed");
-    goto out;
-  }
-  if (!study_ok) goto out;
-  for (size_t i = 0; i < sw.n; i++)
-    if (states[i]) {
-      sw.c[i].state = SKIPPED;
-      sw.skipped++;
-    }
-  if (mpi.rank > 0 && (st = ferry_db_open(&sw.db, sw.db_path, FERRY_DB_CREATE)) != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out;
-  }
-  if (mpi.size > 1) share_out(&sw, &mpi);
+  if ((rc = expand(&sw, spec)) != 0 || (rc = learn_study(&sw, &mpi, study)) != CLI_OK) goto out;
   if (sw.dry_run) {
-    if (mpi.rank == 0) {
-      for (size_t i = 0; i < sw.n; i++) {
-        printf("%s  %-4s  %-8s  ", sw.c[i].hash, ferry_run_kind_name(sw.c[i].kind),
-               sw.c[i].state == SKIPPED ? "complete" : "to run");
-        for (int a = 1; a < sw.c[i].argc; a++) printf("%s%s", a > 1 ? " " : "", sw.c[i].argv[a]);
-        printf("\n");
-      }
-      printf("ferry sweep: %zu combinations, %zu complete, %zu to run\n", sw.n, sw.skipped, sw.n - sw.skipped);
-    }
-    rc = CLI_OK;
-    goto out;
-  }
-  if (!sw.quiet) {
-    if (mpi.size > 1)
-      fprintf(stderr, "ferry sweep: rank %d of %d: %zu combinations, %zu already complete in %s, %zu to run here (-j %d)\n",
-              mpi.rank, mpi.size, sw.n, sw.skipped, study, sw.n - sw.skipped - sw.elsewhere, sw.jobs);
-    else
-      fprintf(stderr, "ferry sweep: %zu combinations, %zu already complete in %s, %zu to run (-j %d)\n", sw.n,
-              sw.skipped, sw.db_path, sw.n - sw.skipped, sw.jobs);
-  }
-  struct sigaction sa, old_int, old_term;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  sw.t0 = ferry__mono_ns();
-  progress(&sw, 0);
-  int r = run_all(&sw);
-  progress(&sw, 1);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
-  if (r != 0) {
-    /* the other ranks would wait for this one's database forever */
-    if (mpi.size > 1) cli_mpi_abort(&mpi, r);
-    goto out;
-  }
-  for (size_t i = 0; i < sw.n; i++)
-    if (sw.c[i].state == FAILED) fprintf(stderr, "  failed: %s %s: %s\n", ferry_run_kind_name(sw.c[i].kind), sw.c[i].desc, sw.c[i].error ? sw.c[i].error : "");
-  /* the ranks' databases into the study, and the totals */
-  int64_t totals[4] = {(int64_t)sw.ran, (int64_t)sw.failed, (int64_t)sw.finished, interrupted};
-  if (mpi.size > 1 && (rc = gather_ranks(&sw, &mpi, rank_db, totals)) != CLI_OK) goto out;
-  rc = CLI_FAIL;
-  if (mpi.rank == 0) {
-    char el[32];
-    fmt_dur(ferry__mono_ns() - sw.t0, el, sizeof el);
-    size_t not_run = sw.n - sw.skipped - (size_t)totals[2];
-    char not_run_text[64] = "";
-    if (not_run) snprintf(not_run_text, sizeof not_run_text, ", %zu not run (interrupted)", not_run);
-    fprintf(stderr, "ferry sweep: %zu combinations: %zu already complete, %lld ran, %lld failed%s in %s%s; database %s\n",
-            sw.n, sw.skipped, (long long)totals[0], (long long)totals[1], not_run_text, el,
-            mpi.size > 1 ? " over the ranks" : "", study);
-  }
-  if (totals[3]) {
-    if (mpi.rank == 0) fprintf(stderr, "ferry sweep: interrupted; run the same command again to resume\n");
-    rc = 128 + (int)totals[3];
+    if (mpi.rank == 0) print_dry_run(&sw);
   } else {
-    rc = totals[1] ? CLI_FAIL : CLI_OK;
+    rc = run_and_report(&sw, &mpi, rank_db, study);
   }
 out:
   for (size_t i = 0; i < sw.n; i++) combo_free(&sw.c[i]);
   ferry_free(sw.c);
-  ferry_free(states);
   ferry_db_close(sw.db);
   if (rank_db[0]) remove_database(rank_db);
   cJSON_Delete(spec);

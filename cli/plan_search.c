@@ -376,104 +376,122 @@ static void report_finished(const struct plan_state *ps, unsigned char *reported
   }
 }
 
+/* The scheduler's state: the workers, the jobs in flight, a job held for a local worker. */
+struct plan_loop {
+  struct plan_pool *pool; /* NULL: jobs run in this process */
+  struct inflight *fl;
+  int nfl;
+  struct plan_job held;
+  int have_held;
+  int turn; /* the profile asked first for its next job */
+  unsigned char *reported;
+};
+
+/* The next job, from the held one or the profiles in turn: 1, 0 when none is ready, or a CLI
+ * exit code (negated) on failure. */
+static int next_job(struct plan_state *ps, struct plan_loop *L, struct plan_job *j) {
+  if (L->have_held) {
+    /* a job that writes this machine's files waits for one of its workers */
+    if (!plan_pool_idle_local(L->pool)) return 0;
+    *j = L->held;
+    L->have_held = 0;
+    return 1;
+  }
+  for (int k = 0; k < ps->nhw; k++) {
+    const int got = plan_hw_next(ps, &ps->hw[(L->turn + k) % ps->nhw], j);
+    if (got < 0) return -cli_fail(FERRY_ERR_NOMEM, "out of memory");
+    if (got) {
+      L->turn = (L->turn + k + 1) % ps->nhw;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Fill idle workers (or, without workers, run each job now). */
+static int fill_workers(struct plan_state *ps, struct plan_loop *L) {
+  int free_slots = L->pool ? plan_pool_idle(L->pool) : 1, rc;
+  while (free_slots > 0) {
+    struct plan_job j;
+    const int got = next_job(ps, L, &j);
+    if (got < 0) return -got;
+    if (!got) break;
+    const int local_only = j.kind == PLAN_JOB_RECORD;
+    if (!L->pool) {
+      struct plan_result r;
+      plan_job_run(ps->o, ps->hw[j.hw].name, ps->w, &j, &r);
+      if ((rc = plan_hw_result(ps, &ps->hw[j.hw], &j, &r)) != CLI_OK) return rc;
+      report_finished(ps, L->reported);
+      continue;
+    }
+    if (local_only && !plan_pool_idle_local(L->pool)) {
+      L->held = j;
+      L->have_held = 1;
+      break;
+    }
+    int slot = -1;
+    for (int s = 0; s < L->nfl && slot < 0; s++)
+      if (!L->fl[s].used) slot = s;
+    if (slot < 0) return cli_fail(FERRY_ERR_INTERNAL, "plan: no slot for a job");
+    if ((rc = plan_pool_submit(L->pool, &j, local_only)) != CLI_OK) return rc;
+    L->fl[slot] = (struct inflight){.j = j, .used = 1};
+    free_slots--;
+  }
+  return CLI_OK;
+}
+
+/* Wait for one result and hand it to its profile's search. */
+static int collect_one(struct plan_state *ps, struct plan_loop *L) {
+  struct plan_result r;
+  int rc = plan_pool_wait(L->pool, &r);
+  if (rc != CLI_OK) return rc;
+  int slot = -1;
+  for (int s = 0; s < L->nfl && slot < 0; s++)
+    if (L->fl[s].used && L->fl[s].j.id == r.id) slot = s;
+  if (slot < 0) return cli_fail(FERRY_ERR_INTERNAL, "plan: a result for no job (%lld)", (long long)r.id);
+  L->fl[slot].used = 0;
+  return plan_hw_result(ps, &ps->hw[L->fl[slot].j.hw], &L->fl[slot].j, &r);
+}
+
+/* Schedule until every profile's search has ended. */
+static int schedule(struct plan_state *ps, struct plan_loop *L) {
+  int rc;
+  for (;;) {
+    if ((rc = fill_workers(ps, L)) != CLI_OK) return rc;
+    report_finished(ps, L->reported);
+    int busy = 0;
+    for (int s = 0; s < L->nfl; s++) busy += L->fl[s].used;
+    if (!busy && L->have_held) return cli_fail(FERRY_ERR_INTERNAL, "plan: a job for this machine with no worker here (-j 0?)");
+    if (!busy) break;
+    if ((rc = collect_one(ps, L)) != CLI_OK) return rc;
+  }
+  for (int i = 0; i < ps->nhw; i++)
+    if (!plan_hw_done(&ps->hw[i]))
+      return cli_fail(FERRY_ERR_INTERNAL, "plan: %s stopped before its search ended", ps->hw[i].name);
+  return CLI_OK;
+}
+
 int plan_run(struct plan_state *ps, int workers, struct cli_mpi *mpi) {
   const char **names = ferry__calloc((size_t)ps->nhw + 1, sizeof *names);
   if (!names) return cli_fail(FERRY_ERR_NOMEM, "out of memory");
   for (int i = 0; i < ps->nhw; i++) names[i] = ps->hw[i].name;
-  struct plan_pool *pool = NULL;
-  struct inflight *fl = NULL;
-  unsigned char *reported = ferry__calloc((size_t)ps->nhw + 1, 1);
-  int rc = CLI_OK, nfl = 1;
-  struct plan_job held;
-  int have_held = 0;
+  struct plan_loop L = {.nfl = 1, .reported = ferry__calloc((size_t)ps->nhw + 1, 1)};
+  int rc = CLI_OK;
   for (int i = 0; i < ps->nhw; i++)
     if ((rc = plan_hw_init(ps, &ps->hw[i])) != CLI_OK) goto out;
   if ((workers > 0 || (mpi && mpi->size > 1)) &&
-      (rc = plan_pool_start(ps->o, names, ps->w, workers, mpi, &pool)) != CLI_OK)
+      (rc = plan_pool_start(ps->o, names, ps->w, workers, mpi, &L.pool)) != CLI_OK)
     goto out;
-  if (pool) nfl = plan_pool_slots(pool);
-  if (!reported || !(fl = ferry__calloc((size_t)nfl, sizeof *fl))) {
+  if (L.pool) L.nfl = plan_pool_slots(L.pool);
+  if (!L.reported || !(L.fl = ferry__calloc((size_t)L.nfl, sizeof *L.fl))) {
     rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
     goto out;
   }
-  int turn = 0;
-  for (;;) {
-    /* fill idle workers, taking the profiles in turn */
-    int free_slots = pool ? plan_pool_idle(pool) : 1;
-    while (free_slots > 0) {
-      struct plan_job j;
-      int got = 0;
-      if (have_held) {
-        /* a job that writes this machine's files waits for one of its workers */
-        if (!plan_pool_idle_local(pool)) break;
-        j = held;
-        have_held = 0;
-        got = 1;
-      }
-      for (int k = 0; k < ps->nhw && !got; k++) {
-        struct plan_hw *h = &ps->hw[(turn + k) % ps->nhw];
-        got = plan_hw_next(ps, h, &j);
-        if (got < 0) {
-          rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
-          goto out;
-        }
-        if (got) turn = (turn + k + 1) % ps->nhw;
-      }
-      if (!got) break;
-      const int local_only = j.kind == PLAN_JOB_RECORD;
-      struct plan_result r;
-      if (!pool) {
-        /* in this process: run it now */
-        plan_job_run(ps->o, ps->hw[j.hw].name, ps->w, &j, &r);
-        if ((rc = plan_hw_result(ps, &ps->hw[j.hw], &j, &r)) != CLI_OK) goto out;
-        report_finished(ps, reported);
-        continue;
-      }
-      if (local_only && !plan_pool_idle_local(pool)) {
-        held = j;
-        have_held = 1;
-        break;
-      }
-      int slot = -1;
-      for (int s = 0; s < nfl && slot < 0; s++)
-        if (!fl[s].used) slot = s;
-      if (slot < 0 || (rc = plan_pool_submit(pool, &j, local_only)) != CLI_OK) {
-        if (rc == CLI_OK) rc = cli_fail(FERRY_ERR_INTERNAL, "plan: no slot for a job");
-        goto out;
-      }
-      fl[slot] = (struct inflight){.j = j, .used = 1};
-      free_slots--;
-    }
-    report_finished(ps, reported);
-    int busy = 0;
-    for (int s = 0; s < nfl; s++) busy += fl[s].used;
-    if (!busy && have_held) {
-      rc = cli_fail(FERRY_ERR_INTERNAL, "plan: a job for this machine with no worker here (-j 0?)");
-      goto out;
-    }
-    if (!busy) break;
-    struct plan_result r;
-    if ((rc = plan_pool_wait(pool, &r)) != CLI_OK) goto out;
-    int slot = -1;
-    for (int s = 0; s < nfl && slot < 0; s++)
-      if (fl[s].used && fl[s].j.id == r.id) slot = s;
-    if (slot < 0) {
-      rc = cli_fail(FERRY_ERR_INTERNAL, "plan: a result for no job (%lld)", (long long)r.id);
-      goto out;
-    }
-    fl[slot].used = 0;
-    struct plan_hw *h = &ps->hw[fl[slot].j.hw];
-    if ((rc = plan_hw_result(ps, h, &fl[slot].j, &r)) != CLI_OK) goto out;
-  }
-  for (int i = 0; i < ps->nhw; i++)
-    if (!plan_hw_done(&ps->hw[i])) {
-      rc = cli_fail(FERRY_ERR_INTERNAL, "plan: %s stopped before its search ended", ps->hw[i].name);
-      goto out;
-    }
+  rc = schedule(ps, &L);
 out:
-  plan_pool_stop(pool);
-  ferry_free(fl);
+  plan_pool_stop(L.pool);
+  ferry_free(L.fl);
   ferry_free(names);
-  ferry_free(reported);
+  ferry_free(L.reported);
   return rc;
 }

@@ -5,42 +5,46 @@
 #include <stdio.h>
 
 #include "cli/output.h"
+#include "cli/run_options.h"
 #include "ferry/engine.h"
 #include "ferry/trace.h"
 #include "cli/run_resil.h"
 
 struct run_args {
-  const char *cmd, *model, *trace, *synthetic, *backend, *hw, *db, *dump_logits;
-  const char *record_routing, *record_features, *routing, *routing_synth, *quant, *predictor, *predictor_routing, *predictor_model;
-  const char *kv_dtype; /* --kv-dtype as given (NULL: the model's dtype) */
-  const char *runtime;  /* sim: runtime preset or file (NULL: the profile's, else "native") */
+  const char *cmd; /* "run" or "sim" */
+  int sim;         /* cmd is "sim" */
+  /* every option of the table (run_options.h), as given or defaulted */
+#define RUN_ARGS_FIELD_(field, name, type, ...) RUN_CTYPE_##type field;
+  FERRY_RUN_OPTIONS(RUN_ARGS_FIELD_)
+#undef RUN_ARGS_FIELD_
+  unsigned char given[RUN_OPT_COUNT]; /* 1 for each option given on the command line */
+  char time_window_text[64];          /* --time-window in its canonical spelling */
+  char offload_compute_text[64];      /* --offload-compute in its canonical spelling */
+  char expert_cache_text[32];         /* --expert-cache per-layer:K in its canonical spelling */
+  int compute_experts_given;          /* --offload-compute named the experts (plain or experts=) */
+  /* what the options imply for the library (run_parse fills them) */
   struct ferry_trace_options trace_opts;
   struct ferry_engine_config ec;
-  uint64_t seed;
-  double time_scale;
-  int as_fast, plan_only, progress, threads, profile;
-  int sim_exact; /* --exact: the simulator's discrete-event mode (the same figures, slower) */
-  int host_pageable; /* --host-memory pageable: the host tier is not pinned */
-  int keep_cache;    /* --keep-cache: buffered disk reads keep their pages */
+  int progress;     /* not --quiet */
   int64_t n_requests;
   int64_t too_long; /* requests longer than the model's maximum position, skipped (--skip-bad) */
-  uint64_t given;   /* one bit per option given on the command line (run_given()) */
-  int repeat;               /* --repeat N (1 by default) */
-  const char *repeat_group; /* --repeat-group TAG, or NULL */
-  enum cli_format format;   /* --format of the summary */
+  enum cli_format output_format; /* --format of the summary */
   /* set by run_repeat() for each repetition; run_execute() fills the out fields */
   int repeat_index;
-  const char *group_tag;          /* the repeat group written to the database, or NULL */
+  const char *group_tag;                   /* the repeat group written to the database, or NULL */
   struct ferry_serve_summary *summary_out; /* receives the summary (not printed) when not NULL */
-  int64_t run_id_out;             /* the run's id in --db, or 0 */
-  struct resil_opts resil; /* --faults, --pressure, --reload-at, ... (cli/run_resil.h) */
+  int64_t run_id_out;                      /* the run's id in --db, or 0 */
+  struct resil_opts resil;                 /* what --faults, --pressure, --reload-at, ... imply (cli/run_resil.h) */
+  char pressure_marks_text[64];            /* --pressure-marks in its canonical spelling */
   /* called once the engine has served the requests, before anything is written (ferry plan
    * reads the per-request metrics); NULL for none */
   void (*on_served)(void *user, const ferry_engine *engine);
   void *served_user;
 };
 
-/* Whether the option with this long name ("block-layers") was given. */
+/* Whether an option was given on the command line, by field: RUN_GIVEN(a, block_layers). */
+#define RUN_GIVEN(a, field) ((a)->given[RUN_OPT_##field])
+/* The same by long option name ("block-layers"). */
 int run_given(const struct run_args *a, const char *name);
 
 void run_usage(FILE *f, const char *cmd);

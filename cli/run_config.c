@@ -1,81 +1,69 @@
-/* The canonical configuration of a run: every option that changes what a run measures, as a
- * JSON object with sorted keys (the long option names with underscores), and its hash. `ferry
- * run`/`ferry sim` store both in the result database; `ferry sweep` computes the same hash to
- * skip runs that are already complete. */
+/* The canonical configuration of a run: every option of the table (run_options.h) that changes
+ * what a run measures, as a JSON object with sorted keys, and its hash. `ferry run`/`ferry sim`
+ * store both in the result database; `ferry sweep` computes the same hash to skip runs that are
+ * already complete, so the bytes written here are a compatibility promise: options with
+ * CFG_GIVEN appear only when they differ from their default, and the hashes of configurations
+ * written before they existed stay the same. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/json.h"
 
-static void add_str(cJSON *o, const char *k, const char *v) {
-  if (v) cJSON_AddStringToObject(o, k, v);
+static int emit(enum run_cfg cfg, int differs) { return cfg == CFG_ALWAYS || (cfg == CFG_GIVEN && differs); }
+
+/* One writer per value type: add `key` to o when the option's cfg says so. */
+static void json_FLAG(cJSON *o, const char *key, enum run_cfg cfg, int v, int def) {
+  if (emit(cfg, v != def)) cJSON_AddBoolToObject(o, key, v);
+}
+static void json_FLAG01(cJSON *o, const char *key, enum run_cfg cfg, int v, int def) {
+  if (emit(cfg, v != def)) cJSON_AddNumberToObject(o, key, v);
+}
+static void json_INT(cJSON *o, const char *key, enum run_cfg cfg, int64_t v, int64_t def) {
+  if (emit(cfg, v != def)) cJSON_AddNumberToObject(o, key, (double)v);
+}
+static void json_SIZE(cJSON *o, const char *key, enum run_cfg cfg, uint64_t v, uint64_t def) {
+  if (emit(cfg, v != def)) cJSON_AddNumberToObject(o, key, (double)v);
+}
+static void json_REAL(cJSON *o, const char *key, enum run_cfg cfg, double v, double def) {
+  if (emit(cfg, v != def)) cJSON_AddNumberToObject(o, key, v);
+}
+static void json_TEXT(cJSON *o, const char *key, enum run_cfg cfg, const char *v, const char *def) {
+  /* an absent text (no --hw, no --predictor) is left out either way */
+  if (v && emit(cfg, !def || strcmp(v, def))) cJSON_AddStringToObject(o, key, v);
+}
+
+static void add_option(cJSON *o, const struct run_args *a, enum run_opt id) {
+  switch (id) {
+#define JSON_(field, name, type, metavar, modes, section, cfg, key, def, ...) \
+  case RUN_OPT_##field:                                                      \
+    if (cfg != CFG_NO) json_##type(o, key, cfg, a->field, def);              \
+    break;
+    FERRY_RUN_OPTIONS(JSON_)
+#undef JSON_
+    case RUN_OPT_COUNT: break;
+  }
+}
+
+/* Keys are sorted (cJSON keeps insertion order), with one exception kept for the hashes of
+ * every configuration written so far: fill_budget was added right after pin_last. */
+static const char *order_key(const char *key) { return strcmp(key, "fill_budget") ? key : "pin_last~"; }
+
+static int cmp_rows(const void *x, const void *y) {
+  const enum run_opt a = *(const enum run_opt *)x, b = *(const enum run_opt *)y;
+  return strcmp(order_key(run_option(a)->key), order_key(run_option(b)->key));
 }
 
 char *run_config_json(const struct run_args *a) {
   ferry__json_init();
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
-  int sim = !strcmp(a->cmd, "sim");
-  /* keys in alphabetical order: cJSON keeps insertion order. Keys added since the first
-   * sweeps appear only when set, so the hashes of earlier configurations stay the same. */
-  if (a->ec.allow_nonfinite) cJSON_AddBoolToObject(o, "allow_nonfinite", 1);
-  cJSON_AddBoolToObject(o, "as_fast_as_possible", a->as_fast);
-  cJSON_AddNumberToObject(o, "block_layers", a->ec.block_layers);
-  cJSON_AddNumberToObject(o, "device_budget", (double)a->ec.device_budget_bytes);
-  cJSON_AddBoolToObject(o, "direct_io", (a->ec.read_flags & 1u) != 0);
-  add_str(o, "executor", sim ? "sim" : a->backend);
-  add_str(o, "expert_cache", a->ec.expert_cache_lfu ? "lfu" : "lru");
-  add_str(o, "faults", a->resil.faults);
-  cJSON_AddBoolToObject(o, "greedy", a->ec.greedy);
-  add_str(o, "home", a->ec.home_disk ? "disk" : "host");
-  cJSON_AddNumberToObject(o, "host_budget", (double)a->ec.host_budget_bytes);
-  add_str(o, "host_budget_schedule", a->resil.host_schedule);
-  add_str(o, "host_memory", a->host_pageable ? "pageable" : NULL); /* pinned, the default, keeps older hashes */
-  add_str(o, "hw", a->hw);
-  if (a->resil.io_retries >= 0) cJSON_AddNumberToObject(o, "io_retries", (double)a->resil.io_retries);
-  if (a->keep_cache) cJSON_AddBoolToObject(o, "keep_cache", 1); /* only when set: older hashes stay */
-  add_str(o, "kv_dtype", a->kv_dtype);
-  cJSON_AddNumberToObject(o, "max_batch", a->ec.max_batch ? a->ec.max_batch : 8);
-  cJSON_AddNumberToObject(o, "max_requests", (double)a->trace_opts.max_requests);
-  cJSON_AddNumberToObject(o, "max_seq_tokens", a->ec.max_seq_tokens);
-  cJSON_AddNumberToObject(o, "max_step_tokens", a->ec.max_step_tokens ? a->ec.max_step_tokens : 256);
-  add_str(o, "model", a->model);
-  cJSON_AddNumberToObject(o, "pin_first", a->ec.pin_first);
-  cJSON_AddNumberToObject(o, "pin_last", a->ec.pin_last);
-  cJSON_AddNumberToObject(o, "fill_budget", a->ec.fill_budget);
-  add_str(o, "predictor", a->predictor);
-  add_str(o, "predictor_model", a->predictor_model);
-  add_str(o, "predictor_routing", a->predictor_routing);
-  cJSON_AddNumberToObject(o, "prefetch_depth", a->ec.prefetch_depth);
-  /* staying up: present only when asked, so earlier configurations keep their hashes */
-  if (a->resil.pressure || a->resil.n_schedule) cJSON_AddBoolToObject(o, "pressure", 1);
-  if (a->resil.high_water > 0) {
-    char marks[64];
-    snprintf(marks, sizeof marks, "%g:%g", a->resil.high_water, a->resil.low_water);
-    add_str(o, "pressure_marks", marks);
-  }
-  if (a->resil.pressure_os) cJSON_AddBoolToObject(o, "pressure_os", 1);
-  add_str(o, "quant", a->quant);
-  cJSON_AddNumberToObject(o, "rate_scale", a->trace_opts.rate_scale);
-  add_str(o, "reload_at", a->resil.reload_at_text);
-  add_str(o, "resident", a->ec.resident_all ? "all" : a->ec.resident_attention ? "attention" : "none");
-  add_str(o, "routing", a->routing);
-  add_str(o, "routing_synth", a->routing_synth);
-  add_str(o, "runtime", a->runtime);
-  cJSON_AddNumberToObject(o, "seed", (double)a->seed);
-  cJSON_AddNumberToObject(o, "threads", a->threads);
-  cJSON_AddNumberToObject(o, "time_scale", a->time_scale);
-  char window[64] = "";
-  if (a->trace_opts.window_end_ns > 0)
-    snprintf(window, sizeof window, "%.9g:%.9g", (double)a->trace_opts.window_start_ns / 1e9,
-             (double)a->trace_opts.window_end_ns / 1e9);
-  else if (a->trace_opts.window_start_ns > 0) /* open end ("600:") */
-    snprintf(window, sizeof window, "%.9g:", (double)a->trace_opts.window_start_ns / 1e9);
-  add_str(o, "time_window", window[0] ? window : NULL);
-  add_str(o, "trace", a->trace ? a->trace : a->synthetic);
-  if (a->resil.verify_reads) cJSON_AddBoolToObject(o, "verify_reads", 1);
+  enum run_opt order[RUN_OPT_COUNT];
+  for (int i = 0; i < RUN_OPT_COUNT; i++) order[i] = (enum run_opt)i;
+  qsort(order, RUN_OPT_COUNT, sizeof order[0], cmp_rows);
+  for (int i = 0; i < RUN_OPT_COUNT; i++) add_option(o, a, order[i]);
   char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return text;

@@ -1,4 +1,4 @@
-/* Routing statistics and prefetch counts of a run, stored as run metadata for the report. */
+/* Routing statistics, prefetch and paged-KV preemption counts of a run, stored as run metadata for the report. */
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,4 +35,16 @@ void run_prefetch_meta(ferry_db *db, int64_t run_id, const struct ferry_serve_su
   ferry_db_run_meta(db, run_id, "EXPERT_PREFETCHES", num);
   snprintf(num, sizeof num, "%lld", (long long)sum->prefetches_used);
   ferry_db_run_meta(db, run_id, "EXPERT_PREFETCHES_USED", num);
+}
+
+void run_kv_meta(ferry_db *db, int64_t run_id, const struct ferry_serve_summary *sum) {
+  if (!db || !sum || !sum->kv_pool_blocks) return;
+  static const char *const names[] = {"KV_POOL_BLOCKS", "KV_PREEMPTIONS", "KV_SWAPS", "KV_SWAP_BYTES"};
+  const long long v[] = {(long long)sum->kv_pool_blocks, (long long)sum->preemptions, (long long)sum->swaps,
+                         (long long)sum->swap_bytes};
+  char num[32];
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    snprintf(num, sizeof num, "%lld", v[i]);
+    ferry_db_run_meta(db, run_id, names[i], num);
+  }
 }

@@ -59,6 +59,13 @@ static cJSON *summary_json(const struct ferry_serve_summary *s, int index, int64
   cJSON_AddNumberToObject(o, "prefetches_used", (double)s->prefetches_used);
   cJSON_AddNumberToObject(o, "kv_capacity_tokens", (double)s->kv_capacity_tokens);
   cJSON_AddNumberToObject(o, "kv_peak_tokens", (double)s->kv_peak_tokens);
+  if (s->kv_pool_blocks) { /* a paged cache */
+    cJSON *kv = cJSON_AddObjectToObject(o, "kv_paged");
+    cJSON_AddNumberToObject(kv, "pool_blocks", (double)s->kv_pool_blocks);
+    cJSON_AddNumberToObject(kv, "preemptions", (double)s->preemptions);
+    cJSON_AddNumberToObject(kv, "swaps", (double)s->swaps);
+    cJSON_AddNumberToObject(kv, "swap_bytes", (double)s->swap_bytes);
+  }
   cJSON_AddNumberToObject(o, "stall_s", (double)s->stall_ns * 1e-9);
   cJSON_AddNumberToObject(o, "load_s", (double)s->load_ns * 1e-9);
   return o;
@@ -98,7 +105,7 @@ static void print_spread(const struct ferry_serve_summary *s, int n) {
 }
 
 int run_repeat(const struct run_args *given) {
-  const int n = given->repeat > 0 ? given->repeat : 1;
+  const int n = given->repeat > 0 ? (int)given->repeat : 1;
   char tag[96];
   const char *group = given->repeat_group;
   if (!group && n > 1 && given->db) {
@@ -119,7 +126,7 @@ int run_repeat(const struct run_args *given) {
     rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
     goto out;
   }
-  if (given->format != CLI_FORMAT_TEXT) {
+  if (given->output_format != CLI_FORMAT_TEXT) {
     doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "schema", "ferry.run.v1");
     cJSON_AddStringToObject(doc, "command", given->cmd);
@@ -146,7 +153,7 @@ int run_repeat(const struct run_args *given) {
     }
   }
   if (rc == CLI_OK && !given->plan_only) {
-    if (doc) rc = cli_emit(stdout, doc, given->format == CLI_FORMAT_JSON ? NULL : "runs", given->format);
+    if (doc) rc = cli_emit(stdout, doc, given->output_format == CLI_FORMAT_JSON ? NULL : "runs", given->output_format);
     else if (done > 1) print_spread(sums, done);
   }
 out:

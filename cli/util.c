@@ -1,11 +1,14 @@
 /* Error printing and option parsing shared by all subcommands. */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/names.h"
 #include "common/units.h"
 
 /* The message also becomes the thread's last error, so a caller running a command's code in
@@ -74,3 +77,33 @@ int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n
 }
 
 int cli_is_tty(FILE *f) { return isatty(fileno(f)); }
+
+int cli_getopt_long(int argc, char *const argv[], const char *shortopts, const struct option *longopts, int *longindex) {
+  /* the next option getopt_long will read: it skips (and permutes) plain arguments */
+  int i = optind;
+  while (i < argc && (argv[i][0] != '-' || !argv[i][1])) i++;
+  if (i < argc && !strncmp(argv[i], "--", 2) && argv[i][2]) {
+    const char *name = argv[i] + 2;
+    const size_t len = strcspn(name, "=");
+    size_t n = 0;
+    int exact = 0;
+    while (longopts[n].name) {
+      exact |= strlen(longopts[n].name) == len && !strncmp(longopts[n].name, name, len);
+      n++;
+    }
+    if (!exact) {
+      /* getopt_long would take a prefix for the option it abbreviates */
+      const char *names[64], *near[3];
+      if (n > 64) n = 64;
+      for (size_t k = 0; k < n; k++) names[k] = longopts[k].name;
+      char word[128], list[256];
+      snprintf(word, sizeof word, "%.*s", (int)len, name);
+      const size_t got = ferry__nearest_names(word, names, n, 1, near, 3);
+      fprintf(stderr, "ferry: unknown option '--%s'%s%s%s\n", word, got ? "; did you mean " : "",
+              got ? ferry__join_names(near, got, "--", list, sizeof list) : "", got ? "?" : "");
+      optind = i + 1;
+      return '?';
+    }
+  }
+  return getopt_long(argc, argv, shortopts, longopts, longindex);
+}

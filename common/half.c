@@ -1,5 +1,6 @@
 /* binary16 <-> float32 by bit manipulation: exact for every half value, round-to-nearest-even
  * on the way down, with subnormals, infinities and NaN handled. */
+#include <math.h>
 #include <stddef.h>
 
 #include "common/half.h"
@@ -54,4 +55,31 @@ void ferry__f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
 
 void ferry__bf16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = ferry__bf16_to_f32(src[i]);
+}
+
+uint8_t ferry__f32_to_e4m3(float f) {
+  const uint8_t sign = signbit(f) ? 0x80 : 0;
+  float a = fabsf(f);
+  if (isnan(f)) return 0x7f;
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a == 0.0f) return sign;
+  int e;
+  frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1): a's binary exponent is e - 1 */
+  int exp = e - 1;
+  if (exp < -6) { /* subnormal: multiples of 2^-9 */
+    const int m = (int)nearbyintf(a * 512.0f);
+    return sign | (uint8_t)m; /* m == 8 is the smallest normal, 0x08 */
+  }
+  int m = (int)nearbyintf((a / ldexpf(1.0f, exp) - 1.0f) * 8.0f);
+  if (m == 8) m = 0, exp++;
+  if (exp > 8 || (exp == 8 && m > 6)) return sign | 0x7e;
+  return sign | (uint8_t)((exp + 7) << 3 | m);
+}
+
+float ferry__e4m3_to_f32(uint8_t b) {
+  const int e = (b >> 3) & 0xf, m = b & 7;
+  float v;
+  if (e == 0xf && m == 7) return NAN;
+  v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m, -9);
+  return (b & 0x80) ? -v : v;
 }

@@ -28,6 +28,11 @@ static inline float ferry__bf16_to_f32(uint16_t h) { return ferry__bits_f32((uin
 uint16_t ferry__f32_to_f16(float f);
 float ferry__f16_to_f32(uint16_t h);
 
+/* fp8 e4m3 (fn: bias 7, no infinities, 0x7f/0xff NaN): round to nearest even, saturating at
+ * +-448 (the KV cache's fp8 format stores scaled values that never exceed it). */
+uint8_t ferry__f32_to_e4m3(float f);
+float ferry__e4m3_to_f32(uint8_t b);
+
 /* Bulk conversions (n elements). */
 void ferry__f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void ferry__bf16_to_f32_n(const uint16_t *src, float *dst, size_t n);

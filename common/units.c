@@ -110,7 +110,7 @@ ferry_status ferry__parse_seconds_ns(const char *text, int64_t *out_ns) {
   const double v = text && *text ? strtod(text, &end) : NAN; /* 1e999 is inf: out of range below */
   if (!text || end == text || *end || isnan(v))
     return ferry__fail(FERRY_ERR_INVALID, "'%s' is not a number of seconds", text ? text : "");
-  int64_t ns;
+  int64_t ns = 0;
   if (ferry__seconds_to_ns(v, &ns) != FERRY_OK)
     return ferry__fail(FERRY_ERR_RANGE, "'%s' s is outside [0, %.0f] s (times are int64 nanoseconds, about 292 years)",
                        text, floor(MAX_SECONDS));

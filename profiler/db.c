@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/checked.h"
+#include "common/metrics.h"
 #include "common/sqlite_read.h"
 #include "profiler/db_internal.h"
 #include "profiler/schema.h"
@@ -215,13 +216,25 @@ static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s) {
     sqlite3_bind_null(st, i);
 }
 
+static int valid_kind(const char *kind) {
+  size_t n = 0;
+  for (; kind[n]; n++)
+    if (!((kind[n] >= 'a' && kind[n] <= 'z') || (kind[n] >= '0' && kind[n] <= '9') || kind[n] == '-')) return 0;
+  return n >= 1 && n <= 15;
+}
+
 ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id) {
   ferry_status st = check_writable(db, "ferry_db_run_begin");
   if (st != FERRY_OK) return st;
   if (!info || !run_id)
     return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_run_begin: info or run_id is NULL");
-  if ((unsigned)info->kind > FERRY_RUN_NSYS_IMPORT)
+  if (!info->executor && (unsigned)info->kind > FERRY_RUN_NSYS_IMPORT)
     return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_run_begin: unknown run kind %d", (int)info->kind);
+  /* runs.kind is free text (schema 5): any registered executor's name, in the registry's form */
+  const char *kind = info->executor ? info->executor : ferry_run_kind_name(info->kind);
+  if (!valid_kind(kind))
+    return ferry__err_set(&db->err, FERRY_ERR_INVALID,
+                          "ferry_db_run_begin: run kind '%.40s' is not an executor name (1-15 of a-z, 0-9, '-')", kind);
   char started[40], local[40], host[256] = "";
   int64_t epoch_ns;
   iso_now(started, sizeof started, &epoch_ns, 0);
@@ -239,7 +252,7 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
                           "VALUES(?1,?2,0,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
                           -1, &ins, NULL);
   if (rc != SQLITE_OK) goto out_rollback;
-  sqlite3_bind_text(ins, 1, ferry_run_kind_name(info->kind), -1, SQLITE_STATIC);
+  sqlite3_bind_text(ins, 1, kind, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(ins, 2, started, -1, SQLITE_TRANSIENT);
   bind_text_or_null(ins, 3, info->model);
   bind_text_or_null(ins, 4, info->hardware);
@@ -610,6 +623,29 @@ ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_q
   return st;
 }
 
+ferry_status ferry_db_add_layer_stats(ferry_db *db, int64_t run_id, const struct ferry_layer_row *r) {
+  ferry_status st = check_writable(db, "ferry_db_add_layer_stats");
+  if (st != FERRY_OK) return st;
+  if (!r) return ferry__err_set(&db->err, FERRY_ERR_INVALID, "ferry_db_add_layer_stats: NULL row");
+  pthread_mutex_lock(&db->write_mu);
+  sqlite3_stmt *ins = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "INSERT INTO layer_stats(runId, layer, hits, misses, evictions, prefetches, cpu_experts,"
+                              " bytes_h2d) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                              -1, &ins, NULL);
+  if (rc == SQLITE_OK) {
+    const int64_t v[7] = {r->layer, r->hits, r->misses, r->evictions, r->prefetches, r->cpu_experts,
+                          (int64_t)(r->bytes_h2d > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->bytes_h2d)};
+    sqlite3_bind_int64(ins, 1, run_id);
+    for (int i = 0; i < 7; i++) sqlite3_bind_int64(ins, 2 + i, v[i]);
+    rc = sqlite3_step(ins);
+  }
+  sqlite3_finalize(ins);
+  if (rc != SQLITE_DONE) st = ferry__db_sqlite_error(db->sql, rc, db->path, "writing layer statistics", &db->err);
+  pthread_mutex_unlock(&db->write_mu);
+  return st;
+}
+
 /* Append under batch_mu; flush when the batch is full. */
 #define ADD_ROW(db, vec, type, fill)                                                    \
   do {                                                                                  \
@@ -804,30 +840,14 @@ void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count) {
 
 /* --- statistics -------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+/* The percentile of the metrics (common/metrics.h): diff.c takes medians of repeated runs with it. */
+double ferry__db_percentile(const double *v, size_t n, double p) { return ferry__percentile(v, n, p); }
 
-double ferry__db_percentile(const double *v, size_t n, double p) {
-  double pos = p / 100.0 * (double)(n - 1);
-  size_t lo = (size_t)pos;
-  if (lo + 1 >= n) return v[n - 1];
-  double frac = pos - (double)lo;
-  return v[lo] + (v[lo + 1] - v[lo]) * frac;
-}
-
+/* The metrics are those of the run's own summary and of the report (common/metrics.h). */
 static void dist_of(double *v, size_t n, struct ferry_dist *d) {
-  memset(d, 0, sizeof *d);
-  if (!n) return;
-  qsort(v, n, sizeof *v, cmp_double);
-  double sum = 0;
-  for (size_t i = 0; i < n; i++) sum += v[i];
-  d->count = (int64_t)n;
-  d->mean = sum / (double)n;
-  d->p50 = ferry__db_percentile(v, n, 50);
-  d->p90 = ferry__db_percentile(v, n, 90);
-  d->p99 = ferry__db_percentile(v, n, 99);
+  struct ferry__dist x;
+  ferry__dist_compute(v, n, &x);
+  *d = (struct ferry_dist){.count = x.count, .mean = x.mean, .p50 = x.p50, .p90 = x.p90, .p99 = x.p99};
 }
 
 ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
@@ -867,9 +887,11 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
     /* the database is untrusted: differences as doubles, sums saturating (common/checked.h) */
     int64_t arr = sqlite3_column_int64(q, 0), ft = sqlite3_column_int64(q, 1),
             fin = sqlite3_column_int64(q, 2), out = sqlite3_column_int64(q, 3);
-    ttft[n] = ferry__span(arr, ft);
-    e2e[n] = ferry__span(arr, fin);
-    if (out > 1) tpot[ntpot++] = ferry__span(ft, fin) / ((double)out - 1.0);
+    struct ferry__request_latency lat;
+    if (!ferry__request_latency(arr, ft, fin, out, &lat)) continue;
+    ttft[n] = lat.ttft_ns;
+    e2e[n] = lat.e2e_ns;
+    if (lat.has_tpot) tpot[ntpot++] = lat.tpot_ns;
     n++;
     stats->output_tokens = ferry__sat_add_i64(stats->output_tokens, out);
     if (arr < first_arrival) first_arrival = arr;
@@ -882,8 +904,7 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
   dist_of(ttft, n, &stats->ttft_ns);
   dist_of(tpot, ntpot, &stats->tpot_ns);
   dist_of(e2e, n, &stats->e2e_ns);
-  if (n && last_finish > first_arrival)
-    stats->throughput_tok_s = (double)stats->output_tokens * 1e9 / ferry__span(first_arrival, last_finish);
+  if (n) stats->throughput_tok_s = ferry__throughput_tok_s(stats->output_tokens, first_arrival, last_finish);
 
   what = "reading memory samples";
   rc = sqlite3_prepare_v2(db->sql, "SELECT tier, max(used_bytes) FROM memory WHERE runId=?1 GROUP BY tier",

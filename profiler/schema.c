@@ -177,6 +177,49 @@ static const char schema_v6[] =
     " level INTEGER, action TEXT NOT NULL, detail TEXT, budget_bytes INTEGER);"
     "CREATE INDEX engine_events_run ON engine_events(runId, t_ns);";
 
+/* Version 7: what each offloading strategy did (issue 14): per step the CPU's busy time beside
+ * the device's, the bytes moved by class (layer blocks, experts, activations between the device
+ * and the CPU), expert-cache evictions, experts computed on the CPU and KV blocks in use; per
+ * layer its expert-cache hits, misses, evictions, prefetches, CPU experts and weight bytes. */
+static const char schema_v7[] =
+    "ALTER TABLE steps ADD COLUMN compute_busy_ns INTEGER;"
+    "ALTER TABLE steps ADD COLUMN cpu_busy_ns INTEGER;"
+    "ALTER TABLE steps ADD COLUMN bytes_blocks INTEGER;"
+    "ALTER TABLE steps ADD COLUMN bytes_experts INTEGER;"
+    "ALTER TABLE steps ADD COLUMN bytes_act INTEGER;"
+    "ALTER TABLE steps ADD COLUMN evictions INTEGER;"
+    "ALTER TABLE steps ADD COLUMN cpu_experts INTEGER;"
+    "ALTER TABLE steps ADD COLUMN kv_blocks INTEGER;"
+    "CREATE TABLE layer_stats (runId INTEGER NOT NULL, layer INTEGER NOT NULL, hits INTEGER, misses INTEGER,"
+    " evictions INTEGER, prefetches INTEGER, cpu_experts INTEGER, bytes_h2d INTEGER, PRIMARY KEY (runId, layer));";
+/* Version 8: runs.kind is free text, an executor's registry name (any executor registered, not
+ * the three built in) or "nsys-import": the writer checks the name, the schema its form. SQLite
+ * cannot drop a CHECK constraint, so the table is rebuilt as its documentation prescribes
+ * (create the new one, copy every row, drop the old, rename; foreign keys are off), with the
+ * same columns in the same order and its four indexes. */
+static const char schema_v8[] =
+    "CREATE TABLE runs_v8 ("
+    " id INTEGER PRIMARY KEY,"
+    " kind TEXT NOT NULL CHECK(length(kind) BETWEEN 1 AND 15),"
+    " started_at TEXT NOT NULL, finished_at TEXT,"
+    " complete INTEGER NOT NULL DEFAULT 0,"
+    " model TEXT, hardware TEXT, trace TEXT, config_json TEXT, config_hash TEXT,"
+    " ferry_version TEXT, git_rev TEXT, error TEXT, notes TEXT,"
+    " dropped_records INTEGER NOT NULL DEFAULT 0, hostname TEXT, pid INTEGER, sweep_key TEXT,"
+    " repeat_group TEXT, repeat_index INTEGER, source_sha256 TEXT);"
+    "INSERT INTO runs_v8 (id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
+    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key, repeat_group,"
+    " repeat_index, source_sha256)"
+    " SELECT id, kind, started_at, finished_at, complete, model, hardware, trace, config_json,"
+    " config_hash, ferry_version, git_rev, error, notes, dropped_records, hostname, pid, sweep_key, repeat_group,"
+    " repeat_index, source_sha256 FROM runs;"
+    "DROP TABLE runs;"
+    "ALTER TABLE runs_v8 RENAME TO runs;"
+    "CREATE INDEX runs_config_hash ON runs(config_hash, complete);"
+    "CREATE UNIQUE INDEX runs_sweep_complete ON runs(sweep_key) WHERE complete = 1 AND sweep_key IS NOT NULL;"
+    "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
+    "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
@@ -185,6 +228,9 @@ static const struct ferry__migration migrations[] = {
     {5, "repeat groups (runs.repeat_group, repeat_index), imported files' hashes (runs.source_sha256), "
         "KV use per step (steps.kv_tokens)", schema_v5},
     {6, "engine events: memory pressure, reloads, I/O retries, device failures", schema_v6},
+    {7, "strategy metrics per step (CPU time, bytes by class, evictions, CPU experts, KV blocks) and per layer "
+        "(layer_stats)", schema_v7},
+    {8, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v8},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

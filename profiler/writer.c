@@ -55,7 +55,9 @@ static const struct {
     [STMT_REQUEST] = {"INSERT INTO requests(runId,req_id,arrival_ns,first_token_ns,finish_ns,prompt_tokens,"
                       "output_tokens) VALUES", "($1,$2,$3,$4,$5,$6,$7)", 7},
     [STMT_STEP] = {"INSERT INTO steps(runId,step,start_ns,end_ns,batch,tokens,bytes_disk,bytes_h2d,bytes_d2h,"
-                   "hits,misses,stall_ns,kv_tokens) VALUES", "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)", 13},
+                   "hits,misses,stall_ns,kv_tokens,compute_busy_ns,cpu_busy_ns,bytes_blocks,bytes_experts,bytes_act,"
+                   "evictions,cpu_experts,kv_blocks) VALUES",
+                   "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)", 21},
     [STMT_STR_INSERT] = {"INSERT OR IGNORE INTO StringIds(value) VALUES", "($1)", 1},
     [STMT_STR_LOOKUP] = {"SELECT id FROM StringIds WHERE value=", "$1", 1},
 };
@@ -450,6 +452,14 @@ static void bind_step(struct ferry_db *db, sqlite3_stmt *st, int b, const void *
   sqlite3_bind_int64(st, b + 11, s->r.misses);
   sqlite3_bind_int64(st, b + 12, s->r.stall_ns);
   sqlite3_bind_int64(st, b + 13, s->r.kv_tokens);
+  sqlite3_bind_int64(st, b + 14, s->r.compute_busy_ns);
+  sqlite3_bind_int64(st, b + 15, s->r.cpu_busy_ns);
+  bind_u64(st, b + 16, s->r.bytes_blocks);
+  bind_u64(st, b + 17, s->r.bytes_experts);
+  bind_u64(st, b + 18, s->r.bytes_act);
+  sqlite3_bind_int64(st, b + 19, s->r.evictions);
+  sqlite3_bind_int64(st, b + 20, s->r.cpu_experts);
+  sqlite3_bind_int64(st, b + 21, s->r.kv_blocks);
 }
 
 static void bind_mem(struct ferry_db *db, sqlite3_stmt *st, int b, const void *row) {

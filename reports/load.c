@@ -8,6 +8,7 @@
 
 #include "common/alloc.h"
 #include "common/checked.h"
+#include "common/metrics.h"
 #include "common/sqlite_read.h"
 #include "common/json.h"
 #include "ferry/db.h"
@@ -28,35 +29,22 @@ static char *col_str(sqlite3_stmt *q, int i) {
   return t ? ferry__strdup((const char *)t) : NULL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* numpy's default percentile: linear interpolation between closest ranks */
-static double pct(const double *v, int64_t n, double p) {
-  if (n <= 0) return NAN;
-  double rank = p / 100.0 * (double)(n - 1);
-  int64_t lo = (int64_t)floor(rank);
-  int64_t hi = lo + 1 < n ? lo + 1 : lo;
-  double frac = rank - (double)lo;
-  return v[lo] + (v[hi] - v[lo]) * frac;
-}
-
+/* The run's metrics as `ferry run` and `ferry db show` print them (common/metrics.h), in ns,
+ * then in the report's milliseconds; no samples: NaN (an empty cell). v is left sorted, in
+ * milliseconds (the latency distributions draw it). */
 static void dist(double *v, int64_t n, struct rdist *d) {
-  memset(d, 0, sizeof *d);
+  struct ferry__dist x;
+  ferry__dist_compute(v, n > 0 ? (size_t)n : 0, &x);
+  for (int64_t i = 0; i < n; i++) v[i] /= 1e6;
   d->n = n;
   if (n <= 0) {
     d->mean = d->p50 = d->p90 = d->p99 = NAN;
     return;
   }
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  double s = 0;
-  for (int64_t i = 0; i < n; i++) s += v[i];
-  d->mean = s / (double)n;
-  d->p50 = pct(v, n, 50);
-  d->p90 = pct(v, n, 90);
-  d->p99 = pct(v, n, 99);
+  d->mean = x.mean / 1e6;
+  d->p50 = x.p50 / 1e6;
+  d->p90 = x.p90 / 1e6;
+  d->p99 = x.p99 / 1e6;
 }
 
 static ferry_status load_requests(struct report *rp, sqlite3 *db, const char *path, struct rrun *r) {
@@ -90,15 +78,18 @@ static ferry_status load_requests(struct report *rp, sqlite3 *db, const char *pa
     int64_t arr = sqlite3_column_int64(q, 0), ft = sqlite3_column_int64(q, 1), fin = sqlite3_column_int64(q, 2);
     int64_t out_tok = sqlite3_column_int64(q, 3);
     r->n_req++;
+    /* a NULL time is no time; the database is untrusted: common/metrics.h takes differences as
+     * doubles, sums saturate (common/checked.h) */
+    if (sqlite3_column_type(q, 1) == SQLITE_NULL) ft = -1;
+    if (sqlite3_column_type(q, 2) == SQLITE_NULL) fin = -1;
+    struct ferry__request_latency lat;
+    if (!ferry__request_latency(arr, ft, fin, out_tok, &lat)) continue;
+    ttft[nt++] = lat.ttft_ns;
+    e2e[ne++] = lat.e2e_ns;
+    if (lat.has_tpot) tpot[np++] = lat.tpot_ns;
+    r->out_tokens = ferry__sat_add_i64(r->out_tokens, out_tok);
     if (arr < first_arrival) first_arrival = arr;
-    /* the database is untrusted: differences as doubles, sums saturating (common/checked.h) */
-    if (ft >= 0 && sqlite3_column_type(q, 1) != SQLITE_NULL) ttft[nt++] = ferry__span(arr, ft) / 1e6;
-    if (fin >= 0 && sqlite3_column_type(q, 2) != SQLITE_NULL) {
-      e2e[ne++] = ferry__span(arr, fin) / 1e6;
-      r->out_tokens = ferry__sat_add_i64(r->out_tokens, out_tok);
-      if (fin > last_finish) last_finish = fin;
-      if (out_tok > 1 && ft >= 0) tpot[np++] = ferry__span(ft, fin) / 1e6 / ((double)out_tok - 1.0);
-    }
+    if (fin > last_finish) last_finish = fin;
   }
   if (rc != SQLITE_DONE) {
     st = sql_fail(rp, db, path, "reading requests");
@@ -115,7 +106,7 @@ static ferry_status load_requests(struct report *rp, sqlite3 *db, const char *pa
   r->n_lat[1] = np;
   r->n_lat[2] = ne;
   ttft = tpot = e2e = NULL;
-  r->thr_tok_s = last_finish > first_arrival ? (double)r->out_tokens / (ferry__span(first_arrival, last_finish) / 1e9) : NAN;
+  r->thr_tok_s = ne && last_finish > first_arrival ? ferry__throughput_tok_s(r->out_tokens, first_arrival, last_finish) : NAN;
 out:
   sqlite3_finalize(q);
   ferry_free(ttft);

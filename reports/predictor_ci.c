@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/metrics.h"
 #include "common/rng.h"
 #include "reports/routing_sections.h"
 
@@ -69,7 +70,7 @@ static int bootstrap(const struct units *u, int median, uint64_t seed, struct ci
   if (median) {
     memcpy(tmp, u->num, u->n * sizeof *tmp);
     qsort(tmp, u->n, sizeof *tmp, cmp_double);
-    out->value = tmp[u->n / 2];
+    out->value = ferry__percentile(tmp, u->n, 50); /* the P50 of the metrics (docs/metrics.md) */
   } else {
     out->value = sd > 0 ? sn / sd : NAN;
   }
@@ -82,7 +83,7 @@ static int bootstrap(const struct units *u, int median, uint64_t seed, struct ci
     }
     if (median) {
       qsort(tmp, u->n, sizeof *tmp, cmp_double);
-      v[b] = tmp[u->n / 2];
+      v[b] = ferry__percentile(tmp, u->n, 50);
     } else {
       v[b] = d > 0 ? n / d : NAN;
     }
@@ -137,12 +138,17 @@ static ferry_status gather(struct report *rp, const struct rrun *r, struct pred 
   }
   sqlite3_finalize(q);
   q = NULL;
-  if (!bad && sqlite3_prepare_v2(db, "SELECT (finish_ns - first_token_ns) * 1.0 / (output_tokens - 1) FROM requests "
-                                     "WHERE runId = ? AND output_tokens > 1", -1, &q, NULL) == SQLITE_OK) {
+  /* TPOT as every other table has it (common/metrics.h) */
+  if (!bad && sqlite3_prepare_v2(db, "SELECT arrival_ns, first_token_ns, finish_ns, output_tokens FROM requests "
+                                     "WHERE runId = ?", -1, &q, NULL) == SQLITE_OK) {
     sqlite3_bind_int64(q, 1, r->id);
     while (!bad && sqlite3_step(q) == SQLITE_ROW) {
-      double tpot_ms = sqlite3_column_double(q, 0) / 1e6;
-      if (isfinite(tpot_ms) && tpot_ms >= 0) bad |= push(&p->tpot, tpot_ms, 1);
+      struct ferry__request_latency lat;
+      const int64_t ft = sqlite3_column_type(q, 1) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 1);
+      const int64_t fin = sqlite3_column_type(q, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 2);
+      if (ferry__request_latency(sqlite3_column_int64(q, 0), ft, fin, sqlite3_column_int64(q, 3), &lat) &&
+          lat.has_tpot && isfinite(lat.tpot_ns))
+        bad |= push(&p->tpot, lat.tpot_ns / 1e6, 1);
     }
   }
   sqlite3_finalize(q);

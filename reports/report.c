@@ -38,6 +38,7 @@ const char *ferry_report_section_name(enum ferry_report_section section) {
     case FERRY_REPORT_PREDICTOR_CI: return "predictor-intervals";
     case FERRY_REPORT_ROUTING: return "routing";
     case FERRY_REPORT_LATENCY: return "latency";
+    case FERRY_REPORT_STRATEGIES: return "strategies";
     case FERRY_REPORT_EVENTS: return "events";
     case FERRY_REPORT_PLAN: return "plan";
   }
@@ -246,6 +247,7 @@ ferry_status ferry_report_write(const struct ferry_report_options *opt, struct f
   if (st == FERRY_OK) st = ferry__section_sweep(&rp);
   if (st == FERRY_OK) st = ferry__section_latency(&rp);
   if (st == FERRY_OK) st = ferry__section_bytes(&rp);
+  if (st == FERRY_OK) st = ferry__section_strategies(&rp);
   if (st == FERRY_OK) st = ferry__section_timeline(&rp);
   if (st == FERRY_OK) st = ferry__section_memory(&rp);
   if (st == FERRY_OK) st = ferry__section_events(&rp);

@@ -154,6 +154,7 @@ ferry_status ferry__section_sim_vs_real(struct report *rp);
 ferry_status ferry__section_variants(struct report *rp, const char *key, enum ferry_report_section sec);
 ferry_status ferry__section_hardware(struct report *rp);
 ferry_status ferry__section_latency(struct report *rp);
+ferry_status ferry__section_strategies(struct report *rp); /* strategies.c */
 ferry_status ferry__section_plan(struct report *rp);
 /* In the memory section: batch size and KV-cache tokens per step of run r (distributions.c). */
 ferry_status ferry__plot_batch_kv(struct report *rp, const struct rrun *r);

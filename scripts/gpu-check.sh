@@ -112,7 +112,7 @@ else
   say "build (release, FERRY_CUDA=ON)"
   run configure 120 cmake --preset release -DFERRY_CUDA="$([[ $REHEARSAL == 1 ]] && echo AUTO || echo ON)" -DFERRY_BUILD_TESTS=ON -DFERRY_BUILD_BENCH=ON >/dev/null ||
     fatal "cmake configure failed (see $OUT/configure.log)"
-  run build 300 cmake --build --preset release -j"$JOBS" --target ferry bench_gpu_check test_exec_cuda >/dev/null ||
+  run build 300 cmake --build --preset release -j"$JOBS" --target ferry bench_gpu_check test_exec_cuda test_exec >/dev/null ||
     fatal "build failed (see $OUT/build.log)"
 fi
 [[ -x $FERRY && -x $CHECK ]] || fatal "build produced no $FERRY or $CHECK"
@@ -132,16 +132,7 @@ if [[ -d $BUILD/lib ]]; then
   export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   note "bundle: $(head -n 1 "$BUILD/MANIFEST" 2>/dev/null || echo "$BUILD")"
 fi
-# CUDA's libraries are the CUDA module's (ferry_cuda.so, loaded when the cuda executor or CUPTI
-# is used): check them there
-MODULE=()
-if [[ -f $BUILD/ferry_cuda.so ]]; then
-  MODULE=("$BUILD/ferry_cuda.so")
-  export FERRY_CUDA_MODULE="$BUILD/ferry_cuda.so"
-elif [[ $REHEARSAL != 1 ]]; then
-  fatal "no CUDA module $BUILD/ferry_cuda.so (build the ferry_cuda target with FERRY_CUDA=ON)"
-fi
-missing=$(ldd "$FERRY" "$CHECK" "$BUILD/tests/test_exec_cuda" "${MODULE[@]}" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')
+missing=$(ldd "$FERRY" "$CHECK" "$BUILD/tests/test_exec_cuda" "$BUILD/tests/test_exec" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')
 [[ -z $missing ]] || fatal "libraries not found: $missing(LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
 
 # --- 2. executor conformance and kernels against the host executor -----------------------------
@@ -158,6 +149,19 @@ if run test_exec_cuda 60 "$BUILD/tests/test_exec_cuda"; then
   fi
 else
   note "test_exec_cuda: FAILED (see test_exec_cuda.log)"
+  FAILED=1
+fi
+
+# the conformance suite every executor runs in ctest (tests/test_exec.c): here cuda joins it
+if run conformance 120 "$BUILD/tests/test_exec"; then
+  if grep -q "executor cuda not here" "$OUT/conformance.log"; then
+    [[ $REHEARSAL == 1 ]] || fatal "no CUDA device visible (the conformance suite ran without cuda; see its log)"
+    note "conformance: passed without cuda (no device)"
+  else
+    note "conformance: every executor, the 32 kernel cases and the contract, cuda included: passed"
+  fi
+else
+  note "conformance: FAILED (see conformance.log)"
   FAILED=1
 fi
 

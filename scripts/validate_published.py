@@ -27,6 +27,9 @@ METRICS = {
     # prompt tokens over the time to the last first token
     "prompt_tok_s": "SELECT SUM(prompt_tokens) * 1e9 / (MAX(first_token_ns) - MIN(arrival_ns)) FROM requests "
     "WHERE first_token_ns >= 0",
+    # tokens after the first over the time after the first (decode speed of a request)
+    "decode_tok_s": "SELECT SUM(output_tokens - 1) * 1e9 / SUM(finish_ns - first_token_ns) FROM requests "
+    "WHERE finish_ns >= 0 AND output_tokens > 1",
 }
 
 

@@ -98,35 +98,12 @@ static double fit_masked(const struct ferry_calib_sample *s, size_t n, const uin
   return best_sse;
 }
 
-ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, struct ferry_hw_cost *out, double *r2) {
-  if (!s || !n || !out) return ferry__fail(FERRY_ERR_INVALID, "calibrate: no samples to fit");
-  /* columns scaled to comparable magnitudes for conditioning */
-  double scale[3] = {1, 1e-300, 1e-300};
-  for (size_t i = 0; i < n; i++) {
-    if (s[i].bytes > scale[1]) scale[1] = s[i].bytes;
-    if (s[i].flops > scale[2]) scale[2] = s[i].flops;
-  }
-  if (scale[1] <= 1e-300) scale[1] = 0;
-  if (scale[2] <= 1e-300) scale[2] = 0;
-  const double sc[3] = {1, scale[1] > 0 ? scale[1] : 1, scale[2] > 0 ? scale[2] : 1};
-  /* The roofline shape: each op is bound by its bytes or by its flops, whichever costs more.
-   * Start from a plain linear fit, then alternate: give every op to the bound that dominates
-   * for it, refit, until the assignment settles. */
-  /* the sum form: both terms paid (a CPU converting weights, then multiplying) */
-  double sum_coef[3] = {0, 0, 0};
-  const double sum_sse = fit_masked(s, n, NULL, sc, sum_coef);
-  /* the roofline form, started from the sum fit and scored as max */
-  double best[3] = {0, 0, 0}, cur[3];
-  memcpy(best, sum_coef, sizeof best);
-  double best_sse = INFINITY;
-  if (isfinite(sum_sse)) {
-    best_sse = 0;
-    for (size_t i = 0; i < n; i++) {
-      double xb = s[i].bytes / sc[1] * best[1], xf = s[i].flops / sc[2] * best[2];
-      double pred = best[0] + (xb > xf ? xb : xf);
-      best_sse += weight(s[i].duration_ns) * (pred - s[i].duration_ns) * (pred - s[i].duration_ns);
-    }
-  }
+/* The roofline form's refinement: alternately give every op to the bound (bytes or flops) that
+ * dominates for it and refit, until the assignment settles; best[] holds the best coefficients
+ * seen, scored as the simulator uses them (overhead + the larger term). Returns their error. */
+static double refine_roofline(const struct ferry_calib_sample *s, size_t n, const double sc[3], double best[3],
+                              double best_sse) {
+  double cur[3];
   uint8_t *regime = ferry_malloc(n ? n : 1);
   if (regime && isfinite(best_sse)) {
     memcpy(cur, best, sizeof cur);
@@ -151,11 +128,61 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
       }
       if (full < best_sse) {
         best_sse = full;
-        memcpy(best, cur, sizeof best);
+        memcpy(best, cur, sizeof cur);
       }
     }
   }
   ferry_free(regime);
+  return best_sse;
+}
+
+static double log_r2(const struct ferry_calib_sample *s, size_t n, const struct ferry_hw_cost *c) {
+  /* the share of the variance of the log durations the fit explains: how well it tells each
+   * op's duration relative to the others (the relative error the fit minimises); on logs, an
+   * op the OS descheduled for a few milliseconds does not drown the rest */
+  double mean = 0, sst = 0, sse = 0;
+  for (size_t i = 0; i < n; i++) mean += log(fmax(s[i].duration_ns, 1.0));
+  mean /= (double)n;
+  for (size_t i = 0; i < n; i++) {
+    double xb = s[i].bytes * c->ns_per_byte, xf = s[i].flops * c->ns_per_flop;
+    double pred = c->overhead_ns + (c->roofline ? (xb > xf ? xb : xf) : xb + xf);
+    double lm = log(fmax(s[i].duration_ns, 1.0)), lp = log(fmax(pred, 1.0));
+    sst += (lm - mean) * (lm - mean);
+    sse += (lp - lm) * (lp - lm);
+  }
+  return sst > 0 ? 1.0 - sse / sst : 1.0;
+}
+
+ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, struct ferry_hw_cost *out, double *r2) {
+  if (!s || !n || !out) return ferry__fail(FERRY_ERR_INVALID, "calibrate: no samples to fit");
+  /* columns scaled to comparable magnitudes for conditioning */
+  double scale[3] = {1, 1e-300, 1e-300};
+  for (size_t i = 0; i < n; i++) {
+    if (s[i].bytes > scale[1]) scale[1] = s[i].bytes;
+    if (s[i].flops > scale[2]) scale[2] = s[i].flops;
+  }
+  if (scale[1] <= 1e-300) scale[1] = 0;
+  if (scale[2] <= 1e-300) scale[2] = 0;
+  const double sc[3] = {1, scale[1] > 0 ? scale[1] : 1, scale[2] > 0 ? scale[2] : 1};
+  /* The roofline shape: each op is bound by its bytes or by its flops, whichever costs more.
+   * Start from a plain linear fit, then alternate: give every op to the bound that dominates
+   * for it, refit, until the assignment settles. */
+  /* the sum form: both terms paid (a CPU converting weights, then multiplying) */
+  double sum_coef[3] = {0, 0, 0};
+  const double sum_sse = fit_masked(s, n, NULL, sc, sum_coef);
+  /* the roofline form, started from the sum fit and scored as max */
+  double best[3] = {0, 0, 0};
+  memcpy(best, sum_coef, sizeof best);
+  double best_sse = INFINITY;
+  if (isfinite(sum_sse)) {
+    best_sse = 0;
+    for (size_t i = 0; i < n; i++) {
+      double xb = s[i].bytes / sc[1] * best[1], xf = s[i].flops / sc[2] * best[2];
+      double pred = best[0] + (xb > xf ? xb : xf);
+      best_sse += weight(s[i].duration_ns) * (pred - s[i].duration_ns) * (pred - s[i].duration_ns);
+    }
+  }
+  best_sse = refine_roofline(s, n, sc, best, best_sse);
   out->roofline = 1;
   if (isfinite(sum_sse) && sum_sse <= best_sse) {
     memcpy(best, sum_coef, sizeof best);
@@ -192,22 +219,7 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *s, size_t n, s
   out->overhead_ns = best[0];
   out->ns_per_byte = scale[1] > 0 ? best[1] / sc[1] : 0;
   out->ns_per_flop = scale[2] > 0 ? best[2] / sc[2] : 0;
-  if (r2) {
-    /* the share of the variance of the log durations the fit explains: how well it tells each
-     * op's duration relative to the others (the relative error the fit minimises); on logs, an
-     * op the OS descheduled for a few milliseconds does not drown the rest */
-    double mean = 0, sst = 0, sse = 0;
-    for (size_t i = 0; i < n; i++) mean += log(fmax(s[i].duration_ns, 1.0));
-    mean /= (double)n;
-    for (size_t i = 0; i < n; i++) {
-      double xb = s[i].bytes * out->ns_per_byte, xf = s[i].flops * out->ns_per_flop;
-      double pred = out->overhead_ns + (out->roofline ? (xb > xf ? xb : xf) : xb + xf);
-      double lm = log(fmax(s[i].duration_ns, 1.0)), lp = log(fmax(pred, 1.0));
-      sst += (lm - mean) * (lm - mean);
-      sse += (lp - lm) * (lp - lm);
-    }
-    *r2 = sst > 0 ? 1.0 - sse / sst : 1.0;
-  }
+  if (r2) *r2 = log_r2(s, n, out);
   return FERRY_OK;
 }
 
@@ -387,6 +399,61 @@ static ferry_status run_kernel(struct probe *p, struct ferry_kernel *k, struct s
   return st;
 }
 
+/* The element-wise kinds (norm, rope, activation, router, combine, gather, embed) at a few sizes. */
+static ferry_status probe_elementwise(struct probe *p, const struct kbufs *b, enum ferry_dtype wdt, int32_t *ids,
+                                      struct samples *s) {
+  struct ferry_ref X = {b->x, 0, FERRY_DTYPE_F32}, Y = {b->y, 0, FERRY_DTYPE_F32};
+  ferry_status st = FERRY_OK;
+  for (int64_t m = 1; m <= 256 && st == FERRY_OK; m *= 16) {
+    for (int64_t t = 0; t < m; t++) ids[t] = (int32_t)t, ids[256 + t] = (int32_t)t;
+    struct ferry_kernel norm = {.kind = FERRY_K_NORM, .name = "norm", .layer = -1, .expert = -1, .m = m, .n = 2048,
+                                .x = X, .y = Y, .w = {b->w, 0, wdt}, .eps = 1e-5f};
+    struct ferry_kernel rope = {.kind = FERRY_K_ROPE, .name = "rope", .layer = -1, .expert = -1, .m = m, .x = X,
+                                .ints = ids, .n_ints = m, .heads = 16, .kv_heads = 4, .head_dim = 64, .theta = 1e4};
+    rope.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_F32};
+    struct ferry_kernel act = {.kind = FERRY_K_SWIGLU, .name = "activation", .layer = -1, .expert = -1, .m = m,
+                               .n = 4096, .x = X, .y = Y, .fn = FERRY_FN_SILU_MUL};
+    act.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_F32};
+    struct ferry_kernel router = {.kind = FERRY_K_ROUTER, .name = "router", .layer = -1, .expert = -1, .m = m, .n = 64,
+                                  .x = X, .y = Y, .top_k = 4, .renormalize = 1};
+    router.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_I32};
+    struct ferry_kernel comb = {.kind = FERRY_K_MOE_COMBINE, .name = "moe_combine", .layer = -1, .expert = -1, .m = m,
+                                .n = 2048, .y = Y, .top_k = 2};
+    comb.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_F32};
+    comb.aux[1] = (struct ferry_ref){b->a1, 0, FERRY_DTYPE_F32};
+    struct ferry_kernel gather = {.kind = FERRY_K_GATHER_ROWS, .name = "gather_rows", .layer = -1, .expert = -1,
+                                  .m = m, .n = 2048, .x = X, .y = Y, .ints = ids, .n_ints = m};
+    struct ferry_kernel embed = {.kind = FERRY_K_EMBED, .name = "embed", .layer = -1, .expert = -1, .m = m, .n = 2048,
+                                 .y = Y, .w = {b->w, 0, wdt}, .ints = ids, .ints2 = ids, .n_ints = m};
+    if ((st = run_kernel(p, &norm, &s[3])) || (st = run_kernel(p, &rope, &s[4])) || (st = run_kernel(p, &act, &s[5])) ||
+        (st = run_kernel(p, &router, &s[6])) || (st = run_kernel(p, &comb, &s[7])) ||
+        (st = run_kernel(p, &gather, &s[8])) || (st = run_kernel(p, &embed, &s[9])))
+      break;
+  }
+  return st;
+}
+
+/* Matrix-vector and matrix-matrix products are priced apart (kinds "<kind>_gemm"): the samples
+ * above the GEMM intensity move to the _gemm kind. */
+static ferry_status split_gemm(struct samples *s) {
+  static const int split[][2] = {{0, 11}, {2, 12}};
+  ferry_status st = FERRY_OK;
+  for (int k = 0; k < 2 && st == FERRY_OK; k++) {
+    struct samples *lo = &s[split[k][0]], *hi = &s[split[k][1]];
+    size_t keep = 0;
+    for (size_t j = 0; j < lo->n && st == FERRY_OK; j++) {
+      struct ferry_calib_sample x = lo->v[j];
+      if (x.bytes > 0 && x.flops / x.bytes > FERRY_HW_GEMM_INTENSITY) {
+        if (push(hi, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+      } else {
+        lo->v[keep++] = x;
+      }
+    }
+    lo->n = keep;
+  }
+  return st;
+}
+
 static ferry_status probe_kernels(struct probe *p, const struct kbufs *b, enum ferry_dtype wdt, int32_t *ids,
                                   struct ferry_hw_profile *out, double *best_gflops) {
   struct samples s[FERRY_HW_COST_KINDS];
@@ -437,48 +504,8 @@ static ferry_status probe_kernels(struct probe *p, const struct kbufs *b, enum f
     k.aux[3] = (struct ferry_ref){b->a3, 0, FERRY_DTYPE_F16};
     st = run_kernel(p, &k, &s[1]);
   }
-  /* element-wise kinds at a few sizes */
-  for (int64_t m = 1; m <= 256 && st == FERRY_OK; m *= 16) {
-    for (int64_t t = 0; t < m; t++) ids[t] = (int32_t)t, ids[256 + t] = (int32_t)t;
-    struct ferry_kernel norm = {.kind = FERRY_K_NORM, .name = "norm", .layer = -1, .expert = -1, .m = m, .n = 2048,
-                                .x = X, .y = Y, .w = {b->w, 0, wdt}, .eps = 1e-5f};
-    struct ferry_kernel rope = {.kind = FERRY_K_ROPE, .name = "rope", .layer = -1, .expert = -1, .m = m, .x = X,
-                                .ints = ids, .n_ints = m, .heads = 16, .kv_heads = 4, .head_dim = 64, .theta = 1e4};
-    rope.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_F32};
-    struct ferry_kernel act = {.kind = FERRY_K_SWIGLU, .name = "activation", .layer = -1, .expert = -1, .m = m,
-                               .n = 4096, .x = X, .y = Y, .fn = FERRY_FN_SILU_MUL};
-    act.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_F32};
-    struct ferry_kernel router = {.kind = FERRY_K_ROUTER, .name = "router", .layer = -1, .expert = -1, .m = m, .n = 64,
-                                  .x = X, .y = Y, .top_k = 4, .renormalize = 1};
-    router.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_I32};
-    struct ferry_kernel comb = {.kind = FERRY_K_MOE_COMBINE, .name = "moe_combine", .layer = -1, .expert = -1, .m = m,
-                                .n = 2048, .y = Y, .top_k = 2};
-    comb.aux[0] = (struct ferry_ref){b->a0, 0, FERRY_DTYPE_F32};
-    comb.aux[1] = (struct ferry_ref){b->a1, 0, FERRY_DTYPE_F32};
-    struct ferry_kernel gather = {.kind = FERRY_K_GATHER_ROWS, .name = "gather_rows", .layer = -1, .expert = -1,
-                                  .m = m, .n = 2048, .x = X, .y = Y, .ints = ids, .n_ints = m};
-    struct ferry_kernel embed = {.kind = FERRY_K_EMBED, .name = "embed", .layer = -1, .expert = -1, .m = m, .n = 2048,
-                                 .y = Y, .w = {b->w, 0, wdt}, .ints = ids, .ints2 = ids, .n_ints = m};
-    if ((st = run_kernel(p, &norm, &s[3])) || (st = run_kernel(p, &rope, &s[4])) || (st = run_kernel(p, &act, &s[5])) ||
-        (st = run_kernel(p, &router, &s[6])) || (st = run_kernel(p, &comb, &s[7])) ||
-        (st = run_kernel(p, &gather, &s[8])) || (st = run_kernel(p, &embed, &s[9])))
-      break;
-  }
-  /* matrix-vector and matrix-matrix products are priced apart (kinds "<kind>_gemm") */
-  static const int split[][2] = {{0, 11}, {2, 12}};
-  for (int k = 0; k < 2 && st == FERRY_OK; k++) {
-    struct samples *lo = &s[split[k][0]], *hi = &s[split[k][1]];
-    size_t keep = 0;
-    for (size_t j = 0; j < lo->n && st == FERRY_OK; j++) {
-      struct ferry_calib_sample x = lo->v[j];
-      if (x.bytes > 0 && x.flops / x.bytes > FERRY_HW_GEMM_INTENSITY) {
-        if (push(hi, x)) st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
-      } else {
-        lo->v[keep++] = x;
-      }
-    }
-    lo->n = keep;
-  }
+  if (st == FERRY_OK) st = probe_elementwise(p, b, wdt, ids, s);
+  if (st == FERRY_OK) st = split_gemm(s);
   for (int i = 0; i < FERRY_HW_COST_KINDS && st == FERRY_OK; i++) {
     if (!s[i].n) continue;
     st = ferry_calibrate_fit(s[i].v, s[i].n, &out->cost[i], &out->cost[i].r2);
@@ -532,6 +559,74 @@ static ferry_status probe_host_overheads(struct probe *p, ferry_buf *host, ferry
   return FERRY_OK;
 }
 
+/* The profile a probe measured: the host executor's "device" is this CPU and its RAM. */
+static void fill_probe_profile(struct ferry_hw_profile *out, const char *dir, const struct ferry_hw_cost *h2d,
+                               const struct ferry_hw_cost *d2h, const struct ferry_hw_cost *disk, double best_gflops,
+                               int64_t submit_ns, int64_t sync_ns, int64_t wake_ns) {
+  snprintf(out->name, sizeof out->name, "host-probe");
+  out->kind = FERRY_HW_KIND_GPU;
+  out->has_gpu = out->has_link = out->has_host = out->has_disk = 1;
+  char hostname[40] = "this machine"; /* "CPU of " + 39 + " (host executor)" fits gpu.name[64] */
+  gethostname(hostname, sizeof hostname - 1);
+  snprintf(out->gpu.name, sizeof out->gpu.name, "CPU of %.30s (host executor)", hostname);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 1ull << 34;
+  const double memcpy_gbps = h2d->ns_per_byte > 0 ? 1.0 / h2d->ns_per_byte : 10.0;
+  out->gpu.memory_bytes = ram;
+  out->gpu.mem_bw_gbps = 2.0 * memcpy_gbps; /* a copy reads and writes each byte */
+  out->gpu.peak_tflops.fp32 = out->gpu.peak_tflops.fp16 = out->gpu.peak_tflops.bf16 = best_gflops / 1e3;
+  out->gpu.launch_overhead_ns = (int64_t)llround(out->cost[3].overhead_ns);
+  out->gpu.efficiency = (struct ferry_hw_efficiency){1, 1, 1, 1, 1};
+  snprintf(out->link.name, sizeof out->link.name, "memcpy (host executor copy queues)");
+  out->link.h2d_gbps = memcpy_gbps;
+  out->link.d2h_gbps = d2h->ns_per_byte > 0 ? 1.0 / d2h->ns_per_byte : memcpy_gbps;
+  out->link.pageable_h2d_gbps = out->link.h2d_gbps;
+  out->link.latency_ns = (int64_t)llround(h2d->overhead_ns);
+  out->link.copy_engines = 1;
+  snprintf(out->host.name, sizeof out->host.name, "RAM of %.40s", hostname);
+  out->host.dram_gbps = out->gpu.mem_bw_gbps;
+  out->host.cpu_gflops = best_gflops;
+  out->host.memory_bytes = ram;
+  out->host.submit_ns = submit_ns;
+  out->host.sync_ns = sync_ns;
+  out->host.queue_wake_ns = wake_ns;
+  snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %.40s", dir);
+  out->disk.read_gbps = disk->ns_per_byte > 0 ? 1.0 / disk->ns_per_byte : 1.0;
+  out->disk.latency_ns = (int64_t)llround(disk->overhead_ns);
+  out->disk.queue_depth = 1;
+  /* the host executor issues its own ops: their cost is host.submit_ns; it expands quantized
+   * weights before multiplying */
+  out->has_runtime = 1;
+  snprintf(out->runtime.name, sizeof out->runtime.name, "ferry host executor");
+  out->runtime.fused_dequant = 0;
+}
+
+/* The kernels' buffers (the executor frees them with itself), filled with random values. */
+static ferry_status alloc_kbufs(struct probe *p, struct kbufs *b) {
+  const uint64_t act_bytes = 256u * 8192u * 4u, w_bytes = 4096u * 4096u * 2u;
+  const uint64_t kv_bytes = 4200u * 4u * 64u * 2u;
+  ferry_status st;
+  if ((st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, act_bytes, "x", &b->x)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, act_bytes * 4, "y", &b->y)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, w_bytes, "w", &b->w)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, w_bytes, "w2", &b->w2)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, w_bytes, "w3", &b->w3)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, act_bytes * 4, "a0", &b->a0)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, act_bytes * 4, "a1", &b->a1)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, act_bytes > kv_bytes ? act_bytes : kv_bytes, "a2", &b->a2)) ||
+      (st = ferry_exec_alloc(p->ex, FERRY_TIER_DEVICE, act_bytes > kv_bytes ? act_bytes : kv_bytes, "a3", &b->a3)))
+    return st;
+  fill_random(ferry_exec_buf_host_ptr(p->ex, b->x), act_bytes / 4, FERRY_DTYPE_F32, 1);
+  fill_random(ferry_exec_buf_host_ptr(p->ex, b->w), w_bytes / 2, FERRY_DTYPE_F16, 2);
+  fill_random(ferry_exec_buf_host_ptr(p->ex, b->w2), w_bytes / 2, FERRY_DTYPE_F16, 3);
+  fill_random(ferry_exec_buf_host_ptr(p->ex, b->w3), w_bytes / 2, FERRY_DTYPE_F16, 4);
+  fill_random(ferry_exec_buf_host_ptr(p->ex, b->a0), act_bytes, FERRY_DTYPE_F32, 5);
+  fill_random(ferry_exec_buf_host_ptr(p->ex, b->a1), act_bytes, FERRY_DTYPE_F32, 6);
+  memset(ferry_exec_buf_host_ptr(p->ex, b->a2), 0, act_bytes > kv_bytes ? act_bytes : kv_bytes);
+  memset(ferry_exec_buf_host_ptr(p->ex, b->a3), 0, act_bytes > kv_bytes ? act_bytes : kv_bytes);
+  return FERRY_OK;
+}
+
 ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry_hw_profile *out) {
   memset(out, 0, sizeof *out);
   struct probe p = {.progress = progress};
@@ -561,67 +656,12 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   if (progress) fprintf(progress, "ferry: calibrate: O_DIRECT reads in %s\n", dir);
   if ((st = probe_disk(&p, dir, host, &disk))) goto out;
   if (progress) fprintf(progress, "ferry: calibrate: kernels\n");
-  const uint64_t act_bytes = 256u * 8192u * 4u, w_bytes = 4096u * 4096u * 2u;
-  const uint64_t kv_bytes = 4200u * 4u * 64u * 2u;
-  if ((st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, act_bytes, "x", &b.x)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, act_bytes * 4, "y", &b.y)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, w_bytes, "w", &b.w)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, w_bytes, "w2", &b.w2)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, w_bytes, "w3", &b.w3)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, act_bytes * 4, "a0", &b.a0)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, act_bytes * 4, "a1", &b.a1)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, act_bytes > kv_bytes ? act_bytes : kv_bytes, "a2", &b.a2)) ||
-      (st = ferry_exec_alloc(p.ex, FERRY_TIER_DEVICE, act_bytes > kv_bytes ? act_bytes : kv_bytes, "a3", &b.a3)))
-    goto out;
-  fill_random(ferry_exec_buf_host_ptr(p.ex, b.x), act_bytes / 4, FERRY_DTYPE_F32, 1);
-  fill_random(ferry_exec_buf_host_ptr(p.ex, b.w), w_bytes / 2, FERRY_DTYPE_F16, 2);
-  fill_random(ferry_exec_buf_host_ptr(p.ex, b.w2), w_bytes / 2, FERRY_DTYPE_F16, 3);
-  fill_random(ferry_exec_buf_host_ptr(p.ex, b.w3), w_bytes / 2, FERRY_DTYPE_F16, 4);
-  fill_random(ferry_exec_buf_host_ptr(p.ex, b.a0), act_bytes, FERRY_DTYPE_F32, 5);
-  fill_random(ferry_exec_buf_host_ptr(p.ex, b.a1), act_bytes, FERRY_DTYPE_F32, 6);
-  memset(ferry_exec_buf_host_ptr(p.ex, b.a2), 0, act_bytes > kv_bytes ? act_bytes : kv_bytes);
-  memset(ferry_exec_buf_host_ptr(p.ex, b.a3), 0, act_bytes > kv_bytes ? act_bytes : kv_bytes);
+  if ((st = alloc_kbufs(&p, &b))) goto out;
   int32_t ids[512];
   double best_gflops = 0;
   if ((st = probe_kernels(&p, &b, FERRY_DTYPE_F16, ids, out, &best_gflops))) goto out;
 
-  /* The profile: the host executor's "device" is this CPU and its RAM. */
-  snprintf(out->name, sizeof out->name, "host-probe");
-  out->kind = FERRY_HW_KIND_GPU;
-  out->has_gpu = out->has_link = out->has_host = out->has_disk = 1;
-  char hostname[40] = "this machine"; /* "CPU of " + 39 + " (host executor)" fits gpu.name[64] */
-  gethostname(hostname, sizeof hostname - 1);
-  snprintf(out->gpu.name, sizeof out->gpu.name, "CPU of %.30s (host executor)", hostname);
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 1ull << 34;
-  const double memcpy_gbps = h2d.ns_per_byte > 0 ? 1.0 / h2d.ns_per_byte : 10.0;
-  out->gpu.memory_bytes = ram;
-  out->gpu.mem_bw_gbps = 2.0 * memcpy_gbps; /* a copy reads and writes each byte */
-  out->gpu.peak_tflops.fp32 = out->gpu.peak_tflops.fp16 = out->gpu.peak_tflops.bf16 = best_gflops / 1e3;
-  out->gpu.launch_overhead_ns = (int64_t)llround(out->cost[3].overhead_ns);
-  out->gpu.efficiency = (struct ferry_hw_efficiency){1, 1, 1, 1, 1};
-  snprintf(out->link.name, sizeof out->link.name, "memcpy (host executor copy queues)");
-  out->link.h2d_gbps = memcpy_gbps;
-  out->link.d2h_gbps = d2h.ns_per_byte > 0 ? 1.0 / d2h.ns_per_byte : memcpy_gbps;
-  out->link.pageable_h2d_gbps = out->link.h2d_gbps;
-  out->link.latency_ns = (int64_t)llround(h2d.overhead_ns);
-  out->link.copy_engines = 1;
-  snprintf(out->host.name, sizeof out->host.name, "RAM of %.40s", hostname);
-  out->host.dram_gbps = out->gpu.mem_bw_gbps;
-  out->host.cpu_gflops = best_gflops;
-  out->host.memory_bytes = ram;
-  out->host.submit_ns = submit_ns;
-  out->host.sync_ns = sync_ns;
-  out->host.queue_wake_ns = wake_ns;
-  snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %.40s", dir);
-  out->disk.read_gbps = disk.ns_per_byte > 0 ? 1.0 / disk.ns_per_byte : 1.0;
-  out->disk.latency_ns = (int64_t)llround(disk.overhead_ns);
-  out->disk.queue_depth = 1;
-  /* the host executor issues its own ops: their cost is host.submit_ns; it expands quantized
-   * weights before multiplying */
-  out->has_runtime = 1;
-  snprintf(out->runtime.name, sizeof out->runtime.name, "ferry host executor");
-  out->runtime.fused_dequant = 0;
+  fill_probe_profile(out, dir, &h2d, &d2h, &disk, best_gflops, submit_ns, sync_ns, wake_ns);
 out:
   if (p.ev) ferry_exec_event_destroy(p.ex, p.ev); /* events are the caller's, unlike buffers */
   ferry_exec_destroy(p.ex);
@@ -637,13 +677,8 @@ static void add_positive(cJSON *o, const char *key, double v) {
   if (v > 0) cJSON_AddNumberToObject(o, key, v);
 }
 
-ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *const *fitted, size_t n_fitted,
-                                 const char *source_note, const char *path) {
-  ferry__json_init();
-  cJSON *root = cJSON_CreateObject();
-  if (!root) return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
-  cJSON_AddStringToObject(root, "name", p->name[0] ? p->name : "calibrated");
-  cJSON_AddStringToObject(root, "kind", ferry_hw_kind_name(p->kind));
+/* The profile's gpu, link, host and disk sections, those it has. */
+static void json_machine(cJSON *root, const struct ferry_hw_profile *p) {
   if (p->has_gpu) {
     cJSON *g = cJSON_AddObjectToObject(root, "gpu");
     cJSON_AddStringToObject(g, "name", p->gpu.name);
@@ -689,6 +724,34 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(d, "latency_ns", (double)p->disk.latency_ns);
     add_positive(d, "queue_depth", p->disk.queue_depth);
   }
+}
+
+/* The figures a calibration fitted, each with its source (the note) and today's date. */
+static void json_fitted(cJSON *root, const char *const *fitted, size_t n_fitted, const char *source_note) {
+  cJSON *src = cJSON_AddArrayToObject(root, "sources");
+  cJSON *fit = cJSON_AddArrayToObject(root, "fitted");
+  time_t now = time(NULL);
+  char date[16];
+  strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+  for (size_t i = 0; i < n_fitted; i++) {
+    cJSON_AddItemToArray(fit, cJSON_CreateString(fitted[i]));
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "figure", fitted[i]);
+    cJSON_AddStringToObject(o, "value", "measured");
+    cJSON_AddStringToObject(o, "source", source_note ? source_note : "ferry calibrate");
+    cJSON_AddStringToObject(o, "date", date);
+    cJSON_AddItemToArray(src, o);
+  }
+}
+
+ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *const *fitted, size_t n_fitted,
+                                 const char *source_note, const char *path) {
+  ferry__json_init();
+  cJSON *root = cJSON_CreateObject();
+  if (!root) return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
+  cJSON_AddStringToObject(root, "name", p->name[0] ? p->name : "calibrated");
+  cJSON_AddStringToObject(root, "kind", ferry_hw_kind_name(p->kind));
+  json_machine(root, p);
   if (p->has_cost && p->cost_set) {
     cJSON *c = cJSON_AddObjectToObject(root, "cost");
     for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
@@ -713,22 +776,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(r, "sync_fetch", p->runtime.sync_fetch);
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
-  if (fitted && n_fitted) {
-    cJSON *src = cJSON_AddArrayToObject(root, "sources");
-    cJSON *fit = cJSON_AddArrayToObject(root, "fitted");
-    time_t now = time(NULL);
-    char date[16];
-    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
-    for (size_t i = 0; i < n_fitted; i++) {
-      cJSON_AddItemToArray(fit, cJSON_CreateString(fitted[i]));
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "figure", fitted[i]);
-      cJSON_AddStringToObject(o, "value", "measured");
-      cJSON_AddStringToObject(o, "source", source_note ? source_note : "ferry calibrate");
-      cJSON_AddStringToObject(o, "date", date);
-      cJSON_AddItemToArray(src, o);
-    }
-  }
+  if (fitted && n_fitted) json_fitted(root, fitted, n_fitted, source_note);
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return ferry__fail(FERRY_ERR_NOMEM, "out of memory");

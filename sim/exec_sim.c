@@ -13,6 +13,7 @@
 #include "common/io.h"
 #include "ferry/store.h"
 #include "sim/exec_sim_impl.h"
+#include "sim/cpu_cost.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
 
@@ -21,8 +22,8 @@ static const struct ferry_exec_backend sim_backend;
 static struct sim_exec *state(struct ferry_exec *ex) { return ex->backend_state; }
 
 static const char *role_name(enum ferry_queue_role r) {
-  static const char *names[] = {"compute", "h2d", "d2h", "disk"};
-  return (unsigned)r < 4 ? names[r] : "?";
+  static const char *names[] = {"compute", "h2d", "d2h", "disk", "cpu"};
+  return (unsigned)r < 5 ? names[r] : "?";
 }
 
 /* ---- running ops ----------------------------------------------------------------------------- */
@@ -415,8 +416,31 @@ void ferry__sim_packed_of(struct sim_exec *s, const struct ferry_kernel *k, cons
   }
 }
 
-/* Work out an op's channel and duration at enqueue time. */
-ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op) {
+/* A kernel on a CPU queue: the profile's CPU (cores, per-core peaks, DDR bandwidth). Fitted
+ * costs describe the device's kernels, so they do not apply here. */
+static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, const struct ferry_kernel *k) {
+  const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
+  if (k->kind == FERRY_K_DEQUANTIZE) {
+    note_packed(s, k);
+  } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_EMBED) {
+    packed[0] = ferry__sim_packed_at(s, k->w);
+    if (k->kind == FERRY_K_EXPERT) packed[1] = ferry__sim_packed_at(s, k->aux[0]), packed[2] = ferry__sim_packed_at(s, k->aux[1]);
+  }
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(k, packed, &w);
+  c->folded = w.folded;
+  const int64_t ns = ferry__cpu_work_ns(&s->hw, &w);
+  if (ns < 0)
+    return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
+                          "sim executor: hardware profile %s cannot time kernel %s on the CPU: it lacks the host's "
+                          "CPU figures (host.cores with host.core_gflops, or host.cpu_gflops) or host.dram_gbps",
+                          s->hw.name, k->name);
+  c->duration_ns = ns;
+  return FERRY_OK;
+}
+
+/* Work out an op's channel and duration at enqueue time (cpu: on a CPU queue). */
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op, int cpu) {
   c->duration_ns = 0;
   c->folded = 0;
   c->chan = CHAN_NONE;
@@ -424,6 +448,7 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
       const struct ferry_kernel *k = &op->u.kernel;
+      if (cpu) return prepare_cpu_kernel(s, c, k);
       const struct ferry__packed *packed[3];
       ferry__sim_packed_of(s, k, packed);
       struct ferry__gpu_work w = {0};
@@ -517,8 +542,11 @@ int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, 
   switch (op->kind) {
     case FERRY_OP_KERNEL:
       if (c->folded) return 0;
-      /* the rows a step samples: the sampler and output processing work per row */
-      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS ? op->u.kernel.m * s->rt.row_ns : 0);
+      /* the rows a step samples (the gather of the logits rows, of no layer): the sampler and
+       * output processing work per row */
+      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0
+                                    ? op->u.kernel.m * s->rt.row_ns
+                                    : 0);
     case FERRY_OP_COPY:
     case FERRY_OP_READ: return s->rt.copy_ns;
     default: return 0;
@@ -556,7 +584,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   struct sim_queue *q = &s->queues[queue];
   ferry_status st;
   struct sim_cost c;
-  if ((st = ferry__sim_prepare(s, &c, op)) != FERRY_OK) return st;
+  if ((st = ferry__sim_prepare(s, &c, op, ex->queues[queue].role == FERRY_QUEUE_CPU)) != FERRY_OK) return st;
   /* the runtime issues it first (running the clock forward may complete ops of this queue,
    * never add any: its ring slot is taken after) */
   host_busy(s, ferry__sim_issue_ns(s, &c, op));
@@ -738,6 +766,21 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
     return st;
   return FERRY_OK;
 }
+
+static ferry_status sim_open(ferry_exec **out, const struct ferry_exec_params *p) {
+  if (!p || !p->hw)
+    return ferry__fail(FERRY_ERR_INVALID, "the sim executor needs a hardware profile (ferry hw list)");
+  return ferry_exec_create_sim(out, p->hw, &p->config);
+}
+
+/* The registry's entry (runtime/backends/registry.c lists it). */
+const struct ferry_exec_info ferry__exec_info_sim = {
+    .version = FERRY_EXEC_INFO_VERSION,
+    .name = "sim",
+    .description = "a discrete-event simulation of a hardware profile (virtual time)",
+    .caps = FERRY_EXEC_CAP_VIRTUAL | FERRY_EXEC_CAP_HW,
+    .open = sim_open,
+};
 
 ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const struct ferry_exec_config *config) {
   if (!out || !hw) return ferry__fail(FERRY_ERR_INVALID, "exec_create_sim: %s is NULL", out ? "hw" : "out");

@@ -284,7 +284,7 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
     return ferry__err_set(&s->ex->err, FERRY_ERR_INVALID,
                           "sim executor: faults were installed after this fast-mode executor was created; install "
                           "them first (it then runs in exact mode) or create it with sim_mode FERRY_SIM_EXACT");
-  if ((st = ferry__sim_prepare(s, &c, op)) != FERRY_OK) return st;
+  if ((st = ferry__sim_prepare(s, &c, op, s->ex->queues[queue].role == FERRY_QUEUE_CPU)) != FERRY_OK) return st;
   const int64_t issue = ferry__sim_issue_ns(s, &c, op);
   ferry__sim_fast_host_busy(s, issue); /* the runtime issues it before it reaches the queue */
   if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) return st;

@@ -142,7 +142,7 @@ struct sim_exec {
 };
 
 /* exec_sim.c, used by both paths */
-ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op);
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op, int cpu);
 /* Where a read's bytes come from (page cache or disk), updating the page cache. */
 ferry_status ferry__sim_route_read(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op);
 /* The packed weights behind kernel k's references (noting k itself when it is a DEQUANTIZE). */

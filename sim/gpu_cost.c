@@ -68,6 +68,13 @@ static enum ferry_dtype charge_packed(struct ferry__gpu_work *out, const struct 
   return p->qformat == FERRY_QFORMAT_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
 }
 
+/* The type attention's math runs in: the cache's, or fp16 for a quantized cache (its codes are
+ * scaled to fp16 as they are read, as vLLM's fp8 and KIVI's int4 kernels do). */
+static enum ferry_dtype kv_math(const struct ferry_kernel *k) {
+  if (k->kv_format > 0 && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0) return FERRY_DTYPE_F16;
+  return k->aux[2].dtype;
+}
+
 void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
                         struct ferry__gpu_work *out) {
   double flops;
@@ -95,13 +102,13 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
     }
     case FERRY_K_ATTENTION:
       out->op = FERRY_HW_OP_ATTENTION;
-      out->math = k->aux[2].dtype; /* the KV cache's type: fp16/bf16 on tensor cores */
+      out->math = kv_math(k); /* the KV cache's type: fp16/bf16 on tensor cores */
       break;
     case FERRY_K_MLA_ATTENTION:
       /* a flash-style kernel over the latent cache (FlashMLA), with the absorbed kv_b_proj
        * weight read once per step: packed when it is stored quantized */
       out->op = FERRY_HW_OP_ATTENTION;
-      out->math = k->aux[2].dtype;
+      out->math = kv_math(k);
       if (packed && packed[0]) charge_packed(out, &k->w, packed[0]->elems, packed[0], fused, k->m);
       break;
     case FERRY_K_EMBED:

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/names.h"
 #include "ferry/hw.h"
 
 #ifndef FERRY_HW_SOURCE_DIR
@@ -66,6 +67,12 @@ static const struct field fields[] = {
     {"host.name", T_STR, C_NONE, S_HOST, S(host.name)},
     {"host.dram_gbps", T_F64, C_POS, S_HOST, P(host.dram_gbps), 0},
     {"host.cpu_gflops", T_F64, C_POS, S_HOST, P(host.cpu_gflops), 0},
+    {"host.cores", T_I32, C_POS, S_HOST, P(host.cores), 0},
+    {"host.core_gflops.fp32", T_F64, C_POS, S_HOST, P(host.core_gflops.fp32), 0},
+    {"host.core_gflops.fp16", T_F64, C_POS, S_HOST, P(host.core_gflops.fp16), 0},
+    {"host.core_gflops.bf16", T_F64, C_POS, S_HOST, P(host.core_gflops.bf16), 0},
+    {"host.core_gflops.int8", T_F64, C_POS, S_HOST, P(host.core_gflops.int8), 0},
+    {"host.cpu_op_ns", T_I64, C_NONNEG, S_HOST, P(host.cpu_op_ns), 0},
     {"host.memory_bytes", T_U64, C_POS, S_HOST, P(host.memory_bytes), 0},
     {"host.submit_ns", T_I64, C_NONNEG, S_HOST, P(host.submit_ns), 0},
     {"host.sync_ns", T_I64, C_NONNEG, S_HOST, P(host.sync_ns), 0},
@@ -140,7 +147,7 @@ static const struct {
     {"gpu.launch_overhead_ns", 5000},   {"gpu.efficiency.gemm", 0.7},
     {"gpu.efficiency.gemv", 0.8},       {"gpu.efficiency.attention", 0.5},
     {"gpu.efficiency.elementwise", 0.8}, {"gpu.efficiency.dequantize", 0.6},
-    {"disk.queue_depth", 1},
+    {"disk.queue_depth", 1},            {"host.cpu_op_ns", 5000},
 };
 
 static int field_index(const char *path) {
@@ -699,9 +706,21 @@ static ferry_status find_profile(const char *name, const char *first_dir, char *
   if (first_dir) r = try_dir(first_dir, &c);
   if (r == 0) r = for_each_dir(try_dir, &c);
   if (r < 0) return nomem(name);
-  if (!c.found)
-    return ferry__fail(FERRY_ERR_NOT_FOUND, "hardware profile \"%s\" not found in %s (set FERRY_HW_PATH to add folders)",
-                       name, c.tried_len ? c.tried : "no folder");
+  if (!c.found) {
+    /* name the profiles it resembles ("h100": h100-pcie, h100-sxm) */
+    char **names = NULL, near_text[256] = "";
+    size_t n = 0;
+    if (ferry_hw_list(&names, &n) == FERRY_OK && n) {
+      const char *near[4];
+      const size_t k = ferry__nearest_names(name, (const char *const *)names, n, 1, near, 4);
+      char list[200];
+      if (k) snprintf(near_text, sizeof near_text, "; nearest: %s", ferry__join_names(near, k, "", list, sizeof list));
+    }
+    ferry_hw_list_free(names, n);
+    return ferry__fail(FERRY_ERR_NOT_FOUND,
+                       "hardware profile \"%s\" not found in %s (set FERRY_HW_PATH to add folders; ferry hw list)%s", name,
+                       c.tried_len ? c.tried : "no folder", near_text);
+  }
   *out_path = c.found;
   return FERRY_OK;
 }

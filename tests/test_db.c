@@ -116,8 +116,11 @@ static void test_create_schema(void **state) {
                       "CUDA_MEMCPY_KIND_HTOD");
   assert_string_equal(qs(s, "SELECT label FROM ENUM_CUDA_MEMCPY_OPER WHERE id=100", buf, sizeof buf), "Disk-to-Host");
   assert_int_equal(q1(s, "SELECT count(*) FROM ENUM_CUPTI_SYNC_TYPE"), 5);
-  /* The kind CHECK constraint holds. */
-  assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind,started_at) VALUES('gpu','x')", NULL, NULL, NULL),
+  /* runs.kind is any executor's name (the writer checks it against the registry's form); the
+   * schema keeps it non-empty and short */
+  assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind,started_at) VALUES('','x')", NULL, NULL, NULL), SQLITE_OK);
+  assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind,started_at) VALUES('a-name-of-sixteen','x')", NULL, NULL,
+                                    NULL),
                        SQLITE_OK);
   /* TARGET_INFO_GPU rows: known figures stored, unknown ones NULL, unknown runs refused */
   int64_t run = begin(db, "gpu0");
@@ -192,6 +195,51 @@ static void test_one_complete_run_per_sweep_combination(void **state) {
   }
   assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE config_hash = 'c0ffee' AND complete = 1"), 3);
   assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE sweep_key = 'c0ffee' AND complete = 1"), 1);
+  ferry_db_close(db);
+}
+
+/* Version 7 to 8 rebuilds runs without its CHECK of three kinds: every row and column survives,
+ * the indexes are back, and a run of any registered executor can be written. */
+static void test_migration_free_kind(void **state) {
+  struct fixture *f = *state;
+  sqlite3 *s = raw_open(f->path);
+  assert_int_equal(ferry__db_migrate(s, f->path, 7, NULL), FERRY_OK);
+  assert_int_equal(sqlite3_exec(s,
+                                "INSERT INTO runs(id, kind, started_at, finished_at, complete, model, config_hash, "
+                                "dropped_records, sweep_key, repeat_group, repeat_index, source_sha256) "
+                                "VALUES(7, 'cuda', 'a', 'b', 1, 'm', 'h', 3, 'k', 'g', 2, 'ab12');"
+                                "INSERT INTO runs(id, kind, started_at) VALUES(9, 'nsys-import', 'c');"
+                                "INSERT INTO requests(runId, req_id, arrival_ns) VALUES(7, 1, 5);"
+                                "INSERT INTO engine_events(runId, t_ns, kind, action) VALUES(7, 9, 'io', 'retry');",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  assert_int_not_equal(sqlite3_exec(s, "INSERT INTO runs(kind, started_at) VALUES('recorder', 'x')", NULL, NULL, NULL),
+                       SQLITE_OK); /* version 7 knows three kinds */
+  sqlite3_close(s);
+  ferry_db *db = open_rw(f->path);
+  s = ferry__db_sqlite(db);
+  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
+  assert_int_equal(q1(s, "SELECT count(*) FROM runs"), 2);
+  assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE id = 7 AND kind = 'cuda' AND finished_at = 'b' AND complete = 1 "
+                         "AND model = 'm' AND config_hash = 'h' AND dropped_records = 3 AND sweep_key = 'k' "
+                         "AND repeat_group = 'g' AND repeat_index = 2 AND source_sha256 = 'ab12'"),
+                   1);
+  assert_int_equal(q1(s, "SELECT count(*) FROM requests JOIN runs ON runs.id = requests.runId"), 1);
+  assert_int_equal(q1(s, "SELECT count(*) FROM engine_events JOIN runs ON runs.id = engine_events.runId"), 1);
+  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name IN ('runs_config_hash', 'runs_sweep_complete', "
+                         "'runs_repeat_group', 'runs_source')"),
+                   4);
+  assert_int_equal(q1(s, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_v8'"), 0);
+  struct ferry_run_info info = {.executor = "recorder", .model = "m"};
+  int64_t id;
+  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
+  assert_int_equal(id, 10);
+  char buf[64], sql[64];
+  snprintf(sql, sizeof sql, "SELECT kind FROM runs WHERE id = %lld", (long long)id);
+  assert_string_equal(qs(s, sql, buf, sizeof buf), "recorder");
+  info.executor = "Not A Name";
+  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_db_errmsg(db), "not an executor name"));
   ferry_db_close(db);
 }
 
@@ -315,7 +363,7 @@ static void test_activity_mapping(void **state) {
   ferry_db_activity_sink(db, &a);
   struct ferry_request_row rq = {1, 0, 100, 900, 16, 8};
   assert_int_equal(ferry_db_add_request(db, run, &rq), FERRY_OK);
-  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0};
+  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(ferry_db_add_step(db, run, &sr), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, FERRY_TIER_DEVICE, 1 << 30), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, (enum ferry_tier)7, 1), FERRY_ERR_INVALID);
@@ -629,7 +677,7 @@ static int64_t make_run(ferry_db *db, double scale, uint64_t peak_device) {
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
   }
   for (int i = 0; i < 10; i++) {
-    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0};
+    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(ferry_db_add_step(db, run, &st), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, i * 1000, FERRY_TIER_DEVICE, peak_device / 10 * (uint64_t)(i + 1)),
                      FERRY_OK);
@@ -1001,6 +1049,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_migration_from_v1, setup, teardown),
       cmocka_unit_test_setup_teardown(test_one_complete_run_per_sweep_combination, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_keeps_repeats, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_migration_free_kind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_a_ferry_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_activity_mapping, setup, teardown),

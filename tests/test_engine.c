@@ -530,17 +530,10 @@ static void record_routing(void *user, int64_t req, int32_t tok, int32_t layer, 
   r->n++;
 }
 
-static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                              const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
-                              int32_t *out, int32_t max) {
-  (void)look;
-  (void)feat;
-  (void)seq_len;
-  (void)now;
-  (void)ids_now;
-  (void)w_now;
+static int32_t predict_future(void *user, const struct ferry_expert_predict_request *rq, int32_t *out, int32_t max) {
   const struct recorded *r = user;
-  int64_t key = (req << 32) | ((int64_t)tok << 8) | target;
+  const int32_t k = rq->k;
+  int64_t key = (rq->req_id << 32) | ((int64_t)rq->token_index << 8) | rq->target_layer;
   for (int i = 0; i < r->n; i++)
     if (r->key[i] == key) {
       for (int32_t j = 0; j < k && j < max; j++) out[j] = r->ids[i][j];
@@ -549,18 +542,11 @@ static int32_t predict_future(void *user, int64_t req, int32_t tok, int32_t seq_
   return 0;
 }
 
-static int32_t predict_random(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                              const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
-                              int32_t *out, int32_t max) {
-  (void)look;
-  (void)feat;
+static int32_t predict_random(void *user, const struct ferry_expert_predict_request *rq, int32_t *out, int32_t max) {
   (void)user;
-  (void)seq_len;
-  (void)ids_now;
-  (void)w_now;
   (void)max;
-  out[0] = (int32_t)((req * 31 + tok * 7 + now * 3 + target) % 8);
-  return k > 0 ? 1 : 0;
+  out[0] = (int32_t)((rq->req_id * 31 + rq->token_index * 7 + rq->layer_now * 3 + rq->target_layer) % 8);
+  return rq->k > 0 ? 1 : 0;
 }
 
 /* Gate lookahead on real weights: a model whose layer-1 router is a copy of layer 0's, so the
@@ -573,14 +559,10 @@ struct lookahead_check {
   int64_t calls, same_router_calls, agree, other_calls, other_agree;
 };
 
-static int32_t predict_lookahead(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                                 const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
-                                 int32_t *out, int32_t max) {
-  (void)feat;
-  (void)req;
-  (void)tok;
-  (void)seq_len;
-  (void)w_now;
+static int32_t predict_lookahead(void *user, const struct ferry_expert_predict_request *rq, int32_t *out, int32_t max) {
+  const int32_t k = rq->k, now = rq->layer_now, target = rq->target_layer;
+  const int32_t *ids_now = rq->ids_now;
+  const float *look = rq->lookahead_logits;
   struct lookahead_check *c = user;
   assert_non_null(look);
   c->calls++;

@@ -1,37 +1,80 @@
-/* Executor conformance: the same op-level behaviour checked on every executor built here
- * (host always; others register in `executors` below). Budgets, queue order, events between
- * queues, host waits, and kernel results against naive references where the executor computes. */
+/* Executor conformance: the same op-level behaviour checked on every executor of the registry
+ * that opens here (host and sim always; cuda where a GPU is; a registered one too). Budgets,
+ * queue order, events between queues, host waits; the 32-case kernel table of
+ * tests/kernel_cases.c (every kernel kind) against the host executor where an executor
+ * computes; and the contract: the same undersized kernel refused with the same status and
+ * message by every executor. Data is moved through copies only, as the engine moves it, so a
+ * device whose memory the host cannot see takes part. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ferry/exec.h"
+#include "ferry/exec_registry.h"
 #include "ferry/hw.h"
 #include "ferry/sim.h"
+#include "kernel_cases.h"
 #include "testutil.h"
 
-typedef ferry_status (*make_fn)(ferry_exec **out, const struct ferry_exec_config *c);
+static const struct ferry_exec_info *executors[32];
+static size_t N_EXEC;
 
-/* The simulator on a catalogue profile. */
-static ferry_status create_sim(ferry_exec **out, const struct ferry_exec_config *c) {
-  ferry_hw *hw = NULL;
-  ferry_status st = ferry_hw_open(&hw, "h100-pcie");
-  if (st == FERRY_OK) st = ferry_exec_create_sim(out, hw, c);
-  ferry_hw_close(hw);
-  return st;
+/* Every registered executor that can be opened here; one of a hardware profile on h100-pcie. */
+static int find_executors(void **state) {
+  (void)state;
+  for (size_t i = 0; i < ferry_exec_registry_count(); i++) {
+    const struct ferry_exec_info *x = ferry_exec_registry_at(i);
+    char why[256] = "";
+    if (x->available && !x->available(why, sizeof why)) {
+      print_message("executor %s not here: %s\n", x->name, why);
+      continue;
+    }
+    executors[N_EXEC++] = x;
+  }
+  return N_EXEC >= 2 ? 0 : -1; /* host and sim at least */
 }
-
-static const struct {
-  const char *name;
-  make_fn make;
-} executors[] = {{"host", ferry_exec_create_host}, {"sim", create_sim}};
-#define N_EXEC (sizeof executors / sizeof executors[0])
 
 static ferry_exec *make(size_t i, uint64_t dev_budget, uint64_t host_budget) {
   ferry_exec *ex = NULL;
-  struct ferry_exec_config c = {.device_budget_bytes = dev_budget, .host_budget_bytes = host_budget};
-  assert_int_equal(executors[i].make(&ex, &c), FERRY_OK);
+  ferry_hw *hw = NULL;
+  if (executors[i]->caps & FERRY_EXEC_CAP_HW) assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  struct ferry_exec_params p = {.config = {.device_budget_bytes = dev_budget, .host_budget_bytes = host_budget},
+                                .hw = hw};
+  assert_int_equal(ferry_exec_open(executors[i]->name, &p, &ex), FERRY_OK);
+  ferry_hw_close(hw);
+  assert_string_equal(ferry_exec_name(ex), executors[i]->name);
+  assert_int_equal(ferry_exec_has_data(ex), (executors[i]->caps & FERRY_EXEC_CAP_DATA) != 0);
   return ex;
+}
+
+/* Bytes into a device buffer and back, through a host buffer and copies (queue q). */
+static void put(ferry_exec *ex, int32_t q, ferry_buf *dev, const void *src, uint64_t n) {
+  ferry_buf *h = NULL;
+  ferry_event *ev = NULL;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, n, "staging", &h), FERRY_OK);
+  memcpy(ferry_exec_buf_host_ptr(ex, h), src, n);
+  assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, q, (struct ferry_ref){dev, 0, FERRY_DTYPE_U8}, (struct ferry_ref){h, 0, FERRY_DTYPE_U8}, n),
+                   FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, q, ev), FERRY_OK);
+  assert_int_equal(ferry_exec_sync(ex, ev), FERRY_OK);
+  ferry_exec_event_destroy(ex, ev);
+  ferry_exec_free(ex, h);
+}
+
+static void get(ferry_exec *ex, int32_t q, ferry_buf *dev, void *dst, uint64_t n) {
+  ferry_buf *h = NULL;
+  ferry_event *ev = NULL;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, n, "staging", &h), FERRY_OK);
+  assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, q, (struct ferry_ref){h, 0, FERRY_DTYPE_U8}, (struct ferry_ref){dev, 0, FERRY_DTYPE_U8}, n),
+                   FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, q, ev), FERRY_OK);
+  assert_int_equal(ferry_exec_sync(ex, ev), FERRY_OK);
+  memcpy(dst, ferry_exec_buf_host_ptr(ex, h), n);
+  ferry_exec_event_destroy(ex, ev);
+  ferry_exec_free(ex, h);
 }
 
 static void test_budget_enforced(void **state) {
@@ -174,25 +217,30 @@ static void test_matmul_reference(void **state) {
       ferry_exec_destroy(ex);
       continue;
     }
-    int32_t q;
+    int32_t q, qc;
     assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &q), FERRY_OK);
-    const int64_t M = 3, N = 37, K = 29;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qc), FERRY_OK);
+    enum { M = 3, N = 37, K = 29 };
     ferry_buf *x = NULL, *w = NULL, *y = NULL, *b = NULL;
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, M * K * 4, "x", &x), FERRY_OK);
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, N * K * 4, "w", &w), FERRY_OK);
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, M * N * 4, "y", &y), FERRY_OK);
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, N * 4, "b", &b), FERRY_OK);
-    float *px = ferry_exec_buf_host_ptr(ex, x), *pw = ferry_exec_buf_host_ptr(ex, w), *py = ferry_exec_buf_host_ptr(ex, y),
-          *pb = ferry_exec_buf_host_ptr(ex, b);
+    static float px[M * K], pw[N * K], py[M * N], pb[N];
     for (int64_t j = 0; j < M * K; j++) px[j] = (float)((j * 7) % 11) / 11.0f - 0.5f;
     for (int64_t j = 0; j < N * K; j++) pw[j] = (float)((j * 5) % 13) / 13.0f - 0.5f;
     for (int64_t j = 0; j < N; j++) pb[j] = (float)j / 100.0f;
     for (int64_t j = 0; j < M * N; j++) py[j] = 1.0f;
+    put(ex, qc, x, px, sizeof px);
+    put(ex, qc, w, pw, sizeof pw);
+    put(ex, qc, b, pb, sizeof pb);
+    put(ex, qc, y, py, sizeof py);
     struct ferry_kernel k = {.kind = FERRY_K_MATMUL, .name = "t", .layer = -1, .expert = -1, .m = M, .n = N, .k = K,
                              .x = {x, 0, FERRY_DTYPE_F32}, .y = {y, 0, FERRY_DTYPE_F32}, .w = {w, 0, FERRY_DTYPE_F32},
                              .b = {b, 0, FERRY_DTYPE_F32}, .accumulate = 1};
     assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_OK);
     assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    get(ex, qc, y, py, sizeof py);
     for (int64_t r = 0; r < M; r++)
       for (int64_t c = 0; c < N; c++) {
         double ref = 1.0 + pb[c];
@@ -212,9 +260,10 @@ static void test_attention_reference(void **state) {
       ferry_exec_destroy(ex);
       continue;
     }
-    int32_t q;
+    int32_t q, qc;
     assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &q), FERRY_OK);
-    const int64_t T = 4, H = 4, KV = 2, D = 8, CAP = 8;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qc), FERRY_OK);
+    enum { T = 4, H = 4, KV = 2, D = 8, CAP = 8 };
     ferry_buf *bq, *bk, *bv, *bkc, *bvc, *bo;
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, T * H * D * 4, "q", &bq), FERRY_OK);
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, T * KV * D * 4, "k", &bk), FERRY_OK);
@@ -222,13 +271,15 @@ static void test_attention_reference(void **state) {
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, CAP * KV * D * 4, "kc", &bkc), FERRY_OK);
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, CAP * KV * D * 4, "vc", &bvc), FERRY_OK);
     assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, T * H * D * 4, "o", &bo), FERRY_OK);
-    float *Q = ferry_exec_buf_host_ptr(ex, bq), *Kn = ferry_exec_buf_host_ptr(ex, bk), *Vn = ferry_exec_buf_host_ptr(ex, bv),
-          *O = ferry_exec_buf_host_ptr(ex, bo);
+    static float Q[T * H * D], Kn[T * KV * D], Vn[T * KV * D], O[T * H * D];
     for (int64_t j = 0; j < T * H * D; j++) Q[j] = sinf((float)j);
     for (int64_t j = 0; j < T * KV * D; j++) {
       Kn[j] = cosf((float)j * 0.7f);
       Vn[j] = sinf((float)j * 0.3f);
     }
+    put(ex, qc, bq, Q, sizeof Q);
+    put(ex, qc, bk, Kn, sizeof Kn);
+    put(ex, qc, bv, Vn, sizeof Vn);
     const int32_t pos[] = {0, 1, 2, 3}, slot[] = {0, 0, 0, 0};
     struct ferry_kernel k = {.kind = FERRY_K_ATTENTION, .name = "attn", .layer = 0, .expert = -1, .m = T,
                              .x = {bq, 0, FERRY_DTYPE_F32}, .y = {bo, 0, FERRY_DTYPE_F32},
@@ -238,6 +289,7 @@ static void test_attention_reference(void **state) {
                              .kv_capacity = CAP, .context_tokens = 10};
     assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_OK);
     assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    get(ex, qc, bo, O, sizeof O);
     for (int64_t t = 0; t < T; t++)
       for (int64_t h = 0; h < H; h++) {
         int64_t g = h / (H / KV);
@@ -259,11 +311,104 @@ static void test_attention_reference(void **state) {
   }
 }
 
+/* The kernel table (every kernel kind) on every executor: where an executor computes, its
+ * results read back through copies match the host executor's (the host itself: bit for bit;
+ * cuda: within each case's tolerance). An executor may decline a kernel it does not implement
+ * with FERRY_ERR_UNSUPPORTED (cuda: the newer families' features), said in the log; the host,
+ * the reference, runs them all. */
+static void test_kernel_table(void **state) {
+  (void)state;
+  size_t n;
+  const struct kcase *cases = kc_cases(&n);
+  int kinds[FERRY_K_COUNT] = {0};
+  for (size_t c = 0; c < n; c++) kinds[cases[c].k.kind] = 1;
+  for (int k = 0; k < FERRY_K_COUNT; k++)
+    if (!kinds[k]) fail_msg("no case of kernel kind %s", ferry_kernel_kind_name((enum ferry_kernel_kind)k));
+  for (size_t c = 0; c < n; c++) {
+    ferry_exec *host = NULL;
+    struct ferry_exec_params hp = {.config = {.compute_threads = 1}};
+    assert_int_equal(ferry_exec_open("host", &hp, &host), FERRY_OK);
+    char *ref = NULL;
+    if (kc_run(host, &cases[c], cases[c].bytes, &ref) != FERRY_OK)
+      fail_msg("%s on host: %s", cases[c].name, ferry_exec_errmsg(host));
+    ferry_exec_destroy(host);
+    for (size_t i = 0; i < N_EXEC; i++) {
+      ferry_exec *ex = make(i, 0, 0);
+      char *got = NULL;
+      const ferry_status st = kc_run(ex, &cases[c], cases[c].bytes, &got);
+      if (st == FERRY_ERR_UNSUPPORTED) {
+        print_message("%s on %s: not implemented (%s)\n", cases[c].name, executors[i]->name, ferry_exec_errmsg(ex));
+      } else if (st != FERRY_OK) {
+        fail_msg("%s on %s: %s", cases[c].name, executors[i]->name, ferry_exec_errmsg(ex));
+      } else if (ferry_exec_has_data(ex)) {
+        int ids_ok, nonfinite;
+        const double rel = kc_max_rel_error(&cases[c], ref, got, &ids_ok, &nonfinite);
+        const double tol = !strcmp(executors[i]->name, "host") ? 0.0 : cases[c].tol;
+        if (rel > tol || !ids_ok || nonfinite)
+          fail_msg("%s on %s: error %.3g (tolerance %.1g)%s%s", cases[c].name, executors[i]->name, rel, tol,
+                   ids_ok ? "" : ", ids differ", nonfinite ? ", non-finite" : "");
+      }
+      free(got);
+      ferry_exec_destroy(ex);
+    }
+    free(ref);
+  }
+}
+
+/* The contract is the wrapper's: every case with a device buffer of half its size is refused
+ * before it runs, with FERRY_ERR_RANGE and the same message on every executor (it was RANGE on
+ * cuda, OK on sim and a heap overflow on host). */
+static void test_undersized_kernel_same_error(void **state) {
+  (void)state;
+  size_t n;
+  const struct kcase *cases = kc_cases(&n);
+  for (size_t c = 0; c < n; c++) {
+    char first[512] = "";
+    for (size_t i = 0; i < N_EXEC; i++) {
+      ferry_exec *ex = make(i, 0, 0);
+      char *got = NULL;
+      const ferry_status st = kc_run(ex, &cases[c], cases[c].bytes / 2, &got);
+      if (st != FERRY_ERR_RANGE)
+        fail_msg("%s on %s with half its buffer: %s (%s)", cases[c].name, executors[i]->name, ferry_status_name(st),
+                 ferry_exec_errmsg(ex));
+      assert_true(tu_contains(ferry_exec_errmsg(ex), "case device"));
+      if (i == 0) snprintf(first, sizeof first, "%s", ferry_exec_errmsg(ex));
+      else if (strcmp(first, ferry_exec_errmsg(ex)))
+        fail_msg("%s: %s says '%s', %s '%s'", cases[c].name, executors[0]->name, first, executors[i]->name,
+                 ferry_exec_errmsg(ex));
+      free(got);
+      ferry_exec_destroy(ex);
+    }
+  }
+}
+
+/* Aliasing a product's output onto its input is refused everywhere. */
+static void test_aliased_matmul_refused(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 0, 0);
+    int32_t q;
+    ferry_buf *a = NULL;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &q), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1 << 16, "acts", &a), FERRY_OK);
+    struct ferry_kernel k = {.kind = FERRY_K_MATMUL, .name = "mm", .layer = -1, .expert = -1, .m = 4, .n = 16, .k = 16,
+                             .x = {a, 0, FERRY_DTYPE_F32}, .y = {a, 128, FERRY_DTYPE_F32}, .w = {a, 4096, FERRY_DTYPE_F32}};
+    assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_ERR_INVALID);
+    assert_true(tu_contains(ferry_exec_errmsg(ex), "y overlaps x"));
+    k.y.offset = 256; /* right after x's 256 bytes */
+    assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    ferry_exec_destroy(ex);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_budget_enforced),        cmocka_unit_test(test_bad_refs_rejected),
       cmocka_unit_test(test_queue_order_and_events), cmocka_unit_test(test_wait_blocks_queue),
       cmocka_unit_test(test_matmul_reference),       cmocka_unit_test(test_attention_reference),
+      cmocka_unit_test(test_kernel_table),           cmocka_unit_test(test_undersized_kernel_same_error),
+      cmocka_unit_test(test_aliased_matmul_refused),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, find_executors, NULL);
 }

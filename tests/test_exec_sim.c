@@ -8,6 +8,7 @@
 
 #include "ferry/alloc.h"
 #include "ferry/exec.h"
+#include "ferry/quant.h"
 #include "ferry/hw.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
@@ -226,7 +227,16 @@ static void test_page_cache(void **state) {
   ferry_exec_destroy(ex);
 }
 
-static struct ferry_kernel matmul(int64_t m, int64_t n, int64_t k, ferry_buf *w, enum ferry_dtype dt) {
+/* The activations of the cost-model kernels below, in one device buffer the simulator never
+ * touches: every executor checks that a kernel's buffers hold its shape (the contract of
+ * kernel_check.c), the simulator included. x at 0, y at 16 MiB. */
+static ferry_buf *acts(ferry_exec *ex) {
+  ferry_buf *b = NULL;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 32u << 20, "acts", &b), FERRY_OK);
+  return b;
+}
+
+static struct ferry_kernel matmul(int64_t m, int64_t n, int64_t k, ferry_buf *w, enum ferry_dtype dt, ferry_buf *a) {
   struct ferry_kernel kk;
   memset(&kk, 0, sizeof kk);
   kk.kind = FERRY_K_MATMUL;
@@ -236,6 +246,8 @@ static struct ferry_kernel matmul(int64_t m, int64_t n, int64_t k, ferry_buf *w,
   kk.n = n;
   kk.k = k;
   kk.w = (struct ferry_ref){w, 0, dt};
+  kk.x = (struct ferry_ref){a, 0, FERRY_DTYPE_F32};
+  kk.y = (struct ferry_ref){a, 16u << 20, FERRY_DTYPE_F32};
   return kk;
 }
 
@@ -248,15 +260,16 @@ static void test_compute_roofline_and_order(void **state) {
   assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
   ferry_buf *w;
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
+  ferry_buf *a = acts(ex);
   /* memory-bound gemm (m=4, fp16): bytes 1000*1000*2 + 4*1000*4 + 4*1000*4 = 2032000 streamed at
    * 1000 B/ns x 0.8 (gemv) = 2540 ns, flops 8e6 at 1e6 flop/ns x 0.5 (gemm) = 16 ns;
    * sqrt(16^2 + 2540^2) = 2540.05 -> 2541 + 1000 launch */
-  struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16);
+  struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16, a);
   /* gemv (m=1, fp16): bytes 2000000 + 4000 + 4000 = 2008000 -> 2510 ns, flops 4 ns: 2511 + 1000 */
-  struct ferry_kernel k2 = matmul(1, 1000, 1000, w, FERRY_DTYPE_F16);
+  struct ferry_kernel k2 = matmul(1, 1000, 1000, w, FERRY_DTYPE_F16, a);
   /* compute-bound gemm (m=1000, fp32): flops 2e9 at 1e5 x 0.5 = 40000 ns, bytes 12e6 at 800
    * B/ns = 15000 ns: sqrt(40000^2 + 15000^2) = 42720.02 -> 42721 + 1000 */
-  struct ferry_kernel k3 = matmul(1000, 1000, 1000, w, FERRY_DTYPE_F32);
+  struct ferry_kernel k3 = matmul(1000, 1000, 1000, w, FERRY_DTYPE_F32, a);
   assert_int_equal(ferry_exec_compute(ex, qc, &k1), FERRY_OK);
   assert_int_equal(ferry_exec_compute(ex, qc, &k2), FERRY_OK);
   assert_int_equal(ferry_exec_compute(ex, qc, &k3), FERRY_OK);
@@ -293,15 +306,27 @@ static void test_fitted_cost(void **state) {
   int32_t qc;
   assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
   ferry_buf *w;
-  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 6000000, "w", &w), FERRY_OK);
+  ferry_buf *a = acts(ex);
   /* matmul m=4 fp16: 2032000 bytes, 8e6 flops: 700 + max(2032, 4000) */
-  struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16);
+  struct ferry_kernel k1 = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16, a);
   assert_int_equal(ferry_exec_compute(ex, qc, &k1), FERRY_OK);
   /* an expert over the same shape has no fitted cost: the roofline: bytes 3 x 1000 x 1000 x 2 +
    * 4 x 1000 x 8 + 4 x 1000 x 8 = 6064000 at 800 B/ns = 7580 ns, flops 2.4e7 at 5e5 = 48 ns:
    * sqrt(48^2 + 7580^2) = 7580.15 -> 7581 + 1000 */
   struct ferry_kernel k2 = k1;
   k2.kind = FERRY_K_EXPERT;
+  /* its gate, up and down weights, and four (token, rank) pairs with their scratch */
+  static const int32_t tok[4] = {0, 1, 2, 3}, rank[4] = {0, 0, 0, 0};
+  k2.aux[0] = (struct ferry_ref){w, 2000000, FERRY_DTYPE_F16};
+  k2.aux[1] = (struct ferry_ref){w, 4000000, FERRY_DTYPE_F16};
+  k2.aux[2] = (struct ferry_ref){a, 8u << 20, FERRY_DTYPE_F32};
+  k2.aux[3] = (struct ferry_ref){a, 10u << 20, FERRY_DTYPE_F32};
+  k2.aux[4] = (struct ferry_ref){a, 12u << 20, FERRY_DTYPE_F32};
+  k2.top_k = 1;
+  k2.ints = tok;
+  k2.ints2 = rank;
+  k2.n_ints = 4;
   assert_int_equal(ferry_exec_compute(ex, qc, &k2), FERRY_OK);
   assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
   const struct ferry_activity *a1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *a2 = find(&log, FERRY_ACT_KERNEL, qc, 1);
@@ -330,6 +355,7 @@ static void test_runtime_host_costs(void **state) {
   ferry_buf *w, *host;
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  ferry_buf *a = acts(ex);
   /* a step opens: 50 us of host work; a layer: 7 us more */
   struct ferry_exec_range step = ferry_exec_range_begin(ex, "step", 0, -1, -1);
   assert_int_equal(ferry_exec_now(ex), 50000);
@@ -337,7 +363,7 @@ static void test_runtime_host_costs(void **state) {
   assert_int_equal(ferry_exec_now(ex), 57000);
   /* two tiny kernels (1000 ns launch overhead on the GPU, no work): each issued 10 us after the
    * host was free, so the GPU idles between them */
-  struct ferry_kernel tiny = matmul(0, 0, 0, w, FERRY_DTYPE_F16);
+  struct ferry_kernel tiny = matmul(0, 0, 0, w, FERRY_DTYPE_F16, a);
   assert_int_equal(ferry_exec_compute(ex, qc, &tiny), FERRY_OK);
   assert_int_equal(ferry_exec_compute(ex, qc, &tiny), FERRY_OK);
   /* a dequantize op folded into its consumer: no host time, no GPU time */
@@ -345,14 +371,24 @@ static void test_runtime_host_costs(void **state) {
   memset(&dq, 0, sizeof dq);
   dq.kind = FERRY_K_DEQUANTIZE;
   dq.m = 1000, dq.n = 100, dq.k = 100;
-  dq.qformat = 4; /* int4 */
+  dq.qformat = 4; /* int4, groups of 64: its packed parts in w, as large as the layout says */
+  dq.qgroup = 64;
   dq.y = (struct ferry_ref){w, 0, FERRY_DTYPE_F32};
+  struct ferry_qlayout lay;
+  assert_int_equal(ferry_quant_layout(&(struct ferry_qspec){FERRY_QFORMAT_INT4, 64}, 100, 100, &lay), FERRY_OK);
+  for (int p = 0; p < FERRY_QPART_COUNT; p++)
+    if (lay.part[p].bytes) dq.aux[p] = (struct ferry_ref){w, 1000000 + (uint64_t)p * 100000, FERRY_DTYPE_U8};
   assert_int_equal(ferry_exec_compute(ex, qc, &dq), FERRY_OK);
   /* the rows of a step's logits: 4 rows x 500 ns on top of the launch */
   struct ferry_kernel rows;
   memset(&rows, 0, sizeof rows);
   rows.kind = FERRY_K_GATHER_ROWS;
+  rows.layer = -1; /* the head's gather, of no layer (a layer's gathers of expert rows sample nothing) */
   rows.m = 4;
+  static const int32_t row_ids[4] = {0, 1, 2, 3};
+  rows.ints = row_ids;
+  rows.n_ints = 4;
+  rows.x = rows.y = (struct ferry_ref){a, 0, FERRY_DTYPE_F32};
   assert_int_equal(ferry_exec_compute(ex, qc, &rows), FERRY_OK);
   /* a copy: 3 us to issue, then 2000 ns latency + 1000 bytes at 10 B/ns */
   assert_int_equal(ferry_exec_copy(ex, qh, ref(w), ref(host), 1000), FERRY_OK);
@@ -437,7 +473,7 @@ static void test_wait_orders_queues(void **state) {
   assert_int_equal(ferry_exec_queue_wait(ex, qc, never), FERRY_OK);
   assert_int_equal(ferry_exec_sync(ex, never), FERRY_OK);
   /* compute: kernel A (3541 ns), wait for the copy, kernel B; copy ends at 102000 */
-  struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16);
+  struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16, acts(ex));
   assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
   assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
   assert_int_equal(ferry_exec_record(ex, qh, copied), FERRY_OK);
@@ -577,6 +613,7 @@ static void run_mixed(struct log *log) {
   ferry_buf *host, *dev;
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &host), FERRY_OK);
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4 << 20, "d", &dev), FERRY_OK);
+  ferry_buf *a = acts(ex);
   ferry_event *ev[4];
   for (int i = 0; i < 4; i++) assert_int_equal(ferry_exec_event_create(ex, &ev[i]), FERRY_OK);
   for (int round = 0; round < 20; round++) {
@@ -587,7 +624,7 @@ static void run_mixed(struct log *log) {
     assert_int_equal(ferry_exec_copy(ex, round % 2 ? q1 : q2, ref(dev), ref(host), n), FERRY_OK);
     assert_int_equal(ferry_exec_record(ex, round % 2 ? q1 : q2, ev[1]), FERRY_OK);
     assert_int_equal(ferry_exec_queue_wait(ex, qc, ev[1]), FERRY_OK);
-    struct ferry_kernel k = matmul(1 + round, 1000, 1000, dev, FERRY_DTYPE_F16);
+    struct ferry_kernel k = matmul(1 + round, 1000, 1000, dev, FERRY_DTYPE_F16, a);
     assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
     assert_int_equal(ferry_exec_record(ex, qc, ev[2]), FERRY_OK);
     assert_int_equal(ferry_exec_queue_wait(ex, qd, ev[2]), FERRY_OK);
@@ -646,6 +683,7 @@ static void test_no_allocation_per_op(void **state) {
   ferry_buf *host, *dev;
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &host), FERRY_OK);
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4 << 20, "d", &dev), FERRY_OK);
+  ferry_buf *a = acts(ex);
   ferry_event *ev[4];
   for (int i = 0; i < 4; i++) assert_int_equal(ferry_exec_event_create(ex, &ev[i]), FERRY_OK);
   uint64_t before = 0;
@@ -658,7 +696,7 @@ static void test_no_allocation_per_op(void **state) {
       assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 4096), FERRY_OK);
       assert_int_equal(ferry_exec_record(ex, qh, ev[1]), FERRY_OK);
       assert_int_equal(ferry_exec_queue_wait(ex, qc, ev[1]), FERRY_OK);
-      struct ferry_kernel kk = matmul(8, 1000, 1000, dev, FERRY_DTYPE_F16);
+      struct ferry_kernel kk = matmul(8, 1000, 1000, dev, FERRY_DTYPE_F16, a);
       assert_int_equal(ferry_exec_compute(ex, qc, &kk), FERRY_OK);
     }
     assert_int_equal(ferry_exec_record(ex, qc, ev[2]), FERRY_OK);

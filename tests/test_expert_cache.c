@@ -49,7 +49,7 @@ static void ref_touch(struct ref *r, int32_t s) {
 
 static void run(int lfu, int n_slots, uint64_t seed, int touch_percent) {
   struct ferry_expert_cache c;
-  assert_int_equal(ferry__cache_init(&c, lfu ? FERRY_CACHE_LFU : FERRY_CACHE_LRU, n_slots, L, E), FERRY_OK);
+  assert_int_equal(ferry__cache_init(&c, ferry__cache_policy_find(lfu ? "lfu" : "lru"), n_slots, 0, L, E, NULL), FERRY_OK);
   struct ref r;
   memset(&r, 0, sizeof r);
   r.lfu = lfu;
@@ -90,8 +90,8 @@ static void run(int lfu, int n_slots, uint64_t seed, int touch_percent) {
     }
   }
   for (int s = 0; s < n_slots; s++) {
-    assert_int_equal(c.slot_layer[s], r.layer[s]);
-    assert_int_equal(c.slot_expert[s], r.expert[s]);
+    assert_int_equal(c.slot_unit[s] < 0 ? -1 : c.slot_unit[s] / E, r.layer[s]);
+    assert_int_equal(c.slot_unit[s] < 0 ? -1 : c.slot_unit[s] % E, r.expert[s]);
   }
   assert_true(evictions > 1000); /* the sequences exercise eviction, not just filling */
   ferry__cache_free(&c);
@@ -117,7 +117,7 @@ static void test_every_slot_protected(void **state) {
   (void)state;
   for (int lfu = 0; lfu < 2; lfu++) {
     struct ferry_expert_cache c;
-    assert_int_equal(ferry__cache_init(&c, lfu ? FERRY_CACHE_LFU : FERRY_CACHE_LRU, 2, L, E), FERRY_OK);
+    assert_int_equal(ferry__cache_init(&c, ferry__cache_policy_find(lfu ? "lfu" : "lru"), 2, 0, L, E, NULL), FERRY_OK);
     int32_t el, ex;
     for (int i = 0; i < 2; i++) {
       int32_t s = ferry__cache_insert(&c, 0, i, &el, &ex);

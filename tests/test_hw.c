@@ -101,7 +101,7 @@ static void test_catalogue_loads(void **state) {
     }
     ferry_hw_close(hw);
   }
-  assert_int_equal(gpus, 26);
+  assert_int_equal(gpus, 27); /* rtx-4090d-1s: the one-socket view of rtx-4090d */
   assert_int_equal(machines, 2); /* 8xh100-sxm, 4xl40s */
   assert_true(priced >= 20);
   ferry_hw_list_free(names, n);

@@ -181,7 +181,20 @@ static void test_kv_dtype(void **state) {
          "KV cache         4.00 GiB (8 sequences x 4096 tokens, bf16)");
   expect("sim --model mixtral-8x7b --hw h100-pcie --plan-only --max-seq-tokens 4096 --kv-dtype fp32", 0,
          "KV cache         8.00 GiB (8 sequences x 4096 tokens, fp32)");
-  expect(SIM "--synthetic n=2 --kv-dtype fp8", 2, "unknown KV-cache format 'fp8' (expected fp32, fp16, bf16");
+  expect("sim --model mixtral-8x7b --hw h100-pcie --plan-only --max-seq-tokens 4096 --kv-dtype int4", 0,
+         "KV cache         1.12 GiB (8 sequences x 4096 tokens, int4)");
+  expect(SIM "--synthetic n=2 --kv-dtype fp4", 2,
+         "unknown KV-cache format 'fp4' (expected fp32, fp16, bf16, fp8, int8, int4");
+  expect(SIM "--synthetic n=2 --kv-home cpu", 2, "--kv-home: expected 'device' or 'host', got 'cpu'");
+  expect(SIM "--synthetic n=2 --offload-compute experts=cpu", 1, "--offload-compute experts=...: tiny-dense is dense");
+  expect(SIM "--synthetic n=2 --offload-compute layers=fast", 2,
+         "--offload-compute: expected gpu, cpu, auto or CLASS=gpu|cpu|auto");
+  /* swap preemption is for a paged cache; its host copy is in the plan */
+  expect(SIM "--synthetic n=2 --kv-preempt swap", 1, "swap preemption (--kv-preempt swap) is for a paged cache");
+  expect(SIM "--synthetic n=2 --kv-block-tokens 16 --kv-preempt evict", 2,
+         "--kv-preempt: expected 'recompute' or 'swap', got 'evict'");
+  expect(SIM "--plan-only --max-seq-tokens 256 --kv-block-tokens 16 --kv-pool 2560KiB --kv-preempt swap", 0,
+         "KV swap          2.50 MiB (40 of the pool's 40 blocks"); /* tiny-dense: 64 KiB a block */
 }
 
 /* A routing trace for tiny-moe-shaped replay: requests `req`, 2 tokens, `layers` layers, k ids
@@ -269,7 +282,7 @@ static void test_ignored_options_refused(void **state) {
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor-model p.safetensors", syn);
   expect(args, 2, "--predictor-model is read by --predictor mlp3 or mlp7 only");
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor lru --predictor-routing r.jsonl", syn);
-  expect(args, 2, "--predictor-routing is read by --predictor frequency, oracle, gate-lookahead, mlp3 and mlp7 only");
+  expect(args, 2, "--predictor-routing is read by --expert-cache static and --predictor frequency, oracle, gate-lookahead, mlp3 and mlp7 only");
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --predictor oracle --predictor-routing r.jsonl", syn);
   expect(args, 2, "in 'ferry sim' the oracle knows the routing being simulated");
   snprintf(args, sizeof args, "run --model '%s' %s --backend cuda --threads 2", dense, syn);
@@ -289,9 +302,51 @@ static void test_ignored_options_refused(void **state) {
   expect(args, 2, "--runtime is for 'ferry sim'");
 }
 
+/* Options are matched whole (getopt_long took a prefix for the option it abbreviates): an
+ * unknown or shortened one is an error naming the nearest; so are unknown profiles and models,
+ * whose preset names match in any case. */
+static void test_names_suggested(void **state) {
+  (void)state;
+  expect("run --model x --synthetic n=2 --prefetch-dept 1", 2,
+         "unknown option '--prefetch-dept'; did you mean --prefetch-depth?");
+  expect("run --model x --synthetic n=2 --prefetch 1", 2, "unknown option '--prefetch'; did you mean --prefetch-depth?");
+  expect("run --model x --synthetic n=2 --pin 1", 2, "did you mean --pin-first or --pin-last?");
+  expect("run --model x --synthetic n=2 --block-layers=2x", 2, "--block-layers");
+  expect("run --model x --synthetic n=2 --greedy=1", 2, "--greedy takes no value");
+  expect("run --model x --synthetic n=2 --seed", 2, "--seed needs a value");
+  expect(SIM "--synthetic n=2 --backend cuda", 2, "--backend is for 'ferry run'");
+  expect("report --d x --out y", 2, "unknown option '--d'; did you mean --db?");
+  expect("sim --model tiny-mo --hw h100-pcie --synthetic n=2", 1, "nearest: tiny-moe");
+  expect("sim --model tiny-moe --hw h100 --synthetic n=2", 1, "nearest: h100-pcie, h100-sxm");
+  expect("sim --model TINY-MOE --hw h100-pcie --synthetic n=2,prompt=8,output=2 --quiet", 0, "requests: 2 done");
+  /* --name=VALUE is the same option */
+  expect(SIM "--synthetic=n=2,prompt=8,output=2 --max-batch=2", 0, "requests: 2 done");
+}
+
+/* The generated help: every option of the table, each line within 100 columns. */
+static void test_help_fits(void **state) {
+  (void)state;
+  const char *const cmds[] = {"run --help", "sim --help"};
+  for (int c = 0; c < 2; c++) {
+    char *out = NULL;
+    assert_int_equal(tu_run_ferry(cmds[c], &out), 0);
+    assert_true(tu_contains(out, "--prefetch-depth D") && tu_contains(out, "--host-budget-schedule"));
+    size_t col = 0, widest = 0;
+    for (const char *p = out; *p; p++) {
+      col = *p == '\n' ? 0 : col + 1;
+      if (col > widest) widest = col;
+    }
+    if (widest > 100) fprintf(stderr, "ferry %s: a line of %zu columns\n%s", cmds[c], widest, out);
+    assert_true(widest <= 100);
+    free(out);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
+      cmocka_unit_test(test_names_suggested),
+      cmocka_unit_test(test_help_fits),
       cmocka_unit_test(test_time_out_of_range),
       cmocka_unit_test(test_synthetic_lazy),
       cmocka_unit_test(test_request_longer_than_model),

@@ -310,14 +310,12 @@ static void routing_without_features(void *user, int64_t req, int32_t tok, int32
   s->with_logits += n_features != 0 || features != NULL;
 }
 
-static int32_t predict_none_expected(void *user, int64_t req, int32_t tok, int32_t seq_len, int32_t now, int32_t target,
-                                     const int32_t *ids_now, const float *w_now, const float *look, const float *feat, int32_t k,
-                                     int32_t *out, int32_t max) {
-  (void)feat, (void)req, (void)tok, (void)seq_len, (void)now, (void)target, (void)ids_now, (void)w_now, (void)k, (void)out,
-      (void)max;
+static int32_t predict_none_expected(void *user, const struct ferry_expert_predict_request *rq, int32_t *out,
+                                     int32_t max) {
+  (void)out, (void)max;
   struct lookahead_sim *s = user;
   s->calls++;
-  s->with_logits += look != NULL;
+  s->with_logits += rq->lookahead_logits != NULL;
   return 0;
 }
 
@@ -808,7 +806,7 @@ static void test_default_budget(void **state) {
   /* more than the GPU has */
   snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090 --device-budget 30GiB%s", work);
   assert_int_equal(tu_run_ferry(args, &out), 1);
-  assert_true(tu_contains(out, "--device-budget 30.00 GiB exceeds the memory of rtx-4090 (24.00 GiB)"));
+  assert_true(tu_contains(out, "device budget 30.00 GiB exceeds the memory of rtx-4090 (24.00 GiB)"));
   free(out);
   /* a real run's host budget: half of the memory available */
   snprintf(args, sizeof args, "model gen --preset tiny-dense --dtype fp16 --out '%s/td' --quiet", tmp);
@@ -817,7 +815,7 @@ static void test_default_budget(void **state) {
   snprintf(args, sizeof args, "run --model '%s/td' --synthetic rate=1,n=1,prompt=8,output=2 --device-budget 1GiB --plan-only",
            tmp);
   assert_int_equal(tu_run_ferry(args, &out), 0);
-  assert_true(tu_contains(out, "this machine has available; --host-budget to change"));
+  assert_true(tu_contains(out, "this machine has available); --host-budget to change"));
   assert_false(tu_contains(out, "of unlimited budget"));
   free(out);
   /* --plan-only sizes the KV cache from the requests as the run does, and says so without any */
@@ -831,13 +829,55 @@ static void test_default_budget(void **state) {
   free(out);
   snprintf(args, sizeof args, "sim --model llama-2-7b --hw rtx-4090 --host-budget 1TiB%s", work);
   assert_int_equal(tu_run_ferry(args, &out), 1);
-  assert_true(tu_contains(out, "--host-budget 1.00 TiB exceeds the host memory of rtx-4090 (64.00 GiB)"));
+  assert_true(tu_contains(out, "host budget 1.00 TiB exceeds the host memory of rtx-4090 (64.00 GiB)"));
   free(out);
+}
+
+/* The default budgets are a library decision (ferry_engine_plan_budgets()), the same for
+ * `ferry sim`, `ferry run` and any program: a model that fits stays resident, a larger dense one
+ * pins its last layers in what is left, a budget beyond the machine is refused, and a real
+ * host tier gets half of the memory available. */
+static void test_plan_budgets(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  uint64_t need = 0, host_min = 0;
+  struct ferry_engine_config whole = {.resident_all = 1};
+  assert_int_equal(ferry_engine_min_budgets(m, NULL, &whole, &need, &host_min), FERRY_OK);
+  struct ferry_machine_memory big = {.gpu_name = "big", .gpu_bytes = 4 * need, .gpu_free_bytes = UINT64_MAX,
+                                     .host_available_bytes = 8ull << 30};
+  struct ferry_engine_config c = {.block_layers = 1, .prefetch_depth = 1};
+  struct ferry_budget_plan plan;
+  assert_int_equal(ferry_engine_plan_budgets(m, NULL, &big, &c, &plan), FERRY_OK);
+  assert_true(plan.device_defaulted && plan.fits && c.resident_all && !c.fill_budget);
+  assert_true(c.device_budget_bytes == (uint64_t)((double)big.gpu_bytes * 0.9));
+  assert_true(plan.host_defaulted && c.host_budget_bytes == 4ull << 30);
+  assert_true(tu_contains(plan.device_note, "the model fits, everything resident"));
+  /* a GPU smaller than the model: offloaded, the last layers filling what streaming leaves */
+  struct ferry_machine_memory small = big;
+  small.gpu_bytes = need / 2;
+  struct ferry_engine_config d = {.block_layers = 1, .prefetch_depth = 1};
+  assert_int_equal(ferry_engine_plan_budgets(m, NULL, &small, &d, &plan), FERRY_OK);
+  assert_true(plan.device_defaulted && !plan.fits && !d.resident_all && d.fill_budget);
+  /* a given budget is kept, and one beyond the GPU refused */
+  struct ferry_engine_config e = {.device_budget_bytes = need / 4};
+  assert_int_equal(ferry_engine_plan_budgets(m, NULL, &small, &e, &plan), FERRY_OK);
+  assert_true(!plan.device_defaulted && e.device_budget_bytes == need / 4 && !e.fill_budget);
+  e.device_budget_bytes = need;
+  assert_int_equal(ferry_engine_plan_budgets(m, NULL, &small, &e, &plan), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "exceeds the memory of big"));
+  /* a GPU another process fills: at most its free memory less a reserve */
+  struct ferry_machine_memory busy = big;
+  busy.gpu_free_bytes = 0;
+  struct ferry_engine_config f = {0};
+  assert_int_equal(ferry_engine_plan_budgets(m, NULL, &busy, &f, &plan), FERRY_ERR_NOMEM);
+  ferry_model_close(m);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_default_budget),
+      cmocka_unit_test(test_plan_budgets),
       cmocka_unit_test(test_dense_completes_deterministically),
       cmocka_unit_test(test_pipeline_copy_bound),
       cmocka_unit_test(test_pipeline_compute_bound),

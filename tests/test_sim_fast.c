@@ -69,12 +69,11 @@ static const struct ferry_engine_request requests[] = {
 
 /* A predictor that guesses the token's current experts and their neighbours, so that some
  * prefetches are used and some wasted. */
-static int32_t guess(void *user, int64_t req_id, int32_t token_index, int32_t seq_len, int32_t layer_now,
-                     int32_t target_layer, const int32_t *ids_now, const float *weights_now, const float *lookahead,
-                     const float *features, int32_t k, int32_t *out, int32_t max) {
-  (void)user, (void)req_id, (void)seq_len, (void)weights_now, (void)lookahead, (void)features;
+static int32_t guess(void *user, const struct ferry_expert_predict_request *rq, int32_t *out, int32_t max) {
+  (void)user;
   int32_t n = 0;
-  for (int32_t i = 0; i < k && n < max; i++) out[n++] = (ids_now[i] + (token_index + target_layer - layer_now) % 2) % max;
+  for (int32_t i = 0; i < rq->k && n < max; i++)
+    out[n++] = (rq->ids_now[i] + (rq->token_index + rq->target_layer - rq->layer_now) % 2) % max;
   return n;
 }
 

@@ -196,6 +196,22 @@ ferry_status ferry_routing_add(ferry_routing *r, int64_t req_id, int32_t token_i
   return FERRY_OK;
 }
 
+ferry_status ferry_routing_counts(const ferry_routing *r, int32_t n_experts, int64_t *counts) {
+  if (!r || !counts || r->n_experts > n_experts)
+    return ferry__fail(FERRY_ERR_INVALID, "routing counts: the trace saw %d experts per layer, the model has %d",
+                       r ? r->n_experts : 0, n_experts);
+  const int32_t L = r->n_layers, K = r->top_k;
+  memset(counts, 0, (size_t)L * (size_t)n_experts * sizeof *counts);
+  for (size_t i = 0; i < r->n_reqs; i++) {
+    const struct ferry__routing_req *q = &r->reqs[i];
+    for (int64_t j = 0; j < (int64_t)q->n_tokens * L * K; j++) {
+      const int32_t x = q->ids[j];
+      if (x >= 0 && x < n_experts) counts[(j / K) % L * n_experts + x]++;
+    }
+  }
+  return FERRY_OK;
+}
+
 ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct ferry_routing_request *out) {
   if (!r || !out || i >= r->n_reqs) return FERRY_ERR_RANGE;
   const struct ferry__routing_req *q = &r->reqs[i];

@@ -8,6 +8,8 @@
 #ifndef FERRY_ALLOC_H
 #define FERRY_ALLOC_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,25 +24,25 @@ extern "C" {
  * Only one allocation fails per call; afterwards allocations succeed again.
  * @param n number of allocations that still succeed, or a negative value to disarm.
  */
-void ferry_alloc_fail_after(int64_t n);
+FERRY_API void ferry_alloc_fail_after(int64_t n);
 
 /**
  * @brief Number of allocations made through the hook since the process started.
  * @return the running count (including failed ones).
  */
-uint64_t ferry_alloc_count(void);
+FERRY_API uint64_t ferry_alloc_count(void);
 
 /**
  * @brief Allocate @p size bytes through ferry's hook (malloc semantics).
  * @return owned by the caller, release with ferry_free(); NULL on failure or injected fault.
  */
-void *ferry_malloc(size_t size);
+FERRY_API void *ferry_malloc(size_t size);
 
 /**
  * @brief Release memory from ferry_malloc() or a ferry function documented to return owned
  *        memory. Accepts NULL.
  */
-void ferry_free(void *ptr);
+FERRY_API void ferry_free(void *ptr);
 
 #ifdef __cplusplus
 }

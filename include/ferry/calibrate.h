@@ -7,6 +7,8 @@
 #ifndef FERRY_CALIBRATE_H
 #define FERRY_CALIBRATE_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -39,7 +41,7 @@ struct ferry_calib_sample {
  *        log errors) / (variance of the log measured durations) (may be NULL).
  * @return FERRY_ERR_INVALID when n is 0.
  */
-ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *samples, size_t n, struct ferry_hw_cost *out,
+FERRY_API ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *samples, size_t n, struct ferry_hw_cost *out,
                                  double *r2);
 
 /**
@@ -50,7 +52,7 @@ ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *samples, size_
  * @param progress where to print progress lines, or NULL.
  * @param out receives the profile (kind "gpu": the host executor's stand-in device).
  */
-ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry_hw_profile *out);
+FERRY_API ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry_hw_profile *out);
 
 /**
  * @brief Write a profile as JSON in the catalogue format (every section it has, the cost
@@ -62,7 +64,7 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
  *        --probe on host X, 2026-11-29").
  * @param path output file.
  */
-ferry_status ferry_hw_write_json(const struct ferry_hw_profile *profile, const char *const *fitted, size_t n_fitted,
+FERRY_API ferry_status ferry_hw_write_json(const struct ferry_hw_profile *profile, const char *const *fitted, size_t n_fitted,
                                  const char *source_note, const char *path);
 
 #ifdef __cplusplus

@@ -14,6 +14,8 @@
 #ifndef FERRY_CUPTI_H
 #define FERRY_CUPTI_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 
 #include "ferry/activity.h"
@@ -60,7 +62,7 @@ struct ferry_cupti_stats {
  *        Available with or without CUDA.
  * @return the current absolute time in ns.
  */
-int64_t ferry_cupti_clock_ns(void);
+FERRY_API int64_t ferry_cupti_clock_ns(void);
 
 /**
  * @brief Start collecting with the default buffer pool (16 buffers of 4 MiB).
@@ -80,7 +82,7 @@ int64_t ferry_cupti_clock_ns(void);
  *         FERRY_ERR_CUDA (a CUPTI call failed, its code in the message); FERRY_ERR_NOMEM.
  *         The message is in ferry_last_error().
  */
-ferry_status ferry_cupti_start(ferry_cupti **out, ferry_activity_fn sink, void *user, int64_t t0_ns);
+FERRY_API ferry_status ferry_cupti_start(ferry_cupti **out, ferry_activity_fn sink, void *user, int64_t t0_ns);
 
 /**
  * @brief ferry_cupti_start() with an explicit buffer pool.
@@ -91,7 +93,7 @@ ferry_status ferry_cupti_start(ferry_cupti **out, ferry_activity_fn sink, void *
  * @param config pool sizes (NULL = defaults); copied.
  * @return as ferry_cupti_start(), plus FERRY_ERR_INVALID for a bad config.
  */
-ferry_status ferry_cupti_start_config(ferry_cupti **out, ferry_activity_fn sink, void *user, int64_t t0_ns,
+FERRY_API ferry_status ferry_cupti_start_config(ferry_cupti **out, ferry_activity_fn sink, void *user, int64_t t0_ns,
                                       const struct ferry_cupti_config *config);
 
 /**
@@ -100,7 +102,7 @@ ferry_status ferry_cupti_start_config(ferry_cupti **out, ferry_activity_fn sink,
  * @param c handle.
  * @return FERRY_OK or FERRY_ERR_CUDA.
  */
-ferry_status ferry_cupti_flush(ferry_cupti *c);
+FERRY_API ferry_status ferry_cupti_flush(ferry_cupti *c);
 
 /**
  * @brief Records lost so far: CUPTI's dropped records plus records skipped for a zero
@@ -108,14 +110,14 @@ ferry_status ferry_cupti_flush(ferry_cupti *c);
  * @param c handle (NULL gives 0).
  * @return the count.
  */
-uint64_t ferry_cupti_dropped(const ferry_cupti *c);
+FERRY_API uint64_t ferry_cupti_dropped(const ferry_cupti *c);
 
 /**
  * @brief The counts so far.
  * @param c handle.
  * @param stats receives the counts (zeroed when c is NULL).
  */
-void ferry_cupti_get_stats(const ferry_cupti *c, struct ferry_cupti_stats *stats);
+FERRY_API void ferry_cupti_get_stats(const ferry_cupti *c, struct ferry_cupti_stats *stats);
 
 /**
  * @brief Stop: forced flush (every pending record reaches the sink before this returns),
@@ -125,7 +127,7 @@ void ferry_cupti_get_stats(const ferry_cupti *c, struct ferry_cupti_stats *stats
  * @return FERRY_OK, or FERRY_ERR_CUDA when the flush or a disable failed (the handle is
  *         released all the same).
  */
-ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats);
+FERRY_API ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats);
 
 /**
  * @brief A ::ferry_launch_begin_fn for ferry_exec_set_launch_hook() (user = the collector):
@@ -133,10 +135,10 @@ ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats);
  *        thread, so the kernels and copies CUPTI records get the op's layer and expert. Does
  *        nothing without CUDA or without a running collector.
  */
-void ferry_cupti_launch_begin(void *user, uint64_t tag);
+FERRY_API void ferry_cupti_launch_begin(void *user, uint64_t tag);
 
 /** @brief The matching ::ferry_launch_end_fn: pops the external correlation id. */
-void ferry_cupti_launch_end(void *user);
+FERRY_API void ferry_cupti_launch_end(void *user);
 
 #ifdef __cplusplus
 }

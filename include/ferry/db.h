@@ -17,6 +17,8 @@
 #ifndef FERRY_DB_H
 #define FERRY_DB_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,7 +30,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 6
+#define FERRY_DB_SCHEMA_VERSION 8
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -42,7 +44,8 @@ enum ferry_db_open_flags {
   FERRY_DB_CREATE = 1     /**< open for reading and writing, creating and migrating as needed */
 };
 
-/** Kind of a run (runs.kind). */
+/** Kind of a run (runs.kind) for the executors every build has; a run of any registered
+ *  executor names it in ferry_run_info::executor instead. */
 enum ferry_run_kind {
   FERRY_RUN_SIM = 0,        /**< the discrete-event simulator ("sim") */
   FERRY_RUN_HOST = 1,       /**< the host executor ("host") */
@@ -52,7 +55,11 @@ enum ferry_run_kind {
 
 /** Description of a run, given to ferry_db_run_begin(). Strings are copied; NULL = unknown. */
 struct ferry_run_info {
-  enum ferry_run_kind kind; /**< which world produced the run */
+  enum ferry_run_kind kind; /**< which world produced the run (when executor is NULL) */
+  /** The registry name of the executor that produced the run (ferry_exec_name(): "host",
+   *  "sim", a test's or a plugin's), stored as runs.kind; NULL: the name of @ref kind. A name is
+   *  1-15 of a-z, 0-9 and '-' (FERRY_ERR_INVALID otherwise). */
+  const char *executor;
   const char *model;        /**< model name or path */
   const char *hardware;     /**< hardware profile or GPU name */
   const char *trace;        /**< request trace name or path */
@@ -95,12 +102,31 @@ struct ferry_step_row {
   int64_t misses;     /**< weight-cache misses */
   int64_t stall_ns;   /**< time compute waited for weights */
   int64_t kv_tokens;  /**< tokens in the KV cache at the end of the step (0: not recorded) */
+  int64_t compute_busy_ns; /**< time the device's compute queue ran kernels */
+  int64_t cpu_busy_ns;     /**< time the CPU queue ran kernels (hybrid runs) */
+  uint64_t bytes_blocks;   /**< host-to-device bytes of streamed layer blocks */
+  uint64_t bytes_experts;  /**< host-to-device bytes of routed experts */
+  uint64_t bytes_act;      /**< activations between the device and the CPU (in bytes_h2d and bytes_d2h) */
+  int64_t evictions;       /**< expert-cache evictions */
+  int64_t cpu_experts;     /**< routed experts computed on the CPU */
+  int64_t kv_blocks;       /**< KV-cache blocks in use at the end of the step (paged cache) */
+};
+
+/** One layer's expert-cache activity and weight traffic over a run (layer_stats table). */
+struct ferry_layer_row {
+  int64_t layer;       /**< layer */
+  int64_t hits;        /**< expert-cache hits */
+  int64_t misses;      /**< demand fetches */
+  int64_t evictions;   /**< experts of the layer evicted */
+  int64_t prefetches;  /**< experts fetched on a prediction */
+  int64_t cpu_experts; /**< experts computed on the CPU */
+  uint64_t bytes_h2d;  /**< the layer's weight bytes copied host to device */
 };
 
 /** A run as listed by ferry_db_list_runs() and ferry_db_get_run(); strings owned by the array. */
 struct ferry_run_summary {
   int64_t id;            /**< run id */
-  char kind[16];         /**< "sim", "host", "cuda" or "nsys-import" */
+  char kind[16];         /**< the executor's registry name ("sim", "host", "cuda", ...) or "nsys-import" */
   char *model;           /**< model, or NULL */
   char *hardware;        /**< hardware, or NULL */
   char *trace;           /**< trace, or NULL */
@@ -195,7 +221,7 @@ struct ferry_metric_delta {
  * @param flags FERRY_DB_READ_ONLY or FERRY_DB_CREATE.
  * @return FERRY_OK or an error; the message is in ferry_last_error().
  */
-ferry_status ferry_db_open(ferry_db **out, const char *path, int flags);
+FERRY_API ferry_status ferry_db_open(ferry_db **out, const char *path, int flags);
 
 /** What ferry_db_merge() did with one source. */
 struct ferry_db_merge_stats {
@@ -227,20 +253,20 @@ struct ferry_db_merge_stats {
  *         missing, not a ferry database or newer than this build; FERRY_ERR_NO_SPACE; or an
  *         error. Details in ferry_db_errmsg() / ferry_last_error().
  */
-ferry_status ferry_db_merge(ferry_db *db, const char *src_path, struct ferry_db_merge_stats *stats);
+FERRY_API ferry_status ferry_db_merge(ferry_db *db, const char *src_path, struct ferry_db_merge_stats *stats);
 
 /**
  * @brief Flush pending activity rows and close the database. Accepts NULL.
  * @param db handle.
  */
-void ferry_db_close(ferry_db *db);
+FERRY_API void ferry_db_close(ferry_db *db);
 
 /**
  * @brief The detailed message of the handle's last failure.
  * @param db handle (NULL gives "").
  * @return borrowed string valid until the next call on the handle; "" if none.
  */
-const char *ferry_db_errmsg(const ferry_db *db);
+FERRY_API const char *ferry_db_errmsg(const ferry_db *db);
 
 /**
  * @brief Insert a run row (complete = 0, started_at = now) and commit it at once. The run
@@ -250,7 +276,7 @@ const char *ferry_db_errmsg(const ferry_db *db);
  * @param run_id receives the new run's id.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id);
+FERRY_API ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info, int64_t *run_id);
 
 /**
  * @brief Flush pending rows and mark a run finished: finished_at = now, complete = 1 when
@@ -262,7 +288,7 @@ ferry_status ferry_db_run_begin(ferry_db *db, const struct ferry_run_info *info,
  *         sweep_key already has a complete run (this one is then recorded as failed, with the
  *         duplicate named in runs.error), or an error.
  */
-ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error);
+FERRY_API ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error);
 
 /**
  * @brief Count records a run lost outside the database (e.g. the CUPTI collector's
@@ -273,7 +299,7 @@ ferry_status ferry_db_run_finish(ferry_db *db, int64_t run_id, const char *error
  * @param n records lost.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
-ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
+FERRY_API ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
 
 /**
  * @brief Store a name/value fact about a run (written at once) in META_DATA_EXPORT with its
@@ -284,7 +310,7 @@ ferry_status ferry_db_run_add_dropped(ferry_db *db, int64_t run_id, uint64_t n);
  * @param value value (copied); NULL stores NULL.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
-ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
+FERRY_API ferry_status ferry_db_run_meta(ferry_db *db, int64_t run_id, const char *name, const char *value);
 
 /** A name/value row of a run's META_DATA_EXPORT facts, from ferry_db_run_meta_list(). */
 struct ferry_meta_row {
@@ -301,7 +327,7 @@ struct ferry_meta_row {
  * @param count receives its length (0 when the run has none).
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_run_meta_list(ferry_db *db, int64_t run_id, const char *prefix, struct ferry_meta_row **rows,
+FERRY_API ferry_status ferry_db_run_meta_list(ferry_db *db, int64_t run_id, const char *prefix, struct ferry_meta_row **rows,
                                     size_t *count);
 
 /**
@@ -309,7 +335,7 @@ ferry_status ferry_db_run_meta_list(ferry_db *db, int64_t run_id, const char *pr
  * @param rows the array.
  * @param count its length.
  */
-void ferry_db_meta_free(struct ferry_meta_row *rows, size_t count);
+FERRY_API void ferry_db_meta_free(struct ferry_meta_row *rows, size_t count);
 
 /**
  * @brief Store the GPU a run used or simulated as a TARGET_INFO_GPU row (written at once).
@@ -320,7 +346,7 @@ void ferry_db_meta_free(struct ferry_meta_row *rows, size_t count);
  * @param info what the executor knows (ferry_exec_device_info()).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
-ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, const struct ferry_device_info *info);
+FERRY_API ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, const struct ferry_device_info *info);
 
 /**
  * @brief Read a run's GPU back from TARGET_INFO_GPU (NULL columns read as 0 or empty).
@@ -328,7 +354,7 @@ ferry_status ferry_db_add_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, cons
  * @param out filled on success.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND when the run has no such GPU row, or an error.
  */
-ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, struct ferry_device_info *out);
+FERRY_API ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, struct ferry_device_info *out);
 
 /**
  * @brief Add a request row (written with the next batch).
@@ -337,7 +363,7 @@ ferry_status ferry_db_get_gpu(ferry_db *db, int64_t run_id, int32_t gpu_id, stru
  * @param row the request.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct ferry_request_row *row);
+FERRY_API ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct ferry_request_row *row);
 
 /**
  * @brief Add a step row (written with the next batch).
@@ -346,7 +372,17 @@ ferry_status ferry_db_add_request(ferry_db *db, int64_t run_id, const struct fer
  * @param row the step.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_step_row *row);
+FERRY_API ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_step_row *row);
+
+/**
+ * @brief Write one layer's expert-cache activity and weight traffic of a run (at once, not
+ *        batched: one row per layer at the end of a run).
+ * @param db handle.
+ * @param run_id the run.
+ * @param row the layer's counts.
+ * @return FERRY_OK or an error (FERRY_ERR_INVALID for a NULL row).
+ */
+FERRY_API ferry_status ferry_db_add_layer_stats(ferry_db *db, int64_t run_id, const struct ferry_layer_row *row);
 
 /**
  * @brief Add a memory sample (written with the next batch).
@@ -357,7 +393,7 @@ ferry_status ferry_db_add_step(ferry_db *db, int64_t run_id, const struct ferry_
  * @param used_bytes bytes in use.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enum ferry_tier tier,
+FERRY_API ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enum ferry_tier tier,
                                  uint64_t used_bytes);
 
 /**
@@ -371,7 +407,7 @@ ferry_status ferry_db_add_memory(ferry_db *db, int64_t run_id, int64_t t_ns, enu
  * @param user the ferry_db handle.
  * @param act the record (borrowed for the call).
  */
-void ferry_db_activity_sink(void *user, const struct ferry_activity *act);
+FERRY_API void ferry_db_activity_sink(void *user, const struct ferry_activity *act);
 
 /**
  * @brief Write every pending row (requests, steps, memory, activities) in one transaction.
@@ -379,7 +415,7 @@ void ferry_db_activity_sink(void *user, const struct ferry_activity *act);
  * @return FERRY_OK, FERRY_ERR_NO_SPACE when the disk or database is full (earlier batches
  *         stay intact), or another error, including one deferred from the sink.
  */
-ferry_status ferry_db_flush(ferry_db *db);
+FERRY_API ferry_status ferry_db_flush(ferry_db *db);
 
 /**
  * @brief Find the most recent complete run with a configuration hash (sweeps resume by it).
@@ -388,7 +424,7 @@ ferry_status ferry_db_flush(ferry_db *db);
  * @param run_id receives the run id.
  * @return FERRY_OK, or FERRY_ERR_NOT_FOUND (no message) when there is none.
  */
-ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, int64_t *run_id);
+FERRY_API ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, int64_t *run_id);
 
 /**
  * @brief List every run, oldest first.
@@ -397,7 +433,7 @@ ferry_status ferry_db_find_complete_run(ferry_db *db, const char *config_hash, i
  * @param count receives the number of runs.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count);
+FERRY_API ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, size_t *count);
 
 /**
  * @brief Read one run.
@@ -406,14 +442,14 @@ ferry_status ferry_db_list_runs(ferry_db *db, struct ferry_run_summary **runs, s
  * @param run receives an owned array of one run (release with ferry_db_runs_free(run, 1)).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
-ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run);
+FERRY_API ferry_status ferry_db_get_run(ferry_db *db, int64_t run_id, struct ferry_run_summary **run);
 
 /**
  * @brief Release an array from ferry_db_list_runs() or ferry_db_get_run(). Accepts NULL.
  * @param runs the array.
  * @param count its length.
  */
-void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
+FERRY_API void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
 
 /**
  * @brief Compute a run's latency percentiles, throughput, peak memory and bytes moved.
@@ -422,7 +458,7 @@ void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
  * @param stats receives the metrics.
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
-ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats);
+FERRY_API ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats);
 
 /**
  * @brief Compare two runs' metrics (latency percentiles, throughput, peak memory per tier,
@@ -434,7 +470,7 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
  * @param count receives the number of rows written.
  * @return the number of regressed metrics (0 when B is within tolerance of A).
  */
-int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_stats *b,
+FERRY_API int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_stats *b,
                      double tolerance_pct, struct ferry_metric_delta *out, size_t *count);
 
 /**
@@ -456,7 +492,7 @@ int ferry_db_compare(const struct ferry_run_stats *a, const struct ferry_run_sta
  * @param count receives the number of rows written.
  * @return the number of regressed metrics.
  */
-int ferry_db_compare_groups(const struct ferry_run_stats *a, size_t na, const struct ferry_run_stats *b, size_t nb,
+FERRY_API int ferry_db_compare_groups(const struct ferry_run_stats *a, size_t na, const struct ferry_run_stats *b, size_t nb,
                             double tolerance_pct, double alpha, struct ferry_metric_delta *out, size_t *count);
 
 /**
@@ -464,7 +500,7 @@ int ferry_db_compare_groups(const struct ferry_run_stats *a, size_t na, const st
  * @param v the verdict.
  * @return "regression", "improvement" or "no significant change".
  */
-const char *ferry_verdict_name(enum ferry_verdict v);
+FERRY_API const char *ferry_verdict_name(enum ferry_verdict v);
 
 /** One metric of a run, listed by ferry_db_metrics(). */
 struct ferry_metric_value {
@@ -481,7 +517,7 @@ struct ferry_metric_value {
  * @param out array of at least FERRY_DB_MAX_METRICS rows.
  * @return the number of rows written.
  */
-size_t ferry_db_metrics(const struct ferry_run_stats *s, struct ferry_metric_value *out);
+FERRY_API size_t ferry_db_metrics(const struct ferry_run_stats *s, struct ferry_metric_value *out);
 
 /**
  * @brief Write a run's whole timeline as Chrome trace JSON (Perfetto); see
@@ -491,7 +527,7 @@ size_t ferry_db_metrics(const struct ferry_run_stats *s, struct ferry_metric_val
  * @param out_path output file (replaced atomically).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
-ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out_path);
+FERRY_API ferry_status ferry_db_export_trace(ferry_db *db, int64_t run_id, const char *out_path);
 
 /** What part of a run ferry_db_export_trace_window() writes. */
 struct ferry_trace_export_options {
@@ -505,7 +541,7 @@ struct ferry_trace_export_options {
  * @brief The whole run: no window.
  * @param opt filled.
  */
-void ferry_trace_export_options_init(struct ferry_trace_export_options *opt);
+FERRY_API void ferry_trace_export_options_init(struct ferry_trace_export_options *opt);
 
 /**
  * @brief Write a run's timeline as Chrome trace JSON (Perfetto). Process 1 is the run: a named
@@ -524,7 +560,7 @@ void ferry_trace_export_options_init(struct ferry_trace_export_options *opt);
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run or steps it does not have,
  *         FERRY_ERR_INVALID for an empty window, or an error.
  */
-ferry_status ferry_db_export_trace_window(ferry_db *db, int64_t run_id, const char *out_path,
+FERRY_API ferry_status ferry_db_export_trace_window(ferry_db *db, int64_t run_id, const char *out_path,
                                           const struct ferry_trace_export_options *opt);
 
 /**
@@ -541,7 +577,7 @@ ferry_status ferry_db_export_trace_window(ferry_db *db, int64_t run_id, const ch
  * @return FERRY_OK, FERRY_ERR_EXISTS when the file was imported before (nothing is written), or
  *         an error.
  */
-ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
+FERRY_API ferry_status ferry_db_import_nsys(ferry_db *db, const char *export_path,
                                   const struct ferry_run_info *info, int64_t *run_id);
 
 /** The summaries of ferry_db_stats_report(), named after `nsys stats` reports. */
@@ -579,7 +615,7 @@ struct ferry_stats_table {
  * @param out receives the table (empty when the run has nothing to summarise).
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND for an unknown run, or an error.
  */
-ferry_status ferry_db_stats_report(ferry_db *db, int64_t run_id, enum ferry_stats_report report,
+FERRY_API ferry_status ferry_db_stats_report(ferry_db *db, int64_t run_id, enum ferry_stats_report report,
                                    struct ferry_stats_table *out);
 
 /**
@@ -587,21 +623,21 @@ ferry_status ferry_db_stats_report(ferry_db *db, int64_t run_id, enum ferry_stat
  *        Accepts NULL.
  * @param t the table.
  */
-void ferry_stats_table_free(struct ferry_stats_table *t);
+FERRY_API void ferry_stats_table_free(struct ferry_stats_table *t);
 
 /**
  * @brief A report's ferry name ("kern_sum", ...).
  * @param r the report.
  * @return static string, "?" when unknown.
  */
-const char *ferry_stats_report_name(enum ferry_stats_report r);
+FERRY_API const char *ferry_stats_report_name(enum ferry_stats_report r);
 
 /**
  * @brief The `nsys stats` report a summary follows ("cuda_gpu_kern_sum", ...).
  * @param r the report.
  * @return static string, or NULL for ferry's own (step_sum).
  */
-const char *ferry_stats_report_nsys_name(enum ferry_stats_report r);
+FERRY_API const char *ferry_stats_report_nsys_name(enum ferry_stats_report r);
 
 /**
  * @brief Parse a report name: ferry's ("kern_sum") or the nsys one ("cuda_gpu_kern_sum").
@@ -609,7 +645,7 @@ const char *ferry_stats_report_nsys_name(enum ferry_stats_report r);
  * @param out receives the report.
  * @return FERRY_OK or FERRY_ERR_INVALID listing the names.
  */
-ferry_status ferry_stats_report_parse(const char *text, enum ferry_stats_report *out);
+FERRY_API ferry_status ferry_stats_report_parse(const char *text, enum ferry_stats_report *out);
 
 /** Quality of one tensor class of a quantized model (table quant_quality). */
 struct ferry_quant_quality_row {
@@ -636,7 +672,7 @@ struct ferry_quant_quality_row {
  * @param row the row (strings copied).
  * @return FERRY_OK or FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
  */
-ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *row);
+FERRY_API ferry_status ferry_db_add_quant_quality(ferry_db *db, const struct ferry_quant_quality_row *row);
 
 /** One row of `engine_events`: what kept a run up (schema version 6, docs/schema.md). */
 struct ferry_event_row {
@@ -658,14 +694,14 @@ struct ferry_event_row {
  * @return FERRY_OK; FERRY_ERR_INVALID for a kind or tier not listed above; FERRY_ERR_NOT_FOUND
  *         for an unknown run; FERRY_ERR_DB / FERRY_ERR_NO_SPACE with the message in the handle.
  */
-ferry_status ferry_db_add_event(ferry_db *db, int64_t run_id, const struct ferry_event_row *row);
+FERRY_API ferry_status ferry_db_add_event(ferry_db *db, int64_t run_id, const struct ferry_event_row *row);
 
 /**
  * @brief Name of a run kind as stored in runs.kind.
  * @param kind the kind.
  * @return a static string ("sim", "host", "cuda", "nsys-import", or "?").
  */
-const char *ferry_run_kind_name(enum ferry_run_kind kind);
+FERRY_API const char *ferry_run_kind_name(enum ferry_run_kind kind);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
 #ifndef FERRY_DTYPE_H
 #define FERRY_DTYPE_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 
 #include "ferry/status.h"
@@ -43,19 +45,19 @@ enum ferry_dtype {
  * @brief Bytes per element of a dtype.
  * @return 1, 2, 4 or 8; 0 for a value outside the enum.
  */
-size_t ferry_dtype_size(enum ferry_dtype dtype);
+FERRY_API size_t ferry_dtype_size(enum ferry_dtype dtype);
 
 /**
  * @brief The safetensors spelling of a dtype ("F32", "BF16", ...).
  * @return a static string; "?" for a value outside the enum.
  */
-const char *ferry_dtype_st_name(enum ferry_dtype dtype);
+FERRY_API const char *ferry_dtype_st_name(enum ferry_dtype dtype);
 
 /**
  * @brief The short user-facing spelling of a dtype ("fp32", "bf16", ...).
  * @return a static string; "?" for a value outside the enum.
  */
-const char *ferry_dtype_name(enum ferry_dtype dtype);
+FERRY_API const char *ferry_dtype_name(enum ferry_dtype dtype);
 
 /**
  * @brief Parse a dtype from either its safetensors or its short spelling (also accepts the
@@ -64,7 +66,7 @@ const char *ferry_dtype_name(enum ferry_dtype dtype);
  * @param out receives the dtype on success.
  * @return FERRY_OK, or FERRY_ERR_INVALID for an unknown spelling.
  */
-ferry_status ferry_dtype_parse(const char *text, enum ferry_dtype *out);
+FERRY_API ferry_status ferry_dtype_parse(const char *text, enum ferry_dtype *out);
 
 #ifdef __cplusplus
 }

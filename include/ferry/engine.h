@@ -7,6 +7,8 @@
 #ifndef FERRY_ENGINE_H
 #define FERRY_ENGINE_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -62,31 +64,57 @@ typedef void (*ferry_routing_record_fn)(void *user, int64_t req_id, int32_t toke
                                         int32_t top_k, const int32_t *ids, const float *weights,
                                         int32_t n_features, const float *token_features);
 
+/** What the engine knows about one token when it asks its expert predictor
+ *  (ferry_expert_predict_fn): one struct, so a predictor that needs more is a new member, not a
+ *  new signature. Arrays are borrowed for the call. */
+struct ferry_expert_predict_request {
+  int64_t req_id;               /**< the request */
+  int32_t token_index;          /**< the token's position in its sequence */
+  int32_t seq_len;              /**< the request's prompt + output length */
+  int32_t layer_now;            /**< the layer just routed */
+  int32_t target_layer;         /**< the layer to predict (layer_now + 1 ... + prefetch depth) */
+  int32_t k;                    /**< experts per token */
+  int32_t n_experts;            /**< experts per layer */
+  const int32_t *ids_now;       /**< the token's chosen experts at layer_now (k of them) */
+  const float *weights_now;     /**< their gate weights */
+  const float *lookahead_logits; /**< the router logits of target_layer on this token's hidden state
+                                      at layer_now (n_experts), when the configuration asks for
+                                      router_lookahead and the executor computes; else NULL */
+  const float *token_features;  /**< the token's predictor features (n_features), when asked for
+                                      and the executor computes; else NULL */
+  int32_t n_features;           /**< entries of token_features */
+};
+
 /**
- * @brief Expert predictor: which experts of layer @p target_layer to prefetch for one token,
- *        now that the token's routing at @p layer_now is known.
+ * @brief Expert predictor: which experts of rq->target_layer to prefetch for one token.
  * @param user the pointer given in the configuration.
- * @param req_id the request.
- * @param token_index the token's position in its sequence.
- * @param seq_len the request's prompt + output length.
- * @param layer_now the layer just routed.
- * @param target_layer the layer to predict (layer_now + 1 ... + prefetch depth).
- * @param ids_now the token's chosen experts at layer_now (k of them).
- * @param weights_now their gate weights.
- * @param lookahead_logits the router logits of @p target_layer applied to this token's hidden
- *        state at @p layer_now (n_experts floats), when the configuration asks for
- *        router_lookahead and the executor computes; NULL otherwise (the simulator).
- * @param token_features the token's predictor features (token_features of the configuration
- *        entries), when asked for and the executor computes; NULL otherwise.
- * @param k experts per token.
+ * @param rq what the engine knows.
  * @param out_ids receives up to @p max experts, best first.
  * @param max capacity of out_ids.
  * @return how many experts were written.
  */
-typedef int32_t (*ferry_expert_predict_fn)(void *user, int64_t req_id, int32_t token_index, int32_t seq_len,
-                                           int32_t layer_now, int32_t target_layer, const int32_t *ids_now,
-                                           const float *weights_now, const float *lookahead_logits,
-                                           const float *token_features, int32_t k, int32_t *out_ids, int32_t max);
+typedef int32_t (*ferry_expert_predict_fn)(void *user, const struct ferry_expert_predict_request *rq, int32_t *out_ids,
+                                           int32_t max);
+
+/** Where work whose weights are not on the device runs (`--offload-compute`). */
+enum ferry_compute_where {
+  FERRY_COMPUTE_GPU = 0, /**< fetch the weights to the device and compute there (default) */
+  FERRY_COMPUTE_CPU,     /**< compute on the host's CPU where the weights live (host memory); only
+                              activations cross the link (Fiddler, ktransformers, llama.cpp's
+                              CPU layers) */
+  FERRY_COMPUTE_AUTO     /**< per op, Fiddler's rule: fetch when transfer + device time is less
+                              than the CPU's time, from the rates in the configuration */
+};
+
+/** Throughputs the FERRY_COMPUTE_AUTO rule compares, per second (0: that side is never chosen
+ *  for lack of a figure). `ferry sim` takes them from the hardware profile. */
+struct ferry_compute_rates {
+  double cpu_flops;    /**< the CPU's math, flop/s */
+  double cpu_bytes;    /**< the CPU's reading of weights from host memory, bytes/s */
+  double device_flops; /**< the device's math, flop/s */
+  double device_bytes; /**< the device's memory, bytes/s */
+  double link_bytes;   /**< host -> device copies, bytes/s */
+};
 
 /**
  * @brief Memory-pressure control (ferry_engine_config::pressure).
@@ -128,12 +156,23 @@ struct ferry_engine_config {
   int32_t pin_last;              /**< last layers kept resident */
   int resident_attention;        /**< keep all attention resident, stream only FFN / experts */
   int resident_all;              /**< keep everything resident (reference runs) */
-  int fill_budget;               /**< dense models: pin whole layers, from the last, with the device
-                                      budget left after the working set (MoE models give it to the
+  int fill_budget;               /**< dense models (and MoE models whose experts move with their
+                                      layers): pin whole layers, from the last, with the device budget
+                                      left after the working set (other MoE models give it to the
                                       expert cache either way); `ferry run`/`sim` set it when they
                                       choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
-  int expert_cache_lfu;          /**< LFU instead of LRU eviction in the expert cache */
+  int expert_cache_lfu;          /**< legacy: LFU eviction (the same as expert_cache "lfu") */
+  const char *expert_cache;      /**< expert placement policy (`--expert-cache`): "auto" (the default,
+                                      frequency with ageing: scan-resistant), "lru", "lfu" or "static"
+                                      (the most routed experts pinned); NULL: "auto" (or "lfu" with
+                                      expert_cache_lfu). Borrowed; must outlive the engine */
+  int32_t expert_cache_per_layer; /**< K > 0: K cache slots per layer, each layer evicting only its
+                                      own (mixtral-offloading), under the policy above (lru when
+                                      none is named) */
+  const int64_t *expert_popularity; /**< optional: how often each (layer, expert) is routed, layer
+                                      major (a routing trace's counts, `--predictor-routing`): the
+                                      static policy pins the most routed before serving. Copied */
   uint64_t device_budget_bytes;  /**< device budget (0 = unlimited: everything resident) */
   uint64_t host_budget_bytes;    /**< host budget (0 = unlimited) */
   int32_t max_batch;             /**< concurrent sequences (KV-cache slots); default 8 */
@@ -144,8 +183,9 @@ struct ferry_engine_config {
   unsigned read_flags;           /**< FERRY_READ_DIRECT / FERRY_READ_DROP_CACHE for disk reads */
   uint64_t seed;                 /**< token ids */
   int greedy;                    /**< next token = argmax of the logits (default: seeded draw) */
-  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values; FERRY_KV_AUTO (0,
-                                      the default): the model's own dtype (ferry_model_kv_format()) */
+  enum ferry_kv_format kv_format; /**< how the KV cache stores keys and values (fp32, fp16, bf16, or
+                                      fp8 / int8 / int4 with group scales); FERRY_KV_AUTO (0, the
+                                      default): the model's own dtype (ferry_model_kv_format()) */
   ferry_logits_fn on_logits;     /**< optional logits callback */
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data; required for MoE models there */
@@ -172,6 +212,41 @@ struct ferry_engine_config {
                                       (ferry_store_scan_nonfinite()) */
   ferry_routing_record_fn on_routing; /**< optional: every routing decision */
   void *on_routing_user;         /**< passed to on_routing */
+  enum ferry_compute_where compute_experts; /**< routed experts that are not on the device (a
+                                      cache miss): fetched (GPU), computed on the CPU from host
+                                      memory, or by the rule (AUTO); they must live in host memory */
+  enum ferry_compute_where compute_layers; /**< streamed layers (blocks): fetched, or computed on
+                                      the CPU from host memory with their KV cache there (llama.cpp's
+                                      layers left on the CPU), or per step by the rule */
+  struct ferry_compute_rates rates; /**< the AUTO rule's figures */
+  int32_t kv_block_tokens;       /**< a paged KV cache (vLLM): blocks of this many tokens from a pool,
+                                      given to sequences as they grow; a request is admitted when the
+                                      blocks for its prompt are free, and when a step needs more than
+                                      are left the most recently admitted sequence is preempted (its
+                                      blocks freed, its tokens prefilled again when readmitted);
+                                      max_seq_tokens then reserves nothing. 0: every sequence slot
+                                      reserves max_seq_tokens rows */
+  int kv_preempt_swap;           /**< paged: a preempted sequence's blocks are copied to host memory
+                                      and back into fresh blocks when it is readmitted, where it decodes
+                                      on, instead of its tokens being prefilled again. The host copy has
+                                      a slot per pool block, as many as the host budget leaves after the
+                                      plan; a sequence finding too few slots, or any sequence of a model
+                                      with windowed layers (per-slot rings), is recomputed */
+  uint64_t kv_pool_bytes;        /**< paged: the pool's bytes on the device; 0: as much as the
+                                      max_batch x max_seq_tokens reservation when the budget allows,
+                                      else one sequence of max_seq_tokens, and in either case what the
+                                      plan leaves of the device budget when every weight is resident */
+  int32_t gpu_batches;           /**< FlexGen's block schedule: this many micro-batches of max_batch
+                                      sequences (and max_step_tokens tokens) each go through a layer
+                                      while it is loaded, so its weights cross once per step for all
+                                      of them; the KV cache holds gpu_batches x max_batch sequences
+                                      (0 or 1: one batch) */
+  int expert_granularity_layer;  /**< a layer's routed experts move with its block, all together
+                                      (Accelerate, DeepSpeed ZeRO-3), instead of one by one through the
+                                      expert cache; only the routed ones are computed */
+  int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
+                                      device sends q, k and v and gets the result back: FlexGen,
+                                      ZeRO-Inference's KV offload); the device holds no cache */
   struct ferry_pressure_config pressure; /**< memory-pressure control (off by default) */
   const struct ferry_budget_change *budget_schedule; /**< budget changes (copied; any order) */
   int32_t n_budget_changes;      /**< entries in budget_schedule */
@@ -236,9 +311,30 @@ struct ferry_step_metrics {
   int64_t h2d_busy_ns;   /**< time the host-to-device queue spent copying */
   int64_t disk_busy_ns;  /**< time the disk queue spent reading */
   int64_t kv_tokens;     /**< tokens held in the KV cache at the end of the step (its sequences' positions) */
+  int64_t cpu_busy_ns;   /**< time the CPU queue spent running kernels (hybrid runs) */
+  uint64_t bytes_act;    /**< activations moved between the device and the CPU (hybrid runs; part
+                              of bytes_h2d and bytes_d2h) */
+  int32_t cpu_experts;   /**< routed experts computed on the CPU instead of fetched (neither hits
+                              nor misses) */
+  uint64_t bytes_blocks; /**< host-to-device bytes of streamed layer blocks */
+  uint64_t bytes_experts; /**< host-to-device bytes of routed experts (demand misses and prefetches) */
+  int32_t evictions;     /**< experts evicted from the expert cache */
+  int64_t kv_blocks;     /**< KV-cache blocks in use at the end of the step (paged cache; 0 otherwise) */
 };
 
-/** Distribution summary of one latency metric, in ns. */
+/** Expert-cache activity of one layer over a run (ferry_engine_layer_metrics()). */
+struct ferry_layer_metrics {
+  int32_t layer;         /**< the layer */
+  int64_t hits;          /**< routed experts found in the cache */
+  int64_t misses;        /**< routed experts fetched on demand */
+  int64_t evictions;     /**< experts of this layer evicted */
+  int64_t prefetches;    /**< experts of this layer fetched on a prediction */
+  int64_t cpu_experts;   /**< routed experts computed on the CPU */
+  uint64_t bytes_h2d;    /**< weights of this layer copied host to device (its block, its experts) */
+};
+
+/** Distribution summary of one latency metric, in ns. Percentiles interpolate linearly between
+ *  the closest ranks, as `ferry db show` and the report compute them (docs/metrics.md). */
 struct ferry_latency_stats {
   int64_t count; /**< samples */
   double mean;   /**< mean */
@@ -261,7 +357,8 @@ struct ferry_serve_summary {
   int64_t duration_ns;        /**< first arrival to last finish */
   double tokens_per_s;        /**< output tokens per second over the duration */
   struct ferry_latency_stats ttft;  /**< time to first token */
-  struct ferry_latency_stats tpot;  /**< time per output token after the first */
+  struct ferry_latency_stats tpot;  /**< time per output token after the first (requests with more
+                                         than one output token) */
   struct ferry_latency_stats e2e;   /**< end-to-end latency */
   struct ferry_latency_stats step;  /**< step duration */
   uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak bytes per tier */
@@ -273,6 +370,11 @@ struct ferry_serve_summary {
   int64_t misses;             /**< expert-cache misses */
   int64_t prefetches;         /**< experts fetched ahead on a prediction */
   int64_t prefetches_used;    /**< of those, used before being evicted */
+  int64_t preemptions;        /**< sequences preempted out of a paged KV cache */
+  int64_t swaps;              /**< of those, swapped to host memory (the others recomputed) */
+  uint64_t swap_bytes;        /**< bytes of the swapped blocks copied device to host (as many come back;
+                                   both counted in bytes_d2h and bytes_h2d) */
+  int64_t kv_pool_blocks;     /**< blocks of a paged KV cache (0 without paging) */
   int64_t stall_ns;           /**< total compute stall */
   int64_t load_ns;            /**< time to load resident weights before serving */
   int64_t run_start_ns;       /**< executor time at which serving started (request and step
@@ -292,14 +394,14 @@ struct ferry_serve_summary {
  *         executor that computes, unless allow_nonfinite) hold NaN or Inf values, the message
  *         naming the first such tensor, its file and the counts; details in ferry_last_error().
  */
-ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
+FERRY_API ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, ferry_store *store, ferry_exec *exec,
                                  const struct ferry_engine_config *config);
 
 /**
  * @brief Only plan (no allocation, no loading): prints the plan, or the budget error.
  * @param f where to print the plan.
  */
-ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
+FERRY_API ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
                                     const struct ferry_engine_config *config, FILE *f);
 
 /**
@@ -312,34 +414,82 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
  * @param device_min receives the device minimum in bytes.
  * @param host_min receives the host minimum in bytes (with every streamed unit on disk).
  */
-ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
+FERRY_API ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
                                       const struct ferry_engine_config *config, uint64_t *device_min,
                                       uint64_t *host_min);
 
+/** What the machine a run is planned for offers, for ferry_engine_plan_budgets(). */
+struct ferry_machine_memory {
+  const char *gpu_name;          /**< names the GPU in notes and errors ("h100-pcie", "CUDA device 0") */
+  uint64_t gpu_bytes;            /**< the GPU's memory; 0 when there is no GPU to size from (the host
+                                      executor's "device" is this machine's memory: no default) */
+  uint64_t gpu_free_bytes;       /**< free GPU memory now; UINT64_MAX when unknown or all (a profile) */
+  const char *host_name;         /**< names a profile's host in notes and errors */
+  uint64_t host_bytes;           /**< a profile's host memory (simulated host); 0: none */
+  uint64_t host_available_bytes; /**< a real machine's available memory at start; 0: unknown */
+};
+
+/** The budgets ferry_engine_plan_budgets() chose, and why, for printing. */
+struct ferry_budget_plan {
+  int device_defaulted;  /**< the device budget was chosen (none was given) */
+  int host_defaulted;    /**< the host budget was chosen */
+  int fits;              /**< the model fits the chosen device budget: everything stays resident */
+  char device_note[256]; /**< "device budget 72.00 GiB (90% of h100-pcie's 80.00 GiB): the model fits,
+                              everything resident", or "" */
+  char host_note[256];   /**< "host budget ... (90% of ...'s host memory, ...)", or "" */
+};
+
+/**
+ * @brief Fill the budgets a configuration leaves out (0) from what the machine offers.
+ *
+ * The device gets 90 % of the GPU's memory (vLLM's default utilisation; on a real GPU at most
+ * its free memory less 256 MiB). A model that fits in it stays resident (resident_all is set);
+ * a larger dense model is offloaded with its last layers pinned in what streaming leaves
+ * (fill_budget); an MoE model keeps its attention resident when it fits and gives the rest to
+ * the expert cache. The host gets 90 % of a profile's host memory, or half of a real machine's
+ * available memory: what does not fit streams from disk. Budgets that are given are checked
+ * against the machine and kept.
+ * @param model shapes.
+ * @param store weights, or NULL to size from the model's dtype.
+ * @param machine what the GPU and host offer.
+ * @param config the configuration, updated in place (budgets, resident_all, resident_attention,
+ *        fill_budget).
+ * @param plan receives what was chosen and a note saying why.
+ * @return FERRY_OK; FERRY_ERR_INVALID when a given budget exceeds the machine's memory;
+ *         FERRY_ERR_NOMEM when the GPU has no free memory for a budget.
+ */
+FERRY_API ferry_status ferry_engine_plan_budgets(const ferry_model *model, ferry_store *store,
+                                       const struct ferry_machine_memory *machine, struct ferry_engine_config *config,
+                                       struct ferry_budget_plan *plan);
+
 /** @brief Print the engine's plan (bytes per tier, slots, home of every unit). */
-void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
+FERRY_API void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
 
 /**
  * @brief Serve requests (sorted by arrival). Metrics accumulate in the engine.
  * @param requests array of @p n requests (copied).
  */
-ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
+FERRY_API ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
                               const struct ferry_run_options *options);
 
 /** @brief Per-request metrics of the last run; borrowed, valid until the next run. */
-const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Per-step metrics of the last run; borrowed, valid until the next run. */
-const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *engine, int64_t *n);
+
+/** @brief Per-layer expert-cache activity and weight traffic of the last run, one entry per
+ *         layer; borrowed, valid until the next run. */
+FERRY_API const struct ferry_layer_metrics *ferry_engine_layer_metrics(const ferry_engine *engine, int64_t *n);
 
 /** @brief Summary of the last run. */
-void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
+FERRY_API void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
 
 /** @brief Print a summary table (mean, P50, P90, P99) of a run. */
-void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);
+FERRY_API void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);
 
 /** @brief Last detailed error (borrowed). */
-const char *ferry_engine_errmsg(const ferry_engine *engine);
+FERRY_API const char *ferry_engine_errmsg(const ferry_engine *engine);
 
 /** Kinds of engine events. */
 enum ferry_engine_event_kind {
@@ -364,7 +514,7 @@ struct ferry_engine_event {
  * @brief The engine's events since it was created, in order. Borrowed, valid until the next
  *        call into the engine; read it after ferry_engine_run() returns.
  */
-const struct ferry_engine_event *ferry_engine_events(const ferry_engine *engine, int64_t *n);
+FERRY_API const struct ferry_engine_event *ferry_engine_events(const ferry_engine *engine, int64_t *n);
 
 /**
  * @brief Check that @p store can replace the engine's weights, without changing anything: every
@@ -374,7 +524,7 @@ const struct ferry_engine_event *ferry_engine_events(const ferry_engine *engine,
  * @return FERRY_OK; FERRY_ERR_FORMAT / FERRY_ERR_BUDGET / FERRY_ERR_IO with the reason, naming
  *         the file and tensor, in ferry_last_error().
  */
-ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_store *store);
+FERRY_API ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_store *store);
 
 /**
  * @brief Stage a new weights version: checked as ferry_engine_check_weights(), then swapped in
@@ -389,7 +539,7 @@ ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_store *store
  * @param label names the version in events (copied; e.g. its folder), may be NULL.
  * @return FERRY_OK when staged; the check's error otherwise.
  */
-ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const char *label);
+FERRY_API ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const char *label);
 
 /**
  * @brief Change a tier's budget while the engine serves (a signal handler's or a control
@@ -398,16 +548,16 @@ ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const
  *        thread.
  * @return FERRY_OK; FERRY_ERR_INVALID without pressure control, for another tier or 0 bytes.
  */
-ferry_status ferry_engine_set_budget(ferry_engine *engine, enum ferry_tier tier, uint64_t bytes);
+FERRY_API ferry_status ferry_engine_set_budget(ferry_engine *engine, enum ferry_tier tier, uint64_t bytes);
 
 /** @brief Version number of the weights serving now (1 for those given at create). */
-int32_t ferry_engine_weights_version(const ferry_engine *engine);
+FERRY_API int32_t ferry_engine_weights_version(const ferry_engine *engine);
 
 /** @brief The memory-pressure degradation level now (0: normal; see ferry_pressure_config). */
-int32_t ferry_engine_pressure_level(const ferry_engine *engine);
+FERRY_API int32_t ferry_engine_pressure_level(const ferry_engine *engine);
 
 /** @brief Destroy an engine and free its buffers. Accepts NULL. */
-void ferry_engine_destroy(ferry_engine *engine);
+FERRY_API void ferry_engine_destroy(ferry_engine *engine);
 
 #ifdef __cplusplus
 }

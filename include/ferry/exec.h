@@ -15,6 +15,8 @@
 #ifndef FERRY_EXEC_H
 #define FERRY_EXEC_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,7 +43,13 @@ enum ferry_queue_role {
   FERRY_QUEUE_COMPUTE, /**< kernels */
   FERRY_QUEUE_H2D,     /**< host to device copies */
   FERRY_QUEUE_D2H,     /**< device to host copies */
-  FERRY_QUEUE_DISK     /**< disk reads into host memory */
+  FERRY_QUEUE_DISK,    /**< disk reads into host memory */
+  FERRY_QUEUE_CPU      /**< kernels on the host's CPU over host-tier buffers only (hybrid
+                            strategies: experts, layers or attention computed where their weights
+                            or KV cache live); events order it against the device's queues like
+                            any other queue. host: a worker thread running the host kernels; cuda:
+                            a CPU thread beside the GPU streams; sim: priced from the profile's
+                            CPU (host.cores, host.core_gflops, host.dram_gbps) */
 };
 
 /** Configuration common to every executor (copied at create time). */
@@ -189,6 +197,17 @@ struct ferry_kernel {
   float swiglu_limit;          /**< expert: clamped SwiGLU (gpt-oss) when > 0 */
   int scale_input;             /**< expert: each routed row is multiplied by its weight (aux[5],
                                     [m_tokens, top_k]) before the FFN (Llama 4) */
+  const int32_t *kv_blocks;    /**< attention, mla attention: a paged cache's block table, sequence
+                                    slot major (kv_blocks_per_seq entries per slot): position p of
+                                    slot s is row kv_blocks[s * kv_blocks_per_seq + p / kv_block_tokens]
+                                    * kv_block_tokens + p % kv_block_tokens of the layer's region
+                                    (NULL: slot s owns rows [s * kv_capacity, (s + 1) * kv_capacity)).
+                                    Borrowed like ints */
+  int64_t kv_block_tokens;     /**< attention: tokens per block of a paged cache */
+  int64_t kv_blocks_per_seq;   /**< attention: the block table's entries per slot */
+  int32_t kv_format;           /**< attention, mla attention: enum ferry_kv_format of a quantized
+                                    cache (codes and group scales per head chunk, ferry/model.h);
+                                    0: elements of aux[2].dtype */
 };
 
 /**
@@ -196,14 +215,14 @@ struct ferry_kernel {
  *        for GPU memory, queues are worker threads, compute is real math (OpenBLAS).
  * @param out receives the executor, owned by the caller (ferry_exec_destroy()).
  */
-ferry_status ferry_exec_create_host(ferry_exec **out, const struct ferry_exec_config *config);
+FERRY_API ferry_status ferry_exec_create_host(ferry_exec **out, const struct ferry_exec_config *config);
 
 /**
  * @brief Create the `cuda` executor on device 0.
  * @return FERRY_ERR_NO_DEVICE when no driver or device is present, FERRY_ERR_UNSUPPORTED when
  *         this build has no CUDA; details in ferry_last_error().
  */
-ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config);
+FERRY_API ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config);
 
 /**
  * @brief Free and total memory of CUDA device 0, without creating an executor (`ferry run`
@@ -213,13 +232,55 @@ ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_co
  * @return FERRY_OK; FERRY_ERR_NO_DEVICE without a driver or device; FERRY_ERR_UNSUPPORTED in a
  *         build without CUDA. The message says which (ferry_last_error()).
  */
-ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes);
+FERRY_API ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes);
+
+/* ---- the registry ---------------------------------------------------------------------- */
+
+struct ferry_hw;
+
+/** What a registered executor can do (bits of ferry_exec_info::caps). */
+enum ferry_exec_cap {
+  FERRY_EXEC_CAP_DATA = 1u << 0,    /**< computes on real bytes: logits, routing and features are read back */
+  FERRY_EXEC_CAP_MEMORY = 1u << 1,  /**< ferry_exec_info::memory says the device's memory before one is opened */
+  FERRY_EXEC_CAP_PROFILE = 1u << 2, /**< its device work can be traced with CUPTI (`ferry run --profile`) */
+  FERRY_EXEC_CAP_VIRTUAL = 1u << 3, /**< simulated time: a run on it is a simulation, measured alongside others */
+  FERRY_EXEC_CAP_HW = 1u << 4       /**< needs a hardware profile (ferry_exec_params::hw); `ferry sim` runs it */
+};
+
+/** What ferry_exec_open() hands an executor (copied; the profile is borrowed for the call). */
+struct ferry_exec_params {
+  struct ferry_exec_config config; /**< budgets and threads */
+  const struct ferry_hw *hw;       /**< hardware profile, for executors with FERRY_EXEC_CAP_HW */
+};
+
+/** Version of struct ferry_exec_info this build reads. */
+#define FERRY_EXEC_INFO_VERSION 1
+
+/**
+ * One executor of the registry (ferry/exec_registry.h): a static const table in the executor's
+ * own file, listed by one line in the registry (runtime/backends/registry.c) or registered at
+ * run time with ferry_exec_register(). The command line (`--backend`, `ferry sim`), sweeps (`executor`), the
+ * result database (`runs.kind`) and the help texts read names from the registry.
+ */
+struct ferry_exec_info {
+  int version;             /**< FERRY_EXEC_INFO_VERSION */
+  const char *name;        /**< registry name: 1-15 of a-z, 0-9, '-' ("host", "cuda", "sim") */
+  const char *description; /**< one line for help texts */
+  unsigned caps;           /**< ferry_exec_cap bits */
+  /** optional: 1 when the executor can be opened on this machine, else 0 with the reason in
+   *  @p why (no device, not in this build); NULL means always */
+  int (*available)(char *why, size_t len);
+  /** create one (receives an executor owned by the caller) */
+  ferry_status (*open)(ferry_exec **out, const struct ferry_exec_params *params);
+  /** with FERRY_EXEC_CAP_MEMORY: the device's free and total bytes (either may be NULL) */
+  ferry_status (*memory)(uint64_t *free_bytes, uint64_t *total_bytes);
+};
 
 /** @brief Destroy an executor after draining its queues; frees its buffers. Accepts NULL. */
-void ferry_exec_destroy(ferry_exec *ex);
+FERRY_API void ferry_exec_destroy(ferry_exec *ex);
 
-/** @brief Backend name: "host", "cuda" or "sim". */
-const char *ferry_exec_name(const ferry_exec *ex);
+/** @brief Backend name: its registry name ("host", "cuda", "sim", ...). */
+FERRY_API const char *ferry_exec_name(const ferry_exec *ex);
 
 /** @brief Called on the issuing thread right before an op's driver calls, with its tag
  *         (ferry_op_tag()). */
@@ -233,32 +294,32 @@ typedef void (*ferry_launch_end_fn)(void *user);
  *        pushes the tag as CUPTI's external correlation id). Only the cuda executor calls it;
  *        set it before submitting work. NULL functions remove the hook.
  */
-void ferry_exec_set_launch_hook(ferry_exec *ex, ferry_launch_begin_fn begin, ferry_launch_end_fn end, void *user);
+FERRY_API void ferry_exec_set_launch_hook(ferry_exec *ex, ferry_launch_begin_fn begin, ferry_launch_end_fn end, void *user);
 
 /**
  * @brief Describe the executor's GPU.
  * @param out filled on success (zeroed first).
  * @return FERRY_OK; FERRY_ERR_UNSUPPORTED for the host executor, which drives no GPU.
  */
-ferry_status ferry_exec_device_info(ferry_exec *ex, struct ferry_device_info *out);
+FERRY_API ferry_status ferry_exec_device_info(ferry_exec *ex, struct ferry_device_info *out);
 
 /** @brief Last detailed error of this executor (borrowed; "" if none). */
-const char *ferry_exec_errmsg(const ferry_exec *ex);
+FERRY_API const char *ferry_exec_errmsg(const ferry_exec *ex);
 
 /** @brief Install the activity sink (NULL to remove). Not thread-safe against running ops. */
-void ferry_exec_set_sink(ferry_exec *ex, ferry_activity_fn fn, void *user);
+FERRY_API void ferry_exec_set_sink(ferry_exec *ex, ferry_activity_fn fn, void *user);
 
 /**
  * @brief Whether this executor computes on real data (host, cuda) or only accounts (sim).
  *        The engine reads routing decisions from buffers only when it does.
  */
-int ferry_exec_has_data(const ferry_exec *ex);
+FERRY_API int ferry_exec_has_data(const ferry_exec *ex);
 
 /**
  * @brief Create a queue. Ops on one queue run in order; different queues may overlap.
  * @param out receives the queue id (small non-negative integer).
  */
-ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role, int32_t *out);
+FERRY_API ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role, int32_t *out);
 
 /**
  * @brief Allocate a buffer in a tier. Over budget is FERRY_ERR_BUDGET (never overcommitted).
@@ -266,29 +327,29 @@ ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role,
  * @param label name shown in messages and memory samples (static string).
  * @param out receives the buffer, owned by the executor (ferry_exec_free()).
  */
-ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes, const char *label,
+FERRY_API ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes, const char *label,
                               ferry_buf **out);
 
 /** @brief Free a buffer (its queues must be idle on it). Accepts NULL. */
-void ferry_exec_free(ferry_exec *ex, ferry_buf *buf);
+FERRY_API void ferry_exec_free(ferry_exec *ex, ferry_buf *buf);
 
 /** @brief Size in bytes of a buffer. */
-uint64_t ferry_exec_buf_size(const ferry_buf *buf);
+FERRY_API uint64_t ferry_exec_buf_size(const ferry_buf *buf);
 
 /** @brief Tier of a buffer. */
-enum ferry_tier ferry_exec_buf_tier(const ferry_buf *buf);
+FERRY_API enum ferry_tier ferry_exec_buf_tier(const ferry_buf *buf);
 
 /**
  * @brief Host-visible pointer to a buffer's bytes, or NULL when the bytes are not host
  *        visible (device memory on a GPU; every buffer in the simulator). Borrowed.
  */
-void *ferry_exec_buf_host_ptr(ferry_exec *ex, ferry_buf *buf);
+FERRY_API void *ferry_exec_buf_host_ptr(ferry_exec *ex, ferry_buf *buf);
 
 /** @brief Bytes in use and peak bytes of a tier since creation (or the last reset). */
-void ferry_exec_tier_usage(const ferry_exec *ex, enum ferry_tier tier, uint64_t *used, uint64_t *peak);
+FERRY_API void ferry_exec_tier_usage(const ferry_exec *ex, enum ferry_tier tier, uint64_t *used, uint64_t *peak);
 
 /** @brief Budget of a tier (0 = unlimited). */
-uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier);
+FERRY_API uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier);
 
 /**
  * @brief Change the budget of a tier while the executor runs (memory pressure: the engine sheds
@@ -299,7 +360,7 @@ uint64_t ferry_exec_tier_budget(const ferry_exec *ex, enum ferry_tier tier);
  * @return FERRY_OK; FERRY_ERR_BUDGET, with the budget set all the same, when the tier already
  *         holds more (the message gives both figures); FERRY_ERR_INVALID for another tier.
  */
-ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes);
+FERRY_API ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes);
 
 /**
  * @brief Enqueue a read of a file range of a store into a host buffer.
@@ -307,30 +368,30 @@ ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tier, uint64_
  *        lands at dst + *shift where shift = offset % FERRY_DIRECT_ALIGN, and the buffer
  *        needs ferry_store_direct_span() bytes from the aligned start dst.offset.
  */
-ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *store, uint32_t file,
+FERRY_API ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *store, uint32_t file,
                              uint64_t offset, uint64_t len, struct ferry_ref dst, unsigned flags);
 
 /** @brief Enqueue a copy of @p bytes between buffers; direction follows their tiers. */
-ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
+FERRY_API ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
                              uint64_t bytes);
 
 /** @brief Enqueue a kernel. The struct is copied; its immediate arrays are borrowed. */
-ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel);
+FERRY_API ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel);
 
 /** @brief Create an event (not yet recorded: waiting on it returns at once). */
-ferry_status ferry_exec_event_create(ferry_exec *ex, ferry_event **out);
+FERRY_API ferry_status ferry_exec_event_create(ferry_exec *ex, ferry_event **out);
 
 /** @brief Destroy an event. Accepts NULL. */
-void ferry_exec_event_destroy(ferry_exec *ex, ferry_event *ev);
+FERRY_API void ferry_exec_event_destroy(ferry_exec *ex, ferry_event *ev);
 
 /**
  * @brief Record an event on a queue: it completes when every op enqueued on the queue
  *        before it has completed. Re-recording replaces the previous record (CUDA semantics).
  */
-ferry_status ferry_exec_record(ferry_exec *ex, int32_t queue, ferry_event *ev);
+FERRY_API ferry_status ferry_exec_record(ferry_exec *ex, int32_t queue, ferry_event *ev);
 
 /** @brief Make a queue wait (without blocking the host) for the event's latest record. */
-ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *ev);
+FERRY_API ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *ev);
 
 /**
  * @brief Block the host until the event's latest record completes. The only blocking point;
@@ -339,25 +400,25 @@ ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *e
  *        "host wait" (step, layer and expert -1).
  * @return FERRY_OK, or the first error of an op that failed before the event.
  */
-ferry_status ferry_exec_sync(ferry_exec *ex, ferry_event *ev);
+FERRY_API ferry_status ferry_exec_sync(ferry_exec *ex, ferry_event *ev);
 
 /** @brief Whether the event's latest record has completed (1) or not (0). */
-int ferry_exec_query(ferry_exec *ex, ferry_event *ev);
+FERRY_API int ferry_exec_query(ferry_exec *ex, ferry_event *ev);
 
 /** @brief Drain every queue (host waits for all enqueued work). */
-ferry_status ferry_exec_drain(ferry_exec *ex);
+FERRY_API ferry_status ferry_exec_drain(ferry_exec *ex);
 
 /** @brief Executor time in ns since creation: wall clock for real executors, virtual for sim. */
-int64_t ferry_exec_now(ferry_exec *ex);
+FERRY_API int64_t ferry_exec_now(ferry_exec *ex);
 
 /** @brief Wait until executor time @p t_ns (returns at once if already past). */
-void ferry_exec_sleep_until(ferry_exec *ex, int64_t t_ns);
+FERRY_API void ferry_exec_sleep_until(ferry_exec *ex, int64_t t_ns);
 
 /** @brief Total ns a queue has spent waiting on events that were not yet complete. */
-int64_t ferry_exec_queue_stall_ns(const ferry_exec *ex, int32_t queue);
+FERRY_API int64_t ferry_exec_queue_stall_ns(const ferry_exec *ex, int32_t queue);
 
 /** @brief Total ns a queue has spent running ops. */
-int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue);
+FERRY_API int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue);
 
 /**
  * @brief Report an engine phase (step, weight load, ...) as a range activity (an NVTX-style
@@ -369,7 +430,7 @@ int64_t ferry_exec_queue_busy_ns(const ferry_exec *ex, int32_t queue);
  * @param step engine step, or -1.
  * @param layer layer, or -1.
  */
-void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
+FERRY_API void ferry_exec_emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64_t end_ns, int32_t step,
                            int32_t layer);
 
 /**
@@ -407,7 +468,7 @@ struct ferry_exec_range {
  * @param expert expert, or -1.
  * @return the open range, to pass to ferry_exec_range_end().
  */
-struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name, int32_t step, int32_t layer,
+FERRY_API struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name, int32_t step, int32_t layer,
                                                int32_t expert);
 
 /**
@@ -415,10 +476,10 @@ struct ferry_exec_range ferry_exec_range_begin(ferry_exec *ex, const char *name,
  *        as a range activity (as ferry_exec_emit_range()) from its open until now. Any thread
  *        may close it; closing twice is harmless.
  */
-void ferry_exec_range_end(ferry_exec *ex, struct ferry_exec_range *range);
+FERRY_API void ferry_exec_range_end(ferry_exec *ex, struct ferry_exec_range *range);
 
 /** @brief Report the bytes in use of every tier now as memory activities. */
-void ferry_exec_sample_memory(ferry_exec *ex);
+FERRY_API void ferry_exec_sample_memory(ferry_exec *ex);
 
 /** Queries of one sequence an attention kernel keeps on chip while it streams K and V past them
  *  (FlashAttention-2's tile for head dims up to 128): a prefill chunk reads its cached keys once
@@ -433,10 +494,10 @@ void ferry_exec_sample_memory(ferry_exec *ex);
  *        (query, key) pair the mask keeps; MLA attention reads its latent rows the same way). Used by the
  *        simulator and calibration and put on every kernel activity record.
  */
-void ferry_kernel_cost(const struct ferry_kernel *kernel, double *flops, uint64_t *bytes);
+FERRY_API void ferry_kernel_cost(const struct ferry_kernel *kernel, double *flops, uint64_t *bytes);
 
 /** @brief Name of a kernel kind ("matmul", "attention", ...). */
-const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind);
+FERRY_API const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@
 
 #include <stdint.h>
 
+#include "ferry/api.h"
 #include "ferry/status.h"
 
 #ifdef __cplusplus
@@ -73,28 +74,28 @@ struct ferry_fault {
  * @return FERRY_OK; FERRY_ERR_INVALID naming the rule that does not parse (the previous
  *         specification stays).
  */
-ferry_status ferry_fault_set(const char *spec);
+FERRY_API ferry_status ferry_fault_set(const char *spec);
 
 /** @brief Remove every rule (as ferry_fault_set(NULL)). */
-void ferry_fault_clear(void);
+FERRY_API void ferry_fault_clear(void);
 
 /**
  * @brief Install the specification in the environment variable FERRY_FAULT, if set.
  * @return FERRY_OK (also when unset); FERRY_ERR_INVALID when it does not parse.
  */
-ferry_status ferry_fault_from_env(void);
+FERRY_API ferry_status ferry_fault_from_env(void);
 
 /** @brief Whether any rule is installed. */
-int ferry_fault_active(void);
+FERRY_API int ferry_fault_active(void);
 
 /**
  * @brief Count one attempt at @p site and say what to inject into it. Thread-safe; the
  *        attempts of one site are numbered in the order threads reach this call.
  */
-struct ferry_fault ferry_fault_draw(enum ferry_fault_site site);
+FERRY_API struct ferry_fault ferry_fault_draw(enum ferry_fault_site site);
 
 /** @brief The faults injected so far (every site) since the last ferry_fault_set(). */
-uint64_t ferry_fault_injected(void);
+FERRY_API uint64_t ferry_fault_injected(void);
 
 /** Retry policy of disk reads. */
 struct ferry_io_policy {
@@ -105,17 +106,17 @@ struct ferry_io_policy {
 };
 
 /** @brief Set the retry policy (copied). Values out of range are clamped; NULL restores the defaults. */
-void ferry_io_set_policy(const struct ferry_io_policy *policy);
+FERRY_API void ferry_io_set_policy(const struct ferry_io_policy *policy);
 
 /** @brief The retry policy in force. */
-void ferry_io_get_policy(struct ferry_io_policy *out);
+FERRY_API void ferry_io_get_policy(struct ferry_io_policy *out);
 
 /**
  * @brief Wait before retry number @p retry (1 = the first retry) under the policy:
  *        min(backoff_ns x 2^(retry-1), backoff_max_ns) scaled by a jitter factor drawn
  *        from @p salt (the same salt, the same wait).
  */
-int64_t ferry_io_backoff_ns(int32_t retry, uint64_t salt);
+FERRY_API int64_t ferry_io_backoff_ns(int32_t retry, uint64_t salt);
 
 /** Counters of the I/O layer since the process started (or ferry_io_stats_reset()). */
 struct ferry_io_stats {
@@ -129,10 +130,10 @@ struct ferry_io_stats {
 };
 
 /** @brief Read the counters. */
-void ferry_io_stats_get(struct ferry_io_stats *out);
+FERRY_API void ferry_io_stats_get(struct ferry_io_stats *out);
 
 /** @brief Zero the counters. */
-void ferry_io_stats_reset(void);
+FERRY_API void ferry_io_stats_reset(void);
 
 /** A retry or a permanent failure, as reported to the observer. */
 struct ferry_io_event {
@@ -149,7 +150,7 @@ struct ferry_io_event {
 typedef void (*ferry_io_observer_fn)(void *user, const struct ferry_io_event *event);
 
 /** @brief Install (or with NULL remove) the observer. Not thread-safe against running reads. */
-void ferry_io_set_observer(ferry_io_observer_fn fn, void *user);
+FERRY_API void ferry_io_set_observer(ferry_io_observer_fn fn, void *user);
 
 #ifdef __cplusplus
 }

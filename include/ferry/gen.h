@@ -7,6 +7,8 @@
 #ifndef FERRY_GEN_H
 #define FERRY_GEN_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 
 #include "ferry/dtype.h"
@@ -47,7 +49,7 @@ struct ferry_gen_options {
  * @param out receives the configuration.
  * @return FERRY_ERR_INVALID when the result is not a valid model; details in ferry_last_error().
  */
-ferry_status ferry_model_config_derive(const struct ferry_model_config *base, int64_t layers, double scale,
+FERRY_API ferry_status ferry_model_config_derive(const struct ferry_model_config *base, int64_t layers, double scale,
                                        int64_t vocab, struct ferry_model_config *out);
 
 /**
@@ -61,7 +63,7 @@ ferry_status ferry_model_config_derive(const struct ferry_model_config *base, in
  * @return FERRY_OK; FERRY_ERR_EXISTS for a non-empty folder; FERRY_ERR_IO / NO_SPACE on write
  *         failures; details in ferry_last_error().
  */
-ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_gen_options *options,
+FERRY_API ferry_status ferry_model_generate(const ferry_model *model, const struct ferry_gen_options *options,
                                   const char *out_dir, uint64_t *bytes_written);
 
 #ifdef __cplusplus

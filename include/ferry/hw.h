@@ -14,6 +14,8 @@
 #ifndef FERRY_HW_H
 #define FERRY_HW_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -111,11 +113,26 @@ struct ferry_hw_link {
   int32_t copy_engines;     /**< concurrent transfers (DMA copy engines); 0 = unlimited */
 };
 
+/** Peak throughput of one CPU core per element type, GFLOP/s (GOP/s for int8); 0 = not given
+ *  (falls back to fp32). */
+struct ferry_hw_core_gflops {
+  double fp32; /**< FP32 SIMD FMA peak (e.g. AVX-512: 2 units x 16 lanes x 2 flops x GHz) */
+  double fp16; /**< FP16 SIMD peak (AVX512-FP16), used for fp16 weights */
+  double bf16; /**< BF16 dot-product peak (AVX512-BF16), used for bf16 weights */
+  double int8; /**< INT8 dot-product peak (AVX-512 VNNI / AVX2 maddubs), used for low-bit weights,
+                    which CPU kernels (llama.cpp, llamafile) multiply against int8 activations */
+};
+
 /** Host memory and CPU. */
 struct ferry_hw_host {
   char name[64];         /**< e.g. "DDR4-3200, 8 channels" */
   double dram_gbps;      /**< host memory bandwidth, GB/s */
-  double cpu_gflops;     /**< CPU throughput for the host executor's math, GFLOP/s */
+  double cpu_gflops;     /**< CPU throughput for the host executor's math, GFLOP/s; the whole CPU's
+                              fp32 peak for the simulator's CPU kernels when cores is not given */
+  int32_t cores;         /**< CPU cores that run CPU kernels (hybrid strategies); 0 = not given */
+  struct ferry_hw_core_gflops core_gflops; /**< peak per core per element type */
+  int64_t cpu_op_ns;     /**< fixed cost of one CPU kernel (a thread pool's wake-up and barrier);
+                              default 5000 */
   uint64_t memory_bytes; /**< host memory available for pinned weights */
   int64_t submit_ns;     /**< host time to issue one op (the engine's thread issues at a finite
                               rate); 0 = free */
@@ -232,7 +249,7 @@ typedef struct ferry_hw ferry_hw;
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND (unknown name: the message lists the folders
  *         searched); FERRY_ERR_FORMAT; FERRY_ERR_IO; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
+FERRY_API ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
 
 /**
  * @brief Replace a profile's runtime section (and its sources) by a runtime preset's.
@@ -241,13 +258,13 @@ ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND / FERRY_ERR_FORMAT / FERRY_ERR_IO as ferry_hw_open();
  *         FERRY_ERR_INVALID when the file is not of kind "runtime" (the message says what it is).
  */
-ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path);
+FERRY_API ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path);
 
 /** @brief Release a profile. Accepts NULL. */
-void ferry_hw_close(ferry_hw *hw);
+FERRY_API void ferry_hw_close(ferry_hw *hw);
 
 /** @brief The profile's contents; borrowed, valid until ferry_hw_close(). */
-const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
+FERRY_API const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
 
 /**
  * @brief Check that a profile gives every figure a run needs.
@@ -259,7 +276,7 @@ const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw);
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND naming the profile and the first missing figure;
  *         FERRY_ERR_INVALID for an unknown field path. Details in ferry_last_error().
  */
-ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
+FERRY_API ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char *what);
 
 /**
  * @brief Name of fitted-cost kind i ("matmul", "attention", "expert", "norm", "rope",
@@ -267,7 +284,7 @@ ferry_status ferry_hw_require(const struct ferry_hw_profile *profile, const char
  *        "matmul_gemm", "expert_gemm": the last two are the matrix-matrix regime of their kind).
  * @return a static string, or NULL when i is out of range.
  */
-const char *ferry_hw_cost_kind_name(int i);
+FERRY_API const char *ferry_hw_cost_kind_name(int i);
 
 /**
  * @brief The fitted cost of a kernel kind, or NULL when the profile has none for it.
@@ -275,7 +292,7 @@ const char *ferry_hw_cost_kind_name(int i);
  * @param kind_name a kernel kind name (ferry_kernel_kind_name()).
  * @return borrowed from the profile.
  */
-const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *profile, const char *kind_name);
+FERRY_API const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *profile, const char *kind_name);
 
 /**
  * @brief The fitted cost of one op: the kind's "_gemm" cost when the op's arithmetic intensity
@@ -286,7 +303,7 @@ const struct ferry_hw_cost *ferry_hw_cost_of(const struct ferry_hw_profile *prof
  * @param gemm 1 for an op above the intensity threshold.
  * @return borrowed from the profile.
  */
-const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profile *profile, const char *kind_name,
+FERRY_API const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profile *profile, const char *kind_name,
                                                     int gemm);
 
 
@@ -297,20 +314,20 @@ const struct ferry_hw_cost *ferry_hw_cost_of_regime(const struct ferry_hw_profil
  * @param out_count receives the number of names.
  * @return FERRY_OK (an empty catalogue gives 0 names) or FERRY_ERR_NOMEM.
  */
-ferry_status ferry_hw_list(char ***out_names, size_t *out_count);
+FERRY_API ferry_status ferry_hw_list(char ***out_names, size_t *out_count);
 
 /** @brief Free a list returned by ferry_hw_list(). Accepts NULL. */
-void ferry_hw_list_free(char **names, size_t count);
+FERRY_API void ferry_hw_list_free(char **names, size_t count);
 
 /** @brief GPUs in the machine a profile describes: interconnect.gpus, else 1 (0 for a profile
  *         without a gpu section). */
-int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
+FERRY_API int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
 
 /** @brief Name of a kind as written in files ("gpu", "host", "link", "disk"); "?" if unknown. */
-const char *ferry_hw_kind_name(enum ferry_hw_kind kind);
+FERRY_API const char *ferry_hw_kind_name(enum ferry_hw_kind kind);
 
 /** @brief Name of an op kind as in the efficiency table ("gemm", ...); "?" if unknown. */
-const char *ferry_hw_op_name(enum ferry_hw_op op);
+FERRY_API const char *ferry_hw_op_name(enum ferry_hw_op op);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,8 @@
 #ifndef FERRY_MODEL_H
 #define FERRY_MODEL_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -316,40 +318,51 @@ struct ferry_tensor_desc {
 };
 
 /**
- * @brief KV-cache formats, one row each: X(ENUM, name, element dtype). Append only. Today every
- *        format is a plain element type; a quantized one (fp8, int8 or int4 with per-head
- *        scales) adds a row here and its bytes per row in ferry_kv_format_row_bytes(), and the
- *        engine, the simulator's pricing and `ferry model show` follow.
+ * @brief KV-cache formats, one row each: X(ENUM, name, element dtype, bits per element, group).
+ *        Append only. A plain format (group 0) stores each element in its dtype; a quantized one
+ *        stores each row in chunks of a head's elements (MLA: the latent row), every group of
+ *        `group` elements as codes of `bits` bits and one fp16 scale (symmetric, absmax / the
+ *        code's largest value: 127 for int8, 7 for int4, 448 for fp8 e4m3), so a chunk holds
+ *        its codes then its scales and the head size must be a multiple of the group.
+ *        ferry_kv_format_row_bytes() sizes rows from this table; the engine, the host
+ *        executor's attention, the simulator's pricing and `ferry model show` follow.
  */
-#define FERRY_KV_FORMAT_MAP(X)      \
-  X(FP32, "fp32", FERRY_DTYPE_F32)  \
-  X(FP16, "fp16", FERRY_DTYPE_F16)  \
-  X(BF16, "bf16", FERRY_DTYPE_BF16)
+#define FERRY_KV_FORMAT_MAP(X)               \
+  X(FP32, "fp32", FERRY_DTYPE_F32, 32, 0)    \
+  X(FP16, "fp16", FERRY_DTYPE_F16, 16, 0)    \
+  X(BF16, "bf16", FERRY_DTYPE_BF16, 16, 0)   \
+  X(FP8, "fp8", FERRY_DTYPE_F8_E4M3, 8, 32)  \
+  X(INT8, "int8", FERRY_DTYPE_I8, 8, 32)     \
+  X(INT4, "int4", FERRY_DTYPE_U8, 4, 32)
 
 /** How the KV cache stores keys and values. */
 enum ferry_kv_format {
   FERRY_KV_AUTO = 0, /**< the model's own dtype: fp32 for fp32 (and fp64) models, bf16 for bf16
                           models, fp16 otherwise (ferry_model_kv_format()) */
-#define FERRY_KV_FORMAT_ENUM_(e, name, dtype) FERRY_KV_##e,
+#define FERRY_KV_FORMAT_ENUM_(e, name, dtype, bits, group) FERRY_KV_##e,
   FERRY_KV_FORMAT_MAP(FERRY_KV_FORMAT_ENUM_)
 #undef FERRY_KV_FORMAT_ENUM_
   FERRY_KV_FORMAT_COUNT /**< number of formats, not a format */
 };
 
 /** @brief Name of a KV format ("fp16", ...; "auto" for FERRY_KV_AUTO; "?" outside the enum). */
-const char *ferry_kv_format_name(enum ferry_kv_format format);
+FERRY_API const char *ferry_kv_format_name(enum ferry_kv_format format);
 
 /**
- * @brief Parse a KV format name: "fp32", "fp16", "bf16" (or "auto").
+ * @brief Parse a KV format name: "fp32", "fp16", "bf16", "fp8", "int8", "int4" (or "auto").
  * @return FERRY_OK, or FERRY_ERR_INVALID with a message listing the names.
  */
-ferry_status ferry_kv_format_parse(const char *text, enum ferry_kv_format *out);
+FERRY_API ferry_status ferry_kv_format_parse(const char *text, enum ferry_kv_format *out);
 
-/** @brief The element dtype executors store a format's cache in (FERRY_DTYPE_F32 for AUTO). */
-enum ferry_dtype ferry_kv_format_dtype(enum ferry_kv_format format);
+/** @brief The element dtype executors store a format's cache in (FERRY_DTYPE_F32 for AUTO; the
+ *         codes' type for a quantized format). */
+FERRY_API enum ferry_dtype ferry_kv_format_dtype(enum ferry_kv_format format);
+
+/** @brief Elements per scale of a quantized format; 0 for a plain one (and AUTO). */
+FERRY_API int32_t ferry_kv_format_group(enum ferry_kv_format format);
 
 /** @brief Bytes of one cache row of @p elements keys (or values) in @p format (AUTO: 0). */
-uint64_t ferry_kv_format_row_bytes(enum ferry_kv_format format, uint64_t elements);
+FERRY_API uint64_t ferry_kv_format_row_bytes(enum ferry_kv_format format, uint64_t elements);
 
 /** Parameter and byte accounting of a model (bytes at the model's dtype). */
 struct ferry_model_accounting {
@@ -410,47 +423,47 @@ typedef struct ferry_model ferry_model;
  *         FERRY_ERR_FORMAT for a malformed config (the message names file and field);
  *         FERRY_ERR_UNSUPPORTED for an unknown `model_type`. Details in ferry_last_error().
  */
-ferry_status ferry_model_open(ferry_model **out, const char *name_or_path);
+FERRY_API ferry_status ferry_model_open(ferry_model **out, const char *name_or_path);
 
 /**
  * @brief Create a model description from an explicit configuration (copied).
  * @return FERRY_OK or FERRY_ERR_INVALID when the configuration is inconsistent (e.g. heads
  *         not dividing into kv heads); details in ferry_last_error().
  */
-ferry_status ferry_model_create(ferry_model **out, const struct ferry_model_config *config);
+FERRY_API ferry_status ferry_model_create(ferry_model **out, const struct ferry_model_config *config);
 
 /** @brief Release a model. Accepts NULL. */
-void ferry_model_close(ferry_model *model);
+FERRY_API void ferry_model_close(ferry_model *model);
 
 /** @brief The model's configuration; borrowed, valid while the model is open. */
-const struct ferry_model_config *ferry_model_get_config(const ferry_model *model);
+FERRY_API const struct ferry_model_config *ferry_model_get_config(const ferry_model *model);
 
 /** @brief Number of weight tensors in the layout. */
-size_t ferry_model_tensor_count(const ferry_model *model);
+FERRY_API size_t ferry_model_tensor_count(const ferry_model *model);
 
 /**
  * @brief Tensor i of the layout. Tensors come in file order: embeddings, then for each layer
  *        its non-expert tensors followed by its experts one after another (each expert's
  *        tensors adjacent), then final norm and head. Borrowed; NULL when i is out of range.
  */
-const struct ferry_tensor_desc *ferry_model_tensor(const ferry_model *model, size_t i);
+FERRY_API const struct ferry_tensor_desc *ferry_model_tensor(const ferry_model *model, size_t i);
 
 /**
  * @brief Find a tensor by its Hugging Face name.
  * @return the tensor index, or -1 when absent.
  */
-int64_t ferry_model_find_tensor(const ferry_model *model, const char *name);
+FERRY_API int64_t ferry_model_find_tensor(const ferry_model *model, const char *name);
 
 /** @brief Parameter and byte accounting (bytes as published: the model's dtype, or the
  *         checkpoint's quantized format). Per-layer figures are the largest layer's. */
-void ferry_model_get_accounting(const ferry_model *model, struct ferry_model_accounting *out);
+FERRY_API void ferry_model_get_accounting(const ferry_model *model, struct ferry_model_accounting *out);
 
 /**
  * @brief The KV format a run of this model uses: @p requested itself, or for FERRY_KV_AUTO the
  *        model's dtype (fp32 and fp64 models: fp32; bf16: bf16; every other: fp16). The engine
  *        and `ferry model show` both ask here, so what is shown is what runs.
  */
-enum ferry_kv_format ferry_model_kv_format(const ferry_model *model, enum ferry_kv_format requested);
+FERRY_API enum ferry_kv_format ferry_model_kv_format(const ferry_model *model, enum ferry_kv_format requested);
 
 /**
  * @brief KV-cache bytes for @p tokens tokens of one sequence (all layers; K and V, or MLA's
@@ -458,7 +471,7 @@ enum ferry_kv_format ferry_model_kv_format(const ferry_model *model, enum ferry_
  *        or chunked layer holds at most the tokens a query sees. For 32 layers x 32 KV heads x
  *        head dim 128 x 2048 tokens in fp16 this is exactly 1 GiB.
  */
-uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum ferry_kv_format kv_format);
+FERRY_API uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum ferry_kv_format kv_format);
 
 /**
  * @brief FLOPs (multiply-add = 2) to process one token: the matrix products of the active
@@ -466,30 +479,30 @@ uint64_t ferry_model_kv_bytes(const ferry_model *model, int64_t tokens, enum fer
  * @param model the model.
  * @param context_len tokens already in the KV cache when this token is processed.
  */
-double ferry_model_flops_per_token(const ferry_model *model, int64_t context_len);
+FERRY_API double ferry_model_flops_per_token(const ferry_model *model, int64_t context_len);
 
 /**
  * @brief FLOPs to prefill a prompt of @p prompt_len tokens (sum over its tokens).
  */
-double ferry_model_flops_prefill(const ferry_model *model, int64_t prompt_len);
+FERRY_API double ferry_model_flops_prefill(const ferry_model *model, int64_t prompt_len);
 
 /** @brief Number of catalogue presets. */
-size_t ferry_model_preset_count(void);
+FERRY_API size_t ferry_model_preset_count(void);
 
 /** @brief Name of preset i ("tiny-moe", "mixtral-8x7b", ...); NULL when out of range. */
-const char *ferry_model_preset_name(size_t i);
+FERRY_API const char *ferry_model_preset_name(size_t i);
 
 /** @brief Family name as Hugging Face spells `model_type` ("llama", "qwen2_moe", ...). */
-const char *ferry_family_name(enum ferry_family family);
+FERRY_API const char *ferry_family_name(enum ferry_family family);
 
 /** @brief Whether this model is Mixture-of-Experts (n_experts > 0). */
-int ferry_model_is_moe(const ferry_model *model);
+FERRY_API int ferry_model_is_moe(const ferry_model *model);
 
 /**
  * @brief Parse a family from its Hugging Face `model_type` spelling ("llama", "qwen2_moe", ...).
  * @return FERRY_OK, or FERRY_ERR_UNSUPPORTED for an unknown spelling (no message set).
  */
-ferry_status ferry_family_parse(const char *name, enum ferry_family *out);
+FERRY_API ferry_status ferry_family_parse(const char *name, enum ferry_family *out);
 
 /**
  * @brief The tensors of one layer's dense part (everything but its routed experts: norms,
@@ -500,7 +513,7 @@ ferry_status ferry_family_parse(const char *name, enum ferry_family *out);
  * @param count receives the number of tensors.
  * @return FERRY_OK, or FERRY_ERR_RANGE when @p layer is out of range.
  */
-ferry_status ferry_model_layer_span(const ferry_model *model, int64_t layer, size_t *first,
+FERRY_API ferry_status ferry_model_layer_span(const ferry_model *model, int64_t layer, size_t *first,
                                     size_t *count);
 
 /**
@@ -513,7 +526,7 @@ ferry_status ferry_model_layer_span(const ferry_model *model, int64_t layer, siz
  * @return FERRY_OK, or FERRY_ERR_RANGE when the layer or expert is out of range (always for
  *         dense models and the dense layers of MoE models).
  */
-ferry_status ferry_model_expert_span(const ferry_model *model, int64_t layer, int64_t expert,
+FERRY_API ferry_status ferry_model_expert_span(const ferry_model *model, int64_t layer, int64_t expert,
                                      size_t *first, size_t *count);
 
 /**
@@ -522,7 +535,7 @@ ferry_status ferry_model_expert_span(const ferry_model *model, int64_t layer, in
  *        the tied embedding when it serves as head), without biases, norms or the embedding
  *        lookup. ferry_model_flops_per_token() is twice this plus attention.
  */
-double ferry_model_matmul_params_active(const ferry_model *model);
+FERRY_API double ferry_model_matmul_params_active(const ferry_model *model);
 
 /**
  * @brief Write the model's Hugging Face `config.json` text for this configuration.
@@ -532,7 +545,7 @@ double ferry_model_matmul_params_active(const ferry_model *model);
  * @param model the model.
  * @param out receives a NUL-terminated string owned by the caller (ferry_free()).
  */
-ferry_status ferry_model_config_json(const ferry_model *model, char **out);
+FERRY_API ferry_status ferry_model_config_json(const ferry_model *model, char **out);
 
 /**
  * @brief Whether @p candidate describes the same architecture as @p serving: every field of the
@@ -540,26 +553,26 @@ ferry_status ferry_model_config_json(const ferry_model *model, char **out);
  *        quantization, not another model).
  * @return FERRY_OK; FERRY_ERR_FORMAT naming the first field that differs, with both values.
  */
-ferry_status ferry_model_same_architecture(const ferry_model *serving, const ferry_model *candidate);
+FERRY_API ferry_status ferry_model_same_architecture(const ferry_model *serving, const ferry_model *candidate);
 
 /**
  * @brief Per-layer facts: MoE or dense, window or chunk, RoPE or not, cache bytes per token.
  * @return FERRY_OK, or FERRY_ERR_RANGE when @p layer is out of range.
  */
-ferry_status ferry_model_layer_info(const ferry_model *model, int64_t layer, struct ferry_layer_info *out);
+FERRY_API ferry_status ferry_model_layer_info(const ferry_model *model, int64_t layer, struct ferry_layer_info *out);
 
 /**
  * @brief Parameters of one layer (all its experts) and of its dense part alone.
  * @return FERRY_OK, or FERRY_ERR_RANGE when @p layer is out of range.
  */
-ferry_status ferry_model_layer_params(const ferry_model *model, int64_t layer, uint64_t *all, uint64_t *dense);
+FERRY_API ferry_status ferry_model_layer_params(const ferry_model *model, int64_t layer, uint64_t *all, uint64_t *dense);
 
 /**
  * @brief The RoPE of layer @p layer (its base, rotated dimensions, layout and scaling).
  * @return FERRY_OK; FERRY_ERR_RANGE for a bad layer; FERRY_ERR_NOT_FOUND when the layer applies
  *         no RoPE (learned positions, ALiBi, Llama 4 NoPE layers).
  */
-ferry_status ferry_model_layer_rope(const ferry_model *model, int64_t layer, struct ferry_rope_params *out);
+FERRY_API ferry_status ferry_model_layer_rope(const ferry_model *model, int64_t layer, struct ferry_rope_params *out);
 
 /**
  * @brief RoPE inverse frequencies of @p rope for a sequence of @p seq_len tokens, exactly as
@@ -569,23 +582,23 @@ ferry_status ferry_model_layer_rope(const ferry_model *model, int64_t layer, str
  * @param inv_freq receives dim / 2 values.
  * @param attn_factor receives the factor cos and sin are multiplied by (1 unless yarn/longrope).
  */
-void ferry_rope_inv_freq(const struct ferry_rope_params *rope, int64_t seq_len, double *inv_freq, double *attn_factor);
+FERRY_API void ferry_rope_inv_freq(const struct ferry_rope_params *rope, int64_t seq_len, double *inv_freq, double *attn_factor);
 
 /**
  * @brief The softmax scale of attention (1/sqrt(head_dim), Gemma's query_pre_attn_scalar,
  *        DeepSeek's yarn mscale) of this model.
  */
-double ferry_model_attn_scale(const ferry_model *model);
+FERRY_API double ferry_model_attn_scale(const ferry_model *model);
 
 /**
  * @brief Find a model by catalogue name or Hugging Face id, ignoring case
  *        ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b").
  * @return the preset's catalogue name (static), or NULL when none matches.
  */
-const char *ferry_model_preset_resolve(const char *name);
+FERRY_API const char *ferry_model_preset_resolve(const char *name);
 
 /** @brief Hugging Face id of preset i ("Qwen/Qwen3-30B-A3B"); "" for ferry's own shapes. */
-const char *ferry_model_preset_hf_id(size_t i);
+FERRY_API const char *ferry_model_preset_hf_id(size_t i);
 
 #ifdef __cplusplus
 }

@@ -51,8 +51,8 @@ struct ferry_plan_load {
  * @param out receives the analysis.
  * @return FERRY_OK; FERRY_ERR_INVALID for NULL arguments; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_plan_load_analyze(const int64_t *arrival_ns, const int64_t *first_token_ns, const int64_t *finish_ns,
-                                     size_t n, struct ferry_plan_load *out);
+FERRY_API ferry_status ferry_plan_load_analyze(const int64_t *arrival_ns, const int64_t *first_token_ns, const int64_t *finish_ns,
+                                               size_t n, struct ferry_plan_load *out);
 
 /** State of one rate search; fields read-only for callers (ferry_plan_search_init()). */
 struct ferry_plan_search {
@@ -79,8 +79,8 @@ struct ferry_plan_search {
  * @param max_rps largest rate worth probing (>= start_rps).
  * @param tolerance relative bracket width to stop at, e.g. 0.05.
  */
-void ferry_plan_search_init(struct ferry_plan_search *s, double start_rps, double min_rps, double max_rps,
-                            double tolerance);
+FERRY_API void ferry_plan_search_init(struct ferry_plan_search *s, double start_rps, double min_rps, double max_rps,
+                                      double tolerance);
 
 /**
  * @brief The next rate to probe.
@@ -89,7 +89,7 @@ void ferry_plan_search_init(struct ferry_plan_search *s, double start_rps, doubl
  * @return 1 when a rate is to be probed; 0 when the search is over (best_rps is the answer:
  *         0 when no rate at or above min_rps meets the SLO; max_rps when even that did).
  */
-int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps);
+FERRY_API int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps);
 
 /**
  * @brief Record a probe's outcome.
@@ -103,7 +103,7 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps);
  *        load (the slowest request alone misses the limit) and the search ends: no rate meets
  *        the SLO.
  */
-void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess);
+FERRY_API void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess);
 
 /** Costs of serving at a rate. */
 struct ferry_plan_cost {
@@ -121,8 +121,8 @@ struct ferry_plan_cost {
  * @param mean_output_tokens output tokens per request on average.
  * @param out receives the costs.
  */
-void ferry_plan_cost(double price_per_hour, int machines, double rps, double mean_output_tokens,
-                     struct ferry_plan_cost *out);
+FERRY_API void ferry_plan_cost(double price_per_hour, int machines, double rps, double mean_output_tokens,
+                               struct ferry_plan_cost *out);
 
 /** One candidate of the cheapest pick. */
 struct ferry_plan_choice {
@@ -138,7 +138,7 @@ struct ferry_plan_choice {
  * @param n how many.
  * @return its index, or -1 when none is eligible and priced.
  */
-int ferry_plan_cheapest(const struct ferry_plan_choice *c, size_t n);
+FERRY_API int ferry_plan_cheapest(const struct ferry_plan_choice *c, size_t n);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,8 @@
 #ifndef FERRY_PREDICT_H
 #define FERRY_PREDICT_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,10 +52,10 @@ enum ferry_predictor_kind {
  * @brief Parse a variant name: none, lru, frequency, gate-lookahead, mlp3, mlp7, oracle.
  * @return FERRY_OK or FERRY_ERR_INVALID listing the names.
  */
-ferry_status ferry_predictor_kind_parse(const char *name, enum ferry_predictor_kind *out);
+FERRY_API ferry_status ferry_predictor_kind_parse(const char *name, enum ferry_predictor_kind *out);
 
 /** @brief The name of a variant ("?" outside the enum). Static string. */
-const char *ferry_predictor_kind_name(enum ferry_predictor_kind kind);
+FERRY_API const char *ferry_predictor_kind_name(enum ferry_predictor_kind kind);
 
 /* ---- the MLP --------------------------------------------------------------------------- */
 
@@ -85,20 +87,20 @@ struct ferry_mlp {
  * @param variant FERRY_PREDICTOR_MLP3 or FERRY_PREDICTOR_MLP7.
  * @return FERRY_OK, FERRY_ERR_INVALID or FERRY_ERR_NOMEM. Free with ferry_mlp_free().
  */
-ferry_status ferry_mlp_init(struct ferry_mlp *m, enum ferry_predictor_kind variant, int32_t n_layers,
+FERRY_API ferry_status ferry_mlp_init(struct ferry_mlp *m, enum ferry_predictor_kind variant, int32_t n_layers,
                             int32_t n_experts, uint64_t seed);
 
 /** @brief Free the arrays of an MLP (the struct itself is the caller's). Accepts NULL. */
-void ferry_mlp_free(struct ferry_mlp *m);
+FERRY_API void ferry_mlp_free(struct ferry_mlp *m);
 
 /** @brief Deep copy of @p src into @p dst (allocated here; free with ferry_mlp_free()). */
-ferry_status ferry_mlp_copy(struct ferry_mlp *dst, const struct ferry_mlp *src);
+FERRY_API ferry_status ferry_mlp_copy(struct ferry_mlp *dst, const struct ferry_mlp *src);
 
 /**
  * @brief Logits of the n_experts experts of one layer for one feature vector.
  * @param x n_in raw features; @param layer in [0, n_layers); @param logits n_experts outputs.
  */
-void ferry_mlp_forward(const struct ferry_mlp *m, const float *x, int32_t layer, float *logits);
+FERRY_API void ferry_mlp_forward(const struct ferry_mlp *m, const float *x, int32_t layer, float *logits);
 
 /**
  * @brief Round the weights through a storage dtype, as loading them from that dtype would.
@@ -106,7 +108,7 @@ void ferry_mlp_forward(const struct ferry_mlp *m, const float *x, int32_t layer,
  *        output row, scale = max|w| / 127; biases and standardisation stay fp32).
  * @return FERRY_OK or FERRY_ERR_UNSUPPORTED for other dtypes.
  */
-ferry_status ferry_mlp_quantize(struct ferry_mlp *m, enum ferry_dtype dtype);
+FERRY_API ferry_status ferry_mlp_quantize(struct ferry_mlp *m, enum ferry_dtype dtype);
 
 /** Training data: one sample per (request, token). */
 struct ferry_mlp_dataset {
@@ -134,17 +136,17 @@ struct ferry_mlp_train_config {
  *        measured on the data after that epoch.
  * @return FERRY_OK, FERRY_ERR_INVALID (shapes do not match the MLP), FERRY_ERR_NOMEM.
  */
-ferry_status ferry_mlp_train(struct ferry_mlp *m, const struct ferry_mlp_dataset *data,
+FERRY_API ferry_status ferry_mlp_train(struct ferry_mlp *m, const struct ferry_mlp_dataset *data,
                              const struct ferry_mlp_train_config *cfg, double *epoch_loss);
 
 /** @brief Mean binary cross-entropy of the MLP on the data (NAN on a shape mismatch). */
-double ferry_mlp_loss(const struct ferry_mlp *m, const struct ferry_mlp_dataset *data);
+FERRY_API double ferry_mlp_loss(const struct ferry_mlp *m, const struct ferry_mlp_dataset *data);
 
 /**
  * @brief The three mlp3 features: L2 norm of the current token's hidden state, variance over
  *        the first 5 tokens' embeddings, and log(1 + seq_len) / log(1 + FERRY_MLP_MAX_SEQ).
  */
-void ferry_predictor_features_mlp3(float hidden_l2, float emb_var5, int32_t seq_len, float out[FERRY_MLP3_FEATURES]);
+FERRY_API void ferry_predictor_features_mlp3(float hidden_l2, float emb_var5, int32_t seq_len, float out[FERRY_MLP3_FEATURES]);
 
 /**
  * @brief The seven mlp7 features of the segment of FERRY_MLP_SEGMENT_TOKENS tokens holding
@@ -155,7 +157,7 @@ void ferry_predictor_features_mlp3(float hidden_l2, float emb_var5, int32_t seq_
  * @param hidden_l2 per-token norms of the segment so far (n entries, n >= 1).
  * @param emb_var per-token embedding variances of the segment so far (n entries).
  */
-void ferry_predictor_features_mlp7(const float *hidden_l2, const float *emb_var, int32_t n, int32_t seq_len,
+FERRY_API void ferry_predictor_features_mlp7(const float *hidden_l2, const float *emb_var, int32_t n, int32_t seq_len,
                                    int32_t token_idx, float out[FERRY_MLP7_FEATURES]);
 
 /**
@@ -166,7 +168,7 @@ void ferry_predictor_features_mlp7(const float *hidden_l2, const float *emb_var,
  *        position in the segment.
  * @param out FERRY_MLP3_FEATURES or FERRY_MLP7_FEATURES values.
  */
-void ferry_predictor_features_derived(enum ferry_predictor_kind variant, int32_t token_idx, int32_t seq_len,
+FERRY_API void ferry_predictor_features_derived(enum ferry_predictor_kind variant, int32_t token_idx, int32_t seq_len,
                                       float *out);
 
 /* ---- predictors -------------------------------------------------------------------------- */
@@ -176,7 +178,9 @@ typedef struct ferry_predictor ferry_predictor;
 
 /** Predictor configuration (copied). */
 struct ferry_predictor_config {
-  enum ferry_predictor_kind kind; /**< variant */
+  enum ferry_predictor_kind kind; /**< variant (built in), when name is NULL */
+  const char *name;               /**< the predictor's registry name (ferry_predictor_register());
+                                       NULL: the name of kind */
   int32_t n_layers;               /**< MoE layers */
   int32_t n_experts;              /**< experts per layer */
   int32_t top_k;                  /**< experts chosen per token and layer */
@@ -197,31 +201,100 @@ struct ferry_predict_context {
   int32_t n_future_ids;      /**< entries of future_ids */
 };
 
+/** What a predictor needs and does (bits of ferry_predictor_ops::needs): the engine, the
+ *  simulator and the evaluator read them to give it its inputs. */
+enum ferry_predictor_need {
+  FERRY_PREDICT_PREDICTS = 1u << 0,        /**< prefetches at all (none and lru do not) */
+  FERRY_PREDICT_NO_REUSE = 1u << 1,        /**< the expert cache is not consulted: every use is fetched (none) */
+  FERRY_PREDICT_NEEDS_LOOKAHEAD = 1u << 2, /**< the target layer's router logits on the current hidden state */
+  FERRY_PREDICT_NEEDS_FEATURES = 1u << 3,  /**< n_features per-token features (mlp3 / mlp7 definitions) */
+  FERRY_PREDICT_NEEDS_FUTURE = 1u << 4,    /**< the target layer's true choice (an oracle) */
+  FERRY_PREDICT_NEEDS_WEIGHTS = 1u << 5,   /**< a weights file of `ferry predictor train` (set_mlp()) */
+  FERRY_PREDICT_USES_POPULARITY = 1u << 6  /**< takes per-layer popularity from a routing trace (set_popularity()) */
+};
+
+/** Version of struct ferry_predictor_ops this build reads. */
+#define FERRY_PREDICTOR_OPS_VERSION 1
+
+/**
+ * An expert predictor: a static const op table in its own file, listed by one line in the
+ * registry (runtime/policy/predict.c) or added with ferry_predictor_register(). The engine on
+ * every executor (`--predictor NAME`), the simulator and `ferry predictor eval` use it by name.
+ * Pure: predict() gets what `needs` asks for in its context and allocates nothing.
+ */
+struct ferry_predictor_ops {
+  int version;             /**< FERRY_PREDICTOR_OPS_VERSION */
+  const char *name;        /**< registry name: 1-15 of a-z, 0-9, '-' */
+  const char *description; /**< one line for help texts */
+  unsigned needs;          /**< ferry_predictor_need bits */
+  int32_t n_features;      /**< features per token, with FERRY_PREDICT_NEEDS_FEATURES */
+  /** the predictor's state (released with free()) */
+  ferry_status (*create)(void **state, const struct ferry_predictor_config *cfg);
+  /** release the state */
+  void (*free)(void *state);
+  /** optional: the actual choice at ctx->layer (k ids) */
+  void (*observe)(void *state, const struct ferry_predict_context *ctx, int32_t k, const int32_t *ids);
+  /** experts of layer ctx->layer + layer_ahead, best first, at most max, into out_ids */
+  ferry_status (*predict)(void *state, const struct ferry_predict_context *ctx, int32_t layer_ahead, int32_t *out_ids,
+                          int32_t max, int32_t *n_out);
+  /** optional (FERRY_PREDICT_USES_POPULARITY): add popularity counts of one layer */
+  ferry_status (*set_popularity)(void *state, int32_t layer, const int64_t *counts);
+  /** optional (FERRY_PREDICT_NEEDS_WEIGHTS): use these weights (copied) */
+  ferry_status (*set_mlp)(void *state, const struct ferry_mlp *m);
+};
+
+/** @brief Number of registered predictors. */
+FERRY_API size_t ferry_predictor_registry_count(void);
+/** @brief The i-th registered predictor, or NULL past the end (borrowed, static). */
+FERRY_API const struct ferry_predictor_ops *ferry_predictor_registry_at(size_t i);
+/** @brief The predictor named @p name, or NULL. */
+FERRY_API const struct ferry_predictor_ops *ferry_predictor_registry_find(const char *name);
+/**
+ * @brief Add a predictor at start-up (not thread-safe).
+ * @param ops borrowed; must stay valid for the life of the process.
+ * @return FERRY_OK; FERRY_ERR_INVALID (version, missing create/free/predict, bad name);
+ *         FERRY_ERR_EXISTS; FERRY_ERR_RANGE when 16 have been added.
+ */
+FERRY_API ferry_status ferry_predictor_register(const struct ferry_predictor_ops *ops);
+/**
+ * @brief The predictor named @p name, or FERRY_ERR_NOT_FOUND naming the nearest.
+ * @param out receives the table (borrowed, static).
+ */
+FERRY_API ferry_status ferry_predictor_lookup(const char *name, const struct ferry_predictor_ops **out);
+
+/** @brief The op table of a predictor (borrowed, static). */
+FERRY_API const struct ferry_predictor_ops *ferry_predictor_ops_of(const ferry_predictor *p);
+
 /**
  * @brief Create a predictor.
  * @param out receives the predictor, owned by the caller (ferry_predictor_free()).
  * @return FERRY_OK, FERRY_ERR_INVALID, FERRY_ERR_NOMEM. mlp3/mlp7 predict nothing until
  *         ferry_predictor_set_mlp() is called.
  */
-ferry_status ferry_predictor_create(ferry_predictor **out, const struct ferry_predictor_config *cfg);
+FERRY_API ferry_status ferry_predictor_create(ferry_predictor **out, const struct ferry_predictor_config *cfg);
 
 /** @brief Free a predictor. Accepts NULL. */
-void ferry_predictor_free(ferry_predictor *p);
+FERRY_API void ferry_predictor_free(ferry_predictor *p);
 
-/** @brief The predictor's variant. */
-enum ferry_predictor_kind ferry_predictor_kind_of(const ferry_predictor *p);
+/** @brief The predictor's variant; FERRY_PREDICTOR_NONE for one not built in (use
+ *         ferry_predictor_ops_of()). */
+FERRY_API enum ferry_predictor_kind ferry_predictor_kind_of(const ferry_predictor *p);
 
 /**
- * @brief frequency: seed the popularity of one layer (e.g. counts from a routing trace).
+ * @brief A predictor that takes popularity (frequency): seed the popularity of one layer (e.g.
+ *        counts from a routing trace).
  * @param counts n_experts uses; added to what observe() counts.
+ * @return FERRY_ERR_INVALID for a layer out of range or a predictor that takes none.
  */
-ferry_status ferry_predictor_set_popularity(ferry_predictor *p, int32_t layer, const int64_t *counts);
+FERRY_API ferry_status ferry_predictor_set_popularity(ferry_predictor *p, int32_t layer, const int64_t *counts);
 
 /**
- * @brief mlp3 / mlp7: use these weights (copied, then rounded through the configured dtype).
- * @return FERRY_ERR_INVALID when the MLP's variant or shape differs from the predictor's.
+ * @brief A predictor of weights (mlp3 / mlp7): use these (copied, then rounded through the
+ *        configured dtype).
+ * @return FERRY_ERR_INVALID when the MLP's variant or shape differs from the predictor's, or the
+ *         predictor takes no weights.
  */
-ferry_status ferry_predictor_set_mlp(ferry_predictor *p, const struct ferry_mlp *m);
+FERRY_API ferry_status ferry_predictor_set_mlp(ferry_predictor *p, const struct ferry_mlp *m);
 
 /**
  * @brief Experts of layer ctx->layer + layer_ahead to prefetch, best first.
@@ -234,11 +307,11 @@ ferry_status ferry_predictor_set_mlp(ferry_predictor *p, const struct ferry_mlp 
  * @return FERRY_OK; FERRY_ERR_INVALID when the context lacks what the variant needs (wrong
  *         feature count, no logits, no future ids) or the target layer is out of range.
  */
-ferry_status ferry_predictor_predict(ferry_predictor *p, const struct ferry_predict_context *ctx, int32_t layer_ahead,
+FERRY_API ferry_status ferry_predictor_predict(ferry_predictor *p, const struct ferry_predict_context *ctx, int32_t layer_ahead,
                                      int32_t *out_ids, int32_t max, int32_t *n_out);
 
 /** @brief Tell the predictor the actual choice at a layer (frequency counts it). */
-void ferry_predictor_observe(ferry_predictor *p, int64_t req_id, int32_t token_index, int32_t layer, int32_t k,
+FERRY_API void ferry_predictor_observe(ferry_predictor *p, int64_t req_id, int32_t token_index, int32_t layer, int32_t k,
                              const int32_t *ids);
 
 /* ---- evaluation ------------------------------------------------------------------------- */
@@ -265,7 +338,8 @@ struct ferry_predict_eval_config {
   int32_t prefetch_depth; /**< predict layer l + depth while at layer l (>= 1) */
   int32_t prefetch_max;   /**< experts predicted per layer (0 = top_k) */
   uint64_t expert_bytes;  /**< bytes of one expert load (0: count loads only) */
-  int lfu;                /**< LFU instead of LRU eviction */
+  int lfu;                /**< LFU instead of LRU eviction (when cache_policy is NULL) */
+  const char *cache_policy; /**< eviction policy by registry name (ferry/cache_policy.h); NULL: lru or lfu */
 };
 
 /** One request's share of the evaluation counts (the unit ferry_predict_eval_ci() resamples). */
@@ -324,10 +398,10 @@ struct ferry_predict_ci {
 };
 
 /** @brief Name of a metric ("recall", "precision", "stall", "wasted", "hit rate"). Static string. */
-const char *ferry_predict_metric_name(enum ferry_predict_metric m);
+FERRY_API const char *ferry_predict_metric_name(enum ferry_predict_metric m);
 
 /** @brief Whether a larger value of the metric is better. */
-int ferry_predict_metric_higher_is_better(enum ferry_predict_metric m);
+FERRY_API int ferry_predict_metric_higher_is_better(enum ferry_predict_metric m);
 
 /**
  * @brief 95% percentile-bootstrap confidence intervals of every metric, resampling requests
@@ -338,7 +412,7 @@ int ferry_predict_metric_higher_is_better(enum ferry_predict_metric m);
  * @param out FERRY_PREDICT_METRICS intervals, in enum order.
  * @return FERRY_OK, FERRY_ERR_INVALID (no per-request counts, n_boot < 10), FERRY_ERR_NOMEM.
  */
-ferry_status ferry_predict_eval_ci(const struct ferry_predict_eval_result *r, int32_t n_boot, uint64_t seed,
+FERRY_API ferry_status ferry_predict_eval_ci(const struct ferry_predict_eval_result *r, int32_t n_boot, uint64_t seed,
                                    struct ferry_predict_ci out[FERRY_PREDICT_METRICS]);
 
 /**
@@ -349,7 +423,7 @@ ferry_status ferry_predict_eval_ci(const struct ferry_predict_eval_result *r, in
  * @return FERRY_OK, FERRY_ERR_INVALID (different request counts, no per-request counts), or
  *         FERRY_ERR_NOMEM.
  */
-ferry_status ferry_predict_eval_diff_ci(const struct ferry_predict_eval_result *a, const struct ferry_predict_eval_result *b,
+FERRY_API ferry_status ferry_predict_eval_diff_ci(const struct ferry_predict_eval_result *a, const struct ferry_predict_eval_result *b,
                                         enum ferry_predict_metric m, int32_t n_boot, uint64_t seed,
                                         struct ferry_predict_ci *out);
 
@@ -366,11 +440,11 @@ ferry_status ferry_predict_eval_diff_ci(const struct ferry_predict_eval_result *
  * features, else ferry_predictor_features_derived().
  * @param out free with ferry_predict_eval_result_free().
  */
-ferry_status ferry_predict_eval(ferry_predictor *p, const struct ferry_predict_eval_request *reqs, size_t n_reqs,
+FERRY_API ferry_status ferry_predict_eval(ferry_predictor *p, const struct ferry_predict_eval_request *reqs, size_t n_reqs,
                                 const struct ferry_predict_eval_config *cfg, struct ferry_predict_eval_result *out);
 
 /** @brief Free what ferry_predict_eval() allocated. Accepts NULL. */
-void ferry_predict_eval_result_free(struct ferry_predict_eval_result *r);
+FERRY_API void ferry_predict_eval_result_free(struct ferry_predict_eval_result *r);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "ferry/api.h"
 #include "ferry/exec.h"
 
 #ifdef __cplusplus
@@ -38,7 +39,7 @@ struct ferry_provenance {
  * @param ex the run's executor, or NULL for the build and the machine only.
  * @param out filled.
  */
-void ferry_provenance_collect(ferry_exec *ex, struct ferry_provenance *out);
+FERRY_API void ferry_provenance_collect(ferry_exec *ex, struct ferry_provenance *out);
 
 /**
  * @brief The value of a collected item.
@@ -46,14 +47,14 @@ void ferry_provenance_collect(ferry_exec *ex, struct ferry_provenance *out);
  * @param name item name.
  * @return borrowed value, or NULL when absent.
  */
-const char *ferry_provenance_value(const struct ferry_provenance *p, const char *name);
+FERRY_API const char *ferry_provenance_value(const struct ferry_provenance *p, const char *name);
 
 /**
  * @brief `git describe --always --dirty --tags` of the source tree this library was built
  *        from, read at build time.
  * @return static string; "" when built outside a git checkout.
  */
-const char *ferry_build_git_describe(void);
+FERRY_API const char *ferry_build_git_describe(void);
 
 #ifdef __cplusplus
 }

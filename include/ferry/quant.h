@@ -17,6 +17,8 @@
 #ifndef FERRY_QUANT_H
 #define FERRY_QUANT_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,7 +78,7 @@ struct ferry_qspec {
  * @return FERRY_OK; FERRY_ERR_INVALID for an unknown name or bad group size, with a message
  *         naming it and the accepted spellings in ferry_last_error().
  */
-ferry_status ferry_quant_spec_parse(const char *text, struct ferry_qspec *out);
+FERRY_API ferry_status ferry_quant_spec_parse(const char *text, struct ferry_qspec *out);
 
 /**
  * @brief Write the canonical name of a spec ("int4-g64", "nf4", "fp16", ...).
@@ -85,13 +87,13 @@ ferry_status ferry_quant_spec_parse(const char *text, struct ferry_qspec *out);
  * @param size size of buf in bytes.
  * @return buf.
  */
-char *ferry_quant_spec_name(const struct ferry_qspec *spec, char *buf, size_t size);
+FERRY_API char *ferry_quant_spec_name(const struct ferry_qspec *spec, char *buf, size_t size);
 
 /**
  * @brief Check that a spec is well formed (known format, group size allowed for it).
  * @return FERRY_OK or FERRY_ERR_INVALID (message in ferry_last_error()).
  */
-ferry_status ferry_quant_spec_check(const struct ferry_qspec *spec);
+FERRY_API ferry_status ferry_quant_spec_check(const struct ferry_qspec *spec);
 
 /** The parts a packed matrix consists of; formats use a prefix of this list or a subset. */
 enum ferry_qpart {
@@ -142,7 +144,7 @@ struct ferry_qlayout {
  * @return FERRY_OK; FERRY_ERR_INVALID for a bad spec or shape; FERRY_ERR_RANGE if a size
  *         overflows 64 bits.
  */
-ferry_status ferry_quant_layout(const struct ferry_qspec *spec, int64_t rows, int64_t cols,
+FERRY_API ferry_status ferry_quant_layout(const struct ferry_qspec *spec, int64_t rows, int64_t cols,
                                 struct ferry_qlayout *out);
 
 /**
@@ -154,7 +156,7 @@ ferry_status ferry_quant_layout(const struct ferry_qspec *spec, int64_t rows, in
  * @param scale_bytes if not NULL, receives the bytes of all the other parts.
  * @return the total bytes (data + scale), or 0 for an invalid spec or shape.
  */
-uint64_t ferry_quant_packed_bytes(const struct ferry_qspec *spec, int64_t rows, int64_t cols,
+FERRY_API uint64_t ferry_quant_packed_bytes(const struct ferry_qspec *spec, int64_t rows, int64_t cols,
                                   uint64_t *data_bytes, uint64_t *scale_bytes);
 
 /** Read-only pointers to the parts of a packed matrix (unused parts may be NULL). */
@@ -173,7 +175,7 @@ struct ferry_qout {
  * @param blob at least layout->blob_bytes bytes; borrowed, the view points into it.
  * @param out receives the part pointers (NULL for parts the format lacks).
  */
-void ferry_quant_view_blob(const struct ferry_qlayout *layout, const void *blob,
+FERRY_API void ferry_quant_view_blob(const struct ferry_qlayout *layout, const void *blob,
                            struct ferry_qview *out);
 
 /**
@@ -182,7 +184,7 @@ void ferry_quant_view_blob(const struct ferry_qlayout *layout, const void *blob,
  * @param blob at least layout->blob_bytes bytes; borrowed, the result points into it.
  * @param out receives the part pointers (NULL for parts the format lacks).
  */
-void ferry_quant_out_blob(const struct ferry_qlayout *layout, void *blob, struct ferry_qout *out);
+FERRY_API void ferry_quant_out_blob(const struct ferry_qlayout *layout, void *blob, struct ferry_qout *out);
 
 /**
  * @brief Quantize a row-major fp32 [rows, cols] matrix into its packed parts.
@@ -202,7 +204,7 @@ void ferry_quant_out_blob(const struct ferry_qlayout *layout, void *blob, struct
  * @return FERRY_OK; FERRY_ERR_INVALID for a bad spec or shape, a NULL part the format needs,
  *         or a NaN or infinite input (the message names its row and column).
  */
-ferry_status ferry_quant_quantize(const struct ferry_qspec *spec, const float *src, int64_t rows,
+FERRY_API ferry_status ferry_quant_quantize(const struct ferry_qspec *spec, const float *src, int64_t rows,
                                   int64_t cols, const struct ferry_qout *out);
 
 /**
@@ -219,7 +221,7 @@ ferry_status ferry_quant_quantize(const struct ferry_qspec *spec, const float *s
  * @param dst receives (row_end - row_begin) * cols floats, row-major.
  * @return FERRY_OK; FERRY_ERR_INVALID for a bad spec, range or NULL pointer.
  */
-ferry_status ferry_quant_dequantize_rows(const struct ferry_qspec *spec,
+FERRY_API ferry_status ferry_quant_dequantize_rows(const struct ferry_qspec *spec,
                                          const struct ferry_qview *packed, int64_t rows,
                                          int64_t cols, int64_t row_begin, int64_t row_end,
                                          float *dst);
@@ -231,7 +233,7 @@ ferry_status ferry_quant_dequantize_rows(const struct ferry_qspec *spec,
  * @param n number of elements.
  * @return the error; 0 when both are all zero, INFINITY when only src is.
  */
-double ferry_quant_error(const float *src, const float *rec, size_t n);
+FERRY_API double ferry_quant_error(const float *src, const float *rec, size_t n);
 
 /**
  * @brief Cosine similarity of two vectors (accumulated in double).
@@ -240,7 +242,7 @@ double ferry_quant_error(const float *src, const float *rec, size_t n);
  * @param n number of elements.
  * @return a.b / (|a| |b|) in [-1, 1]; 1 when both are zero, 0 when exactly one is.
  */
-double ferry_quant_cosine(const float *a, const float *b, size_t n);
+FERRY_API double ferry_quant_cosine(const float *a, const float *b, size_t n);
 
 /**
  * @brief KL(p_ref || p_q) of the softmax distributions of two logit vectors, in nats.
@@ -252,7 +254,7 @@ double ferry_quant_cosine(const float *a, const float *b, size_t n);
  * @param n vocabulary size, >= 1.
  * @return the divergence, >= 0; NAN if any logit is NaN or +infinity.
  */
-double ferry_quant_kl_logits(const float *ref_logits, const float *q_logits, size_t n);
+FERRY_API double ferry_quant_kl_logits(const float *ref_logits, const float *q_logits, size_t n);
 
 /** Tensor classes a mixed quantization plan assigns formats to. */
 enum ferry_qclass {
@@ -284,14 +286,14 @@ struct ferry_qplan {
  * @return FERRY_OK; FERRY_ERR_INVALID with a message naming the offending entry, its offset
  *         and what was expected (unknown class, unknown format, duplicate, quantized norm).
  */
-ferry_status ferry_quant_plan_parse(const char *text, struct ferry_qplan *out);
+FERRY_API ferry_status ferry_quant_plan_parse(const char *text, struct ferry_qplan *out);
 
 /**
  * @brief Fill a plan with one format for every class (norm stays fp32 if spec is quantized).
  * @param plan receives the plan.
  * @param spec the format; must be valid.
  */
-void ferry_quant_plan_init(struct ferry_qplan *plan, const struct ferry_qspec *spec);
+FERRY_API void ferry_quant_plan_init(struct ferry_qplan *plan, const struct ferry_qspec *spec);
 
 /**
  * @brief Write a plan in the canonical form parsed by ferry_quant_plan_parse(), every class
@@ -301,7 +303,7 @@ void ferry_quant_plan_init(struct ferry_qplan *plan, const struct ferry_qspec *s
  * @param size size of buf; 256 bytes always suffice.
  * @return buf.
  */
-char *ferry_quant_plan_format(const struct ferry_qplan *plan, char *buf, size_t size);
+FERRY_API char *ferry_quant_plan_format(const struct ferry_qplan *plan, char *buf, size_t size);
 
 /**
  * @brief Parse a class name ("attn", "expert", "shared", "router", "dense_ffn", "embed",
@@ -310,13 +312,13 @@ char *ferry_quant_plan_format(const struct ferry_qplan *plan, char *buf, size_t 
  * @param out receives the class.
  * @return FERRY_OK or FERRY_ERR_INVALID naming the unknown class.
  */
-ferry_status ferry_quant_class_parse(const char *name, enum ferry_qclass *out);
+FERRY_API ferry_status ferry_quant_class_parse(const char *name, enum ferry_qclass *out);
 
 /**
  * @brief The name of a class ("attn", ...).
  * @return a static string; "?" for a value outside the enum.
  */
-const char *ferry_quant_class_name(enum ferry_qclass cls);
+FERRY_API const char *ferry_quant_class_name(enum ferry_qclass cls);
 
 /**
  * @brief The format a plan gives to a class, by class name.
@@ -325,7 +327,7 @@ const char *ferry_quant_class_name(enum ferry_qclass cls);
  * @param out receives the format.
  * @return FERRY_OK or FERRY_ERR_INVALID naming the unknown class.
  */
-ferry_status ferry_quant_plan_lookup(const struct ferry_qplan *plan, const char *class_name,
+FERRY_API ferry_status ferry_quant_plan_lookup(const struct ferry_qplan *plan, const char *class_name,
                                      struct ferry_qspec *out);
 
 /**
@@ -337,7 +339,7 @@ ferry_status ferry_quant_plan_lookup(const struct ferry_qplan *plan, const char 
  * @param role the tensor's role.
  * @return the class; FERRY_QCLASS_NORM for a value outside the enum.
  */
-enum ferry_qclass ferry_quant_class_of_role(enum ferry_tensor_role role);
+FERRY_API enum ferry_qclass ferry_quant_class_of_role(enum ferry_tensor_role role);
 
 #ifdef __cplusplus
 }

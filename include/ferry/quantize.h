@@ -8,6 +8,8 @@
 #ifndef FERRY_QUANTIZE_H
 #define FERRY_QUANTIZE_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -43,7 +45,7 @@ struct ferry_quantize_report {
  * @param progress where to print progress lines, or NULL.
  * @param report receives sizes and errors (may be NULL).
  */
-ferry_status ferry_model_quantize(const char *in_dir, const char *out_dir, const struct ferry_qplan *plan,
+FERRY_API ferry_status ferry_model_quantize(const char *in_dir, const char *out_dir, const struct ferry_qplan *plan,
                                   FILE *progress, struct ferry_quantize_report *report);
 
 #ifdef __cplusplus

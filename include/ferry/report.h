@@ -20,6 +20,8 @@
 #ifndef FERRY_REPORT_H
 #define FERRY_REPORT_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,7 +46,9 @@ enum ferry_report_section {
   FERRY_REPORT_ROUTING = 1 << 10,   /**< statistics of every routing trace the runs used or recorded */
   FERRY_REPORT_LATENCY = 1 << 11,   /**< latency distributions (CDF of TTFT, TPOT, e2e) per run */
   FERRY_REPORT_EVENTS = 1 << 12,    /**< engine events: memory pressure, reloads, I/O retries, device failures */
-  FERRY_REPORT_PLAN = 1 << 13       /**< `ferry plan`'s capacity per hardware profile, costs, Pareto front */
+  FERRY_REPORT_PLAN = 1 << 13,      /**< `ferry plan`'s capacity per hardware profile, costs, Pareto front */
+  FERRY_REPORT_STRATEGIES = 1 << 14 /**< offloading strategies side by side: TPOT, bytes moved by
+                                         class, hit rate, CPU work */
 };
 
 /** What to report on and where. Strings are borrowed for the duration of the call. */
@@ -84,7 +88,7 @@ struct ferry_report_summary {
  *        everything else 0 or NULL.
  * @param opt options to fill.
  */
-void ferry_report_options_init(struct ferry_report_options *opt);
+FERRY_API void ferry_report_options_init(struct ferry_report_options *opt);
 
 /**
  * @brief Read the databases and write the report folder.
@@ -99,14 +103,14 @@ void ferry_report_options_init(struct ferry_report_options *opt);
  * @param summary receives what the report contains; may be NULL.
  * @return FERRY_OK or an error.
  */
-ferry_status ferry_report_write(const struct ferry_report_options *opt, struct ferry_report_summary *summary);
+FERRY_API ferry_status ferry_report_write(const struct ferry_report_options *opt, struct ferry_report_summary *summary);
 
 /**
  * @brief Name of a section, as used for the anchors of index.html ("runs", "sweep", ...).
  * @param section one bit of ferry_report_section.
  * @return a static string, or "?" for an unknown value.
  */
-const char *ferry_report_section_name(enum ferry_report_section section);
+FERRY_API const char *ferry_report_section_name(enum ferry_report_section section);
 
 #ifdef __cplusplus
 }

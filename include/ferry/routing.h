@@ -14,6 +14,8 @@
 #ifndef FERRY_ROUTING_H
 #define FERRY_ROUTING_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,7 +57,7 @@ struct ferry_routing_options {
  * @param top_k experts per token and layer (1..min(n_experts, FERRY_ROUTING_MAX_TOPK)).
  * @return FERRY_OK, FERRY_ERR_INVALID or FERRY_ERR_NOMEM.
  */
-ferry_status ferry_routing_create(ferry_routing **out, int32_t n_layers, int32_t n_experts, int32_t top_k);
+FERRY_API ferry_status ferry_routing_create(ferry_routing **out, int32_t n_layers, int32_t n_experts, int32_t top_k);
 
 /**
  * @brief Read a routing trace from JSONL.
@@ -72,13 +74,13 @@ ferry_status ferry_routing_create(ferry_routing **out, int32_t n_layers, int32_t
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND, FERRY_ERR_IO; FERRY_ERR_FORMAT with "path:line:
  *         what was expected" in ferry_last_error(); FERRY_ERR_NOMEM.
  */
-ferry_status ferry_routing_open(ferry_routing **out, const char *path, const struct ferry_routing_options *opts);
+FERRY_API ferry_status ferry_routing_open(ferry_routing **out, const char *path, const struct ferry_routing_options *opts);
 
 /** @brief Free a routing trace. Accepts NULL. */
-void ferry_routing_free(ferry_routing *r);
+FERRY_API void ferry_routing_free(ferry_routing *r);
 
 /** @brief The last detailed error message of this trace ("" if none). Borrowed. */
-const char *ferry_routing_errmsg(const ferry_routing *r);
+FERRY_API const char *ferry_routing_errmsg(const ferry_routing *r);
 
 /**
  * @brief Add (or replace) the choice of one token at one layer.
@@ -88,14 +90,14 @@ const char *ferry_routing_errmsg(const ferry_routing *r);
  *        carries features sets them), or NULL with n_features 0.
  * @return FERRY_OK, FERRY_ERR_INVALID (message names the offending value), FERRY_ERR_RANGE, FERRY_ERR_NOMEM.
  */
-ferry_status ferry_routing_add(ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer, int32_t k,
+FERRY_API ferry_status ferry_routing_add(ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer, int32_t k,
                                const int32_t *ids, const float *weights, int32_t n_features, const float *features);
 
 /**
  * @brief Write the trace as JSONL (requests by id, then tokens, then layers); "-" is stdout.
  *        The file is replaced atomically.
  */
-ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path);
+FERRY_API ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path);
 
 /**
  * @brief Check that a routing trace was recorded on a model of this shape: the same layers
@@ -105,21 +107,30 @@ ferry_status ferry_routing_write_jsonl(const ferry_routing *r, const char *path)
  * @param what names the trace in the message (its path).
  * @return FERRY_OK, or FERRY_ERR_INVALID naming every mismatch.
  */
-ferry_status ferry_routing_check_shape(const ferry_routing *r, int32_t n_layers, int32_t n_experts, int32_t top_k,
+FERRY_API ferry_status ferry_routing_check_shape(const ferry_routing *r, int32_t n_layers, int32_t n_experts, int32_t top_k,
                                        const char *what);
 
 /** @brief Layers of the trace. */
-int32_t ferry_routing_n_layers(const ferry_routing *r);
+FERRY_API int32_t ferry_routing_n_layers(const ferry_routing *r);
 /** @brief Experts per layer. */
-int32_t ferry_routing_n_experts(const ferry_routing *r);
+FERRY_API int32_t ferry_routing_n_experts(const ferry_routing *r);
 /** @brief Experts chosen per token and layer. */
-int32_t ferry_routing_top_k(const ferry_routing *r);
+FERRY_API int32_t ferry_routing_top_k(const ferry_routing *r);
 /** @brief Features per token (0 when no row carries any). */
-int32_t ferry_routing_n_features(const ferry_routing *r);
+FERRY_API int32_t ferry_routing_n_features(const ferry_routing *r);
 /** @brief Number of requests. */
-size_t ferry_routing_n_requests(const ferry_routing *r);
+FERRY_API size_t ferry_routing_n_requests(const ferry_routing *r);
+
+/**
+ * @brief How often each expert was chosen at each layer over the whole trace.
+ * @param r the trace.
+ * @param n_experts the model's experts per layer (a trace knows those it saw chosen: at most these).
+ * @param counts receives ferry_routing_n_layers(r) x n_experts counts, layer major (zeroed first).
+ * @return FERRY_OK; FERRY_ERR_INVALID when the trace saw more experts than n_experts.
+ */
+FERRY_API ferry_status ferry_routing_counts(const ferry_routing *r, int32_t n_experts, int64_t *counts);
 /** @brief Number of (request, token, layer) choices present. */
-int64_t ferry_routing_n_rows(const ferry_routing *r);
+FERRY_API int64_t ferry_routing_n_rows(const ferry_routing *r);
 
 /** One request of a routing trace (all pointers borrowed from the trace). */
 struct ferry_routing_request {
@@ -138,7 +149,7 @@ struct ferry_routing_request {
  * @return FERRY_OK or FERRY_ERR_RANGE. The view stays valid until the next ferry_routing_add()
  *         or ferry_routing_free().
  */
-ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct ferry_routing_request *out);
+FERRY_API ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct ferry_routing_request *out);
 
 /**
  * @brief The choice of (req_id, token_idx, layer).
@@ -146,7 +157,7 @@ ferry_status ferry_routing_request_at(const ferry_routing *r, size_t i, struct f
  * @param weights receives a borrowed pointer to top_k weights (may be NULL).
  * @return 1 when present, 0 when absent.
  */
-int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+FERRY_API int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
                          const int32_t **ids, const float **weights);
 
 /**
@@ -158,21 +169,21 @@ int ferry_routing_lookup(const ferry_routing *r, int64_t req_id, int32_t token_i
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND when the (req, token, layer) row is absent (add it
  *         first); FERRY_ERR_INVALID or FERRY_ERR_RANGE naming the value; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_routing_set_lookahead(ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+FERRY_API ferry_status ferry_routing_set_lookahead(ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
                                          int32_t ahead, int32_t k, const int32_t *ids);
 
 /**
  * @brief The recorded lookahead choice of (req_id, token_idx, layer) for layer + ahead: a
  *        borrowed pointer to top_k ids, or NULL when none was recorded.
  */
-const int32_t *ferry_routing_lookahead(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
+FERRY_API const int32_t *ferry_routing_lookahead(const ferry_routing *r, int64_t req_id, int32_t token_idx, int32_t layer,
                                        int32_t ahead);
 
 /**
  * @brief The recorded features of (req_id, token_idx): a borrowed pointer to
  *        ferry_routing_n_features() floats, or NULL when the trace has none for that token.
  */
-const float *ferry_routing_token_features(const ferry_routing *r, int64_t req_id, int32_t token_idx);
+FERRY_API const float *ferry_routing_token_features(const ferry_routing *r, int64_t req_id, int32_t token_idx);
 
 /** Statistics of one layer (NAN where there was nothing to measure). */
 struct ferry_routing_layer_stats {
@@ -249,10 +260,10 @@ struct ferry_routing_stats {
  *        co-activation, gate-weight spread, reuse distance and adjacent-layer statistics.
  * @param out filled; free its layers with ferry_routing_stats_free().
  */
-ferry_status ferry_routing_stats_compute(const ferry_routing *r, struct ferry_routing_stats *out);
+FERRY_API ferry_status ferry_routing_stats_compute(const ferry_routing *r, struct ferry_routing_stats *out);
 
 /** @brief Free what ferry_routing_stats_compute() allocated. Accepts NULL. */
-void ferry_routing_stats_free(struct ferry_routing_stats *s);
+FERRY_API void ferry_routing_stats_free(struct ferry_routing_stats *s);
 
 /**
  * @brief The statistics as a JSON document: shape, the overall means (with the uniform
@@ -262,13 +273,13 @@ void ferry_routing_stats_free(struct ferry_routing_stats *s);
  * @param out receives a NUL-terminated string owned by the caller (ferry_free()).
  * @return FERRY_OK or FERRY_ERR_NOMEM.
  */
-ferry_status ferry_routing_stats_json(const ferry_routing *r, const struct ferry_routing_stats *s, const char *source,
+FERRY_API ferry_status ferry_routing_stats_json(const ferry_routing *r, const struct ferry_routing_stats *s, const char *source,
                                       char **out);
 
 /**
  * @brief Lower bound of reuse-distance bucket b (1, 2, 3, 5, 9, ...; the last is open).
  */
-int64_t ferry_routing_reuse_bucket_lo(int b);
+FERRY_API int64_t ferry_routing_reuse_bucket_lo(int b);
 
 /**
  * @brief A ::ferry_routing_record_fn of engine.h that appends every decision to a trace.
@@ -276,11 +287,11 @@ int64_t ferry_routing_reuse_bucket_lo(int b);
  *        later calls do nothing (check with ferry_routing_record_status()).
  * Token features, when given, go on the token's rows (ferry_routing_add()).
  */
-void ferry_routing_record(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+FERRY_API void ferry_routing_record(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
                           const int32_t *ids, const float *weights, int32_t n_features, const float *features);
 
 /** @brief FERRY_OK, or the first error ferry_routing_record() met. */
-ferry_status ferry_routing_record_status(const ferry_routing *r);
+FERRY_API ferry_status ferry_routing_record_status(const ferry_routing *r);
 
 /* ---- synthetic routing ------------------------------------------------------------------ */
 
@@ -330,7 +341,7 @@ typedef struct ferry_routing_synth ferry_routing_synth;
  * back (at most 64 steps, then a fresh draw) to a fresh Zipf draw without replacement.
  * @param out receives the model, owned by the caller (ferry_routing_synth_free()).
  */
-ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct ferry_routing_synth_config *cfg);
+FERRY_API ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct ferry_routing_synth_config *cfg);
 
 /**
  * @brief Parse "profile=NAME,layers=L,experts=E,k=K,zipf=S,temporal=P,layer=P,seed=N" and the
@@ -340,7 +351,7 @@ ferry_status ferry_routing_synth_create(ferry_routing_synth **out, const struct 
  *        keys after it override them.
  * @return FERRY_OK or FERRY_ERR_INVALID naming the key or value.
  */
-ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_synth_config *cfg);
+FERRY_API ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_synth_config *cfg);
 
 /**
  * @brief Set the knobs of a named routing profile: "mixtral", "olmoe", "deepseek" (calibrated
@@ -348,7 +359,7 @@ ferry_status ferry_routing_synth_parse(const char *spec, struct ferry_routing_sy
  *        "uniform" (every choice uniform and independent). The shape and seed are kept.
  * @return FERRY_OK or FERRY_ERR_INVALID listing the names.
  */
-ferry_status ferry_routing_profile_apply(const char *name, struct ferry_routing_synth_config *cfg);
+FERRY_API ferry_status ferry_routing_profile_apply(const char *name, struct ferry_routing_synth_config *cfg);
 
 /**
  * @brief The shape of the model a profile describes (Mixtral-8x7B: 32 layers, 8 experts, top-2;
@@ -356,16 +367,16 @@ ferry_status ferry_routing_profile_apply(const char *name, struct ferry_routing_
  *        8, 32, top-2).
  * @return FERRY_OK or FERRY_ERR_INVALID for an unknown name.
  */
-ferry_status ferry_routing_profile_shape(const char *name, int32_t *n_layers, int32_t *n_experts, int32_t *top_k);
+FERRY_API ferry_status ferry_routing_profile_shape(const char *name, int32_t *n_layers, int32_t *n_experts, int32_t *top_k);
 
 /** @brief Name of profile i (NULL past the last). Static string. */
-const char *ferry_routing_profile_name(size_t i);
+FERRY_API const char *ferry_routing_profile_name(size_t i);
 
 /** @brief The domain (0..domains-1) a request belongs to, or 0 without domains. */
-int32_t ferry_routing_synth_domain(const ferry_routing_synth *s, int64_t req_id);
+FERRY_API int32_t ferry_routing_synth_domain(const ferry_routing_synth *s, int64_t req_id);
 
 /** @brief Free a model. Accepts NULL. */
-void ferry_routing_synth_free(ferry_routing_synth *s);
+FERRY_API void ferry_routing_synth_free(ferry_routing_synth *s);
 
 /**
  * @brief The ::ferry_routing_fn of the synthetic model (user = the ferry_routing_synth).
@@ -374,7 +385,7 @@ void ferry_routing_synth_free(ferry_routing_synth *s);
  * n_experts differs from the configuration, or whose layer is past n_layers, gets a uniform
  * hashed choice and is counted (ferry_routing_synth_mismatches()).
  */
-void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+FERRY_API void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
                             int32_t n_experts, int32_t *ids, float *weights);
 
 /**
@@ -385,14 +396,14 @@ void ferry_routing_synth_many(void *user, int64_t n, const int64_t *req_ids, con
                               int32_t top_k, int32_t n_experts, int32_t *ids, float *weights);
 
 /** @brief Calls that did not match the configured shape. */
-int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s);
+FERRY_API int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s);
 
 /**
  * @brief Fill a routing trace with n_requests requests of n_tokens tokens from the model
  *        (request ids 0..n_requests-1).
  * @param out receives a new trace, owned by the caller.
  */
-ferry_status ferry_routing_synth_trace(ferry_routing_synth *s, int64_t n_requests, int32_t n_tokens,
+FERRY_API ferry_status ferry_routing_synth_trace(ferry_routing_synth *s, int64_t n_requests, int32_t n_tokens,
                                        ferry_routing **out);
 
 /* ---- replay ------------------------------------------------------------------------------ */
@@ -407,20 +418,20 @@ typedef struct ferry_routing_replay ferry_routing_replay;
  *        different shape; must outlive the replay.
  * @param out receives the source, owned by the caller (ferry_routing_replay_free()).
  */
-ferry_status ferry_routing_replay_create(ferry_routing_replay **out, const ferry_routing *trace,
+FERRY_API ferry_status ferry_routing_replay_create(ferry_routing_replay **out, const ferry_routing *trace,
                                          ferry_routing_synth *fallback);
 
 /** @brief Free a replay source. Accepts NULL. */
-void ferry_routing_replay_free(ferry_routing_replay *rp);
+FERRY_API void ferry_routing_replay_free(ferry_routing_replay *rp);
 
 /** @brief The ::ferry_routing_fn of the replay source (user = the ferry_routing_replay). */
-void ferry_routing_replay_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
+FERRY_API void ferry_routing_replay_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
                              int32_t n_experts, int32_t *ids, float *weights);
 
 /** @brief Calls answered from the trace. */
-int64_t ferry_routing_replay_hits(const ferry_routing_replay *rp);
+FERRY_API int64_t ferry_routing_replay_hits(const ferry_routing_replay *rp);
 /** @brief Calls answered by the fallback model. */
-int64_t ferry_routing_replay_misses(const ferry_routing_replay *rp);
+FERRY_API int64_t ferry_routing_replay_misses(const ferry_routing_replay *rp);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,8 @@
 #ifndef FERRY_SIM_H
 #define FERRY_SIM_H
 
+#include "ferry/api.h"
+
 #include <stdint.h>
 
 #include "ferry/exec.h"
@@ -75,7 +77,7 @@ struct ferry_sim_stats {
  * @return FERRY_OK; FERRY_ERR_INVALID for a NULL argument; FERRY_ERR_NOT_FOUND when the
  *         profile lacks the gpu or link figures; FERRY_ERR_NOMEM. Details in ferry_last_error().
  */
-ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const struct ferry_exec_config *config);
+FERRY_API ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const struct ferry_exec_config *config);
 
 /**
  * @brief Counters of a `sim` executor.
@@ -83,7 +85,7 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
  * @param out receives the counters.
  * @return FERRY_OK, or FERRY_ERR_INVALID when @p ex is not a `sim` executor.
  */
-ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *out);
+FERRY_API ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *out);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@
 #ifndef FERRY_STATUS_H
 #define FERRY_STATUS_H
 
+#include "ferry/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,14 +48,14 @@ typedef enum ferry_status {
  * @param status any value; unknown values give "unknown status".
  * @return a static string, never NULL; not owned by the caller.
  */
-const char *ferry_strerror(ferry_status status);
+FERRY_API const char *ferry_strerror(ferry_status status);
 
 /**
  * @brief Symbolic name of a status code, e.g. "FERRY_ERR_FORMAT".
  * @param status any value; unknown values give "FERRY_UNKNOWN".
  * @return a static string, never NULL; not owned by the caller.
  */
-const char *ferry_status_name(ferry_status status);
+FERRY_API const char *ferry_status_name(ferry_status status);
 
 /**
  * @brief The detailed message of the most recent failure in the calling thread.
@@ -63,7 +65,7 @@ const char *ferry_status_name(ferry_status status);
  * covers failures that happen before a handle exists, such as a failed open.
  * @return a thread-local string, valid until the next ferry call in this thread; "" if none.
  */
-const char *ferry_last_error(void);
+FERRY_API const char *ferry_last_error(void);
 
 #ifdef __cplusplus
 }

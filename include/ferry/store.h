@@ -10,6 +10,8 @@
 #ifndef FERRY_STORE_H
 #define FERRY_STORE_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,37 +52,37 @@ typedef struct ferry_store ferry_store;
  *         violation of the format: the message in ferry_last_error() names file, tensor and
  *         what was expected); FERRY_ERR_IO; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_store_open(ferry_store **out, const char *path);
+FERRY_API ferry_status ferry_store_open(ferry_store **out, const char *path);
 
 /** @brief Close a store and its files. Accepts NULL. */
-void ferry_store_close(ferry_store *store);
+FERRY_API void ferry_store_close(ferry_store *store);
 
 /** @brief The last detailed error message of this store ("" if none). Borrowed. */
-const char *ferry_store_errmsg(const ferry_store *store);
+FERRY_API const char *ferry_store_errmsg(const ferry_store *store);
 
 /** @brief Number of tensors across all files. */
-size_t ferry_store_tensor_count(const ferry_store *store);
+FERRY_API size_t ferry_store_tensor_count(const ferry_store *store);
 
 /** @brief Tensor i (sorted by file, then offset); borrowed; NULL when out of range. */
-const struct ferry_store_tensor *ferry_store_tensor_at(const ferry_store *store, size_t i);
+FERRY_API const struct ferry_store_tensor *ferry_store_tensor_at(const ferry_store *store, size_t i);
 
 /** @brief Find a tensor by name; borrowed; NULL when absent. */
-const struct ferry_store_tensor *ferry_store_find(const ferry_store *store, const char *name);
+FERRY_API const struct ferry_store_tensor *ferry_store_find(const ferry_store *store, const char *name);
 
 /** @brief Number of files in the store. */
-size_t ferry_store_file_count(const ferry_store *store);
+FERRY_API size_t ferry_store_file_count(const ferry_store *store);
 
 /** @brief Path of file i; borrowed; NULL when out of range. */
-const char *ferry_store_file_path(const ferry_store *store, size_t i);
+FERRY_API const char *ferry_store_file_path(const ferry_store *store, size_t i);
 
 /** @brief Size in bytes of file i (0 when out of range). */
-uint64_t ferry_store_file_size(const ferry_store *store, size_t i);
+FERRY_API uint64_t ferry_store_file_size(const ferry_store *store, size_t i);
 
 /**
  * @brief A value of the `__metadata__` object of the first file.
  * @return borrowed string, or NULL when the key is absent.
  */
-const char *ferry_store_metadata(const ferry_store *store, const char *key);
+FERRY_API const char *ferry_store_metadata(const ferry_store *store, const char *key);
 
 /** Flags of ferry_store_read_range(). */
 enum ferry_read_flags {
@@ -94,7 +96,7 @@ enum ferry_read_flags {
  * @brief Bytes of buffer needed to read [offset, offset+len) with FERRY_READ_DIRECT: the
  *        range widened to FERRY_DIRECT_ALIGN boundaries.
  */
-uint64_t ferry_store_direct_span(uint64_t offset, uint64_t len);
+FERRY_API uint64_t ferry_store_direct_span(uint64_t offset, uint64_t len);
 
 /**
  * @brief Read a byte range of one file into a caller's buffer.
@@ -115,7 +117,7 @@ uint64_t ferry_store_direct_span(uint64_t offset, uint64_t len);
  * @return FERRY_OK; FERRY_ERR_RANGE if the range is outside the file; FERRY_ERR_INVALID for a
  *         misaligned buffer or too small capacity; FERRY_ERR_IO on a failed or short read.
  */
-ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t offset, uint64_t len,
+FERRY_API ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t offset, uint64_t len,
                                     void *buf, uint64_t buf_cap, unsigned flags, uint64_t *data_shift);
 
 /**
@@ -125,7 +127,7 @@ ferry_status ferry_store_read_range(ferry_store *store, uint32_t file, uint64_t 
  * @param buf destination, owned by the caller.
  * @param buf_cap capacity of buf; must be at least tensor->nbytes.
  */
-ferry_status ferry_store_read_tensor(ferry_store *store, const struct ferry_store_tensor *tensor,
+FERRY_API ferry_status ferry_store_read_tensor(ferry_store *store, const struct ferry_store_tensor *tensor,
                                      void *buf, uint64_t buf_cap);
 
 /**
@@ -136,7 +138,7 @@ ferry_status ferry_store_read_tensor(ferry_store *store, const struct ferry_stor
  * reads fall back to buffered reads followed by posix_fadvise(POSIX_FADV_DONTNEED).
  * @return 1 when O_DIRECT works, 0 when the buffered fallback is used (or the store is empty).
  */
-int ferry_store_direct_supported(ferry_store *store);
+FERRY_API int ferry_store_direct_supported(ferry_store *store);
 
 /**
  * @brief Verify every later read of a byte range against its first read.
@@ -149,7 +151,7 @@ int ferry_store_direct_supported(ferry_store *store);
  * @param store the store.
  * @param on 1 to verify, 0 to stop.
  */
-void ferry_store_set_verify(ferry_store *store, int on);
+FERRY_API void ferry_store_set_verify(ferry_store *store, int on);
 
 /** NaN and infinite values in a store's weights (ferry_store_scan_nonfinite()). */
 struct ferry_store_nonfinite {
@@ -172,7 +174,7 @@ struct ferry_store_nonfinite {
  * @param out receives the counts.
  * @return FERRY_OK (whatever was found); FERRY_ERR_IO when a read fails; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_store_scan_nonfinite(ferry_store *store, unsigned flags, struct ferry_store_nonfinite *out);
+FERRY_API ferry_status ferry_store_scan_nonfinite(ferry_store *store, unsigned flags, struct ferry_store_nonfinite *out);
 
 /** Name of a model folder's manifest: the SHA-256 of each of its files, `sha256sum` format. */
 #define FERRY_MANIFEST_NAME "manifest.sha256"
@@ -183,7 +185,7 @@ ferry_status ferry_store_scan_nonfinite(ferry_store *store, unsigned flags, stru
  *        written atomically.
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND when the folder holds no model file; FERRY_ERR_IO.
  */
-ferry_status ferry_manifest_write(const char *dir);
+FERRY_API ferry_status ferry_manifest_write(const char *dir);
 
 /**
  * @brief Check every file of @p dir against its manifest before it is served (hot reload):
@@ -195,7 +197,7 @@ ferry_status ferry_manifest_write(const char *dir);
  *         naming the file whose hash differs (with both hashes), a malformed line, or a file the
  *         manifest does not list.
  */
-ferry_status ferry_manifest_verify(const char *dir, size_t *files_checked);
+FERRY_API ferry_status ferry_manifest_verify(const char *dir, size_t *files_checked);
 
 /** Opaque streaming writer of one safetensors file or a sharded set. */
 typedef struct ferry_store_writer ferry_store_writer;
@@ -213,32 +215,32 @@ typedef struct ferry_store_writer ferry_store_writer;
  *        tensor gets a shard of its own), and `model.safetensors.index.json` is written.
  * @param out receives the writer, owned by the caller (ferry_store_writer_free()).
  */
-ferry_status ferry_store_writer_create(ferry_store_writer **out, const char *dir, uint64_t max_shard_bytes);
+FERRY_API ferry_status ferry_store_writer_create(ferry_store_writer **out, const char *dir, uint64_t max_shard_bytes);
 
 /** @brief Set a `__metadata__` entry (copied). Only before the first write. */
-ferry_status ferry_store_writer_set_metadata(ferry_store_writer *w, const char *key, const char *value);
+FERRY_API ferry_status ferry_store_writer_set_metadata(ferry_store_writer *w, const char *key, const char *value);
 
 /** @brief Declare the next tensor (name copied). Only before the first write. */
-ferry_status ferry_store_writer_add(ferry_store_writer *w, const char *name, enum ferry_dtype dtype,
+FERRY_API ferry_status ferry_store_writer_add(ferry_store_writer *w, const char *name, enum ferry_dtype dtype,
                                     int32_t ndim, const int64_t *shape);
 
 /**
  * @brief Append data bytes; they fill the declared tensors in order and may cross tensor and
  *        shard boundaries. Writing more than declared is FERRY_ERR_RANGE.
  */
-ferry_status ferry_store_writer_write(ferry_store_writer *w, const void *data, size_t len);
+FERRY_API ferry_status ferry_store_writer_write(ferry_store_writer *w, const void *data, size_t len);
 
 /**
  * @brief Check every declared byte was written, fsync, and move the files to their final
  *        names. FERRY_ERR_INVALID when bytes are missing.
  */
-ferry_status ferry_store_writer_finish(ferry_store_writer *w);
+FERRY_API ferry_status ferry_store_writer_finish(ferry_store_writer *w);
 
 /** @brief Last detailed error message of the writer. Borrowed. */
-const char *ferry_store_writer_errmsg(const ferry_store_writer *w);
+FERRY_API const char *ferry_store_writer_errmsg(const ferry_store_writer *w);
 
 /** @brief Free a writer; an unfinished one removes its temporary files. Accepts NULL. */
-void ferry_store_writer_free(ferry_store_writer *w);
+FERRY_API void ferry_store_writer_free(ferry_store_writer *w);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,8 @@
 #ifndef FERRY_TRACE_H
 #define FERRY_TRACE_H
 
+#include "ferry/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -115,7 +117,7 @@ typedef struct ferry_trace ferry_trace;
  *         past FERRY_TRACE_MAX_SPAN_NS, or one a rate scale makes overflow); FERRY_ERR_INVALID (bad
  *         options); FERRY_ERR_NOMEM. ferry_last_error() names file, line and field.
  */
-ferry_status ferry_trace_open(ferry_trace **out, const char *path, const struct ferry_trace_options *opts);
+FERRY_API ferry_status ferry_trace_open(ferry_trace **out, const char *path, const struct ferry_trace_options *opts);
 
 /**
  * @brief Generate a synthetic trace from a spec string.
@@ -139,7 +141,7 @@ ferry_status ferry_trace_open(ferry_trace **out, const char *path, const struct 
  * @return FERRY_OK; FERRY_ERR_INVALID (bad spec, message names the key); errors of
  *         ferry_trace_open() for a resample file; FERRY_ERR_NOMEM.
  */
-ferry_status ferry_trace_synthetic(ferry_trace **out, const char *spec, uint64_t seed);
+FERRY_API ferry_status ferry_trace_synthetic(ferry_trace **out, const char *spec, uint64_t seed);
 
 /**
  * @brief Generate a synthetic trace and slice it as ferry_trace_open() slices a file: the
@@ -157,21 +159,21 @@ ferry_status ferry_trace_synthetic(ferry_trace **out, const char *spec, uint64_t
  * @return as ferry_trace_synthetic(); FERRY_ERR_INVALID for bad options; FERRY_ERR_FORMAT when
  *         no request falls in the window.
  */
-ferry_status ferry_trace_synthetic_open(ferry_trace **out, const char *spec, uint64_t seed,
+FERRY_API ferry_status ferry_trace_synthetic_open(ferry_trace **out, const char *spec, uint64_t seed,
                                         const struct ferry_trace_options *opts);
 
 /** @brief Free a trace. Accepts NULL. */
-void ferry_trace_free(ferry_trace *trace);
+FERRY_API void ferry_trace_free(ferry_trace *trace);
 
 /** @brief Number of requests in the trace. */
-size_t ferry_trace_count(const ferry_trace *trace);
+FERRY_API size_t ferry_trace_count(const ferry_trace *trace);
 
 /**
  * @brief The i-th request in arrival order.
  * @return a pointer borrowed from the trace (valid until ferry_trace_free()), NULL if i is out
  *         of range. Requests are contiguous: `ferry_trace_request(t, 0)[i]` is request i.
  */
-const struct ferry_request *ferry_trace_request(const ferry_trace *trace, size_t i);
+FERRY_API const struct ferry_request *ferry_trace_request(const ferry_trace *trace, size_t i);
 
 /**
  * @brief Prefix-block hash ids of the i-th request (Mooncake, ferry JSONL).
@@ -180,28 +182,28 @@ const struct ferry_request *ferry_trace_request(const ferry_trace *trace, size_t
  * @param n receives the number of ids (0 if none or i out of range).
  * @return ids borrowed from the trace, or NULL when there are none.
  */
-const int64_t *ferry_trace_hash_ids(const ferry_trace *trace, size_t i, int32_t *n);
+FERRY_API const int64_t *ferry_trace_hash_ids(const ferry_trace *trace, size_t i, int32_t *n);
 
 /** @brief Malformed rows that were skipped (options.skip_bad). */
-size_t ferry_trace_skipped(const ferry_trace *trace);
+FERRY_API size_t ferry_trace_skipped(const ferry_trace *trace);
 
 /** @brief Format the trace was read as (FERRY_TRACE_SYNTHETIC for generated traces). */
-enum ferry_trace_format ferry_trace_get_format(const ferry_trace *trace);
+FERRY_API enum ferry_trace_format ferry_trace_get_format(const ferry_trace *trace);
 
 /** @brief The last detailed error or warning message of this trace ("" if none). Borrowed. */
-const char *ferry_trace_errmsg(const ferry_trace *trace);
+FERRY_API const char *ferry_trace_errmsg(const ferry_trace *trace);
 
 /**
  * @brief Name of a format: "auto", "azure", "burstgpt", "mooncake", "jsonl", "synthetic".
  * @return a static string; "unknown" for other values.
  */
-const char *ferry_trace_format_name(enum ferry_trace_format format);
+FERRY_API const char *ferry_trace_format_name(enum ferry_trace_format format);
 
 /**
  * @brief Parse a format name as printed by ferry_trace_format_name() (not "synthetic").
  * @return FERRY_OK or FERRY_ERR_INVALID (message lists the names).
  */
-ferry_status ferry_trace_format_parse(const char *name, enum ferry_trace_format *out);
+FERRY_API ferry_status ferry_trace_format_parse(const char *name, enum ferry_trace_format *out);
 
 /**
  * @brief Write the trace as ferry JSONL, one request per line:
@@ -211,7 +213,7 @@ ferry_status ferry_trace_format_parse(const char *name, enum ferry_trace_format 
  * @param path output file, or "-" for standard output.
  * @return FERRY_OK, FERRY_ERR_IO, FERRY_ERR_NO_SPACE or FERRY_ERR_NOMEM.
  */
-ferry_status ferry_trace_write_jsonl(const ferry_trace *trace, const char *path);
+FERRY_API ferry_status ferry_trace_write_jsonl(const ferry_trace *trace, const char *path);
 
 /**
  * @brief Write some of the trace's requests as ferry JSONL (as ferry_trace_write_jsonl()): those
@@ -224,8 +226,8 @@ ferry_status ferry_trace_write_jsonl(const ferry_trace *trace, const char *path)
  * @param stride step between requests written (>= 1).
  * @return FERRY_OK, FERRY_ERR_INVALID, FERRY_ERR_IO, FERRY_ERR_NO_SPACE or FERRY_ERR_NOMEM.
  */
-ferry_status ferry_trace_write_jsonl_subset(const ferry_trace *trace, const char *path, size_t count, size_t first,
-                                            size_t stride);
+FERRY_API ferry_status ferry_trace_write_jsonl_subset(const ferry_trace *trace, const char *path, size_t count, size_t first,
+                                                      size_t stride);
 
 /**
  * @brief Summary statistics of the trace.
@@ -233,7 +235,7 @@ ferry_status ferry_trace_write_jsonl_subset(const ferry_trace *trace, const char
  * @param stats filled in; all zero for an empty trace.
  * @return FERRY_OK or FERRY_ERR_NOMEM (percentiles need a scratch copy).
  */
-ferry_status ferry_trace_get_stats(const ferry_trace *trace, struct ferry_trace_stats *stats);
+FERRY_API ferry_status ferry_trace_get_stats(const ferry_trace *trace, struct ferry_trace_stats *stats);
 
 #ifdef __cplusplus
 }

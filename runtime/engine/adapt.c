@@ -219,6 +219,8 @@ static ferry_status rebuild(struct ferry_engine *e, ferry_store *store, struct f
   if ((st = ferry__engine_alloc_streaming(e)) != FERRY_OK) return st;
   struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "load weights", (int32_t)e->n_steps, -1, -1);
   st = ferry__engine_load_resident(e, keep_pinned);
+  if (st == FERRY_OK) st = ferry__hybrid_load(e);
+  if (st == FERRY_OK) st = ferry__engine_preload_experts(e);
   ferry_exec_range_end(e->ex, &range);
   return st;
 }
@@ -232,26 +234,60 @@ static void describe_plan(const struct ferry_engine *e, char *buf, size_t len) {
 
 /* ---- memory pressure ----------------------------------------------------------------------- */
 
-static ferry_status pressure_step(struct ferry_engine *e) {
+/* What the pressure controller sees: each tier's use against its budget and marks (the OS's
+ * view of the host where asked, os), the level and its dwell. */
+static void pressure_snapshot(struct ferry_engine *e, double os, struct ferry_pressure_snapshot *s) {
   const struct ferry_pressure_config *pc = &e->cfg.pressure;
-  struct ferry__host_mem hm;
-  const double os = os_index(e, &hm);
-  struct ferry_pressure_snapshot s;
-  memset(&s, 0, sizeof s);
-  s.now_ns = ferry_exec_now(e->ex);
-  s.last_change_ns = e->level_since_ns;
-  s.level = e->level;
-  s.budget_changed = e->budget_changed;
-  s.min_dwell_ns = pc->min_dwell_ns;
+  memset(s, 0, sizeof *s);
+  s->now_ns = ferry_exec_now(e->ex);
+  s->last_change_ns = e->level_since_ns;
+  s->level = e->level;
+  s->budget_changed = e->budget_changed;
+  s->min_dwell_ns = pc->min_dwell_ns;
   for (int t = 0; t < FERRY_TIER_COUNT; t++) {
     uint64_t used = 0;
     if (t != FERRY_TIER_DISK) ferry_exec_tier_usage(e->ex, (enum ferry_tier)t, &used, NULL);
-    s.index[t] = t == FERRY_TIER_DISK ? 0 : ratio(used, e->budget[t]);
+    s->index[t] = t == FERRY_TIER_DISK ? 0 : ratio(used, e->budget[t]);
     /* the device is planned to its budget: only an overrun (a budget cut) is pressure there */
-    s.high[t] = t == FERRY_TIER_HOST ? pc->high_water : 1.0;
-    s.low[t] = t == FERRY_TIER_HOST ? pc->low_water : 1.0;
+    s->high[t] = t == FERRY_TIER_HOST ? pc->high_water : 1.0;
+    s->low[t] = t == FERRY_TIER_HOST ? pc->low_water : 1.0;
   }
-  if (!isnan(os) && os > s.index[FERRY_TIER_HOST]) s.index[FERRY_TIER_HOST] = os;
+  if (!isnan(os) && os > s->index[FERRY_TIER_HOST]) s->index[FERRY_TIER_HOST] = os;
+}
+
+/* A move down or up the levels: its plan. A degradation goes on up the levels, at this
+ * boundary, while no plan fits: a tier over its budget must be shed before the next step, not
+ * one level per step. Sets d's level and what; returns whether a plan fits (then in next). */
+static int level_plan(struct ferry_engine *e, struct ferry_pressure_decision *d, struct ferry_plan *next) {
+  int32_t level = d->level;
+  int have_plan;
+  for (;;) {
+    const int32_t plan_level = level >= FERRY_PRESSURE_REFUSE ? FERRY_PRESSURE_ON_DEMAND : level;
+    struct ferry_plan_config lc;
+    char msg[FERRY_ERRMSG_MAX];
+    level_config(e, plan_level, &lc);
+    have_plan = ferry__engine_make_plan(e, &lc, next, msg, sizeof msg) == FERRY_OK;
+    if (have_plan || d->action != FERRY_PRESSURE_DEGRADE || level >= FERRY_PRESSURE_REFUSE) break;
+    level++;
+  }
+  if (!have_plan && d->action == FERRY_PRESSURE_DEGRADE) {
+    level = FERRY_PRESSURE_REFUSE;
+    d->what = "refuse new requests";
+  }
+  d->level = level;
+  if (d->action == FERRY_PRESSURE_DEGRADE) {
+    static const char *const up[FERRY_PRESSURE_LEVELS] = {"", "shrink prefetch depth", "shrink expert cache",
+                                                          "fall back to on-demand loading", "refuse new requests"};
+    d->what = up[level];
+  }
+  return have_plan;
+}
+
+static ferry_status pressure_step(struct ferry_engine *e) {
+  struct ferry__host_mem hm;
+  const double os = os_index(e, &hm);
+  struct ferry_pressure_snapshot s;
+  pressure_snapshot(e, os, &s);
   struct ferry_plan same_plan_p;
   memset(&same_plan_p, 0, sizeof same_plan_p);
   predict(e, e->level >= FERRY_PRESSURE_REFUSE ? FERRY_PRESSURE_ON_DEMAND : e->level, os, &hm, s.same, &same_plan_p);
@@ -279,28 +315,7 @@ static ferry_status pressure_step(struct ferry_engine *e) {
     have_plan = 1;
   } else {
     ferry__plan_free(&same_plan_p);
-    /* a degradation goes on up the levels, at this boundary, while no plan fits: a tier over
-     * its budget must be shed before the next step, not one level per step */
-    int32_t level = d.level;
-    for (;;) {
-      const int32_t plan_level = level >= FERRY_PRESSURE_REFUSE ? FERRY_PRESSURE_ON_DEMAND : level;
-      struct ferry_plan_config lc;
-      char msg[FERRY_ERRMSG_MAX];
-      level_config(e, plan_level, &lc);
-      have_plan = ferry__engine_make_plan(e, &lc, &next, msg, sizeof msg) == FERRY_OK;
-      if (have_plan || d.action != FERRY_PRESSURE_DEGRADE || level >= FERRY_PRESSURE_REFUSE) break;
-      level++;
-    }
-    if (!have_plan && d.action == FERRY_PRESSURE_DEGRADE) {
-      level = FERRY_PRESSURE_REFUSE;
-      d.what = "refuse new requests";
-    }
-    d.level = level;
-    if (d.action == FERRY_PRESSURE_DEGRADE) {
-      static const char *const up[FERRY_PRESSURE_LEVELS] = {"", "shrink prefetch depth", "shrink expert cache",
-                                                            "fall back to on-demand loading", "refuse new requests"};
-      d.what = up[level];
-    }
+    have_plan = level_plan(e, &d, &next);
     e->level = d.level;
     e->level_since_ns = s.now_ns;
     if (e->level > e->level_max) e->level_max = e->level;
@@ -399,6 +414,9 @@ static ferry_status check_store(struct ferry_engine *e, ferry_store *store, stru
   x->kv_dtype = e->kv_dtype;
   x->kv_capacity = e->kv_capacity;
   x->kv_total_bytes = e->kv_total_bytes;
+  x->hkv_bytes = e->hkv_bytes;
+  x->n_mb = e->n_mb;
+  x->n_seqs = e->n_seqs;
   x->li = e->li; /* per-layer tables: borrowed, never freed through x */
   x->rope = e->rope;
   x->kv = e->kv;

@@ -22,6 +22,13 @@ static void apply_defaults(struct ferry_engine_config *c, const struct ferry_mod
   if (c->max_step_tokens <= 0) c->max_step_tokens = 256;
   if (c->max_step_tokens < c->max_batch) c->max_step_tokens = c->max_batch;
   if (c->max_seq_tokens <= 0) c->max_seq_tokens = mc->max_position < 2048 ? (int32_t)mc->max_position : 2048;
+  if (c->gpu_batches <= 0) c->gpu_batches = 1;
+}
+
+/* Micro-batches of a step and the sequences they hold together (the KV cache's slots). */
+static void mb_counts(struct ferry_engine *e) {
+  e->n_mb = e->cfg.gpu_batches > 0 ? e->cfg.gpu_batches : 1;
+  e->n_seqs = e->n_mb * e->cfg.max_batch;
 }
 
 /* Per-layer tables the forward pass and the plan read: layer kinds, RoPE, which layers route. */
@@ -46,6 +53,11 @@ static ferry_status layer_tables(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* Whether routed experts may run on the CPU (and need the CPU's rows in the workspace). */
+static int c_cpu_experts(const struct ferry_engine *e) {
+  return e->cfg.compute_experts != FERRY_COMPUTE_GPU;
+}
+
 /* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows. */
 static void layout_workspace(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
@@ -67,9 +79,9 @@ static void layout_workspace(struct ferry_engine *e) {
   } while (0)
   /* dequantized weights (fp32): one slot for matmuls, three for an expert's gate/up/down */
   WS(dq[0], e->max_q_numel);
-  WS(dq[1], E ? e->max_q_numel : 0);
+  WS(dq[1], E || mc->learned_positions ? e->max_q_numel : 0); /* an expert's up, or a learned position table */
   WS(dq[2], E ? e->max_q_numel : 0);
-  WS(x, T * H);
+  WS(x, T * H * (uint64_t)e->n_mb); /* one hidden state per micro-batch */
   WS(h, T * H);
   WS(h2, mc->parallel_residual ? T * H : 0);
   WS(q, T * qd);
@@ -85,7 +97,12 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e));
   WS(topk_w, T * K);
   WS(topk_ids, T * K);
-  WS(expert_out, T * K * H);
+  /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
+  const int cpu_experts = E && c_cpu_experts(e);
+  WS(expert_out, T * K * H + (cpu_experts ? H : 0));
+  e->ws.zero = cpu_experts ? e->ws.expert_out + T * K * H * 4 : 0;
+  WS(expert_final, cpu_experts ? T * K * H : 0);
+  WS(cpu_sum, cpu_experts ? T * H : 0);
   WS(gather, E ? T * H : 0);
   WS(eg, T * ei);
   WS(eu, T * (uint64_t)mc->expert_intermediate);
@@ -99,29 +116,45 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(logits, S * (uint64_t)mc->vocab);
 #undef WS
   e->ws.total = off;
+  /* each micro-batch's hidden state (a plan after a reload may move the workspace's buffers) */
+  for (int32_t m = 0; e->mbs && m < e->n_mb; m++) e->mbs[m].x = e->ws.x + (uint64_t)m * T * H * 4;
+}
+
+/* Whether layer l's KV cache lives in host memory: a streamed layer of a run that computes
+ * streamed layers on the CPU (known once the plan says which layers stream). */
+static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
+  if (e->cfg.kv_home_host) return 1;
+  return planned && e->cfg.compute_layers != FERRY_COMPUTE_GPU && e->plan.layer_block[l] >= 0;
 }
 
 /* The KV cache, layer by layer: K and V rows (MLA: the latent rows) for max_batch sequences of
- * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see. */
-static uint64_t layout_kv(struct ferry_engine *e) {
+ * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see.
+ * Layers whose cache is in host memory are laid out in the host's buffer (hkv_bytes); returns
+ * the device's bytes. */
+static uint64_t layout_kv(struct ferry_engine *e, int planned) {
   const struct ferry_model_config *mc = e->mc;
-  const uint64_t B = (uint64_t)e->cfg.max_batch;
+  const uint64_t B = (uint64_t)e->n_seqs;
   const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
                                                                               : (uint64_t)(mc->n_kv_heads * mc->head_dim));
-  uint64_t off = 0;
+  uint64_t off[2] = {0, 0};
   for (int64_t l = 0; l < mc->n_layers; l++) {
     struct kv_layer *kv = &e->kv[l];
     const int64_t vis = e->li[l].kv_visible, need = vis + e->cfg.max_step_tokens;
     kv->ring = vis > 0 && need < e->kv_capacity;
     kv->rows = kv->ring ? (int32_t)need : e->kv_capacity;
-    const uint64_t region = B * (uint64_t)kv->rows * row;
-    kv->k_off = off;
-    off += region;
-    kv->v_off = off;
-    if (!mc->kv_lora_rank) off += region;
+    kv->host = kv_on_host(e, l, planned);
+    /* a paged layer's region is the pool's blocks, shared by the sequences */
+    const uint64_t region = e->kv_block && !kv->ring ? (uint64_t)e->kv_pool_blocks * (uint64_t)e->kv_block * row
+                                                     : B * (uint64_t)kv->rows * row;
+    uint64_t *o = &off[kv->host];
+    kv->k_off = *o;
+    *o += region;
+    kv->v_off = *o;
+    if (!mc->kv_lora_rank) *o += region;
   }
-  e->kv_total_bytes = off;
-  return off;
+  e->kv_total_bytes = off[0] + off[1];
+  e->hkv_bytes = off[1];
+  return off[0];
 }
 
 static uint64_t readback_bytes(const struct ferry_engine *e) {
@@ -139,13 +172,108 @@ static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len)
   snprintf(buf, len,
            "%s %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)",
            e->mc->kv_lora_rank ? "MLA cache" : "KV cache", ferry__format_bytes(e->kv_total_bytes, total, sizeof total),
-           e->cfg.max_batch, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
+           e->n_seqs, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
   return buf;
+}
+
+/* A hybrid run computes on the CPU from host memory: streamed layers computed there keep their
+ * KV cache there too (the device's share of the cache shrinks), and whatever the CPU may compute
+ * must have a host copy (the plan homes units on disk when the host budget is short). */
+static ferry_status hybrid_plan(struct ferry_engine *e) {
+  struct ferry_plan *p = &e->plan;
+  char b[2][32];
+  if (e->cfg.compute_layers != FERRY_COMPUTE_GPU) {
+    const uint64_t before = p->device_kv_bytes, dev = layout_kv(e, 1);
+    p->device_kv_bytes = dev;
+    p->device_total_bytes -= before - dev;
+    for (int32_t i = 0; i < p->n_blocks && !e->sizing_only; i++)
+      if (p->blocks[i].home != FERRY_TIER_HOST)
+        return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
+                              "engine: layers computed on the CPU (--offload-compute layers=%s) need their weights in "
+                              "host memory, but block of layers %d-%d (%s) is homed on disk (--home disk, or a host "
+                              "budget of %s)",
+                              e->cfg.compute_layers == FERRY_COMPUTE_CPU ? "cpu" : "auto", p->blocks[i].first_layer,
+                              p->blocks[i].first_layer + p->blocks[i].n_layers - 1,
+                              ferry__format_bytes(p->blocks[i].bytes, b[0], 32),
+                              e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32)
+                                                       : "unlimited");
+  }
+  const int64_t n_units = (int64_t)e->n_moe_layers * e->mc->n_experts;
+  if (e->mc->n_experts && !p->experts_pinned && !e->cfg.expert_granularity_layer && p->experts_on_host < n_units &&
+      !e->sizing_only &&
+      (e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU))
+    return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
+                          "engine: experts computed on the CPU (--offload-compute) need their weights in host memory, "
+                          "but %lld of %lld are homed on disk (--home disk, or a host budget of %s)",
+                          (long long)(n_units - p->experts_on_host), (long long)n_units,
+                          e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32)
+                                                   : "unlimited");
+  return FERRY_OK;
+}
+
+/* Bytes of one block of the paged KV cache over the paged layers (MLA: the latent rows only). */
+uint64_t ferry__kv_pages_block_bytes(const struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
+                                                                              : (uint64_t)(mc->n_kv_heads * mc->head_dim));
+  uint64_t b = 0;
+  for (int64_t l = 0; l < mc->n_layers; l++) {
+    const int64_t vis = e->li[l].kv_visible, need = vis + e->cfg.max_step_tokens;
+    if (vis > 0 && need < e->kv_capacity) continue; /* a ring: its own rows */
+    b += (uint64_t)e->kv_block * row * (mc->kv_lora_rank ? 1 : 2);
+  }
+  return b;
+}
+
+/* The paged pool's blocks: --kv-pool's, or (full) the max_batch x max_seq_tokens reservation's
+ * worth, or at least one sequence of max_seq_tokens. */
+static int32_t pool_blocks(const struct ferry_engine *e, int full) {
+  const uint64_t bb = ferry__kv_pages_block_bytes(e);
+  if (e->cfg.kv_pool_bytes && bb) {
+    const uint64_t n = e->cfg.kv_pool_bytes / bb;
+    return (int32_t)(n > INT32_MAX ? INT32_MAX : n > 0 ? n : 1);
+  }
+  const int64_t seqs = full ? e->n_seqs : 1, n = seqs * ferry__kv_pages_need(e, e->kv_capacity);
+  return (int32_t)(n < INT32_MAX ? n : INT32_MAX);
+}
+
+/* With every weight resident the pool also takes what the plan leaves of the budget (vLLM's
+ * gpu_memory_utilization); an explicit --kv-pool is kept as given. */
+static void grow_pool(struct ferry_engine *e) {
+  struct ferry_plan *p = &e->plan;
+  const uint64_t budget = e->cfg.device_budget_bytes, bb = ferry__kv_pages_block_bytes(e);
+  if (!e->kv_block || e->cfg.kv_pool_bytes || !budget || !bb || p->device_total_bytes >= budget) return;
+  if (!(e->cfg.resident_all || (p->n_blocks == 0 && (!e->mc->n_experts || p->experts_pinned)))) return;
+  const uint64_t more = (budget - p->device_total_bytes) / bb;
+  if (!more) return;
+  e->kv_pool_blocks += (int32_t)(more > (uint64_t)(INT32_MAX - e->kv_pool_blocks) ? (uint64_t)(INT32_MAX - e->kv_pool_blocks) : more);
+  const uint64_t before = p->device_kv_bytes, dev = layout_kv(e, 1);
+  p->device_kv_bytes = dev;
+  p->device_total_bytes += dev - before;
+}
+
+/* Swap preemption's host copy: a slot per pool block, as many as the host budget leaves after the
+ * plan (weights in host memory come first; a sequence that finds too few slots is recomputed).
+ * Windowed layers keep per-slot rings a block copy cannot carry: such models always recompute. */
+static void swap_space(struct ferry_engine *e) {
+  struct ferry_plan *p = &e->plan;
+  const uint64_t bb = ferry__kv_pages_block_bytes(e), budget = e->cfg.host_budget_bytes;
+  e->kv_swap_blocks = 0;
+  if (!e->kv_block || !e->cfg.kv_preempt_swap || e->sizing_only || !bb) return;
+  for (int64_t l = 0; l < e->mc->n_layers; l++)
+    if (e->kv[l].ring) return;
+  uint64_t n = (uint64_t)e->kv_pool_blocks;
+  if (budget) {
+    const uint64_t fit = p->host_total_bytes < budget ? (budget - p->host_total_bytes) / bb : 0;
+    if (fit < n) n = fit;
+  }
+  e->kv_swap_blocks = (int32_t)n;
+  p->host_total_bytes += n * bb;
 }
 
 /* Per-layer tables and the KV cache layout of the engine's configuration (the workspace's is
  * laid out with each plan: it depends on the store's largest quantized matrix, which a reload
- * may change). */
+ * may change). A paged cache is laid out for a reservation's worth of blocks (pool_blocks()). */
 static ferry_status layout_buffers(struct ferry_engine *e) {
   if (!e->li) {
     ferry_status st = layer_tables(e);
@@ -154,7 +282,19 @@ static ferry_status layout_buffers(struct ferry_engine *e) {
   e->kv_format = ferry_model_kv_format(e->model, e->cfg.kv_format);
   e->kv_dtype = ferry_kv_format_dtype(e->kv_format);
   e->kv_capacity = e->cfg.max_seq_tokens;
-  layout_kv(e);
+  const int32_t group = ferry_kv_format_group(e->kv_format);
+  const int64_t chunk = e->mc->kv_lora_rank ? e->mc->kv_lora_rank + e->mc->qk_rope_dim : e->mc->head_dim;
+  if (group && chunk % group)
+    return ferry__err_set(&e->err, FERRY_ERR_INVALID,
+                          "engine: a %s KV cache scales groups of %d elements of each %s, but %s's are %lld wide",
+                          ferry_kv_format_name(e->kv_format), group, e->mc->kv_lora_rank ? "latent row" : "head",
+                          e->mc->name, (long long)chunk);
+  if (e->cfg.kv_block_tokens > 0) { /* the pool to plan with: a reservation's worth if it fits */
+    e->kv_block = e->cfg.kv_block_tokens;
+    e->kv_blocks_per_seq = ferry__kv_pages_need(e, e->kv_capacity);
+    e->kv_pool_blocks = pool_blocks(e, e->sizing_only ? 0 : 1);
+  }
+  layout_kv(e, 0);
   e->bounce_bytes = BOUNCE_BYTES;
   return FERRY_OK;
 }
@@ -169,10 +309,11 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
     goto out;
   }
   layout_workspace(e); /* after the plan input, which found the largest quantized matrix */
-  in.kv_bytes = e->kv_total_bytes;
+  in.kv_bytes = e->kv_total_bytes - e->hkv_bytes; /* the device's part of the cache */
   in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.total;
-  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes;
+  /* a hybrid run's CPU works in a copy of the workspace in host memory */
+  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + (ferry__hybrid_on(e) ? e->ws.total : 0);
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
   size_t n = ferry_model_tensor_count(e->model), dense = 3;
   for (size_t i = 0; i < n; i++)
@@ -198,6 +339,7 @@ void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_p
   pc->host_budget_bytes = e->cfg.host_budget_bytes;
   /* under pressure control the host tier is planned to its low-water mark: the headroom up to
    * the high mark is what other work on the machine may take before the engine degrades */
+  pc->blocks_on_cpu = e->cfg.compute_layers == FERRY_COMPUTE_CPU;
   if (e->cfg.pressure.enabled && pc->host_budget_bytes)
     pc->host_budget_bytes = (uint64_t)((double)pc->host_budget_bytes * e->cfg.pressure.low_water);
 }
@@ -209,7 +351,14 @@ static ferry_status make_plan(struct ferry_engine *e) {
   ferry__engine_base_plan_config(e, &pc);
   char msg[FERRY_ERRMSG_MAX];
   ferry_status st = ferry__engine_make_plan(e, &pc, &e->plan, msg, sizeof msg);
-  if (st == FERRY_OK && e->cfg.fill_budget && !e->mc->n_experts && pc.device_budget_bytes && !pc.resident_all) {
+  if (st == FERRY_ERR_BUDGET && e->kv_block && !e->cfg.kv_pool_bytes && e->kv_pool_blocks > pool_blocks(e, 0)) {
+    /* a reservation's worth does not fit: a paged server runs fewer sequences, not fewer weights */
+    e->kv_pool_blocks = pool_blocks(e, 0);
+    layout_kv(e, 0);
+    st = ferry__engine_make_plan(e, &pc, &e->plan, msg, sizeof msg);
+  }
+  if (st == FERRY_OK && e->cfg.fill_budget && (!e->mc->n_experts || e->cfg.expert_granularity_layer) &&
+      pc.device_budget_bytes && !pc.resident_all) {
     /* The most pinned last layers whose working set still fits. Not monotonic near the end
      * (fewer streamed layers need fewer block slots), so every count is tried, largest first. */
     for (int32_t k = e->mc->n_layers - pc.pin_first; k > pc.pin_last; k--) {
@@ -230,6 +379,9 @@ static ferry_status make_plan(struct ferry_engine *e) {
   } else if (st != FERRY_OK) {
     ferry__err_set(&e->err, st, "%s", msg);
   }
+  if (st == FERRY_OK) st = hybrid_plan(e);
+  if (st == FERRY_OK) grow_pool(e);
+  if (st == FERRY_OK) swap_space(e);
   return st;
 }
 
@@ -246,6 +398,65 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --max-seq-tokens %d exceeds %s's maximum position %lld (max_position_embeddings)",
                           c->max_seq_tokens, mc->name, (long long)mc->max_position);
+  if ((unsigned)c->compute_experts > FERRY_COMPUTE_AUTO || (unsigned)c->compute_layers > FERRY_COMPUTE_AUTO)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: compute placement %d/%d is not gpu, cpu or auto",
+                          (int)c->compute_experts, (int)c->compute_layers);
+  if (c->compute_experts != FERRY_COMPUTE_GPU && !mc->n_experts)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --offload-compute experts=... needs a Mixture-of-Experts model (%s is dense)", mc->name);
+  if (c->compute_layers != FERRY_COMPUTE_GPU) {
+    if (c->resident_attention)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --offload-compute layers=... computes whole streamed layers on the CPU; with "
+                            "--resident attention no layer streams whole");
+    if (c->token_features)
+      return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                            "engine: predictor features (mlp3, mlp7) are read from the device's activations; not with "
+                            "layers computed on the CPU");
+  }
+  if (c->kv_home_host && mc->kv_lora_rank)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home host: %s's latent attention on the CPU needs kv_b_proj in host memory, "
+                          "which a layer resident on the device has not (--offload-compute layers=cpu keeps the "
+                          "latent cache of the layers it computes there)", mc->name);
+  if (c->kv_home_host && mc->attn_sinks)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
+                          "attention on the CPU", mc->name);
+  if (c->kv_block_tokens < 0 || c->kv_block_tokens > 65536)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --kv-block-tokens %d is not in [1, 65536]", c->kv_block_tokens);
+  if (c->kv_pool_bytes && !c->kv_block_tokens)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: a KV pool (--kv-pool) is for a paged cache (--kv-block-tokens)");
+  if (c->kv_preempt_swap && !c->kv_block_tokens)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: swap preemption (--kv-preempt swap) is for a paged cache");
+  if (c->kv_block_tokens && c->greedy)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: a paged KV cache recomputes a preempted sequence from its token ids, which --greedy "
+                          "takes from logits it does not keep; use the seeded draw");
+  if (c->gpu_batches > 1024) return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --gpu-batches is at most 1024");
+  if (c->gpu_batches > 1 && c->token_features)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: predictor features (mlp3, mlp7) are kept for one batch per step; not with --gpu-batches");
+  if (c->expert_granularity_layer) {
+    if (!mc->n_experts)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --expert-granularity layer needs a Mixture-of-Experts model (%s is dense)", mc->name);
+    if (c->predict || c->compute_experts != FERRY_COMPUTE_GPU || c->expert_cache_lfu || c->expert_no_reuse ||
+        c->expert_cache || c->expert_cache_per_layer)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --expert-granularity layer moves a layer's experts with it: there is no expert "
+                            "cache for a predictor, an eviction policy or --offload-compute experts=... to act on");
+  }
+  if (c->expert_cache && !ferry__cache_policy_find(c->expert_cache)) {
+    char names[128] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < ferry__cache_policy_count() && n < sizeof names; i++)
+      n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", ferry__cache_policy_at(i)->name);
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: unknown expert-cache policy '%s' (expected %s, or per-layer:K)",
+                          c->expert_cache, names);
+  }
+  if (c->expert_cache_per_layer < 0)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: per-layer expert cache of %d slots", c->expert_cache_per_layer);
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
@@ -308,7 +519,10 @@ void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned) {
   ferry_free(e->staging);
   e->block_slots = e->expert_slots = NULL;
   e->staging = NULL;
-  ferry__cache_free(&e->cache);
+  /* a re-plan (adapt.c) replaces the expert cache: the run's prefetch counts carry over */
+  e->prefetches_before += e->xplan.prefetches;
+  e->prefetches_used_before += e->xplan.prefetches_used;
+  ferry__xplan_free(&e->xplan);
 }
 
 static void engine_free(struct ferry_engine *e) {
@@ -329,27 +543,33 @@ static void engine_free(struct ferry_engine *e) {
     ferry__engine_free_streaming(e, 1);
   }
   if (e->ex) ferry__memo_free(e);
+  ferry__hybrid_free(e);
+  ferry__kv_pages_free(e);
+  ferry_free(e->resumes);
   ferry__engine_adapt_free(e);
   ferry__engine_free_units(e);
   ferry__plan_free(&e->plan);
-  ferry_free(e->tok_ids);
-  ferry_free(e->tok_pos);
-  ferry_free(e->tok_slot);
-  ferry_free(e->tok_seq);
-  ferry_free(e->tok_index);
-  ferry_free(e->tok_seqlen);
-  ferry_free(e->tok_req);
+  if (e->mbs) { /* the step arrays are micro-batch 0's, the others views into them */
+    ferry_free(e->mbs[0].tok_ids);
+    ferry_free(e->mbs[0].tok_pos);
+    ferry_free(e->mbs[0].tok_slot);
+    ferry_free(e->mbs[0].tok_seq);
+    ferry_free(e->mbs[0].tok_index);
+    ferry_free(e->mbs[0].tok_seqlen);
+    ferry_free(e->mbs[0].row_of_seq);
+    ferry_free(e->mbs[0].tok_req);
+    ferry_free(e->mbs);
+  }
   ferry_free(e->li);
   ferry_free(e->rope);
   ferry_free(e->kv);
-  ferry_free(e->row_of_seq);
   ferry_free(e->expert_tokens);
   ferry_free(e->expert_ranks);
   ferry_free(e->expert_count);
   ferry_free(e->expert_start);
   ferry_free(e->routing_ids);
   ferry_free(e->routing_w);
-  ferry_free(e->votes);
+  ferry_free(e->layer_stats);
   ferry_free(e->predicted);
   ferry__features_free(e);
   ferry_free(e->reqs);
@@ -388,6 +608,55 @@ static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint
   return st;
 }
 
+/* The policy placing experts in the cache (--expert-cache): its registry name, auto by default
+ * (lfu for the legacy flag, lru inside a per-layer split when none is named). */
+static const char *cache_policy_name(const struct ferry_engine_config *c) {
+  return c->expert_cache ? c->expert_cache : c->expert_cache_lfu ? "lfu" : c->expert_cache_per_layer ? "lru" : "auto";
+}
+
+/* The expert cache over the plan's slots (runtime/policy/expert_plan.c), with the popularity the
+ * policy may pin from. */
+static ferry_status expert_cache(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const int32_t L = (int32_t)mc->n_layers, K = e->cfg.expert_cache_per_layer;
+  if (K && !e->plan.experts_pinned && (int64_t)K * L > e->plan.n_expert_slots)
+    return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
+                          "engine: --expert-cache per-layer:%d needs %lld slots (%d per layer x %d layers), the device "
+                          "budget leaves %d",
+                          K, (long long)K * L, K, L, e->plan.n_expert_slots);
+  const struct ferry_cache_policy_ops *policy;
+  ferry_status st = ferry_cache_policy_lookup(cache_policy_name(&e->cfg), &policy);
+  if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: %s", ferry_last_error());
+  st = ferry__xplan_init(&e->xplan, policy, e->plan.n_expert_slots, K, L, (int32_t)mc->n_experts, e->cfg.expert_popularity,
+                         e->cfg.prefetch_depth, e->cfg.expert_no_reuse);
+  if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
+  return FERRY_OK;
+}
+
+/* Experts the policy pins before serving (static with a trace's counts): fetched now, as part of
+ * loading the weights (and again after a re-plan, whose cache starts empty). */
+ferry_status ferry__engine_preload_experts(struct ferry_engine *e) {
+  if (!e->mc->n_experts || e->plan.experts_pinned || !e->plan.n_expert_slots || e->cfg.expert_granularity_layer)
+    return FERRY_OK;
+  int32_t *units = ferry__calloc((size_t)e->plan.n_expert_slots, sizeof *units);
+  if (!units) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  const int32_t n = ferry__cache_preload(&e->xplan.cache, units, e->plan.n_expert_slots);
+  const int32_t E = (int32_t)e->mc->n_experts;
+  ferry_status st = FERRY_OK;
+  for (int32_t i = 0; i < n && st == FERRY_OK; i++) {
+    const int32_t l = units[i] / E, x = units[i] % E, u = e->expert_unit[units[i]];
+    if (u < 0 || ferry__cache_lookup(&e->xplan.cache, l, x) >= 0) continue;
+    int32_t el, ex;
+    const int32_t slot = ferry__cache_insert(&e->xplan.cache, l, x, &el, &ex);
+    if (slot < 0) break;
+    st = ferry__engine_fetch_expert(e, u, slot);
+  }
+  ferry_free(units);
+  if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
+    st = ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return st;
+}
+
 ferry_status ferry__engine_alloc_pinned(struct ferry_engine *e) {
   uint64_t pinned = 0;
   for (int32_t u = 0; u < e->n_units; u++)
@@ -415,11 +684,7 @@ ferry_status ferry__engine_alloc_streaming(struct ferry_engine *e) {
   for (int32_t s = 0; s < p->n_staging_slots; s++)
     if (ferry_exec_event_create(e->ex, &e->staging[s].free) != FERRY_OK)
       return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
-  if (e->mc->n_experts) {
-    st = ferry__cache_init(&e->cache, e->cfg.expert_cache_lfu ? FERRY_CACHE_LFU : FERRY_CACHE_LRU, p->n_expert_slots,
-                           (int32_t)e->mc->n_layers, (int32_t)e->mc->n_experts);
-    if (st != FERRY_OK) return ferry__err_set(&e->err, st, "engine: out of memory for the expert cache");
-  }
+  if (e->mc->n_experts && (st = expert_cache(e)) != FERRY_OK) return st;
   e->block_fetch_seq = e->block_compute_seq = 0;
   e->next_staging = 0;
   return FERRY_OK;
@@ -443,34 +708,57 @@ static ferry_status allocate(struct ferry_engine *e) {
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
   const size_t T = (size_t)e->cfg.max_step_tokens, K = (size_t)(mc->experts_per_token ? mc->experts_per_token : 1),
                E = (size_t)(mc->n_experts ? mc->n_experts : 1);
-  e->tok_ids = ferry__calloc(T, sizeof(int32_t));
-  e->tok_pos = ferry__calloc(T, sizeof(int32_t));
-  e->tok_slot = ferry__calloc(T, sizeof(int32_t));
-  e->tok_seq = ferry__calloc(T, sizeof(int32_t));
-  e->tok_index = ferry__calloc(T, sizeof(int32_t));
-  e->tok_seqlen = ferry__calloc(T, sizeof(int32_t));
-  e->tok_req = ferry__calloc(T, sizeof(int64_t));
-  e->row_of_seq = ferry__calloc((size_t)e->cfg.max_batch, sizeof(int32_t));
+  const size_t M = (size_t)e->n_mb, B = (size_t)e->cfg.max_batch;
+  e->mbs = ferry__calloc(M, sizeof *e->mbs);
+  if (!e->mbs) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the micro-batches");
+  struct microbatch *b0 = &e->mbs[0];
+  b0->tok_ids = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_pos = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_slot = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_seq = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_index = ferry__calloc(M * T, sizeof(int32_t));
+  b0->tok_seqlen = ferry__calloc(M * T, sizeof(int32_t));
+  b0->row_of_seq = ferry__calloc(M * B, sizeof(int32_t));
+  b0->tok_req = ferry__calloc(M * T, sizeof(int64_t));
+  const uint64_t x0 = e->ws.x;
+  for (size_t m = 0; b0->tok_ids && b0->tok_pos && b0->tok_slot && b0->tok_seq && b0->tok_index && b0->tok_seqlen &&
+                     b0->row_of_seq && b0->tok_req && m < M;
+       m++) {
+    struct microbatch *b = &e->mbs[m];
+    b->tok_ids = b0->tok_ids + m * T;
+    b->tok_pos = b0->tok_pos + m * T;
+    b->tok_slot = b0->tok_slot + m * T;
+    b->tok_seq = b0->tok_seq + m * T;
+    b->tok_index = b0->tok_index + m * T;
+    b->tok_seqlen = b0->tok_seqlen + m * T;
+    b->row_of_seq = b0->row_of_seq + m * B;
+    b->tok_req = b0->tok_req + m * T;
+    b->x = x0 + (uint64_t)(m * T) * (uint64_t)mc->hidden * 4;
+  }
+  ferry__mb_use(e, 0);
   e->expert_tokens = ferry__calloc(T * K, sizeof(int32_t));
   e->expert_ranks = ferry__calloc(T * K, sizeof(int32_t));
   e->expert_count = ferry__calloc(E, sizeof(int32_t));
   e->expert_start = ferry__calloc(E + 1, sizeof(int32_t));
   e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
   e->routing_w = ferry__calloc(T * K, sizeof(float));
-  e->votes = ferry__calloc(E, sizeof(int32_t));
+  e->layer_stats = ferry__calloc((size_t)mc->n_layers, sizeof *e->layer_stats);
+  if (!e->layer_stats) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the layer metrics");
+  for (int32_t l = 0; l < mc->n_layers; l++) e->layer_stats[l].layer = l;
   e->predicted = ferry__calloc(E, sizeof(int32_t));
-  e->seqs = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seqs);
-  e->seq_maxpos = ferry__calloc((size_t)e->cfg.max_batch, sizeof *e->seq_maxpos);
-  e->seq_tokens = ferry__calloc((size_t)e->cfg.max_batch * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
+  e->seqs = ferry__calloc((size_t)e->n_seqs, sizeof *e->seqs);
+  e->seq_maxpos = ferry__calloc((size_t)e->n_seqs, sizeof *e->seq_maxpos);
+  e->seq_tokens = ferry__calloc((size_t)e->n_seqs * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
   if (!e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
-                          e->cfg.max_batch, e->kv_capacity);
-  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->tok_req ||
-      !e->row_of_seq ||
+                          e->n_seqs, e->kv_capacity);
+  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->tok_req || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs || !e->seq_maxpos || !e->votes || !e->predicted)
+      !e->routing_w || !e->seqs || !e->seq_maxpos || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
+  if ((st = ferry__hybrid_alloc(e)) != FERRY_OK) return st;
+  if ((st = ferry__kv_pages_alloc(e)) != FERRY_OK) return st;
   return ferry__features_alloc(e);
 }
 
@@ -481,7 +769,7 @@ static ferry_status make_queues(struct ferry_engine *e) {
       (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_D2H, &e->q_d2h)) ||
       (st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_DISK, &e->q_disk)))
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
-  return FERRY_OK;
+  return ferry__hybrid_queues(e);
 }
 
 /* Weights holding NaN or Inf make every logit NaN without a word: an executor that computes
@@ -519,6 +807,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   e->cfg = *config;
   e->has_data = ferry_exec_has_data(exec);
   apply_defaults(&e->cfg, e->mc);
+  mb_counts(e);
   ferry_status st = check_config(&e->cfg, e->mc, &e->err);
   if (st == FERRY_OK && e->has_data && !store)
     st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "engine: the %s executor computes on real weights: give a model folder with safetensors",
@@ -544,6 +833,8 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) {
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
     st = ferry__engine_load_resident(e, 0);
+    if (st == FERRY_OK) st = ferry__hybrid_load(e);
+    if (st == FERRY_OK) st = ferry__engine_preload_experts(e);
     ferry_exec_range_end(exec, &range);
     e->load_ns = ferry_exec_now(exec) - range.start_ns;
   }
@@ -565,13 +856,25 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "  device: %s of %s budget\n", ferry__format_bytes(p->device_total_bytes, b[0], 32),
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
-  fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
-          ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->cfg.max_batch, e->kv_capacity, ferry_kv_format_name(e->kv_format),
-          e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
+  if (e->kv_block)
+    fprintf(f, "    %s %s (paged, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
+            ferry__format_bytes(p->device_kv_bytes, b[0], 32), ferry_kv_format_name(e->kv_format),
+            e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
+  else
+    fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
+            ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->n_seqs, e->kv_capacity,
+            ferry_kv_format_name(e->kv_format),
+            e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
+  if (e->kv_block) /* what a paged pool holds, in sequences of the longest length kept */
+    fprintf(f, "    KV pool          %d blocks of %d tokens: %lld tokens, %lld sequences of %d tokens at once (paged; "
+               "--max-batch %d per step)\n",
+            e->kv_pool_blocks, e->kv_block, (long long)e->kv_pool_blocks * e->kv_block,
+            (long long)e->kv_pool_blocks / (e->kv_blocks_per_seq > 0 ? e->kv_blocks_per_seq : 1), e->kv_capacity,
+            e->cfg.max_batch);
   fprintf(f, "    workspace        %s (%d tokens per step)\n", ferry__format_bytes(p->device_workspace_bytes, b[0], 32),
           e->cfg.max_step_tokens);
   fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));
-  if (e->mc->n_experts)
+  if (e->mc->n_experts && !e->cfg.expert_granularity_layer)
     fprintf(f, "    expert cache     %d x %s%s\n", p->n_expert_slots, ferry__format_bytes(p->expert_slot_bytes, b[0], 32),
             p->experts_pinned ? " (all experts pinned)" : "");
   fprintf(f, "    minimum          %s\n", ferry__format_bytes(p->device_min_bytes, b[0], 32));
@@ -581,6 +884,11 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
   fprintf(f, "    read-back, load  %s (routing and logits read-back, weight-load bounce buffer)\n",
           ferry__format_bytes(p->host_fixed_bytes, b[0], 32));
+  if (e->cfg.kv_preempt_swap) /* what swap preemption can hold; the rest is recomputed */
+    fprintf(f, "    KV swap          %s (%d of the pool's %d blocks: preempted sequences' rows; when full, or with "
+               "windowed layers, they are recomputed)\n",
+            ferry__format_bytes((uint64_t)e->kv_swap_blocks * ferry__kv_pages_block_bytes(e), b[0], 32), e->kv_swap_blocks,
+            e->kv_pool_blocks);
   fprintf(f, "  prefetch depth %d, %d streamed block(s):\n", e->cfg.prefetch_depth, p->n_blocks);
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
@@ -594,7 +902,9 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
     fprintf(f, "    %-28s %12s  %s\n", name, ferry__format_bytes(un->bytes, b[0], 32),
             un->pinned ? "pinned on device" : un->home == FERRY_TIER_HOST ? "streamed from host" : "streamed from disk");
   }
-  if (e->mc->n_experts) {
+  if (e->mc->n_experts && e->cfg.expert_granularity_layer) {
+    fprintf(f, "    %-28s %12s  %s\n", "experts", "", "in their layers' units, moving together");
+  } else if (e->mc->n_experts) {
     int64_t n = (int64_t)e->n_moe_layers * e->mc->n_experts;
     const int32_t first = e->expert_unit[e->first_moe_layer * e->mc->n_experts];
     fprintf(f, "    %-28s %12s  %s\n", "experts (each)", ferry__format_bytes(p->expert_slot_bytes ? p->expert_slot_bytes : e->units[first].bytes, b[0], 32),
@@ -620,6 +930,7 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
   e->cfg = *config;
   e->has_data = store != NULL;
   apply_defaults(&e->cfg, e->mc);
+  mb_counts(e);
   ferry_status st = check_config(&e->cfg, e->mc, &e->err);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
@@ -643,7 +954,9 @@ ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *sto
   e->cfg.host_budget_bytes = 0;
   e->cfg.home_disk = store != NULL;
   e->has_data = store != NULL;
+  e->sizing_only = 1; /* every unit is homed on disk here: the CPU's need of host copies is not checked */
   apply_defaults(&e->cfg, e->mc);
+  mb_counts(e);
   ferry_status st = check_config(&e->cfg, e->mc, &e->err);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) {

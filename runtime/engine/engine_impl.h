@@ -53,7 +53,6 @@ struct slot {
   ferry_event *ready;   /* recorded on the copy queue after the fill */
   ferry_event *free;    /* recorded on the compute queue after the last use */
   int used;             /* free has been recorded since the last fill */
-  int prefetched;       /* filled on a prediction and not used yet */
 };
 
 struct staging_slot {
@@ -66,6 +65,10 @@ struct workspace {
   uint64_t dq[3];            /* dequantized weights: matmul, or an expert's gate/up/down */
   uint64_t x, h, h2, q, qa, qkv, k, v, attn, g, u, logits_r, logits_look, topk_w, topk_ids, expert_out, gather, eg,
       eu, sg, su, sout, sgate, rows, rows_n, logits, total;
+  /* hybrid runs with experts on the CPU: a zero row right after expert_out (gathered in place
+   * of the pairs the other side computes), the gathered rows a combine reads, and the CPU's sum
+   * of its pairs per token; 0 when no expert runs on the CPU */
+  uint64_t zero, expert_final, cpu_sum;
 };
 
 /* A weights version: its store and the sequences running on it (the reference count). */
@@ -83,6 +86,7 @@ struct kv_layer {
   uint64_t k_off, v_off;
   int32_t rows;
   int ring;
+  int host; /* in the host KV buffer: the layer's attention runs on the CPU */
 };
 
 /* Tensors of a routed expert by what they are (ferry__engine_loc). */
@@ -94,9 +98,11 @@ struct seq {
   int32_t kv_slot;
   int32_t pos;          /* tokens in the KV cache */
   int32_t prompt_done;  /* prompt tokens processed */
+  int32_t prefill;      /* tokens to prefill: the prompt, or a preempted sequence's tokens so far */
   int32_t generated;    /* output tokens produced */
   int32_t last_token;   /* input token of the next decode step */
   int32_t step_tokens;  /* tokens this sequence contributes to the current step */
+  int resumed;          /* re-prefilling after a preemption: its prefill yields no new token */
   int active;
 };
 
@@ -131,6 +137,26 @@ struct memo_site {
   struct ferry_exec_graph *check; /* FERRY_SIM_CHECK: the graph the recording must equal */
 };
 
+/* A request preempted out of a paged KV cache: where it stood (and, swapped, where its rows are). */
+struct resume {
+  int32_t pos, generated, last_token;
+  int preempted;
+  int32_t swap_head, swap_n; /* swapped out: its blocks in swap slots swap_head -> swap_next ... */
+  struct seq saved;          /* and the sequence as it stood (swapped at any point, prefill included) */
+  int32_t swap_version;      /* the weights version its rows were computed with */
+};
+
+/* One micro-batch of a step (FlexGen's block schedule: --gpu-batches N runs N of them through
+ * each layer while it is loaded). The engine's tok_* arrays, n_tok, n_rows and ws.x are those of
+ * the micro-batch being issued (ferry__mb_use()); each keeps its own hidden state. */
+struct microbatch {
+  int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index, *tok_seqlen, *row_of_seq;
+  int64_t *tok_req; /* per token: its request's id (the routing source's key) */
+  int32_t n_tok, n_rows;
+  uint64_t x;   /* its hidden state's offset in the workspace */
+  int on_host;  /* that hidden state is in the CPU's workspace (hybrid runs) */
+};
+
 struct ferry_engine {
   struct ferry_err err;
   const ferry_model *model;
@@ -140,6 +166,7 @@ struct ferry_engine {
   struct ferry_engine_config cfg;
   struct ferry_plan plan;
   int has_data;
+  int sizing_only; /* ferry_engine_min_budgets(): a plan for its sizes, never run */
 
   /* unit table */
   struct unit *units;
@@ -156,10 +183,21 @@ struct ferry_engine {
 
   /* queues */
   int32_t q_compute, q_h2d, q_d2h, q_disk;
+  /* Hybrid runs drive the device and the host's CPU over one op stream: q_cpu runs kernels on
+   * host memory, q_up carries their results to the device (beside the weight copies of q_h2d,
+   * which it must not queue behind). cq and cws are where ops of the part being issued go: the
+   * device (q_compute, ws_buf) or the CPU (q_cpu, hws_buf); w_host reads streamed units'
+   * weights from their host copies. -1 / NULL when the run is not hybrid. */
+  int32_t q_cpu, q_up, cq;
+  ferry_buf *cws;
+  int w_host;
+  ferry_event *ev_down, *ev_cpu, *ev_up;
 
   /* buffers */
   ferry_buf *pinned_buf, *kv_buf, *ws_buf, *block_buf, *expert_buf, *host_units_buf, *staging_buf, *readback_buf,
       *bounce_buf;
+  ferry_buf *hws_buf, *hkv_buf;   /* hybrid: the host's workspace (ws's layout) and KV cache */
+  uint64_t hkv_bytes;
   struct workspace ws;
   enum ferry_kv_format kv_format; /* resolved: never FERRY_KV_AUTO */
   enum ferry_dtype kv_dtype;      /* its element type, as the executors store it */
@@ -179,15 +217,15 @@ struct ferry_engine {
   int32_t next_staging;
   int64_t block_fetch_seq;    /* streamed-block fetches issued so far (cyclic order) */
   int64_t block_compute_seq;  /* streamed blocks computed so far */
-  struct ferry_expert_cache cache;
+  struct ferry__expert_plan xplan; /* the expert cache's decisions (runtime/policy/expert_plan.c) */
+  int64_t prefetches_before, prefetches_used_before; /* of the expert caches a re-plan replaced */
   /* one event per queue that records it, so completions arrive in generation order */
   ferry_event *ev_router, *ev_step, *ev_tmp, *ev_read;
 
   /* per-step counters */
   uint64_t step_bytes_disk, step_bytes_h2d, step_bytes_d2h;
   int32_t step_hits, step_misses;
-  int64_t prefetches, prefetches_used;
-  int32_t *votes, *predicted;  /* expert prefetch scratch: votes per expert, one token's guess */
+  int32_t *predicted;          /* expert prefetch scratch: one token's guess */
 
   /* step-scoped arrays (sized once) */
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */
@@ -207,6 +245,36 @@ struct ferry_engine {
   double *feat_emb5;        /* per sequence: sum, sum of squares, count of its first embeddings */
   float *feat_seg;          /* per sequence: hidden norms, then embedding variances, of its segment */
   int32_t n_tok, n_rows;
+  uint8_t *pair_cpu;        /* hybrid MoE: per (token * top_k + rank) pair, computed on the CPU */
+  int32_t *cpu_rows, *dev_rows; /* per pair: its expert_out row or the zero row, for each side */
+  int32_t *zero_rows;       /* per token: the zero row (clears the CPU's sum) */
+  uint8_t *expert_cpu_now;  /* per expert of the current layer: computed on the CPU */
+  int layer_on_cpu;         /* the layer being issued runs on the CPU */
+  int step_layers_cpu;      /* compute_layers auto: this step computes streamed blocks on the CPU */
+  uint64_t step_bytes_act;  /* activations moved between the sides this step */
+  uint64_t step_bytes_blocks, step_bytes_experts; /* weights moved this step, by class */
+  int32_t step_evictions;
+  struct ferry_layer_metrics *layer_stats; /* per layer, over the run */
+  int32_t step_cpu_experts; /* routed experts computed on the CPU this step */
+
+  /* micro-batches: n_mb of up to max_batch sequences and max_step_tokens tokens each; the
+   * KV cache and the sequence table hold n_seqs = n_mb x max_batch sequences */
+  struct microbatch *mbs;
+  int32_t n_mb, n_seqs, cur_mb;
+
+  /* paged KV cache (cfg.kv_block_tokens > 0): blocks of kv_block tokens from a pool, a block
+   * table per sequence slot, a stack of free blocks; layers with a ring keep their own rows */
+  int32_t kv_block, kv_pool_blocks, kv_blocks_per_seq, kv_free_count;
+  int32_t *kv_table, *kv_free, *seq_blocks;
+  struct resume *resumes;   /* per request (run), preemptions */
+  int64_t preemptions, swaps;
+  /* swap preemption (cfg.kv_preempt_swap): a host copy of the pool, slot by block */
+  ferry_buf *kv_swap_buf;
+  int32_t kv_swap_blocks; /* slots: the pool's blocks, or what the host budget leaves (swap_space()) */
+  int32_t *swap_free, *swap_next, swap_free_count;
+  uint64_t swap_bytes, swap_h2d_pending; /* copied out this run; copied in before the step counts it */
+  /* copies wait for the compute queue (ev_swap_cmp), compute waits for them (q_d2h, q_h2d) */
+  ferry_event *ev_swap_out, *ev_swap_in, *ev_swap_cmp;
 
   /* serving */
   struct ferry_engine_request *reqs;
@@ -214,9 +282,9 @@ struct ferry_engine {
   int64_t n_reqs;
   struct ferry_step_metrics *steps;
   int64_t n_steps, cap_steps;
-  struct seq *seqs;         /* max_batch */
-  int32_t *seq_tokens;      /* max_batch x kv_capacity: each sequence's token ids */
-  int32_t *seq_maxpos;      /* max_batch: scratch of step_seqlens() */
+  struct seq *seqs;         /* n_seqs */
+  int32_t *seq_tokens;      /* n_seqs x kv_capacity: each sequence's token ids */
+  int32_t *seq_maxpos;      /* n_seqs: scratch of step_seqlens() */
   int64_t load_ns;
   int64_t run_start_ns;
   struct ferry__memo memo;
@@ -288,6 +356,26 @@ void ferry__features_compute(struct ferry_engine *e);
 /* token t's features, or NULL when not computed (off, or an executor without data) */
 const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
 
+/* kv_pages.c: the paged KV cache's blocks */
+ferry_status ferry__kv_pages_alloc(struct ferry_engine *e);
+void ferry__kv_pages_free(struct ferry_engine *e);
+void ferry__kv_pages_reset(struct ferry_engine *e);
+/* blocks for `tokens` positions */
+static inline int32_t ferry__kv_pages_need(const struct ferry_engine *e, int64_t tokens) {
+  return (int32_t)((tokens + e->kv_block - 1) / e->kv_block);
+}
+/* give slot s blocks for `tokens` positions; 0 when the pool has too few (nothing taken then) */
+int ferry__kv_pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens);
+void ferry__kv_pages_release(struct ferry_engine *e, int32_t s);
+uint64_t ferry__kv_pages_block_bytes(const struct ferry_engine *e); /* engine.c: one block, every paged layer */
+/* swap preemption: copy slot s's blocks to host swap slots (1), or 0 when they are too few; and
+ * back into fresh blocks for a readmitted request (FERRY_ERR_* on an executor error) */
+int ferry__kv_pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, ferry_status *st);
+ferry_status ferry__kv_pages_swap_in(struct ferry_engine *e, int32_t s, struct resume *r);
+/* Forget a swapped sequence's rows (the weights changed since): its slots freed, its record one
+ * of recompute (decoding: from where it stood; in its first prefill: from the start). */
+void ferry__kv_pages_swap_drop(struct ferry_engine *e, struct resume *r);
+
 /* engine.c: planning and the buffers a re-plan replaces */
 ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_plan_config *pc, struct ferry_plan *out,
                                      char *msg, size_t msg_len);
@@ -298,6 +386,8 @@ ferry_status ferry__engine_alloc_pinned(struct ferry_engine *e);
 /* Block slots, expert cache, host-resident units, staging: buffers, slots, events, cache. */
 ferry_status ferry__engine_alloc_streaming(struct ferry_engine *e);
 void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned);
+/* The experts the cache policy pins before serving, fetched (after a load or a re-plan). */
+ferry_status ferry__engine_preload_experts(struct ferry_engine *e);
 
 /* adapt.c: budget schedule, memory pressure, weight reloads, events */
 ferry_status ferry__engine_adapt_init(struct ferry_engine *e);
@@ -342,7 +432,25 @@ static inline uint64_t ferry__readback_logits_offset(const struct ferry_engine *
   return ((uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->experts_per_token * 8 + 63) / 64 * 64;
 }
 static inline uint64_t ferry__readback_lookahead_offset(const struct ferry_engine *e) {
-  return ferry__readback_logits_offset(e) + ((uint64_t)e->cfg.max_batch * (uint64_t)e->mc->vocab * 4 + 63) / 64 * 64;
+  return ferry__readback_logits_offset(e) + ((uint64_t)e->n_seqs * (uint64_t)e->mc->vocab * 4 + 63) / 64 * 64;
+}
+
+/* Issue the following ops for micro-batch m: its token arrays, counts and hidden state. */
+static inline void ferry__mb_use(struct ferry_engine *e, int32_t m) {
+  const struct microbatch *b = &e->mbs[m];
+  e->cur_mb = m;
+  e->tok_ids = b->tok_ids;
+  e->tok_pos = b->tok_pos;
+  e->tok_slot = b->tok_slot;
+  e->tok_seq = b->tok_seq;
+  e->tok_index = b->tok_index;
+  e->tok_seqlen = b->tok_seqlen;
+  e->tok_req = b->tok_req;
+  e->ctx_valid = 0;
+  e->row_of_seq = b->row_of_seq;
+  e->n_tok = b->n_tok;
+  e->n_rows = b->n_rows;
+  e->ws.x = b->x;
 }
 static inline uint64_t ferry__readback_features_offset(const struct ferry_engine *e) {
   const uint64_t look = (uint64_t)e->cfg.max_step_tokens * (uint64_t)e->mc->n_experts *
@@ -350,9 +458,29 @@ static inline uint64_t ferry__readback_features_offset(const struct ferry_engine
   return ferry__readback_lookahead_offset(e) + (look + 63) / 64 * 64;
 }
 
+/* hybrid.c: the second executor side (the host's CPU) */
+int ferry__hybrid_on(const struct ferry_engine *e);
+uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e);
+ferry_status ferry__hybrid_queues(struct ferry_engine *e);
+ferry_status ferry__hybrid_alloc(struct ferry_engine *e);
+ferry_status ferry__hybrid_load(struct ferry_engine *e);
+void ferry__hybrid_free(struct ferry_engine *e);
+/* Issue the following ops on the CPU (host workspace, host copies of streamed weights) or on
+ * the device; nothing is moved. */
+void ferry__side_cpu(struct ferry_engine *e);
+void ferry__side_device(struct ferry_engine *e);
+/* Move workspace regions (offsets, bytes) device -> host and make q_cpu wait for them, or
+ * host -> device on q_up and make the compute queue wait. */
+ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
+ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
+/* Whether a routed expert that is not on the device runs on the CPU for n tokens. */
+int ferry__expert_on_cpu(const struct ferry_engine *e, int32_t layer, int32_t expert, int32_t n_tokens);
+/* Whether streamed (not pinned) layers run on the CPU this step (compute_layers). */
+int ferry__layers_on_cpu(const struct ferry_engine *e, int32_t n_tokens);
+
 /* helpers */
 static inline struct ferry_ref ferry__ws(struct ferry_engine *e, uint64_t off) {
-  struct ferry_ref r = {e->ws_buf, off, FERRY_DTYPE_F32};
+  struct ferry_ref r = {e->cws ? e->cws : e->ws_buf, off, FERRY_DTYPE_F32};
   return r;
 }
 

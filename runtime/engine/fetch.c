@@ -79,6 +79,13 @@ void ferry__engine_fill_prepare(struct ferry_engine *e, int32_t u, struct fill *
   }
 }
 
+/* The weight traffic of a fill, by class and by layer (a block's counts to its first layer). */
+static void count_fill(struct ferry_engine *e, const struct unit *un, uint64_t bytes) {
+  if (un->kind == UNIT_EXPERT) e->step_bytes_experts += bytes;
+  else e->step_bytes_blocks += bytes;
+  if (e->layer_stats && un->layer >= 0) e->layer_stats[un->layer].bytes_h2d += bytes;
+}
+
 int64_t ferry__engine_fill_key(const struct slot *sl, const struct fill *f) {
   return 3 * (sl->used != 0) + (f->sg ? 1 + (f->sg->used != 0) : 0);
 }
@@ -137,6 +144,7 @@ void ferry__engine_fill_done(struct ferry_engine *e, struct slot *sl, const stru
   const struct unit *un = &e->units[u];
   for (int32_t r = 0; r < un->n_ranges; r++) {
     e->step_bytes_h2d += un->ranges[r].len;
+    count_fill(e, un, un->ranges[r].len);
     if (f->sg) e->step_bytes_disk += un->ranges[r].len;
   }
   if (f->sg) f->sg->used = 1;

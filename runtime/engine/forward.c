@@ -26,6 +26,8 @@ static struct ferry_kernel kernel(enum ferry_kernel_kind kind, const char *name,
   return k;
 }
 
+static ferry_status x_to(struct ferry_engine *e, int cpu);
+
 /* The weight (role, layer, expert) as a kernel reads it: the tensor where it lives, or, when it
  * is stored quantized, a DEQUANTIZE op into dequantization slot `slot` of the workspace first
  * (an op of its own, so every executor can time it and the simulator can cost it). */
@@ -46,7 +48,7 @@ static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, 
   k.m = (int64_t)loc->packed_bytes;
   k.qformat = (int32_t)loc->spec.format;
   k.qgroup = loc->spec.group_size;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   *out = ferry__ws(e, e->ws.dq[slot]);
   return FERRY_OK;
 }
@@ -63,7 +65,7 @@ static ferry_status matmul_w(struct ferry_engine *e, const char *name, int32_t l
   kk.n = n;
   kk.k = k;
   kk.accumulate = accumulate;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &kk));
+  TRY(ferry_exec_compute(e->ex, e->cq, &kk));
   return FERRY_OK;
 }
 
@@ -96,7 +98,7 @@ static ferry_status norm_ex(struct ferry_engine *e, const char *name, int32_t la
   k.eps = (float)e->mc->norm_eps;
   k.norm_kind = kind;
   k.accumulate = accumulate;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   return FERRY_OK;
 }
 
@@ -131,14 +133,14 @@ static ferry_status rope(struct ferry_engine *e, int32_t l, uint64_t x, int64_t 
     k.rope = rp;
     k.ints2 = e->tok_seqlen;
   }
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   return FERRY_OK;
 }
 
 /* Tokens each query of layer l sees, summed over the step (the cost model's context). */
 static int64_t context_tokens(struct ferry_engine *e, int32_t l) {
   const struct ferry_layer_info *li = &e->li[l];
-  /* layers of one kind see the same context: worked out once a step */
+  /* layers of one kind see the same context: worked out once a micro-batch's step */
   if (e->ctx_valid && e->ctx_window == li->window && e->ctx_chunk == li->chunk) return e->ctx_tokens;
   int64_t ctx = 0;
   for (int64_t t = 0; t < e->n_tok; t++) {
@@ -155,8 +157,16 @@ static int64_t context_tokens(struct ferry_engine *e, int32_t l) {
 /* The attention op's cache and visibility fields for layer l. */
 static void attention_common(struct ferry_engine *e, int32_t l, struct ferry_kernel *k) {
   const struct kv_layer *kv = &e->kv[l];
-  k->aux[2] = (struct ferry_ref){e->kv_buf, kv->k_off, e->kv_dtype};
-  k->aux[3] = (struct ferry_ref){e->kv_buf, kv->v_off, e->kv_dtype};
+  ferry_buf *cache = kv->host ? e->hkv_buf : e->kv_buf;
+  k->aux[2] = (struct ferry_ref){cache, kv->k_off, e->kv_dtype};
+  k->aux[3] = (struct ferry_ref){cache, kv->v_off, e->kv_dtype};
+  if (e->kv_block && !kv->ring) { /* a paged layer: positions through the block table */
+    k->kv_blocks = e->kv_table;
+    k->kv_block_tokens = e->kv_block;
+    k->kv_blocks_per_seq = e->kv_blocks_per_seq;
+  }
+  /* a quantized cache says so; plain ones are their element type (every executor reads those) */
+  if (ferry_kv_format_group(e->kv_format) > 0) k->kv_format = (int32_t)e->kv_format;
   k->m = e->n_tok;
   k->ints = e->tok_pos;
   k->ints2 = e->tok_slot;
@@ -190,6 +200,16 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
       (st = rope(e, l, e->ws.q, NH, 0, 0, qk, mc->qk_nope_dim, mc->qk_rope_dim)) ||
       (st = rope(e, l, e->ws.k, 1, 0, 0, width, rank, mc->qk_rope_dim)))
     return st;
+  /* a latent cache in host memory (a streamed layer of a hybrid run, computed on the device this
+   * step): q and the new latent rows go down, the CPU attends with the layer's host copy of
+   * kv_b_proj, the result comes back */
+  const int remote = e->kv[l].host && !e->layer_on_cpu;
+  if (remote) {
+    const uint64_t off[2] = {e->ws.q, e->ws.k};
+    const uint64_t bytes[2] = {(uint64_t)(T * NH * qk) * 4, (uint64_t)(T * width) * 4};
+    if ((st = ferry__cross_down(e, off, bytes, 2))) return st;
+    ferry__side_cpu(e);
+  }
   struct ferry_kernel k = kernel(FERRY_K_MLA_ATTENTION, "mla_attention", l);
   if ((st = weight(e, FERRY_ROLE_MLA_KV_B, l, -1, 0, &k.w))) return st;
   attention_common(e, l, &k);
@@ -204,7 +224,12 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
   k.k = rank;
   k.n = mc->v_head_dim;
   k.scale = e->attn_scale;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  if (remote) {
+    ferry__side_device(e);
+    const uint64_t off = e->ws.attn, bytes = (uint64_t)(T * NH * mc->v_head_dim) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+  }
   return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, NH * mc->v_head_dim, FERRY_ROLE_ATTN_O, NOREF, 1);
 }
 
@@ -225,7 +250,7 @@ static ferry_status qkv(struct ferry_engine *e, int32_t l) {
     k.m = T;
     k.heads = mc->n_heads;
     k.head_dim = mc->head_dim;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
     return FERRY_OK;
   }
   if ((st = matmul(e, "attn.q", l, e->ws.h, e->ws.q, T, qd, H, FERRY_ROLE_ATTN_Q, W(e, FERRY_ROLE_ATTN_Q_BIAS, l), 0)) ||
@@ -269,6 +294,15 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
          (st = norm_ex(e, "k_l2norm", l, e->ws.k, e->ws.k, T * KV, hd, 0, NOREF, NOREF, FERRY_NORMFN_RMS_PLAIN, 0))))
       return st;
   }
+  /* a KV cache in host memory (--kv-home host, or a streamed layer of a hybrid run computed on
+   * the device this step): q, k and v go down, the CPU attends, the result comes back */
+  const int remote = e->kv[l].host && !e->layer_on_cpu;
+  if (remote) {
+    const uint64_t off[3] = {e->ws.q, e->ws.k, e->ws.v};
+    const uint64_t bytes[3] = {(uint64_t)(T * qd) * 4, (uint64_t)(T * kvd) * 4, (uint64_t)(T * kvd) * 4};
+    if ((st = ferry__cross_down(e, off, bytes, 3))) return st;
+    ferry__side_cpu(e);
+  }
   struct ferry_kernel k = kernel(FERRY_K_ATTENTION, "attention", l);
   attention_common(e, l, &k);
   k.x = ferry__ws(e, e->ws.q);
@@ -287,7 +321,12 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
     k.temp_floor = (float)mc->attn_temp_floor;
     k.temp_scale = (float)mc->attn_temp_scale;
   }
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  if (remote) {
+    ferry__side_device(e);
+    const uint64_t off = e->ws.attn, bytes = (uint64_t)(T * qd) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+  }
   /* residual: x += o_proj(attn); Gemma normalises the output first */
   if (mc->sandwich_norms)
     return (st = matmul(e, "attn.o", l, e->ws.attn, e->ws.h, T, H, qd, FERRY_ROLE_ATTN_O, W(e, FERRY_ROLE_ATTN_O_BIAS, l), 0))
@@ -313,7 +352,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
     k.m = T;
     k.n = I;
     k.fn = mc->act == FERRY_ACT_GEGLU ? FERRY_FN_GELU_TANH_MUL : FERRY_FN_SILU_MUL;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
   } else {
     if ((st = matmul(e, "mlp.fc1", l, in, e->ws.g, T, I, H, FERRY_ROLE_FFN_UP, W(e, FERRY_ROLE_FFN_UP_BIAS, l), 0)))
       return st;
@@ -325,7 +364,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
     k.m = T;
     k.n = I;
     k.fn = fn;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
   }
   if (mc->sandwich_norms)
     return (st = matmul(e, "mlp.down", l, e->ws.g, e->ws.h, T, H, I, FERRY_ROLE_FFN_DOWN, NOREF, 0))
@@ -335,39 +374,33 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, FERRY_ROLE_FFN_DOWN, W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
 }
 
-/* The read-back of layer l's routing (and features, lookahead logits): recorded by the memo. */
-static ferry_status readback_ops(struct ferry_engine *e, int32_t l, uint64_t look_bytes) {
-  const int64_t T = e->n_tok, K = e->mc->experts_per_token;
-  struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
-  struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
-  TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
-  TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
-  TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
-  TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
-  ferry_status fst = ferry__features_copy_hidden(e, l);
-  if (fst != FERRY_OK) return fst;
-  if (look_bytes) {
-    struct ferry_ref dst_l = {e->readback_buf, ferry__readback_lookahead_offset(e), FERRY_DTYPE_F32};
-    TRY(ferry_exec_copy(e->ex, e->q_d2h, dst_l, ferry__ws(e, e->ws.logits_look), look_bytes));
-  }
-  TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_tmp));
-  return FERRY_OK;
-}
-
 /* Routing of the current layer into e->routing_ids / routing_w: read back from the device
  * when the executor computes, else asked from the routing source. */
 static ferry_status routing(struct ferry_engine *e, int32_t l) {
   const int64_t T = e->n_tok, K = e->mc->experts_per_token;
   /* The read-back and the host wait happen on every executor, so a simulated run has the same
    * ops and the same stall as a real one; only where the ids come from differs. */
+  struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
+  struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
+  /* a layer computed on the CPU routed in host memory: its queue copies the result itself */
+  const int32_t rq = e->layer_on_cpu ? e->q_cpu : e->q_d2h;
+  ferry_event *done = e->layer_on_cpu ? e->ev_cpu : e->ev_tmp;
+  if (!e->layer_on_cpu) {
+    TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
+    TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
+  }
+  TRY(ferry_exec_copy(e->ex, rq, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
+  TRY(ferry_exec_copy(e->ex, rq, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
+  ferry_status fst = ferry__features_copy_hidden(e, l);
+  if (fst != FERRY_OK) return fst;
   const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
-  struct memo_site site;
-  int replayed;
-  ferry_status st = ferry__memo_begin(e, &site, MEMO_ROUTING, l, T, NULL, 0, -1, &replayed);
-  if (st != FERRY_OK) return st;
-  if (!replayed && (st = ferry__memo_end(e, &site, readback_ops(e, l, look_bytes))) != FERRY_OK) return st;
-  TRY(ferry_exec_sync(e->ex, e->ev_tmp));
-  e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes + ferry__features_hidden_bytes(e, l);
+  if (look_bytes) {
+    struct ferry_ref dst_l = {e->readback_buf, ferry__readback_lookahead_offset(e), FERRY_DTYPE_F32};
+    TRY(ferry_exec_copy(e->ex, rq, dst_l, ferry__ws(e, e->ws.logits_look), look_bytes));
+  }
+  TRY(ferry_exec_record(e->ex, rq, done));
+  TRY(ferry_exec_sync(e->ex, done));
+  if (!e->layer_on_cpu) e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
   if (l == e->first_moe_layer) ferry__features_compute(e);
   if (e->has_data) {
     const char *base = ferry_exec_buf_host_ptr(e->ex, e->readback_buf);
@@ -397,11 +430,11 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
-/* Expert x of layer l over its tokens, from cache slot sl (NULL: resident): wait for the slot's
- * fill, the FFN (after dequantizing), and mark the slot's use. */
-static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, struct slot *sl, uint64_t in) {
+static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
-  if (sl) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
+  struct slot *sl = slot >= 0 ? &e->expert_slots[slot] : NULL;
+  if (sl && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned)
+    TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
   struct ferry_kernel k = kernel(FERRY_K_EXPERT, "expert", l);
   k.expert = x;
   k.x = ferry__ws(e, in);
@@ -440,110 +473,74 @@ static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, str
   k.ints = e->expert_tokens + e->expert_start[x];
   k.ints2 = e->expert_ranks + e->expert_start[x];
   k.n_ints = k.m;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
-  if (sl) TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
-  return FERRY_OK;
-}
-
-/* A cache miss: fill the slot with expert x of layer l, then run it, as one recorded sequence
- * (the fill's and the FFN's keys together). */
-static ferry_status miss_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
-  const int32_t u = e->expert_unit[l * e->mc->n_experts + x];
-  const int streamed = !e->units[u].pinned;
-  struct slot *sl = &e->expert_slots[slot];
-  struct fill f;
-  ferry__engine_fill_prepare(e, u, &f);
-  ferry_event *params[3] = {sl->free, sl->ready, f.sg ? f.sg->free : NULL};
-  struct memo_site site;
-  int replayed;
-  ferry_status st = ferry__memo_begin(e, &site, MEMO_MISS, (int64_t)l * e->mc->n_experts + x,
-                                      (int64_t)e->expert_count[x] * 12 + ferry__engine_fill_key(sl, &f) * 2 + streamed,
-                                      params, 3, -1, &replayed);
-  if (st != FERRY_OK) return st;
-  if (replayed) {
-    ferry__engine_fill_done(e, sl, &f, u);
-  } else {
-    /* the FFN's weight references follow the slot the fill just assigned */
-    st = ferry__engine_fill_ops(e, sl, &f, e->expert_buf, (uint64_t)slot * e->plan.expert_slot_bytes, u);
-    if (st == FERRY_OK) {
-      ferry__engine_fill_done(e, sl, &f, u);
-      st = expert_ops(e, l, x, streamed ? sl : NULL, in);
-    }
-    if ((st = ferry__memo_end(e, &site, st)) != FERRY_OK) return st;
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  if (sl && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned) {
+    TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
+    sl->used = 1;
   }
-  if (streamed) sl->used = 1;
   return FERRY_OK;
 }
 
-static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
-  const int streamed = slot >= 0 && !e->units[e->expert_unit[l * e->mc->n_experts + x]].pinned;
-  struct slot *sl = streamed ? &e->expert_slots[slot] : NULL;
-  ferry_event *params[2] = {sl ? sl->ready : NULL, sl ? sl->free : NULL};
-  struct memo_site site;
-  int replayed;
-  ferry_status st = ferry__memo_begin(e, &site, MEMO_EXPERT, (int64_t)l * e->mc->n_experts + x,
-                                      (int64_t)e->expert_count[x] * 2 + streamed, params, 2, -1, &replayed);
-  if (st != FERRY_OK) return st;
-  if (!replayed && (st = ferry__memo_end(e, &site, expert_ops(e, l, x, sl, in))) != FERRY_OK) return st;
-  if (sl) sl->used = 1;
-  return FERRY_OK;
-}
+/* What the expert plan decided, as ops: a hit runs, a miss or a prefetch is fetched first (a
+ * prefetch runs later, when its layer routes to it). */
+struct expert_act {
+  struct ferry_engine *e;
+  uint64_t in;
+  int run; /* demand: run the expert; prefetch: only fetch it */
+};
 
-/* A cache slot for (layer, expert), evicting by the cache policy; an evicted expert that was
- * prefetched and never used is a wasted prefetch. */
-static int32_t insert_expert(struct ferry_engine *e, int32_t l, int32_t x) {
-  int32_t el, ex;
-  int32_t slot = ferry__cache_insert(&e->cache, l, x, &el, &ex);
-  if (slot >= 0) e->expert_slots[slot].prefetched = 0;
-  return slot;
+static ferry_status expert_act(void *user, int32_t l, int32_t x, int32_t slot, int fetch) {
+  struct expert_act *a = user;
+  struct ferry_engine *e = a->e;
+  ferry_status st;
+  /* the fill's eviction (expert_plan.c notes its layer), and the step's and layer's counts */
+  if (fetch && e->xplan.evicted_layer >= 0) {
+    e->step_evictions++;
+    e->layer_stats[e->xplan.evicted_layer].evictions++;
+  }
+  if (a->run && fetch) e->step_misses++, e->layer_stats[l].misses++;
+  else if (a->run) e->step_hits++, e->layer_stats[l].hits++;
+  else e->layer_stats[l].prefetches++;
+  if (fetch && (st = ferry__engine_fetch_expert(e, e->expert_unit[l * e->mc->n_experts + x], slot)) != FERRY_OK)
+    return st;
+  return a->run ? run_expert(e, l, x, slot, a->in) : FERRY_OK;
 }
 
 /* After layer l's experts are enqueued: ask the predictor, per token, for the experts of the
- * next prefetch_depth layers, and fetch the most voted ones that are not cached, at most a
- * share of the cache per target layer so guesses cannot flush it. Wrong guesses cost bandwidth
- * and slots, never correctness: a demand miss fetches what is really needed. */
+ * next prefetch_depth layers; the plan fetches the most voted ones that are not cached. Wrong
+ * guesses cost bandwidth and slots, never correctness: a demand miss fetches what is really
+ * needed. */
 static ferry_status prefetch_experts(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   if (!e->cfg.predict) return FERRY_OK;
   const int32_t E = (int32_t)mc->n_experts, K = (int32_t)mc->experts_per_token, L = (int32_t)mc->n_layers;
   const int32_t depth = e->cfg.prefetch_depth > 0 ? e->cfg.prefetch_depth : 1;
-  int32_t budget = e->plan.n_expert_slots / (depth + 1);
-  if (budget < 1) budget = 1;
   /* lookahead logits of (ahead, token) as read back with the routing; none without data */
   const int32_t n_look = ferry__lookahead_layers(e);
   const float *look = n_look && e->has_data
                           ? (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) +
                                             ferry__readback_lookahead_offset(e))
                           : NULL;
+  struct expert_act act = {.e = e, .run = 0};
   for (int32_t ahead = 1; ahead <= depth && l + ahead < L; ahead++) {
     const int32_t target = l + ahead;
     if (!e->li[target].moe) continue; /* a dense layer has no experts to fetch */
-    memset(e->votes, 0, (size_t)E * sizeof *e->votes);
+    ferry__xplan_vote_reset(&e->xplan);
     for (int64_t t = 0; t < e->n_tok; t++) {
       const struct seq *q = &e->seqs[e->tok_seq[t]];
       const struct ferry_engine_request *r = &e->reqs[q->req];
       const float *look_t = look && ahead <= n_look ? look + ((int64_t)(ahead - 1) * e->n_tok + t) * E : NULL;
-      int32_t n = e->cfg.predict(e->cfg.predict_user, r->id, e->tok_index[t], r->prompt_tokens + r->output_tokens, l,
-                                 target, e->routing_ids + t * K, e->routing_w + t * K, look_t,
-                                 ferry__features_of(e, t), K, e->predicted, E);
-      for (int32_t i = 0; i < n && i < E; i++)
-        if (e->predicted[i] >= 0 && e->predicted[i] < E) e->votes[e->predicted[i]]++;
+      const float *feat = ferry__features_of(e, t);
+      const struct ferry_expert_predict_request rq = {
+          .req_id = r->id, .token_index = e->tok_index[t], .seq_len = r->prompt_tokens + r->output_tokens,
+          .layer_now = l, .target_layer = target, .k = K, .n_experts = E, .ids_now = e->routing_ids + t * K,
+          .weights_now = e->routing_w + t * K, .lookahead_logits = look_t, .token_features = feat,
+          .n_features = feat ? e->cfg.token_features : 0};
+      const int32_t n = e->cfg.predict(e->cfg.predict_user, &rq, e->predicted, E);
+      ferry__xplan_vote(&e->xplan, e->predicted, n < E ? n : E);
     }
-    for (int32_t issued = 0; issued < budget; issued++) {
-      int32_t best = -1;
-      for (int32_t x = 0; x < E; x++)
-        if (e->votes[x] > 0 && (best < 0 || e->votes[x] > e->votes[best])) best = x;
-      if (best < 0) break;
-      e->votes[best] = 0;
-      if (ferry__cache_lookup(&e->cache, target, best) >= 0) continue;
-      int32_t slot = insert_expert(e, target, best);
-      if (slot < 0) break;
-      ferry__cache_touch(&e->cache, slot);
-      ferry_status st = ferry__engine_fetch_expert(e, e->expert_unit[target * E + best], slot);
-      if (st != FERRY_OK) return st;
-      e->expert_slots[slot].prefetched = 1;
-      e->prefetches++;
-    }
+    ferry_status st = ferry__xplan_prefetch(&e->xplan, target, expert_act, &act);
+    if (st != FERRY_OK) return ferry__err_set(&e->err, st, "%s", ferry_last_error());
   }
   return FERRY_OK;
 }
@@ -566,9 +563,160 @@ static ferry_status router_lookahead(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
-/* The MoE layer's ops up to its routing: router logits and top-k, gate lookahead, the shared
- * expert. Part of the layer's memoised sequence. */
-static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
+/* A gather of T x top_k expert rows from expert_out: pair p's own row where keep(p), else the
+ * zero row after expert_out. */
+static ferry_status gather_pairs(struct ferry_engine *e, int32_t l, const char *name, int32_t *rows, int cpu_side) {
+  const int64_t TK = (int64_t)e->n_tok * e->mc->experts_per_token;
+  const int32_t zero = e->cfg.max_step_tokens * (int32_t)e->mc->experts_per_token; /* the zero row */
+  for (int64_t p = 0; p < TK; p++) rows[p] = e->pair_cpu[p] == cpu_side ? (int32_t)p : zero;
+  struct ferry_kernel g = kernel(FERRY_K_GATHER_ROWS, name, l);
+  g.x = ferry__ws(e, e->ws.expert_out);
+  g.y = ferry__ws(e, e->ws.expert_final);
+  g.m = TK;
+  g.n = e->mc->hidden;
+  g.ints = rows;
+  g.n_ints = TK;
+  TRY(ferry_exec_compute(e->ex, e->cq, &g));
+  return FERRY_OK;
+}
+
+/* The routed experts of layer l marked in expert_cpu_now, on the CPU from their host copies: the
+ * layer's input (and gate weights) go down, the CPU combines its experts' rows into one row per
+ * token (the other pairs read as zeros), and only that sum comes back (ktransformers, Fiddler).
+ * Returns in *n_pairs how many (token, expert) pairs the CPU computes. */
+static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, int64_t *n_pairs) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, K = mc->experts_per_token, H = mc->hidden, E = mc->n_experts;
+  int64_t n = 0;
+  memset(e->pair_cpu, 0, (size_t)(T * K));
+  for (int32_t x = 0; x < E; x++) {
+    if (!e->expert_cpu_now[x]) continue;
+    for (int32_t i = e->expert_start[x]; i < e->expert_start[x] + e->expert_count[x]; i++, n++)
+      e->pair_cpu[e->expert_tokens[i] * (int32_t)K + e->expert_ranks[i]] = 1;
+  }
+  *n_pairs = n;
+  if (!n) return FERRY_OK;
+  const uint64_t off[2] = {in, e->ws.topk_w};
+  const uint64_t bytes[2] = {(uint64_t)(T * H) * 4, (uint64_t)(T * K) * 4};
+  ferry_status st = ferry__cross_down(e, off, bytes, 2);
+  if (st != FERRY_OK) return st;
+  ferry__side_cpu(e);
+  for (int32_t x = 0; x < E && st == FERRY_OK; x++)
+    if (e->expert_cpu_now[x]) {
+      st = run_expert(e, l, x, -1, in);
+      e->step_cpu_experts++;
+      e->layer_stats[l].cpu_experts++;
+    }
+  if (st == FERRY_OK) st = gather_pairs(e, l, "gather_cpu_pairs", e->cpu_rows, 1);
+  if (st == FERRY_OK) { /* cpu_sum = 0, then the weighted sum of the CPU's pairs */
+    const int32_t zero = e->cfg.max_step_tokens * (int32_t)K;
+    for (int64_t t = 0; t < T; t++) e->zero_rows[t] = zero;
+    struct ferry_kernel z = kernel(FERRY_K_GATHER_ROWS, "zero_cpu_sum", l);
+    z.x = ferry__ws(e, e->ws.expert_out);
+    z.y = ferry__ws(e, e->ws.cpu_sum);
+    z.m = T;
+    z.n = H;
+    z.ints = e->zero_rows;
+    z.n_ints = T;
+    struct ferry_kernel c = kernel(FERRY_K_MOE_COMBINE, "moe_combine_cpu", l);
+    c.y = ferry__ws(e, e->ws.cpu_sum);
+    c.aux[0] = ferry__ws(e, e->ws.expert_final);
+    if (!mc->expert_scale_input) c.aux[1] = ferry__ws(e, e->ws.topk_w);
+    c.m = T;
+    c.n = H;
+    c.top_k = K;
+    if ((st = ferry_exec_compute(e->ex, e->cq, &z)) == FERRY_OK) st = ferry_exec_compute(e->ex, e->cq, &c);
+    if (st != FERRY_OK) st = ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  }
+  ferry__side_device(e);
+  return st;
+}
+
+/* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
+ * the same ops in the same order. */
+static void group_by_expert(struct ferry_engine *e) {
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts;
+  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
+  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
+  e->expert_start[0] = 0;
+  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
+  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t r = 0; r < K; r++) {
+      int32_t x = e->routing_ids[t * K + r];
+      int32_t at = e->expert_start[x] + e->expert_count[x]++;
+      e->expert_tokens[at] = (int32_t)t;
+      e->expert_ranks[at] = (int32_t)r;
+    }
+}
+
+/* Every routed expert of layer l runs: where the layer runs (all resident, the layer on the CPU
+ * or in its block), else through the expert cache or on the CPU; *n_cpu_pairs counts the pairs
+ * the CPU computed. */
+static ferry_status dispatch_experts(struct ferry_engine *e, int32_t l, uint64_t in, int64_t *n_cpu_pairs) {
+  const int64_t E = e->mc->n_experts;
+  ferry_status st;
+  if (e->plan.experts_pinned || e->layer_on_cpu || e->cfg.expert_granularity_layer) {
+    /* every expert where the layer runs: resident on the device (or in the layer's block), or
+     * on the layer's CPU */
+    for (int32_t x = 0; x < E; x++)
+      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
+  } else {
+    /* Hits first (their data may already be there), then misses, each fetched into a slot
+     * chosen by the cache policy (runtime/policy/expert_plan.c), or computed on the CPU from
+     * host memory (hybrid runs: those are issued first, so the CPU works while the device runs
+     * the others). */
+    const int reuse = !e->cfg.expert_no_reuse;
+    if (e->expert_cpu_now) {
+      for (int32_t x = 0; x < E; x++)
+        e->expert_cpu_now[x] = e->expert_count[x] && !(reuse && ferry__cache_lookup(&e->xplan.cache, l, x) >= 0) &&
+                               ferry__expert_on_cpu(e, l, x, e->expert_count[x]);
+      if ((st = cpu_experts(e, l, in, n_cpu_pairs))) return st;
+    }
+    struct expert_act act = {.e = e, .in = in, .run = 1};
+    if ((st = ferry__xplan_demand(&e->xplan, l, e->expert_count, e->expert_cpu_now, expert_act, &act)) != FERRY_OK)
+      return e->err.status == st ? st : ferry__err_set(&e->err, st, "%s", ferry_last_error());
+    if ((st = prefetch_experts(e, l))) return st;
+  }
+  return FERRY_OK;
+}
+
+/* The experts' rows weighted into the hidden state (the device's pairs, then the CPU's sum). */
+static ferry_status combine_experts(struct ferry_engine *e, int32_t l, int64_t n_cpu_pairs) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token;
+  ferry_status st;
+  uint64_t expert_rows = e->ws.expert_out;
+  if (n_cpu_pairs) { /* the device's own pairs only; the CPU's sum is added after */
+    const uint64_t off = e->ws.cpu_sum, bytes = (uint64_t)(T * H) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+    if ((st = gather_pairs(e, l, "gather_device_pairs", e->dev_rows, 0))) return st;
+    expert_rows = e->ws.expert_final;
+  }
+  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
+  ck.y = ferry__ws(e, e->ws.x);
+  ck.aux[0] = ferry__ws(e, expert_rows);
+  /* Llama 4 weighted each expert's input already */
+  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
+  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
+  ck.m = T;
+  ck.n = H;
+  ck.top_k = K;
+  TRY(ferry_exec_compute(e->ex, e->cq, &ck));
+  if (n_cpu_pairs) {
+    struct ferry_kernel add = kernel(FERRY_K_MOE_COMBINE, "add_cpu_sum", l);
+    add.y = ferry__ws(e, e->ws.x);
+    add.aux[0] = ferry__ws(e, e->ws.cpu_sum);
+    add.m = T;
+    add.n = H;
+    add.top_k = 1;
+    TRY(ferry_exec_compute(e->ex, e->cq, &add));
+  }
+  return FERRY_OK;
+}
+
+static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
   ferry_status st;
@@ -577,7 +725,8 @@ static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
   struct ferry_kernel rk = kernel(FERRY_K_ROUTER, "router_topk", l);
   rk.x = ferry__ws(e, e->ws.logits_r);
   rk.y = ferry__ws(e, e->ws.topk_w);
-  rk.aux[0] = (struct ferry_ref){e->ws_buf, e->ws.topk_ids, FERRY_DTYPE_I32};
+  rk.aux[0] = ferry__ws(e, e->ws.topk_ids);
+  rk.aux[0].dtype = FERRY_DTYPE_I32;
   rk.aux[1] = W(e, FERRY_ROLE_ROUTER_SCORE_BIAS, l);
   rk.m = T;
   rk.n = E;
@@ -588,7 +737,7 @@ static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
   rk.topk_group = mc->topk_group;
   rk.routed_scale = (float)mc->routed_scaling;
   rk.jitter = (float)mc->router_jitter;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &rk));
+  TRY(ferry_exec_compute(e->ex, e->cq, &rk));
   if ((st = router_lookahead(e, l))) return st;
   /* Shared expert on every token; its sigmoid gate (Qwen2-MoE) scales it in the combine. */
   if (mc->n_shared_experts) {
@@ -602,103 +751,29 @@ static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
     k.m = T;
     k.n = S;
     k.fn = FERRY_FN_SILU_MUL;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
     if ((st = matmul(e, "shared.down", l, e->ws.sg, e->ws.sout, T, H, S, FERRY_ROLE_SHARED_DOWN, NOREF, 0)))
       return st;
     if (mc->shared_expert_gate &&
         (st = matmul(e, "shared.gate_logit", l, in, e->ws.sgate, T, 1, H, FERRY_ROLE_SHARED_EXPERT_GATE, NOREF, 0)))
       return st;
   }
-  return FERRY_OK;
-}
-
-/* x += the routed experts' outputs weighted by their gates (+ the shared expert). */
-static ferry_status combine_ops(struct ferry_engine *e, int32_t l) {
-  const struct ferry_model_config *mc = e->mc;
-  struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
-  ck.y = ferry__ws(e, e->ws.x);
-  ck.aux[0] = ferry__ws(e, e->ws.expert_out);
-  /* Llama 4 weighted each expert's input already */
-  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
-  if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
-  if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
-  ck.m = e->n_tok;
-  ck.n = mc->hidden;
-  ck.top_k = mc->experts_per_token;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &ck));
-  return FERRY_OK;
-}
-
-/* The MoE layer from its routing on: read it back, then each expert (from the cache, fetched
- * on a miss), the predictor's prefetches, and the combine. */
-static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) {
-  const struct ferry_model_config *mc = e->mc;
-  const int64_t T = e->n_tok, K = mc->experts_per_token, E = mc->n_experts;
-  ferry_status st;
   if ((st = routing(e, l))) return st;
-  /* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
-   * the same ops in the same order. */
-  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
-  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
-  e->expert_start[0] = 0;
-  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
-  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t r = 0; r < K; r++) {
-      int32_t x = e->routing_ids[t * K + r];
-      int32_t at = e->expert_start[x] + e->expert_count[x]++;
-      e->expert_tokens[at] = (int32_t)t;
-      e->expert_ranks[at] = (int32_t)r;
-    }
-  /* both kinds of graph an expert may use (a miss's for a free slot, the common state): first
-   * where they are kept, then the graphs; a decode step's (few tokens) stay in cache anyway */
-  for (int graph = 0; graph < 2 && T > e->cfg.max_batch; graph++)
-    for (int32_t x = 0; x < E; x++)
-      if (e->expert_count[x]) {
-        ferry__memo_prefetch(e, MEMO_EXPERT, (int64_t)l * E + x, (int64_t)e->expert_count[x] * 2 + 1, graph);
-        ferry__memo_prefetch(e, MEMO_MISS, (int64_t)l * E + x, (int64_t)e->expert_count[x] * 12 + 1, graph);
-      }
-  if (e->plan.experts_pinned) {
-    for (int32_t x = 0; x < E; x++)
-      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
-  } else {
-    /* Hits first (their data may already be there), then misses, each fetched into a slot
-     * chosen by the cache policy. */
-    const int reuse = !e->cfg.expert_no_reuse;
-    for (int32_t x = 0; reuse && x < E; x++) {
-      if (!e->expert_count[x]) continue;
-      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
-      if (slot < 0) continue;
-      e->step_hits++;
-      if (e->expert_slots[slot].prefetched) {
-        e->expert_slots[slot].prefetched = 0;
-        e->prefetches_used++;
-      }
-      ferry__cache_touch(&e->cache, slot);
-      if ((st = run_expert(e, l, x, slot, in))) return st;
-    }
-    for (int32_t x = 0; x < E; x++) {
-      if (!e->expert_count[x]) continue;
-      int32_t slot = ferry__cache_lookup(&e->cache, l, x);
-      if (slot >= 0 && reuse) continue; /* a hit, run above */
-      if (slot < 0 && (slot = insert_expert(e, l, x)) < 0)
-        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "expert cache: every slot is protected");
-      e->step_misses++;
-      ferry__cache_touch(&e->cache, slot);
-      if ((st = miss_expert(e, l, x, slot, in))) return st;
-    }
-    if ((st = prefetch_experts(e, l))) return st;
-  }
-  struct memo_site site;
-  int replayed;
-  if ((st = ferry__memo_begin(e, &site, MEMO_COMBINE, l, T, NULL, 0, -1, &replayed)) != FERRY_OK)
-    return st;
-  return replayed ? FERRY_OK : ferry__memo_end(e, &site, combine_ops(e, l));
+  int64_t n_cpu_pairs = 0;
+  group_by_expert(e);
+  if ((st = dispatch_experts(e, l, in, &n_cpu_pairs))) return st;
+  return combine_experts(e, l, n_cpu_pairs);
 }
 
-static ferry_status logits(struct ferry_engine *e) {
+/* The head of micro-batch cur_mb and the read-back of its logits rows; the host waits for them
+ * after the last micro-batch's (`last`). */
+static ferry_status logits(struct ferry_engine *e, int last) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t S = e->n_rows, H = mc->hidden, V = mc->vocab;
+  ferry_status xs = x_to(e, 0); /* the head is on the device */
+  if (xs != FERRY_OK) return xs;
+  /* the previous micro-batch's logits must have left the workspace they share */
+  if (e->cur_mb > 0) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, e->ev_step));
   struct ferry_kernel g = kernel(FERRY_K_GATHER_ROWS, "gather_rows", -1);
   g.x = ferry__ws(e, e->ws.x);
   g.y = ferry__ws(e, e->ws.rows);
@@ -706,7 +781,7 @@ static ferry_status logits(struct ferry_engine *e) {
   g.n = H;
   g.ints = e->row_of_seq;
   g.n_ints = S;
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &g));
+  TRY(ferry_exec_compute(e->ex, e->cq, &g));
   ferry_status st = norm(e, "final_norm", -1, e->ws.rows, e->ws.rows_n, S, H, W(e, FERRY_ROLE_FINAL_NORM, -1),
                          W(e, FERRY_ROLE_FINAL_NORM_BIAS, -1));
   if (st) return st;
@@ -720,40 +795,73 @@ static ferry_status logits(struct ferry_engine *e) {
     k.n = V;
     k.fn = FERRY_FN_SOFTCAP;
     k.softcap = (float)mc->final_softcap;
-    TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
   }
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
-  const uint64_t off = ferry__readback_logits_offset(e);
+  /* each micro-batch's rows after the previous ones' */
+  const uint64_t off = ferry__readback_logits_offset(e) + (uint64_t)e->cur_mb * (uint64_t)e->cfg.max_batch * (uint64_t)V * 4;
   TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->readback_buf, off, FERRY_DTYPE_F32}, ferry__ws(e, e->ws.logits),
                       (uint64_t)(S * V) * 4));
   e->step_bytes_d2h += (uint64_t)(S * V) * 4;
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_step));
-  TRY(ferry_exec_sync(e->ex, e->ev_step));
+  if (last) TRY(ferry_exec_sync(e->ex, e->ev_step));
   return FERRY_OK;
-}
-
-/* Layer l's ops that depend on the batch size only: attention (and its context), the FFN's
- * norm, the dense FFN or the MoE router. */
-static ferry_status layer_ops(struct ferry_engine *e, int32_t l, uint64_t in) {
-  const struct ferry_model_config *mc = e->mc;
-  ferry_status st;
-  if ((st = attention_part(e, l))) return st;
-  if (!mc->parallel_residual &&
-      (st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
-                 W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
-    return st;
-  return e->li[l].moe ? moe_router(e, l, in) : dense_ffn(e, l, in);
 }
 
 /* One layer of the step: its block's arrival (and the prefetch of the blocks after it),
  * attention, the FFN or MoE, and the release of the block's slot after its last layer. */
-static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
+/* Put the hidden state (and GPT-NeoX's second norm of it) on the side the next ops run on,
+ * and issue them there. */
+static ferry_status x_to(struct ferry_engine *e, int cpu) {
+  if (!ferry__hybrid_on(e)) return FERRY_OK;
+  struct microbatch *mb = &e->mbs[e->cur_mb];
+  if (cpu != mb->on_host) {
+    const uint64_t row = (uint64_t)e->n_tok * (uint64_t)e->mc->hidden * 4;
+    const uint64_t off[2] = {e->ws.x, e->ws.h2}, bytes[2] = {row, e->mc->parallel_residual ? row : 0};
+    ferry_status st = cpu ? ferry__cross_down(e, off, bytes, 2) : ferry__cross_up(e, off, bytes, 2);
+    if (st != FERRY_OK) return st;
+    mb->on_host = cpu;
+  }
+  if (cpu) ferry__side_cpu(e);
+  else ferry__side_device(e);
+  return FERRY_OK;
+}
+
+/* Layer l of micro-batch cur_mb, where it runs: attention, then the FFN or the experts. */
+static ferry_status layer_body(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  if ((st = x_to(e, e->layer_on_cpu))) return st;
+  if ((st = attention_part(e, l))) return st;
+  uint64_t in = e->ws.h2;
+  if (!mc->parallel_residual) {
+    in = e->ws.h;
+    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+      return st;
+  }
+  return e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
+}
+
+/* One layer of the step: its block's arrival (and the prefetch of the blocks after it), the
+ * layer for every micro-batch while the block is there (FlexGen's zig-zag: a column of the
+ * layers x batches grid at a time), and the release of the block's slot after its last layer. */
+static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   const struct ferry_plan *p = &e->plan;
   ferry_status st;
   int32_t b = p->layer_block[l];
   struct slot *sl = NULL;
+  /* a streamed layer of a step that computes them on the CPU: nothing is fetched, the block's
+   * place in the fetch order passes */
+  e->layer_on_cpu = b >= 0 && e->step_layers_cpu;
+  if (e->layer_on_cpu) {
+    if (l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
+      e->block_compute_seq++;
+      if (e->block_fetch_seq < e->block_compute_seq) e->block_fetch_seq = e->block_compute_seq;
+    }
+    b = -1;
+  }
   if (b >= 0) {
     int64_t seq = e->block_compute_seq;
     sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
@@ -766,40 +874,37 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
       TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
     }
   }
-  /* attention and the FFN up to the routing are the same ops whenever the batch has as many
-   * tokens: one op graph per (layer, tokens), its attention timed with this step's context */
-  const uint64_t in = mc->parallel_residual ? e->ws.h2 : e->ws.h;
-  struct memo_site site;
-  int replayed;
-  if ((st = ferry__memo_begin(e, &site, MEMO_LAYER, l, e->n_tok, NULL, 0, context_tokens(e, l), &replayed)) != FERRY_OK)
-    return st;
-  if (!replayed && (st = ferry__memo_end(e, &site, layer_ops(e, l, in))) != FERRY_OK) return st;
-  if (e->li[l].moe && (st = moe_experts(e, l, in))) return st;
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = layer_body(e, l))) return st;
+  }
   if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
     TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
     sl->used = 1;
     e->block_compute_seq++;
   }
+  e->layer_on_cpu = 0;
   return FERRY_OK;
 }
 
 /* Each token's sequence length after this step: length-dependent RoPE (dynamic NTK,
  * LongRoPE) rotates a step's tokens with the frequencies of that length, as transformers does
- * for the sequence it is given. And each token's request id, for the routing source. */
+ * for the sequence it is given. */
 static void step_seqlens(struct ferry_engine *e) {
   for (int64_t t = 0; t < e->n_tok; t++) e->tok_req[t] = e->reqs[e->seqs[e->tok_seq[t]].req].id;
   for (int64_t t = 0; t < e->n_tok; t++) e->seq_maxpos[e->tok_seq[t]] = -1;
   for (int64_t t = 0; t < e->n_tok; t++)
     if (e->tok_pos[t] > e->seq_maxpos[e->tok_seq[t]]) e->seq_maxpos[e->tok_seq[t]] = e->tok_pos[t];
   for (int64_t t = 0; t < e->n_tok; t++) e->tok_seqlen[t] = e->seq_maxpos[e->tok_seq[t]] + 1;
+  e->ctx_valid = 0;
 }
 
-ferry_status ferry__engine_step(struct ferry_engine *e) {
+/* The embedding of micro-batch cur_mb's tokens into its hidden state. */
+static ferry_status embed(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
-  ferry__memo_step(e);
   step_seqlens(e);
-  e->ctx_valid = 0;
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
   if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
   k.y = ferry__ws(e, e->ws.x);
@@ -809,17 +914,31 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   k.ints2 = e->tok_pos;
   k.n_ints = e->n_tok;
   if (mc->learned_positions) {
-    k.aux[0] = W(e, FERRY_ROLE_POS_EMBED, -1);
+    /* a quantized position table is expanded like any weight: kernels read fp32, fp16 or bf16 */
+    if ((st = weight(e, FERRY_ROLE_POS_EMBED, -1, -1, 1, &k.aux[0]))) return st;
     k.pos_offset = 2;
   }
   /* Gemma: embeddings times sqrt(hidden), rounded to the activation dtype (fp32 here) */
   if (mc->scale_embeddings) k.scale = sqrtf((float)mc->hidden);
-  TRY(ferry_exec_compute(e->ex, e->q_compute, &k));
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
   if (mc->embed_norm &&
       (st = norm(e, "embed_norm", -1, e->ws.x, e->ws.x, e->n_tok, mc->hidden, W(e, FERRY_ROLE_EMBED_NORM, -1),
                  W(e, FERRY_ROLE_EMBED_NORM_BIAS, -1))))
     return st;
-  if ((st = ferry__features_after_embed(e))) return st;
+  return ferry__features_after_embed(e);
+}
+
+ferry_status ferry__engine_step(struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  int32_t tokens = 0;
+  for (int32_t m = 0; m < e->n_mb; m++) tokens += e->mbs[m].n_tok;
+  e->step_layers_cpu = ferry__layers_on_cpu(e, tokens);
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = embed(e))) return st;
+  }
   for (int32_t l = 0; l < mc->n_layers; l++) {
     /* a range of the host issuing the layer (waits for routing included) */
     struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
@@ -827,5 +946,13 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
     ferry_exec_range_end(e->ex, &range);
     if (st) return st;
   }
-  return logits(e);
+  int32_t last = -1;
+  for (int32_t m = 0; m < e->n_mb; m++)
+    if (e->mbs[m].n_tok) last = m;
+  for (int32_t m = 0; m <= last; m++) {
+    if (!e->mbs[m].n_tok) continue;
+    ferry__mb_use(e, m);
+    if ((st = logits(e, m == last))) return st;
+  }
+  return FERRY_OK;
 }

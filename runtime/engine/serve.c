@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/metrics.h"
 #include "common/units.h"
 #include "engine_impl.h"
 
@@ -36,85 +37,149 @@ static int32_t argmax(const float *v, int64_t n) {
   return (int32_t)best;
 }
 
-/* Build the step's token list; returns the number of sequences in it. */
-static int32_t build_step(struct ferry_engine *e, int64_t *admit_order) {
-  const int32_t B = e->cfg.max_batch;
+/* Build micro-batch m's token list from its sequences (slots [m x max_batch, (m + 1) x
+ * max_batch)); returns the number of sequences in it. */
+static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order) {
+  const int32_t B = e->cfg.max_batch, s0 = m * B, s1 = s0 + B;
+  struct microbatch *mb = &e->mbs[m];
   int32_t n = 0, rows = 0, batch = 0;
-  for (int32_t s = 0; s < B; s++) e->seqs[s].step_tokens = 0;
+  for (int32_t s = s0; s < s1; s++) e->seqs[s].step_tokens = 0;
   /* decode tokens first: one per sequence past its prompt */
-  for (int32_t s = 0; s < B; s++) {
+  for (int32_t s = s0; s < s1; s++) {
     struct seq *q = &e->seqs[s];
-    if (!q->active || q->prompt_done < e->reqs[q->req].prompt_tokens) continue;
+    if (!q->active || q->prompt_done < q->prefill) continue;
     q->step_tokens = 1;
-    e->tok_ids[n] = q->last_token;
+    mb->tok_ids[n] = q->last_token;
     e->seq_tokens[(int64_t)s * e->kv_capacity + q->pos] = q->last_token;
-    e->tok_pos[n] = q->pos;
-    e->tok_slot[n] = s;
-    e->tok_seq[n] = s;
-    e->tok_index[n] = q->pos;
-    e->row_of_seq[rows++] = n;
+    mb->tok_pos[n] = q->pos;
+    mb->tok_slot[n] = s;
+    mb->tok_seq[n] = s;
+    mb->tok_index[n] = q->pos;
+    mb->row_of_seq[rows++] = n;
     n++;
     batch++;
   }
   /* then prefill chunks, in admission order */
   for (;;) {
     int32_t pick = -1;
-    for (int32_t s = 0; s < B; s++) {
+    for (int32_t s = s0; s < s1; s++) {
       struct seq *q = &e->seqs[s];
-      if (!q->active || q->prompt_done >= e->reqs[q->req].prompt_tokens || q->step_tokens) continue;
+      if (!q->active || q->prompt_done >= q->prefill || q->step_tokens) continue;
       if (pick < 0 || admit_order[s] < admit_order[pick]) pick = s;
     }
     if (pick < 0 || n >= e->cfg.max_step_tokens) break;
     struct seq *q = &e->seqs[pick];
     const struct ferry_engine_request *r = &e->reqs[q->req];
-    int32_t chunk = r->prompt_tokens - q->prompt_done;
+    int32_t chunk = q->prefill - q->prompt_done;
     if (chunk > e->cfg.max_step_tokens - n) chunk = e->cfg.max_step_tokens - n;
     for (int32_t j = 0; j < chunk; j++) {
       int32_t p = q->prompt_done + j;
-      e->tok_ids[n] = token_id(e, r->id, p);
-      e->seq_tokens[(int64_t)pick * e->kv_capacity + p] = e->tok_ids[n];
-      e->tok_pos[n] = p;
-      e->tok_slot[n] = pick;
-      e->tok_seq[n] = pick;
-      e->tok_index[n] = p;
+      mb->tok_ids[n] = token_id(e, r->id, p);
+      e->seq_tokens[(int64_t)pick * e->kv_capacity + p] = mb->tok_ids[n];
+      mb->tok_pos[n] = p;
+      mb->tok_slot[n] = pick;
+      mb->tok_seq[n] = pick;
+      mb->tok_index[n] = p;
       n++;
     }
     q->step_tokens = chunk;
-    if (q->prompt_done + chunk == r->prompt_tokens) e->row_of_seq[rows++] = n - 1;
+    /* a recomputed sequence's prefill ends where its next input token is already known */
+    if (q->prompt_done + chunk == q->prefill && !q->resumed) mb->row_of_seq[rows++] = n - 1;
     batch++;
   }
-  e->n_tok = n;
-  e->n_rows = rows;
+  mb->n_tok = n;
+  mb->n_rows = rows;
   return batch;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
+/* Build every micro-batch of the step; returns the sequences in it and the tokens in *tokens. */
+static int32_t build_step(struct ferry_engine *e, int64_t *admit_order, int32_t *tokens) {
+  int32_t batch = 0;
+  *tokens = 0;
+  for (int32_t m = 0; m < e->n_mb; m++) {
+    batch += build_mb(e, m, admit_order);
+    *tokens += e->mbs[m].n_tok;
+  }
+  return batch;
 }
 
-/* Mean and nearest-rank percentiles; sorts v. */
-static void percentile_stats(double *v, int64_t n, struct ferry_latency_stats *out) {
-  memset(out, 0, sizeof *out);
-  out->count = n;
-  if (!n) return;
-  double sum = 0;
-  for (int64_t i = 0; i < n; i++) sum += v[i];
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  out->mean = sum / (double)n;
-#define PCT(q) (v[(int64_t)floor((q) * (double)(n - 1) + 0.5)])
-  out->p50 = PCT(0.50);
-  out->p90 = PCT(0.90);
-  out->p99 = PCT(0.99);
-  out->max = v[n - 1];
-#undef PCT
+/* The summary's distributions are the metrics every output of a run shares (common/metrics.h). */
+static void latency_stats(double *v, int64_t n, struct ferry_latency_stats *out) {
+  struct ferry__dist d;
+  ferry__dist_compute(v, (size_t)n, &d);
+  *out = (struct ferry_latency_stats){.count = d.count, .mean = d.mean, .p50 = d.p50, .p90 = d.p90, .p99 = d.p99,
+                                      .max = d.max};
 }
 
-ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
-                              const struct ferry_run_options *opts) {
-  struct ferry_run_options o = {.time_scale = 1.0};
-  if (opts) o = *opts;
-  if (o.time_scale <= 0) o.time_scale = 1.0;
+/* The run's state between steps: the queue of arrived requests and who runs where. */
+struct run_state {
+  int64_t *admit_order; /* [slot] admission number of its sequence (prefill order) */
+  int64_t *waiting;     /* arrived requests, FCFS */
+  int64_t n, next, w_head, w_tail, done, admitted, active;
+  int64_t t0;           /* executor time of the run's start */
+};
+
+
+/* Paged KV cache: preempt the most recently admitted sequence (vLLM's recompute, or swap): its
+ * blocks go back to the pool (swap: after a copy to host memory) and its request to the head of
+ * the waiting queue, to prefill its tokens again (swap: to copy them back) when blocks are free.
+ * Grows the step table for the steps that prefill takes. */
+static ferry_status preempt(struct ferry_engine *e, struct run_state *rs) {
+  int32_t v = -1;
+  for (int32_t s = 0; s < e->n_seqs; s++)
+    if (e->seqs[s].active && (v < 0 || rs->admit_order[s] > rs->admit_order[v])) v = s;
+  if (v < 0) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: a step needs KV blocks and none can be freed");
+  struct seq *q = &e->seqs[v];
+  /* swapped: its state is kept as it stands; else decoding: resume where it stands; in its first
+   * prefill: start again; re-prefilling after an earlier preemption: that record still holds */
+  struct resume *r = &e->resumes[q->req];
+  ferry_status st = FERRY_OK;
+  if (e->cfg.kv_preempt_swap && q->pos > 0 && ferry__kv_pages_swap_out(e, v, r, &st)) {
+    r->saved = *q; /* swapped, decoding or prefilling: it goes on from where it stands */
+    r->saved.version = NULL; /* it holds no weights version while it waits */
+    r->swap_version = q->version->id;
+    r->preempted = 1;
+    e->swaps++;
+  } else if (st != FERRY_OK) {
+    return st;
+  } else if (q->prompt_done >= q->prefill) {
+    *r = (struct resume){.pos = q->pos, .generated = q->generated, .last_token = q->last_token, .preempted = 1};
+  }
+  ferry__kv_pages_release(e, v);
+  q->active = 0;
+  q->version->refs--;
+  q->step_tokens = 0;
+  rs->waiting[--rs->w_head] = q->req; /* it was admitted: its place in the queue is free */
+  rs->active--;
+  e->preemptions++;
+  const int64_t more = q->pos / e->cfg.max_step_tokens + 2;
+  struct ferry_step_metrics *grown = ferry__reallocarray(e->steps, (size_t)(e->cap_steps + more), sizeof *grown);
+  if (!grown) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the step table");
+  e->steps = grown;
+  e->cap_steps += more;
+  return FERRY_OK;
+}
+
+/* Give every sequence of the step the blocks its new tokens need, preempting (and rebuilding the
+ * step) while the pool is short. */
+static ferry_status page_step(struct ferry_engine *e, struct run_state *rs, int32_t *batch, int32_t *tokens) {
+  for (;;) {
+    int ok = 1;
+    for (int32_t s = 0; s < e->n_seqs && ok; s++) {
+      const struct seq *q = &e->seqs[s];
+      if (q->active && q->step_tokens) ok = ferry__kv_pages_grow(e, s, (int64_t)q->pos + q->step_tokens);
+    }
+    if (ok) return FERRY_OK;
+    ferry_status st = preempt(e, rs);
+    if (st != FERRY_OK) return st;
+    *batch = build_step(e, rs->admit_order, tokens);
+  }
+}
+
+/* The requests (copied, validated, arrival times scaled, sorted) and the per-request and
+ * per-step arrays, bounded up front: each step produces a token or finishes a prefill chunk. */
+static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
+                                const struct ferry_run_options *o, struct run_state *rs) {
   ferry_free(e->reqs);
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
@@ -122,41 +187,34 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
   e->req_metrics = NULL;
   e->steps = NULL;
   e->n_reqs = e->n_steps = 0;
-  e->prefetches = e->prefetches_used = 0;
-  int64_t *admit_order = NULL, *waiting = NULL;
-  ferry_status st = FERRY_OK;
-  e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
-  e->req_metrics = ferry__calloc((size_t)(n ? n : 1), sizeof *e->req_metrics);
-  admit_order = ferry__calloc((size_t)e->cfg.max_batch, sizeof *admit_order);
-  waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *waiting);
-  /* Steps are bounded: each step produces a token or finishes a prefill chunk. */
+  e->xplan.prefetches = e->xplan.prefetches_used = 0;
+  e->prefetches_before = e->prefetches_used_before = 0;
+  for (int32_t l = 0; l < e->mc->n_layers; l++) e->layer_stats[l] = (struct ferry_layer_metrics){.layer = l};
   int64_t cap = 16;
   for (int64_t i = 0; i < n; i++)
     cap += requests[i].output_tokens + requests[i].prompt_tokens / (e->cfg.max_step_tokens) + 2;
+  e->reqs = ferry__calloc((size_t)(n ? n : 1), sizeof *e->reqs);
+  e->req_metrics = ferry__calloc((size_t)(n ? n : 1), sizeof *e->req_metrics);
   e->steps = ferry__calloc((size_t)cap, sizeof *e->steps);
   /* committed now, not page by page as steps complete: the serving loop takes no page fault
    * for its records, and a long run's memory stays flat */
   if (e->steps) memset(e->steps, 0, (size_t)cap * sizeof *e->steps);
   e->cap_steps = cap;
-  if (!e->reqs || !e->req_metrics || !admit_order || !waiting || !e->steps) {
-    st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
-    goto out;
-  }
+  rs->admit_order = ferry__calloc((size_t)e->n_seqs, sizeof *rs->admit_order);
+  rs->waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *rs->waiting);
+  if (!e->reqs || !e->req_metrics || !rs->admit_order || !rs->waiting || !e->steps)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
   memcpy(e->reqs, requests, (size_t)n * sizeof *requests);
   for (int64_t i = 0; i < n; i++) {
-    if (e->reqs[i].output_tokens < 1 || e->reqs[i].prompt_tokens < 1 || e->reqs[i].arrival_ns < 0) {
-      st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: needs prompt and output tokens >= 1 (got %d, %d)",
-                          (long long)e->reqs[i].id, e->reqs[i].prompt_tokens, e->reqs[i].output_tokens);
-      goto out;
-    }
-    if (o.as_fast_as_possible) {
+    if (e->reqs[i].output_tokens < 1 || e->reqs[i].prompt_tokens < 1 || e->reqs[i].arrival_ns < 0)
+      return ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: needs prompt and output tokens >= 1 (got %d, %d)",
+                            (long long)e->reqs[i].id, e->reqs[i].prompt_tokens, e->reqs[i].output_tokens);
+    if (o->as_fast_as_possible)
       e->reqs[i].arrival_ns = 0;
-    } else if (ferry__scale_ns(e->reqs[i].arrival_ns, o.time_scale, &e->reqs[i].arrival_ns) != FERRY_OK) {
-      st = ferry__err_set(&e->err, FERRY_ERR_RANGE,
-                          "request %lld: arrival %lld ns x time scale %g is past the int64 nanosecond clock",
-                          (long long)e->reqs[i].id, (long long)requests[i].arrival_ns, o.time_scale);
-      goto out;
-    }
+    else if (ferry__scale_ns(e->reqs[i].arrival_ns, o->time_scale, &e->reqs[i].arrival_ns) != FERRY_OK)
+      return ferry__err_set(&e->err, FERRY_ERR_RANGE,
+                            "request %lld: arrival %lld ns x time scale %g is past the int64 nanosecond clock",
+                            (long long)e->reqs[i].id, (long long)requests[i].arrival_ns, o->time_scale);
   }
   qsort(e->reqs, (size_t)n, sizeof *e->reqs, cmp_arrival);
   e->n_reqs = n;
@@ -167,144 +225,252 @@ ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request
     m->prompt_tokens = e->reqs[i].prompt_tokens;
     m->first_token_ns = m->finish_ns = -1;
   }
-  memset(e->seqs, 0, (size_t)e->cfg.max_batch * sizeof *e->seqs);
+  memset(e->seqs, 0, (size_t)e->n_seqs * sizeof *e->seqs);
+  e->preemptions = e->swaps = 0;
+  if (e->kv_block) {
+    ferry_free(e->resumes);
+    e->resumes = ferry__calloc((size_t)(n ? n : 1), sizeof *e->resumes);
+    if (!e->resumes) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
+    ferry__kv_pages_reset(e);
+  }
   e->current->refs = 0;
-  const int64_t t0 = ferry_exec_now(e->ex);
-  e->run_start_ns = t0;
-  int64_t next = 0, w_head = 0, w_tail = 0, done = 0, admitted = 0, active = 0;
-  const int32_t q_compute = e->q_compute;
-  /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
-  int64_t last_progress = ferry__mono_ns();
-  while (done < n) {
-    int64_t now = ferry_exec_now(e->ex) - t0;
-    /* step boundary: budget changes, memory pressure, a staged reload */
-    if (o.on_tick) o.on_tick(o.tick_user, e, now);
-    if ((st = ferry__engine_adapt(e, now)) != FERRY_OK) goto out;
-    const int draining = ferry__engine_draining(e);
-    while (next < n && e->reqs[next].arrival_ns <= now) waiting[w_tail++] = next++;
-    /* admit FCFS while KV slots are free; reject what can never fit; under the last pressure
-     * level refuse, and while a reload waits for the running sequences, hold */
-    while (w_head < w_tail) {
-      int64_t r = waiting[w_head];
-      const struct ferry_engine_request *rq = &e->reqs[r];
-      if ((int64_t)rq->prompt_tokens + rq->output_tokens > e->kv_capacity) {
-        e->req_metrics[r].rejected = 1;
-        w_head++;
-        done++;
-        continue;
-      }
-      if (e->refusing) {
-        e->req_metrics[r].refused = 1;
-        ferry__engine_event(e, FERRY_ENGINE_EVENT_REFUSED, FERRY_TIER_HOST, NAN, "request refused",
-                            "request %lld refused: memory pressure (level %d, %s)", (long long)rq->id, e->level,
-                            "new requests are refused until pressure falls");
-        w_head++;
-        done++;
-        continue;
-      }
-      if (draining) break;
-      int32_t s = -1;
-      for (int32_t i = 0; i < e->cfg.max_batch && s < 0; i++)
-        if (!e->seqs[i].active) s = i;
-      if (s < 0) break;
-      e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .version = e->current};
-      e->current->refs++;
-      admit_order[s] = admitted++;
-      active++;
-      w_head++;
-    }
-    if (!active) {
-      if (next < n) {
-        ferry_exec_sleep_until(e->ex, t0 + e->reqs[next].arrival_ns);
-        continue;
-      }
-      if (w_head == w_tail) break;
+  rs->n = n;
+  return FERRY_OK;
+}
+
+/* Request r into free slot s: a new sequence, or (paged) one preempted before, recomputed or
+ * swapped back into fresh blocks to go on where it stood. 0 when a paged cache lacks the blocks
+ * (it waits), 1 when admitted, or a negative status. */
+static int admit_one(ferry_engine *e, struct run_state *rs, int64_t r, int32_t s) {
+  const struct ferry_engine_request *rq = &e->reqs[r];
+  struct resume *rm = e->kv_block ? &e->resumes[r] : NULL;
+  if (rm && rm->swap_n && rm->swap_version != e->current->id) ferry__kv_pages_swap_drop(e, rm); /* reloaded since */
+  const int resumed = rm && rm->preempted;
+  /* paged: admitted when the blocks for its prefill and first new token are free (swapped:
+   * those of the rest of its prefill, or its next token) */
+  const int32_t swapped = resumed && rm->swap_n;
+  const int32_t upto = swapped ? (rm->saved.prefill > rm->saved.pos ? rm->saved.prefill : rm->saved.pos)
+                       : resumed ? rm->pos
+                                 : rq->prompt_tokens;
+  if (e->kv_block && ferry__kv_pages_need(e, (int64_t)upto + 1) > e->kv_free_count) return 0;
+  e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rq->prompt_tokens, .version = e->current};
+  if (resumed && !swapped)
+    e->seqs[s] = (struct seq){.req = r, .kv_slot = s, .active = 1, .prefill = rm->pos, .generated = rm->generated,
+                              .last_token = rm->last_token, .resumed = 1, .version = e->current};
+  if (swapped) { /* its rows come back into fresh blocks; it goes on where it stood */
+    e->seqs[s] = rm->saved;
+    e->seqs[s].kv_slot = s;
+    e->seqs[s].step_tokens = 0;
+    e->seqs[s].active = 1;
+    e->seqs[s].version = e->current;
+    const ferry_status st = ferry__kv_pages_swap_in(e, s, rm);
+    if (st != FERRY_OK) return (int)st;
+    for (int32_t p = 0; p < e->seqs[s].pos; p++) /* its token ids, for the logits callback */
+      e->seq_tokens[(int64_t)s * e->kv_capacity + p] = token_id(e, rq->id, p);
+  }
+  e->current->refs++;
+  rs->admit_order[s] = rs->admitted++;
+  rs->active++;
+  return 1;
+}
+
+/* Arrived requests join the queue; admit FCFS while KV slots are free; reject what can never
+ * fit; under the last pressure level refuse (a preempted one goes on), and while a reload waits
+ * for the running sequences (draining), hold. */
+static ferry_status admit(ferry_engine *e, struct run_state *rs, int64_t now, int draining) {
+  while (rs->next < rs->n && e->reqs[rs->next].arrival_ns <= now) rs->waiting[rs->w_tail++] = rs->next++;
+  while (rs->w_head < rs->w_tail) {
+    const int64_t r = rs->waiting[rs->w_head];
+    const struct ferry_engine_request *rq = &e->reqs[r];
+    const int64_t len = (int64_t)rq->prompt_tokens + rq->output_tokens;
+    if (len > e->kv_capacity || (e->kv_block && ferry__kv_pages_need(e, len) > e->kv_pool_blocks)) {
+      e->req_metrics[r].rejected = 1;
+      rs->w_head++;
+      rs->done++;
       continue;
     }
-    /* one step */
-    struct ferry_step_metrics *sm = &e->steps[e->n_steps];
-    memset(sm, 0, sizeof *sm);
-    sm->step = e->n_steps;
-    sm->start_ns = ferry_exec_now(e->ex) - t0;
-    struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
-    int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, q_compute);
-    int64_t busy0[3] = {ferry_exec_queue_busy_ns(e->ex, q_compute), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
-                        ferry_exec_queue_busy_ns(e->ex, e->q_disk)};
-    e->step_bytes_disk = e->step_bytes_h2d = e->step_bytes_d2h = 0;
-    e->step_hits = e->step_misses = 0;
-    int32_t batch = build_step(e, admit_order);
-    st = ferry__engine_step(e);
-    ferry_exec_range_end(e->ex, &range);
-    if (st != FERRY_OK) goto out;
-    int64_t end = ferry_exec_now(e->ex) - t0;
-    sm->end_ns = end;
-    sm->batch = batch;
-    sm->tokens = e->n_tok;
-    sm->bytes_disk = e->step_bytes_disk;
-    sm->bytes_h2d = e->step_bytes_h2d;
-    sm->bytes_d2h = e->step_bytes_d2h;
-    sm->hits = e->step_hits;
-    sm->misses = e->step_misses;
-    sm->stall_ns = ferry_exec_queue_stall_ns(e->ex, q_compute) - stall0;
-    /* copies and reads of a step may still run after its logits are back (prefetches for the
-     * next step): their time is counted in the step in which they complete */
-    sm->compute_busy_ns = ferry_exec_queue_busy_ns(e->ex, q_compute) - busy0[0];
-    sm->h2d_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_h2d) - busy0[1];
-    sm->disk_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_disk) - busy0[2];
-    e->n_steps++;
-    ferry_exec_sample_memory(e->ex);
-    /* outcomes: each logits row is a generated token */
-    const float *logits = NULL;
-    if (e->has_data) {
-      uint64_t off = ferry__readback_logits_offset(e);
-      logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) + off);
+    if (e->refusing && !(e->kv_block && e->resumes[r].preempted)) {
+      e->req_metrics[r].refused = 1;
+      ferry__engine_event(e, FERRY_ENGINE_EVENT_REFUSED, FERRY_TIER_HOST, NAN, "request refused",
+                          "request %lld refused: memory pressure (level %d, %s)", (long long)rq->id, e->level,
+                          "new requests are refused until pressure falls");
+      rs->w_head++;
+      rs->done++;
+      continue;
     }
-    for (int32_t i = 0; i < e->n_rows; i++) {
-      int32_t t = e->row_of_seq[i];
-      struct seq *q = &e->seqs[e->tok_seq[t]];
-      const struct ferry_engine_request *rq = &e->reqs[q->req];
-      struct ferry_request_metrics *m = &e->req_metrics[q->req];
-      const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
-      if (row && e->cfg.on_logits) {
-        int32_t s_idx = e->tok_seq[t];
-        e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, e->seq_tokens + (int64_t)s_idx * e->kv_capacity,
-                         e->tok_pos[t] + 1, row, e->mc->vocab);
-      }
-      if (q->generated == 0) m->first_token_ns = end;
-      q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
-      q->generated++;
-      m->output_tokens = q->generated;
-      if (q->generated == rq->output_tokens) {
-        m->finish_ns = end;
-        q->active = 0;
-        q->version->refs--;
-        active--;
-        done++;
-      }
-    }
-    /* the step's tokens are now in the KV cache */
-    for (int32_t s = 0; s < e->cfg.max_batch; s++) {
-      struct seq *q = &e->seqs[s];
-      if (!q->step_tokens) continue;
-      if (q->prompt_done < e->reqs[q->req].prompt_tokens) q->prompt_done += q->step_tokens;
-      q->pos += q->step_tokens;
-      sm->kv_tokens += q->pos; /* a sequence finished in this step still held its cache during it */
-    }
-    if (o.progress && ferry__mono_ns() - last_progress > 2000000000LL) {
-      fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)done, (long long)n,
-              (long long)e->n_steps, (double)end / 1e9);
-      last_progress = ferry__mono_ns();
-    }
-    if (e->n_steps >= e->cap_steps) {
-      st = ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: more steps than the bound %lld", (long long)e->cap_steps);
-      goto out;
+    if (draining) break;
+    int32_t s = -1;
+    for (int32_t i = 0; i < e->n_seqs && s < 0; i++)
+      if (!e->seqs[i].active) s = i;
+    if (s < 0) break;
+    const int got = admit_one(e, rs, r, s);
+    if (got < 0) return (ferry_status)got;
+    if (!got) break;
+    rs->w_head++;
+  }
+  return FERRY_OK;
+}
+
+/* What a step moved and how busy the queues were, from the engine's step counters. */
+static void step_measures(ferry_engine *e, struct ferry_step_metrics *sm, const int64_t busy0[4], int64_t stall0) {
+  const int32_t qc = e->q_compute;
+  sm->bytes_disk = e->step_bytes_disk;
+  sm->bytes_h2d = e->step_bytes_h2d;
+  sm->bytes_d2h = e->step_bytes_d2h;
+  sm->hits = e->step_hits;
+  sm->misses = e->step_misses;
+  sm->stall_ns = ferry_exec_queue_stall_ns(e->ex, qc) - stall0;
+  /* copies and reads of a step may still run after its logits are back (prefetches for the
+   * next step): their time is counted in the step in which they complete */
+  sm->compute_busy_ns = ferry_exec_queue_busy_ns(e->ex, qc) - busy0[0];
+  sm->h2d_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_h2d) - busy0[1];
+  sm->disk_busy_ns = ferry_exec_queue_busy_ns(e->ex, e->q_disk) - busy0[2];
+  sm->cpu_busy_ns = e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) - busy0[3] : 0;
+  sm->bytes_act = e->step_bytes_act;
+  sm->cpu_experts = e->step_cpu_experts;
+  sm->bytes_blocks = e->step_bytes_blocks;
+  sm->bytes_experts = e->step_bytes_experts;
+  sm->evictions = e->step_evictions;
+}
+
+/* One step on the executor, measured. *ran is 0 when a paged cache sent the step's only
+ * sequence back to wait for the whole pool (nothing ran). */
+static ferry_status run_step(ferry_engine *e, struct run_state *rs, int *ran) {
+  struct ferry_step_metrics *sm = &e->steps[e->n_steps];
+  memset(sm, 0, sizeof *sm);
+  sm->step = e->n_steps;
+  const int64_t start = ferry_exec_now(e->ex) - rs->t0;
+  struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "step", (int32_t)sm->step, -1, -1);
+  const int32_t qc = e->q_compute;
+  const int64_t stall0 = ferry_exec_queue_stall_ns(e->ex, qc);
+  const int64_t busy0[4] = {ferry_exec_queue_busy_ns(e->ex, qc), ferry_exec_queue_busy_ns(e->ex, e->q_h2d),
+                            ferry_exec_queue_busy_ns(e->ex, e->q_disk),
+                            e->q_cpu >= 0 ? ferry_exec_queue_busy_ns(e->ex, e->q_cpu) : 0};
+  e->step_bytes_disk = e->step_bytes_d2h = e->step_bytes_act = 0;
+  e->step_bytes_h2d = e->swap_h2d_pending; /* sequences swapped back in as they were admitted */
+  e->swap_h2d_pending = 0;
+  e->step_bytes_blocks = e->step_bytes_experts = 0;
+  e->step_hits = e->step_misses = e->step_cpu_experts = e->step_evictions = 0;
+  int32_t tokens = 0, batch = build_step(e, rs->admit_order, &tokens);
+  ferry_status st = e->kv_block ? page_step(e, rs, &batch, &tokens) : FERRY_OK;
+  *ran = st == FERRY_OK && tokens > 0;
+  if (*ran) st = ferry__engine_step(e);
+  ferry_exec_range_end(e->ex, &range);
+  if (st != FERRY_OK || !*ran) return st;
+  sm = &e->steps[e->n_steps]; /* a preemption grows the step table */
+  sm->step = e->n_steps;
+  sm->start_ns = start;
+  sm->end_ns = ferry_exec_now(e->ex) - rs->t0;
+  sm->batch = batch;
+  sm->tokens = tokens;
+  step_measures(e, sm, busy0, stall0);
+  e->n_steps++;
+  ferry_exec_sample_memory(e->ex);
+  return FERRY_OK;
+}
+
+/* Micro-batch mbi's logits rows are generated tokens (their next input drawn or, greedy, the
+ * argmax); a sequence that has them all is done. */
+static void mb_outcomes(ferry_engine *e, struct run_state *rs, int32_t mbi, int64_t end) {
+  const struct microbatch *mb = &e->mbs[mbi];
+  const float *logits = NULL;
+  if (e->has_data) {
+    const uint64_t off =
+        ferry__readback_logits_offset(e) + (uint64_t)mbi * (uint64_t)e->cfg.max_batch * (uint64_t)e->mc->vocab * 4;
+    logits = (const float *)((const char *)ferry_exec_buf_host_ptr(e->ex, e->readback_buf) + off);
+  }
+  for (int32_t i = 0; i < mb->n_rows; i++) {
+    const int32_t t = mb->row_of_seq[i], s_idx = mb->tok_seq[t];
+    struct seq *q = &e->seqs[s_idx];
+    const struct ferry_engine_request *rq = &e->reqs[q->req];
+    struct ferry_request_metrics *m = &e->req_metrics[q->req];
+    const float *row = logits ? logits + (int64_t)i * e->mc->vocab : NULL;
+    if (row && e->cfg.on_logits)
+      e->cfg.on_logits(e->cfg.logits_user, rq->id, q->generated, e->seq_tokens + (int64_t)s_idx * e->kv_capacity,
+                       mb->tok_pos[t] + 1, row, e->mc->vocab);
+    if (q->generated == 0) m->first_token_ns = end;
+    q->last_token = (row && e->cfg.greedy) ? argmax(row, e->mc->vocab) : token_id(e, rq->id, rq->prompt_tokens + q->generated);
+    q->generated++;
+    m->output_tokens = q->generated;
+    if (q->generated == rq->output_tokens) {
+      m->finish_ns = end;
+      ferry__kv_pages_release(e, s_idx);
+      q->active = 0;
+      q->version->refs--;
+      rs->active--;
+      rs->done++;
     }
   }
-  st = ferry_exec_drain(e->ex);
-  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
-out:
-  ferry_free(admit_order);
-  ferry_free(waiting);
+}
+
+/* Outcomes of a step: each micro-batch's generated tokens; the step's tokens are now in the KV
+ * cache. */
+static void step_outcomes(ferry_engine *e, struct run_state *rs) {
+  struct ferry_step_metrics *sm = &e->steps[e->n_steps - 1];
+  for (int32_t mbi = 0; mbi < e->n_mb; mbi++) mb_outcomes(e, rs, mbi, sm->end_ns);
+  for (int32_t s = 0; s < e->n_seqs; s++) {
+    struct seq *q = &e->seqs[s];
+    if (!q->step_tokens) continue;
+    if (q->prompt_done < q->prefill) {
+      q->prompt_done += q->step_tokens;
+      if (q->prompt_done == q->prefill) q->resumed = 0; /* recomputed: decoding on from last_token */
+    }
+    q->pos += q->step_tokens;
+    sm->kv_tokens += q->pos; /* a sequence finished in this step still held its cache during it */
+  }
+  if (e->kv_block) sm->kv_blocks = e->kv_pool_blocks - e->kv_free_count;
+}
+
+/* Steps until every request is done; between steps with nothing to run, the clock sleeps to
+ * the next arrival. */
+static ferry_status serve_loop(ferry_engine *e, struct run_state *rs, const struct ferry_run_options *o) {
+  /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
+  int64_t last_progress = ferry__mono_ns();
+  while (rs->done < rs->n) {
+    const int64_t now = ferry_exec_now(e->ex) - rs->t0;
+    /* step boundary: budget changes, memory pressure, a staged reload */
+    if (o->on_tick) o->on_tick(o->tick_user, e, now);
+    ferry_status st = ferry__engine_adapt(e, now);
+    if (st != FERRY_OK || (st = admit(e, rs, now, ferry__engine_draining(e))) != FERRY_OK) return st;
+    if (!rs->active) {
+      if (rs->next < rs->n) {
+        ferry_exec_sleep_until(e->ex, rs->t0 + e->reqs[rs->next].arrival_ns);
+        continue;
+      }
+      if (rs->w_head == rs->w_tail) break;
+      continue;
+    }
+    int ran;
+    if ((st = run_step(e, rs, &ran)) != FERRY_OK) return st;
+    if (!ran) continue;
+    step_outcomes(e, rs);
+    if (o->progress && ferry__mono_ns() - last_progress > 2000000000LL) {
+      fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)rs->done, (long long)rs->n,
+              (long long)e->n_steps, (double)e->steps[e->n_steps - 1].end_ns / 1e9);
+      last_progress = ferry__mono_ns();
+    }
+    if (e->n_steps >= e->cap_steps)
+      return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: more steps than the bound %lld", (long long)e->cap_steps);
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
+                              const struct ferry_run_options *opts) {
+  struct ferry_run_options o = {.time_scale = 1.0};
+  if (opts) o = *opts;
+  if (o.time_scale <= 0) o.time_scale = 1.0;
+  struct run_state rs;
+  memset(&rs, 0, sizeof rs);
+  ferry_status st = prepare_run(e, requests, n, &o, &rs);
+  if (st == FERRY_OK) {
+    rs.t0 = e->run_start_ns = ferry_exec_now(e->ex);
+    st = serve_loop(e, &rs, &o);
+  }
+  if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
+    ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  ferry_free(rs.admit_order);
+  ferry_free(rs.waiting);
   if (st != FERRY_OK) ferry__err_copy(NULL, &e->err);
   return st;
 }
@@ -312,6 +478,11 @@ out:
 const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *e, int64_t *n) {
   *n = e->n_reqs;
   return e->req_metrics;
+}
+
+const struct ferry_layer_metrics *ferry_engine_layer_metrics(const ferry_engine *e, int64_t *n) {
+  *n = e->mc->n_layers;
+  return e->layer_stats;
 }
 
 const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *e, int64_t *n) {
@@ -337,18 +508,19 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
       out->requests_refused++;
       continue;
     }
-    if (m->finish_ns < 0) continue;
+    struct ferry__request_latency lat;
+    if (!ferry__request_latency(m->arrival_ns, m->first_token_ns, m->finish_ns, m->output_tokens, &lat)) continue;
     out->requests_done++;
     out->tokens_generated += m->output_tokens;
     if (m->arrival_ns < first) first = m->arrival_ns;
     if (m->finish_ns > last) last = m->finish_ns;
-    if (a) a[na++] = (double)(m->first_token_ns - m->arrival_ns);
-    if (b && m->output_tokens > 1) b[nb++] = (double)(m->finish_ns - m->first_token_ns) / (double)(m->output_tokens - 1);
-    if (c) c[nc++] = (double)(m->finish_ns - m->arrival_ns);
+    if (a) a[na++] = lat.ttft_ns;
+    if (b && lat.has_tpot) b[nb++] = lat.tpot_ns;
+    if (c) c[nc++] = lat.e2e_ns;
   }
-  if (a) percentile_stats(a, na, &out->ttft);
-  if (b) percentile_stats(b, nb, &out->tpot);
-  if (c) percentile_stats(c, nc, &out->e2e);
+  if (a) latency_stats(a, na, &out->ttft);
+  if (b) latency_stats(b, nb, &out->tpot);
+  if (c) latency_stats(c, nc, &out->e2e);
   for (int64_t s = 0; s < e->n_steps; s++) {
     const struct ferry_step_metrics *sm = &e->steps[s];
     if (d) d[s] = (double)(sm->end_ns - sm->start_ns);
@@ -360,18 +532,22 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     out->stall_ns += sm->stall_ns;
     if (sm->kv_tokens > out->kv_peak_tokens) out->kv_peak_tokens = sm->kv_tokens;
   }
-  out->kv_capacity_tokens = (int64_t)e->cfg.max_batch * e->kv_capacity;
-  if (d) percentile_stats(d, e->n_steps, &out->step);
+  out->kv_capacity_tokens = (int64_t)e->n_seqs * e->kv_capacity;
+  if (d) latency_stats(d, e->n_steps, &out->step);
   out->steps = e->n_steps;
   out->duration_ns = out->requests_done ? last - first : 0;
-  out->tokens_per_s = out->duration_ns > 0 ? (double)out->tokens_generated / ((double)out->duration_ns / 1e9) : 0;
+  out->tokens_per_s = out->requests_done ? ferry__throughput_tok_s(out->tokens_generated, first, last) : 0;
   for (int t = 0; t < FERRY_TIER_COUNT; t++) {
     ferry_exec_tier_usage(e->ex, (enum ferry_tier)t, NULL, &out->peak_bytes[t]);
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
   }
   out->load_ns = e->load_ns;
-  out->prefetches = e->prefetches;
-  out->prefetches_used = e->prefetches_used;
+  out->prefetches = e->prefetches_before + e->xplan.prefetches;
+  out->prefetches_used = e->prefetches_used_before + e->xplan.prefetches_used;
+  out->preemptions = e->preemptions;
+  out->swaps = e->swaps;
+  out->swap_bytes = e->swap_bytes;
+  out->kv_pool_blocks = e->kv_pool_blocks;
   out->run_start_ns = e->run_start_ns;
   out->pressure_level_max = e->level_max;
   out->reloads = e->reloads;
@@ -411,6 +587,11 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
   if (s->hits + s->misses)
     fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
             100.0 * (double)s->hits / (double)(s->hits + s->misses));
+  if (s->kv_pool_blocks)
+    fprintf(f, "KV cache: paged, %lld blocks; %lld preemption(s) (%lld swapped to host and back, %s each way; the "
+               "others recomputed)\n",
+            (long long)s->kv_pool_blocks, (long long)s->preemptions, (long long)s->swaps,
+            ferry__format_bytes(s->swap_bytes, (char[32]){0}, 32));
   if (s->prefetches)
     fprintf(f, "expert prefetch: %lld fetched ahead, %lld used (precision %.1f%%)\n", (long long)s->prefetches,
             (long long)s->prefetches_used, 100.0 * (double)s->prefetches_used / (double)s->prefetches);

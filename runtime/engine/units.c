@@ -22,7 +22,7 @@ static enum group tensor_group(const struct ferry_engine *e, const struct ferry_
                                int routers_resident) {
   if (t->layer < 0) return G_GLOBAL;
   if (routers_resident && (t->role == FERRY_ROLE_ROUTER || t->role == FERRY_ROLE_ROUTER_BIAS)) return G_GLOBAL;
-  if (t->expert >= 0) return G_EXPERT;
+  if (t->expert >= 0) return e->cfg.expert_granularity_layer ? G_FFN : G_EXPERT; /* with its layer, or alone */
   switch (t->role) {
     case FERRY_ROLE_FFN_NORM:
     case FERRY_ROLE_FFN_NORM_BIAS:
@@ -204,6 +204,53 @@ static ferry_status published_parts(struct ferry_engine *e, const struct ferry_t
   return FERRY_OK;
 }
 
+/* A tensor stored unquantized (F32, F16 or BF16), or one slice of a fused [n_slices, ...] tensor. */
+static ferry_status stored_parts(struct ferry_engine *e, const struct ferry_tensor_desc *t, struct tensor_file *out) {
+  const struct ferry_store_tensor *s = ferry_store_find(e->store, t->name);
+  if (!s) {
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s required by the model is missing",
+                         ferry_store_file_path(e->store, 0), t->name);
+  }
+  /* a slice of a fused [n_slices, ...] tensor: its shape after the leading dimension */
+  const int lead = t->slice >= 0;
+  int same = s->ndim == t->ndim + lead && (!lead || s->shape[0] == t->n_slices);
+  for (int d = 0; same && d < t->ndim; d++) same = s->shape[d + lead] == t->shape[d];
+  if (!same) {
+    return ferry__err_set(&e->err, FERRY_ERR_FORMAT,
+                         "%s: tensor %s has %d dims [%lld, %lld, ...], the model expects %s[%lld, %lld]",
+                         ferry_store_file_path(e->store, s->file), t->name, s->ndim, (long long)s->shape[0],
+                         (long long)(s->ndim > 1 ? s->shape[1] : 0), lead ? "n_experts x " : "",
+                         (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0));
+  }
+  if (s->dtype != FERRY_DTYPE_F32 && s->dtype != FERRY_DTYPE_F16 && s->dtype != FERRY_DTYPE_BF16) {
+    return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (expected F32, F16 or BF16)",
+                         ferry_store_file_path(e->store, s->file), t->name, ferry_dtype_st_name(s->dtype));
+  }
+  const uint64_t bytes = lead ? s->nbytes / (uint64_t)t->n_slices : s->nbytes;
+  out->n_parts = 1;
+  out->part[0] = (struct part_file){s->file, s->offset + (lead ? (uint64_t)t->slice * bytes : 0), bytes, s->dtype};
+  out->bytes = bytes;
+  return FERRY_OK;
+}
+
+/* A simulated quantized tensor: its parts move and sit in memory at their packed size, laid
+ * out one after another from *virtual_offset. */
+static ferry_status virtual_quant_parts(struct ferry_engine *e, const struct ferry_tensor_desc *t,
+                                        uint64_t *virtual_offset, struct tensor_file *out) {
+  struct ferry_qlayout lay;
+  if (ferry_quant_layout(&out->spec, t->shape[0], t->shape[1], &lay) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_INVALID, "%s: %s", t->name, ferry_last_error());
+  out->quantized = 1;
+  out->n_parts = FERRY_QPART_COUNT;
+  for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+    if (!lay.part[p].suffix) continue;
+    out->part[p] = (struct part_file){0, *virtual_offset, lay.part[p].bytes, lay.part[p].dtype};
+    *virtual_offset += lay.part[p].bytes;
+    out->bytes += lay.part[p].bytes;
+  }
+  return FERRY_OK;
+}
+
 static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st) {
   size_t n = ferry_model_tensor_count(e->model);
   struct tensor_file *tf = ferry__calloc(n, sizeof *tf);
@@ -230,67 +277,18 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
         }
         continue;
       }
-      const struct ferry_store_tensor *s = ferry_store_find(e->store, t->name);
-      if (!s) {
-        *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT, "%s: tensor %s required by the model is missing",
-                             ferry_store_file_path(e->store, 0), t->name);
-        goto fail;
-      }
-      /* a slice of a fused [n_slices, ...] tensor: its shape after the leading dimension */
-      const int lead = t->slice >= 0;
-      int same = s->ndim == t->ndim + lead && (!lead || s->shape[0] == t->n_slices);
-      for (int d = 0; same && d < t->ndim; d++) same = s->shape[d + lead] == t->shape[d];
-      if (!same) {
-        *st = ferry__err_set(&e->err, FERRY_ERR_FORMAT,
-                             "%s: tensor %s has %d dims [%lld, %lld, ...], the model expects %s[%lld, %lld]",
-                             ferry_store_file_path(e->store, s->file), t->name, s->ndim, (long long)s->shape[0],
-                             (long long)(s->ndim > 1 ? s->shape[1] : 0), lead ? "n_experts x " : "",
-                             (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0));
-        goto fail;
-      }
-      if (s->dtype != FERRY_DTYPE_F32 && s->dtype != FERRY_DTYPE_F16 && s->dtype != FERRY_DTYPE_BF16) {
-        *st = ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (expected F32, F16 or BF16)",
-                             ferry_store_file_path(e->store, s->file), t->name, ferry_dtype_st_name(s->dtype));
-        goto fail;
-      }
-      const uint64_t bytes = lead ? s->nbytes / (uint64_t)t->n_slices : s->nbytes;
-      tf[i].n_parts = 1;
-      tf[i].part[0] = (struct part_file){s->file, s->offset + (lead ? (uint64_t)t->slice * bytes : 0), bytes, s->dtype};
-      tf[i].bytes = bytes;
+      if ((*st = stored_parts(e, t, &tf[i])) != FERRY_OK) goto fail;
     } else if (t->quantized) {
       /* simulated, quantized as published: its parts move and sit in memory at their packed
        * size, and each use dequantizes them first */
-      struct ferry_qlayout lay;
-      if ((*st = published_spec(e, t, FERRY_DTYPE_BF16, &tf[i].spec)) != FERRY_OK) goto fail;
-      if (ferry_quant_layout(&tf[i].spec, t->shape[0], t->shape[1], &lay) != FERRY_OK) {
-        *st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "%s: %s", t->name, ferry_last_error());
+      if ((*st = published_spec(e, t, FERRY_DTYPE_BF16, &tf[i].spec)) != FERRY_OK ||
+          (*st = virtual_quant_parts(e, t, &virtual_offset, &tf[i])) != FERRY_OK)
         goto fail;
-      }
-      tf[i].quantized = 1;
-      tf[i].n_parts = FERRY_QPART_COUNT;
-      for (int p = 0; p < FERRY_QPART_COUNT; p++) {
-        if (!lay.part[p].suffix) continue;
-        tf[i].part[p] = (struct part_file){0, virtual_offset, lay.part[p].bytes, lay.part[p].dtype};
-        virtual_offset += lay.part[p].bytes;
-        tf[i].bytes += lay.part[p].bytes;
-      }
     } else if (e->cfg.quant_set && t->ndim == 2 &&
                e->cfg.quant.spec[ferry_quant_class_of_role(t->role)].format > FERRY_QFORMAT_BF16) {
       /* simulated quantized model: the parts' sizes from the format's layout */
-      struct ferry_qlayout lay;
       tf[i].spec = e->cfg.quant.spec[ferry_quant_class_of_role(t->role)];
-      if (ferry_quant_layout(&tf[i].spec, t->shape[0], t->shape[1], &lay) != FERRY_OK) {
-        *st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "%s: %s", t->name, ferry_last_error());
-        goto fail;
-      }
-      tf[i].quantized = 1;
-      tf[i].n_parts = FERRY_QPART_COUNT;
-      for (int p = 0; p < FERRY_QPART_COUNT; p++) {
-        if (!lay.part[p].suffix) continue;
-        tf[i].part[p] = (struct part_file){0, virtual_offset, lay.part[p].bytes, lay.part[p].dtype};
-        virtual_offset += lay.part[p].bytes;
-        tf[i].bytes += lay.part[p].bytes;
-      }
+      if ((*st = virtual_quant_parts(e, t, &virtual_offset, &tf[i])) != FERRY_OK) goto fail;
     } else {
       enum ferry_dtype dt = e->mc->dtype;
       if (e->cfg.quant_set && t->ndim == 2) {
@@ -326,7 +324,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
   }
   memset(in, 0, sizeof *in);
   in->n_layers = (int32_t)mc->n_layers;
-  in->n_experts = (int32_t)mc->n_experts;
+  in->n_experts = e->cfg.expert_granularity_layer ? 0 : (int32_t)mc->n_experts; /* no expert cache */
   in->experts_per_token = (int32_t)mc->experts_per_token;
   uint64_t *expert_sum = ferry__calloc((size_t)(mc->n_layers * (mc->n_experts ? mc->n_experts : 1)), sizeof(uint64_t));
   if (!expert_sum) {
@@ -432,6 +430,70 @@ static ferry_status pack_unit(struct ferry_engine *e, int32_t u, const int32_t *
   return FERRY_OK;
 }
 
+/* The units in a fixed order: global, pinned layer parts, blocks, experts. layer_unit[l] is
+ * layer l's pinned unit (-1: none). Returns the number of units. */
+static int32_t make_units(struct ferry_engine *e, int32_t *layer_unit) {
+  const struct ferry_plan *p = &e->plan;
+  const int32_t L = (int32_t)e->mc->n_layers, E = (int32_t)e->mc->n_experts;
+  int32_t nu = 0;
+  e->global_unit = nu;
+  e->units[nu++] = (struct unit){.kind = UNIT_GLOBAL, .layer = -1, .expert = -1, .block = -1, .pinned = 1};
+  for (int32_t l = 0; l < L; l++) {
+    layer_unit[l] = -1;
+    if (p->attn_pinned[l] || p->ffn_pinned[l]) {
+      layer_unit[l] = nu;
+      e->units[nu++] = (struct unit){.kind = UNIT_LAYER_PART, .layer = l, .n_layers = 1, .expert = -1, .block = -1,
+                                     .pinned = 1};
+    }
+  }
+  for (int32_t b = 0; b < p->n_blocks; b++) {
+    e->block_unit[b] = nu;
+    e->units[nu++] = (struct unit){.kind = UNIT_BLOCK, .layer = p->blocks[b].first_layer,
+                                   .n_layers = p->blocks[b].n_layers, .expert = -1, .block = b,
+                                   .home = p->blocks[b].home};
+  }
+  int32_t moe_rank = 0;
+  for (int32_t l = 0; l < L; l++) {
+    for (int32_t x = 0; x < E; x++) e->expert_unit[l * E + x] = -1;
+    if (!e->li[l].moe || e->cfg.expert_granularity_layer) continue; /* experts in their layer's unit */
+    for (int32_t x = 0; x < E; x++) {
+      /* host homes go to the first experts in layer order, counting MoE layers only */
+      int32_t idx = moe_rank * E + x;
+      e->expert_unit[l * E + x] = nu;
+      e->units[nu++] = (struct unit){.kind = UNIT_EXPERT, .layer = l, .n_layers = 1, .expert = x, .block = -1,
+                                     .pinned = p->experts_pinned,
+                                     .home = idx < p->experts_on_host ? FERRY_TIER_HOST : FERRY_TIER_DISK};
+    }
+    moe_rank++;
+  }
+  return nu;
+}
+
+/* Places: pinned units packed in the pinned buffer, host-homed units in the host buffer. */
+static ferry_status place_units(struct ferry_engine *e) {
+  const struct ferry_plan *p = &e->plan;
+  uint64_t dev = 0, host = 0;
+  e->max_stage_extra = 0;
+  const int32_t nu = e->n_units;
+  for (int32_t u = 0; u < nu; u++) {
+    struct unit *un = &e->units[u];
+    if (un->stage_bytes > un->bytes && un->stage_bytes - un->bytes > e->max_stage_extra)
+      e->max_stage_extra = un->stage_bytes - un->bytes;
+    if (un->pinned) {
+      un->device_offset = dev;
+      dev += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+    } else if (un->home == FERRY_TIER_HOST) {
+      un->host_offset = host;
+      host += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+    }
+  }
+  if (dev > p->device_pinned_bytes || host > p->host_units_bytes + RANGE_ALIGN * (uint64_t)nu) {
+    return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: packed units exceed the plan (device %llu > %llu)",
+                        (unsigned long long)dev, (unsigned long long)p->device_pinned_bytes);
+  }
+  return FERRY_OK;
+}
+
 ferry_status ferry__engine_build_units(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   const struct ferry_plan *p = &e->plan;
@@ -456,38 +518,7 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
     st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
     goto out;
   }
-  /* Units in a fixed order: global, pinned layer parts, blocks, experts. */
-  int32_t nu = 0;
-  e->global_unit = nu;
-  e->units[nu++] = (struct unit){.kind = UNIT_GLOBAL, .layer = -1, .expert = -1, .block = -1, .pinned = 1};
-  for (int32_t l = 0; l < L; l++) {
-    layer_unit[l] = -1;
-    if (p->attn_pinned[l] || p->ffn_pinned[l]) {
-      layer_unit[l] = nu;
-      e->units[nu++] = (struct unit){.kind = UNIT_LAYER_PART, .layer = l, .n_layers = 1, .expert = -1, .block = -1,
-                                     .pinned = 1};
-    }
-  }
-  for (int32_t b = 0; b < p->n_blocks; b++) {
-    e->block_unit[b] = nu;
-    e->units[nu++] = (struct unit){.kind = UNIT_BLOCK, .layer = p->blocks[b].first_layer,
-                                   .n_layers = p->blocks[b].n_layers, .expert = -1, .block = b,
-                                   .home = p->blocks[b].home};
-  }
-  int32_t moe_rank = 0;
-  for (int32_t l = 0; l < L; l++) {
-    for (int32_t x = 0; x < E; x++) e->expert_unit[l * E + x] = -1;
-    if (!e->li[l].moe) continue;
-    for (int32_t x = 0; x < E; x++) {
-      /* host homes go to the first experts in layer order, counting MoE layers only */
-      int32_t idx = moe_rank * E + x;
-      e->expert_unit[l * E + x] = nu;
-      e->units[nu++] = (struct unit){.kind = UNIT_EXPERT, .layer = l, .n_layers = 1, .expert = x, .block = -1,
-                                     .pinned = p->experts_pinned,
-                                     .home = idx < p->experts_on_host ? FERRY_TIER_HOST : FERRY_TIER_DISK};
-    }
-    moe_rank++;
-  }
+  const int32_t nu = make_units(e, layer_unit);
   e->n_units = nu;
   for (int32_t i = 0; i < (L + 1) * FERRY_ROLE_COUNT; i++) e->role_tensor[i] = -1;
   for (int32_t i = 0; i < L * E * EXPERT_SLOTS; i++) e->expert_tensor[i] = -1;
@@ -517,25 +548,7 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
     st = pack_unit(e, u, members, m, tf);
   }
   if (st != FERRY_OK) goto out;
-  /* Places: pinned units packed in the pinned buffer, host-homed units in the host buffer. */
-  uint64_t dev = 0, host = 0;
-  e->max_stage_extra = 0;
-  for (int32_t u = 0; u < nu; u++) {
-    struct unit *un = &e->units[u];
-    if (un->stage_bytes > un->bytes && un->stage_bytes - un->bytes > e->max_stage_extra)
-      e->max_stage_extra = un->stage_bytes - un->bytes;
-    if (un->pinned) {
-      un->device_offset = dev;
-      dev += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
-    } else if (un->home == FERRY_TIER_HOST) {
-      un->host_offset = host;
-      host += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
-    }
-  }
-  if (dev > p->device_pinned_bytes || host > p->host_units_bytes + RANGE_ALIGN * (uint64_t)nu) {
-    st = ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: packed units exceed the plan (device %llu > %llu)",
-                        (unsigned long long)dev, (unsigned long long)p->device_pinned_bytes);
-  }
+  st = place_units(e);
 out:
   ferry_free(layer_unit);
   ferry_free(members);
@@ -563,6 +576,9 @@ static void unit_base(const struct ferry_engine *e, int32_t u, ferry_buf **buf, 
   if (un->pinned) {
     *buf = e->pinned_buf;
     *off = un->device_offset;
+  } else if (e->w_host) { /* computed on the CPU from its host copy (hybrid runs) */
+    *buf = e->host_units_buf;
+    *off = un->host_offset;
   } else if (un->kind == UNIT_BLOCK) {
     *buf = e->block_buf;
     *off = (uint64_t)e->unit_slot[u] * e->plan.block_slot_bytes;

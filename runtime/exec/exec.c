@@ -63,7 +63,7 @@ static void emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64
                        int32_t layer, int32_t expert);
 
 ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role, int32_t *out) {
-  if (!ex || !out || role > FERRY_QUEUE_DISK)
+  if (!ex || !out || role > FERRY_QUEUE_CPU)
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "queue_create: invalid argument");
   if (ex->n_queues >= FERRY_EXEC_MAX_QUEUES)
     return ferry__err_set(&ex->err, FERRY_ERR_RANGE, "queue_create: at most %d queues", FERRY_EXEC_MAX_QUEUES);
@@ -254,12 +254,33 @@ ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst
   return submit(ex, queue, &op);
 }
 
+/* A kernel on a CPU queue reads and writes host memory only: a device-tier operand would be a
+ * device pointer on a GPU (and, on the host executor, traffic the run never accounted). */
+static ferry_status check_cpu_operands(ferry_exec *ex, const struct ferry_kernel *k) {
+  const struct ferry_ref *refs[4 + 8] = {&k->x, &k->y, &k->w, &k->b};
+  const char *names[4 + 8] = {"x", "y", "w", "b", "aux[0]", "aux[1]", "aux[2]", "aux[3]",
+                              "aux[4]", "aux[5]", "aux[6]", "aux[7]"};
+  for (int i = 0; i < 8; i++) refs[4 + i] = &k->aux[i];
+  for (int i = 0; i < 12; i++)
+    if (refs[i]->buf && refs[i]->buf->tier != FERRY_TIER_HOST)
+      return ferry__err_set(&ex->err, FERRY_ERR_INVALID,
+                            "compute %s on a CPU queue: operand %s is in buffer '%s' of the %s tier (CPU kernels "
+                            "read and write host memory only)",
+                            k->name ? k->name : ferry_kernel_kind_name(k->kind), names[i], refs[i]->buf->label,
+                            tier_name(refs[i]->buf->tier));
+  return FERRY_OK;
+}
+
 ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel) {
   if (!valid_queue(ex, queue)) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: bad queue %d", queue);
-  if (!kernel || (unsigned)kernel->kind >= FERRY_K_COUNT)
-    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
-  if (kernel->m < 0 || kernel->n < 0 || kernel->k < 0)
-    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute %s: negative shape", kernel->name ? kernel->name : "?");
+  if (!kernel) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
+  /* the contract, once for every executor: the same bad op gets the same status everywhere */
+  const ferry_status st = ferry__kernel_check(ex, kernel);
+  if (st != FERRY_OK) return st;
+  if (ex->queues[queue].role == FERRY_QUEUE_CPU) {
+    const ferry_status cst = check_cpu_operands(ex, kernel);
+    if (cst != FERRY_OK) return cst;
+  }
   struct ferry_op op;
   op_init(&op, FERRY_OP_KERNEL);
   op.u.kernel = *kernel;

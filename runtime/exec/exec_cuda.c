@@ -2,8 +2,7 @@
  * malloc memory when the configuration does not lock host memory),
  * COMPUTE/H2D/D2H queues as CUDA streams fed by an issuer thread each, the DISK queue as a CPU
  * worker reading into pinned memory; cuBLAS for matrix products, exec_cuda_kernels.cu for the
- * rest. Built into ferry's CUDA module (ferry_cuda.so), which ferry loads when the executor is
- * asked for (exec_cuda_load.c); without a driver or device, creation fails cleanly.
+ * rest. Without CUDA in the build, or without a driver or device, creation fails cleanly.
  *
  * Why threads around the streams: the engine makes GPU queues wait for events raised by the CPU
  * disk queue. A stream cannot wait for the CPU without blocking something, so each GPU queue
@@ -15,6 +14,8 @@
  * stream for a CPU round trip, which would leave gaps between back-to-back copies. */
 #include "common/error.h"
 #include "ferry/exec.h"
+
+#include <stdio.h>
 
 #ifdef FERRY_HAVE_CUDA
 #include <errno.h>
@@ -33,8 +34,8 @@
 #include "arena.h"
 #include "exec_cuda.h"
 #include "common/io.h"
-#include "exec_cuda_api.h"
 #include "exec_impl.h"
+#include "host_kernels.h"
 #include "nvtx.h"
 #include "ferry/quant.h"
 #include "ferry/store.h"
@@ -64,8 +65,10 @@ struct cu_pending {
 struct cu_queue {
   struct ferry_exec *ex;
   int32_t index;
-  int gpu; /* a CUDA stream (COMPUTE, H2D, D2H), or the CPU disk worker */
+  int gpu; /* a CUDA stream (COMPUTE, H2D, D2H), or a CPU worker (DISK, CPU) */
   int compute;
+  int cpu_compute;                      /* a CPU queue: host kernels over pinned host buffers */
+  struct ferry_host_scratch scratch;    /* its kernels' scratch */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* broadcast on any change of the counters */
   /* held across a whole submit: its waits (back-pressure, ints staging) release mu, and a
@@ -234,64 +237,12 @@ static void cu_event_fini(struct ferry_exec *ex, ferry_event *ev) {
 
 /* --- kernels --------------------------------------------------------------------------------- */
 
-static int kernel_uses_ints(const struct ferry_kernel *k) {
-  return k->kind == FERRY_K_EMBED || k->kind == FERRY_K_ROPE || k->kind == FERRY_K_ATTENTION ||
-         k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_GATHER_ROWS;
-}
-
-static int kernel_uses_ints2(const struct ferry_kernel *k) {
-  return (k->kind == FERRY_K_EMBED && k->aux[0].buf) || k->kind == FERRY_K_ATTENTION || k->kind == FERRY_K_EXPERT;
-}
-
-/* a*b*c with saturation: an absurd shape then fails the bounds check instead of wrapping. */
-static uint64_t prod(int64_t a, int64_t b, int64_t c) {
-  uint64_t r;
-  if (a < 0 || b < 0 || c < 0) return UINT64_MAX;
-  if (__builtin_mul_overflow((uint64_t)a, (uint64_t)b, &r) || __builtin_mul_overflow(r, (uint64_t)c, &r))
-    return UINT64_MAX;
-  return r;
-}
-
-/* The reference must name a buffer (when required) with `bytes` from its offset. A bad
- * reference on a GPU is an illegal address that kills the context: check before launching. */
-static ferry_status need(struct ferry_exec *ex, const struct ferry_kernel *k, const char *what, struct ferry_ref r,
-                         uint64_t bytes, int required) {
-  if (!r.buf)
-    return required ? ferry__err_set(&ex->err, FERRY_ERR_INVALID, "cuda executor: kernel %s: no buffer for %s",
-                                     k->name, what)
-                    : FERRY_OK;
-  if (r.offset > r.buf->bytes || bytes > r.buf->bytes - r.offset)
-    return ferry__err_set(&ex->err, FERRY_ERR_RANGE,
-                          "cuda executor: kernel %s: %s needs %llu bytes at offset %llu of buffer '%s' (%llu bytes)",
-                          k->name, what, (unsigned long long)bytes, (unsigned long long)r.offset, r.buf->label,
-                          (unsigned long long)r.buf->bytes);
-  return FERRY_OK;
-}
-
-#define NEED(what, ref, bytes)                                            \
-  do {                                                                    \
-    if ((st = need(ex, k, (what), (ref), (bytes), 1)) != FERRY_OK) return st; \
-  } while (0)
-#define MAYBE(what, ref, bytes)                                           \
-  do {                                                                    \
-    if ((st = need(ex, k, (what), (ref), (bytes), 0)) != FERRY_OK) return st; \
-  } while (0)
+static int kernel_uses_ints(const struct ferry_kernel *k) { return ferry__kernel_uses_ints(k); }
+static int kernel_uses_ints2(const struct ferry_kernel *k) { return ferry__kernel_uses_ints2(k); }
 
 static ferry_status bad_kernel(struct ferry_exec *ex, const struct ferry_kernel *k, ferry_status st, const char *why) {
   return ferry__err_set(&ex->err, st, "cuda executor: kernel %s (%s): %s", k->name, ferry_kernel_kind_name(k->kind),
                         why);
-}
-
-static ferry_status check_gemm_weight(struct ferry_exec *ex, const struct ferry_kernel *k, struct ferry_ref w,
-                                      int64_t inner) {
-  if (!gemm_dtype(w.dtype)) {
-    char why[128];
-    snprintf(why, sizeof why, "weights of dtype %s need a dequantize op first", ferry_dtype_name(w.dtype));
-    return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, why);
-  }
-  if (w.dtype != FERRY_DTYPE_F32 && (uint64_t)inner > CONVERT_BYTES / 2)
-    return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "inner dimension larger than the activation conversion buffer");
-  return FERRY_OK;
 }
 
 /* Features of the 2024-26 families the cuda kernels do not compute yet: a clear refusal
@@ -307,9 +258,17 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
                  ? "scaled, partial, offset or interleaved RoPE"
                  : NULL;
     case FERRY_K_ATTENTION:
+      if (k->kv_format && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0)
+        return "quantized KV caches (fp8, int8, int4 with group scales)";
+      if (k->kv_blocks) return "a paged KV cache (block tables)";
       return k->scale != 0 || k->softcap != 0 || k->attn_chunk || k->kv_ring || k->alibi || k->temp_floor != 0 ||
                      k->aux[4].buf
                  ? "attention with a set scale, soft-capping, chunks, a ring cache, ALiBi, temperature or sinks"
+                 : NULL;
+    case FERRY_K_MLA_ATTENTION:
+      if (k->kv_blocks) return "a paged KV cache (block tables)";
+      return k->kv_format && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0
+                 ? "quantized KV caches (fp8, int8, int4 with group scales)"
                  : NULL;
     case FERRY_K_SWIGLU: return k->fn > FERRY_FN_RELU ? "GELU-tanh, GeGLU and soft-capping activations" : NULL;
     case FERRY_K_ROUTER:
@@ -320,7 +279,6 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
       return k->expert_layout != FERRY_EXPERTS_SPLIT || k->w_trans || k->swiglu_limit != 0 || k->scale_input
                  ? "fused, transposed, clamped or input-scaled experts"
                  : NULL;
-    case FERRY_K_MOE_COMBINE: return k->aux[1].buf ? NULL : "combining without gate weights";
     case FERRY_K_DEQUANTIZE:
       return k->qformat >= FERRY_QFORMAT_GPTQ4 ? "formats of published checkpoints (GPTQ, AWQ, compressed-tensors, "
                                                  "MXFP4, fp8 blocks)"
@@ -329,177 +287,34 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
   }
 }
 
-/* Everything a kernel will touch, checked on the host before it is queued: shapes, buffer
- * bounds, and the immediate ints (ids, positions, slots, rows), which are host memory here. */
+/* What the cuda kernels cannot do beyond the contract every executor shares (kernel_check.c,
+ * already checked by ferry_exec_compute): the newer families' features, 32-bit dimensions, the
+ * immediate ints one kernel stages, the activation conversion buffer, head dimensions and
+ * expert counts of the kernels. */
 static ferry_status validate_kernel(struct ferry_exec *ex, const struct ferry_kernel *k) {
-  ferry_status st;
   const char *feature = unsupported_feature(k);
   if (feature) return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, feature);
+  if (k->kind == FERRY_K_SPLIT_QKV || k->kind == FERRY_K_MLA_ATTENTION)
+    return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "not implemented by the cuda executor");
   const int64_t m = k->m, n = k->n, kk = k->k;
   if ((k->kind != FERRY_K_DEQUANTIZE && m > INT32_MAX) || n > INT32_MAX || kk > INT32_MAX)
     return bad_kernel(ex, k, FERRY_ERR_RANGE, "a dimension exceeds 2^31-1");
-  if (kernel_uses_ints(k) && m > 0) {
-    if (!k->ints || k->n_ints < m || (kernel_uses_ints2(k) && !k->ints2))
-      return bad_kernel(ex, k, FERRY_ERR_INVALID, "missing immediate ints (need m of them)");
-    if (prod(m, 4, kernel_uses_ints2(k) ? 2 : 1) > INT_SEGMENT_BYTES - 256)
-      return bad_kernel(ex, k, FERRY_ERR_RANGE, "more immediate ints than the executor stages per kernel");
-  }
-  char why[192];
-  switch (k->kind) {
-    case FERRY_K_EMBED: {
-      NEED("y", k->y, prod(m, n, 4));
-      if (n <= 0) return FERRY_OK;
-      NEED("table", k->w, prod(n, (int64_t)esize(k->w.dtype), 1));
-      const uint64_t rows = (k->w.buf->bytes - k->w.offset) / ((uint64_t)n * esize(k->w.dtype));
-      const uint64_t prows =
-          k->aux[0].buf && k->aux[0].offset <= k->aux[0].buf->bytes
-              ? (k->aux[0].buf->bytes - k->aux[0].offset) / ((uint64_t)n * esize(k->aux[0].dtype))
-              : 0;
-      for (int64_t t = 0; t < m; t++) {
-        if (k->ints[t] < 0 || (uint64_t)k->ints[t] >= rows) {
-          snprintf(why, sizeof why, "token id %d outside the table of %llu rows", k->ints[t], (unsigned long long)rows);
-          return bad_kernel(ex, k, FERRY_ERR_RANGE, why);
-        }
-        if (k->aux[0].buf) {
-          int64_t row = (int64_t)k->ints2[t] + k->pos_offset;
-          if (row < 0 || (uint64_t)row >= prows) {
-            snprintf(why, sizeof why, "position row %lld outside the position table of %llu rows", (long long)row,
-                     (unsigned long long)prows);
-            return bad_kernel(ex, k, FERRY_ERR_RANGE, why);
-          }
-        }
-      }
-      return FERRY_OK;
-    }
-    case FERRY_K_NORM:
-      NEED("x", k->x, prod(m, n, 4));
-      NEED("y", k->y, prod(m, n, 4));
-      NEED("w", k->w, prod(n, (int64_t)esize(k->w.dtype), 1));
-      MAYBE("b", k->b, prod(n, (int64_t)esize(k->b.dtype), 1));
-      return FERRY_OK;
-    case FERRY_K_MATMUL:
-      if ((st = check_gemm_weight(ex, k, k->w, kk)) != FERRY_OK) return st;
-      NEED("x", k->x, prod(m, kk, 4));
-      NEED("y", k->y, prod(m, n, 4));
-      NEED("w", k->w, prod(n, kk, (int64_t)esize(k->w.dtype)));
-      MAYBE("bias", k->b, prod(n, (int64_t)esize(k->b.dtype), 1));
-      return FERRY_OK;
-    case FERRY_K_ROPE:
-      if (k->heads < 0 || k->kv_heads < 0 || k->head_dim < 0) return bad_kernel(ex, k, FERRY_ERR_INVALID, "negative heads");
-      NEED("q", k->x, prod(m, k->heads, k->head_dim * 4));
-      MAYBE("k", k->aux[0], prod(m, k->kv_heads, k->head_dim * 4));
-      return FERRY_OK;
-    case FERRY_K_ATTENTION: {
-      const int64_t H = k->heads, KV = k->kv_heads, hd = k->head_dim, cap = k->kv_capacity;
-      if (H <= 0 || KV <= 0 || H % KV || hd <= 0 || cap <= 0 || H > 65535)
-        return bad_kernel(ex, k, FERRY_ERR_INVALID, "heads, kv_heads (dividing heads), head_dim and kv_capacity must be positive");
-      if (hd > FERRY_CU_MAX_HEAD_DIM) return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "head_dim above 1024");
-      NEED("q", k->x, prod(m, H, hd * 4));
-      NEED("out", k->y, prod(m, H, hd * 4));
-      NEED("k", k->aux[0], prod(m, KV, hd * 4));
-      NEED("v", k->aux[1], prod(m, KV, hd * 4));
-      NEED("k cache", k->aux[2], 0);
-      NEED("v cache", k->aux[3], 0);
-      for (int64_t t = 0; t < m; t++) {
-        const int32_t pos = k->ints[t], slot = k->ints2[t];
-        if (pos < 0 || pos >= cap || slot < 0) {
-          snprintf(why, sizeof why, "position %d outside the KV capacity %lld (slot %d)", pos, (long long)cap, slot);
-          return bad_kernel(ex, k, FERRY_ERR_RANGE, why);
-        }
-        const uint64_t rows = prod(slot, cap, 1) + (uint64_t)pos + 1;
-        NEED("k cache", k->aux[2], prod((int64_t)rows, KV * hd, (int64_t)esize(k->aux[2].dtype)));
-        NEED("v cache", k->aux[3], prod((int64_t)rows, KV * hd, (int64_t)esize(k->aux[2].dtype)));
-      }
-      return FERRY_OK;
-    }
-    case FERRY_K_SWIGLU:
-      NEED("x", k->x, prod(m, n, 4));
-      if (k->fn == FERRY_FN_SILU_MUL) {
-        NEED("up", k->aux[0], prod(m, n, 4));
-        NEED("y", k->y, prod(m, n, 4));
-      } else if (k->fn != FERRY_FN_GELU && k->fn != FERRY_FN_RELU) {
-        return bad_kernel(ex, k, FERRY_ERR_INVALID, "unknown activation function");
-      }
-      return FERRY_OK;
-    case FERRY_K_ROUTER:
-      if (n < 1 || n > FERRY_CU_MAX_EXPERTS || k->top_k < 1 || k->top_k > n)
-        return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "needs 1 <= top_k <= n_experts <= 12288");
-      NEED("logits", k->x, prod(m, n, 4));
-      NEED("weights", k->y, prod(m, k->top_k, 4));
-      NEED("ids", k->aux[0], prod(m, k->top_k, 4));
-      return FERRY_OK;
-    case FERRY_K_EXPERT: {
-      if ((st = check_gemm_weight(ex, k, k->w, kk)) != FERRY_OK ||
-          (st = check_gemm_weight(ex, k, k->aux[0], kk)) != FERRY_OK ||
-          (st = check_gemm_weight(ex, k, k->aux[1], n)) != FERRY_OK)
-        return st;
-      if (m == 0) return FERRY_OK;
-      if (k->top_k < 1) return bad_kernel(ex, k, FERRY_ERR_INVALID, "top_k must be positive");
-      int64_t max_tok = 0, max_row = 0;
-      for (int64_t i = 0; i < m; i++) {
-        if (k->ints[i] < 0 || k->ints2[i] < 0 || k->ints2[i] >= k->top_k) {
-          snprintf(why, sizeof why, "pair %lld: token %d, rank %d (top_k %lld)", (long long)i, k->ints[i], k->ints2[i],
-                   (long long)k->top_k);
-          return bad_kernel(ex, k, FERRY_ERR_RANGE, why);
-        }
-        if (k->ints[i] > max_tok) max_tok = k->ints[i];
-        if ((int64_t)k->ints[i] * k->top_k + k->ints2[i] > max_row) max_row = (int64_t)k->ints[i] * k->top_k + k->ints2[i];
-      }
-      NEED("x", k->x, prod(max_tok + 1, kk, 4));
-      NEED("y", k->y, prod(max_row + 1, kk, 4));
-      NEED("gate", k->w, prod(n, kk, (int64_t)esize(k->w.dtype)));
-      NEED("up", k->aux[0], prod(n, kk, (int64_t)esize(k->aux[0].dtype)));
-      NEED("down", k->aux[1], prod(kk, n, (int64_t)esize(k->aux[1].dtype)));
-      NEED("gathered x", k->aux[2], prod(m, kk, 4));
-      NEED("gate out", k->aux[3], prod(m, n, 4));
-      NEED("up out", k->aux[4], prod(m, n, 4));
-      return FERRY_OK;
-    }
-    case FERRY_K_MOE_COMBINE:
-      NEED("y", k->y, prod(m, n, 4));
-      NEED("expert outputs", k->aux[0], prod(m, k->top_k, n * 4));
-      NEED("gate weights", k->aux[1], prod(m, k->top_k, 4));
-      MAYBE("shared expert", k->aux[2], prod(m, n, 4));
-      MAYBE("shared gate", k->aux[3], prod(m, 4, 1));
-      return FERRY_OK;
-    case FERRY_K_GATHER_ROWS: {
-      int64_t max_row = 0;
-      for (int64_t i = 0; i < m; i++) {
-        if (k->ints[i] < 0) return bad_kernel(ex, k, FERRY_ERR_RANGE, "negative row");
-        if (k->ints[i] > max_row) max_row = k->ints[i];
-      }
-      if (m > 0) NEED("x", k->x, prod(max_row + 1, n, 4));
-      NEED("y", k->y, prod(m, n, 4));
-      return FERRY_OK;
-    }
-    case FERRY_K_DEQUANTIZE: {
-      struct ferry_qspec spec = {(enum ferry_qformat)k->qformat, k->qgroup};
-      if ((unsigned)k->qformat >= FERRY_QFORMAT_COUNT || ferry_quant_spec_check(&spec) != FERRY_OK)
-        return bad_kernel(ex, k, FERRY_ERR_INVALID, "unknown quantization format or group size");
-      if (n < 1 || kk < 1) return bad_kernel(ex, k, FERRY_ERR_INVALID, "empty weight");
-      const int bits = ferry__quant_bits(spec.format);
-      const int64_t g = spec.group_size, gpr = g ? (kk + g - 1) / g : 0;
-      const enum ferry_qformat f = spec.format;
-      if ((f == FERRY_QFORMAT_INT4 || f == FERRY_QFORMAT_INT3 || f == FERRY_QFORMAT_INT2 || f == FERRY_QFORMAT_NF4) && g < 1)
-        return bad_kernel(ex, k, FERRY_ERR_INVALID, "grouped format without a group size");
-      NEED("y", k->y, prod(n, kk, 4));
-      NEED("qweight", k->aux[FERRY_QPART_DATA], prod(n, (kk * bits + 7) / 8, 1));
-      if (f == FERRY_QFORMAT_INT8) NEED("scales", k->aux[FERRY_QPART_SCALES], prod(n, 4, 1));
-      if (f == FERRY_QFORMAT_INT4 || f == FERRY_QFORMAT_INT3 || f == FERRY_QFORMAT_INT2) {
-        NEED("scales", k->aux[FERRY_QPART_SCALES], prod(n, gpr, 2));
-        NEED("zeros", k->aux[FERRY_QPART_ZEROS], prod(n, gpr, 1));
-      }
-      if (f == FERRY_QFORMAT_NF4) {
-        const uint64_t blocks = prod(n, gpr, 1), b2 = (blocks + FERRY_QUANT_NF4_BLOCK2 - 1) / FERRY_QUANT_NF4_BLOCK2;
-        NEED("absmax", k->aux[FERRY_QPART_SCALES], blocks);
-        NEED("absmax_scales", k->aux[FERRY_QPART_SCALES2], b2 * 4);
-        NEED("absmax_offsets", k->aux[FERRY_QPART_OFFSETS2], b2 * 4);
-      }
-      return FERRY_OK;
-    }
-    default:
-      return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "not implemented by the cuda executor");
-  }
+  if (kernel_uses_ints(k) && m > 0 && (uint64_t)m * 4u * (kernel_uses_ints2(k) ? 2u : 1u) > INT_SEGMENT_BYTES - 256)
+    return bad_kernel(ex, k, FERRY_ERR_RANGE, "more immediate ints than the executor stages per kernel");
+  /* non-fp32 weights multiply fp32 activations converted into a fixed buffer */
+  const struct {
+    struct ferry_ref w;
+    int64_t inner;
+  } gemms[3] = {{k->w, kk}, {k->aux[0], kk}, {k->aux[1], n}};
+  const int n_gemms = k->kind == FERRY_K_MATMUL ? 1 : k->kind == FERRY_K_EXPERT ? 3 : 0;
+  for (int i = 0; i < n_gemms; i++)
+    if (gemms[i].w.dtype != FERRY_DTYPE_F32 && (uint64_t)gemms[i].inner > CONVERT_BYTES / 2)
+      return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "inner dimension larger than the activation conversion buffer");
+  if (k->kind == FERRY_K_ATTENTION && (k->heads > 65535 || k->head_dim > FERRY_CU_MAX_HEAD_DIM))
+    return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "more than 65535 heads or a head_dim above 1024");
+  if (k->kind == FERRY_K_ROUTER && n > FERRY_CU_MAX_EXPERTS)
+    return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "needs n_experts <= 12288");
+  return FERRY_OK;
 }
 
 /* The kernel's view of a DEQUANTIZE op (validated). */
@@ -881,8 +696,13 @@ static void cpu_run(struct cu_queue *q, const struct ferry_op *op) {
       /* Raised by the completer of a GPU queue (or by this thread): never a device call here. */
       wait_done(ex, op->u.event.ev, op->u.event.gen);
       break;
-    case FERRY_OP_KERNEL: /* refused at submit */
+    case FERRY_OP_KERNEL: { /* a CPU queue's kernel (refused at submit elsewhere) */
+      char msg[FERRY_ERRMSG_MAX];
+      msg[0] = '\0';
+      ferry_status st = ferry__host_kernel_run(&op->u.kernel, &q->scratch, msg, sizeof msg);
+      if (st != FERRY_OK) ferry__exec_op_failed(ex, st, msg);
       break;
+    }
   }
   const int64_t end = cu_now(ex);
   if (op->kind == FERRY_OP_WAIT) atomic_fetch_add(&ex->queues[q->index].stall_ns, end - start);
@@ -934,6 +754,7 @@ static void queue_destroy(struct cu_queue *q) {
   cudaFree(q->ints_dev);
   cudaFreeHost(q->ints_host);
   cudaFree(q->convert);
+  ferry__host_scratch_free(&q->scratch);
   if (q->stream) cudaStreamDestroy(q->stream);
   pthread_mutex_destroy(&q->mu);
   pthread_mutex_destroy(&q->submit_mu);
@@ -986,8 +807,9 @@ static ferry_status cu_queue_init(struct ferry_exec *ex, int32_t index) {
   pthread_cond_init(&q->cv, NULL);
   q->ex = ex;
   q->index = index;
-  q->gpu = role != FERRY_QUEUE_DISK;
+  q->gpu = role != FERRY_QUEUE_DISK && role != FERRY_QUEUE_CPU;
   q->compute = role == FERRY_QUEUE_COMPUTE;
+  q->cpu_compute = role == FERRY_QUEUE_CPU;
   q->ring = ferry__calloc(OP_RING, sizeof *q->ring);
   if (!q->ring) {
     st = ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "cuda executor: out of memory for a queue ring");
@@ -1060,7 +882,7 @@ static ferry_status cu_submit(struct ferry_exec *ex, int32_t queue, const struct
   ferry_status st;
   if (op->kind == FERRY_OP_READ && q->gpu)
     return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "cuda executor: reads run on a DISK queue, not queue %d", queue);
-  if (op->kind == FERRY_OP_KERNEL) {
+  if (op->kind == FERRY_OP_KERNEL && !q->cpu_compute) {
     if (!q->compute)
       return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "cuda executor: kernel %s: kernels run on a COMPUTE queue, not queue %d",
                             op->u.kernel.name, queue);
@@ -1074,7 +896,7 @@ static ferry_status cu_submit(struct ferry_exec *ex, int32_t queue, const struct
   struct cu_pending *p = &q->ring[seq % OP_RING];
   p->op = *op;
   p->ints_bytes = 0;
-  if (op->kind == FERRY_OP_KERNEL) stage_ints(q, p, seq);
+  if (op->kind == FERRY_OP_KERNEL && q->compute) stage_ints(q, p, seq);
   q->submitted++;
   pthread_cond_broadcast(&q->cv);
   pthread_mutex_unlock(&q->mu);
@@ -1244,7 +1066,7 @@ static const struct ferry_exec_backend cuda_backend = {
     .device_info = cu_device_info,
 };
 
-static ferry_status cuda_create(ferry_exec **out, const struct ferry_exec_config *config) {
+ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
   if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
   *out = NULL;
   int count = 0, unified = 0;
@@ -1303,7 +1125,7 @@ static ferry_status cuda_create(ferry_exec **out, const struct ferry_exec_config
   return FERRY_OK;
 }
 
-static ferry_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
+ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -1320,19 +1142,49 @@ static ferry_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
   return FERRY_OK;
 }
 
-static void cuda_versions(int *driver, int *runtime) {
+void ferry__exec_cuda_versions(int *driver, int *runtime) {
   *driver = *runtime = 0;
   if (cudaDriverGetVersion(driver) != cudaSuccess) *driver = 0;
   if (cudaRuntimeGetVersion(runtime) != cudaSuccess) *runtime = 0;
   cudaGetLastError();
 }
 
-/* What the module offers ferry (exec_cuda_load.c finds it by name). */
-const struct ferry__cuda_exec_api ferry__cuda_exec_api = {
-    .version = FERRY_CUDA_EXEC_API_VERSION,
-    .create = cuda_create,
-    .memory = cuda_memory,
-    .versions = cuda_versions,
-};
+#else /* !FERRY_HAVE_CUDA */
+#include "exec_impl.h"
 
+void ferry__exec_cuda_versions(int *driver, int *runtime) { *driver = *runtime = 0; }
+
+ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
+  (void)free_bytes, (void)total_bytes;
+  return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
+}
+
+ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
+  (void)config;
+  if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
+  *out = NULL;
+  return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
+}
 #endif /* FERRY_HAVE_CUDA */
+
+/* The registry's entry (runtime/backends/registry.c lists it), in builds with and without CUDA:
+ * without, it says why it cannot be opened. */
+static int cuda_available(char *why, size_t len) {
+  if (ferry_exec_cuda_memory(NULL, NULL) == FERRY_OK) return 1;
+  snprintf(why, len, "%s", ferry_last_error());
+  return 0;
+}
+
+static ferry_status cuda_open(ferry_exec **out, const struct ferry_exec_params *p) {
+  return ferry_exec_create_cuda(out, p ? &p->config : NULL);
+}
+
+const struct ferry_exec_info ferry__exec_info_cuda = {
+    .version = FERRY_EXEC_INFO_VERSION,
+    .name = "cuda",
+    .description = "real work on CUDA device 0 (streams, kernels, cuBLAS)",
+    .caps = FERRY_EXEC_CAP_DATA | FERRY_EXEC_CAP_MEMORY | FERRY_EXEC_CAP_PROFILE,
+    .available = cuda_available,
+    .open = cuda_open,
+    .memory = ferry_exec_cuda_memory,
+};

@@ -243,7 +243,7 @@ __global__ void combine_kernel(float *y, const float *eo, const float *w, const 
     const int64_t t = idx / n, i = idx % n;
     const float sg = sgate ? 1.0f / (1.0f + expf(-sgate[t])) : 1.0f;
     float acc = 0.0f;
-    for (int64_t r = 0; r < K; r++) acc += eo[(t * K + r) * n + i] * w[t * K + r];
+    for (int64_t r = 0; r < K; r++) acc += eo[(t * K + r) * n + i] * (w ? w[t * K + r] : 1.0f);
     if (shared) acc += sg * shared[t * n + i];
     y[t * n + i] += acc;
   }

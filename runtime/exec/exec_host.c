@@ -264,6 +264,19 @@ static const struct ferry_exec_backend host_backend = {
     .sleep_until = host_sleep_until,
 };
 
+static ferry_status host_open(ferry_exec **out, const struct ferry_exec_params *p) {
+  return ferry_exec_create_host(out, p ? &p->config : NULL);
+}
+
+/* The registry's entry (runtime/backends/registry.c lists it). */
+const struct ferry_exec_info ferry__exec_info_host = {
+    .version = FERRY_EXEC_INFO_VERSION,
+    .name = "host",
+    .description = "real work on the CPU (OpenBLAS; RAM stands in for the GPU)",
+    .caps = FERRY_EXEC_CAP_DATA,
+    .open = host_open,
+};
+
 ferry_status ferry_exec_create_host(ferry_exec **out, const struct ferry_exec_config *config) {
   if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_host: out is NULL");
   struct ferry_exec *ex = ferry__calloc(1, sizeof *ex);

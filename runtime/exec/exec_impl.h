@@ -153,6 +153,13 @@ struct ferry_exec {
   int32_t range_step, range_layer, range_expert;
 };
 
+/* The kernel contract every executor shares (kernel_check.c): shapes, element types, buffer
+ * bounds and immediate ints, checked by ferry_exec_compute before the backend sees the op. */
+ferry_status ferry__kernel_check(struct ferry_exec *ex, const struct ferry_kernel *k);
+/* Whether a kernel kind reads ints (m of them) and ints2. */
+int ferry__kernel_uses_ints(const struct ferry_kernel *k);
+int ferry__kernel_uses_ints2(const struct ferry_kernel *k);
+
 /* Common initialisation of the shared part; the backend allocates the struct. */
 ferry_status ferry__exec_init(struct ferry_exec *ex, const struct ferry_exec_backend *backend,
                               const struct ferry_exec_config *config);

@@ -98,6 +98,16 @@ static int cache_row(const struct ferry_kernel *k, int64_t pos, int64_t *row, ch
   return 0;
 }
 
+/* The row of the layer's region holding (slot, r): the slot's own rows, or a paged cache's
+ * block (r is then the position). */
+static size_t region_row(const struct ferry_kernel *k, int64_t slot, int64_t r) {
+  if (k->kv_blocks) {
+    const int64_t bs = k->kv_block_tokens;
+    return (size_t)k->kv_blocks[slot * k->kv_blocks_per_seq + r / bs] * (size_t)bs + (size_t)(r % bs);
+  }
+  return (size_t)slot * (size_t)k->kv_capacity + (size_t)r;
+}
+
 /* softmax of scores[0..n) with an optional extra sink logit; returns 1 / sum for the caller */
 static float softmax_inplace(float *scores, int64_t n, const float *sink) {
   float mx = sink ? *sink : -INFINITY, sum = 0.0f;
@@ -120,6 +130,7 @@ ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_ho
   const enum ferry_dtype cdt = k->aux[2].dtype;
   const void *sinks = k->aux[4].buf ? at(k->aux[4]) : NULL;
   float *out = at(k->y);
+  const enum ferry_kv_format fmt = (enum ferry_kv_format)k->kv_format;
   const size_t row = (size_t)(KV * hd);
   for (int64_t t = 0; t < k->m; t++) {
     int64_t r;
@@ -127,10 +138,10 @@ ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_ho
       if (!msg[0]) snprintf(msg, len, "attention: negative slot %d", k->ints2[t]);
       return FERRY_ERR_RANGE;
     }
-    size_t base = ((size_t)k->ints2[t] * (size_t)cap + (size_t)r) * row;
-    for (size_t i = 0; i < row; i++) {
-      ferry__host_store1(cdt, kc, base + i, knew[(size_t)t * row + i]);
-      ferry__host_store1(cdt, vc, base + i, vnew[(size_t)t * row + i]);
+    const size_t chunk = region_row(k, k->ints2[t], r) * (size_t)KV;
+    for (int64_t g = 0; g < KV; g++) {
+      ferry__host_kv_store(fmt, cdt, kc, chunk + (size_t)g, knew + (size_t)t * row + (size_t)(g * hd), hd);
+      ferry__host_kv_store(fmt, cdt, vc, chunk + (size_t)g, vnew + (size_t)t * row + (size_t)(g * hd), hd);
     }
   }
   /* Per (token, kv head): expand the visible K and V rows to fp32 once, then every query head
@@ -140,7 +151,6 @@ ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_ho
   float *vf = kf + (size_t)cap * (size_t)hd, *scores = vf + (size_t)cap * (size_t)hd;
   const float scale = k->scale != 0 ? k->scale : 1.0f / sqrtf((float)hd);
   const int64_t group = H / KV;
-  const size_t es = ferry_dtype_size(cdt);
   for (int64_t t = 0; t < k->m; t++) {
     const int64_t pos = k->ints[t], slot = k->ints2[t], first = first_visible(k, pos), n = pos - first + 1;
     if (n > cap) {
@@ -153,9 +163,9 @@ ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_ho
     for (int64_t g = 0; g < KV; g++) {
       for (int64_t p = 0; p < n; p++) {
         const int64_t r = k->kv_ring ? (first + p) % cap : first + p;
-        size_t off = (((size_t)slot * (size_t)cap + (size_t)r) * (size_t)KV + (size_t)g) * (size_t)hd;
-        ferry__host_to_f32(cdt, (const char *)kc + off * es, kf + p * hd, (size_t)hd);
-        ferry__host_to_f32(cdt, (const char *)vc + off * es, vf + p * hd, (size_t)hd);
+        const size_t chunk = region_row(k, slot, r) * (size_t)KV + (size_t)g;
+        ferry__host_kv_load(fmt, cdt, kc, chunk, kf + p * hd, hd);
+        ferry__host_kv_load(fmt, cdt, vc, chunk, vf + p * hd, hd);
       }
       for (int64_t h = g * group; h < (g + 1) * group; h++) {
         const float *qh = q + (t * H + h) * hd;
@@ -195,15 +205,15 @@ ferry_status ferry__host_mla_attention(const struct ferry_kernel *k, struct ferr
       if (!msg[0]) snprintf(msg, len, "mla attention: negative slot %d", k->ints2[t]);
       return FERRY_ERR_RANGE;
     }
-    const size_t base = ((size_t)k->ints2[t] * (size_t)cap + (size_t)r) * (size_t)width;
-    for (int64_t i = 0; i < width; i++) ferry__host_store1(cdt, cache, base + (size_t)i, lat[t * width + i]);
+    ferry__host_kv_store((enum ferry_kv_format)k->kv_format, cdt, cache, region_row(k, k->ints2[t], r), lat + t * width,
+                         width);
   }
   const size_t wh = (size_t)((nope + vd) * rank); /* one head's rows of kv_b_proj */
   float *cf = ferry__host_scratch(s, (size_t)cap * (size_t)width + wh + (size_t)width + (size_t)cap + (size_t)rank);
   if (!cf) return FERRY_ERR_NOMEM;
   float *wf = cf + (size_t)cap * (size_t)width, *qf = wf + wh, *scores = qf + width, *olat = scores + cap;
   const float scale = k->scale != 0 ? k->scale : 1.0f / sqrtf((float)qd);
-  const size_t es = ferry_dtype_size(cdt), wes = ferry_dtype_size(wdt);
+  const size_t wes = ferry_dtype_size(wdt);
   for (int64_t t = 0; t < k->m; t++) {
     const int64_t pos = k->ints[t], slot = k->ints2[t], first = first_visible(k, pos), n = pos - first + 1;
     if (n > cap) {
@@ -212,8 +222,8 @@ ferry_status ferry__host_mla_attention(const struct ferry_kernel *k, struct ferr
     }
     for (int64_t p = 0; p < n; p++) {
       const int64_t r = k->kv_ring ? (first + p) % cap : first + p;
-      ferry__host_to_f32(cdt, (const char *)cache + ((size_t)slot * (size_t)cap + (size_t)r) * (size_t)width * es,
-                         cf + p * width, (size_t)width);
+      ferry__host_kv_load((enum ferry_kv_format)k->kv_format, cdt, cache, region_row(k, slot, r), cf + p * width,
+                          width);
     }
     for (int64_t h = 0; h < H; h++) {
       const float *W = wf;

@@ -35,6 +35,15 @@ ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void
 ferry_status ferry__host_matmul_t(const float *x, int64_t m, int64_t k, const void *w, enum ferry_dtype wdt, int64_t n,
                                   float *y, int64_t ldy, int accumulate, struct ferry_host_scratch *s);
 
+/* host_kv.c: cache rows in a KV format, a chunk (a head's n elements, or a latent row) at a time;
+ * chunk counts chunks of n from base. Quantized formats (ferry_kv_format_group() > 0) need n a
+ * multiple of the group. */
+size_t ferry__host_kv_chunk_bytes(enum ferry_kv_format f, enum ferry_dtype dt, int64_t n);
+void ferry__host_kv_store(enum ferry_kv_format f, enum ferry_dtype dt, void *base, size_t chunk, const float *src,
+                          int64_t n);
+void ferry__host_kv_load(enum ferry_kv_format f, enum ferry_dtype dt, const void *base, size_t chunk, float *dst,
+                         int64_t n);
+
 /* host_attention.c: RoPE, attention, MLA attention, fused qkv split. */
 ferry_status ferry__host_rope(const struct ferry_kernel *k, char *msg, size_t len);
 ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg, size_t len);

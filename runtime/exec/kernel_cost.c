@@ -21,6 +21,14 @@ static uint64_t esize(enum ferry_dtype d) {
   return s ? s : 4;
 }
 
+/* Bytes of one cached chunk of n elements (a head's K or V, or a latent row): in the cache's
+ * format when quantized (codes and group scales), else its element type. */
+static uint64_t kv_bytes(const struct ferry_kernel *k, uint64_t n) {
+  if (k->kv_format > 0 && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0)
+    return ferry_kv_format_row_bytes((enum ferry_kv_format)k->kv_format, n);
+  return n * esize(k->aux[2].dtype);
+}
+
 /* Keys each tile of queries reads from the KV cache. A flash-style kernel (FlashAttention-2,
  * paged decode) keeps a tile of FERRY_ATTN_Q_TILE queries of one sequence on chip and streams
  * that sequence's K and V past it once: a prefill chunk reads its keys once per tile, not once
@@ -70,10 +78,10 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       break;
     case FERRY_K_ATTENTION: {
       /* QK^T and PV: 2 + 2 flops per (query, key, dim) pair the causal mask keeps */
-      const uint64_t hd = (uint64_t)k->head_dim, kvh = (uint64_t)k->kv_heads, kv_el = esize(k->aux[2].dtype);
+      const uint64_t hd = (uint64_t)k->head_dim, kvh = (uint64_t)k->kv_heads, kv_row = kv_bytes(k, hd);
       f = 4.0 * (double)k->context_tokens * (double)k->heads * (double)hd;
       /* cached K and V as a tiled kernel reads them, q in and out, new k and v appended */
-      b = attention_kv_tokens(k) * kvh * hd * 2 * kv_el + m * (uint64_t)k->heads * hd * 8 + m * kvh * hd * 2 * (4 + kv_el);
+      b = attention_kv_tokens(k) * kvh * 2 * kv_row + m * (uint64_t)k->heads * hd * 8 + m * kvh * 2 * (hd * 4 + kv_row);
       break;
     }
     case FERRY_K_SWIGLU:
@@ -109,7 +117,7 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       const double H = (double)k->heads, nope = (double)k->head_dim, rope = (double)k->rot_dim, rank = (double)kk,
                    v = (double)n, ctx = (double)k->context_tokens;
       f = 2.0 * (double)m * H * rank * (nope + v) + 2.0 * ctx * H * (2.0 * rank + rope);
-      b = attention_kv_tokens(k) * (uint64_t)(rank + rope) * esize(k->aux[2].dtype) +
+      b = attention_kv_tokens(k) * kv_bytes(k, (uint64_t)(rank + rope)) +
           (uint64_t)(H * (nope + v) * rank) * esize(k->w.dtype) + m * (uint64_t)(H * (nope + rope + v)) * 4;
       break;
     }

@@ -9,6 +9,7 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/names.h"
 #include "runtime/model/hf_impl.h"
 
 /* A config.json is a few KB; anything this large is not one. */
@@ -288,17 +289,20 @@ ferry_status ferry__model_read_hf_config(const char *path, struct ferry_model_co
     file = ferry__strdup(path);
     if (!file) return ferry__fail(FERRY_ERR_NOMEM, "%s: out of memory", path);
   } else {
-    char names[1024] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < ferry_model_preset_count() && used < sizeof names; i++) {
-      int k = snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", ferry_model_preset_name(i));
-      if (k < 0) break;
-      used += (size_t)k;
+    /* the presets nearest the name (case does not matter), else every one */
+    const char *all[256], *near[4];
+    size_t n = 0;
+    while (n < ferry_model_preset_count() && n < sizeof all / sizeof all[0]) {
+      all[n] = ferry_model_preset_name(n);
+      n++;
     }
+    const size_t k = ferry__nearest_names(path, all, n, 1, near, sizeof near / sizeof near[0]);
+    char names[2048];
+    ferry__join_names(k ? near : all, k ? k : n, "", names, sizeof names);
     return ferry__fail(FERRY_ERR_NOT_FOUND,
-                       "'%s' is neither a model preset (%s; or a preset's Hugging Face id) nor a config.json or a folder "
-                       "holding one",
-                       path, names);
+                       "'%s' is neither a model preset (%s%s; or a preset's Hugging Face id) nor a config.json or a "
+                       "folder holding one",
+                       path, k ? "nearest: " : "", names);
   }
   cJSON *root = NULL;
   st = ferry__json_load(file, CONFIG_MAX_BYTES, &root, NULL);

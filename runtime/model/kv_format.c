@@ -11,9 +11,10 @@
 static const struct {
   const char *name;
   enum ferry_dtype dtype;
+  int bits, group;
 } formats[] = {
-    [FERRY_KV_AUTO] = {"auto", FERRY_DTYPE_F32},
-#define FERRY_KV_FORMAT_ROW_(e, n, dt) [FERRY_KV_##e] = {n, dt},
+    [FERRY_KV_AUTO] = {"auto", FERRY_DTYPE_F32, 32, 0},
+#define FERRY_KV_FORMAT_ROW_(e, n, dt, bits, group) [FERRY_KV_##e] = {n, dt, bits, group},
     FERRY_KV_FORMAT_MAP(FERRY_KV_FORMAT_ROW_)
 #undef FERRY_KV_FORMAT_ROW_
 };
@@ -41,9 +42,16 @@ enum ferry_dtype ferry_kv_format_dtype(enum ferry_kv_format f) {
   return (unsigned)f < FERRY_KV_FORMAT_COUNT ? formats[f].dtype : FERRY_DTYPE_F32;
 }
 
+int32_t ferry_kv_format_group(enum ferry_kv_format f) {
+  return (unsigned)f < FERRY_KV_FORMAT_COUNT ? formats[f].group : 0;
+}
+
+/* codes (bits each, whole bytes per group) and one fp16 scale per group */
 uint64_t ferry_kv_format_row_bytes(enum ferry_kv_format f, uint64_t elements) {
   if (f == FERRY_KV_AUTO || (unsigned)f >= FERRY_KV_FORMAT_COUNT) return 0;
-  return elements * ferry_dtype_size(formats[f].dtype);
+  if (!formats[f].group) return elements * ferry_dtype_size(formats[f].dtype);
+  const uint64_t groups = (elements + (uint64_t)formats[f].group - 1) / (uint64_t)formats[f].group;
+  return (elements * (uint64_t)formats[f].bits + 7) / 8 + groups * 2;
 }
 
 /* A bf16 model keeps bf16's range in its cache: values past fp16's 65504 would become Inf. */

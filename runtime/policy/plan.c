@@ -72,7 +72,7 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
   }
   for (int32_t b = 0; b < p->n_blocks; b++)
     if (p->blocks[b].bytes > p->block_slot_bytes) p->block_slot_bytes = p->blocks[b].bytes;
-  if (p->n_blocks) {
+  if (p->n_blocks && !cfg->blocks_on_cpu) {
     int64_t slots = (int64_t)cfg->prefetch_depth + 1;
     p->n_block_slots = (int32_t)(slots < p->n_blocks ? slots : p->n_blocks);
   }

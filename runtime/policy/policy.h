@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ferry/activity.h"
+#include "ferry/cache_policy.h"
 #include "ferry/status.h"
 
 /* Sizes the plan is made from (bytes as stored, per layer). */
@@ -36,6 +37,8 @@ struct ferry_plan_config {
   int home_disk;                /* keep streamed units on disk (no host copies) */
   uint64_t device_budget_bytes; /* 0 = unlimited: everything pinned */
   uint64_t host_budget_bytes;   /* 0 = unlimited */
+  int blocks_on_cpu;            /* streamed blocks are computed on the CPU where they live: no
+                                   device slots for them */
   int32_t max_expert_slots;     /* at most this many expert-cache slots (0 = as many as fit): memory
                                    pressure shrinks the cache */
 };
@@ -76,30 +79,39 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
                               struct ferry_plan *out, char *msg, size_t msg_len);
 void ferry__plan_free(struct ferry_plan *plan);
 
-/* ---- expert cache: fixed slots, LRU or LFU eviction ---- */
-enum ferry_cache_policy { FERRY_CACHE_LRU, FERRY_CACHE_LFU };
+/* ---- predictors: the selection they share ---- */
+/* The `max` largest keys, best first, ties to the lower index; key() returns NaN for an entry
+ * that must not be chosen. O(n * max), which beats sorting for the handful of experts
+ * prefetched per layer. */
+int32_t ferry__top_keys(const void *v, int32_t n, int32_t max, double (*key)(const void *v, int32_t i), int32_t *out);
+/* key of a float logit: the finite ones */
+double ferry__logit_key(const void *v, int32_t i);
+
+/* ---- expert cache: fixed slots, a registered placement policy (cache_policy.h, cache_*.c)
+ * choosing victims ---- */
+
+/* The registered policies, and lookup by name (NULL when unknown). */
+const struct ferry_cache_policy_ops *ferry__cache_policy_find(const char *name);
+size_t ferry__cache_policy_count(void);
+const struct ferry_cache_policy_ops *ferry__cache_policy_at(size_t i);
 
 struct ferry_expert_cache {
-  enum ferry_cache_policy policy;
+  const struct ferry_cache_policy_ops *policy;
+  void *policy_state;
   int32_t n_slots, n_layers, n_experts;
-  int32_t *slot_of;        /* [layer * n_experts + expert] -> slot or -1 */
-  int32_t *slot_layer, *slot_expert; /* slot -> contents, -1 when empty */
-  uint64_t *slot_stamp;    /* last use (LRU) */
-  uint64_t *use_count;     /* [layer * n_experts + expert] uses (LFU) */
+  int32_t per_layer;       /* K > 0: layer l owns slots [l K, (l + 1) K) (mixtral-offloading) */
+  int32_t *slot_of;        /* [unit = layer * n_experts + expert] -> slot or -1 */
+  int32_t *slot_unit;      /* slot -> unit, -1 when empty */
   uint8_t *slot_protected;
-  uint64_t clock;
-  /* Victim order kept up to date so that choosing one costs O(1) (LRU) or O(log slots) (LFU)
-   * instead of a scan of every slot: slots fill in index order, so the empty ones are the
-   * suffix from n_filled; LRU keeps every slot in a list by (stamp, index), LFU a min-heap by
-   * (uses of its expert, stamp, index). */
-  int32_t n_filled;
-  int32_t *lru_prev, *lru_next; /* LRU list links, -1 at the ends */
-  int32_t lru_head, lru_tail;
-  int32_t *heap, *heap_pos;     /* LFU heap of slots and each slot's place in it */
+  uint8_t *mask;           /* scratch: protected, or another layer's slot (per_layer) */
 };
 
-ferry_status ferry__cache_init(struct ferry_expert_cache *c, enum ferry_cache_policy policy, int32_t n_slots,
-                               int32_t n_layers, int32_t n_experts);
+/* A cache of n_slots under `policy`; per_layer > 0 splits it into per_layer slots per layer;
+ * popularity (optional, n_layers x n_experts) is handed to the policy's create().
+ * FERRY_ERR_NOMEM or the policy's error. */
+ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry_cache_policy_ops *policy,
+                               int32_t n_slots, int32_t per_layer, int32_t n_layers, int32_t n_experts,
+                               const int64_t *popularity);
 void ferry__cache_free(struct ferry_expert_cache *c);
 /* Slot holding (layer, expert), or -1. */
 int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, int32_t expert);
@@ -112,5 +124,50 @@ int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t
                             int32_t *evicted_expert);
 void ferry__cache_protect(struct ferry_expert_cache *c, int32_t slot, int on);
 void ferry__cache_unprotect_all(struct ferry_expert_cache *c);
+/* Units the policy places before serving (best first), at most max; 0 without a preload. */
+int32_t ferry__cache_preload(struct ferry_expert_cache *c, int32_t *units, int32_t max);
+
+/* ---- hybrid placement: Fiddler's rule ---- */
+/* Throughputs per second; 0 = unknown (that side is not chosen). */
+struct ferry_place_rates {
+  double cpu_flops, cpu_bytes, dev_flops, dev_bytes, link_bytes;
+};
+/* 1 when running `flops` of math over a weight of `weight_bytes` in host memory is faster on the
+ * CPU (max of its math and its reading of the weight) than copying the weight to the device and
+ * running there (copy, then the larger of the device's math and reading); 0 otherwise, and when
+ * the CPU's rates are unknown. */
+int ferry__place_on_cpu(const struct ferry_place_rates *r, double weight_bytes, double flops);
+
+/* ---- the expert cache as the engine drives it (expert_plan.c): the engine issues the ops,
+ * `ferry predictor eval` counts them ---- */
+struct ferry__expert_plan {
+  struct ferry_expert_cache cache;
+  uint8_t *prefetched; /* [slot] filled on a prediction and not used yet */
+  int32_t *votes;      /* [expert] predictions for the target layer being prefetched */
+  int32_t n_experts, budget;
+  int no_reuse;        /* every use fetched on demand, the cache never consulted (predictor none) */
+  int32_t evicted_layer; /* the layer of the expert the last fill evicted, or -1 (read by fn) */
+  int64_t hits, misses, prefetches, prefetches_used, prefetches_wasted, evictions;
+};
+
+/* fn(user, layer, expert, slot, fetch): the expert is in `slot`; fetch says it must be loaded
+ * there first (a miss or a prefetch). */
+typedef ferry_status (*ferry__xplan_fn)(void *user, int32_t layer, int32_t expert, int32_t slot, int fetch);
+
+/* The cache's geometry as ferry__cache_init() takes it (per_layer, popularity). */
+ferry_status ferry__xplan_init(struct ferry__expert_plan *p, const struct ferry_cache_policy_ops *policy, int32_t n_slots,
+                               int32_t per_layer, int32_t n_layers, int32_t n_experts, const int64_t *popularity,
+                               int32_t prefetch_depth, int no_reuse);
+void ferry__xplan_free(struct ferry__expert_plan *p);
+/* Layer `layer`'s routed experts (count[x] > 0): the hits first, then the misses, experts in
+ * index order, fn for each; an expert with skip[x] set (optional: computed elsewhere, on the
+ * CPU) is neither, unless the cache holds it. */
+ferry_status ferry__xplan_demand(struct ferry__expert_plan *p, int32_t layer, const int32_t *count, const uint8_t *skip,
+                                 ferry__xplan_fn fn, void *user);
+/* The votes of one target layer: reset, add each token's predicted ids, then prefetch the most
+ * voted that are not cached, at most the budget (ties: the lower expert). */
+void ferry__xplan_vote_reset(struct ferry__expert_plan *p);
+void ferry__xplan_vote(struct ferry__expert_plan *p, const int32_t *ids, int32_t n);
+ferry_status ferry__xplan_prefetch(struct ferry__expert_plan *p, int32_t target, ferry__xplan_fn fn, void *user);
 
 #endif

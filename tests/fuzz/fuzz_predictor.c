@@ -1,14 +1,15 @@
 /* Fuzz target: an expert-predictor weight file (`ferry predictor train` output: safetensors
- * with ferry.* metadata and fp32, fp16 or int8 tensors), loaded as `run --predictor-model`
- * and `predictor eval --model` load it. The shape the caller expects is taken from the file's
- * own metadata when it gives one (capped at 64 x 64), so valid files of any shape load.
+ * with ferry.* metadata and fp32, fp16 or int8 tensors), loaded by the library's
+ * ferry_mlp_load() as `run --predictor-model` and `predictor eval --model` load it. The shape
+ * the caller expects is taken from the file's own metadata when it gives one (capped at
+ * 64 x 64), so valid files of any shape load.
  * Invariants of an accepted file: the MLP has the variant and shape asked for, and its forward
  * pass runs on every layer. */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli/predict_glue.h"
 #include "common/units.h"
+#include "ferry/prefetch.h"
 #include "ferry/store.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -33,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int v = 0; v < 2; v++) {
     struct ferry_mlp m;
     enum ferry_dtype file_dtype;
-    if (cli_predictor_load_mlp(path, variants[v], layers, experts, &m, &file_dtype) != FERRY_OK) continue;
+    if (ferry_mlp_load(path, variants[v], layers, experts, &m, &file_dtype) != FERRY_OK) continue;
     FUZZ_CHECK(m.variant == variants[v] && m.n_layers == layers && m.n_experts >= 1 && m.n_experts <= experts);
     FUZZ_CHECK(m.n_in == (variants[v] == FERRY_PREDICTOR_MLP3 ? FERRY_MLP3_FEATURES : FERRY_MLP7_FEATURES));
     FUZZ_CHECK(file_dtype == FERRY_DTYPE_F32 || file_dtype == FERRY_DTYPE_F16 || file_dtype == FERRY_DTYPE_I8);

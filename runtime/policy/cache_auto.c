@@ -1,0 +1,120 @@
+/* auto (the default): a frequency-admitted main area beside a small LRU probation area, with
+ * ageing (W-TinyLFU's idea: Einziger, Friedman, Manes, "TinyLFU: A Highly Efficient Cache
+ * Admission Policy", ACM TOS 2017). A step of an MoE model sweeps its layers' experts in the
+ * same order every time; when they outnumber the slots, recency (LRU) evicts each one just before
+ * it is needed again, and plain counting (LFU) keeps rotating experts of equal popularity through
+ * the cache. Here an expert enters the main area only when it has been routed more often than the
+ * main area's least routed one, so a sweep streams through probation and leaves the main area
+ * alone (a static placement when popularity is steady), while a shift in popularity still wins
+ * its way in: counts halve every 8 x units uses. Probation holds one layer's experts (at most
+ * half the cache), so a layer's misses never evict one another; victims come from probation,
+ * least recent first. */
+#include "common/alloc.h"
+#include "policy.h"
+
+struct autoc {
+  int32_t n_slots, main_cap, main_size;
+  uint32_t *count;    /* per unit, as of its epoch */
+  uint32_t *epoch;    /* per unit: epoch of its count */
+  uint64_t *stamp;    /* per slot: last use */
+  int32_t *seen;      /* per slot: the unit last touched there (-1: none) */
+  uint8_t *in_main;   /* per slot */
+  uint64_t clock, epoch_len;
+};
+
+static uint32_t aged(const struct autoc *s, int32_t unit) {
+  const uint64_t now = s->clock / s->epoch_len, d = now - s->epoch[unit];
+  return d >= 32 ? 0 : s->count[unit] >> d;
+}
+
+static ferry_status auto_create(void **state, const struct ferry_cache_geometry *g) {
+  struct autoc *s = ferry__calloc(1, sizeof *s);
+  const int32_t units = g->n_layers * g->n_experts > 0 ? g->n_layers * g->n_experts : 1;
+  if (!s) return FERRY_ERR_NOMEM;
+  s->n_slots = g->n_slots;
+  s->count = ferry__calloc((size_t)units, sizeof *s->count);
+  s->epoch = ferry__calloc((size_t)units, sizeof *s->epoch);
+  s->stamp = ferry__calloc((size_t)g->n_slots, sizeof *s->stamp);
+  s->seen = ferry__calloc((size_t)g->n_slots, sizeof *s->seen);
+  s->in_main = ferry__calloc((size_t)g->n_slots, 1);
+  if (!s->count || !s->epoch || !s->stamp || !s->seen || !s->in_main) {
+    ferry_free(s->count);
+    ferry_free(s->epoch);
+    ferry_free(s->stamp);
+    ferry_free(s->seen);
+    ferry_free(s->in_main);
+    ferry_free(s);
+    return FERRY_ERR_NOMEM;
+  }
+  for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1;
+  int32_t probation = g->n_experts > 0 ? g->n_experts : 1;
+  if (probation > g->n_slots / 2) probation = g->n_slots / 2 > 0 ? g->n_slots / 2 : 1;
+  s->main_cap = g->n_slots - probation > 0 ? g->n_slots - probation : 0;
+  s->epoch_len = 8 * (uint64_t)units;
+  *state = s;
+  return FERRY_OK;
+}
+
+static void auto_free(void *state) {
+  struct autoc *s = state;
+  if (!s) return;
+  ferry_free(s->count);
+  ferry_free(s->epoch);
+  ferry_free(s->stamp);
+  ferry_free(s->seen);
+  ferry_free(s->in_main);
+  ferry_free(s);
+}
+
+static void auto_touch(void *state, int32_t slot, int32_t unit) {
+  struct autoc *s = state;
+  const uint32_t c = aged(s, unit);
+  s->stamp[slot] = ++s->clock;
+  s->count[unit] = c < UINT32_MAX ? c + 1 : c;
+  s->epoch[unit] = (uint32_t)(s->clock / s->epoch_len);
+  if (s->seen[slot] != unit) { /* a new expert in this slot: it starts in probation */
+    if (s->in_main[slot]) s->main_size--;
+    s->in_main[slot] = 0;
+    s->seen[slot] = unit;
+  }
+  if (s->in_main[slot]) return;
+  if (s->main_size < s->main_cap) { /* room in the main area */
+    s->in_main[slot] = 1;
+    s->main_size++;
+    return;
+  }
+  /* admission: only past the main area's least routed expert (the least recent among equals) */
+  int32_t m = -1;
+  uint32_t cm = 0;
+  for (int32_t i = 0; i < s->n_slots; i++) {
+    if (!s->in_main[i] || s->seen[i] < 0) continue;
+    const uint32_t ci = aged(s, s->seen[i]);
+    if (m < 0 || ci < cm || (ci == cm && s->stamp[i] < s->stamp[m])) m = i, cm = ci;
+  }
+  if (m >= 0 && s->count[unit] > cm) {
+    s->in_main[m] = 0;
+    s->in_main[slot] = 1;
+  }
+}
+
+static int32_t auto_victim(void *state, const int32_t *slot_unit, const uint8_t *prot, int32_t n) {
+  const struct autoc *s = state;
+  int32_t v = -1, any = -1;
+  for (int32_t i = 0; i < n; i++) {
+    if (slot_unit[i] < 0 || prot[i]) continue;
+    if (any < 0 || s->stamp[i] < s->stamp[any]) any = i;
+    if (s->in_main[i] && s->seen[i] == slot_unit[i]) continue;
+    if (v < 0 || s->stamp[i] < s->stamp[v]) v = i;
+  }
+  return v >= 0 ? v : any;
+}
+
+const struct ferry_cache_policy_ops ferry__cache_policy_auto = {
+    .version = FERRY_CACHE_POLICY_VERSION,
+    .name = "auto",
+    .description = "frequency-admitted main area, LRU probation, ageing (default)",
+    .create = auto_create,
+    .free = auto_free,
+    .touch = auto_touch,
+    .victim = auto_victim,
+};

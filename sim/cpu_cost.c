@@ -1,0 +1,52 @@
+/* The CPU cost model (sim/cpu_cost.h): a kernel on a CPU queue priced from the profile's cores,
+ * per-core peaks per element type and DDR bandwidth. */
+#include <math.h>
+
+#include "sim/cpu_cost.h"
+#include "sim/resource.h"
+
+double ferry__cpu_peak_gflops(const struct ferry_hw_host *h, enum ferry_dtype dtype) {
+  if (h->cores <= 0) return h->cpu_gflops > 0 ? h->cpu_gflops : 0;
+  const struct ferry_hw_core_gflops *c = &h->core_gflops;
+  double per = c->fp32;
+  switch (dtype) {
+    case FERRY_DTYPE_F16: per = c->fp16 > 0 ? c->fp16 : c->fp32; break;
+    case FERRY_DTYPE_BF16: per = c->bf16 > 0 ? c->bf16 : c->fp32; break;
+    case FERRY_DTYPE_I8:
+    case FERRY_DTYPE_U8: per = c->int8 > 0 ? c->int8 : c->fp32; break;
+    default: break;
+  }
+  if (!(per > 0)) return h->cpu_gflops > 0 ? h->cpu_gflops : 0;
+  return per * (double)h->cores;
+}
+
+void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
+                        struct ferry__gpu_work *out) {
+  ferry__gpu_work_of(k, packed, 1, out);
+  if (out->alu_ops > 0 && out->math != FERRY_DTYPE_BF16) out->math = FERRY_DTYPE_I8; /* low-bit x int8 dots */
+  if (out->op == FERRY_HW_OP_ATTENTION) out->math = FERRY_DTYPE_F32;           /* rows converted to fp32 */
+  if (out->math == FERRY_DTYPE_F8_E4M3 || out->math == FERRY_DTYPE_F8_E5M2) out->math = FERRY_DTYPE_F32;
+}
+
+int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w) {
+  if (!profile || !profile->has_host || !(w->flops >= 0) || !(w->bytes >= 0) || !(w->alu_ops >= 0)) return -1;
+  if (w->folded) return 0;
+  const struct ferry_hw_host *h = &profile->host;
+  double t_math = 0, t_alu = 0, t_mem = 0;
+  if (w->flops > 0) {
+    const double peak = ferry__cpu_peak_gflops(h, w->math); /* GFLOP/s = flop/ns */
+    if (!(peak > 0)) return -1;
+    t_math = w->flops / (peak * FERRY_CPU_EFF_MATH);
+  }
+  if (w->alu_ops > 0) {
+    const double peak = ferry__cpu_peak_gflops(h, FERRY_DTYPE_F32);
+    if (!(peak > 0)) return -1;
+    t_alu = w->alu_ops / (peak / 2 * FERRY_CPU_EFF_MATH);
+  }
+  if (w->bytes > 0) {
+    if (!(h->dram_gbps > 0)) return -1;
+    t_mem = w->bytes / (h->dram_gbps * FERRY_CPU_EFF_MEMORY);
+  }
+  const double t = fmax(t_math + t_alu, t_mem);
+  return (h->cpu_op_ns > 0 ? h->cpu_op_ns : 0) + ferry__ceil_ns(t);
+}

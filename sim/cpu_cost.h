@@ -1,0 +1,38 @@
+/* The CPU cost model: how long one of the engine's kernels takes on the host's CPU (a kernel on a
+ * CPU queue: experts, layers or attention computed where their weights or KV cache live). The
+ * work is what a CPU runtime does (llama.cpp, llamafile, ktransformers: low-bit weights read
+ * packed and multiplied against int8 activations, 16-bit weights by SIMD dot products), priced
+ * by the profile's cores, per-core peaks and DDR bandwidth. Internal to ferry (sim/). */
+#ifndef FERRY_SIM_CPU_COST_H
+#define FERRY_SIM_CPU_COST_H
+
+#include <stdint.h>
+
+#include "ferry/exec.h"
+#include "ferry/hw.h"
+#include "sim/gpu_cost.h"
+
+/* Fraction of the SIMD peak a CPU GEMM reaches, and of the DDR bandwidth a CPU kernel streams
+ * at: the GPU defaults for GEMM math and GEMV streaming (hw/README.md), not fitted to anything. */
+#define FERRY_CPU_EFF_MATH 0.7
+#define FERRY_CPU_EFF_MEMORY 0.8
+
+/* The CPU's peak for math in dtype, GFLOP/s (cores x core_gflops, missing types at the fp32
+ * peak; without cores, host.cpu_gflops as the whole CPU's fp32 peak); 0 when the profile gives
+ * neither. */
+double ferry__cpu_peak_gflops(const struct ferry_hw_host *host, enum ferry_dtype dtype);
+
+/* The CPU work of kernel k (ferry__gpu_work_of() with fused low-bit kernels: CPU runtimes read
+ * packed weights in their dot products); the math of low-bit weights runs at the int8 peak and
+ * attention over a converted KV cache at the fp32 peak. */
+void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
+                        struct ferry__gpu_work *out);
+
+/* Duration on the profile's CPU, rounded up to a whole ns: host.cpu_op_ns + max(t_math + t_alu,
+ * t_mem), t_math = flops / (peak[math] x FERRY_CPU_EFF_MATH), t_alu = alu_ops / (fp32 peak / 2 x
+ * FERRY_CPU_EFF_MATH) (one SIMD lane-op per unpacked element step), t_mem = bytes / (dram_gbps x
+ * FERRY_CPU_EFF_MEMORY); 0 for folded work; -1 when the profile lacks the host figures the work
+ * needs (no host section, no CPU peak, no DDR bandwidth). */
+int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
+
+#endif /* FERRY_SIM_CPU_COST_H */

@@ -1,0 +1,259 @@
+/* KV-cache placement and precision: the cache in host memory with attention on the CPU (the
+ * logits of the resident run, exactly: the same fp32 kernels over the same rows), quantized
+ * formats (fp8, int8, int4 with a scale per 32) within their quantization error, their codec's
+ * bounds, and in the simulator the bytes each crosses or holds. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/engine.h"
+#include "ferry/exec.h"
+#include "ferry/gen.h"
+#include "ferry/hw.h"
+#include "ferry/model.h"
+#include "ferry/quant.h"
+#include "ferry/sim.h"
+#include "ferry/store.h"
+#include "runtime/exec/host_kernels.h"
+#include "testutil.h"
+
+static char *dir, *dense_dir;
+
+static int setup(void **state) {
+  (void)state;
+  dir = tu_mkdtemp("kv");
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  size_t n = strlen(dir) + 8;
+  dense_dir = malloc(n);
+  snprintf(dense_dir, n, "%s/dense", dir);
+  struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 3};
+  assert_int_equal(ferry_model_generate(m, &go, dense_dir, NULL), FERRY_OK);
+  ferry_model_close(m);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_rmtree(dir);
+  free(dir);
+  free(dense_dir);
+  return 0;
+}
+
+struct logit_log {
+  float *v;
+  size_t n, cap;
+};
+
+static void on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
+                      int64_t vocab) {
+  (void)req;
+  (void)tok;
+  (void)tokens;
+  (void)n_tokens;
+  struct logit_log *g = user;
+  if (g->n + (size_t)vocab > g->cap) {
+    g->cap = (g->cap + (size_t)vocab) * 2;
+    g->v = realloc(g->v, g->cap * sizeof *g->v);
+    assert_non_null(g->v);
+  }
+  memcpy(g->v + g->n, l, (size_t)vocab * sizeof *l);
+  g->n += (size_t)vocab;
+}
+
+static const struct ferry_engine_request requests[] = {
+    {.id = 0, .prompt_tokens = 21, .output_tokens = 6},
+    {.id = 1, .prompt_tokens = 6, .output_tokens = 9},
+    {.id = 2, .prompt_tokens = 14, .output_tokens = 4},
+};
+#define N_REQ ((int64_t)(sizeof requests / sizeof requests[0]))
+
+static struct ferry_engine_config config(void) {
+  struct ferry_engine_config c = {.max_batch = 2, .max_step_tokens = 16, .max_seq_tokens = 32, .seed = 9,
+                                  .block_layers = 1, .prefetch_depth = 1};
+  return c;
+}
+
+static void run_host(struct ferry_engine_config c, struct logit_log *log, uint64_t *bytes_act) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, dense_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, dense_dir), FERRY_OK);
+  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c.device_budget_bytes,
+                                                                             .compute_threads = 1}),
+                   FERRY_OK);
+  c.on_logits = on_logits;
+  c.logits_user = log;
+  if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
+    fail_msg("engine_run: %s", ferry_last_error());
+  int64_t n;
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
+  *bytes_act = 0;
+  for (int64_t i = 0; i < n; i++) *bytes_act += sm[i].bytes_act;
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+/* The cache in host memory, with every weight resident and with layers streamed: the same rows
+ * and kernels, so the same logits to the bit; only q, k, v and the attention output cross. */
+static void test_kv_home_host_same_logits(void **state) {
+  (void)state;
+  struct logit_log ref = {0};
+  uint64_t act = 0;
+  run_host(config(), &ref, &act);
+  assert_int_equal(act, 0);
+  const uint64_t budgets[2] = {0, 3500 << 10};
+  for (int i = 0; i < 2; i++) {
+    struct logit_log got = {0};
+    struct ferry_engine_config c = config();
+    c.kv_home_host = 1;
+    c.device_budget_bytes = budgets[i];
+    run_host(c, &got, &act);
+    assert_int_equal(got.n, ref.n);
+    assert_memory_equal(got.v, ref.v, ref.n * sizeof(float));
+    assert_true(act > 0);
+    free(got.v);
+  }
+  free(ref.v);
+}
+
+/* Quantized caches move the logits by their quantization error, ordered by precision. */
+static void test_quantized_kv_logits(void **state) {
+  (void)state;
+  struct logit_log ref = {0};
+  uint64_t act;
+  run_host(config(), &ref, &act);
+  const enum ferry_kv_format fmts[3] = {FERRY_KV_INT8, FERRY_KV_FP8, FERRY_KV_INT4};
+  const double bound[3] = {1e-4, 2e-3, 2e-2}; /* 1 - mean cosine */
+  double worst[3];
+  for (int i = 0; i < 3; i++) {
+    struct logit_log got = {0};
+    struct ferry_engine_config c = config();
+    c.kv_format = fmts[i];
+    c.kv_home_host = i == 2; /* int4 on the CPU's side too */
+    run_host(c, &got, &act);
+    assert_int_equal(got.n, ref.n);
+    const size_t V = 256, tokens = ref.n / V;
+    double cos = 0;
+    for (size_t t = 0; t < tokens; t++) cos += ferry_quant_cosine(ref.v + t * V, got.v + t * V, V);
+    worst[i] = 1.0 - cos / (double)tokens;
+    if (!(worst[i] < bound[i])) fail_msg("%s KV: 1 - cosine %g above %g", ferry_kv_format_name(fmts[i]), worst[i], bound[i]);
+    assert_true(worst[i] > 0); /* it did quantize */
+    free(got.v);
+  }
+  assert_true(worst[0] < worst[2]); /* int8 closer than int4 */
+  free(ref.v);
+}
+
+/* The codec: a chunk is its codes then its scales, each group scaled by its own absmax; every
+ * element within half a step of its value (fp8: its relative precision), zeros stay zeros. */
+static void test_kv_codec(void **state) {
+  (void)state;
+  const int64_t n = 64;
+  float src[64], back[64];
+  for (int64_t i = 0; i < n; i++) src[i] = i < 32 ? 0.0f : (float)sin((double)i) * (float)(i % 7 + 1);
+  const enum ferry_kv_format fmts[3] = {FERRY_KV_INT8, FERRY_KV_INT4, FERRY_KV_FP8};
+  for (int f = 0; f < 3; f++) {
+    const size_t bytes = ferry__host_kv_chunk_bytes(fmts[f], ferry_kv_format_dtype(fmts[f]), n);
+    assert_int_equal(bytes, ferry_kv_format_row_bytes(fmts[f], (uint64_t)n));
+    assert_int_equal(bytes, (size_t)(fmts[f] == FERRY_KV_INT4 ? 32 : 64) + 4); /* codes + 2 fp16 scales */
+    unsigned char *buf = calloc(3, bytes);
+    assert_non_null(buf);
+    ferry__host_kv_store(fmts[f], ferry_kv_format_dtype(fmts[f]), buf, 1, src, n); /* the second chunk */
+    ferry__host_kv_load(fmts[f], ferry_kv_format_dtype(fmts[f]), buf, 1, back, n);
+    for (size_t b = 0; b < bytes; b++) assert_int_equal(buf[b], 0); /* the first chunk untouched */
+    float amax = 0;
+    for (int64_t i = 32; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
+    for (int64_t i = 0; i < n; i++) {
+      const float err = fabsf(back[i] - src[i]);
+      if (i < 32) assert_true(back[i] == 0.0f);
+      else if (fmts[f] == FERRY_KV_INT8) assert_true(err <= amax / 127.0f * 0.5f * 1.01f);
+      else if (fmts[f] == FERRY_KV_INT4) assert_true(err <= amax / 7.0f * 0.5f * 1.01f);
+      else assert_true(err <= fabsf(src[i]) / 16.0f + amax / 448.0f * 0.002f);
+    }
+    free(buf);
+  }
+}
+
+/* A format whose group does not divide the head is refused, naming both (tiny qwen3: heads of 16). */
+static void test_kv_group_must_divide_head(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  char *cfg = tu_data_path("configs/tiny/qwen3");
+  assert_int_equal(ferry_model_open(&m, cfg), FERRY_OK);
+  free(cfg);
+  assert_int_equal(ferry_model_get_config(m)->head_dim, 16);
+  struct ferry_engine_config c = config();
+  c.kv_format = FERRY_KV_INT4;
+  FILE *devnull = fopen("/dev/null", "w");
+  assert_non_null(devnull);
+  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, devnull), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "scales groups of 32 elements of each head"));
+  assert_true(tu_contains(ferry_last_error(), "16 wide"));
+  c.kv_format = FERRY_KV_BF16; /* a plain format has no groups */
+  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, devnull), FERRY_OK);
+  fclose(devnull);
+  ferry_model_close(m);
+}
+
+/* In the simulator: a host cache takes nothing from the device and crosses q, k, v down and the
+ * attention output up for every layer and token; int4 holds a quarter of fp16 plus its scales. */
+static void test_sim_kv_bytes(void **state) {
+  (void)state;
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  const struct ferry_model_config *mc = ferry_model_get_config(m);
+  uint64_t peak[3];
+  const enum ferry_kv_format fmts[3] = {FERRY_KV_FP16, FERRY_KV_FP16, FERRY_KV_INT4};
+  for (int i = 0; i < 3; i++) {
+    struct ferry_engine_config c = config();
+    c.kv_format = fmts[i];
+    c.kv_home_host = i == 1;
+    c.resident_all = 1;
+    ferry_exec *ex = NULL;
+    ferry_engine *e = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.lock_host_memory = 1}), FERRY_OK);
+    if (ferry_engine_create(&e, m, NULL, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+    assert_int_equal(ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}), FERRY_OK);
+    int64_t n;
+    const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
+    for (int64_t s = 0; s < n; s++) {
+      const uint64_t T = (uint64_t)sm[s].tokens, qd = (uint64_t)(mc->n_heads * mc->head_dim),
+                     kvd = (uint64_t)(mc->n_kv_heads * mc->head_dim);
+      const uint64_t expect = i == 1 ? (uint64_t)mc->n_layers * T * (2 * qd + 2 * kvd) * 4 : 0;
+      assert_int_equal(sm[s].bytes_act, expect);
+      assert_true(i != 1 || sm[s].cpu_busy_ns > 0);
+    }
+    struct ferry_serve_summary sum;
+    ferry_engine_summary(e, &sum);
+    peak[i] = sum.peak_bytes[FERRY_TIER_DEVICE];
+    ferry_engine_destroy(e);
+    ferry_exec_destroy(ex);
+  }
+  const uint64_t tokens = 2 * 32; /* max_batch x max_seq_tokens */
+  const uint64_t fp16 = ferry_model_kv_bytes(m, (int64_t)tokens, FERRY_KV_FP16),
+                 int4 = ferry_model_kv_bytes(m, (int64_t)tokens, FERRY_KV_INT4);
+  assert_int_equal(int4, fp16 / 4 + fp16 / 32); /* half a byte per element and 2 bytes per 32 */
+  assert_int_equal(peak[0] - peak[1], fp16);                 /* the host cache holds no device bytes */
+  assert_int_equal(peak[0] - peak[2], fp16 - int4);
+  ferry_model_close(m);
+  ferry_hw_close(hw);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_quantized_kv_logits),
+      cmocka_unit_test(test_kv_codec),                 cmocka_unit_test(test_kv_group_must_divide_head),
+      cmocka_unit_test(test_sim_kv_bytes),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

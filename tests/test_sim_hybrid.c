@@ -1,0 +1,219 @@
+/* Hybrid execution in the simulator: what crosses the link when experts or layers are computed
+ * on the CPU (exactly the activations the engine moves, no weights), and the CPU's time priced
+ * from the profile's cores, per-core peaks and DDR bandwidth. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/engine.h"
+#include "ferry/exec.h"
+#include "ferry/hw.h"
+#include "ferry/model.h"
+#include "ferry/routing.h"
+#include "ferry/sim.h"
+#include "testutil.h"
+
+static char *tmp;
+
+static int setup(void **state) {
+  (void)state;
+  tmp = tu_mkdtemp("sim_hybrid");
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_rmtree(tmp);
+  free(tmp);
+  return 0;
+}
+
+/* A GPU with round figures and a CPU of `cores` cores at 10 GFLOP/s each (fp32) reading `dram`
+ * GB/s, no fixed cost per CPU op. */
+static ferry_hw *profile(const char *name, int cores, double dram) {
+  char path[512], text[2048];
+  snprintf(path, sizeof path, "%s/%s.json", tmp, name);
+  snprintf(text, sizeof text,
+           "{\"name\": \"%s\", \"kind\": \"gpu\","
+           " \"gpu\": {\"name\": \"G\", \"memory_bytes\": 1073741824, \"mem_bw_gbps\": 100,"
+           " \"peak_tflops\": {\"fp32\": 1, \"fp16\": 10}, \"launch_overhead_ns\": 100},"
+           " \"link\": {\"name\": \"L\", \"h2d_gbps\": 1, \"d2h_gbps\": 1, \"latency_ns\": 0, \"copy_engines\": 1},"
+           " \"host\": {\"name\": \"H\", \"dram_gbps\": %g, \"cores\": %d, \"core_gflops\": {\"fp32\": 10},"
+           " \"cpu_op_ns\": 0, \"memory_bytes\": 1073741824},"
+           " \"disk\": {\"name\": \"D\", \"read_gbps\": 2, \"latency_ns\": 10000, \"queue_depth\": 4}}",
+           name, dram, cores);
+  tu_write_file(path, text, strlen(text));
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  return hw;
+}
+
+static const struct ferry_engine_request requests[] = {
+    {.id = 0, .prompt_tokens = 40, .output_tokens = 12},
+    {.id = 1, .prompt_tokens = 9, .output_tokens = 20},
+    {.id = 2, .prompt_tokens = 70, .output_tokens = 8},
+};
+#define N_REQ ((int64_t)(sizeof requests / sizeof requests[0]))
+
+struct run {
+  ferry_exec *ex;
+  ferry_engine *eng;
+  ferry_model *model;
+  ferry_routing_synth *synth;
+  const struct ferry_step_metrics *steps;
+  int64_t n_steps;
+};
+
+static void run(struct run *r, const char *preset, ferry_hw *hw, struct ferry_engine_config cfg, uint64_t extra) {
+  memset(r, 0, sizeof *r);
+  assert_int_equal(ferry_model_open(&r->model, preset), FERRY_OK);
+  const struct ferry_model_config *mc = ferry_model_get_config(r->model);
+  if (mc->n_experts) {
+    struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
+                                            .top_k = (int32_t)mc->experts_per_token, .seed = 3};
+    assert_int_equal(ferry_routing_synth_create(&r->synth, &sc), FERRY_OK);
+    cfg.routing = ferry_routing_synth_fn;
+    cfg.routing_user = r->synth;
+  }
+  uint64_t dmin = 0, hmin = 0;
+  assert_int_equal(ferry_engine_min_budgets(r->model, NULL, &cfg, &dmin, &hmin), FERRY_OK);
+  cfg.device_budget_bytes = dmin + extra;
+  struct ferry_exec_config xc = {.device_budget_bytes = cfg.device_budget_bytes, .lock_host_memory = 1};
+  assert_int_equal(ferry_exec_create_sim(&r->ex, hw, &xc), FERRY_OK);
+  ferry_status st = ferry_engine_create(&r->eng, r->model, NULL, r->ex, &cfg);
+  if (st != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  st = ferry_engine_run(r->eng, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1});
+  if (st != FERRY_OK) fail_msg("engine_run: %s", ferry_last_error());
+  r->steps = ferry_engine_step_metrics(r->eng, &r->n_steps);
+}
+
+static void run_free(struct run *r) {
+  ferry_engine_destroy(r->eng);
+  ferry_exec_destroy(r->ex);
+  ferry_routing_synth_free(r->synth);
+  ferry_model_close(r->model);
+}
+
+static struct ferry_engine_config base(void) {
+  struct ferry_engine_config c = {.block_layers = 1, .prefetch_depth = 1, .max_batch = 4, .max_step_tokens = 64,
+                                  .max_seq_tokens = 128, .seed = 7};
+  return c;
+}
+
+/* Experts on the CPU with attention resident: no expert is fetched; per step and MoE layer the
+ * input and the gate weights go down (T x hidden and T x k floats) and the CPU's sum comes back
+ * (T x hidden), and that is all the host-to-device traffic there is. */
+static void test_experts_on_cpu_traffic(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("cpu8", 8, 10);
+  struct ferry_engine_config c = base();
+  c.resident_attention = 1;
+  c.compute_experts = FERRY_COMPUTE_CPU;
+  struct run r;
+  run(&r, "tiny-moe", hw, c, 1 << 20);
+  const struct ferry_model_config *mc = ferry_model_get_config(r.model);
+  int64_t cpu_experts = 0;
+  for (int64_t s = 0; s < r.n_steps; s++) {
+    const struct ferry_step_metrics *m = &r.steps[s];
+    const uint64_t T = (uint64_t)m->tokens, H = (uint64_t)mc->hidden, K = (uint64_t)mc->experts_per_token;
+    const uint64_t layers = (uint64_t)mc->n_layers; /* every layer of tiny-moe routes */
+    assert_int_equal(m->misses, 0);
+    assert_int_equal(m->hits, 0);
+    assert_int_equal(m->bytes_act, layers * (T * H * 4 + T * K * 4 + T * H * 4));
+    assert_int_equal(m->bytes_h2d, layers * T * H * 4);
+    assert_true(m->cpu_busy_ns > 0);
+    cpu_experts += m->cpu_experts;
+  }
+  assert_true(cpu_experts > 0);
+  run_free(&r);
+  ferry_hw_close(hw);
+}
+
+/* Streamed layers on the CPU: the hidden state goes down before the first streamed layer and up
+ * before the pinned last ones, once per step; no block moves. */
+static void test_layers_on_cpu_traffic(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("cpu8l", 8, 10);
+  struct ferry_engine_config c = base();
+  c.pin_last = 2;
+  c.compute_layers = FERRY_COMPUTE_CPU;
+  struct run r;
+  run(&r, "tiny-dense", hw, c, 0);
+  const struct ferry_model_config *mc = ferry_model_get_config(r.model);
+  for (int64_t s = 0; s < r.n_steps; s++) {
+    const struct ferry_step_metrics *m = &r.steps[s];
+    const uint64_t row = (uint64_t)m->tokens * (uint64_t)mc->hidden * 4;
+    assert_int_equal(m->bytes_h2d, row);
+    assert_int_equal(m->bytes_act, 2 * row);
+    assert_int_equal(m->bytes_disk, 0);
+    assert_true(m->cpu_busy_ns > 0);
+  }
+  run_free(&r);
+  ferry_hw_close(hw);
+}
+
+/* The CPU's time comes from the profile: twice the cores and twice the DDR bandwidth halve every
+ * CPU kernel (to the ns each is rounded up to). */
+static void test_cpu_priced_from_profile(void **state) {
+  (void)state;
+  ferry_hw *small = profile("cpu4", 4, 10), *big = profile("cpu8b", 8, 20);
+  struct ferry_engine_config c = base();
+  c.resident_attention = 1;
+  c.compute_experts = FERRY_COMPUTE_CPU;
+  struct run a, b;
+  run(&a, "tiny-moe", small, c, 1 << 20);
+  run(&b, "tiny-moe", big, c, 1 << 20);
+  int64_t ta = 0, tb = 0;
+  assert_int_equal(a.n_steps, b.n_steps);
+  for (int64_t s = 0; s < a.n_steps; s++) ta += a.steps[s].cpu_busy_ns, tb += b.steps[s].cpu_busy_ns;
+  assert_true(tb > 0);
+  const double ratio = (double)ta / (double)tb;
+  if (ratio < 1.95 || ratio > 2.05) fail_msg("CPU time ratio %.3f, expected 2", ratio);
+  run_free(&a);
+  run_free(&b);
+  ferry_hw_close(small);
+  ferry_hw_close(big);
+}
+
+/* A profile without CPU figures cannot price a CPU kernel: the run says which figures. */
+static void test_cpu_figures_required(void **state) {
+  (void)state;
+  char path[512];
+  snprintf(path, sizeof path, "%s/nocpu.json", tmp);
+  const char *text = "{\"name\": \"nocpu\", \"kind\": \"gpu\","
+                     " \"gpu\": {\"name\": \"G\", \"memory_bytes\": 1073741824, \"mem_bw_gbps\": 100,"
+                     " \"peak_tflops\": {\"fp32\": 1, \"fp16\": 10}},"
+                     " \"link\": {\"name\": \"L\", \"h2d_gbps\": 1, \"d2h_gbps\": 1},"
+                     " \"disk\": {\"name\": \"D\", \"read_gbps\": 2}}";
+  tu_write_file(path, text, strlen(text));
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  struct ferry_engine_config c = base();
+  c.compute_layers = FERRY_COMPUTE_CPU;
+  uint64_t dmin = 0, hmin = 0;
+  assert_int_equal(ferry_engine_min_budgets(m, NULL, &c, &dmin, &hmin), FERRY_OK);
+  c.device_budget_bytes = dmin;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.device_budget_bytes = dmin}), FERRY_OK);
+  assert_int_equal(ferry_engine_create(&e, m, NULL, ex, &c), FERRY_OK);
+  assert_int_equal(ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}),
+                   FERRY_ERR_NOT_FOUND);
+  assert_true(tu_contains(ferry_last_error(), "host.cores"));
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_model_close(m);
+  ferry_hw_close(hw);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_experts_on_cpu_traffic),
+      cmocka_unit_test(test_layers_on_cpu_traffic),
+      cmocka_unit_test(test_cpu_priced_from_profile),
+      cmocka_unit_test(test_cpu_figures_required),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
