@@ -438,6 +438,7 @@ static inline uint64_t ferry__readback_lookahead_offset(const struct ferry_engin
 /* Issue the following ops for micro-batch m: its token arrays, counts and hidden state. */
 static inline void ferry__mb_use(struct ferry_engine *e, int32_t m) {
   const struct microbatch *b = &e->mbs[m];
+  if (m != e->cur_mb) e->ctx_valid = 0; /* another micro-batch's context */
   e->cur_mb = m;
   e->tok_ids = b->tok_ids;
   e->tok_pos = b->tok_pos;
@@ -446,7 +447,6 @@ static inline void ferry__mb_use(struct ferry_engine *e, int32_t m) {
   e->tok_index = b->tok_index;
   e->tok_seqlen = b->tok_seqlen;
   e->tok_req = b->tok_req;
-  e->ctx_valid = 0;
   e->row_of_seq = b->row_of_seq;
   e->n_tok = b->n_tok;
   e->n_rows = b->n_rows;
