@@ -3,8 +3,10 @@
  * weights on disk, with the page cache keeping or dropping them) and resident, with and
  * without an expert predictor, quantized weights, families whose layers differ (latent
  * attention, sliding windows, shared experts), the runtimes' host costs (native, eager with
- * its synchronous fetches, CUDA graphs), pageable host memory, and a profile where issuing ops
- * and waking queues take host time. Every request's and every step's
+ * its synchronous fetches, CUDA graphs), pageable host memory, a profile where issuing ops
+ * and waking queues take host time, and the execution strategies (the auto, lru and static
+ * placement policies, a paged KV cache preempting by recompute and by swap, experts computed
+ * on the CPU, two micro-batches through each loaded layer). Every request's and every step's
  * figures must be equal, so the latency statistics (within 0.5 % is the contract; they come
  * out identical) and the bytes moved, hits and misses are. Each workload also runs in
  * FERRY_SIM_CHECK, where the engine builds every op it would replay and compares it with the
@@ -90,6 +92,12 @@ struct workload {
   int drop_cache;       /* disk reads drop their pages (else the page cache keeps them) */
   int schedule;         /* memory-pressure control with the device budget cut at 4 ms and restored
                            at 8 ms: the engine re-plans mid-run (its op graphs recorded again) */
+  const char *policy;   /* an expert placement policy (NULL: the engine's default, auto) */
+  int32_t kv_block;     /* a paged KV cache of blocks of this many tokens (0: none) ... */
+  int32_t kv_pool_blocks; /* ... in a pool of this many blocks (0: the default), */
+  int kv_swap;          /* ... preempted sequences swapped to host memory (else recomputed) */
+  int cpu_experts;      /* --offload-compute experts=cpu: a miss computed on the CPU */
+  int32_t gpu_batches;  /* micro-batches through each loaded layer (FlexGen) */
 };
 
 struct result {
@@ -99,6 +107,7 @@ struct result {
   int64_t n_req, n_steps;
   struct ferry_sim_stats stats;
   int64_t replans; /* engine events with a new placement */
+  int64_t cpu_experts; /* experts computed on the CPU, over the steps */
 };
 
 static void run(const struct workload *w, int mode, struct result *out) {
@@ -120,6 +129,16 @@ static void run(const struct workload *w, int mode, struct result *out) {
   c.resident_attention = w->resident_attention;
   c.home_disk = w->home_disk;
   c.expert_cache_lfu = w->lfu;
+  c.expert_cache = w->policy;
+  c.kv_block_tokens = w->kv_block;
+  c.kv_preempt_swap = w->kv_swap;
+  if (w->kv_pool_blocks) {
+    struct ferry_model_accounting acc;
+    ferry_model_get_accounting(model, &acc);
+    c.kv_pool_bytes = (uint64_t)w->kv_pool_blocks * (uint64_t)w->kv_block * acc.kv_bytes_per_token;
+  }
+  if (w->cpu_experts) c.compute_experts = FERRY_COMPUTE_CPU;
+  c.gpu_batches = w->gpu_batches;
   if (w->drop_cache) c.read_flags = FERRY_READ_DROP_CACHE;
   if (w->quant) {
     assert_int_equal(ferry_quant_plan_parse(w->quant, &c.quant), FERRY_OK);
@@ -170,6 +189,8 @@ static void run(const struct workload *w, int mode, struct result *out) {
   assert_non_null(out->steps);
   memcpy(out->req, rm, (size_t)out->n_req * sizeof *rm);
   memcpy(out->steps, sm, (size_t)out->n_steps * sizeof *sm);
+  out->cpu_experts = 0;
+  for (int64_t i = 0; i < out->n_steps; i++) out->cpu_experts += sm[i].cpu_experts;
   assert_int_equal(ferry_exec_sim_stats(ex, &out->stats), FERRY_OK);
   int64_t n_ev = 0;
   const struct ferry_engine_event *ev = ferry_engine_events(eng, &n_ev);
@@ -222,6 +243,9 @@ static void compare(const struct workload *w) {
     assert_int_equal(a->prefetches_used, b->prefetches_used);
     assert_int_equal(a->stall_ns, b->stall_ns);
     assert_int_equal(a->load_ns, b->load_ns);
+    assert_int_equal(a->preemptions, b->preemptions);
+    assert_int_equal(a->swaps, b->swaps);
+    assert_int_equal(a->swap_bytes, b->swap_bytes);
     same_latency("TTFT", &a->ttft, &b->ttft);
     same_latency("TPOT", &a->tpot, &b->tpot);
     same_latency("e2e", &a->e2e, &b->e2e);
@@ -235,7 +259,9 @@ static void compare(const struct workload *w) {
       if (x->start_ns != y->start_ns || x->end_ns != y->end_ns || x->tokens != y->tokens || x->hits != y->hits ||
           x->misses != y->misses || x->bytes_h2d != y->bytes_h2d || x->bytes_disk != y->bytes_disk ||
           x->bytes_d2h != y->bytes_d2h || x->stall_ns != y->stall_ns || x->compute_busy_ns != y->compute_busy_ns ||
-          x->h2d_busy_ns != y->h2d_busy_ns || x->disk_busy_ns != y->disk_busy_ns)
+          x->h2d_busy_ns != y->h2d_busy_ns || x->disk_busy_ns != y->disk_busy_ns || x->cpu_busy_ns != y->cpu_busy_ns ||
+          x->cpu_experts != y->cpu_experts || x->evictions != y->evictions || x->kv_blocks != y->kv_blocks ||
+          x->bytes_act != y->bytes_act)
         fail_msg("%s: step %lld differs (mode %d): [%lld, %lld] vs [%lld, %lld]", w->name, (long long)s,
                  i ? FERRY_SIM_CHECK : FERRY_SIM_FAST, (long long)x->start_ns, (long long)x->end_ns,
                  (long long)y->start_ns, (long long)y->end_ns);
@@ -256,6 +282,10 @@ static void compare(const struct workload *w) {
   assert_true(fast.stats.graph_ops > 0);         /* the fast mode did replay */
   assert_true(fast.stats.graph_ops < fast.stats.ops_done);
   if (!w->resident_all) assert_true(exact.sum.bytes_h2d > 0);
+  /* each strategy did what it is there for */
+  if (w->kv_pool_blocks) assert_true(exact.sum.preemptions > 0);
+  if (w->kv_swap) assert_true(exact.sum.swaps > 0);
+  if (w->cpu_experts) assert_true(exact.cpu_experts > 0);
   if (w->schedule) {
     assert_int_equal(exact.sum.budget_changes, 2);
     assert_int_equal(exact.replans, 2); /* fewer expert slots, then as many as before */
@@ -299,6 +329,23 @@ static const struct workload workloads[] = {
      .runtime = "native", .block_layers = 2, .prefetch_depth = 1},
     {.name = "budget schedule under pressure", .preset = "tiny-moe", .block_layers = 1, .prefetch_depth = 2,
      .expert_slots = 6, .schedule = 1},
+    /* the execution strategies (issue 14): placement policies, paged KV, CPU compute, micro-batches */
+    {.name = "auto placement", .preset = "tiny-moe", .policy = "auto", .block_layers = 1, .prefetch_depth = 1,
+     .expert_slots = 6},
+    {.name = "lru placement, predictor", .preset = "tiny-moe", .policy = "lru", .block_layers = 1,
+     .prefetch_depth = 2, .expert_slots = 8, .predict = 1},
+    {.name = "static placement", .preset = "tiny-moe", .policy = "static", .resident_attention = 1,
+     .block_layers = 1, .prefetch_depth = 1, .expert_slots = 6},
+    {.name = "paged KV, recompute", .preset = "tiny-moe", .block_layers = 1, .prefetch_depth = 1, .expert_slots = 6,
+     .kv_block = 16, .kv_pool_blocks = 8},
+    {.name = "paged KV, swap", .preset = "tiny-dense", .block_layers = 1, .prefetch_depth = 1, .kv_block = 16,
+     .kv_pool_blocks = 10, .kv_swap = 1},
+    {.name = "experts on the CPU", .preset = "tiny-moe", .cpu_experts = 1, .block_layers = 1, .prefetch_depth = 1,
+     .expert_slots = 4},
+    {.name = "two micro-batches", .preset = "tiny-moe", .gpu_batches = 2, .block_layers = 1, .prefetch_depth = 1,
+     .expert_slots = 6},
+    {.name = "two micro-batches, dense", .preset = "tiny-dense", .gpu_batches = 2, .block_layers = 2,
+     .prefetch_depth = 1},
 };
 
 static void test_fast_equals_exact(void **state) {
