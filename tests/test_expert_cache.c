@@ -1,8 +1,9 @@
 /* The expert cache's victim choice against a plain reference (a scan of every slot, as the
- * policy is defined: first empty slot, else the unprotected slot with the least recent use
- * (LRU) or the fewest uses of its expert then the least recent use (LFU), lowest index on a
- * tie): long random sequences of lookups, inserts, touches and protections must leave both
- * with the same slots, in both policies, with and without inserts that are never touched. */
+ * policy is defined: the first empty slot (none when it is protected), else the unprotected
+ * slot with the least recent use (LRU) or the fewest uses of its expert then the least recent
+ * use (LFU), lowest index on a tie): long random sequences of lookups, inserts, touches and
+ * protections must leave both with the same slots, in both policies, with and without inserts
+ * that are never touched. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ static int32_t ref_insert(struct ref *r, int32_t l, int32_t x) {
   int32_t v = -1;
   for (int32_t s = 0; s < r->n_slots && v < 0; s++)
     if (r->layer[s] < 0) v = s;
+  if (v >= 0 && r->protect[v]) return -1; /* the first empty slot is in use: no room (cache.c) */
   if (v < 0) {
     for (int32_t s = 0; s < r->n_slots; s++) {
       if (r->protect[s]) continue;

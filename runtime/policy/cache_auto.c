@@ -22,10 +22,14 @@ struct autoc {
   uint64_t clock, epoch_len;
 };
 
-static uint32_t aged(const struct autoc *s, int32_t unit) {
-  const uint64_t now = s->clock / s->epoch_len, d = now - s->epoch[unit];
+/* unit's count as of epoch now (= clock / epoch_len: worked out once per scan, a division
+ * per slot was a tenth of a simulation) */
+static uint32_t aged_at(const struct autoc *s, uint64_t now, int32_t unit) {
+  const uint64_t d = now - s->epoch[unit];
   return d >= 32 ? 0 : s->count[unit] >> d;
 }
+
+static uint32_t aged(const struct autoc *s, int32_t unit) { return aged_at(s, s->clock / s->epoch_len, unit); }
 
 static ferry_status auto_create(void **state, const struct ferry_cache_geometry *g) {
   struct autoc *s = ferry__calloc(1, sizeof *s);
@@ -86,9 +90,10 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
   /* admission: only past the main area's least routed expert (the least recent among equals) */
   int32_t m = -1;
   uint32_t cm = 0;
+  const uint64_t now = s->clock / s->epoch_len;
   for (int32_t i = 0; i < s->n_slots; i++) {
     if (!s->in_main[i] || s->seen[i] < 0) continue;
-    const uint32_t ci = aged(s, s->seen[i]);
+    const uint32_t ci = aged_at(s, now, s->seen[i]);
     if (m < 0 || ci < cm || (ci == cm && s->stamp[i] < s->stamp[m])) m = i, cm = ci;
   }
   if (m >= 0 && s->count[unit] > cm) {
