@@ -828,6 +828,13 @@ static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) 
   if ((st = routing(e, l))) return st;
   int64_t n_cpu_pairs = 0;
   group_by_expert(e);
+  /* a prefill step's experts' graphs (the common state: a streamed slot): first where they are
+   * kept, then the graphs; a decode step's stay in cache anyway */
+  const int64_t E = e->mc->n_experts;
+  for (int graph = 0; graph < 2 && e->n_tok > e->cfg.max_batch && memo_device_only(e, l); graph++)
+    for (int32_t x = 0; x < E; x++)
+      if (e->expert_count[x])
+        ferry__memo_prefetch(e, MEMO_EXPERT, (int64_t)l * E + x, (int64_t)e->expert_count[x] * 2 + 1, graph);
   if ((st = dispatch_experts(e, l, in, &n_cpu_pairs))) return st;
   return combine_experts(e, l, n_cpu_pairs);
 }

@@ -40,7 +40,6 @@ static int64_t near_count(const struct ferry_engine *e, enum memo_kind kind) {
     case MEMO_ROUTING:
     case MEMO_COMBINE: return B + 1;
     case MEMO_EXPERT: return 2 * (B + 1);
-    case MEMO_MISS: return 12 * (B + 1);
     case MEMO_FILL: return 6;
     default: return 0;
   }
@@ -53,8 +52,7 @@ static int64_t group_count(const struct ferry_engine *e, enum memo_kind kind) {
     case MEMO_LAYER:
     case MEMO_ROUTING:
     case MEMO_COMBINE: return L;
-    case MEMO_EXPERT:
-    case MEMO_MISS: return L * E;
+    case MEMO_EXPERT: return L * E;
     case MEMO_FILL: return e->n_units;
     default: return 0;
   }
