@@ -1,7 +1,9 @@
-/* The CUPTI collector (built with CUDA): registers CUPTI's Activity API buffer callbacks on a
- * fixed pool of pre-allocated buffers and a timestamp callback on ferry's clock, enables the
- * activity kinds a ferry timeline needs, and hands every completed buffer's records to the
- * converter (cupti_convert.c), which delivers them to the caller's activity sink. */
+/* The CUPTI collector (in ferry's CUDA module, ferry_cuda.so): registers CUPTI's Activity API
+ * buffer callbacks on a fixed pool of pre-allocated buffers and a timestamp callback on
+ * ferry's clock, enables the activity kinds a ferry timeline needs, and hands every completed
+ * buffer's records to the converter (cupti_convert.c), which delivers them to the caller's
+ * activity sink. ferry's public ferry_cupti_* functions (cupti_load.c) call it through the
+ * table at the end. */
 #include <dlfcn.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -14,6 +16,7 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/units.h"
+#include "profiler/cupti_api.h"
 #include "profiler/cupti_convert.h"
 
 #define DEFAULT_BUFFER_BYTES (4u << 20)
@@ -112,8 +115,8 @@ static void destroy(struct ferry_cupti *c) {
   ferry_free(c);
 }
 
-ferry_status ferry_cupti_start_config(ferry_cupti **out, ferry_activity_fn sink, void *user, int64_t t0_ns,
-                                      const struct ferry_cupti_config *config) {
+static ferry_status cupti_start_config(ferry_cupti **out, ferry_activity_fn sink, void *user, int64_t t0_ns,
+                                       const struct ferry_cupti_config *config) {
   if (!out || !sink) return ferry__fail(FERRY_ERR_INVALID, "ferry_cupti_start: %s is NULL", out ? "sink" : "out");
   *out = NULL;
   struct ferry_cupti_config cfg = config ? *config : (struct ferry_cupti_config){0};
@@ -196,11 +199,7 @@ out_unlock:
   return st;
 }
 
-ferry_status ferry_cupti_start(ferry_cupti **out, ferry_activity_fn sink, void *user, int64_t t0_ns) {
-  return ferry_cupti_start_config(out, sink, user, t0_ns, NULL);
-}
-
-ferry_status ferry_cupti_flush(ferry_cupti *c) {
+static ferry_status cupti_flush(ferry_cupti *c) {
   if (!c) return ferry__fail(FERRY_ERR_INVALID, "ferry_cupti_flush: c is NULL");
   CUptiResult rc = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   if (rc != CUPTI_SUCCESS)
@@ -208,7 +207,7 @@ ferry_status ferry_cupti_flush(ferry_cupti *c) {
   return FERRY_OK;
 }
 
-void ferry_cupti_get_stats(const ferry_cupti *c, struct ferry_cupti_stats *stats) {
+static void cupti_get_stats(const ferry_cupti *c, struct ferry_cupti_stats *stats) {
   if (!stats) return;
   memset(stats, 0, sizeof *stats);
   if (!c) return;
@@ -220,22 +219,16 @@ void ferry_cupti_get_stats(const ferry_cupti *c, struct ferry_cupti_stats *stats
   stats->pool_exhausted = ferry__cupti_pool_exhausted(&m->pool);
 }
 
-uint64_t ferry_cupti_dropped(const ferry_cupti *c) {
-  struct ferry_cupti_stats s;
-  ferry_cupti_get_stats(c, &s);
-  return s.dropped_records + s.zero_timestamp;
-}
-
-void ferry_cupti_launch_begin(void *user, uint64_t tag) {
+static void cupti_launch_begin(void *user, uint64_t tag) {
   if (user) cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, tag);
 }
 
-void ferry_cupti_launch_end(void *user) {
+static void cupti_launch_end(void *user) {
   uint64_t last = 0;
   if (user) cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
 }
 
-ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats) {
+static ferry_status cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats) {
   if (stats) memset(stats, 0, sizeof *stats);
   if (!c) return FERRY_OK;
   pthread_mutex_lock(&g_start_mu);
@@ -254,7 +247,7 @@ ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats) {
   pthread_mutex_lock(&c->conv_mu);
   ferry__cupti_conv_fini(&c->conv); /* ranges still open count as unpaired */
   pthread_mutex_unlock(&c->conv_mu);
-  ferry_cupti_get_stats(c, stats);
+  cupti_get_stats(c, stats);
   destroy(c);
   pthread_mutex_unlock(&g_start_mu);
   if (err != CUPTI_SUCCESS)
@@ -262,3 +255,14 @@ ferry_status ferry_cupti_stop(ferry_cupti *c, struct ferry_cupti_stats *stats) {
                        what, cupti_str(err), (int)err);
   return FERRY_OK;
 }
+
+/* What the module offers ferry (cupti_load.c finds it by name). */
+__attribute__((visibility("default"))) const struct ferry__cupti_api ferry__cupti_api = {
+    .version = FERRY_CUPTI_API_VERSION,
+    .start_config = cupti_start_config,
+    .flush = cupti_flush,
+    .get_stats = cupti_get_stats,
+    .launch_begin = cupti_launch_begin,
+    .launch_end = cupti_launch_end,
+    .stop = cupti_stop,
+};

@@ -132,7 +132,16 @@ if [[ -d $BUILD/lib ]]; then
   export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   note "bundle: $(head -n 1 "$BUILD/MANIFEST" 2>/dev/null || echo "$BUILD")"
 fi
-missing=$(ldd "$FERRY" "$CHECK" "$BUILD/tests/test_exec_cuda" "$BUILD/tests/test_exec" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')
+# CUDA's libraries are the CUDA module's (ferry_cuda.so, loaded when the cuda executor or CUPTI
+# is used): check them there
+MODULE=()
+if [[ -f $BUILD/ferry_cuda.so ]]; then
+  MODULE=("$BUILD/ferry_cuda.so")
+  export FERRY_CUDA_MODULE="$BUILD/ferry_cuda.so"
+elif [[ $REHEARSAL != 1 ]]; then
+  fatal "no CUDA module $BUILD/ferry_cuda.so (build the ferry_cuda target with FERRY_CUDA=ON)"
+fi
+missing=$(ldd "$FERRY" "$CHECK" "$BUILD/tests/test_exec_cuda" "$BUILD/tests/test_exec" "${MODULE[@]}" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')
 [[ -z $missing ]] || fatal "libraries not found: $missing(LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
 
 # --- 2. executor conformance and kernels against the host executor -----------------------------

@@ -39,8 +39,9 @@ static void test_start_without_device(void **state) {
     assert_true(s.delivered <= s.records);
     return;
   }
-  assert_int_equal(st, FERRY_ERR_NO_DEVICE);
-  assert_true(tu_contains(ferry_last_error(), "no CUDA device"));
+  /* no device, or ferry's CUDA module (or CUDA's libraries) not to be found: said which */
+  assert_true(st == FERRY_ERR_NO_DEVICE || st == FERRY_ERR_UNSUPPORTED);
+  assert_true(tu_contains(ferry_last_error(), st == FERRY_ERR_NO_DEVICE ? "no CUDA device" : "CUDA module"));
 #else
   assert_int_equal(st, FERRY_ERR_UNSUPPORTED);
   assert_true(tu_contains(ferry_last_error(), "without CUDA"));

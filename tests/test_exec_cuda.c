@@ -43,14 +43,61 @@ static void test_create_status(void **state) {
   }
   assert_null(ex);
 #ifdef FERRY_HAVE_CUDA
-  assert_true(st == FERRY_ERR_NO_DEVICE || st == FERRY_ERR_CUDA);
+  /* no device, or ferry's CUDA module (or CUDA's libraries) not to be found: said which */
+  assert_true(st == FERRY_ERR_NO_DEVICE || st == FERRY_ERR_CUDA || st == FERRY_ERR_UNSUPPORTED);
   if (st == FERRY_ERR_NO_DEVICE) assert_true(tu_contains(ferry_last_error(), "no CUDA device"));
+  if (st == FERRY_ERR_UNSUPPORTED) assert_true(tu_contains(ferry_last_error(), "CUDA module"));
 #else
   assert_int_equal(st, FERRY_ERR_UNSUPPORTED);
   assert_true(tu_contains(ferry_last_error(), "CUDA"));
 #endif
   assert_true(strlen(ferry_last_error()) > 0);
   assert_int_equal(ferry_exec_create_cuda(NULL, NULL), FERRY_ERR_INVALID);
+}
+
+/* Whether a shared library whose name contains `name` is mapped into this process. */
+static int mapped(const char *name) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[4096];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, name) != NULL;
+  fclose(f);
+  return found;
+}
+
+/* CUDA's libraries are loaded only when the cuda executor is asked for: neither this program
+ * nor `ferry` links them (a plain `ferry --help` or `ferry sim` never pays for loading them). */
+static void test_cuda_loaded_on_demand(void **state) {
+  (void)state;
+  if (mapped("libcudart") < 0) skip();
+  assert_int_equal(mapped("libcudart"), 0);
+  assert_int_equal(mapped("libcublas"), 0);
+  assert_int_equal(mapped("libcupti"), 0);
+  const char *bin = getenv("FERRY_BIN");
+  if (bin) {
+    char cmd[1200], out[8192] = "";
+    snprintf(cmd, sizeof cmd, "ldd '%s' 2>&1", bin);
+    FILE *p = popen(cmd, "r");
+    if (p) {
+      size_t n = fread(out, 1, sizeof out - 1, p);
+      out[n] = '\0';
+      if (pclose(p) == 0) {
+        assert_false(tu_contains(out, "libcudart"));
+        assert_false(tu_contains(out, "libcublas"));
+        assert_false(tu_contains(out, "libcupti"));
+      }
+    }
+  }
+  ferry_exec *ex = NULL;
+  ferry_status st = ferry_exec_create_cuda(&ex, NULL);
+  ferry_exec_destroy(ex);
+#ifdef FERRY_HAVE_CUDA
+  if (st != FERRY_ERR_UNSUPPORTED) assert_int_equal(mapped("ferry_cuda.so"), 1); /* the module, and with it CUDA */
+#else
+  assert_int_equal(st, FERRY_ERR_UNSUPPORTED);
+  assert_int_equal(mapped("libcudart"), 0);
+#endif
 }
 
 static void test_alloc_budget(void **state) {
@@ -295,6 +342,7 @@ static void test_bad_kernel_refused(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cuda_loaded_on_demand),
       cmocka_unit_test(test_create_status),   cmocka_unit_test(test_alloc_budget),
       cmocka_unit_test(test_copy_round_trip), cmocka_unit_test(test_event_order),
       cmocka_unit_test(test_device_arena),

@@ -2,7 +2,8 @@
  * malloc memory when the configuration does not lock host memory),
  * COMPUTE/H2D/D2H queues as CUDA streams fed by an issuer thread each, the DISK queue as a CPU
  * worker reading into pinned memory; cuBLAS for matrix products, exec_cuda_kernels.cu for the
- * rest. Without CUDA in the build, or without a driver or device, creation fails cleanly.
+ * rest. Built into ferry's CUDA module (ferry_cuda.so), which ferry loads when the executor is
+ * asked for (exec_cuda_load.c); without a driver or device, creation fails cleanly.
  *
  * Why threads around the streams: the engine makes GPU queues wait for events raised by the CPU
  * disk queue. A stream cannot wait for the CPU without blocking something, so each GPU queue
@@ -34,6 +35,7 @@
 #include "arena.h"
 #include "exec_cuda.h"
 #include "common/io.h"
+#include "exec_cuda_api.h"
 #include "exec_impl.h"
 #include "host_kernels.h"
 #include "nvtx.h"
@@ -337,8 +339,9 @@ static void dequant_args(const struct ferry_kernel *k, struct ferry_cu_dequant *
   d->zeros = dptr(k->aux[FERRY_QPART_ZEROS]);
   d->scales2 = dptr(k->aux[FERRY_QPART_SCALES2]);
   d->offsets2 = dptr(k->aux[FERRY_QPART_OFFSETS2]);
-  memcpy(d->nf4_levels, ferry__nf4_levels, sizeof d->nf4_levels);
-  memcpy(d->dynamic_map, ferry__dynamic_map, sizeof d->dynamic_map);
+  /* the tables of the process that loaded the module (exec_cuda_api.h) */
+  memcpy(d->nf4_levels, ferry__cuda_exec_host->nf4_levels, sizeof d->nf4_levels);
+  memcpy(d->dynamic_map, ferry__cuda_exec_host->dynamic_map, sizeof d->dynamic_map);
 }
 
 /* y[m, n] (+)= x[m, k] . W[n, k]^T on the queue's stream, fp32 accumulation. cuBLAS wants A
@@ -1066,7 +1069,7 @@ static const struct ferry_exec_backend cuda_backend = {
     .device_info = cu_device_info,
 };
 
-ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
+static ferry_status cuda_create(ferry_exec **out, const struct ferry_exec_config *config) {
   if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
   *out = NULL;
   int count = 0, unified = 0;
@@ -1125,7 +1128,7 @@ ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_co
   return FERRY_OK;
 }
 
-ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
+static ferry_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -1142,49 +1145,23 @@ ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes)
   return FERRY_OK;
 }
 
-void ferry__exec_cuda_versions(int *driver, int *runtime) {
+static void cuda_versions(int *driver, int *runtime) {
   *driver = *runtime = 0;
   if (cudaDriverGetVersion(driver) != cudaSuccess) *driver = 0;
   if (cudaRuntimeGetVersion(runtime) != cudaSuccess) *runtime = 0;
   cudaGetLastError();
 }
 
-#else /* !FERRY_HAVE_CUDA */
-#include "exec_impl.h"
+const struct ferry__cuda_exec_host *ferry__cuda_exec_host;
 
-void ferry__exec_cuda_versions(int *driver, int *runtime) { *driver = *runtime = 0; }
+static void cuda_bind(const struct ferry__cuda_exec_host *host) { ferry__cuda_exec_host = host; }
 
-ferry_status ferry_exec_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
-  (void)free_bytes, (void)total_bytes;
-  return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
-}
-
-ferry_status ferry_exec_create_cuda(ferry_exec **out, const struct ferry_exec_config *config) {
-  (void)config;
-  if (!out) return ferry__fail(FERRY_ERR_INVALID, "exec_create_cuda: out is NULL");
-  *out = NULL;
-  return ferry__fail(FERRY_ERR_UNSUPPORTED, "this build of ferry has no CUDA support (configure with FERRY_CUDA=ON)");
-}
-#endif /* FERRY_HAVE_CUDA */
-
-/* The registry's entry (runtime/backends/registry.c lists it), in builds with and without CUDA:
- * without, it says why it cannot be opened. */
-static int cuda_available(char *why, size_t len) {
-  if (ferry_exec_cuda_memory(NULL, NULL) == FERRY_OK) return 1;
-  snprintf(why, len, "%s", ferry_last_error());
-  return 0;
-}
-
-static ferry_status cuda_open(ferry_exec **out, const struct ferry_exec_params *p) {
-  return ferry_exec_create_cuda(out, p ? &p->config : NULL);
-}
-
-const struct ferry_exec_info ferry__exec_info_cuda = {
-    .version = FERRY_EXEC_INFO_VERSION,
-    .name = "cuda",
-    .description = "real work on CUDA device 0 (streams, kernels, cuBLAS)",
-    .caps = FERRY_EXEC_CAP_DATA | FERRY_EXEC_CAP_MEMORY | FERRY_EXEC_CAP_PROFILE,
-    .available = cuda_available,
-    .open = cuda_open,
-    .memory = ferry_exec_cuda_memory,
+/* What the module offers ferry (exec_cuda_load.c finds it by name). */
+__attribute__((visibility("default"))) const struct ferry__cuda_exec_api ferry__cuda_exec_api = {
+    .version = FERRY_CUDA_EXEC_API_VERSION,
+    .bind = cuda_bind,
+    .create = cuda_create,
+    .memory = cuda_memory,
+    .versions = cuda_versions,
 };
+#endif /* FERRY_HAVE_CUDA */
