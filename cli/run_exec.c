@@ -211,7 +211,8 @@ static ferry_status create_executor(struct run_ctx *c) {
   struct ferry_exec_params xp = {.config = {.device_budget_bytes = a->ec.device_budget_bytes,
                                             .host_budget_bytes = a->ec.host_budget_bytes,
                                             .lock_host_memory = strcmp(a->host_memory, "pageable") != 0,
-                                            .compute_threads = (int)a->threads}};
+                                            .compute_threads = (int)a->threads,
+                                            .sim_mode = a->exact ? FERRY_SIM_EXACT : FERRY_SIM_FAST}};
   ferry_hw *hw = NULL;
   ferry_status st = a->hw ? ferry_hw_open(&hw, a->hw) : FERRY_OK;
   /* the software issuing the work: as asked, else the profile's, else a C++ engine */
@@ -231,13 +232,13 @@ static ferry_status create_executor(struct run_ctx *c) {
 }
 
 /* How the simulation went: its speed, and what its page cache model served. */
-static void print_sim_stats(ferry_exec *ex, int64_t wall0) {
+static void print_sim_stats(ferry_exec *ex, int64_t wall0, int exact) {
   struct ferry_sim_stats ss;
   if (ferry_exec_sim_stats(ex, &ss) != FERRY_OK) return;
   const double wall_s = (double)(ferry__mono_ns() - wall0) / 1e9;
-  fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time: %llu events (%.0f events/s), %llu ops\n",
-          (double)ss.now_ns / 1e9, wall_s, (unsigned long long)ss.events_run,
-          wall_s > 0 ? (double)ss.events_run / wall_s : 0.0, (unsigned long long)ss.ops_done);
+  fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time (%s mode): %llu ops (%.0f ops/s), %llu events\n",
+          (double)ss.now_ns / 1e9, wall_s, exact ? "exact" : "fast", (unsigned long long)ss.ops_done,
+          wall_s > 0 ? (double)ss.ops_done / wall_s : 0.0, (unsigned long long)ss.events_run);
   if (ss.cache_hits + ss.cache_misses) {
     char hit[32];
     fprintf(stderr, "ferry: page cache: %llu of %llu buffered disk reads served from memory (%s)\n",
@@ -273,7 +274,7 @@ static ferry_status serve(struct run_ctx *c) {
   const int64_t wall0 = ferry__mono_ns();
   if ((st = ferry_engine_run(c->eng, c->reqs, c->n_reqs, &ro)) != FERRY_OK) return serve_failed(c, st);
   resil_stop(&c->resil);
-  if (a->sim && a->progress) print_sim_stats(c->ex, wall0);
+  if (a->sim && a->progress) print_sim_stats(c->ex, wall0, (int)a->exact);
   struct ferry_serve_summary sum;
   ferry_engine_summary(c->eng, &sum);
   if (a->summary_out) *a->summary_out = sum; /* run_repeat() prints it in --format */

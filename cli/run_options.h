@@ -151,6 +151,10 @@
   X(quant, "quant", TEXT, "PLAN", SIM_M, SEC_SIM, CFG_ALWAYS, "quant", NULL, 0, 0, check_quant,                      \
     "size a preset's weights in a format or per-class plan (int4-g64, nf4,\nexpert=int3-g64,default=fp16, ...); a " \
     "quantized folder carries its own", "; quantize a model folder with 'ferry model quantize'")                     \
+  X(exact, "exact", FLAG, "", SIM_M, SEC_SIM, CFG_NO, "exact", 0, 0, 0, NULL,                                       \
+    "every op through the discrete-event simulation (the same figures,\n3-4x slower; by default op times are worked " \
+    "out as ops are issued and\nrepeated op sequences replayed, docs/simulator-speed.md)",                           \
+    " (a real run is timed by the clock)")                                                                           \
   /* --- MoE routing and expert prediction --- */                                                                   \
   X(record_routing, "record-routing", TEXT, "FILE", BOTH_M, SEC_ROUTING, CFG_NO, "record_routing", NULL, 0, 0, NULL, \
     "write every routing decision as JSONL (ferry trace routing reads it)", "")                                      \

@@ -45,6 +45,7 @@ static ferry_status sim_routing_source(struct run_ctx *c) {
                        (long long)mc->experts_per_token);
   if ((st = ferry_routing_synth_create(&c->synth, &sc)) != FERRY_OK) return st;
   a->ec.routing = ferry_routing_synth_fn;
+  a->ec.routing_many = ferry_routing_synth_many;
   a->ec.routing_user = c->synth;
   if (!a->routing) return FERRY_OK;
   if ((st = ferry_routing_open(&c->replayed, a->routing, NULL)) != FERRY_OK ||
@@ -53,6 +54,7 @@ static ferry_status sim_routing_source(struct run_ctx *c) {
       (st = ferry_routing_replay_create(&c->replay, c->replayed, c->synth)) != FERRY_OK)
     return st;
   a->ec.routing = ferry_routing_replay_fn;
+  a->ec.routing_many = NULL;
   a->ec.routing_user = c->replay;
   return FERRY_OK;
 }

@@ -12,89 +12,10 @@
 #include "common/error.h"
 #include "common/io.h"
 #include "ferry/store.h"
-#include "ferry/sim.h"
-#include "ferry/store.h"
-#include "runtime/exec/exec_impl.h"
+#include "sim/exec_sim_impl.h"
 #include "sim/cpu_cost.h"
-#include "sim/des.h"
-#include "sim/gpu_cost.h"
-#include "sim/resource.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
-#define PACKED_SLOTS 8   /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
-
-/* An enqueued op with what the resource model needs, worked out once when it is enqueued so
- * that starting it cannot fail for a reason the caller could have been told about. */
-struct sim_op {
-  struct ferry_op op;        /* kernels: only the header unless a sink wanted the whole op */
-  int full;                  /* op.u holds the whole kernel */
-  int64_t duration_ns;       /* kernels: duration from the cost model (launch overhead included) */
-  int folded;                /* kernels: folded into the op that reads its output (no work, no launch) */
-  struct ferry__fluid *res;  /* copies and reads: the channel the bytes flow through */
-  uint64_t flow_bytes;       /* bytes the channel serves (a copy within one memory: read + write) */
-  enum ferry_fault_kind fault; /* reads: the injected fault of the attempt in flight */
-  int32_t attempt;             /* reads: attempts made (the I/O layer's retries, in virtual time) */
-  int32_t failures;            /* reads: failed attempts */
-  int read_failed;             /* reads: failed for good */
-  int64_t first_start_ns;      /* start of the first attempt (-1 until one failed) */
-};
-
-struct sim_exec;
-
-/* The OS page cache as buffered disk reads see it: whole read ranges, least recently used out
- * first, in the host memory the host budget leaves free. A read of a cached range is a copy
- * within host memory; a buffered read from disk is cached unless it drops its pages after
- * itself (FERRY_READ_DROP_CACHE); O_DIRECT reads bypass it. A range counts as cached from the
- * moment its read is enqueued. */
-struct cached_range {
-  const struct ferry_store *store;
-  uint64_t file, offset, len;
-  uint64_t stamp; /* last use; 0 = empty entry */
-};
-
-struct page_cache {
-  struct cached_range *v;
-  size_t n, cap;
-  uint64_t capacity_bytes, used_bytes, clock;
-  uint64_t hits, misses, hit_bytes;
-};
-
-struct sim_queue {
-  struct sim_exec *s;
-  int32_t index;
-  struct sim_op *ring; /* power-of-two capacity; the head op stays in place while it runs */
-  uint32_t cap, head, count;
-  int busy;            /* the head op is in flight on a resource */
-  int waking;          /* idle when an op arrived: starts after the wake-up latency */
-  int blocked;         /* the head op is a WAIT whose generation is not done yet */
-  int64_t blocked_since;
-  struct ferry__compute *unit; /* runs this queue's kernels */
-  uint64_t completed;          /* ops completed on this queue since creation */
-  struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
-};
-
-struct sim_exec {
-  struct ferry_exec *ex;
-  struct ferry__des *des;
-  struct ferry_hw_profile hw; /* figures only: sources, fitted and path are not kept */
-  struct ferry__fluid *h2d, *d2h, *disk, *dram, *dmem;
-  const struct ferry_hw_cost *fitted[FERRY_K_COUNT][2]; /* per kernel kind and regime (GEMM), or NULL: roofline */
-  struct sim_queue queues[FERRY_EXEC_MAX_QUEUES];
-  uint32_t runnable; /* bit per queue that may be able to start its head op */
-  int pumping;
-  uint64_t pending_ops; /* ops enqueued and not completed, every queue */
-  uint64_t ops_done, kernels, copies, reads;
-  int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
-  int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
-  struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
-  int pageable;               /* host memory is not pinned: the host waits for its host->device copies */
-  /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
-  const ferry_buf *packed_buf[PACKED_SLOTS];
-  uint64_t packed_off[PACKED_SLOTS];
-  struct ferry__packed packed[PACKED_SLOTS];
-  uint64_t packed_next;
-  struct page_cache cache; /* the OS page cache over buffered disk reads */
-};
 
 static const struct ferry_exec_backend sim_backend;
 
@@ -110,8 +31,7 @@ static const char *role_name(enum ferry_queue_role r) {
 static void kick(struct sim_exec *s, int32_t q) { s->runnable |= 1u << q; }
 static void pump(struct sim_exec *s);
 
-/* The head op of q completed over [start, end]: report it and move on. */
-static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
+void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
   struct sim_exec *s = q->s;
   struct sim_op *so = &q->ring[q->head];
   switch (so->op.kind) {
@@ -130,15 +50,14 @@ static void op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
   q->head = (q->head + 1) & (q->cap - 1);
   q->count--;
   q->completed++;
+  q->last_done_ns = end_ns;
   s->pending_ops--;
   s->ops_done++;
 }
 
-/* An event generation completed now: raise done_gen and release the queues waiting for it.
- * Released queues are only marked runnable; the pump starts them after the current queue, so
+/* Released queues are only marked runnable; the pump starts them after the current queue, so
  * the order of everything at one instant is fixed by queue index and submission order. */
-static void event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
-  int64_t now = ferry__des_now(s->des);
+void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t now) {
   if (atomic_load(&ev->done_gen) < gen) {
     atomic_store(&ev->done_gen, gen);
     ev->done_time_ns = now;
@@ -151,7 +70,7 @@ static void event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen) {
     if (head->op.u.event.ev != ev || head->op.u.event.gen > done) continue;
     w->blocked = 0;
     atomic_fetch_add(&s->ex->queues[i].stall_ns, now - w->blocked_since);
-    op_complete(w, w->blocked_since, now);
+    ferry__sim_op_complete(w, w->blocked_since, now);
     kick(s, i);
   }
 }
@@ -167,14 +86,14 @@ static ferry_status start_transfer(struct sim_queue *q, struct sim_op *so, uint6
   /* a read the page cache model serves never reaches the disk: no disk fault for it */
   const struct ferry_fault none = {FERRY_FAULT_NONE, 0, 0};
   struct ferry_fault f = so->op.kind != FERRY_OP_READ ? ferry__exec_fault(&so->op)
-                         : so->res == q->s->disk      ? ferry_fault_draw(FERRY_FAULT_READ)
+                         : so->cost.chan == CHAN_DISK  ? ferry_fault_draw(FERRY_FAULT_READ)
                                                       : none;
   so->attempt++;
   if (so->op.kind == FERRY_OP_READ) ferry__io_count(FERRY__IO_ATTEMPTS, 1);
   if (f.kind == FERRY_FAULT_FAIL) {
     int64_t now = ferry__des_now(q->s->des);
     ferry__exec_fault_fail(q->s->ex, q->index, &so->op, f.attempt);
-    op_complete(q, now, now);
+    ferry__sim_op_complete(q, now, now);
     return FERRY_OK;
   }
   so->fault = f.kind == FERRY_FAULT_CORRUPT ? FERRY_FAULT_NONE : f.kind; /* no bytes here to corrupt */
@@ -184,7 +103,7 @@ static ferry_status start_transfer(struct sim_queue *q, struct sim_op *so, uint6
   q->job.done = job_done;
   q->job.ctx = q;
   q->busy = 1;
-  ferry_status st = ferry__fluid_submit(so->res, &q->job);
+  ferry_status st = ferry__fluid_submit(q->s->chan[so->cost.chan], &q->job);
   if (st != FERRY_OK) q->busy = 0;
   return st;
 }
@@ -193,7 +112,7 @@ static void retry_read(struct ferry__des *des, void *ctx) {
   (void)des;
   struct sim_queue *q = ctx;
   struct sim_op *so = &q->ring[q->head];
-  ferry_status st = start_transfer(q, so, so->flow_bytes);
+  ferry_status st = start_transfer(q, so, so->cost.flow_bytes);
   if (st != FERRY_OK) start_failed(q, st);
   pump(q->s);
 }
@@ -209,7 +128,7 @@ static int read_fault(struct sim_queue *q, struct sim_op *so) {
   if (so->first_start_ns < 0) so->first_start_ns = q->job.start_ns;
   if (so->fault == FERRY_FAULT_SHORT) {
     ferry__io_count(FERRY__IO_SHORT, 1);
-    ferry_status st = start_transfer(q, so, so->flow_bytes - so->flow_bytes / 2);
+    ferry_status st = start_transfer(q, so, so->cost.flow_bytes - so->cost.flow_bytes / 2);
     if (st != FERRY_OK) start_failed(q, st);
     return 1;
   }
@@ -248,8 +167,8 @@ static void job_done(struct ferry__res_job *job, void *ctx) {
   if (so->op.kind == FERRY_OP_READ && so->fault != FERRY_FAULT_NONE && read_fault(q, so)) return;
   q->busy = 0;
   if (so->op.kind == FERRY_OP_READ && so->failures && !so->read_failed) ferry__io_count(FERRY__IO_RECOVERED, 1);
-  op_complete(q, so->op.kind == FERRY_OP_READ && so->first_start_ns >= 0 ? so->first_start_ns : job->start_ns,
-              job->end_ns);
+  ferry__sim_op_complete(q, so->op.kind == FERRY_OP_READ && so->first_start_ns >= 0 ? so->first_start_ns : job->start_ns,
+                         job->end_ns);
   kick(q->s, q->index);
   pump(q->s);
 }
@@ -262,7 +181,7 @@ static void start_failed(struct sim_queue *q, ferry_status st) {
            role_name(q->s->ex->queues[q->index].role), ferry_last_error());
   ferry__exec_op_failed(q->s->ex, st, msg);
   int64_t now = ferry__des_now(q->s->des);
-  op_complete(q, now, now);
+  ferry__sim_op_complete(q, now, now);
 }
 
 /* Start head ops until the queue is empty, busy on a resource, or blocked on an event. */
@@ -276,13 +195,13 @@ static void advance(struct sim_queue *q) {
       case FERRY_OP_RECORD: {
         ferry_event *ev = so->op.u.event.ev;
         uint64_t gen = so->op.u.event.gen;
-        op_complete(q, now, now);
-        event_complete(s, ev, gen);
+        ferry__sim_op_complete(q, now, now);
+        ferry__sim_event_complete(s, ev, gen, now);
         break;
       }
       case FERRY_OP_WAIT:
         if (atomic_load(&so->op.u.event.ev->done_gen) >= so->op.u.event.gen) {
-          op_complete(q, now, now);
+          ferry__sim_op_complete(q, now, now);
         } else {
           q->blocked = 1;
           q->blocked_since = now;
@@ -292,11 +211,11 @@ static void advance(struct sim_queue *q) {
         const struct ferry_fault f = ferry__exec_fault(&so->op);
         if (f.kind == FERRY_FAULT_FAIL) {
           ferry__exec_fault_fail(s->ex, q->index, &so->op, f.attempt);
-          op_complete(q, now, now);
+          ferry__sim_op_complete(q, now, now);
           break;
         }
         memset(&q->job, 0, sizeof q->job);
-        q->job.duration_ns = so->duration_ns + f.delay_ns;
+        q->job.duration_ns = so->cost.duration_ns + f.delay_ns;
         q->job.done = job_done;
         q->job.ctx = q;
         q->busy = 1;
@@ -311,7 +230,7 @@ static void advance(struct sim_queue *q) {
         so->attempt = so->failures = so->read_failed = 0;
         so->first_start_ns = -1;
         if (so->op.kind == FERRY_OP_READ) ferry__io_count(FERRY__IO_READS, 1);
-        if ((st = start_transfer(q, so, so->flow_bytes)) != FERRY_OK) start_failed(q, st);
+        if ((st = start_transfer(q, so, so->cost.flow_bytes)) != FERRY_OK) start_failed(q, st);
         break;
     }
   }
@@ -330,9 +249,16 @@ static void pump(struct sim_exec *s) {
 
 /* ---- the backend ------------------------------------------------------------------------------ */
 
-static int64_t sim_now(struct ferry_exec *ex) { return ferry__des_now(state(ex)->des); }
+static int64_t sim_now(struct ferry_exec *ex) {
+  struct sim_exec *s = state(ex);
+  return s->mode != FERRY_SIM_EXACT ? s->now_ns : ferry__des_now(s->des);
+}
 
-static void sim_sleep_until(struct ferry_exec *ex, int64_t t_ns) { ferry__des_run_until(state(ex)->des, t_ns); }
+static void sim_sleep_until(struct ferry_exec *ex, int64_t t_ns) {
+  struct sim_exec *s = state(ex);
+  if (s->mode != FERRY_SIM_EXACT) ferry__sim_fast_sleep_until(s, t_ns);
+  else ferry__des_run_until(s->des, t_ns);
+}
 
 static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
   struct sim_exec *s = state(ex);
@@ -350,6 +276,7 @@ static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
   q->s = s;
   q->index = index;
   q->cap = RING_INITIAL;
+  q->last_done_ns = q->tail_ns = INT64_MIN;
   return FERRY_OK;
 }
 
@@ -365,7 +292,7 @@ static void sim_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
 }
 
 /* The packed weight a DEQUANTIZE op expanded into ref, if one of the last few did. */
-static const struct ferry__packed *packed_at(const struct sim_exec *s, struct ferry_ref ref) {
+const struct ferry__packed *ferry__sim_packed_at(const struct sim_exec *s, struct ferry_ref ref) {
   for (int i = 0; i < PACKED_SLOTS; i++)
     if (s->packed_buf[i] && s->packed_buf[i] == ref.buf && s->packed_off[i] == ref.offset) return &s->packed[i];
   return NULL;
@@ -434,107 +361,124 @@ static ferry_status cache_insert(struct sim_exec *s, const struct ferry_op *op) 
 }
 
 /* Where a disk read's bytes come from: the page cache (a copy within host memory) or the disk. */
-static ferry_status route_read(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op) {
+ferry_status ferry__sim_route_read(struct sim_exec *s, struct sim_cost *c_out, const struct ferry_op *op) {
   const unsigned flags = op->u.read.flags;
   struct page_cache *c = &s->cache;
   struct cached_range *hit = (flags & FERRY_READ_DIRECT) ? NULL : cache_find(c, op);
-  if (hit && s->dram) {
+  if (hit && s->chan[CHAN_DRAM]) {
     c->hits++;
     c->hit_bytes += op->u.read.len;
-    so->res = s->dram;
-    so->flow_bytes = 2 * op->u.read.len;
+    c_out->chan = CHAN_DRAM;
+    c_out->flow_bytes = 2 * op->u.read.len;
     if (flags & FERRY_READ_DROP_CACHE)
       cache_drop(c, hit);
     else
       hit->stamp = ++c->clock;
     return FERRY_OK;
   }
-  if (!s->disk) return missing(s, "a disk read", "disk section (disk.read_gbps)");
-  so->res = s->disk;
-  so->flow_bytes = op->u.read.len;
+  if (!s->chan[CHAN_DISK]) return missing(s, "a disk read", "disk section (disk.read_gbps)");
+  c_out->chan = CHAN_DISK;
+  c_out->flow_bytes = op->u.read.len;
   if (!(flags & FERRY_READ_DIRECT)) c->misses++;
   if (flags & (FERRY_READ_DIRECT | FERRY_READ_DROP_CACHE)) return FERRY_OK;
   return cache_insert(s, op);
 }
 
+/* A kernel's duration: its fitted cost when the profile is calibrated, else the GPU cost model
+ * with the packed weights behind its references (packed[], ferry__sim_packed_at()); -1 when the
+ * profile cannot time it. *folded: no kernel of its own (its work is its consumer's). */
+int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
+                             int *folded, struct ferry__gpu_work *work) {
+  double flops;
+  uint64_t bytes;
+  *folded = 0;
+  ferry_kernel_cost(k, &flops, &bytes);
+  const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
+  const struct ferry_hw_cost *fit = s->fitted[k->kind][gemm];
+  if (fit) /* calibrated from measurements of the op as issued: preferred to the roofline */
+    return ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
+                                                            : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
+  ferry__gpu_work_of(k, packed, s->rt.fused_dequant, work);
+  *folded = work->folded;
+  return ferry__gpu_work_ns(&s->hw, work);
+}
+
+/* The packed weights behind kernel k's references, as the last DEQUANTIZE ops left them (a
+ * DEQUANTIZE itself is noted for its consumer). */
+void ferry__sim_packed_of(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *packed[3]) {
+  packed[0] = packed[1] = packed[2] = NULL;
+  if (k->kind == FERRY_K_DEQUANTIZE) {
+    note_packed(s, k);
+  } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_MLA_ATTENTION ||
+             k->kind == FERRY_K_EMBED) {
+    packed[0] = ferry__sim_packed_at(s, k->w);
+    if (k->kind == FERRY_K_EXPERT) packed[1] = ferry__sim_packed_at(s, k->aux[0]), packed[2] = ferry__sim_packed_at(s, k->aux[1]);
+  }
+}
+
 /* A kernel on a CPU queue: the profile's CPU (cores, per-core peaks, DDR bandwidth). Fitted
  * costs describe the device's kernels, so they do not apply here. */
-static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_op *so, const struct ferry_kernel *k) {
+static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, const struct ferry_kernel *k) {
   const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
   if (k->kind == FERRY_K_DEQUANTIZE) {
     note_packed(s, k);
   } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_EMBED) {
-    packed[0] = packed_at(s, k->w);
-    if (k->kind == FERRY_K_EXPERT) packed[1] = packed_at(s, k->aux[0]), packed[2] = packed_at(s, k->aux[1]);
+    packed[0] = ferry__sim_packed_at(s, k->w);
+    if (k->kind == FERRY_K_EXPERT) packed[1] = ferry__sim_packed_at(s, k->aux[0]), packed[2] = ferry__sim_packed_at(s, k->aux[1]);
   }
   struct ferry__gpu_work w;
   ferry__cpu_work_of(k, packed, &w);
-  so->folded = w.folded;
+  c->folded = w.folded;
   const int64_t ns = ferry__cpu_work_ns(&s->hw, &w);
   if (ns < 0)
     return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
                           "sim executor: hardware profile %s cannot time kernel %s on the CPU: it lacks the host's "
                           "CPU figures (host.cores with host.core_gflops, or host.cpu_gflops) or host.dram_gbps",
                           s->hw.name, k->name);
-  so->duration_ns = ns;
+  c->duration_ns = ns;
   return FERRY_OK;
 }
 
-/* Work out an op's resource and duration at enqueue time. */
-static ferry_status prepare(struct sim_exec *s, struct sim_op *so, const struct ferry_op *op, int cpu) {
+/* Work out an op's channel and duration at enqueue time (cpu: on a CPU queue). */
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op, int cpu) {
+  c->duration_ns = 0;
+  c->folded = 0;
+  c->chan = CHAN_NONE;
+  c->flow_bytes = 0;
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
       const struct ferry_kernel *k = &op->u.kernel;
-      if (cpu) return prepare_cpu_kernel(s, so, k);
-      double flops;
-      uint64_t bytes;
-      ferry_kernel_cost(k, &flops, &bytes);
-      const int gemm = bytes > 0 && flops / (double)bytes > FERRY_HW_GEMM_INTENSITY;
-      const struct ferry_hw_cost *fit = s->fitted[k->kind][gemm];
-      if (fit) { /* calibrated from measurements of the op as issued: preferred to the roofline */
-        so->duration_ns =
-            ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
-                                                            : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
-        return FERRY_OK;
-      }
-      const struct ferry__packed *packed[3] = {NULL, NULL, NULL};
-      if (k->kind == FERRY_K_DEQUANTIZE) {
-        note_packed(s, k);
-      } else if (k->kind == FERRY_K_MATMUL || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_MLA_ATTENTION ||
-                 k->kind == FERRY_K_EMBED) {
-        packed[0] = packed_at(s, k->w);
-        if (k->kind == FERRY_K_EXPERT) packed[1] = packed_at(s, k->aux[0]), packed[2] = packed_at(s, k->aux[1]);
-      }
-      struct ferry__gpu_work w;
-      ferry__gpu_work_of(k, packed, s->rt.fused_dequant, &w);
-      so->folded = w.folded;
-      int64_t ns = ferry__gpu_work_ns(&s->hw, &w);
+      if (cpu) return prepare_cpu_kernel(s, c, k);
+      const struct ferry__packed *packed[3];
+      ferry__sim_packed_of(s, k, packed);
+      struct ferry__gpu_work w = {0};
+      int64_t ns = ferry__sim_kernel_ns(s, k, packed, &c->folded, &w);
       if (ns < 0)
         return ferry__err_set(&s->ex->err, FERRY_ERR_NOT_FOUND,
                               "sim executor: hardware profile %s cannot time kernel %s (%s, %s): it lacks the GPU's "
                               "memory bandwidth or a usable peak",
                               s->hw.name, k->name, ferry_hw_op_name(w.op), ferry_dtype_name(w.math));
-      so->duration_ns = ns;
+      c->duration_ns = ns;
       return FERRY_OK;
     }
     case FERRY_OP_COPY:
-      so->flow_bytes = op->u.copy.bytes;
+      c->flow_bytes = op->u.copy.bytes;
       switch (op->u.copy.copy_kind) {
-        case FERRY_COPY_HTOD: so->res = s->h2d; break;
-        case FERRY_COPY_DTOH: so->res = s->d2h; break;
+        case FERRY_COPY_HTOD: c->chan = CHAN_H2D; break;
+        case FERRY_COPY_DTOH: c->chan = CHAN_D2H; break;
         case FERRY_COPY_DTOD:
-          so->res = s->dmem;
-          so->flow_bytes = 2 * op->u.copy.bytes;
+          c->chan = CHAN_DMEM;
+          c->flow_bytes = 2 * op->u.copy.bytes;
           break;
         default:
-          if (!s->dram) return missing(s, "a copy within host memory", "host.dram_gbps");
-          so->res = s->dram;
-          so->flow_bytes = 2 * op->u.copy.bytes;
+          if (!s->chan[CHAN_DRAM]) return missing(s, "a copy within host memory", "host.dram_gbps");
+          c->chan = CHAN_DRAM;
+          c->flow_bytes = 2 * op->u.copy.bytes;
           break;
       }
       return FERRY_OK;
     case FERRY_OP_READ:
-      return route_read(s, so, op);
+      return ferry__sim_route_read(s, c, op);
     case FERRY_OP_RECORD:
     case FERRY_OP_WAIT:
       return FERRY_OK;
@@ -558,9 +502,18 @@ static ferry_status ring_grow(struct ferry_exec *ex, struct sim_queue *q) {
   return FERRY_OK;
 }
 
+/* The ring entry after q's last op (growing the ring when full); the caller fills it in and
+ * then counts it. */
+ferry_status ferry__sim_ring_slot(struct sim_exec *s, struct sim_queue *q, struct sim_op **out) {
+  ferry_status st;
+  if (q->count == q->cap && (st = ring_grow(s->ex, q)) != FERRY_OK) return st;
+  *out = &q->ring[(q->head + q->count) & (q->cap - 1)];
+  return FERRY_OK;
+}
+
 /* Bytes of an op worth keeping: a kernel is 400-odd bytes of which the resource model needs
  * nothing once its duration is known, so it is kept whole only for the activity sink. */
-static size_t op_bytes(const struct ferry_op *op, int sink) {
+size_t ferry__sim_op_bytes(const struct ferry_op *op, int sink) {
   const size_t head = offsetof(struct ferry_op, u);
   switch (op->kind) {
     case FERRY_OP_KERNEL: return sink ? sizeof *op : head;
@@ -580,14 +533,15 @@ static void wake_queue(struct ferry__des *des, void *ctx) {
 
 /* The host thread works for ns: what is already queued runs on meanwhile. */
 static void host_busy(struct sim_exec *s, int64_t ns) {
-  if (ns > 0) ferry__des_run_until(s->des, ferry__des_now(s->des) + ns);
+  if (ns <= 0) return;
+  if (s->mode != FERRY_SIM_EXACT) ferry__sim_fast_host_busy(s, ns);
+  else ferry__des_run_until(s->des, ferry__des_now(s->des) + ns);
 }
 
-/* Host time the runtime spends issuing an op, before the op reaches its queue. */
-static int64_t issue_ns(const struct sim_exec *s, const struct sim_op *so, const struct ferry_op *op) {
+int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
   switch (op->kind) {
     case FERRY_OP_KERNEL:
-      if (so->folded) return 0;
+      if (c->folded) return 0;
       /* the rows a step samples (the gather of the logits rows, of no layer): the sampler and
        * output processing work per row */
       return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0
@@ -621,35 +575,33 @@ static int copy_done(void *arg) {
   return w->q->completed >= w->target;
 }
 
+/* The host never looks at a half-processed instant: each of its actions ends by running the
+ * events due by then (zero-length ops it just enqueued included), so what it sees done is
+ * exactly what ended at or before its clock, as in the fast path (exec_sim_fast.c). */
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
+  if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_submit(s, queue, op);
   struct sim_queue *q = &s->queues[queue];
   ferry_status st;
-  if (q->count == q->cap && (st = ring_grow(ex, q)) != FERRY_OK) return st;
-  struct sim_op *so = &q->ring[(q->head + q->count) & (q->cap - 1)];
-  so->duration_ns = 0;
-  so->folded = 0;
-  so->res = NULL;
-  so->flow_bytes = 0;
-  if ((st = prepare(s, so, op, ex->queues[queue].role == FERRY_QUEUE_CPU)) != FERRY_OK) return st;
-  /* the runtime issues it first (the queue's ring slot is not taken yet: running the clock
-   * forward may complete ops of this queue, never add any) */
-  const int64_t issue = issue_ns(s, so, op);
-  if (issue > 0) {
-    struct sim_op tmp = *so;
-    host_busy(s, issue);
-    so = &q->ring[(q->head + q->count) & (q->cap - 1)];
-    *so = tmp;
-  }
+  struct sim_cost c;
+  if ((st = ferry__sim_prepare(s, &c, op, ex->queues[queue].role == FERRY_QUEUE_CPU)) != FERRY_OK) return st;
+  /* the runtime issues it first (running the clock forward may complete ops of this queue,
+   * never add any: its ring slot is taken after) */
+  host_busy(s, ferry__sim_issue_ns(s, &c, op));
+  struct sim_op *so;
+  if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK) return st;
+  so->cost = c;
   so->full = ex->sink != NULL;
-  memcpy(&so->op, op, op_bytes(op, so->full));
+  memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
   q->count++;
   s->pending_ops++;
-  if (q->count == 1) { /* the queue was idle: the op starts now, or once its thread woke up */
-    if (s->wake_ns > 0) {
+  const int64_t now = ferry__des_now(s->des);
+  if (q->count == 1) {
+    /* the queue was idle: the op starts now, or once its thread woke up; a queue whose last op
+     * ended at this very instant has not gone to sleep yet */
+    if (s->wake_ns > 0 && q->last_done_ns < now) {
       q->waking = 1;
-      if ((st = ferry__des_schedule(s->des, ferry__des_now(s->des) + s->wake_ns, wake_queue, q, NULL)) != FERRY_OK)
-        return st;
+      if ((st = ferry__des_schedule(s->des, now + s->wake_ns, wake_queue, q, NULL)) != FERRY_OK) return st;
     } else {
       kick(s, queue);
       pump(s);
@@ -669,6 +621,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
     struct copy_wait w = {q, q->completed + q->count};
     if (!ferry__des_run_while_not(s->des, copy_done, &w)) return deadlock(ex, "the host waits for a copy from pageable memory");
   }
+  ferry__des_run_until(s->des, ferry__des_now(s->des));
   return FERRY_OK;
 }
 
@@ -705,14 +658,17 @@ static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for) {
 static ferry_status sim_sync(struct ferry_exec *ex, ferry_event *ev, uint64_t gen) {
   struct sync_arg a = {ev, gen};
   struct sim_exec *s = state(ex);
+  if (ex->capturing) return ferry__err_set(&ex->err, FERRY_ERR_INTERNAL, "sim executor: a host wait inside an op graph");
+  if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_sync(s, ev, gen);
   if (!ferry__des_run_while_not(s->des, gen_done, &a)) {
     char what[96];
     snprintf(what, sizeof what, "the host waits for an event generation %llu (done: %llu)", (unsigned long long)gen,
              (unsigned long long)atomic_load(&ev->done_gen));
     return deadlock(ex, what);
   }
-  /* the host notices the event only after its wake-up latency */
-  if (s->sync_ns) ferry__des_run_until(s->des, ferry__des_now(s->des) + s->sync_ns);
+  /* the host notices the event only after its wake-up latency (and never halfway through an
+   * instant: the rest of it runs too) */
+  ferry__des_run_until(s->des, ferry__des_now(s->des) + s->sync_ns);
   return FERRY_OK;
 }
 
@@ -720,7 +676,9 @@ static int all_idle(void *arg) { return ((struct sim_exec *)arg)->pending_ops ==
 
 static ferry_status sim_drain(struct ferry_exec *ex) {
   struct sim_exec *s = state(ex);
+  if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_drain(s);
   if (!ferry__des_run_while_not(s->des, all_idle, s)) return deadlock(ex, "draining every queue");
+  ferry__des_run_until(s->des, ferry__des_now(s->des));
   return FERRY_OK;
 }
 
@@ -731,11 +689,8 @@ static void sim_destroy(struct ferry_exec *ex) {
       ferry__compute_destroy(s->queues[i].unit);
       ferry_free(s->queues[i].ring);
     }
-    ferry__fluid_destroy(s->h2d);
-    ferry__fluid_destroy(s->d2h);
-    ferry__fluid_destroy(s->disk);
-    ferry__fluid_destroy(s->dram);
-    ferry__fluid_destroy(s->dmem);
+    for (int c = 0; c < CHAN_COUNT; c++) ferry__fluid_destroy(s->chan[c]);
+    ferry__sim_fast_free(s);
     ferry_free(s->cache.v);
     ferry__des_destroy(s->des);
     ferry_free(s);
@@ -779,6 +734,14 @@ static const struct ferry_exec_backend sim_backend = {
     .sleep_until = sim_sleep_until,
     .device_info = sim_device_info,
     .range_begin = sim_range_begin,
+    .graph_mode = ferry__sim_graph_mode,
+    .graph_begin = ferry__sim_graph_begin,
+    .graph_skipped_wait = ferry__sim_graph_skipped_wait,
+    .graph_end = ferry__sim_graph_end,
+    .graph_launch = ferry__sim_graph_launch,
+    .graph_check = ferry__sim_graph_check,
+    .graph_bytes = ferry__sim_graph_bytes,
+    .graph_free = ferry__sim_graph_free,
 };
 
 /* The channels of the profile: link directions and the device memory always (checked by the
@@ -789,16 +752,17 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
   if (!pinned && p->link.pageable_h2d_gbps > 0) h2d = p->link.pageable_h2d_gbps;
   uint32_t engines = p->link.copy_engines > 0 ? (uint32_t)p->link.copy_engines : 0;
   ferry_status st;
-  if ((st = ferry__link_create(&s->h2d, s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||
-      (st = ferry__link_create(&s->d2h, s->des, "link d2h", p->link.d2h_gbps * 1e9, p->link.latency_ns, engines)) ||
-      (st = ferry__fluid_create(&s->dmem, s->des, "device memory", p->gpu.mem_bw_gbps * 1e9, 0, 0)))
+  if ((st = ferry__link_create(&s->chan[CHAN_H2D], s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||
+      (st = ferry__link_create(&s->chan[CHAN_D2H], s->des, "link d2h", p->link.d2h_gbps * 1e9, p->link.latency_ns,
+                               engines)) ||
+      (st = ferry__fluid_create(&s->chan[CHAN_DMEM], s->des, "device memory", p->gpu.mem_bw_gbps * 1e9, 0, 0)))
     return st;
   if (p->has_disk && p->disk.read_gbps > 0 &&
-      (st = ferry__disk_create(&s->disk, s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
+      (st = ferry__disk_create(&s->chan[CHAN_DISK], s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
                                p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))
     return st;
   if (p->has_host && p->host.dram_gbps > 0 &&
-      (st = ferry__fluid_create(&s->dram, s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))
+      (st = ferry__fluid_create(&s->chan[CHAN_DRAM], s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))
     return st;
   return FERRY_OK;
 }
@@ -835,6 +799,18 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   ex->backend_state = s;
   s->ex = ex;
   s->hw = *p;
+  s->mode = config ? config->sim_mode : FERRY_SIM_EXACT;
+  if (s->mode != FERRY_SIM_FAST && s->mode != FERRY_SIM_EXACT && s->mode != FERRY_SIM_CHECK) {
+    ferry__exec_fini(ex);
+    ferry_free(ex);
+    ferry_free(s);
+    return ferry__fail(FERRY_ERR_INVALID, "sim executor: unknown mode %d (exact 0, fast 1, check 2)",
+                       config->sim_mode);
+  }
+  /* injected faults are drawn as ops start (retries, delays, lost devices), which only the
+   * discrete-event path models: with faults installed the figures come from it */
+  if (s->mode != FERRY_SIM_EXACT && ferry_fault_active()) s->mode = FERRY_SIM_EXACT;
+  for (int c = 0; c < CHAN_COUNT; c++) s->chan_use[c] = (struct sim_chan_use){INT64_MIN, -1};
   if (p->has_host) {
     s->submit_ns = p->host.submit_ns;
     s->sync_ns = p->host.sync_ns;
@@ -879,15 +855,16 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
   out->kernels = s->kernels;
   out->copies = s->copies;
   out->reads = s->reads;
+  out->graph_ops = s->graph_ops;
   struct ferry__fluid_stats fs;
-  ferry__fluid_get_stats(s->h2d, &fs);
+  ferry__fluid_get_stats(s->chan[CHAN_H2D], &fs);
   out->bytes_h2d = fs.bytes_done;
   out->h2d_busy_ns = fs.busy_ns;
-  ferry__fluid_get_stats(s->d2h, &fs);
+  ferry__fluid_get_stats(s->chan[CHAN_D2H], &fs);
   out->bytes_d2h = fs.bytes_done;
   out->d2h_busy_ns = fs.busy_ns;
-  if (s->disk) {
-    ferry__fluid_get_stats(s->disk, &fs);
+  if (s->chan[CHAN_DISK]) {
+    ferry__fluid_get_stats(s->chan[CHAN_DISK], &fs);
     out->bytes_disk = fs.bytes_done;
     out->disk_busy_ns = fs.busy_ns;
   }
@@ -896,7 +873,7 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     ferry__compute_get_stats(s->queues[i].unit, &cs);
     out->compute_busy_ns += cs.busy_ns;
   }
-  out->now_ns = ferry__des_now(s->des);
+  out->now_ns = sim_now((struct ferry_exec *)ex);
   out->cache_hits = s->cache.hits;
   out->cache_misses = s->cache.misses;
   out->bytes_cache = s->cache.hit_bytes;

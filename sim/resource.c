@@ -297,6 +297,22 @@ void ferry__fluid_get_stats(const struct ferry__fluid *f, struct ferry__fluid_st
 
 const char *ferry__fluid_name(const struct ferry__fluid *f) { return f->name; }
 
+/* The same arithmetic as a lone job in the event-driven model: it joins at virtual time 0 (an
+ * idle channel has rebased) with finish tag = bytes, and reschedule() waits for
+ * ceil(tag * 1 flow / rate). */
+int64_t ferry__fluid_alone_ns(const struct ferry__fluid *f, uint64_t bytes, int64_t *flow_ns) {
+  const double left = (double)bytes;
+  const int64_t flow = bytes ? ferry__ceil_ns(left * 1.0 / f->bytes_per_ns) : 0;
+  if (flow_ns) *flow_ns = flow;
+  return f->latency_ns + flow;
+}
+
+void ferry__fluid_account(struct ferry__fluid *f, uint64_t bytes, int64_t flow_ns) {
+  f->jobs_done++;
+  f->bytes_done += bytes;
+  f->busy_ns += flow_ns;
+}
+
 /* ---- compute units -------------------------------------------------------------------------
  * Durations are known at submit, so a FIFO unit needs no queue: an op starts when the one
  * before it ends (or now, if idle) and its end event is scheduled at once; events at equal
@@ -355,6 +371,13 @@ ferry_status ferry__compute_submit(struct ferry__compute *c, struct ferry__res_j
   job->end_ns = end;
   c->free_at_ns = end;
   return FERRY_OK;
+}
+
+void ferry__compute_account(struct ferry__compute *c, int64_t duration_ns) { ferry__compute_account_many(c, 1, duration_ns); }
+
+void ferry__compute_account_many(struct ferry__compute *c, uint64_t jobs, int64_t total_ns) {
+  c->jobs_done += jobs;
+  c->busy_ns += total_ns;
 }
 
 void ferry__compute_get_stats(const struct ferry__compute *c, struct ferry__compute_stats *out) {

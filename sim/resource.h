@@ -80,6 +80,13 @@ ferry_status ferry__fluid_submit(struct ferry__fluid *f, struct ferry__res_job *
 void ferry__fluid_get_stats(const struct ferry__fluid *f, struct ferry__fluid_stats *out);
 const char *ferry__fluid_name(const struct ferry__fluid *f);
 
+/* A job alone on the channel, timed without events (the sim executor's fast path): its latency
+ * then its bytes at the whole bandwidth, exactly the times the event-driven model gives a job
+ * that never shares; *flow_ns receives the part with bytes flowing. account() adds such a job,
+ * once done, to the channel's statistics. */
+int64_t ferry__fluid_alone_ns(const struct ferry__fluid *f, uint64_t bytes, int64_t *flow_ns);
+void ferry__fluid_account(struct ferry__fluid *f, uint64_t bytes, int64_t flow_ns);
+
 /* ---- compute units -------------------------------------------------------------------------
  * One queue of a GPU (or CPU): ops run one at a time in submission order, each for the
  * duration the caller gives (sim/gpu_cost.h). */
@@ -96,6 +103,11 @@ void ferry__compute_destroy(struct ferry__compute *c);
 /* Queue an op of job->duration_ns (>= 0). FERRY_ERR_BUSY if already in flight. */
 ferry_status ferry__compute_submit(struct ferry__compute *c, struct ferry__res_job *job);
 void ferry__compute_get_stats(const struct ferry__compute *c, struct ferry__compute_stats *out);
+/* An op of duration_ns run outside the event kernel (the sim executor's fast path), added to
+ * the unit's statistics once done. */
+void ferry__compute_account(struct ferry__compute *c, int64_t duration_ns);
+/* Several such ops at once: their number and total duration. */
+void ferry__compute_account_many(struct ferry__compute *c, uint64_t jobs, int64_t total_ns);
 
 /* Round a duration in ns up to a whole ns, treating values within 1e-9 (relative) of an
  * integer as that integer so exact results are not pushed up by float noise. Negative and

@@ -424,6 +424,50 @@ static void synth_stats(ferry_routing_synth *s, struct ferry_routing_stats *st) 
   ferry_routing_free(r);
 }
 
+/* The many-token routing source answers what the per-token one does, for every token (with the
+ * repeats a top-2 over few experts draws again, a skewed popularity, several k, and the knobs
+ * that copy or force choices), weights included. */
+static void test_synth_many_equals_one(void **state) {
+  (void)state;
+  const struct {
+    int32_t experts, k;
+    double zipf, temporal, layer;
+    int32_t domains;
+  } cases[] = {{4, 2, 0, 0, 0, 0}, {8, 2, 0, 0, 0, 0}, {8, 2, 1.5, 0, 0, 0}, {16, 3, 0.8, 0, 0, 0},
+               {64, 6, 1.2, 0, 0, 0}, {8, 2, 0, 0.3, 0.4, 0}, {32, 4, 1.0, 0, 0, 3}, {2, 2, 0, 0, 0, 0}};
+  enum { L = 5, N = 300 };
+  int64_t req[N];
+  int32_t tok[N];
+  for (int i = 0; i < N; i++) req[i] = 7 + i / 37, tok[i] = (i * 13) % 211;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    struct ferry_routing_synth_config sc = {.n_layers = L, .n_experts = cases[c].experts, .top_k = cases[c].k,
+                                            .zipf = cases[c].zipf, .temporal = cases[c].temporal,
+                                            .layer_corr = cases[c].layer, .domains = cases[c].domains,
+                                            .domain_zipf = 1.0, .domain_mix = 0.5, .seed = 11};
+    ferry_routing_synth *s = NULL;
+    assert_int_equal(ferry_routing_synth_create(&s, &sc), FERRY_OK);
+    const int32_t k = cases[c].k;
+    int32_t *many = calloc((size_t)N * k, sizeof *many), one[64];
+    float *wmany = calloc((size_t)N * k, sizeof *wmany), wone[64];
+    assert_non_null(many);
+    assert_non_null(wmany);
+    for (int32_t l = 0; l < L; l++)
+      for (int with_w = 0; with_w < 2; with_w++) {
+        ferry_routing_synth_many(s, N, req, tok, l, k, cases[c].experts, many, with_w ? wmany : NULL);
+        for (int i = 0; i < N; i++) {
+          ferry_routing_synth_fn(s, req[i], tok[i], l, k, cases[c].experts, one, with_w ? wone : NULL);
+          for (int32_t j = 0; j < k; j++) {
+            assert_int_equal(many[i * k + j], one[j]);
+            if (with_w) assert_true(wmany[i * k + j] == wone[j]);
+          }
+        }
+      }
+    free(many);
+    free(wmany);
+    ferry_routing_synth_free(s);
+  }
+}
+
 static void test_synth_knobs(void **state) {
   (void)state;
   struct ferry_routing_stats st;
@@ -558,6 +602,7 @@ int main(void) {
       cmocka_unit_test(test_stats_measures),    cmocka_unit_test(test_record_hook),       cmocka_unit_test(test_synth_deterministic),
       cmocka_unit_test(test_synth_knobs),       cmocka_unit_test(test_synth_many_choices),       cmocka_unit_test(test_synth_parse),
       cmocka_unit_test(test_replay),            cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_synth_many_equals_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

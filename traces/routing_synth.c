@@ -25,6 +25,7 @@ enum mode { FRESH, COPY_LAYER, COPY_TOKEN, STICKY_FIRST, STICKY_ANY, AFFINITY };
 struct alias {
   double *prob; /* Walker/Vose alias table over popularity ranks: O(1) draws */
   int32_t *idx;
+  int sure;     /* every prob >= 1: a draw's coin never picks the alias (uniform popularity) */
 };
 
 struct ferry_routing_synth {
@@ -96,6 +97,8 @@ static ferry_status build_alias(struct alias *a, int32_t n, double skew) {
     a->prob[x] = 1.0;
     a->idx[x] = x;
   }
+  a->sure = 1;
+  for (int32_t r = 0; r < n; r++) a->sure &= a->prob[r] >= 1.0;
   st = FERRY_OK;
 out_free:
   ferry_free(scaled);
@@ -273,6 +276,40 @@ static int taken(const int32_t *ids, int32_t n, int32_t e) {
   return 0;
 }
 
+/* Whether the model draws from the global popularity only (no domains, no partners). */
+static int plain_draws(const ferry_routing_synth *s) { return !s->dperm && !s->partner; }
+
+/* draw_base() without a forced expert for a plain model (plain_draws()): the same hashes in
+ * the same order, without the branches it does not need, because the simulator draws hundreds
+ * of millions of these. */
+static inline void draw_plain(const ferry_routing_synth *s, uint64_t base, int32_t l, int32_t *ids, float *w) {
+  const struct ferry_routing_synth_config *c = &s->cfg;
+  const int32_t *perm = s->perm + (size_t)l * (size_t)c->n_experts;
+  const uint64_t n = (uint64_t)c->n_experts;
+  const double *prob = s->global.prob;
+  const int32_t *alias = s->global.idx;
+  const int sure = s->global.sure;
+  uint64_t draw = 0;
+  for (int32_t i = 0; i < c->top_k; i++) {
+    int32_t pick = -1;
+    for (int attempt = 0; attempt < 64 && pick < 0; attempt++) {
+      const uint64_t x = mix64(base + 0x9e3779b97f4a7c15ULL * ++draw);
+      const int32_t idx = (int32_t)(((x >> 32) * n) >> 32);
+      /* the coin is below 1: with every prob at 1 it always keeps idx */
+      pick = perm[sure || (double)(uint32_t)x * (1.0 / 4294967296.0) < prob[idx] ? idx : alias[idx]];
+      for (int32_t j = 0; j < i; j++)
+        if (ids[j] == pick) pick = -1;
+    }
+    for (int32_t r = 0; pick < 0 && r < c->n_experts; r++)
+      if (!taken(ids, i, perm[r])) pick = perm[r];
+    ids[i] = pick;
+  }
+  if (w) {
+    if (c->gate_temp > 0) gumbel_weights(base, c->top_k, c->gate_temp, w);
+    else draw_weights(base, c->top_k, w);
+  }
+}
+
 /* k distinct experts of layer l (without replacement) from the Zipf popularity of the layer,
  * or of the request's domain: alias-table draws, each from its own mix of the decision's hash
  * (independent, so they pipeline), redrawn on a repeat. `forced` (>= 0) goes at position
@@ -282,6 +319,10 @@ static void draw_base(const ferry_routing_synth *s, int64_t req, int32_t tok, in
                       int32_t forced, int32_t *ids, float *w) {
   const struct ferry_routing_synth_config *c = &s->cfg;
   const uint64_t base = key(s, SALT_BASE, req, tok, l);
+  if (forced_pos < 0 && plain_draws(s)) {
+    draw_plain(s, base, l, ids, w);
+    return;
+  }
   const size_t E = (size_t)c->n_experts;
   const int32_t *perm = s->perm + (size_t)l * E;
   const int32_t *dperm = s->dperm ? s->dperm + ((size_t)l * (size_t)c->domains + (size_t)ferry_routing_synth_domain(s, req)) * E
@@ -376,8 +417,9 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
     ts[n + 1] = ts[n] - !by_layer;
     ls[n + 1] = ls[n] - by_layer;
   }
-  float wbuf[FERRY_ROUTING_MAX_TOPK];
-  float *w = weights ? weights : wbuf;
+  /* the ids never depend on the weights: a caller that reads none (the simulator without a
+   * predictor) does not pay for drawing them */
+  float *w = weights;
   draw_base(s, req_id, ts[n], ls[n], -1, -1, ids, w);
   for (int i = n - 1; i >= 0; i--) {
     const uint64_t h = key(s, SALT_MODE, req_id, ts[i], ls[i]);
@@ -394,6 +436,93 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
       default: break; /* whole-set copies keep ids and weights */
     }
   }
+}
+
+/* Fresh draws of many tokens in passes the processor can overlap (the hashes of one token
+ * depend on each other; those of different tokens do not): every token's hash, then its first
+ * k draws; a token whose first k draws are not k distinct experts is drawn again the sequential
+ * way, which would have made the same first draws, so the answers are draw_plain()'s. */
+#define MANY_CHUNK 64
+
+static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64_t *req_ids, const int32_t *token_index,
+                            int32_t layer, int32_t *ids, float *weights) {
+  const struct ferry_routing_synth_config *c = &s->cfg;
+  const int32_t k = c->top_k;
+  const uint64_t E = (uint64_t)c->n_experts;
+  const int32_t *perm = s->perm + (size_t)layer * (size_t)c->n_experts;
+  const double *prob = s->global.prob;
+  const int32_t *alias = s->global.idx;
+  const int sure = s->global.sure;
+  /* key() with the layer's part folded in once (the parts are xored) */
+  const uint64_t lmix = s->salt_mix[SALT_BASE] ^ ((uint64_t)(uint32_t)layer * 0x165667b19e3779f9ULL);
+#define PICK(x) perm[sure || (double)(uint32_t)(x) * (1.0 / 4294967296.0) < prob[(((x) >> 32) * E) >> 32] \
+                      ? (int32_t)((((x) >> 32) * E) >> 32)                                         \
+                      : alias[(((x) >> 32) * E) >> 32]]
+  uint64_t base[MANY_CHUNK];
+  for (int64_t i0 = 0; i0 < n; i0 += MANY_CHUNK) {
+    const int64_t m = n - i0 < MANY_CHUNK ? n - i0 : MANY_CHUNK;
+    for (int64_t t = 0; t < m; t++)
+      base[t] = mix64(lmix ^ ((uint64_t)req_ids[i0 + t] * 0x9e3779b97f4a7c15ULL) ^
+                      ((uint64_t)(uint32_t)token_index[i0 + t] * 0xc2b2ae3d27d4eb4fULL));
+    int32_t *id = ids + i0 * k;
+    if (k == 2) { /* the common top-2: both draws, then the rare repeat drawn on */
+      for (int64_t t = 0; t < m; t++) {
+        const uint64_t x0 = mix64(base[t] + 0x9e3779b97f4a7c15ULL), x1 = mix64(base[t] + 2 * 0x9e3779b97f4a7c15ULL);
+        id[2 * t] = PICK(x0);
+        id[2 * t + 1] = PICK(x1);
+      }
+      for (int64_t t = 0; t < m; t++) {
+        if (id[2 * t + 1] != id[2 * t]) continue;
+        /* the second draw repeated the first: go on drawing as draw_plain() does (its third,
+         * fourth, ... draw; the most popular other expert after 64 attempts) */
+        int32_t pick = -1;
+        for (uint64_t d = 3; d <= 65 && pick < 0; d++) {
+          const uint64_t x = mix64(base[t] + 0x9e3779b97f4a7c15ULL * d);
+          pick = PICK(x);
+          if (pick == id[2 * t]) pick = -1;
+        }
+        for (int32_t r = 0; pick < 0 && r < c->n_experts; r++)
+          if (perm[r] != id[2 * t]) pick = perm[r];
+        id[2 * t + 1] = pick;
+      }
+    } else {
+      for (int64_t t = 0; t < m; t++)
+        for (int32_t j = 0; j < k; j++) {
+          const uint64_t x = mix64(base[t] + 0x9e3779b97f4a7c15ULL * (uint64_t)(j + 1));
+          id[t * k + j] = PICK(x);
+        }
+      for (int64_t t = 0; t < m; t++) {
+        int distinct = 1;
+        for (int32_t j = 1; j < k && distinct; j++)
+          for (int32_t i = 0; i < j; i++) distinct &= id[t * k + j] != id[t * k + i];
+        if (!distinct) draw_plain(s, base[t], layer, id + t * k, NULL);
+      }
+    }
+    if (weights)
+      for (int64_t t = 0; t < m; t++) {
+        float *w = weights + (i0 + t) * k;
+        if (c->gate_temp > 0) gumbel_weights(base[t], k, c->gate_temp, w);
+        else draw_weights(base[t], k, w);
+      }
+  }
+#undef PICK
+}
+
+void ferry_routing_synth_many(void *user, int64_t n, const int64_t *req_ids, const int32_t *token_index, int32_t layer,
+                              int32_t top_k, int32_t n_experts, int32_t *ids, float *weights) {
+  ferry_routing_synth *s = user;
+  const struct ferry_routing_synth_config *c = &s->cfg;
+  /* every token draws fresh when no knob copies or forces a choice */
+  int fresh = !s->extended && !(layer > 0 && c->layer_corr > 0) && c->temporal <= 0 && plain_draws(s) &&
+              top_k == c->top_k && n_experts == c->n_experts && layer >= 0 && layer < c->n_layers;
+  for (int64_t i = 0; i < n && fresh; i++) fresh = token_index[i] >= 0;
+  if (fresh) {
+    draw_many_fresh(s, n, req_ids, token_index, layer, ids, weights);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++)
+    ferry_routing_synth_fn(user, req_ids[i], token_index[i], layer, top_k, n_experts, ids + i * top_k,
+                           weights ? weights + i * top_k : NULL);
 }
 
 static ferry_status parse_prob(const char *key, const char *v, double lo, double hi, double *out) {

@@ -45,6 +45,16 @@ typedef void (*ferry_routing_fn)(void *user, int64_t req_id, int32_t token_index
                                  int32_t n_experts, int32_t *ids, float *weights);
 
 /**
+ * @brief The same decisions for the @p n tokens of one step at one layer: token i is request
+ *        @p req_ids[i]'s token @p token_index[i]; its experts go to ids[i * top_k ...] and its
+ *        weights (when @p weights is not NULL) to weights[i * top_k ...]. Answers equal the
+ *        per-token function's; a source gives both when drawing many at once is cheaper (a
+ *        simulated trace asks hundreds of millions of times).
+ */
+typedef void (*ferry_routing_many_fn)(void *user, int64_t n, const int64_t *req_ids, const int32_t *token_index,
+                                      int32_t layer, int32_t top_k, int32_t n_experts, int32_t *ids, float *weights);
+
+/**
  * @brief Receives every routing decision the engine acts on (e.g. to record a routing trace).
  *        @p token_features are the token's predictor features (n_features of them, the same at
  *        every layer) when the configuration asks for token_features and the executor
@@ -180,6 +190,8 @@ struct ferry_engine_config {
   void *logits_user;             /**< passed to on_logits */
   ferry_routing_fn routing;      /**< routing source for executors without data; required for MoE models there */
   void *routing_user;            /**< passed to routing */
+  ferry_routing_many_fn routing_many; /**< optional: the same source for many tokens at once (used instead of
+                                      routing when set; same routing_user) */
   struct ferry_qplan quant;      /**< without weight files (simulation): the formats to size the
                                       model's tensors by; a quantized folder's own formats win */
   int quant_set;                 /**< 1 when @ref quant applies */

@@ -62,6 +62,25 @@ struct ferry_exec_config {
                                      sim: link.pageable_h2d_gbps) */
   int compute_threads;          /**< host executor: BLAS threads (0 = cores - 2, at least 1: the copy
                                      and disk queues keep a core each) */
+  int sim_mode;                 /**< sim executor: a ::ferry_sim_mode (0 = FERRY_SIM_EXACT) */
+};
+
+/**
+ * How the `sim` executor computes times (sim.h). The fast modes give the same figures as the
+ * exact one (the test suite compares them on dense and MoE runs, offloaded and resident, with
+ * and without a predictor), provided every channel (a link direction, the disk, a memory) is
+ * used by one queue only, as the engine does; an op that would share a channel with another
+ * queue is refused in the fast modes, with a message. Injected faults (fault.h) are modelled by
+ * the exact mode only: an executor created while faults are installed runs exact whatever its
+ * mode, and a fast one refuses ops once faults are installed after its creation.
+ */
+enum ferry_sim_mode {
+  FERRY_SIM_EXACT = 0, /**< every op becomes events of the discrete-event simulation (transfers of
+                            several queues share their channel) */
+  FERRY_SIM_FAST = 1,  /**< each op's start and end are worked out when it is enqueued (no events),
+                            and the engine replays the op sequences it repeats as op graphs */
+  FERRY_SIM_CHECK = 2  /**< fast timing, but the engine builds every op and checks each op graph
+                            it would have replayed against them (a test of the graphs' keys) */
 };
 
 /** Kernel kinds. Each carries real arguments (buffers) and its shape for the cost model. */

@@ -388,6 +388,13 @@ FERRY_API void ferry_routing_synth_free(ferry_routing_synth *s);
 FERRY_API void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int32_t layer, int32_t top_k,
                             int32_t n_experts, int32_t *ids, float *weights);
 
+/**
+ * @brief The ::ferry_routing_many_fn of the synthetic model (user = the ferry_routing_synth):
+ *        the answers of ferry_routing_synth_fn() for each token, drawn in one loop.
+ */
+FERRY_API void ferry_routing_synth_many(void *user, int64_t n, const int64_t *req_ids, const int32_t *token_index, int32_t layer,
+                                        int32_t top_k, int32_t n_experts, int32_t *ids, float *weights);
+
 /** @brief Calls that did not match the configured shape. */
 FERRY_API int64_t ferry_routing_synth_mismatches(const ferry_routing_synth *s);
 

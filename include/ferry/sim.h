@@ -59,6 +59,8 @@ struct ferry_sim_stats {
   uint64_t cache_hits;    /**< buffered disk reads served by the page cache */
   uint64_t cache_misses;  /**< buffered disk reads that went to the disk */
   uint64_t bytes_cache;   /**< bytes of reads served by the page cache */
+  uint64_t graph_ops;     /**< ops submitted by launching op graphs (the engine's repeated sequences,
+                               FERRY_SIM_FAST), counted in ops_done too */
 };
 
 /**

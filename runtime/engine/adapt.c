@@ -197,6 +197,8 @@ static ferry_status rebuild(struct ferry_engine *e, ferry_store *store, struct f
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
   }
   raise_budgets(e);
+  /* the op graphs name the old placement's buffers, slots and units: recorded again */
+  ferry__memo_free(e);
   const int keep_pinned = !reload && store == e->store && same_pinned(&e->plan, np, (int32_t)e->mc->n_layers);
   ferry__engine_free_streaming(e, !keep_pinned);
   ferry__engine_free_units(e);
@@ -212,6 +214,7 @@ static ferry_status rebuild(struct ferry_engine *e, ferry_store *store, struct f
       return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
   }
   if ((st = ferry__engine_build_units(e)) != FERRY_OK) return st;
+  if ((st = ferry__memo_init(e)) != FERRY_OK) return st;
   if (!keep_pinned && (st = ferry__engine_alloc_pinned(e)) != FERRY_OK) return st;
   if ((st = ferry__engine_alloc_streaming(e)) != FERRY_OK) return st;
   struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "load weights", (int32_t)e->n_steps, -1, -1);

@@ -542,6 +542,7 @@ static void engine_free(struct ferry_engine *e) {
   } else {
     ferry__engine_free_streaming(e, 1);
   }
+  if (e->ex) ferry__memo_free(e);
   ferry__hybrid_free(e);
   ferry__kv_pages_free(e);
   ferry_free(e->resumes);
@@ -556,6 +557,7 @@ static void engine_free(struct ferry_engine *e) {
     ferry_free(e->mbs[0].tok_index);
     ferry_free(e->mbs[0].tok_seqlen);
     ferry_free(e->mbs[0].row_of_seq);
+    ferry_free(e->mbs[0].tok_req);
     ferry_free(e->mbs);
   }
   ferry_free(e->li);
@@ -575,6 +577,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->steps);
   ferry_free(e->seqs);
   ferry_free(e->seq_tokens);
+  ferry_free(e->seq_maxpos);
   ferry_free(e);
 }
 
@@ -716,9 +719,10 @@ static ferry_status allocate(struct ferry_engine *e) {
   b0->tok_index = ferry__calloc(M * T, sizeof(int32_t));
   b0->tok_seqlen = ferry__calloc(M * T, sizeof(int32_t));
   b0->row_of_seq = ferry__calloc(M * B, sizeof(int32_t));
+  b0->tok_req = ferry__calloc(M * T, sizeof(int64_t));
   const uint64_t x0 = e->ws.x;
   for (size_t m = 0; b0->tok_ids && b0->tok_pos && b0->tok_slot && b0->tok_seq && b0->tok_index && b0->tok_seqlen &&
-                     b0->row_of_seq && m < M;
+                     b0->row_of_seq && b0->tok_req && m < M;
        m++) {
     struct microbatch *b = &e->mbs[m];
     b->tok_ids = b0->tok_ids + m * T;
@@ -728,6 +732,7 @@ static ferry_status allocate(struct ferry_engine *e) {
     b->tok_index = b0->tok_index + m * T;
     b->tok_seqlen = b0->tok_seqlen + m * T;
     b->row_of_seq = b0->row_of_seq + m * B;
+    b->tok_req = b0->tok_req + m * T;
     b->x = x0 + (uint64_t)(m * T) * (uint64_t)mc->hidden * 4;
   }
   ferry__mb_use(e, 0);
@@ -742,13 +747,14 @@ static ferry_status allocate(struct ferry_engine *e) {
   for (int32_t l = 0; l < mc->n_layers; l++) e->layer_stats[l].layer = l;
   e->predicted = ferry__calloc(E, sizeof(int32_t));
   e->seqs = ferry__calloc((size_t)e->n_seqs, sizeof *e->seqs);
+  e->seq_maxpos = ferry__calloc((size_t)e->n_seqs, sizeof *e->seq_maxpos);
   e->seq_tokens = ferry__calloc((size_t)e->n_seqs * (size_t)e->kv_capacity, sizeof *e->seq_tokens);
   if (!e->seq_tokens)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
                           e->n_seqs, e->kv_capacity);
-  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->row_of_seq ||
+  if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->tok_req || !e->row_of_seq ||
       !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
-      !e->routing_w || !e->seqs || !e->predicted)
+      !e->routing_w || !e->seqs || !e->seq_maxpos || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);
   if ((st = ferry__hybrid_alloc(e)) != FERRY_OK) return st;
@@ -823,6 +829,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
   if (st == FERRY_OK) st = make_queues(e);
   if (st == FERRY_OK) st = allocate(e);
+  if (st == FERRY_OK) st = ferry__memo_init(e);
   if (st == FERRY_OK) {
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
     st = ferry__engine_load_resident(e, 0);

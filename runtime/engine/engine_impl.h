@@ -106,6 +106,36 @@ struct seq {
   int active;
 };
 
+/* Op graphs of repeated op sequences (memo.c), keyed (kind, a, b): see ferry__memo_begin(). */
+enum memo_kind {
+  MEMO_LAYER = 1, /* a = layer, b = tokens x micro-batches + micro-batch: attention and the FFN up to the routing */
+  MEMO_ROUTING,   /* a = layer, b = tokens: the routing read-back */
+  MEMO_COMBINE,   /* a = layer, b = tokens: the MoE combine */
+  MEMO_EXPERT,    /* a = layer x experts + expert, b = 2 x tokens + streamed: one expert's FFN */
+  MEMO_FILL,      /* a = unit, b = ferry__engine_fill_key(): filling a slot */
+  MEMO_KINDS
+};
+
+struct memo_group;
+struct ferry_exec_graph;
+
+struct ferry__memo {
+  struct memo_group *groups; /* one per (kind, a) */
+  struct ferry_exec_graph **near; /* the first graphs of each group (memo.c) */
+  int64_t n_groups, base[MEMO_KINDS], n_near, near_base[MEMO_KINDS], near_n[MEMO_KINDS];
+  size_t n, bytes;
+  int mode;                  /* enum ferry__graph_mode, refreshed every step */
+  uint64_t launched, checked;
+};
+
+/* One use of a memoised sequence, between ferry__memo_begin() and ferry__memo_end(). */
+struct memo_site {
+  enum memo_kind kind;
+  int64_t a, b, context_tokens;
+  int recording;
+  struct ferry_exec_graph *check; /* FERRY_SIM_CHECK: the graph the recording must equal */
+};
+
 /* A request preempted out of a paged KV cache: where it stood (and, swapped, where its rows are). */
 struct resume {
   int32_t pos, generated, last_token;
@@ -120,6 +150,7 @@ struct resume {
  * the micro-batch being issued (ferry__mb_use()); each keeps its own hidden state. */
 struct microbatch {
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index, *tok_seqlen, *row_of_seq;
+  int64_t *tok_req; /* per token: its request's id (the routing source's key) */
   int32_t n_tok, n_rows;
   uint64_t x;   /* its hidden state's offset in the workspace */
   int on_host;  /* that hidden state is in the CPU's workspace (hybrid runs) */
@@ -198,6 +229,10 @@ struct ferry_engine {
   /* step-scoped arrays (sized once) */
   int32_t *tok_ids, *tok_pos, *tok_slot, *tok_seq, *tok_index; /* per token of the step */
   int32_t *tok_seqlen;      /* per token: its sequence's length after this step (length-dependent RoPE) */
+  /* the step's attention context for the last (window, chunk) asked (forward.c), when ctx_valid */
+  int ctx_valid;
+  int64_t ctx_window, ctx_chunk, ctx_tokens;
+  int64_t *tok_req;         /* per token: its request's id */
   int32_t *row_of_seq;      /* rows whose logits are computed */
   int32_t *expert_tokens;   /* per layer: tokens grouped by expert */
   int32_t *expert_ranks;
@@ -248,8 +283,10 @@ struct ferry_engine {
   int64_t n_steps, cap_steps;
   struct seq *seqs;         /* n_seqs */
   int32_t *seq_tokens;      /* n_seqs x kv_capacity: each sequence's token ids */
+  int32_t *seq_maxpos;      /* n_seqs: scratch of step_seqlens() */
   int64_t load_ns;
   int64_t run_start_ns;
+  struct ferry__memo memo;
 
   /* staying up (adapt.c): budgets in force, memory pressure, weights versions, events */
   pthread_mutex_t adapt_mu;          /* guards staged, events (other threads stage reloads) */
@@ -291,6 +328,17 @@ ferry_status ferry__engine_load_resident(struct ferry_engine *e, int skip_pinned
 ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_seq);
 int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq);
 ferry_status ferry__engine_fetch_expert(struct ferry_engine *e, int32_t unit, int32_t slot);
+/* A fill of a device slot in three parts, so that a caller can record its ops with others
+ * (memo.c): prepare (the staging slot when the unit is on disk), the ops, the state after. */
+struct fill {
+  struct staging_slot *sg; /* NULL: from host memory */
+  uint64_t base;           /* the staging slot's offset */
+};
+void ferry__engine_fill_prepare(struct ferry_engine *e, int32_t u, struct fill *f);
+int64_t ferry__engine_fill_key(const struct slot *sl, const struct fill *f); /* 0..5: what the ops depend on */
+ferry_status ferry__engine_fill_ops(struct ferry_engine *e, struct slot *sl, const struct fill *f, ferry_buf *dev,
+                                    uint64_t dev_off, int32_t u);
+void ferry__engine_fill_done(struct ferry_engine *e, struct slot *sl, const struct fill *f, int32_t u);
 
 /* features.c: mlp3/mlp7 predictor features from the activations (cfg.token_features) */
 ferry_status ferry__features_alloc(struct ferry_engine *e);
@@ -298,8 +346,10 @@ void ferry__features_free(struct ferry_engine *e);
 uint64_t ferry__features_readback_bytes(const struct ferry_engine *e);
 /* after the embedding op: read the embeddings back (compute waits for the copy) */
 ferry_status ferry__features_after_embed(struct ferry_engine *e);
-/* with the routing read-back of `layer`: the hidden states entering the first MoE layer */
+/* with the routing read-back of `layer`: the hidden states entering the first MoE layer (the
+ * caller counts their bytes, ferry__features_hidden_bytes()) */
 ferry_status ferry__features_copy_hidden(struct ferry_engine *e, int32_t layer);
+uint64_t ferry__features_hidden_bytes(const struct ferry_engine *e, int32_t layer);
 /* after that read-back: the step's per-token features */
 void ferry__features_compute(struct ferry_engine *e);
 /* token t's features, or NULL when not computed (off, or an executor without data) */
@@ -352,6 +402,24 @@ void ferry__engine_event(struct ferry_engine *e, enum ferry_engine_event_kind ki
 /* forward.c */
 ferry_status ferry__engine_step(struct ferry_engine *e);
 
+/* memo.c. Either the graph of (kind, a, b) is launched (*replayed = 1: the caller issues
+ * nothing), or the ops the caller issues next are recorded under it: the caller then passes
+ * their status to ferry__memo_end(), which returns the status to go on with. The key must name
+ * everything the ops depend on; params are the events that differ between uses (an expert
+ * slot's), in a fixed order; context_tokens (>= 0) times the recorded attention kernels again
+ * at each launch. The caller's own state changes (counters, slots) happen on both paths. */
+ferry_status ferry__memo_init(struct ferry_engine *e); /* after the unit table */
+ferry_status ferry__memo_begin(struct ferry_engine *e, struct memo_site *site, enum memo_kind kind, int64_t a,
+                               int64_t b, ferry_event *const *params, int32_t n_params, int64_t context_tokens,
+                               int *replayed);
+ferry_status ferry__memo_end(struct ferry_engine *e, struct memo_site *site, ferry_status st);
+void ferry__memo_step(struct ferry_engine *e); /* at each step: whether graphs are used (the sink may change) */
+/* Start fetching where the graph of (kind, a, b) is kept (graph = 0), or the graph itself
+ * (graph = 1, once that has arrived): the graphs of a layer's many experts are looked up one
+ * after the other, and in a large step most are in no cache. */
+void ferry__memo_prefetch(struct ferry_engine *e, enum memo_kind kind, int64_t a, int64_t b, int graph);
+void ferry__memo_free(struct ferry_engine *e);
+
 /* Layers whose routers each MoE layer applies ahead (gate lookahead), 0 when off. */
 static inline int32_t ferry__lookahead_layers(const struct ferry_engine *e) {
   if (!e->cfg.router_lookahead || !e->mc->n_experts) return 0;
@@ -369,6 +437,7 @@ static inline uint64_t ferry__readback_lookahead_offset(const struct ferry_engin
 /* Issue the following ops for micro-batch m: its token arrays, counts and hidden state. */
 static inline void ferry__mb_use(struct ferry_engine *e, int32_t m) {
   const struct microbatch *b = &e->mbs[m];
+  if (m != e->cur_mb) e->ctx_valid = 0; /* another micro-batch's context */
   e->cur_mb = m;
   e->tok_ids = b->tok_ids;
   e->tok_pos = b->tok_pos;
@@ -376,6 +445,7 @@ static inline void ferry__mb_use(struct ferry_engine *e, int32_t m) {
   e->tok_seq = b->tok_seq;
   e->tok_index = b->tok_index;
   e->tok_seqlen = b->tok_seqlen;
+  e->tok_req = b->tok_req;
   e->row_of_seq = b->row_of_seq;
   e->n_tok = b->n_tok;
   e->n_rows = b->n_rows;

@@ -65,12 +65,16 @@ ferry_status ferry__features_after_embed(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+uint64_t ferry__features_hidden_bytes(const struct ferry_engine *e, int32_t layer) {
+  if (!e->cfg.token_features || layer != e->first_moe_layer) return 0;
+  return (uint64_t)e->n_tok * (uint64_t)e->mc->hidden * 4;
+}
+
 ferry_status ferry__features_copy_hidden(struct ferry_engine *e, int32_t layer) {
-  if (!e->cfg.token_features || layer != e->first_moe_layer) return FERRY_OK;
-  const uint64_t bytes = (uint64_t)e->n_tok * (uint64_t)e->mc->hidden * 4;
+  const uint64_t bytes = ferry__features_hidden_bytes(e, layer);
+  if (!bytes) return FERRY_OK;
   TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->readback_buf, hidden_offset(e), FERRY_DTYPE_F32},
                       ferry__ws(e, e->ws.x), bytes));
-  e->step_bytes_d2h += bytes;
   return FERRY_OK;
 }
 

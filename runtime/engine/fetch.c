@@ -68,19 +68,15 @@ out:
   return st;
 }
 
-/* Fill a device slot with unit u: from host memory by one copy per range, or from disk through
- * a staging slot (read on the disk queue, then copy on the h2d queue). */
-static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u);
-
-/* Issue the fill, marked as an NVTX-style range of the host issuing it. */
-static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
-  const struct unit *un = &e->units[u];
-  const int expert = un->kind == UNIT_EXPERT;
-  struct ferry_exec_range range = ferry_exec_range_begin(e->ex, expert ? "expert fetch" : "block fetch",
-                                                         (int32_t)e->n_steps, un->layer, expert ? un->expert : -1);
-  ferry_status st = fill_slot_ops(e, sl, dev, dev_off, u);
-  ferry_exec_range_end(e->ex, &range);
-  return st;
+void ferry__engine_fill_prepare(struct ferry_engine *e, int32_t u, struct fill *f) {
+  f->sg = NULL;
+  f->base = 0;
+  if (e->units[u].home != FERRY_TIER_HOST) {
+    const int32_t si = e->next_staging;
+    e->next_staging = (e->next_staging + 1) % e->plan.n_staging_slots;
+    f->sg = &e->staging[si];
+    f->base = (uint64_t)si * e->plan.staging_slot_bytes;
+  }
 }
 
 /* The weight traffic of a fill, by class and by layer (a block's counts to its first layer). */
@@ -90,58 +86,86 @@ static void count_fill(struct ferry_engine *e, const struct unit *un, uint64_t b
   if (e->layer_stats && un->layer >= 0) e->layer_stats[un->layer].bytes_h2d += bytes;
 }
 
-static ferry_status fill_slot_ops(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
+int64_t ferry__engine_fill_key(const struct slot *sl, const struct fill *f) {
+  return 3 * (sl->used != 0) + (f->sg ? 1 + (f->sg->used != 0) : 0);
+}
+
+/* Only ops: a memoised fill skips this, and ferry__engine_fill_done() updates the state on
+ * both paths. Marked as an NVTX-style range of the host issuing it. */
+ferry_status ferry__engine_fill_ops(struct ferry_engine *e, struct slot *sl, const struct fill *f, ferry_buf *dev,
+                                    uint64_t dev_off, int32_t u) {
   const struct unit *un = &e->units[u];
+  const int expert = un->kind == UNIT_EXPERT;
+  struct staging_slot *sg = f->sg;
+  struct ferry_exec_range range = ferry_exec_range_begin(e->ex, expert ? "expert fetch" : "block fetch",
+                                                         (int32_t)e->n_steps, un->layer, expert ? un->expert : -1);
   ferry_status st = FERRY_OK;
-  if (sl->used && (st = ferry_exec_queue_wait(e->ex, e->q_h2d, sl->free))) return exec_error(e, st);
-  if (un->home == FERRY_TIER_HOST) {
-    for (int32_t r = 0; r < un->n_ranges; r++) {
+  if (sl->used && (st = ferry_exec_queue_wait(e->ex, e->q_h2d, sl->free))) goto out;
+  if (!sg) {
+    for (int32_t r = 0; r < un->n_ranges && st == FERRY_OK; r++) {
       const struct unit_range *rg = &un->ranges[r];
       st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset),
                            ref(e->host_units_buf, un->host_offset + rg->unit_offset), rg->len);
-      if (st) return exec_error(e, st);
-      e->step_bytes_h2d += rg->len;
-      count_fill(e, un, rg->len);
     }
+    if (st) goto out;
   } else {
-    int32_t si = e->next_staging;
-    e->next_staging = (e->next_staging + 1) % e->plan.n_staging_slots;
-    struct staging_slot *sg = &e->staging[si];
-    const uint64_t base = (uint64_t)si * e->plan.staging_slot_bytes;
     const int direct = (e->cfg.read_flags & FERRY_READ_DIRECT) != 0;
-    if (sg->used && (st = ferry_exec_queue_wait(e->ex, e->q_disk, sg->free))) return exec_error(e, st);
+    if (sg->used && (st = ferry_exec_queue_wait(e->ex, e->q_disk, sg->free))) goto out;
     uint64_t pos = 0;
     for (int32_t r = 0; r < un->n_ranges; r++) {
       const struct unit_range *rg = &un->ranges[r];
-      st = ferry_exec_read(e->ex, e->q_disk, e->store, rg->file, rg->file_offset, rg->len, ref(e->staging_buf, base + pos),
-                           e->cfg.read_flags);
-      if (st) return exec_error(e, st);
-      e->step_bytes_disk += rg->len;
+      st = ferry_exec_read(e->ex, e->q_disk, e->store, rg->file, rg->file_offset, rg->len,
+                           ref(e->staging_buf, f->base + pos), e->cfg.read_flags);
+      if (st) goto out;
       pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
       pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
     }
     if ((st = ferry_exec_record(e->ex, e->q_disk, e->ev_read)) || (st = ferry_exec_queue_wait(e->ex, e->q_h2d, e->ev_read)))
-      return exec_error(e, st);
+      goto out;
     pos = 0;
     for (int32_t r = 0; r < un->n_ranges; r++) {
       const struct unit_range *rg = &un->ranges[r];
       uint64_t shift = direct ? rg->file_offset % FERRY_DIRECT_ALIGN : 0;
-      st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset), ref(e->staging_buf, base + pos + shift),
-                           rg->len);
-      if (st) return exec_error(e, st);
-      e->step_bytes_h2d += rg->len;
-      count_fill(e, un, rg->len);
+      st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset),
+                           ref(e->staging_buf, f->base + pos + shift), rg->len);
+      if (st) goto out;
       pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
       pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
     }
-    if ((st = ferry_exec_record(e->ex, e->q_h2d, sg->free))) return exec_error(e, st);
-    sg->used = 1;
+    if ((st = ferry_exec_record(e->ex, e->q_h2d, sg->free))) goto out;
   }
-  if ((st = ferry_exec_record(e->ex, e->q_h2d, sl->ready))) return exec_error(e, st);
+  st = ferry_exec_record(e->ex, e->q_h2d, sl->ready);
+out:
+  ferry_exec_range_end(e->ex, &range);
+  return st ? exec_error(e, st) : FERRY_OK;
+}
+
+void ferry__engine_fill_done(struct ferry_engine *e, struct slot *sl, const struct fill *f, int32_t u) {
+  const struct unit *un = &e->units[u];
+  for (int32_t r = 0; r < un->n_ranges; r++) {
+    e->step_bytes_h2d += un->ranges[r].len;
+    count_fill(e, un, un->ranges[r].len);
+    if (f->sg) e->step_bytes_disk += un->ranges[r].len;
+  }
+  if (f->sg) f->sg->used = 1;
   if (sl->unit >= 0) e->unit_slot[sl->unit] = -1;
   e->unit_slot[u] = (int32_t)(sl - (un->kind == UNIT_BLOCK ? e->block_slots : e->expert_slots));
   sl->unit = u;
   sl->used = 0;
+}
+
+/* Fill a device slot with unit u: the same ops for the same unit and slot state, recorded
+ * once per (unit, slot state). */
+static ferry_status fill_slot(struct ferry_engine *e, struct slot *sl, ferry_buf *dev, uint64_t dev_off, int32_t u) {
+  struct fill f;
+  ferry__engine_fill_prepare(e, u, &f);
+  ferry_event *params[3] = {sl->free, sl->ready, f.sg ? f.sg->free : NULL};
+  struct memo_site site;
+  int replayed;
+  ferry_status st = ferry__memo_begin(e, &site, MEMO_FILL, u, ferry__engine_fill_key(sl, &f), params, 3, -1, &replayed);
+  if (st == FERRY_OK && !replayed) st = ferry__memo_end(e, &site, ferry__engine_fill_ops(e, sl, &f, dev, dev_off, u));
+  if (st != FERRY_OK) return st;
+  ferry__engine_fill_done(e, sl, &f, u);
   return FERRY_OK;
 }
 

@@ -138,8 +138,10 @@ static ferry_status rope(struct ferry_engine *e, int32_t l, uint64_t x, int64_t 
 }
 
 /* Tokens each query of layer l sees, summed over the step (the cost model's context). */
-static int64_t context_tokens(const struct ferry_engine *e, int32_t l) {
+static int64_t context_tokens(struct ferry_engine *e, int32_t l) {
   const struct ferry_layer_info *li = &e->li[l];
+  /* layers of one kind see the same context: worked out once a micro-batch's step */
+  if (e->ctx_valid && e->ctx_window == li->window && e->ctx_chunk == li->chunk) return e->ctx_tokens;
   int64_t ctx = 0;
   for (int64_t t = 0; t < e->n_tok; t++) {
     const int64_t pos = e->tok_pos[t];
@@ -148,6 +150,7 @@ static int64_t context_tokens(const struct ferry_engine *e, int32_t l) {
     if (li->chunk > 0 && pos - pos % li->chunk > first) first = pos - pos % li->chunk;
     ctx += pos - first + 1;
   }
+  e->ctx_valid = 1, e->ctx_window = li->window, e->ctx_chunk = li->chunk, e->ctx_tokens = ctx;
   return ctx;
 }
 
@@ -371,29 +374,54 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, FERRY_ROLE_FFN_DOWN, W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
 }
 
-/* Routing of the current layer into e->routing_ids / routing_w: read back from the device
- * when the executor computes, else asked from the routing source. */
-static ferry_status routing(struct ferry_engine *e, int32_t l) {
+/* Whether layer l's ops of the current micro-batch may be op graphs (memo.c): only the device's.
+ * A graph times its kernels again at launch with the GPU's cost model, and a hybrid run's ops
+ * move between the device and the CPU as the placement of the hidden state decides. */
+static int memo_device_only(const struct ferry_engine *e, int32_t l) {
+  return !e->layer_on_cpu && !e->kv[l].host && !ferry__hybrid_on(e);
+}
+
+/* The read-back of layer l's routing and lookahead logits to the host, on the device's side
+ * (recorded by the memo). */
+static ferry_status readback_ops(struct ferry_engine *e, int32_t l, int32_t rq, uint64_t look_bytes) {
   const int64_t T = e->n_tok, K = e->mc->experts_per_token;
-  /* The read-back and the host wait happen on every executor, so a simulated run has the same
-   * ops and the same stall as a real one; only where the ids come from differs. */
   struct ferry_ref dst_w = {e->readback_buf, 0, FERRY_DTYPE_F32};
   struct ferry_ref dst_i = {e->readback_buf, (uint64_t)(T * K) * 4, FERRY_DTYPE_I32};
-  /* a layer computed on the CPU routed in host memory: its queue copies the result itself */
-  const int32_t rq = e->layer_on_cpu ? e->q_cpu : e->q_d2h;
-  ferry_event *done = e->layer_on_cpu ? e->ev_cpu : e->ev_tmp;
   if (!e->layer_on_cpu) {
     TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_router));
     TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_router));
   }
   TRY(ferry_exec_copy(e->ex, rq, dst_w, ferry__ws(e, e->ws.topk_w), (uint64_t)(T * K) * 4));
   TRY(ferry_exec_copy(e->ex, rq, dst_i, ferry__ws(e, e->ws.topk_ids), (uint64_t)(T * K) * 4));
-  ferry_status fst = ferry__features_copy_hidden(e, l);
-  if (fst != FERRY_OK) return fst;
-  const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
+  ferry_status st = ferry__features_copy_hidden(e, l);
+  if (st != FERRY_OK) return st;
   if (look_bytes) {
     struct ferry_ref dst_l = {e->readback_buf, ferry__readback_lookahead_offset(e), FERRY_DTYPE_F32};
     TRY(ferry_exec_copy(e->ex, rq, dst_l, ferry__ws(e, e->ws.logits_look), look_bytes));
+  }
+  return FERRY_OK;
+}
+
+/* Routing of the current layer into e->routing_ids / routing_w: read back from the device
+ * when the executor computes, else asked from the routing source. */
+static ferry_status routing(struct ferry_engine *e, int32_t l) {
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token;
+  /* The read-back and the host wait happen on every executor, so a simulated run has the same
+   * ops and the same stall as a real one; only where the ids come from differs. */
+  /* a layer computed on the CPU routed in host memory: its queue copies the result itself */
+  const int32_t rq = e->layer_on_cpu ? e->q_cpu : e->q_d2h;
+  ferry_event *done = e->layer_on_cpu ? e->ev_cpu : e->ev_tmp;
+  const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
+  /* the same ops whenever the layer routes as many tokens on the device (the features' copy
+   * depends on the layer: only the plain read-back is recorded) */
+  ferry_status fst;
+  if (memo_device_only(e, l) && !e->cfg.token_features) {
+    struct memo_site site;
+    int replayed;
+    if ((fst = ferry__memo_begin(e, &site, MEMO_ROUTING, l, T, NULL, 0, -1, &replayed)) != FERRY_OK) return fst;
+    if (!replayed && (fst = ferry__memo_end(e, &site, readback_ops(e, l, rq, look_bytes))) != FERRY_OK) return fst;
+  } else if ((fst = readback_ops(e, l, rq, look_bytes)) != FERRY_OK) {
+    return fst;
   }
   TRY(ferry_exec_record(e->ex, rq, done));
   TRY(ferry_exec_sync(e->ex, done));
@@ -409,11 +437,13 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   } else {
     /* Nothing computes with gate weights here: ask for them only when someone reads them. */
     const int need_weights = e->cfg.on_routing || e->cfg.predict;
-    for (int64_t t = 0; t < T; t++) {
-      const struct seq *s = &e->seqs[e->tok_seq[t]];
-      e->cfg.routing(e->cfg.routing_user, e->reqs[s->req].id, e->tok_index[t], l, (int32_t)K,
-                     (int32_t)e->mc->n_experts, e->routing_ids + t * K, need_weights ? e->routing_w + t * K : NULL);
-    }
+    if (e->cfg.routing_many)
+      e->cfg.routing_many(e->cfg.routing_user, T, e->tok_req, e->tok_index, l, (int32_t)K, (int32_t)e->mc->n_experts,
+                          e->routing_ids, need_weights ? e->routing_w : NULL);
+    else
+      for (int64_t t = 0; t < T; t++)
+        e->cfg.routing(e->cfg.routing_user, e->tok_req[t], e->tok_index[t], l, (int32_t)K, (int32_t)e->mc->n_experts,
+                       e->routing_ids + t * K, need_weights ? e->routing_w + t * K : NULL);
   }
   if (e->cfg.on_routing)
     for (int64_t t = 0; t < T; t++) {
@@ -425,11 +455,11 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
-static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
+/* Expert x of layer l over its tokens from slot sl (NULL: resident, in its block or on the
+ * CPU): wait for the slot's fill, the FFN (after dequantizing), and mark the slot's use. */
+static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, struct slot *sl, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
-  struct slot *sl = slot >= 0 ? &e->expert_slots[slot] : NULL;
-  if (sl && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned)
-    TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
+  if (sl) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
   struct ferry_kernel k = kernel(FERRY_K_EXPERT, "expert", l);
   k.expert = x;
   k.x = ferry__ws(e, in);
@@ -469,10 +499,28 @@ static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int
   k.ints2 = e->expert_ranks + e->expert_start[x];
   k.n_ints = k.m;
   TRY(ferry_exec_compute(e->ex, e->cq, &k));
-  if (sl && !e->units[e->expert_unit[l * mc->n_experts + x]].pinned) {
-    TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
-    sl->used = 1;
+  if (sl) TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
+  return FERRY_OK;
+}
+
+/* The same ops for the same expert, tokens and slot kind on the device: one op graph each, the
+ * slot's events its parameters. */
+static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
+  const int streamed = slot >= 0 && !e->units[e->expert_unit[l * e->mc->n_experts + x]].pinned;
+  struct slot *sl = streamed ? &e->expert_slots[slot] : NULL;
+  ferry_status st;
+  if (e->cq == e->q_compute && memo_device_only(e, l)) {
+    ferry_event *params[2] = {sl ? sl->ready : NULL, sl ? sl->free : NULL};
+    struct memo_site site;
+    int replayed;
+    if ((st = ferry__memo_begin(e, &site, MEMO_EXPERT, (int64_t)l * e->mc->n_experts + x,
+                                (int64_t)e->expert_count[x] * 2 + streamed, params, 2, -1, &replayed)) != FERRY_OK)
+      return st;
+    if (!replayed && (st = ferry__memo_end(e, &site, expert_ops(e, l, x, sl, in))) != FERRY_OK) return st;
+  } else if ((st = expert_ops(e, l, x, sl, in)) != FERRY_OK) {
+    return st;
   }
+  if (sl) sl->used = 1;
   return FERRY_OK;
 }
 
@@ -676,8 +724,23 @@ static ferry_status dispatch_experts(struct ferry_engine *e, int32_t l, uint64_t
   return FERRY_OK;
 }
 
-/* The experts' rows weighted into the hidden state (the device's pairs, then the CPU's sum). */
+static ferry_status combine_ops(struct ferry_engine *e, int32_t l, int64_t n_cpu_pairs);
+
+/* The experts' rows weighted into the hidden state (the device's pairs, then the CPU's sum):
+ * one op graph per (layer, tokens) on the device. */
 static ferry_status combine_experts(struct ferry_engine *e, int32_t l, int64_t n_cpu_pairs) {
+  const int64_t T = e->n_tok;
+  ferry_status st;
+  struct memo_site site;
+  int replayed = 0, memo = !n_cpu_pairs && memo_device_only(e, l);
+  if (memo && ((st = ferry__memo_begin(e, &site, MEMO_COMBINE, l, T, NULL, 0, -1, &replayed)) != FERRY_OK || replayed))
+    return st;
+  st = combine_ops(e, l, n_cpu_pairs);
+  return memo ? ferry__memo_end(e, &site, st) : st;
+}
+
+/* The combine's ops (see combine_experts()). */
+static ferry_status combine_ops(struct ferry_engine *e, int32_t l, int64_t n_cpu_pairs) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token;
   ferry_status st;
@@ -711,7 +774,9 @@ static ferry_status combine_experts(struct ferry_engine *e, int32_t l, int64_t n
   return FERRY_OK;
 }
 
-static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
+/* The MoE layer's ops up to its routing: router logits and top-k, gate lookahead, the shared
+ * expert (part of the layer's op graph). */
+static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token, E = mc->n_experts;
   ferry_status st;
@@ -753,9 +818,23 @@ static ferry_status moe_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
         (st = matmul(e, "shared.gate_logit", l, in, e->ws.sgate, T, 1, H, FERRY_ROLE_SHARED_EXPERT_GATE, NOREF, 0)))
       return st;
   }
+  return FERRY_OK;
+}
+
+/* The MoE layer from its routing on: read it back, each expert (from the cache, fetched on a
+ * miss, or on the CPU), the predictor's prefetches, and the combine. */
+static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) {
+  ferry_status st;
   if ((st = routing(e, l))) return st;
   int64_t n_cpu_pairs = 0;
   group_by_expert(e);
+  /* a prefill step's experts' graphs (the common state: a streamed slot): first where they are
+   * kept, then the graphs; a decode step's stay in cache anyway */
+  const int64_t E = e->mc->n_experts;
+  for (int graph = 0; graph < 2 && e->n_tok > e->cfg.max_batch && memo_device_only(e, l); graph++)
+    for (int32_t x = 0; x < E; x++)
+      if (e->expert_count[x])
+        ferry__memo_prefetch(e, MEMO_EXPERT, (int64_t)l * E + x, (int64_t)e->expert_count[x] * 2 + 1, graph);
   if ((st = dispatch_experts(e, l, in, &n_cpu_pairs))) return st;
   return combine_experts(e, l, n_cpu_pairs);
 }
@@ -823,20 +902,38 @@ static ferry_status x_to(struct ferry_engine *e, int cpu) {
   return FERRY_OK;
 }
 
-/* Layer l of micro-batch cur_mb, where it runs: attention, then the FFN or the experts. */
+/* Layer l's attention and its FFN up to the routing (a dense layer's whole FFN). */
+static ferry_status layer_ops(struct ferry_engine *e, int32_t l, uint64_t in) {
+  const struct ferry_model_config *mc = e->mc;
+  ferry_status st;
+  if ((st = attention_part(e, l))) return st;
+  if (!mc->parallel_residual &&
+      (st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
+                 W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+    return st;
+  return e->li[l].moe ? moe_router(e, l, in) : dense_ffn(e, l, in);
+}
+
+/* Layer l of micro-batch cur_mb, where it runs: attention, then the FFN or the experts. On the
+ * device, attention and the FFN up to the routing are the same ops whenever the micro-batch has
+ * as many tokens: one op graph per (layer, tokens, micro-batch; its kernels read that
+ * micro-batch's token arrays), its attention timed with this step's context. */
 static ferry_status layer_body(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
   if ((st = x_to(e, e->layer_on_cpu))) return st;
-  if ((st = attention_part(e, l))) return st;
-  uint64_t in = e->ws.h2;
-  if (!mc->parallel_residual) {
-    in = e->ws.h;
-    if ((st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
-                   W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+  const uint64_t in = mc->parallel_residual ? e->ws.h2 : e->ws.h;
+  if (memo_device_only(e, l)) {
+    struct memo_site site;
+    int replayed;
+    if ((st = ferry__memo_begin(e, &site, MEMO_LAYER, l, (int64_t)e->n_tok * e->n_mb + e->cur_mb, NULL, 0,
+                                context_tokens(e, l), &replayed)) != FERRY_OK)
       return st;
+    if (!replayed && (st = ferry__memo_end(e, &site, layer_ops(e, l, in))) != FERRY_OK) return st;
+  } else if ((st = layer_ops(e, l, in)) != FERRY_OK) {
+    return st;
   }
-  return e->li[l].moe ? moe_ffn(e, l, in) : dense_ffn(e, l, in);
+  return e->li[l].moe ? moe_experts(e, l, in) : FERRY_OK;
 }
 
 /* One layer of the step: its block's arrival (and the prefetch of the blocks after it), the
@@ -887,12 +984,12 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
  * LongRoPE) rotates a step's tokens with the frequencies of that length, as transformers does
  * for the sequence it is given. */
 static void step_seqlens(struct ferry_engine *e) {
-  for (int64_t t = 0; t < e->n_tok; t++) {
-    int32_t len = e->tok_pos[t] + 1;
-    for (int64_t u = 0; u < e->n_tok; u++)
-      if (e->tok_seq[u] == e->tok_seq[t] && e->tok_pos[u] + 1 > len) len = e->tok_pos[u] + 1;
-    e->tok_seqlen[t] = len;
-  }
+  for (int64_t t = 0; t < e->n_tok; t++) e->tok_req[t] = e->reqs[e->seqs[e->tok_seq[t]].req].id;
+  for (int64_t t = 0; t < e->n_tok; t++) e->seq_maxpos[e->tok_seq[t]] = -1;
+  for (int64_t t = 0; t < e->n_tok; t++)
+    if (e->tok_pos[t] > e->seq_maxpos[e->tok_seq[t]]) e->seq_maxpos[e->tok_seq[t]] = e->tok_pos[t];
+  for (int64_t t = 0; t < e->n_tok; t++) e->tok_seqlen[t] = e->seq_maxpos[e->tok_seq[t]] + 1;
+  e->ctx_valid = 0;
 }
 
 /* The embedding of micro-batch cur_mb's tokens into its hidden state. */
@@ -926,6 +1023,7 @@ static ferry_status embed(struct ferry_engine *e) {
 ferry_status ferry__engine_step(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
+  ferry__memo_step(e);
   int32_t tokens = 0;
   for (int32_t m = 0; m < e->n_mb; m++) tokens += e->mbs[m].n_tok;
   e->step_layers_cpu = ferry__layers_on_cpu(e, tokens);

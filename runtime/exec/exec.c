@@ -313,14 +313,17 @@ ferry_status ferry_exec_record(ferry_exec *ex, int32_t queue, ferry_event *ev) {
   struct ferry_op op;
   op_init(&op, FERRY_OP_RECORD);
   op.u.event.ev = ev;
-  op.u.event.gen = atomic_fetch_add(&ev->recorded_gen, 1) + 1;
+  op.u.event.gen = ferry__event_record_gen(ev);
   return submit(ex, queue, &op);
 }
 
 ferry_status ferry_exec_queue_wait(ferry_exec *ex, int32_t queue, ferry_event *ev) {
   if (!valid_queue(ex, queue) || !ev) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "queue_wait: invalid argument");
-  uint64_t gen = atomic_load(&ev->recorded_gen);
-  if (gen == 0 || atomic_load(&ev->done_gen) >= gen) return FERRY_OK; /* nothing to wait for */
+  uint64_t gen = ferry__event_wait_gen(ev);
+  if (!gen) { /* nothing to wait for; a graph replaying this wait decides again when launched */
+    if (ex->capturing) ex->backend->graph_skipped_wait(ex, queue, ev);
+    return FERRY_OK;
+  }
   struct ferry_op op;
   op_init(&op, FERRY_OP_WAIT);
   op.u.event.ev = ev;

@@ -59,6 +59,8 @@ struct ferry_event {
   _Atomic uint64_t recorded_gen;
   _Atomic uint64_t done_gen;
   int64_t done_time_ns; /* executor time at which done_gen was last raised */
+  int64_t record_end_ns; /* when the latest generation recorded will complete, for a backend that
+                            knows at enqueue time (the sim executor's fast path) */
   void *backend;        /* backend per-event state */
 };
 
@@ -69,7 +71,24 @@ struct ferry_exec_queue {
   void *backend; /* backend per-queue state */
 };
 
+/* The generation a record of ev completes (the record is enqueued with it). Only the thread
+ * issuing ops records, so a plain load and store suffice (an atomic add costs a locked
+ * instruction per record, a measurable share of a simulation). */
+static inline uint64_t ferry__event_record_gen(ferry_event *ev) {
+  const uint64_t gen = atomic_load_explicit(&ev->recorded_gen, memory_order_relaxed) + 1;
+  atomic_store_explicit(&ev->recorded_gen, gen, memory_order_release);
+  return gen;
+}
+
+/* The generation a wait on ev must wait for, or 0 when there is nothing to wait for (never
+ * recorded, or done already): such a wait is not enqueued at all. */
+static inline uint64_t ferry__event_wait_gen(ferry_event *ev) {
+  uint64_t gen = atomic_load(&ev->recorded_gen);
+  return gen == 0 || atomic_load(&ev->done_gen) >= gen ? 0 : gen;
+}
+
 struct ferry_exec;
+struct ferry_exec_graph; /* defined by the backends that have op graphs (runtime/exec/graph.h) */
 
 struct ferry_exec_backend {
   int version;
@@ -93,6 +112,18 @@ struct ferry_exec_backend {
   /* the engine opens a range of work ("step", "layer", ...; ferry_exec_range_begin()): a
    * simulated runtime charges its host work there */
   void (*range_begin)(struct ferry_exec *ex, const char *name);
+  /* optional, all or none: op graphs (runtime/exec/graph.h); graph_mode says whether they are
+   * worth using now (an enum ferry__graph_mode) */
+  int (*graph_mode)(struct ferry_exec *ex);
+  ferry_status (*graph_begin)(struct ferry_exec *ex, ferry_event *const *params, int32_t n_params);
+  void (*graph_skipped_wait)(struct ferry_exec *ex, int32_t queue, ferry_event *ev); /* a wait not enqueued */
+  ferry_status (*graph_end)(struct ferry_exec *ex, struct ferry_exec_graph **out);
+  ferry_status (*graph_launch)(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
+                               int64_t context_tokens);
+  ferry_status (*graph_check)(struct ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens,
+                              int *same); /* ends the recording */
+  size_t (*graph_bytes)(const struct ferry_exec_graph *g);
+  void (*graph_free)(struct ferry_exec *ex, struct ferry_exec_graph *g);
 };
 
 struct ferry_exec {
@@ -114,6 +145,8 @@ struct ferry_exec {
   _Atomic int first_error;
   char first_error_msg[FERRY_ERRMSG_MAX];
   pthread_mutex_t error_lock;
+  int capturing; /* an op graph is being recorded (graph_begin .. graph_end) */
+  uint64_t graph_epoch; /* ferry__exec_graph_step() calls: 0 until the first */
   void *backend_state;
   /* The innermost open range's step, layer and expert (ferry_exec_range_begin), stamped on the
    * ops submitted meanwhile; touched only by the thread that submits, as ranges are. */

@@ -197,8 +197,8 @@ static ferry_status q_compressed(const struct reader *r, const cJSON *q, struct 
   if (!type || strcmp(type, "int") || !strategy || strcmp(strategy, "group"))
     return ferry__fail(FERRY_ERR_UNSUPPORTED,
                        "%s: compressed-tensors weights must be type \"int\" with strategy \"group\"", r->what);
-  int64_t bits, group;
-  int sym;
+  int64_t bits = 0, group = 0; /* set by q_int/q_bool; initialised for -O3's flow analysis */
+  int sym = 0;
   TRY(q_int(r, w, "num_bits", 4, &bits));
   TRY(q_int(r, w, "group_size", 128, &group));
   TRY(q_bool(r, w, "symmetric", 1, &sym));
@@ -242,7 +242,7 @@ ferry_status ferry__hf_read_quant(const struct reader *r, struct ferry_model_con
     out->group_size = 32;
     out->experts_only = 1; /* attention, router, embeddings and head stay bf16 (modules_to_not_convert) */
   } else if (!strcmp(m, "gptq")) {
-    int64_t bits, group;
+    int64_t bits = 0, group = 0;
     TRY(q_int(r, q, "bits", 4, &bits));
     TRY(q_int(r, q, "group_size", 128, &group));
     TRY(q_bool(r, q, "desc_act", 0, &out->desc_act));
@@ -257,8 +257,8 @@ ferry_status ferry__hf_read_quant(const struct reader *r, struct ferry_model_con
     out->bits = (int32_t)bits;
     out->group_size = group;
   } else if (!strcmp(m, "awq")) {
-    int64_t bits, group;
-    int zero;
+    int64_t bits = 0, group = 0;
+    int zero = 0;
     TRY(q_int(r, q, "bits", 4, &bits));
     TRY(q_int(r, q, "group_size", 128, &group));
     TRY(q_bool(r, q, "zero_point", 1, &zero));

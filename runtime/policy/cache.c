@@ -106,7 +106,7 @@ int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t
     hi = lo + c->per_layer < c->n_slots ? lo + c->per_layer : c->n_slots;
   }
   int32_t victim = -1;
-  for (int32_t s = lo; s < hi && victim < 0; s++)
+  for (int32_t s = lo; c->n_filled < c->n_slots && s < hi && victim < 0; s++)
     if (c->slot_unit[s] < 0) victim = s;
   if (victim < 0 && lo < hi) {
     const uint8_t *prot = c->slot_protected;
@@ -123,6 +123,7 @@ int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t
   *evicted_layer = old >= 0 ? old / c->n_experts : -1;
   *evicted_expert = old >= 0 ? old % c->n_experts : -1;
   if (old >= 0) c->slot_of[old] = -1;
+  else c->n_filled++;
   const int32_t unit = layer * c->n_experts + expert;
   c->slot_unit[victim] = unit;
   c->slot_of[unit] = victim;

@@ -20,12 +20,44 @@ struct autoc {
   int32_t *seen;      /* per slot: the unit last touched there (-1: none) */
   uint8_t *in_main;   /* per slot */
   uint64_t clock, epoch_len;
+  /* The victim is looked for among the probation slots (not in_main), about one layer's experts,
+   * and the main ones that changed expert since their last touch, which only a victim returned
+   * by this policy can be: both kept as sets instead of every slot scanned per miss. */
+  int32_t *prob, *prob_at; /* the probation slots, and each slot's index there (-1: in main) */
+  int32_t n_prob;
+  int32_t *stale;          /* main slots returned as victims, maybe holding another expert now */
+  uint8_t *is_stale;
+  int32_t n_stale;
 };
 
-static uint32_t aged(const struct autoc *s, int32_t unit) {
-  const uint64_t now = s->clock / s->epoch_len, d = now - s->epoch[unit];
+static void prob_add(struct autoc *s, int32_t slot) {
+  s->prob_at[slot] = s->n_prob;
+  s->prob[s->n_prob++] = slot;
+}
+
+static void prob_remove(struct autoc *s, int32_t slot) {
+  const int32_t i = s->prob_at[slot], last = s->prob[--s->n_prob];
+  s->prob[i] = last;
+  s->prob_at[last] = i;
+  s->prob_at[slot] = -1;
+}
+
+/* in_main[slot] = on, and the probation set with it */
+static void set_main(struct autoc *s, int32_t slot, int on) {
+  if (s->in_main[slot] == on) return;
+  s->in_main[slot] = (uint8_t)on;
+  if (on) prob_remove(s, slot);
+  else prob_add(s, slot);
+}
+
+/* unit's count as of epoch now (= clock / epoch_len: worked out once per scan, a division
+ * per slot was a tenth of a simulation) */
+static uint32_t aged_at(const struct autoc *s, uint64_t now, int32_t unit) {
+  const uint64_t d = now - s->epoch[unit];
   return d >= 32 ? 0 : s->count[unit] >> d;
 }
+
+static uint32_t aged(const struct autoc *s, int32_t unit) { return aged_at(s, s->clock / s->epoch_len, unit); }
 
 static ferry_status auto_create(void **state, const struct ferry_cache_geometry *g) {
   struct autoc *s = ferry__calloc(1, sizeof *s);
@@ -37,7 +69,16 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   s->stamp = ferry__calloc((size_t)g->n_slots, sizeof *s->stamp);
   s->seen = ferry__calloc((size_t)g->n_slots, sizeof *s->seen);
   s->in_main = ferry__calloc((size_t)g->n_slots, 1);
-  if (!s->count || !s->epoch || !s->stamp || !s->seen || !s->in_main) {
+  s->prob = ferry__calloc((size_t)g->n_slots, sizeof *s->prob);
+  s->prob_at = ferry__calloc((size_t)g->n_slots, sizeof *s->prob_at);
+  s->stale = ferry__calloc((size_t)g->n_slots, sizeof *s->stale);
+  s->is_stale = ferry__calloc((size_t)g->n_slots, 1);
+  if (!s->count || !s->epoch || !s->stamp || !s->seen || !s->in_main || !s->prob || !s->prob_at || !s->stale ||
+      !s->is_stale) {
+    ferry_free(s->prob);
+    ferry_free(s->prob_at);
+    ferry_free(s->stale);
+    ferry_free(s->is_stale);
     ferry_free(s->count);
     ferry_free(s->epoch);
     ferry_free(s->stamp);
@@ -46,7 +87,7 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
     ferry_free(s);
     return FERRY_ERR_NOMEM;
   }
-  for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1;
+  for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, prob_add(s, i);
   int32_t probation = g->n_experts > 0 ? g->n_experts : 1;
   if (probation > g->n_slots / 2) probation = g->n_slots / 2 > 0 ? g->n_slots / 2 : 1;
   s->main_cap = g->n_slots - probation > 0 ? g->n_slots - probation : 0;
@@ -63,6 +104,10 @@ static void auto_free(void *state) {
   ferry_free(s->stamp);
   ferry_free(s->seen);
   ferry_free(s->in_main);
+  ferry_free(s->prob);
+  ferry_free(s->prob_at);
+  ferry_free(s->stale);
+  ferry_free(s->is_stale);
   ferry_free(s);
 }
 
@@ -74,41 +119,64 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
   s->epoch[unit] = (uint32_t)(s->clock / s->epoch_len);
   if (s->seen[slot] != unit) { /* a new expert in this slot: it starts in probation */
     if (s->in_main[slot]) s->main_size--;
-    s->in_main[slot] = 0;
+    set_main(s, slot, 0);
     s->seen[slot] = unit;
   }
   if (s->in_main[slot]) return;
   if (s->main_size < s->main_cap) { /* room in the main area */
-    s->in_main[slot] = 1;
+    set_main(s, slot, 1);
     s->main_size++;
     return;
   }
   /* admission: only past the main area's least routed expert (the least recent among equals) */
   int32_t m = -1;
   uint32_t cm = 0;
+  const uint64_t now = s->clock / s->epoch_len;
   for (int32_t i = 0; i < s->n_slots; i++) {
     if (!s->in_main[i] || s->seen[i] < 0) continue;
-    const uint32_t ci = aged(s, s->seen[i]);
+    const uint32_t ci = aged_at(s, now, s->seen[i]);
     if (m < 0 || ci < cm || (ci == cm && s->stamp[i] < s->stamp[m])) m = i, cm = ci;
   }
   if (m >= 0 && s->count[unit] > cm) {
-    s->in_main[m] = 0;
-    s->in_main[slot] = 1;
+    set_main(s, m, 0);
+    set_main(s, slot, 1);
   }
+}
+
+/* slot i before slot v in the victim order: least recent use, the lower slot on a tie */
+static int older(const struct autoc *s, int32_t i, int32_t v) {
+  return v < 0 || s->stamp[i] < s->stamp[v] || (s->stamp[i] == s->stamp[v] && i < v);
 }
 
 static int32_t auto_victim(void *state, const int32_t *slot_unit, const uint8_t *prot, int32_t n) {
-  const struct autoc *s = state;
-  int32_t v = -1, any = -1;
-  for (int32_t i = 0; i < n; i++) {
-    if (slot_unit[i] < 0 || prot[i]) continue;
-    if (any < 0 || s->stamp[i] < s->stamp[any]) any = i;
-    if (s->in_main[i] && s->seen[i] == slot_unit[i]) continue;
-    if (v < 0 || s->stamp[i] < s->stamp[v]) v = i;
+  struct autoc *s = state;
+  /* the least recent probation slot: a probation one, or a main one holding another expert than
+   * at its last touch (the stale set, pruned of those no longer so) */
+  int32_t v = -1;
+  for (int32_t j = 0; j < s->n_prob; j++) {
+    const int32_t i = s->prob[j];
+    if (slot_unit[i] >= 0 && !prot[i] && older(s, i, v)) v = i;
   }
-  return v >= 0 ? v : any;
+  for (int32_t j = 0; j < s->n_stale;) {
+    const int32_t i = s->stale[j];
+    if (!s->in_main[i] || s->seen[i] == slot_unit[i]) { /* touched since, or not taken */
+      s->is_stale[i] = 0;
+      s->stale[j] = s->stale[--s->n_stale];
+      continue;
+    }
+    if (slot_unit[i] >= 0 && !prot[i] && older(s, i, v)) v = i;
+    j++;
+  }
+  if (v < 0) /* every probation slot protected: the least recent of all */
+    for (int32_t i = 0; i < n; i++)
+      if (slot_unit[i] >= 0 && !prot[i] && older(s, i, v)) v = i;
+  /* a main slot given away holds another expert once the cache has filled it */
+  if (v >= 0 && s->in_main[v] && !s->is_stale[v]) {
+    s->is_stale[v] = 1;
+    s->stale[s->n_stale++] = v;
+  }
+  return v;
 }
-
 const struct ferry_cache_policy_ops ferry__cache_policy_auto = {
     .version = FERRY_CACHE_POLICY_VERSION,
     .name = "auto",

@@ -102,6 +102,7 @@ struct ferry_expert_cache {
   int32_t per_layer;       /* K > 0: layer l owns slots [l K, (l + 1) K) (mixtral-offloading) */
   int32_t *slot_of;        /* [unit = layer * n_experts + expert] -> slot or -1 */
   int32_t *slot_unit;      /* slot -> unit, -1 when empty */
+  int32_t n_filled;        /* slots holding a unit: once all do, an insert looks for no empty one */
   uint8_t *slot_protected;
   uint8_t *mask;           /* scratch: protected, or another layer's slot (per_layer) */
 };

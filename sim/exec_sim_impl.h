@@ -1,0 +1,215 @@
+/* State of the `sim` executor shared by its two ways of timing ops: the discrete-event path
+ * (exec_sim.c: every op is events on resource models) and the fast path (exec_sim_fast.c:
+ * each op's start and end worked out when it is enqueued, plus op graphs). Internal to sim/. */
+#ifndef FERRY_SIM_EXEC_SIM_IMPL_H
+#define FERRY_SIM_EXEC_SIM_IMPL_H
+
+#include "ferry/sim.h"
+#include "runtime/exec/exec_impl.h"
+#include "sim/des.h"
+#include "sim/gpu_cost.h"
+#include "sim/resource.h"
+
+#define PACKED_SLOTS 8 /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
+
+/* The channels bytes flow through (index of a sim_op's channel). */
+enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_COUNT };
+
+/* What the resource models need of an op, worked out once when it is enqueued so that
+ * starting it cannot fail for a reason the caller could have been told about. */
+struct sim_cost {
+  int64_t duration_ns; /* kernels: duration from the cost model (launch overhead included) */
+  uint64_t flow_bytes; /* copies and reads: bytes the channel serves (a copy within one memory: read + write) */
+  int chan;            /* copies and reads: the channel the bytes flow through (enum sim_chan) */
+  int folded;          /* kernels: folded into the op that reads its output (no work, no launch) */
+};
+
+/* The OS page cache as buffered disk reads see it: whole read ranges, least recently used out
+ * first, in the host memory the host budget leaves free. A read of a cached range is a copy
+ * within host memory; a buffered read from disk is cached unless it drops its pages after
+ * itself (FERRY_READ_DROP_CACHE); O_DIRECT reads bypass it. A range counts as cached from the
+ * moment its read is enqueued. */
+struct cached_range {
+  const struct ferry_store *store;
+  uint64_t file, offset, len;
+  uint64_t stamp; /* last use; 0 = empty entry */
+};
+
+struct page_cache {
+  struct cached_range *v;
+  size_t n, cap;
+  uint64_t capacity_bytes, used_bytes, clock;
+  uint64_t hits, misses, hit_bytes;
+};
+
+/* An op enqueued on the discrete-event path. */
+struct sim_op {
+  struct ferry_op op;  /* kernels: only the header unless a sink wanted the whole op */
+  int full;            /* op.u holds the whole kernel */
+  struct sim_cost cost;
+  enum ferry_fault_kind fault; /* reads: the injected fault of the attempt in flight */
+  int32_t attempt;             /* reads: attempts made (the I/O layer's retries, in virtual time) */
+  int32_t failures;            /* reads: failed attempts */
+  int read_failed;             /* reads: failed for good */
+  int64_t first_start_ns;      /* start of the first attempt (-1 until one failed) */
+};
+
+/* An op enqueued on the fast path: its times are known, so little is kept (the ring is walked
+ * for every op of a simulation, and small entries keep it in cache). */
+struct fast_op {
+  int64_t start_ns, end_ns;
+  ferry_event *ev;   /* records */
+  uint64_t gen;      /* records: the generation completed; copies and reads: the bytes the channel serves */
+  int64_t flow_ns;   /* copies and reads: the part with bytes flowing; kernels: their own time (a run
+                        of kernels can have gaps between them) */
+  uint8_t kind;      /* enum ferry_op_kind */
+  int8_t chan;
+  uint8_t full;      /* the whole op is in the queue's full[] at the same index (an activity sink) */
+  uint32_t n;        /* ops it stands for: kernels of a graph that run back to back are one entry */
+  /* a record enqueued right behind it, which completes when it does: kept here rather than as
+   * an entry of its own (half the ops of an expert's fetch and FFN are records) */
+  ferry_event *rec_ev;
+  uint64_t rec_gen;
+};
+
+struct sim_exec;
+
+struct sim_queue {
+  struct sim_exec *s;
+  int32_t index;
+  struct sim_op *ring; /* power-of-two capacity; the head op stays in place while it runs */
+  uint32_t cap, head, count;
+  int busy;            /* the head op is in flight on a resource */
+  int waking;          /* idle when an op arrived: starts after the wake-up latency */
+  int blocked;         /* the head op is a WAIT whose generation is not done yet */
+  int64_t blocked_since;
+  int64_t last_done_ns; /* when its last op completed (INT64_MIN: none yet) */
+  /* fast path: its own ring (ring, cap, head and count above belong to the event path) */
+  struct fast_op *fring;
+  struct ferry_op *ffull; /* allocated with fring once an activity sink wants whole ops */
+  uint32_t fcap, fhead, fcount;
+  int64_t tail_ns;        /* when the last op enqueued ends */
+  struct ferry__compute *unit; /* runs this queue's kernels */
+  uint64_t completed;          /* ops completed on this queue since creation */
+  struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
+};
+
+/* A channel's last transfer in the fast path, which times a transfer alone on its channel and
+ * refuses one that would share it with another queue's. */
+struct sim_chan_use {
+  int64_t until_ns;
+  int32_t queue;
+};
+
+struct sim_graph_capture;
+
+struct sim_exec {
+  struct ferry_exec *ex;
+  struct ferry__des *des;
+  struct ferry_hw_profile hw; /* figures only: sources, fitted and path are not kept */
+  struct ferry__fluid *chan[CHAN_COUNT];
+  const struct ferry_hw_cost *fitted[FERRY_K_COUNT][2]; /* per kernel kind and regime (GEMM), or NULL: roofline */
+  struct sim_queue queues[FERRY_EXEC_MAX_QUEUES];
+  uint32_t runnable; /* bit per queue that may be able to start its head op */
+  int pumping;
+  uint64_t pending_ops; /* ops enqueued and not completed, every queue */
+  uint64_t ops_done, kernels, copies, reads, graph_ops;
+  int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
+  int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
+  struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
+  int pageable;               /* host memory is not pinned: the host waits for its host->device copies */
+  /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
+  const ferry_buf *packed_buf[PACKED_SLOTS];
+  uint64_t packed_off[PACKED_SLOTS];
+  struct ferry__packed packed[PACKED_SLOTS];
+  uint64_t packed_next;
+  struct page_cache cache; /* the OS page cache over buffered disk reads */
+  /* fast path */
+  int mode;                   /* enum ferry_sim_mode */
+  int64_t now_ns;             /* its clock (the discrete-event path's is the event kernel's) */
+  int64_t next_end_ns;        /* no queue's head op ends before this (INT64_MIN: unknown) */
+  struct sim_chan_use chan_use[CHAN_COUNT];
+  struct sim_graph_capture *capture; /* an op graph being recorded, or NULL */
+  /* attention kernels timed again at graph launch: the last few (shape, context) -> duration
+   * within one step (ferry_exec's graph_epoch; the kernels' token arrays hold that step's
+   * positions); every layer of a step asks the same */
+  struct sim_reprice {
+    uint64_t epoch; /* 0: empty */
+    int64_t context_tokens, ns;
+    struct graph_shape *key; /* a copy of the kernel's shape (exec_sim_graph.c), owned */
+  } reprice[4];
+  uint32_t reprice_next;
+};
+
+/* exec_sim.c, used by both paths */
+ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op, int cpu);
+/* Where a read's bytes come from (page cache or disk), updating the page cache. */
+ferry_status ferry__sim_route_read(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op);
+/* The packed weights behind kernel k's references (noting k itself when it is a DEQUANTIZE). */
+void ferry__sim_packed_of(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *packed[3]);
+const struct ferry__packed *ferry__sim_packed_at(const struct sim_exec *s, struct ferry_ref ref);
+/* A kernel's duration with the given packed weights (-1: the profile cannot time it). */
+int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
+                             int *folded, struct ferry__gpu_work *work);
+/* Host time the runtime spends issuing an op, before the op reaches its queue. */
+int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op);
+/* Bytes of op worth keeping in a ring entry (a kernel's shape only for an activity sink). */
+size_t ferry__sim_op_bytes(const struct ferry_op *op, int sink);
+ferry_status ferry__sim_ring_slot(struct sim_exec *s, struct sim_queue *q, struct sim_op **out);
+/* The head op of q completed over [start, end]: counters, activity, the queue moves on. */
+void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns);
+/* Generation gen of ev completed at t_ns: raise done_gen, release queues blocked on it. */
+void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t t_ns);
+
+/* exec_sim_fast.c */
+ferry_status ferry__sim_fring_grow(struct sim_exec *s, struct sim_queue *q);
+/* Complete every op that ended by the host clock. */
+void ferry__sim_catch_up(struct sim_exec *s);
+
+/* The entry after q's last op, the ring grown when full (inline: once per op simulated). */
+static inline ferry_status ferry__sim_fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out) {
+  if (q->fcount == q->fcap) {
+    ferry_status st = ferry__sim_fring_grow(s, q);
+    if (st != FERRY_OK) return st;
+  }
+  *out = &q->fring[(q->fhead + q->fcount) & (q->fcap - 1)];
+  return FERRY_OK;
+}
+
+/* The host works for ns: the ops that end meanwhile complete. */
+static inline void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns) {
+  if (ns <= 0) return;
+  s->now_ns += ns;
+  if (s->now_ns >= s->next_end_ns) ferry__sim_catch_up(s);
+}
+/* Time the op in q's tail entry (kind, event, bytes, flow time filled in) lasting duration_ns
+ * once started, count it, and move the host clock past queueing it (and past what the runtime
+ * waits for: a synchronous fetch, a pageable copy). */
+ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo, int64_t duration_ns);
+/* Count q's tail entry whose start and end are set already. */
+void ferry__sim_enqueue_placed(struct sim_exec *s, struct sim_queue *q, struct fast_op *fo);
+
+ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const struct ferry_op *op);
+ferry_status ferry__sim_fast_sync(struct sim_exec *s, ferry_event *ev, uint64_t gen);
+void ferry__sim_fast_sleep_until(struct sim_exec *s, int64_t t_ns);
+ferry_status ferry__sim_fast_drain(struct sim_exec *s);
+void ferry__sim_fast_free(struct sim_exec *s); /* the fast path's rings and graph recording state */
+
+/* exec_sim_graph.c */
+void ferry__sim_graph_state_free(struct sim_exec *s);
+/* While recording: keep op as submitted to queue with its cost, flow time and issue cost. */
+void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct sim_cost *cost, int64_t flow_ns,
+                                 int64_t issue_ns, const struct ferry_op *op);
+/* the op-graph members of the backend table */
+int ferry__sim_graph_mode(struct ferry_exec *ex);
+ferry_status ferry__sim_graph_begin(struct ferry_exec *ex, ferry_event *const *params, int32_t n_params);
+void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_event *ev);
+ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph **out);
+ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_exec_graph *g, ferry_event *const *args,
+                                     int64_t context_tokens);
+ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_exec_graph *g, int64_t context_tokens,
+                                    int *same);
+size_t ferry__sim_graph_bytes(const struct ferry_exec_graph *g);
+void ferry__sim_graph_free(struct ferry_exec *ex, struct ferry_exec_graph *g);
+
+#endif /* FERRY_SIM_EXEC_SIM_IMPL_H */
