@@ -8,7 +8,8 @@
  * alone (a static placement when popularity is steady), while a shift in popularity still wins
  * its way in: counts halve every 8 x units uses. Probation holds one layer's experts (at most
  * half the cache), so a layer's misses never evict one another; victims come from probation,
- * least recent first. */
+ * least recent first. The admission compares with the main area's least routed expert, kept at the
+ * top of a heap (below) instead of found by a scan of every slot per touch. */
 #include "common/alloc.h"
 #include "policy.h"
 
@@ -28,7 +29,83 @@ struct autoc {
   int32_t *stale;          /* main slots returned as victims, maybe holding another expert now */
   uint8_t *is_stale;
   int32_t n_stale;
+  /* The main slots in a binary heap on (aged count of the unit seen there, stamp): its top is the
+   * admission scan's choice (least routed, least recent among equals; stamps of touched slots
+   * differ, so the order is total). A touch only raises keys (its unit's count, its slot's stamp):
+   * those slots sift down. Ageing halves every count at an epoch change, which keeps their order
+   * but can make two counts equal, so the stamps decide between them: the heap is rebuilt then
+   * (every 8 x units touches). */
+  int32_t *heap, *heap_at; /* the main slots, and each slot's index there (-1: not in main) */
+  int32_t n_heap;
+  uint64_t heap_now;       /* the epoch the heap is ordered at */
+  int32_t *unit_head;      /* per unit: first slot whose seen is it (-1: none) */
+  int32_t *seen_next, *seen_prev; /* per slot: the list of slots seeing the same unit */
 };
+
+/* slot i before slot j in the heap: a lower aged count, or the same and an earlier use */
+static int heap_less(const struct autoc *s, int32_t i, int32_t j);
+
+static void heap_place(struct autoc *s, int32_t k, int32_t slot) {
+  s->heap[k] = slot;
+  s->heap_at[slot] = k;
+}
+
+static void heap_down(struct autoc *s, int32_t k) {
+  const int32_t slot = s->heap[k];
+  for (;;) {
+    int32_t c = 2 * k + 1;
+    if (c >= s->n_heap) break;
+    if (c + 1 < s->n_heap && heap_less(s, s->heap[c + 1], s->heap[c])) c++;
+    if (!heap_less(s, s->heap[c], slot)) break;
+    heap_place(s, k, s->heap[c]);
+    k = c;
+  }
+  heap_place(s, k, slot);
+}
+
+static void heap_up(struct autoc *s, int32_t k) {
+  const int32_t slot = s->heap[k];
+  while (k > 0) {
+    const int32_t p = (k - 1) / 2;
+    if (!heap_less(s, slot, s->heap[p])) break;
+    heap_place(s, k, s->heap[p]);
+    k = p;
+  }
+  heap_place(s, k, slot);
+}
+
+static void heap_build(struct autoc *s) {
+  for (int32_t k = s->n_heap / 2 - 1; k >= 0; k--) heap_down(s, k);
+}
+
+static void heap_push(struct autoc *s, int32_t slot) {
+  heap_place(s, s->n_heap++, slot);
+  heap_up(s, s->n_heap - 1);
+}
+
+static void heap_remove(struct autoc *s, int32_t slot) {
+  const int32_t k = s->heap_at[slot], last = s->heap[--s->n_heap];
+  s->heap_at[slot] = -1;
+  if (k == s->n_heap) return;
+  heap_place(s, k, last);
+  heap_up(s, k);
+  heap_down(s, s->heap_at[last]);
+}
+
+/* the list of slots whose seen is unit */
+static void seen_link(struct autoc *s, int32_t slot, int32_t unit) {
+  s->seen_prev[slot] = -1;
+  s->seen_next[slot] = s->unit_head[unit];
+  if (s->unit_head[unit] >= 0) s->seen_prev[s->unit_head[unit]] = slot;
+  s->unit_head[unit] = slot;
+}
+
+static void seen_unlink(struct autoc *s, int32_t slot, int32_t unit) {
+  const int32_t p = s->seen_prev[slot], n = s->seen_next[slot];
+  if (p >= 0) s->seen_next[p] = n;
+  else s->unit_head[unit] = n;
+  if (n >= 0) s->seen_prev[n] = p;
+}
 
 static void prob_add(struct autoc *s, int32_t slot) {
   s->prob_at[slot] = s->n_prob;
@@ -46,8 +123,8 @@ static void prob_remove(struct autoc *s, int32_t slot) {
 static void set_main(struct autoc *s, int32_t slot, int on) {
   if (s->in_main[slot] == on) return;
   s->in_main[slot] = (uint8_t)on;
-  if (on) prob_remove(s, slot);
-  else prob_add(s, slot);
+  if (on) prob_remove(s, slot), heap_push(s, slot);
+  else prob_add(s, slot), heap_remove(s, slot);
 }
 
 /* unit's count as of epoch now (= clock / epoch_len: worked out once per scan, a division
@@ -59,6 +136,13 @@ static uint32_t aged_at(const struct autoc *s, uint64_t now, int32_t unit) {
 
 static uint32_t aged(const struct autoc *s, int32_t unit) { return aged_at(s, s->clock / s->epoch_len, unit); }
 
+static int heap_less(const struct autoc *s, int32_t i, int32_t j) {
+  const uint32_t ci = aged_at(s, s->heap_now, s->seen[i]), cj = aged_at(s, s->heap_now, s->seen[j]);
+  return ci < cj || (ci == cj && s->stamp[i] < s->stamp[j]);
+}
+
+static void auto_free(void *state);
+
 static ferry_status auto_create(void **state, const struct ferry_cache_geometry *g) {
   struct autoc *s = ferry__calloc(1, sizeof *s);
   const int32_t units = g->n_layers * g->n_experts > 0 ? g->n_layers * g->n_experts : 1;
@@ -66,6 +150,7 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   s->n_slots = g->n_slots;
   s->count = ferry__calloc((size_t)units, sizeof *s->count);
   s->epoch = ferry__calloc((size_t)units, sizeof *s->epoch);
+  s->unit_head = ferry__calloc((size_t)units, sizeof *s->unit_head);
   s->stamp = ferry__calloc((size_t)g->n_slots, sizeof *s->stamp);
   s->seen = ferry__calloc((size_t)g->n_slots, sizeof *s->seen);
   s->in_main = ferry__calloc((size_t)g->n_slots, 1);
@@ -73,21 +158,17 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   s->prob_at = ferry__calloc((size_t)g->n_slots, sizeof *s->prob_at);
   s->stale = ferry__calloc((size_t)g->n_slots, sizeof *s->stale);
   s->is_stale = ferry__calloc((size_t)g->n_slots, 1);
-  if (!s->count || !s->epoch || !s->stamp || !s->seen || !s->in_main || !s->prob || !s->prob_at || !s->stale ||
-      !s->is_stale) {
-    ferry_free(s->prob);
-    ferry_free(s->prob_at);
-    ferry_free(s->stale);
-    ferry_free(s->is_stale);
-    ferry_free(s->count);
-    ferry_free(s->epoch);
-    ferry_free(s->stamp);
-    ferry_free(s->seen);
-    ferry_free(s->in_main);
-    ferry_free(s);
+  s->heap = ferry__calloc((size_t)g->n_slots, sizeof *s->heap);
+  s->heap_at = ferry__calloc((size_t)g->n_slots, sizeof *s->heap_at);
+  s->seen_next = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_next);
+  s->seen_prev = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_prev);
+  if (!s->count || !s->epoch || !s->unit_head || !s->stamp || !s->seen || !s->in_main || !s->prob || !s->prob_at ||
+      !s->stale || !s->is_stale || !s->heap || !s->heap_at || !s->seen_next || !s->seen_prev) {
+    auto_free(s);
     return FERRY_ERR_NOMEM;
   }
-  for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, prob_add(s, i);
+  for (int32_t u = 0; u < units; u++) s->unit_head[u] = -1;
+  for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, s->heap_at[i] = -1, prob_add(s, i);
   int32_t probation = g->n_experts > 0 ? g->n_experts : 1;
   if (probation > g->n_slots / 2) probation = g->n_slots / 2 > 0 ? g->n_slots / 2 : 1;
   s->main_cap = g->n_slots - probation > 0 ? g->n_slots - probation : 0;
@@ -101,6 +182,7 @@ static void auto_free(void *state) {
   if (!s) return;
   ferry_free(s->count);
   ferry_free(s->epoch);
+  ferry_free(s->unit_head);
   ferry_free(s->stamp);
   ferry_free(s->seen);
   ferry_free(s->in_main);
@@ -108,7 +190,26 @@ static void auto_free(void *state) {
   ferry_free(s->prob_at);
   ferry_free(s->stale);
   ferry_free(s->is_stale);
+  ferry_free(s->heap);
+  ferry_free(s->heap_at);
+  ferry_free(s->seen_next);
+  ferry_free(s->seen_prev);
   ferry_free(s);
+}
+
+/* After a touch of unit at slot raised their keys: the heap in order again at epoch now. */
+static void heap_settle(struct autoc *s, int32_t slot, int32_t unit, uint64_t now) {
+  if (now != s->heap_now) { /* ageing: ties may have formed */
+    s->heap_now = now;
+    heap_build(s);
+    return;
+  }
+  int32_t raised = -1, n = 0;
+  if (s->heap_at[slot] >= 0) raised = slot, n++;
+  for (int32_t i = s->unit_head[unit]; i >= 0; i = s->seen_next[i])
+    if (i != slot && s->heap_at[i] >= 0) raised = i, n++;
+  if (n == 1) heap_down(s, s->heap_at[raised]);
+  else if (n > 1) heap_build(s); /* one unit in several main slots: rare */
 }
 
 static void auto_touch(void *state, int32_t slot, int32_t unit) {
@@ -117,9 +218,12 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
   s->stamp[slot] = ++s->clock;
   s->count[unit] = c < UINT32_MAX ? c + 1 : c;
   s->epoch[unit] = (uint32_t)(s->clock / s->epoch_len);
+  heap_settle(s, slot, unit, s->clock / s->epoch_len);
   if (s->seen[slot] != unit) { /* a new expert in this slot: it starts in probation */
     if (s->in_main[slot]) s->main_size--;
     set_main(s, slot, 0);
+    if (s->seen[slot] >= 0) seen_unlink(s, slot, s->seen[slot]);
+    seen_link(s, slot, unit);
     s->seen[slot] = unit;
   }
   if (s->in_main[slot]) return;
@@ -129,16 +233,8 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
     return;
   }
   /* admission: only past the main area's least routed expert (the least recent among equals) */
-  int32_t m = -1;
-  uint32_t cm = 0;
-  const uint64_t now = s->clock / s->epoch_len;
-  for (int32_t i = 0; i < s->n_slots; i++) {
-    if (!s->in_main[i] || s->seen[i] < 0) continue;
-    const uint32_t ci = aged_at(s, now, s->seen[i]);
-    if (m < 0 || ci < cm || (ci == cm && s->stamp[i] < s->stamp[m])) m = i, cm = ci;
-  }
-  if (m >= 0 && s->count[unit] > cm) {
-    set_main(s, m, 0);
+  if (s->n_heap > 0 && s->count[unit] > aged_at(s, s->heap_now, s->seen[s->heap[0]])) {
+    set_main(s, s->heap[0], 0);
     set_main(s, slot, 1);
   }
 }
