@@ -13,6 +13,12 @@
 #include "common/alloc.h"
 #include "policy.h"
 
+struct heap_entry {
+  uint64_t stamp; /* the slot's last use */
+  uint32_t count; /* the aged count, at heap_now, of the unit seen there */
+  int32_t slot;
+};
+
 struct autoc {
   int32_t n_slots, main_cap, main_size;
   uint32_t *count;    /* per unit, as of its epoch */
@@ -35,43 +41,58 @@ struct autoc {
    * those slots sift down. Ageing halves every count at an epoch change, which keeps their order
    * but can make two counts equal, so the stamps decide between them: the heap is rebuilt then
    * (every 8 x units touches). */
-  int32_t *heap, *heap_at; /* the main slots, and each slot's index there (-1: not in main) */
+  struct heap_entry *heap; /* the main slots with their keys (kept here: compared without lookups) */
+  int32_t *heap_at;         /* each slot's index in heap (-1: not in main) */
   int32_t n_heap;
   uint64_t heap_now;       /* the epoch the heap is ordered at */
   int32_t *unit_head;      /* per unit: first slot whose seen is it (-1: none) */
   int32_t *seen_next, *seen_prev; /* per slot: the list of slots seeing the same unit */
 };
 
-/* slot i before slot j in the heap: a lower aged count, or the same and an earlier use */
-static int heap_less(const struct autoc *s, int32_t i, int32_t j);
+/* unit's count as of epoch now (= clock / epoch_len: worked out once per scan, a division
+ * per slot was a tenth of a simulation) */
+static uint32_t aged_at(const struct autoc *s, uint64_t now, int32_t unit) {
+  const uint64_t d = now - s->epoch[unit];
+  return d >= 32 ? 0 : s->count[unit] >> d;
+}
 
-static void heap_place(struct autoc *s, int32_t k, int32_t slot) {
-  s->heap[k] = slot;
-  s->heap_at[slot] = k;
+/* entry a before entry b: a lower aged count, or the same and an earlier use */
+static int heap_less(const struct heap_entry *a, const struct heap_entry *b) {
+  return a->count < b->count || (a->count == b->count && a->stamp < b->stamp);
+}
+
+/* slot's entry with its key at heap_now */
+static struct heap_entry heap_key(const struct autoc *s, int32_t slot) {
+  return (struct heap_entry){.stamp = s->stamp[slot], .count = aged_at(s, s->heap_now, s->seen[slot]), .slot = slot};
+}
+
+static void heap_place(struct autoc *s, int32_t k, struct heap_entry e) {
+  s->heap[k] = e;
+  s->heap_at[e.slot] = k;
 }
 
 static void heap_down(struct autoc *s, int32_t k) {
-  const int32_t slot = s->heap[k];
+  const struct heap_entry e = s->heap[k];
   for (;;) {
     int32_t c = 2 * k + 1;
     if (c >= s->n_heap) break;
-    if (c + 1 < s->n_heap && heap_less(s, s->heap[c + 1], s->heap[c])) c++;
-    if (!heap_less(s, s->heap[c], slot)) break;
+    if (c + 1 < s->n_heap && heap_less(&s->heap[c + 1], &s->heap[c])) c++;
+    if (!heap_less(&s->heap[c], &e)) break;
     heap_place(s, k, s->heap[c]);
     k = c;
   }
-  heap_place(s, k, slot);
+  heap_place(s, k, e);
 }
 
 static void heap_up(struct autoc *s, int32_t k) {
-  const int32_t slot = s->heap[k];
+  const struct heap_entry e = s->heap[k];
   while (k > 0) {
     const int32_t p = (k - 1) / 2;
-    if (!heap_less(s, slot, s->heap[p])) break;
+    if (!heap_less(&e, &s->heap[p])) break;
     heap_place(s, k, s->heap[p]);
     k = p;
   }
-  heap_place(s, k, slot);
+  heap_place(s, k, e);
 }
 
 static void heap_build(struct autoc *s) {
@@ -79,17 +100,18 @@ static void heap_build(struct autoc *s) {
 }
 
 static void heap_push(struct autoc *s, int32_t slot) {
-  heap_place(s, s->n_heap++, slot);
+  heap_place(s, s->n_heap++, heap_key(s, slot));
   heap_up(s, s->n_heap - 1);
 }
 
 static void heap_remove(struct autoc *s, int32_t slot) {
-  const int32_t k = s->heap_at[slot], last = s->heap[--s->n_heap];
+  const int32_t k = s->heap_at[slot];
+  const struct heap_entry last = s->heap[--s->n_heap];
   s->heap_at[slot] = -1;
   if (k == s->n_heap) return;
   heap_place(s, k, last);
   heap_up(s, k);
-  heap_down(s, s->heap_at[last]);
+  heap_down(s, s->heap_at[last.slot]);
 }
 
 /* the list of slots whose seen is unit */
@@ -127,19 +149,7 @@ static void set_main(struct autoc *s, int32_t slot, int on) {
   else prob_add(s, slot), heap_remove(s, slot);
 }
 
-/* unit's count as of epoch now (= clock / epoch_len: worked out once per scan, a division
- * per slot was a tenth of a simulation) */
-static uint32_t aged_at(const struct autoc *s, uint64_t now, int32_t unit) {
-  const uint64_t d = now - s->epoch[unit];
-  return d >= 32 ? 0 : s->count[unit] >> d;
-}
-
 static uint32_t aged(const struct autoc *s, int32_t unit) { return aged_at(s, s->clock / s->epoch_len, unit); }
-
-static int heap_less(const struct autoc *s, int32_t i, int32_t j) {
-  const uint32_t ci = aged_at(s, s->heap_now, s->seen[i]), cj = aged_at(s, s->heap_now, s->seen[j]);
-  return ci < cj || (ci == cj && s->stamp[i] < s->stamp[j]);
-}
 
 static void auto_free(void *state);
 
@@ -201,13 +211,14 @@ static void auto_free(void *state) {
 static void heap_settle(struct autoc *s, int32_t slot, int32_t unit, uint64_t now) {
   if (now != s->heap_now) { /* ageing: ties may have formed */
     s->heap_now = now;
+    for (int32_t k = 0; k < s->n_heap; k++) s->heap[k] = heap_key(s, s->heap[k].slot);
     heap_build(s);
     return;
   }
   int32_t raised = -1, n = 0;
-  if (s->heap_at[slot] >= 0) raised = slot, n++;
+  if (s->heap_at[slot] >= 0) raised = slot, n++, s->heap[s->heap_at[slot]] = heap_key(s, slot);
   for (int32_t i = s->unit_head[unit]; i >= 0; i = s->seen_next[i])
-    if (i != slot && s->heap_at[i] >= 0) raised = i, n++;
+    if (i != slot && s->heap_at[i] >= 0) raised = i, n++, s->heap[s->heap_at[i]] = heap_key(s, i);
   if (n == 1) heap_down(s, s->heap_at[raised]);
   else if (n > 1) heap_build(s); /* one unit in several main slots: rare */
 }
@@ -233,8 +244,8 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
     return;
   }
   /* admission: only past the main area's least routed expert (the least recent among equals) */
-  if (s->n_heap > 0 && s->count[unit] > aged_at(s, s->heap_now, s->seen[s->heap[0]])) {
-    set_main(s, s->heap[0], 0);
+  if (s->n_heap > 0 && s->count[unit] > s->heap[0].count) {
+    set_main(s, s->heap[0].slot, 0);
     set_main(s, slot, 1);
   }
 }
