@@ -8,15 +8,15 @@
  * alone (a static placement when popularity is steady), while a shift in popularity still wins
  * its way in: counts halve every 8 x units uses. Probation holds one layer's experts (at most
  * half the cache), so a layer's misses never evict one another; victims come from probation,
- * least recent first. The admission compares with the main area's least routed expert, kept at the
- * top of a heap (below) instead of found by a scan of every slot per touch. */
+ * least recent first. The admission compares with the main area's least routed expert, kept first
+ * in buckets by count (below) instead of found by a scan of every slot per touch. */
 #include "common/alloc.h"
 #include "policy.h"
 
-struct heap_entry {
-  uint64_t stamp; /* the slot's last use */
-  uint32_t count; /* the aged count, at heap_now, of the unit seen there */
-  int32_t slot;
+struct bucket { /* the main slots of one aged count, least recent first */
+  uint32_t count;
+  int32_t prev, next; /* the neighbouring buckets, counts ascending (-1: none; next: the free list) */
+  int32_t head, tail; /* slots */
 };
 
 struct autoc {
@@ -35,16 +35,18 @@ struct autoc {
   int32_t *stale;          /* main slots returned as victims, maybe holding another expert now */
   uint8_t *is_stale;
   int32_t n_stale;
-  /* The main slots in a binary heap on (aged count of the unit seen there, stamp): its top is the
-   * admission scan's choice (least routed, least recent among equals; stamps of touched slots
-   * differ, so the order is total). A touch only raises keys (its unit's count, its slot's stamp):
-   * those slots sift down. Ageing halves every count at an epoch change, which keeps their order
-   * but can make two counts equal, so the stamps decide between them: the heap is rebuilt then
-   * (every 8 x units touches). */
-  struct heap_entry *heap; /* the main slots with their keys (kept here: compared without lookups) */
-  int32_t *heap_at;         /* each slot's index in heap (-1: not in main) */
-  int32_t n_heap;
-  uint64_t heap_now;       /* the epoch the heap is ordered at */
+  /* The main slots in buckets of their aged count (of the unit seen there), each in order of last
+   * use, the buckets in ascending count: the first bucket's first slot is the admission scan's
+   * choice (least routed, least recent among equals; stamps of touched slots differ). A touch only
+   * raises keys: its slot moves to the next count's tail (its stamp is the newest) in O(1), any
+   * other slot of its unit to its place there. Ageing halves every count at an epoch change, which
+   * keeps their order but can make two counts equal, so the stamps decide between them: the
+   * buckets are rebuilt then (every 8 x units touches). */
+  struct bucket *bk;         /* n_slots of them: the used list from first, the rest from free */
+  int32_t first, free;
+  int32_t *bk_of;            /* per slot: its bucket (-1: not in main) */
+  int32_t *bs_next, *bs_prev; /* per slot: its neighbours in its bucket */
+  uint64_t heap_now;         /* the epoch the buckets are ordered at */
   int32_t *unit_head;      /* per unit: first slot whose seen is it (-1: none) */
   int32_t *seen_next, *seen_prev; /* per slot: the list of slots seeing the same unit */
 };
@@ -56,62 +58,83 @@ static uint32_t aged_at(const struct autoc *s, uint64_t now, int32_t unit) {
   return d >= 32 ? 0 : s->count[unit] >> d;
 }
 
-/* entry a before entry b: a lower aged count, or the same and an earlier use */
-static int heap_less(const struct heap_entry *a, const struct heap_entry *b) {
-  return a->count < b->count || (a->count == b->count && a->stamp < b->stamp);
+/* a bucket of count k placed after bucket after (-1: first) */
+static int32_t bucket_new(struct autoc *s, int32_t after, uint32_t k) {
+  const int32_t b = s->free, n = after >= 0 ? s->bk[after].next : s->first;
+  s->free = s->bk[b].next;
+  s->bk[b] = (struct bucket){.count = k, .prev = after, .next = n, .head = -1, .tail = -1};
+  if (after >= 0) s->bk[after].next = b;
+  else s->first = b;
+  if (n >= 0) s->bk[n].prev = b;
+  return b;
 }
 
-/* slot's entry with its key at heap_now */
-static struct heap_entry heap_key(const struct autoc *s, int32_t slot) {
-  return (struct heap_entry){.stamp = s->stamp[slot], .count = aged_at(s, s->heap_now, s->seen[slot]), .slot = slot};
+/* the bucket of count k, made if missing, looked for from bucket from (-1: the first; its count
+ * at most k) */
+static int32_t bucket_find(struct autoc *s, int32_t from, uint32_t k) {
+  int32_t after = -1, b = from >= 0 ? from : s->first;
+  if (from >= 0) after = s->bk[from].prev;
+  while (b >= 0 && s->bk[b].count < k) after = b, b = s->bk[b].next;
+  return b >= 0 && s->bk[b].count == k ? b : bucket_new(s, after, k);
 }
 
-static void heap_place(struct autoc *s, int32_t k, struct heap_entry e) {
-  s->heap[k] = e;
-  s->heap_at[e.slot] = k;
+static void bucket_drop_if_empty(struct autoc *s, int32_t b) {
+  struct bucket *x = &s->bk[b];
+  if (x->head >= 0) return;
+  if (x->prev >= 0) s->bk[x->prev].next = x->next;
+  else s->first = x->next;
+  if (x->next >= 0) s->bk[x->next].prev = x->prev;
+  x->next = s->free;
+  s->free = b;
 }
 
-static void heap_down(struct autoc *s, int32_t k) {
-  const struct heap_entry e = s->heap[k];
-  for (;;) {
-    int32_t c = 2 * k + 1;
-    if (c >= s->n_heap) break;
-    if (c + 1 < s->n_heap && heap_less(&s->heap[c + 1], &s->heap[c])) c++;
-    if (!heap_less(&s->heap[c], &e)) break;
-    heap_place(s, k, s->heap[c]);
-    k = c;
-  }
-  heap_place(s, k, e);
+/* slot out of its bucket's list (the bucket kept, maybe empty) */
+static int32_t bslot_unlink(struct autoc *s, int32_t slot) {
+  const int32_t b = s->bk_of[slot], p = s->bs_prev[slot], n = s->bs_next[slot];
+  if (p >= 0) s->bs_next[p] = n;
+  else s->bk[b].head = n;
+  if (n >= 0) s->bs_prev[n] = p;
+  else s->bk[b].tail = p;
+  s->bk_of[slot] = -1;
+  return b;
 }
 
-static void heap_up(struct autoc *s, int32_t k) {
-  const struct heap_entry e = s->heap[k];
-  while (k > 0) {
-    const int32_t p = (k - 1) / 2;
-    if (!heap_less(&e, &s->heap[p])) break;
-    heap_place(s, k, s->heap[p]);
-    k = p;
-  }
-  heap_place(s, k, e);
+/* slot into bucket b at its place by stamp (from the tail: a touched slot is the newest) */
+static void bslot_insert(struct autoc *s, int32_t slot, int32_t b) {
+  int32_t p = s->bk[b].tail;
+  while (p >= 0 && s->stamp[p] > s->stamp[slot]) p = s->bs_prev[p];
+  const int32_t n = p >= 0 ? s->bs_next[p] : s->bk[b].head;
+  s->bs_prev[slot] = p;
+  s->bs_next[slot] = n;
+  if (p >= 0) s->bs_next[p] = slot;
+  else s->bk[b].head = slot;
+  if (n >= 0) s->bs_prev[n] = slot;
+  else s->bk[b].tail = slot;
+  s->bk_of[slot] = b;
 }
 
-static void heap_build(struct autoc *s) {
-  for (int32_t k = s->n_heap / 2 - 1; k >= 0; k--) heap_down(s, k);
+/* slot (in main) to its place for its key now */
+static void bslot_raise(struct autoc *s, int32_t slot) {
+  const int32_t b = s->bk_of[slot];
+  const int32_t t = bucket_find(s, b, aged_at(s, s->heap_now, s->seen[slot]));
+  bslot_unlink(s, slot);
+  bslot_insert(s, slot, t);
+  if (t != b) bucket_drop_if_empty(s, b);
 }
 
 static void heap_push(struct autoc *s, int32_t slot) {
-  heap_place(s, s->n_heap++, heap_key(s, slot));
-  heap_up(s, s->n_heap - 1);
+  bslot_insert(s, slot, bucket_find(s, -1, aged_at(s, s->heap_now, s->seen[slot])));
 }
 
-static void heap_remove(struct autoc *s, int32_t slot) {
-  const int32_t k = s->heap_at[slot];
-  const struct heap_entry last = s->heap[--s->n_heap];
-  s->heap_at[slot] = -1;
-  if (k == s->n_heap) return;
-  heap_place(s, k, last);
-  heap_up(s, k);
-  heap_down(s, s->heap_at[last.slot]);
+static void heap_remove(struct autoc *s, int32_t slot) { bucket_drop_if_empty(s, bslot_unlink(s, slot)); }
+
+/* every bucket again at epoch heap_now */
+static void heap_rebuild(struct autoc *s) {
+  s->first = -1;
+  s->free = 0;
+  for (int32_t b = 0; b < s->n_slots; b++) s->bk[b].next = b + 1 < s->n_slots ? b + 1 : -1;
+  for (int32_t i = 0; i < s->n_slots; i++)
+    if (s->bk_of[i] >= 0) s->bk_of[i] = -1, heap_push(s, i);
 }
 
 /* the list of slots whose seen is unit */
@@ -168,17 +191,20 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   s->prob_at = ferry__calloc((size_t)g->n_slots, sizeof *s->prob_at);
   s->stale = ferry__calloc((size_t)g->n_slots, sizeof *s->stale);
   s->is_stale = ferry__calloc((size_t)g->n_slots, 1);
-  s->heap = ferry__calloc((size_t)g->n_slots, sizeof *s->heap);
-  s->heap_at = ferry__calloc((size_t)g->n_slots, sizeof *s->heap_at);
+  s->bk = ferry__calloc((size_t)g->n_slots, sizeof *s->bk);
+  s->bk_of = ferry__calloc((size_t)g->n_slots, sizeof *s->bk_of);
+  s->bs_next = ferry__calloc((size_t)g->n_slots, sizeof *s->bs_next);
+  s->bs_prev = ferry__calloc((size_t)g->n_slots, sizeof *s->bs_prev);
   s->seen_next = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_next);
   s->seen_prev = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_prev);
   if (!s->count || !s->epoch || !s->unit_head || !s->stamp || !s->seen || !s->in_main || !s->prob || !s->prob_at ||
-      !s->stale || !s->is_stale || !s->heap || !s->heap_at || !s->seen_next || !s->seen_prev) {
+      !s->stale || !s->is_stale || !s->bk || !s->bk_of || !s->bs_next || !s->bs_prev || !s->seen_next || !s->seen_prev) {
     auto_free(s);
     return FERRY_ERR_NOMEM;
   }
   for (int32_t u = 0; u < units; u++) s->unit_head[u] = -1;
-  for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, s->heap_at[i] = -1, prob_add(s, i);
+  for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, s->bk_of[i] = -1, prob_add(s, i);
+  heap_rebuild(s);
   int32_t probation = g->n_experts > 0 ? g->n_experts : 1;
   if (probation > g->n_slots / 2) probation = g->n_slots / 2 > 0 ? g->n_slots / 2 : 1;
   s->main_cap = g->n_slots - probation > 0 ? g->n_slots - probation : 0;
@@ -200,27 +226,25 @@ static void auto_free(void *state) {
   ferry_free(s->prob_at);
   ferry_free(s->stale);
   ferry_free(s->is_stale);
-  ferry_free(s->heap);
-  ferry_free(s->heap_at);
+  ferry_free(s->bk);
+  ferry_free(s->bk_of);
+  ferry_free(s->bs_next);
+  ferry_free(s->bs_prev);
   ferry_free(s->seen_next);
   ferry_free(s->seen_prev);
   ferry_free(s);
 }
 
-/* After a touch of unit at slot raised their keys: the heap in order again at epoch now. */
+/* After a touch of unit at slot raised their keys: the buckets in order again at epoch now. */
 static void heap_settle(struct autoc *s, int32_t slot, int32_t unit, uint64_t now) {
   if (now != s->heap_now) { /* ageing: ties may have formed */
     s->heap_now = now;
-    for (int32_t k = 0; k < s->n_heap; k++) s->heap[k] = heap_key(s, s->heap[k].slot);
-    heap_build(s);
+    heap_rebuild(s);
     return;
   }
-  int32_t raised = -1, n = 0;
-  if (s->heap_at[slot] >= 0) raised = slot, n++, s->heap[s->heap_at[slot]] = heap_key(s, slot);
+  if (s->bk_of[slot] >= 0) bslot_raise(s, slot);
   for (int32_t i = s->unit_head[unit]; i >= 0; i = s->seen_next[i])
-    if (i != slot && s->heap_at[i] >= 0) raised = i, n++, s->heap[s->heap_at[i]] = heap_key(s, i);
-  if (n == 1) heap_down(s, s->heap_at[raised]);
-  else if (n > 1) heap_build(s); /* one unit in several main slots: rare */
+    if (i != slot && s->bk_of[i] >= 0) bslot_raise(s, i);
 }
 
 static void auto_touch(void *state, int32_t slot, int32_t unit) {
@@ -244,8 +268,8 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
     return;
   }
   /* admission: only past the main area's least routed expert (the least recent among equals) */
-  if (s->n_heap > 0 && s->count[unit] > s->heap[0].count) {
-    set_main(s, s->heap[0].slot, 0);
+  if (s->first >= 0 && s->count[unit] > s->bk[s->first].count) {
+    set_main(s, s->bk[s->first].head, 0);
     set_main(s, slot, 1);
   }
 }
