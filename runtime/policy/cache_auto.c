@@ -46,7 +46,7 @@ struct autoc {
   int32_t first, free;
   int32_t *bk_of;            /* per slot: its bucket (-1: not in main) */
   int32_t *bs_next, *bs_prev; /* per slot: its neighbours in its bucket */
-  uint64_t heap_now;         /* the epoch the buckets are ordered at */
+  uint64_t main_now;         /* the epoch the buckets are ordered at */
   int32_t *unit_head;      /* per unit: first slot whose seen is it (-1: none) */
   int32_t *seen_next, *seen_prev; /* per slot: the list of slots seeing the same unit */
 };
@@ -116,25 +116,25 @@ static void bslot_insert(struct autoc *s, int32_t slot, int32_t b) {
 /* slot (in main) to its place for its key now */
 static void bslot_raise(struct autoc *s, int32_t slot) {
   const int32_t b = s->bk_of[slot];
-  const int32_t t = bucket_find(s, b, aged_at(s, s->heap_now, s->seen[slot]));
+  const int32_t t = bucket_find(s, b, aged_at(s, s->main_now, s->seen[slot]));
   bslot_unlink(s, slot);
   bslot_insert(s, slot, t);
   if (t != b) bucket_drop_if_empty(s, b);
 }
 
-static void heap_push(struct autoc *s, int32_t slot) {
-  bslot_insert(s, slot, bucket_find(s, -1, aged_at(s, s->heap_now, s->seen[slot])));
+static void main_push(struct autoc *s, int32_t slot) {
+  bslot_insert(s, slot, bucket_find(s, -1, aged_at(s, s->main_now, s->seen[slot])));
 }
 
-static void heap_remove(struct autoc *s, int32_t slot) { bucket_drop_if_empty(s, bslot_unlink(s, slot)); }
+static void main_remove(struct autoc *s, int32_t slot) { bucket_drop_if_empty(s, bslot_unlink(s, slot)); }
 
-/* every bucket again at epoch heap_now */
-static void heap_rebuild(struct autoc *s) {
+/* every bucket again at epoch main_now */
+static void main_rebuild(struct autoc *s) {
   s->first = -1;
   s->free = 0;
   for (int32_t b = 0; b < s->n_slots; b++) s->bk[b].next = b + 1 < s->n_slots ? b + 1 : -1;
   for (int32_t i = 0; i < s->n_slots; i++)
-    if (s->bk_of[i] >= 0) s->bk_of[i] = -1, heap_push(s, i);
+    if (s->bk_of[i] >= 0) s->bk_of[i] = -1, main_push(s, i);
 }
 
 /* the list of slots whose seen is unit */
@@ -168,8 +168,8 @@ static void prob_remove(struct autoc *s, int32_t slot) {
 static void set_main(struct autoc *s, int32_t slot, int on) {
   if (s->in_main[slot] == on) return;
   s->in_main[slot] = (uint8_t)on;
-  if (on) prob_remove(s, slot), heap_push(s, slot);
-  else prob_add(s, slot), heap_remove(s, slot);
+  if (on) prob_remove(s, slot), main_push(s, slot);
+  else prob_add(s, slot), main_remove(s, slot);
 }
 
 static uint32_t aged(const struct autoc *s, int32_t unit) { return aged_at(s, s->clock / s->epoch_len, unit); }
@@ -204,7 +204,7 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   }
   for (int32_t u = 0; u < units; u++) s->unit_head[u] = -1;
   for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, s->bk_of[i] = -1, prob_add(s, i);
-  heap_rebuild(s);
+  main_rebuild(s);
   int32_t probation = g->n_experts > 0 ? g->n_experts : 1;
   if (probation > g->n_slots / 2) probation = g->n_slots / 2 > 0 ? g->n_slots / 2 : 1;
   s->main_cap = g->n_slots - probation > 0 ? g->n_slots - probation : 0;
@@ -236,10 +236,10 @@ static void auto_free(void *state) {
 }
 
 /* After a touch of unit at slot raised their keys: the buckets in order again at epoch now. */
-static void heap_settle(struct autoc *s, int32_t slot, int32_t unit, uint64_t now) {
-  if (now != s->heap_now) { /* ageing: ties may have formed */
-    s->heap_now = now;
-    heap_rebuild(s);
+static void main_settle(struct autoc *s, int32_t slot, int32_t unit, uint64_t now) {
+  if (now != s->main_now) { /* ageing: ties may have formed */
+    s->main_now = now;
+    main_rebuild(s);
     return;
   }
   if (s->bk_of[slot] >= 0) bslot_raise(s, slot);
@@ -253,7 +253,7 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
   s->stamp[slot] = ++s->clock;
   s->count[unit] = c < UINT32_MAX ? c + 1 : c;
   s->epoch[unit] = (uint32_t)(s->clock / s->epoch_len);
-  heap_settle(s, slot, unit, s->clock / s->epoch_len);
+  main_settle(s, slot, unit, s->clock / s->epoch_len);
   if (s->seen[slot] != unit) { /* a new expert in this slot: it starts in probation */
     if (s->in_main[slot]) s->main_size--;
     set_main(s, slot, 0);
