@@ -334,7 +334,7 @@ static void print_text(const struct plan_state *ps, int cheapest, double wall_s)
     if (f.at_max.usd_per_mtok > 0) snprintf(mtok, sizeof mtok, "%.3f", f.at_max.usd_per_mtok);
     if (f.at_max.tokens_per_s_per_usd > 0) snprintf(tps, sizeof tps, "%.0f", f.at_max.tokens_per_s_per_usd);
     if (h->best_cand < 0) snprintf(demand, sizeof demand, "no");
-    else if (!f.meets_demand) snprintf(demand, sizeof demand, "no (needs more than %d GPUs)", o->max_gpus);
+    else if (!f.meets_demand) snprintf(demand, sizeof demand, "no (needs more GPUs than --max-gpus %d)", o->max_gpus);
     else if (h->gpus == 1 && h->need_replicas > 1)
       snprintf(demand, sizeof demand, "yes, %d replicas ($%.2f/h)", h->need_replicas, f.at_demand.usd_per_hour);
     else snprintf(demand, sizeof demand, "yes");
