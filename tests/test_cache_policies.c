@@ -154,33 +154,12 @@ static int teardown(void **state) {
   return 0;
 }
 
-struct logit_log {
-  float *v;
-  size_t n, cap;
-};
-
-static void on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
-                      int64_t vocab) {
-  (void)req;
-  (void)tok;
-  (void)tokens;
-  (void)n_tokens;
-  struct logit_log *g = user;
-  if (g->n + (size_t)vocab > g->cap) {
-    g->cap = (g->cap + (size_t)vocab) * 2;
-    g->v = realloc(g->v, g->cap * sizeof *g->v);
-    assert_non_null(g->v);
-  }
-  memcpy(g->v + g->n, l, (size_t)vocab * sizeof *l);
-  g->n += (size_t)vocab;
-}
-
 static const struct ferry_engine_request requests[] = {
     {.id = 0, .prompt_tokens = 12, .output_tokens = 6}, {.id = 1, .prompt_tokens = 5, .output_tokens = 8},
     {.id = 2, .prompt_tokens = 9, .output_tokens = 5},
 };
 
-static void run(struct ferry_engine_config c, uint64_t extra, struct logit_log *log, int64_t *hits) {
+static void run(struct ferry_engine_config c, uint64_t extra, struct tu_logit_log *log, int64_t *hits) {
   ferry_model *m = NULL;
   ferry_store *s = NULL;
   ferry_exec *ex = NULL;
@@ -195,7 +174,7 @@ static void run(struct ferry_engine_config c, uint64_t extra, struct logit_log *
   assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c.device_budget_bytes,
                                                                              .compute_threads = 1}),
                    FERRY_OK);
-  c.on_logits = on_logits;
+  c.on_logits = tu_on_logits;
   c.logits_user = log;
   if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
   if (ferry_engine_run(e, requests, 3, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
@@ -213,7 +192,7 @@ static void test_engine_policies_keep_logits(void **state) {
   (void)state;
   struct ferry_engine_config base = {.max_batch = 3, .max_step_tokens = 16, .max_seq_tokens = 32, .seed = 4,
                                      .block_layers = 1, .prefetch_depth = 1, .resident_attention = 1};
-  struct logit_log ref = {0};
+  struct tu_logit_log ref = {0};
   int64_t hits;
   run(base, 0, &ref, &hits);
   int64_t pop[6 * 8];
@@ -224,7 +203,7 @@ static void test_engine_policies_keep_logits(void **state) {
     c.expert_cache = i < 4 ? names[i] : i == 4 ? "static" : NULL;
     if (i == 4) c.expert_popularity = pop; /* pinned before serving */
     if (i == 5) c.expert_cache_per_layer = 2;
-    struct logit_log got = {0};
+    struct tu_logit_log got = {0};
     run(c, i == 5 ? 13 << 20 : 2 << 20, &got, &hits);
     assert_int_equal(got.n, ref.n);
     assert_memory_equal(got.v, ref.v, ref.n * sizeof(float));

@@ -57,16 +57,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-static int run_ferry(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int run_ferry(char **out, const char *fmt, ...) {
-  char args[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  return tu_run_ferry(args, out);
-}
-
 /* A failure prints exactly one line starting "ferry: ". */
 static void assert_one_line_error(const char *out) {
   assert_true(strncmp(out, "ferry: ", 7) == 0);
@@ -78,31 +68,31 @@ static void assert_one_line_error(const char *out) {
 static void test_help_and_usage(void **state) {
   (void)state;
   char *out;
-  assert_int_equal(run_ferry(&out, "db --help"), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db --help"), 0);
   assert_true(tu_contains(out, "export-trace"));
   assert_true(tu_contains(out, "import-nsys"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db list"), 2); /* no --db */
+  assert_int_equal(tu_run_ferryf(&out, "db list"), 2); /* no --db */
   assert_true(tu_contains(out, "--db"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff 1 --db '%s'", dbpath), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 --db '%s'", dbpath), 2);
   free(out);
-  assert_int_equal(run_ferry(&out, "db frobnicate --db '%s'", dbpath), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db frobnicate --db '%s'", dbpath), 2);
   free(out);
-  assert_int_equal(run_ferry(&out, "db show x --db '%s'", dbpath), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db show x --db '%s'", dbpath), 2);
   free(out);
 }
 
 static void test_list_show(void **state) {
   (void)state;
   char *out;
-  assert_int_equal(run_ferry(&out, "db list --db '%s'", dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db list --db '%s'", dbpath), 0);
   assert_true(tu_contains(out, "tiny-dense"));
   assert_true(tu_contains(out, "a100-pcie4"));
   assert_true(tu_contains(out, "yes"));
   assert_true(tu_contains(out, "      50"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db show 2 --db '%s'", dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db show 2 --db '%s'", dbpath), 0);
   assert_true(tu_contains(out, "run 2 (sim)"));
   assert_true(tu_contains(out, "{\"prefetch\":2}"));
   assert_true(tu_contains(out, "TTFT"));
@@ -112,7 +102,7 @@ static void test_list_show(void **state) {
   assert_true(tu_contains(out, "host->device 100.00 MiB"));
   assert_true(tu_contains(out, "stall time   0.050 ms"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db show 99 --db '%s'", dbpath), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db show 99 --db '%s'", dbpath), 1);
   assert_one_line_error(out);
   assert_true(tu_contains(out, "no run 99"));
   free(out);
@@ -121,19 +111,19 @@ static void test_list_show(void **state) {
 static void test_diff_exit_codes(void **state) {
   (void)state;
   char *out;
-  assert_int_equal(run_ferry(&out, "db diff 1 3 --db '%s'", dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 3 --db '%s'", dbpath), 0);
   assert_true(tu_contains(out, "no regression"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff 1 2 --db '%s'", dbpath), 3);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 2 --db '%s'", dbpath), 3);
   assert_true(tu_contains(out, "REGRESSION"));
   assert_true(tu_contains(out, "tpot_p50_ms"));
   assert_true(tu_contains(out, "+50.00%"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff 2 1 --db '%s'", dbpath), 0); /* an improvement */
+  assert_int_equal(tu_run_ferryf(&out, "db diff 2 1 --db '%s'", dbpath), 0); /* an improvement */
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff 1 2 --tolerance 60%% --db '%s'", dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 2 --tolerance 60%% --db '%s'", dbpath), 0);
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff 1 2 --tolerance=lots --db '%s'", dbpath), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 2 --tolerance=lots --db '%s'", dbpath), 2);
   free(out);
 }
 
@@ -156,17 +146,17 @@ static void test_diff_incomplete(void **state) {
   assert_int_equal(ferry_db_run_begin(db, &info, &failed), FERRY_OK);
   assert_int_equal(ferry_db_run_finish(db, failed, "device budget exceeded"), FERRY_OK);
   ferry_db_close(db); /* the killed run never finishes */
-  assert_int_equal(run_ferry(&out, "db diff 1 %lld --db '%s'", (long long)killed, path), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 %lld --db '%s'", (long long)killed, path), 1);
   assert_one_line_error(out);
   assert_true(tu_contains(out, "did not complete (killed, or still running)"));
   assert_true(tu_contains(out, "--allow-incomplete"));
   assert_false(tu_contains(out, "no regression"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff %lld 1 --db '%s'", (long long)failed, path), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db diff %lld 1 --db '%s'", (long long)failed, path), 1);
   assert_true(tu_contains(out, "failed: device budget exceeded"));
   free(out);
   /* asked for explicitly: compared, with a warning */
-  int rc = run_ferry(&out, "db diff 1 %lld --allow-incomplete --db '%s'", (long long)killed, path);
+  int rc = tu_run_ferryf(&out, "db diff 1 %lld --allow-incomplete --db '%s'", (long long)killed, path);
   assert_true(rc == 0 || rc == 3);
   assert_true(tu_contains(out, "warning: run 2 did not complete"));
   assert_true(tu_contains(out, "ttft_p50_ms"));
@@ -177,7 +167,7 @@ static void test_export_trace(void **state) {
   (void)state;
   char trace[600], *out;
   snprintf(trace, sizeof trace, "%s/trace.json", dir);
-  assert_int_equal(run_ferry(&out, "db export-trace --run 1 --out '%s' --db '%s'", trace, dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db export-trace --run 1 --out '%s' --db '%s'", trace, dbpath), 0);
   free(out);
   char *text;
   size_t len;
@@ -198,7 +188,7 @@ static void test_export_trace(void **state) {
   assert_int_equal(c, 50);
   assert_true(m >= 3);
   cJSON_Delete(root);
-  assert_int_equal(run_ferry(&out, "db export-trace --run 9 --out '%s' --db '%s'", trace, dbpath), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db export-trace --run 9 --out '%s' --db '%s'", trace, dbpath), 1);
   assert_one_line_error(out);
   free(out);
 }
@@ -231,21 +221,21 @@ static void test_import_nsys(void **state) {
   char exp[600], *out;
   snprintf(exp, sizeof exp, "%s/report1.sqlite", dir);
   make_export(exp, NULL);
-  assert_int_equal(run_ferry(&out, "db import-nsys '%s' --into '%s' --model llama-8b", exp, dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db import-nsys '%s' --into '%s' --model llama-8b", exp, dbpath), 0);
   assert_true(tu_contains(out, "as run 4"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db list --db '%s'", dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db list --db '%s'", dbpath), 0);
   assert_true(tu_contains(out, "nsys-import"));
   assert_true(tu_contains(out, "llama-8b"));
   free(out);
   snprintf(exp, sizeof exp, "%s/broken.sqlite", dir);
   make_export(exp, "CUPTI_ACTIVITY_KIND_KERNEL");
-  assert_int_equal(run_ferry(&out, "db import-nsys '%s' --db '%s'", exp, dbpath), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db import-nsys '%s' --db '%s'", exp, dbpath), 1);
   assert_one_line_error(out);
   assert_true(tu_contains(out, exp));
   assert_true(tu_contains(out, "CUPTI_ACTIVITY_KIND_KERNEL"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db list --db '%s'", dbpath), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db list --db '%s'", dbpath), 0);
   assert_false(tu_contains(out, "\n5 "));
   free(out);
 }
@@ -255,13 +245,13 @@ static void test_bad_databases(void **state) {
   char path[600], *out;
   snprintf(path, sizeof path, "%s/notes.txt", dir);
   tu_write_file(path, "hello, I am plain text and not a database at all\n", 49);
-  assert_int_equal(run_ferry(&out, "db list --db '%s'", path), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db list --db '%s'", path), 1);
   assert_one_line_error(out);
   assert_true(tu_contains(out, "not a ferry database"));
   assert_true(tu_contains(out, path));
   free(out);
   /* import-nsys into a non-database must not overwrite it either */
-  assert_int_equal(run_ferry(&out, "db import-nsys '%s' --db '%s'", path, path), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db import-nsys '%s' --db '%s'", path, path), 2);
   assert_true(tu_contains(out, "must not overwrite"));
   free(out);
 
@@ -273,12 +263,12 @@ static void test_bad_databases(void **state) {
   assert_int_equal(sqlite3_open(path, &s), SQLITE_OK);
   assert_int_equal(sqlite3_exec(s, "PRAGMA user_version=1000", NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(s);
-  assert_int_equal(run_ferry(&out, "db list --db '%s'", path), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db list --db '%s'", path), 1);
   assert_one_line_error(out);
   assert_true(tu_contains(out, "newer"));
   free(out);
   snprintf(path, sizeof path, "%s/none.db", dir);
-  assert_int_equal(run_ferry(&out, "db list --db '%s'", path), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db list --db '%s'", path), 1);
   assert_one_line_error(out);
   free(out);
 }

@@ -74,16 +74,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-static int run_ferry(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int run_ferry(char **out, const char *fmt, ...) {
-  char args[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  return tu_run_ferry(args, out);
-}
-
 /* stdout of a command as JSON (stderr goes to /dev/null). */
 static cJSON *json_of(int want_rc, const char *args) {
   char *out, cmd[2200];
@@ -139,16 +129,16 @@ static void test_list_formats(void **state) {
   assert_int_equal(get(j, "runs.0.requests")->valueint, 20);
   check_schema(j, "db-list");
   cJSON_Delete(j);
-  assert_int_equal(run_ferry(&out, "db list --format csv --db '%s'", db_a), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db list --format csv --db '%s'", db_a), 0);
   assert_true(strncmp(out, "id,kind,model,hardware,trace,status,", 36) == 0);
   assert_true(tu_contains(out, "\n7,sim,tiny-dense,l4,"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db list --format md --db '%s'", db_a), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db list --format md --db '%s'", db_a), 0);
   assert_true(strncmp(out, "| id | kind | model |", 21) == 0);
   assert_true(tu_contains(out, "|---:|---|"));
   assert_true(tu_contains(out, "| 7 | sim | tiny-dense |"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db list --format yaml --db '%s'", db_a), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db list --format yaml --db '%s'", db_a), 2);
   assert_true(tu_contains(out, "expected text, json, csv or md"));
   free(out);
 }
@@ -168,14 +158,14 @@ static void test_show_formats(void **state) {
   assert_string_equal(get(j, "run.git_rev")->valuestring, "v0.1-3-gabcdef");
   check_schema(j, "db-show");
   cJSON_Delete(j);
-  assert_int_equal(run_ferry(&out, "db show 7 --format csv --db '%s'", db_b), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db show 7 --format csv --db '%s'", db_b), 0);
   assert_true(strncmp(out, "key,value\n", 10) == 0);
   const char *row = strstr(out, "\nmetrics.tpot_p50_ms,");
   assert_non_null(row);
   assert_true(fabs(strtod(row + 21, NULL) - 14.56) < 1e-9);
   assert_true(tu_contains(out, "\nrun.config.prefetch_depth,2\n"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db show 7 --format md --db '%s'", db_b), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db show 7 --format md --db '%s'", db_b), 0);
   assert_true(tu_contains(out, "| metrics.tpot\\_p50\\_ms | 14.5"));
   free(out);
 }
@@ -184,21 +174,21 @@ static void test_tolerance(void **state) {
   (void)state;
   char *out;
   /* run 6 of base.db against run 6 of cand.db: one run each, TPOT 10 -> 14 ms (+40 %) */
-  assert_int_equal(run_ferry(&out, "db diff '%s:6' '%s:6'", db_a, db_b), 3);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:6' '%s:6'", db_a, db_b), 3);
   assert_true(tu_contains(out, "tpot_p50_ms"));
   assert_true(tu_contains(out, "+40.00%  REGRESSION"));
   assert_true(tu_contains(out, "verdict: regression"));
   free(out);
   /* 0.5 and 50% both mean fifty percent: +40 % is within */
-  assert_int_equal(run_ferry(&out, "db diff '%s:6' '%s:6' --tolerance 0.5", db_a, db_b), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:6' '%s:6' --tolerance 0.5", db_a, db_b), 0);
   assert_true(tu_contains(out, "no regression beyond 50.00%"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff '%s:6' '%s:6' --tolerance 50%%", db_a, db_b), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:6' '%s:6' --tolerance 50%%", db_a, db_b), 0);
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff '%s:6' '%s:6' --tolerance 0.3", db_a, db_b), 3);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:6' '%s:6' --tolerance 0.3", db_a, db_b), 3);
   free(out);
   /* a bare 5 is ambiguous (5 % or 500 %?): refused with the way to write it */
-  assert_int_equal(run_ferry(&out, "db diff '%s:6' '%s:6' --tolerance 5", db_a, db_b), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:6' '%s:6' --tolerance 5", db_a, db_b), 2);
   assert_true(tu_contains(out, "write 5% for 5 percent"));
   free(out);
 }
@@ -207,7 +197,7 @@ static void test_diff_groups(void **state) {
   (void)state;
   char args[1400], *out;
   /* the same configuration within noise: one run of a group stands for the group */
-  assert_int_equal(run_ferry(&out, "db diff '%s:3' '%s:1'", db_a, db_b), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:3' '%s:1'", db_a, db_b), 0);
   assert_true(tu_contains(out, "runs 1-5 (host"));
   assert_true(tu_contains(out, "Mann-Whitney"));
   assert_true(tu_contains(out, "verdict: no significant change"));
@@ -232,25 +222,25 @@ static void test_diff_groups(void **state) {
   check_schema(j, "db-diff");
   cJSON_Delete(j);
   /* the other way round it is an improvement, exit 0 */
-  assert_int_equal(run_ferry(&out, "db diff '%s:6' '%s:1'", db_b, db_a), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:6' '%s:1'", db_b, db_a), 0);
   assert_true(tu_contains(out, "verdict: improvement"));
   free(out);
   /* the same 40 % within a 50 % tolerance: the test asks for worse beyond the tolerance */
-  assert_int_equal(run_ferry(&out, "db diff '%s:1' '%s:6' --tolerance 50%%", db_a, db_b), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:1' '%s:6' --tolerance 50%%", db_a, db_b), 0);
   assert_true(tu_contains(out, "verdict: no significant change"));
   free(out);
   /* explicit lists and ranges, --db for a side without DB: */
-  assert_int_equal(run_ferry(&out, "db diff 1,2,3 4-5 --db '%s'", db_a), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1,2,3 4-5 --db '%s'", db_a), 0);
   assert_true(tu_contains(out, "runs 1-3 (host"));
   assert_true(tu_contains(out, "runs 4-5 (host"));
   free(out);
   /* two runs of one group: the runs themselves */
-  assert_int_equal(run_ferry(&out, "db diff 1 2 --db '%s'", db_a), 0);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 2 --db '%s'", db_a), 0);
   assert_true(tu_contains(out, "of one repeat group"));
   assert_true(tu_contains(out, "run 1 (host"));
   free(out);
   /* CSV: one row per metric */
-  assert_int_equal(run_ferry(&out, "db diff '%s:1' '%s:6' --format csv 2>/dev/null", db_a, db_b), 3);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:1' '%s:6' --format csv 2>/dev/null", db_a, db_b), 3);
   assert_true(strncmp(out, "name,a,b,change_pct,higher_is_better,n_a,n_b,p_value,effect,verdict,gated\n", 74) == 0);
   assert_true(tu_contains(out, "\ntpot_p50_ms,10,14,40"));
   free(out);
@@ -260,29 +250,29 @@ static void test_like_with_like(void **state) {
   (void)state;
   char *out;
   /* another kind: refused, named */
-  assert_int_equal(run_ferry(&out, "db diff 6 7 --db '%s'", db_a), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 6 7 --db '%s'", db_a), 1);
   assert_true(tu_contains(out, "A is a host run and B a sim run"));
   assert_true(tu_contains(out, "--force"));
   free(out);
   /* another configuration: refused with the key that differs */
-  assert_int_equal(run_ferry(&out, "db diff '%s:1' '%s:11'", db_a, db_b), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:1' '%s:11'", db_a, db_b), 1);
   assert_true(tu_contains(out, "prefetch_depth 2 -> 1"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff '%s:1' '%s:11' --force", db_a, db_b), 3);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s:1' '%s:11' --force", db_a, db_b), 3);
   assert_true(tu_contains(out, "warning: A and B ran different configurations"));
   free(out);
   /* runs pooled on one side must be repeats of one configuration */
-  assert_int_equal(run_ferry(&out, "db diff 6,7 1 --db '%s'", db_a), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 6,7 1 --db '%s'", db_a), 1);
   assert_true(tu_contains(out, "not repeats of one measurement"));
   free(out);
   /* malformed sides */
-  assert_int_equal(run_ferry(&out, "db diff '%s' 1 --db '%s'", db_b, db_a), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db diff '%s' 1 --db '%s'", db_b, db_a), 2);
   assert_true(tu_contains(out, "expected [DB:]RUNS"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff 1 2"), 2);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 2"), 2);
   assert_true(tu_contains(out, "--db FILE"));
   free(out);
-  assert_int_equal(run_ferry(&out, "db diff 1 99 --db '%s'", db_a), 1);
+  assert_int_equal(tu_run_ferryf(&out, "db diff 1 99 --db '%s'", db_a), 1);
   assert_true(tu_contains(out, "no run 99"));
   free(out);
 }

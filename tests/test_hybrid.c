@@ -50,27 +50,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-struct logit_log {
-  float *v;
-  size_t n, cap;
-};
-
-static void on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
-                      int64_t vocab) {
-  (void)req;
-  (void)tok;
-  (void)tokens;
-  (void)n_tokens;
-  struct logit_log *g = user;
-  if (g->n + (size_t)vocab > g->cap) {
-    g->cap = (g->cap + (size_t)vocab) * 2;
-    g->v = realloc(g->v, g->cap * sizeof *g->v);
-    assert_non_null(g->v);
-  }
-  memcpy(g->v + g->n, l, (size_t)vocab * sizeof *l);
-  g->n += (size_t)vocab;
-}
-
 static const struct ferry_engine_request requests[] = {
     {.id = 0, .prompt_tokens = 11, .output_tokens = 4},
     {.id = 1, .prompt_tokens = 6, .output_tokens = 5},
@@ -81,7 +60,7 @@ static const struct ferry_engine_request requests[] = {
 
 /* What a run gave: logits, and per-run sums of its step metrics. */
 struct outcome {
-  struct logit_log log;
+  struct tu_logit_log log;
   int64_t cpu_experts, misses, hits;
   uint64_t bytes_h2d, bytes_act;
   int64_t cpu_busy_ns;
@@ -104,7 +83,7 @@ static void run(const char *model_dir, struct ferry_engine_config c, struct outc
   assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
   struct ferry_exec_config xc = {.device_budget_bytes = c.device_budget_bytes, .compute_threads = 1};
   assert_int_equal(ferry_exec_create_host(&ex, &xc), FERRY_OK);
-  c.on_logits = on_logits;
+  c.on_logits = tu_on_logits;
   c.logits_user = &o->log;
   ferry_status st = ferry_engine_create(&e, m, s, ex, &c);
   if (st != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
@@ -132,7 +111,7 @@ static void run(const char *model_dir, struct ferry_engine_config c, struct outc
 }
 
 /* Every logit within fp32 rounding of the reference's (sums taken in another order). */
-static void assert_close(const struct logit_log *ref, const struct logit_log *got) {
+static void assert_close(const struct tu_logit_log *ref, const struct tu_logit_log *got) {
   assert_int_equal(ref->n, got->n);
   assert_true(ref->n > 0);
   double worst = 0;

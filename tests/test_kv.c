@@ -42,27 +42,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-struct logit_log {
-  float *v;
-  size_t n, cap;
-};
-
-static void on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
-                      int64_t vocab) {
-  (void)req;
-  (void)tok;
-  (void)tokens;
-  (void)n_tokens;
-  struct logit_log *g = user;
-  if (g->n + (size_t)vocab > g->cap) {
-    g->cap = (g->cap + (size_t)vocab) * 2;
-    g->v = realloc(g->v, g->cap * sizeof *g->v);
-    assert_non_null(g->v);
-  }
-  memcpy(g->v + g->n, l, (size_t)vocab * sizeof *l);
-  g->n += (size_t)vocab;
-}
-
 static const struct ferry_engine_request requests[] = {
     {.id = 0, .prompt_tokens = 21, .output_tokens = 6},
     {.id = 1, .prompt_tokens = 6, .output_tokens = 9},
@@ -76,7 +55,7 @@ static struct ferry_engine_config config(void) {
   return c;
 }
 
-static void run_host(struct ferry_engine_config c, struct logit_log *log, uint64_t *bytes_act) {
+static void run_host(struct ferry_engine_config c, struct tu_logit_log *log, uint64_t *bytes_act) {
   ferry_model *m = NULL;
   ferry_store *s = NULL;
   ferry_exec *ex = NULL;
@@ -86,7 +65,7 @@ static void run_host(struct ferry_engine_config c, struct logit_log *log, uint64
   assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c.device_budget_bytes,
                                                                              .compute_threads = 1}),
                    FERRY_OK);
-  c.on_logits = on_logits;
+  c.on_logits = tu_on_logits;
   c.logits_user = log;
   if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
   if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
@@ -105,13 +84,13 @@ static void run_host(struct ferry_engine_config c, struct logit_log *log, uint64
  * and kernels, so the same logits to the bit; only q, k, v and the attention output cross. */
 static void test_kv_home_host_same_logits(void **state) {
   (void)state;
-  struct logit_log ref = {0};
+  struct tu_logit_log ref = {0};
   uint64_t act = 0;
   run_host(config(), &ref, &act);
   assert_int_equal(act, 0);
   const uint64_t budgets[2] = {0, 3500 << 10};
   for (int i = 0; i < 2; i++) {
-    struct logit_log got = {0};
+    struct tu_logit_log got = {0};
     struct ferry_engine_config c = config();
     c.kv_home_host = 1;
     c.device_budget_bytes = budgets[i];
@@ -127,14 +106,14 @@ static void test_kv_home_host_same_logits(void **state) {
 /* Quantized caches move the logits by their quantization error, ordered by precision. */
 static void test_quantized_kv_logits(void **state) {
   (void)state;
-  struct logit_log ref = {0};
+  struct tu_logit_log ref = {0};
   uint64_t act;
   run_host(config(), &ref, &act);
   const enum ferry_kv_format fmts[3] = {FERRY_KV_INT8, FERRY_KV_FP8, FERRY_KV_INT4};
   const double bound[3] = {1e-4, 2e-3, 2e-2}; /* 1 - mean cosine */
   double worst[3];
   for (int i = 0; i < 3; i++) {
-    struct logit_log got = {0};
+    struct tu_logit_log got = {0};
     struct ferry_engine_config c = config();
     c.kv_format = fmts[i];
     c.kv_home_host = i == 2; /* int4 on the CPU's side too */

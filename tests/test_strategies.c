@@ -48,27 +48,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-struct logit_log {
-  float *v;
-  size_t n, cap;
-};
-
-static void on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
-                      int64_t vocab) {
-  (void)req;
-  (void)tok;
-  (void)tokens;
-  (void)n_tokens;
-  struct logit_log *g = user;
-  if (g->n + (size_t)vocab > g->cap) {
-    g->cap = (g->cap + (size_t)vocab) * 2;
-    g->v = realloc(g->v, g->cap * sizeof *g->v);
-    assert_non_null(g->v);
-  }
-  memcpy(g->v + g->n, l, (size_t)vocab * sizeof *l);
-  g->n += (size_t)vocab;
-}
-
 static const struct ferry_engine_request requests[] = {
     {.id = 0, .prompt_tokens = 13, .output_tokens = 5}, {.id = 1, .prompt_tokens = 6, .output_tokens = 7},
     {.id = 2, .prompt_tokens = 9, .output_tokens = 4},  {.id = 3, .prompt_tokens = 4, .output_tokens = 6},
@@ -83,7 +62,7 @@ static struct ferry_engine_config config(void) {
 }
 
 /* Serve on the host executor with the minimum device budget plus `extra` (0: resident). */
-static void run_host(const char *model_dir, struct ferry_engine_config c, uint64_t extra, struct logit_log *log) {
+static void run_host(const char *model_dir, struct ferry_engine_config c, uint64_t extra, struct tu_logit_log *log) {
   ferry_model *m = NULL;
   ferry_store *s = NULL;
   ferry_exec *ex = NULL;
@@ -98,7 +77,7 @@ static void run_host(const char *model_dir, struct ferry_engine_config c, uint64
   assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c.device_budget_bytes,
                                                                              .compute_threads = 1}),
                    FERRY_OK);
-  c.on_logits = on_logits;
+  c.on_logits = tu_on_logits;
   c.logits_user = log;
   if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
   if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
@@ -113,7 +92,7 @@ static void run_host(const char *model_dir, struct ferry_engine_config c, uint64
   ferry_model_close(m);
 }
 
-static void assert_same(const struct logit_log *a, const struct logit_log *b) {
+static void assert_same(const struct tu_logit_log *a, const struct tu_logit_log *b) {
   assert_int_equal(a->n, b->n);
   assert_true(a->n > 0);
   assert_memory_equal(a->v, b->v, a->n * sizeof(float));
@@ -168,7 +147,7 @@ static void run_sim(const char *preset, struct ferry_engine_config c, uint64_t e
  * consulted. */
 static void test_expert_granularity_layer(void **state) {
   (void)state;
-  struct logit_log ref = {0}, got = {0};
+  struct tu_logit_log ref = {0}, got = {0};
   run_host(moe_dir, config(), 0, &ref);
   struct ferry_engine_config c = config();
   c.expert_granularity_layer = 1;
@@ -198,7 +177,7 @@ static void test_expert_granularity_layer(void **state) {
   free(b.steps);
 }
 
-static void assert_close(const struct logit_log *a, const struct logit_log *b) {
+static void assert_close(const struct tu_logit_log *a, const struct tu_logit_log *b) {
   assert_int_equal(a->n, b->n);
   double worst = 0;
   for (size_t i = 0; i < a->n; i++) {
@@ -210,13 +189,13 @@ static void assert_close(const struct logit_log *a, const struct logit_log *b) {
 
 /* The logits of request r's tokens in the order they came (micro-batches reorder the rows). */
 struct per_req {
-  struct logit_log req[N_REQ];
+  struct tu_logit_log req[N_REQ];
 };
 
 static void on_req_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
                           int64_t vocab) {
   struct per_req *p = user;
-  on_logits(&p->req[req], req, tok, tokens, n_tokens, l, vocab);
+  tu_on_logits(&p->req[req], req, tok, tokens, n_tokens, l, vocab);
 }
 
 static void run_host_per_req(const char *model_dir, struct ferry_engine_config c, uint64_t extra, struct per_req *out) {

@@ -85,3 +85,28 @@ void tu_write_file(const char *path, const void *data, size_t len) {
 }
 
 int tu_contains(const char *text, const char *needle) { return text && strstr(text, needle) != NULL; }
+
+void tu_on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
+                  int64_t vocab) {
+  (void)req;
+  (void)tok;
+  (void)tokens;
+  (void)n_tokens;
+  struct tu_logit_log *g = user;
+  if (g->n + (size_t)vocab > g->cap) {
+    g->cap = (g->cap + (size_t)vocab) * 2;
+    g->v = realloc(g->v, g->cap * sizeof *g->v);
+    assert_non_null(g->v);
+  }
+  memcpy(g->v + g->n, l, (size_t)vocab * sizeof *l);
+  g->n += (size_t)vocab;
+}
+
+int tu_run_ferryf(char **output, const char *fmt, ...) {
+  char args[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  return tu_run_ferry(args, output);
+}

@@ -20,9 +20,21 @@ char *tu_shared_path(const char *name);
 /* Run `ferry ARGS` (a shell-quoted string) and capture stdout+stderr into an owned string;
  * returns the exit status (or -1). */
 int tu_run_ferry(const char *args, char **output);
+/* tu_run_ferry with the arguments formatted printf-style (up to 2 KiB). */
+int tu_run_ferryf(char **output, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Write a file with the given bytes; asserts on failure. */
 void tu_write_file(const char *path, const void *data, size_t len);
 /* Whether the text contains the needle (case-sensitive). */
 int tu_contains(const char *text, const char *needle);
+
+/* Every logits row an engine run hands out, appended in order: the user pointer of
+ * tu_on_logits. Starts zeroed; free(v) when done. */
+struct tu_logit_log {
+  float *v;
+  size_t n, cap;
+};
+/* A ferry_engine_config.on_logits callback appending to the struct tu_logit_log at user. */
+void tu_on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
+                  int64_t vocab);
 
 #endif
