@@ -506,232 +506,255 @@ void ferry__run_labels(const struct report *rp, const struct rrun *const *runs, 
   ferry_free(diff);
 }
 
-static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
-  NUMBUF;
-  size_t n_other = 0, smallest = SIZE_MAX;
-  int *skip = ferry__calloc(rp->n_axes ? rp->n_axes : 1, sizeof *skip);
-  if (!skip) return NOMEM(rp);
-  struct ferry_strbuf follow = {0}, left = {0}, partial = {0};
+/* What one plot against an axis is made of, gathered step by step by the functions below. */
+enum { MAX_SERIES = 16, MAX_ALL = 256 };
+struct sweep_plot {
+  struct report *rp;
+  const struct raxis *ax;
+  int *skip;             /* axes that follow ax (change with it): not lines of their own */
+  size_t n_other;        /* axes that vary independently of ax */
+  size_t smallest;       /* the other axis with fewest values: one line per value when narrowing */
+  struct ferry_strbuf follow, left;
+  char fixed[1024];      /* "key=value, ..." the other axes are held at when narrowed */
+  size_t fixed_len, held_out;
+  struct point *pts;
+  size_t npts;
+  const char *series[MAX_SERIES];
+  size_t ns;
+  char (*labels)[160];
+  double all[7][MAX_ALL]; /* every point's figures, for the panels' units and scales */
+  size_t nall;
+  int budget;
+  double xscale;
+};
+
+/* Which other axes change with ax (listed, not drawn) and which one gives the lines. */
+static void sweep_partition(struct sweep_plot *sp) {
+  const struct report *rp = sp->rp;
+  sp->smallest = SIZE_MAX;
   for (size_t a = 0; a < rp->n_axes; a++) {
-    if (&rp->axes[a] == ax) continue;
-    if (follows(rp, ax, &rp->axes[a])) {
-      skip[a] = 1;
-      ferry__sb_printf(&follow, "%s%s", follow.len ? ", " : "", rp->axes[a].key);
+    if (&rp->axes[a] == sp->ax) continue;
+    if (follows(rp, sp->ax, &rp->axes[a])) {
+      sp->skip[a] = 1;
+      ferry__sb_printf(&sp->follow, "%s%s", sp->follow.len ? ", " : "", rp->axes[a].key);
       continue;
     }
-    n_other++;
-    if (smallest == SIZE_MAX || rp->axes[a].n < rp->axes[smallest].n) smallest = a;
+    sp->n_other++;
+    if (sp->smallest == SIZE_MAX || rp->axes[a].n < rp->axes[sp->smallest].n) sp->smallest = a;
   }
   /* when the other axes are fixed, the executor keeps its lines (sim against real side by side) */
   for (size_t a = 0; a < rp->n_axes; a++)
-    if (&rp->axes[a] != ax && !skip[a] && !strcmp(rp->axes[a].key, "executor")) smallest = a;
-  char fixed[1024] = "";
-  size_t fixed_len = 0, held_out = 0;
-  struct point *pts = NULL;
-  size_t npts = 0;
-  char (*modes)[256] = NULL;
-  ferry_status st = collect_points(rp, ax, skip, 0, NULL, &pts, &npts, &held_out);
-  if (st != FERRY_OK) goto out;
-  /* too many lines: one line per value of the smallest other axis, the rest at their most
-   * frequent value */
-  if (count_series(pts, npts) > 8 && n_other > 1) {
-    ferry_free(pts);
-    pts = NULL;
-    modes = ferry__calloc(rp->n_axes, sizeof *modes);
-    if (!modes) {
-      st = NOMEM(rp);
-      goto out;
-    }
-    best_slice(rp, ax, skip, smallest, modes);
-    for (size_t a = 0; a < rp->n_axes; a++) {
-      /* an axis the chosen slice does not have is not fixed: its runs may hold any value */
-      if (&rp->axes[a] == ax || a == smallest || skip[a] || !modes[a][0]) continue;
-      char lv[128];
-      label_value(rp->axes[a].key, modes[a], lv, sizeof lv);
-      fixed_len += (size_t)snprintf(fixed + fixed_len, fixed_len < sizeof fixed ? sizeof fixed - fixed_len : 0, "%s%s=%s",
-                                    fixed_len ? ", " : "", rp->axes[a].key, lv);
-      if (fixed_len >= sizeof fixed) fixed_len = sizeof fixed - 1;
-    }
-    st = collect_points(rp, ax, skip, smallest, modes, &pts, &npts, &held_out);
-    ferry_free(modes);
-    if (st != FERRY_OK) goto out;
-    if (held_out)
-      ferry__sb_printf(&left, "%s%zu run%s at other values of the fixed parameters", left.len ? "; " : "", held_out,
-                       held_out == 1 ? "" : "s");
+    if (&rp->axes[a] != sp->ax && !sp->skip[a] && !strcmp(rp->axes[a].key, "executor")) sp->smallest = a;
+}
+
+/* Too many lines: one line per value of the smallest other axis, the rest at the values of the
+ * slice of runs that covers ax best. */
+static ferry_status sweep_narrow(struct sweep_plot *sp) {
+  struct report *rp = sp->rp;
+  ferry_free(sp->pts);
+  sp->pts = NULL;
+  char(*modes)[256] = ferry__calloc(rp->n_axes, sizeof *modes);
+  if (!modes) return NOMEM(rp);
+  best_slice(rp, sp->ax, sp->skip, sp->smallest, modes);
+  for (size_t a = 0; a < rp->n_axes; a++) {
+    /* an axis the chosen slice does not have is not fixed: its runs may hold any value */
+    if (&rp->axes[a] == sp->ax || a == sp->smallest || sp->skip[a] || !modes[a][0]) continue;
+    char lv[128];
+    label_value(rp->axes[a].key, modes[a], lv, sizeof lv);
+    size_t room = sp->fixed_len < sizeof sp->fixed ? sizeof sp->fixed - sp->fixed_len : 0;
+    sp->fixed_len += (size_t)snprintf(sp->fixed + sp->fixed_len, room, "%s%s=%s", sp->fixed_len ? ", " : "",
+                                      rp->axes[a].key, lv);
+    if (sp->fixed_len >= sizeof sp->fixed) sp->fixed_len = sizeof sp->fixed - 1;
   }
-  /* distinct series in order of appearance; a series with a single point draws no line, so
-   * when some series have several points the single-point ones (runs that only share the key's
-   * value by chance, e.g. a what-if on other hardware) are left out, and said so */
-  enum { MAX_SERIES = 16 };
-  const char *series[MAX_SERIES];
+  ferry_status st = collect_points(rp, sp->ax, sp->skip, sp->smallest, modes, &sp->pts, &sp->npts, &sp->held_out);
+  ferry_free(modes);
+  if (st == FERRY_OK && sp->held_out)
+    ferry__sb_printf(&sp->left, "%s%zu run%s at other values of the fixed parameters", sp->left.len ? "; " : "",
+                     sp->held_out, sp->held_out == 1 ? "" : "s");
+  return st;
+}
+
+/* Distinct series in order of appearance; a series with a single point draws no line, so when
+ * some series have several points the single-point ones (runs that only share the key's value by
+ * chance, e.g. a what-if on other hardware) are left out, and said so. */
+static void sweep_series(struct sweep_plot *sp) {
   size_t counts[MAX_SERIES] = {0};
   size_t ns = 0, beyond = 0;
-  for (size_t k = 0; k < npts; k++) {
+  for (size_t k = 0; k < sp->npts; k++) {
     size_t si;
     for (si = 0; si < ns; si++)
-      if (!strcmp(series[si], pts[k].series)) break;
+      if (!strcmp(sp->series[si], sp->pts[k].series)) break;
     if (si == ns) {
       if (ns == MAX_SERIES) {
         beyond++;
         continue;
       }
-      series[ns++] = pts[k].series;
+      sp->series[ns++] = sp->pts[k].series;
     }
     counts[si]++;
   }
   if (beyond)
-    ferry__sb_printf(&left, "%s%zu point%s of series beyond the first %d", left.len ? "; " : "", beyond,
+    ferry__sb_printf(&sp->left, "%s%zu point%s of series beyond the first %d", sp->left.len ? "; " : "", beyond,
                      beyond == 1 ? "" : "s", MAX_SERIES);
   size_t multi = 0;
   for (size_t si = 0; si < ns; si++) multi += counts[si] > 1;
-  if (multi) {
-    size_t kept = 0, dropped = 0;
-    struct ferry_strbuf runs = {0};
-    for (size_t si = 0; si < ns; si++) {
-      if (counts[si] > 1) {
-        series[kept++] = series[si];
-        continue;
-      }
-      dropped++;
-      for (size_t k = 0; k < npts; k++)
-        if (!strcmp(pts[k].series, series[si]))
-          ferry__sb_printf(&runs, "%s%s", runs.len ? ", " : "", pts[k].first_run);
-    }
-    ns = kept;
-    if (dropped)
-      ferry__sb_printf(&left, "%s%zu configuration%s with a single value of %s (run%s %s)", left.len ? "; " : "",
-                       dropped, dropped == 1 ? "" : "s", ax->key, dropped == 1 ? "" : "s", runs.p ? runs.p : "");
-    ferry__sb_free(&runs);
-  }
-  if (ns == 0) goto out; /* no runs vary along this key with the others held fixed: nothing to draw */
-  char(*labels)[160] = ferry__calloc(ns, sizeof *labels);
-  if (!labels) {
-    st = NOMEM(rp);
-    goto out;
-  }
-  series_labels(series, ns, labels);
-  int budget = strstr(ax->key, "budget") != NULL && ax->numeric;
-  double xscale = budget ? 1.0 / (double)(1ull << 30) : 1;
-
-  char title[256];
-  snprintf(title, sizeof title, "Against %s", ax->key);
-  ferry__doc_heading(rp, title);
-  char tname[128];
-  snprintf(tname, sizeof tname, "sweep_%s", ax->key);
-  struct rtable *t = ferry__table_new(tname, "series" SEP "value" SEP "runs" SEP "TTFT P50 (ms)" SEP "TTFT P99 (ms)" SEP
-                                             "TPOT P50 (ms)" SEP "TPOT P99 (ms)" SEP "e2e P50 (ms)" SEP "e2e P99 (ms)" SEP
-                                             "throughput (tok/s)");
-  if (!t) {
-    ferry_free(labels);
-    st = NOMEM(rp);
-    goto out;
-  }
-  struct ferry_strbuf s = {0};
-  double all[7][256];
-  size_t nall = 0;
+  sp->ns = ns;
+  if (!multi) return;
+  size_t kept = 0, dropped = 0;
+  struct ferry_strbuf runs = {0};
   for (size_t si = 0; si < ns; si++) {
-    ferry__sb_printf(&s, "$s%zu << EOD\n", si);
+    if (counts[si] > 1) {
+      sp->series[kept++] = sp->series[si];
+      continue;
+    }
+    dropped++;
+    for (size_t k = 0; k < sp->npts; k++)
+      if (!strcmp(sp->pts[k].series, sp->series[si]))
+        ferry__sb_printf(&runs, "%s%s", runs.len ? ", " : "", sp->pts[k].first_run);
+  }
+  sp->ns = kept;
+  if (dropped)
+    ferry__sb_printf(&sp->left, "%s%zu configuration%s with a single value of %s (run%s %s)",
+                     sp->left.len ? "; " : "", dropped, dropped == 1 ? "" : "s", sp->ax->key,
+                     dropped == 1 ? "" : "s", runs.p ? runs.p : "");
+  ferry__sb_free(&runs);
+}
+
+/* The gnuplot data blocks, one per series, and the table of the same points. */
+static void sweep_data(struct sweep_plot *sp, struct ferry_strbuf *s, struct rtable *t) {
+  NUMBUF;
+  const struct raxis *ax = sp->ax;
+  for (size_t si = 0; si < sp->ns; si++) {
+    ferry__sb_printf(s, "$s%zu << EOD\n", si);
     for (size_t xi = 0; xi < ax->n; xi++) {
-      for (size_t k = 0; k < npts; k++) {
-        if (strcmp(pts[k].series, series[si]) || strcmp(pts[k].x, ax->vals[xi])) continue;
-        if (ax->numeric) gnum(&s, strtod(pts[k].x, NULL) * xscale);
-        else ferry__sb_printf(&s, " %zu", xi);
-        for (int j = 0; j < 7; j++) gnum(&s, pts[k].m[j]);
-        ferry__sb_puts(&s, "\n");
-        if (nall < 256) {
-          for (int j = 0; j < 7; j++) all[j][nall] = pts[k].m[j];
-          nall++;
+      for (size_t k = 0; k < sp->npts; k++) {
+        const struct point *p = &sp->pts[k];
+        if (strcmp(p->series, sp->series[si]) || strcmp(p->x, ax->vals[xi])) continue;
+        if (ax->numeric) gnum(s, strtod(p->x, NULL) * sp->xscale);
+        else ferry__sb_printf(s, " %zu", xi);
+        for (int j = 0; j < 7; j++) gnum(s, p->m[j]);
+        ferry__sb_puts(s, "\n");
+        if (sp->nall < MAX_ALL) {
+          for (int j = 0; j < 7; j++) sp->all[j][sp->nall] = p->m[j];
+          sp->nall++;
         }
         ferry__table_rowf(t, "%s" SEP "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
-                          labels[si], pts[k].x, pts[k].n, N(pts[k].m[0]), N(pts[k].m[1]), N(pts[k].m[2]), N(pts[k].m[3]),
-                          N(pts[k].m[4]), N(pts[k].m[5]), N(pts[k].m[6]));
+                          sp->labels[si], p->x, p->n, N(p->m[0]), N(p->m[1]), N(p->m[2]), N(p->m[3]), N(p->m[4]),
+                          N(p->m[5]), N(p->m[6]));
       }
     }
-    ferry__sb_puts(&s, "EOD\n");
+    ferry__sb_puts(s, "EOD\n");
   }
-  ferry__sb_puts(&s, "set datafile missing 'NaN'\n");
-  /* x axis */
+  ferry__sb_puts(s, "set datafile missing 'NaN'\n");
+}
+
+/* The x axis: numeric values at their places (log scale when they span decades), names at 0..n-1. */
+static void sweep_x_axis(const struct sweep_plot *sp, struct ferry_strbuf *s) {
+  const struct raxis *ax = sp->ax;
   char xlabel[160];
-  snprintf(xlabel, sizeof xlabel, "%s%s", budget ? ax->key : ferry__key_label(ax->key), budget ? " (GiB)" : "");
+  snprintf(xlabel, sizeof xlabel, "%s%s", sp->budget ? ax->key : ferry__key_label(ax->key),
+           sp->budget ? " (GiB)" : "");
   if (ax->numeric) {
     double xs[256];
     size_t nx = 0;
     for (size_t xi = 0; xi < ax->n && nx < 256; xi++) xs[nx++] = strtod(ax->vals[xi], NULL);
-    if (ferry__spans_decades(xs, nx) && xs[0] > 0) ferry__sb_puts(&s, "set logscale x 2\n");
-    else ferry__sb_puts(&s, "set offsets graph 0.05, graph 0.05, 0, 0\n");
+    if (ferry__spans_decades(xs, nx) && xs[0] > 0) ferry__sb_puts(s, "set logscale x 2\n");
+    else ferry__sb_puts(s, "set offsets graph 0.05, graph 0.05, 0, 0\n");
     if (nx <= 12) {
-      ferry__sb_puts(&s, "set xtics (");
-      for (size_t xi = 0; xi < nx; xi++) ferry__sb_printf(&s, "%s%.9g", xi ? ", " : "", xs[xi] * xscale);
-      ferry__sb_puts(&s, ")\n");
+      ferry__sb_puts(s, "set xtics (");
+      for (size_t xi = 0; xi < nx; xi++) ferry__sb_printf(s, "%s%.9g", xi ? ", " : "", xs[xi] * sp->xscale);
+      ferry__sb_puts(s, ")\n");
     }
   } else {
-    ferry__sb_printf(&s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
+    ferry__sb_printf(s, "set xrange [-0.5:%zu.5]\nset xtics (", ax->n - 1);
     for (size_t xi = 0; xi < ax->n; xi++) {
       char lv[128];
       label_value(ax->key, ax->vals[xi], lv, sizeof lv);
-      ferry__sb_puts(&s, xi ? ", " : "");
-      ferry__gp_tic(&s, lv);
-      ferry__sb_printf(&s, " %zu", xi);
+      ferry__sb_puts(s, xi ? ", " : "");
+      ferry__gp_tic(s, lv);
+      ferry__sb_printf(s, " %zu", xi);
     }
-    ferry__sb_puts(&s, ")\n");
+    ferry__sb_puts(s, ")\n");
   }
-  ferry__sb_puts(&s, "set xlabel ");
-  ferry__gp_str(&s, xlabel);
-  ferry__sb_puts(&s, "\nset multiplot layout 2,2 title ");
+  ferry__sb_puts(s, "set xlabel ");
+  ferry__gp_str(s, xlabel);
+}
+
+/* Four panels: TTFT, TPOT, end-to-end (P50 solid, P99 dashed) and throughput. */
+static void sweep_panels(const struct sweep_plot *sp, struct ferry_strbuf *s) {
+  ferry__sb_puts(s, "\nset multiplot layout 2,2 title ");
   char mtitle[1200];
   /* a long list of fixed values would run off the picture: the caption has it */
-  snprintf(mtitle, sizeof mtitle, "Latency and throughput against %s%s%s", ax->key,
-           fixed_len ? (fixed_len > 90 ? " (other parameters fixed: see the caption" : " (") : "",
-           fixed_len && fixed_len <= 90 ? fixed : "");
-  if (fixed_len) strncat(mtitle, ")", sizeof mtitle - strlen(mtitle) - 1);
-  ferry__gp_str(&s, mtitle);
-  ferry__sb_puts(&s, "\n");
+  snprintf(mtitle, sizeof mtitle, "Latency and throughput against %s%s%s", sp->ax->key,
+           sp->fixed_len ? (sp->fixed_len > 90 ? " (other parameters fixed: see the caption" : " (") : "",
+           sp->fixed_len && sp->fixed_len <= 90 ? sp->fixed : "");
+  if (sp->fixed_len) strncat(mtitle, ")", sizeof mtitle - strlen(mtitle) - 1);
+  ferry__gp_str(s, mtitle);
+  ferry__sb_puts(s, "\n");
   static const char *const panel[4] = {"Time to first token", "Time per output token", "End-to-end latency",
                                        "Throughput"};
   for (int p = 0; p < 4; p++) {
     const char *unit = "tok/s";
     double scale = 1;
-    double vals[512];
+    double vals[2 * MAX_ALL];
     size_t nv = 0;
-    for (size_t k = 0; k < nall; k++) {
+    for (size_t k = 0; k < sp->nall; k++) {
       if (p < 3) {
-        vals[nv++] = all[2 * p][k];
-        vals[nv++] = all[2 * p + 1][k];
+        vals[nv++] = sp->all[2 * p][k];
+        vals[nv++] = sp->all[2 * p + 1][k];
       } else {
-        vals[nv++] = all[6][k];
+        vals[nv++] = sp->all[6][k];
       }
     }
     if (p < 3) scale = time_unit(vals, nv, &unit);
-    ferry__gp_set(&s, "title", "%s%s", panel[p], p < 3 ? " (solid P50, dashed P99)" : "");
-    ferry__gp_set(&s, "ylabel", "%s (%s)", p == 3 ? "output tokens/s" : "latency", unit);
-    ferry__sb_printf(&s, "%s\n", ferry__spans_decades(vals, nv) ? "set logscale y" : "unset logscale y");
-    ferry__sb_puts(&s, p == 0 ? "set key top left\n" : "unset key\n");
-    ferry__sb_puts(&s, "plot ");
-    for (size_t si = 0; si < ns; si++) {
+    ferry__gp_set(s, "title", "%s%s", panel[p], p < 3 ? " (solid P50, dashed P99)" : "");
+    ferry__gp_set(s, "ylabel", "%s (%s)", p == 3 ? "output tokens/s" : "latency", unit);
+    ferry__sb_printf(s, "%s\n", ferry__spans_decades(vals, nv) ? "set logscale y" : "unset logscale y");
+    ferry__sb_puts(s, p == 0 ? "set key top left\n" : "unset key\n");
+    ferry__sb_puts(s, "plot ");
+    for (size_t si = 0; si < sp->ns; si++) {
       int col = p < 3 ? 2 + 2 * p : 8;
-      ferry__sb_printf(&s, "%s$s%zu using 1:($%d*%g) with linespoints lt %zu title ", si ? ", " : "", si, col, scale,
+      ferry__sb_printf(s, "%s$s%zu using 1:($%d*%g) with linespoints lt %zu title ", si ? ", " : "", si, col, scale,
                        si + 1);
-      ferry__gp_str(&s, labels[si]);
-      if (p < 3) ferry__sb_printf(&s, ", $s%zu using 1:($%d*%g) with linespoints lt %zu dt 2 notitle", si, col + 1, scale,
-                                  si + 1);
+      ferry__gp_str(s, sp->labels[si]);
+      if (p < 3)
+        ferry__sb_printf(s, ", $s%zu using 1:($%d*%g) with linespoints lt %zu dt 2 notitle", si, col + 1, scale,
+                         si + 1);
     }
-    ferry__sb_puts(&s, "\n");
+    ferry__sb_puts(s, "\n");
   }
-  ferry__sb_puts(&s, "unset multiplot\n");
-  if (s.oom || follow.oom || left.oom || partial.oom) {
+  ferry__sb_puts(s, "unset multiplot\n");
+}
+
+/* The plot, its caption (what the lines are, what is held fixed, what was left out) and its table. */
+static ferry_status sweep_emit(struct sweep_plot *sp) {
+  struct report *rp = sp->rp;
+  const struct raxis *ax = sp->ax;
+  char title[256], tname[128];
+  snprintf(title, sizeof title, "Against %s", ax->key);
+  ferry__doc_heading(rp, title);
+  snprintf(tname, sizeof tname, "sweep_%s", ax->key);
+  struct rtable *t = ferry__table_new(tname, "series" SEP "value" SEP "runs" SEP "TTFT P50 (ms)" SEP "TTFT P99 (ms)" SEP
+                                             "TPOT P50 (ms)" SEP "TPOT P99 (ms)" SEP "e2e P50 (ms)" SEP "e2e P99 (ms)" SEP
+                                             "throughput (tok/s)");
+  if (!t) return NOMEM(rp);
+  struct ferry_strbuf s = {0};
+  sweep_data(sp, &s, t);
+  sweep_x_axis(sp, &s);
+  sweep_panels(sp, &s);
+  ferry_status st = FERRY_OK;
+  if (s.oom || sp->follow.oom || sp->left.oom) {
     st = NOMEM(rp);
   } else {
-    char name[128], cap[2400];
-    snprintf(name, sizeof name, "sweep_%s", ax->key);
+    char cap[2400];
     snprintf(cap, sizeof cap,
              "Latency (TTFT, TPOT, end-to-end; P50 solid, P99 dashed) and throughput against %s, one line per "
-             "%s%s%s%s%s%s%s%s%s.",
-             ax->key, n_other ? "combination of the other swept parameters (named by what differs)" : "configuration",
-             fixed_len ? "; other parameters fixed at " : "", fixed_len ? fixed : "",
-             follow.len ? "; changing with it: " : "", follow.len ? follow.p : "",
-             partial.len ? "; " : "", partial.len ? partial.p : "",
-             left.len ? ". Left out: " : "", left.len ? left.p : "");
-    st = ferry__emit_plot(rp, name, cap, 1100, 780, s.p);
+             "%s%s%s%s%s%s%s.",
+             ax->key, sp->n_other ? "combination of the other swept parameters (named by what differs)" : "configuration",
+             sp->fixed_len ? "; other parameters fixed at " : "", sp->fixed_len ? sp->fixed : "",
+             sp->follow.len ? "; changing with it: " : "", sp->follow.len ? sp->follow.p : "",
+             sp->left.len ? ". Left out: " : "", sp->left.len ? sp->left.p : "");
+    st = ferry__emit_plot(rp, tname, cap, 1100, 780, s.p);
     if (st == FERRY_OK) {
       snprintf(cap, sizeof cap, "Points of the plot against %s (mean over repeated configurations).", ax->key);
       st = ferry__emit_table(rp, t, cap);
@@ -739,13 +762,42 @@ static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
   }
   ferry__sb_free(&s);
   ferry__table_free(t);
-  ferry_free(labels);
+  return st;
+}
+
+static ferry_status sweep_axis(struct report *rp, const struct raxis *ax) {
+  struct sweep_plot *sp = ferry__calloc(1, sizeof *sp);
+  if (!sp) return NOMEM(rp);
+  sp->rp = rp;
+  sp->ax = ax;
+  ferry_status st = FERRY_OK;
+  sp->skip = ferry__calloc(rp->n_axes ? rp->n_axes : 1, sizeof *sp->skip);
+  if (!sp->skip) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  sweep_partition(sp);
+  st = collect_points(rp, ax, sp->skip, 0, NULL, &sp->pts, &sp->npts, &sp->held_out);
+  if (st == FERRY_OK && count_series(sp->pts, sp->npts) > 8 && sp->n_other > 1) st = sweep_narrow(sp);
+  if (st != FERRY_OK) goto out;
+  sweep_series(sp);
+  if (sp->ns == 0) goto out; /* no runs vary along this key with the others held fixed: nothing to draw */
+  sp->labels = ferry__calloc(sp->ns, sizeof *sp->labels);
+  if (!sp->labels) {
+    st = NOMEM(rp);
+    goto out;
+  }
+  series_labels(sp->series, sp->ns, sp->labels);
+  sp->budget = strstr(ax->key, "budget") != NULL && ax->numeric;
+  sp->xscale = sp->budget ? 1.0 / (double)(1ull << 30) : 1;
+  st = sweep_emit(sp);
 out:
-  ferry__sb_free(&follow);
-  ferry__sb_free(&left);
-  ferry__sb_free(&partial);
-  ferry_free(skip);
-  ferry_free(pts);
+  ferry__sb_free(&sp->follow);
+  ferry__sb_free(&sp->left);
+  ferry_free(sp->labels);
+  ferry_free(sp->skip);
+  ferry_free(sp->pts);
+  ferry_free(sp);
   return st;
 }
 

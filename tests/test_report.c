@@ -506,6 +506,44 @@ static int64_t add_evil_run(struct fixture *f, ferry_db *db, int sim, size_t mod
  * names try to break out of gnuplot strings (backquotes, $(...), quotes, newlines, system(),
  * a datablock end, macros) and to inject HTML into the report: every section renders and no
  * command runs. */
+/* Three swept axes give 4 x 3 = 12 lines against block_layers: too many, so the plot keeps one line
+ * per value of the axis with fewest values (hw) and holds prefetch_depth at one value, and the
+ * caption says which and how many runs that leaves out. */
+static void test_sweep_narrowed(void **state) {
+  struct fixture *f = *state;
+  snprintf(f->db, sizeof f->db, "%s/narrow.db", f->dir); /* this study only, not the fixture's */
+  ferry_db *db;
+  assert_int_equal(ferry_db_open(&db, f->db, FERRY_DB_CREATE), FERRY_OK);
+  static const char *const hws[3] = {"a100", "l4", "t4"};
+  for (int bl = 1; bl <= 4; bl *= 2)
+    for (int pd = 0; pd < 4; pd++)
+      for (int h = 0; h < 3; h++) add_run(f, db, bl, pd, "sim", hws[h], 1.0 + 0.5 * h, 0, NULL);
+  ferry_db_close(db);
+  struct ferry_report_summary sum;
+  build(f, &sum);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/report.md", f->out);
+  char *t = slurp(path);
+  assert_non_null(t);
+  assert_true(tu_contains(t, "other parameters fixed at prefetch_depth="));
+  /* 36 runs, 9 drawn (3 hw x 3 block sizes at one prefetch depth): 27 left out */
+  assert_true(tu_contains(t, "27 runs at other values of the fixed parameters"));
+  free(t);
+  snprintf(path, sizeof path, "%s/tables/sweep_block_layers.csv", f->out);
+  t = slurp(path);
+  assert_non_null(t);
+  size_t lines = 0;
+  for (const char *c = t; *c; c++) lines += *c == '\n';
+  assert_int_equal(lines, 1 + 9); /* header + 3 series x 3 values */
+  free(t);
+  snprintf(path, sizeof path, "%s/plots/sweep_block_layers.gp", f->out);
+  t = slurp(path);
+  assert_non_null(t);
+  assert_true(tu_contains(t, "$s2 << EOD"));
+  assert_false(tu_contains(t, "$s3 << EOD"));
+  free(t);
+}
+
 static void test_hostile_strings(void **state) {
   struct fixture *f = *state;
   char db_path[1024];
@@ -788,6 +826,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sections_plots_tables, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sim_error_and_cost, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whatif_failures_and_notes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sweep_narrowed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_strings, setup, teardown),
       cmocka_unit_test_setup_teardown(test_out_folder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
