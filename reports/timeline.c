@@ -131,193 +131,247 @@ static int64_t q_i64(sqlite3 *db, const char *sql, int64_t run, int64_t a, int64
   return v;
 }
 
-ferry_status ferry__section_timeline(struct report *rp) {
-  ferry_status st;
-  const struct rrun *r = ferry__timeline_run(rp, &st);
-  if (!r) return st;
-  sqlite3 *db = ferry__run_db(rp, r);
-  const struct ferry_report_options *o = rp->opt;
-  int found;
-  int64_t first = o->step_first;
-  if (first < 0) {
-    first = q_i64(db,
-                  "SELECT min(s) FROM (SELECT min(step) AS s FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1 "
-                  "UNION ALL SELECT min(step) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId = ?1)",
-                  r->id, 0, 0, &found);
-    if (!found) first = 0;
-  }
-  int64_t last = o->step_last >= 0 ? o->step_last : ferry__sat_add_i64(first, 2);
-  if (last < first) last = first;
-  struct op *ops = NULL;
-  size_t n = 0;
-  int cut = 0;
-  const char *how = "steps";
-  st = read_ops(rp, db, r->id, "k.step BETWEEN ?2 AND ?3", "m.step BETWEEN ?2 AND ?3", first, last, &ops, &n, &cut);
-  if (st == FERRY_OK && n == 0) {
-    /* rows without step numbers (imports): the steps table's time window, else the beginning */
-    int f1, f2;
-    int64_t t0 = q_i64(db, "SELECT min(start_ns) FROM steps WHERE runId = ?1 AND step BETWEEN ?2 AND ?3", r->id, first,
-                       last, &f1);
-    int64_t t1 = q_i64(db, "SELECT max(end_ns) FROM steps WHERE runId = ?1 AND step BETWEEN ?2 AND ?3", r->id, first,
-                       last, &f2);
-    if (f1 && f2) {
-      st = read_ops(rp, db, r->id, "k.end > ?2 AND k.start < ?3", "m.end > ?2 AND m.start < ?3", t0, t1, &ops, &n, &cut);
-      how = "time window of steps";
-    } else {
-      st = read_ops(rp, db, r->id, "k.start >= 0 AND ?2 <= ?3", "m.start >= 0 AND ?2 <= ?3", 0, 0, &ops, &n, &cut);
-      how = "first operations";
-    }
-  }
-  if (st != FERRY_OK || n == 0) {
-    ferry_free(ops);
-    return st;
-  }
-  /* queues in id order, each labelled by the kind of op it mostly runs */
-  int32_t queues[64];
+/* One timeline plot: the run, its window of operations and the queues they ran on. */
+struct tl {
+  struct report *rp;
+  const struct rrun *r;
+  sqlite3 *db;
+  int64_t first, last; /* step range */
+  const char *how;     /* how the window was chosen: "steps", "time window of steps", "first operations" */
+  struct op *ops;
+  size_t n;
+  int cut;
+  int32_t queues[64]; /* in id order */
   int qcount[64][CAT_COUNT];
-  size_t nq = 0;
-  memset(qcount, 0, sizeof qcount);
-  int64_t t0 = INT64_MAX, t1 = INT64_MIN;
-  for (size_t i = 0; i < n; i++) {
-    size_t k;
-    for (k = 0; k < nq; k++)
-      if (queues[k] == ops[i].queue) break;
-    if (k == nq && nq < 64) queues[nq++] = ops[i].queue;
-    if (k < 64) qcount[k][ops[i].cat]++;
-    if (ops[i].start < t0) t0 = ops[i].start;
-    if (ops[i].end > t1) t1 = ops[i].end;
-  }
-  /* sort queues by id, keeping their counts */
-  for (size_t a = 1; a < nq; a++)
-    for (size_t b = a; b > 0 && queues[b - 1] > queues[b]; b--) {
-      int32_t tq = queues[b];
-      queues[b] = queues[b - 1];
-      queues[b - 1] = tq;
-      int tc[CAT_COUNT];
-      memcpy(tc, qcount[b], sizeof tc);
-      memcpy(qcount[b], qcount[b - 1], sizeof tc);
-      memcpy(qcount[b - 1], tc, sizeof tc);
-    }
-  double span_ns = ferry__span(t0, t1);
-  int us = span_ns < 2e6;
-  double div = us ? 1e3 : 1e6;
-  const char *tunit = us ? "us" : "ms";
-
-  char title[160];
-  snprintf(title, sizeof title, "Timeline of run %s", r->label);
-  ferry__doc_section(rp, FERRY_REPORT_TIMELINE, title);
+  int role[64]; /* the category each queue mostly runs */
+  size_t nq;
+  int64_t t0, t1;
+  double span_ns, div;
   char range[96];
-  if (!strcmp(how, "first operations")) snprintf(range, sizeof range, "its first %zu operations", n);
-  else snprintf(range, sizeof range, "steps %lld to %lld", (long long)first, (long long)last);
-  char desc[512] = "";
-  ferry__doc_para(rp,
-                  "Run %s (%s%s%s), %s: %zu operations on %zu queues over %.3f ms%s. Each bar is one operation on its "
-                  "queue (stream); gaps on the compute queue while a copy or read is in flight are stalls.",
-                  r->label, r->kind, r->hardware ? ", " : "", r->hardware ? r->hardware : "", range, n, nq, span_ns / 1e6,
-                  cut ? " (cut at the first 50000)" : "");
-  (void)desc;
+};
 
-  struct rtable *qt = ferry__table_new("timeline_queues", "queue" SEP "role" SEP "operations" SEP "busy (ms)" SEP
-                                                         "busy share (%)" SEP "bytes (MiB)");
-  struct rtable *rows = ferry__table_new("timeline", "category" SEP "queue" SEP "name" SEP "start (ms)" SEP "end (ms)" SEP
-                                                     "duration (us)" SEP "bytes" SEP "step");
-  struct ferry_strbuf s = {0};
-  if (!qt || !rows) {
-    st = NOMEM(rp);
-    goto out;
+/* The operations of the chosen steps; rows without step numbers (imports) fall back to the steps
+ * table's time window, else to the beginning of the run. */
+static ferry_status tl_read(struct tl *t) {
+  const struct ferry_report_options *o = t->rp->opt;
+  int found;
+  t->first = o->step_first;
+  if (t->first < 0) {
+    t->first = q_i64(t->db,
+                     "SELECT min(s) FROM (SELECT min(step) AS s FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1 "
+                     "UNION ALL SELECT min(step) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId = ?1)",
+                     t->r->id, 0, 0, &found);
+    if (!found) t->first = 0;
   }
-  int role[64];
-  for (size_t k = 0; k < nq; k++) {
+  t->last = o->step_last >= 0 ? o->step_last : ferry__sat_add_i64(t->first, 2);
+  if (t->last < t->first) t->last = t->first;
+  t->how = "steps";
+  ferry_status st = read_ops(t->rp, t->db, t->r->id, "k.step BETWEEN ?2 AND ?3", "m.step BETWEEN ?2 AND ?3", t->first,
+                             t->last, &t->ops, &t->n, &t->cut);
+  if (st != FERRY_OK || t->n) return st;
+  int f1, f2;
+  int64_t t0 = q_i64(t->db, "SELECT min(start_ns) FROM steps WHERE runId = ?1 AND step BETWEEN ?2 AND ?3", t->r->id,
+                     t->first, t->last, &f1);
+  int64_t t1 = q_i64(t->db, "SELECT max(end_ns) FROM steps WHERE runId = ?1 AND step BETWEEN ?2 AND ?3", t->r->id,
+                     t->first, t->last, &f2);
+  if (f1 && f2) {
+    t->how = "time window of steps";
+    return read_ops(t->rp, t->db, t->r->id, "k.end > ?2 AND k.start < ?3", "m.end > ?2 AND m.start < ?3", t0, t1,
+                    &t->ops, &t->n, &t->cut);
+  }
+  t->how = "first operations";
+  return read_ops(t->rp, t->db, t->r->id, "k.start >= 0 AND ?2 <= ?3", "m.start >= 0 AND ?2 <= ?3", 0, 0, &t->ops,
+                  &t->n, &t->cut);
+}
+
+/* Queues in id order, each labelled by the kind of op it mostly runs; the time span. */
+static void tl_queues(struct tl *t) {
+  t->t0 = INT64_MAX;
+  t->t1 = INT64_MIN;
+  for (size_t i = 0; i < t->n; i++) {
+    size_t k;
+    for (k = 0; k < t->nq; k++)
+      if (t->queues[k] == t->ops[i].queue) break;
+    if (k == t->nq && t->nq < 64) t->queues[t->nq++] = t->ops[i].queue;
+    if (k < 64) t->qcount[k][t->ops[i].cat]++;
+    if (t->ops[i].start < t->t0) t->t0 = t->ops[i].start;
+    if (t->ops[i].end > t->t1) t->t1 = t->ops[i].end;
+  }
+  for (size_t a = 1; a < t->nq; a++)
+    for (size_t b = a; b > 0 && t->queues[b - 1] > t->queues[b]; b--) {
+      int32_t tq = t->queues[b];
+      t->queues[b] = t->queues[b - 1];
+      t->queues[b - 1] = tq;
+      int tc[CAT_COUNT];
+      memcpy(tc, t->qcount[b], sizeof tc);
+      memcpy(t->qcount[b], t->qcount[b - 1], sizeof tc);
+      memcpy(t->qcount[b - 1], tc, sizeof tc);
+    }
+  for (size_t k = 0; k < t->nq; k++) {
     int best = 0;
     for (int c = 1; c < CAT_COUNT; c++)
-      if (qcount[k][c] > qcount[k][best]) best = c;
-    role[k] = best;
+      if (t->qcount[k][c] > t->qcount[k][best]) best = c;
+    t->role[k] = best;
+  }
+  t->span_ns = ferry__span(t->t0, t->t1);
+  t->div = t->span_ns < 2e6 ? 1e3 : 1e6;
+}
+
+/* Per queue: operations, busy time, share of the span and bytes; and every operation. */
+static void tl_tables(const struct tl *t, struct rtable *qt, struct rtable *rows) {
+  for (size_t k = 0; k < t->nq; k++) {
     double busy = 0, bytes = 0;
     int cnt = 0;
-    for (size_t i = 0; i < n; i++)
-      if (ops[i].queue == queues[k]) {
-        busy += ferry__span(ops[i].start, ops[i].end);
-        bytes += (double)ops[i].bytes;
+    for (size_t i = 0; i < t->n; i++)
+      if (t->ops[i].queue == t->queues[k]) {
+        busy += ferry__span(t->ops[i].start, t->ops[i].end);
+        bytes += (double)t->ops[i].bytes;
         cnt++;
       }
     char b1[32], b2[32], b3[32];
-    ferry__table_rowf(qt, "%d" SEP "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s", queues[k], cat_short[best], cnt,
+    ferry__table_rowf(qt, "%d" SEP "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s", t->queues[k], cat_short[t->role[k]], cnt,
                       ferry__fmt_num(busy / 1e6, b1, sizeof b1),
-                      ferry__fmt_num(span_ns > 0 ? 100.0 * busy / span_ns : 0, b2, sizeof b2),
+                      ferry__fmt_num(t->span_ns > 0 ? 100.0 * busy / t->span_ns : 0, b2, sizeof b2),
                       ferry__fmt_num(bytes / 1048576.0, b3, sizeof b3));
   }
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < t->n; i++) {
+    const struct op *op = &t->ops[i];
     ferry__table_rowf(rows, "%s" SEP "%d" SEP "%s" SEP "%.6f" SEP "%.6f" SEP "%.3f" SEP "%lld" SEP "%lld",
-                      cat_short[ops[i].cat], ops[i].queue, ops[i].name, ferry__span(t0, ops[i].start) / 1e6,
-                      ferry__span(t0, ops[i].end) / 1e6, ferry__span(ops[i].start, ops[i].end) / 1e3, (long long)ops[i].bytes,
-                      (long long)ops[i].step);
-  int used[CAT_COUNT] = {0};
+                      cat_short[op->cat], op->queue, op->name, ferry__span(t->t0, op->start) / 1e6,
+                      ferry__span(t->t0, op->end) / 1e6, ferry__span(op->start, op->end) / 1e3, (long long)op->bytes,
+                      (long long)op->step);
+  }
+}
+
+/* One data block of boxes per category; which categories have any. */
+static void tl_boxes(const struct tl *t, struct ferry_strbuf *s, int used[CAT_COUNT]) {
   for (int c = 0; c < CAT_COUNT; c++) {
-    ferry__sb_printf(&s, "$c%d << EOD\n", c);
-    for (size_t i = 0; i < n; i++) {
-      if (ops[i].cat != c) continue;
+    ferry__sb_printf(s, "$c%d << EOD\n", c);
+    for (size_t i = 0; i < t->n; i++) {
+      if (t->ops[i].cat != c) continue;
       size_t lane = 0;
-      while (lane < nq && queues[lane] != ops[i].queue) lane++;
-      double x0 = ferry__span(t0, ops[i].start) / div, x1 = ferry__span(t0, ops[i].end) / div;
-      ferry__sb_printf(&s, "%.6f %zu %.6f %.6f %.2f %.2f\n", (x0 + x1) / 2, lane, x0, x1, lane - 0.38, lane + 0.38);
+      while (lane < t->nq && t->queues[lane] != t->ops[i].queue) lane++;
+      double x0 = ferry__span(t->t0, t->ops[i].start) / t->div, x1 = ferry__span(t->t0, t->ops[i].end) / t->div;
+      ferry__sb_printf(s, "%.6f %zu %.6f %.6f %.2f %.2f\n", (x0 + x1) / 2, lane, x0, x1, lane - 0.38, lane + 0.38);
       used[c] = 1;
     }
-    ferry__sb_puts(&s, "EOD\n");
+    ferry__sb_puts(s, "EOD\n");
   }
-  /* step boundaries from the steps table */
+}
+
+/* Dotted lines at the step starts, from the steps table. */
+static void tl_step_marks(const struct tl *t, struct ferry_strbuf *s) {
   sqlite3_stmt *q;
-  if (sqlite3_prepare_v2(db, "SELECT step, start_ns FROM steps WHERE runId = ?1 AND start_ns BETWEEN ?2 AND ?3 ORDER BY start_ns LIMIT 64",
-                         -1, &q, NULL) == SQLITE_OK) {
-    sqlite3_bind_int64(q, 1, r->id);
-    sqlite3_bind_int64(q, 2, t0);
-    sqlite3_bind_int64(q, 3, t1);
-    while (sqlite3_step(q) == SQLITE_ROW) {
-      double x = ferry__span(t0, sqlite3_column_int64(q, 1)) / div;
-      ferry__sb_printf(&s, "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\nset label ", x, x);
-      ferry__gp_strf(&s, "step %lld", (long long)sqlite3_column_int64(q, 0));
-      ferry__sb_printf(&s, " at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n", x);
-    }
-    sqlite3_finalize(q);
+  if (sqlite3_prepare_v2(t->db,
+                         "SELECT step, start_ns FROM steps WHERE runId = ?1 AND start_ns BETWEEN ?2 AND ?3 ORDER BY "
+                         "start_ns LIMIT 64",
+                         -1, &q, NULL) != SQLITE_OK)
+    return;
+  sqlite3_bind_int64(q, 1, t->r->id);
+  sqlite3_bind_int64(q, 2, t->t0);
+  sqlite3_bind_int64(q, 3, t->t1);
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    double x = ferry__span(t->t0, sqlite3_column_int64(q, 1)) / t->div;
+    ferry__sb_printf(s, "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb '#888888'\nset label ", x, x);
+    ferry__gp_strf(s, "step %lld", (long long)sqlite3_column_int64(q, 0));
+    ferry__sb_printf(s, " at %.6f, graph 1.02 font ',9' tc rgb '#555555'\n", x);
   }
-  ferry__events_marks(rp, r, t0, t1, div, &s);
-  ferry__sb_printf(&s, "set yrange [%zu.6:-0.6]\nset ytics (", nq - 1);
-  for (size_t k = 0; k < nq; k++) {
-    ferry__sb_puts(&s, k ? ", " : "");
+  sqlite3_finalize(q);
+}
+
+/* The Gantt chart's gnuplot script. */
+static void tl_script(struct report *rp, const struct tl *t, struct ferry_strbuf *s) {
+  int used[CAT_COUNT] = {0};
+  tl_boxes(t, s, used);
+  tl_step_marks(t, s);
+  ferry__events_marks(rp, t->r, t->t0, t->t1, t->div, s);
+  ferry__sb_printf(s, "set yrange [%zu.6:-0.6]\nset ytics (", t->nq - 1);
+  for (size_t k = 0; k < t->nq; k++) {
+    ferry__sb_puts(s, k ? ", " : "");
     char tic[64];
-    snprintf(tic, sizeof tic, "queue %d: %s", queues[k], cat_short[role[k]]);
-    ferry__gp_tic(&s, tic);
-    ferry__sb_printf(&s, " %zu", k);
+    snprintf(tic, sizeof tic, "queue %d: %s", t->queues[k], cat_short[t->role[k]]);
+    ferry__gp_tic(s, tic);
+    ferry__sb_printf(s, " %zu", k);
   }
-  ferry__sb_puts(&s, ")\n");
-  ferry__gp_set(&s, "xlabel", "time since the first operation (%s)", tunit);
-  ferry__sb_printf(&s, "set xrange [0:%.6f]\nset grid xtics\nset key outside right top vertical\n"
-                       "set style fill solid 0.85 noborder\nset title ", span_ns / div);
-  ferry__gp_strf(&s, "Run %s: %s", r->label, range);
-  ferry__sb_puts(&s, " offset 0,1\nplot ");
+  ferry__sb_puts(s, ")\n");
+  ferry__gp_set(s, "xlabel", "time since the first operation (%s)", t->div == 1e3 ? "us" : "ms");
+  ferry__sb_printf(s, "set xrange [0:%.6f]\nset grid xtics\nset key outside right top vertical\n"
+                      "set style fill solid 0.85 noborder\nset title ", t->span_ns / t->div);
+  ferry__gp_strf(s, "Run %s: %s", t->r->label, t->range);
+  ferry__sb_puts(s, " offset 0,1\nplot ");
   int any = 0;
   for (int c = 0; c < CAT_COUNT; c++) {
     if (!used[c]) continue;
-    ferry__sb_printf(&s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title ", any ? ", " : "", c, cat_color[c]);
-    ferry__gp_str(&s, cat_name[c]);
+    ferry__sb_printf(s, "%s$c%d using 1:2:3:4:5:6 with boxxyerror lc rgb '%s' title ", any ? ", " : "", c, cat_color[c]);
+    ferry__gp_str(s, cat_name[c]);
     any = 1;
   }
-  ferry__sb_puts(&s, "\n");
+  ferry__sb_puts(s, "\n");
+}
+
+/* The chart, the per-queue table and the CSV of every operation. */
+static ferry_status tl_emit(struct report *rp, const struct tl *t, struct rtable *qt, struct rtable *rows) {
+  struct ferry_strbuf s = {0};
+  tl_script(rp, t, &s);
+  ferry_status st = FERRY_OK;
   if (s.oom) {
     st = NOMEM(rp);
     goto out;
   }
   char cap[300];
-  snprintf(cap, sizeof cap, "Gantt chart of the queues of run %s, %s (dotted lines: step starts).", r->label, range);
-  if ((st = ferry__emit_plot(rp, "timeline", cap, 1200, 190 + 46 * (int)nq, s.p)) != FERRY_OK) goto out;
-  if ((st = ferry__emit_table(rp, qt, "Per queue over the range: operations, busy time and bytes.")) != FERRY_OK) goto out;
+  snprintf(cap, sizeof cap, "Gantt chart of the queues of run %s, %s (dotted lines: step starts).", t->r->label,
+           t->range);
+  if ((st = ferry__emit_plot(rp, "timeline", cap, 1200, 190 + 46 * (int)t->nq, s.p)) != FERRY_OK) goto out;
+  if ((st = ferry__emit_table(rp, qt, "Per queue over the range: operations, busy time and bytes.")) != FERRY_OK)
+    goto out;
   if ((st = ferry__emit_csv(rp, rows)) != FERRY_OK) goto out;
   ferry__sb_puts(&rp->html, "<p>Every operation of the chart: <a href=\"tables/timeline.csv\">timeline.csv</a>.</p>\n");
   ferry__sb_puts(&rp->md, "Every operation of the chart: [tables/timeline.csv](tables/timeline.csv).\n\n");
 out:
   ferry__sb_free(&s);
+  return st;
+}
+
+ferry_status ferry__section_timeline(struct report *rp) {
+  ferry_status st;
+  const struct rrun *r = ferry__timeline_run(rp, &st);
+  if (!r) return st;
+  struct tl *t = ferry__calloc(1, sizeof *t);
+  if (!t) return NOMEM(rp);
+  t->rp = rp;
+  t->r = r;
+  t->db = ferry__run_db(rp, r);
+  st = tl_read(t);
+  if (st != FERRY_OK || t->n == 0) {
+    ferry_free(t->ops);
+    ferry_free(t);
+    return st;
+  }
+  tl_queues(t);
+  char title[160];
+  snprintf(title, sizeof title, "Timeline of run %s", r->label);
+  ferry__doc_section(rp, FERRY_REPORT_TIMELINE, title);
+  if (!strcmp(t->how, "first operations")) snprintf(t->range, sizeof t->range, "its first %zu operations", t->n);
+  else snprintf(t->range, sizeof t->range, "steps %lld to %lld", (long long)t->first, (long long)t->last);
+  ferry__doc_para(rp,
+                  "Run %s (%s%s%s), %s: %zu operations on %zu queues over %.3f ms%s. Each bar is one operation on its "
+                  "queue (stream); gaps on the compute queue while a copy or read is in flight are stalls.",
+                  r->label, r->kind, r->hardware ? ", " : "", r->hardware ? r->hardware : "", t->range, t->n, t->nq,
+                  t->span_ns / 1e6, t->cut ? " (cut at the first 50000)" : "");
+  struct rtable *qt = ferry__table_new("timeline_queues", "queue" SEP "role" SEP "operations" SEP "busy (ms)" SEP
+                                                         "busy share (%)" SEP "bytes (MiB)");
+  struct rtable *rows = ferry__table_new("timeline", "category" SEP "queue" SEP "name" SEP "start (ms)" SEP "end (ms)" SEP
+                                                     "duration (us)" SEP "bytes" SEP "step");
+  if (!qt || !rows) {
+    st = NOMEM(rp);
+  } else {
+    tl_tables(t, qt, rows);
+    st = tl_emit(rp, t, qt, rows);
+  }
   ferry__table_free(qt);
   ferry__table_free(rows);
-  ferry_free(ops);
+  ferry_free(t->ops);
+  ferry_free(t);
   ferry__sb_puts(&rp->html, "</section>\n");
   return st;
 }
