@@ -385,86 +385,195 @@ struct sample {
   double used;
 };
 
-ferry_status ferry__section_memory(struct report *rp) {
-  ferry_status st;
-  const struct rrun *r = ferry__timeline_run(rp, &st);
-  if (st != FERRY_OK) return st;
+/* One memory plot: the run's samples per tier and how they are drawn. */
+struct mem {
+  struct report *rp;
+  const struct rrun *r;
+  struct sample *v[3];
+  size_t nv[3], cap[3];
+  int64_t tmin, tmax;
+  double budget[3];
+  const char *unit;
+  double scale, tdiv;
+  int log_y, ms;
+};
+
+static const char *const mem_tiers[3] = {"device", "host", "disk"};
+
+/* Every sample of the run, per tier, and their time span. */
+static ferry_status mem_read(struct mem *m) {
+  sqlite3 *db = ferry__run_db(m->rp, m->r);
+  sqlite3_stmt *q;
+  if (sqlite3_prepare_v2(db, "SELECT t_ns, tier, used_bytes FROM memory WHERE runId = ? ORDER BY t_ns", -1, &q, NULL) !=
+      SQLITE_OK)
+    return sql_fail(m->rp, db, "reading memory");
+  sqlite3_bind_int64(q, 1, m->r->id);
+  m->tmin = INT64_MAX;
+  m->tmax = INT64_MIN;
+  ferry_status st = FERRY_OK;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const char *tier = (const char *)sqlite3_column_text(q, 1);
+    int t = !tier ? -1 : !strcmp(tier, "device") ? 0 : !strcmp(tier, "host") ? 1 : !strcmp(tier, "disk") ? 2 : -1;
+    if (t < 0) continue;
+    if (m->nv[t] == m->cap[t]) {
+      m->cap[t] = m->cap[t] ? m->cap[t] * 2 : 1024;
+      struct sample *p = ferry__reallocarray(m->v[t], m->cap[t], sizeof *p);
+      if (!p) {
+        st = NOMEM(m->rp);
+        break;
+      }
+      m->v[t] = p;
+    }
+    int64_t tn = sqlite3_column_int64(q, 0);
+    m->v[t][m->nv[t]].t = tn;
+    m->v[t][m->nv[t]++].used = ferry__finite_or(sqlite3_column_double(q, 2), 0);
+    if (tn < m->tmin) m->tmin = tn;
+    if (tn > m->tmax) m->tmax = tn;
+  }
+  sqlite3_finalize(q);
+  /* an engine event after the last sample (requests refused while idle) still shows */
+  const int64_t last_event = ferry__events_last(m->rp, m->r);
+  if (m->tmin != INT64_MAX && last_event > m->tmax) m->tmax = last_event;
+  return st;
+}
+
+/* At most MEM_POINTS per tier, keeping the peak of each bucket so downsampling never hides a
+ * budget breach. */
+static void mem_downsample(struct mem *m) {
+  for (int t = 0; t < 3; t++) {
+    if (m->nv[t] <= MEM_POINTS) continue;
+    struct sample *v = m->v[t];
+    double w = (ferry__span(m->tmin, m->tmax) + 1) / MEM_POINTS;
+    size_t out_n = 0;
+    for (size_t i = 0; i < m->nv[t];) {
+      size_t b = ferry__f64_to_index(ferry__span(m->tmin, v[i].t) / w, MEM_POINTS);
+      struct sample best = v[i];
+      size_t j = i + 1;
+      while (j < m->nv[t] && ferry__f64_to_index(ferry__span(m->tmin, v[j].t) / w, MEM_POINTS) == b) {
+        if (v[j].used > best.used) best.used = v[j].used;
+        j++;
+      }
+      best.t = v[i].t;
+      v[out_n++] = best;
+      i = j;
+    }
+    m->nv[t] = out_n;
+  }
+}
+
+/* Budgets (defaults included), the byte unit, and the axes: logarithmic when peaks and budgets
+ * span two decades (a device tier of a few MiB beside a host tier of tens of GiB is a flat line
+ * on a linear axis; an empty tier then reads as a gap); short runs in ms. */
+static void mem_scale(struct mem *m) {
+  const struct rrun *r = m->r;
+  m->budget[0] = ferry__run_num(r, "device_budget");
+  m->budget[1] = ferry__run_num(r, "host_budget");
+  m->budget[2] = NAN;
+  for (int t = 0; t < 2; t++)
+    if (r->budget_bytes[t] > 0) m->budget[t] = r->budget_bytes[t];
+  double hi = 0;
+  for (int t = 0; t < 3; t++) {
+    hi = fmax(hi, r->peak_bytes[t]);
+    if (m->budget[t] > 0) hi = fmax(hi, m->budget[t]);
+  }
+  m->unit = "GiB";
+  m->scale = 1.0 / (double)(1ull << 30);
+  if (hi < (double)(1ull << 30)) {
+    m->unit = "MiB";
+    m->scale = 1.0 / 1048576.0;
+  }
+  double levels[6];
+  size_t nlevels = 0;
+  for (int t = 0; t < 3; t++) {
+    if (m->nv[t]) levels[nlevels++] = r->peak_bytes[t];
+    if (m->nv[t] && m->budget[t] > 0) levels[nlevels++] = m->budget[t];
+  }
+  m->log_y = ferry__spans_decades(levels, nlevels);
+  m->ms = ferry__span(m->tmin, m->tmax) < 2e9;
+  m->tdiv = m->ms ? 1e6 : 1e9;
+}
+
+/* One data block per tier, the samples' CSV and the peak-against-budget table. */
+static void mem_series(const struct mem *m, struct ferry_strbuf *s, struct rtable *pts, struct rtable *sumt) {
+  for (int t = 0; t < 3; t++) {
+    const struct sample *v = m->v[t];
+    const size_t nv = m->nv[t];
+    ferry__sb_printf(s, "$t%d << EOD\n", t);
+    for (size_t i = 0; i < nv; i++) {
+      double x = ferry__span(m->tmin, v[i].t) / m->tdiv;
+      if (m->log_y && !(v[i].used > 0)) ferry__sb_printf(s, "%.9f NaN\n", x);
+      else ferry__sb_printf(s, "%.9f %.9g\n", x, v[i].used * m->scale);
+      ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", ferry__span(m->tmin, v[i].t) / 1e9, mem_tiers[t], v[i].used);
+    }
+    /* extend the last level to the end of the run so the step line reaches the right edge */
+    if (nv && !(m->log_y && !(v[nv - 1].used > 0)))
+      ferry__sb_printf(s, "%.9f %.9g\n", ferry__span(m->tmin, m->tmax) / m->tdiv, v[nv - 1].used * m->scale);
+    ferry__sb_puts(s, "EOD\n");
+    if (!nv) continue;
+    char b1[32], b2[32], b3[32];
+    const double peak = m->r->peak_bytes[t], budget = m->budget[t];
+    ferry__table_rowf(sumt, "%s" SEP "%zu" SEP "%s" SEP "%s" SEP "%s", mem_tiers[t], nv,
+                      ferry__fmt_num(peak * m->scale, b1, sizeof b1),
+                      budget > 0 ? ferry__fmt_num(budget * m->scale, b2, sizeof b2) : "unlimited",
+                      budget > 0 ? ferry__fmt_num(100.0 * peak / budget, b3, sizeof b3) : "");
+  }
+}
+
+/* Axes, event marks, budget lines (steps when engine events changed them) and the plot command;
+ * returns whether any tier is drawn. */
+static int mem_plot(const struct mem *m, struct ferry_strbuf *s) {
+  struct report *rp = m->rp;
+  const struct rrun *r = m->r;
+  ferry__events_marks(rp, r, m->tmin, m->tmax, m->tdiv, s);
+  ferry__gp_set(s, "xlabel", "time since the first sample (%s)", m->ms ? "ms" : "s");
+  ferry__gp_set(s, "ylabel", "bytes in use (%s%s)", m->unit, m->log_y ? ", log scale" : "");
+  ferry__sb_puts(s, m->log_y ? "set datafile missing 'NaN'\nset logscale y\nset key outside right top\n"
+                             : "set yrange [0:*]\nset key outside right top\n");
+  ferry__gp_set(s, "title", "Memory per tier, run %s", r->label);
+  int moving[2] = {
+      ferry__events_budget_line(rp, r, 0, m->tmin, m->tmax, m->tdiv, m->budget[0], m->scale, "$b0", s),
+      ferry__events_budget_line(rp, r, 1, m->tmin, m->tmax, m->tdiv, m->budget[1], m->scale, "$b1", s)};
+  ferry__sb_puts(s, "plot ");
+  int drawn = 0;
+  for (int t = 0; t < 3; t++) {
+    if (!m->nv[t]) continue;
+    ferry__sb_printf(s, "%s$t%d using 1:2 with steps lt %d lw 2 title ", drawn ? ", " : "", t, t + 1);
+    ferry__gp_str(s, mem_tiers[t]);
+    drawn = 1;
+    if (t < 2 && moving[t]) {
+      ferry__sb_printf(s, ", $b%d using 1:2 with steps lt %d dt 2 lw 1.5 title ", t, t + 1);
+      ferry__gp_strf(s, "%s budget", mem_tiers[t]);
+    } else if (m->budget[t] > 0) {
+      ferry__sb_printf(s, ", %.9g with lines lt %d dt 2 lw 1.5 title ", m->budget[t] * m->scale, t + 1);
+      ferry__gp_strf(s, "%s budget", mem_tiers[t]);
+    }
+  }
+  ferry__sb_puts(s, "\n");
+  return drawn;
+}
+
+/* The run the memory plot shows: the timeline's run, else the first complete run with samples. */
+static const struct rrun *mem_run(struct report *rp, ferry_status *st) {
+  const struct rrun *r = ferry__timeline_run(rp, st);
+  if (*st != FERRY_OK) return NULL;
   if (!r || r->n_mem == 0) {
     r = NULL;
     for (size_t i = 0; i < rp->n_runs && !r; i++)
       if (rp->runs[i].complete && rp->runs[i].n_mem > 0) r = &rp->runs[i];
   }
-  if (!r) return FERRY_OK;
-  sqlite3 *db = ferry__run_db(rp, r);
-  static const char *const tiers[3] = {"device", "host", "disk"};
-  struct sample *v[3] = {NULL, NULL, NULL};
-  size_t nv[3] = {0}, cap[3] = {0};
-  sqlite3_stmt *q;
-  if (sqlite3_prepare_v2(db, "SELECT t_ns, tier, used_bytes FROM memory WHERE runId = ? ORDER BY t_ns", -1, &q, NULL) !=
-      SQLITE_OK)
-    return sql_fail(rp, db, "reading memory");
-  sqlite3_bind_int64(q, 1, r->id);
-  int64_t tmin = INT64_MAX, tmax = INT64_MIN;
-  st = FERRY_OK;
-  while (sqlite3_step(q) == SQLITE_ROW) {
-    const char *tier = (const char *)sqlite3_column_text(q, 1);
-    int t = !tier ? -1 : !strcmp(tier, "device") ? 0 : !strcmp(tier, "host") ? 1 : !strcmp(tier, "disk") ? 2 : -1;
-    if (t < 0) continue;
-    if (nv[t] == cap[t]) {
-      cap[t] = cap[t] ? cap[t] * 2 : 1024;
-      struct sample *p = ferry__reallocarray(v[t], cap[t], sizeof *p);
-      if (!p) {
-        st = NOMEM(rp);
-        break;
-      }
-      v[t] = p;
-    }
-    int64_t tn = sqlite3_column_int64(q, 0);
-    v[t][nv[t]].t = tn;
-    v[t][nv[t]++].used = ferry__finite_or(sqlite3_column_double(q, 2), 0);
-    if (tn < tmin) tmin = tn;
-    if (tn > tmax) tmax = tn;
-  }
-  sqlite3_finalize(q);
-  /* an engine event after the last sample (requests refused while idle) still shows */
-  const int64_t last_event = ferry__events_last(rp, r);
-  if (tmin != INT64_MAX && last_event > tmax) tmax = last_event;
+  return r;
+}
+
+ferry_status ferry__section_memory(struct report *rp) {
+  ferry_status st;
+  const struct rrun *r = mem_run(rp, &st);
+  if (!r) return st;
+  struct mem m = {.rp = rp, .r = r};
   struct rtable *pts = NULL, *sumt = NULL;
   struct ferry_strbuf s = {0};
-  if (st != FERRY_OK) goto out;
-  /* keep the peak of each bucket so downsampling never hides a budget breach */
-  for (int t = 0; t < 3; t++) {
-    if (nv[t] <= MEM_POINTS) continue;
-    double w = (ferry__span(tmin, tmax) + 1) / MEM_POINTS;
-    size_t out_n = 0;
-    for (size_t i = 0; i < nv[t];) {
-      size_t b = ferry__f64_to_index(ferry__span(tmin, v[t][i].t) / w, MEM_POINTS);
-      struct sample best = v[t][i];
-      size_t j = i + 1;
-      while (j < nv[t] && ferry__f64_to_index(ferry__span(tmin, v[t][j].t) / w, MEM_POINTS) == b) {
-        if (v[t][j].used > best.used) best.used = v[t][j].used;
-        j++;
-      }
-      best.t = v[t][i].t;
-      v[t][out_n++] = best;
-      i = j;
-    }
-    nv[t] = out_n;
-  }
-  double budget[3] = {ferry__run_num(r, "device_budget"), ferry__run_num(r, "host_budget"), NAN};
-  for (int t = 0; t < 2; t++)
-    if (r->budget_bytes[t] > 0) budget[t] = r->budget_bytes[t]; /* defaults included */
-  double hi = 0;
-  for (int t = 0; t < 3; t++) {
-    hi = fmax(hi, r->peak_bytes[t]);
-    if (budget[t] > 0) hi = fmax(hi, budget[t]);
-  }
-  const char *unit = "GiB";
-  double scale = 1.0 / (double)(1ull << 30);
-  if (hi < (double)(1ull << 30)) {
-    unit = "MiB";
-    scale = 1.0 / 1048576.0;
-  }
+  if ((st = mem_read(&m)) != FERRY_OK) goto out;
+  mem_downsample(&m);
+  mem_scale(&m);
   char title[160];
   snprintf(title, sizeof title, "Memory per tier over time (run %s)", r->label);
   ferry__doc_section(rp, FERRY_REPORT_MEMORY, title);
@@ -474,69 +583,15 @@ ferry_status ferry__section_memory(struct report *rp) {
                       "reloads, black: a device failure).");
   pts = ferry__table_new("memory", "time (s)" SEP "tier" SEP "used (bytes)");
   char head[200];
-  snprintf(head, sizeof head, "tier" SEP "samples" SEP "peak (%s)" SEP "budget (%s)" SEP "peak / budget (%%)", unit, unit);
+  snprintf(head, sizeof head, "tier" SEP "samples" SEP "peak (%s)" SEP "budget (%s)" SEP "peak / budget (%%)", m.unit,
+           m.unit);
   sumt = ferry__table_new("memory_peaks", head);
   if (!pts || !sumt) {
     st = NOMEM(rp);
     goto out;
   }
-  int drawn = 0;
-  /* a device tier of a few MiB beside a host tier of tens of GiB is a flat line on a linear
-   * axis: logarithmic when peaks and budgets span two decades (an empty tier then reads as a gap) */
-  double levels[6];
-  size_t nlevels = 0;
-  for (int t = 0; t < 3; t++) {
-    if (nv[t]) levels[nlevels++] = r->peak_bytes[t];
-    if (nv[t] && budget[t] > 0) levels[nlevels++] = budget[t];
-  }
-  const int log_y = ferry__spans_decades(levels, nlevels);
-  /* short runs (tests, tiny models) read better in ms */
-  int ms = ferry__span(tmin, tmax) < 2e9;
-  double tdiv = ms ? 1e6 : 1e9;
-  for (int t = 0; t < 3; t++) {
-    ferry__sb_printf(&s, "$t%d << EOD\n", t);
-    for (size_t i = 0; i < nv[t]; i++) {
-      if (log_y && !(v[t][i].used > 0)) ferry__sb_printf(&s, "%.9f NaN\n", ferry__span(tmin, v[t][i].t) / tdiv);
-      else ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, v[t][i].t) / tdiv, v[t][i].used * scale);
-      ferry__table_rowf(pts, "%.9f" SEP "%s" SEP "%.0f", ferry__span(tmin, v[t][i].t) / 1e9, tiers[t], v[t][i].used);
-    }
-    /* extend the last level to the end of the run so the step line reaches the right edge */
-    if (nv[t] && !(log_y && !(v[t][nv[t] - 1].used > 0)))
-      ferry__sb_printf(&s, "%.9f %.9g\n", ferry__span(tmin, tmax) / tdiv, v[t][nv[t] - 1].used * scale);
-    ferry__sb_puts(&s, "EOD\n");
-    if (nv[t]) {
-      char b1[32], b2[32], b3[32];
-      ferry__table_rowf(sumt, "%s" SEP "%zu" SEP "%s" SEP "%s" SEP "%s", tiers[t], nv[t],
-                        ferry__fmt_num(r->peak_bytes[t] * scale, b1, sizeof b1),
-                        budget[t] > 0 ? ferry__fmt_num(budget[t] * scale, b2, sizeof b2) : "unlimited",
-                        budget[t] > 0 ? ferry__fmt_num(100.0 * r->peak_bytes[t] / budget[t], b3, sizeof b3) : "");
-    }
-  }
-  ferry__events_marks(rp, r, tmin, tmax, tdiv, &s);
-  ferry__gp_set(&s, "xlabel", "time since the first sample (%s)", ms ? "ms" : "s");
-  ferry__gp_set(&s, "ylabel", "bytes in use (%s%s)", unit, log_y ? ", log scale" : "");
-  ferry__sb_puts(&s, log_y ? "set datafile missing 'NaN'\nset logscale y\nset key outside right top\n"
-                           : "set yrange [0:*]\nset key outside right top\n");
-  ferry__gp_set(&s, "title", "Memory per tier, run %s", r->label);
-  /* budgets that changed during the run (engine_events): drawn as steps, not constants */
-  int moving[2] = {ferry__events_budget_line(rp, r, 0, tmin, tmax, tdiv, budget[0], scale, "$b0", &s),
-                   ferry__events_budget_line(rp, r, 1, tmin, tmax, tdiv, budget[1], scale, "$b1", &s)};
-  ferry__sb_puts(&s, "plot ");
-  for (int t = 0; t < 3; t++) {
-    if (!nv[t]) continue;
-    ferry__sb_printf(&s, "%s$t%d using 1:2 with steps lt %d lw 2 title ", drawn ? ", " : "", t, t + 1);
-    ferry__gp_str(&s, tiers[t]);
-    drawn = 1;
-    if (t < 2 && moving[t]) {
-      ferry__sb_printf(&s, ", $b%d using 1:2 with steps lt %d dt 2 lw 1.5 title ", t, t + 1);
-      ferry__gp_strf(&s, "%s budget", tiers[t]);
-    } else if (budget[t] > 0) {
-      ferry__sb_printf(&s, ", %.9g with lines lt %d dt 2 lw 1.5 title ", budget[t] * scale, t + 1);
-      ferry__gp_strf(&s, "%s budget", tiers[t]);
-    }
-  }
-  ferry__sb_puts(&s, "\n");
-  if (!drawn) goto out;
+  mem_series(&m, &s, pts, sumt);
+  if (!mem_plot(&m, &s)) goto out;
   if (s.oom) {
     st = NOMEM(rp);
     goto out;
@@ -553,6 +608,6 @@ out:
   ferry__sb_free(&s);
   ferry__table_free(pts);
   ferry__table_free(sumt);
-  for (int t = 0; t < 3; t++) ferry_free(v[t]);
+  for (int t = 0; t < 3; t++) ferry_free(m.v[t]);
   return st;
 }
