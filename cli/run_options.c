@@ -290,17 +290,16 @@ static int set_value(struct run_args *a, enum run_opt id, const char *value) {
 
 /* --- usage ---------------------------------------------------------------------------------- */
 
-/* --backend's help: the registry's executors that `ferry run` drives, and whether each can be
- * opened here. */
+/* --backend's help: the registry's executors that `ferry run` drives. Whether one can be opened
+ * here is not asked: for cuda that loads CUDA's libraries (about 100 ms), and --help must stay
+ * instant; choosing an executor that cannot open fails with the reason. */
 static const char *backend_help(void) {
   static char text[2048];
   size_t n = (size_t)snprintf(text, sizeof text, "the executor (default host):");
   for (size_t i = 0; i < ferry_exec_registry_count() && n < sizeof text; i++) {
     const struct ferry_exec_info *x = ferry_exec_registry_at(i);
     if (x->caps & FERRY_EXEC_CAP_HW) continue;
-    char why[160] = "";
-    const int here = !x->available || x->available(why, sizeof why);
-    n += (size_t)snprintf(text + n, sizeof text - n, "\n  %s: %s%s", x->name, x->description, here ? "" : " (not here)");
+    n += (size_t)snprintf(text + n, sizeof text - n, "\n  %s: %s", x->name, x->description);
   }
   return text;
 }
