@@ -112,8 +112,6 @@ ferry_status run_db_begin(struct run_ctx *c) {
   meta_u64(c, "HOST_BUDGET_BYTES", a->ec.host_budget_bytes);
   if (a->too_long) meta_u64(c, "REQUESTS_TOO_LONG", (uint64_t)a->too_long);
   if (c->fit_warning[0]) ferry_db_run_meta(c->db, c->run_id, "WEAK_FITS", c->fit_warning);
-  /* not in the configuration (both modes give the same figures), but said */
-  if (a->sim) ferry_db_run_meta(c->db, c->run_id, "SIM_MODE", a->exact ? "exact" : "fast");
   ferry_exec_set_sink(c->ex, ferry_db_activity_sink, c->db);
   resil_attach_db(&c->resil, c->db, c->run_id);
   struct ferry_device_info gpu;

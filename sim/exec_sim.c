@@ -277,6 +277,14 @@ static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
   q->index = index;
   q->cap = RING_INITIAL;
   q->last_done_ns = q->tail_ns = INT64_MIN;
+  /* Two queues moving bytes the same way (a hybrid run's activation uploads beside the weights'
+   * stream) can share a channel at once, which only the discrete-event path times; the fast
+   * path would refuse the first overlap mid-run. Decided before any op, the figures then come
+   * from the exact path, as with injected faults. */
+  const enum ferry_queue_role role = ex->queues[index].role;
+  if (s->mode != FERRY_SIM_EXACT && !s->submitted && role != FERRY_QUEUE_COMPUTE && role != FERRY_QUEUE_CPU)
+    for (int32_t i = 0; i < index; i++)
+      if (ex->queues[i].role == role) s->mode = FERRY_SIM_EXACT;
   return FERRY_OK;
 }
 
@@ -580,6 +588,7 @@ static int copy_done(void *arg) {
  * exactly what ended at or before its clock, as in the fast path (exec_sim_fast.c). */
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
+  s->submitted = 1;
   if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_submit(s, queue, op);
   struct sim_queue *q = &s->queues[queue];
   ferry_status st;
@@ -856,6 +865,7 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
   out->copies = s->copies;
   out->reads = s->reads;
   out->graph_ops = s->graph_ops;
+  out->mode = s->mode;
   struct ferry__fluid_stats fs;
   ferry__fluid_get_stats(s->chan[CHAN_H2D], &fs);
   out->bytes_h2d = fs.bytes_done;

@@ -126,6 +126,7 @@ struct sim_exec {
   struct page_cache cache; /* the OS page cache over buffered disk reads */
   /* fast path */
   int mode;                   /* enum ferry_sim_mode */
+  int submitted;              /* an op has been submitted: the mode can no longer change */
   int64_t now_ns;             /* its clock (the discrete-event path's is the event kernel's) */
   int64_t next_end_ns;        /* no queue's head op ends before this (INT64_MIN: unknown) */
   struct sim_chan_use chan_use[CHAN_COUNT];

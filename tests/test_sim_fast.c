@@ -6,7 +6,8 @@
  * its synchronous fetches, CUDA graphs), pageable host memory, a profile where issuing ops
  * and waking queues take host time, and the execution strategies (the auto, lru and static
  * placement policies, a paged KV cache preempting by recompute and by swap, experts computed
- * on the CPU, two micro-batches through each loaded layer). Every request's and every step's
+ * on the CPU and a KV cache in host memory (hybrid runs, which a fast executor times exactly:
+ * checked), two micro-batches through each loaded layer). Every request's and every step's
  * figures must be equal, so the latency statistics (within 0.5 % is the contract; they come
  * out identical) and the bytes moved, hits and misses are. Each workload also runs in
  * FERRY_SIM_CHECK, where the engine builds every op it would replay and compares it with the
@@ -97,6 +98,7 @@ struct workload {
   int32_t kv_pool_blocks; /* ... in a pool of this many blocks (0: the default), */
   int kv_swap;          /* ... preempted sequences swapped to host memory (else recomputed) */
   int cpu_experts;      /* --offload-compute experts=cpu: a miss computed on the CPU */
+  int kv_home_host;     /* --kv-home host: attention on the CPU over a KV cache in host memory */
   int32_t gpu_batches;  /* micro-batches through each loaded layer (FlexGen) */
 };
 
@@ -138,6 +140,7 @@ static void run(const struct workload *w, int mode, struct result *out) {
     c.kv_pool_bytes = (uint64_t)w->kv_pool_blocks * (uint64_t)w->kv_block * acc.kv_bytes_per_token;
   }
   if (w->cpu_experts) c.compute_experts = FERRY_COMPUTE_CPU;
+  c.kv_home_host = w->kv_home_host;
   c.gpu_batches = w->gpu_batches;
   if (w->drop_cache) c.read_flags = FERRY_READ_DROP_CACHE;
   if (w->quant) {
@@ -226,6 +229,8 @@ static void compare(const struct workload *w) {
   run(w, FERRY_SIM_FAST, &fast);
   run(w, FERRY_SIM_CHECK, &check); /* fails inside if a graph differs from the ops built for it */
   const struct result *r[2] = {&fast, &check};
+  /* the CPU's results go up on a second host-to-device queue */
+  const int hybrid = w->cpu_experts || w->kv_home_host;
   for (int i = 0; i < 2; i++) {
     const struct ferry_serve_summary *a = &r[i]->sum, *b = &exact.sum;
     if (a->requests_done != N_REQ)
@@ -274,13 +279,18 @@ static void compare(const struct workload *w) {
     assert_int_equal(r[i]->stats.bytes_disk, exact.stats.bytes_disk);
     assert_int_equal(r[i]->stats.h2d_busy_ns, exact.stats.h2d_busy_ns);
     assert_int_equal(r[i]->stats.compute_busy_ns, exact.stats.compute_busy_ns);
-    assert_int_equal(r[i]->stats.events_run, 0); /* no event kernel */
+    /* a hybrid run has two host-to-device queues that may share the link at once: the executor
+     * chose the exact path before the first op */
+    assert_int_equal(r[i]->stats.mode, hybrid ? FERRY_SIM_EXACT : i ? FERRY_SIM_CHECK : FERRY_SIM_FAST);
+    if (!hybrid) assert_int_equal(r[i]->stats.events_run, 0); /* no event kernel */
   }
   assert_true(exact.stats.events_run > 0);
   assert_int_equal(exact.stats.graph_ops, 0);
-  assert_int_equal(check.stats.graph_ops, 0);    /* built every op, compared each graph */
-  assert_true(fast.stats.graph_ops > 0);         /* the fast mode did replay */
-  assert_true(fast.stats.graph_ops < fast.stats.ops_done);
+  assert_int_equal(check.stats.graph_ops, 0); /* built every op, compared each graph */
+  if (!hybrid) {
+    assert_true(fast.stats.graph_ops > 0); /* the fast mode did replay */
+    assert_true(fast.stats.graph_ops < fast.stats.ops_done);
+  }
   if (!w->resident_all) assert_true(exact.sum.bytes_h2d > 0);
   /* each strategy did what it is there for */
   if (w->kv_pool_blocks) assert_true(exact.sum.preemptions > 0);
@@ -342,6 +352,8 @@ static const struct workload workloads[] = {
      .kv_pool_blocks = 10, .kv_swap = 1},
     {.name = "experts on the CPU", .preset = "tiny-moe", .cpu_experts = 1, .block_layers = 1, .prefetch_depth = 1,
      .expert_slots = 4},
+    {.name = "KV in host memory, streamed", .preset = "tiny-moe", .kv_home_host = 1, .block_layers = 1,
+     .prefetch_depth = 1, .expert_slots = 4},
     {.name = "two micro-batches", .preset = "tiny-moe", .gpu_batches = 2, .block_layers = 1, .prefetch_depth = 1,
      .expert_slots = 6},
     {.name = "two micro-batches, dense", .preset = "tiny-dense", .gpu_batches = 2, .block_layers = 2,
@@ -353,34 +365,47 @@ static void test_fast_equals_exact(void **state) {
   for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) compare(&workloads[i]);
 }
 
-/* The fast mode times a transfer alone on its channel: two queues sharing one is refused with a
- * message, where the exact mode shares the bandwidth. */
-static void test_shared_channel_refused(void **state) {
+/* The fast mode times a transfer alone on its channel. Two queues moving bytes the same way,
+ * made before the first op, make a fast executor time everything exactly (the exact mode shares
+ * the bandwidth); a queue made after ops were timed fast cannot change that, so an overlap on it
+ * is refused with a message. */
+static void test_shared_channel(void **state) {
   (void)state;
   ferry_hw *hw = profile("plain", "");
-  for (int mode = FERRY_SIM_EXACT; mode <= FERRY_SIM_FAST; mode++) {
-    struct ferry_exec_config xc = {.lock_host_memory = 1, .sim_mode = mode};
-    ferry_exec *ex = NULL;
-    assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
-    int32_t q1, q2;
-    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q1), FERRY_OK);
-    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q2), FERRY_OK);
-    ferry_buf *h, *d;
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &h), FERRY_OK);
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1 << 20, "d", &d), FERRY_OK);
-    struct ferry_ref rh = {h, 0, FERRY_DTYPE_U8}, rd = {d, 0, FERRY_DTYPE_U8};
-    assert_int_equal(ferry_exec_copy(ex, q1, rd, rh, 1 << 20), FERRY_OK);
-    ferry_status st = ferry_exec_copy(ex, q2, rd, rh, 1 << 20);
-    if (mode == FERRY_SIM_EXACT) {
-      assert_int_equal(st, FERRY_OK);
-    } else {
-      assert_int_equal(st, FERRY_ERR_UNSUPPORTED);
-      assert_true(tu_contains(ferry_exec_errmsg(ex), "would share"));
-      assert_true(tu_contains(ferry_exec_errmsg(ex), "--exact"));
+  for (int mode = FERRY_SIM_EXACT; mode <= FERRY_SIM_FAST; mode++)
+    for (int late = 0; late < 2; late++) {
+      struct ferry_exec_config xc = {.lock_host_memory = 1, .sim_mode = mode};
+      ferry_exec *ex = NULL;
+      assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
+      ferry_buf *h, *d;
+      assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1 << 20, "h", &h), FERRY_OK);
+      assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1 << 20, "d", &d), FERRY_OK);
+      struct ferry_ref rh = {h, 0, FERRY_DTYPE_U8}, rd = {d, 0, FERRY_DTYPE_U8};
+      int32_t q1, q2;
+      assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q1), FERRY_OK);
+      if (!late) assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q2), FERRY_OK);
+      assert_int_equal(ferry_exec_copy(ex, q1, rd, rh, 1 << 20), FERRY_OK);
+      if (late) assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &q2), FERRY_OK);
+      ferry_status st = ferry_exec_copy(ex, q2, rd, rh, 1 << 20);
+      struct ferry_sim_stats stats;
+      assert_int_equal(ferry_exec_sim_stats(ex, &stats), FERRY_OK);
+      if (mode == FERRY_SIM_EXACT || !late) {
+        assert_int_equal(st, FERRY_OK);
+        assert_int_equal(stats.mode, FERRY_SIM_EXACT);
+        assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+        assert_int_equal(ferry_exec_sim_stats(ex, &stats), FERRY_OK);
+        assert_true(stats.events_run > 0);
+        /* the two copies shared the link: both done when 2 MiB have crossed it, not before */
+        assert_int_equal(stats.bytes_h2d, 2u << 20);
+      } else {
+        assert_int_equal(stats.mode, FERRY_SIM_FAST);
+        assert_int_equal(st, FERRY_ERR_UNSUPPORTED);
+        assert_true(tu_contains(ferry_exec_errmsg(ex), "would share"));
+        assert_true(tu_contains(ferry_exec_errmsg(ex), "--exact"));
+        assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+      }
+      ferry_exec_destroy(ex);
     }
-    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
-    ferry_exec_destroy(ex);
-  }
   ferry_hw_close(hw);
 }
 
@@ -441,7 +466,7 @@ static void test_cli_exact(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fast_equals_exact),
-      cmocka_unit_test(test_shared_channel_refused),
+      cmocka_unit_test(test_shared_channel),
       cmocka_unit_test(test_faults_run_exact),
       cmocka_unit_test(test_cli_exact),
   };

@@ -61,6 +61,9 @@ struct ferry_sim_stats {
   uint64_t bytes_cache;   /**< bytes of reads served by the page cache */
   uint64_t graph_ops;     /**< ops submitted by launching op graphs (the engine's repeated sequences,
                                FERRY_SIM_FAST), counted in ops_done too */
+  int mode;               /**< the ::ferry_sim_mode that times the ops: FERRY_SIM_EXACT when asked,
+                               or when injected faults or two queues moving bytes the same way
+                               (hybrid runs) need the discrete-event path */
 };
 
 /**

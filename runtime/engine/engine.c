@@ -312,8 +312,9 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
   in.kv_bytes = e->kv_total_bytes - e->hkv_bytes; /* the device's part of the cache */
   in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.total;
-  /* a hybrid run's CPU works in a copy of the workspace in host memory */
-  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + (ferry__hybrid_on(e) ? e->ws.total : 0);
+  /* a hybrid run's CPU works in a copy of the workspace in host memory, and --kv-home host's
+   * cache is there too (known before the plan: every layer's) */
+  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + ferry__hybrid_host_bytes(e);
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
   size_t n = ferry_model_tensor_count(e->model), dense = 3;
   for (size_t i = 0; i < n; i++)
