@@ -125,6 +125,79 @@ static const struct rrun *events_run(struct report *rp, ferry_status *st) {
   return pick;
 }
 
+/* What the run's events add up to while they are read. */
+struct ev_tally {
+  int64_t counts[5]; /* pressure, reload, io, device, refused */
+  int64_t rows, max_level, last_level;
+  double last_x;
+  int levels; /* level transitions (the step line's points) */
+};
+
+static const char *const ev_kinds[5] = {"pressure", "reload", "io", "device", "refused"};
+
+/* Every event into `all`, the transitions into `t`, the level's step line into s ($lvl). */
+static void ev_rows(sqlite3_stmt *q, struct rtable *t, struct rtable *all, struct ferry_strbuf *s,
+                    struct ev_tally *n) {
+  int64_t t_first = INT64_MIN;
+  ferry__sb_puts(s, "$lvl << EOD\n");
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const int64_t tn = sqlite3_column_int64(q, 0);
+    if (t_first == INT64_MIN) {
+      t_first = sqlite3_column_type(q, 7) == SQLITE_NULL ? tn : sqlite3_column_int64(q, 7);
+      if (t_first > tn) t_first = tn;
+    }
+    const char *kind = (const char *)sqlite3_column_text(q, 1);
+    const char *tier = (const char *)sqlite3_column_text(q, 2);
+    const char *action = (const char *)sqlite3_column_text(q, 5), *detail = (const char *)sqlite3_column_text(q, 6);
+    for (int k = 0; k < 5; k++)
+      if (kind && !strcmp(kind, ev_kinds[k])) n->counts[k]++;
+    char idx[32] = "", lvl[16] = "";
+    if (sqlite3_column_type(q, 3) != SQLITE_NULL)
+      ferry__fmt_num(ferry__finite_or(sqlite3_column_double(q, 3), 0), idx, sizeof idx);
+    const double secs = ferry__span(t_first, tn) / 1e9;
+    if (sqlite3_column_type(q, 4) != SQLITE_NULL) {
+      int64_t level = sqlite3_column_int64(q, 4);
+      snprintf(lvl, sizeof lvl, "%lld", (long long)level);
+      /* the level as a step line: it holds until the next transition */
+      if (n->levels < 4000)
+        ferry__sb_printf(s, "%.9f %lld\n%.9f %lld\n", secs, (long long)n->last_level, secs, (long long)level);
+      n->levels++;
+      n->last_level = level;
+      n->last_x = secs;
+      if (level > n->max_level) n->max_level = level;
+    }
+    ferry__table_rowf(all, "%.6f" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", secs, kind ? kind : "",
+                      tier ? tier : "", idx, lvl, action ? action : "", detail ? detail : "");
+    /* the table shows the transitions; retries and refusals are counted, and in the CSV */
+    if (kind && (!strcmp(kind, "io") || !strcmp(kind, "refused"))) continue;
+    if (n->rows++ < MAX_ROWS)
+      ferry__table_rowf(t, "%.6f" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", secs, kind ? kind : "",
+                        tier ? tier : "", idx, lvl, action ? action : "", detail ? detail : "");
+  }
+}
+
+/* The memory-pressure level over time, from the step line ev_rows() wrote. */
+static ferry_status ev_level_plot(struct report *rp, const struct rrun *r, struct ferry_strbuf *s,
+                                  const struct ev_tally *n) {
+  ferry__sb_printf(s, "%.9f %lld\nEOD\n", n->last_x + fmax(n->last_x * 0.05, 1e-3), (long long)n->last_level);
+  ferry__gp_set(s, "xlabel", "time since the first memory sample (s)");
+  ferry__gp_set(s, "ylabel", "degradation level");
+  ferry__sb_puts(s, "set yrange [-0.2:4.4]\nset ytics (");
+  static const char *const names[5] = {"0 normal", "1 prefetch", "2 cache", "3 on demand", "4 refusing"};
+  for (int i = 0; i < 5; i++) {
+    ferry__sb_puts(s, i ? ", " : "");
+    ferry__gp_tic(s, names[i]);
+    ferry__sb_printf(s, " %d", i);
+  }
+  ferry__sb_puts(s, ")\nset grid\nset key off\n");
+  ferry__gp_set(s, "title", "Memory-pressure level, run %s", r->label);
+  ferry__sb_puts(s, "plot $lvl using 1:2 with lines lw 2 lc rgb '#d62728'\n");
+  if (s->oom) return NOMEM(rp);
+  char title[160];
+  snprintf(title, sizeof title, "Degradation level of run %s over time.", r->label);
+  return ferry__emit_plot(rp, "pressure_level", title, 1000, 300, s->p);
+}
+
 ferry_status ferry__section_events(struct report *rp) {
   ferry_status st;
   const struct rrun *r = events_run(rp, &st);
@@ -143,51 +216,12 @@ ferry_status ferry__section_events(struct report *rp) {
   struct rtable *all = ferry__table_new("engine_events_all", "time (s)" SEP "kind" SEP "tier" SEP "pressure index" SEP
                                                              "level" SEP "action" SEP "detail");
   struct ferry_strbuf s = {0};
-  int64_t counts[5] = {0}, t_first = INT64_MIN, rows = 0, max_level = 0;
-  static const char *const kinds[5] = {"pressure", "reload", "io", "device", "refused"};
-  ferry__sb_puts(&s, "$lvl << EOD\n");
-  int64_t last_level = 0;
-  double last_x = 0;
-  int levels = 0;
+  struct ev_tally n = {0};
   if (!t || !all) {
     st = NOMEM(rp);
     goto out;
   }
-  while (sqlite3_step(q) == SQLITE_ROW) {
-    const int64_t tn = sqlite3_column_int64(q, 0);
-    if (t_first == INT64_MIN) {
-      t_first = sqlite3_column_type(q, 7) == SQLITE_NULL ? tn : sqlite3_column_int64(q, 7);
-      if (t_first > tn) t_first = tn;
-    }
-    const char *kind = (const char *)sqlite3_column_text(q, 1);
-    const char *tier = (const char *)sqlite3_column_text(q, 2);
-    const char *action = (const char *)sqlite3_column_text(q, 5), *detail = (const char *)sqlite3_column_text(q, 6);
-    for (int k = 0; k < 5; k++)
-      if (kind && !strcmp(kind, kinds[k])) counts[k]++;
-    char idx[32] = "", lvl[16] = "";
-    if (sqlite3_column_type(q, 3) != SQLITE_NULL) ferry__fmt_num(ferry__finite_or(sqlite3_column_double(q, 3), 0), idx, sizeof idx);
-    if (sqlite3_column_type(q, 4) != SQLITE_NULL) {
-      int64_t level = sqlite3_column_int64(q, 4);
-      snprintf(lvl, sizeof lvl, "%lld", (long long)level);
-      const double x = ferry__span(t_first, tn) / 1e9;
-      /* the level as a step line: it holds until the next transition */
-      if (levels < 4000) ferry__sb_printf(&s, "%.9f %lld\n%.9f %lld\n", x, (long long)last_level, x, (long long)level);
-      levels++;
-      last_level = level;
-      last_x = x;
-      if (level > max_level) max_level = level;
-    }
-    const double secs = ferry__span(t_first, tn) / 1e9;
-    ferry__table_rowf(all, "%.6f" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", secs, kind ? kind : "",
-                      tier ? tier : "", idx, lvl, action ? action : "", detail ? detail : "");
-    /* the table shows the transitions; retries and refusals are counted, and in the CSV */
-    if (kind && (!strcmp(kind, "io") || !strcmp(kind, "refused"))) continue;
-    if (rows++ < MAX_ROWS)
-      ferry__table_rowf(t, "%.6f" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", secs, kind ? kind : "",
-                        tier ? tier : "", idx, lvl, action ? action : "", detail ? detail : "");
-  }
-  sqlite3_finalize(q);
-  q = NULL;
+  ev_rows(q, t, all, &s, &n);
   char title[160];
   snprintf(title, sizeof title, "What kept run %s up", r->label);
   ferry__doc_section(rp, FERRY_REPORT_EVENTS, title);
@@ -197,29 +231,9 @@ ferry_status ferry__section_events(struct report *rp) {
                   "failure(s), %lld request(s) refused under pressure. Levels: 0 normal, 1 prefetch depth halved, 2 "
                   "expert cache halved, 3 on-demand loading, 4 new requests refused. Times from the run's first "
                   "memory sample; the timeline and memory charts mark the same events.",
-                  r->label, (long long)counts[0], (long long)max_level, (long long)counts[1], (long long)counts[2],
-                  (long long)counts[3], (long long)counts[4]);
-  if (levels) {
-    ferry__sb_printf(&s, "%.9f %lld\nEOD\n", last_x + fmax(last_x * 0.05, 1e-3), (long long)last_level);
-    ferry__gp_set(&s, "xlabel", "time since the first memory sample (s)");
-    ferry__gp_set(&s, "ylabel", "degradation level");
-    ferry__sb_puts(&s, "set yrange [-0.2:4.4]\nset ytics (");
-    static const char *const names[5] = {"0 normal", "1 prefetch", "2 cache", "3 on demand", "4 refusing"};
-    for (int i = 0; i < 5; i++) {
-      ferry__sb_puts(&s, i ? ", " : "");
-      ferry__gp_tic(&s, names[i]);
-      ferry__sb_printf(&s, " %d", i);
-    }
-    ferry__sb_puts(&s, ")\nset grid\nset key off\n");
-    ferry__gp_set(&s, "title", "Memory-pressure level, run %s", r->label);
-    ferry__sb_puts(&s, "plot $lvl using 1:2 with lines lw 2 lc rgb '#d62728'\n");
-    if (s.oom) {
-      st = NOMEM(rp);
-      goto out;
-    }
-    snprintf(title, sizeof title, "Degradation level of run %s over time.", r->label);
-    if ((st = ferry__emit_plot(rp, "pressure_level", title, 1000, 300, s.p)) != FERRY_OK) goto out;
-  }
+                  r->label, (long long)n.counts[0], (long long)n.max_level, (long long)n.counts[1],
+                  (long long)n.counts[2], (long long)n.counts[3], (long long)n.counts[4]);
+  if (n.levels && (st = ev_level_plot(rp, r, &s, &n)) != FERRY_OK) goto out;
   if (t->nrows && (st = ferry__emit_table(rp, t, "Budget changes, pressure transitions, reloads and device failures.")) != FERRY_OK)
     goto out;
   if ((st = ferry__emit_csv(rp, all)) != FERRY_OK) goto out;
@@ -228,7 +242,7 @@ ferry_status ferry__section_events(struct report *rp) {
   ferry__sb_puts(&rp->md, "Every event, retries and refused requests included: "
                           "[tables/engine_events_all.csv](tables/engine_events_all.csv).\n\n");
 out:
-  if (q) sqlite3_finalize(q);
+  sqlite3_finalize(q);
   if (rp->sum.sections & FERRY_REPORT_EVENTS) ferry__sb_puts(&rp->html, "</section>\n");
   ferry__sb_free(&s);
   ferry__table_free(t);
