@@ -913,19 +913,94 @@ ferry_status ferry__section_bytes(struct report *rp) {
 /* A paired prediction further off than this on any metric is flagged. */
 #define SIM_ERROR_FLAG_PCT 10.0
 
-ferry_status ferry__section_sim_vs_real(struct report *rp) {
-  NUMBUF;
-  /* the runtime preset describes the software a simulation prices; a real run's is its own */
+/* A real run a and a simulation b of the same configuration: paired when they agree on every key
+ * but these (the runtime preset describes the software a simulation prices; a real run's is its
+ * own). */
+static int sim_pair(const struct rrun *a, const struct rrun *b) {
   static const char *const except[] = {"executor", "hw",     "runtime", "threads", "direct_io",
                                        "routing",  "routing_synth", "greedy", NULL};
+  return usable(a) && usable(b) && strcmp(a->kind, "sim") && strcmp(a->kind, "nsys-import") && !strcmp(b->kind, "sim") &&
+         ferry__runs_same_except(a, b, except);
+}
+
+static const char *const svr_metric[3] = {"mean TTFT", "mean TPOT", "P99 e2e"};
+
+/* The errors over all pairs and the scatter's points, per metric. */
+struct svr {
+  double sum_abs[3], max_abs[3], sum[3];
+  int cnt[3];
+  struct ferry_strbuf d[3];
+  double lo, hi;
+};
+
+/* One pair's row: measured, predicted and error per metric, and what makes it suspect (a large
+ * miss, or a profile fitted poorly). */
+static void svr_pair(struct report *rp, const struct rrun *a, const struct rrun *b, struct rtable *t, struct svr *v) {
+  NUMBUF;
+  double meas[3] = {a->ttft.mean, a->tpot.mean, a->e2e.p99}, pred[3] = {b->ttft.mean, b->tpot.mean, b->e2e.p99};
+  double err[3];
+  int off = 0;
+  for (int m = 0; m < 3; m++) {
+    err[m] = meas[m] > 0 ? 100.0 * (pred[m] - meas[m]) / meas[m] : NAN;
+    if (isfinite(err[m])) {
+      v->sum_abs[m] += fabs(err[m]);
+      v->sum[m] += err[m];
+      v->max_abs[m] = fmax(v->max_abs[m], fabs(err[m]));
+      v->cnt[m]++;
+    }
+    if (meas[m] > 0 && pred[m] > 0 && isfinite(meas[m]) && isfinite(pred[m])) {
+      ferry__sb_printf(&v->d[m], "%.9g %.9g\n", meas[m], pred[m]);
+      v->lo = fmin(v->lo, fmin(meas[m], pred[m]));
+      v->hi = fmax(v->hi, fmax(meas[m], pred[m]));
+    }
+    off |= isfinite(err[m]) && fabs(err[m]) > SIM_ERROR_FLAG_PCT;
+  }
+  char desc[512], flag[640] = "";
+  axes_desc(rp, a, "executor", desc, sizeof desc);
+  snprintf(flag, sizeof flag, "%s%s%s%s", off ? "error > 10%" : "", off && b->weak_fits ? "; " : "",
+           b->weak_fits ? "weak fits: " : "", b->weak_fits ? b->weak_fits : "");
+  if (flag[0]) rp->sum.sim_real_flagged++;
+  ferry__table_rowf(t, "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP
+                       "%s" SEP "%s" SEP "%s",
+                    a->label, b->label, b->hardware ? b->hardware : "", desc, N(meas[0]), N(pred[0]), N(err[0]),
+                    N(meas[1]), N(pred[1]), N(err[1]), N(meas[2]), N(pred[2]), N(err[2]), flag);
+}
+
+/* Predicted against measured, one point per metric of each pair, with y = x. */
+static ferry_status svr_scatter(struct report *rp, const struct svr *v) {
+  struct ferry_strbuf s = {0};
+  for (int m = 0; m < 3; m++) ferry__sb_printf(&s, "$m%d << EOD\n%sEOD\n", m, v->d[m].p ? v->d[m].p : "");
+  int logs = v->hi / v->lo >= 100;
+  double rlo = logs ? v->lo / 1.5 : 0, rhi = v->hi * 1.15;
+  ferry__sb_printf(&s,
+                   "%s"
+                   "set xrange [%.9g:%.9g]\nset yrange [%.9g:%.9g]\nset size ratio -1\n"
+                   "set xlabel 'measured (ms)'\nset ylabel 'predicted by the simulator (ms)'\n"
+                   "set key top left\nset title 'Simulator prediction against measurement'\n"
+                   "set samples 200\n"
+                   "plot x with lines dt 2 lc rgb '#555555' lw 1 title 'y = x'",
+                   logs ? "set logscale xy\n" : "", rlo, rhi, rlo, rhi);
+  for (int m = 0; m < 3; m++)
+    if (v->d[m].len) {
+      ferry__sb_printf(&s, ", $m%d using 1:2 with points lt %d ps 1.4 title ", m, m + 1);
+      ferry__gp_str(&s, svr_metric[m]);
+    }
+  ferry__sb_puts(&s, "\n");
+  ferry_status st =
+      s.oom ? NOMEM(rp)
+            : ferry__emit_plot(rp, "sim_vs_real",
+                               "Predicted (simulator) against measured (real executor) per paired configuration; the "
+                               "dashed line is y = x.",
+                               700, 640, s.p);
+  ferry__sb_free(&s);
+  return st;
+}
+
+ferry_status ferry__section_sim_vs_real(struct report *rp) {
+  NUMBUF;
   size_t npairs = 0;
   for (size_t i = 0; i < rp->n_runs; i++)
-    for (size_t j = 0; j < rp->n_runs; j++) {
-      const struct rrun *a = &rp->runs[i], *b = &rp->runs[j];
-      if (usable(a) && usable(b) && strcmp(a->kind, "sim") && strcmp(a->kind, "nsys-import") && !strcmp(b->kind, "sim") &&
-          ferry__runs_same_except(a, b, except))
-        npairs++;
-    }
+    for (size_t j = 0; j < rp->n_runs; j++) npairs += (size_t)sim_pair(&rp->runs[i], &rp->runs[j]);
   if (npairs == 0) return FERRY_OK;
   rp->sum.sim_real_pairs = npairs;
   ferry__doc_section(rp, FERRY_REPORT_SIM_VS_REAL, "Simulator against real runs");
@@ -946,76 +1021,18 @@ ferry_status ferry__section_sim_vs_real(struct report *rp) {
     ferry__table_free(e);
     return NOMEM(rp);
   }
-  static const char *const mname[3] = {"mean TTFT", "mean TPOT", "P99 e2e"};
-  double sum_abs[3] = {0}, max_abs[3] = {0}, sum[3] = {0};
-  int cnt[3] = {0};
-  struct ferry_strbuf s = {0}, d[3] = {{0}};
-  double lo = INFINITY, hi = 0;
+  struct svr v = {.lo = INFINITY};
   for (size_t i = 0; i < rp->n_runs; i++)
-    for (size_t j = 0; j < rp->n_runs; j++) {
-      const struct rrun *a = &rp->runs[i], *b = &rp->runs[j];
-      if (!(usable(a) && usable(b) && strcmp(a->kind, "sim") && strcmp(a->kind, "nsys-import") &&
-            !strcmp(b->kind, "sim") && ferry__runs_same_except(a, b, except)))
-        continue;
-      double meas[3] = {a->ttft.mean, a->tpot.mean, a->e2e.p99}, pred[3] = {b->ttft.mean, b->tpot.mean, b->e2e.p99};
-      double err[3];
-      for (int m = 0; m < 3; m++) {
-        err[m] = meas[m] > 0 ? 100.0 * (pred[m] - meas[m]) / meas[m] : NAN;
-        if (isfinite(err[m])) {
-          sum_abs[m] += fabs(err[m]);
-          sum[m] += err[m];
-          max_abs[m] = fmax(max_abs[m], fabs(err[m]));
-          cnt[m]++;
-        }
-        if (meas[m] > 0 && pred[m] > 0 && isfinite(meas[m]) && isfinite(pred[m])) {
-          ferry__sb_printf(&d[m], "%.9g %.9g\n", meas[m], pred[m]);
-          lo = fmin(lo, fmin(meas[m], pred[m]));
-          hi = fmax(hi, fmax(meas[m], pred[m]));
-        }
-      }
-      char desc[512], flag[640] = "";
-      axes_desc(rp, a, "executor", desc, sizeof desc);
-      /* what makes a prediction suspect: a large miss, or a profile fitted poorly */
-      int off = 0;
-      for (int m = 0; m < 3; m++) off |= isfinite(err[m]) && fabs(err[m]) > SIM_ERROR_FLAG_PCT;
-      snprintf(flag, sizeof flag, "%s%s%s%s", off ? "error > 10%" : "", off && b->weak_fits ? "; " : "",
-               b->weak_fits ? "weak fits: " : "", b->weak_fits ? b->weak_fits : "");
-      if (flag[0]) rp->sum.sim_real_flagged++;
-      ferry__table_rowf(t, "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP
-                           "%s" SEP "%s" SEP "%s",
-                        a->label, b->label, b->hardware ? b->hardware : "", desc, N(meas[0]), N(pred[0]), N(err[0]),
-                        N(meas[1]), N(pred[1]), N(err[1]), N(meas[2]), N(pred[2]), N(err[2]), flag);
-    }
+    for (size_t j = 0; j < rp->n_runs; j++)
+      if (sim_pair(&rp->runs[i], &rp->runs[j])) svr_pair(rp, &rp->runs[i], &rp->runs[j], t, &v);
   for (int m = 0; m < 3; m++)
-    ferry__table_rowf(e, "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s", mname[m], cnt[m],
-                      N(cnt[m] ? sum_abs[m] / cnt[m] : NAN), N(cnt[m] ? max_abs[m] : NAN), N(cnt[m] ? sum[m] / cnt[m] : NAN));
-  ferry_status st = FERRY_OK;
-  if (hi > 0) {
-    for (int m = 0; m < 3; m++) ferry__sb_printf(&s, "$m%d << EOD\n%sEOD\n", m, d[m].p ? d[m].p : "");
-    int logs = hi / lo >= 100;
-    double rlo = logs ? lo / 1.5 : 0, rhi = hi * 1.15;
-    ferry__sb_printf(&s,
-                     "%s"
-                     "set xrange [%.9g:%.9g]\nset yrange [%.9g:%.9g]\nset size ratio -1\n"
-                     "set xlabel 'measured (ms)'\nset ylabel 'predicted by the simulator (ms)'\n"
-                     "set key top left\nset title 'Simulator prediction against measurement'\n"
-                     "set samples 200\n"
-                     "plot x with lines dt 2 lc rgb '#555555' lw 1 title 'y = x'",
-                     logs ? "set logscale xy\n" : "", rlo, rhi, rlo, rhi);
-    for (int m = 0; m < 3; m++)
-      if (d[m].len) {
-        ferry__sb_printf(&s, ", $m%d using 1:2 with points lt %d ps 1.4 title ", m, m + 1);
-        ferry__gp_str(&s, mname[m]);
-      }
-    ferry__sb_puts(&s, "\n");
-    st = s.oom ? NOMEM(rp)
-               : ferry__emit_plot(rp, "sim_vs_real", "Predicted (simulator) against measured (real executor) per paired configuration; the dashed line is y = x.",
-                                  700, 640, s.p);
-  }
+    ferry__table_rowf(e, "%s" SEP "%d" SEP "%s" SEP "%s" SEP "%s", svr_metric[m], v.cnt[m],
+                      N(v.cnt[m] ? v.sum_abs[m] / v.cnt[m] : NAN), N(v.cnt[m] ? v.max_abs[m] : NAN),
+                      N(v.cnt[m] ? v.sum[m] / v.cnt[m] : NAN));
+  ferry_status st = v.hi > 0 ? svr_scatter(rp, &v) : FERRY_OK;
   if (st == FERRY_OK) st = ferry__emit_table(rp, e, "Simulator error per metric over all pairs.");
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, "Sim against real, per paired configuration.");
-  ferry__sb_free(&s);
-  for (int m = 0; m < 3; m++) ferry__sb_free(&d[m]);
+  for (int m = 0; m < 3; m++) ferry__sb_free(&v.d[m]);
   ferry__table_free(t);
   ferry__table_free(e);
   ferry__sb_puts(&rp->html, "</section>\n");
