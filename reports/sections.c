@@ -1166,15 +1166,14 @@ static double hw_price(const struct report *rp, const struct rrun *r, const char
  * a profile on which the workload does not run is an answer too). */
 static int whatif_run(const struct rrun *r) { return usable(r) || (!r->complete && r->error); }
 
-ferry_status ferry__section_hardware(struct report *rp) {
-  NUMBUF;
+/* Groups of runs that differ only by hardware, with at least two profiles and one usable run:
+ * group[i] > 0 their ids (in order, with gaps where a group was withdrawn), -1 or 0 otherwise.
+ * Returns the number of groups. */
+static int hw_groups(const struct report *rp, int *group) {
   static const char *const except[] = {"hw", NULL};
-  size_t n = rp->n_runs;
-  int *group = ferry__calloc(n ? n : 1, sizeof *group);
-  if (!group) return NOMEM(rp);
+  const size_t n = rp->n_runs;
   int ngroups = 0;
   char v1[256], v2[256];
-  /* groups of runs that differ only by hardware, with at least two profiles */
   for (size_t i = 0; i < n; i++) {
     if (!whatif_run(&rp->runs[i]) || group[i]) continue;
     int id = ++ngroups, profiles = 1, ok = usable(&rp->runs[i]);
@@ -1193,7 +1192,105 @@ ferry_status ferry__section_hardware(struct report *rp) {
       ngroups--;
     }
   }
-  if (ngroups == 0) {
+  return ngroups;
+}
+
+/* What the groups' rows add up to. */
+struct hw_sum {
+  struct ferry_strbuf s, cheapest; /* the bar data ($g1..$g6); the cheapest run of each group */
+  int any_price, shown, slo;
+};
+
+/* One run of group `shown`: its table row and bar; the group's cheapest run meeting the SLO. */
+static void hw_run(struct report *rp, const struct rrun *r, const char *desc, struct rtable *t, struct hw_sum *h,
+                   const char **best, double *best_cost) {
+  NUMBUF;
+  const struct ferry_report_options *o = rp->opt;
+  const int ok = usable(r);
+  char v1[256];
+  ferry__run_val(r, "hw", v1, sizeof v1);
+  const char *hw = *v1 ? v1 : (r->hardware ? r->hardware : "");
+  char hwl[128];
+  label_value("hw", hw, hwl, sizeof hwl);
+  double price = hw_price(rp, r, hw);
+  double thr = ok ? r->thr_tok_s : NAN;
+  double cost = price > 0 && thr > 0 ? price / (thr * 3600.0) * 1e6 : NAN;
+  if (isfinite(cost)) h->any_price = 1;
+  int meets = ok && (o->slo_ttft_p99_ms <= 0 || r->ttft.p99 <= o->slo_ttft_p99_ms) &&
+              (o->slo_tpot_p99_ms <= 0 || r->tpot.p99 <= o->slo_tpot_p99_ms);
+  if (meets && isfinite(cost) && cost < *best_cost) {
+    *best_cost = cost;
+    *best = r->label;
+  }
+  char note[400] = "";
+  if (!ok) snprintf(note, sizeof note, "failed: %.360s", r->error ? r->error : "no error recorded");
+  else if (!(price > 0))
+    snprintf(note, sizeof note, "no cost: %s has no price_per_hour_usd (add it to the profile, or "
+                                "price_per_hour_usd=X to the run's notes)", hwl);
+  for (char *c = note; *c; c++)
+    if (*c == '\x1f') *c = ' ';
+  ferry__table_rowf(t, "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
+                    h->shown, desc, hw, r->label, N(thr), ok ? N(r->ttft.p99) : "", ok ? N(r->tpot.p99) : "", N(price),
+                    N(cost), h->slo ? (meets ? "yes" : "no") : "", note);
+  if (h->shown <= 6) {
+    char bar[160];
+    snprintf(bar, sizeof bar, "%s%s", hwl, ok ? "" : " (failed)");
+    ferry__gp_data(&h->s, bar);
+    gnum(&h->s, thr);
+    gnum(&h->s, cost);
+    ferry__sb_puts(&h->s, "\n");
+  }
+}
+
+/* Every kept group's runs, renumbered 1.. (some ids were withdrawn). */
+static void hw_rows(struct report *rp, const int *group, struct rtable *t, struct hw_sum *h) {
+  NUMBUF;
+  int next = 1;
+  for (size_t i = 0; i < rp->n_runs; i++) {
+    if (group[i] <= 0 || group[i] < next) continue;
+    int g = group[i];
+    next = g + 1;
+    h->shown++;
+    char desc[512];
+    axes_desc(rp, &rp->runs[i], "hw", desc, sizeof desc);
+    if (h->shown <= 6) ferry__sb_printf(&h->s, "$g%d << EOD\n", h->shown);
+    const char *best = NULL;
+    double best_cost = INFINITY;
+    for (size_t j = i; j < rp->n_runs; j++)
+      if (group[j] == g) hw_run(rp, &rp->runs[j], desc, t, h, &best, &best_cost);
+    if (h->shown <= 6) ferry__sb_puts(&h->s, "EOD\n");
+    if (best)
+      ferry__sb_printf(&h->cheapest, "%sgroup %d: %s at %s $ per 1M tokens", h->cheapest.len ? "; " : "", h->shown,
+                       best, N(best_cost));
+  }
+}
+
+/* Throughput and (when any run has a price) cost panels, one bar colour per group. */
+static void hw_panels(struct ferry_strbuf *s, int shown, int any_price) {
+  /* labels turned to end at their tick: long profile names stay inside the picture */
+  ferry__sb_puts(s, "set datafile missing 'NaN'\nset style data histograms\nset style histogram clustered gap 1\n"
+                    "set style fill solid 0.85 border -1\nset yrange [0:*]\nset xtics rotate by 30 right nomirror\n"
+                    "set bmargin 7\nset key top right\n");
+  if (shown == 1) ferry__sb_puts(s, "unset key\n");
+  if (any_price) ferry__sb_puts(s, "set multiplot layout 1,2\n");
+  for (int panel = 0; panel < (any_price ? 2 : 1); panel++) {
+    ferry__gp_set(s, "title", "%s", panel ? "Cost per million output tokens" : "Throughput");
+    ferry__gp_set(s, "ylabel", "%s", panel ? "$ per 1M tokens" : "output tokens/s");
+    ferry__sb_puts(s, "plot ");
+    for (int g = 1; g <= shown && g <= 6; g++) {
+      ferry__sb_printf(s, "%s$g%d using %d:xtic(1) title ", g > 1 ? ", " : "", g, panel ? 3 : 2);
+      ferry__gp_strf(s, "group %d", g);
+      ferry__sb_printf(s, " lt %d", g);
+    }
+    ferry__sb_puts(s, "\n");
+  }
+  if (any_price) ferry__sb_puts(s, "unset multiplot\n");
+}
+
+ferry_status ferry__section_hardware(struct report *rp) {
+  int *group = ferry__calloc(rp->n_runs ? rp->n_runs : 1, sizeof *group);
+  if (!group) return NOMEM(rp);
+  if (hw_groups(rp, group) == 0) {
     ferry_free(group);
     return FERRY_OK;
   }
@@ -1202,8 +1299,7 @@ ferry_status ferry__section_hardware(struct report *rp) {
                       "price per hour / (throughput x 3600) x 10^6, with the price from the profile's price_per_hour_usd "
                       "(or price_per_hour_usd=X in the run's notes); the note says why a cost is missing. A run that "
                       "failed on a profile is listed with its error.");
-  const struct ferry_report_options *o = rp->opt;
-  int slo = o->slo_ttft_p99_ms > 0 || o->slo_tpot_p99_ms > 0;
+  struct hw_sum h = {.slo = rp->opt->slo_ttft_p99_ms > 0 || rp->opt->slo_tpot_p99_ms > 0};
   struct rtable *t = ferry__table_new("hardware", "group" SEP "configuration" SEP "hardware" SEP "run" SEP
                                                   "throughput (tok/s)" SEP "TTFT P99 (ms)" SEP "TPOT P99 (ms)" SEP
                                                   "price ($/h)" SEP "cost ($ per 1M tokens)" SEP "meets SLO" SEP "note");
@@ -1211,92 +1307,20 @@ ferry_status ferry__section_hardware(struct report *rp) {
     ferry_free(group);
     return NOMEM(rp);
   }
-  struct ferry_strbuf s = {0}, cheapest = {0};
-  int any_price = 0;
-  /* group ids were handed out in order but some were withdrawn: renumber the kept ones */
-  int shown = 0;
-  int next = 1;
-  for (size_t i = 0; i < n; i++) {
-    if (group[i] <= 0 || group[i] < next) continue;
-    int g = group[i];
-    next = g + 1;
-    shown++;
-    char desc[512];
-    axes_desc(rp, &rp->runs[i], "hw", desc, sizeof desc);
-    if (shown <= 6) ferry__sb_printf(&s, "$g%d << EOD\n", shown);
-    const char *best = NULL;
-    double best_cost = INFINITY;
-    for (size_t j = i; j < n; j++) {
-      if (group[j] != g) continue;
-      const struct rrun *r = &rp->runs[j];
-      const int ok = usable(r);
-      ferry__run_val(r, "hw", v1, sizeof v1);
-      const char *hw = *v1 ? v1 : (r->hardware ? r->hardware : "");
-      char hwl[128];
-      label_value("hw", hw, hwl, sizeof hwl);
-      double price = hw_price(rp, r, hw);
-      double thr = ok ? r->thr_tok_s : NAN;
-      double cost = price > 0 && thr > 0 ? price / (thr * 3600.0) * 1e6 : NAN;
-      if (isfinite(cost)) any_price = 1;
-      int meets = ok && (o->slo_ttft_p99_ms <= 0 || r->ttft.p99 <= o->slo_ttft_p99_ms) &&
-                  (o->slo_tpot_p99_ms <= 0 || r->tpot.p99 <= o->slo_tpot_p99_ms);
-      if (meets && isfinite(cost) && cost < best_cost) {
-        best_cost = cost;
-        best = r->label;
-      }
-      char note[400] = "";
-      if (!ok) snprintf(note, sizeof note, "failed: %.360s", r->error ? r->error : "no error recorded");
-      else if (!(price > 0))
-        snprintf(note, sizeof note, "no cost: %s has no price_per_hour_usd (add it to the profile, or "
-                                    "price_per_hour_usd=X to the run's notes)", hwl);
-      for (char *c = note; *c; c++)
-        if (*c == '\x1f') *c = ' ';
-      ferry__table_rowf(t, "%d" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s",
-                        shown, desc, hw, r->label, N(thr), ok ? N(r->ttft.p99) : "", ok ? N(r->tpot.p99) : "", N(price),
-                        N(cost), slo ? (meets ? "yes" : "no") : "", note);
-      if (shown <= 6) {
-        char bar[160];
-        snprintf(bar, sizeof bar, "%s%s", hwl, ok ? "" : " (failed)");
-        ferry__gp_data(&s, bar);
-        gnum(&s, thr);
-        gnum(&s, cost);
-        ferry__sb_puts(&s, "\n");
-      }
-    }
-    if (shown <= 6) ferry__sb_puts(&s, "EOD\n");
-    if (best)
-      ferry__sb_printf(&cheapest, "%sgroup %d: %s at %s $ per 1M tokens", cheapest.len ? "; " : "", shown, best,
-                       N(best_cost));
-  }
-  if (cheapest.len)
-    ferry__doc_para(rp, "Cheapest run%s: %s.", slo ? " meeting the latency objective" : "", cheapest.p);
-  /* labels turned to end at their tick: long profile names stay inside the picture */
-  ferry__sb_puts(&s, "set datafile missing 'NaN'\nset style data histograms\nset style histogram clustered gap 1\n"
-                     "set style fill solid 0.85 border -1\nset yrange [0:*]\nset xtics rotate by 30 right nomirror\n"
-                     "set bmargin 7\nset key top right\n");
-  if (shown == 1) ferry__sb_puts(&s, "unset key\n");
-  if (any_price) ferry__sb_puts(&s, "set multiplot layout 1,2\n");
-  for (int panel = 0; panel < (any_price ? 2 : 1); panel++) {
-    ferry__gp_set(&s, "title", "%s", panel ? "Cost per million output tokens" : "Throughput");
-    ferry__gp_set(&s, "ylabel", "%s", panel ? "$ per 1M tokens" : "output tokens/s");
-    ferry__sb_puts(&s, "plot ");
-    for (int g = 1; g <= shown && g <= 6; g++) {
-      ferry__sb_printf(&s, "%s$g%d using %d:xtic(1) title ", g > 1 ? ", " : "", g, panel ? 3 : 2);
-      ferry__gp_strf(&s, "group %d", g);
-      ferry__sb_printf(&s, " lt %d", g);
-    }
-    ferry__sb_puts(&s, "\n");
-  }
-  if (any_price) ferry__sb_puts(&s, "unset multiplot\n");
+  hw_rows(rp, group, t, &h);
+  if (h.cheapest.len)
+    ferry__doc_para(rp, "Cheapest run%s: %s.", h.slo ? " meeting the latency objective" : "", h.cheapest.p);
+  hw_panels(&h.s, h.shown, h.any_price);
   char cap[400];
   snprintf(cap, sizeof cap,
            "Throughput and cost per million output tokens per hardware profile (one bar colour per group of otherwise "
            "identical runs; a failed run has no bar)%s.",
-           shown > 6 ? "; groups beyond the sixth are in the table only" : "");
-  ferry_status st = s.oom || cheapest.oom ? NOMEM(rp) : ferry__emit_plot(rp, "hardware", cap, any_price ? 1200 : 700, 540, s.p);
+           h.shown > 6 ? "; groups beyond the sixth are in the table only" : "");
+  ferry_status st = h.s.oom || h.cheapest.oom ? NOMEM(rp)
+                                              : ferry__emit_plot(rp, "hardware", cap, h.any_price ? 1200 : 700, 540, h.s.p);
   if (st == FERRY_OK) st = ferry__emit_table(rp, t, "The same workload on several hardware profiles.");
-  ferry__sb_free(&s);
-  ferry__sb_free(&cheapest);
+  ferry__sb_free(&h.s);
+  ferry__sb_free(&h.cheapest);
   ferry__table_free(t);
   ferry_free(group);
   ferry__sb_puts(&rp->html, "</section>\n");
