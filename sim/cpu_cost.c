@@ -47,6 +47,7 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
     if (!(h->dram_gbps > 0)) return -1;
     t_mem = w->bytes / (h->dram_gbps * FERRY_CPU_EFF_MEMORY);
   }
-  const double t = fmax(t_math + t_alu, t_mem);
+  const double t_sm = t_math + t_alu;
+  const double t = sqrt(t_sm * t_sm + t_mem * t_mem);
   return (h->cpu_op_ns > 0 ? h->cpu_op_ns : 0) + ferry__ceil_ns(t);
 }

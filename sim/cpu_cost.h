@@ -28,8 +28,10 @@ double ferry__cpu_peak_gflops(const struct ferry_hw_host *host, enum ferry_dtype
 void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
                         struct ferry__gpu_work *out);
 
-/* Duration on the profile's CPU, rounded up to a whole ns: host.cpu_op_ns + max(t_math + t_alu,
- * t_mem), t_math = flops / (peak[math] x FERRY_CPU_EFF_MATH), t_alu = alu_ops / (fp32 peak / 2 x
+/* Duration on the profile's CPU, rounded up to a whole ns: host.cpu_op_ns + sqrt((t_math +
+ * t_alu)^2 + t_mem^2), the GPU model's roofline with a rounded corner (ferry__gpu_work_ns(): the
+ * same cores issue the loads and the dot products, so near the ridge neither hides the other
+ * fully), t_math = flops / (peak[math] x FERRY_CPU_EFF_MATH), t_alu = alu_ops / (fp32 peak / 2 x
  * FERRY_CPU_EFF_MATH) (one SIMD lane-op per unpacked element step), t_mem = bytes / (dram_gbps x
  * FERRY_CPU_EFF_MEMORY); 0 for folded work; -1 when the profile lacks the host figures the work
  * needs (no host section, no CPU peak, no DDR bandwidth). */
