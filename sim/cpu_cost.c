@@ -20,6 +20,12 @@ double ferry__cpu_peak_gflops(const struct ferry_hw_host *h, enum ferry_dtype dt
   return per * (double)h->cores;
 }
 
+double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile) {
+  const struct ferry_hw_host *h = &profile->host;
+  const int blind = profile->has_runtime && profile->runtime.numa_blind;
+  return blind && h->sockets > 1 ? h->dram_gbps / h->sockets : h->dram_gbps;
+}
+
 void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
                         struct ferry__gpu_work *out) {
   ferry__gpu_work_of(k, packed, 1, out);
@@ -45,7 +51,7 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
   }
   if (w->bytes > 0) {
     if (!(h->dram_gbps > 0)) return -1;
-    t_mem = w->bytes / (h->dram_gbps * FERRY_CPU_EFF_MEMORY);
+    t_mem = w->bytes / (ferry__cpu_stream_gbps(profile) * FERRY_CPU_EFF_MEMORY);
   }
   const double t_sm = t_math + t_alu;
   const double t = sqrt(t_sm * t_sm + t_mem * t_mem);

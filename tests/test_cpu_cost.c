@@ -47,9 +47,34 @@ static void test_cpu_product_soft_roofline(void **state) {
   assert_true(fabs((double)ferry__cpu_work_ns(&p, &w) - tm) < 0.001 * tm);
 }
 
+/* A NUMA-blind runtime on two sockets streams from one socket's memory: half the bandwidth. */
+static void test_cpu_numa_blind(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MATMUL;
+  k.m = 1, k.n = 1024, k.k = 1024;
+  k.w.dtype = FERRY_DTYPE_F32;
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(&k, NULL, &w);
+  /* bytes 4194304 + 2 x 4096 = 4202496 at 8 B/ns: 525312 ns; flops 2097152 at 14: 149796.6 ns;
+   * sqrt -> 546252.4 -> 546253, + 1000 */
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 547253);
+  p.host.sockets = 2; /* two sockets: the same when every socket reads its own memory */
+  p.has_runtime = 1;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 547253);
+  p.runtime.numa_blind = 1; /* 5 GB/s x 0.8 = 4 B/ns: 1050624 ns; sqrt -> 1061249.2 -> 1061250 */
+  assert_true(ferry__cpu_stream_gbps(&p) == 5.0);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 1062250);
+  p.host.sockets = 0; /* one socket: nothing to be blind to */
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 547253);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_product_soft_roofline),
+      cmocka_unit_test(test_cpu_numa_blind),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
