@@ -165,6 +165,7 @@ static int hw_show(const char *name) {
            r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
     printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
            r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
+    if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
   }
   if (p->has_interconnect) {
     const struct ferry_hw_interconnect *ic = &p->interconnect;

@@ -20,6 +20,11 @@ double ferry__cpu_peak_gflops(const struct ferry_hw_host *h, enum ferry_dtype dt
   return per * (double)h->cores;
 }
 
+double ferry__cpu_math_eff(const struct ferry_hw_profile *profile) {
+  const double e = profile->has_runtime ? profile->runtime.cpu_math_eff : 0;
+  return e > 0 && e <= 1 ? e : FERRY_CPU_EFF_MATH;
+}
+
 double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile) {
   const struct ferry_hw_host *h = &profile->host;
   const int blind = profile->has_runtime && profile->runtime.numa_blind;
@@ -39,15 +44,16 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
   if (w->folded) return 0;
   const struct ferry_hw_host *h = &profile->host;
   double t_math = 0, t_alu = 0, t_mem = 0;
+  const double eff = ferry__cpu_math_eff(profile);
   if (w->flops > 0) {
     const double peak = ferry__cpu_peak_gflops(h, w->math); /* GFLOP/s = flop/ns */
     if (!(peak > 0)) return -1;
-    t_math = w->flops / (peak * FERRY_CPU_EFF_MATH);
+    t_math = w->flops / (peak * eff);
   }
   if (w->alu_ops > 0) {
     const double peak = ferry__cpu_peak_gflops(h, FERRY_DTYPE_F32);
     if (!(peak > 0)) return -1;
-    t_alu = w->alu_ops / (peak / 2 * FERRY_CPU_EFF_MATH);
+    t_alu = w->alu_ops / (peak / 2 * eff);
   }
   if (w->bytes > 0) {
     if (!(h->dram_gbps > 0)) return -1;

@@ -91,6 +91,7 @@ static const struct field fields[] = {
     {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
     {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
     {"runtime.numa_blind", T_I32, C_BOOL, S_RUNTIME, P(runtime.numa_blind), 0},
+    {"runtime.cpu_math_eff", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_math_eff), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},

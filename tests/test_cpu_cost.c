@@ -71,10 +71,31 @@ static void test_cpu_numa_blind(void **state) {
   assert_int_equal(ferry__cpu_work_ns(&p, &w), 547253);
 }
 
+/* A runtime's own CPU efficiency replaces the default 0.7 for the math (and the unpacking). */
+static void test_cpu_runtime_math_eff(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MATMUL;
+  k.m = 256, k.n = 1024, k.k = 1024;
+  k.w.dtype = FERRY_DTYPE_F32;
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(&k, NULL, &w);
+  p.has_runtime = 1;
+  p.runtime.cpu_math_eff = 0.35; /* half the default: flops 536870912 at 20 x 0.35 = 7 flop/ns */
+  assert_true(ferry__cpu_math_eff(&p) == 0.35);
+  const double tm = 536870912.0 / 7.0, tb = 6291456.0 / 8.0;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), (int64_t)ceil(sqrt(tm * tm + tb * tb)) + 1000);
+  p.runtime.cpu_math_eff = 0; /* not given: the default */
+  assert_true(ferry__cpu_math_eff(&p) == FERRY_CPU_EFF_MATH);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_product_soft_roofline),
       cmocka_unit_test(test_cpu_numa_blind),
+      cmocka_unit_test(test_cpu_runtime_math_eff),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,6 +171,10 @@ struct ferry_hw_runtime {
                                host.dram_gbps (llama.cpp without --numa, PyTorch); 0: each
                                socket's threads read a copy or share in their own node's memory
                                (ktransformers' dual-socket build) */
+  double cpu_math_eff;    /**< fraction of the CPU's SIMD peak its CPU kernels' math reaches (the
+                               products of experts or layers computed on the CPU, their unpacking
+                               of low-bit weights, attention over a host KV cache); 0 = not given:
+                               FERRY_CPU_EFF_MATH (0.7, the GPU's GEMM default) */
 };
 
 /** A disk (the tier weights are streamed from). */
