@@ -49,7 +49,7 @@ static void test_catalogue_loads(void **state) {
                                        "nvme-gen4",   "ddr4",         "ddr5",          "xeon-6454s-1s", "xeon-6454s-2s",
                                        "eager",       "graph",        "native",        "b200",          "gh200",
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
-                                       "mi300x",      "8xh100-sxm",   "4xl40s"};
+                                       "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -268,8 +268,8 @@ static const struct bad_case {
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
-  static const char *const presets[] = {"eager", "graph", "native"};
-  for (int i = 0; i < 3; i++) {
+  static const char *const presets[] = {"eager", "graph", "native", "ktransformers"};
+  for (int i = 0; i < 4; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
     const struct ferry_hw_profile *p = ferry_hw_get(rt);
