@@ -144,13 +144,13 @@ struct ferry_hw_host {
 };
 
 /**
- * The software that issues the work (the runtime section): its host-side costs and how its
- * kernels read quantized weights. The host thread is busy for these times; what it has already
+ * The software that issues the work (the runtime section): its host-side costs, how its
+ * kernels read quantized weights and how its CPU kernels (hybrid runs) run. The host thread is busy for these times; what it has already
  * queued runs on meanwhile, so a fast GPU waits for a slow host (a launch-bound run) and a slow
  * GPU hides the host. Presets in the catalogue: "eager" (a Python framework issuing each kernel:
  * Hugging Face transformers, Accelerate, DeepSpeed), "graph" (an engine replaying CUDA graphs:
  * vLLM, TensorRT-LLM), "native" (a C++ engine issuing kernels one by one: llama.cpp, ferry's own
- * cuda executor).
+ * cuda executor), "ktransformers" (graphs on the GPU, routed experts on the CPU).
  */
 struct ferry_hw_runtime {
   char name[64];          /**< e.g. "PyTorch eager (Python issues every kernel)" */
@@ -174,7 +174,7 @@ struct ferry_hw_runtime {
   double cpu_math_eff;    /**< fraction of the CPU's SIMD peak its CPU kernels' math reaches (the
                                products of experts or layers computed on the CPU, their unpacking
                                of low-bit weights, attention over a host KV cache); 0 = not given:
-                               FERRY_CPU_EFF_MATH (0.7, the GPU's GEMM default) */
+                               0.7, the GPU's GEMM default */
 };
 
 /** A disk (the tier weights are streamed from). */
