@@ -133,6 +133,7 @@ static int hw_show(const char *name) {
     show_f("host.cpu_gflops", p->host.cpu_gflops, "GFLOP/s");
     if (p->host.cores) {
       printf("  %-28s %d\n", "host.cores", p->host.cores);
+      if (p->host.sockets) printf("  %-28s %d\n", "host.sockets", p->host.sockets);
       show_f("host.core_gflops.fp32", p->host.core_gflops.fp32, "GFLOP/s");
       show_f("host.core_gflops.fp16", p->host.core_gflops.fp16, "GFLOP/s");
       show_f("host.core_gflops.bf16", p->host.core_gflops.bf16, "GFLOP/s");
@@ -162,6 +163,9 @@ static int hw_show(const char *name) {
            r->fused_dequant ? "low-bit weights read packed by fused kernels" : "a dequantize kernel expands them to fp16");
     printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
            r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
+    printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
+           r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
+    if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
   }
   if (p->has_interconnect) {
     const struct ferry_hw_interconnect *ic = &p->interconnect;

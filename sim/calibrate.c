@@ -774,6 +774,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(r, "row_ns", (double)p->runtime.row_ns);
     cJSON_AddNumberToObject(r, "fused_dequant", p->runtime.fused_dequant);
     cJSON_AddNumberToObject(r, "sync_fetch", p->runtime.sync_fetch);
+    cJSON_AddNumberToObject(r, "numa_blind", p->runtime.numa_blind);
+    if (p->runtime.cpu_math_eff > 0) cJSON_AddNumberToObject(r, "cpu_math_eff", p->runtime.cpu_math_eff);
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
   if (fitted && n_fitted) json_fitted(root, fitted, n_fitted, source_note);

@@ -20,6 +20,17 @@ double ferry__cpu_peak_gflops(const struct ferry_hw_host *h, enum ferry_dtype dt
   return per * (double)h->cores;
 }
 
+double ferry__cpu_math_eff(const struct ferry_hw_profile *profile) {
+  const double e = profile->has_runtime ? profile->runtime.cpu_math_eff : 0;
+  return e > 0 && e <= 1 ? e : FERRY_CPU_EFF_MATH;
+}
+
+double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile) {
+  const struct ferry_hw_host *h = &profile->host;
+  const int blind = profile->has_runtime && profile->runtime.numa_blind;
+  return blind && h->sockets > 1 ? h->dram_gbps / h->sockets : h->dram_gbps;
+}
+
 void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
                         struct ferry__gpu_work *out) {
   ferry__gpu_work_of(k, packed, 1, out);
@@ -33,20 +44,22 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
   if (w->folded) return 0;
   const struct ferry_hw_host *h = &profile->host;
   double t_math = 0, t_alu = 0, t_mem = 0;
+  const double eff = ferry__cpu_math_eff(profile);
   if (w->flops > 0) {
     const double peak = ferry__cpu_peak_gflops(h, w->math); /* GFLOP/s = flop/ns */
     if (!(peak > 0)) return -1;
-    t_math = w->flops / (peak * FERRY_CPU_EFF_MATH);
+    t_math = w->flops / (peak * eff);
   }
   if (w->alu_ops > 0) {
     const double peak = ferry__cpu_peak_gflops(h, FERRY_DTYPE_F32);
     if (!(peak > 0)) return -1;
-    t_alu = w->alu_ops / (peak / 2 * FERRY_CPU_EFF_MATH);
+    t_alu = w->alu_ops / (peak / 2 * eff);
   }
   if (w->bytes > 0) {
     if (!(h->dram_gbps > 0)) return -1;
-    t_mem = w->bytes / (h->dram_gbps * FERRY_CPU_EFF_MEMORY);
+    t_mem = w->bytes / (ferry__cpu_stream_gbps(profile) * FERRY_CPU_EFF_MEMORY);
   }
-  const double t = fmax(t_math + t_alu, t_mem);
+  const double t_sm = t_math + t_alu;
+  const double t = sqrt(t_sm * t_sm + t_mem * t_mem);
   return (h->cpu_op_ns > 0 ? h->cpu_op_ns : 0) + ferry__ceil_ns(t);
 }

@@ -22,16 +22,27 @@
  * neither. */
 double ferry__cpu_peak_gflops(const struct ferry_hw_host *host, enum ferry_dtype dtype);
 
+/* Fraction of the CPU's SIMD peak the runtime's CPU kernels reach: runtime.cpu_math_eff where the
+ * runtime gives it, else FERRY_CPU_EFF_MATH. */
+double ferry__cpu_math_eff(const struct ferry_hw_profile *profile);
+
+/* The DDR bandwidth the CPU kernels stream their bytes from, GB/s: host.dram_gbps, or one
+ * socket's share of it when the runtime is NUMA-blind (runtime.numa_blind) on a host of several
+ * sockets: the weights then lie in one node's memory, and every core reads them there. */
+double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile);
+
 /* The CPU work of kernel k (ferry__gpu_work_of() with fused low-bit kernels: CPU runtimes read
  * packed weights in their dot products); the math of low-bit weights runs at the int8 peak and
  * attention over a converted KV cache at the fp32 peak. */
 void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
                         struct ferry__gpu_work *out);
 
-/* Duration on the profile's CPU, rounded up to a whole ns: host.cpu_op_ns + max(t_math + t_alu,
- * t_mem), t_math = flops / (peak[math] x FERRY_CPU_EFF_MATH), t_alu = alu_ops / (fp32 peak / 2 x
- * FERRY_CPU_EFF_MATH) (one SIMD lane-op per unpacked element step), t_mem = bytes / (dram_gbps x
- * FERRY_CPU_EFF_MEMORY); 0 for folded work; -1 when the profile lacks the host figures the work
+/* Duration on the profile's CPU, rounded up to a whole ns: host.cpu_op_ns + sqrt((t_math +
+ * t_alu)^2 + t_mem^2), the GPU model's roofline with a rounded corner (ferry__gpu_work_ns(): the
+ * same cores issue the loads and the dot products, so near the ridge neither hides the other
+ * fully), t_math = flops / (peak[math] x ferry__cpu_math_eff()), t_alu = alu_ops / (fp32 peak / 2 x
+ * ferry__cpu_math_eff()) (one SIMD lane-op per unpacked element step), t_mem = bytes /
+ * (ferry__cpu_stream_gbps() x FERRY_CPU_EFF_MEMORY); 0 for folded work; -1 when the profile lacks the host figures the work
  * needs (no host section, no CPU peak, no DDR bandwidth). */
 int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
 

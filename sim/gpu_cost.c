@@ -75,6 +75,29 @@ static enum ferry_dtype kv_math(const struct ferry_kernel *k) {
   return k->aux[2].dtype;
 }
 
+/* A decode step's attention: every token of the batch is its sequence's only query (tokens of
+ * one sequence are consecutive, so a token of the same slot as its predecessor is a prefill). */
+static int attention_is_decode(const struct ferry_kernel *k) {
+  if (k->m <= 1) return 1;
+  if (!k->ints2 || k->n_ints < k->m) return 0;
+  for (int64_t i = 1; i < k->m; i++)
+    if (k->ints2[i] == k->ints2[i - 1]) return 0;
+  return 1;
+}
+
+/* Kernels a GPU runtime runs for the engine's attention op, which appends the new K and V to the
+ * cache itself: the runtimes write them with a kernel of their own before the attention kernel
+ * (vLLM's reshape_and_cache_flash before flash_attn_varlen_func / flash_attn_with_kvcache;
+ * llama.cpp's ggml_cpy of K and V into the cache views; HF transformers' DynamicCache.update),
+ * and a decode step's attention is split along the keys (flash-decoding: FlashAttention-2's
+ * flash_fwd_splitkv_kernel, FlashMLA, FlashInfer's split-k decode) with a second kernel that
+ * combines the splits' partial softmax results (FlashAttention-2 csrc/flash_attn/src/
+ * flash_fwd_launch_template.h, run_mha_fwd_splitkv_dispatch: flash_fwd_splitkv_combine_kernel).
+ * FlashAttention-2 skips the split when the batch's heads alone fill the GPU, which a profile
+ * without an SM count cannot tell: the combine is charged to every decode step (one fixed
+ * kernel time, small beside a batch that large). */
+static int attention_launches(const struct ferry_kernel *k) { return 2 + attention_is_decode(k); }
+
 void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
                         struct ferry__gpu_work *out) {
   double flops;
@@ -84,6 +107,7 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
   out->bytes = (double)bytes;
   out->alu_ops = 0;
   out->folded = 0;
+  out->launches = 1;
   out->math = FERRY_DTYPE_F32;
   out->op = FERRY_HW_OP_ELEMENTWISE;
   switch (k->kind) {
@@ -103,12 +127,14 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
     case FERRY_K_ATTENTION:
       out->op = FERRY_HW_OP_ATTENTION;
       out->math = kv_math(k); /* the KV cache's type: fp16/bf16 on tensor cores */
+      out->launches = attention_launches(k);
       break;
     case FERRY_K_MLA_ATTENTION:
       /* a flash-style kernel over the latent cache (FlashMLA), with the absorbed kv_b_proj
        * weight read once per step: packed when it is stored quantized */
       out->op = FERRY_HW_OP_ATTENTION;
       out->math = kv_math(k);
+      out->launches = attention_launches(k);
       if (packed && packed[0]) charge_packed(out, &k->w, packed[0]->elems, packed[0], fused, k->m);
       break;
     case FERRY_K_EMBED:
@@ -182,8 +208,8 @@ int64_t ferry__gpu_work_ns(const struct ferry_hw_profile *profile, const struct 
   }
   const double t_sm = t_math + t_alu;
   const double t = t_sm == 0 ? t_mem : t_mem == 0 ? t_sm : sqrt(t_sm * t_sm + t_mem * t_mem);
-  int64_t launch = g->launch_overhead_ns > 0 ? g->launch_overhead_ns : 0;
-  return launch + ferry__ceil_ns(t);
+  const int64_t launch = g->launch_overhead_ns > 0 ? g->launch_overhead_ns : 0;
+  return (w->launches > 1 ? w->launches : 1) * launch + ferry__ceil_ns(t);
 }
 
 int64_t ferry__hw_compute_ns(const struct ferry_hw_profile *profile, enum ferry_hw_op op, double flops,

@@ -26,6 +26,7 @@ struct ferry__gpu_work {
   double bytes;          /* device-memory traffic */
   double alu_ops;        /* CUDA-core instructions beside the math (unpacking low-bit weights) */
   int folded;            /* no kernel of its own: its work is charged to the op that reads its output */
+  int launches;          /* GPU kernels the runtime runs for it, each paying the GPU's fixed time (0 = 1) */
 };
 
 /* The GPU work of kernel k. packed[i] is the packed weight behind the kernel's i-th weight
@@ -39,7 +40,7 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
                         struct ferry__gpu_work *out);
 
 /* Duration of the work on the profile's GPU, rounded up to a whole ns:
- *   launch + sqrt((t_math + t_alu)^2 + t_mem^2), 0 for folded work,
+ *   launches x launch + sqrt((t_math + t_alu)^2 + t_mem^2), 0 for folded work,
  * with t_math = flops / (peak[math] * eff_compute), t_alu = alu_ops / (fp32 peak / 2 * eff.dequantize)
  * (one instruction per lane per clock, an FMA counting two flops), t_mem = bytes / (mem_bw *
  * eff_memory). The quadrature sum is a roofline whose corner is rounded: far from the ridge the

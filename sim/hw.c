@@ -68,6 +68,7 @@ static const struct field fields[] = {
     {"host.dram_gbps", T_F64, C_POS, S_HOST, P(host.dram_gbps), 0},
     {"host.cpu_gflops", T_F64, C_POS, S_HOST, P(host.cpu_gflops), 0},
     {"host.cores", T_I32, C_POS, S_HOST, P(host.cores), 0},
+    {"host.sockets", T_I32, C_POS, S_HOST, P(host.sockets), 0},
     {"host.core_gflops.fp32", T_F64, C_POS, S_HOST, P(host.core_gflops.fp32), 0},
     {"host.core_gflops.fp16", T_F64, C_POS, S_HOST, P(host.core_gflops.fp16), 0},
     {"host.core_gflops.bf16", T_F64, C_POS, S_HOST, P(host.core_gflops.bf16), 0},
@@ -89,6 +90,8 @@ static const struct field fields[] = {
     {"runtime.row_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.row_ns), 0},
     {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
     {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
+    {"runtime.numa_blind", T_I32, C_BOOL, S_RUNTIME, P(runtime.numa_blind), 0},
+    {"runtime.cpu_math_eff", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_math_eff), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},
@@ -824,7 +827,7 @@ ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path) {
   if (st != FERRY_OK) return st;
   const struct ferry_hw_profile *r = &rt->profile;
   if (r->kind != FERRY_HW_KIND_RUNTIME) {
-    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native: ferry hw list)",
+    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native, ktransformers: ferry hw list)",
                      name_or_path, ferry_hw_kind_name(r->kind));
     goto out_close;
   }

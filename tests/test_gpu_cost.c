@@ -188,6 +188,15 @@ static void test_attention_decode_paged(void **state) {
   assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 41190);
   assert_true(w.bytes == 41156608.0);
   assert_int_equal(w.op, FERRY_HW_OP_ATTENTION);
+  /* three kernels pay the GPU's fixed time: the append of the new K and V, the split-KV
+   * attention and the combine of its splits: 41190 + 3 x 2000 = 47190 */
+  assert_int_equal(w.launches, 3);
+  p.gpu.launch_overhead_ns = 2000;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 47190);
+  /* two tokens of one sequence are a prefill chunk: no split, append + attention */
+  slot[1] = 0, pos[1] = 1001;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  assert_int_equal(w.launches, 2);
 }
 
 /* Norms, activations, RoPE: their bytes at the element-wise efficiency. */

@@ -49,7 +49,7 @@ static void test_catalogue_loads(void **state) {
                                        "nvme-gen4",   "ddr4",         "ddr5",          "xeon-6454s-1s", "xeon-6454s-2s",
                                        "eager",       "graph",        "native",        "b200",          "gh200",
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
-                                       "mi300x",      "8xh100-sxm",   "4xl40s"};
+                                       "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -268,8 +268,8 @@ static const struct bad_case {
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
-  static const char *const presets[] = {"eager", "graph", "native"};
-  for (int i = 0; i < 3; i++) {
+  static const char *const presets[] = {"eager", "graph", "native", "ktransformers"};
+  for (int i = 0; i < 4; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
     const struct ferry_hw_profile *p = ferry_hw_get(rt);
@@ -277,8 +277,8 @@ static void test_runtime_presets(void **state) {
     assert_true(p->has_runtime && !p->has_gpu);
     static const char *const figures[] = {"runtime.launch_ns", "runtime.copy_ns", "runtime.layer_ns",
                                           "runtime.step_ns", "runtime.row_ns", "runtime.fused_dequant",
-                                          "runtime.sync_fetch"};
-    for (size_t f = 0; f < 7; f++)
+                                          "runtime.sync_fetch", "runtime.numa_blind"};
+    for (size_t f = 0; f < 8; f++)
       if (!find_source(p, figures[f], 0)) fail_msg("%s: no source for %s", presets[i], figures[f]);
     ferry_hw_close(rt);
   }
@@ -291,14 +291,14 @@ static void test_runtime_presets(void **state) {
   assert_true(p->has_runtime);
   assert_int_equal(p->runtime.fused_dequant, 0);
   assert_true(p->runtime.launch_ns > 0 && p->runtime.layer_ns > 0 && p->runtime.step_ns > 0);
-  assert_int_equal(p->n_sources, before + 7);
+  assert_int_equal(p->n_sources, before + 8);
   assert_true(p->gpu.mem_bw_gbps == 2000); /* the rest untouched */
   /* another preset replaces it, sources included */
   assert_int_equal(ferry_hw_set_runtime(hw, "graph"), FERRY_OK);
   p = ferry_hw_get(hw);
   assert_int_equal(p->runtime.launch_ns, 0);
   assert_int_equal(p->runtime.fused_dequant, 1);
-  assert_int_equal(p->n_sources, before + 7);
+  assert_int_equal(p->n_sources, before + 8);
   /* not a runtime */
   assert_int_equal(ferry_hw_set_runtime(hw, "pcie4-x16"), FERRY_ERR_INVALID);
   assert_true(strstr(ferry_last_error(), "pcie4-x16 is a link profile, not a runtime") != NULL);

@@ -680,7 +680,8 @@ static void attention_sink(void *user, const struct ferry_activity *a) {
 
 /* A batch of long prompts prefilled in one step costs, per layer, one flash-attention kernel's
  * roofline: the causal flops at the fp16 peak and the cached K and V read once per tile of 128
- * queries (OPT-30B, 8 prompts of 512 tokens, on a T4), not once per query. */
+ * queries (OPT-30B, 8 prompts of 512 tokens, on a T4), not once per query; plus the fixed time
+ * of the kernel that appends the new K and V to the cache before it (sim/gpu_cost.c). */
 static void test_prefill_attention_flash_roofline(void **state) {
   (void)state;
   enum { B = 8, S = 512 };
@@ -717,7 +718,7 @@ static void test_prefill_attention_flash_roofline(void **state) {
   assert_true((double)log.first_bytes == bytes);
   const double t_math = flops / (p->gpu.peak_tflops.fp16 * 1e3 * p->gpu.efficiency.attention);
   const double t_mem = bytes / (p->gpu.mem_bw_gbps * p->gpu.efficiency.gemv);
-  const double want = (double)p->gpu.launch_overhead_ns + sqrt(t_math * t_math + t_mem * t_mem);
+  const double want = 2.0 * (double)p->gpu.launch_overhead_ns + sqrt(t_math * t_math + t_mem * t_mem);
   if (fabs((double)log.first_ns - want) > 1.0)
     fail_msg("prefill attention of layer 0: %lld ns, the flash roofline says %.0f ns", (long long)log.first_ns, want);
   /* read per query, the cached keys would have been 8 x 131328 reads: 100 times the traffic */

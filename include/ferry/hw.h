@@ -130,6 +130,8 @@ struct ferry_hw_host {
   double cpu_gflops;     /**< CPU throughput for the host executor's math, GFLOP/s; the whole CPU's
                               fp32 peak for the simulator's CPU kernels when cores is not given */
   int32_t cores;         /**< CPU cores that run CPU kernels (hybrid strategies); 0 = not given */
+  int32_t sockets;       /**< CPU sockets (NUMA nodes) the cores and dram_gbps are spread over, each
+                              with its share of the memory channels; 0 = not given (one) */
   struct ferry_hw_core_gflops core_gflops; /**< peak per core per element type */
   int64_t cpu_op_ns;     /**< fixed cost of one CPU kernel (a thread pool's wake-up and barrier);
                               default 5000 */
@@ -142,13 +144,13 @@ struct ferry_hw_host {
 };
 
 /**
- * The software that issues the work (the runtime section): its host-side costs and how its
- * kernels read quantized weights. The host thread is busy for these times; what it has already
+ * The software that issues the work (the runtime section): its host-side costs, how its
+ * kernels read quantized weights and how its CPU kernels (hybrid runs) run. The host thread is busy for these times; what it has already
  * queued runs on meanwhile, so a fast GPU waits for a slow host (a launch-bound run) and a slow
  * GPU hides the host. Presets in the catalogue: "eager" (a Python framework issuing each kernel:
  * Hugging Face transformers, Accelerate, DeepSpeed), "graph" (an engine replaying CUDA graphs:
  * vLLM, TensorRT-LLM), "native" (a C++ engine issuing kernels one by one: llama.cpp, ferry's own
- * cuda executor).
+ * cuda executor), "ktransformers" (graphs on the GPU, routed experts on the CPU).
  */
 struct ferry_hw_runtime {
   char name[64];          /**< e.g. "PyTorch eager (Python issues every kernel)" */
@@ -163,6 +165,16 @@ struct ferry_hw_runtime {
   int32_t sync_fetch;     /**< 1: the host waits for a layer's (or expert's) weights to arrive before
                                issuing its compute, as eager frameworks do in pre-forward hooks
                                (DeepSpeed ZeRO-3, Accelerate); 0: the GPU waits, the host goes on */
+  int32_t numa_blind;     /**< 1: the runtime's CPU kernels ignore NUMA: the weights they read lie
+                               in one socket's memory (where the loader first touched them), so
+                               on a host of several sockets they stream at one socket's share of
+                               host.dram_gbps (llama.cpp without --numa, PyTorch); 0: each
+                               socket's threads read a copy or share in their own node's memory
+                               (ktransformers' dual-socket build) */
+  double cpu_math_eff;    /**< fraction of the CPU's SIMD peak its CPU kernels' math reaches (the
+                               products of experts or layers computed on the CPU, their unpacking
+                               of low-bit weights, attention over a host KV cache); 0 = not given:
+                               0.7, the GPU's GEMM default */
 };
 
 /** A disk (the tier weights are streamed from). */

@@ -1,0 +1,101 @@
+/* The CPU cost model (sim/cpu_cost.h) against a roofline worked out by hand: a product on a CPU
+ * of round figures (2 cores of 10 GFLOP/s fp32 and 40 GOP/s int8 each, 10 GB/s of DDR, 1 us per
+ * op), its math at 0.7 of the peak and its bytes at 0.8 of the bandwidth, the two summed in
+ * quadrature as on the GPU. */
+#include <math.h>
+#include <string.h>
+
+#include "ferry/exec.h"
+#include "sim/cpu_cost.h"
+#include "testutil.h"
+
+static struct ferry_hw_profile cpu(void) {
+  struct ferry_hw_profile p;
+  memset(&p, 0, sizeof p);
+  p.has_host = 1;
+  p.host.dram_gbps = 10.0;
+  p.host.cores = 2;
+  p.host.core_gflops.fp32 = 10;
+  p.host.core_gflops.int8 = 40;
+  p.host.cpu_op_ns = 1000;
+  return p;
+}
+
+/* Neither term rules: the corner of the roofline is rounded. */
+static void test_cpu_product_soft_roofline(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MATMUL;
+  k.m = 4, k.n = 1024, k.k = 1024;
+  k.w.dtype = FERRY_DTYPE_F32;
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(&k, NULL, &w);
+  /* flops 2 x 4 x 1024 x 1024 = 8388608 at 2 x 10 x 0.7 = 14 flop/ns: 599186.3 ns; bytes
+   * 1024 x 1024 x 4 + 2 x 4 x 1024 x 4 = 4227072 at 10 x 0.8 = 8 B/ns: 528384 ns;
+   * sqrt(599186.3^2 + 528384^2) = 798882.9 -> 798883, + 1000 per op = 799883 (the larger term
+   * alone would say 600187) */
+  assert_true(w.flops == 8388608.0 && w.bytes == 4227072.0);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 799883);
+  /* far from the ridge the larger term rules: 64x the rows, the math 64x (38347922.3 ns), the
+   * bytes 4194304 + 2 x 256 x 1024 x 4 = 6291456 (786432 ns): 38355986 + 1000 */
+  k.m = 256;
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double tm = 2.0 * 256 * 1024 * 1024 / 14.0, tb = 6291456.0 / 8.0;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), (int64_t)ceil(sqrt(tm * tm + tb * tb)) + 1000);
+  assert_true(fabs((double)ferry__cpu_work_ns(&p, &w) - tm) < 0.001 * tm);
+}
+
+/* A NUMA-blind runtime on two sockets streams from one socket's memory: half the bandwidth. */
+static void test_cpu_numa_blind(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MATMUL;
+  k.m = 1, k.n = 1024, k.k = 1024;
+  k.w.dtype = FERRY_DTYPE_F32;
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(&k, NULL, &w);
+  /* bytes 4194304 + 2 x 4096 = 4202496 at 8 B/ns: 525312 ns; flops 2097152 at 14: 149796.6 ns;
+   * sqrt -> 546252.4 -> 546253, + 1000 */
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 547253);
+  p.host.sockets = 2; /* two sockets: the same when every socket reads its own memory */
+  p.has_runtime = 1;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 547253);
+  p.runtime.numa_blind = 1; /* 5 GB/s x 0.8 = 4 B/ns: 1050624 ns; sqrt -> 1061249.2 -> 1061250 */
+  assert_true(ferry__cpu_stream_gbps(&p) == 5.0);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 1062250);
+  p.host.sockets = 0; /* one socket: nothing to be blind to */
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 547253);
+}
+
+/* A runtime's own CPU efficiency replaces the default 0.7 for the math (and the unpacking). */
+static void test_cpu_runtime_math_eff(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MATMUL;
+  k.m = 256, k.n = 1024, k.k = 1024;
+  k.w.dtype = FERRY_DTYPE_F32;
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(&k, NULL, &w);
+  p.has_runtime = 1;
+  p.runtime.cpu_math_eff = 0.35; /* half the default: flops 536870912 at 20 x 0.35 = 7 flop/ns */
+  assert_true(ferry__cpu_math_eff(&p) == 0.35);
+  const double tm = 536870912.0 / 7.0, tb = 6291456.0 / 8.0;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), (int64_t)ceil(sqrt(tm * tm + tb * tb)) + 1000);
+  p.runtime.cpu_math_eff = 0; /* not given: the default */
+  assert_true(ferry__cpu_math_eff(&p) == FERRY_CPU_EFF_MATH);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cpu_product_soft_roofline),
+      cmocka_unit_test(test_cpu_numa_blind),
+      cmocka_unit_test(test_cpu_runtime_math_eff),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
