@@ -11,9 +11,11 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/io.h"
+#include "common/log.h"
 #include "ferry/store.h"
 #include "sim/exec_sim_impl.h"
 #include "sim/cpu_cost.h"
+#include "sim/interconnect.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
 
@@ -449,6 +451,10 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
     case FERRY_OP_KERNEL: {
       const struct ferry_kernel *k = &op->u.kernel;
       if (cpu) return prepare_cpu_kernel(s, c, k);
+      if (k->kind == FERRY_K_ALLREDUCE) { /* a collective: the interconnect's time, not the GPU's */
+        c->duration_ns = ferry__ic_allreduce_ns(&s->hw, k->m, (uint64_t)k->n * 4);
+        return FERRY_OK;
+      }
       const struct ferry__packed *packed[3];
       ferry__sim_packed_of(s, k, packed);
       struct ferry__gpu_work w = {0};
@@ -466,6 +472,7 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
       switch (op->u.copy.copy_kind) {
         case FERRY_COPY_HTOD: c->chan = CHAN_H2D; break;
         case FERRY_COPY_DTOH: c->chan = CHAN_D2H; break;
+        case FERRY_COPY_PTOP: c->chan = CHAN_PEER; break;
         case FERRY_COPY_DTOD:
           c->chan = CHAN_DMEM;
           c->flow_bytes = 2 * op->u.copy.bytes;
@@ -757,6 +764,14 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
                                engines)) ||
       (st = ferry__fluid_create(&s->chan[CHAN_DMEM], s->des, "device memory", p->gpu.mem_bw_gbps * 1e9, 0, 0)))
     return st;
+  double peer;
+  int64_t peer_ns;
+  int via_host;
+  ferry__ic_rate(p, &peer, &peer_ns, &via_host);
+  if ((st = ferry__link_create(&s->chan[CHAN_PEER], s->des, "peer", peer, peer_ns, 1))) return st;
+  if (via_host && s->ex->config.n_devices > 1)
+    FERRY_WARN("hardware profile %s has no interconnect section: GPU-to-GPU traffic of this %d-device run is priced "
+               "through the host link (%.1f GB/s down then up)", p->name, s->ex->config.n_devices, peer / 1e9);
   if (p->has_disk && p->disk.read_gbps > 0 &&
       (st = ferry__disk_create(&s->chan[CHAN_DISK], s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
                                p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))

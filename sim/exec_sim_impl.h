@@ -13,7 +13,8 @@
 #define PACKED_SLOTS 8 /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
 
 /* The channels bytes flow through (index of a sim_op's channel). */
-enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_COUNT };
+enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_PEER, CHAN_COUNT };
+/* CHAN_PEER: GPU-to-GPU copies of a multi-device run (sim/interconnect.h) */
 
 /* What the resource models need of an op, worked out once when it is enqueued so that
  * starting it cannot fail for a reason the caller could have been told about. */
