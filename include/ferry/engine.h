@@ -149,6 +149,19 @@ struct ferry_budget_change {
 };
 
 /** Engine configuration (copied at create time). */
+/** How a multi-device run splits the model over its devices (ferry_engine_config::parallel). */
+enum ferry_parallel {
+  FERRY_PARALLEL_NONE = 0, /**< one device */
+  FERRY_PARALLEL_TP = 1,   /**< tensor parallel (Megatron-LM): each device holds 1/N of every layer's
+                                attention heads (q, k, v column-split, o row-split) and of its FFN
+                                columns (gate, up column-split, down row-split) and of the KV cache;
+                                one all-reduce of the hidden state after attention and one after the
+                                FFN; embeddings, norms and the head replicated */
+  FERRY_PARALLEL_PP = 2    /**< pipeline parallel: contiguous blocks of layers per device (with their
+                                KV cache), the hidden state copied device to device between stages;
+                                the embedding on the first device, the head on the last */
+};
+
 struct ferry_engine_config {
   int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
   int32_t prefetch_depth;        /**< blocks in flight ahead of the computing one (0 = on demand) */
@@ -250,6 +263,15 @@ struct ferry_engine_config {
   struct ferry_pressure_config pressure; /**< memory-pressure control (off by default) */
   const struct ferry_budget_change *budget_schedule; /**< budget changes (copied; any order) */
   int32_t n_budget_changes;      /**< entries in budget_schedule */
+  int32_t n_devices;             /**< devices to split the model over (0 or 1: one); the executor must
+                                      drive as many (ferry_exec_config::n_devices), each with the
+                                      device budget. Every weight stays resident (no offloading yet);
+                                      dense models of the usual attention (no MLA, fused qkv, sandwich
+                                      norms, parallel residual, ALiBi or sinks; TP: unquantized, heads,
+                                      KV heads and FFN width divisible by N); no hybrid CPU compute,
+                                      memory pressure or budget schedule. Other cases are
+                                      FERRY_ERR_UNSUPPORTED with the reason */
+  enum ferry_parallel parallel;  /**< how (FERRY_PARALLEL_TP or _PP when n_devices > 1) */
 };
 
 /** One request to serve. */
