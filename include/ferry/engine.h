@@ -403,6 +403,10 @@ struct ferry_serve_summary {
                                    times are relative to it) */
   int64_t kv_capacity_tokens; /**< tokens the KV cache holds: sequences x tokens per sequence */
   int64_t kv_peak_tokens;     /**< most tokens the KV cache held at the end of a step */
+  int32_t devices;            /**< devices the model was split over (1: one; see
+                                   ferry_engine_config::n_devices); peak_bytes[FERRY_TIER_DEVICE]
+                                   and budget_bytes are then those of the fullest device */
+  uint64_t device_peak_bytes[FERRY_EXEC_MAX_DEVICES]; /**< peak device-tier bytes of each device (devices of them) */
 };
 
 /**

@@ -1,0 +1,307 @@
+/* Multi-device runs (engine mgpu.c, executor devices): tensor and pipeline parallel runs on the
+ * host executor emulating two devices give the one-device logits, each device within its own
+ * budget; the all-reduce kernel sums for real on host and is priced from the profile's
+ * interconnect in sim; a simulated tensor parallel decode pays its collectives and beats one GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/engine.h"
+#include "ferry/exec.h"
+#include "ferry/gen.h"
+#include "ferry/hw.h"
+#include "ferry/model.h"
+#include "ferry/sim.h"
+#include "ferry/store.h"
+#include "testutil.h"
+
+static char *dir, *dense_dir;
+
+static int setup(void **state) {
+  (void)state;
+  dir = tu_mkdtemp("multi_gpu");
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  size_t n = strlen(dir) + 8;
+  dense_dir = malloc(n);
+  snprintf(dense_dir, n, "%s/dense", dir);
+  struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 7};
+  assert_int_equal(ferry_model_generate(m, &go, dense_dir, NULL), FERRY_OK);
+  ferry_model_close(m);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_rmtree(dir);
+  free(dir);
+  free(dense_dir);
+  return 0;
+}
+
+static const struct ferry_engine_request requests[] = {
+    {.id = 0, .prompt_tokens = 13, .output_tokens = 5}, {.id = 1, .prompt_tokens = 6, .output_tokens = 7},
+    {.id = 2, .prompt_tokens = 9, .output_tokens = 4},
+};
+#define N_REQ ((int64_t)(sizeof requests / sizeof requests[0]))
+
+/* A host run over n devices (parallel p) with budget bytes per device (0: unlimited); its
+ * logits in *log and each device's peak in peak[]. */
+static void run_host(int32_t n, enum ferry_parallel p, uint64_t budget, struct tu_logit_log *log, uint64_t *peak) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, dense_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, dense_dir), FERRY_OK);
+  struct ferry_exec_config xc = {.device_budget_bytes = budget, .compute_threads = 1, .n_devices = n};
+  assert_int_equal(ferry_exec_create_host(&ex, &xc), FERRY_OK);
+  struct ferry_engine_config c = {.max_batch = 3, .max_step_tokens = 16, .max_seq_tokens = 32, .seed = 5,
+                                  .device_budget_bytes = budget, .n_devices = n, .parallel = p,
+                                  .on_logits = tu_on_logits, .logits_user = log};
+  if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
+    fail_msg("engine_run: %s", ferry_last_error());
+  struct ferry_serve_summary sum;
+  ferry_engine_summary(e, &sum);
+  assert_int_equal(sum.requests_done, N_REQ);
+  assert_int_equal(sum.devices, n);
+  for (int32_t d = 0; d < n; d++) ferry_exec_device_usage(ex, d, NULL, &peak[d]);
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+/* Each row's largest difference relative to the row's largest logit. */
+static double max_rel_diff(const struct tu_logit_log *a, const struct tu_logit_log *b, size_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r < a->n / vocab; r++) {
+    double big = 0, diff = 0;
+    for (size_t i = r * vocab; i < (r + 1) * vocab; i++) {
+      const double x = a->v[i] < 0 ? -a->v[i] : a->v[i], d = a->v[i] - b->v[i];
+      if (x > big) big = x;
+      if ((d < 0 ? -d : d) > diff) diff = d < 0 ? -d : d;
+    }
+    if (big > 0 && diff / big > worst) worst = diff / big;
+  }
+  return worst;
+}
+
+/* Two emulated devices give the logits of one: pipeline parallel bit for bit (the same ops in
+ * the same order, only placed on two devices); tensor parallel within 1e-5 of each row's
+ * largest logit, because each device sums its half of every dot product in o_proj and down_proj
+ * and the all-reduce adds the halves: fp32 rounds in another order (about 1e-7 per addition,
+ * over 8 layers; measured 5e-7). Each device stays within a budget one device could not run in
+ * with every weight resident, and holds less than the one device did. */
+static void test_host_logits(void **state) {
+  (void)state;
+  struct tu_logit_log one = {0}, tp = {0}, pp = {0};
+  uint64_t peak1[1], peak_tp[2], peak_pp[2];
+  run_host(1, FERRY_PARALLEL_NONE, 0, &one, peak1);
+  const uint64_t budget = peak1[0] * 3 / 4;
+  run_host(2, FERRY_PARALLEL_TP, budget, &tp, peak_tp);
+  run_host(2, FERRY_PARALLEL_PP, budget, &pp, peak_pp);
+  assert_true(one.n > 0);
+  assert_int_equal(pp.n, one.n);
+  assert_memory_equal(pp.v, one.v, one.n * sizeof(float));
+  assert_int_equal(tp.n, one.n);
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, dense_dir), FERRY_OK);
+  const double rel = max_rel_diff(&one, &tp, (size_t)ferry_model_get_config(m)->vocab);
+  ferry_model_close(m);
+  print_message("tensor parallel: largest logit difference %.3g of the row's largest\n", rel);
+  assert_true(rel < 1e-5);
+  for (int d = 0; d < 2; d++) {
+    assert_true(peak_tp[d] <= budget && peak_tp[d] > 0);
+    assert_true(peak_pp[d] <= budget && peak_pp[d] > 0);
+  }
+  free(one.v);
+  free(tp.v);
+  free(pp.v);
+}
+
+/* What the model and configuration allow is said, not half run. */
+static void test_refusals(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, dense_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, dense_dir), FERRY_OK);
+  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.compute_threads = 1, .n_devices = 3}), FERRY_OK);
+  struct ferry_engine_config c = {.max_batch = 2, .max_step_tokens = 8, .max_seq_tokens = 16, .n_devices = 3,
+                                  .parallel = FERRY_PARALLEL_TP};
+  const int64_t heads = ferry_model_get_config(m)->n_heads;
+  if (heads % 3) { /* tiny-dense's heads are not a multiple of 3 */
+    assert_int_equal(ferry_engine_create(&e, m, s, ex, &c), FERRY_ERR_UNSUPPORTED);
+    assert_true(tu_contains(ferry_last_error(), "divide"));
+  }
+  c.n_devices = 4; /* more than the executor drives */
+  assert_int_equal(ferry_engine_create(&e, m, s, ex, &c), FERRY_ERR_UNSUPPORTED);
+  assert_true(tu_contains(ferry_last_error(), "fewer devices"));
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
+}
+
+/* The ALLREDUCE kernel: every device gets the sum, added in device order; partials on one
+ * device are refused. */
+static void test_allreduce_host(void **state) {
+  (void)state;
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.compute_threads = 1, .n_devices = 3,
+                                                                             .device_budget_bytes = 4096}),
+                   FERRY_OK);
+  assert_int_equal(ferry_exec_device_count(ex), 3);
+  ferry_buf *b[3], *extra = NULL;
+  int32_t q;
+  assert_int_equal(ferry_exec_queue_create_on(ex, FERRY_QUEUE_COMPUTE, 0, &q), FERRY_OK);
+  for (int d = 0; d < 3; d++) {
+    assert_int_equal(ferry_exec_alloc_on(ex, d, FERRY_TIER_DEVICE, 4000, "partials", &b[d]), FERRY_OK);
+    assert_int_equal(ferry_exec_buf_device(b[d]), d);
+    float *v = ferry_exec_buf_host_ptr(ex, b[d]);
+    for (int i = 0; i < 1000; i++) v[i] = (float)(i * (d + 1));
+  }
+  /* each device has its own budget: a fourth buffer over device 1's is refused */
+  assert_int_equal(ferry_exec_alloc_on(ex, 1, FERRY_TIER_DEVICE, 200, "over", &extra), FERRY_ERR_BUDGET);
+  assert_true(tu_contains(ferry_exec_errmsg(ex), "device 1"));
+  struct ferry_kernel k = {.kind = FERRY_K_ALLREDUCE, .name = "allreduce", .layer = -1, .expert = -1, .m = 3, .n = 1000};
+  k.x = (struct ferry_ref){b[0], 0, FERRY_DTYPE_F32};
+  k.aux[0] = (struct ferry_ref){b[1], 0, FERRY_DTYPE_F32};
+  k.aux[1] = (struct ferry_ref){b[2], 0, FERRY_DTYPE_F32};
+  assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  for (int d = 0; d < 3; d++) {
+    const float *v = ferry_exec_buf_host_ptr(ex, b[d]);
+    for (int i = 0; i < 1000; i += 97) assert_true(v[i] == (float)(6 * i));
+  }
+  k.aux[1] = k.aux[0]; /* two partials on device 1 */
+  assert_int_equal(ferry_exec_compute(ex, q, &k), FERRY_ERR_INVALID);
+  uint64_t used, peak;
+  ferry_exec_device_usage(ex, 2, &used, &peak);
+  assert_int_equal(used, 4000);
+  ferry_exec_destroy(ex);
+}
+
+/* A profile file: 8xh100-sxm with its interconnect's rate replaced (NULL: as it is). */
+static char *profile_with_gbps(const char *gbps) {
+  char *src = tu_data_path("../../hw/8xh100-sxm.json");
+  FILE *f = fopen(src, "rb");
+  assert_non_null(f);
+  static char text[1 << 16];
+  const size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  free(src);
+  text[n] = '\0';
+  char *at = strstr(text, "\"gpu_gbps\": 450");
+  assert_non_null(at);
+  size_t len = strlen(dir) + 32;
+  char *path = malloc(len);
+  snprintf(path, len, "%s/ic-%s.json", dir, gbps); /* a profile file may be named as it likes */
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fwrite(text, 1, (size_t)(at - text), f);
+  fprintf(f, "\"gpu_gbps\": %s%s", gbps, at + strlen("\"gpu_gbps\": 450"));
+  fclose(f);
+  return path;
+}
+
+struct sim_result {
+  double tpot_ns;
+  int64_t allreduce_ns, allreduces;
+  int64_t peer_ns, peer_copies; /* GPU-to-GPU copies (pipeline hand-offs) */
+};
+
+static void on_activity(void *user, const struct ferry_activity *a) {
+  struct sim_result *r = user;
+  if (a->kind == FERRY_ACT_KERNEL && a->name && !strcmp(a->name, "allreduce")) {
+    r->allreduce_ns += a->end_ns - a->start_ns;
+    r->allreduces++;
+  }
+  if (a->kind == FERRY_ACT_MEMCPY && a->copy_kind == FERRY_COPY_PTOP) {
+    r->peer_ns += a->end_ns - a->start_ns;
+    r->peer_copies++;
+  }
+}
+
+/* A simulated decode-heavy run of llama-3-8b (resident on each GPU) over n GPUs of a profile. */
+static struct sim_result run_sim(const char *profile, int32_t n, enum ferry_parallel p) {
+  ferry_hw *hw = NULL;
+  ferry_model *m = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  struct sim_result r = {0};
+  assert_int_equal(ferry_hw_open(&hw, profile), FERRY_OK);
+  assert_int_equal(ferry_model_open(&m, "llama-3-8b"), FERRY_OK);
+  struct ferry_exec_config xc = {.lock_host_memory = 1, .n_devices = n, .sim_mode = FERRY_SIM_FAST};
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
+  ferry_exec_set_sink(ex, on_activity, &r);
+  struct ferry_engine_config c = {.max_batch = 4, .max_step_tokens = 256, .max_seq_tokens = 512, .seed = 3,
+                                  .n_devices = n, .parallel = p};
+  const struct ferry_engine_request req[4] = {{.id = 0, .prompt_tokens = 64, .output_tokens = 24},
+                                              {.id = 1, .prompt_tokens = 64, .output_tokens = 24},
+                                              {.id = 2, .prompt_tokens = 64, .output_tokens = 24},
+                                              {.id = 3, .prompt_tokens = 64, .output_tokens = 24}};
+  if (ferry_engine_create(&e, m, NULL, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  if (ferry_engine_run(e, req, 4, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
+    fail_msg("engine_run: %s", ferry_last_error());
+  struct ferry_serve_summary sum;
+  ferry_engine_summary(e, &sum);
+  r.tpot_ns = sum.tpot.mean;
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_model_close(m);
+  ferry_hw_close(hw);
+  return r;
+}
+
+/* The simulator prices tensor parallel with the interconnect: two all-reduces a layer appear,
+ * they take longer over half the NVLink rate and longer still through the host link (a profile
+ * without an interconnect), and splitting a memory-bound decode over two GPUs beats one. */
+static void test_sim_tp(void **state) {
+  (void)state;
+  char *full = profile_with_gbps("450"), *half = profile_with_gbps("225");
+  const struct sim_result one = run_sim(full, 1, FERRY_PARALLEL_NONE), tp = run_sim(full, 2, FERRY_PARALLEL_TP),
+                          tp_half = run_sim(half, 2, FERRY_PARALLEL_TP);
+  const struct sim_result via_host = run_sim("h100-sxm", 2, FERRY_PARALLEL_TP);
+  print_message("TPOT 1 GPU %.3f ms, TP-2 %.3f ms; all-reduce %.3f ms (NVLink), %.3f ms (half rate), %.3f ms (host)\n",
+                one.tpot_ns / 1e6, tp.tpot_ns / 1e6, (double)tp.allreduce_ns / 1e6, (double)tp_half.allreduce_ns / 1e6,
+                (double)via_host.allreduce_ns / 1e6);
+  assert_int_equal(one.allreduces, 0);
+  assert_true(tp.allreduces > 0 && tp.allreduces % (2 * 32) == 0); /* two per layer of each step */
+  assert_int_equal(tp_half.allreduces, tp.allreduces);
+  assert_true(tp_half.allreduce_ns > tp.allreduce_ns);
+  assert_true(via_host.allreduce_ns > tp_half.allreduce_ns);
+  assert_true(tp.tpot_ns < one.tpot_ns);
+  free(full);
+  free(half);
+}
+
+/* Pipeline parallel: one hand-off of the hidden states per step between the two stages, over
+ * the interconnect (longer at a hundredth of its rate), and no all-reduce. */
+static void test_sim_pp(void **state) {
+  (void)state;
+  char *full = profile_with_gbps("450"), *slow = profile_with_gbps("4.5");
+  const struct sim_result pp = run_sim(full, 2, FERRY_PARALLEL_PP), pp_slow = run_sim(slow, 2, FERRY_PARALLEL_PP);
+  print_message("PP-2: %lld hand-offs, %.3f ms (NVLink), %.3f ms (1/100 of its rate); TPOT %.3f ms\n",
+                (long long)pp.peer_copies, (double)pp.peer_ns / 1e6, (double)pp_slow.peer_ns / 1e6, pp.tpot_ns / 1e6);
+  assert_int_equal(pp.allreduces, 0);
+  assert_true(pp.peer_copies > 0);
+  assert_int_equal(pp_slow.peer_copies, pp.peer_copies);
+  assert_true(pp_slow.peer_ns > pp.peer_ns);
+  free(full);
+  free(slow);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_host_logits),
+      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_allreduce_host),
+      cmocka_unit_test(test_sim_tp),
+      cmocka_unit_test(test_sim_pp),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
