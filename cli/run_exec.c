@@ -229,7 +229,8 @@ static ferry_status create_executor(struct run_ctx *c) {
     st = ferry__fail(FERRY_ERR_INVALID, "--gpus %d: %s holds %d GPUs", a->ec.n_devices, ferry_hw_get(hw)->name, gpus);
   /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
   if (st == FERRY_OK && hw && a->progress && gpus > 1 && a->ec.n_devices < 2)
-    fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (ferry plan counts the others as replicas)\n",
+    fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (--gpus N --parallel tp|pp splits the "
+                    "model over several)\n",
             ferry_hw_get(hw)->name, ferry_hw_gpu_count(ferry_hw_get(hw)));
   ferry_hw_close(hw);
   return st;
