@@ -143,7 +143,7 @@ static int check_offload_compute(struct run_args *a, const char *spec) {
 }
 
 static int check_parallel(struct run_args *a, const char *value) {
-  return expect_one_of(a, "parallel", value, (const char *const[]){"tp", "pp", NULL});
+  return expect_one_of(a, "parallel", value, (const char *const[]){"tp", "pp", "ep", NULL});
 }
 
 static int check_host_memory(struct run_args *a, const char *value) {
@@ -491,7 +491,7 @@ static int refuse_ignored(const struct run_args *a) {
 /* --gpus and --parallel go together, on an executor that drives several devices. */
 static int refuse_parallel(const struct run_args *a) {
   if (a->gpus > 1 && !RUN_GIVEN(a, parallel))
-    return cli_usage_error(a->cmd, "--gpus %lld: say how to split the model (--parallel tp or pp)", (long long)a->gpus);
+    return cli_usage_error(a->cmd, "--gpus %lld: say how to split the model (--parallel tp, pp or ep)", (long long)a->gpus);
   if (a->gpus < 2 && RUN_GIVEN(a, parallel))
     return cli_usage_error(a->cmd, "--parallel %s splits the model over --gpus N (N > 1)", a->parallel);
   if (a->gpus > 1 && !a->sim && strcmp(a->executor, "host"))
@@ -521,8 +521,10 @@ static void apply(struct run_args *a) {
   ec->kv_pool_bytes = a->kv_pool;
   ec->gpu_batches = (int32_t)a->gpu_batches;
   ec->n_devices = (int32_t)a->gpus;
-  ec->parallel = !strcmp(a->parallel, "tp") ? FERRY_PARALLEL_TP : !strcmp(a->parallel, "pp") ? FERRY_PARALLEL_PP
-                                                                                            : FERRY_PARALLEL_NONE;
+  ec->parallel = !strcmp(a->parallel, "tp")   ? FERRY_PARALLEL_TP
+                 : !strcmp(a->parallel, "pp") ? FERRY_PARALLEL_PP
+                 : !strcmp(a->parallel, "ep") ? FERRY_PARALLEL_EP
+                                              : FERRY_PARALLEL_NONE;
   ec->device_budget_bytes = a->device_budget;
   ec->host_budget_bytes = a->host_budget;
   ec->max_batch = (int32_t)a->max_batch;

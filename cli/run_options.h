@@ -100,9 +100,11 @@
   X(gpus, "gpus", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "gpus", 1, 1, 8, NULL,                                    \
     "split the model over N devices (--parallel; host: N budgeted arenas in\none process; sim: N GPUs of the "     \
     "profile and its interconnect);\neach has --device-budget; every weight stays resident", "")                   \
-  X(parallel, "parallel", TEXT, "tp|pp", BOTH_M, SEC_POLICY, CFG_GIVEN, "parallel", "none", 0, 0, check_parallel,   \
+  X(parallel, "parallel", TEXT, "tp|pp|ep", BOTH_M, SEC_POLICY, CFG_GIVEN, "parallel", "none", 0, 0,               \
+    check_parallel,                                                                                                  \
     "with --gpus N: tensor parallel (heads and FFN columns split, an all-reduce\nafter attention and after the "     \
-    "FFN) or pipeline parallel (layer blocks)", "")                                                                  \
+    "FFN), pipeline parallel (layer blocks) or, for\nMoE models, expert parallel (experts in ranges per device, "     \
+    "attention\ntensor parallel)", "")                                                                               \
   X(max_step_tokens, "max-step-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_step_tokens", 256, 1,         \
     1 << 20, NULL, "tokens per step, decode + prefill chunks (default 256)", "")                                     \
   X(max_seq_tokens, "max-seq-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_seq_tokens", 0, 2, 1 << 24,     \

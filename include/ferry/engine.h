@@ -157,9 +157,15 @@ enum ferry_parallel {
                                 columns (gate, up column-split, down row-split) and of the KV cache;
                                 one all-reduce of the hidden state after attention and one after the
                                 FFN; embeddings, norms and the head replicated */
-  FERRY_PARALLEL_PP = 2    /**< pipeline parallel: contiguous blocks of layers per device (with their
+  FERRY_PARALLEL_PP = 2,   /**< pipeline parallel: contiguous blocks of layers per device (with their
                                 KV cache), the hidden state copied device to device between stages;
                                 the embedding on the first device, the head on the last */
+  FERRY_PARALLEL_EP = 3    /**< expert parallel (MoE models): the routed experts of every layer in
+                                contiguous ranges per device (expert x on device x N / E), attention
+                                and dense layers tensor parallel as FERRY_PARALLEL_TP; every device
+                                holds the layer's tokens (after attention's all-reduce), runs its own
+                                experts on those routed to them and combines their rows; an
+                                all-reduce of the hidden state joins the devices' partial sums */
 };
 
 struct ferry_engine_config {
@@ -267,11 +273,12 @@ struct ferry_engine_config {
                                       drive as many (ferry_exec_config::n_devices), each with the
                                       device budget. Every weight stays resident (no offloading yet);
                                       dense models of the usual attention (no MLA, fused qkv, sandwich
-                                      norms, parallel residual, ALiBi or sinks; TP: unquantized, heads,
-                                      KV heads and FFN width divisible by N); no hybrid CPU compute,
+                                      norms, parallel residual or ALiBi; TP and EP: unquantized, heads,
+                                      KV heads and FFN width divisible by N; MoE models by EP only); no
+                                      hybrid CPU compute,
                                       memory pressure or budget schedule. Other cases are
                                       FERRY_ERR_UNSUPPORTED with the reason */
-  enum ferry_parallel parallel;  /**< how (FERRY_PARALLEL_TP or _PP when n_devices > 1) */
+  enum ferry_parallel parallel;  /**< how (FERRY_PARALLEL_TP, _PP or _EP when n_devices > 1) */
 };
 
 /** One request to serve. */

@@ -98,10 +98,10 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(topk_w, T * K);
   WS(topk_ids, T * K);
   /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
-  const int cpu_experts = E && c_cpu_experts(e);
-  WS(expert_out, T * K * H + (cpu_experts ? H : 0));
-  e->ws.zero = cpu_experts ? e->ws.expert_out + T * K * H * 4 : 0;
-  WS(expert_final, cpu_experts ? T * K * H : 0);
+  const int cpu_experts = E && c_cpu_experts(e), pair_rows = cpu_experts || e->ep; /* expert parallel gathers too */
+  WS(expert_out, T * K * H + (pair_rows ? H : 0));
+  e->ws.zero = pair_rows ? e->ws.expert_out + T * K * H * 4 : 0;
+  WS(expert_final, pair_rows ? T * K * H : 0);
   WS(cpu_sum, cpu_experts ? T * H : 0);
   WS(gather, E ? T * H : 0);
   WS(eg, T * ei);

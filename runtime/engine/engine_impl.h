@@ -217,6 +217,9 @@ struct ferry_engine {
    * q_peer carries the device-to-device copies of a pipeline. */
   struct dev_state *devs;
   int32_t n_dev, cur_dev, tp, q_peer;
+  int ep;                 /* expert parallel: routed experts split over the devices */
+  int32_t *ep_rows;       /* expert parallel: per device, each pair's row to combine (its own or the zero row) */
+  int32_t *ep_zero;       /* per token: the zero row (clears x on the devices after the first) */
   uint64_t shard_bytes;   /* tensor parallel: one device's slices */
   uint64_t kv_dev_bytes;  /* one device's KV cache */
 
@@ -526,6 +529,13 @@ ferry_status ferry__mgpu_allreduce(struct ferry_engine *e, uint64_t off, int64_t
 ferry_status ferry__mgpu_handoff(struct ferry_engine *e, int32_t from, int32_t to);
 /* Where a sharded tensor's slice sits in every device's shard buffer (grows shard_bytes). */
 uint64_t ferry__mgpu_place_shard(struct ferry_engine *e, const struct ferry_tensor_desc *t, enum ferry_dtype dt);
+/* Expert parallel: the device of routed expert x. */
+static inline int32_t ferry__mgpu_expert_dev(const struct ferry_engine *e, int32_t x) {
+  return e->ep ? (int32_t)((int64_t)x * e->n_dev / e->mc->n_experts) : e->cur_dev;
+}
+/* Expert parallel: every device's experts' rows (after its zeroed x on all but the first)
+ * combined into x, then the all-reduce. */
+ferry_status ferry__mgpu_ep_combine(struct ferry_engine *e, int32_t l);
 /* A sharded tensor's slice on the current device. */
 struct ferry_ref ferry__mgpu_weight(const struct ferry_engine *e, const struct tensor_loc *loc);
 

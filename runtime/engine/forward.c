@@ -715,8 +715,11 @@ static ferry_status dispatch_experts(struct ferry_engine *e, int32_t l, uint64_t
   if (e->plan.experts_pinned || e->layer_on_cpu || e->cfg.expert_granularity_layer) {
     /* every expert where the layer runs: resident on the device (or in the layer's block), or
      * on the layer's CPU */
-    for (int32_t x = 0; x < E; x++)
-      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
+    for (int32_t x = 0; x < E; x++) {
+      if (!e->expert_count[x]) continue;
+      ferry__dev_use(e, ferry__mgpu_expert_dev(e, x)); /* expert parallel: where it lives */
+      if ((st = run_expert(e, l, x, -1, in))) return st;
+    }
   } else {
     /* Hits first (their data may already be there), then misses, each fetched into a slot
      * chosen by the cache policy (runtime/policy/expert_plan.c), or computed on the CPU from
@@ -812,8 +815,9 @@ static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
   rk.jitter = (float)mc->router_jitter;
   TRY(ferry_exec_compute(e->ex, e->cq, &rk));
   if ((st = router_lookahead(e, l))) return st;
-  /* Shared expert on every token; its sigmoid gate (Qwen2-MoE) scales it in the combine. */
-  if (mc->n_shared_experts) {
+  /* Shared expert on every token; its sigmoid gate (Qwen2-MoE) scales it in the combine (expert
+   * parallel: the first device's) */
+  if (mc->n_shared_experts && resid_acc(e)) {
     const int64_t S = mc->shared_intermediate;
     if ((st = matmul(e, "shared.gate", l, in, e->ws.sg, T, S, H, FERRY_ROLE_SHARED_GATE, NOREF, 0)) ||
         (st = matmul(e, "shared.up", l, in, e->ws.su, T, S, H, FERRY_ROLE_SHARED_UP, NOREF, 0)))
@@ -838,6 +842,7 @@ static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
  * miss, or on the CPU), the predictor's prefetches, and the combine. */
 static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) {
   ferry_status st;
+  ferry__dev_use(e, 0); /* expert parallel: every device routed alike; the first's is read back */
   if ((st = routing(e, l))) return st;
   int64_t n_cpu_pairs = 0;
   group_by_expert(e);
@@ -849,7 +854,7 @@ static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) 
       if (e->expert_count[x])
         ferry__memo_prefetch(e, MEMO_EXPERT, (int64_t)l * E + x, (int64_t)e->expert_count[x] * 2 + 1, graph);
   if ((st = dispatch_experts(e, l, in, &n_cpu_pairs))) return st;
-  return combine_experts(e, l, n_cpu_pairs);
+  return e->ep ? ferry__mgpu_ep_combine(e, l) : combine_experts(e, l, n_cpu_pairs);
 }
 
 /* The head of micro-batch cur_mb and the read-back of its logits rows; the host waits for them
@@ -940,7 +945,8 @@ static ferry_status tp_layer_ops(struct ferry_engine *e, int32_t l, uint64_t in)
     ferry__dev_use(e, d);
     if ((st = ffn_part(e, l, in))) return st;
   }
-  return ferry__mgpu_allreduce(e, e->ws.x, n);
+  /* an MoE layer (expert parallel) joins its devices after the combine (ferry__mgpu_ep_combine) */
+  return e->li[l].moe ? FERRY_OK : ferry__mgpu_allreduce(e, e->ws.x, n);
 }
 
 /* Layer l's attention and its FFN up to the routing (a dense layer's whole FFN). */

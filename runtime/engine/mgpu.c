@@ -12,19 +12,22 @@
 #define SHARD_ALIGN 64u
 
 static const char *parallel_name(enum ferry_parallel p) {
-  return p == FERRY_PARALLEL_TP ? "tp" : p == FERRY_PARALLEL_PP ? "pp" : "none";
+  return p == FERRY_PARALLEL_TP ? "tp" : p == FERRY_PARALLEL_PP ? "pp" : p == FERRY_PARALLEL_EP ? "ep" : "none";
 }
 
 /* What keeps the model or the configuration from being split (NULL: nothing). */
 static const char *unsupported(const struct ferry_engine *e, int32_t n) {
   const struct ferry_model_config *mc = e->mc;
   const struct ferry_engine_config *c = &e->cfg;
-  const int tp = c->parallel == FERRY_PARALLEL_TP;
+  const int ep = c->parallel == FERRY_PARALLEL_EP, tp = c->parallel == FERRY_PARALLEL_TP || ep;
   if (n > FERRY_EXEC_MAX_DEVICES) return "more devices than an executor drives (8)";
-  if (c->parallel != FERRY_PARALLEL_TP && c->parallel != FERRY_PARALLEL_PP)
-    return "a run without a way to split the model: name tensor (tp) or pipeline (pp) parallel";
+  if (!tp && c->parallel != FERRY_PARALLEL_PP)
+    return "a run without a way to split the model: name tensor (tp), pipeline (pp) or expert (ep) parallel";
   if (e->ex && ferry_exec_device_count(e->ex) < n) return "an executor created for fewer devices (its n_devices)";
-  if (mc->n_experts) return "MoE models (expert parallel is not built yet)";
+  if (mc->n_experts && !ep) return "MoE models (split them by expert parallel, ep)";
+  if (ep && !mc->n_experts) return "dense models (expert parallel splits routed experts: use tp)";
+  if (ep && (mc->n_experts < n || c->expert_granularity_layer || c->router_lookahead || c->compute_experts))
+    return "fewer experts than devices, experts moving with their layer, gate lookahead or experts on the CPU";
   if (mc->kv_lora_rank) return "multi-head latent attention (MLA)";
   if (mc->fused_qkv || mc->sandwich_norms || mc->parallel_residual || mc->alibi)
     return "fused qkv, sandwich norms, parallel residual or ALiBi layers";
@@ -51,7 +54,8 @@ ferry_status ferry__mgpu_check(struct ferry_engine *e) {
   e->devs = ferry__calloc((size_t)n, sizeof *e->devs);
   if (!e->devs) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %d devices", n);
   e->n_dev = n;
-  if (e->cfg.parallel == FERRY_PARALLEL_TP) e->tp = n;
+  if (e->cfg.parallel == FERRY_PARALLEL_TP || e->cfg.parallel == FERRY_PARALLEL_EP) e->tp = n;
+  e->ep = e->cfg.parallel == FERRY_PARALLEL_EP;
   e->cfg.resident_all = 1; /* no offloading yet: each device holds its share; the executor enforces its budget */
   return FERRY_OK;
 }
@@ -86,6 +90,7 @@ int32_t ferry__mgpu_layer_dev(const struct ferry_engine *e, int32_t l) {
 
 uint32_t ferry__mgpu_unit_devices(const struct ferry_engine *e, const struct unit *un) {
   if (!ferry__mgpu_on(e)) return 1u;
+  if (e->ep && un->kind == UNIT_EXPERT) return 1u << ferry__mgpu_expert_dev(e, un->expert);
   if (e->tp > 1) return (1u << e->n_dev) - 1u; /* replicated: norms, embeddings, the head */
   if (un->kind == UNIT_GLOBAL) return 1u | 1u << (e->n_dev - 1); /* embedding first, head last */
   return 1u << ferry__mgpu_layer_dev(e, un->layer);
@@ -115,6 +120,13 @@ static ferry_status alloc_device(struct ferry_engine *e, int32_t d) {
 ferry_status ferry__mgpu_alloc(struct ferry_engine *e) {
   ferry_status st = ferry_exec_queue_create(e->ex, FERRY_QUEUE_D2H, &e->q_peer);
   if (st != FERRY_OK) return exec_error(e, st);
+  if (e->ep) {
+    const size_t TK = (size_t)e->cfg.max_step_tokens * (size_t)e->mc->experts_per_token;
+    e->ep_rows = ferry__calloc((size_t)e->n_dev * TK, sizeof *e->ep_rows);
+    e->ep_zero = ferry__calloc((size_t)e->cfg.max_step_tokens, sizeof *e->ep_zero);
+    if (!e->ep_rows || !e->ep_zero) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+    for (int32_t t = 0; t < e->cfg.max_step_tokens; t++) e->ep_zero[t] = (int32_t)TK; /* the row after expert_out */
+  }
   for (int32_t d = 0; d < e->n_dev; d++)
     if ((st = alloc_device(e, d)) != FERRY_OK) return st;
   e->cur_dev = -1;
@@ -134,7 +146,10 @@ void ferry__mgpu_free(struct ferry_engine *e) {
   }
   e->pinned_buf = e->kv_buf = e->ws_buf = e->cws = NULL; /* they were the devices' */
   ferry_free(e->devs);
+  ferry_free(e->ep_rows);
+  ferry_free(e->ep_zero);
   e->devs = NULL;
+  e->ep_rows = e->ep_zero = NULL;
 }
 
 void ferry__dev_use(struct ferry_engine *e, int32_t d) {
@@ -236,7 +251,23 @@ static ferry_status load_slice(struct ferry_engine *e, const struct tensor_loc *
   return FERRY_OK;
 }
 
+/* Expert parallel: the zero row after each device's expert_out, written once. */
+static ferry_status zero_rows(struct ferry_engine *e) {
+  const uint64_t bytes = (uint64_t)e->mc->hidden * 4;
+  char *host = ferry_exec_buf_host_ptr(e->ex, e->bounce_buf);
+  if (host) memset(host, 0, bytes); /* the simulator has no bytes */
+  for (int32_t d = 0; d < e->n_dev; d++)
+    TRY(ferry_exec_copy(e->ex, e->q_h2d, (struct ferry_ref){e->devs[d].ws, e->ws.zero, FERRY_DTYPE_F32},
+                        (struct ferry_ref){e->bounce_buf, 0, FERRY_DTYPE_F32}, bytes));
+  TRY(ferry_exec_drain(e->ex));
+  return FERRY_OK;
+}
+
 ferry_status ferry__mgpu_load_shards(struct ferry_engine *e) {
+  if (e->ep) {
+    ferry_status st = zero_rows(e);
+    if (st != FERRY_OK) return st;
+  }
   if (e->tp < 2) return FERRY_OK;
   const size_t n = ferry_model_tensor_count(e->model);
   for (size_t i = 0; i < n; i++) {
@@ -255,4 +286,55 @@ uint64_t ferry__mgpu_place_shard(struct ferry_engine *e, const struct ferry_tens
   const uint64_t at = e->shard_bytes;
   e->shard_bytes += (t->numel * ferry_dtype_size(dt) / (uint64_t)e->tp + SHARD_ALIGN - 1) / SHARD_ALIGN * SHARD_ALIGN;
   return at;
+}
+
+/* A gather kernel of m rows of the hidden size from workspace offset src into dst. */
+static ferry_status gather(struct ferry_engine *e, int32_t l, const char *name, uint64_t src, uint64_t dst, int64_t m,
+                           const int32_t *rows) {
+  struct ferry_kernel g;
+  memset(&g, 0, sizeof g);
+  g.kind = FERRY_K_GATHER_ROWS;
+  g.name = name;
+  g.layer = l;
+  g.expert = -1;
+  g.x = ferry__ws(e, src);
+  g.y = ferry__ws(e, dst);
+  g.m = m;
+  g.n = e->mc->hidden;
+  g.ints = rows;
+  g.n_ints = m;
+  TRY(ferry_exec_compute(e->ex, e->cq, &g));
+  return FERRY_OK;
+}
+
+ferry_status ferry__mgpu_ep_combine(struct ferry_engine *e, int32_t l) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t T = e->n_tok, K = mc->experts_per_token, TK = T * K;
+  ferry_status st;
+  for (int32_t d = 0; d < e->n_dev; d++) {
+    ferry__dev_use(e, d);
+    int32_t *rows = e->ep_rows + (size_t)d * (size_t)e->cfg.max_step_tokens * (size_t)K;
+    for (int64_t p = 0; p < TK; p++)
+      rows[p] = ferry__mgpu_expert_dev(e, e->routing_ids[p]) == d ? (int32_t)p : e->ep_zero[0];
+    /* the first device adds its rows (and the shared expert) to x; the others start from zero */
+    if ((d && (st = gather(e, l, "ep_zero_x", e->ws.expert_out, e->ws.x, T, e->ep_zero))) ||
+        (st = gather(e, l, "ep_own_pairs", e->ws.expert_out, e->ws.expert_final, TK, rows)))
+      return st;
+    struct ferry_kernel ck;
+    memset(&ck, 0, sizeof ck);
+    ck.kind = FERRY_K_MOE_COMBINE;
+    ck.name = "moe_combine";
+    ck.layer = l;
+    ck.expert = -1;
+    ck.y = ferry__ws(e, e->ws.x);
+    ck.aux[0] = ferry__ws(e, e->ws.expert_final);
+    if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+    if (!d && mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
+    if (!d && mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
+    ck.m = T;
+    ck.n = mc->hidden;
+    ck.top_k = K;
+    TRY(ferry_exec_compute(e->ex, e->cq, &ck));
+  }
+  return ferry__mgpu_allreduce(e, e->ws.x, T * mc->hidden);
 }
