@@ -55,8 +55,8 @@ static const struct ferry_engine_request requests[] = {
 
 /* A host run over n devices (parallel p) with budget bytes per device (0: unlimited); its
  * logits in *log and each device's peak in peak[]. */
-static void run_host(const char *model_dir, int32_t n, enum ferry_parallel p, uint64_t budget, struct tu_logit_log *log,
-                     uint64_t *peak) {
+static void run_host(const char *model_dir, int32_t n, enum ferry_parallel p, uint64_t budget, int32_t gpu_batches,
+                     struct tu_logit_log *log, uint64_t *peak) {
   ferry_model *m = NULL;
   ferry_store *s = NULL;
   ferry_exec *ex = NULL;
@@ -67,7 +67,7 @@ static void run_host(const char *model_dir, int32_t n, enum ferry_parallel p, ui
   assert_int_equal(ferry_exec_create_host(&ex, &xc), FERRY_OK);
   struct ferry_engine_config c = {.max_batch = 3, .max_step_tokens = 16, .max_seq_tokens = 32, .seed = 5,
                                   .device_budget_bytes = budget, .n_devices = n, .parallel = p,
-                                  .on_logits = tu_on_logits, .logits_user = log};
+                                  .gpu_batches = gpu_batches, .on_logits = tu_on_logits, .logits_user = log};
   if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
   if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
     fail_msg("engine_run: %s", ferry_last_error());
@@ -105,12 +105,21 @@ static double max_rel_diff(const struct tu_logit_log *a, const struct tu_logit_l
  * with every weight resident, and holds less than the one device did. */
 static void test_host_logits(void **state) {
   (void)state;
-  struct tu_logit_log one = {0}, tp = {0}, pp = {0};
+  struct tu_logit_log one = {0}, tp = {0}, pp = {0}, one_mb = {0}, pp_mb = {0};
   uint64_t peak1[1], peak_tp[2], peak_pp[2];
-  run_host(dense_dir, 1, FERRY_PARALLEL_NONE, 0, &one, peak1);
+  run_host(dense_dir, 1, FERRY_PARALLEL_NONE, 0, 1, &one, peak1);
   const uint64_t budget = peak1[0] * 3 / 4;
-  run_host(dense_dir, 2, FERRY_PARALLEL_TP, budget, &tp, peak_tp);
-  run_host(dense_dir, 2, FERRY_PARALLEL_PP, budget, &pp, peak_pp);
+  run_host(dense_dir, 2, FERRY_PARALLEL_TP, budget, 1, &tp, peak_tp);
+  run_host(dense_dir, 2, FERRY_PARALLEL_PP, budget, 1, &pp, peak_pp);
+  /* two micro-batches in flight through the stages (issued stage by stage): the same bits */
+  uint64_t peak_mb[2];
+  run_host(dense_dir, 1, FERRY_PARALLEL_NONE, 0, 2, &one_mb, peak_mb);
+  run_host(dense_dir, 2, FERRY_PARALLEL_PP, 0, 2, &pp_mb, peak_mb);
+  assert_true(one_mb.n > 0);
+  assert_int_equal(pp_mb.n, one_mb.n);
+  assert_memory_equal(pp_mb.v, one_mb.v, one_mb.n * sizeof(float));
+  free(one_mb.v);
+  free(pp_mb.v);
   assert_true(one.n > 0);
   assert_int_equal(pp.n, one.n);
   assert_memory_equal(pp.v, one.v, one.n * sizeof(float));
@@ -138,9 +147,9 @@ static void test_host_ep(void **state) {
   (void)state;
   struct tu_logit_log one = {0}, ep = {0};
   uint64_t peak1[1], peak_ep[2];
-  run_host(moe_dir, 1, FERRY_PARALLEL_NONE, 0, &one, peak1);
+  run_host(moe_dir, 1, FERRY_PARALLEL_NONE, 0, 1, &one, peak1);
   const uint64_t budget = peak1[0] * 3 / 4;
-  run_host(moe_dir, 2, FERRY_PARALLEL_EP, budget, &ep, peak_ep);
+  run_host(moe_dir, 2, FERRY_PARALLEL_EP, budget, 1, &ep, peak_ep);
   assert_true(one.n > 0);
   assert_int_equal(ep.n, one.n);
   ferry_model *m = NULL;
@@ -266,7 +275,8 @@ static void on_activity(void *user, const struct ferry_activity *a) {
 
 /* A simulated decode-heavy run of a model preset over n GPUs of a profile (synthetic routing for
  * an MoE model); one GPU offloads what does not fit its budget (90 % of its memory). */
-static struct sim_result run_model(const char *profile, const char *model, int32_t n, enum ferry_parallel p) {
+static struct sim_result run_model(const char *profile, const char *model, int32_t n, enum ferry_parallel p,
+                                   int32_t gpu_batches) {
   ferry_hw *hw = NULL;
   ferry_model *m = NULL;
   ferry_exec *ex = NULL;
@@ -282,7 +292,8 @@ static struct sim_result run_model(const char *profile, const char *model, int32
   assert_int_equal(ferry_exec_create_sim(&ex, hw, &xc), FERRY_OK);
   ferry_exec_set_sink(ex, on_activity, &r);
   struct ferry_engine_config c = {.max_batch = 4, .max_step_tokens = 256, .max_seq_tokens = 512, .seed = 3,
-                                  .n_devices = n, .parallel = p, .device_budget_bytes = budget};
+                                  .n_devices = n, .parallel = p, .device_budget_bytes = budget,
+                                  .gpu_batches = gpu_batches};
   if (mc->n_experts) {
     struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
                                             .top_k = (int32_t)mc->experts_per_token, .seed = 9};
@@ -290,12 +301,11 @@ static struct sim_result run_model(const char *profile, const char *model, int32
     c.routing = ferry_routing_synth_fn;
     c.routing_user = synth;
   }
-  const struct ferry_engine_request req[4] = {{.id = 0, .prompt_tokens = 64, .output_tokens = 24},
-                                              {.id = 1, .prompt_tokens = 64, .output_tokens = 24},
-                                              {.id = 2, .prompt_tokens = 64, .output_tokens = 24},
-                                              {.id = 3, .prompt_tokens = 64, .output_tokens = 24}};
+  struct ferry_engine_request req[16];
+  for (int i = 0; i < 16; i++) req[i] = (struct ferry_engine_request){.id = i, .prompt_tokens = 64, .output_tokens = 24};
+  const int64_t n_req = 4 * (gpu_batches > 1 ? gpu_batches : 1); /* a batch of 4 per micro-batch */
   if (ferry_engine_create(&e, m, NULL, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
-  if (ferry_engine_run(e, req, 4, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
+  if (ferry_engine_run(e, req, n_req, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
     fail_msg("engine_run: %s", ferry_last_error());
   struct ferry_serve_summary sum;
   ferry_engine_summary(e, &sum);
@@ -311,7 +321,7 @@ static struct sim_result run_model(const char *profile, const char *model, int32
 }
 
 static struct sim_result run_sim(const char *profile, int32_t n, enum ferry_parallel p) {
-  return run_model(profile, "llama-3-8b", n, p);
+  return run_model(profile, "llama-3-8b", n, p, 1);
 }
 
 /* The simulator prices tensor parallel with the interconnect: two all-reduces a layer appear,
@@ -337,7 +347,8 @@ static void test_sim_tp(void **state) {
 }
 
 /* Pipeline parallel: one hand-off of the hidden states per step between the two stages, over
- * the interconnect (longer at a hundredth of its rate), and no all-reduce. */
+ * the interconnect (longer at a hundredth of its rate), and no all-reduce; with four
+ * micro-batches in flight the stages overlap and a step takes less than on one GPU. */
 static void test_sim_pp(void **state) {
   (void)state;
   char *full = profile_with_gbps("450"), *slow = profile_with_gbps("4.5");
@@ -348,6 +359,10 @@ static void test_sim_pp(void **state) {
   assert_true(pp.peer_copies > 0);
   assert_int_equal(pp_slow.peer_copies, pp.peer_copies);
   assert_true(pp_slow.peer_ns > pp.peer_ns);
+  const struct sim_result one_mb = run_model(full, "llama-3-8b", 1, FERRY_PARALLEL_NONE, 4);
+  const struct sim_result pp_mb = run_model(full, "llama-3-8b", 2, FERRY_PARALLEL_PP, 4);
+  print_message("4 micro-batches: TPOT 1 GPU %.3f ms, PP-2 %.3f ms\n", one_mb.tpot_ns / 1e6, pp_mb.tpot_ns / 1e6);
+  assert_true(pp_mb.tpot_ns < 0.8 * one_mb.tpot_ns);
   free(full);
   free(slow);
 }
@@ -357,8 +372,8 @@ static void test_sim_pp(void **state) {
  * with two all-reduces a layer, and decodes faster. */
 static void test_sim_ep(void **state) {
   (void)state;
-  const struct sim_result one = run_model("8xh100-sxm", "mixtral-8x7b", 1, FERRY_PARALLEL_NONE);
-  const struct sim_result ep = run_model("8xh100-sxm", "mixtral-8x7b", 2, FERRY_PARALLEL_EP);
+  const struct sim_result one = run_model("8xh100-sxm", "mixtral-8x7b", 1, FERRY_PARALLEL_NONE, 1);
+  const struct sim_result ep = run_model("8xh100-sxm", "mixtral-8x7b", 2, FERRY_PARALLEL_EP, 1);
   print_message("Mixtral-8x7B TPOT: 1 GPU %.3f ms, EP-2 %.3f ms (peak per device %.2f GiB)\n", one.tpot_ns / 1e6,
                 ep.tpot_ns / 1e6, (double)ep.peak / (1u << 30));
   assert_true(ep.peak <= ep.budget);

@@ -220,6 +220,7 @@ struct ferry_engine {
   int ep;                 /* expert parallel: routed experts split over the devices */
   int32_t *ep_rows;       /* expert parallel: per device, each pair's row to combine (its own or the zero row) */
   int32_t *ep_zero;       /* per token: the zero row (clears x on the devices after the first) */
+  ferry_event **mb_sent;  /* pipeline: per micro-batch, recorded after its hidden state's copy */
   uint64_t shard_bytes;   /* tensor parallel: one device's slices */
   uint64_t kv_dev_bytes;  /* one device's KV cache */
 
@@ -525,8 +526,11 @@ void ferry__dev_use(struct ferry_engine *e, int32_t d);
 /* Sum the devices' n floats at workspace offset off into every device's (after the ops issued
  * so far on each; the ops issued after it on each wait for it). */
 ferry_status ferry__mgpu_allreduce(struct ferry_engine *e, uint64_t off, int64_t n);
-/* Pipeline: the hidden states of every micro-batch from device `from` to device `to`. */
-ferry_status ferry__mgpu_handoff(struct ferry_engine *e, int32_t from, int32_t to);
+/* Pipeline: send the hidden state of micro-batch cur_mb from device `from` to device `to` after
+ * the ops issued so far on `from`; receive: the ops issued next on the current device wait for
+ * cur_mb's last send (so a stage starts on a micro-batch as soon as it has arrived). */
+ferry_status ferry__mgpu_send(struct ferry_engine *e, int32_t from, int32_t to);
+ferry_status ferry__mgpu_receive(struct ferry_engine *e);
 /* Where a sharded tensor's slice sits in every device's shard buffer (grows shard_bytes). */
 uint64_t ferry__mgpu_place_shard(struct ferry_engine *e, const struct ferry_tensor_desc *t, enum ferry_dtype dt);
 /* Expert parallel: the device of routed expert x. */

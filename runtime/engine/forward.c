@@ -984,12 +984,6 @@ static ferry_status layer_body(struct ferry_engine *e, int32_t l) {
 static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   const struct ferry_plan *p = &e->plan;
   ferry_status st;
-  /* pipeline parallel: the first layer of the next stage takes the hidden states with it */
-  if (ferry__mgpu_on(e) && e->tp < 2 && ferry__mgpu_layer_dev(e, l) != e->cur_dev) {
-    const int32_t d = ferry__mgpu_layer_dev(e, l);
-    if ((st = ferry__mgpu_handoff(e, e->cur_dev, d))) return st;
-    ferry__dev_use(e, d);
-  }
   int32_t b = p->layer_block[l];
   struct slot *sl = NULL;
   /* a streamed layer of a step that computes them on the CPU: nothing is fetched, the block's
@@ -1025,6 +1019,34 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
     e->block_compute_seq++;
   }
   e->layer_on_cpu = 0;
+  return FERRY_OK;
+}
+
+/* Pipeline parallel: stage by stage, each micro-batch through the stage's layers and handed to
+ * the next stage, so stage s works on micro-batch m + 1 while stage s + 1 works on m (every
+ * weight is resident: no block to wait for). */
+static ferry_status pipeline_layers(struct ferry_engine *e) {
+  const int32_t L = (int32_t)e->mc->n_layers;
+  ferry_status st;
+  for (int32_t first = 0; first < L;) {
+    const int32_t d = ferry__mgpu_layer_dev(e, first);
+    int32_t end = first;
+    while (end < L && ferry__mgpu_layer_dev(e, end) == d) end++;
+    for (int32_t m = 0; m < e->n_mb; m++) {
+      if (!e->mbs[m].n_tok) continue;
+      ferry__mb_use(e, m);
+      ferry__dev_use(e, d);
+      if (first && (st = ferry__mgpu_receive(e))) return st;
+      for (int32_t l = first; l < end; l++) {
+        struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
+        st = layer_body(e, l);
+        ferry_exec_range_end(e->ex, &range);
+        if (st) return st;
+      }
+      if (end < L && (st = ferry__mgpu_send(e, d, ferry__mgpu_layer_dev(e, end)))) return st;
+    }
+    first = end;
+  }
   return FERRY_OK;
 }
 
@@ -1084,7 +1106,10 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
       if ((st = embed(e))) return st;
     }
   }
-  for (int32_t l = 0; l < mc->n_layers; l++) {
+  if (ferry__mgpu_on(e) && e->tp < 2) {
+    if ((st = pipeline_layers(e))) return st;
+  }
+  for (int32_t l = 0; l < mc->n_layers && !(ferry__mgpu_on(e) && e->tp < 2); l++) {
     /* a range of the host issuing the layer (waits for routing included) */
     struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
     st = forward_layer(e, l);

@@ -127,6 +127,10 @@ ferry_status ferry__mgpu_alloc(struct ferry_engine *e) {
     if (!e->ep_rows || !e->ep_zero) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
     for (int32_t t = 0; t < e->cfg.max_step_tokens; t++) e->ep_zero[t] = (int32_t)TK; /* the row after expert_out */
   }
+  e->mb_sent = ferry__calloc((size_t)e->n_mb, sizeof *e->mb_sent);
+  if (!e->mb_sent) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  for (int32_t m = 0; m < e->n_mb; m++)
+    if ((st = ferry_exec_event_create(e->ex, &e->mb_sent[m])) != FERRY_OK) return exec_error(e, st);
   for (int32_t d = 0; d < e->n_dev; d++)
     if ((st = alloc_device(e, d)) != FERRY_OK) return st;
   e->cur_dev = -1;
@@ -146,6 +150,9 @@ void ferry__mgpu_free(struct ferry_engine *e) {
   }
   e->pinned_buf = e->kv_buf = e->ws_buf = e->cws = NULL; /* they were the devices' */
   ferry_free(e->devs);
+  for (int32_t m = 0; e->mb_sent && m < e->n_mb; m++) ferry_exec_event_destroy(e->ex, e->mb_sent[m]);
+  ferry_free(e->mb_sent);
+  e->mb_sent = NULL;
   ferry_free(e->ep_rows);
   ferry_free(e->ep_zero);
   e->devs = NULL;
@@ -193,19 +200,20 @@ ferry_status ferry__mgpu_allreduce(struct ferry_engine *e, uint64_t off, int64_t
   return FERRY_OK;
 }
 
-ferry_status ferry__mgpu_handoff(struct ferry_engine *e, int32_t from, int32_t to) {
+ferry_status ferry__mgpu_send(struct ferry_engine *e, int32_t from, int32_t to) {
   const struct dev_state *a = &e->devs[from], *b = &e->devs[to];
+  const struct microbatch *mb = &e->mbs[e->cur_mb];
   TRY(ferry_exec_record(e->ex, a->q_compute, a->done));
   TRY(ferry_exec_queue_wait(e->ex, e->q_peer, a->done));
-  for (int32_t m = 0; m < e->n_mb; m++) {
-    const struct microbatch *mb = &e->mbs[m];
-    if (!mb->n_tok) continue;
-    const uint64_t bytes = (uint64_t)mb->n_tok * (uint64_t)e->mc->hidden * 4;
-    TRY(ferry_exec_copy(e->ex, e->q_peer, (struct ferry_ref){b->ws, mb->x, FERRY_DTYPE_F32},
-                        (struct ferry_ref){a->ws, mb->x, FERRY_DTYPE_F32}, bytes));
-  }
-  TRY(ferry_exec_record(e->ex, e->q_peer, b->done));
-  TRY(ferry_exec_queue_wait(e->ex, b->q_compute, b->done));
+  TRY(ferry_exec_copy(e->ex, e->q_peer, (struct ferry_ref){b->ws, mb->x, FERRY_DTYPE_F32},
+                      (struct ferry_ref){a->ws, mb->x, FERRY_DTYPE_F32},
+                      (uint64_t)mb->n_tok * (uint64_t)e->mc->hidden * 4));
+  TRY(ferry_exec_record(e->ex, e->q_peer, e->mb_sent[e->cur_mb]));
+  return FERRY_OK;
+}
+
+ferry_status ferry__mgpu_receive(struct ferry_engine *e) {
+  TRY(ferry_exec_queue_wait(e->ex, e->q_compute, e->mb_sent[e->cur_mb]));
   return FERRY_OK;
 }
 
