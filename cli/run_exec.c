@@ -244,6 +244,12 @@ static void print_sim_stats(ferry_exec *ex, int64_t wall0, int exact) {
   fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time (%s mode): %llu ops (%.0f ops/s), %llu events\n",
           (double)ss.now_ns / 1e9, wall_s, exact ? "exact" : "fast", (unsigned long long)ss.ops_done,
           wall_s > 0 ? (double)ss.ops_done / wall_s : 0.0, (unsigned long long)ss.events_run);
+  if (ss.allreduces || ss.bytes_peer) {
+    char moved[32];
+    fprintf(stderr, "ferry: between GPUs: %llu all-reduces in %.3f ms; %s copied GPU to GPU in %.3f ms\n",
+            (unsigned long long)ss.allreduces, (double)ss.allreduce_ns / 1e6,
+            ferry__format_bytes(ss.bytes_peer, moved, sizeof moved), (double)ss.peer_busy_ns / 1e6);
+  }
   if (ss.cache_hits + ss.cache_misses) {
     char hit[32];
     fprintf(stderr, "ferry: page cache: %llu of %llu buffered disk reads served from memory (%s)\n",

@@ -453,6 +453,8 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
       if (cpu) return prepare_cpu_kernel(s, c, k);
       if (k->kind == FERRY_K_ALLREDUCE) { /* a collective: the interconnect's time, not the GPU's */
         c->duration_ns = ferry__ic_allreduce_ns(&s->hw, k->m, (uint64_t)k->n * 4);
+        s->allreduces++;
+        s->allreduce_ns += c->duration_ns;
         return FERRY_OK;
       }
       const struct ferry__packed *packed[3];
@@ -883,6 +885,11 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     out->bytes_disk = fs.bytes_done;
     out->disk_busy_ns = fs.busy_ns;
   }
+  ferry__fluid_get_stats(s->chan[CHAN_PEER], &fs);
+  out->bytes_peer = fs.bytes_done;
+  out->peer_busy_ns = fs.busy_ns;
+  out->allreduces = s->allreduces;
+  out->allreduce_ns = s->allreduce_ns;
   for (int32_t i = 0; i < ex->n_queues; i++) {
     struct ferry__compute_stats cs;
     ferry__compute_get_stats(s->queues[i].unit, &cs);

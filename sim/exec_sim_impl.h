@@ -115,6 +115,8 @@ struct sim_exec {
   int pumping;
   uint64_t pending_ops; /* ops enqueued and not completed, every queue */
   uint64_t ops_done, kernels, copies, reads, graph_ops;
+  uint64_t allreduces;  /* FERRY_K_ALLREDUCE kernels priced, and their time */
+  int64_t allreduce_ns;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
   struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */

@@ -312,6 +312,10 @@ static struct sim_result run_model(const char *profile, const char *model, int32
   r.tpot_ns = sum.tpot.mean;
   r.peak = sum.peak_bytes[FERRY_TIER_DEVICE];
   r.budget = budget;
+  struct ferry_sim_stats ss; /* the executor's own count agrees with the timeline's */
+  assert_int_equal(ferry_exec_sim_stats(ex, &ss), FERRY_OK);
+  assert_int_equal(ss.allreduces, r.allreduces);
+  assert_int_equal(ss.allreduce_ns, r.allreduce_ns);
   ferry_engine_destroy(e);
   ferry_exec_destroy(ex);
   ferry_routing_synth_free(synth);

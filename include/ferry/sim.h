@@ -61,6 +61,10 @@ struct ferry_sim_stats {
   uint64_t bytes_cache;   /**< bytes of reads served by the page cache */
   uint64_t graph_ops;     /**< ops submitted by launching op graphs (the engine's repeated sequences,
                                FERRY_SIM_FAST), counted in ops_done too */
+  uint64_t allreduces;    /**< all-reduce kernels (FERRY_K_ALLREDUCE) of a multi-device run */
+  int64_t allreduce_ns;   /**< their time, priced from the profile's interconnect */
+  uint64_t bytes_peer;    /**< bytes copied GPU to GPU (pipeline hand-offs) */
+  int64_t peer_busy_ns;   /**< time the GPU-to-GPU channel had bytes flowing */
 };
 
 /**
