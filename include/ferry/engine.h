@@ -570,7 +570,8 @@ FERRY_API ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_st
  * @param store the new weights; ownership passes to the engine on FERRY_OK (closed when
  *        released); on an error the caller keeps it and the old weights keep serving.
  * @param label names the version in events (copied; e.g. its folder), may be NULL.
- * @return FERRY_OK when staged; the check's error otherwise.
+ * @return FERRY_OK when staged; the check's error otherwise; FERRY_ERR_UNSUPPORTED for an engine
+ *         split over several devices (ferry_engine_config::n_devices).
  */
 FERRY_API ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const char *label);
 
