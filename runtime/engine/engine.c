@@ -876,6 +876,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           (long long)e->mc->n_layers, e->mc->n_experts ? ", MoE" : "");
   fprintf(f, "  device: %s of %s budget\n", ferry__format_bytes(p->device_total_bytes, b[0], 32),
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
+  ferry__mgpu_print(e, f);
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
   if (e->kv_block)
     fprintf(f, "    %s %s (paged, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",

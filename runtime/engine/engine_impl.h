@@ -540,6 +540,8 @@ static inline int32_t ferry__mgpu_expert_dev(const struct ferry_engine *e, int32
 /* Expert parallel: every device's experts' rows (after its zeroed x on all but the first)
  * combined into x, then the all-reduce. */
 ferry_status ferry__mgpu_ep_combine(struct ferry_engine *e, int32_t l);
+/* The plan's lines of a multi-device run: what each device holds (nothing for one device). */
+void ferry__mgpu_print(const struct ferry_engine *e, FILE *f);
 /* A sharded tensor's slice on the current device. */
 struct ferry_ref ferry__mgpu_weight(const struct ferry_engine *e, const struct tensor_loc *loc);
 

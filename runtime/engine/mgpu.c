@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/units.h"
 #include "engine_impl.h"
 #include "ferry/store.h"
 
@@ -345,4 +346,15 @@ ferry_status ferry__mgpu_ep_combine(struct ferry_engine *e, int32_t l) {
     TRY(ferry_exec_compute(e->ex, e->cq, &ck));
   }
   return ferry__mgpu_allreduce(e, e->ws.x, T * mc->hidden);
+}
+
+void ferry__mgpu_print(const struct ferry_engine *e, FILE *f) {
+  if (!ferry__mgpu_on(e)) return;
+  char b[4][32];
+  fprintf(f, "  split over %d devices (%s), each with the budget (the plan's lines after these are before the split)\n", e->n_dev,
+          parallel_name(e->cfg.parallel));
+  for (int32_t d = 0; d < e->n_dev; d++)
+    fprintf(f, "    device %d         pinned %s, weight shards %s, KV cache %s, workspace %s\n", d,
+            ferry__format_bytes(e->devs[d].pinned_bytes, b[0], 32), ferry__format_bytes(e->shard_bytes, b[1], 32),
+            ferry__format_bytes(e->kv_dev_bytes, b[2], 32), ferry__format_bytes(e->ws.total, b[3], 32));
 }
