@@ -103,8 +103,8 @@
   X(parallel, "parallel", TEXT, "tp|pp|ep", BOTH_M, SEC_POLICY, CFG_GIVEN, "parallel", "none", 0, 0,               \
     check_parallel,                                                                                                  \
     "with --gpus N: tensor parallel (heads and FFN columns split, an all-reduce\nafter attention and after the "     \
-    "FFN), pipeline parallel (layer blocks) or, for\nMoE models, expert parallel (experts in ranges per device, "     \
-    "attention\ntensor parallel)", "")                                                                               \
+    "FFN), pipeline parallel (layer blocks)\nor, for MoE models, expert parallel (experts in ranges per device,\n"   \
+    "attention tensor parallel)", "")                                                                                \
   X(max_step_tokens, "max-step-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_step_tokens", 256, 1,         \
     1 << 20, NULL, "tokens per step, decode + prefill chunks (default 256)", "")                                     \
   X(max_seq_tokens, "max-seq-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_seq_tokens", 0, 2, 1 << 24,     \
