@@ -148,7 +148,6 @@ struct ferry_budget_change {
   uint64_t bytes;       /**< the new budget (> 0) */
 };
 
-/** Engine configuration (copied at create time). */
 /** How a multi-device run splits the model over its devices (ferry_engine_config::parallel). */
 enum ferry_parallel {
   FERRY_PARALLEL_NONE = 0, /**< one device */
@@ -168,6 +167,7 @@ enum ferry_parallel {
                                 all-reduce of the hidden state joins the devices' partial sums */
 };
 
+/** Engine configuration (copied at create time). */
 struct ferry_engine_config {
   int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
   int32_t prefetch_depth;        /**< blocks in flight ahead of the computing one (0 = on demand) */
