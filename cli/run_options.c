@@ -146,6 +146,10 @@ static int check_parallel(struct run_args *a, const char *value) {
   return expect_one_of(a, "parallel", value, (const char *const[]){"tp", "pp", "ep", NULL});
 }
 
+static int check_expert_placement(struct run_args *a, const char *value) {
+  return expect_one_of(a, "expert-placement", value, (const char *const[]){"range", "hash", NULL});
+}
+
 static int check_host_memory(struct run_args *a, const char *value) {
   return expect_one_of(a, "host-memory", value, (const char *const[]){"pinned", "pageable", NULL});
 }
@@ -494,6 +498,8 @@ static int refuse_parallel(const struct run_args *a) {
     return cli_usage_error(a->cmd, "--gpus %lld: say how to split the model (--parallel tp, pp or ep)", (long long)a->gpus);
   if (a->gpus < 2 && RUN_GIVEN(a, parallel))
     return cli_usage_error(a->cmd, "--parallel %s splits the model over --gpus N (N > 1)", a->parallel);
+  if (RUN_GIVEN(a, expert_placement) && strcmp(a->parallel, "ep"))
+    return cli_usage_error(a->cmd, "--expert-placement places experts of --parallel ep: give it");
   if (a->gpus > 1 && !a->sim && strcmp(a->executor, "host"))
     return cli_usage_error(a->cmd, "--gpus %lld: the %s executor drives one device (the host executor emulates "
                                    "several; ferry sim prices them)",
@@ -521,6 +527,7 @@ static void apply(struct run_args *a) {
   ec->kv_pool_bytes = a->kv_pool;
   ec->gpu_batches = (int32_t)a->gpu_batches;
   ec->n_devices = (int32_t)a->gpus;
+  ec->expert_placement_hash = !strcmp(a->expert_placement, "hash");
   ec->parallel = !strcmp(a->parallel, "tp")   ? FERRY_PARALLEL_TP
                  : !strcmp(a->parallel, "pp") ? FERRY_PARALLEL_PP
                  : !strcmp(a->parallel, "ep") ? FERRY_PARALLEL_EP

@@ -17,6 +17,7 @@
 #include "testutil.h"
 
 static char *dir, *dense_dir, *moe_dir;
+static int placement_hash; /* run_host's expert placement (expert parallel) */
 
 static char *gen(const char *preset, const char *name) {
   ferry_model *m = NULL;
@@ -67,7 +68,8 @@ static void run_host(const char *model_dir, int32_t n, enum ferry_parallel p, ui
   assert_int_equal(ferry_exec_create_host(&ex, &xc), FERRY_OK);
   struct ferry_engine_config c = {.max_batch = 3, .max_step_tokens = 16, .max_seq_tokens = 32, .seed = 5,
                                   .device_budget_bytes = budget, .n_devices = n, .parallel = p,
-                                  .gpu_batches = gpu_batches, .on_logits = tu_on_logits, .logits_user = log};
+                                  .gpu_batches = gpu_batches, .on_logits = tu_on_logits, .logits_user = log,
+                                  .expert_placement_hash = placement_hash};
   if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
   if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
     fail_msg("engine_run: %s", ferry_last_error());
@@ -145,22 +147,30 @@ static void test_host_logits(void **state) {
  * 3.3e-7), each device within 3/4 of the one-device peak. */
 static void test_host_ep(void **state) {
   (void)state;
-  struct tu_logit_log one = {0}, ep = {0};
-  uint64_t peak1[1], peak_ep[2];
+  struct tu_logit_log one = {0}, ep = {0}, hashed = {0};
+  uint64_t peak1[1], peak_ep[2], peak_hash[2];
   run_host(moe_dir, 1, FERRY_PARALLEL_NONE, 0, 1, &one, peak1);
   const uint64_t budget = peak1[0] * 3 / 4;
   run_host(moe_dir, 2, FERRY_PARALLEL_EP, budget, 1, &ep, peak_ep);
+  placement_hash = 1; /* experts by a hash of (layer, expert): as many a device, the same logits */
+  run_host(moe_dir, 2, FERRY_PARALLEL_EP, budget, 1, &hashed, peak_hash);
+  placement_hash = 0;
   assert_true(one.n > 0);
   assert_int_equal(ep.n, one.n);
   ferry_model *m = NULL;
   assert_int_equal(ferry_model_open(&m, moe_dir), FERRY_OK);
-  const double rel = max_rel_diff(&one, &ep, (size_t)ferry_model_get_config(m)->vocab);
+  const size_t vocab = (size_t)ferry_model_get_config(m)->vocab;
   ferry_model_close(m);
+  const double rel = max_rel_diff(&one, &ep, vocab);
   print_message("expert parallel: largest logit difference %.3g of the row's largest\n", rel);
   assert_true(rel < 1e-5);
   for (int d = 0; d < 2; d++) assert_true(peak_ep[d] <= budget && peak_ep[d] > 0);
+  assert_int_equal(hashed.n, one.n);
+  assert_true(max_rel_diff(&one, &hashed, vocab) < 1e-5);
+  for (int d = 0; d < 2; d++) assert_int_equal(peak_hash[d], peak_ep[d]);
   free(one.v);
   free(ep.v);
+  free(hashed.v);
 }
 
 /* What the model and configuration allow is said, not half run. */
@@ -259,6 +269,7 @@ struct sim_result {
   int64_t allreduce_ns, allreduces;
   int64_t peer_ns, peer_copies; /* GPU-to-GPU copies (pipeline hand-offs) */
   uint64_t peak, budget;        /* the fullest device's peak, each device's budget */
+  int32_t expert_queue[32 * 8]; /* Mixtral: the queue each (layer, expert) last ran on, -1: none */
 };
 
 static void on_activity(void *user, const struct ferry_activity *a) {
@@ -267,6 +278,9 @@ static void on_activity(void *user, const struct ferry_activity *a) {
     r->allreduce_ns += a->end_ns - a->start_ns;
     r->allreduces++;
   }
+  if (a->kind == FERRY_ACT_KERNEL && a->name && !strcmp(a->name, "expert") && a->layer >= 0 && a->layer < 32 &&
+      a->expert >= 0 && a->expert < 8)
+    r->expert_queue[a->layer * 8 + a->expert] = a->queue;
   if (a->kind == FERRY_ACT_MEMCPY && a->copy_kind == FERRY_COPY_PTOP) {
     r->peer_ns += a->end_ns - a->start_ns;
     r->peer_copies++;
@@ -274,15 +288,17 @@ static void on_activity(void *user, const struct ferry_activity *a) {
 }
 
 /* A simulated decode-heavy run of a model preset over n GPUs of a profile (synthetic routing for
- * an MoE model); one GPU offloads what does not fit its budget (90 % of its memory). */
-static struct sim_result run_model(const char *profile, const char *model, int32_t n, enum ferry_parallel p,
-                                   int32_t gpu_batches) {
+ * an MoE model; hash: expert parallel's hashed placement); one GPU offloads what does not fit
+ * its budget (90 % of its memory). */
+static struct sim_result run_model_placed(const char *profile, const char *model, int32_t n, enum ferry_parallel p,
+                                          int32_t gpu_batches, int hash) {
   ferry_hw *hw = NULL;
   ferry_model *m = NULL;
   ferry_exec *ex = NULL;
   ferry_engine *e = NULL;
   ferry_routing_synth *synth = NULL;
   struct sim_result r = {0};
+  for (int i = 0; i < 32 * 8; i++) r.expert_queue[i] = -1;
   assert_int_equal(ferry_hw_open(&hw, profile), FERRY_OK);
   assert_int_equal(ferry_model_open(&m, model), FERRY_OK);
   const struct ferry_model_config *mc = ferry_model_get_config(m);
@@ -293,7 +309,7 @@ static struct sim_result run_model(const char *profile, const char *model, int32
   ferry_exec_set_sink(ex, on_activity, &r);
   struct ferry_engine_config c = {.max_batch = 4, .max_step_tokens = 256, .max_seq_tokens = 512, .seed = 3,
                                   .n_devices = n, .parallel = p, .device_budget_bytes = budget,
-                                  .gpu_batches = gpu_batches};
+                                  .gpu_batches = gpu_batches, .expert_placement_hash = hash};
   if (mc->n_experts) {
     struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
                                             .top_k = (int32_t)mc->experts_per_token, .seed = 9};
@@ -322,6 +338,11 @@ static struct sim_result run_model(const char *profile, const char *model, int32
   ferry_model_close(m);
   ferry_hw_close(hw);
   return r;
+}
+
+static struct sim_result run_model(const char *profile, const char *model, int32_t n, enum ferry_parallel p,
+                                   int32_t gpu_batches) {
+  return run_model_placed(profile, model, n, p, gpu_batches, 0);
 }
 
 static struct sim_result run_sim(const char *profile, int32_t n, enum ferry_parallel p) {
@@ -383,6 +404,21 @@ static void test_sim_ep(void **state) {
   assert_true(ep.peak <= ep.budget);
   assert_true(ep.allreduces > 0 && ep.allreduces % (2 * 32) == 0);
   assert_true(ep.tpot_ns < one.tpot_ns);
+  /* contiguous ranges: experts 0-3 of every layer on one device's queue, 4-7 on the other's;
+   * hashed: some layer mixes them */
+  const struct sim_result hashed = run_model_placed("8xh100-sxm", "mixtral-8x7b", 2, FERRY_PARALLEL_EP, 1, 1);
+  int mixed = 0;
+  for (int l = 0; l < 32; l++)
+    for (int x = 0; x < 8; x++) {
+      const int32_t q = ep.expert_queue[l * 8 + x], first = ep.expert_queue[l * 8 + (x < 4 ? 0 : 4)];
+      if (q >= 0 && first >= 0) assert_int_equal(q, first);
+      if (x && hashed.expert_queue[l * 8 + x] >= 0 && hashed.expert_queue[l * 8] >= 0 &&
+          (hashed.expert_queue[l * 8 + x] == hashed.expert_queue[l * 8]) != (x < 4))
+        mixed = 1;
+    }
+  assert_true(mixed);
+  assert_true(ep.expert_queue[0] >= 0 && ep.expert_queue[4] >= 0 && ep.expert_queue[0] != ep.expert_queue[4]);
+  assert_true(hashed.peak <= hashed.budget);
 }
 
 int main(void) {

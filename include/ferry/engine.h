@@ -279,6 +279,9 @@ struct ferry_engine_config {
                                       memory pressure or budget schedule. Other cases are
                                       FERRY_ERR_UNSUPPORTED with the reason */
   enum ferry_parallel parallel;  /**< how (FERRY_PARALLEL_TP, _PP or _EP when n_devices > 1) */
+  int expert_placement_hash;     /**< expert parallel: each layer's experts go to the devices in the
+                                      order of a hash of (layer, expert), E / N a device, instead of
+                                      contiguous ranges (so experts popular by their number spread) */
 };
 
 /** One request to serve. */

@@ -594,6 +594,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->seq_tokens);
   ferry_free(e->seq_maxpos);
   ferry_free(e->devs); /* when the executor was gone (ferry__mgpu_free frees them otherwise) */
+  ferry_free(e->ep_dev);
   ferry_free(e);
 }
 

@@ -218,6 +218,7 @@ struct ferry_engine {
   struct dev_state *devs;
   int32_t n_dev, cur_dev, tp, q_peer;
   int ep;                 /* expert parallel: routed experts split over the devices */
+  int8_t *ep_dev;         /* expert parallel: layer * n_experts + expert -> its device */
   int32_t *ep_rows;       /* expert parallel: per device, each pair's row to combine (its own or the zero row) */
   int32_t *ep_zero;       /* per token: the zero row (clears x on the devices after the first) */
   ferry_event **mb_sent;  /* pipeline: per micro-batch, recorded after its hidden state's copy */
@@ -533,9 +534,9 @@ ferry_status ferry__mgpu_send(struct ferry_engine *e, int32_t from, int32_t to);
 ferry_status ferry__mgpu_receive(struct ferry_engine *e);
 /* Where a sharded tensor's slice sits in every device's shard buffer (grows shard_bytes). */
 uint64_t ferry__mgpu_place_shard(struct ferry_engine *e, const struct ferry_tensor_desc *t, enum ferry_dtype dt);
-/* Expert parallel: the device of routed expert x. */
-static inline int32_t ferry__mgpu_expert_dev(const struct ferry_engine *e, int32_t x) {
-  return e->ep ? (int32_t)((int64_t)x * e->n_dev / e->mc->n_experts) : e->cur_dev;
+/* Expert parallel: the device of routed expert x of layer l (the current device otherwise). */
+static inline int32_t ferry__mgpu_expert_dev(const struct ferry_engine *e, int32_t l, int32_t x) {
+  return e->ep ? e->ep_dev[(int64_t)l * e->mc->n_experts + x] : e->cur_dev;
 }
 /* Expert parallel: every device's experts' rows (after its zeroed x on all but the first)
  * combined into x, then the all-reduce. */

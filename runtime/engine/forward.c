@@ -717,7 +717,7 @@ static ferry_status dispatch_experts(struct ferry_engine *e, int32_t l, uint64_t
      * on the layer's CPU */
     for (int32_t x = 0; x < E; x++) {
       if (!e->expert_count[x]) continue;
-      ferry__dev_use(e, ferry__mgpu_expert_dev(e, x)); /* expert parallel: where it lives */
+      ferry__dev_use(e, ferry__mgpu_expert_dev(e, l, x)); /* expert parallel: where it lives */
       if ((st = run_expert(e, l, x, -1, in))) return st;
     }
   } else {

@@ -27,6 +27,7 @@ static const char *unsupported(const struct ferry_engine *e, int32_t n) {
   if (e->ex && ferry_exec_device_count(e->ex) < n) return "an executor created for fewer devices (its n_devices)";
   if (mc->n_experts && !ep) return "MoE models (split them by expert parallel, ep)";
   if (ep && !mc->n_experts) return "dense models (expert parallel splits routed experts: use tp)";
+  if (c->expert_placement_hash && !ep) return "a hashed expert placement without expert parallel (ep)";
   if (ep && (mc->n_experts < n || c->expert_granularity_layer || c->router_lookahead || c->compute_experts))
     return "fewer experts than devices, experts moving with their layer, gate lookahead or experts on the CPU";
   if (mc->kv_lora_rank) return "multi-head latent attention (MLA)";
@@ -43,6 +44,36 @@ static const char *unsupported(const struct ferry_engine *e, int32_t n) {
   return NULL;
 }
 
+/* A 64-bit mix of v (splitmix64's finaliser): the hash of expert placement. */
+static uint64_t mix(uint64_t v) {
+  v += 0x9e3779b97f4a7c15ull;
+  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+  v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+  return v ^ (v >> 31);
+}
+
+/* Each layer's experts on the devices, E / N a device (the first E mod N devices one more):
+ * in expert order (contiguous ranges), or in the order of their hashes. Owned. */
+static int8_t *place_experts(const struct ferry_engine *e) {
+  const int32_t L = (int32_t)e->mc->n_layers, E = (int32_t)e->mc->n_experts, N = e->n_dev;
+  int8_t *dev = ferry__calloc((size_t)L * (size_t)E, 1);
+  if (!dev) return NULL;
+  for (int32_t l = 0; l < L; l++)
+    for (int32_t x = 0; x < E; x++) {
+      int32_t rank = x; /* the expert's place in the order */
+      if (e->cfg.expert_placement_hash) {
+        const uint64_t h = mix((uint64_t)l << 32 | (uint32_t)x);
+        rank = 0;
+        for (int32_t y = 0; y < E; y++) { /* E is small: count the experts hashed before it */
+          const uint64_t hy = mix((uint64_t)l << 32 | (uint32_t)y);
+          rank += hy < h || (hy == h && y < x);
+        }
+      }
+      dev[(size_t)l * (size_t)E + (size_t)x] = (int8_t)((int64_t)rank * N / E);
+    }
+  return dev;
+}
+
 ferry_status ferry__mgpu_check(struct ferry_engine *e) {
   const int32_t n = e->cfg.n_devices > 1 ? e->cfg.n_devices : 1;
   e->n_dev = 1;
@@ -57,6 +88,8 @@ ferry_status ferry__mgpu_check(struct ferry_engine *e) {
   e->n_dev = n;
   if (e->cfg.parallel == FERRY_PARALLEL_TP || e->cfg.parallel == FERRY_PARALLEL_EP) e->tp = n;
   e->ep = e->cfg.parallel == FERRY_PARALLEL_EP;
+  if (e->ep && (e->ep_dev = place_experts(e)) == NULL)
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the expert placement");
   e->cfg.resident_all = 1; /* no offloading yet: each device holds its share; the executor enforces its budget */
   return FERRY_OK;
 }
@@ -91,7 +124,7 @@ int32_t ferry__mgpu_layer_dev(const struct ferry_engine *e, int32_t l) {
 
 uint32_t ferry__mgpu_unit_devices(const struct ferry_engine *e, const struct unit *un) {
   if (!ferry__mgpu_on(e)) return 1u;
-  if (e->ep && un->kind == UNIT_EXPERT) return 1u << ferry__mgpu_expert_dev(e, un->expert);
+  if (e->ep && un->kind == UNIT_EXPERT) return 1u << ferry__mgpu_expert_dev(e, un->layer, un->expert);
   if (e->tp > 1) return (1u << e->n_dev) - 1u; /* replicated: norms, embeddings, the head */
   if (un->kind == UNIT_GLOBAL) return 1u | 1u << (e->n_dev - 1); /* embedding first, head last */
   return 1u << ferry__mgpu_layer_dev(e, un->layer);
@@ -156,7 +189,9 @@ void ferry__mgpu_free(struct ferry_engine *e) {
   e->mb_sent = NULL;
   ferry_free(e->ep_rows);
   ferry_free(e->ep_zero);
+  ferry_free(e->ep_dev);
   e->devs = NULL;
+  e->ep_dev = NULL;
   e->ep_rows = e->ep_zero = NULL;
 }
 
@@ -324,7 +359,7 @@ ferry_status ferry__mgpu_ep_combine(struct ferry_engine *e, int32_t l) {
     ferry__dev_use(e, d);
     int32_t *rows = e->ep_rows + (size_t)d * (size_t)e->cfg.max_step_tokens * (size_t)K;
     for (int64_t p = 0; p < TK; p++)
-      rows[p] = ferry__mgpu_expert_dev(e, e->routing_ids[p]) == d ? (int32_t)p : e->ep_zero[0];
+      rows[p] = ferry__mgpu_expert_dev(e, l, e->routing_ids[p]) == d ? (int32_t)p : e->ep_zero[0];
     /* the first device adds its rows (and the shared expert) to x; the others start from zero */
     if ((d && (st = gather(e, l, "ep_zero_x", e->ws.expert_out, e->ws.x, T, e->ep_zero))) ||
         (st = gather(e, l, "ep_own_pairs", e->ws.expert_out, e->ws.expert_final, TK, rows)))
