@@ -212,7 +212,8 @@ static ferry_status create_executor(struct run_ctx *c) {
                                             .host_budget_bytes = a->ec.host_budget_bytes,
                                             .lock_host_memory = strcmp(a->host_memory, "pageable") != 0,
                                             .compute_threads = (int)a->threads,
-                                            .sim_mode = a->exact ? FERRY_SIM_EXACT : FERRY_SIM_FAST}};
+                                            .sim_mode = a->exact ? FERRY_SIM_EXACT : FERRY_SIM_FAST,
+                                            .n_devices = a->ec.n_devices}};
   ferry_hw *hw = NULL;
   ferry_status st = a->hw ? ferry_hw_open(&hw, a->hw) : FERRY_OK;
   /* the software issuing the work: as asked, else the profile's, else a C++ engine */
@@ -223,9 +224,13 @@ static ferry_status create_executor(struct run_ctx *c) {
   if (st == FERRY_OK && hw) weak_fits(ferry_hw_get(hw), c->fit_warning, sizeof c->fit_warning);
   if (hw) profile_rates(ferry_hw_get(hw), c->mc->dtype, &a->ec.rates);
   else same_rates(&a->ec.rates);
+  const int gpus = hw ? ferry_hw_gpu_count(ferry_hw_get(hw)) : 1;
+  if (st == FERRY_OK && hw && ferry_hw_get(hw)->has_interconnect && a->ec.n_devices > gpus)
+    st = ferry__fail(FERRY_ERR_INVALID, "--gpus %d: %s holds %d GPUs", a->ec.n_devices, ferry_hw_get(hw)->name, gpus);
   /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
-  if (st == FERRY_OK && hw && a->progress && ferry_hw_gpu_count(ferry_hw_get(hw)) > 1)
-    fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (ferry plan counts the others as replicas)\n",
+  if (st == FERRY_OK && hw && a->progress && gpus > 1 && a->ec.n_devices < 2)
+    fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (--gpus N --parallel tp|pp splits the "
+                    "model over several)\n",
             ferry_hw_get(hw)->name, ferry_hw_gpu_count(ferry_hw_get(hw)));
   ferry_hw_close(hw);
   return st;
@@ -242,6 +247,12 @@ static void print_sim_stats(ferry_exec *ex, int64_t wall0, int asked_exact) {
           exact && !asked_exact ? ", chosen because two queues move bytes the same way or faults are injected" : "",
           (unsigned long long)ss.ops_done, wall_s > 0 ? (double)ss.ops_done / wall_s : 0.0,
           (unsigned long long)ss.events_run);
+  if (ss.allreduces || ss.bytes_peer) {
+    char moved[32];
+    fprintf(stderr, "ferry: between GPUs: %llu all-reduces in %.3f ms; %s copied GPU to GPU in %.3f ms\n",
+            (unsigned long long)ss.allreduces, (double)ss.allreduce_ns / 1e6,
+            ferry__format_bytes(ss.bytes_peer, moved, sizeof moved), (double)ss.peer_busy_ns / 1e6);
+  }
   if (ss.cache_hits + ss.cache_misses) {
     char hit[32];
     fprintf(stderr, "ferry: page cache: %llu of %llu buffered disk reads served from memory (%s)\n",

@@ -142,6 +142,14 @@ static int check_offload_compute(struct run_args *a, const char *spec) {
   return 0;
 }
 
+static int check_parallel(struct run_args *a, const char *value) {
+  return expect_one_of(a, "parallel", value, (const char *const[]){"tp", "pp", "ep", NULL});
+}
+
+static int check_expert_placement(struct run_args *a, const char *value) {
+  return expect_one_of(a, "expert-placement", value, (const char *const[]){"range", "hash", NULL});
+}
+
 static int check_host_memory(struct run_args *a, const char *value) {
   return expect_one_of(a, "host-memory", value, (const char *const[]){"pinned", "pageable", NULL});
 }
@@ -483,6 +491,21 @@ static int refuse_ignored(const struct run_args *a) {
   return 0;
 }
 
+/* --gpus and --parallel go together, on an executor that drives several devices. */
+static int refuse_parallel(const struct run_args *a) {
+  if (a->gpus > 1 && !RUN_GIVEN(a, parallel))
+    return cli_usage_error(a->cmd, "--gpus %lld: say how to split the model (--parallel tp, pp or ep)", (long long)a->gpus);
+  if (a->gpus < 2 && RUN_GIVEN(a, parallel))
+    return cli_usage_error(a->cmd, "--parallel %s splits the model over --gpus N (N > 1)", a->parallel);
+  if (RUN_GIVEN(a, expert_placement) && strcmp(a->parallel, "ep"))
+    return cli_usage_error(a->cmd, "--expert-placement places experts of --parallel ep: give it");
+  if (a->gpus > 1 && !a->sim && strcmp(a->executor, "host"))
+    return cli_usage_error(a->cmd, "--gpus %lld: the %s executor drives one device (the host executor emulates "
+                                   "several; ferry sim prices them)",
+                           (long long)a->gpus, a->executor);
+  return 0;
+}
+
 /* What the options mean for the engine and the trace reader. */
 static void apply(struct run_args *a) {
   struct ferry_engine_config *ec = &a->ec;
@@ -502,6 +525,12 @@ static void apply(struct run_args *a) {
   ec->kv_preempt_swap = !strcmp(a->kv_preempt, "swap");
   ec->kv_pool_bytes = a->kv_pool;
   ec->gpu_batches = (int32_t)a->gpu_batches;
+  ec->n_devices = (int32_t)a->gpus;
+  ec->expert_placement_hash = !strcmp(a->expert_placement, "hash");
+  ec->parallel = !strcmp(a->parallel, "tp")   ? FERRY_PARALLEL_TP
+                 : !strcmp(a->parallel, "pp") ? FERRY_PARALLEL_PP
+                 : !strcmp(a->parallel, "ep") ? FERRY_PARALLEL_EP
+                                              : FERRY_PARALLEL_NONE;
   ec->device_budget_bytes = a->device_budget;
   ec->host_budget_bytes = a->host_budget;
   ec->max_batch = (int32_t)a->max_batch;
@@ -555,7 +584,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
     return cli_usage_error(cmd, "--profile traces the GPU with CUPTI: the %s executor has nothing to trace (use --backend "
                                 "cuda)",
                            a->executor);
-  const int refused = refuse_ignored(a);
+  int refused = refuse_ignored(a);
+  if (!refused) refused = refuse_parallel(a);
   if (refused) return refused;
   apply(a);
   const struct ferry_path_use paths[] = {

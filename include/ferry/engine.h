@@ -148,6 +148,25 @@ struct ferry_budget_change {
   uint64_t bytes;       /**< the new budget (> 0) */
 };
 
+/** How a multi-device run splits the model over its devices (ferry_engine_config::parallel). */
+enum ferry_parallel {
+  FERRY_PARALLEL_NONE = 0, /**< one device */
+  FERRY_PARALLEL_TP = 1,   /**< tensor parallel (Megatron-LM): each device holds 1/N of every layer's
+                                attention heads (q, k, v column-split, o row-split) and of its FFN
+                                columns (gate, up column-split, down row-split) and of the KV cache;
+                                one all-reduce of the hidden state after attention and one after the
+                                FFN; embeddings, norms and the head replicated */
+  FERRY_PARALLEL_PP = 2,   /**< pipeline parallel: contiguous blocks of layers per device (with their
+                                KV cache), the hidden state copied device to device between stages;
+                                the embedding on the first device, the head on the last */
+  FERRY_PARALLEL_EP = 3    /**< expert parallel (MoE models): the routed experts of every layer in
+                                contiguous ranges per device (expert x on device x N / E), attention
+                                and dense layers tensor parallel as FERRY_PARALLEL_TP; every device
+                                holds the layer's tokens (after attention's all-reduce), runs its own
+                                experts on those routed to them and combines their rows; an
+                                all-reduce of the hidden state joins the devices' partial sums */
+};
+
 /** Engine configuration (copied at create time). */
 struct ferry_engine_config {
   int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
@@ -250,6 +269,19 @@ struct ferry_engine_config {
   struct ferry_pressure_config pressure; /**< memory-pressure control (off by default) */
   const struct ferry_budget_change *budget_schedule; /**< budget changes (copied; any order) */
   int32_t n_budget_changes;      /**< entries in budget_schedule */
+  int32_t n_devices;             /**< devices to split the model over (0 or 1: one); the executor must
+                                      drive as many (ferry_exec_config::n_devices), each with the
+                                      device budget. Every weight stays resident (no offloading yet);
+                                      dense models of the usual attention (no MLA, fused qkv, sandwich
+                                      norms, parallel residual or ALiBi; TP and EP: unquantized, heads,
+                                      KV heads and FFN width divisible by N; MoE models by EP only); no
+                                      hybrid CPU compute,
+                                      memory pressure or budget schedule. Other cases are
+                                      FERRY_ERR_UNSUPPORTED with the reason */
+  enum ferry_parallel parallel;  /**< how (FERRY_PARALLEL_TP, _PP or _EP when n_devices > 1) */
+  int expert_placement_hash;     /**< expert parallel: each layer's experts go to the devices in the
+                                      order of a hash of (layer, expert), E / N a device, instead of
+                                      contiguous ranges (so experts popular by their number spread) */
 };
 
 /** One request to serve. */
@@ -381,6 +413,10 @@ struct ferry_serve_summary {
                                    times are relative to it) */
   int64_t kv_capacity_tokens; /**< tokens the KV cache holds: sequences x tokens per sequence */
   int64_t kv_peak_tokens;     /**< most tokens the KV cache held at the end of a step */
+  int32_t devices;            /**< devices the model was split over (1: one; see
+                                   ferry_engine_config::n_devices); peak_bytes[FERRY_TIER_DEVICE]
+                                   and budget_bytes are then those of the fullest device */
+  uint64_t device_peak_bytes[FERRY_EXEC_MAX_DEVICES]; /**< peak device-tier bytes of each device (devices of them) */
 };
 
 /**
@@ -537,7 +573,8 @@ FERRY_API ferry_status ferry_engine_check_weights(ferry_engine *engine, ferry_st
  * @param store the new weights; ownership passes to the engine on FERRY_OK (closed when
  *        released); on an error the caller keeps it and the old weights keep serving.
  * @param label names the version in events (copied; e.g. its folder), may be NULL.
- * @return FERRY_OK when staged; the check's error otherwise.
+ * @return FERRY_OK when staged; the check's error otherwise; FERRY_ERR_UNSUPPORTED for an engine
+ *         split over several devices (ferry_engine_config::n_devices).
  */
 FERRY_API ferry_status ferry_engine_reload(ferry_engine *engine, ferry_store *store, const char *label);
 

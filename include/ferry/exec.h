@@ -63,7 +63,17 @@ struct ferry_exec_config {
   int compute_threads;          /**< host executor: BLAS threads (0 = cores - 2, at least 1: the copy
                                      and disk queues keep a core each) */
   int sim_mode;                 /**< sim executor: a ::ferry_sim_mode (0 = FERRY_SIM_EXACT) */
+  int32_t n_devices;            /**< devices the executor drives (0 or 1: one; at most
+                                     FERRY_EXEC_MAX_DEVICES). Each has its own device tier of
+                                     device_budget_bytes; buffers and queues name theirs
+                                     (ferry_exec_alloc_on(), ferry_exec_queue_create_on()).
+                                     host: N budgeted arenas in RAM (multi-device numerics in one
+                                     process); sim: N GPUs of the profile joined by its
+                                     interconnect; cuda: one only */
 };
+
+/** Most devices one executor drives (ferry_exec_config::n_devices). */
+#define FERRY_EXEC_MAX_DEVICES 8
 
 /**
  * How the `sim` executor computes times (sim.h). The fast modes give the same figures as the
@@ -105,6 +115,13 @@ enum ferry_kernel_kind {
                             attends over the latent rows; w = kv_b_proj [heads x (head_dim + n), k];
                             y [m, heads, n]. head_dim: qk_nope, rot_dim: qk_rope, k: kv_lora_rank,
                             n: v_head_dim */
+  FERRY_K_ALLREDUCE,   /**< a collective over m devices (2..FERRY_EXEC_MAX_DEVICES): x (on the
+                            queue's device) and aux[0..m-2] (one per other device) each hold n
+                            fp32 partials; every one is replaced by their sum, added in the order
+                            x, aux[0], aux[1], ... so each device holds the same bits. Enqueued
+                            on one device's compute queue; the caller orders the other devices'
+                            queues before (events) and after it (host: a real sum; sim: a ring
+                            all-reduce priced from the profile's interconnect) */
   FERRY_K_COUNT        /**< number of kinds, not a kind */
 };
 
@@ -329,6 +346,40 @@ FERRY_API ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_
  */
 FERRY_API ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes, const char *label,
                               ferry_buf **out);
+
+/**
+ * @brief As ferry_exec_queue_create(), for device @p device of a multi-device executor
+ *        (ferry_exec_config::n_devices): its kernels run on that device, its copies use that
+ *        device's link. ferry_exec_queue_create() is device 0.
+ * @return FERRY_ERR_INVALID when @p device is not one of the executor's devices.
+ */
+FERRY_API ferry_status ferry_exec_queue_create_on(ferry_exec *ex, enum ferry_queue_role role, int32_t device,
+                                                  int32_t *out);
+
+/**
+ * @brief As ferry_exec_alloc(), on device @p device: a device-tier buffer counts against that
+ *        device's budget (each device has device_budget_bytes). ferry_exec_alloc() is device 0.
+ *        A copy between device buffers of two devices is a peer-to-peer copy (the simulator
+ *        prices it on the profile's interconnect).
+ * @return FERRY_ERR_INVALID when @p device is not one of the executor's devices;
+ *         FERRY_ERR_BUDGET over that device's budget.
+ */
+FERRY_API ferry_status ferry_exec_alloc_on(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+                                           const char *label, ferry_buf **out);
+
+/** @brief Devices the executor drives (1 unless configured with n_devices > 1). */
+FERRY_API int32_t ferry_exec_device_count(const ferry_exec *ex);
+
+/** @brief Device a buffer lives on (0 for host-tier buffers and single-device executors). */
+FERRY_API int32_t ferry_exec_buf_device(const ferry_buf *buf);
+
+/**
+ * @brief Device-tier bytes in use and the peak of one device since creation (the tier figures
+ *        of ferry_exec_tier_usage() are all devices together).
+ * @param used receives the bytes in use (may be NULL); 0 for a device out of range.
+ * @param peak receives the peak (may be NULL).
+ */
+FERRY_API void ferry_exec_device_usage(const ferry_exec *ex, int32_t device, uint64_t *used, uint64_t *peak);
 
 /** @brief Free a buffer (its queues must be idle on it). Accepts NULL. */
 FERRY_API void ferry_exec_free(ferry_exec *ex, ferry_buf *buf);

@@ -64,6 +64,10 @@ struct ferry_sim_stats {
   int mode;               /**< the ::ferry_sim_mode that times the ops: FERRY_SIM_EXACT when asked,
                                or when injected faults or two queues moving bytes the same way
                                (hybrid runs) need the discrete-event path */
+  uint64_t allreduces;    /**< all-reduce kernels (FERRY_K_ALLREDUCE) of a multi-device run */
+  int64_t allreduce_ns;   /**< their time, priced from the profile's interconnect */
+  uint64_t bytes_peer;    /**< bytes copied GPU to GPU (pipeline hand-offs) */
+  int64_t peer_busy_ns;   /**< time the GPU-to-GPU channel had bytes flowing */
 };
 
 /**

@@ -460,6 +460,8 @@ ferry_status ferry_engine_check_weights(ferry_engine *e, ferry_store *store) {
 }
 
 ferry_status ferry_engine_reload(ferry_engine *e, ferry_store *store, const char *label) {
+  if (e && ferry__mgpu_on(e)) /* its weights are spread over the devices (mgpu.c): no re-plan yet */
+    return ferry__fail(FERRY_ERR_UNSUPPORTED, "engine_reload: not for a run split over %d devices", e->n_dev);
   ferry_status st = ferry_engine_check_weights(e, store);
   if (st != FERRY_OK) {
     ferry__engine_event(e, FERRY_ENGINE_EVENT_RELOAD, -1, NAN, "reload refused", "%s: %s", label ? label : "weights",

@@ -98,10 +98,10 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(topk_w, T * K);
   WS(topk_ids, T * K);
   /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
-  const int cpu_experts = E && c_cpu_experts(e);
-  WS(expert_out, T * K * H + (cpu_experts ? H : 0));
-  e->ws.zero = cpu_experts ? e->ws.expert_out + T * K * H * 4 : 0;
-  WS(expert_final, cpu_experts ? T * K * H : 0);
+  const int cpu_experts = E && c_cpu_experts(e), pair_rows = cpu_experts || e->ep; /* expert parallel gathers too */
+  WS(expert_out, T * K * H + (pair_rows ? H : 0));
+  e->ws.zero = pair_rows ? e->ws.expert_out + T * K * H * 4 : 0;
+  WS(expert_final, pair_rows ? T * K * H : 0);
   WS(cpu_sum, cpu_experts ? T * H : 0);
   WS(gather, E ? T * H : 0);
   WS(eg, T * ei);
@@ -134,11 +134,19 @@ static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
 static uint64_t layout_kv(struct ferry_engine *e, int planned) {
   const struct ferry_model_config *mc = e->mc;
   const uint64_t B = (uint64_t)e->n_seqs;
+  const int64_t kv_heads = mc->n_kv_heads / (e->tp > 1 ? e->tp : 1); /* tensor parallel: this device's */
   const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
-                                                                              : (uint64_t)(mc->n_kv_heads * mc->head_dim));
-  uint64_t off[2] = {0, 0};
+                                                                              : (uint64_t)(kv_heads * mc->head_dim));
+  uint64_t off[2] = {0, 0}, most = 0, earlier = 0; /* earlier: the devices before this one */
+  int32_t stage = 0;
   for (int64_t l = 0; l < mc->n_layers; l++) {
     struct kv_layer *kv = &e->kv[l];
+    if (ferry__mgpu_layer_dev(e, (int32_t)l) != stage) { /* pipeline: each device's layers from 0 */
+      stage = ferry__mgpu_layer_dev(e, (int32_t)l);
+      most = off[0] > most ? off[0] : most;
+      earlier += off[0];
+      off[0] = 0;
+    }
     const int64_t vis = e->li[l].kv_visible, need = vis + e->cfg.max_step_tokens;
     kv->ring = vis > 0 && need < e->kv_capacity;
     kv->rows = kv->ring ? (int32_t)need : e->kv_capacity;
@@ -152,9 +160,11 @@ static uint64_t layout_kv(struct ferry_engine *e, int planned) {
     kv->v_off = *o;
     if (!mc->kv_lora_rank) *o += region;
   }
-  e->kv_total_bytes = off[0] + off[1];
+  most = off[0] > most ? off[0] : most;
+  e->kv_total_bytes = earlier + off[0] + off[1];
   e->hkv_bytes = off[1];
-  return off[0];
+  e->kv_dev_bytes = most;
+  return most;
 }
 
 static uint64_t readback_bytes(const struct ferry_engine *e) {
@@ -341,12 +351,16 @@ void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_p
   /* under pressure control the host tier is planned to its low-water mark: the headroom up to
    * the high mark is what other work on the machine may take before the engine degrades */
   pc->blocks_on_cpu = e->cfg.compute_layers == FERRY_COMPUTE_CPU;
+  /* several devices: the plan pins everything; each device's share is held to its budget by the
+   * executor as it is allocated (mgpu.c) */
+  if (ferry__mgpu_on(e)) pc->device_budget_bytes = 0;
   if (e->cfg.pressure.enabled && pc->host_budget_bytes)
     pc->host_budget_bytes = (uint64_t)((double)pc->host_budget_bytes * e->cfg.pressure.low_water);
 }
 
 static ferry_status make_plan(struct ferry_engine *e) {
-  ferry_status lst = layout_buffers(e);
+  ferry_status lst = e->devs ? FERRY_OK : ferry__mgpu_check(e);
+  if (lst == FERRY_OK) lst = layout_buffers(e);
   if (lst != FERRY_OK) return lst;
   struct ferry_plan_config pc;
   ferry__engine_base_plan_config(e, &pc);
@@ -531,6 +545,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_exec *ex = e->ex;
   if (ex) {
     ferry_exec_drain(ex);
+    ferry__mgpu_free(e);
     ferry__engine_free_streaming(e, 1);
     ferry_exec_free(ex, e->kv_buf);
     ferry_exec_free(ex, e->ws_buf);
@@ -579,6 +594,8 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->seqs);
   ferry_free(e->seq_tokens);
   ferry_free(e->seq_maxpos);
+  ferry_free(e->devs); /* when the executor was gone (ferry__mgpu_free frees them otherwise) */
+  ferry_free(e->ep_dev);
   ferry_free(e);
 }
 
@@ -697,10 +714,14 @@ static ferry_status allocate(struct ferry_engine *e) {
   ferry_status st;
   char kv[256];
   kv_shape(e, kv, sizeof kv);
-  if ((st = ferry__engine_alloc_pinned(e)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
-      (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf)) ||
-      (st = ferry__engine_alloc_streaming(e)) ||
+  if (ferry__mgpu_on(e)) { /* per device (mgpu.c) */
+    if ((st = ferry__mgpu_alloc(e)) != FERRY_OK) return st;
+  } else if ((st = ferry__engine_alloc_pinned(e)) ||
+             (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
+             (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf))) {
+    return st;
+  }
+  if ((st = ferry__engine_alloc_streaming(e)) ||
       (st = alloc_buf(e, FERRY_TIER_HOST, readback_bytes(e), "read-back", NULL, &e->readback_buf)) ||
       (st = alloc_buf(e, FERRY_TIER_HOST, e->bounce_bytes, "load bounce", NULL, &e->bounce_buf)))
     return st;
@@ -834,6 +855,7 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   if (st == FERRY_OK) {
     struct ferry_exec_range range = ferry_exec_range_begin(exec, "load weights", -1, -1, -1);
     st = ferry__engine_load_resident(e, 0);
+    if (st == FERRY_OK) st = ferry__mgpu_load_shards(e);
     if (st == FERRY_OK) st = ferry__hybrid_load(e);
     if (st == FERRY_OK) st = ferry__engine_preload_experts(e);
     ferry_exec_range_end(exec, &range);
@@ -856,6 +878,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           (long long)e->mc->n_layers, e->mc->n_experts ? ", MoE" : "");
   fprintf(f, "  device: %s of %s budget\n", ferry__format_bytes(p->device_total_bytes, b[0], 32),
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
+  ferry__mgpu_print(e, f);
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
   if (e->kv_block)
     fprintf(f, "    %s %s (paged, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",

@@ -31,6 +31,7 @@ struct unit {
   enum ferry_tier home;      /* where it is read from when streamed: HOST or DISK */
   uint64_t device_offset;    /* pinned: offset in the pinned buffer */
   uint64_t host_offset;      /* home HOST: offset in the host units buffer */
+  uint32_t devices;          /* pinned: bit d set when device d holds a copy (multi-device runs; else 1) */
 };
 
 /* Where a model tensor lives: its unit and offset inside it. */
@@ -45,6 +46,24 @@ struct tensor_loc {
   enum ferry_dtype part_dtype[FERRY_QPART_COUNT];
   uint32_t part_mask;                          /* bit p: part p exists */
   uint64_t packed_bytes;                       /* all parts */
+  /* tensor parallel: split over the devices, kept outside the units (mgpu.c); each device holds
+   * its slice at shard_offset of its shard buffer */
+  int sharded;                                 /* enum ferry__shard */
+  uint32_t file;
+  uint64_t file_offset, shard_offset;
+};
+
+/* How a tensor parallel run splits a tensor: not, by output rows (column parallel: q, k, v,
+ * gate, up and their biases) or by input columns (row parallel: o, down). */
+enum ferry__shard { SHARD_NONE, SHARD_ROWS, SHARD_COLS };
+
+/* One device of a multi-device run: its compute queue and buffers, and an event its compute
+ * queue records where another device waits for it. */
+struct dev_state {
+  int32_t q_compute;
+  ferry_buf *pinned, *kv, *ws, *shard;
+  uint64_t pinned_bytes;
+  ferry_event *done;
 };
 
 /* A device slot (block or expert) with the events that order its reuse. */
@@ -191,6 +210,20 @@ struct ferry_engine {
   ferry_buf *cws;
   int w_host;
   ferry_event *ev_down, *ev_cpu, *ev_up;
+
+  /* Multi-device runs (cfg.n_devices > 1, mgpu.c): n_dev devices; q_compute, pinned_buf, kv_buf
+   * and ws_buf (and cq, cws) above are those of device cur_dev, whose ops are being issued
+   * (ferry__dev_use). tp: devices a tensor parallel run splits each layer over (1 otherwise).
+   * q_peer carries the device-to-device copies of a pipeline. */
+  struct dev_state *devs;
+  int32_t n_dev, cur_dev, tp, q_peer;
+  int ep;                 /* expert parallel: routed experts split over the devices */
+  int8_t *ep_dev;         /* expert parallel: layer * n_experts + expert -> its device */
+  int32_t *ep_rows;       /* expert parallel: per device, each pair's row to combine (its own or the zero row) */
+  int32_t *ep_zero;       /* per token: the zero row (clears x on the devices after the first) */
+  ferry_event **mb_sent;  /* pipeline: per micro-batch, recorded after its hidden state's copy */
+  uint64_t shard_bytes;   /* tensor parallel: one device's slices */
+  uint64_t kv_dev_bytes;  /* one device's KV cache */
 
   /* buffers */
   ferry_buf *pinned_buf, *kv_buf, *ws_buf, *block_buf, *expert_buf, *host_units_buf, *staging_buf, *readback_buf,
@@ -476,6 +509,42 @@ ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const 
 int ferry__expert_on_cpu(const struct ferry_engine *e, int32_t layer, int32_t expert, int32_t n_tokens);
 /* Whether streamed (not pinned) layers run on the CPU this step (compute_layers). */
 int ferry__layers_on_cpu(const struct ferry_engine *e, int32_t n_tokens);
+
+/* mgpu.c: multi-device runs (tensor and pipeline parallel) */
+static inline int ferry__mgpu_on(const struct ferry_engine *e) { return e->n_dev > 1; }
+/* What the configuration asks for is a run mgpu.c can do (FERRY_ERR_UNSUPPORTED with why). */
+ferry_status ferry__mgpu_check(struct ferry_engine *e);
+enum ferry__shard ferry__mgpu_shard(const struct ferry_engine *e, enum ferry_tensor_role role);
+/* pipeline parallel: the device of layer l (-1: the embedding, L: the head) */
+int32_t ferry__mgpu_layer_dev(const struct ferry_engine *e, int32_t l);
+/* the devices a pinned unit lives on (a bit each) */
+uint32_t ferry__mgpu_unit_devices(const struct ferry_engine *e, const struct unit *un);
+ferry_status ferry__mgpu_alloc(struct ferry_engine *e);     /* queues, buffers, events per device */
+ferry_status ferry__mgpu_load_shards(struct ferry_engine *e); /* tensor parallel slices */
+void ferry__mgpu_free(struct ferry_engine *e);
+/* Issue the following ops on device d: its compute queue, workspace, KV cache and weights. */
+void ferry__dev_use(struct ferry_engine *e, int32_t d);
+/* Sum the devices' n floats at workspace offset off into every device's (after the ops issued
+ * so far on each; the ops issued after it on each wait for it). */
+ferry_status ferry__mgpu_allreduce(struct ferry_engine *e, uint64_t off, int64_t n);
+/* Pipeline: send the hidden state of micro-batch cur_mb from device `from` to device `to` after
+ * the ops issued so far on `from`; receive: the ops issued next on the current device wait for
+ * cur_mb's last send (so a stage starts on a micro-batch as soon as it has arrived). */
+ferry_status ferry__mgpu_send(struct ferry_engine *e, int32_t from, int32_t to);
+ferry_status ferry__mgpu_receive(struct ferry_engine *e);
+/* Where a sharded tensor's slice sits in every device's shard buffer (grows shard_bytes). */
+uint64_t ferry__mgpu_place_shard(struct ferry_engine *e, const struct ferry_tensor_desc *t, enum ferry_dtype dt);
+/* Expert parallel: the device of routed expert x of layer l (the current device otherwise). */
+static inline int32_t ferry__mgpu_expert_dev(const struct ferry_engine *e, int32_t l, int32_t x) {
+  return e->ep ? e->ep_dev[(int64_t)l * e->mc->n_experts + x] : e->cur_dev;
+}
+/* Expert parallel: every device's experts' rows (after its zeroed x on all but the first)
+ * combined into x, then the all-reduce. */
+ferry_status ferry__mgpu_ep_combine(struct ferry_engine *e, int32_t l);
+/* The plan's lines of a multi-device run: what each device holds (nothing for one device). */
+void ferry__mgpu_print(const struct ferry_engine *e, FILE *f);
+/* A sharded tensor's slice on the current device. */
+struct ferry_ref ferry__mgpu_weight(const struct ferry_engine *e, const struct tensor_loc *loc);
 
 /* helpers */
 static inline struct ferry_ref ferry__ws(struct ferry_engine *e, uint64_t off) {

@@ -46,10 +46,16 @@ ferry_status ferry__engine_load_resident(struct ferry_engine *e, int skip_pinned
         if ((st = ferry_exec_queue_wait(e->ex, e->q_disk, copy_done[turn])) ||
             (st = ferry_exec_read(e->ex, e->q_disk, e->store, rg->file, rg->file_offset + done, n, bounce, flags)) ||
             (st = ferry_exec_record(e->ex, e->q_disk, read_done[turn])) ||
-            (st = ferry_exec_queue_wait(e->ex, e->q_h2d, read_done[turn])) ||
-            (st = ferry_exec_copy(e->ex, e->q_h2d, ref(e->pinned_buf, un->device_offset + rg->unit_offset + done),
-                                  bounce, n)) ||
-            (st = ferry_exec_record(e->ex, e->q_h2d, copy_done[turn])))
+            (st = ferry_exec_queue_wait(e->ex, e->q_h2d, read_done[turn])))
+          st = exec_error(e, st);
+        /* every device holding the unit gets its copy (one, unless the run spans devices) */
+        for (int32_t d = 0; st == FERRY_OK && d < FERRY_EXEC_MAX_DEVICES; d++)
+          if (un->devices >> d & 1u &&
+              (st = ferry_exec_copy(e->ex, e->q_h2d, ref(e->devs ? e->devs[d].pinned : e->pinned_buf,
+                                                         un->device_offset + rg->unit_offset + done),
+                                    bounce, n)) != FERRY_OK)
+            st = exec_error(e, st);
+        if (st == FERRY_OK && (st = ferry_exec_record(e->ex, e->q_h2d, copy_done[turn])) != FERRY_OK)
           st = exec_error(e, st);
         turn ^= 1;
       }

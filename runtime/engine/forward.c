@@ -28,6 +28,15 @@ static struct ferry_kernel kernel(enum ferry_kernel_kind kind, const char *name,
 
 static ferry_status x_to(struct ferry_engine *e, int cpu);
 
+/* Devices a tensor parallel run splits each layer over (1 otherwise): this device's heads, KV
+ * heads and FFN columns are the model's over tp. */
+static int64_t tp_of(const struct ferry_engine *e) { return e->tp > 1 ? e->tp : 1; }
+
+/* The residual add of a row-parallel matmul (attn.o, mlp.down): on a tensor parallel run the
+ * devices other than the first write their partial sums over x instead of adding them, and
+ * only the first adds the bias, so the all-reduce that follows gives x + o_proj(attn) + b. */
+static int resid_acc(const struct ferry_engine *e) { return e->tp < 2 || e->cur_dev == 0; }
+
 /* The weight (role, layer, expert) as a kernel reads it: the tensor where it lives, or, when it
  * is stored quantized, a DEQUANTIZE op into dequantization slot `slot` of the workspace first
  * (an op of its own, so every executor can time it and the simulator can cost it). */
@@ -236,7 +245,8 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
 /* q, k and v of the usual attention: separate projections, or one fused query_key_value. */
 static ferry_status qkv(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
-  const int64_t T = e->n_tok, H = mc->hidden, qd = mc->n_heads * mc->head_dim, kvd = mc->n_kv_heads * mc->head_dim;
+  const int64_t T = e->n_tok, H = mc->hidden, qd = mc->n_heads * mc->head_dim / tp_of(e),
+                kvd = mc->n_kv_heads * mc->head_dim / tp_of(e);
   ferry_status st;
   if (mc->fused_qkv) {
     if ((st = matmul(e, "attn.qkv", l, e->ws.h, e->ws.qkv, T, 3 * qd, H, FERRY_ROLE_ATTN_QKV,
@@ -263,7 +273,8 @@ static ferry_status qkv(struct ferry_engine *e, int32_t l) {
 static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   const struct ferry_layer_info *li = &e->li[l];
-  const int64_t T = e->n_tok, H = mc->hidden, NH = mc->n_heads, KV = mc->n_kv_heads, hd = mc->head_dim;
+  const int64_t T = e->n_tok, H = mc->hidden, NH = mc->n_heads / tp_of(e), KV = mc->n_kv_heads / tp_of(e),
+                hd = mc->head_dim;
   const int64_t qd = NH * hd, kvd = KV * hd;
   ferry_status st;
   if ((st = norm(e, "attn_norm", l, e->ws.x, e->ws.h, T, H, W(e, FERRY_ROLE_ATTN_NORM, l),
@@ -333,13 +344,14 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
                ? st
                : norm_ex(e, "post_attn_norm", l, e->ws.h, e->ws.x, T, H, 0, W(e, FERRY_ROLE_POST_ATTN_NORM, l), NOREF,
                          model_norm(mc), 1);
-  return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, qd, FERRY_ROLE_ATTN_O, W(e, FERRY_ROLE_ATTN_O_BIAS, l), 1);
+  return matmul(e, "attn.o", l, e->ws.attn, e->ws.x, T, H, qd, FERRY_ROLE_ATTN_O,
+                resid_acc(e) ? W(e, FERRY_ROLE_ATTN_O_BIAS, l) : NOREF, resid_acc(e));
 }
 
 /* The dense FFN of layer l on the normed input `in`, added into x (Gemma: normalised first). */
 static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
-  const int64_t T = e->n_tok, H = mc->hidden, I = mc->intermediate;
+  const int64_t T = e->n_tok, H = mc->hidden, I = mc->intermediate / tp_of(e);
   ferry_status st;
   if (mc->act == FERRY_ACT_SWIGLU || mc->act == FERRY_ACT_GEGLU) {
     if ((st = matmul(e, "mlp.gate", l, in, e->ws.g, T, I, H, FERRY_ROLE_FFN_GATE, NOREF, 0)) ||
@@ -371,7 +383,8 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
                ? st
                : norm_ex(e, "post_ffn_norm", l, e->ws.h, e->ws.x, T, H, 0, W(e, FERRY_ROLE_POST_FFN_NORM, l), NOREF,
                          model_norm(mc), 1);
-  return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, FERRY_ROLE_FFN_DOWN, W(e, FERRY_ROLE_FFN_DOWN_BIAS, l), 1);
+  return matmul(e, "mlp.down", l, e->ws.g, e->ws.x, T, H, I, FERRY_ROLE_FFN_DOWN,
+                resid_acc(e) ? W(e, FERRY_ROLE_FFN_DOWN_BIAS, l) : NOREF, resid_acc(e));
 }
 
 /* Whether layer l's ops of the current micro-batch may be op graphs (memo.c): only the device's.
@@ -702,8 +715,11 @@ static ferry_status dispatch_experts(struct ferry_engine *e, int32_t l, uint64_t
   if (e->plan.experts_pinned || e->layer_on_cpu || e->cfg.expert_granularity_layer) {
     /* every expert where the layer runs: resident on the device (or in the layer's block), or
      * on the layer's CPU */
-    for (int32_t x = 0; x < E; x++)
-      if (e->expert_count[x] && (st = run_expert(e, l, x, -1, in))) return st;
+    for (int32_t x = 0; x < E; x++) {
+      if (!e->expert_count[x]) continue;
+      ferry__dev_use(e, ferry__mgpu_expert_dev(e, l, x)); /* expert parallel: where it lives */
+      if ((st = run_expert(e, l, x, -1, in))) return st;
+    }
   } else {
     /* Hits first (their data may already be there), then misses, each fetched into a slot
      * chosen by the cache policy (runtime/policy/expert_plan.c), or computed on the CPU from
@@ -799,8 +815,9 @@ static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
   rk.jitter = (float)mc->router_jitter;
   TRY(ferry_exec_compute(e->ex, e->cq, &rk));
   if ((st = router_lookahead(e, l))) return st;
-  /* Shared expert on every token; its sigmoid gate (Qwen2-MoE) scales it in the combine. */
-  if (mc->n_shared_experts) {
+  /* Shared expert on every token; its sigmoid gate (Qwen2-MoE) scales it in the combine (expert
+   * parallel: the first device's) */
+  if (mc->n_shared_experts && resid_acc(e)) {
     const int64_t S = mc->shared_intermediate;
     if ((st = matmul(e, "shared.gate", l, in, e->ws.sg, T, S, H, FERRY_ROLE_SHARED_GATE, NOREF, 0)) ||
         (st = matmul(e, "shared.up", l, in, e->ws.su, T, S, H, FERRY_ROLE_SHARED_UP, NOREF, 0)))
@@ -825,6 +842,7 @@ static ferry_status moe_router(struct ferry_engine *e, int32_t l, uint64_t in) {
  * miss, or on the CPU), the predictor's prefetches, and the combine. */
 static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) {
   ferry_status st;
+  ferry__dev_use(e, 0); /* expert parallel: every device routed alike; the first's is read back */
   if ((st = routing(e, l))) return st;
   int64_t n_cpu_pairs = 0;
   group_by_expert(e);
@@ -836,7 +854,7 @@ static ferry_status moe_experts(struct ferry_engine *e, int32_t l, uint64_t in) 
       if (e->expert_count[x])
         ferry__memo_prefetch(e, MEMO_EXPERT, (int64_t)l * E + x, (int64_t)e->expert_count[x] * 2 + 1, graph);
   if ((st = dispatch_experts(e, l, in, &n_cpu_pairs))) return st;
-  return combine_experts(e, l, n_cpu_pairs);
+  return e->ep ? ferry__mgpu_ep_combine(e, l) : combine_experts(e, l, n_cpu_pairs);
 }
 
 /* The head of micro-batch cur_mb and the read-back of its logits rows; the host waits for them
@@ -902,16 +920,40 @@ static ferry_status x_to(struct ferry_engine *e, int cpu) {
   return FERRY_OK;
 }
 
-/* Layer l's attention and its FFN up to the routing (a dense layer's whole FFN). */
-static ferry_status layer_ops(struct ferry_engine *e, int32_t l, uint64_t in) {
+/* Layer l's FFN up to the routing (a dense layer's whole FFN), its norm first. */
+static ferry_status ffn_part(struct ferry_engine *e, int32_t l, uint64_t in) {
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
-  if ((st = attention_part(e, l))) return st;
   if (!mc->parallel_residual &&
       (st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h, e->n_tok, mc->hidden, W(e, FERRY_ROLE_FFN_NORM, l),
                  W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
     return st;
   return e->li[l].moe ? moe_router(e, l, in) : dense_ffn(e, l, in);
+}
+
+/* Tensor parallel: attention on every device (its heads), the all-reduce of x, the FFN on
+ * every device (its columns), the all-reduce of x. */
+static ferry_status tp_layer_ops(struct ferry_engine *e, int32_t l, uint64_t in) {
+  const int64_t n = (int64_t)e->n_tok * e->mc->hidden;
+  ferry_status st;
+  for (int32_t d = 0; d < e->n_dev; d++) {
+    ferry__dev_use(e, d);
+    if ((st = attention_part(e, l))) return st;
+  }
+  if ((st = ferry__mgpu_allreduce(e, e->ws.x, n))) return st;
+  for (int32_t d = 0; d < e->n_dev; d++) {
+    ferry__dev_use(e, d);
+    if ((st = ffn_part(e, l, in))) return st;
+  }
+  /* an MoE layer (expert parallel) joins its devices after the combine (ferry__mgpu_ep_combine) */
+  return e->li[l].moe ? FERRY_OK : ferry__mgpu_allreduce(e, e->ws.x, n);
+}
+
+/* Layer l's attention and its FFN up to the routing (a dense layer's whole FFN). */
+static ferry_status layer_ops(struct ferry_engine *e, int32_t l, uint64_t in) {
+  if (e->tp > 1) return tp_layer_ops(e, l, in);
+  ferry_status st = attention_part(e, l);
+  return st != FERRY_OK ? st : ffn_part(e, l, in);
 }
 
 /* Layer l of micro-batch cur_mb, where it runs: attention, then the FFN or the experts. On the
@@ -980,6 +1022,34 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
+/* Pipeline parallel: stage by stage, each micro-batch through the stage's layers and handed to
+ * the next stage, so stage s works on micro-batch m + 1 while stage s + 1 works on m (every
+ * weight is resident: no block to wait for). */
+static ferry_status pipeline_layers(struct ferry_engine *e) {
+  const int32_t L = (int32_t)e->mc->n_layers;
+  ferry_status st;
+  for (int32_t first = 0; first < L;) {
+    const int32_t d = ferry__mgpu_layer_dev(e, first);
+    int32_t end = first;
+    while (end < L && ferry__mgpu_layer_dev(e, end) == d) end++;
+    for (int32_t m = 0; m < e->n_mb; m++) {
+      if (!e->mbs[m].n_tok) continue;
+      ferry__mb_use(e, m);
+      ferry__dev_use(e, d);
+      if (first && (st = ferry__mgpu_receive(e))) return st;
+      for (int32_t l = first; l < end; l++) {
+        struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
+        st = layer_body(e, l);
+        ferry_exec_range_end(e->ex, &range);
+        if (st) return st;
+      }
+      if (end < L && (st = ferry__mgpu_send(e, d, ferry__mgpu_layer_dev(e, end)))) return st;
+    }
+    first = end;
+  }
+  return FERRY_OK;
+}
+
 /* Each token's sequence length after this step: length-dependent RoPE (dynamic NTK,
  * LongRoPE) rotates a step's tokens with the frequencies of that length, as transformers does
  * for the sequence it is given. */
@@ -1027,12 +1097,19 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   int32_t tokens = 0;
   for (int32_t m = 0; m < e->n_mb; m++) tokens += e->mbs[m].n_tok;
   e->step_layers_cpu = ferry__layers_on_cpu(e, tokens);
+  /* the embedding on the first device (tensor parallel: on each, the hidden state replicated) */
   for (int32_t m = 0; m < e->n_mb; m++) {
     if (!e->mbs[m].n_tok) continue;
     ferry__mb_use(e, m);
-    if ((st = embed(e))) return st;
+    for (int32_t d = 0; d < (e->tp > 1 ? e->n_dev : 1); d++) {
+      ferry__dev_use(e, d);
+      if ((st = embed(e))) return st;
+    }
   }
-  for (int32_t l = 0; l < mc->n_layers; l++) {
+  if (ferry__mgpu_on(e) && e->tp < 2) {
+    if ((st = pipeline_layers(e))) return st;
+  }
+  for (int32_t l = 0; l < mc->n_layers && !(ferry__mgpu_on(e) && e->tp < 2); l++) {
     /* a range of the host issuing the layer (waits for routing included) */
     struct ferry_exec_range range = ferry_exec_range_begin(e->ex, "layer", (int32_t)e->n_steps, l, -1);
     st = forward_layer(e, l);
@@ -1042,10 +1119,12 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   int32_t last = -1;
   for (int32_t m = 0; m < e->n_mb; m++)
     if (e->mbs[m].n_tok) last = m;
+  ferry__dev_use(e, ferry__mgpu_layer_dev(e, (int32_t)mc->n_layers)); /* the head's device */
   for (int32_t m = 0; m <= last; m++) {
     if (!e->mbs[m].n_tok) continue;
     ferry__mb_use(e, m);
     if ((st = logits(e, m == last))) return st;
   }
+  ferry__dev_use(e, 0); /* the step's measures read device 0's queues (serve.c) */
   return FERRY_OK;
 }

@@ -92,7 +92,8 @@ void ferry__memo_free(struct ferry_engine *e) {
 }
 
 void ferry__memo_step(struct ferry_engine *e) {
-  e->memo.mode = e->memo.groups ? ferry__exec_graph_mode(e->ex) : 0;
+  /* a multi-device run issues every op (its graphs would span devices' queues) */
+  e->memo.mode = e->memo.groups && !ferry__mgpu_on(e) ? ferry__exec_graph_mode(e->ex) : 0;
   ferry__exec_graph_step(e->ex); /* the step's token positions are set (build_step) */
 }
 

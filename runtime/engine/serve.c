@@ -541,6 +541,13 @@ void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out
     ferry_exec_tier_usage(e->ex, (enum ferry_tier)t, NULL, &out->peak_bytes[t]);
     out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
   }
+  out->devices = e->n_dev > 1 ? e->n_dev : 1;
+  if (e->n_dev > 1) out->peak_bytes[FERRY_TIER_DEVICE] = 0; /* each device has the budget: the fullest */
+  for (int32_t dev = 0; dev < e->n_dev && e->n_dev > 1; dev++) {
+    ferry_exec_device_usage(e->ex, dev, NULL, &out->device_peak_bytes[dev]);
+    if (out->device_peak_bytes[dev] > out->peak_bytes[FERRY_TIER_DEVICE])
+      out->peak_bytes[FERRY_TIER_DEVICE] = out->device_peak_bytes[dev];
+  }
   out->load_ns = e->load_ns;
   out->prefetches = e->prefetches_before + e->xplan.prefetches;
   out->prefetches_used = e->prefetches_used_before + e->xplan.prefetches_used;
@@ -582,6 +589,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
     fprintf(f, "peak %-6s %s of %s%s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
             s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited",
             s->budget_changes ? " (the budget at the end; budgets changed during the run)" : "");
+  for (int32_t d = 0; d < s->devices && s->devices > 1; d++)
+    fprintf(f, "%s%s%s", d ? ", " : "peak per device: ", ferry__format_bytes(s->device_peak_bytes[d], b1, 32),
+            d + 1 == s->devices ? "\n" : "");
   fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
           ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
   if (s->hits + s->misses)

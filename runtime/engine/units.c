@@ -336,6 +336,7 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
    * always fit the slot sizes planned from these figures. */
   for (size_t i = 0; i < n; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+    if (ferry__mgpu_shard(e, t->role) != SHARD_NONE) continue; /* in the devices' shard buffers, not units */
     uint64_t b = tf[i].bytes + RANGE_ALIGN * (uint64_t)tf[i].n_parts;
     if (tf[i].quantized && t->numel > e->max_q_numel) e->max_q_numel = t->numel;
     switch (tensor_group(e, t, e->cfg.router_lookahead)) {
@@ -472,7 +473,7 @@ static int32_t make_units(struct ferry_engine *e, int32_t *layer_unit) {
 /* Places: pinned units packed in the pinned buffer, host-homed units in the host buffer. */
 static ferry_status place_units(struct ferry_engine *e) {
   const struct ferry_plan *p = &e->plan;
-  uint64_t dev = 0, host = 0;
+  uint64_t dev = 0, host = 0, fill[FERRY_EXEC_MAX_DEVICES] = {0};
   e->max_stage_extra = 0;
   const int32_t nu = e->n_units;
   for (int32_t u = 0; u < nu; u++) {
@@ -480,17 +481,43 @@ static ferry_status place_units(struct ferry_engine *e) {
     if (un->stage_bytes > un->bytes && un->stage_bytes - un->bytes > e->max_stage_extra)
       e->max_stage_extra = un->stage_bytes - un->bytes;
     if (un->pinned) {
-      un->device_offset = dev;
-      dev += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+      /* one offset serves every device holding a copy: the furthest their fills have reached */
+      un->devices = ferry__mgpu_unit_devices(e, un);
+      uint64_t at = 0;
+      for (int32_t d = 0; d < FERRY_EXEC_MAX_DEVICES; d++)
+        if (un->devices >> d & 1u && fill[d] > at) at = fill[d];
+      un->device_offset = at;
+      for (int32_t d = 0; d < FERRY_EXEC_MAX_DEVICES; d++)
+        if (un->devices >> d & 1u) fill[d] = at + (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+      if (fill[0] > dev) dev = fill[0];
     } else if (un->home == FERRY_TIER_HOST) {
       un->host_offset = host;
       host += (un->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
     }
   }
+  for (int32_t d = 0; e->devs && d < e->n_dev; d++) e->devs[d].pinned_bytes = fill[d];
   if (dev > p->device_pinned_bytes || host > p->host_units_bytes + RANGE_ALIGN * (uint64_t)nu) {
     return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: packed units exceed the plan (device %llu > %llu)",
                         (unsigned long long)dev, (unsigned long long)p->device_pinned_bytes);
   }
+  return FERRY_OK;
+}
+
+/* Tensor parallel: tensor i is split over the devices, each holding its slice in its shard
+ * buffer (mgpu.c); plain weights only (a quantized tensor's groups would straddle slices). */
+static ferry_status shard_tensor(struct ferry_engine *e, size_t i, enum ferry__shard sh, const struct tensor_file *tf) {
+  const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+  if (tf->quantized || tf->n_parts != 1)
+    return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED,
+                          "engine: tensor parallel splits plain weights; %s is stored quantized", t->name);
+  struct tensor_loc *loc = &e->tensors[i];
+  loc->unit = -1;
+  loc->present = 1;
+  loc->dtype = tf->part[0].dtype;
+  loc->sharded = (int)sh;
+  loc->file = tf->part[0].file;
+  loc->file_offset = tf->part[0].offset;
+  loc->shard_offset = ferry__mgpu_place_shard(e, t, loc->dtype);
   return FERRY_OK;
 }
 
@@ -529,6 +556,12 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
       e->expert_tensor[(t->layer * E + t->expert) * EXPERT_SLOTS + expert_slot(t->role)] = (int32_t)i;
     } else {
       e->role_tensor[(t->layer + 1) * FERRY_ROLE_COUNT + (int32_t)t->role] = (int32_t)i;
+    }
+    const enum ferry__shard sh = ferry__mgpu_shard(e, t->role);
+    if (sh != SHARD_NONE) {
+      unit_of[i] = -1;
+      if ((st = shard_tensor(e, i, sh, &tf[i])) != FERRY_OK) goto out;
+      continue;
     }
     switch (tensor_group(e, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: unit_of[i] = e->global_unit; break;
@@ -593,6 +626,7 @@ struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_
   struct ferry_ref r = {NULL, 0, FERRY_DTYPE_F32};
   const struct tensor_loc *loc = ferry__engine_loc(e, role, layer, expert);
   if (!loc) return r;
+  if (loc->sharded) return ferry__mgpu_weight(e, loc);
   unit_base(e, loc->unit, &r.buf, &r.offset);
   r.offset += loc->unit_offset;
   r.dtype = loc->dtype;

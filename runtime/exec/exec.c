@@ -12,6 +12,8 @@ ferry_status ferry__exec_init(struct ferry_exec *ex, const struct ferry_exec_bac
                               const struct ferry_exec_config *config) {
   ex->backend = backend;
   if (config) ex->config = *config;
+  if (ex->config.n_devices < 1) ex->config.n_devices = 1;
+  if (ex->config.n_devices > FERRY_EXEC_MAX_DEVICES) ex->config.n_devices = FERRY_EXEC_MAX_DEVICES;
   pthread_mutex_init(&ex->lock, NULL);
   pthread_mutex_init(&ex->error_lock, NULL);
   atomic_store(&ex->next_correlation, 1);
@@ -63,13 +65,23 @@ static void emit_range(ferry_exec *ex, const char *name, int64_t start_ns, int64
                        int32_t layer, int32_t expert);
 
 ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_role role, int32_t *out) {
-  if (!ex || !out || role > FERRY_QUEUE_CPU)
+  return ferry_exec_queue_create_on(ex, role, 0, out);
+}
+
+static int valid_device(const ferry_exec *ex, int32_t d) { return d >= 0 && d < ex->config.n_devices; }
+
+int32_t ferry_exec_device_count(const ferry_exec *ex) { return ex->config.n_devices; }
+int32_t ferry_exec_buf_device(const ferry_buf *buf) { return buf->device; }
+
+ferry_status ferry_exec_queue_create_on(ferry_exec *ex, enum ferry_queue_role role, int32_t device, int32_t *out) {
+  if (!ex || !out || role > FERRY_QUEUE_CPU || !valid_device(ex, device))
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "queue_create: invalid argument");
   if (ex->n_queues >= FERRY_EXEC_MAX_QUEUES)
     return ferry__err_set(&ex->err, FERRY_ERR_RANGE, "queue_create: at most %d queues", FERRY_EXEC_MAX_QUEUES);
   int32_t q = ex->n_queues;
   memset(&ex->queues[q], 0, sizeof ex->queues[q]);
   ex->queues[q].role = role;
+  ex->queues[q].device = device;
   ferry_status st = ex->backend->queue_init(ex, q);
   if (st != FERRY_OK) return st;
   ex->n_queues++;
@@ -93,7 +105,9 @@ ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tier, uint64_
   pthread_mutex_lock(&ex->lock);
   if (tier == FERRY_TIER_DEVICE) ex->config.device_budget_bytes = bytes;
   else ex->config.host_budget_bytes = bytes;
-  const uint64_t used = ex->used[tier];
+  uint64_t used = ex->used[tier];
+  if (tier == FERRY_TIER_DEVICE && ex->config.n_devices > 1) /* each device has the budget */
+    for (int32_t d = used = 0; d < ex->config.n_devices; d++) used = ex->dev_used[d] > used ? ex->dev_used[d] : used;
   pthread_mutex_unlock(&ex->lock);
   if (bytes && used > bytes)
     return ferry__err_set(&ex->err, FERRY_ERR_BUDGET, "%s tier: %llu bytes in use exceed the new budget of %llu bytes",
@@ -111,20 +125,45 @@ void ferry__exec_emit_memory(struct ferry_exec *ex, enum ferry_tier tier, int64_
 
 ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t bytes, const char *label,
                               ferry_buf **out) {
-  if (!ex || !out || (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST))
+  return ferry_exec_alloc_on(ex, 0, tier, bytes, label, out);
+}
+
+/* Tier accounting of a buffer of `bytes` on device d (sign: +1 reserve, -1 release); the
+ * device tier also per device. Called with the lock held. */
+static void account(ferry_exec *ex, enum ferry_tier tier, int32_t d, uint64_t bytes, int sign) {
+  ex->used[tier] = sign > 0 ? ex->used[tier] + bytes : ex->used[tier] - bytes;
+  if (tier != FERRY_TIER_DEVICE) return;
+  ex->dev_used[d] = sign > 0 ? ex->dev_used[d] + bytes : ex->dev_used[d] - bytes;
+  if (ex->dev_used[d] > ex->dev_peak[d]) ex->dev_peak[d] = ex->dev_used[d];
+}
+
+void ferry_exec_device_usage(const ferry_exec *ex, int32_t device, uint64_t *used, uint64_t *peak) {
+  const int ok = valid_device(ex, device);
+  pthread_mutex_lock((pthread_mutex_t *)&ex->lock);
+  if (used) *used = ok ? ex->dev_used[device] : 0;
+  if (peak) *peak = ok ? ex->dev_peak[device] : 0;
+  pthread_mutex_unlock((pthread_mutex_t *)&ex->lock);
+}
+
+ferry_status ferry_exec_alloc_on(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+                                 const char *label, ferry_buf **out) {
+  if (!ex || !out || (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST) || !valid_device(ex, device))
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: invalid argument");
   if (!label) label = "buffer";
+  if (tier != FERRY_TIER_DEVICE) device = 0;
   uint64_t budget = ferry_exec_tier_budget(ex, tier);
   pthread_mutex_lock(&ex->lock);
-  if (budget && (bytes > budget || ex->used[tier] > budget - bytes)) {
-    uint64_t used = ex->used[tier];
+  const uint64_t in_use = tier == FERRY_TIER_DEVICE ? ex->dev_used[device] : ex->used[tier];
+  if (budget && (bytes > budget || in_use > budget - bytes)) {
     pthread_mutex_unlock(&ex->lock);
+    char dev[32] = "";
+    if (ex->config.n_devices > 1 && tier == FERRY_TIER_DEVICE) snprintf(dev, sizeof dev, " (device %d)", device);
     return ferry__err_set(&ex->err, FERRY_ERR_BUDGET,
-                          "%s tier: allocating %llu bytes for %s would exceed the budget (%llu of %llu bytes in use)",
-                          tier_name(tier), (unsigned long long)bytes, label, (unsigned long long)used,
+                          "%s tier%s: allocating %llu bytes for %s would exceed the budget (%llu of %llu bytes in use)",
+                          tier_name(tier), dev, (unsigned long long)bytes, label, (unsigned long long)in_use,
                           (unsigned long long)budget);
   }
-  ex->used[tier] += bytes; /* reserve before the backend allocates, release on failure */
+  account(ex, tier, device, bytes, +1); /* reserve before the backend allocates, release on failure */
   pthread_mutex_unlock(&ex->lock);
 
   ferry_buf *buf = ferry__calloc(1, sizeof *buf);
@@ -136,6 +175,7 @@ ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t byt
   buf->tier = tier;
   buf->bytes = bytes;
   buf->label = label;
+  buf->device = device;
   st = ex->backend->buf_alloc(ex, buf);
   if (st != FERRY_OK) {
     ferry_free(buf);
@@ -152,7 +192,7 @@ ferry_status ferry_exec_alloc(ferry_exec *ex, enum ferry_tier tier, uint64_t byt
   return FERRY_OK;
 out_unreserve:
   pthread_mutex_lock(&ex->lock);
-  ex->used[tier] -= bytes;
+  account(ex, tier, device, bytes, -1);
   pthread_mutex_unlock(&ex->lock);
   return st;
 }
@@ -164,7 +204,7 @@ void ferry_exec_free(ferry_exec *ex, ferry_buf *buf) {
   if (buf->prev) buf->prev->next = buf->next;
   else ex->buffers = buf->next;
   if (buf->next) buf->next->prev = buf->prev;
-  ex->used[buf->tier] -= buf->bytes;
+  account(ex, buf->tier, buf->device, buf->bytes, -1);
   ferry__exec_emit_memory(ex, buf->tier, ex->backend->now(ex));
   pthread_mutex_unlock(&ex->lock);
   ferry_free(buf);
@@ -232,10 +272,11 @@ ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *
   return submit(ex, queue, &op);
 }
 
-static enum ferry_copy_kind copy_kind(enum ferry_tier dst, enum ferry_tier src) {
-  if (src == FERRY_TIER_HOST && dst == FERRY_TIER_DEVICE) return FERRY_COPY_HTOD;
-  if (src == FERRY_TIER_DEVICE && dst == FERRY_TIER_HOST) return FERRY_COPY_DTOH;
-  if (src == FERRY_TIER_DEVICE && dst == FERRY_TIER_DEVICE) return FERRY_COPY_DTOD;
+static enum ferry_copy_kind copy_kind(const ferry_buf *dst, const ferry_buf *src) {
+  if (src->tier == FERRY_TIER_HOST && dst->tier == FERRY_TIER_DEVICE) return FERRY_COPY_HTOD;
+  if (src->tier == FERRY_TIER_DEVICE && dst->tier == FERRY_TIER_HOST) return FERRY_COPY_DTOH;
+  if (src->tier == FERRY_TIER_DEVICE && dst->tier == FERRY_TIER_DEVICE)
+    return src->device == dst->device ? FERRY_COPY_DTOD : FERRY_COPY_PTOP;
   return FERRY_COPY_HTOH;
 }
 
@@ -250,7 +291,7 @@ ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst
   op.u.copy.dst = dst;
   op.u.copy.src = src;
   op.u.copy.bytes = bytes;
-  op.u.copy.copy_kind = copy_kind(dst.buf->tier, src.buf->tier);
+  op.u.copy.copy_kind = copy_kind(dst.buf, src.buf);
   return submit(ex, queue, &op);
 }
 

@@ -296,7 +296,7 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
 static ferry_status validate_kernel(struct ferry_exec *ex, const struct ferry_kernel *k) {
   const char *feature = unsupported_feature(k);
   if (feature) return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, feature);
-  if (k->kind == FERRY_K_SPLIT_QKV || k->kind == FERRY_K_MLA_ATTENTION)
+  if (k->kind == FERRY_K_SPLIT_QKV || k->kind == FERRY_K_MLA_ATTENTION || k->kind == FERRY_K_ALLREDUCE)
     return bad_kernel(ex, k, FERRY_ERR_UNSUPPORTED, "not implemented by the cuda executor");
   const int64_t m = k->m, n = k->n, kk = k->k;
   if ((k->kind != FERRY_K_DEQUANTIZE && m > INT32_MAX) || n > INT32_MAX || kk > INT32_MAX)

@@ -48,6 +48,7 @@ struct ferry_buf {
   enum ferry_tier tier;
   uint64_t bytes;
   const char *label;
+  int32_t device;     /* its device (device tier of a multi-device executor), else 0 */
   void *ptr;          /* host-visible bytes (host tier; device tier of the host executor) */
   void *backend_ptr;  /* backend handle (device pointer, ...) */
   struct ferry_buf *prev, *next; /* the executor's live buffers, freed at destroy */
@@ -66,6 +67,7 @@ struct ferry_event {
 
 struct ferry_exec_queue {
   enum ferry_queue_role role;
+  int32_t device; /* the device whose engines and link run its ops */
   _Atomic int64_t stall_ns;
   _Atomic int64_t busy_ns;
   void *backend; /* backend per-queue state */
@@ -132,6 +134,7 @@ struct ferry_exec {
   struct ferry_err err;
   pthread_mutex_t lock; /* tier accounting and sink */
   uint64_t used[FERRY_TIER_COUNT], peak[FERRY_TIER_COUNT];
+  uint64_t dev_used[FERRY_EXEC_MAX_DEVICES], dev_peak[FERRY_EXEC_MAX_DEVICES]; /* device tier, per device */
   ferry_buf *buffers; /* live buffers */
   ferry_activity_fn sink;
   void *sink_user;

@@ -268,6 +268,19 @@ static ferry_status k_gather(const struct ferry_kernel *k) {
   return FERRY_OK;
 }
 
+/* The devices' partials summed in device order into every device's copy: the bits do not depend
+ * on which device asks. */
+static ferry_status k_allreduce(const struct ferry_kernel *k) {
+  float *v[FERRY_EXEC_MAX_DEVICES];
+  for (int64_t d = 0; d < k->m; d++) v[d] = at(d ? k->aux[d - 1] : k->x);
+  for (int64_t i = 0; i < k->n; i++) {
+    float sum = v[0][i];
+    for (int64_t d = 1; d < k->m; d++) sum += v[d][i];
+    for (int64_t d = 0; d < k->m; d++) v[d][i] = sum;
+  }
+  return FERRY_OK;
+}
+
 ferry_status ferry__host_kernel_run(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg,
                                     size_t len) {
   msg[0] = '\0';
@@ -291,6 +304,7 @@ ferry_status ferry__host_kernel_run(const struct ferry_kernel *k, struct ferry_h
     case FERRY_K_MOE_COMBINE: return ferry__host_combine(k);
     case FERRY_K_GATHER_ROWS: return k_gather(k);
     case FERRY_K_DEQUANTIZE: return k_dequantize(k, msg, len);
+    case FERRY_K_ALLREDUCE: return k_allreduce(k);
     default:
       snprintf(msg, len, "%s: kernel kind %s is not implemented by the host executor", k->name,
                ferry_kernel_kind_name(k->kind));

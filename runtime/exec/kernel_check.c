@@ -393,6 +393,22 @@ static ferry_status check_simple(struct ferry_exec *ex, const struct ferry_kerne
   }
 }
 
+/* m fp32 vectors of n, one per device, each on a device of its own. */
+static ferry_status check_allreduce(struct ferry_exec *ex, const struct ferry_kernel *k) {
+  ferry_status st;
+  if (k->m < 2 || k->m > FERRY_EXEC_MAX_DEVICES || k->m > ex->config.n_devices)
+    return bad(ex, k, FERRY_ERR_INVALID, "an all-reduce joins 2 to n_devices devices (m)");
+  uint32_t seen = 0;
+  for (int64_t i = 0; i < k->m; i++) {
+    const struct ferry_ref r = i ? k->aux[i - 1] : k->x;
+    NEED(i ? "a peer's partials" : "x", r, prod(k->n, 4, 1));
+    if (r.buf->tier != FERRY_TIER_DEVICE || (seen >> r.buf->device & 1u))
+      return bad(ex, k, FERRY_ERR_INVALID, "each partial must be in the device tier of a different device");
+    seen |= 1u << r.buf->device;
+  }
+  return FERRY_OK;
+}
+
 ferry_status ferry__kernel_check(struct ferry_exec *ex, const struct ferry_kernel *k) {
   if ((unsigned)k->kind >= FERRY_K_COUNT) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "compute: invalid kernel");
   if (k->m < 0 || k->n < 0 || k->k < 0) return bad(ex, k, FERRY_ERR_INVALID, "negative shape");
@@ -406,6 +422,7 @@ ferry_status ferry__kernel_check(struct ferry_exec *ex, const struct ferry_kerne
     case FERRY_K_EXPERT: return check_expert(ex, k);
     case FERRY_K_DEQUANTIZE: return check_dequantize(ex, k);
     case FERRY_K_GATHER_ROWS: return check_gather(ex, k);
+    case FERRY_K_ALLREDUCE: return check_allreduce(ex, k);
     default: return check_simple(ex, k);
   }
 }

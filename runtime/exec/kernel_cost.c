@@ -11,7 +11,7 @@ const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind) {
       [FERRY_K_ROUTER] = "router",       [FERRY_K_EXPERT] = "expert",
       [FERRY_K_MOE_COMBINE] = "moe_combine", [FERRY_K_GATHER_ROWS] = "gather_rows",
       [FERRY_K_DEQUANTIZE] = "dequantize",   [FERRY_K_SPLIT_QKV] = "split_qkv",
-      [FERRY_K_MLA_ATTENTION] = "mla_attention",
+      [FERRY_K_MLA_ATTENTION] = "mla_attention", [FERRY_K_ALLREDUCE] = "allreduce",
   };
   return (unsigned)kind < FERRY_K_COUNT ? names[kind] : "?";
 }
@@ -121,6 +121,10 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
           (uint64_t)(H * (nope + v) * rank) * esize(k->w.dtype) + m * (uint64_t)(H * (nope + rope + v)) * 4;
       break;
     }
+    case FERRY_K_ALLREDUCE: /* m - 1 additions per element; each device's partials read and written */
+      f = (double)((k->m > 1 ? k->m - 1 : 0) * n);
+      b = m * n * 8;
+      break;
     case FERRY_K_COUNT:
       break;
   }
