@@ -524,6 +524,7 @@ static void apply(struct run_args *a) {
   ec->kv_block_tokens = (int32_t)a->kv_block_tokens;
   ec->kv_preempt_swap = !strcmp(a->kv_preempt, "swap");
   ec->kv_pool_bytes = a->kv_pool;
+  ec->kv_swap_bytes = a->kv_swap;
   ec->gpu_batches = (int32_t)a->gpu_batches;
   ec->n_devices = (int32_t)a->gpus;
   ec->expert_placement_hash = !strcmp(a->expert_placement, "hash");

@@ -127,6 +127,9 @@
     check_kv_preempt,                                                                                              \
     "recompute (default: a preempted sequence prefills its tokens again) or\nswap (its blocks copied to host "      \
     "memory, within the host budget, and\nback when it is readmitted)", "")                                        \
+  X(kv_swap, "kv-swap", SIZE, "SIZE", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_swap", 0, 0, 0, NULL,                       \
+    "with --kv-preempt swap: the host bytes for swapped blocks (vLLM's\nswap_space; default: a slot per pool block, "  \
+    "within what the host budget\nleaves); a sequence finding too few slots is recomputed", "")                   \
   X(kv_pool, "kv-pool", SIZE, "SIZE", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_pool", 0, 0, 0, NULL,                       \
     "the paged cache's device bytes (default: a --max-batch x --max-seq-tokens\nreservation's worth when it fits, " \
     "else one sequence's; plus what a\nresident model leaves of the budget)", "")                                  \

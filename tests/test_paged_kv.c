@@ -266,8 +266,8 @@ static void test_swap_needs_paging(void **state) {
 
 /* One simulated run of long decodes through a pool of 40 blocks of 16 tokens; host_budget 0 is
  * unlimited. */
-static void sim_swap_run(uint64_t host_budget, int swap, struct ferry_serve_summary *sum, struct ferry_sim_stats *link,
-                         int64_t *max_blocks) {
+static void sim_swap_run(uint64_t host_budget, uint64_t swap_bytes, int swap, struct ferry_serve_summary *sum,
+                         struct ferry_sim_stats *link, int64_t *max_blocks) {
   ferry_model *m = NULL;
   ferry_hw *hw = NULL;
   ferry_exec *ex = NULL;
@@ -279,6 +279,7 @@ static void sim_swap_run(uint64_t host_budget, int swap, struct ferry_serve_summ
   c.kv_block_tokens = 16;
   c.kv_pool_bytes = 40 * ferry_model_kv_bytes(m, 16, FERRY_KV_AUTO);
   c.kv_preempt_swap = swap;
+  c.kv_swap_bytes = swap_bytes;
   c.host_budget_bytes = host_budget;
   assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.host_budget_bytes = host_budget,
                                                                                 .lock_host_memory = 1}),
@@ -325,11 +326,11 @@ static void test_sim_swap(void **state) {
   struct ferry_serve_summary rec, sw, small;
   struct ferry_sim_stats lrec, lsw, lsmall;
   int64_t mb;
-  sim_swap_run(0, 0, &rec, &lrec, &mb);
+  sim_swap_run(0, 0, 0, &rec, &lrec, &mb);
   assert_true(rec.preemptions > 0);
   assert_int_equal(rec.swaps, 0);
   assert_int_equal(rec.swap_bytes, 0);
-  sim_swap_run(0, 1, &sw, &lsw, &mb);
+  sim_swap_run(0, 0, 1, &sw, &lsw, &mb);
   assert_true(mb <= 40);
   assert_true(sw.preemptions > 0);
   assert_int_equal(sw.swaps, sw.preemptions); /* a swap slot per pool block: every one fits */
@@ -349,15 +350,43 @@ static void test_sim_swap(void **state) {
   c.kv_block_tokens = 16;
   assert_int_equal(ferry_engine_min_budgets(m2, NULL, &c, &dmin, &hmin), FERRY_OK);
   ferry_model_close(m2);
-  sim_swap_run(hmin + 20 * block, 1, &small, &lsmall, &mb);
+  sim_swap_run(hmin + 20 * block, 0, 1, &small, &lsmall, &mb);
   assert_true(small.preemptions > 0);
   assert_true(small.swaps < small.preemptions);
+  /* --kv-swap: swap space of 5 blocks and a half (whole blocks: 5), the host budget unlimited;
+   * fewer swaps than with a slot per pool block, never more blocks out at once than 5 */
+  struct ferry_serve_summary sized;
+  struct ferry_sim_stats lsized;
+  sim_swap_run(0, 5 * block + block / 2, 1, &sized, &lsized, &mb);
+  assert_true(sized.preemptions > 0);
+  assert_true(sized.swaps < sized.preemptions);
+  assert_true(sized.swaps > 0);
+  assert_true(sized.peak_bytes[FERRY_TIER_HOST] < sw.peak_bytes[FERRY_TIER_HOST]);
+  assert_int_equal(sw.peak_bytes[FERRY_TIER_HOST] - sized.peak_bytes[FERRY_TIER_HOST], (40 - 5) * block);
+}
+
+/* --kv-swap sizes swap preemption's host copy: without --kv-preempt swap it is refused. */
+static void test_swap_size_needs_swap(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_host(&ex, NULL), FERRY_OK);
+  struct ferry_engine_config c = config();
+  c.kv_block_tokens = 16;
+  c.kv_swap_bytes = 1 << 20;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_engine_create(&e, m, NULL, ex, &c), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "--kv-preempt swap"));
+  ferry_exec_destroy(ex);
+  ferry_model_close(m);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paged_logits),
       cmocka_unit_test(test_longer_than_pool_rejected),
+      cmocka_unit_test(test_swap_size_needs_swap),
       cmocka_unit_test(test_sim_paged_fits_fewer_sequences),
       cmocka_unit_test(test_swap_needs_paging),
       cmocka_unit_test(test_sim_swap),

@@ -251,6 +251,9 @@ struct ferry_engine_config {
                                       a slot per pool block, as many as the host budget leaves after the
                                       plan; a sequence finding too few slots, or any sequence of a model
                                       with windowed layers (per-slot rings), is recomputed */
+  uint64_t kv_swap_bytes;        /**< swap: at most this many host bytes of swap slots (vLLM's
+                                      swap_space), rounded down to whole blocks, still within what the
+                                      host budget leaves; 0: as many as described above */
   uint64_t kv_pool_bytes;        /**< paged: the pool's bytes on the device; 0: as much as the
                                       max_batch x max_seq_tokens reservation when the budget allows,
                                       else one sequence of max_seq_tokens, and in either case what the

@@ -273,6 +273,7 @@ static void swap_space(struct ferry_engine *e) {
   for (int64_t l = 0; l < e->mc->n_layers; l++)
     if (e->kv[l].ring) return;
   uint64_t n = (uint64_t)e->kv_pool_blocks;
+  if (e->cfg.kv_swap_bytes && e->cfg.kv_swap_bytes / bb < n) n = e->cfg.kv_swap_bytes / bb;
   if (budget) {
     const uint64_t fit = p->host_total_bytes < budget ? (budget - p->host_total_bytes) / bb : 0;
     if (fit < n) n = fit;
@@ -444,6 +445,9 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: a KV pool (--kv-pool) is for a paged cache (--kv-block-tokens)");
   if (c->kv_preempt_swap && !c->kv_block_tokens)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: swap preemption (--kv-preempt swap) is for a paged cache");
+  if (c->kv_swap_bytes && !c->kv_preempt_swap)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --kv-swap sizes the host copy of swap preemption; it needs "
+                                                  "--kv-preempt swap");
   if (c->kv_block_tokens && c->greedy)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: a paged KV cache recomputes a preempted sequence from its token ids, which --greedy "
