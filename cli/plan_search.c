@@ -178,14 +178,21 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
     struct plan_cand *c = &h->c[h->searching];
     if (c->state == CAND_RUNNING) return 0; /* its probe is out */
     double rps;
-    if (ferry_plan_search_next(&c->s, &rps)) {
+    /* a rate below the best found already missed the SLO: this configuration's answer, below
+     * every rate that missed, cannot beat the best (ties go to the earlier), so its search ends */
+    const int more = ferry_plan_search_next(&c->s, &rps);
+    const int beaten =
+        more && !ps->o->exhaustive && h->best_cand >= 0 && c->s.fail_rps > 0 && c->s.fail_rps <= h->best_rps;
+    if (more && !beaten) {
       c->state = CAND_RUNNING;
       job_for(ps, h, h->searching, PLAN_JOB_PROBE, rps, h->replicas, j);
       return 1;
     }
     c->state = CAND_SEARCHED;
-    if (c->mu_rps > 0 && c->s.best_rps / (c->mu_rps * h->replicas) > h->ratio)
-      h->ratio = c->s.best_rps / (c->mu_rps * h->replicas);
+    /* the ratio that prunes later configurations: a search ended early counts with the lowest
+     * rate that missed, above its answer, so pruning never goes further than a full search's */
+    const double reached = beaten ? c->s.fail_rps : c->s.best_rps;
+    if (c->mu_rps > 0 && reached / (c->mu_rps * h->replicas) > h->ratio) h->ratio = reached / (c->mu_rps * h->replicas);
     if (c->s.best_rps > h->best_rps) {
       h->best_rps = c->s.best_rps;
       h->best_cand = h->searching;
@@ -204,7 +211,7 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
   }
   struct plan_cand *c = &h->c[next];
   const double bound = c->mu_rps * h->replicas;
-  if (h->best_rps > 0 && bound * h->ratio * BOUND_MARGIN < h->best_rps) {
+  if (!ps->o->exhaustive && h->best_rps > 0 && bound * h->ratio * BOUND_MARGIN < h->best_rps) {
     /* every remaining bound is lower still */
     for (int k = 0; k < h->nc; k++)
       if (h->c[k].state == CAND_BOUNDED) h->c[k].state = CAND_PRUNED;
@@ -213,6 +220,9 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
   }
   ferry_plan_search_init(&c->s, bound * START_FRACTION, bound * FLOOR_FRACTION, bound * CEIL_FRACTION,
                          ps->o->tolerance);
+  /* while nothing on this profile met the SLO: once something did, a configuration stepping
+   * down is stopped by the best found instead, without a floor probe (the costliest kind) */
+  c->s.floor_check = !ps->o->exhaustive && h->best_cand < 0;
   c->state = CAND_SEARCHING;
   h->searching = next;
   return next_search(ps, h, j);
@@ -331,10 +341,14 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
       h->demand_replicas = 0;
       if (feasible) h->phase = ps->o->db ? PHASE_RECORD : PHASE_DONE;
     } else {
+      const int floor_check = c->s.floor_check && !c->s.floor_probed;
       ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated, excess);
-      if (c->s.unreachable)
+      if (floor_check && c->s.floor_probed)
+        snprintf(why + strlen(why), sizeof why - strlen(why), "; the search's floor (1/256 of the bound)%s",
+                 c->s.unreachable ? ", missed by 25 % or more: no rate meets the SLO" : "");
+      else if (c->s.unreachable)
         snprintf(why + strlen(why), sizeof why - strlen(why), "; as at half the rate: no rate meets the SLO");
-      if (feasible && j->rps >= c->s.best_rps) c->best = *r;
+      if (feasible && c->s.best_rps > 0 && j->rps >= c->s.best_rps) c->best = *r;
       c->state = CAND_SEARCHING;
     }
     break;

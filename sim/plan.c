@@ -101,6 +101,10 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
     *rps = s->start_rps;
     return 1;
   }
+  if (lo == 0 && s->floor_check && !s->floor_probed && !s->unreachable && hi > s->min_rps) {
+    *rps = s->min_rps;
+    return 1;
+  }
   /* the start is meant to be near the answer: the first step away from it is short, later
    * ones double, so a bad start costs a few probes and a good one none */
   const double step = s->probes <= 1 ? 1.25 : 2.0;
@@ -122,6 +126,15 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
 }
 
 void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess) {
+  if (s->floor_check && !s->floor_probed && s->best_rps == 0 && s->fail_rps > 0 && rps == s->min_rps) {
+    /* the floor check: it decides whether to go on, and leaves the search's own state (and so
+     * the rates it probes next) as they were */
+    s->floor_probed = 1;
+    s->floor_ok = feasible;
+    if (!feasible && excess >= FERRY_PLAN_FLOOR_MISS) s->unreachable = 1;
+    if (saturated && (s->saturated_rps == 0 || rps < s->saturated_rps)) s->saturated_rps = rps;
+    return;
+  }
   s->probes++;
   if (feasible) {
     if (rps > s->best_rps) s->best_rps = rps;
