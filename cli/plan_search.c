@@ -220,8 +220,9 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
   }
   ferry_plan_search_init(&c->s, bound * START_FRACTION, bound * FLOOR_FRACTION, bound * CEIL_FRACTION,
                          ps->o->tolerance);
-  /* while nothing on this profile met the SLO: once something did, a configuration stepping
-   * down is stopped by the best found instead, without a floor probe (the costliest kind) */
+  /* while nothing on this profile met the SLO (a miss is likely: the first configuration
+   * searched has the highest bound): once something did, a configuration that misses is
+   * stopped by the best found instead, without a floor probe (the costliest kind) */
   c->s.floor_check = !ps->o->exhaustive && h->best_cand < 0;
   c->state = CAND_SEARCHING;
   h->searching = next;

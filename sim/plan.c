@@ -97,12 +97,13 @@ void ferry_plan_search_init(struct ferry_plan_search *s, double start_rps, doubl
 
 int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
   const double lo = s->best_rps, hi = s->fail_rps;
-  if (lo == 0 && hi == 0) {
-    *rps = s->start_rps;
+  if (lo == 0 && s->unreachable) return 0;
+  if (s->floor_check && !s->floor_probed && s->probes == 0 && s->min_rps < s->start_rps) {
+    *rps = s->min_rps;
     return 1;
   }
-  if (lo == 0 && s->floor_check && !s->floor_probed && !s->unreachable && hi > s->min_rps) {
-    *rps = s->min_rps;
+  if (lo == 0 && hi == 0) {
+    *rps = s->start_rps;
     return 1;
   }
   /* the start is meant to be near the answer: the first step away from it is short, later
@@ -126,7 +127,7 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
 }
 
 void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess) {
-  if (s->floor_check && !s->floor_probed && s->best_rps == 0 && s->fail_rps > 0 && rps == s->min_rps) {
+  if (s->floor_check && !s->floor_probed && s->probes == 0 && rps == s->min_rps && s->min_rps < s->start_rps) {
     /* the floor check: it decides whether to go on, and leaves the search's own state (and so
      * the rates it probes next) as they were */
     s->floor_probed = 1;
