@@ -449,7 +449,7 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
  * and the layer's ranking held in registers. Integer hashes and the same exact comparison (a
  * 32-bit integer times 2^-32 against the table's double) give the same draws as PICK; a
  * uniform popularity's probabilities are all >= 1, above every coin, so `sure` needs no case.
- * Fills base[] and the two draws of tokens [0, t) and returns t, a multiple of 8. */
+ * Fills base[] and the two distinct draws of tokens [0, t) and returns t, a multiple of 8. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define MANY_AVX512 1
@@ -488,8 +488,23 @@ AVX512 static int64_t top2_small_avx512(uint64_t lmix, int64_t m, const int64_t 
     const __m512i k = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(const void *)(token_index + t)));
     const __m512i b = mix64_x8(_mm512_xor_si512(_mm512_xor_si512(lm, _mm512_mullo_epi64(r, c1)), _mm512_mullo_epi64(k, c2)));
     _mm512_storeu_si512((void *)(base + t), b);
-    const __m256i x0 = _mm512_cvtepi64_epi32(pick_x8(_mm512_add_epi64(b, c1), e, probv, aliasv, permv));
-    const __m256i x1 = _mm512_cvtepi64_epi32(pick_x8(_mm512_add_epi64(b, d2), e, probv, aliasv, permv));
+    const __m512i first = pick_x8(_mm512_add_epi64(b, c1), e, probv, aliasv, permv);
+    __m512i second = pick_x8(_mm512_add_epi64(b, d2), e, probv, aliasv, permv);
+    /* a second draw that repeats the first draws on, as draw_plain() does: its third, fourth, ...
+     * draw (every lane draws; those settled keep theirs), the most popular other expert after 64 */
+    __mmask8 again = _mm512_cmpeq_epi64_mask(first, second);
+    for (uint64_t d = 3; again && d <= 65; d++) {
+      const __m512i next =
+          pick_x8(_mm512_add_epi64(b, _mm512_set1_epi64((long long)(0x9e3779b97f4a7c15ULL * d))), e, probv, aliasv, permv);
+      const __mmask8 ok = _mm512_mask_cmpneq_epi64_mask(again, next, first);
+      second = _mm512_mask_blend_epi64(ok, second, next);
+      again &= (__mmask8)~ok;
+    }
+    if (again) {
+      const __m512i p0 = _mm512_set1_epi64(perm[0]), p1 = _mm512_set1_epi64(perm[1]);
+      second = _mm512_mask_blend_epi64(again, second, _mm512_mask_blend_epi64(_mm512_cmpneq_epi64_mask(p0, first), p1, p0));
+    }
+    const __m256i x0 = _mm512_cvtepi64_epi32(first), x1 = _mm512_cvtepi64_epi32(second);
     _mm512_storeu_si512((void *)(id + 2 * t),
                         _mm512_permutex2var_epi32(_mm512_castsi256_si512(x0), inter, _mm512_castsi256_si512(x1)));
   }
@@ -536,7 +551,7 @@ static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64
         id[2 * t] = PICK(x0);
         id[2 * t + 1] = PICK(x1);
       }
-      for (int64_t t = 0; t < m; t++) {
+      for (int64_t t = done; t < m; t++) {
         if (id[2 * t + 1] != id[2 * t]) continue;
         /* the second draw repeated the first: go on drawing as draw_plain() does (its third,
          * fourth, ... draw; the most popular other expert after 64 attempts) */
