@@ -181,8 +181,18 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
     /* a rate below the best found already missed the SLO: this configuration's answer, below
      * every rate that missed, cannot beat the best (ties go to the earlier), so its search ends */
     const int more = ferry_plan_search_next(&c->s, &rps);
-    const int beaten =
-        more && !ps->o->exhaustive && h->best_cand >= 0 && c->s.fail_rps > 0 && c->s.fail_rps <= h->best_rps;
+    int beaten = more && !ps->o->exhaustive && h->best_cand >= 0 && c->s.fail_rps > 0 && c->s.fail_rps <= h->best_rps;
+    if (beaten) {
+      /* its ratio of rate to bound, which prunes the rest, is then known only to be below the
+       * missed rate's: end the search only if the next configuration in line is skipped even
+       * with that (so with the true ratio too: a lower ratio skips more), else search on */
+      int next = -1;
+      for (int k = 0; k < h->nc; k++)
+        if (h->c[k].state == CAND_BOUNDED && (next < 0 || h->c[k].mu_rps > h->c[next].mu_rps)) next = k;
+      const double upper = c->mu_rps > 0 ? c->s.fail_rps / (c->mu_rps * h->replicas) : 0,
+                   ratio = upper > h->ratio ? upper : h->ratio;
+      if (next >= 0 && !(h->c[next].mu_rps * h->replicas * ratio * BOUND_MARGIN < h->best_rps)) beaten = 0;
+    }
     if (more && !beaten) {
       c->state = CAND_RUNNING;
       job_for(ps, h, h->searching, PLAN_JOB_PROBE, rps, h->replicas, j);
@@ -190,7 +200,7 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
     }
     c->state = CAND_SEARCHED;
     /* the ratio that prunes later configurations: a search ended early counts with the lowest
-     * rate that missed, above its answer, so pruning never goes further than a full search's */
+     * rate that missed, above its answer (what comes next is skipped either way) */
     const double reached = beaten ? c->s.fail_rps : c->s.best_rps;
     if (c->mu_rps > 0 && reached / (c->mu_rps * h->replicas) > h->ratio) h->ratio = reached / (c->mu_rps * h->replicas);
     if (c->s.best_rps > h->best_rps) {
@@ -220,10 +230,11 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
   }
   ferry_plan_search_init(&c->s, bound * START_FRACTION, bound * FLOOR_FRACTION, bound * CEIL_FRACTION,
                          ps->o->tolerance);
-  /* while nothing on this profile met the SLO (a miss is likely: the first configuration
-   * searched has the highest bound): once something did, a configuration that misses is
-   * stopped by the best found instead, without a floor probe (the costliest kind) */
-  c->s.floor_check = !ps->o->exhaustive && h->best_cand < 0;
+  /* while nothing on this profile met the SLO: once something did, a configuration that
+   * misses is stopped by the best found instead, without a floor probe (the costliest kind).
+   * First where the weights stream (slow profiles, where nothing meeting the SLO is likely),
+   * else after a first probe that missed. Either way the answers are the same. */
+  if (!ps->o->exhaustive && h->best_cand < 0) c->s.floor_check = c->streams ? 1 : 2;
   c->state = CAND_SEARCHING;
   h->searching = next;
   return next_search(ps, h, j);

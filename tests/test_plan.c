@@ -89,18 +89,29 @@ static void test_search_floor_check(void **state) {
   }
   assert_int_equal(n, 1);
   assert_true(s.unreachable && s.floor_probed && !s.floor_ok && s.best_rps == 0);
-  /* capacity 3 (feasible below), a narrow miss at the floor (noise): the same probes after it */
+  /* after a first miss: the floor comes second */
+  ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
+  s.floor_check = 2;
+  n = 0;
+  while (ferry_plan_search_next(&s, &r)) {
+    assert_true(n == 0 ? r == 8 : r == 0.01);
+    ferry_plan_search_report(&s, r, 0, 0, FERRY_PLAN_FLOOR_MISS * 1.5);
+    n++;
+  }
+  assert_true(n == 2 && s.unreachable);
+  /* capacity 3 (feasible below), a narrow miss at the floor (noise): the same probes after it,
+   * the floor first or after the first miss (8 > 3) */
   const double misses[] = {0, 1.01};
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 4; k++) {
     double plain[64], checked[64];
     int np = 0, nc = 0;
     for (int check = 0; check < 2; check++) {
       ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
-      s.floor_check = check;
+      s.floor_check = check ? 1 + k / 2 : 0;
       while (ferry_plan_search_next(&s, &r)) {
         const int floor_probe = check && !s.floor_probed && r == 0.01;
-        const int ok = floor_probe ? misses[k] == 0 : r <= 3;
-        ferry_plan_search_report(&s, r, ok, 0, ok ? 0 : floor_probe ? misses[k] : 1 + (r - 3) / 3);
+        const int ok = floor_probe ? misses[k % 2] == 0 : r <= 3;
+        ferry_plan_search_report(&s, r, ok, 0, ok ? 0 : floor_probe ? misses[k % 2] : 1 + (r - 3) / 3);
         if (!floor_probe) {
           if (check) checked[nc++] = r;
           else plain[np++] = r;
@@ -108,7 +119,7 @@ static void test_search_floor_check(void **state) {
         assert_true(np < 64 && nc < 64);
       }
       assert_true(s.best_rps <= 3 && s.best_rps * 1.05 >= 3 && !s.unreachable);
-      if (check) assert_true(s.floor_probed && s.floor_ok == (misses[k] == 0));
+      if (check) assert_true(s.floor_probed && s.floor_ok == (misses[k % 2] == 0));
     }
     assert_int_equal(np, nc);
     assert_memory_equal(plain, checked, (size_t)np * sizeof plain[0]);
