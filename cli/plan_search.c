@@ -353,11 +353,13 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
       h->demand_replicas = 0;
       if (feasible) h->phase = ps->o->db ? PHASE_RECORD : PHASE_DONE;
     } else {
-      const int floor_check = c->s.floor_check && !c->s.floor_probed;
+      const int floor_due = c->s.floor_check && !c->s.floor_probed;
       ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated, excess);
-      if (floor_check && c->s.floor_probed)
-        snprintf(why + strlen(why), sizeof why - strlen(why), "; the search's floor (1/256 of the bound)%s",
-                 c->s.unreachable ? ", missed by 25 % or more: no rate meets the SLO" : "");
+      const int floor = floor_due && c->s.floor_probed; /* this was the floor check */
+      if (floor) snprintf(why + strlen(why), sizeof why - strlen(why), "; the search's floor (1/256 of the bound)");
+      if (floor && c->s.unreachable)
+        snprintf(why + strlen(why), sizeof why - strlen(why), ", missed by %.0f %% or more: no rate meets the SLO",
+                 (FERRY_PLAN_FLOOR_MISS - 1) * 100);
       else if (c->s.unreachable)
         snprintf(why + strlen(why), sizeof why - strlen(why), "; as at half the rate: no rate meets the SLO");
       if (feasible && c->s.best_rps > 0 && j->rps >= c->s.best_rps) c->best = *r;

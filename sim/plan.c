@@ -140,7 +140,7 @@ void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasi
     s->floor_probed = 1;
     s->floor_ok = feasible;
     if (!feasible && excess >= FERRY_PLAN_FLOOR_MISS) s->unreachable = 1;
-    if (saturated && (s->saturated_rps == 0 || rps < s->saturated_rps)) s->saturated_rps = rps;
+    (void)saturated; /* not the search's saturation rate: the search itself never probed there */
     return;
   }
   s->probes++;
