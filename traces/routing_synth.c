@@ -517,7 +517,7 @@ static int have_avx512(void) {
   if (yes < 0) yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   return yes;
 }
-#endif
+#endif /* MANY_AVX512 */
 
 static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64_t *req_ids, const int32_t *token_index,
                             int32_t layer, int32_t *ids, float *weights) {
