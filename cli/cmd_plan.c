@@ -54,6 +54,8 @@ static void usage(FILE *f) {
           "  --runtime NAME          the software issuing the work, as 'ferry sim --runtime'\n"
           "  --tolerance T           relative precision of the rate search (default 5%%)\n"
           "  --verify N              check each answer by brute force: simulate N rates from 0.5 to 1.5 times it\n"
+          "  --exhaustive            search every configuration to its end, without pruning (slower; the\n"
+          "                          pruned search gives the same answers where the metrics grow with the rate)\n"
           "Output:\n"
           "  -j, --jobs N            simulations in parallel (default: the cores online)\n"
           "  --db FILE               record each profile's best configuration as sim runs with the plan's\n"
@@ -171,7 +173,7 @@ static int check_options(struct plan_opts *o, const char *quant, const char *bat
 
 static int parse(int argc, char **argv, struct plan_opts *o) {
   enum { O_MODEL = 256, O_TRACE, O_SYNTH, O_REQUESTS, O_RATE, O_SLO, O_HW, O_MAX_GPUS, O_BUDGET, O_QUANT, O_BATCH,
-         O_RUNTIME, O_TOL, O_DB, O_FORMAT, O_QUIET, O_SKIP, O_WINDOW, O_TFORMAT, O_SEED, O_VERIFY };
+         O_RUNTIME, O_TOL, O_DB, O_FORMAT, O_QUIET, O_SKIP, O_WINDOW, O_TFORMAT, O_SEED, O_VERIFY, O_EXHAUSTIVE };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},         {"trace", required_argument, 0, O_TRACE},
       {"synthetic", required_argument, 0, O_SYNTH},     {"requests", required_argument, 0, O_REQUESTS},
@@ -183,7 +185,7 @@ static int parse(int argc, char **argv, struct plan_opts *o) {
       {"format", required_argument, 0, O_FORMAT},       {"quiet", no_argument, 0, O_QUIET},
       {"skip-bad", no_argument, 0, O_SKIP},             {"time-window", required_argument, 0, O_WINDOW},
       {"trace-format", required_argument, 0, O_TFORMAT}, {"seed", required_argument, 0, O_SEED},
-      {"verify", required_argument, 0, O_VERIFY},
+      {"verify", required_argument, 0, O_VERIFY},       {"exhaustive", no_argument, 0, O_EXHAUSTIVE},
       {"jobs", required_argument, 0, 'j'},              {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
@@ -234,6 +236,7 @@ static int parse(int argc, char **argv, struct plan_opts *o) {
     case O_SEED: if (cli_parse_int("--seed", optarg, 0, INT64_MAX, &v)) return CLI_USAGE; o->seed = (uint64_t)v; break;
     case 'j': if (cli_parse_int("--jobs", optarg, 1, 256, &v)) return CLI_USAGE; o->jobs = (int)v; break;
     case O_VERIFY: if (cli_parse_int("--verify", optarg, 2, PLAN_MAX_VERIFY, &v)) return CLI_USAGE; o->verify = (int)v; break;
+    case O_EXHAUSTIVE: o->exhaustive = 1; break;
     case 'h': usage(stdout); return -1;
     default: return cli_usage_error("plan", "invalid option");
     }

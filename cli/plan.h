@@ -47,6 +47,7 @@ struct plan_opts {
   int32_t batches[PLAN_MAX_BATCHES];
   int n_batches;
   int batch_ladder;         /* 1: stop raising the batch when throughput stops growing */
+  int exhaustive;           /* --exhaustive: search every bounded configuration to its end (no pruning) */
   uint64_t seed;
   int moe;                  /* the model routes experts (set from the model: --seed seeds its routing) */
 };

@@ -178,14 +178,31 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
     struct plan_cand *c = &h->c[h->searching];
     if (c->state == CAND_RUNNING) return 0; /* its probe is out */
     double rps;
-    if (ferry_plan_search_next(&c->s, &rps)) {
+    /* a rate below the best found already missed the SLO: this configuration's answer, below
+     * every rate that missed, cannot beat the best (ties go to the earlier), so its search ends */
+    const int more = ferry_plan_search_next(&c->s, &rps);
+    int beaten = more && !ps->o->exhaustive && h->best_cand >= 0 && c->s.fail_rps > 0 && c->s.fail_rps <= h->best_rps;
+    if (beaten) {
+      /* its ratio of rate to bound, which prunes the rest, is then known only to be below the
+       * missed rate's: end the search only if the next configuration in line is skipped even
+       * with that (so with the true ratio too: a lower ratio skips more), else search on */
+      int next = -1;
+      for (int k = 0; k < h->nc; k++)
+        if (h->c[k].state == CAND_BOUNDED && (next < 0 || h->c[k].mu_rps > h->c[next].mu_rps)) next = k;
+      const double upper = c->mu_rps > 0 ? c->s.fail_rps / (c->mu_rps * h->replicas) : 0,
+                   ratio = upper > h->ratio ? upper : h->ratio;
+      if (next >= 0 && !(h->c[next].mu_rps * h->replicas * ratio * BOUND_MARGIN < h->best_rps)) beaten = 0;
+    }
+    if (more && !beaten) {
       c->state = CAND_RUNNING;
       job_for(ps, h, h->searching, PLAN_JOB_PROBE, rps, h->replicas, j);
       return 1;
     }
     c->state = CAND_SEARCHED;
-    if (c->mu_rps > 0 && c->s.best_rps / (c->mu_rps * h->replicas) > h->ratio)
-      h->ratio = c->s.best_rps / (c->mu_rps * h->replicas);
+    /* the ratio that prunes later configurations: a search ended early counts with the lowest
+     * rate that missed, above its answer (what comes next is skipped either way) */
+    const double reached = beaten ? c->s.fail_rps : c->s.best_rps;
+    if (c->mu_rps > 0 && reached / (c->mu_rps * h->replicas) > h->ratio) h->ratio = reached / (c->mu_rps * h->replicas);
     if (c->s.best_rps > h->best_rps) {
       h->best_rps = c->s.best_rps;
       h->best_cand = h->searching;
@@ -204,7 +221,7 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
   }
   struct plan_cand *c = &h->c[next];
   const double bound = c->mu_rps * h->replicas;
-  if (h->best_rps > 0 && bound * h->ratio * BOUND_MARGIN < h->best_rps) {
+  if (!ps->o->exhaustive && h->best_rps > 0 && bound * h->ratio * BOUND_MARGIN < h->best_rps) {
     /* every remaining bound is lower still */
     for (int k = 0; k < h->nc; k++)
       if (h->c[k].state == CAND_BOUNDED) h->c[k].state = CAND_PRUNED;
@@ -213,6 +230,11 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
   }
   ferry_plan_search_init(&c->s, bound * START_FRACTION, bound * FLOOR_FRACTION, bound * CEIL_FRACTION,
                          ps->o->tolerance);
+  /* while nothing on this profile met the SLO: once something did, a configuration that
+   * misses is stopped by the best found instead, without a floor probe (the costliest kind).
+   * First where the weights stream (slow profiles, where nothing meeting the SLO is likely),
+   * else after a first probe that missed. Either way the answers are the same. */
+  if (!ps->o->exhaustive && h->best_cand < 0) c->s.floor_check = c->streams ? 1 : 2;
   c->state = CAND_SEARCHING;
   h->searching = next;
   return next_search(ps, h, j);
@@ -331,10 +353,16 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
       h->demand_replicas = 0;
       if (feasible) h->phase = ps->o->db ? PHASE_RECORD : PHASE_DONE;
     } else {
+      const int floor_due = c->s.floor_check && !c->s.floor_probed;
       ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated, excess);
-      if (c->s.unreachable)
+      const int floor = floor_due && c->s.floor_probed; /* this was the floor check */
+      if (floor) snprintf(why + strlen(why), sizeof why - strlen(why), "; the search's floor (1/256 of the bound)");
+      if (floor && c->s.unreachable)
+        snprintf(why + strlen(why), sizeof why - strlen(why), ", missed by %.0f %% or more: no rate meets the SLO",
+                 (FERRY_PLAN_FLOOR_MISS - 1) * 100);
+      else if (c->s.unreachable)
         snprintf(why + strlen(why), sizeof why - strlen(why), "; as at half the rate: no rate meets the SLO");
-      if (feasible && j->rps >= c->s.best_rps) c->best = *r;
+      if (feasible && c->s.best_rps > 0 && j->rps >= c->s.best_rps) c->best = *r;
       c->state = CAND_SEARCHING;
     }
     break;

@@ -51,6 +51,7 @@ struct graph_kernel {
     struct ferry__packed packed[3];
     uint8_t has_packed[3];
   } key;
+  uint32_t shape_id; /* the same for equal keys (interned at recording), 0 when none could be kept */
 };
 
 /* A disk read, routed again at launch (ferry__sim_route_read()). */
@@ -93,6 +94,13 @@ struct sim_graph_capture {
   int failed; /* out of memory while recording */
   int active;
   struct sim_graph_pool pool;
+  /* every distinct kernel shape recorded, numbered from 1, so that a launch compares numbers
+   * instead of shapes: open addressing by the shape's hash into shapes[] */
+  struct graph_shape **shapes;
+  uint32_t n_shapes, cap_shapes;
+  uint32_t *shape_slots; /* 1 + index into shapes, 0: empty */
+  uint64_t *shape_hash;  /* by slot */
+  uint32_t cap_slots;
 };
 
 int ferry__sim_graph_mode(struct ferry_exec *ex) {
@@ -101,9 +109,12 @@ int ferry__sim_graph_mode(struct ferry_exec *ex) {
 }
 
 void ferry__sim_graph_state_free(struct sim_exec *s) {
-  for (int i = 0; i < 4; i++) ferry_free(s->reprice[i].key), s->reprice[i].key = NULL;
   struct sim_graph_capture *c = s->capture;
   if (!c) return;
+  for (uint32_t i = 0; i < c->n_shapes; i++) ferry_free(c->shapes[i]);
+  ferry_free(c->shapes);
+  ferry_free(c->shape_slots);
+  ferry_free(c->shape_hash);
   for (size_t i = 0; i < c->pool.cap; i++) ferry_free(c->pool.slots[i]);
   ferry_free(c->pool.slots);
   ferry_free(c->ops);
@@ -131,6 +142,62 @@ ferry_status ferry__sim_graph_begin(struct ferry_exec *ex, ferry_event *const *p
   c->n_params = n_params;
   for (int32_t i = 0; i < n_params; i++) c->params[i] = params[i];
   return FERRY_OK;
+}
+
+static uint64_t shape_hash(const struct graph_shape *k) {
+  const unsigned char *b = (const unsigned char *)k;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+/* Double the shape table (rehashing); 0 when memory is short. */
+static int shapes_grow(struct sim_graph_capture *c) {
+  const uint32_t cap = c->cap_slots ? 2 * c->cap_slots : 256;
+  uint32_t *slots = ferry__calloc(cap, sizeof *slots);
+  uint64_t *hash = ferry__calloc(cap, sizeof *hash);
+  if (!slots || !hash) {
+    ferry_free(slots);
+    ferry_free(hash);
+    return 0;
+  }
+  for (uint32_t i = 0; i < c->cap_slots; i++) {
+    if (!c->shape_slots[i]) continue;
+    uint32_t j = (uint32_t)c->shape_hash[i] & (cap - 1);
+    while (slots[j]) j = (j + 1) & (cap - 1);
+    slots[j] = c->shape_slots[i];
+    hash[j] = c->shape_hash[i];
+  }
+  ferry_free(c->shape_slots);
+  ferry_free(c->shape_hash);
+  c->shape_slots = slots;
+  c->shape_hash = hash;
+  c->cap_slots = cap;
+  return 1;
+}
+
+/* The number of a kernel shape (byte for byte, as the launch's comparison was), 0 when memory
+ * is short (the launch then times the kernel without its memo). */
+static uint32_t shape_id(struct sim_graph_capture *c, const struct graph_shape *k) {
+  if (2 * (c->n_shapes + 1) > c->cap_slots && !shapes_grow(c)) return 0;
+  const uint64_t h = shape_hash(k);
+  uint32_t j = (uint32_t)h & (c->cap_slots - 1);
+  for (; c->shape_slots[j]; j = (j + 1) & (c->cap_slots - 1))
+    if (c->shape_hash[j] == h && !memcmp(c->shapes[c->shape_slots[j] - 1], k, sizeof *k)) return c->shape_slots[j];
+  if (c->n_shapes == c->cap_shapes) {
+    const uint32_t cap = c->cap_shapes ? 2 * c->cap_shapes : 64;
+    struct graph_shape **v = ferry__reallocarray(c->shapes, cap, sizeof *v);
+    if (!v) return 0;
+    c->shapes = v;
+    c->cap_shapes = cap;
+  }
+  struct graph_shape *copy = ferry__calloc(1, sizeof *copy);
+  if (!copy) return 0;
+  memcpy(copy, k, sizeof *copy);
+  c->shapes[c->n_shapes++] = copy;
+  c->shape_slots[j] = c->n_shapes;
+  c->shape_hash[j] = h;
+  return c->n_shapes;
 }
 
 /* Room for one more of n entries of size bytes in *v (capacity doubling); NULL and the
@@ -228,6 +295,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
       }
       for (int i = 0; i < 3; i++)
         if (packed[i]) gk->key.packed[i] = *packed[i], gk->key.has_packed[i] = 1;
+      gk->shape_id = shape_id(c, &gk->key);
       it->kernel = c->n_kernels++;
       return;
     }
@@ -368,13 +436,11 @@ static int64_t item_ns(struct sim_exec *s, const struct graph_kernel *kernels, c
   if (it->kernel < 0 || context_tokens < 0) return it->duration_ns;
   const struct graph_kernel *gk = &kernels[it->kernel];
   /* the same shape and context timed already in this step (another layer's) */
-  const uint64_t epoch = s->ex->graph_epoch;
+  const uint64_t epoch = gk->shape_id ? s->ex->graph_epoch : 0;
   if (epoch)
     for (int i = 0; i < 4; i++) {
       const struct sim_reprice *r = &s->reprice[i];
-      if (r->epoch == epoch && r->context_tokens == context_tokens &&
-          !memcmp(r->key, &gk->key, sizeof gk->key))
-        return r->ns;
+      if (r->epoch == epoch && r->context_tokens == context_tokens && r->shape_id == gk->shape_id) return r->ns;
     }
   struct ferry_kernel k = gk->k;
   k.context_tokens = context_tokens;
@@ -383,10 +449,9 @@ static int64_t item_ns(struct sim_exec *s, const struct graph_kernel *kernels, c
   int folded;
   struct ferry__gpu_work w;
   const int64_t ns = ferry__sim_kernel_ns(s, &k, packed, &folded, &w); /* timed once already with this shape: cannot fail */
-  struct sim_reprice *r = &s->reprice[s->reprice_next++ % 4];
-  if (epoch && (r->key || (r->key = ferry__calloc(1, sizeof *r->key)))) {
-    memcpy(r->key, &gk->key, sizeof *r->key);
-    r->epoch = epoch, r->context_tokens = context_tokens, r->ns = ns;
+  if (epoch) {
+    struct sim_reprice *r = &s->reprice[s->reprice_next++ % 4];
+    r->shape_id = gk->shape_id, r->epoch = epoch, r->context_tokens = context_tokens, r->ns = ns;
   }
   return ns;
 }

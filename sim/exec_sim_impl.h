@@ -140,7 +140,7 @@ struct sim_exec {
   struct sim_reprice {
     uint64_t epoch; /* 0: empty */
     int64_t context_tokens, ns;
-    struct graph_shape *key; /* a copy of the kernel's shape (exec_sim_graph.c), owned */
+    uint32_t shape_id; /* the kernel's shape, numbered at recording (exec_sim_graph.c) */
   } reprice[4];
   uint32_t reprice_next;
 };

@@ -95,8 +95,20 @@ void ferry_plan_search_init(struct ferry_plan_search *s, double start_rps, doubl
   s->tolerance = tolerance > 0 ? tolerance : 0.05;
 }
 
+/* Whether the next probe is the floor check: first, or after a first probe that missed. */
+static int floor_due(const struct ferry_plan_search *s) {
+  if (!s->floor_check || s->floor_probed || !(s->min_rps < s->start_rps) || s->best_rps > 0) return 0;
+  /* after a miss by latency: a queue growing without bound says the load is what missed */
+  return s->floor_check == 1 ? s->probes == 0 : s->probes == 1 && s->fail_rps > 0 && s->saturated_rps == 0;
+}
+
 int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
   const double lo = s->best_rps, hi = s->fail_rps;
+  if (lo == 0 && s->unreachable) return 0;
+  if (floor_due(s)) {
+    *rps = s->min_rps;
+    return 1;
+  }
   if (lo == 0 && hi == 0) {
     *rps = s->start_rps;
     return 1;
@@ -122,6 +134,15 @@ int ferry_plan_search_next(const struct ferry_plan_search *s, double *rps) {
 }
 
 void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess) {
+  if (rps == s->min_rps && floor_due(s)) {
+    /* the floor check: it decides whether to go on, and leaves the search's own state (and so
+     * the rates it probes next) as they were */
+    s->floor_probed = 1;
+    s->floor_ok = feasible;
+    if (!feasible && excess >= FERRY_PLAN_FLOOR_MISS) s->unreachable = 1;
+    (void)saturated; /* not the search's saturation rate: the search itself never probed there */
+    return;
+  }
   s->probes++;
   if (feasible) {
     if (rps > s->best_rps) s->best_rps = rps;

@@ -73,6 +73,59 @@ static void test_search_brackets(void **state) {
   assert_true(n <= 4);
 }
 
+/* The floor check: a clear miss at the floor ends a search at once; a floor that meets the SLO,
+ * or misses it narrowly, leaves the rates probed (and the answer) as without the check. */
+static void test_search_floor_check(void **state) {
+  (void)state;
+  struct ferry_plan_search s;
+  double r;
+  int n = 0;
+  ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
+  s.floor_check = 1;
+  while (ferry_plan_search_next(&s, &r)) {
+    assert_true(r == 0.01);
+    ferry_plan_search_report(&s, r, 0, 0, FERRY_PLAN_FLOOR_MISS * 1.5);
+    n++;
+  }
+  assert_int_equal(n, 1);
+  assert_true(s.unreachable && s.floor_probed && !s.floor_ok && s.best_rps == 0);
+  /* after a first miss: the floor comes second */
+  ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
+  s.floor_check = 2;
+  n = 0;
+  while (ferry_plan_search_next(&s, &r)) {
+    assert_true(n == 0 ? r == 8 : r == 0.01);
+    ferry_plan_search_report(&s, r, 0, 0, FERRY_PLAN_FLOOR_MISS * 1.5);
+    n++;
+  }
+  assert_true(n == 2 && s.unreachable);
+  /* capacity 3 (feasible below), a narrow miss at the floor (noise): the same probes after it,
+   * the floor first or after the first miss (8 > 3) */
+  const double misses[] = {0, 1.01};
+  for (int k = 0; k < 4; k++) {
+    double plain[64], checked[64];
+    int np = 0, nc = 0;
+    for (int check = 0; check < 2; check++) {
+      ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
+      s.floor_check = check ? 1 + k / 2 : 0;
+      while (ferry_plan_search_next(&s, &r)) {
+        const int floor_probe = check && !s.floor_probed && r == 0.01;
+        const int ok = floor_probe ? misses[k % 2] == 0 : r <= 3;
+        ferry_plan_search_report(&s, r, ok, 0, ok ? 0 : floor_probe ? misses[k % 2] : 1 + (r - 3) / 3);
+        if (!floor_probe) {
+          if (check) checked[nc++] = r;
+          else plain[np++] = r;
+        }
+        assert_true(np < 64 && nc < 64);
+      }
+      assert_true(s.best_rps <= 3 && s.best_rps * 1.05 >= 3 && !s.unreachable);
+      if (check) assert_true(s.floor_probed && s.floor_ok == (misses[k % 2] == 0));
+    }
+    assert_int_equal(np, nc);
+    assert_memory_equal(plain, checked, (size_t)np * sizeof plain[0]);
+  }
+}
+
 /* A brute-force scan of a monotone predicate on a fine grid against the search. */
 static void test_search_brute_force(void **state) {
   (void)state;
@@ -342,6 +395,58 @@ static void test_plan_saturation(void **state) {
   cJSON_Delete(a);
 }
 
+/* The pruned search (candidates skipped by their bound, searches ended once beaten, the floor
+ * check) gives the answers of the exhaustive one: a small catalogue where one profile meets the
+ * SLO and two miss it clearly even when idle (a dense 8B model: the T4 and L4 stream or read
+ * their weights too slowly for the TPOT limit). */
+static void test_plan_pruned_exhaustive(void **state) {
+  (void)state;
+  const char *base = "plan --model llama-3-8b --synthetic arrivals=poisson,n=40,prompt=48,output=16 "
+                     "--slo ttft_p99=200ms,tpot_p99=15ms --hw h100-pcie,t4,l4 --quant native,int8 --max-batch 4,8 "
+                     "--rate 20 -j 2 --quiet --format json";
+  char args[1024];
+  cJSON *pruned = plan_json(base);
+  snprintf(args, sizeof args, "%s --exhaustive", base);
+  cJSON *full = plan_json(args);
+  const cJSON *hp = cJSON_GetObjectItemCaseSensitive(pruned, "hardware"), *hf = cJSON_GetObjectItemCaseSensitive(full, "hardware");
+  assert_int_equal(cJSON_GetArraySize(hp), 3);
+  assert_int_equal(cJSON_GetArraySize(hf), 3);
+  int feasible = 0, floor_verdicts = 0;
+  for (int i = 0; i < 3; i++) {
+    const cJSON *a = cJSON_GetArrayItem(hp, i), *b = cJSON_GetArrayItem(hf, i);
+    const char *name = cJSON_GetObjectItemCaseSensitive(a, "hardware")->valuestring;
+    assert_string_equal(name, cJSON_GetObjectItemCaseSensitive(b, "hardware")->valuestring);
+    static const char *const same[] = {"max_rps", "ttft_p99_ms", "tpot_p99_ms", "usd_per_mtok"};
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+      const double x = num(a, same[k]), y = num(b, same[k]);
+      if (!(x == y || (isnan(x) && isnan(y)))) fail_msg("%s: %s %g pruned, %g exhaustive", name, same[k], x, y);
+    }
+    const cJSON *ca = cJSON_GetObjectItemCaseSensitive(a, "config"), *cb = cJSON_GetObjectItemCaseSensitive(b, "config");
+    assert_int_equal(cJSON_IsNull(ca), cJSON_IsNull(cb));
+    if (!cJSON_IsNull(ca))
+      assert_string_equal(cJSON_GetObjectItemCaseSensitive(ca, "text")->valuestring,
+                          cJSON_GetObjectItemCaseSensitive(cb, "text")->valuestring);
+    assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "meets_demand")),
+                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "meets_demand")));
+    feasible += num(a, "max_rps") > 0;
+    assert_true(num(a, "simulations") <= num(b, "simulations"));
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(a, "probes"))
+      floor_verdicts += tu_contains(cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring, "no rate meets the SLO") &&
+                        tu_contains(cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring, "floor");
+  }
+  /* the case is the one meant: a profile meets the SLO, the floor check ended some searches,
+   * and pruning saved simulations */
+  assert_int_equal(feasible, 1);
+  assert_true(floor_verdicts > 0);
+  assert_true(num(pruned, "simulations") < num(full, "simulations"));
+  const cJSON *c1 = cJSON_GetObjectItemCaseSensitive(pruned, "cheapest"), *c2 = cJSON_GetObjectItemCaseSensitive(full, "cheapest");
+  assert_true(cJSON_IsString(c1) && cJSON_IsString(c2));
+  assert_string_equal(c1->valuestring, c2->valuestring);
+  cJSON_Delete(pruned);
+  cJSON_Delete(full);
+}
+
 static void test_plan_usage(void **state) {
   (void)state;
   char *out = NULL;
@@ -364,6 +469,7 @@ static void test_plan_usage(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_search_brackets), cmocka_unit_test(test_search_brute_force),
+      cmocka_unit_test(test_search_floor_check), cmocka_unit_test(test_plan_pruned_exhaustive),
       cmocka_unit_test(test_saturation),      cmocka_unit_test(test_costs),
       cmocka_unit_test(test_plan_cli),        cmocka_unit_test(test_plan_saturation),
       cmocka_unit_test(test_plan_usage),

@@ -434,11 +434,14 @@ static void test_synth_many_equals_one(void **state) {
     double zipf, temporal, layer;
     int32_t domains;
   } cases[] = {{4, 2, 0, 0, 0, 0}, {8, 2, 0, 0, 0, 0}, {8, 2, 1.5, 0, 0, 0}, {16, 3, 0.8, 0, 0, 0},
-               {64, 6, 1.2, 0, 0, 0}, {8, 2, 0, 0.3, 0.4, 0}, {32, 4, 1.0, 0, 0, 3}, {2, 2, 0, 0, 0, 0}};
+               {64, 6, 1.2, 0, 0, 0}, {8, 2, 0, 0.3, 0.4, 0}, {32, 4, 1.0, 0, 0, 3}, {2, 2, 0, 0, 0, 0},
+               {7, 2, 0.9, 0, 0, 0}, {16, 2, 1.1, 0, 0, 0}};
   enum { L = 5, N = 300 };
   int64_t req[N];
   int32_t tok[N];
-  for (int i = 0; i < N; i++) req[i] = 7 + i / 37, tok[i] = (i * 13) % 211;
+  /* ids with high bits too (the hashes' multiplies) */
+  for (int i = 0; i < N; i++)
+    req[i] = 7 + i / 37 + (i % 2 ? (int64_t)1 << 41 : 0), tok[i] = (i * 13) % 211 + (i % 3 ? 0 : 1 << 20);
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     struct ferry_routing_synth_config sc = {.n_layers = L, .n_experts = cases[c].experts, .top_k = cases[c].k,
                                             .zipf = cases[c].zipf, .temporal = cases[c].temporal,

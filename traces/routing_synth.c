@@ -444,6 +444,81 @@ void ferry_routing_synth_fn(void *user, int64_t req_id, int32_t token_index, int
  * way, which would have made the same first draws, so the answers are draw_plain()'s. */
 #define MANY_CHUNK 64
 
+/* Top-2 over at most 8 experts (Mixtral's routing, the common case) eight tokens at a time with
+ * AVX-512 where the processor has it: 64-bit multiplies for the hashes, and the alias tables
+ * and the layer's ranking held in registers. Integer hashes and the same exact comparison (a
+ * 32-bit integer times 2^-32 against the table's double) give the same draws as PICK; a
+ * uniform popularity's probabilities are all >= 1, above every coin, so `sure` needs no case.
+ * Fills base[] and the two distinct draws of tokens [0, t) and returns t, a multiple of 8. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MANY_AVX512 1
+#define AVX512 __attribute__((target("avx512f,avx512dq")))
+AVX512 static inline __m512i mix64_x8(__m512i z) {
+  z = _mm512_add_epi64(z, _mm512_set1_epi64((long long)0x9e3779b97f4a7c15ULL));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ULL));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), _mm512_set1_epi64((long long)0x94d049bb133111ebULL));
+  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+
+/* PICK of eight hashes x (already offset by the draw's number) from in-register tables. */
+AVX512 static inline __m512i pick_x8(__m512i x, __m512i e, __m512d prob, __m512i alias, __m512i perm) {
+  x = mix64_x8(x);
+  const __m512i idx = _mm512_srli_epi64(_mm512_mul_epu32(_mm512_srli_epi64(x, 32), e), 32);
+  const __m512d coin = _mm512_mul_pd(_mm512_cvtepu64_pd(_mm512_and_si512(x, _mm512_set1_epi64(0xffffffffLL))),
+                                     _mm512_set1_pd(1.0 / 4294967296.0));
+  const __mmask8 keep = _mm512_cmp_pd_mask(coin, _mm512_permutexvar_pd(idx, prob), _CMP_LT_OQ);
+  return _mm512_permutexvar_epi64(_mm512_mask_blend_epi64(keep, _mm512_permutexvar_epi64(idx, alias), idx), perm);
+}
+
+AVX512 static int64_t top2_small_avx512(uint64_t lmix, int64_t m, const int64_t *req_ids, const int32_t *token_index,
+                                        int32_t E, const int32_t *perm, const double *prob, const int32_t *alias,
+                                        uint64_t *base, int32_t *id) {
+  const __mmask16 em = (__mmask16)((1u << E) - 1);
+  const __m512d probv = _mm512_maskz_loadu_pd((__mmask8)em, prob);
+  const __m512i aliasv = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(_mm512_maskz_loadu_epi32(em, alias)));
+  const __m512i permv = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(_mm512_maskz_loadu_epi32(em, perm)));
+  const __m512i e = _mm512_set1_epi64(E), lm = _mm512_set1_epi64((long long)lmix),
+                c1 = _mm512_set1_epi64((long long)0x9e3779b97f4a7c15ULL), c2 = _mm512_set1_epi64((long long)0xc2b2ae3d27d4eb4fULL),
+                d2 = _mm512_set1_epi64((long long)(2 * 0x9e3779b97f4a7c15ULL));
+  const __m512i inter = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  int64_t t = 0;
+  for (; t + 8 <= m; t += 8) {
+    const __m512i r = _mm512_loadu_si512((const void *)(req_ids + t));
+    const __m512i k = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(const void *)(token_index + t)));
+    const __m512i b = mix64_x8(_mm512_xor_si512(_mm512_xor_si512(lm, _mm512_mullo_epi64(r, c1)), _mm512_mullo_epi64(k, c2)));
+    _mm512_storeu_si512((void *)(base + t), b);
+    const __m512i first = pick_x8(_mm512_add_epi64(b, c1), e, probv, aliasv, permv);
+    __m512i second = pick_x8(_mm512_add_epi64(b, d2), e, probv, aliasv, permv);
+    /* a second draw that repeats the first draws on, as draw_plain() does: its third, fourth, ...
+     * draw (every lane draws; those settled keep theirs), the most popular other expert after 64 */
+    __mmask8 again = _mm512_cmpeq_epi64_mask(first, second);
+    for (uint64_t d = 3; again && d <= 65; d++) {
+      const __m512i next =
+          pick_x8(_mm512_add_epi64(b, _mm512_set1_epi64((long long)(0x9e3779b97f4a7c15ULL * d))), e, probv, aliasv, permv);
+      const __mmask8 ok = _mm512_mask_cmpneq_epi64_mask(again, next, first);
+      second = _mm512_mask_blend_epi64(ok, second, next);
+      again &= (__mmask8)~ok;
+    }
+    if (again) {
+      const __m512i p0 = _mm512_set1_epi64(perm[0]), p1 = _mm512_set1_epi64(perm[1]);
+      second = _mm512_mask_blend_epi64(again, second, _mm512_mask_blend_epi64(_mm512_cmpneq_epi64_mask(p0, first), p1, p0));
+    }
+    const __m256i x0 = _mm512_cvtepi64_epi32(first), x1 = _mm512_cvtepi64_epi32(second);
+    _mm512_storeu_si512((void *)(id + 2 * t),
+                        _mm512_permutex2var_epi32(_mm512_castsi256_si512(x0), inter, _mm512_castsi256_si512(x1)));
+  }
+  return t;
+}
+#undef AVX512
+
+static int have_avx512(void) {
+  static int yes = -1; /* the processor does not change: asked once (a benign race) */
+  if (yes < 0) yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return yes;
+}
+#endif /* MANY_AVX512 */
+
 static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64_t *req_ids, const int32_t *token_index,
                             int32_t layer, int32_t *ids, float *weights) {
   const struct ferry_routing_synth_config *c = &s->cfg;
@@ -461,17 +536,22 @@ static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64
   uint64_t base[MANY_CHUNK];
   for (int64_t i0 = 0; i0 < n; i0 += MANY_CHUNK) {
     const int64_t m = n - i0 < MANY_CHUNK ? n - i0 : MANY_CHUNK;
-    for (int64_t t = 0; t < m; t++)
+    int32_t *id = ids + i0 * k;
+    int64_t done = 0; /* tokens hashed and drawn already */
+#ifdef MANY_AVX512
+    if (k == 2 && E <= 8 && have_avx512())
+      done = top2_small_avx512(lmix, m, req_ids + i0, token_index + i0, (int32_t)E, perm, prob, alias, base, id);
+#endif
+    for (int64_t t = done; t < m; t++)
       base[t] = mix64(lmix ^ ((uint64_t)req_ids[i0 + t] * 0x9e3779b97f4a7c15ULL) ^
                       ((uint64_t)(uint32_t)token_index[i0 + t] * 0xc2b2ae3d27d4eb4fULL));
-    int32_t *id = ids + i0 * k;
     if (k == 2) { /* the common top-2: both draws, then the rare repeat drawn on */
-      for (int64_t t = 0; t < m; t++) {
+      for (int64_t t = done; t < m; t++) {
         const uint64_t x0 = mix64(base[t] + 0x9e3779b97f4a7c15ULL), x1 = mix64(base[t] + 2 * 0x9e3779b97f4a7c15ULL);
         id[2 * t] = PICK(x0);
         id[2 * t + 1] = PICK(x1);
       }
-      for (int64_t t = 0; t < m; t++) {
+      for (int64_t t = done; t < m; t++) {
         if (id[2 * t + 1] != id[2 * t]) continue;
         /* the second draw repeated the first: go on drawing as draw_plain() does (its third,
          * fourth, ... draw; the most popular other expert after 64 attempts) */

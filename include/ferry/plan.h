@@ -54,7 +54,13 @@ struct ferry_plan_load {
 FERRY_API ferry_status ferry_plan_load_analyze(const int64_t *arrival_ns, const int64_t *first_token_ns, const int64_t *finish_ns,
                                                size_t n, struct ferry_plan_load *out);
 
-/** State of one rate search; fields read-only for callers (ferry_plan_search_init()). */
+/** The floor check (ferry_plan_search_next()) ends a search when the floor misses the SLO by at
+ *  least this ratio: a near miss there can be noise (the P99 of a short slice is one of its
+ *  slowest requests), a failed or unfinished run says nothing, and both let the search go on as
+ *  without the check. */
+#define FERRY_PLAN_FLOOR_MISS 1.25
+
+/** State of one rate search; fields read-only for callers (ferry_plan_search_init()), except floor_check. */
 struct ferry_plan_search {
   double start_rps;     /**< the first rate probed */
   double min_rps;       /**< below this no rate meets the SLO (the search stops) */
@@ -67,7 +73,13 @@ struct ferry_plan_search {
   double last_excess;   /**< how far the last failed probe missed the SLO (see
                              ferry_plan_search_report()); 0 = not known */
   int unreachable;      /**< 1: lowering the rate stopped bringing the SLO metrics down while they
-                             still miss it: no rate meets the SLO (the search is over) */
+                             still miss it, or the floor missed it clearly: no rate meets the SLO
+                             (the search is over) */
+  int floor_check;      /**< set by the caller after ferry_plan_search_init() (default 0): 1 to
+                             probe min_rps first, 2 to probe it after a first probe that missed
+                             the SLO, not saturated (see ferry_plan_search_next()) */
+  int floor_probed;     /**< 1: the floor check was made */
+  int floor_ok;         /**< 1: the floor check met the SLO */
 };
 
 /**
@@ -86,6 +98,13 @@ FERRY_API void ferry_plan_search_init(struct ferry_plan_search *s, double start_
  * @brief The next rate to probe.
  * @param s the state.
  * @param rps receives the rate.
+ * With floor_check set, a search probes min_rps first (1), or right after a first probe that
+ * missed the SLO while its queue stayed stable (2): as the metrics are taken to grow with the rate, a clear miss there (by
+ * FERRY_PLAN_FLOOR_MISS or more) means no rate meets the SLO, and the search ends at once
+ * instead of stepping down to where the miss stops depending on the load (the costliest probes:
+ * at low rates every request is served alone, in the most steps). Any other outcome of the
+ * floor changes nothing else: the search then probes exactly the rates it would have without
+ * the check, so its answer is the same. First is worth it where a miss is likely.
  * @return 1 when a rate is to be probed; 0 when the search is over (best_rps is the answer:
  *         0 when no rate at or above min_rps meets the SLO; max_rps when even that did).
  */
@@ -94,7 +113,8 @@ FERRY_API int ferry_plan_search_next(const struct ferry_plan_search *s, double *
 /**
  * @brief Record a probe's outcome.
  * @param s the state.
- * @param rps the rate probed (as returned by ferry_plan_search_next()).
+ * @param rps the rate probed (as returned by ferry_plan_search_next(); the floor check is the
+ *        probe at min_rps that floor_check asks for).
  * @param feasible 1 when the SLO was met and the queue stayed stable.
  * @param saturated 1 when the queue grew without bound (then feasible must be 0).
  * @param excess for a stable probe that missed the SLO, the largest ratio of an SLO metric to
