@@ -91,6 +91,7 @@ struct sim_queue {
   int64_t tail_ns;        /* when the last op enqueued ends */
   struct ferry__compute *unit; /* runs this queue's kernels */
   uint64_t completed;          /* ops completed on this queue since creation */
+  uint64_t copies_through;     /* event path: completed reaches it once the last copy issued is done */
   struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
 };
 
