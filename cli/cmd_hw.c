@@ -171,6 +171,8 @@ static int hw_show(const char *name) {
     if (r->read_after_copy)
       printf("  %-28s %d (%s)\n", "runtime.read_after_copy", r->read_after_copy,
              "a disk read waits for the copies to the GPU before it");
+    if (r->blocking_copy)
+      printf("  %-28s %d (%s)\n", "runtime.blocking_copy", r->blocking_copy, "the host waits for each copy to the GPU");
   }
   if (p->has_interconnect) {
     const struct ferry_hw_interconnect *ic = &p->interconnect;

@@ -648,7 +648,8 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
     if (!ferry__des_run_while_not(s->des, gen_done, &w)) return deadlock(ex, "the host waits for weights it fetched");
   }
   /* from pageable memory the driver stages the bytes through its own pinned buffer before the
-   * call returns: the host waits for the copy */
+   * call returns, and a runtime whose copies block returns once they are done: the host waits
+   * for the copy */
   if (s->pageable && op->kind == FERRY_OP_COPY && op->u.copy.copy_kind == FERRY_COPY_HTOD) {
     struct copy_wait w = {q, q->completed + q->count};
     if (!ferry__des_run_while_not(s->des, copy_done, &w)) return deadlock(ex, "the host waits for a copy from pageable memory");
@@ -866,7 +867,9 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   for (int k = 0; k < FERRY_K_COUNT; k++)
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
-  s->pageable = config && !config->lock_host_memory;
+  /* the host waits for its copies to the device from pageable memory, or when the runtime's
+   * copies block (runtime.blocking_copy) */
+  s->pageable = (config && !config->lock_host_memory) || s->rt.blocking_copy;
   /* the page cache lives in the host memory the host tier's budget leaves */
   if (p->has_host && p->host.memory_bytes) {
     const uint64_t budget = config ? config->host_budget_bytes : 0;

@@ -94,6 +94,7 @@ static const struct field fields[] = {
     {"runtime.cpu_math_eff", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_math_eff), 0},
     {"runtime.gather_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.gather_copy), 0},
     {"runtime.read_after_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.read_after_copy), 0},
+    {"runtime.blocking_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.blocking_copy), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},

@@ -411,16 +411,17 @@ static void test_runtime_host_costs(void **state) {
   ferry_exec_destroy(ex);
 }
 
-/* DeepSpeed ZeRO-3's 2022 parameter path (runtime gather_copy and read_after_copy): a copy to
- * the device also pays its bytes' copy within device memory (the one-rank all-gather, read and
- * written): 2000 + 1e6 x (1/10 + 2/1000) = 104000 ns; a disk read is issued only once the
- * copies to the device issued before it are done, not the waits queued behind them; and an
- * executor asked for the fast path runs exact once it has a disk queue. */
+/* DeepSpeed ZeRO-3's 2022 parameter path (runtime gather_copy, read_after_copy, blocking_copy):
+ * a copy to the device also pays its bytes' copy within device memory (the one-rank all-gather,
+ * read and written): 2000 + 1e6 x (1/10 + 2/1000) = 104000 ns, and the host waits for it; a
+ * disk read is issued only once the copies to the device issued before it are done, not the
+ * waits queued behind them; and an executor asked for the fast path runs exact once it has a
+ * disk queue. */
 static void test_zero3_parameter_path(void **state) {
   (void)state;
   ferry_hw *hw = profile("zero3", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON ", " DISK_JSON
                          ", \"runtime\": {\"name\": \"Z\", \"fused_dequant\": 1, \"gather_copy\": 1,"
-                         " \"read_after_copy\": 1}");
+                         " \"read_after_copy\": 1, \"blocking_copy\": 1}");
   struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = FERRY_SIM_FAST};
   ferry_exec *ex = NULL;
   assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
@@ -441,6 +442,7 @@ static void test_zero3_parameter_path(void **state) {
   assert_int_equal(ferry_exec_record(ex, qd, ev), FERRY_OK);
   assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), (struct ferry_ref){host, 1000000, FERRY_DTYPE_U8}, 1000000),
                    FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex), 104000); /* the copy blocks the host (pinned memory too) */
   assert_int_equal(ferry_exec_queue_wait(ex, qh, ev), FERRY_OK);
   /* the read waits for the copy (104000 ns), not for the wait behind it (202000 ns) */
   assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, 0, 1000000, (struct ferry_ref){host, 2000000, FERRY_DTYPE_U8}, 0),

@@ -152,7 +152,7 @@ struct ferry_hw_host {
  * vLLM, TensorRT-LLM), "native" (a C++ engine issuing kernels one by one: llama.cpp, ferry's own
  * cuda executor), "ktransformers" (graphs on the GPU, routed experts on the CPU), "deepspeed-0.7"
  * (eager, with ZeRO-3's 2022 parameter path: a gather copy per fetched parameter, NVMe reads
- * issued after the previous copy).
+ * issued after the previous copy, copies that block the host).
  */
 struct ferry_hw_runtime {
   char name[64];          /**< e.g. "PyTorch eager (Python issues every kernel)" */
@@ -186,6 +186,10 @@ struct ferry_hw_runtime {
                                 issued before it are done (ZeRO-3's NVMe read-ahead is issued after
                                 the host waited for the current module's parameters): a read and
                                 the previous unit's copy never overlap */
+  int32_t blocking_copy;  /**< 1: the host waits for each copy to the device it issues, as for a copy
+                               from pageable memory (ZeRO-3 before 0.9 copies a parameter to the
+                               GPU with Tensor.to() without non_blocking): a prefetched copy does
+                               not run under the host's issue of the current layer */
 };
 
 /** A disk (the tier weights are streamed from). */
