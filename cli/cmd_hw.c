@@ -166,6 +166,13 @@ static int hw_show(const char *name) {
     printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
            r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
     if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
+    if (r->gather_copy)
+      printf("  %-28s %d (%s)\n", "runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it");
+    if (r->read_after_copy)
+      printf("  %-28s %d (%s)\n", "runtime.read_after_copy", r->read_after_copy,
+             "a disk read waits for the copies to the GPU before it");
+    if (r->blocking_copy)
+      printf("  %-28s %d (%s)\n", "runtime.blocking_copy", r->blocking_copy, "the host waits for each copy to the GPU");
   }
   if (p->has_interconnect) {
     const struct ferry_hw_interconnect *ic = &p->interconnect;

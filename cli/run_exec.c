@@ -244,7 +244,9 @@ static void print_sim_stats(ferry_exec *ex, int64_t wall0, int asked_exact) {
   const int exact = ss.mode == FERRY_SIM_EXACT;
   fprintf(stderr, "ferry: simulated %.3f s in %.3f s of wall time (%s mode%s): %llu ops (%.0f ops/s), %llu events\n",
           (double)ss.now_ns / 1e9, wall_s, exact ? "exact" : "fast",
-          exact && !asked_exact ? ", chosen because two queues move bytes the same way or faults are injected" : "",
+          exact && !asked_exact ? ", chosen because two queues move bytes the same way, faults are injected or the "
+                                  "runtime reads from disk only after its copies"
+                                : "",
           (unsigned long long)ss.ops_done, wall_s > 0 ? (double)ss.ops_done / wall_s : 0.0,
           (unsigned long long)ss.events_run);
   if (ss.allreduces || ss.bytes_peer) {

@@ -288,6 +288,11 @@ static ferry_status sim_queue_init(struct ferry_exec *ex, int32_t index) {
   if (s->mode != FERRY_SIM_EXACT && !s->submitted && nq->role == FERRY_QUEUE_H2D)
     for (int32_t i = 0; i < index; i++)
       if (ex->queues[i].role == FERRY_QUEUE_H2D && ex->queues[i].device == nq->device) s->mode = FERRY_SIM_EXACT;
+  /* a runtime that reads from disk only after its copies (read_after_copies()): the host's
+   * wait before each read is the discrete-event path's (the fast path replays recorded op
+   * sequences without the host's submits) */
+  if (s->mode != FERRY_SIM_EXACT && !s->submitted && nq->role == FERRY_QUEUE_DISK && s->rt.read_after_copy)
+    s->mode = FERRY_SIM_EXACT;
   return FERRY_OK;
 }
 
@@ -596,9 +601,26 @@ static int copy_done(void *arg) {
 /* The host never looks at a half-processed instant: each of its actions ends by running the
  * events due by then (zero-length ops it just enqueued included), so what it sees done is
  * exactly what ended at or before its clock, as in the fast path (exec_sim_fast.c). */
+/* A runtime that reads from disk only after its copies to the device: the host waits, before
+ * issuing the read, for every copy to the device issued so far. Such an executor runs exact
+ * from its first disk queue on (sim_queue_init()). */
+static ferry_status read_after_copies(struct ferry_exec *ex, struct sim_exec *s) {
+  for (int32_t i = 0; i < ex->n_queues; i++) {
+    if (ex->queues[i].role != FERRY_QUEUE_H2D || s->queues[i].completed >= s->queues[i].copies_through) continue;
+    struct copy_wait w = {&s->queues[i], s->queues[i].copies_through};
+    if (!ferry__des_run_while_not(s->des, copy_done, &w))
+      return deadlock(ex, "the host waits for its copies to the device before a disk read");
+  }
+  return FERRY_OK;
+}
+
 static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struct ferry_op *op) {
   struct sim_exec *s = state(ex);
   s->submitted = 1;
+  if (s->rt.read_after_copy && op->kind == FERRY_OP_READ && s->mode == FERRY_SIM_EXACT) {
+    ferry_status st = read_after_copies(ex, s);
+    if (st != FERRY_OK) return st;
+  }
   if (s->mode != FERRY_SIM_EXACT) return ferry__sim_fast_submit(s, queue, op);
   struct sim_queue *q = &s->queues[queue];
   ferry_status st;
@@ -614,6 +636,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
   q->count++;
   s->pending_ops++;
+  if (op->kind == FERRY_OP_COPY) q->copies_through = q->completed + q->count;
   const int64_t now = ferry__des_now(s->des);
   if (q->count == 1) {
     /* the queue was idle: the op starts now, or once its thread woke up; a queue whose last op
@@ -635,7 +658,8 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
     if (!ferry__des_run_while_not(s->des, gen_done, &w)) return deadlock(ex, "the host waits for weights it fetched");
   }
   /* from pageable memory the driver stages the bytes through its own pinned buffer before the
-   * call returns: the host waits for the copy */
+   * call returns, and a runtime whose copies block returns once they are done: the host waits
+   * for the copy */
   if (s->pageable && op->kind == FERRY_OP_COPY && op->u.copy.copy_kind == FERRY_COPY_HTOD) {
     struct copy_wait w = {q, q->completed + q->count};
     if (!ferry__des_run_while_not(s->des, copy_done, &w)) return deadlock(ex, "the host waits for a copy from pageable memory");
@@ -769,6 +793,10 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
   const struct ferry_hw_profile *p = &s->hw;
   double h2d = p->link.h2d_gbps;
   if (!pinned && p->link.pageable_h2d_gbps > 0) h2d = p->link.pageable_h2d_gbps;
+  /* a runtime that gathers each fetched parameter copies it once more within device memory
+   * (read and written) on the copy's stream before the next copy starts: per byte, the link's
+   * time plus two bytes of the device memory's */
+  if (s->rt.gather_copy) h2d = 1.0 / (1.0 / h2d + 2.0 / p->gpu.mem_bw_gbps);
   uint32_t engines = p->link.copy_engines > 0 ? (uint32_t)p->link.copy_engines : 0;
   ferry_status st;
   if ((st = ferry__link_create(&s->chan[CHAN_H2D], s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||
@@ -857,7 +885,9 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   for (int k = 0; k < FERRY_K_COUNT; k++)
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
-  s->pageable = config && !config->lock_host_memory;
+  /* the host waits for its copies to the device from pageable memory, or when the runtime's
+   * copies block (runtime.blocking_copy) */
+  s->pageable = (config && !config->lock_host_memory) || s->rt.blocking_copy;
   /* the page cache lives in the host memory the host tier's budget leaves */
   if (p->has_host && p->host.memory_bytes) {
     const uint64_t budget = config ? config->host_budget_bytes : 0;

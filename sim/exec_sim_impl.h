@@ -92,6 +92,7 @@ struct sim_queue {
   int64_t tail_ns;        /* when the last op enqueued ends */
   struct ferry__compute *unit; /* runs this queue's kernels */
   uint64_t completed;          /* ops completed on this queue since creation */
+  uint64_t copies_through;     /* event path: completed reaches it once the last copy issued is done */
   struct ferry__res_job job;   /* the head op's job (one in flight per queue) */
 };
 
@@ -120,7 +121,8 @@ struct sim_exec {
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
   struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
-  int pageable;               /* host memory is not pinned: the host waits for its host->device copies */
+  int pageable;               /* the host waits for its host->device copies: host memory is not pinned, or
+                                 the runtime's copies block (runtime.blocking_copy) */
   /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
   const ferry_buf *packed_buf[PACKED_SLOTS];
   uint64_t packed_off[PACKED_SLOTS];

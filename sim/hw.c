@@ -92,6 +92,9 @@ static const struct field fields[] = {
     {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
     {"runtime.numa_blind", T_I32, C_BOOL, S_RUNTIME, P(runtime.numa_blind), 0},
     {"runtime.cpu_math_eff", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_math_eff), 0},
+    {"runtime.gather_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.gather_copy), 0},
+    {"runtime.read_after_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.read_after_copy), 0},
+    {"runtime.blocking_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.blocking_copy), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},
@@ -827,7 +830,7 @@ ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path) {
   if (st != FERRY_OK) return st;
   const struct ferry_hw_profile *r = &rt->profile;
   if (r->kind != FERRY_HW_KIND_RUNTIME) {
-    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native, ktransformers: ferry hw list)",
+    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native, ktransformers, deepspeed-0.7: ferry hw list)",
                      name_or_path, ferry_hw_kind_name(r->kind));
     goto out_close;
   }

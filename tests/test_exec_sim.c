@@ -411,6 +411,57 @@ static void test_runtime_host_costs(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* DeepSpeed ZeRO-3's 2022 parameter path (runtime gather_copy, read_after_copy, blocking_copy):
+ * a copy to the device also pays its bytes' copy within device memory (the one-rank all-gather,
+ * read and written): 2000 + 1e6 x (1/10 + 2/1000) = 104000 ns, and the host waits for it; a
+ * disk read is issued only once the copies to the device issued before it are done, not the
+ * waits queued behind them; and an executor asked for the fast path runs exact once it has a
+ * disk queue. */
+static void test_zero3_parameter_path(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("zero3", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON ", " DISK_JSON
+                         ", \"runtime\": {\"name\": \"Z\", \"fused_dequant\": 1, \"gather_copy\": 1,"
+                         " \"read_after_copy\": 1, \"blocking_copy\": 1}");
+  struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = FERRY_SIM_FAST};
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
+  ferry_hw_close(hw);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qh, qd, qk;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 3000000, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+  ferry_event *ev;
+  assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+  /* d2h 2000 + 1e6 / 5 = 202000 ns, then its record; the h2d queue copies, then waits for it */
+  assert_int_equal(ferry_exec_copy(ex, qd, ref(host), ref(dev), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_record(ex, qd, ev), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), (struct ferry_ref){host, 1000000, FERRY_DTYPE_U8}, 1000000),
+                   FERRY_OK);
+  assert_int_equal(ferry_exec_now(ex), 104000); /* the copy blocks the host (pinned memory too) */
+  assert_int_equal(ferry_exec_queue_wait(ex, qh, ev), FERRY_OK);
+  /* the read waits for the copy (104000 ns), not for the wait behind it (202000 ns) */
+  assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, 0, 1000000, (struct ferry_ref){host, 2000000, FERRY_DTYPE_U8}, 0),
+                   FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const struct ferry_activity *c = find(&log, FERRY_ACT_MEMCPY, qh, 0), *r = find(&log, FERRY_ACT_MEMCPY, qk, 0);
+  assert_int_equal(c->start_ns, 0);
+  assert_int_equal(c->end_ns, 104000);
+  assert_int_equal(r->start_ns, 104000);
+  assert_int_equal(r->end_ns, 104000 + 1050000);
+  struct ferry_sim_stats ss;
+  assert_int_equal(ferry_exec_sim_stats(ex, &ss), FERRY_OK);
+  assert_int_equal(ss.mode, FERRY_SIM_EXACT);
+  ferry_exec_event_destroy(ex, ev);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+}
+
 static void test_link_sharing(void **state) {
   (void)state;
   /* two copy engines: both transfers flow at once and split 10 B/ns */
@@ -718,6 +769,7 @@ int main(void) {
       cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
       cmocka_unit_test(test_runtime_host_costs),
+      cmocka_unit_test(test_zero3_parameter_path),
       cmocka_unit_test(test_page_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -49,7 +49,7 @@ static void test_catalogue_loads(void **state) {
                                        "nvme-gen4",   "ddr4",         "ddr5",          "xeon-6454s-1s", "xeon-6454s-2s",
                                        "eager",       "graph",        "native",        "b200",          "gh200",
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
-                                       "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers"};
+                                       "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers", "deepspeed-0.7"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -263,13 +263,13 @@ static const struct bad_case {
      FERRY_ERR_FORMAT, "switched.json: interconnect.switched must be 0 or 1"},
 };
 
-/* Runtime presets: the catalogue's three, applied to a GPU profile with their sources (and
+/* Runtime presets: the catalogue's five, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
-  static const char *const presets[] = {"eager", "graph", "native", "ktransformers"};
-  for (int i = 0; i < 4; i++) {
+  static const char *const presets[] = {"eager", "graph", "native", "ktransformers", "deepspeed-0.7"};
+  for (int i = 0; i < 5; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
     const struct ferry_hw_profile *p = ferry_hw_get(rt);
@@ -280,6 +280,14 @@ static void test_runtime_presets(void **state) {
                                           "runtime.sync_fetch", "runtime.numa_blind"};
     for (size_t f = 0; f < 8; f++)
       if (!find_source(p, figures[f], 0)) fail_msg("%s: no source for %s", presets[i], figures[f]);
+    /* ZeRO-3's 2022 parameter path is the one preset that gathers, reads after its copies and blocks */
+    const int zero3 = !strcmp(presets[i], "deepspeed-0.7");
+    assert_int_equal(p->runtime.gather_copy, zero3);
+    assert_int_equal(p->runtime.read_after_copy, zero3);
+    assert_int_equal(p->runtime.blocking_copy, zero3);
+    if (zero3 && (!find_source(p, "runtime.gather_copy", 0) || !find_source(p, "runtime.read_after_copy", 0) ||
+                  !find_source(p, "runtime.blocking_copy", 0)))
+      fail_msg("deepspeed-0.7: its ZeRO-3 figures lack a source");
     ferry_hw_close(rt);
   }
   ferry_hw *hw = NULL;

@@ -150,7 +150,9 @@ struct ferry_hw_host {
  * GPU hides the host. Presets in the catalogue: "eager" (a Python framework issuing each kernel:
  * Hugging Face transformers, Accelerate, DeepSpeed), "graph" (an engine replaying CUDA graphs:
  * vLLM, TensorRT-LLM), "native" (a C++ engine issuing kernels one by one: llama.cpp, ferry's own
- * cuda executor), "ktransformers" (graphs on the GPU, routed experts on the CPU).
+ * cuda executor), "ktransformers" (graphs on the GPU, routed experts on the CPU), "deepspeed-0.7"
+ * (eager, with ZeRO-3's 2022 parameter path: a gather copy per fetched parameter, NVMe reads
+ * issued after the previous copy, copies that block the host).
  */
 struct ferry_hw_runtime {
   char name[64];          /**< e.g. "PyTorch eager (Python issues every kernel)" */
@@ -175,6 +177,19 @@ struct ferry_hw_runtime {
                                products of experts or layers computed on the CPU, their unpacking
                                of low-bit weights, attention over a host KV cache); 0 = not given:
                                0.7, the GPU's GEMM default */
+  int32_t gather_copy;    /**< 1: every copy to the device is followed, on the same stream and before
+                               the next, by a copy of its bytes within device memory (DeepSpeed
+                               ZeRO-3 before 0.9 all-gathers each fetched parameter into a fresh
+                               buffer even on one GPU: NCCL copies it device to device), so the
+                               link's rate becomes 1 / (1 / link + 2 / gpu.mem_bw_gbps) */
+  int32_t read_after_copy; /**< 1: the runtime issues a disk read only once the copies to the device
+                                issued before it are done (ZeRO-3's NVMe read-ahead is issued after
+                                the host waited for the current module's parameters): a read and
+                                the previous unit's copy never overlap */
+  int32_t blocking_copy;  /**< 1: the host waits for each copy to the device it issues, as for a copy
+                               from pageable memory (ZeRO-3 before 0.9 copies a parameter to the
+                               GPU with Tensor.to() without non_blocking): a prefetched copy does
+                               not run under the host's issue of the current layer */
 };
 
 /** A disk (the tier weights are streamed from). */
