@@ -2,10 +2,13 @@
  * figures of ferry_engine_run() byte for byte; round-robin alternates; the load-aware routers
  * send a request away from a replica busy with a long one and lower P99 TTFT on a bursty trace
  * of long and short requests; two replicas serve a saturating trace twice as fast; every
- * replica stays within its budgets. */
+ * replica stays within its budgets. The CLI: --replicas 1 prints what no option does, R=2 records
+ * every request in one run with a line per replica, and what it cannot honour is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sqlite3.h>
 
 #include "ferry/engine.h"
 #include "ferry/exec.h"
@@ -242,11 +245,67 @@ static void test_bad_calls_refused(void **state) {
   reps_free(&r);
 }
 
+#define SIM "sim --model tiny-dense --hw h100-pcie --quiet --synthetic rate=50,n=12,prompt=16,output=6 "
+
+/* Run `ferry ARGS`: its exit status and output (owned). */
+static char *ferry_out(const char *args, int want) {
+  char *out = NULL;
+  const int rc = tu_run_ferry(args, &out);
+  if (rc != want) fprintf(stderr, "ferry %s: exit %d (want %d):\n%s\n", args, rc, want, out ? out : "");
+  assert_int_equal(rc, want);
+  return out;
+}
+
+static int64_t db_count(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *q = NULL;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+  const int64_t v = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  return v;
+}
+
+static void test_cli_replicas(void **state) {
+  (void)state;
+  char *plain = ferry_out(SIM, 0), *one = ferry_out(SIM "--replicas 1", 0);
+  assert_string_equal(plain, one);
+  char args[1024], db[600];
+  snprintf(db, sizeof db, "%s/r.db", tmp);
+  snprintf(args, sizeof args, SIM "--replicas 2 --router least-tokens --db '%s'", db);
+  char *two = ferry_out(args, 0);
+  assert_true(tu_contains(two, "replicas: 2, router least-tokens") && tu_contains(two, "replica 1: "));
+  assert_true(tu_contains(two, "requests: 12 done"));
+  assert_int_equal(db_count(db, "SELECT COUNT(*) FROM runs"), 1);
+  assert_int_equal(db_count(db, "SELECT COUNT(*) FROM requests"), 12);
+  assert_int_equal(db_count(db, "SELECT COUNT(*) FROM META_DATA_EXPORT WHERE name LIKE 'REPLICA_%'"), 2);
+  free(plain);
+  free(one);
+  free(two);
+  const struct {
+    const char *args, *needle;
+    int rc;
+  } refused[] = {
+      {"run --model x --synthetic n=2 --replicas 2", "--replicas is for 'ferry sim'", 2},
+      {SIM "--router least-tokens", "over --replicas R (R > 1)", 2},
+      {SIM "--replicas 2 --router random", "--router: expected", 2},
+      {SIM "--replicas 2 --faults read:eio@1", "its state belongs to one engine", 1},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    char *out = ferry_out(refused[i].args, refused[i].rc);
+    if (!tu_contains(out, refused[i].needle)) fail_msg("ferry %s: no '%s' in:\n%s", refused[i].args, refused[i].needle, out);
+    free(out);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_replica_is_engine_run),   cmocka_unit_test(test_round_robin_alternates),
       cmocka_unit_test(test_routes_away_from_long_request), cmocka_unit_test(test_least_tokens_lowers_p99_ttft),
       cmocka_unit_test(test_two_replicas_double_throughput), cmocka_unit_test(test_bad_calls_refused),
+      cmocka_unit_test(test_cli_replicas),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

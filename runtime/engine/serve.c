@@ -203,7 +203,7 @@ static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_reque
   rs->waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *rs->waiting);
   if (!e->reqs || !e->req_metrics || !rs->admit_order || !rs->waiting || !e->steps)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
-  memcpy(e->reqs, requests, (size_t)n * sizeof *requests);
+  if (n) memcpy(e->reqs, requests, (size_t)n * sizeof *requests); /* begun empty: requests may be NULL */
   for (int64_t i = 0; i < n; i++) {
     const ferry_status st = arrival_check(e, &requests[i], o, &e->reqs[i]);
     if (st != FERRY_OK) return st;
