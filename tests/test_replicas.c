@@ -56,8 +56,9 @@ struct reps {
   ferry_engine *eng[MAX_REP];
 };
 
-/* R engines, each on its own simulated executor with the engine's minimum budgets. */
-static void reps_create(struct reps *r, int32_t n) {
+/* R engines, each on its own simulated executor with the engine's minimum budgets; `paged`:
+ * a paged KV cache of 16-token blocks (the default pool, which the test traces overfill). */
+static void reps_create_kv(struct reps *r, int32_t n, int paged) {
   struct ferry_engine_config c;
   memset(&c, 0, sizeof c);
   c.block_layers = 1;
@@ -66,6 +67,9 @@ static void reps_create(struct reps *r, int32_t n) {
   c.max_step_tokens = 64;
   c.max_seq_tokens = 256;
   c.seed = 7;
+  if (paged) {
+    c.kv_block_tokens = 16;
+  }
   uint64_t dmin = 0, hmin = 0;
   assert_int_equal(ferry_engine_min_budgets(model, NULL, &c, &dmin, &hmin), FERRY_OK);
   c.device_budget_bytes = dmin;
@@ -78,6 +82,8 @@ static void reps_create(struct reps *r, int32_t n) {
     if (ferry_engine_create(&r->eng[i], model, NULL, r->ex[i], &c) != FERRY_OK) fail_msg("%s", ferry_last_error());
   }
 }
+
+static void reps_create(struct reps *r, int32_t n) { reps_create_kv(r, n, 0); }
 
 static void reps_free(struct reps *r) {
   for (int32_t i = 0; i < r->n; i++) {
@@ -113,18 +119,21 @@ static struct ferry_engine_request *trace(int64_t n, int32_t long_out, int64_t b
   return q;
 }
 
-static void test_one_replica_is_engine_run(void **state) {
-  (void)state;
+/* One replica, with or without a paged KV cache (its per-request arrays grow as requests are
+ * added), gives ferry_engine_run()'s metrics byte for byte. */
+static void one_replica_is_engine_run(int paged) {
   struct ferry_engine_request *q = trace(24, 40, 6, 20000000);
   struct reps a, b;
-  reps_create(&a, 1);
-  reps_create(&b, 1);
+  reps_create_kv(&a, 1, paged);
+  reps_create_kv(&b, 1, paged);
   const struct ferry_run_options o = {.time_scale = 1.0};
   assert_int_equal(ferry_engine_run(a.eng[0], q, 24, &o), FERRY_OK);
   struct ferry_serve_summary sa, sb;
   ferry_engine_summary(a.eng[0], &sa);
   serve(&b, q, 24, FERRY_ROUTER_LEAST_TOKENS, 0, NULL, &sb);
   assert_memory_equal(&sa, &sb, sizeof sa);
+  /* paged: the pool is short, and preempted requests' records are in the grown arrays */
+  assert_true(!paged || (sa.kv_pool_blocks > 0 && sa.preemptions > 0));
   int64_t na, nb;
   const struct ferry_request_metrics *ra = ferry_engine_request_metrics(a.eng[0], &na);
   const struct ferry_request_metrics *rb = ferry_engine_request_metrics(b.eng[0], &nb);
@@ -137,6 +146,12 @@ static void test_one_replica_is_engine_run(void **state) {
   reps_free(&a);
   reps_free(&b);
   free(q);
+}
+
+static void test_one_replica_is_engine_run(void **state) {
+  (void)state;
+  one_replica_is_engine_run(0);
+  one_replica_is_engine_run(1);
 }
 
 static void test_round_robin_alternates(void **state) {

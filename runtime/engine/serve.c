@@ -482,26 +482,30 @@ ferry_status ferry_engine_serve_begin(ferry_engine *e, const struct ferry_engine
   return FERRY_OK;
 }
 
+/* realloc to n elements of `size` into *p (left as it was on failure); 0 when out of memory. */
+static int grow(void **p, int64_t n, size_t size) {
+  void *q = ferry__reallocarray(*p, (size_t)n, size);
+  if (q) *p = q;
+  return q != NULL;
+}
+
 /* Room for one more request: the per-request arrays double, the step table grows by what the
  * request can take (one step per token or prefill chunk). */
 static ferry_status grow_requests(ferry_engine *e, struct ferry__serve_state *rs, const struct ferry_engine_request *r) {
   const int64_t more = r->output_tokens + r->prompt_tokens / e->cfg.max_step_tokens + 2;
-  struct ferry_step_metrics *steps = ferry__reallocarray(e->steps, (size_t)(e->cap_steps + more), sizeof *steps);
-  if (steps) e->steps = steps, e->cap_steps += more;
-  if (rs->n < rs->cap_reqs && steps) return FERRY_OK;
-  const int64_t cap = rs->cap_reqs ? 2 * rs->cap_reqs : 16;
-  void *a = steps ? ferry__reallocarray(e->reqs, (size_t)cap, sizeof *e->reqs) : NULL;
-  if (a) e->reqs = a;
-  void *b = a ? ferry__reallocarray(e->req_metrics, (size_t)cap, sizeof *e->req_metrics) : NULL;
-  if (b) e->req_metrics = b;
-  void *c = b ? ferry__reallocarray(rs->waiting, (size_t)cap, sizeof *rs->waiting) : NULL;
-  if (c) rs->waiting = c;
-  void *d = c && e->kv_block ? ferry__reallocarray(e->resumes, (size_t)cap, sizeof *e->resumes) : c;
-  if (!d) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)cap);
-  if (e->kv_block) {
-    e->resumes = d;
-    memset(e->resumes + rs->cap_reqs, 0, (size_t)(cap - rs->cap_reqs) * sizeof *e->resumes);
-  }
+  const int64_t cap = rs->n < rs->cap_reqs ? rs->cap_reqs : rs->cap_reqs ? 2 * rs->cap_reqs : 16;
+  void *steps = e->steps, *reqs = e->reqs, *metrics = e->req_metrics, *waiting = rs->waiting, *resumes = e->resumes;
+  const int ok = grow(&steps, e->cap_steps + more, sizeof *e->steps) && grow(&reqs, cap, sizeof *e->reqs) &&
+                 grow(&metrics, cap, sizeof *e->req_metrics) && grow(&waiting, cap, sizeof *rs->waiting) &&
+                 (!e->kv_block || grow(&resumes, cap, sizeof *e->resumes));
+  e->steps = steps; /* what moved is kept, grown or not */
+  e->reqs = reqs;
+  e->req_metrics = metrics;
+  rs->waiting = waiting;
+  e->resumes = resumes;
+  if (!ok) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)cap);
+  e->cap_steps += more;
+  if (e->kv_block) memset(e->resumes + rs->cap_reqs, 0, (size_t)(cap - rs->cap_reqs) * sizeof *e->resumes);
   rs->cap_reqs = cap;
   return FERRY_OK;
 }
