@@ -205,8 +205,9 @@ static void same_rates(struct ferry_compute_rates *r) {
 }
 
 /* The executor by its registry name: --backend, or sim (with the --hw profile); the rates
- * --offload-compute auto weighs, from the profile or (a real run) alike. */
-static ferry_status create_executor(struct run_ctx *c) {
+ * --offload-compute auto weighs, from the profile or (a real run) alike. `first`: the run's
+ * first executor (another replica's says nothing more). */
+ferry_status run_open_executor(struct run_ctx *c, int first, ferry_exec **out) {
   struct run_args *a = c->a;
   struct ferry_exec_params xp = {.config = {.device_budget_bytes = a->ec.device_budget_bytes,
                                             .host_budget_bytes = a->ec.host_budget_bytes,
@@ -220,7 +221,11 @@ static ferry_status create_executor(struct run_ctx *c) {
   if (st == FERRY_OK && hw && (a->runtime || !ferry_hw_get(hw)->has_runtime))
     st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
   xp.hw = hw;
-  if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, &c->ex);
+  if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, out);
+  if (!first) {
+    ferry_hw_close(hw);
+    return st;
+  }
   if (st == FERRY_OK && hw) weak_fits(ferry_hw_get(hw), c->fit_warning, sizeof c->fit_warning);
   if (hw) profile_rates(ferry_hw_get(hw), c->mc->dtype, &a->ec.rates);
   else same_rates(&a->ec.rates);
@@ -272,7 +277,7 @@ static ferry_status serve_failed(struct run_ctx *c, ferry_status st) {
   resil_note_failure(&c->resil, st, why);
   if (c->db) {
     struct ferry_serve_summary part;
-    ferry_engine_summary(c->eng, &part);
+    run_replicas_summary(c, &part);
     run_db_write_results(c, &part);
   }
   return ferry__fail(st, "%s", why); /* the run's error in the database */
@@ -288,7 +293,8 @@ static ferry_status serve(struct run_ctx *c) {
   struct ferry_run_options ro = {.time_scale = a->time_scale, .as_fast_as_possible = a->as_fast_as_possible,
                                  .progress = a->progress, .on_tick = resil_tick, .tick_user = &c->resil};
   const int64_t wall0 = ferry__mono_ns();
-  if ((st = ferry_engine_run(c->eng, c->reqs, c->n_reqs, &ro)) != FERRY_OK) return serve_failed(c, st);
+  st = a->replicas > 1 ? run_replicas_serve(c, &ro) : ferry_engine_run(c->eng, c->reqs, c->n_reqs, &ro);
+  if (st != FERRY_OK) return serve_failed(c, st);
   resil_stop(&c->resil);
   if (a->sim && a->progress) print_sim_stats(c->ex, wall0, (int)a->exact);
   struct ferry_sim_stats ss;
@@ -297,8 +303,10 @@ static ferry_status serve(struct run_ctx *c) {
   if (a->sim && c->db && ferry_exec_sim_stats(c->ex, &ss) == FERRY_OK)
     ferry_db_run_meta(c->db, c->run_id, "SIM_MODE", ss.mode == FERRY_SIM_EXACT ? "exact" : "fast");
   struct ferry_serve_summary sum;
-  ferry_engine_summary(c->eng, &sum);
-  if (a->summary_out) *a->summary_out = sum; /* run_repeat() prints it in --format */
+  run_replicas_summary(c, &sum);
+  /* text: the replicas above the summary (run_repeat() prints it in --format) */
+  run_replicas_report(c, a->output_format == CLI_FORMAT_TEXT ? stdout : NULL);
+  if (a->summary_out) *a->summary_out = sum;
   else ferry_serve_summary_print(&sum, stdout);
   if (a->on_served) a->on_served(a->served_user, c->eng);
   if ((st = run_db_write_results(c, &sum)) != FERRY_OK) return st;
@@ -320,7 +328,7 @@ static ferry_status execute(struct run_ctx *c) {
       (st = plan(c)) != FERRY_OK)
     return st;
   if (a->plan_only) return ferry_engine_plan_only(c->model, c->store, &a->ec, stdout);
-  if ((a->db && (st = ferry_db_open(&c->db, a->db, FERRY_DB_CREATE)) != FERRY_OK) || (st = create_executor(c)) != FERRY_OK)
+  if ((a->db && (st = ferry_db_open(&c->db, a->db, FERRY_DB_CREATE)) != FERRY_OK) || (st = run_open_executor(c, 1, &c->ex)) != FERRY_OK)
     return st;
   resil_attach(&c->resil, c->ex); /* its events on the executor's clock */
   if ((st = run_setup_routing(c)) != FERRY_OK || (st = run_setup_predictor(c)) != FERRY_OK ||
@@ -341,6 +349,7 @@ int run_execute(struct run_args *a) {
   if (fst != FERRY_OK && rc == CLI_OK) rc = cli_fail(fst, NULL);
   run_free_routing(&c);
   ferry_db_close(c.db);
+  run_replicas_free(&c);
   ferry_free(c.config_json);
   ferry_engine_destroy(c.eng);
   resil_free(&c.resil);

@@ -46,7 +46,22 @@ struct run_ctx {
   ferry_cupti *cupti;
   struct logit_dump dump;
   struct run_resil resil; /* faults, pressure, reloads (cli/run_resil.c) */
+  /* --replicas R (cli/run_replicas.c): engines and executors, [0] the run's own (eng, ex) */
+  ferry_engine **rep_eng;
+  ferry_exec **rep_ex;
+  int32_t n_rep;        /* 0 without --replicas */
+  int32_t *replica_of;  /* [request] the replica that served it */
 };
+
+/* run_exec.c: the executor of the run (`first`) or of another replica */
+ferry_status run_open_executor(struct run_ctx *c, int first, ferry_exec **out);
+
+/* run_replicas.c: create replicas 1..R-1 and serve the trace over all; the summary over them (or
+ * the one engine); per-replica lines to f (NULL: none) and the run's metadata; release */
+ferry_status run_replicas_serve(struct run_ctx *c, const struct ferry_run_options *ro);
+void run_replicas_summary(const struct run_ctx *c, struct ferry_serve_summary *out);
+void run_replicas_report(const struct run_ctx *c, FILE *f);
+void run_replicas_free(struct run_ctx *c);
 
 /* run_routing.c: recording, the simulator's routing source, the expert predictor */
 ferry_status run_setup_routing(struct run_ctx *c);

@@ -146,6 +146,10 @@ static int check_parallel(struct run_args *a, const char *value) {
   return expect_one_of(a, "parallel", value, (const char *const[]){"tp", "pp", "ep", NULL});
 }
 
+static int check_router(struct run_args *a, const char *value) {
+  return expect_one_of(a, "router", value, (const char *const[]){"round-robin", "least-requests", "least-tokens", NULL});
+}
+
 static int check_expert_placement(struct run_args *a, const char *value) {
   return expect_one_of(a, "expert-placement", value, (const char *const[]){"range", "hash", NULL});
 }
@@ -497,6 +501,8 @@ static int refuse_parallel(const struct run_args *a) {
     return cli_usage_error(a->cmd, "--gpus %lld: say how to split the model (--parallel tp, pp or ep)", (long long)a->gpus);
   if (a->gpus < 2 && RUN_GIVEN(a, parallel))
     return cli_usage_error(a->cmd, "--parallel %s splits the model over --gpus N (N > 1)", a->parallel);
+  if (RUN_GIVEN(a, router) && a->replicas < 2)
+    return cli_usage_error(a->cmd, "--router %s routes requests over --replicas R (R > 1)", a->router);
   if (RUN_GIVEN(a, expert_placement) && strcmp(a->parallel, "ep"))
     return cli_usage_error(a->cmd, "--expert-placement places experts of --parallel ep: give it");
   if (a->gpus > 1 && !a->sim && strcmp(a->executor, "host"))

@@ -122,11 +122,11 @@ ferry_status run_db_begin(struct run_ctx *c) {
 }
 
 /* Requests and steps on the executor's clock, like the timeline rows. */
-ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_summary *sum) {
-  if (!c->db) return FERRY_OK;
+/* One engine's requests, steps and layers (a replica's: its times on its own clock from its
+ * run's start, written on the first replica's, as the summary counts them). */
+static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int64_t base) {
   int64_t n;
-  const struct ferry_request_metrics *rm = ferry_engine_request_metrics(c->eng, &n);
-  const int64_t base = sum->run_start_ns;
+  const struct ferry_request_metrics *rm = ferry_engine_request_metrics(eng, &n);
   ferry_status st = FERRY_OK;
   for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
     if (rm[i].rejected) continue;
@@ -136,7 +136,7 @@ ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_su
                                   .prompt_tokens = rm[i].prompt_tokens, .output_tokens = rm[i].output_tokens};
     st = ferry_db_add_request(c->db, c->run_id, &r);
   }
-  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(c->eng, &n);
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(eng, &n);
   for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
     struct ferry_step_row r = {.step = sm[i].step, .start_ns = base + sm[i].start_ns, .end_ns = base + sm[i].end_ns,
                                .batch = sm[i].batch, .tokens = sm[i].tokens, .bytes_disk = sm[i].bytes_disk,
@@ -149,7 +149,7 @@ ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_su
     st = ferry_db_add_step(c->db, c->run_id, &r);
   }
   /* the expert cache and weight traffic per layer (layers with none are left out) */
-  const struct ferry_layer_metrics *lm = ferry_engine_layer_metrics(c->eng, &n);
+  const struct ferry_layer_metrics *lm = ferry_engine_layer_metrics(eng, &n);
   for (int64_t i = 0; i < n && st == FERRY_OK; i++) {
     const struct ferry_layer_metrics *l = &lm[i];
     if (!l->hits && !l->misses && !l->evictions && !l->prefetches && !l->cpu_experts && !l->bytes_h2d) continue;
@@ -157,6 +157,13 @@ ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_su
                                       .prefetches = l->prefetches, .cpu_experts = l->cpu_experts, .bytes_h2d = l->bytes_h2d};
     st = ferry_db_add_layer_stats(c->db, c->run_id, &r);
   }
+  return st;
+}
+
+ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_summary *sum) {
+  if (!c->db) return FERRY_OK;
+  ferry_status st = write_engine(c, c->eng, sum->run_start_ns);
+  for (int32_t i = 1; i < c->n_rep && st == FERRY_OK; i++) st = write_engine(c, c->rep_eng[i], sum->run_start_ns);
   if (st == FERRY_OK) st = ferry_db_flush(c->db);
   if (st == FERRY_OK) meta_u64(c, "KV_CAPACITY_TOKENS", (uint64_t)sum->kv_capacity_tokens);
   return st;

@@ -511,6 +511,82 @@ FERRY_API void ferry_engine_print_plan(const ferry_engine *engine, FILE *f);
 FERRY_API ferry_status ferry_engine_run(ferry_engine *engine, const struct ferry_engine_request *requests, int64_t n,
                               const struct ferry_run_options *options);
 
+/**
+ * @brief Start serving step by step: ferry_engine_run() is this, then
+ *        ferry_engine_serve_finish(). Requests may be given now (@p n of them, any order) and
+ *        more added later in arrival order (ferry_engine_serve_add()); the engine's clock moves
+ *        only in ferry_engine_serve_advance() and ferry_engine_serve_finish(). Several engines
+ *        driven this way share one timeline (ferry_replicas_serve()).
+ * @param requests array of @p n requests (copied); may be NULL when @p n is 0.
+ * @param options copied; NULL for the defaults.
+ * @return FERRY_OK; FERRY_ERR_INVALID for a bad request or when a run is already open;
+ *         FERRY_ERR_RANGE for an arrival past the clock once scaled; FERRY_ERR_NOMEM.
+ */
+FERRY_API ferry_status ferry_engine_serve_begin(ferry_engine *engine, const struct ferry_engine_request *requests,
+                                                int64_t n, const struct ferry_run_options *options);
+
+/**
+ * @brief Add one request to the open run (copied; its arrival scaled by the run's options). It
+ *        must arrive no earlier than every request already added.
+ * @return FERRY_OK; FERRY_ERR_INVALID (no open run, a bad request, or out of order: the run is
+ *         then closed), FERRY_ERR_NOMEM.
+ */
+FERRY_API ferry_status ferry_engine_serve_add(ferry_engine *engine, const struct ferry_engine_request *request);
+
+/**
+ * @brief Serve until the engine's clock reaches @p until_ns (time since the run's start) or
+ *        nothing known is left to do before it. A step that starts before @p until_ns runs to
+ *        its end, as it would in one run; requests arriving at @p until_ns or later wait.
+ * @return FERRY_OK, or the step's error (the run is then closed).
+ */
+FERRY_API ferry_status ferry_engine_serve_advance(ferry_engine *engine, int64_t until_ns);
+
+/** What an engine has left to do, for a router (ferry_engine_serve_load()). */
+struct ferry_engine_load {
+  int64_t requests; /**< requests added and not finished (waiting, running or yet to arrive) */
+  int64_t tokens;   /**< their prompt tokens still to prefill plus output tokens still to generate */
+  int64_t clock_ns; /**< the engine's clock, since the run's start */
+};
+
+/** @brief What the open run has left to do now (@p out filled; zeros when no run is open). */
+FERRY_API void ferry_engine_serve_load(const ferry_engine *engine, struct ferry_engine_load *out);
+
+/**
+ * @brief Serve every request added to the end, wait for the executor, close the run. Metrics
+ *        stay in the engine as after ferry_engine_run().
+ * @return FERRY_OK, FERRY_ERR_INVALID when no run is open, or the run's error.
+ */
+FERRY_API ferry_status ferry_engine_serve_finish(ferry_engine *engine);
+
+/** How ferry_replicas_serve() picks the replica of each arriving request. */
+enum ferry_router {
+  FERRY_ROUTER_ROUND_ROBIN,    /**< "round-robin": replicas in turn */
+  FERRY_ROUTER_LEAST_REQUESTS, /**< "least-requests": fewest requests outstanding (vLLM/SGLang routers) */
+  FERRY_ROUTER_LEAST_TOKENS    /**< "least-tokens": fewest tokens outstanding (prefill left + output left) */
+};
+
+/** @brief The router's name ("round-robin", ...); static storage. */
+FERRY_API const char *ferry_router_name(enum ferry_router router);
+
+/** @brief The router named @p name; FERRY_ERR_INVALID (message names the choices) if none. */
+FERRY_API ferry_status ferry_router_from_name(const char *name, enum ferry_router *out);
+
+/**
+ * @brief Data-parallel serving: @p n_engines engines (each with its own executor; each may span
+ *        several devices) serve one trace together. Requests are taken in arrival order; before
+ *        each, every engine is advanced to its arrival time (each on its own clock, all measured
+ *        from their run's start), then the router picks one from their state at that time
+ *        (ties: the lowest index). With one engine the figures are those of ferry_engine_run().
+ * @param requests array of @p n requests (copied).
+ * @param replica_of optional: filled with the engine that served each request, in the order of
+ *        @p requests.
+ * @return FERRY_OK, or the first engine's error (the thread's last error says which replica).
+ */
+FERRY_API ferry_status ferry_replicas_serve(ferry_engine *const *engines, int32_t n_engines,
+                                            const struct ferry_engine_request *requests, int64_t n,
+                                            enum ferry_router router, const struct ferry_run_options *options,
+                                            int32_t *replica_of);
+
 /** @brief Per-request metrics of the last run; borrowed, valid until the next run. */
 FERRY_API const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
 
@@ -523,6 +599,12 @@ FERRY_API const struct ferry_layer_metrics *ferry_engine_layer_metrics(const fer
 
 /** @brief Summary of the last run. */
 FERRY_API void ferry_engine_summary(const ferry_engine *engine, struct ferry_serve_summary *out);
+
+/** @brief Summary over engines that served one trace together (ferry_replicas_serve()): every
+ *         request's latencies, throughput over the union of their times, the fullest replica's
+ *         peaks; ferry_engine_summary() is this over one engine. */
+FERRY_API void ferry_engine_summary_many(const ferry_engine *const *engines, int32_t n_engines,
+                                         struct ferry_serve_summary *out);
 
 /** @brief Print a summary table (mean, P50, P90, P99) of a run. */
 FERRY_API void ferry_serve_summary_print(const struct ferry_serve_summary *summary, FILE *f);

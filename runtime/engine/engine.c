@@ -546,6 +546,8 @@ void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned) {
 
 static void engine_free(struct ferry_engine *e) {
   if (!e) return;
+  ferry_free(e->serve.admit_order); /* a run begun and never finished */
+  ferry_free(e->serve.waiting);
   ferry_exec *ex = e->ex;
   if (ex) {
     ferry_exec_drain(ex);

@@ -319,6 +319,17 @@ struct ferry_engine {
   int32_t *seq_maxpos;      /* n_seqs: scratch of step_seqlens() */
   int64_t load_ns;
   int64_t run_start_ns;
+  /* a run being served step by step (ferry_engine_serve_begin() .. _finish()) */
+  struct ferry__serve_state {
+    int64_t *admit_order; /* [slot] admission number of its sequence (prefill order) */
+    int64_t *waiting;     /* arrived requests, FCFS */
+    int64_t n, next, w_head, w_tail, done, admitted, active;
+    int64_t t0;      /* executor time of the run's start */
+    int64_t cap_reqs; /* requests the per-request arrays hold */
+    int64_t last_progress;
+    struct ferry_run_options o;
+    int open; /* between begin and finish */
+  } serve;
   struct ferry__memo memo;
 
   /* staying up (adapt.c): budgets in force, memory pressure, weights versions, events */
@@ -421,6 +432,8 @@ void ferry__engine_free_streaming(struct ferry_engine *e, int with_pinned);
 /* The experts the cache policy pins before serving, fetched (after a load or a re-plan). */
 ferry_status ferry__engine_preload_experts(struct ferry_engine *e);
 
+/* serve.c: close a run begun with ferry_engine_serve_begin() without serving the rest */
+void ferry__engine_serve_abort(struct ferry_engine *e);
 /* adapt.c: budget schedule, memory pressure, weight reloads, events */
 ferry_status ferry__engine_adapt_init(struct ferry_engine *e);
 void ferry__engine_adapt_free(struct ferry_engine *e);

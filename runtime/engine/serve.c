@@ -103,28 +103,11 @@ static int32_t build_step(struct ferry_engine *e, int64_t *admit_order, int32_t 
   return batch;
 }
 
-/* The summary's distributions are the metrics every output of a run shares (common/metrics.h). */
-static void latency_stats(double *v, int64_t n, struct ferry_latency_stats *out) {
-  struct ferry__dist d;
-  ferry__dist_compute(v, (size_t)n, &d);
-  *out = (struct ferry_latency_stats){.count = d.count, .mean = d.mean, .p50 = d.p50, .p90 = d.p90, .p99 = d.p99,
-                                      .max = d.max};
-}
-
-/* The run's state between steps: the queue of arrived requests and who runs where. */
-struct run_state {
-  int64_t *admit_order; /* [slot] admission number of its sequence (prefill order) */
-  int64_t *waiting;     /* arrived requests, FCFS */
-  int64_t n, next, w_head, w_tail, done, admitted, active;
-  int64_t t0;           /* executor time of the run's start */
-};
-
-
 /* Paged KV cache: preempt the most recently admitted sequence (vLLM's recompute, or swap): its
  * blocks go back to the pool (swap: after a copy to host memory) and its request to the head of
  * the waiting queue, to prefill its tokens again (swap: to copy them back) when blocks are free.
  * Grows the step table for the steps that prefill takes. */
-static ferry_status preempt(struct ferry_engine *e, struct run_state *rs) {
+static ferry_status preempt(struct ferry_engine *e, struct ferry__serve_state *rs) {
   int32_t v = -1;
   for (int32_t s = 0; s < e->n_seqs; s++)
     if (e->seqs[s].active && (v < 0 || rs->admit_order[s] > rs->admit_order[v])) v = s;
@@ -162,7 +145,7 @@ static ferry_status preempt(struct ferry_engine *e, struct run_state *rs) {
 
 /* Give every sequence of the step the blocks its new tokens need, preempting (and rebuilding the
  * step) while the pool is short. */
-static ferry_status page_step(struct ferry_engine *e, struct run_state *rs, int32_t *batch, int32_t *tokens) {
+static ferry_status page_step(struct ferry_engine *e, struct ferry__serve_state *rs, int32_t *batch, int32_t *tokens) {
   for (;;) {
     int ok = 1;
     for (int32_t s = 0; s < e->n_seqs && ok; s++) {
@@ -176,10 +159,26 @@ static ferry_status page_step(struct ferry_engine *e, struct run_state *rs, int3
   }
 }
 
+/* A request as served: checked, its arrival scaled (or 0 as fast as possible). */
+static ferry_status arrival_check(ferry_engine *e, const struct ferry_engine_request *in, const struct ferry_run_options *o,
+                                  struct ferry_engine_request *out) {
+  *out = *in;
+  if (in->output_tokens < 1 || in->prompt_tokens < 1 || in->arrival_ns < 0)
+    return ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: needs prompt and output tokens >= 1 (got %d, %d)",
+                          (long long)in->id, in->prompt_tokens, in->output_tokens);
+  if (o->as_fast_as_possible)
+    out->arrival_ns = 0;
+  else if (ferry__scale_ns(in->arrival_ns, o->time_scale, &out->arrival_ns) != FERRY_OK)
+    return ferry__err_set(&e->err, FERRY_ERR_RANGE,
+                          "request %lld: arrival %lld ns x time scale %g is past the int64 nanosecond clock",
+                          (long long)in->id, (long long)in->arrival_ns, o->time_scale);
+  return FERRY_OK;
+}
+
 /* The requests (copied, validated, arrival times scaled, sorted) and the per-request and
  * per-step arrays, bounded up front: each step produces a token or finishes a prefill chunk. */
 static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
-                                const struct ferry_run_options *o, struct run_state *rs) {
+                                const struct ferry_run_options *o, struct ferry__serve_state *rs) {
   ferry_free(e->reqs);
   ferry_free(e->req_metrics);
   ferry_free(e->steps);
@@ -204,17 +203,10 @@ static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_reque
   rs->waiting = ferry__calloc((size_t)(n ? n : 1), sizeof *rs->waiting);
   if (!e->reqs || !e->req_metrics || !rs->admit_order || !rs->waiting || !e->steps)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)n);
-  memcpy(e->reqs, requests, (size_t)n * sizeof *requests);
+  if (n) memcpy(e->reqs, requests, (size_t)n * sizeof *requests); /* begun empty: requests may be NULL */
   for (int64_t i = 0; i < n; i++) {
-    if (e->reqs[i].output_tokens < 1 || e->reqs[i].prompt_tokens < 1 || e->reqs[i].arrival_ns < 0)
-      return ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: needs prompt and output tokens >= 1 (got %d, %d)",
-                            (long long)e->reqs[i].id, e->reqs[i].prompt_tokens, e->reqs[i].output_tokens);
-    if (o->as_fast_as_possible)
-      e->reqs[i].arrival_ns = 0;
-    else if (ferry__scale_ns(e->reqs[i].arrival_ns, o->time_scale, &e->reqs[i].arrival_ns) != FERRY_OK)
-      return ferry__err_set(&e->err, FERRY_ERR_RANGE,
-                            "request %lld: arrival %lld ns x time scale %g is past the int64 nanosecond clock",
-                            (long long)e->reqs[i].id, (long long)requests[i].arrival_ns, o->time_scale);
+    const ferry_status st = arrival_check(e, &requests[i], o, &e->reqs[i]);
+    if (st != FERRY_OK) return st;
   }
   qsort(e->reqs, (size_t)n, sizeof *e->reqs, cmp_arrival);
   e->n_reqs = n;
@@ -234,14 +226,14 @@ static ferry_status prepare_run(ferry_engine *e, const struct ferry_engine_reque
     ferry__kv_pages_reset(e);
   }
   e->current->refs = 0;
-  rs->n = n;
+  rs->n = rs->cap_reqs = n;
   return FERRY_OK;
 }
 
 /* Request r into free slot s: a new sequence, or (paged) one preempted before, recomputed or
  * swapped back into fresh blocks to go on where it stood. 0 when a paged cache lacks the blocks
  * (it waits), 1 when admitted, or a negative status. */
-static int admit_one(ferry_engine *e, struct run_state *rs, int64_t r, int32_t s) {
+static int admit_one(ferry_engine *e, struct ferry__serve_state *rs, int64_t r, int32_t s) {
   const struct ferry_engine_request *rq = &e->reqs[r];
   struct resume *rm = e->kv_block ? &e->resumes[r] : NULL;
   if (rm && rm->swap_n && rm->swap_version != e->current->id) ferry__kv_pages_swap_drop(e, rm); /* reloaded since */
@@ -277,7 +269,7 @@ static int admit_one(ferry_engine *e, struct run_state *rs, int64_t r, int32_t s
 /* Arrived requests join the queue; admit FCFS while KV slots are free; reject what can never
  * fit; under the last pressure level refuse (a preempted one goes on), and while a reload waits
  * for the running sequences (draining), hold. */
-static ferry_status admit(ferry_engine *e, struct run_state *rs, int64_t now, int draining) {
+static ferry_status admit(ferry_engine *e, struct ferry__serve_state *rs, int64_t now, int draining) {
   while (rs->next < rs->n && e->reqs[rs->next].arrival_ns <= now) rs->waiting[rs->w_tail++] = rs->next++;
   while (rs->w_head < rs->w_tail) {
     const int64_t r = rs->waiting[rs->w_head];
@@ -335,7 +327,7 @@ static void step_measures(ferry_engine *e, struct ferry_step_metrics *sm, const 
 
 /* One step on the executor, measured. *ran is 0 when a paged cache sent the step's only
  * sequence back to wait for the whole pool (nothing ran). */
-static ferry_status run_step(ferry_engine *e, struct run_state *rs, int *ran) {
+static ferry_status run_step(ferry_engine *e, struct ferry__serve_state *rs, int *ran) {
   struct ferry_step_metrics *sm = &e->steps[e->n_steps];
   memset(sm, 0, sizeof *sm);
   sm->step = e->n_steps;
@@ -371,7 +363,7 @@ static ferry_status run_step(ferry_engine *e, struct run_state *rs, int *ran) {
 
 /* Micro-batch mbi's logits rows are generated tokens (their next input drawn or, greedy, the
  * argmax); a sequence that has them all is done. */
-static void mb_outcomes(ferry_engine *e, struct run_state *rs, int32_t mbi, int64_t end) {
+static void mb_outcomes(ferry_engine *e, struct ferry__serve_state *rs, int32_t mbi, int64_t end) {
   const struct microbatch *mb = &e->mbs[mbi];
   const float *logits = NULL;
   if (e->has_data) {
@@ -405,7 +397,7 @@ static void mb_outcomes(ferry_engine *e, struct run_state *rs, int32_t mbi, int6
 
 /* Outcomes of a step: each micro-batch's generated tokens; the step's tokens are now in the KV
  * cache. */
-static void step_outcomes(ferry_engine *e, struct run_state *rs) {
+static void step_outcomes(ferry_engine *e, struct ferry__serve_state *rs) {
   struct ferry_step_metrics *sm = &e->steps[e->n_steps - 1];
   for (int32_t mbi = 0; mbi < e->n_mb; mbi++) mb_outcomes(e, rs, mbi, sm->end_ns);
   for (int32_t s = 0; s < e->n_seqs; s++) {
@@ -421,19 +413,22 @@ static void step_outcomes(ferry_engine *e, struct run_state *rs) {
   if (e->kv_block) sm->kv_blocks = e->kv_pool_blocks - e->kv_free_count;
 }
 
-/* Steps until every request is done; between steps with nothing to run, the clock sleeps to
- * the next arrival. */
-static ferry_status serve_loop(ferry_engine *e, struct run_state *rs, const struct ferry_run_options *o) {
-  /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
-  int64_t last_progress = ferry__mono_ns();
+/* Steps until every request known so far is done, or until the clock reaches `until` (time
+ * since the run's start); between steps with nothing to run, the clock sleeps to the next
+ * arrival. A request arriving at `until` or later is left for the next call: a caller adding
+ * requests in arrival order (ferry_engine_serve_add()) sees the same steps as one run over all. */
+static ferry_status serve_loop(ferry_engine *e, struct ferry__serve_state *rs, int64_t until) {
+  const struct ferry_run_options *o = &rs->o;
   while (rs->done < rs->n) {
     const int64_t now = ferry_exec_now(e->ex) - rs->t0;
+    if (now >= until) break;
     /* step boundary: budget changes, memory pressure, a staged reload */
     if (o->on_tick) o->on_tick(o->tick_user, e, now);
     ferry_status st = ferry__engine_adapt(e, now);
     if (st != FERRY_OK || (st = admit(e, rs, now, ferry__engine_draining(e))) != FERRY_OK) return st;
     if (!rs->active) {
       if (rs->next < rs->n) {
+        if (e->reqs[rs->next].arrival_ns >= until) break;
         ferry_exec_sleep_until(e->ex, rs->t0 + e->reqs[rs->next].arrival_ns);
         continue;
       }
@@ -444,10 +439,11 @@ static ferry_status serve_loop(ferry_engine *e, struct run_state *rs, const stru
     if ((st = run_step(e, rs, &ran)) != FERRY_OK) return st;
     if (!ran) continue;
     step_outcomes(e, rs);
-    if (o->progress && ferry__mono_ns() - last_progress > 2000000000LL) {
+    /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
+    if (o->progress && ferry__mono_ns() - rs->last_progress > 2000000000LL) {
       fprintf(stderr, "ferry: %lld/%lld requests done, %lld steps, t=%.1f s\n", (long long)rs->done, (long long)rs->n,
               (long long)e->n_steps, (double)e->steps[e->n_steps - 1].end_ns / 1e9);
-      last_progress = ferry__mono_ns();
+      rs->last_progress = ferry__mono_ns();
     }
     if (e->n_steps >= e->cap_steps)
       return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: more steps than the bound %lld", (long long)e->cap_steps);
@@ -455,24 +451,118 @@ static ferry_status serve_loop(ferry_engine *e, struct run_state *rs, const stru
   return FERRY_OK;
 }
 
-ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
-                              const struct ferry_run_options *opts) {
-  struct ferry_run_options o = {.time_scale = 1.0};
-  if (opts) o = *opts;
-  if (o.time_scale <= 0) o.time_scale = 1.0;
-  struct run_state rs;
-  memset(&rs, 0, sizeof rs);
-  ferry_status st = prepare_run(e, requests, n, &o, &rs);
-  if (st == FERRY_OK) {
-    rs.t0 = e->run_start_ns = ferry_exec_now(e->ex);
-    st = serve_loop(e, &rs, &o);
-  }
-  if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
-    ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
-  ferry_free(rs.admit_order);
-  ferry_free(rs.waiting);
+/* The run failed: its state is released and the error is the thread's last. */
+static ferry_status serve_close(ferry_engine *e, ferry_status st) {
+  struct ferry__serve_state *rs = &e->serve;
+  ferry_free(rs->admit_order);
+  ferry_free(rs->waiting);
+  rs->admit_order = rs->waiting = NULL;
+  rs->open = 0;
   if (st != FERRY_OK) ferry__err_copy(NULL, &e->err);
   return st;
+}
+
+void ferry__engine_serve_abort(ferry_engine *e) {
+  if (e->serve.open) serve_close(e, FERRY_OK);
+}
+
+ferry_status ferry_engine_serve_begin(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
+                                      const struct ferry_run_options *opts) {
+  if (e->serve.open) return ferry__fail(FERRY_ERR_INVALID, "engine: a run is already being served (finish it first)");
+  struct ferry__serve_state *rs = &e->serve;
+  memset(rs, 0, sizeof *rs);
+  rs->o = (struct ferry_run_options){.time_scale = 1.0};
+  if (opts) rs->o = *opts;
+  if (rs->o.time_scale <= 0) rs->o.time_scale = 1.0;
+  rs->open = 1;
+  ferry_status st = prepare_run(e, requests, n, &rs->o, rs);
+  if (st != FERRY_OK) return serve_close(e, st);
+  rs->t0 = e->run_start_ns = ferry_exec_now(e->ex);
+  rs->last_progress = ferry__mono_ns();
+  return FERRY_OK;
+}
+
+/* realloc to n elements of `size` into *p (left as it was on failure); 0 when out of memory. */
+static int grow(void **p, int64_t n, size_t size) {
+  void *q = ferry__reallocarray(*p, (size_t)n, size);
+  if (q) *p = q;
+  return q != NULL;
+}
+
+/* Room for one more request: the per-request arrays double, the step table grows by what the
+ * request can take (one step per token or prefill chunk). */
+static ferry_status grow_requests(ferry_engine *e, struct ferry__serve_state *rs, const struct ferry_engine_request *r) {
+  const int64_t more = r->output_tokens + r->prompt_tokens / e->cfg.max_step_tokens + 2;
+  const int64_t cap = rs->n < rs->cap_reqs ? rs->cap_reqs : rs->cap_reqs ? 2 * rs->cap_reqs : 16;
+  void *steps = e->steps, *reqs = e->reqs, *metrics = e->req_metrics, *waiting = rs->waiting, *resumes = e->resumes;
+  const int ok = grow(&steps, e->cap_steps + more, sizeof *e->steps) && grow(&reqs, cap, sizeof *e->reqs) &&
+                 grow(&metrics, cap, sizeof *e->req_metrics) && grow(&waiting, cap, sizeof *rs->waiting) &&
+                 (!e->kv_block || grow(&resumes, cap, sizeof *e->resumes));
+  e->steps = steps; /* what moved is kept, grown or not */
+  e->reqs = reqs;
+  e->req_metrics = metrics;
+  rs->waiting = waiting;
+  e->resumes = resumes;
+  if (!ok) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for %lld requests", (long long)cap);
+  e->cap_steps += more;
+  if (e->kv_block) memset(e->resumes + rs->cap_reqs, 0, (size_t)(cap - rs->cap_reqs) * sizeof *e->resumes);
+  rs->cap_reqs = cap;
+  return FERRY_OK;
+}
+
+ferry_status ferry_engine_serve_add(ferry_engine *e, const struct ferry_engine_request *request) {
+  struct ferry__serve_state *rs = &e->serve;
+  if (!rs->open) return ferry__fail(FERRY_ERR_INVALID, "engine: no run is being served (ferry_engine_serve_begin)");
+  struct ferry_engine_request r;
+  ferry_status st = arrival_check(e, request, &rs->o, &r);
+  if (st == FERRY_OK && rs->n && r.arrival_ns < e->reqs[rs->n - 1].arrival_ns)
+    st = ferry__err_set(&e->err, FERRY_ERR_INVALID, "request %lld: arrives at %lld ns, before request %lld (%lld ns)",
+                        (long long)r.id, (long long)r.arrival_ns, (long long)e->reqs[rs->n - 1].id,
+                        (long long)e->reqs[rs->n - 1].arrival_ns);
+  if (st == FERRY_OK) st = grow_requests(e, rs, &r);
+  if (st != FERRY_OK) return serve_close(e, st);
+  e->reqs[rs->n] = r;
+  e->req_metrics[rs->n] = (struct ferry_request_metrics){.id = r.id, .arrival_ns = r.arrival_ns,
+                                                         .prompt_tokens = r.prompt_tokens, .first_token_ns = -1,
+                                                         .finish_ns = -1};
+  e->n_reqs = ++rs->n;
+  return FERRY_OK;
+}
+
+ferry_status ferry_engine_serve_advance(ferry_engine *e, int64_t until_ns) {
+  if (!e->serve.open) return ferry__fail(FERRY_ERR_INVALID, "engine: no run is being served (ferry_engine_serve_begin)");
+  const ferry_status st = serve_loop(e, &e->serve, until_ns);
+  return st == FERRY_OK ? FERRY_OK : serve_close(e, st);
+}
+
+void ferry_engine_serve_load(const ferry_engine *e, struct ferry_engine_load *out) {
+  const struct ferry__serve_state *rs = &e->serve;
+  *out = (struct ferry_engine_load){0};
+  if (!rs->open) return;
+  *out = (struct ferry_engine_load){.requests = rs->n - rs->done, .clock_ns = ferry_exec_now(e->ex) - rs->t0};
+  for (int64_t i = rs->w_head; i < rs->w_tail; i++) {
+    const struct ferry_engine_request *r = &e->reqs[rs->waiting[i]];
+    out->tokens += r->prompt_tokens + r->output_tokens - e->req_metrics[rs->waiting[i]].output_tokens;
+  }
+  for (int64_t i = rs->next; i < rs->n; i++) out->tokens += e->reqs[i].prompt_tokens + e->reqs[i].output_tokens;
+  for (int32_t s = 0; s < e->n_seqs; s++) {
+    const struct seq *q = &e->seqs[s];
+    if (q->active) out->tokens += (q->prefill - q->prompt_done) + (e->reqs[q->req].output_tokens - q->generated);
+  }
+}
+
+ferry_status ferry_engine_serve_finish(ferry_engine *e) {
+  if (!e->serve.open) return ferry__fail(FERRY_ERR_INVALID, "engine: no run is being served (ferry_engine_serve_begin)");
+  ferry_status st = serve_loop(e, &e->serve, INT64_MAX);
+  if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
+    ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return serve_close(e, st);
+}
+
+ferry_status ferry_engine_run(ferry_engine *e, const struct ferry_engine_request *requests, int64_t n,
+                              const struct ferry_run_options *opts) {
+  const ferry_status st = ferry_engine_serve_begin(e, requests, n, opts);
+  return st == FERRY_OK ? ferry_engine_serve_finish(e) : st;
 }
 
 const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *e, int64_t *n) {
@@ -490,122 +580,3 @@ const struct ferry_step_metrics *ferry_engine_step_metrics(const ferry_engine *e
   return e->steps;
 }
 
-void ferry_engine_summary(const ferry_engine *e, struct ferry_serve_summary *out) {
-  memset(out, 0, sizeof *out);
-  int64_t n = e->n_reqs;
-  double *a = ferry__calloc((size_t)(n ? n : 1), sizeof *a), *b = ferry__calloc((size_t)(n ? n : 1), sizeof *b),
-         *c = ferry__calloc((size_t)(n ? n : 1), sizeof *c);
-  double *d = ferry__calloc((size_t)(e->n_steps ? e->n_steps : 1), sizeof *d);
-  int64_t na = 0, nb = 0, nc = 0;
-  int64_t first = INT64_MAX, last = 0;
-  for (int64_t i = 0; i < n; i++) {
-    const struct ferry_request_metrics *m = &e->req_metrics[i];
-    if (m->rejected) {
-      out->requests_rejected++;
-      continue;
-    }
-    if (m->refused) {
-      out->requests_refused++;
-      continue;
-    }
-    struct ferry__request_latency lat;
-    if (!ferry__request_latency(m->arrival_ns, m->first_token_ns, m->finish_ns, m->output_tokens, &lat)) continue;
-    out->requests_done++;
-    out->tokens_generated += m->output_tokens;
-    if (m->arrival_ns < first) first = m->arrival_ns;
-    if (m->finish_ns > last) last = m->finish_ns;
-    if (a) a[na++] = lat.ttft_ns;
-    if (b && lat.has_tpot) b[nb++] = lat.tpot_ns;
-    if (c) c[nc++] = lat.e2e_ns;
-  }
-  if (a) latency_stats(a, na, &out->ttft);
-  if (b) latency_stats(b, nb, &out->tpot);
-  if (c) latency_stats(c, nc, &out->e2e);
-  for (int64_t s = 0; s < e->n_steps; s++) {
-    const struct ferry_step_metrics *sm = &e->steps[s];
-    if (d) d[s] = (double)(sm->end_ns - sm->start_ns);
-    out->bytes_disk += sm->bytes_disk;
-    out->bytes_h2d += sm->bytes_h2d;
-    out->bytes_d2h += sm->bytes_d2h;
-    out->hits += sm->hits;
-    out->misses += sm->misses;
-    out->stall_ns += sm->stall_ns;
-    if (sm->kv_tokens > out->kv_peak_tokens) out->kv_peak_tokens = sm->kv_tokens;
-  }
-  out->kv_capacity_tokens = (int64_t)e->n_seqs * e->kv_capacity;
-  if (d) latency_stats(d, e->n_steps, &out->step);
-  out->steps = e->n_steps;
-  out->duration_ns = out->requests_done ? last - first : 0;
-  out->tokens_per_s = out->requests_done ? ferry__throughput_tok_s(out->tokens_generated, first, last) : 0;
-  for (int t = 0; t < FERRY_TIER_COUNT; t++) {
-    ferry_exec_tier_usage(e->ex, (enum ferry_tier)t, NULL, &out->peak_bytes[t]);
-    out->budget_bytes[t] = ferry_exec_tier_budget(e->ex, (enum ferry_tier)t);
-  }
-  out->devices = e->n_dev > 1 ? e->n_dev : 1;
-  if (e->n_dev > 1) out->peak_bytes[FERRY_TIER_DEVICE] = 0; /* each device has the budget: the fullest */
-  for (int32_t dev = 0; dev < e->n_dev && e->n_dev > 1; dev++) {
-    ferry_exec_device_usage(e->ex, dev, NULL, &out->device_peak_bytes[dev]);
-    if (out->device_peak_bytes[dev] > out->peak_bytes[FERRY_TIER_DEVICE])
-      out->peak_bytes[FERRY_TIER_DEVICE] = out->device_peak_bytes[dev];
-  }
-  out->load_ns = e->load_ns;
-  out->prefetches = e->prefetches_before + e->xplan.prefetches;
-  out->prefetches_used = e->prefetches_used_before + e->xplan.prefetches_used;
-  out->preemptions = e->preemptions;
-  out->swaps = e->swaps;
-  out->swap_bytes = e->swap_bytes;
-  out->kv_pool_blocks = e->kv_pool_blocks;
-  out->run_start_ns = e->run_start_ns;
-  out->pressure_level_max = e->level_max;
-  out->reloads = e->reloads;
-  out->budget_changes = e->budget_changes;
-  ferry_free(a);
-  ferry_free(b);
-  ferry_free(c);
-  ferry_free(d);
-}
-
-void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
-  char b1[32], b2[32];
-  fprintf(f, "requests: %lld done, %lld rejected; %lld steps; %lld tokens in %.3f s (%.1f tokens/s)\n",
-          (long long)s->requests_done, (long long)s->requests_rejected, (long long)s->steps,
-          (long long)s->tokens_generated, (double)s->duration_ns / 1e9, s->tokens_per_s);
-  if (s->requests_refused || s->pressure_level_max || s->reloads)
-    fprintf(f, "staying up: %lld request(s) refused under memory pressure, highest pressure level %d, %lld reload(s)\n",
-            (long long)s->requests_refused, s->pressure_level_max, (long long)s->reloads);
-  fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "latency", "mean", "p50", "p90", "p99", "max");
-  const struct {
-    const char *name;
-    const struct ferry_latency_stats *st;
-  } rows[] = {{"TTFT", &s->ttft}, {"TPOT", &s->tpot}, {"e2e", &s->e2e}, {"step", &s->step}};
-  for (size_t i = 0; i < 4; i++) {
-    char c[5][32];
-    fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", rows[i].name, ferry__format_ns(rows[i].st->mean, c[0], 32),
-            ferry__format_ns(rows[i].st->p50, c[1], 32), ferry__format_ns(rows[i].st->p90, c[2], 32),
-            ferry__format_ns(rows[i].st->p99, c[3], 32), ferry__format_ns(rows[i].st->max, c[4], 32));
-  }
-  static const char *tiers[] = {"device", "host"};
-  for (int t = 0; t < 2; t++)
-    fprintf(f, "peak %-6s %s of %s%s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
-            s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited",
-            s->budget_changes ? " (the budget at the end; budgets changed during the run)" : "");
-  for (int32_t d = 0; d < s->devices && s->devices > 1; d++)
-    fprintf(f, "%s%s%s", d ? ", " : "peak per device: ", ferry__format_bytes(s->device_peak_bytes[d], b1, 32),
-            d + 1 == s->devices ? "\n" : "");
-  fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
-          ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
-  if (s->hits + s->misses)
-    fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
-            100.0 * (double)s->hits / (double)(s->hits + s->misses));
-  if (s->kv_pool_blocks)
-    fprintf(f, "KV cache: paged, %lld blocks; %lld preemption(s) (%lld swapped to host and back, %s each way; the "
-               "others recomputed)\n",
-            (long long)s->kv_pool_blocks, (long long)s->preemptions, (long long)s->swaps,
-            ferry__format_bytes(s->swap_bytes, (char[32]){0}, 32));
-  if (s->prefetches)
-    fprintf(f, "expert prefetch: %lld fetched ahead, %lld used (precision %.1f%%)\n", (long long)s->prefetches,
-            (long long)s->prefetches_used, 100.0 * (double)s->prefetches_used / (double)s->prefetches);
-  char c1[32], c2[32];
-  fprintf(f, "compute stall %s; weights loaded in %s\n", ferry__format_ns((double)s->stall_ns, c1, 32),
-          ferry__format_ns((double)s->load_ns, c2, 32));
-}
