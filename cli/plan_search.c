@@ -331,12 +331,10 @@ int plan_hw_next(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
   }
 }
 
-/* Keep a one-replica result for candidates that run the same (find_same_runs). */
+/* Keep a one-replica result for candidates that run the same (find_same_runs): every one, as
+ * the ladder's bounds come back before the variants that may run as they do exist. */
 static int keep(struct plan_hw *h, const struct plan_job *j, const struct plan_result *r) {
   if (j->kind == PLAN_JOB_RECORD || j->replicas != 1) return 0;
-  int wanted = 0;
-  for (int c = 0; c < h->nc && !wanted; c++) wanted = h->c[c].same_as == j->cand;
-  if (!wanted) return 0;
   if (h->nkept == h->capkept) {
     int cap = h->capkept ? h->capkept * 2 : 16;
     struct plan_kept *k = ferry__reallocarray(h->kept, (size_t)cap, sizeof *k);
