@@ -361,9 +361,11 @@ static void print_text(const struct plan_state *ps, int cheapest, double wall_s)
     printf("\nno priced profile serves %.4g req/s within %s%s\n", ps->demand_rps, o->slo_text,
            o->budget_per_hour > 0 ? " and the budget" : "");
   }
-  int sims = 0;
-  for (int i = 0; i < ps->nhw; i++) sims += ps->hw[i].sims;
-  printf("%d simulations of %zu requests per replica in %.1f s\n", sims, plan_workload_count(ps->w, 1), wall_s);
+  int sims = 0, reused = 0;
+  for (int i = 0; i < ps->nhw; i++) sims += ps->hw[i].sims, reused += ps->hw[i].reused;
+  printf("%d simulations of %zu requests per replica in %.1f s", sims, plan_workload_count(ps->w, 1), wall_s);
+  if (reused) printf(" (and %d points taken from a configuration that runs the same)", reused);
+  printf("\n");
 }
 
 int cmd_plan(int argc, char **argv) {

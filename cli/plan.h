@@ -88,6 +88,7 @@ struct plan_result {
   int32_t saturated;        /* some replica's queue grew without bound */
   double queue_growth_rps;  /* the largest replica's */
   int32_t streams;          /* weights were fetched while serving (offloaded) */
+  int32_t reused;           /* an equivalent candidate's simulation, not run again (plan_hw_reuse) */
   int64_t run_ids[PLAN_MAX_REPLICAS];
   int32_t n_run_ids;
 };
@@ -142,6 +143,13 @@ int plan_remote_worker(const struct plan_opts *o, const char *const *hw_names, s
 /* Run one job in this process (workers, and the MPI ranks). */
 void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
                   const struct plan_job *j, struct plan_result *r);
+
+/* 1 when configuration k simulates exactly as `twin` on this profile and workload: the two
+ * differ only in their prefetch depth, their runs get the same engine configuration once the
+ * budgets are applied, and the engine uses the depth in neither
+ * (ferry_engine_prefetch_depth_used()). Else 0 (also when that cannot be worked out). */
+int plan_same_runs(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
+                   const struct plan_knobs *k, const struct plan_knobs *twin);
 
 /* Whether a result meets every SLO term (and is complete and stable); `why` names the first
  * term missed; *excess (may be NULL) the largest ratio of a term to its limit of a complete,

@@ -111,6 +111,7 @@ static cJSON *hw_json(const struct plan_state *ps, const struct plan_hw *h, int 
   cJSON_AddBoolToObject(o, "within_budget", f.within_budget);
   cJSON_AddBoolToObject(o, "cheapest", cheapest_here);
   cli_json_num(o, "simulations", h->sims);
+  cli_json_num(o, "reused", h->reused);
   if (ps->o->verify && h->best_cand >= 0) {
     cJSON *v = cJSON_AddObjectToObject(o, "verify");
     cJSON *rates = v ? cJSON_AddArrayToObject(v, "rps") : NULL, *ok = v ? cJSON_AddArrayToObject(v, "feasible") : NULL;
@@ -152,9 +153,10 @@ int plan_print_json(const struct plan_state *ps, int cheapest, double wall_s) {
   cli_json_num(doc, "budget_per_hour", o->budget_per_hour > 0 ? o->budget_per_hour : NAN);
   cli_json_num(doc, "tolerance", o->tolerance);
   cli_json_str(doc, "cheapest", cheapest >= 0 ? ps->hw[cheapest].name : NULL);
-  int sims = 0;
-  for (int i = 0; i < ps->nhw; i++) sims += ps->hw[i].sims;
+  int sims = 0, reused = 0;
+  for (int i = 0; i < ps->nhw; i++) sims += ps->hw[i].sims, reused += ps->hw[i].reused;
   cli_json_num(doc, "simulations", sims);
+  cli_json_num(doc, "reused", reused);
   cli_json_num(doc, "wall_s", wall_s);
   cli_json_num(doc, "workers", o->jobs);
   cJSON *arr = cJSON_AddArrayToObject(doc, "hardware");

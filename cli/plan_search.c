@@ -41,6 +41,7 @@ static int add_cand(struct plan_hw *h, const struct plan_knobs *k) {
   }
   memset(&h->c[h->nc], 0, sizeof h->c[h->nc]);
   h->c[h->nc].k = *k;
+  h->c[h->nc].same_as = -1;
   return h->nc++;
 }
 
@@ -83,8 +84,10 @@ int plan_hw_done(const struct plan_hw *h) { return h->phase == PHASE_DONE && h->
 void plan_hw_free(struct plan_hw *h) {
   ferry_free(h->c);
   ferry_free(h->log);
+  ferry_free(h->kept);
   h->c = NULL;
   h->log = NULL;
+  h->kept = NULL;
 }
 
 /* Offload variants of a streaming configuration: how the weights stream matters only then. */
@@ -116,6 +119,22 @@ static void job_for(struct plan_state *ps, struct plan_hw *h, int cand, int kind
   j->rps = rps;
   j->replicas = replicas;
   h->inflight++;
+}
+
+/* Offload variants that only change the prefetch depth where the engine does not use it (no
+ * streamed blocks, no disk staging, no predictor): their simulations would be an earlier
+ * candidate's, byte for byte, so that candidate's results answer them (plan_hw_reuse). */
+static void find_same_runs(struct plan_state *ps, struct plan_hw *h) {
+  for (int c = 0; c < h->nc; c++) {
+    if (h->c[c].state != CAND_NEW || h->c[c].k.prefetch_depth < 0) continue;
+    for (int t = 0; t < c; t++) {
+      struct plan_knobs k = h->c[c].k;
+      k.prefetch_depth = -1;
+      if (memcmp(&k, &h->c[t].k, sizeof k) != 0) continue;
+      if (plan_same_runs(ps->o, h->name, ps->w, &h->c[c].k, &h->c[t].k)) h->c[c].same_as = t;
+      break;
+    }
+  }
 }
 
 /* Phase 1: the next ladder rung or offload variant to bound. */
@@ -159,9 +178,13 @@ static int next_bound(struct plan_state *ps, struct plan_hw *h, struct plan_job 
           add_knob_variants(h, best) < 0)
         return -1;
     }
+    if (!o->exhaustive) find_same_runs(ps, h);
   }
   for (int c = 0; c < h->nc; c++) {
     if (h->c[c].state != CAND_NEW) continue;
+    /* one that runs as an earlier one waits for that one's bound, and takes it */
+    const int twin = h->c[c].same_as;
+    if (twin >= 0 && (h->c[twin].state == CAND_NEW || h->c[twin].state == CAND_RUNNING)) continue;
     h->c[c].state = CAND_RUNNING;
     job_for(ps, h, c, PLAN_JOB_BOUND, 0, 1, j);
     return 1;
@@ -308,9 +331,42 @@ int plan_hw_next(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
   }
 }
 
+/* Keep a one-replica result for candidates that run the same (find_same_runs): every one, as
+ * the ladder's bounds come back before the variants that may run as they do exist. */
+static int keep(struct plan_hw *h, const struct plan_job *j, const struct plan_result *r) {
+  if (j->kind == PLAN_JOB_RECORD || j->replicas != 1) return 0;
+  if (h->nkept == h->capkept) {
+    int cap = h->capkept ? h->capkept * 2 : 16;
+    struct plan_kept *k = ferry__reallocarray(h->kept, (size_t)cap, sizeof *k);
+    if (!k) return -1;
+    h->kept = k;
+    h->capkept = cap;
+  }
+  h->kept[h->nkept++] = (struct plan_kept){.cand = j->cand, .kind = j->kind, .replicas = j->replicas, .rps = j->rps, .r = *r};
+  return 0;
+}
+
+int plan_hw_reuse(const struct plan_hw *h, const struct plan_job *j, struct plan_result *r) {
+  const int twin = h->c[j->cand].same_as;
+  if (twin < 0 || j->kind == PLAN_JOB_RECORD || j->replicas != 1) return 0;
+  for (int i = 0; i < h->nkept; i++) {
+    const struct plan_kept *k = &h->kept[i];
+    /* the very job: the same kind at the same rate (bits), bounds at none */
+    if (k->cand != twin || k->kind != j->kind || k->replicas != j->replicas ||
+        memcmp(&k->rps, &j->rps, sizeof k->rps) != 0)
+      continue;
+    *r = k->r;
+    r->id = j->id;
+    return 1;
+  }
+  return 0;
+}
+
 int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_job *j, const struct plan_result *r) {
   h->inflight--;
-  h->sims += j->replicas;
+  if (r->reused) h->reused += j->replicas;
+  else h->sims += j->replicas;
+  if (!r->reused && keep(h, j, r) < 0) return cli_fail(FERRY_ERR_NOMEM, "out of memory");
   struct plan_cand *c = &h->c[j->cand];
   char why[256];
   int feasible = 0;
@@ -377,6 +433,10 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
     feasible = r->ok;
     break;
   }
+  if (r->reused)
+    snprintf(why + strlen(why), sizeof why - strlen(why),
+             "; not simulated: the same run as configuration %d's (the engine does not use the prefetch depth here)",
+             c->same_as);
   if (log_probe(h, j, r, feasible, why) < 0) return cli_fail(FERRY_ERR_NOMEM, "out of memory");
   return CLI_OK;
 }
@@ -445,8 +505,13 @@ static int fill_workers(struct plan_state *ps, struct plan_loop *L) {
     if (got < 0) return -got;
     if (!got) break;
     const int local_only = j.kind == PLAN_JOB_RECORD;
+    struct plan_result r;
+    if (plan_hw_reuse(&ps->hw[j.hw], &j, &r)) {
+      r.reused = 1;
+      if ((rc = plan_hw_result(ps, &ps->hw[j.hw], &j, &r)) != CLI_OK) return rc;
+      continue;
+    }
     if (!L->pool) {
-      struct plan_result r;
       plan_job_run(ps->o, ps->hw[j.hw].name, ps->w, &j, &r);
       if ((rc = plan_hw_result(ps, &ps->hw[j.hw], &j, &r)) != CLI_OK) return rc;
       report_finished(ps, L->reported);

@@ -30,6 +30,14 @@ struct plan_cand {
   char error[240];              /* why it could not run */
   struct ferry_plan_search s;
   struct plan_result best;      /* the result at s.best_rps */
+  int same_as;                  /* an earlier candidate whose simulations are this one's, -1: none */
+};
+
+/* A simulation's result, kept to answer the same job of a candidate that runs the same. */
+struct plan_kept {
+  int cand, kind, replicas;
+  double rps;
+  struct plan_result r;
 };
 
 /* One simulated point, for the report and the database. */
@@ -84,6 +92,9 @@ struct plan_hw {
   struct plan_probe *log;
   int nlog, caplog;
   int sims;
+  int reused;                   /* jobs answered by an equivalent candidate's simulation */
+  struct plan_kept *kept;
+  int nkept, capkept;
   double wall_s;
 };
 
@@ -103,6 +114,9 @@ int plan_hw_init(struct plan_state *ps, struct plan_hw *h);
 int plan_hw_next(struct plan_state *ps, struct plan_hw *h, struct plan_job *j);
 /* A finished job of this profile. 0 or CLI_FAIL. */
 int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_job *j, const struct plan_result *r);
+/* 1 and *r filled (its id the job's) when the job's candidate runs as an earlier one whose same
+ * job was simulated; else 0. */
+int plan_hw_reuse(const struct plan_hw *h, const struct plan_job *j, struct plan_result *r);
 int plan_hw_done(const struct plan_hw *h);
 void plan_hw_free(struct plan_hw *h);
 

@@ -472,3 +472,29 @@ int plan_remote_worker(const struct plan_opts *o, const char *const *hw_names, s
     if (mpi->api->send(&r, sizeof r, 0, CLI_MPI_TAG_RESULT)) return CLI_FAIL;
   }
 }
+
+int plan_same_runs(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
+                   const struct plan_knobs *k, const struct plan_knobs *twin) {
+  struct plan_knobs t = *k;
+  t.prefetch_depth = twin->prefetch_depth;
+  if (memcmp(&t, twin, sizeof t) != 0) return 0;
+  /* one replica's slice (it sizes the KV cache); the rate changes no budget */
+  struct plan_job j = {.kind = PLAN_JOB_BOUND, .replicas = 1, .k = *k};
+  struct plan_argv av, tv;
+  plan_job_argv(o, hw_name, w, &j, 0, NULL, &av);
+  j.k = *twin;
+  plan_job_argv(o, hw_name, w, &j, 0, NULL, &tv);
+  struct run_args a, b, parsed;
+  if (run_parse(av.n, av.v, "sim", &a) != 0 || run_parse(tv.n, tv.v, "sim", &parsed) != 0) return 0;
+  /* the twin as the same options but its depth, so the configurations compare byte for byte */
+  b = a;
+  b.prefetch_depth = parsed.prefetch_depth;
+  b.given[RUN_OPT_prefetch_depth] = parsed.given[RUN_OPT_prefetch_depth];
+  b.ec.prefetch_depth = parsed.ec.prefetch_depth;
+  int used_a = 1, used_b = 1;
+  if (run_prefetch_depth_used(&a, &used_a) != CLI_OK || run_prefetch_depth_used(&b, &used_b) != CLI_OK || used_a ||
+      used_b)
+    return 0;
+  a.ec.prefetch_depth = b.ec.prefetch_depth;
+  return memcmp(&a.ec, &b.ec, sizeof a.ec) == 0;
+}

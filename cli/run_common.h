@@ -59,6 +59,10 @@ char *run_config_json(const struct run_args *a);
 void run_config_hash(const char *config_json, char out[17]);
 /* Open model/store/executor, build the engine, serve, print, write the database. */
 int run_execute(struct run_args *a);
+/* What run_execute() would plan (the inputs opened, the default budgets applied to a->ec), then
+ * whether the prefetch depth is used (ferry_engine_prefetch_depth_used()); *used is 1 whenever
+ * that is not known: resilience options, a predictor, or an error (CLI_FAIL, not printed). */
+int run_prefetch_depth_used(struct run_args *a, int *used);
 /* run_execute() --repeat times on fresh copies of the options, each repetition its own run in
  * the repeat group, then the summaries in --format (run_summary.c). */
 int run_repeat(const struct run_args *a);

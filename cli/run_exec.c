@@ -2,6 +2,7 @@
  * weights for real executors) and the requests, plan the budgets (ferry_engine_plan_budgets()
  * decides; this prints), create the executor, build the engine, serve, report. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -358,4 +359,24 @@ int run_execute(struct run_args *a) {
   ferry_model_close(c.model);
   ferry_free(c.reqs);
   return rc;
+}
+
+int run_prefetch_depth_used(struct run_args *a, int *used) {
+  *used = 1;
+  /* budget schedules, reloads, pressure control and faults change the run as it goes: never
+   * called the same */
+  const struct resil_opts *r = &a->resil;
+  if (r->faults || getenv("FERRY_FAULT") || r->pressure || r->n_schedule || r->n_reload_at || r->reload_from ||
+      r->control_socket || a->predictor || a->predictor_routing)
+    return CLI_OK;
+  struct run_ctx c = {.a = a, .run_id = -1};
+  ferry_status st = open_inputs(&c);
+  if (st == FERRY_OK) st = plan(&c);
+  if (st == FERRY_OK) st = ferry_engine_prefetch_depth_used(c.model, c.store, &a->ec, used);
+  ferry_free(c.config_json);
+  ferry_store_close(c.store);
+  ferry_model_close(c.model);
+  ferry_free(c.reqs);
+  if (st != FERRY_OK) *used = 1;
+  return st == FERRY_OK ? CLI_OK : CLI_FAIL;
 }

@@ -447,6 +447,59 @@ static void test_plan_pruned_exhaustive(void **state) {
   cJSON_Delete(full);
 }
 
+/* An offload variant that only changes a prefetch depth the engine does not use (Mixtral on an
+ * L4: attention resident, experts cached in device memory and homed in host memory, no
+ * predictor) takes the simulations of the configuration without it: each point taken is the
+ * point the exhaustive plan (which simulates every one) got for that configuration and rate,
+ * and the answers are the same. */
+static void test_plan_same_runs(void **state) {
+  (void)state;
+  const char *base = "plan --model mixtral-8x7b --synthetic arrivals=poisson,n=20,prompt=48,output=8 "
+                     "--slo ttft_p99=8s,tpot_p99=3s --hw l4 --quant native --max-batch 4,8 --rate 1 -j 2 --quiet "
+                     "--format json";
+  char args[1024];
+  cJSON *pruned = plan_json(base);
+  snprintf(args, sizeof args, "%s --exhaustive", base);
+  cJSON *full = plan_json(args);
+  assert_true(num(pruned, "reused") > 0);
+  assert_true(num(full, "reused") == 0);
+  const cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pruned, "hardware"), 0),
+              *b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(full, "hardware"), 0);
+  assert_true(num(a, "max_rps") > 0);
+  assert_true(num(a, "max_rps") == num(b, "max_rps"));
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "config"), "text")->valuestring,
+                      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "config"), "text")->valuestring);
+  int taken = 0, checked = 0;
+  const cJSON *p, *q;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(a, "probes")) {
+    if (!tu_contains(cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring, "not simulated")) continue;
+    const char *cfg = cJSON_GetObjectItemCaseSensitive(p, "config")->valuestring;
+    assert_true(tu_contains(cfg, "prefetch 2"));
+    taken++;
+    cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(b, "probes")) {
+      if (strcmp(cJSON_GetObjectItemCaseSensitive(q, "config")->valuestring, cfg) != 0 ||
+          strcmp(cJSON_GetObjectItemCaseSensitive(q, "kind")->valuestring,
+                 cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring) != 0 ||
+          num(q, "rps") != num(p, "rps"))
+        continue;
+      static const char *const same[] = {"ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms"};
+      for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+        const double x = num(p, same[k]), y = num(q, same[k]);
+        if (!(x == y || (isnan(x) && isnan(y)))) fail_msg("%s at %g: %s %g taken, %g simulated", cfg, num(p, "rps"), same[k], x, y);
+      }
+      assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible")),
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(q, "feasible")));
+      checked++;
+      break;
+    }
+  }
+  /* the case is the one meant: bounds and probes were taken, and simulated in the exhaustive plan */
+  assert_true(taken >= 3);
+  assert_true(checked >= 3);
+  cJSON_Delete(pruned);
+  cJSON_Delete(full);
+}
+
 static void test_plan_usage(void **state) {
   (void)state;
   char *out = NULL;
@@ -472,7 +525,7 @@ int main(void) {
       cmocka_unit_test(test_search_floor_check), cmocka_unit_test(test_plan_pruned_exhaustive),
       cmocka_unit_test(test_saturation),      cmocka_unit_test(test_costs),
       cmocka_unit_test(test_plan_cli),        cmocka_unit_test(test_plan_saturation),
-      cmocka_unit_test(test_plan_usage),
+      cmocka_unit_test(test_plan_usage),      cmocka_unit_test(test_plan_same_runs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -834,6 +834,70 @@ static void test_default_budget(void **state) {
   free(out);
 }
 
+static int32_t no_prediction(void *user, const struct ferry_expert_predict_request *rq, int32_t *out_ids,
+                             int32_t max_ids) {
+  (void)user, (void)rq, (void)out_ids, (void)max_ids;
+  return 0;
+}
+
+/* ferry_engine_prefetch_depth_used(): the depth sizes streamed blocks' slots, so it is used by a
+ * dense model streaming its layers; an MoE model with its attention resident and its experts
+ * cached uses it only with a predictor or pressure control; a resident model never. */
+static void test_prefetch_depth_used(void **state) {
+  (void)state;
+  ferry_model *dense = NULL, *moe = NULL;
+  assert_int_equal(ferry_model_open(&dense, "tiny-dense"), FERRY_OK);
+  assert_int_equal(ferry_model_open(&moe, "tiny-moe"), FERRY_OK);
+  uint64_t whole = 0, host_min = 0;
+  struct ferry_engine_config all = {.resident_all = 1};
+  assert_int_equal(ferry_engine_min_budgets(dense, NULL, &all, &whole, &host_min), FERRY_OK);
+  int used = -1;
+  /* between the streaming minimum and the whole model: layers stream in blocks */
+  struct ferry_engine_config d = {.block_layers = 1, .prefetch_depth = 1};
+  uint64_t stream_min = 0;
+  assert_int_equal(ferry_engine_min_budgets(dense, NULL, &d, &stream_min, &host_min), FERRY_OK);
+  assert_true(stream_min < whole);
+  d.device_budget_bytes = stream_min + (whole - stream_min) / 4;
+  assert_int_equal(ferry_engine_prefetch_depth_used(dense, NULL, &d, &used), FERRY_OK);
+  assert_int_equal(used, 1);
+  d.resident_all = 1;
+  d.device_budget_bytes = 0;
+  assert_int_equal(ferry_engine_prefetch_depth_used(dense, NULL, &d, &used), FERRY_OK);
+  assert_int_equal(used, 0);
+  /* experts cached: room for the attention and a few expert slots */
+  uint64_t attn = 0, moe_whole = 0;
+  struct ferry_engine_config a = {.resident_attention = 1, .prefetch_depth = 1};
+  assert_int_equal(ferry_engine_min_budgets(moe, NULL, &a, &attn, &host_min), FERRY_OK);
+  assert_int_equal(ferry_engine_min_budgets(moe, NULL, &all, &moe_whole, &host_min), FERRY_OK);
+  assert_true(attn < moe_whole);
+  a.device_budget_bytes = attn + (moe_whole - attn) / 4;
+  assert_int_equal(ferry_engine_prefetch_depth_used(moe, NULL, &a, &used), FERRY_OK);
+  assert_int_equal(used, 0);
+  a.prefetch_depth = 3;
+  assert_int_equal(ferry_engine_prefetch_depth_used(moe, NULL, &a, &used), FERRY_OK);
+  assert_int_equal(used, 0);
+  struct ferry_engine_config p = a;
+  p.predict = no_prediction;
+  assert_int_equal(ferry_engine_prefetch_depth_used(moe, NULL, &p, &used), FERRY_OK);
+  assert_int_equal(used, 1);
+  p = a;
+  p.pressure.enabled = 1;
+  assert_int_equal(ferry_engine_prefetch_depth_used(moe, NULL, &p, &used), FERRY_OK);
+  assert_int_equal(used, 1);
+  /* attention streamed too: its blocks' slots follow the depth */
+  p = a;
+  p.resident_attention = 0;
+  assert_int_equal(ferry_engine_prefetch_depth_used(moe, NULL, &p, &used), FERRY_OK);
+  assert_int_equal(used, 1);
+  /* a budget below the working set: the error, and "used" (nothing can be said) */
+  p = a;
+  p.device_budget_bytes = 1;
+  assert_int_equal(ferry_engine_prefetch_depth_used(moe, NULL, &p, &used), FERRY_ERR_BUDGET);
+  assert_int_equal(used, 1);
+  ferry_model_close(dense);
+  ferry_model_close(moe);
+}
+
 /* The default budgets are a library decision (ferry_engine_plan_budgets()), the same for
  * `ferry sim`, `ferry run` and any program: a model that fits stays resident, a larger dense one
  * pins its last layers in what is left, a budget beyond the machine is refused, and a real
@@ -878,6 +942,7 @@ static void test_plan_budgets(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_default_budget),
+      cmocka_unit_test(test_prefetch_depth_used),
       cmocka_unit_test(test_plan_budgets),
       cmocka_unit_test(test_dense_completes_deterministically),
       cmocka_unit_test(test_pipeline_copy_bound),

@@ -444,6 +444,22 @@ FERRY_API ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_st
                                     const struct ferry_engine_config *config, FILE *f);
 
 /**
+ * @brief Whether a configuration's prefetch depth enters anything the engine does: the device
+ *        slots of its streamed blocks, its disk staging slots, an expert predictor's or gate
+ *        lookahead's reach, or memory-pressure control (which re-plans with a lower depth). When
+ *        it does not, configurations that differ only in their prefetch depth serve the same
+ *        requests identically (`ferry plan` reuses one's simulations for the other).
+ * @param model shapes.
+ * @param store weights, or NULL (sized from the model's dtype).
+ * @param config the configuration as ferry_engine_create() would get it, budgets included.
+ * @param used receives 1 when the depth is used, 0 when it cannot change anything.
+ * @return FERRY_OK, or as ferry_engine_plan_only() (FERRY_ERR_BUDGET when a budget is below the
+ *         minimum working set; details in ferry_last_error()); *used is then 1.
+ */
+FERRY_API ferry_status ferry_engine_prefetch_depth_used(const ferry_model *model, ferry_store *store,
+                                                        const struct ferry_engine_config *config, int *used);
+
+/**
  * @brief The smallest budgets a configuration can run with: the device's minimum working set
  *        (pinned units, KV cache, workspace, block slots for the prefetch depth, one expert slot)
  *        and the host's (read-back and staging buffers) when streaming.

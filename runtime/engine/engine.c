@@ -970,6 +970,33 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
   return st;
 }
 
+ferry_status ferry_engine_prefetch_depth_used(const ferry_model *model, ferry_store *store,
+                                             const struct ferry_engine_config *config, int *used) {
+  *used = 1;
+  struct ferry_engine *e = ferry__calloc(1, sizeof *e);
+  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  pthread_mutex_init(&e->adapt_mu, NULL);
+  e->model = model;
+  e->mc = ferry_model_get_config(model);
+  e->store = store;
+  e->cfg = *config;
+  e->has_data = store != NULL;
+  apply_defaults(&e->cfg, e->mc);
+  mb_counts(e);
+  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
+  if (st == FERRY_OK) st = make_plan(e);
+  /* every reader of cfg.prefetch_depth: the plan's block and staging slots, the predictor's and
+   * gate lookahead's reach (ferry__lookahead_layers; the expert plan's prefetch share is used
+   * only with a predictor), and pressure control's re-plans */
+  if (st == FERRY_OK)
+    *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict != NULL ||
+            e->cfg.router_lookahead || e->cfg.pressure.enabled;
+  else
+    ferry__err_copy(NULL, &e->err);
+  engine_free(e);
+  return st;
+}
+
 ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
                                       const struct ferry_engine_config *config, uint64_t *device_min,
                                       uint64_t *host_min) {
