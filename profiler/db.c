@@ -850,26 +850,27 @@ static void dist_of(double *v, size_t n, struct ferry_dist *d) {
   *d = (struct ferry_dist){.count = x.count, .mean = x.mean, .p50 = x.p50, .p90 = x.p90, .p99 = x.p99};
 }
 
-ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
-  if (!db || !stats) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_run_stats: NULL argument");
-  memset(stats, 0, sizeof *stats);
-  struct ferry_run_summary *run;
-  ferry_status st = ferry_db_get_run(db, run_id, &run);
-  if (st != FERRY_OK) return st;
-  ferry_db_runs_free(run, 1);
+/* The SQLite error of reading `what` (before the statement is finalized: its message is the step's). */
+static ferry_status stats_sql_fail(ferry_db *db, sqlite3_stmt *q, int rc, const char *what) {
+  ferry_status st = ferry__db_sqlite_error(db->sql, rc, db->path, what, &db->err);
+  sqlite3_finalize(q);
+  return st;
+}
 
-  pthread_mutex_lock(&db->write_mu);
-  sqlite3_stmt *q = NULL;
-  double *ttft = NULL, *tpot = NULL, *e2e = NULL;
-  size_t n = 0, ntpot = 0, cap = 0;
-  int64_t first_arrival = INT64_MAX, last_finish = INT64_MIN;
+/* Requests: their latency distributions, output tokens and throughput. */
+static ferry_status stats_requests(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
   const char *what = "reading requests";
+  sqlite3_stmt *q = NULL;
   int rc = sqlite3_prepare_v2(db->sql,
                               "SELECT arrival_ns, first_token_ns, finish_ns, output_tokens FROM requests "
                               "WHERE runId=?1 AND finish_ns IS NOT NULL AND first_token_ns IS NOT NULL",
                               -1, &q, NULL);
-  if (rc != SQLITE_OK) goto out_sqlite;
+  if (rc != SQLITE_OK) return stats_sql_fail(db, q, rc, what);
   sqlite3_bind_int64(q, 1, run_id);
+  double *ttft = NULL, *tpot = NULL, *e2e = NULL;
+  size_t n = 0, ntpot = 0, cap = 0;
+  int64_t first_arrival = INT64_MAX, last_finish = INT64_MIN;
+  ferry_status st = FERRY_OK;
   while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
     if (n == cap) {
       cap = cap ? cap * 2 : 1024;
@@ -881,7 +882,7 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
       if (c) e2e = c;
       if (!a || !b || !c) {
         st = ferry__err_set(&db->err, FERRY_ERR_NOMEM, "%s: out of memory reading requests", db->path);
-        goto out_free;
+        break;
       }
     }
     /* the database is untrusted: differences as doubles, sums saturating (common/checked.h) */
@@ -897,19 +898,30 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
     if (arr < first_arrival) first_arrival = arr;
     if (fin > last_finish) last_finish = fin;
   }
-  if (rc != SQLITE_DONE) goto out_sqlite;
+  if (st == FERRY_OK && rc != SQLITE_DONE) {
+    st = stats_sql_fail(db, q, rc, what);
+    q = NULL;
+  }
   sqlite3_finalize(q);
-  q = NULL;
-  stats->requests = (int64_t)n;
-  dist_of(ttft, n, &stats->ttft_ns);
-  dist_of(tpot, ntpot, &stats->tpot_ns);
-  dist_of(e2e, n, &stats->e2e_ns);
-  if (n) stats->throughput_tok_s = ferry__throughput_tok_s(stats->output_tokens, first_arrival, last_finish);
+  if (st == FERRY_OK) {
+    stats->requests = (int64_t)n;
+    dist_of(ttft, n, &stats->ttft_ns);
+    dist_of(tpot, ntpot, &stats->tpot_ns);
+    dist_of(e2e, n, &stats->e2e_ns);
+    if (n) stats->throughput_tok_s = ferry__throughput_tok_s(stats->output_tokens, first_arrival, last_finish);
+  }
+  ferry_free(ttft);
+  ferry_free(tpot);
+  ferry_free(e2e);
+  return st;
+}
 
-  what = "reading memory samples";
-  rc = sqlite3_prepare_v2(db->sql, "SELECT tier, max(used_bytes) FROM memory WHERE runId=?1 GROUP BY tier",
-                          -1, &q, NULL);
-  if (rc != SQLITE_OK) goto out_sqlite;
+/* Peak bytes in use per tier. */
+static ferry_status stats_memory(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(db->sql, "SELECT tier, max(used_bytes) FROM memory WHERE runId=?1 GROUP BY tier",
+                              -1, &q, NULL);
+  if (rc != SQLITE_OK) return stats_sql_fail(db, q, rc, "reading memory samples");
   sqlite3_bind_int64(q, 1, run_id);
   while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
     const char *tier = (const char *)sqlite3_column_text(q, 0);
@@ -917,31 +929,36 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
     int t = !tier ? -1 : !strcmp(tier, "device") ? 0 : !strcmp(tier, "host") ? 1 : !strcmp(tier, "disk") ? 2 : -1;
     if (t >= 0) stats->peak_bytes[t] = peak > 0 ? (uint64_t)peak : 0;
   }
-  if (rc != SQLITE_DONE) goto out_sqlite;
+  if (rc != SQLITE_DONE) return stats_sql_fail(db, q, rc, "reading memory samples");
   sqlite3_finalize(q);
-  q = NULL;
+  return FERRY_OK;
+}
 
-  what = "reading steps";
-  rc = sqlite3_prepare_v2(db->sql,
-                          "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
-                          "total(stall_ns) FROM steps WHERE runId=?1", -1, &q, NULL);
-  if (rc != SQLITE_OK) goto out_sqlite;
+/* Engine steps: their count, bytes moved and stall. */
+static ferry_status stats_steps(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
+                              "total(stall_ns) FROM steps WHERE runId=?1", -1, &q, NULL);
+  if (rc != SQLITE_OK) return stats_sql_fail(db, q, rc, "reading steps");
   sqlite3_bind_int64(q, 1, run_id);
-  if ((rc = sqlite3_step(q)) != SQLITE_ROW) goto out_sqlite;
+  if ((rc = sqlite3_step(q)) != SQLITE_ROW) return stats_sql_fail(db, q, rc, "reading steps");
   stats->steps = sqlite3_column_int64(q, 0);
   stats->bytes_disk = ferry__f64_to_u64(sqlite3_column_double(q, 1));
   stats->bytes_h2d = ferry__f64_to_u64(sqlite3_column_double(q, 2));
   stats->bytes_d2h = ferry__f64_to_u64(sqlite3_column_double(q, 3));
   stats->stall_ns = ferry__f64_to_i64(sqlite3_column_double(q, 4));
-  if (stats->steps) goto out_free;
   sqlite3_finalize(q);
-  q = NULL;
-  /* no engine steps (an imported nsys run): the bytes its timeline's copies moved */
-  what = "reading copies";
-  rc = sqlite3_prepare_v2(db->sql,
-                          "SELECT copyKind, total(bytes), count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId=?1"
-                          " GROUP BY copyKind", -1, &q, NULL);
-  if (rc != SQLITE_OK) goto out_sqlite;
+  return FERRY_OK;
+}
+
+/* No engine steps (an imported nsys run): the bytes its timeline's copies moved. */
+static ferry_status stats_copies(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT copyKind, total(bytes), count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId=?1"
+                              " GROUP BY copyKind", -1, &q, NULL);
+  if (rc != SQLITE_OK) return stats_sql_fail(db, q, rc, "reading copies");
   sqlite3_bind_int64(q, 1, run_id);
   while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
     const int64_t kind = sqlite3_column_int64(q, 0);
@@ -954,16 +971,22 @@ ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_s
     *to = bytes > UINT64_MAX - *to ? UINT64_MAX : *to + bytes;
     stats->bytes_from_timeline = 1;
   }
-  if (rc != SQLITE_DONE) goto out_sqlite;
-  goto out_free;
-
-out_sqlite:
-  st = ferry__db_sqlite_error(db->sql, rc, db->path, what, &db->err);
-out_free:
+  if (rc != SQLITE_DONE) return stats_sql_fail(db, q, rc, "reading copies");
   sqlite3_finalize(q);
+  return FERRY_OK;
+}
+
+ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
+  if (!db || !stats) return ferry__fail(FERRY_ERR_INVALID, "ferry_db_run_stats: NULL argument");
+  memset(stats, 0, sizeof *stats);
+  struct ferry_run_summary *run;
+  ferry_status st = ferry_db_get_run(db, run_id, &run);
+  if (st != FERRY_OK) return st;
+  ferry_db_runs_free(run, 1);
+  pthread_mutex_lock(&db->write_mu);
+  if ((st = stats_requests(db, run_id, stats)) == FERRY_OK && (st = stats_memory(db, run_id, stats)) == FERRY_OK &&
+      (st = stats_steps(db, run_id, stats)) == FERRY_OK && !stats->steps)
+    st = stats_copies(db, run_id, stats);
   pthread_mutex_unlock(&db->write_mu);
-  ferry_free(ttft);
-  ferry_free(tpot);
-  ferry_free(e2e);
   return st;
 }
