@@ -61,6 +61,71 @@ static ferry_status unwritable(struct ferry_db *db) {
   return FERRY_OK;
 }
 
+/* The file opened for writing: created when missing, refused when it is a folder or SQLite opens
+ * it read-only (said as the file's own problem when it is one: unwritable()). */
+static ferry_status open_writable(struct ferry_db *db, const char *path) {
+  ferry_status st;
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    if ((st = unwritable(db)) != FERRY_OK) return st;
+  } else if (S_ISDIR(sb.st_mode)) {
+    return ferry__err_set(&db->err, FERRY_ERR_IO, "%s: is a folder, expected a database file", path);
+  }
+  int oflags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
+  int rc = sqlite3_open_v2(path, &db->sql, oflags, NULL);
+  if (rc != SQLITE_OK)
+    return unwritable(db) != FERRY_OK ? db->err.status
+                                      : ferry__db_sqlite_error(db->sql, rc, path, "cannot open", &db->err);
+  sqlite3_extended_result_codes(db->sql, 1);
+  sqlite3_busy_timeout(db->sql, 60000); /* sweep workers share one file */
+  if (sqlite3_db_readonly(db->sql, "main") == 1) {
+    if ((st = unwritable(db)) == FERRY_OK)
+      st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: opened read-only by SQLite; cannot write", path);
+    return st;
+  }
+  return FERRY_OK;
+}
+
+/* Reading the header tells a non-SQLite file, another application's database and a newer schema
+ * apart before anything is written; *version is the file's schema version (0: new). */
+static ferry_status check_header(struct ferry_db *db, const char *path, int *version) {
+  int app_id = 0, tables = 0;
+  *version = 0;
+  int rc = pragma_int(db->sql, "PRAGMA user_version", version);
+  if (rc != SQLITE_OK || (rc = pragma_int(db->sql, "PRAGMA application_id", &app_id)) != SQLITE_OK ||
+      (rc = pragma_int(db->sql, "SELECT count(*) FROM sqlite_master", &tables)) != SQLITE_OK) {
+    if ((rc & 0xff) == SQLITE_NOTADB)
+      return ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (not an SQLite file)", path);
+    return ferry__db_sqlite_error(db->sql, rc, path, "reading the database header", &db->err);
+  }
+  if (*version > FERRY_DB_SCHEMA_VERSION)
+    return ferry__err_set(&db->err, FERRY_ERR_SCHEMA, "%s: schema version %d is newer than this build's %d; upgrade ferry",
+                          path, *version, FERRY_DB_SCHEMA_VERSION);
+  if ((*version == 0 && tables > 0) || (*version > 0 && app_id != FERRY_DB_APPLICATION_ID))
+    return ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (%s)", path,
+                          tables > 0 ? "an SQLite file with other tables" : "empty file");
+  return FERRY_OK;
+}
+
+/* WAL journaling (readers beside one writer), or the reason it cannot be had. */
+static ferry_status enable_wal(struct ferry_db *db, const char *path) {
+  int wal = 0;
+  sqlite3_stmt *stj;
+  int rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
+  if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
+    const char *m = (const char *)sqlite3_column_text(stj, 0);
+    wal = m && !strcmp(m, "wal");
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(stj);
+  if (rc == SQLITE_OK && wal) return FERRY_OK;
+  ferry_status st = unwritable(db);
+  if (st == FERRY_OK)
+    st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)
+                         : ferry__err_set(&db->err, FERRY_ERR_IO, "%s: cannot switch to WAL mode", path);
+  return st;
+}
+
 ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
   if (!out || !path || !*path)
     return ferry__fail(FERRY_ERR_INVALID, "ferry_db_open: %s is NULL or empty", out ? "path" : "out");
@@ -88,72 +153,10 @@ ferry_status ferry_db_open(ferry_db **out, const char *path, int flags) {
     *out = db;
     return FERRY_OK;
   }
-
-  struct stat sb;
-  if (stat(path, &sb) != 0) {
-    if ((st = unwritable(db)) != FERRY_OK) goto out_free;
-  } else if (S_ISDIR(sb.st_mode)) {
-    st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: is a folder, expected a database file", path);
+  int version = 0;
+  if ((st = open_writable(db, path)) != FERRY_OK || (st = check_header(db, path, &version)) != FERRY_OK ||
+      (st = enable_wal(db, path)) != FERRY_OK)
     goto out_free;
-  }
-
-  int oflags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
-  int rc = sqlite3_open_v2(path, &db->sql, oflags, NULL);
-  if (rc != SQLITE_OK) {
-    if (unwritable(db) != FERRY_OK) {
-      st = db->err.status;
-    } else {
-      st = ferry__db_sqlite_error(db->sql, rc, path, "cannot open", &db->err);
-    }
-    goto out_free;
-  }
-  sqlite3_extended_result_codes(db->sql, 1);
-  sqlite3_busy_timeout(db->sql, 60000); /* sweep workers share one file */
-  if (sqlite3_db_readonly(db->sql, "main") == 1) {
-    if ((st = unwritable(db)) == FERRY_OK)
-      st = ferry__err_set(&db->err, FERRY_ERR_IO, "%s: opened read-only by SQLite; cannot write", path);
-    goto out_free;
-  }
-
-  /* Reading the header tells a non-SQLite file apart before anything is written. */
-  int version = 0, app_id = 0, tables = 0;
-  rc = pragma_int(db->sql, "PRAGMA user_version", &version);
-  if (rc != SQLITE_OK ||
-      (rc = pragma_int(db->sql, "PRAGMA application_id", &app_id)) != SQLITE_OK ||
-      (rc = pragma_int(db->sql, "SELECT count(*) FROM sqlite_master", &tables)) != SQLITE_OK) {
-    if ((rc & 0xff) == SQLITE_NOTADB)
-      st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (not an SQLite file)", path);
-    else
-      st = ferry__db_sqlite_error(db->sql, rc, path, "reading the database header", &db->err);
-    goto out_free;
-  }
-  if (version > FERRY_DB_SCHEMA_VERSION) {
-    st = ferry__err_set(&db->err, FERRY_ERR_SCHEMA,
-                        "%s: schema version %d is newer than this build's %d; upgrade ferry", path,
-                        version, FERRY_DB_SCHEMA_VERSION);
-    goto out_free;
-  }
-  if ((version == 0 && tables > 0) ||
-      (version > 0 && app_id != FERRY_DB_APPLICATION_ID)) {
-    st = ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (%s)", path,
-                        tables > 0 ? "an SQLite file with other tables" : "empty file");
-    goto out_free;
-  }
-  int wal = 0;
-  sqlite3_stmt *stj;
-  rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
-  if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
-    const char *m = (const char *)sqlite3_column_text(stj, 0);
-    wal = m && !strcmp(m, "wal");
-    rc = SQLITE_OK;
-  }
-  sqlite3_finalize(stj);
-  if (rc != SQLITE_OK || !wal) {
-    if ((st = unwritable(db)) == FERRY_OK)
-      st = rc != SQLITE_OK ? ferry__db_sqlite_error(db->sql, rc, path, "switching to WAL mode", &db->err)
-                           : ferry__err_set(&db->err, FERRY_ERR_IO, "%s: cannot switch to WAL mode", path);
-    goto out_free;
-  }
   sqlite3_exec(db->sql, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-16384",
                NULL, NULL, NULL);
   if (version < FERRY_DB_SCHEMA_VERSION &&
