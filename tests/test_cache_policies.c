@@ -135,14 +135,8 @@ static char *dir, *moe_dir;
 static int setup(void **state) {
   (void)state;
   dir = tu_mkdtemp("cache_policies");
-  ferry_model *m = NULL;
-  assert_int_equal(ferry_model_open(&m, "tiny-moe"), FERRY_OK);
-  size_t n = strlen(dir) + 8;
-  moe_dir = malloc(n);
-  snprintf(moe_dir, n, "%s/moe", dir);
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 3, .router_skew = 0.8};
-  assert_int_equal(ferry_model_generate(m, &go, moe_dir, NULL), FERRY_OK);
-  ferry_model_close(m);
+  moe_dir = tu_gen_model(dir, "tiny-moe", "moe", &go);
   return 0;
 }
 

@@ -23,14 +23,8 @@ static char *dir, *dense_dir;
 static int setup(void **state) {
   (void)state;
   dir = tu_mkdtemp("kv");
-  ferry_model *m = NULL;
-  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
-  size_t n = strlen(dir) + 8;
-  dense_dir = malloc(n);
-  snprintf(dense_dir, n, "%s/dense", dir);
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 3};
-  assert_int_equal(ferry_model_generate(m, &go, dense_dir, NULL), FERRY_OK);
-  ferry_model_close(m);
+  dense_dir = tu_gen_model(dir, "tiny-dense", "dense", &go);
   return 0;
 }
 

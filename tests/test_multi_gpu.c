@@ -20,15 +20,8 @@ static char *dir, *dense_dir, *moe_dir;
 static int placement_hash; /* run_host's expert placement (expert parallel) */
 
 static char *gen(const char *preset, const char *name) {
-  ferry_model *m = NULL;
-  assert_int_equal(ferry_model_open(&m, preset), FERRY_OK);
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *out = malloc(n);
-  snprintf(out, n, "%s/%s", dir, name);
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 7};
-  assert_int_equal(ferry_model_generate(m, &go, out, NULL), FERRY_OK);
-  ferry_model_close(m);
-  return out;
+  return tu_gen_model(dir, preset, name, &go);
 }
 
 static int setup(void **state) {

@@ -20,15 +20,8 @@
 static char *dir, *moe_dir, *dense_dir;
 
 static char *gen(const char *preset, const char *name) {
-  ferry_model *m = NULL;
-  assert_int_equal(ferry_model_open(&m, preset), FERRY_OK);
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *out = malloc(n);
-  snprintf(out, n, "%s/%s", dir, name);
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 11, .router_skew = 0.5};
-  assert_int_equal(ferry_model_generate(m, &go, out, NULL), FERRY_OK);
-  ferry_model_close(m);
-  return out;
+  return tu_gen_model(dir, preset, name, &go);
 }
 
 static int setup(void **state) {
@@ -61,8 +54,10 @@ static struct ferry_engine_config config(void) {
   return c;
 }
 
-/* Serve on the host executor with the minimum device budget plus `extra` (0: resident). */
-static void run_host(const char *model_dir, struct ferry_engine_config c, uint64_t extra, struct tu_logit_log *log) {
+/* Serve on the host executor with the minimum device budget plus `extra` (0: resident), the
+ * logits handed to on_logits(user, ...); *sum receives the summary. */
+static void serve_host(const char *model_dir, struct ferry_engine_config c, uint64_t extra, ferry_logits_fn on_logits,
+                       void *user, struct ferry_serve_summary *sum) {
   ferry_model *m = NULL;
   ferry_store *s = NULL;
   ferry_exec *ex = NULL;
@@ -77,19 +72,24 @@ static void run_host(const char *model_dir, struct ferry_engine_config c, uint64
   assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c.device_budget_bytes,
                                                                              .compute_threads = 1}),
                    FERRY_OK);
-  c.on_logits = tu_on_logits;
-  c.logits_user = log;
+  c.on_logits = on_logits;
+  c.logits_user = user;
   if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
   if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
     fail_msg("engine_run: %s", ferry_last_error());
-  struct ferry_serve_summary sum;
-  ferry_engine_summary(e, &sum);
-  assert_int_equal(sum.requests_done, N_REQ);
-  assert_true(!sum.budget_bytes[0] || sum.peak_bytes[0] <= sum.budget_bytes[0]);
+  ferry_engine_summary(e, sum);
   ferry_engine_destroy(e);
   ferry_exec_destroy(ex);
   ferry_store_close(s);
   ferry_model_close(m);
+}
+
+/* Serve on the host executor with the minimum device budget plus `extra` (0: resident). */
+static void run_host(const char *model_dir, struct ferry_engine_config c, uint64_t extra, struct tu_logit_log *log) {
+  struct ferry_serve_summary sum;
+  serve_host(model_dir, c, extra, tu_on_logits, log, &sum);
+  assert_int_equal(sum.requests_done, N_REQ);
+  assert_true(!sum.budget_bytes[0] || sum.peak_bytes[0] <= sum.budget_bytes[0]);
 }
 
 static void assert_same(const struct tu_logit_log *a, const struct tu_logit_log *b) {
@@ -200,29 +200,8 @@ static void on_req_logits(void *user, int64_t req, int32_t tok, const int32_t *t
 
 static void run_host_per_req(const char *model_dir, struct ferry_engine_config c, uint64_t extra, struct per_req *out) {
   memset(out, 0, sizeof *out);
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
-  if (extra) {
-    uint64_t dmin = 0, hmin = 0;
-    assert_int_equal(ferry_engine_min_budgets(m, s, &c, &dmin, &hmin), FERRY_OK);
-    c.device_budget_bytes = dmin + extra;
-  }
-  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c.device_budget_bytes,
-                                                                             .compute_threads = 1}),
-                   FERRY_OK);
-  c.on_logits = on_req_logits;
-  c.logits_user = out;
-  if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
-  if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
-    fail_msg("engine_run: %s", ferry_last_error());
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_store_close(s);
-  ferry_model_close(m);
+  struct ferry_serve_summary sum;
+  serve_host(model_dir, c, extra, on_req_logits, out, &sum);
 }
 
 /* FlexGen's block schedule: N micro-batches of B sequences go through each loaded layer. The

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "ferry/gen.h"
+#include "ferry/model.h"
 #include "testutil.h"
 
 char *tu_mkdtemp(const char *tag) {
@@ -109,4 +111,16 @@ int tu_run_ferryf(char **output, const char *fmt, ...) {
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
   return tu_run_ferry(args, output);
+}
+
+char *tu_gen_model(const char *dir, const char *preset, const char *name, const struct ferry_gen_options *options) {
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, preset), FERRY_OK);
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *out = malloc(n);
+  assert_non_null(out);
+  snprintf(out, n, "%s/%s", dir, name);
+  assert_int_equal(ferry_model_generate(m, options, out, NULL), FERRY_OK);
+  ferry_model_close(m);
+  return out;
 }

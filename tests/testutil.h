@@ -27,6 +27,11 @@ void tu_write_file(const char *path, const void *data, size_t len);
 /* Whether the text contains the needle (case-sensitive). */
 int tu_contains(const char *text, const char *needle);
 
+struct ferry_gen_options;
+/* A model folder DIR/NAME generated from a catalogue preset with the options; asserts on
+ * failure; free() the returned path. */
+char *tu_gen_model(const char *dir, const char *preset, const char *name, const struct ferry_gen_options *options);
+
 /* Every logits row an engine run hands out, appended in order: the user pointer of
  * tu_on_logits. Starts zeroed; free(v) when done. */
 struct tu_logit_log {

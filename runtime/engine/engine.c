@@ -949,22 +949,39 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
 
 void ferry_engine_print_plan(const ferry_engine *e, FILE *f) { print_plan(e, f); }
 
-ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
-                                    const struct ferry_engine_config *config, FILE *f) {
+/* An engine that is only planned (no executor): the configuration checked and the plan made, or
+ * NULL with the error set (*st). `adjust` edits the configuration first (NULL: as given). */
+static struct ferry_engine *planned_engine(const ferry_model *model, ferry_store *store,
+                                           const struct ferry_engine_config *config,
+                                           void (*adjust)(struct ferry_engine *e), ferry_status *st) {
   struct ferry_engine *e = ferry__calloc(1, sizeof *e);
-  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+  if (!e) {
+    *st = ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
+    return NULL;
+  }
   pthread_mutex_init(&e->adapt_mu, NULL);
   e->model = model;
   e->mc = ferry_model_get_config(model);
   e->store = store;
   e->cfg = *config;
   e->has_data = store != NULL;
+  if (adjust) adjust(e);
   apply_defaults(&e->cfg, e->mc);
   mb_counts(e);
-  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
-  if (st == FERRY_OK) st = make_plan(e);
-  if (st == FERRY_OK) st = ferry__engine_build_units(e);
-  if (st == FERRY_OK) print_plan(e, f);
+  *st = check_config(&e->cfg, e->mc, &e->err);
+  if (*st == FERRY_OK) *st = make_plan(e);
+  if (*st == FERRY_OK) return e;
+  ferry__err_copy(NULL, &e->err);
+  engine_free(e);
+  return NULL;
+}
+
+ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store,
+                                    const struct ferry_engine_config *config, FILE *f) {
+  ferry_status st;
+  struct ferry_engine *e = planned_engine(model, store, config, NULL, &st);
+  if (!e) return st;
+  if ((st = ferry__engine_build_units(e)) == FERRY_OK) print_plan(e, f);
   else ferry__err_copy(NULL, &e->err);
   engine_free(e);
   return st;
@@ -973,55 +990,35 @@ ferry_status ferry_engine_plan_only(const ferry_model *model, ferry_store *store
 ferry_status ferry_engine_prefetch_depth_used(const ferry_model *model, ferry_store *store,
                                              const struct ferry_engine_config *config, int *used) {
   *used = 1;
-  struct ferry_engine *e = ferry__calloc(1, sizeof *e);
-  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
-  pthread_mutex_init(&e->adapt_mu, NULL);
-  e->model = model;
-  e->mc = ferry_model_get_config(model);
-  e->store = store;
-  e->cfg = *config;
-  e->has_data = store != NULL;
-  apply_defaults(&e->cfg, e->mc);
-  mb_counts(e);
-  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
-  if (st == FERRY_OK) st = make_plan(e);
+  ferry_status st;
+  struct ferry_engine *e = planned_engine(model, store, config, NULL, &st);
+  if (!e) return st;
   /* every reader of cfg.prefetch_depth: the plan's block and staging slots, the predictor's and
    * gate lookahead's reach (ferry__lookahead_layers; the expert plan's prefetch share is used
    * only with a predictor), and pressure control's re-plans */
-  if (st == FERRY_OK)
-    *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict != NULL ||
-            e->cfg.router_lookahead || e->cfg.pressure.enabled;
-  else
-    ferry__err_copy(NULL, &e->err);
+  *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict != NULL ||
+          e->cfg.router_lookahead || e->cfg.pressure.enabled;
   engine_free(e);
-  return st;
+  return FERRY_OK;
+}
+
+/* The minimum budgets are those of streaming mode, every unit homed on disk when there is a store
+ * (the CPU's need of host copies is not checked). */
+static void sizing_config(struct ferry_engine *e) {
+  e->cfg.device_budget_bytes = UINT64_MAX / 2; /* any budget: streaming mode */
+  e->cfg.host_budget_bytes = 0;
+  e->cfg.home_disk = e->store != NULL;
+  e->sizing_only = 1;
 }
 
 ferry_status ferry_engine_min_budgets(const ferry_model *model, ferry_store *store,
                                       const struct ferry_engine_config *config, uint64_t *device_min,
                                       uint64_t *host_min) {
-  struct ferry_engine *e = ferry__calloc(1, sizeof *e);
-  if (!e) return ferry__fail(FERRY_ERR_NOMEM, "engine: out of memory");
-  pthread_mutex_init(&e->adapt_mu, NULL);
-  e->model = model;
-  e->mc = ferry_model_get_config(model);
-  e->store = store;
-  e->cfg = *config;
-  e->cfg.device_budget_bytes = UINT64_MAX / 2; /* any budget: streaming mode */
-  e->cfg.host_budget_bytes = 0;
-  e->cfg.home_disk = store != NULL;
-  e->has_data = store != NULL;
-  e->sizing_only = 1; /* every unit is homed on disk here: the CPU's need of host copies is not checked */
-  apply_defaults(&e->cfg, e->mc);
-  mb_counts(e);
-  ferry_status st = check_config(&e->cfg, e->mc, &e->err);
-  if (st == FERRY_OK) st = make_plan(e);
-  if (st == FERRY_OK) {
-    *device_min = e->plan.device_min_bytes;
-    *host_min = e->plan.host_staging_bytes + e->plan.host_fixed_bytes;
-  } else {
-    ferry__err_copy(NULL, &e->err);
-  }
+  ferry_status st;
+  struct ferry_engine *e = planned_engine(model, store, config, sizing_config, &st);
+  if (!e) return st;
+  *device_min = e->plan.device_min_bytes;
+  *host_min = e->plan.host_staging_bytes + e->plan.host_fixed_bytes;
   engine_free(e);
-  return st;
+  return FERRY_OK;
 }
