@@ -358,8 +358,106 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-static ferry_status parse_row(struct reader *rd, const struct ferry_routing_options *o) {
-  int64_t line = rd->lines.lineno;
+/* k expert ids from the JSON array `arr` into out: each an integer in [0, max_expert), none twice;
+ * `what` names the array in the message ("\"topk_ids\"", "\"lookahead\"[2]"). */
+static ferry_status read_expert_ids(struct reader *rd, int64_t line, const cJSON *arr, int k, int32_t max_expert,
+                                    const char *what, int32_t *out) {
+  for (int i = 0; i < k; i++) {
+    const cJSON *it = cJSON_GetArrayItem(arr, i);
+    if (!ferry__json_is_int(it, 0, max_expert - 1))
+      return bad(rd, line, "%s[%d] is not an expert id in [0, %d)", what, i, max_expert);
+    out[i] = (int32_t)it->valuedouble;
+    for (int j = 0; j < i; j++)
+      if (out[j] == out[i]) return bad(rd, line, "%s[%d]: expert %d is chosen twice", what, i, out[i]);
+  }
+  return FERRY_OK;
+}
+
+/* "topk_ids" and "topk_weights" into the reader's pools at pool_n; *k their length. */
+static ferry_status parse_topk(struct reader *rd, int64_t line, const cJSON *obj, int32_t max_expert, int *k_out) {
+  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "topk_ids");
+  const cJSON *ws = cJSON_GetObjectItemCaseSensitive(obj, "topk_weights");
+  if (!ids || !cJSON_IsArray(ids)) return bad(rd, line, ids ? "\"topk_ids\" is not an array" : "missing \"topk_ids\"");
+  int k = cJSON_GetArraySize(ids);
+  if (k < 1 || k > FERRY_ROUTING_MAX_TOPK)
+    return bad(rd, line, "\"topk_ids\" has %d entries, expected 1 to %d", k, FERRY_ROUTING_MAX_TOPK);
+  if (rd->k && k != rd->k)
+    return bad(rd, line, "\"topk_ids\" has %d entries, expected %d as on line %" PRId64, k, rd->k, rd->k_line);
+  if (!ws || !cJSON_IsArray(ws))
+    return bad(rd, line, ws ? "\"topk_weights\" is not an array" : "missing \"topk_weights\"");
+  if (cJSON_GetArraySize(ws) != k)
+    return bad(rd, line, "\"topk_weights\" has %d entries, expected %d like \"topk_ids\"", cJSON_GetArraySize(ws), k);
+  if (grow((void **)&rd->ids, &rd->pool_cap, rd->pool_n + (size_t)k, sizeof(int32_t)) ||
+      grow((void **)&rd->w, &rd->wpool_cap, rd->pool_n + (size_t)k, sizeof(float)))
+    return oom(rd);
+  ferry_status st = read_expert_ids(rd, line, ids, k, max_expert, "\"topk_ids\"", rd->ids + rd->pool_n);
+  if (st != FERRY_OK) return st;
+  float *out_w = rd->w + rd->pool_n;
+  for (int i = 0; i < k; i++) {
+    const cJSON *wv = cJSON_GetArrayItem(ws, i);
+    if (!cJSON_IsNumber(wv) || !isfinite(wv->valuedouble) || fabs(wv->valuedouble) > 3.0e38)
+      return bad(rd, line, "\"topk_weights\"[%d] is not a finite number", i);
+    out_w[i] = (float)wv->valuedouble;
+  }
+  *k_out = k;
+  return FERRY_OK;
+}
+
+/* Optional "features" into the reader's feature pool at feat_n; *nf their count (0: none). */
+static ferry_status parse_features(struct reader *rd, int64_t line, const cJSON *obj, int32_t *nf_out) {
+  *nf_out = 0;
+  const cJSON *fs = cJSON_GetObjectItemCaseSensitive(obj, "features");
+  if (!fs || cJSON_IsNull(fs)) return FERRY_OK;
+  if (!cJSON_IsArray(fs)) return bad(rd, line, "\"features\" is not an array");
+  int32_t nf = cJSON_GetArraySize(fs);
+  if (nf < 1 || nf > FERRY_ROUTING_MAX_FEATURES)
+    return bad(rd, line, "\"features\" has %d entries, expected 1 to %d", nf, FERRY_ROUTING_MAX_FEATURES);
+  if (rd->nf && nf != rd->nf)
+    return bad(rd, line, "\"features\" has %d entries, expected %d as on line %" PRId64, nf, rd->nf, rd->nf_line);
+  if (grow((void **)&rd->feat, &rd->feat_cap, rd->feat_n + (size_t)nf, sizeof(float))) return oom(rd);
+  for (int i = 0; i < nf; i++) {
+    const cJSON *fv = cJSON_GetArrayItem(fs, i);
+    if (!cJSON_IsNumber(fv) || !isfinite(fv->valuedouble) || fabs(fv->valuedouble) > 3.0e38)
+      return bad(rd, line, "\"features\"[%d] is not a finite number", i);
+    rd->feat[rd->feat_n + (size_t)i] = (float)fv->valuedouble;
+  }
+  *nf_out = nf;
+  return FERRY_OK;
+}
+
+/* Optional "lookahead" (an array of k expert ids per layer ahead) into the reader's pool at
+ * look_n; *nlook their count (0: none). */
+static ferry_status parse_lookahead(struct reader *rd, int64_t line, const cJSON *obj, int k, int32_t max_expert,
+                                    int32_t *nlook_out) {
+  *nlook_out = 0;
+  const cJSON *la = cJSON_GetObjectItemCaseSensitive(obj, "lookahead");
+  if (!la || cJSON_IsNull(la)) return FERRY_OK;
+  if (!cJSON_IsArray(la)) return bad(rd, line, "\"lookahead\" is not an array of expert-id arrays");
+  int32_t nlook = cJSON_GetArraySize(la);
+  if (nlook < 1 || nlook > FERRY_ROUTING_MAX_LOOKAHEAD)
+    return bad(rd, line, "\"lookahead\" has %d entries, expected 1 to %d (layers ahead)", nlook,
+               FERRY_ROUTING_MAX_LOOKAHEAD);
+  if (grow((void **)&rd->look, &rd->look_cap, rd->look_n + (size_t)nlook * (size_t)k, sizeof(int32_t)))
+    return oom(rd);
+  for (int a = 0; a < nlook; a++) {
+    const cJSON *ids_a = cJSON_GetArrayItem(la, a);
+    if (!cJSON_IsArray(ids_a) || cJSON_GetArraySize(ids_a) != k)
+      return bad(rd, line, "\"lookahead\"[%d] is not an array of %d expert ids like \"topk_ids\"", a, k);
+    int32_t *dst = rd->look + rd->look_n + (size_t)a * (size_t)k;
+    char what[32];
+    snprintf(what, sizeof what, "\"lookahead\"[%d]", a);
+    ferry_status st = read_expert_ids(rd, line, ids_a, k, max_expert, what, dst);
+    if (st != FERRY_OK) return st;
+    for (int i = 0; i < k; i++)
+      if (dst[i] > rd->max_expert) rd->max_expert = dst[i];
+  }
+  *nlook_out = nlook;
+  return FERRY_OK;
+}
+
+/* The JSON object of the reader's current line, or NULL with *st set: invalid JSON, data after
+ * it, or not an object. */
+static cJSON *parse_object(struct reader *rd, int64_t line, ferry_status *st) {
   ferry__json_init();
   const char *end = NULL;
   const char *buf = rd->lines.buf;
@@ -367,157 +465,47 @@ static ferry_status parse_row(struct reader *rd, const struct ferry_routing_opti
   if (!obj) {
     const char *e = cJSON_GetErrorPtr();
     size_t col = e && e >= buf && e <= buf + rd->lines.len ? (size_t)(e - buf) + 1 : 1;
-    return bad(rd, line, "invalid JSON near column %zu", col);
+    *st = bad(rd, line, "invalid JSON near column %zu", col);
+    return NULL;
   }
-  ferry_status st = FERRY_OK;
+  *st = FERRY_OK;
   for (const char *p = end; p < buf + rd->lines.len; p++)
     if (*p != ' ' && *p != '\t' && *p != '\r') {
-      st = bad(rd, line, "unexpected data after the JSON object at column %zu", (size_t)(p - buf) + 1);
-      goto out_delete;
+      *st = bad(rd, line, "unexpected data after the JSON object at column %zu", (size_t)(p - buf) + 1);
+      break;
     }
-  if (!cJSON_IsObject(obj)) {
-    st = bad(rd, line, "not a JSON object");
-    goto out_delete;
-  }
+  if (*st == FERRY_OK && !cJSON_IsObject(obj)) *st = bad(rd, line, "not a JSON object");
+  if (*st == FERRY_OK) return obj;
+  cJSON_Delete(obj);
+  return NULL;
+}
+
+/* One routing row: request, token, layer, its top-k, and optional features and lookahead. */
+static ferry_status parse_row(struct reader *rd, const struct ferry_routing_options *o) {
+  int64_t line = rd->lines.lineno;
+  ferry_status st;
+  cJSON *obj = parse_object(rd, line, &st);
+  if (!obj) return st;
   int32_t max_layer = o && o->n_layers ? o->n_layers : FERRY_ROUTING_MAX_LAYERS;
   int32_t max_expert = o && o->n_experts ? o->n_experts : FERRY_ROUTING_MAX_EXPERTS;
   int64_t req = 0, tok = 0, layer = 0;
-  int r;
-  if ((r = ferry__jl_int(obj, "req_id", -EXACT_INT_D, EXACT_INT_D, &req)) != 0) {
+  int r, k = 0;
+  int32_t nf = 0, nlook = 0;
+  if ((r = ferry__jl_int(obj, "req_id", -EXACT_INT_D, EXACT_INT_D, &req)) != 0)
     st = bad(rd, line, r == 1 ? "missing \"req_id\"" : "\"req_id\" is not an integer in [-2^53, 2^53]");
-    goto out_delete;
-  }
-  if ((r = ferry__jl_int(obj, "token_idx", 0, FERRY_ROUTING_MAX_TOKEN_IDX, &tok)) != 0) {
+  else if ((r = ferry__jl_int(obj, "token_idx", 0, FERRY_ROUTING_MAX_TOKEN_IDX, &tok)) != 0)
     st = bad(rd, line, r == 1 ? "missing \"token_idx\"" : "\"token_idx\" is not an integer in [0, %d]",
              FERRY_ROUTING_MAX_TOKEN_IDX);
-    goto out_delete;
-  }
-  if ((r = ferry__jl_int(obj, "layer", 0, max_layer - 1, &layer)) != 0) {
+  else if ((r = ferry__jl_int(obj, "layer", 0, max_layer - 1, &layer)) != 0)
     st = bad(rd, line, r == 1 ? "missing \"layer\"" : "\"layer\" is not an integer in [0, %d)", max_layer);
-    goto out_delete;
-  }
-  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "topk_ids");
-  const cJSON *ws = cJSON_GetObjectItemCaseSensitive(obj, "topk_weights");
-  if (!ids || !cJSON_IsArray(ids)) {
-    st = bad(rd, line, ids ? "\"topk_ids\" is not an array" : "missing \"topk_ids\"");
-    goto out_delete;
-  }
-  int k = cJSON_GetArraySize(ids);
-  if (k < 1 || k > FERRY_ROUTING_MAX_TOPK) {
-    st = bad(rd, line, "\"topk_ids\" has %d entries, expected 1 to %d", k, FERRY_ROUTING_MAX_TOPK);
-    goto out_delete;
-  }
-  if (rd->k && k != rd->k) {
-    st = bad(rd, line, "\"topk_ids\" has %d entries, expected %d as on line %" PRId64, k, rd->k, rd->k_line);
-    goto out_delete;
-  }
-  if (!ws || !cJSON_IsArray(ws)) {
-    st = bad(rd, line, ws ? "\"topk_weights\" is not an array" : "missing \"topk_weights\"");
-    goto out_delete;
-  }
-  if (cJSON_GetArraySize(ws) != k) {
-    st = bad(rd, line, "\"topk_weights\" has %d entries, expected %d like \"topk_ids\"", cJSON_GetArraySize(ws), k);
-    goto out_delete;
-  }
-  if (grow((void **)&rd->ids, &rd->pool_cap, rd->pool_n + (size_t)k, sizeof(int32_t)) ||
-      grow((void **)&rd->w, &rd->wpool_cap, rd->pool_n + (size_t)k, sizeof(float))) {
+  else if ((st = parse_topk(rd, line, obj, max_expert, &k)) == FERRY_OK &&
+           (st = parse_features(rd, line, obj, &nf)) == FERRY_OK &&
+           (st = parse_lookahead(rd, line, obj, k, max_expert, &nlook)) == FERRY_OK &&
+           grow((void **)&rd->rows, &rd->cap, rd->n + 1, sizeof *rd->rows))
     st = oom(rd);
-    goto out_delete;
-  }
-  int32_t *out_ids = rd->ids + rd->pool_n;
-  float *out_w = rd->w + rd->pool_n;
-  for (int i = 0; i < k; i++) {
-    const cJSON *it = cJSON_GetArrayItem(ids, i);
-    if (!ferry__json_is_int(it, 0, max_expert - 1)) {
-      st = bad(rd, line, "\"topk_ids\"[%d] is not an expert id in [0, %d)", i, max_expert);
-      goto out_delete;
-    }
-    out_ids[i] = (int32_t)it->valuedouble;
-    for (int j = 0; j < i; j++)
-      if (out_ids[j] == out_ids[i]) {
-        st = bad(rd, line, "\"topk_ids\"[%d]: expert %d is chosen twice", i, out_ids[i]);
-        goto out_delete;
-      }
-    const cJSON *wv = cJSON_GetArrayItem(ws, i);
-    if (!cJSON_IsNumber(wv) || !isfinite(wv->valuedouble) || fabs(wv->valuedouble) > 3.0e38) {
-      st = bad(rd, line, "\"topk_weights\"[%d] is not a finite number", i);
-      goto out_delete;
-    }
-    out_w[i] = (float)wv->valuedouble;
-  }
-  int32_t nf = 0;
-  const cJSON *fs = cJSON_GetObjectItemCaseSensitive(obj, "features");
-  if (fs && !cJSON_IsNull(fs)) {
-    if (!cJSON_IsArray(fs)) {
-      st = bad(rd, line, "\"features\" is not an array");
-      goto out_delete;
-    }
-    nf = cJSON_GetArraySize(fs);
-    if (nf < 1 || nf > FERRY_ROUTING_MAX_FEATURES) {
-      st = bad(rd, line, "\"features\" has %d entries, expected 1 to %d", nf, FERRY_ROUTING_MAX_FEATURES);
-      goto out_delete;
-    }
-    if (rd->nf && nf != rd->nf) {
-      st = bad(rd, line, "\"features\" has %d entries, expected %d as on line %" PRId64, nf, rd->nf, rd->nf_line);
-      goto out_delete;
-    }
-    if (grow((void **)&rd->feat, &rd->feat_cap, rd->feat_n + (size_t)nf, sizeof(float))) {
-      st = oom(rd);
-      goto out_delete;
-    }
-    for (int i = 0; i < nf; i++) {
-      const cJSON *fv = cJSON_GetArrayItem(fs, i);
-      if (!cJSON_IsNumber(fv) || !isfinite(fv->valuedouble) || fabs(fv->valuedouble) > 3.0e38) {
-        st = bad(rd, line, "\"features\"[%d] is not a finite number", i);
-        goto out_delete;
-      }
-      rd->feat[rd->feat_n + (size_t)i] = (float)fv->valuedouble;
-    }
-  }
-  int32_t nlook = 0;
-  const cJSON *la = cJSON_GetObjectItemCaseSensitive(obj, "lookahead");
-  if (la && !cJSON_IsNull(la)) {
-    if (!cJSON_IsArray(la)) {
-      st = bad(rd, line, "\"lookahead\" is not an array of expert-id arrays");
-      goto out_delete;
-    }
-    nlook = cJSON_GetArraySize(la);
-    if (nlook < 1 || nlook > FERRY_ROUTING_MAX_LOOKAHEAD) {
-      st = bad(rd, line, "\"lookahead\" has %d entries, expected 1 to %d (layers ahead)", nlook,
-               FERRY_ROUTING_MAX_LOOKAHEAD);
-      goto out_delete;
-    }
-    if (grow((void **)&rd->look, &rd->look_cap, rd->look_n + (size_t)nlook * (size_t)k, sizeof(int32_t))) {
-      st = oom(rd);
-      goto out_delete;
-    }
-    for (int a = 0; a < nlook; a++) {
-      const cJSON *ids_a = cJSON_GetArrayItem(la, a);
-      if (!cJSON_IsArray(ids_a) || cJSON_GetArraySize(ids_a) != k) {
-        st = bad(rd, line, "\"lookahead\"[%d] is not an array of %d expert ids like \"topk_ids\"", a, k);
-        goto out_delete;
-      }
-      int32_t *dst = rd->look + rd->look_n + (size_t)a * (size_t)k;
-      for (int i = 0; i < k; i++) {
-        const cJSON *it = cJSON_GetArrayItem(ids_a, i);
-        if (!ferry__json_is_int(it, 0, max_expert - 1)) {
-          st = bad(rd, line, "\"lookahead\"[%d][%d] is not an expert id in [0, %d)", a, i, max_expert);
-          goto out_delete;
-        }
-        dst[i] = (int32_t)it->valuedouble;
-        if (dst[i] > rd->max_expert) rd->max_expert = dst[i];
-        for (int j = 0; j < i; j++)
-          if (dst[j] == dst[i]) {
-            st = bad(rd, line, "\"lookahead\"[%d][%d]: expert %d is chosen twice", a, i, dst[i]);
-            goto out_delete;
-          }
-      }
-    }
-  }
-  if (grow((void **)&rd->rows, &rd->cap, rd->n + 1, sizeof *rd->rows)) {
-    st = oom(rd);
-    goto out_delete;
-  }
+  cJSON_Delete(obj);
+  if (st != FERRY_OK) return st;
+  const int32_t *out_ids = rd->ids + rd->pool_n;
   rd->rows[rd->n++] = (struct row){.req = req, .line = line, .tok = (int32_t)tok, .layer = (int32_t)layer,
                                    .nf = nf, .nlook = nlook, .off = rd->pool_n, .foff = rd->feat_n,
                                    .loff = rd->look_n};
@@ -535,9 +523,7 @@ static ferry_status parse_row(struct reader *rd, const struct ferry_routing_opti
   if (layer > rd->max_layer) rd->max_layer = (int32_t)layer;
   for (int i = 0; i < k; i++)
     if (out_ids[i] > rd->max_expert) rd->max_expert = out_ids[i];
-out_delete:
-  cJSON_Delete(obj);
-  return st;
+  return FERRY_OK;
 }
 
 static int cmp_row(const void *a, const void *b) {
