@@ -319,6 +319,16 @@ static int32_t predict_none_expected(void *user, const struct ferry_expert_predi
   return 0;
 }
 
+/* tiny-moe's layer count and the bytes of one routed expert (fp32). */
+static void moe_shape(int64_t *layers, uint64_t *expert_bytes) {
+  ferry_model *m;
+  assert_int_equal(ferry_model_open(&m, "tiny-moe"), FERRY_OK);
+  const struct ferry_model_config *mc = ferry_model_get_config(m);
+  *expert_bytes = 3 * (uint64_t)mc->hidden * (uint64_t)mc->expert_intermediate * 4;
+  *layers = mc->n_layers;
+  ferry_model_close(m);
+}
+
 static void test_moe_expert_cache(void **state) {
   (void)state;
   ferry_hw *hw = profile("moe", "10");
@@ -372,6 +382,21 @@ static void test_moe_expert_cache(void **state) {
   run_free(&again);
   run_free(&r);
   ferry_routing_synth_free(synth);
+  ferry_hw_close(hw);
+}
+
+/* A supplied routing source, and what the engine reads back for gate lookahead and predictor
+ * features on an executor that computes nothing. */
+static void test_moe_fixed_routing(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("moe", "10");
+  struct ferry_engine_config cfg = base_config();
+  int64_t L;
+  uint64_t expert_bytes;
+  moe_shape(&L, &expert_bytes);
+  struct run r;
+  int64_t n;
+  const struct ferry_step_metrics *sm;
 
   /* a supplied routing source that always picks experts 0 and 1, with room for every layer's
    * pair: each (layer, expert) misses once, then always hits */
@@ -948,6 +973,7 @@ int main(void) {
       cmocka_unit_test(test_pipeline_copy_bound),
       cmocka_unit_test(test_pipeline_compute_bound),
       cmocka_unit_test(test_moe_expert_cache),
+      cmocka_unit_test(test_moe_fixed_routing),
       cmocka_unit_test(test_kv_format_priced),
       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_quantized_decode_faster),
