@@ -140,6 +140,9 @@ static int hw_show(const char *name) {
       show_f("host.core_gflops.int8", p->host.core_gflops.int8, "GOP/s");
     }
     printf("  %-28s %lld ns\n", "host.cpu_op_ns", (long long)p->host.cpu_op_ns);
+    if (p->host.staged_h2d_gbps > 0)
+      printf("  %-28s %g GB/s (%s)\n", "host.staged_h2d_gbps", p->host.staged_h2d_gbps,
+             "pageable copies staged by the CPU before their DMA");
     if (p->host.memory_bytes)
       show_bytes("host.memory_bytes", p->host.memory_bytes);
     else
@@ -173,6 +176,9 @@ static int hw_show(const char *name) {
              "a disk read waits for the copies to the GPU before it");
     if (r->blocking_copy)
       printf("  %-28s %d (%s)\n", "runtime.blocking_copy", r->blocking_copy, "the host waits for each copy to the GPU");
+    if (r->moe_row_copy)
+      printf("  %-28s %d (%s)\n", "runtime.moe_row_copy", r->moe_row_copy,
+             "each routed row is gathered and scattered by a copy of its own");
   }
   if (p->has_interconnect) {
     const struct ferry_hw_interconnect *ic = &p->interconnect;

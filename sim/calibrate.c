@@ -716,6 +716,7 @@ static void json_machine(cJSON *root, const struct ferry_hw_profile *p) {
     if (p->host.submit_ns) cJSON_AddNumberToObject(h, "submit_ns", (double)p->host.submit_ns);
     if (p->host.sync_ns) cJSON_AddNumberToObject(h, "sync_ns", (double)p->host.sync_ns);
     if (p->host.queue_wake_ns) cJSON_AddNumberToObject(h, "queue_wake_ns", (double)p->host.queue_wake_ns);
+    if (p->host.staged_h2d_gbps > 0) cJSON_AddNumberToObject(h, "staged_h2d_gbps", p->host.staged_h2d_gbps);
   }
   if (p->has_disk) {
     cJSON *d = cJSON_AddObjectToObject(root, "disk");
@@ -779,6 +780,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     if (p->runtime.gather_copy) cJSON_AddNumberToObject(r, "gather_copy", p->runtime.gather_copy);
     if (p->runtime.read_after_copy) cJSON_AddNumberToObject(r, "read_after_copy", p->runtime.read_after_copy);
     if (p->runtime.blocking_copy) cJSON_AddNumberToObject(r, "blocking_copy", p->runtime.blocking_copy);
+    if (p->runtime.moe_row_copy) cJSON_AddNumberToObject(r, "moe_row_copy", p->runtime.moe_row_copy);
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
   if (fitted && n_fitted) json_fitted(root, fitted, n_fitted, source_note);

@@ -567,9 +567,13 @@ int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, 
       if (c->folded) return 0;
       /* the rows a step samples (the gather of the logits rows, of no layer): the sampler and
        * output processing work per row */
-      return s->rt.launch_ns + (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0
-                                    ? op->u.kernel.m * s->rt.row_ns
-                                    : 0);
+      if (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0)
+        return s->rt.launch_ns + op->u.kernel.m * s->rt.row_ns;
+      /* a runtime that gathers a routed expert's rows one copy at a time: for each of the
+       * expert's three products (gate, up, down) one copy per row in and one per row out */
+      if (op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1)
+        return s->rt.launch_ns + 6 * op->u.kernel.m * s->rt.copy_ns;
+      return s->rt.launch_ns;
     case FERRY_OP_COPY:
     case FERRY_OP_READ: return s->rt.copy_ns;
     default: return 0;
@@ -792,7 +796,12 @@ static const struct ferry_exec_backend sim_backend = {
 static ferry_status make_resources(struct sim_exec *s, int pinned) {
   const struct ferry_hw_profile *p = &s->hw;
   double h2d = p->link.h2d_gbps;
-  if (!pinned && p->link.pageable_h2d_gbps > 0) h2d = p->link.pageable_h2d_gbps;
+  /* a host whose driver cannot overlap its staging copy with the DMA (CUDA under WSL2): each
+   * pageable byte is copied by the CPU, then moved by the DMA */
+  if (!pinned && p->has_host && p->host.staged_h2d_gbps > 0)
+    h2d = 1.0 / (1.0 / h2d + 1.0 / p->host.staged_h2d_gbps);
+  else if (!pinned && p->link.pageable_h2d_gbps > 0)
+    h2d = p->link.pageable_h2d_gbps;
   /* a runtime that gathers each fetched parameter copies it once more within device memory
    * (read and written) on the copy's stream before the next copy starts: per byte, the link's
    * time plus two bytes of the device memory's */

@@ -141,6 +141,12 @@ struct ferry_hw_host {
   int64_t sync_ns;       /**< host wake-up latency after an event it waits for completes; 0 = none */
   int64_t queue_wake_ns; /**< latency for an idle queue to start an op submitted to it (the host
                               executor's worker threads sleep when idle); 0 = none */
+  double staged_h2d_gbps; /**< rate at which the host's CPU copies pageable memory into the
+                               driver's staging buffer when the driver cannot overlap that copy
+                               with the DMA (CUDA under WSL2 stages every pageable copy
+                               synchronously); given, a copy from pageable memory moves at
+                               1 / (1 / link.h2d_gbps + 1 / staged_h2d_gbps) instead of
+                               link.pageable_h2d_gbps; 0 = not given */
 };
 
 /**
@@ -190,6 +196,12 @@ struct ferry_hw_runtime {
                                from pageable memory (ZeRO-3 before 0.9 copies a parameter to the
                                GPU with Tensor.to() without non_blocking): a prefetched copy does
                                not run under the host's issue of the current layer */
+  int32_t moe_row_copy;   /**< 1: a routed expert's product over several tokens gathers each token's
+                               row into a contiguous buffer and scatters each result row back with
+                               one device-to-device copy per row and weight matrix, each issued by
+                               the host (copy_ns): 6 copies per routed row of a gate/up/down expert
+                               (llama.cpp's CUDA mul_mat_id from Mixtral support, December 2023,
+                               until April 2024) */
 };
 
 /** A disk (the tier weights are streamed from). */
