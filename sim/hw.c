@@ -832,7 +832,7 @@ ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path) {
   if (st != FERRY_OK) return st;
   const struct ferry_hw_profile *r = &rt->profile;
   if (r->kind != FERRY_HW_KIND_RUNTIME) {
-    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native, ktransformers, deepspeed-0.7: ferry hw list)",
+    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native, ktransformers, deepspeed-0.7, llama.cpp-2024q1: ferry hw list)",
                      name_or_path, ferry_hw_kind_name(r->kind));
     goto out_close;
   }

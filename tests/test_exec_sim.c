@@ -462,6 +462,75 @@ static void test_zero3_parameter_path(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* A host whose driver stages each pageable copy with the CPU before its DMA (CUDA under WSL2,
+ * host.staged_h2d_gbps): a copy from pageable memory moves at 1 / (1/10 + 1/4) B/ns instead of
+ * the link's pageable 2.5: 2000 + 1e6 x (1/10 + 1/4) = 352000 ns; from pinned memory the link's
+ * own 10 B/ns: 2000 + 1e6 / 10. */
+static void test_staged_pageable_copy(void **state) {
+  (void)state;
+  for (int pinned = 0; pinned <= 1; pinned++) {
+    ferry_hw *hw = profile("wsl", GPU_JSON ", " LINK_JSON(1)
+                           ", \"host\": {\"name\": \"H\", \"dram_gbps\": 100, \"cpu_gflops\": 1,"
+                           " \"memory_bytes\": 1073741824, \"staged_h2d_gbps\": 4}");
+    struct ferry_exec_config cfg = {.lock_host_memory = pinned};
+    ferry_exec *ex = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
+    ferry_hw_close(hw);
+    int32_t qh;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+    ferry_buf *host, *dev;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    assert_int_equal(ferry_exec_now(ex), pinned ? 102000 : 352000);
+    ferry_exec_free(ex, host);
+    ferry_exec_free(ex, dev);
+    ferry_exec_destroy(ex);
+  }
+}
+
+/* A runtime that gathers a routed expert's rows one copy at a time (runtime.moe_row_copy,
+ * llama.cpp's early-2024 mul_mat_id): an expert over 4 rows is issued 10000 + 6 x 4 x 3000 =
+ * 82000 ns after the host is free (a copy in and out per row for each of gate, up and down);
+ * without the flag 10000 ns; an expert of one row (a decode step's) copies nothing. */
+static void test_moe_row_copy(void **state) {
+  (void)state;
+  for (int rows = 0; rows <= 1; rows++) {
+    ferry_hw *hw = profile("rowcopy", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON
+                           ", \"runtime\": {\"name\": \"R\", \"launch_ns\": 10000, \"copy_ns\": 3000,"
+                           " \"fused_dequant\": 1, \"moe_row_copy\": 1}");
+    ferry_exec *ex = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_OK);
+    ferry_hw_close(hw);
+    struct log log = {0};
+    ferry_exec_set_sink(ex, sink, &log);
+    int32_t qc;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+    ferry_buf *w;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 6000000, "w", &w), FERRY_OK);
+    ferry_buf *a = acts(ex);
+    const int64_t m = rows ? 4 : 1;
+    struct ferry_kernel e = matmul(m, 1000, 1000, w, FERRY_DTYPE_F16, a);
+    e.kind = FERRY_K_EXPERT;
+    static const int32_t tok[4] = {0, 1, 2, 3}, rank[4] = {0, 0, 0, 0};
+    e.aux[0] = (struct ferry_ref){w, 2000000, FERRY_DTYPE_F16};
+    e.aux[1] = (struct ferry_ref){w, 4000000, FERRY_DTYPE_F16};
+    e.aux[2] = (struct ferry_ref){a, 8u << 20, FERRY_DTYPE_F32};
+    e.aux[3] = (struct ferry_ref){a, 10u << 20, FERRY_DTYPE_F32};
+    e.aux[4] = (struct ferry_ref){a, 12u << 20, FERRY_DTYPE_F32};
+    e.top_k = 1;
+    e.ints = tok;
+    e.ints2 = rank;
+    e.n_ints = m;
+    assert_int_equal(ferry_exec_compute(ex, qc, &e), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    assert_int_equal(find(&log, FERRY_ACT_KERNEL, qc, 0)->start_ns, rows ? 10000 + 6 * 4 * 3000 : 10000);
+    ferry_exec_free(ex, w);
+    ferry_exec_destroy(ex);
+  }
+}
+
 static void test_link_sharing(void **state) {
   (void)state;
   /* two copy engines: both transfers flow at once and split 10 B/ns */
@@ -769,7 +838,8 @@ int main(void) {
       cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
       cmocka_unit_test(test_runtime_host_costs),
-      cmocka_unit_test(test_zero3_parameter_path),
+      cmocka_unit_test(test_zero3_parameter_path), cmocka_unit_test(test_staged_pageable_copy),
+      cmocka_unit_test(test_moe_row_copy),
       cmocka_unit_test(test_page_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -49,7 +49,8 @@ static void test_catalogue_loads(void **state) {
                                        "nvme-gen4",   "ddr4",         "ddr5",          "xeon-6454s-1s", "xeon-6454s-2s",
                                        "eager",       "graph",        "native",        "b200",          "gh200",
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
-                                       "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers", "deepspeed-0.7"};
+                                       "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers", "deepspeed-0.7",
+                                       "rtx-3090-ti-wsl", "llama.cpp-2024q1"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -101,7 +102,8 @@ static void test_catalogue_loads(void **state) {
     }
     ferry_hw_close(hw);
   }
-  assert_int_equal(gpus, 27); /* rtx-4090d-1s: the one-socket view of rtx-4090d */
+  assert_int_equal(gpus, 28); /* rtx-4090d-1s: the one-socket view of rtx-4090d; rtx-3090-ti-wsl: rtx-3090-ti
+                                 under WSL2 */
   assert_int_equal(machines, 2); /* 8xh100-sxm, 4xl40s */
   assert_true(priced >= 20);
   ferry_hw_list_free(names, n);
@@ -263,13 +265,14 @@ static const struct bad_case {
      FERRY_ERR_FORMAT, "switched.json: interconnect.switched must be 0 or 1"},
 };
 
-/* Runtime presets: the catalogue's five, applied to a GPU profile with their sources (and
+/* Runtime presets: the catalogue's six, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
-  static const char *const presets[] = {"eager", "graph", "native", "ktransformers", "deepspeed-0.7"};
-  for (int i = 0; i < 5; i++) {
+  static const char *const presets[] = {"eager",         "graph",        "native",
+                                        "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1"};
+  for (int i = 0; i < 6; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
     const struct ferry_hw_profile *p = ferry_hw_get(rt);
@@ -288,6 +291,10 @@ static void test_runtime_presets(void **state) {
     if (zero3 && (!find_source(p, "runtime.gather_copy", 0) || !find_source(p, "runtime.read_after_copy", 0) ||
                   !find_source(p, "runtime.blocking_copy", 0)))
       fail_msg("deepspeed-0.7: its ZeRO-3 figures lack a source");
+    /* llama.cpp of early 2024 is the one that gathers routed rows one copy at a time */
+    const int rowcopy = !strcmp(presets[i], "llama.cpp-2024q1");
+    assert_int_equal(p->runtime.moe_row_copy, rowcopy);
+    if (rowcopy && !find_source(p, "runtime.moe_row_copy", 0)) fail_msg("llama.cpp-2024q1: moe_row_copy lacks a source");
     ferry_hw_close(rt);
   }
   ferry_hw *hw = NULL;
