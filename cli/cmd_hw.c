@@ -164,6 +164,9 @@ static int hw_show(const char *name) {
     printf("  %-28s %lld ns\n", "runtime.row_ns", (long long)r->row_ns);
     printf("  %-28s %d (%s)\n", "runtime.fused_dequant", r->fused_dequant,
            r->fused_dequant ? "low-bit weights read packed by fused kernels" : "a dequantize kernel expands them to fp16");
+    if (r->fused_max_rows)
+      printf("  %-28s %lld (%s)\n", "runtime.fused_max_rows", (long long)r->fused_max_rows,
+             "products over more rows dequantize to fp16 first");
     printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
            r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
     printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,

@@ -169,7 +169,7 @@
   X(runtime, "runtime", TEXT, "NAME", SIM_M, SEC_SIM, CFG_ALWAYS, "runtime", NULL, 0, 0, NULL,                        \
     "the software issuing the work: eager (PyTorch, one kernel at a time from\nPython), graph (CUDA graphs), native " \
     "(C++ engine), ktransformers (graphs,\nCPU experts), deepspeed-0.7 (eager, ZeRO-3's 2022 parameter path),\n" \
-    "llama.cpp-2024q1 (native, MoE prompt rows gathered one copy each),\n" \
+    "llama.cpp-2024q1 (native; prompts via cuBLAS, MoE rows copied one by one),\n" \
     "or a runtime file; default: the profile's, else native", " (a real run's overheads are its own)")  \
   X(quant, "quant", TEXT, "PLAN", SIM_M, SEC_SIM, CFG_ALWAYS, "quant", NULL, 0, 0, check_quant,                      \
     "size a preset's weights in a format or per-class plan (int4-g64, nf4,\nexpert=int3-g64,default=fp16, ...); a " \

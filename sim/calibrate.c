@@ -781,6 +781,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     if (p->runtime.read_after_copy) cJSON_AddNumberToObject(r, "read_after_copy", p->runtime.read_after_copy);
     if (p->runtime.blocking_copy) cJSON_AddNumberToObject(r, "blocking_copy", p->runtime.blocking_copy);
     if (p->runtime.moe_row_copy) cJSON_AddNumberToObject(r, "moe_row_copy", p->runtime.moe_row_copy);
+    if (p->runtime.fused_max_rows)
+      cJSON_AddNumberToObject(r, "fused_max_rows", (double)p->runtime.fused_max_rows);
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
   if (fitted && n_fitted) json_fitted(root, fitted, n_fitted, source_note);

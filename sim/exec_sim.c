@@ -400,6 +400,16 @@ ferry_status ferry__sim_route_read(struct sim_exec *s, struct sim_cost *c_out, c
   return cache_insert(s, op);
 }
 
+/* Whether kernel k reads quantized weights packed: the runtime's fused kernels do, except for a
+ * product over more rows than its fused kernels take (runtime.fused_max_rows), which it runs on
+ * a copy expanded to fp16; a dequantize op is told its product's rows, a table lookup (0) stays
+ * packed. */
+static int fused_for(const struct sim_exec *s, const struct ferry_kernel *k) {
+  if (!s->rt.fused_dequant) return 0;
+  const int64_t rows = k->kind == FERRY_K_DEQUANTIZE ? k->dq_rows : k->kind == FERRY_K_EMBED ? 0 : k->m;
+  return !(s->rt.fused_max_rows > 0 && rows > s->rt.fused_max_rows);
+}
+
 /* A kernel's duration: its fitted cost when the profile is calibrated, else the GPU cost model
  * with the packed weights behind its references (packed[], ferry__sim_packed_at()); -1 when the
  * profile cannot time it. *folded: no kernel of its own (its work is its consumer's). */
@@ -414,7 +424,7 @@ int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, c
   if (fit) /* calibrated from measurements of the op as issued: preferred to the roofline */
     return ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
                                                             : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
-  ferry__gpu_work_of(k, packed, s->rt.fused_dequant, work);
+  ferry__gpu_work_of(k, packed, fused_for(s, k), work);
   *folded = work->folded;
   return ferry__gpu_work_ns(&s->hw, work);
 }

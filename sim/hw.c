@@ -90,6 +90,7 @@ static const struct field fields[] = {
     {"runtime.step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.step_ns), 0},
     {"runtime.row_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.row_ns), 0},
     {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
+    {"runtime.fused_max_rows", T_I64, C_NONNEG, S_RUNTIME, P(runtime.fused_max_rows), 0},
     {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
     {"runtime.numa_blind", T_I32, C_BOOL, S_RUNTIME, P(runtime.numa_blind), 0},
     {"runtime.cpu_math_eff", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_math_eff), 0},

@@ -531,6 +531,48 @@ static void test_moe_row_copy(void **state) {
   }
 }
 
+/* A runtime whose fused low-bit kernels take at most 32 rows (runtime.fused_max_rows, llama.cpp's
+ * cuBLAS path for prompt batches in early 2024): a dequantize op told its product reads 16 rows
+ * is folded into it (no time); told 64 rows it expands the 1000 x 1000 int4 weight to fp16:
+ * 600000 packed + 2e6 fp16 bytes at 1000 B/ns (2600 ns) beside 1.5e6 unpack instructions at
+ * 50000 per ns (30 ns): 1000 + ceil(sqrt(2600^2 + 30^2)) = 3601 ns. */
+static void test_fused_max_rows(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("fusedrows", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON
+                         ", \"runtime\": {\"name\": \"R\", \"fused_dequant\": 1, \"fused_max_rows\": 32}");
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, NULL), FERRY_OK);
+  ferry_hw_close(hw);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qc;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  ferry_buf *w;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 8000000, "w", &w), FERRY_OK);
+  struct ferry_kernel dq;
+  memset(&dq, 0, sizeof dq);
+  dq.kind = FERRY_K_DEQUANTIZE;
+  dq.layer = dq.expert = -1;
+  dq.m = 600000, dq.n = 1000, dq.k = 1000;
+  dq.qformat = FERRY_QFORMAT_INT4;
+  dq.qgroup = 64;
+  dq.y = (struct ferry_ref){w, 0, FERRY_DTYPE_F32};
+  struct ferry_qlayout lay;
+  assert_int_equal(ferry_quant_layout(&(struct ferry_qspec){FERRY_QFORMAT_INT4, 64}, 1000, 1000, &lay), FERRY_OK);
+  for (int p = 0; p < FERRY_QPART_COUNT; p++)
+    if (lay.part[p].bytes) dq.aux[p] = (struct ferry_ref){w, 4000000 + (uint64_t)p * 1000000, FERRY_DTYPE_U8};
+  dq.dq_rows = 16;
+  assert_int_equal(ferry_exec_compute(ex, qc, &dq), FERRY_OK);
+  dq.dq_rows = 64;
+  assert_int_equal(ferry_exec_compute(ex, qc, &dq), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const struct ferry_activity *a1 = find(&log, FERRY_ACT_KERNEL, qc, 0), *a2 = find(&log, FERRY_ACT_KERNEL, qc, 1);
+  assert_int_equal(a1->end_ns - a1->start_ns, 0);
+  assert_int_equal(a2->end_ns - a2->start_ns, 3601);
+  ferry_exec_free(ex, w);
+  ferry_exec_destroy(ex);
+}
+
 static void test_link_sharing(void **state) {
   (void)state;
   /* two copy engines: both transfers flow at once and split 10 B/ns */
@@ -839,7 +881,7 @@ int main(void) {
       cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
       cmocka_unit_test(test_runtime_host_costs),
       cmocka_unit_test(test_zero3_parameter_path), cmocka_unit_test(test_staged_pageable_copy),
-      cmocka_unit_test(test_moe_row_copy),
+      cmocka_unit_test(test_moe_row_copy),           cmocka_unit_test(test_fused_max_rows),
       cmocka_unit_test(test_page_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

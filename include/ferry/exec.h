@@ -225,6 +225,9 @@ struct ferry_kernel {
   int32_t kv_format;           /**< attention, mla attention: enum ferry_kv_format of a quantized
                                     cache (codes and group scales per head chunk, ferry/model.h);
                                     0: elements of aux[2].dtype */
+  int64_t dq_rows;             /**< dequantize: rows (tokens) of the product that reads the weight, for
+                                    executors that expand a weight only for products over many rows;
+                                    0 = not known (the weight is read as its format's kernels read it) */
 };
 
 /**

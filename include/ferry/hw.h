@@ -170,6 +170,10 @@ struct ferry_hw_runtime {
   int64_t row_ns;         /**< host time per sampled row (sequence) of a step */
   int32_t fused_dequant;  /**< 1: quantized weights are read packed by fused dequantize-in-GEMM/GEMV
                                kernels; 0: a dequantize kernel expands them to fp16 first */
+  int64_t fused_max_rows; /**< with fused_dequant: the most rows (tokens) a product reads packed
+                               weights for; a product over more dequantizes to fp16 and runs an
+                               fp16 GEMM (llama.cpp before June 2024 on tensor-core GPUs: 32,
+                               MMQ_MAX_BATCH_SIZE, then cuBLAS); 0 = no limit */
   int32_t sync_fetch;     /**< 1: the host waits for a layer's (or expert's) weights to arrive before
                                issuing its compute, as eager frameworks do in pre-forward hooks
                                (DeepSpeed ZeRO-3, Accelerate); 0: the GPU waits, the host goes on */

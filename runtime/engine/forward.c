@@ -39,9 +39,10 @@ static int resid_acc(const struct ferry_engine *e) { return e->tp < 2 || e->cur_
 
 /* The weight (role, layer, expert) as a kernel reads it: the tensor where it lives, or, when it
  * is stored quantized, a DEQUANTIZE op into dequantization slot `slot` of the workspace first
- * (an op of its own, so every executor can time it and the simulator can cost it). */
+ * (an op of its own, so every executor can time it and the simulator can cost it), told the
+ * rows of the product that reads it (0: a lookup, not a product). */
 static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer, int32_t expert, int slot,
-                           struct ferry_ref *out) {
+                           int64_t rows, struct ferry_ref *out) {
   const struct tensor_loc *loc = ferry__engine_loc(e, role, layer, expert);
   if (!loc || !loc->quantized) {
     *out = ferry__engine_weight(e, role, layer, expert);
@@ -57,6 +58,7 @@ static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, 
   k.m = (int64_t)loc->packed_bytes;
   k.qformat = (int32_t)loc->spec.format;
   k.qgroup = loc->spec.group_size;
+  k.dq_rows = rows;
   TRY(ferry_exec_compute(e->ex, e->cq, &k));
   *out = ferry__ws(e, e->ws.dq[slot]);
   return FERRY_OK;
@@ -82,7 +84,7 @@ static ferry_status matmul_w(struct ferry_engine *e, const char *name, int32_t l
 static ferry_status matmul(struct ferry_engine *e, const char *name, int32_t layer, uint64_t x, uint64_t y, int64_t m,
                            int64_t n, int64_t k, enum ferry_tensor_role role, struct ferry_ref b, int accumulate) {
   struct ferry_ref w;
-  ferry_status st = weight(e, role, layer, -1, 0, &w);
+  ferry_status st = weight(e, role, layer, -1, 0, m, &w);
   if (st != FERRY_OK) return st;
   return matmul_w(e, name, layer, x, y, m, n, k, w, b, accumulate);
 }
@@ -220,7 +222,7 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
     ferry__side_cpu(e);
   }
   struct ferry_kernel k = kernel(FERRY_K_MLA_ATTENTION, "mla_attention", l);
-  if ((st = weight(e, FERRY_ROLE_MLA_KV_B, l, -1, 0, &k.w))) return st;
+  if ((st = weight(e, FERRY_ROLE_MLA_KV_B, l, -1, 0, e->n_tok, &k.w))) return st;
   attention_common(e, l, &k);
   k.x = ferry__ws(e, e->ws.q);
   k.aux[0] = ferry__ws(e, e->ws.k);
@@ -474,17 +476,20 @@ static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, str
   const struct ferry_model_config *mc = e->mc;
   if (sl) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
   struct ferry_kernel k = kernel(FERRY_K_EXPERT, "expert", l);
+  const int64_t rows = e->expert_count[x];
   k.expert = x;
   k.x = ferry__ws(e, in);
   k.y = ferry__ws(e, e->ws.expert_out);
   ferry_status st;
   k.expert_layout = (int32_t)mc->expert_layout;
   if (mc->expert_layout == FERRY_EXPERTS_SPLIT) {
-    if ((st = weight(e, FERRY_ROLE_EXPERT_GATE, l, x, 0, &k.w)) || (st = weight(e, FERRY_ROLE_EXPERT_UP, l, x, 1, &k.aux[0])) ||
-        (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, &k.aux[1])))
+    if ((st = weight(e, FERRY_ROLE_EXPERT_GATE, l, x, 0, rows, &k.w)) ||
+        (st = weight(e, FERRY_ROLE_EXPERT_UP, l, x, 1, rows, &k.aux[0])) ||
+        (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, rows, &k.aux[1])))
       return st;
   } else {
-    if ((st = weight(e, FERRY_ROLE_EXPERT_GATE_UP, l, x, 0, &k.w)) || (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, &k.aux[1])))
+    if ((st = weight(e, FERRY_ROLE_EXPERT_GATE_UP, l, x, 0, rows, &k.w)) ||
+        (st = weight(e, FERRY_ROLE_EXPERT_DOWN, l, x, 2, rows, &k.aux[1])))
       return st;
     const struct tensor_loc *gu = ferry__engine_loc(e, FERRY_ROLE_EXPERT_GATE_UP, l, x);
     const struct tensor_loc *dn = ferry__engine_loc(e, FERRY_ROLE_EXPERT_DOWN, l, x);
@@ -611,7 +616,7 @@ static ferry_status router_lookahead(struct ferry_engine *e, int32_t l) {
     if (!e->li[l + ahead].moe) continue;
     const uint64_t y = e->ws.logits_look + (uint64_t)((int64_t)(ahead - 1) * T * E) * 4;
     struct ferry_ref w;
-    ferry_status st = weight(e, FERRY_ROLE_ROUTER, l + ahead, -1, 0, &w);
+    ferry_status st = weight(e, FERRY_ROLE_ROUTER, l + ahead, -1, 0, T, &w);
     if (st == FERRY_OK)
       st = matmul_w(e, "router.lookahead", l, e->ws.h, y, T, E, H, w, W(e, FERRY_ROLE_ROUTER_BIAS, l + ahead), 0);
     if (st != FERRY_OK) return st;
@@ -1068,7 +1073,7 @@ static ferry_status embed(struct ferry_engine *e) {
   ferry_status st;
   step_seqlens(e);
   struct ferry_kernel k = kernel(FERRY_K_EMBED, "embed", -1);
-  if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, &k.w))) return st;
+  if ((st = weight(e, FERRY_ROLE_EMBED, -1, -1, 0, 0, &k.w))) return st;
   k.y = ferry__ws(e, e->ws.x);
   k.m = e->n_tok;
   k.n = mc->hidden;
@@ -1077,7 +1082,7 @@ static ferry_status embed(struct ferry_engine *e) {
   k.n_ints = e->n_tok;
   if (mc->learned_positions) {
     /* a quantized position table is expanded like any weight: kernels read fp32, fp16 or bf16 */
-    if ((st = weight(e, FERRY_ROLE_POS_EMBED, -1, -1, 1, &k.aux[0]))) return st;
+    if ((st = weight(e, FERRY_ROLE_POS_EMBED, -1, -1, 1, 0, &k.aux[0]))) return st;
     k.pos_offset = 2;
   }
   /* Gemma: embeddings times sqrt(hidden), rounded to the activation dtype (fp32 here) */
