@@ -1,9 +1,9 @@
 #!/bin/sh
 # Fidelity of the simulator against the host executor on this machine.
 #   1. a synthetic Mixtral-shaped model and a slice of the Azure 2023 conversation trace;
-#   2. calibration: `ferry calibrate --probe`, then calibration runs (FIDELITY_REPEATS of them)
-#      on a *different* slice of the trace; `ferry calibrate --db` fits per-kernel-kind costs
-#      to the timeline of the one of median length;
+#   2. calibration: `ferry calibrate --probe`, then calibration runs (FIDELITY_REPEATS of them,
+#      one per round of step 3) on a *different* slice of the trace; `ferry calibrate --db` fits
+#      per-kernel-kind costs to the timeline of the one of median length;
 #   3. 12 configurations (block layers x prefetch depth x device budget), each run for real
 #      (`ferry run`, host executor) and simulated (`ferry sim` with the fitted profile and the
 #      routing the real run recorded, so both see the same experts);
@@ -35,24 +35,12 @@ rm -f "$db" "$out/calib.db" "$out/sim-stderr.txt"
 
 # other work on the machine slows real runs and not simulated ones: say how busy it was
 echo "== load average at start: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) on $(nproc 2>/dev/null) cores"
-echo "== calibrating: probe, then calibration runs on another slice of the trace"
+echo "== calibrating: probe (calibration runs, on another slice of the trace, go in the rounds below)"
 "$ferry" calibrate --probe --out "$out/host.json" --dir "$out" >/dev/null
-# The calibration run is repeated like the real ones and the fit uses the run of median length:
-# one run measured while the machine was busier (or quieter) than during the evaluation would
-# shift every simulated figure the same way.
-for rep in $(seq 1 "$repeats"); do
-  # shellcheck disable=SC2086
-  "$ferry" run --model "$model" --trace "$trace" $calib_slice $common --device-budget 64MiB \
-    --block-layers 1 --prefetch-depth 1 --db "$out/calib.db" >/dev/null
-done
-calib_run=$(sqlite3 "$out/calib.db" "SELECT runId FROM (SELECT runId, MAX(end_ns) - MIN(start_ns) AS len FROM steps
-  GROUP BY runId ORDER BY len) LIMIT 1 OFFSET (SELECT (COUNT(DISTINCT runId) - 1) / 2 FROM steps)")
-echo "   fitted to calibration run $calib_run of $repeats (the median length)"
-"$ferry" calibrate --db "$out/calib.db" --run "$calib_run" --base "$out/host.json" --out "$out/fitted.json" >/dev/null
-
-echo "== 12 configurations, real ($repeats times, medians) then simulated"
-printf '%-26s %10s %10s %7s %10s %10s %7s %10s %10s %7s %9s\n' "config" "TTFT real" "TTFT sim" "err%" \
-  "TPOT real" "TPOT sim" "err%" "p99 real" "p99 sim" "err%" "spread%"
+configs="48MiB:1:0 48MiB:1:1 48MiB:1:2 48MiB:2:0 48MiB:2:1 48MiB:2:2 80MiB:1:0 80MiB:1:1 80MiB:1:2 80MiB:2:0 80MiB:2:1 80MiB:2:2"
+policy_of() { # BUDGET:BLOCK:DEPTH -> ferry options
+  echo "$1" | awk -F: '{ printf "--device-budget %s --block-layers %s --prefetch-depth %s", $1, $2, $3 }'
+}
 metrics() { # db run -> "mean_ttft mean_tpot p99_e2e" in ms
   sqlite3 "$1" "
     WITH r AS (SELECT first_token_ns - arrival_ns AS ttft, finish_ns - arrival_ns AS e2e,
@@ -65,36 +53,53 @@ metrics() { # db run -> "mean_ttft mean_tpot p99_e2e" in ms
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 errs="$out/errors.txt"
 : >"$errs"
-for budget in 48MiB 80MiB; do
-  for block in 1 2; do
-    for depth in 0 1 2; do
-      policy="--device-budget $budget --block-layers $block --prefetch-depth $depth"
-      routing="$out/routing-$budget-$block-$depth.jsonl"
-      reals="$out/real.txt"
-      : >"$reals"
-      for rep in $(seq 1 "$repeats"); do
-        record=""
-        [ "$rep" -eq 1 ] && record="--record-routing $routing"
-        # shellcheck disable=SC2086
-        "$ferry" run --model "$model" --trace "$trace" $eval_slice $common $policy --db "$db" $record >/dev/null
-        metrics "$db" "$(sqlite3 "$db" "SELECT MAX(id) FROM runs")" >>"$reals"
-      done
-      real="$(cut -d' ' -f1 "$reals" | median) $(cut -d' ' -f2 "$reals" | median) $(cut -d' ' -f3 "$reals" | median)"
-      spread=$(cut -d' ' -f2 "$reals" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }')
-      # shellcheck disable=SC2086
-      "$ferry" sim --model "$model" --hw "$out/fitted.json" --trace "$trace" $eval_slice $common $policy \
-        --routing "$routing" --db "$db" >/dev/null 2>>"$out/sim-stderr.txt" || { tail -3 "$out/sim-stderr.txt"; exit 1; }
-      sim_id=$(sqlite3 "$db" "SELECT MAX(id) FROM runs")
-      # shellcheck disable=SC2086
-      set -- $real $(metrics "$db" "$sim_id")
-      line=$(awk -v a="$1" -v b="$2" -v c="$3" -v d="$4" -v e="$5" -v f="$6" 'BEGIN {
-        ea = (d - a) / a * 100; eb = (e - b) / b * 100; ec = (f - c) / c * 100;
-        printf "%10.1f %10.1f %+7.1f %10.2f %10.2f %+7.1f %10.1f %10.1f %+7.1f|%f %f %f", a, d, ea, b, e, eb, c, f, ec,
-               (ea < 0 ? -ea : ea), (eb < 0 ? -eb : eb), (ec < 0 ? -ec : ec) }')
-      printf '%-26s %s %9s\n' "$budget b$block d$depth" "${line%%|*}" "$spread"
-      echo "${line##*|}" >>"$errs"
-    done
+# Real runs go in rounds: each round runs the calibration slice once and then every configuration
+# once, so a machine that gets busier or quieter during the study (other work starting or ending,
+# the CPU's clock) moves every configuration and the calibration alike instead of whichever ran
+# in that stretch (the first version ran all repeats of one configuration, the 48 MiB ones first,
+# and its 48/80 MiB split followed the load average down).
+echo "== calibration runs and 12 configurations, real, in $repeats rounds"
+for rep in $(seq 1 "$repeats"); do
+  # shellcheck disable=SC2086
+  "$ferry" run --model "$model" --trace "$trace" $calib_slice $common --device-budget 64MiB \
+    --block-layers 1 --prefetch-depth 1 --db "$out/calib.db" >/dev/null
+  for cfg in $configs; do
+    name=$(echo "$cfg" | tr : -)
+    record=""
+    [ "$rep" -eq 1 ] && { : >"$out/real-$name.txt"; record="--record-routing $out/routing-$name.jsonl"; }
+    # shellcheck disable=SC2086
+    "$ferry" run --model "$model" --trace "$trace" $eval_slice $common $(policy_of "$cfg") --db "$db" $record >/dev/null
+    metrics "$db" "$(sqlite3 "$db" "SELECT MAX(id) FROM runs")" >>"$out/real-$name.txt"
   done
+  echo "   round $rep of $repeats done (load average $(cut -d' ' -f1 /proc/loadavg 2>/dev/null))"
+done
+# The fit uses the calibration run of median length: one run measured while the machine was
+# busier (or quieter) than the others would shift every simulated figure the same way.
+calib_run=$(sqlite3 "$out/calib.db" "SELECT runId FROM (SELECT runId, MAX(end_ns) - MIN(start_ns) AS len FROM steps
+  GROUP BY runId ORDER BY len) LIMIT 1 OFFSET (SELECT (COUNT(DISTINCT runId) - 1) / 2 FROM steps)")
+echo "   fitted to calibration run $calib_run of $repeats (the median length)"
+"$ferry" calibrate --db "$out/calib.db" --run "$calib_run" --base "$out/host.json" --out "$out/fitted.json" >/dev/null
+
+echo "== simulated"
+printf '%-26s %10s %10s %7s %10s %10s %7s %10s %10s %7s %9s\n' "config" "TTFT real" "TTFT sim" "err%" \
+  "TPOT real" "TPOT sim" "err%" "p99 real" "p99 sim" "err%" "spread%"
+for cfg in $configs; do
+  name=$(echo "$cfg" | tr : -)
+  reals="$out/real-$name.txt"
+  real="$(cut -d' ' -f1 "$reals" | median) $(cut -d' ' -f2 "$reals" | median) $(cut -d' ' -f3 "$reals" | median)"
+  spread=$(cut -d' ' -f2 "$reals" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }')
+  # shellcheck disable=SC2086
+  "$ferry" sim --model "$model" --hw "$out/fitted.json" --trace "$trace" $eval_slice $common $(policy_of "$cfg") \
+    --routing "$out/routing-$name.jsonl" --db "$db" >/dev/null 2>>"$out/sim-stderr.txt" || { tail -3 "$out/sim-stderr.txt"; exit 1; }
+  sim_id=$(sqlite3 "$db" "SELECT MAX(id) FROM runs")
+  # shellcheck disable=SC2086
+  set -- $real $(metrics "$db" "$sim_id")
+  line=$(awk -v a="$1" -v b="$2" -v c="$3" -v d="$4" -v e="$5" -v f="$6" 'BEGIN {
+    ea = (d - a) / a * 100; eb = (e - b) / b * 100; ec = (f - c) / c * 100;
+    printf "%10.1f %10.1f %+7.1f %10.2f %10.2f %+7.1f %10.1f %10.1f %+7.1f|%f %f %f", a, d, ea, b, e, eb, c, f, ec,
+           (ea < 0 ? -ea : ea), (eb < 0 ? -eb : eb), (ec < 0 ? -ec : ec) }')
+  printf '%-26s %s %9s\n' "$(echo "$cfg" | awk -F: '{ printf "%s b%s d%s", $1, $2, $3 }')" "${line%%|*}" "$spread"
+  echo "${line##*|}" >>"$errs"
 done
 printf '\nmedian absolute error: mean TTFT %.1f%%, mean TPOT %.1f%%, P99 end-to-end %.1f%% (goals: 5%%, 5%%, 10%%)\n' \
   "$(cut -d' ' -f1 "$errs" | median)" "$(cut -d' ' -f2 "$errs" | median)" "$(cut -d' ' -f3 "$errs" | median)"
