@@ -271,6 +271,8 @@ struct ferry_engine {
   int32_t *expert_ranks;
   int32_t *expert_count;    /* per expert of the current layer */
   int32_t *expert_start;
+  int32_t *expert_fill;     /* scratch of group_pairs() (forward.c) */
+  int pairs_grouped;        /* expert_tokens and expert_ranks hold the current layer's pairs */
   int32_t *routing_ids;     /* host copy of the current layer's top-k */
   float *routing_w;
   float *tok_features;      /* per token of the step: predictor features (FERRY_MLP7_FEATURES apart) */

@@ -468,6 +468,8 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
+static void group_pairs(struct ferry_engine *e);
+
 /* Expert x of layer l over its tokens from slot sl (NULL: resident, in its block or on the
  * CPU): wait for the slot's fill, the FFN (after dequantizing), and mark the slot's use. */
 static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, struct slot *sl, uint64_t in) {
@@ -508,6 +510,7 @@ static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, str
   k.n = mc->expert_intermediate;
   k.k = mc->hidden;
   k.top_k = mc->experts_per_token;
+  group_pairs(e);
   k.ints = e->expert_tokens + e->expert_start[x];
   k.ints2 = e->expert_ranks + e->expert_start[x];
   k.n_ints = k.m;
@@ -645,6 +648,7 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
   const int64_t T = e->n_tok, K = mc->experts_per_token, H = mc->hidden, E = mc->n_experts;
   int64_t n = 0;
   memset(e->pair_cpu, 0, (size_t)(T * K));
+  group_pairs(e);
   for (int32_t x = 0; x < E; x++) {
     if (!e->expert_cpu_now[x]) continue;
     for (int32_t i = e->expert_start[x]; i < e->expert_start[x] + e->expert_count[x]; i++, n++)
@@ -688,22 +692,42 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
   return st;
 }
 
-/* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
- * the same ops in the same order. */
+/* Count the (token, rank) pairs of each expert and where each expert's run of them starts; the
+ * pairs themselves are placed by group_pairs() when an op is built that reads them (a replayed
+ * op graph does not: in a simulation most layers never need them). */
 static void group_by_expert(struct ferry_engine *e) {
-  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts;
-  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
-  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts, TK = T * K;
+  const int32_t *ids = e->routing_ids;
+  int32_t *count = e->expert_count;
+  memset(count, 0, (size_t)E * sizeof(int32_t));
+  int64_t i = 0;
+  if (E <= 16 && TK >= 64) {
+    /* four histograms, so that repeated experts do not wait on each other's increment */
+    int32_t h[4][16] = {{0}};
+    for (; i + 4 <= TK; i += 4) h[0][ids[i]]++, h[1][ids[i + 1]]++, h[2][ids[i + 2]]++, h[3][ids[i + 3]]++;
+    for (int64_t x = 0; x < E; x++) count[x] = h[0][x] + h[1][x] + h[2][x] + h[3][x];
+  }
+  for (; i < TK; i++) count[ids[i]]++;
   e->expert_start[0] = 0;
-  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
-  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
+  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + count[x];
+  e->pairs_grouped = 0;
+}
+
+/* Place the pairs of the current layer by expert, experts in index order (expert_tokens,
+ * expert_ranks from expert_start): the same routing always gives the same ops in the same
+ * order. Once per layer, before the first op that reads them. */
+static void group_pairs(struct ferry_engine *e) {
+  if (e->pairs_grouped) return;
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts;
+  int32_t *at = e->expert_fill;
+  for (int64_t x = 0; x < E; x++) at[x] = e->expert_start[x];
   for (int64_t t = 0; t < T; t++)
     for (int64_t r = 0; r < K; r++) {
-      int32_t x = e->routing_ids[t * K + r];
-      int32_t at = e->expert_start[x] + e->expert_count[x]++;
-      e->expert_tokens[at] = (int32_t)t;
-      e->expert_ranks[at] = (int32_t)r;
+      const int32_t p = at[e->routing_ids[t * K + r]]++;
+      e->expert_tokens[p] = (int32_t)t;
+      e->expert_ranks[p] = (int32_t)r;
     }
+  e->pairs_grouped = 1;
 }
 
 /* Every routed expert of layer l runs: where the layer runs (all resident, the layer on the CPU
