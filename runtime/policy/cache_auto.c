@@ -10,6 +10,8 @@
  * half the cache), so a layer's misses never evict one another; victims come from probation,
  * least recent first. The admission compares with the main area's least routed expert, kept first
  * in buckets by count (below) instead of found by a scan of every slot per touch. */
+#include <stdlib.h>
+
 #include "common/alloc.h"
 #include "policy.h"
 
@@ -17,6 +19,12 @@ struct bucket { /* the main slots of one aged count, least recent first */
   uint32_t count;
   int32_t prev, next; /* the neighbouring buckets, counts ascending (-1: none; next: the free list) */
   int32_t head, tail; /* slots */
+};
+
+struct rebuild_key { /* a main slot's place when the buckets are rebuilt */
+  uint32_t count;
+  int32_t slot;
+  uint64_t stamp;
 };
 
 struct autoc {
@@ -47,6 +55,7 @@ struct autoc {
   int32_t *bk_of;            /* per slot: its bucket (-1: not in main) */
   int32_t *bs_next, *bs_prev; /* per slot: its neighbours in its bucket */
   uint64_t main_now;         /* the epoch the buckets are ordered at */
+  struct rebuild_key *rkeys; /* n_slots: scratch of main_rebuild() */
   int32_t *unit_head;      /* per unit: first slot whose seen is it (-1: none) */
   int32_t *seen_next, *seen_prev; /* per slot: the list of slots seeing the same unit */
 };
@@ -128,13 +137,38 @@ static void main_push(struct autoc *s, int32_t slot) {
 
 static void main_remove(struct autoc *s, int32_t slot) { bucket_drop_if_empty(s, bslot_unlink(s, slot)); }
 
-/* every bucket again at epoch main_now */
+/* the order of the buckets: aged count, then last use (then slot, as pushing in slot order did) */
+static int rebuild_cmp(const void *a, const void *b) {
+  const struct rebuild_key *x = a, *y = b;
+  if (x->count != y->count) return x->count < y->count ? -1 : 1;
+  if (x->stamp != y->stamp) return x->stamp < y->stamp ? -1 : 1;
+  return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* every bucket again at epoch main_now: the main slots sorted by key and appended in that order
+ * (pushing them one by one in slot order walked each bucket from its tail: quadratic in a
+ * bucket's size, a tenth of a simulation) */
 static void main_rebuild(struct autoc *s) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < s->n_slots; i++)
+    if (s->bk_of[i] >= 0)
+      s->bk_of[i] = -1, s->rkeys[n++] = (struct rebuild_key){aged_at(s, s->main_now, s->seen[i]), i, s->stamp[i]};
+  qsort(s->rkeys, (size_t)n, sizeof *s->rkeys, rebuild_cmp);
   s->first = -1;
   s->free = 0;
   for (int32_t b = 0; b < s->n_slots; b++) s->bk[b].next = b + 1 < s->n_slots ? b + 1 : -1;
-  for (int32_t i = 0; i < s->n_slots; i++)
-    if (s->bk_of[i] >= 0) s->bk_of[i] = -1, main_push(s, i);
+  int32_t b = -1;
+  for (int32_t j = 0; j < n; j++) {
+    const int32_t slot = s->rkeys[j].slot;
+    if (b < 0 || s->bk[b].count != s->rkeys[j].count) b = bucket_new(s, b, s->rkeys[j].count);
+    const int32_t t = s->bk[b].tail; /* the newest so far: slot goes after it */
+    s->bs_prev[slot] = t;
+    s->bs_next[slot] = -1;
+    if (t >= 0) s->bs_next[t] = slot;
+    else s->bk[b].head = slot;
+    s->bk[b].tail = slot;
+    s->bk_of[slot] = b;
+  }
 }
 
 /* the list of slots whose seen is unit */
@@ -197,8 +231,10 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   s->bs_prev = ferry__calloc((size_t)g->n_slots, sizeof *s->bs_prev);
   s->seen_next = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_next);
   s->seen_prev = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_prev);
+  s->rkeys = ferry__calloc((size_t)g->n_slots, sizeof *s->rkeys);
   if (!s->count || !s->epoch || !s->unit_head || !s->stamp || !s->seen || !s->in_main || !s->prob || !s->prob_at ||
-      !s->stale || !s->is_stale || !s->bk || !s->bk_of || !s->bs_next || !s->bs_prev || !s->seen_next || !s->seen_prev) {
+      !s->stale || !s->is_stale || !s->bk || !s->bk_of || !s->bs_next || !s->bs_prev || !s->seen_next || !s->seen_prev ||
+      !s->rkeys) {
     auto_free(s);
     return FERRY_ERR_NOMEM;
   }
@@ -232,6 +268,7 @@ static void auto_free(void *state) {
   ferry_free(s->bs_prev);
   ferry_free(s->seen_next);
   ferry_free(s->seen_prev);
+  ferry_free(s->rkeys);
   ferry_free(s);
 }
 
