@@ -228,17 +228,8 @@ ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, s
       break;
     }
     case FERRY_OP_RECORD:
+      if (ferry__sim_record_behind(s, q, fo->ev, fo->gen)) return FERRY_OK;
       fo->ev->record_end_ns = start;
-      if (q->fcount && !s->ex->sink) { /* behind an op still running: completes with it */
-        struct fast_op *tail = &q->fring[(q->fhead + q->fcount - 1) & (q->fcap - 1)];
-        if (!tail->rec_ev) {
-          tail->rec_ev = fo->ev;
-          tail->rec_gen = fo->gen;
-          s->pending_ops++;
-          ferry__sim_fast_host_busy(s, s->submit_ns);
-          return FERRY_OK;
-        }
-      }
       break;
     case FERRY_OP_WAIT: {
       const int64_t r = record_end(fo->ev); /* the generation waited for is the latest */

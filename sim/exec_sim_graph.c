@@ -505,42 +505,43 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
   atomic_store_explicit(&ex->next_correlation,
                         atomic_load_explicit(&ex->next_correlation, memory_order_relaxed) + g->n_submits,
                         memory_order_relaxed);
+  uint64_t launched = 0;
+  ferry_status st = FERRY_OK;
   for (int32_t i = 0; i < g->n_ops; i++) {
     const struct graph_op *o = &g->ops[i];
     struct sim_queue *q = &s->queues[o->queue];
-    ferry_status st;
-    s->graph_ops += o->kind == FERRY_OP_KERNEL ? o->n : 1;
     if (o->kind == FERRY_OP_KERNEL && o->n > 1) {
-      if ((st = launch_run(s, q, g, o, context_tokens)) != FERRY_OK) return st;
+      launched += o->n;
+      if ((st = launch_run(s, q, g, o, context_tokens)) != FERRY_OK) break;
       continue;
     }
     ferry_event *ev = o->param >= 0 ? args[o->param] : o->ev;
-    if (o->kind == FERRY_OP_WAIT && !ferry__event_wait_gen(ev)) { /* as the wrapper decides */
-      s->graph_ops--;
-      continue;
-    }
+    if (o->kind == FERRY_OP_WAIT && !ferry__event_wait_gen(ev)) continue; /* as the wrapper decides */
+    launched++;
     int64_t d = o->duration_ns, flow_ns = o->flow_ns, issue = o->issue_ns;
     uint64_t gen = o->flow_bytes;
     int chan = o->chan;
     if (o->kind == FERRY_OP_KERNEL) {
       const struct graph_item *it = &g->items[o->item];
       issue = it->issue_ns;
-      d = flow_ns = item_ns(s, g->kernels, it, context_tokens);
+      d = flow_ns = it->kernel < 0 ? it->duration_ns : item_ns(s, g->kernels, it, context_tokens);
     } else if (o->read >= 0) { /* the page cache decides where it reads from, as at submit */
       struct sim_cost c;
-      if ((st = reroute(s, &g->reads[o->read], &c, &flow_ns)) != FERRY_OK) return st;
+      if ((st = reroute(s, &g->reads[o->read], &c, &flow_ns)) != FERRY_OK) break;
       d = c.duration_ns;
       chan = c.chan;
       gen = c.flow_bytes;
     }
     ferry__sim_fast_host_busy(s, issue);
-    if (o->kind == FERRY_OP_RECORD) gen = ferry__event_record_gen(ev);
+    /* a record behind a running op goes with that op's entry: no entry of its own to fill */
+    if (o->kind == FERRY_OP_RECORD && ferry__sim_record_behind(s, q, ev, gen = ferry__event_record_gen(ev))) continue;
     struct fast_op *fo;
-    if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) return st;
+    if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) break;
     *fo = (struct fast_op){.ev = ev, .gen = gen, .flow_ns = flow_ns, .kind = o->kind, .chan = (int8_t)chan, .n = 1};
-    if ((st = ferry__sim_enqueue_timed(s, q, fo, d)) != FERRY_OK) return st;
+    if ((st = ferry__sim_enqueue_timed(s, q, fo, d)) != FERRY_OK) break;
   }
-  return FERRY_OK;
+  s->graph_ops += launched;
+  return st;
 }
 
 /* ---- checking (FERRY_SIM_CHECK) ------------------------------------------------------------------ */
