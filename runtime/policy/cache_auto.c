@@ -10,8 +10,6 @@
  * half the cache), so a layer's misses never evict one another; victims come from probation,
  * least recent first. The admission compares with the main area's least routed expert, kept first
  * in buckets by count (below) instead of found by a scan of every slot per touch. */
-#include <stdlib.h>
-
 #include "common/alloc.h"
 #include "policy.h"
 
@@ -137,23 +135,28 @@ static void main_push(struct autoc *s, int32_t slot) {
 
 static void main_remove(struct autoc *s, int32_t slot) { bucket_drop_if_empty(s, bslot_unlink(s, slot)); }
 
-/* the order of the buckets: aged count, then last use (then slot, as pushing in slot order did) */
-static int rebuild_cmp(const void *a, const void *b) {
-  const struct rebuild_key *x = a, *y = b;
-  if (x->count != y->count) return x->count < y->count ? -1 : 1;
-  if (x->stamp != y->stamp) return x->stamp < y->stamp ? -1 : 1;
-  return (x->slot > y->slot) - (x->slot < y->slot);
+/* x before y in the buckets: aged count, then last use (then slot, as pushing in slot order did) */
+static int rebuild_before(const struct rebuild_key *x, const struct rebuild_key *y) {
+  if (x->count != y->count) return x->count < y->count;
+  if (x->stamp != y->stamp) return x->stamp < y->stamp;
+  return x->slot < y->slot;
 }
 
 /* every bucket again at epoch main_now: the main slots sorted by key and appended in that order
  * (pushing them one by one in slot order walked each bucket from its tail: quadratic in a
- * bucket's size, a tenth of a simulation) */
+ * bucket's size, a tenth of a simulation). Taken in the old buckets' order they are nearly
+ * sorted already: ageing shifts every count alike, which keeps their order (only counts made
+ * equal and the unit just touched move), so an insertion sort has little to do. */
 static void main_rebuild(struct autoc *s) {
   int32_t n = 0;
-  for (int32_t i = 0; i < s->n_slots; i++)
-    if (s->bk_of[i] >= 0)
-      s->bk_of[i] = -1, s->rkeys[n++] = (struct rebuild_key){aged_at(s, s->main_now, s->seen[i]), i, s->stamp[i]};
-  qsort(s->rkeys, (size_t)n, sizeof *s->rkeys, rebuild_cmp);
+  for (int32_t b = s->first; b >= 0; b = s->bk[b].next)
+    for (int32_t i = s->bk[b].head; i >= 0; i = s->bs_next[i]) {
+      struct rebuild_key k = {aged_at(s, s->main_now, s->seen[i]), i, s->stamp[i]};
+      int32_t j = n++;
+      for (; j > 0 && rebuild_before(&k, &s->rkeys[j - 1]); j--) s->rkeys[j] = s->rkeys[j - 1];
+      s->rkeys[j] = k;
+    }
+  for (int32_t j = 0; j < n; j++) s->bk_of[s->rkeys[j].slot] = -1;
   s->first = -1;
   s->free = 0;
   for (int32_t b = 0; b < s->n_slots; b++) s->bk[b].next = b + 1 < s->n_slots ? b + 1 : -1;
@@ -240,6 +243,7 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   }
   for (int32_t u = 0; u < units; u++) s->unit_head[u] = -1;
   for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, s->bk_of[i] = -1, prob_add(s, i);
+  s->first = -1; /* no buckets yet: the rebuild makes the free list */
   main_rebuild(s);
   int32_t probation = g->n_experts > 0 ? g->n_experts : 1;
   if (probation > g->n_slots / 2) probation = g->n_slots / 2 > 0 ? g->n_slots / 2 : 1;
