@@ -22,6 +22,7 @@ struct graph_item {
   int64_t issue_ns;    /* host time the runtime spends issuing it */
   int64_t duration_ns; /* recorded */
   int32_t kernel;      /* timed again at launch (its cost depends on the step's context): index in kernels, else -1 */
+  uint32_t shape_id;   /* its kernel's shape_id (kept here: the launch's memo reads no graph_kernel) */
 };
 
 /* An op as a graph keeps it. */
@@ -50,8 +51,8 @@ struct graph_kernel {
     struct ferry_kernel k;
     struct ferry__packed packed[3];
     uint8_t has_packed[3];
-  } key;
-  uint32_t shape_id; /* the same for equal keys (interned at recording), 0 when none could be kept */
+  } key; /* numbered at recording (shape_id(): the same number for equal keys, 0 when none could be
+            kept), the number kept in the kernel's graph_item */
 };
 
 /* A disk read, routed again at launch (ferry__sim_route_read()). */
@@ -275,7 +276,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
     case FERRY_OP_KERNEL: {
       struct graph_item *it = one_more(c, (void **)&c->items, c->n_items, &c->cap_items, sizeof *it);
       if (!it) return;
-      *it = (struct graph_item){issue_ns, cost->duration_ns, -1};
+      *it = (struct graph_item){issue_ns, cost->duration_ns, -1, 0};
       g->item = c->n_items++;
       g->n = 1;
       const struct ferry_kernel *k = &op->u.kernel;
@@ -295,7 +296,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
       }
       for (int i = 0; i < 3; i++)
         if (packed[i]) gk->key.packed[i] = *packed[i], gk->key.has_packed[i] = 1;
-      gk->shape_id = shape_id(c, &gk->key);
+      it->shape_id = shape_id(c, &gk->key);
       it->kernel = c->n_kernels++;
       return;
     }
@@ -434,14 +435,14 @@ ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph
 static int64_t item_ns(struct sim_exec *s, const struct graph_kernel *kernels, const struct graph_item *it,
                        int64_t context_tokens) {
   if (it->kernel < 0 || context_tokens < 0) return it->duration_ns;
-  const struct graph_kernel *gk = &kernels[it->kernel];
   /* the same shape and context timed already in this step (another layer's) */
-  const uint64_t epoch = gk->shape_id ? s->ex->graph_epoch : 0;
+  const uint64_t epoch = it->shape_id ? s->ex->graph_epoch : 0;
   if (epoch)
     for (int i = 0; i < 4; i++) {
       const struct sim_reprice *r = &s->reprice[i];
-      if (r->epoch == epoch && r->context_tokens == context_tokens && r->shape_id == gk->shape_id) return r->ns;
+      if (r->epoch == epoch && r->context_tokens == context_tokens && r->shape_id == it->shape_id) return r->ns;
     }
+  const struct graph_kernel *gk = &kernels[it->kernel];
   struct ferry_kernel k = gk->k;
   k.context_tokens = context_tokens;
   const struct ferry__packed *packed[3];
@@ -451,7 +452,7 @@ static int64_t item_ns(struct sim_exec *s, const struct graph_kernel *kernels, c
   const int64_t ns = ferry__sim_kernel_ns(s, &k, packed, &folded, &w); /* timed once already with this shape: cannot fail */
   if (epoch) {
     struct sim_reprice *r = &s->reprice[s->reprice_next++ % 4];
-    r->shape_id = gk->shape_id, r->epoch = epoch, r->context_tokens = context_tokens, r->ns = ns;
+    r->shape_id = it->shape_id, r->epoch = epoch, r->context_tokens = context_tokens, r->ns = ns;
   }
   return ns;
 }

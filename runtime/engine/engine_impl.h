@@ -142,6 +142,7 @@ struct ferry__memo {
   struct memo_group *groups; /* one per (kind, a) */
   struct ferry_exec_graph **near; /* the first graphs of each group (memo.c) */
   int64_t n_groups, base[MEMO_KINDS], n_near, near_base[MEMO_KINDS], near_n[MEMO_KINDS];
+  int64_t n_a[MEMO_KINDS]; /* groups of each kind (the stride of a near b) */
   size_t n, bytes;
   int mode;                  /* enum ferry__graph_mode, refreshed every step */
   uint64_t launched, checked;
@@ -505,8 +506,12 @@ static inline uint64_t ferry__readback_features_offset(const struct ferry_engine
   return ferry__readback_lookahead_offset(e) + (look + 63) / 64 * 64;
 }
 
-/* hybrid.c: the second executor side (the host's CPU) */
-int ferry__hybrid_on(const struct ferry_engine *e);
+/* hybrid.c: the second executor side (the host's CPU). Whether the run has one (inline: asked
+ * for every expert the engine runs). */
+static inline int ferry__hybrid_on(const struct ferry_engine *e) {
+  return e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU ||
+         e->cfg.kv_home_host;
+}
 uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e);
 ferry_status ferry__hybrid_queues(struct ferry_engine *e);
 ferry_status ferry__hybrid_alloc(struct ferry_engine *e);

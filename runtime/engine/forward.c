@@ -391,7 +391,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
  * A graph times its kernels again at launch with the GPU's cost model, and a hybrid run's ops
  * move between the device and the CPU as the placement of the hidden state decides. */
 static int memo_device_only(const struct ferry_engine *e, int32_t l) {
-  return !e->layer_on_cpu && !e->kv[l].host && !ferry__hybrid_on(e);
+  return !e->layer_on_cpu && !ferry__hybrid_on(e) && !e->kv[l].host; /* a host KV cache is hybrid */
 }
 
 /* The read-back of layer l's routing and lookahead logits to the host, on the device's side
@@ -522,7 +522,8 @@ static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, str
 /* The same ops for the same expert, tokens and slot kind on the device: one op graph each, the
  * slot's events its parameters. */
 static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
-  const int streamed = slot >= 0 && !e->units[e->expert_unit[l * e->mc->n_experts + x]].pinned;
+  /* an expert in a cache slot is streamed (its unit is pinned only when every expert is) */
+  const int streamed = slot >= 0 && !e->plan.experts_pinned;
   struct slot *sl = streamed ? &e->expert_slots[slot] : NULL;
   ferry_status st;
   if (e->cq == e->q_compute && memo_device_only(e, l)) {
