@@ -33,6 +33,8 @@ struct autoc {
   int32_t *seen;      /* per slot: the unit last touched there (-1: none) */
   uint8_t *in_main;   /* per slot */
   uint64_t clock, epoch_len;
+  uint64_t epoch_now, epoch_end; /* clock / epoch_len, and the clock that starts the next epoch
+                                    (kept as the clock moves: no division per touch) */
   /* The victim is looked for among the probation slots (not in_main), about one layer's experts,
    * and the main ones that changed expert since their last touch, which only a victim returned
    * by this policy can be: both kept as sets instead of every slot scanned per miss. */
@@ -209,7 +211,6 @@ static void set_main(struct autoc *s, int32_t slot, int on) {
   else prob_add(s, slot), main_remove(s, slot);
 }
 
-static uint32_t aged(const struct autoc *s, int32_t unit) { return aged_at(s, s->clock / s->epoch_len, unit); }
 
 static void auto_free(void *state);
 
@@ -249,6 +250,7 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   if (probation > g->n_slots / 2) probation = g->n_slots / 2 > 0 ? g->n_slots / 2 : 1;
   s->main_cap = g->n_slots - probation > 0 ? g->n_slots - probation : 0;
   s->epoch_len = 8 * (uint64_t)units;
+  s->epoch_end = s->epoch_len;
   *state = s;
   return FERRY_OK;
 }
@@ -290,11 +292,12 @@ static void main_settle(struct autoc *s, int32_t slot, int32_t unit, uint64_t no
 
 static void auto_touch(void *state, int32_t slot, int32_t unit) {
   struct autoc *s = state;
-  const uint32_t c = aged(s, unit);
+  const uint32_t c = aged_at(s, s->epoch_now, unit); /* as of the clock before this touch */
   s->stamp[slot] = ++s->clock;
+  if (s->clock == s->epoch_end) s->epoch_now++, s->epoch_end += s->epoch_len;
   s->count[unit] = c < UINT32_MAX ? c + 1 : c;
-  s->epoch[unit] = (uint32_t)(s->clock / s->epoch_len);
-  main_settle(s, slot, unit, s->clock / s->epoch_len);
+  s->epoch[unit] = (uint32_t)s->epoch_now;
+  main_settle(s, slot, unit, s->epoch_now);
   if (s->seen[slot] != unit) { /* a new expert in this slot: it starts in probation */
     if (s->in_main[slot]) s->main_size--;
     set_main(s, slot, 0);
