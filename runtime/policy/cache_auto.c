@@ -38,8 +38,8 @@ struct autoc {
   /* The victim is looked for among the probation slots (not in_main), about one layer's experts,
    * and the main ones that changed expert since their last touch, which only a victim returned
    * by this policy can be: both kept as sets instead of every slot scanned per miss. */
-  int32_t *prob, *prob_at; /* the probation slots, and each slot's index there (-1: in main) */
-  int32_t n_prob;
+  int32_t *prob_next, *prob_prev; /* the probation slots, least recent first (stamp, then slot) */
+  int32_t prob_head, prob_tail;
   int32_t *stale;          /* main slots returned as victims, maybe holding another expert now */
   uint8_t *is_stale;
   int32_t n_stale;
@@ -191,16 +191,31 @@ static void seen_unlink(struct autoc *s, int32_t slot, int32_t unit) {
   if (n >= 0) s->seen_prev[n] = p;
 }
 
+/* slot i before slot v in the victim order: least recent use, the lower slot on a tie */
+static int older(const struct autoc *s, int32_t i, int32_t v) {
+  return v < 0 || s->stamp[i] < s->stamp[v] || (s->stamp[i] == s->stamp[v] && i < v);
+}
+
+/* slot into the probation list at its place in the victim order (from the tail: a touched slot
+ * is the newest) */
 static void prob_add(struct autoc *s, int32_t slot) {
-  s->prob_at[slot] = s->n_prob;
-  s->prob[s->n_prob++] = slot;
+  int32_t p = s->prob_tail;
+  while (p >= 0 && older(s, slot, p)) p = s->prob_prev[p];
+  const int32_t n = p >= 0 ? s->prob_next[p] : s->prob_head;
+  s->prob_prev[slot] = p;
+  s->prob_next[slot] = n;
+  if (p >= 0) s->prob_next[p] = slot;
+  else s->prob_head = slot;
+  if (n >= 0) s->prob_prev[n] = slot;
+  else s->prob_tail = slot;
 }
 
 static void prob_remove(struct autoc *s, int32_t slot) {
-  const int32_t i = s->prob_at[slot], last = s->prob[--s->n_prob];
-  s->prob[i] = last;
-  s->prob_at[last] = i;
-  s->prob_at[slot] = -1;
+  const int32_t p = s->prob_prev[slot], n = s->prob_next[slot];
+  if (p >= 0) s->prob_next[p] = n;
+  else s->prob_head = n;
+  if (n >= 0) s->prob_prev[n] = p;
+  else s->prob_tail = p;
 }
 
 /* in_main[slot] = on, and the probation set with it */
@@ -225,8 +240,8 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   s->stamp = ferry__calloc((size_t)g->n_slots, sizeof *s->stamp);
   s->seen = ferry__calloc((size_t)g->n_slots, sizeof *s->seen);
   s->in_main = ferry__calloc((size_t)g->n_slots, 1);
-  s->prob = ferry__calloc((size_t)g->n_slots, sizeof *s->prob);
-  s->prob_at = ferry__calloc((size_t)g->n_slots, sizeof *s->prob_at);
+  s->prob_next = ferry__calloc((size_t)g->n_slots, sizeof *s->prob_next);
+  s->prob_prev = ferry__calloc((size_t)g->n_slots, sizeof *s->prob_prev);
   s->stale = ferry__calloc((size_t)g->n_slots, sizeof *s->stale);
   s->is_stale = ferry__calloc((size_t)g->n_slots, 1);
   s->bk = ferry__calloc((size_t)g->n_slots, sizeof *s->bk);
@@ -236,13 +251,14 @@ static ferry_status auto_create(void **state, const struct ferry_cache_geometry 
   s->seen_next = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_next);
   s->seen_prev = ferry__calloc((size_t)g->n_slots, sizeof *s->seen_prev);
   s->rkeys = ferry__calloc((size_t)g->n_slots, sizeof *s->rkeys);
-  if (!s->count || !s->epoch || !s->unit_head || !s->stamp || !s->seen || !s->in_main || !s->prob || !s->prob_at ||
+  if (!s->count || !s->epoch || !s->unit_head || !s->stamp || !s->seen || !s->in_main || !s->prob_next || !s->prob_prev ||
       !s->stale || !s->is_stale || !s->bk || !s->bk_of || !s->bs_next || !s->bs_prev || !s->seen_next || !s->seen_prev ||
       !s->rkeys) {
     auto_free(s);
     return FERRY_ERR_NOMEM;
   }
   for (int32_t u = 0; u < units; u++) s->unit_head[u] = -1;
+  s->prob_head = s->prob_tail = -1;
   for (int32_t i = 0; i < g->n_slots; i++) s->seen[i] = -1, s->bk_of[i] = -1, prob_add(s, i);
   s->first = -1; /* no buckets yet: the rebuild makes the free list */
   main_rebuild(s);
@@ -264,8 +280,8 @@ static void auto_free(void *state) {
   ferry_free(s->stamp);
   ferry_free(s->seen);
   ferry_free(s->in_main);
-  ferry_free(s->prob);
-  ferry_free(s->prob_at);
+  ferry_free(s->prob_next);
+  ferry_free(s->prob_prev);
   ferry_free(s->stale);
   ferry_free(s->is_stale);
   ferry_free(s->bk);
@@ -294,6 +310,7 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
   struct autoc *s = state;
   const uint32_t c = aged_at(s, s->epoch_now, unit); /* as of the clock before this touch */
   s->stamp[slot] = ++s->clock;
+  if (!s->in_main[slot]) prob_remove(s, slot), prob_add(s, slot); /* the newest: to the tail */
   if (s->clock == s->epoch_end) s->epoch_now++, s->epoch_end += s->epoch_len;
   s->count[unit] = c < UINT32_MAX ? c + 1 : c;
   s->epoch[unit] = (uint32_t)s->epoch_now;
@@ -318,20 +335,12 @@ static void auto_touch(void *state, int32_t slot, int32_t unit) {
   }
 }
 
-/* slot i before slot v in the victim order: least recent use, the lower slot on a tie */
-static int older(const struct autoc *s, int32_t i, int32_t v) {
-  return v < 0 || s->stamp[i] < s->stamp[v] || (s->stamp[i] == s->stamp[v] && i < v);
-}
-
 static int32_t auto_victim(void *state, const int32_t *slot_unit, const uint8_t *prot, int32_t n) {
   struct autoc *s = state;
   /* the least recent probation slot: a probation one, or a main one holding another expert than
    * at its last touch (the stale set, pruned of those no longer so) */
-  int32_t v = -1;
-  for (int32_t j = 0; j < s->n_prob; j++) {
-    const int32_t i = s->prob[j];
-    if (slot_unit[i] >= 0 && !prot[i] && older(s, i, v)) v = i;
-  }
+  int32_t v = s->prob_head;
+  while (v >= 0 && (slot_unit[v] < 0 || prot[v])) v = s->prob_next[v];
   for (int32_t j = 0; j < s->n_stale;) {
     const int32_t i = s->stale[j];
     if (!s->in_main[i] || s->seen[i] == slot_unit[i]) { /* touched since, or not taken */
