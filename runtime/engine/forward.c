@@ -696,19 +696,47 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
 /* Count the (token, rank) pairs of each expert and where each expert's run of them starts; the
  * pairs themselves are placed by group_pairs() when an op is built that reads them (a replayed
  * op graph does not: in a simulation most layers never need them). */
+/* How many of ids[0, n) name each expert x < E: a pass per expert, which the compiler turns
+ * into vector compares (a large step's pairs; few experts). */
+static inline __attribute__((always_inline)) void count_passes(const int32_t *ids, int64_t n, int64_t E,
+                                                               int32_t *count) {
+  for (int64_t x = 0; x < E; x++) {
+    int32_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += ids[i] == (int32_t)x;
+    count[x] = c;
+  }
+}
+
+static void count_passes_plain(const int32_t *ids, int64_t n, int64_t E, int32_t *count) {
+  count_passes(ids, n, E, count);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* sixteen pairs a compare where the processor has AVX-512 (checked at run time) */
+__attribute__((target("avx512f"))) static void count_passes_avx512(const int32_t *ids, int64_t n, int64_t E,
+                                                                   int32_t *count) {
+  count_passes(ids, n, E, count);
+}
+
+static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) {
+  static int avx512 = -1; /* the processor does not change: asked once (a benign race) */
+  if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f");
+  return avx512 ? count_passes_avx512 : count_passes_plain;
+}
+#else
+static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) { return count_passes_plain; }
+#endif
+
 static void group_by_expert(struct ferry_engine *e) {
   const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts, TK = T * K;
   const int32_t *ids = e->routing_ids;
   int32_t *count = e->expert_count;
-  memset(count, 0, (size_t)E * sizeof(int32_t));
-  int64_t i = 0;
   if (E <= 16 && TK >= 64) {
-    /* four histograms, so that repeated experts do not wait on each other's increment */
-    int32_t h[4][16] = {{0}};
-    for (; i + 4 <= TK; i += 4) h[0][ids[i]]++, h[1][ids[i + 1]]++, h[2][ids[i + 2]]++, h[3][ids[i + 3]]++;
-    for (int64_t x = 0; x < E; x++) count[x] = h[0][x] + h[1][x] + h[2][x] + h[3][x];
+    count_passes_best()(ids, TK, E, count);
+  } else {
+    memset(count, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t i = 0; i < TK; i++) count[ids[i]]++;
   }
-  for (; i < TK; i++) count[ids[i]]++;
   e->expert_start[0] = 0;
   for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + count[x];
   e->pairs_grouped = 0;
