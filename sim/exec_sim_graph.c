@@ -483,7 +483,8 @@ static ferry_status launch_run(struct sim_exec *s, struct sim_queue *q, const st
   int64_t host = s->now_ns, end = q->fcount ? q->tail_ns : INT64_MIN, start = 0, busy = 0;
   for (uint32_t j = 0; j < o->n; j++) {
     host += it[j].issue_ns;
-    const int64_t begin = end > host ? end : host, d = item_ns(s, g->kernels, &it[j], context_tokens);
+    const int64_t begin = end > host ? end : host,
+                  d = it[j].kernel < 0 ? it[j].duration_ns : item_ns(s, g->kernels, &it[j], context_tokens);
     if (j == 0) start = begin;
     end = begin + d;
     busy += d;

@@ -696,8 +696,8 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
 /* Count the (token, rank) pairs of each expert and where each expert's run of them starts; the
  * pairs themselves are placed by group_pairs() when an op is built that reads them (a replayed
  * op graph does not: in a simulation most layers never need them). */
-/* How many of ids[0, n) name each expert x < E: a pass per expert, which the compiler turns
- * into vector compares (a large step's pairs; few experts). */
+/* How many of ids[0, n) name each expert x < E (at most 16): a pass per expert, which the
+ * compiler turns into vector compares (a large step's pairs; few experts). */
 static inline __attribute__((always_inline)) void count_passes(const int32_t *ids, int64_t n, int64_t E,
                                                                int32_t *count) {
   for (int64_t x = 0; x < E; x++) {
@@ -707,8 +707,14 @@ static inline __attribute__((always_inline)) void count_passes(const int32_t *id
   }
 }
 
-static void count_passes_plain(const int32_t *ids, int64_t n, int64_t E, int32_t *count) {
-  count_passes(ids, n, E, count);
+/* Without wide vectors the passes cost more than a histogram: four of them, so that repeated
+ * experts do not wait on each other's increment. */
+static void count_histograms(const int32_t *ids, int64_t n, int64_t E, int32_t *count) {
+  int32_t h[4][16] = {{0}};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) h[0][ids[i]]++, h[1][ids[i + 1]]++, h[2][ids[i + 2]]++, h[3][ids[i + 3]]++;
+  for (; i < n; i++) h[0][ids[i]]++;
+  for (int64_t x = 0; x < E; x++) count[x] = h[0][x] + h[1][x] + h[2][x] + h[3][x];
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -721,10 +727,10 @@ __attribute__((target("avx512f"))) static void count_passes_avx512(const int32_t
 static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) {
   static int avx512 = -1; /* the processor does not change: asked once (a benign race) */
   if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 ? count_passes_avx512 : count_passes_plain;
+  return avx512 ? count_passes_avx512 : count_histograms;
 }
 #else
-static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) { return count_passes_plain; }
+static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) { return count_histograms; }
 #endif
 
 static void group_by_expert(struct ferry_engine *e) {
