@@ -128,7 +128,7 @@ struct seq {
 /* Op graphs of repeated op sequences (memo.c), keyed (kind, a, b): see ferry__memo_begin(). */
 enum memo_kind {
   MEMO_LAYER = 1, /* a = layer, b = tokens x micro-batches + micro-batch: attention and the FFN up to the routing */
-  MEMO_ROUTING,   /* a = layer, b = tokens: the routing read-back */
+  MEMO_ROUTING,   /* a = layer, b = tokens: the routing read-back and the record the host waits on */
   MEMO_COMBINE,   /* a = layer, b = tokens: the MoE combine */
   MEMO_EXPERT,    /* a = layer x experts + expert, b = 2 x tokens + streamed: one expert's FFN */
   MEMO_FILL,      /* a = unit, b = ferry__engine_fill_key(): filling a slot */

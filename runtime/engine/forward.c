@@ -426,17 +426,22 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   ferry_event *done = e->layer_on_cpu ? e->ev_cpu : e->ev_tmp;
   const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
   /* the same ops whenever the layer routes as many tokens on the device (the features' copy
-   * depends on the layer: only the plain read-back is recorded) */
+   * depends on the layer: only the plain read-back is recorded), its record of done with them */
   ferry_status fst;
   if (memo_device_only(e, l) && !e->cfg.token_features) {
     struct memo_site site;
     int replayed;
     if ((fst = ferry__memo_begin(e, &site, MEMO_ROUTING, l, T, NULL, 0, -1, &replayed)) != FERRY_OK) return fst;
-    if (!replayed && (fst = ferry__memo_end(e, &site, readback_ops(e, l, rq, look_bytes))) != FERRY_OK) return fst;
-  } else if ((fst = readback_ops(e, l, rq, look_bytes)) != FERRY_OK) {
-    return fst;
+    if (!replayed) {
+      fst = readback_ops(e, l, rq, look_bytes);
+      if (fst == FERRY_OK && (fst = ferry_exec_record(e->ex, rq, done)) != FERRY_OK)
+        fst = ferry__err_set(&e->err, fst, "%s", ferry_exec_errmsg(e->ex));
+      if ((fst = ferry__memo_end(e, &site, fst)) != FERRY_OK) return fst;
+    }
+  } else {
+    if ((fst = readback_ops(e, l, rq, look_bytes)) != FERRY_OK) return fst;
+    TRY(ferry_exec_record(e->ex, rq, done));
   }
-  TRY(ferry_exec_record(e->ex, rq, done));
   TRY(ferry_exec_sync(e->ex, done));
   if (!e->layer_on_cpu) e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
   if (l == e->first_moe_layer) ferry__features_compute(e);
