@@ -489,10 +489,12 @@ static ferry_status launch_run(struct sim_exec *s, struct sim_queue *q, const st
     end = begin + d;
     busy += d;
   }
+  /* the host's time first: ops that end meanwhile complete, and an emptied ring starts again
+   * at its first entry, where the run's entry then goes */
+  ferry__sim_fast_host_busy(s, host - s->now_ns);
   struct fast_op *fo;
   ferry_status st = ferry__sim_fring_tail(s, q, &fo);
   if (st != FERRY_OK) return st;
-  ferry__sim_fast_host_busy(s, host - s->now_ns);
   *fo = (struct fast_op){.start_ns = start, .end_ns = end, .flow_ns = busy, .kind = FERRY_OP_KERNEL, .chan = CHAN_NONE,
                          .n = o->n};
   ferry__sim_enqueue_placed(s, q, fo);

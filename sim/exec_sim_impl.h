@@ -172,7 +172,9 @@ ferry_status ferry__sim_fring_grow(struct sim_exec *s, struct sim_queue *q);
 /* Complete every op that ended by the host clock. */
 void ferry__sim_catch_up(struct sim_exec *s);
 
-/* The entry after q's last op, the ring grown when full (inline: once per op simulated). */
+/* The entry after q's last op, the ring grown when full (inline: once per op simulated). Only
+ * valid until the host clock next moves: a queue emptied by the completions starts again at
+ * its first entry. */
 static inline ferry_status ferry__sim_fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out) {
   if (q->fcount == q->fcap) {
     ferry_status st = ferry__sim_fring_grow(s, q);
