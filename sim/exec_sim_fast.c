@@ -118,8 +118,8 @@ static void complete_reported(struct sim_exec *s, struct sim_queue *q) {
     s->ops_done++;
   }
   q->last_done_ns = fo->end_ns;
-  q->fhead = (q->fhead + 1) & (q->fcap - 1);
   q->fcount--;
+  q->fhead = q->fcount ? (q->fhead + 1) & (q->fcap - 1) : 0;
   s->pending_ops -= fo->n;
   s->ops_done += fo->n;
 }
@@ -167,8 +167,8 @@ static void complete_quiet(struct sim_exec *s, struct sim_queue *q) {
   s->kernels += kernels;
   atomic_store_explicit(&xq->busy_ns, busy, memory_order_relaxed);
   atomic_store_explicit(&xq->stall_ns, stall, memory_order_relaxed);
-  q->fhead = (q->fhead + done) & mask;
   q->fcount -= done;
+  q->fhead = q->fcount ? (q->fhead + done) & mask : 0; /* emptied: start again at the ring's first lines */
   s->pending_ops -= ops;
   s->ops_done += ops;
 }
@@ -228,17 +228,8 @@ ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, s
       break;
     }
     case FERRY_OP_RECORD:
+      if (ferry__sim_record_behind(s, q, fo->ev, fo->gen)) return FERRY_OK;
       fo->ev->record_end_ns = start;
-      if (q->fcount && !s->ex->sink) { /* behind an op still running: completes with it */
-        struct fast_op *tail = &q->fring[(q->fhead + q->fcount - 1) & (q->fcap - 1)];
-        if (!tail->rec_ev) {
-          tail->rec_ev = fo->ev;
-          tail->rec_gen = fo->gen;
-          s->pending_ops++;
-          ferry__sim_fast_host_busy(s, s->submit_ns);
-          return FERRY_OK;
-        }
-      }
       break;
     case FERRY_OP_WAIT: {
       const int64_t r = record_end(fo->ev); /* the generation waited for is the latest */

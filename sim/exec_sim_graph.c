@@ -22,6 +22,7 @@ struct graph_item {
   int64_t issue_ns;    /* host time the runtime spends issuing it */
   int64_t duration_ns; /* recorded */
   int32_t kernel;      /* timed again at launch (its cost depends on the step's context): index in kernels, else -1 */
+  uint32_t shape_id;   /* its kernel's shape_id (kept here: the launch's memo reads no graph_kernel) */
 };
 
 /* An op as a graph keeps it. */
@@ -50,8 +51,8 @@ struct graph_kernel {
     struct ferry_kernel k;
     struct ferry__packed packed[3];
     uint8_t has_packed[3];
-  } key;
-  uint32_t shape_id; /* the same for equal keys (interned at recording), 0 when none could be kept */
+  } key; /* numbered at recording (shape_id(): the same number for equal keys, 0 when none could be
+            kept), the number kept in the kernel's graph_item */
 };
 
 /* A disk read, routed again at launch (ferry__sim_route_read()). */
@@ -275,7 +276,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
     case FERRY_OP_KERNEL: {
       struct graph_item *it = one_more(c, (void **)&c->items, c->n_items, &c->cap_items, sizeof *it);
       if (!it) return;
-      *it = (struct graph_item){issue_ns, cost->duration_ns, -1};
+      *it = (struct graph_item){issue_ns, cost->duration_ns, -1, 0};
       g->item = c->n_items++;
       g->n = 1;
       const struct ferry_kernel *k = &op->u.kernel;
@@ -295,7 +296,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
       }
       for (int i = 0; i < 3; i++)
         if (packed[i]) gk->key.packed[i] = *packed[i], gk->key.has_packed[i] = 1;
-      gk->shape_id = shape_id(c, &gk->key);
+      it->shape_id = shape_id(c, &gk->key);
       it->kernel = c->n_kernels++;
       return;
     }
@@ -434,14 +435,14 @@ ferry_status ferry__sim_graph_end(struct ferry_exec *ex, struct ferry_exec_graph
 static int64_t item_ns(struct sim_exec *s, const struct graph_kernel *kernels, const struct graph_item *it,
                        int64_t context_tokens) {
   if (it->kernel < 0 || context_tokens < 0) return it->duration_ns;
-  const struct graph_kernel *gk = &kernels[it->kernel];
   /* the same shape and context timed already in this step (another layer's) */
-  const uint64_t epoch = gk->shape_id ? s->ex->graph_epoch : 0;
+  const uint64_t epoch = it->shape_id ? s->ex->graph_epoch : 0;
   if (epoch)
     for (int i = 0; i < 4; i++) {
       const struct sim_reprice *r = &s->reprice[i];
-      if (r->epoch == epoch && r->context_tokens == context_tokens && r->shape_id == gk->shape_id) return r->ns;
+      if (r->epoch == epoch && r->context_tokens == context_tokens && r->shape_id == it->shape_id) return r->ns;
     }
+  const struct graph_kernel *gk = &kernels[it->kernel];
   struct ferry_kernel k = gk->k;
   k.context_tokens = context_tokens;
   const struct ferry__packed *packed[3];
@@ -451,7 +452,7 @@ static int64_t item_ns(struct sim_exec *s, const struct graph_kernel *kernels, c
   const int64_t ns = ferry__sim_kernel_ns(s, &k, packed, &folded, &w); /* timed once already with this shape: cannot fail */
   if (epoch) {
     struct sim_reprice *r = &s->reprice[s->reprice_next++ % 4];
-    r->shape_id = gk->shape_id, r->epoch = epoch, r->context_tokens = context_tokens, r->ns = ns;
+    r->shape_id = it->shape_id, r->epoch = epoch, r->context_tokens = context_tokens, r->ns = ns;
   }
   return ns;
 }
@@ -482,15 +483,18 @@ static ferry_status launch_run(struct sim_exec *s, struct sim_queue *q, const st
   int64_t host = s->now_ns, end = q->fcount ? q->tail_ns : INT64_MIN, start = 0, busy = 0;
   for (uint32_t j = 0; j < o->n; j++) {
     host += it[j].issue_ns;
-    const int64_t begin = end > host ? end : host, d = item_ns(s, g->kernels, &it[j], context_tokens);
+    const int64_t begin = end > host ? end : host,
+                  d = it[j].kernel < 0 ? it[j].duration_ns : item_ns(s, g->kernels, &it[j], context_tokens);
     if (j == 0) start = begin;
     end = begin + d;
     busy += d;
   }
+  /* the host's time first: ops that end meanwhile complete, and an emptied ring starts again
+   * at its first entry, where the run's entry then goes */
+  ferry__sim_fast_host_busy(s, host - s->now_ns);
   struct fast_op *fo;
   ferry_status st = ferry__sim_fring_tail(s, q, &fo);
   if (st != FERRY_OK) return st;
-  ferry__sim_fast_host_busy(s, host - s->now_ns);
   *fo = (struct fast_op){.start_ns = start, .end_ns = end, .flow_ns = busy, .kind = FERRY_OP_KERNEL, .chan = CHAN_NONE,
                          .n = o->n};
   ferry__sim_enqueue_placed(s, q, fo);
@@ -505,42 +509,43 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
   atomic_store_explicit(&ex->next_correlation,
                         atomic_load_explicit(&ex->next_correlation, memory_order_relaxed) + g->n_submits,
                         memory_order_relaxed);
+  uint64_t launched = 0;
+  ferry_status st = FERRY_OK;
   for (int32_t i = 0; i < g->n_ops; i++) {
     const struct graph_op *o = &g->ops[i];
     struct sim_queue *q = &s->queues[o->queue];
-    ferry_status st;
-    s->graph_ops += o->kind == FERRY_OP_KERNEL ? o->n : 1;
     if (o->kind == FERRY_OP_KERNEL && o->n > 1) {
-      if ((st = launch_run(s, q, g, o, context_tokens)) != FERRY_OK) return st;
+      launched += o->n;
+      if ((st = launch_run(s, q, g, o, context_tokens)) != FERRY_OK) break;
       continue;
     }
     ferry_event *ev = o->param >= 0 ? args[o->param] : o->ev;
-    if (o->kind == FERRY_OP_WAIT && !ferry__event_wait_gen(ev)) { /* as the wrapper decides */
-      s->graph_ops--;
-      continue;
-    }
+    if (o->kind == FERRY_OP_WAIT && !ferry__event_wait_gen(ev)) continue; /* as the wrapper decides */
+    launched++;
     int64_t d = o->duration_ns, flow_ns = o->flow_ns, issue = o->issue_ns;
     uint64_t gen = o->flow_bytes;
     int chan = o->chan;
     if (o->kind == FERRY_OP_KERNEL) {
       const struct graph_item *it = &g->items[o->item];
       issue = it->issue_ns;
-      d = flow_ns = item_ns(s, g->kernels, it, context_tokens);
+      d = flow_ns = it->kernel < 0 ? it->duration_ns : item_ns(s, g->kernels, it, context_tokens);
     } else if (o->read >= 0) { /* the page cache decides where it reads from, as at submit */
       struct sim_cost c;
-      if ((st = reroute(s, &g->reads[o->read], &c, &flow_ns)) != FERRY_OK) return st;
+      if ((st = reroute(s, &g->reads[o->read], &c, &flow_ns)) != FERRY_OK) break;
       d = c.duration_ns;
       chan = c.chan;
       gen = c.flow_bytes;
     }
     ferry__sim_fast_host_busy(s, issue);
-    if (o->kind == FERRY_OP_RECORD) gen = ferry__event_record_gen(ev);
+    /* a record behind a running op goes with that op's entry: no entry of its own to fill */
+    if (o->kind == FERRY_OP_RECORD && ferry__sim_record_behind(s, q, ev, gen = ferry__event_record_gen(ev))) continue;
     struct fast_op *fo;
-    if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) return st;
+    if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) break;
     *fo = (struct fast_op){.ev = ev, .gen = gen, .flow_ns = flow_ns, .kind = o->kind, .chan = (int8_t)chan, .n = 1};
-    if ((st = ferry__sim_enqueue_timed(s, q, fo, d)) != FERRY_OK) return st;
+    if ((st = ferry__sim_enqueue_timed(s, q, fo, d)) != FERRY_OK) break;
   }
-  return FERRY_OK;
+  s->graph_ops += launched;
+  return st;
 }
 
 /* ---- checking (FERRY_SIM_CHECK) ------------------------------------------------------------------ */

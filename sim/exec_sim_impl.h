@@ -172,7 +172,9 @@ ferry_status ferry__sim_fring_grow(struct sim_exec *s, struct sim_queue *q);
 /* Complete every op that ended by the host clock. */
 void ferry__sim_catch_up(struct sim_exec *s);
 
-/* The entry after q's last op, the ring grown when full (inline: once per op simulated). */
+/* The entry after q's last op, the ring grown when full (inline: once per op simulated). Only
+ * valid until the host clock next moves: a queue emptied by the completions starts again at
+ * its first entry. */
 static inline ferry_status ferry__sim_fring_tail(struct sim_exec *s, struct sim_queue *q, struct fast_op **out) {
   if (q->fcount == q->fcap) {
     ferry_status st = ferry__sim_fring_grow(s, q);
@@ -188,6 +190,21 @@ static inline void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns) {
   s->now_ns += ns;
   if (s->now_ns >= s->next_end_ns) ferry__sim_catch_up(s);
 }
+/* A record of generation gen of ev enqueued on q behind an op still running (and no record
+ * kept with it yet, no activity sink): it completes with that op, kept in its entry; the host
+ * pays the submit cost. 0 when it needs an entry of its own (enqueue_timed()). */
+static inline int ferry__sim_record_behind(struct sim_exec *s, struct sim_queue *q, ferry_event *ev, uint64_t gen) {
+  if (!q->fcount || s->ex->sink) return 0;
+  struct fast_op *tail = &q->fring[(q->fhead + q->fcount - 1) & (q->fcap - 1)];
+  if (tail->rec_ev) return 0;
+  ev->record_end_ns = q->tail_ns; /* where it starts: when the op before it ends */
+  tail->rec_ev = ev;
+  tail->rec_gen = gen;
+  s->pending_ops++;
+  ferry__sim_fast_host_busy(s, s->submit_ns);
+  return 1;
+}
+
 /* Time the op in q's tail entry (kind, event, bytes, flow time filled in) lasting duration_ns
  * once started, count it, and move the host clock past queueing it (and past what the runtime
  * waits for: a synchronous fetch, a pageable copy). */

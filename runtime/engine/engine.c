@@ -589,6 +589,7 @@ static void engine_free(struct ferry_engine *e) {
   ferry_free(e->expert_ranks);
   ferry_free(e->expert_count);
   ferry_free(e->expert_start);
+  ferry_free(e->expert_fill);
   ferry_free(e->routing_ids);
   ferry_free(e->routing_w);
   ferry_free(e->layer_stats);
@@ -768,6 +769,7 @@ static ferry_status allocate(struct ferry_engine *e) {
   e->expert_ranks = ferry__calloc(T * K, sizeof(int32_t));
   e->expert_count = ferry__calloc(E, sizeof(int32_t));
   e->expert_start = ferry__calloc(E + 1, sizeof(int32_t));
+  e->expert_fill = ferry__calloc(E, sizeof(int32_t));
   e->routing_ids = ferry__calloc(T * K, sizeof(int32_t));
   e->routing_w = ferry__calloc(T * K, sizeof(float));
   e->layer_stats = ferry__calloc((size_t)mc->n_layers, sizeof *e->layer_stats);
@@ -781,7 +783,8 @@ static ferry_status allocate(struct ferry_engine *e) {
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the token ids of %d sequences x %d tokens",
                           e->n_seqs, e->kv_capacity);
   if (!e->tok_ids || !e->tok_pos || !e->tok_slot || !e->tok_seq || !e->tok_index || !e->tok_seqlen || !e->tok_req || !e->row_of_seq ||
-      !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->routing_ids ||
+      !e->expert_tokens || !e->expert_ranks || !e->expert_count || !e->expert_start || !e->expert_fill ||
+      !e->routing_ids ||
       !e->routing_w || !e->seqs || !e->seq_maxpos || !e->predicted)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for the per-step arrays (%d tokens per step)",
                           e->cfg.max_step_tokens);

@@ -128,7 +128,7 @@ struct seq {
 /* Op graphs of repeated op sequences (memo.c), keyed (kind, a, b): see ferry__memo_begin(). */
 enum memo_kind {
   MEMO_LAYER = 1, /* a = layer, b = tokens x micro-batches + micro-batch: attention and the FFN up to the routing */
-  MEMO_ROUTING,   /* a = layer, b = tokens: the routing read-back */
+  MEMO_ROUTING,   /* a = layer, b = tokens: the routing read-back and the record the host waits on */
   MEMO_COMBINE,   /* a = layer, b = tokens: the MoE combine */
   MEMO_EXPERT,    /* a = layer x experts + expert, b = 2 x tokens + streamed: one expert's FFN */
   MEMO_FILL,      /* a = unit, b = ferry__engine_fill_key(): filling a slot */
@@ -142,6 +142,7 @@ struct ferry__memo {
   struct memo_group *groups; /* one per (kind, a) */
   struct ferry_exec_graph **near; /* the first graphs of each group (memo.c) */
   int64_t n_groups, base[MEMO_KINDS], n_near, near_base[MEMO_KINDS], near_n[MEMO_KINDS];
+  int64_t n_a[MEMO_KINDS]; /* groups of each kind (the stride of a near b) */
   size_t n, bytes;
   int mode;                  /* enum ferry__graph_mode, refreshed every step */
   uint64_t launched, checked;
@@ -271,6 +272,8 @@ struct ferry_engine {
   int32_t *expert_ranks;
   int32_t *expert_count;    /* per expert of the current layer */
   int32_t *expert_start;
+  int32_t *expert_fill;     /* scratch of group_pairs() (forward.c) */
+  int pairs_grouped;        /* expert_tokens and expert_ranks hold the current layer's pairs */
   int32_t *routing_ids;     /* host copy of the current layer's top-k */
   float *routing_w;
   float *tok_features;      /* per token of the step: predictor features (FERRY_MLP7_FEATURES apart) */
@@ -503,8 +506,12 @@ static inline uint64_t ferry__readback_features_offset(const struct ferry_engine
   return ferry__readback_lookahead_offset(e) + (look + 63) / 64 * 64;
 }
 
-/* hybrid.c: the second executor side (the host's CPU) */
-int ferry__hybrid_on(const struct ferry_engine *e);
+/* hybrid.c: the second executor side (the host's CPU). Whether the run has one (inline: asked
+ * for every expert the engine runs). */
+static inline int ferry__hybrid_on(const struct ferry_engine *e) {
+  return e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU ||
+         e->cfg.kv_home_host;
+}
 uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e);
 ferry_status ferry__hybrid_queues(struct ferry_engine *e);
 ferry_status ferry__hybrid_alloc(struct ferry_engine *e);

@@ -393,7 +393,7 @@ static ferry_status dense_ffn(struct ferry_engine *e, int32_t l, uint64_t in) {
  * A graph times its kernels again at launch with the GPU's cost model, and a hybrid run's ops
  * move between the device and the CPU as the placement of the hidden state decides. */
 static int memo_device_only(const struct ferry_engine *e, int32_t l) {
-  return !e->layer_on_cpu && !e->kv[l].host && !ferry__hybrid_on(e);
+  return !e->layer_on_cpu && !ferry__hybrid_on(e) && !e->kv[l].host; /* a host KV cache is hybrid */
 }
 
 /* The read-back of layer l's routing and lookahead logits to the host, on the device's side
@@ -428,17 +428,22 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
   ferry_event *done = e->layer_on_cpu ? e->ev_cpu : e->ev_tmp;
   const uint64_t look_bytes = (uint64_t)(T * e->mc->n_experts * ferry__lookahead_layers(e)) * 4;
   /* the same ops whenever the layer routes as many tokens on the device (the features' copy
-   * depends on the layer: only the plain read-back is recorded) */
+   * depends on the layer: only the plain read-back is recorded), its record of done with them */
   ferry_status fst;
   if (memo_device_only(e, l) && !e->cfg.token_features) {
     struct memo_site site;
     int replayed;
     if ((fst = ferry__memo_begin(e, &site, MEMO_ROUTING, l, T, NULL, 0, -1, &replayed)) != FERRY_OK) return fst;
-    if (!replayed && (fst = ferry__memo_end(e, &site, readback_ops(e, l, rq, look_bytes))) != FERRY_OK) return fst;
-  } else if ((fst = readback_ops(e, l, rq, look_bytes)) != FERRY_OK) {
-    return fst;
+    if (!replayed) {
+      fst = readback_ops(e, l, rq, look_bytes);
+      if (fst == FERRY_OK && (fst = ferry_exec_record(e->ex, rq, done)) != FERRY_OK)
+        fst = ferry__err_set(&e->err, fst, "%s", ferry_exec_errmsg(e->ex));
+      if ((fst = ferry__memo_end(e, &site, fst)) != FERRY_OK) return fst;
+    }
+  } else {
+    if ((fst = readback_ops(e, l, rq, look_bytes)) != FERRY_OK) return fst;
+    TRY(ferry_exec_record(e->ex, rq, done));
   }
-  TRY(ferry_exec_record(e->ex, rq, done));
   TRY(ferry_exec_sync(e->ex, done));
   if (!e->layer_on_cpu) e->step_bytes_d2h += (uint64_t)(T * K) * 8 + look_bytes;
   if (l == e->first_moe_layer) ferry__features_compute(e);
@@ -469,6 +474,8 @@ static ferry_status routing(struct ferry_engine *e, int32_t l) {
     }
   return FERRY_OK;
 }
+
+static void group_pairs(struct ferry_engine *e);
 
 /* Expert x of layer l over its tokens from slot sl (NULL: resident, in its block or on the
  * CPU): wait for the slot's fill, the FFN (after dequantizing), and mark the slot's use. */
@@ -513,6 +520,7 @@ static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, str
   k.n = mc->expert_intermediate;
   k.k = mc->hidden;
   k.top_k = mc->experts_per_token;
+  group_pairs(e);
   k.ints = e->expert_tokens + e->expert_start[x];
   k.ints2 = e->expert_ranks + e->expert_start[x];
   k.n_ints = k.m;
@@ -524,7 +532,8 @@ static ferry_status expert_ops(struct ferry_engine *e, int32_t l, int32_t x, str
 /* The same ops for the same expert, tokens and slot kind on the device: one op graph each, the
  * slot's events its parameters. */
 static ferry_status run_expert(struct ferry_engine *e, int32_t l, int32_t x, int32_t slot, uint64_t in) {
-  const int streamed = slot >= 0 && !e->units[e->expert_unit[l * e->mc->n_experts + x]].pinned;
+  /* an expert in a cache slot is streamed (its unit is pinned only when every expert is) */
+  const int streamed = slot >= 0 && !e->plan.experts_pinned;
   struct slot *sl = streamed ? &e->expert_slots[slot] : NULL;
   ferry_status st;
   if (e->cq == e->q_compute && memo_device_only(e, l)) {
@@ -650,6 +659,7 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
   const int64_t T = e->n_tok, K = mc->experts_per_token, H = mc->hidden, E = mc->n_experts;
   int64_t n = 0;
   memset(e->pair_cpu, 0, (size_t)(T * K));
+  group_pairs(e);
   for (int32_t x = 0; x < E; x++) {
     if (!e->expert_cpu_now[x]) continue;
     for (int32_t i = e->expert_start[x]; i < e->expert_start[x] + e->expert_count[x]; i++, n++)
@@ -693,22 +703,76 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
   return st;
 }
 
-/* Group (token, rank) pairs by expert, experts in index order: the same routing always gives
- * the same ops in the same order. */
+/* Count the (token, rank) pairs of each expert and where each expert's run of them starts; the
+ * pairs themselves are placed by group_pairs() when an op is built that reads them (a replayed
+ * op graph does not: in a simulation most layers never need them). */
+/* How many of ids[0, n) name each expert x < E (at most 16): a pass per expert, which the
+ * compiler turns into vector compares (a large step's pairs; few experts). */
+static inline __attribute__((always_inline)) void count_passes(const int32_t *ids, int64_t n, int64_t E,
+                                                               int32_t *count) {
+  for (int64_t x = 0; x < E; x++) {
+    int32_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += ids[i] == (int32_t)x;
+    count[x] = c;
+  }
+}
+
+/* Without wide vectors the passes cost more than a histogram: four of them, so that repeated
+ * experts do not wait on each other's increment. */
+static void count_histograms(const int32_t *ids, int64_t n, int64_t E, int32_t *count) {
+  int32_t h[4][16] = {{0}};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) h[0][ids[i]]++, h[1][ids[i + 1]]++, h[2][ids[i + 2]]++, h[3][ids[i + 3]]++;
+  for (; i < n; i++) h[0][ids[i]]++;
+  for (int64_t x = 0; x < E; x++) count[x] = h[0][x] + h[1][x] + h[2][x] + h[3][x];
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* sixteen pairs a compare where the processor has AVX-512 (checked at run time) */
+__attribute__((target("avx512f"))) static void count_passes_avx512(const int32_t *ids, int64_t n, int64_t E,
+                                                                   int32_t *count) {
+  count_passes(ids, n, E, count);
+}
+
+static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) {
+  static int avx512 = -1; /* the processor does not change: asked once (a benign race) */
+  if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f");
+  return avx512 ? count_passes_avx512 : count_histograms;
+}
+#else
+static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) { return count_histograms; }
+#endif
+
 static void group_by_expert(struct ferry_engine *e) {
-  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts;
-  memset(e->expert_count, 0, (size_t)E * sizeof(int32_t));
-  for (int64_t i = 0; i < T * K; i++) e->expert_count[e->routing_ids[i]]++;
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts, TK = T * K;
+  const int32_t *ids = e->routing_ids;
+  int32_t *count = e->expert_count;
+  if (E <= 16 && TK >= 64) {
+    count_passes_best()(ids, TK, E, count);
+  } else {
+    memset(count, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t i = 0; i < TK; i++) count[ids[i]]++;
+  }
   e->expert_start[0] = 0;
-  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + e->expert_count[x];
-  for (int64_t x = 0; x < E; x++) e->expert_count[x] = 0;
+  for (int64_t x = 0; x < E; x++) e->expert_start[x + 1] = e->expert_start[x] + count[x];
+  e->pairs_grouped = 0;
+}
+
+/* Place the pairs of the current layer by expert, experts in index order (expert_tokens,
+ * expert_ranks from expert_start): the same routing always gives the same ops in the same
+ * order. Once per layer, before the first op that reads them. */
+static void group_pairs(struct ferry_engine *e) {
+  if (e->pairs_grouped) return;
+  const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts;
+  int32_t *at = e->expert_fill;
+  for (int64_t x = 0; x < E; x++) at[x] = e->expert_start[x];
   for (int64_t t = 0; t < T; t++)
     for (int64_t r = 0; r < K; r++) {
-      int32_t x = e->routing_ids[t * K + r];
-      int32_t at = e->expert_start[x] + e->expert_count[x]++;
-      e->expert_tokens[at] = (int32_t)t;
-      e->expert_ranks[at] = (int32_t)r;
+      const int32_t p = at[e->routing_ids[t * K + r]]++;
+      e->expert_tokens[p] = (int32_t)t;
+      e->expert_ranks[p] = (int32_t)r;
     }
+  e->pairs_grouped = 1;
 }
 
 /* Every routed expert of layer l runs: where the layer runs (all resident, the layer on the CPU

@@ -13,11 +13,6 @@
     if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
   } while (0)
 
-int ferry__hybrid_on(const struct ferry_engine *e) {
-  return e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU ||
-         e->cfg.kv_home_host;
-}
-
 /* Host bytes a hybrid run adds: the CPU's workspace and the KV of the layers it computes. */
 uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e) {
   return ferry__hybrid_on(e) ? e->ws.total + e->hkv_bytes : 0;

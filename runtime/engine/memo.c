@@ -23,8 +23,9 @@
  * many batch sizes x experts x layers): past it, ops are built as without graphs. */
 #define MEMO_MAX_BYTES (256u << 20)
 
-/* The graphs a decode step uses (few tokens: b up to near[kind]) sit in one flat array, the
- * rest in a vector per group. */
+/* The graphs a decode step uses (few tokens: b up to near[kind]) sit in one flat array, by b
+ * then a: a decode step's experts have one or two tokens, so the graphs of every layer's experts
+ * it asks for are a few lines of it; the rest sit in a vector per group. */
 
 struct memo_group {
   struct ferry_exec_graph **g; /* indexed by b - near of its kind; NULL: not recorded */
@@ -66,6 +67,7 @@ ferry_status ferry__memo_init(struct ferry_engine *e) {
     m->base[k] = n;
     m->near_base[k] = near;
     m->near_n[k] = near_count(e, (enum memo_kind)k);
+    m->n_a[k] = group_count(e, (enum memo_kind)k);
     n += group_count(e, (enum memo_kind)k);
     near += group_count(e, (enum memo_kind)k) * m->near_n[k];
   }
@@ -100,7 +102,7 @@ void ferry__memo_step(struct ferry_engine *e) {
 /* Where the graph of (kind, a, b) is kept, or NULL when b is past the group's vector. */
 static struct ferry_exec_graph **place(struct ferry__memo *m, enum memo_kind kind, int64_t a, int64_t b) {
   const int64_t near = m->near_n[kind];
-  if (b < near) return &m->near[m->near_base[kind] + a * near + b];
+  if (b < near) return &m->near[m->near_base[kind] + b * m->n_a[kind] + a];
   struct memo_group *grp = &m->groups[m->base[kind] + a];
   return (uint64_t)(b - near) < grp->n ? &grp->g[b - near] : NULL;
 }

@@ -89,14 +89,6 @@ void ferry__cache_free(struct ferry_expert_cache *c) {
   memset(c, 0, sizeof *c);
 }
 
-int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, int32_t expert) {
-  return c->slot_of[(size_t)layer * (size_t)c->n_experts + (size_t)expert];
-}
-
-void ferry__cache_touch(struct ferry_expert_cache *c, int32_t slot) {
-  c->policy->touch(c->policy_state, slot, c->slot_unit[slot]);
-}
-
 int32_t ferry__cache_insert(struct ferry_expert_cache *c, int32_t layer, int32_t expert, int32_t *evicted_layer,
                             int32_t *evicted_expert) {
   /* per-layer geometry: layer l's own slots only (a layer without any has none) */

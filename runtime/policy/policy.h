@@ -114,10 +114,14 @@ ferry_status ferry__cache_init(struct ferry_expert_cache *c, const struct ferry_
                                int32_t n_slots, int32_t per_layer, int32_t n_layers, int32_t n_experts,
                                const int64_t *popularity);
 void ferry__cache_free(struct ferry_expert_cache *c);
-/* Slot holding (layer, expert), or -1. */
-int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, int32_t expert);
+/* Slot holding (layer, expert), or -1 (inline: asked for every routed expert of every step). */
+static inline int32_t ferry__cache_lookup(const struct ferry_expert_cache *c, int32_t layer, int32_t expert) {
+  return c->slot_of[(size_t)layer * (size_t)c->n_experts + (size_t)expert];
+}
 /* Record a use (hit or fresh fill). */
-void ferry__cache_touch(struct ferry_expert_cache *c, int32_t slot);
+static inline void ferry__cache_touch(struct ferry_expert_cache *c, int32_t slot) {
+  c->policy->touch(c->policy_state, slot, c->slot_unit[slot]);
+}
 /* Choose a slot for (layer, expert): an empty one, else the victim by policy among slots not
  * protected. Returns the slot and the evicted (layer, expert) through out params (-1 when the
  * slot was empty); -1 when every slot is protected. The slot is assigned to the new expert. */
