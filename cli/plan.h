@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cli/output.h"
+#include "ferry/engine.h"
 #include "ferry/plan.h"
 
 #define PLAN_MAX_QUANT 6
@@ -73,6 +74,8 @@ struct plan_job {
   double rps;               /* total rate over the replicas (ignored by bounds: all at once) */
   int32_t replicas;
   int32_t slot;             /* --verify: the grid point */
+  int32_t prefix;           /* the floor check: first try the first `prefix` requests of each replica
+                               (plan_floor_prove), 0: simulate the job as it is */
 };
 
 /* What came back. Latencies in ns over every replica's requests. */
@@ -89,6 +92,9 @@ struct plan_result {
   double queue_growth_rps;  /* the largest replica's */
   int32_t streams;          /* weights were fetched while serving (offloaded) */
   int32_t reused;           /* an equivalent candidate's simulation, not run again (plan_hw_reuse) */
+  int32_t floor_proven;     /* the floor check answered from a prefix (plan_floor_prove): the latencies
+                               are lower bounds of the whole slice's */
+  int64_t proven_by;        /* then: the requests whose latencies are the whole slice's */
   int64_t run_ids[PLAN_MAX_REPLICAS];
   int32_t n_run_ids;
 };
@@ -150,6 +156,31 @@ void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct p
  * (ferry_engine_prefetch_depth_used()). Else 0 (also when that cannot be worked out). */
 int plan_same_runs(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
                    const struct plan_knobs *k, const struct plan_knobs *twin);
+
+/* Per-request times of a run, as the engine served them (plan_on_served gathers them: the
+ * served hook of run_args). */
+struct plan_served {
+  int64_t *arrival, *first, *finish, *output;
+  size_t n, cap;
+  int oom;
+};
+void plan_on_served(void *user, const ferry_engine *eng);
+void plan_served_free(struct plan_served *s);
+
+/* The floor check's first try (docs/plan.md, step 2): simulate only the first j->prefix requests
+ * of each replica's slice, with the KV capacity the whole slice gets. A request of the prefix that
+ * finished before the next request of its slice arrived was served exactly as in the whole
+ * slice's run (the engine sees no request before it arrives), so its latencies are the whole
+ * run's; enough of them above a limit bound the whole run's statistic from below
+ * (ferry_plan_percentile_floor). 1 with *r filled (floor_proven, the bounds as its latencies,
+ * complete and stable) when those bounds miss the SLO by FERRY_PLAN_FLOOR_MISS or more; else 0
+ * (r unspecified) and the job is to be simulated whole. */
+int plan_floor_prove(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
+                     const struct plan_job *j, struct plan_result *r);
+/* Requests per replica the floor check first tries for R replicas: enough for the SLO's
+ * percentile term that needs the fewest misses, three times over; 0 when that is not much less
+ * than the slice. */
+int32_t plan_floor_prefix(const struct plan_opts *o, const struct plan_workload *w, int replicas);
 
 /* Whether a result meets every SLO term (and is complete and stable); `why` names the first
  * term missed; *excess (may be NULL) the largest ratio of a term to its limit of a complete,

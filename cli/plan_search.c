@@ -217,8 +217,11 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
       if (next >= 0 && !(h->c[next].mu_rps * h->replicas * ratio * BOUND_MARGIN < h->best_rps)) beaten = 0;
     }
     if (more && !beaten) {
+      /* the floor check first tries a prefix of the slice (plan_floor_prove): the same verdict */
+      const int floor = ferry_plan_search_floor_next(&c->s);
       c->state = CAND_RUNNING;
       job_for(ps, h, h->searching, PLAN_JOB_PROBE, rps, h->replicas, j);
+      if (floor) j->prefix = plan_floor_prefix(ps->o, ps->w, h->replicas);
       return 1;
     }
     c->state = CAND_SEARCHED;
@@ -413,6 +416,10 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
       ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated, excess);
       const int floor = floor_due && c->s.floor_probed; /* this was the floor check */
       if (floor) snprintf(why + strlen(why), sizeof why - strlen(why), "; the search's floor (1/256 of the bound)");
+      if (floor && r->floor_proven)
+        snprintf(why + strlen(why), sizeof why - strlen(why),
+                 "; lower bounds: %lld of the first %d requests a replica, served as in the whole slice",
+                 (long long)r->proven_by, j->prefix);
       if (floor && c->s.unreachable)
         snprintf(why + strlen(why), sizeof why - strlen(why), ", missed by %.0f %% or more: no rate meets the SLO",
                  (FERRY_PLAN_FLOOR_MISS - 1) * 100);

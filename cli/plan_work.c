@@ -102,15 +102,8 @@ void plan_job_argv(const struct plan_opts *o, const char *hw_name, const struct 
   arg(a, "--quiet");
 }
 
-/* Per-request times of one replica's run, gathered by the served hook. */
-struct served {
-  int64_t *arrival, *first, *finish, *output;
-  size_t n, cap;
-  int oom;
-};
-
-static void on_served(void *user, const ferry_engine *eng) {
-  struct served *s = user;
+void plan_on_served(void *user, const ferry_engine *eng) {
+  struct plan_served *s = user;
   int64_t n;
   const struct ferry_request_metrics *m = ferry_engine_request_metrics(eng, &n);
   for (int64_t i = 0; i < n; i++) {
@@ -138,6 +131,14 @@ static void on_served(void *user, const ferry_engine *eng) {
   }
 }
 
+void plan_served_free(struct plan_served *s) {
+  ferry_free(s->arrival);
+  ferry_free(s->first);
+  ferry_free(s->finish);
+  ferry_free(s->output);
+  memset(s, 0, sizeof *s);
+}
+
 static void fill_stat(double *dst, double *v, size_t n) {
   struct ferry__dist d;
   ferry__dist_compute(v, n, &d);
@@ -146,10 +147,14 @@ static void fill_stat(double *dst, double *v, size_t n) {
 
 void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
                   const struct plan_job *j, struct plan_result *r) {
+  if (j->prefix > 0 && plan_floor_prove(o, hw_name, w, j, r)) {
+    r->id = j->id;
+    return;
+  }
   memset(r, 0, sizeof *r);
   r->id = j->id;
   double *ttft = NULL, *tpot = NULL, *e2e = NULL;
-  struct served all = {0};
+  struct plan_served all = {0};
   int replicas = j->replicas < 1 ? 1 : j->replicas;
   r->ok = 1;
   for (int i = 0; i < replicas && r->ok; i++) {
@@ -161,7 +166,7 @@ void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct p
     int rc = run_parse(av.n, av.v, "sim", &a);
     if (rc == 0) {
       a.summary_out = &sum;
-      a.on_served = on_served;
+      a.on_served = plan_on_served;
       a.served_user = &all;
       rc = run_execute(&a);
     }
@@ -211,10 +216,7 @@ out:
   ferry_free(ttft);
   ferry_free(tpot);
   ferry_free(e2e);
-  ferry_free(all.arrival);
-  ferry_free(all.first);
-  ferry_free(all.finish);
-  ferry_free(all.output);
+  plan_served_free(&all);
 }
 
 int plan_meets_slo(const struct plan_opts *o, const struct plan_result *r, char *why, size_t len, double *excess) {

@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/metrics.h"
 #include "ferry/plan.h"
 #include "testutil.h"
 
@@ -124,6 +125,49 @@ static void test_search_floor_check(void **state) {
     assert_int_equal(np, nc);
     assert_memory_equal(plain, checked, (size_t)np * sizeof plain[0]);
   }
+}
+
+/* The floor check's bounds from part of a sample: whatever the unknown values (non-negative),
+ * the whole sample's percentiles and mean, as ferry computes them, are at least the bounds; and
+ * the percentile bound is tight (the unknown values all 0 reach it). */
+static void test_partial_sample_bounds(void **state) {
+  (void)state;
+  unsigned seed = 11;
+  double v[120], w[120];
+  static const double pct[] = {50, 90, 99};
+  int proven = 0;
+  for (int trial = 0; trial < 400; trial++) {
+    seed = seed * 1103515245u + 12345u;
+    const size_t n = 1 + seed % 120;
+    seed = seed * 1103515245u + 12345u;
+    const size_t known = seed % (n + 1);
+    for (size_t i = 0; i < n; i++) {
+      seed = seed * 1103515245u + 12345u;
+      v[i] = (double)(seed % 100000) * 1e3;
+    }
+    for (int zero = 0; zero < 2; zero++) {
+      /* the unknown values: random, or all 0 (the lowest they can be) */
+      memcpy(w, v, n * sizeof *w);
+      if (zero)
+        for (size_t i = known; i < n; i++) w[i] = 0;
+      double bound[4] = {ferry_plan_mean_floor(w, known, n)};
+      for (int p = 0; p < 3; p++) bound[p + 1] = ferry_plan_percentile_floor(w, known, n, pct[p]);
+      struct ferry__dist d;
+      ferry__dist_compute(w, n, &d); /* sorts w: the bounds were taken first */
+      const double whole[4] = {d.mean, d.p50, d.p90, d.p99};
+      for (int k = 0; k < 4; k++)
+        if (!(bound[k] <= whole[k])) fail_msg("n %zu, %zu known: bound %d is %g above the whole's %g", n, known, k, bound[k], whole[k]);
+      const size_t lo = (size_t)(99 / 100.0 * (double)(n - 1)); /* ferry's rank of the P99 */
+      if (known < n - lo) {
+        assert_true(bound[3] == 0); /* too few known: nothing proven */
+      } else if (zero) {
+        assert_true(bound[3] == w[lo]); /* the rest at 0: the value at the rank itself */
+        proven++;
+      }
+    }
+  }
+  assert_true(proven > 10);
+  assert_true(ferry_plan_percentile_floor(NULL, 0, 10, 99) == 0 && ferry_plan_mean_floor(v, 5, 0) == 0);
 }
 
 /* A brute-force scan of a monotone predicate on a fine grid against the search. */
@@ -411,7 +455,7 @@ static void test_plan_pruned_exhaustive(void **state) {
   const cJSON *hp = cJSON_GetObjectItemCaseSensitive(pruned, "hardware"), *hf = cJSON_GetObjectItemCaseSensitive(full, "hardware");
   assert_int_equal(cJSON_GetArraySize(hp), 3);
   assert_int_equal(cJSON_GetArraySize(hf), 3);
-  int feasible = 0, floor_verdicts = 0;
+  int feasible = 0, floor_verdicts = 0, prefix_verdicts = 0;
   for (int i = 0; i < 3; i++) {
     const cJSON *a = cJSON_GetArrayItem(hp, i), *b = cJSON_GetArrayItem(hf, i);
     const char *name = cJSON_GetObjectItemCaseSensitive(a, "hardware")->valuestring;
@@ -431,14 +475,18 @@ static void test_plan_pruned_exhaustive(void **state) {
     feasible += num(a, "max_rps") > 0;
     assert_true(num(a, "simulations") <= num(b, "simulations"));
     const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(a, "probes"))
-      floor_verdicts += tu_contains(cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring, "no rate meets the SLO") &&
-                        tu_contains(cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring, "floor");
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(a, "probes")) {
+      const char *why = cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring;
+      const int verdict = tu_contains(why, "no rate meets the SLO") && tu_contains(why, "floor");
+      floor_verdicts += verdict;
+      prefix_verdicts += verdict && tu_contains(why, "lower bounds");
+    }
   }
   /* the case is the one meant: a profile meets the SLO, the floor check ended some searches,
    * and pruning saved simulations */
   assert_int_equal(feasible, 1);
   assert_true(floor_verdicts > 0);
+  assert_true(prefix_verdicts > 0); /* some from a prefix of the slice (plan_floor_prove) */
   assert_true(num(pruned, "simulations") < num(full, "simulations"));
   const cJSON *c1 = cJSON_GetObjectItemCaseSensitive(pruned, "cheapest"), *c2 = cJSON_GetObjectItemCaseSensitive(full, "cheapest");
   assert_true(cJSON_IsString(c1) && cJSON_IsString(c2));
@@ -522,7 +570,8 @@ static void test_plan_usage(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_search_brackets), cmocka_unit_test(test_search_brute_force),
-      cmocka_unit_test(test_search_floor_check), cmocka_unit_test(test_plan_pruned_exhaustive),
+      cmocka_unit_test(test_search_floor_check), cmocka_unit_test(test_partial_sample_bounds),
+      cmocka_unit_test(test_plan_pruned_exhaustive),
       cmocka_unit_test(test_saturation),      cmocka_unit_test(test_costs),
       cmocka_unit_test(test_plan_cli),        cmocka_unit_test(test_plan_saturation),
       cmocka_unit_test(test_plan_usage),      cmocka_unit_test(test_plan_same_runs),
