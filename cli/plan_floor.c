@@ -5,8 +5,9 @@
  *
  * Why the verdict is the whole slice's: the engine admits a request only once it has arrived
  * (ferry_engine_serve_add() adds them in arrival order and gives the same steps as one run over
- * all), so until the first request after the prefix arrives, the whole slice's run and the
- * prefix's run take the same steps, on the same executor state, with the same KV capacity
+ * all), and with replicas the router picks one for each arriving request from the replicas'
+ * state at that time, so until the first request after the prefix arrives, the whole slice's
+ * run and the prefix's run take the same steps, on the same executor state, with the same KV capacity
  * (pinned here to the whole slice's, which `ferry sim` sizes from the longest request). A prefix
  * request that finished by then has the same arrival, first token and finish in both runs. If
  * the whole run is complete and stable (what the floor check requires before it can end a
@@ -41,9 +42,9 @@ int32_t plan_floor_prefix(const struct plan_opts *o, const struct plan_workload 
     const size_t lo = (size_t)(pct[o->slo[i].stat] / 100.0 * (double)(n - 1));
     if (n - lo < need) need = n - lo;
   }
-  size_t k = 3 * ((need + (size_t)replicas - 1) / (size_t)replicas);
-  if (k < MIN_PREFIX) k = MIN_PREFIX;
-  return (double)k * replicas <= MAX_PREFIX_SHARE * (double)n ? (int32_t)k : 0;
+  size_t k = 3 * need;
+  if (k < (size_t)MIN_PREFIX * (size_t)replicas) k = (size_t)MIN_PREFIX * (size_t)replicas;
+  return (double)k <= MAX_PREFIX_SHARE * (double)n ? (int32_t)k : 0;
 }
 
 struct known {
@@ -52,11 +53,11 @@ struct known {
   size_t total[3]; /* how many values the whole run has of each */
 };
 
-/* Serve replica i's prefix; add the latencies that are the whole run's. 0 or -1 (not known). */
-static int replica_prefix(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
-                          const struct plan_job *j, int i, struct known *k) {
+/* Serve the prefix; keep the latencies that are the whole run's. 0 or -1 (not known). */
+static int serve_prefix(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
+                        const struct plan_job *j, struct known *k) {
   struct plan_argv av;
-  plan_job_argv(o, hw_name, w, j, i, NULL, &av);
+  plan_job_argv(o, hw_name, w, j, NULL, &av);
   struct run_args whole, pre;
   struct ferry_engine_request *reqs = NULL;
   int64_t n = 0;
@@ -103,9 +104,7 @@ out:
 int plan_floor_prove(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
                      const struct plan_job *j, struct plan_result *r) {
   struct known k = {0};
-  const int replicas = j->replicas < 1 ? 1 : j->replicas;
-  int ok = 1;
-  for (int i = 0; i < replicas && ok; i++) ok = replica_prefix(o, hw_name, w, j, i, &k) == 0;
+  const int ok = serve_prefix(o, hw_name, w, j, &k) == 0;
   int proven = 0;
   if (ok) {
     memset(r, 0, sizeof *r);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -495,6 +496,73 @@ static void test_plan_pruned_exhaustive(void **state) {
   cJSON_Delete(full);
 }
 
+/* Parallelism on a multi-GPU machine: a TPOT limit that one GPU cannot meet at any rate and
+ * tensor parallel over two can. A two-layer model as wide as Llama-3-8B (only its config.json:
+ * the simulator reads no weights) keeps decoding memory-bound and the simulations short. The
+ * plan picks a tensor parallel configuration, its printed `ferry sim` command meets the SLO, and
+ * the pruned search gives the exhaustive one's answer. */
+static void test_plan_tensor_parallel(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("plan-tp"), path[4200], args[4600];
+  snprintf(path, sizeof path, "%s/model", dir);
+  assert_int_equal(mkdir(path, 0777), 0);
+  snprintf(path, sizeof path, "%s/model/config.json", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 4096, "
+        "\"intermediate_size\": 14336, \"num_hidden_layers\": 2, \"num_attention_heads\": 32, "
+        "\"num_key_value_heads\": 8, \"vocab_size\": 4096, \"max_position_embeddings\": 8192, "
+        "\"rms_norm_eps\": 1e-5, \"rope_theta\": 500000.0, \"torch_dtype\": \"bfloat16\"}\n",
+        f);
+  assert_int_equal(fclose(f), 0);
+  snprintf(args, sizeof args,
+           "plan --model %s/model --synthetic arrivals=poisson,n=40,prompt=48,output=16 --slo ttft_p99=200ms,tpot_p99=1.2ms "
+           "--hw 4xl40s --quant native --max-batch 4,8 --max-gpus 4 --rate 20 -j 2 --quiet --format json",
+           dir);
+  const size_t base = strlen(args);
+  snprintf(args + base, sizeof args - base, " --exhaustive");
+  cJSON *full = plan_json(args);
+  /* with --db the request slices stay, for the command the plan prints */
+  snprintf(args + base, sizeof args - base, " --db %s/study.db", dir);
+  cJSON *pruned = plan_json(args);
+  const cJSON *h = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pruned, "hardware"), 0),
+              *hf = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(full, "hardware"), 0);
+  const double max = num(h, "max_rps");
+  assert_true(max > 0 && max == num(hf, "max_rps"));
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(h, "config");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(cfg, "parallel")->valuestring, "tp");
+  assert_true(num(cfg, "gpus_per_replica") >= 2);
+  assert_true(num(cfg, "gpus_per_replica") * num(cfg, "replicas") == 4);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(cfg, "text")->valuestring,
+                      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(hf, "config"), "text")->valuestring);
+  /* one GPU per engine (four replicas) was searched and met the SLO at no rate */
+  int one_gpu = 0;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(h, "probes")) {
+    const char *c = cJSON_GetObjectItemCaseSensitive(p, "config")->valuestring;
+    if (tu_contains(c, ", tp ") || strcmp(cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring, "probe")) continue;
+    assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible")));
+    assert_true(num(p, "replicas") == 4);
+    one_gpu++;
+  }
+  assert_true(one_gpu > 0);
+  /* the printed command is that configuration, and meets the SLO when replayed */
+  const char *command = cJSON_GetObjectItemCaseSensitive(h, "command")->valuestring;
+  assert_true(tu_contains(command, "--parallel tp"));
+  if (num(cfg, "replicas") > 1) assert_true(tu_contains(command, "--router least-tokens"));
+  cJSON *at = sim_at(command, 1.0);
+  const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(at, "runs"), 0);
+  const double ttft = num(cJSON_GetObjectItemCaseSensitive(run, "ttft_ms"), "p99"),
+               tpot = num(cJSON_GetObjectItemCaseSensitive(run, "tpot_ms"), "p99");
+  if (!(ttft <= 200 && tpot <= 1.2)) fail_msg("at %g req/s: ttft p99 %g, tpot p99 %g", max, ttft, tpot);
+  if (!(fabs(tpot - num(h, "tpot_p99_ms")) <= 1e-6 * tpot)) fail_msg("replayed tpot p99 %g, plan %g", tpot, num(h, "tpot_p99_ms"));
+  cJSON_Delete(at);
+  cJSON_Delete(pruned);
+  cJSON_Delete(full);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 /* An offload variant that only changes a prefetch depth the engine does not use (Mixtral on an
  * L4: attention resident, experts cached in device memory and homed in host memory, no
  * predictor) takes the simulations of the configuration without it: each point taken is the
@@ -575,6 +643,7 @@ int main(void) {
       cmocka_unit_test(test_saturation),      cmocka_unit_test(test_costs),
       cmocka_unit_test(test_plan_cli),        cmocka_unit_test(test_plan_saturation),
       cmocka_unit_test(test_plan_usage),      cmocka_unit_test(test_plan_same_runs),
+      cmocka_unit_test(test_plan_tensor_parallel),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
