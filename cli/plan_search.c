@@ -483,7 +483,7 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
       if (floor) snprintf(why + strlen(why), sizeof why - strlen(why), "; the search's floor (1/256 of the bound)");
       if (floor && r->floor_proven)
         snprintf(why + strlen(why), sizeof why - strlen(why),
-                 "; lower bounds: %lld of the first %d requests a replica, served as in the whole slice",
+                 "; lower bounds: %lld of the first %d requests of the slice, served as in the whole slice",
                  (long long)r->proven_by, j->prefix);
       if (floor && c->s.unreachable)
         snprintf(why + strlen(why), sizeof why - strlen(why), ", missed by %.0f %% or more: no rate meets the SLO",

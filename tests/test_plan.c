@@ -84,6 +84,7 @@ static void test_search_floor_check(void **state) {
   int n = 0;
   ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
   s.floor_check = 1;
+  assert_true(ferry_plan_search_floor_next(&s));
   while (ferry_plan_search_next(&s, &r)) {
     assert_true(r == 0.01);
     ferry_plan_search_report(&s, r, 0, 0, FERRY_PLAN_FLOOR_MISS * 1.5);
@@ -110,8 +111,11 @@ static void test_search_floor_check(void **state) {
     for (int check = 0; check < 2; check++) {
       ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
       s.floor_check = check ? 1 + k / 2 : 0;
-      while (ferry_plan_search_next(&s, &r)) {
+      for (;;) {
+        const int floor_next = ferry_plan_search_floor_next(&s);
+        if (!ferry_plan_search_next(&s, &r)) break;
         const int floor_probe = check && !s.floor_probed && r == 0.01;
+        assert_int_equal(floor_next, floor_probe); /* says which probe is the floor check */
         const int ok = floor_probe ? misses[k % 2] == 0 : r <= 3;
         ferry_plan_search_report(&s, r, ok, 0, ok ? 0 : floor_probe ? misses[k % 2] : 1 + (r - 3) / 3);
         if (!floor_probe) {
