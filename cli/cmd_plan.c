@@ -44,7 +44,10 @@ static void usage(FILE *f) {
           "                          tpot or e2e, STAT mean, p50, p90 or p99, DURATION e.g. 2s, 150ms, 800us\n"
           "  --hw all|LIST           profiles to consider (default all GPU profiles of the catalogue)\n"
           "  --max-gpus N            GPUs at most: single-GPU profiles may be replicated up to N behind a\n"
-          "                          round-robin router; a multi-GPU machine needs N >= its GPUs (default 1)\n"
+          "                          least-tokens router; a multi-GPU machine needs N >= its GPUs, and is\n"
+          "                          searched as replicas of 1, 2, 4, ... GPUs each, split by tensor (expert\n"
+          "                          for MoE) parallelism, or pipeline parallel where a format does not fit\n"
+          "                          one GPU (default 1)\n"
           "  --budget-per-hour USD   the cheapest choice costs at most this\n"
           "  --quant LIST            weight formats searched: native (the model's own), int8, int4-g128, ...\n"
           "                          (default native,int8,int4-g128; quantized weights change the model's\n"
@@ -300,7 +303,6 @@ static int load_hardware(const struct plan_opts *o, struct plan_state *ps) {
     for (size_t s = 0; s < p->n_sources; s++)
       if (!strcmp(p->sources[s].figure, "price_per_hour_usd")) snprintf(h->price_source, sizeof h->price_source, "%s", p->sources[s].date);
     h->gpus = ferry_hw_gpu_count(p);
-    h->replicas = h->gpus;
     if (h->gpus > o->max_gpus) {
       h->skipped = 1;
       snprintf(h->why, sizeof h->why, "a machine of %d GPUs; --max-gpus is %d", h->gpus, o->max_gpus);
@@ -320,12 +322,12 @@ out:
 
 static void print_text(const struct plan_state *ps, int cheapest, double wall_s) {
   const struct plan_opts *o = ps->o;
-  printf("%-14s %4s %10s %12s  %-34s %8s %9s %8s  %s\n", "hardware", "GPUs", "max req/s", "saturates", "configuration",
+  printf("%-14s %4s %10s %12s  %-48s %8s %9s %8s  %s\n", "hardware", "GPUs", "max req/s", "saturates", "configuration",
          "USD/h", "USD/Mtok", "tok/s/$", "demand");
   for (int i = 0; i < ps->nhw; i++) {
     const struct plan_hw *h = &ps->hw[i];
     if (h->skipped) {
-      printf("%-14s %4d %10s %12s  %-34s %8s %9s %8s  skipped: %s\n", h->name, h->gpus, "-", "-", "-", "-", "-", "-",
+      printf("%-14s %4d %10s %12s  %-48s %8s %9s %8s  skipped: %s\n", h->name, h->gpus, "-", "-", "-", "-", "-", "-",
              h->why);
       continue;
     }
@@ -342,7 +344,7 @@ static void print_text(const struct plan_state *ps, int cheapest, double wall_s)
       snprintf(demand, sizeof demand, "yes, %d replicas ($%.2f/h)", h->need_replicas, f.at_demand.usd_per_hour);
     else snprintf(demand, sizeof demand, "yes");
     if (f.meets_demand && !f.within_budget) snprintf(demand + strlen(demand), sizeof demand - strlen(demand), ", over budget");
-    printf("%-14s %4d %10.4g %12s  %-34.34s %8s %9s %8s  %s%s\n", h->name, h->gpus, h->best_rps, sat,
+    printf("%-14s %4d %10.4g %12s  %-48.48s %8s %9s %8s  %s%s\n", h->name, h->gpus, h->best_rps, sat,
            h->best_cand >= 0 ? f.config : "no configuration meets the SLO", usd, mtok, tps, demand,
            i == cheapest ? "  <- cheapest" : "");
     if (o->verify && h->best_cand >= 0)
@@ -402,8 +404,6 @@ int cmd_plan(int argc, char **argv) {
     goto out;
   }
   if ((rc = plan_workload_open(&o, &ps.w)) != CLI_OK) goto out;
-  for (int i = 0; i < ps.nhw; i++)
-    if (!ps.hw[i].skipped && (rc = plan_workload_prepare(ps.w, ps.hw[i].replicas)) != CLI_OK) goto out;
   ps.demand_rps = o.demand_rps > 0 ? o.demand_rps : plan_workload_rate(ps.w, 1);
   ps.mean_output = plan_workload_mean_output(ps.w);
   if (!o.quiet)

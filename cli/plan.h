@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cli/output.h"
+#include "ferry/engine.h"
 #include "ferry/plan.h"
 
 #define PLAN_MAX_QUANT 6
@@ -18,6 +19,7 @@
 #define PLAN_MAX_REPLICAS 64
 #define PLAN_MAX_HW 128
 #define PLAN_MAX_VERIFY 64
+#define PLAN_MAX_LADDERS 16
 
 /* One SLO term: a latency statistic at most a limit. */
 enum plan_metric { PLAN_TTFT, PLAN_TPOT, PLAN_E2E };
@@ -52,6 +54,9 @@ struct plan_opts {
   int moe;                  /* the model routes experts (set from the model: --seed seeds its routing) */
 };
 
+/* How one engine splits the model over its GPUs (ferry sim --parallel). */
+enum plan_parallel { PLAN_PAR_NONE, PLAN_PAR_TP, PLAN_PAR_PP, PLAN_PAR_EP };
+
 /* A point of the policy space. */
 struct plan_knobs {
   int32_t quant;            /* index into plan_opts.quant */
@@ -59,7 +64,12 @@ struct plan_knobs {
   int32_t block_layers;     /* 0: the default */
   int32_t prefetch_depth;   /* -1: the default */
   int32_t expert_lfu;       /* -1: the default (lru), 1: lfu */
+  int32_t gpus;             /* GPUs one engine drives (--gpus); 0 or 1: one */
+  int32_t parallel;         /* enum plan_parallel: how, with gpus > 1 */
 };
+
+/* The replicas' router (ferry sim --router): the load-aware one that counts work left. */
+#define PLAN_ROUTER "least-tokens"
 
 enum plan_job_kind { PLAN_JOB_BOUND, PLAN_JOB_PROBE, PLAN_JOB_RECORD };
 
@@ -73,6 +83,8 @@ struct plan_job {
   double rps;               /* total rate over the replicas (ignored by bounds: all at once) */
   int32_t replicas;
   int32_t slot;             /* --verify: the grid point */
+  int32_t prefix;           /* the floor check: first try the first `prefix` requests of the slice
+                               (plan_floor_prove), 0: simulate the job as it is */
 };
 
 /* What came back. Latencies in ns over every replica's requests. */
@@ -89,18 +101,22 @@ struct plan_result {
   double queue_growth_rps;  /* the largest replica's */
   int32_t streams;          /* weights were fetched while serving (offloaded) */
   int32_t reused;           /* an equivalent candidate's simulation, not run again (plan_hw_reuse) */
+  int32_t floor_proven;     /* the floor check answered from a prefix (plan_floor_prove): the latencies
+                               are lower bounds of the whole slice's */
+  int64_t proven_by;        /* then: the requests whose latencies are the whole slice's */
   int64_t run_ids[PLAN_MAX_REPLICAS];
   int32_t n_run_ids;
 };
 
 /* The request slices the simulations replay: for R replicas, the first max(N, 50 R) requests
- * of the workload split round-robin into R files; arrival times are scaled per probe. */
+ * of the workload in one file, which `ferry sim --replicas R --router least-tokens` shares out;
+ * arrival times are scaled per probe. */
 struct plan_workload;
 int plan_workload_open(const struct plan_opts *o, struct plan_workload **out);
 /* Write the files for R replicas if not done yet; 0 or CLI_FAIL. */
 int plan_workload_prepare(struct plan_workload *w, int replicas);
-/* The file of replica i of R (borrowed). */
-const char *plan_workload_file(const struct plan_workload *w, int replicas, int i, char *buf, size_t len);
+/* The file of the slice for R replicas (in buf). */
+const char *plan_workload_file(const struct plan_workload *w, int replicas, char *buf, size_t len);
 /* Requests per second of the slice for R replicas as recorded (all replicas together). */
 double plan_workload_rate(const struct plan_workload *w, int replicas);
 /* Mean output tokens per request of the one-replica slice. */
@@ -110,8 +126,8 @@ size_t plan_workload_count(const struct plan_workload *w, int replicas);
 const char *plan_workload_dir(const struct plan_workload *w);
 void plan_workload_close(struct plan_workload *w);
 
-/* The `ferry sim` arguments of a job's replica i (argv[0] = "sim", NULL-terminated; owned
- * strings in the caller's buffer). */
+/* The `ferry sim` arguments of a job (argv[0] = "sim", NULL-terminated; owned strings in the
+ * caller's buffer). */
 struct plan_argv {
   char *v[64];
   char store[4096];
@@ -119,9 +135,11 @@ struct plan_argv {
   int n;
 };
 void plan_job_argv(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
-                   const struct plan_job *j, int replica, const char *db, struct plan_argv *a);
-/* A human description of knobs ("int8, batch 32, prefetch 2"). */
+                   const struct plan_job *j, const char *db, struct plan_argv *a);
+/* A human description of knobs ("int8, batch 32, prefetch 2", "native, batch 8, tp 2"). */
 void plan_knobs_text(const struct plan_opts *o, const struct plan_knobs *k, char *buf, size_t len);
+/* "none", "tp", "pp" or "ep" (ferry sim --parallel). */
+const char *plan_parallel_name(int parallel);
 
 /* Worker pool: plan_pool_start forks n workers on this machine and, under mpirun, takes the
  * other ranks as one worker each (plan_remote_worker); submit sends a job to an idle one
@@ -150,6 +168,32 @@ void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct p
  * (ferry_engine_prefetch_depth_used()). Else 0 (also when that cannot be worked out). */
 int plan_same_runs(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
                    const struct plan_knobs *k, const struct plan_knobs *twin);
+
+/* Per-request times of a run, as the engines served them (plan_on_served gathers them: the
+ * served hook of run_args, called once per replica); replica i's are [seg[i], seg[i + 1]). */
+struct plan_served {
+  int64_t *arrival, *first, *finish, *output;
+  size_t n, cap;
+  size_t seg[PLAN_MAX_REPLICAS + 1];
+  int nseg;
+  int oom;
+};
+void plan_on_served(void *user, const ferry_engine *eng);
+void plan_served_free(struct plan_served *s);
+
+/* The floor check's first try (docs/plan.md, step 2): simulate only the first j->prefix requests
+ * of the slice, with the KV capacity the whole slice gets. A request of the prefix that finished
+ * before the next request of the slice arrived was served exactly as in the whole slice's run (the engine sees no request before it arrives), so its latencies are the whole
+ * run's; enough of them above a limit bound the whole run's statistic from below
+ * (ferry_plan_percentile_floor). 1 with *r filled (floor_proven, the bounds as its latencies,
+ * complete and stable) when those bounds miss the SLO by FERRY_PLAN_FLOOR_MISS or more; else 0
+ * (r unspecified) and the job is to be simulated whole. */
+int plan_floor_prove(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
+                     const struct plan_job *j, struct plan_result *r);
+/* Requests the floor check first tries for R replicas: enough for the SLO's percentile term
+ * that needs the fewest misses, three times over, and at least 10 a replica; 0 when that is not
+ * much less than the slice. */
+int32_t plan_floor_prefix(const struct plan_opts *o, const struct plan_workload *w, int replicas);
 
 /* Whether a result meets every SLO term (and is complete and stable); `why` names the first
  * term missed; *excess (may be NULL) the largest ratio of a term to its limit of a complete,

@@ -23,17 +23,27 @@ void plan_hw_figures(const struct plan_state *ps, const struct plan_hw *h, struc
   if (f->meets_demand) ferry_plan_cost(h->price, rented, ps->demand_rps, ps->mean_output, &f->at_demand);
   f->within_budget = ps->o->budget_per_hour <= 0 ||
                      (f->at_demand.usd_per_hour > 0 && f->at_demand.usd_per_hour <= ps->o->budget_per_hour);
-  if (h->best_cand >= 0) plan_knobs_text(ps->o, &h->c[h->best_cand].k, f->config, sizeof f->config);
-  for (int c = 0; c < h->nc; c++)
-    if (h->c[c].mu_rps * h->replicas > f->bound_rps) f->bound_rps = h->c[c].mu_rps * h->replicas;
+  if (h->best_cand >= 0) {
+    const struct plan_knobs *k = &h->c[h->best_cand].k;
+    plan_knobs_text(ps->o, k, f->config, sizeof f->config);
+    f->replicas = plan_cand_replicas(h, k);
+    const size_t n = strlen(f->config);
+    if (f->replicas > 1)
+      snprintf(f->config + n, sizeof f->config - n, ", %d replicas (%s)", f->replicas, PLAN_ROUTER);
+  }
+  for (int c = 0; c < h->nc; c++) {
+    const double bound = h->c[c].mu_rps * plan_cand_replicas(h, &h->c[c].k);
+    if (bound > f->bound_rps) f->bound_rps = bound;
+  }
 }
 
 const char *plan_hw_command(const struct plan_state *ps, const struct plan_hw *h, char *buf, size_t len) {
   buf[0] = '\0';
   if (h->best_cand < 0) return buf;
-  struct plan_job j = {.kind = PLAN_JOB_PROBE, .k = h->c[h->best_cand].k, .rps = h->best_rps, .replicas = h->replicas};
+  const struct plan_knobs *k = &h->c[h->best_cand].k;
+  struct plan_job j = {.kind = PLAN_JOB_PROBE, .k = *k, .rps = h->best_rps, .replicas = plan_cand_replicas(h, k)};
   struct plan_argv a;
-  plan_job_argv(ps->o, h->name, ps->w, &j, 0, NULL, &a);
+  plan_job_argv(ps->o, h->name, ps->w, &j, NULL, &a);
   size_t n = (size_t)snprintf(buf, len, "ferry");
   for (int i = 0; i < a.n && n < len; i++) {
     if (!strcmp(a.v[i], "--quiet")) continue;
@@ -94,6 +104,10 @@ static cJSON *hw_json(const struct plan_state *ps, const struct plan_hw *h, int 
       cli_json_num(c, "block_layers", k->block_layers > 0 ? k->block_layers : NAN);
       cli_json_num(c, "prefetch_depth", k->prefetch_depth >= 0 ? k->prefetch_depth : NAN);
       cli_json_str(c, "expert_cache", k->expert_lfu > 0 ? "lfu" : NULL);
+      cli_json_num(c, "gpus_per_replica", k->gpus > 1 ? k->gpus : 1);
+      cli_json_str(c, "parallel", plan_parallel_name(k->gpus > 1 ? k->parallel : PLAN_PAR_NONE));
+      cli_json_num(c, "replicas", f.replicas);
+      cli_json_str(c, "router", f.replicas > 1 ? PLAN_ROUTER : NULL);
     }
     cli_json_num(o, "ttft_p99_ms", h->best.ttft[3] / 1e6);
     cli_json_num(o, "tpot_p99_ms", h->best.tpot[3] / 1e6);
@@ -214,7 +228,13 @@ static ferry_status hw_facts(ferry_db *db, int64_t run, const struct plan_state 
     if (f.at_demand.usd_per_hour > 0) F("PLAN_USD_PER_HOUR_FOR_DEMAND", "%.9g", f.at_demand.usd_per_hour);
   }
   F("PLAN_CHEAPEST", "%d", cheapest_here);
-  F("PLAN_REPLICA", "%d/%d", replica, h->replicas);
+  F("PLAN_REPLICA", "%d/%d", replica, h->n_run_ids > 1 ? h->n_run_ids : 1);
+  if (h->best_cand >= 0) {
+    const struct plan_knobs *k = &h->c[h->best_cand].k;
+    F("PLAN_PARALLEL", "%s %d", plan_parallel_name(k->gpus > 1 ? k->parallel : PLAN_PAR_NONE), k->gpus > 1 ? k->gpus : 1);
+    F("PLAN_REPLICAS", "%d", f.replicas);
+    if (f.replicas > 1) F("PLAN_ROUTER", "%s", PLAN_ROUTER);
+  }
 #undef F
   if (st == FERRY_OK && with_probes) {
     cJSON *p = probes_json(ps, h);

@@ -11,11 +11,12 @@ struct plan_figures {
   int meets_demand;                 /* within --max-gpus */
   int within_budget;                /* at_demand within --budget-per-hour (or no budget) */
   double bound_rps;                 /* the highest throughput with every request queued at once */
-  char config[128];                 /* the best configuration, in words */
+  char config[192];                 /* the best configuration, in words (with its replicas) */
+  int replicas;                     /* the best configuration's replicas (engines), router PLAN_ROUTER */
 };
 
 void plan_hw_figures(const struct plan_state *ps, const struct plan_hw *h, struct plan_figures *f);
-/* The `ferry sim` command that reproduces a profile's best point (replica 0), in buf. */
+/* The `ferry sim` command that reproduces a profile's best point (every replica), in buf. */
 const char *plan_hw_command(const struct plan_state *ps, const struct plan_hw *h, char *buf, size_t len);
 /* PLAN_* facts on each profile's recorded runs (a failed run for a profile without one). */
 int plan_record(struct plan_state *ps, int cheapest);

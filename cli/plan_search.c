@@ -70,12 +70,69 @@ static int log_probe(struct plan_hw *h, const struct plan_job *j, const struct p
   return 0;
 }
 
+int plan_cand_replicas(const struct plan_hw *h, const struct plan_knobs *k) {
+  const int per = k->gpus > 1 ? k->gpus : 1;
+  return h->gpus > per ? h->gpus / per : 1;
+}
+
+/* All of a configuration's replicas together with every request queued at once. */
+static double cand_bound(const struct plan_hw *h, const struct plan_cand *c) {
+  return c->mu_rps * plan_cand_replicas(h, &c->k);
+}
+
+static int add_ladder(struct plan_state *ps, struct plan_hw *h, const struct plan_knobs *base) {
+  if (h->nladders == PLAN_MAX_LADDERS) return CLI_OK; /* the machine's widest splits are left out */
+  const int replicas = plan_cand_replicas(h, base);
+  if (plan_workload_prepare(ps->w, replicas) != CLI_OK) return CLI_FAIL;
+  memset(&h->ladder[h->nladders], 0, sizeof h->ladder[h->nladders]);
+  h->ladder[h->nladders].base = *base;
+  h->ladder[h->nladders].base.max_batch = 0;
+  h->ladder[h->nladders++].last = -1;
+  return CLI_OK;
+}
+
+/* The model's own format, where the formats searched include it: tensor and expert parallel
+ * engines run no quantized weights (docs/multi-gpu.md). */
+static int native_quant(const struct plan_opts *o) {
+  for (int q = 0; q < o->n_quant; q++)
+    if (!o->quant[q]) return q;
+  return -1;
+}
+
 int plan_hw_init(struct plan_state *ps, struct plan_hw *h) {
-  (void)ps;
   h->searching = -1;
   h->best_cand = -1;
-  for (int q = 0; q < PLAN_MAX_QUANT; q++) h->ladder[q].last = -1;
   h->phase = h->skipped ? PHASE_DONE : PHASE_BOUNDS;
+  if (h->skipped) return CLI_OK;
+  const struct plan_opts *o = ps->o;
+  for (int q = 0; q < o->n_quant; q++) {
+    const struct plan_knobs k = {.quant = q, .prefetch_depth = -1, .expert_lfu = -1, .gpus = 1};
+    if (add_ladder(ps, h, &k) != CLI_OK) return CLI_FAIL;
+  }
+  /* a machine's GPUs split among engines of 2, 4, ... GPUs each (the rest of them replicas) */
+  const int native = native_quant(o);
+  for (int g = 2; g <= h->gpus && native >= 0; g *= 2) {
+    if (h->gpus % g) continue;
+    const struct plan_knobs k = {.quant = native, .prefetch_depth = -1, .expert_lfu = -1, .gpus = g,
+                                 .parallel = h->moe ? PLAN_PAR_EP : PLAN_PAR_TP};
+    if (add_ladder(ps, h, &k) != CLI_OK) return CLI_FAIL;
+  }
+  return CLI_OK;
+}
+
+/* Pipeline parallel over every GPU of a machine, for each format of a dense model that does not
+ * fit one of its GPUs (every one-GPU configuration of it streams its weights or does not run):
+ * pipeline stages split the memory, not the time (docs/multi-gpu.md). */
+static int add_pipeline_ladders(struct plan_state *ps, struct plan_hw *h) {
+  if (h->gpus < 2 || h->moe) return CLI_OK;
+  for (int q = 0; q < ps->o->n_quant; q++) {
+    int fits = 0;
+    for (int c = 0; c < h->nc; c++)
+      fits |= h->c[c].k.quant == q && h->c[c].k.gpus <= 1 && h->c[c].state == CAND_BOUNDED && !h->c[c].streams;
+    const struct plan_knobs k = {.quant = q, .prefetch_depth = -1, .expert_lfu = -1, .gpus = h->gpus,
+                                 .parallel = PLAN_PAR_PP};
+    if (!fits && add_ladder(ps, h, &k) != CLI_OK) return CLI_FAIL;
+  }
   return CLI_OK;
 }
 
@@ -140,14 +197,14 @@ static void find_same_runs(struct plan_state *ps, struct plan_hw *h) {
 /* Phase 1: the next ladder rung or offload variant to bound. */
 static int next_bound(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
   const struct plan_opts *o = ps->o;
-  for (int q = 0; q < o->n_quant; q++) {
+  for (int q = 0; q < h->nladders; q++) {
     if (h->ladder[q].running || h->ladder[q].done) continue;
     if (h->ladder[q].next >= o->n_batches) {
       h->ladder[q].done = 1;
       continue;
     }
-    struct plan_knobs k = {.quant = q, .max_batch = o->batches[h->ladder[q].next], .prefetch_depth = -1,
-                           .expert_lfu = -1};
+    struct plan_knobs k = h->ladder[q].base;
+    k.max_batch = o->batches[h->ladder[q].next];
     int c = add_cand(h, &k);
     if (c < 0) return -1;
     h->ladder[q].next++;
@@ -158,7 +215,7 @@ static int next_bound(struct plan_state *ps, struct plan_hw *h, struct plan_job 
     return 1;
   }
   int ladders_done = 1;
-  for (int q = 0; q < o->n_quant; q++) ladders_done &= h->ladder[q].done;
+  for (int q = 0; q < h->nladders; q++) ladders_done &= h->ladder[q].done;
   if (!ladders_done) return 0;
   if (!h->knobs_added) {
     /* after every ladder, in quantization order, so the candidates' order never depends on
@@ -166,11 +223,12 @@ static int next_bound(struct plan_state *ps, struct plan_hw *h, struct plan_job 
     h->knobs_added = 1;
     double top = 0;
     for (int c = 0; c < h->nc; c++)
-      if (h->c[c].state == CAND_BOUNDED && h->c[c].mu_rps > top) top = h->c[c].mu_rps;
+      if (h->c[c].k.gpus <= 1 && h->c[c].state == CAND_BOUNDED && h->c[c].mu_rps > top) top = h->c[c].mu_rps;
     for (int q = 0; q < o->n_quant; q++) {
       int best = -1;
       for (int c = 0; c < h->nc; c++)
-        if (h->c[c].k.quant == q && h->c[c].state == CAND_BOUNDED && (best < 0 || h->c[c].mu_rps > h->c[best].mu_rps))
+        if (h->c[c].k.quant == q && h->c[c].k.gpus <= 1 && h->c[c].state == CAND_BOUNDED &&
+            (best < 0 || h->c[c].mu_rps > h->c[best].mu_rps))
           best = c;
       /* how weights stream is worth tuning where they stream and the format is not far behind
        * the best: a better prefetch gains tens of percent, not factors */
@@ -179,6 +237,9 @@ static int next_bound(struct plan_state *ps, struct plan_hw *h, struct plan_job 
         return -1;
     }
     if (!o->exhaustive) find_same_runs(ps, h);
+    const int n = h->nladders;
+    if (add_pipeline_ladders(ps, h) != CLI_OK) return -1;
+    if (h->nladders > n) return next_bound(ps, h, j); /* their rungs first */
   }
   for (int c = 0; c < h->nc; c++) {
     if (h->c[c].state != CAND_NEW) continue;
@@ -211,21 +272,25 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
        * with that (so with the true ratio too: a lower ratio skips more), else search on */
       int next = -1;
       for (int k = 0; k < h->nc; k++)
-        if (h->c[k].state == CAND_BOUNDED && (next < 0 || h->c[k].mu_rps > h->c[next].mu_rps)) next = k;
-      const double upper = c->mu_rps > 0 ? c->s.fail_rps / (c->mu_rps * h->replicas) : 0,
+        if (h->c[k].state == CAND_BOUNDED && (next < 0 || cand_bound(h, &h->c[k]) > cand_bound(h, &h->c[next]))) next = k;
+      const double upper = c->mu_rps > 0 ? c->s.fail_rps / cand_bound(h, c) : 0,
                    ratio = upper > h->ratio ? upper : h->ratio;
-      if (next >= 0 && !(h->c[next].mu_rps * h->replicas * ratio * BOUND_MARGIN < h->best_rps)) beaten = 0;
+      if (next >= 0 && !(cand_bound(h, &h->c[next]) * ratio * BOUND_MARGIN < h->best_rps)) beaten = 0;
     }
     if (more && !beaten) {
+      /* the floor check first tries a prefix of the slice (plan_floor_prove): the same verdict */
+      const int floor = ferry_plan_search_floor_next(&c->s);
       c->state = CAND_RUNNING;
-      job_for(ps, h, h->searching, PLAN_JOB_PROBE, rps, h->replicas, j);
+      const int replicas = plan_cand_replicas(h, &c->k);
+      job_for(ps, h, h->searching, PLAN_JOB_PROBE, rps, replicas, j);
+      if (floor) j->prefix = plan_floor_prefix(ps->o, ps->w, replicas);
       return 1;
     }
     c->state = CAND_SEARCHED;
     /* the ratio that prunes later configurations: a search ended early counts with the lowest
      * rate that missed, above its answer (what comes next is skipped either way) */
     const double reached = beaten ? c->s.fail_rps : c->s.best_rps;
-    if (c->mu_rps > 0 && reached / (c->mu_rps * h->replicas) > h->ratio) h->ratio = reached / (c->mu_rps * h->replicas);
+    if (c->mu_rps > 0 && reached / cand_bound(h, c) > h->ratio) h->ratio = reached / cand_bound(h, c);
     if (c->s.best_rps > h->best_rps) {
       h->best_rps = c->s.best_rps;
       h->best_cand = h->searching;
@@ -237,13 +302,13 @@ static int next_search(struct plan_state *ps, struct plan_hw *h, struct plan_job
   /* the highest bound not yet searched (ties: the earlier candidate) */
   int next = -1;
   for (int c = 0; c < h->nc; c++)
-    if (h->c[c].state == CAND_BOUNDED && (next < 0 || h->c[c].mu_rps > h->c[next].mu_rps)) next = c;
+    if (h->c[c].state == CAND_BOUNDED && (next < 0 || cand_bound(h, &h->c[c]) > cand_bound(h, &h->c[next]))) next = c;
   if (next < 0) {
     h->phase = PHASE_VERIFY;
     return 0;
   }
   struct plan_cand *c = &h->c[next];
-  const double bound = c->mu_rps * h->replicas;
+  const double bound = cand_bound(h, c);
   if (!ps->o->exhaustive && h->best_rps > 0 && bound * h->ratio * BOUND_MARGIN < h->best_rps) {
     /* every remaining bound is lower still */
     for (int k = 0; k < h->nc; k++)
@@ -273,7 +338,7 @@ static int next_verify(struct plan_state *ps, struct plan_hw *h, struct plan_job
   if (h->verify_next < n) {
     const int i = h->verify_next++;
     h->verify_rps[i] = h->best_rps * (0.5 + (double)i / (n - 1));
-    job_for(ps, h, h->best_cand, PLAN_JOB_PROBE, h->verify_rps[i], h->replicas, j);
+    job_for(ps, h, h->best_cand, PLAN_JOB_PROBE, h->verify_rps[i], plan_cand_replicas(h, &h->c[h->best_cand].k), j);
     j->slot = i + 1;
     return 1;
   }
@@ -321,7 +386,7 @@ int plan_hw_next(struct plan_state *ps, struct plan_hw *h, struct plan_job *j) {
     case PHASE_REPLICAS: got = next_replicas(ps, h, j); break;
     case PHASE_RECORD:
       if (h->n_run_ids || h->inflight) return 0;
-      job_for(ps, h, h->best_cand, PLAN_JOB_RECORD, h->best_rps, h->replicas, j);
+      job_for(ps, h, h->best_cand, PLAN_JOB_RECORD, h->best_rps, plan_cand_replicas(h, &h->c[h->best_cand].k), j);
       h->phase = PHASE_DONE;
       return 1;
     default: return 0;
@@ -384,14 +449,17 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
                c->streams ? "; weights stream" : "");
     }
     /* the ladder: a rung that does not run, or barely helps, ends it */
-    for (int q = 0; q < ps->o->n_quant; q++) {
+    for (int q = 0; q < h->nladders; q++) {
       if (!h->ladder[q].running || h->ladder[q].last != j->cand) continue;
       h->ladder[q].running = 0;
       int prev = -1;
-      for (int k = 0; k < j->cand; k++)
-        if (h->c[k].k.quant == q && (h->c[k].state == CAND_BOUNDED || h->c[k].state == CAND_FAILED) &&
-            h->c[k].k.block_layers == 0 && h->c[k].k.prefetch_depth < 0 && h->c[k].k.expert_lfu < 0)
+      for (int k = 0; k < j->cand; k++) {
+        struct plan_knobs rung = h->c[k].k;
+        rung.max_batch = 0;
+        if (!memcmp(&rung, &h->ladder[q].base, sizeof rung) &&
+            (h->c[k].state == CAND_BOUNDED || h->c[k].state == CAND_FAILED))
           prev = k;
+      }
       if (c->state == CAND_FAILED) h->ladder[q].done = 1;
       else if (ps->o->batch_ladder && prev >= 0 && h->c[prev].state == CAND_BOUNDED &&
                c->mu_rps < h->c[prev].mu_rps * LADDER_GAIN)
@@ -413,6 +481,10 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
       ferry_plan_search_report(&c->s, j->rps, feasible, r->saturated, excess);
       const int floor = floor_due && c->s.floor_probed; /* this was the floor check */
       if (floor) snprintf(why + strlen(why), sizeof why - strlen(why), "; the search's floor (1/256 of the bound)");
+      if (floor && r->floor_proven)
+        snprintf(why + strlen(why), sizeof why - strlen(why),
+                 "; lower bounds: %lld of the first %d requests of the slice, served as in the whole slice",
+                 (long long)r->proven_by, j->prefix);
       if (floor && c->s.unreachable)
         snprintf(why + strlen(why), sizeof why - strlen(why), ", missed by %.0f %% or more: no rate meets the SLO",
                  (FERRY_PLAN_FLOOR_MISS - 1) * 100);

@@ -4,6 +4,10 @@
  *      request queued at once gives the throughput of each configuration; a ladder stops when
  *      the throughput grows by less than 5 % or the configuration does not fit; where the
  *      weights stream, offload variants (block size, prefetch depth, expert cache) are added;
+ *      on a multi-GPU machine, ladders of engines split over 2, 4, ... of its GPUs too (tensor
+ *      parallel, expert parallel for MoE models; pipeline parallel over all of them where a
+ *      format does not fit one GPU), the rest of the GPUs as replicas behind the least-tokens
+ *      router;
  *   2. search: configurations in order of that throughput, each searched for its highest rate
  *      meeting the SLO (ferry_plan_search), skipping those whose throughput bound is below the
  *      best rate found, scaled by the ratio of rate to bound measured on the configurations
@@ -12,7 +16,7 @@
  *   (--verify N: N rates from half to one and a half times the answer are simulated too, a
  *   brute-force check of the search);
  *   3. replicas: when the demand exceeds one GPU's capacity and --max-gpus allows, the fewest
- *      round-robin replicas that meet it at the demand, verified by simulation;
+ *      replicas (least-tokens router) that meet it at the demand, verified by simulation;
  *   4. record: with --db, the best configuration at its highest rate is written as sim runs.
  * Every step depends only on this profile's results, so the outcome does not depend on which
  * worker or rank ran what, nor when. */
@@ -56,18 +60,19 @@ struct plan_hw {
   double price;                 /* the machine's, USD per hour (0: unknown) */
   char price_source[96];
   int gpus;                     /* GPUs in the machine */
-  int replicas;                 /* replicas a probe simulates: the machine's GPUs */
   int moe;
   int skipped;
   char why[256];
   struct plan_cand *c;
   int nc, capc;
-  /* phase 1 */
+  /* phase 1: a batch ladder per weight format and per way of splitting the machine */
   struct {
+    struct plan_knobs base;     /* the rungs' knobs but the batch limit */
     int next;                   /* index into the batch list of the next rung */
     int running, done;
     int last;                   /* candidate of the last rung, -1 */
-  } ladder[PLAN_MAX_QUANT];
+  } ladder[PLAN_MAX_LADDERS];
+  int nladders;
   int knobs_added;
   /* phases */
   int phase;
@@ -107,6 +112,10 @@ struct plan_state {
   int nhw;
   int64_t next_job_id;
 };
+
+/* Replicas a configuration of this profile simulates: a multi-GPU machine's GPUs shared out
+ * among engines of k.gpus GPUs each; one on a single-GPU profile (phase 3 adds more). */
+int plan_cand_replicas(const struct plan_hw *h, const struct plan_knobs *k);
 
 /* Set up a profile's search; 0 or CLI_FAIL. */
 int plan_hw_init(struct plan_state *ps, struct plan_hw *h);

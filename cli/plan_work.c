@@ -41,7 +41,13 @@ void plan_knobs_text(const struct plan_opts *o, const struct plan_knobs *k, char
   size_t n = (size_t)snprintf(buf, len, "%s, batch %d", o->quant[k->quant] ? o->quant[k->quant] : "native", k->max_batch);
   if (k->block_layers > 0 && n < len) n += (size_t)snprintf(buf + n, len - n, ", block %d", k->block_layers);
   if (k->prefetch_depth >= 0 && n < len) n += (size_t)snprintf(buf + n, len - n, ", prefetch %d", k->prefetch_depth);
-  if (k->expert_lfu > 0 && n < len) snprintf(buf + n, len - n, ", expert cache lfu");
+  if (k->expert_lfu > 0 && n < len) n += (size_t)snprintf(buf + n, len - n, ", expert cache lfu");
+  if (k->gpus > 1 && n < len) snprintf(buf + n, len - n, ", %s %d", plan_parallel_name(k->parallel), k->gpus);
+}
+
+const char *plan_parallel_name(int parallel) {
+  static const char *const names[] = {"none", "tp", "pp", "ep"};
+  return parallel >= 0 && parallel <= PLAN_PAR_EP ? names[parallel] : "none";
 }
 
 /* Chunked prefill: at least 256 tokens a step (the engine's default), and room for a prefill
@@ -49,7 +55,7 @@ void plan_knobs_text(const struct plan_opts *o, const struct plan_knobs *k, char
 static int32_t step_tokens(int32_t batch) { return batch * 2 > 256 ? batch * 2 : 256; }
 
 void plan_job_argv(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
-                   const struct plan_job *j, int replica, const char *db, struct plan_argv *a) {
+                   const struct plan_job *j, const char *db, struct plan_argv *a) {
   memset(a, 0, sizeof *a);
   char file[4200];
   arg(a, "sim");
@@ -58,7 +64,7 @@ void plan_job_argv(const struct plan_opts *o, const char *hw_name, const struct 
   arg(a, "--hw");
   arg(a, "%s", hw_name);
   arg(a, "--trace");
-  arg(a, "%s", plan_workload_file(w, j->replicas, replica, file, sizeof file));
+  arg(a, "%s", plan_workload_file(w, j->replicas, file, sizeof file));
   if (j->kind == PLAN_JOB_BOUND) {
     arg(a, "--as-fast-as-possible");
   } else {
@@ -91,6 +97,18 @@ void plan_job_argv(const struct plan_opts *o, const char *hw_name, const struct 
     arg(a, "--expert-cache");
     arg(a, "lfu");
   }
+  if (j->k.gpus > 1) {
+    arg(a, "--gpus");
+    arg(a, "%d", j->k.gpus);
+    arg(a, "--parallel");
+    arg(a, "%s", plan_parallel_name(j->k.parallel));
+  }
+  if (j->replicas > 1) {
+    arg(a, "--replicas");
+    arg(a, "%d", j->replicas);
+    arg(a, "--router");
+    arg(a, "%s", PLAN_ROUTER);
+  }
   if (o->runtime) {
     arg(a, "--runtime");
     arg(a, "%s", o->runtime);
@@ -102,17 +120,11 @@ void plan_job_argv(const struct plan_opts *o, const char *hw_name, const struct 
   arg(a, "--quiet");
 }
 
-/* Per-request times of one replica's run, gathered by the served hook. */
-struct served {
-  int64_t *arrival, *first, *finish, *output;
-  size_t n, cap;
-  int oom;
-};
-
-static void on_served(void *user, const ferry_engine *eng) {
-  struct served *s = user;
+void plan_on_served(void *user, const ferry_engine *eng) {
+  struct plan_served *s = user;
   int64_t n;
   const struct ferry_request_metrics *m = ferry_engine_request_metrics(eng, &n);
+  if (s->nseg < PLAN_MAX_REPLICAS) s->seg[s->nseg++] = s->n; /* this replica's start */
   for (int64_t i = 0; i < n; i++) {
     if (s->n == s->cap) {
       size_t cap = s->cap ? s->cap * 2 : 256;
@@ -138,6 +150,14 @@ static void on_served(void *user, const ferry_engine *eng) {
   }
 }
 
+void plan_served_free(struct plan_served *s) {
+  ferry_free(s->arrival);
+  ferry_free(s->first);
+  ferry_free(s->finish);
+  ferry_free(s->output);
+  memset(s, 0, sizeof *s);
+}
+
 static void fill_stat(double *dst, double *v, size_t n) {
   struct ferry__dist d;
   ferry__dist_compute(v, n, &d);
@@ -146,37 +166,39 @@ static void fill_stat(double *dst, double *v, size_t n) {
 
 void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct plan_workload *w,
                   const struct plan_job *j, struct plan_result *r) {
+  if (j->prefix > 0 && plan_floor_prove(o, hw_name, w, j, r)) {
+    r->id = j->id;
+    return;
+  }
   memset(r, 0, sizeof *r);
   r->id = j->id;
   double *ttft = NULL, *tpot = NULL, *e2e = NULL;
-  struct served all = {0};
-  int replicas = j->replicas < 1 ? 1 : j->replicas;
-  r->ok = 1;
-  for (int i = 0; i < replicas && r->ok; i++) {
-    struct plan_argv av;
-    plan_job_argv(o, hw_name, w, j, i, j->kind == PLAN_JOB_RECORD ? o->db : NULL, &av);
-    struct run_args a;
-    struct ferry_serve_summary sum;
-    const size_t before = all.n;
-    int rc = run_parse(av.n, av.v, "sim", &a);
-    if (rc == 0) {
-      a.summary_out = &sum;
-      a.on_served = on_served;
-      a.served_user = &all;
-      rc = run_execute(&a);
-    }
-    if (rc != 0 || all.oom) {
-      r->ok = 0;
-      snprintf(r->error, sizeof r->error, "%s", all.oom ? "out of memory" : ferry_last_error());
-      break;
-    }
-    if (j->kind == PLAN_JOB_RECORD && r->n_run_ids < PLAN_MAX_REPLICAS) r->run_ids[r->n_run_ids++] = a.run_id_out;
-    r->streams |= sum.bytes_h2d > 0 || sum.bytes_disk > 0;
-    if (sum.duration_ns / 1e9 > r->duration_s) r->duration_s = (double)sum.duration_ns / 1e9;
+  struct plan_served all = {0};
+  struct plan_argv av;
+  plan_job_argv(o, hw_name, w, j, j->kind == PLAN_JOB_RECORD ? o->db : NULL, &av);
+  struct run_args a;
+  struct ferry_serve_summary sum;
+  int rc = run_parse(av.n, av.v, "sim", &a);
+  if (rc == 0) {
+    a.summary_out = &sum;
+    a.on_served = plan_on_served;
+    a.served_user = &all;
+    rc = run_execute(&a);
+  }
+  r->ok = rc == 0 && !all.oom;
+  if (!r->ok) {
+    snprintf(r->error, sizeof r->error, "%s", all.oom ? "out of memory" : ferry_last_error());
+    goto out;
+  }
+  if (j->kind == PLAN_JOB_RECORD) r->run_ids[r->n_run_ids++] = a.run_id_out;
+  r->streams = sum.bytes_h2d > 0 || sum.bytes_disk > 0;
+  r->duration_s = (double)sum.duration_ns / 1e9;
+  all.seg[all.nseg] = all.n;
+  for (int i = 0; i < all.nseg; i++) {
     /* each replica's queue on its own: one saturated replica is a saturated service */
+    const size_t b = all.seg[i], e = all.seg[i + 1];
     struct ferry_plan_load load;
-    if (ferry_plan_load_analyze(all.arrival + before, all.first + before, all.finish + before, all.n - before, &load) ==
-        FERRY_OK) {
+    if (ferry_plan_load_analyze(all.arrival + b, all.first + b, all.finish + b, e - b, &load) == FERRY_OK) {
       r->saturated |= load.saturated;
       if (load.queue_growth_rps > r->queue_growth_rps) r->queue_growth_rps = load.queue_growth_rps;
     }
@@ -211,10 +233,7 @@ out:
   ferry_free(ttft);
   ferry_free(tpot);
   ferry_free(e2e);
-  ferry_free(all.arrival);
-  ferry_free(all.first);
-  ferry_free(all.finish);
-  ferry_free(all.output);
+  plan_served_free(&all);
 }
 
 int plan_meets_slo(const struct plan_opts *o, const struct plan_result *r, char *why, size_t len, double *excess) {
@@ -481,9 +500,9 @@ int plan_same_runs(const struct plan_opts *o, const char *hw_name, const struct 
   /* one replica's slice (it sizes the KV cache); the rate changes no budget */
   struct plan_job j = {.kind = PLAN_JOB_BOUND, .replicas = 1, .k = *k};
   struct plan_argv av, tv;
-  plan_job_argv(o, hw_name, w, &j, 0, NULL, &av);
+  plan_job_argv(o, hw_name, w, &j, NULL, &av);
   j.k = *twin;
-  plan_job_argv(o, hw_name, w, &j, 0, NULL, &tv);
+  plan_job_argv(o, hw_name, w, &j, NULL, &tv);
   struct run_args a, b, parsed;
   if (run_parse(av.n, av.v, "sim", &a) != 0 || run_parse(tv.n, tv.v, "sim", &parsed) != 0) return 0;
   /* the twin as the same options but its depth, so the configurations compare byte for byte */

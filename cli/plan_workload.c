@@ -1,8 +1,8 @@
 /* The requests `ferry plan` replays. The workload (a trace file after --time-window, or a
- * synthetic spec) is read once; for R replicas behind a round-robin router its first
- * max(N, 50 R) requests are split into R ferry JSONL files, replica i taking requests i, i + R,
- * ... Every probe replays them at a scaled rate (--rate-scale), so the rates a search compares
- * differ only in how fast the same requests arrive. */
+ * synthetic spec) is read once; for R replicas its first max(N, 50 R) requests are written to a
+ * ferry JSONL file, which `ferry sim --replicas R` shares out with its router. Every probe
+ * replays them at a scaled rate (--rate-scale), so the rates a search compares differ only in
+ * how fast the same requests arrive. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +54,8 @@ double plan_workload_mean_output(const struct plan_workload *w) {
 
 const char *plan_workload_dir(const struct plan_workload *w) { return w->dir; }
 
-const char *plan_workload_file(const struct plan_workload *w, int replicas, int i, char *buf, size_t len) {
-  snprintf(buf, len, "%s/r%d-%d.jsonl", w->dir, replicas, i);
+const char *plan_workload_file(const struct plan_workload *w, int replicas, char *buf, size_t len) {
+  snprintf(buf, len, "%s/r%d.jsonl", w->dir, replicas);
   return buf;
 }
 
@@ -71,12 +71,9 @@ int plan_workload_prepare(struct plan_workload *w, int replicas) {
                     "plan: the workload's %zu requests all arrive at once: it has no rate to scale (give a trace "
                     "or a synthetic spec with arrivals over time)",
                     n);
-  for (int i = 0; i < replicas; i++) {
-    char path[4200];
-    ferry_status st = ferry_trace_write_jsonl_subset(w->t, plan_workload_file(w, replicas, i, path, sizeof path), n,
-                                                     (size_t)i, (size_t)replicas);
-    if (st != FERRY_OK) return cli_fail(st, NULL);
-  }
+  char path[4200];
+  ferry_status st = ferry_trace_write_jsonl_subset(w->t, plan_workload_file(w, replicas, path, sizeof path), n, 0, 1);
+  if (st != FERRY_OK) return cli_fail(st, NULL);
   w->prepared[replicas] = 1;
   return CLI_OK;
 }

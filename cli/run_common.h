@@ -37,7 +37,8 @@ struct run_args {
   struct resil_opts resil;                 /* what --faults, --pressure, --reload-at, ... imply (cli/run_resil.h) */
   char pressure_marks_text[64];            /* --pressure-marks in its canonical spelling */
   /* called once the engine has served the requests, before anything is written (ferry plan
-   * reads the per-request metrics); NULL for none */
+   * reads the per-request metrics), once per replica's engine in replica order with --replicas;
+   * NULL for none */
   void (*on_served)(void *user, const ferry_engine *engine);
   void *served_user;
 };

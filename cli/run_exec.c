@@ -309,7 +309,9 @@ static ferry_status serve(struct run_ctx *c) {
   run_replicas_report(c, a->output_format == CLI_FORMAT_TEXT ? stdout : NULL);
   if (a->summary_out) *a->summary_out = sum;
   else ferry_serve_summary_print(&sum, stdout);
-  if (a->on_served) a->on_served(a->served_user, c->eng);
+  /* once per engine: replica i's requests are those its engine served */
+  for (int32_t i = 0; a->on_served && i < (c->n_rep > 1 ? c->n_rep : 1); i++)
+    a->on_served(a->served_user, c->n_rep > 1 ? c->rep_eng[i] : c->eng);
   if ((st = run_db_write_results(c, &sum)) != FERRY_OK) return st;
   if (c->db) {
     /* for the report: the routing traces this run used, and its prefetch counts */

@@ -143,7 +143,7 @@ static ferry_status one_plan(struct report *rp, const struct prow *rows, size_t 
                       "whose simulated latencies meet the SLO with the queue stable; above \"saturates\" the queue "
                       "grows without bound (those runs' latencies are not used). Costs per million output tokens "
                       "and tokens per second per dollar are at that capacity; the demand column says how many "
-                      "round-robin replicas of a single-GPU profile serve the demand.",
+                      "replicas of a single-GPU profile (least-tokens router) serve the demand.",
                   first->model, first->workload, first->slo, N(first->demand));
   char name[64];
   snprintf(name, sizeof name, "plan-%d", index);

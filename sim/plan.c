@@ -159,6 +159,43 @@ void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasi
   s->last_excess = saturated ? 0 : excess;
 }
 
+int ferry_plan_search_floor_next(const struct ferry_plan_search *s) { return !(s->best_rps == 0 && s->unreachable) && floor_due(s); }
+
+/* The k-th largest (k >= 1) of n values, by partial selection: the lists are short (a prefix of a
+ * plan's slice). */
+static double kth_largest(const double *v, size_t n, size_t k) {
+  double *c = ferry__calloc(n ? n : 1, sizeof *c);
+  if (!c) return 0; /* nothing proven */
+  memcpy(c, v, n * sizeof *c);
+  for (size_t i = 0; i < k; i++) {
+    size_t m = i;
+    for (size_t j = i + 1; j < n; j++)
+      if (c[j] > c[m]) m = j;
+    const double t = c[i];
+    c[i] = c[m];
+    c[m] = t;
+  }
+  const double x = c[k - 1];
+  ferry_free(c);
+  return x;
+}
+
+double ferry_plan_percentile_floor(const double *known, size_t n_known, size_t n_total, double percentile) {
+  if (!known || n_total == 0 || n_known > n_total) return 0;
+  /* the rank as ferry__percentile computes it, to the bit */
+  const size_t lo = (size_t)(percentile / 100.0 * (double)(n_total - 1));
+  const size_t need = n_total - (lo < n_total ? lo : n_total - 1);
+  if (n_known < need) return 0;
+  return kth_largest(known, n_known, need);
+}
+
+double ferry_plan_mean_floor(const double *known, size_t n_known, size_t n_total) {
+  if (!known || n_total == 0 || n_known > n_total) return 0;
+  double sum = 0;
+  for (size_t i = 0; i < n_known; i++) sum += known[i];
+  return sum / (double)n_total * (1 - 1e-12);
+}
+
 void ferry_plan_cost(double price_per_hour, int machines, double rps, double mean_output_tokens,
                      struct ferry_plan_cost *out) {
   memset(out, 0, sizeof *out);

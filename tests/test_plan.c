@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "common/metrics.h"
 #include "ferry/plan.h"
 #include "testutil.h"
 
@@ -82,6 +84,7 @@ static void test_search_floor_check(void **state) {
   int n = 0;
   ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
   s.floor_check = 1;
+  assert_true(ferry_plan_search_floor_next(&s));
   while (ferry_plan_search_next(&s, &r)) {
     assert_true(r == 0.01);
     ferry_plan_search_report(&s, r, 0, 0, FERRY_PLAN_FLOOR_MISS * 1.5);
@@ -108,8 +111,11 @@ static void test_search_floor_check(void **state) {
     for (int check = 0; check < 2; check++) {
       ferry_plan_search_init(&s, 8, 0.01, 16, 0.05);
       s.floor_check = check ? 1 + k / 2 : 0;
-      while (ferry_plan_search_next(&s, &r)) {
+      for (;;) {
+        const int floor_next = ferry_plan_search_floor_next(&s);
+        if (!ferry_plan_search_next(&s, &r)) break;
         const int floor_probe = check && !s.floor_probed && r == 0.01;
+        assert_int_equal(floor_next, floor_probe); /* says which probe is the floor check */
         const int ok = floor_probe ? misses[k % 2] == 0 : r <= 3;
         ferry_plan_search_report(&s, r, ok, 0, ok ? 0 : floor_probe ? misses[k % 2] : 1 + (r - 3) / 3);
         if (!floor_probe) {
@@ -124,6 +130,49 @@ static void test_search_floor_check(void **state) {
     assert_int_equal(np, nc);
     assert_memory_equal(plain, checked, (size_t)np * sizeof plain[0]);
   }
+}
+
+/* The floor check's bounds from part of a sample: whatever the unknown values (non-negative),
+ * the whole sample's percentiles and mean, as ferry computes them, are at least the bounds; and
+ * the percentile bound is tight (the unknown values all 0 reach it). */
+static void test_partial_sample_bounds(void **state) {
+  (void)state;
+  unsigned seed = 11;
+  double v[120], w[120];
+  static const double pct[] = {50, 90, 99};
+  int proven = 0;
+  for (int trial = 0; trial < 400; trial++) {
+    seed = seed * 1103515245u + 12345u;
+    const size_t n = 1 + seed % 120;
+    seed = seed * 1103515245u + 12345u;
+    const size_t known = seed % (n + 1);
+    for (size_t i = 0; i < n; i++) {
+      seed = seed * 1103515245u + 12345u;
+      v[i] = (double)(seed % 100000) * 1e3;
+    }
+    for (int zero = 0; zero < 2; zero++) {
+      /* the unknown values: random, or all 0 (the lowest they can be) */
+      memcpy(w, v, n * sizeof *w);
+      if (zero)
+        for (size_t i = known; i < n; i++) w[i] = 0;
+      double bound[4] = {ferry_plan_mean_floor(w, known, n)};
+      for (int p = 0; p < 3; p++) bound[p + 1] = ferry_plan_percentile_floor(w, known, n, pct[p]);
+      struct ferry__dist d;
+      ferry__dist_compute(w, n, &d); /* sorts w: the bounds were taken first */
+      const double whole[4] = {d.mean, d.p50, d.p90, d.p99};
+      for (int k = 0; k < 4; k++)
+        if (!(bound[k] <= whole[k])) fail_msg("n %zu, %zu known: bound %d is %g above the whole's %g", n, known, k, bound[k], whole[k]);
+      const size_t lo = (size_t)(99 / 100.0 * (double)(n - 1)); /* ferry's rank of the P99 */
+      if (known < n - lo) {
+        assert_true(bound[3] == 0); /* too few known: nothing proven */
+      } else if (zero) {
+        assert_true(bound[3] == w[lo]); /* the rest at 0: the value at the rank itself */
+        proven++;
+      }
+    }
+  }
+  assert_true(proven > 10);
+  assert_true(ferry_plan_percentile_floor(NULL, 0, 10, 99) == 0 && ferry_plan_mean_floor(v, 5, 0) == 0);
 }
 
 /* A brute-force scan of a monotone predicate on a fine grid against the search. */
@@ -411,7 +460,7 @@ static void test_plan_pruned_exhaustive(void **state) {
   const cJSON *hp = cJSON_GetObjectItemCaseSensitive(pruned, "hardware"), *hf = cJSON_GetObjectItemCaseSensitive(full, "hardware");
   assert_int_equal(cJSON_GetArraySize(hp), 3);
   assert_int_equal(cJSON_GetArraySize(hf), 3);
-  int feasible = 0, floor_verdicts = 0;
+  int feasible = 0, floor_verdicts = 0, prefix_verdicts = 0;
   for (int i = 0; i < 3; i++) {
     const cJSON *a = cJSON_GetArrayItem(hp, i), *b = cJSON_GetArrayItem(hf, i);
     const char *name = cJSON_GetObjectItemCaseSensitive(a, "hardware")->valuestring;
@@ -431,20 +480,91 @@ static void test_plan_pruned_exhaustive(void **state) {
     feasible += num(a, "max_rps") > 0;
     assert_true(num(a, "simulations") <= num(b, "simulations"));
     const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(a, "probes"))
-      floor_verdicts += tu_contains(cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring, "no rate meets the SLO") &&
-                        tu_contains(cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring, "floor");
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(a, "probes")) {
+      const char *why = cJSON_GetObjectItemCaseSensitive(p, "why")->valuestring;
+      const int verdict = tu_contains(why, "no rate meets the SLO") && tu_contains(why, "floor");
+      floor_verdicts += verdict;
+      prefix_verdicts += verdict && tu_contains(why, "lower bounds");
+    }
   }
   /* the case is the one meant: a profile meets the SLO, the floor check ended some searches,
    * and pruning saved simulations */
   assert_int_equal(feasible, 1);
   assert_true(floor_verdicts > 0);
+  assert_true(prefix_verdicts > 0); /* some from a prefix of the slice (plan_floor_prove) */
   assert_true(num(pruned, "simulations") < num(full, "simulations"));
   const cJSON *c1 = cJSON_GetObjectItemCaseSensitive(pruned, "cheapest"), *c2 = cJSON_GetObjectItemCaseSensitive(full, "cheapest");
   assert_true(cJSON_IsString(c1) && cJSON_IsString(c2));
   assert_string_equal(c1->valuestring, c2->valuestring);
   cJSON_Delete(pruned);
   cJSON_Delete(full);
+}
+
+/* Parallelism on a multi-GPU machine: a TPOT limit that one GPU cannot meet at any rate and
+ * tensor parallel over two can. A two-layer model as wide as Llama-3-8B (only its config.json:
+ * the simulator reads no weights) keeps decoding memory-bound and the simulations short. The
+ * plan picks a tensor parallel configuration, its printed `ferry sim` command meets the SLO, and
+ * the pruned search gives the exhaustive one's answer. */
+static void test_plan_tensor_parallel(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("plan-tp"), path[4200], args[4600];
+  snprintf(path, sizeof path, "%s/model", dir);
+  assert_int_equal(mkdir(path, 0777), 0);
+  snprintf(path, sizeof path, "%s/model/config.json", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 4096, "
+        "\"intermediate_size\": 14336, \"num_hidden_layers\": 2, \"num_attention_heads\": 32, "
+        "\"num_key_value_heads\": 8, \"vocab_size\": 4096, \"max_position_embeddings\": 8192, "
+        "\"rms_norm_eps\": 1e-5, \"rope_theta\": 500000.0, \"torch_dtype\": \"bfloat16\"}\n",
+        f);
+  assert_int_equal(fclose(f), 0);
+  snprintf(args, sizeof args,
+           "plan --model %s/model --synthetic arrivals=poisson,n=40,prompt=48,output=16 --slo ttft_p99=200ms,tpot_p99=1.2ms "
+           "--hw 4xl40s --quant native --max-batch 4,8 --max-gpus 4 --rate 20 -j 2 --quiet --format json",
+           dir);
+  const size_t base = strlen(args);
+  snprintf(args + base, sizeof args - base, " --exhaustive");
+  cJSON *full = plan_json(args);
+  /* with --db the request slices stay, for the command the plan prints */
+  snprintf(args + base, sizeof args - base, " --db %s/study.db", dir);
+  cJSON *pruned = plan_json(args);
+  const cJSON *h = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pruned, "hardware"), 0),
+              *hf = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(full, "hardware"), 0);
+  const double max = num(h, "max_rps");
+  assert_true(max > 0 && max == num(hf, "max_rps"));
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(h, "config");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(cfg, "parallel")->valuestring, "tp");
+  assert_true(num(cfg, "gpus_per_replica") >= 2);
+  assert_true(num(cfg, "gpus_per_replica") * num(cfg, "replicas") == 4);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(cfg, "text")->valuestring,
+                      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(hf, "config"), "text")->valuestring);
+  /* one GPU per engine (four replicas) was searched and met the SLO at no rate */
+  int one_gpu = 0;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(h, "probes")) {
+    const char *c = cJSON_GetObjectItemCaseSensitive(p, "config")->valuestring;
+    if (tu_contains(c, ", tp ") || strcmp(cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring, "probe")) continue;
+    assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible")));
+    assert_true(num(p, "replicas") == 4);
+    one_gpu++;
+  }
+  assert_true(one_gpu > 0);
+  /* the printed command is that configuration, and meets the SLO when replayed */
+  const char *command = cJSON_GetObjectItemCaseSensitive(h, "command")->valuestring;
+  assert_true(tu_contains(command, "--parallel tp"));
+  if (num(cfg, "replicas") > 1) assert_true(tu_contains(command, "--router least-tokens"));
+  cJSON *at = sim_at(command, 1.0);
+  const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(at, "runs"), 0);
+  const double ttft = num(cJSON_GetObjectItemCaseSensitive(run, "ttft_ms"), "p99"),
+               tpot = num(cJSON_GetObjectItemCaseSensitive(run, "tpot_ms"), "p99");
+  if (!(ttft <= 200 && tpot <= 1.2)) fail_msg("at %g req/s: ttft p99 %g, tpot p99 %g", max, ttft, tpot);
+  if (!(fabs(tpot - num(h, "tpot_p99_ms")) <= 1e-6 * tpot)) fail_msg("replayed tpot p99 %g, plan %g", tpot, num(h, "tpot_p99_ms"));
+  cJSON_Delete(at);
+  cJSON_Delete(pruned);
+  cJSON_Delete(full);
+  tu_rmtree(dir);
+  free(dir);
 }
 
 /* An offload variant that only changes a prefetch depth the engine does not use (Mixtral on an
@@ -522,10 +642,12 @@ static void test_plan_usage(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_search_brackets), cmocka_unit_test(test_search_brute_force),
-      cmocka_unit_test(test_search_floor_check), cmocka_unit_test(test_plan_pruned_exhaustive),
+      cmocka_unit_test(test_search_floor_check), cmocka_unit_test(test_partial_sample_bounds),
+      cmocka_unit_test(test_plan_pruned_exhaustive),
       cmocka_unit_test(test_saturation),      cmocka_unit_test(test_costs),
       cmocka_unit_test(test_plan_cli),        cmocka_unit_test(test_plan_saturation),
       cmocka_unit_test(test_plan_usage),      cmocka_unit_test(test_plan_same_runs),
+      cmocka_unit_test(test_plan_tensor_parallel),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

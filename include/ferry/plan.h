@@ -125,6 +125,40 @@ FERRY_API int ferry_plan_search_next(const struct ferry_plan_search *s, double *
  */
 FERRY_API void ferry_plan_search_report(struct ferry_plan_search *s, double rps, int feasible, int saturated, double excess);
 
+/**
+ * @brief Whether the next rate ferry_plan_search_next() gives is the floor check (floor_check):
+ *        the probe whose clear miss ends the search, which a caller may answer from part of the
+ *        requests (ferry_plan_percentile_floor()).
+ * @param s the state.
+ * @return 1 when it is, else 0.
+ */
+FERRY_API int ferry_plan_search_floor_next(const struct ferry_plan_search *s);
+
+/**
+ * @brief A lower bound of a percentile of n_total non-negative values of which only some are
+ *        known. ferry's percentiles (ferry_serve_summary) interpolate linearly between the
+ *        sorted values at ranks lo = floor(p / 100 x (n_total - 1)) and lo + 1, so they are at
+ *        least the value at rank lo, which is at least the (n_total - lo)-th largest known value:
+ *        the n_total - lo largest values of the whole are all at least that one.
+ * @param known the known values (any order; not modified).
+ * @param n_known how many are known (<= n_total).
+ * @param n_total how many values the whole has.
+ * @param percentile 0 to 100.
+ * @return the bound; 0 when fewer than n_total - lo values are known (nothing is proven).
+ */
+FERRY_API double ferry_plan_percentile_floor(const double *known, size_t n_known, size_t n_total, double percentile);
+
+/**
+ * @brief A lower bound of the mean of n_total non-negative values of which some are known: their
+ *        sum over n_total, less a relative 1e-12 so that no order of summation (the whole's mean
+ *        adds the values in another order, each addition rounded) can end below it.
+ * @param known the known values.
+ * @param n_known how many are known (<= n_total).
+ * @param n_total how many values the whole has (0: returns 0).
+ * @return the bound.
+ */
+FERRY_API double ferry_plan_mean_floor(const double *known, size_t n_known, size_t n_total);
+
 /** Costs of serving at a rate. */
 struct ferry_plan_cost {
   double usd_per_hour;           /**< price per hour of the machines */
