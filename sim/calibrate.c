@@ -706,6 +706,7 @@ static void json_machine(cJSON *root, const struct ferry_hw_profile *p) {
     if (p->link.pageable_h2d_gbps > 0) cJSON_AddNumberToObject(l, "pageable_h2d_gbps", p->link.pageable_h2d_gbps);
     cJSON_AddNumberToObject(l, "latency_ns", (double)p->link.latency_ns);
     cJSON_AddNumberToObject(l, "copy_engines", p->link.copy_engines);
+    if (p->link.contention > 0) cJSON_AddNumberToObject(l, "contention", p->link.contention);
   }
   if (p->has_host) {
     cJSON *h = cJSON_AddObjectToObject(root, "host");
