@@ -89,6 +89,10 @@ struct ferry_hw_cost {
                            may be off */
 };
 
+/** The largest link.contention a calibration writes (a kernel at 5 % of its speed while a copy
+ *  flows); the reader accepts up to, not including, 1. */
+#define FERRY_HW_CONTENTION_MAX 0.95
+
 /** Fits (`cost.KIND.r2`) below this explain too little of what was measured: `ferry calibrate`
  *  and `ferry sim` warn. */
 #define FERRY_HW_FIT_R2_MIN 0.9
