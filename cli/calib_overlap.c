@@ -28,7 +28,7 @@ ferry_status calib_copies_load(sqlite3 *db, int64_t run, struct calib_copies *ou
   size_t cap = 0;
   while (sqlite3_step(q) == SQLITE_ROW) {
     const int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
-    if (e <= s) continue; /* an empty copy, or a crafted row ending before it starts */
+    if (s < 0 || e <= s) continue; /* an empty copy, or a crafted row (negative, ending before it starts) */
     if (out->n == cap) {
       cap = cap ? 2 * cap : 1024;
       struct calib_copy *v = ferry__reallocarray(out->v, cap, sizeof *v);
@@ -84,6 +84,8 @@ void calib_overlap(const struct calib_copies *c, int64_t start, int64_t end, int
   struct piece pa[MAX_PIECES], pb[MAX_PIECES];
   size_t na = 0, nb = 0;
   double extra_a = 0, extra_b = 0;
+  *all = *before = 0;
+  if (start < 0 || end <= start) return; /* a crafted row: nothing of it can be measured */
   /* the first copy starting at or after the kernel's end; the ones before it may overlap */
   size_t lo = 0, hi = c->n;
   while (lo < hi) {
@@ -137,7 +139,7 @@ ferry_status calib_fit_contention(sqlite3 *db, int64_t run, const struct calib_c
   while (sqlite3_step(q) == SQLITE_ROW) {
     const int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
     const double flops = sqlite3_column_double(q, 5);
-    if (e <= s || !isfinite(flops)) continue; /* crafted rows */
+    if (s < 0 || e <= s || !isfinite(flops)) continue; /* crafted rows */
     if (n == cap) {
       cap = cap ? 2 * cap : 4096;
       struct ferry_calib_overlap *nv = ferry__reallocarray(v, cap, sizeof *nv);
