@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/calib_overlap.h"
 #include "cli/cli.h"
 #include "common/alloc.h"
 #include "common/checked.h"
@@ -31,7 +32,9 @@ static void usage(FILE *f) {
           "  --db RUN.db      fit costs to the timeline of a recorded run (host, cuda or an nsys import):\n"
           "                   per kernel kind, duration = overhead + bytes x a + flops x b, or + max(...),\n"
           "                   whichever fits better (relative least squares, coefficients >= 0); copies and\n"
-          "                   disk reads: latency + bytes / rate\n"
+          "                   disk reads: latency + bytes / rate; link.contention (a kernel's extra time per ns\n"
+          "                   of a copy beside it) from kernels of one shape run with and without a copy\n"
+          "                   beside them, and taken out of the kernel costs (else the base profile's)\n"
           "  --run N          the run in RUN.db\n"
           "  --base PROFILE   the profile whose other figures the fitted one keeps (ferry hw list)\n"
           "  --out FILE       where to write the profile (JSON, the catalogue format)\n");
@@ -303,9 +306,12 @@ static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profil
 }
 
 /* The kernel cost of each kind: least squares over the run's kernels of that kind (above or below
- * the GEMM intensity where the kind has a _gemm variant). s holds up to cap samples. */
-static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, struct ferry_calib_sample *s, size_t cap,
-                                struct ferry_hw_profile *p, int *any, int *weak) {
+ * the GEMM intensity where the kind has a _gemm variant), each without the time the copies
+ * issued before it took from it (p->link.contention x their overlap: what the simulator charges
+ * on top of the cost). s holds up to cap samples. */
+static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, const struct calib_copies *copies,
+                                struct ferry_calib_sample *s, size_t cap, struct ferry_hw_profile *p, int *any,
+                                int *weak) {
   for (int kind = 0; kind < FERRY_HW_COST_KINDS; kind++) {
     /* "<kind>_gemm" takes the ops of <kind> above the GEMM intensity; <kind> the rest */
     const char *name = ferry_hw_cost_kind_name(kind);
@@ -320,8 +326,9 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, s
     for (int j = 0; j < FERRY_HW_COST_KINDS; j++) has_gemm_variant |= !strcmp(ferry_hw_cost_kind_name(j), gemm_name);
     sqlite3_stmt *q = NULL;
     const char *sql =
-        "SELECT k.bytes, k.flops, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds n ON n.id = k.shortName "
-        "WHERE k.runId = ?1 AND n.value = ?2 LIMIT 200000";
+        "SELECT k.bytes, k.flops, k.end - k.start, k.start, k.end, COALESCE(k.correlationId, 0) FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds n ON n.id = k.shortName WHERE k.runId = ?1 AND n.value = ?2 "
+        "LIMIT 200000";
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
       return ferry__fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path,
                          sqlite3_errmsg(db));
@@ -333,6 +340,12 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, s
       double bytes = (double)sqlite3_column_int64(q, 0), flops = sqlite3_column_double(q, 1);
       double dur = (double)sqlite3_column_int64(q, 2);
       if (!usable_sample(bytes, flops, dur)) continue;
+      if (p->link.contention > 0) {
+        double all, before;
+        calib_overlap(copies, sqlite3_column_int64(q, 3), sqlite3_column_int64(q, 4), sqlite3_column_int64(q, 5), &all,
+                      &before);
+        dur -= p->link.contention * before;
+      }
       int is_gemm = bytes > 0 && flops / bytes > FERRY_HW_GEMM_INTENSITY;
       if (has_gemm_variant && is_gemm != gemm_kind) continue;
       s[n++] = (struct ferry_calib_sample){bytes, flops, dur};
@@ -408,6 +421,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   sqlite3 *db = NULL;
   int rc = CLI_FAIL;
   struct ferry_calib_sample *s = NULL;
+  struct calib_copies copies = {0};
   const char *fitted[64];
   size_t n_fitted = 0;
   int weak = 0;
@@ -419,8 +433,14 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   size_t cap = 200000;
   s = ferry_malloc(cap * sizeof *s);
   if (!s) goto out;
-  int any = 0;
-  if ((st = fit_kernels(db, db_path, run, s, cap, &p, &any, &weak)) != FERRY_OK) {
+  int any = 0, contention_fitted = 0;
+  if ((st = calib_copies_load(db, run, &copies)) != FERRY_OK ||
+      (st = calib_fit_contention(db, run, &copies, &p, &contention_fitted)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  if (contention_fitted) fitted[n_fitted++] = "link.contention";
+  if ((st = fit_kernels(db, db_path, run, &copies, s, cap, &p, &any, &weak)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
@@ -445,6 +465,7 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   rc = CLI_OK;
 out:
   ferry_free(s);
+  calib_copies_free(&copies);
   sqlite3_close_v2(db);
   ferry_hw_close(hw);
   return rc;
@@ -488,16 +509,18 @@ int cmd_calibrate(int argc, char **argv) {
                                          "link.h2d_gbps",   "link.d2h_gbps",        "link.latency_ns",
                                          "host.dram_gbps",  "host.cpu_gflops",      "disk.read_gbps",
                                          "disk.latency_ns", "host.submit_ns",       "host.sync_ns",
-                                         "host.queue_wake_ns"};
+                                         "host.queue_wake_ns", "link.contention"};
   char host[64] = "this machine", note[256];
   gethostname(host, sizeof host - 1);
   snprintf(note, sizeof note, "ferry calibrate --probe on %s", host);
   if ((st = ferry_hw_write_json(&p, measured, sizeof measured / sizeof measured[0], note, out)) != FERRY_OK)
     return cli_fail(st, NULL);
   printf("memcpy %.2f GB/s (latency %lld ns), O_DIRECT reads %.2f GB/s (latency %lld ns), matmul peak %.1f GFLOP/s, "
-         "op issue %lld ns, event round trip %lld ns, idle queue wake-up %lld ns\n",
+         "op issue %lld ns, event round trip %lld ns, idle queue wake-up %lld ns, a kernel beside a copy %.3f ns "
+         "slower per ns of overlap (link.contention)\n",
          p.link.h2d_gbps, (long long)p.link.latency_ns, p.disk.read_gbps, (long long)p.disk.latency_ns,
-         p.host.cpu_gflops, (long long)p.host.submit_ns, (long long)p.host.sync_ns, (long long)p.host.queue_wake_ns);
+         p.host.cpu_gflops, (long long)p.host.submit_ns, (long long)p.host.sync_ns, (long long)p.host.queue_wake_ns,
+         p.link.contention);
   for (int i = 0; i < FERRY_HW_COST_KINDS; i++)
     if (p.cost_set >> i & 1)
       printf("  %-12s %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)%s\n", ferry_hw_cost_kind_name(i),

@@ -126,6 +126,7 @@ static int hw_show(const char *name) {
     show_f("link.pageable_h2d_gbps", p->link.pageable_h2d_gbps, "GB/s");
     printf("  %-28s %lld ns\n", "link.latency_ns", (long long)p->link.latency_ns);
     printf("  %-28s %d%s\n", "link.copy_engines", p->link.copy_engines, p->link.copy_engines ? "" : " (unlimited)");
+    if (p->link.contention > 0) printf("  %-28s %.3f\n", "link.contention", p->link.contention);
   }
   if (p->has_host) {
     printf("host: %s\n", p->host.name);

@@ -17,6 +17,7 @@
 #include "ferry/calibrate.h"
 #include "ferry/exec.h"
 #include "ferry/store.h"
+#include "sim/calibrate_contend.h"
 
 /* ---- fit ------------------------------------------------------------------------------------ */
 
@@ -661,7 +662,18 @@ ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, struct ferry
   double best_gflops = 0;
   if ((st = probe_kernels(&p, &b, FERRY_DTYPE_F16, ids, out, &best_gflops))) goto out;
 
+  /* a memory-bound product (decode: 4 rows through 8 MiB of fp16 weights) alone and beside a
+   * 64 MiB copy that covers it: the host executor's "device" and "link" are one DRAM */
+  if (progress) fprintf(progress, "ferry: calibrate: a kernel beside a copy\n");
+  struct ferry_kernel mk = {.kind = FERRY_K_MATMUL, .name = "matmul", .layer = -1, .expert = -1, .m = 4, .n = 1024,
+                            .k = 4096, .x = {b.x, 0, FERRY_DTYPE_F32}, .y = {b.y, 0, FERRY_DTYPE_F32},
+                            .w = {b.w, 0, FERRY_DTYPE_F16}};
+  double contention = 0;
+  st = ferry__calibrate_probe_contention(p.ex, p.q_compute, p.q_h2d, p.ev, &mk, host, dev, big, &contention);
+  ferry_exec_set_sink(p.ex, probe_sink, &p);
+  if (st) goto out;
   fill_probe_profile(out, dir, &h2d, &d2h, &disk, best_gflops, submit_ns, sync_ns, wake_ns);
+  out->link.contention = contention < 0 ? 0 : contention > FERRY_HW_CONTENTION_MAX ? FERRY_HW_CONTENTION_MAX : contention;
 out:
   if (p.ev) ferry_exec_event_destroy(p.ex, p.ev); /* events are the caller's, unlike buffers */
   ferry_exec_destroy(p.ex);
@@ -706,6 +718,7 @@ static void json_machine(cJSON *root, const struct ferry_hw_profile *p) {
     if (p->link.pageable_h2d_gbps > 0) cJSON_AddNumberToObject(l, "pageable_h2d_gbps", p->link.pageable_h2d_gbps);
     cJSON_AddNumberToObject(l, "latency_ns", (double)p->link.latency_ns);
     cJSON_AddNumberToObject(l, "copy_engines", p->link.copy_engines);
+    if (p->link.contention > 0) cJSON_AddNumberToObject(l, "contention", p->link.contention);
   }
   if (p->has_host) {
     cJSON *h = cJSON_AddObjectToObject(root, "host");

@@ -80,6 +80,37 @@ void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen
 static void job_done(struct ferry__res_job *job, void *ctx);
 static void start_failed(struct sim_queue *q, ferry_status st);
 
+/* ---- link copies and kernels sharing one memory system (link.contention, sim/contend.c) ---- */
+
+/* No kernel starts before this: the clock, or a kernel running since earlier. */
+static int64_t contention_horizon(const struct sim_exec *s) {
+  int64_t k = ferry__des_now(s->des);
+  for (int32_t i = 0; i < s->ex->n_queues; i++) {
+    const struct sim_queue *q = &s->queues[i];
+    if (q->busy && q->count && q->ring[q->head].op.kind == FERRY_OP_KERNEL && q->job.start_ns < k) k = q->job.start_ns;
+  }
+  return k;
+}
+
+/* A link transfer's bytes start to flow: noted for the kernels it slows, ending when it would alone
+ * on its channel (as the fast path times it; one that shares its channel is corrected when done). */
+static void transfer_flowing(struct ferry__res_job *job, void *ctx) {
+  struct sim_queue *q = ctx;
+  struct sim_exec *s = q->s;
+  const struct sim_op *so = &q->ring[q->head];
+  int64_t flow_ns;
+  ferry__fluid_alone_ns(s->chan[so->cost.chan], job->bytes, &flow_ns);
+  const int64_t now = ferry__des_now(s->des);
+  ferry_status st = ferry__sim_flow_note(s, now, now + flow_ns, so->seq, contention_horizon(s));
+  if (st != FERRY_OK) ferry__exec_op_failed(s->ex, st, s->ex->err.msg);
+}
+
+/* A kernel's end, slowed by the link transfers issued before it that flow while it runs. */
+static int64_t kernel_stretch(struct ferry__res_job *job, void *ctx) {
+  const struct sim_queue *q = ctx;
+  return ferry__sim_contended_end(q->s, job->start_ns, job->duration_ns, q->ring[q->head].seq);
+}
+
 /* Start one attempt of the head copy or read on its channel, with its injected faults
  * (ferry/fault.h) drawn now, in virtual time: a delay holds the channel's slot longer (a
  * latency spike); a failed copy is a lost device; a failed read is charged its full time and
@@ -104,6 +135,7 @@ static ferry_status start_transfer(struct sim_queue *q, struct sim_op *so, uint6
   q->job.extra_latency_ns = f.delay_ns;
   q->job.done = job_done;
   q->job.ctx = q;
+  if (q->s->hw.link.contention > 0 && ferry__sim_link_chan(so->cost.chan)) q->job.flowing = transfer_flowing;
   q->busy = 1;
   ferry_status st = ferry__fluid_submit(q->s->chan[so->cost.chan], &q->job);
   if (st != FERRY_OK) q->busy = 0;
@@ -167,6 +199,7 @@ static void job_done(struct ferry__res_job *job, void *ctx) {
   struct sim_queue *q = ctx;
   struct sim_op *so = &q->ring[q->head];
   if (so->op.kind == FERRY_OP_READ && so->fault != FERRY_FAULT_NONE && read_fault(q, so)) return;
+  if (job->flowing) ferry__sim_flow_ended(q->s, so->seq, job->end_ns);
   q->busy = 0;
   if (so->op.kind == FERRY_OP_READ && so->failures && !so->read_failed) ferry__io_count(FERRY__IO_RECOVERED, 1);
   ferry__sim_op_complete(q, so->op.kind == FERRY_OP_READ && so->first_start_ns >= 0 ? so->first_start_ns : job->start_ns,
@@ -220,6 +253,7 @@ static void advance(struct sim_queue *q) {
         q->job.duration_ns = so->cost.duration_ns + f.delay_ns;
         q->job.done = job_done;
         q->job.ctx = q;
+        if (s->hw.link.contention > 0 && s->ex->queues[q->index].role != FERRY_QUEUE_CPU) q->job.stretch = kernel_stretch;
         q->busy = 1;
         if ((st = ferry__compute_submit(q->unit, &q->job)) != FERRY_OK) {
           q->busy = 0;
@@ -647,6 +681,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK) return st;
   so->cost = c;
   so->full = ex->sink != NULL;
+  so->seq = ++s->issue_seq;
   memcpy(&so->op, op, ferry__sim_op_bytes(op, so->full));
   q->count++;
   s->pending_ops++;
@@ -749,6 +784,7 @@ static void sim_destroy(struct ferry_exec *ex) {
     for (int c = 0; c < CHAN_COUNT; c++) ferry__fluid_destroy(s->chan[c]);
     ferry__sim_fast_free(s);
     ferry_free(s->cache.v);
+    ferry_free(s->flows);
     ferry__des_destroy(s->des);
     ferry_free(s);
   }

@@ -212,7 +212,13 @@ ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, s
   const int64_t start = q->fcount ? q->tail_ns : (s->wake_ns > 0 && q->last_done_ns < now ? now + s->wake_ns : now);
   int64_t end = start;
   switch (fo->kind) {
-    case FERRY_OP_KERNEL: end = start + duration_ns; break;
+    case FERRY_OP_KERNEL:
+      end = start + duration_ns;
+      if (s->hw.link.contention > 0 && s->ex->queues[q->index].role != FERRY_QUEUE_CPU) {
+        end = ferry__sim_contended_end(s, start, duration_ns, UINT64_MAX); /* every transfer noted was issued before */
+        fo->flow_ns = end - start;
+      }
+      break;
     case FERRY_OP_COPY:
     case FERRY_OP_READ: {
       struct sim_chan_use *u = &s->chan_use[fo->chan];
@@ -225,6 +231,10 @@ ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, s
       end = start + duration_ns; /* the transfer alone on its channel (ferry__fluid_alone_ns()) */
       u->until_ns = end;
       u->queue = q->index;
+      if (s->hw.link.contention > 0 && ferry__sim_link_chan(fo->chan)) {
+        ferry_status st = ferry__sim_flow_note(s, end - fo->flow_ns, end, 0, now);
+        if (st != FERRY_OK) return st;
+      }
       break;
     }
     case FERRY_OP_RECORD:

@@ -481,13 +481,14 @@ static ferry_status launch_run(struct sim_exec *s, struct sim_queue *q, const st
                                const struct graph_op *o, int64_t context_tokens) {
   const struct graph_item *it = &g->items[o->item];
   int64_t host = s->now_ns, end = q->fcount ? q->tail_ns : INT64_MIN, start = 0, busy = 0;
+  const int contend = s->hw.link.contention > 0 && s->ex->queues[q->index].role != FERRY_QUEUE_CPU;
   for (uint32_t j = 0; j < o->n; j++) {
     host += it[j].issue_ns;
     const int64_t begin = end > host ? end : host,
                   d = it[j].kernel < 0 ? it[j].duration_ns : item_ns(s, g->kernels, &it[j], context_tokens);
     if (j == 0) start = begin;
-    end = begin + d;
-    busy += d;
+    end = contend ? ferry__sim_contended_end(s, begin, d, UINT64_MAX) : begin + d;
+    busy += end - begin;
   }
   /* the host's time first: ops that end meanwhile complete, and an emptied ring starts again
    * at its first entry, where the run's entry then goes */

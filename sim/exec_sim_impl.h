@@ -53,6 +53,7 @@ struct sim_op {
   int32_t failures;            /* reads: failed attempts */
   int read_failed;             /* reads: failed for good */
   int64_t first_start_ns;      /* start of the first attempt (-1 until one failed) */
+  uint64_t seq;                /* issue order (link.contention: a kernel is slowed by the transfers issued before it) */
 };
 
 /* An op enqueued on the fast path: its times are known, so little is kept (the ring is walked
@@ -103,6 +104,12 @@ struct sim_chan_use {
   int32_t queue;
 };
 
+/* A link transfer's span with bytes flowing, kept while a kernel may still overlap it (sim/contend.c). */
+struct sim_flow {
+  int64_t start_ns, end_ns;
+  uint64_t seq; /* the transfer's issue order (the discrete-event path; 0 in the fast path) */
+};
+
 struct sim_graph_capture;
 
 struct sim_exec {
@@ -129,6 +136,10 @@ struct sim_exec {
   struct ferry__packed packed[PACKED_SLOTS];
   uint64_t packed_next;
   struct page_cache cache; /* the OS page cache over buffered disk reads */
+  /* link.contention > 0: the link transfers' flowing spans, in order of start (sim/contend.c) */
+  struct sim_flow *flows;
+  uint32_t n_flows, cap_flows;
+  uint64_t issue_seq; /* ops submitted so far (the discrete-event path's sim_op.seq) */
   /* fast path */
   int mode;                   /* enum ferry_sim_mode */
   int submitted;              /* an op has been submitted: the mode can no longer change */
@@ -166,6 +177,18 @@ ferry_status ferry__sim_ring_slot(struct sim_exec *s, struct sim_queue *q, struc
 void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns);
 /* Generation gen of ev completed at t_ns: raise done_gen, release queues blocked on it. */
 void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t t_ns);
+
+/* contend.c: link copies and kernels sharing one memory system (hw.link.contention > 0) */
+/* A transfer issued seq-th flows over [start, end): noted for the kernels it slows; spans that
+ * ended by keep_from (no kernel starts earlier) are dropped. */
+ferry_status ferry__sim_flow_note(struct sim_exec *s, int64_t start_ns, int64_t end_ns, uint64_t seq, int64_t keep_from);
+/* The transfer issued seq-th ended at end_ns (the discrete-event path, when it shared its channel). */
+void ferry__sim_flow_ended(struct sim_exec *s, uint64_t seq, int64_t end_ns);
+/* When a kernel of work_ns started at start_ns ends, slowed while the noted transfers issued
+ * before it (seq < before_seq) flow. */
+int64_t ferry__sim_contended_end(const struct sim_exec *s, int64_t start_ns, int64_t work_ns, uint64_t before_seq);
+/* The link's two directions: their transfers slow kernels. */
+static inline int ferry__sim_link_chan(int chan) { return chan == CHAN_H2D || chan == CHAN_D2H; }
 
 /* exec_sim_fast.c */
 ferry_status ferry__sim_fring_grow(struct sim_exec *s, struct sim_queue *q);

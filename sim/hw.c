@@ -29,7 +29,7 @@
 /* ---- the field table ------------------------------------------------------------------------ */
 
 enum ftype { T_STR, T_F64, T_I64, T_U64, T_I32 };
-enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL };
+enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL, C_SHARE };
 enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_RUNTIME, S_IC, S_TOP, S_COUNT };
 
 struct field {
@@ -64,6 +64,7 @@ static const struct field fields[] = {
     {"link.pageable_h2d_gbps", T_F64, C_POS, S_LINK, P(link.pageable_h2d_gbps), 0},
     {"link.latency_ns", T_I64, C_NONNEG, S_LINK, P(link.latency_ns), 0},
     {"link.copy_engines", T_I32, C_NONNEG, S_LINK, P(link.copy_engines), 0},
+    {"link.contention", T_F64, C_SHARE, S_LINK, P(link.contention), 0},
     {"host.name", T_STR, C_NONE, S_HOST, S(host.name)},
     {"host.dram_gbps", T_F64, C_POS, S_HOST, P(host.dram_gbps), 0},
     {"host.cpu_gflops", T_F64, C_POS, S_HOST, P(host.cpu_gflops), 0},
@@ -399,6 +400,8 @@ static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 0 or 1 (got %g)", what, f->path, v);
     if (f->check == C_FRACTION && !(v > 0 && v <= 1))
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in (0, 1] (got %g)", what, f->path, v);
+    if (f->check == C_SHARE && !(v >= 0 && v < 1))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in [0, 1) (got %g)", what, f->path, v);
     field_set_number(&b->p, f, v);
   }
   SETBIT(b->own, idx);
@@ -896,7 +899,7 @@ static ferry_status require_field(const struct ferry_hw_profile *p, int idx) {
   if (f->type == T_STR)
     missing = ((const char *)p + f->off)[0] == '\0';
   else
-    missing = f->check == C_NONNEG ? 0 : !(field_number(p, f) > 0);
+    missing = f->check == C_NONNEG || f->check == C_SHARE ? 0 : !(field_number(p, f) > 0);
   if (missing)
     return ferry__fail(FERRY_ERR_NOT_FOUND, "hardware profile %s: %s is needed for this run but is not given", name,
                        f->path);

@@ -169,6 +169,7 @@ static void on_latency_end(struct ferry__des *des, void *ctx) {
   j->finish_tag = f->vtime + (double)j->bytes;
   flows_push(f, j); /* capacity reserved at submit */
   reschedule(f);
+  if (j->flowing) j->flowing(j, j->ctx);
 }
 
 static void on_complete(struct ferry__des *des, void *ctx) {
@@ -327,9 +328,16 @@ struct ferry__compute {
 };
 
 static void on_compute_end(struct ferry__des *des, void *ctx) {
-  (void)des;
   struct ferry__res_job *j = ctx;
   struct ferry__compute *c = j->owner;
+  if (j->stretch) { /* slowed by what started while it ran: it ends later */
+    const int64_t end = j->stretch(j, j->ctx);
+    if (end > j->end_ns && ferry__des_schedule(des, end, on_compute_end, j, NULL) == FERRY_OK) {
+      if (c->free_at_ns == j->end_ns) c->free_at_ns = end;
+      j->end_ns = end;
+      return;
+    }
+  }
   j->state = JOB_DONE;
   c->jobs_done++;
   c->busy_ns += j->end_ns - j->start_ns;
@@ -360,7 +368,12 @@ ferry_status ferry__compute_submit(struct ferry__compute *c, struct ferry__res_j
   if (job->duration_ns > INT64_MAX / 2 - start)
     return ferry__fail(FERRY_ERR_RANGE, "%s: op duration %lld ns overflows the clock", c->name,
                        (long long)job->duration_ns);
+  job->start_ns = start;
   int64_t end = start + job->duration_ns;
+  if (job->stretch) {
+    const int64_t e = job->stretch(job, job->ctx);
+    if (e > end) end = e;
+  }
   ferry_status st = ferry__des_schedule(c->des, end, on_compute_end, job, NULL);
   if (st != FERRY_OK) return st;
   job->owner = c;

@@ -28,7 +28,13 @@ struct ferry__res_job {
   int64_t extra_latency_ns; /* fluid resources: added to the latency phase (an injected delay, a
                                latency spike: the job holds its slot meanwhile) */
   ferry__res_done_fn done; /* optional completion callback */
-  void *ctx;               /* passed to done */
+  void *ctx;               /* passed to done (and to the two below) */
+  /* compute units, optional: the op's end given its start_ns and duration_ns, when something
+   * beside it slows it (link.contention). Asked at submit and again when that end comes: a later
+   * answer defers the end (what slows it may be learnt only while it runs) */
+  int64_t (*stretch)(struct ferry__res_job *job, void *ctx);
+  /* fluid resources, optional: called when the job's bytes start to flow (its latency paid) */
+  void (*flowing)(struct ferry__res_job *job, void *ctx);
   /* outputs, set by the resource */
   int64_t submit_ns; /* when submitted */
   int64_t start_ns;  /* when it got a copy engine / queue slot / the compute unit */

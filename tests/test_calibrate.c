@@ -2,7 +2,7 @@
  * the total-time scaling on noisy data (the simulated sum of durations equals the measured
  * one), and the degenerate cases; a failed probe releases what it took; `ferry calibrate --db` on
  * a recorded host run (fit quality and the runtime's host costs in the profile), and `ferry sim`
- * warning of weak fits. */
+ * warning of weak fits; the fit of the link's contention with kernels (link.contention). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +94,38 @@ static void test_degenerate(void **state) {
 
 /* A probe that fails (its scratch folder cannot be made) says where and releases everything
  * (the ASan build's leak check fails this test otherwise: it lost its event). */
+/* link.contention: kernels of 12 shapes, each run with no copy beside it and beside copies that
+ * overlapped a quarter, half or all of it, costing 0.3 ns more per ns of overlap, with +-2 %
+ * noise (seeded) and one kernel per shape the OS descheduled (10x its time): the within-shape
+ * fit recovers 0.3 whatever each shape costs. Without any overlap there is nothing to fit. */
+static void test_recovers_contention(void **state) {
+  (void)state;
+  struct ferry_calib_overlap s[12 * 41];
+  size_t n = 0;
+  uint64_t rng = 7;
+  for (int g = 0; g < 12; g++) {
+    const double base = 1e4 * (1 + g * g); /* 10 us to 1.2 ms */
+    for (int r = 0; r < 40; r++) {
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      const double noise = 1 + 0.04 * ((double)(rng >> 11) / 9007199254740992.0 - 0.5);
+      const double ov = base * 0.25 * (r % 5); /* ns of it with a copy beside it */
+      s[n++] = (struct ferry_calib_overlap){(uint64_t)g, (base + 0.3 * ov) * noise, ov};
+    }
+    s[n++] = (struct ferry_calib_overlap){(uint64_t)g, 10 * base, 0};
+  }
+  struct ferry_calib_contention f;
+  assert_int_equal(ferry_calibrate_fit_contention(s, n, &f), FERRY_OK);
+  if (fabs(f.contention - 0.3) > 0.02) fail_msg("contention %.4f +- %.4f", f.contention, f.std_error);
+  assert_true(f.std_error > 0 && f.std_error < 0.01);
+  assert_int_equal(f.samples, 12 * 40); /* the descheduled ones left out */
+  assert_int_equal(f.overlapped, 12 * 32);
+  assert_true(f.r2 > 0.5 && f.r2 <= 1);
+  for (size_t i = 0; i < n; i++) s[i].overlap_ns = 0;
+  assert_int_equal(ferry_calibrate_fit_contention(s, n, &f), FERRY_OK);
+  assert_true(f.contention == 0 && f.overlapped == 0);
+  assert_int_equal(ferry_calibrate_fit_contention(s, 0, &f), FERRY_ERR_INVALID);
+}
+
 static void test_failed_probe(void **state) {
   (void)state;
   char *dir = tu_mkdtemp("calib");
@@ -126,6 +158,8 @@ static void test_fit_from_run(void **state) {
   assert_true(tu_contains(out, "(R^2 "));
   assert_true(tu_contains(out, "step "));
   assert_true(tu_contains(out, "layers: "));
+  assert_true(tu_contains(out, "had a copy beside them")); /* the overlap the contention fit saw */
+  assert_true(tu_contains(out, "contention "));
   free(out);
   snprintf(args, sizeof args, "%s/fit.json", dir);
   ferry_hw *hw = NULL;
@@ -186,6 +220,7 @@ int main(void) {
       cmocka_unit_test(test_recovers_roofline_form),
       cmocka_unit_test(test_noisy_total_preserved),
       cmocka_unit_test(test_degenerate),
+      cmocka_unit_test(test_recovers_contention),
       cmocka_unit_test(test_failed_probe),
       cmocka_unit_test(test_fit_from_run),
       cmocka_unit_test(test_weak_fit_warned),

@@ -293,6 +293,65 @@ static void test_compute_roofline_and_order(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* link.contention: while a link copy's bytes flow, a kernel issued after the copy advances at
+ * (1 - contention) of its speed, the same in the exact and the fast mode. Contention 0.25; the
+ * copy of 100000 bytes pays 2000 ns of latency then flows over [2000, 12000) at 10 B/ns. */
+static void test_link_contention(void **state) {
+  (void)state;
+  const int modes[2] = {FERRY_SIM_EXACT, FERRY_SIM_FAST};
+  for (int mi = 0; mi < 2; mi++) {
+    ferry_hw *hw = profile("contended", GPU_JSON ", \"link\": {\"name\": \"L\", \"h2d_gbps\": 10, \"d2h_gbps\": 5,"
+                                        " \"latency_ns\": 2000, \"copy_engines\": 1, \"contention\": 0.25}");
+    assert_true(ferry_hw_get(hw)->link.contention == 0.25);
+    struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = modes[mi]};
+    ferry_exec *ex = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
+    ferry_hw_close(hw);
+    struct log log = {0};
+    ferry_exec_set_sink(ex, sink, &log);
+    int32_t qc, qh;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+    ferry_buf *w, *host, *dev;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "w", &w), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 100000, "h", &host), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 100000, "d", &dev), FERRY_OK);
+    ferry_buf *a = acts(ex);
+    /* 1. a gemv of 3511 ns alone (test_compute_roofline_and_order) issued after the copy: 2000 ns
+     * of its work before the copy flows, the other 1511 at 0.75: 2015 ns -> ends at 4015 */
+    struct ferry_kernel gemv = matmul(1, 1000, 1000, w, FERRY_DTYPE_F16, a);
+    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 100000), FERRY_OK);
+    assert_int_equal(ferry_exec_compute(ex, qc, &gemv), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    const struct ferry_activity *k = find(&log, FERRY_ACT_KERNEL, qc, 0), *c = find(&log, FERRY_ACT_MEMCPY, qh, 0);
+    assert_int_equal(c->start_ns, 0);
+    assert_int_equal(c->end_ns, 12000); /* the copy itself is not slowed */
+    assert_int_equal(k->start_ns, 0);
+    assert_int_equal(k->end_ns, 4015);
+    /* 2. a gemm of 43721 ns alone issued after a copy: the copy flows for 10000 ns of it, which
+     * cost 0.25 x 10000 = 2500 ns more */
+    const int64_t t0 = ferry_exec_now(ex);
+    struct ferry_kernel gemm = matmul(1000, 1000, 1000, w, FERRY_DTYPE_F32, a);
+    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 100000), FERRY_OK);
+    assert_int_equal(ferry_exec_compute(ex, qc, &gemm), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    k = find(&log, FERRY_ACT_KERNEL, qc, 1);
+    assert_int_equal(k->start_ns, t0);
+    assert_int_equal(k->end_ns - k->start_ns, 43721 + 2500);
+    /* 3. a kernel issued before the copy is not slowed by it (the fast mode times a kernel when
+     * it is issued, knowing only the copies issued before) */
+    const int64_t t1 = ferry_exec_now(ex);
+    assert_int_equal(ferry_exec_compute(ex, qc, &gemv), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 100000), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    k = find(&log, FERRY_ACT_KERNEL, qc, 2);
+    assert_int_equal(k->start_ns, t1);
+    assert_int_equal(k->end_ns - k->start_ns, 3511);
+    assert_int_equal(ferry_exec_queue_busy_ns(ex, qc), 4015 + 43721 + 2500 + 3511);
+    ferry_exec_destroy(ex);
+  }
+}
+
 /* A fitted cost for a kind replaces the roofline for that kind only. */
 static void test_fitted_cost(void **state) {
   (void)state;
@@ -883,6 +942,7 @@ int main(void) {
       cmocka_unit_test(test_zero3_parameter_path), cmocka_unit_test(test_staged_pageable_copy),
       cmocka_unit_test(test_moe_row_copy),           cmocka_unit_test(test_fused_max_rows),
       cmocka_unit_test(test_page_cache),
+      cmocka_unit_test(test_link_contention),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -194,6 +194,9 @@ static const struct bad_case {
     /* efficiency outside (0, 1] */
     {"eff.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"efficiency\": {\"gemm\": 1.5}}}", FERRY_ERR_FORMAT,
      "eff.json: gpu.efficiency.gemm must be in (0, 1]"},
+    /* a link whose copies would stop the kernels beside them (contention in [0, 1)) */
+    {"contend.json", "{\"name\": \"x\", \"kind\": \"link\", \"link\": {\"contention\": 1}}", FERRY_ERR_FORMAT,
+     "contend.json: link.contention must be in [0, 1) (got 1)"},
     /* a nested object given as a number */
     {"obj.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"peak_tflops\": 5}}", FERRY_ERR_FORMAT,
      "obj.json: gpu.peak_tflops must be an object"},

@@ -42,18 +42,19 @@ static int teardown(void **state) {
 }
 
 /* A small GPU whose link and compute times are of the same order for the tiny presets, with a
- * disk; `host` adds the host's own costs (issuing, noticing an event, waking a queue). */
-static ferry_hw *profile(const char *name, const char *host) {
+ * disk; `host` adds the host's own costs (issuing, noticing an event, waking a queue), `link`
+ * more link figures (its contention with kernels for one memory system). */
+static ferry_hw *profile(const char *name, const char *host, const char *link) {
   char path[512], text[2048];
   snprintf(path, sizeof path, "%s/%s.json", tmp, name);
   snprintf(text, sizeof text,
            "{\"name\": \"%s\", \"kind\": \"gpu\","
            " \"gpu\": {\"name\": \"G\", \"memory_bytes\": 1099511627776, \"mem_bw_gbps\": 50,"
            " \"peak_tflops\": {\"fp32\": 1, \"fp16\": 10, \"bf16\": 10}, \"launch_overhead_ns\": 300},"
-           " \"link\": {\"name\": \"L\", \"h2d_gbps\": 4, \"d2h_gbps\": 3, \"latency_ns\": 700, \"copy_engines\": 2},"
+           " \"link\": {\"name\": \"L\", \"h2d_gbps\": 4, \"d2h_gbps\": 3, \"latency_ns\": 700, \"copy_engines\": 2%s},"
            " \"host\": {\"name\": \"H\", \"dram_gbps\": 20, \"cpu_gflops\": 1, \"memory_bytes\": 1099511627776%s},"
            " \"disk\": {\"name\": \"D\", \"read_gbps\": 2, \"latency_ns\": 9000, \"queue_depth\": 4}}",
-           name, host);
+           name, link, host);
   tu_write_file(path, text, strlen(text));
   ferry_hw *hw = NULL;
   assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
@@ -100,6 +101,7 @@ struct workload {
   int cpu_experts;      /* --offload-compute experts=cpu: a miss computed on the CPU */
   int kv_home_host;     /* --kv-home host: attention on the CPU over a KV cache in host memory */
   int32_t gpu_batches;  /* micro-batches through each loaded layer (FlexGen) */
+  int contention;       /* link.contention 0.3: kernels slowed while link copies flow */
 };
 
 struct result {
@@ -113,8 +115,10 @@ struct result {
 };
 
 static void run(const struct workload *w, int mode, struct result *out) {
-  ferry_hw *hw = profile(w->host_costs ? "host_costs" : "plain",
-                         w->host_costs ? ", \"submit_ns\": 1500, \"sync_ns\": 2500, \"queue_wake_ns\": 4000" : "");
+  char name[32];
+  snprintf(name, sizeof name, "%s%s", w->host_costs ? "host_costs" : "plain", w->contention ? "_contended" : "");
+  ferry_hw *hw = profile(name, w->host_costs ? ", \"submit_ns\": 1500, \"sync_ns\": 2500, \"queue_wake_ns\": 4000" : "",
+                         w->contention ? ", \"contention\": 0.3" : "");
   if (w->runtime) assert_int_equal(ferry_hw_set_runtime(hw, w->runtime), FERRY_OK);
   ferry_model *model = NULL;
   assert_int_equal(ferry_model_open(&model, w->preset), FERRY_OK);
@@ -302,6 +306,20 @@ static void compare(const struct workload *w) {
     assert_int_equal(fast.replans, exact.replans);
     assert_int_equal(check.replans, exact.replans);
   }
+  if (w->contention) { /* the copies did slow kernels (latencies may go either way: steps batch differently) */
+    struct workload plain = *w;
+    struct result free_run;
+    plain.contention = 0;
+    run(&plain, FERRY_SIM_EXACT, &free_run);
+    /* eager fetches synchronously: the host issues a layer's compute once its copies are done, so
+     * no copy issued before a kernel flows beside it */
+    const int sync_fetch = w->runtime && !strcmp(w->runtime, "eager");
+    if (sync_fetch ? exact.stats.compute_busy_ns != free_run.stats.compute_busy_ns
+                   : !(exact.stats.compute_busy_ns > free_run.stats.compute_busy_ns))
+      fail_msg("%s: compute busy %lld ns contended, %lld ns not", w->name, (long long)exact.stats.compute_busy_ns,
+               (long long)free_run.stats.compute_busy_ns);
+    result_free(&free_run);
+  }
   result_free(&exact);
   result_free(&fast);
   result_free(&check);
@@ -358,6 +376,23 @@ static const struct workload workloads[] = {
      .expert_slots = 6},
     {.name = "two micro-batches, dense", .preset = "tiny-dense", .gpu_batches = 2, .block_layers = 2,
      .prefetch_depth = 1},
+    /* link copies slowing the kernels beside them (link.contention) */
+    {.name = "contended, dense streamed", .preset = "tiny-dense", .block_layers = 1, .prefetch_depth = 1,
+     .contention = 1},
+    {.name = "contended, dense blocks of 2, depth 2", .preset = "tiny-dense", .block_layers = 2,
+     .prefetch_depth = 2, .contention = 1},
+    {.name = "contended, moe predictor", .preset = "tiny-moe", .block_layers = 1, .prefetch_depth = 2,
+     .expert_slots = 8, .predict = 1, .contention = 1},
+    {.name = "contended, host costs", .preset = "tiny-moe", .host_costs = 1, .block_layers = 1,
+     .prefetch_depth = 1, .expert_slots = 6, .predict = 1, .contention = 1},
+    {.name = "contended, graph runtime", .preset = "tiny-moe", .runtime = "graph", .block_layers = 1,
+     .prefetch_depth = 2, .expert_slots = 8, .predict = 1, .contention = 1},
+    {.name = "contended, eager on disk", .preset = "tiny-moe", .runtime = "eager", .home_disk = 1,
+     .resident_attention = 1, .block_layers = 1, .prefetch_depth = 1, .expert_slots = 5, .contention = 1},
+    {.name = "contended, paged KV swap", .preset = "tiny-dense", .block_layers = 1, .prefetch_depth = 1,
+     .kv_block = 16, .kv_pool_blocks = 10, .kv_swap = 1, .contention = 1},
+    {.name = "contended, two micro-batches", .preset = "tiny-moe", .gpu_batches = 2, .block_layers = 1,
+     .prefetch_depth = 1, .expert_slots = 6, .contention = 1},
 };
 
 static void test_fast_equals_exact(void **state) {
@@ -371,7 +406,7 @@ static void test_fast_equals_exact(void **state) {
  * is refused with a message. */
 static void test_shared_channel(void **state) {
   (void)state;
-  ferry_hw *hw = profile("plain", "");
+  ferry_hw *hw = profile("plain", "", "");
   for (int mode = FERRY_SIM_EXACT; mode <= FERRY_SIM_FAST; mode++)
     for (int late = 0; late < 2; late++) {
       struct ferry_exec_config xc = {.lock_host_memory = 1, .sim_mode = mode};
@@ -413,7 +448,7 @@ static void test_shared_channel(void **state) {
  * installed runs exact (events, delays charged); one whose faults came later refuses ops. */
 static void test_faults_run_exact(void **state) {
   (void)state;
-  ferry_hw *hw = profile("plain", "");
+  ferry_hw *hw = profile("plain", "", "");
   for (int late = 0; late < 2; late++) {
     if (!late) assert_int_equal(ferry_fault_set("copy:delay:1@1+"), FERRY_OK);
     struct ferry_exec_config xc = {.lock_host_memory = 1, .sim_mode = FERRY_SIM_FAST};

@@ -44,10 +44,44 @@ struct ferry_calib_sample {
 FERRY_API ferry_status ferry_calibrate_fit(const struct ferry_calib_sample *samples, size_t n, struct ferry_hw_cost *out,
                                  double *r2);
 
+/** One kernel of a recorded run, for the fit of the link's contention with kernels. */
+struct ferry_calib_overlap {
+  uint64_t group;     /**< kernels of the same kind and shape share it */
+  double duration_ns; /**< measured duration */
+  double overlap_ns;  /**< the part of it with a copy over the link in flight */
+};
+
+/** What the contention fit found (ferry_calibrate_fit_contention()). */
+struct ferry_calib_contention {
+  double contention; /**< the kernels' extra time per ns of a copy beside them (link.contention) */
+  double std_error;  /**< its standard error */
+  double r2;         /**< share of the variance within shapes (each duration over its shape's median,
+                          less the shape's mean) that the overlap explains */
+  size_t samples;    /**< kernels in shapes of two or more (a lone kernel tells nothing) */
+  size_t overlapped; /**< of those, the ones a copy overlapped */
+};
+
+/**
+ * @brief Fit duration = cost of the shape + contention x overlap to kernels of a recorded run:
+ *        a regression within each shape (kernels of one kind and size), each scaled by the
+ *        shape's median duration, so only the difference between the same kernel run with and
+ *        without a copy beside it counts. Kernels above 3x their shape's median (descheduled by
+ *        the OS) are left out.
+ * @param samples the kernels (reordered by group).
+ * @param n number of kernels.
+ * @param out receives the fit; out->contention is 0 when no shape has kernels run both with and
+ *        without a copy beside them.
+ * @return FERRY_ERR_INVALID when n is 0; FERRY_ERR_NOMEM.
+ */
+FERRY_API ferry_status ferry_calibrate_fit_contention(struct ferry_calib_overlap *samples, size_t n,
+                                                      struct ferry_calib_contention *out);
+
 /**
  * @brief Measure this machine with the host executor: copy bandwidth and per-op latency,
- *        O_DIRECT read bandwidth and latency, and the cost of every kernel kind at the shapes
- *        the engine uses (fitted into the profile's "cost" section).
+ *        O_DIRECT read bandwidth and latency, the cost of every kernel kind at the shapes
+ *        the engine uses (fitted into the profile's "cost" section), and how much a copy in
+ *        flight slows a kernel beside it (link.contention: a memory-bound product timed alone
+ *        and beside a 64 MiB copy).
  * @param dir a folder on the disk to measure (a temporary file is written and removed there).
  * @param progress where to print progress lines, or NULL.
  * @param out receives the profile (kind "gpu": the host executor's stand-in device).

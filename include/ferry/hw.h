@@ -89,6 +89,10 @@ struct ferry_hw_cost {
                            may be off */
 };
 
+/** The largest link.contention a calibration writes (a kernel at 5 % of its speed while a copy
+ *  flows); the reader accepts up to, not including, 1. */
+#define FERRY_HW_CONTENTION_MAX 0.95
+
 /** Fits (`cost.KIND.r2`) below this explain too little of what was measured: `ferry calibrate`
  *  and `ferry sim` warn. */
 #define FERRY_HW_FIT_R2_MIN 0.9
@@ -111,6 +115,12 @@ struct ferry_hw_link {
   double pageable_h2d_gbps; /**< host→device bandwidth from pageable memory, GB/s */
   int64_t latency_ns;       /**< fixed cost of one transfer, paid before its bytes flow */
   int32_t copy_engines;     /**< concurrent transfers (DMA copy engines); 0 = unlimited */
+  double contention;        /**< share of the device's throughput a transfer in flight on this link takes
+                                 from the kernels running beside it, in [0, 1): while a copy's bytes flow,
+                                 a kernel advances at (1 - contention) of its speed. 0 = none: a discrete
+                                 GPU's PCIe copies touch its HBM at a few percent of its bandwidth. The host
+                                 executor's "link" is memcpy through the same DRAM and cores its kernels use
+                                 (fitted by `ferry calibrate --db`) */
 };
 
 /** Peak throughput of one CPU core per element type, GFLOP/s (GOP/s for int8); 0 = not given

@@ -65,7 +65,7 @@ static void check_same(const struct ferry_hw_profile *a, const struct ferry_hw_p
     const struct ferry_hw_link *x = &a->link, *y = &b->link;
     FUZZ_CHECK(!strcmp(x->name, y->name) && x->h2d_gbps == y->h2d_gbps && x->d2h_gbps == y->d2h_gbps);
     FUZZ_CHECK(x->pageable_h2d_gbps == y->pageable_h2d_gbps && x->latency_ns == y->latency_ns &&
-               x->copy_engines == y->copy_engines);
+               x->copy_engines == y->copy_engines && x->contention == y->contention);
   }
   if (a->has_host) {
     const struct ferry_hw_host *x = &a->host, *y = &b->host;
