@@ -135,6 +135,7 @@ static int hw_show(const char *name) {
     if (p->host.cores) {
       printf("  %-28s %d\n", "host.cores", p->host.cores);
       if (p->host.sockets) printf("  %-28s %d\n", "host.sockets", p->host.sockets);
+      if (p->host.simd_bits) printf("  %-28s %d bits\n", "host.simd_bits", p->host.simd_bits);
       show_f("host.core_gflops.fp32", p->host.core_gflops.fp32, "GFLOP/s");
       show_f("host.core_gflops.fp16", p->host.core_gflops.fp16, "GFLOP/s");
       show_f("host.core_gflops.bf16", p->host.core_gflops.bf16, "GFLOP/s");
@@ -173,6 +174,9 @@ static int hw_show(const char *name) {
     printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
            r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
     if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
+    if (r->cpu_quant_simd_bits)
+      printf("  %-28s %d bits (%s)\n", "runtime.cpu_quant_simd_bits", r->cpu_quant_simd_bits,
+             "vectors of its low-bit dot products");
     if (r->gather_copy)
       printf("  %-28s %d (%s)\n", "runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it");
     if (r->read_after_copy)

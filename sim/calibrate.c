@@ -790,6 +790,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(r, "sync_fetch", p->runtime.sync_fetch);
     cJSON_AddNumberToObject(r, "numa_blind", p->runtime.numa_blind);
     if (p->runtime.cpu_math_eff > 0) cJSON_AddNumberToObject(r, "cpu_math_eff", p->runtime.cpu_math_eff);
+    if (p->runtime.cpu_quant_simd_bits)
+      cJSON_AddNumberToObject(r, "cpu_quant_simd_bits", p->runtime.cpu_quant_simd_bits);
     if (p->runtime.gather_copy) cJSON_AddNumberToObject(r, "gather_copy", p->runtime.gather_copy);
     if (p->runtime.read_after_copy) cJSON_AddNumberToObject(r, "read_after_copy", p->runtime.read_after_copy);
     if (p->runtime.blocking_copy) cJSON_AddNumberToObject(r, "blocking_copy", p->runtime.blocking_copy);

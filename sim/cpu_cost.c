@@ -25,6 +25,12 @@ double ferry__cpu_math_eff(const struct ferry_hw_profile *profile) {
   return e > 0 && e <= 1 ? e : FERRY_CPU_EFF_MATH;
 }
 
+double ferry__cpu_quant_width(const struct ferry_hw_profile *profile) {
+  const int rb = profile->has_runtime ? profile->runtime.cpu_quant_simd_bits : 0;
+  const int hb = profile->host.simd_bits;
+  return rb > 0 && hb > rb ? (double)rb / hb : 1.0;
+}
+
 double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile) {
   const struct ferry_hw_host *h = &profile->host;
   const int blind = profile->has_runtime && profile->runtime.numa_blind;
@@ -45,15 +51,18 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
   const struct ferry_hw_host *h = &profile->host;
   double t_math = 0, t_alu = 0, t_mem = 0;
   const double eff = ferry__cpu_math_eff(profile);
+  /* low-bit dot products (int8 math over unpacked weights) run at the runtime's vector width */
+  const int low_bit = w->math == FERRY_DTYPE_I8 || w->math == FERRY_DTYPE_U8;
+  const double width = ferry__cpu_quant_width(profile);
   if (w->flops > 0) {
     const double peak = ferry__cpu_peak_gflops(h, w->math); /* GFLOP/s = flop/ns */
     if (!(peak > 0)) return -1;
-    t_math = w->flops / (peak * eff);
+    t_math = w->flops / (peak * eff * (low_bit ? width : 1.0));
   }
   if (w->alu_ops > 0) {
     const double peak = ferry__cpu_peak_gflops(h, FERRY_DTYPE_F32);
     if (!(peak > 0)) return -1;
-    t_alu = w->alu_ops / (peak / 2 * eff);
+    t_alu = w->alu_ops / (peak / 2 * eff * (low_bit ? width : 1.0));
   }
   if (w->bytes > 0) {
     if (!(h->dram_gbps > 0)) return -1;

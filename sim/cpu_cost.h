@@ -26,6 +26,11 @@ double ferry__cpu_peak_gflops(const struct ferry_hw_host *host, enum ferry_dtype
  * runtime gives it, else FERRY_CPU_EFF_MATH. */
 double ferry__cpu_math_eff(const struct ferry_hw_profile *profile);
 
+/* The fraction of the host's SIMD peak the runtime's low-bit dot products can use:
+ * runtime.cpu_quant_simd_bits / host.simd_bits where the host's vectors are wider (llama.cpp's
+ * 256-bit AVX2 k-quant kernels on a core with two 512-bit ports), else 1. */
+double ferry__cpu_quant_width(const struct ferry_hw_profile *profile);
+
 /* The DDR bandwidth the CPU kernels stream their bytes from, GB/s: host.dram_gbps, or one
  * socket's share of it when the runtime is NUMA-blind (runtime.numa_blind) on a host of several
  * sockets: the weights then lie in one node's memory, and every core reads them there. */
@@ -41,7 +46,8 @@ void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
  * t_alu)^2 + t_mem^2), the GPU model's roofline with a rounded corner (ferry__gpu_work_ns(): the
  * same cores issue the loads and the dot products, so near the ridge neither hides the other
  * fully), t_math = flops / (peak[math] x ferry__cpu_math_eff()), t_alu = alu_ops / (fp32 peak / 2 x
- * ferry__cpu_math_eff()) (one SIMD lane-op per unpacked element step), t_mem = bytes /
+ * ferry__cpu_math_eff()) (one SIMD lane-op per unpacked element step), both for low-bit work (int8 math)
+ * scaled by ferry__cpu_quant_width(), t_mem = bytes /
  * (ferry__cpu_stream_gbps() x FERRY_CPU_EFF_MEMORY); 0 for folded work; -1 when the profile lacks the host figures the work
  * needs (no host section, no CPU peak, no DDR bandwidth). */
 int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);

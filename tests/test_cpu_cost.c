@@ -91,11 +91,43 @@ static void test_cpu_runtime_math_eff(void **state) {
   assert_true(ferry__cpu_math_eff(&p) == FERRY_CPU_EFF_MATH);
 }
 
+/* A runtime whose low-bit dot products use 256-bit vectors on a host whose peaks count 512-bit
+ * units reaches half the int8 and unpacking peaks; fp32 work keeps the full peak. */
+static void test_cpu_quant_simd_width(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  p.host.simd_bits = 512;
+  p.has_runtime = 1;
+  p.runtime.cpu_quant_simd_bits = 256;
+  assert_true(ferry__cpu_quant_width(&p) == 0.5);
+  struct ferry__gpu_work w;
+  memset(&w, 0, sizeof w);
+  w.op = FERRY_HW_OP_GEMM;
+  w.math = FERRY_DTYPE_I8;
+  w.flops = 1.6e6, w.alu_ops = 2e5, w.bytes = 8000;
+  /* math 1.6e6 at 2 x 40 x 0.7 x 0.5 = 28 op/ns: 57142.86 ns; unpacking 2e5 at 2 x 10 / 2 x 0.7
+   * x 0.5 = 3.5 op/ns: 57142.86 ns; bytes 8000 at 8 B/ns: 1000 ns;
+   * sqrt(114285.71^2 + 1000^2) = 114290.09 -> 114291, + 1000 per op = 115291 */
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 115291);
+  /* full width (the runtime gives none, or the host's units are no wider): twice as fast */
+  p.runtime.cpu_quant_simd_bits = 0;
+  assert_true(ferry__cpu_quant_width(&p) == 1.0);
+  const double t = 1.6e6 / 56.0 + 2e5 / 7.0;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), (int64_t)ceil(sqrt(t * t + 1000.0 * 1000.0)) + 1000);
+  p.runtime.cpu_quant_simd_bits = 256, p.host.simd_bits = 256;
+  assert_true(ferry__cpu_quant_width(&p) == 1.0);
+  /* fp32 math is not a low-bit dot product: the width does not apply */
+  p.host.simd_bits = 512;
+  w.math = FERRY_DTYPE_F32, w.alu_ops = 0, w.flops = 1.4e6; /* at 2 x 10 x 0.7 = 14 flop/ns: 1e5 ns */
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), (int64_t)ceil(sqrt(1e10 + 1e6)) + 1000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_product_soft_roofline),
       cmocka_unit_test(test_cpu_numa_blind),
       cmocka_unit_test(test_cpu_runtime_math_eff),
+      cmocka_unit_test(test_cpu_quant_simd_width),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,6 +142,9 @@ struct ferry_hw_host {
   int32_t cores;         /**< CPU cores that run CPU kernels (hybrid strategies); 0 = not given */
   int32_t sockets;       /**< CPU sockets (NUMA nodes) the cores and dram_gbps are spread over, each
                               with its share of the memory channels; 0 = not given (one) */
+  int32_t simd_bits;     /**< width of the vector units core_gflops counts, in bits (512: Sapphire
+                              Rapids' two full-width AVX-512 ports; a core that splits 512-bit ops
+                              into 256-bit halves, as Zen 4 does, is 256); 0 = not given */
   struct ferry_hw_core_gflops core_gflops; /**< peak per core per element type */
   int64_t cpu_op_ns;     /**< fixed cost of one CPU kernel (a thread pool's wake-up and barrier);
                               default 5000 */
@@ -197,6 +200,10 @@ struct ferry_hw_runtime {
                                products of experts or layers computed on the CPU, their unpacking
                                of low-bit weights, attention over a host KV cache); 0 = not given:
                                0.7, the GPU's GEMM default */
+  int32_t cpu_quant_simd_bits; /**< widest vectors the runtime's CPU dot products of low-bit weights
+                               use, in bits (256: llama.cpp's AVX2 k-quant vec_dot); on a host
+                               whose host.simd_bits is wider, those products reach only this
+                               fraction of its peak; 0 = not given: the host's full width */
   int32_t gather_copy;    /**< 1: every copy to the device is followed, on the same stream and before
                                the next, by a copy of its bytes within device memory (DeepSpeed
                                ZeRO-3 before 0.9 all-gathers each fetched parameter into a fresh
