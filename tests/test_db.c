@@ -361,9 +361,9 @@ static void test_activity_mapping(void **state) {
   ferry_db_activity_sink(db, &a);
   a = act(FERRY_ACT_KERNEL, "matmul", 0, 3000, 4000); /* same name: same StringIds row */
   ferry_db_activity_sink(db, &a);
-  struct ferry_request_row rq = {1, 0, 100, 900, 16, 8};
+  struct ferry_request_row rq = {1, 0, 100, 900, 16, 8, 0};
   assert_int_equal(ferry_db_add_request(db, run, &rq), FERRY_OK);
-  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(ferry_db_add_step(db, run, &sr), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, FERRY_TIER_DEVICE, 1 << 30), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, (enum ferry_tier)7, 1), FERRY_ERR_INVALID);
@@ -673,11 +673,11 @@ static int64_t make_run(ferry_db *db, double scale, uint64_t peak_device) {
   for (int i = 0; i < 100; i++) {
     int64_t arr = (int64_t)i * 1000000;
     int64_t ft = arr + (int64_t)(i + 1) * 1000000;
-    struct ferry_request_row r = {i, arr, ft, ft + (int64_t)(10e6 * scale), 32, 11};
+    struct ferry_request_row r = {i, arr, ft, ft + (int64_t)(10e6 * scale), 32, 11, 0};
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
   }
   for (int i = 0; i < 10; i++) {
-    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(ferry_db_add_step(db, run, &st), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, i * 1000, FERRY_TIER_DEVICE, peak_device / 10 * (uint64_t)(i + 1)),
                      FERRY_OK);
@@ -1026,7 +1026,7 @@ static void test_allocation_failures(void **state) {
           struct ferry_activity a = act(FERRY_ACT_KERNEL, name, 0, i, i + 1);
           ferry_db_activity_sink(db, &a);
         }
-        struct ferry_request_row r = {1, 0, 1, 2, 3, 4};
+        struct ferry_request_row r = {1, 0, 1, 2, 3, 4, 0};
         ferry_db_add_request(db, run, &r);
         ferry_db_run_finish(db, run, NULL);
         sqlite3 *s = ferry__db_sqlite(db);

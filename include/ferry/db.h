@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 8
+#define FERRY_DB_SCHEMA_VERSION 9
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -86,6 +86,8 @@ struct ferry_request_row {
   int64_t finish_ns;      /**< time the last output token was produced */
   int64_t prompt_tokens;  /**< prompt length in tokens */
   int64_t output_tokens;  /**< generated tokens */
+  int64_t replica;        /**< the replica (engine) that served it, 0 to R-1 in a run of R replicas (0 for one
+                               engine); negative: unknown (NULL) */
 };
 
 /** One engine step (steps table). */
@@ -110,6 +112,7 @@ struct ferry_step_row {
   int64_t evictions;       /**< expert-cache evictions */
   int64_t cpu_experts;     /**< routed experts computed on the CPU */
   int64_t kv_blocks;       /**< KV-cache blocks in use at the end of the step (paged cache) */
+  int64_t replica;         /**< the replica (engine) whose step it is, as ferry_request_row::replica */
 };
 
 /** One layer's expert-cache activity and weight traffic over a run (layer_stats table). */
