@@ -1043,6 +1043,45 @@ static void test_allocation_failures(void **state) {
   ferry_alloc_fail_after(-1);
 }
 
+/* Version 8 to 9 adds requests.replica and steps.replica: older rows read NULL, new rows carry
+ * the replica given (a negative one is NULL), and the read-only readers still see every run. */
+static void test_migration_replica(void **state) {
+  struct fixture *f = *state;
+  sqlite3 *s = raw_open(f->path);
+  assert_int_equal(ferry__db_migrate(s, f->path, 8, NULL), FERRY_OK);
+  assert_int_equal(sqlite3_exec(s,
+                                "INSERT INTO runs(id, kind, started_at, complete) VALUES(3, 'sim', 'a', 1);"
+                                "INSERT INTO requests(runId, req_id, arrival_ns) VALUES(3, 1, 5), (3, 2, 6);"
+                                "INSERT INTO steps(runId, step, start_ns, end_ns) VALUES(3, 0, 0, 9);",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  assert_int_not_equal(sqlite3_exec(s, "SELECT replica FROM requests", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(s);
+  ferry_db *db = open_rw(f->path);
+  s = ferry__db_sqlite(db);
+  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
+  assert_int_equal(q1(s, "SELECT count(*) FROM requests WHERE runId = 3 AND replica IS NULL"), 2);
+  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE runId = 3 AND replica IS NULL"), 1);
+  struct ferry_run_info info = {.executor = "host", .model = "m"};
+  int64_t id;
+  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
+  for (int i = 0; i < 5; i++) {
+    const struct ferry_request_row r = {.req_id = i, .arrival_ns = i, .replica = i < 4 ? i % 2 : -1};
+    const struct ferry_step_row st = {.step = i, .end_ns = 1, .replica = i % 2};
+    assert_int_equal(ferry_db_add_request(db, id, &r), FERRY_OK);
+    assert_int_equal(ferry_db_add_step(db, id, &st), FERRY_OK);
+  }
+  assert_int_equal(ferry_db_run_finish(db, id, NULL), FERRY_OK);
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM requests WHERE runId = %lld AND replica = 1", (long long)id);
+  assert_int_equal(q1(s, sql), 2);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM requests WHERE runId = %lld AND replica IS NULL", (long long)id);
+  assert_int_equal(q1(s, sql), 1);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM steps WHERE runId = %lld AND replica = 0", (long long)id);
+  assert_int_equal(q1(s, sql), 3);
+  ferry_db_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_create_schema, setup, teardown),
@@ -1050,6 +1089,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_one_complete_run_per_sweep_combination, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_keeps_repeats, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_free_kind, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_migration_replica, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_a_ferry_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_activity_mapping, setup, teardown),
