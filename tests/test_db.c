@@ -1079,6 +1079,21 @@ static void test_migration_replica(void **state) {
   assert_int_equal(q1(s, sql), 1);
   snprintf(sql, sizeof sql, "SELECT count(*) FROM steps WHERE runId = %lld AND replica = 0", (long long)id);
   assert_int_equal(q1(s, sql), 3);
+  /* per replica: the rows with a replica, in order, with their steps; none for the old run */
+  struct ferry_replica_stats *reps = NULL;
+  size_t n_reps = 9;
+  assert_int_equal(ferry_db_run_replicas(db, id, &reps, &n_reps), FERRY_OK);
+  assert_int_equal(n_reps, 2);
+  assert_int_equal(reps[0].replica, 0);
+  assert_int_equal(reps[1].replica, 1);
+  assert_int_equal(reps[0].requests, 2);
+  assert_int_equal(reps[1].requests, 2);
+  assert_int_equal(reps[0].steps, 3);
+  assert_int_equal(reps[1].steps, 2);
+  ferry_db_replicas_free(reps);
+  assert_int_equal(ferry_db_run_replicas(db, 3, &reps, &n_reps), FERRY_OK);
+  assert_int_equal(n_reps, 0);
+  assert_null(reps);
   ferry_db_close(db);
 }
 

@@ -4,7 +4,7 @@
  * serving the whole trace, whichever replica served it; the replicas served what the router
  * decided (round-robin: in turn); each replica's device arena stayed within its budget. The
  * CLI: `ferry run --replicas 2` records which replica served each request and ran each step,
- * as many as the replica's own line says. */
+ * as many as the replica's own line says, and `ferry db show` prints them per replica. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +203,7 @@ static int64_t db_int(sqlite3 *db, const char *sql) {
 static void test_cli_run_replicas(void **state) {
   (void)state;
   char db_path[600], sql[256], *out = NULL;
+  int64_t counts[2] = {0, 0};
   snprintf(db_path, sizeof db_path, "%s/run.db", dir);
   const int rc = tu_run_ferryf(&out,
                                "run --model '%s' --synthetic rate=200,n=8,prompt=6,output=3 --max-seq-tokens 32 "
@@ -225,8 +226,18 @@ static void test_cli_run_replicas(void **state) {
     assert_true(said > 0);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM steps WHERE replica = %d", i);
     assert_true(db_int(db, sql) > 0);
+    counts[i] = said;
   }
   sqlite3_close(db);
+  /* db show: a line per replica with what it served */
+  if (tu_run_ferryf(&out, "db show 1 --db '%s'", db_path) != 0) fail_msg("db show: %s", out);
+  char line[64];
+  assert_true(tu_contains(out, "replicas     2"));
+  for (int i = 0; i < 2; i++) {
+    snprintf(line, sizeof line, "replica %d  %lld requests", i, (long long)counts[i]);
+    if (!tu_contains(out, line)) fail_msg("no '%s' in:\n%s", line, out);
+  }
+  free(out);
 }
 
 int main(void) {
