@@ -187,6 +187,13 @@ static void test_all_at_once(void **state) {
   assert_true(counts[0] >= 2 && counts[1] >= 2);
   assert_int_equal(ferry_replicas_serve_realtime(r.eng, 0, requests, N_REQ, FERRY_ROUTER_ROUND_ROBIN, &o, NULL),
                    FERRY_ERR_INVALID);
+  /* an arrival past the clock once scaled: routed at once, refused by its replica, named */
+  const struct ferry_engine_request late[2] = {requests[0], {.id = 99, .arrival_ns = INT64_MAX / 2,
+                                                              .prompt_tokens = 4, .output_tokens = 2}};
+  const struct ferry_run_options scaled = {.time_scale = 4};
+  assert_int_equal(ferry_replicas_serve_realtime(r.eng, 2, late, 2, FERRY_ROUTER_ROUND_ROBIN, &scaled, NULL),
+                   FERRY_ERR_RANGE);
+  assert_true(tu_contains(ferry_last_error(), "replica 1: ") && tu_contains(ferry_last_error(), "request 99"));
   reps_free(&r);
 }
 

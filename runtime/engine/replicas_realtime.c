@@ -106,7 +106,8 @@ static void route_all(struct replica *reps, int32_t n_eng, struct pool *p, const
                       int64_t n, enum ferry_router router, struct ferry_engine_load *loads, int32_t *replica_of) {
   const int64_t t0 = ferry__mono_ns();
   for (int64_t k = 0; k < n && !atomic_load(&p->stop); k++) {
-    wait_until(p, order[k].ns > INT64_MAX - t0 ? INT64_MAX : t0 + order[k].ns);
+    /* an arrival past the clock once scaled (INT64_MAX) is routed at once: its engine refuses it */
+    if (order[k].ns < INT64_MAX - t0) wait_until(p, t0 + order[k].ns);
     for (int32_t i = 0; router != FERRY_ROUTER_ROUND_ROBIN && i < n_eng; i++) replica_load(&reps[i], &loads[i]);
     const int32_t picked = ferry__router_pick(router, loads, n_eng, k);
     replica_send(&reps[picked], order[k].index, 0);
