@@ -305,9 +305,44 @@ static void print_provenance(const struct ferry_meta_row *m, size_t n) {
   if (line[0]) printf("  gpu driver %s\n", line);
 }
 
+/* A data-parallel run's replicas (more than one): what each served. */
+struct shown_replicas {
+  struct ferry_replica_stats *rows;
+  size_t n;
+};
+
+static cJSON *replicas_json(const struct shown_replicas *rp) {
+  cJSON *a = cJSON_CreateArray();
+  for (size_t i = 0; a && i < rp->n; i++) {
+    const struct ferry_replica_stats *r = &rp->rows[i];
+    cJSON *o = cJSON_CreateObject();
+    cli_json_num(o, "replica", (double)r->replica);
+    cli_json_num(o, "requests", (double)r->requests);
+    cli_json_num(o, "output_tokens", (double)r->output_tokens);
+    cli_json_num(o, "steps", (double)r->steps);
+    cli_json_num(o, "ttft_mean_ms", r->ttft_mean_ns / 1e6);
+    cli_json_num(o, "tpot_mean_ms", r->tpot_mean_ns / 1e6);
+    cJSON_AddItemToArray(a, o);
+  }
+  return a;
+}
+
+static void replicas_text(const struct shown_replicas *rp) {
+  char t[2][32];
+  printf("replicas     %zu\n", rp->n);
+  for (size_t i = 0; i < rp->n; i++) {
+    const struct ferry_replica_stats *r = &rp->rows[i];
+    printf("  replica %lld  %lld requests, %lld output tokens, %lld steps; TTFT mean %s, TPOT mean %s\n",
+           (long long)r->replica, (long long)r->requests, (long long)r->output_tokens, (long long)r->steps,
+           isnan(r->ttft_mean_ns) ? "-" : ferry__format_ns((int64_t)r->ttft_mean_ns, t[0], sizeof t[0]),
+           isnan(r->tpot_mean_ns) ? "-" : ferry__format_ns((int64_t)r->tpot_mean_ns, t[1], sizeof t[1]));
+  }
+}
+
 /* `db show --format json|csv|md`: the run, its provenance facts, GPU and metrics. */
 static int show_json(const struct opts *o, const struct ferry_run_summary *r, const struct ferry_meta_row *facts,
-                     size_t kept, const struct ferry_device_info *gpu, const struct ferry_run_stats *s) {
+                     size_t kept, const struct ferry_device_info *gpu, const struct ferry_run_stats *s,
+                     const struct shown_replicas *rp) {
   cJSON *doc = cJSON_CreateObject();
   cJSON_AddStringToObject(doc, "schema", "ferry.db.show.v1");
   cJSON_AddStringToObject(doc, "database", o->db);
@@ -317,6 +352,7 @@ static int show_json(const struct opts *o, const struct ferry_run_summary *r, co
   if (gpu) cJSON_AddItemToObject(doc, "gpu", gpu_json(gpu));
   else cJSON_AddNullToObject(doc, "gpu");
   cJSON_AddItemToObject(doc, "metrics", metrics_json(s));
+  if (rp->n > 1) cJSON_AddItemToObject(doc, "replicas", replicas_json(rp));
   const int rc = cli_emit(stdout, doc, NULL, o->fmt);
   cJSON_Delete(doc);
   return rc;
@@ -324,7 +360,7 @@ static int show_json(const struct opts *o, const struct ferry_run_summary *r, co
 
 /* `db show` as text; the strings from the database are scrubbed of control characters first. */
 static void show_text(struct ferry_run_summary *r, struct ferry_meta_row *facts, size_t kept,
-                      struct ferry_device_info *gpu, const struct ferry_run_stats *s) {
+                      struct ferry_device_info *gpu, const struct ferry_run_stats *s, const struct shown_replicas *rp) {
   char b1[32], b2[32], b3[32];
   scrub_run(r);
   for (size_t i = 0; i < kept; i++) scrub(facts[i].value);
@@ -365,6 +401,7 @@ static void show_text(struct ferry_run_summary *r, struct ferry_meta_row *facts,
          ferry__format_bytes(s->bytes_disk, b1, sizeof b1), ferry__format_bytes(s->bytes_h2d, b2, sizeof b2),
          ferry__format_bytes(s->bytes_d2h, b3, sizeof b3), steps);
   printf("stall time   %.3f ms\n", (double)s->stall_ns * 1e-6);
+  if (rp->n > 1) replicas_text(rp);
 }
 
 static int do_show(const struct opts *o) {
@@ -404,8 +441,16 @@ static int do_show(const struct opts *o) {
     }
   }
   struct ferry_device_info *g = has_gpu ? &gpu : NULL;
-  if (o->fmt != CLI_FORMAT_TEXT) rc = show_json(o, r, facts, kept, g, &s);
-  else show_text(r, facts, kept, g, &s);
+  struct shown_replicas rp = {0};
+  if ((st = ferry_db_run_replicas(db, id, &rp.rows, &rp.n)) != FERRY_OK) {
+    ferry_db_meta_free(facts, n_facts);
+    ferry_db_runs_free(r, 1);
+    ferry_db_close(db);
+    return cli_fail(st, NULL);
+  }
+  if (o->fmt != CLI_FORMAT_TEXT) rc = show_json(o, r, facts, kept, g, &s, &rp);
+  else show_text(r, facts, kept, g, &s, &rp);
+  ferry_db_replicas_free(rp.rows);
   ferry_db_meta_free(facts, n_facts);
   ferry_db_runs_free(r, 1);
   ferry_db_close(db);

@@ -501,6 +501,10 @@ static int refuse_parallel(const struct run_args *a) {
     return cli_usage_error(a->cmd, "--gpus %lld: say how to split the model (--parallel tp, pp or ep)", (long long)a->gpus);
   if (a->gpus < 2 && RUN_GIVEN(a, parallel))
     return cli_usage_error(a->cmd, "--parallel %s splits the model over --gpus N (N > 1)", a->parallel);
+  if (a->replicas > 1 && !a->sim && strcmp(a->executor, "host"))
+    return cli_usage_error(a->cmd, "--replicas %lld: the %s executor drives one device, which replicas would share "
+                                   "(the host executor runs them, each in its own arena; ferry sim prices them)",
+                           (long long)a->replicas, a->executor);
   if (RUN_GIVEN(a, router) && a->replicas < 2)
     return cli_usage_error(a->cmd, "--router %s routes requests over --replicas R (R > 1)", a->router);
   if (RUN_GIVEN(a, expert_placement) && strcmp(a->parallel, "ep"))

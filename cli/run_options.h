@@ -109,12 +109,13 @@
     "range", 0, 0, check_expert_placement,                                                                           \
     "--parallel ep: each layer's experts in contiguous ranges per device\n(default) or in the order of a hash of "   \
     "(layer, expert)", "")                                                                                           \
-  X(replicas, "replicas", INT, "R", SIM_M, SEC_POLICY, CFG_GIVEN, "replicas", 1, 1, 64, NULL,                       \
-    "data parallel: R copies of the engine (each with --gpus devices and the\nbudgets) serve the trace; --router "  \
-    "picks one per arriving request", " (replicas are stepped on one simulated timeline)")                          \
-  X(router, "router", TEXT, "NAME", SIM_M, SEC_POLICY, CFG_GIVEN, "router", "round-robin", 0, 0, check_router,     \
+  X(replicas, "replicas", INT, "R", BOTH_M, SEC_POLICY, CFG_GIVEN, "replicas", 1, 1, 64, NULL,                      \
+    "data parallel: R copies of the engine (each with --gpus devices, its own\nexecutor and the budgets) serve the " \
+    "trace; --router picks one per arriving\nrequest (ferry run: each replica served by its own thread in real "    \
+    "time)", "")                                                                                                      \
+  X(router, "router", TEXT, "NAME", BOTH_M, SEC_POLICY, CFG_GIVEN, "router", "round-robin", 0, 0, check_router,     \
     "with --replicas: round-robin (default), least-requests (fewest\noutstanding) or least-tokens (fewest tokens "  \
-    "left to prefill and generate)", " (replicas are stepped on one simulated timeline)")                           \
+    "left to prefill and generate)", "")                                                                             \
   X(max_step_tokens, "max-step-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_step_tokens", 256, 1,         \
     1 << 20, NULL, "tokens per step, decode + prefill chunks (default 256)", "")                                     \
   X(max_seq_tokens, "max-seq-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_seq_tokens", 0, 2, 1 << 24,     \

@@ -123,8 +123,9 @@ ferry_status run_db_begin(struct run_ctx *c) {
 
 /* Requests and steps on the executor's clock, like the timeline rows. */
 /* One engine's requests, steps and layers (a replica's: its times on its own clock from its
- * run's start, written on the first replica's, as the summary counts them). */
-static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int64_t base) {
+ * run's start, written on the first replica's, as the summary counts them; its rows carry
+ * its number). */
+static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int32_t replica, int64_t base) {
   int64_t n;
   const struct ferry_request_metrics *rm = ferry_engine_request_metrics(eng, &n);
   ferry_status st = FERRY_OK;
@@ -133,7 +134,8 @@ static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int
     struct ferry_request_row r = {.req_id = rm[i].id, .arrival_ns = base + rm[i].arrival_ns,
                                   .first_token_ns = rm[i].first_token_ns < 0 ? -1 : base + rm[i].first_token_ns,
                                   .finish_ns = rm[i].finish_ns < 0 ? -1 : base + rm[i].finish_ns,
-                                  .prompt_tokens = rm[i].prompt_tokens, .output_tokens = rm[i].output_tokens};
+                                  .prompt_tokens = rm[i].prompt_tokens, .output_tokens = rm[i].output_tokens,
+                                  .replica = replica};
     st = ferry_db_add_request(c->db, c->run_id, &r);
   }
   const struct ferry_step_metrics *sm = ferry_engine_step_metrics(eng, &n);
@@ -145,7 +147,7 @@ static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int
                                .compute_busy_ns = sm[i].compute_busy_ns, .cpu_busy_ns = sm[i].cpu_busy_ns,
                                .bytes_blocks = sm[i].bytes_blocks, .bytes_experts = sm[i].bytes_experts,
                                .bytes_act = sm[i].bytes_act, .evictions = sm[i].evictions,
-                               .cpu_experts = sm[i].cpu_experts, .kv_blocks = sm[i].kv_blocks};
+                               .cpu_experts = sm[i].cpu_experts, .kv_blocks = sm[i].kv_blocks, .replica = replica};
     st = ferry_db_add_step(c->db, c->run_id, &r);
   }
   /* the expert cache and weight traffic per layer (layers with none are left out) */
@@ -162,8 +164,8 @@ static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int
 
 ferry_status run_db_write_results(struct run_ctx *c, const struct ferry_serve_summary *sum) {
   if (!c->db) return FERRY_OK;
-  ferry_status st = write_engine(c, c->eng, sum->run_start_ns);
-  for (int32_t i = 1; i < c->n_rep && st == FERRY_OK; i++) st = write_engine(c, c->rep_eng[i], sum->run_start_ns);
+  ferry_status st = write_engine(c, c->eng, 0, sum->run_start_ns);
+  for (int32_t i = 1; i < c->n_rep && st == FERRY_OK; i++) st = write_engine(c, c->rep_eng[i], i, sum->run_start_ns);
   if (st == FERRY_OK) st = ferry_db_flush(c->db);
   if (st == FERRY_OK) meta_u64(c, "KV_CAPACITY_TOKENS", (uint64_t)sum->kv_capacity_tokens);
   return st;

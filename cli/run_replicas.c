@@ -1,7 +1,8 @@
-/* `ferry sim --replicas R`: R engines, each with its own simulated executor (and --gpus
- * devices), serve the trace together on one timeline (ferry_replicas_serve() decides where each
- * request goes); this file creates them, refuses what one engine's hooks cannot share, and
- * prints and records each replica's figures. */
+/* `ferry sim|run --replicas R`: R engines, each with its own executor (and --gpus devices),
+ * serve the trace together: simulated executors on one timeline (ferry_replicas_serve()), real
+ * ones each on its own thread in real time (ferry_replicas_serve_realtime()); either decides
+ * where each request goes. This file creates them, refuses what one engine's hooks cannot
+ * share, and prints and records each replica's figures. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/units.h"
+#include "ferry/exec_registry.h"
 
 /* Options whose state belongs to one engine (a recorder, a predictor, a control socket, the
  * logits file, CUPTI) or to one executor (injected faults). */
@@ -45,7 +47,10 @@ ferry_status run_replicas_serve(struct run_ctx *c, const struct ferry_run_option
   if (st != FERRY_OK) return st;
   struct ferry_run_options o = *ro;
   o.on_tick = NULL; /* what it serves (reloads, the control socket) is refused above */
-  return ferry_replicas_serve(c->rep_eng, n, c->reqs, c->n_reqs, router, &o, c->replica_of);
+  const struct ferry_exec_info *x = ferry_exec_registry_find(a->executor);
+  if (a->sim || (x && (x->caps & FERRY_EXEC_CAP_VIRTUAL)))
+    return ferry_replicas_serve(c->rep_eng, n, c->reqs, c->n_reqs, router, &o, c->replica_of);
+  return ferry_replicas_serve_realtime(c->rep_eng, n, c->reqs, c->n_reqs, router, &o, c->replica_of);
 }
 
 void run_replicas_summary(const struct run_ctx *c, struct ferry_serve_summary *out) {

@@ -220,6 +220,12 @@ static const char schema_v8[] =
     "CREATE INDEX runs_repeat_group ON runs(repeat_group) WHERE repeat_group IS NOT NULL;"
     "CREATE UNIQUE INDEX runs_source ON runs(source_sha256) WHERE source_sha256 IS NOT NULL;";
 
+/* Version 9: which replica (engine) served each request and ran each step of a data-parallel
+ * run (ferry run|sim --replicas R), so per-replica figures are SQL; older rows keep NULL. */
+static const char schema_v9[] =
+    "ALTER TABLE requests ADD COLUMN replica INTEGER;"
+    "ALTER TABLE steps ADD COLUMN replica INTEGER;";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
@@ -231,6 +237,7 @@ static const struct ferry__migration migrations[] = {
     {7, "strategy metrics per step (CPU time, bytes by class, evictions, CPU experts, KV blocks) and per layer "
         "(layer_stats)", schema_v7},
     {8, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v8},
+    {9, "the replica that served each request and ran each step (requests.replica, steps.replica)", schema_v9},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

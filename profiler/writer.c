@@ -53,11 +53,11 @@ static const struct {
                       "returnValue) VALUES", "($1,$2,$3,$4,$5,$6,$7)", 7},
     [STMT_MEMORY] = {"INSERT INTO memory(runId,t_ns,tier,used_bytes) VALUES", "($1,$2,$3,$4)", 4},
     [STMT_REQUEST] = {"INSERT INTO requests(runId,req_id,arrival_ns,first_token_ns,finish_ns,prompt_tokens,"
-                      "output_tokens) VALUES", "($1,$2,$3,$4,$5,$6,$7)", 7},
+                      "output_tokens,replica) VALUES", "($1,$2,$3,$4,$5,$6,$7,$8)", 8},
     [STMT_STEP] = {"INSERT INTO steps(runId,step,start_ns,end_ns,batch,tokens,bytes_disk,bytes_h2d,bytes_d2h,"
                    "hits,misses,stall_ns,kv_tokens,compute_busy_ns,cpu_busy_ns,bytes_blocks,bytes_experts,bytes_act,"
-                   "evictions,cpu_experts,kv_blocks) VALUES",
-                   "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)", 21},
+                   "evictions,cpu_experts,kv_blocks,replica) VALUES",
+                   "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)", 22},
     [STMT_STR_INSERT] = {"INSERT OR IGNORE INTO StringIds(value) VALUES", "($1)", 1},
     [STMT_STR_LOOKUP] = {"SELECT id FROM StringIds WHERE value=", "$1", 1},
 };
@@ -424,6 +424,12 @@ static void bind_act(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
   }
 }
 
+/* A replica number, NULL when unknown (negative). */
+static void bind_replica(sqlite3_stmt *st, int i, int64_t replica) {
+  if (replica < 0) sqlite3_bind_null(st, i);
+  else sqlite3_bind_int64(st, i, replica);
+}
+
 static void bind_req(struct ferry_db *db, sqlite3_stmt *st, int b, const void *row) {
   const struct ferry__req_row *q = row;
   (void)db;
@@ -434,6 +440,7 @@ static void bind_req(struct ferry_db *db, sqlite3_stmt *st, int b, const void *r
   sqlite3_bind_int64(st, b + 5, q->r.finish_ns);
   sqlite3_bind_int64(st, b + 6, q->r.prompt_tokens);
   sqlite3_bind_int64(st, b + 7, q->r.output_tokens);
+  bind_replica(st, b + 8, q->r.replica);
 }
 
 static void bind_step(struct ferry_db *db, sqlite3_stmt *st, int b, const void *row) {
@@ -460,6 +467,7 @@ static void bind_step(struct ferry_db *db, sqlite3_stmt *st, int b, const void *
   sqlite3_bind_int64(st, b + 19, s->r.evictions);
   sqlite3_bind_int64(st, b + 20, s->r.cpu_experts);
   sqlite3_bind_int64(st, b + 21, s->r.kv_blocks);
+  bind_replica(st, b + 22, s->r.replica);
 }
 
 static void bind_mem(struct ferry_db *db, sqlite3_stmt *st, int b, const void *row) {

@@ -361,9 +361,9 @@ static void test_activity_mapping(void **state) {
   ferry_db_activity_sink(db, &a);
   a = act(FERRY_ACT_KERNEL, "matmul", 0, 3000, 4000); /* same name: same StringIds row */
   ferry_db_activity_sink(db, &a);
-  struct ferry_request_row rq = {1, 0, 100, 900, 16, 8};
+  struct ferry_request_row rq = {1, 0, 100, 900, 16, 8, 0};
   assert_int_equal(ferry_db_add_request(db, run, &rq), FERRY_OK);
-  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(ferry_db_add_step(db, run, &sr), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, FERRY_TIER_DEVICE, 1 << 30), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, (enum ferry_tier)7, 1), FERRY_ERR_INVALID);
@@ -673,11 +673,11 @@ static int64_t make_run(ferry_db *db, double scale, uint64_t peak_device) {
   for (int i = 0; i < 100; i++) {
     int64_t arr = (int64_t)i * 1000000;
     int64_t ft = arr + (int64_t)(i + 1) * 1000000;
-    struct ferry_request_row r = {i, arr, ft, ft + (int64_t)(10e6 * scale), 32, 11};
+    struct ferry_request_row r = {i, arr, ft, ft + (int64_t)(10e6 * scale), 32, 11, 0};
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
   }
   for (int i = 0; i < 10; i++) {
-    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(ferry_db_add_step(db, run, &st), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, i * 1000, FERRY_TIER_DEVICE, peak_device / 10 * (uint64_t)(i + 1)),
                      FERRY_OK);
@@ -1026,7 +1026,7 @@ static void test_allocation_failures(void **state) {
           struct ferry_activity a = act(FERRY_ACT_KERNEL, name, 0, i, i + 1);
           ferry_db_activity_sink(db, &a);
         }
-        struct ferry_request_row r = {1, 0, 1, 2, 3, 4};
+        struct ferry_request_row r = {1, 0, 1, 2, 3, 4, 0};
         ferry_db_add_request(db, run, &r);
         ferry_db_run_finish(db, run, NULL);
         sqlite3 *s = ferry__db_sqlite(db);
@@ -1043,6 +1043,60 @@ static void test_allocation_failures(void **state) {
   ferry_alloc_fail_after(-1);
 }
 
+/* Version 8 to 9 adds requests.replica and steps.replica: older rows read NULL, new rows carry
+ * the replica given (a negative one is NULL), and the read-only readers still see every run. */
+static void test_migration_replica(void **state) {
+  struct fixture *f = *state;
+  sqlite3 *s = raw_open(f->path);
+  assert_int_equal(ferry__db_migrate(s, f->path, 8, NULL), FERRY_OK);
+  assert_int_equal(sqlite3_exec(s,
+                                "INSERT INTO runs(id, kind, started_at, complete) VALUES(3, 'sim', 'a', 1);"
+                                "INSERT INTO requests(runId, req_id, arrival_ns) VALUES(3, 1, 5), (3, 2, 6);"
+                                "INSERT INTO steps(runId, step, start_ns, end_ns) VALUES(3, 0, 0, 9);",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  assert_int_not_equal(sqlite3_exec(s, "SELECT replica FROM requests", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(s);
+  ferry_db *db = open_rw(f->path);
+  s = ferry__db_sqlite(db);
+  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
+  assert_int_equal(q1(s, "SELECT count(*) FROM requests WHERE runId = 3 AND replica IS NULL"), 2);
+  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE runId = 3 AND replica IS NULL"), 1);
+  struct ferry_run_info info = {.executor = "host", .model = "m"};
+  int64_t id;
+  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
+  for (int i = 0; i < 5; i++) {
+    const struct ferry_request_row r = {.req_id = i, .arrival_ns = i, .replica = i < 4 ? i % 2 : -1};
+    const struct ferry_step_row st = {.step = i, .end_ns = 1, .replica = i % 2};
+    assert_int_equal(ferry_db_add_request(db, id, &r), FERRY_OK);
+    assert_int_equal(ferry_db_add_step(db, id, &st), FERRY_OK);
+  }
+  assert_int_equal(ferry_db_run_finish(db, id, NULL), FERRY_OK);
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM requests WHERE runId = %lld AND replica = 1", (long long)id);
+  assert_int_equal(q1(s, sql), 2);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM requests WHERE runId = %lld AND replica IS NULL", (long long)id);
+  assert_int_equal(q1(s, sql), 1);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM steps WHERE runId = %lld AND replica = 0", (long long)id);
+  assert_int_equal(q1(s, sql), 3);
+  /* per replica: the rows with a replica, in order, with their steps; none for the old run */
+  struct ferry_replica_stats *reps = NULL;
+  size_t n_reps = 9;
+  assert_int_equal(ferry_db_run_replicas(db, id, &reps, &n_reps), FERRY_OK);
+  assert_int_equal(n_reps, 2);
+  assert_int_equal(reps[0].replica, 0);
+  assert_int_equal(reps[1].replica, 1);
+  assert_int_equal(reps[0].requests, 2);
+  assert_int_equal(reps[1].requests, 2);
+  assert_int_equal(reps[0].steps, 3);
+  assert_int_equal(reps[1].steps, 2);
+  ferry_db_replicas_free(reps);
+  assert_int_equal(ferry_db_run_replicas(db, 3, &reps, &n_reps), FERRY_OK);
+  assert_int_equal(n_reps, 0);
+  assert_null(reps);
+  ferry_db_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_create_schema, setup, teardown),
@@ -1050,6 +1104,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_one_complete_run_per_sweep_combination, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_keeps_repeats, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_free_kind, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_migration_replica, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_a_ferry_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_activity_mapping, setup, teardown),

@@ -30,7 +30,7 @@ static int setup(void **state) {
   struct ferry_run_info info = {.kind = FERRY_RUN_SIM, .model = "tiny-dense", .config_hash = "h"};
   int64_t run;
   assert_int_equal(ferry_db_run_begin(db, &info, &run), FERRY_OK);
-  struct ferry_request_row r = {0, 0, 1000, 5000, 4, 4};
+  struct ferry_request_row r = {0, 0, 1000, 5000, 4, 4, 0};
   assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
   assert_int_equal(ferry_db_run_finish(db, run, NULL), FERRY_OK);
   ferry_db_close(db);

@@ -26,7 +26,7 @@ static void add_run(ferry_db *db, const char *model) {
   int64_t id;
   assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
   for (int r = 0; r < 4; r++) {
-    struct ferry_request_row q = {r, r * 1000000LL, r * 1000000LL + 3000000, r * 1000000LL + 9000000, 8, 4};
+    struct ferry_request_row q = {r, r * 1000000LL, r * 1000000LL + 3000000, r * 1000000LL + 9000000, 8, 4, 0};
     assert_int_equal(ferry_db_add_request(db, id, &q), FERRY_OK);
   }
   assert_int_equal(ferry_db_run_finish(db, id, NULL), FERRY_OK);

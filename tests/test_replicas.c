@@ -296,6 +296,17 @@ static void test_cli_replicas(void **state) {
   assert_int_equal(db_count(db, "SELECT COUNT(*) FROM runs"), 1);
   assert_int_equal(db_count(db, "SELECT COUNT(*) FROM requests"), 12);
   assert_int_equal(db_count(db, "SELECT COUNT(*) FROM META_DATA_EXPORT WHERE name LIKE 'REPLICA_%'"), 2);
+  /* each request's replica, as many as the replica's own line says it served */
+  for (int i = 0; i < 2; i++) {
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT CAST(value AS INTEGER) FROM META_DATA_EXPORT WHERE name = 'REPLICA_%d'", i);
+    const int64_t said = db_count(db, sql);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM requests WHERE replica = %d", i);
+    assert_int_equal(db_count(db, sql), said);
+    assert_true(said > 0);
+  }
+  assert_int_equal(db_count(db, "SELECT COUNT(*) FROM requests WHERE replica IS NULL"), 0);
+  assert_int_equal(db_count(db, "SELECT COUNT(DISTINCT replica) FROM steps"), 2);
   free(plain);
   free(one);
   free(two);
@@ -303,7 +314,7 @@ static void test_cli_replicas(void **state) {
     const char *args, *needle;
     int rc;
   } refused[] = {
-      {"run --model x --synthetic n=2 --replicas 2", "--replicas is for 'ferry sim'", 2},
+      {"run --backend cuda --model x --synthetic n=2 --replicas 2", "drives one device, which replicas would share", 2},
       {SIM "--router least-tokens", "over --replicas R (R > 1)", 2},
       {SIM "--replicas 2 --router random", "--router: expected", 2},
       {SIM "--replicas 2 --faults read:eio@1", "its state belongs to one engine", 1},

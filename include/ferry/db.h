@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 8
+#define FERRY_DB_SCHEMA_VERSION 9
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -86,6 +86,8 @@ struct ferry_request_row {
   int64_t finish_ns;      /**< time the last output token was produced */
   int64_t prompt_tokens;  /**< prompt length in tokens */
   int64_t output_tokens;  /**< generated tokens */
+  int64_t replica;        /**< the replica (engine) that served it, 0 to R-1 in a run of R replicas (0 for one
+                               engine); negative: unknown (NULL) */
 };
 
 /** One engine step (steps table). */
@@ -110,6 +112,7 @@ struct ferry_step_row {
   int64_t evictions;       /**< expert-cache evictions */
   int64_t cpu_experts;     /**< routed experts computed on the CPU */
   int64_t kv_blocks;       /**< KV-cache blocks in use at the end of the step (paged cache) */
+  int64_t replica;         /**< the replica (engine) whose step it is, as ferry_request_row::replica */
 };
 
 /** One layer's expert-cache activity and weight traffic over a run (layer_stats table). */
@@ -172,6 +175,16 @@ struct ferry_run_stats {
   /** 1 when the run has no step rows (an imported Nsight Systems run) and the bytes moved were
    *  summed from its timeline's copies instead (CUPTI_ACTIVITY_KIND_MEMCPY by copyKind). */
   int bytes_from_timeline;
+};
+
+/** One replica's share of a data-parallel run (ferry_db_run_replicas()). */
+struct ferry_replica_stats {
+  int64_t replica;       /**< requests.replica */
+  int64_t requests;      /**< request rows it served */
+  int64_t output_tokens; /**< their output tokens */
+  double ttft_mean_ns;   /**< mean TTFT of those with a first token; NAN when none */
+  double tpot_mean_ns;   /**< mean TPOT of those with more than one token; NAN when none */
+  int64_t steps;         /**< step rows it ran */
 };
 
 /** Verdict on one metric, or on a whole comparison (ferry_db_compare_groups()). */
@@ -459,6 +472,20 @@ FERRY_API void ferry_db_runs_free(struct ferry_run_summary *runs, size_t count);
  * @return FERRY_OK, FERRY_ERR_NOT_FOUND or an error.
  */
 FERRY_API ferry_status ferry_db_run_stats(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats);
+
+/**
+ * @brief Per-replica figures of a run, from requests.replica and steps.replica (schema 9): one
+ *        row per replica that served a request, in replica order. A run of one engine gives
+ *        one row (replica 0); a run written before schema 9, or a database older than it, none.
+ * @param out receives an array of *n rows (NULL when none), owned by the caller
+ *        (ferry_db_replicas_free()).
+ * @return FERRY_OK or an error (FERRY_ERR_NOMEM, a database error); *n is 0 on error.
+ */
+FERRY_API ferry_status ferry_db_run_replicas(ferry_db *db, int64_t run_id, struct ferry_replica_stats **out,
+                                             size_t *n);
+
+/** @brief Free what ferry_db_run_replicas() returned; accepts NULL. */
+FERRY_API void ferry_db_replicas_free(struct ferry_replica_stats *rows);
 
 /**
  * @brief Compare two runs' metrics (latency percentiles, throughput, peak memory per tier,

@@ -603,6 +603,26 @@ FERRY_API ferry_status ferry_replicas_serve(ferry_engine *const *engines, int32_
                                             enum ferry_router router, const struct ferry_run_options *options,
                                             int32_t *replica_of);
 
+/**
+ * @brief Data-parallel serving on executors that run in real time (host, cuda; not
+ *        FERRY_EXEC_CAP_VIRTUAL): each engine is served by its own thread on the wall clock, as
+ *        separate servers would be, while the calling thread replays the arrivals (scaled as
+ *        @p options say, or all at once as fast as possible) and routes each request when it
+ *        arrives. The router is ferry_replicas_serve()'s, reading each replica's load as its
+ *        thread last published it (after every step and admission) plus the requests routed to
+ *        it and not yet taken. The engines must not share an executor; each engine's callbacks
+ *        (on_logits, the activity sink of its executor) run on its own thread.
+ * @param requests array of @p n requests (borrowed until the call returns).
+ * @param replica_of optional: filled with the engine that served each request, in the order of
+ *        @p requests.
+ * @return FERRY_OK, or the first failed replica's error (named); the others then stop too.
+ *         FERRY_ERR_NOMEM when a thread cannot be started.
+ */
+FERRY_API ferry_status ferry_replicas_serve_realtime(ferry_engine *const *engines, int32_t n_engines,
+                                                     const struct ferry_engine_request *requests, int64_t n,
+                                                     enum ferry_router router, const struct ferry_run_options *options,
+                                                     int32_t *replica_of);
+
 /** @brief Per-request metrics of the last run; borrowed, valid until the next run. */
 FERRY_API const struct ferry_request_metrics *ferry_engine_request_metrics(const ferry_engine *engine, int64_t *n);
 

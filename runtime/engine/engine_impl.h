@@ -437,6 +437,23 @@ ferry_status ferry__engine_preload_experts(struct ferry_engine *e);
 
 /* serve.c: close a run begun with ferry_engine_serve_begin() without serving the rest */
 void ferry__engine_serve_abort(struct ferry_engine *e);
+/* One step of the open run if one can run now (after sleeping to an arrival already added),
+ * none when every request added is done; the run is closed on an error. */
+ferry_status ferry__engine_serve_step(struct ferry_engine *e);
+/* The replica of the k-th request in arrival order (ferry_replicas_serve*()): in turn, or the
+ * least loaded by `loads` (ties: the lowest index). */
+/* A request in serving order: its arrival as the engines will see it (scaled; 0 as fast as
+ * possible), its id and its index in the caller's array. */
+struct ferry__arrival {
+  int64_t ns, id, index;
+};
+/* The requests in the engines' order of service (that of ferry_engine_run()); a scale past the
+ * clock is left for the engine to report. NULL when out of memory; ferry_free() it. */
+struct ferry__arrival *ferry__replicas_order(const struct ferry_engine_request *requests, int64_t n,
+                                             const struct ferry_run_options *o);
+/* A replica's failure, named (its message copied first: the last error is rewritten). */
+ferry_status ferry__replica_failed(int32_t replica, ferry_status st);
+int32_t ferry__router_pick(enum ferry_router router, const struct ferry_engine_load *loads, int32_t n, int64_t k);
 /* adapt.c: budget schedule, memory pressure, weight reloads, events */
 ferry_status ferry__engine_adapt_init(struct ferry_engine *e);
 void ferry__engine_adapt_free(struct ferry_engine *e);

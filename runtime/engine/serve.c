@@ -413,13 +413,14 @@ static void step_outcomes(ferry_engine *e, struct ferry__serve_state *rs) {
   if (e->kv_block) sm->kv_blocks = e->kv_pool_blocks - e->kv_free_count;
 }
 
-/* Steps until every request known so far is done, or until the clock reaches `until` (time
- * since the run's start); between steps with nothing to run, the clock sleeps to the next
- * arrival. A request arriving at `until` or later is left for the next call: a caller adding
- * requests in arrival order (ferry_engine_serve_add()) sees the same steps as one run over all. */
-static ferry_status serve_loop(ferry_engine *e, struct ferry__serve_state *rs, int64_t until) {
+/* Steps until every request known so far is done, until the clock reaches `until` (time since
+ * the run's start) or after `max_steps` steps; between steps with nothing to run, the clock
+ * sleeps to the next arrival. A request arriving at `until` or later is left for the next call:
+ * a caller adding requests in arrival order (ferry_engine_serve_add()) sees the same steps as
+ * one run over all. */
+static ferry_status serve_loop(ferry_engine *e, struct ferry__serve_state *rs, int64_t until, int64_t max_steps) {
   const struct ferry_run_options *o = &rs->o;
-  while (rs->done < rs->n) {
+  for (int64_t ran_steps = 0; rs->done < rs->n && ran_steps < max_steps;) {
     const int64_t now = ferry_exec_now(e->ex) - rs->t0;
     if (now >= until) break;
     /* step boundary: budget changes, memory pressure, a staged reload */
@@ -438,6 +439,7 @@ static ferry_status serve_loop(ferry_engine *e, struct ferry__serve_state *rs, i
     int ran;
     if ((st = run_step(e, rs, &ran)) != FERRY_OK) return st;
     if (!ran) continue;
+    ran_steps++;
     step_outcomes(e, rs);
     /* progress is paced by the wall clock: a simulated run covers hours of virtual time */
     if (o->progress && ferry__mono_ns() - rs->last_progress > 2000000000LL) {
@@ -531,7 +533,13 @@ ferry_status ferry_engine_serve_add(ferry_engine *e, const struct ferry_engine_r
 
 ferry_status ferry_engine_serve_advance(ferry_engine *e, int64_t until_ns) {
   if (!e->serve.open) return ferry__fail(FERRY_ERR_INVALID, "engine: no run is being served (ferry_engine_serve_begin)");
-  const ferry_status st = serve_loop(e, &e->serve, until_ns);
+  const ferry_status st = serve_loop(e, &e->serve, until_ns, INT64_MAX);
+  return st == FERRY_OK ? FERRY_OK : serve_close(e, st);
+}
+
+ferry_status ferry__engine_serve_step(ferry_engine *e) {
+  if (!e->serve.open) return ferry__fail(FERRY_ERR_INVALID, "engine: no run is being served (ferry_engine_serve_begin)");
+  const ferry_status st = serve_loop(e, &e->serve, INT64_MAX, 1);
   return st == FERRY_OK ? FERRY_OK : serve_close(e, st);
 }
 
@@ -553,7 +561,7 @@ void ferry_engine_serve_load(const ferry_engine *e, struct ferry_engine_load *ou
 
 ferry_status ferry_engine_serve_finish(ferry_engine *e) {
   if (!e->serve.open) return ferry__fail(FERRY_ERR_INVALID, "engine: no run is being served (ferry_engine_serve_begin)");
-  ferry_status st = serve_loop(e, &e->serve, INT64_MAX);
+  ferry_status st = serve_loop(e, &e->serve, INT64_MAX, INT64_MAX);
   if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
     ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
   return serve_close(e, st);
