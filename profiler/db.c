@@ -28,21 +28,6 @@ const char *ferry_run_kind_name(enum ferry_run_kind kind) {
 
 sqlite3 *ferry__db_sqlite(struct ferry_db *db) { return db ? db->sql : NULL; }
 
-static int pragma_int(sqlite3 *sql, const char *pragma, int *out) {
-  sqlite3_stmt *st;
-  int rc = sqlite3_prepare_v2(sql, pragma, -1, &st, NULL);
-  if (rc != SQLITE_OK) return rc;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    *out = sqlite3_column_int(st, 0);
-    rc = SQLITE_OK;
-  } else if (rc == SQLITE_DONE) {
-    rc = SQLITE_OK;
-  }
-  sqlite3_finalize(st);
-  return rc;
-}
-
 /* Explain why a database could not be opened for writing: the file or its folder. */
 static ferry_status unwritable(struct ferry_db *db) {
   char dir[4096];
@@ -91,9 +76,22 @@ static ferry_status open_writable(struct ferry_db *db, const char *path) {
 static ferry_status check_header(struct ferry_db *db, const char *path, int *version) {
   int app_id = 0, tables = 0;
   *version = 0;
-  int rc = pragma_int(db->sql, "PRAGMA user_version", version);
-  if (rc != SQLITE_OK || (rc = pragma_int(db->sql, "PRAGMA application_id", &app_id)) != SQLITE_OK ||
-      (rc = pragma_int(db->sql, "SELECT count(*) FROM sqlite_master", &tables)) != SQLITE_OK) {
+  /* One statement, so one snapshot: read one by one, another process's migration committing in
+   * between would show its tables beside the version 0 read before them. */
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(db->sql,
+                              "SELECT (SELECT user_version FROM pragma_user_version()), "
+                              "(SELECT application_id FROM pragma_application_id()), "
+                              "(SELECT count(*) FROM sqlite_master)",
+                              -1, &q, NULL);
+  if (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+    *version = sqlite3_column_int(q, 0);
+    app_id = sqlite3_column_int(q, 1);
+    tables = sqlite3_column_int(q, 2);
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(q);
+  if (rc != SQLITE_OK) {
     if ((rc & 0xff) == SQLITE_NOTADB)
       return ferry__err_set(&db->err, FERRY_ERR_FORMAT, "%s: not a ferry database (not an SQLite file)", path);
     return ferry__db_sqlite_error(db->sql, rc, path, "reading the database header", &db->err);
@@ -107,17 +105,32 @@ static ferry_status check_header(struct ferry_db *db, const char *path, int *ver
   return FERRY_OK;
 }
 
-/* WAL journaling (readers beside one writer), or the reason it cannot be had. */
-static ferry_status enable_wal(struct ferry_db *db, const char *path) {
-  int wal = 0;
+/* One try at switching to WAL: SQLITE_OK with *wal set, or SQLite's code. */
+static int try_wal(sqlite3 *sql, int *wal) {
   sqlite3_stmt *stj;
-  int rc = sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
+  *wal = 0;
+  int rc = sqlite3_prepare_v2(sql, "PRAGMA journal_mode=WAL", -1, &stj, NULL);
   if (rc == SQLITE_OK && (rc = sqlite3_step(stj)) == SQLITE_ROW) {
     const char *m = (const char *)sqlite3_column_text(stj, 0);
-    wal = m && !strcmp(m, "wal");
+    *wal = m && !strcmp(m, "wal");
     rc = SQLITE_OK;
   }
   sqlite3_finalize(stj);
+  return rc;
+}
+
+/* WAL journaling (readers beside one writer), or the reason it cannot be had. Switching a new
+ * file needs its exclusive lock, and SQLite answers SQLITE_BUSY at once, without the busy
+ * handler, where waiting could deadlock (another process creating or switching the same file:
+ * plan and sweep workers open one study database together), so that answer is retried for as
+ * long as the busy timeout would have waited. */
+static ferry_status enable_wal(struct ferry_db *db, const char *path) {
+  enum { RETRY_NS = 10 * 1000 * 1000, RETRIES = 6000 }; /* 60 s, the busy timeout */
+  int wal = 0, rc = try_wal(db->sql, &wal);
+  for (int i = 0; (rc & 0xff) == SQLITE_BUSY && i < RETRIES; i++) {
+    nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = RETRY_NS}, NULL);
+    rc = try_wal(db->sql, &wal);
+  }
   if (rc == SQLITE_OK && wal) return FERRY_OK;
   ferry_status st = unwritable(db);
   if (st == FERRY_OK)

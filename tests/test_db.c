@@ -592,6 +592,48 @@ static void ro_dir_child(struct fixture *f) {
   if (access(path, F_OK) == 0) _exit(3);
 }
 
+/* Plan and sweep workers open one new study database together: every process must get it, WAL
+ * and the current schema, however their opens interleave (the switch to WAL of a new file cannot
+ * wait in SQLite's busy handler; ferry_db_open() waits for it). */
+static void test_concurrent_create(void **state) {
+  struct fixture *f = *state;
+  enum { ROUNDS = 15, PROCS = 6 };
+  for (int round = 0; round < ROUNDS; round++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/together-%d.db", f->dir, round);
+    pid_t pid[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+      pid[i] = fork();
+      assert_true(pid[i] >= 0);
+      if (pid[i] == 0) {
+        ferry_db *db = NULL;
+        ferry_status st = ferry_db_open(&db, path, FERRY_DB_CREATE);
+        int64_t id = 0;
+        struct ferry_run_info info = {.kind = FERRY_RUN_SIM, .model = "m", .hardware = "h", .trace = "t",
+                                      .config_json = "{}", .config_hash = NULL};
+        if (st == FERRY_OK) st = ferry_db_run_begin(db, &info, &id);
+        if (st == FERRY_OK) st = ferry_db_run_finish(db, id, NULL);
+        if (st != FERRY_OK)
+          fprintf(stderr, "process %d, round %d: %s\n", i, round, db ? ferry_db_errmsg(db) : ferry_last_error());
+        ferry_db_close(db);
+        _exit(st == FERRY_OK ? 0 : 1);
+      }
+    }
+    for (int i = 0; i < PROCS; i++) {
+      int ws = 0;
+      assert_int_equal(waitpid(pid[i], &ws, 0), pid[i]);
+      assert_true(WIFEXITED(ws));
+      assert_int_equal(WEXITSTATUS(ws), 0);
+    }
+    sqlite3 *s = raw_open(path);
+    assert_int_equal(q1(s, "SELECT count(*) FROM runs WHERE complete = 1"), PROCS);
+    assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
+    char mode[16];
+    assert_string_equal(qs(s, "PRAGMA journal_mode", mode, sizeof mode), "wal");
+    sqlite3_close(s);
+  }
+}
+
 static void test_read_only_places(void **state) {
   struct fixture *f = *state;
   ferry_db *db = open_rw(f->path);
@@ -1110,6 +1152,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_activity_mapping, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sink_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigkill_mid_run, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_concurrent_create, setup, teardown),
       cmocka_unit_test_setup_teardown(test_read_only_places, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stats_and_compare, setup, teardown),
