@@ -512,11 +512,9 @@ AVX512 static int64_t top2_small_avx512(uint64_t lmix, int64_t m, const int64_t 
 }
 #undef AVX512
 
-static int have_avx512(void) {
-  static int yes = -1; /* the processor does not change: asked once (a benign race) */
-  if (yes < 0) yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return yes;
-}
+/* loads and bit tests of what the compiler's runtime read at start: no cache of our own, which
+ * threads drawing routing together would write at once */
+static int have_avx512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"); }
 #endif /* MANY_AVX512 */
 
 static void draw_many_fresh(const ferry_routing_synth *s, int64_t n, const int64_t *req_ids, const int32_t *token_index,

@@ -735,9 +735,9 @@ __attribute__((target("avx512f"))) static void count_passes_avx512(const int32_t
 }
 
 static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) {
-  static int avx512 = -1; /* the processor does not change: asked once (a benign race) */
-  if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 ? count_passes_avx512 : count_histograms;
+  /* a load and a bit test of what the compiler's runtime read at start: no cache of our own,
+   * which replicas' engine threads would write together */
+  return __builtin_cpu_supports("avx512f") ? count_passes_avx512 : count_histograms;
 }
 #else
 static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) { return count_histograms; }
