@@ -82,17 +82,14 @@ static int serve_prefix(const struct plan_opts *o, const char *hw_name, const st
    * request arrives at `cut` on the engine's clock, as the engine scales it */
   int64_t cut;
   if (ferry__scale_ns(reqs[s.n].arrival_ns, pre.time_scale, &cut) != FERRY_OK) goto out;
+  for (int m = 0; m < 3; m++)
+    if (!(k->v[m] = ferry__calloc(s.n, sizeof *k->v[m]))) goto out; /* at most one value a request */
   for (size_t q = 0; q < s.n; q++) {
     struct ferry__request_latency l;
     if (s.finish[q] > cut || !ferry__request_latency(s.arrival[q], s.first[q], s.finish[q], s.output[q], &l)) continue;
     const double v[3] = {l.ttft_ns, l.tpot_ns, l.e2e_ns};
-    for (int m = 0; m < 3; m++) {
-      if (m == 1 && !l.has_tpot) continue;
-      double *grown = ferry__reallocarray(k->v[m], k->n[m] + 1, sizeof *grown);
-      if (!grown) goto out;
-      k->v[m] = grown;
-      k->v[m][k->n[m]++] = v[m];
-    }
+    for (int m = 0; m < 3; m++)
+      if (m != 1 || l.has_tpot) k->v[m][k->n[m]++] = v[m];
   }
   rc = 0;
 out:
