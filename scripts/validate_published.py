@@ -121,10 +121,12 @@ def err_pct(pred, pub):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ferry", default=os.environ.get("FERRY", os.path.join(ROOT, "build", "ferry")))
-    ap.add_argument("--rows", default=os.path.join(ROOT, "tests", "data", "published", "rows.tsv"))
+    ap.add_argument("--rows", default=os.environ.get("ROWS", os.path.join(ROOT, "tests", "data", "published", "rows.tsv")),
+                    help="rows file (default $ROWS, else rows.tsv; oos-rows.tsv holds the out-of-sample rows)")
     ap.add_argument("--kernels", default=os.path.join(ROOT, "tests", "data", "published", "kernels-a100.tsv"))
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--markdown", help="also write the tables as Markdown to this file")
+    ap.add_argument("--no-kernels", action="store_true", help="skip the D6 kernel timings (rows only)")
     a = ap.parse_args()
     rows = read_rows(a.rows)
     out = []  # markdown lines
@@ -151,7 +153,7 @@ def main():
                                                                     " (miss)" if miss else ""))
     # D6
     mapping = kernel_map(a.kernels)
-    kres = run_kernels(a.ferry, "a100-80gb-sxm", a.shared, mapping)
+    kres = None if a.no_kernels else run_kernels(a.ferry, "a100-80gb-sxm", a.shared, mapping)
     kout = []
     if kres is not None:
         print("\nD6: A100 kernel times (measured medians) against `ferry hw kernel a100-80gb-sxm`")
