@@ -177,6 +177,9 @@ static int hw_show(const char *name) {
     if (r->cpu_quant_simd_bits)
       printf("  %-28s %d bits (%s)\n", "runtime.cpu_quant_simd_bits", r->cpu_quant_simd_bits,
              "vectors of its low-bit dot products");
+    if (r->attn_repeat_kv)
+      printf("  %-28s %d (%s)\n", "runtime.attn_repeat_kv", r->attn_repeat_kv,
+             "grouped-query attention copies K and V per query head first");
     if (r->gather_copy)
       printf("  %-28s %d (%s)\n", "runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it");
     if (r->read_after_copy)

@@ -459,6 +459,7 @@ int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, c
     return ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
                                                             : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
   ferry__gpu_work_of(k, packed, fused_for(s, k), work);
+  ferry__runtime_work(&s->hw, k, work);
   *folded = work->folded;
   return ferry__gpu_work_ns(&s->hw, work);
 }
@@ -488,6 +489,7 @@ static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, c
   }
   struct ferry__gpu_work w;
   ferry__cpu_work_of(k, packed, &w);
+  ferry__runtime_work(&s->hw, k, &w);
   c->folded = w.folded;
   const int64_t ns = ferry__cpu_work_ns(&s->hw, &w);
   if (ns < 0)

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "ferry/quant.h"
+#include "runtime/exec/kernel_cost.h"
 #include "sim/gpu_cost.h"
 #include "sim/resource.h"
 
@@ -175,6 +176,17 @@ static double peak_for(const struct ferry_hw_peak_tflops *p, enum ferry_dtype dt
     case FERRY_DTYPE_F8_E5M2: return p->fp8 > 0 ? p->fp8 : fp16;
     default: return p->fp32;
   }
+}
+
+void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k,
+                         struct ferry__gpu_work *work) {
+  if (!profile || !profile->has_runtime || !profile->runtime.attn_repeat_kv) return;
+  if (k->kind != FERRY_K_ATTENTION || k->kv_heads <= 0 || k->heads <= k->kv_heads) return;
+  /* expand(...).reshape(...) copies each sequence's cached K and V once per query head of
+   * their group, in the cache's element type; the products then read that copy */
+  const double n_rep = (double)k->heads / (double)k->kv_heads;
+  const double rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2;
+  work->bytes += 2.0 * n_rep * rows * (double)k->head_dim * (double)esize(kv_math(k));
 }
 
 static double eff(double v) { return v > 0 && v <= 1 ? v : 1.0; }

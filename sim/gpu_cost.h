@@ -39,6 +39,13 @@ struct ferry__gpu_work {
 void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
                         struct ferry__gpu_work *out);
 
+/* What the profile's runtime adds to kernel k's work beyond the kernel itself (CPU or GPU):
+ * with runtime.attn_repeat_kv, a grouped-query attention writes K and V repeated to every
+ * query head and its products read that copy (HF transformers' repeat_kv), so its bytes grow
+ * by 2 x n_rep x the keys each sequence sees x kv_heads x 2 rows of head_dim. */
+void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k,
+                         struct ferry__gpu_work *work);
+
 /* Duration of the work on the profile's GPU, rounded up to a whole ns:
  *   launches x launch + sqrt((t_math + t_alu)^2 + t_mem^2), 0 for folded work,
  * with t_math = flops / (peak[math] * eff_compute), t_alu = alu_ops / (fp32 peak / 2 * eff.dequantize)

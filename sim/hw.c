@@ -97,6 +97,7 @@ static const struct field fields[] = {
     {"runtime.numa_blind", T_I32, C_BOOL, S_RUNTIME, P(runtime.numa_blind), 0},
     {"runtime.cpu_math_eff", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_math_eff), 0},
     {"runtime.cpu_quant_simd_bits", T_I32, C_NONNEG, S_RUNTIME, P(runtime.cpu_quant_simd_bits), 0},
+    {"runtime.attn_repeat_kv", T_I32, C_BOOL, S_RUNTIME, P(runtime.attn_repeat_kv), 0},
     {"runtime.gather_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.gather_copy), 0},
     {"runtime.read_after_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.read_after_copy), 0},
     {"runtime.blocking_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.blocking_copy), 0},

@@ -199,6 +199,49 @@ static void test_attention_decode_paged(void **state) {
   assert_int_equal(w.launches, 2);
 }
 
+/* A runtime that repeats grouped K and V to every query head first (HF transformers'
+ * repeat_kv) writes and reads that copy: n_rep x each sequence's context x kv heads x (K, V)
+ * x head_dim x the cache's element size, twice; once per sequence, however many of its
+ * queries the step carries. Runtimes without the figure and ungrouped heads are unchanged. */
+static void test_attention_repeat_kv(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  enum { B = 2, KVH = 8, HD = 128 };
+  int32_t pos[B + 2] = {1000, 2000, 0, 0}, slot[B + 2] = {0, 1, 0, 0};
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.m = B, k.heads = 32, k.kv_heads = KVH, k.head_dim = HD;
+  k.ints = pos, k.ints2 = slot, k.n_ints = B;
+  k.context_tokens = 1001 + 2001;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  struct ferry__gpu_work w;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double plain = w.bytes;
+  ferry__runtime_work(&p, &k, &w); /* no runtime: nothing added */
+  assert_true(w.bytes == plain);
+  p.has_runtime = 1;
+  p.runtime.attn_repeat_kv = 1;
+  ferry__runtime_work(&p, &k, &w);
+  /* n_rep 4; 3002 keys x 8 heads x 2 (K, V) x 128 x 2 B = 12296192 B of cache, copied 4 times
+   * and read back: 2 x 4 x 12296192 = 98369536 B more */
+  assert_true(w.bytes == plain + 98369536.0);
+  /* a prefill of 3 tokens of one sequence (positions 0..2) and a decode token of another:
+   * the copy is made once per sequence: (3 + 2001) keys */
+  int32_t pos2[4] = {0, 1, 2, 2000}, slot2[4] = {0, 0, 0, 1};
+  k.m = 4, k.ints = pos2, k.ints2 = slot2, k.n_ints = 4, k.context_tokens = 1 + 2 + 3 + 2001;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double plain2 = w.bytes;
+  ferry__runtime_work(&p, &k, &w);
+  assert_true(w.bytes == plain2 + 2.0 * 4 * (3 + 2001) * KVH * 2 * HD * 2);
+  /* ungrouped heads (multi-head attention) have nothing to repeat */
+  k.kv_heads = 32;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double mha = w.bytes;
+  ferry__runtime_work(&p, &k, &w);
+  assert_true(w.bytes == mha);
+}
+
 /* Norms, activations, RoPE: their bytes at the element-wise efficiency. */
 static void test_elementwise_by_bytes(void **state) {
   (void)state;
@@ -353,6 +396,7 @@ int main(void) {
       cmocka_unit_test(test_published_formats),
       cmocka_unit_test(test_fused_gate_up_expert),
       cmocka_unit_test(test_mla_attention),
+      cmocka_unit_test(test_attention_repeat_kv),
       cmocka_unit_test(test_quantized_embed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

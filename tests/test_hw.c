@@ -309,7 +309,10 @@ static void test_runtime_presets(void **state) {
   assert_true(p->has_runtime);
   assert_int_equal(p->runtime.fused_dequant, 0);
   assert_true(p->runtime.launch_ns > 0 && p->runtime.layer_ns > 0 && p->runtime.step_ns > 0);
-  assert_int_equal(p->n_sources, before + 8);
+  /* HF transformers repeats grouped K and V per query head: a figure with its source */
+  assert_int_equal(p->runtime.attn_repeat_kv, 1);
+  assert_non_null(find_source(p, "runtime.attn_repeat_kv", 0));
+  assert_int_equal(p->n_sources, before + 9);
   assert_true(p->gpu.mem_bw_gbps == 2000); /* the rest untouched */
   /* another preset replaces it, sources included */
   assert_int_equal(ferry_hw_set_runtime(hw, "graph"), FERRY_OK);

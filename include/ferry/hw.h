@@ -204,6 +204,10 @@ struct ferry_hw_runtime {
                                use, in bits (256: llama.cpp's AVX2 k-quant vec_dot); on a host
                                whose host.simd_bits is wider, those products reach only this
                                fraction of its peak; 0 = not given: the host's full width */
+  int32_t attn_repeat_kv; /**< 1: a grouped-query attention first copies K and V repeated to every
+                               query head of their group and multiplies that copy (HF transformers'
+                               eager and SDPA paths, `repeat_kv`), so it writes and reads n_rep
+                               times the cached bytes again; 0: kernels read the shared heads */
   int32_t gather_copy;    /**< 1: every copy to the device is followed, on the same stream and before
                                the next, by a copy of its bytes within device memory (DeepSpeed
                                ZeRO-3 before 0.9 all-gathers each fetched parameter into a fresh

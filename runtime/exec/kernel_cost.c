@@ -2,6 +2,7 @@
  * simulator's roofline, the activity records of every executor and calibration, so all three
  * agree on what an op costs. */
 #include "exec_impl.h"
+#include "kernel_cost.h"
 
 const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind) {
   static const char *names[FERRY_K_COUNT] = {
@@ -35,18 +36,18 @@ static uint64_t kv_bytes(const struct ferry_kernel *k, uint64_t n) {
  * per query, and a decode token (a tile of one) reads its context once. Tokens of one sequence
  * are consecutive in the batch (same slot, rising positions). Without per-token positions the
  * m tokens are taken as one sequence whose queries see context_tokens keys in all. */
-static uint64_t attention_kv_tokens(const struct ferry_kernel *k) {
+static uint64_t attention_kv_tokens_tiled(const struct ferry_kernel *k, int64_t q_tile) {
   const int64_t m = k->m, window = k->sliding_window, chunk = k->attn_chunk;
   if (m <= 0) return 0;
   if (!k->ints || !k->ints2 || k->n_ints < m) {
-    uint64_t tile = (uint64_t)(m < FERRY_ATTN_Q_TILE ? m : FERRY_ATTN_Q_TILE);
+    uint64_t tile = (uint64_t)(m < q_tile ? m : q_tile);
     return ((uint64_t)k->context_tokens + tile - 1) / tile;
   }
   uint64_t keys = 0;
   for (int64_t i = 0; i < m;) {
-    /* one tile: up to FERRY_ATTN_Q_TILE consecutive tokens of one sequence */
+    /* one tile: up to q_tile consecutive tokens of one sequence */
     int64_t j = i + 1;
-    while (j < m && j - i < FERRY_ATTN_Q_TILE && k->ints2[j] == k->ints2[i] && k->ints[j] > k->ints[j - 1]) j++;
+    while (j < m && j - i < q_tile && k->ints2[j] == k->ints2[i] && k->ints[j] > k->ints[j - 1]) j++;
     int64_t first = k->ints[i], last = k->ints[j - 1];
     int64_t lo = window > 0 && first - window + 1 > 0 ? first - window + 1 : 0;
     if (chunk > 0 && first - first % chunk > lo) lo = first - first % chunk; /* chunked attention */
@@ -54,6 +55,14 @@ static uint64_t attention_kv_tokens(const struct ferry_kernel *k) {
     i = j;
   }
   return keys;
+}
+
+static uint64_t attention_kv_tokens(const struct ferry_kernel *k) {
+  return attention_kv_tokens_tiled(k, FERRY_ATTN_Q_TILE);
+}
+
+uint64_t ferry__attention_seq_keys(const struct ferry_kernel *k) {
+  return attention_kv_tokens_tiled(k, k->m > 0 ? k->m : 1);
 }
 
 void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *bytes) {

@@ -1,0 +1,16 @@
+/* Internal pieces of the cost-model view of a kernel (runtime/exec/kernel_cost.c) that the
+ * simulator prices runtimes with. */
+#ifndef FERRY_RUNTIME_EXEC_KERNEL_COST_H
+#define FERRY_RUNTIME_EXEC_KERNEL_COST_H
+
+#include <stdint.h>
+
+#include "ferry/exec.h"
+
+/* Keys an attention kernel's sequences see in all this step: each sequence's context once (from
+ * the first key its window or chunk lets its first query of the step see), however many of its
+ * queries the step carries. The K and V an unfused attention reads per sequence
+ * (ferry_kernel_cost() counts a flash-style kernel's reads per tile of queries instead). */
+uint64_t ferry__attention_seq_keys(const struct ferry_kernel *k);
+
+#endif
