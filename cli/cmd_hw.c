@@ -182,6 +182,9 @@ static int hw_show(const char *name) {
              "grouped-query attention copies K and V per query head first");
     if (r->gather_copy)
       printf("  %-28s %d (%s)\n", "runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it");
+    if (r->split_copy)
+      printf("  %-28s %d (%s)\n", "runtime.split_copy", r->split_copy,
+             "each gathered parameter is copied out of its flat buffer");
     if (r->read_after_copy)
       printf("  %-28s %d (%s)\n", "runtime.read_after_copy", r->read_after_copy,
              "a disk read waits for the copies to the GPU before it");

@@ -794,6 +794,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
       cJSON_AddNumberToObject(r, "cpu_quant_simd_bits", p->runtime.cpu_quant_simd_bits);
     if (p->runtime.attn_repeat_kv) cJSON_AddNumberToObject(r, "attn_repeat_kv", p->runtime.attn_repeat_kv);
     if (p->runtime.gather_copy) cJSON_AddNumberToObject(r, "gather_copy", p->runtime.gather_copy);
+    if (p->runtime.split_copy) cJSON_AddNumberToObject(r, "split_copy", p->runtime.split_copy);
     if (p->runtime.read_after_copy) cJSON_AddNumberToObject(r, "read_after_copy", p->runtime.read_after_copy);
     if (p->runtime.blocking_copy) cJSON_AddNumberToObject(r, "blocking_copy", p->runtime.blocking_copy);
     if (p->runtime.moe_row_copy) cJSON_AddNumberToObject(r, "moe_row_copy", p->runtime.moe_row_copy);

@@ -851,9 +851,11 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
   else if (!pinned && p->link.pageable_h2d_gbps > 0)
     h2d = p->link.pageable_h2d_gbps;
   /* a runtime that gathers each fetched parameter copies it once more within device memory
-   * (read and written) on the copy's stream before the next copy starts: per byte, the link's
-   * time plus two bytes of the device memory's */
-  if (s->rt.gather_copy) h2d = 1.0 / (1.0 / h2d + 2.0 / p->gpu.mem_bw_gbps);
+   * (read and written) on the copy's stream before the next copy starts, and once again if it
+   * then splits the gathered buffer into the parameters: per byte, the link's time plus two
+   * bytes of the device memory's per such copy */
+  const int dev_copies = (s->rt.gather_copy != 0) + (s->rt.split_copy != 0);
+  if (dev_copies) h2d = 1.0 / (1.0 / h2d + 2.0 * dev_copies / p->gpu.mem_bw_gbps);
   uint32_t engines = p->link.copy_engines > 0 ? (uint32_t)p->link.copy_engines : 0;
   ferry_status st;
   if ((st = ferry__link_create(&s->chan[CHAN_H2D], s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||

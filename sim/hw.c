@@ -99,6 +99,7 @@ static const struct field fields[] = {
     {"runtime.cpu_quant_simd_bits", T_I32, C_NONNEG, S_RUNTIME, P(runtime.cpu_quant_simd_bits), 0},
     {"runtime.attn_repeat_kv", T_I32, C_BOOL, S_RUNTIME, P(runtime.attn_repeat_kv), 0},
     {"runtime.gather_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.gather_copy), 0},
+    {"runtime.split_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.split_copy), 0},
     {"runtime.read_after_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.read_after_copy), 0},
     {"runtime.blocking_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.blocking_copy), 0},
     {"runtime.moe_row_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.moe_row_copy), 0},

@@ -521,6 +521,45 @@ static void test_zero3_parameter_path(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* ZeRO-3's split copy (runtime.split_copy): a coalesced fetch's parameters are copied out of the
+ * gathered flat buffer once more within device memory, so beside gather_copy each byte pays the
+ * link and two device copies (each read and written): 2000 + 1e6 x (1/10 + 4/1000) = 106000 ns;
+ * either copy alone 2000 + 1e6 x (1/10 + 2/1000) = 104000 ns; neither 2000 + 1e6 / 10. */
+static void test_zero3_split_copy(void **state) {
+  (void)state;
+  static const struct {
+    int gather, split;
+    int64_t end_ns;
+  } cases[] = {{0, 0, 102000}, {1, 0, 104000}, {0, 1, 104000}, {1, 1, 106000}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char rt[160];
+    snprintf(rt, sizeof rt, ", \"runtime\": {\"name\": \"Z\", \"gather_copy\": %d, \"split_copy\": %d}",
+             cases[i].gather, cases[i].split);
+    char json[1024];
+    snprintf(json, sizeof json, "%s%s", GPU_JSON ", " LINK_JSON(1), rt);
+    ferry_hw *hw = profile("split", json);
+    struct ferry_exec_config cfg = {.lock_host_memory = 1};
+    ferry_exec *ex = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
+    ferry_hw_close(hw);
+    struct log log = {0};
+    ferry_exec_set_sink(ex, sink, &log);
+    int32_t qh;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+    ferry_buf *host, *dev;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    const struct ferry_activity *c = find(&log, FERRY_ACT_MEMCPY, qh, 0);
+    assert_int_equal(c->start_ns, 0);
+    assert_int_equal(c->end_ns, cases[i].end_ns);
+    ferry_exec_free(ex, host);
+    ferry_exec_free(ex, dev);
+    ferry_exec_destroy(ex);
+  }
+}
+
 /* A host whose driver stages each pageable copy with the CPU before its DMA (CUDA under WSL2,
  * host.staged_h2d_gbps): a copy from pageable memory moves at 1 / (1/10 + 1/4) B/ns instead of
  * the link's pageable 2.5: 2000 + 1e6 x (1/10 + 1/4) = 352000 ns; from pinned memory the link's
@@ -939,7 +978,7 @@ int main(void) {
       cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
       cmocka_unit_test(test_runtime_host_costs),
-      cmocka_unit_test(test_zero3_parameter_path), cmocka_unit_test(test_staged_pageable_copy),
+      cmocka_unit_test(test_zero3_parameter_path), cmocka_unit_test(test_zero3_split_copy), cmocka_unit_test(test_staged_pageable_copy),
       cmocka_unit_test(test_moe_row_copy),           cmocka_unit_test(test_fused_max_rows),
       cmocka_unit_test(test_page_cache),
       cmocka_unit_test(test_link_contention),

@@ -286,12 +286,15 @@ static void test_runtime_presets(void **state) {
                                           "runtime.sync_fetch", "runtime.numa_blind"};
     for (size_t f = 0; f < 8; f++)
       if (!find_source(p, figures[f], 0)) fail_msg("%s: no source for %s", presets[i], figures[f]);
-    /* ZeRO-3's 2022 parameter path is the one preset that gathers, reads after its copies and blocks */
+    /* ZeRO-3's 2022 parameter path is the one preset that gathers, splits, reads after its copies and
+     * blocks */
     const int zero3 = !strcmp(presets[i], "deepspeed-0.7");
     assert_int_equal(p->runtime.gather_copy, zero3);
+    assert_int_equal(p->runtime.split_copy, zero3);
     assert_int_equal(p->runtime.read_after_copy, zero3);
     assert_int_equal(p->runtime.blocking_copy, zero3);
-    if (zero3 && (!find_source(p, "runtime.gather_copy", 0) || !find_source(p, "runtime.read_after_copy", 0) ||
+    if (zero3 && (!find_source(p, "runtime.gather_copy", 0) || !find_source(p, "runtime.split_copy", 0) ||
+                  !find_source(p, "runtime.read_after_copy", 0) ||
                   !find_source(p, "runtime.blocking_copy", 0)))
       fail_msg("deepspeed-0.7: its ZeRO-3 figures lack a source");
     /* llama.cpp of early 2024 is the one that gathers routed rows one copy at a time */

@@ -170,8 +170,8 @@ struct ferry_hw_host {
  * Hugging Face transformers, Accelerate, DeepSpeed), "graph" (an engine replaying CUDA graphs:
  * vLLM, TensorRT-LLM), "native" (a C++ engine issuing kernels one by one: llama.cpp, ferry's own
  * cuda executor), "ktransformers" (graphs on the GPU, routed experts on the CPU), "deepspeed-0.7"
- * (eager, with ZeRO-3's 2022 parameter path: a gather copy per fetched parameter, NVMe reads
- * issued after the previous copy, copies that block the host).
+ * (eager, with ZeRO-3's 2022 parameter path: a gather copy and a split copy per fetched
+ * parameter, NVMe reads issued after the previous copy, copies that block the host).
  */
 struct ferry_hw_runtime {
   char name[64];          /**< e.g. "PyTorch eager (Python issues every kernel)" */
@@ -210,9 +210,16 @@ struct ferry_hw_runtime {
                                times the cached bytes again; 0: kernels read the shared heads */
   int32_t gather_copy;    /**< 1: every copy to the device is followed, on the same stream and before
                                the next, by a copy of its bytes within device memory (DeepSpeed
-                               ZeRO-3 before 0.9 all-gathers each fetched parameter into a fresh
-                               buffer even on one GPU: NCCL copies it device to device), so the
-                               link's rate becomes 1 / (1 / link + 2 / gpu.mem_bw_gbps) */
+                               ZeRO-3 before 0.9 gathers each fetched parameter into a fresh
+                               buffer even on one GPU: a module's parameters are packed into one
+                               flat buffer by torch.cat, a lone one is copied by NCCL's one-rank
+                               all-gather), so the link's rate becomes
+                               1 / (1 / link + 2 / gpu.mem_bw_gbps) */
+  int32_t split_copy;     /**< 1: after that gather each parameter is copied once more within device
+                               memory, on the same stream, out of the flat buffer into a tensor of
+                               its own (ZeRO-3 before 0.9: AllGatherCoalescedHandle.wait() runs
+                               torch.cat on the parameter's one partition); with gather_copy the
+                               link's rate becomes 1 / (1 / link + 4 / gpu.mem_bw_gbps) */
   int32_t read_after_copy; /**< 1: the runtime issues a disk read only once the copies to the device
                                 issued before it are done (ZeRO-3's NVMe read-ahead is issued after
                                 the host waited for the current module's parameters): a read and
