@@ -182,7 +182,7 @@ static void test_sim_placement(void **state) {
   ferry_model *m = NULL;
   assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
   const struct ferry_model_config *mc = ferry_model_get_config(m);
-  const int64_t L = mc->n_layers, kvd = mc->n_kv_heads * mc->head_dim;
+  const int64_t L = mc->n_layers, kvd = mc->n_kv_heads * mc->head_dim, qd = mc->n_heads * mc->head_dim;
   ferry_model_close(m);
   struct placement *p = calloc(2, sizeof *p);
   assert_non_null(p);
@@ -204,7 +204,7 @@ static void test_sim_placement(void **state) {
   assert_int_equal(r[1].act0, kv_rows);                         /* k and v down, no q, nothing up */
   assert_true(r[1].d2h0 >= kv_rows);                            /* and the logits read back */
   /* on the CPU: q down and the attention output up too */
-  assert_int_equal(r[0].act0, kv_rows + (uint64_t)L * T * (uint64_t)(mc->n_heads * mc->head_dim) * 4 * 2);
+  assert_int_equal(r[0].act0, kv_rows + (uint64_t)L * T * (uint64_t)qd * 4 * 2);
   if (!(r[1].sum.ttft.mean < r[0].sum.ttft.mean))
     fail_msg("TTFT %g s with the prompt on the device, %g s on the CPU", r[1].sum.ttft.mean, r[0].sum.ttft.mean);
   const double d = r[1].sum.tpot.mean - r[0].sum.tpot.mean;
