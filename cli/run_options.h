@@ -126,6 +126,12 @@
     "'ferry model show' prints; 'ferry\nmodel kv-error' reports what a format does to the logits)", "")            \
   X(kv_home, "kv-home", TEXT, "device|host", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_home", "device", 0, 0, check_kv_home, \
     "where the KV cache lives; host: attention runs on the CPU over it", "")                                       \
+  X(kv_prefill, "kv-prefill", TEXT, "device|host", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_prefill", "host", 0, 0,        \
+    check_kv_prefill,                                                                                              \
+    "with --kv-home host, where a prompt's attention runs: host (default, on\nthe CPU like every step) or device "  \
+    "(FlexGen, ZeRO-Inference: prompts that\nstart this step attend on the device over a scratch cache of the "     \
+    "step's\nK and V, max-batch x max-step-tokens rows in the device budget, then\ntheir K and V go to the host "    \
+    "cache; decode tokens and later chunks of a\nprompt, needing the host cache, still attend on the CPU)", "")       \
   X(kv_block_tokens, "kv-block-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_block_tokens", 0, 1, 65536,     \
     NULL,                                                                                                          \
     "a paged KV cache: blocks of N tokens given to sequences as they grow;\nadmission by free blocks, the latest "  \

@@ -114,6 +114,27 @@ static struct kcase case_attention(const char *name, int64_t window, enum ferry_
   return c;
 }
 
+/* The append alone (attention's first half): rows of two slots written into fp32 K and V caches
+ * laid out one after the other, so the output compared is both caches. */
+static struct kcase case_kv_append(void) {
+  struct kcase c = base("kv_append", FERRY_K_KV_APPEND, 0);
+  const int64_t m = 4, KV = 2, hd = 64, cap = 8, slots = 2, cache = slots * cap * KV * hd;
+  const int32_t pos[4] = {0, 1, 2, 5}, slot[4] = {0, 0, 0, 1};
+  c.k.m = m;
+  c.k.kv_heads = KV;
+  c.k.head_dim = hd;
+  c.k.kv_capacity = cap;
+  c.k.aux[0] = typed(&c, (uint64_t)(m * KV * hd), FERRY_DTYPE_F32);
+  c.k.aux[1] = typed(&c, (uint64_t)(m * KV * hd), FERRY_DTYPE_F32);
+  c.k.aux[2] = typed(&c, (uint64_t)(2 * cache), FERRY_DTYPE_F32);
+  c.k.aux[3] = ref(c.k.aux[2].offset + (uint64_t)cache * 4, FERRY_DTYPE_F32);
+  memcpy(c.ints, pos, sizeof pos);
+  memcpy(c.ints2, slot, sizeof slot);
+  c.k.n_ints = m;
+  out(&c, c.k.aux[2], (uint64_t)(2 * cache));
+  return c;
+}
+
 static struct kcase case_act(const char *name, enum ferry_act_fn fn) {
   struct kcase c = base(name, FERRY_K_SWIGLU, 1e-5);
   const int64_t m = 3, n = 1000;
@@ -396,7 +417,7 @@ static struct kcase case_mla_attention(void) {
 }
 
 const struct kcase *kc_cases(size_t *n) {
-  static struct kcase cases[32];
+  static struct kcase cases[33];
   static int built;
   if (!built) {
     const struct kcase all[] = {
@@ -411,6 +432,7 @@ const struct kcase *kc_cases(size_t *n) {
       case_attention("attention.window", 3, FERRY_DTYPE_F16),
       case_attention("attention.f32cache", 0, FERRY_DTYPE_F32),
       case_attention_ring(),
+      case_kv_append(),
       case_split_qkv(),
       case_mla_attention(),
       case_act("swiglu", FERRY_FN_SILU_MUL),

@@ -1,6 +1,6 @@
 /* Executor conformance: the same op-level behaviour checked on every executor of the registry
  * that opens here (host and sim always; cuda where a GPU is; a registered one too). Budgets,
- * queue order, events between queues, host waits; the 32-case kernel table of
+ * queue order, events between queues, host waits; the 33-case kernel table of
  * tests/kernel_cases.c (every kernel kind) against the host executor where an executor
  * computes; and the contract: the same undersized kernel refused with the same status and
  * message by every executor. Data is moved through copies only, as the engine moves it, so a

@@ -100,6 +100,7 @@ struct workload {
   int kv_swap;          /* ... preempted sequences swapped to host memory (else recomputed) */
   int cpu_experts;      /* --offload-compute experts=cpu: a miss computed on the CPU */
   int kv_home_host;     /* --kv-home host: attention on the CPU over a KV cache in host memory */
+  int kv_prefill;       /* --kv-prefill device: with it, prompts attend on the device over a scratch */
   int32_t gpu_batches;  /* micro-batches through each loaded layer (FlexGen) */
   int contention;       /* link.contention 0.3: kernels slowed while link copies flow */
 };
@@ -145,6 +146,7 @@ static void run(const struct workload *w, int mode, struct result *out) {
   }
   if (w->cpu_experts) c.compute_experts = FERRY_COMPUTE_CPU;
   c.kv_home_host = w->kv_home_host;
+  c.kv_prefill_device = w->kv_prefill;
   c.gpu_batches = w->gpu_batches;
   if (w->drop_cache) c.read_flags = FERRY_READ_DROP_CACHE;
   if (w->quant) {
@@ -372,6 +374,8 @@ static const struct workload workloads[] = {
      .expert_slots = 4},
     {.name = "KV in host memory, streamed", .preset = "tiny-moe", .kv_home_host = 1, .block_layers = 1,
      .prefetch_depth = 1, .expert_slots = 4},
+    {.name = "KV in host memory, prompts on the device", .preset = "tiny-dense", .kv_home_host = 1, .kv_prefill = 1,
+     .block_layers = 1, .prefetch_depth = 1, .gpu_batches = 2},
     {.name = "two micro-batches", .preset = "tiny-moe", .gpu_batches = 2, .block_layers = 1, .prefetch_depth = 1,
      .expert_slots = 6},
     {.name = "two micro-batches, dense", .preset = "tiny-dense", .gpu_batches = 2, .block_layers = 2,

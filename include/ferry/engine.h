@@ -269,6 +269,16 @@ struct ferry_engine_config {
   int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
                                       device sends q, k and v and gets the result back: FlexGen,
                                       ZeRO-Inference's KV offload); the device holds no cache */
+  int kv_prefill_device;         /**< with kv_home_host: the tokens of a step that start a sequence
+                                      (a whole prompt, or its first chunk, from position 0) attend on
+                                      the device over a scratch cache holding only this step's K and
+                                      V (max_batch x min(max_step_tokens, max_seq_tokens) rows, one
+                                      layer's worth, counted in the device budget), and their new K
+                                      and V rows then cross to the host cache, appended there on the
+                                      CPU (FlexGen, ZeRO-Inference: prefill attention on the GPU).
+                                      Tokens that need context already in the host cache (decode
+                                      tokens, later chunks of a prompt) attend on the CPU as before,
+                                      in the same step. FERRY_ERR_INVALID without kv_home_host */
   struct ferry_pressure_config pressure; /**< memory-pressure control (off by default) */
   const struct ferry_budget_change *budget_schedule; /**< budget changes (copied; any order) */
   int32_t n_budget_changes;      /**< entries in budget_schedule */

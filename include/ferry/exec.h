@@ -122,6 +122,12 @@ enum ferry_kernel_kind {
                             on one device's compute queue; the caller orders the other devices'
                             queues before (events) and after it (host: a real sum; sim: a ring
                             all-reduce priced from the profile's interconnect) */
+  FERRY_K_KV_APPEND,   /**< append k (aux[0]) and v (aux[1]), [m, kv_heads x head_dim] fp32, to the
+                            KV cache aux[2]/aux[3] at each token's position (ints) and slot
+                            (ints2), with no attention: the cache fields as FERRY_K_ATTENTION's
+                            (kv_capacity, kv_ring, kv_blocks, kv_format). The same append the
+                            attention kernels do; used where attention ran elsewhere (a prompt
+                            attended on the device whose rows go to a cache in host memory) */
   FERRY_K_COUNT        /**< number of kinds, not a kind */
 };
 

@@ -160,6 +160,7 @@ static uint64_t layout_kv(struct ferry_engine *e, int planned) {
     kv->v_off = *o;
     if (!mc->kv_lora_rank) *o += region;
   }
+  off[0] = ferry__kv_prefill_layout(e, off[0]); /* one device: no pipeline stages in a hybrid run */
   most = off[0] > most ? off[0] : most;
   e->kv_total_bytes = earlier + off[0] + off[1];
   e->hkv_bytes = off[1];
@@ -178,11 +179,12 @@ static uint64_t readback_bytes(const struct ferry_engine *e) {
 static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len) {
   /* every layer's row for one token; windowed layers hold a ring, so the total is the layout's */
   const uint64_t per_token = ferry_model_kv_bytes(e->model, 1, e->kv_format);
-  char total[32];
+  char total[32], scratch[256];
   snprintf(buf, len,
-           "%s %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)",
+           "%s %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)%s",
            e->mc->kv_lora_rank ? "MLA cache" : "KV cache", ferry__format_bytes(e->kv_total_bytes, total, sizeof total),
-           e->n_seqs, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format));
+           e->n_seqs, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format),
+           ferry__kv_prefill_shape(e, scratch, sizeof scratch));
   return buf;
 }
 
@@ -390,7 +392,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
     }
   }
   if (st == FERRY_ERR_BUDGET) {
-    char kv[256];
+    char kv[512];
     ferry__err_set(&e->err, st, "%s; %s", msg, kv_shape(e, kv, sizeof kv));
   } else if (st != FERRY_OK) {
     ferry__err_set(&e->err, st, "%s", msg);
@@ -439,6 +441,10 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
                           "attention on the CPU", mc->name);
+  if (c->kv_prefill_device && !c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-prefill device attends prompts on the device beside a KV cache in host "
+                          "memory; it needs --kv-home host (with the cache on the device every step attends there)");
   if (c->kv_block_tokens < 0 || c->kv_block_tokens > 65536)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --kv-block-tokens %d is not in [1, 65536]", c->kv_block_tokens);
   if (c->kv_pool_bytes && !c->kv_block_tokens)
@@ -567,6 +573,7 @@ static void engine_free(struct ferry_engine *e) {
   if (e->ex) ferry__memo_free(e);
   ferry__hybrid_free(e);
   ferry__kv_pages_free(e);
+  ferry__kv_prefill_free(e);
   ferry_free(e->resumes);
   ferry__engine_adapt_free(e);
   ferry__engine_free_units(e);
@@ -719,7 +726,7 @@ static ferry_status allocate(struct ferry_engine *e) {
   const struct ferry_plan *p = &e->plan;
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
-  char kv[256];
+  char kv[512];
   kv_shape(e, kv, sizeof kv);
   if (ferry__mgpu_on(e)) { /* per device (mgpu.c) */
     if ((st = ferry__mgpu_alloc(e)) != FERRY_OK) return st;
@@ -790,6 +797,7 @@ static ferry_status allocate(struct ferry_engine *e) {
                           e->cfg.max_step_tokens);
   if ((st = ferry__hybrid_alloc(e)) != FERRY_OK) return st;
   if ((st = ferry__kv_pages_alloc(e)) != FERRY_OK) return st;
+  if ((st = ferry__kv_prefill_alloc(e)) != FERRY_OK) return st;
   return ferry__features_alloc(e);
 }
 

@@ -148,19 +148,26 @@ static ferry_status rope(struct ferry_engine *e, int32_t l, uint64_t x, int64_t 
   return FERRY_OK;
 }
 
-/* Tokens each query of layer l sees, summed over the step (the cost model's context). */
-static int64_t context_tokens(struct ferry_engine *e, int32_t l) {
+/* Tokens each query of tokens [a, b) of layer l sees, summed (the cost model's context). */
+static int64_t context_range(const struct ferry_engine *e, int32_t l, int64_t a, int64_t b) {
   const struct ferry_layer_info *li = &e->li[l];
-  /* layers of one kind see the same context: worked out once a micro-batch's step */
-  if (e->ctx_valid && e->ctx_window == li->window && e->ctx_chunk == li->chunk) return e->ctx_tokens;
   int64_t ctx = 0;
-  for (int64_t t = 0; t < e->n_tok; t++) {
+  for (int64_t t = a; t < b; t++) {
     const int64_t pos = e->tok_pos[t];
     int64_t first = 0;
     if (li->window > 0 && pos - li->window + 1 > first) first = pos - li->window + 1;
     if (li->chunk > 0 && pos - pos % li->chunk > first) first = pos - pos % li->chunk;
     ctx += pos - first + 1;
   }
+  return ctx;
+}
+
+/* The same over the whole step. */
+static int64_t context_tokens(struct ferry_engine *e, int32_t l) {
+  const struct ferry_layer_info *li = &e->li[l];
+  /* layers of one kind see the same context: worked out once a micro-batch's step */
+  if (e->ctx_valid && e->ctx_window == li->window && e->ctx_chunk == li->chunk) return e->ctx_tokens;
+  const int64_t ctx = context_range(e, l, 0, e->n_tok);
   e->ctx_valid = 1, e->ctx_window = li->window, e->ctx_chunk = li->chunk, e->ctx_tokens = ctx;
   return ctx;
 }
@@ -272,6 +279,91 @@ static ferry_status qkv(struct ferry_engine *e, int32_t l) {
   return FERRY_OK;
 }
 
+/* Narrow layer l's attention or append op k, built for the whole step, to tokens [a, b): their
+ * rows of q, the output, k and v, their positions and slots, the context they see. */
+static void token_range(struct ferry_engine *e, int32_t l, struct ferry_kernel *k, int64_t a, int64_t b) {
+  if (a == 0 && b == e->n_tok) return;
+  const uint64_t qrow = (uint64_t)(k->heads * k->head_dim) * 4, kvrow = (uint64_t)(k->kv_heads * k->head_dim) * 4;
+  k->x.offset += (uint64_t)a * qrow;
+  k->y.offset += (uint64_t)a * qrow;
+  k->aux[0].offset += (uint64_t)a * kvrow;
+  k->aux[1].offset += (uint64_t)a * kvrow;
+  k->m = b - a;
+  k->ints += a;
+  k->ints2 += a;
+  k->n_ints = b - a;
+  k->context_tokens = context_range(e, l, a, b);
+}
+
+/* Layer l's attention op over tokens [a, b) on the side ops are issued to, over the layer's
+ * cache; kind FERRY_K_KV_APPEND: only the append of their k and v rows (x, y, heads unset). */
+static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_kind kind, int64_t a, int64_t b,
+                         struct ferry_kernel *k) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t hd = mc->head_dim;
+  *k = kernel(kind, kind == FERRY_K_KV_APPEND ? "kv_append" : "attention", l);
+  attention_common(e, l, k);
+  k->aux[0] = ferry__ws(e, e->ws.k);
+  k->aux[1] = ferry__ws(e, e->ws.v);
+  k->kv_heads = mc->n_kv_heads / tp_of(e);
+  k->head_dim = hd;
+  if (kind == FERRY_K_ATTENTION) {
+    k->x = ferry__ws(e, e->ws.q);
+    k->y = ferry__ws(e, e->ws.attn);
+    k->aux[4] = W(e, FERRY_ROLE_ATTN_SINKS, l);
+    k->heads = mc->n_heads / tp_of(e);
+    /* only a scale other than 1/sqrt(head_dim) is spelled out (executors may lack the option) */
+    if (fabsf(e->attn_scale - 1.0f / sqrtf((float)hd)) > 1e-6f * e->attn_scale) k->scale = e->attn_scale;
+    k->softcap = (float)mc->attn_softcap;
+    k->alibi = mc->alibi;
+    if (!e->li[l].rope && mc->attn_temp_floor > 0) {
+      k->temp_floor = (float)mc->attn_temp_floor;
+      k->temp_scale = (float)mc->attn_temp_scale;
+    }
+  }
+  token_range(e, l, k, a, b);
+  if (kind == FERRY_K_KV_APPEND) k->context_tokens = 0;
+}
+
+/* Layer l's attention where its KV cache is. A cache in host memory (--kv-home host, or a
+ * streamed layer of a hybrid run computed on the device this step): q, k and v go down, the
+ * CPU attends, the result comes back. With --kv-prefill device the step's tokens [dev, T) that
+ * start their sequences attend on the device over the prefill scratch meanwhile (their k and v
+ * still go down, appended to the host cache on the CPU), and only [0, dev) attend on the CPU. */
+static ferry_status attend(struct ferry_engine *e, int32_t l) {
+  const int64_t T = e->n_tok, qd = e->mc->n_heads / tp_of(e) * e->mc->head_dim,
+                kvd = e->mc->n_kv_heads / tp_of(e) * e->mc->head_dim;
+  const int remote = e->kv[l].host && !e->layer_on_cpu;
+  const int64_t dev = remote ? e->mbs[e->cur_mb].kvp_first : T;
+  struct ferry_kernel k;
+  ferry_status st;
+  if (remote) {
+    const uint64_t off[3] = {e->ws.q, e->ws.k, e->ws.v};
+    const uint64_t bytes[3] = {(uint64_t)(dev * qd) * 4, (uint64_t)(T * kvd) * 4, (uint64_t)(T * kvd) * 4};
+    if ((st = ferry__cross_down(e, off, bytes, 3))) return st;
+    if (dev < T) {
+      attention_op(e, l, FERRY_K_ATTENTION, dev, T, &k);
+      ferry__kv_prefill_scratch(e, &k, dev);
+      TRY(ferry_exec_compute(e->ex, e->cq, &k));
+    }
+    ferry__side_cpu(e);
+  }
+  if (dev > 0) {
+    attention_op(e, l, FERRY_K_ATTENTION, 0, dev, &k);
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  }
+  if (dev < T) {
+    attention_op(e, l, FERRY_K_KV_APPEND, dev, T, &k);
+    TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  }
+  if (remote) {
+    ferry__side_device(e);
+    const uint64_t off = e->ws.attn, bytes = (uint64_t)(dev * qd) * 4;
+    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
+  }
+  return FERRY_OK;
+}
+
 static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
   const struct ferry_model_config *mc = e->mc;
   const struct ferry_layer_info *li = &e->li[l];
@@ -307,39 +399,7 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
          (st = norm_ex(e, "k_l2norm", l, e->ws.k, e->ws.k, T * KV, hd, 0, NOREF, NOREF, FERRY_NORMFN_RMS_PLAIN, 0))))
       return st;
   }
-  /* a KV cache in host memory (--kv-home host, or a streamed layer of a hybrid run computed on
-   * the device this step): q, k and v go down, the CPU attends, the result comes back */
-  const int remote = e->kv[l].host && !e->layer_on_cpu;
-  if (remote) {
-    const uint64_t off[3] = {e->ws.q, e->ws.k, e->ws.v};
-    const uint64_t bytes[3] = {(uint64_t)(T * qd) * 4, (uint64_t)(T * kvd) * 4, (uint64_t)(T * kvd) * 4};
-    if ((st = ferry__cross_down(e, off, bytes, 3))) return st;
-    ferry__side_cpu(e);
-  }
-  struct ferry_kernel k = kernel(FERRY_K_ATTENTION, "attention", l);
-  attention_common(e, l, &k);
-  k.x = ferry__ws(e, e->ws.q);
-  k.y = ferry__ws(e, e->ws.attn);
-  k.aux[0] = ferry__ws(e, e->ws.k);
-  k.aux[1] = ferry__ws(e, e->ws.v);
-  k.aux[4] = W(e, FERRY_ROLE_ATTN_SINKS, l);
-  k.heads = NH;
-  k.kv_heads = KV;
-  k.head_dim = hd;
-  /* only a scale other than 1/sqrt(head_dim) is spelled out (executors may lack the option) */
-  if (fabsf(e->attn_scale - 1.0f / sqrtf((float)hd)) > 1e-6f * e->attn_scale) k.scale = e->attn_scale;
-  k.softcap = (float)mc->attn_softcap;
-  k.alibi = mc->alibi;
-  if (!li->rope && mc->attn_temp_floor > 0) {
-    k.temp_floor = (float)mc->attn_temp_floor;
-    k.temp_scale = (float)mc->attn_temp_scale;
-  }
-  TRY(ferry_exec_compute(e->ex, e->cq, &k));
-  if (remote) {
-    ferry__side_device(e);
-    const uint64_t off = e->ws.attn, bytes = (uint64_t)(T * qd) * 4;
-    if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
-  }
+  if ((st = attend(e, l))) return st;
   /* residual: x += o_proj(attn); Gemma normalises the output first */
   if (mc->sandwich_norms)
     return (st = matmul(e, "attn.o", l, e->ws.attn, e->ws.h, T, H, qd, FERRY_ROLE_ATTN_O, W(e, FERRY_ROLE_ATTN_O_BIAS, l), 0))
@@ -1170,6 +1230,7 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   for (int32_t m = 0; m < e->n_mb; m++) {
     if (!e->mbs[m].n_tok) continue;
     ferry__mb_use(e, m);
+    ferry__kv_prefill_split(e, m);
     for (int32_t d = 0; d < (e->tp > 1 ? e->n_dev : 1); d++) {
       ferry__dev_use(e, d);
       if ((st = embed(e))) return st;

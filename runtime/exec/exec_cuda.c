@@ -259,10 +259,12 @@ static const char *unsupported_feature(const struct ferry_kernel *k) {
       return k->rope || k->rot_offset || (k->rot_dim && k->rot_dim != k->head_dim)
                  ? "scaled, partial, offset or interleaved RoPE"
                  : NULL;
+    case FERRY_K_KV_APPEND: /* the append half of the attention kernel, with its limits */
     case FERRY_K_ATTENTION:
       if (k->kv_format && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0)
         return "quantized KV caches (fp8, int8, int4 with group scales)";
       if (k->kv_blocks) return "a paged KV cache (block tables)";
+      if (k->kind == FERRY_K_KV_APPEND) return k->kv_ring ? "a ring cache" : NULL;
       return k->scale != 0 || k->softcap != 0 || k->attn_chunk || k->kv_ring || k->alibi || k->temp_floor != 0 ||
                      k->aux[4].buf
                  ? "attention with a set scale, soft-capping, chunks, a ring cache, ALiBi, temperature or sinks"
@@ -427,6 +429,10 @@ static int run_kernel(struct cu_queue *q, const struct cu_pending *p, char *msg,
       if (e == cudaSuccess)
         e = ferry__cu_attention(s, x, y, dptr(k->aux[2]), dptr(k->aux[3]), cudt(k->aux[2].dtype), ints, ints2, k->m,
                                 k->heads, k->kv_heads, k->head_dim, k->kv_capacity, k->sliding_window);
+      break;
+    case FERRY_K_KV_APPEND:
+      e = ferry__cu_kv_append(s, dptr(k->aux[0]), dptr(k->aux[1]), dptr(k->aux[2]), dptr(k->aux[3]),
+                              cudt(k->aux[2].dtype), ints, ints2, k->m, k->kv_heads, k->head_dim, k->kv_capacity);
       break;
     case FERRY_K_SWIGLU:
       if (k->fn == FERRY_FN_SILU_MUL) e = ferry__cu_silu_mul(s, x, dptr(k->aux[0]), y, k->m * k->n);

@@ -120,16 +120,13 @@ static float softmax_inplace(float *scores, int64_t n, const float *sink) {
   return 1.0f / sum;
 }
 
-/* Append each token's k and v at (slot, row) of the cache, then causal attention of each query
- * over its visible positions. Cache layout per layer: [slot][row][kv_head][head_dim]. */
-ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg, size_t len) {
-  const int64_t H = k->heads, KV = k->kv_heads, hd = k->head_dim, cap = k->kv_capacity;
-  const float *q = at(k->x);
+/* Each token's k and v at (slot, row) of the cache. Cache layout per layer:
+ * [slot][row][kv_head][head_dim]. */
+ferry_status ferry__host_kv_append(const struct ferry_kernel *k, char *msg, size_t len) {
+  const int64_t KV = k->kv_heads, hd = k->head_dim;
   const float *knew = at(k->aux[0]), *vnew = at(k->aux[1]);
   void *kc = at(k->aux[2]), *vc = at(k->aux[3]);
   const enum ferry_dtype cdt = k->aux[2].dtype;
-  const void *sinks = k->aux[4].buf ? at(k->aux[4]) : NULL;
-  float *out = at(k->y);
   const enum ferry_kv_format fmt = (enum ferry_kv_format)k->kv_format;
   const size_t row = (size_t)(KV * hd);
   for (int64_t t = 0; t < k->m; t++) {
@@ -144,6 +141,21 @@ ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_ho
       ferry__host_kv_store(fmt, cdt, vc, chunk + (size_t)g, vnew + (size_t)t * row + (size_t)(g * hd), hd);
     }
   }
+  return FERRY_OK;
+}
+
+/* Append each token's k and v (ferry__host_kv_append), then causal attention of each query
+ * over its visible positions. */
+ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg, size_t len) {
+  const int64_t H = k->heads, KV = k->kv_heads, hd = k->head_dim, cap = k->kv_capacity;
+  const float *q = at(k->x);
+  const void *kc = at(k->aux[2]), *vc = at(k->aux[3]);
+  const enum ferry_dtype cdt = k->aux[2].dtype;
+  const void *sinks = k->aux[4].buf ? at(k->aux[4]) : NULL;
+  float *out = at(k->y);
+  const enum ferry_kv_format fmt = (enum ferry_kv_format)k->kv_format;
+  const ferry_status ast = ferry__host_kv_append(k, msg, len);
+  if (ast != FERRY_OK) return ast;
   /* Per (token, kv head): expand the visible K and V rows to fp32 once, then every query head
    * of the group is two BLAS matrix-vector products and a softmax. */
   float *kf = ferry__host_scratch(s, (size_t)cap * (size_t)hd * 2 + (size_t)cap);

@@ -296,6 +296,7 @@ ferry_status ferry__host_kernel_run(const struct ferry_kernel *k, struct ferry_h
     case FERRY_K_MATMUL: st = k_matmul(k, s); break;
     case FERRY_K_ROPE: return ferry__host_rope(k, msg, len);
     case FERRY_K_ATTENTION: st = ferry__host_attention(k, s, msg, len); break;
+    case FERRY_K_KV_APPEND: return ferry__host_kv_append(k, msg, len);
     case FERRY_K_MLA_ATTENTION: st = ferry__host_mla_attention(k, s, msg, len); break;
     case FERRY_K_SPLIT_QKV: return ferry__host_split_qkv(k);
     case FERRY_K_SWIGLU: return k_activation(k);

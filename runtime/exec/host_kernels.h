@@ -44,8 +44,10 @@ void ferry__host_kv_store(enum ferry_kv_format f, enum ferry_dtype dt, void *bas
 void ferry__host_kv_load(enum ferry_kv_format f, enum ferry_dtype dt, const void *base, size_t chunk, float *dst,
                          int64_t n);
 
-/* host_attention.c: RoPE, attention, MLA attention, fused qkv split. */
+/* host_attention.c: RoPE, the KV append (alone: FERRY_K_KV_APPEND, and attention's first
+ * half), attention, MLA attention, fused qkv split. */
 ferry_status ferry__host_rope(const struct ferry_kernel *k, char *msg, size_t len);
+ferry_status ferry__host_kv_append(const struct ferry_kernel *k, char *msg, size_t len);
 ferry_status ferry__host_attention(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg, size_t len);
 ferry_status ferry__host_mla_attention(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg,
                                        size_t len);

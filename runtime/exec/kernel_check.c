@@ -84,12 +84,13 @@ static ferry_status weight_dtype(struct ferry_exec *ex, const struct ferry_kerne
 
 int ferry__kernel_uses_ints(const struct ferry_kernel *k) {
   return k->kind == FERRY_K_EMBED || k->kind == FERRY_K_ROPE || k->kind == FERRY_K_ATTENTION ||
-         k->kind == FERRY_K_MLA_ATTENTION || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_GATHER_ROWS;
+         k->kind == FERRY_K_MLA_ATTENTION || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_GATHER_ROWS ||
+         k->kind == FERRY_K_KV_APPEND;
 }
 
 int ferry__kernel_uses_ints2(const struct ferry_kernel *k) {
   return (k->kind == FERRY_K_EMBED && k->aux[0].buf) || k->kind == FERRY_K_ATTENTION ||
-         k->kind == FERRY_K_MLA_ATTENTION || k->kind == FERRY_K_EXPERT;
+         k->kind == FERRY_K_MLA_ATTENTION || k->kind == FERRY_K_EXPERT || k->kind == FERRY_K_KV_APPEND;
 }
 
 static ferry_status check_embed(struct ferry_exec *ex, const struct ferry_kernel *k) {
@@ -210,21 +211,31 @@ static ferry_status check_positions(struct ferry_exec *ex, const struct ferry_ke
   return FERRY_OK;
 }
 
+/* The new k and v rows and where they go in the K and V caches: what an append reads and
+ * writes, alone (FERRY_K_KV_APPEND) or before attention. */
+static ferry_status check_kv_append(struct ferry_exec *ex, const struct ferry_kernel *k) {
+  ferry_status st;
+  const int64_t m = k->m, KV = k->kv_heads, hd = k->head_dim;
+  if (KV <= 0 || hd <= 0 || k->kv_capacity <= 0)
+    return bad(ex, k, FERRY_ERR_INVALID, "kv_heads, head_dim and kv_capacity must be positive");
+  if ((st = check_kv_format(ex, k, k->aux[2].dtype)) != FERRY_OK) return st;
+  if (k->aux[3].dtype != k->aux[2].dtype) return bad(ex, k, FERRY_ERR_INVALID, "the K and V caches differ in dtype");
+  NEED("k", k->aux[0], prod(m, KV, hd * 4));
+  NEED("v", k->aux[1], prod(m, KV, hd * 4));
+  const uint64_t row_bytes = prod(KV, (int64_t)kv_chunk_bytes(k, k->aux[2].dtype, hd), 1);
+  if ((st = check_positions(ex, k, "k cache", k->aux[2], row_bytes)) != FERRY_OK) return st;
+  return check_positions(ex, k, "v cache", k->aux[3], row_bytes);
+}
+
 static ferry_status check_attention(struct ferry_exec *ex, const struct ferry_kernel *k) {
   ferry_status st;
   const int64_t m = k->m, H = k->heads, KV = k->kv_heads, hd = k->head_dim, cap = k->kv_capacity;
   if (H <= 0 || KV <= 0 || H % KV || hd <= 0 || cap <= 0)
     return bad(ex, k, FERRY_ERR_INVALID, "heads, kv_heads (dividing heads), head_dim and kv_capacity must be positive");
-  if ((st = check_kv_format(ex, k, k->aux[2].dtype)) != FERRY_OK) return st;
-  if (k->aux[3].dtype != k->aux[2].dtype) return bad(ex, k, FERRY_ERR_INVALID, "the K and V caches differ in dtype");
   NEED("q", k->x, prod(m, H, hd * 4));
   NEED("out", k->y, prod(m, H, hd * 4));
-  NEED("k", k->aux[0], prod(m, KV, hd * 4));
-  NEED("v", k->aux[1], prod(m, KV, hd * 4));
   MAYBE("sinks", k->aux[4], prod(H, esize(k->aux[4].dtype), 1));
-  const uint64_t row_bytes = prod(KV, (int64_t)kv_chunk_bytes(k, k->aux[2].dtype, hd), 1);
-  if ((st = check_positions(ex, k, "k cache", k->aux[2], row_bytes)) != FERRY_OK) return st;
-  return check_positions(ex, k, "v cache", k->aux[3], row_bytes);
+  return check_kv_append(ex, k);
 }
 
 /* Multi-head latent attention: queries [m, heads, qk_nope + qk_rope], new latent rows
@@ -418,6 +429,7 @@ ferry_status ferry__kernel_check(struct ferry_exec *ex, const struct ferry_kerne
   switch (k->kind) {
     case FERRY_K_EMBED: return check_embed(ex, k);
     case FERRY_K_ATTENTION: return check_attention(ex, k);
+    case FERRY_K_KV_APPEND: return check_kv_append(ex, k);
     case FERRY_K_MLA_ATTENTION: return check_mla_attention(ex, k);
     case FERRY_K_EXPERT: return check_expert(ex, k);
     case FERRY_K_DEQUANTIZE: return check_dequantize(ex, k);

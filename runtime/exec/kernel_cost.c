@@ -13,6 +13,7 @@ const char *ferry_kernel_kind_name(enum ferry_kernel_kind kind) {
       [FERRY_K_MOE_COMBINE] = "moe_combine", [FERRY_K_GATHER_ROWS] = "gather_rows",
       [FERRY_K_DEQUANTIZE] = "dequantize",   [FERRY_K_SPLIT_QKV] = "split_qkv",
       [FERRY_K_MLA_ATTENTION] = "mla_attention", [FERRY_K_ALLREDUCE] = "allreduce",
+      [FERRY_K_KV_APPEND] = "kv_append",
   };
   return (unsigned)kind < FERRY_K_COUNT ? names[kind] : "?";
 }
@@ -91,6 +92,12 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       f = 4.0 * (double)k->context_tokens * (double)k->heads * (double)hd;
       /* cached K and V as a tiled kernel reads them, q in and out, new k and v appended */
       b = attention_kv_tokens(k) * kvh * 2 * kv_row + m * (uint64_t)k->heads * hd * 8 + m * kvh * 2 * (hd * 4 + kv_row);
+      break;
+    }
+    case FERRY_K_KV_APPEND: {
+      /* the new fp32 k and v rows read, written into the cache in its format */
+      const uint64_t hd = (uint64_t)k->head_dim, kvh = (uint64_t)k->kv_heads;
+      b = m * kvh * 2 * (hd * 4 + kv_bytes(k, hd));
       break;
     }
     case FERRY_K_SWIGLU:
