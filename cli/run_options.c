@@ -94,6 +94,10 @@ static int check_kv_prefill(struct run_args *a, const char *value) {
   return expect_one_of(a, "kv-prefill", value, (const char *const[]){"device", "host", NULL});
 }
 
+static int check_schedule(struct run_args *a, const char *value) {
+  return expect_one_of(a, "schedule", value, (const char *const[]){"mixed", "prefill-first", NULL});
+}
+
 static int check_kv_preempt(struct run_args *a, const char *value) {
   return expect_one_of(a, "kv-preempt", value, (const char *const[]){"recompute", "swap", NULL});
 }
@@ -536,6 +540,7 @@ static void apply(struct run_args *a) {
   ec->expert_granularity_layer = !strcmp(a->expert_granularity, "layer");
   ec->kv_home_host = !strcmp(a->kv_home, "host");
   ec->kv_prefill_device = !strcmp(a->kv_prefill, "device");
+  ec->prefill_first = !strcmp(a->schedule, "prefill-first");
   ec->kv_block_tokens = (int32_t)a->kv_block_tokens;
   ec->kv_preempt_swap = !strcmp(a->kv_preempt, "swap");
   ec->kv_pool_bytes = a->kv_pool;

@@ -94,6 +94,11 @@
     "for all, or per class: experts=cpu,layers=gpu", "")                                                           \
   X(max_batch, "max-batch", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "max_batch", 8, 1, 4096, NULL,                 \
     "concurrent sequences (default 8)", "")                                                                          \
+  X(schedule, "schedule", TEXT, "mixed|prefill-first", BOTH_M, SEC_POLICY, CFG_GIVEN, "schedule", "mixed", 0, 0,   \
+    check_schedule,                                                                                                \
+    "what a step carries: mixed (default: a decode token of every decoding\nsequence, then prompt chunks up to "    \
+    "--max-step-tokens) or prefill-first\n(while any admitted prompt has tokens left, steps carry prompts only\n"   \
+    "and decoding waits: vLLM without chunked prefill, FlexGen's block\nschedule, a static batch)", "")            \
   X(gpu_batches, "gpu-batches", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "gpu_batches", 1, 1, 1024, NULL,           \
     "FlexGen's block schedule: N batches of --max-batch sequences go through\neach loaded layer before it is "      \
     "evicted (default 1)", "")                                                                                       \

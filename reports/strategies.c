@@ -15,7 +15,7 @@
  * and quantization formats have sections of their own. */
 static const char *const strategy_keys[] = {"expert_cache",    "offload_compute", "kv_home",         "kv_prefill",
                                             "kv_dtype",        "gpu_batches",     "expert_granularity", "kv_block_tokens",
-                                            "kv_preempt",      NULL};
+                                            "kv_preempt",      "schedule", NULL};
 
 /* Sums of a run's strategy metrics (NAN when its database predates them). */
 struct strat {

@@ -279,6 +279,12 @@ struct ferry_engine_config {
                                       Tokens that need context already in the host cache (decode
                                       tokens, later chunks of a prompt) attend on the CPU as before,
                                       in the same step. FERRY_ERR_INVALID without kv_home_host */
+  int prefill_first;             /**< 1: a step carries only prompt tokens while any admitted
+                                      sequence still has prompt to prefill; decoding sequences wait
+                                      (vLLM's scheduler without chunked prefill, FlexGen's block
+                                      schedule, a static batch of HF generate()); 0 (default): each
+                                      step carries a decode token of every decoding sequence, then
+                                      prompt chunks up to max_step_tokens (chunked prefill) */
   struct ferry_pressure_config pressure; /**< memory-pressure control (off by default) */
   const struct ferry_budget_change *budget_schedule; /**< budget changes (copied; any order) */
   int32_t n_budget_changes;      /**< entries in budget_schedule */

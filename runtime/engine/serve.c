@@ -38,14 +38,15 @@ static int32_t argmax(const float *v, int64_t n) {
 }
 
 /* Build micro-batch m's token list from its sequences (slots [m x max_batch, (m + 1) x
- * max_batch)); returns the number of sequences in it. */
-static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order) {
+ * max_batch)); returns the number of sequences in it. hold_decode: the step carries prompt tokens
+ * only (prefill-first scheduling while a prompt waits). */
+static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order, int hold_decode) {
   const int32_t B = e->cfg.max_batch, s0 = m * B, s1 = s0 + B;
   struct microbatch *mb = &e->mbs[m];
   int32_t n = 0, rows = 0, batch = 0;
   for (int32_t s = s0; s < s1; s++) e->seqs[s].step_tokens = 0;
   /* decode tokens first: one per sequence past its prompt */
-  for (int32_t s = s0; s < s1; s++) {
+  for (int32_t s = s0; s < s1 && !hold_decode; s++) {
     struct seq *q = &e->seqs[s];
     if (!q->active || q->prompt_done < q->prefill) continue;
     q->step_tokens = 1;
@@ -96,8 +97,13 @@ static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order)
 static int32_t build_step(struct ferry_engine *e, int64_t *admit_order, int32_t *tokens) {
   int32_t batch = 0;
   *tokens = 0;
+  /* prefill-first (vLLM's scheduler without chunked prefill, FlexGen's lockstep block, a static
+   * batch): while any admitted prompt still has tokens to prefill, no sequence decodes */
+  int hold_decode = 0;
+  for (int32_t s = 0; e->cfg.prefill_first && s < e->n_seqs && !hold_decode; s++)
+    hold_decode = e->seqs[s].active && e->seqs[s].prompt_done < e->seqs[s].prefill;
   for (int32_t m = 0; m < e->n_mb; m++) {
-    batch += build_mb(e, m, admit_order);
+    batch += build_mb(e, m, admit_order, hold_decode);
     *tokens += e->mbs[m].n_tok;
   }
   return batch;
