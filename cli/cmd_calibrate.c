@@ -267,7 +267,10 @@ static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profil
   char kind[16];
   run_kind(db, run, kind, sizeof kind);
   /* ferry's own executors expand quantized weights before multiplying */
-  if (!strcmp(kind, "host") || !strcmp(kind, "cuda")) p->runtime.fused_dequant = 0;
+  if (!strcmp(kind, "host") || !strcmp(kind, "cuda")) {
+    p->runtime.fused_dequant = 0;
+    p->runtime.act_bytes = p->runtime.dequant_bytes = 4; /* and compute in fp32 */
+  }
   snprintf(p->runtime.name, sizeof p->runtime.name, "fitted to a %s run", kind[0] ? kind : "recorded");
   /* CUDA runtime calls, where recorded */
   size_t n_launch = 0, n_copy = 0;

@@ -193,6 +193,12 @@ static int hw_show(const char *name) {
     if (r->moe_row_copy)
       printf("  %-28s %d (%s)\n", "runtime.moe_row_copy", r->moe_row_copy,
              "each routed row is gathered and scattered by a copy of its own");
+    uint32_t act, dq;
+    ferry_hw_profile_elem_bytes(p, &act, &dq);
+    printf("  %-28s %u bytes%s\n", "runtime.act_bytes", act, r->act_bytes ? "" : " (not given: fp16/bf16)");
+    printf("  %-28s %u bytes (%s)\n", "runtime.dequant_bytes", dq,
+           dq ? "each low-bit weight a product reads expanded is an element of this size in the workspace"
+              : "no expanded copy: fused kernels read it packed");
   }
   if (p->has_interconnect) {
     const struct ferry_hw_interconnect *ic = &p->interconnect;

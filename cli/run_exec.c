@@ -86,6 +86,17 @@ static ferry_status open_inputs(struct run_ctx *c) {
   return FERRY_OK;
 }
 
+/* The profile a simulation runs on, with the software issuing the work: as asked, else the
+ * profile's, else a C++ engine. Without a profile (--plan-only) that runtime alone, which is
+ * all the plan reads (the element sizes of its workspace). */
+static ferry_status open_sim_profile(const struct run_args *a, ferry_hw **hw) {
+  const char *runtime = a->runtime ? a->runtime : "native";
+  if (!a->hw) return ferry_hw_open(hw, runtime);
+  ferry_status st = ferry_hw_open(hw, a->hw);
+  if (st == FERRY_OK && (a->runtime || !ferry_hw_get(*hw)->has_runtime)) st = ferry_hw_set_runtime(*hw, runtime);
+  return st;
+}
+
 /* What the machine offers, for the default budgets: the profile's GPU and host in sim, device
  * 0's memory on cuda (no device: creating the executor says so, and a plan needs none), this
  * machine's available memory for a real run's host tier. */
@@ -104,9 +115,8 @@ static ferry_status machine_memory(const struct run_args *a, struct ferry_machin
       m->gpu_free_bytes = UINT64_MAX, m->gpu_bytes = 0;
     return FERRY_OK;
   }
-  if (!a->hw) return FERRY_OK; /* --plan-only without a profile: nothing to size from */
-  ferry_status st = ferry_hw_open(hw, a->hw);
-  if (st != FERRY_OK) return st;
+  ferry_status st = open_sim_profile(a, hw);
+  if (st != FERRY_OK || !a->hw) return st; /* --plan-only without a profile: no memory to size from */
   const struct ferry_hw_profile *p = ferry_hw_get(*hw);
   m->gpu_name = m->host_name = p->name;
   if (p->has_gpu) m->gpu_bytes = p->gpu.memory_bytes;
@@ -152,6 +162,10 @@ static ferry_status plan(struct run_ctx *c) {
   ferry_hw *hw = NULL;
   const int asked_all = a->ec.resident_all;
   ferry_status st = machine_memory(a, &m, &hw);
+  /* the plan charges the workspace at the element sizes the simulated runtime holds it at, as
+   * the sim executor will (ferry_exec_elem_bytes()) */
+  if (st == FERRY_OK && hw)
+    ferry_hw_profile_elem_bytes(ferry_hw_get(hw), &a->ec.plan_elem_bytes.activation, &a->ec.plan_elem_bytes.dequant);
   if (st == FERRY_OK) st = ferry_engine_plan_budgets(c->model, c->store, &m, &a->ec, &bp);
   ferry_hw_close(hw);
   if (st != FERRY_OK) return st;
@@ -217,10 +231,7 @@ ferry_status run_open_executor(struct run_ctx *c, int first, ferry_exec **out) {
                                             .sim_mode = a->exact ? FERRY_SIM_EXACT : FERRY_SIM_FAST,
                                             .n_devices = a->ec.n_devices}};
   ferry_hw *hw = NULL;
-  ferry_status st = a->hw ? ferry_hw_open(&hw, a->hw) : FERRY_OK;
-  /* the software issuing the work: as asked, else the profile's, else a C++ engine */
-  if (st == FERRY_OK && hw && (a->runtime || !ferry_hw_get(hw)->has_runtime))
-    st = ferry_hw_set_runtime(hw, a->runtime ? a->runtime : "native");
+  ferry_status st = a->hw ? open_sim_profile(a, &hw) : FERRY_OK;
   xp.hw = hw;
   if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, out);
   if (!first) {

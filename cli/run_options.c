@@ -454,11 +454,12 @@ static int refuse_ignored(const struct run_args *a) {
   if (a->plan_only &&
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
-                                                 "predictor-routing", "predictor-model", "runtime", "host-memory",
+                                                 "predictor-routing", "predictor-model", "host-memory",
                                                  "keep-cache", "repeat", "repeat-group", "format", "faults",
                                                  "io-retries", "verify-reads", "host-budget-schedule", "reload-at",
                                                  "reload-from", "control-socket", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
+  /* (--runtime does: the plan charges the workspace at the precision the runtime holds it in) */
   if (a->keep_cache && a->direct_io)
     return cli_usage_error(cmd, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
   if (a->keep_cache && a->drop_cache) return cli_usage_error(cmd, "give either --drop-cache or --keep-cache, not both");

@@ -600,6 +600,7 @@ static void fill_probe_profile(struct ferry_hw_profile *out, const char *dir, co
   out->has_runtime = 1;
   snprintf(out->runtime.name, sizeof out->runtime.name, "ferry host executor");
   out->runtime.fused_dequant = 0;
+  out->runtime.act_bytes = out->runtime.dequant_bytes = 4; /* it computes in fp32 */
 }
 
 /* The kernels' buffers (the executor frees them with itself), filled with random values. */
@@ -800,6 +801,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     if (p->runtime.moe_row_copy) cJSON_AddNumberToObject(r, "moe_row_copy", p->runtime.moe_row_copy);
     if (p->runtime.fused_max_rows)
       cJSON_AddNumberToObject(r, "fused_max_rows", (double)p->runtime.fused_max_rows);
+    if (p->runtime.act_bytes) cJSON_AddNumberToObject(r, "act_bytes", p->runtime.act_bytes);
+    if (p->runtime.dequant_bytes) cJSON_AddNumberToObject(r, "dequant_bytes", p->runtime.dequant_bytes);
   }
   if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
   if (fitted && n_fitted) json_fitted(root, fitted, n_fitted, source_note);

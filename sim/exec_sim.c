@@ -813,6 +813,14 @@ static void sim_range_begin(struct ferry_exec *ex, const char *name) {
     host_busy(s, s->rt.layer_ns);
 }
 
+/* The simulated runtime holds the engine's workspace at its own precision (an fp16/bf16 runtime
+ * at 2 bytes an activation, fused kernels with no dequantized copy): the engine charges the
+ * device tier that, not the fp32 it addresses (ferry_exec_alloc_charged()). */
+static void sim_elem_bytes(const struct ferry_exec *ex, struct ferry_exec_elem_bytes *out) {
+  const struct sim_exec *s = ex->backend_state;
+  ferry_hw_profile_elem_bytes(&s->hw, &out->activation, &out->dequant);
+}
+
 static const struct ferry_exec_backend sim_backend = {
     .version = FERRY_EXEC_BACKEND_VERSION,
     .name = "sim",
@@ -837,6 +845,7 @@ static const struct ferry_exec_backend sim_backend = {
     .graph_check = ferry__sim_graph_check,
     .graph_bytes = ferry__sim_graph_bytes,
     .graph_free = ferry__sim_graph_free,
+    .elem_bytes = sim_elem_bytes,
 };
 
 /* The channels of the profile: link directions and the device memory always (checked by the

@@ -29,7 +29,7 @@
 /* ---- the field table ------------------------------------------------------------------------ */
 
 enum ftype { T_STR, T_F64, T_I64, T_U64, T_I32 };
-enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL, C_SHARE };
+enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL, C_SHARE, C_ELEM /* 2 or 4 bytes */ };
 enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_RUNTIME, S_IC, S_TOP, S_COUNT };
 
 struct field {
@@ -103,6 +103,8 @@ static const struct field fields[] = {
     {"runtime.read_after_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.read_after_copy), 0},
     {"runtime.blocking_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.blocking_copy), 0},
     {"runtime.moe_row_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.moe_row_copy), 0},
+    {"runtime.act_bytes", T_I32, C_ELEM, S_RUNTIME, P(runtime.act_bytes), 0},
+    {"runtime.dequant_bytes", T_I32, C_ELEM, S_RUNTIME, P(runtime.dequant_bytes), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},
@@ -406,6 +408,8 @@ static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in (0, 1] (got %g)", what, f->path, v);
     if (f->check == C_SHARE && !(v >= 0 && v < 1))
       return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in [0, 1) (got %g)", what, f->path, v);
+    if (f->check == C_ELEM && v != 2 && v != 4)
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 2 (fp16/bf16) or 4 (fp32) (got %g)", what, f->path, v);
     field_set_number(&b->p, f, v);
   }
   SETBIT(b->own, idx);
@@ -885,6 +889,16 @@ void ferry_hw_close(ferry_hw *hw) {
 }
 
 const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw) { return &hw->profile; }
+
+/* The element sizes of the workspace a GPU runtime holds. Every preset but llama.cpp's computes in
+ * fp16/bf16, hence the default of 2; a product that cannot read its low-bit weight packed reads a
+ * copy a dequantize kernel wrote (fp16 unless the runtime says otherwise). */
+void ferry_hw_profile_elem_bytes(const struct ferry_hw_profile *p, uint32_t *act_bytes, uint32_t *dequant_bytes) {
+  const struct ferry_hw_runtime *r = p && p->has_runtime ? &p->runtime : NULL;
+  const int packed = !r || (r->fused_dequant && r->fused_max_rows <= 0);
+  if (act_bytes) *act_bytes = r && r->act_bytes > 0 ? (uint32_t)r->act_bytes : 2;
+  if (dequant_bytes) *dequant_bytes = packed ? 0 : r->dequant_bytes > 0 ? (uint32_t)r->dequant_bytes : 2;
+}
 
 int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *p) {
   if (!p || !p->has_gpu) return 0;

@@ -253,6 +253,9 @@ static const struct bad_case {
     /* a runtime flag that is not 0 or 1 */
     {"rtflag.json", "{\"name\": \"x\", \"kind\": \"runtime\", \"runtime\": {\"fused_dequant\": 2}}", FERRY_ERR_FORMAT,
      "rtflag.json: runtime.fused_dequant must be 0 or 1 (got 2)"},
+    /* an activation element that is neither fp16/bf16 nor fp32 */
+    {"rtact.json", "{\"name\": \"x\", \"kind\": \"runtime\", \"runtime\": {\"act_bytes\": 1}}", FERRY_ERR_FORMAT,
+     "rtact.json: runtime.act_bytes must be 2 (fp16/bf16) or 4 (fp32) (got 1)"},
     /* kind runtime without a runtime section */
     {"nort.json", "{\"name\": \"x\", \"kind\": \"runtime\"}", FERRY_ERR_FORMAT,
      "nort.json: kind \"runtime\" needs a \"runtime\" section"},
@@ -315,14 +318,18 @@ static void test_runtime_presets(void **state) {
   /* HF transformers repeats grouped K and V per query head: a figure with its source */
   assert_int_equal(p->runtime.attn_repeat_kv, 1);
   assert_non_null(find_source(p, "runtime.attn_repeat_kv", 0));
-  assert_int_equal(p->n_sources, before + 9);
+  /* fp16 activations and an fp16 dequantized copy, each with its source */
+  assert_true(p->runtime.act_bytes == 2 && p->runtime.dequant_bytes == 2);
+  assert_non_null(find_source(p, "runtime.act_bytes", 0));
+  assert_non_null(find_source(p, "runtime.dequant_bytes", 0));
+  assert_int_equal(p->n_sources, before + 11);
   assert_true(p->gpu.mem_bw_gbps == 2000); /* the rest untouched */
   /* another preset replaces it, sources included */
   assert_int_equal(ferry_hw_set_runtime(hw, "graph"), FERRY_OK);
   p = ferry_hw_get(hw);
   assert_int_equal(p->runtime.launch_ns, 0);
   assert_int_equal(p->runtime.fused_dequant, 1);
-  assert_int_equal(p->n_sources, before + 8);
+  assert_int_equal(p->n_sources, before + 9);
   /* not a runtime */
   assert_int_equal(ferry_hw_set_runtime(hw, "pcie4-x16"), FERRY_ERR_INVALID);
   assert_true(strstr(ferry_last_error(), "pcie4-x16 is a link profile, not a runtime") != NULL);

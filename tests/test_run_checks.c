@@ -294,8 +294,8 @@ static void test_ignored_options_refused(void **state) {
   expect(args, 2, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
   snprintf(args, sizeof args, SIM "%s --direct-io", syn);
   expect(args, 2, "--direct-io is for 'ferry run': the simulator's disk reads already leave nothing in its page cache");
-  snprintf(args, sizeof args, SIM "--plan-only --runtime eager");
-  expect(args, 2, "--runtime does nothing with --plan-only");
+  snprintf(args, sizeof args, SIM "--plan-only --faults read:eio@1");
+  expect(args, 2, "--faults does nothing with --plan-only");
   snprintf(args, sizeof args, SIM "--plan-only --host-memory pageable");
   expect(args, 2, "--host-memory does nothing with --plan-only");
   snprintf(args, sizeof args, "run --model '%s' %s --runtime eager", dense, syn);

@@ -301,6 +301,13 @@ struct ferry_engine_config {
   int expert_placement_hash;     /**< expert parallel: each layer's experts go to the devices in the
                                       order of a hash of (layer, expert), E / N a device, instead of
                                       contiguous ranges (so experts popular by their number spread) */
+  struct ferry_exec_elem_bytes plan_elem_bytes; /**< planning without an executor
+                                      (ferry_engine_plan_only(), ferry_engine_plan_budgets(),
+                                      ferry_engine_min_budgets(), ferry_engine_prefetch_depth_used()):
+                                      the element sizes the executor the run will use charges its
+                                      workspace at (ferry_exec_elem_bytes(); for sim from
+                                      ferry_hw_profile_elem_bytes()); activation 0 = fp32, {4, 4}.
+                                      With an executor, the executor's own sizes are used */
 };
 
 /** One request to serve. */

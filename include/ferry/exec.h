@@ -376,6 +376,47 @@ FERRY_API ferry_status ferry_exec_queue_create_on(ferry_exec *ex, enum ferry_que
 FERRY_API ferry_status ferry_exec_alloc_on(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
                                            const char *label, ferry_buf **out);
 
+/**
+ * Bytes per element at which an executor's device holds the engine's workspace (the activations
+ * of a step and the scratch a quantized weight is expanded into): what the work takes on the
+ * runtime the executor is, or simulates. The engine lays the workspace out in fp32 on every
+ * executor (its kernels address fp32 rows) and charges the device tier these sizes
+ * (ferry_exec_alloc_charged()).
+ */
+struct ferry_exec_elem_bytes {
+  uint32_t activation; /**< an activation element (hidden states, q/k/v, attention output, FFN
+                            intermediates, expert inputs and outputs), also as it crosses between
+                            device and CPU in a hybrid run: 4 on host and cuda (they compute in
+                            fp32); in sim the simulated runtime's (2 for fp16/bf16,
+                            ferry_hw_profile_elem_bytes()) */
+  uint32_t dequant;    /**< an element of a quantized weight expanded for a product: 4 on host and
+                            cuda (an fp32 copy); in sim 2 for the fp16 copy a non-fused runtime's
+                            dequantize kernel writes, 0 where its fused kernels read the packed
+                            weight (no copy) */
+};
+
+/**
+ * @brief The element sizes at which this executor's device holds the engine's workspace.
+ * @param ex the executor.
+ * @param out filled: {4, 4} for an executor that computes in fp32 (host, cuda, and any backend
+ *        that does not say), the simulated runtime's for sim.
+ */
+FERRY_API void ferry_exec_elem_bytes(const ferry_exec *ex, struct ferry_exec_elem_bytes *out);
+
+/**
+ * @brief As ferry_exec_alloc_on(), charging the tier @p charged_bytes for a buffer addressable
+ *        as @p bytes: the buffer's references, bounds checks and ferry_exec_buf_size() are those
+ *        of @p bytes, its budget check, usage, peak and memory samples those of @p charged_bytes.
+ *        Only an executor without data (ferry_exec_has_data() 0: the simulator, whose buffers
+ *        hold no bytes) may be charged less than it addresses: it charges what the runtime it
+ *        simulates would hold (the engine's fp32 workspace at the runtime's element sizes,
+ *        ferry_exec_elem_bytes()).
+ * @return FERRY_OK; FERRY_ERR_INVALID when @p charged_bytes exceeds @p bytes, or is below it on an
+ *         executor with data (it holds every byte it allocates); else as ferry_exec_alloc_on().
+ */
+FERRY_API ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+                                                uint64_t charged_bytes, const char *label, ferry_buf **out);
+
 /** @brief Devices the executor drives (1 unless configured with n_devices > 1). */
 FERRY_API int32_t ferry_exec_device_count(const ferry_exec *ex);
 

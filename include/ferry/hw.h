@@ -234,6 +234,16 @@ struct ferry_hw_runtime {
                                the host (copy_ns): 6 copies per routed row of a gate/up/down expert
                                (llama.cpp's CUDA mul_mat_id from Mixtral support, December 2023,
                                until April 2024) */
+  int32_t act_bytes;      /**< bytes per activation element its GPU kernels hold and move (hidden
+                               states, q/k/v, FFN intermediates, expert inputs and outputs): 2 for
+                               fp16/bf16 (PyTorch runtimes), 4 for fp32 (llama.cpp's ggml graphs,
+                               ferry's own executors); 0 = not given: 2. The simulator charges the
+                               device workspace and the activations crossing to the CPU at it
+                               (ferry_hw_profile_elem_bytes()) */
+  int32_t dequant_bytes;  /**< bytes per element of the copy a dequantize kernel expands a low-bit
+                               weight into, where the runtime's products do not read it packed
+                               (fused_dequant 0, or a product over more than fused_max_rows): 2 for
+                               an fp16 copy, 4 for fp32 (ferry's own executors); 0 = not given: 2 */
 };
 
 /** A disk (the tier weights are streamed from). */
@@ -393,6 +403,20 @@ FERRY_API void ferry_hw_list_free(char **names, size_t count);
 /** @brief GPUs in the machine a profile describes: interconnect.gpus, else 1 (0 for a profile
  *         without a gpu section). */
 FERRY_API int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
+
+/**
+ * @brief Bytes per element at which a GPU runtime described by @p profile holds the engine's
+ *        device workspace: what the `sim` executor charges its device tier for it
+ *        (ferry_exec_elem_bytes()).
+ * @param profile the profile, its runtime section applied (ferry_hw_set_runtime()); without a
+ *        runtime section: a GPU runtime with fused low-bit kernels, as the simulator assumes.
+ * @param act_bytes receives the bytes of an activation element: runtime.act_bytes, 2 when not given.
+ * @param dequant_bytes receives the bytes of an element of a dequantized weight copy: 0 when the
+ *        runtime's kernels read every low-bit weight packed (runtime.fused_dequant 1 without a
+ *        runtime.fused_max_rows limit), else runtime.dequant_bytes, 2 when not given.
+ */
+FERRY_API void ferry_hw_profile_elem_bytes(const struct ferry_hw_profile *profile, uint32_t *act_bytes,
+                                           uint32_t *dequant_bytes);
 
 /** @brief Name of a kind as written in files ("gpu", "host", "link", "disk"); "?" if unknown. */
 FERRY_API const char *ferry_hw_kind_name(enum ferry_hw_kind kind);

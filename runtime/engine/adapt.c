@@ -210,8 +210,7 @@ static ferry_status rebuild(struct ferry_engine *e, ferry_store *store, struct f
                                                                        dequantization scratch */
     ferry_exec_free(e->ex, e->ws_buf);
     e->ws_buf = NULL;
-    if (e->ws.total && (st = ferry_exec_alloc(e->ex, FERRY_TIER_DEVICE, e->ws.total, "workspace", &e->ws_buf)) != FERRY_OK)
-      return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+    if ((st = ferry__engine_alloc_ws(e, 0, &e->ws_buf)) != FERRY_OK) return st;
   }
   if ((st = ferry__engine_build_units(e)) != FERRY_OK) return st;
   if ((st = ferry__memo_init(e)) != FERRY_OK) return st;

@@ -58,7 +58,23 @@ static int c_cpu_experts(const struct ferry_engine *e) {
   return e->cfg.compute_experts != FERRY_COMPUTE_GPU;
 }
 
-/* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows. */
+struct ferry_exec_elem_bytes ferry__engine_elem_bytes(const struct ferry_engine *e) {
+  struct ferry_exec_elem_bytes eb = {4, 4};
+  if (e->ex)
+    ferry_exec_elem_bytes(e->ex, &eb);
+  else if (e->cfg.plan_elem_bytes.activation)
+    eb = e->cfg.plan_elem_bytes;
+  return eb;
+}
+
+/* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows.
+ * One layout on every executor: its offsets are fp32 rows, which the kernels address and the
+ * kernel contract checks, so the engine issues the same ops everywhere. What the device tier is
+ * charged for it (ws.charged) is that layout at the executor's element sizes
+ * (ferry_exec_elem_bytes()): on host and cuda the same bytes; in the simulator what the runtime it
+ * simulates holds, fp16 activations and no dequantized copy under fused kernels, so the planner's
+ * working set and the peak it measures are the runtime's. Integer ids, router weights and the
+ * logits rows (sampled in fp32) stay 4 bytes. */
 static void layout_workspace(struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   const uint64_t T = (uint64_t)e->cfg.max_step_tokens, S = (uint64_t)e->cfg.max_batch;
@@ -71,16 +87,19 @@ static void layout_workspace(struct ferry_engine *e) {
                             : qd;
   const int dense_layers = e->n_moe_layers < mc->n_layers;
   const uint64_t ei = (uint64_t)mc->expert_intermediate * (mc->expert_layout != FERRY_EXPERTS_SPLIT ? 2 : 1);
-  uint64_t off = 0;
-#define WS(field, floats)         \
-  do {                            \
-    e->ws.field = off;            \
-    off = align_up(off + (uint64_t)(floats) * 4, WS_ALIGN); \
+  const struct ferry_exec_elem_bytes eb = ferry__engine_elem_bytes(e);
+  uint64_t off = 0, charged = 0;
+#define WS_AT(field, elems, elem_bytes)                                        \
+  do {                                                                         \
+    e->ws.field = off;                                                         \
+    off = align_up(off + (uint64_t)(elems) * 4, WS_ALIGN);                     \
+    charged = align_up(charged + (uint64_t)(elems) * (elem_bytes), WS_ALIGN);  \
   } while (0)
-  /* dequantized weights (fp32): one slot for matmuls, three for an expert's gate/up/down */
-  WS(dq[0], e->max_q_numel);
-  WS(dq[1], E || mc->learned_positions ? e->max_q_numel : 0); /* an expert's up, or a learned position table */
-  WS(dq[2], E ? e->max_q_numel : 0);
+#define WS(field, elems) WS_AT(field, elems, eb.activation)
+  /* dequantized weights: one slot for matmuls, three for an expert's gate/up/down */
+  WS_AT(dq[0], e->max_q_numel, eb.dequant);
+  WS_AT(dq[1], E || mc->learned_positions ? e->max_q_numel : 0, eb.dequant); /* an expert's up, or a learned position table */
+  WS_AT(dq[2], E ? e->max_q_numel : 0, eb.dequant);
   WS(x, T * H * (uint64_t)e->n_mb); /* one hidden state per micro-batch */
   WS(h, T * H);
   WS(h2, mc->parallel_residual ? T * H : 0);
@@ -95,8 +114,8 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(u, T * inter);
   WS(logits_r, T * E);
   WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e));
-  WS(topk_w, T * K);
-  WS(topk_ids, T * K);
+  WS_AT(topk_w, T * K, 4);
+  WS_AT(topk_ids, T * K, 4);
   /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
   const int cpu_experts = E && c_cpu_experts(e), pair_rows = cpu_experts || e->ep; /* expert parallel gathers too */
   WS(expert_out, T * K * H + (pair_rows ? H : 0));
@@ -113,9 +132,11 @@ static void layout_workspace(struct ferry_engine *e) {
   WS(sgate, mc->shared_expert_gate ? T : 0);
   WS(rows, S * H);
   WS(rows_n, S * H);
-  WS(logits, S * (uint64_t)mc->vocab);
+  WS_AT(logits, S * (uint64_t)mc->vocab, 4);
 #undef WS
+#undef WS_AT
   e->ws.total = off;
+  e->ws.charged = charged;
   /* each micro-batch's hidden state (a plan after a reload may move the workspace's buffers) */
   for (int32_t m = 0; e->mbs && m < e->n_mb; m++) e->mbs[m].x = e->ws.x + (uint64_t)m * T * H * 4;
 }
@@ -324,7 +345,7 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
   layout_workspace(e); /* after the plan input, which found the largest quantized matrix */
   in.kv_bytes = e->kv_total_bytes - e->hkv_bytes; /* the device's part of the cache */
   in.n_moe_layers = e->n_moe_layers;
-  in.workspace_bytes = e->ws.total;
+  in.workspace_bytes = e->ws.charged; /* what the device holds for it (layout_workspace) */
   /* a hybrid run's CPU works in a copy of the workspace in host memory, and --kv-home host's
    * cache is there too (known before the plan: every layer's) */
   in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + ferry__hybrid_host_bytes(e);
@@ -640,6 +661,13 @@ static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint
   return st;
 }
 
+ferry_status ferry__engine_alloc_ws(struct ferry_engine *e, int32_t device, ferry_buf **out) {
+  if (!e->ws.total) return FERRY_OK;
+  ferry_status st = ferry_exec_alloc_charged(e->ex, device, FERRY_TIER_DEVICE, e->ws.total, e->ws.charged, "workspace", out);
+  if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return st;
+}
+
 /* The policy placing experts in the cache (--expert-cache): its registry name, auto by default
  * (lfu for the legacy flag, lru inside a per-layer split when none is named). */
 static const char *cache_policy_name(const struct ferry_engine_config *c) {
@@ -732,7 +760,7 @@ static ferry_status allocate(struct ferry_engine *e) {
     if ((st = ferry__mgpu_alloc(e)) != FERRY_OK) return st;
   } else if ((st = ferry__engine_alloc_pinned(e)) ||
              (st = alloc_buf(e, FERRY_TIER_DEVICE, p->device_kv_bytes, "KV cache", kv, &e->kv_buf)) ||
-             (st = alloc_buf(e, FERRY_TIER_DEVICE, e->ws.total, "workspace", NULL, &e->ws_buf))) {
+             (st = ferry__engine_alloc_ws(e, 0, &e->ws_buf))) {
     return st;
   }
   if ((st = ferry__engine_alloc_streaming(e)) ||

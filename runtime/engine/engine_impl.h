@@ -84,6 +84,8 @@ struct workspace {
   uint64_t dq[3];            /* dequantized weights: matmul, or an expert's gate/up/down */
   uint64_t x, h, h2, q, qa, qkv, k, v, attn, g, u, logits_r, logits_look, topk_w, topk_ids, expert_out, gather, eg,
       eu, sg, su, sout, sgate, rows, rows_n, logits, total;
+  uint64_t charged; /* what the device tier is charged for it: the layout at the executor's
+                       element sizes (layout_workspace, ferry_exec_elem_bytes()) */
   /* hybrid runs with experts on the CPU: a zero row right after expert_out (gathered in place
    * of the pairs the other side computes), the gathered rows a combine reads, and the CPU's sum
    * of its pairs per token; 0 when no expert runs on the CPU */
@@ -559,6 +561,11 @@ void ferry__side_cpu(struct ferry_engine *e);
 void ferry__side_device(struct ferry_engine *e);
 /* Move workspace regions (offsets, bytes) device -> host and make q_cpu wait for them, or
  * host -> device on q_up and make the compute queue wait. */
+/* The element sizes the device workspace is charged at: the executor's, else (planning without
+ * one) the configuration's plan_elem_bytes, else fp32. */
+struct ferry_exec_elem_bytes ferry__engine_elem_bytes(const struct ferry_engine *e);
+/* The device workspace on `device`: ws.total addressed, ws.charged charged. */
+ferry_status ferry__engine_alloc_ws(struct ferry_engine *e, int32_t device, ferry_buf **out);
 ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
 ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
 /* Whether a routed expert that is not on the device runs on the CPU for n tokens. */

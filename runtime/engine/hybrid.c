@@ -91,15 +91,24 @@ void ferry__side_device(struct ferry_engine *e) {
   e->w_host = 0;
 }
 
+/* The bytes a crossing of `fp32_bytes` of activations moves: the runtime's element size
+ * (ferry_exec_elem_bytes()), so an fp16 runtime simulated moves half the fp32 rows' bytes (the
+ * leading part of the same rows: the simulator times the copy and has no bytes to keep); host
+ * and cuda move them whole. */
+static uint64_t crossing_bytes(const struct ferry_engine *e, uint64_t fp32_bytes) {
+  return fp32_bytes / 4 * ferry__engine_elem_bytes(e).activation;
+}
+
 ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n) {
   TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_down));
   TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_down));
   for (int i = 0; i < n; i++) {
-    if (!bytes[i]) continue;
+    const uint64_t moved = crossing_bytes(e, bytes[i]);
+    if (!moved) continue;
     TRY(ferry_exec_copy(e->ex, e->q_d2h, (struct ferry_ref){e->hws_buf, off[i], FERRY_DTYPE_F32},
-                        (struct ferry_ref){e->ws_buf, off[i], FERRY_DTYPE_F32}, bytes[i]));
-    e->step_bytes_d2h += bytes[i];
-    e->step_bytes_act += bytes[i];
+                        (struct ferry_ref){e->ws_buf, off[i], FERRY_DTYPE_F32}, moved));
+    e->step_bytes_d2h += moved;
+    e->step_bytes_act += moved;
   }
   TRY(ferry_exec_record(e->ex, e->q_d2h, e->ev_down));
   TRY(ferry_exec_queue_wait(e->ex, e->q_cpu, e->ev_down));
@@ -110,11 +119,12 @@ ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const 
   TRY(ferry_exec_record(e->ex, e->q_cpu, e->ev_cpu));
   TRY(ferry_exec_queue_wait(e->ex, e->q_up, e->ev_cpu));
   for (int i = 0; i < n; i++) {
-    if (!bytes[i]) continue;
+    const uint64_t moved = crossing_bytes(e, bytes[i]);
+    if (!moved) continue;
     TRY(ferry_exec_copy(e->ex, e->q_up, (struct ferry_ref){e->ws_buf, off[i], FERRY_DTYPE_F32},
-                        (struct ferry_ref){e->hws_buf, off[i], FERRY_DTYPE_F32}, bytes[i]));
-    e->step_bytes_h2d += bytes[i];
-    e->step_bytes_act += bytes[i];
+                        (struct ferry_ref){e->hws_buf, off[i], FERRY_DTYPE_F32}, moved));
+    e->step_bytes_h2d += moved;
+    e->step_bytes_act += moved;
   }
   TRY(ferry_exec_record(e->ex, e->q_up, e->ev_up));
   TRY(ferry_exec_queue_wait(e->ex, e->q_compute, e->ev_up));

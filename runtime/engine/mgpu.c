@@ -144,7 +144,7 @@ static ferry_status alloc_device(struct ferry_engine *e, int32_t d) {
     st = ferry_exec_alloc_on(e->ex, d, FERRY_TIER_DEVICE, v->pinned_bytes, "pinned weights", &v->pinned);
   if (st == FERRY_OK && e->kv_dev_bytes)
     st = ferry_exec_alloc_on(e->ex, d, FERRY_TIER_DEVICE, e->kv_dev_bytes, "KV cache", &v->kv);
-  if (st == FERRY_OK) st = ferry_exec_alloc_on(e->ex, d, FERRY_TIER_DEVICE, e->ws.total, "workspace", &v->ws);
+  if (st == FERRY_OK && (st = ferry__engine_alloc_ws(e, d, &v->ws)) != FERRY_OK) return st;
   if (st == FERRY_OK && e->shard_bytes)
     st = ferry_exec_alloc_on(e->ex, d, FERRY_TIER_DEVICE, e->shard_bytes, "weight shards", &v->shard);
   if (st == FERRY_OK) st = ferry_exec_event_create(e->ex, &v->done);
@@ -391,5 +391,5 @@ void ferry__mgpu_print(const struct ferry_engine *e, FILE *f) {
   for (int32_t d = 0; d < e->n_dev; d++)
     fprintf(f, "    device %d         pinned %s, weight shards %s, KV cache %s, workspace %s\n", d,
             ferry__format_bytes(e->devs[d].pinned_bytes, b[0], 32), ferry__format_bytes(e->shard_bytes, b[1], 32),
-            ferry__format_bytes(e->kv_dev_bytes, b[2], 32), ferry__format_bytes(e->ws.total, b[3], 32));
+            ferry__format_bytes(e->kv_dev_bytes, b[2], 32), ferry__format_bytes(e->ws.charged, b[3], 32));
 }

@@ -145,11 +145,31 @@ void ferry_exec_device_usage(const ferry_exec *ex, int32_t device, uint64_t *use
   pthread_mutex_unlock((pthread_mutex_t *)&ex->lock);
 }
 
+void ferry_exec_elem_bytes(const ferry_exec *ex, struct ferry_exec_elem_bytes *out) {
+  *out = (struct ferry_exec_elem_bytes){4, 4};
+  if (ex && ex->backend->elem_bytes) ex->backend->elem_bytes(ex, out);
+}
+
 ferry_status ferry_exec_alloc_on(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
                                  const char *label, ferry_buf **out) {
+  return ferry_exec_alloc_charged(ex, device, tier, bytes, bytes, label, out);
+}
+
+/* The tier is charged `charged` of the `bytes` the buffer addresses. Only the simulator may be
+ * charged less: its buffers hold nothing, and what it charges is what the runtime it simulates
+ * would hold (an fp16 copy of the engine's fp32 workspace); a real executor holds every byte. */
+ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+                                      uint64_t charged, const char *label, ferry_buf **out) {
   if (!ex || !out || (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST) || !valid_device(ex, device))
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: invalid argument");
   if (!label) label = "buffer";
+  if (charged > bytes || (charged < bytes && ex->backend->has_data))
+    return ferry__err_set(&ex->err, FERRY_ERR_INVALID,
+                          "alloc: %s charged %llu of its %llu bytes: only an executor without data (sim) may be "
+                          "charged less than it addresses, never more",
+                          label, (unsigned long long)charged, (unsigned long long)bytes);
+  const uint64_t addressed = bytes;
+  bytes = charged; /* from here on: the tier's figure */
   if (tier != FERRY_TIER_DEVICE) device = 0;
   uint64_t budget = ferry_exec_tier_budget(ex, tier);
   pthread_mutex_lock(&ex->lock);
@@ -173,7 +193,8 @@ ferry_status ferry_exec_alloc_on(ferry_exec *ex, int32_t device, enum ferry_tier
     goto out_unreserve;
   }
   buf->tier = tier;
-  buf->bytes = bytes;
+  buf->bytes = addressed;
+  buf->charged = charged;
   buf->label = label;
   buf->device = device;
   st = ex->backend->buf_alloc(ex, buf);
@@ -204,7 +225,7 @@ void ferry_exec_free(ferry_exec *ex, ferry_buf *buf) {
   if (buf->prev) buf->prev->next = buf->next;
   else ex->buffers = buf->next;
   if (buf->next) buf->next->prev = buf->prev;
-  account(ex, buf->tier, buf->device, buf->bytes, -1);
+  account(ex, buf->tier, buf->device, buf->charged, -1);
   ferry__exec_emit_memory(ex, buf->tier, ex->backend->now(ex));
   pthread_mutex_unlock(&ex->lock);
   ferry_free(buf);

@@ -46,7 +46,9 @@ struct ferry_op {
 
 struct ferry_buf {
   enum ferry_tier tier;
-  uint64_t bytes;
+  uint64_t bytes;      /* addressable */
+  uint64_t charged;    /* what the tier is charged (ferry_exec_alloc_charged(); = bytes on an
+                          executor with data) */
   const char *label;
   int32_t device;     /* its device (device tier of a multi-device executor), else 0 */
   void *ptr;          /* host-visible bytes (host tier; device tier of the host executor) */
@@ -126,6 +128,8 @@ struct ferry_exec_backend {
                               int *same); /* ends the recording */
   size_t (*graph_bytes)(const struct ferry_exec_graph *g);
   void (*graph_free)(struct ferry_exec *ex, struct ferry_exec_graph *g);
+  /* optional: the element sizes its device holds the engine's workspace at (NULL: fp32, {4, 4}) */
+  void (*elem_bytes)(const struct ferry_exec *ex, struct ferry_exec_elem_bytes *out);
 };
 
 struct ferry_exec {
