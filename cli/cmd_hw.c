@@ -113,6 +113,73 @@ static void show_gpu(const struct ferry_hw_gpu *g) {
   show_f("gpu.efficiency.dequantize", g->efficiency.dequantize, "");
 }
 
+static void show_host(const struct ferry_hw_host *h) {
+  printf("host: %s\n", h->name);
+  show_f("host.dram_gbps", h->dram_gbps, "GB/s");
+  show_f("host.cpu_gflops", h->cpu_gflops, "GFLOP/s");
+  if (h->cores) {
+    printf("  %-28s %d\n", "host.cores", h->cores);
+    if (h->sockets) printf("  %-28s %d\n", "host.sockets", h->sockets);
+    if (h->simd_bits) printf("  %-28s %d bits\n", "host.simd_bits", h->simd_bits);
+    show_f("host.core_gflops.fp32", h->core_gflops.fp32, "GFLOP/s");
+    show_f("host.core_gflops.fp16", h->core_gflops.fp16, "GFLOP/s");
+    show_f("host.core_gflops.bf16", h->core_gflops.bf16, "GFLOP/s");
+    show_f("host.core_gflops.int8", h->core_gflops.int8, "GOP/s");
+  }
+  printf("  %-28s %lld ns\n", "host.cpu_op_ns", (long long)h->cpu_op_ns);
+  if (h->staged_h2d_gbps > 0)
+    printf("  %-28s %g GB/s (%s)\n", "host.staged_h2d_gbps", h->staged_h2d_gbps,
+           "pageable copies staged by the CPU before their DMA");
+  if (h->memory_bytes)
+    show_bytes("host.memory_bytes", h->memory_bytes);
+  else
+    show_f("host.memory_bytes", 0, "");
+}
+
+static void show_runtime(const struct ferry_hw_profile *p) {
+  const struct ferry_hw_runtime *r = &p->runtime;
+  printf("runtime: %s\n", r->name);
+  printf("  %-28s %lld ns\n", "runtime.launch_ns", (long long)r->launch_ns);
+  printf("  %-28s %lld ns\n", "runtime.copy_ns", (long long)r->copy_ns);
+  printf("  %-28s %lld ns\n", "runtime.layer_ns", (long long)r->layer_ns);
+  printf("  %-28s %lld ns\n", "runtime.step_ns", (long long)r->step_ns);
+  printf("  %-28s %lld ns\n", "runtime.row_ns", (long long)r->row_ns);
+  printf("  %-28s %d (%s)\n", "runtime.fused_dequant", r->fused_dequant,
+         r->fused_dequant ? "low-bit weights read packed by fused kernels" : "a dequantize kernel expands them to fp16");
+  if (r->fused_max_rows)
+    printf("  %-28s %lld (%s)\n", "runtime.fused_max_rows", (long long)r->fused_max_rows,
+           "products over more rows dequantize to fp16 first");
+  printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
+         r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
+  printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
+         r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
+  if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
+  if (r->cpu_quant_simd_bits)
+    printf("  %-28s %d bits (%s)\n", "runtime.cpu_quant_simd_bits", r->cpu_quant_simd_bits,
+           "vectors of its low-bit dot products");
+  /* mechanisms only some runtimes have: printed where set */
+  const struct {
+    const char *name;
+    int32_t value;
+    const char *meaning;
+  } flags[] = {
+      {"runtime.attn_repeat_kv", r->attn_repeat_kv, "grouped-query attention copies K and V per query head first"},
+      {"runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it"},
+      {"runtime.split_copy", r->split_copy, "each gathered parameter is copied out of its flat buffer"},
+      {"runtime.read_after_copy", r->read_after_copy, "a disk read waits for the copies to the GPU before it"},
+      {"runtime.blocking_copy", r->blocking_copy, "the host waits for each copy to the GPU"},
+      {"runtime.moe_row_copy", r->moe_row_copy, "each routed row is gathered and scattered by a copy of its own"},
+  };
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (flags[i].value) printf("  %-28s %d (%s)\n", flags[i].name, flags[i].value, flags[i].meaning);
+  uint32_t act, dq;
+  ferry_hw_profile_elem_bytes(p, &act, &dq);
+  printf("  %-28s %u bytes%s\n", "runtime.act_bytes", act, r->act_bytes ? "" : " (not given: fp16/bf16)");
+  printf("  %-28s %u bytes (%s)\n", "runtime.dequant_bytes", dq,
+         dq ? "each low-bit weight a product reads expanded is an element of this size in the workspace"
+            : "no expanded copy: fused kernels read it packed");
+}
+
 static int hw_show(const char *name) {
   ferry_hw *hw;
   if (ferry_hw_open(&hw, name) != FERRY_OK) return cli_fail(FERRY_ERR_NOT_FOUND, NULL);
@@ -128,78 +195,14 @@ static int hw_show(const char *name) {
     printf("  %-28s %d%s\n", "link.copy_engines", p->link.copy_engines, p->link.copy_engines ? "" : " (unlimited)");
     if (p->link.contention > 0) printf("  %-28s %.3f\n", "link.contention", p->link.contention);
   }
-  if (p->has_host) {
-    printf("host: %s\n", p->host.name);
-    show_f("host.dram_gbps", p->host.dram_gbps, "GB/s");
-    show_f("host.cpu_gflops", p->host.cpu_gflops, "GFLOP/s");
-    if (p->host.cores) {
-      printf("  %-28s %d\n", "host.cores", p->host.cores);
-      if (p->host.sockets) printf("  %-28s %d\n", "host.sockets", p->host.sockets);
-      if (p->host.simd_bits) printf("  %-28s %d bits\n", "host.simd_bits", p->host.simd_bits);
-      show_f("host.core_gflops.fp32", p->host.core_gflops.fp32, "GFLOP/s");
-      show_f("host.core_gflops.fp16", p->host.core_gflops.fp16, "GFLOP/s");
-      show_f("host.core_gflops.bf16", p->host.core_gflops.bf16, "GFLOP/s");
-      show_f("host.core_gflops.int8", p->host.core_gflops.int8, "GOP/s");
-    }
-    printf("  %-28s %lld ns\n", "host.cpu_op_ns", (long long)p->host.cpu_op_ns);
-    if (p->host.staged_h2d_gbps > 0)
-      printf("  %-28s %g GB/s (%s)\n", "host.staged_h2d_gbps", p->host.staged_h2d_gbps,
-             "pageable copies staged by the CPU before their DMA");
-    if (p->host.memory_bytes)
-      show_bytes("host.memory_bytes", p->host.memory_bytes);
-    else
-      show_f("host.memory_bytes", 0, "");
-  }
+  if (p->has_host) show_host(&p->host);
   if (p->has_disk) {
     printf("disk: %s\n", p->disk.name);
     show_f("disk.read_gbps", p->disk.read_gbps, "GB/s");
     printf("  %-28s %lld ns\n", "disk.latency_ns", (long long)p->disk.latency_ns);
     printf("  %-28s %d\n", "disk.queue_depth", p->disk.queue_depth);
   }
-  if (p->has_runtime) {
-    const struct ferry_hw_runtime *r = &p->runtime;
-    printf("runtime: %s\n", r->name);
-    printf("  %-28s %lld ns\n", "runtime.launch_ns", (long long)r->launch_ns);
-    printf("  %-28s %lld ns\n", "runtime.copy_ns", (long long)r->copy_ns);
-    printf("  %-28s %lld ns\n", "runtime.layer_ns", (long long)r->layer_ns);
-    printf("  %-28s %lld ns\n", "runtime.step_ns", (long long)r->step_ns);
-    printf("  %-28s %lld ns\n", "runtime.row_ns", (long long)r->row_ns);
-    printf("  %-28s %d (%s)\n", "runtime.fused_dequant", r->fused_dequant,
-           r->fused_dequant ? "low-bit weights read packed by fused kernels" : "a dequantize kernel expands them to fp16");
-    if (r->fused_max_rows)
-      printf("  %-28s %lld (%s)\n", "runtime.fused_max_rows", (long long)r->fused_max_rows,
-             "products over more rows dequantize to fp16 first");
-    printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
-           r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
-    printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
-           r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
-    if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
-    if (r->cpu_quant_simd_bits)
-      printf("  %-28s %d bits (%s)\n", "runtime.cpu_quant_simd_bits", r->cpu_quant_simd_bits,
-             "vectors of its low-bit dot products");
-    if (r->attn_repeat_kv)
-      printf("  %-28s %d (%s)\n", "runtime.attn_repeat_kv", r->attn_repeat_kv,
-             "grouped-query attention copies K and V per query head first");
-    if (r->gather_copy)
-      printf("  %-28s %d (%s)\n", "runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it");
-    if (r->split_copy)
-      printf("  %-28s %d (%s)\n", "runtime.split_copy", r->split_copy,
-             "each gathered parameter is copied out of its flat buffer");
-    if (r->read_after_copy)
-      printf("  %-28s %d (%s)\n", "runtime.read_after_copy", r->read_after_copy,
-             "a disk read waits for the copies to the GPU before it");
-    if (r->blocking_copy)
-      printf("  %-28s %d (%s)\n", "runtime.blocking_copy", r->blocking_copy, "the host waits for each copy to the GPU");
-    if (r->moe_row_copy)
-      printf("  %-28s %d (%s)\n", "runtime.moe_row_copy", r->moe_row_copy,
-             "each routed row is gathered and scattered by a copy of its own");
-    uint32_t act, dq;
-    ferry_hw_profile_elem_bytes(p, &act, &dq);
-    printf("  %-28s %u bytes%s\n", "runtime.act_bytes", act, r->act_bytes ? "" : " (not given: fp16/bf16)");
-    printf("  %-28s %u bytes (%s)\n", "runtime.dequant_bytes", dq,
-           dq ? "each low-bit weight a product reads expanded is an element of this size in the workspace"
-              : "no expanded copy: fused kernels read it packed");
-  }
+  if (p->has_runtime) show_runtime(p);
   if (p->has_interconnect) {
     const struct ferry_hw_interconnect *ic = &p->interconnect;
     printf("interconnect: %s\n", ic->name);
