@@ -172,6 +172,18 @@ static void show_runtime(const struct ferry_hw_profile *p) {
   };
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (flags[i].value) printf("  %-28s %d (%s)\n", flags[i].name, flags[i].value, flags[i].meaning);
+  /* a framework's own unfused dequantize and KV-cache handling: printed where set */
+  if (r->dequant_pass_bytes > 0)
+    printf("  %-28s %g bytes/element (%s)\n", "runtime.dequant_pass_bytes", r->dequant_pass_bytes,
+           "a dequantize moves this beyond reading the packed weight once");
+  if (r->dequant_kernels)
+    printf("  %-28s %d (%s)\n", "runtime.dequant_kernels", r->dequant_kernels, "kernels per dequantize");
+  if (r->kv_expand)
+    printf("  %-28s %d (%s)\n", "runtime.kv_expand", r->kv_expand,
+           "a decode step expands the quantized KV cache to fp16 before attention");
+  if (r->kv_quant_bytes > 0)
+    printf("  %-28s %g bytes/element, %d kernels (%s)\n", "runtime.kv_quant_bytes", r->kv_quant_bytes,
+           r->kv_quant_kernels, "quantizing each new K and V element");
   uint32_t act, dq;
   ferry_hw_profile_elem_bytes(p, &act, &dq);
   printf("  %-28s %u bytes%s\n", "runtime.act_bytes", act, r->act_bytes ? "" : " (not given: fp16/bf16)");

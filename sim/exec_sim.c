@@ -459,7 +459,7 @@ int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, c
     return ferry__ceil_ns(fit->overhead_ns + (fit->roofline ? fmax((double)bytes * fit->ns_per_byte, flops * fit->ns_per_flop)
                                                             : (double)bytes * fit->ns_per_byte + flops * fit->ns_per_flop));
   ferry__gpu_work_of(k, packed, fused_for(s, k), work);
-  ferry__runtime_work(&s->hw, k, work);
+  ferry__runtime_work(&s->hw, k, 0, work);
   *folded = work->folded;
   return ferry__gpu_work_ns(&s->hw, work);
 }
@@ -489,7 +489,7 @@ static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, c
   }
   struct ferry__gpu_work w;
   ferry__cpu_work_of(k, packed, &w);
-  ferry__runtime_work(&s->hw, k, &w);
+  ferry__runtime_work(&s->hw, k, 1, &w);
   c->folded = w.folded;
   const int64_t ns = ferry__cpu_work_ns(&s->hw, &w);
   if (ns < 0)
@@ -505,6 +505,7 @@ static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, c
 ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const struct ferry_op *op, int cpu) {
   c->duration_ns = 0;
   c->folded = 0;
+  c->extra_ops = 0;
   c->chan = CHAN_NONE;
   c->flow_bytes = 0;
   switch (op->kind) {
@@ -527,6 +528,7 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
                               "memory bandwidth or a usable peak",
                               s->hw.name, k->name, ferry_hw_op_name(w.op), ferry_dtype_name(w.math));
       c->duration_ns = ns;
+      c->extra_ops = w.ops;
       return FERRY_OK;
     }
     case FERRY_OP_COPY:
@@ -619,7 +621,7 @@ int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, 
        * expert's three products (gate, up, down) one copy per row in and one per row out */
       if (op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1)
         return s->rt.launch_ns + 6 * op->u.kernel.m * s->rt.copy_ns;
-      return s->rt.launch_ns;
+      return s->rt.launch_ns * (1 + c->extra_ops); /* a framework's op issues several */
     case FERRY_OP_COPY:
     case FERRY_OP_READ: return s->rt.copy_ns;
     default: return 0;

@@ -23,6 +23,7 @@ struct sim_cost {
   uint64_t flow_bytes; /* copies and reads: bytes the channel serves (a copy within one memory: read + write) */
   int chan;            /* copies and reads: the channel the bytes flow through (enum sim_chan) */
   int folded;          /* kernels: folded into the op that reads its output (no work, no launch) */
+  int extra_ops;       /* kernels: framework ops issued beyond the first (ferry__gpu_work.ops) */
 };
 
 /* The OS page cache as buffered disk reads see it: whole read ranges, least recently used out

@@ -109,6 +109,7 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
   out->alu_ops = 0;
   out->folded = 0;
   out->launches = 1;
+  out->ops = 0;
   out->math = FERRY_DTYPE_F32;
   out->op = FERRY_HW_OP_ELEMENTWISE;
   switch (k->kind) {
@@ -178,10 +179,52 @@ static double peak_for(const struct ferry_hw_peak_tflops *p, enum ferry_dtype dt
   }
 }
 
-void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k,
+/* Whether attention kernel k reads a quantized KV cache. */
+static int kv_quantized(const struct ferry_kernel *k) {
+  return k->kv_format > 0 && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0;
+}
+
+/* Work of a framework that dequantizes with separate ops (FlexGen's decompress: shifts, masks,
+ * strided copies into an fp16 tensor, a divide and an add, each a pass over device memory). */
+static void unfused_dequant_work(const struct ferry_hw_runtime *r, const struct ferry_kernel *k,
+                                 struct ferry__gpu_work *work) {
+  if (work->folded || !(r->dequant_pass_bytes > 0 || r->dequant_kernels > 1)) return;
+  const double elems = (double)k->n * (double)k->k;
+  if (r->dequant_pass_bytes > 0) work->bytes += elems * (r->dequant_pass_bytes - 2); /* beyond the fp16 write */
+  if (r->dequant_kernels > 1) {
+    work->launches += r->dequant_kernels - 1;
+    work->ops += r->dequant_kernels - 1;
+  }
+}
+
+/* What a framework does around an attention over its cache beyond the kernel itself (GPU only). */
+static void attention_frame_work(const struct ferry_hw_runtime *r, const struct ferry_kernel *k,
+                                 struct ferry__gpu_work *work) {
+  if (!kv_quantized(k)) return;
+  const double hd = (double)k->head_dim, kv_elems = (double)k->kv_heads * 2 * hd; /* K and V of one key */
+  const double row = (double)ferry_kv_format_row_bytes((enum ferry_kv_format)k->kv_format, (uint64_t)k->head_dim);
+  if (r->kv_expand && attention_is_decode(k)) {
+    /* the cache expanded to fp16 as a weight is (the packed rows read, the passes' bytes), then
+     * attention reads the fp16 copy instead of the packed rows */
+    const double pass = r->dequant_pass_bytes > 0 ? r->dequant_pass_bytes : 2;
+    const double kv_rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2;
+    work->bytes += kv_rows * (row + hd * pass) + kv_rows * (hd * 2 - row);
+    const int n = r->dequant_kernels > 0 ? r->dequant_kernels : 1;
+    work->launches += 2 * n, work->ops += 2 * n;
+  }
+  if (r->kv_quant_bytes > 0) { /* every new K and V element quantized by separate ops */
+    work->bytes += (double)k->m * kv_elems * r->kv_quant_bytes;
+    work->launches += 2 * r->kv_quant_kernels, work->ops += 2 * r->kv_quant_kernels;
+  }
+}
+
+void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k, int cpu,
                          struct ferry__gpu_work *work) {
-  if (!profile || !profile->has_runtime || !profile->runtime.attn_repeat_kv) return;
-  if (k->kind != FERRY_K_ATTENTION || k->kv_heads <= 0 || k->heads <= k->kv_heads) return;
+  if (!profile || !profile->has_runtime) return;
+  const struct ferry_hw_runtime *r = &profile->runtime;
+  if (!cpu && k->kind == FERRY_K_DEQUANTIZE) unfused_dequant_work(r, k, work);
+  if (!cpu && k->kind == FERRY_K_ATTENTION) attention_frame_work(r, k, work);
+  if (!r->attn_repeat_kv || k->kind != FERRY_K_ATTENTION || k->kv_heads <= 0 || k->heads <= k->kv_heads) return;
   /* expand(...).reshape(...) copies each sequence's cached K and V once per query head of
    * their group, in the cache's element type; the products then read that copy */
   const double n_rep = (double)k->heads / (double)k->kv_heads;

@@ -27,6 +27,8 @@ struct ferry__gpu_work {
   double alu_ops;        /* CUDA-core instructions beside the math (unpacking low-bit weights) */
   int folded;            /* no kernel of its own: its work is charged to the op that reads its output */
   int launches;          /* GPU kernels the runtime runs for it, each paying the GPU's fixed time (0 = 1) */
+  int ops;               /* framework ops the runtime issues for it beyond the first, each paying the
+                            host's runtime.launch_ns (ferry__runtime_work()) */
 };
 
 /* The GPU work of kernel k. packed[i] is the packed weight behind the kernel's i-th weight
@@ -39,11 +41,19 @@ struct ferry__gpu_work {
 void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
                         struct ferry__gpu_work *out);
 
-/* What the profile's runtime adds to kernel k's work beyond the kernel itself (CPU or GPU):
- * with runtime.attn_repeat_kv, a grouped-query attention writes K and V repeated to every
- * query head and its products read that copy (HF transformers' repeat_kv), so its bytes grow
- * by 2 x n_rep x the keys each sequence sees x kv_heads x 2 rows of head_dim. */
-void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k,
+/* What the profile's runtime adds to kernel k's work beyond the kernel itself; cpu = 1 for a
+ * kernel on a CPU queue. With runtime.attn_repeat_kv (CPU or GPU), a grouped-query attention
+ * writes K and V repeated to every query head and its products read that copy (HF transformers'
+ * repeat_kv), so its bytes grow by 2 x n_rep x the keys each sequence sees x kv_heads x 2 rows of
+ * head_dim. On the GPU, for frameworks that do not fuse (FlexGen): a dequantize moves
+ * runtime.dequant_pass_bytes per weight element instead of its fp16 write and runs
+ * runtime.dequant_kernels kernels; with runtime.kv_expand a decode step's attention over a
+ * quantized cache first expands it (each sequence's keys x kv_heads x (K, V) rows: the packed row
+ * read plus head_dim x dequant_pass_bytes, 2 x dequant_kernels kernels) and reads fp16 rows
+ * instead of packed ones; runtime.kv_quant_bytes per new K and V element (m x kv_heads x 2 x
+ * head_dim) quantizes the step's rows (2 x kv_quant_kernels kernels). Every kernel added counts in
+ * launches and ops. */
+void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k, int cpu,
                          struct ferry__gpu_work *work);
 
 /* Duration of the work on the profile's GPU, rounded up to a whole ns:

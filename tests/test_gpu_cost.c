@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ferry/exec.h"
+#include "ferry/model.h"
 #include "ferry/quant.h"
 #include "sim/gpu_cost.h"
 #include "testutil.h"
@@ -218,11 +219,11 @@ static void test_attention_repeat_kv(void **state) {
   struct ferry__gpu_work w;
   ferry__gpu_work_of(&k, NULL, 1, &w);
   const double plain = w.bytes;
-  ferry__runtime_work(&p, &k, &w); /* no runtime: nothing added */
+  ferry__runtime_work(&p, &k, 0, &w); /* no runtime: nothing added */
   assert_true(w.bytes == plain);
   p.has_runtime = 1;
   p.runtime.attn_repeat_kv = 1;
-  ferry__runtime_work(&p, &k, &w);
+  ferry__runtime_work(&p, &k, 0, &w);
   /* n_rep 4; 3002 keys x 8 heads x 2 (K, V) x 128 x 2 B = 12296192 B of cache, copied 4 times
    * and read back: 2 x 4 x 12296192 = 98369536 B more */
   assert_true(w.bytes == plain + 98369536.0);
@@ -232,14 +233,84 @@ static void test_attention_repeat_kv(void **state) {
   k.m = 4, k.ints = pos2, k.ints2 = slot2, k.n_ints = 4, k.context_tokens = 1 + 2 + 3 + 2001;
   ferry__gpu_work_of(&k, NULL, 1, &w);
   const double plain2 = w.bytes;
-  ferry__runtime_work(&p, &k, &w);
+  ferry__runtime_work(&p, &k, 0, &w);
   assert_true(w.bytes == plain2 + 2.0 * 4 * (3 + 2001) * KVH * 2 * HD * 2);
   /* ungrouped heads (multi-head attention) have nothing to repeat */
   k.kv_heads = 32;
   ferry__gpu_work_of(&k, NULL, 1, &w);
   const double mha = w.bytes;
-  ferry__runtime_work(&p, &k, &w);
+  ferry__runtime_work(&p, &k, 0, &w);
   assert_true(w.bytes == mha);
+}
+
+/* A framework that dequantizes and handles its int4 KV cache with separate PyTorch ops (FlexGen,
+ * hw/flexgen.json): a dequantize moves dequant_pass_bytes per element beyond its packed read in
+ * dequant_kernels kernels; a decode step expands its whole quantized cache first and attention
+ * reads fp16; every new K and V element is quantized at kv_quant_bytes. */
+static void test_unfused_framework(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.has_runtime = 1;
+  p.runtime.dequant_pass_bytes = 12.5, p.runtime.dequant_kernels = 6;
+  p.runtime.kv_expand = 1, p.runtime.kv_quant_bytes = 25.5, p.runtime.kv_quant_kernels = 12;
+  struct ferry__gpu_work w;
+  /* int4-g64 4096 x 4096 (9175040 B packed, test_quantized_matmul): 9175040 + 12.5 x 16777216 =
+   * 218890240 B -> 218890.24 ns beside 5033.16 ns of unpacking: sqrt -> 218948.1 -> 218949 */
+  struct ferry_kernel dq;
+  memset(&dq, 0, sizeof dq);
+  dq.kind = FERRY_K_DEQUANTIZE;
+  dq.m = 9175040, dq.n = 4096, dq.k = 4096;
+  dq.qformat = FERRY_QFORMAT_INT4;
+  dq.y.dtype = FERRY_DTYPE_F32;
+  ferry__gpu_work_of(&dq, NULL, 0, &w);
+  ferry__runtime_work(&p, &dq, 0, &w);
+  assert_true(w.bytes == 218890240.0);
+  assert_int_equal(w.launches, 6);
+  assert_int_equal(w.ops, 5);
+  assert_int_equal(ferry__gpu_work_ns(&p, &w), 218949);
+  /* on a CPU queue, or folded into a fused consumer: unchanged */
+  ferry__gpu_work_of(&dq, NULL, 0, &w);
+  ferry__runtime_work(&p, &dq, 1, &w);
+  assert_true(w.bytes == 9175040.0 + 2.0 * 4096 * 4096);
+  ferry__gpu_work_of(&dq, NULL, 1, &w);
+  ferry__runtime_work(&p, &dq, 0, &w);
+  assert_true(w.folded && w.bytes == 0 && w.ops == 0);
+  /* decode attention of two sequences at positions 1000 and 2000 over an int4 cache (rows of 128
+   * = 64 B of codes + 4 fp16 scales = 72 B): 3002 keys x 32 heads x (K, V) = 192128 rows expanded
+   * at 72 + 128 x 12.5 = 1672 B (321238016 B), then read as fp16 instead of packed: 192128 x
+   * (256 - 72) = 35351552 B; the two new tokens quantized: 2 x 32 x 2 x 128 x 25.5 = 417792 B.
+   * Kernels: 2 x 6 for the expansion, 2 x 12 for the quantizer */
+  int32_t pos[2] = {1000, 2000}, slot[2] = {0, 1};
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.m = 2, k.heads = 32, k.kv_heads = 32, k.head_dim = 128;
+  k.ints = pos, k.ints2 = slot, k.n_ints = 2;
+  k.context_tokens = 1001 + 2001;
+  k.kv_format = FERRY_KV_INT4;
+  k.aux[2].dtype = FERRY_DTYPE_U8;
+  ferry__gpu_work_of(&k, NULL, 0, &w);
+  const double plain = w.bytes;
+  const int launches = w.launches;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == plain + 321238016.0 + 35351552.0 + 417792.0);
+  assert_int_equal(w.launches, launches + 36);
+  assert_int_equal(w.ops, 36);
+  /* a prefill of 3 tokens of one sequence: nothing expanded, 3 x 8192 x 25.5 = 626688 B quantized */
+  int32_t pos3[3] = {0, 1, 2}, slot3[3] = {0, 0, 0};
+  k.m = 3, k.ints = pos3, k.ints2 = slot3, k.n_ints = 3, k.context_tokens = 1 + 2 + 3;
+  ferry__gpu_work_of(&k, NULL, 0, &w);
+  const double prefill = w.bytes;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == prefill + 626688.0);
+  assert_int_equal(w.ops, 24);
+  /* an fp16 cache: FlexGen's decode reads it as it is; nothing added */
+  k.kv_format = FERRY_KV_FP16;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  ferry__gpu_work_of(&k, NULL, 0, &w);
+  const double fp16 = w.bytes;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == fp16 && w.ops == 0);
 }
 
 /* Norms, activations, RoPE: their bytes at the element-wise efficiency. */
@@ -397,6 +468,7 @@ int main(void) {
       cmocka_unit_test(test_fused_gate_up_expert),
       cmocka_unit_test(test_mla_attention),
       cmocka_unit_test(test_attention_repeat_kv),
+      cmocka_unit_test(test_unfused_framework),
       cmocka_unit_test(test_quantized_embed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -244,6 +244,23 @@ struct ferry_hw_runtime {
                                weight into, where the runtime's products do not read it packed
                                (fused_dequant 0, or a product over more than fused_max_rows): 2 for
                                an fp16 copy, 4 for fp32 (ferry's own executors); 0 = not given: 2 */
+  double dequant_pass_bytes; /**< bytes per weight element a dequantize that does not fuse moves
+                               through device memory beyond reading the packed weight once: the
+                               intermediate tensors of its separate ops and the copy it leaves
+                               (FlexGen's TorchCompressedDevice.decompress: 12.5 for int4);
+                               0 = not given: one kernel that writes the dequant_bytes copy */
+  int32_t dequant_kernels; /**< kernels (framework ops) such a dequantize runs, each paying the GPU's
+                               launch_overhead_ns and the host's launch_ns (FlexGen: 6); 0 = 1 */
+  int32_t kv_expand;      /**< 1: before a decode step's attention the runtime expands its whole
+                               quantized KV cache (K and V of every cached key) to fp16 with that
+                               dequantize (dequant_pass_bytes, dequant_kernels each), and attention
+                               reads the fp16 copy (FlexGen's mha_gen); 0: attention reads the
+                               packed cache as a fused kernel would */
+  double kv_quant_bytes;  /**< bytes per new K or V element the runtime's quantizer moves before the
+                               engine's write into a quantized cache, every token, prefill and
+                               decode (FlexGen's TorchCompressedDevice.compress: 25.5 for int4);
+                               0 = not given: fused into the cache write */
+  int32_t kv_quant_kernels; /**< kernels that quantizer runs for K and for V each (FlexGen: 12) */
 };
 
 /** A disk (the tier weights are streamed from). */
