@@ -191,7 +191,8 @@ static void unfused_dequant_work(const struct ferry_hw_runtime *r, const struct 
   if (work->folded || !(r->dequant_pass_bytes > 0 || r->dequant_kernels > 1)) return;
   const double elems = (double)k->n * (double)k->k;
   if (r->dequant_pass_bytes > 0) work->bytes += elems * (r->dequant_pass_bytes - 2); /* beyond the fp16 write */
-  if (r->dequant_kernels > 1) {
+  if (r->dequant_kernels > 1) { /* PyTorch element-wise kernels, not one dequantize kernel */
+    work->op = FERRY_HW_OP_ELEMENTWISE;
     work->launches += r->dequant_kernels - 1;
     work->ops += r->dequant_kernels - 1;
   }

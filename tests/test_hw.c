@@ -271,14 +271,14 @@ static const struct bad_case {
      FERRY_ERR_FORMAT, "switched.json: interconnect.switched must be 0 or 1"},
 };
 
-/* Runtime presets: the catalogue's six, applied to a GPU profile with their sources (and
+/* Runtime presets: the catalogue's seven, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
   static const char *const presets[] = {"eager",         "graph",        "native",
-                                        "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1"};
-  for (int i = 0; i < 6; i++) {
+                                        "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1", "flexgen"};
+  for (int i = 0; i < 7; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
     const struct ferry_hw_profile *p = ferry_hw_get(rt);
@@ -304,6 +304,17 @@ static void test_runtime_presets(void **state) {
     const int rowcopy = !strcmp(presets[i], "llama.cpp-2024q1");
     assert_int_equal(p->runtime.moe_row_copy, rowcopy);
     if (rowcopy && !find_source(p, "runtime.moe_row_copy", 0)) fail_msg("llama.cpp-2024q1: moe_row_copy lacks a source");
+    /* FlexGen is the one that dequantizes with separate ops and expands and compresses its int4
+     * cache itself: each figure counted from its code, with a source */
+    const int flexgen = !strcmp(presets[i], "flexgen");
+    assert_int_equal(p->runtime.kv_expand, flexgen);
+    assert_int_equal(p->runtime.dequant_pass_bytes > 0, flexgen);
+    assert_int_equal(p->runtime.dequant_kernels > 1, flexgen);
+    assert_int_equal(p->runtime.kv_quant_bytes > 0 && p->runtime.kv_quant_kernels > 0, flexgen);
+    static const char *const fg[] = {"runtime.dequant_pass_bytes", "runtime.dequant_kernels", "runtime.kv_expand",
+                                     "runtime.kv_quant_bytes", "runtime.kv_quant_kernels"};
+    for (size_t f = 0; flexgen && f < sizeof fg / sizeof fg[0]; f++)
+      if (!find_source(p, fg[f], 0)) fail_msg("flexgen: no source for %s", fg[f]);
     ferry_hw_close(rt);
   }
   ferry_hw *hw = NULL;
