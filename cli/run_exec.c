@@ -131,7 +131,7 @@ static ferry_status refuse_ignored_when_resident(const struct run_args *a, int a
   if (!a->ec.resident_all && a->ec.device_budget_bytes) return FERRY_OK;
   static const char *const streaming[] = {"block-layers", "prefetch-depth", "pin-first", "pin-last", "home",
                                           "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
-                                          "offload-compute", "expert-granularity", NULL};
+                                          "offload-compute", "expert-granularity", "stream-embeddings", NULL};
   const char *o = NULL;
   for (size_t i = 0; streaming[i] && !o; i++)
     if (run_given(a, streaming[i])) o = streaming[i];

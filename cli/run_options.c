@@ -536,6 +536,7 @@ static void apply(struct run_args *a) {
   ec->resident_all = !strcmp(a->resident, "all");
   ec->fill_budget = a->fill_budget;
   ec->home_disk = !strcmp(a->home, "disk");
+  ec->stream_embeddings = a->stream_embeddings;
   /* per-layer:K names no policy (lru in each layer, the engine's choice) */
   ec->expert_cache = ec->expert_cache_per_layer ? NULL : a->expert_cache;
   ec->expert_granularity_layer = !strcmp(a->expert_granularity, "layer");

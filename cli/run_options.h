@@ -63,6 +63,12 @@
     "keep the last M layers resident", "")                                                                           \
   X(resident, "resident", TEXT, "attention|all", BOTH_M, SEC_POLICY, CFG_ALWAYS, "resident", "none", 0, 0,           \
     check_resident, "keep all attention (or everything) resident", "")                                               \
+  X(stream_embeddings, "stream-embeddings", FLAG, "", BOTH_M, SEC_POLICY, CFG_GIVEN, "stream_embeddings", 0, 0, 0,  \
+    NULL,                                                                                                            \
+    "stream the embeddings and the final norm and head like a layer block,\nfetched before the first layer and "  \
+    "before the logits every step (a tied\nhead fetches the table again), instead of keeping them on the device:\n" \
+    "DeepSpeed ZeRO-3 offloads every parameter above\nstage3_param_persistence_threshold (mark_persistent_parameters)", \
+    "")                                                                                                              \
   X(device_budget, "device-budget", SIZE, "SIZE", BOTH_M, SEC_POLICY, CFG_ALWAYS, "device_budget", 0, 0, 0, NULL,    \
     "device memory budget (e.g. 2GiB; default: 90% of the GPU's memory, the\nprofile's in sim, device 0's free "    \
     "memory on cuda; host: unlimited);\nthe default keeps a model that fits resident and fills the rest", "")       \

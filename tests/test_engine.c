@@ -19,7 +19,7 @@
 
 struct fixture {
   char *dir;
-  char *dense_dir, *moe_dir, *qmoe_dir, *olmoe_dir;
+  char *dense_dir, *moe_dir, *qmoe_dir, *olmoe_dir, *bloom_dir;
 };
 
 static struct fixture fx;
@@ -43,6 +43,20 @@ static int setup(void **state) {
   fx.moe_dir = gen_model("tiny-moe", "moe", 0.5);
   fx.qmoe_dir = gen_model("tiny-qwen2-moe", "qmoe", 0);
   fx.olmoe_dir = gen_model("tiny-olmoe", "olmoe", 0);
+  /* a small BLOOM: tied head, a norm of the embeddings, LayerNorm with biases (OPT is
+   * simulation-only) */
+  ferry_model *base = NULL, *bloom = NULL;
+  struct ferry_model_config oc;
+  assert_int_equal(ferry_model_open(&base, "bloom-176b"), FERRY_OK);
+  assert_int_equal(ferry_model_config_derive(ferry_model_get_config(base), 3, 0.03, 512, &oc), FERRY_OK);
+  assert_int_equal(ferry_model_create(&bloom, &oc), FERRY_OK);
+  size_t n = strlen(fx.dir) + 8; /* "/bloom" */
+  fx.bloom_dir = malloc(n);
+  snprintf(fx.bloom_dir, n, "%s/bloom", fx.dir);
+  struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 7};
+  assert_int_equal(ferry_model_generate(bloom, &go, fx.bloom_dir, NULL), FERRY_OK);
+  ferry_model_close(bloom);
+  ferry_model_close(base);
   return 0;
 }
 
@@ -54,6 +68,7 @@ static int teardown(void **state) {
   free(fx.moe_dir);
   free(fx.qmoe_dir);
   free(fx.olmoe_dir);
+  free(fx.bloom_dir);
   return 0;
 }
 
@@ -284,6 +299,47 @@ static void test_resident_attention_streams_ffn(void **state) {
   assert_true(sum.bytes_h2d > 0);
   free(ref.data);
   free(got.data);
+}
+
+/* --stream-embeddings: the embeddings and the head fetched into a block slot every step (a
+ * tied head's table twice) compute the same logits as pinned ones, within the budget, for every
+ * prefetch depth and home tier; more bytes cross the link than with them pinned. */
+static void test_stream_embeddings_same_logits(void **state) {
+  (void)state;
+  const char *dirs[] = {fx.dense_dir, fx.bloom_dir}; /* untied (Llama), tied (BLOOM) */
+  for (int di = 0; di < 2; di++) {
+    struct logit_log ref = {0};
+    struct ferry_serve_summary sum, pinned;
+    struct ferry_engine_config c = base_config();
+    c.resident_all = 1;
+    assert_int_equal(run(dirs[di], c, &ref, &sum), FERRY_OK);
+    for (int depth = 0; depth <= 2; depth++)
+      for (int disk = 0; disk <= 1; disk++) {
+        struct ferry_engine_config o = base_config();
+        o.block_layers = 1;
+        o.prefetch_depth = depth;
+        o.home_disk = disk;
+        o.stream_embeddings = 1;
+        uint64_t host_min = 0;
+        o.device_budget_bytes = min_device(dirs[di], o, &host_min);
+        if (disk) o.host_budget_bytes = host_min;
+        struct logit_log got = {0}, plain = {0};
+        assert_int_equal(run(dirs[di], o, &got, &sum), FERRY_OK);
+        assert_int_equal(got.rows, ref.rows);
+        if (memcmp(got.data, ref.data, ref.floats * sizeof(float)) != 0)
+          fail_msg("%s: logits differ with --stream-embeddings, depth %d disk %d", dirs[di], depth, disk);
+        /* the same run with them pinned (a budget that holds them) moves less */
+        o.stream_embeddings = 0;
+        o.device_budget_bytes = min_device(dirs[di], o, &host_min);
+        if (disk) o.host_budget_bytes = host_min;
+        assert_int_equal(run(dirs[di], o, &plain, &pinned), FERRY_OK);
+        assert_true(sum.bytes_h2d > pinned.bytes_h2d);
+        if (disk) assert_true(sum.bytes_disk > pinned.bytes_disk);
+        free(got.data);
+        free(plain.data);
+      }
+    free(ref.data);
+  }
 }
 
 static void test_request_too_long_rejected(void **state) {
@@ -860,6 +916,7 @@ int main(void) {
       cmocka_unit_test(test_fill_budget),
       cmocka_unit_test(test_budget_below_minimum_refused),
       cmocka_unit_test(test_resident_attention_streams_ffn),
+      cmocka_unit_test(test_stream_embeddings_same_logits),
       cmocka_unit_test(test_request_too_long_rejected),
       cmocka_unit_test(test_kv_bounded_and_alloc_failures_named),
       cmocka_unit_test(test_bf16_kv_cache),

@@ -12,6 +12,7 @@
 
 #include "ferry/engine.h"
 #include "ferry/exec.h"
+#include "ferry/gen.h"
 #include "ferry/hw.h"
 #include "ferry/model.h"
 #include "ferry/routing.h"
@@ -90,10 +91,12 @@ static const struct ferry_engine_request requests[] = {
 };
 #define N_REQ ((int64_t)(sizeof requests / sizeof requests[0]))
 
-/* Run a preset on a profile; device budget = the engine's minimum + extra_device. */
-static void run(struct run *r, const char *preset, ferry_hw *hw, struct ferry_engine_config cfg, uint64_t extra_device) {
+/* Run a model (taken over: run_free closes it) on a profile; device budget = the engine's
+ * minimum + extra_device. */
+static void run_model(struct run *r, ferry_model *model, ferry_hw *hw, struct ferry_engine_config cfg,
+                      uint64_t extra_device) {
   memset(r, 0, sizeof *r);
-  assert_int_equal(ferry_model_open(&r->model, preset), FERRY_OK);
+  r->model = model;
   uint64_t dmin = 0, hmin = 0;
   assert_int_equal(ferry_engine_min_budgets(r->model, NULL, &cfg, &dmin, &hmin), FERRY_OK);
   cfg.device_budget_bytes = dmin + extra_device;
@@ -107,6 +110,13 @@ static void run(struct run *r, const char *preset, ferry_hw *hw, struct ferry_en
   st = ferry_engine_run(r->eng, requests, N_REQ, &ro);
   if (st != FERRY_OK) fail_msg("engine_run: %s", ferry_last_error());
   ferry_engine_summary(r->eng, &r->sum);
+}
+
+/* Run a preset on a profile; device budget = the engine's minimum + extra_device. */
+static void run(struct run *r, const char *preset, ferry_hw *hw, struct ferry_engine_config cfg, uint64_t extra_device) {
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, preset), FERRY_OK);
+  run_model(r, m, hw, cfg, extra_device);
 }
 
 static void run_free(struct run *r) {
@@ -964,6 +974,73 @@ static void test_plan_budgets(void **state) {
   ferry_model_close(m);
 }
 
+/* Bytes of the weights outside the layers that --stream-embeddings fetches each step: the
+ * embeddings, the final norm and the head, and a tied head's table a second time. */
+static uint64_t streamed_global_bytes(const ferry_model *m) {
+  const struct ferry_model_config *mc = ferry_model_get_config(m);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < ferry_model_tensor_count(m); i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(m, i);
+    if (t->layer >= 0) continue;
+    const uint64_t b = (uint64_t)t->numel * ferry_dtype_size(mc->dtype);
+    switch (t->role) {
+      case FERRY_ROLE_EMBED: bytes += mc->tied_embeddings ? 2 * b : b; break;
+      case FERRY_ROLE_POS_EMBED:
+      case FERRY_ROLE_EMBED_NORM:
+      case FERRY_ROLE_EMBED_NORM_BIAS:
+      case FERRY_ROLE_FINAL_NORM:
+      case FERRY_ROLE_FINAL_NORM_BIAS:
+      case FERRY_ROLE_LM_HEAD:
+      case FERRY_ROLE_LM_HEAD_BIAS: bytes += b; break;
+      default: break;
+    }
+  }
+  return bytes;
+}
+
+/* Host-to-device bytes of a step in the steady state (every step after the first issues the
+ * same fetches for a dense model: one turn of the cyclic block order); fails if they vary. */
+static uint64_t steady_step_h2d(const struct run *r) {
+  int64_t n = 0;
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(r->eng, &n);
+  assert_true(n >= 4);
+  for (int64_t i = 2; i < n - 1; i++) assert_int_equal(sm[i].bytes_h2d, sm[1].bytes_h2d);
+  return sm[1].bytes_h2d;
+}
+
+/* --stream-embeddings (DeepSpeed ZeRO-3's offloaded embeddings and head): each step fetches the
+ * embeddings and the head like layer blocks, so its host-to-device bytes grow by exactly their
+ * bytes, the token table twice for a tied head (OPT), once for an untied one (Llama), and the
+ * run stays within its budget. */
+static void test_stream_embeddings_bytes(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("stream_emb", "100");
+  ferry_model *base = NULL;
+  assert_int_equal(ferry_model_open(&base, "opt-6.7b"), FERRY_OK);
+  struct ferry_model_config opt;
+  assert_int_equal(ferry_model_config_derive(ferry_model_get_config(base), 4, 0.03, 2048, &opt), FERRY_OK);
+  ferry_model_close(base);
+  for (int tied = 0; tied <= 1; tied++) {
+    uint64_t h2d[2];
+    for (int stream = 0; stream <= 1; stream++) {
+      ferry_model *m = NULL;
+      if (tied) assert_int_equal(ferry_model_create(&m, &opt), FERRY_OK);
+      else assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+      assert_int_equal(ferry_model_get_config(m)->tied_embeddings, tied);
+      struct ferry_engine_config c = base_config();
+      c.stream_embeddings = stream;
+      struct run r;
+      run_model(&r, m, hw, c, 0);
+      check_complete_within_budget(&r);
+      h2d[stream] = steady_step_h2d(&r);
+      if (stream) assert_int_equal(h2d[1] - h2d[0], streamed_global_bytes(r.model));
+      run_free(&r);
+    }
+    assert_true(h2d[1] > h2d[0]);
+  }
+  ferry_hw_close(hw);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_default_budget),
@@ -980,6 +1057,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_presets_in_sim),
       cmocka_unit_test(test_host_memory_pageable),
       cmocka_unit_test(test_keep_cache),
+      cmocka_unit_test(test_stream_embeddings_bytes),
       cmocka_unit_test(test_prefill_attention_flash_roofline),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

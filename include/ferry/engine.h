@@ -181,6 +181,14 @@ struct ferry_engine_config {
                                       expert cache either way); `ferry run`/`sim` set it when they
                                       choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
+  int stream_embeddings;         /**< stream the embedding tables (token, position, embedding norm)
+                                      and the head (final norm, LM head) as blocks of their own in the
+                                      fetch order: the embeddings before the first layer, the head
+                                      before the logits, each in a block slot only while used; a tied
+                                      head fetches the token table a second time (DeepSpeed ZeRO-3
+                                      keeps only parameters under its persistence threshold on the
+                                      device). Ignored when every weight is resident; one device, on
+                                      the device only (not with --offload-compute layers=cpu|auto) */
   int expert_cache_lfu;          /**< legacy: LFU eviction (the same as expert_cache "lfu") */
   const char *expert_cache;      /**< expert placement policy (`--expert-cache`): "auto" (the default,
                                       frequency with ageing: scan-resistant), "lru", "lfu" or "static"

@@ -466,6 +466,17 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --kv-prefill device attends prompts on the device beside a KV cache in host "
                           "memory; it needs --kv-home host (with the cache on the device every step attends there)");
+  /* streamed embeddings and head are fetched to the one device that embeds and computes the
+   * logits; multi-device runs keep every weight resident, and a CPU-computed step's hidden state
+   * would wait for a table it does not use there */
+  if (c->stream_embeddings && c->n_devices > 1)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --stream-embeddings streams to one device; with --gpus %d every weight stays resident",
+                          c->n_devices);
+  if (c->stream_embeddings && c->compute_layers != FERRY_COMPUTE_GPU)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --stream-embeddings fetches the embeddings and head to the device; not with "
+                          "--offload-compute layers=cpu|auto");
   if (c->kv_block_tokens < 0 || c->kv_block_tokens > 65536)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --kv-block-tokens %d is not in [1, 65536]", c->kv_block_tokens);
   if (c->kv_pool_bytes && !c->kv_block_tokens)
@@ -962,10 +973,16 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
     if (un->kind == UNIT_EXPERT) continue;
-    const char *global = ferry__lookahead_layers(e) ? "embeddings + head + routers" : "embeddings + head";
+    const int streamed = p->embed_block >= 0 || p->head_block >= 0; /* --stream-embeddings */
+    if (un->kind == UNIT_GLOBAL && streamed && !un->bytes) continue;
+    const char *global = streamed ? "routers" : ferry__lookahead_layers(e) ? "embeddings + head + routers"
+                                                                           : "embeddings + head";
     const char *what = un->kind == UNIT_GLOBAL ? global : un->kind == UNIT_LAYER_PART ? "layer" : "block";
     char name[64];
     if (un->kind == UNIT_GLOBAL) snprintf(name, sizeof name, "%s", what);
+    else if (un->kind == UNIT_BLOCK && un->block == p->embed_block) snprintf(name, sizeof name, "embeddings");
+    else if (un->kind == UNIT_BLOCK && un->block == p->head_block)
+      snprintf(name, sizeof name, "%s", e->tied_head_src >= 0 ? "head (tied table again)" : "head");
     else if (un->n_layers == 1) snprintf(name, sizeof name, "%s %d", what, un->layer);
     else snprintf(name, sizeof name, "%s layers %d-%d", what, un->layer, un->layer + un->n_layers - 1);
     fprintf(f, "    %-28s %12s  %s\n", name, ferry__format_bytes(un->bytes, b[0], 32),

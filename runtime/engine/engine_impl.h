@@ -200,6 +200,8 @@ struct ferry_engine {
   int32_t *block_unit;        /* plan block -> unit */
   int32_t *expert_unit;       /* layer * n_experts + expert -> unit */
   int32_t global_unit;
+  int32_t tied_head_src;      /* a streamed tied head: the model index of the table whose copy
+                                 tensors[model tensor count] is, else -1 */
   int32_t *role_tensor;       /* (layer + 1) * FERRY_ROLE_COUNT + role -> tensor, or -1 */
   int32_t *expert_tensor;     /* ((layer * n_experts) + expert) * EXPERT_SLOTS + slot -> tensor, or -1 */
   int32_t *unit_slot;         /* streamed unit -> slot holding it, or -1 */

@@ -48,7 +48,9 @@ static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, 
     *out = ferry__engine_weight(e, role, layer, expert);
     return FERRY_OK;
   }
-  const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, (size_t)(loc - e->tensors));
+  size_t ti = (size_t)(loc - e->tensors);
+  if (ti == ferry_model_tensor_count(e->model)) ti = (size_t)e->tied_head_src; /* a streamed tied head's copy */
+  const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, ti);
   struct ferry_kernel k = kernel(FERRY_K_DEQUANTIZE, "dequantize", layer);
   k.expert = expert;
   ferry__engine_weight_parts(e, loc, k.aux);
@@ -1006,7 +1008,9 @@ static ferry_status logits(struct ferry_engine *e, int last) {
   ferry_status st = norm(e, "final_norm", -1, e->ws.rows, e->ws.rows_n, S, H, W(e, FERRY_ROLE_FINAL_NORM, -1),
                          W(e, FERRY_ROLE_FINAL_NORM_BIAS, -1));
   if (st) return st;
-  enum ferry_tensor_role head = mc->tied_embeddings ? FERRY_ROLE_EMBED : FERRY_ROLE_LM_HEAD;
+  /* a tied head reads the token table (its own copy of it when the head streams) */
+  enum ferry_tensor_role head =
+      mc->tied_embeddings && e->tied_head_src < 0 ? FERRY_ROLE_EMBED : FERRY_ROLE_LM_HEAD;
   if ((st = matmul(e, "lm_head", -1, e->ws.rows_n, e->ws.logits, S, V, H, head, W(e, FERRY_ROLE_LM_HEAD_BIAS, -1), 0)))
     return st;
   if (mc->final_softcap > 0) {
@@ -1107,6 +1111,27 @@ static ferry_status layer_body(struct ferry_engine *e, int32_t l) {
   return e->li[l].moe ? moe_experts(e, l, in) : FERRY_OK;
 }
 
+/* Streamed block b's turn in the fetch order: the next n_slots-1 blocks go in flight now (each
+ * lands in a slot whose last use has been enqueued already), and compute waits for b's copy.
+ * Returns its slot, which stream_release() frees after b's last use. */
+static ferry_status stream_acquire(struct ferry_engine *e, int32_t b, struct slot **out) {
+  const int64_t seq = e->block_compute_seq;
+  struct slot *sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
+  ferry_status st = ferry__engine_prefetch_blocks(e, seq + e->plan.n_block_slots - 1);
+  if (st) return st;
+  if (sl->unit != e->block_unit[b]) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "block %d is not in its slot", b);
+  TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
+  *out = sl;
+  return FERRY_OK;
+}
+
+static ferry_status stream_release(struct ferry_engine *e, struct slot *sl) {
+  TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
+  sl->used = 1;
+  e->block_compute_seq++;
+  return FERRY_OK;
+}
+
 /* One layer of the step: its block's arrival (and the prefetch of the blocks after it), the
  * layer for every micro-batch while the block is there (FlexGen's zig-zag: a column of the
  * layers x batches grid at a time), and the release of the block's slot after its last layer. */
@@ -1126,27 +1151,15 @@ static ferry_status forward_layer(struct ferry_engine *e, int32_t l) {
     b = -1;
   }
   if (b >= 0) {
-    int64_t seq = e->block_compute_seq;
-    sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
-    if (l == p->blocks[b].first_layer) {
-      /* Keep the window full: the next n_slots-1 blocks go in flight now; each lands in a
-       * slot whose last use has been enqueued already. */
-      if ((st = ferry__engine_prefetch_blocks(e, seq + p->n_block_slots - 1))) return st;
-      if (sl->unit != e->block_unit[b])
-        return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "block %d is not in its slot", b);
-      TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));
-    }
+    sl = &e->block_slots[ferry__engine_block_slot(e, e->block_compute_seq)];
+    if (l == p->blocks[b].first_layer && (st = stream_acquire(e, b, &sl))) return st;
   }
   for (int32_t m = 0; m < e->n_mb; m++) {
     if (!e->mbs[m].n_tok) continue;
     ferry__mb_use(e, m);
     if ((st = layer_body(e, l))) return st;
   }
-  if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1) {
-    TRY(ferry_exec_record(e->ex, e->q_compute, sl->free));
-    sl->used = 1;
-    e->block_compute_seq++;
-  }
+  if (b >= 0 && l == p->blocks[b].first_layer + p->blocks[b].n_layers - 1 && (st = stream_release(e, sl))) return st;
   e->layer_on_cpu = 0;
   return FERRY_OK;
 }
@@ -1226,7 +1239,11 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   int32_t tokens = 0;
   for (int32_t m = 0; m < e->n_mb; m++) tokens += e->mbs[m].n_tok;
   e->step_layers_cpu = ferry__layers_on_cpu(e, tokens);
-  /* the embedding on the first device (tensor parallel: on each, the hidden state replicated) */
+  /* the embedding on the first device (tensor parallel: on each, the hidden state replicated);
+   * streamed embeddings hold a block slot while every micro-batch is embedded, as the head does
+   * for the logits */
+  struct slot *gsl = NULL;
+  if (e->plan.embed_block >= 0 && (st = stream_acquire(e, e->plan.embed_block, &gsl))) return st;
   for (int32_t m = 0; m < e->n_mb; m++) {
     if (!e->mbs[m].n_tok) continue;
     ferry__mb_use(e, m);
@@ -1236,6 +1253,7 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
       if ((st = embed(e))) return st;
     }
   }
+  if (gsl && (st = stream_release(e, gsl))) return st;
   if (ferry__mgpu_on(e) && e->tp < 2) {
     if ((st = pipeline_layers(e))) return st;
   }
@@ -1250,11 +1268,13 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
   for (int32_t m = 0; m < e->n_mb; m++)
     if (e->mbs[m].n_tok) last = m;
   ferry__dev_use(e, ferry__mgpu_layer_dev(e, (int32_t)mc->n_layers)); /* the head's device */
+  if (e->plan.head_block >= 0 && (st = stream_acquire(e, e->plan.head_block, &gsl))) return st;
   for (int32_t m = 0; m <= last; m++) {
     if (!e->mbs[m].n_tok) continue;
     ferry__mb_use(e, m);
     if ((st = logits(e, m == last))) return st;
   }
+  if (e->plan.head_block >= 0 && (st = stream_release(e, gsl))) return st;
   ferry__dev_use(e, 0); /* the step's measures read device 0's queues (serve.c) */
   return FERRY_OK;
 }

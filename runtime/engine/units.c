@@ -14,13 +14,44 @@
 
 #define RANGE_ALIGN 64u
 
-enum group { G_GLOBAL, G_ATTN, G_FFN, G_EXPERT };
+enum group { G_GLOBAL, G_ATTN, G_FFN, G_EXPERT, G_EMBED, G_HEAD };
+
+/* The model's weights outside the layers: with --stream-embeddings the embeddings and the head
+ * are units of their own (streamed when the plan does not pin everything), the rest (routers
+ * kept for lookahead) stays with the pinned global unit. */
+static enum group global_group(const struct ferry_engine *e, enum ferry_tensor_role role) {
+  if (!e->cfg.stream_embeddings) return G_GLOBAL;
+  switch (role) {
+    case FERRY_ROLE_EMBED:
+    case FERRY_ROLE_POS_EMBED:
+    case FERRY_ROLE_EMBED_NORM:
+    case FERRY_ROLE_EMBED_NORM_BIAS: return G_EMBED;
+    case FERRY_ROLE_FINAL_NORM:
+    case FERRY_ROLE_FINAL_NORM_BIAS:
+    case FERRY_ROLE_LM_HEAD:
+    case FERRY_ROLE_LM_HEAD_BIAS: return G_HEAD;
+    default: return G_GLOBAL;
+  }
+}
+
+/* A tied head streamed on its own needs the token table in its unit as well: a second entry
+ * (index = the model's tensor count) with the table's file ranges, fetched again before the
+ * logits as ZeRO-3 fetches the shared Parameter again for lm_head. Its index in the model, or -1. */
+static int32_t tied_table(const struct ferry_engine *e) {
+  if (!e->cfg.stream_embeddings || !e->mc->tied_embeddings) return -1;
+  size_t n = ferry_model_tensor_count(e->model);
+  for (size_t i = 0; i < n; i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+    if (t->layer < 0 && t->role == FERRY_ROLE_EMBED) return (int32_t)i;
+  }
+  return -1;
+}
 
 /* routers_resident: every layer's router lives with the global weights, so a layer can apply
  * the routers of the layers after it (gate lookahead) whatever block is on the device. */
 static enum group tensor_group(const struct ferry_engine *e, const struct ferry_tensor_desc *t,
                                int routers_resident) {
-  if (t->layer < 0) return G_GLOBAL;
+  if (t->layer < 0) return global_group(e, t->role);
   if (routers_resident && (t->role == FERRY_ROLE_ROUTER || t->role == FERRY_ROLE_ROUTER_BIAS)) return G_GLOBAL;
   if (t->expert >= 0) return e->cfg.expert_granularity_layer ? G_FFN : G_EXPERT; /* with its layer, or alone */
   switch (t->role) {
@@ -253,7 +284,7 @@ static ferry_status virtual_quant_parts(struct ferry_engine *e, const struct fer
 
 static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st) {
   size_t n = ferry_model_tensor_count(e->model);
-  struct tensor_file *tf = ferry__calloc(n, sizeof *tf);
+  struct tensor_file *tf = ferry__calloc(n + 1, sizeof *tf); /* + a tied head's table (tied_table) */
   if (!tf) {
     *st = ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
     return NULL;
@@ -303,6 +334,8 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
     }
   }
   cJSON_Delete(qmap);
+  const int32_t tied = tied_table(e);
+  if (tied >= 0) tf[n] = tf[tied];
   return tf;
 fail:
   cJSON_Delete(qmap);
@@ -341,10 +374,16 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
     if (tf[i].quantized && t->numel > e->max_q_numel) e->max_q_numel = t->numel;
     switch (tensor_group(e, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: in->global_bytes += b; break;
+      case G_EMBED: in->embed_bytes += b; break;
+      case G_HEAD: in->head_bytes += b; break;
       case G_ATTN: (*attn)[t->layer] += b; break;
       case G_FFN: (*ffn)[t->layer] += b; break;
       case G_EXPERT: expert_sum[t->layer * mc->n_experts + t->expert] += b; break;
     }
+  }
+  if (tied_table(e) >= 0) { /* the head's copy of the table; one copy when pinned */
+    in->head_shared_bytes = tf[n].bytes + RANGE_ALIGN * (uint64_t)tf[n].n_parts;
+    in->head_bytes += in->head_shared_bytes;
   }
   for (int64_t i = 0; i < mc->n_layers * mc->n_experts; i++)
     if (expert_sum[i] > in->expert_bytes) in->expert_bytes = expert_sum[i];
@@ -449,7 +488,8 @@ static int32_t make_units(struct ferry_engine *e, int32_t *layer_unit) {
   }
   for (int32_t b = 0; b < p->n_blocks; b++) {
     e->block_unit[b] = nu;
-    e->units[nu++] = (struct unit){.kind = UNIT_BLOCK, .layer = p->blocks[b].first_layer,
+    /* the streamed embeddings and head: blocks of no layer (layer -1) */
+    e->units[nu++] = (struct unit){.kind = UNIT_BLOCK, .layer = p->blocks[b].n_layers ? p->blocks[b].first_layer : -1,
                                    .n_layers = p->blocks[b].n_layers, .expert = -1, .block = b,
                                    .home = p->blocks[b].home};
   }
@@ -530,10 +570,11 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
   if (!tf) return st;
   size_t n_tensors = ferry_model_tensor_count(e->model);
   int32_t max_units = 1 + L + p->n_blocks + L * E;
-  int32_t *unit_of = ferry__calloc(n_tensors, sizeof *unit_of);
-  int32_t *members = ferry__calloc(n_tensors, sizeof *members);
+  /* one entry more than the model's tensors: a streamed tied head's table (tied_table) */
+  int32_t *unit_of = ferry__calloc(n_tensors + 1, sizeof *unit_of);
+  int32_t *members = ferry__calloc(n_tensors + 1, sizeof *members);
   e->units = ferry__calloc((size_t)max_units, sizeof *e->units);
-  e->tensors = ferry__calloc(n_tensors, sizeof *e->tensors);
+  e->tensors = ferry__calloc(n_tensors + 1, sizeof *e->tensors);
   e->block_unit = ferry__calloc((size_t)(p->n_blocks ? p->n_blocks : 1), sizeof *e->block_unit);
   e->expert_unit = ferry__calloc((size_t)(L * E > 0 ? L * E : 1), sizeof *e->expert_unit);
   int32_t *layer_unit = ferry__calloc((size_t)L, sizeof *layer_unit);
@@ -565,6 +606,8 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
     }
     switch (tensor_group(e, t, e->cfg.router_lookahead)) {
       case G_GLOBAL: unit_of[i] = e->global_unit; break;
+      case G_EMBED: unit_of[i] = p->embed_block >= 0 ? e->block_unit[p->embed_block] : e->global_unit; break;
+      case G_HEAD: unit_of[i] = p->head_block >= 0 ? e->block_unit[p->head_block] : e->global_unit; break;
       case G_ATTN:
         unit_of[i] = p->attn_pinned[t->layer] ? layer_unit[t->layer] : e->block_unit[p->layer_block[t->layer]];
         break;
@@ -574,9 +617,17 @@ ferry_status ferry__engine_build_units(struct ferry_engine *e) {
       case G_EXPERT: unit_of[i] = e->expert_unit[t->layer * E + t->expert]; break;
     }
   }
+  unit_of[n_tensors] = -1;
+  e->tied_head_src = -1;
+  const int32_t tied = tied_table(e);
+  if (tied >= 0 && p->head_block >= 0) {
+    unit_of[n_tensors] = e->block_unit[p->head_block];
+    e->role_tensor[FERRY_ROLE_LM_HEAD] = (int32_t)n_tensors; /* layer -1: the head reads its own copy */
+    e->tied_head_src = tied;
+  }
   for (int32_t u = 0; u < nu && st == FERRY_OK; u++) {
     int32_t m = 0;
-    for (size_t i = 0; i < n_tensors; i++)
+    for (size_t i = 0; i <= n_tensors; i++)
       if (unit_of[i] == u) members[m++] = (int32_t)i;
     st = pack_unit(e, u, members, m, tf);
   }

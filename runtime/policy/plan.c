@@ -36,7 +36,7 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
   p->attn_pinned = ferry__calloc((size_t)L, 1);
   p->ffn_pinned = ferry__calloc((size_t)L, 1);
   p->layer_block = ferry__calloc((size_t)L, sizeof(int32_t));
-  p->blocks = ferry__calloc((size_t)L, sizeof *p->blocks);
+  p->blocks = ferry__calloc((size_t)L + 2, sizeof *p->blocks); /* + streamed embeddings and head */
   if (!p->attn_pinned || !p->ffn_pinned || !p->layer_block || !p->blocks) {
     ferry__plan_free(p);
     snprintf(msg, len, "plan: out of memory");
@@ -45,6 +45,15 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
   char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32];
   const int all_pinned = cfg->resident_all || cfg->device_budget_bytes == 0;
   uint64_t pinned = in->global_bytes;
+  /* Streamed embeddings and head are blocks of no layer, first and last in the fetch order (the
+   * order the forward pass uses them); with everything pinned they are pinned too. */
+  const int stream_globals = !all_pinned && (in->embed_bytes || in->head_bytes);
+  p->embed_block = p->head_block = -1;
+  if (!stream_globals) pinned += in->embed_bytes + in->head_bytes - in->head_shared_bytes;
+  if (stream_globals && in->embed_bytes) {
+    p->embed_block = p->n_blocks;
+    p->blocks[p->n_blocks++] = (struct ferry_plan_block){.first_layer = -1, .n_layers = 0, .bytes = in->embed_bytes};
+  }
   for (int32_t l = 0; l < L; l++) {
     p->layer_block[l] = -1;
     int pin_layer = all_pinned || l < cfg->pin_first || l >= L - cfg->pin_last;
@@ -69,6 +78,10 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
     cur->n_layers++;
     cur->bytes += streamed;
     p->layer_block[l] = p->n_blocks - 1;
+  }
+  if (stream_globals && in->head_bytes) {
+    p->head_block = p->n_blocks;
+    p->blocks[p->n_blocks++] = (struct ferry_plan_block){.first_layer = L, .n_layers = 0, .bytes = in->head_bytes};
   }
   for (int32_t b = 0; b < p->n_blocks; b++)
     if (p->blocks[b].bytes > p->block_slot_bytes) p->block_slot_bytes = p->blocks[b].bytes;

@@ -17,7 +17,11 @@ struct ferry_plan_input {
   int32_t n_experts;            /* 0 for dense models */
   int32_t experts_per_token;
   int32_t n_moe_layers;         /* layers with routed experts (0: all n_layers when n_experts) */
-  uint64_t global_bytes;        /* embeddings, final norm, head: always pinned */
+  uint64_t global_bytes;        /* embeddings, final norm, head (less what streams): always pinned */
+  uint64_t embed_bytes;         /* streamed embeddings (token and position tables, embedding norm);
+                                   0: in global_bytes */
+  uint64_t head_bytes;          /* streamed head (final norm, LM head or, tied, the token table again) */
+  uint64_t head_shared_bytes;   /* of head_bytes, the tied table the embeddings hold too (pinned once) */
   const uint64_t *attn_bytes;   /* per layer: attention part (+ router, shared expert, norms for MoE) */
   const uint64_t *ffn_bytes;    /* per layer: dense FFN part (0 for MoE) */
   uint64_t expert_bytes;        /* one routed expert (largest) */
@@ -55,6 +59,8 @@ struct ferry_plan {
   int32_t *layer_block;        /* block holding the layer's streamed parts, or -1 */
   struct ferry_plan_block *blocks;
   int32_t n_blocks;
+  int32_t embed_block, head_block; /* the streamed embeddings' and head's blocks (first and last,
+                                   n_layers 0), or -1 when they are pinned */
   int32_t n_block_slots;       /* device slots for streamed blocks (prefetch depth + 1) */
   uint64_t block_slot_bytes;
   /* experts */
