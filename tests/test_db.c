@@ -327,9 +327,9 @@ static void test_not_a_ferry_database(void **state) {
 
 /* --- writing ------------------------------------------------------------------------------ */
 
-static void test_activity_mapping(void **state) {
-  struct fixture *f = *state;
-  ferry_db *db = open_rw(f->path);
+/* One complete run with an activity of every kind, a request, a step and memory samples; the
+ * last activity written is left in *last. */
+static int64_t write_activity_run(ferry_db *db, struct ferry_activity *last) {
   int64_t run = begin(db, "cfg-1");
   struct ferry_activity a = act(FERRY_ACT_KERNEL, "matmul", 0, 1000, 3000);
   a.flops = 2.5e9;
@@ -369,8 +369,12 @@ static void test_activity_mapping(void **state) {
   assert_int_equal(ferry_db_add_memory(db, run, 0, (enum ferry_tier)7, 1), FERRY_ERR_INVALID);
   assert_int_equal(ferry_db_flush(db), FERRY_OK);
   assert_int_equal(ferry_db_run_finish(db, run, NULL), FERRY_OK);
+  *last = a;
+  return run;
+}
 
-  sqlite3 *s = ferry__db_sqlite(db);
+/* The Nsight Systems tables and ferry's own as write_activity_run() left them. */
+static void check_activity_tables(sqlite3 *s) {
   char buf[256];
   assert_int_equal(q1(s, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), 2);
   assert_string_equal(qs(s, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id=k.shortName"
@@ -398,6 +402,16 @@ static void test_activity_mapping(void **state) {
   assert_int_equal(q1(s, "SELECT count(*) FROM TARGET_INFO_SESSION_START_TIME WHERE utcEpochNs > 0"), 1);
   assert_int_equal(q1(s, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId <> 1"), 0);
 
+}
+
+static void test_activity_mapping(void **state) {
+  struct fixture *f = *state;
+  ferry_db *db = open_rw(f->path);
+  struct ferry_activity a;
+  int64_t run = write_activity_run(db, &a);
+  sqlite3 *s = ferry__db_sqlite(db);
+  char buf[256];
+  check_activity_tables(s);
   /* A failed run keeps its error and stays incomplete; records after finish are dropped. */
   int64_t run2 = begin(db, "cfg-2");
   assert_int_equal(ferry_db_run_finish(db, run2, "out of device memory"), FERRY_OK);
@@ -935,93 +949,85 @@ static void build_nsys_fixture(const char *path, int variant, const char *omit_t
   sqlite3_close(s);
 }
 
-static void test_import_nsys(void **state) {
-  struct fixture *f = *state;
-  ferry_db *db = open_rw(f->path);
-  sqlite3 *s = ferry__db_sqlite(db);
-  /* A string already present must keep one id. */
-  int64_t own = begin(db, NULL);
-  struct ferry_activity a = act(FERRY_ACT_KERNEL, "sgemm", 0, 0, 1);
-  ferry_db_activity_sink(db, &a);
-  assert_int_equal(ferry_db_run_finish(db, own, NULL), FERRY_OK);
-
+/* An nsys export of variant `variant` (build_nsys_fixture) imported as one complete run. */
+static void check_import_variant(const struct fixture *f, ferry_db *db, sqlite3 *s, int variant) {
   char buf[256];
-  for (int variant = 0; variant < 2; variant++) {
-    char exp[600];
-    snprintf(exp, sizeof exp, "%s/export%d.sqlite", f->dir, variant);
-    build_nsys_fixture(exp, variant, NULL);
-    int64_t run = 0;
-    assert_int_equal(ferry_db_import_nsys(db, exp, NULL, &run), FERRY_OK);
-    char sql_text[512];
-    snprintf(sql_text, sizeof sql_text, "SELECT kind || '|' || complete || '|' || hardware FROM runs WHERE id=%lld",
-             (long long)run);
-    assert_string_equal(qs(s, sql_text, buf, sizeof buf), "nsys-import|1|NVIDIA H100 PCIe");
-    snprintf(sql_text, sizeof sql_text, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId=%lld", (long long)run);
-    assert_int_equal(q1(s, sql_text), 2);
-    snprintf(sql_text, sizeof sql_text,
-             "SELECT group_concat(s.value, ',') FROM (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId=%lld"
-             " ORDER BY start) k JOIN StringIds s ON s.id = k.shortName", (long long)run);
-    assert_string_equal(qs(s, sql_text, buf, sizeof buf),
-                        variant == 0 ? "sgemm,sgemm" : "ampere_sgemm_128x64_nn,ampere_sgemm_128x64_nn");
-    snprintf(sql_text, sizeof sql_text,
-             "SELECT gridX*1000+blockX FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId=%lld AND start=1000", (long long)run);
-    assert_int_equal(q1(s, sql_text), 128 * 1000 + 256);
-    snprintf(sql_text, sizeof sql_text,
-             "SELECT coalesce(n.text, v.value) FROM NVTX_EVENTS n LEFT JOIN StringIds v ON v.id = n.textId"
-             " WHERE n.runId=%lld AND n.eventType=59", (long long)run);
-    assert_string_equal(qs(s, sql_text, buf, sizeof buf), "forward");
-    snprintf(sql_text, sizeof sql_text, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId=%lld AND copyKind=1",
-             (long long)run);
-    assert_int_equal(q1(s, sql_text), 1048576);
-    snprintf(sql_text, sizeof sql_text,
-             "SELECT v.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds v ON v.id=r.nameId WHERE r.runId=%lld",
-             (long long)run);
-    assert_string_equal(qs(s, sql_text, buf, sizeof buf), "cudaMemcpyAsync");
-    snprintf(sql_text, sizeof sql_text, "SELECT value FROM META_DATA_EXPORT WHERE runId=%lld AND name='EXPORT_SCHEMA_VERSION'",
-             (long long)run);
-    assert_string_equal(qs(s, sql_text, buf, sizeof buf), "3.16.1");
-  }
-  assert_int_equal(q1(s, "SELECT count(*) FROM StringIds WHERE value='sgemm'"), 1);
+  char exp[600];
+  snprintf(exp, sizeof exp, "%s/export%d.sqlite", f->dir, variant);
+  build_nsys_fixture(exp, variant, NULL);
+  int64_t run = 0;
+  assert_int_equal(ferry_db_import_nsys(db, exp, NULL, &run), FERRY_OK);
+  char sql_text[512];
+  snprintf(sql_text, sizeof sql_text, "SELECT kind || '|' || complete || '|' || hardware FROM runs WHERE id=%lld",
+           (long long)run);
+  assert_string_equal(qs(s, sql_text, buf, sizeof buf), "nsys-import|1|NVIDIA H100 PCIe");
+  snprintf(sql_text, sizeof sql_text, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId=%lld", (long long)run);
+  assert_int_equal(q1(s, sql_text), 2);
+  snprintf(sql_text, sizeof sql_text,
+           "SELECT group_concat(s.value, ',') FROM (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId=%lld"
+           " ORDER BY start) k JOIN StringIds s ON s.id = k.shortName", (long long)run);
+  assert_string_equal(qs(s, sql_text, buf, sizeof buf),
+                      variant == 0 ? "sgemm,sgemm" : "ampere_sgemm_128x64_nn,ampere_sgemm_128x64_nn");
+  snprintf(sql_text, sizeof sql_text,
+           "SELECT gridX*1000+blockX FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId=%lld AND start=1000", (long long)run);
+  assert_int_equal(q1(s, sql_text), 128 * 1000 + 256);
+  snprintf(sql_text, sizeof sql_text,
+           "SELECT coalesce(n.text, v.value) FROM NVTX_EVENTS n LEFT JOIN StringIds v ON v.id = n.textId"
+           " WHERE n.runId=%lld AND n.eventType=59", (long long)run);
+  assert_string_equal(qs(s, sql_text, buf, sizeof buf), "forward");
+  snprintf(sql_text, sizeof sql_text, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId=%lld AND copyKind=1",
+           (long long)run);
+  assert_int_equal(q1(s, sql_text), 1048576);
+  snprintf(sql_text, sizeof sql_text,
+           "SELECT v.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds v ON v.id=r.nameId WHERE r.runId=%lld",
+           (long long)run);
+  assert_string_equal(qs(s, sql_text, buf, sizeof buf), "cudaMemcpyAsync");
+  snprintf(sql_text, sizeof sql_text, "SELECT value FROM META_DATA_EXPORT WHERE runId=%lld AND name='EXPORT_SCHEMA_VERSION'",
+           (long long)run);
+  assert_string_equal(qs(s, sql_text, buf, sizeof buf), "3.16.1");
+}
 
-  /* ferry's own NVTX ranges in an nsys export (domain "ferry", step as int64 payload) get
-   * their step, layer and expert back; another domain's and payload-less ranges do not */
-  {
-    char exp[600];
-    snprintf(exp, sizeof exp, "%s/export-ferry.sqlite", f->dir);
-    build_nsys_fixture(exp, 0, NULL);
-    sqlite3 *x;
-    assert_int_equal(sqlite3_open(exp, &x), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(x,
-                                  "ALTER TABLE NVTX_EVENTS ADD COLUMN int64Value INTEGER;"
-                                  "INSERT INTO StringIds VALUES (10,'ferry'),(11,'layer L3');"
-                                  "INSERT INTO NVTX_EVENTS VALUES"
-                                  " (10,NULL,75,NULL,5,10,1,NULL), (11,NULL,75,'user',5,NULL,2,NULL),"
-                                  " (100,900,60,'step 4',5,NULL,1,4),"
-                                  " (110,300,60,NULL,5,11,1,4),"
-                                  " (120,200,60,'block fetch L7',5,NULL,1,4),"
-                                  " (130,250,60,'expert fetch L12 E5',5,NULL,1,4),"
-                                  " (140,150,59,'matmul',6,NULL,1,NULL),"
-                                  " (160,170,60,'layer L9',5,NULL,2,4);",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    sqlite3_close(x);
-    int64_t run = 0;
-    assert_int_equal(ferry_db_import_nsys(db, exp, NULL, &run), FERRY_OK);
-    char sql_text[512];
-    static const struct {
-      int64_t start;
-      const char *want;
-    } rows[] = {{100, "4|-|-"}, {110, "4|3|-"}, {120, "4|7|-"}, {130, "4|12|5"}, {140, "-|-|-"}, {160, "-|-|-"}};
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-      snprintf(sql_text, sizeof sql_text,
-               "SELECT coalesce(step,'-') || '|' || coalesce(layer,'-') || '|' || coalesce(expert,'-')"
-               " FROM NVTX_EVENTS WHERE runId=%lld AND start=%lld",
-               (long long)run, (long long)rows[i].start);
-      assert_string_equal(qs(s, sql_text, buf, sizeof buf), rows[i].want);
-    }
+/* ferry's own NVTX ranges in an nsys export (domain "ferry", step as int64 payload) get
+ * their step, layer and expert back; another domain's and payload-less ranges do not */
+static void check_import_ferry_ranges(const struct fixture *f, ferry_db *db, sqlite3 *s) {
+  char buf[256];
+  char exp[600];
+  snprintf(exp, sizeof exp, "%s/export-ferry.sqlite", f->dir);
+  build_nsys_fixture(exp, 0, NULL);
+  sqlite3 *x;
+  assert_int_equal(sqlite3_open(exp, &x), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(x,
+                                "ALTER TABLE NVTX_EVENTS ADD COLUMN int64Value INTEGER;"
+                                "INSERT INTO StringIds VALUES (10,'ferry'),(11,'layer L3');"
+                                "INSERT INTO NVTX_EVENTS VALUES"
+                                " (10,NULL,75,NULL,5,10,1,NULL), (11,NULL,75,'user',5,NULL,2,NULL),"
+                                " (100,900,60,'step 4',5,NULL,1,4),"
+                                " (110,300,60,NULL,5,11,1,4),"
+                                " (120,200,60,'block fetch L7',5,NULL,1,4),"
+                                " (130,250,60,'expert fetch L12 E5',5,NULL,1,4),"
+                                " (140,150,59,'matmul',6,NULL,1,NULL),"
+                                " (160,170,60,'layer L9',5,NULL,2,4);",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(x);
+  int64_t run = 0;
+  assert_int_equal(ferry_db_import_nsys(db, exp, NULL, &run), FERRY_OK);
+  char sql_text[512];
+  static const struct {
+    int64_t start;
+    const char *want;
+  } rows[] = {{100, "4|-|-"}, {110, "4|3|-"}, {120, "4|7|-"}, {130, "4|12|5"}, {140, "-|-|-"}, {160, "-|-|-"}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    snprintf(sql_text, sizeof sql_text,
+             "SELECT coalesce(step,'-') || '|' || coalesce(layer,'-') || '|' || coalesce(expert,'-')"
+             " FROM NVTX_EVENTS WHERE runId=%lld AND start=%lld",
+             (long long)run, (long long)rows[i].start);
+    assert_string_equal(qs(s, sql_text, buf, sizeof buf), rows[i].want);
   }
+}
 
-  /* Bad inputs: one error naming file (and table), nothing written. */
+/* Bad inputs: one error naming file (and table), nothing written. */
+static void check_import_bad_inputs(const struct fixture *f, ferry_db *db, sqlite3 *s) {
   int64_t runs_before = q1(s, "SELECT count(*) FROM runs");
   int64_t kernels_before = q1(s, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL");
   static const char *const required[] = {"META_DATA_EXPORT", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL"};
@@ -1046,6 +1052,21 @@ static void test_import_nsys(void **state) {
   assert_int_equal(q1(s, "SELECT count(*) FROM runs"), runs_before);
   assert_int_equal(q1(s, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), kernels_before);
   assert_int_equal(q1(s, "SELECT count(*) FROM pragma_database_list"), 2); /* main + temp: export detached */
+}
+
+static void test_import_nsys(void **state) {
+  struct fixture *f = *state;
+  ferry_db *db = open_rw(f->path);
+  sqlite3 *s = ferry__db_sqlite(db);
+  /* A string already present must keep one id. */
+  int64_t own = begin(db, NULL);
+  struct ferry_activity a = act(FERRY_ACT_KERNEL, "sgemm", 0, 0, 1);
+  ferry_db_activity_sink(db, &a);
+  assert_int_equal(ferry_db_run_finish(db, own, NULL), FERRY_OK);
+  for (int variant = 0; variant < 2; variant++) check_import_variant(f, db, s, variant);
+  assert_int_equal(q1(s, "SELECT count(*) FROM StringIds WHERE value='sgemm'"), 1);
+  check_import_ferry_ranges(f, db, s);
+  check_import_bad_inputs(f, db, s);
   ferry_db_close(db);
 }
 
