@@ -69,10 +69,15 @@ static enum ferry_dtype charge_packed(struct ferry__gpu_work *out, const struct 
   return p->qformat == FERRY_QFORMAT_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
 }
 
+/* Whether attention kernel k reads a quantized KV cache. */
+static int kv_quantized(const struct ferry_kernel *k) {
+  return k->kv_format > 0 && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0;
+}
+
 /* The type attention's math runs in: the cache's, or fp16 for a quantized cache (its codes are
  * scaled to fp16 as they are read, as vLLM's fp8 and KIVI's int4 kernels do). */
 static enum ferry_dtype kv_math(const struct ferry_kernel *k) {
-  if (k->kv_format > 0 && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0) return FERRY_DTYPE_F16;
+  if (kv_quantized(k)) return FERRY_DTYPE_F16;
   return k->aux[2].dtype;
 }
 
@@ -177,11 +182,6 @@ static double peak_for(const struct ferry_hw_peak_tflops *p, enum ferry_dtype dt
     case FERRY_DTYPE_F8_E5M2: return p->fp8 > 0 ? p->fp8 : fp16;
     default: return p->fp32;
   }
-}
-
-/* Whether attention kernel k reads a quantized KV cache. */
-static int kv_quantized(const struct ferry_kernel *k) {
-  return k->kv_format > 0 && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0;
 }
 
 /* Work of a framework that dequantizes with separate ops (FlexGen's decompress: shifts, masks,

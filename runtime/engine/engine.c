@@ -137,6 +137,7 @@ static void layout_workspace(struct ferry_engine *e) {
 #undef WS_AT
   e->ws.total = off;
   e->ws.charged = charged;
+  e->ws.act_bytes = eb.activation;
   /* each micro-batch's hidden state (a plan after a reload may move the workspace's buffers) */
   for (int32_t m = 0; e->mbs && m < e->n_mb; m++) e->mbs[m].x = e->ws.x + (uint64_t)m * T * H * 4;
 }

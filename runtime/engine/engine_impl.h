@@ -86,6 +86,8 @@ struct workspace {
       eu, sg, su, sout, sgate, rows, rows_n, logits, total;
   uint64_t charged; /* what the device tier is charged for it: the layout at the executor's
                        element sizes (layout_workspace, ferry_exec_elem_bytes()) */
+  uint32_t act_bytes; /* the activation element size it was charged at (ferry__engine_elem_bytes()
+                         at layout time): what a crossing of its rows moves per fp32 element */
   /* hybrid runs with experts on the CPU: a zero row right after expert_out (gathered in place
    * of the pairs the other side computes), the gathered rows a combine reads, and the CPU's sum
    * of its pairs per token; 0 when no expert runs on the CPU */

@@ -765,9 +765,6 @@ static ferry_status cpu_experts(struct ferry_engine *e, int32_t l, uint64_t in, 
   return st;
 }
 
-/* Count the (token, rank) pairs of each expert and where each expert's run of them starts; the
- * pairs themselves are placed by group_pairs() when an op is built that reads them (a replayed
- * op graph does not: in a simulation most layers never need them). */
 /* How many of ids[0, n) name each expert x < E (at most 16): a pass per expert, which the
  * compiler turns into vector compares (a large step's pairs; few experts). */
 static inline __attribute__((always_inline)) void count_passes(const int32_t *ids, int64_t n, int64_t E,
@@ -805,6 +802,9 @@ static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_
 static void (*count_passes_best(void))(const int32_t *, int64_t, int64_t, int32_t *) { return count_histograms; }
 #endif
 
+/* Count the (token, rank) pairs of each expert and where each expert's run of them starts; the
+ * pairs themselves are placed by group_pairs() when an op is built that reads them (a replayed
+ * op graph does not: in a simulation most layers never need them). */
 static void group_by_expert(struct ferry_engine *e) {
   const int64_t T = e->n_tok, K = e->mc->experts_per_token, E = e->mc->n_experts, TK = T * K;
   const int32_t *ids = e->routing_ids;

@@ -91,12 +91,12 @@ void ferry__side_device(struct ferry_engine *e) {
   e->w_host = 0;
 }
 
-/* The bytes a crossing of `fp32_bytes` of activations moves: the runtime's element size
- * (ferry_exec_elem_bytes()), so an fp16 runtime simulated moves half the fp32 rows' bytes (the
- * leading part of the same rows: the simulator times the copy and has no bytes to keep); host
- * and cuda move them whole. */
+/* The bytes a crossing of `fp32_bytes` of activations moves: the runtime's element size, as the
+ * workspace was charged (ws.act_bytes, ferry_exec_elem_bytes()), so an fp16 runtime simulated
+ * moves half the fp32 rows' bytes (the leading part of the same rows: the simulator times the
+ * copy and has no bytes to keep); host and cuda move them whole. */
 static uint64_t crossing_bytes(const struct ferry_engine *e, uint64_t fp32_bytes) {
-  return fp32_bytes / 4 * ferry__engine_elem_bytes(e).activation;
+  return fp32_bytes / 4 * e->ws.act_bytes;
 }
 
 ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n) {
