@@ -521,6 +521,29 @@ static void test_zero3_parameter_path(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* One 1 MB copy host to device on a simulated executor of profile hw (closed here): the copy
+ * record's start and end and the executor's clock after it. */
+static void time_one_h2d_copy(ferry_hw *hw, int pinned, int64_t *start_ns, int64_t *end_ns, int64_t *now_ns) {
+  struct ferry_exec_config cfg = {.lock_host_memory = pinned};
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
+  ferry_hw_close(hw);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qh;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+  ferry_buf *host, *dev;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
+  assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const struct ferry_activity *c = find(&log, FERRY_ACT_MEMCPY, qh, 0);
+  *start_ns = c->start_ns, *end_ns = c->end_ns, *now_ns = ferry_exec_now(ex);
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, dev);
+  ferry_exec_destroy(ex);
+}
+
 /* ZeRO-3's split copy (runtime.split_copy): a coalesced fetch's parameters are copied out of the
  * gathered flat buffer once more within device memory, so beside gather_copy each byte pays the
  * link and two device copies (each read and written): 2000 + 1e6 x (1/10 + 4/1000) = 106000 ns;
@@ -537,26 +560,10 @@ static void test_zero3_split_copy(void **state) {
              cases[i].gather, cases[i].split);
     char json[1024];
     snprintf(json, sizeof json, "%s%s", GPU_JSON ", " LINK_JSON(1), rt);
-    ferry_hw *hw = profile("split", json);
-    struct ferry_exec_config cfg = {.lock_host_memory = 1};
-    ferry_exec *ex = NULL;
-    assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
-    ferry_hw_close(hw);
-    struct log log = {0};
-    ferry_exec_set_sink(ex, sink, &log);
-    int32_t qh;
-    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
-    ferry_buf *host, *dev;
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
-    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
-    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
-    const struct ferry_activity *c = find(&log, FERRY_ACT_MEMCPY, qh, 0);
-    assert_int_equal(c->start_ns, 0);
-    assert_int_equal(c->end_ns, cases[i].end_ns);
-    ferry_exec_free(ex, host);
-    ferry_exec_free(ex, dev);
-    ferry_exec_destroy(ex);
+    int64_t start, end, now;
+    time_one_h2d_copy(profile("split", json), 1, &start, &end, &now);
+    assert_int_equal(start, 0);
+    assert_int_equal(end, cases[i].end_ns);
   }
 }
 
@@ -570,21 +577,9 @@ static void test_staged_pageable_copy(void **state) {
     ferry_hw *hw = profile("wsl", GPU_JSON ", " LINK_JSON(1)
                            ", \"host\": {\"name\": \"H\", \"dram_gbps\": 100, \"cpu_gflops\": 1,"
                            " \"memory_bytes\": 1073741824, \"staged_h2d_gbps\": 4}");
-    struct ferry_exec_config cfg = {.lock_host_memory = pinned};
-    ferry_exec *ex = NULL;
-    assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
-    ferry_hw_close(hw);
-    int32_t qh;
-    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
-    ferry_buf *host, *dev;
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
-    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
-    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
-    assert_int_equal(ferry_exec_now(ex), pinned ? 102000 : 352000);
-    ferry_exec_free(ex, host);
-    ferry_exec_free(ex, dev);
-    ferry_exec_destroy(ex);
+    int64_t start, end, now;
+    time_one_h2d_copy(hw, pinned, &start, &end, &now);
+    assert_int_equal(now, pinned ? 102000 : 352000);
   }
 }
 
