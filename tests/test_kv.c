@@ -49,29 +49,19 @@ static struct ferry_engine_config config(void) {
   return c;
 }
 
-static void run_host(struct ferry_engine_config c, struct tu_logit_log *log, uint64_t *bytes_act) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  assert_int_equal(ferry_model_open(&m, dense_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, dense_dir), FERRY_OK);
-  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c.device_budget_bytes,
-                                                                             .compute_threads = 1}),
-                   FERRY_OK);
-  c.on_logits = tu_on_logits;
-  c.logits_user = log;
-  if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
-  if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
-    fail_msg("engine_run: %s", ferry_last_error());
+/* The activation bytes crossed in all steps. */
+static void sum_bytes_act(struct ferry_engine *e, void *user) {
   int64_t n;
   const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
+  uint64_t *bytes_act = user;
   *bytes_act = 0;
   for (int64_t i = 0; i < n; i++) *bytes_act += sm[i].bytes_act;
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_store_close(s);
-  ferry_model_close(m);
+}
+
+static void run_host(struct ferry_engine_config c, struct tu_logit_log *log, uint64_t *bytes_act) {
+  c.on_logits = tu_on_logits;
+  c.logits_user = log;
+  tu_run_host(dense_dir, &c, requests, N_REQ, sum_bytes_act, bytes_act);
 }
 
 /* The cache in host memory, with every weight resident and with layers streamed: the same rows

@@ -58,28 +58,20 @@ static struct ferry_engine_config config(int gpu_batches) {
   return c;
 }
 
-/* A run on the host executor; the logits rows in *log, the activation bytes crossed. */
-static void run_host(const char *model_dir, struct ferry_engine_config c, struct tu_logit_log *log, uint64_t *act) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
-  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.compute_threads = 1}), FERRY_OK);
-  c.on_logits = tu_on_logits;
-  c.logits_user = log;
-  if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
-  if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
-    fail_msg("engine_run: %s", ferry_last_error());
+/* The activation bytes crossed in all steps. */
+static void sum_bytes_act(struct ferry_engine *e, void *user) {
   int64_t n;
   const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
+  uint64_t *act = user;
   *act = 0;
   for (int64_t i = 0; i < n; i++) *act += sm[i].bytes_act;
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_store_close(s);
-  ferry_model_close(m);
+}
+
+/* A run on the host executor; the logits rows in *log, the activation bytes crossed. */
+static void run_host(const char *model_dir, struct ferry_engine_config c, struct tu_logit_log *log, uint64_t *act) {
+  c.on_logits = tu_on_logits;
+  c.logits_user = log;
+  tu_run_host(model_dir, &c, requests, N_REQ, sum_bytes_act, act);
 }
 
 /* The cache on the device, in host memory with every token attending on the CPU, and with the

@@ -58,31 +58,23 @@ struct step_shape {
   int64_t n, mixed_steps, prefill_steps, decode_steps;
 };
 
+/* Count the steps of each kind: a step of prompt tokens only holds whole 16-token chunks; of
+ * decode tokens, one a sequence. */
+static void shape_of(struct ferry_engine *e, void *user) {
+  struct step_shape *sh = user;
+  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &sh->n);
+  for (int64_t i = 0; i < sh->n; i++) {
+    if (sm[i].tokens == sm[i].batch) sh->decode_steps++;
+    else if (sm[i].tokens == 16 * sm[i].batch) sh->prefill_steps++;
+    else sh->mixed_steps++;
+  }
+}
+
 static struct step_shape run(int prefill_first, struct per_req *out) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  assert_int_equal(ferry_model_open(&m, dense_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, dense_dir), FERRY_OK);
-  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.compute_threads = 1}), FERRY_OK);
   struct ferry_engine_config c = {.max_batch = 4, .max_step_tokens = 16, .max_seq_tokens = 32, .seed = 9,
                                   .prefill_first = prefill_first, .on_logits = on_logits, .logits_user = out};
-  if (ferry_engine_create(&e, m, s, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
-  if (ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
-    fail_msg("engine_run: %s", ferry_last_error());
   struct step_shape sh = {0};
-  const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &sh.n);
-  for (int64_t i = 0; i < sh.n; i++) {
-    /* a step of prompt tokens only holds whole 16-token chunks; of decode tokens, one a sequence */
-    if (sm[i].tokens == sm[i].batch) sh.decode_steps++;
-    else if (sm[i].tokens == 16 * sm[i].batch) sh.prefill_steps++;
-    else sh.mixed_steps++;
-  }
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_store_close(s);
-  ferry_model_close(m);
+  tu_run_host(dense_dir, &c, requests, N_REQ, shape_of, &sh);
   return sh;
 }
 

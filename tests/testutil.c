@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "ferry/engine.h"
+#include "ferry/exec.h"
 #include "ferry/gen.h"
 #include "ferry/model.h"
+#include "ferry/store.h"
 #include "testutil.h"
 
 char *tu_mkdtemp(const char *tag) {
@@ -123,4 +126,25 @@ char *tu_gen_model(const char *dir, const char *preset, const char *name, const 
   assert_int_equal(ferry_model_generate(m, options, out, NULL), FERRY_OK);
   ferry_model_close(m);
   return out;
+}
+
+void tu_run_host(const char *model_dir, const struct ferry_engine_config *c, const struct ferry_engine_request *reqs,
+                 int64_t n, void (*inspect)(struct ferry_engine *engine, void *user), void *user) {
+  ferry_model *m = NULL;
+  ferry_store *s = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
+  assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
+  assert_int_equal(ferry_exec_create_host(&ex, &(struct ferry_exec_config){.device_budget_bytes = c->device_budget_bytes,
+                                                                             .compute_threads = 1}),
+                   FERRY_OK);
+  if (ferry_engine_create(&e, m, s, ex, c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  if (ferry_engine_run(e, reqs, n, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
+    fail_msg("engine_run: %s", ferry_last_error());
+  if (inspect) inspect(e, user);
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_store_close(s);
+  ferry_model_close(m);
 }

@@ -42,4 +42,13 @@ struct tu_logit_log {
 void tu_on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
                   int64_t vocab);
 
+struct ferry_engine;
+struct ferry_engine_config;
+struct ferry_engine_request;
+/* Run n requests over the model at model_dir on the host executor (one compute thread, config
+ * c's device budget) as fast as possible, then call inspect(engine, user) before the engine is
+ * destroyed (NULL: none). Any failure fails the test. */
+void tu_run_host(const char *model_dir, const struct ferry_engine_config *c, const struct ferry_engine_request *reqs,
+                 int64_t n, void (*inspect)(struct ferry_engine *engine, void *user), void *user);
+
 #endif
