@@ -213,9 +213,39 @@ static void test_sim_kv_bytes(void **state) {
   ferry_hw_close(hw);
 }
 
+/* A cache kept in host memory is named in the plan and in the error of a host budget it does not
+ * fit, with its size, not folded into the read-back buffers. */
+static void test_host_kv_in_plan(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-dense"), FERRY_OK);
+  struct ferry_engine_config c = config();
+  c.kv_home_host = 1;
+  c.kv_format = FERRY_KV_FP32;
+  const uint64_t kv = ferry_model_kv_bytes(m, (int64_t)c.max_batch * c.max_seq_tokens, FERRY_KV_FP32);
+  char want[64], *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  assert_non_null(out);
+  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, out), FERRY_OK);
+  fclose(out);
+  snprintf(want, sizeof want, "(%d sequences x %d tokens, fp32; --kv-home host)", c.max_batch, c.max_seq_tokens);
+  assert_true(tu_contains(text, "KV cache (host)"));
+  assert_true(tu_contains(text, want));
+  assert_true(tu_contains(text, "CPU workspace"));
+  free(text);
+  c.host_budget_bytes = kv / 2;
+  FILE *devnull = fopen("/dev/null", "w");
+  assert_non_null(devnull);
+  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, devnull), FERRY_ERR_BUDGET);
+  fclose(devnull);
+  assert_true(tu_contains(ferry_last_error(), "KV cache in host memory"));
+  ferry_model_close(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_quantized_kv_logits),
+      cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_host_kv_in_plan), cmocka_unit_test(test_quantized_kv_logits),
       cmocka_unit_test(test_kv_codec),                 cmocka_unit_test(test_kv_group_must_divide_head),
       cmocka_unit_test(test_sim_kv_bytes),
   };

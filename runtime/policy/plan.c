@@ -153,8 +153,11 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
   uint64_t host_left = host_budget ? host_budget : UINT64_MAX;
   uint64_t host_min = in->host_fixed_bytes + p->host_staging_bytes;
   if (host_budget && host_min > host_budget) {
-    snprintf(msg, len, "host budget %s is below the minimum %s (read-back buffers %s, %d staging slot(s) of %s)",
-             fmt(host_budget, b1), fmt(host_min, b2), fmt(in->host_fixed_bytes, b3), p->n_staging_slots,
+    snprintf(msg, len,
+             "host budget %s is below the minimum %s (KV cache in host memory %s, CPU workspace %s, read-back "
+             "buffers %s, %d staging slot(s) of %s)",
+             fmt(host_budget, b1), fmt(host_min, b2), fmt(in->host_kv_bytes, b5), fmt(in->host_workspace_bytes, b6),
+             fmt(in->host_fixed_bytes - in->host_kv_bytes - in->host_workspace_bytes, b3), p->n_staging_slots,
              fmt(stage_slot, b4));
     ferry__plan_free(p);
     return FERRY_ERR_BUDGET;

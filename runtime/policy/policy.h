@@ -27,7 +27,10 @@ struct ferry_plan_input {
   uint64_t expert_bytes;        /* one routed expert (largest) */
   uint64_t kv_bytes;            /* KV cache (device) */
   uint64_t workspace_bytes;     /* activations and kernel workspace (device) */
-  uint64_t host_fixed_bytes;    /* host buffers the engine always needs (read-back) */
+  uint64_t host_fixed_bytes;    /* host buffers the engine always needs (read-back, the CPU's
+                                   workspace and KV cache below) */
+  uint64_t host_kv_bytes;       /* of host_fixed_bytes: the KV cache kept in host memory */
+  uint64_t host_workspace_bytes; /* of host_fixed_bytes: the CPU's copy of the workspace */
   uint64_t staging_align;       /* extra bytes per staging slot for O_DIRECT envelopes */
   int disk_available;           /* weights can be read from files */
 };
