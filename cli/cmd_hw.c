@@ -153,6 +153,9 @@ static void show_runtime(const struct ferry_hw_profile *p) {
          r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
   printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
          r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
+  if (r->numa_first_threads)
+    printf("  %-28s %d (%s)\n", "runtime.numa_first_threads", r->numa_first_threads,
+           "threads of the first CPU job, which bind the rest to the last nodes");
   if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
   if (r->cpu_quant_simd_bits)
     printf("  %-28s %d bits (%s)\n", "runtime.cpu_quant_simd_bits", r->cpu_quant_simd_bits,

@@ -790,6 +790,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_AddNumberToObject(r, "fused_dequant", p->runtime.fused_dequant);
     cJSON_AddNumberToObject(r, "sync_fetch", p->runtime.sync_fetch);
     cJSON_AddNumberToObject(r, "numa_blind", p->runtime.numa_blind);
+    if (p->runtime.numa_first_threads)
+      cJSON_AddNumberToObject(r, "numa_first_threads", p->runtime.numa_first_threads);
     if (p->runtime.cpu_math_eff > 0) cJSON_AddNumberToObject(r, "cpu_math_eff", p->runtime.cpu_math_eff);
     if (p->runtime.cpu_quant_simd_bits)
       cJSON_AddNumberToObject(r, "cpu_quant_simd_bits", p->runtime.cpu_quant_simd_bits);

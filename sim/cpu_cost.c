@@ -37,6 +37,38 @@ double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile) {
   return blind && h->sockets > 1 ? h->dram_gbps / h->sockets : h->dram_gbps;
 }
 
+int ferry__cpu_node_threads(const struct ferry_hw_profile *profile, int32_t *threads, int max_nodes) {
+  const struct ferry_hw_host *h = &profile->host;
+  const struct ferry_hw_runtime *r = &profile->runtime;
+  if (!profile->has_runtime || r->numa_blind || r->numa_first_threads <= 0) return 0;
+  const int nodes = h->sockets, all = h->cores;
+  if (nodes < 2 || nodes > max_nodes || all < nodes) return 0;
+  const int first = r->numa_first_threads < all ? r->numa_first_threads : all;
+  for (int n = 0; n < nodes; n++) threads[n] = 0;
+  /* each thread binds on the first job it runs: the first job's threads by its count, the rest
+   * by a later job of every thread (ktransformers' Backend::process_tasks before PR 685) */
+  for (int tid = 0; tid < all; tid++) threads[(int64_t)tid * nodes / (tid < first ? first : all)]++;
+  return nodes;
+}
+
+/* The time of work that takes t_sm (math) and t_mem (bytes) on the whole host, when its threads
+ * lie unevenly on its nodes: node n computes with min(threads[n], cores / nodes) cores and streams
+ * from its own memory (1 / nodes of host.dram_gbps); the runtime's threads take tasks from each
+ * other (work stealing), so the nodes finish together and their rates add. */
+static double node_split_ns(const struct ferry_hw_host *h, const int32_t *threads, int nodes, double t_sm,
+                            double t_mem) {
+  const int per_node = h->cores / nodes;
+  double rate = 0;
+  for (int n = 0; n < nodes; n++) {
+    const int cores = threads[n] < per_node ? threads[n] : per_node;
+    if (cores <= 0) continue;
+    const double sm = t_sm * h->cores / cores, mem = t_mem * nodes;
+    const double t = sqrt(sm * sm + mem * mem);
+    if (t > 0) rate += 1 / t;
+  }
+  return rate > 0 ? 1 / rate : 0;
+}
+
 void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
                         struct ferry__gpu_work *out) {
   ferry__gpu_work_of(k, packed, 1, out);
@@ -69,6 +101,8 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
     t_mem = w->bytes / (ferry__cpu_stream_gbps(profile) * FERRY_CPU_EFF_MEMORY);
   }
   const double t_sm = t_math + t_alu;
-  const double t = sqrt(t_sm * t_sm + t_mem * t_mem);
+  int32_t threads[FERRY_CPU_MAX_NODES];
+  const int nodes = ferry__cpu_node_threads(profile, threads, FERRY_CPU_MAX_NODES);
+  const double t = nodes ? node_split_ns(h, threads, nodes, t_sm, t_mem) : sqrt(t_sm * t_sm + t_mem * t_mem);
   return (h->cpu_op_ns > 0 ? h->cpu_op_ns : 0) + ferry__ceil_ns(t);
 }

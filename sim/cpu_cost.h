@@ -36,6 +36,16 @@ double ferry__cpu_quant_width(const struct ferry_hw_profile *profile);
  * sockets: the weights then lie in one node's memory, and every core reads them there. */
 double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile);
 
+/* Most NUMA nodes ferry__cpu_node_threads() counts threads on. */
+#define FERRY_CPU_MAX_NODES 64
+
+/* The runtime's CPU threads on each NUMA node when they lie unevenly (runtime.numa_first_threads
+ * on a host of several sockets, the runtime not NUMA-blind): one thread per core (host.cores), each
+ * bound on the first job it runs to node tid x nodes / that job's threads, the first job running
+ * numa_first_threads of them and later ones all; fills threads[0..nodes) and returns host.sockets,
+ * or 0 when the threads spread evenly (or the host has more than max_nodes sockets). */
+int ferry__cpu_node_threads(const struct ferry_hw_profile *profile, int32_t *threads, int max_nodes);
+
 /* The CPU work of kernel k (ferry__gpu_work_of() with fused low-bit kernels: CPU runtimes read
  * packed weights in their dot products); the math of low-bit weights runs at the int8 peak and
  * attention over a converted KV cache at the fp32 peak. */
@@ -48,7 +58,10 @@ void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
  * fully), t_math = flops / (peak[math] x ferry__cpu_math_eff()), t_alu = alu_ops / (fp32 peak / 2 x
  * ferry__cpu_math_eff()) (one SIMD lane-op per unpacked element step), both for low-bit work (int8 math)
  * scaled by ferry__cpu_quant_width(), t_mem = bytes /
- * (ferry__cpu_stream_gbps() x FERRY_CPU_EFF_MEMORY); 0 for folded work; -1 when the profile lacks the host figures the work
+ * (ferry__cpu_stream_gbps() x FERRY_CPU_EFF_MEMORY). With threads unevenly on the nodes
+ * (ferry__cpu_node_threads()), each node takes that time at its share of the cores it has threads
+ * on (at most its own) and of the bandwidth, and the nodes' rates add (the runtime's threads steal
+ * each other's tasks): 1 / sum over nodes of 1 / sqrt(t_sm_n^2 + t_mem_n^2); 0 for folded work; -1 when the profile lacks the host figures the work
  * needs (no host section, no CPU peak, no DDR bandwidth). */
 int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
 

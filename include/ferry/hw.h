@@ -196,6 +196,16 @@ struct ferry_hw_runtime {
                                host.dram_gbps (llama.cpp without --numa, PyTorch); 0: each
                                socket's threads read a copy or share in their own node's memory
                                (ktransformers' dual-socket build) */
+  int32_t numa_first_threads; /**< with numa_blind 0 on a host of several sockets: the threads of
+                               the process's first CPU job, when the runtime binds each of its
+                               host.cores worker threads to a node on the first job that thread
+                               runs, by thread id x nodes / that job's thread count: the first
+                               job's threads spread evenly over the nodes, the rest (bound by a
+                               later job of every thread) crowd the last ones (ktransformers
+                               v0.2.0-v0.2.1, Backend::process_tasks before PR 685: its expert
+                               warm-up at load runs moe_intermediate_size / 64 tasks first); a
+                               node computes with at most its own cores; 0 = threads spread
+                               evenly */
   double cpu_math_eff;    /**< fraction of the CPU's SIMD peak its CPU kernels' math reaches (the
                                products of experts or layers computed on the CPU, their unpacking
                                of low-bit weights, attention over a host KV cache); 0 = not given:
