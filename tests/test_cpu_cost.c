@@ -122,12 +122,65 @@ static void test_cpu_quant_simd_width(void **state) {
   assert_int_equal(ferry__cpu_work_ns(&p, &w), (int64_t)ceil(sqrt(1e10 + 1e6)) + 1000);
 }
 
+/* Threads bound by the first job each runs (ktransformers before PR 685): 4 threads, one a core,
+ * on 2 nodes of 2 cores; the first job runs 2 of them, which land one a node (tid x 2 / 2), the
+ * other two bind at a job of all 4 (tid x 2 / 4 = 1): 1 thread on node 0, 3 on node 1, which
+ * computes with its 2 cores. Bytes each node reads from its own memory at half the bandwidth. */
+static void test_cpu_numa_first_threads(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  p.host.cores = 4, p.host.sockets = 2;
+  p.has_runtime = 1;
+  p.runtime.cpu_math_eff = 1;
+  p.runtime.numa_first_threads = 2;
+  int32_t threads[FERRY_CPU_MAX_NODES];
+  assert_int_equal(ferry__cpu_node_threads(&p, threads, FERRY_CPU_MAX_NODES), 2);
+  assert_int_equal(threads[0], 1);
+  assert_int_equal(threads[1], 3);
+  struct ferry__gpu_work w;
+  memset(&w, 0, sizeof w);
+  w.op = FERRY_HW_OP_GEMM;
+  w.math = FERRY_DTYPE_I8;
+  /* math only: 1.6e5 at 4 x 40 = 160 op/ns is 1000 ns on the whole host; node 0 (1 core) 4000
+   * ns, node 1 (2 cores) 2000 ns; their rates add: 1 / (1/4000 + 1/2000) = 1333.3 -> 1334 */
+  w.flops = 1.6e5;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 1334 + 1000);
+  /* bytes only: 8000 at 10 x 0.8 = 8 B/ns is 1000 ns; each node 2000 ns at its half: 1000 ns */
+  w.flops = 0, w.bytes = 8000;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 1000 + 1000);
+  /* both: node 0 sqrt(4000^2 + 2000^2) = 4472.1, node 1 sqrt(2000^2 + 2000^2) = 2828.4;
+   * 1 / (1/4472.1 + 1/2828.4) = 1732.6 -> 1733 */
+  w.flops = 1.6e5;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 1733 + 1000);
+  /* threads spread evenly (no first-job figure, or a first job of every thread): the plain
+   * roofline, sqrt(1000^2 + 1000^2) = 1414.2 -> 1415 */
+  p.runtime.numa_first_threads = 0;
+  assert_int_equal(ferry__cpu_node_threads(&p, threads, FERRY_CPU_MAX_NODES), 0);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 1415 + 1000);
+  p.runtime.numa_first_threads = 4;
+  assert_int_equal(ferry__cpu_node_threads(&p, threads, FERRY_CPU_MAX_NODES), 2);
+  assert_int_equal(threads[0], 2);
+  assert_int_equal(threads[1], 2);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 1415 + 1000);
+  /* the 2 x Xeon Gold 6454S with --cpu_infer 65 (64 threads) after a 32-task warm-up: 16 + 48 */
+  p.host.cores = 64, p.runtime.numa_first_threads = 32;
+  assert_int_equal(ferry__cpu_node_threads(&p, threads, FERRY_CPU_MAX_NODES), 2);
+  assert_int_equal(threads[0], 16);
+  assert_int_equal(threads[1], 48);
+  /* one socket, or a NUMA-blind runtime: no binding to count */
+  p.host.sockets = 1;
+  assert_int_equal(ferry__cpu_node_threads(&p, threads, FERRY_CPU_MAX_NODES), 0);
+  p.host.sockets = 2, p.runtime.numa_blind = 1;
+  assert_int_equal(ferry__cpu_node_threads(&p, threads, FERRY_CPU_MAX_NODES), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_product_soft_roofline),
       cmocka_unit_test(test_cpu_numa_blind),
       cmocka_unit_test(test_cpu_runtime_math_eff),
       cmocka_unit_test(test_cpu_quant_simd_width),
+      cmocka_unit_test(test_cpu_numa_first_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
