@@ -188,7 +188,8 @@
     "the software issuing the work: eager (PyTorch, one kernel at a time from\nPython), graph (CUDA graphs), native " \
     "(C++ engine), ktransformers (graphs,\nCPU experts), deepspeed-0.7 (eager, ZeRO-3's 2022 parameter path),\n" \
     "llama.cpp-2024q1 (native; prompts via cuBLAS, MoE rows copied one by one),\n" \
-    "or a runtime file; default: the profile's, else native", " (a real run's overheads are its own)")  \
+    "flexgen (eager; FlexGen's unfused int4), zero-inference-kv (eager; the\nKV-offload fork's CPU attention), " \
+    "or a runtime file; default: the\nprofile's, else native", " (a real run's overheads are its own)")  \
   X(quant, "quant", TEXT, "PLAN", SIM_M, SEC_SIM, CFG_ALWAYS, "quant", NULL, 0, 0, check_quant,                      \
     "size a preset's weights in a format or per-class plan (int4-g64, nf4,\nexpert=int3-g64,default=fp16, ...); a " \
     "quantized folder carries its own", "; quantize a model folder with 'ferry model quantize'")                     \

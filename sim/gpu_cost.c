@@ -225,12 +225,20 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
   const struct ferry_hw_runtime *r = &profile->runtime;
   if (!cpu && k->kind == FERRY_K_DEQUANTIZE) unfused_dequant_work(r, k, work);
   if (!cpu && k->kind == FERRY_K_ATTENTION) attention_frame_work(r, k, work);
-  if (!r->attn_repeat_kv || k->kind != FERRY_K_ATTENTION || k->kv_heads <= 0 || k->heads <= k->kv_heads) return;
+  if (k->kind != FERRY_K_ATTENTION) return;
+  const double rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2; /* K and V */
+  double elem = (double)esize(kv_math(k));
+  if (cpu && r->cpu_kv_upcast && !kv_quantized(k) && k->aux[2].dtype != FERRY_DTYPE_F32) {
+    /* key_layer.float(), value_layer.float(): every key's K and V written as fp32 and the
+     * products read that copy; the cache's own read is the kernel's */
+    work->bytes += rows * (double)k->head_dim * (4.0 + 4.0);
+    elem = 4.0;
+  }
+  if (!r->attn_repeat_kv || k->kv_heads <= 0 || k->heads <= k->kv_heads) return;
   /* expand(...).reshape(...) copies each sequence's cached K and V once per query head of
-   * their group, in the cache's element type; the products then read that copy */
+   * their group, in the type the products read; the products then read that copy */
   const double n_rep = (double)k->heads / (double)k->kv_heads;
-  const double rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2;
-  work->bytes += 2.0 * n_rep * rows * (double)k->head_dim * (double)esize(kv_math(k));
+  work->bytes += 2.0 * n_rep * rows * (double)k->head_dim * elem;
 }
 
 static double eff(double v) { return v > 0 && v <= 1 ? v : 1.0; }

@@ -51,8 +51,10 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
  * quantized cache first expands it (each sequence's keys x kv_heads x (K, V) rows: the packed row
  * read plus head_dim x dequant_pass_bytes, 2 x dequant_kernels kernels) and reads fp16 rows
  * instead of packed ones; runtime.kv_quant_bytes per new K and V element (m x kv_heads x 2 x
- * head_dim) quantizes the step's rows (2 x kv_quant_kernels kernels). Every kernel added counts in
- * launches and ops. */
+ * head_dim) quantizes the step's rows (2 x kv_quant_kernels kernels). On the CPU, with
+ * runtime.cpu_kv_upcast an attention over a cache of fp16 or bf16 first writes an fp32 copy of
+ * the K and V of the keys each sequence sees and its products read it (8 bytes per element more;
+ * a repeat_kv copy is then of fp32 elements). Every kernel added counts in launches and ops. */
 void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k, int cpu,
                          struct ferry__gpu_work *work);
 

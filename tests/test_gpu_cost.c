@@ -13,6 +13,7 @@
 #include "ferry/exec.h"
 #include "ferry/model.h"
 #include "ferry/quant.h"
+#include "sim/cpu_cost.h"
 #include "sim/gpu_cost.h"
 #include "testutil.h"
 
@@ -243,6 +244,55 @@ static void test_attention_repeat_kv(void **state) {
   assert_true(w.bytes == mha);
 }
 
+/* The KV-offload fork's CPU attention (runtime.cpu_kv_upcast, BLOOM's `key_layer.float()`,
+ * `value_layer.float()`) writes an fp32 copy of the K and V of every key each sequence sees when
+ * its cache is fp16 and its products read that copy: 4 + 4 bytes per element beyond the cache's
+ * own read. Only on the CPU, only for a cache that is not fp32; a repeat_kv copy is then fp32. */
+static void test_cpu_kv_upcast(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.has_runtime = 1;
+  p.runtime.cpu_kv_upcast = 1;
+  enum { B = 2, HD = 128 };
+  int32_t pos[B] = {1000, 2000}, slot[B] = {0, 1};
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.m = B, k.heads = 16, k.kv_heads = 16, k.head_dim = HD;
+  k.ints = pos, k.ints2 = slot, k.n_ints = B;
+  k.context_tokens = 1001 + 2001;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double plain = w.bytes;
+  ferry__runtime_work(&p, &k, 0, &w); /* on the GPU: nothing added */
+  assert_true(w.bytes == plain);
+  ferry__runtime_work(&p, &k, 1, &w);
+  /* 3002 keys x 16 heads x 2 (K, V) x 128 = 12296192 elements, x (4 written + 4 read) */
+  assert_true(w.bytes == plain + 98369536.0);
+  /* an fp32 cache (OPT's and Llama's in the fork) is read as it is */
+  k.aux[2].dtype = FERRY_DTYPE_F32;
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double f32 = w.bytes;
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == f32);
+  /* without the figure nothing is added */
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  p.runtime.cpu_kv_upcast = 0;
+  ferry__cpu_work_of(&k, NULL, &w);
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == plain);
+  /* grouped heads (32 query, 8 kv) with repeat_kv: the upcast 3002 x 8 x 2 x 128 x 8 = 49184768
+   * B, then the repeated copy of fp32 elements written and read: 2 x 4 x 3002 x 8 x 2 x 128 x 4
+   * = 196739072 B (twice the fp16 copy of test_attention_repeat_kv) */
+  p.runtime.cpu_kv_upcast = 1, p.runtime.attn_repeat_kv = 1;
+  k.heads = 32, k.kv_heads = 8;
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double gqa = w.bytes;
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == gqa + 49184768.0 + 196739072.0);
+}
+
 /* A framework that dequantizes and handles its int4 KV cache with separate PyTorch ops (FlexGen,
  * hw/flexgen.json): a dequantize moves dequant_pass_bytes per element beyond its packed read in
  * dequant_kernels kernels; a decode step expands its whole quantized cache first and attention
@@ -468,6 +518,7 @@ int main(void) {
       cmocka_unit_test(test_fused_gate_up_expert),
       cmocka_unit_test(test_mla_attention),
       cmocka_unit_test(test_attention_repeat_kv),
+      cmocka_unit_test(test_cpu_kv_upcast),
       cmocka_unit_test(test_unfused_framework),
       cmocka_unit_test(test_quantized_embed),
   };

@@ -271,14 +271,15 @@ static const struct bad_case {
      FERRY_ERR_FORMAT, "switched.json: interconnect.switched must be 0 or 1"},
 };
 
-/* Runtime presets: the catalogue's seven, applied to a GPU profile with their sources (and
+/* Runtime presets: the catalogue's eight, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
   static const char *const presets[] = {"eager",         "graph",        "native",
-                                        "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1", "flexgen"};
-  for (int i = 0; i < 7; i++) {
+                                        "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1", "flexgen",
+                                        "zero-inference-kv"};
+  for (int i = 0; i < 8; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
     const struct ferry_hw_profile *p = ferry_hw_get(rt);
@@ -315,6 +316,10 @@ static void test_runtime_presets(void **state) {
                                      "runtime.kv_quant_bytes", "runtime.kv_quant_kernels"};
     for (size_t f = 0; flexgen && f < sizeof fg / sizeof fg[0]; f++)
       if (!find_source(p, fg[f], 0)) fail_msg("flexgen: no source for %s", fg[f]);
+    /* the KV-offload fork is the one whose CPU attention converts an fp16 cache to fp32 first */
+    const int upcast = !strcmp(presets[i], "zero-inference-kv");
+    assert_int_equal(p->runtime.cpu_kv_upcast, upcast);
+    if (upcast && !find_source(p, "runtime.cpu_kv_upcast", 0)) fail_msg("zero-inference-kv: cpu_kv_upcast lacks a source");
     ferry_hw_close(rt);
   }
   ferry_hw *hw = NULL;

@@ -271,6 +271,13 @@ struct ferry_hw_runtime {
                                decode (FlexGen's TorchCompressedDevice.compress: 25.5 for int4);
                                0 = not given: fused into the cache write */
   int32_t kv_quant_kernels; /**< kernels that quantizer runs for K and for V each (FlexGen: 12) */
+  int32_t cpu_kv_upcast;  /**< 1: the runtime's attention on the CPU converts the cached K and V of
+                               every key it reads to an fp32 copy first when the cache holds another
+                               type (`.float()`), and its products read that copy: 4 bytes per
+                               element written and 4 read beyond the cache's own read (the
+                               KV-offload fork of HF transformers, tjruwase/transformers
+                               kvcache-offload-cpu, BloomAttention.forward); 0: the products read
+                               the cache in its own type */
 };
 
 /** A disk (the tier weights are streamed from). */
