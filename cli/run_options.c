@@ -94,6 +94,10 @@ static int check_kv_prefill(struct run_args *a, const char *value) {
   return expect_one_of(a, "kv-prefill", value, (const char *const[]){"device", "host", NULL});
 }
 
+static int check_kv_attention(struct run_args *a, const char *value) {
+  return expect_one_of(a, "kv-attention", value, (const char *const[]){"device", "cpu", NULL});
+}
+
 static int check_schedule(struct run_args *a, const char *value) {
   return expect_one_of(a, "schedule", value, (const char *const[]){"mixed", "prefill-first", NULL});
 }
@@ -460,6 +464,10 @@ static int refuse_ignored(const struct run_args *a) {
                                                  "reload-from", "control-socket", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
   /* (--runtime does: the plan charges the workspace at the precision the runtime holds it in) */
+  /* every token attends on the device, prompts included */
+  if (!strcmp(a->kv_attention, "device") && RUN_GIVEN(a, kv_prefill) && strcmp(a->kv_prefill, "device"))
+    return cli_usage_error(cmd, "--kv-attention device attends prompts on the device too; --kv-prefill %s contradicts it",
+                           a->kv_prefill);
   if (a->keep_cache && a->direct_io)
     return cli_usage_error(cmd, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
   if (a->keep_cache && a->drop_cache) return cli_usage_error(cmd, "give either --drop-cache or --keep-cache, not both");
@@ -542,6 +550,7 @@ static void apply(struct run_args *a) {
   ec->expert_granularity_layer = !strcmp(a->expert_granularity, "layer");
   ec->kv_home_host = !strcmp(a->kv_home, "host");
   ec->kv_prefill_device = !strcmp(a->kv_prefill, "device");
+  ec->kv_attention_device = !strcmp(a->kv_attention, "device");
   ec->prefill_first = !strcmp(a->schedule, "prefill-first");
   ec->kv_block_tokens = (int32_t)a->kv_block_tokens;
   ec->kv_preempt_swap = !strcmp(a->kv_preempt, "swap");

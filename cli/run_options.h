@@ -143,6 +143,12 @@
     "(FlexGen, ZeRO-Inference: prompts that\nstart this step attend on the device over a scratch cache of the "     \
     "step's\nK and V, max-batch x max-step-tokens rows in the device budget, then\ntheir K and V go to the host "    \
     "cache; decode tokens and later chunks of a\nprompt, needing the host cache, still attend on the CPU)", "")       \
+  X(kv_attention, "kv-attention", TEXT, "device|cpu", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_attention", "cpu", 0, 0,    \
+    check_kv_attention,                                                                                            \
+    "with --kv-home host, where attention runs: cpu (default, --kv-prefill\nsays where prompts do) or device "     \
+    "(FlexGen without --cpu: every token,\nover a scratch into which each layer's cached K and V rows of the "      \
+    "step's\nsequences are copied from the host cache, --gpu-batches x max-batch x\nmax-seq-tokens rows in the "    \
+    "device budget; the new rows go back to the\nhost cache)", "")                                                 \
   X(kv_block_tokens, "kv-block-tokens", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_block_tokens", 0, 1, 65536,     \
     NULL,                                                                                                          \
     "a paged KV cache: blocks of N tokens given to sequences as they grow;\nadmission by free blocks, the latest "  \

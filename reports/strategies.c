@@ -14,7 +14,7 @@
 /* Configuration keys that say how a run offloads (run options, docs/strategies.md); predictors
  * and quantization formats have sections of their own. */
 static const char *const strategy_keys[] = {"expert_cache",    "offload_compute", "kv_home",         "kv_prefill",
-                                            "kv_dtype",        "gpu_batches",     "expert_granularity", "kv_block_tokens",
+                                            "kv_attention",    "kv_dtype",        "gpu_batches",     "expert_granularity", "kv_block_tokens",
                                             "kv_preempt",      "schedule", NULL};
 
 /* Sums of a run's strategy metrics (NAN when its database predates them). */

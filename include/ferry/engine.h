@@ -287,6 +287,15 @@ struct ferry_engine_config {
                                       Tokens that need context already in the host cache (decode
                                       tokens, later chunks of a prompt) attend on the CPU as before,
                                       in the same step. FERRY_ERR_INVALID without kv_home_host */
+  int kv_attention_device;       /**< with kv_home_host: every token of a step (prompt and decode)
+                                      attends on the device (FlexGen without --cpu): per layer, the
+                                      cached K and V rows of the step's sequences are copied from the
+                                      host cache over the link into a device scratch (max_batch x
+                                      max_seq_tokens rows, K and V, one layer's worth per micro-batch,
+                                      counted in the device budget), the attention runs there, and the
+                                      new rows cross back to the host cache, appended there on the CPU,
+                                      which attends nothing. Includes what kv_prefill_device does.
+                                      FERRY_ERR_INVALID without kv_home_host */
   int prefill_first;             /**< 1: a step carries only prompt tokens while any admitted
                                       sequence still has prompt to prefill; decoding sequences wait
                                       (vLLM's scheduler without chunked prefill, FlexGen's block

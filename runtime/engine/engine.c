@@ -465,6 +465,11 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
                           "attention on the CPU", mc->name);
+  if (c->kv_attention_device && !c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-attention device attends on the device over rows copied up from a KV cache "
+                          "in host memory; it needs --kv-home host (with the cache on the device every step "
+                          "attends there)");
   if (c->kv_prefill_device && !c->kv_home_host)
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --kv-prefill device attends prompts on the device beside a KV cache in host "
@@ -939,7 +944,11 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           e->cfg.device_budget_bytes ? ferry__format_bytes(e->cfg.device_budget_bytes, b[1], 32) : "unlimited");
   ferry__mgpu_print(e, f);
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
-  if (e->kv_block)
+  if (e->cfg.kv_home_host) { /* the device holds at most a scratch of it */
+    char scratch[256];
+    fprintf(f, "    KV cache         %s (in host memory: --kv-home host%s)\n",
+            ferry__format_bytes(p->device_kv_bytes, b[0], 32), ferry__kv_prefill_shape(e, scratch, sizeof scratch));
+  } else if (e->kv_block)
     fprintf(f, "    %s %s (paged, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
             ferry__format_bytes(p->device_kv_bytes, b[0], 32), ferry_kv_format_name(e->kv_format),
             e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");

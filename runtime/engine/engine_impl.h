@@ -178,10 +178,13 @@ struct microbatch {
   int32_t n_tok, n_rows;
   uint64_t x;   /* its hidden state's offset in the workspace */
   int on_host;  /* that hidden state is in the CPU's workspace (hybrid runs) */
-  /* --kv-prefill device (kv_prefill.c): tokens [kvp_first, n_tok) attend on the device, each in
-   * the prefill scratch's slot kvp_slot[t]; n_tok when none (or off) */
+  /* --kv-prefill device, --kv-attention device (kv_prefill.c): tokens [kvp_first, n_tok) attend
+   * on the device, each in the scratch's slot kvp_slot[t]; n_tok when none (or off). Per slot:
+   * the sequence's KV slot and the rows its cache held before the step (copied up first);
+   * kvp_free: recorded when the micro-batch's attention over its scratch is done */
   int32_t kvp_first;
-  int32_t *kvp_slot;
+  int32_t *kvp_slot, *kvp_src, *kvp_cached;
+  ferry_event *kvp_free;
 };
 
 struct ferry_engine {
@@ -253,10 +256,11 @@ struct ferry_engine {
   float attn_scale;              /* softmax scale of attention */
   int32_t kv_capacity;
   uint64_t bounce_bytes;
-  /* --kv-prefill device: the scratch of one layer's K and V for a step's prompts, in kv_buf at
-   * kvp_k_off and kvp_v_off: kvp_slots sequences x kvp_rows rows each (kv_prefill.c) */
+  /* --kv-prefill device, --kv-attention device: the scratch of one layer's K and V, in kv_buf at
+   * kvp_k_off and kvp_v_off: kvp_slots sequences x kvp_rows rows each, kvp_copies of the pair
+   * (one per micro-batch with --kv-attention device) (kv_prefill.c) */
   uint64_t kvp_k_off, kvp_v_off, kvp_bytes;
-  int32_t kvp_rows, kvp_slots;
+  int32_t kvp_rows, kvp_slots, kvp_copies;
 
   /* slots */
   struct slot *block_slots, *expert_slots;
@@ -416,16 +420,21 @@ void ferry__features_compute(struct ferry_engine *e);
 /* token t's features, or NULL when not computed (off, or an executor without data) */
 const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
 
-/* kv_prefill.c: --kv-prefill device. Lay the scratch out in the device's KV buffer from offset
- * off (returns the offset after it; nothing when off); its shape for messages ("" when none);
- * the per-micro-batch slot arrays; which tokens of micro-batch m attend on the device this step;
- * an attention kernel over tokens [first, ...) pointed at the scratch. */
+/* kv_prefill.c: --kv-prefill device, --kv-attention device. Lay the scratch out in the device's
+ * KV buffer from offset off (returns the offset after it; nothing when off); its shape for
+ * messages ("" when none); the per-micro-batch slot arrays; which tokens of micro-batch m attend
+ * on the device this step; an attention kernel of layer l over tokens [first, ...) pointed at
+ * the scratch; before it, the copy of the current micro-batch's cached rows of layer l up into
+ * the scratch (--kv-attention device; the compute queue waits for it), and after it, the
+ * scratch's release. */
 uint64_t ferry__kv_prefill_layout(struct ferry_engine *e, uint64_t off);
 const char *ferry__kv_prefill_shape(const struct ferry_engine *e, char *buf, size_t len);
 ferry_status ferry__kv_prefill_alloc(struct ferry_engine *e);
 void ferry__kv_prefill_free(struct ferry_engine *e);
 void ferry__kv_prefill_split(struct ferry_engine *e, int32_t m);
-void ferry__kv_prefill_scratch(struct ferry_engine *e, struct ferry_kernel *k, int64_t first);
+void ferry__kv_prefill_scratch(struct ferry_engine *e, struct ferry_kernel *k, int64_t first, int32_t l);
+ferry_status ferry__kv_scratch_load(struct ferry_engine *e, int32_t l);
+ferry_status ferry__kv_scratch_used(struct ferry_engine *e);
 
 /* kv_pages.c: the paged KV cache's blocks */
 ferry_status ferry__kv_pages_alloc(struct ferry_engine *e);

@@ -331,12 +331,16 @@ static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_ki
  * streamed layer of a hybrid run computed on the device this step): q, k and v go down, the
  * CPU attends, the result comes back. With --kv-prefill device the step's tokens [dev, T) that
  * start their sequences attend on the device over the prefill scratch meanwhile (their k and v
- * still go down, appended to the host cache on the CPU), and only [0, dev) attend on the CPU. */
+ * still go down, appended to the host cache on the CPU), and only [0, dev) attend on the CPU.
+ * With --kv-attention device every token does (dev is 0), over the scratch into which their
+ * sequences' cached rows were copied up: only k and v go down, nothing comes back, and the
+ * device waits only for that copy down (before the next layer overwrites k and v). */
 static ferry_status attend(struct ferry_engine *e, int32_t l) {
   const int64_t T = e->n_tok, qd = e->mc->n_heads / tp_of(e) * e->mc->head_dim,
                 kvd = e->mc->n_kv_heads / tp_of(e) * e->mc->head_dim;
   const int remote = e->kv[l].host && !e->layer_on_cpu;
   const int64_t dev = remote ? e->mbs[e->cur_mb].kvp_first : T;
+  const int all = remote && e->cfg.kv_attention_device && dev == 0;
   struct ferry_kernel k;
   ferry_status st;
   if (remote) {
@@ -344,10 +348,13 @@ static ferry_status attend(struct ferry_engine *e, int32_t l) {
     const uint64_t bytes[3] = {(uint64_t)(dev * qd) * 4, (uint64_t)(T * kvd) * 4, (uint64_t)(T * kvd) * 4};
     if ((st = ferry__cross_down(e, off, bytes, 3))) return st;
     if (dev < T) {
+      if ((st = ferry__kv_scratch_load(e, l))) return st;
       attention_op(e, l, FERRY_K_ATTENTION, dev, T, &k);
-      ferry__kv_prefill_scratch(e, &k, dev);
+      ferry__kv_prefill_scratch(e, &k, dev, l);
       TRY(ferry_exec_compute(e->ex, e->cq, &k));
+      if ((st = ferry__kv_scratch_used(e))) return st;
     }
+    if (all) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, e->ev_down));
     ferry__side_cpu(e);
   }
   if (dev > 0) {
@@ -358,7 +365,12 @@ static ferry_status attend(struct ferry_engine *e, int32_t l) {
     attention_op(e, l, FERRY_K_KV_APPEND, dev, T, &k);
     TRY(ferry_exec_compute(e->ex, e->cq, &k));
   }
-  if (remote) {
+  if (all) {
+    /* the host workspace's k and v are read: the next copy down may overwrite them */
+    ferry__side_device(e);
+    TRY(ferry_exec_record(e->ex, e->q_cpu, e->ev_cpu));
+    TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_cpu));
+  } else if (remote) {
     ferry__side_device(e);
     const uint64_t off = e->ws.attn, bytes = (uint64_t)(dev * qd) * 4;
     if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
