@@ -164,8 +164,10 @@ ferry_status ferry__kv_scratch_load(struct ferry_engine *e, int32_t l) {
   if (!e->cfg.kv_attention_device) return FERRY_OK;
   struct microbatch *b = &e->mbs[e->cur_mb];
   const int32_t rows = scratch_rows(e, l), paged = e->kv_block && !e->kv[l].ring;
-  int32_t slots = 0;
+  int32_t slots = 0, cached = 0;
   for (int32_t t = b->kvp_first; t < b->n_tok; t++) slots = b->kvp_slot[t] + 1 > slots ? b->kvp_slot[t] + 1 : slots;
+  for (int32_t s = 0; s < slots; s++) cached |= b->kvp_cached[s];
+  if (!cached) return FERRY_OK; /* only new sequences (a prefill step): nothing to copy or wait for */
   /* the scratch is free once this micro-batch's previous layer attended over it, and the host
    * cache's rows are there once the CPU appended them (its queue so far) */
   TRY(ferry_exec_queue_wait(e->ex, e->q_up, b->kvp_free));
