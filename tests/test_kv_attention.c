@@ -1,9 +1,9 @@
 /* --kv-attention device: with the KV cache in host memory every token attends on the device, over
  * a scratch into which its sequence's cached rows of the layer were copied up from the host cache
  * (FlexGen without --cpu). On the host executor the logits are those of the cache on the device
- * and of the CPU attending everything, to the bit, for a GQA model and BLOOM's ALiBi, streamed
- * layers with prefetch 0-2, micro-batches, a paged cache, and steps that mix decode tokens with
- * new prompts. In the simulator every attention is on the device's queue, host-to-device bytes
+ * and of the CPU attending everything, to the bit, for a GQA model, BLOOM's ALiBi and Gemma 2's
+ * sliding window (ring caches), streamed layers with prefetch 0-2, micro-batches, a paged cache,
+ * and steps that mix decode tokens with new prompts. In the simulator every attention is on the device's queue, host-to-device bytes
  * are exactly the cached rows of the step's sequences, device-to-host the new rows; the scratch
  * is device memory inside the budget and the plan names it. */
 #include <stdio.h>
@@ -20,7 +20,7 @@
 #include "ferry/store.h"
 #include "testutil.h"
 
-static char *dir, *dense_dir, *bloom_dir;
+static char *dir, *dense_dir, *bloom_dir, *gemma2_dir;
 
 static int setup(void **state) {
   (void)state;
@@ -30,6 +30,9 @@ static int setup(void **state) {
   char *bloom = tu_data_path("configs/tiny/bloom");
   bloom_dir = tu_gen_model(dir, bloom, "bloom", &go);
   free(bloom);
+  char *gemma2 = tu_data_path("configs/tiny/gemma2"); /* a window of 4: its layers' caches are rings */
+  gemma2_dir = tu_gen_model(dir, gemma2, "gemma2", &go);
+  free(gemma2);
   return 0;
 }
 
@@ -39,6 +42,7 @@ static int teardown(void **state) {
   free(dir);
   free(dense_dir);
   free(bloom_dir);
+  free(gemma2_dir);
   return 0;
 }
 
@@ -48,6 +52,7 @@ static const struct ferry_engine_request requests[] = {
     {.id = 0, .prompt_tokens = 5, .output_tokens = 6},  {.id = 1, .prompt_tokens = 7, .output_tokens = 5},
     {.id = 2, .prompt_tokens = 13, .output_tokens = 4}, {.id = 3, .prompt_tokens = 3, .output_tokens = 7},
     {.id = 4, .prompt_tokens = 9, .output_tokens = 3},  {.id = 5, .prompt_tokens = 4, .output_tokens = 5},
+    {.id = 6, .prompt_tokens = 14, .output_tokens = 10}, /* to position 23: past Gemma 2's 20-row rings */
 };
 #define N_REQ ((int64_t)(sizeof requests / sizeof requests[0]))
 
@@ -92,14 +97,15 @@ static void expect_same(const struct tu_logit_log *a, const struct tu_logit_log 
 }
 
 /* The cache on the device, in host memory with the CPU attending, and in host memory with the
- * device attending: the same logits to the bit (the same fp32 kernels over the same rows), with
+ * device attending: the same logits to the bit (the same fp32 kernels over the same rows, a
+ * windowed layer's ring copied up as it is), with
  * resident and streamed layers (prefetch 0, 1, 2), one batch or two micro-batches, a contiguous
  * or a paged cache. Only k and v cross (no q, no attention output), so fewer activation bytes
  * than with the CPU attending. */
 static void test_same_logits(void **state) {
   (void)state;
-  const char *dirs[2] = {dense_dir, bloom_dir};
-  for (int d = 0; d < 2; d++)
+  const char *dirs[3] = {dense_dir, bloom_dir, gemma2_dir};
+  for (int d = 0; d < 3; d++)
     for (int v = 0; v < 5; v++) {
       struct ferry_engine_config c = {.max_batch = 3, .max_step_tokens = 16, .max_seq_tokens = 24, .seed = 9,
                                       .greedy = 1, .block_layers = 1};
