@@ -3,9 +3,10 @@
  * (FlexGen without --cpu). On the host executor the logits are those of the cache on the device
  * and of the CPU attending everything, to the bit, for a GQA model, BLOOM's ALiBi and Gemma 2's
  * sliding window (ring caches), streamed layers with prefetch 0-2, micro-batches, a paged cache,
- * and steps that mix decode tokens with new prompts. In the simulator every attention is on the device's queue, host-to-device bytes
- * are exactly the cached rows of the step's sequences, device-to-host the new rows; the scratch
- * is device memory inside the budget and the plan names it. */
+ * and steps that mix decode tokens with new prompts. In the simulator every attention is on the
+ * device's queue, host-to-device bytes are exactly the cached rows of the step's sequences,
+ * device-to-host the new rows; the scratch is device memory inside the budget and the plan names
+ * it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
