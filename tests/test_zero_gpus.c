@@ -182,19 +182,23 @@ struct sim_run {
   struct log log;
 };
 
-static void sim_run(struct sim_run *r, ferry_hw *hw, struct ferry_engine_config c) {
+static void sim_run_mode(struct sim_run *r, ferry_hw *hw, struct ferry_engine_config c, int mode) {
   memset(r, 0, sizeof *r);
   assert_int_equal(ferry_model_open(&r->model, "tiny-dense"), FERRY_OK);
   uint64_t dev = 0, host = 0;
   assert_int_equal(ferry_engine_min_budgets(r->model, NULL, &c, &dev, &host), FERRY_OK);
   c.device_budget_bytes = dev;
-  struct ferry_exec_config xc = {.device_budget_bytes = dev, .lock_host_memory = 1};
+  struct ferry_exec_config xc = {.device_budget_bytes = dev, .lock_host_memory = 1, .sim_mode = mode};
   assert_int_equal(ferry_exec_create_sim(&r->ex, hw, &xc), FERRY_OK);
   ferry_exec_set_sink(r->ex, sink, &r->log);
   if (ferry_engine_create(&r->eng, r->model, NULL, r->ex, &c) != FERRY_OK)
     fail_msg("engine_create: %s", ferry_last_error());
   struct ferry_run_options ro = {.time_scale = 1.0};
   if (ferry_engine_run(r->eng, requests, N_REQ, &ro) != FERRY_OK) fail_msg("engine_run: %s", ferry_last_error());
+}
+
+static void sim_run(struct sim_run *r, ferry_hw *hw, struct ferry_engine_config c) {
+  sim_run_mode(r, hw, c, FERRY_SIM_EXACT);
 }
 
 static void sim_free(struct sim_run *r) {
@@ -277,6 +281,17 @@ static void check_rank(int disk) {
     assert_true(first->start_ns >= g->end_ns);
   }
   assert_int_equal(gathers, n3 * LAYERS);
+  /* the fast mode (op graphs replayed) times the all-gather as the exact one does */
+  struct sim_run fast;
+  sim_run_mode(&fast, hw, c, FERRY_SIM_FAST);
+  int64_t nf;
+  const struct ferry_step_metrics *sf = ferry_engine_step_metrics(fast.eng, &nf);
+  assert_int_equal(nf, n3);
+  for (int64_t i = 0; i < nf; i++) {
+    assert_int_equal(sf[i].end_ns, s3[i].end_ns);
+    assert_int_equal(sf[i].bytes_peers, s3[i].bytes_peers);
+  }
+  sim_free(&fast);
   sim_free(&plain);
   sim_free(&one);
   sim_free(&z);
