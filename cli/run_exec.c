@@ -244,8 +244,17 @@ ferry_status run_open_executor(struct run_ctx *c, int first, ferry_exec **out) {
   const int gpus = hw ? ferry_hw_gpu_count(ferry_hw_get(hw)) : 1;
   if (st == FERRY_OK && hw && ferry_hw_get(hw)->has_interconnect && a->ec.n_devices > gpus)
     st = ferry__fail(FERRY_ERR_INVALID, "--gpus %d: %s holds %d GPUs", a->ec.n_devices, ferry_hw_get(hw)->name, gpus);
+  /* ZeRO-3's ranks gather each block over the machine's GPU-to-GPU fabric */
+  if (st == FERRY_OK && hw && a->ec.zero_gpus > 1 && !ferry_hw_get(hw)->has_interconnect)
+    st = ferry__fail(FERRY_ERR_INVALID,
+                     "--zero-gpus %d: hardware profile %s has no interconnect section (the GPUs the ranks' all-gather "
+                     "joins, and its rate; hw/README.md)",
+                     a->ec.zero_gpus, ferry_hw_get(hw)->name);
+  if (st == FERRY_OK && hw && a->ec.zero_gpus > gpus)
+    st = ferry__fail(FERRY_ERR_INVALID, "--zero-gpus %d: %s holds %d GPUs (interconnect.gpus)", a->ec.zero_gpus,
+                     ferry_hw_get(hw)->name, gpus);
   /* a multi-GPU machine's profile: the engine drives one GPU of it (one replica) */
-  if (st == FERRY_OK && hw && a->progress && gpus > 1 && a->ec.n_devices < 2)
+  if (st == FERRY_OK && hw && a->progress && gpus > 1 && a->ec.n_devices < 2 && a->ec.zero_gpus < 2)
     fprintf(stderr, "ferry: %s holds %d GPUs; the engine drives one of them (--gpus N --parallel tp|pp splits the "
                     "model over several)\n",
             ferry_hw_get(hw)->name, ferry_hw_gpu_count(ferry_hw_get(hw)));
@@ -271,6 +280,11 @@ static void print_sim_stats(ferry_exec *ex, int64_t wall0, int asked_exact) {
     fprintf(stderr, "ferry: between GPUs: %llu all-reduces in %.3f ms; %s copied GPU to GPU in %.3f ms\n",
             (unsigned long long)ss.allreduces, (double)ss.allreduce_ns / 1e6,
             ferry__format_bytes(ss.bytes_peer, moved, sizeof moved), (double)ss.peer_busy_ns / 1e6);
+  }
+  if (ss.bytes_gather) {
+    char moved[32];
+    fprintf(stderr, "ferry: ZeRO-3 all-gather: %s of streamed blocks from the peers in %.3f ms (interconnect)\n",
+            ferry__format_bytes(ss.bytes_gather, moved, sizeof moved), (double)ss.gather_busy_ns / 1e6);
   }
   if (ss.cache_hits + ss.cache_misses) {
     char hit[32];

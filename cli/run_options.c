@@ -522,6 +522,9 @@ static int refuse_parallel(const struct run_args *a) {
     return cli_usage_error(a->cmd, "--replicas %lld: the %s executor drives one device, which replicas would share "
                                    "(the host executor runs them, each in its own arena; ferry sim prices them)",
                            (long long)a->replicas, a->executor);
+  if (a->zero_gpus > 1 && a->gpus > 1)
+    return cli_usage_error(a->cmd, "--zero-gpus %lld: the run is one rank on one device; not with --gpus %lld",
+                           (long long)a->zero_gpus, (long long)a->gpus);
   if (RUN_GIVEN(a, router) && a->replicas < 2)
     return cli_usage_error(a->cmd, "--router %s routes requests over --replicas R (R > 1)", a->router);
   if (RUN_GIVEN(a, expert_placement) && strcmp(a->parallel, "ep"))
@@ -558,6 +561,7 @@ static void apply(struct run_args *a) {
   ec->kv_swap_bytes = a->kv_swap;
   ec->gpu_batches = (int32_t)a->gpu_batches;
   ec->n_devices = (int32_t)a->gpus;
+  ec->zero_gpus = (int32_t)a->zero_gpus;
   ec->expert_placement_hash = !strcmp(a->expert_placement, "hash");
   ec->parallel = !strcmp(a->parallel, "tp")   ? FERRY_PARALLEL_TP
                  : !strcmp(a->parallel, "pp") ? FERRY_PARALLEL_PP

@@ -124,6 +124,11 @@
     "data parallel: R copies of the engine (each with --gpus devices, its own\nexecutor and the budgets) serve the " \
     "trace; --router picks one per arriving\nrequest (ferry run: each replica served by its own thread in real "    \
     "time)", "")                                                                                                      \
+  X(zero_gpus, "zero-gpus", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "zero_gpus", 1, 1, 64, NULL,                \
+    "ZeRO-3's partitioned layer fetch (ZeRO-Inference on N GPUs): the run is\none of N data-parallel ranks, each "  \
+    "with its own batch and link; each\nrank fetches 1/N of every streamed block, the rest arrives from its peers\n" \
+    "over the profile's interconnect (sim: needs an interconnect section of\nat least N GPUs; host, cuda: the "      \
+    "data copied from host memory)", "")                                                                              \
   X(router, "router", TEXT, "NAME", BOTH_M, SEC_POLICY, CFG_GIVEN, "router", "round-robin", 0, 0, check_router,     \
     "with --replicas: round-robin (default), least-requests (fewest\noutstanding) or least-tokens (fewest tokens "  \
     "left to prefill and generate)", "")                                                                             \

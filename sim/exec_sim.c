@@ -536,7 +536,7 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
       switch (op->u.copy.copy_kind) {
         case FERRY_COPY_HTOD: c->chan = CHAN_H2D; break;
         case FERRY_COPY_DTOH: c->chan = CHAN_D2H; break;
-        case FERRY_COPY_PTOP: c->chan = CHAN_PEER; break;
+        case FERRY_COPY_PTOP: c->chan = op->u.copy.peers ? CHAN_GATHER : CHAN_PEER; break;
         case FERRY_COPY_DTOD:
           c->chan = CHAN_DMEM;
           c->flow_bytes = 2 * op->u.copy.bytes;
@@ -879,6 +879,11 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
   int via_host;
   ferry__ic_rate(p, &peer, &peer_ns, &via_host);
   if ((st = ferry__link_create(&s->chan[CHAN_PEER], s->des, "peer", peer, peer_ns, 1))) return st;
+  /* the peers' parts of a gathered weight: a runtime that splits the gathered buffer into its
+   * parameters (runtime.split_copy) copies every byte of it once more within device memory, the
+   * peers' bytes as the rank's own (whose copy the link's rate above counts) */
+  const double gather = s->rt.split_copy && p->gpu.mem_bw_gbps > 0 ? 1.0 / (1.0 / peer + 2.0 / (p->gpu.mem_bw_gbps * 1e9)) : peer;
+  if ((st = ferry__link_create(&s->chan[CHAN_GATHER], s->des, "all-gather", gather, peer_ns, 1))) return st;
   if (via_host && s->ex->config.n_devices > 1)
     FERRY_WARN("hardware profile %s has no interconnect section: GPU-to-GPU traffic of this %d-device run is priced "
                "through the host link (%.1f GB/s down then up)", p->name, s->ex->config.n_devices, peer / 1e9);
@@ -999,6 +1004,9 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
   ferry__fluid_get_stats(s->chan[CHAN_PEER], &fs);
   out->bytes_peer = fs.bytes_done;
   out->peer_busy_ns = fs.busy_ns;
+  ferry__fluid_get_stats(s->chan[CHAN_GATHER], &fs);
+  out->bytes_gather = fs.bytes_done;
+  out->gather_busy_ns = fs.busy_ns;
   out->allreduces = s->allreduces;
   out->allreduce_ns = s->allreduce_ns;
   for (int32_t i = 0; i < ex->n_queues; i++) {

@@ -104,7 +104,7 @@ static void test_catalogue_loads(void **state) {
   }
   assert_int_equal(gpus, 28); /* rtx-4090d-1s: the one-socket view of rtx-4090d; rtx-3090-ti-wsl: rtx-3090-ti
                                  under WSL2 */
-  assert_int_equal(machines, 2); /* 8xh100-sxm, 4xl40s */
+  assert_int_equal(machines, 3); /* 8xh100-sxm, 4xl40s, v100-32gb-sxm3 (a DGX-2's 16 GPUs) */
   assert_true(priced >= 20);
   ferry_hw_list_free(names, n);
   ferry_hw_list_free(NULL, 0);

@@ -315,6 +315,19 @@ struct ferry_engine_config {
                                       memory pressure or budget schedule. Other cases are
                                       FERRY_ERR_UNSUPPORTED with the reason */
   enum ferry_parallel parallel;  /**< how (FERRY_PARALLEL_TP, _PP or _EP when n_devices > 1) */
+  int32_t zero_gpus;             /**< ZeRO-3's partitioned layer fetch (ZeRO-Inference on N GPUs): the
+                                      run is one of N symmetric data-parallel ranks (0 or 1: none;
+                                      negative: FERRY_ERR_INVALID), each serving its own batch on one device. Every streamed
+                                      block's fetch copies ceil(len / N) bytes of each of its tensors
+                                      over this rank's own link (from host memory, or disk through
+                                      host memory), then the rest arrives from the peers
+                                      (ferry_exec_copy_peers(): priced on the interconnect by the
+                                      simulator, copied from the same source by host and cuda, so the
+                                      data are exact), before the block's compute. A block read from
+                                      disk is read whole: the N ranks reading 1/N each share the disk,
+                                      which takes as long. The block slot holds the whole block (the
+                                      layer is gathered). One device (not with n_devices > 1); MoE
+                                      models only with experts moving with their layer */
   int expert_placement_hash;     /**< expert parallel: each layer's experts go to the devices in the
                                       order of a hash of (layer, expert), E / N a device, instead of
                                       contiguous ranges (so experts popular by their number spread) */
@@ -395,6 +408,8 @@ struct ferry_step_metrics {
   uint64_t bytes_experts; /**< host-to-device bytes of routed experts (demand misses and prefetches) */
   int32_t evictions;     /**< experts evicted from the expert cache */
   int64_t kv_blocks;     /**< KV-cache blocks in use at the end of the step (paged cache; 0 otherwise) */
+  uint64_t bytes_peers;  /**< bytes of streamed blocks that came from the data-parallel peers
+                              (ferry_engine_config::zero_gpus; not in bytes_h2d or bytes_blocks) */
 };
 
 /** Expert-cache activity of one layer over a run (ferry_engine_layer_metrics()). */

@@ -476,6 +476,19 @@ FERRY_API ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct fer
 FERRY_API ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
                              uint64_t bytes);
 
+/**
+ * @brief Enqueue a copy into a device buffer of bytes that stand for what the other ranks of a
+ *        data-parallel group send over the interconnect: their partitions of a weight ZeRO-3
+ *        all-gathers (ferry_engine_config::zero_gpus). The executor drives one rank, so the
+ *        bytes come from @p src (host or device memory holding the same data): host and cuda copy
+ *        them as ferry_exec_copy() does, so the result is exact; the simulator prices the copy on
+ *        the profile's interconnect (interconnect.gpu_gbps, latency_ns) instead of the link. Its
+ *        activity is named "all-gather", of kind FERRY_COPY_PTOP.
+ * @return FERRY_OK; FERRY_ERR_INVALID when @p dst is not in the device tier, or as ferry_exec_copy().
+ */
+FERRY_API ferry_status ferry_exec_copy_peers(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
+                                             uint64_t bytes);
+
 /** @brief Enqueue a kernel. The struct is copied; its immediate arrays are borrowed. */
 FERRY_API ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferry_kernel *kernel);
 

@@ -68,6 +68,9 @@ struct ferry_sim_stats {
   int64_t allreduce_ns;   /**< their time, priced from the profile's interconnect */
   uint64_t bytes_peer;    /**< bytes copied GPU to GPU (pipeline hand-offs) */
   int64_t peer_busy_ns;   /**< time the GPU-to-GPU channel had bytes flowing */
+  uint64_t bytes_gather;  /**< bytes the data-parallel peers sent of gathered weights
+                               (ferry_exec_copy_peers(): ZeRO-3's all-gather) */
+  int64_t gather_busy_ns; /**< time the all-gather channel (the interconnect) had bytes flowing */
 };
 
 /**

@@ -481,6 +481,19 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --stream-embeddings streams to one device; with --gpus %d every weight stays resident",
                           c->n_devices);
+  if (c->zero_gpus < 0)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --zero-gpus %d: the data-parallel ranks are at least 1",
+                          c->zero_gpus);
+  if (c->zero_gpus > 1 && c->n_devices > 1)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --zero-gpus %d is one rank on one device of a data-parallel group; not with --gpus %d",
+                          c->zero_gpus, c->n_devices);
+  /* the ranks route their own tokens: an expert one rank fetches the others need not gather */
+  if (c->zero_gpus > 1 && mc->n_experts && !c->expert_granularity_layer)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --zero-gpus %d partitions streamed layer blocks; %s's experts stream on their own "
+                          "(move them with their layer: --expert-granularity layer)",
+                          c->zero_gpus, mc->name);
   if (c->stream_embeddings && c->compute_layers != FERRY_COMPUTE_GPU)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --stream-embeddings fetches the embeddings and head to the device; not with "

@@ -306,6 +306,7 @@ struct ferry_engine {
   int step_layers_cpu;      /* compute_layers auto: this step computes streamed blocks on the CPU */
   uint64_t step_bytes_act;  /* activations moved between the sides this step */
   uint64_t step_bytes_blocks, step_bytes_experts; /* weights moved this step, by class */
+  uint64_t step_bytes_peers; /* block bytes the data-parallel peers sent this step (zero_gpus) */
   int32_t step_evictions;
   struct ferry_layer_metrics *layer_stats; /* per layer, over the run */
   int32_t step_cpu_experts; /* routed experts computed on the CPU this step */

@@ -96,6 +96,43 @@ int64_t ferry__engine_fill_key(const struct slot *sl, const struct fill *f) {
   return 3 * (sl->used != 0) + (f->sg ? 1 + (f->sg->used != 0) : 0);
 }
 
+/* The bytes of a range of unit un that cross this rank's own link: all of them, or under
+ * ZeRO-3's partitioned fetch (zero_gpus N > 1) this rank's partition of each contiguous range of
+ * a streamed block, ceil(len / N) (DeepSpeed pads every parameter to a multiple of N and gives
+ * each rank one part; the all-gather waits for the largest). */
+static uint64_t own_bytes(const struct ferry_engine *e, const struct unit *un, uint64_t len) {
+  const uint64_t n = e->cfg.zero_gpus > 1 ? (uint64_t)e->cfg.zero_gpus : 1;
+  return un->kind == UNIT_EXPERT ? len : (len + n - 1) / n;
+}
+
+/* Copy each range of unit u to the device from where the fill has it (host memory, or the
+ * staging slot it was read into): this rank's partition over the link, then, once all of it is
+ * there, the peers' parts over the interconnect (the all-gather; the same bytes from the same
+ * place, ferry_exec_copy_peers()). */
+static ferry_status copy_ranges(struct ferry_engine *e, const struct unit *un, const struct fill *f, ferry_buf *dev,
+                                uint64_t dev_off) {
+  const int direct = f->sg && (e->cfg.read_flags & FERRY_READ_DIRECT) != 0;
+  ferry_buf *src = f->sg ? e->staging_buf : e->host_units_buf;
+  ferry_status st = FERRY_OK;
+  for (int peers = 0; peers < 2 && st == FERRY_OK; peers++) {
+    uint64_t pos = 0;
+    for (int32_t r = 0; r < un->n_ranges && st == FERRY_OK; r++) {
+      const struct unit_range *rg = &un->ranges[r];
+      const uint64_t off = f->sg ? f->base + pos + (direct ? rg->file_offset % FERRY_DIRECT_ALIGN : 0)
+                                 : un->host_offset + rg->unit_offset;
+      const uint64_t own = own_bytes(e, un, rg->len);
+      if (!peers)
+        st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset), ref(src, off), own);
+      else if (own < rg->len)
+        st = ferry_exec_copy_peers(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset + own), ref(src, off + own),
+                                   rg->len - own);
+      pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
+      pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
+    }
+  }
+  return st;
+}
+
 /* Only ops: a memoised fill skips this, and ferry__engine_fill_done() updates the state on
  * both paths. Marked as an NVTX-style range of the host issuing it. */
 ferry_status ferry__engine_fill_ops(struct ferry_engine *e, struct slot *sl, const struct fill *f, ferry_buf *dev,
@@ -108,12 +145,7 @@ ferry_status ferry__engine_fill_ops(struct ferry_engine *e, struct slot *sl, con
   ferry_status st = FERRY_OK;
   if (sl->used && (st = ferry_exec_queue_wait(e->ex, e->q_h2d, sl->free))) goto out;
   if (!sg) {
-    for (int32_t r = 0; r < un->n_ranges && st == FERRY_OK; r++) {
-      const struct unit_range *rg = &un->ranges[r];
-      st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset),
-                           ref(e->host_units_buf, un->host_offset + rg->unit_offset), rg->len);
-    }
-    if (st) goto out;
+    if ((st = copy_ranges(e, un, f, dev, dev_off))) goto out;
   } else {
     const int direct = (e->cfg.read_flags & FERRY_READ_DIRECT) != 0;
     if (sg->used && (st = ferry_exec_queue_wait(e->ex, e->q_disk, sg->free))) goto out;
@@ -128,17 +160,9 @@ ferry_status ferry__engine_fill_ops(struct ferry_engine *e, struct slot *sl, con
     }
     if ((st = ferry_exec_record(e->ex, e->q_disk, e->ev_read)) || (st = ferry_exec_queue_wait(e->ex, e->q_h2d, e->ev_read)))
       goto out;
-    pos = 0;
-    for (int32_t r = 0; r < un->n_ranges; r++) {
-      const struct unit_range *rg = &un->ranges[r];
-      uint64_t shift = direct ? rg->file_offset % FERRY_DIRECT_ALIGN : 0;
-      st = ferry_exec_copy(e->ex, e->q_h2d, ref(dev, dev_off + rg->unit_offset),
-                           ref(e->staging_buf, f->base + pos + shift), rg->len);
-      if (st) goto out;
-      pos += (direct ? ferry_store_direct_span(rg->file_offset, rg->len) : rg->len);
-      pos = (pos + FERRY_DIRECT_ALIGN - 1) / FERRY_DIRECT_ALIGN * FERRY_DIRECT_ALIGN;
-    }
-    if ((st = ferry_exec_record(e->ex, e->q_h2d, sg->free))) goto out;
+    if ((st = copy_ranges(e, un, f, dev, dev_off)) ||
+        (st = ferry_exec_record(e->ex, e->q_h2d, sg->free)))
+      goto out;
   }
   st = ferry_exec_record(e->ex, e->q_h2d, sl->ready);
 out:
@@ -149,9 +173,11 @@ out:
 void ferry__engine_fill_done(struct ferry_engine *e, struct slot *sl, const struct fill *f, int32_t u) {
   const struct unit *un = &e->units[u];
   for (int32_t r = 0; r < un->n_ranges; r++) {
-    e->step_bytes_h2d += un->ranges[r].len;
-    count_fill(e, un, un->ranges[r].len);
-    if (f->sg) e->step_bytes_disk += un->ranges[r].len;
+    const uint64_t len = un->ranges[r].len, own = own_bytes(e, un, len);
+    e->step_bytes_h2d += own;
+    e->step_bytes_peers += len - own;
+    count_fill(e, un, own);
+    if (f->sg) e->step_bytes_disk += len;
   }
   if (f->sg) f->sg->used = 1;
   if (sl->unit >= 0) e->unit_slot[sl->unit] = -1;

@@ -301,8 +301,8 @@ static enum ferry_copy_kind copy_kind(const ferry_buf *dst, const ferry_buf *src
   return FERRY_COPY_HTOH;
 }
 
-ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
-                             uint64_t bytes) {
+static ferry_status copy_op(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src, uint64_t bytes,
+                            int peers) {
   if (!valid_queue(ex, queue)) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "copy: bad queue %d", queue);
   ferry_status st = check_ref(ex, "copy destination", dst, bytes);
   if (st == FERRY_OK) st = check_ref(ex, "copy source", src, bytes);
@@ -312,8 +312,22 @@ ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst
   op.u.copy.dst = dst;
   op.u.copy.src = src;
   op.u.copy.bytes = bytes;
-  op.u.copy.copy_kind = copy_kind(dst.buf, src.buf);
+  op.u.copy.copy_kind = peers ? FERRY_COPY_PTOP : copy_kind(dst.buf, src.buf);
+  op.u.copy.peers = peers;
   return submit(ex, queue, &op);
+}
+
+ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
+                             uint64_t bytes) {
+  return copy_op(ex, queue, dst, src, bytes, 0);
+}
+
+ferry_status ferry_exec_copy_peers(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
+                                   uint64_t bytes) {
+  if (dst.buf && dst.buf->tier != FERRY_TIER_DEVICE)
+    return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "copy from peers: destination '%s' is not in the device tier",
+                          dst.buf->label);
+  return copy_op(ex, queue, dst, src, bytes, 1);
 }
 
 /* A kernel on a CPU queue reads and writes host memory only: a device-tier operand would be a
@@ -483,7 +497,10 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
       break;
     case FERRY_OP_COPY:
       a.kind = FERRY_ACT_MEMCPY;
-      a.name = op->u.copy.copy_kind == FERRY_COPY_HTOD ? "h2d" : op->u.copy.copy_kind == FERRY_COPY_DTOH ? "d2h" : "copy";
+      a.name = op->u.copy.peers                           ? "all-gather"
+               : op->u.copy.copy_kind == FERRY_COPY_HTOD ? "h2d"
+               : op->u.copy.copy_kind == FERRY_COPY_DTOH ? "d2h"
+                                                         : "copy";
       a.bytes = op->u.copy.bytes;
       a.copy_kind = op->u.copy.copy_kind;
       a.step = op->step;

@@ -35,6 +35,7 @@ struct ferry_op {
       struct ferry_ref dst, src;
       uint64_t bytes;
       enum ferry_copy_kind copy_kind;
+      int peers; /* ferry_exec_copy_peers(): the bytes stand for the data-parallel peers' part */
     } copy;
     struct ferry_kernel kernel;
     struct {
