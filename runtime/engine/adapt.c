@@ -212,6 +212,7 @@ static ferry_status rebuild(struct ferry_engine *e, ferry_store *store, struct f
     e->ws_buf = NULL;
     if ((st = ferry__engine_alloc_ws(e, 0, &e->ws_buf)) != FERRY_OK) return st;
   }
+  if ((st = ferry__hybrid_alloc_ws(e)) != FERRY_OK) return st; /* the CPU's part of it */
   if ((st = ferry__engine_build_units(e)) != FERRY_OK) return st;
   if ((st = ferry__memo_init(e)) != FERRY_OK) return st;
   if (!keep_pinned && (st = ferry__engine_alloc_pinned(e)) != FERRY_OK) return st;

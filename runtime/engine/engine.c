@@ -88,53 +88,69 @@ static void layout_workspace(struct ferry_engine *e) {
   const int dense_layers = e->n_moe_layers < mc->n_layers;
   const uint64_t ei = (uint64_t)mc->expert_intermediate * (mc->expert_layout != FERRY_EXPERTS_SPLIT ? 2 : 1);
   const struct ferry_exec_elem_bytes eb = ferry__engine_elem_bytes(e);
-  uint64_t off = 0, charged = 0;
-#define WS_AT(field, elems, elem_bytes)                                        \
-  do {                                                                         \
-    e->ws.field = off;                                                         \
-    off = align_up(off + (uint64_t)(elems) * 4, WS_ALIGN);                     \
-    charged = align_up(charged + (uint64_t)(elems) * (elem_bytes), WS_ALIGN);  \
-  } while (0)
-#define WS(field, elems) WS_AT(field, elems, eb.activation)
-  /* dequantized weights: one slot for matmuls, three for an expert's gate/up/down */
-  WS_AT(dq[0], e->max_q_numel, eb.dequant);
-  WS_AT(dq[1], E || mc->learned_positions ? e->max_q_numel : 0, eb.dequant); /* an expert's up, or a learned position table */
-  WS_AT(dq[2], E ? e->max_q_numel : 0, eb.dequant);
-  WS(x, T * H * (uint64_t)e->n_mb); /* one hidden state per micro-batch */
-  WS(h, T * H);
-  WS(h2, mc->parallel_residual ? T * H : 0);
-  WS(q, T * qd);
-  WS(qa, T * (uint64_t)mc->q_lora_rank);
-  WS(qkv, mc->fused_qkv ? T * 3 * qd : 0);
-  WS(k, T * (kvd > latent ? kvd : latent));
-  WS(v, T * kvd);
-  WS(attn, T * attn);
-  uint64_t inter = dense_layers ? (uint64_t)mc->intermediate : 0;
-  WS(g, T * inter);
-  WS(u, T * inter);
-  WS(logits_r, T * E);
-  WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e));
-  WS_AT(topk_w, T * K, 4);
-  WS_AT(topk_ids, T * K, 4);
-  /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
+  /* The buffers the CPU's ops address in a hybrid run come first, so that its copy of the
+   * workspace in host memory is that prefix (ws.cpu_extent) at the same offsets as the device's:
+   * the crossings copy between equal offsets and the ops are the same on either side. Layers
+   * computed on the CPU address everything; attention over a host cache (forward.c attend(),
+   * mla_part()) q, k, v and the output (MLA: and kv_b_proj's dequantized slot); experts on the
+   * CPU (cpu_experts(), expert_ops(), gather_pairs()) their input, the routing weights, the
+   * dequantized slots, the expert scratch and the rows and sums of the pairs. */
+  const int hybrid = ferry__hybrid_on(e), all = hybrid && e->cfg.compute_layers != FERRY_COMPUTE_GPU;
+  const int c_attn = all || (hybrid && e->cfg.kv_home_host), c_mla = c_attn && mc->kv_lora_rank;
   const int cpu_experts = E && c_cpu_experts(e), pair_rows = cpu_experts || e->ep; /* expert parallel gathers too */
-  WS(expert_out, T * K * H + (pair_rows ? H : 0));
-  e->ws.zero = pair_rows ? e->ws.expert_out + T * K * H * 4 : 0;
-  WS(expert_final, pair_rows ? T * K * H : 0);
-  WS(cpu_sum, cpu_experts ? T * H : 0);
-  WS(gather, E ? T * H : 0);
-  WS(eg, T * ei);
-  WS(eu, T * (uint64_t)mc->expert_intermediate);
-  uint64_t sh = mc->n_shared_experts ? (uint64_t)mc->shared_intermediate : 0;
-  WS(sg, T * sh);
-  WS(su, T * sh);
-  WS(sout, sh ? T * H : 0);
-  WS(sgate, mc->shared_expert_gate ? T : 0);
-  WS(rows, S * H);
-  WS(rows_n, S * H);
-  WS_AT(logits, S * (uint64_t)mc->vocab, 4);
+  const int c_exp = all || (hybrid && cpu_experts);
+  /* the zero row is written in the host copy and copied down (ferry__hybrid_load) */
+  const int c_zero = all || (hybrid && pair_rows);
+  uint64_t off = 0, charged = 0;
+  for (int pass = 1; pass >= 0; pass--) { /* the CPU's buffers, then the device's only */
+#define WS_AT(field, elems, elem_bytes, cpu)                                     \
+  do {                                                                           \
+    if ((!!(cpu)) != pass) break;                                                \
+    e->ws.field = off;                                                           \
+    off = align_up(off + (uint64_t)(elems) * 4, WS_ALIGN);                       \
+    charged = align_up(charged + (uint64_t)(elems) * (elem_bytes), WS_ALIGN);    \
+  } while (0)
+#define WS(field, elems, cpu) WS_AT(field, elems, eb.activation, cpu)
+    /* dequantized weights: one slot for matmuls, three for an expert's gate/up/down */
+    WS_AT(dq[0], e->max_q_numel, eb.dequant, all || c_mla || c_exp);
+    WS_AT(dq[1], E || mc->learned_positions ? e->max_q_numel : 0, eb.dequant, all || c_exp); /* an expert's up, or a learned position table */
+    WS_AT(dq[2], E ? e->max_q_numel : 0, eb.dequant, all || c_exp);
+    WS(x, T * H * (uint64_t)e->n_mb, all); /* one hidden state per micro-batch */
+    WS(h, T * H, all || (c_exp && !mc->parallel_residual));
+    WS(h2, mc->parallel_residual ? T * H : 0, all || (c_exp && mc->parallel_residual));
+    WS(q, T * qd, c_attn);
+    WS(qa, T * (uint64_t)mc->q_lora_rank, all);
+    WS(qkv, mc->fused_qkv ? T * 3 * qd : 0, all);
+    WS(k, T * (kvd > latent ? kvd : latent), c_attn);
+    WS(v, T * kvd, c_attn);
+    WS(attn, T * attn, c_attn);
+    uint64_t inter = dense_layers ? (uint64_t)mc->intermediate : 0;
+    WS(g, T * inter, all);
+    WS(u, T * inter, all);
+    WS(logits_r, T * E, all);
+    WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e), all);
+    WS_AT(topk_w, T * K, 4, all || c_exp);
+    WS_AT(topk_ids, T * K, 4, all);
+    /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
+    WS(expert_out, T * K * H + (pair_rows ? H : 0), c_exp || c_zero);
+    WS(expert_final, pair_rows ? T * K * H : 0, c_exp);
+    WS(cpu_sum, cpu_experts ? T * H : 0, c_exp);
+    WS(gather, E ? T * H : 0, c_exp);
+    WS(eg, T * ei, c_exp);
+    WS(eu, T * (uint64_t)mc->expert_intermediate, c_exp);
+    uint64_t sh = mc->n_shared_experts ? (uint64_t)mc->shared_intermediate : 0;
+    WS(sg, T * sh, all);
+    WS(su, T * sh, all);
+    WS(sout, sh ? T * H : 0, all);
+    WS(sgate, mc->shared_expert_gate ? T : 0, all);
+    WS(rows, S * H, all);
+    WS(rows_n, S * H, all);
+    WS_AT(logits, S * (uint64_t)mc->vocab, 4, all);
 #undef WS
 #undef WS_AT
+    if (pass) e->ws.cpu_extent = hybrid ? off : 0;
+  }
+  e->ws.zero = pair_rows ? e->ws.expert_out + T * K * H * 4 : 0;
   e->ws.total = off;
   e->ws.charged = charged;
   e->ws.act_bytes = eb.activation;
@@ -351,7 +367,7 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
    * cache is there too (known before the plan: every layer's) */
   in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + ferry__hybrid_host_bytes(e);
   in.host_kv_bytes = ferry__hybrid_on(e) ? e->hkv_bytes : 0;
-  in.host_workspace_bytes = ferry__hybrid_on(e) ? e->ws.total : 0;
+  in.host_workspace_bytes = ferry__hybrid_on(e) ? e->ws.cpu_extent : 0;
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
   size_t n = ferry_model_tensor_count(e->model), dense = 3;
   for (size_t i = 0; i < n; i++)
@@ -987,7 +1003,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
   fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
-  const uint64_t host_kv = ferry__hybrid_on(e) ? e->hkv_bytes : 0, host_ws = ferry__hybrid_on(e) ? e->ws.total : 0;
+  const uint64_t host_kv = ferry__hybrid_on(e) ? e->hkv_bytes : 0, host_ws = ferry__hybrid_on(e) ? e->ws.cpu_extent : 0;
   if (host_kv)
     fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; --kv-home host)\n",
             ferry__format_bytes(host_kv, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format));

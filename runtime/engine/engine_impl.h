@@ -92,6 +92,10 @@ struct workspace {
    * of the pairs the other side computes), the gathered rows a combine reads, and the CPU's sum
    * of its pairs per token; 0 when no expert runs on the CPU */
   uint64_t zero, expert_final, cpu_sum;
+  /* hybrid runs: the leading bytes of the layout holding every buffer the CPU's ops address
+   * (layout_workspace() puts them first), the size of the CPU's copy in host memory; 0 when the
+   * run is not hybrid */
+  uint64_t cpu_extent;
 };
 
 /* A weights version: its store and the sequences running on it (the reference count). */
@@ -567,6 +571,7 @@ static inline int ferry__hybrid_on(const struct ferry_engine *e) {
 uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e);
 ferry_status ferry__hybrid_queues(struct ferry_engine *e);
 ferry_status ferry__hybrid_alloc(struct ferry_engine *e);
+ferry_status ferry__hybrid_alloc_ws(struct ferry_engine *e);
 ferry_status ferry__hybrid_load(struct ferry_engine *e);
 void ferry__hybrid_free(struct ferry_engine *e);
 /* Issue the following ops on the CPU (host workspace, host copies of streamed weights) or on

@@ -1,7 +1,8 @@
 /* The second executor side of hybrid runs: the host's CPU computing experts, layers or attention
  * where their weights or KV cache live, beside the device, over one op stream. The CPU has its
- * own queue and workspace (the device workspace's layout in host memory); activations cross the
- * link as copies ordered by events, like weights do; the engine decides what runs where. */
+ * own queue and workspace (in host memory, the leading part of the device workspace's layout
+ * that its ops address: ws.cpu_extent); activations cross the link as copies ordered by
+ * events, like weights do; the engine decides what runs where. */
 #include <string.h>
 
 #include "common/alloc.h"
@@ -13,9 +14,10 @@
     if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
   } while (0)
 
-/* Host bytes a hybrid run adds: the CPU's workspace and the KV of the layers it computes. */
+/* Host bytes a hybrid run adds: the CPU's workspace (the buffers its ops address, the leading
+ * ws.cpu_extent bytes of the layout) and the KV of the layers it computes. */
 uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e) {
-  return ferry__hybrid_on(e) ? e->ws.total + e->hkv_bytes : 0;
+  return ferry__hybrid_on(e) ? e->ws.cpu_extent + e->hkv_bytes : 0;
 }
 
 ferry_status ferry__hybrid_queues(struct ferry_engine *e) {
@@ -27,11 +29,21 @@ ferry_status ferry__hybrid_queues(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* The CPU's workspace at the layout's ws.cpu_extent: allocated, or again after a reload changed
+ * the layout (dequantization slots of another quantization). */
+ferry_status ferry__hybrid_alloc_ws(struct ferry_engine *e) {
+  if (!ferry__hybrid_on(e) || (e->hws_buf && ferry_exec_buf_size(e->hws_buf) == e->ws.cpu_extent)) return FERRY_OK;
+  ferry_exec_free(e->ex, e->hws_buf);
+  e->hws_buf = NULL;
+  const ferry_status st = ferry_exec_alloc(e->ex, FERRY_TIER_HOST, e->ws.cpu_extent, "CPU workspace", &e->hws_buf);
+  return st == FERRY_OK ? st : ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+}
+
 ferry_status ferry__hybrid_alloc(struct ferry_engine *e) {
   if (!ferry__hybrid_on(e)) return FERRY_OK;
   ferry_status st;
-  if ((st = ferry_exec_alloc(e->ex, FERRY_TIER_HOST, e->ws.total, "CPU workspace", &e->hws_buf)) != FERRY_OK ||
-      (e->hkv_bytes && (st = ferry_exec_alloc(e->ex, FERRY_TIER_HOST, e->hkv_bytes, "host KV cache", &e->hkv_buf)) != FERRY_OK))
+  if ((st = ferry__hybrid_alloc_ws(e)) != FERRY_OK) return st;
+  if (e->hkv_bytes && (st = ferry_exec_alloc(e->ex, FERRY_TIER_HOST, e->hkv_bytes, "host KV cache", &e->hkv_buf)) != FERRY_OK)
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
   if (ferry_exec_event_create(e->ex, &e->ev_down) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_cpu) != FERRY_OK ||
       ferry_exec_event_create(e->ex, &e->ev_up) != FERRY_OK)
