@@ -170,6 +170,10 @@ static int check_host_memory(struct run_args *a, const char *value) {
   return expect_one_of(a, "host-memory", value, (const char *const[]){"pinned", "pageable", NULL});
 }
 
+static int check_kv_host_memory(struct run_args *a, const char *value) {
+  return expect_one_of(a, "kv-host-memory", value, (const char *const[]){"pinned", "pageable", NULL});
+}
+
 static int check_kv_dtype(struct run_args *a, const char *value) {
   if (ferry_kv_format_parse(value, &a->ec.kv_format) != FERRY_OK)
     return cli_usage_error(a->cmd, "--kv-dtype: %s", ferry_last_error());
@@ -458,13 +462,15 @@ static int refuse_ignored(const struct run_args *a) {
   if (a->plan_only &&
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
-                                                 "predictor-routing", "predictor-model", "host-memory",
+                                                 "predictor-routing", "predictor-model", "host-memory", "kv-host-memory",
                                                  "keep-cache", "repeat", "repeat-group", "format", "faults",
                                                  "io-retries", "verify-reads", "host-budget-schedule", "reload-at",
                                                  "reload-from", "control-socket", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
   /* (--runtime does: the plan charges the workspace at the precision the runtime holds it in) */
   /* every token attends on the device, prompts included */
+  if (a->kv_host_memory && strcmp(a->kv_home, "host"))
+    return cli_usage_error(cmd, "--kv-host-memory is the memory of a KV cache in host memory: it needs --kv-home host");
   if (!strcmp(a->kv_attention, "device") && RUN_GIVEN(a, kv_prefill) && strcmp(a->kv_prefill, "device"))
     return cli_usage_error(cmd, "--kv-attention device attends prompts on the device too; --kv-prefill %s contradicts it",
                            a->kv_prefill);
@@ -552,6 +558,9 @@ static void apply(struct run_args *a) {
   ec->expert_cache = ec->expert_cache_per_layer ? NULL : a->expert_cache;
   ec->expert_granularity_layer = !strcmp(a->expert_granularity, "layer");
   ec->kv_home_host = !strcmp(a->kv_home, "host");
+  ec->kv_host_memory = !a->kv_host_memory                    ? FERRY_HOST_MEMORY_DEFAULT
+                       : !strcmp(a->kv_host_memory, "pinned") ? FERRY_HOST_MEMORY_PINNED
+                                                              : FERRY_HOST_MEMORY_PAGEABLE;
   ec->kv_prefill_device = !strcmp(a->kv_prefill, "device");
   ec->kv_attention_device = !strcmp(a->kv_attention, "device");
   ec->prefill_first = !strcmp(a->schedule, "prefill-first");

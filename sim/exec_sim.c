@@ -508,6 +508,7 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
   c->extra_ops = 0;
   c->chan = CHAN_NONE;
   c->flow_bytes = 0;
+  c->host_waits = 0;
   switch (op->kind) {
     case FERRY_OP_KERNEL: {
       const struct ferry_kernel *k = &op->u.kernel;
@@ -534,7 +535,16 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
     case FERRY_OP_COPY:
       c->flow_bytes = op->u.copy.bytes;
       switch (op->u.copy.copy_kind) {
-        case FERRY_COPY_HTOD: c->chan = CHAN_H2D; break;
+        case FERRY_COPY_HTOD: {
+          c->chan = CHAN_H2D;
+          /* a source of the other kind than the run's (a pageable KV cache beside pinned
+           * weights) holds the link for its bytes at its own kind's rate */
+          const int pinned = op->u.copy.src.buf ? op->u.copy.src.buf->pinned : s->pinned;
+          if (pinned != s->pinned)
+            c->flow_bytes = (uint64_t)((double)op->u.copy.bytes * (s->h2d_gbps[s->pinned] / s->h2d_gbps[pinned]) + 0.5);
+          c->host_waits = !pinned || s->rt.blocking_copy;
+          break;
+        }
         case FERRY_COPY_DTOH: c->chan = CHAN_D2H; break;
         case FERRY_COPY_PTOP: c->chan = op->u.copy.peers ? CHAN_GATHER : CHAN_PEER; break;
         case FERRY_COPY_DTOD:
@@ -713,7 +723,7 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   /* from pageable memory the driver stages the bytes through its own pinned buffer before the
    * call returns, and a runtime whose copies block returns once they are done: the host waits
    * for the copy */
-  if (s->pageable && op->kind == FERRY_OP_COPY && op->u.copy.copy_kind == FERRY_COPY_HTOD) {
+  if (c.host_waits) {
     struct copy_wait w = {q, q->completed + q->count};
     if (!ferry__des_run_while_not(s->des, copy_done, &w)) return deadlock(ex, "the host waits for a copy from pageable memory");
   }
@@ -850,9 +860,8 @@ static const struct ferry_exec_backend sim_backend = {
     .elem_bytes = sim_elem_bytes,
 };
 
-/* The channels of the profile: link directions and the device memory always (checked by the
- * caller), the disk and host DRAM when the profile gives them. */
-static ferry_status make_resources(struct sim_exec *s, int pinned) {
+/* The link's rate to the device from host memory of one kind, GB/s. */
+static double h2d_gbps(const struct sim_exec *s, int pinned) {
   const struct ferry_hw_profile *p = &s->hw;
   double h2d = p->link.h2d_gbps;
   /* a host whose driver cannot overlap its staging copy with the DMA (CUDA under WSL2): each
@@ -867,6 +876,19 @@ static ferry_status make_resources(struct sim_exec *s, int pinned) {
    * bytes of the device memory's per such copy */
   const int dev_copies = (s->rt.gather_copy != 0) + (s->rt.split_copy != 0);
   if (dev_copies) h2d = 1.0 / (1.0 / h2d + 2.0 * dev_copies / p->gpu.mem_bw_gbps);
+  return h2d;
+}
+
+/* The channels of the profile: link directions and the device memory always (checked by the
+ * caller), the disk and host DRAM when the profile gives them. The host-to-device channel runs
+ * at the rate of the configuration's host memory (s->pinned); a copy from a buffer of the other
+ * kind is scaled to its kind's rate (ferry__sim_prepare()). A copy from the device into pageable
+ * memory keeps link.d2h_gbps: profiles give no pageable device-to-host rate. */
+static ferry_status make_resources(struct sim_exec *s) {
+  const struct ferry_hw_profile *p = &s->hw;
+  s->h2d_gbps[0] = h2d_gbps(s, 0);
+  s->h2d_gbps[1] = h2d_gbps(s, 1);
+  const double h2d = s->h2d_gbps[s->pinned];
   uint32_t engines = p->link.copy_engines > 0 ? (uint32_t)p->link.copy_engines : 0;
   ferry_status st;
   if ((st = ferry__link_create(&s->chan[CHAN_H2D], s->des, "link h2d", h2d * 1e9, p->link.latency_ns, engines)) ||
@@ -961,15 +983,15 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
     for (int g = 0; g < 2; g++)
       s->fitted[k][g] = ferry_hw_cost_of_regime(&s->hw, ferry_kernel_kind_name((enum ferry_kernel_kind)k), g);
   /* the host waits for its copies to the device from pageable memory, or when the runtime's
-   * copies block (runtime.blocking_copy) */
-  s->pageable = (config && !config->lock_host_memory) || s->rt.blocking_copy;
+   * copies block (runtime.blocking_copy): per copy, by its source buffer (ferry__sim_prepare()) */
+  s->pinned = config ? config->lock_host_memory != 0 : 1;
   /* the page cache lives in the host memory the host tier's budget leaves */
   if (p->has_host && p->host.memory_bytes) {
     const uint64_t budget = config ? config->host_budget_bytes : 0;
     s->cache.capacity_bytes = budget < p->host.memory_bytes ? p->host.memory_bytes - budget : 0;
   }
   if ((st = ferry__des_create(&s->des, 256)) != FERRY_OK ||
-      (st = make_resources(s, config ? config->lock_host_memory : 1)) != FERRY_OK) {
+      (st = make_resources(s)) != FERRY_OK) {
     sim_destroy(ex); /* the failing call has set the message */
     return st;
   }

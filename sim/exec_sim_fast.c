@@ -258,7 +258,7 @@ ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, s
   now = s->now_ns;
   if (s->rt.sync_fetch && fo->kind == FERRY_OP_WAIT && s->ex->queues[q->index].role == FERRY_QUEUE_COMPUTE && end > now)
     ferry__sim_fast_host_busy(s, end - now);
-  else if (s->pageable && fo->kind == FERRY_OP_COPY && fo->chan == CHAN_H2D && end > now)
+  else if (fo->host_waits && end > now)
     ferry__sim_fast_host_busy(s, end - now);
   return FERRY_OK;
 }
@@ -296,6 +296,7 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
   fo->gen = op->kind == FERRY_OP_RECORD ? op->u.event.gen : c.flow_bytes;
   fo->flow_ns = c.duration_ns; /* kernels: their time; transfers: set just below */
   fo->full = 0;
+  fo->host_waits = (uint8_t)c.host_waits;
   fo->n = 1;
   fo->rec_ev = NULL;
   if (c.chan != CHAN_NONE) c.duration_ns = ferry__fluid_alone_ns(s->chan[c.chan], c.flow_bytes, &fo->flow_ns);

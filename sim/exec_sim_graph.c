@@ -31,6 +31,7 @@ struct graph_op {
   int8_t queue;
   int8_t chan;
   int8_t param;        /* events: parameter index, or -1 for ev */
+  uint8_t host_waits;  /* copies: the host waits for it (sim_cost.host_waits) */
   uint32_t n;          /* kernels: how many, back to back on the queue (items item .. item + n - 1) */
   int32_t item;        /* kernels: index of the first in items */
   int32_t read;        /* reads: index in reads (routed again at launch: the page cache moves) */
@@ -266,6 +267,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
       g->flow_ns = flow_ns;
       g->issue_ns = issue_ns;
       g->flow_bytes = cost->flow_bytes;
+      g->host_waits = (uint8_t)cost->host_waits;
       if (op->kind == FERRY_OP_READ) {
         struct graph_read *r = one_more(c, (void **)&c->reads, c->n_reads, &c->cap_reads, sizeof *r);
         if (!r) return;
@@ -349,7 +351,8 @@ static int same_ops(const struct ferry_exec_graph *g, const struct sim_graph_cap
     const struct graph_op *x = &g->ops[i], *y = &c->ops[i];
     if (x->kind != y->kind || x->queue != y->queue || x->chan != y->chan || x->param != y->param || x->n != y->n ||
         x->item != y->item || x->duration_ns != y->duration_ns || x->flow_ns != y->flow_ns ||
-        x->issue_ns != y->issue_ns || x->flow_bytes != y->flow_bytes || x->ev != y->ev)
+        x->issue_ns != y->issue_ns || x->flow_bytes != y->flow_bytes || x->ev != y->ev ||
+        x->host_waits != y->host_waits)
       return 0;
   }
   for (int32_t i = 0; i < c->n_items; i++)
@@ -542,7 +545,8 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     if (o->kind == FERRY_OP_RECORD && ferry__sim_record_behind(s, q, ev, gen = ferry__event_record_gen(ev))) continue;
     struct fast_op *fo;
     if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) break;
-    *fo = (struct fast_op){.ev = ev, .gen = gen, .flow_ns = flow_ns, .kind = o->kind, .chan = (int8_t)chan, .n = 1};
+    *fo = (struct fast_op){.ev = ev, .gen = gen, .flow_ns = flow_ns, .kind = o->kind, .chan = (int8_t)chan,
+                           .host_waits = o->host_waits, .n = 1};
     if ((st = ferry__sim_enqueue_timed(s, q, fo, d)) != FERRY_OK) break;
   }
   s->graph_ops += launched;
@@ -570,7 +574,8 @@ ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_ex
       const struct graph_read *a = &g->reads[x->read], *b = &c->reads[y->read];
       if (a->store != b->store || a->file != b->file || a->offset != b->offset || a->len != b->len || a->flags != b->flags)
         return FERRY_OK;
-    } else if (x->chan != y->chan || x->flow_bytes != y->flow_bytes || x->duration_ns != y->duration_ns) {
+    } else if (x->chan != y->chan || x->flow_bytes != y->flow_bytes || x->duration_ns != y->duration_ns ||
+               x->host_waits != y->host_waits) {
       return FERRY_OK;
     }
   }

@@ -26,6 +26,8 @@ struct sim_cost {
   int chan;            /* copies and reads: the channel the bytes flow through (enum sim_chan) */
   int folded;          /* kernels: folded into the op that reads its output (no work, no launch) */
   int extra_ops;       /* kernels: framework ops issued beyond the first (ferry__gpu_work.ops) */
+  int host_waits;      /* copies to the device: the host waits for it (from pageable memory, or the
+                          runtime's copies block) */
 };
 
 /* The OS page cache as buffered disk reads see it: whole read ranges, least recently used out
@@ -70,6 +72,7 @@ struct fast_op {
   uint8_t kind;      /* enum ferry_op_kind */
   int8_t chan;
   uint8_t full;      /* the whole op is in the queue's full[] at the same index (an activity sink) */
+  uint8_t host_waits; /* sim_cost.host_waits */
   uint32_t n;        /* ops it stands for: kernels of a graph that run back to back are one entry */
   /* a record enqueued right behind it, which completes when it does: kept here rather than as
    * an entry of its own (half the ops of an expert's fetch and FFN are records) */
@@ -131,8 +134,11 @@ struct sim_exec {
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
   struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
-  int pageable;               /* the host waits for its host->device copies: host memory is not pinned, or
-                                 the runtime's copies block (runtime.blocking_copy) */
+  int pinned;                 /* the configuration's host memory (lock_host_memory): the link channel's
+                                 rate is this kind's */
+  double h2d_gbps[2];         /* the link's rate to the device from pageable [0] and pinned [1] host
+                                 memory (make_resources(): one formula); a copy from a buffer of the
+                                 other kind serves bytes scaled by their ratio (ferry__sim_prepare()) */
   /* the last DEQUANTIZE outputs: (buffer, offset) -> the packed weight behind them */
   const ferry_buf *packed_buf[PACKED_SLOTS];
   uint64_t packed_off[PACKED_SLOTS];

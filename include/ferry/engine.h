@@ -277,6 +277,12 @@ struct ferry_engine_config {
   int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
                                       device sends q, k and v and gets the result back: FlexGen,
                                       ZeRO-Inference's KV offload); the device holds no cache */
+  enum ferry_host_memory kv_host_memory; /**< with kv_home_host: the host KV cache's memory kind
+                                      (FERRY_HOST_MEMORY_DEFAULT: the executor's, as every host
+                                      buffer; FlexGen pins its weights but keeps its CPU cache
+                                      pageable). The simulator prices the cache's copies to the
+                                      device by it. FERRY_ERR_INVALID without kv_home_host or for
+                                      an unknown kind */
   int kv_prefill_device;         /**< with kv_home_host: the tokens of a step that start a sequence
                                       (a whole prompt, or its first chunk, from position 0) attend on
                                       the device over a scratch cache holding only this step's K and

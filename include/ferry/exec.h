@@ -417,6 +417,35 @@ FERRY_API void ferry_exec_elem_bytes(const ferry_exec *ex, struct ferry_exec_ele
 FERRY_API ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
                                                 uint64_t charged_bytes, const char *label, ferry_buf **out);
 
+/** The kind of host memory a host-tier buffer is (ferry_exec_alloc_host()). */
+enum ferry_host_memory {
+  FERRY_HOST_MEMORY_DEFAULT = 0, /**< the configuration's (ferry_exec_config::lock_host_memory) */
+  FERRY_HOST_MEMORY_PINNED,      /**< page-locked: cuda cudaHostAlloc, host executor mlock (warned
+                                      when refused), sim copies at the link's pinned rate */
+  FERRY_HOST_MEMORY_PAGEABLE     /**< ordinary memory: cuda malloc (copies staged by the driver),
+                                      host executor unlocked, sim copies to the device at the
+                                      pageable rate (link.pageable_h2d_gbps, or the staged
+                                      formula with host.staged_h2d_gbps) with the host waiting for
+                                      each, as on a pageable run */
+};
+
+/**
+ * @brief Allocate a host-tier buffer of the given memory kind, whatever the configuration's
+ *        (ferry_exec_config::lock_host_memory): a run whose weights are pinned can keep, say,
+ *        its KV cache in pageable memory, as FlexGen does. Otherwise as ferry_exec_alloc() with
+ *        FERRY_TIER_HOST. The simulator prices a copy to the device by its source buffer's kind;
+ *        a copy from the device into pageable memory keeps link.d2h_gbps (profiles have no
+ *        pageable device-to-host figure).
+ * @param kind a ::ferry_host_memory.
+ * @return FERRY_OK; FERRY_ERR_INVALID for an unknown @p kind; as ferry_exec_alloc() otherwise.
+ */
+FERRY_API ferry_status ferry_exec_alloc_host(ferry_exec *ex, uint64_t bytes, enum ferry_host_memory kind,
+                                             const char *label, ferry_buf **out);
+
+/** @brief 1 when a host-tier buffer is page-locked (pinned), 0 when pageable; 1 for device-tier
+ *         buffers, 0 for NULL. */
+FERRY_API int ferry_exec_buf_pinned(const ferry_buf *buf);
+
 /** @brief Devices the executor drives (1 unless configured with n_devices > 1). */
 FERRY_API int32_t ferry_exec_device_count(const ferry_exec *ex);
 

@@ -48,7 +48,9 @@ struct ferry_sim_stats {
   uint64_t kernels;       /**< kernels completed */
   uint64_t copies;        /**< copies completed */
   uint64_t reads;         /**< disk reads completed */
-  uint64_t bytes_h2d;     /**< bytes moved host to device */
+  uint64_t bytes_h2d;     /**< bytes moved host to device (a copy from host memory of the other kind
+                               than the run's, ferry_exec_alloc_host(), counts at its size scaled to
+                               the run's rate: the bytes the link served in its time) */
   uint64_t bytes_d2h;     /**< bytes moved device to host */
   uint64_t bytes_disk;    /**< bytes read from disk */
   int64_t h2d_busy_ns;    /**< time the link's h2d direction had bytes flowing */

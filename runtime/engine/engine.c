@@ -486,6 +486,14 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
                           "engine: --kv-attention device attends on the device over rows copied up from a KV cache "
                           "in host memory; it needs --kv-home host (with the cache on the device every step "
                           "attends there)");
+  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && !c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-host-memory is the memory kind of a KV cache in host memory; it needs "
+                          "--kv-home host");
+  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && c->kv_host_memory != FERRY_HOST_MEMORY_PINNED &&
+      c->kv_host_memory != FERRY_HOST_MEMORY_PAGEABLE)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: kv_host_memory %d: expected a ferry_host_memory kind",
+                          (int)c->kv_host_memory);
   if (c->kv_prefill_device && !c->kv_home_host)
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --kv-prefill device attends prompts on the device beside a KV cache in host "

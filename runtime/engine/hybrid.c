@@ -43,7 +43,8 @@ ferry_status ferry__hybrid_alloc(struct ferry_engine *e) {
   if (!ferry__hybrid_on(e)) return FERRY_OK;
   ferry_status st;
   if ((st = ferry__hybrid_alloc_ws(e)) != FERRY_OK) return st;
-  if (e->hkv_bytes && (st = ferry_exec_alloc(e->ex, FERRY_TIER_HOST, e->hkv_bytes, "host KV cache", &e->hkv_buf)) != FERRY_OK)
+  if (e->hkv_bytes && (st = ferry_exec_alloc_host(e->ex, e->hkv_bytes, e->cfg.kv_host_memory, "host KV cache",
+                                                       &e->hkv_buf)) != FERRY_OK)
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
   if (ferry_exec_event_create(e->ex, &e->ev_down) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_cpu) != FERRY_OK ||
       ferry_exec_event_create(e->ex, &e->ev_up) != FERRY_OK)

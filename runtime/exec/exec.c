@@ -158,8 +158,29 @@ ferry_status ferry_exec_alloc_on(ferry_exec *ex, int32_t device, enum ferry_tier
 /* The tier is charged `charged` of the `bytes` the buffer addresses. Only the simulator may be
  * charged less: its buffers hold nothing, and what it charges is what the runtime it simulates
  * would hold (an fp16 copy of the engine's fp32 workspace); a real executor holds every byte. */
+static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+                               uint64_t charged, int pinned, const char *label, ferry_buf **out);
+
 ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
                                       uint64_t charged, const char *label, ferry_buf **out) {
+  return alloc_kind(ex, device, tier, bytes, charged, ex ? ex->config.lock_host_memory != 0 : 1, label, out);
+}
+
+ferry_status ferry_exec_alloc_host(ferry_exec *ex, uint64_t bytes, enum ferry_host_memory kind, const char *label,
+                                   ferry_buf **out) {
+  if (kind != FERRY_HOST_MEMORY_DEFAULT && kind != FERRY_HOST_MEMORY_PINNED && kind != FERRY_HOST_MEMORY_PAGEABLE)
+    return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: unknown host memory kind %d", (int)kind);
+  const int pinned = kind == FERRY_HOST_MEMORY_DEFAULT ? (ex ? ex->config.lock_host_memory != 0 : 1)
+                                                       : kind == FERRY_HOST_MEMORY_PINNED;
+  return alloc_kind(ex, 0, FERRY_TIER_HOST, bytes, bytes, pinned, label, out);
+}
+
+int ferry_exec_buf_pinned(const ferry_buf *buf) { return buf ? buf->pinned : 0; }
+
+/* The allocation behind every variant: `pinned` is the host-tier buffer's kind (the device
+ * tier ignores it). */
+static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+                               uint64_t charged, int pinned, const char *label, ferry_buf **out) {
   if (!ex || !out || (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST) || !valid_device(ex, device))
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: invalid argument");
   if (!label) label = "buffer";
@@ -197,6 +218,7 @@ ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, enum ferry
   buf->charged = charged;
   buf->label = label;
   buf->device = device;
+  buf->pinned = tier == FERRY_TIER_HOST ? pinned : 1;
   st = ex->backend->buf_alloc(ex, buf);
   if (st != FERRY_OK) {
     ferry_free(buf);

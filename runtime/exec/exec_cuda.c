@@ -952,7 +952,7 @@ static ferry_status cu_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
     buf->backend_ptr = (char *)cs->arena_base + off;
     return FERRY_OK;
   }
-  if (buf->tier == FERRY_TIER_HOST && !ex->config.lock_host_memory) {
+  if (buf->tier == FERRY_TIER_HOST && !buf->pinned) {
     /* pageable, as a framework's ordinary CPU tensors: copies from it are staged by the driver
      * through its own pinned buffers (page-aligned, so O_DIRECT reads may land anywhere in it) */
     p = ferry__aligned_alloc(4096, bytes);
@@ -990,7 +990,7 @@ static void cu_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
     pthread_mutex_unlock(&cs->arena_mu);
     return;
   }
-  if (buf->tier == FERRY_TIER_HOST && !ex->config.lock_host_memory) {
+  if (buf->tier == FERRY_TIER_HOST && !buf->pinned) {
     ferry_free(buf->backend_ptr);
     return;
   }

@@ -201,7 +201,7 @@ static ferry_status host_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
   if (!buf->ptr)
     return ferry__err_set(&ex->err, FERRY_ERR_NOMEM, "host executor: cannot allocate %llu bytes for %s",
                           (unsigned long long)buf->bytes, buf->label);
-  if (buf->tier == FERRY_TIER_HOST && ex->config.lock_host_memory && buf->bytes) {
+  if (buf->tier == FERRY_TIER_HOST && buf->pinned && buf->bytes) {
     if (mlock(buf->ptr, buf->bytes) != 0) {
       if (!state(ex)->warned_mlock) {
         FERRY_WARN("host executor: cannot lock %llu bytes of host memory (%s); continuing unlocked",

@@ -52,6 +52,8 @@ struct ferry_buf {
                           executor with data) */
   const char *label;
   int32_t device;     /* its device (device tier of a multi-device executor), else 0 */
+  int pinned;         /* host tier: page-locked (ferry_exec_alloc_host(); by default the
+                         configuration's lock_host_memory); device tier: 1 */
   void *ptr;          /* host-visible bytes (host tier; device tier of the host executor) */
   void *backend_ptr;  /* backend handle (device pointer, ...) */
   struct ferry_buf *prev, *next; /* the executor's live buffers, freed at destroy */
