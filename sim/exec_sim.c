@@ -985,6 +985,7 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
   /* the host waits for its copies to the device from pageable memory, or when the runtime's
    * copies block (runtime.blocking_copy): per copy, by its source buffer (ferry__sim_prepare()) */
   s->pinned = config ? config->lock_host_memory != 0 : 1;
+  ex->config.lock_host_memory = s->pinned; /* without a configuration: pinned, its buffers too */
   /* the page cache lives in the host memory the host tier's budget leaves */
   if (p->has_host && p->host.memory_bytes) {
     const uint64_t budget = config ? config->host_budget_bytes : 0;

@@ -419,7 +419,8 @@ FERRY_API ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, 
 
 /** The kind of host memory a host-tier buffer is (ferry_exec_alloc_host()). */
 enum ferry_host_memory {
-  FERRY_HOST_MEMORY_DEFAULT = 0, /**< the configuration's (ferry_exec_config::lock_host_memory) */
+  FERRY_HOST_MEMORY_DEFAULT = 0, /**< the configuration's (ferry_exec_config::lock_host_memory; the
+                                      simulator created without one: pinned) */
   FERRY_HOST_MEMORY_PINNED,      /**< page-locked: cuda cudaHostAlloc, host executor mlock (warned
                                       when refused), sim copies at the link's pinned rate */
   FERRY_HOST_MEMORY_PAGEABLE     /**< ordinary memory: cuda malloc (copies staged by the driver),
