@@ -443,8 +443,92 @@ static ferry_status make_plan(struct ferry_engine *e) {
   return st;
 }
 
+/* The KV cache in host memory and where its tokens attend (--kv-home, --kv-attention,
+ * --kv-prefill, --kv-host-memory). */
+static ferry_status check_kv_home(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                  struct ferry_err *err) {
+  if (c->kv_home_host && mc->kv_lora_rank)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home host: %s's latent attention on the CPU needs kv_b_proj in host memory, "
+                          "which a layer resident on the device has not (--offload-compute layers=cpu keeps the "
+                          "latent cache of the layers it computes there)", mc->name);
+  if (c->kv_home_host && mc->attn_sinks)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
+                          "attention on the CPU", mc->name);
+  if (c->kv_attention_device && !c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-attention device attends on the device over rows copied up from a KV cache "
+                          "in host memory; it needs --kv-home host (with the cache on the device every step "
+                          "attends there)");
+  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && !c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-host-memory is the memory kind of a KV cache in host memory; it needs "
+                          "--kv-home host");
+  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && c->kv_host_memory != FERRY_HOST_MEMORY_PINNED &&
+      c->kv_host_memory != FERRY_HOST_MEMORY_PAGEABLE)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: kv_host_memory %d: expected a ferry_host_memory kind",
+                          (int)c->kv_host_memory);
+  if (c->kv_prefill_device && !c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-prefill device attends prompts on the device beside a KV cache in host "
+                          "memory; it needs --kv-home host (with the cache on the device every step attends there)");
+  return FERRY_OK;
+}
+
+/* One rank of ZeRO-3's data-parallel group (--zero-gpus). */
+static ferry_status check_zero_gpus(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                    struct ferry_err *err) {
+  if (c->zero_gpus < 0)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --zero-gpus %d: the data-parallel ranks are at least 1",
+                          c->zero_gpus);
+  if (c->zero_gpus > 1 && c->n_devices > 1)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --zero-gpus %d is one rank on one device of a data-parallel group; not with --gpus %d",
+                          c->zero_gpus, c->n_devices);
+  /* the ranks route their own tokens: an expert one rank fetches the others need not gather */
+  if (c->zero_gpus > 1 && mc->n_experts && !c->expert_granularity_layer)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --zero-gpus %d partitions streamed layer blocks; %s's experts stream on their own "
+                          "(move them with their layer: --expert-granularity layer)",
+                          c->zero_gpus, mc->name);
+  return FERRY_OK;
+}
+
+/* Memory-pressure marks and the budget schedule they shed memory for. */
+static ferry_status check_budget_schedule(const struct ferry_engine_config *c, struct ferry_err *err) {
+  const struct ferry_pressure_config *pr = &c->pressure;
+  if (pr->enabled && !(pr->low_water > 0 && pr->low_water < pr->high_water && pr->high_water <= 1.0))
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: pressure marks need 0 < low water (%g) < high water (%g) <= 1", pr->low_water,
+                          pr->high_water);
+  if (c->n_budget_changes < 0 || (c->n_budget_changes > 0 && !c->budget_schedule))
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: budget schedule of %d changes without entries",
+                          c->n_budget_changes);
+  if (c->n_budget_changes > 0 && !pr->enabled)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: a budget schedule needs memory-pressure control (pressure.enabled): without it "
+                          "nothing would shed memory when a budget shrinks");
+  for (int32_t i = 0; i < c->n_budget_changes; i++) {
+    const struct ferry_budget_change *b = &c->budget_schedule[i];
+    if ((b->tier != FERRY_TIER_HOST && b->tier != FERRY_TIER_DEVICE) || !b->bytes || b->at_ns < 0)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: budget change %d: needs the host or device tier, a size of at least one byte and "
+                            "a time >= 0", i + 1);
+    if (b->tier == FERRY_TIER_DEVICE && !c->device_budget_bytes)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: a device budget change needs a device budget to start from (everything is "
+                            "resident without one)");
+    if (b->tier == FERRY_TIER_HOST && !c->host_budget_bytes)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: a host budget change needs a host budget to start from");
+  }
+  return FERRY_OK;
+}
+
 static ferry_status check_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
                                  struct ferry_err *err) {
+  ferry_status st;
   if (c->block_layers < 0 || c->prefetch_depth < 0 || c->pin_first < 0 || c->pin_last < 0)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: block layers, prefetch depth and pins must be >= 0");
   if (c->block_layers > mc->n_layers)
@@ -472,32 +556,7 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
                             "engine: predictor features (mlp3, mlp7) are read from the device's activations; not with "
                             "layers computed on the CPU");
   }
-  if (c->kv_home_host && mc->kv_lora_rank)
-    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --kv-home host: %s's latent attention on the CPU needs kv_b_proj in host memory, "
-                          "which a layer resident on the device has not (--offload-compute layers=cpu keeps the "
-                          "latent cache of the layers it computes there)", mc->name);
-  if (c->kv_home_host && mc->attn_sinks)
-    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
-                          "attention on the CPU", mc->name);
-  if (c->kv_attention_device && !c->kv_home_host)
-    return ferry__err_set(err, FERRY_ERR_INVALID,
-                          "engine: --kv-attention device attends on the device over rows copied up from a KV cache "
-                          "in host memory; it needs --kv-home host (with the cache on the device every step "
-                          "attends there)");
-  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && !c->kv_home_host)
-    return ferry__err_set(err, FERRY_ERR_INVALID,
-                          "engine: --kv-host-memory is the memory kind of a KV cache in host memory; it needs "
-                          "--kv-home host");
-  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && c->kv_host_memory != FERRY_HOST_MEMORY_PINNED &&
-      c->kv_host_memory != FERRY_HOST_MEMORY_PAGEABLE)
-    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: kv_host_memory %d: expected a ferry_host_memory kind",
-                          (int)c->kv_host_memory);
-  if (c->kv_prefill_device && !c->kv_home_host)
-    return ferry__err_set(err, FERRY_ERR_INVALID,
-                          "engine: --kv-prefill device attends prompts on the device beside a KV cache in host "
-                          "memory; it needs --kv-home host (with the cache on the device every step attends there)");
+  if ((st = check_kv_home(c, mc, err)) != FERRY_OK) return st;
   /* streamed embeddings and head are fetched to the one device that embeds and computes the
    * logits; multi-device runs keep every weight resident, and a CPU-computed step's hidden state
    * would wait for a table it does not use there */
@@ -505,19 +564,7 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --stream-embeddings streams to one device; with --gpus %d every weight stays resident",
                           c->n_devices);
-  if (c->zero_gpus < 0)
-    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --zero-gpus %d: the data-parallel ranks are at least 1",
-                          c->zero_gpus);
-  if (c->zero_gpus > 1 && c->n_devices > 1)
-    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --zero-gpus %d is one rank on one device of a data-parallel group; not with --gpus %d",
-                          c->zero_gpus, c->n_devices);
-  /* the ranks route their own tokens: an expert one rank fetches the others need not gather */
-  if (c->zero_gpus > 1 && mc->n_experts && !c->expert_granularity_layer)
-    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --zero-gpus %d partitions streamed layer blocks; %s's experts stream on their own "
-                          "(move them with their layer: --expert-granularity layer)",
-                          c->zero_gpus, mc->name);
+  if ((st = check_zero_gpus(c, mc, err)) != FERRY_OK) return st;
   if (c->stream_embeddings && c->compute_layers != FERRY_COMPUTE_GPU)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --stream-embeddings fetches the embeddings and head to the device; not with "
@@ -564,32 +611,7 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: token_features is 0, %d (mlp3) or %d (mlp7), not %d",
                           FERRY_MLP3_FEATURES, FERRY_MLP7_FEATURES, c->token_features);
-  const struct ferry_pressure_config *pr = &c->pressure;
-  if (pr->enabled && !(pr->low_water > 0 && pr->low_water < pr->high_water && pr->high_water <= 1.0))
-    return ferry__err_set(err, FERRY_ERR_INVALID,
-                          "engine: pressure marks need 0 < low water (%g) < high water (%g) <= 1", pr->low_water,
-                          pr->high_water);
-  if (c->n_budget_changes < 0 || (c->n_budget_changes > 0 && !c->budget_schedule))
-    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: budget schedule of %d changes without entries",
-                          c->n_budget_changes);
-  if (c->n_budget_changes > 0 && !pr->enabled)
-    return ferry__err_set(err, FERRY_ERR_INVALID,
-                          "engine: a budget schedule needs memory-pressure control (pressure.enabled): without it "
-                          "nothing would shed memory when a budget shrinks");
-  for (int32_t i = 0; i < c->n_budget_changes; i++) {
-    const struct ferry_budget_change *b = &c->budget_schedule[i];
-    if ((b->tier != FERRY_TIER_HOST && b->tier != FERRY_TIER_DEVICE) || !b->bytes || b->at_ns < 0)
-      return ferry__err_set(err, FERRY_ERR_INVALID,
-                            "engine: budget change %d: needs the host or device tier, a size of at least one byte and "
-                            "a time >= 0", i + 1);
-    if (b->tier == FERRY_TIER_DEVICE && !c->device_budget_bytes)
-      return ferry__err_set(err, FERRY_ERR_INVALID,
-                            "engine: a device budget change needs a device budget to start from (everything is "
-                            "resident without one)");
-    if (b->tier == FERRY_TIER_HOST && !c->host_budget_bytes)
-      return ferry__err_set(err, FERRY_ERR_INVALID,
-                            "engine: a host budget change needs a host budget to start from");
-  }
+  if ((st = check_budget_schedule(c, err)) != FERRY_OK) return st;
   if (c->token_features && !mc->n_experts)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: predictor features are for MoE models; %s is dense",
                           mc->name);
