@@ -365,9 +365,9 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
   in.workspace_bytes = e->ws.charged; /* what the device holds for it (layout_workspace) */
   /* a hybrid run's CPU works in a copy of the workspace in host memory, and --kv-home host's
    * cache is there too (known before the plan: every layer's) */
-  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + ferry__hybrid_host_bytes(e);
   in.host_kv_bytes = ferry__hybrid_on(e) ? e->hkv_bytes : 0;
-  in.host_workspace_bytes = ferry__hybrid_on(e) ? e->ws.cpu_extent : 0;
+  in.host_workspace_bytes = ferry__hybrid_on(e) ? e->ws.cpu_extent : 0; /* the buffers its ops address */
+  in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + in.host_kv_bytes + in.host_workspace_bytes;
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
   size_t n = ferry_model_tensor_count(e->model), dense = 3;
   for (size_t i = 0; i < n; i++)
@@ -1033,7 +1033,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
           e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32) : "unlimited");
   fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
   fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
-  const uint64_t host_kv = ferry__hybrid_on(e) ? e->hkv_bytes : 0, host_ws = ferry__hybrid_on(e) ? e->ws.cpu_extent : 0;
+  const uint64_t host_kv = p->host_kv_bytes, host_ws = p->host_workspace_bytes;
   if (host_kv)
     fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; --kv-home host)\n",
             ferry__format_bytes(host_kv, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format));

@@ -568,7 +568,6 @@ static inline int ferry__hybrid_on(const struct ferry_engine *e) {
   return e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU ||
          e->cfg.kv_home_host;
 }
-uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e);
 ferry_status ferry__hybrid_queues(struct ferry_engine *e);
 ferry_status ferry__hybrid_alloc(struct ferry_engine *e);
 ferry_status ferry__hybrid_alloc_ws(struct ferry_engine *e);

@@ -14,12 +14,6 @@
     if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
   } while (0)
 
-/* Host bytes a hybrid run adds: the CPU's workspace (the buffers its ops address, the leading
- * ws.cpu_extent bytes of the layout) and the KV of the layers it computes. */
-uint64_t ferry__hybrid_host_bytes(const struct ferry_engine *e) {
-  return ferry__hybrid_on(e) ? e->ws.cpu_extent + e->hkv_bytes : 0;
-}
-
 ferry_status ferry__hybrid_queues(struct ferry_engine *e) {
   e->q_cpu = e->q_up = -1;
   e->cq = e->q_compute;

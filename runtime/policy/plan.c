@@ -131,6 +131,8 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
     if (in->expert_bytes > largest) largest = in->expert_bytes;
   }
   p->host_fixed_bytes = in->host_fixed_bytes;
+  p->host_kv_bytes = in->host_kv_bytes;
+  p->host_workspace_bytes = in->host_workspace_bytes;
   /* Every unit passes through host memory when it is loaded or streamed from disk. */
   /* slots start on 4 KiB boundaries so O_DIRECT reads can land in any of them */
   const uint64_t stage_slot = (largest + 2 * in->staging_align + 4095) / 4096 * 4096;

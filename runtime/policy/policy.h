@@ -80,6 +80,7 @@ struct ferry_plan {
       device_expert_bytes, device_total_bytes, device_min_bytes;
   /* host bytes */
   uint64_t host_units_bytes, host_staging_bytes, host_fixed_bytes, host_total_bytes;
+  uint64_t host_kv_bytes, host_workspace_bytes; /* of host_fixed_bytes (ferry_plan_input) */
 };
 
 /* Make the plan. On failure returns FERRY_ERR_BUDGET (or INVALID) with a message naming the
