@@ -28,12 +28,8 @@ static int setup(void **state) {
   dir = tu_mkdtemp("kvattn");
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 5};
   dense_dir = tu_gen_model(dir, "tiny-dense", "dense", &go); /* 4 heads over 2 KV heads */
-  char *bloom = tu_data_path("configs/tiny/bloom");
-  bloom_dir = tu_gen_model(dir, bloom, "bloom", &go);
-  free(bloom);
-  char *gemma2 = tu_data_path("configs/tiny/gemma2"); /* a window of 4: its layers' caches are rings */
-  gemma2_dir = tu_gen_model(dir, gemma2, "gemma2", &go);
-  free(gemma2);
+  bloom_dir = tu_gen_tiny(dir, "bloom", &go);
+  gemma2_dir = tu_gen_tiny(dir, "gemma2", &go); /* a window of 4: its layers' caches are rings */
   return 0;
 }
 

@@ -27,9 +27,7 @@ static int setup(void **state) {
   dir = tu_mkdtemp("kvprefill");
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 3};
   dense_dir = tu_gen_model(dir, "tiny-dense", "dense", &go); /* 4 heads over 2 KV heads */
-  char *bloom = tu_data_path("configs/tiny/bloom");
-  bloom_dir = tu_gen_model(dir, bloom, "bloom", &go);
-  free(bloom);
+  bloom_dir = tu_gen_tiny(dir, "bloom", &go);
   return 0;
 }
 

@@ -128,6 +128,15 @@ char *tu_gen_model(const char *dir, const char *preset, const char *name, const 
   return out;
 }
 
+char *tu_gen_tiny(const char *dir, const char *name, const struct ferry_gen_options *options) {
+  char rel[128];
+  snprintf(rel, sizeof rel, "configs/tiny/%s", name);
+  char *preset = tu_data_path(rel);
+  char *out = tu_gen_model(dir, preset, name, options);
+  free(preset);
+  return out;
+}
+
 void tu_run_host(const char *model_dir, const struct ferry_engine_config *c, const struct ferry_engine_request *reqs,
                  int64_t n, void (*inspect)(struct ferry_engine *engine, void *user), void *user) {
   ferry_model *m = NULL;

@@ -31,6 +31,8 @@ struct ferry_gen_options;
 /* A model folder DIR/NAME generated from a catalogue preset with the options; asserts on
  * failure; free() the returned path. */
 char *tu_gen_model(const char *dir, const char *preset, const char *name, const struct ferry_gen_options *options);
+/* tu_gen_model() of the tiny config tests/data/configs/tiny/NAME, generated into DIR/NAME. */
+char *tu_gen_tiny(const char *dir, const char *name, const struct ferry_gen_options *options);
 
 /* Every logits row an engine run hands out, appended in order: the user pointer of
  * tu_on_logits. Starts zeroed; free(v) when done. */
