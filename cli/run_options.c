@@ -555,8 +555,12 @@ static void apply(struct run_args *a) {
   ec->home_disk = !strcmp(a->home, "disk");
   ec->stream_embeddings = a->stream_embeddings;
   /* per-layer:K names no policy (lru in each layer, the engine's choice) */
-  ec->expert_cache = ec->expert_cache_per_layer ? NULL : a->expert_cache;
   ec->expert_granularity_layer = !strcmp(a->expert_granularity, "layer");
+  /* a layer's experts in its block have no expert cache: only a policy the user named reaches the
+   * engine, which refuses it */
+  ec->expert_cache = ec->expert_cache_per_layer || (ec->expert_granularity_layer && !RUN_GIVEN(a, expert_cache))
+                         ? NULL
+                         : a->expert_cache;
   ec->kv_home_host = !strcmp(a->kv_home, "host");
   ec->kv_host_memory = !a->kv_host_memory                    ? FERRY_HOST_MEMORY_DEFAULT
                        : !strcmp(a->kv_host_memory, "pinned") ? FERRY_HOST_MEMORY_PINNED

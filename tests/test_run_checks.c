@@ -302,6 +302,21 @@ static void test_ignored_options_refused(void **state) {
   expect(args, 2, "--runtime is for 'ferry sim'");
 }
 
+/* --expert-granularity layer from the command line: the default expert-cache policy is not a
+ * policy the user named, so it must not reach the engine (which refuses any with whole-layer
+ * experts); a named one still is refused. */
+static void test_expert_granularity_layer(void **state) {
+  (void)state;
+  char args[1024];
+  const char *moe = "sim --model tiny-moe --hw h100-pcie --quiet --synthetic n=2,prompt=4,output=2 --device-budget 8MiB";
+  snprintf(args, sizeof args, "%s --expert-granularity layer", moe);
+  expect(args, 0, "requests: 2 done");
+  snprintf(args, sizeof args, "%s --expert-granularity layer --expert-cache lfu", moe);
+  expect(args, 1, "--expert-granularity layer moves a layer's experts with it");
+  snprintf(args, sizeof args, "%s --expert-granularity layer --predictor frequency", moe);
+  expect(args, 1, "--expert-granularity layer moves a layer's experts with it");
+}
+
 /* Options are matched whole (getopt_long took a prefix for the option it abbreviates): an
  * unknown or shortened one is an error naming the nearest; so are unknown profiles and models,
  * whose preset names match in any case. */
@@ -345,6 +360,7 @@ static void test_help_fits(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
+      cmocka_unit_test(test_expert_granularity_layer),
       cmocka_unit_test(test_names_suggested),
       cmocka_unit_test(test_help_fits),
       cmocka_unit_test(test_time_out_of_range),
