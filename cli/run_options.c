@@ -554,10 +554,9 @@ static void apply(struct run_args *a) {
   ec->fill_budget = a->fill_budget;
   ec->home_disk = !strcmp(a->home, "disk");
   ec->stream_embeddings = a->stream_embeddings;
-  /* per-layer:K names no policy (lru in each layer, the engine's choice) */
   ec->expert_granularity_layer = !strcmp(a->expert_granularity, "layer");
-  /* a layer's experts in its block have no expert cache: only a policy the user named reaches the
-   * engine, which refuses it */
+  /* per-layer:K names no policy (lru in each layer, the engine's choice); a layer's experts in its
+   * block have no expert cache: only a policy the user named reaches the engine, which refuses it */
   ec->expert_cache = ec->expert_cache_per_layer || (ec->expert_granularity_layer && !RUN_GIVEN(a, expert_cache))
                          ? NULL
                          : a->expert_cache;
