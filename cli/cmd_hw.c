@@ -188,6 +188,15 @@ static void show_runtime(const struct ferry_hw_profile *p) {
   if (r->kv_quant_bytes > 0)
     printf("  %-28s %g bytes/element, %d kernels (%s)\n", "runtime.kv_quant_bytes", r->kv_quant_bytes,
            r->kv_quant_kernels, "quantizing each new K and V element");
+  if (r->read_depth > 0) { /* its disk reader, and what it reaches on this profile's disk */
+    printf("  %-28s %d%s\n", "runtime.read_threads", r->read_threads, r->read_threads ? "" : " (one per host core)");
+    printf("  %-28s %d requests per thread\n", "runtime.read_depth", r->read_depth);
+    if (r->read_request_bytes)
+      printf("  %-28s %lld bytes\n", "runtime.read_request_bytes", (long long)r->read_request_bytes);
+    else
+      printf("  %-28s 0 (the disk's read-ahead window)\n", "runtime.read_request_bytes");
+    if (p->has_disk) show_f("a read on this disk", ferry_hw_disk_read_gbps(p), "GB/s");
+  }
   uint32_t act, dq;
   ferry_hw_profile_elem_bytes(p, &act, &dq);
   printf("  %-28s %u bytes%s\n", "runtime.act_bytes", act, r->act_bytes ? "" : " (not given: fp16/bf16)");
@@ -217,6 +226,7 @@ static int hw_show(const char *name) {
     show_f("disk.read_gbps", p->disk.read_gbps, "GB/s");
     printf("  %-28s %lld ns\n", "disk.latency_ns", (long long)p->disk.latency_ns);
     printf("  %-28s %d\n", "disk.queue_depth", p->disk.queue_depth);
+    printf("  %-28s %lld bytes\n", "disk.read_ahead_bytes", (long long)p->disk.read_ahead_bytes);
   }
   if (p->has_runtime) show_runtime(p);
   if (p->has_interconnect) {

@@ -738,6 +738,8 @@ static void json_machine(cJSON *root, const struct ferry_hw_profile *p) {
     add_positive(d, "read_gbps", p->disk.read_gbps);
     cJSON_AddNumberToObject(d, "latency_ns", (double)p->disk.latency_ns);
     add_positive(d, "queue_depth", p->disk.queue_depth);
+    if (p->disk.read_ahead_bytes > 0 && p->disk.read_ahead_bytes != FERRY_HW_READ_AHEAD_BYTES)
+      cJSON_AddNumberToObject(d, "read_ahead_bytes", (double)p->disk.read_ahead_bytes);
   }
 }
 
@@ -805,7 +807,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
       cJSON_AddNumberToObject(r, "fused_max_rows", (double)p->runtime.fused_max_rows);
     if (p->runtime.act_bytes) cJSON_AddNumberToObject(r, "act_bytes", p->runtime.act_bytes);
     if (p->runtime.dequant_bytes) cJSON_AddNumberToObject(r, "dequant_bytes", p->runtime.dequant_bytes);
-    /* a framework's unfused dequantize and KV-cache handling (FlexGen, the KV-offload fork) */
+    /* a framework's unfused dequantize and KV-cache handling (FlexGen, the KV-offload fork), and
+     * how it reads from disk */
     const struct {
       const char *key;
       double value;
@@ -813,6 +816,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
         {"dequant_pass_bytes", p->runtime.dequant_pass_bytes}, {"dequant_kernels", p->runtime.dequant_kernels},
         {"kv_expand", p->runtime.kv_expand},                   {"kv_quant_bytes", p->runtime.kv_quant_bytes},
         {"kv_quant_kernels", p->runtime.kv_quant_kernels},     {"cpu_kv_upcast", p->runtime.cpu_kv_upcast},
+        {"read_threads", p->runtime.read_threads},             {"read_depth", p->runtime.read_depth},
+        {"read_request_bytes", (double)p->runtime.read_request_bytes},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
       if (extra[i].value > 0) cJSON_AddNumberToObject(r, extra[i].key, extra[i].value);

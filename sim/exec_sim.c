@@ -909,9 +909,12 @@ static ferry_status make_resources(struct sim_exec *s) {
   if (via_host && s->ex->config.n_devices > 1)
     FERRY_WARN("hardware profile %s has no interconnect section: GPU-to-GPU traffic of this %d-device run is priced "
                "through the host link (%.1f GB/s down then up)", p->name, s->ex->config.n_devices, peer / 1e9);
+  /* each read flows at most at what the runtime's reader reaches on this disk (its requests in
+   * flight and their size), reads sharing the disk at most at an equal share of it */
   if (p->has_disk && p->disk.read_gbps > 0 &&
       (st = ferry__disk_create(&s->chan[CHAN_DISK], s->des, "disk", p->disk.read_gbps * 1e9, p->disk.latency_ns,
-                               p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))
+                               p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1,
+                               ferry_hw_disk_read_gbps(p) * 1e9)))
     return st;
   if (p->has_host && p->host.dram_gbps > 0 &&
       (st = ferry__fluid_create(&s->chan[CHAN_DRAM], s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))

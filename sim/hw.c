@@ -85,6 +85,7 @@ static const struct field fields[] = {
     {"disk.read_gbps", T_F64, C_POS, S_DISK, P(disk.read_gbps), 0},
     {"disk.latency_ns", T_I64, C_NONNEG, S_DISK, P(disk.latency_ns), 0},
     {"disk.queue_depth", T_I32, C_POS, S_DISK, P(disk.queue_depth), 0},
+    {"disk.read_ahead_bytes", T_I64, C_POS, S_DISK, P(disk.read_ahead_bytes), 0},
     {"runtime.name", T_STR, C_NONE, S_RUNTIME, S(runtime.name)},
     {"runtime.launch_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.launch_ns), 0},
     {"runtime.copy_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.copy_ns), 0},
@@ -112,6 +113,9 @@ static const struct field fields[] = {
     {"runtime.kv_quant_bytes", T_F64, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_bytes), 0},
     {"runtime.kv_quant_kernels", T_I32, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_kernels), 0},
     {"runtime.cpu_kv_upcast", T_I32, C_BOOL, S_RUNTIME, P(runtime.cpu_kv_upcast), 0},
+    {"runtime.read_threads", T_I32, C_NONNEG, S_RUNTIME, P(runtime.read_threads), 0},
+    {"runtime.read_depth", T_I32, C_NONNEG, S_RUNTIME, P(runtime.read_depth), 0},
+    {"runtime.read_request_bytes", T_I64, C_NONNEG, S_RUNTIME, P(runtime.read_request_bytes), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},
@@ -171,6 +175,7 @@ static const struct {
     {"gpu.efficiency.gemv", 0.8},       {"gpu.efficiency.attention", 0.5},
     {"gpu.efficiency.elementwise", 0.8}, {"gpu.efficiency.dequantize", 0.6},
     {"disk.queue_depth", 1},            {"host.cpu_op_ns", 5000},
+    {"disk.read_ahead_bytes", FERRY_HW_READ_AHEAD_BYTES},
 };
 
 static int field_index(const char *path) {
@@ -905,6 +910,25 @@ void ferry_hw_profile_elem_bytes(const struct ferry_hw_profile *p, uint32_t *act
   const int packed = !r || (r->fused_dequant && r->fused_max_rows <= 0);
   if (act_bytes) *act_bytes = r && r->act_bytes > 0 ? (uint32_t)r->act_bytes : 2;
   if (dequant_bytes) *dequant_bytes = packed ? 0 : r->dequant_bytes > 0 ? (uint32_t)r->dequant_bytes : 2;
+}
+
+/* Little's law for the runtime's reader: Q requests of R bytes in flight, each served in the disk's
+ * latency plus its bytes at the disk's rate, deliver Q R per (latency + R / rate), and never more
+ * than the disk. Requests a read issues beyond the disk's queue depth wait, so Q is bounded by it. */
+double ferry_hw_disk_read_gbps(const struct ferry_hw_profile *p) {
+  if (!p || !p->has_disk || !(p->disk.read_gbps > 0)) return 0;
+  const double disk_gbps = p->disk.read_gbps;
+  const struct ferry_hw_runtime *r = p->has_runtime ? &p->runtime : NULL;
+  if (!r || r->read_depth <= 0) return disk_gbps;
+  const int64_t threads = r->read_threads > 0 ? r->read_threads : p->has_host ? p->host.cores : 0;
+  if (threads <= 0) return disk_gbps;
+  int64_t q = threads * r->read_depth;
+  if (p->disk.queue_depth > 0 && q > p->disk.queue_depth) q = p->disk.queue_depth;
+  const double req = (double)(r->read_request_bytes > 0   ? r->read_request_bytes
+                              : p->disk.read_ahead_bytes > 0 ? p->disk.read_ahead_bytes
+                                                             : FERRY_HW_READ_AHEAD_BYTES);
+  const double reader_gbps = (double)q * req / ((double)p->disk.latency_ns + req / disk_gbps); /* B/ns = GB/s */
+  return reader_gbps < disk_gbps ? reader_gbps : disk_gbps;
 }
 
 int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *p) {

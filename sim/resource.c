@@ -29,6 +29,7 @@ struct ferry__fluid {
   struct ferry__des *des;
   char name[32];
   double bytes_per_ns;
+  double job_bytes_per_ns; /* the most one job's bytes flow at (a disk's reader); 0 = no limit */
   int64_t latency_ns;
   uint32_t max_active;  /* 0 = unlimited */
   uint32_t active;      /* holding a slot */
@@ -77,12 +78,20 @@ static struct ferry__res_job *flows_pop(struct ferry__fluid *f) {
   return top;
 }
 
+/* Whether n flowing jobs each run at the per-job limit rather than at an equal share of the
+ * bandwidth. Every job of a channel has the same limit, so all flowing jobs still advance together
+ * (one virtual clock); the shared case keeps its own arithmetic, bit for bit. */
+static int job_limited(const struct ferry__fluid *f, size_t n_flows) {
+  return f->job_bytes_per_ns > 0 && f->job_bytes_per_ns * (double)n_flows < f->bytes_per_ns;
+}
+
 /* Bring the virtual clock up to now. */
 static void advance(struct ferry__fluid *f) {
   int64_t now = ferry__des_now(f->des);
   if (f->n_flows > 0 && now > f->vtime_at_ns) {
     int64_t dt = now - f->vtime_at_ns;
-    f->vtime += (double)dt * f->bytes_per_ns / (double)f->n_flows;
+    f->vtime += job_limited(f, f->n_flows) ? (double)dt * f->job_bytes_per_ns
+                                           : (double)dt * f->bytes_per_ns / (double)f->n_flows;
     f->busy_ns += dt;
     if (f->vtime > VTIME_REBASE) {
       /* subtracting the same value from every tag keeps their order */
@@ -104,7 +113,8 @@ static void reschedule(struct ferry__fluid *f) {
   }
   if (f->n_flows == 0) return;
   double left = f->flows[0]->finish_tag - f->vtime;
-  int64_t dt = ferry__ceil_ns(left * (double)f->n_flows / f->bytes_per_ns);
+  int64_t dt = ferry__ceil_ns(job_limited(f, f->n_flows) ? left / f->job_bytes_per_ns
+                                                          : left * (double)f->n_flows / f->bytes_per_ns);
   ferry_status st = ferry__des_schedule_in(f->des, dt, on_complete, f, &f->completion_id);
   if (st != FERRY_OK && f->sticky == FERRY_OK) f->sticky = st;
 }
@@ -232,12 +242,17 @@ ferry_status ferry__link_create(struct ferry__fluid **out, struct ferry__des *de
 }
 
 ferry_status ferry__disk_create(struct ferry__fluid **out, struct ferry__des *des, const char *name,
-                                double bandwidth_bytes_per_s, int64_t latency_ns, uint32_t queue_depth) {
-  if (queue_depth == 0) {
-    *out = NULL;
+                                double bandwidth_bytes_per_s, int64_t latency_ns, uint32_t queue_depth,
+                                double read_bytes_per_s) {
+  *out = NULL;
+  if (queue_depth == 0)
     return ferry__fail(FERRY_ERR_INVALID, "%s: disk queue depth must be at least 1", name ? name : "disk");
-  }
-  return ferry__fluid_create(out, des, name, bandwidth_bytes_per_s, latency_ns, queue_depth);
+  if (!(read_bytes_per_s >= 0) || !isfinite(read_bytes_per_s))
+    return ferry__fail(FERRY_ERR_INVALID, "%s: a read's rate must be >= 0 bytes/s (got %g)", name ? name : "disk",
+                       read_bytes_per_s);
+  ferry_status st = ferry__fluid_create(out, des, name, bandwidth_bytes_per_s, latency_ns, queue_depth);
+  if (st == FERRY_OK && read_bytes_per_s < bandwidth_bytes_per_s) (*out)->job_bytes_per_ns = read_bytes_per_s / 1e9;
+  return st;
 }
 
 void ferry__fluid_destroy(struct ferry__fluid *f) {
@@ -300,10 +315,11 @@ const char *ferry__fluid_name(const struct ferry__fluid *f) { return f->name; }
 
 /* The same arithmetic as a lone job in the event-driven model: it joins at virtual time 0 (an
  * idle channel has rebased) with finish tag = bytes, and reschedule() waits for
- * ceil(tag * 1 flow / rate). */
+ * ceil(tag * 1 flow / rate), or ceil(tag / per-job limit) where that binds. */
 int64_t ferry__fluid_alone_ns(const struct ferry__fluid *f, uint64_t bytes, int64_t *flow_ns) {
   const double left = (double)bytes;
-  const int64_t flow = bytes ? ferry__ceil_ns(left * 1.0 / f->bytes_per_ns) : 0;
+  const double ns = job_limited(f, 1) ? left / f->job_bytes_per_ns : left * 1.0 / f->bytes_per_ns;
+  const int64_t flow = bytes ? ferry__ceil_ns(ns) : 0;
   if (flow_ns) *flow_ns = flow;
   return f->latency_ns + flow;
 }

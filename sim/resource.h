@@ -51,7 +51,8 @@ struct ferry__res_job {
  * Processor sharing: the jobs past their latency share the bandwidth equally, so when one
  * ends the others speed up. A job first waits (FIFO) for one of max_active slots (copy
  * engines, queue depth; 0 = unlimited), then pays latency_ns without using bandwidth, then
- * its bytes flow at bandwidth / (jobs flowing). Implemented with a virtual clock V (bytes
+ * its bytes flow at bandwidth / (jobs flowing), or at a disk's per-read limit (its reader's
+ * rate, the same for every job) where that is smaller. Implemented with a virtual clock V (bytes
  * served to each flowing job so far): a job joining at V0 ends when V = V0 + bytes, so only
  * the earliest finish tag needs an event. Completion times are rounded up to whole ns (an
  * exact integer stays exact), computed in IEEE double without fast-math: bit-reproducible. */
@@ -74,9 +75,13 @@ ferry_status ferry__fluid_create(struct ferry__fluid **out, struct ferry__des *d
 /* A PCIe link direction: max_active = copy engines (0 = unlimited). */
 ferry_status ferry__link_create(struct ferry__fluid **out, struct ferry__des *des, const char *name,
                                 double bandwidth_bytes_per_s, int64_t latency_ns, uint32_t copy_engines);
-/* A disk: queue_depth >= 1 requests in flight, more wait FIFO. */
+/* A disk: queue_depth >= 1 requests in flight, more wait FIFO. read_bytes_per_s: the most one
+ * read's bytes flow at, what the runtime's reader reaches (ferry_hw_disk_read_gbps()); reads
+ * sharing the disk each get the smaller of that and an equal share; 0 or at least the bandwidth =
+ * no limit beyond the disk's. */
 ferry_status ferry__disk_create(struct ferry__fluid **out, struct ferry__des *des, const char *name,
-                                double bandwidth_bytes_per_s, int64_t latency_ns, uint32_t queue_depth);
+                                double bandwidth_bytes_per_s, int64_t latency_ns, uint32_t queue_depth,
+                                double read_bytes_per_s);
 void ferry__fluid_destroy(struct ferry__fluid *f);
 
 /* Submit a job (job->bytes may be 0: it then ends after the latency). FERRY_ERR_BUSY if the

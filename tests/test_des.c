@@ -441,12 +441,15 @@ static void test_disk_queue_depth(void **state) {
   struct ferry__des *des;
   struct ferry__fluid *disk;
   assert_int_equal(ferry__des_create(&des, 0), FERRY_OK);
-  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 0), FERRY_ERR_INVALID);
+  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 0, 0), FERRY_ERR_INVALID);
   assert_true(tu_contains(ferry_last_error(), "queue depth"));
   assert_null(disk);
   assert_int_equal(ferry__fluid_create(&disk, des, "bad", 0, 0, 0), FERRY_ERR_INVALID);
   assert_int_equal(ferry__fluid_create(&disk, des, "bad", 1e9, -1, 0), FERRY_ERR_INVALID);
-  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 2), FERRY_OK); /* 2 B/ns */
+  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 2, -1), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "a read's rate"));
+  assert_null(disk);
+  assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 2, 0), FERRY_OK); /* 2 B/ns */
   struct done_log log = {0};
   struct ferry__res_job j[4];
   struct job_ctx c[4];
@@ -464,6 +467,39 @@ static void test_disk_queue_depth(void **state) {
   assert_int_equal(log.at[3], 10000);
   ferry__fluid_destroy(disk);
   ferry__des_destroy(des);
+}
+
+/* A disk whose reader reaches less than its bandwidth (read_bytes_per_s): each read flows at the
+ * smaller of that limit and an equal share, alone or in pairs, on both timing paths. */
+static void test_disk_read_limit(void **state) {
+  (void)state;
+  static const struct {
+    double limit_bytes_per_s;
+    int64_t pair_ns, alone_ns; /* two reads of 4000 B together; one alone */
+  } cases[] = {
+      {0.5e9, 1000 + 8000, 1000 + 8000},  /* 0.5 B/ns each, below the share of 1: the limit binds */
+      {1.5e9, 1000 + 4000, 1000 + 2667},  /* a share of 1 B/ns each; alone, 4000 / 1.5 rounded up */
+      {3e9, 1000 + 4000, 1000 + 2000},    /* above the disk: the disk's 2 B/ns */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct ferry__des *des;
+    struct ferry__fluid *disk;
+    assert_int_equal(ferry__des_create(&des, 0), FERRY_OK);
+    assert_int_equal(ferry__disk_create(&disk, des, "nvme", 2e9, 1000, 2, cases[i].limit_bytes_per_s), FERRY_OK);
+    struct done_log log = {0};
+    struct ferry__res_job j[2];
+    struct job_ctx c[2];
+    setup_jobs(j, c, &log, 2);
+    for (int k = 0; k < 2; k++) j[k].bytes = 4000;
+    for (int k = 0; k < 2; k++) assert_int_equal(ferry__fluid_submit(disk, &j[k]), FERRY_OK);
+    ferry__des_run_all(des);
+    assert_int_equal(log.n, 2);
+    assert_int_equal(log.at[0], cases[i].pair_ns);
+    assert_int_equal(log.at[1], cases[i].pair_ns);
+    assert_int_equal(ferry__fluid_alone_ns(disk, 4000, NULL), cases[i].alone_ns);
+    ferry__fluid_destroy(disk);
+    ferry__des_destroy(des);
+  }
 }
 
 /* A zero-byte transfer completes after the latency; a completion callback may submit more. */
@@ -660,7 +696,7 @@ int main(void) {
       cmocka_unit_test(test_link_sharing),
       cmocka_unit_test(test_link_staggered),
       cmocka_unit_test(test_link_copy_engines),
-      cmocka_unit_test(test_disk_queue_depth),
+      cmocka_unit_test(test_disk_queue_depth), cmocka_unit_test(test_disk_read_limit),
       cmocka_unit_test(test_link_zero_and_reentrant),
       cmocka_unit_test(test_link_conservation),
       cmocka_unit_test(test_compute_fifo),

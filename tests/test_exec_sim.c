@@ -2,6 +2,7 @@
  * takes latency + bytes / bandwidth, a kernel its roofline, concurrent transfers share the link,
  * ops on a queue run in order, waits stall a queue until the awaited record, sync and sleep
  * move the virtual clock; plus budgets, missing figures, deadlock reports and determinism. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -583,6 +584,74 @@ static void test_staged_pageable_copy(void **state) {
   }
 }
 
+/* Reads of 1 MB by the runtime's disk reader (runtime.read_*), each on a queue of its own, started
+ * together on a profile (sim_mode exact or fast); returns when the last ended. */
+static int64_t time_reads(ferry_hw *hw, int mode, int n_reads) {
+  struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = mode};
+  ferry_exec *ex = NULL;
+  assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
+  ferry_hw_close(hw);
+  ferry_buf *host;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 2000000, "h", &host), FERRY_OK);
+  for (int i = 0; i < n_reads; i++) {
+    int32_t qk;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
+    assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, (uint64_t)i * 1000000, 1000000,
+                                     (struct ferry_ref){host, (uint64_t)i * 1000000, FERRY_DTYPE_U8}, 0),
+                     FERRY_OK);
+  }
+  assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+  const int64_t now = ferry_exec_now(ex);
+  ferry_exec_free(ex, host);
+  ferry_exec_destroy(ex);
+  return now;
+}
+
+/* The runtime's disk reader bounds a read's rate: with Q requests of R bytes in flight, each taking
+ * the disk's 50 us plus R at 1 B/ns, a read flows at min(1, Q R / (50000 + R)) B/ns after its
+ * latency. The disk: depth 3, read-ahead 20000 B; the host: 2 cores.
+ * - aio-like (1 thread, 2 requests of 10000 B): 20000 / 60000 = 1/3 B/ns: 50000 + 3e6 ns, on both
+ *   timing paths; two such reads at once each keep 1/3 (under their share of 1/2): together 3050000;
+ * - page-cache reader (a thread per core, 2 windows each: 4 requests, of which the disk's depth
+ *   takes 3, of its 20000-B read-ahead): 60000 / 70000 = 6/7 B/ns: 50000 + 1166667 ns (1e6 x 7/6
+ *   rounded up); on a host that gives no cores it is not described: the disk's 50000 + 1e6 ns;
+ * - no reader: 50000 + 1e6 ns. */
+static void test_disk_reader(void **state) {
+  (void)state;
+#define HOST_CORES                                                                                    \
+  "\"host\": {\"name\": \"H\", \"dram_gbps\": 100, \"cpu_gflops\": 1, \"memory_bytes\": 1073741824,"   \
+  " \"cores\": 2}"
+#define DISK_RA                                                                                       \
+  "\"disk\": {\"name\": \"D\", \"read_gbps\": 1, \"latency_ns\": 50000, \"queue_depth\": 3,"           \
+  " \"read_ahead_bytes\": 20000}"
+  static const char *const aio = ", \"runtime\": {\"name\": \"A\", \"read_threads\": 1, \"read_depth\": 2,"
+                                 " \"read_request_bytes\": 10000}";
+  static const char *const paged = ", \"runtime\": {\"name\": \"P\", \"read_threads\": 0, \"read_depth\": 2}";
+  const char *machine = GPU_JSON ", " LINK_JSON(1) ", " HOST_CORES ", " DISK_RA;
+  const char *coreless = GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON ", " DISK_RA;
+  char json[2048];
+  /* by hand, then through the profile's own figure */
+  const double aio_gbps = 2.0 * 10000 / (50000 + 10000 / 1.0), paged_gbps = 3.0 * 20000 / (50000 + 20000 / 1.0);
+  snprintf(json, sizeof json, "%s%s", machine, aio);
+  ferry_hw *hw = profile("aio", json);
+  assert_true(ferry_hw_disk_read_gbps(ferry_hw_get(hw)) == aio_gbps);
+  assert_int_equal(time_reads(hw, FERRY_SIM_EXACT, 1), 50000 + 3000000);
+  assert_int_equal(time_reads(profile("aio", json), FERRY_SIM_FAST, 1), 50000 + 3000000);
+  assert_int_equal(time_reads(profile("aio", json), FERRY_SIM_EXACT, 2), 50000 + 3000000);
+  snprintf(json, sizeof json, "%s%s", machine, paged);
+  hw = profile("paged", json);
+  assert_true(fabs(ferry_hw_disk_read_gbps(ferry_hw_get(hw)) - paged_gbps) < 1e-12);
+  assert_int_equal(time_reads(hw, FERRY_SIM_EXACT, 1), 50000 + 1166667);
+  assert_int_equal(time_reads(profile("paged", json), FERRY_SIM_FAST, 1), 50000 + 1166667);
+  snprintf(json, sizeof json, "%s%s", coreless, paged);
+  hw = profile("coreless", json);
+  assert_true(ferry_hw_disk_read_gbps(ferry_hw_get(hw)) == 1.0);
+  assert_int_equal(time_reads(hw, FERRY_SIM_EXACT, 1), 50000 + 1000000);
+  assert_int_equal(time_reads(profile("plain", machine), FERRY_SIM_EXACT, 1), 50000 + 1000000);
+#undef HOST_CORES
+#undef DISK_RA
+}
+
 /* A runtime that gathers a routed expert's rows one copy at a time (runtime.moe_row_copy,
  * llama.cpp's early-2024 mul_mat_id): an expert over 4 rows is issued 10000 + 6 x 4 x 3000 =
  * 82000 ns after the host is free (a copy in and out per row for each of gate, up and down);
@@ -974,6 +1043,7 @@ int main(void) {
       cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
       cmocka_unit_test(test_runtime_host_costs),
       cmocka_unit_test(test_zero3_parameter_path), cmocka_unit_test(test_zero3_split_copy), cmocka_unit_test(test_staged_pageable_copy),
+      cmocka_unit_test(test_disk_reader),
       cmocka_unit_test(test_moe_row_copy),           cmocka_unit_test(test_fused_max_rows),
       cmocka_unit_test(test_page_cache),
       cmocka_unit_test(test_link_contention),

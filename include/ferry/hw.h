@@ -278,7 +278,27 @@ struct ferry_hw_runtime {
                                KV-offload fork of HF transformers, tjruwase/transformers
                                kvcache-offload-cpu, BloomAttention.forward); 0: the products read
                                the cache in its own type */
+  /* How the runtime reads weights from disk (its reader): each disk read is read by read_threads
+   * sequential streams, each keeping read_depth requests of read_request_bytes in flight. With
+   * Q = min(read_threads x read_depth, disk.queue_depth) requests of R bytes in flight, each taking
+   * disk.latency_ns + R / disk.read_gbps, a read reaches at most Q R / (latency + R / rate) of the
+   * disk (ferry_hw_disk_read_gbps()). read_depth 0 = the reader is not described: the disk's rate. */
+  int32_t read_threads;   /**< threads reading one disk read at once, each a sequential stream of its
+                               own (DeepSpeed's aio thread_count: 1; FlexGen's TorchDisk copy
+                               threads: 4); 0 = one per host core (host.cores: PyTorch's intra-op
+                               threads, which split a copy out of a memory-mapped file), and with
+                               no host.cores the reader is not described */
+  int32_t read_depth;     /**< requests each stream keeps in flight (DeepSpeed's aio queue_depth: 8;
+                               a page-cache reader 2: the read-ahead window it waits on and the next,
+                               which its arrival in the first started); 0 = not described */
+  int64_t read_request_bytes; /**< bytes per request (DeepSpeed's aio block_size: 1 MiB); 0 = the
+                               disk's read-ahead window (disk.read_ahead_bytes): reads through the
+                               page cache, read() or faults on a memory map */
 };
+
+/** Linux's default read-ahead window (VM_READAHEAD_PAGES, 128 KiB): a disk's read_ahead_bytes when
+ *  its profile does not give one. */
+#define FERRY_HW_READ_AHEAD_BYTES 131072
 
 /** A disk (the tier weights are streamed from). */
 struct ferry_hw_disk {
@@ -286,6 +306,10 @@ struct ferry_hw_disk {
   double read_gbps;    /**< sequential read bandwidth, GB/s */
   int64_t latency_ns;  /**< fixed cost of one read request */
   int32_t queue_depth; /**< requests in flight at once; more wait in FIFO order */
+  int64_t read_ahead_bytes; /**< the kernel's read-ahead window for buffered and memory-mapped reads
+                               of the volume (Linux read_ahead_kb), the request size of a reader
+                               through the page cache; 0 = not given: 128 KiB, Linux's default
+                               (VM_READAHEAD_PAGES) */
 };
 
 /**
@@ -451,6 +475,18 @@ FERRY_API int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
  */
 FERRY_API void ferry_hw_profile_elem_bytes(const struct ferry_hw_profile *profile, uint32_t *act_bytes,
                                            uint32_t *dequant_bytes);
+
+/**
+ * @brief The rate, GB/s, at which one disk read of the runtime's reader flows when it has the
+ *        disk to itself: min(disk.read_gbps, Q R / (disk.latency_ns + R / disk.read_gbps)), with
+ *        Q = min(runtime.read_threads x runtime.read_depth, disk.queue_depth) requests of R =
+ *        runtime.read_request_bytes (or disk.read_ahead_bytes) in flight. Reads sharing the disk
+ *        each flow at the smaller of this and an equal share of disk.read_gbps (the `sim` executor).
+ * @param profile the profile, its runtime section applied (ferry_hw_set_runtime()).
+ * @return disk.read_gbps when the runtime does not describe its reader (no runtime section,
+ *         runtime.read_depth 0, or read_threads 0 on a host without cores); 0 without a disk.
+ */
+FERRY_API double ferry_hw_disk_read_gbps(const struct ferry_hw_profile *profile);
 
 /** @brief Name of a kind as written in files ("gpu", "host", "link", "disk"); "?" if unknown. */
 FERRY_API const char *ferry_hw_kind_name(enum ferry_hw_kind kind);
