@@ -217,6 +217,7 @@ static int hw_show(const char *name) {
     show_f("disk.read_gbps", p->disk.read_gbps, "GB/s");
     printf("  %-28s %lld ns\n", "disk.latency_ns", (long long)p->disk.latency_ns);
     printf("  %-28s %d\n", "disk.queue_depth", p->disk.queue_depth);
+    show_f("disk.write_gbps", p->disk.write_gbps, "GB/s");
   }
   if (p->has_runtime) show_runtime(p);
   if (p->has_interconnect) {

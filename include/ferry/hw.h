@@ -280,12 +280,15 @@ struct ferry_hw_runtime {
                                the cache in its own type */
 };
 
-/** A disk (the tier weights are streamed from). */
+/** A disk (the tier weights are streamed from, and a KV cache homed on disk is read from and
+ *  written to). */
 struct ferry_hw_disk {
   char name[64];       /**< e.g. "NVMe PCIe 4.0 x4" */
   double read_gbps;    /**< sequential read bandwidth, GB/s */
-  int64_t latency_ns;  /**< fixed cost of one read request */
+  int64_t latency_ns;  /**< fixed cost of one read (or write) request */
   int32_t queue_depth; /**< requests in flight at once; more wait in FIFO order */
+  double write_gbps;   /**< sequential write bandwidth, GB/s (0: not given; writes to the disk tier,
+                            ferry_exec_alloc() with FERRY_TIER_DISK, then cannot be simulated) */
 };
 
 /**
