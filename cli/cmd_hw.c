@@ -227,6 +227,7 @@ static int hw_show(const char *name) {
     printf("  %-28s %lld ns\n", "disk.latency_ns", (long long)p->disk.latency_ns);
     printf("  %-28s %d\n", "disk.queue_depth", p->disk.queue_depth);
     printf("  %-28s %lld bytes\n", "disk.read_ahead_bytes", (long long)p->disk.read_ahead_bytes);
+    show_f("disk.write_gbps", p->disk.write_gbps, "GB/s");
   }
   if (p->has_runtime) show_runtime(p);
   if (p->has_interconnect) {

@@ -133,8 +133,8 @@ static ferry_status refuse_ignored_when_resident(const struct run_args *a, int a
                                           "fill-budget",  "expert-cache",   "predictor", "direct-io", "keep-cache",
                                           "offload-compute", "expert-granularity", "stream-embeddings", NULL};
   const char *o = NULL;
-  for (size_t i = 0; streaming[i] && !o; i++)
-    if (run_given(a, streaming[i])) o = streaming[i];
+  for (size_t i = 0; streaming[i] && !o; i++) /* --kv-home disk reads its cache that many attentions ahead */
+    if (run_given(a, streaming[i]) && !(a->ec.kv_home_disk && !strcmp(streaming[i], "prefetch-depth"))) o = streaming[i];
   if (!o && RUN_GIVEN(a, resident) && !asked_all) o = "resident attention";
   if (!o) return FERRY_OK;
   char budget[32];
@@ -229,7 +229,8 @@ ferry_status run_open_executor(struct run_ctx *c, int first, ferry_exec **out) {
                                             .lock_host_memory = strcmp(a->host_memory, "pageable") != 0,
                                             .compute_threads = (int)a->threads,
                                             .sim_mode = a->exact ? FERRY_SIM_EXACT : FERRY_SIM_FAST,
-                                            .n_devices = a->ec.n_devices}};
+                                            .n_devices = a->ec.n_devices,
+                                            .disk_dir = a->disk_dir}};
   ferry_hw *hw = NULL;
   ferry_status st = a->hw ? open_sim_profile(a, &hw) : FERRY_OK;
   xp.hw = hw;

@@ -87,7 +87,7 @@ static int check_expert_granularity(struct run_args *a, const char *value) {
 }
 
 static int check_kv_home(struct run_args *a, const char *value) {
-  return expect_one_of(a, "kv-home", value, (const char *const[]){"device", "host", NULL});
+  return expect_one_of(a, "kv-home", value, (const char *const[]){"device", "host", "disk", NULL});
 }
 
 static int check_kv_prefill(struct run_args *a, const char *value) {
@@ -474,6 +474,8 @@ static int refuse_ignored(const struct run_args *a) {
   if (!strcmp(a->kv_attention, "device") && RUN_GIVEN(a, kv_prefill) && strcmp(a->kv_prefill, "device"))
     return cli_usage_error(cmd, "--kv-attention device attends prompts on the device too; --kv-prefill %s contradicts it",
                            a->kv_prefill);
+  if (a->disk_dir && strcmp(a->kv_home, "disk"))
+    return cli_usage_error(cmd, "--disk-dir is where --kv-home disk keeps its KV cache's file: nothing else uses it");
   if (a->keep_cache && a->direct_io)
     return cli_usage_error(cmd, "--keep-cache does nothing with --direct-io: O_DIRECT reads bypass the page cache");
   if (a->keep_cache && a->drop_cache) return cli_usage_error(cmd, "give either --drop-cache or --keep-cache, not both");
@@ -560,7 +562,9 @@ static void apply(struct run_args *a) {
   ec->expert_cache = ec->expert_cache_per_layer || (ec->expert_granularity_layer && !RUN_GIVEN(a, expert_cache))
                          ? NULL
                          : a->expert_cache;
-  ec->kv_home_host = !strcmp(a->kv_home, "host");
+  /* the cache on disk is the host cache's home: the CPU attends over its rows read into memory */
+  ec->kv_home_disk = !strcmp(a->kv_home, "disk");
+  ec->kv_home_host = ec->kv_home_disk || !strcmp(a->kv_home, "host");
   ec->kv_host_memory = !a->kv_host_memory                    ? FERRY_HOST_MEMORY_DEFAULT
                        : !strcmp(a->kv_host_memory, "pinned") ? FERRY_HOST_MEMORY_PINNED
                                                               : FERRY_HOST_MEMORY_PAGEABLE;
@@ -642,7 +646,8 @@ int run_parse(int argc, char **argv, const char *cmd, struct run_args *a) {
       {"--trace", a->trace, 0},                            {"--routing", a->routing, 0},
       {"--predictor-routing", a->predictor_routing, 0},    {"--predictor-model", a->predictor_model, 0},
       {"--hw", a->hw, 0},                                  {"--runtime", a->runtime, 0},
-      {"--reload-from", a->reload_from, FERRY_PATH_DIR},   {"--control-socket", a->control_socket, FERRY_PATH_OUT}};
+      {"--reload-from", a->reload_from, FERRY_PATH_DIR},   {"--control-socket", a->control_socket, FERRY_PATH_OUT},
+      {"--disk-dir", a->disk_dir, FERRY_PATH_DIR}};
   if (cli_check_paths(cmd, paths, sizeof paths / sizeof paths[0])) return CLI_USAGE;
   return 0;
 }

@@ -140,8 +140,12 @@
     check_kv_dtype,                                                                                                \
     "KV-cache format: fp32, fp16, bf16, or fp8, int8, int4 with a scale per\n32 (default: the model's dtype, as "   \
     "'ferry model show' prints; 'ferry\nmodel kv-error' reports what a format does to the logits)", "")            \
-  X(kv_home, "kv-home", TEXT, "device|host", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_home", "device", 0, 0, check_kv_home, \
-    "where the KV cache lives; host: attention runs on the CPU over it", "")                                       \
+  X(kv_home, "kv-home", TEXT, "device|host|disk", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_home", "device", 0, 0,         \
+    check_kv_home,                                                                                                 \
+    "where the KV cache lives; host: attention runs on the CPU over it; disk:\nin a file (FlexGen's cache 0 % GPU, " \
+    "0 % CPU with --cpu): before each\nlayer's attention on the CPU its sequences' rows are read into host\nmemory " \
+    "(--prefetch-depth attentions ahead; --max-batch x\n--max-seq-tokens rows per read in flight, in the host "       \
+    "budget), and the\nstep's new rows written back (ferry run: the file is in --disk-dir)", "")                    \
   X(kv_host_memory, "kv-host-memory", TEXT, "M", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_host_memory", NULL, 0, 0,        \
     check_kv_host_memory,                                                                                          \
     "with --kv-home host, the host KV cache's memory: pinned or pageable\n(default: --host-memory's; FlexGen pins "   \
@@ -178,6 +182,9 @@
   X(threads, "threads", INT, "N", RUN_M, SEC_EXECUTOR, CFG_ALWAYS, "threads", 0, 1, 1024, NULL,                      \
     "BLAS threads of the host executor (default: cores - 2, at least 1)",                                          \
     ": the simulator reads no weights and computes nothing")                                                        \
+  X(disk_dir, "disk-dir", TEXT, "DIR", RUN_M, SEC_EXECUTOR, CFG_NO, "disk_dir", NULL, 0, 0, NULL,                     \
+    "where the host executor makes its files (--kv-home disk's cache), in a\nprivate folder it removes at the end "  \
+    "(default: $TMPDIR, else /tmp)", ": the simulator keeps no files")                                             \
   X(direct_io, "direct-io", FLAG, "", RUN_M, SEC_EXECUTOR, CFG_ALWAYS, "direct_io", 0, 0, 0, NULL,                   \
     "read disk units with O_DIRECT",                                                                               \
     ": the simulator's disk reads already leave nothing in its page cache model unless --keep-cache")               \

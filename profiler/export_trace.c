@@ -90,8 +90,9 @@ static void bind_window(sqlite3_stmt *q, int64_t run_id, const struct out *o) {
 }
 
 /* Each query returns: start, end, streamId, name, correlationId, then table-specific args; only
- * what overlaps the window. Disk reads (ferry's copyKind 100) are category "disk", their
- * copyKind the label "Disk-to-Host (ferry 100)": no CUDA tool mistakes them for a CUDA copy. */
+ * what overlaps the window. Disk reads and writes (ferry's copyKind 100 and 101) are category
+ * "disk", their copyKind the label "Disk-to-Host (ferry 100)" or "Host-to-Disk (ferry 101)": no CUDA
+ * tool mistakes them for a CUDA copy. */
 enum table { T_KERNEL, T_MEMCPY, T_MEMSET, T_SYNC, T_COUNT };
 #define WINDOW(t) " AND " t ".\"end\" >= ?2 AND " t ".start <= ?3"
 static const char *const table_sql[T_COUNT] = {
@@ -99,7 +100,8 @@ static const char *const table_sql[T_COUNT] = {
                  " k.layer, k.expert FROM CUPTI_ACTIVITY_KIND_KERNEL k"
                  " LEFT JOIN StringIds s ON s.id = k.shortName WHERE k.runId = ?1" WINDOW("k") " ORDER BY k.start",
     [T_MEMCPY] = "SELECT m.start, m.end, m.streamId, coalesce(s.value, '[memcpy ' || coalesce(e.label, m.copyKind) || ']'),"
-                 " m.correlationId, m.bytes, CASE WHEN m.copyKind = 100 THEN 'Disk-to-Host (ferry 100)' ELSE e.label END,"
+                 " m.correlationId, m.bytes, CASE m.copyKind WHEN 100 THEN 'Disk-to-Host (ferry 100)'"
+                 " WHEN 101 THEN 'Host-to-Disk (ferry 101)' ELSE e.label END,"
                  " m.step, m.layer, m.expert, m.copyKind"
                  " FROM CUPTI_ACTIVITY_KIND_MEMCPY m LEFT JOIN StringIds s ON s.id = m.nameId"
                  " LEFT JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind WHERE m.runId = ?1" WINDOW("m")
@@ -120,7 +122,8 @@ static int write_table(struct ferry_db *db, struct out *o, int64_t run_id, enum 
   bind_window(q, run_id, o);
   while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
     int64_t start = sqlite3_column_int64(q, 0), end = sqlite3_column_int64(q, 1);
-    const int disk = t == T_MEMCPY && sqlite3_column_int64(q, 10) == FERRY_COPY_DISK_TO_HOST;
+    const int64_t kind = t == T_MEMCPY ? sqlite3_column_int64(q, 10) : 0;
+    const int disk = kind == FERRY_COPY_DISK_TO_HOST || kind == FERRY_COPY_HOST_TO_DISK;
     sep(o);
     fputs("{\"ph\":\"X\",\"name\":", o->f);
     put_json_string(o->f, (const char *)sqlite3_column_text(q, 3));

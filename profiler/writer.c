@@ -302,6 +302,7 @@ static void src_dst_kind(int32_t copy_kind, int *src, int *dst) {
   case FERRY_COPY_PTOP: *src = NSYS_MEM_KIND_DEVICE; *dst = NSYS_MEM_KIND_DEVICE; break;
   case FERRY_COPY_HTOH: *src = NSYS_MEM_KIND_PINNED; *dst = NSYS_MEM_KIND_PINNED; break;
   case FERRY_COPY_DISK_TO_HOST: *src = FERRY_MEM_KIND_DISK; *dst = NSYS_MEM_KIND_PINNED; break;
+  case FERRY_COPY_HOST_TO_DISK: *src = NSYS_MEM_KIND_PINNED; *dst = FERRY_MEM_KIND_DISK; break;
   default: *src = NSYS_MEM_KIND_UNKNOWN; *dst = NSYS_MEM_KIND_UNKNOWN; break;
   }
 }

@@ -52,7 +52,8 @@ static int cat_of(int is_kernel, int copy_kind) {
   switch (copy_kind) {
     case 1: return CAT_H2D;
     case 2: return CAT_D2H;
-    case 100: return CAT_DISK;
+    case 100: /* ferry's disk reads, and writes (101: a KV cache homed on disk) */
+    case 101: return CAT_DISK;
     default: return CAT_OTHER;
   }
 }

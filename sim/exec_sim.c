@@ -551,6 +551,18 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
           c->chan = CHAN_DMEM;
           c->flow_bytes = 2 * op->u.copy.bytes;
           break;
+        /* a disk-tier buffer's file, read or written whole from the disk: the page cache model
+         * serves the stores' buffered reads of weights, which a run reads again; a disk-homed KV
+         * cache is larger than the memory left for it (it would be in host memory otherwise)
+         * and each range is read once a step after every other one, so its reads miss */
+        case FERRY_COPY_DISK_TO_HOST:
+          if (!s->chan[CHAN_DISK]) return missing(s, "a read of a disk-tier buffer", "disk section (disk.read_gbps)");
+          c->chan = CHAN_DISK;
+          break;
+        case FERRY_COPY_HOST_TO_DISK:
+          if (!s->chan[CHAN_DISK_WRITE]) return missing(s, "a write to a disk-tier buffer", "disk.write_gbps");
+          c->chan = CHAN_DISK_WRITE;
+          break;
         default:
           if (!s->chan[CHAN_DRAM]) return missing(s, "a copy within host memory", "host.dram_gbps");
           c->chan = CHAN_DRAM;
@@ -916,6 +928,10 @@ static ferry_status make_resources(struct sim_exec *s) {
                                p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1,
                                ferry_hw_disk_read_gbps(p) * 1e9)))
     return st;
+  if (p->has_disk && p->disk.write_gbps > 0 &&
+      (st = ferry__disk_create(&s->chan[CHAN_DISK_WRITE], s->des, "disk write", p->disk.write_gbps * 1e9,
+                               p->disk.latency_ns, p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))
+    return st;
   if (p->has_host && p->host.dram_gbps > 0 &&
       (st = ferry__fluid_create(&s->chan[CHAN_DRAM], s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))
     return st;
@@ -1026,6 +1042,11 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
     ferry__fluid_get_stats(s->chan[CHAN_DISK], &fs);
     out->bytes_disk = fs.bytes_done;
     out->disk_busy_ns = fs.busy_ns;
+  }
+  if (s->chan[CHAN_DISK_WRITE]) {
+    ferry__fluid_get_stats(s->chan[CHAN_DISK_WRITE], &fs);
+    out->bytes_disk_write = fs.bytes_done;
+    out->disk_write_busy_ns = fs.busy_ns;
   }
   ferry__fluid_get_stats(s->chan[CHAN_PEER], &fs);
   out->bytes_peer = fs.bytes_done;

@@ -63,7 +63,8 @@ void ferry__sim_fast_free(struct sim_exec *s) {
 static const char *chan_name(int c) {
   static const char *names[CHAN_COUNT] = {"the link's host-to-device direction", "the link's device-to-host direction",
                                           "the disk", "host memory", "device memory",
-                                          "the GPU-to-GPU interconnect", "the interconnect (all-gather)"};
+                                          "the GPU-to-GPU interconnect", "the interconnect (all-gather)",
+                                          "the disk's write side"};
   return c >= 0 && c < CHAN_COUNT ? names[c] : "?";
 }
 

@@ -13,10 +13,22 @@
 #define PACKED_SLOTS 8 /* DEQUANTIZE outputs remembered for their consumers (the engine uses 3) */
 
 /* The channels bytes flow through (index of a sim_op's channel). */
-enum sim_chan { CHAN_NONE = -1, CHAN_H2D, CHAN_D2H, CHAN_DISK, CHAN_DRAM, CHAN_DMEM, CHAN_PEER, CHAN_GATHER, CHAN_COUNT };
+enum sim_chan {
+  CHAN_NONE = -1,
+  CHAN_H2D,
+  CHAN_D2H,
+  CHAN_DISK,
+  CHAN_DRAM,
+  CHAN_DMEM,
+  CHAN_PEER,
+  CHAN_GATHER,
+  CHAN_DISK_WRITE,
+  CHAN_COUNT
+};
 /* CHAN_PEER: GPU-to-GPU copies of a multi-device run (sim/interconnect.h); CHAN_GATHER: the
  * peers' parts of a ZeRO-3 gathered weight arriving at the one rank simulated (its NVLink ports'
- * receive side, ferry_exec_copy_peers()) */
+ * receive side, ferry_exec_copy_peers()); CHAN_DISK_WRITE: copies into disk-tier buffers, at
+ * disk.write_gbps (reads of them share CHAN_DISK with the stores' reads) */
 
 /* What the resource models need of an op, worked out once when it is enqueued so that
  * starting it cannot fail for a reason the caller could have been told about. */

@@ -86,6 +86,7 @@ static const struct field fields[] = {
     {"disk.latency_ns", T_I64, C_NONNEG, S_DISK, P(disk.latency_ns), 0},
     {"disk.queue_depth", T_I32, C_POS, S_DISK, P(disk.queue_depth), 0},
     {"disk.read_ahead_bytes", T_I64, C_POS, S_DISK, P(disk.read_ahead_bytes), 0},
+    {"disk.write_gbps", T_F64, C_POS, S_DISK, P(disk.write_gbps), 0},
     {"runtime.name", T_STR, C_NONE, S_RUNTIME, S(runtime.name)},
     {"runtime.launch_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.launch_ns), 0},
     {"runtime.copy_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.copy_ns), 0},

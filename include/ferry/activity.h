@@ -42,7 +42,9 @@ enum ferry_copy_kind {
   FERRY_COPY_DTOD = 8,    /**< device to device */
   FERRY_COPY_HTOH = 9,    /**< host to host */
   FERRY_COPY_PTOP = 10,   /**< peer to peer */
-  FERRY_COPY_DISK_TO_HOST = 100 /**< ferry extension: a disk read into host memory */
+  FERRY_COPY_DISK_TO_HOST = 100, /**< ferry extension: a disk read into host memory (a store's file, or a
+                                      disk-tier buffer copied into a host one) */
+  FERRY_COPY_HOST_TO_DISK = 101  /**< ferry extension: a host buffer written into a disk-tier buffer */
 };
 
 /** Memory tier. */

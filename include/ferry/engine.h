@@ -302,6 +302,20 @@ struct ferry_engine_config {
                                       new rows cross back to the host cache, appended there on the CPU,
                                       which attends nothing. Includes what kv_prefill_device does.
                                       FERRY_ERR_INVALID without kv_home_host */
+  int kv_home_disk;              /**< with kv_home_host: the host cache's home is a file on disk
+                                      (the executor's disk tier; FlexGen with --percent ... 0 0 and
+                                      --cpu: cache 0 % GPU, 0 % CPU): host memory holds only a
+                                      staging of one layer's cache for one micro-batch (max_batch x
+                                      max_seq_tokens rows, K and V) per (layer, micro-batch) read in
+                                      flight, prefetch_depth + 1 of them. Before a micro-batch's
+                                      attention on the CPU its sequences' cached rows of the layer
+                                      are read from the file into a staging (issued prefetch_depth
+                                      attentions ahead, on the disk queue), after it the step's new
+                                      rows are written back; the same logits as kv_home_host.
+                                      FERRY_ERR_INVALID without kv_home_host or with kv_host_memory;
+                                      FERRY_ERR_UNSUPPORTED with kv_attention_device, a paged cache
+                                      or layers computed on the CPU, and on an executor without a
+                                      disk tier (cuda) */
   int prefill_first;             /**< 1: a step carries only prompt tokens while any admitted
                                       sequence still has prompt to prefill; decoding sequences wait
                                       (vLLM's scheduler without chunked prefill, FlexGen's block
@@ -416,6 +430,9 @@ struct ferry_step_metrics {
   int64_t kv_blocks;     /**< KV-cache blocks in use at the end of the step (paged cache; 0 otherwise) */
   uint64_t bytes_peers;  /**< bytes of streamed blocks that came from the data-parallel peers
                               (ferry_engine_config::zero_gpus; not in bytes_h2d or bytes_blocks) */
+  uint64_t bytes_kv_disk; /**< KV-cache rows read from disk into host memory
+                               (ferry_engine_config::kv_home_disk; part of bytes_disk) */
+  uint64_t bytes_disk_write; /**< bytes written to disk: the new KV rows of a cache homed there */
 };
 
 /** Expert-cache activity of one layer over a run (ferry_engine_layer_metrics()). */
@@ -460,6 +477,7 @@ struct ferry_serve_summary {
   uint64_t peak_bytes[FERRY_TIER_COUNT]; /**< peak bytes per tier */
   uint64_t budget_bytes[FERRY_TIER_COUNT]; /**< budget per tier (0 = unlimited) */
   uint64_t bytes_disk;        /**< total bytes read from disk while serving */
+  uint64_t bytes_disk_write;  /**< total bytes written to disk while serving (a KV cache homed there) */
   uint64_t bytes_h2d;         /**< total bytes host to device while serving */
   uint64_t bytes_d2h;         /**< total bytes device to host while serving */
   int64_t hits;               /**< expert-cache hits */

@@ -43,7 +43,8 @@ enum ferry_queue_role {
   FERRY_QUEUE_COMPUTE, /**< kernels */
   FERRY_QUEUE_H2D,     /**< host to device copies */
   FERRY_QUEUE_D2H,     /**< device to host copies */
-  FERRY_QUEUE_DISK,    /**< disk reads into host memory */
+  FERRY_QUEUE_DISK,    /**< disk reads into host memory (and copies between disk-tier and host
+                            buffers) */
   FERRY_QUEUE_CPU      /**< kernels on the host's CPU over host-tier buffers only (hybrid
                             strategies: experts, layers or attention computed where their weights
                             or KV cache live); events order it against the device's queues like
@@ -70,6 +71,10 @@ struct ferry_exec_config {
                                      host: N budgeted arenas in RAM (multi-device numerics in one
                                      process); sim: N GPUs of the profile joined by its
                                      interconnect; cuda: one only */
+  const char *disk_dir;         /**< host executor: the folder in which the files of disk-tier
+                                     buffers are made, inside a private folder of its own that the
+                                     executor creates at the first one and removes when destroyed
+                                     (NULL: $TMPDIR, else /tmp). Copied at create time */
 };
 
 /** Most devices one executor drives (ferry_exec_config::n_devices). */
@@ -349,7 +354,17 @@ FERRY_API ferry_status ferry_exec_queue_create(ferry_exec *ex, enum ferry_queue_
 
 /**
  * @brief Allocate a buffer in a tier. Over budget is FERRY_ERR_BUDGET (never overcommitted).
- * @param tier FERRY_TIER_DEVICE or FERRY_TIER_HOST.
+ *
+ * A disk-tier buffer (FERRY_TIER_DISK) is a file of @p bytes (host executor: made sparse in a
+ * private folder under ferry_exec_config::disk_dir, read and written with pread/pwrite, removed
+ * when the buffer is freed; sim: accounting only; cuda: not supported). Its bytes are not host
+ * visible: only a copy between it and a host-tier buffer touches them (ferry_exec_copy(), a read
+ * or a write of the disk, on any queue; the simulator prices the read on the disk's read channel
+ * and the write at disk.write_gbps); a kernel operand or a copy to or from the device tier in it
+ * is FERRY_ERR_INVALID. The disk tier has no budget; its usage and peak are kept like the others'.
+ * An I/O error or a short transfer fails the copy (reported by the next sync) naming the file,
+ * the offset and the length.
+ * @param tier FERRY_TIER_DEVICE, FERRY_TIER_HOST or FERRY_TIER_DISK.
  * @param label name shown in messages and memory samples (static string).
  * @param out receives the buffer, owned by the executor (ferry_exec_free()).
  */
@@ -464,6 +479,10 @@ FERRY_API void ferry_exec_device_usage(const ferry_exec *ex, int32_t device, uin
 /** @brief Free a buffer (its queues must be idle on it). Accepts NULL. */
 FERRY_API void ferry_exec_free(ferry_exec *ex, ferry_buf *buf);
 
+/** @brief The file behind a disk-tier buffer (borrowed, valid until the buffer is freed), or NULL
+ *         (another tier, or an executor that keeps no files: the simulator). */
+FERRY_API const char *ferry_exec_buf_file(const ferry_buf *buf);
+
 /** @brief Size in bytes of a buffer. */
 FERRY_API uint64_t ferry_exec_buf_size(const ferry_buf *buf);
 
@@ -502,7 +521,8 @@ FERRY_API ferry_status ferry_exec_set_budget(ferry_exec *ex, enum ferry_tier tie
 FERRY_API ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *store, uint32_t file,
                              uint64_t offset, uint64_t len, struct ferry_ref dst, unsigned flags);
 
-/** @brief Enqueue a copy of @p bytes between buffers; direction follows their tiers. */
+/** @brief Enqueue a copy of @p bytes between buffers; direction follows their tiers (a disk-tier
+ *         buffer on one side: a read or write of its file, the other side in the host tier). */
 FERRY_API ferry_status ferry_exec_copy(ferry_exec *ex, int32_t queue, struct ferry_ref dst, struct ferry_ref src,
                              uint64_t bytes);
 

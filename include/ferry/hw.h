@@ -300,16 +300,19 @@ struct ferry_hw_runtime {
  *  its profile does not give one. */
 #define FERRY_HW_READ_AHEAD_BYTES 131072
 
-/** A disk (the tier weights are streamed from). */
+/** A disk (the tier weights are streamed from, and a KV cache homed on disk is read from and
+ *  written to). */
 struct ferry_hw_disk {
   char name[64];       /**< e.g. "NVMe PCIe 4.0 x4" */
   double read_gbps;    /**< sequential read bandwidth, GB/s */
-  int64_t latency_ns;  /**< fixed cost of one read request */
+  int64_t latency_ns;  /**< fixed cost of one read (or write) request */
   int32_t queue_depth; /**< requests in flight at once; more wait in FIFO order */
   int64_t read_ahead_bytes; /**< the kernel's read-ahead window for buffered and memory-mapped reads
                                of the volume (Linux read_ahead_kb), the request size of a reader
                                through the page cache; 0 = not given: 128 KiB, Linux's default
                                (VM_READAHEAD_PAGES) */
+  double write_gbps;   /**< sequential write bandwidth, GB/s (0: not given; writes to the disk tier,
+                            ferry_exec_alloc() with FERRY_TIER_DISK, then cannot be simulated) */
 };
 
 /**

@@ -52,7 +52,8 @@ struct ferry_sim_stats {
                                than the run's, ferry_exec_alloc_host(), counts at its size scaled to
                                the run's rate: the bytes the link served in its time) */
   uint64_t bytes_d2h;     /**< bytes moved device to host */
-  uint64_t bytes_disk;    /**< bytes read from disk */
+  uint64_t bytes_disk;    /**< bytes read from disk (a store's files, and disk-tier buffers copied into
+                               host ones) */
   int64_t h2d_busy_ns;    /**< time the link's h2d direction had bytes flowing */
   int64_t d2h_busy_ns;    /**< time the link's d2h direction had bytes flowing */
   int64_t disk_busy_ns;   /**< time the disk had bytes flowing */
@@ -73,6 +74,8 @@ struct ferry_sim_stats {
   uint64_t bytes_gather;  /**< bytes the data-parallel peers sent of gathered weights
                                (ferry_exec_copy_peers(): ZeRO-3's all-gather) */
   int64_t gather_busy_ns; /**< time the all-gather channel (the interconnect) had bytes flowing */
+  uint64_t bytes_disk_write; /**< bytes written to disk (copies into disk-tier buffers) */
+  int64_t disk_write_busy_ns; /**< time the disk's write channel had bytes flowing */
 };
 
 /**

@@ -217,12 +217,12 @@ static uint64_t readback_bytes(const struct ferry_engine *e) {
 static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len) {
   /* every layer's row for one token; windowed layers hold a ring, so the total is the layout's */
   const uint64_t per_token = ferry_model_kv_bytes(e->model, 1, e->kv_format);
-  char total[32], scratch[256];
+  char total[32], scratch[256], disk[256];
   snprintf(buf, len,
-           "%s %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)%s",
+           "%s %s: %d sequences x %d tokens x %llu bytes per token (%s; --max-batch, --max-seq-tokens, --kv-dtype)%s%s",
            e->mc->kv_lora_rank ? "MLA cache" : "KV cache", ferry__format_bytes(e->kv_total_bytes, total, sizeof total),
            e->n_seqs, e->kv_capacity, (unsigned long long)per_token, ferry_kv_format_name(e->kv_format),
-           ferry__kv_prefill_shape(e, scratch, sizeof scratch));
+           ferry__kv_prefill_shape(e, scratch, sizeof scratch), ferry__kv_disk_shape(e, disk, sizeof disk));
   return buf;
 }
 
@@ -365,7 +365,7 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
   in.workspace_bytes = e->ws.charged; /* what the device holds for it (layout_workspace) */
   /* a hybrid run's CPU works in a copy of the workspace in host memory, and --kv-home host's
    * cache is there too (known before the plan: every layer's) */
-  in.host_kv_bytes = ferry__hybrid_on(e) ? e->hkv_bytes : 0;
+  in.host_kv_bytes = ferry__hybrid_on(e) ? ferry__kv_host_bytes(e) : 0; /* on disk: its staging */
   in.host_workspace_bytes = ferry__hybrid_on(e) ? e->ws.cpu_extent : 0; /* the buffers its ops address */
   in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + in.host_kv_bytes + in.host_workspace_bytes;
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
@@ -432,7 +432,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
     }
   }
   if (st == FERRY_ERR_BUDGET) {
-    char kv[512];
+    char kv[1024];
     ferry__err_set(&e->err, st, "%s; %s", msg, kv_shape(e, kv, sizeof kv));
   } else if (st != FERRY_OK) {
     ferry__err_set(&e->err, st, "%s", msg);
@@ -443,19 +443,50 @@ static ferry_status make_plan(struct ferry_engine *e) {
   return st;
 }
 
+/* A KV cache homed on disk (--kv-home disk): the host cache's file, read into a staging for each
+ * attention on the CPU. */
+static ferry_status check_kv_disk(const struct ferry_engine_config *c, struct ferry_err *err) {
+  if (!c->kv_home_disk) return FERRY_OK;
+  if (!c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: kv_home_disk homes on disk the KV cache that kv_home_host keeps in host memory, "
+                          "with attention on the CPU: set both (--kv-home disk)");
+  if (c->kv_attention_device)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home disk with --kv-attention device: the rows would go from disk to host "
+                          "memory to the device; not supported (the CPU attends over the rows read from disk)");
+  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-host-memory is the memory kind of a KV cache in host memory; with --kv-home "
+                          "disk host memory holds only the rows read for the CPU's attention, which never cross the "
+                          "link");
+  if (c->kv_block_tokens > 0)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home disk with a paged KV cache (--kv-block-tokens): not supported (the file "
+                          "holds each sequence's rows in place)");
+  if (c->compute_layers != FERRY_COMPUTE_GPU)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home disk with layers computed on the CPU (--offload-compute layers=...): not "
+                          "supported (only the attention of layers computed on the device reads the disk cache)");
+  return FERRY_OK;
+}
+
 /* The KV cache in host memory and where its tokens attend (--kv-home, --kv-attention,
  * --kv-prefill, --kv-host-memory). */
 static ferry_status check_kv_home(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
                                   struct ferry_err *err) {
+  const char *home = c->kv_home_disk ? "disk" : "host";
   if (c->kv_home_host && mc->kv_lora_rank)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --kv-home host: %s's latent attention on the CPU needs kv_b_proj in host memory, "
+                          "engine: --kv-home %s: %s's latent attention on the CPU needs kv_b_proj in host memory, "
                           "which a layer resident on the device has not (--offload-compute layers=cpu keeps the "
-                          "latent cache of the layers it computes there)", mc->name);
+                          "latent cache of the layers it computes there)", home, mc->name);
   if (c->kv_home_host && mc->attn_sinks)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --kv-home host: %s's attention sinks are weights on the device; not with "
-                          "attention on the CPU", mc->name);
+                          "engine: --kv-home %s: %s's attention sinks are weights on the device; not with "
+                          "attention on the CPU", home, mc->name);
+  ferry_status st = check_kv_disk(c, err);
+  if (st != FERRY_OK) return st;
   if (c->kv_attention_device && !c->kv_home_host)
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --kv-attention device attends on the device over rows copied up from a KV cache "
@@ -832,7 +863,7 @@ static ferry_status allocate(struct ferry_engine *e) {
   const struct ferry_plan *p = &e->plan;
   const struct ferry_model_config *mc = e->mc;
   ferry_status st;
-  char kv[512];
+  char kv[1024];
   kv_shape(e, kv, sizeof kv);
   if (ferry__mgpu_on(e)) { /* per device (mgpu.c) */
     if ((st = ferry__mgpu_alloc(e)) != FERRY_OK) return st;
@@ -1005,8 +1036,9 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "    pinned weights   %s\n", ferry__format_bytes(p->device_pinned_bytes, b[0], 32));
   if (e->cfg.kv_home_host) { /* the device holds at most a scratch of it */
     char scratch[256];
-    fprintf(f, "    KV cache         %s (in host memory: --kv-home host%s)\n",
-            ferry__format_bytes(p->device_kv_bytes, b[0], 32), ferry__kv_prefill_shape(e, scratch, sizeof scratch));
+    fprintf(f, "    KV cache         %s (%s%s)\n", ferry__format_bytes(p->device_kv_bytes, b[0], 32),
+            e->cfg.kv_home_disk ? "on disk: --kv-home disk" : "in host memory: --kv-home host",
+            ferry__kv_prefill_shape(e, scratch, sizeof scratch));
   } else if (e->kv_block)
     fprintf(f, "    %s %s (paged, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
             ferry__format_bytes(p->device_kv_bytes, b[0], 32), ferry_kv_format_name(e->kv_format),
@@ -1034,7 +1066,12 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
   fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
   const uint64_t host_kv = p->host_kv_bytes, host_ws = p->host_workspace_bytes;
-  if (host_kv)
+  if (host_kv && e->cfg.kv_home_disk)
+    fprintf(f, "    KV staging       %s (%d x %d sequences x %d tokens, %s: the rows the CPU attends over, read from "
+               "the disk cache; --kv-home disk, --prefetch-depth + 1)\n",
+            ferry__format_bytes(host_kv, b[0], 32), e->cfg.prefetch_depth + 1, e->cfg.max_batch, e->kv_capacity,
+            ferry_kv_format_name(e->kv_format));
+  else if (host_kv)
     fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; --kv-home host)\n",
             ferry__format_bytes(host_kv, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format));
   if (host_ws) fprintf(f, "    CPU workspace    %s (the CPU's ops work in host memory)\n", ferry__format_bytes(host_ws, b[0], 32));
@@ -1045,6 +1082,9 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
                "windowed layers, they are recomputed)\n",
             ferry__format_bytes((uint64_t)e->kv_swap_blocks * ferry__kv_pages_block_bytes(e), b[0], 32), e->kv_swap_blocks,
             e->kv_pool_blocks);
+  if (e->cfg.kv_home_disk) /* no budget: the disk tier */
+    fprintf(f, "  disk: KV cache %s (%d sequences x %d tokens, %s; a file, read and written every step)\n",
+            ferry__format_bytes(e->hkv_bytes, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format));
   fprintf(f, "  prefetch depth %d, %d streamed block(s):\n", e->cfg.prefetch_depth, p->n_blocks);
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
@@ -1129,7 +1169,7 @@ ferry_status ferry_engine_prefetch_depth_used(const ferry_model *model, ferry_st
    * gate lookahead's reach (ferry__lookahead_layers; the expert plan's prefetch share is used
    * only with a predictor), and pressure control's re-plans */
   *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict != NULL ||
-          e->cfg.router_lookahead || e->cfg.pressure.enabled;
+          e->cfg.router_lookahead || e->cfg.pressure.enabled || e->cfg.kv_home_disk; /* its reads ahead */
   engine_free(e);
   return FERRY_OK;
 }

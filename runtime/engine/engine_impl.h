@@ -189,6 +189,9 @@ struct microbatch {
   int32_t kvp_first;
   int32_t *kvp_slot, *kvp_src, *kvp_cached;
   ferry_event *kvp_free;
+  /* --kv-home disk (kv_disk.c): per token its slot in a staging (its sequence's place in the
+   * micro-batch); per such slot the rows its cache held before the step and the step's new ones */
+  int32_t *kvd_slot, *kvd_cached, *kvd_new;
 };
 
 struct ferry_engine {
@@ -265,6 +268,17 @@ struct ferry_engine {
    * (one per micro-batch with --kv-attention device) (kv_prefill.c) */
   uint64_t kvp_k_off, kvp_v_off, kvp_bytes;
   int32_t kvp_rows, kvp_slots, kvp_copies;
+  /* --kv-home disk (kv_disk.c): the cache's file (disk tier, laid out as the host cache: hkv_bytes)
+   * and its staging in host memory, kvd_copies of one layer's K and V regions for one micro-batch
+   * (max_batch x kv_capacity rows each). A step's attentions on the CPU are its uses, layer by layer
+   * and micro-batch by micro-batch (kvd_mbs: the step's micro-batches with tokens); use u reads
+   * into copy u % kvd_copies, issued kvd_ahead uses before it; kvd_ready[c] is recorded once copy c's
+   * reads are in. kvd_use: the next use; kvd_cur: the copy of the one being issued */
+  ferry_buf *dkv_buf, *kvd_buf;
+  ferry_event **kvd_ready;
+  int32_t *kvd_mbs;
+  int32_t kvd_copies, kvd_ahead, kvd_n_mbs, kvd_cur;
+  int64_t kvd_use;
 
   /* slots */
   struct slot *block_slots, *expert_slots;
@@ -311,6 +325,7 @@ struct ferry_engine {
   uint64_t step_bytes_act;  /* activations moved between the sides this step */
   uint64_t step_bytes_blocks, step_bytes_experts; /* weights moved this step, by class */
   uint64_t step_bytes_peers; /* block bytes the data-parallel peers sent this step (zero_gpus) */
+  uint64_t step_bytes_kv_disk, step_bytes_disk_write; /* --kv-home disk: rows read (in step_bytes_disk), written */
   int32_t step_evictions;
   struct ferry_layer_metrics *layer_stats; /* per layer, over the run */
   int32_t step_cpu_experts; /* routed experts computed on the CPU this step */
@@ -440,6 +455,25 @@ void ferry__kv_prefill_split(struct ferry_engine *e, int32_t m);
 void ferry__kv_prefill_scratch(struct ferry_engine *e, struct ferry_kernel *k, int64_t first, int32_t l);
 ferry_status ferry__kv_scratch_load(struct ferry_engine *e, int32_t l);
 ferry_status ferry__kv_scratch_used(struct ferry_engine *e);
+
+/* kv_disk.c: --kv-home disk. The staging's bytes in host memory (0 when off); its shape for
+ * messages ("" when off); the file, staging, events and per-micro-batch arrays; each micro-batch's
+ * staging slots at the start of a step, then the reads of the step's first uses; in attend(),
+ * before the CPU's ops of layer l's use the reads of a later one and the CPU's wait for this
+ * one's, after them the write of its new rows; the kernel's cache pointed at the staging. */
+uint64_t ferry__kv_disk_stage_bytes(const struct ferry_engine *e);
+const char *ferry__kv_disk_shape(const struct ferry_engine *e, char *buf, size_t len);
+ferry_status ferry__kv_disk_alloc(struct ferry_engine *e);
+void ferry__kv_disk_free(struct ferry_engine *e);
+void ferry__kv_disk_split(struct ferry_engine *e);
+ferry_status ferry__kv_disk_begin(struct ferry_engine *e);
+ferry_status ferry__kv_disk_load(struct ferry_engine *e, int32_t l);
+ferry_status ferry__kv_disk_store(struct ferry_engine *e, int32_t l);
+void ferry__kv_disk_redirect(const struct ferry_engine *e, struct ferry_kernel *k, int32_t l);
+/* What the host holds of the KV cache: the whole cache, or with it on disk its staging. */
+static inline uint64_t ferry__kv_host_bytes(const struct ferry_engine *e) {
+  return e->cfg.kv_home_disk ? ferry__kv_disk_stage_bytes(e) : e->hkv_bytes;
+}
 
 /* kv_pages.c: the paged KV cache's blocks */
 ferry_status ferry__kv_pages_alloc(struct ferry_engine *e);

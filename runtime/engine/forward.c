@@ -196,6 +196,7 @@ static void attention_common(struct ferry_engine *e, int32_t l, struct ferry_ker
   k->sliding_window = e->li[l].window;
   k->attn_chunk = e->li[l].chunk;
   k->context_tokens = context_tokens(e, l);
+  if (e->cfg.kv_home_disk) ferry__kv_disk_redirect(e, k, l); /* the rows read from disk into host memory */
 }
 
 /* Multi-head latent attention (DeepSeek): low-rank q, the compressed kv row [c_kv | k_pe]
@@ -334,7 +335,9 @@ static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_ki
  * still go down, appended to the host cache on the CPU), and only [0, dev) attend on the CPU.
  * With --kv-attention device every token does (dev is 0), over the scratch into which their
  * sequences' cached rows were copied up: only k and v go down, nothing comes back, and the
- * device waits only for that copy down (before the next layer overwrites k and v). */
+ * device waits only for that copy down (before the next layer overwrites k and v). With the cache
+ * on disk (--kv-home disk) the CPU's ops wait for the reads of the micro-batch's cached rows into a
+ * staging, and the step's new rows are written back after them (kv_disk.c). */
 static ferry_status attend(struct ferry_engine *e, int32_t l) {
   const int64_t T = e->n_tok, qd = e->mc->n_heads / tp_of(e) * e->mc->head_dim,
                 kvd = e->mc->n_kv_heads / tp_of(e) * e->mc->head_dim;
@@ -356,6 +359,7 @@ static ferry_status attend(struct ferry_engine *e, int32_t l) {
     }
     if (all) TRY(ferry_exec_queue_wait(e->ex, e->q_compute, e->ev_down));
     ferry__side_cpu(e);
+    if ((st = ferry__kv_disk_load(e, l))) return st;
   }
   if (dev > 0) {
     attention_op(e, l, FERRY_K_ATTENTION, 0, dev, &k);
@@ -365,6 +369,7 @@ static ferry_status attend(struct ferry_engine *e, int32_t l) {
     attention_op(e, l, FERRY_K_KV_APPEND, dev, T, &k);
     TRY(ferry_exec_compute(e->ex, e->cq, &k));
   }
+  if (remote && (st = ferry__kv_disk_store(e, l))) return st;
   if (all) {
     /* the host workspace's k and v are read: the next copy down may overwrite them */
     ferry__side_device(e);
@@ -1265,6 +1270,8 @@ ferry_status ferry__engine_step(struct ferry_engine *e) {
       if ((st = embed(e))) return st;
     }
   }
+  ferry__kv_disk_split(e); /* the staging slots, and the reads of the step's first attentions */
+  if ((st = ferry__kv_disk_begin(e))) return st;
   if (gsl && (st = stream_release(e, gsl))) return st;
   if (ferry__mgpu_on(e) && e->tp < 2) {
     if ((st = pipeline_layers(e))) return st;

@@ -37,9 +37,12 @@ ferry_status ferry__hybrid_alloc(struct ferry_engine *e) {
   if (!ferry__hybrid_on(e)) return FERRY_OK;
   ferry_status st;
   if ((st = ferry__hybrid_alloc_ws(e)) != FERRY_OK) return st;
-  if (e->hkv_bytes && (st = ferry_exec_alloc_host(e->ex, e->hkv_bytes, e->cfg.kv_host_memory, "host KV cache",
-                                                       &e->hkv_buf)) != FERRY_OK)
+  if (e->cfg.kv_home_disk) { /* its file and the staging of the rows the CPU attends over */
+    if ((st = ferry__kv_disk_alloc(e)) != FERRY_OK) return st;
+  } else if (e->hkv_bytes && (st = ferry_exec_alloc_host(e->ex, e->hkv_bytes, e->cfg.kv_host_memory, "host KV cache",
+                                                                &e->hkv_buf)) != FERRY_OK) {
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  }
   if (ferry_exec_event_create(e->ex, &e->ev_down) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_cpu) != FERRY_OK ||
       ferry_exec_event_create(e->ex, &e->ev_up) != FERRY_OK)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
@@ -68,6 +71,7 @@ ferry_status ferry__hybrid_load(struct ferry_engine *e) {
 }
 
 void ferry__hybrid_free(struct ferry_engine *e) {
+  ferry__kv_disk_free(e);
   if (e->ex) {
     ferry_exec_free(e->ex, e->hws_buf);
     ferry_exec_free(e->ex, e->hkv_buf);

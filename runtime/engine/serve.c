@@ -330,6 +330,8 @@ static void step_measures(ferry_engine *e, struct ferry_step_metrics *sm, const 
   sm->bytes_peers = e->step_bytes_peers;
   sm->bytes_experts = e->step_bytes_experts;
   sm->evictions = e->step_evictions;
+  sm->bytes_kv_disk = e->step_bytes_kv_disk;
+  sm->bytes_disk_write = e->step_bytes_disk_write;
 }
 
 /* One step on the executor, measured. *ran is 0 when a paged cache sent the step's only
@@ -349,6 +351,7 @@ static ferry_status run_step(ferry_engine *e, struct ferry__serve_state *rs, int
   e->step_bytes_h2d = e->swap_h2d_pending; /* sequences swapped back in as they were admitted */
   e->swap_h2d_pending = 0;
   e->step_bytes_blocks = e->step_bytes_experts = e->step_bytes_peers = 0;
+  e->step_bytes_kv_disk = e->step_bytes_disk_write = 0;
   e->step_hits = e->step_misses = e->step_cpu_experts = e->step_evictions = 0;
   int32_t tokens = 0, batch = build_step(e, rs->admit_order, &tokens);
   ferry_status st = e->kv_block ? page_step(e, rs, &batch, &tokens) : FERRY_OK;

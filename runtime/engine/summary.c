@@ -64,6 +64,7 @@ static void step_stats(const ferry_engine *const *engines, int32_t n_eng, struct
       const struct ferry_step_metrics *sm = &engines[k]->steps[s];
       if (d) d[j++] = (double)(sm->end_ns - sm->start_ns);
       out->bytes_disk += sm->bytes_disk;
+      out->bytes_disk_write += sm->bytes_disk_write;
       out->bytes_h2d += sm->bytes_h2d;
       out->bytes_d2h += sm->bytes_d2h;
       out->hits += sm->hits;
@@ -147,11 +148,15 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
     fprintf(f, "peak %-6s %s of %s%s\n", tiers[t], ferry__format_bytes(s->peak_bytes[t], b1, 32),
             s->budget_bytes[t] ? ferry__format_bytes(s->budget_bytes[t], b2, 32) : "unlimited",
             s->budget_changes ? " (the budget at the end; budgets changed during the run)" : "");
+  if (s->peak_bytes[FERRY_TIER_DISK]) /* files of the disk tier (a KV cache homed there): no budget */
+    fprintf(f, "peak disk   %s\n", ferry__format_bytes(s->peak_bytes[FERRY_TIER_DISK], b1, 32));
   for (int32_t d = 0; d < s->devices && s->devices > 1; d++)
     fprintf(f, "%s%s%s", d ? ", " : "peak per device: ", ferry__format_bytes(s->device_peak_bytes[d], b1, 32),
             d + 1 == s->devices ? "\n" : "");
   fprintf(f, "moved: disk %s, host->device %s, device->host %s\n", ferry__format_bytes(s->bytes_disk, b1, 32),
           ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
+  if (s->bytes_disk_write) /* a KV cache homed on disk */
+    fprintf(f, "written to disk: %s (the KV cache's new rows)\n", ferry__format_bytes(s->bytes_disk_write, b1, 32));
   if (s->hits + s->misses)
     fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
             100.0 * (double)s->hits / (double)(s->hits + s->misses));

@@ -181,7 +181,7 @@ int ferry_exec_buf_pinned(const ferry_buf *buf) { return buf ? buf->pinned : 0; 
  * tier ignores it). */
 static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
                                uint64_t charged, int pinned, const char *label, ferry_buf **out) {
-  if (!ex || !out || (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST) || !valid_device(ex, device))
+  if (!ex || !out || (unsigned)tier >= FERRY_TIER_COUNT || !valid_device(ex, device))
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: invalid argument");
   if (!label) label = "buffer";
   if (charged > bytes || (charged < bytes && ex->backend->has_data))
@@ -218,7 +218,7 @@ static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier t
   buf->charged = charged;
   buf->label = label;
   buf->device = device;
-  buf->pinned = tier == FERRY_TIER_HOST ? pinned : 1;
+  buf->pinned = tier == FERRY_TIER_HOST ? pinned : tier == FERRY_TIER_DEVICE;
   st = ex->backend->buf_alloc(ex, buf);
   if (st != FERRY_OK) {
     ferry_free(buf);
@@ -228,6 +228,7 @@ static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier t
   buf->next = ex->buffers;
   if (ex->buffers) ex->buffers->prev = buf;
   ex->buffers = buf;
+  if (tier == FERRY_TIER_DISK) ex->disk_bufs++;
   if (ex->used[tier] > ex->peak[tier]) ex->peak[tier] = ex->used[tier];
   ferry__exec_emit_memory(ex, tier, ex->backend->now(ex));
   pthread_mutex_unlock(&ex->lock);
@@ -248,12 +249,14 @@ void ferry_exec_free(ferry_exec *ex, ferry_buf *buf) {
   else ex->buffers = buf->next;
   if (buf->next) buf->next->prev = buf->prev;
   account(ex, buf->tier, buf->device, buf->charged, -1);
+  if (buf->tier == FERRY_TIER_DISK) ex->disk_bufs--;
   ferry__exec_emit_memory(ex, buf->tier, ex->backend->now(ex));
   pthread_mutex_unlock(&ex->lock);
   ferry_free(buf);
 }
 
 uint64_t ferry_exec_buf_size(const ferry_buf *buf) { return buf->bytes; }
+const char *ferry_exec_buf_file(const ferry_buf *buf) { return buf ? buf->file : NULL; }
 enum ferry_tier ferry_exec_buf_tier(const ferry_buf *buf) { return buf->tier; }
 
 void *ferry_exec_buf_host_ptr(ferry_exec *ex, ferry_buf *buf) {
@@ -316,6 +319,8 @@ ferry_status ferry_exec_read(ferry_exec *ex, int32_t queue, struct ferry_store *
 }
 
 static enum ferry_copy_kind copy_kind(const ferry_buf *dst, const ferry_buf *src) {
+  if (src->tier == FERRY_TIER_DISK) return FERRY_COPY_DISK_TO_HOST; /* the other side is host (copy_op()) */
+  if (dst->tier == FERRY_TIER_DISK) return FERRY_COPY_HOST_TO_DISK;
   if (src->tier == FERRY_TIER_HOST && dst->tier == FERRY_TIER_DEVICE) return FERRY_COPY_HTOD;
   if (src->tier == FERRY_TIER_DEVICE && dst->tier == FERRY_TIER_HOST) return FERRY_COPY_DTOH;
   if (src->tier == FERRY_TIER_DEVICE && dst->tier == FERRY_TIER_DEVICE)
@@ -329,6 +334,13 @@ static ferry_status copy_op(ferry_exec *ex, int32_t queue, struct ferry_ref dst,
   ferry_status st = check_ref(ex, "copy destination", dst, bytes);
   if (st == FERRY_OK) st = check_ref(ex, "copy source", src, bytes);
   if (st != FERRY_OK) return st;
+  /* a disk-tier buffer is a file: read into host memory or written from it, nothing else */
+  if ((dst.buf->tier == FERRY_TIER_DISK || src.buf->tier == FERRY_TIER_DISK) &&
+      (peers || (dst.buf->tier == FERRY_TIER_DISK ? src.buf : dst.buf)->tier != FERRY_TIER_HOST))
+    return ferry__err_set(&ex->err, FERRY_ERR_INVALID,
+                          "copy: '%s' (%s tier) to '%s' (%s tier): a disk-tier buffer is copied to or from a host-tier "
+                          "buffer only",
+                          src.buf->label, tier_name(src.buf->tier), dst.buf->label, tier_name(dst.buf->tier));
   struct ferry_op op;
   op_init(&op, FERRY_OP_COPY);
   op.u.copy.dst = dst;
@@ -353,14 +365,20 @@ ferry_status ferry_exec_copy_peers(ferry_exec *ex, int32_t queue, struct ferry_r
 }
 
 /* A kernel on a CPU queue reads and writes host memory only: a device-tier operand would be a
- * device pointer on a GPU (and, on the host executor, traffic the run never accounted). */
-static ferry_status check_cpu_operands(ferry_exec *ex, const struct ferry_kernel *k) {
+ * device pointer on a GPU (and, on the host executor, traffic the run never accounted). No
+ * kernel reads a disk-tier buffer, whose bytes are a file's (cpu 0: only that is checked). */
+static ferry_status check_operands(ferry_exec *ex, const struct ferry_kernel *k, int cpu) {
   const struct ferry_ref *refs[4 + 8] = {&k->x, &k->y, &k->w, &k->b};
   const char *names[4 + 8] = {"x", "y", "w", "b", "aux[0]", "aux[1]", "aux[2]", "aux[3]",
                               "aux[4]", "aux[5]", "aux[6]", "aux[7]"};
   for (int i = 0; i < 8; i++) refs[4 + i] = &k->aux[i];
   for (int i = 0; i < 12; i++)
-    if (refs[i]->buf && refs[i]->buf->tier != FERRY_TIER_HOST)
+    if (refs[i]->buf && refs[i]->buf->tier == FERRY_TIER_DISK)
+      return ferry__err_set(&ex->err, FERRY_ERR_INVALID,
+                            "compute %s: operand %s is in buffer '%s' of the disk tier (a file: copy it into host "
+                            "memory first)",
+                            k->name ? k->name : ferry_kernel_kind_name(k->kind), names[i], refs[i]->buf->label);
+    else if (cpu && refs[i]->buf && refs[i]->buf->tier != FERRY_TIER_HOST)
       return ferry__err_set(&ex->err, FERRY_ERR_INVALID,
                             "compute %s on a CPU queue: operand %s is in buffer '%s' of the %s tier (CPU kernels "
                             "read and write host memory only)",
@@ -375,8 +393,9 @@ ferry_status ferry_exec_compute(ferry_exec *ex, int32_t queue, const struct ferr
   /* the contract, once for every executor: the same bad op gets the same status everywhere */
   const ferry_status st = ferry__kernel_check(ex, kernel);
   if (st != FERRY_OK) return st;
-  if (ex->queues[queue].role == FERRY_QUEUE_CPU) {
-    const ferry_status cst = check_cpu_operands(ex, kernel);
+  const int cpu = ex->queues[queue].role == FERRY_QUEUE_CPU;
+  if (cpu || ex->disk_bufs) {
+    const ferry_status cst = check_operands(ex, kernel, cpu);
     if (cst != FERRY_OK) return cst;
   }
   struct ferry_op op;
@@ -519,10 +538,12 @@ void ferry__exec_op_done(struct ferry_exec *ex, int32_t queue, const struct ferr
       break;
     case FERRY_OP_COPY:
       a.kind = FERRY_ACT_MEMCPY;
-      a.name = op->u.copy.peers                           ? "all-gather"
-               : op->u.copy.copy_kind == FERRY_COPY_HTOD ? "h2d"
-               : op->u.copy.copy_kind == FERRY_COPY_DTOH ? "d2h"
-                                                         : "copy";
+      a.name = op->u.copy.peers                                   ? "all-gather"
+               : op->u.copy.copy_kind == FERRY_COPY_HTOD         ? "h2d"
+               : op->u.copy.copy_kind == FERRY_COPY_DTOH         ? "d2h"
+               : op->u.copy.copy_kind == FERRY_COPY_DISK_TO_HOST ? "disk_read"
+               : op->u.copy.copy_kind == FERRY_COPY_HOST_TO_DISK ? "disk_write"
+                                                                 : "copy";
       a.bytes = op->u.copy.bytes;
       a.copy_kind = op->u.copy.copy_kind;
       a.step = op->step;

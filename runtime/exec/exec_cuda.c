@@ -937,6 +937,11 @@ static ferry_status cu_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
   char what[160];
   cudaError_t e;
   struct cu_state *cs = state(ex);
+  if (buf->tier == FERRY_TIER_DISK) /* the host and sim executors keep them */
+    return ferry__err_set(&ex->err, FERRY_ERR_UNSUPPORTED,
+                          "cuda executor: no disk-tier buffers (%s of %llu bytes): the host executor keeps them as "
+                          "files, the simulator prices them",
+                          buf->label, (unsigned long long)buf->bytes);
   if (buf->tier == FERRY_TIER_DEVICE && cs->arena) {
     uint64_t off = 0;
     pthread_mutex_lock(&cs->arena_mu);

@@ -1,6 +1,7 @@
 /* The `host` executor: every queue is a worker thread draining a fixed ring of ops; the
  * device tier is a budgeted arena in RAM standing in for GPU memory; reads are real disk reads
- * (pread / O_DIRECT), copies are memcpy, kernels are real math (host_kernels.c). */
+ * (pread / O_DIRECT), copies are memcpy (or pread/pwrite of a disk-tier buffer's file,
+ * disk_file.c), kernels are real math (host_kernels.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "disk_file.h"
 #include "exec_impl.h"
 #include "ferry/store.h"
 #include "host_kernels.h"
@@ -39,6 +41,7 @@ struct host_state {
   pthread_cond_t ev_cv;
   int64_t t0;
   int warned_mlock;
+  struct ferry__disk_dir disk; /* the files of disk-tier buffers */
 };
 
 static struct host_state *state(struct ferry_exec *ex) { return ex->backend_state; }
@@ -98,8 +101,11 @@ static void run_op(struct host_queue *q, const struct ferry_op *op) {
       break;
     }
     case FERRY_OP_COPY:
-      memcpy((char *)op->u.copy.dst.buf->ptr + op->u.copy.dst.offset,
-             (const char *)op->u.copy.src.buf->ptr + op->u.copy.src.offset, op->u.copy.bytes);
+      if (op->u.copy.copy_kind == FERRY_COPY_DISK_TO_HOST || op->u.copy.copy_kind == FERRY_COPY_HOST_TO_DISK)
+        ferry__disk_file_copy(ex, op);
+      else
+        memcpy((char *)op->u.copy.dst.buf->ptr + op->u.copy.dst.offset,
+               (const char *)op->u.copy.src.buf->ptr + op->u.copy.src.offset, op->u.copy.bytes);
       break;
     case FERRY_OP_KERNEL: {
       ferry_status st = ferry__host_kernel_run(&op->u.kernel, &q->scratch, msg, sizeof msg);
@@ -194,6 +200,7 @@ static ferry_status host_drain(struct ferry_exec *ex) {
 }
 
 static ferry_status host_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
+  if (buf->tier == FERRY_TIER_DISK) return ferry__disk_file_open(ex, &state(ex)->disk, buf);
   /* 4 KiB alignment: O_DIRECT reads may land in any host buffer. Large buffers are mappings of
    * their own, so what the engine frees (memory pressure, a reload) leaves the process. */
   buf->ptr = buf->bytes >= LARGE_BUFFER ? ferry__pages_alloc(buf->bytes)
@@ -217,6 +224,10 @@ static ferry_status host_buf_alloc(struct ferry_exec *ex, ferry_buf *buf) {
 
 static void host_buf_free(struct ferry_exec *ex, ferry_buf *buf) {
   (void)ex;
+  if (buf->tier == FERRY_TIER_DISK) {
+    ferry__disk_file_close(buf);
+    return;
+  }
   if (buf->backend_ptr) munlock(buf->ptr, buf->bytes);
   if (buf->bytes >= LARGE_BUFFER) ferry__pages_free(buf->ptr, buf->bytes);
   else ferry_free(buf->ptr);
@@ -243,6 +254,7 @@ static void host_destroy(struct ferry_exec *ex) {
     }
     pthread_mutex_destroy(&hs->ev_mu);
     pthread_cond_destroy(&hs->ev_cv);
+    ferry__disk_dir_fini(&hs->disk);
     ferry_free(hs);
   }
   ferry__exec_fini(ex);
@@ -287,6 +299,13 @@ ferry_status ferry_exec_create_host(ferry_exec **out, const struct ferry_exec_co
     return ferry__fail(FERRY_ERR_NOMEM, "host executor: out of memory");
   }
   ferry__exec_init(ex, &host_backend, config);
+  if (ferry__disk_dir_init(&hs->disk, config ? config->disk_dir : NULL) != FERRY_OK) {
+    ferry__exec_fini(ex);
+    ferry_free(ex);
+    ferry_free(hs);
+    return ferry__fail(FERRY_ERR_NOMEM, "host executor: out of memory");
+  }
+  ex->config.disk_dir = hs->disk.base; /* the copy, not the caller's string */
   pthread_mutex_init(&hs->ev_mu, NULL);
   pthread_cond_init(&hs->ev_cv, NULL);
   hs->t0 = ferry__mono_ns();

@@ -55,7 +55,8 @@ struct ferry_buf {
   int pinned;         /* host tier: page-locked (ferry_exec_alloc_host(); by default the
                          configuration's lock_host_memory); device tier: 1 */
   void *ptr;          /* host-visible bytes (host tier; device tier of the host executor) */
-  void *backend_ptr;  /* backend handle (device pointer, ...) */
+  void *backend_ptr;  /* backend handle (device pointer, a disk-tier buffer's open file, ...) */
+  const char *file;   /* disk tier: the file behind it (owned by the backend), else NULL */
   struct ferry_buf *prev, *next; /* the executor's live buffers, freed at destroy */
 };
 
@@ -143,6 +144,8 @@ struct ferry_exec {
   uint64_t used[FERRY_TIER_COUNT], peak[FERRY_TIER_COUNT];
   uint64_t dev_used[FERRY_EXEC_MAX_DEVICES], dev_peak[FERRY_EXEC_MAX_DEVICES]; /* device tier, per device */
   ferry_buf *buffers; /* live buffers */
+  int32_t disk_bufs;  /* live disk-tier buffers: kernels are checked for operands in them only
+                         while there are some (the check costs a simulation's hot path) */
   ferry_activity_fn sink;
   void *sink_user;
   ferry_launch_begin_fn launch_begin; /* optional: brackets a backend's driver calls per op */
