@@ -930,7 +930,7 @@ static ferry_status make_resources(struct sim_exec *s) {
     return st;
   if (p->has_disk && p->disk.write_gbps > 0 &&
       (st = ferry__disk_create(&s->chan[CHAN_DISK_WRITE], s->des, "disk write", p->disk.write_gbps * 1e9,
-                               p->disk.latency_ns, p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1)))
+                               p->disk.latency_ns, p->disk.queue_depth > 0 ? (uint32_t)p->disk.queue_depth : 1, 0)))
     return st;
   if (p->has_host && p->host.dram_gbps > 0 &&
       (st = ferry__fluid_create(&s->chan[CHAN_DRAM], s->des, "host memory", p->host.dram_gbps * 1e9, 0, 0)))
