@@ -188,6 +188,9 @@ static void show_runtime(const struct ferry_hw_profile *p) {
   if (r->kv_quant_bytes > 0)
     printf("  %-28s %g bytes/element, %d kernels (%s)\n", "runtime.kv_quant_bytes", r->kv_quant_bytes,
            r->kv_quant_kernels, "quantizing each new K and V element");
+  if (r->offload_min_rows)
+    printf("  %-28s %lld (%s)\n", "runtime.offload_min_rows", (long long)r->offload_min_rows,
+           "--offload-compute layers=auto: steps of this many rows copy host layers to the GPU, fewer run on the CPU");
   uint32_t act, dq;
   ferry_hw_profile_elem_bytes(p, &act, &dq);
   printf("  %-28s %u bytes%s\n", "runtime.act_bytes", act, r->act_bytes ? "" : " (not given: fp16/bf16)");

@@ -805,7 +805,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
       cJSON_AddNumberToObject(r, "fused_max_rows", (double)p->runtime.fused_max_rows);
     if (p->runtime.act_bytes) cJSON_AddNumberToObject(r, "act_bytes", p->runtime.act_bytes);
     if (p->runtime.dequant_bytes) cJSON_AddNumberToObject(r, "dequant_bytes", p->runtime.dequant_bytes);
-    /* a framework's unfused dequantize and KV-cache handling (FlexGen, the KV-offload fork) */
+    /* a framework's unfused dequantize and KV-cache handling (FlexGen, the KV-offload fork), and its
+     * rule for computing host layers on the GPU (llama.cpp) */
     const struct {
       const char *key;
       double value;
@@ -813,6 +814,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
         {"dequant_pass_bytes", p->runtime.dequant_pass_bytes}, {"dequant_kernels", p->runtime.dequant_kernels},
         {"kv_expand", p->runtime.kv_expand},                   {"kv_quant_bytes", p->runtime.kv_quant_bytes},
         {"kv_quant_kernels", p->runtime.kv_quant_kernels},     {"cpu_kv_upcast", p->runtime.cpu_kv_upcast},
+        {"offload_min_rows", (double)p->runtime.offload_min_rows},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
       if (extra[i].value > 0) cJSON_AddNumberToObject(r, extra[i].key, extra[i].value);

@@ -112,6 +112,7 @@ static const struct field fields[] = {
     {"runtime.kv_quant_bytes", T_F64, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_bytes), 0},
     {"runtime.kv_quant_kernels", T_I32, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_kernels), 0},
     {"runtime.cpu_kv_upcast", T_I32, C_BOOL, S_RUNTIME, P(runtime.cpu_kv_upcast), 0},
+    {"runtime.offload_min_rows", T_I64, C_NONNEG, S_RUNTIME, P(runtime.offload_min_rows), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},

@@ -278,6 +278,12 @@ struct ferry_hw_runtime {
                                KV-offload fork of HF transformers, tjruwase/transformers
                                kvcache-offload-cpu, BloomAttention.forward); 0: the products read
                                the cache in its own type */
+  int64_t offload_min_rows; /**< the runtime's own rule for work whose weights are in host memory
+                               (`--offload-compute layers=auto`): a step whose largest micro-batch
+                               has at least this many rows (tokens) computes the streamed layers on
+                               the GPU with their weights copied up, a smaller one on the CPU
+                               (llama.cpp's ggml_backend_cuda_offload_op, min_batch_size 32, since
+                               PR 6083); 0 = not given: the engine compares the rates */
 };
 
 /** A disk (the tier weights are streamed from). */
