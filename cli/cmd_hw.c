@@ -197,6 +197,9 @@ static void show_runtime(const struct ferry_hw_profile *p) {
       printf("  %-28s 0 (the disk's read-ahead window)\n", "runtime.read_request_bytes");
     if (p->has_disk) show_f("a read on this disk", ferry_hw_disk_read_gbps(p), "GB/s");
   }
+  if (r->offload_min_rows)
+    printf("  %-28s %lld (%s)\n", "runtime.offload_min_rows", (long long)r->offload_min_rows,
+           "--offload-compute layers=auto: steps of this many rows copy host layers to the GPU, fewer run on the CPU");
   uint32_t act, dq;
   ferry_hw_profile_elem_bytes(p, &act, &dq);
   printf("  %-28s %u bytes%s\n", "runtime.act_bytes", act, r->act_bytes ? "" : " (not given: fp16/bf16)");

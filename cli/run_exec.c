@@ -136,6 +136,7 @@ static ferry_status refuse_ignored_when_resident(const struct run_args *a, int a
   for (size_t i = 0; streaming[i] && !o; i++) /* --kv-home disk reads its cache that many attentions ahead */
     if (run_given(a, streaming[i]) && !(a->ec.kv_home_disk && !strcmp(streaming[i], "prefetch-depth"))) o = streaming[i];
   if (!o && RUN_GIVEN(a, resident) && !asked_all) o = "resident attention";
+  if (!o && !strcmp(a->kv_home, "layer")) o = "kv-home layer"; /* every layer's cache with it on the device */
   if (!o) return FERRY_OK;
   char budget[32];
   if (asked_all)
@@ -197,7 +198,8 @@ static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
 }
 
 /* The figures --offload-compute auto compares, from the profile's cost models: what a GEMM of
- * 1e12 flops and a read of 1e12 bytes take on its GPU and on its CPU, and its link's rate. */
+ * 1e12 flops and a read of 1e12 bytes take on its GPU and on its CPU, and its link's rate; and
+ * the runtime's own rule for streamed layers where it has one (runtime.offload_min_rows). */
 static void profile_rates(const struct ferry_hw_profile *p, enum ferry_dtype dtype, struct ferry_compute_rates *r) {
   const double big = 1e12;
   const struct ferry__gpu_work math = {.op = FERRY_HW_OP_GEMM, .math = dtype, .flops = big};
@@ -209,6 +211,7 @@ static void profile_rates(const struct ferry_hw_profile *p, enum ferry_dtype dty
   if ((ns = ferry__cpu_work_ns(p, &math)) > 0) r->cpu_flops = big / ((double)ns * 1e-9);
   if ((ns = ferry__cpu_work_ns(p, &mem)) > 0) r->cpu_bytes = big / ((double)ns * 1e-9);
   if (p->has_link) r->link_bytes = p->link.h2d_gbps * 1e9;
+  if (p->has_runtime) r->offload_min_rows = p->runtime.offload_min_rows;
 }
 
 /* A real run has no profile: its device computes as fast as its CPU as far as the rule knows

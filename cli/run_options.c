@@ -87,7 +87,7 @@ static int check_expert_granularity(struct run_args *a, const char *value) {
 }
 
 static int check_kv_home(struct run_args *a, const char *value) {
-  return expect_one_of(a, "kv-home", value, (const char *const[]){"device", "host", "disk", NULL});
+  return expect_one_of(a, "kv-home", value, (const char *const[]){"device", "host", "disk", "layer", NULL});
 }
 
 static int check_kv_prefill(struct run_args *a, const char *value) {
@@ -469,8 +469,9 @@ static int refuse_ignored(const struct run_args *a) {
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
   /* (--runtime does: the plan charges the workspace at the precision the runtime holds it in) */
   /* every token attends on the device, prompts included */
-  if (a->kv_host_memory && strcmp(a->kv_home, "host"))
-    return cli_usage_error(cmd, "--kv-host-memory is the memory of a KV cache in host memory: it needs --kv-home host");
+  if (a->kv_host_memory && strcmp(a->kv_home, "host") && strcmp(a->kv_home, "layer"))
+    return cli_usage_error(cmd, "--kv-host-memory is the memory of a KV cache in host memory: it needs --kv-home host "
+                                "or layer");
   if (!strcmp(a->kv_attention, "device") && RUN_GIVEN(a, kv_prefill) && strcmp(a->kv_prefill, "device"))
     return cli_usage_error(cmd, "--kv-attention device attends prompts on the device too; --kv-prefill %s contradicts it",
                            a->kv_prefill);
@@ -565,6 +566,7 @@ static void apply(struct run_args *a) {
   /* the cache on disk is the host cache's home: the CPU attends over its rows read into memory */
   ec->kv_home_disk = !strcmp(a->kv_home, "disk");
   ec->kv_home_host = ec->kv_home_disk || !strcmp(a->kv_home, "host");
+  ec->kv_home_layer = !strcmp(a->kv_home, "layer");
   ec->kv_host_memory = !a->kv_host_memory                    ? FERRY_HOST_MEMORY_DEFAULT
                        : !strcmp(a->kv_host_memory, "pinned") ? FERRY_HOST_MEMORY_PINNED
                                                               : FERRY_HOST_MEMORY_PAGEABLE;

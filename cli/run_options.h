@@ -140,16 +140,18 @@
     check_kv_dtype,                                                                                                \
     "KV-cache format: fp32, fp16, bf16, or fp8, int8, int4 with a scale per\n32 (default: the model's dtype, as "   \
     "'ferry model show' prints; 'ferry\nmodel kv-error' reports what a format does to the logits)", "")            \
-  X(kv_home, "kv-home", TEXT, "device|host|disk", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_home", "device", 0, 0,         \
+  X(kv_home, "kv-home", TEXT, "device|host|disk|layer", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_home", "device", 0, 0,  \
     check_kv_home,                                                                                                 \
     "where the KV cache lives; host: attention runs on the CPU over it; disk:\nin a file (FlexGen's cache 0 % GPU, " \
     "0 % CPU with --cpu): before each\nlayer's attention on the CPU its sequences' rows are read into host\nmemory " \
     "(--prefetch-depth attentions ahead; --max-batch x\n--max-seq-tokens rows per read in flight, in the host "       \
-    "budget), and the\nstep's new rows written back (ferry run: the file is in --disk-dir)", "")                    \
+    "budget), and the\nstep's new rows written back (ferry run: the file is in --disk-dir);\nlayer: each layer's "  \
+    "with its weights (llama.cpp -ngl), a streamed\nlayer's in host memory, its window copied up when the layer "    \
+    "runs\non the device", "")                                                                                      \
   X(kv_host_memory, "kv-host-memory", TEXT, "M", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_host_memory", NULL, 0, 0,        \
     check_kv_host_memory,                                                                                          \
-    "with --kv-home host, the host KV cache's memory: pinned or pageable\n(default: --host-memory's; FlexGen pins "   \
-    "its weights, not its CPU cache)", "")                                                                           \
+    "with --kv-home host|layer, the host KV cache's memory: pinned or\npageable (default: --host-memory's; FlexGen "  \
+    "pins its weights, not\nits CPU cache)", "")                                                                     \
   X(kv_prefill, "kv-prefill", TEXT, "device|host", BOTH_M, SEC_POLICY, CFG_GIVEN, "kv_prefill", "host", 0, 0,        \
     check_kv_prefill,                                                                                              \
     "with --kv-home host, where a prompt's attention runs: host (default, on\nthe CPU like every step) or device "  \

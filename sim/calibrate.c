@@ -807,8 +807,8 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
       cJSON_AddNumberToObject(r, "fused_max_rows", (double)p->runtime.fused_max_rows);
     if (p->runtime.act_bytes) cJSON_AddNumberToObject(r, "act_bytes", p->runtime.act_bytes);
     if (p->runtime.dequant_bytes) cJSON_AddNumberToObject(r, "dequant_bytes", p->runtime.dequant_bytes);
-    /* a framework's unfused dequantize and KV-cache handling (FlexGen, the KV-offload fork), and
-     * how it reads from disk */
+    /* a framework's unfused dequantize and KV-cache handling (FlexGen, the KV-offload fork), how it
+     * reads from disk, and its rule for computing host layers on the GPU (llama.cpp) */
     const struct {
       const char *key;
       double value;
@@ -818,6 +818,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
         {"kv_quant_kernels", p->runtime.kv_quant_kernels},     {"cpu_kv_upcast", p->runtime.cpu_kv_upcast},
         {"read_threads", p->runtime.read_threads},             {"read_depth", p->runtime.read_depth},
         {"read_request_bytes", (double)p->runtime.read_request_bytes},
+        {"offload_min_rows", (double)p->runtime.offload_min_rows},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
       if (extra[i].value > 0) cJSON_AddNumberToObject(r, extra[i].key, extra[i].value);

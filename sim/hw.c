@@ -117,6 +117,7 @@ static const struct field fields[] = {
     {"runtime.read_threads", T_I32, C_NONNEG, S_RUNTIME, P(runtime.read_threads), 0},
     {"runtime.read_depth", T_I32, C_NONNEG, S_RUNTIME, P(runtime.read_depth), 0},
     {"runtime.read_request_bytes", T_I64, C_NONNEG, S_RUNTIME, P(runtime.read_request_bytes), 0},
+    {"runtime.offload_min_rows", T_I64, C_NONNEG, S_RUNTIME, P(runtime.offload_min_rows), 0},
     {"interconnect.name", T_STR, C_NONE, S_IC, S(interconnect.name)},
     {"interconnect.gpus", T_I32, C_POS, S_IC, P(interconnect.gpus), 0},
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},

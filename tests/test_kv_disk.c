@@ -342,7 +342,7 @@ static void test_refusals(void **state) {
       {"--kv-home disk --kv-block-tokens 4", "--kv-home disk with a paged KV cache (--kv-block-tokens): not supported", 1},
       {"--kv-home disk --offload-compute layers=cpu", "--kv-home disk with layers computed on the CPU", 1},
       {"--kv-home disk --kv-host-memory pinned", "--kv-host-memory is the memory of a KV cache in host memory", 2},
-      {"--kv-home flash", "--kv-home: expected 'device', 'host' or 'disk', got 'flash'", 2},
+      {"--kv-home flash", "--kv-home: expected 'device', 'host', 'disk' or 'layer', got 'flash'", 2},
   };
   char *out = NULL;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

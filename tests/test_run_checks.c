@@ -185,7 +185,7 @@ static void test_kv_dtype(void **state) {
          "KV cache         1.12 GiB (8 sequences x 4096 tokens, int4)");
   expect(SIM "--synthetic n=2 --kv-dtype fp4", 2,
          "unknown KV-cache format 'fp4' (expected fp32, fp16, bf16, fp8, int8, int4");
-  expect(SIM "--synthetic n=2 --kv-home cpu", 2, "--kv-home: expected 'device', 'host' or 'disk', got 'cpu'");
+  expect(SIM "--synthetic n=2 --kv-home cpu", 2, "--kv-home: expected 'device', 'host', 'disk' or 'layer', got 'cpu'");
   expect(SIM "--synthetic n=2 --offload-compute experts=cpu", 1, "--offload-compute experts=...: tiny-dense is dense");
   expect(SIM "--synthetic n=2 --offload-compute layers=fast", 2,
          "--offload-compute: expected gpu, cpu, auto or CLASS=gpu|cpu|auto");

@@ -114,6 +114,11 @@ struct ferry_compute_rates {
   double device_flops; /**< the device's math, flop/s */
   double device_bytes; /**< the device's memory, bytes/s */
   double link_bytes;   /**< host -> device copies, bytes/s */
+  int64_t offload_min_rows; /**< streamed layers (compute_layers AUTO): the runtime's fixed rule in
+                            place of the comparison: a step whose largest micro-batch has at least
+                            this many tokens computes them on the device (their weights copied), a
+                            smaller one on the CPU (llama.cpp's offload_op: 32; `ferry sim` takes
+                            runtime.offload_min_rows); 0: compare the rates */
 };
 
 /**
@@ -277,11 +282,24 @@ struct ferry_engine_config {
   int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
                                       device sends q, k and v and gets the result back: FlexGen,
                                       ZeRO-Inference's KV offload); the device holds no cache */
+  int kv_home_layer;             /**< each layer's KV cache where its weights live (llama.cpp's -ngl:
+                                      llama_kv_cache_init allocates a layer's K and V in its buffer
+                                      type): on the device for pinned layers, in host memory for
+                                      streamed ones. A streamed layer computed on the CPU
+                                      (compute_layers) attends there; one computed on the device
+                                      sends its new k and v rows down, the CPU writes them into the
+                                      host cache, and each of the step's sequences' window (every row
+                                      up to its last position this step) is copied up into a device
+                                      scratch (max_batch x max_seq_tokens rows, K and V, per
+                                      micro-batch, in the device budget) where every token attends.
+                                      Not with kv_home_host, kv_prefill_device, kv_attention_device,
+                                      resident_attention, or a latent (MLA) cache */
   enum ferry_host_memory kv_host_memory; /**< with kv_home_host: the host KV cache's memory kind
                                       (FERRY_HOST_MEMORY_DEFAULT: the executor's, as every host
                                       buffer; FlexGen pins its weights but keeps its CPU cache
                                       pageable). The simulator prices the cache's copies to the
-                                      device by it. FERRY_ERR_INVALID without kv_home_host or for
+                                      device by it (kv_home_layer: the streamed layers' cache).
+                                      FERRY_ERR_INVALID without kv_home_host or kv_home_layer, or for
                                       an unknown kind */
   int kv_prefill_device;         /**< with kv_home_host: the tokens of a step that start a sequence
                                       (a whole prompt, or its first chunk, from position 0) attend on

@@ -294,6 +294,12 @@ struct ferry_hw_runtime {
   int64_t read_request_bytes; /**< bytes per request (DeepSpeed's aio block_size: 1 MiB); 0 = the
                                disk's read-ahead window (disk.read_ahead_bytes): reads through the
                                page cache, read() or faults on a memory map */
+  int64_t offload_min_rows; /**< the runtime's own rule for work whose weights are in host memory
+                               (`--offload-compute layers=auto`): a step whose largest micro-batch
+                               has at least this many rows (tokens) computes the streamed layers on
+                               the GPU with their weights copied up, a smaller one on the CPU
+                               (llama.cpp's ggml_backend_cuda_offload_op, min_batch_size 32, since
+                               PR 6083); 0 = not given: the engine compares the rates */
 };
 
 /** Linux's default read-ahead window (VM_READAHEAD_PAGES, 128 KiB): a disk's read_ahead_bytes when

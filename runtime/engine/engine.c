@@ -96,7 +96,7 @@ static void layout_workspace(struct ferry_engine *e) {
    * CPU (cpu_experts(), expert_ops(), gather_pairs()) their input, the routing weights, the
    * dequantized slots, the expert scratch and the rows and sums of the pairs. */
   const int hybrid = ferry__hybrid_on(e), all = hybrid && e->cfg.compute_layers != FERRY_COMPUTE_GPU;
-  const int c_attn = all || (hybrid && e->cfg.kv_home_host), c_mla = c_attn && mc->kv_lora_rank;
+  const int c_attn = all || (hybrid && (e->cfg.kv_home_host || e->cfg.kv_home_layer)), c_mla = c_attn && mc->kv_lora_rank;
   const int cpu_experts = E && c_cpu_experts(e), pair_rows = cpu_experts || e->ep; /* expert parallel gathers too */
   const int c_exp = all || (hybrid && cpu_experts);
   /* the zero row is written in the host copy and copied down (ferry__hybrid_load) */
@@ -159,10 +159,11 @@ static void layout_workspace(struct ferry_engine *e) {
 }
 
 /* Whether layer l's KV cache lives in host memory: a streamed layer of a run that computes
- * streamed layers on the CPU (known once the plan says which layers stream). */
+ * streamed layers on the CPU, or that keeps each layer's cache with its weights (--kv-home layer;
+ * known once the plan says which layers stream). */
 static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
   if (e->cfg.kv_home_host) return 1;
-  return planned && e->cfg.compute_layers != FERRY_COMPUTE_GPU && e->plan.layer_block[l] >= 0;
+  return planned && (e->cfg.compute_layers != FERRY_COMPUTE_GPU || e->cfg.kv_home_layer) && e->plan.layer_block[l] >= 0;
 }
 
 /* The KV cache, layer by layer: K and V rows (MLA: the latent rows) for max_batch sequences of
@@ -226,16 +227,48 @@ static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len)
   return buf;
 }
 
+/* Streamed layers that keep their KV cache in host memory (computed on the CPU, or with their
+ * weights: --kv-home layer), known once the plan says which layers stream: the device's share of
+ * the cache shrinks by theirs (a --kv-home layer scratch aside), the host's grows by it and must
+ * fit the host budget. Later plans (memory pressure) start from this layout. */
+static ferry_status place_layer_kv(struct ferry_engine *e) {
+  struct ferry_plan *p = &e->plan;
+  const uint64_t dev_before = p->device_kv_bytes, host_before = p->host_kv_bytes, dev = layout_kv(e, 1);
+  p->device_kv_bytes = dev;
+  p->device_total_bytes = p->device_total_bytes - dev_before + dev;
+  /* the plan needed the whole cache on the device; a scratch larger than the streamed layers' share
+   * (a small paged pool) raises the minimum */
+  if (dev > dev_before) p->device_min_bytes += dev - dev_before;
+  p->host_kv_bytes = e->hkv_bytes;
+  p->host_fixed_bytes = p->host_fixed_bytes - host_before + e->hkv_bytes;
+  p->host_total_bytes = p->host_total_bytes - host_before + e->hkv_bytes;
+  char b[3][32], kv[512];
+  const uint64_t dev_budget = e->cfg.device_budget_bytes, budget = e->cfg.host_budget_bytes;
+  if (!e->sizing_only && dev_budget && p->device_total_bytes > dev_budget)
+    return ferry__err_set(&e->err, FERRY_ERR_BUDGET, "engine: the plan needs %s of the device budget %s; %s",
+                          ferry__format_bytes(p->device_total_bytes, b[0], 32),
+                          ferry__format_bytes(dev_budget, b[1], 32), kv_shape(e, kv, sizeof kv));
+  if (e->sizing_only || !budget || p->host_total_bytes <= budget) return FERRY_OK;
+  int32_t n = 0;
+  for (int64_t l = 0; l < e->mc->n_layers; l++) n += e->kv[l].host;
+  return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
+                        "engine: the KV cache of the %d streamed layers in host memory (%s) and the plan's other host "
+                        "bytes (%s) exceed the host budget %s (--host-budget, --max-batch, --max-seq-tokens)",
+                        n, ferry__format_bytes(e->hkv_bytes, b[0], 32),
+                        ferry__format_bytes(p->host_total_bytes - e->hkv_bytes, b[1], 32),
+                        ferry__format_bytes(budget, b[2], 32));
+}
+
 /* A hybrid run computes on the CPU from host memory: streamed layers computed there keep their
- * KV cache there too (the device's share of the cache shrinks), and whatever the CPU may compute
- * must have a host copy (the plan homes units on disk when the host budget is short). */
+ * KV cache there too (place_layer_kv), and whatever the CPU may compute must have a host copy
+ * (the plan homes units on disk when the host budget is short). */
 static ferry_status hybrid_plan(struct ferry_engine *e) {
   struct ferry_plan *p = &e->plan;
   char b[2][32];
+  ferry_status st;
+  if ((e->cfg.compute_layers != FERRY_COMPUTE_GPU || e->cfg.kv_home_layer) && (st = place_layer_kv(e)) != FERRY_OK)
+    return st;
   if (e->cfg.compute_layers != FERRY_COMPUTE_GPU) {
-    const uint64_t before = p->device_kv_bytes, dev = layout_kv(e, 1);
-    p->device_kv_bytes = dev;
-    p->device_total_bytes -= before - dev;
     for (int32_t i = 0; i < p->n_blocks && !e->sizing_only; i++)
       if (p->blocks[i].home != FERRY_TIER_HOST)
         return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
@@ -471,11 +504,40 @@ static ferry_status check_kv_disk(const struct ferry_engine_config *c, struct fe
   return FERRY_OK;
 }
 
+/* --kv-home layer: each layer's cache where its weights live, and where a streamed layer runs
+ * decides where it attends; the options that place a whole cache or choose where it attends
+ * contradict it. */
+static ferry_status check_kv_home_layer(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                        struct ferry_err *err) {
+  if (!c->kv_home_layer) return FERRY_OK;
+  if (c->kv_home_host)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-home is one of device, host or layer (kv_home_host and kv_home_layer both "
+                          "set)");
+  if (c->kv_prefill_device || c->kv_attention_device)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-home layer: a streamed layer computed on the device attends there over its "
+                          "window copied up from the host cache, one computed on the CPU attends on the CPU; "
+                          "--kv-prefill and --kv-attention choose for a whole cache in host memory (--kv-home host)");
+  if (c->resident_attention)
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --kv-home layer keeps a layer's KV cache where its weights are; with --resident "
+                          "attention a streamed layer's weights are on both sides");
+  if (mc->kv_lora_rank)
+    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
+                          "engine: --kv-home layer copies windows of K and V rows to the device; %s's latent (MLA) "
+                          "cache is not one (--offload-compute layers=cpu keeps the latent cache of the layers it "
+                          "computes on the CPU there)", mc->name);
+  return FERRY_OK;
+}
+
 /* The KV cache in host memory and where its tokens attend (--kv-home, --kv-attention,
  * --kv-prefill, --kv-host-memory). */
 static ferry_status check_kv_home(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
                                   struct ferry_err *err) {
   const char *home = c->kv_home_disk ? "disk" : "host";
+  ferry_status st = check_kv_home_layer(c, mc, err);
+  if (st != FERRY_OK) return st;
   if (c->kv_home_host && mc->kv_lora_rank)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --kv-home %s: %s's latent attention on the CPU needs kv_b_proj in host memory, "
@@ -485,17 +547,17 @@ static ferry_status check_kv_home(const struct ferry_engine_config *c, const str
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: --kv-home %s: %s's attention sinks are weights on the device; not with "
                           "attention on the CPU", home, mc->name);
-  ferry_status st = check_kv_disk(c, err);
+  st = check_kv_disk(c, err);
   if (st != FERRY_OK) return st;
   if (c->kv_attention_device && !c->kv_home_host)
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --kv-attention device attends on the device over rows copied up from a KV cache "
                           "in host memory; it needs --kv-home host (with the cache on the device every step "
                           "attends there)");
-  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && !c->kv_home_host)
+  if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && !c->kv_home_host && !c->kv_home_layer)
     return ferry__err_set(err, FERRY_ERR_INVALID,
                           "engine: --kv-host-memory is the memory kind of a KV cache in host memory; it needs "
-                          "--kv-home host");
+                          "--kv-home host or layer");
   if (c->kv_host_memory != FERRY_HOST_MEMORY_DEFAULT && c->kv_host_memory != FERRY_HOST_MEMORY_PINNED &&
       c->kv_host_memory != FERRY_HOST_MEMORY_PAGEABLE)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: kv_host_memory %d: expected a ferry_host_memory kind",
@@ -1043,11 +1105,15 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
     fprintf(f, "    %s %s (paged, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
             ferry__format_bytes(p->device_kv_bytes, b[0], 32), ferry_kv_format_name(e->kv_format),
             e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
-  else
-    fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s)\n", e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
+  else {
+    char scratch[256]; /* --kv-home layer: the device's scratch for the streamed layers' windows */
+    fprintf(f, "    %s %s (%d sequences x %d tokens, %s%s%s)\n",
+            e->mc->kv_lora_rank ? "MLA cache       " : "KV cache        ",
             ferry__format_bytes(p->device_kv_bytes, b[0], 32), e->n_seqs, e->kv_capacity,
             ferry_kv_format_name(e->kv_format),
-            e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "");
+            e->kv[0].ring || (e->mc->n_layers > 1 && e->kv[1].ring) ? ", windowed layers as rings" : "",
+            ferry__kv_prefill_shape(e, scratch, sizeof scratch));
+  }
   if (e->kv_block) /* what a paged pool holds, in sequences of the longest length kept */
     fprintf(f, "    KV pool          %d blocks of %d tokens: %lld tokens, %lld sequences of %d tokens at once (paged; "
                "--max-batch %d per step)\n",
@@ -1066,14 +1132,20 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
   fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
   const uint64_t host_kv = p->host_kv_bytes, host_ws = p->host_workspace_bytes;
+  char why[64] = "--kv-home host"; /* else the streamed layers' caches only */
+  int32_t host_layers = 0;
+  for (int64_t l = 0; l < e->mc->n_layers; l++) host_layers += e->kv[l].host;
+  if (!e->cfg.kv_home_host)
+    snprintf(why, sizeof why, "%d streamed layers, %s", host_layers,
+             e->cfg.kv_home_layer ? "--kv-home layer" : "computed on the CPU");
   if (host_kv && e->cfg.kv_home_disk)
     fprintf(f, "    KV staging       %s (%d x %d sequences x %d tokens, %s: the rows the CPU attends over, read from "
                "the disk cache; --kv-home disk, --prefetch-depth + 1)\n",
             ferry__format_bytes(host_kv, b[0], 32), e->cfg.prefetch_depth + 1, e->cfg.max_batch, e->kv_capacity,
             ferry_kv_format_name(e->kv_format));
   else if (host_kv)
-    fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; --kv-home host)\n",
-            ferry__format_bytes(host_kv, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format));
+    fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; %s)\n", ferry__format_bytes(host_kv, b[0], 32),
+            e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format), why);
   if (host_ws) fprintf(f, "    CPU workspace    %s (the CPU's ops work in host memory)\n", ferry__format_bytes(host_ws, b[0], 32));
   fprintf(f, "    read-back, load  %s (routing and logits read-back, weight-load bounce buffer)\n",
           ferry__format_bytes(p->host_fixed_bytes - host_kv - host_ws, b[0], 32));

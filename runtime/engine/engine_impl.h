@@ -182,9 +182,10 @@ struct microbatch {
   int32_t n_tok, n_rows;
   uint64_t x;   /* its hidden state's offset in the workspace */
   int on_host;  /* that hidden state is in the CPU's workspace (hybrid runs) */
-  /* --kv-prefill device, --kv-attention device (kv_prefill.c): tokens [kvp_first, n_tok) attend
-   * on the device, each in the scratch's slot kvp_slot[t]; n_tok when none (or off). Per slot:
-   * the sequence's KV slot and the rows its cache held before the step (copied up first);
+  /* --kv-prefill device, --kv-attention device, --kv-home layer (kv_prefill.c): tokens
+   * [kvp_first, n_tok) attend on the device, each in the scratch's slot kvp_slot[t]; n_tok when
+   * none (or off). Per slot: the sequence's KV slot and the rows copied up (those its cache held
+   * before the step; --kv-home layer: and the step's, written to the host cache first);
    * kvp_free: recorded when the micro-batch's attention over its scratch is done */
   int32_t kvp_first;
   int32_t *kvp_slot, *kvp_src, *kvp_cached;
@@ -226,11 +227,14 @@ struct ferry_engine {
    * host memory, q_up carries their results to the device (beside the weight copies of q_h2d,
    * which it must not queue behind). cq and cws are where ops of the part being issued go: the
    * device (q_compute, ws_buf) or the CPU (q_cpu, hws_buf); w_host reads streamed units'
-   * weights from their host copies. -1 / NULL when the run is not hybrid. */
+   * weights from their host copies. -1 / NULL when the run is not hybrid. The crossings' events
+   * are each recorded on one queue (ev_dev: compute, ev_down: device-to-host, ev_cpu: CPU, ev_up:
+   * q_up), so a later record on a queue running ahead cannot satisfy a wait for an earlier one
+   * (waits are for a generation or any later). */
   int32_t q_cpu, q_up, cq;
   ferry_buf *cws;
   int w_host;
-  ferry_event *ev_down, *ev_cpu, *ev_up;
+  ferry_event *ev_dev, *ev_down, *ev_cpu, *ev_up;
 
   /* Multi-device runs (cfg.n_devices > 1, mgpu.c): n_dev devices; q_compute, pinned_buf, kv_buf
    * and ws_buf (and cq, cws) above are those of device cur_dev, whose ops are being issued
@@ -263,9 +267,9 @@ struct ferry_engine {
   float attn_scale;              /* softmax scale of attention */
   int32_t kv_capacity;
   uint64_t bounce_bytes;
-  /* --kv-prefill device, --kv-attention device: the scratch of one layer's K and V, in kv_buf at
-   * kvp_k_off and kvp_v_off: kvp_slots sequences x kvp_rows rows each, kvp_copies of the pair
-   * (one per micro-batch with --kv-attention device) (kv_prefill.c) */
+  /* --kv-prefill device, --kv-attention device, --kv-home layer: the scratch of one layer's K and
+   * V, in kv_buf at kvp_k_off and kvp_v_off: kvp_slots sequences x kvp_rows rows each, kvp_copies
+   * of the pair (one per micro-batch when every token attends there) (kv_prefill.c) */
   uint64_t kvp_k_off, kvp_v_off, kvp_bytes;
   int32_t kvp_rows, kvp_slots, kvp_copies;
   /* --kv-home disk (kv_disk.c): the cache's file (disk tier, laid out as the host cache: hkv_bytes)
@@ -600,7 +604,7 @@ static inline uint64_t ferry__readback_features_offset(const struct ferry_engine
  * for every expert the engine runs). */
 static inline int ferry__hybrid_on(const struct ferry_engine *e) {
   return e->cfg.compute_experts != FERRY_COMPUTE_GPU || e->cfg.compute_layers != FERRY_COMPUTE_GPU ||
-         e->cfg.kv_home_host;
+         e->cfg.kv_home_host || e->cfg.kv_home_layer;
 }
 ferry_status ferry__hybrid_queues(struct ferry_engine *e);
 ferry_status ferry__hybrid_alloc(struct ferry_engine *e);
@@ -622,7 +626,8 @@ ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, cons
 ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
 /* Whether a routed expert that is not on the device runs on the CPU for n tokens. */
 int ferry__expert_on_cpu(const struct ferry_engine *e, int32_t layer, int32_t expert, int32_t n_tokens);
-/* Whether streamed (not pinned) layers run on the CPU this step (compute_layers). */
+/* Whether streamed (not pinned) layers run on the CPU this step of n_tokens (compute_layers; the
+ * runtime's rows rule reads the micro-batches' token counts). */
 int ferry__layers_on_cpu(const struct ferry_engine *e, int32_t n_tokens);
 
 /* mgpu.c: multi-device runs (tensor and pipeline parallel) */

@@ -180,8 +180,10 @@ void ferry__engine_fill_done(struct ferry_engine *e, struct slot *sl, const stru
     if (f->sg) e->step_bytes_disk += len;
   }
   if (f->sg) f->sg->used = 1;
-  if (sl->unit >= 0) e->unit_slot[sl->unit] = -1;
-  e->unit_slot[u] = (int32_t)(sl - (un->kind == UNIT_BLOCK ? e->block_slots : e->expert_slots));
+  const int32_t s = (int32_t)(sl - (un->kind == UNIT_BLOCK ? e->block_slots : e->expert_slots));
+  /* the unit it held may be in another slot too (prefetch_blocks()): only this copy goes */
+  if (sl->unit >= 0 && e->unit_slot[sl->unit] == s) e->unit_slot[sl->unit] = -1;
+  e->unit_slot[u] = s;
   sl->unit = u;
   sl->used = 0;
 }
@@ -205,7 +207,10 @@ int32_t ferry__engine_block_slot(struct ferry_engine *e, int64_t seq) { return (
 
 /* Streamed blocks are fetched in a cyclic order (0 .. n_blocks-1, again for the next step), so
  * the prefetch window runs across step boundaries. A slot that already holds the block is not
- * refilled (happens when every block has a slot of its own). */
+ * refilled (happens when every block has a slot of its own), and becomes the copy its weights are
+ * read from: a step that computes the streamed layers on the CPU (--offload-compute layers=auto)
+ * passes over their places in the order, so a block prefetched before it may be fetched again
+ * into another slot after it, and the two copies' slots come round again in turn. */
 ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_seq) {
   const struct ferry_plan *p = &e->plan;
   while (e->block_fetch_seq <= upto_seq) {
@@ -213,7 +218,10 @@ ferry_status ferry__engine_prefetch_blocks(struct ferry_engine *e, int64_t upto_
     int32_t b = (int32_t)(seq % p->n_blocks), s = ferry__engine_block_slot(e, seq);
     int32_t u = e->block_unit[b];
     struct slot *sl = &e->block_slots[s];
-    if (sl->unit == u) continue;
+    if (sl->unit == u) {
+      e->unit_slot[u] = s;
+      continue;
+    }
     ferry_status st = fill_slot(e, sl, e->block_buf, (uint64_t)s * p->block_slot_bytes, u);
     if (st != FERRY_OK) return st;
   }

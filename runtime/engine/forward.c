@@ -328,6 +328,32 @@ static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_ki
   if (kind == FERRY_K_KV_APPEND) k->context_tokens = 0;
 }
 
+/* --kv-home layer (llama.cpp's -ngl), layer l's cache in host memory and the layer on the device
+ * this step: the new k and v rows go down and the CPU writes them into the host cache (ggml's
+ * scheduler runs the ggml_cpy into the cache's view on the cache's backend, the CPU), then each
+ * sequence's window, every row up to its last position this step, is copied up into the scratch
+ * (the cache views the attention's products read are inputs of the GPU's split, copied up) and
+ * every token attends there. The copy up waits for the CPU's writes and the device for the copy,
+ * so the next layer's copy down (after the device's ops) overwrites no row the CPU still reads. */
+static ferry_status attend_window(struct ferry_engine *e, int32_t l) {
+  const int64_t T = e->n_tok, kvd = e->mc->n_kv_heads / tp_of(e) * e->mc->head_dim;
+  const uint64_t off[2] = {e->ws.k, e->ws.v}, bytes[2] = {(uint64_t)(T * kvd) * 4, (uint64_t)(T * kvd) * 4};
+  struct ferry_kernel k;
+  ferry_status st;
+  if (e->mbs[e->cur_mb].kvp_first) /* a micro-batch holds at most the scratch's max_batch sequences */
+    return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: layer %d: tokens without a scratch slot", l);
+  if ((st = ferry__cross_down(e, off, bytes, 2))) return st;
+  ferry__side_cpu(e);
+  attention_op(e, l, FERRY_K_KV_APPEND, 0, T, &k);
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  ferry__side_device(e);
+  if ((st = ferry__kv_scratch_load(e, l))) return st;
+  attention_op(e, l, FERRY_K_ATTENTION, 0, T, &k);
+  ferry__kv_prefill_scratch(e, &k, 0, l);
+  TRY(ferry_exec_compute(e->ex, e->cq, &k));
+  return ferry__kv_scratch_used(e);
+}
+
 /* Layer l's attention where its KV cache is. A cache in host memory (--kv-home host, or a
  * streamed layer of a hybrid run computed on the device this step): q, k and v go down, the
  * CPU attends, the result comes back. With --kv-prefill device the step's tokens [dev, T) that
@@ -342,6 +368,7 @@ static ferry_status attend(struct ferry_engine *e, int32_t l) {
   const int64_t T = e->n_tok, qd = e->mc->n_heads / tp_of(e) * e->mc->head_dim,
                 kvd = e->mc->n_kv_heads / tp_of(e) * e->mc->head_dim;
   const int remote = e->kv[l].host && !e->layer_on_cpu;
+  if (remote && e->cfg.kv_home_layer) return attend_window(e, l);
   const int64_t dev = remote ? e->mbs[e->cur_mb].kvp_first : T;
   const int all = remote && e->cfg.kv_attention_device && dev == 0;
   struct ferry_kernel k;

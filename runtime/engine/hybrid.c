@@ -43,8 +43,9 @@ ferry_status ferry__hybrid_alloc(struct ferry_engine *e) {
                                                                 &e->hkv_buf)) != FERRY_OK) {
     return ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
   }
-  if (ferry_exec_event_create(e->ex, &e->ev_down) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_cpu) != FERRY_OK ||
-      ferry_exec_event_create(e->ex, &e->ev_up) != FERRY_OK)
+  if (ferry_exec_event_create(e->ex, &e->ev_dev) != FERRY_OK ||
+      ferry_exec_event_create(e->ex, &e->ev_down) != FERRY_OK ||
+      ferry_exec_event_create(e->ex, &e->ev_cpu) != FERRY_OK || ferry_exec_event_create(e->ex, &e->ev_up) != FERRY_OK)
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
   const size_t pairs = (size_t)e->cfg.max_step_tokens * (size_t)(e->mc->experts_per_token ? e->mc->experts_per_token : 1);
   e->pair_cpu = ferry__calloc(pairs, 1);
@@ -75,12 +76,13 @@ void ferry__hybrid_free(struct ferry_engine *e) {
   if (e->ex) {
     ferry_exec_free(e->ex, e->hws_buf);
     ferry_exec_free(e->ex, e->hkv_buf);
+    ferry_exec_event_destroy(e->ex, e->ev_dev);
     ferry_exec_event_destroy(e->ex, e->ev_down);
     ferry_exec_event_destroy(e->ex, e->ev_cpu);
     ferry_exec_event_destroy(e->ex, e->ev_up);
   }
   e->hws_buf = e->hkv_buf = NULL;
-  e->ev_down = e->ev_cpu = e->ev_up = NULL;
+  e->ev_dev = e->ev_down = e->ev_cpu = e->ev_up = NULL;
   ferry_free(e->pair_cpu);
   ferry_free(e->cpu_rows);
   ferry_free(e->dev_rows);
@@ -111,8 +113,8 @@ static uint64_t crossing_bytes(const struct ferry_engine *e, uint64_t fp32_bytes
 }
 
 ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n) {
-  TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_down));
-  TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_down));
+  TRY(ferry_exec_record(e->ex, e->q_compute, e->ev_dev));
+  TRY(ferry_exec_queue_wait(e->ex, e->q_d2h, e->ev_dev));
   for (int i = 0; i < n; i++) {
     const uint64_t moved = crossing_bytes(e, bytes[i]);
     if (!moved) continue;
@@ -163,10 +165,24 @@ int ferry__expert_on_cpu(const struct ferry_engine *e, int32_t layer, int32_t ex
   }
 }
 
+/* The most tokens one micro-batch of the step carries: the rows of each of its products. */
+static int32_t step_rows(const struct ferry_engine *e) {
+  int32_t rows = 0;
+  for (int32_t m = 0; m < e->n_mb; m++)
+    if (e->mbs[m].n_tok > rows) rows = e->mbs[m].n_tok;
+  return rows;
+}
+
 int ferry__layers_on_cpu(const struct ferry_engine *e, int32_t n_tokens) {
   switch (e->cfg.compute_layers) {
     case FERRY_COMPUTE_CPU: return 1;
     case FERRY_COMPUTE_AUTO: {
+      /* a runtime with a rule of its own: llama.cpp's scheduler runs an op whose weights are in a
+       * CPU buffer on the GPU when the GPU backend's offload_op accepts it, a product over at least
+       * min_batch_size (32) rows, the weights then copied up as the split's input (ggml-backend.c
+       * ggml_backend_sched_backend_id_from_cur, ggml-cuda.cu ggml_backend_cuda_offload_op, PR 6083);
+       * a smaller batch (decode) runs on the CPU */
+      if (e->cfg.rates.offload_min_rows > 0) return step_rows(e) < e->cfg.rates.offload_min_rows;
       /* the largest streamed block decides for all of them: a step runs its streamed layers on
        * one side, so the block prefetch window stays in order */
       const struct ferry_plan *p = &e->plan;

@@ -1,6 +1,6 @@
-/* Attention on the device beside a KV cache in host memory (--kv-home host), over a scratch
- * cache in the device's KV buffer (one layer's worth, so the plan counts it against the device
- * budget):
+/* Attention on the device beside a KV cache in host memory (--kv-home host, or a streamed layer's
+ * with --kv-home layer), over a scratch cache in the device's KV buffer (one layer's worth, so the
+ * plan counts it against the device budget):
  * - --kv-prefill device: the tokens that start a sequence (as FlexGen's and ZeRO-Inference's
  *   prefill do); the scratch holds only this step's K and V, and decode steps attend on the CPU
  *   over the whole cache as before;
@@ -10,6 +10,10 @@
  *   copied up from the host cache into the scratch first, one scratch per micro-batch so the
  *   copies of one overlap the attention of another. The prefill scratch is the case with no
  *   cached rows.
+ * - --kv-home layer: every token of a streamed layer computed on the device (llama.cpp's -ngl, a
+ *   prompt batch offloaded to the GPU): its new K and V rows are written into the host cache
+ *   first and each sequence's window, those rows included, is copied up (forward.c
+ *   attend_window()), as ggml's scheduler copies the cache views the attention reads.
  * Either way the step's new K and V rows cross to the host cache and are appended there on the
  * CPU (forward.c attend()). This file owns the scratch, which tokens use it and its upload. */
 #include <stdio.h>
@@ -29,8 +33,25 @@ static uint64_t kv_row_bytes(const struct ferry_engine *e) {
   return ferry_kv_format_row_bytes(e->kv_format, (uint64_t)(e->mc->n_kv_heads * e->mc->head_dim));
 }
 
+/* Every token attends on the device over its sequence's rows copied up (not prompts only). */
+static int every_token(const struct ferry_engine *e) {
+  return e->cfg.kv_attention_device || e->cfg.kv_home_layer;
+}
+
+/* --kv-home layer needs a scratch when a layer with its cache in host memory may run on the
+ * device: streamed layers not always computed on the CPU. */
 static int scratch_on(const struct ferry_engine *e) {
-  return e->cfg.kv_prefill_device || e->cfg.kv_attention_device;
+  return e->cfg.kv_prefill_device || e->cfg.kv_attention_device ||
+         (e->cfg.kv_home_layer && e->cfg.compute_layers != FERRY_COMPUTE_CPU);
+}
+
+/* --kv-home layer: the most rows a layer whose cache is in host memory holds per sequence (a
+ * windowed layer's ring is smaller); 0 when none is (nothing streams, or before the plan). */
+static int32_t host_layer_rows(const struct ferry_engine *e) {
+  int32_t rows = 0;
+  for (int64_t l = 0; l < e->mc->n_layers; l++)
+    if (e->kv[l].host && e->kv[l].rows > rows) rows = e->kv[l].rows;
+  return rows;
 }
 
 uint64_t ferry__kv_prefill_layout(struct ferry_engine *e, uint64_t off) {
@@ -41,8 +62,10 @@ uint64_t ferry__kv_prefill_layout(struct ferry_engine *e, uint64_t off) {
    * so its positions are below the step's tokens and below the sequence's capacity. Every
    * token: a sequence's whole cache (a windowed layer's ring is smaller), one scratch per
    * micro-batch in flight */
-  const int all = e->cfg.kv_attention_device;
+  const int all = every_token(e);
   e->kvp_rows = all || e->cfg.max_step_tokens >= e->kv_capacity ? e->kv_capacity : e->cfg.max_step_tokens;
+  if (e->cfg.kv_home_layer) e->kvp_rows = host_layer_rows(e);
+  if (!e->kvp_rows) return off;
   e->kvp_slots = e->cfg.max_batch;
   e->kvp_copies = all ? e->n_mb : 1;
   const uint64_t region = (uint64_t)e->kvp_slots * (uint64_t)e->kvp_rows * kv_row_bytes(e);
@@ -58,12 +81,12 @@ const char *ferry__kv_prefill_shape(const struct ferry_engine *e, char *buf, siz
     if (len) buf[0] = '\0';
     return buf;
   }
-  if (e->cfg.kv_attention_device)
+  if (every_token(e))
     snprintf(buf, len,
              ", of which the attention scratch on the device %s: %d micro-batches x %d sequences x %d tokens x %llu "
-             "bytes x 2 (K and V; --kv-attention device, --gpu-batches, --max-batch, --max-seq-tokens)",
+             "bytes x 2 (K and V; --kv-%s, --gpu-batches, --max-batch, --max-seq-tokens)",
              ferry__format_bytes(e->kvp_bytes, b, sizeof b), e->kvp_copies, e->kvp_slots, e->kvp_rows,
-             (unsigned long long)kv_row_bytes(e));
+             (unsigned long long)kv_row_bytes(e), e->cfg.kv_home_layer ? "home layer" : "attention device");
   else
     snprintf(buf, len,
              ", of which the prefill scratch on the device %s: %d sequences x %d tokens x %llu bytes x 2 (K and V; "
@@ -84,7 +107,7 @@ ferry_status ferry__kv_prefill_alloc(struct ferry_engine *e) {
     b->kvp_src = b->kvp_slot + T;
     b->kvp_cached = b->kvp_src + S;
     b->kvp_free = NULL;
-    if (e->cfg.kv_attention_device && ferry_exec_event_create(e->ex, &b->kvp_free) != FERRY_OK)
+    if (every_token(e) && ferry_exec_event_create(e->ex, &b->kvp_free) != FERRY_OK)
       return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory for events");
   }
   return FERRY_OK;
@@ -103,12 +126,14 @@ void ferry__kv_prefill_free(struct ferry_engine *e) {
  * with a scratch slot. With --kv-prefill device only sequences whose tokens this step are
  * positions 0, 1, 2, ... (a prompt, or its first chunk: every key they see is in the step); the
  * batcher puts decode tokens and continued prompts first (serve.c), so the split is one index.
- * With --kv-attention device every sequence, with the rows its cache holds before the step. */
+ * With --kv-attention device every sequence, with the rows its cache holds before the step
+ * (copied up before the step's are appended); with --kv-home layer every sequence, with those and
+ * the step's (written into the host cache first). */
 void ferry__kv_prefill_split(struct ferry_engine *e, int32_t m) {
   struct microbatch *b = &e->mbs[m];
   b->kvp_first = b->n_tok;
   if (!scratch_on(e)) return;
-  const int all = e->cfg.kv_attention_device;
+  const int all = every_token(e);
   int32_t t = b->n_tok, slot = 0;
   while (t > 0 && slot < e->kvp_slots) {
     int32_t a = t - 1;
@@ -118,7 +143,7 @@ void ferry__kv_prefill_split(struct ferry_engine *e, int32_t m) {
     if (!ok) break;
     for (int32_t i = a; i < t; i++) b->kvp_slot[i] = slot;
     b->kvp_src[slot] = b->tok_slot[a];
-    b->kvp_cached[slot] = all ? b->tok_pos[a] : 0;
+    b->kvp_cached[slot] = !all ? 0 : e->cfg.kv_home_layer ? b->tok_pos[t - 1] + 1 : b->tok_pos[a];
     slot++;
     t = a;
   }
@@ -135,7 +160,7 @@ static uint64_t scratch_off(const struct ferry_engine *e, int v) {
 /* Rows [0, n) of a scratch slot for layer l: the layer's own ring size with every token on the
  * device (the positions map to rows as in the host cache), the prompts' rows otherwise. */
 static int32_t scratch_rows(const struct ferry_engine *e, int32_t l) {
-  return e->cfg.kv_attention_device ? e->kv[l].rows : e->kvp_rows;
+  return every_token(e) ? e->kv[l].rows : e->kvp_rows;
 }
 
 void ferry__kv_prefill_scratch(struct ferry_engine *e, struct ferry_kernel *k, int64_t first, int32_t l) {
@@ -143,7 +168,7 @@ void ferry__kv_prefill_scratch(struct ferry_engine *e, struct ferry_kernel *k, i
   k->aux[3] = (struct ferry_ref){e->kv_buf, scratch_off(e, 1), e->kv_dtype};
   k->ints2 = e->mbs[e->cur_mb].kvp_slot + first;
   k->kv_capacity = scratch_rows(e, l);
-  k->kv_ring = e->cfg.kv_attention_device ? e->kv[l].ring : 0;
+  k->kv_ring = every_token(e) ? e->kv[l].ring : 0;
   k->kv_blocks = NULL;
   k->kv_block_tokens = k->kv_blocks_per_seq = 0;
 }
@@ -161,7 +186,7 @@ static ferry_status copy_rows(struct ferry_engine *e, int32_t l, uint64_t src_ro
 }
 
 ferry_status ferry__kv_scratch_load(struct ferry_engine *e, int32_t l) {
-  if (!e->cfg.kv_attention_device) return FERRY_OK;
+  if (!every_token(e)) return FERRY_OK;
   struct microbatch *b = &e->mbs[e->cur_mb];
   const int32_t rows = scratch_rows(e, l), paged = e->kv_block && !e->kv[l].ring;
   int32_t slots = 0, cached = 0;
@@ -194,7 +219,7 @@ ferry_status ferry__kv_scratch_load(struct ferry_engine *e, int32_t l) {
 }
 
 ferry_status ferry__kv_scratch_used(struct ferry_engine *e) {
-  if (!e->cfg.kv_attention_device) return FERRY_OK;
+  if (!every_token(e)) return FERRY_OK;
   TRY(ferry_exec_record(e->ex, e->q_compute, e->mbs[e->cur_mb].kvp_free));
   return FERRY_OK;
 }

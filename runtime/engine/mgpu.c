@@ -33,7 +33,8 @@ static const char *unsupported(const struct ferry_engine *e, int32_t n) {
   if (mc->kv_lora_rank) return "multi-head latent attention (MLA)";
   if (mc->fused_qkv || mc->sandwich_norms || mc->parallel_residual || mc->alibi)
     return "fused qkv, sandwich norms, parallel residual or ALiBi layers";
-  if (c->kv_home_host || c->compute_layers != FERRY_COMPUTE_GPU) return "hybrid runs (layers or KV cache on the CPU)";
+  if (c->kv_home_host || c->kv_home_layer || c->compute_layers != FERRY_COMPUTE_GPU)
+    return "hybrid runs (layers or KV cache on the CPU)";
   if (c->pressure.enabled || c->n_budget_changes) return "memory-pressure control or a budget schedule";
   if (c->token_features || c->kv_preempt_swap) return "predictor features or swap preemption";
   if (!tp) return mc->n_layers < n ? "fewer layers than devices" : NULL;
