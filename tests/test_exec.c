@@ -3,7 +3,8 @@
  * queue order, events between queues, host waits; the 33-case kernel table of
  * tests/kernel_cases.c (every kernel kind) against the host executor where an executor
  * computes; and the contract: the same undersized kernel refused with the same status and
- * message by every executor. Data is moved through copies only, as the engine moves it, so a
+ * message by every executor, and a window buffer's lower offsets refused like its end. Data is
+ * moved through copies only, as the engine moves it, so a
  * device whose memory the host cannot see takes part. */
 #include <math.h>
 #include <stdio.h>
@@ -383,6 +384,69 @@ static void test_undersized_kernel_same_error(void **state) {
   }
 }
 
+/* A window on a layout (ferry_exec_alloc_window()): it holds and is charged for offsets
+ * [base, base + bytes) only; a copy or kernel addressing below its base is refused like one past
+ * its end, with the same status and message on every executor, and an op inside it lands where
+ * it is addressed (here a combine of no ranks: y += shared expert). */
+static void test_window_buffer(void **state) {
+  (void)state;
+  enum { BASE = 4096, BYTES = 1024, M = 4, N = 16 };
+  char first[512] = "";
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 2 * BYTES, 0);
+    int32_t qc, qu, qd;
+    ferry_buf *w = NULL, *h = NULL, *big = NULL;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qu), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
+    /* the budget is the window's bytes, not its last offset */
+    assert_int_equal(ferry_exec_alloc_window(ex, 0, FERRY_TIER_DEVICE, BASE, BYTES, BYTES, "win", &w), FERRY_OK);
+    assert_int_equal(ferry_exec_buf_base(w), BASE);
+    assert_int_equal(ferry_exec_buf_size(w), BYTES);
+    uint64_t used = 0;
+    ferry_exec_tier_usage(ex, FERRY_TIER_DEVICE, &used, NULL);
+    assert_int_equal(used, BYTES);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, BYTES + 1, "big", &big), FERRY_ERR_BUDGET);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, BASE + BYTES, "host copy", &h), FERRY_OK);
+    const struct ferry_ref hy = {h, BASE, FERRY_DTYPE_F32}, wy = {w, BASE, FERRY_DTYPE_F32};
+    const uint64_t rows = (uint64_t)M * N * 4;
+    /* below the base, straddling it, past the end */
+    assert_int_equal(ferry_exec_copy(ex, qu, (struct ferry_ref){w, 0, FERRY_DTYPE_F32}, hy, 8), FERRY_ERR_RANGE);
+    assert_int_equal(ferry_exec_copy(ex, qu, (struct ferry_ref){w, BASE - 4, FERRY_DTYPE_F32}, hy, 8), FERRY_ERR_RANGE);
+    assert_int_equal(ferry_exec_copy(ex, qd, hy, (struct ferry_ref){w, BASE + BYTES - 4, FERRY_DTYPE_F32}, 8),
+                     FERRY_ERR_RANGE);
+    struct ferry_kernel k = {.kind = FERRY_K_MOE_COMBINE, .name = "combine", .layer = -1, .expert = -1, .m = M, .n = N,
+                             .top_k = 2, .y = wy, .aux = {{w, BASE - 2 * rows, FERRY_DTYPE_F32}}};
+    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_ERR_RANGE);
+    if (!i) snprintf(first, sizeof first, "%s", ferry_exec_errmsg(ex));
+    else if (strcmp(first, ferry_exec_errmsg(ex)))
+      fail_msg("%s says '%s', %s '%s'", executors[0]->name, first, executors[i]->name, ferry_exec_errmsg(ex));
+    assert_true(tu_contains(first, "at offsets 4096 to 5120"));
+    /* inside: y (ones) += the shared expert's rows after it (twos), no ranks */
+    float *hv = ferry_exec_buf_host_ptr(ex, h);
+    for (int j = 0; hv && j < 2 * M * N; j++) hv[BASE / 4 + j] = j < M * N ? 1.0f : 2.0f;
+    assert_int_equal(ferry_exec_copy(ex, qu, wy, hy, 2 * rows), FERRY_OK);
+    ferry_event *ev = NULL;
+    assert_int_equal(ferry_exec_event_create(ex, &ev), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qu, ev), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qc, ev), FERRY_OK);
+    k.top_k = 0;
+    k.aux[0] = (struct ferry_ref){0};
+    k.aux[2] = (struct ferry_ref){w, BASE + rows, FERRY_DTYPE_F32};
+    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qc, ev), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qd, ev), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qd, hy, wy, rows), FERRY_OK);
+    assert_int_equal(ferry_exec_drain(ex), FERRY_OK);
+    for (int j = 0; hv && ferry_exec_has_data(ex) && j < M * N; j++) assert_true(hv[BASE / 4 + j] == 3.0f);
+    ferry_exec_event_destroy(ex, ev);
+    ferry_exec_free(ex, w);
+    ferry_exec_tier_usage(ex, FERRY_TIER_DEVICE, &used, NULL);
+    assert_int_equal(used, 0);
+    ferry_exec_destroy(ex);
+  }
+}
+
 /* Aliasing a product's output onto its input is refused everywhere. */
 static void test_aliased_matmul_refused(void **state) {
   (void)state;
@@ -409,7 +473,7 @@ int main(void) {
       cmocka_unit_test(test_queue_order_and_events), cmocka_unit_test(test_wait_blocks_queue),
       cmocka_unit_test(test_matmul_reference),       cmocka_unit_test(test_attention_reference),
       cmocka_unit_test(test_kernel_table),           cmocka_unit_test(test_undersized_kernel_same_error),
-      cmocka_unit_test(test_aliased_matmul_refused),
+      cmocka_unit_test(test_aliased_matmul_refused), cmocka_unit_test(test_window_buffer),
   };
   return cmocka_run_group_tests(tests, find_executors, NULL);
 }

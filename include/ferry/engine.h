@@ -558,7 +558,8 @@ FERRY_API ferry_status ferry_engine_prefetch_depth_used(const ferry_model *model
 
 /**
  * @brief The smallest budgets a configuration can run with: the device's minimum working set
- *        (pinned units, KV cache, workspace, block slots for the prefetch depth, one expert slot)
+ *        (pinned units, KV cache, workspace, block slots for the prefetch depth, one expert slot
+ *        unless every routed expert runs on the CPU)
  *        and the host's (read-back and staging buffers) when streaming.
  * @param model shapes.
  * @param store weights, or NULL to size from the model's dtype.

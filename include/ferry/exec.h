@@ -108,7 +108,9 @@ enum ferry_kernel_kind {
   FERRY_K_SWIGLU,      /**< out = silu(gate) * up, or gelu/relu in place */
   FERRY_K_ROUTER,      /**< softmax over expert logits, top-k, optional renormalisation */
   FERRY_K_EXPERT,      /**< one expert's FFN over the (token, rank) pairs routed to it */
-  FERRY_K_MOE_COMBINE, /**< x += sum over ranks of gate weight x expert output (+ shared) */
+  FERRY_K_MOE_COMBINE, /**< x += sum over ranks of gate weight x expert output (+ shared); top_k 0:
+                            no ranks and no expert outputs (aux[0] may be absent), the shared
+                            expert only */
   FERRY_K_GATHER_ROWS, /**< out[i,:] = x[rows[i],:] */
   FERRY_K_DEQUANTIZE,  /**< packed [n, k] weight (parts in aux[0..4], indexed by ferry_qpart;
                             m = packed bytes) expanded into y (fp32) */
@@ -139,7 +141,8 @@ enum ferry_kernel_kind {
 /** A reference to bytes inside a buffer. */
 struct ferry_ref {
   ferry_buf *buf;          /**< the buffer */
-  uint64_t offset;         /**< byte offset inside it */
+  uint64_t offset;         /**< byte offset inside it (a window's offsets start at its base:
+                                ferry_exec_alloc_window()) */
   enum ferry_dtype dtype;  /**< element type of the data there */
 };
 
@@ -432,6 +435,20 @@ FERRY_API void ferry_exec_elem_bytes(const ferry_exec *ex, struct ferry_exec_ele
 FERRY_API ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
                                                 uint64_t charged_bytes, const char *label, ferry_buf **out);
 
+/**
+ * @brief As ferry_exec_alloc_charged(), for a window on a layout: the buffer holds @p bytes
+ *        addressed at offsets [@p base, @p base + @p bytes), the layout's lower offsets being
+ *        held by another buffer (the engine's workspace in a hybrid run whose routed experts all
+ *        run on the CPU: its leading buffers only the CPU's ops address, in the CPU's copy at the
+ *        same offsets, so the device holds and is charged for the rest only). A reference below
+ *        @p base is outside the buffer: copies and kernels addressing it are refused with
+ *        FERRY_ERR_RANGE like those past its end. @p charged_bytes is compared with @p bytes.
+ * @return as ferry_exec_alloc_charged(); FERRY_ERR_INVALID when @p base + @p bytes overflows.
+ */
+FERRY_API ferry_status ferry_exec_alloc_window(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t base,
+                                               uint64_t bytes, uint64_t charged_bytes, const char *label,
+                                               ferry_buf **out);
+
 /** The kind of host memory a host-tier buffer is (ferry_exec_alloc_host()). */
 enum ferry_host_memory {
   FERRY_HOST_MEMORY_DEFAULT = 0, /**< the configuration's (ferry_exec_config::lock_host_memory; the
@@ -483,8 +500,12 @@ FERRY_API void ferry_exec_free(ferry_exec *ex, ferry_buf *buf);
  *         (another tier, or an executor that keeps no files: the simulator). */
 FERRY_API const char *ferry_exec_buf_file(const ferry_buf *buf);
 
-/** @brief Size in bytes of a buffer. */
+/** @brief Size in bytes of a buffer (what it holds, from its base). */
 FERRY_API uint64_t ferry_exec_buf_size(const ferry_buf *buf);
+
+/** @brief The first offset a buffer addresses: a window's base (ferry_exec_alloc_window()), 0 for
+ *         every other buffer. */
+FERRY_API uint64_t ferry_exec_buf_base(const ferry_buf *buf);
 
 /** @brief Tier of a buffer. */
 FERRY_API enum ferry_tier ferry_exec_buf_tier(const ferry_buf *buf);

@@ -206,8 +206,9 @@ static ferry_status rebuild(struct ferry_engine *e, ferry_store *store, struct f
   e->plan = *np;
   memset(np, 0, sizeof *np);
   e->store = store;
-  if (!e->ws_buf || ferry_exec_buf_size(e->ws_buf) != e->ws.total) { /* a reload to another quantization:
-                                                                       dequantization scratch */
+  /* a reload to another quantization (dequantization scratch) moves the device's window */
+  if (!e->ws_buf || ferry_exec_buf_base(e->ws_buf) != e->ws.device_base ||
+      ferry_exec_buf_size(e->ws_buf) != e->ws.total - e->ws.device_base) {
     ferry_exec_free(e->ex, e->ws_buf);
     e->ws_buf = NULL;
     if ((st = ferry__engine_alloc_ws(e, 0, &e->ws_buf)) != FERRY_OK) return st;

@@ -58,6 +58,28 @@ static int c_cpu_experts(const struct ferry_engine *e) {
   return e->cfg.compute_experts != FERRY_COMPUTE_GPU;
 }
 
+/* The policy placing experts in the cache (--expert-cache): its registry name, auto by default
+ * (lfu for the legacy flag, lru inside a per-layer split when none is named). */
+static const char *cache_policy_name(const struct ferry_engine_config *c) {
+  return c->expert_cache ? c->expert_cache : c->expert_cache_lfu ? "lfu" : c->expert_cache_per_layer ? "lru" : "auto";
+}
+
+/* A routed expert runs on the device only from device memory: pinned with every expert (no
+ * budget, --resident all), in its layer's block (--expert-granularity layer), or in the expert
+ * cache, which experts=cpu fills only by a predictor's prefetches (a demand miss is computed on
+ * the CPU: dispatch_experts()) or a policy's preload (static, from a trace's popularity), or a
+ * per-layer split sized by the user. Without any of them the cache stays empty. */
+int ferry__experts_cpu_only(const struct ferry_engine *e, const struct ferry_plan_config *pc) {
+  const struct ferry_engine_config *c = &e->cfg;
+  if (!e->mc->n_experts || c->compute_experts != FERRY_COMPUTE_CPU || e->ep) return 0;
+  if (pc->resident_all || !pc->device_budget_bytes || c->expert_granularity_layer || c->predict ||
+      c->expert_cache_per_layer)
+    return 0;
+  const struct ferry_cache_policy_ops *policy = NULL;
+  return !(c->expert_popularity && ferry_cache_policy_lookup(cache_policy_name(c), &policy) == FERRY_OK &&
+           policy->preload);
+}
+
 struct ferry_exec_elem_bytes ferry__engine_elem_bytes(const struct ferry_engine *e) {
   struct ferry_exec_elem_bytes eb = {4, 4};
   if (e->ex)
@@ -70,7 +92,7 @@ struct ferry_exec_elem_bytes ferry__engine_elem_bytes(const struct ferry_engine 
 /* Lay out the activation buffers for max_step_tokens tokens and max_batch logits rows.
  * One layout on every executor: its offsets are fp32 rows, which the kernels address and the
  * kernel contract checks, so the engine issues the same ops everywhere. What the device tier is
- * charged for it (ws.charged) is that layout at the executor's element sizes
+ * charged for it (ws.charged) is the device's part of that layout at the executor's element sizes
  * (ferry_exec_elem_bytes()): on host and cuda the same bytes; in the simulator what the runtime it
  * simulates holds, fp16 activations and no dequantized copy under fused kernels, so the planner's
  * working set and the peak it measures are the runtime's. Integer ids, router weights and the
@@ -88,33 +110,41 @@ static void layout_workspace(struct ferry_engine *e) {
   const int dense_layers = e->n_moe_layers < mc->n_layers;
   const uint64_t ei = (uint64_t)mc->expert_intermediate * (mc->expert_layout != FERRY_EXPERTS_SPLIT ? 2 : 1);
   const struct ferry_exec_elem_bytes eb = ferry__engine_elem_bytes(e);
-  /* The buffers the CPU's ops address in a hybrid run come first, so that its copy of the
-   * workspace in host memory is that prefix (ws.cpu_extent) at the same offsets as the device's:
-   * the crossings copy between equal offsets and the ops are the same on either side. Layers
-   * computed on the CPU address everything; attention over a host cache (forward.c attend(),
-   * mla_part()) q, k, v and the output (MLA: and kv_b_proj's dequantized slot); experts on the
-   * CPU (cpu_experts(), expert_ops(), gather_pairs()) their input, the routing weights, the
-   * dequantized slots, the expert scratch and the rows and sums of the pairs. */
+  /* Three classes, laid out in this order: the buffers only the CPU's ops address, those both
+   * sides address, those only the device's do. The CPU's copy of the workspace in host memory is
+   * the first two (ws.cpu_extent), the device's the last two (from ws.device_base), each at the
+   * layout's offsets: the crossings copy between equal offsets and the ops are the same on
+   * either side. Layers computed on the CPU address everything; attention over a host cache
+   * (forward.c attend(), mla_part()) q, k, v and the output (MLA: and kv_b_proj's dequantized
+   * slot); experts on the CPU (cpu_experts(), expert_ops(), gather_pairs()) their input, the
+   * routing weights, the dequantized slots, the expert scratch and the rows and sums of the pairs.
+   * The device addresses all but the experts' own buffers when no routed expert runs there
+   * (experts_cpu_only: it adds the CPU's sum, combine_ops()). */
   const int hybrid = ferry__hybrid_on(e), all = hybrid && e->cfg.compute_layers != FERRY_COMPUTE_GPU;
   const int c_attn = all || (hybrid && (e->cfg.kv_home_host || e->cfg.kv_home_layer)), c_mla = c_attn && mc->kv_lora_rank;
   const int cpu_experts = E && c_cpu_experts(e), pair_rows = cpu_experts || e->ep; /* expert parallel gathers too */
   const int c_exp = all || (hybrid && cpu_experts);
   /* the zero row is written in the host copy and copied down (ferry__hybrid_load) */
   const int c_zero = all || (hybrid && pair_rows);
+  const int d_exp = !(hybrid && e->experts_cpu_only); /* the device runs routed experts */
   uint64_t off = 0, charged = 0;
-  for (int pass = 1; pass >= 0; pass--) { /* the CPU's buffers, then the device's only */
-#define WS_AT(field, elems, elem_bytes, cpu)                                     \
-  do {                                                                           \
-    if ((!!(cpu)) != pass) break;                                                \
-    e->ws.field = off;                                                           \
-    off = align_up(off + (uint64_t)(elems) * 4, WS_ALIGN);                       \
-    charged = align_up(charged + (uint64_t)(elems) * (elem_bytes), WS_ALIGN);    \
+  e->ws.device_base = 0;
+  for (int pass = 2; pass >= 0; pass--) { /* 2: the CPU's only, 1: both sides', 0: the device's only */
+#define WS_AT(field, elems, elem_bytes, cpu, dev)                                         \
+  do {                                                                                    \
+    if ((cpu) ? pass != ((dev) ? 1 : 2) : pass != 0) break;                               \
+    e->ws.field = off;                                                                    \
+    off = align_up(off + (uint64_t)(elems) * 4, WS_ALIGN);                                \
+    if (pass < 2) charged = align_up(charged + (uint64_t)(elems) * (elem_bytes), WS_ALIGN); \
   } while (0)
-#define WS(field, elems, cpu) WS_AT(field, elems, eb.activation, cpu)
+#define WS(field, elems, cpu) WS_AT(field, elems, eb.activation, cpu, 1)
+#define WS_EXP(field, elems, cpu) WS_AT(field, elems, eb.activation, cpu, d_exp)
     /* dequantized weights: one slot for matmuls, three for an expert's gate/up/down */
-    WS_AT(dq[0], e->max_q_numel, eb.dequant, all || c_mla || c_exp);
-    WS_AT(dq[1], E || mc->learned_positions ? e->max_q_numel : 0, eb.dequant, all || c_exp); /* an expert's up, or a learned position table */
-    WS_AT(dq[2], E ? e->max_q_numel : 0, eb.dequant, all || c_exp);
+    WS_AT(dq[0], e->max_q_numel, eb.dequant, all || c_mla || c_exp, 1);
+    /* an expert's up, or a learned position table (the embedding, on the device) */
+    WS_AT(dq[1], E || mc->learned_positions ? e->max_q_numel : 0, eb.dequant, all || c_exp,
+          d_exp || mc->learned_positions);
+    WS_AT(dq[2], E ? e->max_q_numel : 0, eb.dequant, all || c_exp, d_exp);
     WS(x, T * H * (uint64_t)e->n_mb, all); /* one hidden state per micro-batch */
     WS(h, T * H, all || (c_exp && !mc->parallel_residual));
     WS(h2, mc->parallel_residual ? T * H : 0, all || (c_exp && mc->parallel_residual));
@@ -129,15 +159,15 @@ static void layout_workspace(struct ferry_engine *e) {
     WS(u, T * inter, all);
     WS(logits_r, T * E, all);
     WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e), all);
-    WS_AT(topk_w, T * K, 4, all || c_exp);
-    WS_AT(topk_ids, T * K, 4, all);
+    WS_AT(topk_w, T * K, 4, all || c_exp, 1);
+    WS_AT(topk_ids, T * K, 4, all, 1);
     /* hybrid experts: a zero row right after expert_out, for the gathers of each side's pairs */
-    WS(expert_out, T * K * H + (pair_rows ? H : 0), c_exp || c_zero);
-    WS(expert_final, pair_rows ? T * K * H : 0, c_exp);
+    WS_EXP(expert_out, T * K * H + (pair_rows ? H : 0), c_exp || c_zero);
+    WS_EXP(expert_final, pair_rows ? T * K * H : 0, c_exp);
     WS(cpu_sum, cpu_experts ? T * H : 0, c_exp);
-    WS(gather, E ? T * H : 0, c_exp);
-    WS(eg, T * ei, c_exp);
-    WS(eu, T * (uint64_t)mc->expert_intermediate, c_exp);
+    WS_EXP(gather, E ? T * H : 0, c_exp);
+    WS_EXP(eg, T * ei, c_exp);
+    WS_EXP(eu, T * (uint64_t)mc->expert_intermediate, c_exp);
     uint64_t sh = mc->n_shared_experts ? (uint64_t)mc->shared_intermediate : 0;
     WS(sg, T * sh, all);
     WS(su, T * sh, all);
@@ -145,10 +175,12 @@ static void layout_workspace(struct ferry_engine *e) {
     WS(sgate, mc->shared_expert_gate ? T : 0, all);
     WS(rows, S * H, all);
     WS(rows_n, S * H, all);
-    WS_AT(logits, S * (uint64_t)mc->vocab, 4, all);
+    WS_AT(logits, S * (uint64_t)mc->vocab, 4, all, 1);
+#undef WS_EXP
 #undef WS
 #undef WS_AT
-    if (pass) e->ws.cpu_extent = hybrid ? off : 0;
+    if (pass == 2) e->ws.device_base = off;
+    if (pass == 1) e->ws.cpu_extent = hybrid ? off : 0;
   }
   e->ws.zero = pair_rows ? e->ws.expert_out + T * K * H * 4 : 0;
   e->ws.total = off;
@@ -392,6 +424,9 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
     snprintf(msg, msg_len, "%s", e->err.msg);
     goto out;
   }
+  /* every routed expert on the CPU: no expert slot on the device, nor the experts' buffers */
+  struct ferry_plan_config cpc = *pc;
+  cpc.experts_on_cpu = e->experts_cpu_only = ferry__experts_cpu_only(e, pc);
   layout_workspace(e); /* after the plan input, which found the largest quantized matrix */
   in.kv_bytes = e->kv_total_bytes - e->hkv_bytes; /* the device's part of the cache */
   in.n_moe_layers = e->n_moe_layers;
@@ -406,7 +441,7 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
   for (size_t i = 0; i < n; i++)
     if (ferry_model_tensor(e->model, i)->expert < 0) dense++;
   in.staging_align = (uint64_t)dense * 2 * FERRY_DIRECT_ALIGN;
-  st = ferry__plan_make(&in, pc, out, msg, msg_len);
+  st = ferry__plan_make(&in, &cpc, out, msg, msg_len);
 out:
   ferry_free(attn);
   ferry_free(ffn);
@@ -834,15 +869,11 @@ static ferry_status alloc_buf(struct ferry_engine *e, enum ferry_tier tier, uint
 
 ferry_status ferry__engine_alloc_ws(struct ferry_engine *e, int32_t device, ferry_buf **out) {
   if (!e->ws.total) return FERRY_OK;
-  ferry_status st = ferry_exec_alloc_charged(e->ex, device, FERRY_TIER_DEVICE, e->ws.total, e->ws.charged, "workspace", out);
+  /* the window the device's ops address: the buffers before device_base are the CPU's only */
+  ferry_status st = ferry_exec_alloc_window(e->ex, device, FERRY_TIER_DEVICE, e->ws.device_base,
+                                            e->ws.total - e->ws.device_base, e->ws.charged, "workspace", out);
   if (st != FERRY_OK) ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
   return st;
-}
-
-/* The policy placing experts in the cache (--expert-cache): its registry name, auto by default
- * (lfu for the legacy flag, lru inside a per-layer split when none is named). */
-static const char *cache_policy_name(const struct ferry_engine_config *c) {
-  return c->expert_cache ? c->expert_cache : c->expert_cache_lfu ? "lfu" : c->expert_cache_per_layer ? "lru" : "auto";
 }
 
 /* The expert cache over the plan's slots (runtime/policy/expert_plan.c), with the popularity the
@@ -1125,7 +1156,9 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   fprintf(f, "    block slots      %d x %s\n", p->n_block_slots, ferry__format_bytes(p->block_slot_bytes, b[0], 32));
   if (e->mc->n_experts && !e->cfg.expert_granularity_layer)
     fprintf(f, "    expert cache     %d x %s%s\n", p->n_expert_slots, ferry__format_bytes(p->expert_slot_bytes, b[0], 32),
-            p->experts_pinned ? " (all experts pinned)" : "");
+            p->experts_pinned     ? " (all experts pinned)"
+            : e->experts_cpu_only ? " (every routed expert runs on the CPU: nothing to cache)"
+                                  : "");
   fprintf(f, "    minimum          %s\n", ferry__format_bytes(p->device_min_bytes, b[0], 32));
   fprintf(f, "  host: %s of %s budget\n", ferry__format_bytes(p->host_total_bytes, b[0], 32),
           e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32) : "unlimited");

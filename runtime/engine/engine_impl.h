@@ -96,6 +96,11 @@ struct workspace {
    * (layout_workspace() puts them first), the size of the CPU's copy in host memory; 0 when the
    * run is not hybrid */
   uint64_t cpu_extent;
+  /* the leading bytes of that which only the CPU's ops address (every routed expert on the CPU:
+   * ferry_engine::experts_cpu_only): the device's workspace is the window [device_base, total)
+   * at the same offsets (ferry_exec_alloc_window()), and ws.charged is that window's; 0 when the
+   * device addresses the whole layout */
+  uint64_t device_base;
 };
 
 /* A weights version: its store and the sequences running on it (the reference count). */
@@ -324,6 +329,9 @@ struct ferry_engine {
   int32_t *cpu_rows, *dev_rows; /* per pair: its expert_out row or the zero row, for each side */
   int32_t *zero_rows;       /* per token: the zero row (clears the CPU's sum) */
   uint8_t *expert_cpu_now;  /* per expert of the current layer: computed on the CPU */
+  int experts_cpu_only;     /* no routed expert ever runs on the device (ferry__experts_cpu_only(),
+                               set with each plan): no expert slot, and the device's workspace
+                               leaves out the experts' buffers */
   int layer_on_cpu;         /* the layer being issued runs on the CPU */
   int step_layers_cpu;      /* compute_layers auto: this step computes streamed blocks on the CPU */
   uint64_t step_bytes_act;  /* activations moved between the sides this step */
@@ -624,6 +632,11 @@ struct ferry_exec_elem_bytes ferry__engine_elem_bytes(const struct ferry_engine 
 ferry_status ferry__engine_alloc_ws(struct ferry_engine *e, int32_t device, ferry_buf **out);
 ferry_status ferry__cross_down(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
 ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const uint64_t *bytes, int n);
+/* Whether no routed expert can ever run on the device under plan configuration pc: every one is
+ * computed on the CPU (--offload-compute experts=cpu) and none is ever in device memory (not all
+ * pinned, not moving with its layer's block, no predictor prefetching into the expert cache, no
+ * policy preloading it). */
+int ferry__experts_cpu_only(const struct ferry_engine *e, const struct ferry_plan_config *pc);
 /* Whether a routed expert that is not on the device runs on the CPU for n tokens. */
 int ferry__expert_on_cpu(const struct ferry_engine *e, int32_t layer, int32_t expert, int32_t n_tokens);
 /* Whether streamed (not pinned) layers run on the CPU this step of n_tokens (compute_layers; the

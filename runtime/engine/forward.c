@@ -934,24 +934,29 @@ static ferry_status combine_experts(struct ferry_engine *e, int32_t l, int64_t n
 static ferry_status combine_ops(struct ferry_engine *e, int32_t l, int64_t n_cpu_pairs) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t T = e->n_tok, H = mc->hidden, K = mc->experts_per_token;
+  /* every pair on the CPU and the combine on the device (not a layer computed on the CPU): the
+   * device has no pairs of its own, only the shared expert and the CPU's sum to add (it has no
+   * expert rows either: layout_workspace()). A combine of no ranks adds what one of the zero
+   * rows would (a sum from +0), so the logits are those of gathering them. */
+  const int none_here = n_cpu_pairs && e->experts_cpu_only;
   ferry_status st;
   uint64_t expert_rows = e->ws.expert_out;
   if (n_cpu_pairs) { /* the device's own pairs only; the CPU's sum is added after */
     const uint64_t off = e->ws.cpu_sum, bytes = (uint64_t)(T * H) * 4;
     if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
-    if ((st = gather_pairs(e, l, "gather_device_pairs", e->dev_rows, 0))) return st;
+    if (!none_here && (st = gather_pairs(e, l, "gather_device_pairs", e->dev_rows, 0))) return st;
     expert_rows = e->ws.expert_final;
   }
   struct ferry_kernel ck = kernel(FERRY_K_MOE_COMBINE, "moe_combine", l);
   ck.y = ferry__ws(e, e->ws.x);
-  ck.aux[0] = ferry__ws(e, expert_rows);
+  if (!none_here) ck.aux[0] = ferry__ws(e, expert_rows);
   /* Llama 4 weighted each expert's input already */
-  if (!mc->expert_scale_input) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
+  if (!mc->expert_scale_input && !none_here) ck.aux[1] = ferry__ws(e, e->ws.topk_w);
   if (mc->n_shared_experts) ck.aux[2] = ferry__ws(e, e->ws.sout);
   if (mc->shared_expert_gate) ck.aux[3] = ferry__ws(e, e->ws.sgate);
   ck.m = T;
   ck.n = H;
-  ck.top_k = K;
+  ck.top_k = none_here ? 0 : K;
   TRY(ferry_exec_compute(e->ex, e->cq, &ck));
   if (n_cpu_pairs) {
     struct ferry_kernel add = kernel(FERRY_K_MOE_COMBINE, "add_cpu_sum", l);

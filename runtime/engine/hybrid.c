@@ -59,12 +59,14 @@ ferry_status ferry__hybrid_alloc(struct ferry_engine *e) {
 }
 
 /* The zero row both sides gather for the other side's pairs: written into the CPU's workspace
- * (host memory the engine can write) and copied to the device's once. */
+ * (host memory the engine can write) and copied to the device's once, when the device's window
+ * holds it (not when every routed expert runs on the CPU: the device gathers no pairs). */
 ferry_status ferry__hybrid_load(struct ferry_engine *e) {
   if (!ferry__hybrid_on(e) || !e->ws.zero) return FERRY_OK;
   const uint64_t bytes = (uint64_t)e->mc->hidden * 4;
   char *host = ferry_exec_buf_host_ptr(e->ex, e->hws_buf);
   if (host) memset(host + e->ws.zero, 0, bytes); /* the simulator has no bytes */
+  if (e->ws.zero < e->ws.device_base) return FERRY_OK;
   TRY(ferry_exec_copy(e->ex, e->q_h2d, (struct ferry_ref){e->ws_buf, e->ws.zero, FERRY_DTYPE_F32},
                       (struct ferry_ref){e->hws_buf, e->ws.zero, FERRY_DTYPE_F32}, bytes));
   TRY(ferry_exec_drain(e->ex));

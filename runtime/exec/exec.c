@@ -158,12 +158,17 @@ ferry_status ferry_exec_alloc_on(ferry_exec *ex, int32_t device, enum ferry_tier
 /* The tier is charged `charged` of the `bytes` the buffer addresses. Only the simulator may be
  * charged less: its buffers hold nothing, and what it charges is what the runtime it simulates
  * would hold (an fp16 copy of the engine's fp32 workspace); a real executor holds every byte. */
-static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t base, uint64_t bytes,
                                uint64_t charged, int pinned, const char *label, ferry_buf **out);
 
 ferry_status ferry_exec_alloc_charged(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
                                       uint64_t charged, const char *label, ferry_buf **out) {
-  return alloc_kind(ex, device, tier, bytes, charged, ex ? ex->config.lock_host_memory != 0 : 1, label, out);
+  return ferry_exec_alloc_window(ex, device, tier, 0, bytes, charged, label, out);
+}
+
+ferry_status ferry_exec_alloc_window(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t base,
+                                     uint64_t bytes, uint64_t charged, const char *label, ferry_buf **out) {
+  return alloc_kind(ex, device, tier, base, bytes, charged, ex ? ex->config.lock_host_memory != 0 : 1, label, out);
 }
 
 ferry_status ferry_exec_alloc_host(ferry_exec *ex, uint64_t bytes, enum ferry_host_memory kind, const char *label,
@@ -172,16 +177,17 @@ ferry_status ferry_exec_alloc_host(ferry_exec *ex, uint64_t bytes, enum ferry_ho
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: unknown host memory kind %d", (int)kind);
   const int pinned = kind == FERRY_HOST_MEMORY_DEFAULT ? (ex ? ex->config.lock_host_memory != 0 : 1)
                                                        : kind == FERRY_HOST_MEMORY_PINNED;
-  return alloc_kind(ex, 0, FERRY_TIER_HOST, bytes, bytes, pinned, label, out);
+  return alloc_kind(ex, 0, FERRY_TIER_HOST, 0, bytes, bytes, pinned, label, out);
 }
 
 int ferry_exec_buf_pinned(const ferry_buf *buf) { return buf ? buf->pinned : 0; }
 
 /* The allocation behind every variant: `pinned` is the host-tier buffer's kind (the device
  * tier ignores it). */
-static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t bytes,
+static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier tier, uint64_t base, uint64_t bytes,
                                uint64_t charged, int pinned, const char *label, ferry_buf **out) {
-  if (!ex || !out || (unsigned)tier >= FERRY_TIER_COUNT || !valid_device(ex, device))
+  if (!ex || !out || (unsigned)tier >= FERRY_TIER_COUNT || !valid_device(ex, device) ||
+      base > UINT64_MAX - bytes)
     return ferry__err_set(ex ? &ex->err : NULL, FERRY_ERR_INVALID, "alloc: invalid argument");
   if (!label) label = "buffer";
   if (charged > bytes || (charged < bytes && ex->backend->has_data))
@@ -214,6 +220,7 @@ static ferry_status alloc_kind(ferry_exec *ex, int32_t device, enum ferry_tier t
     goto out_unreserve;
   }
   buf->tier = tier;
+  buf->base = base;
   buf->bytes = addressed;
   buf->charged = charged;
   buf->label = label;
@@ -257,6 +264,7 @@ void ferry_exec_free(ferry_exec *ex, ferry_buf *buf) {
 
 uint64_t ferry_exec_buf_size(const ferry_buf *buf) { return buf->bytes; }
 const char *ferry_exec_buf_file(const ferry_buf *buf) { return buf ? buf->file : NULL; }
+uint64_t ferry_exec_buf_base(const ferry_buf *buf) { return buf->base; }
 enum ferry_tier ferry_exec_buf_tier(const ferry_buf *buf) { return buf->tier; }
 
 void *ferry_exec_buf_host_ptr(ferry_exec *ex, ferry_buf *buf) {
@@ -271,14 +279,26 @@ void ferry_exec_tier_usage(const ferry_exec *ex, enum ferry_tier tier, uint64_t 
   pthread_mutex_unlock((pthread_mutex_t *)&ex->lock);
 }
 
-/* A reference must name a buffer and leave room for `need` bytes from its offset. */
+void ferry__buf_window(const struct ferry_buf *buf, char *out, size_t len) {
+  if (!len) return;
+  out[0] = 0;
+  if (buf->base)
+    snprintf(out, len, " at offsets %llu to %llu", (unsigned long long)buf->base,
+             (unsigned long long)(buf->base + buf->bytes));
+}
+
+/* A reference must name a buffer and leave room for `need` bytes from its offset, inside the
+ * buffer's window (a window's lower offsets are another buffer's: ferry_exec_alloc_window()). */
 static ferry_status check_ref(ferry_exec *ex, const char *what, struct ferry_ref r, uint64_t need) {
   if (!r.buf) return ferry__err_set(&ex->err, FERRY_ERR_INVALID, "%s: no buffer", what);
-  if (r.offset > r.buf->bytes || need > r.buf->bytes - r.offset)
+  if (!ferry__ref_fits(r, need)) {
+    char window[80] = "";
+    ferry__buf_window(r.buf, window, sizeof window);
     return ferry__err_set(&ex->err, FERRY_ERR_RANGE,
-                          "%s: %llu bytes at offset %llu overrun buffer '%s' of %llu bytes", what,
+                          "%s: %llu bytes at offset %llu overrun buffer '%s' of %llu bytes%s", what,
                           (unsigned long long)need, (unsigned long long)r.offset, r.buf->label,
-                          (unsigned long long)r.buf->bytes);
+                          (unsigned long long)r.buf->bytes, window);
+  }
   return FERRY_OK;
 }
 

@@ -172,7 +172,7 @@ static void async_fail(struct ferry_exec *ex, ferry_status st, const char *fmt, 
 
 /* Device-usable address of a reference: device memory, or pinned host memory through unified
  * addressing (cudaHostAlloc memory has the same address on both sides). */
-static void *dptr(struct ferry_ref r) { return r.buf ? (char *)r.buf->backend_ptr + r.offset : NULL; }
+static void *dptr(struct ferry_ref r) { return r.buf ? (char *)r.buf->backend_ptr + ferry__ref_at(r) : NULL; }
 
 static int cudt(enum ferry_dtype dt) {
   return dt == FERRY_DTYPE_F16 ? FERRY_CU_F16 : dt == FERRY_DTYPE_BF16 ? FERRY_CU_BF16 : FERRY_CU_F32;
@@ -680,16 +680,17 @@ static void cpu_run(struct cu_queue *q, const struct ferry_op *op) {
     case FERRY_OP_READ: {
       const struct ferry_ref *d = &op->u.read.dst;
       uint64_t shift = 0;
+      const uint64_t at = ferry__ref_at(*d);
       ferry_status st = ferry_store_read_range(op->u.read.store, op->u.read.file, op->u.read.offset, op->u.read.len,
-                                               (char *)d->buf->ptr + d->offset, d->buf->bytes - d->offset,
-                                               op->u.read.flags, &shift);
+                                               (char *)d->buf->ptr + at, d->buf->bytes - at, op->u.read.flags, &shift);
       if (st != FERRY_OK) ferry__exec_op_failed(ex, st, ferry_store_errmsg(op->u.read.store));
       break;
     }
     case FERRY_OP_COPY: {
       const struct ferry_ref *dst = &op->u.copy.dst, *src = &op->u.copy.src;
       if (dst->buf->ptr && src->buf->ptr) {
-        memcpy((char *)dst->buf->ptr + dst->offset, (const char *)src->buf->ptr + src->offset, op->u.copy.bytes);
+        memcpy((char *)dst->buf->ptr + ferry__ref_at(*dst), (const char *)src->buf->ptr + ferry__ref_at(*src),
+               op->u.copy.bytes);
       } else {
         cudaError_t e = cudaMemcpy(dptr(*dst), dptr(*src), op->u.copy.bytes, cudaMemcpyDefault);
         if (e != cudaSuccess)

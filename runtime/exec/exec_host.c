@@ -94,9 +94,9 @@ static void run_op(struct host_queue *q, const struct ferry_op *op) {
     case FERRY_OP_READ: {
       const struct ferry_ref *d = &op->u.read.dst;
       uint64_t shift = 0;
+      const uint64_t at = ferry__ref_at(*d);
       ferry_status st = ferry_store_read_range(op->u.read.store, op->u.read.file, op->u.read.offset, op->u.read.len,
-                                               (char *)d->buf->ptr + d->offset, d->buf->bytes - d->offset,
-                                               op->u.read.flags, &shift);
+                                               (char *)d->buf->ptr + at, d->buf->bytes - at, op->u.read.flags, &shift);
       if (st != FERRY_OK) ferry__exec_op_failed(ex, st, ferry_store_errmsg(op->u.read.store));
       break;
     }
@@ -104,8 +104,8 @@ static void run_op(struct host_queue *q, const struct ferry_op *op) {
       if (op->u.copy.copy_kind == FERRY_COPY_DISK_TO_HOST || op->u.copy.copy_kind == FERRY_COPY_HOST_TO_DISK)
         ferry__disk_file_copy(ex, op);
       else
-        memcpy((char *)op->u.copy.dst.buf->ptr + op->u.copy.dst.offset,
-               (const char *)op->u.copy.src.buf->ptr + op->u.copy.src.offset, op->u.copy.bytes);
+        memcpy((char *)op->u.copy.dst.buf->ptr + ferry__ref_at(op->u.copy.dst),
+               (const char *)op->u.copy.src.buf->ptr + ferry__ref_at(op->u.copy.src), op->u.copy.bytes);
       break;
     case FERRY_OP_KERNEL: {
       ferry_status st = ferry__host_kernel_run(&op->u.kernel, &q->scratch, msg, sizeof msg);

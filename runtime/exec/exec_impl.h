@@ -47,7 +47,10 @@ struct ferry_op {
 
 struct ferry_buf {
   enum ferry_tier tier;
-  uint64_t bytes;      /* addressable */
+  uint64_t base;       /* the offset of its first byte: a window (ferry_exec_alloc_window()) holds
+                          offsets [base, base + bytes) of a layout whose lower ones another buffer
+                          holds; 0 for every other buffer */
+  uint64_t bytes;      /* held, and addressable from base */
   uint64_t charged;    /* what the tier is charged (ferry_exec_alloc_charged(); = bytes on an
                           executor with data) */
   const char *label;
@@ -59,6 +62,19 @@ struct ferry_buf {
   const char *file;   /* disk tier: the file behind it (owned by the backend), else NULL */
   struct ferry_buf *prev, *next; /* the executor's live buffers, freed at destroy */
 };
+
+/* Whether `need` bytes from reference r lie inside its buffer's window [base, base + bytes). */
+static inline int ferry__ref_fits(struct ferry_ref r, uint64_t need) {
+  const uint64_t at = r.offset - r.buf->base;
+  return r.offset >= r.buf->base && at <= r.buf->bytes && need <= r.buf->bytes - at;
+}
+
+/* A window's offsets for a message (" at offsets A to B" of a buffer with a base; "" for others). */
+void ferry__buf_window(const struct ferry_buf *buf, char *out, size_t len);
+
+/* The byte of its buffer's memory a reference starts at (its offset less the window's base):
+ * what a backend adds to the buffer's pointer. */
+static inline uint64_t ferry__ref_at(struct ferry_ref r) { return r.offset - r.buf->base; }
 
 /* Events complete by generation: record() bumps recorded_gen and enqueues a RECORD op with it;
  * running that op raises done_gen. A wait for generation g is satisfied once done_gen >= g. */

@@ -194,7 +194,7 @@ static ferry_status k_embed(const struct ferry_kernel *k, char *msg, size_t len)
   float *y = at(k->y);
   const void *table = at(k->w);
   const int64_t n = k->n;
-  const uint64_t rows = (k->w.buf->bytes - k->w.offset) / ((uint64_t)n * ferry_dtype_size(k->w.dtype));
+  const uint64_t rows = (k->w.buf->bytes - ferry__ref_at(k->w)) / ((uint64_t)n * ferry_dtype_size(k->w.dtype));
   size_t es = ferry_dtype_size(k->w.dtype);
   for (int64_t t = 0; t < k->m; t++) {
     int32_t id = k->ints[t];

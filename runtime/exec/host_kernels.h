@@ -18,7 +18,7 @@ struct ferry_host_scratch {
 void ferry__host_scratch_free(struct ferry_host_scratch *s);
 
 /* Shared by the host kernel files. A buffer's bytes at a reference. */
-static inline void *ferry__host_at(struct ferry_ref r) { return (char *)r.buf->ptr + r.offset; }
+static inline void *ferry__host_at(struct ferry_ref r) { return (char *)r.buf->ptr + ferry__ref_at(r); }
 /* The scratch as at least `floats` floats (grown, contents lost), NULL when out of memory. Any
  * call may move it: callers take it once and call nothing else that uses it meanwhile. */
 float *ferry__host_scratch(struct ferry_host_scratch *s, size_t floats);

@@ -235,7 +235,7 @@ ferry_status ferry__host_expert(const struct ferry_kernel *k, struct ferry_host_
 ferry_status ferry__host_combine(const struct ferry_kernel *k) {
   const int64_t n = k->n, K = k->top_k;
   float *y = at(k->y);
-  const float *eo = at(k->aux[0]), *w = k->aux[1].buf ? at(k->aux[1]) : NULL;
+  const float *eo = k->aux[0].buf ? at(k->aux[0]) : NULL, *w = k->aux[1].buf ? at(k->aux[1]) : NULL;
   const float *shared = k->aux[2].buf ? at(k->aux[2]) : NULL;
   const float *sgate = k->aux[3].buf ? at(k->aux[3]) : NULL;
   for (int64_t t = 0; t < k->m; t++) {

@@ -43,11 +43,14 @@ static ferry_status need(struct ferry_exec *ex, const struct ferry_kernel *k, co
     snprintf(why, sizeof why, "no buffer for %s", what);
     return bad(ex, k, FERRY_ERR_INVALID, why);
   }
-  if (r.offset > r.buf->bytes || bytes > r.buf->bytes - r.offset)
+  if (!ferry__ref_fits(r, bytes)) { /* past its end, or below a window's base (another buffer's offsets) */
+    char window[80];
+    ferry__buf_window(r.buf, window, sizeof window);
     return ferry__err_set(&ex->err, FERRY_ERR_RANGE,
-                          "kernel %s (%s): %s needs %llu bytes at offset %llu of buffer '%s' (%llu bytes)",
+                          "kernel %s (%s): %s needs %llu bytes at offset %llu of buffer '%s' (%llu bytes%s)",
                           k->name ? k->name : "?", ferry_kernel_kind_name(k->kind), what, (unsigned long long)bytes,
-                          (unsigned long long)r.offset, r.buf->label, (unsigned long long)r.buf->bytes);
+                          (unsigned long long)r.offset, r.buf->label, (unsigned long long)r.buf->bytes, window);
+  }
   return FERRY_OK;
 }
 
@@ -101,9 +104,10 @@ static ferry_status check_embed(struct ferry_exec *ex, const struct ferry_kernel
   if (!float_dtype(k->w.dtype) || (k->aux[0].buf && !float_dtype(k->aux[0].dtype)))
     return bad(ex, k, FERRY_ERR_UNSUPPORTED, "embedding tables are fp32, fp16 or bf16");
   NEED("table", k->w, prod(n, esize(k->w.dtype), 1));
-  const uint64_t rows = (k->w.buf->bytes - k->w.offset) / ((uint64_t)n * (uint64_t)esize(k->w.dtype));
-  const uint64_t prows = k->aux[0].buf && k->aux[0].offset <= k->aux[0].buf->bytes
-                             ? (k->aux[0].buf->bytes - k->aux[0].offset) / ((uint64_t)n * (uint64_t)esize(k->aux[0].dtype))
+  const uint64_t rows = (k->w.buf->bytes - ferry__ref_at(k->w)) / ((uint64_t)n * (uint64_t)esize(k->w.dtype));
+  const uint64_t prows = k->aux[0].buf && ferry__ref_fits(k->aux[0], 0)
+                             ? (k->aux[0].buf->bytes - ferry__ref_at(k->aux[0])) /
+                                   ((uint64_t)n * (uint64_t)esize(k->aux[0].dtype))
                              : 0;
   char why[160];
   for (int64_t t = 0; t < m; t++) {
@@ -388,7 +392,8 @@ static ferry_status check_simple(struct ferry_exec *ex, const struct ferry_kerne
       return FERRY_OK;
     case FERRY_K_MOE_COMBINE:
       NEED("y", k->y, prod(m, n, 4));
-      NEED("expert outputs", k->aux[0], prod(m, k->top_k, n * 4));
+      /* no ranks (top_k 0): only the shared expert, where every routed pair ran elsewhere */
+      if (k->top_k) NEED("expert outputs", k->aux[0], prod(m, k->top_k, n * 4));
       MAYBE("gate weights", k->aux[1], prod(m, k->top_k, 4)); /* without: each rank weighs 1 */
       MAYBE("shared expert", k->aux[2], prod(m, n, 4));
       MAYBE("shared gate", k->aux[3], prod(m, 4, 1));

@@ -97,9 +97,12 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
   p->device_workspace_bytes = in->workspace_bytes;
   p->device_block_bytes = (uint64_t)p->n_block_slots * p->block_slot_bytes;
   const uint64_t fixed = pinned + in->kv_bytes + in->workspace_bytes + p->device_block_bytes;
+  /* experts not pinned live in host memory or on disk; the device caches them in slots, at least
+   * one, unless every one is computed on the CPU (nothing ever fills a slot) */
   const int cached_experts = in->n_experts > 0 && !p->experts_pinned;
+  const int expert_slots = cached_experts && !cfg->experts_on_cpu;
   p->expert_slot_bytes = cached_experts ? in->expert_bytes : 0;
-  p->device_min_bytes = fixed + (cached_experts ? in->expert_bytes : 0);
+  p->device_min_bytes = fixed + (expert_slots ? in->expert_bytes : 0);
 
   if (cfg->device_budget_bytes && p->device_min_bytes > cfg->device_budget_bytes) {
     snprintf(msg, len,
@@ -107,11 +110,11 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
              "%d block slot(s) of %s%s%s)",
              fmt(cfg->device_budget_bytes, b1), fmt(p->device_min_bytes, b2), fmt(pinned, b3), fmt(in->kv_bytes, b4),
              fmt(in->workspace_bytes, b5), p->n_block_slots, fmt(p->block_slot_bytes, b6),
-             cached_experts ? ", 1 expert slot of " : "", cached_experts ? fmt(in->expert_bytes, b7) : "");
+             expert_slots ? ", 1 expert slot of " : "", expert_slots ? fmt(in->expert_bytes, b7) : "");
     ferry__plan_free(p);
     return FERRY_ERR_BUDGET;
   }
-  if (cached_experts) {
+  if (expert_slots) {
     uint64_t slots = (cfg->device_budget_bytes - fixed) / in->expert_bytes;
     if (slots > n_expert_units) slots = n_expert_units;
     if (cfg->max_expert_slots > 0 && slots > (uint64_t)cfg->max_expert_slots) slots = (uint64_t)cfg->max_expert_slots;

@@ -48,6 +48,8 @@ struct ferry_plan_config {
                                    device slots for them */
   int32_t max_expert_slots;     /* at most this many expert-cache slots (0 = as many as fit): memory
                                    pressure shrinks the cache */
+  int experts_on_cpu;           /* every routed expert not pinned is computed on the CPU from its
+                                   home and none is ever cached on the device: no expert slot */
 };
 
 struct ferry_plan_block {
