@@ -60,7 +60,7 @@ static void test_size_under_one_byte(void **state) {
 /* 1e300 s used to become a negative window start (signed overflow converting to ns). */
 static void test_time_out_of_range(void **state) {
   (void)state;
-  char args[512];
+  char args[640];
   expect(SIM "--synthetic n=2 --time-window 1e300:", 2, "'1e300' s is outside [0, 9223372036] s");
   expect(SIM "--synthetic n=2 --time-window 1:1e300", 2, "'1e300' s is outside");
   char *trace = tu_data_path("traces/azure_conv_200.csv");
@@ -317,6 +317,22 @@ static void test_expert_granularity_layer(void **state) {
   expect(args, 1, "--expert-granularity layer moves a layer's experts with it");
 }
 
+/* --quant sizes a preset's weights in its formats even where the preset's checkpoint is published
+ * quantized (DeepSeek-V3's fp8 blocks): an expert of 3 x 7168 x 2048 weights at int4-g32 is
+ * 19 bytes per 32 (16 of nibbles, an fp16 scale, a u8 zero): 3 x 458752 x 19 = 26148864 B,
+ * 24.94 MiB; as published, fp8 with a scale per 128 x 128 block, 42.01 MiB. */
+static void test_quant_overrides_published(void **state) {
+  (void)state;
+  const char *plan = "sim --model deepseek-v3 --hw rtx-4090d --synthetic n=1,prompt=16,output=2 --max-batch 1 "
+                     "--max-step-tokens 16 --resident attention --offload-compute experts=cpu --plan-only";
+  char args[640];
+  snprintf(args, sizeof args, "%s", plan);
+  expect(args, 0, "expert cache     0 x 42.01 MiB");
+  snprintf(args, sizeof args, "%s --quant expert=int4-g32,attn=int4-g32,shared=int4-g32,dense_ffn=int4-g32,default=bf16",
+           plan);
+  expect(args, 0, "expert cache     0 x 24.94 MiB");
+}
+
 /* Options are matched whole (getopt_long took a prefix for the option it abbreviates): an
  * unknown or shortened one is an error naming the nearest; so are unknown profiles and models,
  * whose preset names match in any case. */
@@ -361,6 +377,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
       cmocka_unit_test(test_expert_granularity_layer),
+      cmocka_unit_test(test_quant_overrides_published),
       cmocka_unit_test(test_names_suggested),
       cmocka_unit_test(test_help_fits),
       cmocka_unit_test(test_time_out_of_range),

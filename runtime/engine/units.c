@@ -309,9 +309,10 @@ static struct tensor_file *tensor_files(struct ferry_engine *e, ferry_status *st
         continue;
       }
       if ((*st = stored_parts(e, t, &tf[i])) != FERRY_OK) goto fail;
-    } else if (t->quantized) {
+    } else if (t->quantized && !(e->cfg.quant_set && t->ndim == 2)) {
       /* simulated, quantized as published: its parts move and sit in memory at their packed
-       * size, and each use dequantizes them first */
+       * size, and each use dequantizes them first (a --quant plan sizes a preset's weights in
+       * its formats instead, the published ones included: the plan says what the run holds) */
       if ((*st = published_spec(e, t, FERRY_DTYPE_BF16, &tf[i].spec)) != FERRY_OK ||
           (*st = virtual_quant_parts(e, t, &virtual_offset, &tf[i])) != FERRY_OK)
         goto fail;
