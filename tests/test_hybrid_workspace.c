@@ -236,19 +236,6 @@ static void test_experts_on_cpu(void **state) {
   free(both.log.v);
 }
 
-/* The device minimum of a configuration (ferry_engine_min_budgets(): streaming, any budget). */
-static uint64_t device_min(const char *model_dir, const struct ferry_engine_config *c) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
-  uint64_t dev = 0, host = 0;
-  assert_int_equal(ferry_engine_min_budgets(m, s, c, &dev, &host), FERRY_OK);
-  ferry_store_close(s);
-  ferry_model_close(m);
-  return dev;
-}
-
 /* A predictor naming expert 0 for every layer. */
 static int32_t predict_first(void *user, const struct ferry_expert_predict_request *rq, int32_t *out_ids, int32_t max) {
   (void)user;
@@ -330,7 +317,7 @@ static void test_experts_all_on_cpu(void **state) {
   struct ferry_engine_config c = config(3500 << 10), a = c;
   c.compute_experts = FERRY_COMPUTE_CPU;
   a.compute_experts = FERRY_COMPUTE_AUTO;
-  const uint64_t min_cpu = device_min(moe_dir, &c), min_auto = device_min(moe_dir, &a);
+  const uint64_t min_cpu = tu_min_device_budget(moe_dir, &c), min_auto = tu_min_device_budget(moe_dir, &a);
   assert_int_equal(min_auto - min_cpu, cpu_only + expert_bytes);
   struct window_want want = {.cpu_only = cpu_only, .whole = plan_bytes(moe_dir, &a, "    workspace ")};
   assert_printed(plan_bytes(moe_dir, &c, "    workspace "), (uint64_t)want.whole - cpu_only);
@@ -347,7 +334,7 @@ static void test_experts_all_on_cpu(void **state) {
   assert_close(&ref.log, &cpu.log);
   /* a predictor prefetches experts into the cache, where the device runs them: all kept */
   c.predict = predict_first;
-  assert_int_equal(device_min(moe_dir, &c), min_auto);
+  assert_int_equal(tu_min_device_budget(moe_dir, &c), min_auto);
   free(ref.log.v);
   free(cpu.log.v);
 }

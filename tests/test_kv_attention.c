@@ -74,20 +74,6 @@ static void run_host(const char *model_dir, struct ferry_engine_config c, struct
   tu_run_host(model_dir, &c, requests, N_REQ, sum_bytes, h);
 }
 
-/* The smallest device budget of c for the model at model_dir (with its KV cache on the device,
- * so enough for the runs with it in host memory too). */
-static uint64_t min_budget(const char *model_dir, const struct ferry_engine_config *c) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  uint64_t dev = 0, host = 0;
-  assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
-  assert_int_equal(ferry_engine_min_budgets(m, s, c, &dev, &host), FERRY_OK);
-  ferry_store_close(s);
-  ferry_model_close(m);
-  return dev;
-}
-
 static void expect_same(const struct tu_logit_log *a, const struct tu_logit_log *ref, const char *what) {
   if (a->n != ref->n || memcmp(a->v, ref->v, ref->n * sizeof(float)))
     fail_msg("%s: logits differ from the cache on the device (%zu values, %zu there)", what, a->n, ref->n);
@@ -110,7 +96,7 @@ static void test_same_logits(void **state) {
       c.resident_all = !stream;
       c.prefetch_depth = stream ? v - 1 : 0;
       c.gpu_batches = v == 4 ? 2 : 1;
-      if (stream) c.device_budget_bytes = min_budget(dirs[d], &c); /* every layer streams */
+      if (stream) c.device_budget_bytes = tu_min_device_budget(dirs[d], &c); /* every layer streams */
       c.kv_block_tokens = v == 0 ? 4 : 0;
       c.greedy = v != 0; /* a paged cache recomputes preempted sequences from a seeded draw */
       struct tu_logit_log ref = {0}, cpu = {0}, dev = {0};

@@ -95,19 +95,6 @@ static void run_host(const char *model_dir, struct ferry_engine_config c, struct
   tu_run_host(model_dir, &c, requests, N_REQ, sum_moved, m);
 }
 
-/* The smallest device budget of c for the model at model_dir (every layer streams). */
-static uint64_t min_budget(const char *model_dir, const struct ferry_engine_config *c) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  uint64_t dev = 0, host = 0;
-  assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
-  assert_int_equal(ferry_engine_min_budgets(m, s, c, &dev, &host), FERRY_OK);
-  ferry_store_close(s);
-  ferry_model_close(m);
-  return dev;
-}
-
 /* A K or V row of the model's cache in format f (the usual attention: KV heads x head_dim). */
 static uint64_t kv_row(const char *model_dir, enum ferry_kv_format f) {
   ferry_model *m = NULL;
@@ -148,7 +135,7 @@ static void test_same_logits(void **state) {
       c.gpu_batches = v == 4 ? 2 : 1;
       c.kv_prefill_device = v == 5;
       c.kv_format = v == 6 && d < 2 ? FERRY_KV_INT8 : FERRY_KV_AUTO; /* Gemma 2's heads are 16 wide */
-      if (stream) c.device_budget_bytes = min_budget(dirs[d], &c);
+      if (stream) c.device_budget_bytes = tu_min_device_budget(dirs[d], &c);
       struct tu_logit_log host = {0}, disk = {0};
       struct moved mh, md;
       run_host(dirs[d], c, &host, &mh);

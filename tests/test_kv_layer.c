@@ -79,19 +79,6 @@ static void count_steps(struct ferry_engine *e, void *user) {
   }
 }
 
-/* The smallest device budget of c: exactly its pinned layers, block slots and working set. */
-static uint64_t min_budget(const char *model_dir, const struct ferry_engine_config *c) {
-  ferry_model *m = NULL;
-  ferry_store *s = NULL;
-  uint64_t dev = 0, host = 0;
-  assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
-  assert_int_equal(ferry_store_open(&s, model_dir), FERRY_OK);
-  if (ferry_engine_min_budgets(m, s, c, &dev, &host) != FERRY_OK) fail_msg("min budgets: %s", ferry_last_error());
-  ferry_store_close(s);
-  ferry_model_close(m);
-  return dev;
-}
-
 static void expect_same(const struct tu_logit_log *a, const struct tu_logit_log *ref, const char *what) {
   if (a->n != ref->n || memcmp(a->v, ref->v, ref->n * sizeof(float)))
     fail_msg("%s: logits differ from the all-device run's (%zu values, %zu there)", what, a->n, ref->n);
@@ -129,7 +116,7 @@ static void same_logits(const char *model_dir, int32_t n_layers) {
         c.pin_last = pins[split][1] < n_layers ? pins[split][1] : 0;
         c.prefetch_depth = v < 3 ? v : 1;
         c.gpu_batches = v == 3 ? 2 : 1;
-        c.device_budget_bytes = min_budget(model_dir, &c);
+        c.device_budget_bytes = tu_min_device_budget(model_dir, &c);
         struct tu_logit_log got = {0};
         struct step_kinds k;
         c.on_logits = tu_on_logits;
@@ -172,7 +159,7 @@ static void paged_logits(const char *model_dir, int scratch_grows) {
   c.rates.offload_min_rows = 8;
   c.pin_last = 1;
   c.prefetch_depth = 1;
-  c.device_budget_bytes = min_budget(model_dir, &c) - 1;
+  c.device_budget_bytes = tu_min_device_budget(model_dir, &c) - 1;
   if (scratch_grows) {
     assert_int_equal(ferry_model_open(&m, model_dir), FERRY_OK);
     FILE *devnull = fopen("/dev/null", "w");

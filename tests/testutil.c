@@ -157,3 +157,15 @@ void tu_run_host(const char *model_dir, const struct ferry_engine_config *c, con
   ferry_store_close(s);
   ferry_model_close(m);
 }
+
+uint64_t tu_min_device_budget(const char *model_dir, const struct ferry_engine_config *c) {
+  ferry_model *m = NULL;
+  ferry_store *st = NULL;
+  uint64_t dev = 0, host = 0;
+  if (ferry_model_open(&m, model_dir) != FERRY_OK || ferry_store_open(&st, model_dir) != FERRY_OK)
+    fail_msg("%s: %s", model_dir, ferry_last_error());
+  if (ferry_engine_min_budgets(m, st, c, &dev, &host) != FERRY_OK) fail_msg("min budgets: %s", ferry_last_error());
+  ferry_store_close(st);
+  ferry_model_close(m);
+  return dev;
+}

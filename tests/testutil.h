@@ -52,5 +52,9 @@ struct ferry_engine_request;
  * destroyed (NULL: none). Any failure fails the test. */
 void tu_run_host(const char *model_dir, const struct ferry_engine_config *c, const struct ferry_engine_request *reqs,
                  int64_t n, void (*inspect)(struct ferry_engine *engine, void *user), void *user);
+/* The smallest device budget of configuration c for the model at model_dir
+ * (ferry_engine_min_budgets(): its pinned layers, block slots and working set). Any failure fails
+ * the test. */
+uint64_t tu_min_device_budget(const char *model_dir, const struct ferry_engine_config *c);
 
 #endif
