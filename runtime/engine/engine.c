@@ -1118,6 +1118,43 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
   return FERRY_OK;
 }
 
+/* The plan's host tier (and the disk's KV cache, which no budget bounds). */
+static void print_plan_host(const struct ferry_engine *e, FILE *f) {
+  const struct ferry_plan *p = &e->plan;
+  char b[2][32];
+  fprintf(f, "  host: %s of %s budget\n", ferry__format_bytes(p->host_total_bytes, b[0], 32),
+          e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32) : "unlimited");
+  fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
+  fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
+  const uint64_t host_kv = p->host_kv_bytes, host_ws = p->host_workspace_bytes;
+  char why[64] = "--kv-home host"; /* else the streamed layers' caches only */
+  if (!e->cfg.kv_home_host) {
+    int32_t host_layers = 0;
+    for (int64_t l = 0; l < e->mc->n_layers; l++) host_layers += e->kv[l].host;
+    snprintf(why, sizeof why, "%d streamed layers, %s", host_layers,
+             e->cfg.kv_home_layer ? "--kv-home layer" : "computed on the CPU");
+  }
+  if (host_kv && e->cfg.kv_home_disk)
+    fprintf(f, "    KV staging       %s (%d x %d sequences x %d tokens, %s: the rows the CPU attends over, read from "
+               "the disk cache; --kv-home disk, --prefetch-depth + 1)\n",
+            ferry__format_bytes(host_kv, b[0], 32), e->cfg.prefetch_depth + 1, e->cfg.max_batch, e->kv_capacity,
+            ferry_kv_format_name(e->kv_format));
+  else if (host_kv)
+    fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; %s)\n", ferry__format_bytes(host_kv, b[0], 32),
+            e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format), why);
+  if (host_ws) fprintf(f, "    CPU workspace    %s (the CPU's ops work in host memory)\n", ferry__format_bytes(host_ws, b[0], 32));
+  fprintf(f, "    read-back, load  %s (routing and logits read-back, weight-load bounce buffer)\n",
+          ferry__format_bytes(p->host_fixed_bytes - host_kv - host_ws, b[0], 32));
+  if (e->cfg.kv_preempt_swap) /* what swap preemption can hold; the rest is recomputed */
+    fprintf(f, "    KV swap          %s (%d of the pool's %d blocks: preempted sequences' rows; when full, or with "
+               "windowed layers, they are recomputed)\n",
+            ferry__format_bytes((uint64_t)e->kv_swap_blocks * ferry__kv_pages_block_bytes(e), b[0], 32), e->kv_swap_blocks,
+            e->kv_pool_blocks);
+  if (e->cfg.kv_home_disk) /* no budget: the disk tier */
+    fprintf(f, "  disk: KV cache %s (%d sequences x %d tokens, %s; a file, read and written every step)\n",
+            ferry__format_bytes(e->hkv_bytes, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format));
+}
+
 static void print_plan(const struct ferry_engine *e, FILE *f) {
   const struct ferry_plan *p = &e->plan;
   char b[8][32];
@@ -1160,36 +1197,7 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
             : e->experts_cpu_only ? " (every routed expert runs on the CPU: nothing to cache)"
                                   : "");
   fprintf(f, "    minimum          %s\n", ferry__format_bytes(p->device_min_bytes, b[0], 32));
-  fprintf(f, "  host: %s of %s budget\n", ferry__format_bytes(p->host_total_bytes, b[0], 32),
-          e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32) : "unlimited");
-  fprintf(f, "    resident units   %s\n", ferry__format_bytes(p->host_units_bytes, b[0], 32));
-  fprintf(f, "    disk staging     %d x %s\n", p->n_staging_slots, ferry__format_bytes(p->staging_slot_bytes, b[0], 32));
-  const uint64_t host_kv = p->host_kv_bytes, host_ws = p->host_workspace_bytes;
-  char why[64] = "--kv-home host"; /* else the streamed layers' caches only */
-  int32_t host_layers = 0;
-  for (int64_t l = 0; l < e->mc->n_layers; l++) host_layers += e->kv[l].host;
-  if (!e->cfg.kv_home_host)
-    snprintf(why, sizeof why, "%d streamed layers, %s", host_layers,
-             e->cfg.kv_home_layer ? "--kv-home layer" : "computed on the CPU");
-  if (host_kv && e->cfg.kv_home_disk)
-    fprintf(f, "    KV staging       %s (%d x %d sequences x %d tokens, %s: the rows the CPU attends over, read from "
-               "the disk cache; --kv-home disk, --prefetch-depth + 1)\n",
-            ferry__format_bytes(host_kv, b[0], 32), e->cfg.prefetch_depth + 1, e->cfg.max_batch, e->kv_capacity,
-            ferry_kv_format_name(e->kv_format));
-  else if (host_kv)
-    fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; %s)\n", ferry__format_bytes(host_kv, b[0], 32),
-            e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format), why);
-  if (host_ws) fprintf(f, "    CPU workspace    %s (the CPU's ops work in host memory)\n", ferry__format_bytes(host_ws, b[0], 32));
-  fprintf(f, "    read-back, load  %s (routing and logits read-back, weight-load bounce buffer)\n",
-          ferry__format_bytes(p->host_fixed_bytes - host_kv - host_ws, b[0], 32));
-  if (e->cfg.kv_preempt_swap) /* what swap preemption can hold; the rest is recomputed */
-    fprintf(f, "    KV swap          %s (%d of the pool's %d blocks: preempted sequences' rows; when full, or with "
-               "windowed layers, they are recomputed)\n",
-            ferry__format_bytes((uint64_t)e->kv_swap_blocks * ferry__kv_pages_block_bytes(e), b[0], 32), e->kv_swap_blocks,
-            e->kv_pool_blocks);
-  if (e->cfg.kv_home_disk) /* no budget: the disk tier */
-    fprintf(f, "  disk: KV cache %s (%d sequences x %d tokens, %s; a file, read and written every step)\n",
-            ferry__format_bytes(e->hkv_bytes, b[0], 32), e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format));
+  print_plan_host(e, f);
   fprintf(f, "  prefetch depth %d, %d streamed block(s):\n", e->cfg.prefetch_depth, p->n_blocks);
   for (int32_t u = 0; u < e->n_units; u++) {
     const struct unit *un = &e->units[u];
