@@ -127,7 +127,7 @@ void ferry__disk_file_copy(struct ferry_exec *ex, const struct ferry_op *op) {
   const struct ferry_ref *disk = write ? &op->u.copy.dst : &op->u.copy.src;
   const struct ferry_ref *host = write ? &op->u.copy.src : &op->u.copy.dst;
   const struct disk_file *f = disk->buf->backend_ptr;
-  const uint64_t len = op->u.copy.bytes, off = disk->offset;
+  const uint64_t len = op->u.copy.bytes, off = ferry__ref_at(*disk);
   char msg[FERRY_ERRMSG_MAX];
   if (!f || off > disk->buf->bytes || len > disk->buf->bytes - off) { /* the wrapper checked it: belt and braces */
     snprintf(msg, sizeof msg, "%s executor: %s %llu bytes at offset %llu of %s: past its %llu bytes", ex->backend->name,
@@ -137,7 +137,7 @@ void ferry__disk_file_copy(struct ferry_exec *ex, const struct ferry_op *op) {
     return;
   }
   uint64_t done = 0;
-  const int err = transfer(f->fd, write, (char *)host->buf->ptr + host->offset, len, off, &done);
+  const int err = transfer(f->fd, write, (char *)host->buf->ptr + ferry__ref_at(*host), len, off, &done);
   if (!err) return;
   snprintf(msg, sizeof msg, "%s executor: %s %llu bytes at offset %llu of %s (%s): %s after %llu bytes",
            ex->backend->name, write ? "writing" : "reading", (unsigned long long)len, (unsigned long long)off, f->path,
