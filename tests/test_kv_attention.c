@@ -153,12 +153,6 @@ static struct ferry_engine_config sim_config(int attention_device, uint64_t budg
 
 /* A (prompt 100, 3 tokens out) and B (prompt 300, 6 out) prefill together; A decodes twice and
  * ends, C (prompt 40, 3 out) then prefills beside B's decode token. */
-static const struct ferry_engine_request sim_req[] = {
-    {.id = 0, .prompt_tokens = 100, .output_tokens = 3},
-    {.id = 1, .prompt_tokens = 300, .output_tokens = 6},
-    {.id = 2, .prompt_tokens = 40, .output_tokens = 3},
-};
-
 static ferry_status run_sim(int attention_device, uint64_t budget, struct placement *p, struct sim_result *r) {
   ferry_hw *hw = NULL;
   ferry_model *m = NULL;
@@ -171,7 +165,7 @@ static ferry_status run_sim(int attention_device, uint64_t budget, struct placem
   const struct ferry_engine_config c = sim_config(attention_device, budget);
   ferry_status st = ferry_engine_create(&e, m, NULL, ex, &c);
   if (st == FERRY_OK) {
-    if (ferry_engine_run(e, sim_req, 3, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
+    if (ferry_engine_run(e, tu_kv_sim_requests(), TU_KV_SIM_N, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
       fail_msg("engine_run: %s", ferry_last_error());
     ferry_engine_summary(e, &r->sum);
     const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &r->steps);
@@ -184,20 +178,6 @@ static ferry_status run_sim(int attention_device, uint64_t budget, struct placem
   ferry_hw_close(hw);
   return st;
 }
-
-/* The schedule of sim_req, by hand: per step, each sequence's tokens and the rows its cache held
- * before the step (its position). A's third token is its last (the prefill gives the first). */
-struct seq_step {
-  int32_t tokens, cached;
-};
-static const struct seq_step schedule[][2] = {
-    {{100, 0}, {300, 0}}, /* A and B prefill */
-    {{1, 100}, {1, 300}}, /* both decode */
-    {{1, 101}, {1, 301}}, /* A's last token */
-    {{1, 302}, {40, 0}},  /* B decodes beside C's prompt */
-    {{1, 303}, {1, 40}},  {{1, 304}, {1, 41}}, /* C's last */
-};
-#define SCHED_STEPS ((int64_t)(sizeof schedule / sizeof schedule[0]))
 
 /* Every step's attention on the device's queue, none on the CPU's (which only appends the new
  * rows); host to device exactly the cached rows of the step's sequences, each layer (K and V, in
@@ -216,13 +196,13 @@ static void test_sim_bytes(void **state) {
   assert_non_null(r);
   p->compute_queue = -1;
   assert_int_equal(run_sim(1, 0, p, r), FERRY_OK);
-  assert_int_equal(r->steps, SCHED_STEPS);
+  assert_int_equal(r->steps, TU_KV_SIM_STEPS);
   for (int64_t s = 0; s < r->steps; s++) {
     const struct ferry_step_metrics *sm = &r->sm[s];
     uint64_t cached = 0, tokens = 0;
     for (int i = 0; i < 2; i++) {
-      cached += (uint64_t)schedule[s][i].cached;
-      tokens += (uint64_t)schedule[s][i].tokens;
+      cached += (uint64_t)tu_kv_sim_schedule[s][i].cached;
+      tokens += (uint64_t)tu_kv_sim_schedule[s][i].tokens;
     }
     assert_int_equal(sm->tokens, tokens);
     const uint64_t up = L * cached * row * 2, down = L * tokens * row * 2;

@@ -180,12 +180,6 @@ static struct ferry_engine_config sim_config(int disk, uint64_t host_budget) {
 
 /* A (prompt 100, 3 tokens out) and B (prompt 300, 6 out) prefill together; A decodes twice and
  * ends, C (prompt 40, 3 out) then prefills beside B's decode token. */
-static const struct ferry_engine_request sim_req[] = {
-    {.id = 0, .prompt_tokens = 100, .output_tokens = 3},
-    {.id = 1, .prompt_tokens = 300, .output_tokens = 6},
-    {.id = 2, .prompt_tokens = 40, .output_tokens = 3},
-};
-
 static ferry_status run_sim(const char *hw_name, const struct ferry_engine_config *c, struct sim_result *r) {
   ferry_hw *hw = NULL;
   ferry_model *m = NULL;
@@ -199,7 +193,7 @@ static ferry_status run_sim(const char *hw_name, const struct ferry_engine_confi
   struct ferry_sim_stats loaded; /* the resident weights' reads at load */
   if (st == FERRY_OK) {
     assert_int_equal(ferry_exec_sim_stats(ex, &loaded), FERRY_OK);
-    st = ferry_engine_run(e, sim_req, 3, &(struct ferry_run_options){.as_fast_as_possible = 1});
+    st = ferry_engine_run(e, tu_kv_sim_requests(), TU_KV_SIM_N, &(struct ferry_run_options){.as_fast_as_possible = 1});
   }
   if (st == FERRY_OK) {
     ferry_engine_summary(e, &r->sum);
@@ -216,20 +210,6 @@ static ferry_status run_sim(const char *hw_name, const struct ferry_engine_confi
   return st;
 }
 
-/* The schedule of sim_req, by hand: per step, each sequence's tokens and the rows its cache held
- * before the step (its position). A's third token is its last (the prefill gives the first). */
-struct seq_step {
-  int32_t tokens, cached;
-};
-static const struct seq_step schedule[][2] = {
-    {{100, 0}, {300, 0}}, /* A and B prefill */
-    {{1, 100}, {1, 300}}, /* both decode */
-    {{1, 101}, {1, 301}}, /* A's last token */
-    {{1, 302}, {40, 0}},  /* B decodes beside C's prompt */
-    {{1, 303}, {1, 40}},  {{1, 304}, {1, 41}}, /* C's last */
-};
-#define SCHED_STEPS ((int64_t)(sizeof schedule / sizeof schedule[0]))
-
 /* Per step and layer each sequence's cached rows are read (K and V, fp16) and its new ones
  * written; nothing else touches the disk (the weights are resident), and the simulator's disk
  * channels moved exactly those bytes. */
@@ -244,14 +224,14 @@ static void test_sim_bytes(void **state) {
   assert_non_null(r);
   const struct ferry_engine_config c = sim_config(1, 0);
   if (run_sim("h100-pcie", &c, r) != FERRY_OK) fail_msg("%s", ferry_last_error());
-  assert_int_equal(r->steps, SCHED_STEPS);
+  assert_int_equal(r->steps, TU_KV_SIM_STEPS);
   uint64_t read = 0, written = 0;
   for (int64_t s = 0; s < r->steps; s++) {
     const struct ferry_step_metrics *sm = &r->sm[s];
     uint64_t cached = 0, tokens = 0;
     for (int i = 0; i < 2; i++) {
-      cached += (uint64_t)schedule[s][i].cached;
-      tokens += (uint64_t)schedule[s][i].tokens;
+      cached += (uint64_t)tu_kv_sim_schedule[s][i].cached;
+      tokens += (uint64_t)tu_kv_sim_schedule[s][i].tokens;
     }
     assert_int_equal(sm->tokens, tokens);
     const uint64_t in = L * cached * row * 2, out = L * tokens * row * 2;

@@ -245,26 +245,6 @@ static ferry_status run_sim(const struct ferry_engine_config *c, const struct fe
 
 /* A (prompt 100, 3 tokens out) and B (prompt 300, 6 out) prefill together; A decodes twice and
  * ends, C (prompt 40, 3 out) then prefills beside B's decode token. */
-static const struct ferry_engine_request sim_req[] = {
-    {.id = 0, .prompt_tokens = 100, .output_tokens = 3},
-    {.id = 1, .prompt_tokens = 300, .output_tokens = 6},
-    {.id = 2, .prompt_tokens = 40, .output_tokens = 3},
-};
-
-/* The schedule of sim_req, by hand: per step, each sequence's tokens and the rows its cache held
- * before the step (its position). */
-struct seq_step {
-  int32_t tokens, cached;
-};
-static const struct seq_step schedule[][2] = {
-    {{100, 0}, {300, 0}}, /* A and B prefill: 400 rows, on the device */
-    {{1, 100}, {1, 300}}, /* both decode: 2 rows, on the CPU */
-    {{1, 101}, {1, 301}}, /* A's last token */
-    {{1, 302}, {40, 0}},  /* B decodes beside C's prompt: 41 rows, on the device */
-    {{1, 303}, {1, 40}},  {{1, 304}, {1, 41}}, /* C's last */
-};
-#define SCHED_STEPS ((int64_t)(sizeof schedule / sizeof schedule[0]))
-
 /* Steps of 32 rows or more fetch layers 0 and 1 and copy up each sequence's window, every row to
  * its last position this step (K and V, fp16), layer by layer; only the new k and v rows cross
  * down (fp32: llama.cpp's k_cur and v_cur). Smaller steps fetch nothing and copy no window: the
@@ -279,16 +259,18 @@ static void test_sim_bytes(void **state) {
   const uint64_t row = kvd * 2; /* an fp16 K or V row */
   struct sim_result *r = calloc(1, sizeof *r);
   assert_non_null(r);
+  /* of tu_kv_sim_schedule's steps the first (400 rows) and the fourth (41) reach the 32-row rule and
+   * run on the device; the others (2 rows each) run on the CPU */
   const struct ferry_engine_config c = sim_config(32, 1, 2);
-  assert_int_equal(run_sim(&c, sim_req, 3, r), FERRY_OK);
-  assert_int_equal(r->steps, SCHED_STEPS);
+  assert_int_equal(run_sim(&c, tu_kv_sim_requests(), TU_KV_SIM_N, r), FERRY_OK);
+  assert_int_equal(r->steps, TU_KV_SIM_STEPS);
   uint64_t blocks = 0;
   for (int64_t s = 0; s < r->steps; s++) {
     const struct ferry_step_metrics *sm = &r->sm[s];
     uint64_t window = 0, tokens = 0;
     for (int i = 0; i < 2; i++) {
-      window += (uint64_t)(schedule[s][i].cached + schedule[s][i].tokens);
-      tokens += (uint64_t)schedule[s][i].tokens;
+      window += (uint64_t)(tu_kv_sim_schedule[s][i].cached + tu_kv_sim_schedule[s][i].tokens);
+      tokens += (uint64_t)tu_kv_sim_schedule[s][i].tokens;
     }
     assert_int_equal(sm->tokens, tokens);
     if (tokens >= 32) {

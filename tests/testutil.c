@@ -169,3 +169,20 @@ uint64_t tu_min_device_budget(const char *model_dir, const struct ferry_engine_c
   ferry_model_close(m);
   return dev;
 }
+
+const struct ferry_engine_request *tu_kv_sim_requests(void) {
+  static const struct ferry_engine_request reqs[TU_KV_SIM_N] = {
+      {.id = 0, .prompt_tokens = 100, .output_tokens = 3},
+      {.id = 1, .prompt_tokens = 300, .output_tokens = 6},
+      {.id = 2, .prompt_tokens = 40, .output_tokens = 3},
+  };
+  return reqs;
+}
+
+const struct tu_seq_step tu_kv_sim_schedule[TU_KV_SIM_STEPS][2] = {
+    {{100, 0}, {300, 0}}, /* A and B prefill */
+    {{1, 100}, {1, 300}}, /* both decode */
+    {{1, 101}, {1, 301}}, /* A's last token */
+    {{1, 302}, {40, 0}},  /* B decodes beside C's prompt */
+    {{1, 303}, {1, 40}},  {{1, 304}, {1, 41}}, /* C's last */
+};

@@ -57,4 +57,16 @@ void tu_run_host(const char *model_dir, const struct ferry_engine_config *c, con
  * the test. */
 uint64_t tu_min_device_budget(const char *model_dir, const struct ferry_engine_config *c);
 
+/* Three requests the host-KV-cache tests simulate (A: prompt 100, 3 tokens; B: 300, 6; C: 40, 3;
+ * TU_KV_SIM_N of them) and, by hand, the schedule the engine gives them with --max-batch 2 and
+ * whole prompts per step: per step, each sequence's tokens and the rows its cache held before the
+ * step (its position). A's third token is its last (the prefill gives the first). */
+#define TU_KV_SIM_N 3
+#define TU_KV_SIM_STEPS 6
+const struct ferry_engine_request *tu_kv_sim_requests(void);
+struct tu_seq_step {
+  int32_t tokens, cached;
+};
+extern const struct tu_seq_step tu_kv_sim_schedule[TU_KV_SIM_STEPS][2];
+
 #endif
