@@ -121,8 +121,8 @@ static uint64_t shape_key(const unsigned char *kind, int64_t bytes, double flops
  * standard errors; otherwise the run cannot tell the figure from the noise. */
 #define MIN_OVERLAPPED 30
 
-ferry_status calib_fit_contention(sqlite3 *db, int64_t run, const struct calib_copies *c, struct ferry_hw_profile *p,
-                                  int *fitted) {
+ferry_status calib_fit_contention(sqlite3 *db, const int64_t *runs, size_t n_runs, const struct calib_copies *c,
+                                  struct ferry_hw_profile *p, int *fitted) {
   *fitted = 0;
   sqlite3_stmt *q = NULL;
   if (sqlite3_prepare_v2(db,
@@ -131,31 +131,34 @@ ferry_status calib_fit_contention(sqlite3 *db, int64_t run, const struct calib_c
                          "LIMIT 2000000",
                          -1, &q, NULL) != SQLITE_OK)
     return FERRY_OK;
-  sqlite3_bind_int64(q, 1, run);
   struct ferry_calib_overlap *v = NULL;
   size_t n = 0, cap = 0;
   ferry_status st = FERRY_OK;
   double busy = 0, beside = 0, beside_before = 0; /* kernel time, and the part with a copy beside it */
-  while (sqlite3_step(q) == SQLITE_ROW) {
-    const int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
-    const double flops = sqlite3_column_double(q, 5);
-    if (s < 0 || e <= s || !isfinite(flops)) continue; /* crafted rows */
-    if (n == cap) {
-      cap = cap ? 2 * cap : 4096;
-      struct ferry_calib_overlap *nv = ferry__reallocarray(v, cap, sizeof *nv);
-      if (!nv) {
-        st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
-        break;
+  for (size_t r = 0; r < n_runs && st == FERRY_OK; r++) {
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, runs[r]);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+      const int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
+      const double flops = sqlite3_column_double(q, 5);
+      if (s < 0 || e <= s || !isfinite(flops)) continue; /* crafted rows */
+      if (n == cap) {
+        cap = cap ? 2 * cap : 4096;
+        struct ferry_calib_overlap *nv = ferry__reallocarray(v, cap, sizeof *nv);
+        if (!nv) {
+          st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+          break;
+        }
+        v = nv;
       }
-      v = nv;
+      double all, before;
+      calib_overlap(&c[r], s, e, sqlite3_column_int64(q, 2), &all, &before);
+      busy += (double)(e - s);
+      beside += all;
+      beside_before += before;
+      v[n++] = (struct ferry_calib_overlap){shape_key(sqlite3_column_text(q, 3), sqlite3_column_int64(q, 4), flops),
+                                            (double)(e - s), all};
     }
-    double all, before;
-    calib_overlap(c, s, e, sqlite3_column_int64(q, 2), &all, &before);
-    busy += (double)(e - s);
-    beside += all;
-    beside_before += before;
-    v[n++] = (struct ferry_calib_overlap){shape_key(sqlite3_column_text(q, 3), sqlite3_column_int64(q, 4), flops),
-                                          (double)(e - s), all};
   }
   sqlite3_finalize(q);
   struct ferry_calib_contention f;

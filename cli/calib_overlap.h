@@ -29,10 +29,11 @@ void calib_copies_free(struct calib_copies *c);
 void calib_overlap(const struct calib_copies *c, int64_t start, int64_t end, int64_t correlation, double *all,
                    double *before);
 
-/* Fit link.contention to the run's kernels (a shape: kind, bytes and flops) and print it; p keeps
- * its figure (the base profile's, a probe's) when the run has too few kernels beside a copy to
- * tell it. *fitted says whether the figure came from this run. */
-ferry_status calib_fit_contention(sqlite3 *db, int64_t run, const struct calib_copies *c, struct ferry_hw_profile *p,
-                                  int *fitted);
+/* Fit link.contention to the kernels (a shape: kind, bytes and flops) of n_runs runs, c[i] the
+ * copies of runs[i], and print it; p keeps its figure (the base profile's, a probe's) when the
+ * runs have too few kernels beside a copy to tell it. *fitted says whether the figure came from
+ * these runs. */
+ferry_status calib_fit_contention(sqlite3 *db, const int64_t *runs, size_t n_runs, const struct calib_copies *c,
+                                  struct ferry_hw_profile *p, int *fitted);
 
 #endif

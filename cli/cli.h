@@ -33,6 +33,10 @@ int cli_getopt_long(int argc, char *const argv[], const char *shortopts, const s
 struct ferry_path_use;
 int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n);
 
+/* Text from a database on its way to a terminal or a message: each control character becomes
+ * '?' in place (escape sequences could rewrite what the screen shows, a newline fake a line). */
+void cli_scrub(char *text);
+
 /* Whether stdout/stderr is a terminal (progress bars only then). */
 int cli_is_tty(FILE *f);
 

@@ -21,10 +21,20 @@
 #include "ferry/calibrate.h"
 #include "ferry/hw.h"
 
+#define MAX_FIT_RUNS 256
+
+/* The runs one fit pools. Each run's timeline starts afresh (timestamps are run-relative), so
+ * what matches ops in time (copies beside kernels, waits inside layers, consecutive steps) is
+ * matched within a run; the samples of all of them then go into one fit. */
+struct fit_runs {
+  int64_t id[MAX_FIT_RUNS];
+  size_t n;
+};
+
 static void usage(FILE *f) {
   fprintf(f,
           "Usage: ferry calibrate --probe --out PROFILE.json [--dir DIR]\n"
-          "       ferry calibrate --db RUN.db --run N --base PROFILE --out FITTED.json\n"
+          "       ferry calibrate --db RUN.db --run N[,N...]|all --base PROFILE --out FITTED.json\n"
           "Make a hardware profile from measurements.\n\n"
           "  --probe          measure this machine through the host executor: copy bandwidth and\n"
           "                   latency, O_DIRECT read bandwidth and latency (a 256 MiB scratch file in\n"
@@ -35,7 +45,9 @@ static void usage(FILE *f) {
           "                   disk reads: latency + bytes / rate; link.contention (a kernel's extra time per ns\n"
           "                   of a copy beside it) from kernels of one shape run with and without a copy\n"
           "                   beside them, and taken out of the kernel costs (else the base profile's)\n"
-          "  --run N          the run in RUN.db\n"
+          "  --run N[,N...]   the run(s) in RUN.db, or all of them: several runs of one executor are fitted\n"
+          "                   together, their ops as one sample (a machine's pace varies from run to run;\n"
+          "                   one run's fit carries that run's pace into every simulation); repeatable\n"
           "  --base PROFILE   the profile whose other figures the fitted one keeps (ferry hw list)\n"
           "  --out FILE       where to write the profile (JSON, the catalogue format)\n");
 }
@@ -53,22 +65,29 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Medians of one column of a query's rows: durations, so values that are not finite or are
  * negative (a crafted database) are left out. NAN when none. */
-static double median_of(sqlite3 *db, const char *sql, int64_t run, size_t *n_out) {
+static double median_of(sqlite3 *db, const char *sql, const struct fit_runs *runs, size_t *n_out) {
   sqlite3_stmt *q = NULL;
   *n_out = 0;
   if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return NAN;
-  sqlite3_bind_int64(q, 1, run);
   double *v = NULL;
   size_t n = 0, cap = 0;
-  while (sqlite3_step(q) == SQLITE_ROW) {
-    if (n == cap) {
-      cap = cap ? 2 * cap : 256;
-      double *nv = ferry__reallocarray(v, cap, sizeof *v);
-      if (!nv) break;
-      v = nv;
+  int nomem = 0;
+  for (size_t r = 0; r < runs->n && !nomem; r++) {
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, runs->id[r]);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+      if (n == cap) {
+        cap = cap ? 2 * cap : 256;
+        double *nv = ferry__reallocarray(v, cap, sizeof *v);
+        if (!nv) {
+          nomem = 1;
+          break;
+        }
+        v = nv;
+      }
+      const double x = sqlite3_column_double(q, 0);
+      if (isfinite(x) && x >= 0) v[n++] = x;
     }
-    const double x = sqlite3_column_double(q, 0);
-    if (isfinite(x) && x >= 0) v[n++] = x;
   }
   sqlite3_finalize(q);
   double med = NAN;
@@ -123,15 +142,16 @@ static ferry_status spans_of(sqlite3 *db, const char *sql, int64_t run, struct s
   return FERRY_OK;
 }
 
+/* The host time of layer ranges beyond their ops, over every run fitted. */
 struct layer_fit {
+  double *extra;
   size_t n;
-  double median;
 };
 
-/* Per layer range: its duration, less the host waits inside it, less its ops' issue costs (the
- * ops of a layer, on average over the run: kernels and copies tagged with it / its ranges). */
+/* Per layer range of one run: its duration, less the host waits inside it, less its ops' issue
+ * costs (the ops of a layer, on average over the run: kernels and copies tagged with it / its
+ * ranges), appended to out. */
 static ferry_status layer_extra(sqlite3 *db, int64_t run, double per_kernel, double per_copy, struct layer_fit *out) {
-  memset(out, 0, sizeof *out);
   struct span *layers = NULL, *waits = NULL;
   size_t nl = 0, nw = 0;
   ferry_status st = spans_of(db, "SELECT start, end, layer FROM NVTX_EVENTS WHERE runId = ?1 AND text = 'layer'", run,
@@ -146,7 +166,8 @@ static ferry_status layer_extra(sqlite3 *db, int64_t run, double per_kernel, dou
   if (st != FERRY_OK || nl < 3 || max_layer < 0 || max_layer > 100000) goto out;
   ops = ferry__calloc((size_t)max_layer + 1, sizeof *ops);
   ranges = ferry__calloc((size_t)max_layer + 1, sizeof *ranges);
-  extra = ferry__calloc(nl, sizeof *extra);
+  extra = ferry__reallocarray(out->extra, out->n + nl, sizeof *extra);
+  if (extra) out->extra = extra;
   if (!ops || !ranges || !extra) {
     st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
     goto out;
@@ -174,34 +195,48 @@ static ferry_status layer_extra(sqlite3 *db, int64_t run, double per_kernel, dou
     for (size_t k = w; k < nw && waits[k].start < l->end; k++)
       if (waits[k].start >= l->start && waits[k].end <= l->end) waited += ferry__span(waits[k].start, waits[k].end);
     double issue = l->layer >= 0 && ranges[l->layer] ? ops[l->layer] / (double)ranges[l->layer] : 0;
-    extra[out->n++] = ferry__span(l->start, l->end) - waited - issue;
+    out->extra[out->n++] = ferry__span(l->start, l->end) - waited - issue;
   }
-  qsort(extra, out->n, sizeof *extra, cmp_double);
-  out->median = out->n % 2 ? extra[out->n / 2] : (extra[out->n / 2 - 1] + extra[out->n / 2]) / 2;
 out:
   ferry_free(ops);
   ferry_free(ranges);
-  ferry_free(extra);
   ferry_free(layers);
   ferry_free(waits);
   return st;
 }
 
-/* The executor a run was recorded on ("" where the database does not say). */
-static void run_kind(sqlite3 *db, int64_t run, char *kind, size_t cap) {
+/* The executor the runs were recorded on ("" where the database does not say); an error when
+ * they differ (one executor's fit cannot describe another's ops) or a run is not there. */
+static ferry_status runs_kind(sqlite3 *db, const char *db_path, const struct fit_runs *runs, char *kind, size_t cap) {
   sqlite3_stmt *q = NULL;
   kind[0] = '\0';
-  if (sqlite3_prepare_v2(db, "SELECT kind FROM runs WHERE id = ?1", -1, &q, NULL) != SQLITE_OK) return;
-  sqlite3_bind_int64(q, 1, run);
-  if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
-    snprintf(kind, cap, "%s", (const char *)sqlite3_column_text(q, 0));
+  if (sqlite3_prepare_v2(db, "SELECT COALESCE(kind, '') FROM runs WHERE id = ?1", -1, &q, NULL) != SQLITE_OK)
+    return FERRY_OK; /* an import without a runs table */
+  ferry_status st = FERRY_OK;
+  for (size_t r = 0; r < runs->n && st == FERRY_OK; r++) {
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, runs->id[r]);
+    if (sqlite3_step(q) != SQLITE_ROW) {
+      st = ferry__fail(FERRY_ERR_NOT_FOUND, "%s: no run %lld", db_path, (long long)runs->id[r]);
+      break;
+    }
+    char k[16];
+    snprintf(k, sizeof k, "%s", sqlite3_column_text(q, 0) ? (const char *)sqlite3_column_text(q, 0) : "");
+    cli_scrub(k); /* it goes into a message */
+    if (r == 0) snprintf(kind, cap, "%s", k);
+    else if (strcmp(kind, k))
+      st = ferry__fail(FERRY_ERR_INVALID, "%s: run %lld was recorded on the %s executor, run %lld on %s: fit runs of one "
+                                          "executor together", db_path, (long long)runs->id[0], kind[0] ? kind : "(unknown)",
+                       (long long)runs->id[r], k[0] ? k : "(unknown)");
+  }
   sqlite3_finalize(q);
+  return st;
 }
 
 /* runtime.step_ns and row_ns: the gaps between steps while requests were in flight, fitted
  * against the batch. A database without engine steps (an import) leaves them as they are. */
-static ferry_status fit_step_gaps(sqlite3 *db, int64_t run, struct ferry_hw_profile *p, const char **fitted,
-                                  size_t *n_fitted, int *weak) {
+static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, struct ferry_hw_profile *p,
+                                  const char **fitted, size_t *n_fitted, int *weak) {
   sqlite3_stmt *q = NULL;
   if (sqlite3_prepare_v2(db,
                          "SELECT s.batch, n.start_ns - s.end_ns FROM steps s JOIN steps n ON n.runId = s.runId AND "
@@ -209,23 +244,26 @@ static ferry_status fit_step_gaps(sqlite3 *db, int64_t run, struct ferry_hw_prof
                          "s.runId AND r.arrival_ns <= s.end_ns AND r.finish_ns > s.end_ns) LIMIT 200000",
                          -1, &q, NULL) != SQLITE_OK)
     return FERRY_OK; /* an import without engine steps: nothing more to fit */
-  sqlite3_bind_int64(q, 1, run);
   struct ferry_calib_sample *v = NULL;
   size_t n = 0, cap = 0;
-  while (sqlite3_step(q) == SQLITE_ROW) {
-    if (n == cap) {
-      cap = cap ? 2 * cap : 256;
-      struct ferry_calib_sample *nv = ferry__reallocarray(v, cap, sizeof *v);
-      if (!nv) {
-        sqlite3_finalize(q);
-        ferry_free(v);
-        return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+  for (size_t r = 0; r < runs->n; r++) {
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, runs->id[r]);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+      if (n == cap) {
+        cap = cap ? 2 * cap : 256;
+        struct ferry_calib_sample *nv = ferry__reallocarray(v, cap, sizeof *v);
+        if (!nv) {
+          sqlite3_finalize(q);
+          ferry_free(v);
+          return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+        }
+        v = nv;
       }
-      v = nv;
+      const double batch = (double)sqlite3_column_int64(q, 0), gap = (double)sqlite3_column_int64(q, 1);
+      if (batch < 0 || gap < 0) continue; /* a crafted row: steps overlap, or a negative batch */
+      v[n++] = (struct ferry_calib_sample){batch, 0, gap};
     }
-    const double batch = (double)sqlite3_column_int64(q, 0), gap = (double)sqlite3_column_int64(q, 1);
-    if (batch < 0 || gap < 0) continue; /* a crafted row: steps overlap, or a negative batch */
-    v[n++] = (struct ferry_calib_sample){batch, 0, gap};
   }
   sqlite3_finalize(q);
   if (n >= 3) {
@@ -258,14 +296,12 @@ static ferry_status fit_step_gaps(sqlite3 *db, int64_t run, struct ferry_hw_prof
  * - layer_ns: the median host time of a layer range beyond its ops' issue costs (host.submit_ns
  *   and launch_ns / copy_ns each) and the host's waits inside it ("host wait" ranges).
  * The quality of each fit is printed; a step fit with R^2 < FERRY_HW_FIT_R2_MIN is warned of. */
-static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profile *p, const char **fitted,
-                                size_t *n_fitted, int *weak) {
+static ferry_status fit_runtime(sqlite3 *db, const struct fit_runs *runs, const char *kind, struct ferry_hw_profile *p,
+                                const char **fitted, size_t *n_fitted, int *weak) {
   if (!p->has_runtime) {
     memset(&p->runtime, 0, sizeof p->runtime);
     p->has_runtime = 1;
   }
-  char kind[16];
-  run_kind(db, run, kind, sizeof kind);
   /* ferry's own executors expand quantized weights before multiplying */
   if (!strcmp(kind, "host") || !strcmp(kind, "cuda")) {
     p->runtime.fused_dequant = 0;
@@ -277,11 +313,11 @@ static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profil
   double launch = median_of(db,
                             "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
                             "WHERE r.runId = ?1 AND n.value LIKE 'cudaLaunchKernel%'",
-                            run, &n_launch);
+                            runs, &n_launch);
   double copy = median_of(db,
                           "SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
                           "WHERE r.runId = ?1 AND n.value LIKE 'cudaMemcpyAsync%'",
-                          run, &n_copy);
+                          runs, &n_copy);
   if (n_launch >= 3) {
     p->runtime.launch_ns = ferry__f64_to_i64(round(launch));
     fitted[(*n_fitted)++] = "runtime.launch_ns";
@@ -292,29 +328,32 @@ static ferry_status fit_runtime(sqlite3 *db, int64_t run, struct ferry_hw_profil
     fitted[(*n_fitted)++] = "runtime.copy_ns";
     printf("%-12s %6zu calls: %.0f ns per copy issue (median)\n", "copy issue", n_copy, copy);
   }
-  ferry_status st = fit_step_gaps(db, run, p, fitted, n_fitted, weak);
+  ferry_status st = fit_step_gaps(db, runs, p, fitted, n_fitted, weak);
   if (st != FERRY_OK) return st;
   /* layers: host time beyond issuing their ops and waiting */
-  struct layer_fit lf;
-  st = layer_extra(db, run, (double)(p->host.submit_ns + p->runtime.launch_ns),
-                                (double)(p->host.submit_ns + p->runtime.copy_ns), &lf);
-  if (st != FERRY_OK) return st;
-  if (lf.n >= 3) {
-    p->runtime.layer_ns = lf.median > 0 ? ferry__f64_to_i64(round(lf.median)) : 0;
+  struct layer_fit lf = {NULL, 0};
+  for (size_t r = 0; r < runs->n && st == FERRY_OK; r++)
+    st = layer_extra(db, runs->id[r], (double)(p->host.submit_ns + p->runtime.launch_ns),
+                     (double)(p->host.submit_ns + p->runtime.copy_ns), &lf);
+  if (st == FERRY_OK && lf.n >= 3) {
+    qsort(lf.extra, lf.n, sizeof *lf.extra, cmp_double);
+    const double median = lf.n % 2 ? lf.extra[lf.n / 2] : (lf.extra[lf.n / 2 - 1] + lf.extra[lf.n / 2]) / 2;
+    p->runtime.layer_ns = median > 0 ? ferry__f64_to_i64(round(median)) : 0;
     fitted[(*n_fitted)++] = "runtime.layer_ns";
     printf("%-12s %6zu layers: %lld ns of host work per layer beyond issuing its ops and waiting (median)\n", "layer",
            lf.n, (long long)p->runtime.layer_ns);
   }
-  return FERRY_OK;
+  ferry_free(lf.extra);
+  return st;
 }
 
 /* The kernel cost of each kind: least squares over the run's kernels of that kind (above or below
  * the GEMM intensity where the kind has a _gemm variant), each without the time the copies
  * issued before it took from it (p->link.contention x their overlap: what the simulator charges
  * on top of the cost). s holds up to cap samples. */
-static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, const struct calib_copies *copies,
-                                struct ferry_calib_sample *s, size_t cap, struct ferry_hw_profile *p, int *any,
-                                int *weak) {
+static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct fit_runs *runs,
+                                const struct calib_copies *copies, struct ferry_calib_sample *s, size_t cap,
+                                struct ferry_hw_profile *p, int *any, int *weak) {
   for (int kind = 0; kind < FERRY_HW_COST_KINDS; kind++) {
     /* "<kind>_gemm" takes the ops of <kind> above the GEMM intensity; <kind> the rest */
     const char *name = ferry_hw_cost_kind_name(kind);
@@ -336,22 +375,25 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, c
       return ferry__fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path,
                          sqlite3_errmsg(db));
     }
-    sqlite3_bind_int64(q, 1, run);
     sqlite3_bind_text(q, 2, kind_base, -1, SQLITE_TRANSIENT);
     size_t n = 0;
-    while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
-      double bytes = (double)sqlite3_column_int64(q, 0), flops = sqlite3_column_double(q, 1);
-      double dur = (double)sqlite3_column_int64(q, 2);
-      if (!usable_sample(bytes, flops, dur)) continue;
-      if (p->link.contention > 0) {
-        double all, before;
-        calib_overlap(copies, sqlite3_column_int64(q, 3), sqlite3_column_int64(q, 4), sqlite3_column_int64(q, 5), &all,
-                      &before);
-        dur -= p->link.contention * before;
+    for (size_t r = 0; r < runs->n; r++) {
+      sqlite3_reset(q);
+      sqlite3_bind_int64(q, 1, runs->id[r]);
+      while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
+        double bytes = (double)sqlite3_column_int64(q, 0), flops = sqlite3_column_double(q, 1);
+        double dur = (double)sqlite3_column_int64(q, 2);
+        if (!usable_sample(bytes, flops, dur)) continue;
+        if (p->link.contention > 0) {
+          double all, before;
+          calib_overlap(&copies[r], sqlite3_column_int64(q, 3), sqlite3_column_int64(q, 4), sqlite3_column_int64(q, 5),
+                        &all, &before);
+          dur -= p->link.contention * before;
+        }
+        int is_gemm = bytes > 0 && flops / bytes > FERRY_HW_GEMM_INTENSITY;
+        if (has_gemm_variant && is_gemm != gemm_kind) continue;
+        s[n++] = (struct ferry_calib_sample){bytes, flops, dur};
       }
-      int is_gemm = bytes > 0 && flops / bytes > FERRY_HW_GEMM_INTENSITY;
-      if (has_gemm_variant && is_gemm != gemm_kind) continue;
-      s[n++] = (struct ferry_calib_sample){bytes, flops, dur};
     }
     sqlite3_finalize(q);
     if (n < 3) continue;
@@ -373,8 +415,8 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, int64_t run, c
 }
 
 /* Link and disk: latency and bandwidth fitted to the run's copies and reads. */
-static void fit_copies(sqlite3 *db, int64_t run, struct ferry_calib_sample *s, size_t cap, struct ferry_hw_profile *p,
-                       const char **fitted, size_t *n_fitted, int *any) {
+static void fit_copies(sqlite3 *db, const struct fit_runs *runs, struct ferry_calib_sample *s, size_t cap,
+                       struct ferry_hw_profile *p, const char **fitted, size_t *n_fitted, int *any) {
   /* copies (1 = host->device, 2 = device->host) and disk reads (ferry's copy kind 100) */
   static const struct {
     int copy_kind;
@@ -385,12 +427,15 @@ static void fit_copies(sqlite3 *db, int64_t run, struct ferry_calib_sample *s, s
     if (sqlite3_prepare_v2(db, "SELECT bytes, end - start FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE runId = ?1 AND copyKind = ?2 LIMIT 65536",
                            -1, &q, NULL) != SQLITE_OK)
       break;
-    sqlite3_bind_int64(q, 1, run);
     sqlite3_bind_int(q, 2, copies[c].copy_kind);
     size_t n = 0;
-    while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
-      double bytes = (double)sqlite3_column_int64(q, 0), dur = (double)sqlite3_column_int64(q, 1);
-      if (usable_sample(bytes, 0, dur)) s[n++] = (struct ferry_calib_sample){bytes, 0, dur};
+    for (size_t r = 0; r < runs->n; r++) {
+      sqlite3_reset(q);
+      sqlite3_bind_int64(q, 1, runs->id[r]);
+      while (sqlite3_step(q) == SQLITE_ROW && n < cap) {
+        double bytes = (double)sqlite3_column_int64(q, 0), dur = (double)sqlite3_column_int64(q, 1);
+        if (usable_sample(bytes, 0, dur)) s[n++] = (struct ferry_calib_sample){bytes, 0, dur};
+      }
     }
     sqlite3_finalize(q);
     if (n < 3) continue;
@@ -416,7 +461,60 @@ static void fit_copies(sqlite3 *db, int64_t run, struct ferry_calib_sample *s, s
   }
 }
 
-static int fit_from_db(const char *db_path, int64_t run, const char *base, const char *out) {
+/* "1", "1,3", or appended to by a repeated --run; "all": every run in the database (filled in
+ * once it is open: runs->n stays 0). Returns nonzero on a malformed list. */
+static int parse_runs(const char *text, struct fit_runs *runs, int *all) {
+  if (!strcmp(text, "all")) {
+    *all = 1;
+    return 0;
+  }
+  const char *p = text;
+  for (;;) {
+    char item[32];
+    const size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof item) return cli_usage_error("calibrate", "--run: '%s' is not a run number or list", text);
+    memcpy(item, p, len);
+    item[len] = '\0';
+    int64_t id;
+    if (cli_parse_int("--run", item, 1, INT64_MAX, &id)) return 1;
+    if (runs->n == MAX_FIT_RUNS) return cli_usage_error("calibrate", "--run: at most %d runs", MAX_FIT_RUNS);
+    runs->id[runs->n++] = id;
+    if (!p[len]) return 0;
+    p += len + 1;
+  }
+}
+
+/* Every run of the database, in order (--run all). */
+static ferry_status all_runs(sqlite3 *db, const char *db_path, struct fit_runs *runs) {
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT id FROM runs ORDER BY id", -1, &q, NULL) != SQLITE_OK)
+    return ferry__fail(FERRY_ERR_DB, "%s: no runs table to take all runs from (%s)", db_path, sqlite3_errmsg(db));
+  int more = 0;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    if (runs->n == MAX_FIT_RUNS) {
+      more = 1;
+      break;
+    }
+    runs->id[runs->n++] = sqlite3_column_int64(q, 0);
+  }
+  sqlite3_finalize(q);
+  if (more) return ferry__fail(FERRY_ERR_RANGE, "%s: more than %d runs: name the ones to fit with --run", db_path, MAX_FIT_RUNS);
+  if (!runs->n) return ferry__fail(FERRY_ERR_NOT_FOUND, "%s: the database holds no runs", db_path);
+  return FERRY_OK;
+}
+
+/* "1,2,3" for notes and messages. */
+static void runs_text(const struct fit_runs *runs, char *out, size_t cap) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t r = 0; r < runs->n && used < cap; r++) {
+    const int w = snprintf(out + used, cap - used, "%s%lld", r ? "," : "", (long long)runs->id[r]);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+}
+
+static int fit_from_db(const char *db_path, struct fit_runs *runs, int all, const char *base, const char *out) {
   ferry_hw *hw = NULL;
   ferry_status st = ferry_hw_open(&hw, base);
   if (st != FERRY_OK) return cli_fail(st, NULL);
@@ -424,51 +522,65 @@ static int fit_from_db(const char *db_path, int64_t run, const char *base, const
   sqlite3 *db = NULL;
   int rc = CLI_FAIL;
   struct ferry_calib_sample *s = NULL;
-  struct calib_copies copies = {0};
+  struct calib_copies *copies = NULL;
   const char *fitted[64];
   size_t n_fitted = 0;
   int weak = 0;
+  char run_list[256];
   if ((st = ferry__sqlite_open_read(db_path, FERRY_DB_APPLICATION_ID, FERRY_DB_SCHEMA_VERSION, &db, NULL, NULL)) !=
       FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
+  if (all && (st = all_runs(db, db_path, runs)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
+  runs_text(runs, run_list, sizeof run_list);
+  char kind[16];
+  if ((st = runs_kind(db, db_path, runs, kind, sizeof kind)) != FERRY_OK) {
+    cli_fail(st, NULL);
+    goto out;
+  }
   size_t cap = 200000;
   s = ferry_malloc(cap * sizeof *s);
-  if (!s) goto out;
+  copies = ferry__calloc(runs->n, sizeof *copies);
+  if (!s || !copies) {
+    cli_fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+    goto out;
+  }
   int any = 0, contention_fitted = 0;
-  if ((st = calib_copies_load(db, run, &copies)) != FERRY_OK ||
-      (st = calib_fit_contention(db, run, &copies, &p, &contention_fitted)) != FERRY_OK) {
+  for (size_t r = 0; r < runs->n && st == FERRY_OK; r++) st = calib_copies_load(db, runs->id[r], &copies[r]);
+  if (st != FERRY_OK || (st = calib_fit_contention(db, runs->id, runs->n, copies, &p, &contention_fitted)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
   if (contention_fitted) fitted[n_fitted++] = "link.contention";
-  if ((st = fit_kernels(db, db_path, run, &copies, s, cap, &p, &any, &weak)) != FERRY_OK) {
+  if ((st = fit_kernels(db, db_path, runs, copies, s, cap, &p, &any, &weak)) != FERRY_OK ||
+      (st = fit_runtime(db, runs, kind, &p, fitted, &n_fitted, &weak)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
-  if ((st = fit_runtime(db, run, &p, fitted, &n_fitted, &weak)) != FERRY_OK) {
-    cli_fail(st, NULL);
-    goto out;
-  }
-  fit_copies(db, run, s, cap, &p, fitted, &n_fitted, &any);
+  fit_copies(db, runs, s, cap, &p, fitted, &n_fitted, &any);
   if (!any) {
-    cli_fail(FERRY_ERR_NOT_FOUND, "%s: run %lld has no timeline rows to fit (was it recorded with --db?)", db_path,
-             (long long)run);
+    cli_fail(FERRY_ERR_NOT_FOUND, "%s: run%s %s %s no timeline rows to fit (recorded with --db?)", db_path,
+             runs->n > 1 ? "s" : "", run_list, runs->n > 1 ? "have" : "has");
     goto out;
   }
-  char note[256];
-  snprintf(note, sizeof note, "ferry calibrate --db %s --run %lld", db_path, (long long)run);
+  char note[512];
+  snprintf(note, sizeof note, "ferry calibrate --db %s --run %s", db_path, run_list);
   snprintf(p.name, sizeof p.name, "%.50s-fitted", ferry_hw_get(hw)->name);
   if ((st = ferry_hw_write_json(&p, fitted, n_fitted, note, out)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
-  printf("wrote %s%s\n", out, weak ? " (with weak fits: see the warnings)" : "");
+  printf("wrote %s (fitted to run%s %s)%s\n", out, runs->n > 1 ? "s" : "", run_list,
+         weak ? " (with weak fits: see the warnings)" : "");
   rc = CLI_OK;
 out:
   ferry_free(s);
-  calib_copies_free(&copies);
+  for (size_t r = 0; copies && r < runs->n; r++) calib_copies_free(&copies[r]);
+  ferry_free(copies);
   sqlite3_close_v2(db);
   ferry_hw_close(hw);
   return rc;
@@ -481,7 +593,8 @@ int cmd_calibrate(int argc, char **argv) {
                                        {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
   int probe = 0;
   const char *out = NULL, *dir = ".", *db = NULL, *base = NULL;
-  int64_t run = -1;
+  struct fit_runs runs = {.n = 0};
+  int all_runs_asked = 0;
   optind = 1;
   int c;
   while ((c = cli_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -490,7 +603,7 @@ int cmd_calibrate(int argc, char **argv) {
       case 'o': out = optarg; break;
       case 'd': dir = optarg; break;
       case 'b': db = optarg; break;
-      case 'r': if (cli_parse_int("--run", optarg, 1, INT64_MAX, &run)) return CLI_USAGE; break;
+      case 'r': if (parse_runs(optarg, &runs, &all_runs_asked)) return CLI_USAGE; break;
       case 'B': base = optarg; break;
       case 'h': usage(stdout); return CLI_OK;
       default: return cli_usage_error("calibrate", "invalid option");
@@ -502,8 +615,9 @@ int cmd_calibrate(int argc, char **argv) {
   const struct ferry_path_use paths[] = {{"--out", out, FERRY_PATH_OUT}, {"--db", db, FERRY_PATH_SQLITE}, {"--base", base, 0}};
   if (cli_check_paths("calibrate", paths, 3)) return CLI_USAGE;
   if (db) {
-    if (run < 0 || !base) return cli_usage_error("calibrate", "--db needs --run N and --base PROFILE");
-    return fit_from_db(db, run, base, out);
+    if ((!runs.n && !all_runs_asked) || !base) return cli_usage_error("calibrate", "--db needs --run N and --base PROFILE");
+    if (runs.n && all_runs_asked) return cli_usage_error("calibrate", "--run all names every run: give it alone");
+    return fit_from_db(db, &runs, all_runs_asked, base, out);
   }
   struct ferry_hw_profile p;
   ferry_status st = ferry_calibrate_probe(dir, stderr, &p);

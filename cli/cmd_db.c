@@ -125,18 +125,11 @@ static int parse_run(const char *opt, const char *text, int64_t *id) {
 
 static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
 
-/* Text from the database goes to a terminal: no control characters (escape sequences could
- * rewrite what the screen shows, a newline fake a line). */
-static void scrub(char *s) {
-  for (; s && *s; s++)
-    if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
-}
-
 static void scrub_run(struct ferry_run_summary *r) {
   char *fields[] = {r->model, r->hardware, r->trace, r->started_at, r->finished_at, r->error, r->config_json,
                     r->config_hash, r->notes, r->git_rev, r->ferry_version, r->repeat_group};
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) scrub(fields[i]);
-  scrub(r->kind);
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cli_scrub(fields[i]);
+  cli_scrub(r->kind);
 }
 
 static const char *status_of(const struct ferry_run_summary *r) {
@@ -363,7 +356,7 @@ static void show_text(struct ferry_run_summary *r, struct ferry_meta_row *facts,
                       struct ferry_device_info *gpu, const struct ferry_run_stats *s, const struct shown_replicas *rp) {
   char b1[32], b2[32], b3[32];
   scrub_run(r);
-  for (size_t i = 0; i < kept; i++) scrub(facts[i].value);
+  for (size_t i = 0; i < kept; i++) cli_scrub(facts[i].value);
   printf("run %lld (%s)\n", (long long)r->id, r->kind);
   printf("  model      %s\n  hardware   %s\n  trace      %s\n", or_dash(r->model), or_dash(r->hardware),
          or_dash(r->trace));
@@ -376,8 +369,8 @@ static void show_text(struct ferry_run_summary *r, struct ferry_meta_row *facts,
   if (!kept && r->git_rev) printf("  build      %s\n", r->git_rev);
   print_provenance(facts, kept);
   if (gpu) {
-    scrub(gpu->name);
-    scrub(gpu->bus_location);
+    cli_scrub(gpu->name);
+    cli_scrub(gpu->bus_location);
     printf("  gpu        %s", gpu->name[0] ? gpu->name : "-");
     if (gpu->total_memory_bytes) printf(", %s", ferry__format_bytes(gpu->total_memory_bytes, b1, sizeof b1));
     if (gpu->memory_bandwidth_bytes_per_s) printf(", %.0f GB/s", (double)gpu->memory_bandwidth_bytes_per_s / 1e9);

@@ -117,12 +117,6 @@ static const struct ferry_run_summary *find_run(const struct side *s, int64_t id
 
 static int same_text(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
 
-/* Text from a database into a message: no control characters. */
-static void scrub(char *t) {
-  for (; t && *t; t++)
-    if ((unsigned char)*t < 0x20 || *t == 0x7f) *t = '?';
-}
-
 /* A run of a repeat group stands for the group. */
 static int expand_group(struct side *s) {
   if (s->n != 1) return 0;
@@ -146,9 +140,9 @@ static int open_side(struct side *s) {
   if (st == FERRY_OK) st = ferry_db_list_runs(s->db, &s->all, &s->n_all);
   if (st != FERRY_OK) return cli_fail(st, NULL);
   for (size_t i = 0; i < s->n_all; i++) {
-    scrub(s->all[i].error);
-    scrub(s->all[i].config_hash);
-    scrub(s->all[i].kind);
+    cli_scrub(s->all[i].error);
+    cli_scrub(s->all[i].config_hash);
+    cli_scrub(s->all[i].kind);
   }
   return 0;
 }
@@ -237,7 +231,7 @@ static void config_differences(const char *ja, const char *jb, char *out, size_t
   }
   if (more && used + 16 < len) snprintf(out + used, len - used, " and %d more", more);
 out:
-  scrub(out);
+  cli_scrub(out);
   cJSON_Delete(a);
   cJSON_Delete(b);
 }
@@ -349,7 +343,7 @@ static void print_text(const struct side *a, const struct side *b, double tol, d
     char ids[256], path[512];
     ids_text(s, ids, sizeof ids);
     snprintf(path, sizeof path, "%s", s->path);
-    scrub(path);
+    cli_scrub(path);
     printf("%s  %s run%s %s (%s%s%s, %zu run%s)\n", s->name, path, s->n > 1 ? "s" : "", ids, s->rows[0]->kind,
            s->rows[0]->config_hash ? ", config " : "", s->rows[0]->config_hash ? s->rows[0]->config_hash : "", s->n,
            s->n > 1 ? "s" : "");

@@ -76,6 +76,11 @@ int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n
   return cli_usage_error(cmd, "%s", ferry_last_error());
 }
 
+void cli_scrub(char *text) {
+  for (; text && *text; text++)
+    if ((unsigned char)*text < 0x20 || *text == 0x7f) *text = '?';
+}
+
 int cli_is_tty(FILE *f) { return isatty(fileno(f)); }
 
 int cli_getopt_long(int argc, char *const argv[], const char *shortopts, const struct option *longopts, int *longindex) {

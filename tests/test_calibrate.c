@@ -184,6 +184,81 @@ static void test_fit_from_run(void **state) {
   free(dir);
 }
 
+/* The number before " ops:" on the line of kind in calibrate's output (0 when absent). */
+static long ops_of(const char *out, const char *kind) {
+  char key[64];
+  snprintf(key, sizeof key, "\n%-12s ", kind);
+  const char *at = strstr(out, key);
+  return at ? strtol(at + strlen(key), NULL, 10) : 0;
+}
+
+/* The simulated duration of a fixed workload under profile json (from the JSON summary). */
+static double simulated_duration_s(const char *dir, const char *json) {
+  char *out = NULL;
+  if (tu_run_ferryf(&out, "sim --model '%s/m' --hw '%s/%s' --synthetic rate=200,n=6,prompt=24,output=6 "
+                          "--device-budget 4MiB --format json --quiet", dir, dir, json) != 0)
+    fail_msg("%s", out);
+  const char *at = strstr(out, "\"duration_s\":");
+  if (!at) fail_msg("no duration_s in %s", out);
+  double v = strtod(at + strlen("\"duration_s\":"), NULL);
+  free(out);
+  return v;
+}
+
+/* Several runs fitted together: their ops pool into one fit (twice the ops for two runs), two
+ * identical runs (the simulator's, deterministic) give the fit of one, runs of different
+ * executors and missing runs are refused by name, and a malformed list is a usage error. */
+static void test_fit_pooled_runs(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("calibpool"), *out = NULL, *one = NULL;
+  if (tu_run_ferryf(&out, "model gen --preset tiny-dense --layers 2 --out '%s/m' --quiet", dir) != 0) fail_msg("%s", out);
+  free(out);
+  for (int i = 0; i < 2; i++) {
+    if (tu_run_ferryf(&out, "sim --model '%s/m' --hw h100-pcie --synthetic rate=200,n=6,prompt=24,output=6 "
+                            "--device-budget 4MiB --db '%s/r.db' --quiet", dir, dir) != 0)
+      fail_msg("%s", out);
+    free(out);
+  }
+  if (tu_run_ferryf(&out, "run --model '%s/m' --synthetic rate=200,n=6,prompt=24,output=6 --device-budget 4MiB "
+                          "--db '%s/r.db' --quiet", dir, dir) != 0)
+    fail_msg("%s", out);
+  free(out);
+  if (tu_run_ferryf(&one, "calibrate --db '%s/r.db' --run 1 --base h100-pcie --out '%s/one.json'", dir, dir) != 0)
+    fail_msg("%s", one);
+  if (tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 1,2 --base h100-pcie --out '%s/two.json'", dir, dir) != 0)
+    fail_msg("%s", out);
+  assert_true(ops_of(one, "matmul") > 0);
+  assert_int_equal(ops_of(out, "matmul"), 2 * ops_of(one, "matmul"));
+  assert_int_equal(ops_of(out, "norm"), 2 * ops_of(one, "norm"));
+  assert_true(tu_contains(out, "(fitted to runs 1,2)"));
+  free(out);
+  free(one);
+  /* the same samples twice: the same costs where they were measured (collinear terms may split
+   * differently, so the comparison is of what the profiles predict) */
+  const double duration_one = simulated_duration_s(dir, "one.json"), duration_two = simulated_duration_s(dir, "two.json");
+  assert_true(duration_one > 0);
+  assert_true(fabs(duration_two - duration_one) <= 1e-3 * duration_one);
+  /* --run all is runs 1-3: the sim's and the host executor's */
+  assert_int_not_equal(tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run all --base h100-pcie --out '%s/all.json'",
+                                     dir, dir), 0);
+  assert_true(tu_contains(out, "run 1 was recorded on the sim executor, run 3 on host"));
+  assert_false(tu_contains(out, "matmul ")); /* refused before fitting anything */
+  free(out);
+  assert_int_not_equal(tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 2 --run 7 --base h100-pcie --out '%s/x.json'",
+                                     dir, dir), 0);
+  assert_true(tu_contains(out, "no run 7"));
+  free(out);
+  assert_int_equal(tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 1,,2 --base h100-pcie --out '%s/x.json'", dir, dir),
+                   2);
+  assert_true(tu_contains(out, "--run"));
+  free(out);
+  assert_int_equal(tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run all --run 1 --base h100-pcie --out '%s/x.json'",
+                                 dir, dir), 2);
+  free(out);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 /* A profile whose fitted costs explain little of their measurements: `ferry sim` warns and
  * records which in the run (WEAK_FITS), where the report flags it. */
 static void test_weak_fit_warned(void **state) {
@@ -223,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_recovers_contention),
       cmocka_unit_test(test_failed_probe),
       cmocka_unit_test(test_fit_from_run),
+      cmocka_unit_test(test_fit_pooled_runs),
       cmocka_unit_test(test_weak_fit_warned),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

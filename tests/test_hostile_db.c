@@ -258,6 +258,8 @@ static void test_commands(void **state) {
   }
   free(run(0, 0, "report --db '%s' --out '%s/report'", db_path, dir));
   free(run(0, 1, "calibrate --db '%s' --run 1 --base h100-pcie --out '%s/fitted.json'", db_path, dir));
+  no_controls(run(0, 1, "calibrate --db '%s' --run all --base h100-pcie --out '%s/fitted.json'", db_path, dir));
+  no_controls(run(0, 1, "calibrate --db '%s' --run 1,3 --base h100-pcie --out '%s/fitted.json'", db_path, dir));
   free(run(0, 0, "report --db '%s' --out '%s/report' --timeline-run 2 --steps 0:9223372036854775807", db_path, dir));
 }
 
