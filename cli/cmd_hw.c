@@ -173,6 +173,7 @@ static void show_runtime(const struct ferry_hw_profile *p) {
       {"runtime.blocking_copy", r->blocking_copy, "the host waits for each copy to the GPU"},
       {"runtime.moe_row_copy", r->moe_row_copy, "each routed row is gathered and scattered by a copy of its own"},
       {"runtime.cpu_kv_upcast", r->cpu_kv_upcast, "CPU attention converts a non-fp32 KV cache to an fp32 copy first"},
+      {"runtime.cpu_fresh_alloc", r->cpu_fresh_alloc, "CPU ops' large temporaries are fresh pages the OS zeroes first"},
   };
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (flags[i].value) printf("  %-28s %d (%s)\n", flags[i].name, flags[i].value, flags[i].meaning);

@@ -816,6 +816,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
         {"dequant_pass_bytes", p->runtime.dequant_pass_bytes}, {"dequant_kernels", p->runtime.dequant_kernels},
         {"kv_expand", p->runtime.kv_expand},                   {"kv_quant_bytes", p->runtime.kv_quant_bytes},
         {"kv_quant_kernels", p->runtime.kv_quant_kernels},     {"cpu_kv_upcast", p->runtime.cpu_kv_upcast},
+        {"cpu_fresh_alloc", p->runtime.cpu_fresh_alloc},
         {"read_threads", p->runtime.read_threads},             {"read_depth", p->runtime.read_depth},
         {"read_request_bytes", (double)p->runtime.read_request_bytes},
         {"offload_min_rows", (double)p->runtime.offload_min_rows},

@@ -219,6 +219,25 @@ static void attention_frame_work(const struct ferry_hw_runtime *r, const struct 
   }
 }
 
+/* The largest mmap threshold glibc's malloc sets itself (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit:
+ * 4 MiB x sizeof(long), malloc/malloc.c): the threshold starts at 128 KiB and rises to the size
+ * of an mmapped chunk freed below this bound (_int_free's dynamic adjustment), so a request of at
+ * least this many bytes always gets a fresh mmap from sysmalloc (and free munmaps it); a smaller
+ * one may come from the heap, depending on what the process freed before, and is not charged. */
+#define GLIBC_MMAP_THRESHOLD_MAX_BYTES (4.0 * 1024 * 1024 * 8)
+
+/* Bytes the kernel writes to hand over `tensors` fresh temporaries of `tensor_bytes` each
+ * (runtime.cpu_fresh_alloc: PyTorch's CPU allocator, c10 alloc_cpu, is posix_memalign with no
+ * cache, so a temporary over the threshold is a fresh anonymous mapping; Linux's
+ * do_anonymous_page zeroes every page it hands over on the first write, clear_user_highpage),
+ * written once more at the host's memory rate before the op writes them. The faults' own cost
+ * (one per 4 KiB page, or per 2 MiB with transparent huge pages) has no sourced figure and is
+ * left out. */
+static double fresh_zeroing_bytes(const struct ferry_hw_runtime *r, int cpu, double tensor_bytes, int tensors) {
+  if (!cpu || !r->cpu_fresh_alloc || tensor_bytes < GLIBC_MMAP_THRESHOLD_MAX_BYTES) return 0;
+  return tensors * tensor_bytes;
+}
+
 void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct ferry_kernel *k, int cpu,
                          struct ferry__gpu_work *work) {
   if (!profile || !profile->has_runtime) return;
@@ -230,15 +249,19 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
   double elem = (double)esize(kv_math(k));
   if (cpu && r->cpu_kv_upcast && !kv_quantized(k) && k->aux[2].dtype != FERRY_DTYPE_F32) {
     /* key_layer.float(), value_layer.float(): every key's K and V written as fp32 and the
-     * products read that copy; the cache's own read is the kernel's */
-    work->bytes += rows * (double)k->head_dim * (4.0 + 4.0);
+     * products read that copy; the cache's own read is the kernel's. Two new tensors, K's and
+     * V's, each half the copy */
+    const double copy = rows * (double)k->head_dim * 4.0;
+    work->bytes += copy * 2 + fresh_zeroing_bytes(r, cpu, copy / 2, 2);
     elem = 4.0;
   }
   if (!r->attn_repeat_kv || k->kv_heads <= 0 || k->heads <= k->kv_heads) return;
   /* expand(...).reshape(...) copies each sequence's cached K and V once per query head of
-   * their group, in the type the products read; the products then read that copy */
+   * their group, in the type the products read; the products then read that copy: one new
+   * tensor for K and one for V */
   const double n_rep = (double)k->heads / (double)k->kv_heads;
-  work->bytes += 2.0 * n_rep * rows * (double)k->head_dim * elem;
+  const double copy = n_rep * rows * (double)k->head_dim * elem;
+  work->bytes += 2.0 * copy + fresh_zeroing_bytes(r, cpu, copy / 2, 2);
 }
 
 static double eff(double v) { return v > 0 && v <= 1 ? v : 1.0; }

@@ -114,6 +114,7 @@ static const struct field fields[] = {
     {"runtime.kv_quant_bytes", T_F64, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_bytes), 0},
     {"runtime.kv_quant_kernels", T_I32, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_kernels), 0},
     {"runtime.cpu_kv_upcast", T_I32, C_BOOL, S_RUNTIME, P(runtime.cpu_kv_upcast), 0},
+    {"runtime.cpu_fresh_alloc", T_I32, C_BOOL, S_RUNTIME, P(runtime.cpu_fresh_alloc), 0},
     {"runtime.read_threads", T_I32, C_NONNEG, S_RUNTIME, P(runtime.read_threads), 0},
     {"runtime.read_depth", T_I32, C_NONNEG, S_RUNTIME, P(runtime.read_depth), 0},
     {"runtime.read_request_bytes", T_I64, C_NONNEG, S_RUNTIME, P(runtime.read_request_bytes), 0},

@@ -293,6 +293,59 @@ static void test_cpu_kv_upcast(void **state) {
   assert_true(w.bytes == gqa + 49184768.0 + 196739072.0);
 }
 
+/* runtime.cpu_fresh_alloc: PyTorch's CPU tensors are posix_memalign'd with no cache, glibc mmaps a
+ * request of at least its largest mmap threshold (32 MiB on 64-bit) fresh, and Linux zeroes each
+ * fresh page on its first write: every repeat_kv or upcast copy (one tensor for K, one for V) of at
+ * least 32 MiB is written once more, on the CPU only. */
+static void test_cpu_fresh_alloc(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.has_runtime = 1;
+  p.runtime.attn_repeat_kv = 1, p.runtime.cpu_fresh_alloc = 1;
+  enum { B = 2, HD = 128 };
+  int32_t pos[B] = {1000, 2000}, slot[B] = {0, 1};
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.m = B, k.heads = 32, k.kv_heads = 8, k.head_dim = HD;
+  k.ints = pos, k.ints2 = slot, k.n_ints = B;
+  k.context_tokens = 1001 + 2001;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  struct ferry__gpu_work w;
+  /* fp16 repeat_kv copies: 4 x 3002 x 8 x 128 x 2 = 24592384 B each, under 32 MiB (33554432):
+   * they may come from the heap, nothing added beyond test_attention_repeat_kv's 98369536 */
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double plain = w.bytes;
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == plain + 98369536.0);
+  /* with the fp32 upcast the repeated copies are 49184768 B each, over 32 MiB: both zeroed,
+   * 98369536 B more; the upcast copies (3002 x 8 x 128 x 4 = 12296192 B each) are not */
+  p.runtime.cpu_kv_upcast = 1;
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double gqa = w.bytes;
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == gqa + 49184768.0 + 196739072.0 + 98369536.0);
+  /* on the GPU (the caching allocator) nothing is zeroed: only repeat_kv's fp16 copy */
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double dev = w.bytes;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == dev + 98369536.0);
+  /* ungrouped heads, longer sequences: 10001 + 20001 = 30002 keys; the upcast copies are
+   * 30002 x 8 x 128 x 4 = 122888192 B each: written and read (2 x 245776384 B) and zeroed
+   * (245776384 B) */
+  int32_t pos2[B] = {10000, 20000};
+  k.ints = pos2, k.context_tokens = 10001 + 20001, k.heads = 8;
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double mha = w.bytes;
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == mha + 491552768.0 + 245776384.0);
+  /* without the figure: the copies alone */
+  p.runtime.cpu_fresh_alloc = 0;
+  ferry__cpu_work_of(&k, NULL, &w);
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == mha + 491552768.0);
+}
+
 /* A framework that dequantizes and handles its int4 KV cache with separate PyTorch ops (FlexGen,
  * hw/flexgen.json): a dequantize moves dequant_pass_bytes per element beyond its packed read in
  * dequant_kernels kernels; a decode step expands its whole quantized cache first and attention
@@ -519,6 +572,7 @@ int main(void) {
       cmocka_unit_test(test_mla_attention),
       cmocka_unit_test(test_attention_repeat_kv),
       cmocka_unit_test(test_cpu_kv_upcast),
+      cmocka_unit_test(test_cpu_fresh_alloc),
       cmocka_unit_test(test_unfused_framework),
       cmocka_unit_test(test_quantized_embed),
   };

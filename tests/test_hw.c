@@ -357,6 +357,13 @@ static void test_runtime_presets(void **state) {
     const int upcast = !strcmp(presets[i], "zero-inference-kv");
     assert_int_equal(p->runtime.cpu_kv_upcast, upcast);
     if (upcast && !find_source(p, "runtime.cpu_kv_upcast", 0)) fail_msg("zero-inference-kv: cpu_kv_upcast lacks a source");
+    /* the PyTorch stacks allocate their CPU ops' temporaries fresh (c10 alloc_cpu, glibc's mmap
+     * threshold, pages the kernel zeroes); llama.cpp's and ktransformers' CPU buffers are planned
+     * once and reused: each says so with a source, vLLM's graph replays compute nothing on the CPU */
+    const int torch = paged || ds;
+    assert_int_equal(p->runtime.cpu_fresh_alloc, torch);
+    if (strcmp(presets[i], "graph") && !find_source(p, "runtime.cpu_fresh_alloc", 0))
+      fail_msg("%s: cpu_fresh_alloc lacks a source", presets[i]);
     ferry_hw_close(rt);
   }
   ferry_hw *hw = NULL;
@@ -375,7 +382,7 @@ static void test_runtime_presets(void **state) {
   assert_true(p->runtime.act_bytes == 2 && p->runtime.dequant_bytes == 2);
   assert_non_null(find_source(p, "runtime.act_bytes", 0));
   assert_non_null(find_source(p, "runtime.dequant_bytes", 0));
-  assert_int_equal(p->n_sources, before + 14);
+  assert_int_equal(p->n_sources, before + 15); /* eager's 15 figures, cpu_fresh_alloc among them */
   assert_true(p->gpu.mem_bw_gbps == 2000); /* the rest untouched */
   /* another preset replaces it, sources included */
   assert_int_equal(ferry_hw_set_runtime(hw, "graph"), FERRY_OK);

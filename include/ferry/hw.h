@@ -278,6 +278,15 @@ struct ferry_hw_runtime {
                                KV-offload fork of HF transformers, tjruwase/transformers
                                kvcache-offload-cpu, BloomAttention.forward); 0: the products read
                                the cache in its own type */
+  int32_t cpu_fresh_alloc; /**< 1: the framework allocates each CPU op's large outputs and
+                               temporaries fresh from the OS (PyTorch: c10's alloc_cpu is
+                               posix_memalign, no caching allocator on the CPU; glibc's malloc
+                               mmaps any request of at least its mmap threshold, at most 32 MiB on
+                               64-bit, and munmaps it when freed), so the Linux kernel zeroes each
+                               of their pages on the first write (do_anonymous_page): the bytes of
+                               every such temporary the runtime's CPU work already counts
+                               (attn_repeat_kv's and cpu_kv_upcast's copies, each K or V tensor of
+                               at least 32 MiB) are written once more; 0: reused memory */
   /* How the runtime reads weights from disk (its reader): each disk read is read by read_threads
    * sequential streams, each keeping read_depth requests of read_request_bytes in flight. With
    * Q = min(read_threads x read_depth, disk.queue_depth) requests of R bytes in flight, each taking
