@@ -147,7 +147,8 @@ static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int
                                .compute_busy_ns = sm[i].compute_busy_ns, .cpu_busy_ns = sm[i].cpu_busy_ns,
                                .bytes_blocks = sm[i].bytes_blocks, .bytes_experts = sm[i].bytes_experts,
                                .bytes_act = sm[i].bytes_act, .evictions = sm[i].evictions,
-                               .cpu_experts = sm[i].cpu_experts, .kv_blocks = sm[i].kv_blocks, .replica = replica};
+                               .cpu_experts = sm[i].cpu_experts, .kv_blocks = sm[i].kv_blocks, .replica = replica,
+                               .bytes_disk_write = sm[i].bytes_disk_write};
     st = ferry_db_add_step(c->db, c->run_id, &r);
   }
   /* the expert cache and weight traffic per layer (layers with none are left out) */

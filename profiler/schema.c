@@ -226,6 +226,11 @@ static const char schema_v9[] =
     "ALTER TABLE requests ADD COLUMN replica INTEGER;"
     "ALTER TABLE steps ADD COLUMN replica INTEGER;";
 
+/* Version 10: the bytes each step wrote to disk (the new KV rows of a cache homed there, --kv-home
+ * disk), which the step metrics and the run summary count and the steps table lost; older rows
+ * keep NULL (not recorded). */
+static const char schema_v10[] = "ALTER TABLE steps ADD COLUMN bytes_disk_write INTEGER;";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
@@ -238,6 +243,7 @@ static const struct ferry__migration migrations[] = {
         "(layer_stats)", schema_v7},
     {8, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v8},
     {9, "the replica that served each request and ran each step (requests.replica, steps.replica)", schema_v9},
+    {10, "bytes each step wrote to disk (steps.bytes_disk_write)", schema_v10},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

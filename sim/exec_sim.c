@@ -202,6 +202,8 @@ static void job_done(struct ferry__res_job *job, void *ctx) {
   if (job->flowing) ferry__sim_flow_ended(q->s, so->seq, job->end_ns);
   q->busy = 0;
   if (so->op.kind == FERRY_OP_READ && so->failures && !so->read_failed) ferry__io_count(FERRY__IO_RECOVERED, 1);
+  if (so->op.kind == FERRY_OP_COPY && so->cost.chan == CHAN_H2D) /* the bytes copied, not the link's scaled flow */
+    q->s->bytes_h2d += so->op.u.copy.bytes;
   ferry__sim_op_complete(q, so->op.kind == FERRY_OP_READ && so->first_start_ns >= 0 ? so->first_start_ns : job->start_ns,
                          job->end_ns);
   kick(q->s, q->index);
@@ -1033,7 +1035,7 @@ ferry_status ferry_exec_sim_stats(const ferry_exec *ex, struct ferry_sim_stats *
   out->mode = s->mode;
   struct ferry__fluid_stats fs;
   ferry__fluid_get_stats(s->chan[CHAN_H2D], &fs);
-  out->bytes_h2d = fs.bytes_done;
+  out->bytes_h2d = s->bytes_h2d; /* fs.bytes_done counts a copy from the other memory kind at its scaled flow */
   out->h2d_busy_ns = fs.busy_ns;
   ferry__fluid_get_stats(s->chan[CHAN_D2H], &fs);
   out->bytes_d2h = fs.bytes_done;

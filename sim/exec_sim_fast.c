@@ -76,6 +76,15 @@ static void count_read(struct sim_exec *s) {
   ferry__io_count(FERRY__IO_ATTEMPTS, 1);
 }
 
+/* A copy or read done: its channel's time and flow, and the bytes a copy to the device really
+ * copied (its flow differs for a source of the other memory kind, ferry__sim_prepare()). */
+static void account_transfer(struct sim_exec *s, const struct fast_op *fo) {
+  if (fo->kind == FERRY_OP_COPY) s->copies++;
+  else count_read(s);
+  ferry__fluid_account(s->chan[fo->chan], fo->gen, fo->flow_ns);
+  if (fo->chan == CHAN_H2D) s->bytes_h2d += fo->bytes;
+}
+
 static void raise_event(ferry_event *ev, uint64_t gen, int64_t t_ns) {
   if (atomic_load_explicit(&ev->done_gen, memory_order_relaxed) < gen) {
     atomic_store(&ev->done_gen, gen);
@@ -104,9 +113,7 @@ static void complete_reported(struct sim_exec *s, struct sim_queue *q) {
       break;
     case FERRY_OP_COPY:
     case FERRY_OP_READ:
-      if (fo->kind == FERRY_OP_COPY) s->copies++;
-      else count_read(s);
-      ferry__fluid_account(s->chan[fo->chan], fo->gen, fo->flow_ns);
+      account_transfer(s, fo);
       break;
     case FERRY_OP_WAIT:
       if (fo->end_ns > fo->start_ns) atomic_fetch_add(&s->ex->queues[q->index].stall_ns, fo->end_ns - fo->start_ns);
@@ -150,9 +157,7 @@ static void complete_quiet(struct sim_exec *s, struct sim_queue *q) {
         break;
       case FERRY_OP_COPY:
       case FERRY_OP_READ:
-        if (fo->kind == FERRY_OP_COPY) s->copies++;
-        else count_read(s);
-        ferry__fluid_account(s->chan[fo->chan], fo->gen, fo->flow_ns);
+        account_transfer(s, fo);
         busy += span;
         break;
       case FERRY_OP_WAIT: stall += span; break;
@@ -295,6 +300,7 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
   fo->chan = (int8_t)c.chan;
   fo->ev = op->kind == FERRY_OP_RECORD || op->kind == FERRY_OP_WAIT ? op->u.event.ev : NULL;
   fo->gen = op->kind == FERRY_OP_RECORD ? op->u.event.gen : c.flow_bytes;
+  fo->bytes = op->kind == FERRY_OP_COPY ? op->u.copy.bytes : op->kind == FERRY_OP_READ ? op->u.read.len : 0;
   fo->flow_ns = c.duration_ns; /* kernels: their time; transfers: set just below */
   fo->full = 0;
   fo->host_waits = (uint8_t)c.host_waits;

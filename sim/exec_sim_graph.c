@@ -39,6 +39,7 @@ struct graph_op {
   int64_t flow_ns;     /* transfers: the part with bytes flowing */
   int64_t issue_ns;    /* transfers: host time issuing it */
   uint64_t flow_bytes; /* transfers: bytes the channel serves */
+  uint64_t bytes;      /* transfers: bytes they move (flow_bytes differs for a copy the link serves scaled) */
   ferry_event *ev;     /* events without a parameter */
 };
 
@@ -267,6 +268,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
       g->flow_ns = flow_ns;
       g->issue_ns = issue_ns;
       g->flow_bytes = cost->flow_bytes;
+      g->bytes = op->kind == FERRY_OP_COPY ? op->u.copy.bytes : op->u.read.len;
       g->host_waits = (uint8_t)cost->host_waits;
       if (op->kind == FERRY_OP_READ) {
         struct graph_read *r = one_more(c, (void **)&c->reads, c->n_reads, &c->cap_reads, sizeof *r);
@@ -545,8 +547,8 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     if (o->kind == FERRY_OP_RECORD && ferry__sim_record_behind(s, q, ev, gen = ferry__event_record_gen(ev))) continue;
     struct fast_op *fo;
     if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) break;
-    *fo = (struct fast_op){.ev = ev, .gen = gen, .flow_ns = flow_ns, .kind = o->kind, .chan = (int8_t)chan,
-                           .host_waits = o->host_waits, .n = 1};
+    *fo = (struct fast_op){.ev = ev, .gen = gen, .bytes = o->bytes, .flow_ns = flow_ns, .kind = o->kind,
+                           .chan = (int8_t)chan, .host_waits = o->host_waits, .n = 1};
     if ((st = ferry__sim_enqueue_timed(s, q, fo, d)) != FERRY_OK) break;
   }
   s->graph_ops += launched;
@@ -574,8 +576,8 @@ ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_ex
       const struct graph_read *a = &g->reads[x->read], *b = &c->reads[y->read];
       if (a->store != b->store || a->file != b->file || a->offset != b->offset || a->len != b->len || a->flags != b->flags)
         return FERRY_OK;
-    } else if (x->chan != y->chan || x->flow_bytes != y->flow_bytes || x->duration_ns != y->duration_ns ||
-               x->host_waits != y->host_waits) {
+    } else if (x->chan != y->chan || x->flow_bytes != y->flow_bytes || x->bytes != y->bytes ||
+               x->duration_ns != y->duration_ns || x->host_waits != y->host_waits) {
       return FERRY_OK;
     }
   }

@@ -79,6 +79,7 @@ struct fast_op {
   int64_t start_ns, end_ns;
   ferry_event *ev;   /* records */
   uint64_t gen;      /* records: the generation completed; copies and reads: the bytes the channel serves */
+  uint64_t bytes;    /* copies and reads: the bytes they move (gen differs for a copy the link serves scaled) */
   int64_t flow_ns;   /* copies and reads: the part with bytes flowing; kernels: their own time (a run
                         of kernels can have gaps between them) */
   uint8_t kind;      /* enum ferry_op_kind */
@@ -141,6 +142,10 @@ struct sim_exec {
   int pumping;
   uint64_t pending_ops; /* ops enqueued and not completed, every queue */
   uint64_t ops_done, kernels, copies, reads, graph_ops;
+  /* bytes copied host to device by the copies done: the link's channel serves a copy from the
+   * other memory kind than the run's at a scaled size (ferry__sim_prepare()), which times it but
+   * is not what it copied */
+  uint64_t bytes_h2d;
   uint64_t allreduces;  /* FERRY_K_ALLREDUCE kernels priced, and their time */
   int64_t allreduce_ns;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */

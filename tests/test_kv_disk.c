@@ -6,9 +6,12 @@
  * really holds the rows (pread/pwrite; its folder is gone after the run). In the simulator the
  * bytes read from disk and written to it per step are the cached and new rows of the step's
  * sequences, by hand; the staging is host memory inside the budget and a budget short of it is
- * refused naming it. Disk-tier buffers themselves: a round trip, bounds, errors naming the file,
- * and what they refuse. */
+ * refused naming it. A run recorded to a result database keeps its bytes written per step.
+ * Disk-tier buffers themselves: a round trip, bounds, errors naming the file, and what they
+ * refuse. */
+#include <cjson/cJSON.h>
 #include <dirent.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,10 +427,59 @@ static void test_disk_buffers(void **state) {
   ferry_hw_close(hw);
 }
 
+/* A run recorded to a result database loses nothing of what it wrote to disk: its steps rows'
+ * bytes_disk_write sum to the summary's host_to_disk (the steps' metrics), every step wrote its
+ * new rows, on the simulator and on the host executor. */
+static void check_db_disk_write(const char *args, const char *db_path) {
+  char *out = NULL;
+  if (tu_run_ferryf(&out, "%s --kv-home disk --quiet --format json --db '%s'", args, db_path) != 0)
+    fail_msg("ferry %s: %s", args, out);
+  cJSON *j = cJSON_Parse(out);
+  if (!j) fail_msg("ferry %s: not JSON: %s", args, out);
+  const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "runs"), 0);
+  const cJSON *moved = cJSON_GetObjectItemCaseSensitive(run, "bytes_moved");
+  const cJSON *written = cJSON_GetObjectItemCaseSensitive(moved, "host_to_disk");
+  const cJSON *steps = cJSON_GetObjectItemCaseSensitive(run, "steps");
+  const cJSON *run_id = cJSON_GetObjectItemCaseSensitive(run, "run_id");
+  if (!cJSON_IsNumber(written) || !cJSON_IsNumber(steps) || !cJSON_IsNumber(run_id))
+    fail_msg("ferry %s: %s", args, out);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT total(bytes_disk_write), count(*), count(nullif(bytes_disk_write, 0)) FROM steps "
+                              "WHERE runId = ?1", -1, &q, NULL) != SQLITE_OK)
+    fail_msg("%s: %s", db_path, sqlite3_errmsg(db));
+  sqlite3_bind_int64(q, 1, (sqlite3_int64)run_id->valuedouble);
+  assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+  const double sum = sqlite3_column_double(q, 0);
+  const int64_t rows = sqlite3_column_int64(q, 1), writing = sqlite3_column_int64(q, 2);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  if (!(written->valuedouble > 0) || sum != written->valuedouble || rows != (int64_t)steps->valuedouble ||
+      writing != rows)
+    fail_msg("ferry %s: the summary wrote %.0f bytes in %.0f steps; the steps table %.0f bytes in %lld rows (%lld "
+             "writing)", args, written->valuedouble, steps->valuedouble, sum, (long long)rows, (long long)writing);
+  cJSON_Delete(j);
+  free(out);
+}
+
+static void test_db_steps(void **state) {
+  (void)state;
+  char db_path[4096], args[4096];
+  snprintf(db_path, sizeof db_path, "%s/kv-disk.db", dir);
+  check_db_disk_write("sim --model llama-2-7b --hw h100-pcie --resident all --max-batch 2 --max-seq-tokens 520 "
+                      "--synthetic n=3,prompt=100,output=4 --as-fast-as-possible",
+                      db_path);
+  snprintf(args, sizeof args, "run --model '%s' --max-batch 3 --max-step-tokens 16 --max-seq-tokens 24 "
+                              "--synthetic n=4,prompt=9,output=4 --as-fast-as-possible", dense_dir);
+  check_db_disk_write(args, db_path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_logits), cmocka_unit_test(test_sim_bytes), cmocka_unit_test(test_host_budget),
       cmocka_unit_test(test_plan),        cmocka_unit_test(test_refusals),  cmocka_unit_test(test_disk_buffers),
+      cmocka_unit_test(test_db_steps),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

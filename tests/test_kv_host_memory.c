@@ -3,7 +3,8 @@
  * computes the same logits whatever the kind; the simulator prices a copy to the device by its
  * source buffer's kind: on a pinned run a pageable buffer's copy holds the link for bytes / the
  * profile's pageable rate (or the staged formula of a host with host.staged_h2d_gbps) and the
- * host waits for it, while copies from pinned buffers keep the pinned rate and run as before. */
+ * host waits for it, while copies from pinned buffers keep the pinned rate and run as before;
+ * its bytes_h2d counts each copy's own bytes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,18 +214,23 @@ static void test_sim_copy_rates(void **state) {
 struct step_copies {
   int64_t ns[64], n[64];
   uint64_t bytes[64];
+  uint64_t all_bytes; /* every copy to the device, the load's included */
 };
 
 static void on_step_copy(void *user, const struct ferry_activity *a) {
   struct step_copies *s = user;
-  if (a->kind != FERRY_ACT_MEMCPY || a->copy_kind != FERRY_COPY_HTOD || a->step < 0 || a->step >= 64) return;
+  if (a->kind != FERRY_ACT_MEMCPY || a->copy_kind != FERRY_COPY_HTOD) return;
+  s->all_bytes += a->bytes;
+  if (a->step < 0 || a->step >= 64) return;
   s->ns[a->step] += a->end_ns - a->start_ns;
   s->n[a->step]++;
   s->bytes[a->step] += a->bytes;
 }
 
-static void run_sim_kv(enum ferry_host_memory kind, int attention_device, struct step_copies *sc,
-                       struct ferry_serve_summary *sum, uint64_t budget) {
+/* sc NULL: no activity sink; stats NULL: not read. */
+static void run_sim_kv_mode(enum ferry_host_memory kind, int attention_device, struct step_copies *sc,
+                            struct ferry_serve_summary *sum, uint64_t budget, enum ferry_sim_mode mode,
+                            struct ferry_sim_stats *stats) {
   ferry_hw *hw = NULL;
   ferry_model *m = NULL;
   ferry_exec *ex = NULL;
@@ -234,10 +240,13 @@ static void run_sim_kv(enum ferry_host_memory kind, int attention_device, struct
   assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
   assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
   assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.lock_host_memory = 1,
-                                                                                .device_budget_bytes = budget}),
+                                                                                .device_budget_bytes = budget,
+                                                                                .sim_mode = mode}),
                    FERRY_OK);
-  memset(sc, 0, sizeof *sc);
-  ferry_exec_set_sink(ex, on_step_copy, sc);
+  if (sc) {
+    memset(sc, 0, sizeof *sc);
+    ferry_exec_set_sink(ex, on_step_copy, sc);
+  }
   const struct ferry_engine_config c = {.max_batch = 2, .max_step_tokens = 1024, .max_seq_tokens = 320, .seed = 1,
                                         .resident_all = !budget, .block_layers = 1, .kv_home_host = 1,
                                         .kv_attention_device = attention_device, .kv_host_memory = kind,
@@ -246,10 +255,16 @@ static void run_sim_kv(enum ferry_host_memory kind, int attention_device, struct
   if (ferry_engine_run(e, reqs, 2, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
     fail_msg("engine_run: %s", ferry_last_error());
   ferry_engine_summary(e, sum);
+  if (stats) assert_int_equal(ferry_exec_sim_stats(ex, stats), FERRY_OK);
   ferry_engine_destroy(e);
   ferry_exec_destroy(ex);
   ferry_model_close(m);
   ferry_hw_close(hw);
+}
+
+static void run_sim_kv(enum ferry_host_memory kind, int attention_device, struct step_copies *sc,
+                       struct ferry_serve_summary *sum, uint64_t budget) {
+  run_sim_kv_mode(kind, attention_device, sc, sum, budget, FERRY_SIM_EXACT, NULL);
 }
 
 static void test_sim_kv_rows(void **state) {
@@ -303,6 +318,39 @@ static void test_sim_weights_pinned(void **state) {
   free(sc);
 }
 
+/* The simulator's bytes_h2d is the bytes copied: with a pageable cache beside pinned weights
+ * (--kv-attention device: every step's cached rows copied up from the pageable cache) it is the
+ * sum of the copies' bytes, and the pinned cache's figure, while the link was held longer (its
+ * pageable copies' time, h2d_busy_ns); the same in exact and fast mode, with an activity sink
+ * and without one (the fast mode completes ops apart then). test_sim_fast compares the figure
+ * of op graphs replayed with the exact mode's. */
+static void test_sim_bytes_h2d(void **state) {
+  (void)state;
+  struct step_copies *sc = calloc(1, sizeof *sc);
+  assert_non_null(sc);
+  struct ferry_serve_summary sum;
+  struct ferry_sim_stats pinned, pageable, quiet;
+  static const enum ferry_sim_mode modes[] = {FERRY_SIM_EXACT, FERRY_SIM_FAST};
+  for (int i = 0; i < 2; i++) {
+    run_sim_kv_mode(FERRY_HOST_MEMORY_PINNED, 1, sc, &sum, 0, modes[i], &pinned);
+    const uint64_t pinned_copies = sc->all_bytes;
+    run_sim_kv_mode(FERRY_HOST_MEMORY_PAGEABLE, 1, sc, &sum, 0, modes[i], &pageable);
+    uint64_t kv_rows = 0; /* the steps' copies: the cached rows, all from the pageable cache */
+    for (int s = 0; s < 64; s++) kv_rows += sc->bytes[s];
+    assert_true(kv_rows > 0);
+    assert_int_equal(sc->all_bytes, pinned_copies); /* the same copies either way */
+    if (pageable.bytes_h2d != sc->all_bytes || pinned.bytes_h2d != pinned_copies)
+      fail_msg("mode %d: bytes_h2d %llu with the cache pageable, %llu pinned; the copies moved %llu", (int)modes[i],
+               (unsigned long long)pageable.bytes_h2d, (unsigned long long)pinned.bytes_h2d,
+               (unsigned long long)sc->all_bytes);
+    assert_true(pageable.h2d_busy_ns > pinned.h2d_busy_ns); /* the pageable rows held the link longer */
+    run_sim_kv_mode(FERRY_HOST_MEMORY_PAGEABLE, 1, NULL, &sum, 0, modes[i], &quiet);
+    assert_int_equal(quiet.bytes_h2d, pageable.bytes_h2d);
+    assert_int_equal(quiet.h2d_busy_ns, pageable.h2d_busy_ns);
+  }
+  free(sc);
+}
+
 /* The command line: a bad value, and the option without a host KV cache, are clear errors. */
 static void test_cli(void **state) {
   (void)state;
@@ -323,7 +371,7 @@ int main(void) {
       cmocka_unit_test(test_alloc_kinds),     cmocka_unit_test(test_host_same_logits),
       cmocka_unit_test(test_engine_refusals), cmocka_unit_test(test_sim_copy_rates),
       cmocka_unit_test(test_sim_kv_rows),     cmocka_unit_test(test_sim_weights_pinned),
-      cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_sim_bytes_h2d),   cmocka_unit_test(test_cli),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

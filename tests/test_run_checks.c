@@ -317,6 +317,40 @@ static void test_expert_granularity_layer(void **state) {
   expect(args, 1, "--expert-granularity layer moves a layer's experts with it");
 }
 
+/* The default device budget's note says where the budget goes. With every routed expert on the
+ * CPU (--offload-compute experts=cpu, or cpu for every class) the engine keeps no expert cache
+ * (its plan: "nothing to cache"), so the note must not give the rest of the budget to one:
+ * Mixtral on an L4 keeps its attention resident, on a T4 with a large KV cache its layers stream
+ * (or run on the CPU with layers=cpu). Without the option the expert cache takes the rest. */
+static void test_default_budget_note(void **state) {
+  (void)state;
+  static const struct {
+    const char *args, *note;
+  } cases[] = {
+      {"--hw l4 --max-seq-tokens 2048 --offload-compute experts=cpu",
+       "(90% of l4's 24.00 GiB): attention resident; routed experts run on the CPU (--offload-compute experts=cpu): no "
+       "expert cache unless a predictor or a static placement fills one; --device-budget to change"},
+      {"--hw t4 --max-batch 26 --max-seq-tokens 4096 --offload-compute experts=cpu",
+       "(90% of t4's 16.00 GiB): routed experts run on the CPU (--offload-compute experts=cpu): no expert cache unless "
+       "a predictor or a static placement fills one; the layers stream; --device-budget"},
+      {"--hw t4 --max-batch 26 --max-seq-tokens 4096 --offload-compute cpu",
+       "no expert cache unless a predictor or a static placement fills one; the layers run on the CPU; --device"},
+      {"--hw l4 --max-seq-tokens 2048",
+       "(90% of l4's 24.00 GiB): attention resident, the expert cache takes the rest; --device-budget"},
+  };
+  char args[512], *out = NULL;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(args, sizeof args, "sim --model mixtral-8x7b --plan-only %s", cases[i].args);
+    const int rc = tu_run_ferry(args, &out);
+    const int cpu = tu_contains(cases[i].args, "cpu");
+    if (rc != 0 || !tu_contains(out, cases[i].note) ||
+        (cpu && (tu_contains(out, "the expert cache takes") ||
+                 !tu_contains(out, "(every routed expert runs on the CPU: nothing to cache)"))))
+      fail_msg("ferry %s: exit %d:\n%s", args, rc, out);
+    free(out);
+  }
+}
+
 /* --quant sizes a preset's weights in its formats even where the preset's checkpoint is published
  * quantized (DeepSeek-V3's fp8 blocks): an expert of 3 x 7168 x 2048 weights at int4-g32 is
  * 19 bytes per 32 (16 of nibbles, an fp16 scale, a u8 zero): 3 x 458752 x 19 = 26148864 B,
@@ -377,6 +411,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_size_under_one_byte),
       cmocka_unit_test(test_expert_granularity_layer),
+      cmocka_unit_test(test_default_budget_note),
       cmocka_unit_test(test_quant_overrides_published),
       cmocka_unit_test(test_names_suggested),
       cmocka_unit_test(test_help_fits),

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 9
+#define FERRY_DB_SCHEMA_VERSION 10
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -113,6 +113,8 @@ struct ferry_step_row {
   int64_t cpu_experts;     /**< routed experts computed on the CPU */
   int64_t kv_blocks;       /**< KV-cache blocks in use at the end of the step (paged cache) */
   int64_t replica;         /**< the replica (engine) whose step it is, as ferry_request_row::replica */
+  uint64_t bytes_disk_write; /**< bytes written to disk: the new KV rows of a cache homed there
+                                  (--kv-home disk; ferry_step_metrics::bytes_disk_write) */
 };
 
 /** One layer's expert-cache activity and weight traffic over a run (layer_stats table). */

@@ -599,8 +599,10 @@ struct ferry_budget_plan {
  * its free memory less 256 MiB). A model that fits in it stays resident (resident_all is set);
  * a larger dense model is offloaded with its last layers pinned in what streaming leaves
  * (fill_budget); an MoE model keeps its attention resident when it fits and gives the rest to
- * the expert cache. The host gets 90 % of a profile's host memory, or half of a real machine's
- * available memory: what does not fit streams from disk. Budgets that are given are checked
+ * the expert cache (none when every routed expert runs on the CPU: compute_experts
+ * FERRY_COMPUTE_CPU without a predictor, a per-layer split or a preloading policy, as the
+ * configuration shows them; the note says so). The host gets 90 % of a profile's host memory, or
+ * half of a real machine's available memory: what does not fit streams from disk. Budgets that are given are checked
  * against the machine and kept.
  * @param model shapes.
  * @param store weights, or NULL to size from the model's dtype.

@@ -48,9 +48,10 @@ struct ferry_sim_stats {
   uint64_t kernels;       /**< kernels completed */
   uint64_t copies;        /**< copies completed */
   uint64_t reads;         /**< disk reads completed */
-  uint64_t bytes_h2d;     /**< bytes moved host to device (a copy from host memory of the other kind
-                               than the run's, ferry_exec_alloc_host(), counts at its size scaled to
-                               the run's rate: the bytes the link served in its time) */
+  uint64_t bytes_h2d;     /**< bytes copied host to device, each copy at its size (one from host
+                               memory of the other kind than the run's, ferry_exec_alloc_host(), holds
+                               the link as long as its size scaled by the ratio of the two rates: that
+                               time is in h2d_busy_ns, not in these bytes) */
   uint64_t bytes_d2h;     /**< bytes moved device to host */
   uint64_t bytes_disk;    /**< bytes read from disk (a store's files, and disk-tier buffers copied into
                                host ones) */

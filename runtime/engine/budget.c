@@ -48,7 +48,8 @@ static ferry_status plan_host(const struct ferry_machine_memory *m, struct ferry
 /* Where a default device budget goes: a model that fits stays resident (as without a budget);
  * a larger dense one pins its last layers in what streaming leaves; an MoE model keeps its
  * attention resident when it fits (every token reads all of it and only some experts) and
- * gives the rest to the expert cache. */
+ * gives the rest to the expert cache, unless every routed expert runs on the CPU: then there is
+ * none (ferry__experts_cpu_only_config(), the engine's rule) and the note says so. */
 static const char *place(const ferry_model *model, ferry_store *store, struct ferry_engine_config *c, uint64_t budget,
                          int *fits) {
   struct ferry_engine_config whole = *c;
@@ -64,14 +65,26 @@ static const char *place(const ferry_model *model, ferry_store *store, struct fe
     c->fill_budget = 1;
     return ": the last layers fill what streaming leaves";
   }
+  const int cpu_only = ferry__experts_cpu_only_config(c, ferry_model_get_config(model), 0, budget);
   struct ferry_engine_config attn = *c;
   attn.resident_attention = 1;
   if (!c->resident_attention && ferry_engine_min_budgets(model, store, &attn, &need, &host_min) == FERRY_OK &&
       need <= budget) {
     c->resident_attention = 1;
-    return ": attention resident, the expert cache takes the rest";
+    if (!cpu_only) return ": attention resident, the expert cache takes the rest";
   }
-  return ": the expert cache takes what streaming leaves";
+  if (!cpu_only) return ": the expert cache takes what streaming leaves";
+  /* No expert cache, with what the config shows; a predictor or a static placement's popularity
+   * that the caller installs after this call (the CLI does) would still fill one. */
+#define NO_CACHE                                                                                                   \
+  "routed experts run on the CPU (--offload-compute experts=cpu): no expert cache unless a predictor or a static " \
+  "placement fills one"
+  if (c->resident_attention) return ": attention resident; " NO_CACHE;
+  /* the layers that are not resident: fetched, computed on the CPU, or either per step */
+  return c->compute_layers == FERRY_COMPUTE_CPU    ? ": " NO_CACHE "; the layers run on the CPU"
+         : c->compute_layers == FERRY_COMPUTE_AUTO ? ": " NO_CACHE "; the layers stream or run on the CPU"
+                                                   : ": " NO_CACHE "; the layers stream";
+#undef NO_CACHE
 }
 
 ferry_status ferry_engine_plan_budgets(const ferry_model *model, ferry_store *store,

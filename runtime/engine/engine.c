@@ -69,15 +69,18 @@ static const char *cache_policy_name(const struct ferry_engine_config *c) {
  * cache, which experts=cpu fills only by a predictor's prefetches (a demand miss is computed on
  * the CPU: dispatch_experts()) or a policy's preload (static, from a trace's popularity), or a
  * per-layer split sized by the user. Without any of them the cache stays empty. */
-int ferry__experts_cpu_only(const struct ferry_engine *e, const struct ferry_plan_config *pc) {
-  const struct ferry_engine_config *c = &e->cfg;
-  if (!e->mc->n_experts || c->compute_experts != FERRY_COMPUTE_CPU || e->ep) return 0;
-  if (pc->resident_all || !pc->device_budget_bytes || c->expert_granularity_layer || c->predict ||
-      c->expert_cache_per_layer)
+int ferry__experts_cpu_only_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                   int resident_all, uint64_t device_budget_bytes) {
+  if (!mc->n_experts || c->compute_experts != FERRY_COMPUTE_CPU) return 0;
+  if (resident_all || !device_budget_bytes || c->expert_granularity_layer || c->predict || c->expert_cache_per_layer)
     return 0;
   const struct ferry_cache_policy_ops *policy = NULL;
   return !(c->expert_popularity && ferry_cache_policy_lookup(cache_policy_name(c), &policy) == FERRY_OK &&
            policy->preload);
+}
+
+int ferry__experts_cpu_only(const struct ferry_engine *e, const struct ferry_plan_config *pc) {
+  return !e->ep && ferry__experts_cpu_only_config(&e->cfg, e->mc, pc->resident_all, pc->device_budget_bytes);
 }
 
 struct ferry_exec_elem_bytes ferry__engine_elem_bytes(const struct ferry_engine *e) {

@@ -637,6 +637,10 @@ ferry_status ferry__cross_up(struct ferry_engine *e, const uint64_t *off, const 
  * pinned, not moving with its layer's block, no predictor prefetching into the expert cache, no
  * policy preloading it). */
 int ferry__experts_cpu_only(const struct ferry_engine *e, const struct ferry_plan_config *pc);
+/* The same rule from a configuration alone, before an engine exists (the default budget's
+ * note, budget.c): with every expert resident or no device budget, some run on the device. */
+int ferry__experts_cpu_only_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                   int resident_all, uint64_t device_budget_bytes);
 /* Whether a routed expert that is not on the device runs on the CPU for n tokens. */
 int ferry__expert_on_cpu(const struct ferry_engine *e, int32_t layer, int32_t expert, int32_t n_tokens);
 /* Whether streamed (not pinned) layers run on the CPU this step of n_tokens (compute_layers; the
