@@ -125,6 +125,9 @@ static void show_host(const struct ferry_hw_host *h) {
     show_f("host.core_gflops.fp16", h->core_gflops.fp16, "GFLOP/s");
     show_f("host.core_gflops.bf16", h->core_gflops.bf16, "GFLOP/s");
     show_f("host.core_gflops.int8", h->core_gflops.int8, "GOP/s");
+    /* AMX tiles: printed where the core has them */
+    if (h->core_gflops.amx_bf16 > 0) show_f("host.core_gflops.amx_bf16", h->core_gflops.amx_bf16, "GFLOP/s");
+    if (h->core_gflops.amx_int8 > 0) show_f("host.core_gflops.amx_int8", h->core_gflops.amx_int8, "GOP/s");
   }
   printf("  %-28s %lld ns\n", "host.cpu_op_ns", (long long)h->cpu_op_ns);
   if (h->staged_h2d_gbps > 0)
@@ -166,6 +169,7 @@ static void show_runtime(const struct ferry_hw_profile *p) {
     int32_t value;
     const char *meaning;
   } flags[] = {
+      {"runtime.cpu_amx", r->cpu_amx, "CPU products of bf16 or int8 weights on AMX tiles where faster"},
       {"runtime.attn_repeat_kv", r->attn_repeat_kv, "grouped-query attention copies K and V per query head first"},
       {"runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it"},
       {"runtime.split_copy", r->split_copy, "each gathered parameter is copied out of its flat buffer"},

@@ -2,6 +2,7 @@
  * per-core peaks per element type and DDR bandwidth. */
 #include <math.h>
 
+#include "ferry/quant.h"
 #include "sim/cpu_cost.h"
 #include "sim/resource.h"
 
@@ -37,6 +38,19 @@ double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile) {
   return blind && h->sockets > 1 ? h->dram_gbps / h->sockets : h->dram_gbps;
 }
 
+double ferry__cpu_amx_gflops(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w) {
+  const struct ferry_hw_host *h = &profile->host;
+  if (!profile->has_runtime || !profile->runtime.cpu_amx || w->op != FERRY_HW_OP_GEMM || w->rows <= 0) return 0;
+  double per = 0;
+  if (w->math == FERRY_DTYPE_BF16) per = h->core_gflops.amx_bf16;
+  const int int8 = w->math == FERRY_DTYPE_I8 || w->math == FERRY_DTYPE_U8;
+  if (int8 && w->qformat == FERRY_QFORMAT_INT8) per = h->core_gflops.amx_int8;
+  if (!(per > 0) || h->cores <= 0) return 0;
+  /* the TMUL multiplies whole tiles: the last one's rows beyond m are computed and thrown away */
+  const double slots = FERRY_AMX_TILE_ROWS * ceil((double)w->rows / FERRY_AMX_TILE_ROWS);
+  return per * (double)h->cores * (double)w->rows / slots;
+}
+
 int ferry__cpu_node_threads(const struct ferry_hw_profile *profile, int32_t *threads, int max_nodes) {
   const struct ferry_hw_host *h = &profile->host;
   const struct ferry_hw_runtime *r = &profile->runtime;
@@ -67,6 +81,12 @@ static double node_split_ns(const struct ferry_hw_host *h, const int32_t *thread
     if (t > 0) rate += 1 / t;
   }
   return rate > 0 ? 1 / rate : 0;
+}
+
+/* The time of work taking t_sm (math) and t_mem (bytes) on the whole host: the rounded roofline,
+ * split over the nodes when the runtime's threads lie unevenly on them (nodes > 0). */
+static double host_ns(const struct ferry_hw_host *h, const int32_t *threads, int nodes, double t_sm, double t_mem) {
+  return nodes ? node_split_ns(h, threads, nodes, t_sm, t_mem) : sqrt(t_sm * t_sm + t_mem * t_mem);
 }
 
 void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3],
@@ -100,9 +120,15 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
     if (!(h->dram_gbps > 0)) return -1;
     t_mem = w->bytes / (ferry__cpu_stream_gbps(profile) * FERRY_CPU_EFF_MEMORY);
   }
-  const double t_sm = t_math + t_alu;
   int32_t threads[FERRY_CPU_MAX_NODES];
   const int nodes = ferry__cpu_node_threads(profile, threads, FERRY_CPU_MAX_NODES);
-  const double t = nodes ? node_split_ns(h, threads, nodes, t_sm, t_mem) : sqrt(t_sm * t_sm + t_mem * t_mem);
+  double t = host_ns(h, threads, nodes, t_math + t_alu, t_mem);
+  /* AMX tiles where the runtime has them and they are faster: no unpacking (the tiles take int8 and
+   * bf16 weights as stored), the same bytes */
+  const double amx = w->flops > 0 ? ferry__cpu_amx_gflops(profile, w) : 0;
+  if (amx > 0) {
+    const double t_amx = host_ns(h, threads, nodes, w->flops / (amx * eff), t_mem);
+    if (t_amx < t) t = t_amx;
+  }
   return (h->cpu_op_ns > 0 ? h->cpu_op_ns : 0) + ferry__ceil_ns(t);
 }

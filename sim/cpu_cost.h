@@ -36,6 +36,18 @@ double ferry__cpu_quant_width(const struct ferry_hw_profile *profile);
  * sockets: the weights then lie in one node's memory, and every core reads them there. */
 double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile);
 
+/* Rows of an AMX tile: a tile register holds 16 rows of 64 bytes (Intel SDM, AMX palette 1), so a
+ * product of m activation rows occupies ceil(m / 16) x 16 row slots of the TMUL. */
+#define FERRY_AMX_TILE_ROWS 16
+
+/* The whole host's AMX rate for work w, GFLOP/s (GOP/s for int8): cores x
+ * host.core_gflops.amx_bf16 (bf16 math) or amx_int8 (int8 math over weights stored as int8, which
+ * the tiles take as they are) x rows / (16 x ceil(rows / 16)), the unused rows of the last tile
+ * wasted; 0 when AMX does not apply: the runtime lacks runtime.cpu_amx, the host the figure, or w
+ * is not a matrix product (GEMM class with rows) of those types (low-bit weights need unpacking
+ * to int8, which the AMX kernels modelled do not do). */
+double ferry__cpu_amx_gflops(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
+
 /* Most NUMA nodes ferry__cpu_node_threads() counts threads on. */
 #define FERRY_CPU_MAX_NODES 64
 
@@ -62,7 +74,10 @@ void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
  * (ferry__cpu_node_threads()), each node takes that time at its share of the cores it has threads
  * on (at most its own) and of the bandwidth, and the nodes' rates add (the runtime's threads steal
  * each other's tasks): 1 / sum over nodes of 1 / sqrt(t_sm_n^2 + t_mem_n^2); 0 for folded work; -1 when the profile lacks the host figures the work
- * needs (no host section, no CPU peak, no DDR bandwidth). */
+ * needs (no host section, no CPU peak, no DDR bandwidth). Where ferry__cpu_amx_gflops() applies, the
+ * runtime runs the product on whichever kernel is faster: the above (AVX-512) or the AMX one,
+ * t_math = flops / (AMX rate x ferry__cpu_math_eff()) with no unpacking, the same bytes
+ * (ktransformers v0.3 picks AMX or AVX-512 per product by its arithmetic intensity). */
 int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
 
 #endif /* FERRY_SIM_CPU_COST_H */

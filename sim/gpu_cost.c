@@ -112,6 +112,8 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
   out->flops = flops;
   out->bytes = (double)bytes;
   out->alu_ops = 0;
+  out->rows = 0;
+  out->qformat = 0;
   out->folded = 0;
   out->launches = 1;
   out->ops = 0;
@@ -122,12 +124,15 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
     case FERRY_K_EXPERT: {
       out->op = FERRY_HW_OP_GEMM;
       out->math = k->w.dtype;
+      out->rows = k->m;
       const struct ferry_ref *refs[3] = {&k->w, &k->aux[0], &k->aux[1]};
       const int n_w = k->kind == FERRY_K_EXPERT ? 3 : 1;
       for (int i = 0; i < n_w; i++) {
         const struct ferry__packed *p = packed ? packed[i] : NULL;
         /* each weight's own element count: a fused gate_up weight is twice the down one */
-        if (p) out->math = charge_packed(out, refs[i], p->elems, p, fused, k->m);
+        if (!p) continue;
+        out->math = charge_packed(out, refs[i], p->elems, p, fused, k->m);
+        out->qformat = p->qformat;
       }
       break;
     }

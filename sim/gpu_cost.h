@@ -25,6 +25,10 @@ struct ferry__gpu_work {
   double flops;          /* math at that peak */
   double bytes;          /* device-memory traffic */
   double alu_ops;        /* CUDA-core instructions beside the math (unpacking low-bit weights) */
+  int64_t rows;          /* activation rows a matrix product multiplies by each weight (the kernel's m:
+                            tokens, or an expert's routed rows); 0 for other work */
+  int32_t qformat;       /* enum ferry_qformat the product's packed weights are stored in (the last
+                            packed one read); 0 (fp32) for plain weights and other work */
   int folded;            /* no kernel of its own: its work is charged to the op that reads its output */
   int launches;          /* GPU kernels the runtime runs for it, each paying the GPU's fixed time (0 = 1) */
   int ops;               /* framework ops the runtime issues for it beyond the first, each paying the

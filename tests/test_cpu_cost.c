@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ferry/exec.h"
+#include "ferry/quant.h"
 #include "sim/cpu_cost.h"
 #include "testutil.h"
 
@@ -174,6 +175,92 @@ static void test_cpu_numa_first_threads(void **state) {
   assert_int_equal(ferry__cpu_node_threads(&p, threads, FERRY_CPU_MAX_NODES), 0);
 }
 
+/* An int8 product over m rows of a 1024 x 1024 int8 weight: its flops, the AVX-512 path's unpacking
+ * (1.5 per element) and 8000 bytes (1000 ns at 8 B/ns). */
+static struct ferry__gpu_work int8_product(int64_t m) {
+  struct ferry__gpu_work w;
+  memset(&w, 0, sizeof w);
+  w.op = FERRY_HW_OP_GEMM;
+  w.math = FERRY_DTYPE_I8;
+  w.qformat = FERRY_QFORMAT_INT8;
+  w.rows = m;
+  w.flops = 2.0 * (double)m * 1024 * 1024, w.alu_ops = 1.5 * 1024 * 1024, w.bytes = 8000;
+  return w;
+}
+
+/* A runtime with AMX kernels multiplies int8 weights on the tiles (1000 GOP/s a core here), whole
+ * 16-row tiles at a time, with no unpacking; a runtime without them keeps the AVX-512 time. */
+static void test_cpu_amx_int8(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  p.host.core_gflops.amx_int8 = 1000;
+  p.has_runtime = 1;
+  /* AVX-512 (no cpu_amx): m = 16: math 33554432 at 56 op/ns (599186.3 ns) + unpacking 1572864 at
+   * 7 op/ns (224694.9 ns), bytes 1000 ns: sqrt -> 823881.8 -> 823882, + 1000 */
+  struct ferry__gpu_work w = int8_product(16);
+  assert_true(ferry__cpu_amx_gflops(&p, &w) == 0);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 824882);
+  p.runtime.cpu_amx = 1;
+  /* AMX, m = 16: one full tile, 2 x 1000 GOP/s x 0.7 = 1400 op/ns: 23967.5 ns; with the 1000 ns of
+   * bytes sqrt -> 23988.3 -> 23989, + 1000 */
+  assert_true(ferry__cpu_amx_gflops(&p, &w) == 2000);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 24989);
+  /* m = 1: the tile's 16 rows computed for one: 2000 x 1 / 16 = 125 GOP/s, 2097152 ops take as
+   * long as m = 16's (23967.5 ns), still faster than AVX-512's unpacking (263146) */
+  w = int8_product(1);
+  assert_true(ferry__cpu_amx_gflops(&p, &w) == 125);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 24989);
+  /* m = 17: two tiles for 17 rows: 2000 x 17 / 32 = 1062.5 GOP/s, 35651584 ops at 743.75 op/ns:
+   * 47934.9 ns; sqrt with 1000 -> 47945.3 -> 47946, + 1000 */
+  w = int8_product(17);
+  assert_true(ferry__cpu_amx_gflops(&p, &w) == 1062.5);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 48946);
+  /* low-bit weights need unpacking to int8, which the AMX kernels do not do; a host without the
+   * figure has no AMX: both keep the AVX-512 time (m = 17: 862331) */
+  w.qformat = FERRY_QFORMAT_INT4;
+  assert_true(ferry__cpu_amx_gflops(&p, &w) == 0);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 862331);
+  w.qformat = FERRY_QFORMAT_INT8, p.host.core_gflops.amx_int8 = 0;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 862331);
+}
+
+/* bf16 weights, which AVX-512 multiplies without unpacking: a decode row runs faster there than on
+ * a tile 1/16 full, a 16-row prefill on the tile. */
+static void test_cpu_amx_bf16_fallback(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = cpu();
+  p.host.core_gflops.bf16 = 40, p.host.core_gflops.amx_bf16 = 500;
+  p.has_runtime = 1, p.runtime.cpu_amx = 1;
+  struct ferry__gpu_work w = int8_product(1);
+  w.math = FERRY_DTYPE_BF16, w.qformat = FERRY_QFORMAT_BF16, w.alu_ops = 0;
+  /* m = 1: AVX-512 2097152 / 56 = 37449.1 ns against AMX 2097152 / (1000 / 16 x 0.7) = 47934.9:
+   * AVX-512; sqrt with 1000 -> 37462.5 -> 37463, + 1000 */
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 38463);
+  /* m = 16: AMX 33554432 / 700 = 47934.9 ns against AVX-512's 599186.3: AMX (48946) */
+  w.rows = 16, w.flops = 2.0 * 16 * 1024 * 1024;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 48946);
+}
+
+/* ferry__cpu_work_of() gives a product's rows and its packed weight's format to the AMX rule. */
+static void test_cpu_work_rows_format(void **state) {
+  (void)state;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_MATMUL;
+  k.m = 17, k.n = 1024, k.k = 1024;
+  k.w.dtype = FERRY_DTYPE_F32;
+  const struct ferry__packed packed = {1024 * 1024 + 1024 * 4, 1024.0 * 1024, FERRY_QFORMAT_INT8};
+  const struct ferry__packed *const refs[3] = {&packed, NULL, NULL};
+  struct ferry__gpu_work w;
+  ferry__cpu_work_of(&k, refs, &w);
+  assert_int_equal(w.rows, 17);
+  assert_int_equal(w.qformat, FERRY_QFORMAT_INT8);
+  assert_int_equal(w.math, FERRY_DTYPE_I8);
+  ferry__cpu_work_of(&k, NULL, &w); /* plain fp32 weights */
+  assert_int_equal(w.qformat, 0);
+  assert_int_equal(w.math, FERRY_DTYPE_F32);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_product_soft_roofline),
@@ -181,6 +268,9 @@ int main(void) {
       cmocka_unit_test(test_cpu_runtime_math_eff),
       cmocka_unit_test(test_cpu_quant_simd_width),
       cmocka_unit_test(test_cpu_numa_first_threads),
+      cmocka_unit_test(test_cpu_amx_int8),
+      cmocka_unit_test(test_cpu_amx_bf16_fallback),
+      cmocka_unit_test(test_cpu_work_rows_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,7 +50,7 @@ static void test_catalogue_loads(void **state) {
                                        "eager",       "graph",        "native",        "b200",          "gh200",
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
                                        "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers", "deepspeed-0.7",
-                                       "rtx-3090-ti-wsl", "llama.cpp-2024q1"};
+                                       "rtx-3090-ti-wsl", "llama.cpp-2024q1", "ktransformers-v0.3"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -298,15 +298,15 @@ static const struct bad_case {
      FERRY_ERR_FORMAT, "switched.json: interconnect.switched must be 0 or 1"},
 };
 
-/* Runtime presets: the catalogue's eight, applied to a GPU profile with their sources (and
+/* Runtime presets: the catalogue's nine, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
   static const char *const presets[] = {"eager",         "graph",        "native",
                                         "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1", "flexgen",
-                                        "zero-inference-kv"};
-  for (int i = 0; i < 8; i++) {
+                                        "zero-inference-kv", "ktransformers-v0.3"};
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
     const struct ferry_hw_profile *p = ferry_hw_get(rt);
@@ -353,6 +353,10 @@ static void test_runtime_presets(void **state) {
     static const char *const rd[] = {"runtime.read_threads", "runtime.read_depth", "runtime.read_request_bytes"};
     for (size_t f = 0; (ds || paged) && f < sizeof rd / sizeof rd[0]; f++)
       if (!find_source(p, rd[f], 0)) fail_msg("%s: no source for %s", presets[i], rd[f]);
+    /* ktransformers' v0.3 preview is the one whose CPU experts run on AMX tiles */
+    const int amx = !strcmp(presets[i], "ktransformers-v0.3");
+    assert_int_equal(p->runtime.cpu_amx, amx);
+    if (amx && !find_source(p, "runtime.cpu_amx", 0)) fail_msg("ktransformers-v0.3: cpu_amx lacks a source");
     /* the KV-offload fork is the one whose CPU attention converts an fp16 cache to fp32 first */
     const int upcast = !strcmp(presets[i], "zero-inference-kv");
     assert_int_equal(p->runtime.cpu_kv_upcast, upcast);
@@ -395,6 +399,29 @@ static void test_runtime_presets(void **state) {
   assert_true(strstr(ferry_last_error(), "pcie4-x16 is a link profile, not a runtime") != NULL);
   assert_int_equal(ferry_hw_set_runtime(hw, "no-such-runtime"), FERRY_ERR_NOT_FOUND);
   assert_int_equal(ferry_hw_get(hw)->runtime.launch_ns, 0); /* unchanged by the failures */
+  ferry_hw_close(hw);
+}
+
+/* The Xeon Gold 6454S profiles give AMX peaks per core (2.2 GHz x 1024 bf16 flops and x 2048 int8
+ * ops per cycle), each with a source; a host without AMX leaves them 0, and a GPU profile on the
+ * 6454S host carries them. */
+static void test_host_amx(void **state) {
+  (void)state;
+  use_catalogue_only();
+  static const char *const names[] = {"xeon-6454s-1s", "xeon-6454s-2s", "rtx-4090d"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    ferry_hw *hw = NULL;
+    if (ferry_hw_open(&hw, names[i]) != FERRY_OK) fail_msg("%s: %s", names[i], ferry_last_error());
+    const struct ferry_hw_profile *p = ferry_hw_get(hw);
+    assert_true(fabs(p->host.core_gflops.amx_bf16 - 2.2 * 1024) < 1e-9);
+    assert_true(fabs(p->host.core_gflops.amx_int8 - 2.2 * 2048) < 1e-9);
+    if (!find_source(p, "host.core_gflops.amx_bf16", 0) || !find_source(p, "host.core_gflops.amx_int8", 0))
+      fail_msg("%s: an AMX peak lacks a source", names[i]);
+    ferry_hw_close(hw);
+  }
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "ddr5"), FERRY_OK);
+  assert_true(ferry_hw_get(hw)->host.core_gflops.amx_int8 == 0 && ferry_hw_get(hw)->host.core_gflops.amx_bf16 == 0);
   ferry_hw_close(hw);
 }
 
@@ -540,7 +567,7 @@ int main(void) {
       cmocka_unit_test(test_catalogue_loads), cmocka_unit_test(test_t4_flexgen_fit),
       cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
       cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
-      cmocka_unit_test(test_runtime_presets),
+      cmocka_unit_test(test_runtime_presets), cmocka_unit_test(test_host_amx),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -131,6 +131,10 @@ struct ferry_hw_core_gflops {
   double bf16; /**< BF16 dot-product peak (AVX512-BF16), used for bf16 weights */
   double int8; /**< INT8 dot-product peak (AVX-512 VNNI / AVX2 maddubs), used for low-bit weights,
                     which CPU kernels (llama.cpp, llamafile) multiply against int8 activations */
+  double amx_bf16; /**< AMX tile peak for bf16 products (TDPBF16PS), GFLOP/s; used only by a runtime
+                        with runtime.cpu_amx; 0 = the core has no AMX */
+  double amx_int8; /**< AMX tile peak for int8 products (TDPBSSD), GOP/s; used only by a runtime
+                        with runtime.cpu_amx; 0 = the core has no AMX */
 };
 
 /** Host memory and CPU. */
@@ -214,6 +218,10 @@ struct ferry_hw_runtime {
                                use, in bits (256: llama.cpp's AVX2 k-quant vec_dot); on a host
                                whose host.simd_bits is wider, those products reach only this
                                fraction of its peak; 0 = not given: the host's full width */
+  int32_t cpu_amx;        /**< 1: the runtime's CPU matrix products of bf16 or int8 weights can run on
+                               AMX tiles (ktransformers v0.3 AMXInt8 / AMXBF16 experts), at
+                               host.core_gflops.amx_bf16 / amx_int8 in whole 16-row tiles, or on
+                               its AVX-512 kernel where that is faster (few rows); 0: AVX-512 only */
   int32_t attn_repeat_kv; /**< 1: a grouped-query attention first copies K and V repeated to every
                                query head of their group and multiplies that copy (HF transformers'
                                eager and SDPA paths, `repeat_kv`), so it writes and reads n_rep
