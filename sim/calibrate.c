@@ -798,6 +798,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     if (p->runtime.cpu_quant_simd_bits)
       cJSON_AddNumberToObject(r, "cpu_quant_simd_bits", p->runtime.cpu_quant_simd_bits);
     if (p->runtime.cpu_amx) cJSON_AddNumberToObject(r, "cpu_amx", p->runtime.cpu_amx);
+    if (p->runtime.cpu_amx_min_rows) cJSON_AddNumberToObject(r, "cpu_amx_min_rows", p->runtime.cpu_amx_min_rows);
     if (p->runtime.attn_repeat_kv) cJSON_AddNumberToObject(r, "attn_repeat_kv", p->runtime.attn_repeat_kv);
     if (p->runtime.gather_copy) cJSON_AddNumberToObject(r, "gather_copy", p->runtime.gather_copy);
     if (p->runtime.split_copy) cJSON_AddNumberToObject(r, "split_copy", p->runtime.split_copy);

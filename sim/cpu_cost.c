@@ -123,10 +123,10 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
   int32_t threads[FERRY_CPU_MAX_NODES];
   const int nodes = ferry__cpu_node_threads(profile, threads, FERRY_CPU_MAX_NODES);
   double t = host_ns(h, threads, nodes, t_math + t_alu, t_mem);
-  /* AMX tiles where the runtime has them and they are faster: no unpacking (the tiles take int8 and
-   * bf16 weights as stored), the same bytes */
+  /* AMX tiles where the runtime has them, picks them for this many rows, and they are faster: no
+   * unpacking (the tiles take int8 and bf16 weights as stored), the same bytes */
   const double amx = w->flops > 0 ? ferry__cpu_amx_gflops(profile, w) : 0;
-  if (amx > 0) {
+  if (amx > 0 && w->rows >= profile->runtime.cpu_amx_min_rows) {
     const double t_amx = host_ns(h, threads, nodes, w->flops / (amx * eff), t_mem);
     if (t_amx < t) t = t_amx;
   }

@@ -222,6 +222,22 @@ static void test_cpu_amx_int8(void **state) {
   assert_int_equal(ferry__cpu_work_ns(&p, &w), 862331);
   w.qformat = FERRY_QFORMAT_INT8, p.host.core_gflops.amx_int8 = 0;
   assert_int_equal(ferry__cpu_work_ns(&p, &w), 862331);
+  /* a runtime that picks AMX only from 5 rows (ktransformers): m = 4 keeps AVX-512 although its
+   * tile (2000 x 4 / 16 = 500 GOP/s: 8388608 ops in 23967.5 ns, as m = 16's) would be faster;
+   * without the rule the tile; m = 5 runs on the tile (625 GOP/s, 23967.5 ns again) */
+  p.host.core_gflops.amx_int8 = 1000, p.runtime.cpu_amx_min_rows = 5;
+  w = int8_product(4);
+  p.runtime.cpu_amx = 0;
+  const int64_t avx4 = ferry__cpu_work_ns(&p, &w);
+  assert_true(avx4 > 24989);
+  p.runtime.cpu_amx = 1;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), avx4);
+  p.runtime.cpu_amx_min_rows = 0;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 24989);
+  p.runtime.cpu_amx_min_rows = 5;
+  w = int8_product(5);
+  assert_true(ferry__cpu_amx_gflops(&p, &w) == 625);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 24989);
 }
 
 /* bf16 weights, which AVX-512 multiplies without unpacking: a decode row runs faster there than on

@@ -357,6 +357,8 @@ static void test_runtime_presets(void **state) {
     const int amx = !strcmp(presets[i], "ktransformers-v0.3");
     assert_int_equal(p->runtime.cpu_amx, amx);
     if (amx && !find_source(p, "runtime.cpu_amx", 0)) fail_msg("ktransformers-v0.3: cpu_amx lacks a source");
+    assert_int_equal(p->runtime.cpu_amx_min_rows, amx ? 5 : 0); /* AMX.md: more than 4 tokens per expert */
+    if (amx && !find_source(p, "runtime.cpu_amx_min_rows", 0)) fail_msg("ktransformers-v0.3: cpu_amx_min_rows lacks a source");
     /* the KV-offload fork is the one whose CPU attention converts an fp16 cache to fp32 first */
     const int upcast = !strcmp(presets[i], "zero-inference-kv");
     assert_int_equal(p->runtime.cpu_kv_upcast, upcast);

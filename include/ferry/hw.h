@@ -222,6 +222,9 @@ struct ferry_hw_runtime {
                                AMX tiles (ktransformers v0.3 AMXInt8 / AMXBF16 experts), at
                                host.core_gflops.amx_bf16 / amx_int8 in whole 16-row tiles, or on
                                its AVX-512 kernel where that is faster (few rows); 0: AVX-512 only */
+  int32_t cpu_amx_min_rows; /**< with cpu_amx: the fewest rows a product must have for the runtime to
+                               pick its AMX kernel (ktransformers: more than 4 tokens per expert, 5);
+                               fewer run on AVX-512 whatever the tiles would take; 0 = no such rule */
   int32_t attn_repeat_kv; /**< 1: a grouped-query attention first copies K and V repeated to every
                                query head of their group and multiplies that copy (HF transformers'
                                eager and SDPA paths, `repeat_kv`), so it writes and reads n_rep
