@@ -953,9 +953,13 @@ static ferry_status stats_memory(ferry_db *db, int64_t run_id, struct ferry_run_
 /* Engine steps: their count, bytes moved and stall. */
 static ferry_status stats_steps(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
   sqlite3_stmt *q = NULL;
+  /* steps.bytes_disk_write came with schema 10; an older file opened read-only has none */
   int rc = sqlite3_prepare_v2(db->sql,
-                              "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
-                              "total(stall_ns) FROM steps WHERE runId=?1", -1, &q, NULL);
+                              db->version >= 10 ? "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
+                                                  "total(stall_ns), total(bytes_disk_write) FROM steps WHERE runId=?1"
+                                                : "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
+                                                  "total(stall_ns), 0 FROM steps WHERE runId=?1",
+                              -1, &q, NULL);
   if (rc != SQLITE_OK) return stats_sql_fail(db, q, rc, "reading steps");
   sqlite3_bind_int64(q, 1, run_id);
   if ((rc = sqlite3_step(q)) != SQLITE_ROW) return stats_sql_fail(db, q, rc, "reading steps");
@@ -964,6 +968,7 @@ static ferry_status stats_steps(ferry_db *db, int64_t run_id, struct ferry_run_s
   stats->bytes_h2d = ferry__f64_to_u64(sqlite3_column_double(q, 2));
   stats->bytes_d2h = ferry__f64_to_u64(sqlite3_column_double(q, 3));
   stats->stall_ns = ferry__f64_to_i64(sqlite3_column_double(q, 4));
+  stats->bytes_disk_write = ferry__f64_to_u64(sqlite3_column_double(q, 5));
   sqlite3_finalize(q);
   return FERRY_OK;
 }

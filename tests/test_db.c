@@ -1181,6 +1181,7 @@ static void test_migration_disk_write(void **state) {
   assert_int_equal(ferry_db_run_stats(db, 4, &rs), FERRY_OK);
   assert_int_equal(rs.steps, 1);
   assert_int_equal(rs.bytes_disk, 77);
+  assert_int_equal(rs.bytes_disk_write, 0); /* no such column before schema 10: none recorded */
   ferry_db_close(db);
   s = raw_open(f->path);
   assert_int_equal(q1(s, "PRAGMA user_version"), 9); /* read-only: not migrated */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ferry/db.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/gen.h"
@@ -459,6 +460,24 @@ static void check_db_disk_write(const char *args, const char *db_path) {
       writing != rows)
     fail_msg("ferry %s: the summary wrote %.0f bytes in %.0f steps; the steps table %.0f bytes in %lld rows (%lld "
              "writing)", args, written->valuedouble, steps->valuedouble, sum, (long long)rows, (long long)writing);
+  /* what the readers make of it: the run's stats, `db show` and its metrics (db diff's names) */
+  const int64_t id = (int64_t)run_id->valuedouble;
+  ferry_db *fdb = NULL;
+  assert_int_equal(ferry_db_open(&fdb, db_path, FERRY_DB_READ_ONLY), FERRY_OK);
+  struct ferry_run_stats stats;
+  assert_int_equal(ferry_db_run_stats(fdb, id, &stats), FERRY_OK);
+  assert_true((double)stats.bytes_disk_write == written->valuedouble);
+  ferry_db_close(fdb);
+  free(out);
+  if (tu_run_ferryf(&out, "db show %lld --db '%s'", (long long)id, db_path) != 0) fail_msg("%s", out);
+  assert_true(tu_contains(out, "disk writes  "));
+  free(out);
+  if (tu_run_ferryf(&out, "db show %lld --db '%s' --format json", (long long)id, db_path) != 0) fail_msg("%s", out);
+  cJSON *shown = cJSON_Parse(out);
+  const cJSON *metric = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(shown, "metrics"),
+                                                         "bytes_disk_write");
+  if (!cJSON_IsNumber(metric) || metric->valuedouble != written->valuedouble) fail_msg("db show --format json: %s", out);
+  cJSON_Delete(shown);
   cJSON_Delete(j);
   free(out);
 }

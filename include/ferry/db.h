@@ -177,6 +177,8 @@ struct ferry_run_stats {
   /** 1 when the run has no step rows (an imported Nsight Systems run) and the bytes moved were
    *  summed from its timeline's copies instead (CUPTI_ACTIVITY_KIND_MEMCPY by copyKind). */
   int bytes_from_timeline;
+  uint64_t bytes_disk_write; /**< sum of steps.bytes_disk_write: bytes written to disk (a KV cache homed
+                                  there); 0 in a database older than schema 10 */
 };
 
 /** One replica's share of a data-parallel run (ferry_db_run_replicas()). */
