@@ -201,6 +201,18 @@ static void test_attention_decode_paged(void **state) {
   assert_int_equal(w.launches, 2);
 }
 
+/* A step's attention over two sequences at positions 1000 and 2000 (slots 0 and 1: 3002 keys), of
+ * heads query and kv_heads K/V heads of 128 dims, over an fp16 cache; pos and slot hold B ints. */
+static void two_sequence_attention(struct ferry_kernel *k, int32_t *pos, int32_t *slot, int heads, int kv_heads) {
+  memset(k, 0, sizeof *k);
+  pos[0] = 1000, pos[1] = 2000, slot[0] = 0, slot[1] = 1;
+  k->kind = FERRY_K_ATTENTION;
+  k->m = 2, k->heads = heads, k->kv_heads = kv_heads, k->head_dim = 128;
+  k->ints = pos, k->ints2 = slot, k->n_ints = 2;
+  k->context_tokens = 1001 + 2001;
+  k->aux[2].dtype = FERRY_DTYPE_F16;
+}
+
 /* A runtime that repeats grouped K and V to every query head first (HF transformers'
  * repeat_kv) writes and reads that copy: n_rep x each sequence's context x kv heads x (K, V)
  * x head_dim x the cache's element size, twice; once per sequence, however many of its
@@ -208,15 +220,9 @@ static void test_attention_decode_paged(void **state) {
 static void test_attention_repeat_kv(void **state) {
   (void)state;
   struct ferry_hw_profile p = gpu();
-  enum { B = 2, KVH = 8, HD = 128 };
-  int32_t pos[B + 2] = {1000, 2000, 0, 0}, slot[B + 2] = {0, 1, 0, 0};
+  int32_t pos[2], slot[2];
   struct ferry_kernel k;
-  memset(&k, 0, sizeof k);
-  k.kind = FERRY_K_ATTENTION;
-  k.m = B, k.heads = 32, k.kv_heads = KVH, k.head_dim = HD;
-  k.ints = pos, k.ints2 = slot, k.n_ints = B;
-  k.context_tokens = 1001 + 2001;
-  k.aux[2].dtype = FERRY_DTYPE_F16;
+  two_sequence_attention(&k, pos, slot, 32, 8);
   struct ferry__gpu_work w;
   ferry__gpu_work_of(&k, NULL, 1, &w);
   const double plain = w.bytes;
@@ -235,7 +241,7 @@ static void test_attention_repeat_kv(void **state) {
   ferry__gpu_work_of(&k, NULL, 1, &w);
   const double plain2 = w.bytes;
   ferry__runtime_work(&p, &k, 0, &w);
-  assert_true(w.bytes == plain2 + 2.0 * 4 * (3 + 2001) * KVH * 2 * HD * 2);
+  assert_true(w.bytes == plain2 + 2.0 * 4 * (3 + 2001) * 8 * 2 * 128 * 2);
   /* ungrouped heads (multi-head attention) have nothing to repeat */
   k.kv_heads = 32;
   ferry__gpu_work_of(&k, NULL, 1, &w);
@@ -253,15 +259,9 @@ static void test_cpu_kv_upcast(void **state) {
   struct ferry_hw_profile p = gpu();
   p.has_runtime = 1;
   p.runtime.cpu_kv_upcast = 1;
-  enum { B = 2, HD = 128 };
-  int32_t pos[B] = {1000, 2000}, slot[B] = {0, 1};
+  int32_t pos[2], slot[2];
   struct ferry_kernel k;
-  memset(&k, 0, sizeof k);
-  k.kind = FERRY_K_ATTENTION;
-  k.m = B, k.heads = 16, k.kv_heads = 16, k.head_dim = HD;
-  k.ints = pos, k.ints2 = slot, k.n_ints = B;
-  k.context_tokens = 1001 + 2001;
-  k.aux[2].dtype = FERRY_DTYPE_F16;
+  two_sequence_attention(&k, pos, slot, 16, 16);
   struct ferry__gpu_work w;
   ferry__cpu_work_of(&k, NULL, &w);
   const double plain = w.bytes;
@@ -302,15 +302,9 @@ static void test_cpu_fresh_alloc(void **state) {
   struct ferry_hw_profile p = gpu();
   p.has_runtime = 1;
   p.runtime.attn_repeat_kv = 1, p.runtime.cpu_fresh_alloc = 1;
-  enum { B = 2, HD = 128 };
-  int32_t pos[B] = {1000, 2000}, slot[B] = {0, 1};
+  int32_t pos[2], slot[2];
   struct ferry_kernel k;
-  memset(&k, 0, sizeof k);
-  k.kind = FERRY_K_ATTENTION;
-  k.m = B, k.heads = 32, k.kv_heads = 8, k.head_dim = HD;
-  k.ints = pos, k.ints2 = slot, k.n_ints = B;
-  k.context_tokens = 1001 + 2001;
-  k.aux[2].dtype = FERRY_DTYPE_F16;
+  two_sequence_attention(&k, pos, slot, 32, 8);
   struct ferry__gpu_work w;
   /* fp16 repeat_kv copies: 4 x 3002 x 8 x 128 x 2 = 24592384 B each, under 32 MiB (33554432):
    * they may come from the heap, nothing added beyond test_attention_repeat_kv's 98369536 */
@@ -333,7 +327,7 @@ static void test_cpu_fresh_alloc(void **state) {
   /* ungrouped heads, longer sequences: 10001 + 20001 = 30002 keys; the upcast copies are
    * 30002 x 8 x 128 x 4 = 122888192 B each: written and read (2 x 245776384 B) and zeroed
    * (245776384 B) */
-  int32_t pos2[B] = {10000, 20000};
+  int32_t pos2[2] = {10000, 20000};
   k.ints = pos2, k.context_tokens = 10001 + 20001, k.heads = 8;
   ferry__cpu_work_of(&k, NULL, &w);
   const double mha = w.bytes;
