@@ -298,6 +298,64 @@ static const struct bad_case {
      FERRY_ERR_FORMAT, "switched.json: interconnect.switched must be 0 or 1"},
 };
 
+/* The figures that set one runtime preset apart from the others, each with its source where it
+ * is set (name: the preset's catalogue name). */
+static void check_preset_figures(const struct ferry_hw_profile *p, const char *name) {
+  /* ZeRO-3's 2022 parameter path is the one preset that gathers, splits, reads after its copies and
+   * blocks */
+  const int zero3 = !strcmp(name, "deepspeed-0.7");
+  assert_int_equal(p->runtime.gather_copy, zero3);
+  assert_int_equal(p->runtime.split_copy, zero3);
+  assert_int_equal(p->runtime.read_after_copy, zero3);
+  assert_int_equal(p->runtime.blocking_copy, zero3);
+  if (zero3 && (!find_source(p, "runtime.gather_copy", 0) || !find_source(p, "runtime.split_copy", 0) ||
+                !find_source(p, "runtime.read_after_copy", 0) ||
+                !find_source(p, "runtime.blocking_copy", 0)))
+    fail_msg("deepspeed-0.7: its ZeRO-3 figures lack a source");
+  /* llama.cpp of early 2024 is the one that gathers routed rows one copy at a time */
+  const int rowcopy = !strcmp(name, "llama.cpp-2024q1");
+  assert_int_equal(p->runtime.moe_row_copy, rowcopy);
+  if (rowcopy && !find_source(p, "runtime.moe_row_copy", 0)) fail_msg("llama.cpp-2024q1: moe_row_copy lacks a source");
+  /* FlexGen is the one that dequantizes with separate ops and expands and compresses its int4
+   * cache itself: each figure counted from its code, with a source */
+  const int flexgen = !strcmp(name, "flexgen");
+  assert_int_equal(p->runtime.kv_expand, flexgen);
+  assert_int_equal(p->runtime.dequant_pass_bytes > 0, flexgen);
+  assert_int_equal(p->runtime.dequant_kernels > 1, flexgen);
+  assert_int_equal(p->runtime.kv_quant_bytes > 0 && p->runtime.kv_quant_kernels > 0, flexgen);
+  static const char *const fg[] = {"runtime.dequant_pass_bytes", "runtime.dequant_kernels", "runtime.kv_expand",
+                                   "runtime.kv_quant_bytes", "runtime.kv_quant_kernels"};
+  for (size_t f = 0; flexgen && f < sizeof fg / sizeof fg[0]; f++)
+    if (!find_source(p, fg[f], 0)) fail_msg("flexgen: no source for %s", fg[f]);
+  /* the PyTorch stacks describe how they read from disk, each figure from their code: DeepSpeed's
+   * aio (one thread, 8 requests of 1 MiB), FlexGen's 4 copy threads and Accelerate's intra-op
+   * threads faulting memory maps in (2 read-ahead windows each) */
+  const int ds = zero3 || !strcmp(name, "zero-inference-kv"), paged = flexgen || !strcmp(name, "eager");
+  assert_int_equal(p->runtime.read_depth, ds ? 8 : paged ? 2 : 0);
+  assert_int_equal(p->runtime.read_threads, ds ? 1 : flexgen ? 4 : 0);
+  assert_int_equal(p->runtime.read_request_bytes, ds ? 1 << 20 : 0);
+  static const char *const rd[] = {"runtime.read_threads", "runtime.read_depth", "runtime.read_request_bytes"};
+  for (size_t f = 0; (ds || paged) && f < sizeof rd / sizeof rd[0]; f++)
+    if (!find_source(p, rd[f], 0)) fail_msg("%s: no source for %s", name, rd[f]);
+  /* ktransformers' v0.3 preview is the one whose CPU experts run on AMX tiles */
+  const int amx = !strcmp(name, "ktransformers-v0.3");
+  assert_int_equal(p->runtime.cpu_amx, amx);
+  if (amx && !find_source(p, "runtime.cpu_amx", 0)) fail_msg("ktransformers-v0.3: cpu_amx lacks a source");
+  assert_int_equal(p->runtime.cpu_amx_min_rows, amx ? 5 : 0); /* AMX.md: more than 4 tokens per expert */
+  if (amx && !find_source(p, "runtime.cpu_amx_min_rows", 0)) fail_msg("ktransformers-v0.3: cpu_amx_min_rows lacks a source");
+  /* the KV-offload fork is the one whose CPU attention converts an fp16 cache to fp32 first */
+  const int upcast = !strcmp(name, "zero-inference-kv");
+  assert_int_equal(p->runtime.cpu_kv_upcast, upcast);
+  if (upcast && !find_source(p, "runtime.cpu_kv_upcast", 0)) fail_msg("zero-inference-kv: cpu_kv_upcast lacks a source");
+  /* the PyTorch stacks allocate their CPU ops' temporaries fresh (c10 alloc_cpu, glibc's mmap
+   * threshold, pages the kernel zeroes); llama.cpp's and ktransformers' CPU buffers are planned
+   * once and reused: each says so with a source, vLLM's graph replays compute nothing on the CPU */
+  const int torch = paged || ds;
+  assert_int_equal(p->runtime.cpu_fresh_alloc, torch);
+  if (strcmp(name, "graph") && !find_source(p, "runtime.cpu_fresh_alloc", 0))
+    fail_msg("%s: cpu_fresh_alloc lacks a source", name);
+}
+
 /* Runtime presets: the catalogue's nine, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
@@ -317,59 +375,7 @@ static void test_runtime_presets(void **state) {
                                           "runtime.sync_fetch", "runtime.numa_blind"};
     for (size_t f = 0; f < 8; f++)
       if (!find_source(p, figures[f], 0)) fail_msg("%s: no source for %s", presets[i], figures[f]);
-    /* ZeRO-3's 2022 parameter path is the one preset that gathers, splits, reads after its copies and
-     * blocks */
-    const int zero3 = !strcmp(presets[i], "deepspeed-0.7");
-    assert_int_equal(p->runtime.gather_copy, zero3);
-    assert_int_equal(p->runtime.split_copy, zero3);
-    assert_int_equal(p->runtime.read_after_copy, zero3);
-    assert_int_equal(p->runtime.blocking_copy, zero3);
-    if (zero3 && (!find_source(p, "runtime.gather_copy", 0) || !find_source(p, "runtime.split_copy", 0) ||
-                  !find_source(p, "runtime.read_after_copy", 0) ||
-                  !find_source(p, "runtime.blocking_copy", 0)))
-      fail_msg("deepspeed-0.7: its ZeRO-3 figures lack a source");
-    /* llama.cpp of early 2024 is the one that gathers routed rows one copy at a time */
-    const int rowcopy = !strcmp(presets[i], "llama.cpp-2024q1");
-    assert_int_equal(p->runtime.moe_row_copy, rowcopy);
-    if (rowcopy && !find_source(p, "runtime.moe_row_copy", 0)) fail_msg("llama.cpp-2024q1: moe_row_copy lacks a source");
-    /* FlexGen is the one that dequantizes with separate ops and expands and compresses its int4
-     * cache itself: each figure counted from its code, with a source */
-    const int flexgen = !strcmp(presets[i], "flexgen");
-    assert_int_equal(p->runtime.kv_expand, flexgen);
-    assert_int_equal(p->runtime.dequant_pass_bytes > 0, flexgen);
-    assert_int_equal(p->runtime.dequant_kernels > 1, flexgen);
-    assert_int_equal(p->runtime.kv_quant_bytes > 0 && p->runtime.kv_quant_kernels > 0, flexgen);
-    static const char *const fg[] = {"runtime.dequant_pass_bytes", "runtime.dequant_kernels", "runtime.kv_expand",
-                                     "runtime.kv_quant_bytes", "runtime.kv_quant_kernels"};
-    for (size_t f = 0; flexgen && f < sizeof fg / sizeof fg[0]; f++)
-      if (!find_source(p, fg[f], 0)) fail_msg("flexgen: no source for %s", fg[f]);
-    /* the PyTorch stacks describe how they read from disk, each figure from their code: DeepSpeed's
-     * aio (one thread, 8 requests of 1 MiB), FlexGen's 4 copy threads and Accelerate's intra-op
-     * threads faulting memory maps in (2 read-ahead windows each) */
-    const int ds = zero3 || !strcmp(presets[i], "zero-inference-kv"), paged = flexgen || !strcmp(presets[i], "eager");
-    assert_int_equal(p->runtime.read_depth, ds ? 8 : paged ? 2 : 0);
-    assert_int_equal(p->runtime.read_threads, ds ? 1 : flexgen ? 4 : 0);
-    assert_int_equal(p->runtime.read_request_bytes, ds ? 1 << 20 : 0);
-    static const char *const rd[] = {"runtime.read_threads", "runtime.read_depth", "runtime.read_request_bytes"};
-    for (size_t f = 0; (ds || paged) && f < sizeof rd / sizeof rd[0]; f++)
-      if (!find_source(p, rd[f], 0)) fail_msg("%s: no source for %s", presets[i], rd[f]);
-    /* ktransformers' v0.3 preview is the one whose CPU experts run on AMX tiles */
-    const int amx = !strcmp(presets[i], "ktransformers-v0.3");
-    assert_int_equal(p->runtime.cpu_amx, amx);
-    if (amx && !find_source(p, "runtime.cpu_amx", 0)) fail_msg("ktransformers-v0.3: cpu_amx lacks a source");
-    assert_int_equal(p->runtime.cpu_amx_min_rows, amx ? 5 : 0); /* AMX.md: more than 4 tokens per expert */
-    if (amx && !find_source(p, "runtime.cpu_amx_min_rows", 0)) fail_msg("ktransformers-v0.3: cpu_amx_min_rows lacks a source");
-    /* the KV-offload fork is the one whose CPU attention converts an fp16 cache to fp32 first */
-    const int upcast = !strcmp(presets[i], "zero-inference-kv");
-    assert_int_equal(p->runtime.cpu_kv_upcast, upcast);
-    if (upcast && !find_source(p, "runtime.cpu_kv_upcast", 0)) fail_msg("zero-inference-kv: cpu_kv_upcast lacks a source");
-    /* the PyTorch stacks allocate their CPU ops' temporaries fresh (c10 alloc_cpu, glibc's mmap
-     * threshold, pages the kernel zeroes); llama.cpp's and ktransformers' CPU buffers are planned
-     * once and reused: each says so with a source, vLLM's graph replays compute nothing on the CPU */
-    const int torch = paged || ds;
-    assert_int_equal(p->runtime.cpu_fresh_alloc, torch);
-    if (strcmp(presets[i], "graph") && !find_source(p, "runtime.cpu_fresh_alloc", 0))
-      fail_msg("%s: cpu_fresh_alloc lacks a source", presets[i]);
+    check_preset_figures(p, presets[i]);
     ferry_hw_close(rt);
   }
   ferry_hw *hw = NULL;
