@@ -343,14 +343,16 @@ static void check_preset_figures(const struct ferry_hw_profile *p, const char *n
   if (amx && !find_source(p, "runtime.cpu_amx", 0)) fail_msg("ktransformers-v0.3: cpu_amx lacks a source");
   assert_int_equal(p->runtime.cpu_amx_min_rows, amx ? 5 : 0); /* AMX.md: more than 4 tokens per expert */
   if (amx && !find_source(p, "runtime.cpu_amx_min_rows", 0)) fail_msg("ktransformers-v0.3: cpu_amx_min_rows lacks a source");
-  /* the KV-offload fork is the one whose CPU attention converts an fp16 cache to fp32 first */
-  const int upcast = !strcmp(name, "zero-inference-kv");
+  /* the KV-offload fork and FlexGen (--cpu: its fp32 workspace) are the ones whose CPU attention
+   * converts an fp16 cache to fp32 first */
+  const int upcast = !strcmp(name, "zero-inference-kv") || flexgen;
   assert_int_equal(p->runtime.cpu_kv_upcast, upcast);
-  if (upcast && !find_source(p, "runtime.cpu_kv_upcast", 0)) fail_msg("zero-inference-kv: cpu_kv_upcast lacks a source");
+  if (upcast && !find_source(p, "runtime.cpu_kv_upcast", 0)) fail_msg("%s: cpu_kv_upcast lacks a source", name);
   /* the PyTorch stacks allocate their CPU ops' temporaries fresh (c10 alloc_cpu, glibc's mmap
    * threshold, pages the kernel zeroes); llama.cpp's and ktransformers' CPU buffers are planned
-   * once and reused: each says so with a source, vLLM's graph replays compute nothing on the CPU */
-  const int torch = paged || ds;
+   * once and reused, and so is FlexGen's CPU attention workspace: each says so with a source,
+   * vLLM's graph replays compute nothing on the CPU */
+  const int torch = (paged || ds) && !flexgen;
   assert_int_equal(p->runtime.cpu_fresh_alloc, torch);
   if (strcmp(name, "graph") && !find_source(p, "runtime.cpu_fresh_alloc", 0))
     fail_msg("%s: cpu_fresh_alloc lacks a source", name);
