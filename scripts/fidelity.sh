@@ -78,7 +78,10 @@ done
 # the run of median length still left the simulated figures 4-8 % off in a whole study whose
 # median run was a fast one).
 "$ferry" calibrate --db "$out/calib.db" --run all --base "$out/host.json" --out "$out/fitted.json" >/dev/null
-echo "   fitted to all $repeats calibration runs together"
+# how far the machine's pace moved between rounds: the calibration runs are the same work
+paces=$(sqlite3 "$out/calib.db" "SELECT printf('%.2f', (MAX(end_ns) - MIN(start_ns)) / 1e9) FROM steps GROUP BY runId ORDER BY runId")
+echo "   fitted to all $repeats calibration runs together; they took $(echo "$paces" | paste -sd, - | sed 's/,/, /g') s" \
+  "($(echo "$paces" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }') % apart)"
 
 echo "== simulated"
 printf '%-26s %10s %10s %7s %10s %10s %7s %10s %10s %7s %9s\n' "config" "TTFT real" "TTFT sim" "err%" \
