@@ -136,13 +136,6 @@ static void on_activity(void *user, const struct ferry_activity *a) {
   if (a->name && !strcmp(a->name, "lm_head")) p->step++;
 }
 
-#define MAX_STEPS 64
-struct sim_result {
-  struct ferry_serve_summary sum;
-  int64_t steps;
-  struct ferry_step_metrics sm[MAX_STEPS];
-};
-
 /* llama-2-7b on h100-pcie (fp16 activations and cache: a K or V row is 32 x 128 x 2 = 8 KiB). */
 static struct ferry_engine_config sim_config(int attention_device, uint64_t budget) {
   struct ferry_engine_config c = {.max_batch = 2, .max_step_tokens = 1024, .max_seq_tokens = 520, .seed = 1,
@@ -153,30 +146,11 @@ static struct ferry_engine_config sim_config(int attention_device, uint64_t budg
 
 /* A (prompt 100, 3 tokens out) and B (prompt 300, 6 out) prefill together; A decodes twice and
  * ends, C (prompt 40, 3 out) then prefills beside B's decode token. */
-static ferry_status run_sim(int attention_device, uint64_t budget, struct placement *p, struct sim_result *r) {
-  ferry_hw *hw = NULL;
-  ferry_model *m = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
-  assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
-  assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.device_budget_bytes = budget}), FERRY_OK);
-  if (p) ferry_exec_set_sink(ex, on_activity, p);
+static ferry_status run_sim(int attention_device, uint64_t budget, struct placement *p, struct tu_sim_result *r) {
+  const struct tu_sim_setup setup = {.hw = "h100-pcie", .exec = {.device_budget_bytes = budget},
+                                     .sink = p ? on_activity : NULL, .sink_user = p};
   const struct ferry_engine_config c = sim_config(attention_device, budget);
-  ferry_status st = ferry_engine_create(&e, m, NULL, ex, &c);
-  if (st == FERRY_OK) {
-    if (ferry_engine_run(e, tu_kv_sim_requests(), TU_KV_SIM_N, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
-      fail_msg("engine_run: %s", ferry_last_error());
-    ferry_engine_summary(e, &r->sum);
-    const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &r->steps);
-    assert_true(r->steps <= MAX_STEPS);
-    memcpy(r->sm, sm, (size_t)r->steps * sizeof *sm);
-  }
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_model_close(m);
-  ferry_hw_close(hw);
-  return st;
+  return tu_sim_serve(&setup, &c, tu_kv_sim_requests(), TU_KV_SIM_N, r);
 }
 
 /* Every step's attention on the device's queue, none on the CPU's (which only appends the new
@@ -191,7 +165,7 @@ static void test_sim_bytes(void **state) {
   ferry_model_close(m);
   const uint64_t row = kvd * 2; /* an fp16 K or V row */
   struct placement *p = calloc(1, sizeof *p);
-  struct sim_result *r = calloc(1, sizeof *r);
+  struct tu_sim_result *r = calloc(1, sizeof *r);
   assert_non_null(p);
   assert_non_null(r);
   p->compute_queue = -1;
@@ -223,7 +197,7 @@ static void test_sim_bytes(void **state) {
  * grows by it, the plan counts it, a budget with all but half of it refuses the run naming it. */
 static void test_scratch_budget(void **state) {
   (void)state;
-  struct sim_result *cpu = calloc(1, sizeof *cpu), *dev = calloc(1, sizeof *dev);
+  struct tu_sim_result *cpu = calloc(1, sizeof *cpu), *dev = calloc(1, sizeof *dev);
   assert_non_null(cpu);
   assert_non_null(dev);
   assert_int_equal(run_sim(0, 0, NULL, cpu), FERRY_OK);

@@ -166,14 +166,6 @@ static void test_same_logits(void **state) {
 
 /* ---- the simulator ---- */
 
-#define MAX_STEPS 64
-struct sim_result {
-  struct ferry_serve_summary sum;
-  struct ferry_sim_stats stats;
-  int64_t steps;
-  struct ferry_step_metrics sm[MAX_STEPS];
-};
-
 /* llama-2-7b on h100-pcie (fp16 cache: a K or V row is 32 x 128 x 2 = 8 KiB), everything resident. */
 static struct ferry_engine_config sim_config(int disk, uint64_t host_budget) {
   struct ferry_engine_config c = {.max_batch = 2, .max_step_tokens = 1024, .max_seq_tokens = 520, .seed = 1,
@@ -184,33 +176,10 @@ static struct ferry_engine_config sim_config(int disk, uint64_t host_budget) {
 
 /* A (prompt 100, 3 tokens out) and B (prompt 300, 6 out) prefill together; A decodes twice and
  * ends, C (prompt 40, 3 out) then prefills beside B's decode token. */
-static ferry_status run_sim(const char *hw_name, const struct ferry_engine_config *c, struct sim_result *r) {
-  ferry_hw *hw = NULL;
-  ferry_model *m = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  assert_int_equal(ferry_hw_open(&hw, hw_name), FERRY_OK);
-  assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
-  assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.host_budget_bytes = c->host_budget_bytes}),
-                   FERRY_OK);
-  ferry_status st = ferry_engine_create(&e, m, NULL, ex, c);
-  struct ferry_sim_stats loaded; /* the resident weights' reads at load */
-  if (st == FERRY_OK) {
-    assert_int_equal(ferry_exec_sim_stats(ex, &loaded), FERRY_OK);
-    st = ferry_engine_run(e, tu_kv_sim_requests(), TU_KV_SIM_N, &(struct ferry_run_options){.as_fast_as_possible = 1});
-  }
-  if (st == FERRY_OK) {
-    ferry_engine_summary(e, &r->sum);
-    const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &r->steps);
-    assert_true(r->steps <= MAX_STEPS);
-    memcpy(r->sm, sm, (size_t)r->steps * sizeof *sm);
-    assert_int_equal(ferry_exec_sim_stats(ex, &r->stats), FERRY_OK);
-    r->stats.bytes_disk -= loaded.bytes_disk; /* what serving read */
-  }
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_model_close(m);
-  ferry_hw_close(hw);
+static ferry_status run_sim(const char *hw_name, const struct ferry_engine_config *c, struct tu_sim_result *r) {
+  const struct tu_sim_setup setup = {.hw = hw_name, .exec = {.host_budget_bytes = c->host_budget_bytes}};
+  ferry_status st = tu_sim_serve(&setup, c, tu_kv_sim_requests(), TU_KV_SIM_N, r);
+  if (st == FERRY_OK) r->stats.bytes_disk -= r->loaded.bytes_disk; /* what serving read, not the resident weights' load */
   return st;
 }
 
@@ -224,7 +193,7 @@ static void test_sim_bytes(void **state) {
   const struct ferry_model_config *mc = ferry_model_get_config(m);
   const uint64_t L = (uint64_t)mc->n_layers, row = (uint64_t)(mc->n_kv_heads * mc->head_dim) * 2;
   ferry_model_close(m);
-  struct sim_result *r = calloc(1, sizeof *r);
+  struct tu_sim_result *r = calloc(1, sizeof *r);
   assert_non_null(r);
   const struct ferry_engine_config c = sim_config(1, 0);
   if (run_sim("h100-pcie", &c, r) != FERRY_OK) fail_msg("%s", ferry_last_error());
@@ -260,7 +229,7 @@ static void test_sim_bytes(void **state) {
  * budget runs with its peak within it, one short of half the staging is refused naming it. */
 static void test_host_budget(void **state) {
   (void)state;
-  struct sim_result *host = calloc(1, sizeof *host), *disk = calloc(1, sizeof *disk);
+  struct tu_sim_result *host = calloc(1, sizeof *host), *disk = calloc(1, sizeof *disk);
   assert_non_null(host);
   assert_non_null(disk);
   const struct ferry_engine_config ch = sim_config(0, 0), cd = sim_config(1, 0);

@@ -195,13 +195,6 @@ static void test_same_logits_moe(void **state) {
 
 /* ---- the simulator ---------------------------------------------------------------------- */
 
-#define MAX_STEPS 64
-struct sim_result {
-  struct ferry_serve_summary sum;
-  int64_t steps;
-  struct ferry_step_metrics sm[MAX_STEPS];
-};
-
 /* llama-2-7b on the RTX 3090 Ti with llama.cpp's runtime of early 2024 (fp32 activations cross,
  * an fp16 cache: a K or V row is 32 x 128 x 2 = 8 KiB), the last 30 of 32 layers pinned, layers 0
  * and 1 streamed one at a time without prefetch, placed by the rows rule. */
@@ -216,31 +209,10 @@ static struct ferry_engine_config sim_config(int32_t min_rows, int32_t gpu_batch
 }
 
 static ferry_status run_sim(const struct ferry_engine_config *c, const struct ferry_engine_request *req, int64_t n,
-                            struct sim_result *r) {
-  ferry_hw *hw = NULL;
-  ferry_model *m = NULL;
-  ferry_exec *ex = NULL;
-  ferry_engine *e = NULL;
-  assert_int_equal(ferry_hw_open(&hw, "rtx-3090-ti"), FERRY_OK);
-  assert_int_equal(ferry_hw_set_runtime(hw, "llama.cpp-2024q1"), FERRY_OK);
-  assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
-  assert_int_equal(
-      ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.device_budget_bytes = c->device_budget_bytes}),
-      FERRY_OK);
-  ferry_status st = ferry_engine_create(&e, m, NULL, ex, c);
-  if (st == FERRY_OK) {
-    if (ferry_engine_run(e, req, n, &(struct ferry_run_options){.as_fast_as_possible = 1}) != FERRY_OK)
-      fail_msg("engine_run: %s", ferry_last_error());
-    ferry_engine_summary(e, &r->sum);
-    const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &r->steps);
-    assert_true(r->steps <= MAX_STEPS);
-    memcpy(r->sm, sm, (size_t)r->steps * sizeof *sm);
-  }
-  ferry_engine_destroy(e);
-  ferry_exec_destroy(ex);
-  ferry_model_close(m);
-  ferry_hw_close(hw);
-  return st;
+                            struct tu_sim_result *r) {
+  const struct tu_sim_setup setup = {.hw = "rtx-3090-ti", .runtime = "llama.cpp-2024q1",
+                                     .exec = {.device_budget_bytes = c->device_budget_bytes}};
+  return tu_sim_serve(&setup, c, req, n, r);
 }
 
 /* A (prompt 100, 3 tokens out) and B (prompt 300, 6 out) prefill together; A decodes twice and
@@ -257,7 +229,7 @@ static void test_sim_bytes(void **state) {
   const uint64_t kvd = (uint64_t)(mc->n_kv_heads * mc->head_dim), H = (uint64_t)mc->hidden, streamed = 2;
   ferry_model_close(m);
   const uint64_t row = kvd * 2; /* an fp16 K or V row */
-  struct sim_result *r = calloc(1, sizeof *r);
+  struct tu_sim_result *r = calloc(1, sizeof *r);
   assert_non_null(r);
   /* of tu_kv_sim_schedule's steps the first (400 rows) and the fourth (41) reach the 32-row rule and
    * run on the device; the others (2 rows each) run on the CPU */
@@ -299,7 +271,7 @@ static void test_sim_bytes(void **state) {
  * figure the rates decide (here a CPU so fast that every step stays there). */
 static void test_rows_rule(void **state) {
   (void)state;
-  struct sim_result *r = calloc(1, sizeof *r);
+  struct tu_sim_result *r = calloc(1, sizeof *r);
   assert_non_null(r);
   const struct ferry_engine_request twenty[] = {{.id = 0, .prompt_tokens = 20, .output_tokens = 2},
                                                 {.id = 1, .prompt_tokens = 20, .output_tokens = 2}};

@@ -9,6 +9,7 @@
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/gen.h"
+#include "ferry/hw.h"
 #include "ferry/model.h"
 #include "ferry/store.h"
 #include "testutil.h"
@@ -186,3 +187,32 @@ const struct tu_seq_step tu_kv_sim_schedule[TU_KV_SIM_STEPS][2] = {
     {{1, 302}, {40, 0}},  /* B decodes beside C's prompt */
     {{1, 303}, {1, 40}},  {{1, 304}, {1, 41}}, /* C's last */
 };
+
+ferry_status tu_sim_serve(const struct tu_sim_setup *setup, const struct ferry_engine_config *c,
+                          const struct ferry_engine_request *req, int64_t n, struct tu_sim_result *r) {
+  ferry_hw *hw = NULL;
+  ferry_model *m = NULL;
+  ferry_exec *ex = NULL;
+  ferry_engine *e = NULL;
+  if (ferry_hw_open(&hw, setup->hw) != FERRY_OK || (setup->runtime && ferry_hw_set_runtime(hw, setup->runtime) != FERRY_OK) ||
+      ferry_model_open(&m, "llama-2-7b") != FERRY_OK || ferry_exec_create_sim(&ex, hw, &setup->exec) != FERRY_OK)
+    fail_msg("tu_sim_serve: %s", ferry_last_error());
+  if (setup->sink) ferry_exec_set_sink(ex, setup->sink, setup->sink_user);
+  ferry_status st = ferry_engine_create(&e, m, NULL, ex, c);
+  if (st == FERRY_OK) {
+    assert_int_equal(ferry_exec_sim_stats(ex, &r->loaded), FERRY_OK);
+    st = ferry_engine_run(e, req, n, &(struct ferry_run_options){.as_fast_as_possible = 1});
+  }
+  if (st == FERRY_OK) {
+    ferry_engine_summary(e, &r->sum);
+    const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &r->steps);
+    assert_true(r->steps <= TU_SIM_MAX_STEPS);
+    memcpy(r->sm, sm, (size_t)r->steps * sizeof *sm);
+    assert_int_equal(ferry_exec_sim_stats(ex, &r->stats), FERRY_OK);
+  }
+  ferry_engine_destroy(e);
+  ferry_exec_destroy(ex);
+  ferry_model_close(m);
+  ferry_hw_close(hw);
+  return st;
+}

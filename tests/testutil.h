@@ -10,6 +10,10 @@
 /* cmocka.h needs the three includes above first. */
 #include <cmocka.h>
 
+#include "ferry/engine.h"
+#include "ferry/exec.h"
+#include "ferry/sim.h"
+
 /* A fresh private folder under $TMPDIR (or /tmp); owned, remove with tu_rmtree + free. */
 char *tu_mkdtemp(const char *tag);
 void tu_rmtree(const char *path);
@@ -68,5 +72,28 @@ struct tu_seq_step {
   int32_t tokens, cached;
 };
 extern const struct tu_seq_step tu_kv_sim_schedule[TU_KV_SIM_STEPS][2];
+
+/* A simulated serving run of llama-2-7b: the hardware profile hw (with the runtime preset
+ * runtime when not NULL), a sim executor of exec's budgets, an activity sink when sink is set. */
+struct tu_sim_setup {
+  const char *hw, *runtime;
+  struct ferry_exec_config exec;
+  ferry_activity_fn sink;
+  void *sink_user;
+};
+#define TU_SIM_MAX_STEPS 64
+/* What it leaves: the summary, each step's metrics, and the executor's stats after loading
+ * (loaded) and after serving (stats). */
+struct tu_sim_result {
+  struct ferry_serve_summary sum;
+  struct ferry_sim_stats loaded, stats;
+  int64_t steps;
+  struct ferry_step_metrics sm[TU_SIM_MAX_STEPS];
+};
+/* Creates the engine of c on that executor and serves req (n of them) as fast as possible into r;
+ * returns the engine's status (creating it, e.g. FERRY_ERR_BUDGET, or serving). Everything it
+ * opened is closed again; a failure to open the profile, model or executor fails the test. */
+ferry_status tu_sim_serve(const struct tu_sim_setup *setup, const struct ferry_engine_config *c,
+                          const struct ferry_engine_request *req, int64_t n, struct tu_sim_result *r);
 
 #endif
