@@ -31,7 +31,7 @@ static int64_t add_run(ferry_db *db, enum ferry_run_kind kind, const char *cfg, 
     int64_t arr = (int64_t)i * 1000000, ft = arr + 4000000;
     struct ferry_request_row r = {i, arr, ft, ft + (int64_t)(tpot_ms * 10e6), 32, 11, 0};
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
-    struct ferry_step_row s = {i, arr, arr + 900000, 1, 11, 0, 1 << 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    struct ferry_step_row s = {i, arr, arr + 900000, 1, 11, 0, 1 << 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(ferry_db_add_step(db, run, &s), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, arr, FERRY_TIER_DEVICE, 8u << 20), FERRY_OK);
   }
