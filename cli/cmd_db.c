@@ -394,6 +394,9 @@ static void show_text(struct ferry_run_summary *r, struct ferry_meta_row *facts,
          ferry__format_bytes(s->bytes_disk, b1, sizeof b1), ferry__format_bytes(s->bytes_h2d, b2, sizeof b2),
          ferry__format_bytes(s->bytes_d2h, b3, sizeof b3), steps);
   if (s->bytes_disk_write) printf("disk writes  %s (host->disk)\n", ferry__format_bytes(s->bytes_disk_write, b1, sizeof b1));
+  if (s->bytes_peers) /* ZeRO-3's partitioned fetch: the rest of each streamed block */
+    printf("from peers   %s (streamed blocks from the data-parallel peers, --zero-gpus)\n",
+           ferry__format_bytes(s->bytes_peers, b1, sizeof b1));
   printf("stall time   %.3f ms\n", (double)s->stall_ns * 1e-6);
   if (rp->n > 1) replicas_text(rp);
 }

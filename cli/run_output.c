@@ -148,7 +148,7 @@ static ferry_status write_engine(struct run_ctx *c, const ferry_engine *eng, int
                                .bytes_blocks = sm[i].bytes_blocks, .bytes_experts = sm[i].bytes_experts,
                                .bytes_act = sm[i].bytes_act, .evictions = sm[i].evictions,
                                .cpu_experts = sm[i].cpu_experts, .kv_blocks = sm[i].kv_blocks, .replica = replica,
-                               .bytes_disk_write = sm[i].bytes_disk_write};
+                               .bytes_disk_write = sm[i].bytes_disk_write, .bytes_peers = sm[i].bytes_peers};
     st = ferry_db_add_step(c->db, c->run_id, &r);
   }
   /* the expert cache and weight traffic per layer (layers with none are left out) */

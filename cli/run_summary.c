@@ -54,6 +54,7 @@ static cJSON *summary_json(const struct ferry_serve_summary *s, int index, int64
   cJSON_AddNumberToObject(moved, "host_to_device", (double)s->bytes_h2d);
   cJSON_AddNumberToObject(moved, "device_to_host", (double)s->bytes_d2h);
   if (s->bytes_disk_write) cJSON_AddNumberToObject(moved, "host_to_disk", (double)s->bytes_disk_write); /* --kv-home disk */
+  if (s->bytes_peers) cJSON_AddNumberToObject(moved, "peers_to_device", (double)s->bytes_peers); /* --zero-gpus N */
   cJSON_AddNumberToObject(o, "expert_hits", (double)s->hits);
   cJSON_AddNumberToObject(o, "expert_misses", (double)s->misses);
   cJSON_AddNumberToObject(o, "prefetches", (double)s->prefetches);

@@ -953,13 +953,14 @@ static ferry_status stats_memory(ferry_db *db, int64_t run_id, struct ferry_run_
 /* Engine steps: their count, bytes moved and stall. */
 static ferry_status stats_steps(ferry_db *db, int64_t run_id, struct ferry_run_stats *stats) {
   sqlite3_stmt *q = NULL;
-  /* steps.bytes_disk_write came with schema 10; an older file opened read-only has none */
-  int rc = sqlite3_prepare_v2(db->sql,
-                              db->version >= 10 ? "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
-                                                  "total(stall_ns), total(bytes_disk_write) FROM steps WHERE runId=?1"
-                                                : "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), "
-                                                  "total(stall_ns), 0 FROM steps WHERE runId=?1",
-                              -1, &q, NULL);
+  /* steps.bytes_disk_write came with schema 10 and bytes_peers with 11; an older file opened
+   * read-only has neither column: none recorded */
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT count(*), total(bytes_disk), total(bytes_h2d), total(bytes_d2h), total(stall_ns), %s, %s "
+           "FROM steps WHERE runId=?1",
+           db->version >= 10 ? "total(bytes_disk_write)" : "0", db->version >= 11 ? "total(bytes_peers)" : "0");
+  int rc = sqlite3_prepare_v2(db->sql, sql, -1, &q, NULL);
   if (rc != SQLITE_OK) return stats_sql_fail(db, q, rc, "reading steps");
   sqlite3_bind_int64(q, 1, run_id);
   if ((rc = sqlite3_step(q)) != SQLITE_ROW) return stats_sql_fail(db, q, rc, "reading steps");
@@ -969,6 +970,7 @@ static ferry_status stats_steps(ferry_db *db, int64_t run_id, struct ferry_run_s
   stats->bytes_d2h = ferry__f64_to_u64(sqlite3_column_double(q, 3));
   stats->stall_ns = ferry__f64_to_i64(sqlite3_column_double(q, 4));
   stats->bytes_disk_write = ferry__f64_to_u64(sqlite3_column_double(q, 5));
+  stats->bytes_peers = ferry__f64_to_u64(sqlite3_column_double(q, 6));
   sqlite3_finalize(q);
   return FERRY_OK;
 }

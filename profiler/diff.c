@@ -14,7 +14,7 @@
 
 /* Which runs have a metric: latencies need requests, a tier's peak needs samples of it, bytes
  * and stall time need steps. */
-enum family { F_REQUESTS, F_PEAK_DEVICE, F_PEAK_HOST, F_PEAK_DISK, F_STEPS, F_DISK_WRITE };
+enum family { F_REQUESTS, F_PEAK_DEVICE, F_PEAK_HOST, F_PEAK_DISK, F_STEPS, F_DISK_WRITE, F_PEERS };
 
 static double ms(double ns) { return ns * 1e-6; }
 
@@ -48,6 +48,7 @@ static const struct metric {
     {"bytes_h2d", F_STEPS, 0, 1, offsetof(struct ferry_run_stats, bytes_h2d), 'u'},
     {"bytes_d2h", F_STEPS, 0, 1, offsetof(struct ferry_run_stats, bytes_d2h), 'u'},
     {"bytes_disk_write", F_DISK_WRITE, 0, 1, offsetof(struct ferry_run_stats, bytes_disk_write), 'u'},
+    {"bytes_peers", F_PEERS, 0, 1, offsetof(struct ferry_run_stats, bytes_peers), 'u'},
     {"stall_ms", F_STEPS, 0, 0, offsetof(struct ferry_run_stats, stall_ns), 'i'},
 };
 #undef DIST
@@ -62,6 +63,7 @@ static int has(const struct ferry_run_stats *s, enum family f) {
     case F_PEAK_DISK: return s->peak_bytes[FERRY_TIER_DISK] != 0;
     case F_STEPS: return s->steps != 0 || s->bytes_from_timeline;
     case F_DISK_WRITE: return s->bytes_disk_write != 0; /* only runs that wrote to disk (--kv-home disk) */
+    case F_PEERS: return s->bytes_peers != 0;           /* only runs with data-parallel peers (--zero-gpus N) */
   }
   return 0;
 }

@@ -231,6 +231,11 @@ static const char schema_v9[] =
  * keep NULL (not recorded). */
 static const char schema_v10[] = "ALTER TABLE steps ADD COLUMN bytes_disk_write INTEGER;";
 
+/* Version 11: the bytes of streamed blocks each step received from its data-parallel peers
+ * (ZeRO-3's partitioned fetch, --zero-gpus N), which the step metrics count apart from bytes_h2d
+ * and the steps table lost; older rows keep NULL (not recorded). */
+static const char schema_v11[] = "ALTER TABLE steps ADD COLUMN bytes_peers INTEGER;";
+
 static const struct ferry__migration migrations[] = {
     {1, "initial schema (runs, requests, steps, memory, nsys timeline tables)", schema_v1},
     {2, "per-run indexes", schema_v2},
@@ -244,6 +249,7 @@ static const struct ferry__migration migrations[] = {
     {8, "runs.kind is any executor's registry name (the table rebuilt without its CHECK of three names)", schema_v8},
     {9, "the replica that served each request and ran each step (requests.replica, steps.replica)", schema_v9},
     {10, "bytes each step wrote to disk (steps.bytes_disk_write)", schema_v10},
+    {11, "bytes of streamed blocks each step received from data-parallel peers (steps.bytes_peers)", schema_v11},
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == FERRY_DB_SCHEMA_VERSION,

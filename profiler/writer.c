@@ -56,8 +56,8 @@ static const struct {
                       "output_tokens,replica) VALUES", "($1,$2,$3,$4,$5,$6,$7,$8)", 8},
     [STMT_STEP] = {"INSERT INTO steps(runId,step,start_ns,end_ns,batch,tokens,bytes_disk,bytes_h2d,bytes_d2h,"
                    "hits,misses,stall_ns,kv_tokens,compute_busy_ns,cpu_busy_ns,bytes_blocks,bytes_experts,bytes_act,"
-                   "evictions,cpu_experts,kv_blocks,replica,bytes_disk_write) VALUES",
-                   "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23)", 23},
+                   "evictions,cpu_experts,kv_blocks,replica,bytes_disk_write,bytes_peers) VALUES",
+                   "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)", 24},
     [STMT_STR_INSERT] = {"INSERT OR IGNORE INTO StringIds(value) VALUES", "($1)", 1},
     [STMT_STR_LOOKUP] = {"SELECT id FROM StringIds WHERE value=", "$1", 1},
 };
@@ -470,6 +470,7 @@ static void bind_step(struct ferry_db *db, sqlite3_stmt *st, int b, const void *
   sqlite3_bind_int64(st, b + 21, s->r.kv_blocks);
   bind_replica(st, b + 22, s->r.replica);
   bind_u64(st, b + 23, s->r.bytes_disk_write);
+  bind_u64(st, b + 24, s->r.bytes_peers);
 }
 
 static void bind_mem(struct ferry_db *db, sqlite3_stmt *st, int b, const void *row) {

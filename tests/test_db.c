@@ -363,7 +363,7 @@ static int64_t write_activity_run(ferry_db *db, struct ferry_activity *last) {
   ferry_db_activity_sink(db, &a);
   struct ferry_request_row rq = {1, 0, 100, 900, 16, 8, 0};
   assert_int_equal(ferry_db_add_request(db, run, &rq), FERRY_OK);
-  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  struct ferry_step_row sr = {0, 0, 5000, 1, 16, 2 << 20, 1 << 20, 0, 3, 1, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(ferry_db_add_step(db, run, &sr), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, FERRY_TIER_DEVICE, 1 << 30), FERRY_OK);
   assert_int_equal(ferry_db_add_memory(db, run, 0, (enum ferry_tier)7, 1), FERRY_ERR_INVALID);
@@ -733,7 +733,7 @@ static int64_t make_run(ferry_db *db, double scale, uint64_t peak_device) {
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
   }
   for (int i = 0; i < 10; i++) {
-    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    struct ferry_step_row st = {i, i * 1000, i * 1000 + 900, 4, 4, 100, 200, 300, 1, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(ferry_db_add_step(db, run, &st), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, i * 1000, FERRY_TIER_DEVICE, peak_device / 10 * (uint64_t)(i + 1)),
                      FERRY_OK);
@@ -1213,6 +1213,79 @@ static void test_migration_disk_write(void **state) {
   ferry_db_close(db);
 }
 
+/* The value of the metric `name` that ferry_db_compare() finds in a run (compared with itself),
+ * or -1 when the run does not have it. */
+static double metric_of(const struct ferry_run_stats *rs, const char *name) {
+  struct ferry_metric_delta d[FERRY_DB_MAX_METRICS];
+  size_t n = 0;
+  ferry_db_compare(rs, rs, 5.0, d, &n);
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(d[i].name, name)) return d[i].a;
+  return -1;
+}
+
+/* Version 10 to 11 adds steps.bytes_peers, as 10 added bytes_disk_write: a version-10 file opened
+ * read-only is read as it is (its disk writes, no peers, no bytes_peers metric; not migrated);
+ * merged into a current database its steps copy with the column NULL; opened to write it is
+ * migrated, its rows keep NULL (not recorded) and new rows carry the bytes given, which the
+ * run's stats sum and ferry_db_compare() names bytes_peers. */
+static void test_migration_peers(void **state) {
+  struct fixture *f = *state;
+  sqlite3 *s = raw_open(f->path);
+  assert_int_equal(ferry__db_migrate(s, f->path, 10, NULL), FERRY_OK);
+  assert_int_equal(sqlite3_exec(s,
+                                "INSERT INTO runs(id, kind, started_at, complete) VALUES(4, 'sim', 'a', 1);"
+                                "INSERT INTO steps(runId, step, start_ns, end_ns, bytes_disk, bytes_disk_write) "
+                                "VALUES(4, 0, 0, 9, 77, 55);",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  assert_int_not_equal(sqlite3_exec(s, "SELECT bytes_peers FROM steps", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(s);
+  ferry_db *db = NULL;
+  assert_int_equal(ferry_db_open(&db, f->path, FERRY_DB_READ_ONLY), FERRY_OK);
+  struct ferry_run_stats rs;
+  assert_int_equal(ferry_db_run_stats(db, 4, &rs), FERRY_OK);
+  assert_int_equal(rs.steps, 1);
+  assert_int_equal(rs.bytes_disk, 77);
+  assert_int_equal(rs.bytes_disk_write, 55);
+  assert_int_equal(rs.bytes_peers, 0); /* no such column before schema 11: none recorded */
+  assert_true(metric_of(&rs, "bytes_disk_write") == 55);
+  assert_true(metric_of(&rs, "bytes_peers") == -1);
+  ferry_db_close(db);
+  s = raw_open(f->path);
+  assert_int_equal(q1(s, "PRAGMA user_version"), 10); /* read-only: not migrated */
+  sqlite3_close(s);
+  char merged[600];
+  snprintf(merged, sizeof merged, "%s/merged.db", f->dir);
+  db = open_rw(merged);
+  struct ferry_db_merge_stats ms;
+  assert_int_equal(ferry_db_merge(db, f->path, &ms), FERRY_OK);
+  assert_int_equal(ms.runs_added, 1);
+  s = ferry__db_sqlite(db);
+  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE bytes_disk_write = 55 AND bytes_peers IS NULL"), 1);
+  ferry_db_close(db);
+  db = open_rw(f->path);
+  s = ferry__db_sqlite(db);
+  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
+  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE runId = 4 AND bytes_peers IS NULL"), 1);
+  struct ferry_run_info info = {.executor = "sim", .model = "m"};
+  int64_t id;
+  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
+  for (int i = 0; i < 3; i++) {
+    const struct ferry_step_row st = {.step = i, .end_ns = 1, .bytes_peers = (uint64_t)(i + 1) << 20};
+    assert_int_equal(ferry_db_add_step(db, id, &st), FERRY_OK);
+  }
+  assert_int_equal(ferry_db_run_finish(db, id, NULL), FERRY_OK);
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT sum(bytes_peers) FROM steps WHERE runId = %lld", (long long)id);
+  assert_int_equal(q1(s, sql), 6 << 20);
+  assert_int_equal(ferry_db_run_stats(db, id, &rs), FERRY_OK);
+  assert_int_equal(rs.bytes_peers, 6 << 20);
+  assert_true(metric_of(&rs, "bytes_peers") == 6 << 20);
+  assert_true(metric_of(&rs, "bytes_disk_write") == -1); /* it wrote nothing to disk */
+  ferry_db_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_create_schema, setup, teardown),
@@ -1222,6 +1295,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_migration_free_kind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_replica, setup, teardown),
       cmocka_unit_test_setup_teardown(test_migration_disk_write, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_migration_peers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_a_ferry_database, setup, teardown),
       cmocka_unit_test_setup_teardown(test_activity_mapping, setup, teardown),

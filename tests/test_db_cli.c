@@ -23,7 +23,7 @@ static int64_t add_run(ferry_db *db, const char *model, double decode_scale) {
     int64_t arr = (int64_t)i * 1000000, ft = arr + 5000000;
     struct ferry_request_row r = {i, arr, ft, ft + (int64_t)(20e6 * decode_scale), 64, 21, 0};
     assert_int_equal(ferry_db_add_request(db, run, &r), FERRY_OK);
-    struct ferry_step_row s = {i, arr, arr + 900000, 1, 21, 1 << 20, 2 << 20, 0, 5, 1, 1000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    struct ferry_step_row s = {i, arr, arr + 900000, 1, 21, 1 << 20, 2 << 20, 0, 5, 1, 1000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(ferry_db_add_step(db, run, &s), FERRY_OK);
     assert_int_equal(ferry_db_add_memory(db, run, arr, FERRY_TIER_DEVICE, (uint64_t)(i + 1) << 20), FERRY_OK);
     struct ferry_activity a = {.kind = FERRY_ACT_KERNEL, .name = "matmul", .queue = 0, .start_ns = arr,

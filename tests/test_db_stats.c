@@ -44,8 +44,8 @@ static int setup(void **state) {
   act(db, FERRY_ACT_RANGE, "step", -1, 0, 300, 0, 0);
   act(db, FERRY_ACT_RANGE, "step", -1, 300, 700, 0, 0);
   /* two steps: a prefill (8 tokens, batch 2) of 300 ns, a decode (2 tokens, batch 2) of 400 ns */
-  struct ferry_step_row s1 = {0, 0, 300, 2, 8, 1000000, 2000000, 0, 0, 0, 30, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  struct ferry_step_row s2 = {1, 300, 700, 2, 2, 0, 4000000, 0, 0, 0, 100, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  struct ferry_step_row s1 = {0, 0, 300, 2, 8, 1000000, 2000000, 0, 0, 0, 30, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  struct ferry_step_row s2 = {1, 300, 700, 2, 2, 0, 4000000, 0, 0, 0, 100, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(ferry_db_add_step(db, run, &s1), FERRY_OK);
   assert_int_equal(ferry_db_add_step(db, run, &s2), FERRY_OK);
   assert_int_equal(ferry_db_run_finish(db, run, NULL), FERRY_OK);

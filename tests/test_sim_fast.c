@@ -281,6 +281,8 @@ static void compare(const struct workload *w) {
     assert_int_equal(r[i]->stats.now_ns, exact.stats.now_ns);
     assert_int_equal(r[i]->stats.ops_done, exact.stats.ops_done);
     assert_int_equal(r[i]->stats.kernels, exact.stats.kernels);
+    assert_int_equal(r[i]->stats.copies, exact.stats.copies);
+    assert_int_equal(r[i]->stats.reads, exact.stats.reads);
     assert_int_equal(r[i]->stats.bytes_h2d, exact.stats.bytes_h2d);
     assert_int_equal(r[i]->stats.bytes_disk, exact.stats.bytes_disk);
     assert_int_equal(r[i]->stats.h2d_busy_ns, exact.stats.h2d_busy_ns);

@@ -2,12 +2,16 @@
  * data-parallel ranks. On the host executor the logits are bit-identical to a run without it
  * (the peers' part is copied from host memory); in the simulator each streamed block's ranges
  * cross the link in ceil(len / N) parts, the rest arrives over the interconnect after them, at
- * its rate, before the block's compute; N = 1 is today's run; bad values are refused by name. */
+ * its rate, before the block's compute; N = 1 is today's run; bad values are refused by name. A
+ * run recorded to a result database keeps the peers' bytes per step. */
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ferry/activity.h"
+#include "ferry/db.h"
 #include "ferry/engine.h"
 #include "ferry/exec.h"
 #include "ferry/gen.h"
@@ -248,6 +252,11 @@ static void check_rank(int disk) {
   struct ferry_sim_stats ss;
   assert_int_equal(ferry_exec_sim_stats(z.ex, &ss), FERRY_OK);
   assert_int_equal(ss.bytes_gather, (uint64_t)n3 * LAYERS * rest);
+  struct ferry_serve_summary sum;
+  ferry_engine_summary(z.eng, &sum);
+  assert_int_equal(sum.bytes_peers, ss.bytes_gather); /* the steps' bytes_peers summed */
+  ferry_engine_summary(plain.eng, &sum);
+  assert_int_equal(sum.bytes_peers, 0);
   /* each gather: the interconnect's rate (4 B/ns), after the rank's part, before the compute */
   int gathers = 0;
   for (size_t i = 0; i < z.log.n; i++) {
@@ -358,12 +367,93 @@ static void test_refused(void **state) {
   free(out);
 }
 
+/* A run recorded to a result database keeps what its peers sent: the steps rows' bytes_peers sum
+ * to the summary's peers_to_device, every step streamed its blocks, and the readers agree (the
+ * run's stats, `db show`'s "from peers" line and its bytes_peers metric); a run without peers
+ * shows neither. */
+static int64_t sim_to_db(const char *db_path, const char *extra, cJSON **doc, double *peers) {
+  char *out = NULL;
+  if (tu_run_ferryf(&out, "sim --model tiny-dense --hw 4xl40s --synthetic n=3,prompt=8,output=4 --device-budget 8MiB "
+                          "--quiet --format json --db '%s' %s", db_path, extra) != 0)
+    fail_msg("ferry sim %s: %s", extra, out);
+  *doc = cJSON_Parse(out);
+  if (!*doc) fail_msg("ferry sim %s: not JSON: %s", extra, out);
+  free(out);
+  const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(*doc, "runs"), 0);
+  const cJSON *moved = cJSON_GetObjectItemCaseSensitive(run, "bytes_moved");
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(moved, "peers_to_device");
+  *peers = cJSON_IsNumber(p) ? p->valuedouble : -1;
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(run, "run_id");
+  assert_true(cJSON_IsNumber(id));
+  return (int64_t)id->valuedouble;
+}
+
+/* `db show`'s bytes_peers metric in JSON (-1: absent) and whether its text has the peers' line. */
+static double shown_peers(const char *db_path, int64_t id, int *text_line) {
+  char *out = NULL;
+  if (tu_run_ferryf(&out, "db show %lld --db '%s'", (long long)id, db_path) != 0) fail_msg("%s", out);
+  *text_line = tu_contains(out, "from peers   ");
+  free(out);
+  if (tu_run_ferryf(&out, "db show %lld --db '%s' --format json", (long long)id, db_path) != 0) fail_msg("%s", out);
+  cJSON *shown = cJSON_Parse(out);
+  if (!shown) fail_msg("db show --format json: %s", out);
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(shown, "metrics"), "bytes_peers");
+  const double v = cJSON_IsNumber(m) ? m->valuedouble : -1;
+  cJSON_Delete(shown);
+  free(out);
+  return v;
+}
+
+static void test_db_steps(void **state) {
+  (void)state;
+  char db_path[600];
+  snprintf(db_path, sizeof db_path, "%s/peers.db", tmp);
+  cJSON *doc = NULL;
+  double peers = 0;
+  const int64_t id = sim_to_db(db_path, "--zero-gpus 4", &doc, &peers);
+  const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "runs"), 0);
+  const double steps = cJSON_GetObjectItemCaseSensitive(run, "steps")->valuedouble;
+  cJSON_Delete(doc);
+  assert_true(peers > 0);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT total(bytes_peers), count(*), count(nullif(bytes_peers, 0)) FROM steps "
+                             "WHERE runId = ?1", -1, &q, NULL) != SQLITE_OK)
+    fail_msg("%s: %s", db_path, sqlite3_errmsg(db));
+  sqlite3_bind_int64(q, 1, id);
+  assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+  const double sum = sqlite3_column_double(q, 0);
+  const int64_t rows = sqlite3_column_int64(q, 1), streaming = sqlite3_column_int64(q, 2);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  if (sum != peers || rows != (int64_t)steps || streaming != rows)
+    fail_msg("the summary had %.0f bytes from peers in %.0f steps; the steps table %.0f bytes in %lld rows (%lld "
+             "nonzero)", peers, steps, sum, (long long)rows, (long long)streaming);
+  ferry_db *fdb = NULL;
+  assert_int_equal(ferry_db_open(&fdb, db_path, FERRY_DB_READ_ONLY), FERRY_OK);
+  struct ferry_run_stats stats;
+  assert_int_equal(ferry_db_run_stats(fdb, id, &stats), FERRY_OK);
+  assert_true((double)stats.bytes_peers == peers);
+  ferry_db_close(fdb);
+  int line = 0;
+  assert_true(shown_peers(db_path, id, &line) == peers);
+  assert_true(line);
+  /* without peers: no bytes from them, no line, no metric */
+  const int64_t plain = sim_to_db(db_path, "", &doc, &peers);
+  cJSON_Delete(doc);
+  assert_true(peers == -1);
+  assert_true(shown_peers(db_path, plain, &line) == -1);
+  assert_false(line);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_host_logits_identical),
       cmocka_unit_test(test_sim_host_home),
       cmocka_unit_test(test_sim_disk_home),
       cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_db_steps),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Schema version this build writes (stored in PRAGMA user_version). */
-#define FERRY_DB_SCHEMA_VERSION 10
+#define FERRY_DB_SCHEMA_VERSION 11
 
 /** PRAGMA application_id of every ferry result database ("FRRY"). */
 #define FERRY_DB_APPLICATION_ID 0x46525259
@@ -115,6 +115,8 @@ struct ferry_step_row {
   int64_t replica;         /**< the replica (engine) whose step it is, as ferry_request_row::replica */
   uint64_t bytes_disk_write; /**< bytes written to disk: the new KV rows of a cache homed there
                                   (--kv-home disk; ferry_step_metrics::bytes_disk_write) */
+  uint64_t bytes_peers;    /**< bytes of streamed blocks received from the data-parallel peers
+                                (--zero-gpus N; ferry_step_metrics::bytes_peers, not in bytes_h2d) */
 };
 
 /** One layer's expert-cache activity and weight traffic over a run (layer_stats table). */
@@ -179,6 +181,8 @@ struct ferry_run_stats {
   int bytes_from_timeline;
   uint64_t bytes_disk_write; /**< sum of steps.bytes_disk_write: bytes written to disk (a KV cache homed
                                   there); 0 in a database older than schema 10 */
+  uint64_t bytes_peers;      /**< sum of steps.bytes_peers: bytes of streamed blocks received from the
+                                  data-parallel peers (--zero-gpus N); 0 in a database older than schema 11 */
 };
 
 /** One replica's share of a data-parallel run (ferry_db_run_replicas()). */

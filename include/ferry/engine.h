@@ -498,6 +498,8 @@ struct ferry_serve_summary {
   uint64_t bytes_disk_write;  /**< total bytes written to disk while serving (a KV cache homed there) */
   uint64_t bytes_h2d;         /**< total bytes host to device while serving */
   uint64_t bytes_d2h;         /**< total bytes device to host while serving */
+  uint64_t bytes_peers;       /**< total bytes of streamed blocks from the data-parallel peers
+                                   (ferry_step_metrics::bytes_peers summed; not in bytes_h2d) */
   int64_t hits;               /**< expert-cache hits */
   int64_t misses;             /**< expert-cache misses */
   int64_t prefetches;         /**< experts fetched ahead on a prediction */

@@ -46,7 +46,8 @@ struct ferry_sim_stats {
   uint64_t events_run;    /**< discrete events processed */
   uint64_t ops_done;      /**< ops completed, every kind (kernels, copies, reads, records, waits) */
   uint64_t kernels;       /**< kernels completed */
-  uint64_t copies;        /**< copies completed */
+  uint64_t copies;        /**< copies completed (one that failed, an injected device failure, is
+                               not: it copied nothing, and bytes_h2d holds no bytes of it) */
   uint64_t reads;         /**< disk reads completed */
   uint64_t bytes_h2d;     /**< bytes copied host to device, each copy at its size (one from host
                                memory of the other kind than the run's, ferry_exec_alloc_host(), holds

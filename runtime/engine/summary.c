@@ -67,6 +67,7 @@ static void step_stats(const ferry_engine *const *engines, int32_t n_eng, struct
       out->bytes_disk_write += sm->bytes_disk_write;
       out->bytes_h2d += sm->bytes_h2d;
       out->bytes_d2h += sm->bytes_d2h;
+      out->bytes_peers += sm->bytes_peers;
       out->hits += sm->hits;
       out->misses += sm->misses;
       out->stall_ns += sm->stall_ns;
@@ -157,6 +158,9 @@ void ferry_serve_summary_print(const struct ferry_serve_summary *s, FILE *f) {
           ferry__format_bytes(s->bytes_h2d, b2, 32), ferry__format_bytes(s->bytes_d2h, (char[32]){0}, 32));
   if (s->bytes_disk_write) /* a KV cache homed on disk */
     fprintf(f, "written to disk: %s (the KV cache's new rows)\n", ferry__format_bytes(s->bytes_disk_write, b1, 32));
+  if (s->bytes_peers) /* ZeRO-3's partitioned fetch (--zero-gpus N) */
+    fprintf(f, "from peers: %s (the rest of each streamed block, from the data-parallel peers)\n",
+            ferry__format_bytes(s->bytes_peers, b1, 32));
   if (s->hits + s->misses)
     fprintf(f, "expert cache: %lld hits, %lld misses (%.1f%% hit rate)\n", (long long)s->hits, (long long)s->misses,
             100.0 * (double)s->hits / (double)(s->hits + s->misses));
