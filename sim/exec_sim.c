@@ -36,13 +36,9 @@ static void pump(struct sim_exec *s);
 void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_ns) {
   struct sim_exec *s = q->s;
   struct sim_op *so = &q->ring[q->head];
-  /* copies are counted by job_done() with their bytes: one that failed (an injected device
-   * failure, a resource that refused it) completes here too, but copied nothing */
-  switch (so->op.kind) {
-    case FERRY_OP_KERNEL: s->kernels++; break;
-    case FERRY_OP_READ: s->reads++; break;
-    default: break;
-  }
+  /* kernels, copies and reads are counted by job_done() when they ran: one that failed (an
+   * injected device failure, a read out of attempts, a resource that refused it) completes here
+   * too, but did nothing */
   if (so->op.kind == FERRY_OP_KERNEL && !so->full && s->ex->sink) {
     /* a sink installed while the kernel was queued: report it without its shape */
     memset(&so->op.u.kernel, 0, sizeof so->op.u.kernel);
@@ -203,9 +199,14 @@ static void job_done(struct ferry__res_job *job, void *ctx) {
   if (job->flowing) ferry__sim_flow_ended(q->s, so->seq, job->end_ns);
   q->busy = 0;
   if (so->op.kind == FERRY_OP_READ && so->failures && !so->read_failed) ferry__io_count(FERRY__IO_RECOVERED, 1);
-  if (so->op.kind == FERRY_OP_COPY) { /* done: counted as the fast path's account_transfer() does */
-    q->s->copies++;
-    if (so->cost.chan == CHAN_H2D) q->s->bytes_h2d += so->op.u.copy.bytes; /* the bytes copied, not the scaled flow */
+  switch (so->op.kind) { /* done: counted as the fast path counts them */
+    case FERRY_OP_KERNEL: q->s->kernels++; break;
+    case FERRY_OP_READ: q->s->reads += !so->read_failed; break;
+    case FERRY_OP_COPY:
+      q->s->copies++;
+      if (so->cost.chan == CHAN_H2D) q->s->bytes_h2d += so->op.u.copy.bytes; /* the bytes copied, not the scaled flow */
+      break;
+    default: break;
   }
   ferry__sim_op_complete(q, so->op.kind == FERRY_OP_READ && so->first_start_ns >= 0 ? so->first_start_ns : job->start_ns,
                          job->end_ns);

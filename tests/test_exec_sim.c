@@ -944,6 +944,52 @@ static void test_copies_count_completed(void **state) {
   assert_int_equal(faulty.ops_done, exact.ops_done); /* the failed copy is done all the same */
 }
 
+/* Three kernels and three reads under faults (NULL: none): the stats of the run, its status. */
+static ferry_status run_kernels_reads(int mode, const char *faults, struct ferry_sim_stats *out) {
+  if (faults) assert_int_equal(ferry_fault_set(faults), FERRY_OK);
+  struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = mode};
+  ferry_exec *ex = make_sim(1, &cfg);
+  int32_t qc, qk;
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
+  ferry_buf *w, *a = acts(ex), *host;
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 2000000, "w", &w), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+  for (int i = 0; i < 3; i++) {
+    struct ferry_kernel k = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16, a);
+    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, (uint64_t)i * 1000000, 1000000, ref(host), 0), FERRY_OK);
+  }
+  ferry_status st = ferry_exec_drain(ex);
+  assert_int_equal(ferry_exec_sim_stats(ex, out), FERRY_OK);
+  ferry_fault_clear();
+  ferry_exec_free(ex, host);
+  ferry_exec_free(ex, a);
+  ferry_exec_free(ex, w);
+  ferry_exec_destroy(ex);
+  return st;
+}
+
+/* `kernels` and `reads` count what completed, as `copies` does: a kernel whose device failed
+ * and a read out of attempts are done (the queue goes on) but count in neither. */
+static void test_kernels_reads_count_completed(void **state) {
+  (void)state;
+  struct ferry_sim_stats exact, fast, failed_kernel, failed_read;
+  assert_int_equal(run_kernels_reads(FERRY_SIM_EXACT, NULL, &exact), FERRY_OK);
+  assert_int_equal(run_kernels_reads(FERRY_SIM_FAST, NULL, &fast), FERRY_OK);
+  assert_int_equal(exact.kernels, 3);
+  assert_int_equal(fast.kernels, 3);
+  assert_int_equal(exact.reads, 3);
+  assert_int_equal(fast.reads, 3);
+  assert_int_equal(run_kernels_reads(FERRY_SIM_EXACT, "kernel:fail@2", &failed_kernel), FERRY_ERR_DEVICE);
+  assert_int_equal(failed_kernel.kernels, 2);
+  assert_int_equal(failed_kernel.reads, 3);
+  assert_int_equal(run_kernels_reads(FERRY_SIM_EXACT, "read:eio@3+", &failed_read), FERRY_ERR_IO);
+  assert_int_equal(failed_read.kernels, 3);
+  assert_int_equal(failed_read.reads, 2);
+  assert_int_equal(failed_read.ops_done, exact.ops_done); /* the failed read is done all the same */
+}
+
 /* The public API cannot build a wait cycle (a wait names a generation already enqueued), so
  * forge a wait for a generation that will never be recorded: sync and drain must report a
  * deadlock naming the stuck queue instead of hanging or returning early. */
@@ -1100,6 +1146,7 @@ int main(void) {
       cmocka_unit_test(test_page_cache),
       cmocka_unit_test(test_link_contention),
       cmocka_unit_test(test_copies_count_completed),
+      cmocka_unit_test(test_kernels_reads_count_completed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
