@@ -277,6 +277,40 @@ static void test_cpu_work_rows_format(void **state) {
   assert_int_equal(w.math, FERRY_DTYPE_F32);
 }
 
+/* The catalogue's desktop hosts (hw/desktop-ddr4.json, desktop-ddr5.json: a named CPU's cores and
+ * per-core rates) decode a 4-bit product of one row as llama.cpp does on them: bound by the
+ * memory the weights stream from. A 4096 x 11008 int4 weight with a scale per 32 (4.5 bits a
+ * weight, 25.4 MB): the time is within 1.5x of its bytes at 0.8 of the DDR bandwidth, and the
+ * math alone (the product and the unpacking) takes less than the bytes. */
+static void test_cpu_desktop_decode_memory_bound(void **state) {
+  (void)state;
+  static const char *const gpus[] = {"rtx-3060", "rtx-3090", "rtx-3090-ti", "rtx-4090", "rtx-5090"};
+  for (size_t g = 0; g < sizeof gpus / sizeof gpus[0]; g++) {
+    ferry_hw *hw = NULL;
+    assert_int_equal(ferry_hw_open(&hw, gpus[g]), FERRY_OK);
+    assert_int_equal(ferry_hw_set_runtime(hw, "native"), FERRY_OK);
+    const struct ferry_hw_profile *p = ferry_hw_get(hw);
+    assert_true(p->host.cores > 0 && p->host.core_gflops.int8 > p->host.core_gflops.fp32);
+    struct ferry_kernel k;
+    memset(&k, 0, sizeof k);
+    k.kind = FERRY_K_MATMUL;
+    k.m = 1, k.n = 11008, k.k = 4096;
+    k.w.dtype = FERRY_DTYPE_F32;
+    const double elems = 4096.0 * 11008;
+    const struct ferry__packed packed = {(uint64_t)(elems * 4.5 / 8), elems, FERRY_QFORMAT_INT4};
+    const struct ferry__packed *const refs[3] = {&packed, NULL, NULL};
+    struct ferry__gpu_work w;
+    ferry__cpu_work_of(&k, refs, &w);
+    const double t_mem = w.bytes / (p->host.dram_gbps * 0.8);
+    const int64_t t = ferry__cpu_work_ns(p, &w) - p->host.cpu_op_ns;
+    if (!(t > t_mem && t < 1.5 * t_mem)) fail_msg("%s: %lld ns against %.0f ns of bytes", gpus[g], (long long)t, t_mem);
+    struct ferry__gpu_work math = w;
+    math.bytes = 0;
+    assert_true(ferry__cpu_work_ns(p, &math) - p->host.cpu_op_ns < t_mem);
+    ferry_hw_close(hw);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_product_soft_roofline),
@@ -287,6 +321,7 @@ int main(void) {
       cmocka_unit_test(test_cpu_amx_int8),
       cmocka_unit_test(test_cpu_amx_bf16_fallback),
       cmocka_unit_test(test_cpu_work_rows_format),
+      cmocka_unit_test(test_cpu_desktop_decode_memory_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

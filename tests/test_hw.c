@@ -50,7 +50,8 @@ static void test_catalogue_loads(void **state) {
                                        "eager",       "graph",        "native",        "b200",          "gh200",
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
                                        "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers", "deepspeed-0.7",
-                                       "rtx-3090-ti-wsl", "llama.cpp-2024q1", "ktransformers-v0.3"};
+                                       "rtx-3090-ti-wsl", "llama.cpp-2024q1", "ktransformers-v0.3", "desktop-ddr4",
+                                       "desktop-ddr5"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
