@@ -230,6 +230,14 @@ struct ferry_engine_config {
   ferry_expert_predict_fn predict; /**< optional expert predictor: prefetches experts up to
                                       prefetch_depth layers ahead within the cache's capacity */
   void *predict_user;            /**< passed to predict */
+  int predict_planned;           /**< planning before the predictor exists: 1 says predict will be
+                                      set before ferry_engine_create(), so the plans made without it
+                                      (ferry_engine_plan_only(), ferry_engine_plan_budgets(),
+                                      ferry_engine_min_budgets()) are the run's: with every routed
+                                      expert on the CPU only a filler such as a predictor makes an
+                                      expert cache. ferry_prefetcher_plan() sets it (`ferry run` and
+                                      `ferry sim` plan before they create the predictor);
+                                      ferry_engine_create() refuses it without predict */
   int router_lookahead;          /**< apply the routers of the next max(1, prefetch_depth) layers to
                                       each MoE layer's hidden state and hand their logits to
                                       predict (gate lookahead); keeps every router resident */
@@ -600,8 +608,8 @@ struct ferry_budget_plan {
  * a larger dense model is offloaded with its last layers pinned in what streaming leaves
  * (fill_budget); an MoE model keeps its attention resident when it fits and gives the rest to
  * the expert cache (none when every routed expert runs on the CPU: compute_experts
- * FERRY_COMPUTE_CPU without a predictor, a per-layer split or a preloading policy, as the
- * configuration shows them; the note says so). The host gets 90 % of a profile's host memory, or
+ * FERRY_COMPUTE_CPU without a predictor (predict, or predict_planned when it is installed after
+ * this call), a per-layer split or a preloading policy; the note says so). The host gets 90 % of a profile's host memory, or
  * half of a real machine's available memory: what does not fit streams from disk. Budgets that are given are checked
  * against the machine and kept.
  * @param model shapes.

@@ -74,8 +74,8 @@ static const char *place(const ferry_model *model, ferry_store *store, struct fe
     if (!cpu_only) return ": attention resident, the expert cache takes the rest";
   }
   if (!cpu_only) return ": the expert cache takes what streaming leaves";
-  /* No expert cache, with what the config shows; a predictor or a static placement's popularity
-   * that the caller installs after this call (the CLI does) would still fill one. */
+  /* No expert cache: nothing in the config fills one (a predictor, installed or planned, or a
+   * static placement's popularity); the note says what would. */
 #define NO_CACHE                                                                                                   \
   "routed experts run on the CPU (--offload-compute experts=cpu): no expert cache unless a predictor or a static " \
   "placement fills one"

@@ -68,11 +68,13 @@ static const char *cache_policy_name(const struct ferry_engine_config *c) {
  * budget, --resident all), in its layer's block (--expert-granularity layer), or in the expert
  * cache, which experts=cpu fills only by a predictor's prefetches (a demand miss is computed on
  * the CPU: dispatch_experts()) or a policy's preload (static, from a trace's popularity), or a
- * per-layer split sized by the user. Without any of them the cache stays empty. */
+ * per-layer split sized by the user. Without any of them the cache stays empty. A predictor
+ * still to be installed (predict_planned) counts: a plan made before it must be the run's. */
 int ferry__experts_cpu_only_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
                                    int resident_all, uint64_t device_budget_bytes) {
   if (!mc->n_experts || c->compute_experts != FERRY_COMPUTE_CPU) return 0;
-  if (resident_all || !device_budget_bytes || c->expert_granularity_layer || c->predict || c->expert_cache_per_layer)
+  if (resident_all || !device_budget_bytes || c->expert_granularity_layer || c->predict || c->predict_planned ||
+      c->expert_cache_per_layer)
     return 0;
   const struct ferry_cache_policy_ops *policy = NULL;
   return !(c->expert_popularity && ferry_cache_policy_lookup(cache_policy_name(c), &policy) == FERRY_OK &&
@@ -1096,6 +1098,11 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
                         "engine: the %s executor computes no router for this MoE model: give a routing source "
                         "(engine config 'routing', e.g. ferry_routing_synth_fn or ferry_routing_replay_fn)",
                         ferry_exec_name(exec));
+  /* its plan was made for a predictor filling the expert cache: without one the run would differ */
+  if (st == FERRY_OK && e->cfg.predict_planned && !e->cfg.predict)
+    st = ferry__err_set(&e->err, FERRY_ERR_INVALID,
+                        "engine: predict_planned says a predictor fills the expert cache, but none is installed "
+                        "(predict is NULL)");
   if (st == FERRY_OK && e->has_data) st = check_finite(e);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
@@ -1284,7 +1291,7 @@ ferry_status ferry_engine_prefetch_depth_used(const ferry_model *model, ferry_st
   /* every reader of cfg.prefetch_depth: the plan's block and staging slots, the predictor's and
    * gate lookahead's reach (ferry__lookahead_layers; the expert plan's prefetch share is used
    * only with a predictor), and pressure control's re-plans */
-  *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict != NULL ||
+  *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict || e->cfg.predict_planned ||
           e->cfg.router_lookahead || e->cfg.pressure.enabled || e->cfg.kv_home_disk; /* its reads ahead */
   engine_free(e);
   return FERRY_OK;
