@@ -35,10 +35,6 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
     return ferry__fail(FERRY_ERR_INVALID, "--expert-granularity needs a Mixture-of-Experts model (%s is dense)", a->model);
   if (!mc->n_experts && a->compute_experts_given && a->ec.compute_experts != FERRY_COMPUTE_GPU)
     return ferry__fail(FERRY_ERR_INVALID, "--offload-compute experts=...: %s is dense (no experts)", a->model);
-  if (mc->n_experts && !a->ec.expert_granularity_layer && RUN_GIVEN(a, fill_budget))
-    return ferry__fail(FERRY_ERR_INVALID,
-                       "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
-                       a->model);
   if (a->sim && !mc->n_experts && a->trace && RUN_GIVEN(a, seed))
     return ferry__fail(FERRY_ERR_INVALID,
                        "--seed has no effect: the simulator computes no tokens, and a dense model served from a --trace "

@@ -474,6 +474,20 @@ void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_p
     pc->host_budget_bytes = (uint64_t)((double)pc->host_budget_bytes * e->cfg.pressure.low_water);
 }
 
+/* Where no expert cache takes the device budget the working set leaves: a dense model, experts
+ * moving with their layers, or every routed expert on the CPU (ferry__experts_cpu_only_config()
+ * of the configuration alone). Only there may fill_budget give it to whole layers. */
+static int no_expert_cache(const struct ferry_engine_config *c, const struct ferry_model_config *mc) {
+  return !mc->n_experts || c->expert_granularity_layer || ferry__experts_cpu_only_config(c, mc, 0, 1);
+}
+
+/* Whether the budget left pins whole layers, from the last: fill_budget, which check_config()
+ * allows only where no expert cache would take that budget (no_expert_cache()). Never when sizing
+ * the minimum, whose budget is any. */
+static int fills_layers(const struct ferry_engine *e, const struct ferry_plan_config *pc) {
+  return e->cfg.fill_budget && pc->device_budget_bytes && !pc->resident_all && !e->sizing_only;
+}
+
 static ferry_status make_plan(struct ferry_engine *e) {
   ferry_status lst = e->devs ? FERRY_OK : ferry__mgpu_check(e);
   if (lst == FERRY_OK) lst = layout_buffers(e);
@@ -488,8 +502,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
     layout_kv(e, 0);
     st = ferry__engine_make_plan(e, &pc, &e->plan, msg, sizeof msg);
   }
-  if (st == FERRY_OK && e->cfg.fill_budget && (!e->mc->n_experts || e->cfg.expert_granularity_layer) &&
-      pc.device_budget_bytes && !pc.resident_all) {
+  if (st == FERRY_OK && fills_layers(e, &pc)) {
     /* The most pinned last layers whose working set still fits. Not monotonic near the end
      * (fewer streamed layers need fewer block slots), so every count is tried, largest first. */
     for (int32_t k = e->mc->n_layers - pc.pin_first; k > pc.pin_last; k--) {
@@ -739,6 +752,12 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
   }
   if (c->expert_cache_per_layer < 0)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: per-layer expert cache of %d slots", c->expert_cache_per_layer);
+  if (c->fill_budget && !no_expert_cache(c, mc))
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --fill-budget pins layers where no expert cache takes the budget left (dense "
+                          "models, experts moving with their layers or all computed on the CPU); %s's expert cache "
+                          "takes it",
+                          mc->name);
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
