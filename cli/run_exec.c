@@ -16,7 +16,6 @@
 #include "common/units.h"
 #include "ferry/exec_registry.h"
 #include "ferry/hw.h"
-#include "ferry/predict.h"
 #include "ferry/sim.h"
 
 static int has_weights(const char *dir) {
@@ -36,10 +35,6 @@ static ferry_status refuse_ignored_for_model(const struct run_args *a, const str
     return ferry__fail(FERRY_ERR_INVALID, "--expert-granularity needs a Mixture-of-Experts model (%s is dense)", a->model);
   if (!mc->n_experts && a->compute_experts_given && a->ec.compute_experts != FERRY_COMPUTE_GPU)
     return ferry__fail(FERRY_ERR_INVALID, "--offload-compute experts=...: %s is dense (no experts)", a->model);
-  if (mc->n_experts && !a->ec.expert_granularity_layer && RUN_GIVEN(a, fill_budget))
-    return ferry__fail(FERRY_ERR_INVALID,
-                       "--fill-budget is for dense models: %s is MoE, whose expert cache takes the budget left either way",
-                       a->model);
   if (a->sim && !mc->n_experts && a->trace && RUN_GIVEN(a, seed))
     return ferry__fail(FERRY_ERR_INVALID,
                        "--seed has no effect: the simulator computes no tokens, and a dense model served from a --trace "
@@ -167,6 +162,9 @@ static ferry_status plan(struct run_ctx *c) {
    * the sim executor will (ferry_exec_elem_bytes()) */
   if (st == FERRY_OK && hw)
     ferry_hw_profile_elem_bytes(ferry_hw_get(hw), &a->ec.plan_elem_bytes.activation, &a->ec.plan_elem_bytes.dequant);
+  /* what the predictor and placement will change in the plan (its expert cache, resident
+   * routers), known before anything is sized: --plan-only prints the run's plan */
+  if (st == FERRY_OK) st = run_plan_predictor(c);
   if (st == FERRY_OK) st = ferry_engine_plan_budgets(c->model, c->store, &m, &a->ec, &bp);
   ferry_hw_close(hw);
   if (st != FERRY_OK) return st;
@@ -174,11 +172,7 @@ static ferry_status plan(struct run_ctx *c) {
     if (bp.host_defaulted) fprintf(stderr, "ferry: %s; --host-budget to change\n", bp.host_note);
     if (bp.device_defaulted) fprintf(stderr, "ferry: %s; --device-budget to change\n", bp.device_note);
   }
-  if ((st = refuse_ignored_when_resident(a, asked_all, bp.device_defaulted)) != FERRY_OK) return st;
-  /* gate lookahead keeps every router resident: the plan must know before anything is sized */
-  const struct ferry_predictor_ops *pr = a->predictor ? ferry_predictor_registry_find(a->predictor) : NULL;
-  if (pr && (pr->needs & FERRY_PREDICT_NEEDS_LOOKAHEAD)) a->ec.router_lookahead = 1;
-  return FERRY_OK;
+  return refuse_ignored_when_resident(a, asked_all, bp.device_defaulted);
 }
 
 /* Fitted kernel costs that explain little of their measurements (R^2 below
@@ -404,6 +398,7 @@ int run_prefetch_depth_used(struct run_args *a, int *used) {
   ferry_status st = open_inputs(&c);
   if (st == FERRY_OK) st = plan(&c);
   if (st == FERRY_OK) st = ferry_engine_prefetch_depth_used(c.model, c.store, &a->ec, used);
+  run_free_routing(&c);
   ferry_free(c.config_json);
   ferry_store_close(c.store);
   ferry_model_close(c.model);

@@ -65,6 +65,9 @@ void run_replicas_free(struct run_ctx *c);
 
 /* run_routing.c: recording, the simulator's routing source, the expert predictor */
 ferry_status run_setup_routing(struct run_ctx *c);
+/* before planning: the predictor's and static placement's part of the plan (ferry_prefetcher_plan(),
+ * the placement's popularity), so the plan is the run's */
+ferry_status run_plan_predictor(struct run_ctx *c);
 ferry_status run_setup_predictor(struct run_ctx *c);
 ferry_status run_finish_routing(struct run_ctx *c);
 void run_free_routing(struct run_ctx *c);

@@ -462,11 +462,16 @@ static int refuse_ignored(const struct run_args *a) {
   if (a->plan_only &&
       (o = first_given(a, (const char *const[]){"db", "dump-logits", "record-routing", "record-features", "profile",
                                                  "greedy", "allow-nonfinite", "routing", "routing-synth",
-                                                 "predictor-routing", "predictor-model", "host-memory", "kv-host-memory",
+                                                 "predictor-model", "host-memory", "kv-host-memory",
                                                  "keep-cache", "repeat", "repeat-group", "format", "faults",
                                                  "io-retries", "verify-reads", "host-budget-schedule", "reload-at",
                                                  "reload-from", "control-socket", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
+  /* the experts the static placement pins from its counts fill the expert cache, which with every
+   * routed expert on the CPU exists only for them: the plan reads the trace as the run does */
+  if (a->plan_only && a->predictor_routing && strcmp(a->expert_cache, "static"))
+    return cli_usage_error(cmd, "--predictor-routing does nothing with --plan-only (nothing runs) unless "
+                                "--expert-cache static pins from it");
   /* (--runtime does: the plan charges the workspace at the precision the runtime holds it in) */
   /* every token attends on the device, prompts included */
   if (a->kv_host_memory && strcmp(a->kv_home, "host") && strcmp(a->kv_home, "layer"))

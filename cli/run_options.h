@@ -73,8 +73,8 @@
     "device memory budget (e.g. 2GiB; default: 90% of the GPU's memory, the\nprofile's in sim, device 0's free "    \
     "memory on cuda; host: unlimited);\nthe default keeps a model that fits resident and fills the rest", "")       \
   X(fill_budget, "fill-budget", FLAG01, "", BOTH_M, SEC_POLICY, CFG_ALWAYS, "fill_budget", 0, 0, 0, NULL,            \
-    "dense models: pin the last layers with the budget the working set\nleaves (on by default when the budget is "  \
-    "the default)", "")                                                                                              \
+    "dense models, or MoE with experts=cpu: pin the last layers with the\nbudget the working set leaves (on by "    \
+    "default when the budget is the\ndefault)", "")                                                                  \
   X(host_budget, "host-budget", SIZE, "SIZE", BOTH_M, SEC_POLICY, CFG_ALWAYS, "host_budget", 0, 0, 0, NULL,          \
     "host memory budget (default: sim 90% of the profile's host memory, run\nhalf of the memory available at "      \
     "start; what does not fit is read from\ndisk)", "")                                                               \

@@ -71,44 +71,54 @@ ferry_status run_setup_routing(struct run_ctx *c) {
     a->ec.on_routing = ferry_routing_record;
     a->ec.on_routing_user = c->recorded;
   }
-  if (a->record_features)
-    a->ec.token_features = !strcmp(a->record_features, "mlp3")   ? FERRY_MLP3_FEATURES
-                           : !strcmp(a->record_features, "mlp7") ? FERRY_MLP7_FEATURES
-                                                                  : 0;
   return a->sim && mc->n_experts ? sim_routing_source(c) : FERRY_OK;
 }
 
-ferry_status run_setup_predictor(struct run_ctx *c) {
+/* Before the plan: what the predictor, the static placement and recorded features change in it.
+ * The trace they read is opened and the placement's counts taken now, so that the plan
+ * (--plan-only's too) sizes the expert cache the run fills: with every routed expert on the CPU
+ * only they make one. Features are read back (host buffers) for a predictor or a recording. */
+ferry_status run_plan_predictor(struct run_ctx *c) {
   struct run_args *a = c->a;
   const struct ferry_model_config *mc = c->mc;
   ferry_status st;
   if ((a->predictor || a->predictor_routing) && !mc->n_experts)
     return ferry__fail(FERRY_ERR_INVALID, "--predictor needs a Mixture-of-Experts model (%s is dense)", a->model);
-  if (a->predictor_routing &&
+  if (a->predictor_routing && !c->pred_trace &&
       ((st = ferry_routing_open(&c->pred_trace, a->predictor_routing, NULL)) != FERRY_OK ||
        (st = ferry_routing_check_shape(c->pred_trace, (int32_t)mc->n_layers, (int32_t)mc->n_experts,
                                        (int32_t)mc->experts_per_token, a->predictor_routing)) != FERRY_OK))
     return st;
   /* the static placement pins the experts the trace routes most */
-  if (c->pred_trace && a->ec.expert_cache && !strcmp(a->ec.expert_cache, "static")) {
+  if (c->pred_trace && !c->popularity && a->ec.expert_cache && !strcmp(a->ec.expert_cache, "static")) {
     c->popularity = ferry__calloc((size_t)(mc->n_layers * mc->n_experts), sizeof *c->popularity);
     if (!c->popularity) return ferry__fail(FERRY_ERR_NOMEM, "out of memory for the routing counts");
     if ((st = ferry_routing_counts(c->pred_trace, (int32_t)mc->n_experts, c->popularity)) != FERRY_OK) return st;
     a->ec.expert_popularity = c->popularity;
   }
-  const int32_t recorded_features = a->ec.token_features;
+  /* (a dense model's recording is refused with the other routing options: run_setup_routing()) */
+  const int32_t recorded = !a->record_features || !mc->n_experts ? 0
+                           : !strcmp(a->record_features, "mlp3") ? FERRY_MLP3_FEATURES
+                           : !strcmp(a->record_features, "mlp7") ? FERRY_MLP7_FEATURES
+                                                                  : 0;
+  if (recorded) a->ec.token_features = recorded;
+  if (a->predictor && (st = ferry_prefetcher_plan(a->predictor, &a->ec)) != FERRY_OK) return st;
+  if (recorded && a->ec.token_features != recorded)
+    return ferry__fail(FERRY_ERR_INVALID,
+                       "--record-features %s and --predictor %s compute different features: use the same variant",
+                       a->record_features, a->predictor);
+  return FERRY_OK;
+}
+
+ferry_status run_setup_predictor(struct run_ctx *c) {
+  struct run_args *a = c->a;
   const struct ferry_prefetcher_config pc = {.predictor = a->predictor,
                                              .weights = a->predictor_model,
                                              .trace = c->pred_trace,
                                              .routing = a->sim ? a->ec.routing : NULL,
                                              .routing_user = a->sim ? a->ec.routing_user : NULL,
                                              .record = c->recorded};
-  if (a->predictor && (st = ferry_prefetcher_create(&c->prefetcher, &pc, mc, &a->ec)) != FERRY_OK) return st;
-  if (recorded_features && a->ec.token_features != recorded_features)
-    return ferry__fail(FERRY_ERR_INVALID,
-                       "--record-features %s and --predictor %s compute different features: use the same variant",
-                       a->record_features, a->predictor);
-  return FERRY_OK;
+  return a->predictor ? ferry_prefetcher_create(&c->prefetcher, &pc, c->mc, &a->ec) : FERRY_OK;
 }
 
 /* After serving: write the recorded routing, say how a replay went. */

@@ -260,8 +260,15 @@ static void test_ignored_options_refused(void **state) {
   /* the model's kind */
   snprintf(args, sizeof args, SIM "%s --expert-cache lfu --device-budget 8MiB", syn);
   expect(args, 1, "--expert-cache needs a Mixture-of-Experts model");
+  /* an MoE model's expert cache takes the budget left, unless every routed expert runs on the CPU */
   snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --fill-budget --device-budget 8MiB", syn);
-  expect(args, 1, "--fill-budget is for dense models");
+  expect(args, 1, "--fill-budget pins layers where no expert cache takes the budget left");
+  snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie --quiet %s --fill-budget --device-budget 8MiB "
+                              "--offload-compute experts=cpu", syn);
+  expect(args, 0, "requests: 2 done");
+  snprintf(args, sizeof args, "sim --model tiny-moe --hw h100-pcie %s --fill-budget --device-budget 8MiB "
+                              "--offload-compute experts=cpu --predictor frequency", syn);
+  expect(args, 1, "tiny-moe's expert cache takes it");
   snprintf(args, sizeof args, "sim --model '%s' --hw h100-pcie %s --quant int4-g64", dense, syn);
   expect(args, 1, "has weight files, whose own formats are used");
   char *trace = tu_data_path("traces/azure_conv_200.csv");
@@ -320,8 +327,9 @@ static void test_expert_granularity_layer(void **state) {
 /* The default device budget's note says where the budget goes. With every routed expert on the
  * CPU (--offload-compute experts=cpu, or cpu for every class) the engine keeps no expert cache
  * (its plan: "nothing to cache"), so the note must not give the rest of the budget to one:
- * Mixtral on an L4 keeps its attention resident, on a T4 with a large KV cache its layers stream
- * (or run on the CPU with layers=cpu). Without the option the expert cache takes the rest. */
+ * Mixtral on an L4 keeps its attention resident, on a T4 with a large KV cache its last layers
+ * are pinned in what is left (fill_budget, as for a dense model) and the others stream (or run on
+ * the CPU with layers=cpu). Without the option the expert cache takes the rest. */
 static void test_default_budget_note(void **state) {
   (void)state;
   static const struct {
@@ -332,9 +340,10 @@ static void test_default_budget_note(void **state) {
        "expert cache unless a predictor or a static placement fills one; --device-budget to change"},
       {"--hw t4 --max-batch 26 --max-seq-tokens 4096 --offload-compute experts=cpu",
        "(90% of t4's 16.00 GiB): routed experts run on the CPU (--offload-compute experts=cpu): no expert cache unless "
-       "a predictor or a static placement fills one; the layers stream; --device-budget"},
+       "a predictor or a static placement fills one; the last layers fill what streaming leaves; --device-budget"},
       {"--hw t4 --max-batch 26 --max-seq-tokens 4096 --offload-compute cpu",
-       "no expert cache unless a predictor or a static placement fills one; the layers run on the CPU; --device"},
+       "no expert cache unless a predictor or a static placement fills one; the last layers fill what is left, the "
+       "others run on the CPU; --device"},
       {"--hw l4 --max-seq-tokens 2048",
        "(90% of l4's 24.00 GiB): attention resident, the expert cache takes the rest; --device-budget"},
   };
@@ -343,6 +352,10 @@ static void test_default_budget_note(void **state) {
     snprintf(args, sizeof args, "sim --model mixtral-8x7b --plan-only %s", cases[i].args);
     const int rc = tu_run_ferry(args, &out);
     const int cpu = tu_contains(cases[i].args, "cpu");
+    /* the last layer is pinned in what the working set leaves */
+    const char *last = strstr(out, "    layer 31 "), *eol = last ? strchr(last, '\n') : NULL;
+    const char *pinned = last ? strstr(last, "pinned on device") : NULL;
+    if (cpu && (!pinned || (eol && pinned > eol))) fail_msg("ferry %s: layer 31 not pinned:\n%s", args, out);
     if (rc != 0 || !tu_contains(out, cases[i].note) ||
         (cpu && (tu_contains(out, "the expert cache takes") ||
                  !tu_contains(out, "(every routed expert runs on the CPU: nothing to cache)"))))

@@ -1,6 +1,8 @@
 /* Hybrid execution in the simulator: what crosses the link when experts or layers are computed
- * on the CPU (exactly the activations the engine moves, no weights), and the CPU's time priced
- * from the profile's cores, per-core peaks and DDR bandwidth. */
+ * on the CPU (exactly the activations the engine moves, no weights), the CPU's time priced from
+ * the profile's cores, per-core peaks and DDR bandwidth, and the device plan of experts on the
+ * CPU: the budget an absent expert cache leaves pins layers, and `--plan-only` plans the expert
+ * cache a predictor or a static placement will fill as the run does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,12 +211,133 @@ static void test_cpu_figures_required(void **state) {
   ferry_hw_close(hw);
 }
 
+/* The layer lines of an engine's plan that say "pinned on device". */
+static int pinned_layers(const ferry_engine *e) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  ferry_engine_print_plan(e, f);
+  fclose(f);
+  int n = 0;
+  for (const char *at = text; (at = strstr(at, "\n    layer ")) != NULL; at++) {
+    const char *eol = strchr(at + 1, '\n');
+    const char *pin = strstr(at, "pinned on device");
+    n += pin && (!eol || pin < eol);
+  }
+  free(text);
+  return n;
+}
+
+/* Every routed expert on the CPU leaves no expert cache to take the device budget the working
+ * set leaves: fill_budget pins the last layers in it, as a dense model's (the default budget sets
+ * it: test_run_checks), so the run streams fewer bytes than at the same budget without it, its
+ * peak within the budget; at the minimum nothing more is pinned. With an expert cache (a
+ * predictor fills one) the budget is the cache's and fill_budget is refused. */
+static void test_experts_on_cpu_fill_layers(void **state) {
+  (void)state;
+  ferry_hw *hw = profile("cpu8f", 8, 10);
+  struct ferry_engine_config c = base();
+  c.compute_experts = FERRY_COMPUTE_CPU;
+  struct run streamed, filled, least;
+  run(&streamed, "tiny-moe", hw, c, 1 << 19);
+  c.fill_budget = 1;
+  run(&filled, "tiny-moe", hw, c, 1 << 19);
+  run(&least, "tiny-moe", hw, c, 0);
+  const int32_t layers = (int32_t)ferry_model_get_config(filled.model)->n_layers;
+  struct ferry_serve_summary a, b;
+  ferry_engine_summary(streamed.eng, &a);
+  ferry_engine_summary(filled.eng, &b);
+  assert_int_equal(pinned_layers(streamed.eng), 0);
+  assert_int_equal(pinned_layers(least.eng), 0);
+  const int pinned = pinned_layers(filled.eng);
+  if (pinned < 1 || pinned >= layers) fail_msg("%d of %d layers pinned with 512 KiB left", pinned, layers);
+  assert_true(b.bytes_h2d < a.bytes_h2d);
+  assert_true(b.peak_bytes[FERRY_TIER_DEVICE] > a.peak_bytes[FERRY_TIER_DEVICE]);
+  assert_int_equal(b.budget_bytes[FERRY_TIER_DEVICE], a.budget_bytes[FERRY_TIER_DEVICE]);
+  assert_true(b.peak_bytes[FERRY_TIER_DEVICE] <= b.budget_bytes[FERRY_TIER_DEVICE]);
+  assert_true(a.peak_bytes[FERRY_TIER_DEVICE] <= a.budget_bytes[FERRY_TIER_DEVICE]);
+  run_free(&streamed);
+  run_free(&filled);
+  run_free(&least);
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "tiny-moe"), FERRY_OK);
+  c.predict_planned = 1;
+  c.device_budget_bytes = 64 << 20;
+  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, stderr), FERRY_ERR_INVALID);
+  assert_true(tu_contains(ferry_last_error(), "expert cache takes it"));
+  ferry_model_close(m);
+  ferry_hw_close(hw);
+}
+
+/* The plan in a command's output: from "plan for" to the first line after it that is not the
+ * plan's ("ferry: ..." progress, the summary's "requests: ..."), without its last line's end;
+ * owned. */
+static char *plan_text(const char *out) {
+  const char *at = strstr(out, "plan for ");
+  if (!at) fail_msg("no plan in:\n%s", out);
+  size_t n = strlen(at);
+  const char *stops[] = {"\nferry: ", "\nrequests: "};
+  for (size_t i = 0; i < 2; i++) {
+    const char *stop = strstr(at, stops[i]);
+    if (stop && (size_t)(stop - at) < n) n = (size_t)(stop - at);
+  }
+  while (n && at[n - 1] == '\n') n--; /* the last line's end, when the output ends there */
+  char *plan = strndup(at, n);
+  assert_non_null(plan);
+  return plan;
+}
+
+/* --plan-only prints the plan the run prints with its progress (ferry_engine_print_plan()) when
+ * routed experts run on the CPU: a predictor, or a static placement's routing counts, fill an
+ * expert cache the run sizes, and gate lookahead keeps every router resident, all known before
+ * anything is planned; with a given budget and with the default one (whose note then gives the
+ * expert cache the rest). */
+static void test_plan_only_is_the_runs(void **state) {
+  (void)state;
+  char *out = NULL, trace[600], placed[700];
+  const char *small = "sim --model tiny-moe --hw h100-pcie --synthetic n=4,prompt=16,output=4 --device-budget 8MiB "
+                      "--offload-compute experts=cpu";
+  snprintf(trace, sizeof trace, "%s/plan-routing.jsonl", tmp);
+  assert_int_equal(tu_run_ferryf(&out, "%s --quiet --record-routing '%s'", small, trace), 0);
+  free(out);
+  snprintf(placed, sizeof placed, "--expert-cache static --predictor-routing '%s'", trace);
+  const char *big = "sim --model mixtral-8x7b --hw l4 --synthetic n=2,prompt=16,output=4 --max-seq-tokens 2048 "
+                    "--offload-compute experts=cpu";
+  static const char *const cache_note = "attention resident, the expert cache takes the rest";
+  const struct {
+    const char *run, *more;
+    int filled; /* 1: the expert cache has slots */
+  } cases[] = {
+      {small, "", 0},      {small, "--predictor frequency", 1}, {small, "--predictor gate-lookahead", 1},
+      {small, placed, 1},  {big, "", 0},                        {big, "--predictor gate-lookahead", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *planned = NULL, *ran = NULL;
+    assert_int_equal(tu_run_ferryf(&planned, "%s %s --plan-only", cases[i].run, cases[i].more), 0);
+    assert_int_equal(tu_run_ferryf(&ran, "%s %s", cases[i].run, cases[i].more), 0);
+    char *p = plan_text(planned), *r = plan_text(ran);
+    if (strcmp(p, r)) fail_msg("%s %s:\n--plan-only:\n%s\nthe run:\n%s", cases[i].run, cases[i].more, p, r);
+    const int none = tu_contains(p, "expert cache     0 x");
+    if (none == cases[i].filled) fail_msg("%s %s: expert cache%s expected:\n%s", cases[i].run, cases[i].more,
+                                          cases[i].filled ? "" : " of none", p);
+    if (tu_contains(cases[i].more, "gate-lookahead")) assert_true(tu_contains(p, "embeddings + head + routers"));
+    if (cases[i].run == big) assert_int_equal(tu_contains(planned, cache_note), cases[i].filled);
+    free(p);
+    free(r);
+    free(planned);
+    free(ran);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_experts_on_cpu_traffic),
       cmocka_unit_test(test_layers_on_cpu_traffic),
       cmocka_unit_test(test_cpu_priced_from_profile),
       cmocka_unit_test(test_cpu_figures_required),
+      cmocka_unit_test(test_experts_on_cpu_fill_layers),
+      cmocka_unit_test(test_plan_only_is_the_runs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -180,11 +180,14 @@ struct ferry_engine_config {
   int32_t pin_last;              /**< last layers kept resident */
   int resident_attention;        /**< keep all attention resident, stream only FFN / experts */
   int resident_all;              /**< keep everything resident (reference runs) */
-  int fill_budget;               /**< dense models (and MoE models whose experts move with their
-                                      layers): pin whole layers, from the last, with the device budget
-                                      left after the working set (other MoE models give it to the
-                                      expert cache either way); `ferry run`/`sim` set it when they
-                                      choose the budget */
+  int fill_budget;               /**< where no expert cache takes the device budget left after the
+                                      working set (dense models; MoE models whose experts move with
+                                      their layers, or whose routed experts all run on the CPU:
+                                      compute_experts FERRY_COMPUTE_CPU without a predictor, a
+                                      per-layer split or a preloading placement): pin whole layers,
+                                      from the last, with it. Other MoE models give it to the expert
+                                      cache either way: FERRY_ERR_INVALID for them. `ferry run`/`sim`
+                                      set it when they choose the budget */
   int home_disk;                 /**< leave streamed units on disk instead of host memory */
   int stream_embeddings;         /**< stream the embedding tables (token, position, embedding norm)
                                       and the head (final norm, LM head) as blocks of their own in the
@@ -230,6 +233,14 @@ struct ferry_engine_config {
   ferry_expert_predict_fn predict; /**< optional expert predictor: prefetches experts up to
                                       prefetch_depth layers ahead within the cache's capacity */
   void *predict_user;            /**< passed to predict */
+  int predict_planned;           /**< planning before the predictor exists: 1 says predict will be
+                                      set before ferry_engine_create(), so the plans made without it
+                                      (ferry_engine_plan_only(), ferry_engine_plan_budgets(),
+                                      ferry_engine_min_budgets()) are the run's: with every routed
+                                      expert on the CPU only a filler such as a predictor makes an
+                                      expert cache. ferry_prefetcher_plan() sets it (`ferry run` and
+                                      `ferry sim` plan before they create the predictor);
+                                      ferry_engine_create() refuses it without predict */
   int router_lookahead;          /**< apply the routers of the next max(1, prefetch_depth) layers to
                                       each MoE layer's hidden state and hand their logits to
                                       predict (gate lookahead); keeps every router resident */
@@ -602,8 +613,9 @@ struct ferry_budget_plan {
  * a larger dense model is offloaded with its last layers pinned in what streaming leaves
  * (fill_budget); an MoE model keeps its attention resident when it fits and gives the rest to
  * the expert cache (none when every routed expert runs on the CPU: compute_experts
- * FERRY_COMPUTE_CPU without a predictor, a per-layer split or a preloading policy, as the
- * configuration shows them; the note says so). The host gets 90 % of a profile's host memory, or
+ * FERRY_COMPUTE_CPU without a predictor (predict, or predict_planned when it is installed after
+ * this call), a per-layer split or a preloading policy: its last layers are then pinned in what
+ * is left, fill_budget, and the note says so). The host gets 90 % of a profile's host memory, or
  * half of a real machine's available memory: what does not fit streams from disk. Budgets that are given are checked
  * against the machine and kept.
  * @param model shapes.

@@ -57,6 +57,20 @@ struct ferry_prefetcher_config {
 FERRY_API ferry_status ferry_prefetcher_create(ferry_prefetcher **out, const struct ferry_prefetcher_config *cfg,
                                      const struct ferry_model_config *mc, struct ferry_engine_config *config);
 
+/**
+ * @brief Set in a configuration what a predictor will change in the engine's plan, before the
+ *        prefetcher exists: predict_planned when it prefetches (its expert cache then exists even
+ *        with every routed expert on the CPU), router_lookahead (every router resident),
+ *        token_features (their read-back buffers) and expert_no_reuse, as
+ *        ferry_prefetcher_create() will. A caller that plans first (ferry_engine_plan_budgets(),
+ *        ferry_engine_plan_only(); `ferry run` and `ferry sim` do, so a plan needs no weight
+ *        file) calls this before planning, so that the plan is the run's.
+ * @param predictor registry name.
+ * @param config updated in place.
+ * @return FERRY_OK; FERRY_ERR_NOT_FOUND for an unknown predictor (the nearest named).
+ */
+FERRY_API ferry_status ferry_prefetcher_plan(const char *predictor, struct ferry_engine_config *config);
+
 /** @brief The first failure recording lookahead choices into the config's record (FERRY_OK). */
 FERRY_API ferry_status ferry_prefetcher_record_status(const ferry_prefetcher *pf);
 

@@ -49,7 +49,8 @@ static ferry_status plan_host(const struct ferry_machine_memory *m, struct ferry
  * a larger dense one pins its last layers in what streaming leaves; an MoE model keeps its
  * attention resident when it fits (every token reads all of it and only some experts) and
  * gives the rest to the expert cache, unless every routed expert runs on the CPU: then there is
- * none (ferry__experts_cpu_only_config(), the engine's rule) and the note says so. */
+ * none (ferry__experts_cpu_only_config(), the engine's rule), its last layers are pinned in what
+ * is left as a dense model's, and the note says so. */
 static const char *place(const ferry_model *model, ferry_store *store, struct ferry_engine_config *c, uint64_t budget,
                          int *fits) {
   struct ferry_engine_config whole = *c;
@@ -74,16 +75,20 @@ static const char *place(const ferry_model *model, ferry_store *store, struct fe
     if (!cpu_only) return ": attention resident, the expert cache takes the rest";
   }
   if (!cpu_only) return ": the expert cache takes what streaming leaves";
-  /* No expert cache, with what the config shows; a predictor or a static placement's popularity
-   * that the caller installs after this call (the CLI does) would still fill one. */
+  /* No expert cache: nothing in the config fills one (a predictor, installed or planned, or a
+   * static placement's popularity); the note says what would. The budget it leaves pins the last
+   * layers, as a dense model's does. */
+  c->fill_budget = 1;
 #define NO_CACHE                                                                                                   \
   "routed experts run on the CPU (--offload-compute experts=cpu): no expert cache unless a predictor or a static " \
   "placement fills one"
   if (c->resident_attention) return ": attention resident; " NO_CACHE;
-  /* the layers that are not resident: fetched, computed on the CPU, or either per step */
-  return c->compute_layers == FERRY_COMPUTE_CPU    ? ": " NO_CACHE "; the layers run on the CPU"
-         : c->compute_layers == FERRY_COMPUTE_AUTO ? ": " NO_CACHE "; the layers stream or run on the CPU"
-                                                   : ": " NO_CACHE "; the layers stream";
+  /* the layers not pinned are fetched, computed on the CPU, or either per step */
+  if (c->compute_layers == FERRY_COMPUTE_CPU)
+    return ": " NO_CACHE "; the last layers fill what is left, the others run on the CPU";
+  return c->compute_layers == FERRY_COMPUTE_AUTO
+             ? ": " NO_CACHE "; the last layers fill what streaming leaves, the others stream or run on the CPU"
+             : ": " NO_CACHE "; the last layers fill what streaming leaves";
 #undef NO_CACHE
 }
 

@@ -68,11 +68,13 @@ static const char *cache_policy_name(const struct ferry_engine_config *c) {
  * budget, --resident all), in its layer's block (--expert-granularity layer), or in the expert
  * cache, which experts=cpu fills only by a predictor's prefetches (a demand miss is computed on
  * the CPU: dispatch_experts()) or a policy's preload (static, from a trace's popularity), or a
- * per-layer split sized by the user. Without any of them the cache stays empty. */
+ * per-layer split sized by the user. Without any of them the cache stays empty. A predictor
+ * still to be installed (predict_planned) counts: a plan made before it must be the run's. */
 int ferry__experts_cpu_only_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
                                    int resident_all, uint64_t device_budget_bytes) {
   if (!mc->n_experts || c->compute_experts != FERRY_COMPUTE_CPU) return 0;
-  if (resident_all || !device_budget_bytes || c->expert_granularity_layer || c->predict || c->expert_cache_per_layer)
+  if (resident_all || !device_budget_bytes || c->expert_granularity_layer || c->predict || c->predict_planned ||
+      c->expert_cache_per_layer)
     return 0;
   const struct ferry_cache_policy_ops *policy = NULL;
   return !(c->expert_popularity && ferry_cache_policy_lookup(cache_policy_name(c), &policy) == FERRY_OK &&
@@ -472,6 +474,20 @@ void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_p
     pc->host_budget_bytes = (uint64_t)((double)pc->host_budget_bytes * e->cfg.pressure.low_water);
 }
 
+/* Where no expert cache takes the device budget the working set leaves: a dense model, experts
+ * moving with their layers, or every routed expert on the CPU (ferry__experts_cpu_only_config()
+ * of the configuration alone). Only there may fill_budget give it to whole layers. */
+static int no_expert_cache(const struct ferry_engine_config *c, const struct ferry_model_config *mc) {
+  return !mc->n_experts || c->expert_granularity_layer || ferry__experts_cpu_only_config(c, mc, 0, 1);
+}
+
+/* Whether the budget left pins whole layers, from the last: fill_budget, which check_config()
+ * allows only where no expert cache would take that budget (no_expert_cache()). Never when sizing
+ * the minimum, whose budget is any. */
+static int fills_layers(const struct ferry_engine *e, const struct ferry_plan_config *pc) {
+  return e->cfg.fill_budget && pc->device_budget_bytes && !pc->resident_all && !e->sizing_only;
+}
+
 static ferry_status make_plan(struct ferry_engine *e) {
   ferry_status lst = e->devs ? FERRY_OK : ferry__mgpu_check(e);
   if (lst == FERRY_OK) lst = layout_buffers(e);
@@ -486,8 +502,7 @@ static ferry_status make_plan(struct ferry_engine *e) {
     layout_kv(e, 0);
     st = ferry__engine_make_plan(e, &pc, &e->plan, msg, sizeof msg);
   }
-  if (st == FERRY_OK && e->cfg.fill_budget && (!e->mc->n_experts || e->cfg.expert_granularity_layer) &&
-      pc.device_budget_bytes && !pc.resident_all) {
+  if (st == FERRY_OK && fills_layers(e, &pc)) {
     /* The most pinned last layers whose working set still fits. Not monotonic near the end
      * (fewer streamed layers need fewer block slots), so every count is tried, largest first. */
     for (int32_t k = e->mc->n_layers - pc.pin_first; k > pc.pin_last; k--) {
@@ -737,6 +752,12 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
   }
   if (c->expert_cache_per_layer < 0)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: per-layer expert cache of %d slots", c->expert_cache_per_layer);
+  if (c->fill_budget && !no_expert_cache(c, mc))
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --fill-budget pins layers where no expert cache takes the budget left (dense "
+                          "models, experts moving with their layers or all computed on the CPU); %s's expert cache "
+                          "takes it",
+                          mc->name);
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
@@ -1096,6 +1117,11 @@ ferry_status ferry_engine_create(ferry_engine **out, const ferry_model *model, f
                         "engine: the %s executor computes no router for this MoE model: give a routing source "
                         "(engine config 'routing', e.g. ferry_routing_synth_fn or ferry_routing_replay_fn)",
                         ferry_exec_name(exec));
+  /* its plan was made for a predictor filling the expert cache: without one the run would differ */
+  if (st == FERRY_OK && e->cfg.predict_planned && !e->cfg.predict)
+    st = ferry__err_set(&e->err, FERRY_ERR_INVALID,
+                        "engine: predict_planned says a predictor fills the expert cache, but none is installed "
+                        "(predict is NULL)");
   if (st == FERRY_OK && e->has_data) st = check_finite(e);
   if (st == FERRY_OK) st = make_plan(e);
   if (st == FERRY_OK) st = ferry__engine_build_units(e);
@@ -1284,7 +1310,7 @@ ferry_status ferry_engine_prefetch_depth_used(const ferry_model *model, ferry_st
   /* every reader of cfg.prefetch_depth: the plan's block and staging slots, the predictor's and
    * gate lookahead's reach (ferry__lookahead_layers; the expert plan's prefetch share is used
    * only with a predictor), and pressure control's re-plans */
-  *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict != NULL ||
+  *used = e->plan.n_block_slots > 0 || e->plan.n_staging_slots > 0 || e->cfg.predict || e->cfg.predict_planned ||
           e->cfg.router_lookahead || e->cfg.pressure.enabled || e->cfg.kv_home_disk; /* its reads ahead */
   engine_free(e);
   return FERRY_OK;

@@ -143,6 +143,24 @@ static ferry_status open_predictor(ferry_prefetcher *pf, const struct ferry_pref
   return st;
 }
 
+/* What the predictor needs the engine to compute or not to do, and whether it fills the expert
+ * cache: all a plan reads of it. */
+static void plan_for(const struct ferry_predictor_ops *ops, struct ferry_engine_config *ec) {
+  if (ops->needs & FERRY_PREDICT_NO_REUSE) ec->expert_no_reuse = 1;
+  if (!(ops->needs & FERRY_PREDICT_PREDICTS)) return; /* the cache alone (or not even that) */
+  ec->predict_planned = 1;
+  ec->router_lookahead = (ops->needs & FERRY_PREDICT_NEEDS_LOOKAHEAD) != 0;
+  if (ops->needs & FERRY_PREDICT_NEEDS_FEATURES) ec->token_features = ops->n_features;
+}
+
+ferry_status ferry_prefetcher_plan(const char *predictor, struct ferry_engine_config *ec) {
+  if (!predictor || !ec) return ferry__fail(FERRY_ERR_INVALID, "ferry_prefetcher_plan: NULL argument");
+  const struct ferry_predictor_ops *ops;
+  ferry_status st = ferry_predictor_lookup(predictor, &ops);
+  if (st == FERRY_OK) plan_for(ops, ec);
+  return st;
+}
+
 ferry_status ferry_prefetcher_create(ferry_prefetcher **out, const struct ferry_prefetcher_config *cfg,
                                      const struct ferry_model_config *mc, struct ferry_engine_config *ec) {
   if (!out || !cfg || !mc || !ec) return ferry__fail(FERRY_ERR_INVALID, "ferry_prefetcher_create: NULL argument");
@@ -157,8 +175,8 @@ ferry_status ferry_prefetcher_create(ferry_prefetcher **out, const struct ferry_
                        "predictor %s needs the true future: a routing trace recorded by an identical run (ferry run "
                        "--record-routing)",
                        ops->name);
-  if (ops->needs & FERRY_PREDICT_NO_REUSE) ec->expert_no_reuse = 1;
-  if (!(ops->needs & FERRY_PREDICT_PREDICTS)) return FERRY_OK; /* the cache alone (or not even that) */
+  plan_for(ops, ec);
+  if (!(ops->needs & FERRY_PREDICT_PREDICTS)) return FERRY_OK;
   ferry_prefetcher *pf = ferry__calloc(1, sizeof *pf);
   if (!pf) return ferry__fail(FERRY_ERR_NOMEM, "prefetcher: out of memory");
   pf->ops = ops;
@@ -180,8 +198,6 @@ ferry_status ferry_prefetcher_create(ferry_prefetcher **out, const struct ferry_
   }
   ec->predict = prefetch_predict;
   ec->predict_user = pf;
-  ec->router_lookahead = (ops->needs & FERRY_PREDICT_NEEDS_LOOKAHEAD) != 0;
-  if (ops->needs & FERRY_PREDICT_NEEDS_FEATURES) ec->token_features = ops->n_features;
   *out = pf;
   return FERRY_OK;
 }
