@@ -1251,10 +1251,15 @@ static void print_plan(const struct ferry_engine *e, FILE *f) {
   } else if (e->mc->n_experts) {
     int64_t n = (int64_t)e->n_moe_layers * e->mc->n_experts;
     const int32_t first = e->expert_unit[e->first_moe_layer * e->mc->n_experts];
-    fprintf(f, "    %-28s %12s  %s\n", "experts (each)", ferry__format_bytes(p->expert_slot_bytes ? p->expert_slot_bytes : e->units[first].bytes, b[0], 32),
-            p->experts_pinned ? "pinned on device"
-                              : p->experts_on_host == n ? "cached on device, homed in host memory"
-                                                        : "cached on device, homed on host/disk");
+    const int all_host = p->experts_on_host == n;
+    /* with no expert ever on the device (experts=cpu, nothing to fill a cache), the CPU reads them */
+    const char *where = p->experts_pinned    ? "pinned on device"
+                        : e->experts_cpu_only ? (all_host ? "computed on the CPU from host memory"
+                                                          : "computed on the CPU, homed on host/disk")
+                        : all_host            ? "cached on device, homed in host memory"
+                                              : "cached on device, homed on host/disk";
+    fprintf(f, "    %-28s %12s  %s\n", "experts (each)",
+            ferry__format_bytes(p->expert_slot_bytes ? p->expert_slot_bytes : e->units[first].bytes, b[0], 32), where);
     if (!p->experts_pinned)
       fprintf(f, "    experts in host memory: %d of %lld; on disk: %lld\n", p->experts_on_host, (long long)n,
               (long long)(n - p->experts_on_host));
