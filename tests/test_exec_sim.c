@@ -893,26 +893,41 @@ static void test_budgets_and_errors(void **state) {
   ferry_exec_destroy(ex);
 }
 
-/* Three copies of 1e6, 2e5 and 3e5 bytes to the device on one queue (so injected faults meet
- * them in this order), then 1e5 back; returns what drain said. */
-static ferry_status run_copies(int mode, const char *faults, struct ferry_sim_stats *out) {
+/* The ops whose counts test_*_count_completed check, enqueued in this order so that injected
+ * faults meet them in it. */
+enum counted { COPIES, KERNELS_READS };
+
+/* COPIES: three copies of 1e6, 2e5 and 3e5 bytes to the device on one queue, then 1e5 back;
+ * KERNELS_READS: three kernels and three reads. Under faults (NULL: none); returns what drain
+ * said and the run's stats in *out. */
+static ferry_status run_counted(int mode, const char *faults, enum counted what, struct ferry_sim_stats *out) {
   if (faults) assert_int_equal(ferry_fault_set(faults), FERRY_OK);
   struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = mode};
   ferry_exec *ex = make_sim(1, &cfg);
-  int32_t qh, qd;
-  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
-  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd), FERRY_OK);
-  ferry_buf *host, *dev;
+  int32_t q1, q2;
+  assert_int_equal(ferry_exec_queue_create(ex, what == COPIES ? FERRY_QUEUE_H2D : FERRY_QUEUE_COMPUTE, &q1), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, what == COPIES ? FERRY_QUEUE_D2H : FERRY_QUEUE_DISK, &q2), FERRY_OK);
+  ferry_buf *host, *dev, *a = acts(ex);
   assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
-  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 1000000, "d", &dev), FERRY_OK);
-  const uint64_t sizes[3] = {1000000, 200000, 300000};
-  for (int i = 0; i < 3; i++) assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), sizes[i]), FERRY_OK);
-  ferry_status st = ferry_exec_drain(ex);
-  assert_int_equal(ferry_exec_copy(ex, qd, ref(host), ref(dev), 100000), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 2000000, "d", &dev), FERRY_OK);
+  ferry_status st = FERRY_OK;
+  if (what == COPIES) {
+    const uint64_t sizes[3] = {1000000, 200000, 300000};
+    for (int i = 0; i < 3; i++) assert_int_equal(ferry_exec_copy(ex, q1, ref(dev), ref(host), sizes[i]), FERRY_OK);
+    st = ferry_exec_drain(ex);
+    assert_int_equal(ferry_exec_copy(ex, q2, ref(host), ref(dev), 100000), FERRY_OK);
+  } else {
+    for (int i = 0; i < 3; i++) {
+      struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16, a);
+      assert_int_equal(ferry_exec_compute(ex, q1, &k), FERRY_OK);
+      assert_int_equal(ferry_exec_read(ex, q2, NULL, 0, (uint64_t)i * 1000000, 1000000, ref(host), 0), FERRY_OK);
+    }
+  }
   ferry_status st2 = ferry_exec_drain(ex);
   if (st == FERRY_OK) st = st2;
   assert_int_equal(ferry_exec_sim_stats(ex, out), FERRY_OK);
   ferry_fault_clear();
+  ferry_exec_free(ex, a);
   ferry_exec_free(ex, host);
   ferry_exec_free(ex, dev);
   ferry_exec_destroy(ex);
@@ -925,8 +940,8 @@ static ferry_status run_copies(int mode, const char *faults, struct ferry_sim_st
 static void test_copies_count_completed(void **state) {
   (void)state;
   struct ferry_sim_stats exact, fast;
-  assert_int_equal(run_copies(FERRY_SIM_EXACT, NULL, &exact), FERRY_OK);
-  assert_int_equal(run_copies(FERRY_SIM_FAST, NULL, &fast), FERRY_OK);
+  assert_int_equal(run_counted(FERRY_SIM_EXACT, NULL, COPIES, &exact), FERRY_OK);
+  assert_int_equal(run_counted(FERRY_SIM_FAST, NULL, COPIES, &fast), FERRY_OK);
   assert_int_equal(exact.mode, FERRY_SIM_EXACT);
   assert_int_equal(fast.mode, FERRY_SIM_FAST);
   assert_int_equal(exact.copies, 4);
@@ -937,37 +952,11 @@ static void test_copies_count_completed(void **state) {
 
   /* the second copy's device fails: the run reports it, and three copies completed */
   struct ferry_sim_stats faulty;
-  assert_int_equal(run_copies(FERRY_SIM_EXACT, "copy:fail@2", &faulty), FERRY_ERR_DEVICE);
+  assert_int_equal(run_counted(FERRY_SIM_EXACT, "copy:fail@2", COPIES, &faulty), FERRY_ERR_DEVICE);
   assert_int_equal(faulty.copies, 3);
   assert_int_equal(faulty.bytes_h2d, 1300000);
   assert_int_equal(faulty.bytes_d2h, 100000);
   assert_int_equal(faulty.ops_done, exact.ops_done); /* the failed copy is done all the same */
-}
-
-/* Three kernels and three reads under faults (NULL: none): the stats of the run, its status. */
-static ferry_status run_kernels_reads(int mode, const char *faults, struct ferry_sim_stats *out) {
-  if (faults) assert_int_equal(ferry_fault_set(faults), FERRY_OK);
-  struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = mode};
-  ferry_exec *ex = make_sim(1, &cfg);
-  int32_t qc, qk;
-  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
-  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_DISK, &qk), FERRY_OK);
-  ferry_buf *w, *a = acts(ex), *host;
-  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 2000000, "w", &w), FERRY_OK);
-  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
-  for (int i = 0; i < 3; i++) {
-    struct ferry_kernel k = matmul(4, 1000, 1000, w, FERRY_DTYPE_F16, a);
-    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
-    assert_int_equal(ferry_exec_read(ex, qk, NULL, 0, (uint64_t)i * 1000000, 1000000, ref(host), 0), FERRY_OK);
-  }
-  ferry_status st = ferry_exec_drain(ex);
-  assert_int_equal(ferry_exec_sim_stats(ex, out), FERRY_OK);
-  ferry_fault_clear();
-  ferry_exec_free(ex, host);
-  ferry_exec_free(ex, a);
-  ferry_exec_free(ex, w);
-  ferry_exec_destroy(ex);
-  return st;
 }
 
 /* `kernels` and `reads` count what completed, as `copies` does: a kernel whose device failed
@@ -975,16 +964,16 @@ static ferry_status run_kernels_reads(int mode, const char *faults, struct ferry
 static void test_kernels_reads_count_completed(void **state) {
   (void)state;
   struct ferry_sim_stats exact, fast, failed_kernel, failed_read;
-  assert_int_equal(run_kernels_reads(FERRY_SIM_EXACT, NULL, &exact), FERRY_OK);
-  assert_int_equal(run_kernels_reads(FERRY_SIM_FAST, NULL, &fast), FERRY_OK);
+  assert_int_equal(run_counted(FERRY_SIM_EXACT, NULL, KERNELS_READS, &exact), FERRY_OK);
+  assert_int_equal(run_counted(FERRY_SIM_FAST, NULL, KERNELS_READS, &fast), FERRY_OK);
   assert_int_equal(exact.kernels, 3);
   assert_int_equal(fast.kernels, 3);
   assert_int_equal(exact.reads, 3);
   assert_int_equal(fast.reads, 3);
-  assert_int_equal(run_kernels_reads(FERRY_SIM_EXACT, "kernel:fail@2", &failed_kernel), FERRY_ERR_DEVICE);
+  assert_int_equal(run_counted(FERRY_SIM_EXACT, "kernel:fail@2", KERNELS_READS, &failed_kernel), FERRY_ERR_DEVICE);
   assert_int_equal(failed_kernel.kernels, 2);
   assert_int_equal(failed_kernel.reads, 3);
-  assert_int_equal(run_kernels_reads(FERRY_SIM_EXACT, "read:eio@3+", &failed_read), FERRY_ERR_IO);
+  assert_int_equal(run_counted(FERRY_SIM_EXACT, "read:eio@3+", KERNELS_READS, &failed_read), FERRY_ERR_IO);
   assert_int_equal(failed_read.kernels, 3);
   assert_int_equal(failed_read.reads, 2);
   assert_int_equal(failed_read.ops_done, exact.ops_done); /* the failed read is done all the same */
