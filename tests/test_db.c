@@ -1160,6 +1160,43 @@ static void test_migration_replica(void **state) {
   ferry_db_close(db);
 }
 
+static void set_disk_write(struct ferry_step_row *st, uint64_t v) { st->bytes_disk_write = v; }
+static void set_peers(struct ferry_step_row *st, uint64_t v) { st->bytes_peers = v; }
+
+/* What every migration test of a new steps column checks once its old file was read: merged into
+ * a current database, the old run's step (where `old_row`) copies with `column` NULL; opened to
+ * write, the file is migrated, its row keeps NULL (not recorded), and a new run's three steps
+ * carry 1, 2 and 3 MiB in it (set() writes the field). Returns the migrated database, open, and
+ * the new run's id. */
+static ferry_db *merge_then_migrate(struct fixture *f, const char *old_row, const char *column,
+                                    void (*set)(struct ferry_step_row *, uint64_t), int64_t *id) {
+  char merged[600], sql[256];
+  snprintf(merged, sizeof merged, "%s/merged.db", f->dir);
+  ferry_db *db = open_rw(merged);
+  struct ferry_db_merge_stats ms;
+  assert_int_equal(ferry_db_merge(db, f->path, &ms), FERRY_OK);
+  assert_int_equal(ms.runs_added, 1);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM steps WHERE %s AND %s IS NULL", old_row, column);
+  assert_int_equal(q1(ferry__db_sqlite(db), sql), 1);
+  ferry_db_close(db);
+  db = open_rw(f->path);
+  sqlite3 *s = ferry__db_sqlite(db);
+  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM steps WHERE runId = 4 AND %s IS NULL", column);
+  assert_int_equal(q1(s, sql), 1);
+  struct ferry_run_info info = {.executor = "sim", .model = "m"};
+  assert_int_equal(ferry_db_run_begin(db, &info, id), FERRY_OK);
+  for (int i = 0; i < 3; i++) {
+    struct ferry_step_row st = {.step = i, .end_ns = 1};
+    set(&st, (uint64_t)(i + 1) << 20);
+    assert_int_equal(ferry_db_add_step(db, *id, &st), FERRY_OK);
+  }
+  assert_int_equal(ferry_db_run_finish(db, *id, NULL), FERRY_OK);
+  snprintf(sql, sizeof sql, "SELECT sum(%s) FROM steps WHERE runId = %lld", column, (long long)*id);
+  assert_int_equal(q1(s, sql), 6 << 20);
+  return db;
+}
+
 /* Version 9 to 10 adds steps.bytes_disk_write. A version-9 file opened read-only is read as it
  * is (its run's figures, no migration); merged into a current database its steps copy with the
  * column NULL; opened to write it is migrated, its rows keep NULL (not recorded) and new rows
@@ -1186,31 +1223,8 @@ static void test_migration_disk_write(void **state) {
   s = raw_open(f->path);
   assert_int_equal(q1(s, "PRAGMA user_version"), 9); /* read-only: not migrated */
   sqlite3_close(s);
-  char merged[600];
-  snprintf(merged, sizeof merged, "%s/merged.db", f->dir);
-  db = open_rw(merged);
-  struct ferry_db_merge_stats ms;
-  assert_int_equal(ferry_db_merge(db, f->path, &ms), FERRY_OK);
-  assert_int_equal(ms.runs_added, 1);
-  s = ferry__db_sqlite(db);
-  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE bytes_disk = 77 AND bytes_disk_write IS NULL"), 1);
-  ferry_db_close(db);
-  db = open_rw(f->path);
-  s = ferry__db_sqlite(db);
-  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
-  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE runId = 4 AND bytes_disk_write IS NULL"), 1);
-  struct ferry_run_info info = {.executor = "sim", .model = "m"};
   int64_t id;
-  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
-  for (int i = 0; i < 3; i++) {
-    const struct ferry_step_row st = {.step = i, .end_ns = 1, .bytes_disk_write = (uint64_t)(i + 1) << 20};
-    assert_int_equal(ferry_db_add_step(db, id, &st), FERRY_OK);
-  }
-  assert_int_equal(ferry_db_run_finish(db, id, NULL), FERRY_OK);
-  char sql[128];
-  snprintf(sql, sizeof sql, "SELECT sum(bytes_disk_write) FROM steps WHERE runId = %lld", (long long)id);
-  assert_int_equal(q1(s, sql), 6 << 20);
-  ferry_db_close(db);
+  ferry_db_close(merge_then_migrate(f, "bytes_disk = 77", "bytes_disk_write", set_disk_write, &id));
 }
 
 /* The value of the metric `name` that ferry_db_compare() finds in a run (compared with itself),
@@ -1255,30 +1269,8 @@ static void test_migration_peers(void **state) {
   s = raw_open(f->path);
   assert_int_equal(q1(s, "PRAGMA user_version"), 10); /* read-only: not migrated */
   sqlite3_close(s);
-  char merged[600];
-  snprintf(merged, sizeof merged, "%s/merged.db", f->dir);
-  db = open_rw(merged);
-  struct ferry_db_merge_stats ms;
-  assert_int_equal(ferry_db_merge(db, f->path, &ms), FERRY_OK);
-  assert_int_equal(ms.runs_added, 1);
-  s = ferry__db_sqlite(db);
-  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE bytes_disk_write = 55 AND bytes_peers IS NULL"), 1);
-  ferry_db_close(db);
-  db = open_rw(f->path);
-  s = ferry__db_sqlite(db);
-  assert_int_equal(q1(s, "PRAGMA user_version"), FERRY_DB_SCHEMA_VERSION);
-  assert_int_equal(q1(s, "SELECT count(*) FROM steps WHERE runId = 4 AND bytes_peers IS NULL"), 1);
-  struct ferry_run_info info = {.executor = "sim", .model = "m"};
   int64_t id;
-  assert_int_equal(ferry_db_run_begin(db, &info, &id), FERRY_OK);
-  for (int i = 0; i < 3; i++) {
-    const struct ferry_step_row st = {.step = i, .end_ns = 1, .bytes_peers = (uint64_t)(i + 1) << 20};
-    assert_int_equal(ferry_db_add_step(db, id, &st), FERRY_OK);
-  }
-  assert_int_equal(ferry_db_run_finish(db, id, NULL), FERRY_OK);
-  char sql[128];
-  snprintf(sql, sizeof sql, "SELECT sum(bytes_peers) FROM steps WHERE runId = %lld", (long long)id);
-  assert_int_equal(q1(s, sql), 6 << 20);
+  db = merge_then_migrate(f, "bytes_disk_write = 55", "bytes_peers", set_peers, &id);
   assert_int_equal(ferry_db_run_stats(db, id, &rs), FERRY_OK);
   assert_int_equal(rs.bytes_peers, 6 << 20);
   assert_true(metric_of(&rs, "bytes_peers") == 6 << 20);
