@@ -10,8 +10,10 @@
  * prefetch 0-2, two micro-batches, and a paged cache with preemption.
  * In the simulator a step's bytes are a hand computation: the weights and the windows up, the
  * new rows down (offloaded steps), or the hidden state down and up (steps on the CPU); the plan
- * holds the device KV only for pinned layers, the host KV for the others; and what makes no
- * sense is refused by name. */
+ * holds the device KV only for pinned layers, the host KV for the others; the minimum budgets
+ * and --fill-budget charge each layer's cache where it is (a device budget below the whole cache
+ * plans when every layer runs on the CPU; pinning a layer costs its weights and its cache), each
+ * tier's peak within its budget; and what makes no sense is refused by name. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,8 +142,9 @@ static void same_logits(const char *model_dir, int32_t n_layers) {
 /* A paged cache (blocks of 4 tokens from a pool of 8, so sequences are preempted and prefilled
  * again): the streamed layers' pools are in host memory, their windows copied up block by block
  * through the sequences' tables; the logits are those of the same pool on the device. With two
- * streamed layers (the dense model) the scratch of 3 sequences x 24 rows outgrows their pools of 32
- * rows: the smallest budget counts it, and one byte less is refused naming it. */
+ * streamed layers (the dense model) the scratch of 3 sequences x 24 rows (18 KiB in fp32) outgrows
+ * their pools of 32 rows: the smallest budget counts it, and one byte less is refused naming it
+ * beside the streamed layers' pools in host memory. */
 static void paged_logits(const char *model_dir, int scratch_grows) {
   struct ferry_engine_config c = {.max_batch = 3, .max_step_tokens = 16, .max_seq_tokens = 24, .seed = 9,
                                   .block_layers = 1, .kv_block_tokens = 4, .resident_all = 1};
@@ -167,8 +170,8 @@ static void paged_logits(const char *model_dir, int scratch_grows) {
     assert_int_equal(ferry_engine_plan_only(m, NULL, &c, devnull), FERRY_ERR_BUDGET);
     fclose(devnull);
     ferry_model_close(m);
-    if (!tu_contains(ferry_last_error(), "of which the attention scratch on the device") ||
-        !tu_contains(ferry_last_error(), "(K and V; --kv-home layer"))
+    if (!tu_contains(ferry_last_error(), "the pinned layers' and a streamed layer's window of 18.00 KiB, the 2 "
+                                         "streamed layers' 16.00 KiB in host memory"))
       fail_msg("%s", ferry_last_error());
   }
   c.device_budget_bytes++;
@@ -324,14 +327,187 @@ static void test_plan(void **state) {
   fclose(out);
   if (!tu_contains(text, "KV cache         32.03 MiB (1 sequences x 1025 tokens, fp16)")) fail_msg("%s", text);
   free(text);
-  /* 3.09 GiB of streamed weights and 682 MiB of CPU workspace fit 4000 MiB, the cache beside them not */
+  /* 3.09 GiB of streamed weights and 682 MiB of CPU workspace fit 4000 MiB, the cache beside them not:
+   * the cache comes first, so a block is homed on disk, where the CPU cannot compute it */
   c.host_budget_bytes = 4000ull << 20;
   FILE *devnull = fopen("/dev/null", "w");
   assert_non_null(devnull);
   assert_int_equal(ferry_engine_plan_only(m, NULL, &c, devnull), FERRY_ERR_BUDGET);
-  fclose(devnull);
-  if (!tu_contains(ferry_last_error(), "the KV cache of the 30 streamed layers in host memory (480.47 MiB)"))
+  if (!tu_contains(ferry_last_error(), "is homed on disk (--home disk, or a host budget of 3.91 GiB, of which the KV "
+                                       "cache of the 30 streamed layers in host memory takes 480.47 MiB)"))
     fail_msg("%s", ferry_last_error());
+  /* a host budget below the cache alone: its minimum names it */
+  c.host_budget_bytes = 400ull << 20;
+  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, devnull), FERRY_ERR_BUDGET);
+  if (!tu_contains(ferry_last_error(), "host budget 400.00 MiB is below the minimum") ||
+      !tu_contains(ferry_last_error(), "(KV cache in host memory 480.47 MiB,"))
+    fail_msg("%s", ferry_last_error());
+  fclose(devnull);
+  ferry_model_close(m);
+}
+
+/* ---- the budgets: each layer's cache charged where it is ---------------------------------- */
+
+/* llama-2-7b's cache of one layer for one token: K and V rows of 32 heads x 128, fp16 */
+#define LAYER_TOKEN_BYTES ((uint64_t)2 * 32 * 128 * 2)
+#define GiB (1ull << 30)
+
+/* llama-2-7b, 8 sequences of 4096 tokens (a 16 GiB cache) in steps of 256 tokens (the command's
+ * default) with each layer's cache where its weights are, every layer streamed one at a time and
+ * computed where `where` says. */
+static struct ferry_engine_config budget_config(enum ferry_compute_where where) {
+  return (struct ferry_engine_config){.max_batch = 8, .max_step_tokens = 256, .max_seq_tokens = 4096, .seed = 1,
+                                      .block_layers = 1, .prefetch_depth = 1, .kv_home_layer = 1,
+                                      .compute_layers = where};
+}
+
+/* The minimum budgets of c at max_seq_tokens `seq`. */
+static void min_at(struct ferry_engine_config c, int32_t seq, uint64_t *dev, uint64_t *host) {
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
+  c.max_seq_tokens = seq;
+  if (ferry_engine_min_budgets(m, NULL, &c, dev, host) != FERRY_OK) fail_msg("%s", ferry_last_error());
+  ferry_model_close(m);
+}
+
+/* c's plan (owned), and how many layers it pins on the device. */
+static char *plan_of(const struct ferry_engine_config *c, int32_t *pinned) {
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  assert_non_null(out);
+  if (ferry_engine_plan_only(m, NULL, c, out) != FERRY_OK) fail_msg("%s", ferry_last_error());
+  fclose(out);
+  ferry_model_close(m);
+  *pinned = 0;
+  for (const char *at = strstr(text, "\n    layer "); at; at = strstr(at + 1, "\n    layer ")) {
+    const char *eol = strchr(at + 1, '\n'), *pin = strstr(at + 1, "pinned on device");
+    *pinned += pin && (!eol || pin < eol);
+  }
+  return text;
+}
+
+/* Serve 8 prompts of 256 tokens in c on the RTX 3090 (at c's budgets); each tier's peak within
+ * its budget. */
+static void serve_within(const struct ferry_engine_config *c, struct tu_sim_result *r) {
+  struct ferry_engine_request req[8];
+  for (int i = 0; i < 8; i++) req[i] = (struct ferry_engine_request){.id = i, .prompt_tokens = 256, .output_tokens = 4};
+  const struct tu_sim_setup setup = {
+      .hw = "rtx-3090",
+      .exec = {.device_budget_bytes = c->device_budget_bytes, .host_budget_bytes = c->host_budget_bytes}};
+  if (tu_sim_serve(&setup, c, req, 8, r) != FERRY_OK) fail_msg("%s", ferry_last_error());
+  for (int t = FERRY_TIER_DEVICE; t <= FERRY_TIER_HOST; t++)
+    if (!r->sum.budget_bytes[t] || r->sum.peak_bytes[t] > r->sum.budget_bytes[t])
+      fail_msg("tier %d: peak %llu of a budget of %llu", t, (unsigned long long)r->sum.peak_bytes[t],
+               (unsigned long long)r->sum.budget_bytes[t]);
+}
+
+/* Every layer streamed and computed on the CPU: no layer's cache is on the device, so an 8 GiB
+ * budget plans and runs a 16 GiB cache, all of it in host memory (the default device cache, or a
+ * plan counting every layer's cache there, refuses it: a minimum of 16.53 GiB). The command's plan
+ * and a run of shorter prompts at the same sizes. */
+static void test_budget_layers_on_cpu(void **state) {
+  (void)state;
+  char *out = NULL;
+  const int rc = tu_run_ferryf(&out, "sim --model llama-2-7b --hw rtx-3090 --synthetic n=8,prompt=2048,output=16 "
+                                     "--max-batch 8 --max-seq-tokens 4096 --device-budget 8GiB --offload-compute "
+                                     "layers=cpu --kv-home layer --plan-only");
+  if (rc != 0 || !tu_contains(out, "    KV cache         0 B (8 sequences x 4096 tokens, fp16)\n") ||
+      !tu_contains(out, "    KV cache (host)  16.00 GiB (8 sequences x 4096 tokens, fp16; 32 streamed layers, "
+                        "--kv-home layer)"))
+    fail_msg("exit %d: %s", rc, out);
+  free(out);
+  struct ferry_engine_config c = budget_config(FERRY_COMPUTE_CPU);
+  c.device_budget_bytes = 8 * GiB;
+  c.host_budget_bytes = 57 * GiB;
+  struct tu_sim_result *r = calloc(1, sizeof *r);
+  assert_non_null(r);
+  serve_within(&c, r);
+  const uint64_t cache = 32 * 8 * 4096 * LAYER_TOKEN_BYTES; /* every layer's, in host memory */
+  assert_true(r->sum.peak_bytes[FERRY_TIER_HOST] >= cache);
+  assert_true(r->sum.peak_bytes[FERRY_TIER_DEVICE] < GiB);
+  assert_int_equal(r->sum.requests_done, 8);
+  free(r);
+}
+
+/* With the first N layers pinned the device holds N layers' caches and the host the others': the
+ * minimum budgets grow with max_seq_tokens by exactly that (the workspace and the weights do not
+ * depend on it), N x 8 sequences x 2048 more tokens x 16 KiB on the device. A streamed layer the
+ * device may compute (layers=gpu, auto) adds the scratch of one layer's windows, 8 sequences of
+ * max_seq_tokens rows; the caches of streamed layers computed on the CPU without --kv-home layer
+ * are in host memory too. */
+static void test_budget_pinned_layers(void **state) {
+  (void)state;
+  const uint64_t more = 8 * 2048 * LAYER_TOKEN_BYTES; /* one layer's cache, 2048 more tokens */
+  static const struct {
+    enum ferry_compute_where where;
+    int kv_home_layer;
+    int32_t window; /* layers' worth of scratch on the device */
+  } cases[] = {{FERRY_COMPUTE_CPU, 1, 0}, {FERRY_COMPUTE_CPU, 0, 0}, {FERRY_COMPUTE_AUTO, 1, 1},
+               {FERRY_COMPUTE_GPU, 1, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int32_t n = 0; n <= 4; n += 4) {
+      struct ferry_engine_config c = budget_config(cases[i].where);
+      c.kv_home_layer = cases[i].kv_home_layer;
+      c.pin_first = n;
+      uint64_t dev[2], host[2];
+      min_at(c, 2048, &dev[0], &host[0]);
+      min_at(c, 4096, &dev[1], &host[1]);
+      if (dev[1] - dev[0] != (uint64_t)(n + cases[i].window) * more || host[1] - host[0] != (uint64_t)(32 - n) * more)
+        fail_msg("case %zu, %d pinned: device +%llu, host +%llu", i, n, (unsigned long long)(dev[1] - dev[0]),
+                 (unsigned long long)(host[1] - host[0]));
+    }
+  /* the plan's lines: 4 layers x 8 x 4096 x 16 KiB on the device, 28 in host memory */
+  struct ferry_engine_config c = budget_config(FERRY_COMPUTE_CPU);
+  c.pin_first = 4;
+  c.device_budget_bytes = 8 * GiB;
+  int32_t pinned;
+  char *text = plan_of(&c, &pinned);
+  if (pinned != 4 || !tu_contains(text, "    KV cache         2.00 GiB (8 sequences x 4096 tokens, fp16)\n") ||
+      !tu_contains(text, "    KV cache (host)  14.00 GiB (8 sequences x 4096 tokens, fp16; 28 streamed layers"))
+    fail_msg("%d pinned: %s", pinned, text);
+  free(text);
+}
+
+/* The default budget of the RTX 3090 (21.60 GiB) with the layers computed on the CPU fills the
+ * budget with the last layers, each taking its weights and its own cache: as many as
+ * (budget - the working set) / (one layer's weights and cache), 24 of 32, where charging every
+ * layer's cache to the device left room for 13; the run's peaks stay within the budgets. */
+static void test_budget_fill(void **state) {
+  (void)state;
+  ferry_model *m = NULL;
+  assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
+  const struct ferry_machine_memory rtx3090 = {.gpu_name = "rtx-3090", .gpu_bytes = 24 * GiB,
+                                               .gpu_free_bytes = UINT64_MAX, .host_bytes = 64 * GiB};
+  for (int kv_home_layer = 0; kv_home_layer <= 1; kv_home_layer++) {
+    struct ferry_engine_config c = budget_config(FERRY_COMPUTE_CPU);
+    c.kv_home_layer = kv_home_layer;
+    struct ferry_budget_plan bp;
+    assert_int_equal(ferry_engine_plan_budgets(m, NULL, &rtx3090, &c, &bp), FERRY_OK);
+    assert_true(bp.device_defaulted && !bp.fits && c.fill_budget);
+    uint64_t none, one, host;
+    struct ferry_engine_config last = c;
+    last.pin_last = 1;
+    min_at(c, 4096, &none, &host);
+    min_at(last, 4096, &one, &host);
+    const uint64_t layer = one - none, cache = 8 * 4096 * LAYER_TOKEN_BYTES;
+    const int64_t fit = (int64_t)((c.device_budget_bytes - none) / layer);
+    const int64_t all_cache = ((int64_t)c.device_budget_bytes - (int64_t)none - 32 * (int64_t)cache) /
+                              (int64_t)(layer - cache);
+    int32_t pinned;
+    free(plan_of(&c, &pinned));
+    if (pinned != (fit < 32 ? fit : 32) || pinned <= all_cache)
+      fail_msg("%d layers pinned in %llu bytes: %lld fit at %llu bytes each, %lld with every cache on the device",
+               pinned, (unsigned long long)c.device_budget_bytes, (long long)fit, (unsigned long long)layer,
+               (long long)all_cache);
+    assert_int_equal(pinned, 24);
+    struct tu_sim_result *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    serve_within(&c, r);
+    free(r);
+  }
   ferry_model_close(m);
 }
 
@@ -390,6 +566,8 @@ int main(void) {
       cmocka_unit_test(test_same_logits_windowed),
       cmocka_unit_test(test_sim_bytes),         cmocka_unit_test(test_rows_rule),
       cmocka_unit_test(test_plan),              cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_budget_layers_on_cpu), cmocka_unit_test(test_budget_pinned_layers),
+      cmocka_unit_test(test_budget_fill),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

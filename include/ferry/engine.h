@@ -303,6 +303,10 @@ struct ferry_engine_config {
                                       up to its last position this step) is copied up into a device
                                       scratch (max_batch x max_seq_tokens rows, K and V, per
                                       micro-batch, in the device budget) where every token attends.
+                                      The plan charges the device budget only the pinned layers'
+                                      caches and that scratch (none when every streamed layer is
+                                      computed on the CPU), the host budget the streamed layers'
+                                      caches; fill_budget charges each layer it pins its cache.
                                       Not with kv_home_host, kv_prefill_device, kv_attention_device,
                                       resident_attention, or a latent (MLA) cache */
   enum ferry_host_memory kv_host_memory; /**< with kv_home_host: the host KV cache's memory kind

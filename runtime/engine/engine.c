@@ -195,12 +195,19 @@ static void layout_workspace(struct ferry_engine *e) {
   for (int32_t m = 0; e->mbs && m < e->n_mb; m++) e->mbs[m].x = e->ws.x + (uint64_t)m * T * H * 4;
 }
 
-/* Whether layer l's KV cache lives in host memory: a streamed layer of a run that computes
- * streamed layers on the CPU, or that keeps each layer's cache with its weights (--kv-home layer;
- * known once the plan says which layers stream). */
+/* Whether each layer's KV cache follows its weights: in host memory while the layer streams, on
+ * the device while it is pinned. So in a run that computes streamed layers on the CPU, or that
+ * keeps each layer's cache with its weights (--kv-home layer); the plan places the caches
+ * (ferry_plan_input::layer_kv_bytes) as it places the layers. */
+static int kv_follows_layers(const struct ferry_engine *e) {
+  return !e->cfg.kv_home_host && (e->cfg.compute_layers != FERRY_COMPUTE_GPU || e->cfg.kv_home_layer);
+}
+
+/* Whether layer l's KV cache lives in host memory: every layer's with --kv-home host, a streamed
+ * layer's when caches follow their layers (known once the plan says which layers stream). */
 static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
   if (e->cfg.kv_home_host) return 1;
-  return planned && (e->cfg.compute_layers != FERRY_COMPUTE_GPU || e->cfg.kv_home_layer) && e->plan.layer_block[l] >= 0;
+  return planned && kv_follows_layers(e) && e->plan.layer_block[l] >= 0;
 }
 
 /* The KV cache, layer by layer: K and V rows (MLA: the latent rows) for max_batch sequences of
@@ -231,10 +238,10 @@ static uint64_t layout_kv(struct ferry_engine *e, int planned) {
     const uint64_t region = e->kv_block && !kv->ring ? (uint64_t)e->kv_pool_blocks * (uint64_t)e->kv_block * row
                                                      : B * (uint64_t)kv->rows * row;
     uint64_t *o = &off[kv->host];
+    kv->bytes = mc->kv_lora_rank ? region : 2 * region;
     kv->k_off = *o;
-    *o += region;
-    kv->v_off = *o;
-    if (!mc->kv_lora_rank) *o += region;
+    kv->v_off = *o + region;
+    *o += kv->bytes;
   }
   off[0] = ferry__kv_prefill_layout(e, off[0]); /* one device: no pipeline stages in a hybrid run */
   most = off[0] > most ? off[0] : most;
@@ -265,35 +272,41 @@ static const char *kv_shape(const struct ferry_engine *e, char *buf, size_t len)
 }
 
 /* Streamed layers that keep their KV cache in host memory (computed on the CPU, or with their
- * weights: --kv-home layer), known once the plan says which layers stream: the device's share of
- * the cache shrinks by theirs (a --kv-home layer scratch aside), the host's grows by it and must
- * fit the host budget. Later plans (memory pressure) start from this layout. */
+ * weights: --kv-home layer), laid out once the plan says which layers stream. The plan counted
+ * each layer's cache where it now is (ferry_plan_input::layer_kv_bytes) and a streamed layer's
+ * window scratch on the device (ferry__kv_window_bytes()), so the budgets it checked hold the
+ * layout; a difference is a bug. Later plans (memory pressure) keep this layout. */
 static ferry_status place_layer_kv(struct ferry_engine *e) {
-  struct ferry_plan *p = &e->plan;
-  const uint64_t dev_before = p->device_kv_bytes, host_before = p->host_kv_bytes, dev = layout_kv(e, 1);
-  p->device_kv_bytes = dev;
-  p->device_total_bytes = p->device_total_bytes - dev_before + dev;
-  /* the plan needed the whole cache on the device; a scratch larger than the streamed layers' share
-   * (a small paged pool) raises the minimum */
-  if (dev > dev_before) p->device_min_bytes += dev - dev_before;
-  p->host_kv_bytes = e->hkv_bytes;
-  p->host_fixed_bytes = p->host_fixed_bytes - host_before + e->hkv_bytes;
-  p->host_total_bytes = p->host_total_bytes - host_before + e->hkv_bytes;
-  char b[3][32], kv[512];
-  const uint64_t dev_budget = e->cfg.device_budget_bytes, budget = e->cfg.host_budget_bytes;
-  if (!e->sizing_only && dev_budget && p->device_total_bytes > dev_budget)
-    return ferry__err_set(&e->err, FERRY_ERR_BUDGET, "engine: the plan needs %s of the device budget %s; %s",
-                          ferry__format_bytes(p->device_total_bytes, b[0], 32),
-                          ferry__format_bytes(dev_budget, b[1], 32), kv_shape(e, kv, sizeof kv));
-  if (e->sizing_only || !budget || p->host_total_bytes <= budget) return FERRY_OK;
+  const struct ferry_plan *p = &e->plan;
+  const uint64_t dev = layout_kv(e, 1);
+  if (dev == p->device_kv_bytes && e->hkv_bytes == p->host_kv_bytes) return FERRY_OK;
+  char b[4][32];
+  return ferry__err_set(&e->err, FERRY_ERR_INTERNAL,
+                        "engine: the KV cache laid out by layer (%s on the device, %s in host memory) is not the "
+                        "plan's (%s, %s)",
+                        ferry__format_bytes(dev, b[0], 32), ferry__format_bytes(e->hkv_bytes, b[1], 32),
+                        ferry__format_bytes(p->device_kv_bytes, b[2], 32),
+                        ferry__format_bytes(p->host_kv_bytes, b[3], 32));
+}
+
+/* How many layers' caches the layout put in host memory (for messages and the plan's lines). */
+static int32_t host_kv_layers(const struct ferry_engine *e) {
   int32_t n = 0;
   for (int64_t l = 0; l < e->mc->n_layers; l++) n += e->kv[l].host;
-  return ferry__err_set(&e->err, FERRY_ERR_BUDGET,
-                        "engine: the KV cache of the %d streamed layers in host memory (%s) and the plan's other host "
-                        "bytes (%s) exceed the host budget %s (--host-budget, --max-batch, --max-seq-tokens)",
-                        n, ferry__format_bytes(e->hkv_bytes, b[0], 32),
-                        ferry__format_bytes(p->host_total_bytes - e->hkv_bytes, b[1], 32),
-                        ferry__format_bytes(budget, b[2], 32));
+  return n;
+}
+
+/* The host budget a refusal names, and what the streamed layers' KV cache takes of it first. */
+static const char *host_budget_words(const struct ferry_engine *e, char *buf, size_t len) {
+  char b[2][32];
+  if (!e->cfg.host_budget_bytes) snprintf(buf, len, "unlimited");
+  else if (!kv_follows_layers(e) || !e->hkv_bytes)
+    snprintf(buf, len, "%s", ferry__format_bytes(e->cfg.host_budget_bytes, b[0], 32));
+  else
+    snprintf(buf, len, "%s, of which the KV cache of the %d streamed layers in host memory takes %s",
+             ferry__format_bytes(e->cfg.host_budget_bytes, b[0], 32), host_kv_layers(e),
+             ferry__format_bytes(e->hkv_bytes, b[1], 32));
+  return buf;
 }
 
 /* A hybrid run computes on the CPU from host memory: streamed layers computed there keep their
@@ -301,10 +314,9 @@ static ferry_status place_layer_kv(struct ferry_engine *e) {
  * (the plan homes units on disk when the host budget is short). */
 static ferry_status hybrid_plan(struct ferry_engine *e) {
   struct ferry_plan *p = &e->plan;
-  char b[2][32];
+  char b[32], host[160];
   ferry_status st;
-  if ((e->cfg.compute_layers != FERRY_COMPUTE_GPU || e->cfg.kv_home_layer) && (st = place_layer_kv(e)) != FERRY_OK)
-    return st;
+  if (kv_follows_layers(e) && (st = place_layer_kv(e)) != FERRY_OK) return st;
   if (e->cfg.compute_layers != FERRY_COMPUTE_GPU) {
     for (int32_t i = 0; i < p->n_blocks && !e->sizing_only; i++)
       if (p->blocks[i].home != FERRY_TIER_HOST)
@@ -314,9 +326,7 @@ static ferry_status hybrid_plan(struct ferry_engine *e) {
                               "budget of %s)",
                               e->cfg.compute_layers == FERRY_COMPUTE_CPU ? "cpu" : "auto", p->blocks[i].first_layer,
                               p->blocks[i].first_layer + p->blocks[i].n_layers - 1,
-                              ferry__format_bytes(p->blocks[i].bytes, b[0], 32),
-                              e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32)
-                                                       : "unlimited");
+                              ferry__format_bytes(p->blocks[i].bytes, b, 32), host_budget_words(e, host, sizeof host));
   }
   const int64_t n_units = (int64_t)e->n_moe_layers * e->mc->n_experts;
   if (e->mc->n_experts && !p->experts_pinned && !e->cfg.expert_granularity_layer && p->experts_on_host < n_units &&
@@ -326,8 +336,7 @@ static ferry_status hybrid_plan(struct ferry_engine *e) {
                           "engine: experts computed on the CPU (--offload-compute) need their weights in host memory, "
                           "but %lld of %lld are homed on disk (--home disk, or a host budget of %s)",
                           (long long)(n_units - p->experts_on_host), (long long)n_units,
-                          e->cfg.host_budget_bytes ? ferry__format_bytes(e->cfg.host_budget_bytes, b[1], 32)
-                                                   : "unlimited");
+                          host_budget_words(e, host, sizeof host));
   return FERRY_OK;
 }
 
@@ -420,10 +429,35 @@ static ferry_status layout_buffers(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* The KV cache the plan places. When caches follow their layers (kv_follows_layers()) each
+ * layer's, and the window scratch it needs on the device while it streams (*per_layer: owned by
+ * the caller, 2 x n_layers), so the plan charges the device only for the pinned layers' caches and
+ * the host for the streamed layers'; none is anywhere else. Otherwise the layout's device part,
+ * and with --kv-home host the host cache (every layer's, known before the plan; on disk: its
+ * staging). */
+static ferry_status kv_plan_input(struct ferry_engine *e, struct ferry_plan_input *in, uint64_t **per_layer) {
+  const int64_t L = e->mc->n_layers;
+  if (!kv_follows_layers(e)) {
+    in->kv_bytes = e->kv_total_bytes - e->hkv_bytes;
+    in->host_kv_bytes = ferry__hybrid_on(e) ? ferry__kv_host_bytes(e) : 0;
+    return FERRY_OK;
+  }
+  uint64_t *a = *per_layer = ferry__calloc((size_t)(2 * L), sizeof *a);
+  if (!a) return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  for (int64_t l = 0; l < L; l++) {
+    a[l] = e->kv[l].bytes;
+    a[L + l] = ferry__kv_window_bytes(e, l);
+  }
+  in->kv_bytes = in->host_kv_bytes = 0;
+  in->layer_kv_bytes = a;
+  in->kv_window_bytes = a + L;
+  return FERRY_OK;
+}
+
 ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_plan_config *pc, struct ferry_plan *out,
                                      char *msg, size_t msg_len) {
   struct ferry_plan_input in;
-  uint64_t *attn = NULL, *ffn = NULL;
+  uint64_t *attn = NULL, *ffn = NULL, *per_layer = NULL;
   ferry_status st = ferry__engine_plan_input(e, &in, &attn, &ffn);
   if (st != FERRY_OK) {
     snprintf(msg, msg_len, "%s", e->err.msg);
@@ -433,12 +467,13 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
   struct ferry_plan_config cpc = *pc;
   cpc.experts_on_cpu = e->experts_cpu_only = ferry__experts_cpu_only(e, pc);
   layout_workspace(e); /* after the plan input, which found the largest quantized matrix */
-  in.kv_bytes = e->kv_total_bytes - e->hkv_bytes; /* the device's part of the cache */
+  if ((st = kv_plan_input(e, &in, &per_layer)) != FERRY_OK) {
+    snprintf(msg, msg_len, "%s", e->err.msg);
+    goto out;
+  }
   in.n_moe_layers = e->n_moe_layers;
   in.workspace_bytes = e->ws.charged; /* what the device holds for it (layout_workspace) */
-  /* a hybrid run's CPU works in a copy of the workspace in host memory, and --kv-home host's
-   * cache is there too (known before the plan: every layer's) */
-  in.host_kv_bytes = ferry__hybrid_on(e) ? ferry__kv_host_bytes(e) : 0; /* on disk: its staging */
+  /* a hybrid run's CPU works in a copy of the workspace in host memory */
   in.host_workspace_bytes = ferry__hybrid_on(e) ? e->ws.cpu_extent : 0; /* the buffers its ops address */
   in.host_fixed_bytes = readback_bytes(e) + e->bounce_bytes + in.host_kv_bytes + in.host_workspace_bytes;
   /* Every range of a unit may need an O_DIRECT envelope of its own in staging. */
@@ -450,6 +485,7 @@ ferry_status ferry__engine_make_plan(struct ferry_engine *e, const struct ferry_
 out:
   ferry_free(attn);
   ferry_free(ffn);
+  ferry_free(per_layer);
   return st;
 }
 
@@ -1158,9 +1194,7 @@ static void print_plan_host(const struct ferry_engine *e, FILE *f) {
   const uint64_t host_kv = p->host_kv_bytes, host_ws = p->host_workspace_bytes;
   char why[64] = "--kv-home host"; /* else the streamed layers' caches only */
   if (!e->cfg.kv_home_host) {
-    int32_t host_layers = 0;
-    for (int64_t l = 0; l < e->mc->n_layers; l++) host_layers += e->kv[l].host;
-    snprintf(why, sizeof why, "%d streamed layers, %s", host_layers,
+    snprintf(why, sizeof why, "%d streamed layers, %s", host_kv_layers(e),
              e->cfg.kv_home_layer ? "--kv-home layer" : "computed on the CPU");
   }
   if (host_kv && e->cfg.kv_home_disk)

@@ -116,6 +116,7 @@ struct weights_version {
  * max_batch x rows rows. A windowed or chunked layer keeps a ring of the rows it can see. */
 struct kv_layer {
   uint64_t k_off, v_off;
+  uint64_t bytes; /* its K and V regions (MLA: the latent one), wherever they are */
   int32_t rows;
   int ring;
   int host; /* in the host KV buffer: the layer's attention runs on the CPU */
@@ -460,6 +461,10 @@ const float *ferry__features_of(const struct ferry_engine *e, int64_t t);
  * the scratch (--kv-attention device; the compute queue waits for it), and after it, the
  * scratch's release. */
 uint64_t ferry__kv_prefill_layout(struct ferry_engine *e, uint64_t off);
+/* --kv-home layer: the scratch layer l's windows need while it runs on the device with its cache
+ * in host memory (0 when it never attends there: layers computed on the CPU), for the plan to
+ * charge before it lays the scratch out */
+uint64_t ferry__kv_window_bytes(const struct ferry_engine *e, int64_t l);
 const char *ferry__kv_prefill_shape(const struct ferry_engine *e, char *buf, size_t len);
 ferry_status ferry__kv_prefill_alloc(struct ferry_engine *e);
 void ferry__kv_prefill_free(struct ferry_engine *e);

@@ -54,6 +54,19 @@ static int32_t host_layer_rows(const struct ferry_engine *e) {
   return rows;
 }
 
+/* One scratch's K (or V) region for `rows` rows of each of a micro-batch's sequences, and the
+ * copies of the K and V pair: one per micro-batch when every token attends there. */
+static uint64_t scratch_region(const struct ferry_engine *e, int32_t rows) {
+  return (uint64_t)e->cfg.max_batch * (uint64_t)rows * kv_row_bytes(e);
+}
+
+static int32_t scratch_copies(const struct ferry_engine *e) { return every_token(e) ? e->n_mb : 1; }
+
+uint64_t ferry__kv_window_bytes(const struct ferry_engine *e, int64_t l) {
+  if (!e->cfg.kv_home_layer || !scratch_on(e)) return 0;
+  return 2 * scratch_region(e, e->kv[l].rows) * (uint64_t)scratch_copies(e);
+}
+
 uint64_t ferry__kv_prefill_layout(struct ferry_engine *e, uint64_t off) {
   e->kvp_rows = e->kvp_slots = e->kvp_copies = 0;
   e->kvp_k_off = e->kvp_v_off = e->kvp_bytes = 0;
@@ -67,8 +80,8 @@ uint64_t ferry__kv_prefill_layout(struct ferry_engine *e, uint64_t off) {
   if (e->cfg.kv_home_layer) e->kvp_rows = host_layer_rows(e);
   if (!e->kvp_rows) return off;
   e->kvp_slots = e->cfg.max_batch;
-  e->kvp_copies = all ? e->n_mb : 1;
-  const uint64_t region = (uint64_t)e->kvp_slots * (uint64_t)e->kvp_rows * kv_row_bytes(e);
+  e->kvp_copies = scratch_copies(e);
+  const uint64_t region = scratch_region(e, e->kvp_rows);
   e->kvp_k_off = off;
   e->kvp_v_off = off + region;
   e->kvp_bytes = 2 * region * (uint64_t)e->kvp_copies;

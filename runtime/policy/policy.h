@@ -25,7 +25,16 @@ struct ferry_plan_input {
   const uint64_t *attn_bytes;   /* per layer: attention part (+ router, shared expert, norms for MoE) */
   const uint64_t *ffn_bytes;    /* per layer: dense FFN part (0 for MoE) */
   uint64_t expert_bytes;        /* one routed expert (largest) */
-  uint64_t kv_bytes;            /* KV cache (device) */
+  uint64_t kv_bytes;            /* KV cache (device; with layer_kv_bytes, what no layer holds) */
+  const uint64_t *layer_kv_bytes; /* per layer, or NULL: the layer's KV cache, kept where its
+                                   weights are (--kv-home layer, layers computed on the CPU): on
+                                   the device while the layer is pinned, in host memory (counted
+                                   in host_fixed_bytes and host_kv_bytes of the plan) while any
+                                   part of it streams */
+  const uint64_t *kv_window_bytes; /* per layer, with layer_kv_bytes: the device scratch a streamed
+                                   layer computed on the device copies its window up into (0: it
+                                   never attends there); the largest of the streamed layers' is
+                                   charged once, the layers take turns */
   uint64_t workspace_bytes;     /* activations and kernel workspace (device) */
   uint64_t host_fixed_bytes;    /* host buffers the engine always needs (read-back, the CPU's
                                    workspace and KV cache below) */
@@ -82,7 +91,8 @@ struct ferry_plan {
       device_expert_bytes, device_total_bytes, device_min_bytes;
   /* host bytes */
   uint64_t host_units_bytes, host_staging_bytes, host_fixed_bytes, host_total_bytes;
-  uint64_t host_kv_bytes, host_workspace_bytes; /* of host_fixed_bytes (ferry_plan_input) */
+  uint64_t host_kv_bytes, host_workspace_bytes; /* of host_fixed_bytes (ferry_plan_input, and the
+                                   streamed layers' caches of layer_kv_bytes) */
 };
 
 /* Make the plan. On failure returns FERRY_ERR_BUDGET (or INVALID) with a message naming the
