@@ -191,6 +191,20 @@ static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
                  FERRY_HW_FIT_R2_MIN);
 }
 
+/* Work on the CPU priced from a host that names no cores: every type, int8 included, at
+ * host.cpu_gflops taken as the whole CPU's fp32 peak (sim/cpu_cost.c), a rough figure in most
+ * catalogue parts; the run's CPU times rest on it, so say so (not under --quiet). */
+static void rough_cpu_warning(const struct ferry_hw_profile *p, const struct ferry_engine_config *ec, int quiet) {
+  const int cpu_work = ec->compute_experts != FERRY_COMPUTE_GPU || ec->compute_layers != FERRY_COMPUTE_GPU ||
+                       ec->kv_home_host || ec->kv_home_layer;
+  if (quiet || !cpu_work || !p->has_host || p->host.cores > 0) return;
+  fprintf(stderr,
+          "ferry: warning: %s's host names no CPU cores (host.cores, host.core_gflops): its CPU kernels are "
+          "priced at host.cpu_gflops %.0f GFLOP/s for every type; give the host's cores and per-core rates "
+          "for CPU times to trust\n",
+          p->name, p->host.cpu_gflops);
+}
+
 /* The figures --offload-compute auto compares, from the profile's cost models: what a GEMM of
  * 1e12 flops and a read of 1e12 bytes take on its GPU and on its CPU, and its link's rate; and
  * the runtime's own rule for streamed layers where it has one (runtime.offload_min_rows). */
@@ -236,7 +250,10 @@ ferry_status run_open_executor(struct run_ctx *c, int first, ferry_exec **out) {
     ferry_hw_close(hw);
     return st;
   }
-  if (st == FERRY_OK && hw) weak_fits(ferry_hw_get(hw), c->fit_warning, sizeof c->fit_warning);
+  if (st == FERRY_OK && hw) {
+    weak_fits(ferry_hw_get(hw), c->fit_warning, sizeof c->fit_warning);
+    rough_cpu_warning(ferry_hw_get(hw), &a->ec, a->quiet);
+  }
   if (hw) profile_rates(ferry_hw_get(hw), c->mc->dtype, &a->ec.rates);
   else same_rates(&a->ec.rates);
   const int gpus = hw ? ferry_hw_gpu_count(ferry_hw_get(hw)) : 1;

@@ -324,6 +324,31 @@ static void test_expert_granularity_layer(void **state) {
   expect(args, 1, "--expert-granularity layer moves a layer's experts with it");
 }
 
+/* Work on the CPU (experts or layers computed there, a host KV cache) on a profile whose host
+ * names no cores is priced from its rough cpu_gflops: the run says so on stderr, unless --quiet;
+ * a host with cores (rtx-4090's desktop-ddr4) and a run with no CPU work say nothing. */
+static void test_rough_cpu_warning(void **state) {
+  (void)state;
+  static const struct {
+    const char *args;
+    int warned;
+  } cases[] = {
+      {"--hw h100-pcie --offload-compute experts=cpu", 1},
+      {"--hw h100-pcie --offload-compute experts=cpu --quiet", 0},
+      {"--hw rtx-4090 --offload-compute experts=cpu", 0},
+      {"--hw h100-pcie", 0},
+  };
+  char args[512], *out = NULL;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(args, sizeof args, "sim --model tiny-moe --device-budget 8MiB --synthetic n=1,prompt=8,output=2 --as-fast-as-possible %s",
+             cases[i].args);
+    const int rc = tu_run_ferry(args, &out);
+    const int warned = tu_contains(out, "host names no CPU cores (host.cores, host.core_gflops)");
+    if (rc != 0 || warned != cases[i].warned) fail_msg("ferry %s: exit %d, warned %d:\n%s", args, rc, warned, out);
+    free(out);
+  }
+}
+
 /* The default device budget's note says where the budget goes. With every routed expert on the
  * CPU (--offload-compute experts=cpu, or cpu for every class) the engine keeps no expert cache
  * (its plan: "nothing to cache"), so the note must not give the rest of the budget to one:
@@ -427,6 +452,7 @@ int main(void) {
       cmocka_unit_test(test_size_under_one_byte),
       cmocka_unit_test(test_expert_granularity_layer),
       cmocka_unit_test(test_default_budget_note),
+      cmocka_unit_test(test_rough_cpu_warning),
       cmocka_unit_test(test_quant_overrides_published),
       cmocka_unit_test(test_names_suggested),
       cmocka_unit_test(test_help_fits),
