@@ -195,8 +195,9 @@ static void weak_fits(const struct ferry_hw_profile *p, char *out, size_t len) {
  * host.cpu_gflops taken as the whole CPU's fp32 peak (sim/cpu_cost.c), a rough figure in most
  * catalogue parts; the run's CPU times rest on it, so say so (not under --quiet). */
 static void rough_cpu_warning(const struct ferry_hw_profile *p, const struct ferry_engine_config *ec, int quiet) {
-  const int cpu_work = ec->compute_experts != FERRY_COMPUTE_GPU || ec->compute_layers != FERRY_COMPUTE_GPU ||
-                       ec->kv_home_host || ec->kv_home_layer;
+  /* a per-layer cache (kv_home_layer) is attended on the CPU only with its layer computed there */
+  const int cpu_work =
+      ec->compute_experts != FERRY_COMPUTE_GPU || ec->compute_layers != FERRY_COMPUTE_GPU || ec->kv_home_host;
   if (quiet || !cpu_work || !p->has_host || p->host.cores > 0) return;
   fprintf(stderr,
           "ferry: warning: %s's host names no CPU cores (host.cores, host.core_gflops): its CPU kernels are "
