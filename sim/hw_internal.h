@@ -9,10 +9,12 @@
 #include "ferry/hw.h"
 
 /* Add to `root` every section the profile has and every figure of them, in the reader's format:
- * a figure that is 0 and has no default is "not given" and left out (the reader refuses 0 where
- * a rate must be positive, and reads an absent figure as 0), a figure with a default is always
- * written (its 0 is not the default), and a fitted cost kind keeps all its parts. What the
- * reader then reads back has the same figures (ferry__hw_first_difference() finds none). */
+ * a figure that is 0 and has no default is "not given" and left out (the reader reads an absent
+ * figure as 0), a 0 the reader refuses (a rate that must be positive) is never written, a 0 of a
+ * figure with a default is written (absent, it would read back as the default), and a fitted cost
+ * kind keeps all its parts. A profile the reader read comes back with the same figures
+ * (ferry__hw_first_difference() finds none); one built in memory must hold the defaults it
+ * means (ferry_calibrate_probe() sets host.cpu_op_ns). */
 ferry_status ferry__hw_figures_to_json(cJSON *root, const struct ferry_hw_profile *p);
 
 /* The path of the first figure ("host.core_gflops.amx_int8", "runtime", "cost.matmul") in which
