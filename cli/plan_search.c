@@ -435,6 +435,7 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
   struct plan_cand *c = &h->c[j->cand];
   char why[256];
   int feasible = 0;
+  double excess = 0; /* a probe's: declared here, as C11 (clang) takes no declaration after a case label */
   switch (j->kind) {
   case PLAN_JOB_BOUND:
     if (!r->ok || r->throughput_rps <= 0) {
@@ -467,7 +468,6 @@ int plan_hw_result(struct plan_state *ps, struct plan_hw *h, const struct plan_j
     }
     break;
   case PLAN_JOB_PROBE:
-    double excess;
     feasible = plan_meets_slo(ps->o, r, why, sizeof why, &excess);
     if (j->slot > 0) {
       h->verify_ok[j->slot - 1] = feasible;

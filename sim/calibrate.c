@@ -18,6 +18,7 @@
 #include "ferry/exec.h"
 #include "ferry/store.h"
 #include "sim/calibrate_contend.h"
+#include "sim/hw_internal.h"
 
 /* ---- fit ------------------------------------------------------------------------------------ */
 
@@ -591,6 +592,9 @@ static void fill_probe_profile(struct ferry_hw_profile *out, const char *dir, co
   out->host.submit_ns = submit_ns;
   out->host.sync_ns = sync_ns;
   out->host.queue_wake_ns = wake_ns;
+  /* not measured: the catalogue's default, written as such (the profile's file says every figure
+   * its reader will use; a 0 here would be written as a measured 0) */
+  out->host.cpu_op_ns = FERRY_HW_CPU_OP_NS;
   snprintf(out->disk.name, sizeof out->disk.name, "O_DIRECT reads in %.40s", dir);
   out->disk.read_gbps = disk->ns_per_byte > 0 ? 1.0 / disk->ns_per_byte : 1.0;
   out->disk.latency_ns = (int64_t)llround(disk->overhead_ns);
@@ -684,65 +688,6 @@ out:
 
 /* ---- writer ----------------------------------------------------------------------------------- */
 
-/* A figure the reader requires to be positive: 0 means "not given" and is left out, so that a
- * profile read from parts that lack it is written back in a form the reader accepts. */
-static void add_positive(cJSON *o, const char *key, double v) {
-  if (v > 0) cJSON_AddNumberToObject(o, key, v);
-}
-
-/* The profile's gpu, link, host and disk sections, those it has. */
-static void json_machine(cJSON *root, const struct ferry_hw_profile *p) {
-  if (p->has_gpu) {
-    cJSON *g = cJSON_AddObjectToObject(root, "gpu");
-    cJSON_AddStringToObject(g, "name", p->gpu.name);
-    add_positive(g, "memory_bytes", (double)p->gpu.memory_bytes);
-    add_positive(g, "mem_bw_gbps", p->gpu.mem_bw_gbps);
-    cJSON *pk = cJSON_AddObjectToObject(g, "peak_tflops");
-    add_positive(pk, "fp32", p->gpu.peak_tflops.fp32);
-    if (p->gpu.peak_tflops.fp16 > 0) cJSON_AddNumberToObject(pk, "fp16", p->gpu.peak_tflops.fp16);
-    if (p->gpu.peak_tflops.bf16 > 0) cJSON_AddNumberToObject(pk, "bf16", p->gpu.peak_tflops.bf16);
-    if (p->gpu.peak_tflops.int8 > 0) cJSON_AddNumberToObject(pk, "int8", p->gpu.peak_tflops.int8);
-    if (p->gpu.peak_tflops.fp8 > 0) cJSON_AddNumberToObject(pk, "fp8", p->gpu.peak_tflops.fp8);
-    cJSON_AddNumberToObject(g, "launch_overhead_ns", (double)p->gpu.launch_overhead_ns);
-    cJSON *e = cJSON_AddObjectToObject(g, "efficiency");
-    cJSON_AddNumberToObject(e, "gemm", p->gpu.efficiency.gemm);
-    cJSON_AddNumberToObject(e, "gemv", p->gpu.efficiency.gemv);
-    cJSON_AddNumberToObject(e, "attention", p->gpu.efficiency.attention);
-    cJSON_AddNumberToObject(e, "elementwise", p->gpu.efficiency.elementwise);
-    cJSON_AddNumberToObject(e, "dequantize", p->gpu.efficiency.dequantize);
-  }
-  if (p->has_link) {
-    cJSON *l = cJSON_AddObjectToObject(root, "link");
-    cJSON_AddStringToObject(l, "name", p->link.name);
-    add_positive(l, "h2d_gbps", p->link.h2d_gbps);
-    add_positive(l, "d2h_gbps", p->link.d2h_gbps);
-    if (p->link.pageable_h2d_gbps > 0) cJSON_AddNumberToObject(l, "pageable_h2d_gbps", p->link.pageable_h2d_gbps);
-    cJSON_AddNumberToObject(l, "latency_ns", (double)p->link.latency_ns);
-    cJSON_AddNumberToObject(l, "copy_engines", p->link.copy_engines);
-    if (p->link.contention > 0) cJSON_AddNumberToObject(l, "contention", p->link.contention);
-  }
-  if (p->has_host) {
-    cJSON *h = cJSON_AddObjectToObject(root, "host");
-    cJSON_AddStringToObject(h, "name", p->host.name);
-    add_positive(h, "dram_gbps", p->host.dram_gbps);
-    if (p->host.cpu_gflops > 0) cJSON_AddNumberToObject(h, "cpu_gflops", p->host.cpu_gflops);
-    add_positive(h, "memory_bytes", (double)p->host.memory_bytes);
-    if (p->host.submit_ns) cJSON_AddNumberToObject(h, "submit_ns", (double)p->host.submit_ns);
-    if (p->host.sync_ns) cJSON_AddNumberToObject(h, "sync_ns", (double)p->host.sync_ns);
-    if (p->host.queue_wake_ns) cJSON_AddNumberToObject(h, "queue_wake_ns", (double)p->host.queue_wake_ns);
-    if (p->host.staged_h2d_gbps > 0) cJSON_AddNumberToObject(h, "staged_h2d_gbps", p->host.staged_h2d_gbps);
-  }
-  if (p->has_disk) {
-    cJSON *d = cJSON_AddObjectToObject(root, "disk");
-    cJSON_AddStringToObject(d, "name", p->disk.name);
-    add_positive(d, "read_gbps", p->disk.read_gbps);
-    cJSON_AddNumberToObject(d, "latency_ns", (double)p->disk.latency_ns);
-    add_positive(d, "queue_depth", p->disk.queue_depth);
-    if (p->disk.read_ahead_bytes > 0 && p->disk.read_ahead_bytes != FERRY_HW_READ_AHEAD_BYTES)
-      cJSON_AddNumberToObject(d, "read_ahead_bytes", (double)p->disk.read_ahead_bytes);
-  }
-}
-
 /* The figures a calibration fitted, each with its source (the note) and today's date. */
 static void json_fitted(cJSON *root, const char *const *fitted, size_t n_fitted, const char *source_note) {
   cJSON *src = cJSON_AddArrayToObject(root, "sources");
@@ -768,70 +713,19 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
   if (!root) return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
   cJSON_AddStringToObject(root, "name", p->name[0] ? p->name : "calibrated");
   cJSON_AddStringToObject(root, "kind", ferry_hw_kind_name(p->kind));
-  json_machine(root, p);
-  if (p->has_cost && p->cost_set) {
-    cJSON *c = cJSON_AddObjectToObject(root, "cost");
-    for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
-      if (!(p->cost_set >> i & 1)) continue;
-      cJSON *k = cJSON_AddObjectToObject(c, ferry_hw_cost_kind_name(i));
-      cJSON_AddNumberToObject(k, "overhead_ns", p->cost[i].overhead_ns);
-      cJSON_AddNumberToObject(k, "ns_per_byte", p->cost[i].ns_per_byte);
-      cJSON_AddNumberToObject(k, "ns_per_flop", p->cost[i].ns_per_flop);
-      if (p->cost[i].roofline) cJSON_AddNumberToObject(k, "roofline", 1);
-      if (p->cost[i].r2 != 0) cJSON_AddNumberToObject(k, "r2", p->cost[i].r2);
-    }
+  /* every section and figure the profile has, from the reader's own field table, so that what is
+   * written reads back the same (a hand-kept list here lost host.cores, core_gflops, disk.write_gbps
+   * and the interconnect section of a profile composed from catalogue parts) */
+  ferry_status st = ferry__hw_figures_to_json(root, p);
+  if (st != FERRY_OK) {
+    cJSON_Delete(root);
+    return st;
   }
-  if (p->has_runtime) {
-    cJSON *r = cJSON_AddObjectToObject(root, "runtime");
-    cJSON_AddStringToObject(r, "name", p->runtime.name);
-    cJSON_AddNumberToObject(r, "launch_ns", (double)p->runtime.launch_ns);
-    cJSON_AddNumberToObject(r, "copy_ns", (double)p->runtime.copy_ns);
-    cJSON_AddNumberToObject(r, "layer_ns", (double)p->runtime.layer_ns);
-    cJSON_AddNumberToObject(r, "step_ns", (double)p->runtime.step_ns);
-    cJSON_AddNumberToObject(r, "row_ns", (double)p->runtime.row_ns);
-    cJSON_AddNumberToObject(r, "fused_dequant", p->runtime.fused_dequant);
-    cJSON_AddNumberToObject(r, "sync_fetch", p->runtime.sync_fetch);
-    cJSON_AddNumberToObject(r, "numa_blind", p->runtime.numa_blind);
-    if (p->runtime.numa_first_threads)
-      cJSON_AddNumberToObject(r, "numa_first_threads", p->runtime.numa_first_threads);
-    if (p->runtime.cpu_math_eff > 0) cJSON_AddNumberToObject(r, "cpu_math_eff", p->runtime.cpu_math_eff);
-    if (p->runtime.cpu_quant_simd_bits)
-      cJSON_AddNumberToObject(r, "cpu_quant_simd_bits", p->runtime.cpu_quant_simd_bits);
-    if (p->runtime.cpu_amx) cJSON_AddNumberToObject(r, "cpu_amx", p->runtime.cpu_amx);
-    if (p->runtime.cpu_amx_min_rows) cJSON_AddNumberToObject(r, "cpu_amx_min_rows", p->runtime.cpu_amx_min_rows);
-    if (p->runtime.attn_repeat_kv) cJSON_AddNumberToObject(r, "attn_repeat_kv", p->runtime.attn_repeat_kv);
-    if (p->runtime.gather_copy) cJSON_AddNumberToObject(r, "gather_copy", p->runtime.gather_copy);
-    if (p->runtime.split_copy) cJSON_AddNumberToObject(r, "split_copy", p->runtime.split_copy);
-    if (p->runtime.read_after_copy) cJSON_AddNumberToObject(r, "read_after_copy", p->runtime.read_after_copy);
-    if (p->runtime.blocking_copy) cJSON_AddNumberToObject(r, "blocking_copy", p->runtime.blocking_copy);
-    if (p->runtime.moe_row_copy) cJSON_AddNumberToObject(r, "moe_row_copy", p->runtime.moe_row_copy);
-    if (p->runtime.fused_max_rows)
-      cJSON_AddNumberToObject(r, "fused_max_rows", (double)p->runtime.fused_max_rows);
-    if (p->runtime.act_bytes) cJSON_AddNumberToObject(r, "act_bytes", p->runtime.act_bytes);
-    if (p->runtime.dequant_bytes) cJSON_AddNumberToObject(r, "dequant_bytes", p->runtime.dequant_bytes);
-    /* a framework's unfused dequantize and KV-cache handling (FlexGen, the KV-offload fork), how it
-     * reads from disk, and its rule for computing host layers on the GPU (llama.cpp) */
-    const struct {
-      const char *key;
-      double value;
-    } extra[] = {
-        {"dequant_pass_bytes", p->runtime.dequant_pass_bytes}, {"dequant_kernels", p->runtime.dequant_kernels},
-        {"kv_expand", p->runtime.kv_expand},                   {"kv_quant_bytes", p->runtime.kv_quant_bytes},
-        {"kv_quant_kernels", p->runtime.kv_quant_kernels},     {"cpu_kv_upcast", p->runtime.cpu_kv_upcast},
-        {"cpu_fresh_alloc", p->runtime.cpu_fresh_alloc},
-        {"read_threads", p->runtime.read_threads},             {"read_depth", p->runtime.read_depth},
-        {"read_request_bytes", (double)p->runtime.read_request_bytes},
-        {"offload_min_rows", (double)p->runtime.offload_min_rows},
-    };
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-      if (extra[i].value > 0) cJSON_AddNumberToObject(r, extra[i].key, extra[i].value);
-  }
-  if (p->price_per_hour_usd > 0) cJSON_AddNumberToObject(root, "price_per_hour_usd", p->price_per_hour_usd);
   if (fitted && n_fitted) json_fitted(root, fitted, n_fitted, source_note);
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return ferry__fail(FERRY_ERR_NOMEM, "out of memory");
-  ferry_status st = ferry__write_file_atomic(path, text, strlen(text), NULL);
+  st = ferry__write_file_atomic(path, text, strlen(text), NULL);
   ferry_free(text);
   return st;
 }

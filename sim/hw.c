@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "common/names.h"
 #include "ferry/hw.h"
+#include "sim/hw_internal.h"
 
 #ifndef FERRY_HW_SOURCE_DIR
 #define FERRY_HW_SOURCE_DIR ""
@@ -181,7 +182,7 @@ static const struct {
     {"gpu.launch_overhead_ns", 5000},   {"gpu.efficiency.gemm", 0.7},
     {"gpu.efficiency.gemv", 0.8},       {"gpu.efficiency.attention", 0.5},
     {"gpu.efficiency.elementwise", 0.8}, {"gpu.efficiency.dequantize", 0.6},
-    {"disk.queue_depth", 1},            {"host.cpu_op_ns", 5000},
+    {"disk.queue_depth", 1},            {"host.cpu_op_ns", FERRY_HW_CPU_OP_NS},
     {"disk.read_ahead_bytes", FERRY_HW_READ_AHEAD_BYTES},
 };
 
@@ -667,6 +668,95 @@ static ferry_status load_file(struct builder *b, const char *path, int depth) {
 out_delete:
   cJSON_Delete(root);
   return st;
+}
+
+/* ---- writing and comparing figures (sim/hw_internal.h) ----------------------------------------- */
+
+/* The cost kind (index into cost[]) a cost field belongs to. */
+static int cost_kind_of(const struct field *f) {
+  return (int)((f->off - offsetof(struct ferry_hw_profile, cost)) / sizeof(struct ferry_hw_cost));
+}
+
+/* Whether field f is part of what profile p says: its section is there and, for a cost figure, its
+ * kind was fitted. */
+static int field_in_profile(const struct ferry_hw_profile *p, const struct field *f) {
+  if (!section_present(p, f->sec)) return 0;
+  return f->sec != S_COST || (p->cost_set >> cost_kind_of(f) & 1);
+}
+
+/* Whether a 0 in field f must be written: absent, the reader would read another value (its
+ * default) or drop the cost kind (a kind is fitted when one of its parts is given). A 0 the
+ * reader refuses (a rate that must be positive) is never written. */
+static int zero_is_given(const struct field *f) {
+  if (f->check == C_POS || f->check == C_FRACTION || f->check == C_ELEM) return 0;
+  if (f->sec == S_COST) return 1;
+  for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+    if (!strcmp(defaults[i].path, f->path)) return 1;
+  return 0;
+}
+
+/* The object that holds path's last name ("gpu.peak_tflops" of "gpu.peak_tflops.fp32"), made on the
+ * way down where missing; *leaf is that last name. NULL when out of memory. */
+static cJSON *parent_object(cJSON *root, const char *path, const char **leaf) {
+  cJSON *o = root;
+  const char *name = path, *dot;
+  while ((dot = strchr(name, '.')) != NULL) {
+    char part[PATH_MAX_LEN];
+    const size_t n = (size_t)(dot - name) < sizeof part ? (size_t)(dot - name) : sizeof part - 1;
+    memcpy(part, name, n);
+    part[n] = '\0';
+    cJSON *child = cJSON_GetObjectItemCaseSensitive(o, part);
+    if (!child && !(child = cJSON_AddObjectToObject(o, part))) return NULL;
+    o = child;
+    name = dot + 1;
+  }
+  *leaf = name;
+  return o;
+}
+
+ferry_status ferry__hw_figures_to_json(cJSON *root, const struct ferry_hw_profile *p) {
+  /* every section the profile has, even one without figures ("cost": {}) */
+  for (int s = 0; s < S_TOP; s++)
+    if (section_present(p, (enum section)s) && !cJSON_GetObjectItemCaseSensitive(root, section_names[s]) &&
+        !cJSON_AddObjectToObject(root, section_names[s]))
+      return ferry__fail(FERRY_ERR_NOMEM, "out of memory writing a hardware profile");
+  for (size_t i = 0; i < N_FIELDS; i++) {
+    const struct field *f = &fields[i];
+    if (!field_in_profile(p, f)) continue;
+    const double v = f->type == T_STR ? 0 : field_number(p, f);
+    if (f->type != T_STR && v == 0 && !zero_is_given(f)) continue; /* not given */
+    const char *leaf = NULL;
+    cJSON *o = parent_object(root, f->path, &leaf);
+    const int ok = o && (f->type == T_STR ? cJSON_AddStringToObject(o, leaf, (const char *)p + f->off) != NULL
+                                          : cJSON_AddNumberToObject(o, leaf, v) != NULL);
+    if (!ok) return ferry__fail(FERRY_ERR_NOMEM, "out of memory writing a hardware profile");
+  }
+  return FERRY_OK;
+}
+
+/* Field f holds the same value in both profiles: integers exactly, doubles by value (-0 is 0). */
+static int field_equal(const struct ferry_hw_profile *a, const struct ferry_hw_profile *b, const struct field *f) {
+  const void *x = (const char *)a + f->off, *y = (const char *)b + f->off;
+  switch (f->type) {
+  case T_STR: return !strcmp(x, y);
+  case T_F64: return *(const double *)x == *(const double *)y;
+  case T_I64: return *(const int64_t *)x == *(const int64_t *)y;
+  case T_U64: return *(const uint64_t *)x == *(const uint64_t *)y;
+  case T_I32: return *(const int32_t *)x == *(const int32_t *)y;
+  }
+  return 0;
+}
+
+const char *ferry__hw_first_difference(const struct ferry_hw_profile *a, const struct ferry_hw_profile *b) {
+  if (a->kind != b->kind) return "kind";
+  for (int s = 0; s < S_TOP; s++)
+    if (section_present(a, (enum section)s) != section_present(b, (enum section)s)) return section_names[s];
+  for (size_t i = 0; i < N_FIELDS; i++) {
+    const struct field *f = &fields[i];
+    if (field_in_profile(a, f) != field_in_profile(b, f)) return f->path; /* a cost kind fitted in one only */
+    if (field_in_profile(a, f) && !field_equal(a, b, f)) return f->path;
+  }
+  return NULL;
 }
 
 /* ---- catalogue search ------------------------------------------------------------------------ */

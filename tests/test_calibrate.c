@@ -2,7 +2,8 @@
  * the total-time scaling on noisy data (the simulated sum of durations equals the measured
  * one), and the degenerate cases; a failed probe releases what it took; `ferry calibrate --db` on
  * a recorded host run (fit quality and the runtime's host costs in the profile), and `ferry sim`
- * warning of weak fits; the fit of the link's contention with kernels (link.contention). */
+ * warning of weak fits; the fit of the link's contention with kernels (link.contention); a profile
+ * written by ferry_hw_write_json() reads back with every figure it had. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "ferry/calibrate.h"
 #include "ferry/hw.h"
+#include "sim/hw_internal.h"
 #include "testutil.h"
 
 static double predict(const struct ferry_hw_cost *c, const struct ferry_calib_sample *s) {
@@ -174,6 +176,12 @@ static void test_fit_from_run(void **state) {
   int fitted_step = 0;
   for (size_t i = 0; i < p->n_fitted; i++) fitted_step |= !strcmp(p->fitted[i], "runtime.step_ns");
   assert_true(fitted_step);
+  /* what the fit does not touch is the base's: its disk's write rate (left out before) */
+  ferry_hw *base = NULL;
+  assert_int_equal(ferry_hw_open(&base, "h100-pcie"), FERRY_OK);
+  assert_true(ferry_hw_get(base)->disk.write_gbps > 0);
+  assert_true(p->disk.write_gbps == ferry_hw_get(base)->disk.write_gbps);
+  ferry_hw_close(base);
   ferry_hw_close(hw);
   snprintf(args, sizeof args, "sim --model '%s/m' --hw '%s/fit.json' --synthetic rate=200,n=6,prompt=24,output=6 "
                               "--device-budget 4MiB --quiet", dir, dir);
@@ -289,6 +297,64 @@ static void test_weak_fit_warned(void **state) {
   free(dir);
 }
 
+/* Write profile `name` (a runtime preset applied when given) and read the file back: NULL when
+ * every figure came back, else the first one that did not. */
+static const char *write_read_back(const char *dir, const char *name, const char *runtime, ferry_hw **back) {
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, name), FERRY_OK);
+  if (runtime) assert_int_equal(ferry_hw_set_runtime(hw, runtime), FERRY_OK);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/written.json", dir);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  if (ferry_hw_write_json(p, p->fitted, p->n_fitted, "test", path) != FERRY_OK) fail_msg("%s", ferry_last_error());
+  if (ferry_hw_open(back, path) != FERRY_OK) fail_msg("%s written back: %s", name, ferry_last_error());
+  const char *differs = ferry__hw_first_difference(p, ferry_hw_get(*back));
+  ferry_hw_close(hw);
+  return differs;
+}
+
+/* Every catalogue profile written by ferry_hw_write_json() (what `ferry calibrate` writes from its
+ * base) reads back with every figure it had: the composed parts' host cores and per-core peaks
+ * (AMX too), the disk's write rate and the interconnect section were left out before; a runtime
+ * preset's AMX and allocation figures come through; figures whose 0 is not their default
+ * (gpu.launch_overhead_ns, host.cpu_op_ns) are written as 0. */
+static void test_write_reads_back(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("hwwrite");
+  char **names = NULL;
+  size_t n = 0;
+  assert_int_equal(ferry_hw_list(&names, &n), FERRY_OK);
+  assert_true(n >= 40);
+  for (size_t i = 0; i < n; i++) {
+    ferry_hw *back = NULL;
+    const char *differs = write_read_back(dir, names[i], NULL, &back);
+    if (differs) fail_msg("%s written and read back: %s differs", names[i], differs);
+    ferry_hw_close(back);
+  }
+  ferry_hw_list_free(names, n);
+  ferry_hw *back = NULL;
+  assert_null(write_read_back(dir, "rtx-4090d-1s", "ktransformers-v0.3", &back));
+  const struct ferry_hw_profile *p = ferry_hw_get(back);
+  assert_true(p->host.core_gflops.amx_int8 == 4505.6 && p->host.cores == 32 && p->disk.write_gbps > 0);
+  assert_int_equal(p->runtime.cpu_amx, 1);
+  assert_int_equal(p->runtime.cpu_amx_min_rows, 5);
+  ferry_hw_close(back);
+  assert_null(write_read_back(dir, "4xl40s", NULL, &back));
+  assert_int_equal(ferry_hw_gpu_count(ferry_hw_get(back)), 4);
+  ferry_hw_close(back);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/zeros.json", dir);
+  static const char zeros[] = "{\"name\": \"z\", \"kind\": \"gpu\", \"gpu\": {\"name\": \"g\", "
+                              "\"launch_overhead_ns\": 0}, \"host\": {\"name\": \"h\", \"cpu_op_ns\": 0}, \"cost\": {}}";
+  tu_write_file(path, zeros, strlen(zeros));
+  assert_null(write_read_back(dir, path, NULL, &back));
+  p = ferry_hw_get(back);
+  assert_true(p->gpu.launch_overhead_ns == 0 && p->host.cpu_op_ns == 0 && p->has_cost && !p->cost_set);
+  ferry_hw_close(back);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_recovers_sum_form),
@@ -300,6 +366,7 @@ int main(void) {
       cmocka_unit_test(test_fit_from_run),
       cmocka_unit_test(test_fit_pooled_runs),
       cmocka_unit_test(test_weak_fit_warned),
+      cmocka_unit_test(test_write_reads_back),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -326,6 +326,10 @@ struct ferry_hw_runtime {
  *  its profile does not give one. */
 #define FERRY_HW_READ_AHEAD_BYTES 131072
 
+/** host.cpu_op_ns when a profile does not give it: the order of an OpenMP / ggml thread pool's fork
+ *  and barrier per op (hw/README.md, defaults). */
+#define FERRY_HW_CPU_OP_NS 5000
+
 /** A disk (the tier weights are streamed from, and a KV cache homed on disk is read from and
  *  written to). */
 struct ferry_hw_disk {

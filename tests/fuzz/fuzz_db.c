@@ -1,8 +1,10 @@
 /* Fuzz target: a result database (an SQLite file), read as `ferry db list`, `db show`, `db diff`
  * and `db export-trace` read it, then loaded as `ferry report` loads it (the loader only: no
  * report folder is written and gnuplot is never run). Invariants: every listed run is found by
- * its id with the same columns, statistics are ordered and counted consistently, the exported
- * Perfetto trace is valid JSON, and the report loader sees the same runs as the list. */
+ * its id with the same columns, statistics are ordered and counted consistently, the metrics of
+ * `db show` and `db diff` are distinct and list the disk writes and the peers' bytes exactly when
+ * the run has them, the exported Perfetto trace is valid JSON, and the report loader sees the same
+ * runs as the list. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +25,23 @@ static void check_dist(const struct ferry_dist *d) {
   FUZZ_CHECK(d->count >= 0);
   if (d->count == 0) return;
   FUZZ_CHECK(!(d->p50 > d->p90) && !(d->p90 > d->p99)); /* ordered (NaN only from NaN input) */
+}
+
+/* `db show --format json`'s metrics: within the caller's array, each named once, and the bytes a
+ * run wrote to disk (schema 10) and received from its peers (schema 11) listed exactly when it has
+ * them, with their value */
+static void check_metrics(const struct ferry_run_stats *s) {
+  struct ferry_metric_value v[FERRY_DB_MAX_METRICS];
+  const size_t n = ferry_db_metrics(s, v);
+  FUZZ_CHECK(n <= FERRY_DB_MAX_METRICS);
+  int disk_write = 0, peers = 0;
+  for (size_t i = 0; i < n; i++) {
+    FUZZ_CHECK(memchr(v[i].name, '\0', sizeof v[i].name) != NULL);
+    for (size_t j = 0; j < i; j++) FUZZ_CHECK(strcmp(v[i].name, v[j].name) != 0);
+    if (!strcmp(v[i].name, "bytes_disk_write")) disk_write = v[i].value == (double)s->bytes_disk_write;
+    if (!strcmp(v[i].name, "bytes_peers")) peers = v[i].value == (double)s->bytes_peers;
+  }
+  FUZZ_CHECK(disk_write == (s->bytes_disk_write != 0) && peers == (s->bytes_peers != 0));
 }
 
 static void check_export(ferry_db *db, int64_t id) {
@@ -64,6 +83,7 @@ static int64_t read_as_db_command(const char *path) {
       check_dist(&s.ttft_ns);
       check_dist(&s.tpot_ns);
       check_dist(&s.e2e_ns);
+      check_metrics(&s);
       if (have_first) {
         struct ferry_metric_delta d[FERRY_DB_MAX_METRICS];
         size_t nd = 0;
