@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/calib_overlap.h"
+#include "cli/cli.h"
 #include "common/alloc.h"
 #include "common/error.h"
 #include "ferry/calibrate.h"
@@ -29,16 +30,13 @@ ferry_status calib_copies_load(sqlite3 *db, int64_t run, struct calib_copies *ou
   while (sqlite3_step(q) == SQLITE_ROW) {
     const int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
     if (s < 0 || e <= s) continue; /* an empty copy, or a crafted row (negative, ending before it starts) */
-    if (out->n == cap) {
-      cap = cap ? 2 * cap : 1024;
-      struct calib_copy *v = ferry__reallocarray(out->v, cap, sizeof *v);
-      if (!v) {
-        sqlite3_finalize(q);
-        calib_copies_free(out);
-        return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
-      }
-      out->v = v;
+    struct calib_copy *v = cli_room(out->v, &cap, out->n, sizeof *v, 1024);
+    if (!v) {
+      sqlite3_finalize(q);
+      calib_copies_free(out);
+      return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
     }
+    out->v = v;
     out->v[out->n++] = (struct calib_copy){s, e, sqlite3_column_int64(q, 2)};
     if (e - s > out->longest) out->longest = e - s;
   }
@@ -142,15 +140,12 @@ ferry_status calib_fit_contention(sqlite3 *db, const int64_t *runs, size_t n_run
       const int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
       const double flops = sqlite3_column_double(q, 5);
       if (s < 0 || e <= s || !isfinite(flops)) continue; /* crafted rows */
-      if (n == cap) {
-        cap = cap ? 2 * cap : 4096;
-        struct ferry_calib_overlap *nv = ferry__reallocarray(v, cap, sizeof *nv);
-        if (!nv) {
-          st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
-          break;
-        }
-        v = nv;
+      struct ferry_calib_overlap *nv = cli_room(v, &cap, n, sizeof *nv, 4096);
+      if (!nv) {
+        st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
+        break;
       }
+      v = nv;
       double all, before;
       calib_overlap(&c[r], s, e, sqlite3_column_int64(q, 2), &all, &before);
       busy += (double)(e - s);

@@ -37,6 +37,11 @@ int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n
  * '?' in place (escape sequences could rewrite what the screen shows, a newline fake a line). */
 void cli_scrub(char *text);
 
+/* Room for one more element in a growing array v of *cap elements of `size` bytes holding n:
+ * v itself, or v reallocated to twice *cap (`first` when empty) when full; NULL when out of
+ * memory, v and *cap then as they were (the caller frees v). */
+void *cli_room(void *v, size_t *cap, size_t n, size_t size, size_t first);
+
 /* Whether stdout/stderr is a terminal (progress bars only then). */
 int cli_is_tty(FILE *f);
 

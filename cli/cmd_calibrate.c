@@ -77,15 +77,12 @@ static double median_of(sqlite3 *db, const char *sql, const struct fit_runs *run
     sqlite3_reset(q);
     sqlite3_bind_int64(q, 1, runs->id[r]);
     while (sqlite3_step(q) == SQLITE_ROW) {
-      if (n == cap) {
-        cap = cap ? 2 * cap : 256;
-        double *nv = ferry__reallocarray(v, cap, sizeof *v);
-        if (!nv) {
-          nomem = 1;
-          break;
-        }
-        v = nv;
+      double *nv = cli_room(v, &cap, n, sizeof *v, 256);
+      if (!nv) {
+        nomem = 1;
+        break;
       }
+      v = nv;
       const double x = sqlite3_column_double(q, 0);
       if (isfinite(x) && x >= 0) v[n++] = x;
     }
@@ -121,17 +118,14 @@ static ferry_status spans_of(sqlite3 *db, const char *sql, int64_t run, struct s
   size_t cap = 0;
   struct span *v = NULL;
   while (sqlite3_step(q) == SQLITE_ROW) {
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 1024;
-      struct span *nv = ferry__reallocarray(v, cap, sizeof *v);
-      if (!nv) {
-        sqlite3_finalize(q);
-        ferry_free(v);
-        *n = 0;
-        return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
-      }
-      v = nv;
+    struct span *nv = cli_room(v, &cap, *n, sizeof *v, 1024);
+    if (!nv) {
+      sqlite3_finalize(q);
+      ferry_free(v);
+      *n = 0;
+      return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
     }
+    v = nv;
     const int64_t start = sqlite3_column_int64(q, 0), end = sqlite3_column_int64(q, 1);
     const int64_t layer = sqlite3_column_count(q) > 2 ? sqlite3_column_int64(q, 2) : -1;
     if (end < start) continue; /* a crafted row: a range that ends before it starts */
@@ -251,16 +245,13 @@ static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, stru
     sqlite3_reset(q);
     sqlite3_bind_int64(q, 1, runs->id[r]);
     while (sqlite3_step(q) == SQLITE_ROW) {
-      if (n == cap) {
-        cap = cap ? 2 * cap : 256;
-        struct ferry_calib_sample *nv = ferry__reallocarray(v, cap, sizeof *v);
-        if (!nv) {
-          sqlite3_finalize(q);
-          ferry_free(v);
-          return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
-        }
-        v = nv;
+      struct ferry_calib_sample *nv = cli_room(v, &cap, n, sizeof *v, 256);
+      if (!nv) {
+        sqlite3_finalize(q);
+        ferry_free(v);
+        return ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
       }
+      v = nv;
       const double batch = (double)sqlite3_column_int64(q, 0), gap = (double)sqlite3_column_int64(q, 1);
       if (batch < 0 || gap < 0) continue; /* a crafted row: steps overlap, or a negative batch */
       v[n++] = (struct ferry_calib_sample){batch, 0, gap};

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/alloc.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/names.h"
@@ -79,6 +80,14 @@ int cli_check_paths(const char *cmd, const struct ferry_path_use *uses, size_t n
 void cli_scrub(char *text) {
   for (; text && *text; text++)
     if ((unsigned char)*text < 0x20 || *text == 0x7f) *text = '?';
+}
+
+void *cli_room(void *v, size_t *cap, size_t n, size_t size, size_t first) {
+  if (n < *cap) return v;
+  const size_t grown = *cap ? 2 * *cap : first;
+  void *nv = ferry__reallocarray(v, grown, size);
+  if (nv) *cap = grown;
+  return nv;
 }
 
 int cli_is_tty(FILE *f) { return isatty(fileno(f)); }
