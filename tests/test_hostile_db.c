@@ -43,18 +43,8 @@ static void bind_evil(sqlite3_stmt *q, int i, int variant) {
 #define MIN "(-9223372036854775807 - 1)"
 #define MAX "9223372036854775807"
 
-static int setup(void **state) {
-  (void)state;
-  dir = tu_mkdtemp("hostile");
-  snprintf(db_path, sizeof db_path, "%s/hostile.db", dir);
-  snprintf(canary, sizeof canary, "%s/canary", dir);
-  ferry_db *db;
-  assert_int_equal(ferry_db_open(&db, db_path, FERRY_DB_CREATE), FERRY_OK);
-  ferry_db_close(db);
-  sqlite3 *s;
-  assert_int_equal(sqlite3_open(db_path, &s), SQLITE_OK);
-  exec_sql(s, "BEGIN");
-  /* runs 1-3 complete with hostile text, 4 failed, 5 killed */
+/* runs 1-3 complete with hostile text, 4 failed, 5 killed */
+static void insert_runs(sqlite3 *s) {
   sqlite3_stmt *q;
   assert_int_equal(sqlite3_prepare_v2(s,
                                       "INSERT INTO runs(id, kind, started_at, finished_at, complete, model, hardware, trace,"
@@ -98,7 +88,11 @@ static int setup(void **state) {
     sqlite3_reset(q);
   }
   sqlite3_finalize(q);
-  /* requests: extreme times and counts, reals and text in integer columns */
+}
+
+/* each run's requests, steps, memory and budgets: extreme times and counts, reals and text in
+ * integer columns */
+static void insert_run_rows(sqlite3 *s) {
   for (int r = 1; r <= 5; r++) {
     char sql[4096];
     snprintf(sql, sizeof sql,
@@ -131,7 +125,11 @@ static int setup(void **state) {
              r, r == 1 ? "inf" : r == 2 ? "1e400" : "-5", r, r == 1 ? "nan" : "18446744073709551615");
     exec_sql(s, sql);
   }
-  /* strings, timeline rows, ranges and a GPU at the extremes */
+}
+
+/* strings, timeline rows, ranges and a GPU at the extremes */
+static void insert_timeline(sqlite3 *s) {
+  sqlite3_stmt *q;
   assert_int_equal(sqlite3_prepare_v2(s, "INSERT INTO StringIds(id, value) VALUES(?1, ?2)", -1, &q, NULL), SQLITE_OK);
   for (int i = 1; i <= 6; i++) {
     sqlite3_bind_int(q, 1, i);
@@ -174,8 +172,11 @@ static int setup(void **state) {
              r, r, r, r, r);
     exec_sql(s, sql);
   }
-  /* what `ferry calibrate --db` fits the runtime's host costs to: layer and host-wait ranges and
-   * CUDA runtime calls at the extremes */
+}
+
+/* what `ferry calibrate --db` fits the runtime's host costs to: layer and host-wait ranges
+ * and CUDA runtime calls at the extremes */
+static void insert_calibration_rows(sqlite3 *s) {
   exec_sql(s, "INSERT INTO StringIds(id, value) VALUES (7, 'cudaLaunchKernel_v7000'), (8, 'cudaMemcpyAsync_v3020')");
   for (int r = 1; r <= 3; r++) {
     char sql[4096];
@@ -190,6 +191,23 @@ static int setup(void **state) {
              r, r, r, r, r, r, r, r, r, r, r, r, r, r);
     exec_sql(s, sql);
   }
+}
+
+static int setup(void **state) {
+  (void)state;
+  dir = tu_mkdtemp("hostile");
+  snprintf(db_path, sizeof db_path, "%s/hostile.db", dir);
+  snprintf(canary, sizeof canary, "%s/canary", dir);
+  ferry_db *db;
+  assert_int_equal(ferry_db_open(&db, db_path, FERRY_DB_CREATE), FERRY_OK);
+  ferry_db_close(db);
+  sqlite3 *s;
+  assert_int_equal(sqlite3_open(db_path, &s), SQLITE_OK);
+  exec_sql(s, "BEGIN");
+  insert_runs(s);
+  insert_run_rows(s);
+  insert_timeline(s);
+  insert_calibration_rows(s);
   exec_sql(s, "COMMIT");
   sqlite3_close(s);
   return 0;
