@@ -160,6 +160,10 @@ static void show_runtime(const struct ferry_hw_profile *p) {
     printf("  %-28s %d (%s)\n", "runtime.numa_first_threads", r->numa_first_threads,
            "threads of the first CPU job, which bind the rest to the last nodes");
   if (r->cpu_math_eff > 0) printf("  %-28s %g of the CPU's peak\n", "runtime.cpu_math_eff", r->cpu_math_eff);
+  if (r->cpu_amx_eff_bf16 > 0)
+    printf("  %-28s %g of the host's AMX bf16 peak\n", "runtime.cpu_amx_eff_bf16", r->cpu_amx_eff_bf16);
+  if (r->cpu_amx_eff_int8 > 0)
+    printf("  %-28s %g of the host's AMX int8 peak\n", "runtime.cpu_amx_eff_int8", r->cpu_amx_eff_int8);
   if (r->cpu_quant_simd_bits)
     printf("  %-28s %d bits (%s)\n", "runtime.cpu_quant_simd_bits", r->cpu_quant_simd_bits,
            "vectors of its low-bit dot products");

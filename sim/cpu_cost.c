@@ -51,6 +51,12 @@ double ferry__cpu_amx_gflops(const struct ferry_hw_profile *profile, const struc
   return per * (double)h->cores * (double)w->rows / slots;
 }
 
+double ferry__cpu_amx_eff(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w) {
+  const struct ferry_hw_runtime *r = &profile->runtime;
+  const double e = !profile->has_runtime ? 0 : w->math == FERRY_DTYPE_BF16 ? r->cpu_amx_eff_bf16 : r->cpu_amx_eff_int8;
+  return e > 0 && e <= 1 ? e : ferry__cpu_math_eff(profile);
+}
+
 int ferry__cpu_node_threads(const struct ferry_hw_profile *profile, int32_t *threads, int max_nodes) {
   const struct ferry_hw_host *h = &profile->host;
   const struct ferry_hw_runtime *r = &profile->runtime;
@@ -127,7 +133,7 @@ int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct 
    * unpacking (the tiles take int8 and bf16 weights as stored), the same bytes */
   const double amx = w->flops > 0 ? ferry__cpu_amx_gflops(profile, w) : 0;
   if (amx > 0 && w->rows >= profile->runtime.cpu_amx_min_rows) {
-    const double t_amx = host_ns(h, threads, nodes, w->flops / (amx * eff), t_mem);
+    const double t_amx = host_ns(h, threads, nodes, w->flops / (amx * ferry__cpu_amx_eff(profile, w)), t_mem);
     if (t_amx < t) t = t_amx;
   }
   return (h->cpu_op_ns > 0 ? h->cpu_op_ns : 0) + ferry__ceil_ns(t);

@@ -48,6 +48,10 @@ double ferry__cpu_stream_gbps(const struct ferry_hw_profile *profile);
  * to int8, which the AMX kernels modelled do not do). */
 double ferry__cpu_amx_gflops(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
 
+/* The fraction of that AMX rate the runtime's tile kernel reaches for w: runtime.cpu_amx_eff_bf16
+ * (bf16 math) or cpu_amx_eff_int8 where given, else ferry__cpu_math_eff(). */
+double ferry__cpu_amx_eff(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
+
 /* Most NUMA nodes ferry__cpu_node_threads() counts threads on. */
 #define FERRY_CPU_MAX_NODES 64
 
@@ -76,7 +80,7 @@ void ferry__cpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
  * each other's tasks): 1 / sum over nodes of 1 / sqrt(t_sm_n^2 + t_mem_n^2); 0 for folded work; -1 when the profile lacks the host figures the work
  * needs (no host section, no CPU peak, no DDR bandwidth). Where ferry__cpu_amx_gflops() applies, the
  * runtime runs the product on whichever kernel is faster: the above (AVX-512) or the AMX one,
- * t_math = flops / (AMX rate x ferry__cpu_math_eff()) with no unpacking, the same bytes
+ * t_math = flops / (AMX rate x ferry__cpu_amx_eff()) with no unpacking, the same bytes
  * (ktransformers v0.3 picks AMX or AVX-512 per product by its arithmetic intensity). */
 int64_t ferry__cpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w);
 

@@ -238,6 +238,24 @@ static void test_cpu_amx_int8(void **state) {
   w = int8_product(5);
   assert_true(ferry__cpu_amx_gflops(&p, &w) == 625);
   assert_int_equal(ferry__cpu_work_ns(&p, &w), 24989);
+  /* the runtime's tile kernel reaching a fraction of its own (ktransformers v0.3: 35 of 288.4
+   * TOP/s): int8 at 0.35 instead of 0.7 takes twice the math, m = 16: 33554432 / 700 = 47934.9 ns;
+   * sqrt with 1000 -> 47945.3 -> 47946, + 1000; the bf16 fraction leaves int8 products alone */
+  w = int8_product(16);
+  p.runtime.cpu_amx_eff_bf16 = 0.1;
+  assert_true(ferry__cpu_amx_eff(&p, &w) == FERRY_CPU_EFF_MATH);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 24989);
+  p.runtime.cpu_amx_eff_int8 = 0.35;
+  assert_true(ferry__cpu_amx_eff(&p, &w) == 0.35);
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), 48946);
+  /* so low (tiles at 2000 x 0.01 = 20 GOP/s: 1677721.6 ns) that AVX-512's unpacking is faster:
+   * the runtime picks that */
+  p.runtime.cpu_amx_eff_int8 = 0.01;
+  p.runtime.cpu_amx = 0;
+  const int64_t avx16 = ferry__cpu_work_ns(&p, &w);
+  assert_true(avx16 < 1677721);
+  p.runtime.cpu_amx = 1;
+  assert_int_equal(ferry__cpu_work_ns(&p, &w), avx16);
 }
 
 /* bf16 weights, which AVX-512 multiplies without unpacking: a decode row runs faster there than on

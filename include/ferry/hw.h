@@ -225,6 +225,13 @@ struct ferry_hw_runtime {
   int32_t cpu_amx_min_rows; /**< with cpu_amx: the fewest rows a product must have for the runtime to
                                pick its AMX kernel (ktransformers: more than 4 tokens per expert, 5);
                                fewer run on AVX-512 whatever the tiles would take; 0 = no such rule */
+  double cpu_amx_eff_bf16; /**< with cpu_amx: fraction of the host's AMX bf16 peak
+                               (host.core_gflops.amx_bf16 x host.cores) the runtime's tile kernel
+                               reaches in its products (ktransformers v0.3: 21 TFLOP/s of a dual
+                               Xeon Gold 6454S's 144.2, doc/en/AMX.md); 0 = not given:
+                               cpu_math_eff */
+  double cpu_amx_eff_int8; /**< the same for its int8 tile products (host.core_gflops.amx_int8;
+                               ktransformers v0.3: 35 TOP/s of 288.4); 0 = not given: cpu_math_eff */
   int32_t attn_repeat_kv; /**< 1: a grouped-query attention first copies K and V repeated to every
                                query head of their group and multiplies that copy (HF transformers'
                                eager and SDPA paths, `repeat_kv`), so it writes and reads n_rep

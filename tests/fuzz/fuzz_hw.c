@@ -47,6 +47,8 @@ static void check_profile(const struct ferry_hw_profile *p) {
     FUZZ_CHECK((r->cpu_amx == 0 || r->cpu_amx == 1) && r->cpu_amx_min_rows >= 0);
     FUZZ_CHECK(r->cpu_fresh_alloc == 0 || r->cpu_fresh_alloc == 1);
     FUZZ_CHECK(r->cpu_math_eff == 0 || (r->cpu_math_eff > 0 && r->cpu_math_eff <= 1));
+    FUZZ_CHECK(r->cpu_amx_eff_bf16 == 0 || (r->cpu_amx_eff_bf16 > 0 && r->cpu_amx_eff_bf16 <= 1));
+    FUZZ_CHECK(r->cpu_amx_eff_int8 == 0 || (r->cpu_amx_eff_int8 > 0 && r->cpu_amx_eff_int8 <= 1));
   }
   if (p->has_disk) FUZZ_CHECK(RATE(p->disk.read_gbps) && p->disk.latency_ns >= 0 && p->disk.queue_depth >= 0);
   FUZZ_CHECK(isfinite(p->price_per_hour_usd) && p->price_per_hour_usd >= 0);
