@@ -42,7 +42,8 @@ static void usage(FILE *f) {
           "SLO and search:\n"
           "  --slo LIST              limits, all of which must hold: METRIC_STAT=DURATION with METRIC ttft,\n"
           "                          tpot or e2e, STAT mean, p50, p90 or p99, DURATION e.g. 2s, 150ms, 800us\n"
-          "  --hw all|LIST           profiles to consider (default all GPU profiles of the catalogue)\n"
+          "  --hw all|LIST           profiles to consider (default all GPU profiles of the catalogue); a\n"
+          "                          name may swap parts: h100-pcie+link=pcie4-x16 (ferry hw --help)\n"
           "  --max-gpus N            GPUs at most: single-GPU profiles may be replicated up to N behind a\n"
           "                          least-tokens router; a multi-GPU machine needs N >= its GPUs, and is\n"
           "                          searched as replicas of 1, 2, 4, ... GPUs each, split by tensor (expert\n"
@@ -322,12 +323,15 @@ out:
 
 static void print_text(const struct plan_state *ps, int cheapest, double wall_s) {
   const struct plan_opts *o = ps->o;
-  printf("%-14s %4s %10s %12s  %-48s %8s %9s %8s  %s\n", "hardware", "GPUs", "max req/s", "saturates", "configuration",
+  int w = 14; /* the names' column: as wide as the longest (composed names run long) */
+  for (int i = 0; i < ps->nhw; i++)
+    if ((int)strlen(ps->hw[i].name) > w) w = (int)strlen(ps->hw[i].name);
+  printf("%-*s %4s %10s %12s  %-48s %8s %9s %8s  %s\n", w, "hardware", "GPUs", "max req/s", "saturates", "configuration",
          "USD/h", "USD/Mtok", "tok/s/$", "demand");
   for (int i = 0; i < ps->nhw; i++) {
     const struct plan_hw *h = &ps->hw[i];
     if (h->skipped) {
-      printf("%-14s %4d %10s %12s  %-48s %8s %9s %8s  skipped: %s\n", h->name, h->gpus, "-", "-", "-", "-", "-", "-",
+      printf("%-*s %4d %10s %12s  %-48s %8s %9s %8s  skipped: %s\n", w, h->name, h->gpus, "-", "-", "-", "-", "-", "-",
              h->why);
       continue;
     }
@@ -344,11 +348,11 @@ static void print_text(const struct plan_state *ps, int cheapest, double wall_s)
       snprintf(demand, sizeof demand, "yes, %d replicas ($%.2f/h)", h->need_replicas, f.at_demand.usd_per_hour);
     else snprintf(demand, sizeof demand, "yes");
     if (f.meets_demand && !f.within_budget) snprintf(demand + strlen(demand), sizeof demand - strlen(demand), ", over budget");
-    printf("%-14s %4d %10.4g %12s  %-48.48s %8s %9s %8s  %s%s\n", h->name, h->gpus, h->best_rps, sat,
+    printf("%-*s %4d %10.4g %12s  %-48.48s %8s %9s %8s  %s%s\n", w, h->name, h->gpus, h->best_rps, sat,
            h->best_cand >= 0 ? f.config : "no configuration meets the SLO", usd, mtok, tps, demand,
            i == cheapest ? "  <- cheapest" : "");
     if (o->verify && h->best_cand >= 0)
-      printf("%-14s brute force over %d rates from %.4g to %.4g req/s: the highest meeting the SLO is %.4g\n", "",
+      printf("%-*s brute force over %d rates from %.4g to %.4g req/s: the highest meeting the SLO is %.4g\n", w, "",
              o->verify, h->best_rps * 0.5, h->best_rps * 1.5, h->brute_force_rps);
   }
   if (cheapest >= 0) {
@@ -427,6 +431,7 @@ int cmd_plan(int argc, char **argv) {
     plan_hw_figures(&ps, &ps.hw[i], &f);
     choice[i] = (struct ferry_plan_choice){.usd_per_hour = f.at_demand.usd_per_hour,
                                            .usd_per_mtok = f.at_demand.usd_per_mtok,
+                                           .max_rps = ps.hw[i].best_rps,
                                            .eligible = !ps.hw[i].skipped && f.meets_demand && f.within_budget};
   }
   const int cheapest = ferry_plan_cheapest(choice, (size_t)ps.nhw);

@@ -24,6 +24,7 @@
 #define FERRY_CLI_PLAN_SEARCH_H
 
 #include "cli/plan.h"
+#include "ferry/hw.h"
 
 /* A configuration under study. */
 struct plan_cand {
@@ -56,7 +57,7 @@ struct plan_probe {
 };
 
 struct plan_hw {
-  char name[64];
+  char name[sizeof ((struct ferry_hw_profile *)0)->name];
   double price;                 /* the machine's, USD per hour (0: unknown) */
   char price_source[96];
   int gpus;                     /* GPUs in the machine */

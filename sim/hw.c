@@ -881,9 +881,8 @@ const char *ferry_hw_op_name(enum ferry_hw_op op) {
   return (unsigned)op < FERRY_HW_OP_COUNT ? names[op] : "?";
 }
 
-ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path) {
+static ferry_status open_one(ferry_hw **out, const char *name_or_path) {
   *out = NULL;
-  if (!name_or_path || !*name_or_path) return ferry__fail(FERRY_ERR_INVALID, "hw: no profile name given");
   ferry__json_init();
   char *path = NULL;
   size_t len = strlen(name_or_path);
@@ -948,46 +947,120 @@ out_free_builder:
   return st;
 }
 
-ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path) {
-  if (!hw || !name_or_path) return ferry__fail(FERRY_ERR_INVALID, "hw_set_runtime: NULL argument");
-  ferry_hw *rt = NULL;
-  ferry_status st = ferry_hw_open(&rt, name_or_path);
-  if (st != FERRY_OK) return st;
-  const struct ferry_hw_profile *r = &rt->profile;
-  if (r->kind != FERRY_HW_KIND_RUNTIME) {
-    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native, ktransformers, deepspeed-0.7, llama.cpp-2024q1: ferry hw list)",
-                     name_or_path, ferry_hw_kind_name(r->kind));
-    goto out_close;
-  }
-  /* the profile's sources less its runtime ones, then the preset's */
+/* Replace section s of hw's profile by part's: its values and its sources instead of the old
+ * section's; the old section's figures fitted to measurements go with it. */
+static ferry_status replace_section(ferry_hw *hw, enum section s, const ferry_hw *part, const char *what) {
+  const struct ferry_hw_profile *r = &part->profile;
   size_t n = 0;
   struct ferry_hw_source *v = ferry__reallocarray(NULL, hw->profile.n_sources + r->n_sources + 1, sizeof *v);
-  if (!v) {
-    st = nomem(name_or_path);
-    goto out_close;
-  }
+  if (!v) return nomem(what);
   for (size_t i = 0; i < hw->profile.n_sources; i++)
-    if (!in_section(hw->sources[i].figure, S_RUNTIME)) v[n++] = hw->sources[i];
+    if (!in_section(hw->sources[i].figure, s)) v[n++] = hw->sources[i];
   for (size_t i = 0; i < r->n_sources; i++)
-    if (in_section(r->sources[i].figure, S_RUNTIME)) v[n++] = r->sources[i];
+    if (in_section(r->sources[i].figure, s)) v[n++] = r->sources[i];
   ferry_free(hw->sources);
   hw->sources = v;
   hw->profile.sources = v;
   hw->profile.n_sources = n;
-  /* runtime figures fitted from measurements are gone with them */
   size_t k = 0;
   for (size_t i = 0; i < hw->profile.n_fitted; i++) {
-    if (in_section(hw->fitted[i], S_RUNTIME))
+    if (in_section(hw->fitted[i], s))
       ferry_free(hw->fitted[i]);
     else
       hw->fitted[k++] = hw->fitted[i];
   }
   hw->profile.n_fitted = k;
-  hw->profile.runtime = r->runtime;
-  hw->profile.has_runtime = 1;
-out_close:
+  copy_section(&hw->profile, r, s);
+  *section_flag(&hw->profile, s) = 1;
+  return FERRY_OK;
+}
+
+ferry_status ferry_hw_set_runtime(ferry_hw *hw, const char *name_or_path) {
+  if (!hw || !name_or_path) return ferry__fail(FERRY_ERR_INVALID, "hw_set_runtime: NULL argument");
+  ferry_hw *rt = NULL;
+  ferry_status st = ferry_hw_open(&rt, name_or_path);
+  if (st != FERRY_OK) return st;
+  if (rt->profile.kind != FERRY_HW_KIND_RUNTIME)
+    st = ferry__fail(FERRY_ERR_INVALID, "%s is a %s profile, not a runtime (eager, graph, native, ktransformers, deepspeed-0.7, llama.cpp-2024q1: ferry hw list)",
+                     name_or_path, ferry_hw_kind_name(rt->profile.kind));
+  else
+    st = replace_section(hw, S_RUNTIME, rt, name_or_path);
   ferry_hw_close(rt);
   return st;
+}
+
+/* The parts a composed name may swap: what a buyer chooses beside the GPU. */
+static const enum section swappable[] = {S_HOST, S_LINK, S_DISK, S_RUNTIME};
+
+/* Section named by the text before '=' in token `t` (length n), or S_COUNT. */
+static enum section swappable_section(const char *t, size_t n) {
+  for (size_t i = 0; i < sizeof swappable / sizeof swappable[0]; i++) {
+    const char *name = section_names[swappable[i]];
+    if (strlen(name) == n && !strncmp(t, name, n)) return swappable[i];
+  }
+  return S_COUNT;
+}
+
+/* Whether `name` is BASE+SECTION=PART[+...]: a '+' followed by a swappable section's name and '='
+ * (a catalogue name never holds '+'; a path holding "+host=" is read as a composition). */
+static int is_composed(const char *name) {
+  const char *plus = strchr(name, '+');
+  if (!plus) return 0;
+  const char *eq = strchr(plus + 1, '=');
+  return eq && swappable_section(plus + 1, (size_t)(eq - plus - 1)) != S_COUNT;
+}
+
+/* Open BASE+SECTION=PART+...: the base profile with each named section taken from a part. */
+static ferry_status open_composed(ferry_hw **out, const char *name) {
+  *out = NULL;
+  if (strlen(name) >= sizeof((struct ferry_hw_profile *)0)->name)
+    return ferry__fail(FERRY_ERR_INVALID, "hw: composed profile name \"%s\" is longer than %zu characters", name,
+                       sizeof((struct ferry_hw_profile *)0)->name - 1);
+  char text[sizeof((struct ferry_hw_profile *)0)->name];
+  snprintf(text, sizeof text, "%s", name);
+  char *t = strchr(text, '+');
+  *t++ = '\0'; /* the base's name ends at the first '+' (open_composed is only called with one) */
+  ferry_hw *hw = NULL, *part = NULL;
+  ferry_status st = open_one(&hw, text);
+  if (st != FERRY_OK) return st;
+  for (char *next; t; t = next) {
+    next = strchr(t, '+');
+    if (next) *next++ = '\0';
+    const char *eq = strchr(t, '=');
+    const enum section s = eq ? swappable_section(t, (size_t)(eq - t)) : S_COUNT;
+    if (s == S_COUNT || !eq[1]) {
+      st = ferry__fail(FERRY_ERR_INVALID, "hw: \"%s\" in \"%s\" is not SECTION=PART (sections: host, link, disk, runtime)", t,
+                       name);
+      goto fail;
+    }
+    st = open_one(&part, eq + 1);
+    if (st != FERRY_OK) goto fail;
+    if (!section_present(&part->profile, s)) {
+      st = ferry__fail(FERRY_ERR_INVALID, "hw: %s in \"%s\": %s is a %s profile with no %s section", t, name, eq + 1,
+                       ferry_hw_kind_name(part->profile.kind), section_names[s]);
+      goto fail;
+    }
+    st = replace_section(hw, s, part, name);
+    if (st != FERRY_OK) goto fail;
+    ferry_hw_close(part);
+    part = NULL;
+  }
+  snprintf(hw->profile.name, sizeof hw->profile.name, "%s", name);
+  *out = hw;
+  return FERRY_OK;
+fail:
+  ferry_hw_close(part);
+  ferry_hw_close(hw);
+  return st;
+}
+
+ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path) {
+  if (!out) return ferry__fail(FERRY_ERR_INVALID, "hw_open: NULL argument");
+  *out = NULL;
+  if (!name_or_path || !*name_or_path) return ferry__fail(FERRY_ERR_INVALID, "hw: no profile name given");
+  /* a '+' outside a path can only mean a composition: its parser names what is wrong */
+  const int composed = is_composed(name_or_path) || (strchr(name_or_path, '+') && !strchr(name_or_path, '/'));
+  return composed ? open_composed(out, name_or_path) : open_one(out, name_or_path);
 }
 
 void ferry_hw_close(ferry_hw *hw) {

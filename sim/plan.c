@@ -211,8 +211,13 @@ int ferry_plan_cheapest(const struct ferry_plan_choice *c, size_t n) {
   int best = -1;
   for (size_t i = 0; i < n; i++) {
     if (!c[i].eligible || !(c[i].usd_per_hour > 0)) continue;
-    if (best < 0 || c[i].usd_per_hour < c[best].usd_per_hour ||
-        (c[i].usd_per_hour == c[best].usd_per_hour && c[i].usd_per_mtok < c[best].usd_per_mtok))
+    if (best < 0 || c[i].usd_per_hour < c[best].usd_per_hour) {
+      best = (int)i;
+      continue;
+    }
+    if (c[i].usd_per_hour != c[best].usd_per_hour) continue;
+    if (c[i].usd_per_mtok < c[best].usd_per_mtok ||
+        (c[i].usd_per_mtok == c[best].usd_per_mtok && c[i].max_rps > c[best].max_rps))
       best = (int)i;
   }
   return best;

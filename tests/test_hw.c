@@ -240,8 +240,9 @@ static const struct bad_case {
      "dup.json: name is given twice"},
     /* a name too long for the profile */
     {"long.json",
-     "{\"name\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\", \"kind\": \"gpu\"}",
-     FERRY_ERR_FORMAT, "long.json: name must be at most 63 characters"},
+     "{\"name\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\", \"kind\": \"gpu\"}",
+     FERRY_ERR_FORMAT, "long.json: name must be at most 127 characters"},
     /* a part that does not exist */
     {"nopart.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"link\": \"pcie9-x16\"}", FERRY_ERR_NOT_FOUND,
      "nopart.json: link refers to part \"pcie9-x16\""},
@@ -436,6 +437,69 @@ static void test_host_amx(void **state) {
   ferry_hw_close(hw);
 }
 
+/* BASE+SECTION=PART: the base profile with whole sections, and their sources, from other parts,
+ * as a buyer swaps the CPU, the link or the disk beside one GPU. */
+static void test_compose_parts(void **state) {
+  (void)state;
+  use_catalogue_only();
+  ferry_hw *base = NULL, *xeon = NULL, *gen3 = NULL, *hw = NULL;
+  assert_int_equal(ferry_hw_open(&base, "h100-pcie"), FERRY_OK);
+  assert_int_equal(ferry_hw_open(&xeon, "xeon-6454s-2s"), FERRY_OK);
+  assert_int_equal(ferry_hw_open(&gen3, "pcie3-x16"), FERRY_OK);
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie+host=xeon-6454s-2s+link=pcie3-x16"), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw), *b = ferry_hw_get(base);
+  assert_string_equal(p->name, "h100-pcie+host=xeon-6454s-2s+link=pcie3-x16");
+  assert_int_equal(p->host.cores, 64); /* the base's host names no cores */
+  assert_int_equal(b->host.cores, 0);
+  assert_true(p->host.core_gflops.amx_int8 == ferry_hw_get(xeon)->host.core_gflops.amx_int8);
+  assert_true(p->host.memory_bytes == ferry_hw_get(xeon)->host.memory_bytes);
+  assert_true(p->link.h2d_gbps == ferry_hw_get(gen3)->link.h2d_gbps && p->link.h2d_gbps < b->link.h2d_gbps);
+  /* what was not named stays the base's */
+  assert_true(p->gpu.mem_bw_gbps == b->gpu.mem_bw_gbps && p->disk.read_gbps == b->disk.read_gbps);
+  assert_true(p->price_per_hour_usd == b->price_per_hour_usd);
+  /* each figure's source is the part's: the Xeon's DRAM source, and only one per figure */
+  const struct ferry_hw_source *dram = find_source(p, "host.dram_gbps", 0);
+  assert_non_null(dram);
+  assert_string_equal(dram->source, find_source(ferry_hw_get(xeon), "host.dram_gbps", 0)->source);
+  assert_null(find_source(p, "host.dram_gbps", 1));
+  assert_non_null(find_source(p, "gpu.mem_bw_gbps", 0));
+  ferry_hw_close(hw);
+  /* a figure of the base's host fitted to measurements goes with its host, the link's stays */
+  assert_int_equal(ferry_hw_open(&hw, "t4+host=xeon-6454s-2s"), FERRY_OK);
+  assert_false(is_fitted(ferry_hw_get(hw), "host.cpu_gflops"));
+  assert_true(is_fitted(ferry_hw_get(hw), "link.h2d_gbps"));
+  ferry_hw_close(hw);
+  /* the runtime is a part like the others */
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie+runtime=graph"), FERRY_OK);
+  assert_true(ferry_hw_get(hw)->has_runtime && ferry_hw_get(hw)->runtime.fused_dequant == 1);
+  ferry_hw_close(hw);
+  /* bad compositions say what is wrong, and leave no handle */
+  static const struct {
+    const char *name;
+    ferry_status st;
+    const char *says;
+  } bad[] = {
+      {"h100-pcie+gpu=l4", FERRY_ERR_INVALID, "is not SECTION=PART"},
+      {"h100-pcie+host=pcie4-x16", FERRY_ERR_INVALID, "pcie4-x16 is a link profile with no host section"},
+      {"h100-pcie+host=no-such-part", FERRY_ERR_NOT_FOUND, "no-such-part"},
+      {"no-such-gpu+host=ddr4", FERRY_ERR_NOT_FOUND, "no-such-gpu"},
+      {"h100-pcie+", FERRY_ERR_INVALID, "is not SECTION=PART"},
+      {"h100-pcie++host=ddr4", FERRY_ERR_INVALID, "is not SECTION=PART"},
+      {"h100-pcie+host=xeon-6454s-2s+link=pcie3-x16+disk=nvme-gen3+runtime=ktransformers-v0.3+host=ddr4+link=pcie4-x16+disk=nvme-gen4+runtime=eager",
+       FERRY_ERR_INVALID, "longer than 127"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    hw = (ferry_hw *)1;
+    const ferry_status st = ferry_hw_open(&hw, bad[i].name);
+    if (st != bad[i].st) fail_msg("%s: %s (%s)", bad[i].name, ferry_status_name(st), ferry_last_error());
+    assert_null(hw);
+    if (!strstr(ferry_last_error(), bad[i].says)) fail_msg("%s: %s", bad[i].name, ferry_last_error());
+  }
+  ferry_hw_close(base);
+  ferry_hw_close(xeon);
+  ferry_hw_close(gen3);
+}
+
 static void test_malformed(void **state) {
   (void)state;
   use_catalogue_only();
@@ -501,15 +565,14 @@ static void test_search_path(void **state) {
   use_catalogue_only();
 }
 
-/* Every allocation failure while composing a profile fails cleanly (ASan checks leaks). */
-static void test_alloc_failures(void **state) {
-  (void)state;
-  use_catalogue_only();
+/* Every allocation failure while composing a profile fails cleanly (ASan checks leaks), of its
+ * parts from its files or of a composed name's sections. */
+static void alloc_failures(const char *name) {
   int ok = 0;
-  for (int64_t n = 0; n < 2000 && !ok; n++) {
+  for (int64_t n = 0; n < 4000 && !ok; n++) {
     ferry_hw *hw = NULL;
     ferry_alloc_fail_after(n);
-    ferry_status st = ferry_hw_open(&hw, "t4");
+    ferry_status st = ferry_hw_open(&hw, name);
     ferry_alloc_fail_after(-1);
     if (st == FERRY_OK) {
       ok = 1;
@@ -524,6 +587,13 @@ static void test_alloc_failures(void **state) {
     }
   }
   assert_true(ok);
+}
+
+static void test_alloc_failures(void **state) {
+  (void)state;
+  use_catalogue_only();
+  alloc_failures("t4");
+  alloc_failures("t4+host=xeon-6454s-2s+link=pcie3-x16");
 }
 
 static void test_cli(void **state) {
@@ -543,6 +613,13 @@ static void test_cli(void **state) {
   assert_true(tu_contains(out, "FlexGen"));
   assert_true(tu_contains(out, "link.h2d_gbps"));
   assert_true(tu_contains(out, "fitted"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw show h100-pcie+host=xeon-6454s-2s", &out), 0);
+  assert_true(tu_contains(out, "name: h100-pcie+host=xeon-6454s-2s"));
+  assert_true(tu_contains(out, "host.cores                   64"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw show h100-pcie+gpu=l4", &out), 1);
+  assert_true(tu_contains(out, "is not SECTION=PART"));
   free(out);
   assert_int_equal(tu_run_ferry("hw show nope", &out), 1);
   assert_true(tu_contains(out, "ferry: "));
@@ -579,6 +656,7 @@ int main(void) {
       cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
       cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
       cmocka_unit_test(test_runtime_presets), cmocka_unit_test(test_host_amx),
+      cmocka_unit_test(test_compose_parts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -268,6 +268,15 @@ static void test_costs(void **state) {
   };
   assert_int_equal(ferry_plan_cheapest(ch, 5), 3);
   assert_int_equal(ferry_plan_cheapest(ch, 2), -1);
+  /* variants of one machine (h100-pcie+link=...): the same price and price per token at the
+   * demand; the one with the most headroom wins, wherever it is listed */
+  const struct ferry_plan_choice same[] = {
+      {.usd_per_hour = 2.0, .usd_per_mtok = 0.7, .max_rps = 0.46, .eligible = 1},
+      {.usd_per_hour = 2.0, .usd_per_mtok = 0.7, .max_rps = 0.78, .eligible = 1},
+      {.usd_per_hour = 2.0, .usd_per_mtok = 0.7, .max_rps = 0.78, .eligible = 1}, /* a tie: the first */
+      {.usd_per_hour = 2.0, .usd_per_mtok = 0.7, .max_rps = 5.0, .eligible = 0},
+  };
+  assert_int_equal(ferry_plan_cheapest(same, 4), 1);
 }
 
 /* ---- ferry plan ---------------------------------------------------------------------------- */

@@ -379,7 +379,8 @@ struct ferry_hw_source {
 
 /** A hardware profile: sections are present according to `has_*`. */
 struct ferry_hw_profile {
-  char name[64];                  /**< catalogue name, e.g. "h100-pcie" */
+  char name[128];                 /**< catalogue name, e.g. "h100-pcie", or a composed one,
+                                       "h100-pcie+host=xeon-6454s-2s" (ferry_hw_open()) */
   enum ferry_hw_kind kind;        /**< what the file describes */
   int has_gpu;                    /**< 1 if @ref gpu is set */
   int has_link;                   /**< 1 if @ref link is set */
@@ -420,13 +421,20 @@ typedef struct ferry_hw ferry_hw;
  * the same way, the referencing file's folder first); a section object may hold `"base": NAME`
  * to start from a part and override some of its fields.
  *
+ * `BASE+SECTION=PART[+SECTION=PART...]` (SECTION one of host, link, disk, runtime; BASE and
+ * each PART a name or path as above) opens BASE with each named section, values and sources,
+ * replaced by PART's, and names the profile by the whole text (at most 127 characters): the
+ * same GPU with another CPU, PCIe link or disk. Figures of a replaced section that were fitted
+ * to measurements are dropped with it.
+ *
  * The reader is strict: an unknown field, a wrong type, a non-positive rate or a missing
  * required field is FERRY_ERR_FORMAT with a message naming the file and the field path, e.g.
  * "h100.json: gpu.peak_tflops.fp16 must be a number".
  * @param out receives the handle, owned by the caller (release with ferry_hw_close()).
- * @param name_or_path catalogue name or file path.
+ * @param name_or_path catalogue name, file path or composed name.
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND (unknown name: the message lists the folders
- *         searched); FERRY_ERR_FORMAT; FERRY_ERR_IO; FERRY_ERR_NOMEM.
+ *         searched); FERRY_ERR_FORMAT; FERRY_ERR_IO; FERRY_ERR_NOMEM; FERRY_ERR_INVALID (a
+ *         composed name that is not BASE+SECTION=PART, a part without that section, too long).
  */
 FERRY_API ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
 

@@ -182,12 +182,14 @@ FERRY_API void ferry_plan_cost(double price_per_hour, int machines, double rps, 
 struct ferry_plan_choice {
   double usd_per_hour; /**< what it costs per hour (0 = no price: never picked) */
   double usd_per_mtok; /**< per million output tokens, the tie-breaker */
+  double max_rps;      /**< the highest request rate it serves within the SLO (its headroom), the
+                            next tie-breaker: variants of one priced machine cost the same */
   int eligible;        /**< 1 when it serves the demand within the SLO and the budget */
 };
 
 /**
  * @brief The cheapest eligible choice: the lowest price per hour, then the lowest price per
- *        million tokens, then the first given.
+ *        million tokens, then the highest max_rps, then the first given.
  * @param c choices.
  * @param n how many.
  * @return its index, or -1 when none is eligible and priced.
