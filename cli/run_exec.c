@@ -202,8 +202,8 @@ static void rough_cpu_warning(const struct ferry_hw_profile *p, const struct fer
   fprintf(stderr,
           "ferry: warning: %s's host names no CPU cores (host.cores, host.core_gflops): its CPU kernels are "
           "priced at host.cpu_gflops %.0f GFLOP/s for every type; give the host's cores and per-core rates "
-          "for CPU times to trust\n",
-          p->name, p->host.cpu_gflops);
+          "for CPU times to trust, or name a host part that has them (--hw %s+host=xeon-6454s-2s)\n",
+          p->name, p->host.cpu_gflops, p->name);
 }
 
 /* The figures --offload-compute auto compares, from the profile's cost models: what a GEMM of

@@ -337,13 +337,15 @@ static void test_rough_cpu_warning(void **state) {
       {"--hw h100-pcie --offload-compute experts=cpu --quiet", 0},
       {"--hw rtx-4090 --offload-compute experts=cpu", 0},
       {"--hw h100-pcie", 0},
+      {"--hw h100-pcie+host=xeon-6454s-2s --offload-compute experts=cpu", 0}, /* the remedy it names */
   };
   char args[512], *out = NULL;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(args, sizeof args, "sim --model tiny-moe --device-budget 8MiB --synthetic n=1,prompt=8,output=2 --as-fast-as-possible %s",
              cases[i].args);
     const int rc = tu_run_ferry(args, &out);
-    const int warned = tu_contains(out, "host names no CPU cores (host.cores, host.core_gflops)");
+    const int warned = tu_contains(out, "host names no CPU cores (host.cores, host.core_gflops)") &&
+                       tu_contains(out, "(--hw h100-pcie+host=xeon-6454s-2s)");
     if (rc != 0 || warned != cases[i].warned) fail_msg("ferry %s: exit %d, warned %d:\n%s", args, rc, warned, out);
     free(out);
   }
