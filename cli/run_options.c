@@ -555,6 +555,7 @@ static void apply(struct run_args *a) {
   struct ferry_engine_config *ec = &a->ec;
   ec->block_layers = (int32_t)a->block_layers;
   ec->prefetch_depth = (int32_t)a->prefetch_depth;
+  ec->block_slots = (int32_t)a->block_slots;
   ec->pin_first = (int32_t)a->pin_first;
   ec->pin_last = (int32_t)a->pin_last;
   ec->resident_attention = !strcmp(a->resident, "attention");

@@ -57,6 +57,9 @@
     "consecutive layers per streamed block (0 = all; default 1)", "")                                                \
   X(prefetch_depth, "prefetch-depth", INT, "D", BOTH_M, SEC_POLICY, CFG_ALWAYS, "prefetch_depth", 1, 0, 64, NULL,    \
     "blocks in flight ahead of compute (0 = on demand; default 1)", "")                                              \
+  X(block_slots, "block-slots", INT, "N", BOTH_M, SEC_POLICY, CFG_GIVEN, "block_slots", 0, 0, 66, NULL,              \
+    "device slots the streamed blocks take turns in (default prefetch\ndepth + 1; one more lets a fetch land while " \
+    "the block before the\ncomputing one still computes, as PyTorch runtimes' fresh allocations do)", "")          \
   X(pin_first, "pin-first", INT, "N", BOTH_M, SEC_POLICY, CFG_ALWAYS, "pin_first", 0, 0, 1 << 20, NULL,              \
     "keep the first N layers resident", "")                                                                          \
   X(pin_last, "pin-last", INT, "M", BOTH_M, SEC_POLICY, CFG_ALWAYS, "pin_last", 0, 0, 1 << 20, NULL,                 \

@@ -289,6 +289,47 @@ static void test_budget_below_minimum_refused(void **state) {
   }
 }
 
+/* --block-slots: a spare slot for the streamed blocks changes nothing the model computes, costs
+ * one block's bytes of the minimum device budget, and holds within it; fewer slots than the
+ * blocks in flight need, or more than 66, are refused. */
+static void test_block_slots(void **state) {
+  (void)state;
+  struct logit_log ref = {0}, got = {0};
+  struct ferry_serve_summary sum;
+  struct ferry_engine_config c = base_config();
+  c.resident_all = 1;
+  assert_int_equal(run(fx.dense_dir, c, &ref, &sum), FERRY_OK);
+  struct ferry_engine_config o = base_config();
+  o.block_layers = 1;
+  o.prefetch_depth = 1;
+  const uint64_t two = min_device(fx.dense_dir, o, NULL);
+  o.block_slots = 3;
+  const uint64_t three = min_device(fx.dense_dir, o, NULL);
+  assert_true(three > two);
+  o.device_budget_bytes = three - 1;
+  assert_int_equal(run(fx.dense_dir, o, &got, &sum), FERRY_ERR_BUDGET);
+  assert_true(tu_contains(ferry_last_error(), "3 block slot(s)"));
+  free(got.data);
+  got = (struct logit_log){0};
+  o.device_budget_bytes = three;
+  assert_int_equal(run(fx.dense_dir, o, &got, &sum), FERRY_OK);
+  assert_int_equal(got.floats, ref.floats);
+  assert_memory_equal(got.data, ref.data, ref.floats * sizeof(float));
+  assert_true(sum.bytes_h2d > 0 && sum.peak_bytes[FERRY_TIER_DEVICE] <= three);
+  free(got.data);
+  free(ref.data);
+  static const int32_t bad[][2] = {{1, 1}, {2, 2}, {1, 67}}; /* {prefetch depth, slots} */
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    o.prefetch_depth = bad[i][0], o.block_slots = bad[i][1];
+    ferry_model *m = NULL;
+    assert_int_equal(ferry_model_open(&m, fx.dense_dir), FERRY_OK);
+    uint64_t dev = 0, host = 0;
+    assert_int_equal(ferry_engine_min_budgets(m, NULL, &o, &dev, &host), FERRY_ERR_INVALID);
+    ferry_model_close(m);
+    assert_true(tu_contains(ferry_last_error(), "--block-slots"));
+  }
+}
+
 static void test_resident_attention_streams_ffn(void **state) {
   (void)state;
   struct logit_log ref = {0}, got = {0};
@@ -924,6 +965,7 @@ int main(void) {
       cmocka_unit_test(test_qwen2_moe_and_olmoe_offload),
       cmocka_unit_test(test_fill_budget),
       cmocka_unit_test(test_budget_below_minimum_refused),
+      cmocka_unit_test(test_block_slots),
       cmocka_unit_test(test_resident_attention_streams_ffn),
       cmocka_unit_test(test_stream_embeddings_same_logits),
       cmocka_unit_test(test_request_too_long_rejected),

@@ -176,6 +176,15 @@ enum ferry_parallel {
 struct ferry_engine_config {
   int32_t block_layers;          /**< consecutive layers per streamed block; 0 = all */
   int32_t prefetch_depth;        /**< blocks in flight ahead of the computing one (0 = on demand) */
+  int32_t block_slots;           /**< device slots the streamed blocks take turns in; 0 = prefetch_depth
+                                      + 1. A fetch lands in the slot of the block block_slots -
+                                      prefetch_depth before the computing one, so with exactly
+                                      prefetch_depth + 1 it waits for the previous block's compute
+                                      (a copy from pageable memory, which holds the host, then holds
+                                      the next compute too); one more lets it land while that block
+                                      still computes, as PyTorch runtimes do (each fetched module
+                                      gets memory of its own from the caching allocator). At least
+                                      prefetch_depth + 1, at most 66 */
   int32_t pin_first;             /**< first layers kept resident */
   int32_t pin_last;              /**< last layers kept resident */
   int resident_attention;        /**< keep all attention resident, stream only FFN / experts */

@@ -108,7 +108,10 @@ static void level_config(const struct ferry_engine *e, int32_t level, struct fer
   pc->host_budget_bytes = e->budget[FERRY_TIER_HOST];
   if (e->cfg.pressure.enabled && pc->host_budget_bytes)
     pc->host_budget_bytes = (uint64_t)((double)pc->host_budget_bytes * e->cfg.pressure.low_water);
-  if (level >= FERRY_PRESSURE_PREFETCH) pc->prefetch_depth = e->cfg.prefetch_depth / 2;
+  if (level >= FERRY_PRESSURE_PREFETCH) { /* fewer blocks in flight, and no spare slot */
+    pc->prefetch_depth = e->cfg.prefetch_depth / 2;
+    pc->block_slots = 0;
+  }
   if (level >= FERRY_PRESSURE_CACHE && e->asked_expert_slots > 0)
     pc->max_expert_slots = e->asked_expert_slots / 2 > 0 ? e->asked_expert_slots / 2 : 1;
   if (level >= FERRY_PRESSURE_ON_DEMAND) {
@@ -160,6 +163,7 @@ static int same_pinned(const struct ferry_plan *a, const struct ferry_plan *b, i
 /* Whether two plans place every unit the same way (a re-plan would change nothing). */
 static int same_plan(const struct ferry_plan *a, const struct ferry_plan *b, int32_t n_layers) {
   if (!same_pinned(a, b, n_layers) || a->n_blocks != b->n_blocks || a->n_block_slots != b->n_block_slots ||
+      a->prefetch_depth != b->prefetch_depth ||
       a->n_expert_slots != b->n_expert_slots || a->experts_on_host != b->experts_on_host ||
       a->n_staging_slots != b->n_staging_slots || a->host_units_bytes != b->host_units_bytes)
     return 0;

@@ -493,6 +493,7 @@ void ferry__engine_base_plan_config(const struct ferry_engine *e, struct ferry_p
   memset(pc, 0, sizeof *pc);
   pc->block_layers = e->cfg.block_layers;
   pc->prefetch_depth = e->cfg.prefetch_depth;
+  pc->block_slots = e->cfg.block_slots;
   pc->pin_first = e->cfg.pin_first;
   pc->pin_last = e->cfg.pin_last;
   pc->resident_attention = e->cfg.resident_attention;
@@ -717,6 +718,11 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --block-layers %d exceeds the model's %lld layers",
                           c->block_layers, (long long)mc->n_layers);
   if (c->prefetch_depth > 64) return ferry__err_set(err, FERRY_ERR_INVALID, "engine: --prefetch-depth is at most 64");
+  if (c->block_slots && (c->block_slots < c->prefetch_depth + 1 || c->block_slots > 66))
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --block-slots %d must be 0 or from prefetch depth + 1 (%d) to 66: the blocks in "
+                          "flight and the one computing need a slot each",
+                          c->block_slots, c->prefetch_depth + 1);
   /* no sequence can be longer than the model's positions: a larger KV cache is memory never used */
   if (c->max_seq_tokens > mc->max_position)
     return ferry__err_set(err, FERRY_ERR_INVALID,

@@ -1160,13 +1160,14 @@ static ferry_status layer_body(struct ferry_engine *e, int32_t l) {
   return e->li[l].moe ? moe_experts(e, l, in) : FERRY_OK;
 }
 
-/* Streamed block b's turn in the fetch order: the next n_slots-1 blocks go in flight now (each
- * lands in a slot whose last use has been enqueued already), and compute waits for b's copy.
- * Returns its slot, which stream_release() frees after b's last use. */
+/* Streamed block b's turn in the fetch order: the next prefetch_depth blocks go in flight now
+ * (at most the slots less b's; each lands in a slot whose last use has been enqueued already,
+ * that of the block n_slots - depth before b), and compute waits for b's copy. Returns its
+ * slot, which stream_release() frees after b's last use. */
 static ferry_status stream_acquire(struct ferry_engine *e, int32_t b, struct slot **out) {
   const int64_t seq = e->block_compute_seq;
   struct slot *sl = &e->block_slots[ferry__engine_block_slot(e, seq)];
-  ferry_status st = ferry__engine_prefetch_blocks(e, seq + e->plan.n_block_slots - 1);
+  ferry_status st = ferry__engine_prefetch_blocks(e, seq + e->plan.prefetch_depth);
   if (st) return st;
   if (sl->unit != e->block_unit[b]) return ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "block %d is not in its slot", b);
   TRY(ferry_exec_queue_wait(e->ex, e->q_compute, sl->ready));

@@ -201,7 +201,9 @@ ferry_status ferry__plan_make(const struct ferry_plan_input *in, const struct fe
     if (p->blocks[b].bytes > p->block_slot_bytes) p->block_slot_bytes = p->blocks[b].bytes;
   if (p->n_blocks && !cfg->blocks_on_cpu) {
     int64_t slots = (int64_t)cfg->prefetch_depth + 1;
+    if (cfg->block_slots > slots) slots = cfg->block_slots;
     p->n_block_slots = (int32_t)(slots < p->n_blocks ? slots : p->n_blocks);
+    p->prefetch_depth = cfg->prefetch_depth < p->n_block_slots - 1 ? cfg->prefetch_depth : p->n_block_slots - 1;
   }
   p->experts_pinned = in->n_experts > 0 && all_pinned;
   if (p->experts_pinned) pinned += n_expert_units * in->expert_bytes;

@@ -47,6 +47,7 @@ struct ferry_plan_input {
 struct ferry_plan_config {
   int32_t block_layers;         /* layers per streamed block; 0 = all streamed layers */
   int32_t prefetch_depth;       /* blocks in flight ahead of the one computing */
+  int32_t block_slots;          /* device slots for streamed blocks; 0 = prefetch_depth + 1 */
   int32_t pin_first, pin_last;  /* layers pinned at either end */
   int resident_attention;       /* keep every attention part pinned; stream FFN / experts */
   int resident_all;             /* pin everything (the reference for offloaded runs) */
@@ -75,7 +76,8 @@ struct ferry_plan {
   int32_t n_blocks;
   int32_t embed_block, head_block; /* the streamed embeddings' and head's blocks (first and last,
                                    n_layers 0), or -1 when they are pinned */
-  int32_t n_block_slots;       /* device slots for streamed blocks (prefetch depth + 1) */
+  int32_t n_block_slots;       /* device slots for streamed blocks (prefetch depth + 1, or more) */
+  int32_t prefetch_depth;      /* blocks fetched ahead of the computing one: at most n_block_slots - 1 */
   uint64_t block_slot_bytes;
   /* experts */
   int experts_pinned;          /* all experts pinned (resident_all or unlimited budget) */
