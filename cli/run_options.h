@@ -210,8 +210,8 @@
     " (the simulator reads no weight values)")                                                                       \
   /* --- the hardware of `ferry sim` --- */                                                                         \
   X(hw, "hw", TEXT, "PROFILE", SIM_M, SEC_SIM, CFG_ALWAYS, "hw", NULL, 0, 0, NULL,                                   \
-    "hardware profile (ferry hw list) or JSON file; BASE+host=PART+link=PART\n+disk=PART swaps the base's parts " \
-    "(ferry hw --help)", "")                                                                                           \
+    "hardware profile (ferry hw list) or JSON file; BASE+host=PART+link=PART\n+disk=PART swaps the base's parts, " \
+    "BASE+host.memory_bytes=256GiB sets\na figure (ferry hw --help)", "")                                        \
   X(runtime, "runtime", TEXT, "NAME", SIM_M, SEC_SIM, CFG_ALWAYS, "runtime", NULL, 0, 0, NULL,                        \
     "the software issuing the work: eager (PyTorch, one kernel at a time from\nPython), graph (CUDA graphs), native " \
     "(C++ engine), ktransformers (graphs,\nCPU experts), deepspeed-0.7 (eager, ZeRO-3's 2022 parameter path),\n" \

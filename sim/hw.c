@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
+#include "common/units.h"
 #include "common/names.h"
 #include "ferry/hw.h"
 #include "sim/hw_internal.h"
@@ -399,6 +400,23 @@ static ferry_status set_string(char *dst, size_t size, const cJSON *item, const 
   return FERRY_OK;
 }
 
+/* Whether v is a value field f may hold (its check); the message names `what` and the field. */
+static ferry_status check_number(const struct field *f, double v, const char *what) {
+  if (f->check == C_POS && !(v > 0))
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be positive (got %g)", what, f->path, v);
+  if (f->check == C_NONNEG && !(v >= 0))
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be >= 0 (got %g)", what, f->path, v);
+  if (f->check == C_BOOL && v != 0 && v != 1)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 0 or 1 (got %g)", what, f->path, v);
+  if (f->check == C_FRACTION && !(v > 0 && v <= 1))
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in (0, 1] (got %g)", what, f->path, v);
+  if (f->check == C_SHARE && !(v >= 0 && v < 1))
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in [0, 1) (got %g)", what, f->path, v);
+  if (f->check == C_ELEM && v != 2 && v != 4)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 2 (fp16/bf16) or 4 (fp32) (got %g)", what, f->path, v);
+  return FERRY_OK;
+}
+
 /* One leaf field. */
 static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
   const struct field *f = &fields[idx];
@@ -420,18 +438,8 @@ static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
                            f->type == T_I32 ? " below 2^31" : "");
     }
     v = item->valuedouble;
-    if (f->check == C_POS && !(v > 0))
-      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be positive (got %g)", what, f->path, v);
-    if (f->check == C_NONNEG && !(v >= 0))
-      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be >= 0 (got %g)", what, f->path, v);
-    if (f->check == C_BOOL && v != 0 && v != 1)
-      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 0 or 1 (got %g)", what, f->path, v);
-    if (f->check == C_FRACTION && !(v > 0 && v <= 1))
-      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in (0, 1] (got %g)", what, f->path, v);
-    if (f->check == C_SHARE && !(v >= 0 && v < 1))
-      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in [0, 1) (got %g)", what, f->path, v);
-    if (f->check == C_ELEM && v != 2 && v != 4)
-      return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 2 (fp16/bf16) or 4 (fp32) (got %g)", what, f->path, v);
+    ferry_status st = check_number(f, v, what);
+    if (st != FERRY_OK) return st;
     field_set_number(&b->p, f, v);
   }
   SETBIT(b->own, idx);
@@ -1001,13 +1009,76 @@ static enum section swappable_section(const char *t, size_t n) {
   return S_COUNT;
 }
 
-/* Whether `name` is BASE+SECTION=PART[+...]: a '+' followed by a swappable section's name and '='
- * (a catalogue name never holds '+'; a path holding "+host=" is read as a composition). */
+/* The numeric field named by the text before '=' in token `t` (length n), or -1. */
+static int override_field(const char *t, size_t n) {
+  char path[64];
+  if (n >= sizeof path || !memchr(t, '.', n)) return -1;
+  memcpy(path, t, n);
+  path[n] = '\0';
+  const int idx = field_index(path);
+  return idx >= 0 && fields[idx].type != T_STR ? idx : -1;
+}
+
+/* Whether `name` is BASE+SECTION=PART or BASE+FIELD=VALUE[+...]: a '+' followed by a swappable
+ * section's name or a numeric field's path and '=' (a catalogue name never holds '+'; a path
+ * holding "+host=" is read as a composition). */
 static int is_composed(const char *name) {
   const char *plus = strchr(name, '+');
   if (!plus) return 0;
   const char *eq = strchr(plus + 1, '=');
-  return eq && swappable_section(plus + 1, (size_t)(eq - plus - 1)) != S_COUNT;
+  if (!eq) return 0;
+  const size_t n = (size_t)(eq - plus - 1);
+  return swappable_section(plus + 1, n) != S_COUNT || override_field(plus + 1, n) >= 0;
+}
+
+/* FIELD=VALUE in a composed name: the figure set, its source the name itself, a fitted mark on
+ * it dropped. A *_bytes figure takes a size ("256GiB"), the others a number; the reader's checks
+ * apply (a rate must be positive, a flag 0 or 1, ...). */
+static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, const char *name) {
+  const struct field *f = &fields[idx];
+  struct ferry_hw_profile *p = &hw->profile;
+  if (!section_present(p, f->sec))
+    return ferry__fail(FERRY_ERR_INVALID, "hw: %s in \"%s\": the profile has no %s section", f->path, name,
+                       section_names[f->sec]);
+  double v;
+  const size_t plen = strlen(f->path);
+  if (plen > 6 && !strcmp(f->path + plen - 6, "_bytes")) {
+    uint64_t bytes;
+    if (ferry__parse_size(text, &bytes) != FERRY_OK)
+      return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": not a size (e.g. 256GiB)", f->path, text, name);
+    v = (double)bytes;
+  } else if (ferry__parse_double(text, &v) != FERRY_OK || !isfinite(v)) {
+    return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": not a number", f->path, text, name);
+  }
+  const double max = f->type == T_I32 ? 2147483647.0 : 9007199254740992.0;
+  if (f->type != T_F64 && (v != floor(v) || v > max || v < (f->type == T_U64 ? 0 : -max)))
+    return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": must be an integer%s", f->path, text, name,
+                       f->type == T_I32 ? " below 2^31" : "");
+  ferry_status st = check_number(f, v, name);
+  if (st != FERRY_OK) return st;
+  struct ferry_hw_source *src = ferry__reallocarray(hw->sources, p->n_sources + 1, sizeof *src);
+  if (!src) return nomem(name);
+  hw->sources = src;
+  size_t n = 0;
+  for (size_t i = 0; i < p->n_sources; i++)
+    if (strcmp(src[i].figure, f->path)) src[n++] = src[i];
+  struct ferry_hw_source *mine = &src[n++];
+  memset(mine, 0, sizeof *mine);
+  snprintf(mine->figure, sizeof mine->figure, "%s", f->path);
+  snprintf(mine->value, sizeof mine->value, "%s", text);
+  snprintf(mine->source, sizeof mine->source, "given in the profile's name, %s", name);
+  p->sources = src;
+  p->n_sources = n;
+  size_t k = 0;
+  for (size_t i = 0; i < p->n_fitted; i++) {
+    if (!strcmp(hw->fitted[i], f->path))
+      ferry_free(hw->fitted[i]);
+    else
+      hw->fitted[k++] = hw->fitted[i];
+  }
+  p->n_fitted = k;
+  field_set_number(p, f, v);
+  return FERRY_OK;
 }
 
 /* Open BASE+SECTION=PART+...: the base profile with each named section taken from a part. */
@@ -1028,10 +1099,17 @@ static ferry_status open_composed(ferry_hw **out, const char *name) {
     if (next) *next++ = '\0';
     const char *eq = strchr(t, '=');
     const enum section s = eq ? swappable_section(t, (size_t)(eq - t)) : S_COUNT;
-    if (s == S_COUNT || !eq[1]) {
-      st = ferry__fail(FERRY_ERR_INVALID, "hw: \"%s\" in \"%s\" is not SECTION=PART (sections: host, link, disk, runtime)", t,
-                       name);
+    const int field = eq && s == S_COUNT ? override_field(t, (size_t)(eq - t)) : -1;
+    if ((s == S_COUNT && field < 0) || !eq[1]) {
+      st = ferry__fail(FERRY_ERR_INVALID,
+                       "hw: \"%s\" in \"%s\" is not SECTION=PART (sections: host, link, disk, runtime) nor "
+                       "FIELD=VALUE (a numeric field of the profile, e.g. host.memory_bytes=256GiB)",
+                       t, name);
       goto fail;
+    }
+    if (field >= 0) {
+      if ((st = override_figure(hw, field, eq + 1, name)) != FERRY_OK) goto fail;
+      continue;
     }
     st = open_one(&part, eq + 1);
     if (st != FERRY_OK) goto fail;

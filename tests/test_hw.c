@@ -469,6 +469,19 @@ static void test_compose_parts(void **state) {
   assert_false(is_fitted(ferry_hw_get(hw), "host.cpu_gflops"));
   assert_true(is_fitted(ferry_hw_get(hw), "link.h2d_gbps"));
   ferry_hw_close(hw);
+  /* FIELD=VALUE sets one figure, its source the name; sizes take units; a fitted mark goes */
+  assert_int_equal(ferry_hw_open(&hw, "t4+host.memory_bytes=256GiB+link.h2d_gbps=20"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_true(p->host.memory_bytes == 256ull << 30 && p->link.h2d_gbps == 20);
+  assert_false(is_fitted(p, "link.h2d_gbps"));
+  assert_true(is_fitted(p, "link.d2h_gbps") && is_fitted(p, "host.cpu_gflops"));
+  const struct ferry_hw_source *given = find_source(p, "link.h2d_gbps", 0);
+  assert_non_null(given);
+  assert_string_equal(given->value, "20");
+  assert_true(strstr(given->source, "t4+host.memory_bytes=256GiB+link.h2d_gbps=20") != NULL);
+  assert_null(find_source(p, "link.h2d_gbps", 1));
+  assert_string_equal(find_source(p, "host.memory_bytes", 0)->value, "256GiB");
+  ferry_hw_close(hw);
   /* the runtime is a part like the others */
   assert_int_equal(ferry_hw_open(&hw, "h100-pcie+runtime=graph"), FERRY_OK);
   assert_true(ferry_hw_get(hw)->has_runtime && ferry_hw_get(hw)->runtime.fused_dequant == 1);
@@ -480,6 +493,12 @@ static void test_compose_parts(void **state) {
     const char *says;
   } bad[] = {
       {"h100-pcie+gpu=l4", FERRY_ERR_INVALID, "is not SECTION=PART"},
+      {"h100-pcie+gpu.name=x", FERRY_ERR_INVALID, "nor FIELD=VALUE"},
+      {"h100-pcie+host.memory_bytes=lots", FERRY_ERR_INVALID, "not a size"},
+      {"h100-pcie+link.h2d_gbps=fast", FERRY_ERR_INVALID, "not a number"},
+      {"h100-pcie+link.h2d_gbps=-1", FERRY_ERR_FORMAT, "link.h2d_gbps must be positive"},
+      {"h100-pcie+link.copy_engines=1.5", FERRY_ERR_INVALID, "must be an integer"},
+      {"h100-pcie+interconnect.gpus=2", FERRY_ERR_INVALID, "no interconnect section"},
       {"h100-pcie+host=pcie4-x16", FERRY_ERR_INVALID, "pcie4-x16 is a link profile with no host section"},
       {"h100-pcie+host=no-such-part", FERRY_ERR_NOT_FOUND, "no-such-part"},
       {"no-such-gpu+host=ddr4", FERRY_ERR_NOT_FOUND, "no-such-gpu"},
@@ -594,6 +613,7 @@ static void test_alloc_failures(void **state) {
   use_catalogue_only();
   alloc_failures("t4");
   alloc_failures("t4+host=xeon-6454s-2s+link=pcie3-x16");
+  alloc_failures("t4+host.memory_bytes=256GiB+link.h2d_gbps=20");
 }
 
 static void test_cli(void **state) {

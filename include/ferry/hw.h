@@ -421,11 +421,14 @@ typedef struct ferry_hw ferry_hw;
  * the same way, the referencing file's folder first); a section object may hold `"base": NAME`
  * to start from a part and override some of its fields.
  *
- * `BASE+SECTION=PART[+SECTION=PART...]` (SECTION one of host, link, disk, runtime; BASE and
- * each PART a name or path as above) opens BASE with each named section, values and sources,
- * replaced by PART's, and names the profile by the whole text (at most 127 characters): the
- * same GPU with another CPU, PCIe link or disk. Figures of a replaced section that were fitted
- * to measurements are dropped with it.
+ * `BASE+SECTION=PART[+...]` (SECTION one of host, link, disk, runtime; BASE and each PART a
+ * name or path as above) opens BASE with each named section, values and sources, replaced by
+ * PART's: the same GPU with another CPU, PCIe link or disk. `BASE+FIELD=VALUE` sets one numeric
+ * figure of a section the profile has (`host.memory_bytes=256GiB`: a *_bytes figure takes a
+ * size, the others a number, checked as the reader checks it), its source the name; figures
+ * derived from it in the part files (link.pageable_h2d_gbps) do not follow. Applied left to
+ * right; the profile is named by the whole text (at most 127 characters). Figures fitted to
+ * measurements that a replacement touches lose their fitted mark.
  *
  * The reader is strict: an unknown field, a wrong type, a non-positive rate or a missing
  * required field is FERRY_ERR_FORMAT with a message naming the file and the field path, e.g.
@@ -433,8 +436,9 @@ typedef struct ferry_hw ferry_hw;
  * @param out receives the handle, owned by the caller (release with ferry_hw_close()).
  * @param name_or_path catalogue name, file path or composed name.
  * @return FERRY_OK; FERRY_ERR_NOT_FOUND (unknown name: the message lists the folders
- *         searched); FERRY_ERR_FORMAT; FERRY_ERR_IO; FERRY_ERR_NOMEM; FERRY_ERR_INVALID (a
- *         composed name that is not BASE+SECTION=PART, a part without that section, too long).
+ *         searched); FERRY_ERR_FORMAT (also a composed figure the field refuses); FERRY_ERR_IO;
+ *         FERRY_ERR_NOMEM; FERRY_ERR_INVALID (a composed name that is not BASE+SECTION=PART or
+ *         BASE+FIELD=VALUE, a part without that section, a value that does not parse, too long).
  */
 FERRY_API ferry_status ferry_hw_open(ferry_hw **out, const char *name_or_path);
 
