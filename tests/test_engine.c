@@ -155,6 +155,14 @@ static uint64_t min_device(const char *dir, struct ferry_engine_config c, uint64
   return dev;
 }
 
+/* The reference: every weight resident, its logits into ref. */
+static void resident_run(const char *dir, struct logit_log *ref) {
+  struct ferry_engine_config c = base_config();
+  struct ferry_serve_summary sum;
+  c.resident_all = 1;
+  assert_int_equal(run(dir, c, ref, &sum), FERRY_OK);
+}
+
 static void check_offload_identical(const char *dir, int moe) {
   struct logit_log ref = {0};
   struct ferry_serve_summary sum;
@@ -296,9 +304,7 @@ static void test_block_slots(void **state) {
   (void)state;
   struct logit_log ref = {0}, got = {0};
   struct ferry_serve_summary sum;
-  struct ferry_engine_config c = base_config();
-  c.resident_all = 1;
-  assert_int_equal(run(fx.dense_dir, c, &ref, &sum), FERRY_OK);
+  resident_run(fx.dense_dir, &ref);
   struct ferry_engine_config o = base_config();
   o.block_layers = 1;
   o.prefetch_depth = 1;
@@ -334,9 +340,7 @@ static void test_resident_attention_streams_ffn(void **state) {
   (void)state;
   struct logit_log ref = {0}, got = {0};
   struct ferry_serve_summary sum;
-  struct ferry_engine_config c = base_config();
-  c.resident_all = 1;
-  assert_int_equal(run(fx.dense_dir, c, &ref, &sum), FERRY_OK);
+  resident_run(fx.dense_dir, &ref);
   struct ferry_engine_config o = base_config();
   o.resident_attention = 1;
   o.pin_first = 1;
