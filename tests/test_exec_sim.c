@@ -46,9 +46,10 @@ static int teardown(void **state) {
 }
 
 static ferry_hw *profile(const char *name, const char *sections) {
-  char path[512], text[2048];
+  char path[512], text[4096];
   snprintf(path, sizeof path, "%s/%s.json", tmp, name);
-  snprintf(text, sizeof text, "{\"name\": \"%s\", \"kind\": \"gpu\", %s}", name, sections);
+  const int n = snprintf(text, sizeof text, "{\"name\": \"%s\", \"kind\": \"gpu\", %s}", name, sections);
+  assert_true(n > 0 && (size_t)n < sizeof text);
   tu_write_file(path, text, strlen(text));
   ferry_hw *hw = NULL;
   assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);

@@ -709,9 +709,9 @@ static ferry_status check_budget_schedule(const struct ferry_engine_config *c, s
   return FERRY_OK;
 }
 
-static ferry_status check_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
-                                 struct ferry_err *err) {
-  ferry_status st;
+/* The streaming policy: blocks, their prefetch and slots, pins. */
+static ferry_status check_streaming(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                    struct ferry_err *err) {
   if (c->block_layers < 0 || c->prefetch_depth < 0 || c->pin_first < 0 || c->pin_last < 0)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: block layers, prefetch depth and pins must be >= 0");
   if (c->block_layers > mc->n_layers)
@@ -723,6 +723,45 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
                           "engine: --block-slots %d must be 0 or from prefetch depth + 1 (%d) to 66: the blocks in "
                           "flight and the one computing need a slot each",
                           c->block_slots, c->prefetch_depth + 1);
+  return FERRY_OK;
+}
+
+/* Where routed experts move and are cached. */
+static ferry_status check_experts(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                  struct ferry_err *err) {
+  if (c->expert_granularity_layer) {
+    if (!mc->n_experts)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --expert-granularity layer needs a Mixture-of-Experts model (%s is dense)", mc->name);
+    if (c->predict || c->compute_experts != FERRY_COMPUTE_GPU || c->expert_cache_lfu || c->expert_no_reuse ||
+        c->expert_cache || c->expert_cache_per_layer)
+      return ferry__err_set(err, FERRY_ERR_INVALID,
+                            "engine: --expert-granularity layer moves a layer's experts with it: there is no expert "
+                            "cache for a predictor, an eviction policy or --offload-compute experts=... to act on");
+  }
+  if (c->expert_cache && !ferry__cache_policy_find(c->expert_cache)) {
+    char names[128] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < ferry__cache_policy_count() && n < sizeof names; i++)
+      n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", ferry__cache_policy_at(i)->name);
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: unknown expert-cache policy '%s' (expected %s, or per-layer:K)",
+                          c->expert_cache, names);
+  }
+  if (c->expert_cache_per_layer < 0)
+    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: per-layer expert cache of %d slots", c->expert_cache_per_layer);
+  if (c->fill_budget && !no_expert_cache(c, mc))
+    return ferry__err_set(err, FERRY_ERR_INVALID,
+                          "engine: --fill-budget pins layers where no expert cache takes the budget left (dense "
+                          "models, experts moving with their layers or all computed on the CPU); %s's expert cache "
+                          "takes it",
+                          mc->name);
+  return FERRY_OK;
+}
+
+static ferry_status check_config(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
+                                 struct ferry_err *err) {
+  ferry_status st;
+  if ((st = check_streaming(c, mc, err)) != FERRY_OK) return st;
   /* no sequence can be longer than the model's positions: a larger KV cache is memory never used */
   if (c->max_seq_tokens > mc->max_position)
     return ferry__err_set(err, FERRY_ERR_INVALID,
@@ -774,32 +813,7 @@ static ferry_status check_config(const struct ferry_engine_config *c, const stru
   if (c->gpu_batches > 1 && c->token_features)
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
                           "engine: predictor features (mlp3, mlp7) are kept for one batch per step; not with --gpu-batches");
-  if (c->expert_granularity_layer) {
-    if (!mc->n_experts)
-      return ferry__err_set(err, FERRY_ERR_INVALID,
-                            "engine: --expert-granularity layer needs a Mixture-of-Experts model (%s is dense)", mc->name);
-    if (c->predict || c->compute_experts != FERRY_COMPUTE_GPU || c->expert_cache_lfu || c->expert_no_reuse ||
-        c->expert_cache || c->expert_cache_per_layer)
-      return ferry__err_set(err, FERRY_ERR_INVALID,
-                            "engine: --expert-granularity layer moves a layer's experts with it: there is no expert "
-                            "cache for a predictor, an eviction policy or --offload-compute experts=... to act on");
-  }
-  if (c->expert_cache && !ferry__cache_policy_find(c->expert_cache)) {
-    char names[128] = "";
-    size_t n = 0;
-    for (size_t i = 0; i < ferry__cache_policy_count() && n < sizeof names; i++)
-      n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", ferry__cache_policy_at(i)->name);
-    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: unknown expert-cache policy '%s' (expected %s, or per-layer:K)",
-                          c->expert_cache, names);
-  }
-  if (c->expert_cache_per_layer < 0)
-    return ferry__err_set(err, FERRY_ERR_INVALID, "engine: per-layer expert cache of %d slots", c->expert_cache_per_layer);
-  if (c->fill_budget && !no_expert_cache(c, mc))
-    return ferry__err_set(err, FERRY_ERR_INVALID,
-                          "engine: --fill-budget pins layers where no expert cache takes the budget left (dense "
-                          "models, experts moving with their layers or all computed on the CPU); %s's expert cache "
-                          "takes it",
-                          mc->name);
+  if ((st = check_experts(c, mc, err)) != FERRY_OK) return st;
   if ((unsigned)c->kv_format >= FERRY_KV_FORMAT_COUNT)
     return ferry__err_set(err, FERRY_ERR_INVALID, "engine: KV format %d is not a format", (int)c->kv_format);
   if (c->token_features != 0 && c->token_features != FERRY_MLP3_FEATURES && c->token_features != FERRY_MLP7_FEATURES)
