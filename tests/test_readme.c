@@ -133,7 +133,7 @@ static void test_examples(void **state) {
     }
     free(out);
   }
-  assert_int_equal(figures, 5);
+  assert_int_equal(figures, 7);
   tu_rmtree(dir);
   free(dir);
 }
