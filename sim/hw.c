@@ -400,6 +400,13 @@ static ferry_status set_string(char *dst, size_t size, const cJSON *item, const 
   return FERRY_OK;
 }
 
+/* The range an integer field holds: below 2^31 (int32), 2^53 (the rest: exact in a double);
+ * unsigned ones from 0. */
+static void int_bounds(const struct field *f, double *min, double *max) {
+  *max = f->type == T_I32 ? 2147483647.0 : 9007199254740992.0;
+  *min = f->type == T_U64 ? 0 : -*max;
+}
+
 /* Whether v is a value field f may hold (its check); the message names `what` and the field. */
 static ferry_status check_number(const struct field *f, double v, const char *what) {
   if (f->check == C_POS && !(v > 0))
@@ -431,8 +438,8 @@ static ferry_status parse_field(struct builder *b, int idx, const cJSON *item) {
       if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble))
         return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be a number", what, f->path);
     } else {
-      double max = f->type == T_I32 ? 2147483647.0 : 9007199254740992.0;
-      double min = f->type == T_U64 ? 0 : -max;
+      double min, max;
+      int_bounds(f, &min, &max);
       if (!ferry__json_is_int(item, min, max))
         return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be an integer%s", what, f->path,
                            f->type == T_I32 ? " below 2^31" : "");
@@ -955,6 +962,19 @@ out_free_builder:
   return st;
 }
 
+/* Drop the fitted marks of section s (path NULL) or of the one figure at path: what they marked is
+ * being replaced. */
+static void drop_fitted(ferry_hw *hw, enum section s, const char *path) {
+  size_t k = 0;
+  for (size_t i = 0; i < hw->profile.n_fitted; i++) {
+    if (path ? !strcmp(hw->fitted[i], path) : in_section(hw->fitted[i], s))
+      ferry_free(hw->fitted[i]);
+    else
+      hw->fitted[k++] = hw->fitted[i];
+  }
+  hw->profile.n_fitted = k;
+}
+
 /* Replace section s of hw's profile by part's: its values and its sources instead of the old
  * section's; the old section's figures fitted to measurements go with it. */
 static ferry_status replace_section(ferry_hw *hw, enum section s, const ferry_hw *part, const char *what) {
@@ -970,14 +990,7 @@ static ferry_status replace_section(ferry_hw *hw, enum section s, const ferry_hw
   hw->sources = v;
   hw->profile.sources = v;
   hw->profile.n_sources = n;
-  size_t k = 0;
-  for (size_t i = 0; i < hw->profile.n_fitted; i++) {
-    if (in_section(hw->fitted[i], s))
-      ferry_free(hw->fitted[i]);
-    else
-      hw->fitted[k++] = hw->fitted[i];
-  }
-  hw->profile.n_fitted = k;
+  drop_fitted(hw, s, NULL);
   copy_section(&hw->profile, r, s);
   *section_flag(&hw->profile, s) = 1;
   return FERRY_OK;
@@ -1050,8 +1063,9 @@ static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, con
   } else if (ferry__parse_double(text, &v) != FERRY_OK || !isfinite(v)) {
     return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": not a number", f->path, text, name);
   }
-  const double max = f->type == T_I32 ? 2147483647.0 : 9007199254740992.0;
-  if (f->type != T_F64 && (v != floor(v) || v > max || v < (f->type == T_U64 ? 0 : -max)))
+  double min, max;
+  int_bounds(f, &min, &max);
+  if (f->type != T_F64 && (v != floor(v) || v > max || v < min))
     return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": must be an integer%s", f->path, text, name,
                        f->type == T_I32 ? " below 2^31" : "");
   ferry_status st = check_number(f, v, name);
@@ -1069,14 +1083,7 @@ static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, con
   snprintf(mine->source, sizeof mine->source, "given in the profile's name, %s", name);
   p->sources = src;
   p->n_sources = n;
-  size_t k = 0;
-  for (size_t i = 0; i < p->n_fitted; i++) {
-    if (!strcmp(hw->fitted[i], f->path))
-      ferry_free(hw->fitted[i]);
-    else
-      hw->fitted[k++] = hw->fitted[i];
-  }
-  p->n_fitted = k;
+  drop_fitted(hw, f->sec, f->path);
   field_set_number(p, f, v);
   return FERRY_OK;
 }
@@ -1084,10 +1091,10 @@ static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, con
 /* Open BASE+SECTION=PART+...: the base profile with each named section taken from a part. */
 static ferry_status open_composed(ferry_hw **out, const char *name) {
   *out = NULL;
-  if (strlen(name) >= sizeof((struct ferry_hw_profile *)0)->name)
+  char text[sizeof((struct ferry_hw_profile *)0)->name]; /* the name the profile will carry */
+  if (strlen(name) >= sizeof text)
     return ferry__fail(FERRY_ERR_INVALID, "hw: composed profile name \"%s\" is longer than %zu characters", name,
-                       sizeof((struct ferry_hw_profile *)0)->name - 1);
-  char text[sizeof((struct ferry_hw_profile *)0)->name];
+                       sizeof text - 1);
   snprintf(text, sizeof text, "%s", name);
   char *t = strchr(text, '+');
   *t++ = '\0'; /* the base's name ends at the first '+' (open_composed is only called with one) */
