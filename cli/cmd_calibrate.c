@@ -437,7 +437,7 @@ static void fit_copies(sqlite3 *db, const struct fit_runs *runs, struct ferry_ca
     (*any) = 1;
     printf("%-12s %6zu ops: latency %.0f ns, %.2f GB/s\n", copies[c].name, n, f.overhead_ns, 1.0 / f.ns_per_byte);
     if (copies[c].copy_kind == 1) {
-      p->link.h2d_gbps = 1.0 / f.ns_per_byte;
+      ferry_hw_link_set_h2d(&p->link, 1.0 / f.ns_per_byte);
       p->link.latency_ns = (int64_t)f.overhead_ns;
       fitted[(*n_fitted)++] = "link.h2d_gbps";
       fitted[(*n_fitted)++] = "link.latency_ns";

@@ -233,7 +233,11 @@ static int hw_show(const char *name) {
     printf("link: %s\n", p->link.name);
     show_f("link.h2d_gbps", p->link.h2d_gbps, "GB/s");
     show_f("link.d2h_gbps", p->link.d2h_gbps, "GB/s");
-    show_f("link.pageable_h2d_gbps", p->link.pageable_h2d_gbps, "GB/s");
+    if (p->link.pageable_derived)
+      printf("  %-28s %g GB/s (not given: %g of link.h2d_gbps)\n", "link.pageable_h2d_gbps", p->link.pageable_h2d_gbps,
+             FERRY_HW_PAGEABLE_H2D_SHARE);
+    else
+      show_f("link.pageable_h2d_gbps", p->link.pageable_h2d_gbps, "GB/s");
     printf("  %-28s %lld ns\n", "link.latency_ns", (long long)p->link.latency_ns);
     printf("  %-28s %d%s\n", "link.copy_engines", p->link.copy_engines, p->link.copy_engines ? "" : " (unlimited)");
     if (p->link.contention > 0) printf("  %-28s %.3f\n", "link.contention", p->link.contention);

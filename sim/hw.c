@@ -919,6 +919,12 @@ static ferry_status open_one(ferry_hw **out, const char *name_or_path) {
     int idx = field_index(defaults[i].path);
     if (!BIT(b.set, idx) && *section_flag(&b.p, fields[idx].sec)) field_set_number(&b.p, &fields[idx], defaults[i].value);
   }
+  /* and figures derived from others, from the whole profile's values (a link that overrides its
+   * part's h2d_gbps derives its pageable rate from its own) */
+  if (b.p.has_link && !BIT(b.set, field_index("link.pageable_h2d_gbps"))) {
+    b.p.link.pageable_derived = 1;
+    ferry_hw_link_set_h2d(&b.p.link, b.p.link.h2d_gbps);
+  }
   hw = ferry__calloc(1, sizeof *hw);
   if (!hw) goto out_nomem;
   size_t n_src = b.inherited.n + b.mine.n;
@@ -1084,7 +1090,11 @@ static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, con
   p->sources = src;
   p->n_sources = n;
   drop_fitted(hw, f->sec, f->path);
-  field_set_number(p, f, v);
+  if (f->off == offsetof(struct ferry_hw_profile, link.h2d_gbps))
+    ferry_hw_link_set_h2d(&p->link, v);
+  else
+    field_set_number(p, f, v);
+  if (f->off == offsetof(struct ferry_hw_profile, link.pageable_h2d_gbps)) p->link.pageable_derived = 0;
   return FERRY_OK;
 }
 
@@ -1158,6 +1168,12 @@ void ferry_hw_close(ferry_hw *hw) {
 }
 
 const struct ferry_hw_profile *ferry_hw_get(const ferry_hw *hw) { return &hw->profile; }
+
+void ferry_hw_link_set_h2d(struct ferry_hw_link *link, double h2d_gbps) {
+  if (!link || !(h2d_gbps > 0) || !isfinite(h2d_gbps)) return;
+  link->h2d_gbps = h2d_gbps;
+  if (link->pageable_derived) link->pageable_h2d_gbps = h2d_gbps * FERRY_HW_PAGEABLE_H2D_SHARE;
+}
 
 /* The element sizes of the workspace a GPU runtime holds. Every preset but llama.cpp's computes in
  * fp16/bf16, hence the default of 2; a product that cannot read its low-bit weight packed reads a

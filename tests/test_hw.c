@@ -519,6 +519,81 @@ static void test_compose_parts(void **state) {
   ferry_hw_close(gen3);
 }
 
+/* A link that does not give its pageable rate gets half of its own pinned rate (the profile's,
+ * after its overrides), and that figure follows the pinned rate set by a composed name or
+ * ferry_hw_link_set_h2d(); a given pageable rate stays. */
+static void test_pageable_derived(void **state) {
+  (void)state;
+  use_catalogue_only();
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "rtx-a6000"), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_true(p->link.pageable_derived);
+  assert_true(fabs(p->link.pageable_h2d_gbps - 24.006 * FERRY_HW_PAGEABLE_H2D_SHARE) < 1e-9);
+  assert_non_null(find_source(p, "link.pageable_h2d_gbps", 0)); /* the part documents the rule */
+  ferry_hw_close(hw);
+  /* t4 gives it: half of its PCIe 3.0 part's rate, not of FlexGen's fitted constant */
+  assert_int_equal(ferry_hw_open(&hw, "t4"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_true(p->link.h2d_gbps > 13.8 && p->link.h2d_gbps < 13.9);
+  assert_true(p->link.pageable_h2d_gbps == 6.002 && !p->link.pageable_derived);
+  ferry_hw_close(hw);
+  assert_int_equal(ferry_hw_open(&hw, "rtx-a6000+link.h2d_gbps=20"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_true(p->link.h2d_gbps == 20 && fabs(p->link.pageable_h2d_gbps - 10) < 1e-9 && p->link.pageable_derived);
+  ferry_hw_close(hw);
+  /* given in the name, before or after: it stays */
+  assert_int_equal(ferry_hw_open(&hw, "rtx-a6000+link.pageable_h2d_gbps=14+link.h2d_gbps=20"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_true(p->link.h2d_gbps == 20 && p->link.pageable_h2d_gbps == 14 && !p->link.pageable_derived);
+  ferry_hw_close(hw);
+  assert_int_equal(ferry_hw_open(&hw, "rtx-a6000+link.h2d_gbps=20+link.pageable_h2d_gbps=14"), FERRY_OK);
+  assert_true(ferry_hw_get(hw)->link.pageable_h2d_gbps == 14);
+  ferry_hw_close(hw);
+  /* a link that gives it keeps it (gh200's NVLink-C2C) */
+  assert_int_equal(ferry_hw_open(&hw, "gh200"), FERRY_OK);
+  p = ferry_hw_get(hw);
+  assert_true(!p->link.pageable_derived && p->link.pageable_h2d_gbps == 225 && p->link.h2d_gbps == 450);
+  ferry_hw_close(hw);
+  /* so does a file that gives it over a part's link, and one that overrides only h2d derives */
+  char *dir = tu_mkdtemp("hwpageable");
+  char *cat = hw_dir();
+  char env[8192];
+  snprintf(env, sizeof env, "%s:%s", dir, cat);
+  setenv("FERRY_HW_PATH", env, 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/given.json", dir);
+  const char *given = "{\"name\": \"given\", \"kind\": \"link\", \"link\": {\"base\": \"pcie4-x16\", "
+                      "\"pageable_h2d_gbps\": 9}}";
+  tu_write_file(path, given, strlen(given));
+  snprintf(path, sizeof path, "%s/slower.json", dir);
+  const char *slower = "{\"name\": \"slower\", \"kind\": \"link\", \"link\": {\"base\": \"pcie4-x16\", "
+                       "\"h2d_gbps\": 18}}";
+  tu_write_file(path, slower, strlen(slower));
+  assert_int_equal(ferry_hw_open(&hw, "given"), FERRY_OK);
+  assert_true(ferry_hw_get(hw)->link.pageable_h2d_gbps == 9 && !ferry_hw_get(hw)->link.pageable_derived);
+  ferry_hw_close(hw);
+  assert_int_equal(ferry_hw_open(&hw, "slower"), FERRY_OK);
+  assert_true(fabs(ferry_hw_get(hw)->link.pageable_h2d_gbps - 9) < 1e-9);
+  ferry_hw_close(hw);
+  /* the setter: a derived rate follows, a given one stays, nonsense is ignored */
+  struct ferry_hw_link link = {.h2d_gbps = 10, .pageable_h2d_gbps = 5, .pageable_derived = 1};
+  ferry_hw_link_set_h2d(&link, 30);
+  assert_true(link.h2d_gbps == 30 && link.pageable_h2d_gbps == 15);
+  ferry_hw_link_set_h2d(&link, 0);
+  ferry_hw_link_set_h2d(&link, -1);
+  ferry_hw_link_set_h2d(&link, NAN);
+  assert_true(link.h2d_gbps == 30 && link.pageable_h2d_gbps == 15);
+  link.pageable_derived = 0;
+  ferry_hw_link_set_h2d(&link, 40);
+  assert_true(link.h2d_gbps == 40 && link.pageable_h2d_gbps == 15);
+  ferry_hw_link_set_h2d(NULL, 40);
+  tu_rmtree(dir);
+  free(dir);
+  free(cat);
+  use_catalogue_only();
+}
+
 static void test_malformed(void **state) {
   (void)state;
   use_catalogue_only();
@@ -676,7 +751,7 @@ int main(void) {
       cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
       cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
       cmocka_unit_test(test_runtime_presets), cmocka_unit_test(test_host_amx),
-      cmocka_unit_test(test_compose_parts),
+      cmocka_unit_test(test_compose_parts),   cmocka_unit_test(test_pageable_derived),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -112,7 +112,9 @@ struct ferry_hw_link {
   char name[64];            /**< e.g. "PCIe 4.0 x16" */
   double h2d_gbps;          /**< host→device bandwidth from pinned memory, GB/s */
   double d2h_gbps;          /**< device→host bandwidth to pinned memory, GB/s */
-  double pageable_h2d_gbps; /**< host→device bandwidth from pageable memory, GB/s */
+  double pageable_h2d_gbps; /**< host→device bandwidth from pageable memory, GB/s; a profile that
+                                 does not give it gets FERRY_HW_PAGEABLE_H2D_SHARE of h2d_gbps
+                                 (pageable_derived) */
   int64_t latency_ns;       /**< fixed cost of one transfer, paid before its bytes flow */
   int32_t copy_engines;     /**< concurrent transfers (DMA copy engines); 0 = unlimited */
   double contention;        /**< share of the device's throughput a transfer in flight on this link takes
@@ -121,6 +123,9 @@ struct ferry_hw_link {
                                  GPU's PCIe copies touch its HBM at a few percent of its bandwidth. The host
                                  executor's "link" is memcpy through the same DRAM and cores its kernels use
                                  (fitted by `ferry calibrate --db`) */
+  int32_t pageable_derived; /**< 1: pageable_h2d_gbps was not given but derived from h2d_gbps, and
+                                 follows it when h2d_gbps is set through ferry_hw_link_set_h2d() or
+                                 a composed name (`+link.h2d_gbps=20`); 0: given */
 };
 
 /** Peak throughput of one CPU core per element type, GFLOP/s (GOP/s for int8); 0 = not given
@@ -333,6 +338,12 @@ struct ferry_hw_runtime {
  *  its profile does not give one. */
 #define FERRY_HW_READ_AHEAD_BYTES 131072
 
+/** link.pageable_h2d_gbps as a share of link.h2d_gbps when a profile does not give it: a copy
+ *  from pageable memory is staged by the driver through a pinned buffer, one CPU copy per chunk
+ *  before its DMA. Measured 12.36 of 23.62 GB/s (0.52) for a 256 MiB copy on an RTX 4090 over
+ *  PCIe 4.0 x16 (NVlabs/cuda-oxide examples/pinned_overlap/README.md, 2026; hw/README.md). */
+#define FERRY_HW_PAGEABLE_H2D_SHARE 0.5
+
 /** host.cpu_op_ns when a profile does not give it: the order of an OpenMP / ggml thread pool's fork
  *  and barrier per op (hw/README.md, defaults). */
 #define FERRY_HW_CPU_OP_NS 5000
@@ -425,8 +436,8 @@ typedef struct ferry_hw ferry_hw;
  * name or path as above) opens BASE with each named section, values and sources, replaced by
  * PART's: the same GPU with another CPU, PCIe link or disk. `BASE+FIELD=VALUE` sets one numeric
  * figure of a section the profile has (`host.memory_bytes=256GiB`: a *_bytes figure takes a
- * size, the others a number, checked as the reader checks it), its source the name; figures
- * derived from it in the part files (link.pageable_h2d_gbps) do not follow. Applied left to
+ * size, the others a number, checked as the reader checks it), its source the name; a derived
+ * figure follows the one it is derived from (link.pageable_h2d_gbps, ferry_hw_link_set_h2d()). Applied left to
  * right; the profile is named by the whole text (at most 127 characters). Figures fitted to
  * measurements that a replacement touches lose their fitted mark.
  *
@@ -513,6 +524,15 @@ FERRY_API void ferry_hw_list_free(char **names, size_t count);
 /** @brief GPUs in the machine a profile describes: interconnect.gpus, else 1 (0 for a profile
  *         without a gpu section). */
 FERRY_API int32_t ferry_hw_gpu_count(const struct ferry_hw_profile *profile);
+
+/**
+ * @brief Set a link's rate from pinned memory, @p link->pageable_h2d_gbps following it where the
+ *        profile derived that figure (pageable_derived: FERRY_HW_PAGEABLE_H2D_SHARE of the new
+ *        rate) and staying where it was given.
+ * @param link the link section to change (a profile's own; sources are the caller's to update).
+ * @param h2d_gbps the new rate, GB/s (> 0; other values are ignored).
+ */
+FERRY_API void ferry_hw_link_set_h2d(struct ferry_hw_link *link, double h2d_gbps);
 
 /**
  * @brief Bytes per element at which a GPU runtime described by @p profile holds the engine's
