@@ -142,3 +142,14 @@ ferry_status ferry__json_str(const cJSON *obj, const char *key, int optional, co
   *out = item->valuestring;
   return FERRY_OK;
 }
+
+cJSON *ferry__json_add_number(cJSON *obj, const char *key, double v) {
+  if (!isfinite(v)) return cJSON_AddNumberToObject(obj, key, v);
+  char text[32];
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, v);
+    if (strtod(text, NULL) == v) break;
+  }
+  /* a number printed by %g is valid JSON as it stands */
+  return cJSON_AddRawToObject(obj, key, text);
+}

@@ -745,7 +745,7 @@ ferry_status ferry__hw_figures_to_json(cJSON *root, const struct ferry_hw_profil
     const char *leaf = NULL;
     cJSON *o = parent_object(root, f->path, &leaf);
     const int ok = o && (f->type == T_STR ? cJSON_AddStringToObject(o, leaf, (const char *)p + f->off) != NULL
-                                          : cJSON_AddNumberToObject(o, leaf, v) != NULL);
+                                          : ferry__json_add_number(o, leaf, v) != NULL);
     if (!ok) return ferry__fail(FERRY_ERR_NOMEM, "out of memory writing a hardware profile");
   }
   return FERRY_OK;

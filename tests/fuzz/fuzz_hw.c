@@ -1,9 +1,12 @@
-/* Fuzz target: a hardware profile (JSON; sections may name catalogue parts, which come from the
- * source tree's hw/). Invariants of an accepted profile: every rate of a section it has is
- * 0 (not given) or positive and finite, efficiencies in (0, 1], the kind's own section present, names
- * terminated, and the profile written back as JSON reads back to the same figures. */
+/* Fuzz targets: a hardware profile (JSON; sections may name catalogue parts, which come from the
+ * source tree's hw/), and with FUZZ_HW_NAME a profile's name as `--hw` takes it, composed
+ * (`BASE+SECTION=PART`, `BASE+FIELD=VALUE`) from the catalogue. Invariants of an accepted profile:
+ * every rate of a section it has is 0 (not given) or positive and finite, efficiencies in (0, 1],
+ * the kind's own section present, names terminated, a derived pageable rate the share of the
+ * pinned one, and the profile written back as JSON reads back to the same figures. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ferry/calibrate.h"
@@ -32,6 +35,9 @@ static void check_profile(const struct ferry_hw_profile *p) {
   if (p->has_link) {
     FUZZ_CHECK(RATE(p->link.h2d_gbps) && RATE(p->link.d2h_gbps) && RATE(p->link.pageable_h2d_gbps));
     FUZZ_CHECK(p->link.latency_ns >= 0 && p->link.copy_engines >= 0);
+    FUZZ_CHECK(!p->link.pageable_derived ||
+               fabs(p->link.pageable_h2d_gbps - p->link.h2d_gbps * FERRY_HW_PAGEABLE_H2D_SHARE) <=
+                   1e-12 * p->link.h2d_gbps);
   }
   if (p->has_host) {
     FUZZ_CHECK(RATE(p->host.dram_gbps) && RATE(p->host.cpu_gflops));
@@ -72,13 +78,32 @@ static void check_same(const struct ferry_hw_profile *a, const struct ferry_hw_p
   }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+/* The profile a name (FUZZ_HW_NAME) or a file's contents open to; NULL when refused. A name
+ * with a '/' is a file path, whose reader the file target fuzzes: skipped (it could name a
+ * device that blocks). */
+static ferry_hw *open_input(const uint8_t *data, size_t size) {
+  ferry_hw *hw = NULL;
+#ifdef FUZZ_HW_NAME
+  char *name = fuzz_cstr(data, size);
+  if (!name) return NULL;
+  if (!strchr(name, '/') && ferry_hw_open(&hw, name) == FERRY_OK) {
+    /* the profile is named by the whole text, which a name no longer than that holds */
+    FUZZ_CHECK(strlen(name) < sizeof ferry_hw_get(hw)->name && !strcmp(ferry_hw_get(hw)->name, name));
+  }
+  free(name);
+#else
   const char *written = fuzz_write("profile.json", data, size);
-  if (!written) return 0;
+  if (!written) return NULL;
   char path[256];
   snprintf(path, sizeof path, "%s", written);
-  ferry_hw *hw = NULL;
-  if (ferry_hw_open(&hw, path) != FERRY_OK) return 0;
+  if (ferry_hw_open(&hw, path) != FERRY_OK) hw = NULL;
+#endif
+  return hw;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  ferry_hw *hw = open_input(data, size);
+  if (!hw) return 0;
   const struct ferry_hw_profile *p = ferry_hw_get(hw);
   check_profile(p);
   char out[256];
