@@ -34,7 +34,9 @@ ferry_status ferry__json_str(const cJSON *obj, const char *key, int optional, co
 /* Add number v to obj as key, written with the fewest significant digits (15, 16 or 17) that
  * read back to the same double: cJSON's own printer keeps 15 whenever they come within an epsilon
  * of v, which loses the last bits of some values (a figure written and read back would differ).
- * A non-finite v is written as cJSON writes it (null). NULL when out of memory. */
+ * The item is cJSON_Raw text, so only for a tree that is printed, not one read as a tree
+ * (cJSON_IsNumber() is false on it). A non-finite v is added as cJSON adds it (printed null).
+ * NULL when out of memory. */
 cJSON *ferry__json_add_number(cJSON *obj, const char *key, double v);
 
 /* Whether a cJSON number is an integer in [min, max] (and |v| <= 2^53). */
