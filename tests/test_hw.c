@@ -24,6 +24,17 @@ static void use_catalogue_only(void) {
   free(dir);
 }
 
+/* A fresh private folder searched before the catalogue (FERRY_HW_PATH); owned: tu_rmtree + free. */
+static char *private_dir_then_catalogue(const char *tag) {
+  char *dir = tu_mkdtemp(tag);
+  char *cat = hw_dir();
+  char env[8192];
+  snprintf(env, sizeof env, "%s:%s", dir, cat);
+  setenv("FERRY_HW_PATH", env, 1);
+  free(cat);
+  return dir;
+}
+
 static const struct ferry_hw_source *find_source(const struct ferry_hw_profile *p, const char *figure, int nth) {
   for (size_t i = 0; i < p->n_sources; i++)
     if (!strcmp(p->sources[i].figure, figure) && nth-- == 0) return &p->sources[i];
@@ -556,11 +567,7 @@ static void test_pageable_derived(void **state) {
   assert_true(!p->link.pageable_derived && p->link.pageable_h2d_gbps == 225 && p->link.h2d_gbps == 450);
   ferry_hw_close(hw);
   /* so does a file that gives it over a part's link, and one that overrides only h2d derives */
-  char *dir = tu_mkdtemp("hwpageable");
-  char *cat = hw_dir();
-  char env[8192];
-  snprintf(env, sizeof env, "%s:%s", dir, cat);
-  setenv("FERRY_HW_PATH", env, 1);
+  char *dir = private_dir_then_catalogue("hwpageable");
   char path[4096];
   snprintf(path, sizeof path, "%s/given.json", dir);
   const char *given = "{\"name\": \"given\", \"kind\": \"link\", \"link\": {\"base\": \"pcie4-x16\", "
@@ -590,7 +597,6 @@ static void test_pageable_derived(void **state) {
   ferry_hw_link_set_h2d(NULL, 40);
   tu_rmtree(dir);
   free(dir);
-  free(cat);
   use_catalogue_only();
 }
 
@@ -621,11 +627,7 @@ static void test_malformed(void **state) {
  * the folders searched. */
 static void test_search_path(void **state) {
   (void)state;
-  char *dir = tu_mkdtemp("hwpath");
-  char *cat = hw_dir();
-  char env[8192];
-  snprintf(env, sizeof env, "%s:%s", dir, cat);
-  setenv("FERRY_HW_PATH", env, 1);
+  char *dir = private_dir_then_catalogue("hwpath");
   char path[4096];
   snprintf(path, sizeof path, "%s/t4.json", dir);
   const char *mine = "{\"name\": \"my-t4\", \"kind\": \"gpu\", " GPU_OK ", \"link\": \"pcie4-x16\", "
@@ -655,7 +657,6 @@ static void test_search_path(void **state) {
   assert_int_equal(ferry_hw_open(&hw, ""), FERRY_ERR_INVALID);
   tu_rmtree(dir);
   free(dir);
-  free(cat);
   use_catalogue_only();
 }
 
