@@ -437,9 +437,9 @@ typedef struct ferry_hw ferry_hw;
  * PART's: the same GPU with another CPU, PCIe link or disk. `BASE+FIELD=VALUE` sets one numeric
  * figure of a section the profile has (`host.memory_bytes=256GiB`: a *_bytes figure takes a
  * size, the others a number, checked as the reader checks it), its source the name; a derived
- * figure follows the one it is derived from (link.pageable_h2d_gbps, ferry_hw_link_set_h2d()). Applied left to
- * right; the profile is named by the whole text (at most 127 characters). Figures fitted to
- * measurements that a replacement touches lose their fitted mark.
+ * figure follows the one it is derived from (link.pageable_h2d_gbps, ferry_hw_link_set_h2d()).
+ * Applied left to right; the profile is named by the whole text (at most 127 characters).
+ * Figures fitted to measurements that a replacement touches lose their fitted mark.
  *
  * The reader is strict: an unknown field, a wrong type, a non-positive rate or a missing
  * required field is FERRY_ERR_FORMAT with a message naming the file and the field path, e.g.
