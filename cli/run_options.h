@@ -215,7 +215,9 @@
   X(runtime, "runtime", TEXT, "NAME", SIM_M, SEC_SIM, CFG_ALWAYS, "runtime", NULL, 0, 0, NULL,                        \
     "the software issuing the work: eager (PyTorch, one kernel at a time from\nPython), graph (CUDA graphs), native " \
     "(C++ engine), ktransformers (graphs,\nCPU experts), deepspeed-0.7 (eager, ZeRO-3's 2022 parameter path),\n" \
+    "ktransformers-v0.3 (AMX experts),\n" \
     "llama.cpp-2024q1 (native; prompts via cuBLAS, MoE rows copied one by one),\n" \
+    "llama.cpp-2025q1 (native; CPU k-quant and MoE products by vec_dot),\n" \
     "flexgen (eager; FlexGen's unfused int4), zero-inference-kv (eager; the\nKV-offload fork's CPU attention), " \
     "or a runtime file; default: the\nprofile's, else native", " (a real run's overheads are its own)")  \
   X(quant, "quant", TEXT, "PLAN", SIM_M, SEC_SIM, CFG_ALWAYS, "quant", NULL, 0, 0, check_quant,                      \

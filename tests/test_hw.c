@@ -329,6 +329,14 @@ static void check_preset_figures(const struct ferry_hw_profile *p, const char *n
   const int rowcopy = !strcmp(name, "llama.cpp-2024q1");
   assert_int_equal(p->runtime.moe_row_copy, rowcopy);
   if (rowcopy && !find_source(p, "runtime.moe_row_copy", 0)) fail_msg("llama.cpp-2024q1: moe_row_copy lacks a source");
+  /* llama.cpp of early 2025 multiplies k-quants on the CPU by ggml's vec_dot, slower than the
+   * tiled Q4_0 products native's efficiency was derived from: its own figure, with a source */
+  if (!strcmp(name, "llama.cpp-2025q1")) {
+    assert_true(p->runtime.cpu_math_eff > 0 && p->runtime.cpu_math_eff < 0.26);
+    const struct ferry_hw_source *eff = find_source(p, "runtime.cpu_math_eff", 0);
+    if (!eff || !strstr(eff->source, "vec_dot")) fail_msg("llama.cpp-2025q1: cpu_math_eff lacks its source");
+    assert_null(find_source(p, "runtime.cpu_math_eff", 1)); /* native's goes with the figure it replaces */
+  }
   /* FlexGen is the one that dequantizes with separate ops and expands and compresses its int4
    * cache itself: each figure counted from its code, with a source */
   const int flexgen = !strcmp(name, "flexgen");
@@ -371,14 +379,14 @@ static void check_preset_figures(const struct ferry_hw_profile *p, const char *n
     fail_msg("%s: cpu_fresh_alloc lacks a source", name);
 }
 
-/* Runtime presets: the catalogue's nine, applied to a GPU profile with their sources (and
+/* Runtime presets: the catalogue's ten, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
   static const char *const presets[] = {"eager",         "graph",        "native",
                                         "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1", "flexgen",
-                                        "zero-inference-kv", "ktransformers-v0.3"};
+                                        "zero-inference-kv", "ktransformers-v0.3", "llama.cpp-2025q1"};
   for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
