@@ -742,6 +742,8 @@ ferry_status ferry__hw_figures_to_json(cJSON *root, const struct ferry_hw_profil
     if (!field_in_profile(p, f)) continue;
     const double v = f->type == T_STR ? 0 : field_number(p, f);
     if (f->type != T_STR && v == 0 && !zero_is_given(f)) continue; /* not given */
+    /* a derived figure stays derived: the reader derives it again, and it follows its source */
+    if (f->off == offsetof(struct ferry_hw_profile, link.pageable_h2d_gbps) && p->link.pageable_derived) continue;
     const char *leaf = NULL;
     cJSON *o = parent_object(root, f->path, &leaf);
     const int ok = o && (f->type == T_STR ? cJSON_AddStringToObject(o, leaf, (const char *)p + f->off) != NULL

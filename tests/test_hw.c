@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "ferry/calibrate.h"
 #include "ferry/hw.h"
 #include "testutil.h"
 
@@ -590,6 +591,14 @@ static void test_pageable_derived(void **state) {
   ferry_hw_close(hw);
   assert_int_equal(ferry_hw_open(&hw, "slower"), FERRY_OK);
   assert_true(fabs(ferry_hw_get(hw)->link.pageable_h2d_gbps - 9) < 1e-9);
+  ferry_hw_close(hw);
+  /* a written profile leaves a derived rate to the reader: it reads back derived, and follows */
+  assert_int_equal(ferry_hw_open(&hw, "rtx-a6000"), FERRY_OK);
+  snprintf(path, sizeof path, "%s/written.json", dir);
+  assert_int_equal(ferry_hw_write_json(ferry_hw_get(hw), NULL, 0, "test", path), FERRY_OK);
+  ferry_hw_close(hw);
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  assert_true(ferry_hw_get(hw)->link.pageable_derived && fabs(ferry_hw_get(hw)->link.pageable_h2d_gbps - 12.003) < 1e-9);
   ferry_hw_close(hw);
   /* the setter: a derived rate follows, a given one stays, nonsense is ignored */
   struct ferry_hw_link link = {.h2d_gbps = 10, .pageable_h2d_gbps = 5, .pageable_derived = 1};
