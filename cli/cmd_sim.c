@@ -7,5 +7,5 @@ int cmd_sim(int argc, char **argv) {
   struct run_args a;
   int rc = run_parse(argc, argv, "sim", &a);
   if (rc) return rc < 0 ? CLI_OK : rc;
-  return run_repeat(&a);
+  return a.sensitivity > 0 ? run_sensitivity(&a) : run_repeat(&a);
 }

@@ -7,6 +7,7 @@
 #include "cli/output.h"
 #include "cli/run_options.h"
 #include "ferry/engine.h"
+#include "ferry/hw.h"
 #include "ferry/trace.h"
 #include "cli/run_resil.h"
 
@@ -39,6 +40,9 @@ struct run_args {
   /* called once the engine has served the requests, before anything is written (ferry plan
    * reads the per-request metrics), once per replica's engine in replica order with --replicas;
    * NULL for none */
+  /* sim: one figure of the profile set after it is opened (its runtime applied), as
+   * BASE+PATH=VALUE would (ferry_hw_set_figure()); NULL for none (--sensitivity sets it) */
+  const char *hw_figure_path, *hw_figure_value;
   void (*on_served)(void *user, const ferry_engine *engine);
   void *served_user;
 };
@@ -67,5 +71,11 @@ int run_prefetch_depth_used(struct run_args *a, int *used);
 /* run_execute() --repeat times on fresh copies of the options, each repetition its own run in
  * the repeat group, then the summaries in --format (run_summary.c). */
 int run_repeat(const struct run_args *a);
+/* `ferry sim --sensitivity PCT`: the run, then one run per figure of its profile that scales a
+ * cost (ferry_hw_figures()) with that figure PCT % lower; prints how the summary moves. */
+int run_sensitivity(const struct run_args *a);
+/* The profile a simulation runs on (--hw, --runtime and hw_figure_path applied); owned by the
+ * caller (ferry_hw_close()). */
+ferry_status run_open_sim_profile(const struct run_args *a, ferry_hw **hw);
 
 #endif

@@ -84,11 +84,16 @@ static ferry_status open_inputs(struct run_ctx *c) {
 /* The profile a simulation runs on, with the software issuing the work: as asked, else the
  * profile's, else a C++ engine. Without a profile (--plan-only) that runtime alone, which is
  * all the plan reads (the element sizes of its workspace). */
-static ferry_status open_sim_profile(const struct run_args *a, ferry_hw **hw) {
+ferry_status run_open_sim_profile(const struct run_args *a, ferry_hw **hw) {
   const char *runtime = a->runtime ? a->runtime : "native";
   if (!a->hw) return ferry_hw_open(hw, runtime);
   ferry_status st = ferry_hw_open(hw, a->hw);
   if (st == FERRY_OK && (a->runtime || !ferry_hw_get(*hw)->has_runtime)) st = ferry_hw_set_runtime(*hw, runtime);
+  if (st == FERRY_OK && a->hw_figure_path) st = ferry_hw_set_figure(*hw, a->hw_figure_path, a->hw_figure_value);
+  if (st != FERRY_OK) {
+    ferry_hw_close(*hw);
+    *hw = NULL;
+  }
   return st;
 }
 
@@ -110,7 +115,7 @@ static ferry_status machine_memory(const struct run_args *a, struct ferry_machin
       m->gpu_free_bytes = UINT64_MAX, m->gpu_bytes = 0;
     return FERRY_OK;
   }
-  ferry_status st = open_sim_profile(a, hw);
+  ferry_status st = run_open_sim_profile(a, hw);
   if (st != FERRY_OK || !a->hw) return st; /* --plan-only without a profile: no memory to size from */
   const struct ferry_hw_profile *p = ferry_hw_get(*hw);
   m->gpu_name = m->host_name = p->name;
@@ -244,7 +249,7 @@ ferry_status run_open_executor(struct run_ctx *c, int first, ferry_exec **out) {
                                             .n_devices = a->ec.n_devices,
                                             .disk_dir = a->disk_dir}};
   ferry_hw *hw = NULL;
-  ferry_status st = a->hw ? open_sim_profile(a, &hw) : FERRY_OK;
+  ferry_status st = a->hw ? run_open_sim_profile(a, &hw) : FERRY_OK;
   xp.hw = hw;
   if (st == FERRY_OK) st = ferry_exec_open(a->executor, &xp, out);
   if (!first) {

@@ -467,6 +467,12 @@ static int refuse_ignored(const struct run_args *a) {
                                                  "io-retries", "verify-reads", "host-budget-schedule", "reload-at",
                                                  "reload-from", "control-socket", NULL})))
     return cli_usage_error(cmd, "--%s does nothing with --plan-only (nothing runs)", o);
+  /* --sensitivity runs the simulation once per figure and reports how the summary moves: nothing
+   * of those runs is kept, and a plan runs nothing */
+  if (a->sensitivity > 0 &&
+      (o = first_given(a, (const char *const[]){"plan-only", "db", "repeat", "repeat-group", "record-routing",
+                                                 "record-features", "profile", NULL})))
+    return cli_usage_error(cmd, "--%s does not go with --sensitivity (its runs are compared, not kept)", o);
   /* the experts the static placement pins from its counts fill the expert cache, which with every
    * routed expert on the CPU exists only for them: the plan reads the trace as the run does */
   if (a->plan_only && a->predictor_routing && strcmp(a->expert_cache, "static"))

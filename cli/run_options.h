@@ -227,6 +227,11 @@
     "every op through the discrete-event simulation (the same figures,\n3-4x slower; by default op times are worked " \
     "out as ops are issued and\nrepeated op sequences replayed, docs/simulator-speed.md)",                           \
     " (a real run is timed by the clock)")                                                                           \
+  X(sensitivity, "sensitivity", REAL, "PCT", SIM_M, SEC_SIM, CFG_NO, "sensitivity", 0.0, 0.1, 50.0, NULL,          \
+    "after the run, run it once more per rate, time and efficiency of the\nprofile and runtime with that figure PCT % "  \
+    "lower, and tabulate how TTFT,\nTPOT, e2e p99 and throughput move and what each figure rests on\n(sourced, "     \
+    "fitted, derived, estimate, ferry default): the figures an\nanswer hinges on (docs/hardware-profiles.md)",       \
+    ": a real machine's figures are what they are")                                                                  \
   /* --- MoE routing and expert prediction --- */                                                                   \
   X(record_routing, "record-routing", TEXT, "FILE", BOTH_M, SEC_ROUTING, CFG_NO, "record_routing", NULL, 0, 0, NULL, \
     "write every routing decision as JSONL (ferry trace routing reads it)", "")                                      \

@@ -143,13 +143,17 @@ ferry_status ferry__json_str(const cJSON *obj, const char *key, int optional, co
   return FERRY_OK;
 }
 
+void ferry__double_text(double v, char out[FERRY_DOUBLE_TEXT_MAX]) {
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(out, FERRY_DOUBLE_TEXT_MAX, "%.*g", digits, v);
+    if (strtod(out, NULL) == v) break;
+  }
+}
+
 cJSON *ferry__json_add_number(cJSON *obj, const char *key, double v) {
   if (!isfinite(v)) return cJSON_AddNumberToObject(obj, key, v);
-  char text[32];
-  for (int digits = 15; digits <= 17; digits++) {
-    snprintf(text, sizeof text, "%.*g", digits, v);
-    if (strtod(text, NULL) == v) break;
-  }
+  char text[FERRY_DOUBLE_TEXT_MAX];
+  ferry__double_text(v, text);
   /* a number printed by %g is valid JSON as it stands */
   return cJSON_AddRawToObject(obj, key, text);
 }

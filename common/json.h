@@ -31,6 +31,12 @@ ferry_status ferry__json_bool(const cJSON *obj, const char *key, int optional, i
 ferry_status ferry__json_str(const cJSON *obj, const char *key, int optional, const char **out,
                              const char *what, struct ferry_err *err);
 
+/* Room for any finite double as ferry__double_text() writes it. */
+#define FERRY_DOUBLE_TEXT_MAX 32
+
+/* A finite v as the fewest significant digits (15, 16 or 17) that read back (strtod) to v. */
+void ferry__double_text(double v, char out[FERRY_DOUBLE_TEXT_MAX]);
+
 /* Add number v to obj as key, written with the fewest significant digits (15, 16 or 17) that
  * read back to the same double: cJSON's own printer keeps 15 whenever they come within an epsilon
  * of v, which loses the last bits of some values (a figure written and read back would differ).

@@ -753,6 +753,85 @@ ferry_status ferry__hw_figures_to_json(cJSON *root, const struct ferry_hw_profil
   return FERRY_OK;
 }
 
+/* ---- the figures a sensitivity study scales (ferry_hw_figures()) ------------------------------- */
+
+const char *ferry_hw_basis_name(enum ferry_hw_basis basis) {
+  switch (basis) {
+  case FERRY_HW_BASIS_SOURCED: return "sourced";
+  case FERRY_HW_BASIS_FITTED: return "fitted";
+  case FERRY_HW_BASIS_DERIVED: return "derived";
+  case FERRY_HW_BASIS_ESTIMATE: return "estimate";
+  case FERRY_HW_BASIS_DEFAULT: return "default";
+  case FERRY_HW_BASIS_NONE: return "none";
+  }
+  return "?";
+}
+
+/* A rate, a time or an efficiency: what scales the cost of work. Capacities (*_bytes), counts,
+ * flags, element sizes and thresholds decide what fits or what runs instead; a price is no cost
+ * of work; a fit's R^2 is no figure of the machine. */
+static int scales_cost(const struct field *f) {
+  const size_t n = strlen(f->path);
+  if (f->sec == S_TOP) return 0;
+  if (f->type == T_F64) return !(n > 3 && !strcmp(f->path + n - 3, ".r2"));
+  return f->type == T_I64 && n > 3 && !strcmp(f->path + n - 3, "_ns");
+}
+
+/* What the figure at `path` rests on, its source's text written to src: its source entry's
+ * words, else whether it is a default the reader filled in. */
+static enum ferry_hw_basis figure_basis(const struct ferry_hw_profile *p, const char *path, char *src, size_t len) {
+  src[0] = '\0';
+  for (size_t i = 0; i < p->n_fitted; i++)
+    if (!strcmp(p->fitted[i], path)) return FERRY_HW_BASIS_FITTED;
+  if (!strcmp(path, "link.pageable_h2d_gbps") && p->link.pageable_derived) {
+    snprintf(src, len, "not given: %g of link.h2d_gbps (hw/README.md, Defaults)", FERRY_HW_PAGEABLE_H2D_SHARE);
+    return FERRY_HW_BASIS_DERIVED;
+  }
+  for (size_t i = 0; i < p->n_sources; i++) {
+    const char *t = p->sources[i].source;
+    if (strcmp(p->sources[i].figure, path)) continue;
+    snprintf(src, len, "%s", t);
+    if (!strncmp(t, "ferry default", 13)) return FERRY_HW_BASIS_DEFAULT;
+    if (strstr(t, "estimate:")) return FERRY_HW_BASIS_ESTIMATE;
+    return FERRY_HW_BASIS_SOURCED;
+  }
+  for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+    if (!strcmp(defaults[i].path, path)) {
+      snprintf(src, len, "ferry default, not a measurement (hw/README.md, Defaults)");
+      return FERRY_HW_BASIS_DEFAULT;
+    }
+  return FERRY_HW_BASIS_NONE;
+}
+
+ferry_status ferry_hw_figures(const struct ferry_hw_profile *p, struct ferry_hw_figure **out, size_t *n) {
+  if (!p || !out || !n) return ferry__fail(FERRY_ERR_INVALID, "hw_figures: NULL argument");
+  *out = NULL;
+  *n = 0;
+  struct ferry_hw_figure *v = ferry__calloc(N_FIELDS, sizeof *v);
+  if (!v) return ferry__fail(FERRY_ERR_NOMEM, "hw_figures: out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < N_FIELDS; i++) {
+    const struct field *f = &fields[i];
+    if (!field_in_profile(p, f) || !scales_cost(f)) continue;
+    const double value = field_number(p, f);
+    if (value == 0) continue; /* not given, or nothing to scale */
+    struct ferry_hw_figure *g = &v[k++];
+    snprintf(g->path, sizeof g->path, "%s", f->path);
+    g->value = value;
+    g->integer = f->type != T_F64;
+    g->basis = figure_basis(p, f->path, g->source, sizeof g->source);
+  }
+  if (!k) {
+    ferry_free(v);
+    return FERRY_OK;
+  }
+  *out = v;
+  *n = k;
+  return FERRY_OK;
+}
+
+void ferry_hw_figures_free(struct ferry_hw_figure *figures) { ferry_free(figures); }
+
 /* Field f holds the same value in both profiles: integers exactly, doubles by value (-0 is 0). */
 static int field_equal(const struct ferry_hw_profile *a, const struct ferry_hw_profile *b, const struct field *f) {
   const void *x = (const char *)a + f->off, *y = (const char *)b + f->off;
@@ -1098,6 +1177,15 @@ static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, con
     field_set_number(p, f, v);
   if (f->off == offsetof(struct ferry_hw_profile, link.pageable_h2d_gbps)) p->link.pageable_derived = 0;
   return FERRY_OK;
+}
+
+ferry_status ferry_hw_set_figure(ferry_hw *hw, const char *path, const char *value_text) {
+  if (!hw || !path || !value_text) return ferry__fail(FERRY_ERR_INVALID, "hw_set_figure: NULL argument");
+  const int idx = override_field(path, strlen(path));
+  if (idx < 0) return ferry__fail(FERRY_ERR_INVALID, "hw: %s is not a numeric figure of a profile (ferry hw show)", path);
+  char what[160];
+  snprintf(what, sizeof what, "%s=%s", path, value_text);
+  return override_figure(hw, idx, value_text, what);
 }
 
 /* Open BASE+SECTION=PART+...: the base profile with each named section taken from a part. */

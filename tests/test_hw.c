@@ -542,6 +542,77 @@ static void test_compose_parts(void **state) {
 /* A link that does not give its pageable rate gets half of its own pinned rate (the profile's,
  * after its overrides), and that figure follows the pinned rate set by a composed name or
  * ferry_hw_link_set_h2d(); a given pageable rate stays. */
+static const struct ferry_hw_figure *find_figure(const struct ferry_hw_figure *v, size_t n, const char *path) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(v[i].path, path)) return &v[i];
+  return NULL;
+}
+
+/* ferry_hw_figures(): the rates, times and efficiencies a sensitivity study scales, each with
+ * what it rests on; ferry_hw_set_figure() sets one as a composed name would. */
+static void test_figures(void **state) {
+  (void)state;
+  use_catalogue_only();
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "rtx-a6000"), FERRY_OK);
+  assert_int_equal(ferry_hw_set_runtime(hw, "eager"), FERRY_OK);
+  struct ferry_hw_figure *v = NULL;
+  size_t n = 0;
+  assert_int_equal(ferry_hw_figures(ferry_hw_get(hw), &v, &n), FERRY_OK);
+  assert_true(n > 10);
+  const struct ferry_hw_figure *f = find_figure(v, n, "link.h2d_gbps");
+  assert_non_null(f);
+  assert_true(f->value == 24.006 && f->basis == FERRY_HW_BASIS_SOURCED && !f->integer && f->source[0]);
+  f = find_figure(v, n, "link.pageable_h2d_gbps");
+  assert_true(f && f->basis == FERRY_HW_BASIS_DERIVED);
+  f = find_figure(v, n, "host.cpu_gflops"); /* the ddr4 part's rough CPU */
+  assert_true(f && f->basis == FERRY_HW_BASIS_DEFAULT && !strncmp(f->source, "ferry default", 13));
+  f = find_figure(v, n, "gpu.efficiency.gemm"); /* not in the file: the reader's default */
+  assert_true(f && f->basis == FERRY_HW_BASIS_DEFAULT && f->value == 0.7);
+  f = find_figure(v, n, "runtime.launch_ns");
+  assert_true(f && f->basis == FERRY_HW_BASIS_ESTIMATE && f->integer && f->value == 15000);
+  assert_string_equal(ferry_hw_basis_name(FERRY_HW_BASIS_ESTIMATE), "estimate");
+  for (size_t i = 0; i < n; i++) {
+    const size_t len = strlen(v[i].path);
+    assert_true(v[i].value > 0);
+    assert_false(len > 6 && !strcmp(v[i].path + len - 6, "_bytes")); /* capacities decide what fits, not speed */
+    assert_false(strstr(v[i].path, "price") || strstr(v[i].path, "copy_engines") || strstr(v[i].path, "queue_depth"));
+    if (v[i].integer) assert_true(len > 3 && !strcmp(v[i].path + len - 3, "_ns"));
+  }
+  assert_null(find_figure(v, n, "interconnect.gpu_gbps")); /* a section the profile lacks */
+  /* every figure listed can be set: it then reads back, given (sourced) */
+  for (size_t i = 0; i < n; i++) {
+    ferry_hw *h = NULL;
+    assert_int_equal(ferry_hw_open(&h, "rtx-a6000"), FERRY_OK);
+    assert_int_equal(ferry_hw_set_runtime(h, "eager"), FERRY_OK);
+    char text[64];
+    if (v[i].integer) snprintf(text, sizeof text, "%lld", (long long)(v[i].value * 0.9));
+    else snprintf(text, sizeof text, "%.17g", v[i].value * 0.9);
+    assert_int_equal(ferry_hw_set_figure(h, v[i].path, text), FERRY_OK);
+    struct ferry_hw_figure *w = NULL;
+    size_t m = 0;
+    assert_int_equal(ferry_hw_figures(ferry_hw_get(h), &w, &m), FERRY_OK);
+    const struct ferry_hw_figure *g = find_figure(w, m, v[i].path);
+    assert_non_null(g);
+    assert_true(g->value == strtod(text, NULL));
+    assert_int_equal(g->basis, FERRY_HW_BASIS_SOURCED);
+    if (!strcmp(v[i].path, "link.h2d_gbps")) /* the derived pageable rate follows */
+      assert_true(fabs(find_figure(w, m, "link.pageable_h2d_gbps")->value - g->value * FERRY_HW_PAGEABLE_H2D_SHARE) < 1e-9);
+    ferry_hw_figures_free(w);
+    ferry_hw_close(h);
+  }
+  ferry_hw_figures_free(v);
+  /* what cannot be set says why */
+  assert_int_equal(ferry_hw_set_figure(hw, "gpu.name", "x"), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_hw_set_figure(hw, "gpu.no_such_rate", "1"), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_hw_set_figure(hw, "link.h2d_gbps", "fast"), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_hw_set_figure(hw, "link.h2d_gbps", "-3"), FERRY_ERR_FORMAT);
+  assert_int_equal(ferry_hw_set_figure(hw, "interconnect.gpu_gbps", "100"), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_hw_set_figure(hw, NULL, "1"), FERRY_ERR_INVALID);
+  assert_int_equal(ferry_hw_figures(NULL, &v, &n), FERRY_ERR_INVALID);
+  ferry_hw_close(hw);
+}
+
 static void test_pageable_derived(void **state) {
   (void)state;
   use_catalogue_only();
@@ -769,7 +840,7 @@ int main(void) {
       cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
       cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
       cmocka_unit_test(test_runtime_presets), cmocka_unit_test(test_host_amx),
-      cmocka_unit_test(test_compose_parts),   cmocka_unit_test(test_pageable_derived),
+      cmocka_unit_test(test_compose_parts),   cmocka_unit_test(test_pageable_derived), cmocka_unit_test(test_figures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -560,6 +560,60 @@ FERRY_API void ferry_hw_profile_elem_bytes(const struct ferry_hw_profile *profil
  */
 FERRY_API double ferry_hw_disk_read_gbps(const struct ferry_hw_profile *profile);
 
+/** What a figure of a profile rests on (ferry_hw_figures()), from its source entry. */
+enum ferry_hw_basis {
+  FERRY_HW_BASIS_SOURCED,  /**< a source is given: a datasheet, specification, paper or measurement */
+  FERRY_HW_BASIS_FITTED,   /**< fitted from measurements (`ferry calibrate`) */
+  FERRY_HW_BASIS_DERIVED,  /**< not given: derived from another figure by a ferry rule
+                                (link.pageable_h2d_gbps, FERRY_HW_PAGEABLE_H2D_SHARE) */
+  FERRY_HW_BASIS_ESTIMATE, /**< its source calls it an estimate */
+  FERRY_HW_BASIS_DEFAULT,  /**< a ferry default, not a measurement (hw/README.md) */
+  FERRY_HW_BASIS_NONE      /**< no source given */
+};
+
+/** A figure of a profile a sensitivity study scales: a rate, a time or an efficiency. */
+struct ferry_hw_figure {
+  char path[64];             /**< field path, e.g. "link.h2d_gbps", as ferry_hw_set_figure() and a
+                                  composed name (BASE+PATH=VALUE) take it */
+  double value;              /**< its value in the profile, in the unit its path names */
+  int integer;               /**< 1: an integer figure (nanoseconds): a scaled value is rounded */
+  enum ferry_hw_basis basis; /**< what the value rests on */
+  char source[256];          /**< its source's text, "" when none is given */
+};
+
+/**
+ * @brief The figures of a profile that scale what a simulation costs: every rate, time and
+ *        efficiency of the sections it has (GPU, link, host, disk, runtime, interconnect, fitted
+ *        costs) that is not 0, with what each rests on. Capacities, counts, flags and element
+ *        sizes are left out (they change what fits or what runs, not how fast).
+ * @param profile the profile (its runtime applied, ferry_hw_set_runtime(), to list the runtime's).
+ * @param out receives an array of *n figures in the field table's order, owned by the caller
+ *        (ferry_hw_figures_free()); NULL when *n is 0.
+ * @param n receives the count.
+ * @return FERRY_OK; FERRY_ERR_INVALID on a NULL argument; FERRY_ERR_NOMEM.
+ */
+FERRY_API ferry_status ferry_hw_figures(const struct ferry_hw_profile *profile, struct ferry_hw_figure **out,
+                                        size_t *n);
+
+/** @brief Release what ferry_hw_figures() returned. Accepts NULL. */
+FERRY_API void ferry_hw_figures_free(struct ferry_hw_figure *figures);
+
+/** @brief Name of a basis ("sourced", "fitted", "derived", "estimate", "default", "none"); "?" if unknown. */
+FERRY_API const char *ferry_hw_basis_name(enum ferry_hw_basis basis);
+
+/**
+ * @brief Set one numeric figure of an open profile, as BASE+PATH=VALUE in a composed name does
+ *        (ferry_hw_open()): the reader's checks apply, the figure's source becomes @p value_text,
+ *        a fitted mark on it is dropped, and link.h2d_gbps carries a derived pageable rate along.
+ * @param hw the profile.
+ * @param path a numeric field's path ("gpu.mem_bw_gbps", "runtime.layer_ns", "host.memory_bytes").
+ * @param value_text its value: a number, a size ("256GiB") for a *_bytes figure.
+ * @return FERRY_OK; FERRY_ERR_INVALID (NULL argument, unknown or non-numeric path, a section
+ *         the profile lacks, a value that does not parse); FERRY_ERR_FORMAT (a value the field
+ *         refuses); FERRY_ERR_NOMEM.
+ */
+FERRY_API ferry_status ferry_hw_set_figure(ferry_hw *hw, const char *path, const char *value_text);
+
 /** @brief Name of a kind as written in files ("gpu", "host", "link", "disk"); "?" if unknown. */
 FERRY_API const char *ferry_hw_kind_name(enum ferry_hw_kind kind);
 
