@@ -473,6 +473,8 @@ static int refuse_ignored(const struct run_args *a) {
       (o = first_given(a, (const char *const[]){"plan-only", "db", "repeat", "repeat-group", "record-routing",
                                                  "record-features", "profile", NULL})))
     return cli_usage_error(cmd, "--%s does not go with --sensitivity (its runs are compared, not kept)", o);
+  if (RUN_GIVEN(a, jobs) && !(a->sensitivity > 0))
+    return cli_usage_error(cmd, "--jobs runs --sensitivity's simulations in parallel: give --sensitivity PCT");
   /* the experts the static placement pins from its counts fill the expert cache, which with every
    * routed expert on the CPU exists only for them: the plan reads the trace as the run does */
   if (a->plan_only && a->predictor_routing && strcmp(a->expert_cache, "static"))

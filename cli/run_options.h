@@ -232,6 +232,9 @@
     "lower, and tabulate how TTFT,\nTPOT, e2e p99 and throughput move and what each figure rests on\n(sourced, "     \
     "fitted, derived, estimate, ferry default): the figures an\nanswer hinges on (docs/hardware-profiles.md)",       \
     ": a real machine's figures are what they are")                                                                  \
+  X(jobs, "jobs", INT, "N", SIM_M, SEC_SIM, CFG_NO, "jobs", 0, 1, 256, NULL,                                         \
+    "with --sensitivity: simulations in parallel, each in a process of its\nown (default: the cores online)",        \
+    ": a real run measures one machine at a time")                                                                   \
   /* --- MoE routing and expert prediction --- */                                                                   \
   X(record_routing, "record-routing", TEXT, "FILE", BOTH_M, SEC_ROUTING, CFG_NO, "record_routing", NULL, 0, 0, NULL, \
     "write every routing decision as JSONL (ferry trace routing reads it)", "")                                      \

@@ -3,11 +3,18 @@
  * (ferry_hw_figures(): rates, times, efficiencies) with that one figure PCT % lower; the table
  * gives how mean TTFT, mean TPOT, e2e p99 and throughput move, with what each figure rests on.
  * A figure that moves the answer and rests on no source (a ferry default, an estimate) is
- * warned about: it is the one to measure (ferry calibrate) before trusting the answer. */
+ * warned about: it is the one to measure (ferry calibrate) before trusting the answer. The runs
+ * share out over --jobs processes forked before any of them (the simulations are independent;
+ * each child writes its results as fixed-size records down a pipe of its own). */
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/run_common.h"
@@ -164,15 +171,143 @@ static void warn_unsourced(const struct sens_row *rows, size_t n, double pct) {
   }
 }
 
+/* What one lowered run gives back: the summary figures compared, or why it failed. Written whole
+ * down a pipe by a worker (smaller than PIPE_BUF: one write, never torn). */
+struct sens_result {
+  int32_t index; /* into the rows */
+  int32_t ok;
+  double after[M_COUNT];
+  char error[160];
+};
+
+static void run_row(const struct run_args *given, const struct sens_row *r, int32_t index, struct sens_result *out) {
+  memset(out, 0, sizeof *out);
+  out->index = index;
+  struct ferry_serve_summary sum;
+  if (run_one(given, r->fig->path, r->value_text, &sum) != CLI_OK) {
+    snprintf(out->error, sizeof out->error, "%s", ferry_last_error());
+    return;
+  }
+  out->ok = 1;
+  metrics(&sum, out->after);
+}
+
+static void take_result(struct sens_row *rows, const double before[M_COUNT], const struct sens_result *res) {
+  struct sens_row *r = &rows[res->index];
+  r->ok = res->ok;
+  if (!res->ok) {
+    snprintf(r->error, sizeof r->error, "%s", res->error);
+    return;
+  }
+  for (int m = 0; m < M_COUNT; m++) {
+    r->change_pct[m] = before[m] > 0 && isfinite(res->after[m]) ? 100.0 * (res->after[m] - before[m]) / before[m] : NAN;
+    if (!isnan(r->change_pct[m]) && fabs(r->change_pct[m]) > r->largest) r->largest = fabs(r->change_pct[m]);
+  }
+}
+
+static int write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len) {
+    const ssize_t n = write(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    p += n, len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Worker w of `jobs`: rows w, w + jobs, ... down its pipe, then exit without flushing what the
+ * parent's stdio holds. */
+static void worker(const struct run_args *given, const struct sens_row *rows, size_t n, int w, int jobs, int fd) {
+  for (size_t i = (size_t)w; i < n; i += (size_t)jobs) {
+    struct sens_result res;
+    run_row(given, &rows[i], (int32_t)i, &res);
+    if (write_all(fd, &res, sizeof res)) _exit(1);
+  }
+  _exit(0);
+}
+
+struct sens_pool {
+  int n;
+  pid_t pid[256];
+  int fd[256];
+};
+
+/* Fork `jobs` workers; the parent keeps the read ends. */
+static int pool_start(struct sens_pool *p, const struct run_args *given, const struct sens_row *rows, size_t n,
+                      int jobs) {
+  p->n = 0;
+  fflush(stdout);
+  fflush(stderr);
+  for (int w = 0; w < jobs; w++) {
+    int fds[2];
+    if (pipe(fds)) return cli_fail(FERRY_ERR_IO, "sensitivity: pipe: %s", strerror(errno));
+    const pid_t pid = fork();
+    if (pid < 0) {
+      close(fds[0]), close(fds[1]);
+      return cli_fail(FERRY_ERR_IO, "sensitivity: fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+      close(fds[0]);
+      for (int i = 0; i < p->n; i++) close(p->fd[i]);
+      worker(given, rows, n, w, jobs, fds[1]);
+    }
+    close(fds[1]);
+    p->pid[p->n] = pid, p->fd[p->n] = fds[0];
+    p->n++;
+  }
+  return CLI_OK;
+}
+
+static void pool_stop(struct sens_pool *p) {
+  for (int i = 0; i < p->n; i++) kill(p->pid[i], SIGTERM);
+  for (int i = 0; i < p->n; i++) {
+    close(p->fd[i]);
+    waitpid(p->pid[i], NULL, 0);
+  }
+  p->n = 0;
+}
+
+/* Read every worker's results as they come; a worker that died leaves its rows failed. */
+static int pool_collect(struct sens_pool *p, struct sens_row *rows, size_t n, const double before[M_COUNT],
+                        int progress) {
+  struct pollfd pfd[256];
+  size_t done = 0;
+  int open_fds = p->n;
+  for (int i = 0; i < p->n; i++) pfd[i] = (struct pollfd){.fd = p->fd[i], .events = POLLIN};
+  while (open_fds > 0) {
+    if (poll(pfd, (nfds_t)p->n, -1) < 0) {
+      if (errno == EINTR) continue;
+      return cli_fail(FERRY_ERR_IO, "sensitivity: poll: %s", strerror(errno));
+    }
+    for (int i = 0; i < p->n; i++) {
+      if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      struct sens_result res;
+      ssize_t got;
+      do got = read(pfd[i].fd, &res, sizeof res);
+      while (got < 0 && errno == EINTR);
+      if (got == (ssize_t)sizeof res && res.index >= 0 && (size_t)res.index < n) {
+        take_result(rows, before, &res);
+        if (progress) fprintf(stderr, "ferry: sensitivity: %zu of %zu runs done (%s)\n", ++done, n, rows[res.index].fig->path);
+        continue;
+      }
+      close(pfd[i].fd); /* end of its results (a record is one write: never torn) */
+      pfd[i].fd = -1;
+      open_fds--;
+    }
+  }
+  for (int i = 0; i < p->n; i++) waitpid(p->pid[i], NULL, 0);
+  return CLI_OK;
+}
+
 int run_sensitivity(const struct run_args *given) {
   const double pct = given->sensitivity;
   struct ferry_serve_summary base;
   struct ferry_hw_figure *figs = NULL;
   struct sens_row *rows = NULL;
-  size_t n = 0;
+  size_t n = 0, kept = 0;
   ferry_hw *hw = NULL;
-  int rc = run_one(given, NULL, NULL, &base);
-  if (rc != CLI_OK) goto out;
+  int rc = CLI_OK;
   ferry_status st = run_open_sim_profile(given, &hw);
   if (st == FERRY_OK) st = ferry_hw_figures(ferry_hw_get(hw), &figs, &n);
   if (st != FERRY_OK) {
@@ -183,30 +318,36 @@ int run_sensitivity(const struct run_args *given) {
     rc = cli_fail(FERRY_ERR_NOMEM, "out of memory");
     goto out;
   }
+  for (size_t i = 0; i < n; i++) { /* a figure lowering does not change (a time of 1 ns) is left out */
+    rows[kept].fig = &figs[i];
+    if (lowered(&figs[i], pct, rows[kept].value_text, sizeof rows[kept].value_text)) kept++;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int jobs = given->jobs > 0 ? (int)given->jobs : cores > 0 ? (int)cores : 1;
+  if ((size_t)jobs > kept) jobs = (int)kept;
+  /* the workers go first, before this process has run anything (no thread of a run to fork) */
+  struct sens_pool pool = {0};
+  if (jobs > 1 && (rc = pool_start(&pool, given, rows, kept, jobs)) != CLI_OK) goto out;
+  rc = run_one(given, NULL, NULL, &base);
   double before[M_COUNT];
   metrics(&base, before);
-  size_t kept = 0;
-  for (size_t i = 0; i < n; i++) {
-    struct sens_row *r = &rows[kept];
-    r->fig = &figs[i];
-    if (!lowered(r->fig, pct, r->value_text, sizeof r->value_text)) continue; /* nothing to lower */
-    kept++;
-    if (given->progress)
-      fprintf(stderr, "ferry: sensitivity %zu of %zu: %s %g -> %s\n", i + 1, n, r->fig->path, r->fig->value,
-              r->value_text);
-    struct ferry_serve_summary sum;
-    if (run_one(given, r->fig->path, r->value_text, &sum) != CLI_OK) {
-      snprintf(r->error, sizeof r->error, "%s", ferry_last_error());
-      continue;
-    }
-    r->ok = 1;
-    double after[M_COUNT];
-    metrics(&sum, after);
-    for (int m = 0; m < M_COUNT; m++) {
-      r->change_pct[m] = before[m] > 0 && isfinite(after[m]) ? 100.0 * (after[m] - before[m]) / before[m] : NAN;
-      if (!isnan(r->change_pct[m]) && fabs(r->change_pct[m]) > r->largest) r->largest = fabs(r->change_pct[m]);
+  if (jobs > 1 && rc != CLI_OK) { /* the run as given fails: the others are not wanted */
+    pool_stop(&pool);
+  } else if (jobs > 1) {
+    rc = pool_collect(&pool, rows, kept, before, given->progress);
+  } else if (rc == CLI_OK) {
+    for (size_t i = 0; i < kept; i++) {
+      if (given->progress)
+        fprintf(stderr, "ferry: sensitivity %zu of %zu: %s %g -> %s\n", i + 1, kept, rows[i].fig->path,
+                rows[i].fig->value, rows[i].value_text);
+      struct sens_result res;
+      run_row(given, &rows[i], (int32_t)i, &res);
+      take_result(rows, before, &res);
     }
   }
+  if (rc != CLI_OK) goto out;
+  for (size_t i = 0; i < kept; i++)
+    if (!rows[i].ok && !rows[i].error[0]) snprintf(rows[i].error, sizeof rows[i].error, "its worker process died");
   qsort(rows, kept, sizeof *rows, by_largest);
   if (given->output_format == CLI_FORMAT_TEXT) print_text(&base, rows, kept, pct);
   else rc = emit(given, &base, rows, kept);

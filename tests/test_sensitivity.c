@@ -110,6 +110,20 @@ static void test_link_bound(void **state) {
   free(out);
 }
 
+/* --jobs shares the runs out over worker processes: the same document as one after another. */
+static void test_jobs_same(void **state) {
+  (void)state;
+  char *one = NULL, *three = NULL;
+  assert_int_equal(tu_run_ferry(LINK_BOUND " --sensitivity 10 --format json --jobs 1", &one), 0);
+  assert_int_equal(tu_run_ferry(LINK_BOUND " --sensitivity 10 --format json --jobs 3", &three), 0);
+  assert_string_equal(one, three);
+  cJSON *doc = parse_doc(three);
+  assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "figures")) > 10);
+  cJSON_Delete(doc);
+  free(one);
+  free(three);
+}
+
 /* A ferry default that moves the answer is named on stderr: the prefill of a long prompt is
  * bound by the GEMM efficiency, a default of the reader (gpu.efficiency.gemm 0.7). */
 static void test_warns_of_defaults(void **state) {
@@ -133,6 +147,9 @@ static void test_refused(void **state) {
   assert_int_not_equal(tu_run_ferry(LINK_BOUND " --sensitivity 10 --repeat 3", &out), 0);
   assert_true(tu_contains(out, "--repeat does not go with --sensitivity"));
   free(out);
+  assert_int_not_equal(tu_run_ferry(LINK_BOUND " --jobs 2", &out), 0);
+  assert_true(tu_contains(out, "--jobs runs --sensitivity's simulations in parallel"));
+  free(out);
   assert_int_not_equal(tu_run_ferry(LINK_BOUND " --sensitivity 0", &out), 0); /* out of [0.1, 50] */
   free(out);
   assert_int_not_equal(tu_run_ferry(LINK_BOUND " --sensitivity 80", &out), 0);
@@ -145,6 +162,7 @@ static void test_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_link_bound),
+      cmocka_unit_test(test_jobs_same),
       cmocka_unit_test(test_warns_of_defaults),
       cmocka_unit_test(test_refused),
   };
