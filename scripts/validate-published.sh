@@ -3,7 +3,7 @@
 # every row of tests/data/published/rows.tsv that ferry can express is simulated, and the A100
 # kernel timings (source D6) are priced with `ferry hw kernel`; prints published, predicted and
 # error per row, the median |error| per source, and the rows that need a feature ferry lacks.
-# usage: scripts/validate-published.sh [--markdown FILE] [--rows FILE] [--no-kernels]
+# usage: scripts/validate-published.sh [--markdown FILE] [--rows FILE] [--no-kernels] [--sensitivity PCT [--jobs N]]
 #   (FERRY=path/to/ferry, ROWS=rows file; about 30 s). The out-of-sample rows (figures the physics
 #   was not developed against): --rows tests/data/published/oos-rows.tsv --no-kernels
 set -eu

@@ -6,10 +6,13 @@ figure, or the feature ferry lacks to express it); the measured A100 kernel time
 ../shared/validation/gpu-kernels-a100/ are priced with `ferry hw kernel` through the op mapping
 in tests/data/published/kernels-a100.tsv. Prints published, predicted and error per row, the
 median |error| per source, and the rows that cannot be expressed with the missing feature.
-Standard library only."""
+With --sensitivity PCT, each row also names the two figures of its profile and runtime its
+prediction hinges on (`ferry sim --sensitivity`: the change of the row's own metric with that
+figure PCT % lower; '*' marks a figure with no source: a ferry default, an estimate). Standard library only."""
 import argparse
 import csv
 import datetime
+import json
 import os
 import sqlite3
 import statistics
@@ -60,6 +63,38 @@ def run_row(ferry, row, tmp):
     finally:
         con.close()
     return v, None
+
+
+# The summary figure of `ferry sim --sensitivity` that moves as each row metric does, and whether
+# the metric is its inverse (a rate over that time: the rows' runs give every request the same
+# times, so the mean or p99 is each request's).
+SENS_KEY = {"tok_s": ("tokens_per_s_change_pct", False), "s_per_token": ("e2e_p99_change_pct", False),
+            "prompt_tok_s": ("ttft_mean_change_pct", True), "decode_tok_s": ("tpot_mean_change_pct", True)}
+UNSOURCED = ("default", "estimate", "none")
+
+
+def hinges(ferry, row, pct, jobs):
+    """The two figures the row's metric moves most with (name, change %, basis), or why not."""
+    args = [ferry, "sim"] + row["def"].split() + ["--quiet", "--sensitivity", str(pct), "--format", "json",
+                                                  "--jobs", str(jobs)]
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    key, inverse = SENS_KEY[row["metric"]]
+    figs = []
+    for f in json.loads(p.stdout)["figures"]:
+        c = f.get(key)
+        if c is None or c <= -100:
+            continue
+        figs.append((f["figure"], 100.0 * (100.0 / (100.0 + c) - 1.0) if inverse else c, f["basis"]))
+    figs.sort(key=lambda f: -abs(f[1]))
+    return [f for f in figs[:2] if abs(f[1]) >= 0.05]
+
+
+def hinge_text(h):
+    if h is None:
+        return "-"
+    return ", ".join("%s%s %+.1f%%" % (n, "*" if b in UNSOURCED else "", c) for n, c, b in h) or "(none)"
 
 
 # ---- D6: kernel times -----------------------------------------------------------------------
@@ -127,12 +162,20 @@ def main():
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--markdown", help="also write the tables as Markdown to this file")
     ap.add_argument("--no-kernels", action="store_true", help="skip the D6 kernel timings (rows only)")
+    ap.add_argument("--sensitivity", type=float, metavar="PCT",
+                    help="also name the two figures each row hinges on (ferry sim --sensitivity PCT)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --sensitivity: its --jobs")
     a = ap.parse_args()
+    if a.sensitivity is not None and not 0.1 <= a.sensitivity <= 50:
+        sys.exit("--sensitivity: a percentage in [0.1, 50]")
+    sens = a.sensitivity is not None
     rows = read_rows(a.rows)
     out = []  # markdown lines
     by_source, missing, failed = {}, [], []
-    print("%-20s %-4s %12s %12s %9s" % ("row", "src", "published", "predicted", "error%"))
-    out += ["| row | source | metric | published | predicted | error % |", "|---|---|---|---|---|---|"]
+    print("%-20s %-4s %12s %12s %9s%s" % ("row", "src", "published", "predicted", "error%",
+                                          "  hinges on (%g %% lower; * no source)" % a.sensitivity if sens else ""))
+    out += ["| row | source | metric | published | predicted | error %% |%s" % (" hinges on |" if sens else ""),
+            "|---|---|---|---|---|---|%s" % ("---|" if sens else "")]
     with tempfile.TemporaryDirectory(prefix="ferry-published-") as tmp:
         for r in rows:
             if r["def"].startswith("missing:"):
@@ -148,9 +191,11 @@ def main():
             e = err_pct(v, r["published"])
             by_source.setdefault(r["source"], []).append(abs(e))
             miss = abs(e) > 25
-            print("%-20s %-4s %12.4g %12.4g %+9.1f%s" % (r["id"], r["source"], r["published"], v, e, "  MISS" if miss else ""))
-            out.append("| %s | %s | %s | %.4g | %.4g | %+.1f%s |" % (r["id"], r["source"], r["metric"], r["published"], v, e,
-                                                                    " (miss)" if miss else ""))
+            h = hinge_text(hinges(a.ferry, r, a.sensitivity, a.jobs)) if sens else None
+            print("%-20s %-4s %12.4g %12.4g %+9.1f%s%s" % (r["id"], r["source"], r["published"], v, e, "  MISS" if miss else "",
+                                                          "  " + h if sens else ""))
+            out.append("| %s | %s | %s | %.4g | %.4g | %+.1f%s |%s" % (r["id"], r["source"], r["metric"], r["published"], v, e,
+                                                                      " (miss)" if miss else "", " %s |" % h if sens else ""))
     # D6
     mapping = kernel_map(a.kernels)
     kres = None if a.no_kernels else run_kernels(a.ferry, "a100-80gb-sxm", a.shared, mapping)

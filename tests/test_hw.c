@@ -798,6 +798,12 @@ static void test_cli(void **state) {
   assert_true(tu_contains(out, "link.h2d_gbps"));
   assert_true(tu_contains(out, "fitted"));
   free(out);
+  /* what the figures rest on, the ferry defaults named */
+  assert_int_equal(tu_run_ferry("hw show rtx-a6000", &out), 0);
+  assert_true(tu_contains(out, "rates, times and efficiencies rest on: 10 sourced, 1 derived, 10 default\n"));
+  assert_true(tu_contains(out, "  ferry defaults, not measurements: gpu.launch_overhead_ns, gpu.efficiency.gemm,"));
+  assert_true(tu_contains(out, "host.cpu_gflops"));
+  free(out);
   assert_int_equal(tu_run_ferry("hw show h100-pcie+host=xeon-6454s-2s", &out), 0);
   assert_true(tu_contains(out, "name: h100-pcie+host=xeon-6454s-2s"));
   assert_true(tu_contains(out, "host.cores                   64"));
