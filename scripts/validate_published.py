@@ -6,7 +6,7 @@ figure, or the feature ferry lacks to express it); the measured A100 kernel time
 ../shared/validation/gpu-kernels-a100/ are priced with `ferry hw kernel` through the op mapping
 in tests/data/published/kernels-a100.tsv. Prints published, predicted and error per row, the
 median |error| per source, and the rows that cannot be expressed with the missing feature.
-With --sensitivity PCT, each row also names the two figures of its profile and runtime its
+With --sensitivity PCT, each row also names the three figures of its profile and runtime its
 prediction hinges on (`ferry sim --sensitivity`: the change of the row's own metric with that
 figure PCT % lower; '*' marks a figure with no source: a ferry default, an estimate). Standard library only."""
 import argparse
@@ -74,7 +74,7 @@ UNSOURCED = ("default", "estimate", "none")
 
 
 def hinges(ferry, row, pct, jobs):
-    """The two figures the row's metric moves most with (name, change %, basis), or why not."""
+    """The three figures the row's metric moves most with (name, change %, basis), or why not."""
     args = [ferry, "sim"] + row["def"].split() + ["--quiet", "--sensitivity", str(pct), "--format", "json",
                                                   "--jobs", str(jobs)]
     p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
@@ -88,7 +88,10 @@ def hinges(ferry, row, pct, jobs):
             continue
         figs.append((f["figure"], 100.0 * (100.0 / (100.0 + c) - 1.0) if inverse else c, f["basis"]))
     figs.sort(key=lambda f: -abs(f[1]))
-    return [f for f in figs[:2] if abs(f[1]) >= 0.05]
+    # a derived figure moves with the one it is derived from (the pageable rate with
+    # link.h2d_gbps): where the two move the row alike, the derived one says nothing more
+    figs = [f for f in figs if not (f[2] == "derived" and any(g[2] != "derived" and abs(g[1] - f[1]) < 0.05 for g in figs))]
+    return [f for f in figs[:3] if abs(f[1]) >= 0.05]
 
 
 def hinge_text(h):
@@ -163,7 +166,7 @@ def main():
     ap.add_argument("--markdown", help="also write the tables as Markdown to this file")
     ap.add_argument("--no-kernels", action="store_true", help="skip the D6 kernel timings (rows only)")
     ap.add_argument("--sensitivity", type=float, metavar="PCT",
-                    help="also name the two figures each row hinges on (ferry sim --sensitivity PCT)")
+                    help="also name the three figures each row hinges on (ferry sim --sensitivity PCT)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --sensitivity: its --jobs")
     a = ap.parse_args()
     if a.sensitivity is not None and not 0.1 <= a.sensitivity <= 50:

@@ -1,6 +1,6 @@
 /* `ferry db list/show/diff --format json|csv|md` and the regression diff of repeated runs:
  * documents parsed back and checked against the figures the fixture wrote (and against the
- * JSON Schemas in docs/schemas/ where python3-jsonschema is installed), tolerances written in
+ * JSON Schemas in docs/schemas/, tu_check_schema()), tolerances written in
  * percent or as a fraction, diffs across two databases, like-with-like refusals, and the
  * Mann-Whitney verdicts on repeat groups (noise within the tolerance, a real slowdown). */
 #include <cjson/cJSON.h>
@@ -99,23 +99,6 @@ static const cJSON *get(const cJSON *o, const char *path) {
   return o;
 }
 
-/* Validate a document against docs/schemas/NAME.schema.json when python3-jsonschema is there. */
-static void check_schema(const cJSON *doc, const char *name) {
-  if (system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) return;
-  char path[600], schema[600], cmd[2000];
-  snprintf(path, sizeof path, "%s/%s.json", dir, name);
-  char *text = cJSON_Print(doc);
-  tu_write_file(path, text, strlen(text));
-  cJSON_free(text);
-  const char *src = getenv("FERRY_SOURCE_DIR");
-  snprintf(schema, sizeof schema, "%s/docs/schemas/%s.schema.json", src ? src : ".", name);
-  snprintf(cmd, sizeof cmd,
-           "/usr/bin/python3 -c 'import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), "
-           "json.load(open(sys.argv[2])))' '%s' '%s'",
-           path, schema);
-  if (system(cmd) != 0) fail_msg("%s does not match %s", path, schema);
-}
-
 static void test_list_formats(void **state) {
   (void)state;
   char args[700], *out;
@@ -129,7 +112,7 @@ static void test_list_formats(void **state) {
   assert_true(cJSON_IsNull(get(j, "runs.5.repeat_group")));
   assert_string_equal(get(j, "runs.6.kind")->valuestring, "sim");
   assert_int_equal(get(j, "runs.0.requests")->valueint, 20);
-  check_schema(j, "db-list");
+  tu_check_schema(j, "db-list");
   cJSON_Delete(j);
   assert_int_equal(tu_run_ferryf(&out, "db list --format csv --db '%s'", db_a), 0);
   assert_true(strncmp(out, "id,kind,model,hardware,trace,status,", 36) == 0);
@@ -158,7 +141,7 @@ static void test_show_formats(void **state) {
   assert_int_equal(get(j, "metrics.peak_device_bytes")->valueint, 8 << 20);
   assert_int_equal(get(j, "run.config.prefetch_depth")->valueint, 2);
   assert_string_equal(get(j, "run.git_rev")->valuestring, "v0.1-3-gabcdef");
-  check_schema(j, "db-show");
+  tu_check_schema(j, "db-show");
   cJSON_Delete(j);
   assert_int_equal(tu_run_ferryf(&out, "db show 7 --format csv --db '%s'", db_b), 0);
   assert_true(strncmp(out, "key,value\n", 10) == 0);
@@ -221,7 +204,7 @@ static void test_diff_groups(void **state) {
     assert_true(fabs(get(m, "change_pct")->valuedouble - 40.0) < 1e-6);
   }
   assert_true(seen);
-  check_schema(j, "db-diff");
+  tu_check_schema(j, "db-diff");
   cJSON_Delete(j);
   /* the other way round it is an improvement, exit 0 */
   assert_int_equal(tu_run_ferryf(&out, "db diff '%s:6' '%s:1'", db_b, db_a), 0);
@@ -300,7 +283,7 @@ static void test_run_summary_formats(void **state) {
   assert_true(get(j, "runs.0.e2e_ms.p99")->valuedouble == get(j, "runs.2.e2e_ms.p99")->valuedouble);
   const char *group = get(j, "repeat_group")->valuestring;
   assert_true(strncmp(group, "repeat-", 7) == 0);
-  check_schema(j, "run");
+  tu_check_schema(j, "run");
   snprintf(args, sizeof args, "db list --format json --db '%s/sim.db'", dir);
   cJSON *l = json_of(0, args);
   for (int i = 0; i < 3; i++) {
@@ -324,7 +307,7 @@ static void test_run_summary_formats(void **state) {
   assert_int_equal(atol(get(j, "provenance.MACHINE_CPU_CORES")->valuestring), sysconf(_SC_NPROCESSORS_ONLN));
   assert_true(strtoull(get(j, "provenance.MACHINE_MEMORY_BYTES")->valuestring, NULL, 10) > (1ull << 26));
   assert_true(strncmp(get(j, "provenance.MACHINE_KERNEL")->valuestring, "Linux ", 6) == 0);
-  check_schema(j, "db-show");
+  tu_check_schema(j, "db-show");
   cJSON_Delete(j);
   snprintf(args, sizeof args, "db show 2 --db '%s/sim.db'", dir);
   assert_int_equal(tu_run_ferry(args, &out), 0);

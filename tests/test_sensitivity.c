@@ -23,27 +23,6 @@ static cJSON *parse_doc(const char *out) {
   return doc;
 }
 
-/* The document matches docs/schemas/sensitivity.schema.json (python3-jsonschema, a test
- * dependency: scripts/setup-deps.sh). */
-static void check_schema(const cJSON *doc) {
-  if (system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) fail_msg("python3-jsonschema missing");
-  char *dir = tu_mkdtemp("sensitivity"), path[600], schema[600], cmd[2000];
-  snprintf(path, sizeof path, "%s/doc.json", dir);
-  char *text = cJSON_Print(doc);
-  tu_write_file(path, text, strlen(text));
-  cJSON_free(text);
-  const char *src = getenv("FERRY_SOURCE_DIR");
-  snprintf(schema, sizeof schema, "%s/docs/schemas/sensitivity.schema.json", src ? src : ".");
-  snprintf(cmd, sizeof cmd,
-           "/usr/bin/python3 -c 'import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), "
-           "json.load(open(sys.argv[2])))' '%s' '%s'",
-           path, schema);
-  const int rc = system(cmd);
-  tu_rmtree(dir);
-  free(dir);
-  if (rc != 0) fail_msg("the --sensitivity document does not match %s", schema);
-}
-
 static const cJSON *figure(const cJSON *doc, const char *path) {
   const cJSON *f;
   cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(doc, "figures")) {
@@ -71,7 +50,7 @@ static void test_link_bound(void **state) {
 
   assert_int_equal(tu_run_ferry(LINK_BOUND " --sensitivity 10 --format json", &out), 0);
   cJSON *doc = parse_doc(out);
-  check_schema(doc);
+  tu_check_schema(doc, "sensitivity");
   const cJSON *schema = cJSON_GetObjectItemCaseSensitive(doc, "schema");
   assert_true(cJSON_IsString(schema) && !strcmp(schema->valuestring, "ferry.sensitivity.v1"));
   assert_true(num(doc, "step_pct") == 10);

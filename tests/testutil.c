@@ -1,4 +1,5 @@
 /* Test helpers: temporary folders, data paths and running the ferry command. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,27 @@ void tu_write_file(const char *path, const void *data, size_t len) {
 }
 
 int tu_contains(const char *text, const char *needle) { return text && strstr(text, needle) != NULL; }
+
+void tu_check_schema(const cJSON *doc, const char *name) {
+  if (system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") != 0)
+    fail_msg("python3-jsonschema is missing (make deps installs it): cannot check %s", name);
+  char *dir = tu_mkdtemp("schema"), path[600], schema[600], cmd[2000];
+  snprintf(path, sizeof path, "%s/%s.json", dir, name);
+  char *text = cJSON_Print(doc);
+  assert_non_null(text);
+  tu_write_file(path, text, strlen(text));
+  cJSON_free(text);
+  const char *src = getenv("FERRY_SOURCE_DIR");
+  snprintf(schema, sizeof schema, "%s/docs/schemas/%s.schema.json", src ? src : ".", name);
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 -c 'import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), "
+           "json.load(open(sys.argv[2])))' '%s' '%s'",
+           path, schema);
+  const int rc = system(cmd);
+  tu_rmtree(dir);
+  free(dir);
+  if (rc != 0) fail_msg("the %s document does not match %s", name, schema);
+}
 
 void tu_on_logits(void *user, int64_t req, int32_t tok, const int32_t *tokens, int32_t n_tokens, const float *l,
                   int64_t vocab) {

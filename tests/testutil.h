@@ -30,6 +30,10 @@ int tu_run_ferryf(char **output, const char *fmt, ...) __attribute__((format(pri
 void tu_write_file(const char *path, const void *data, size_t len);
 /* Whether the text contains the needle (case-sensitive). */
 int tu_contains(const char *text, const char *needle);
+/* Fail the test unless `doc` matches docs/schemas/NAME.schema.json (python3-jsonschema, a test
+ * dependency installed by scripts/setup-deps.sh: its absence fails too). */
+struct cJSON;
+void tu_check_schema(const struct cJSON *doc, const char *name);
 
 struct ferry_gen_options;
 /* A model folder DIR/NAME generated from a catalogue preset with the options; asserts on
