@@ -70,7 +70,10 @@ static int run_one(const struct run_args *given, const char *path, const char *v
   a.summary_out = sum;
   a.hw_figure_path = path;
   a.hw_figure_value = value;
-  if (path) a.progress = 0;
+  if (path) { /* nothing of a lowered run is printed: no progress, no replica lines (text only) */
+    a.progress = 0;
+    a.output_format = CLI_FORMAT_JSON;
+  }
   return run_execute(&a);
 }
 

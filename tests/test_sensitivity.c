@@ -89,6 +89,27 @@ static void test_link_bound(void **state) {
   free(out);
 }
 
+/* With --replicas the text summary starts with a line per replica, the run's own, printed once:
+ * the lowered runs print nothing of their own, one after another or in parallel. */
+static void test_prints_once(void **state) {
+  (void)state;
+  static const char *const jobs[] = {"1", "2"};
+  for (int i = 0; i < 2; i++) {
+    char *out = NULL;
+    assert_int_equal(tu_run_ferryf(&out,
+                                   "sim --model llama-3-8b --hw l4 --synthetic rate=5,n=8,prompt=64,output=8 --replicas 2 "
+                                   "--quiet --sensitivity 10 --jobs %s",
+                                   jobs[i]),
+                     0);
+    const char *first = strstr(out, "replicas: 2"), *summary = strstr(out, "requests: 8 done");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "replicas: 2"));
+    assert_non_null(summary);
+    assert_null(strstr(summary + 1, "requests: 8 done"));
+    free(out);
+  }
+}
+
 /* --jobs shares the runs out over worker processes: the same document as one after another. */
 static void test_jobs_same(void **state) {
   (void)state;
@@ -142,6 +163,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_link_bound),
       cmocka_unit_test(test_jobs_same),
+      cmocka_unit_test(test_prints_once),
       cmocka_unit_test(test_warns_of_defaults),
       cmocka_unit_test(test_refused),
   };
