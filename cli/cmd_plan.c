@@ -17,6 +17,7 @@
 #include "cli/output.h"
 #include "cli/plan.h"
 #include "cli/plan_record.h"
+#include "cli/plan_sensitivity.h"
 #include "cli/plan_search.h"
 #include "common/alloc.h"
 #include "common/fsutil.h"
@@ -60,7 +61,9 @@ static void usage(FILE *f) {
           "  --tolerance T           relative precision of the rate search (default 5%%)\n"
           "  --verify N              check each answer by brute force: simulate N rates from 0.5 to 1.5 times it\n"
           "  --exhaustive            search every configuration to its end, without pruning (slower; the\n"
-          "                          pruned search gives the same answers where the metrics grow with the rate)\n"
+          "                          pruned search gives the same answers where the metrics grow with the rate)\n"          "  --sensitivity PCT       then simulate the cheapest pick at the demand once more per rate, time and\n"
+          "                          efficiency of its profile and runtime with that figure PCT %% lower, and say\n"
+          "                          which break the SLO and what they rest on (sourced, estimate, ferry default)\n"
           "Output:\n"
           "  -j, --jobs N            simulations in parallel (default: the cores online)\n"
           "  --db FILE               record each profile's best configuration as sim runs with the plan's\n"
@@ -178,7 +181,8 @@ static int check_options(struct plan_opts *o, const char *quant, const char *bat
 
 static int parse(int argc, char **argv, struct plan_opts *o) {
   enum { O_MODEL = 256, O_TRACE, O_SYNTH, O_REQUESTS, O_RATE, O_SLO, O_HW, O_MAX_GPUS, O_BUDGET, O_QUANT, O_BATCH,
-         O_RUNTIME, O_TOL, O_DB, O_FORMAT, O_QUIET, O_SKIP, O_WINDOW, O_TFORMAT, O_SEED, O_VERIFY, O_EXHAUSTIVE };
+         O_RUNTIME, O_TOL, O_DB, O_FORMAT, O_QUIET, O_SKIP, O_WINDOW, O_TFORMAT, O_SEED, O_VERIFY, O_EXHAUSTIVE,
+         O_SENSITIVITY };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},         {"trace", required_argument, 0, O_TRACE},
       {"synthetic", required_argument, 0, O_SYNTH},     {"requests", required_argument, 0, O_REQUESTS},
@@ -191,6 +195,7 @@ static int parse(int argc, char **argv, struct plan_opts *o) {
       {"skip-bad", no_argument, 0, O_SKIP},             {"time-window", required_argument, 0, O_WINDOW},
       {"trace-format", required_argument, 0, O_TFORMAT}, {"seed", required_argument, 0, O_SEED},
       {"verify", required_argument, 0, O_VERIFY},       {"exhaustive", no_argument, 0, O_EXHAUSTIVE},
+      {"sensitivity", required_argument, 0, O_SENSITIVITY},
       {"jobs", required_argument, 0, 'j'},              {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
@@ -242,6 +247,7 @@ static int parse(int argc, char **argv, struct plan_opts *o) {
     case 'j': if (cli_parse_int("--jobs", optarg, 1, 256, &v)) return CLI_USAGE; o->jobs = (int)v; break;
     case O_VERIFY: if (cli_parse_int("--verify", optarg, 2, PLAN_MAX_VERIFY, &v)) return CLI_USAGE; o->verify = (int)v; break;
     case O_EXHAUSTIVE: o->exhaustive = 1; break;
+    case O_SENSITIVITY: if (cli_parse_double("--sensitivity", optarg, 0.1, 50, &o->sensitivity)) return CLI_USAGE; break;
     case 'h': usage(stdout); return -1;
     default: return cli_usage_error("plan", "invalid option");
     }
@@ -380,6 +386,7 @@ int cmd_plan(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? CLI_OK : rc;
   struct plan_state ps = {.o = &o};
+  struct plan_sens sens = {0};
   struct cli_mpi mpi = {.size = 1};
   const char **names = NULL;
   ferry_model *model = NULL;
@@ -438,9 +445,16 @@ int cmd_plan(int argc, char **argv) {
   const int cheapest = ferry_plan_cheapest(choice, (size_t)ps.nhw);
   ferry_free(choice);
   if (o.db && (rc = plan_record(&ps, cheapest)) != CLI_OK) goto out;
-  if (o.fmt == CLI_FORMAT_JSON) rc = plan_print_json(&ps, cheapest, wall_s);
-  else print_text(&ps, cheapest, wall_s);
+  if (o.sensitivity > 0 && cheapest >= 0 && (rc = plan_sensitivity_run(&ps, cheapest, &sens)) != CLI_OK) goto out;
+  const struct plan_sens *sp = o.sensitivity > 0 && cheapest >= 0 ? &sens : NULL;
+  if (o.fmt == CLI_FORMAT_JSON) {
+    rc = plan_print_json(&ps, cheapest, wall_s, sp);
+  } else {
+    print_text(&ps, cheapest, wall_s);
+    if (sp) plan_sensitivity_print(&ps, sp, stdout);
+  }
 out:
+  plan_sensitivity_free(&sens);
   for (int i = 0; i < ps.nhw; i++) plan_hw_free(&ps.hw[i]);
   ferry_free(ps.hw);
   ferry_free(names);

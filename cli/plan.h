@@ -50,6 +50,8 @@ struct plan_opts {
   int n_batches;
   int batch_ladder;         /* 1: stop raising the batch when throughput stops growing */
   int exhaustive;           /* --exhaustive: search every bounded configuration to its end (no pruning) */
+  double sensitivity;       /* --sensitivity PCT: the cheapest pick at the demand with each figure of its
+                               profile PCT % lower (plan_sensitivity.h); 0: not asked */
   uint64_t seed;
   int moe;                  /* the model routes experts (set from the model: --seed seeds its routing) */
 };
@@ -85,6 +87,8 @@ struct plan_job {
   int32_t slot;             /* --verify: the grid point */
   int32_t prefix;           /* the floor check: first try the first `prefix` requests of the slice
                                (plan_floor_prove), 0: simulate the job as it is */
+  char figure[64];          /* --sensitivity: a figure of the profile set to figure_value ("": none) */
+  char figure_value[40];
 };
 
 /* What came back. Latencies in ns over every replica's requests. */

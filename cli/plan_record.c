@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/output.h"
 #include "cli/plan_record.h"
+#include "cli/plan_sensitivity.h"
 #include "common/alloc.h"
 #include "ferry/db.h"
 
@@ -139,7 +140,7 @@ static cJSON *hw_json(const struct plan_state *ps, const struct plan_hw *h, int 
   return o;
 }
 
-int plan_print_json(const struct plan_state *ps, int cheapest, double wall_s) {
+int plan_print_json(const struct plan_state *ps, int cheapest, double wall_s, const struct plan_sens *sens) {
   const struct plan_opts *o = ps->o;
   cJSON *doc = cJSON_CreateObject();
   if (!doc) return cli_fail(FERRY_ERR_NOMEM, "out of memory");
@@ -175,6 +176,7 @@ int plan_print_json(const struct plan_state *ps, int cheapest, double wall_s) {
   cli_json_num(doc, "workers", o->jobs);
   cJSON *arr = cJSON_AddArrayToObject(doc, "hardware");
   for (int i = 0; arr && i < ps->nhw; i++) cJSON_AddItemToArray(arr, hw_json(ps, &ps->hw[i], i == cheapest));
+  if (sens) cJSON_AddItemToObject(doc, "sensitivity", plan_sensitivity_json(ps, sens));
   int rc = cli_emit(stdout, doc, NULL, CLI_FORMAT_JSON);
   cJSON_Delete(doc);
   return rc;

@@ -20,6 +20,8 @@ void plan_hw_figures(const struct plan_state *ps, const struct plan_hw *h, struc
 const char *plan_hw_command(const struct plan_state *ps, const struct plan_hw *h, char *buf, size_t len);
 /* PLAN_* facts on each profile's recorded runs (a failed run for a profile without one). */
 int plan_record(struct plan_state *ps, int cheapest);
-int plan_print_json(const struct plan_state *ps, int cheapest, double wall_s);
+struct plan_sens;
+/* The plan as ferry.plan.v1, with the --sensitivity study as "sensitivity" when sens is not NULL. */
+int plan_print_json(const struct plan_state *ps, int cheapest, double wall_s, const struct plan_sens *sens);
 
 #endif

@@ -180,6 +180,7 @@ void plan_job_run(const struct plan_opts *o, const char *hw_name, const struct p
   struct ferry_serve_summary sum;
   int rc = run_parse(av.n, av.v, "sim", &a);
   if (rc == 0) {
+    if (j->figure[0]) a.hw_figure_path = j->figure, a.hw_figure_value = j->figure_value;
     a.summary_out = &sum;
     a.on_served = plan_on_served;
     a.served_user = &all;

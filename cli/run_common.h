@@ -74,6 +74,10 @@ int run_repeat(const struct run_args *a);
 /* `ferry sim --sensitivity PCT`: the run, then one run per figure of its profile that scales a
  * cost (ferry_hw_figures()) with that figure PCT % lower; prints how the summary moves. */
 int run_sensitivity(const struct run_args *a);
+/* Figure f lowered by pct percent, written as the profile reader takes it (the fewest digits
+ * that read back; an integer figure rounded); 0 when lowering does not change it (a time of a
+ * nanosecond or two). */
+int run_figure_lowered(const struct ferry_hw_figure *f, double pct, char *out, size_t len);
 /* The profile a simulation runs on (--hw, --runtime and hw_figure_path applied); owned by the
  * caller (ferry_hw_close()). */
 ferry_status run_open_sim_profile(const struct run_args *a, ferry_hw **hw);

@@ -48,9 +48,7 @@ static void metrics(const struct ferry_serve_summary *s, double out[M_COUNT]) {
   out[M_TOK_S] = s->tokens_per_s;
 }
 
-/* The figure lowered by pct percent, written as the profile reader takes it; 0 when lowering
- * does not change it (a time of a nanosecond or two). */
-static int lowered(const struct ferry_hw_figure *f, double pct, char *out, size_t len) {
+int run_figure_lowered(const struct ferry_hw_figure *f, double pct, char *out, size_t len) {
   const double v = f->value * (1.0 - pct / 100.0);
   if (f->integer) {
     const long long r = llround(v);
@@ -323,7 +321,7 @@ int run_sensitivity(const struct run_args *given) {
   }
   for (size_t i = 0; i < n; i++) { /* a figure lowering does not change (a time of 1 ns) is left out */
     rows[kept].fig = &figs[i];
-    if (lowered(&figs[i], pct, rows[kept].value_text, sizeof rows[kept].value_text)) kept++;
+    if (run_figure_lowered(&figs[i], pct, rows[kept].value_text, sizeof rows[kept].value_text)) kept++;
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int jobs = given->jobs > 0 ? (int)given->jobs : cores > 0 ? (int)cores : 1;

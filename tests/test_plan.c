@@ -434,6 +434,58 @@ static void test_plan_cli(void **state) {
   free(dir);
 }
 
+/* --sensitivity: the cheapest pick at the demand with each figure of its profile lower. The SLO
+ * leaves the t4 4 % of TPOT headroom; half its memory bandwidth (or half the default GEMV
+ * efficiency) costs more than that, a figure the run never uses costs nothing, and the unsourced
+ * one that breaks the SLO is named. */
+static void test_plan_sensitivity(void **state) {
+  (void)state;
+  static const char *args = "plan --model tiny-moe --synthetic arrivals=poisson,n=60,prompt=48,output=24 "
+                            "--slo ttft_p99=40ms,tpot_p99=0.83ms --hw t4,l4 --quant native --max-batch 4,8 --rate 200 "
+                            "-j 2 --quiet --sensitivity 50";
+  char json_args[1024];
+  snprintf(json_args, sizeof json_args, "%s --format json", args);
+  cJSON *doc = plan_json(json_args);
+  const cJSON *cheapest = cJSON_GetObjectItemCaseSensitive(doc, "cheapest");
+  assert_true(cJSON_IsString(cheapest));
+  const cJSON *sens = cJSON_GetObjectItemCaseSensitive(doc, "sensitivity");
+  assert_non_null(sens);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(sens, "hardware")->valuestring, cheapest->valuestring);
+  assert_true(num(sens, "step_pct") == 50 && num(sens, "rps_per_machine") == 200);
+  const cJSON *base = cJSON_GetObjectItemCaseSensitive(sens, "as_planned");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(base, "meets_slo")));
+  const double tpot = num(base, "tpot_p99_ms");
+  assert_true(tpot > 0 && tpot <= 0.83);
+  int seen = 0;
+  const cJSON *f;
+  cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(sens, "figures")) {
+    const char *name = cJSON_GetObjectItemCaseSensitive(f, "figure")->valuestring;
+    const int meets = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "meets_slo"));
+    if (!strcmp(name, "gpu.mem_bw_gbps") || !strcmp(name, "gpu.efficiency.gemv")) {
+      seen++;
+      assert_false(meets);
+      assert_true(num(f, "tpot_p99_ms") > 0.83 && num(f, "slo_ratio") > 1);
+      assert_true(tu_contains(cJSON_GetObjectItemCaseSensitive(f, "verdict")->valuestring, "tpot_p99"));
+    }
+    if (!strcmp(name, "gpu.efficiency.gemv")) assert_string_equal(cJSON_GetObjectItemCaseSensitive(f, "basis")->valuestring, "default");
+    if (!strcmp(name, "disk.read_gbps")) {
+      seen++;
+      assert_true(meets && num(f, "tpot_p99_ms") == tpot && num(f, "ttft_p99_ms") == num(base, "ttft_p99_ms"));
+    }
+  }
+  assert_int_equal(seen, 3);
+  cJSON_Delete(doc);
+  /* text: the table after the plan's, the verdict, and the default named on stderr */
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "sensitivity of the cheapest, t4"));
+  assert_true(tu_contains(out, "2 figure(s) 50 % lower break the SLO at the demand"));
+  assert_true(tu_contains(out, "the SLO breaks with gpu.efficiency.gemv 50 % lower, and that figure is a ferry default"));
+  free(out);
+  assert_int_equal(tu_run_ferry("plan --model tiny-dense --synthetic n=10 --slo ttft_p99=1s --sensitivity 80", &out), 2);
+  free(out);
+}
+
 /* Saturation reported, never averaged into the latencies: a demand far above every profile's
  * capacity is met by none, and the probes above capacity say the queue grew. */
 static void test_plan_saturation(void **state) {
@@ -655,7 +707,7 @@ int main(void) {
       cmocka_unit_test(test_plan_pruned_exhaustive),
       cmocka_unit_test(test_saturation),      cmocka_unit_test(test_costs),
       cmocka_unit_test(test_plan_cli),        cmocka_unit_test(test_plan_saturation),
-      cmocka_unit_test(test_plan_usage),      cmocka_unit_test(test_plan_same_runs),
+      cmocka_unit_test(test_plan_usage), cmocka_unit_test(test_plan_sensitivity),      cmocka_unit_test(test_plan_same_runs),
       cmocka_unit_test(test_plan_tensor_parallel),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
