@@ -77,10 +77,6 @@ int plan_sensitivity_run(const struct plan_state *ps, int cheapest, struct plan_
   return CLI_OK;
 }
 
-static int unsourced(enum ferry_hw_basis b) {
-  return b == FERRY_HW_BASIS_DEFAULT || b == FERRY_HW_BASIS_ESTIMATE || b == FERRY_HW_BASIS_NONE;
-}
-
 /* The run moved the plan's latencies (p99 of the three) by at least 0.05 %. */
 static int moved(const struct plan_sens_run *base, const struct plan_sens_run *run) {
   const double *a[3] = {base->r.ttft, base->r.tpot, base->r.e2e}, *b[3] = {run->r.ttft, run->r.tpot, run->r.e2e};
@@ -132,14 +128,12 @@ void plan_sensitivity_print(const struct plan_state *ps, const struct plan_sens 
   fflush(f);
   for (int i = 0; i < s->n; i++) {
     const struct plan_sens_run *run = &s->runs[i];
-    if (!run->meets && s->base.meets && unsourced(run->basis))
+    const char *what = run_basis_unsourced(run->basis);
+    if (!run->meets && s->base.meets && what)
       fprintf(stderr,
               "ferry plan: sensitivity: the SLO breaks with %s %g %% lower, and that figure is %s: measure it (ferry "
               "calibrate) or give a sourced one (--hw %s+%s=VALUE)\n",
-              run->figure, s->pct,
-              run->basis == FERRY_HW_BASIS_DEFAULT ? "a ferry default, not a measurement"
-              : run->basis == FERRY_HW_BASIS_ESTIMATE ? "an estimate" : "given without a source",
-              ps->hw[s->hw].name, run->figure);
+              run->figure, s->pct, what, ps->hw[s->hw].name, run->figure);
   }
 }
 

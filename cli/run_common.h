@@ -78,6 +78,9 @@ int run_sensitivity(const struct run_args *a);
  * that read back; an integer figure rounded); 0 when lowering does not change it (a time of a
  * nanosecond or two). */
 int run_figure_lowered(const struct ferry_hw_figure *f, double pct, char *out, size_t len);
+/* What an unsourced basis is, in words ("a ferry default, not a measurement", "an estimate",
+ * "given without a source"); NULL for a figure that rests on a source, a fit or a rule. */
+const char *run_basis_unsourced(enum ferry_hw_basis b);
 /* The profile a simulation runs on (--hw, --runtime and hw_figure_path applied); owned by the
  * caller (ferry_hw_close()). */
 ferry_status run_open_sim_profile(const struct run_args *a, ferry_hw **hw);

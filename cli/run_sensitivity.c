@@ -82,8 +82,13 @@ static int by_largest(const void *x, const void *y) {
   return a->fig < b->fig ? -1 : a->fig > b->fig; /* the profile's order among equals */
 }
 
-static int unsourced(enum ferry_hw_basis b) {
-  return b == FERRY_HW_BASIS_DEFAULT || b == FERRY_HW_BASIS_ESTIMATE || b == FERRY_HW_BASIS_NONE;
+const char *run_basis_unsourced(enum ferry_hw_basis b) {
+  switch (b) {
+  case FERRY_HW_BASIS_DEFAULT: return "a ferry default, not a measurement";
+  case FERRY_HW_BASIS_ESTIMATE: return "an estimate";
+  case FERRY_HW_BASIS_NONE: return "given without a source";
+  default: return NULL;
+  }
 }
 
 static void print_text(const struct ferry_serve_summary *base, const struct sens_row *rows, size_t n, double pct) {
@@ -156,7 +161,8 @@ static void warn_unsourced(const struct sens_row *rows, size_t n, double pct) {
   fflush(stdout); /* after the table, not inside it */
   for (size_t i = 0; i < n; i++) {
     const struct sens_row *r = &rows[i];
-    if (!r->ok || !unsourced(r->fig->basis) || r->largest < pct / 10) continue;
+    const char *what = run_basis_unsourced(r->fig->basis);
+    if (!r->ok || !what || r->largest < pct / 10) continue;
     int m = 0;
     for (int k = 1; k < M_COUNT; k++)
       if (!isnan(r->change_pct[k]) && (isnan(r->change_pct[m]) || fabs(r->change_pct[k]) > fabs(r->change_pct[m])))
@@ -164,11 +170,7 @@ static void warn_unsourced(const struct sens_row *rows, size_t n, double pct) {
     fprintf(stderr,
             "ferry: sensitivity: %s moves %+.1f %% with %s %g %% lower, and that figure is %s: measure it (ferry "
             "calibrate) or give a sourced one (--hw BASE+%s=VALUE)\n",
-            metric_head[m], r->change_pct[m], r->fig->path, pct,
-            r->fig->basis == FERRY_HW_BASIS_DEFAULT    ? "a ferry default, not a measurement"
-            : r->fig->basis == FERRY_HW_BASIS_ESTIMATE ? "an estimate"
-                                                        : "given without a source",
-            r->fig->path);
+            metric_head[m], r->change_pct[m], r->fig->path, pct, what, r->fig->path);
   }
 }
 
