@@ -45,6 +45,12 @@ void *cli_room(void *v, size_t *cap, size_t n, size_t size, size_t first);
 /* Whether stdout/stderr is a terminal (progress bars only then). */
 int cli_is_tty(FILE *f);
 
+struct ferry_hw_profile;
+/* What a profile's rates, times and efficiencies rest on (ferry_hw_figures()), counted by basis,
+ * with the estimates and ferry defaults named: `ferry hw show`, and what `ferry calibrate` left
+ * unmeasured. */
+void cli_print_bases(FILE *f, const struct ferry_hw_profile *p);
+
 /* Subcommands. Each parses its own options (argv[0] is the subcommand name). */
 int cmd_model(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -506,6 +506,15 @@ static void runs_text(const struct fit_runs *runs, char *out, size_t cap) {
   }
 }
 
+/* What the written profile's figures rest on, as `ferry hw show` says it: the estimates and ferry
+ * defaults the fit or the probe left unmeasured are named. */
+static void print_written_bases(const char *out) {
+  ferry_hw *hw = NULL;
+  if (ferry_hw_open(&hw, out) != FERRY_OK) return; /* just written: the reader's error would be a bug */
+  cli_print_bases(stdout, ferry_hw_get(hw));
+  ferry_hw_close(hw);
+}
+
 static int fit_from_db(const char *db_path, struct fit_runs *runs, int all, const char *base, const char *out) {
   ferry_hw *hw = NULL;
   ferry_status st = ferry_hw_open(&hw, base);
@@ -568,6 +577,7 @@ static int fit_from_db(const char *db_path, struct fit_runs *runs, int all, cons
   }
   printf("wrote %s (fitted to run%s %s)%s\n", out, runs->n > 1 ? "s" : "", run_list,
          weak ? " (with weak fits: see the warnings)" : "");
+  print_written_bases(out);
   rc = CLI_OK;
 out:
   ferry_free(s);
@@ -636,5 +646,6 @@ int cmd_calibrate(int argc, char **argv) {
              p.cost[i].overhead_ns, p.cost[i].roofline ? "max" : "sum", p.cost[i].ns_per_byte, p.cost[i].ns_per_flop,
              p.cost[i].r2, p.cost[i].r2 < FERRY_HW_FIT_R2_MIN ? "  weak fit" : "");
   printf("wrote %s\n", out);
+  print_written_bases(out);
   return CLI_OK;
 }

@@ -223,40 +223,6 @@ static void show_runtime(const struct ferry_hw_profile *p) {
             : "no expanded copy: fused kernels read it packed");
 }
 
-/* What the rates, times and efficiencies rest on, counted, the unsourced ones named: the figures
- * to measure first (ferry sim --sensitivity says which of them a given answer hinges on). */
-static void show_bases(const struct ferry_hw_profile *p) {
-  struct ferry_hw_figure *v = NULL;
-  size_t n = 0;
-  if (ferry_hw_figures(p, &v, &n) != FERRY_OK) return;
-  static const enum ferry_hw_basis order[] = {FERRY_HW_BASIS_SOURCED, FERRY_HW_BASIS_FITTED, FERRY_HW_BASIS_DERIVED,
-                                              FERRY_HW_BASIS_ESTIMATE, FERRY_HW_BASIS_DEFAULT, FERRY_HW_BASIS_NONE};
-  printf("rates, times and efficiencies rest on:");
-  const char *sep = " ";
-  for (size_t b = 0; b < sizeof order / sizeof order[0]; b++) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += v[i].basis == order[b];
-    if (k) printf("%s%zu %s", sep, k, ferry_hw_basis_name(order[b])), sep = ", ";
-  }
-  printf("%s\n", n ? "" : " (none)");
-  static const struct {
-    enum ferry_hw_basis basis;
-    const char *label;
-  } unsourced[] = {{FERRY_HW_BASIS_ESTIMATE, "estimates"},
-                   {FERRY_HW_BASIS_DEFAULT, "ferry defaults, not measurements"},
-                   {FERRY_HW_BASIS_NONE, "given without a source"}};
-  for (size_t b = 0; b < sizeof unsourced / sizeof unsourced[0]; b++) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-      if (v[i].basis != unsourced[b].basis) continue;
-      if (k++) printf(", %s", v[i].path);
-      else printf("  %s: %s", unsourced[b].label, v[i].path);
-    }
-    if (k) printf("\n");
-  }
-  ferry_hw_figures_free(v);
-}
-
 static int hw_show(const char *name) {
   ferry_hw *hw;
   if (ferry_hw_open(&hw, name) != FERRY_OK) return cli_fail(FERRY_ERR_NOT_FOUND, NULL);
@@ -301,7 +267,7 @@ static int hw_show(const char *name) {
   if (p->n_fitted == 0) printf(" none");
   for (size_t i = 0; i < p->n_fitted; i++) printf("%s %s", i ? "," : "", p->fitted[i]);
   printf("\n");
-  show_bases(p);
+  cli_print_bases(stdout, p);
   printf("sources:\n");
   for (size_t i = 0; i < p->n_sources; i++) {
     const struct ferry_hw_source *s = &p->sources[i];

@@ -11,6 +11,7 @@
 #include "common/fsutil.h"
 #include "common/names.h"
 #include "common/units.h"
+#include "ferry/hw.h"
 
 /* The message also becomes the thread's last error, so a caller running a command's code in
  * its own process (ferry plan's workers, with their output discarded) can say why it failed. */
@@ -120,4 +121,38 @@ int cli_getopt_long(int argc, char *const argv[], const char *shortopts, const s
     }
   }
   return getopt_long(argc, argv, shortopts, longopts, longindex);
+}
+
+/* What the rates, times and efficiencies rest on, counted, the unsourced ones named: the figures
+ * to measure first (ferry sim --sensitivity says which of them a given answer hinges on). */
+void cli_print_bases(FILE *f, const struct ferry_hw_profile *p) {
+  struct ferry_hw_figure *v = NULL;
+  size_t n = 0;
+  if (ferry_hw_figures(p, &v, &n) != FERRY_OK) return;
+  static const enum ferry_hw_basis order[] = {FERRY_HW_BASIS_SOURCED, FERRY_HW_BASIS_FITTED, FERRY_HW_BASIS_DERIVED,
+                                              FERRY_HW_BASIS_ESTIMATE, FERRY_HW_BASIS_DEFAULT, FERRY_HW_BASIS_NONE};
+  fprintf(f, "rates, times and efficiencies rest on:");
+  const char *sep = " ";
+  for (size_t b = 0; b < sizeof order / sizeof order[0]; b++) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += v[i].basis == order[b];
+    if (k) fprintf(f, "%s%zu %s", sep, k, ferry_hw_basis_name(order[b])), sep = ", ";
+  }
+  fprintf(f, "%s\n", n ? "" : " (none)");
+  static const struct {
+    enum ferry_hw_basis basis;
+    const char *label;
+  } unsourced[] = {{FERRY_HW_BASIS_ESTIMATE, "estimates"},
+                   {FERRY_HW_BASIS_DEFAULT, "ferry defaults, not measurements"},
+                   {FERRY_HW_BASIS_NONE, "given without a source"}};
+  for (size_t b = 0; b < sizeof unsourced / sizeof unsourced[0]; b++) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (v[i].basis != unsourced[b].basis) continue;
+      if (k++) fprintf(f, ", %s", v[i].path);
+      else fprintf(f, "  %s: %s", unsourced[b].label, v[i].path);
+    }
+    if (k) fprintf(f, "\n");
+  }
+  ferry_hw_figures_free(v);
 }

@@ -688,9 +688,30 @@ out:
 
 /* ---- writer ----------------------------------------------------------------------------------- */
 
-/* The figures a calibration fitted, each with its source (the note) and today's date. */
-static void json_fitted(cJSON *root, const char *const *fitted, size_t n_fitted, const char *source_note) {
+static int is_fitted(const char *figure, const char *const *fitted, size_t n_fitted) {
+  for (size_t i = 0; i < n_fitted; i++)
+    if (!strcmp(figure, fitted[i])) return 1;
+  return 0;
+}
+
+/* The sources: every figure the profile carried from its base keeps the source it had (a
+ * datasheet, a paper, a ferry default's words: calibrating one figure must not cost the others
+ * their provenance), and the figures a calibration fitted get the note and today's date. */
+static void json_sources(cJSON *root, const struct ferry_hw_profile *p, const char *const *fitted, size_t n_fitted,
+                         const char *source_note) {
   cJSON *src = cJSON_AddArrayToObject(root, "sources");
+  for (size_t i = 0; src && i < p->n_sources; i++) {
+    const struct ferry_hw_source *s = &p->sources[i];
+    if (is_fitted(s->figure, fitted, n_fitted)) continue;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) break;
+    cJSON_AddStringToObject(o, "figure", s->figure);
+    cJSON_AddStringToObject(o, "value", s->value);
+    cJSON_AddStringToObject(o, "source", s->source);
+    cJSON_AddStringToObject(o, "date", s->date);
+    cJSON_AddItemToArray(src, o);
+  }
+  if (!fitted || !n_fitted) return;
   cJSON *fit = cJSON_AddArrayToObject(root, "fitted");
   time_t now = time(NULL);
   char date[16];
@@ -721,7 +742,7 @@ ferry_status ferry_hw_write_json(const struct ferry_hw_profile *p, const char *c
     cJSON_Delete(root);
     return st;
   }
-  if (fitted && n_fitted) json_fitted(root, fitted, n_fitted, source_note);
+  json_sources(root, p, fitted, n_fitted, source_note);
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return ferry__fail(FERRY_ERR_NOMEM, "out of memory");

@@ -783,6 +783,10 @@ static enum ferry_hw_basis figure_basis(const struct ferry_hw_profile *p, const 
   src[0] = '\0';
   for (size_t i = 0; i < p->n_fitted; i++)
     if (!strcmp(p->fitted[i], path)) return FERRY_HW_BASIS_FITTED;
+  if (!strncmp(path, "cost.", 5)) { /* the cost section holds fitted kernel costs only */
+    snprintf(src, len, "fitted kernel cost (ferry calibrate --db)");
+    return FERRY_HW_BASIS_FITTED;
+  }
   if (!strcmp(path, "link.pageable_h2d_gbps") && p->link.pageable_derived) {
     snprintf(src, len, "not given: %g of link.h2d_gbps (hw/README.md, Defaults)", FERRY_HW_PAGEABLE_H2D_SHARE);
     return FERRY_HW_BASIS_DERIVED;

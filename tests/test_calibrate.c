@@ -239,8 +239,33 @@ static void test_fit_pooled_runs(void **state) {
   assert_int_equal(ops_of(out, "matmul"), 2 * ops_of(one, "matmul"));
   assert_int_equal(ops_of(out, "norm"), 2 * ops_of(one, "norm"));
   assert_true(tu_contains(out, "(fitted to runs 1,2)"));
+  assert_true(tu_contains(out, "rates, times and efficiencies rest on:"));
   free(out);
   free(one);
+  /* the written profile keeps the sources of what it did not measure (the base's datasheet
+   * figures), notes what it fitted, and its fitted costs count as fitted */
+  {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/one.json", dir);
+    ferry_hw *hw = NULL;
+    assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+    struct ferry_hw_figure *v = NULL;
+    size_t n = 0;
+    assert_int_equal(ferry_hw_figures(ferry_hw_get(hw), &v, &n), FERRY_OK);
+    int datasheet = 0, fitted_costs = 0, fitted_note = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (!strcmp(v[i].path, "gpu.mem_bw_gbps"))
+        datasheet = v[i].basis == FERRY_HW_BASIS_SOURCED && tu_contains(v[i].source, "H100");
+      if (!strncmp(v[i].path, "cost.", 5)) fitted_costs += v[i].basis == FERRY_HW_BASIS_FITTED;
+      if (!strcmp(v[i].path, "runtime.layer_ns"))
+        fitted_note = v[i].basis == FERRY_HW_BASIS_FITTED;
+    }
+    assert_true(datasheet);
+    assert_true(fitted_costs > 0);
+    assert_true(fitted_note);
+    ferry_hw_figures_free(v);
+    ferry_hw_close(hw);
+  }
   /* the same samples twice: the same costs where they were measured (collinear terms may split
    * differently, so the comparison is of what the profiles predict) */
   const double duration_one = simulated_duration_s(dir, "one.json"), duration_two = simulated_duration_s(dir, "two.json");

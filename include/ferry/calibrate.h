@@ -90,7 +90,9 @@ FERRY_API ferry_status ferry_calibrate_probe(const char *dir, FILE *progress, st
 
 /**
  * @brief Write a profile as JSON in the catalogue format (every section it has, the cost
- *        section, the fitted list and a source note), atomically. Every figure reads back to
+ *        section, the fitted list with a source note for each fitted figure, and the sources
+ *        the profile carries for the others, so that a calibrated profile keeps the provenance
+ *        of what it did not measure), atomically. Every figure reads back to
  *        the same double; a derived one (link.pageable_h2d_gbps with pageable_derived) is left
  *        for the reader to derive again, so it keeps following link.h2d_gbps.
  * @param profile the profile.
