@@ -28,7 +28,7 @@ step "calibrating this machine (ferry calibrate --probe), then fitting kernel co
 rm -f "$out/calib.db"
 "$ferry" run --model "$model" --trace "$trace" --time-window 35:62 --max-requests 6 --rate-scale 10 \
   --device-budget 64MiB --max-batch 4 --max-seq-tokens 4096 --quiet --db "$out/calib.db" >/dev/null
-"$ferry" calibrate --db "$out/calib.db" --run 1 --base "$out/host.json" --out "$out/fitted.json" | tail -1
+"$ferry" calibrate --db "$out/calib.db" --run 1 --base "$out/host.json" --out "$out/fitted.json" | grep "^wrote"
 
 step "recording the routing of the evaluated requests, so the simulator sees the experts the real runs see"
 # with mlp3 features and the gate-lookahead choices made from the real routers, for the predictors
