@@ -202,6 +202,33 @@ static void test_dequant_scratch(void **state) {
   ferry_model_close(m);
 }
 
+/* A plain FFN (OPT's ReLU) applies its activation to fc1's output in place: the workspace holds
+ * one intermediate buffer per token, a gated one (llama's SwiGLU) two. Per token of a step,
+ * OPT-6.7B's workspace is x, h, q, k, v, the attention output (4096 each) and fc1's output
+ * (16384): 40960 elements; tiny-dense's the same regions at its sizes with the gate and the up. */
+static void test_plain_ffn_workspace(void **state) {
+  (void)state;
+  static const struct {
+    const char *model;
+    uint64_t elems_per_token;
+  } cases[] = {{"opt-6.7b", 6 * 4096 + 16384}, {"tiny-dense", HID * 2 + QD * 2 + KVD * 2 + INTER * 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ferry_model *m = NULL;
+    assert_int_equal(ferry_model_open(&m, cases[i].model), FERRY_OK);
+    struct ferry_engine_config c = config(0);
+    c.resident_all = 0;
+    c.max_seq_tokens = 256;
+    c.max_step_tokens = 128;
+    const uint64_t wide = planned_min(m, c, (struct ferry_exec_elem_bytes){2, 0});
+    c.max_step_tokens = 64;
+    const uint64_t narrow = planned_min(m, c, (struct ferry_exec_elem_bytes){2, 0});
+    if (wide - narrow != 64 * cases[i].elems_per_token * 2)
+      fail_msg("%s: 64 more tokens a step cost %llu bytes of workspace, by hand %llu", cases[i].model,
+               (unsigned long long)(wide - narrow), (unsigned long long)(64 * cases[i].elems_per_token * 2));
+    ferry_model_close(m);
+  }
+}
+
 /* The buffer contract: a buffer charged less than it addresses only on an executor without
  * data; its size and bounds are the addressed bytes, the tier's usage the charged ones. */
 static void test_charged_buffers(void **state) {
@@ -260,7 +287,7 @@ static void test_crossings(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_runtime_elem_bytes), cmocka_unit_test(test_fp16_activations),
-      cmocka_unit_test(test_dequant_scratch),    cmocka_unit_test(test_charged_buffers),
+      cmocka_unit_test(test_dequant_scratch), cmocka_unit_test(test_plain_ffn_workspace),    cmocka_unit_test(test_charged_buffers),
       cmocka_unit_test(test_crossings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -160,8 +160,12 @@ static void layout_workspace(struct ferry_engine *e) {
     WS(v, T * kvd, c_attn);
     WS(attn, T * attn, c_attn);
     uint64_t inter = dense_layers ? (uint64_t)mc->intermediate : 0;
+    /* a gated FFN's up projection has a buffer of its own beside the gate's; a plain one (OPT's
+     * ReLU, BLOOM's and GPT-NeoX's GELU) applies its activation to fc1's output in place
+     * (forward.c dense_ffn()) and has none */
+    const int gated = mc->act == FERRY_ACT_SWIGLU || mc->act == FERRY_ACT_GEGLU;
     WS(g, T * inter, all);
-    WS(u, T * inter, all);
+    WS(u, gated ? T * inter : 0, all);
     WS(logits_r, T * E, all);
     WS(logits_look, T * E * (uint64_t)ferry__lookahead_layers(e), all);
     WS_AT(topk_w, T * K, 4, all || c_exp, 1);
