@@ -20,8 +20,8 @@ void plan_hw_figures(const struct plan_state *ps, const struct plan_hw *h, struc
   ferry_plan_cost(h->price, 1, h->best_rps, ps->mean_output, &f->at_max);
   f->meets_demand = h->best_cand >= 0 && h->need_replicas > 0;
   /* a single-GPU profile replicated is that many machines; a multi-GPU machine is one */
-  const int rented = h->gpus == 1 && h->need_replicas > 1 ? h->need_replicas : 1;
-  if (f->meets_demand) ferry_plan_cost(h->price, rented, ps->demand_rps, ps->mean_output, &f->at_demand);
+  f->rented = h->gpus == 1 && h->need_replicas > 1 ? h->need_replicas : 1;
+  if (f->meets_demand) ferry_plan_cost(h->price, f->rented, ps->demand_rps, ps->mean_output, &f->at_demand);
   f->within_budget = ps->o->budget_per_hour <= 0 ||
                      (f->at_demand.usd_per_hour > 0 && f->at_demand.usd_per_hour <= ps->o->budget_per_hour);
   if (h->best_cand >= 0) {

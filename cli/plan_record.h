@@ -13,6 +13,7 @@ struct plan_figures {
   double bound_rps;                 /* the highest throughput with every request queued at once */
   char config[192];                 /* the best configuration, in words (with its replicas) */
   int replicas;                     /* the best configuration's replicas (engines), router PLAN_ROUTER */
+  int rented;                       /* machines rented for the demand: a single-GPU profile's replicas, else 1 */
 };
 
 void plan_hw_figures(const struct plan_state *ps, const struct plan_hw *h, struct plan_figures *f);

@@ -32,9 +32,7 @@ int plan_sensitivity_run(const struct plan_state *ps, int cheapest, struct plan_
   struct plan_figures f;
   plan_hw_figures(ps, h, &f);
   const struct plan_knobs *k = &h->c[h->best_cand].k;
-  /* each rented machine serves its share of the demand (plan_hw_figures()) */
-  const int rented = h->gpus == 1 && h->need_replicas > 1 ? h->need_replicas : 1;
-  out->rps_per_machine = ps->demand_rps / rented;
+  out->rps_per_machine = ps->demand_rps / f.rented; /* each rented machine's share of the demand */
   out->replicas = plan_cand_replicas(h, k);
   snprintf(out->config, sizeof out->config, "%s", f.config);
   /* the figures of the profile the plan ran (with its --runtime) */

@@ -20,6 +20,7 @@
 #include "cli/run_common.h"
 #include "common/alloc.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/json.h"
 
 /* The summary figures compared, as the table heads them. */
@@ -208,24 +209,13 @@ static void take_result(struct sens_row *rows, const double before[M_COUNT], con
   }
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
-  while (len) {
-    const ssize_t n = write(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    p += n, len -= (size_t)n;
-  }
-  return 0;
-}
-
 /* Worker w of `jobs`: rows w, w + jobs, ... down its pipe, then exit without flushing what the
  * parent's stdio holds. */
 static void worker(const struct run_args *given, const struct sens_row *rows, size_t n, int w, int jobs, int fd) {
   for (size_t i = (size_t)w; i < n; i += (size_t)jobs) {
     struct sens_result res;
     run_row(given, &rows[i], (int32_t)i, &res);
-    if (write_all(fd, &res, sizeof res)) _exit(1);
+    if (ferry__write_all(fd, &res, sizeof res, "sensitivity results", NULL) != FERRY_OK) _exit(1);
   }
   _exit(0);
 }
