@@ -220,10 +220,13 @@ static void worker(const struct run_args *given, const struct sens_row *rows, si
   _exit(0);
 }
 
+/* At most --jobs' own bound (run_options.h): the default, the cores online, may exceed it. */
+#define SENS_MAX_JOBS 256
+
 struct sens_pool {
   int n;
-  pid_t pid[256];
-  int fd[256];
+  pid_t pid[SENS_MAX_JOBS];
+  int fd[SENS_MAX_JOBS];
 };
 
 /* Fork `jobs` workers; the parent keeps the read ends. */
@@ -264,7 +267,7 @@ static void pool_stop(struct sens_pool *p) {
 /* Read every worker's results as they come; a worker that died leaves its rows failed. */
 static int pool_collect(struct sens_pool *p, struct sens_row *rows, size_t n, const double before[M_COUNT],
                         int progress) {
-  struct pollfd pfd[256];
+  struct pollfd pfd[SENS_MAX_JOBS];
   size_t done = 0;
   int open_fds = p->n;
   for (int i = 0; i < p->n; i++) pfd[i] = (struct pollfd){.fd = p->fd[i], .events = POLLIN};
@@ -317,6 +320,7 @@ int run_sensitivity(const struct run_args *given) {
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int jobs = given->jobs > 0 ? (int)given->jobs : cores > 0 ? (int)cores : 1;
+  if (jobs > SENS_MAX_JOBS) jobs = SENS_MAX_JOBS;
   if ((size_t)jobs > kept) jobs = (int)kept;
   /* the workers go first, before this process has run anything (no thread of a run to fork) */
   struct sens_pool pool = {0};
