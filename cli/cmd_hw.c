@@ -200,6 +200,10 @@ static void show_runtime(const struct ferry_hw_profile *p) {
   if (r->kv_expand)
     printf("  %-28s %d (%s)\n", "runtime.kv_expand", r->kv_expand,
            "a decode step expands the quantized KV cache to fp16 before attention");
+  if (r->kv_full_window)
+    printf("  %-28s %d (%s)\n", "runtime.kv_full_window", r->kv_full_window,
+           r->kv_expand ? "a decode step expands each sequence's whole cache slot, written or not"
+                        : "decode attention works over each sequence's whole cache slot, written or not");
   if (r->kv_quant_bytes > 0)
     printf("  %-28s %g bytes/element, %d kernels (%s)\n", "runtime.kv_quant_bytes", r->kv_quant_bytes,
            r->kv_quant_kernels, "quantizing each new K and V element");

@@ -203,6 +203,22 @@ static void unfused_dequant_work(const struct ferry_hw_runtime *r, const struct 
   }
 }
 
+/* Keys a decode step's attention covers beyond those its sequences have written, for a runtime
+ * that works over each sequence's whole preallocated cache (runtime.kv_full_window): the slot's
+ * kv_capacity keys less the p + 1 a token at position p has. A ring or a windowed or chunked
+ * cache holds only what its queries see; a kernel without positions cannot tell (0). */
+static double full_window_extra_keys(const struct ferry_hw_runtime *r, const struct ferry_kernel *k) {
+  if (!r->kv_full_window || k->kv_capacity <= 0 || k->kv_ring || k->sliding_window > 0 || k->attn_chunk > 0 ||
+      !k->ints || k->n_ints < k->m || !attention_is_decode(k))
+    return 0;
+  double extra = 0;
+  for (int64_t i = 0; i < k->m; i++) {
+    const int64_t keys = (int64_t)k->ints[i] + 1;
+    if (keys < k->kv_capacity) extra += (double)(k->kv_capacity - keys);
+  }
+  return extra;
+}
+
 /* What a framework does around an attention over its cache beyond the kernel itself (GPU only). */
 static void attention_frame_work(const struct ferry_hw_runtime *r, const struct ferry_kernel *k,
                                  struct ferry__gpu_work *work) {
@@ -210,11 +226,13 @@ static void attention_frame_work(const struct ferry_hw_runtime *r, const struct 
   const double hd = (double)k->head_dim, kv_elems = (double)k->kv_heads * 2 * hd; /* K and V of one key */
   const double row = (double)ferry_kv_format_row_bytes((enum ferry_kv_format)k->kv_format, (uint64_t)k->head_dim);
   if (r->kv_expand && attention_is_decode(k)) {
-    /* the cache expanded to fp16 as a weight is (the packed rows read, the passes' bytes), then
-     * attention reads the fp16 copy instead of the packed rows */
+    /* the cache expanded to fp16 as a weight is (the packed rows read, the passes' bytes), the
+     * whole slot with kv_full_window; then attention reads the fp16 copy of the keys written
+     * instead of their packed rows */
     const double pass = r->dequant_pass_bytes > 0 ? r->dequant_pass_bytes : 2;
     const double kv_rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2;
-    work->bytes += kv_rows * (row + hd * pass) + kv_rows * (hd * 2 - row);
+    const double expanded_rows = kv_rows + full_window_extra_keys(r, k) * (double)k->kv_heads * 2;
+    work->bytes += expanded_rows * (row + hd * pass) + kv_rows * (hd * 2 - row);
     const int n = r->dequant_kernels > 0 ? r->dequant_kernels : 1;
     work->launches += 2 * n, work->ops += 2 * n;
   }
@@ -250,7 +268,18 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
   if (!cpu && k->kind == FERRY_K_DEQUANTIZE) unfused_dequant_work(r, k, work);
   if (!cpu && k->kind == FERRY_K_ATTENTION) attention_frame_work(r, k, work);
   if (k->kind != FERRY_K_ATTENTION) return;
-  const double rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2; /* K and V */
+  double rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2; /* K and V */
+  if (!r->kv_expand) {
+    /* products over the whole slot, masked: its unwritten keys read (and multiplied) too, and
+     * the copies below made of all of it */
+    const double extra = full_window_extra_keys(r, k), hd = (double)k->head_dim;
+    const double row = kv_quantized(k)
+                           ? (double)ferry_kv_format_row_bytes((enum ferry_kv_format)k->kv_format, (uint64_t)k->head_dim)
+                           : hd * (double)esize(k->aux[2].dtype);
+    work->bytes += extra * (double)k->kv_heads * 2 * row;
+    work->flops += 4.0 * extra * (double)k->heads * hd;
+    rows += extra * (double)k->kv_heads * 2;
+  }
   double elem = (double)esize(kv_math(k));
   if (cpu && r->cpu_kv_upcast && !kv_quantized(k) && k->aux[2].dtype != FERRY_DTYPE_F32) {
     /* key_layer.float(), value_layer.float(): every key's K and V written as fp32 and the

@@ -119,6 +119,7 @@ static const struct field fields[] = {
     {"runtime.dequant_pass_bytes", T_F64, C_NONNEG, S_RUNTIME, P(runtime.dequant_pass_bytes), 0},
     {"runtime.dequant_kernels", T_I32, C_NONNEG, S_RUNTIME, P(runtime.dequant_kernels), 0},
     {"runtime.kv_expand", T_I32, C_BOOL, S_RUNTIME, P(runtime.kv_expand), 0},
+    {"runtime.kv_full_window", T_I32, C_BOOL, S_RUNTIME, P(runtime.kv_full_window), 0},
     {"runtime.kv_quant_bytes", T_F64, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_bytes), 0},
     {"runtime.kv_quant_kernels", T_I32, C_NONNEG, S_RUNTIME, P(runtime.kv_quant_kernels), 0},
     {"runtime.cpu_kv_upcast", T_I32, C_BOOL, S_RUNTIME, P(runtime.cpu_kv_upcast), 0},

@@ -410,6 +410,77 @@ static void test_unfused_framework(void **state) {
   assert_true(w.bytes == fp16 && w.ops == 0);
 }
 
+/* runtime.kv_full_window: a runtime that preallocates each sequence's cache for its longest length
+ * works over the whole slot (kv_capacity keys) in a decode step, written or not. The KV-offload
+ * fork (no kv_expand): its products read, and multiply, every key of the slot, and its upcast and
+ * repeat copies are of all of them; FlexGen (kv_expand): the expansion covers the slot, the
+ * products read the keys written. Prefill, a ring cache and a slot no longer than the context
+ * add nothing. */
+static void test_kv_full_window(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.has_runtime = 1;
+  p.runtime.kv_full_window = 1;
+  int32_t pos[2], slot[2];
+  struct ferry_kernel k;
+  two_sequence_attention(&k, pos, slot, 16, 16);
+  k.kv_capacity = 4000;
+  struct ferry__gpu_work w;
+  /* the fork, on the CPU, fp16 cache: (4000 - 1001) + (4000 - 2001) = 4998 keys more; read: 4998 x
+   * 16 heads x (K, V) x 128 x 2 B = 40943616 B; 4 x 4998 x 16 x 128 = 40943616 flops */
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double plain = w.bytes, plain_flops = w.flops;
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == plain + 40943616.0);
+  assert_true(w.flops == plain_flops + 40943616.0);
+  /* with the fp32 upcast: the copy of all 8000 keys (3002 + 4998), 8000 x 16 x 2 x 128 x (4 + 4)
+   * = 262144000 B, beside the wider read */
+  p.runtime.cpu_kv_upcast = 1;
+  ferry__cpu_work_of(&k, NULL, &w);
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == plain + 40943616.0 + 262144000.0);
+  p.runtime.cpu_kv_upcast = 0;
+  /* a slot no longer than what the sequences have written: nothing more */
+  k.kv_capacity = 2001;
+  int32_t pos_full[2] = {1000, 2000};
+  k.ints = pos_full;
+  ferry__cpu_work_of(&k, NULL, &w);
+  const double short_slot = w.bytes;
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == short_slot + (2001.0 - 1001) * 16 * 2 * 128 * 2); /* only the first sequence's rest */
+  k.kv_capacity = 4000;
+  /* a ring cache holds only what its window sees: nothing more */
+  k.kv_ring = 1;
+  ferry__cpu_work_of(&k, NULL, &w);
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == plain);
+  k.kv_ring = 0;
+  /* a prefill (three tokens of one sequence) reads what it has written */
+  int32_t pos3[3] = {0, 1, 2}, slot3[3] = {0, 0, 0};
+  struct ferry_kernel pre = k;
+  pre.m = 3, pre.ints = pos3, pre.ints2 = slot3, pre.n_ints = 3, pre.context_tokens = 1 + 2 + 3;
+  ferry__cpu_work_of(&pre, NULL, &w);
+  const double prefill = w.bytes;
+  ferry__runtime_work(&p, &pre, 1, &w);
+  assert_true(w.bytes == prefill);
+  /* FlexGen: int4 cache (rows of 72 B), kv_expand: 8000 keys x 16 x 2 = 256000 rows expanded at
+   * 72 + 128 x 12.5 = 1672 B (428032000 B), the 3002 written (96064 rows) then read as fp16 instead
+   * of packed: 96064 x (256 - 72) = 17675776 B; no wider read by the products */
+  p.runtime.kv_expand = 1, p.runtime.dequant_pass_bytes = 12.5;
+  k.kv_format = FERRY_KV_INT4;
+  k.aux[2].dtype = FERRY_DTYPE_U8;
+  ferry__gpu_work_of(&k, NULL, 0, &w);
+  const double packed = w.bytes, packed_flops = w.flops;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == packed + 428032000.0 + 17675776.0);
+  assert_true(w.flops == packed_flops);
+  /* without the figure: only the written keys expanded (96064 x 1672 = 160619008 B) */
+  p.runtime.kv_full_window = 0;
+  ferry__gpu_work_of(&k, NULL, 0, &w);
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == packed + 160619008.0 + 17675776.0);
+}
+
 /* Norms, activations, RoPE: their bytes at the element-wise efficiency. */
 static void test_elementwise_by_bytes(void **state) {
   (void)state;
@@ -566,6 +637,7 @@ int main(void) {
       cmocka_unit_test(test_mla_attention),
       cmocka_unit_test(test_attention_repeat_kv),
       cmocka_unit_test(test_cpu_kv_upcast),
+      cmocka_unit_test(test_kv_full_window),
       cmocka_unit_test(test_cpu_fresh_alloc),
       cmocka_unit_test(test_unfused_framework),
       cmocka_unit_test(test_quantized_embed),

@@ -289,6 +289,16 @@ struct ferry_hw_runtime {
                                dequantize (dequant_pass_bytes, dequant_kernels each), and attention
                                reads the fp16 copy (FlexGen's mha_gen); 0: attention reads the
                                packed cache as a fused kernel would */
+  int32_t kv_full_window; /**< 1: the runtime allocates each sequence's cache for its longest length
+                               up front and a decode step's attention works over the whole of it,
+                               not only the keys written so far: the simulator takes the
+                               sequence's slot, kv_capacity (`--max-seq-tokens`). With kv_expand
+                               only the expansion covers the slot and the products read the keys
+                               written (FlexGen's mha_gen decompresses the whole cache, then
+                               slices it to the context); otherwise the products, and the
+                               cpu_kv_upcast and attn_repeat_kv copies they read, cover it (the
+                               KV-offload fork of HF transformers attends over its whole
+                               preallocated buffer, masked); 0: the keys written */
   double kv_quant_bytes;  /**< bytes per new K or V element the runtime's quantizer moves before the
                                engine's write into a quantized cache, every token, prefill and
                                decode (FlexGen's TorchCompressedDevice.compress: 25.5 for int4);

@@ -52,6 +52,7 @@ static void check_profile(const struct ferry_hw_profile *p) {
     FUZZ_CHECK(memchr(r->name, '\0', sizeof r->name) != NULL);
     FUZZ_CHECK((r->cpu_amx == 0 || r->cpu_amx == 1) && r->cpu_amx_min_rows >= 0);
     FUZZ_CHECK(r->cpu_fresh_alloc == 0 || r->cpu_fresh_alloc == 1);
+    FUZZ_CHECK(r->kv_full_window == 0 || r->kv_full_window == 1);
     FUZZ_CHECK(r->cpu_math_eff == 0 || (r->cpu_math_eff > 0 && r->cpu_math_eff <= 1));
     FUZZ_CHECK(r->cpu_amx_eff_bf16 == 0 || (r->cpu_amx_eff_bf16 > 0 && r->cpu_amx_eff_bf16 <= 1));
     FUZZ_CHECK(r->cpu_amx_eff_int8 == 0 || (r->cpu_amx_eff_int8 > 0 && r->cpu_amx_eff_int8 <= 1));
