@@ -168,6 +168,67 @@ def err_pct(pred, pub):
     return (pred - pub) / pub * 100.0
 
 
+def doc_region(lines, rows_file):
+    """The lines of the document's section for rows_file: from its marker line,
+    `<!-- validate-published ROWS -->` (ROWS the file's name), to the next heading."""
+    mark = "<!-- validate-published %s -->" % os.path.basename(rows_file)
+    for i, line in enumerate(lines):
+        if line.strip() == mark:
+            end = i + 1
+            while end < len(lines) and not lines[end].startswith("#"):
+                end += 1
+            return lines[i + 1:end]
+    return None
+
+
+def table_line(lines, key):
+    """The cells of the first Markdown table line whose first cell is key, else of the first whose
+    first cell is key's first part up to a '-' (a table may name O3.4-flexgen-6.7b-comp-p256 as
+    O3.4), or None."""
+    for exact in (True, False):
+        for line in lines:
+            if not line.startswith("| "):
+                continue
+            first = line.split("|")[1].strip()
+            if first == key if exact else (first and key.startswith(first + "-")):
+                return [c.strip() for c in line.strip().strip("|").split("|")]
+    return None
+
+
+def check_doc(path, rows_file, measured, failed, by_source):
+    """The document's section for rows_file against this run: each row's table line ends with
+    its predicted value and error as measured, each source's line gives its median and rows
+    within 25 %, so a change of the physics cannot leave the published tables behind (a ctest
+    runs this for every rows file)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        sys.exit("%s: %s" % (path, e.strerror))
+    region = doc_region(lines, rows_file)
+    if region is None:
+        sys.exit("%s: no section marked <!-- validate-published %s -->" % (path, os.path.basename(rows_file)))
+    bad = ["%s: row %s failed to run: %s" % (path, r["id"], " ".join(why)) for r, why in failed]
+    for rid, pred, err in measured:
+        cells = table_line(region, rid)
+        if cells is None:
+            bad.append("%s: row %s is in no table of its section (measured %s, %s %%)" % (path, rid, pred, err))
+        elif len(cells) < 3 or cells[-2] != pred or cells[-1].split()[0] != err:
+            bad.append("%s: row %s documents %s | %s, measured %s | %s %%" % (path, rid, cells[-2], cells[-1], pred, err))
+    for src, es in sorted(by_source.items()):
+        if src == "D6":
+            continue
+        cells = table_line(region, src)
+        med, within = "%.1f" % statistics.median(es), "%d of %d" % (sum(1 for x in es if x <= 25), len(es))
+        if cells is None or len(cells) < 4 or cells[-2] != med or cells[-1] != within:
+            bad.append("%s: source %s documents %s, measured median %s %%, %s within 25 %%" %
+                       (path, src, " | ".join(cells) if cells else "nothing", med, within))
+    if bad:
+        print("\n" + "\n".join(bad), file=sys.stderr)
+        sys.exit(1)
+    print("\n%s: every row and source of %s as measured" % (path, os.path.basename(rows_file)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ferry", default=os.environ.get("FERRY", os.path.join(ROOT, "build", "ferry")))
@@ -180,6 +241,9 @@ def main():
     ap.add_argument("--sensitivity", type=float, metavar="PCT",
                     help="also name the three figures each row hinges on (ferry sim --sensitivity PCT)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --sensitivity: its --jobs")
+    ap.add_argument("--check-doc", metavar="FILE",
+                    help="exit 1 unless FILE (docs/validation.md), in its section marked "
+                    "<!-- validate-published ROWS -->, gives each row and source as this run measured them")
     a = ap.parse_args()
     if a.sensitivity is not None and not 0.1 <= a.sensitivity <= 50:
         sys.exit("--sensitivity: a percentage in [0.1, 50]")
@@ -187,6 +251,7 @@ def main():
     rows = read_rows(a.rows)
     out = []  # markdown lines
     by_source, missing, failed, rounded = {}, [], [], []
+    measured = []  # (row id, predicted, error %) as the tables print them
     print("%-20s %-4s %12s %12s %9s%s" % ("row", "src", "published", "predicted", "error%",
                                           "  hinges on (%g %% lower; * no source)" % a.sensitivity if sens else ""))
     out += ["| row | source | metric | published | predicted | error %% |%s" % (" hinges on |" if sens else ""),
@@ -204,6 +269,7 @@ def main():
                 out.append("| %s | %s | %s | %.4g | failed | - |" % (r["id"], r["source"], r["metric"], r["published"]))
                 continue
             e = err_pct(v, r["published"])
+            measured.append((r["id"], "%.4g" % v, "%+.1f" % e))
             by_source.setdefault(r["source"], []).append(abs(e))
             miss = abs(e) > 25
             # a miss the published figure's own rounding covers is said so (the error stays as
@@ -264,6 +330,8 @@ def main():
             mout.append("| %s | %s | %.4g | %s |" % (r["id"], r["source"], r["published"], r["def"][len("missing: "):]))
         for r, why in failed:
             print("  %-16s %-4s %10.4g  failed: %s" % (r["id"], r["source"], r["published"], " ".join(why)))
+    if a.check_doc:
+        check_doc(a.check_doc, a.rows, measured, failed, by_source)
     if a.markdown:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         with open(a.markdown, "w") as f:
