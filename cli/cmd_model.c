@@ -135,7 +135,7 @@ static const char *quant_name(enum ferry_ckpt_quant q) {
   X(first_dense_layers) X(moe_layer_step) X(sliding_pattern) X(attn_chunk) X(nope_layer_step)  \
   X(rotary_dim) X(q_lora_rank) X(kv_lora_rank) X(qk_nope_dim) X(qk_rope_dim) X(v_head_dim)     \
   X(n_group) X(topk_group) X(rope_interleaved) X(norm_unit_offset) X(sandwich_norms)           \
-  X(scale_embeddings) X(parallel_residual) X(fused_qkv) X(embed_norm) X(alibi) X(attn_sinks)   \
+  X(scale_embeddings) X(parallel_residual) X(parallel_shared_norm) X(fused_qkv) X(embed_norm) X(alibi) X(attn_sinks)   \
   X(lm_head_bias) X(router_bias) X(router_score_bias) X(expert_scale_input) X(multimodal_names)
 #define CONFIG_EXTRA_NUM_FIELDS(X)                                                             \
   X(rope_local_theta) X(query_pre_attn_scalar) X(attn_softcap) X(final_softcap)                \

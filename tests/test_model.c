@@ -62,7 +62,7 @@ static void assert_config_equal(const struct ferry_model_config *a, const struct
   EQ(norm); EQ(act); EQ(norm_eps); EQ(rope_theta); EQ(sliding_window); EQ(dtype);
   EQ(first_dense_layers); EQ(moe_layer_step); EQ(sliding_pattern); EQ(rope_local_theta); EQ(rotary_dim);
   EQ(rope_interleaved); EQ(norm_unit_offset); EQ(sandwich_norms); EQ(scale_embeddings); EQ(query_pre_attn_scalar);
-  EQ(attn_softcap); EQ(final_softcap); EQ(parallel_residual); EQ(fused_qkv); EQ(embed_norm); EQ(alibi);
+  EQ(attn_softcap); EQ(final_softcap); EQ(parallel_residual); EQ(parallel_shared_norm); EQ(fused_qkv); EQ(embed_norm); EQ(alibi);
   EQ(attn_sinks); EQ(attn_chunk); EQ(nope_layer_step); EQ(attn_temp_floor); EQ(attn_temp_scale); EQ(lm_head_bias);
   EQ(q_lora_rank); EQ(kv_lora_rank); EQ(qk_nope_dim); EQ(qk_rope_dim); EQ(v_head_dim); EQ(router); EQ(router_bias);
   EQ(router_score_bias); EQ(n_group); EQ(topk_group); EQ(routed_scaling); EQ(router_jitter); EQ(expert_scale_input);
@@ -188,7 +188,7 @@ static void check_layout(const ferry_model *m) {
 
 static void test_presets_layout(void **state) {
   (void)state;
-  assert_int_equal(ferry_model_preset_count(), 26);
+  assert_int_equal(ferry_model_preset_count(), 27);
   assert_null(ferry_model_preset_name(ferry_model_preset_count()));
   for (size_t i = 0; i < ferry_model_preset_count(); i++) {
     ferry_model *m = open_ok(ferry_model_preset_name(i));
@@ -393,7 +393,8 @@ static void test_fixtures_match_presets(void **state) {
                {"qwen3", "qwen3-8b"}, {"qwen3_moe", "qwen3-30b-a3b"}, {"deepseek_v2", "deepseek-v2-lite"},
                {"deepseek_v3", "deepseek-v3"}, {"gpt_oss", "gpt-oss-120b"}, {"gpt_oss_20b", "gpt-oss-20b"},
                {"llama4", "llama-4-scout-17b-16e"}, {"phimoe", "phi-3.5-moe"}, {"gemma2", "gemma-2-9b"},
-               {"gemma3", "gemma-3-27b"}, {"gpt_neox", "gpt-neox-20b"}, {"bloom", "bloom-176b"}};
+               {"gemma3", "gemma-3-27b"}, {"gpt_neox", "gpt-neox-20b"}, {"bloom", "bloom-176b"},
+               {"gptj", "gpt-j-6b"}};
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
     char *p = fixture(pairs[i].fixture);
     ferry_model *f = open_ok(p), *m = open_ok(pairs[i].preset);
@@ -557,6 +558,9 @@ static void test_bad_configs(void **state) {
       {"deepseek-moe-freq", FERRY_ERR_UNSUPPORTED, {"moe_layer_freq", "only 1"}},
       {"mlp-only-layers-object", FERRY_ERR_FORMAT, {"mlp_only_layers", "array"}},
       {"opt-post-norm", FERRY_ERR_UNSUPPORTED, {"do_layer_norm_before", "post-norm"}},
+      {"gptj-rotary-odd", FERRY_ERR_FORMAT, {"rotary_dim", "even"}},
+      {"gptj-tied", FERRY_ERR_UNSUPPORTED, {"tie_word_embeddings", "bias"}},
+      {"rotary-dim-in-llama", FERRY_ERR_UNSUPPORTED, {"rotary_dim", "llama"}},
       {"top-level-array", FERRY_ERR_FORMAT, {"JSON object", "top level"}},
       {"truncated", FERRY_ERR_FORMAT, {"invalid JSON", "byte"}},
   };
@@ -610,6 +614,7 @@ static void test_published_totals(void **state) {
       {"gemma-3-27b", "gemma3", 27.4, 0, 1, 0, 0},
       {"gpt-neox-20b", "gpt_neox", 20.6, 0, 1, 0, 0},
       {"bloom-176b", "bloom", 176, 0, 0, 0, 0},
+      {"gpt-j-6b", "gptj", 6.05, 0, 2, 0, 0}, /* EleutherAI: 6,053,381,344 parameters */
   };
   /* published figures cut to their digits that the 1 % bound alone would miss: listed so that
    * any change in the accounting shows up here */
@@ -749,6 +754,21 @@ static void test_new_family_layouts(void **state) {
   assert_int_equal(rp.dim, 24);
   ferry_model_close(m);
 
+  /* GPT-J: one ln_1 per layer (no second norm), no attention biases, interleaved partial RoPE,
+   * an FFN and a head with biases */
+  m = open_ok("gpt-j-6b");
+  assert_shape(m, "transformer.h.27.attn.q_proj.weight", 4096, 4096);
+  assert_int_equal(ferry_model_find_tensor(m, "transformer.h.0.attn.q_proj.bias"), -1);
+  assert_int_equal(ferry_model_find_tensor(m, "transformer.h.0.ln_2.weight"), -1);
+  assert_shape(m, "transformer.h.0.ln_1.bias", 4096, 0);
+  assert_shape(m, "transformer.h.0.mlp.fc_in.weight", 16384, 4096);
+  assert_shape(m, "transformer.h.0.mlp.fc_out.bias", 4096, 0);
+  assert_shape(m, "lm_head.bias", 50400, 0);
+  assert_int_equal(ferry_model_layer_rope(m, 0, &rp), FERRY_OK);
+  assert_true(rp.dim == 64 && rp.interleaved);
+  assert_true(ferry_model_get_config(m)->parallel_residual && ferry_model_get_config(m)->parallel_shared_norm);
+  ferry_model_close(m);
+
   m = open_ok("bloom-176b");
   assert_shape(m, "word_embeddings_layernorm.bias", 14336, 0);
   assert_shape(m, "h.69.self_attention.query_key_value.weight", 3 * 14336, 14336);
@@ -782,7 +802,7 @@ static void test_resolve(void **state) {
   assert_null(ferry_model_preset_resolve(""));
   size_t with_id = 0;
   for (size_t i = 0; i < ferry_model_preset_count(); i++) with_id += *ferry_model_preset_hf_id(i) != 0;
-  assert_int_equal(with_id, 21);
+  assert_int_equal(with_id, 22);
   assert_null(ferry_model_preset_hf_id(ferry_model_preset_count()));
   /* a folder called like a preset (but not exactly its catalogue name) is read as a folder */
   char *dir = tu_mkdtemp("model-res");

@@ -40,7 +40,9 @@ enum ferry_family {
   FERRY_FAMILY_DEEPSEEK_V2, /**< DeepSeek-V2 ("deepseek_v2"): multi-head latent attention */
   FERRY_FAMILY_DEEPSEEK_V3, /**< DeepSeek-V3 ("deepseek_v3"): MLA, sigmoid routing with bias */
   FERRY_FAMILY_GPT_OSS,     /**< gpt-oss ("gpt_oss"): attention sinks, clamped SwiGLU experts */
-  FERRY_FAMILY_BLOOM        /**< BLOOM ("bloom"): ALiBi, LayerNorm after the embedding */
+  FERRY_FAMILY_BLOOM,       /**< BLOOM ("bloom"): ALiBi, LayerNorm after the embedding */
+  FERRY_FAMILY_GPTJ         /**< GPT-J ("gptj"): parallel residual over one LayerNorm, interleaved
+                                 partial rotary, biased FFN and head */
 };
 
 /** Normalisation kind. */
@@ -214,6 +216,8 @@ struct ferry_model_config {
   double attn_softcap;           /**< attention logits soft-capped: c * tanh(s / c); 0 = off (Gemma 2) */
   double final_softcap;          /**< output logits soft-capped likewise; 0 = off (Gemma 2) */
   int parallel_residual;         /**< x + attn(ln1(x)) + ffn(ln2(x)) (GPT-NeoX) */
+  int parallel_shared_norm;      /**< with parallel_residual: x + attn(ln1(x)) + ffn(ln1(x)), one norm
+                                      for both (GPT-J) */
   int fused_qkv;                 /**< one query_key_value weight, per head [q; k; v] (GPT-NeoX, BLOOM) */
   int embed_norm;                /**< LayerNorm on the embeddings (BLOOM) */
   int alibi;                     /**< ALiBi biases instead of positional embeddings (BLOOM) */

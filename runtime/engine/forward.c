@@ -420,9 +420,12 @@ static ferry_status attention_part(struct ferry_engine *e, int32_t l) {
   if ((st = norm(e, "attn_norm", l, e->ws.x, e->ws.h, T, H, W(e, FERRY_ROLE_ATTN_NORM, l),
                  W(e, FERRY_ROLE_ATTN_NORM_BIAS, l))))
     return st;
-  /* parallel residual (GPT-NeoX): the FFN reads the norm of the layer's input, not of x + attn */
+  /* parallel residual (GPT-NeoX): the FFN reads the norm of the layer's input, not of x + attn;
+   * GPT-J's one norm is computed again into h2, as attention's output projection reuses h */
+  const int shared = mc->parallel_shared_norm;
   if (mc->parallel_residual &&
-      (st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h2, T, H, W(e, FERRY_ROLE_FFN_NORM, l), W(e, FERRY_ROLE_FFN_NORM_BIAS, l))))
+      (st = norm(e, "ffn_norm", l, e->ws.x, e->ws.h2, T, H, W(e, shared ? FERRY_ROLE_ATTN_NORM : FERRY_ROLE_FFN_NORM, l),
+                 W(e, shared ? FERRY_ROLE_ATTN_NORM_BIAS : FERRY_ROLE_FFN_NORM_BIAS, l))))
     return st;
   if (mc->kv_lora_rank) return mla_part(e, l);
   if ((st = qkv(e, l))) return st;

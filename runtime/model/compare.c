@@ -53,6 +53,7 @@ ferry_status ferry_model_same_architecture(const ferry_model *serving, const fer
   SAME_INT(sandwich_norms)
   SAME_INT(scale_embeddings)
   SAME_INT(parallel_residual)
+  SAME_INT(parallel_shared_norm)
   SAME_INT(fused_qkv)
   SAME_INT(embed_norm)
   SAME_INT(alibi)

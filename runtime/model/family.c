@@ -25,6 +25,7 @@ static const struct ferry_family_traits traits[] = {
     [FERRY_FAMILY_DEEPSEEK_V3] = {"deepseek_v3", "DeepseekV3ForCausalLM", FERRY__NAMES_LLAMA, 1},
     [FERRY_FAMILY_GPT_OSS] = {"gpt_oss", "GptOssForCausalLM", FERRY__NAMES_LLAMA, 1},
     [FERRY_FAMILY_BLOOM] = {"bloom", "BloomForCausalLM", FERRY__NAMES_BLOOM, 0},
+    [FERRY_FAMILY_GPTJ] = {"gptj", "GPTJForCausalLM", FERRY__NAMES_GPTJ, 0},
 };
 #define N_FAMILIES ((int)(sizeof traits / sizeof traits[0]))
 

@@ -148,6 +148,7 @@ static ferry_status foreign_fields(const struct reader *r, const struct ferry_mo
       {"no_rope_layers", FERRY_FAMILY_LLAMA4, FERRY_FAMILY_LLAMA4},
       {"swiglu_limit", FERRY_FAMILY_GPT_OSS, FERRY_FAMILY_GPT_OSS},
       {"rotary_pct", FERRY_FAMILY_GPT_NEOX, FERRY_FAMILY_GPT_NEOX},
+      {"rotary_dim", FERRY_FAMILY_GPTJ, FERRY_FAMILY_GPTJ},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(r->root, keys[i].key);

@@ -375,6 +375,50 @@ static ferry_status read_neox(const struct reader *r, struct ferry_model_config 
   return FERRY_OK;
 }
 
+/* GPT-J (GPTJConfig: n_embd, n_layer, n_head, n_inner, n_positions; modeling_gptj.py): one
+ * LayerNorm (ln_1) feeds both the attention and the MLP of a parallel residual, q/k/v/out
+ * without biases, RoPE on the first rotary_dim dimensions of each head in interleaved pairs
+ * (rotate_every_two), an fc_in/fc_out MLP with biases and gelu_new, an untied head with a bias. */
+static ferry_status read_gptj(const struct reader *r, struct ferry_model_config *c) {
+  TRY(ferry__hf_int(r, "n_embd", 0, 4096, 1, FERRY__MODEL_MAX_DIM, &c->hidden));
+  TRY(ferry__hf_int(r, "n_layer", 0, 28, 1, FERRY__MODEL_MAX_LAYERS, &c->n_layers));
+  TRY(ferry__hf_int(r, "n_head", 0, 16, 1, FERRY__MODEL_MAX_HEADS, &c->n_heads));
+  TRY(ferry__hf_int(r, "vocab_size", 0, 50400, 1, FERRY__MODEL_MAX_VOCAB, &c->vocab));
+  TRY(ferry__hf_int(r, "n_positions", 0, 2048, 1, FERRY__MODEL_MAX_POSITION, &c->max_position));
+  TRY(ferry__hf_positive(r, "layer_norm_epsilon", 1e-5, &c->norm_eps));
+  TRY(ferry__hf_bool(r, "tie_word_embeddings", 0, &c->tied_embeddings));
+  if (c->tied_embeddings) return ferry__hf_unsupported(r, "tie_word_embeddings", "GPT-J's head is its own, with a bias");
+  if (c->hidden % c->n_heads)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: n_embd %lld is not a multiple of n_head %lld", r->what,
+                       (long long)c->hidden, (long long)c->n_heads);
+  c->n_kv_heads = c->n_heads;
+  c->head_dim = c->hidden / c->n_heads;
+  /* n_inner: null (or absent) is 4 x n_embd */
+  TRY(ferry__hf_int_or_null(r, "n_inner", 0, 4 * (int64_t)FERRY__MODEL_MAX_DIM, &c->intermediate));
+  if (c->intermediate == 0) c->intermediate = 4 * c->hidden;
+  /* rotary_dim: null rotates whole heads */
+  int64_t rd = 0;
+  TRY(ferry__hf_int_or_null(r, "rotary_dim", 64, FERRY__MODEL_MAX_DIM, &rd));
+  if (rd < 0 || rd > c->head_dim || rd % 2)
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: rotary_dim %lld must be even and at most the head's %lld", r->what,
+                       (long long)rd, (long long)c->head_dim);
+  c->rotary_dim = rd == c->head_dim ? 0 : rd;
+  c->rope_interleaved = 1;
+  c->rope_theta = 10000.0;
+  static const char *const gelu[] = {"gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu", NULL};
+  const char *act;
+  TRY(ferry__hf_str(r, "activation_function", "gelu_new", &act));
+  int known = 0;
+  for (const char *const *g = gelu; *g; g++) known |= !strcmp(act, *g);
+  if (!known) return ferry__hf_unsupported(r, "activation_function", "expected gelu_new, gelu_fast, gelu_pytorch_tanh or gelu");
+  c->act = strcmp(act, "gelu") ? FERRY_ACT_GELU_TANH : FERRY_ACT_GELU;
+  c->norm = FERRY_NORM_LAYER;
+  c->ffn_bias = 1;
+  c->lm_head_bias = 1;
+  c->parallel_residual = c->parallel_shared_norm = 1;
+  return FERRY_OK;
+}
+
 static ferry_status alias_int(const struct reader *r, const char *a, const char *b, int64_t hi, int64_t *out) {
   const cJSON *x = cJSON_GetObjectItemCaseSensitive(r->root, a);
   return ferry__hf_int(r, x && !cJSON_IsNull(x) ? a : b, 1, 0, 1, hi, out);
@@ -541,6 +585,7 @@ ferry_status ferry__hf_read_family(const struct reader *r, struct ferry_model_co
     case FERRY_FAMILY_PHIMOE: return read_phimoe(r, c);
     case FERRY_FAMILY_GPT_NEOX: return read_neox(r, c);
     case FERRY_FAMILY_BLOOM: return read_bloom(r, c);
+    case FERRY_FAMILY_GPTJ: return read_gptj(r, c);
     case FERRY_FAMILY_LLAMA4: return read_llama4(r, c);
     case FERRY_FAMILY_DEEPSEEK_V2:
     case FERRY_FAMILY_DEEPSEEK_V3: return read_deepseek(r, c);

@@ -272,6 +272,18 @@ static void write_family(struct writer *w, const struct ferry_model_config *c) {
       w_bool(w, "apply_residual_connection_post_layernorm", 0);
       w_bool(w, "tie_word_embeddings", c->tied_embeddings);
       return;
+    case FERRY_FAMILY_GPTJ:
+      w_int(w, "n_embd", c->hidden);
+      w_int(w, "n_layer", c->n_layers);
+      w_int(w, "n_head", c->n_heads);
+      w_int(w, "n_inner", c->intermediate);
+      w_int(w, "vocab_size", c->vocab);
+      w_int(w, "n_positions", c->max_position);
+      w_int(w, "rotary_dim", c->rotary_dim ? c->rotary_dim : c->head_dim);
+      w_num(w, "layer_norm_epsilon", c->norm_eps);
+      w_str(w, "activation_function", c->act == FERRY_ACT_GELU ? "gelu" : "gelu_new");
+      w_bool(w, "tie_word_embeddings", 0);
+      return;
     case FERRY_FAMILY_GPT_NEOX:
       write_dims(w, c, c->intermediate, "layer_norm_eps");
       w_str(w, "hidden_act", c->act == FERRY_ACT_GELU ? "gelu" : "gelu_fast");
@@ -451,7 +463,7 @@ static const char *config_diff(const struct ferry_model_config *a, const struct 
   SAME(sliding_window); SAME(dtype); SAME(first_dense_layers); SAME(moe_layer_step); SAME(sliding_pattern);
   SAME(rope_local_theta); SAME(rotary_dim); SAME(rope_interleaved); SAME(norm_unit_offset); SAME(sandwich_norms);
   SAME(scale_embeddings); SAME(query_pre_attn_scalar); SAME(attn_softcap); SAME(final_softcap);
-  SAME(parallel_residual); SAME(fused_qkv); SAME(embed_norm); SAME(alibi); SAME(attn_sinks); SAME(attn_chunk);
+  SAME(parallel_residual); SAME(parallel_shared_norm); SAME(fused_qkv); SAME(embed_norm); SAME(alibi); SAME(attn_sinks); SAME(attn_chunk);
   SAME(nope_layer_step); SAME(attn_temp_floor); SAME(attn_temp_scale); SAME(lm_head_bias); SAME(q_lora_rank);
   SAME(kv_lora_rank); SAME(qk_nope_dim); SAME(qk_rope_dim); SAME(v_head_dim); SAME(router); SAME(router_bias);
   SAME(router_score_bias); SAME(n_group); SAME(topk_group); SAME(routed_scaling); SAME(router_jitter);

@@ -283,6 +283,21 @@ static ferry_status layer_fused_qkv(struct builder *b, const struct ferry_model_
   return FERRY_OK;
 }
 
+/* GPT-J: ln_1 alone feeds the attention and the MLP (parallel residual), no attention biases. */
+static ferry_status layer_gptj(struct builder *b, const struct ferry_model_config *c) {
+  const int64_t h = c->hidden, q = c->n_heads * c->head_dim, i = c->intermediate;
+  TRY(add_norm(b, c, FERRY_ROLE_ATTN_NORM, FERRY_ROLE_ATTN_NORM_BIAS, "ln_1"));
+  TRY(add(b, FERRY_ROLE_ATTN_Q, q, h, "attn.q_proj.weight"));
+  TRY(add(b, FERRY_ROLE_ATTN_K, q, h, "attn.k_proj.weight"));
+  TRY(add(b, FERRY_ROLE_ATTN_V, q, h, "attn.v_proj.weight"));
+  TRY(add(b, FERRY_ROLE_ATTN_O, h, q, "attn.out_proj.weight"));
+  TRY(add(b, FERRY_ROLE_FFN_UP, i, h, "mlp.fc_in.weight"));
+  TRY(add(b, FERRY_ROLE_FFN_UP_BIAS, i, 0, "mlp.fc_in.bias"));
+  TRY(add(b, FERRY_ROLE_FFN_DOWN, h, i, "mlp.fc_out.weight"));
+  TRY(add(b, FERRY_ROLE_FFN_DOWN_BIAS, h, 0, "mlp.fc_out.bias"));
+  return FERRY_OK;
+}
+
 static ferry_status layer_llama_like(struct builder *b, const struct ferry_model_config *c, int32_t l,
                                      int *experts) {
   const int moe = ferry__layer_is_moe(c, l);
@@ -306,6 +321,7 @@ static ferry_status add_layer(struct builder *b, const struct ferry_model_config
   set_prefix(b, names == FERRY__NAMES_OPT    ? "model.decoder.layers.%d."
                 : names == FERRY__NAMES_NEOX ? "gpt_neox.layers.%d."
                 : names == FERRY__NAMES_BLOOM ? "h.%d."
+                : names == FERRY__NAMES_GPTJ  ? "transformer.h.%d."
                                               : "model.layers.%d.",
              l);
   b->layer = l;
@@ -316,6 +332,8 @@ static ferry_status add_layer(struct builder *b, const struct ferry_model_config
     TRY(layer_opt(b, c));
   else if (names == FERRY__NAMES_NEOX || names == FERRY__NAMES_BLOOM)
     TRY(layer_fused_qkv(b, c));
+  else if (names == FERRY__NAMES_GPTJ)
+    TRY(layer_gptj(b, c));
   else
     TRY(layer_llama_like(b, c, l, &experts));
   m->layer_count[l] = m->n_tensors - m->layer_first[l];
@@ -356,6 +374,7 @@ ferry_status ferry__model_build_layout(ferry_model *m) {
       break;
     case FERRY__NAMES_NEOX: TRY(add(b, FERRY_ROLE_EMBED, c->vocab, h, "gpt_neox.embed_in.weight")); break;
     case FERRY__NAMES_BLOOM: TRY(add(b, FERRY_ROLE_EMBED, c->vocab, h, "word_embeddings.weight")); break;
+    case FERRY__NAMES_GPTJ: TRY(add(b, FERRY_ROLE_EMBED, c->vocab, h, "transformer.wte.weight")); break;
     case FERRY__NAMES_LLAMA:
       set_prefix(b, "model.", 0);
       TRY(add(b, FERRY_ROLE_EMBED, c->vocab, h, "embed_tokens.weight"));
@@ -380,6 +399,9 @@ ferry_status ferry__model_build_layout(ferry_model *m) {
       TRY(add_norm(b, c, FERRY_ROLE_FINAL_NORM, FERRY_ROLE_FINAL_NORM_BIAS, "gpt_neox.final_layer_norm"));
       break;
     case FERRY__NAMES_BLOOM: TRY(add_norm(b, c, FERRY_ROLE_FINAL_NORM, FERRY_ROLE_FINAL_NORM_BIAS, "ln_f")); break;
+    case FERRY__NAMES_GPTJ:
+      TRY(add_norm(b, c, FERRY_ROLE_FINAL_NORM, FERRY_ROLE_FINAL_NORM_BIAS, "transformer.ln_f"));
+      break;
     case FERRY__NAMES_LLAMA:
       set_prefix(b, "model.", 0);
       TRY(add_norm(b, c, FERRY_ROLE_FINAL_NORM, FERRY_ROLE_FINAL_NORM_BIAS, "norm"));

@@ -190,7 +190,7 @@ static int check_family(const struct ferry_model_config *cfg, char *msg, size_t 
   const enum ferry_family f = cfg->family;
   const char *fam = ferry_family_name(f);
   const int layer_norm = f == FERRY_FAMILY_OPT || f == FERRY_FAMILY_PHIMOE || f == FERRY_FAMILY_GPT_NEOX ||
-                         f == FERRY_FAMILY_BLOOM;
+                         f == FERRY_FAMILY_BLOOM || f == FERRY_FAMILY_GPTJ;
   const int gemma = f == FERRY_FAMILY_GEMMA2 || f == FERRY_FAMILY_GEMMA3;
   const int fused = f == FERRY_FAMILY_GPT_NEOX || f == FERRY_FAMILY_BLOOM;
   const int mla = f == FERRY_FAMILY_DEEPSEEK_V2 || f == FERRY_FAMILY_DEEPSEEK_V3;
@@ -201,12 +201,15 @@ static int check_family(const struct ferry_model_config *cfg, char *msg, size_t 
   CHECK(cfg->embed_norm == (f == FERRY_FAMILY_BLOOM), "embed_norm = 1 is BLOOM's and only BLOOM's");
   CHECK(cfg->fused_qkv == fused, "family %s %s a fused query_key_value (fused_qkv = %d)", fam, fused ? "has" : "has no",
         fused);
-  CHECK(!cfg->parallel_residual || f == FERRY_FAMILY_GPT_NEOX, "parallel_residual is GPT-NeoX's");
+  CHECK(!cfg->parallel_residual || f == FERRY_FAMILY_GPT_NEOX || f == FERRY_FAMILY_GPTJ,
+        "parallel_residual is GPT-NeoX's and GPT-J's");
+  CHECK(cfg->parallel_shared_norm == (f == FERRY_FAMILY_GPTJ), "parallel_shared_norm = 1 is GPT-J's and only GPT-J's");
+  CHECK(!cfg->parallel_shared_norm || cfg->parallel_residual, "parallel_shared_norm needs parallel_residual");
   CHECK((cfg->kv_lora_rank > 0) == mla, "family %s %s MLA (kv_lora_rank)", fam, mla ? "needs" : "has no");
   CHECK(!cfg->norm_unit_offset == !gemma && !cfg->scale_embeddings == !gemma && !cfg->sandwich_norms == !gemma,
         "norm_unit_offset, scale_embeddings and sandwich_norms are Gemma's and set together");
   CHECK(!cfg->attn_sinks || f == FERRY_FAMILY_GPT_OSS, "attn_sinks is gpt-oss's");
-  CHECK(!cfg->lm_head_bias || f == FERRY_FAMILY_PHIMOE, "lm_head_bias is Phi-3.5-MoE's");
+  CHECK(!cfg->lm_head_bias || f == FERRY_FAMILY_PHIMOE || f == FERRY_FAMILY_GPTJ, "lm_head_bias is Phi-3.5-MoE's and GPT-J's");
   CHECK(!cfg->router_bias || f == FERRY_FAMILY_GPT_OSS, "router_bias is gpt-oss's");
   CHECK(!cfg->router_score_bias || f == FERRY_FAMILY_DEEPSEEK_V3, "router_score_bias is DeepSeek-V3's");
   CHECK(!cfg->expert_scale_input || f == FERRY_FAMILY_LLAMA4, "expert_scale_input is Llama 4's");
@@ -224,11 +227,13 @@ static int check_family(const struct ferry_model_config *cfg, char *msg, size_t 
     case FERRY_FAMILY_GEMMA3: CHECK(cfg->act == FERRY_ACT_GEGLU, "family %s uses GeGLU (act = FERRY_ACT_GEGLU)", fam); break;
     case FERRY_FAMILY_GPT_NEOX:
     case FERRY_FAMILY_BLOOM:
+    case FERRY_FAMILY_GPTJ:
       CHECK(cfg->act == FERRY_ACT_GELU || cfg->act == FERRY_ACT_GELU_TANH, "family %s uses a GELU MLP", fam);
       break;
     default: CHECK(cfg->act == FERRY_ACT_SWIGLU, "family %s uses a SwiGLU FFN (act = FERRY_ACT_SWIGLU)", fam); break;
   }
-  CHECK(cfg->ffn_bias == 0 || f == FERRY_FAMILY_OPT || fused, "family %s has no FFN biases (ffn_bias = 0)", fam);
+  CHECK(cfg->ffn_bias == 0 || f == FERRY_FAMILY_OPT || fused || f == FERRY_FAMILY_GPTJ,
+        "family %s has no FFN biases (ffn_bias = 0)", fam);
   if (f == FERRY_FAMILY_OPT || f == FERRY_FAMILY_BLOOM) {
     CHECK(isfinite(cfg->rope_theta) && cfg->rope_theta >= 0, "rope_theta = %g, expected >= 0", cfg->rope_theta);
     CHECK(cfg->rope_scaling.type == FERRY_ROPE_DEFAULT, "family %s has no RoPE to scale", fam);
@@ -236,7 +241,8 @@ static int check_family(const struct ferry_model_config *cfg, char *msg, size_t 
     CHECK(isfinite(cfg->rope_theta) && cfg->rope_theta > 0, "rope_theta = %g, expected > 0", cfg->rope_theta);
   }
   if (f == FERRY_FAMILY_OPT) CHECK(cfg->max_position <= FERRY__MODEL_MAX_POSITION - 2, "max_position too large");
-  CHECK(cfg->rotary_dim == 0 || f == FERRY_FAMILY_GPT_NEOX || mla, "rotary_dim (partial rotary) is GPT-NeoX's");
+  CHECK(cfg->rotary_dim == 0 || f == FERRY_FAMILY_GPT_NEOX || f == FERRY_FAMILY_GPTJ || mla,
+        "rotary_dim (partial rotary) is GPT-NeoX's and GPT-J's");
   CHECK(cfg->n_kv_heads == cfg->n_heads || !fused, "family %s has as many key/value heads as heads", fam);
   return 0;
 }
@@ -282,6 +288,7 @@ int ferry__model_config_check(const struct ferry_model_config *cfg, char *msg, s
   CHECK_FLAG(sandwich_norms);
   CHECK_FLAG(scale_embeddings);
   CHECK_FLAG(parallel_residual);
+  CHECK_FLAG(parallel_shared_norm);
   CHECK_FLAG(embed_norm);
   CHECK_FLAG(lm_head_bias);
   CHECK_FLAG(router_bias);

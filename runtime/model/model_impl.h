@@ -24,7 +24,8 @@ enum ferry__names {
   FERRY__NAMES_LLAMA, /* model.layers.N.self_attn.q_proj ... (and every family shaped like it) */
   FERRY__NAMES_OPT,   /* model.decoder.layers.N ... */
   FERRY__NAMES_NEOX,  /* gpt_neox.layers.N.attention.query_key_value ... */
-  FERRY__NAMES_BLOOM  /* h.N.self_attention.query_key_value ... */
+  FERRY__NAMES_BLOOM, /* h.N.self_attention.query_key_value ... */
+  FERRY__NAMES_GPTJ   /* transformer.h.N.attn.q_proj ... */
 };
 
 struct ferry_family_traits {

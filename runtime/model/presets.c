@@ -187,6 +187,12 @@ static const struct preset presets[] = {
      .n_layers = 44, .hidden = 6144, .intermediate = 24576, .n_heads = 64, .n_kv_heads = 64, .head_dim = 96,
      .vocab = 50432, .max_position = 2048, .rope_theta = 10000.0, .rotary_dim = 24, .parallel_residual = 1,
      .dtype = FERRY_DTYPE_F16}},
+    /* EleutherAI/gpt-j-6b (its main branch is fp32) */
+    {"EleutherAI/gpt-j-6b", {.name = "gpt-j-6b", .family = FERRY_FAMILY_GPTJ, .norm = FERRY_NORM_LAYER,
+     .act = FERRY_ACT_GELU_TANH, .ffn_bias = 1, .lm_head_bias = 1, .norm_eps = 1e-5, .n_layers = 28,
+     .hidden = 4096, .intermediate = 16384, .n_heads = 16, .n_kv_heads = 16, .head_dim = 256, .vocab = 50400,
+     .max_position = 2048, .rope_theta = 10000.0, .rotary_dim = 64, .rope_interleaved = 1,
+     .parallel_residual = 1, .parallel_shared_norm = 1, .dtype = FERRY_DTYPE_F32}},
     {"bigscience/bloom", {.name = "bloom-176b", .family = FERRY_FAMILY_BLOOM, FUSED_QKV_LIKE, .n_layers = 70,
      .hidden = 14336, .intermediate = 57344, .n_heads = 112, .n_kv_heads = 112, .head_dim = 128,
      .vocab = 250880, .max_position = 2048, .alibi = 1, .embed_norm = 1, .tied_embeddings = 1,

@@ -42,6 +42,7 @@ check deepseek_v2 --preset "$tiny/deepseek_v2"
 check deepseek_v3 --preset "$tiny/deepseek_v3"
 check gpt_oss --preset "$tiny/gpt_oss"
 check bloom --preset "$tiny/bloom"
+check gptj --preset "$tiny/gptj"
 # quantized checkpoints in their published layouts (written by quantize_published.py): ferry
 # reads the packed parts and must match the reference run on the weights they dequantize to
 check_quant() { # name, format, gen args...

@@ -252,8 +252,48 @@ def experts_out(x, probs_fn, expert_fn, K):
     return out
 
 
+def gptj_forward(cfg, w, tokens):
+    """GPT-J as transformers' modeling_gptj.py computes it: each block adds attn(ln_1(x)) and
+    mlp(ln_1(x)) to x (one LayerNorm for both); q and k rotate their first rotary_dim dimensions
+    in interleaved pairs (create_sinusoidal_positions, repeat_interleave of sin and cos,
+    rotate_every_two); the MLP is fc_in, gelu_new, fc_out with biases; the head has a bias."""
+    H, nh, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
+    hd = H // nh
+    rd = cfg.get("rotary_dim") or hd
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    T = len(tokens)
+    h = w["transformer.wte.weight"][np.array(tokens)]
+    inv = (1.0 / (10000 ** (np.arange(0, rd, 2, dtype=np.int64) / rd))).astype(np.float32)
+    sinusoid = np.einsum("i,j->ij", np.arange(T, dtype=np.float32), inv).astype(np.float32)
+    sin = np.repeat(np.sin(sinusoid), 2, axis=-1)[:, None, :]
+    cos = np.repeat(np.cos(sinusoid), 2, axis=-1)[:, None, :]
+
+    def rotate_every_two(x):
+        return np.stack((-x[..., 1::2], x[..., ::2]), axis=-1).reshape(x.shape)
+
+    def rotary(x):  # (T, heads, head_dim)
+        r = x[..., :rd]
+        return np.concatenate([r * cos + rotate_every_two(r) * sin, x[..., rd:]], axis=-1)
+
+    mask = causal(T)
+    for l in range(L):
+        p = "transformer.h.%d." % l
+        x = layernorm(h, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
+        q = rotary((x @ w[p + "attn.q_proj.weight"].T).reshape(T, nh, hd)).transpose(1, 0, 2)
+        k = rotary((x @ w[p + "attn.k_proj.weight"].T).reshape(T, nh, hd)).transpose(1, 0, 2)
+        v = (x @ w[p + "attn.v_proj.weight"].T).reshape(T, nh, hd).transpose(1, 0, 2)
+        a = attend(q, k, v, hd ** -0.5, mask).transpose(1, 0, 2).reshape(T, H) @ w[p + "attn.out_proj.weight"].T
+        f = gelu_tanh(x @ w[p + "mlp.fc_in.weight"].T + w[p + "mlp.fc_in.bias"])
+        f = f @ w[p + "mlp.fc_out.weight"].T + w[p + "mlp.fc_out.bias"]
+        h = h + a + f
+    h = layernorm(h, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
+    return h @ w["lm_head.weight"].T + w["lm_head.bias"]
+
+
 def forward(cfg, w, tokens):
     mt = cfg["model_type"]
+    if mt == "gptj":
+        return gptj_forward(cfg, w, tokens)
     H = cfg.get("hidden_size", cfg.get("n_embed"))
     nh = cfg.get("num_attention_heads", cfg.get("n_head"))
     nkv = cfg.get("num_key_value_heads", nh)
