@@ -566,6 +566,14 @@ static ferry_status finish_file(struct builder *b) {
     return ferry__fail(FERRY_ERR_FORMAT, "%s: interconnect.gpus is required (the GPUs the machine holds)", b->what);
   if (b->p.has_interconnect && !b->p.has_gpu)
     return ferry__fail(FERRY_ERR_FORMAT, "%s: an interconnect section needs a gpu section (the GPUs it joins)", b->what);
+  /* a fitted mark, as a source, belongs to a figure the profile has: the file written back with
+   * a source for each fitted figure must read back */
+  for (size_t i = 0; i < b->fit_mine.n; i++) {
+    const struct field *f = &fields[field_index(b->fit_mine.v[i])];
+    if (f->sec != S_TOP && !*section_flag(&b->p, f->sec))
+      return ferry__fail(FERRY_ERR_FORMAT, "%s: fitted[%zu] names %s but the profile has no %s section", b->what, i,
+                         b->fit_mine.v[i], section_names[f->sec]);
+  }
   for (size_t i = 0; i < b->mine.n; i++) {
     const struct ferry_hw_source *s = &b->mine.v[i];
     int idx = field_index(s->figure);

@@ -271,6 +271,10 @@ static const struct bad_case {
      "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK
      ", \"sources\": [{\"figure\": \"gpu.speed\", \"value\": 1, \"source\": \"s\", \"date\": \"d\"}]}",
      FERRY_ERR_FORMAT, "srcfig.json: sources[0].figure \"gpu.speed\" is not a field"},
+    /* a fitted mark for a figure of a section the profile lacks (fuzzing found its written copy,
+     * with a source for the mark, unreadable: tests/fuzz/hw/crash-fitted-absent-section) */
+    {"fitsec.json", "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK ", \"fitted\": [\"disk.read_gbps\"]}",
+     FERRY_ERR_FORMAT, "fitsec.json: fitted[0] names disk.read_gbps but the profile has no disk section"},
     /* a source whose number disagrees with the profile */
     {"srcval.json",
      "{\"name\": \"x\", \"kind\": \"gpu\", " GPU_OK
