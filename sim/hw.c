@@ -1159,6 +1159,13 @@ static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, con
     uint64_t bytes;
     if (ferry__parse_size(text, &bytes) != FERRY_OK)
       return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": not a size (e.g. 256GiB)", f->path, text, name);
+    /* a bare number is a byte count, kept as the figure's source: a fraction of a byte would be
+     * cut off here and the source would no longer match the figure */
+    char *end;
+    const double plain = strtod(text, &end);
+    if (end != text && *end == '\0' && plain != floor(plain))
+      return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": a byte count must be whole (or give a unit: 4GiB)",
+                         f->path, text, name);
     v = (double)bytes;
   } else if (ferry__parse_double(text, &v) != FERRY_OK || !isfinite(v)) {
     return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": not a number", f->path, text, name);

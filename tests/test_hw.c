@@ -526,6 +526,9 @@ static void test_compose_parts(void **state) {
       {"h100-pcie+link.h2d_gbps=fast", FERRY_ERR_INVALID, "not a number"},
       {"h100-pcie+link.h2d_gbps=-1", FERRY_ERR_FORMAT, "link.h2d_gbps must be positive"},
       {"h100-pcie+link.copy_engines=1.5", FERRY_ERR_INVALID, "must be an integer"},
+      /* a fraction of a byte would be cut off, and the name, the figure's source, would disagree
+       * with it (fuzzing: hw_name/crash-fractional-bytes) */
+      {"l4+host.memory_bytes=4.5", FERRY_ERR_INVALID, "a byte count must be whole"},
       {"h100-pcie+interconnect.gpus=2", FERRY_ERR_INVALID, "no interconnect section"},
       {"h100-pcie+host=pcie4-x16", FERRY_ERR_INVALID, "pcie4-x16 is a link profile with no host section"},
       {"h100-pcie+host=no-such-part", FERRY_ERR_NOT_FOUND, "no-such-part"},
