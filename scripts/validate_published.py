@@ -181,6 +181,11 @@ def doc_region(lines, rows_file):
     return None
 
 
+def cells_of(line):
+    """The cells of a Markdown table line."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
 def table_line(lines, key):
     """The cells of the first Markdown table line whose first cell is key, else of the first whose
     first cell is key's first part up to a '-' (a table may name O3.4-flexgen-6.7b-comp-p256 as
@@ -191,15 +196,16 @@ def table_line(lines, key):
                 continue
             first = line.split("|")[1].strip()
             if first == key if exact else (first and key.startswith(first + "-")):
-                return [c.strip() for c in line.strip().strip("|").split("|")]
+                return cells_of(line)
     return None
 
 
-def check_doc(path, rows_file, measured, failed, by_source):
-    """The document's section for rows_file against this run: each row's table line ends with
-    its predicted value and error as measured, each source's line gives its median and rows
-    within 25 %, so a change of the physics cannot leave the published tables behind (a ctest
-    runs this for every rows file)."""
+def check_doc(path, rows_file, row_lines, source_lines, failed):
+    """The document's section for rows_file against this run's own Markdown (row_lines, the rows'
+    table lines; source_lines, the per-source summary's): each row's line ends with its predicted
+    value and error as measured, each source's line gives its median and rows within 25 %, so a
+    change of the physics cannot leave the published tables behind (a ctest runs this for every
+    rows file)."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -209,20 +215,25 @@ def check_doc(path, rows_file, measured, failed, by_source):
     if region is None:
         sys.exit("%s: no section marked <!-- validate-published %s -->" % (path, os.path.basename(rows_file)))
     bad = ["%s: row %s failed to run: %s" % (path, r["id"], " ".join(why)) for r, why in failed]
-    for rid, pred, err in measured:
-        cells = table_line(region, rid)
-        if cells is None:
-            bad.append("%s: row %s is in no table of its section (measured %s, %s %%)" % (path, rid, pred, err))
-        elif len(cells) < 3 or cells[-2] != pred or cells[-1].split()[0] != err:
-            bad.append("%s: row %s documents %s | %s, measured %s | %s %%" % (path, rid, cells[-2], cells[-1], pred, err))
-    for src, es in sorted(by_source.items()):
-        if src == "D6":
+    failed_ids = {r["id"] for r, _ in failed}
+    for line in row_lines:
+        want = cells_of(line)
+        if want[0] in failed_ids:
             continue
-        cells = table_line(region, src)
-        med, within = "%.1f" % statistics.median(es), "%d of %d" % (sum(1 for x in es if x <= 25), len(es))
-        if cells is None or len(cells) < 4 or cells[-2] != med or cells[-1] != within:
+        pred, err = want[-2], want[-1].split()[0]
+        cells = table_line(region, want[0])
+        if cells is None:
+            bad.append("%s: row %s is in no table of its section (measured %s, %s %%)" % (path, want[0], pred, err))
+        elif len(cells) < 3 or cells[-2] != pred or cells[-1].split()[0] != err:
+            bad.append("%s: row %s documents %s | %s, measured %s | %s %%" % (path, want[0], cells[-2], cells[-1], pred, err))
+    for line in source_lines:
+        want = cells_of(line)
+        if want[0] == "D6":
+            continue
+        cells = table_line(region, want[0])
+        if cells is None or len(cells) < 4 or cells[-2:] != want[-2:]:
             bad.append("%s: source %s documents %s, measured median %s %%, %s within 25 %%" %
-                       (path, src, " | ".join(cells) if cells else "nothing", med, within))
+                       (path, want[0], " | ".join(cells) if cells else "nothing", want[-2], want[-1]))
     if bad:
         print("\n" + "\n".join(bad), file=sys.stderr)
         sys.exit(1)
@@ -248,10 +259,11 @@ def main():
     if a.sensitivity is not None and not 0.1 <= a.sensitivity <= 50:
         sys.exit("--sensitivity: a percentage in [0.1, 50]")
     sens = a.sensitivity is not None
+    if sens and a.check_doc:
+        sys.exit("--check-doc compares the plain tables: leave out --sensitivity")
     rows = read_rows(a.rows)
     out = []  # markdown lines
     by_source, missing, failed, rounded = {}, [], [], []
-    measured = []  # (row id, predicted, error %) as the tables print them
     print("%-20s %-4s %12s %12s %9s%s" % ("row", "src", "published", "predicted", "error%",
                                           "  hinges on (%g %% lower; * no source)" % a.sensitivity if sens else ""))
     out += ["| row | source | metric | published | predicted | error %% |%s" % (" hinges on |" if sens else ""),
@@ -269,7 +281,6 @@ def main():
                 out.append("| %s | %s | %s | %.4g | failed | - |" % (r["id"], r["source"], r["metric"], r["published"]))
                 continue
             e = err_pct(v, r["published"])
-            measured.append((r["id"], "%.4g" % v, "%+.1f" % e))
             by_source.setdefault(r["source"], []).append(abs(e))
             miss = abs(e) > 25
             # a miss the published figure's own rounding covers is said so (the error stays as
@@ -331,7 +342,7 @@ def main():
         for r, why in failed:
             print("  %-16s %-4s %10.4g  failed: %s" % (r["id"], r["source"], r["published"], " ".join(why)))
     if a.check_doc:
-        check_doc(a.check_doc, a.rows, measured, failed, by_source)
+        check_doc(a.check_doc, a.rows, out[2:], sout[2:], failed)
     if a.markdown:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         with open(a.markdown, "w") as f:

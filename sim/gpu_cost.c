@@ -272,12 +272,9 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
   if (!r->kv_expand) {
     /* products over the whole slot, masked: its unwritten keys read (and multiplied) too, and
      * the copies below made of all of it */
-    const double extra = full_window_extra_keys(r, k), hd = (double)k->head_dim;
-    const double row = kv_quantized(k)
-                           ? (double)ferry_kv_format_row_bytes((enum ferry_kv_format)k->kv_format, (uint64_t)k->head_dim)
-                           : hd * (double)esize(k->aux[2].dtype);
-    work->bytes += extra * (double)k->kv_heads * 2 * row;
-    work->flops += 4.0 * extra * (double)k->heads * hd;
+    const double extra = full_window_extra_keys(r, k);
+    work->bytes += extra * (double)k->kv_heads * 2 * (double)ferry__kv_bytes(k, (uint64_t)k->head_dim);
+    work->flops += 4.0 * extra * (double)k->heads * (double)k->head_dim;
     rows += extra * (double)k->kv_heads * 2;
   }
   double elem = (double)esize(kv_math(k));

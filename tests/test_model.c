@@ -82,6 +82,57 @@ static void assert_config_equal(const struct ferry_model_config *a, const struct
 
 /* ---- layout invariants, for every preset ---------------------------------------------- */
 
+/* Each layer's span covers it exactly, its dense part then its experts back to back; sums the
+ * layers' parameters and finds the largest, and counts the MoE layers. */
+static void check_layer_spans(const ferry_model *m, const struct ferry_model_config *c,
+                              const struct ferry_model_accounting *a, uint64_t *layers, uint64_t *max_all,
+                              uint64_t *max_dense, int64_t *moe_layers) {
+  /* spans cover each layer exactly: dense part, then its experts back to back */
+  for (int64_t l = 0; l < c->n_layers; l++) {
+    size_t first, count;
+    uint64_t all, dense;
+    struct ferry_layer_info li;
+    assert_int_equal(ferry_model_layer_span(m, l, &first, &count), FERRY_OK);
+    assert_int_equal(ferry_model_layer_params(m, l, &all, &dense), FERRY_OK);
+    assert_int_equal(ferry_model_layer_info(m, l, &li), FERRY_OK);
+    uint64_t p = 0;
+    for (size_t i = first; i < first + count; i++) {
+      assert_int_equal(ferry_model_tensor(m, i)->layer, l);
+      assert_int_equal(ferry_model_tensor(m, i)->expert, -1);
+      p += ferry_model_tensor(m, i)->numel;
+    }
+    assert_int_equal(p, dense);
+    *layers += all;
+    if (all > *max_all) *max_all = all;
+    if (dense > *max_dense) *max_dense = dense;
+    size_t next = first + count;
+    *moe_layers += li.moe;
+    for (int64_t e = 0; e < c->n_experts; e++) {
+      size_t ef, ec;
+      if (!li.moe) {
+        assert_int_equal(ferry_model_expert_span(m, l, e, &ef, &ec), FERRY_ERR_RANGE);
+        continue;
+      }
+      assert_int_equal(ferry_model_expert_span(m, l, e, &ef, &ec), FERRY_OK);
+      assert_int_equal(ef, next);
+      assert_true(ec >= 2 && ec <= 4);
+      uint64_t ep = 0;
+      for (size_t i = ef; i < ef + ec; i++) {
+        assert_int_equal(ferry_model_tensor(m, i)->expert, e);
+        ep += ferry_model_tensor(m, i)->numel;
+      }
+      assert_int_equal(ep, a->params_expert);
+      next = ef + ec;
+    }
+    assert_int_equal(all, dense + (li.moe ? (uint64_t)c->n_experts * a->params_expert : 0));
+    if (l + 1 < c->n_layers) {
+      size_t nf, nc;
+      assert_int_equal(ferry_model_layer_span(m, l + 1, &nf, &nc), FERRY_OK);
+      assert_int_equal(nf, next);
+    }
+  }
+}
+
 static void check_layout(const ferry_model *m) {
   const struct ferry_model_config *c = ferry_model_get_config(m);
   struct ferry_model_accounting a = acc_of(m);
@@ -135,50 +186,7 @@ static void check_layout(const ferry_model *m) {
   assert_int_equal(bytes + a.params_extra * ferry_dtype_size(c->dtype), a.bytes_total);
   uint64_t layers = 0, max_all = 0, max_dense = 0;
   int64_t moe_layers = 0;
-  /* spans cover each layer exactly: dense part, then its experts back to back */
-  for (int64_t l = 0; l < c->n_layers; l++) {
-    size_t first, count;
-    uint64_t all, dense;
-    struct ferry_layer_info li;
-    assert_int_equal(ferry_model_layer_span(m, l, &first, &count), FERRY_OK);
-    assert_int_equal(ferry_model_layer_params(m, l, &all, &dense), FERRY_OK);
-    assert_int_equal(ferry_model_layer_info(m, l, &li), FERRY_OK);
-    uint64_t p = 0;
-    for (size_t i = first; i < first + count; i++) {
-      assert_int_equal(ferry_model_tensor(m, i)->layer, l);
-      assert_int_equal(ferry_model_tensor(m, i)->expert, -1);
-      p += ferry_model_tensor(m, i)->numel;
-    }
-    assert_int_equal(p, dense);
-    layers += all;
-    if (all > max_all) max_all = all;
-    if (dense > max_dense) max_dense = dense;
-    size_t next = first + count;
-    moe_layers += li.moe;
-    for (int64_t e = 0; e < c->n_experts; e++) {
-      size_t ef, ec;
-      if (!li.moe) {
-        assert_int_equal(ferry_model_expert_span(m, l, e, &ef, &ec), FERRY_ERR_RANGE);
-        continue;
-      }
-      assert_int_equal(ferry_model_expert_span(m, l, e, &ef, &ec), FERRY_OK);
-      assert_int_equal(ef, next);
-      assert_true(ec >= 2 && ec <= 4);
-      uint64_t ep = 0;
-      for (size_t i = ef; i < ef + ec; i++) {
-        assert_int_equal(ferry_model_tensor(m, i)->expert, e);
-        ep += ferry_model_tensor(m, i)->numel;
-      }
-      assert_int_equal(ep, a.params_expert);
-      next = ef + ec;
-    }
-    assert_int_equal(all, dense + (li.moe ? (uint64_t)c->n_experts * a.params_expert : 0));
-    if (l + 1 < c->n_layers) {
-      size_t nf, nc;
-      assert_int_equal(ferry_model_layer_span(m, l + 1, &nf, &nc), FERRY_OK);
-      assert_int_equal(nf, next);
-    }
-  }
+  check_layer_spans(m, c, &a, &layers, &max_all, &max_dense, &moe_layers);
   assert_int_equal(a.params_total, a.params_embed + a.params_head + layers + a.params_extra);
   assert_int_equal(a.params_layer, max_all);
   assert_int_equal(a.params_layer_dense, max_dense);
@@ -733,8 +741,13 @@ static void test_new_family_layouts(void **state) {
   assert_int_equal(ferry_model_layer_rope(m, 3, &rp), FERRY_ERR_NOT_FOUND);
   assert_int_equal(acc_of(m).params_extra, 871932416ull); /* the vision tower as Meta's module list gives */
   ferry_model_close(m);
+}
 
-  m = open_ok("gemma-3-27b");
+/* The LayerNorm and fused-qkv families and Gemma 3: their tensors by name, RoPE per layer. */
+static void test_classic_family_layouts(void **state) {
+  (void)state;
+  struct ferry_rope_params rp;
+  ferry_model *m = open_ok("gemma-3-27b");
   assert_shape(m, "language_model.model.layers.5.pre_feedforward_layernorm.weight", 5376, 0);
   assert_shape(m, "language_model.model.layers.5.self_attn.q_norm.weight", 128, 0);
   assert_int_equal(ferry_model_find_tensor(m, "language_model.lm_head.weight"), -1); /* tied */
@@ -1162,6 +1175,7 @@ int main(void) {
       cmocka_unit_test(test_bad_configs),
       cmocka_unit_test(test_published_totals),
       cmocka_unit_test(test_new_family_layouts),
+      cmocka_unit_test(test_classic_family_layouts),
       cmocka_unit_test(test_resolve),
       cmocka_unit_test(test_rope),
       cmocka_unit_test(test_quant_configs),

@@ -23,9 +23,7 @@ static uint64_t esize(enum ferry_dtype d) {
   return s ? s : 4;
 }
 
-/* Bytes of one cached chunk of n elements (a head's K or V, or a latent row): in the cache's
- * format when quantized (codes and group scales), else its element type. */
-static uint64_t kv_bytes(const struct ferry_kernel *k, uint64_t n) {
+uint64_t ferry__kv_bytes(const struct ferry_kernel *k, uint64_t n) {
   if (k->kv_format > 0 && ferry_kv_format_group((enum ferry_kv_format)k->kv_format) > 0)
     return ferry_kv_format_row_bytes((enum ferry_kv_format)k->kv_format, n);
   return n * esize(k->aux[2].dtype);
@@ -88,7 +86,7 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       break;
     case FERRY_K_ATTENTION: {
       /* QK^T and PV: 2 + 2 flops per (query, key, dim) pair the causal mask keeps */
-      const uint64_t hd = (uint64_t)k->head_dim, kvh = (uint64_t)k->kv_heads, kv_row = kv_bytes(k, hd);
+      const uint64_t hd = (uint64_t)k->head_dim, kvh = (uint64_t)k->kv_heads, kv_row = ferry__kv_bytes(k, hd);
       f = 4.0 * (double)k->context_tokens * (double)k->heads * (double)hd;
       /* cached K and V as a tiled kernel reads them, q in and out, new k and v appended */
       b = attention_kv_tokens(k) * kvh * 2 * kv_row + m * (uint64_t)k->heads * hd * 8 + m * kvh * 2 * (hd * 4 + kv_row);
@@ -97,7 +95,7 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
     case FERRY_K_KV_APPEND: {
       /* the new fp32 k and v rows read, written into the cache in its format */
       const uint64_t hd = (uint64_t)k->head_dim, kvh = (uint64_t)k->kv_heads;
-      b = m * kvh * 2 * (hd * 4 + kv_bytes(k, hd));
+      b = m * kvh * 2 * (hd * 4 + ferry__kv_bytes(k, hd));
       break;
     }
     case FERRY_K_SWIGLU:
@@ -133,7 +131,7 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
       const double H = (double)k->heads, nope = (double)k->head_dim, rope = (double)k->rot_dim, rank = (double)kk,
                    v = (double)n, ctx = (double)k->context_tokens;
       f = 2.0 * (double)m * H * rank * (nope + v) + 2.0 * ctx * H * (2.0 * rank + rope);
-      b = attention_kv_tokens(k) * kv_bytes(k, (uint64_t)(rank + rope)) +
+      b = attention_kv_tokens(k) * ferry__kv_bytes(k, (uint64_t)(rank + rope)) +
           (uint64_t)(H * (nope + v) * rank) * esize(k->w.dtype) + m * (uint64_t)(H * (nope + rope + v)) * 4;
       break;
     }

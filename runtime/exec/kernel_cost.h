@@ -13,4 +13,8 @@
  * (ferry_kernel_cost() counts a flash-style kernel's reads per tile of queries instead). */
 uint64_t ferry__attention_seq_keys(const struct ferry_kernel *k);
 
+/* Bytes of one cached chunk of n elements (a head's K or V, or a latent row): in the cache's
+ * format when quantized (codes and group scales), else its element type. */
+uint64_t ferry__kv_bytes(const struct ferry_kernel *k, uint64_t n);
+
 #endif

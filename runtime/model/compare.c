@@ -8,9 +8,8 @@
 #include "common/error.h"
 #include "ferry/model.h"
 
-ferry_status ferry_model_same_architecture(const ferry_model *serving, const ferry_model *candidate) {
-  if (!serving || !candidate) return ferry__fail(FERRY_ERR_INVALID, "model_same_architecture: NULL model");
-  const struct ferry_model_config *x = ferry_model_get_config(serving), *y = ferry_model_get_config(candidate);
+/* SAME_INT(f), SAME_REAL(f): where x (the model serving) and y (the candidate) differ in field f, fail
+ * naming it. */
 #define SAME_INT(f)                                                                                                 \
   if (x->f != y->f)                                                                                                 \
     return ferry__fail(FERRY_ERR_FORMAT, "%s has %s %lld where the model serving has %lld: not the same architecture", \
@@ -19,6 +18,38 @@ ferry_status ferry_model_same_architecture(const ferry_model *serving, const fer
   if (x->f != y->f)                                                                                                 \
     return ferry__fail(FERRY_ERR_FORMAT, "%s has %s %g where the model serving has %g: not the same architecture",  \
                        y->name, #f, y->f, x->f);
+
+/* Their RoPE scaling, field by field. */
+static ferry_status same_rope_scaling(const struct ferry_model_config *x, const struct ferry_model_config *y) {
+  SAME_INT(rope_scaling.type)
+  SAME_REAL(rope_scaling.factor)
+  SAME_INT(rope_scaling.original_max_position)
+  SAME_REAL(rope_scaling.low_freq_factor)
+  SAME_REAL(rope_scaling.high_freq_factor)
+  SAME_REAL(rope_scaling.beta_fast)
+  SAME_REAL(rope_scaling.beta_slow)
+  SAME_REAL(rope_scaling.mscale)
+  SAME_REAL(rope_scaling.mscale_all_dim)
+  SAME_REAL(rope_scaling.attention_factor)
+  SAME_INT(rope_scaling.no_truncate)
+  SAME_INT(rope_scaling.n_factors)
+  SAME_REAL(rope_scaling.short_mscale)
+  SAME_REAL(rope_scaling.long_mscale)
+  /* field by field, never the struct's bytes: padding is not part of the value */
+  const int32_t nf = x->rope_scaling.n_factors > 0 && x->rope_scaling.n_factors <= FERRY_ROPE_MAX_FACTORS
+                         ? x->rope_scaling.n_factors
+                         : 0;
+  for (int32_t i = 0; i < nf; i++)
+    if (x->rope_scaling.short_factor[i] != y->rope_scaling.short_factor[i] ||
+        x->rope_scaling.long_factor[i] != y->rope_scaling.long_factor[i])
+      return ferry__fail(FERRY_ERR_FORMAT, "%s has other LongRoPE factors than the model serving: not the same architecture",
+                         y->name);
+  return FERRY_OK;
+}
+
+ferry_status ferry_model_same_architecture(const ferry_model *serving, const ferry_model *candidate) {
+  if (!serving || !candidate) return ferry__fail(FERRY_ERR_INVALID, "model_same_architecture: NULL model");
+  const struct ferry_model_config *x = ferry_model_get_config(serving), *y = ferry_model_get_config(candidate);
   SAME_INT(family)
   SAME_INT(n_layers)
   SAME_INT(hidden)
@@ -85,30 +116,8 @@ ferry_status ferry_model_same_architecture(const ferry_model *serving, const fer
   SAME_REAL(routed_scaling)
   SAME_REAL(router_jitter)
   SAME_REAL(swiglu_limit)
-  SAME_INT(rope_scaling.type)
-  SAME_REAL(rope_scaling.factor)
-  SAME_INT(rope_scaling.original_max_position)
-  SAME_REAL(rope_scaling.low_freq_factor)
-  SAME_REAL(rope_scaling.high_freq_factor)
-  SAME_REAL(rope_scaling.beta_fast)
-  SAME_REAL(rope_scaling.beta_slow)
-  SAME_REAL(rope_scaling.mscale)
-  SAME_REAL(rope_scaling.mscale_all_dim)
-  SAME_REAL(rope_scaling.attention_factor)
-  SAME_INT(rope_scaling.no_truncate)
-  SAME_INT(rope_scaling.n_factors)
-  SAME_REAL(rope_scaling.short_mscale)
-  SAME_REAL(rope_scaling.long_mscale)
-  /* field by field, never the struct's bytes: padding is not part of the value */
-  const int32_t nf = x->rope_scaling.n_factors > 0 && x->rope_scaling.n_factors <= FERRY_ROPE_MAX_FACTORS
-                         ? x->rope_scaling.n_factors
-                         : 0;
-  for (int32_t i = 0; i < nf; i++)
-    if (x->rope_scaling.short_factor[i] != y->rope_scaling.short_factor[i] ||
-        x->rope_scaling.long_factor[i] != y->rope_scaling.long_factor[i])
-      return ferry__fail(FERRY_ERR_FORMAT, "%s has other LongRoPE factors than the model serving: not the same architecture",
-                         y->name);
+  return same_rope_scaling(x, y);
+}
+
 #undef SAME_INT
 #undef SAME_REAL
-  return FERRY_OK;
-}

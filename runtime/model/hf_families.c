@@ -405,13 +405,13 @@ static ferry_status read_gptj(const struct reader *r, struct ferry_model_config 
   c->rotary_dim = rd == c->head_dim ? 0 : rd;
   c->rope_interleaved = 1;
   c->rope_theta = 10000.0;
-  static const char *const gelu[] = {"gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu", NULL};
   const char *act;
   TRY(ferry__hf_str(r, "activation_function", "gelu_new", &act));
-  int known = 0;
-  for (const char *const *g = gelu; *g; g++) known |= !strcmp(act, *g);
-  if (!known) return ferry__hf_unsupported(r, "activation_function", "expected gelu_new, gelu_fast, gelu_pytorch_tanh or gelu");
-  c->act = strcmp(act, "gelu") ? FERRY_ACT_GELU_TANH : FERRY_ACT_GELU;
+  c->act = FERRY_ACT_GELU;
+  if (strcmp(act, "gelu")) {
+    TRY(need_act(r, "activation_function", "gelu_new", gelu_tanh, "gelu or a tanh GELU (gelu_new)"));
+    c->act = FERRY_ACT_GELU_TANH;
+  }
   c->norm = FERRY_NORM_LAYER;
   c->ffn_bias = 1;
   c->lm_head_bias = 1;

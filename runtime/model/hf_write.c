@@ -245,9 +245,10 @@ static void write_qwen_window(struct writer *w, const struct ferry_model_config 
   w_int(w, "max_window_layers", c->sliding_window > 0 ? 0 : c->n_layers);
 }
 
-static void write_family(struct writer *w, const struct ferry_model_config *c) {
-  const enum ferry_family f = c->family;
-  switch (f) {
+/* The families whose config.json names its fields in its own way (GPT-2-era spellings): whether
+ * c is one of them, written. */
+static int write_own_names(struct writer *w, const struct ferry_model_config *c) {
+  switch (c->family) {
     case FERRY_FAMILY_OPT:
       w_int(w, "hidden_size", c->hidden);
       w_int(w, "ffn_dim", c->intermediate);
@@ -261,7 +262,7 @@ static void write_family(struct writer *w, const struct ferry_model_config *c) {
       w_bool(w, "enable_bias", c->qkv_bias);
       w_bool(w, "layer_norm_elementwise_affine", 1);
       w_bool(w, "tie_word_embeddings", c->tied_embeddings);
-      return;
+      return 1;
     case FERRY_FAMILY_BLOOM:
       w_int(w, "hidden_size", c->hidden);
       w_int(w, "n_layer", c->n_layers);
@@ -271,7 +272,7 @@ static void write_family(struct writer *w, const struct ferry_model_config *c) {
       w_num(w, "layer_norm_epsilon", c->norm_eps);
       w_bool(w, "apply_residual_connection_post_layernorm", 0);
       w_bool(w, "tie_word_embeddings", c->tied_embeddings);
-      return;
+      return 1;
     case FERRY_FAMILY_GPTJ:
       w_int(w, "n_embd", c->hidden);
       w_int(w, "n_layer", c->n_layers);
@@ -283,16 +284,62 @@ static void write_family(struct writer *w, const struct ferry_model_config *c) {
       w_num(w, "layer_norm_epsilon", c->norm_eps);
       w_str(w, "activation_function", c->act == FERRY_ACT_GELU ? "gelu" : "gelu_new");
       w_bool(w, "tie_word_embeddings", 0);
-      return;
+      return 1;
     case FERRY_FAMILY_GPT_NEOX:
       write_dims(w, c, c->intermediate, "layer_norm_eps");
       w_str(w, "hidden_act", c->act == FERRY_ACT_GELU ? "gelu" : "gelu_fast");
       w_num(w, "rotary_pct", c->rotary_dim ? (double)c->rotary_dim / (double)c->head_dim : 1.0);
       w_bool(w, "use_parallel_residual", c->parallel_residual);
       w_bool(w, "attention_bias", c->qkv_bias);
-      return;
-    default: break;
+      return 1;
+    default: return 0;
   }
+}
+
+static void write_llama4(struct writer *w, const struct ferry_model_config *c) {
+  w_bool(w, "attention_bias", c->qkv_bias);
+  w_bool(w, "use_qk_norm", c->qk_norm == FERRY_QK_NORM_L2);
+  w_int(w, "intermediate_size_mlp", c->intermediate);
+  w_int(w, "num_local_experts", c->n_experts);
+  w_int(w, "num_experts_per_tok", c->experts_per_token);
+  w_int(w, "interleave_moe_layer_step", c->moe_layer_step > 1 ? c->moe_layer_step : 1);
+  w_int_or_null(w, "attention_chunk_size", c->attn_chunk);
+  w_int(w, "no_rope_layer_interval", c->nope_layer_step);
+  w_bool(w, "attn_temperature_tuning", c->attn_temp_floor > 0);
+  if (c->attn_temp_floor > 0) {
+    w_num(w, "floor_scale", c->attn_temp_floor);
+    w_num(w, "attn_scale", c->attn_temp_scale);
+  }
+  write_layer_types(w, c);
+}
+
+static void write_deepseek(struct writer *w, const struct ferry_model_config *c) {
+  w_bool(w, "attention_bias", 0);
+  w_int_or_null(w, "q_lora_rank", c->q_lora_rank);
+  w_int(w, "kv_lora_rank", c->kv_lora_rank);
+  w_int(w, "qk_nope_head_dim", c->qk_nope_dim);
+  w_int(w, "qk_rope_head_dim", c->qk_rope_dim);
+  w_int(w, "v_head_dim", c->v_head_dim);
+  w_bool(w, "rope_interleave", c->rope_interleaved);
+  w_int(w, "n_routed_experts", c->n_experts);
+  w_int(w, "num_experts_per_tok", c->experts_per_token);
+  w_int(w, "moe_intermediate_size", c->expert_intermediate);
+  w_int(w, "n_shared_experts", c->n_shared_experts);
+  w_int(w, "first_k_dense_replace", c->first_dense_layers);
+  w_int(w, "moe_layer_freq", 1);
+  w_bool(w, "norm_topk_prob", c->norm_topk_prob);
+  w_num(w, "routed_scaling_factor", c->routed_scaling);
+  w_str(w, "scoring_func", c->router == FERRY_ROUTER_SIGMOID_GROUP ? "sigmoid" : "softmax");
+  w_str(w, "topk_method", c->router == FERRY_ROUTER_SIGMOID_GROUP ? "noaux_tc"
+                          : c->n_group > 1                        ? "group_limited_greedy"
+                                                                  : "greedy");
+  w_int(w, "n_group", c->n_group);
+  w_int(w, "topk_group", c->topk_group);
+}
+
+static void write_family(struct writer *w, const struct ferry_model_config *c) {
+  if (write_own_names(w, c)) return;
+  const enum ferry_family f = c->family;
   const int expert_sized = f == FERRY_FAMILY_MIXTRAL || f == FERRY_FAMILY_OLMOE || f == FERRY_FAMILY_PHIMOE ||
                            f == FERRY_FAMILY_GPT_OSS || f == FERRY_FAMILY_LLAMA4;
   write_dims(w, c, expert_sized ? c->expert_intermediate : c->intermediate, "rms_norm_eps");
@@ -358,46 +405,9 @@ static void write_family(struct writer *w, const struct ferry_model_config *c) {
       w_int(w, "num_experts_per_tok", c->experts_per_token);
       w_num(w, "router_jitter_noise", c->router_jitter);
       break;
-    case FERRY_FAMILY_LLAMA4:
-      w_bool(w, "attention_bias", c->qkv_bias);
-      w_bool(w, "use_qk_norm", c->qk_norm == FERRY_QK_NORM_L2);
-      w_int(w, "intermediate_size_mlp", c->intermediate);
-      w_int(w, "num_local_experts", c->n_experts);
-      w_int(w, "num_experts_per_tok", c->experts_per_token);
-      w_int(w, "interleave_moe_layer_step", c->moe_layer_step > 1 ? c->moe_layer_step : 1);
-      w_int_or_null(w, "attention_chunk_size", c->attn_chunk);
-      w_int(w, "no_rope_layer_interval", c->nope_layer_step);
-      w_bool(w, "attn_temperature_tuning", c->attn_temp_floor > 0);
-      if (c->attn_temp_floor > 0) {
-        w_num(w, "floor_scale", c->attn_temp_floor);
-        w_num(w, "attn_scale", c->attn_temp_scale);
-      }
-      write_layer_types(w, c);
-      break;
+    case FERRY_FAMILY_LLAMA4: write_llama4(w, c); break;
     case FERRY_FAMILY_DEEPSEEK_V2:
-    case FERRY_FAMILY_DEEPSEEK_V3:
-      w_bool(w, "attention_bias", 0);
-      w_int_or_null(w, "q_lora_rank", c->q_lora_rank);
-      w_int(w, "kv_lora_rank", c->kv_lora_rank);
-      w_int(w, "qk_nope_head_dim", c->qk_nope_dim);
-      w_int(w, "qk_rope_head_dim", c->qk_rope_dim);
-      w_int(w, "v_head_dim", c->v_head_dim);
-      w_bool(w, "rope_interleave", c->rope_interleaved);
-      w_int(w, "n_routed_experts", c->n_experts);
-      w_int(w, "num_experts_per_tok", c->experts_per_token);
-      w_int(w, "moe_intermediate_size", c->expert_intermediate);
-      w_int(w, "n_shared_experts", c->n_shared_experts);
-      w_int(w, "first_k_dense_replace", c->first_dense_layers);
-      w_int(w, "moe_layer_freq", 1);
-      w_bool(w, "norm_topk_prob", c->norm_topk_prob);
-      w_num(w, "routed_scaling_factor", c->routed_scaling);
-      w_str(w, "scoring_func", c->router == FERRY_ROUTER_SIGMOID_GROUP ? "sigmoid" : "softmax");
-      w_str(w, "topk_method", c->router == FERRY_ROUTER_SIGMOID_GROUP ? "noaux_tc"
-                              : c->n_group > 1                        ? "group_limited_greedy"
-                                                                      : "greedy");
-      w_int(w, "n_group", c->n_group);
-      w_int(w, "topk_group", c->topk_group);
-      break;
+    case FERRY_FAMILY_DEEPSEEK_V3: write_deepseek(w, c); break;
     case FERRY_FAMILY_GPT_OSS:
       w_bool(w, "attention_bias", c->qkv_bias);
       w_int(w, "num_local_experts", c->n_experts);
