@@ -411,10 +411,10 @@ static void test_unfused_framework(void **state) {
 }
 
 /* runtime.kv_full_window: a runtime that preallocates each sequence's cache for its longest length
- * works over the whole slot (kv_capacity keys) in a decode step, written or not. The KV-offload
- * fork (no kv_expand): its products read, and multiply, every key of the slot, and its upcast and
- * repeat copies are of all of them; FlexGen (kv_expand): the expansion covers the slot, the
- * products read the keys written. Prefill, a ring cache and a slot no longer than the context
+ * works over the whole slot (kv_capacity keys) in a decode step, written or not. Without
+ * kv_expand (no preset: the KV-offload fork hands each layer the slice written so far) the
+ * products read, and multiply, every key of the slot, and the upcast and repeat copies are of all
+ * of them; FlexGen (kv_expand): the expansion covers the slot, the products read the keys written. Prefill, a ring cache and a slot no longer than the context
  * add nothing. */
 static void test_kv_full_window(void **state) {
   (void)state;
@@ -426,7 +426,7 @@ static void test_kv_full_window(void **state) {
   two_sequence_attention(&k, pos, slot, 16, 16);
   k.kv_capacity = 4000;
   struct ferry__gpu_work w;
-  /* the fork, on the CPU, fp16 cache: (4000 - 1001) + (4000 - 2001) = 4998 keys more; read: 4998 x
+  /* on the CPU, fp16 cache: (4000 - 1001) + (4000 - 2001) = 4998 keys more; read: 4998 x
    * 16 heads x (K, V) x 128 x 2 B = 40943616 B; 4 x 4998 x 16 x 128 = 40943616 flops */
   ferry__cpu_work_of(&k, NULL, &w);
   const double plain = w.bytes, plain_flops = w.flops;

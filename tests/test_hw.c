@@ -374,9 +374,9 @@ static void check_preset_figures(const struct ferry_hw_profile *p, const char *n
   const int upcast = !strcmp(name, "zero-inference-kv") || flexgen;
   assert_int_equal(p->runtime.cpu_kv_upcast, upcast);
   if (upcast && !find_source(p, "runtime.cpu_kv_upcast", 0)) fail_msg("%s: cpu_kv_upcast lacks a source", name);
-  /* the same two preallocate each sequence's cache for its longest length and work over all of
-   * it in decode (the fork's products, FlexGen's expansion) */
-  assert_int_equal(p->runtime.kv_full_window, upcast);
+  /* both preallocate each sequence's cache for its longest length; FlexGen expands all of it in
+   * decode, the fork hands each layer the slice written so far: each says which with a source */
+  assert_int_equal(p->runtime.kv_full_window, flexgen);
   if (upcast && !find_source(p, "runtime.kv_full_window", 0)) fail_msg("%s: kv_full_window lacks a source", name);
   /* the PyTorch stacks allocate their CPU ops' temporaries fresh (c10 alloc_cpu, glibc's mmap
    * threshold, pages the kernel zeroes); llama.cpp's and ktransformers' CPU buffers are planned
