@@ -133,10 +133,22 @@ def spec_of(template, r):
     return eval("f" + repr(template), {}, v)  # templates are ferry's own data file
 
 
-def run_kernels(ferry, hw, shared, mapping):
+# --kernel-set NAME: the GPU's kernel times, the profile that prices them, its source label and
+# its CSVs, each with the kernels-a100.tsv mapping it takes its op templates from. a100 is D6
+# (../shared/validation/gpu-kernels-a100/); h100 and a40 are Vidur's measurements of the same ops
+# on those GPUs (scripts/vidur_kernels.py), which the cost model was not developed against.
+KERNEL_SETS = {
+    "a100": ("a100-80gb-sxm", "D6", [("{shared}/validation/gpu-kernels-a100/mlp_a100.csv", "mlp_a100.csv"),
+                                    ("{shared}/validation/gpu-kernels-a100/attention_a100.csv", "attention_a100.csv")]),
+    "h100": ("h100-sxm", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
+    "a40": ("a40", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),
+}
+
+
+def run_kernels(ferry, hw, files, mapping):
+    """files: (path, mapping key) pairs. None when a file is absent (no shared folder)."""
     results = []  # (csv, op, measured_ms, predicted_ms)
-    for csv_name in ("mlp_a100.csv", "attention_a100.csv"):
-        path = os.path.join(shared, "validation", "gpu-kernels-a100", csv_name)
+    for path, csv_name in files:
         if not os.path.exists(path):
             return None
         with open(path) as f:
@@ -249,6 +261,9 @@ def main():
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--markdown", help="also write the tables as Markdown to this file")
     ap.add_argument("--no-kernels", action="store_true", help="skip the D6 kernel timings (rows only)")
+    ap.add_argument("--kernel-set", choices=sorted(KERNEL_SETS), default="a100",
+                    help="the GPU whose kernel times to price (default a100, source D6; h100 and a40: Vidur's "
+                    "out-of-sample sets, run alone, without the rows)")
     ap.add_argument("--sensitivity", type=float, metavar="PCT",
                     help="also name the three figures each row hinges on (ferry sim --sensitivity PCT)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --sensitivity: its --jobs")
@@ -261,13 +276,17 @@ def main():
     sens = a.sensitivity is not None
     if sens and a.check_doc:
         sys.exit("--check-doc compares the plain tables: leave out --sensitivity")
-    rows = read_rows(a.rows)
+    if a.kernel_set != "a100" and (a.no_kernels or a.check_doc or sens):
+        sys.exit("--kernel-set %s prices kernels alone: leave out --no-kernels, --check-doc and --sensitivity"
+                 % a.kernel_set)
+    rows = [] if a.kernel_set != "a100" else read_rows(a.rows)
     out = []  # markdown lines
     by_source, missing, failed, rounded = {}, [], [], []
-    print("%-20s %-4s %12s %12s %9s%s" % ("row", "src", "published", "predicted", "error%",
-                                          "  hinges on (%g %% lower; * no source)" % a.sensitivity if sens else ""))
-    out += ["| row | source | metric | published | predicted | error %% |%s" % (" hinges on |" if sens else ""),
-            "|---|---|---|---|---|---|%s" % ("---|" if sens else "")]
+    if rows:
+        print("%-20s %-4s %12s %12s %9s%s" % ("row", "src", "published", "predicted", "error%",
+                                              "  hinges on (%g %% lower; * no source)" % a.sensitivity if sens else ""))
+        out += ["| row | source | metric | published | predicted | error %% |%s" % (" hinges on |" if sens else ""),
+                "|---|---|---|---|---|---|%s" % ("---|" if sens else "")]
     with tempfile.TemporaryDirectory(prefix="ferry-published-") as tmp:
         for r in rows:
             if r["def"].startswith("missing:"):
@@ -298,10 +317,14 @@ def main():
                                                                       mark, " %s |" % h if sens else ""))
     # D6
     mapping = kernel_map(a.kernels)
-    kres = None if a.no_kernels else run_kernels(a.ferry, "a100-80gb-sxm", a.shared, mapping)
+    k_hw, k_source, k_files = KERNEL_SETS[a.kernel_set]
+    k_files = [(p.format(shared=a.shared, root=ROOT), key) for p, key in k_files]
+    kres = None if a.no_kernels else run_kernels(a.ferry, k_hw, k_files, mapping)
+    if kres is None and a.kernel_set != "a100":
+        sys.exit("--kernel-set %s: %s is missing" % (a.kernel_set, k_files[0][0]))
     kout = []
     if kres is not None:
-        print("\nD6: A100 kernel times (measured medians) against `ferry hw kernel a100-80gb-sxm`")
+        print("\n%s: %s kernel times (measured medians) against `ferry hw kernel %s`" % (k_source, a.kernel_set.upper(), k_hw))
         print("%-36s %6s %14s %14s" % ("op", "rows", "median err%", "median |err|%"))
         kout += ["| op | kernels | median error % | median \\|error\\| % |", "|---|---|---|---|"]
         ops = {}
@@ -314,16 +337,16 @@ def main():
                                               statistics.median([abs(x) for x in es])))
             kout.append("| %s/%s | %d | %+.1f | %.1f |" % (c.split("_")[0], op, len(es), statistics.median(es),
                                                           statistics.median([abs(x) for x in es])))
-        by_source["D6"] = [statistics.median(all_abs)]
+        by_source[k_source] = [statistics.median(all_abs)]
         print("%-36s %6d %14s %14.1f" % ("all kernels", len(all_abs), "", statistics.median(all_abs)))
         kout.append("| all kernels | %d | | %.1f |" % (len(all_abs), statistics.median(all_abs)))
     print("\nmedian |error| per source (goal: rows within 25 %, median at most 10 %; D6 kernels 15 %):")
     sout = ["| source | rows | median \\|error\\| % | rows within 25 % |", "|---|---|---|---|"]
     for s in sorted(by_source):
         es = by_source[s]
-        if s == "D6":
+        if s == k_source:
             print("  %-4s %3s kernels  %6.1f %%" % (s, len(kres), es[0]))
-            sout.append("| D6 | %d kernels | %.1f | - |" % (len(kres), es[0]))
+            sout.append("| %s | %d kernels | %.1f | - |" % (s, len(kres), es[0]))
         else:
             within = sum(1 for x in es if x <= 25)
             print("  %-4s %3d rows  %6.1f %%  (%d within 25 %%)" % (s, len(es), statistics.median(es), within))
@@ -348,9 +371,11 @@ def main():
         with open(a.markdown, "w") as f:
             f.write("Measured %s at commit %s with `scripts/validate-published.sh`.\n\n" %
                     (datetime.date.today().isoformat(), rev or "?"))
-            f.write("\n".join(out) + "\n\n")
+            if out:
+                f.write("\n".join(out) + "\n\n")
             if kout:
-                f.write("D6, per op (A100 80GB, `ferry hw kernel a100-80gb-sxm`):\n\n" + "\n".join(kout) + "\n\n")
+                f.write("%s, per op (%s, `ferry hw kernel %s`):\n\n" % (k_source, a.kernel_set.upper(), k_hw) +
+                        "\n".join(kout) + "\n\n")
             f.write("\n".join(sout) + "\n\n")
             if mout:
                 f.write("Rows ferry cannot express yet:\n\n" + "\n".join(mout) + "\n")

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Write Vidur's per-operator kernel times of one GPU in the long format of
+../shared/validation/gpu-kernels-a100/mlp_a100.csv (one row per model, tp, token count and op),
+so that `scripts/validate-published.sh --kernel-set` checks ferry's kernel costs on GPUs other
+than the A100 the D6 rows come from.
+
+  usage: scripts/vidur_kernels.py VIDUR_GIT_DIR COMMIT GPU OUT.csv
+
+VIDUR_GIT_DIR is a clone (or bare mirror) of microsoft/vidur; COMMIT the revision read;
+GPU the folder under data/profiling/compute/ (h100, a40). The token counts kept are the
+A100 set's (1, 2, 4, ... 32768: powers of two and the steps between them that file has), so the
+three GPUs are compared on the same shapes; times are medians, minima and maxima of Vidur's
+repetitions in ms, rounded to 0.1 us as the A100 set; a shape Vidur profiled twice keeps the
+first profile's times. Vidur's data is MIT-licensed (Copyright
+(c) Microsoft Corporation): its LICENSE travels with the output (LICENSE-vidur.txt beside it).
+"""
+import csv
+import io
+import subprocess
+import sys
+
+TOKENS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384,
+          24576, 32768}
+OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm", "mlp_up_proj",
+       "mlp_act", "mlp_down_proj", "add")
+
+
+def git(gitdir, *args):
+    p = subprocess.run(["git", "--git-dir", gitdir] + list(args), capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("vidur_kernels.py: git %s: %s" % (" ".join(args), p.stderr.strip()))
+    return p.stdout
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.exit(__doc__.strip().split("\n\n")[1])
+    gitdir, commit, gpu, out = sys.argv[1:]
+    prefix = "data/profiling/compute/%s/" % gpu
+    files = [f for f in git(gitdir, "ls-tree", "-r", "--name-only", commit, prefix).split()
+             if f.endswith("/mlp.csv")]
+    if not files:
+        sys.exit("vidur_kernels.py: no %s*/mlp.csv at %s" % (prefix, commit))
+    rows, seen = [], set()
+    for f in sorted(files):
+        model = f[len(prefix):].split("/")[1]
+        for r in csv.DictReader(io.StringIO(git(gitdir, "show", "%s:%s" % (commit, f)))):
+            n = int(r["num_tokens"])
+            if n not in TOKENS:
+                continue
+            for op in OPS:
+                med = r.get("time_stats.%s.median" % op, "")
+                if med == "":
+                    continue  # an op the model's block does not have
+                key = (model, r["num_tensor_parallel_workers"], n, op)
+                if key in seen:
+                    continue  # Vidur profiled some shapes twice: the first run's times, as the A100 set
+                seen.add(key)
+                rows.append([gpu, model, r["n_embd"], r["n_expanded_embd"], r["n_head"], r["n_kv_head"],
+                             r["use_gated_mlp"], r["num_tensor_parallel_workers"], n, op,
+                             "%.4f" % float(med), "%.4f" % float(r["time_stats.%s.min" % op]),
+                             "%.4f" % float(r["time_stats.%s.max" % op])])
+    rows.sort(key=lambda x: (x[1], int(x[7]), x[8], OPS.index(x[9])))
+    with open(out, "w", newline="") as fo:
+        w = csv.writer(fo, lineterminator="\n")
+        w.writerow(["gpu", "model", "n_embd", "n_expanded_embd", "n_head", "n_kv_head", "use_gated_mlp", "tp",
+                    "num_tokens", "op", "time_ms_median", "time_ms_min", "time_ms_max"])
+        w.writerows(rows)
+    print("%s: %d kernel times from %d models (%s at %s)" % (out, len(rows), len(files), prefix, commit[:12]))
+
+
+if __name__ == "__main__":
+    main()
