@@ -252,6 +252,31 @@ def check_doc(path, rows_file, row_lines, source_lines, failed):
     print("\n%s: every row and source of %s as measured" % (path, os.path.basename(rows_file)))
 
 
+def check_doc_kernels(path, set_name, kernel_lines):
+    """The document's section marked <!-- validate-published kernels-SET --> against this run's
+    per-op kernel table (kernel_lines): every op's line as measured."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        sys.exit("%s: %s" % (path, e.strerror))
+    region = doc_region(lines, "kernels-" + set_name)
+    if region is None:
+        sys.exit("%s: no section marked <!-- validate-published kernels-%s -->" % (path, set_name))
+    bad = []
+    for line in kernel_lines:
+        want = cells_of(line)
+        cells = table_line(region, want[0])
+        if cells != want:
+            bad.append("%s: kernels %s %s documents %s, measured %s" % (path, set_name, want[0],
+                                                                    " | ".join(cells) if cells else "nothing",
+                                                                    " | ".join(want)))
+    if bad:
+        print("\n" + "\n".join(bad), file=sys.stderr)
+        sys.exit(1)
+    print("\n%s: every op of the %s kernel set as measured" % (path, set_name))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ferry", default=os.environ.get("FERRY", os.path.join(ROOT, "build", "ferry")))
@@ -269,15 +294,16 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --sensitivity: its --jobs")
     ap.add_argument("--check-doc", metavar="FILE",
                     help="exit 1 unless FILE (docs/validation.md), in its section marked "
-                    "<!-- validate-published ROWS -->, gives each row and source as this run measured them")
+                    "<!-- validate-published ROWS -->, gives each row and source as this run measured them "
+                    "(with --kernel-set GPU: <!-- validate-published kernels-GPU -->, each op)")
     a = ap.parse_args()
     if a.sensitivity is not None and not 0.1 <= a.sensitivity <= 50:
         sys.exit("--sensitivity: a percentage in [0.1, 50]")
     sens = a.sensitivity is not None
     if sens and a.check_doc:
         sys.exit("--check-doc compares the plain tables: leave out --sensitivity")
-    if a.kernel_set != "a100" and (a.no_kernels or a.check_doc or sens):
-        sys.exit("--kernel-set %s prices kernels alone: leave out --no-kernels, --check-doc and --sensitivity"
+    if a.kernel_set != "a100" and (a.no_kernels or sens):
+        sys.exit("--kernel-set %s prices kernels alone: leave out --no-kernels and --sensitivity"
                  % a.kernel_set)
     rows = [] if a.kernel_set != "a100" else read_rows(a.rows)
     out = []  # markdown lines
@@ -364,7 +390,9 @@ def main():
             mout.append("| %s | %s | %.4g | %s |" % (r["id"], r["source"], r["published"], r["def"][len("missing: "):]))
         for r, why in failed:
             print("  %-16s %-4s %10.4g  failed: %s" % (r["id"], r["source"], r["published"], " ".join(why)))
-    if a.check_doc:
+    if a.check_doc and a.kernel_set != "a100":
+        check_doc_kernels(a.check_doc, a.kernel_set, kout[2:])
+    elif a.check_doc:
         check_doc(a.check_doc, a.rows, out[2:], sout[2:], failed)
     if a.markdown:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
