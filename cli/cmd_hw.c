@@ -264,6 +264,7 @@ static int hw_show(const char *name) {
     printf("  %-28s %lld ns\n", "interconnect.latency_ns", (long long)ic->latency_ns);
     printf("  %-28s %d (%s)\n", "interconnect.switched", ic->switched,
            ic->switched ? "every GPU at its full rate at once" : "the GPUs share the host's PCIe fabric");
+    printf("  %-28s %d (%s)\n", "interconnect.nvlink", ic->nvlink, ic->nvlink ? "NVLink" : "PCIe");
   }
   if (p->price_per_hour_usd > 0)
     printf("price_per_hour_usd: %.2f%s\n", p->price_per_hour_usd, p->has_interconnect ? " (the whole machine)" : "");

@@ -24,13 +24,15 @@ static void usage(FILE *f) {
           "                                             q new tokens per sequence over ctx cached ones\n"
           "  norm m=4096 n=4096 [w=fp16]    rope m=4096 heads=32 kv_heads=8 head_dim=128\n"
           "  activation m=4096 n=11008 [fn=silu_mul|gelu|relu]\n"
+          "  allreduce devices=8 bytes=1048576          an all-reduce of that many bytes per GPU over the\n"
+          "                                             profile's interconnect (at most 8 GPUs)\n"
           "--runtime picks how quantized weights are read (eager: a dequantize kernel first; graph and\n"
           "native: fused kernels); the host's launch costs are not part of a kernel's time.\n");
 }
 
 struct spec {
   char kind[32];
-  int64_t m, n, k, batch, q, ctx, heads, kv_heads, head_dim, window;
+  int64_t m, n, k, batch, q, ctx, heads, kv_heads, head_dim, window, devices, bytes;
   enum ferry_dtype w, kv;
   struct ferry_qspec quant;
   int quantized;
@@ -60,7 +62,8 @@ static int parse_spec(const char *text, struct spec *s) {
                 {"k", offsetof(struct spec, k)},           {"batch", offsetof(struct spec, batch)},
                 {"q", offsetof(struct spec, q)},           {"ctx", offsetof(struct spec, ctx)},
                 {"heads", offsetof(struct spec, heads)},   {"kv_heads", offsetof(struct spec, kv_heads)},
-                {"head_dim", offsetof(struct spec, head_dim)}, {"window", offsetof(struct spec, window)}};
+                {"head_dim", offsetof(struct spec, head_dim)}, {"window", offsetof(struct spec, window)},
+                {"devices", offsetof(struct spec, devices)},   {"bytes", offsetof(struct spec, bytes)}};
     size_t i = 0;
     while (i < sizeof ints / sizeof ints[0] && strcmp(key, ints[i].key)) i++;
     if (i < sizeof ints / sizeof ints[0]) {
@@ -169,6 +172,46 @@ static ferry_status place_dequant(ferry_exec *ex, struct ferry_kernel *d, const 
   return place(ex, p, n, out);
 }
 
+/* An all-reduce: its own executor of `devices` GPUs, one partial of bytes (in the runtime's
+ * activation elements, which is what the simulator all-reduces) on each. */
+static int time_allreduce(const ferry_hw *hw, const struct spec *s, struct timing *t) {
+  if (s->devices < 2 || s->devices > FERRY_EXEC_MAX_DEVICES)
+    return cli_usage_error("hw kernel", "allreduce: devices=%lld: 2 to %d GPUs", (long long)s->devices,
+                           FERRY_EXEC_MAX_DEVICES);
+  if (s->bytes < 1) return cli_usage_error("hw kernel", "allreduce: bytes= must be at least 1");
+  const int32_t gpus = ferry_hw_gpu_count(ferry_hw_get(hw));
+  if (ferry_hw_get(hw)->has_interconnect && s->devices > gpus)
+    return cli_usage_error("hw kernel", "allreduce: devices=%lld: the machine holds %d GPUs", (long long)s->devices, gpus);
+  uint32_t act_bytes = 4, dequant_bytes = 0;
+  ferry_hw_profile_elem_bytes(ferry_hw_get(hw), &act_bytes, &dequant_bytes);
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ALLREDUCE;
+  k.name = "allreduce";
+  k.layer = k.expert = -1;
+  k.m = s->devices;
+  k.n = (s->bytes + act_bytes - 1) / act_bytes;
+  ferry_exec *ex = NULL;
+  ferry_buf *bufs[FERRY_EXEC_MAX_DEVICES] = {0};
+  int32_t q;
+  int rc = CLI_FAIL;
+  ferry_status st = ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.n_devices = (int32_t)s->devices});
+  if (st == FERRY_OK) st = ferry_exec_queue_create_on(ex, FERRY_QUEUE_COMPUTE, 0, &q);
+  for (int32_t d = 0; st == FERRY_OK && d < (int32_t)s->devices; d++) {
+    st = ferry_exec_alloc_on(ex, d, FERRY_TIER_DEVICE, (uint64_t)k.n * 4, "partials", &bufs[d]);
+    if (st == FERRY_OK) *(d ? &k.aux[d - 1] : &k.x) = (struct ferry_ref){bufs[d], 0, FERRY_DTYPE_F32};
+  }
+  memset(t, 0, sizeof *t);
+  if (st == FERRY_OK) {
+    ferry_exec_set_sink(ex, sink, t);
+    if ((st = ferry_exec_compute(ex, q, &k)) == FERRY_OK) st = ferry_exec_drain(ex);
+  }
+  if (st != FERRY_OK) cli_fail(st, "%s", ex ? ferry_exec_errmsg(ex) : "");
+  else rc = 0;
+  ferry_exec_destroy(ex);
+  return rc;
+}
+
 /* Simulate one kernel (a quantized product: its dequantize op, then the product). */
 static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct timing *t, int32_t *ints) {
   struct ferry_kernel k;
@@ -233,7 +276,8 @@ static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct tim
     k.kind = FERRY_K_SWIGLU;
     k.m = s->m, k.n = s->n, k.fn = s->fn;
   } else {
-    return cli_usage_error("hw kernel", "unknown kernel kind '%s' (matmul, attention, norm, rope, activation)", s->kind);
+    return cli_usage_error("hw kernel", "unknown kernel kind '%s' (matmul, attention, norm, rope, activation, allreduce)",
+                           s->kind);
   }
   if ((st = place_kernel(ex, &k, &bufs)) != FERRY_OK) return cli_fail(st, NULL);
   memset(t, 0, sizeof *t);
@@ -301,7 +345,9 @@ int hw_kernel(int argc, char **argv) {
       }
       struct spec s;
       struct timing t;
-      if ((rc = parse_spec(text, &s)) != 0 || (rc = time_spec(ex, q, &s, &t, ints)) != 0) break;
+      if ((rc = parse_spec(text, &s)) != 0) break;
+      rc = !strcmp(s.kind, "allreduce") ? time_allreduce(hw, &s, &t) : time_spec(ex, q, &s, &t, ints);
+      if (rc != 0) break;
       printf("%.3f\n", (double)t.ns / 1e3);
       if (!from_stdin) break;
     }

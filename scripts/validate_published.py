@@ -142,7 +142,24 @@ KERNEL_SETS = {
                                     ("{shared}/validation/gpu-kernels-a100/attention_a100.csv", "attention_a100.csv")]),
     "h100": ("h100-sxm", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
     "a40": ("a40", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),
+    # NCCL all-reduce times within one NVSwitch machine: the A100 DGX of D6's folder, and Vidur's H100 DGX
+    "a100-net": ("8xa100-80gb-sxm", "D6-net", [("{shared}/validation/gpu-kernels-a100/network_a100.csv",
+                                                "network_a100.csv")]),
+    "h100-net": ("8xh100-sxm", "K-H100-net", [("{root}/tests/data/published/kernels-vidur/network_h100.csv",
+                                               "network_a100.csv")]),
 }
+
+
+def priced_row(csv_name, r, mapping):
+    """Whether a measured row has a ferry kernel: its op (a network file's collective) is mapped,
+    it took time, and a network row ran on one NVSwitch machine (ferry prices no multi-node
+    collective, nor the pairwise-NVLink boxes)."""
+    op = r.get("op") or r.get("collective")
+    if (csv_name, op) not in mapping or not float(r["time_ms_median"]) > 0:
+        return False
+    if "network_device" in r:
+        return r["network_device"].endswith("_dgx") and r["devices_per_node"] == r["num_workers"]
+    return True
 
 
 def run_kernels(ferry, hw, files, mapping):
@@ -152,8 +169,8 @@ def run_kernels(ferry, hw, files, mapping):
         if not os.path.exists(path):
             return None
         with open(path) as f:
-            data = [r for r in csv.DictReader(f) if (csv_name, r["op"]) in mapping and float(r["time_ms_median"]) > 0]
-        specs = [spec_of(mapping[(csv_name, r["op"])], r) for r in data]
+            data = [r for r in csv.DictReader(f) if priced_row(csv_name, r, mapping)]
+        specs = [spec_of(mapping[(csv_name, r.get("op") or r["collective"])], r) for r in data]
         p = subprocess.run([ferry, "hw", "kernel", hw, "-"], input="\n".join(specs) + "\n", capture_output=True,
                            text=True, cwd=ROOT)
         if p.returncode != 0:
@@ -162,7 +179,7 @@ def run_kernels(ferry, hw, files, mapping):
         if len(times) != len(data):
             sys.exit("ferry hw kernel: %d times for %d kernels" % (len(times), len(data)))
         for r, t in zip(data, times):
-            results.append((csv_name, r["op"], float(r["time_ms_median"]), t))
+            results.append((csv_name, r.get("op") or r["collective"], float(r["time_ms_median"]), t))
     return results
 
 

@@ -5,9 +5,12 @@ so that `scripts/validate-published.sh --kernel-set` checks ferry's kernel costs
 than the A100 the D6 rows come from.
 
   usage: scripts/vidur_kernels.py VIDUR_GIT_DIR COMMIT GPU OUT.csv
+         scripts/vidur_kernels.py VIDUR_GIT_DIR COMMIT network/MACHINE OUT.csv
 
 VIDUR_GIT_DIR is a clone (or bare mirror) of microsoft/vidur; COMMIT the revision read;
-GPU the folder under data/profiling/compute/ (h100, a40). The token counts kept are the
+GPU the folder under data/profiling/compute/ (h100, a40); network/MACHINE a folder under
+data/profiling/network/ (h100_dgx), whose all_reduce.csv is written in the long format of
+../shared/validation/gpu-kernels-a100/network_a100.csv (its sizes: 2 KiB to 64 MiB, about doubling). The token counts kept are the
 A100 set's (1, 2, 4, ... 32768: powers of two and the steps between them that file has), so the
 three GPUs are compared on the same shapes; times are medians, minima and maxima of Vidur's
 repetitions in ms, rounded to 0.1 us as the A100 set; a shape Vidur profiled twice keeps the
@@ -32,10 +35,37 @@ def git(gitdir, *args):
     return p.stdout
 
 
+NET_SIZES = {2048, 10240, 18432, 34816, 67584, 133120, 264192, 526336, 1048576, 2097152, 4194304, 8388608,
+             16777216, 33554432, 67108864}
+
+
+def network(gitdir, commit, machine, out):
+    path = "data/profiling/network/%s/all_reduce.csv" % machine
+    rows, seen = [], set()
+    for r in csv.DictReader(io.StringIO(git(gitdir, "show", "%s:%s" % (commit, path)))):
+        size = int(r["size"])
+        key = (r["num_workers"], r["devices_per_node"], size)
+        if size not in NET_SIZES or key in seen:
+            continue
+        seen.add(key)
+        rows.append([machine, commit[:7], "all_reduce", r["num_workers"], r["devices_per_node"],
+                     r["max_devices_per_node"], size, "%.4f" % float(r["time_stats.all_reduce.median"]),
+                     "%.4f" % float(r["time_stats.all_reduce.min"]), "%.4f" % float(r["time_stats.all_reduce.max"])])
+    rows.sort(key=lambda x: (int(x[3]), int(x[4]), x[6]))
+    with open(out, "w", newline="") as fo:
+        w = csv.writer(fo, lineterminator="\n")
+        w.writerow(["network_device", "src_commit", "collective", "num_workers", "devices_per_node",
+                    "max_devices_per_node", "size_bytes", "time_ms_median", "time_ms_min", "time_ms_max"])
+        w.writerows(rows)
+    print("%s: %d all-reduce times (%s at %s)" % (out, len(rows), path, commit[:12]))
+
+
 def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__.strip().split("\n\n")[1])
     gitdir, commit, gpu, out = sys.argv[1:]
+    if gpu.startswith("network/"):
+        return network(gitdir, commit, gpu[len("network/"):], out)
     prefix = "data/profiling/compute/%s/" % gpu
     files = [f for f in git(gitdir, "ls-tree", "-r", "--name-only", commit, prefix).split()
              if f.endswith("/mlp.csv")]

@@ -133,6 +133,7 @@ static const struct field fields[] = {
     {"interconnect.gpu_gbps", T_F64, C_POS, S_IC, P(interconnect.gpu_gbps), 0},
     {"interconnect.latency_ns", T_I64, C_NONNEG, S_IC, P(interconnect.latency_ns), 0},
     {"interconnect.switched", T_I32, C_BOOL, S_IC, P(interconnect.switched), 0},
+    {"interconnect.nvlink", T_I32, C_BOOL, S_IC, P(interconnect.nvlink), 0},
     {"price_per_hour_usd", T_F64, C_NONNEG, S_TOP, P(price_per_hour_usd), 0},
 #define COST(i, kind)                                                                           \
   {"cost." kind ".overhead_ns", T_F64, C_NONNEG, S_COST, P(cost[i].overhead_ns), 0},            \

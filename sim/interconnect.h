@@ -13,8 +13,11 @@
  * rate of the two in series, twice the link's latency. *via_host says which. */
 void ferry__ic_rate(const struct ferry_hw_profile *p, double *bytes_per_s, int64_t *latency_ns, int *via_host);
 
-/* A ring all-reduce of `bytes` per device over `devices` GPUs: 2 (N - 1) steps, each moving
- * bytes / N per GPU at once (a switch or ring gives each GPU its rate) and paying the latency. */
+/* An all-reduce of `bytes` per device over `devices` GPUs. Over an interconnect section: as
+ * NCCL's tuner prices it (NCCL 2.18 src/graph/tuning.cc: latency + bytes / bandwidth of the
+ * fastest of ring and tree with the LL, LL128 and Simple protocols, NVLink or PCI latencies by
+ * interconnect.nvlink); without one: a ring of 2 (N - 1) steps staged through host memory, each
+ * paying the links' latency. */
 int64_t ferry__ic_allreduce_ns(const struct ferry_hw_profile *p, int64_t devices, uint64_t bytes);
 
 #endif

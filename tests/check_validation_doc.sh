@@ -4,8 +4,8 @@
 # marked for its file, as scripts/validate-published.sh measures it (the D6 kernel timings are
 # left out: they read ../shared). Fails, naming the row, when a change of the physics moved a
 # figure the document still gives as before. The three files run at once, with the out-of-sample
-# kernel sets of tests/data/published/kernels-vidur/ (the marked kernels-h100 and kernels-a40
-# sections, each op's line).
+# kernel sets of tests/data/published/kernels-vidur/ (the marked kernels-h100, kernels-a40 and
+# kernels-h100-net sections, each op's line).
 # usage: check_validation_doc.sh SOURCE_DIR FERRY
 set -eu
 src=$1
@@ -17,13 +17,13 @@ for rows in rows heldout-rows oos-rows; do
      --rows "$src/tests/data/published/$rows.tsv" --check-doc "$src/docs/validation.md" \
      >"$out/$rows.log" 2>&1 && touch "$out/$rows.ok") &
 done
-for set in h100 a40; do
+for set in h100 a40 h100-net; do
   (FERRY=$ferry /usr/bin/python3 "$src/scripts/validate_published.py" --kernel-set $set \
      --check-doc "$src/docs/validation.md" >"$out/kernels-$set.log" 2>&1 && touch "$out/kernels-$set.ok") &
 done
 wait
 status=0
-for rows in rows heldout-rows oos-rows kernels-h100 kernels-a40; do
+for rows in rows heldout-rows oos-rows kernels-h100 kernels-a40 kernels-h100-net; do
   if [ ! -e "$out/$rows.ok" ]; then
     echo "$rows:" >&2
     tail -n 20 "$out/$rows.log" >&2

@@ -63,7 +63,7 @@ static void test_catalogue_loads(void **state) {
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
                                        "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers", "deepspeed-0.7",
                                        "rtx-3090-ti-wsl", "llama.cpp-2024q1", "ktransformers-v0.3", "desktop-ddr4",
-                                       "desktop-ddr5",  "a40"};
+                                       "desktop-ddr5",  "a40",          "8xa100-80gb-sxm"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -108,6 +108,9 @@ static void test_catalogue_loads(void **state) {
       if (p->has_interconnect) {
         if (ferry_hw_require(p, "interconnect") != FERRY_OK) fail_msg("%s: %s", names[i], ferry_last_error());
         if (!find_source(p, "interconnect.gpu_gbps", 0)) fail_msg("%s: no source for interconnect.gpu_gbps", names[i]);
+        /* NVLink or PCIe picks NCCL's latencies for a collective: every machine says which */
+        if (!find_source(p, "interconnect.nvlink", 0)) fail_msg("%s: no source for interconnect.nvlink", names[i]);
+        assert_int_equal(p->interconnect.nvlink, strcmp(names[i], "4xl40s") != 0);
         machines++;
       } else {
         assert_int_equal(ferry_hw_require(p, "interconnect"), FERRY_ERR_NOT_FOUND);
@@ -115,9 +118,9 @@ static void test_catalogue_loads(void **state) {
     }
     ferry_hw_close(hw);
   }
-  assert_int_equal(gpus, 29); /* rtx-4090d-1s: the one-socket view of rtx-4090d; rtx-3090-ti-wsl: rtx-3090-ti
+  assert_int_equal(gpus, 30); /* rtx-4090d-1s: the one-socket view of rtx-4090d; rtx-3090-ti-wsl: rtx-3090-ti
                                  under WSL2 */
-  assert_int_equal(machines, 3); /* 8xh100-sxm, 4xl40s, v100-32gb-sxm3 (a DGX-2's 16 GPUs) */
+  assert_int_equal(machines, 4); /* 8xh100-sxm, 8xa100-80gb-sxm, 4xl40s, v100-32gb-sxm3 (a DGX-2's 16 GPUs) */
   assert_true(priced >= 20);
   ferry_hw_list_free(names, n);
   ferry_hw_list_free(NULL, 0);

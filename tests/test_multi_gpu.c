@@ -2,6 +2,7 @@
  * host executor emulating two devices give the one-device logits, each device within its own
  * budget; the all-reduce kernel sums for real on host and is priced from the profile's
  * interconnect in sim; a simulated tensor parallel decode pays its collectives and beats one GPU. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "ferry/routing.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
+#include "sim/interconnect.h"
 #include "testutil.h"
 
 static char *dir, *dense_dir, *moe_dir;
@@ -193,6 +195,42 @@ static void test_refusals(void **state) {
   ferry_exec_destroy(ex);
   ferry_store_close(s);
   ferry_model_close(m);
+}
+
+/* An all-reduce over an interconnect as NCCL 2.18's tuner prices it (src/graph/tuning.cc), by
+ * hand: latency (base + 2 (n - 1) hops) + bytes / algorithm bandwidth, the fastest of ring and
+ * tree with LL, LL128 and Simple. */
+static void test_nccl_allreduce_model(void **state) {
+  (void)state;
+  struct ferry_hw_profile p;
+  memset(&p, 0, sizeof p);
+  p.has_interconnect = 1;
+  p.interconnect = (struct ferry_hw_interconnect){.gpus = 8, .gpu_gbps = 450, .switched = 1, .nvlink = 1};
+  /* NVLink: NCCL counts 20 of each link's 25 GB/s: a bus of 360 GB/s. 64 MiB over 8 GPUs: ring
+   * Simple, 8.4 + 14 x 3.4 us and 360 x 8 / 14 GB/s (LL128: 14 + 14 x 1.9 us at 0.92 of that) */
+  const double bus = 450 * 20.0 / 25.0, big = 67108864;
+  const double simple_us = 8.4 + 14 * 3.4 + big / (1000 * bus * 8 / 14);
+  assert_int_equal(ferry__ic_allreduce_ns(&p, 8, (uint64_t)big), (int64_t)(simple_us * 1e3 + 0.5));
+  assert_true(simple_us < 14 + 14 * 1.9 + big / (1000 * bus * 0.92 * 8 / 14));
+  /* 2 KiB: ring LL, 6.6 + 14 x 0.6 us at min(87.7, 360 / 4) x 8 / 14 GB/s */
+  const double ll_us = 6.6 + 14 * 0.6 + 2048 / (1000 * 87.7 * 8 / 14);
+  assert_int_equal(ferry__ic_allreduce_ns(&p, 8, 2048), (int64_t)(ll_us * 1e3 + 0.5));
+  /* PCIe, no switch: 4 GPUs share 29.225 GB/s, PCI hops (ring Simple 5.7 us), no LL128; 1 MiB */
+  p.interconnect = (struct ferry_hw_interconnect){.gpus = 4, .gpu_gbps = 29.225, .switched = 0, .nvlink = 0};
+  const double pci_us = 8.4 + 6 * 5.7 + 1048576 / (1000 * 29.225 / 4 * 4 / 6);
+  assert_int_equal(ferry__ic_allreduce_ns(&p, 4, 1048576), (int64_t)(pci_us * 1e3 + 0.5));
+  /* one device: nothing to reduce */
+  assert_int_equal(ferry__ic_allreduce_ns(&p, 1, 1048576), 0);
+  /* `ferry hw kernel` prices the same through the sim executor; more GPUs than the machine has
+   * are refused */
+  char *out = NULL;
+  assert_int_equal(tu_run_ferry("hw kernel 8xh100-sxm \"allreduce devices=8 bytes=2048\"", &out), 0);
+  assert_true(fabs(strtod(out, NULL) - ll_us) < 0.002);
+  free(out);
+  out = NULL;
+  assert_int_not_equal(tu_run_ferry("hw kernel 4xl40s \"allreduce devices=8 bytes=2048\"", &out), 0);
+  assert_true(tu_contains(out, "the machine holds 4 GPUs"));
+  free(out);
 }
 
 /* The ALLREDUCE kernel: every device gets the sum, added in device order; partials on one
@@ -420,6 +458,7 @@ int main(void) {
       cmocka_unit_test(test_host_ep),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_allreduce_host),
+      cmocka_unit_test(test_nccl_allreduce_model),
       cmocka_unit_test(test_sim_tp),
       cmocka_unit_test(test_sim_pp),
       cmocka_unit_test(test_sim_ep),

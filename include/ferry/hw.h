@@ -384,10 +384,13 @@ struct ferry_hw_interconnect {
   int32_t gpus;       /**< GPUs in the machine (at least 1) */
   double gpu_gbps;    /**< what one GPU sends to its peers, each direction, GB/s (NVLink 4 on
                            H100: 450 GB/s, the "900 GB/s" bidirectional figure halved) */
-  int64_t latency_ns; /**< fixed cost of one GPU-to-GPU transfer or collective step */
+  int64_t latency_ns; /**< fixed cost of one GPU-to-GPU transfer (a collective is priced by
+                           NCCL's own latency model instead, sim/interconnect.c) */
   int32_t switched;   /**< 1: a switch gives every GPU its gpu_gbps at once (NVSwitch, a PCIe
                            switch per pair); 0: the GPUs share the host's PCIe fabric, so
                            concurrent transfers split it */
+  int32_t nvlink;     /**< 1: the GPUs talk over NVLink, 0: over PCIe; which of NCCL's latency
+                           tables and protocols prices a collective (sim/interconnect.c) */
 };
 
 /** Where a figure of the profile comes from. */

@@ -57,6 +57,11 @@ static void check_profile(const struct ferry_hw_profile *p) {
     FUZZ_CHECK(r->cpu_amx_eff_bf16 == 0 || (r->cpu_amx_eff_bf16 > 0 && r->cpu_amx_eff_bf16 <= 1));
     FUZZ_CHECK(r->cpu_amx_eff_int8 == 0 || (r->cpu_amx_eff_int8 > 0 && r->cpu_amx_eff_int8 <= 1));
   }
+  if (p->has_interconnect) {
+    const struct ferry_hw_interconnect *ic = &p->interconnect;
+    FUZZ_CHECK(ic->gpus >= 1 && RATE(ic->gpu_gbps) && ic->latency_ns >= 0);
+    FUZZ_CHECK((ic->switched == 0 || ic->switched == 1) && (ic->nvlink == 0 || ic->nvlink == 1));
+  }
   if (p->has_disk) FUZZ_CHECK(RATE(p->disk.read_gbps) && p->disk.latency_ns >= 0 && p->disk.queue_depth >= 0);
   FUZZ_CHECK(isfinite(p->price_per_hour_usd) && p->price_per_hour_usd >= 0);
   for (int i = 0; i < FERRY_HW_COST_KINDS; i++) {
