@@ -12,6 +12,7 @@
 #include "common/fsutil.h"
 #include "common/rng.h"
 #include "ferry/predict.h"
+#include "ferry/prefetch.h"
 #include "ferry/routing.h"
 #include "testutil.h"
 
@@ -321,6 +322,34 @@ static void test_mlp_training(void **state) {
   ferry_mlp_free(&c);
 }
 
+/* A weight file reports the type its weights are stored in, and metadata that names another
+ * (tests/fuzz/predictor/crash-dtype-metadata: "ferry.dtype": "BOOL" over fp16 weights, which
+ * the loader once passed through) is refused. */
+static void test_weights_dtype(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("mlpdtype");
+  char *path = ferry__asprintf("%s/m.safetensors", dir);
+  struct ferry_mlp m, back;
+  assert_int_equal(ferry_mlp_init(&m, FERRY_PREDICTOR_MLP7, 2, 4, 5), FERRY_OK);
+  enum ferry_dtype dt = FERRY_DTYPE_F32;
+  assert_int_equal(ferry_mlp_save(&m, FERRY_DTYPE_F16, 2, path), FERRY_OK);
+  assert_int_equal(ferry_mlp_load(path, FERRY_PREDICTOR_MLP7, 2, 4, &back, &dt), FERRY_OK);
+  assert_int_equal(dt, FERRY_DTYPE_F16);
+  ferry_mlp_free(&back);
+  assert_int_equal(ferry_mlp_save(&m, FERRY_DTYPE_I8, 2, path), FERRY_OK);
+  assert_int_equal(ferry_mlp_load(path, FERRY_PREDICTOR_MLP7, 2, 4, &back, &dt), FERRY_OK);
+  assert_int_equal(dt, FERRY_DTYPE_I8);
+  ferry_mlp_free(&back);
+  ferry_mlp_free(&m);
+  char *bad = ferry__asprintf("%s/tests/fuzz/predictor/crash-dtype-metadata", getenv("FERRY_SOURCE_DIR"));
+  assert_int_equal(ferry_mlp_load(bad, FERRY_PREDICTOR_MLP7, 2, 4, &back, &dt), FERRY_ERR_FORMAT);
+  assert_true(tu_contains(ferry_last_error(), "metadata ferry.dtype is BOOL but the weights (w1) are stored as"));
+  ferry_free(bad);
+  tu_rmtree(dir);
+  ferry_free(path);
+  free(dir);
+}
+
 static void test_features(void **state) {
   (void)state;
   float f3[3];
@@ -525,6 +554,7 @@ int main(void) {
       cmocka_unit_test(test_repeat_trace_recall), cmocka_unit_test(test_cache_accounting),
       cmocka_unit_test(test_predict_rules),       cmocka_unit_test(test_mlp_training),
       cmocka_unit_test(test_features),            cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_weights_dtype),
       cmocka_unit_test(test_record_features_cli),
       cmocka_unit_test(test_lookahead_replay_cli),
   };

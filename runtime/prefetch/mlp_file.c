@@ -163,7 +163,6 @@ ferry_status ferry_mlp_load(const char *path, enum ferry_predictor_kind variant_
   }
   if ((st = ferry_mlp_init(m, want, (int32_t)L, (int32_t)E, 0)) != FERRY_OK) goto out_close;
   const char *dts = ferry_store_metadata(s, "ferry.dtype");
-  if (!dts || ferry_dtype_parse(dts, file_dtype) != FERRY_OK) *file_dtype = FERRY_DTYPE_F32;
   struct tensor_spec t[8];
   mlp_tensors(m, t);
   for (int i = 0; i < 8; i++) {
@@ -176,6 +175,17 @@ ferry_status ferry_mlp_load(const char *path, enum ferry_predictor_kind variant_
       st = ferry__fail(FERRY_ERR_FORMAT, "%s: tensor %s missing or not %s[%" PRId64 "%s] in fp32, fp16 or int8", path,
                        t[i].name, "float", t[i].rows, ndim == 2 ? ", ..." : "");
       goto out_free;
+    }
+    if (i == 2) {
+      /* the weights' storage type is w1's; metadata that says otherwise (or names no type the
+       * writer stores) is refused rather than reported */
+      enum ferry_dtype said;
+      *file_dtype = ti->dtype;
+      if (dts && (ferry_dtype_parse(dts, &said) != FERRY_OK || said != ti->dtype)) {
+        st = ferry__fail(FERRY_ERR_FORMAT, "%s: metadata ferry.dtype is %s but the weights (w1) are stored as %s", path,
+                         dts, ferry_dtype_name(ti->dtype));
+        goto out_free;
+      }
     }
     buf = ferry__realloc(buf, (size_t)ti->nbytes + 4);
     if (!buf || (st = ferry_store_read_tensor(s, ti, buf, ti->nbytes + 4)) != FERRY_OK) {
