@@ -39,8 +39,8 @@ static const double tree_correction[N_PROTOS][23] = {
     {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0},
     {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9}};
 
-/* The bus bandwidth (GB/s) NCCL expects of algorithm a and protocol p from one GPU's bus_gbps,
- * and the factor that turns it into the algorithm bandwidth of an all-reduce over n GPUs. */
+/* The bus bandwidth (GB/s) NCCL expects of algorithm a and protocol p from one GPU's bus_gbps
+ * (0: the protocol does not run there). */
 static double nccl_busbw(int a, int p, double bus_gbps, int nvlink) {
   double bw = bus_gbps;
   if (a == ALGO_RING && p == PROTO_LL) bw = fmin(NCCL_LL_MAX_BW_GBPS, bw / 4);

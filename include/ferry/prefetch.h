@@ -99,8 +99,8 @@ FERRY_API ferry_status ferry_mlp_save(const struct ferry_mlp *m, enum ferry_dtyp
  * @param n_experts the model's experts (the file may know fewer: a trace that saw fewer).
  * @param m receives the MLP (ferry_mlp_free()).
  * @param file_dtype receives the weights' storage dtype, w1's (may be NULL).
- * @return FERRY_OK; FERRY_ERR_FORMAT naming what is wrong (metadata ferry.dtype other than
- *         the weights' type among it); the store's errors.
+ * @return FERRY_OK; FERRY_ERR_FORMAT naming what is wrong (among them metadata ferry.dtype
+ *         naming a type the weights are not stored in); the store's errors.
  */
 FERRY_API ferry_status ferry_mlp_load(const char *path, enum ferry_predictor_kind variant, int32_t n_layers, int32_t n_experts,
                             struct ferry_mlp *m, enum ferry_dtype *file_dtype);
