@@ -179,11 +179,12 @@ static int time_allreduce(const ferry_hw *hw, const struct spec *s, struct timin
     return cli_usage_error("hw kernel", "allreduce: devices=%lld: 2 to %d GPUs", (long long)s->devices,
                            FERRY_EXEC_MAX_DEVICES);
   if (s->bytes < 1) return cli_usage_error("hw kernel", "allreduce: bytes= must be at least 1");
-  const int32_t gpus = ferry_hw_gpu_count(ferry_hw_get(hw));
-  if (ferry_hw_get(hw)->has_interconnect && s->devices > gpus)
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  const int32_t gpus = ferry_hw_gpu_count(p);
+  if (p->has_interconnect && s->devices > gpus)
     return cli_usage_error("hw kernel", "allreduce: devices=%lld: the machine holds %d GPUs", (long long)s->devices, gpus);
-  uint32_t act_bytes = 4, dequant_bytes = 0;
-  ferry_hw_profile_elem_bytes(ferry_hw_get(hw), &act_bytes, &dequant_bytes);
+  uint32_t act_bytes = 4;
+  ferry_hw_profile_elem_bytes(p, &act_bytes, NULL);
   struct ferry_kernel k;
   memset(&k, 0, sizeof k);
   k.kind = FERRY_K_ALLREDUCE;

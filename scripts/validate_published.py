@@ -150,12 +150,16 @@ KERNEL_SETS = {
 }
 
 
+def op_of(r):
+    """A measured row's op: its op column, or a network file's collective."""
+    return r.get("op") or r["collective"]
+
+
 def priced_row(csv_name, r, mapping):
     """Whether a measured row has a ferry kernel: its op (a network file's collective) is mapped,
     it took time, and a network row ran on one NVSwitch machine (ferry prices no multi-node
     collective, nor the pairwise-NVLink boxes)."""
-    op = r.get("op") or r.get("collective")
-    if (csv_name, op) not in mapping or not float(r["time_ms_median"]) > 0:
+    if (csv_name, op_of(r)) not in mapping or not float(r["time_ms_median"]) > 0:
         return False
     if "network_device" in r:
         return r["network_device"].endswith("_dgx") and r["devices_per_node"] == r["num_workers"]
@@ -170,7 +174,7 @@ def run_kernels(ferry, hw, files, mapping):
             return None
         with open(path) as f:
             data = [r for r in csv.DictReader(f) if priced_row(csv_name, r, mapping)]
-        specs = [spec_of(mapping[(csv_name, r.get("op") or r["collective"])], r) for r in data]
+        specs = [spec_of(mapping[(csv_name, op_of(r))], r) for r in data]
         p = subprocess.run([ferry, "hw", "kernel", hw, "-"], input="\n".join(specs) + "\n", capture_output=True,
                            text=True, cwd=ROOT)
         if p.returncode != 0:
@@ -179,7 +183,7 @@ def run_kernels(ferry, hw, files, mapping):
         if len(times) != len(data):
             sys.exit("ferry hw kernel: %d times for %d kernels" % (len(times), len(data)))
         for r, t in zip(data, times):
-            results.append((csv_name, r.get("op") or r["collective"], float(r["time_ms_median"]), t))
+            results.append((csv_name, op_of(r), float(r["time_ms_median"]), t))
     return results
 
 

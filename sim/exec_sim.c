@@ -521,8 +521,8 @@ ferry_status ferry__sim_prepare(struct sim_exec *s, struct sim_cost *c, const st
       if (cpu) return prepare_cpu_kernel(s, c, k);
       if (k->kind == FERRY_K_ALLREDUCE) { /* a collective: the interconnect's time, not the GPU's */
         /* the runtime's activations, which are what a tensor-parallel engine all-reduces */
-        uint32_t act_bytes = 4, dequant_bytes = 4;
-        ferry_hw_profile_elem_bytes(&s->hw, &act_bytes, &dequant_bytes);
+        uint32_t act_bytes = 4;
+        ferry_hw_profile_elem_bytes(&s->hw, &act_bytes, NULL);
         c->duration_ns = ferry__ic_allreduce_ns(&s->hw, k->m, (uint64_t)k->n * act_bytes);
         s->allreduces++;
         s->allreduce_ns += c->duration_ns;

@@ -550,13 +550,14 @@ FERRY_API void ferry_hw_link_set_h2d(struct ferry_hw_link *link, double h2d_gbps
 /**
  * @brief Bytes per element at which a GPU runtime described by @p profile holds the engine's
  *        device workspace: what the `sim` executor charges its device tier for it
- *        (ferry_exec_elem_bytes()).
+ *        (ferry_exec_elem_bytes()) and what a tensor-parallel all-reduce moves per element.
  * @param profile the profile, its runtime section applied (ferry_hw_set_runtime()); without a
  *        runtime section: a GPU runtime with fused low-bit kernels, as the simulator assumes.
- * @param act_bytes receives the bytes of an activation element: runtime.act_bytes, 2 when not given.
+ * @param act_bytes receives the bytes of an activation element: runtime.act_bytes, 2 when not given
+ *        (may be NULL).
  * @param dequant_bytes receives the bytes of an element of a dequantized weight copy: 0 when the
  *        runtime's kernels read every low-bit weight packed (runtime.fused_dequant 1 without a
- *        runtime.fused_max_rows limit), else runtime.dequant_bytes, 2 when not given.
+ *        runtime.fused_max_rows limit), else runtime.dequant_bytes, 2 when not given (may be NULL).
  */
 FERRY_API void ferry_hw_profile_elem_bytes(const struct ferry_hw_profile *profile, uint32_t *act_bytes,
                                            uint32_t *dequant_bytes);
