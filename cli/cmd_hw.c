@@ -116,6 +116,14 @@ static void show_gpu(const struct ferry_hw_gpu *g) {
   show_f("gpu.efficiency.attention", g->efficiency.attention, "");
   show_f("gpu.efficiency.elementwise", g->efficiency.elementwise, "");
   show_f("gpu.efficiency.dequantize", g->efficiency.dequantize, "");
+  show_f("gpu.sm_count", g->sm_count, "SMs");
+  show_f("gpu.clock_mhz", g->clock_mhz, "MHz");
+  int32_t threads = 0, blocks = 0;
+  if (ferry_hw_gpu_residency(g->compute_capability, &threads, &blocks) == 0)
+    printf("  %-28s %.1f (%d threads, %d blocks per SM)\n", "gpu.compute_capability", g->compute_capability, threads,
+           blocks);
+  else
+    show_f("gpu.compute_capability", 0, "");
 }
 
 static void show_host(const struct ferry_hw_host *h) {

@@ -137,11 +137,13 @@ def spec_of(template, r):
 # its CSVs, each with the kernels-a100.tsv mapping it takes its op templates from. a100 is D6
 # (../shared/validation/gpu-kernels-a100/); h100 and a40 are Vidur's measurements of the same ops
 # on those GPUs (scripts/vidur_kernels.py), which the cost model was not developed against.
+# The compute sets run under the `graph` runtime: Vidur's profiler times vLLM's (sarathi-serve's)
+# kernels, which compute in fp16 (runtime.act_bytes 2; `ferry hw kernel` alone takes `native`).
 KERNEL_SETS = {
-    "a100": ("a100-80gb-sxm", "D6", [("{shared}/validation/gpu-kernels-a100/mlp_a100.csv", "mlp_a100.csv"),
+    "a100": ("a100-80gb-sxm+runtime=graph", "D6", [("{shared}/validation/gpu-kernels-a100/mlp_a100.csv", "mlp_a100.csv"),
                                     ("{shared}/validation/gpu-kernels-a100/attention_a100.csv", "attention_a100.csv")]),
-    "h100": ("h100-sxm", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
-    "a40": ("a40", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),
+    "h100": ("h100-sxm+runtime=graph", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
+    "a40": ("a40+runtime=graph", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),
     # NCCL all-reduce times within one NVSwitch machine: the A100 DGX of D6's folder, and Vidur's H100 DGX
     "a100-net": ("8xa100-80gb-sxm", "D6-net", [("{shared}/validation/gpu-kernels-a100/network_a100.csv",
                                                 "network_a100.csv")]),

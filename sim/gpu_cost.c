@@ -104,6 +104,64 @@ static int attention_is_decode(const struct ferry_kernel *k) {
  * kernel time, small beside a batch that large). */
 static int attention_launches(const struct ferry_kernel *k) { return 2 + attention_is_decode(k); }
 
+/* The launch geometry GPU runtimes give the element-wise kernels around the products, after
+ * vLLM's kernels (csrc/layernorm_kernels.cu, pos_encoding_kernels.cu, activation_kernels.cu;
+ * SGLang, sarathi-serve and Vidur's profiler run the same ones): one thread block per token,
+ * each thread walking its row with a stride of the block's width, one element per load.
+ * RMSNorm: block min(n, 1024), two passes over the row (the sum of squares, then the scaled
+ * write: 2 ceil(n / block) steps). RoPE: block min(heads x rot / 2, 512), one step per pair of
+ * elements of the queries' heads, then of the keys'. A gated activation (silu(gate) x up):
+ * block min(n, 1024), one step per ceil(n / block). A plain activation is PyTorch's
+ * vectorized grid over every element (FERRY_GEOM_GRID). Each step waits for its loads: the
+ * chain of steps, not the bytes, is what a small batch costs (Llama-2-70B's SiLU-and-mul, 28
+ * steps, takes 22 us on an A100 at 1 to 16 tokens for 172 KB). Elements: read and written once
+ * (the norm's second pass finds its row in L1), RoPE's cos/sin rows are L2 hits. */
+static void elementwise_geometry(const struct ferry_kernel *k, struct ferry__gpu_work *out) {
+  const int64_t m = k->m > 0 ? k->m : 0, n = k->n > 0 ? k->n : 0;
+  if (m == 0) return;
+  switch (k->kind) {
+    case FERRY_K_NORM: {
+      if (n == 0) return;
+      const int64_t block = n < 1024 ? n : 1024;
+      out->geometry = FERRY_GEOM_ROW_BLOCKS;
+      out->block_threads = (int32_t)block;
+      out->block_steps = 2.0 * (double)((n - 1) / block + 1);
+      out->act_elems = 2.0 * (double)m * (double)n;
+      out->fixed_bytes = (double)n * (double)esize(k->w.dtype);
+      break;
+    }
+    case FERRY_K_ROPE: {
+      const int64_t rot = k->rot_dim > 0 ? k->rot_dim : k->head_dim;
+      const double q_pairs = (double)(k->heads > 0 ? k->heads : 0) * (double)(rot / 2),
+                   k_pairs = (double)(k->kv_heads > 0 ? k->kv_heads : 0) * (double)(rot / 2);
+      if (!(q_pairs >= 1)) return;
+      const double block = q_pairs < 512 ? q_pairs : 512;
+      out->geometry = FERRY_GEOM_ROW_BLOCKS;
+      out->block_threads = (int32_t)block;
+      out->block_steps = ceil(q_pairs / block) + ceil(k_pairs / block);
+      out->act_elems = 4.0 * (double)m * (q_pairs + k_pairs); /* each pair read and written */
+      break;
+    }
+    case FERRY_K_SWIGLU: {
+      if (n == 0) return;
+      const int gated = k->fn == FERRY_FN_SILU_MUL || k->fn == FERRY_FN_GELU_TANH_MUL;
+      out->act_elems = (double)m * (double)n * (gated ? 3 : 2);
+      if (!gated) {
+        out->geometry = FERRY_GEOM_GRID;
+        break;
+      }
+      const int64_t block = n < 1024 ? n : 1024;
+      out->geometry = FERRY_GEOM_ROW_BLOCKS;
+      out->block_threads = (int32_t)block;
+      out->block_steps = (double)((n - 1) / block + 1);
+      break;
+    }
+    default:
+      break;
+  }
+  out->blocks = out->geometry == FERRY_GEOM_ROW_BLOCKS ? m : 0;
+}
+
 void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed *const packed[3], int fused,
                         struct ferry__gpu_work *out) {
   double flops;
@@ -119,6 +177,9 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
   out->ops = 0;
   out->math = FERRY_DTYPE_F32;
   out->op = FERRY_HW_OP_ELEMENTWISE;
+  out->geometry = FERRY_GEOM_NONE;
+  out->blocks = 0, out->block_threads = 0, out->block_steps = 0;
+  out->act_elems = out->fixed_bytes = 0;
   switch (k->kind) {
     case FERRY_K_MATMUL:
     case FERRY_K_EXPERT: {
@@ -171,7 +232,12 @@ void ferry__gpu_work_of(const struct ferry_kernel *k, const struct ferry__packed
         out->alu_ops = elems * unpack_instr_per_elem(k->qformat);
       }
       break;
-    default: /* embed, norm, rope, activation, router top-k, combine, gather: priced by bytes */
+    case FERRY_K_NORM:
+    case FERRY_K_ROPE:
+    case FERRY_K_SWIGLU:
+      elementwise_geometry(k, out);
+      break;
+    default: /* embed, router top-k, combine, gather: priced by bytes */
       break;
   }
 }
@@ -297,11 +363,58 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
 
 static double eff(double v) { return v > 0 && v <= 1 ? v : 1.0; }
 
+/* One dependent round trip to device memory, in SM clock cycles, under the load these kernels
+ * put on it. An idle global-memory load takes about 400 cycles on V100, A100 and H100 alike
+ * (PMC10448217, Table 3, "Hardware features of different Nvidia GPU architectures": 400 clock
+ * cycles for each); loaded, a little more. 450 is what D6's A100 element-wise kernel times
+ * (Vidur, 1 to 32768 tokens) fit best, the A100 being the only GPU used to choose it; the H100
+ * and A40 sets check it (docs/validation.md). */
+#define DRAM_ROUND_TRIP_CYCLES 450.0
+
+/* The device time of a kernel whose work is nil: launch, one wave's scheduling and the drain.
+ * The shortest kernels D6 measured on the A100 (a GELU over 10240 elements at one token) take
+ * 2 us; gpu.launch_overhead_ns (5 us by default) also holds a GEMM's pipeline fill and a decode
+ * loop's gap between kernels, and caps it. */
+#define KERNEL_FLOOR_NS 2000
+
+/* Whether the profile says enough about its GPU to time a kernel by its launch geometry. */
+static int geometry_known(const struct ferry_hw_gpu *g, int32_t *threads_per_sm, int32_t *blocks_per_sm) {
+  return g->sm_count > 0 && g->clock_mhz > 0 &&
+         ferry_hw_gpu_residency(g->compute_capability, threads_per_sm, blocks_per_sm) == 0;
+}
+
+/* An element-wise kernel timed by its launch geometry: its activations at the runtime's
+ * activation size streamed at the element-wise efficiency (t_mem) and, for one block per token,
+ * the chain of dependent loads each block makes (t_chain: waves of blocks the SMs hold at once x
+ * steps x one round trip), combined as the roofline's other terms are, after the kernel floor. */
+static int64_t geometry_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w, int32_t threads_per_sm,
+                           int32_t blocks_per_sm) {
+  const struct ferry_hw_gpu *g = &profile->gpu;
+  uint32_t act_bytes = 2;
+  ferry_hw_profile_elem_bytes(profile, &act_bytes, NULL);
+  const double bytes = w->act_elems * act_bytes + w->fixed_bytes;
+  const double t_mem = bytes / (g->mem_bw_gbps * eff(g->efficiency.elementwise));
+  double t_chain = 0;
+  if (w->geometry == FERRY_GEOM_ROW_BLOCKS && w->blocks > 0 && w->block_threads > 0) {
+    int64_t resident = threads_per_sm / w->block_threads;
+    if (resident > blocks_per_sm) resident = blocks_per_sm;
+    if (resident < 1) resident = 1;
+    const double waves = ceil((double)w->blocks / (double)(resident * g->sm_count));
+    t_chain = waves * w->block_steps * DRAM_ROUND_TRIP_CYCLES / (g->clock_mhz * 1e-3);
+  }
+  const int64_t launch = g->launch_overhead_ns > 0 ? g->launch_overhead_ns : 0;
+  return (launch < KERNEL_FLOOR_NS ? launch : KERNEL_FLOOR_NS) + ferry__ceil_ns(sqrt(t_chain * t_chain + t_mem * t_mem));
+}
+
 int64_t ferry__gpu_work_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w) {
   if (!profile || !profile->has_gpu || !(w->flops >= 0) || !(w->bytes >= 0) || !(w->alu_ops >= 0)) return -1;
   if (w->folded) return 0;
   const struct ferry_hw_gpu *g = &profile->gpu;
   const struct ferry_hw_efficiency *e = &g->efficiency;
+  int32_t threads_per_sm = 0, blocks_per_sm = 0;
+  if (w->geometry != FERRY_GEOM_NONE && w->launches <= 1 && g->mem_bw_gbps > 0 && w->act_elems >= 0 &&
+      w->fixed_bytes >= 0 && geometry_known(g, &threads_per_sm, &blocks_per_sm))
+    return geometry_ns(profile, w, threads_per_sm, blocks_per_sm);
   double e_math, e_mem;
   switch (w->op) {
     case FERRY_HW_OP_GEMM: e_math = e->gemm, e_mem = e->gemv; break;

@@ -33,6 +33,22 @@ struct ferry__gpu_work {
   int launches;          /* GPU kernels the runtime runs for it, each paying the GPU's fixed time (0 = 1) */
   int ops;               /* framework ops the runtime issues for it beyond the first, each paying the
                             host's runtime.launch_ns (ferry__runtime_work()) */
+  /* Launch geometry of an element-wise kernel (norm, RoPE, activation), which times it where the
+   * profile gives its GPU's SMs, clock and compute capability (else bytes and flops above do): */
+  int geometry;          /* enum ferry__geometry */
+  int64_t blocks;        /* FERRY_GEOM_ROW_BLOCKS: thread blocks, one per token */
+  int32_t block_threads; /* threads per block */
+  double block_steps;    /* dependent round trips to device memory each block makes */
+  double act_elems;      /* activation elements read and written, at the runtime's activation size */
+  double fixed_bytes;    /* bytes beside them (a norm's weight vector) */
+};
+
+/* How an element-wise kernel spreads over the GPU. */
+enum ferry__geometry {
+  FERRY_GEOM_NONE = 0,   /* priced by bytes and flops alone */
+  FERRY_GEOM_ROW_BLOCKS, /* one thread block per token, each thread striding its row (vLLM's
+                            rms_norm_kernel, rotary_embedding_kernel, act_and_mul_kernel) */
+  FERRY_GEOM_GRID,       /* a grid over every element (PyTorch's vectorized element-wise kernels) */
 };
 
 /* The GPU work of kernel k. packed[i] is the packed weight behind the kernel's i-th weight
@@ -64,6 +80,8 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
 
 /* Duration of the work on the profile's GPU, rounded up to a whole ns:
  *   launches x launch + sqrt((t_math + t_alu)^2 + t_mem^2), 0 for folded work,
+ * (an element-wise kernel with a launch geometry on a GPU whose SMs, clock and compute capability
+ * the profile gives: floor + sqrt(t_chain^2 + t_mem^2) instead, see gpu_cost.c),
  * with t_math = flops / (peak[math] * eff_compute), t_alu = alu_ops / (fp32 peak / 2 * eff.dequantize)
  * (one instruction per lane per clock, an FMA counting two flops), t_mem = bytes / (mem_bw *
  * eff_memory). The quadrature sum is a roofline whose corner is rounded: far from the ridge the

@@ -31,7 +31,8 @@
 /* ---- the field table ------------------------------------------------------------------------ */
 
 enum ftype { T_STR, T_F64, T_I64, T_U64, T_I32 };
-enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL, C_SHARE, C_ELEM /* 2 or 4 bytes */ };
+enum fcheck { C_NONE, C_POS, C_NONNEG, C_FRACTION, C_BOOL, C_SHARE, C_ELEM /* 2 or 4 bytes */,
+              C_CC /* a CUDA compute capability ferry_hw_gpu_residency() knows */ };
 enum section { S_GPU, S_LINK, S_HOST, S_DISK, S_COST, S_RUNTIME, S_IC, S_TOP, S_COUNT };
 
 struct field {
@@ -55,6 +56,9 @@ static const struct field fields[] = {
     {"gpu.peak_tflops.int8", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.int8), 0},
     {"gpu.peak_tflops.fp8", T_F64, C_POS, S_GPU, P(gpu.peak_tflops.fp8), 0},
     {"gpu.launch_overhead_ns", T_I64, C_NONNEG, S_GPU, P(gpu.launch_overhead_ns), 0},
+    {"gpu.sm_count", T_I32, C_POS, S_GPU, P(gpu.sm_count), 0},
+    {"gpu.clock_mhz", T_F64, C_POS, S_GPU, P(gpu.clock_mhz), 0},
+    {"gpu.compute_capability", T_F64, C_CC, S_GPU, P(gpu.compute_capability), 0},
     {"gpu.efficiency.gemm", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemm), 0},
     {"gpu.efficiency.gemv", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.gemv), 0},
     {"gpu.efficiency.attention", T_F64, C_FRACTION, S_GPU, P(gpu.efficiency.attention), 0},
@@ -423,6 +427,11 @@ static ferry_status check_number(const struct field *f, double v, const char *wh
     return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in [0, 1) (got %g)", what, f->path, v);
   if (f->check == C_ELEM && v != 2 && v != 4)
     return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 2 (fp16/bf16) or 4 (fp32) (got %g)", what, f->path, v);
+  if (f->check == C_CC && ferry_hw_gpu_residency(v, NULL, NULL) != 0)
+    return ferry__fail(FERRY_ERR_FORMAT,
+                       "%s: %s must be a CUDA compute capability ferry knows: 7.0, 7.2, 7.5, 8.0, 8.6, 8.7, 8.9, "
+                       "9.0, 10.0 or 12.0 (got %g)",
+                       what, f->path, v);
   return FERRY_OK;
 }
 
@@ -715,7 +724,7 @@ static int field_in_profile(const struct ferry_hw_profile *p, const struct field
  * default) or drop the cost kind (a kind is fitted when one of its parts is given). A 0 the
  * reader refuses (a rate that must be positive) is never written. */
 static int zero_is_given(const struct field *f) {
-  if (f->check == C_POS || f->check == C_FRACTION || f->check == C_ELEM) return 0;
+  if (f->check == C_POS || f->check == C_FRACTION || f->check == C_ELEM || f->check == C_CC) return 0;
   if (f->sec == S_COST) return 1;
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
     if (!strcmp(defaults[i].path, f->path)) return 1;
@@ -782,7 +791,7 @@ const char *ferry_hw_basis_name(enum ferry_hw_basis basis) {
  * of work; a fit's R^2 is no figure of the machine. */
 static int scales_cost(const struct field *f) {
   const size_t n = strlen(f->path);
-  if (f->sec == S_TOP) return 0;
+  if (f->sec == S_TOP || f->check == C_CC) return 0; /* a capability is a kind, not a rate */
   if (f->type == T_F64) return !(n > 3 && !strcmp(f->path + n - 3, ".r2"));
   return f->type == T_I64 && n > 3 && !strcmp(f->path + n - 3, "_ns");
 }
@@ -1284,6 +1293,27 @@ void ferry_hw_link_set_h2d(struct ferry_hw_link *link, double h2d_gbps) {
   if (!link || !(h2d_gbps > 0) || !isfinite(h2d_gbps)) return;
   link->h2d_gbps = h2d_gbps;
   if (link->pageable_derived) link->pageable_h2d_gbps = h2d_gbps * FERRY_HW_PAGEABLE_H2D_SHARE;
+}
+
+/* The CUDA C++ Programming Guide's "Technical Specifications per Compute Capability": maximum
+ * resident threads and resident blocks per SM, by capability x 10. */
+int ferry_hw_gpu_residency(double compute_capability, int32_t *threads_per_sm, int32_t *blocks_per_sm) {
+  static const struct {
+    int cc10;
+    int32_t threads, blocks;
+  } table[] = {
+      {70, 2048, 32}, {72, 2048, 32}, {75, 1024, 16}, {80, 2048, 32}, {86, 1536, 16}, {87, 2048, 16},
+      {89, 1536, 24}, {90, 2048, 32}, {100, 2048, 32}, {120, 1536, 24},
+  };
+  if (!(compute_capability > 0 && compute_capability < 100)) return -1;
+  const int cc10 = (int)lround(compute_capability * 10);
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (table[i].cc10 == cc10) {
+      if (threads_per_sm) *threads_per_sm = table[i].threads;
+      if (blocks_per_sm) *blocks_per_sm = table[i].blocks;
+      return 0;
+    }
+  return -1;
 }
 
 /* The element sizes of the workspace a GPU runtime holds. Every preset but llama.cpp's computes in

@@ -507,6 +507,66 @@ static void test_elementwise_by_bytes(void **state) {
   assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 6219);
 }
 
+/* Norms, RoPE and activations on a GPU whose SMs, clock and compute capability the profile
+ * gives: one block per token, a chain of dependent loads per block beside the runtime's
+ * activation bytes, after a 2 us floor. The profile: 10 SMs at 1000 MHz (a round trip of 450
+ * cycles = 450 ns), 1000 GB/s, compute capability 8.0 (2048 threads, 32 blocks an SM). */
+static void test_elementwise_by_geometry(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.gpu.launch_overhead_ns = 5000;
+  p.gpu.sm_count = 10, p.gpu.clock_mhz = 1000, p.gpu.compute_capability = 8.0;
+  struct ferry_kernel k;
+  struct ferry__gpu_work w;
+  /* RMSNorm, 64 tokens of 4096: blocks of 1024, 2 x 4 steps; 2 blocks an SM, 20 at once: 4
+   * waves x 8 x 450 = 14400 ns; bytes 2 x 64 x 4096 x 2 + 4096 x 2 = 1056768 -> 1056.8 ns;
+   * sqrt -> 14438.7 -> 14439 + 2000 */
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_NORM;
+  k.m = 64, k.n = 4096;
+  k.w.dtype = FERRY_DTYPE_F16;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 16439);
+  assert_int_equal(w.geometry, FERRY_GEOM_ROW_BLOCKS);
+  assert_true(w.block_steps == 8);
+  /* SiLU-and-mul of one token of 28672 (Llama-2-70B): 28 steps of one block, 12600 ns, beside
+   * 172032 bytes (172.0 ns): 12601.2 -> 12602 + 2000; the bytes alone would say 2172 */
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_SWIGLU;
+  k.fn = FERRY_FN_SILU_MUL;
+  k.m = 1, k.n = 28672;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 14602);
+  /* RoPE, 3 tokens, 32 query and 8 key heads of 128: 2048 and 512 pairs, blocks of 512: 4 + 1
+   * steps, 2250 ns; 4 x 3 x 2560 x 2 = 61440 bytes (61.4 ns): 2250.8 -> 2251 + 2000 */
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ROPE;
+  k.m = 3, k.heads = 32, k.kv_heads = 8, k.head_dim = 128;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 4251);
+  /* a plain GELU is a grid over its elements: 2 x 64 x 10240 x 2 bytes = 2621.4 ns + 2000 */
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_SWIGLU;
+  k.fn = FERRY_FN_GELU;
+  k.m = 64, k.n = 10240;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 4622);
+  assert_int_equal(w.geometry, FERRY_GEOM_GRID);
+  /* compute capability 7.5 holds one block of 1024 an SM: the norm above takes 7 waves; a
+   * runtime of fp32 activations doubles its bytes; a launch overhead below the floor is the floor:
+   * sqrt(25200^2 + 2105.3^2) = 25287.8 -> 25288 + 1000 */
+  p.gpu.compute_capability = 7.5;
+  p.gpu.launch_overhead_ns = 1000;
+  p.has_runtime = 1;
+  p.runtime.act_bytes = 4;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_NORM;
+  k.m = 64, k.n = 4096;
+  k.w.dtype = FERRY_DTYPE_F16;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 26288);
+  /* without the clock the profile cannot say: the engine's fp32 bytes at the element-wise
+   * efficiency, as in test_elementwise_by_bytes: 64 x 4096 x 8 + 8192 = 2105344 B -> 2105.3 ns,
+   * 1310720 flops at 1e4 -> 131.1 ns: 2109.4 -> 2110 + 1000 */
+  p.gpu.clock_mhz = 0;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 3110);
+}
+
 /* The formats of published checkpoints: GPTQ, AWQ and MXFP4 read packed by the same fused
  * kernels as int4; block-scaled fp8 (DeepSeek-V3) on fp8 tensor cores when fused, expanded to
  * fp16 by a dequantize kernel otherwise. */
@@ -631,7 +691,7 @@ int main(void) {
       cmocka_unit_test(test_quantized_matmul),
       cmocka_unit_test(test_attention_prefill_flash),
       cmocka_unit_test(test_attention_decode_paged),
-      cmocka_unit_test(test_elementwise_by_bytes),
+      cmocka_unit_test(test_elementwise_by_bytes), cmocka_unit_test(test_elementwise_by_geometry),
       cmocka_unit_test(test_published_formats),
       cmocka_unit_test(test_fused_gate_up_expert),
       cmocka_unit_test(test_mla_attention),

@@ -70,7 +70,7 @@ static void test_catalogue_loads(void **state) {
     if (!found) fail_msg("catalogue lacks %s", expect[e]);
   }
   for (size_t i = 1; i < n; i++) assert_true(strcmp(names[i - 1], names[i]) < 0); /* sorted, unique */
-  int gpus = 0, priced = 0, machines = 0;
+  int gpus = 0, priced = 0, machines = 0, with_geometry = 0;
   for (size_t i = 0; i < n; i++) {
     ferry_hw *hw = NULL;
     if (ferry_hw_open(&hw, names[i]) != FERRY_OK) fail_msg("%s: %s", names[i], ferry_last_error());
@@ -103,6 +103,22 @@ static void test_catalogue_loads(void **state) {
       } else if (strcmp(price->value, "none") || !tu_contains(price->source, "no on-demand price")) {
         fail_msg("%s: no price and no reason (%s: %s)", names[i], price->value, price->source);
       }
+      /* the launch geometry's figures come together, each with its source; only the GPUs
+       * without sourced figures (and the AMD one) lack them */
+      const int geometry = p->gpu.compute_capability > 0;
+      assert_int_equal(p->gpu.sm_count > 0, geometry);
+      assert_int_equal(p->gpu.clock_mhz > 0, geometry);
+      if (geometry) {
+        int32_t threads = 0, blocks = 0;
+        assert_int_equal(ferry_hw_gpu_residency(p->gpu.compute_capability, &threads, &blocks), 0);
+        const char *figures[] = {"gpu.sm_count", "gpu.clock_mhz", "gpu.compute_capability"};
+        for (size_t f = 0; f < 3; f++)
+          if (!find_source(p, figures[f], 0)) fail_msg("%s: no source for %s", names[i], figures[f]);
+        with_geometry++;
+      } else if (strcmp(names[i], "a10g") && strcmp(names[i], "b200") && strcmp(names[i], "h20") &&
+                 strcmp(names[i], "mi300x")) {
+        fail_msg("%s: no gpu.sm_count, gpu.clock_mhz and gpu.compute_capability", names[i]);
+      }
       /* a multi-GPU machine documents its interconnect; one GPU has none */
       assert_int_equal(ferry_hw_gpu_count(p), p->has_interconnect ? p->interconnect.gpus : 1);
       if (p->has_interconnect) {
@@ -121,10 +137,34 @@ static void test_catalogue_loads(void **state) {
   assert_int_equal(gpus, 30); /* rtx-4090d-1s: the one-socket view of rtx-4090d; rtx-3090-ti-wsl: rtx-3090-ti
                                  under WSL2 */
   assert_int_equal(machines, 4); /* 8xh100-sxm, 8xa100-80gb-sxm, 4xl40s, v100-32gb-sxm3 (a DGX-2's 16 GPUs) */
+  assert_int_equal(with_geometry, 26);
   assert_true(priced >= 20);
   ferry_hw_list_free(names, n);
   ferry_hw_list_free(NULL, 0);
   ferry_hw_close(NULL);
+}
+
+/* The residency table of the CUDA C++ Programming Guide and cuda_occupancy.h, capability by
+ * capability; a capability it does not hold is refused, outputs untouched. */
+static void test_gpu_residency(void **state) {
+  (void)state;
+  static const struct {
+    double cc;
+    int32_t threads, blocks;
+  } want[] = {{7.0, 2048, 32}, {7.5, 1024, 16}, {8.0, 2048, 32}, {8.6, 1536, 16}, {8.7, 2048, 16},
+              {8.9, 1536, 24}, {9.0, 2048, 32}, {10.0, 2048, 32}, {12.0, 1536, 24}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    int32_t threads = 0, blocks = 0;
+    assert_int_equal(ferry_hw_gpu_residency(want[i].cc, &threads, &blocks), 0);
+    assert_int_equal(threads, want[i].threads);
+    assert_int_equal(blocks, want[i].blocks);
+  }
+  int32_t threads = -7, blocks = -7;
+  const double refused[] = {0, -8.0, 6.1, 8.5, 11.0, 1e300, NAN};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+    assert_int_equal(ferry_hw_gpu_residency(refused[i], &threads, &blocks), -1);
+  assert_int_equal(threads, -7);
+  assert_int_equal(blocks, -7);
 }
 
 static void test_t4_flexgen_fit(void **state) {
@@ -299,6 +339,14 @@ static const struct bad_case {
     /* an activation element that is neither fp16/bf16 nor fp32 */
     {"rtact.json", "{\"name\": \"x\", \"kind\": \"runtime\", \"runtime\": {\"act_bytes\": 1}}", FERRY_ERR_FORMAT,
      "rtact.json: runtime.act_bytes must be 2 (fp16/bf16) or 4 (fp32) (got 1)"},
+    /* a compute capability the residency table does not hold (Pascal), and none at all */
+    {"cc.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"compute_capability\": 6.1}}", FERRY_ERR_FORMAT,
+     "cc.json: gpu.compute_capability must be a CUDA compute capability ferry knows: 7.0, 7.2, 7.5, 8.0, 8.6, 8.7, "
+     "8.9, 9.0, 10.0 or 12.0 (got 6.1)"},
+    {"cc0.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"compute_capability\": 0}}", FERRY_ERR_FORMAT,
+     "cc0.json: gpu.compute_capability must be a CUDA compute capability ferry knows"},
+    {"sm.json", "{\"name\": \"x\", \"kind\": \"gpu\", \"gpu\": {\"sm_count\": 1.5}}", FERRY_ERR_FORMAT,
+     "sm.json: gpu.sm_count must be an integer"},
     /* kind runtime without a runtime section */
     {"nort.json", "{\"name\": \"x\", \"kind\": \"runtime\"}", FERRY_ERR_FORMAT,
      "nort.json: kind \"runtime\" needs a \"runtime\" section"},
@@ -814,7 +862,7 @@ static void test_cli(void **state) {
   free(out);
   /* what the figures rest on, the ferry defaults named */
   assert_int_equal(tu_run_ferry("hw show rtx-a6000", &out), 0);
-  assert_true(tu_contains(out, "rates, times and efficiencies rest on: 10 sourced, 1 derived, 10 default\n"));
+  assert_true(tu_contains(out, "rates, times and efficiencies rest on: 11 sourced, 1 derived, 10 default\n"));
   assert_true(tu_contains(out, "  ferry defaults, not measurements: gpu.launch_overhead_ns, gpu.efficiency.gemm,"));
   assert_true(tu_contains(out, "host.cpu_gflops"));
   free(out);
@@ -856,7 +904,7 @@ static void test_cli(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_catalogue_loads), cmocka_unit_test(test_t4_flexgen_fit),
+      cmocka_unit_test(test_catalogue_loads), cmocka_unit_test(test_t4_flexgen_fit), cmocka_unit_test(test_gpu_residency),
       cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
       cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
       cmocka_unit_test(test_runtime_presets), cmocka_unit_test(test_host_amx),

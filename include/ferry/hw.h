@@ -105,7 +105,21 @@ struct ferry_hw_gpu {
   struct ferry_hw_peak_tflops peak_tflops; /**< peak throughput per dtype */
   int64_t launch_overhead_ns;             /**< fixed cost added to every kernel; default 5000 */
   struct ferry_hw_efficiency efficiency;  /**< fraction of peak per op kind */
+  int32_t sm_count;                       /**< streaming multiprocessors; 0 = not given */
+  double clock_mhz;                       /**< boost clock, MHz; 0 = not given */
+  double compute_capability;              /**< CUDA compute capability (e.g. 8.6), which fixes the threads and
+                                               blocks an SM holds at once; 0 = not given. With sm_count and
+                                               clock_mhz it lets the cost model time the one-block-per-token
+                                               element-wise kernels by their launch geometry
+                                               (ferry_hw_gpu_residency()) */
 };
+
+/** Threads and thread blocks one SM of a GPU of CUDA compute capability @p compute_capability
+ *  holds at once (the CUDA C++ Programming Guide's "Technical Specifications per Compute
+ *  Capability": maximum resident threads and blocks per SM).
+ *  @return 0 and both figures when the capability is one the table knows (7.0 to 12.0), else -1
+ *          (outputs untouched). */
+FERRY_API int ferry_hw_gpu_residency(double compute_capability, int32_t *threads_per_sm, int32_t *blocks_per_sm);
 
 /** A host↔GPU link (PCIe). Each direction is modelled as its own fluid-shared channel. */
 struct ferry_hw_link {

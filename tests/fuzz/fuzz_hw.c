@@ -31,6 +31,9 @@ static void check_profile(const struct ferry_hw_profile *p) {
     for (size_t i = 0; i < sizeof eff / sizeof eff[0]; i++) FUZZ_CHECK(eff[i] > 0 && eff[i] <= 1);
     const double peaks[] = {g->peak_tflops.fp32, g->peak_tflops.fp16, g->peak_tflops.bf16, g->peak_tflops.int8};
     for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++) FUZZ_CHECK(RATE(peaks[i]));
+    /* the launch geometry: absent, or a count, a clock and a capability the residency table knows */
+    FUZZ_CHECK(g->sm_count >= 0 && RATE(g->clock_mhz));
+    FUZZ_CHECK(g->compute_capability == 0 || ferry_hw_gpu_residency(g->compute_capability, NULL, NULL) == 0);
   }
   if (p->has_link) {
     FUZZ_CHECK(RATE(p->link.h2d_gbps) && RATE(p->link.d2h_gbps) && RATE(p->link.pageable_h2d_gbps));
