@@ -27,7 +27,11 @@ static void usage(FILE *f) {
           "  allreduce devices=8 bytes=1048576          an all-reduce of that many bytes per GPU over the\n"
           "                                             profile's interconnect (at most 8 GPUs)\n"
           "--runtime picks how quantized weights are read (eager: a dequantize kernel first; graph and\n"
-          "native: fused kernels); the host's launch costs are not part of a kernel's time.\n");
+          "native: fused kernels) and the activations' size (native: fp32, the others fp16; without\n"
+          "--runtime, the profile's own, else native); the host's launch costs are not part of a\n"
+          "kernel's time. On a GPU whose profile gives gpu.sm_count, gpu.clock_mhz and\n"
+          "gpu.compute_capability, norm, rope and activation are timed by their launch geometry\n"
+          "(hw/README.md).\n");
 }
 
 struct spec {

@@ -8,7 +8,9 @@
  * on its queue's compute unit for its roofline duration on the profile's GPU (FLOPs and bytes
  * from ferry_kernel_cost(), plus the launch overhead; matrix products with one row use the
  * GEMV efficiency, others GEMM; norms, RoPE, activations, the router's top-k, combine, gather
- * and embedding are element-wise), or for the profile's fitted cost of its kind when the
+ * and embedding are element-wise, norms, RoPE and activations timed by their launch geometry
+ * where the profile gives gpu.sm_count, gpu.clock_mhz and gpu.compute_capability), or for the
+ * profile's fitted cost of its kind when the
  * profile has a `cost` section for it (ferry_hw_cost_of()); a host-to-device copy flows over the
  * link's h2d direction and a device-to-host copy over its d2h direction (fluid sharing between
  * concurrent transfers, at most `link.copy_engines` at once, latency paid first; the pinned
