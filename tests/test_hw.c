@@ -577,6 +577,9 @@ static void test_compose_parts(void **state) {
       {"h100-pcie+link.h2d_gbps=fast", FERRY_ERR_INVALID, "not a number"},
       {"h100-pcie+link.h2d_gbps=-1", FERRY_ERR_FORMAT, "link.h2d_gbps must be positive"},
       {"h100-pcie+link.copy_engines=1.5", FERRY_ERR_INVALID, "must be an integer"},
+      {"h100-pcie+gpu.compute_capability=6.1", FERRY_ERR_FORMAT,
+       "gpu.compute_capability must be a CUDA compute capability ferry knows"},
+      {"h100-pcie+gpu.sm_count=0", FERRY_ERR_FORMAT, "gpu.sm_count must be positive"},
       /* a fraction of a byte would be cut off, and the name, the figure's source, would disagree
        * with it (fuzzing: hw_name/crash-fractional-bytes) */
       {"l4+host.memory_bytes=4.5", FERRY_ERR_INVALID, "a byte count must be whole"},
