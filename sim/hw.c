@@ -1295,8 +1295,9 @@ void ferry_hw_link_set_h2d(struct ferry_hw_link *link, double h2d_gbps) {
   if (link->pageable_derived) link->pageable_h2d_gbps = h2d_gbps * FERRY_HW_PAGEABLE_H2D_SHARE;
 }
 
-/* The CUDA C++ Programming Guide's "Technical Specifications per Compute Capability": maximum
- * resident threads and resident blocks per SM, by capability x 10. */
+/* Maximum resident threads per SM (the CUDA C++ Programming Guide's "Technical Specifications per
+ * Compute Capability") and resident blocks per SM (CUDA 13.0 cuda_occupancy.h,
+ * cudaOccMaxBlocksPerMultiprocessor), by capability x 10. */
 int ferry_hw_gpu_residency(double compute_capability, int32_t *threads_per_sm, int32_t *blocks_per_sm) {
   static const struct {
     int cc10;
@@ -1307,6 +1308,7 @@ int ferry_hw_gpu_residency(double compute_capability, int32_t *threads_per_sm, i
   };
   if (!(compute_capability > 0 && compute_capability < 100)) return -1;
   const int cc10 = (int)lround(compute_capability * 10);
+  if (fabs(compute_capability * 10 - cc10) > 1e-6) return -1; /* 8.64 is no capability */
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (table[i].cc10 == cc10) {
       if (threads_per_sm) *threads_per_sm = table[i].threads;

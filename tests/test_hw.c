@@ -160,7 +160,7 @@ static void test_gpu_residency(void **state) {
     assert_int_equal(blocks, want[i].blocks);
   }
   int32_t threads = -7, blocks = -7;
-  const double refused[] = {0, -8.0, 6.1, 8.5, 11.0, 1e300, NAN};
+  const double refused[] = {0, -8.0, 6.1, 8.5, 8.64, 11.0, 1e300, NAN};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
     assert_int_equal(ferry_hw_gpu_residency(refused[i], &threads, &blocks), -1);
   assert_int_equal(threads, -7);

@@ -115,8 +115,8 @@ struct ferry_hw_gpu {
 };
 
 /** Threads and thread blocks one SM of a GPU of CUDA compute capability @p compute_capability
- *  holds at once (the CUDA C++ Programming Guide's "Technical Specifications per Compute
- *  Capability": maximum resident threads and blocks per SM).
+ *  holds at once (maximum resident threads per SM: the CUDA C++ Programming Guide's "Technical
+ *  Specifications per Compute Capability"; resident blocks: CUDA's cuda_occupancy.h).
  *  @return 0 and both figures when the capability is one the table knows (7.0 to 12.0), else -1
  *          (outputs untouched). */
 FERRY_API int ferry_hw_gpu_residency(double compute_capability, int32_t *threads_per_sm, int32_t *blocks_per_sm);
