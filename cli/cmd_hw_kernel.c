@@ -23,7 +23,7 @@ static void usage(FILE *f) {
           "  attention batch=1 q=512 ctx=0 heads=32 kv_heads=8 head_dim=128 [window=W] [kv=fp16]\n"
           "                                             q new tokens per sequence over ctx cached ones\n"
           "  norm m=4096 n=4096 [w=fp16]    rope m=4096 heads=32 kv_heads=8 head_dim=128\n"
-          "  activation m=4096 n=11008 [fn=silu_mul|gelu|relu]\n"
+          "  activation m=4096 n=11008 [fn=silu_mul|gelu_tanh_mul|gelu|gelu_tanh|relu]\n"
           "  allreduce devices=8 bytes=1048576          an all-reduce of that many bytes per GPU over the\n"
           "                                             profile's interconnect (at most 8 GPUs)\n"
           "--runtime picks how quantized weights are read (eager: a dequantize kernel first; graph and\n"
@@ -85,9 +85,11 @@ static int parse_spec(const char *text, struct spec *s) {
       }
     } else if (!strcmp(key, "fn")) {
       if (!strcmp(val, "silu_mul")) s->fn = FERRY_FN_SILU_MUL;
+      else if (!strcmp(val, "gelu_tanh_mul")) s->fn = FERRY_FN_GELU_TANH_MUL;
       else if (!strcmp(val, "gelu")) s->fn = FERRY_FN_GELU;
+      else if (!strcmp(val, "gelu_tanh")) s->fn = FERRY_FN_GELU_TANH;
       else if (!strcmp(val, "relu")) s->fn = FERRY_FN_RELU;
-      else return cli_usage_error("hw kernel", "fn=%s: expected silu_mul, gelu or relu", val);
+      else return cli_usage_error("hw kernel", "fn=%s: expected silu_mul, gelu_tanh_mul, gelu, gelu_tanh or relu", val);
     } else {
       return cli_usage_error("hw kernel", "unknown key '%s'", key);
     }

@@ -144,7 +144,7 @@ static void elementwise_geometry(const struct ferry_kernel *k, struct ferry__gpu
     }
     case FERRY_K_SWIGLU: {
       if (n == 0) return;
-      const int gated = k->fn == FERRY_FN_SILU_MUL || k->fn == FERRY_FN_GELU_TANH_MUL;
+      const int gated = ferry__act_is_gated(k->fn);
       out->act_elems = (double)m * (double)n * (gated ? 3 : 2);
       if (!gated) {
         out->geometry = FERRY_GEOM_GRID;

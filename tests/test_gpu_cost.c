@@ -498,6 +498,12 @@ static void test_elementwise_by_bytes(void **state) {
    * sqrt -> 22047.6 -> 22048 + 2000 launch */
   assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 24048);
   assert_int_equal(w.op, FERRY_HW_OP_ELEMENTWISE);
+  /* GeGLU (Gemma's gelu_tanh(gate) x up) moves the same rows; a plain GELU rewrites one row in
+   * place: 64 x 14336 x 8 = 7340032 B -> 14680.1 ns beside 1101.0: sqrt -> 14721.3 -> 14722 + 2000 */
+  k.fn = FERRY_FN_GELU_TANH_MUL;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 24048);
+  k.fn = FERRY_FN_GELU_TANH;
+  assert_int_equal(ns_of(&p, &k, NULL, 1, &w), 16722);
   /* RMSNorm of 64 rows of 4096 with an fp16 weight: 64 x 4096 x 8 + 4096 x 2 = 2105344 B ->
    * 4210.69 ns; 5 flops per element 1310720 -> 262.14 ns: sqrt -> 4218.8 -> 4219 + 2000 */
   memset(&k, 0, sizeof k);

@@ -903,6 +903,18 @@ static void test_cli(void **state) {
   assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'matmul m=1 n=4096 k=4096 w=int9'", &out), 2);
   assert_true(tu_contains(out, "w=int9"));
   free(out);
+  /* Gemma's GeGLU is gated like SwiGLU (two rows in, one out); its plain GELU-tanh moves less */
+  double swiglu = 0, geglu = 0, gelu_tanh = 0;
+  assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'activation m=64 n=14336 fn=silu_mul' "
+                                "'activation m=64 n=14336 fn=gelu_tanh_mul' 'activation m=64 n=14336 fn=gelu_tanh'",
+                                &out),
+                   0);
+  assert_int_equal(sscanf(out, "%lf %lf %lf", &swiglu, &geglu, &gelu_tanh), 3);
+  free(out);
+  assert_true(swiglu > 0 && geglu == swiglu && gelu_tanh < swiglu);
+  assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'activation m=1 n=8 fn=softmax'", &out), 2);
+  assert_true(tu_contains(out, "fn=softmax: expected silu_mul, gelu_tanh_mul"));
+  free(out);
 }
 
 int main(void) {

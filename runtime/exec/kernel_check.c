@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "exec_impl.h"
+#include "kernel_cost.h"
 #include "ferry/model.h"
 #include "ferry/quant.h"
 #include "runtime/quant/quant_impl.h"
@@ -367,7 +368,7 @@ static ferry_status check_simple(struct ferry_exec *ex, const struct ferry_kerne
     }
     case FERRY_K_SWIGLU:
       NEED("x", k->x, prod(m, n, 4));
-      if (k->fn == FERRY_FN_SILU_MUL || k->fn == FERRY_FN_GELU_TANH_MUL) { /* gated: into y */
+      if (ferry__act_is_gated(k->fn)) { /* into y */
         NEED("up", k->aux[0], prod(m, n, 4));
         NEED("y", k->y, prod(m, n, 4));
       } else if (k->fn != FERRY_FN_GELU && k->fn != FERRY_FN_RELU && k->fn != FERRY_FN_GELU_TANH &&

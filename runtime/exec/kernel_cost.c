@@ -64,6 +64,8 @@ uint64_t ferry__attention_seq_keys(const struct ferry_kernel *k) {
   return attention_kv_tokens_tiled(k, k->m > 0 ? k->m : 1);
 }
 
+int ferry__act_is_gated(enum ferry_act_fn fn) { return fn == FERRY_FN_SILU_MUL || fn == FERRY_FN_GELU_TANH_MUL; }
+
 void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *bytes) {
   double f = 0;
   uint64_t b = 0;
@@ -100,7 +102,7 @@ void ferry_kernel_cost(const struct ferry_kernel *k, double *flops, uint64_t *by
     }
     case FERRY_K_SWIGLU:
       f = 6.0 * (double)(m * n);
-      b = m * n * (k->fn == FERRY_FN_SILU_MUL ? 12 : 8);
+      b = m * n * (ferry__act_is_gated(k->fn) ? 12 : 8); /* fp32: two rows in and one out, or one rewritten */
       break;
     case FERRY_K_ROUTER:
       f = 10.0 * (double)(m * n);

@@ -17,4 +17,8 @@ uint64_t ferry__attention_seq_keys(const struct ferry_kernel *k);
  * format when quantized (codes and group scales), else its element type. */
 uint64_t ferry__kv_bytes(const struct ferry_kernel *k, uint64_t n);
 
+/* Whether activation fn is gated: it reads a gate and an up row and writes the product into the
+ * kernel's y (SwiGLU's silu_mul, GeGLU's gelu_tanh_mul); the others rewrite x in place. */
+int ferry__act_is_gated(enum ferry_act_fn fn);
+
 #endif
