@@ -139,8 +139,10 @@ def spec_of(template, r):
 # on those GPUs (scripts/vidur_kernels.py), which the cost model was not developed against.
 # The compute sets run under the `graph` runtime: Vidur's profiler times vLLM's (sarathi-serve's)
 # kernels, which compute in fp16 (runtime.act_bytes 2; `ferry hw kernel` alone takes `native`).
+# Its attention is sarathi-serve's FlashAttentionWrapper, which hands the new K and V to
+# flash_attn_with_kvcache for the kernel to append (runtime.attn_append_kv 1; hw/README.md).
 KERNEL_SETS = {
-    "a100": ("a100-80gb-sxm+runtime=graph", "D6", [("{shared}/validation/gpu-kernels-a100/mlp_a100.csv", "mlp_a100.csv"),
+    "a100": ("a100-80gb-sxm+runtime=graph+runtime.attn_append_kv=1", "D6", [("{shared}/validation/gpu-kernels-a100/mlp_a100.csv", "mlp_a100.csv"),
                                     ("{shared}/validation/gpu-kernels-a100/attention_a100.csv", "attention_a100.csv")]),
     "h100": ("h100-sxm+runtime=graph", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
     "a40": ("a40+runtime=graph", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),

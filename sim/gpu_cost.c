@@ -285,6 +285,57 @@ static double full_window_extra_keys(const struct ferry_hw_runtime *r, const str
   return extra;
 }
 
+/* FlashAttention-2's split-KV kernel, which flash_attn_with_kvcache always runs: tiles of 64
+ * queries by 256, 128 or 64 keys for head dims up to 64, up to 128, and more (csrc/flash_attn/src/
+ * flash_fwd_launch_template.h, run_mha_fwd_splitkv_dispatch). */
+#define FA2_SPLITKV_Q_TILE 64
+static int64_t fa2_splitkv_key_tile(int64_t head_dim) { return head_dim <= 64 ? 256 : head_dim <= 128 ? 128 : 64; }
+
+/* Rows of new keys (a K and a V row each) an attention kernel that appends them itself copies
+ * (runtime.attn_append_kv). Each thread block, one tile of queries of one query head, first
+ * copies the step's new rows from the cache's old end up to the end of the last key tile its
+ * causal mask reaches, then attends (FlashAttention-2 flash_fwd_kernel.h,
+ * compute_attn_1rowblock_splitkv with Append_KV: copy_w_min_idx from n_block_max - 1 down to
+ * seqlen_k_cache / kBlockN, rows from seqlen_k_cache to seqlen_k). A sequence's n new tokens from
+ * position c: tile t copies min(ceil((c + min(64 (t + 1), n)) / key_tile) key_tile, c + n) - c
+ * rows, once per query head; a decode call of grouped-query attention runs the group's query
+ * heads as the queries of one block per KV head (mha_fwd_kvcache, seqlenq_ngroups_swapped: one
+ * query, more query than KV heads, no window), so it copies once per KV head. Without positions
+ * the m tokens are one sequence from position 0. */
+static double append_rows_copied(const struct ferry_kernel *k) {
+  const int64_t key_tile = fa2_splitkv_key_tile(k->head_dim);
+  const int positions = k->ints && k->ints2 && k->n_ints >= k->m;
+  double rows = 0;
+  for (int64_t i = 0; i < k->m;) {
+    int64_t j = i + 1;
+    if (positions)
+      while (j < k->m && k->ints2[j] == k->ints2[i] && k->ints[j] == k->ints[j - 1] + 1) j++;
+    else
+      j = k->m;
+    const int64_t c = positions ? k->ints[i] : 0, n = j - i;
+    const int swapped = n == 1 && k->kv_heads > 0 && k->heads > k->kv_heads && k->sliding_window <= 0;
+    const double blocks_per_tile = (double)(swapped ? k->kv_heads : k->heads);
+    for (int64_t q_end = FA2_SPLITKV_Q_TILE;; q_end += FA2_SPLITKV_Q_TILE) {
+      const int64_t keys = c + (q_end < n ? q_end : n);
+      const int64_t reach = (keys + key_tile - 1) / key_tile * key_tile;
+      rows += blocks_per_tile * (double)((reach < c + n ? reach : c + n) - c);
+      if (q_end >= n) break;
+    }
+    i = j;
+  }
+  return rows;
+}
+
+/* The in-kernel append in place of an append kernel: the copies' reads and writes. The copy is
+ * a phase of its own in every thread block (the copies, a barrier, then the attention reading
+ * back what was written), so it keeps the fixed time (gpu.launch_overhead_ns) ferry charges the
+ * append kernel of the other runtimes: the kernel count stays. What the fusion saves, the host's
+ * launch of a second kernel, is not GPU time. */
+static void append_in_kernel_work(const struct ferry_kernel *k, struct ferry__gpu_work *work) {
+  const double row_bytes = (double)ferry__kv_bytes(k, (uint64_t)k->head_dim);
+  work->bytes += append_rows_copied(k) * 2 /* K and V */ * row_bytes * 2 /* read, write */;
+}
+
 /* What a framework does around an attention over its cache beyond the kernel itself (GPU only). */
 static void attention_frame_work(const struct ferry_hw_runtime *r, const struct ferry_kernel *k,
                                  struct ferry__gpu_work *work) {
@@ -333,6 +384,7 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
   const struct ferry_hw_runtime *r = &profile->runtime;
   if (!cpu && k->kind == FERRY_K_DEQUANTIZE) unfused_dequant_work(r, k, work);
   if (!cpu && k->kind == FERRY_K_ATTENTION) attention_frame_work(r, k, work);
+  if (!cpu && k->kind == FERRY_K_ATTENTION && r->attn_append_kv) append_in_kernel_work(k, work);
   if (k->kind != FERRY_K_ATTENTION) return;
   double rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2; /* K and V */
   if (!r->kv_expand) {

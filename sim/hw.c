@@ -113,6 +113,7 @@ static const struct field fields[] = {
     {"runtime.cpu_amx_eff_bf16", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_amx_eff_bf16), 0},
     {"runtime.cpu_amx_eff_int8", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_amx_eff_int8), 0},
     {"runtime.attn_repeat_kv", T_I32, C_BOOL, S_RUNTIME, P(runtime.attn_repeat_kv), 0},
+    {"runtime.attn_append_kv", T_I32, C_BOOL, S_RUNTIME, P(runtime.attn_append_kv), 0},
     {"runtime.gather_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.gather_copy), 0},
     {"runtime.split_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.split_copy), 0},
     {"runtime.read_after_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.read_after_copy), 0},

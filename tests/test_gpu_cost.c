@@ -250,6 +250,57 @@ static void test_attention_repeat_kv(void **state) {
   assert_true(w.bytes == mha);
 }
 
+/* An attention kernel that appends the new K and V itself (runtime.attn_append_kv: FlashAttention-2's
+ * flash_attn_with_kvcache given k and v) copies them once per tile of 64 queries per query head,
+ * each tile the new rows up to the end of the last 128-key tile (head_dim 128) its causal mask
+ * reaches: a K and a V row of 128 fp16 each, read and written (1024 bytes). A decode token of
+ * grouped-query attention copies once per KV head. On the CPU, and without the figure, nothing. */
+static void test_attention_append_in_kernel(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.has_runtime = 1;
+  enum { S = 256 };
+  int32_t pos[S + 1], slot[S + 1];
+  int64_t ctx = 0;
+  for (int i = 0; i < S; i++) pos[i] = i, slot[i] = 0, ctx += i + 1;
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.m = S, k.heads = 32, k.kv_heads = 4, k.head_dim = 128;
+  k.ints = pos, k.ints2 = slot, k.n_ints = S;
+  k.context_tokens = ctx;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  struct ferry__gpu_work w;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double plain = w.bytes;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == plain);
+  p.runtime.attn_append_kv = 1;
+  ferry__runtime_work(&p, &k, 0, &w);
+  /* 256 new tokens from position 0: the tiles ending at queries 64, 128, 192, 256 reach keys
+   * 128, 128, 256, 256: 768 rows x 32 heads x 1024 B = 25165824 B; the kernel count stays */
+  assert_true(w.bytes == plain + 25165824.0);
+  assert_int_equal(w.launches, 2);
+  /* 20 new tokens after 100 cached: one tile reaching key 128 copies the 20 new rows: 640 */
+  for (int i = 0; i < 20; i++) pos[i] = 100 + i;
+  k.m = 20, k.n_ints = 20, k.context_tokens = 20 * 100 + 210;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double chunk = w.bytes;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == chunk + 20.0 * 32 * 1024);
+  /* two decode tokens: one row per KV head each (2 x 4), the group's query heads swapped in */
+  pos[0] = 500, pos[1] = 900, slot[0] = 0, slot[1] = 1;
+  k.m = 2, k.n_ints = 2, k.context_tokens = 501 + 901;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double decode = w.bytes;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.bytes == decode + 8.0 * 1024);
+  /* a CPU attention has no such kernel */
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  ferry__runtime_work(&p, &k, 1, &w);
+  assert_true(w.bytes == decode);
+}
+
 /* The KV-offload fork's CPU attention (runtime.cpu_kv_upcast, BLOOM's `key_layer.float()`,
  * `value_layer.float()`) writes an fp32 copy of the K and V of every key each sequence sees when
  * its cache is fp16 and its products read that copy: 4 + 4 bytes per element beyond the cache's
@@ -702,6 +753,7 @@ int main(void) {
       cmocka_unit_test(test_fused_gate_up_expert),
       cmocka_unit_test(test_mla_attention),
       cmocka_unit_test(test_attention_repeat_kv),
+      cmocka_unit_test(test_attention_append_in_kernel),
       cmocka_unit_test(test_cpu_kv_upcast),
       cmocka_unit_test(test_kv_full_window),
       cmocka_unit_test(test_cpu_fresh_alloc),
