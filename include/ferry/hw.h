@@ -261,7 +261,9 @@ struct ferry_hw_runtime {
                                kernel of its own, but every tile of 64 queries of every query head
                                copies the new rows up to the last key tile its causal mask reaches
                                before it attends, which for a long prefill chunk is many times
-                               the chunk's K and V; 0: a kernel of its own appends them once */
+                               the chunk's K and V (the copy phase keeps the append kernel's
+                               fixed time, gpu.launch_overhead_ns); 0: a kernel of its own
+                               appends them once */
   int32_t gather_copy;    /**< 1: every copy to the device is followed, on the same stream and before
                                the next, by a copy of its bytes within device memory (DeepSpeed
                                ZeRO-3 before 0.9 gathers each fetched parameter into a fresh
