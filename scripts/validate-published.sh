@@ -3,7 +3,7 @@
 # every row of tests/data/published/rows.tsv that ferry can express is simulated, and the A100
 # kernel timings (source D6) are priced with `ferry hw kernel`; prints published, predicted and
 # error per row, the median |error| per source, and the rows that need a feature ferry lacks.
-# usage: scripts/validate-published.sh [--markdown FILE] [--rows FILE] [--no-kernels | --kernel-set GPU] [--sensitivity PCT [--jobs N]]
+# usage: scripts/validate-published.sh [--markdown FILE] [--rows FILE] [--no-kernels | --kernel-set GPU [--kernel-csv FILE]] [--sensitivity PCT [--jobs N]]
 #   [--check-doc docs/validation.md] (exit 1 unless the document's section for the rows file gives
 #   every row and source as measured; ctest validation_doc runs it for all three files)
 #   (FERRY=path/to/ferry, ROWS=rows file; about 30 s). The out-of-sample rows (figures the physics

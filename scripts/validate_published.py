@@ -172,7 +172,7 @@ def priced_row(csv_name, r, mapping):
 
 def run_kernels(ferry, hw, files, mapping):
     """files: (path, mapping key) pairs. None when a file is absent (no shared folder)."""
-    results = []  # (csv, op, measured_ms, predicted_ms)
+    results = []  # (csv, op, measured_ms, predicted_ms, spec)
     for path, csv_name in files:
         if not os.path.exists(path):
             return None
@@ -186,8 +186,8 @@ def run_kernels(ferry, hw, files, mapping):
         times = [float(x) / 1e3 for x in p.stdout.split()]
         if len(times) != len(data):
             sys.exit("ferry hw kernel: %d times for %d kernels" % (len(times), len(data)))
-        for r, t in zip(data, times):
-            results.append((csv_name, op_of(r), float(r["time_ms_median"]), t))
+        for r, t, spec in zip(data, times, specs):
+            results.append((csv_name, op_of(r), float(r["time_ms_median"]), t, spec))
     return results
 
 
@@ -311,6 +311,9 @@ def main():
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--markdown", help="also write the tables as Markdown to this file")
     ap.add_argument("--no-kernels", action="store_true", help="skip the D6 kernel timings (rows only)")
+    ap.add_argument("--kernel-csv", metavar="FILE",
+                    help="also write every priced kernel to this CSV: its file, op, the `ferry hw kernel` spec, "
+                    "measured and predicted ms, error %%")
     ap.add_argument("--kernel-set", choices=sorted(KERNEL_SETS), default="a100",
                     help="the GPU whose kernel times to price (default a100, source D6; h100 and a40: Vidur's "
                     "out-of-sample sets, run alone, without the rows)")
@@ -373,13 +376,21 @@ def main():
     kres = None if a.no_kernels else run_kernels(a.ferry, k_hw, k_files, mapping)
     if kres is None and a.kernel_set != "a100":
         sys.exit("--kernel-set %s: %s is missing" % (a.kernel_set, k_files[0][0]))
+    if a.kernel_csv and kres is None:
+        sys.exit("--kernel-csv: no kernels were priced (--no-kernels, or the kernel set's files are missing)")
+    if a.kernel_csv:
+        with open(a.kernel_csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["file", "op", "spec", "measured_ms", "predicted_ms", "error_pct"])
+            for c, op, m, p, spec in kres:
+                w.writerow([c, op, spec, "%.6g" % m, "%.6g" % p, "%+.1f" % err_pct(p, m)])
     kout = []
     if kres is not None:
         print("\n%s: %s kernel times (measured medians) against `ferry hw kernel %s`" % (k_source, a.kernel_set.upper(), k_hw))
         print("%-36s %6s %14s %14s" % ("op", "rows", "median err%", "median |err|%"))
         kout += ["| op | kernels | median error % | median \\|error\\| % |", "|---|---|---|---|"]
         ops = {}
-        for c, op, m, p in kres:
+        for c, op, m, p, _ in kres:
             ops.setdefault((c, op), []).append(err_pct(p, m))
         all_abs = []
         for (c, op), es in sorted(ops.items()):
