@@ -12,6 +12,9 @@
 # Real runs on a shared machine vary by several percent from one run to the next: each
 # configuration runs FIDELITY_REPEATS times for real (default 3) and the table takes the
 # median of each measured figure; the spread column is the TPOT range over the repeats.
+# Exits 1, naming them, when the medians miss the goals (5 % for mean TTFT and TPOT, 10 % for P99
+# end-to-end), and warns when the calibration runs are more than FIDELITY_MAX_PACE_SPREAD % apart
+# (default 10): the machine was not quiet.
 # usage: scripts/fidelity.sh [OUT_DIR]   (default build/fidelity; takes about 10 minutes)
 set -eu
 out=${1:-build/fidelity}
@@ -80,8 +83,17 @@ done
 "$ferry" calibrate --db "$out/calib.db" --run all --base "$out/host.json" --out "$out/fitted.json" >/dev/null
 # how far the machine's pace moved between rounds: the calibration runs are the same work
 paces=$(sqlite3 "$out/calib.db" "SELECT printf('%.2f', (MAX(end_ns) - MIN(start_ns)) / 1e9) FROM steps GROUP BY runId ORDER BY runId")
+pace_spread=$(echo "$paces" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }')
 echo "   fitted to all $repeats calibration runs together; they took $(echo "$paces" | paste -sd, - | sed 's/,/, /g') s" \
-  "($(echo "$paces" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }') % apart)"
+  "($pace_spread % apart)"
+# Quiet rounds put the calibration runs 2-7 % apart (sessions 16-18); one study whose runs were
+# 27.5 % apart (other work on the machine) fitted a pace the configurations' rounds did not share
+# and missed every goal by 8-13 points, where a rerun on the quiet machine met them.
+max_pace_spread=${FIDELITY_MAX_PACE_SPREAD:-10}
+if awk -v s="$pace_spread" -v m="$max_pace_spread" 'BEGIN { exit !(s > m) }'; then
+  echo "warning: the calibration runs are $pace_spread % apart (more than $max_pace_spread %): the machine's pace" \
+    "moved between rounds, and the fit carries their average; rerun on a quiet machine before trusting the table" >&2
+fi
 
 echo "== simulated"
 printf '%-26s %10s %10s %7s %10s %10s %7s %10s %10s %7s %9s\n' "config" "TTFT real" "TTFT sim" "err%" \
@@ -104,7 +116,17 @@ for cfg in $configs; do
   printf '%-26s %s %9s\n' "$(echo "$cfg" | awk -F: '{ printf "%s b%s d%s", $1, $2, $3 }')" "${line%%|*}" "$spread"
   echo "${line##*|}" >>"$errs"
 done
+ttft_err=$(cut -d' ' -f1 "$errs" | median)
+tpot_err=$(cut -d' ' -f2 "$errs" | median)
+p99_err=$(cut -d' ' -f3 "$errs" | median)
 printf '\nmedian absolute error: mean TTFT %.1f%%, mean TPOT %.1f%%, P99 end-to-end %.1f%% (goals: 5%%, 5%%, 10%%)\n' \
-  "$(cut -d' ' -f1 "$errs" | median)" "$(cut -d' ' -f2 "$errs" | median)" "$(cut -d' ' -f3 "$errs" | median)"
+  "$ttft_err" "$tpot_err" "$p99_err"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 echo "runs and timelines: $db"
+# exit 1 when a goal is missed, naming it
+missed=$(awk -v a="$ttft_err" -v b="$tpot_err" -v c="$p99_err" 'BEGIN {
+  m = ""; if (a > 5) m = m " mean TTFT"; if (b > 5) m = m " mean TPOT"; if (c > 10) m = m " P99 end-to-end"; print m }')
+if [ -n "$missed" ]; then
+  echo "fidelity: goals missed:$missed" >&2
+  exit 1
+fi
