@@ -189,7 +189,7 @@ static void show_runtime(const struct ferry_hw_profile *p) {
       {"runtime.cpu_amx", r->cpu_amx, "CPU products of bf16 or int8 weights on AMX tiles where faster"},
       {"runtime.cpu_amx_min_rows", r->cpu_amx_min_rows, "fewest rows of a product the runtime runs on AMX tiles"},
       {"runtime.attn_repeat_kv", r->attn_repeat_kv, "grouped-query attention copies K and V per query head first"},
-      {"runtime.attn_append_kv", r->attn_append_kv, "the attention kernel appends the new K and V itself, per query tile"},
+      {"runtime.attn_fa2_kvcache", r->attn_fa2_kvcache, "FlashAttention-2 flash_attn_with_kvcache: appends per query tile, runs in waves"},
       {"runtime.gather_copy", r->gather_copy, "each copy to the GPU is copied again within it"},
       {"runtime.split_copy", r->split_copy, "each gathered parameter is copied out of its flat buffer"},
       {"runtime.read_after_copy", r->read_after_copy, "a disk read waits for the copies to the GPU before it"},

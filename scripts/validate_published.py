@@ -140,12 +140,12 @@ def spec_of(template, r):
 # The compute sets run under the `graph` runtime: Vidur's profiler times vLLM's (sarathi-serve's)
 # kernels, which compute in fp16 (runtime.act_bytes 2; `ferry hw kernel` alone takes `native`).
 # Its attention is sarathi-serve's FlashAttentionWrapper, which hands the new K and V to
-# flash_attn_with_kvcache for the kernel to append (runtime.attn_append_kv 1; hw/README.md).
+# flash_attn_with_kvcache for the kernel to append (runtime.attn_fa2_kvcache 1; hw/README.md).
 KERNEL_SETS = {
-    "a100": ("a100-80gb-sxm+runtime=graph+runtime.attn_append_kv=1", "D6", [("{shared}/validation/gpu-kernels-a100/mlp_a100.csv", "mlp_a100.csv"),
+    "a100": ("a100-80gb-sxm+runtime=graph+runtime.attn_fa2_kvcache=1", "D6", [("{shared}/validation/gpu-kernels-a100/mlp_a100.csv", "mlp_a100.csv"),
                                     ("{shared}/validation/gpu-kernels-a100/attention_a100.csv", "attention_a100.csv")]),
-    "h100": ("h100-sxm+runtime=graph+runtime.attn_append_kv=1", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
-    "a40": ("a40+runtime=graph+runtime.attn_append_kv=1", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),
+    "h100": ("h100-sxm+runtime=graph+runtime.attn_fa2_kvcache=1", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
+    "a40": ("a40+runtime=graph+runtime.attn_fa2_kvcache=1", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),
     # NCCL all-reduce times within one NVSwitch machine: the A100 DGX of D6's folder, and Vidur's H100 DGX
     "a100-net": ("8xa100-80gb-sxm", "D6-net", [("{shared}/validation/gpu-kernels-a100/network_a100.csv",
                                                 "network_a100.csv")]),

@@ -5,10 +5,12 @@
  * weights and runs the products on tensor cores in the weights' precision, and that is what
  * is priced here. */
 #include <math.h>
+#include <string.h>
 
 #include "ferry/quant.h"
 #include "runtime/exec/kernel_cost.h"
 #include "sim/gpu_cost.h"
+#include "sim/hw_internal.h"
 #include "sim/resource.h"
 
 /* CUDA-core instructions per weight element to turn a stored element into an fp16 operand.
@@ -285,27 +287,101 @@ static double full_window_extra_keys(const struct ferry_hw_runtime *r, const str
   return extra;
 }
 
-/* FlashAttention-2's split-KV kernel, which flash_attn_with_kvcache always runs: tiles of 64
- * queries by 256, 128 or 64 keys for head dims up to 64, up to 128, and more (csrc/flash_attn/src/
- * flash_fwd_launch_template.h, run_mha_fwd_splitkv_dispatch). */
+/* FlashAttention-2's split-KV kernel, which flash_attn_with_kvcache always runs: 128 threads, tiles
+ * of 64 queries by 256, 128 or 64 keys for head dims up to 64, up to 128, and more, Q, K and V
+ * tiles in shared memory (csrc/flash_attn/src/flash_fwd_launch_template.h,
+ * run_mha_fwd_splitkv_dispatch; kernel_traits.h). */
 #define FA2_SPLITKV_Q_TILE 64
+#define FA2_SPLITKV_THREADS 128
+#define FA2_MAX_SPLITS 128
 static int64_t fa2_splitkv_key_tile(int64_t head_dim) { return head_dim <= 64 ? 256 : head_dim <= 128 ? 128 : 64; }
 
-/* Rows of new keys (a K and a V row each) an attention kernel that appends them itself copies
- * (runtime.attn_append_kv). Each thread block, one tile of queries of one query head, first
- * copies the step's new rows from the cache's old end up to the end of the last key tile its
- * causal mask reaches, then attends (FlashAttention-2 flash_fwd_kernel.h,
- * compute_attn_1rowblock_splitkv with Append_KV: copy_w_min_idx from n_block_max - 1 down to
- * seqlen_k_cache / kBlockN, rows from seqlen_k_cache to seqlen_k). A sequence's n new tokens from
- * position c: tile t copies min(ceil((c + min(64 (t + 1), n)) / key_tile) key_tile, c + n) - c
- * rows, once per query head; a decode call of grouped-query attention runs the group's query
- * heads as the queries of one block per KV head (mha_fwd_kvcache, seqlenq_ngroups_swapped: one
- * query, more query than KV heads, no window), so it copies once per KV head. Without positions
- * the m tokens are one sequence from position 0. */
-static double append_rows_copied(const struct ferry_kernel *k) {
-  const int64_t key_tile = fa2_splitkv_key_tile(k->head_dim);
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The splits of the keys FlashAttention-2 launches a call's `blocks` thread blocks with
+ * (csrc/flash_attn/flash_api.cpp, num_splits_heuristic, v2.5.0-v2.5.6, over the SM count; v2.5.7
+ * on passes twice it): one split when the blocks nearly fill the SMs, else the fewest splits
+ * (each a different number of key tiles) whose waves come within 85 % of the best's. */
+static int64_t fa2_num_splits(int64_t blocks, int64_t sms, int64_t key_tiles) {
+  if ((double)blocks >= 0.8 * (double)sms) return 1;
+  int64_t max_splits = FA2_MAX_SPLITS;
+  if (sms < max_splits) max_splits = sms;
+  if (key_tiles < max_splits) max_splits = key_tiles;
+  double eff[FA2_MAX_SPLITS] = {0}, best = 0;
+  for (int64_t n = 1; n <= max_splits; n++) {
+    if (n > 1 && ceil_div(key_tiles, n) == ceil_div(key_tiles, n - 1)) continue; /* the same as n - 1 */
+    const double waves = (double)(blocks * n) / (double)sms;
+    eff[n - 1] = waves / ceil(waves);
+    if (eff[n - 1] > best) best = eff[n - 1];
+  }
+  for (int64_t n = 1; n <= max_splits; n++)
+    if (eff[n - 1] > 0 && eff[n - 1] >= 0.85 * best) return n;
+  return 1;
+}
+
+/* The split-KV kernel's thread blocks one SM holds at once: its Q, K and V tiles of fp16 (plus
+ * what the driver reserves per block) in the SM's shared memory, within the SM's thread and
+ * block limits; 0 when the profile does not say (no SM count or capability) or none fits. */
+static int64_t fa2_blocks_per_sm(const struct ferry_hw_gpu *g, int64_t head_dim) {
+  int32_t threads = 0, blocks = 0;
+  int64_t smem = 0, reserved = 0;
+  if (g->sm_count <= 0 || ferry_hw_gpu_residency(g->compute_capability, &threads, &blocks) != 0 ||
+      ferry__hw_gpu_shared_memory(g->compute_capability, &smem, &reserved) != 0)
+    return 0;
+  const int64_t tile_bytes = (FA2_SPLITKV_Q_TILE + 2 * fa2_splitkv_key_tile(head_dim)) * head_dim * 2 + reserved;
+  int64_t n = smem / tile_bytes;
+  if (n > blocks) n = blocks;
+  if (n > threads / FA2_SPLITKV_THREADS) n = threads / FA2_SPLITKV_THREADS;
+  return n;
+}
+
+/* How much longer a call's math takes than the whole GPU's rate says: its blocks (after the
+ * splits) run in waves of the blocks the SMs hold at once, and a last, partial wave leaves SMs
+ * idle: ceil(waves) / waves. */
+static double fa2_wave_factor(int64_t blocks, int64_t slots) {
+  if (blocks <= 0 || slots <= 0) return 1;
+  const double waves = (double)blocks / (double)slots;
+  return ceil(waves) / waves;
+}
+
+/* Keys the queries at positions c + 1 .. c + n (counted from 1) see in all, each at most a
+ * window of w (0: no window). */
+static double visible_keys(int64_t c, int64_t n, int64_t w) {
+  const double a = (double)c + 1, b = (double)(c + n);
+  if (w <= 0 || b <= (double)w) return (a + b) * (double)n / 2;
+  if (a > (double)w) return (double)w * (double)n;
+  return ((double)w + a) * ((double)w - a + 1) / 2 + (double)w * (b - (double)w);
+}
+
+/* What FlashAttention-2's flash_attn_with_kvcache given the step's new K and V does beyond the
+ * attention (runtime.attn_fa2_kvcache), per call: Sarathi-Serve calls it once per prefill chunk
+ * (batch 1) and once for the batch's decode tokens.
+ * - Copies: each thread block, one tile of queries of one query head, first copies the step's new
+ *   rows from the cache's old end up to the end of the last key tile its causal mask reaches, then
+ *   attends (flash_fwd_kernel.h, compute_attn_1rowblock_splitkv with Append_KV: copy_w_min_idx
+ *   from n_block_max - 1 down to seqlen_k_cache / kBlockN, rows from seqlen_k_cache to seqlen_k).
+ *   A sequence's n new tokens from position c: tile t copies min(ceil((c + min(64 (t + 1), n)) /
+ *   key_tile) key_tile, c + n) - c rows, once per query head; a decode call of grouped-query
+ *   attention runs the group's query heads as the queries of one block per KV head
+ *   (mha_fwd_kvcache, seqlenq_ngroups_swapped: one query, more query than KV heads, no window).
+ * - Waves: a call's blocks (query tiles x heads, x its splits) run in waves of the blocks the SMs
+ *   hold (fa2_blocks_per_sm); its math takes fa2_wave_factor() of the roofline's time. `waved`
+ *   is the step's flops weighted so, `flops` unweighted (only on a profile that gives the SM
+ *   count and compute capability; else both 0).
+ * Without positions the m tokens are one sequence from position 0. */
+struct fa2_call_work {
+  double rows_copied, flops, waved;
+};
+
+static void fa2_kvcache_work(const struct ferry_hw_gpu *g, const struct ferry_kernel *k, struct fa2_call_work *out) {
+  const int64_t key_tile = fa2_splitkv_key_tile(k->head_dim), w = k->sliding_window;
   const int positions = k->ints && k->ints2 && k->n_ints >= k->m;
-  double rows = 0;
+  const int gqa_swap = k->kv_heads > 0 && k->heads > k->kv_heads && w <= 0;
+  const int64_t per_sm = fa2_blocks_per_sm(g, k->head_dim), slots = per_sm * g->sm_count;
+  const double flops_per_key = 4.0 * (double)k->heads * (double)k->head_dim;
+  int64_t decode_seqs = 0, decode_max_keys = 0;
+  double decode_keys = 0;
+  memset(out, 0, sizeof *out);
   for (int64_t i = 0; i < k->m;) {
     int64_t j = i + 1;
     if (positions)
@@ -313,27 +389,43 @@ static double append_rows_copied(const struct ferry_kernel *k) {
     else
       j = k->m;
     const int64_t c = positions ? k->ints[i] : 0, n = j - i;
-    const int swapped = n == 1 && k->kv_heads > 0 && k->heads > k->kv_heads && k->sliding_window <= 0;
-    const double blocks_per_tile = (double)(swapped ? k->kv_heads : k->heads);
+    const double blocks_per_tile = (double)(n == 1 && gqa_swap ? k->kv_heads : k->heads);
     for (int64_t q_end = FA2_SPLITKV_Q_TILE;; q_end += FA2_SPLITKV_Q_TILE) {
-      const int64_t keys = c + (q_end < n ? q_end : n);
-      const int64_t reach = (keys + key_tile - 1) / key_tile * key_tile;
-      rows += blocks_per_tile * (double)((reach < c + n ? reach : c + n) - c);
+      const int64_t reach = ceil_div(c + (q_end < n ? q_end : n), key_tile) * key_tile;
+      out->rows_copied += blocks_per_tile * (double)((reach < c + n ? reach : c + n) - c);
       if (q_end >= n) break;
+    }
+    if (n == 1) { /* one call for the step's decode tokens */
+      decode_seqs++, decode_keys += visible_keys(c, 1, w);
+      if (c + 1 > decode_max_keys) decode_max_keys = c + 1;
+    } else if (slots > 0) {
+      const int64_t blocks = k->heads * ceil_div(n, FA2_SPLITKV_Q_TILE);
+      const int64_t splits = fa2_num_splits(blocks, g->sm_count, ceil_div(c + n, key_tile));
+      const double flops = flops_per_key * visible_keys(c, n, w);
+      out->flops += flops, out->waved += flops * fa2_wave_factor(blocks * splits, slots);
     }
     i = j;
   }
-  return rows;
+  if (decode_seqs > 0 && slots > 0) {
+    const int64_t blocks = decode_seqs * (gqa_swap ? k->kv_heads : k->heads);
+    const int64_t splits = fa2_num_splits(blocks, g->sm_count, ceil_div(decode_max_keys, key_tile));
+    const double flops = flops_per_key * decode_keys;
+    out->flops += flops, out->waved += flops * fa2_wave_factor(blocks * splits, slots);
+  }
 }
 
-/* The in-kernel append in place of an append kernel: the copies' reads and writes. The copy is
- * a phase of its own in every thread block (the copies, a barrier, then the attention reading
- * back what was written), so it keeps the fixed time (gpu.launch_overhead_ns) ferry charges the
- * append kernel of the other runtimes: the kernel count stays. What the fusion saves, the host's
- * launch of a second kernel, is not GPU time. */
-static void append_in_kernel_work(const struct ferry_kernel *k, struct ferry__gpu_work *work) {
+/* flash_attn_with_kvcache in place of an append kernel and an attention kernel: the copies'
+ * reads and writes, and the math stretched by its waves. The copy is a phase of its own in every
+ * thread block (the copies, a barrier, then the attention reading back what was written), so it
+ * keeps the fixed time (gpu.launch_overhead_ns) ferry charges the append kernel of the other
+ * runtimes: the kernel count stays. What the fusion saves, the host's launch of a second kernel,
+ * is not GPU time. */
+static void fa2_kvcache_charge(const struct ferry_hw_gpu *g, const struct ferry_kernel *k, struct ferry__gpu_work *work) {
+  struct fa2_call_work c;
+  fa2_kvcache_work(g, k, &c);
   const double row_bytes = (double)ferry__kv_bytes(k, (uint64_t)k->head_dim);
-  work->bytes += append_rows_copied(k) * 2 /* K and V */ * row_bytes * 2 /* read, write */;
+  work->bytes += c.rows_copied * 2 /* K and V */ * row_bytes * 2 /* read, write */;
+  if (c.flops > 0) work->flops *= c.waved / c.flops;
 }
 
 /* What a framework does around an attention over its cache beyond the kernel itself (GPU only). */
@@ -384,7 +476,7 @@ void ferry__runtime_work(const struct ferry_hw_profile *profile, const struct fe
   const struct ferry_hw_runtime *r = &profile->runtime;
   if (!cpu && k->kind == FERRY_K_DEQUANTIZE) unfused_dequant_work(r, k, work);
   if (!cpu && k->kind == FERRY_K_ATTENTION) attention_frame_work(r, k, work);
-  if (!cpu && k->kind == FERRY_K_ATTENTION && r->attn_append_kv) append_in_kernel_work(k, work);
+  if (!cpu && k->kind == FERRY_K_ATTENTION && r->attn_fa2_kvcache) fa2_kvcache_charge(&profile->gpu, k, work);
   if (k->kind != FERRY_K_ATTENTION) return;
   double rows = (double)ferry__attention_seq_keys(k) * (double)k->kv_heads * 2; /* K and V */
   if (!r->kv_expand) {

@@ -113,7 +113,7 @@ static const struct field fields[] = {
     {"runtime.cpu_amx_eff_bf16", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_amx_eff_bf16), 0},
     {"runtime.cpu_amx_eff_int8", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_amx_eff_int8), 0},
     {"runtime.attn_repeat_kv", T_I32, C_BOOL, S_RUNTIME, P(runtime.attn_repeat_kv), 0},
-    {"runtime.attn_append_kv", T_I32, C_BOOL, S_RUNTIME, P(runtime.attn_append_kv), 0},
+    {"runtime.attn_fa2_kvcache", T_I32, C_BOOL, S_RUNTIME, P(runtime.attn_fa2_kvcache), 0},
     {"runtime.gather_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.gather_copy), 0},
     {"runtime.split_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.split_copy), 0},
     {"runtime.read_after_copy", T_I32, C_BOOL, S_RUNTIME, P(runtime.read_after_copy), 0},
@@ -1296,27 +1296,44 @@ void ferry_hw_link_set_h2d(struct ferry_hw_link *link, double h2d_gbps) {
   if (link->pageable_derived) link->pageable_h2d_gbps = h2d_gbps * FERRY_HW_PAGEABLE_H2D_SHARE;
 }
 
-/* Maximum resident threads per SM (the CUDA C++ Programming Guide's "Technical Specifications per
- * Compute Capability") and resident blocks per SM (CUDA 13.0 cuda_occupancy.h,
- * cudaOccMaxBlocksPerMultiprocessor), by capability x 10. */
-int ferry_hw_gpu_residency(double compute_capability, int32_t *threads_per_sm, int32_t *blocks_per_sm) {
-  static const struct {
-    int cc10;
-    int32_t threads, blocks;
-  } table[] = {
-      {70, 2048, 32}, {72, 2048, 32}, {75, 1024, 16}, {80, 2048, 32}, {86, 1536, 16}, {87, 2048, 16},
-      {89, 1536, 24}, {90, 2048, 32}, {100, 2048, 32}, {120, 1536, 24},
-  };
+/* Per SM of each compute capability (x 10): maximum resident threads and maximum shared memory
+ * (the CUDA C++ Programming Guide's "Technical Specifications per Compute Capability"), resident
+ * blocks (CUDA 13.0 cuda_occupancy.h, cudaOccMaxBlocksPerMultiprocessor), and the shared memory
+ * the driver reserves per block (1 KiB from 8.0: cudaDevAttrReservedSharedMemoryPerBlock). */
+static const struct {
+  int cc10;
+  int32_t threads, blocks;
+  int32_t smem_kib, reserved_per_block;
+} sm_table[] = {
+    {70, 2048, 32, 96, 0},    {72, 2048, 32, 96, 0},    {75, 1024, 16, 64, 0},     {80, 2048, 32, 164, 1024},
+    {86, 1536, 16, 100, 1024}, {87, 2048, 16, 164, 1024}, {89, 1536, 24, 100, 1024}, {90, 2048, 32, 228, 1024},
+    {100, 2048, 32, 228, 1024}, {120, 1536, 24, 100, 1024},
+};
+
+/* The table's row for a capability, or -1: exact to the tenth (8.64 is no capability). */
+static int sm_row(double compute_capability) {
   if (!(compute_capability > 0 && compute_capability < 100)) return -1;
   const int cc10 = (int)lround(compute_capability * 10);
-  if (fabs(compute_capability * 10 - cc10) > 1e-6) return -1; /* 8.64 is no capability */
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (table[i].cc10 == cc10) {
-      if (threads_per_sm) *threads_per_sm = table[i].threads;
-      if (blocks_per_sm) *blocks_per_sm = table[i].blocks;
-      return 0;
-    }
+  if (fabs(compute_capability * 10 - cc10) > 1e-6) return -1;
+  for (size_t i = 0; i < sizeof sm_table / sizeof sm_table[0]; i++)
+    if (sm_table[i].cc10 == cc10) return (int)i;
   return -1;
+}
+
+int ferry_hw_gpu_residency(double compute_capability, int32_t *threads_per_sm, int32_t *blocks_per_sm) {
+  const int i = sm_row(compute_capability);
+  if (i < 0) return -1;
+  if (threads_per_sm) *threads_per_sm = sm_table[i].threads;
+  if (blocks_per_sm) *blocks_per_sm = sm_table[i].blocks;
+  return 0;
+}
+
+int ferry__hw_gpu_shared_memory(double compute_capability, int64_t *per_sm_bytes, int64_t *reserved_per_block_bytes) {
+  const int i = sm_row(compute_capability);
+  if (i < 0) return -1;
+  if (per_sm_bytes) *per_sm_bytes = (int64_t)sm_table[i].smem_kib * 1024;
+  if (reserved_per_block_bytes) *reserved_per_block_bytes = sm_table[i].reserved_per_block;
+  return 0;
 }
 
 /* The element sizes of the workspace a GPU runtime holds. Every preset but llama.cpp's computes in

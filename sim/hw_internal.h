@@ -23,4 +23,10 @@ ferry_status ferry__hw_figures_to_json(cJSON *root, const struct ferry_hw_profil
  * exactly); names compare as strings. */
 const char *ferry__hw_first_difference(const struct ferry_hw_profile *a, const struct ferry_hw_profile *b);
 
+/* Shared memory one SM of a GPU of this CUDA compute capability offers thread blocks at most, and
+ * what the driver reserves of it per block (the CUDA C++ Programming Guide's per-capability
+ * table; the same capabilities as ferry_hw_gpu_residency()). 0 and both figures, or -1 (outputs
+ * untouched). */
+int ferry__hw_gpu_shared_memory(double compute_capability, int64_t *per_sm_bytes, int64_t *reserved_per_block_bytes);
+
 #endif

@@ -15,6 +15,7 @@
 #include "ferry/quant.h"
 #include "sim/cpu_cost.h"
 #include "sim/gpu_cost.h"
+#include "sim/hw_internal.h"
 #include "testutil.h"
 
 static struct ferry_hw_profile gpu(void) {
@@ -250,7 +251,7 @@ static void test_attention_repeat_kv(void **state) {
   assert_true(w.bytes == mha);
 }
 
-/* An attention kernel that appends the new K and V itself (runtime.attn_append_kv: FlashAttention-2's
+/* An attention kernel that appends the new K and V itself (runtime.attn_fa2_kvcache: FlashAttention-2's
  * flash_attn_with_kvcache given k and v) copies them once per tile of 64 queries per query head,
  * each tile the new rows up to the end of the last 128-key tile (head_dim 128) its causal mask
  * reaches: a K and a V row of 128 fp16 each, read and written (1024 bytes). A decode token of
@@ -275,7 +276,7 @@ static void test_attention_append_in_kernel(void **state) {
   const double plain = w.bytes;
   ferry__runtime_work(&p, &k, 0, &w);
   assert_true(w.bytes == plain);
-  p.runtime.attn_append_kv = 1;
+  p.runtime.attn_fa2_kvcache = 1;
   ferry__runtime_work(&p, &k, 0, &w);
   /* 256 new tokens from position 0: the tiles ending at queries 64, 128, 192, 256 reach keys
    * 128, 128, 256, 256: 768 rows x 32 heads x 1024 B = 25165824 B; the kernel count stays */
@@ -299,6 +300,64 @@ static void test_attention_append_in_kernel(void **state) {
   ferry__gpu_work_of(&k, NULL, 1, &w);
   ferry__runtime_work(&p, &k, 1, &w);
   assert_true(w.bytes == decode);
+}
+
+/* FlashAttention-2's split-KV kernel (runtime.attn_fa2_kvcache) runs a call's thread blocks (64-query
+ * tiles x query heads, x the splits of the keys FA2 picks when they do not nearly fill the SMs)
+ * in waves of the blocks the SMs hold: its math is stretched by ceil(waves) / waves. The profile:
+ * an A100's 108 SMs of compute capability 8.0, 164 KiB of shared memory each, of which a block
+ * of head dim 128 takes (64 + 2 x 128) x 128 x 2 B + 1 KiB reserved = 82944 B: 2 an SM, 216 at
+ * once. Without an SM count, or where no block fits (7.5: 64 KiB), the math is left as it was. */
+static void test_attention_fa2_waves(void **state) {
+  (void)state;
+  struct ferry_hw_profile p = gpu();
+  p.has_runtime = 1;
+  p.runtime.attn_fa2_kvcache = 1;
+  p.gpu.sm_count = 108, p.gpu.compute_capability = 8.0;
+  int64_t smem = 0, reserved = 0;
+  assert_int_equal(ferry__hw_gpu_shared_memory(8.0, &smem, &reserved), 0);
+  assert_true(smem == 167936 && reserved == 1024);
+  assert_int_equal(ferry__hw_gpu_shared_memory(9.0, &smem, NULL), 0);
+  assert_true(smem == 233472);
+  assert_int_equal(ferry__hw_gpu_shared_memory(8.64, &smem, &reserved), -1);
+  assert_true(smem == 233472); /* untouched */
+  enum { S = 256 };
+  int32_t pos[S], slot[S];
+  struct ferry_kernel k;
+  memset(&k, 0, sizeof k);
+  k.kind = FERRY_K_ATTENTION;
+  k.heads = 32, k.kv_heads = 4, k.head_dim = 128;
+  k.ints = pos, k.ints2 = slot;
+  k.aux[2].dtype = FERRY_DTYPE_F16;
+  struct ferry__gpu_work w;
+  /* 256 new tokens after 3072 cached: 4 tiles x 32 heads = 128 blocks, at least 0.8 x 108: one
+   * split, one wave of 216 slots 128 / 216 full: x 216 / 128 = 1.6875 */
+  int64_t ctx = 0;
+  for (int i = 0; i < S; i++) pos[i] = 3072 + i, slot[i] = 0, ctx += 3072 + i + 1;
+  k.m = S, k.n_ints = S, k.context_tokens = ctx;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double flops = w.flops;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(fabs(w.flops / flops - 1.6875) < 1e-12);
+  /* 128 after 3072: 64 blocks, under 86.4: 25 key tiles; splits of 1..5 make 0.593, 0.593 (13
+   * tiles a split), 0.889, 0.790, 0.988 of their last wave full (0.988 at 5 is the best of the
+   * eligible counts): 3 is the fewest within 85 % of it: 192 blocks, x 216 / 192 = 1.125 */
+  ctx = 0;
+  for (int i = 0; i < 128; i++) ctx += 3072 + i + 1;
+  k.m = 128, k.n_ints = 128, k.context_tokens = ctx;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  const double flops128 = w.flops;
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(fabs(w.flops / flops128 - 1.125) < 1e-12);
+  /* no SM count, or a capability whose SM holds no such block: the roofline's math */
+  p.gpu.sm_count = 0;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.flops == flops128);
+  p.gpu.sm_count = 40, p.gpu.compute_capability = 7.5;
+  ferry__gpu_work_of(&k, NULL, 1, &w);
+  ferry__runtime_work(&p, &k, 0, &w);
+  assert_true(w.flops == flops128);
 }
 
 /* The KV-offload fork's CPU attention (runtime.cpu_kv_upcast, BLOOM's `key_layer.float()`,
@@ -754,6 +813,7 @@ int main(void) {
       cmocka_unit_test(test_mla_attention),
       cmocka_unit_test(test_attention_repeat_kv),
       cmocka_unit_test(test_attention_append_in_kernel),
+      cmocka_unit_test(test_attention_fa2_waves),
       cmocka_unit_test(test_cpu_kv_upcast),
       cmocka_unit_test(test_kv_full_window),
       cmocka_unit_test(test_cpu_fresh_alloc),

@@ -564,11 +564,11 @@ static void test_compose_parts(void **state) {
   /* the runtime is a part like the others */
   assert_int_equal(ferry_hw_open(&hw, "h100-pcie+runtime=graph"), FERRY_OK);
   assert_true(ferry_hw_get(hw)->has_runtime && ferry_hw_get(hw)->runtime.fused_dequant == 1);
-  assert_int_equal(ferry_hw_get(hw)->runtime.attn_append_kv, 0);
+  assert_int_equal(ferry_hw_get(hw)->runtime.attn_fa2_kvcache, 0);
   ferry_hw_close(hw);
   /* and a runtime's figure after it (the kernel sets' Sarathi-Serve attention) */
-  assert_int_equal(ferry_hw_open(&hw, "a100-80gb-sxm+runtime=graph+runtime.attn_append_kv=1"), FERRY_OK);
-  assert_int_equal(ferry_hw_get(hw)->runtime.attn_append_kv, 1);
+  assert_int_equal(ferry_hw_open(&hw, "a100-80gb-sxm+runtime=graph+runtime.attn_fa2_kvcache=1"), FERRY_OK);
+  assert_int_equal(ferry_hw_get(hw)->runtime.attn_fa2_kvcache, 1);
   ferry_hw_close(hw);
   /* bad compositions say what is wrong, and leave no handle */
   static const struct {
@@ -585,7 +585,7 @@ static void test_compose_parts(void **state) {
       {"h100-pcie+gpu.compute_capability=6.1", FERRY_ERR_FORMAT,
        "gpu.compute_capability must be a CUDA compute capability ferry knows"},
       {"h100-pcie+gpu.sm_count=0", FERRY_ERR_FORMAT, "gpu.sm_count must be positive"},
-      {"h100-pcie+runtime=graph+runtime.attn_append_kv=2", FERRY_ERR_FORMAT, "runtime.attn_append_kv"},
+      {"h100-pcie+runtime=graph+runtime.attn_fa2_kvcache=2", FERRY_ERR_FORMAT, "runtime.attn_fa2_kvcache"},
       /* a fraction of a byte would be cut off, and the name, the figure's source, would disagree
        * with it (fuzzing: hw_name/crash-fractional-bytes) */
       {"l4+host.memory_bytes=4.5", FERRY_ERR_INVALID, "a byte count must be whole"},

@@ -255,15 +255,17 @@ struct ferry_hw_runtime {
                                query head of their group and multiplies that copy (HF transformers'
                                eager and SDPA paths, `repeat_kv`), so it writes and reads n_rep
                                times the cached bytes again; 0: kernels read the shared heads */
-  int32_t attn_append_kv; /**< 1: the GPU attention kernel itself writes the step's new K and V
-                               into the cache (FlashAttention-2's flash_attn_with_kvcache given k
-                               and v, as Sarathi-Serve and Vidur's profiler call it): no append
-                               kernel of its own, but every tile of 64 queries of every query head
-                               copies the new rows up to the last key tile its causal mask reaches
-                               before it attends, which for a long prefill chunk is many times
-                               the chunk's K and V (the copy phase keeps the append kernel's
-                               fixed time, gpu.launch_overhead_ns); 0: a kernel of its own
-                               appends them once */
+  int32_t attn_fa2_kvcache; /**< 1: the GPU attention is FlashAttention-2's flash_attn_with_kvcache
+                               given the step's new K and V (Sarathi-Serve, Vidur's profiler: a
+                               call per prefill chunk, one for the decode tokens). Its split-KV
+                               kernel appends them itself: every tile of 64 queries of every query
+                               head copies the new rows up to the last key tile its causal mask
+                               reaches before it attends, which for a long prefill chunk is many
+                               times the chunk's K and V (the copy phase keeps the append kernel's
+                               fixed time, gpu.launch_overhead_ns). With gpu.sm_count and
+                               gpu.compute_capability, a call's blocks run in waves of those the
+                               SMs hold, stretching its math by ceil(waves) / waves; 0: a kernel
+                               of its own appends them once, and the attention is the roofline's */
   int32_t gather_copy;    /**< 1: every copy to the device is followed, on the same stream and before
                                the next, by a copy of its bytes within device memory (DeepSpeed
                                ZeRO-3 before 0.9 gathers each fetched parameter into a fresh
