@@ -302,6 +302,14 @@ static void test_attention_append_in_kernel(void **state) {
   assert_true(w.bytes == decode);
 }
 
+/* The kernel's work as a runtime of profile p runs it: its own, then the runtime's. */
+static struct ferry__gpu_work runtime_priced(const struct ferry_hw_profile *p, const struct ferry_kernel *k, int cpu) {
+  struct ferry__gpu_work w;
+  ferry__gpu_work_of(k, NULL, 1, &w);
+  ferry__runtime_work(p, k, cpu, &w);
+  return w;
+}
+
 /* FlashAttention-2's split-KV kernel (runtime.attn_fa2_kvcache) runs a call's thread blocks (64-query
  * tiles x query heads, x the splits of the keys FA2 picks when they do not nearly fill the SMs)
  * in waves of the blocks the SMs hold: its math is stretched by ceil(waves) / waves. The profile:
@@ -329,16 +337,15 @@ static void test_attention_fa2_waves(void **state) {
   k.heads = 32, k.kv_heads = 4, k.head_dim = 128;
   k.ints = pos, k.ints2 = slot;
   k.aux[2].dtype = FERRY_DTYPE_F16;
-  struct ferry__gpu_work w;
   /* 256 new tokens after 3072 cached: 4 tiles x 32 heads = 128 blocks, at least 0.8 x 108: one
    * split, one wave of 216 slots 128 / 216 full: x 216 / 128 = 1.6875 */
   int64_t ctx = 0;
   for (int i = 0; i < S; i++) pos[i] = 3072 + i, slot[i] = 0, ctx += 3072 + i + 1;
   k.m = S, k.n_ints = S, k.context_tokens = ctx;
+  struct ferry__gpu_work w;
   ferry__gpu_work_of(&k, NULL, 1, &w);
   const double flops = w.flops;
-  ferry__runtime_work(&p, &k, 0, &w);
-  assert_true(fabs(w.flops / flops - 1.6875) < 1e-12);
+  assert_true(fabs(runtime_priced(&p, &k, 0).flops / flops - 1.6875) < 1e-12);
   /* 128 after 3072: 64 blocks, under 86.4: 25 key tiles; splits of 1..5 make 0.593, 0.593 (13
    * tiles a split), 0.889, 0.790, 0.988 of their last wave full (0.988 at 5 is the best of the
    * eligible counts): 3 is the fewest within 85 % of it: 192 blocks, x 216 / 192 = 1.125 */
@@ -347,17 +354,12 @@ static void test_attention_fa2_waves(void **state) {
   k.m = 128, k.n_ints = 128, k.context_tokens = ctx;
   ferry__gpu_work_of(&k, NULL, 1, &w);
   const double flops128 = w.flops;
-  ferry__runtime_work(&p, &k, 0, &w);
-  assert_true(fabs(w.flops / flops128 - 1.125) < 1e-12);
+  assert_true(fabs(runtime_priced(&p, &k, 0).flops / flops128 - 1.125) < 1e-12);
   /* no SM count, or a capability whose SM holds no such block: the roofline's math */
   p.gpu.sm_count = 0;
-  ferry__gpu_work_of(&k, NULL, 1, &w);
-  ferry__runtime_work(&p, &k, 0, &w);
-  assert_true(w.flops == flops128);
+  assert_true(runtime_priced(&p, &k, 0).flops == flops128);
   p.gpu.sm_count = 40, p.gpu.compute_capability = 7.5;
-  ferry__gpu_work_of(&k, NULL, 1, &w);
-  ferry__runtime_work(&p, &k, 0, &w);
-  assert_true(w.flops == flops128);
+  assert_true(runtime_priced(&p, &k, 0).flops == flops128);
 }
 
 /* The KV-offload fork's CPU attention (runtime.cpu_kv_upcast, BLOOM's `key_layer.float()`,
