@@ -31,7 +31,9 @@ static void usage(FILE *f) {
           "--runtime, the profile's own, else native); the host's launch costs are not part of a\n"
           "kernel's time. On a GPU whose profile gives gpu.sm_count, gpu.clock_mhz and\n"
           "gpu.compute_capability, norm, rope and activation are timed by their launch geometry\n"
-          "(hw/README.md).\n");
+          "(hw/README.md). A profile composed with +runtime.attn_fa2_kvcache=1 prices attention as\n"
+          "FlashAttention-2's flash_attn_with_kvcache given the new K and V (the append inside the\n"
+          "kernel, its waves), as Vidur's kernel sets were measured.\n");
 }
 
 struct spec {
