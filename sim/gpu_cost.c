@@ -5,7 +5,6 @@
  * weights and runs the products on tensor cores in the weights' precision, and that is what
  * is priced here. */
 #include <math.h>
-#include <string.h>
 
 #include "ferry/quant.h"
 #include "runtime/exec/kernel_cost.h"
@@ -319,20 +318,26 @@ static int64_t fa2_num_splits(int64_t blocks, int64_t sms, int64_t key_tiles) {
   return 1;
 }
 
-/* The split-KV kernel's thread blocks one SM holds at once: its Q, K and V tiles of fp16 (plus
- * what the driver reserves per block) in the SM's shared memory, within the SM's thread and
- * block limits; 0 when the profile does not say (no SM count or capability) or none fits. */
-static int64_t fa2_blocks_per_sm(const struct ferry_hw_gpu *g, int64_t head_dim) {
+/* Thread blocks of `block_threads` threads and `block_smem` bytes of shared memory (plus what
+ * the driver reserves per block) one SM of the profile's GPU holds at once: its thread, block
+ * and shared-memory limits (ferry_hw_gpu_residency(), ferry__hw_gpu_shared_memory()); 0 when the
+ * profile gives no SM count or a capability ferry does not know, or when no such block fits. */
+static int64_t sm_resident_blocks(const struct ferry_hw_gpu *g, int64_t block_threads, int64_t block_smem) {
   int32_t threads = 0, blocks = 0;
   int64_t smem = 0, reserved = 0;
-  if (g->sm_count <= 0 || ferry_hw_gpu_residency(g->compute_capability, &threads, &blocks) != 0 ||
+  if (g->sm_count <= 0 || block_threads <= 0 || ferry_hw_gpu_residency(g->compute_capability, &threads, &blocks) != 0 ||
       ferry__hw_gpu_shared_memory(g->compute_capability, &smem, &reserved) != 0)
     return 0;
-  const int64_t tile_bytes = (FA2_SPLITKV_Q_TILE + 2 * fa2_splitkv_key_tile(head_dim)) * head_dim * 2 + reserved;
-  int64_t n = smem / tile_bytes;
+  int64_t n = threads / block_threads;
   if (n > blocks) n = blocks;
-  if (n > threads / FA2_SPLITKV_THREADS) n = threads / FA2_SPLITKV_THREADS;
+  if (block_smem > 0 && n > smem / (block_smem + reserved)) n = smem / (block_smem + reserved);
   return n;
+}
+
+/* The split-KV kernel's thread blocks one SM holds: its Q, K and V tiles of fp16 in shared memory. */
+static int64_t fa2_blocks_per_sm(const struct ferry_hw_gpu *g, int64_t head_dim) {
+  return sm_resident_blocks(g, FA2_SPLITKV_THREADS,
+                            (FA2_SPLITKV_Q_TILE + 2 * fa2_splitkv_key_tile(head_dim)) * head_dim * 2);
 }
 
 /* How much longer a call's math takes than the whole GPU's rate says: its blocks (after the
@@ -381,7 +386,7 @@ static void fa2_kvcache_work(const struct ferry_hw_gpu *g, const struct ferry_ke
   const double flops_per_key = 4.0 * (double)k->heads * (double)k->head_dim;
   int64_t decode_seqs = 0, decode_max_keys = 0;
   double decode_keys = 0;
-  memset(out, 0, sizeof *out);
+  *out = (struct fa2_call_work){0};
   for (int64_t i = 0; i < k->m;) {
     int64_t j = i + 1;
     if (positions)
@@ -522,17 +527,15 @@ static double eff(double v) { return v > 0 && v <= 1 ? v : 1.0; }
 #define KERNEL_FLOOR_NS 2000
 
 /* Whether the profile says enough about its GPU to time a kernel by its launch geometry. */
-static int geometry_known(const struct ferry_hw_gpu *g, int32_t *threads_per_sm, int32_t *blocks_per_sm) {
-  return g->sm_count > 0 && g->clock_mhz > 0 &&
-         ferry_hw_gpu_residency(g->compute_capability, threads_per_sm, blocks_per_sm) == 0;
+static int geometry_known(const struct ferry_hw_gpu *g) {
+  return g->sm_count > 0 && g->clock_mhz > 0 && ferry_hw_gpu_residency(g->compute_capability, NULL, NULL) == 0;
 }
 
 /* An element-wise kernel timed by its launch geometry: its activations at the runtime's
  * activation size streamed at the element-wise efficiency (t_mem) and, for one block per token,
  * the chain of dependent loads each block makes (t_chain: waves of blocks the SMs hold at once x
  * steps x one round trip), combined as the roofline's other terms are, after the kernel floor. */
-static int64_t geometry_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w, int32_t threads_per_sm,
-                           int32_t blocks_per_sm) {
+static int64_t geometry_ns(const struct ferry_hw_profile *profile, const struct ferry__gpu_work *w) {
   const struct ferry_hw_gpu *g = &profile->gpu;
   uint32_t act_bytes = 2;
   ferry_hw_profile_elem_bytes(profile, &act_bytes, NULL);
@@ -540,8 +543,7 @@ static int64_t geometry_ns(const struct ferry_hw_profile *profile, const struct 
   const double t_mem = bytes / (g->mem_bw_gbps * eff(g->efficiency.elementwise));
   double t_chain = 0;
   if (w->geometry == FERRY_GEOM_ROW_BLOCKS && w->blocks > 0 && w->block_threads > 0) {
-    int64_t resident = threads_per_sm / w->block_threads;
-    if (resident > blocks_per_sm) resident = blocks_per_sm;
+    int64_t resident = sm_resident_blocks(g, w->block_threads, 0);
     if (resident < 1) resident = 1;
     const double waves = ceil((double)w->blocks / (double)(resident * g->sm_count));
     t_chain = waves * w->block_steps * DRAM_ROUND_TRIP_CYCLES / (g->clock_mhz * 1e-3);
@@ -555,10 +557,9 @@ int64_t ferry__gpu_work_ns(const struct ferry_hw_profile *profile, const struct 
   if (w->folded) return 0;
   const struct ferry_hw_gpu *g = &profile->gpu;
   const struct ferry_hw_efficiency *e = &g->efficiency;
-  int32_t threads_per_sm = 0, blocks_per_sm = 0;
   if (w->geometry != FERRY_GEOM_NONE && w->launches <= 1 && g->mem_bw_gbps > 0 && w->act_elems >= 0 &&
-      w->fixed_bytes >= 0 && geometry_known(g, &threads_per_sm, &blocks_per_sm))
-    return geometry_ns(profile, w, threads_per_sm, blocks_per_sm);
+      w->fixed_bytes >= 0 && geometry_known(g))
+    return geometry_ns(profile, w);
   double e_math, e_mem;
   switch (w->op) {
     case FERRY_HW_OP_GEMM: e_math = e->gemm, e_mem = e->gemv; break;

@@ -414,6 +414,8 @@ static void int_bounds(const struct field *f, double *min, double *max) {
   *min = f->type == T_U64 ? 0 : -*max;
 }
 
+static void known_capabilities(char *buf, size_t size);
+
 /* Whether v is a value field f may hold (its check); the message names `what` and the field. */
 static ferry_status check_number(const struct field *f, double v, const char *what) {
   if (f->check == C_POS && !(v > 0))
@@ -428,11 +430,12 @@ static ferry_status check_number(const struct field *f, double v, const char *wh
     return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be in [0, 1) (got %g)", what, f->path, v);
   if (f->check == C_ELEM && v != 2 && v != 4)
     return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be 2 (fp16/bf16) or 4 (fp32) (got %g)", what, f->path, v);
-  if (f->check == C_CC && ferry_hw_gpu_residency(v, NULL, NULL) != 0)
-    return ferry__fail(FERRY_ERR_FORMAT,
-                       "%s: %s must be a CUDA compute capability ferry knows: 7.0, 7.2, 7.5, 8.0, 8.6, 8.7, 8.9, "
-                       "9.0, 10.0 or 12.0 (got %g)",
-                       what, f->path, v);
+  if (f->check == C_CC && ferry_hw_gpu_residency(v, NULL, NULL) != 0) {
+    char known[96];
+    known_capabilities(known, sizeof known);
+    return ferry__fail(FERRY_ERR_FORMAT, "%s: %s must be a CUDA compute capability ferry knows: %s (got %g)", what,
+                       f->path, known, v);
+  }
   return FERRY_OK;
 }
 
@@ -1309,6 +1312,19 @@ static const struct {
     {86, 1536, 16, 100, 1024}, {87, 2048, 16, 164, 1024}, {89, 1536, 24, 100, 1024}, {90, 2048, 32, 228, 1024},
     {100, 2048, 32, 228, 1024}, {120, 1536, 24, 100, 1024},
 };
+
+/* The table's capabilities as "7.0, 7.2, ... or 12.0", for messages. */
+static void known_capabilities(char *buf, size_t size) {
+  const size_t n = sizeof sm_table / sizeof sm_table[0];
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < n && used < size; i++) {
+    const int w = snprintf(buf + used, size - used, "%s%d.%d", i == 0 ? "" : i + 1 == n ? " or " : ", ",
+                           sm_table[i].cc10 / 10, sm_table[i].cc10 % 10);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+}
 
 /* The table's row for a capability, or -1: exact to the tenth (8.64 is no capability). */
 static int sm_row(double compute_capability) {
