@@ -54,6 +54,7 @@ metrics() { # db run -> "mean_ttft mean_tpot p99_e2e" in ms
                   (SELECT e2e FROM o WHERE k = MAX(1, CAST(ROUND(0.99 * (n - 1)) AS INTEGER) + 1)) / 1e6);"
 }
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+range_pct() { sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }'; } # (max - min) / min
 errs="$out/errors.txt"
 : >"$errs"
 # Real runs go in rounds: each round runs the calibration slice once and then every configuration
@@ -83,7 +84,7 @@ done
 "$ferry" calibrate --db "$out/calib.db" --run all --base "$out/host.json" --out "$out/fitted.json" >/dev/null
 # how far the machine's pace moved between rounds: the calibration runs are the same work
 paces=$(sqlite3 "$out/calib.db" "SELECT printf('%.2f', (MAX(end_ns) - MIN(start_ns)) / 1e9) FROM steps GROUP BY runId ORDER BY runId")
-pace_spread=$(echo "$paces" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }')
+pace_spread=$(echo "$paces" | range_pct)
 echo "   fitted to all $repeats calibration runs together; they took $(echo "$paces" | paste -sd, - | sed 's/,/, /g') s" \
   "($pace_spread % apart)"
 # Quiet rounds put the calibration runs 2-7 % apart (sessions 16-18); one study whose runs were
@@ -102,7 +103,7 @@ for cfg in $configs; do
   name=$(echo "$cfg" | tr : -)
   reals="$out/real-$name.txt"
   real="$(cut -d' ' -f1 "$reals" | median) $(cut -d' ' -f2 "$reals" | median) $(cut -d' ' -f3 "$reals" | median)"
-  spread=$(cut -d' ' -f2 "$reals" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f", (hi - lo) / lo * 100 }')
+  spread=$(cut -d' ' -f2 "$reals" | range_pct)
   # shellcheck disable=SC2086
   "$ferry" sim --model "$model" --hw "$out/fitted.json" --trace "$trace" $eval_slice $common $(policy_of "$cfg") \
     --routing "$out/routing-$name.jsonl" --db "$db" >/dev/null 2>>"$out/sim-stderr.txt" || { tail -3 "$out/sim-stderr.txt"; exit 1; }
