@@ -160,6 +160,9 @@ static void show_runtime(const struct ferry_hw_profile *p) {
   printf("  %-28s %lld ns\n", "runtime.layer_ns", (long long)r->layer_ns);
   printf("  %-28s %lld ns\n", "runtime.step_ns", (long long)r->step_ns);
   printf("  %-28s %lld ns\n", "runtime.row_ns", (long long)r->row_ns);
+  if (r->worker_step_ns)
+    printf("  %-28s %lld ns (%s)\n", "runtime.worker_step_ns", (long long)r->worker_step_ns,
+           "per step on more than one GPU, to drive the workers");
   printf("  %-28s %d (%s)\n", "runtime.fused_dequant", r->fused_dequant,
          r->fused_dequant ? "low-bit weights read packed by fused kernels" : "a dequantize kernel expands them to fp16");
   if (r->fused_max_rows)

@@ -16,7 +16,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "Usage: ferry hw kernel PROFILE [--runtime NAME] SPEC...   (SPEC '-': one per line on stdin)\n"
-          "Print the simulated GPU time of each kernel, in microseconds, one line per SPEC.\n\n"
+          "Print the simulated GPU time of each kernel (of a step: the host's), in microseconds, one\n"
+          "line per SPEC.\n\n"
           "A SPEC is a kind and key=value pairs, e.g.\n"
           "  matmul m=1 n=12288 k=4096 w=fp16          y[m,n] = x[m,k] W[n,k]^T (w: fp32 fp16 bf16 fp8e4m3, or a\n"
           "                                             quantized format such as int4-g64: read packed)\n"
@@ -26,6 +27,9 @@ static void usage(FILE *f) {
           "  activation m=4096 n=11008 [fn=silu_mul|gelu_tanh_mul|gelu|gelu_tanh|relu]\n"
           "  allreduce devices=8 bytes=1048576          an all-reduce of that many bytes per GPU over the\n"
           "                                             profile's interconnect (at most 8 GPUs)\n"
+          "  step batch=8 [devices=2]                   the host's time for one engine step sampling batch\n"
+          "                                             rows: the runtime's step_ns, row_ns a row and, on\n"
+          "                                             more than one GPU, worker_step_ns (not GPU time)\n"
           "--runtime picks how quantized weights are read (eager: a dequantize kernel first; graph and\n"
           "native: fused kernels) and the activations' size (native: fp32, the others fp16; without\n"
           "--runtime, the profile's own, else native); the host's launch costs are not part of a\n"
@@ -221,6 +225,47 @@ static int time_allreduce(const ferry_hw *hw, const struct spec *s, struct timin
   return rc;
 }
 
+/* One engine step's host time as a `ferry sim` run charges it, on an executor of `devices` GPUs:
+ * the runtime's work when the engine opens the step, then the gather of the rows the step
+ * samples (the sampler's and output processing's work, per row), up to the moment the host is
+ * free again; the GPU's share of the gather is not counted. */
+static int time_step(const ferry_hw *hw, const struct spec *s, int32_t *ints, struct timing *t) {
+  const int64_t devices = s->devices ? s->devices : 1;
+  if (devices > FERRY_EXEC_MAX_DEVICES)
+    return cli_usage_error("hw kernel", "step: devices=%lld: 1 to %d GPUs", (long long)devices, FERRY_EXEC_MAX_DEVICES);
+  if (s->batch < 1 || s->batch > 65536) return cli_usage_error("hw kernel", "step: batch= must be 1 to 65536");
+  struct ferry_kernel g;
+  memset(&g, 0, sizeof g);
+  g.kind = FERRY_K_GATHER_ROWS;
+  g.name = "gather_rows";
+  g.layer = g.expert = -1;
+  g.m = s->batch, g.n = 1;
+  g.x.dtype = g.y.dtype = FERRY_DTYPE_F32;
+  for (int64_t i = 0; i < g.m; i++) ints[i] = (int32_t)i;
+  g.ints = ints, g.n_ints = g.m;
+  ferry_exec *ex = NULL;
+  ferry_buf *bufs = NULL;
+  int32_t q;
+  int rc = CLI_FAIL;
+  ferry_status st = ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.n_devices = (int32_t)devices});
+  if (st == FERRY_OK) st = ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &q);
+  if (st == FERRY_OK) st = place(ex, (struct placement[]){{&g.x, (uint64_t)g.m * 4}, {&g.y, (uint64_t)g.m * 4}}, 2, &bufs);
+  if (st == FERRY_OK) {
+    const int64_t start = ferry_exec_now(ex);
+    struct ferry_exec_range step = ferry_exec_range_begin(ex, "step", 0, -1, -1);
+    st = ferry_exec_compute(ex, q, &g);
+    memset(t, 0, sizeof *t);
+    t->ns = ferry_exec_now(ex) - start;
+    ferry_exec_range_end(ex, &step);
+    if (st == FERRY_OK) st = ferry_exec_drain(ex);
+  }
+  if (st != FERRY_OK) cli_fail(st, "%s", ex ? ferry_exec_errmsg(ex) : "");
+  else rc = 0;
+  if (ex) ferry_exec_free(ex, bufs);
+  ferry_exec_destroy(ex);
+  return rc;
+}
+
 /* Simulate one kernel (a quantized product: its dequantize op, then the product). */
 static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct timing *t, int32_t *ints) {
   struct ferry_kernel k;
@@ -285,7 +330,7 @@ static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct tim
     k.kind = FERRY_K_SWIGLU;
     k.m = s->m, k.n = s->n, k.fn = s->fn;
   } else {
-    return cli_usage_error("hw kernel", "unknown kernel kind '%s' (matmul, attention, norm, rope, activation, allreduce)",
+    return cli_usage_error("hw kernel", "unknown kernel kind '%s' (matmul, attention, norm, rope, activation, allreduce, step)",
                            s->kind);
   }
   if ((st = place_kernel(ex, &k, &bufs)) != FERRY_OK) return cli_fail(st, NULL);
@@ -355,7 +400,9 @@ int hw_kernel(int argc, char **argv) {
       struct spec s;
       struct timing t;
       if ((rc = parse_spec(text, &s)) != 0) break;
-      rc = !strcmp(s.kind, "allreduce") ? time_allreduce(hw, &s, &t) : time_spec(ex, q, &s, &t, ints);
+      rc = !strcmp(s.kind, "allreduce") ? time_allreduce(hw, &s, &t)
+           : !strcmp(s.kind, "step")    ? time_step(hw, &s, ints, &t)
+                                        : time_spec(ex, q, &s, &t, ints);
       if (rc != 0) break;
       printf("%.3f\n", (double)t.ns / 1e3);
       if (!from_stdin) break;

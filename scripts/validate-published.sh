@@ -9,7 +9,9 @@
 #   (FERRY=path/to/ferry, ROWS=rows file; about 30 s). The out-of-sample rows (figures the physics
 #   was not developed against): --rows tests/data/published/oos-rows.tsv --no-kernels; the kernel
 #   times of two more GPUs (Vidur's H100 and A40 measurements, tests/data/published/kernels-vidur/):
-#   --kernel-set h100 | a40 (kernels alone)
+#   --kernel-set h100 | a40 (kernels alone); NCCL all-reduces: --kernel-set a100-net | h100-net; a
+#   Python serving engine's host time per step (Vidur's A100 and A40 machines) against the runtime
+#   presets': --kernel-set a100-host | a40-host
 set -eu
 cd "$(dirname "$0")/.."
 exec /usr/bin/python3 scripts/validate_published.py "$@"

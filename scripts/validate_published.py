@@ -151,19 +151,47 @@ KERNEL_SETS = {
                                                 "network_a100.csv")]),
     "h100-net": ("8xh100-sxm", "K-H100-net", [("{root}/tests/data/published/kernels-vidur/network_h100.csv",
                                                "network_a100.csv")]),
+    # The per-step host time of Vidur's serving engine (schedule, sampler, input preparation,
+    # output processing and the step's unrecorded time, as Vidur's simulator sums them) against a
+    # step of `graph-ray` (the `graph` preset's step_ns and row_ns, fit to the A100 set's tp=1 rows,
+    # and worker_step_ns on several GPUs, fit to its tp 2 and 4 rows); the A40 machine's (tp 1 to
+    # 8) was not used to fit either
+    "a100-host": ("8xa100-80gb-sxm+runtime=graph-ray", "D6-host",
+                  [("{shared}/validation/gpu-kernels-a100/cpu_overheads_a100.csv", "cpu_overheads_a100.csv")]),
+    "a40-host": ("a40+runtime=graph-ray", "K-A40-host",
+                 [("{root}/tests/data/published/kernels-vidur/cpu_overheads_a40.csv", "cpu_overheads_a100.csv")]),
 }
+
+# The phases of a step Vidur's simulator charges the host (vidur/entities/execution_time.py
+# _get_cpu_overhead): four medians and the mean unrecorded time (ray_comm_time_mean: the run's
+# wall time less its recorded phases, per step).
+HOST_PHASES = ("schedule_ms_median", "sampler_e2e_ms_median", "prepare_inputs_e2e_ms_median",
+               "process_model_outputs_ms_median", "ray_comm_ms_mean")
 
 
 def op_of(r):
-    """A measured row's op: its op column, or a network file's collective."""
-    return r.get("op") or r["collective"]
+    """A measured row's op: its op column, a network file's collective, or a host overhead file's
+    engine step."""
+    return r.get("op") or r.get("collective") or "step"
+
+
+def label_of(r):
+    """The group a row is reported in: its op, a step by its tensor-parallel degree."""
+    return "step_tp%s" % r["tp"] if op_of(r) == "step" else op_of(r)
+
+
+def measured_ms(r):
+    """A row's measured time: a kernel's median, or a step's host phases summed as Vidur does."""
+    if "time_ms_median" in r:
+        return float(r["time_ms_median"])
+    return sum(float(r[c]) for c in HOST_PHASES)
 
 
 def priced_row(csv_name, r, mapping):
     """Whether a measured row has a ferry kernel: its op (a network file's collective) is mapped,
     it took time, and a network row ran on one NVSwitch machine (ferry prices no multi-node
     collective, nor the pairwise-NVLink boxes)."""
-    if (csv_name, op_of(r)) not in mapping or not float(r["time_ms_median"]) > 0:
+    if (csv_name, op_of(r)) not in mapping or not measured_ms(r) > 0:
         return False
     if "network_device" in r:
         return r["network_device"].endswith("_dgx") and r["devices_per_node"] == r["num_workers"]
@@ -187,7 +215,7 @@ def run_kernels(ferry, hw, files, mapping):
         if len(times) != len(data):
             sys.exit("ferry hw kernel: %d times for %d kernels" % (len(times), len(data)))
         for r, t, spec in zip(data, times, specs):
-            results.append((csv_name, op_of(r), float(r["time_ms_median"]), t, spec))
+            results.append((csv_name, label_of(r), measured_ms(r), t, spec))
     return results
 
 
@@ -316,7 +344,8 @@ def main():
                     "measured and predicted ms, error %%")
     ap.add_argument("--kernel-set", choices=sorted(KERNEL_SETS), default="a100",
                     help="the GPU whose kernel times to price (default a100, source D6; h100 and a40: Vidur's "
-                    "out-of-sample sets, run alone, without the rows)")
+                    "out-of-sample sets, run alone, without the rows; -net: NCCL all-reduces; -host: a serving "
+                    "engine's host time per step)")
     ap.add_argument("--sensitivity", type=float, metavar="PCT",
                     help="also name the three figures each row hinges on (ferry sim --sensitivity PCT)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --sensitivity: its --jobs")
@@ -385,10 +414,12 @@ def main():
             for c, op, m, p, spec in kres:
                 w.writerow([c, op, spec, "%.6g" % m, "%.6g" % p, "%+.1f" % err_pct(p, m)])
     kout = []
+    what = "steps" if a.kernel_set.endswith("-host") else "kernels"  # what a set's rows time
     if kres is not None:
-        print("\n%s: %s kernel times (measured medians) against `ferry hw kernel %s`" % (k_source, a.kernel_set.upper(), k_hw))
+        print("\n%s: %s %s times (measured medians) against `ferry hw kernel %s`" % (k_source, a.kernel_set.upper(),
+                                                                               "step" if what == "steps" else "kernel", k_hw))
         print("%-36s %6s %14s %14s" % ("op", "rows", "median err%", "median |err|%"))
-        kout += ["| op | kernels | median error % | median \\|error\\| % |", "|---|---|---|---|"]
+        kout += ["| op | %s | median error %% | median \\|error\\| %% |" % what, "|---|---|---|---|"]
         ops = {}
         for c, op, m, p, _ in kres:
             ops.setdefault((c, op), []).append(err_pct(p, m))
@@ -400,15 +431,15 @@ def main():
             kout.append("| %s/%s | %d | %+.1f | %.1f |" % (c.split("_")[0], op, len(es), statistics.median(es),
                                                           statistics.median([abs(x) for x in es])))
         by_source[k_source] = [statistics.median(all_abs)]
-        print("%-36s %6d %14s %14.1f" % ("all kernels", len(all_abs), "", statistics.median(all_abs)))
-        kout.append("| all kernels | %d | | %.1f |" % (len(all_abs), statistics.median(all_abs)))
+        print("%-36s %6d %14s %14.1f" % ("all " + what, len(all_abs), "", statistics.median(all_abs)))
+        kout.append("| all %s | %d | | %.1f |" % (what, len(all_abs), statistics.median(all_abs)))
     print("\nmedian |error| per source (goal: rows within 25 %, median at most 10 %; D6 kernels 15 %):")
     sout = ["| source | rows | median \\|error\\| % | rows within 25 % |", "|---|---|---|---|"]
     for s in sorted(by_source):
         es = by_source[s]
         if s == k_source:
-            print("  %-4s %3s kernels  %6.1f %%" % (s, len(kres), es[0]))
-            sout.append("| %s | %d kernels | %.1f | - |" % (s, len(kres), es[0]))
+            print("  %-4s %3s %s  %6.1f %%" % (s, len(kres), what, es[0]))
+            sout.append("| %s | %d %s | %.1f | - |" % (s, len(kres), what, es[0]))
         else:
             within = sum(1 for x in es if x <= 25)
             print("  %-4s %3d rows  %6.1f %%  (%d within 25 %%)" % (s, len(es), statistics.median(es), within))

@@ -6,11 +6,15 @@ than the A100 the D6 rows come from.
 
   usage: scripts/vidur_kernels.py VIDUR_GIT_DIR COMMIT GPU OUT.csv
          scripts/vidur_kernels.py VIDUR_GIT_DIR COMMIT network/MACHINE OUT.csv
+         scripts/vidur_kernels.py VIDUR_GIT_DIR COMMIT cpu/GPU OUT.csv
 
 VIDUR_GIT_DIR is a clone (or bare mirror) of microsoft/vidur; COMMIT the revision read;
 GPU the folder under data/profiling/compute/ (h100, a40); network/MACHINE a folder under
 data/profiling/network/ (h100_dgx), whose all_reduce.csv is written in the long format of
-../shared/validation/gpu-kernels-a100/network_a100.csv (its sizes: 2 KiB to 64 MiB, about doubling). The token counts kept are the
+../shared/validation/gpu-kernels-a100/network_a100.csv (its sizes: 2 KiB to 64 MiB, about doubling);
+cpu/GPU the per-step host overheads of Vidur's serving engine on that GPU's machine
+(data/profiling/GPU/cpu_overheads.csv, in the older commits 6d98aa8 and e2d00e9), written as
+../shared/validation/gpu-kernels-a100/cpu_overheads_a100.csv (ms to 0.1 us). The token counts kept are the
 A100 set's (1, 2, 4, ... 32768: powers of two and the steps between them that file has), so the
 three GPUs are compared on the same shapes; times are medians, minima and maxima of Vidur's
 repetitions in ms, rounded to 0.1 us as the A100 set; a shape Vidur profiled twice keeps the
@@ -60,12 +64,34 @@ def network(gitdir, commit, machine, out):
     print("%s: %d all-reduce times (%s at %s)" % (out, len(rows), path, commit[:12]))
 
 
+CPU_PHASES = ("schedule", "sampler_launch", "sampler_e2e", "prepare_inputs_launch", "prepare_inputs_e2e",
+              "model_execution_launch", "model_execution_e2e", "process_model_outputs")
+
+
+def cpu_overheads(gitdir, commit, gpu, out):
+    path = "data/profiling/%s/cpu_overheads.csv" % gpu
+    rows = []
+    for r in csv.DictReader(io.StringIO(git(gitdir, "show", "%s:%s" % (commit, path)))):
+        rows.append([gpu, r["model_name"].split("/")[-1], r["tensor_parallel_degree"], r["batch_size"]] +
+                    ["%.4f" % float(r[p + "_median"]) for p in CPU_PHASES] +
+                    ["%.4f" % float(r[p + "_mean"]) for p in CPU_PHASES] + ["%.4f" % float(r["ray_comm_time_mean"])])
+    rows.sort(key=lambda x: (x[1], int(x[2]), int(x[3])))
+    with open(out, "w", newline="") as fo:
+        w = csv.writer(fo, lineterminator="\n")
+        w.writerow(["gpu", "model", "tp", "batch_size"] + [p + "_ms_median" for p in CPU_PHASES] +
+                   [p + "_ms_mean" for p in CPU_PHASES] + ["ray_comm_ms_mean"])
+        w.writerows(rows)
+    print("%s: %d per-step host overheads (%s at %s)" % (out, len(rows), path, commit[:12]))
+
+
 def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__.strip().split("\n\n")[1])
     gitdir, commit, gpu, out = sys.argv[1:]
     if gpu.startswith("network/"):
         return network(gitdir, commit, gpu[len("network/"):], out)
+    if gpu.startswith("cpu/"):
+        return cpu_overheads(gitdir, commit, gpu[len("cpu/"):], out)
     prefix = "data/profiling/compute/%s/" % gpu
     files = [f for f in git(gitdir, "ls-tree", "-r", "--name-only", commit, prefix).split()
              if f.endswith("/mlp.csv")]

@@ -837,11 +837,12 @@ static ferry_status sim_device_info(struct ferry_exec *ex, struct ferry_device_i
   return FERRY_OK;
 }
 
-/* The runtime's host work at the start of an engine step or layer. */
+/* The runtime's host work at the start of an engine step or layer: a step on several GPUs also
+ * drives the runtime's workers. */
 static void sim_range_begin(struct ferry_exec *ex, const char *name) {
   struct sim_exec *s = state(ex);
   if (name[0] == 's' && !strcmp(name, "step")) /* the first letter first: once per layer */
-    host_busy(s, s->rt.step_ns);
+    host_busy(s, s->rt.step_ns + (ex->config.n_devices > 1 ? s->rt.worker_step_ns : 0));
   else if (name[0] == 'l' && !strcmp(name, "layer"))
     host_busy(s, s->rt.layer_ns);
 }

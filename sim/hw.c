@@ -101,6 +101,7 @@ static const struct field fields[] = {
     {"runtime.layer_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.layer_ns), 0},
     {"runtime.step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.step_ns), 0},
     {"runtime.row_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.row_ns), 0},
+    {"runtime.worker_step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.worker_step_ns), 0},
     {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
     {"runtime.fused_max_rows", T_I64, C_NONNEG, S_RUNTIME, P(runtime.fused_max_rows), 0},
     {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},

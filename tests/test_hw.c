@@ -63,7 +63,7 @@ static void test_catalogue_loads(void **state) {
                                        "h20",         "l40s",         "a10g",          "l40",           "rtx-5090",
                                        "mi300x",      "8xh100-sxm",   "4xl40s",        "ktransformers", "deepspeed-0.7",
                                        "rtx-3090-ti-wsl", "llama.cpp-2024q1", "ktransformers-v0.3", "desktop-ddr4",
-                                       "desktop-ddr5",  "a40",          "8xa100-80gb-sxm"};
+                                       "desktop-ddr5",  "a40",          "8xa100-80gb-sxm", "graph-ray"};
   for (size_t e = 0; e < sizeof expect / sizeof expect[0]; e++) {
     int found = 0;
     for (size_t i = 0; i < n; i++) found |= !strcmp(names[i], expect[e]);
@@ -435,18 +435,31 @@ static void check_preset_figures(const struct ferry_hw_profile *p, const char *n
    * vLLM's graph replays compute nothing on the CPU */
   const int torch = (paged || ds) && !flexgen;
   assert_int_equal(p->runtime.cpu_fresh_alloc, torch);
-  if (strcmp(name, "graph") && !find_source(p, "runtime.cpu_fresh_alloc", 0))
+  if (strcmp(name, "graph") && strcmp(name, "graph-ray") && !find_source(p, "runtime.cpu_fresh_alloc", 0))
     fail_msg("%s: cpu_fresh_alloc lacks a source", name);
+  /* the engine whose other GPUs are Ray workers is the one a step on several GPUs costs more:
+   * graph's figures and that one, with its source */
+  const int ray = !strcmp(name, "graph-ray");
+  assert_int_equal(p->runtime.worker_step_ns > 0, ray);
+  if (ray && !find_source(p, "runtime.worker_step_ns", 0)) fail_msg("graph-ray: worker_step_ns lacks a source");
+  if (ray) {
+    ferry_hw *graph = NULL;
+    assert_int_equal(ferry_hw_open(&graph, "graph"), FERRY_OK);
+    const struct ferry_hw_runtime *g = &ferry_hw_get(graph)->runtime;
+    assert_true(g->step_ns == p->runtime.step_ns && g->row_ns == p->runtime.row_ns && g->launch_ns == p->runtime.launch_ns);
+    assert_non_null(find_source(p, "runtime.step_ns", 0)); /* graph's sources come with its figures */
+    ferry_hw_close(graph);
+  }
 }
 
-/* Runtime presets: the catalogue's ten, applied to a GPU profile with their sources (and
+/* Runtime presets: the catalogue's eleven, applied to a GPU profile with their sources (and
  * replacing a runtime the profile had); a profile that is not a runtime is refused. */
 static void test_runtime_presets(void **state) {
   (void)state;
   use_catalogue_only();
   static const char *const presets[] = {"eager",         "graph",        "native",
                                         "ktransformers", "deepspeed-0.7", "llama.cpp-2024q1", "flexgen",
-                                        "zero-inference-kv", "ktransformers-v0.3", "llama.cpp-2025q1"};
+                                        "zero-inference-kv", "ktransformers-v0.3", "llama.cpp-2025q1", "graph-ray"};
   for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
     ferry_hw *rt = NULL;
     if (ferry_hw_open(&rt, presets[i]) != FERRY_OK) fail_msg("%s: %s", presets[i], ferry_last_error());
@@ -920,6 +933,30 @@ static void test_cli(void **state) {
   assert_true(swiglu > 0 && geglu == swiglu && gelu_tanh < swiglu);
   assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'activation m=1 n=8 fn=softmax'", &out), 2);
   assert_true(tu_contains(out, "fn=softmax: expected silu_mul, gelu_tanh_mul"));
+  free(out);
+  /* an engine step's host time as the simulator charges it: graph's step_ns 1043209 + 8 sampled
+   * rows x row_ns 48687 = 1432705 ns (its launches cost the host nothing); on two GPUs graph-ray's
+   * workers add worker_step_ns 6623200 and graph's none; native charges a launch, 4 us */
+  double step[5] = {0};
+  assert_int_equal(tu_run_ferry("hw kernel 8xa100-80gb-sxm --runtime graph 'step batch=8' 'step batch=8 devices=2'", &out), 0);
+  assert_int_equal(sscanf(out, "%lf %lf", &step[0], &step[1]), 2);
+  free(out);
+  assert_int_equal(tu_run_ferry("hw kernel 8xa100-80gb-sxm --runtime graph-ray 'step batch=8' 'step batch=8 devices=2' "
+                                "'step batch=9 devices=4'",
+                                &out),
+                   0);
+  assert_int_equal(sscanf(out, "%lf %lf %lf", &step[2], &step[3], &step[4]), 3);
+  free(out);
+  assert_true(step[0] == 1432.705 && step[1] == 1432.705 && step[2] == 1432.705);
+  assert_true(step[3] == 8055.905 && fabs(step[4] - (8055.905 + 48.687)) < 0.0005);
+  assert_int_equal(tu_run_ferry("hw kernel 8xa100-80gb-sxm 'step batch=8'", &out), 0);
+  assert_true(tu_contains(out, "4.000"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw kernel 8xa100-80gb-sxm --runtime graph 'step batch=0'", &out), 2);
+  assert_true(tu_contains(out, "step: batch= must be 1 to 65536"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw kernel 8xa100-80gb-sxm --runtime graph 'step batch=1 devices=9'", &out), 2);
+  assert_true(tu_contains(out, "devices=9"));
   free(out);
 }
 

@@ -402,6 +402,26 @@ static void test_sim_tp(void **state) {
   free(half);
 }
 
+/* A runtime whose other GPUs are worker processes (graph-ray: Ray actors) costs the host
+ * worker_step_ns more per step on two GPUs and nothing more on one: a decode step, which waits
+ * for the previous one's sampling, takes that much longer. */
+static void test_sim_worker_step(void **state) {
+  (void)state;
+  const struct sim_result one = run_sim("8xh100-sxm+runtime=graph", 1, FERRY_PARALLEL_NONE),
+                          one_ray = run_sim("8xh100-sxm+runtime=graph-ray", 1, FERRY_PARALLEL_NONE),
+                          tp = run_sim("8xh100-sxm+runtime=graph", 2, FERRY_PARALLEL_TP),
+                          tp_ray = run_sim("8xh100-sxm+runtime=graph-ray", 2, FERRY_PARALLEL_TP);
+  ferry_hw *ray = NULL;
+  assert_int_equal(ferry_hw_open(&ray, "graph-ray"), FERRY_OK);
+  const double worker_ns = (double)ferry_hw_get(ray)->runtime.worker_step_ns;
+  ferry_hw_close(ray);
+  print_message("TPOT graph / graph-ray: 1 GPU %.3f / %.3f ms, TP-2 %.3f / %.3f ms (worker_step_ns %.3f ms)\n",
+                one.tpot_ns / 1e6, one_ray.tpot_ns / 1e6, tp.tpot_ns / 1e6, tp_ray.tpot_ns / 1e6, worker_ns / 1e6);
+  assert_true(worker_ns > 0);
+  assert_true(one_ray.tpot_ns == one.tpot_ns);
+  assert_true(fabs(tp_ray.tpot_ns - tp.tpot_ns - worker_ns) < 1e-3 * worker_ns);
+}
+
 /* Pipeline parallel: one hand-off of the hidden states per step between the two stages, over
  * the interconnect (longer at a hundredth of its rate), and no all-reduce; with four
  * micro-batches in flight the stages overlap and a step takes less than on one GPU. */
@@ -459,7 +479,7 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_allreduce_host),
       cmocka_unit_test(test_nccl_allreduce_model),
-      cmocka_unit_test(test_sim_tp),
+      cmocka_unit_test(test_sim_tp), cmocka_unit_test(test_sim_worker_step),
       cmocka_unit_test(test_sim_pp),
       cmocka_unit_test(test_sim_ep),
   };

@@ -191,7 +191,9 @@ struct ferry_hw_host {
  * queued runs on meanwhile, so a fast GPU waits for a slow host (a launch-bound run) and a slow
  * GPU hides the host. Presets in the catalogue: "eager" (a Python framework issuing each kernel:
  * Hugging Face transformers, Accelerate, DeepSpeed), "graph" (an engine replaying CUDA graphs:
- * vLLM, TensorRT-LLM), "native" (a C++ engine issuing kernels one by one: llama.cpp, ferry's own
+ * vLLM, TensorRT-LLM), "graph-ray" ("graph" whose other GPUs are Ray workers, each step on several
+ * GPUs paying the driver's calls to them: vLLM before 0.5.1, Sarathi-Serve), "native" (a C++ engine
+ * issuing kernels one by one: llama.cpp, ferry's own
  * cuda executor), "ktransformers" (graphs on the GPU, routed experts on the CPU), "deepspeed-0.7"
  * (eager, with ZeRO-3's 2022 parameter path: a gather copy and a split copy per fetched
  * parameter, NVMe reads issued after the previous copy, copies that block the host).
@@ -204,6 +206,12 @@ struct ferry_hw_runtime {
                                dispatch, hooks, the small ops a framework adds) */
   int64_t step_ns;        /**< host time per engine step (scheduling, input preparation, sampling) */
   int64_t row_ns;         /**< host time per sampled row (sequence) of a step */
+  int64_t worker_step_ns; /**< host time per engine step to drive its GPU workers when a run spans
+                               several GPUs (`--gpus N`, N > 1), beyond step_ns: a Python engine
+                               whose other GPUs are worker processes sends each step's inputs to
+                               them and waits for their results (Ray actors in vLLM before 0.5.1,
+                               Sarathi-Serve and Vidur's profiler); 0: one process drives every
+                               GPU, or the workers cost the host nothing per step */
   int32_t fused_dequant;  /**< 1: quantized weights are read packed by fused dequantize-in-GEMM/GEMV
                                kernels; 0: a dequantize kernel expands them to fp16 first */
   int64_t fused_max_rows; /**< with fused_dequant: the most rows (tokens) a product reads packed
