@@ -27,6 +27,8 @@ static void usage(FILE *f) {
           "  activation m=4096 n=11008 [fn=silu_mul|gelu_tanh_mul|gelu|gelu_tanh|relu]\n"
           "  allreduce devices=8 bytes=1048576          an all-reduce of that many bytes per GPU over the\n"
           "                                             profile's interconnect (at most 8 GPUs)\n"
+          "  sendrecv bytes=1048576                     one GPU's hand-off of that many bytes to another (a\n"
+          "                                             pipeline stage's), over the profile's interconnect\n"
           "  step batch=8 [devices=2]                   the host's time for one engine step sampling batch\n"
           "                                             rows: the runtime's step_ns, row_ns a row and, on\n"
           "                                             more than one GPU, worker_step_ns (not GPU time)\n"
@@ -111,6 +113,14 @@ struct timing {
 static void sink(void *user, const struct ferry_activity *a) {
   struct timing *t = user;
   if (a->kind != FERRY_ACT_KERNEL) return;
+  t->ns += a->end_ns - a->start_ns;
+  t->kernels++;
+}
+
+/* The GPU-to-GPU copies' time (a sendrecv spec). */
+static void sink_copies(void *user, const struct ferry_activity *a) {
+  struct timing *t = user;
+  if (a->kind != FERRY_ACT_MEMCPY || a->copy_kind != FERRY_COPY_PTOP) return;
   t->ns += a->end_ns - a->start_ns;
   t->kernels++;
 }
@@ -225,6 +235,39 @@ static int time_allreduce(const ferry_hw *hw, const struct spec *s, struct timin
   return rc;
 }
 
+/* A hand-off of `bytes` from one GPU's memory to another's, as a pipeline-parallel run's engine
+ * copies a stage's hidden states to the next (runtime/engine/mgpu.c): a copy between two
+ * devices on a copy queue, priced on the profile's interconnect. */
+static int time_sendrecv(const ferry_hw *hw, const struct spec *s, struct timing *t) {
+  if (s->bytes < 1) return cli_usage_error("hw kernel", "sendrecv: bytes= must be at least 1");
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  if (p->has_interconnect && ferry_hw_gpu_count(p) < 2)
+    return cli_usage_error("hw kernel", "sendrecv: the machine holds one GPU");
+  ferry_exec *ex = NULL;
+  ferry_buf *from = NULL, *to = NULL;
+  int32_t q;
+  int rc = CLI_FAIL;
+  ferry_status st = ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.n_devices = 2});
+  if (st == FERRY_OK) st = ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &q);
+  if (st == FERRY_OK) st = ferry_exec_alloc_on(ex, 0, FERRY_TIER_DEVICE, (uint64_t)s->bytes, "send", &from);
+  if (st == FERRY_OK) st = ferry_exec_alloc_on(ex, 1, FERRY_TIER_DEVICE, (uint64_t)s->bytes, "recv", &to);
+  memset(t, 0, sizeof *t);
+  if (st == FERRY_OK) {
+    ferry_exec_set_sink(ex, sink_copies, t);
+    st = ferry_exec_copy(ex, q, (struct ferry_ref){to, 0, FERRY_DTYPE_U8}, (struct ferry_ref){from, 0, FERRY_DTYPE_U8},
+                         (uint64_t)s->bytes);
+    if (st == FERRY_OK) st = ferry_exec_drain(ex);
+  }
+  if (st != FERRY_OK) cli_fail(st, "%s", ex ? ferry_exec_errmsg(ex) : "");
+  else rc = 0;
+  if (ex) {
+    ferry_exec_free(ex, from);
+    ferry_exec_free(ex, to);
+  }
+  ferry_exec_destroy(ex);
+  return rc;
+}
+
 /* One engine step's host time as a `ferry sim` run charges it, on an executor of `devices` GPUs:
  * the runtime's work when the engine opens the step, then the gather of the rows the step
  * samples (the sampler's and output processing's work, per row), up to the moment the host is
@@ -330,7 +373,7 @@ static int time_spec(ferry_exec *ex, int32_t q, const struct spec *s, struct tim
     k.kind = FERRY_K_SWIGLU;
     k.m = s->m, k.n = s->n, k.fn = s->fn;
   } else {
-    return cli_usage_error("hw kernel", "unknown kernel kind '%s' (matmul, attention, norm, rope, activation, allreduce, step)",
+    return cli_usage_error("hw kernel", "unknown kernel kind '%s' (matmul, attention, norm, rope, activation, allreduce, sendrecv, step)",
                            s->kind);
   }
   if ((st = place_kernel(ex, &k, &bufs)) != FERRY_OK) return cli_fail(st, NULL);
@@ -402,6 +445,7 @@ int hw_kernel(int argc, char **argv) {
       if ((rc = parse_spec(text, &s)) != 0) break;
       rc = !strcmp(s.kind, "allreduce") ? time_allreduce(hw, &s, &t)
            : !strcmp(s.kind, "step")    ? time_step(hw, &s, ints, &t)
+           : !strcmp(s.kind, "sendrecv") ? time_sendrecv(hw, &s, &t)
                                         : time_spec(ex, q, &s, &t, ints);
       if (rc != 0) break;
       printf("%.3f\n", (double)t.ns / 1e3);

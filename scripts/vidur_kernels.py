@@ -10,7 +10,7 @@ than the A100 the D6 rows come from.
 
 VIDUR_GIT_DIR is a clone (or bare mirror) of microsoft/vidur; COMMIT the revision read;
 GPU the folder under data/profiling/compute/ (h100, a40); network/MACHINE a folder under
-data/profiling/network/ (h100_dgx), whose all_reduce.csv is written in the long format of
+data/profiling/network/ (h100_dgx), whose all_reduce.csv and send_recv.csv are written in the long format of
 ../shared/validation/gpu-kernels-a100/network_a100.csv (its sizes: 2 KiB to 64 MiB, about doubling);
 cpu/GPU the per-step host overheads of Vidur's serving engine on that GPU's machine
 (data/profiling/GPU/cpu_overheads.csv, in the older commits 6d98aa8 and e2d00e9), written as
@@ -44,24 +44,35 @@ NET_SIZES = {2048, 10240, 18432, 34816, 67584, 133120, 264192, 526336, 1048576, 
 
 
 def network(gitdir, commit, machine, out):
-    path = "data/profiling/network/%s/all_reduce.csv" % machine
-    rows, seen = [], set()
-    for r in csv.DictReader(io.StringIO(git(gitdir, "show", "%s:%s" % (commit, path)))):
-        size = int(r["size"])
-        key = (r["num_workers"], r["devices_per_node"], size)
-        if size not in NET_SIZES or key in seen:
-            continue
-        seen.add(key)
-        rows.append([machine, commit[:7], "all_reduce", r["num_workers"], r["devices_per_node"],
-                     r["max_devices_per_node"], size, "%.4f" % float(r["time_stats.all_reduce.median"]),
-                     "%.4f" % float(r["time_stats.all_reduce.min"]), "%.4f" % float(r["time_stats.all_reduce.max"])])
-    rows.sort(key=lambda x: (int(x[3]), int(x[4]), x[6]))
+    rows, paths = [], []
+    for collective in ("all_reduce", "send_recv"):
+        path = "data/profiling/network/%s/%s.csv" % (machine, collective)
+        listed = git(gitdir, "ls-tree", "--name-only", commit, path).split()
+        if not listed:
+            continue  # a machine Vidur measured one of the two on
+        paths.append(path)
+        seen = set()
+        for r in csv.DictReader(io.StringIO(git(gitdir, "show", "%s:%s" % (commit, path)))):
+            size = int(r["size"])
+            key = (r["num_workers"], r["devices_per_node"], size)
+            if size not in NET_SIZES or key in seen:
+                continue
+            seen.add(key)
+            rows.append([machine, commit[:7], collective, r["num_workers"], r["devices_per_node"],
+                         r["max_devices_per_node"], size, "%.4f" % float(r["time_stats.%s.median" % collective]),
+                         "%.4f" % float(r["time_stats.%s.min" % collective]),
+                         "%.4f" % float(r["time_stats.%s.max" % collective])])
+    if not paths:
+        sys.exit("vidur_kernels.py: no all_reduce.csv or send_recv.csv under data/profiling/network/%s at %s"
+                 % (machine, commit))
+    path = " and ".join(paths)
+    rows.sort(key=lambda x: (x[2], int(x[3]), int(x[4]), x[6]))
     with open(out, "w", newline="") as fo:
         w = csv.writer(fo, lineterminator="\n")
         w.writerow(["network_device", "src_commit", "collective", "num_workers", "devices_per_node",
                     "max_devices_per_node", "size_bytes", "time_ms_median", "time_ms_min", "time_ms_max"])
         w.writerows(rows)
-    print("%s: %d all-reduce times (%s at %s)" % (out, len(rows), path, commit[:12]))
+    print("%s: %d collective times (%s at %s)" % (out, len(rows), path, commit[:12]))
 
 
 CPU_PHASES = ("schedule", "sampler_launch", "sampler_e2e", "prepare_inputs_launch", "prepare_inputs_e2e",

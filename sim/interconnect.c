@@ -5,9 +5,15 @@
 
 #include "sim/interconnect.h"
 
+/* NCCL counts 20 GB/s per NVLink (topo.h SM70/SM80/SM90_NVLINK_BW) of the 25 GB/s each way that
+ * NVLink 2, 3 and 4 carry per link (the datasheets' per-GPU figures / links / 2) */
+#define NCCL_NVLINK_SHARE (20.0 / 25.0)
+
 void ferry__ic_rate(const struct ferry_hw_profile *p, double *bytes_per_s, int64_t *latency_ns, int *via_host) {
   if (p->has_interconnect && p->interconnect.gpu_gbps > 0) {
-    *bytes_per_s = p->interconnect.gpu_gbps * 1e9;
+    /* the engines move GPU-to-GPU bytes with NCCL (a pipeline stage's send/recv, ZeRO-3's
+     * all-gather), which gets NCCL's share of each NVLink, as its all-reduces do below */
+    *bytes_per_s = p->interconnect.gpu_gbps * 1e9 * (p->interconnect.nvlink ? NCCL_NVLINK_SHARE : 1.0);
     *latency_ns = p->interconnect.latency_ns;
     *via_host = 0;
     return;
@@ -30,9 +36,6 @@ static const double hw_lat_us[2][N_ALGOS][N_PROTOS] = {
     {{.6, 1.25, 28}, {.6, 1.9, 3.4}}}; /* NVLink */
 /* llMaxBws, one node of Ampere or Hopper GPUs: what the LL protocol reaches, GB/s */
 #define NCCL_LL_MAX_BW_GBPS 87.7
-/* NCCL counts 20 GB/s per NVLink (topo.h SM70/SM80/SM90_NVLINK_BW) of the 25 GB/s each way that
- * NVLink 2, 3 and 4 carry per link (the datasheets' per-GPU figures / links / 2) */
-#define NCCL_NVLINK_SHARE (20.0 / 25.0)
 /* treeCorrectionFactor: trees fall short of the model at medium sizes; powers of two, 64 B up */
 static const double tree_correction[N_PROTOS][23] = {
     {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0},

@@ -8,8 +8,9 @@
 
 #include "ferry/hw.h"
 
-/* One GPU's rate to a peer (bytes/s) and the fixed cost of one transfer or collective step (ns).
- * Without an interconnect section the bytes go down one GPU's link and up the other's: the
+/* One GPU's rate to a peer (bytes/s) and the fixed cost of one transfer or collective step (ns):
+ * over NVLink NCCL's share of the links (20 of every 25 GB/s), over PCIe P2P the interconnect's
+ * rate. Without an interconnect section the bytes go down one GPU's link and up the other's: the
  * rate of the two in series, twice the link's latency. *via_host says which. */
 void ferry__ic_rate(const struct ferry_hw_profile *p, double *bytes_per_s, int64_t *latency_ns, int *via_host);
 

@@ -934,6 +934,18 @@ static void test_cli(void **state) {
   assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'activation m=1 n=8 fn=softmax'", &out), 2);
   assert_true(tu_contains(out, "fn=softmax: expected silu_mul, gelu_tanh_mul"));
   free(out);
+  /* a pipeline stage's hand-off: the interconnect's fixed 10 us, then the bytes at NCCL's share
+   * of NVLink (20 of every 25 GB/s: 360 of the H100's 450 GB/s, 36 MB in 100 us), at the full
+   * rate over PCIe P2P (the L40S box's 29.225 GB/s: 29.225 MB in 1000 us) */
+  assert_int_equal(tu_run_ferry("hw kernel 8xh100-sxm 'sendrecv bytes=36000000'", &out), 0);
+  assert_true(tu_contains(out, "110.000"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw kernel 4xl40s 'sendrecv bytes=29225000'", &out), 0);
+  assert_true(tu_contains(out, "1010.000"));
+  free(out);
+  assert_int_equal(tu_run_ferry("hw kernel 8xh100-sxm 'sendrecv bytes=0'", &out), 2);
+  assert_true(tu_contains(out, "sendrecv: bytes= must be at least 1"));
+  free(out);
   /* an engine step's host time as the simulator charges it: graph's step_ns 1043209 + 8 sampled
    * rows x row_ns 48687 = 1432705 ns (its launches cost the host nothing); on two GPUs graph-ray's
    * workers add worker_step_ns 6623200 and graph's none; native charges a launch, 4 us */
