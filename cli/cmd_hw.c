@@ -156,6 +156,9 @@ static void show_runtime(const struct ferry_hw_profile *p) {
   const struct ferry_hw_runtime *r = &p->runtime;
   printf("runtime: %s\n", r->name);
   printf("  %-28s %lld ns\n", "runtime.launch_ns", (long long)r->launch_ns);
+  if (r->prefill_launch_ns)
+    printf("  %-28s %lld ns (%s)\n", "runtime.prefill_launch_ns", (long long)r->prefill_launch_ns,
+           "per kernel of a step that prefills: run eagerly, not from a CUDA graph");
   printf("  %-28s %lld ns\n", "runtime.copy_ns", (long long)r->copy_ns);
   printf("  %-28s %lld ns\n", "runtime.layer_ns", (long long)r->layer_ns);
   printf("  %-28s %lld ns\n", "runtime.step_ns", (long long)r->step_ns);

@@ -641,18 +641,21 @@ static void host_busy(struct sim_exec *s, int64_t ns) {
 }
 
 int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
+  /* a runtime that replays CUDA graphs for decode steps only issues a prefilling step's kernels
+   * one by one */
+  const int64_t launch = s->prefill_step && s->rt.prefill_launch_ns > 0 ? s->rt.prefill_launch_ns : s->rt.launch_ns;
   switch (op->kind) {
     case FERRY_OP_KERNEL:
       if (c->folded) return 0;
       /* the rows a step samples (the gather of the logits rows, of no layer): the sampler and
        * output processing work per row */
       if (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0)
-        return s->rt.launch_ns + op->u.kernel.m * s->rt.row_ns;
+        return launch + op->u.kernel.m * s->rt.row_ns;
       /* a runtime that gathers a routed expert's rows one copy at a time: for each of the
        * expert's three products (gate, up, down) one copy per row in and one per row out */
       if (op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1)
-        return s->rt.launch_ns + 6 * op->u.kernel.m * s->rt.copy_ns;
-      return s->rt.launch_ns * (1 + c->extra_ops); /* a framework's op issues several */
+        return launch + 6 * op->u.kernel.m * s->rt.copy_ns;
+      return launch * (1 + c->extra_ops); /* a framework's op issues several */
     case FERRY_OP_COPY:
     case FERRY_OP_READ: return s->rt.copy_ns;
     default: return 0;
@@ -838,13 +841,18 @@ static ferry_status sim_device_info(struct ferry_exec *ex, struct ferry_device_i
 }
 
 /* The runtime's host work at the start of an engine step or layer: a step on several GPUs also
- * drives the runtime's workers. */
+ * drives the runtime's workers. A step that prefills says so in a range of its own, which holds
+ * until the next step opens. */
 static void sim_range_begin(struct ferry_exec *ex, const char *name) {
   struct sim_exec *s = state(ex);
-  if (name[0] == 's' && !strcmp(name, "step")) /* the first letter first: once per layer */
+  if (name[0] == 's' && !strcmp(name, "step")) { /* the first letter first: once per layer */
+    s->prefill_step = 0;
     host_busy(s, s->rt.step_ns + (ex->config.n_devices > 1 ? s->rt.worker_step_ns : 0));
-  else if (name[0] == 'l' && !strcmp(name, "layer"))
+  } else if (name[0] == 'l' && !strcmp(name, "layer")) {
     host_busy(s, s->rt.layer_ns);
+  } else if (name[0] == 'p' && !strcmp(name, "prefill")) {
+    s->prefill_step = 1;
+  }
 }
 
 /* The simulated runtime holds the engine's workspace at its own precision (an fp16/bf16 runtime

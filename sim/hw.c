@@ -97,6 +97,7 @@ static const struct field fields[] = {
     {"disk.write_gbps", T_F64, C_POS, S_DISK, P(disk.write_gbps), 0},
     {"runtime.name", T_STR, C_NONE, S_RUNTIME, S(runtime.name)},
     {"runtime.launch_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.launch_ns), 0},
+    {"runtime.prefill_launch_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.prefill_launch_ns), 0},
     {"runtime.copy_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.copy_ns), 0},
     {"runtime.layer_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.layer_ns), 0},
     {"runtime.step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.step_ns), 0},

@@ -437,6 +437,11 @@ static void check_preset_figures(const struct ferry_hw_profile *p, const char *n
   assert_int_equal(p->runtime.cpu_fresh_alloc, torch);
   if (strcmp(name, "graph") && strcmp(name, "graph-ray") && !find_source(p, "runtime.cpu_fresh_alloc", 0))
     fail_msg("%s: cpu_fresh_alloc lacks a source", name);
+  /* the graph-replaying engines run a prefilling step eagerly (vLLM before V1, ktransformers):
+   * a per-kernel host time for those steps, with its source; the others launch alike in every step */
+  const int eager_prefill = !strcmp(name, "graph") || !strcmp(name, "graph-ray") || !strncmp(name, "ktransformers", 13);
+  assert_int_equal(p->runtime.prefill_launch_ns > 0, eager_prefill);
+  if (eager_prefill && !find_source(p, "runtime.prefill_launch_ns", 0)) fail_msg("%s: prefill_launch_ns lacks a source", name);
   /* the engine whose other GPUs are Ray workers is the one a step on several GPUs costs more:
    * graph's figures and that one, with its source */
   const int ray = !strcmp(name, "graph-ray");
@@ -497,7 +502,7 @@ static void test_runtime_presets(void **state) {
   p = ferry_hw_get(hw);
   assert_int_equal(p->runtime.launch_ns, 0);
   assert_int_equal(p->runtime.fused_dequant, 1);
-  assert_int_equal(p->n_sources, before + 9);
+  assert_int_equal(p->n_sources, before + 10); /* graph's 10, prefill_launch_ns among them */
   /* not a runtime */
   assert_int_equal(ferry_hw_set_runtime(hw, "pcie4-x16"), FERRY_ERR_INVALID);
   assert_true(strstr(ferry_last_error(), "pcie4-x16 is a link profile, not a runtime") != NULL);

@@ -75,7 +75,7 @@ static void tiny_moe_close(struct tiny_moe *tm) {
 
 /* Range activities by name, counted by the executor's sink. */
 struct range_counts {
-  int64_t step, layer, block_fetch, expert_fetch, load;
+  int64_t step, layer, block_fetch, expert_fetch, load, prefill;
 };
 
 static void count_ranges(void *user, const struct ferry_activity *a) {
@@ -86,6 +86,7 @@ static void count_ranges(void *user, const struct ferry_activity *a) {
   else if (!strcmp(a->name, "block fetch")) c->block_fetch++;
   else if (!strcmp(a->name, "expert fetch")) c->expert_fetch++;
   else if (!strcmp(a->name, "load weights")) c->load++;
+  else if (!strcmp(a->name, "prefill")) c->prefill++;
 }
 
 static const struct ferry_engine_request requests[] = {
@@ -188,6 +189,12 @@ static void test_engine_ranges(void **state) {
       assert_non_null(strstr(ev->message, " E"));
     } else if (!strcmp(ev->message, "load weights")) {
       nv.load++;
+    } else if (starts_with(ev->message, "prefill ")) {
+      nv.prefill++; /* a step that prefills says so, inside the step */
+      assert_true(ev->has_payload);
+      char want[32];
+      snprintf(want, sizeof want, "prefill %lld", (long long)ev->payload);
+      assert_string_equal(ev->message, want);
     } else {
       fail_msg("unexpected range '%s'", ev->message);
     }
@@ -205,6 +212,9 @@ static void test_engine_ranges(void **state) {
   assert_int_equal(nv.expert_fetch, rc.expert_fetch);
   assert_int_equal(nv.load, 1);
   assert_int_equal(rc.load, 1);
+  /* the prompts (6 and 3 tokens, 8 a step) prefill in the first two steps; the rest decode */
+  assert_int_equal(nv.prefill, 2);
+  assert_int_equal(rc.prefill, 2);
   assert_true(nv.block_fetch > 0);
   assert_true(nv.expert_fetch > 0 && sum.misses > 0);
 

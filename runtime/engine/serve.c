@@ -356,7 +356,15 @@ static ferry_status run_step(ferry_engine *e, struct ferry__serve_state *rs, int
   int32_t tokens = 0, batch = build_step(e, rs->admit_order, &tokens);
   ferry_status st = e->kv_block ? page_step(e, rs, &batch, &tokens) : FERRY_OK;
   *ran = st == FERRY_OK && tokens > 0;
+  /* a step that prefills (a prompt chunk, alone or beside decode tokens) is marked as such: an
+   * engine that replays CUDA graphs for decode-only steps runs it eagerly (runtime.prefill_launch_ns) */
+  int prefills = 0;
+  for (int32_t s = 0; *ran && s < e->n_seqs && !prefills; s++)
+    prefills = e->seqs[s].active && e->seqs[s].step_tokens > 0 && e->seqs[s].prompt_done < e->seqs[s].prefill;
+  struct ferry_exec_range prefill = {0};
+  if (prefills) prefill = ferry_exec_range_begin(e->ex, "prefill", (int32_t)sm->step, -1, -1);
   if (*ran) st = ferry__engine_step(e);
+  if (prefills) ferry_exec_range_end(e->ex, &prefill);
   ferry_exec_range_end(e->ex, &range);
   if (st != FERRY_OK || !*ran) return st;
   sm = &e->steps[e->n_steps]; /* a preemption grows the step table */
