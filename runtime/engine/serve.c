@@ -362,7 +362,7 @@ static ferry_status run_step(ferry_engine *e, struct ferry__serve_state *rs, int
   for (int32_t s = 0; *ran && s < e->n_seqs && !prefills; s++)
     prefills = e->seqs[s].active && e->seqs[s].step_tokens > 0 && e->seqs[s].prompt_done < e->seqs[s].prefill;
   struct ferry_exec_range prefill = {0};
-  if (prefills) prefill = ferry_exec_range_begin(e->ex, "prefill", (int32_t)sm->step, -1, -1);
+  if (prefills) prefill = ferry_exec_range_begin(e->ex, "prefill", (int32_t)e->n_steps, -1, -1); /* sm may have moved */
   if (*ran) st = ferry__engine_step(e);
   if (prefills) ferry_exec_range_end(e->ex, &prefill);
   ferry_exec_range_end(e->ex, &range);
