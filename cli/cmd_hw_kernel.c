@@ -108,21 +108,22 @@ static int parse_spec(const char *text, struct spec *s) {
 struct timing {
   int64_t ns;
   int kernels;
+  int copies; /* 1: time the copies (a sendrecv), else the kernels */
 };
 
 static void sink(void *user, const struct ferry_activity *a) {
   struct timing *t = user;
-  if (a->kind != FERRY_ACT_KERNEL) return;
+  if (a->kind != (t->copies ? FERRY_ACT_MEMCPY : FERRY_ACT_KERNEL)) return;
   t->ns += a->end_ns - a->start_ns;
   t->kernels++;
 }
 
-/* The GPU-to-GPU copies' time (a sendrecv spec). */
-static void sink_copies(void *user, const struct ferry_activity *a) {
-  struct timing *t = user;
-  if (a->kind != FERRY_ACT_MEMCPY || a->copy_kind != FERRY_COPY_PTOP) return;
-  t->ns += a->end_ns - a->start_ns;
-  t->kernels++;
+/* The end of a run on an executor of its own: the failure reported, the executor (and the
+ * buffers it holds) gone; the command's exit code. */
+static int finish(ferry_exec *ex, ferry_status st) {
+  const int rc = st != FERRY_OK ? cli_fail(st, "%s", ex ? ferry_exec_errmsg(ex) : "") : 0;
+  ferry_exec_destroy(ex);
+  return rc;
 }
 
 /* The buffers a kernel names, in one device buffer: the simulator touches no byte, but every
@@ -217,7 +218,6 @@ static int time_allreduce(const ferry_hw *hw, const struct spec *s, struct timin
   ferry_exec *ex = NULL;
   ferry_buf *bufs[FERRY_EXEC_MAX_DEVICES] = {0};
   int32_t q;
-  int rc = CLI_FAIL;
   ferry_status st = ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.n_devices = (int32_t)s->devices});
   if (st == FERRY_OK) st = ferry_exec_queue_create_on(ex, FERRY_QUEUE_COMPUTE, 0, &q);
   for (int32_t d = 0; st == FERRY_OK && d < (int32_t)s->devices; d++) {
@@ -229,10 +229,7 @@ static int time_allreduce(const ferry_hw *hw, const struct spec *s, struct timin
     ferry_exec_set_sink(ex, sink, t);
     if ((st = ferry_exec_compute(ex, q, &k)) == FERRY_OK) st = ferry_exec_drain(ex);
   }
-  if (st != FERRY_OK) cli_fail(st, "%s", ex ? ferry_exec_errmsg(ex) : "");
-  else rc = 0;
-  ferry_exec_destroy(ex);
-  return rc;
+  return finish(ex, st);
 }
 
 /* A hand-off of `bytes` from one GPU's memory to another's, as a pipeline-parallel run's engine
@@ -246,26 +243,19 @@ static int time_sendrecv(const ferry_hw *hw, const struct spec *s, struct timing
   ferry_exec *ex = NULL;
   ferry_buf *from = NULL, *to = NULL;
   int32_t q;
-  int rc = CLI_FAIL;
   ferry_status st = ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.n_devices = 2});
   if (st == FERRY_OK) st = ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &q);
   if (st == FERRY_OK) st = ferry_exec_alloc_on(ex, 0, FERRY_TIER_DEVICE, (uint64_t)s->bytes, "send", &from);
   if (st == FERRY_OK) st = ferry_exec_alloc_on(ex, 1, FERRY_TIER_DEVICE, (uint64_t)s->bytes, "recv", &to);
   memset(t, 0, sizeof *t);
+  t->copies = 1;
   if (st == FERRY_OK) {
-    ferry_exec_set_sink(ex, sink_copies, t);
+    ferry_exec_set_sink(ex, sink, t);
     st = ferry_exec_copy(ex, q, (struct ferry_ref){to, 0, FERRY_DTYPE_U8}, (struct ferry_ref){from, 0, FERRY_DTYPE_U8},
                          (uint64_t)s->bytes);
     if (st == FERRY_OK) st = ferry_exec_drain(ex);
   }
-  if (st != FERRY_OK) cli_fail(st, "%s", ex ? ferry_exec_errmsg(ex) : "");
-  else rc = 0;
-  if (ex) {
-    ferry_exec_free(ex, from);
-    ferry_exec_free(ex, to);
-  }
-  ferry_exec_destroy(ex);
-  return rc;
+  return finish(ex, st);
 }
 
 /* One engine step's host time as a `ferry sim` run charges it, on an executor of `devices` GPUs:
@@ -289,7 +279,6 @@ static int time_step(const ferry_hw *hw, const struct spec *s, int32_t *ints, st
   ferry_exec *ex = NULL;
   ferry_buf *bufs = NULL;
   int32_t q;
-  int rc = CLI_FAIL;
   ferry_status st = ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.n_devices = (int32_t)devices});
   if (st == FERRY_OK) st = ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &q);
   if (st == FERRY_OK) st = place(ex, (struct placement[]){{&g.x, (uint64_t)g.m * 4}, {&g.y, (uint64_t)g.m * 4}}, 2, &bufs);
@@ -302,11 +291,7 @@ static int time_step(const ferry_hw *hw, const struct spec *s, int32_t *ints, st
     ferry_exec_range_end(ex, &step);
     if (st == FERRY_OK) st = ferry_exec_drain(ex);
   }
-  if (st != FERRY_OK) cli_fail(st, "%s", ex ? ferry_exec_errmsg(ex) : "");
-  else rc = 0;
-  if (ex) ferry_exec_free(ex, bufs);
-  ferry_exec_destroy(ex);
-  return rc;
+  return finish(ex, st);
 }
 
 /* Simulate one kernel (a quantized product: its dequantize op, then the product). */

@@ -939,6 +939,13 @@ static void test_cli(void **state) {
   assert_int_equal(tu_run_ferry("hw kernel h100-pcie 'activation m=1 n=8 fn=softmax'", &out), 2);
   assert_true(tu_contains(out, "fn=softmax: expected silu_mul, gelu_tanh_mul"));
   free(out);
+}
+
+/* `ferry hw kernel`'s host and GPU-to-GPU specs: a pipeline hand-off and an engine step's host
+ * time, as a `ferry sim` run prices them. */
+static void test_cli_sendrecv_step(void **state) {
+  (void)state;
+  char *out = NULL;
   /* a pipeline stage's hand-off: the interconnect's fixed 10 us, then the bytes at NCCL's share
    * of NVLink (20 of every 25 GB/s: 360 of the H100's 450 GB/s, 36 MB in 100 us), at the full
    * rate over PCIe P2P (the L40S box's 29.225 GB/s: 29.225 MB in 1000 us) */
@@ -981,7 +988,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_catalogue_loads), cmocka_unit_test(test_t4_flexgen_fit), cmocka_unit_test(test_gpu_residency),
       cmocka_unit_test(test_malformed),       cmocka_unit_test(test_search_path),
-      cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_alloc_failures),  cmocka_unit_test(test_cli), cmocka_unit_test(test_cli_sendrecv_step),
       cmocka_unit_test(test_runtime_presets), cmocka_unit_test(test_host_amx),
       cmocka_unit_test(test_compose_parts),   cmocka_unit_test(test_pageable_derived), cmocka_unit_test(test_figures),
   };

@@ -37,6 +37,9 @@ static int32_t argmax(const float *v, int64_t n) {
   return (int32_t)best;
 }
 
+/* A sequence with prompt (or recomputed) tokens still to prefill. */
+static int prefilling(const struct seq *q) { return q->active && q->prompt_done < q->prefill; }
+
 /* Build micro-batch m's token list from its sequences (slots [m x max_batch, (m + 1) x
  * max_batch)); returns the number of sequences in it. hold_decode: the step carries prompt tokens
  * only (prefill-first scheduling while a prompt waits). */
@@ -65,7 +68,7 @@ static int32_t build_mb(struct ferry_engine *e, int32_t m, int64_t *admit_order,
     int32_t pick = -1;
     for (int32_t s = s0; s < s1; s++) {
       struct seq *q = &e->seqs[s];
-      if (!q->active || q->prompt_done >= q->prefill || q->step_tokens) continue;
+      if (!prefilling(q) || q->step_tokens) continue;
       if (pick < 0 || admit_order[s] < admit_order[pick]) pick = s;
     }
     if (pick < 0 || n >= e->cfg.max_step_tokens) break;
@@ -101,7 +104,7 @@ static int32_t build_step(struct ferry_engine *e, int64_t *admit_order, int32_t 
    * batch): while any admitted prompt still has tokens to prefill, no sequence decodes */
   int hold_decode = 0;
   for (int32_t s = 0; e->cfg.prefill_first && s < e->n_seqs && !hold_decode; s++)
-    hold_decode = e->seqs[s].active && e->seqs[s].prompt_done < e->seqs[s].prefill;
+    hold_decode = prefilling(&e->seqs[s]);
   for (int32_t m = 0; m < e->n_mb; m++) {
     batch += build_mb(e, m, admit_order, hold_decode);
     *tokens += e->mbs[m].n_tok;
@@ -360,7 +363,7 @@ static ferry_status run_step(ferry_engine *e, struct ferry__serve_state *rs, int
    * engine that replays CUDA graphs for decode-only steps runs it eagerly (runtime.prefill_launch_ns) */
   int prefills = 0;
   for (int32_t s = 0; *ran && s < e->n_seqs && !prefills; s++)
-    prefills = e->seqs[s].active && e->seqs[s].step_tokens > 0 && e->seqs[s].prompt_done < e->seqs[s].prefill;
+    prefills = prefilling(&e->seqs[s]) && e->seqs[s].step_tokens > 0;
   struct ferry_exec_range prefill = {0};
   if (prefills) prefill = ferry_exec_range_begin(e->ex, "prefill", (int32_t)e->n_steps, -1, -1); /* sm may have moved */
   if (*ran) st = ferry__engine_step(e);
