@@ -1161,7 +1161,8 @@ static int is_composed(const char *name) {
 }
 
 /* FIELD=VALUE in a composed name: the figure set, its source the name itself, a fitted mark on
- * it dropped. A *_bytes figure takes a size ("256GiB"), the others a number; the reader's checks
+ * it dropped. An integer *_bytes figure (a byte count) takes a size ("256GiB"), the others a
+ * number, bytes per element included (runtime.dequant_pass_bytes=12.5); the reader's checks
  * apply (a rate must be positive, a flag 0 or 1, ...). */
 static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, const char *name) {
   const struct field *f = &fields[idx];
@@ -1171,7 +1172,7 @@ static ferry_status override_figure(ferry_hw *hw, int idx, const char *text, con
                        section_names[f->sec]);
   double v;
   const size_t plen = strlen(f->path);
-  if (plen > 6 && !strcmp(f->path + plen - 6, "_bytes")) {
+  if (f->type != T_F64 && plen > 6 && !strcmp(f->path + plen - 6, "_bytes")) {
     uint64_t bytes;
     if (ferry__parse_size(text, &bytes) != FERRY_OK)
       return ferry__fail(FERRY_ERR_INVALID, "hw: %s=%s in \"%s\": not a size (e.g. 256GiB)", f->path, text, name);

@@ -588,6 +588,13 @@ static void test_compose_parts(void **state) {
   assert_int_equal(ferry_hw_open(&hw, "a100-80gb-sxm+runtime=graph+runtime.attn_fa2_kvcache=1"), FERRY_OK);
   assert_int_equal(ferry_hw_get(hw)->runtime.attn_fa2_kvcache, 1);
   ferry_hw_close(hw);
+  /* bytes per element are a number, not a byte count: a fraction stays (a sensitivity study
+   * scales runtime.dequant_pass_bytes 12.5 to 11.25; it was refused as a fractional size) */
+  assert_int_equal(ferry_hw_open(&hw, "t4+runtime=flexgen+runtime.dequant_pass_bytes=11.25+runtime.kv_quant_bytes=22.95"),
+                   FERRY_OK);
+  assert_true(ferry_hw_get(hw)->runtime.dequant_pass_bytes == 11.25 && ferry_hw_get(hw)->runtime.kv_quant_bytes == 22.95);
+  assert_string_equal(find_source(ferry_hw_get(hw), "runtime.dequant_pass_bytes", 0)->value, "11.25");
+  ferry_hw_close(hw);
   /* bad compositions say what is wrong, and leave no handle */
   static const struct {
     const char *name;
@@ -607,6 +614,7 @@ static void test_compose_parts(void **state) {
       /* a fraction of a byte would be cut off, and the name, the figure's source, would disagree
        * with it (fuzzing: hw_name/crash-fractional-bytes) */
       {"l4+host.memory_bytes=4.5", FERRY_ERR_INVALID, "a byte count must be whole"},
+      {"t4+runtime=flexgen+runtime.dequant_pass_bytes=1GiB", FERRY_ERR_INVALID, "not a number"},
       {"h100-pcie+interconnect.gpus=2", FERRY_ERR_INVALID, "no interconnect section"},
       {"h100-pcie+host=pcie4-x16", FERRY_ERR_INVALID, "pcie4-x16 is a link profile with no host section"},
       {"h100-pcie+host=no-such-part", FERRY_ERR_NOT_FOUND, "no-such-part"},
