@@ -173,6 +173,9 @@ static void show_runtime(const struct ferry_hw_profile *p) {
            "products over more rows dequantize to fp16 first");
   printf("  %-28s %d (%s)\n", "runtime.sync_fetch", r->sync_fetch,
          r->sync_fetch ? "the host waits for fetched weights before issuing compute" : "the GPU waits, the host goes on");
+  if (r->model_syncs)
+    printf("  %-28s %d (%s)\n", "runtime.model_syncs", r->model_syncs,
+           "the model's code waits for the GPU where it copies CPU-made tensors; layer time op by op");
   printf("  %-28s %d (%s)\n", "runtime.numa_blind", r->numa_blind,
          r->numa_blind ? "CPU kernels read one socket's memory" : "each socket reads its own memory");
   if (r->numa_first_threads)

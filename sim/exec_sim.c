@@ -662,7 +662,28 @@ int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, 
   }
 }
 
+int ferry__sim_kernel_syncs(struct sim_exec *s, const struct ferry_kernel *k) {
+  if (k->layer < 0) s->layer_host.in_layer = 0;
+  if (k->host_syncs <= 0 || !s->rt.model_syncs) return 0;
+  s->layer_host.syncs_seen = 1;
+  return k->host_syncs;
+}
+
+int64_t ferry__sim_sync_copy_ns(const struct sim_exec *s) {
+  return s->rt.copy_ns + (s->hw.link.latency_ns > 0 ? s->hw.link.latency_ns : 0) + s->sync_ns;
+}
+
+int64_t ferry__sim_layer_share(struct sim_exec *s, int64_t issue_ns) {
+  struct sim_layer_host *lh = &s->layer_host;
+  if (!lh->in_layer) return 0;
+  lh->issue_ns += issue_ns;
+  if (!lh->spread) return 0;
+  return (int64_t)((double)s->rt.layer_ns * (double)issue_ns / (double)lh->ref_ns + 0.5);
+}
+
 static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for);
+
+static int queue_idle(void *arg) { return ((const struct sim_queue *)arg)->count == 0; }
 
 struct sync_arg {
   ferry_event *ev;
@@ -713,8 +734,19 @@ static ferry_status sim_submit(struct ferry_exec *ex, int32_t queue, const struc
   struct sim_cost c;
   if ((st = ferry__sim_prepare(s, &c, op, ex->queues[queue].role == FERRY_QUEUE_CPU)) != FERRY_OK) return st;
   /* the runtime issues it first (running the clock forward may complete ops of this queue,
-   * never add any: its ring slot is taken after) */
-  host_busy(s, ferry__sim_issue_ns(s, &c, op));
+   * never add any: its ring slot is taken after): its share of the layer's host time, the copies
+   * the model's code makes just before it (each once the queue has drained), its launch */
+  const int64_t issue = ferry__sim_issue_ns(s, &c, op);
+  if (op->kind == FERRY_OP_KERNEL) {
+    const int syncs = ferry__sim_kernel_syncs(s, &op->u.kernel);
+    host_busy(s, ferry__sim_layer_share(s, issue));
+    if (syncs) {
+      if (!ferry__des_run_while_not(s->des, queue_idle, q))
+        return deadlock(ex, "the host waits for a copy the model's code makes");
+      host_busy(s, syncs * ferry__sim_sync_copy_ns(s));
+    }
+  }
+  host_busy(s, issue);
   struct sim_op *so;
   if ((st = ferry__sim_ring_slot(s, q, &so)) != FERRY_OK) return st;
   so->cost = c;
@@ -847,9 +879,18 @@ static void sim_range_begin(struct ferry_exec *ex, const char *name) {
   struct sim_exec *s = state(ex);
   if (name[0] == 's' && !strcmp(name, "step")) { /* the first letter first: once per layer */
     s->prefill_step = 0;
+    s->layer_host.in_layer = 0;
     host_busy(s, s->rt.step_ns + (ex->config.n_devices > 1 ? s->rt.worker_step_ns : 0));
   } else if (name[0] == 'l' && !strcmp(name, "layer")) {
-    host_busy(s, s->rt.layer_ns);
+    /* where the model's code waits for the device, the layer's host time goes with its kernels
+     * as the framework spends it, op by op, in proportion to their issue time in the layer
+     * before (the first layer of a step pays it at its start) */
+    struct sim_layer_host *lh = &s->layer_host;
+    lh->ref_ns = lh->in_layer ? lh->issue_ns : 0;
+    lh->issue_ns = 0;
+    lh->in_layer = 1;
+    lh->spread = s->rt.model_syncs && lh->syncs_seen && lh->ref_ns > 0 && s->rt.layer_ns > 0;
+    if (!lh->spread) host_busy(s, s->rt.layer_ns);
   } else if (name[0] == 'p' && !strcmp(name, "prefill")) {
     s->prefill_step = 1;
   }

@@ -31,7 +31,8 @@ struct graph_op {
   int8_t queue;
   int8_t chan;
   int8_t param;        /* events: parameter index, or -1 for ev */
-  uint8_t host_waits;  /* copies: the host waits for it (sim_cost.host_waits) */
+  uint8_t host_waits;  /* copies: the host waits for it (sim_cost.host_waits); kernels: the first's
+                          ferry_kernel.host_syncs (a kernel with some starts an op) */
   uint32_t n;          /* kernels: how many, back to back on the queue (items item .. item + n - 1) */
   int32_t item;        /* kernels: index of the first in items */
   int32_t read;        /* reads: index in reads (routed again at launch: the page cache moves) */
@@ -284,6 +285,7 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
       g->item = c->n_items++;
       g->n = 1;
       const struct ferry_kernel *k = &op->u.kernel;
+      g->host_waits = (uint8_t)(k->host_syncs > 255 ? 255 : k->host_syncs > 0 ? k->host_syncs : 0);
       if (k->context_tokens <= 0) return;
       /* its time depends on the context the launch gives: keep the kernel, and the packed
        * weights its cost read, to time it again */
@@ -316,15 +318,17 @@ void ferry__sim_graph_skipped_wait(struct ferry_exec *ex, int32_t queue, ferry_e
 }
 
 /* Kernels recorded back to back on one queue, when nothing but their launch costs passes on the
- * host between them (no submit cost, no queue wake-up), run as a chain worked out at launch:
- * one op for them all. Their items are consecutive already. */
+ * host between them (no submit cost, no queue wake-up, no copy the model's code waits for before
+ * the later one), run as a chain worked out at launch: one op for them all. Their items are
+ * consecutive already. */
 static void merge_kernels(const struct sim_exec *s, struct sim_graph_capture *c) {
   if (s->submit_ns > 0 || s->wake_ns > 0) return;
   int32_t out = 0;
   for (int32_t i = 0; i < c->n_ops; i++) {
     struct graph_op *prev = out > 0 ? &c->ops[out - 1] : NULL;
     const struct graph_op *o = &c->ops[i];
-    if (prev && prev->kind == FERRY_OP_KERNEL && o->kind == FERRY_OP_KERNEL && prev->queue == o->queue) {
+    if (prev && prev->kind == FERRY_OP_KERNEL && o->kind == FERRY_OP_KERNEL && prev->queue == o->queue &&
+        !o->host_waits) {
       prev->n += o->n;
       continue;
     }
@@ -479,16 +483,28 @@ static ferry_status reroute(struct sim_exec *s, const struct graph_read *r, stru
   return st;
 }
 
+/* The copies the model's code makes before kernel op o that the runtime pays (as
+ * ferry__sim_kernel_syncs() at submit). */
+static int graph_syncs(struct sim_exec *s, const struct graph_op *o) {
+  if (!o->host_waits || !s->rt.model_syncs) return 0;
+  s->layer_host.syncs_seen = 1;
+  return o->host_waits;
+}
+
 /* A run of n > 1 kernels on q (merge_kernels()): each issued after the host's launch time,
  * started when both it is issued and the one before ended; one entry for the run, whose busy
  * time is the kernels' own. */
 static ferry_status launch_run(struct sim_exec *s, struct sim_queue *q, const struct ferry_exec_graph *g,
                                const struct graph_op *o, int64_t context_tokens) {
   const struct graph_item *it = &g->items[o->item];
+  /* the first's share of the layer's host time and the model's copies before it, as at submit */
+  const int syncs = graph_syncs(s, o);
+  ferry__sim_fast_host_busy(s, ferry__sim_layer_share(s, it[0].issue_ns));
+  ferry__sim_fast_syncs(s, q, syncs);
   int64_t host = s->now_ns, end = q->fcount ? q->tail_ns : INT64_MIN, start = 0, busy = 0;
   const int contend = s->hw.link.contention > 0 && s->ex->queues[q->index].role != FERRY_QUEUE_CPU;
   for (uint32_t j = 0; j < o->n; j++) {
-    host += it[j].issue_ns;
+    host += it[j].issue_ns + (j ? ferry__sim_layer_share(s, it[j].issue_ns) : 0);
     const int64_t begin = end > host ? end : host,
                   d = it[j].kernel < 0 ? it[j].duration_ns : item_ns(s, g->kernels, &it[j], context_tokens);
     if (j == 0) start = begin;
@@ -533,6 +549,9 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     int chan = o->chan;
     if (o->kind == FERRY_OP_KERNEL) {
       const struct graph_item *it = &g->items[o->item];
+      const int syncs = graph_syncs(s, o);
+      ferry__sim_fast_host_busy(s, ferry__sim_layer_share(s, it->issue_ns));
+      ferry__sim_fast_syncs(s, q, syncs);
       issue = it->issue_ns;
       d = flow_ns = it->kernel < 0 ? it->duration_ns : item_ns(s, g->kernels, it, context_tokens);
     } else if (o->read >= 0) { /* the page cache decides where it reads from, as at submit */
@@ -548,7 +567,8 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     struct fast_op *fo;
     if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) break;
     *fo = (struct fast_op){.ev = ev, .gen = gen, .bytes = o->bytes, .flow_ns = flow_ns, .kind = o->kind,
-                           .chan = (int8_t)chan, .host_waits = o->host_waits, .n = 1};
+                           .chan = (int8_t)chan, .host_waits = o->kind == FERRY_OP_KERNEL ? 0 : o->host_waits,
+                           .n = 1};
     if ((st = ferry__sim_enqueue_timed(s, q, fo, d)) != FERRY_OK) break;
   }
   s->graph_ops += launched;

@@ -184,6 +184,16 @@ struct sim_exec {
     uint32_t shape_id; /* the kernel's shape, numbered at recording (exec_sim_graph.c) */
   } reprice[4];
   uint32_t reprice_next;
+  /* runtime.model_syncs: where the model's code makes the host wait for the device, a layer's
+   * host time (runtime.layer_ns) goes with its kernels' issue, in proportion to it, rather than
+   * at the layer's start (ferry__sim_layer_share()) */
+  struct sim_layer_host {
+    int in_layer;     /* a "layer" range is open, and no kernel of no layer (the head) came since */
+    int spread;       /* this layer's host time goes with its kernels */
+    int syncs_seen;   /* a kernel the model's code waits before was issued */
+    int64_t issue_ns; /* issue time of the open layer's kernels so far */
+    int64_t ref_ns;   /* the same for the layer before it in this step (0: none yet) */
+  } layer_host;
 };
 
 /* exec_sim.c, used by both paths */
@@ -198,6 +208,16 @@ int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, c
                              int *folded, struct ferry__gpu_work *work);
 /* Host time the runtime spends issuing an op, before the op reaches its queue. */
 int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op);
+/* Blocking copies of CPU-made tensors the model's code makes before kernel k that the runtime
+ * pays (runtime.model_syncs, ferry_kernel.host_syncs), 0 when none; a kernel of no layer closes
+ * the layer. */
+int ferry__sim_kernel_syncs(struct sim_exec *s, const struct ferry_kernel *k);
+/* Host time of one such copy once the host has waited for the queue to drain: issuing it, its
+ * crossing of the link, the host noticing its end. */
+int64_t ferry__sim_sync_copy_ns(const struct sim_exec *s);
+/* A kernel of the open layer issued at issue_ns: its share of the layer's host time (0 unless
+ * the layer's time is spread), its issue time counted for the next layer's shares. */
+int64_t ferry__sim_layer_share(struct sim_exec *s, int64_t issue_ns);
 /* Bytes of op worth keeping in a ring entry (a kernel's shape only for an activity sink). */
 size_t ferry__sim_op_bytes(const struct ferry_op *op, int sink);
 ferry_status ferry__sim_ring_slot(struct sim_exec *s, struct sim_queue *q, struct sim_op **out);
@@ -240,6 +260,13 @@ static inline void ferry__sim_fast_host_busy(struct sim_exec *s, int64_t ns) {
   if (ns <= 0) return;
   s->now_ns += ns;
   if (s->now_ns >= s->next_end_ns) ferry__sim_catch_up(s);
+}
+/* n blocking copies before the next kernel on q (ferry__sim_kernel_syncs()): the host waits for
+ * q's ops to end, then for each copy. */
+static inline void ferry__sim_fast_syncs(struct sim_exec *s, const struct sim_queue *q, int n) {
+  if (n <= 0) return;
+  if (q->fcount && q->tail_ns > s->now_ns) ferry__sim_fast_host_busy(s, q->tail_ns - s->now_ns);
+  ferry__sim_fast_host_busy(s, n * ferry__sim_sync_copy_ns(s));
 }
 /* A record of generation gen of ev enqueued on q behind an op still running (and no record
  * kept with it yet, no activity sink): it completes with that op, kept in its entry; the host

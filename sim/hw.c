@@ -106,6 +106,7 @@ static const struct field fields[] = {
     {"runtime.fused_dequant", T_I32, C_BOOL, S_RUNTIME, P(runtime.fused_dequant), 0},
     {"runtime.fused_max_rows", T_I64, C_NONNEG, S_RUNTIME, P(runtime.fused_max_rows), 0},
     {"runtime.sync_fetch", T_I32, C_BOOL, S_RUNTIME, P(runtime.sync_fetch), 0},
+    {"runtime.model_syncs", T_I32, C_BOOL, S_RUNTIME, P(runtime.model_syncs), 0},
     {"runtime.numa_blind", T_I32, C_BOOL, S_RUNTIME, P(runtime.numa_blind), 0},
     {"runtime.numa_first_threads", T_I32, C_NONNEG, S_RUNTIME, P(runtime.numa_first_threads), 0},
     {"runtime.cpu_math_eff", T_F64, C_FRACTION, S_RUNTIME, P(runtime.cpu_math_eff), 0},

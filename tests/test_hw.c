@@ -495,7 +495,10 @@ static void test_runtime_presets(void **state) {
   assert_true(p->runtime.act_bytes == 2 && p->runtime.dequant_bytes == 2);
   assert_non_null(find_source(p, "runtime.act_bytes", 0));
   assert_non_null(find_source(p, "runtime.dequant_bytes", 0));
-  assert_int_equal(p->n_sources, before + 15); /* eager's 15 figures, cpu_fresh_alloc among them */
+  /* the model's own host waits (HF's code copying CPU-made tensors), with its source */
+  assert_int_equal(p->runtime.model_syncs, 1);
+  assert_non_null(find_source(p, "runtime.model_syncs", 0));
+  assert_int_equal(p->n_sources, before + 16); /* eager's 16 figures, cpu_fresh_alloc among them */
   assert_true(p->gpu.mem_bw_gbps == 2000); /* the rest untouched */
   /* another preset replaces it, sources included */
   assert_int_equal(ferry_hw_set_runtime(hw, "graph"), FERRY_OK);

@@ -242,6 +242,12 @@ struct ferry_kernel {
   int64_t dq_rows;             /**< dequantize: rows (tokens) of the product that reads the weight, for
                                     executors that expand a weight only for products over many rows;
                                     0 = not known (the weight is read as its format's kernels read it) */
+  int32_t host_syncs;          /**< blocking copies to the device of tensors made on the CPU that the
+                                    family's Hugging Face transformers code makes just before this op
+                                    (GPT-J's RoPE table and mask value): each makes the host wait for
+                                    the op's queue to drain. Only the simulator charges them, and
+                                    only for a runtime that runs that code (runtime.model_syncs);
+                                    0 = none */
 };
 
 /**

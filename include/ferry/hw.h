@@ -226,6 +226,15 @@ struct ferry_hw_runtime {
   int32_t sync_fetch;     /**< 1: the host waits for a layer's (or expert's) weights to arrive before
                                issuing its compute, as eager frameworks do in pre-forward hooks
                                (DeepSpeed ZeRO-3, Accelerate); 0: the GPU waits, the host goes on */
+  int32_t model_syncs;    /**< 1: the runtime runs the model's Hugging Face transformers code
+                               (PyTorch eager: Accelerate, DeepSpeed), whose blocking copies of
+                               CPU-made tensors make the host wait for the GPU where the engine
+                               marks them (ferry_kernel.host_syncs: GPT-J's RoPE table and mask
+                               value, GPT-NeoX's mask value); with such waits the layer's host time
+                               (layer_ns) is spread over its kernels in proportion to their issue
+                               time, as the framework spends it op by op, rather than paid at the
+                               layer's start, and a kernel's copies come after its share, just
+                               before its launch; 0: no such waits */
   int32_t numa_blind;     /**< 1: the runtime's CPU kernels ignore NUMA: the weights they read lie
                                in one socket's memory (where the loader first touched them), so
                                on a host of several sockets they stream at one socket's share of

@@ -28,6 +28,22 @@ static struct ferry_kernel kernel(enum ferry_kernel_kind kind, const char *name,
 
 static ferry_status x_to(struct ferry_engine *e, int cpu);
 
+/* Blocking copies to the device of tensors made on the CPU that the family's Hugging Face
+ * transformers code (2022: the eager runs Accelerate and DeepSpeed drive) makes before op kind
+ * of every layer. GPT-J's fixed_pos_embedding builds its sin/cos table on the CPU and copies it
+ * (`.to(x.device)`) before the rotary, from the model's addition (PR 13022, 2021) until its
+ * cached table; GPT-J's and GPT-NeoX's _attn copy the mask value (`torch.tensor(mask_value)
+ * .to(device)`, since PR 17306, v4.20) before the causal mask. A copy from pageable memory
+ * without non_blocking returns once done, so the host waits for the kernels queued before it;
+ * only the simulator charges that, for a runtime that runs this code (runtime.model_syncs). */
+static int32_t hf_host_syncs(enum ferry_family family, enum ferry_kernel_kind kind) {
+  switch (family) {
+    case FERRY_FAMILY_GPTJ: return kind == FERRY_K_ROPE || kind == FERRY_K_ATTENTION;
+    case FERRY_FAMILY_GPT_NEOX: return kind == FERRY_K_ATTENTION;
+    default: return 0;
+  }
+}
+
 /* Devices a tensor parallel run splits each layer over (1 otherwise): this device's heads, KV
  * heads and FFN columns are the model's over tp. */
 static int64_t tp_of(const struct ferry_engine *e) { return e->tp > 1 ? e->tp : 1; }
@@ -130,6 +146,7 @@ static ferry_status rope(struct ferry_engine *e, int32_t l, uint64_t x, int64_t 
                          int64_t head_dim, int64_t rot_offset, int64_t rot_dim) {
   const struct ferry_rope_params *rp = &e->rope[l];
   struct ferry_kernel k = kernel(FERRY_K_ROPE, "rope", l);
+  k.host_syncs = hf_host_syncs(e->mc->family, FERRY_K_ROPE);
   k.x = ferry__ws(e, x);
   if (k_off) k.aux[0] = ferry__ws(e, k_off);
   k.m = e->n_tok;
@@ -311,6 +328,7 @@ static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_ki
   k->kv_heads = mc->n_kv_heads / tp_of(e);
   k->head_dim = hd;
   if (kind == FERRY_K_ATTENTION) {
+    k->host_syncs = hf_host_syncs(mc->family, FERRY_K_ATTENTION);
     k->x = ferry__ws(e, e->ws.q);
     k->y = ferry__ws(e, e->ws.attn);
     k->aux[4] = W(e, FERRY_ROLE_ATTN_SINKS, l);
