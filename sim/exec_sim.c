@@ -662,11 +662,15 @@ int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, 
   }
 }
 
+int ferry__sim_syncs_paid(struct sim_exec *s, int32_t host_syncs) {
+  if (host_syncs <= 0 || !s->rt.model_syncs) return 0;
+  s->layer_host.syncs_seen = 1;
+  return host_syncs;
+}
+
 int ferry__sim_kernel_syncs(struct sim_exec *s, const struct ferry_kernel *k) {
   if (k->layer < 0) s->layer_host.in_layer = 0;
-  if (k->host_syncs <= 0 || !s->rt.model_syncs) return 0;
-  s->layer_host.syncs_seen = 1;
-  return k->host_syncs;
+  return ferry__sim_syncs_paid(s, k->host_syncs);
 }
 
 int64_t ferry__sim_sync_copy_ns(const struct sim_exec *s) {
@@ -675,7 +679,7 @@ int64_t ferry__sim_sync_copy_ns(const struct sim_exec *s) {
 
 int64_t ferry__sim_layer_share(struct sim_exec *s, int64_t issue_ns) {
   struct sim_layer_host *lh = &s->layer_host;
-  if (!lh->in_layer) return 0;
+  if (!lh->in_layer || !s->rt.model_syncs) return 0; /* nothing spread: nothing to count */
   lh->issue_ns += issue_ns;
   if (!lh->spread) return 0;
   return (int64_t)((double)s->rt.layer_ns * (double)issue_ns / (double)lh->ref_ns + 0.5);

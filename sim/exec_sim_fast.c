@@ -294,11 +294,7 @@ ferry_status ferry__sim_fast_submit(struct sim_exec *s, int32_t queue, const str
                           "them first (it then runs in exact mode) or create it with sim_mode FERRY_SIM_EXACT");
   if ((st = ferry__sim_prepare(s, &c, op, s->ex->queues[queue].role == FERRY_QUEUE_CPU)) != FERRY_OK) return st;
   const int64_t issue = ferry__sim_issue_ns(s, &c, op);
-  if (op->kind == FERRY_OP_KERNEL) { /* its share of the layer's host time, the model's copies */
-    const int syncs = ferry__sim_kernel_syncs(s, &op->u.kernel);
-    ferry__sim_fast_host_busy(s, ferry__sim_layer_share(s, issue));
-    ferry__sim_fast_syncs(s, q, syncs);
-  }
+  if (op->kind == FERRY_OP_KERNEL) ferry__sim_fast_kernel_host(s, q, ferry__sim_kernel_syncs(s, &op->u.kernel), issue);
   ferry__sim_fast_host_busy(s, issue); /* the runtime issues it before it reaches the queue */
   if ((st = ferry__sim_fring_tail(s, q, &fo)) != FERRY_OK) return st;
   fo->kind = (uint8_t)op->kind;

@@ -483,14 +483,6 @@ static ferry_status reroute(struct sim_exec *s, const struct graph_read *r, stru
   return st;
 }
 
-/* The copies the model's code makes before kernel op o that the runtime pays (as
- * ferry__sim_kernel_syncs() at submit). */
-static int graph_syncs(struct sim_exec *s, const struct graph_op *o) {
-  if (!o->host_waits || !s->rt.model_syncs) return 0;
-  s->layer_host.syncs_seen = 1;
-  return o->host_waits;
-}
-
 /* A run of n > 1 kernels on q (merge_kernels()): each issued after the host's launch time,
  * started when both it is issued and the one before ended; one entry for the run, whose busy
  * time is the kernels' own. */
@@ -498,9 +490,7 @@ static ferry_status launch_run(struct sim_exec *s, struct sim_queue *q, const st
                                const struct graph_op *o, int64_t context_tokens) {
   const struct graph_item *it = &g->items[o->item];
   /* the first's share of the layer's host time and the model's copies before it, as at submit */
-  const int syncs = graph_syncs(s, o);
-  ferry__sim_fast_host_busy(s, ferry__sim_layer_share(s, it[0].issue_ns));
-  ferry__sim_fast_syncs(s, q, syncs);
+  ferry__sim_fast_kernel_host(s, q, ferry__sim_syncs_paid(s, o->host_waits), it[0].issue_ns);
   int64_t host = s->now_ns, end = q->fcount ? q->tail_ns : INT64_MIN, start = 0, busy = 0;
   const int contend = s->hw.link.contention > 0 && s->ex->queues[q->index].role != FERRY_QUEUE_CPU;
   for (uint32_t j = 0; j < o->n; j++) {
@@ -549,9 +539,7 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     int chan = o->chan;
     if (o->kind == FERRY_OP_KERNEL) {
       const struct graph_item *it = &g->items[o->item];
-      const int syncs = graph_syncs(s, o);
-      ferry__sim_fast_host_busy(s, ferry__sim_layer_share(s, it->issue_ns));
-      ferry__sim_fast_syncs(s, q, syncs);
+      ferry__sim_fast_kernel_host(s, q, ferry__sim_syncs_paid(s, o->host_waits), it->issue_ns);
       issue = it->issue_ns;
       d = flow_ns = it->kernel < 0 ? it->duration_ns : item_ns(s, g->kernels, it, context_tokens);
     } else if (o->read >= 0) { /* the page cache decides where it reads from, as at submit */

@@ -208,9 +208,11 @@ int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, c
                              int *folded, struct ferry__gpu_work *work);
 /* Host time the runtime spends issuing an op, before the op reaches its queue. */
 int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op);
-/* Blocking copies of CPU-made tensors the model's code makes before kernel k that the runtime
- * pays (runtime.model_syncs, ferry_kernel.host_syncs), 0 when none; a kernel of no layer closes
- * the layer. */
+/* Of host_syncs blocking copies of CPU-made tensors the model's code makes before a kernel
+ * (ferry_kernel.host_syncs), those the runtime pays: all where it runs that code
+ * (runtime.model_syncs), else 0. */
+int ferry__sim_syncs_paid(struct sim_exec *s, int32_t host_syncs);
+/* The same for kernel k as submitted; a kernel of no layer closes the layer. */
 int ferry__sim_kernel_syncs(struct sim_exec *s, const struct ferry_kernel *k);
 /* Host time of one such copy once the host has waited for the queue to drain: issuing it, its
  * crossing of the link, the host noticing its end. */
@@ -267,6 +269,13 @@ static inline void ferry__sim_fast_syncs(struct sim_exec *s, const struct sim_qu
   if (n <= 0) return;
   if (q->fcount && q->tail_ns > s->now_ns) ferry__sim_fast_host_busy(s, q->tail_ns - s->now_ns);
   ferry__sim_fast_host_busy(s, n * ferry__sim_sync_copy_ns(s));
+}
+/* The host's work before a kernel issued at issue_ns reaches q, beyond that issue time: its share
+ * of the layer's host time, then `syncs` copies the model's code makes (ferry__sim_fast_syncs()). */
+static inline void ferry__sim_fast_kernel_host(struct sim_exec *s, const struct sim_queue *q, int syncs,
+                                               int64_t issue_ns) {
+  ferry__sim_fast_host_busy(s, ferry__sim_layer_share(s, issue_ns));
+  ferry__sim_fast_syncs(s, q, syncs);
 }
 /* A record of generation gen of ev enqueued on q behind an op still running (and no record
  * kept with it yet, no activity sink): it completes with that op, kept in its entry; the host
