@@ -89,10 +89,12 @@ static int supported_weight(enum ferry_dtype dt) {
 
 /* Products of a few rows go row by row through sgemv over a cache-sized panel of the weight:
  * OpenBLAS's single-threaded sgemm with 2-7 rows runs its edge kernels, costs 2-5x as much as
- * the same number of matrix-vector products (measured here, 1792x512 fp32: 2 rows 527 us
- * against 187 us for two sgemv, 3 rows 731 against 277, 4 rows 498 against 366) and jumps with
- * the row count's parity, which no cost linear in the work can price. From 8 rows on sgemm is
- * as fast or faster. Row i's result is then the same whichever of 1-8 rows came with it. */
+ * the same number of matrix-vector products (bench/host_matmul, 1792x512 fp16 converted: 2 rows
+ * 512 us against 257, 3 rows 702 against 331, 4 rows 507 against 415) and jumps with the row
+ * count's parity, which no cost linear in the work can price. Above 8 rows sgemm stays: that is
+ * where the simulator's calibration starts pricing a product as a GEMM (FERRY_HW_GEMM_INTENSITY,
+ * 8 flops a byte: 8 rows of 16-bit weights), and prefill's hundreds of rows need it. Row i's
+ * result is the same whichever of 1-8 rows came with it. */
 #define GEMV_ROWS_MAX 8
 
 /* y[m, rows] (+)= x[m, k] . panel[rows, k]^T */
