@@ -346,6 +346,20 @@ static ferry_status fit_runtime(sqlite3 *db, const struct fit_runs *runs, const 
 static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct fit_runs *runs,
                                 const struct calib_copies *copies, struct ferry_calib_sample *s, size_t cap,
                                 struct ferry_hw_profile *p, int *any, int *weak) {
+  /* Each kind's share of the kernel time says how much a weak fit matters: a gather of a few
+   * rows explained badly moves no simulated figure, an expert product does. */
+  double total_ns = 0;
+  sqlite3_stmt *tq = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT COALESCE(SUM(end - start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1",
+                         -1, &tq, NULL) != SQLITE_OK)
+    return ferry__fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path,
+                       sqlite3_errmsg(db));
+  for (size_t r = 0; r < runs->n; r++) {
+    sqlite3_reset(tq);
+    sqlite3_bind_int64(tq, 1, runs->id[r]);
+    if (sqlite3_step(tq) == SQLITE_ROW) total_ns += sqlite3_column_double(tq, 0);
+  }
+  sqlite3_finalize(tq);
   for (int kind = 0; kind < FERRY_HW_COST_KINDS; kind++) {
     /* "<kind>_gemm" takes the ops of <kind> above the GEMM intensity; <kind> the rest */
     const char *name = ferry_hw_cost_kind_name(kind);
@@ -369,6 +383,7 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct f
     }
     sqlite3_bind_text(q, 2, kind_base, -1, SQLITE_TRANSIENT);
     size_t n = 0;
+    double kind_ns = 0; /* as measured, before the contention comes out */
     for (size_t r = 0; r < runs->n; r++) {
       sqlite3_reset(q);
       sqlite3_bind_int64(q, 1, runs->id[r]);
@@ -376,6 +391,7 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct f
         double bytes = (double)sqlite3_column_int64(q, 0), flops = sqlite3_column_double(q, 1);
         double dur = (double)sqlite3_column_int64(q, 2);
         if (!usable_sample(bytes, flops, dur)) continue;
+        const double measured_ns = dur;
         if (p->link.contention > 0) {
           double all, before;
           calib_overlap(&copies[r], sqlite3_column_int64(q, 3), sqlite3_column_int64(q, 4), sqlite3_column_int64(q, 5),
@@ -385,6 +401,7 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct f
         int is_gemm = bytes > 0 && flops / bytes > FERRY_HW_GEMM_INTENSITY;
         if (has_gemm_variant && is_gemm != gemm_kind) continue;
         s[n++] = (struct ferry_calib_sample){bytes, flops, dur};
+        kind_ns += measured_ns;
       }
     }
     sqlite3_finalize(q);
@@ -395,11 +412,15 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct f
     p->cost_set |= 1u << kind;
     p->has_cost = 1;
     (*any) = 1;
-    printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f)\n", name, n, p->cost[kind].overhead_ns,
-           p->cost[kind].roofline ? "max" : "sum", p->cost[kind].ns_per_byte, p->cost[kind].ns_per_flop, r2);
+    const double share_pct = total_ns > 0 ? 100.0 * kind_ns / total_ns : 0;
+    printf("%-12s %6zu ops: %9.0f ns + %s(%.4f ns/byte, %.5f ns/flop) (R^2 %.3f; %.1f %% of kernel time)\n", name, n,
+           p->cost[kind].overhead_ns, p->cost[kind].roofline ? "max" : "sum", p->cost[kind].ns_per_byte,
+           p->cost[kind].ns_per_flop, r2, share_pct);
     if (r2 < FERRY_HW_FIT_R2_MIN) {
-      fprintf(stderr, "ferry: warning: the %s fit explains little of what was measured (R^2 %.3f < %.1f): simulated %s "
-                      "times may be off\n", name, r2, FERRY_HW_FIT_R2_MIN, name);
+      fprintf(stderr,
+              "ferry: warning: the %s fit (%.1f %% of the kernel time measured) explains little of what was "
+              "measured (R^2 %.3f < %.1f): simulated %s times may be off\n",
+              name, share_pct, r2, FERRY_HW_FIT_R2_MIN, name);
       (*weak)++;
     }
   }

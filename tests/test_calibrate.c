@@ -162,6 +162,19 @@ static void test_fit_from_run(void **state) {
   assert_true(tu_contains(out, "layers: "));
   assert_true(tu_contains(out, "had a copy beside them")); /* the overlap the contention fit saw */
   assert_true(tu_contains(out, "contention "));
+  /* every kernel kind the run recorded is fitted, so their shares of the kernel time add up */
+  double shares = 0;
+  int kinds = 0;
+  for (const char *at = out; (at = strstr(at, "; ")) != NULL; at++) {
+    double pct;
+    char tail[24];
+    if (sscanf(at, "; %lf %% of kernel %15s", &pct, tail) == 2 && !strcmp(tail, "time)")) {
+      assert_true(pct >= 0 && pct <= 100);
+      shares += pct;
+      kinds++;
+    }
+  }
+  if (kinds < 4 || shares < 99.0 || shares > 100.6) fail_msg("%d kinds' shares add up to %g %%:\n%s", kinds, shares, out);
   free(out);
   snprintf(args, sizeof args, "%s/fit.json", dir);
   ferry_hw *hw = NULL;
