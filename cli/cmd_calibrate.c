@@ -241,6 +241,7 @@ static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, stru
     return FERRY_OK; /* an import without engine steps: nothing more to fit */
   struct ferry_calib_sample *v = NULL;
   size_t n = 0, cap = 0;
+  double gaps_ns = 0;
   for (size_t r = 0; r < runs->n; r++) {
     sqlite3_reset(q);
     sqlite3_bind_int64(q, 1, runs->id[r]);
@@ -255,9 +256,22 @@ static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, stru
       const double batch = (double)sqlite3_column_int64(q, 0), gap = (double)sqlite3_column_int64(q, 1);
       if (batch < 0 || gap < 0) continue; /* a crafted row: steps overlap, or a negative batch */
       v[n++] = (struct ferry_calib_sample){batch, 0, gap};
+      gaps_ns += gap;
     }
   }
   sqlite3_finalize(q);
+  /* the gaps' share of the runs' time says how much a weak fit of them matters */
+  double span_ns = 0;
+  if (sqlite3_prepare_v2(db, "SELECT COALESCE(MAX(end_ns) - MIN(start_ns), 0) FROM steps WHERE runId = ?1", -1, &q,
+                         NULL) == SQLITE_OK) {
+    for (size_t r = 0; r < runs->n; r++) {
+      sqlite3_reset(q);
+      sqlite3_bind_int64(q, 1, runs->id[r]);
+      if (sqlite3_step(q) == SQLITE_ROW) span_ns += sqlite3_column_double(q, 0);
+    }
+    sqlite3_finalize(q);
+  }
+  const double share_pct = span_ns > 0 ? 100.0 * gaps_ns / span_ns : 0;
   if (n >= 3) {
     struct ferry_hw_cost f;
     double r2 = 0;
@@ -266,13 +280,15 @@ static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, stru
     p->runtime.row_ns = ferry__f64_to_i64(round(f.ns_per_byte));
     fitted[(*n_fitted)++] = "runtime.step_ns";
     fitted[(*n_fitted)++] = "runtime.row_ns";
-    printf("%-12s %6zu gaps: %lld ns + %lld ns per sequence (R^2 %.3f)\n", "step", n, (long long)p->runtime.step_ns,
-           (long long)p->runtime.row_ns, r2);
+    printf("%-12s %6zu gaps: %lld ns + %lld ns per sequence (R^2 %.3f; %.1f %% of the runs' time)\n", "step", n,
+           (long long)p->runtime.step_ns, (long long)p->runtime.row_ns, r2, share_pct);
     /* a constant is no worse a description when the gaps barely vary: judge the fit by its
      * error then, not by R^2 */
     if (r2 < FERRY_HW_FIT_R2_MIN && f.ns_per_byte > 0) {
-      fprintf(stderr, "ferry: warning: the step fit explains little of the gaps between steps (R^2 %.3f < %.1f)\n", r2,
-              FERRY_HW_FIT_R2_MIN);
+      fprintf(stderr,
+              "ferry: warning: the step fit explains little of the gaps between steps (R^2 %.3f < %.1f; the gaps "
+              "are %.1f %% of the runs' time)\n",
+              r2, FERRY_HW_FIT_R2_MIN, share_pct);
       (*weak)++;
     }
   }

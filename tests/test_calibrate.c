@@ -159,6 +159,7 @@ static void test_fit_from_run(void **state) {
   assert_true(tu_contains(out, "matmul"));
   assert_true(tu_contains(out, "(R^2 "));
   assert_true(tu_contains(out, "step "));
+  assert_true(tu_contains(out, "% of the runs' time)")); /* how much the gaps between steps weigh */
   assert_true(tu_contains(out, "layers: "));
   assert_true(tu_contains(out, "had a copy beside them")); /* the overlap the contention fit saw */
   assert_true(tu_contains(out, "contention "));
