@@ -262,8 +262,8 @@ static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, stru
   sqlite3_finalize(q);
   /* the gaps' share of the runs' time says how much a weak fit of them matters */
   double span_ns = 0;
-  if (sqlite3_prepare_v2(db, "SELECT COALESCE(MAX(end_ns) - MIN(start_ns), 0) FROM steps WHERE runId = ?1", -1, &q,
-                         NULL) == SQLITE_OK) {
+  static const char span_sql[] = "SELECT COALESCE(MAX(end_ns) - MIN(start_ns), 0) FROM steps WHERE runId = ?1";
+  if (sqlite3_prepare_v2(db, span_sql, -1, &q, NULL) == SQLITE_OK) {
     for (size_t r = 0; r < runs->n; r++) {
       sqlite3_reset(q);
       sqlite3_bind_int64(q, 1, runs->id[r]);
@@ -366,8 +366,9 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct f
    * rows explained badly moves no simulated figure, an expert product does. */
   double total_ns = 0;
   sqlite3_stmt *tq = NULL;
-  if (sqlite3_prepare_v2(db, "SELECT COALESCE(SUM(end - start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1",
-                         -1, &tq, NULL) != SQLITE_OK)
+  static const char total_sql[] = "SELECT TOTAL(CASE WHEN end > start THEN end - start ELSE 0 END) "
+                                  "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1";
+  if (sqlite3_prepare_v2(db, total_sql, -1, &tq, NULL) != SQLITE_OK)
     return ferry__fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path,
                        sqlite3_errmsg(db));
   for (size_t r = 0; r < runs->n; r++) {
