@@ -91,16 +91,21 @@ static int supported_weight(enum ferry_dtype dt) {
  * OpenBLAS's single-threaded sgemm with 2-7 rows runs its edge kernels, costs 2-5x as much as
  * the same number of matrix-vector products (bench/host_matmul, 1792x512 fp16 converted: 2 rows
  * 512 us against 257, 3 rows 702 against 331, 4 rows 507 against 415) and jumps with the row
- * count's parity, which no cost linear in the work can price. Above 8 rows sgemm stays: that is
- * where the simulator's calibration starts pricing a product as a GEMM (FERRY_HW_GEMM_INTENSITY,
- * 8 flops a byte: 8 rows of 16-bit weights), and prefill's hundreds of rows need it. Row i's
- * result is the same whichever of 1-8 rows came with it. */
-#define GEMV_ROWS_MAX 8
+ * count's parity, which no cost linear in the work can price. Row by row goes as far as the
+ * simulator's calibration prices a product as a matrix-vector one: up to 8 flops a byte of
+ * weight (FERRY_HW_GEMM_INTENSITY), 2 x rows / element bytes, so 8 rows of 16-bit weights and 16
+ * of fp32 (where sgemm is no faster: `bench/host_matmul 1792 512 20 fp32`, 12 rows 2078 us
+ * against 938 row by row). Above,
+ * sgemm: prefill's hundreds of rows need it. A row's result is the same whichever of the rows
+ * up to that limit came with it. */
+int64_t ferry__host_gemv_rows_max(enum ferry_dtype weight_dtype) {
+  return 4 * (int64_t)ferry_dtype_size(weight_dtype);
+}
 
-/* y[m, rows] (+)= x[m, k] . panel[rows, k]^T */
+/* y[m, rows] (+)= x[m, k] . panel[rows, k]^T; row by row up to gemv_rows rows */
 static void panel_product(const float *x, int64_t m, int64_t k, const float *panel, int64_t rows, float beta,
-                          float *y, int64_t ldy) {
-  if (m <= GEMV_ROWS_MAX) {
+                          float *y, int64_t ldy, int64_t gemv_rows) {
+  if (m <= gemv_rows) {
     for (int64_t i = 0; i < m; i++)
       cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)rows, (int)k, 1.0f, panel, (int)k, x + i * k, 1, beta, y + i * ldy,
                   1);
@@ -112,8 +117,8 @@ static void panel_product(const float *x, int64_t m, int64_t k, const float *pan
 
 /* y[m, n] (+)= x[m, k] . panel[rows, n] for the rows of W [k, n] from r0 (x's columns r0..) */
 static void panel_product_t(const float *x, int64_t m, int64_t k, int64_t r0, const float *panel, int64_t rows,
-                            int64_t n, float beta, float *y, int64_t ldy) {
-  if (m <= GEMV_ROWS_MAX) {
+                            int64_t n, float beta, float *y, int64_t ldy, int64_t gemv_rows) {
+  if (m <= gemv_rows) {
     for (int64_t i = 0; i < m; i++)
       cblas_sgemv(CblasRowMajor, CblasTrans, (int)rows, (int)n, 1.0f, panel, (int)n, x + i * k + r0, 1, beta,
                   y + i * ldy, 1);
@@ -138,8 +143,9 @@ ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void
                                 struct ferry_host_scratch *s) {
   if (m == 0 || n == 0) return FERRY_OK;
   const float beta = accumulate ? 1.0f : 0.0f;
-  if (wdt == FERRY_DTYPE_F32 && m > GEMV_ROWS_MAX) {
-    panel_product(x, m, k, w, n, beta, y, ldy);
+  const int64_t gemv_rows = ferry__host_gemv_rows_max(wdt);
+  if (wdt == FERRY_DTYPE_F32 && m > gemv_rows) {
+    panel_product(x, m, k, w, n, beta, y, ldy, gemv_rows);
   } else {
     const int64_t panel_rows = panel_rows_of(k, n);
     float *panel = NULL;
@@ -149,7 +155,7 @@ ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void
       const int64_t rows = n - r0 < panel_rows ? n - r0 : panel_rows;
       const void *src = (const char *)w + (size_t)(r0 * k) * es;
       if (panel) to_f32(wdt, src, panel, (size_t)(rows * k));
-      panel_product(x, m, k, panel ? panel : src, rows, beta, y + r0, ldy);
+      panel_product(x, m, k, panel ? panel : src, rows, beta, y + r0, ldy, gemv_rows);
     }
   }
   if (bias)
@@ -163,8 +169,9 @@ ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void
 ferry_status ferry__host_matmul_t(const float *x, int64_t m, int64_t k, const void *w, enum ferry_dtype wdt, int64_t n,
                                   float *y, int64_t ldy, int accumulate, struct ferry_host_scratch *s) {
   if (m == 0 || n == 0) return FERRY_OK;
-  if (wdt == FERRY_DTYPE_F32 && m > GEMV_ROWS_MAX) {
-    panel_product_t(x, m, k, 0, w, k, n, accumulate ? 1.0f : 0.0f, y, ldy);
+  const int64_t gemv_rows = ferry__host_gemv_rows_max(wdt);
+  if (wdt == FERRY_DTYPE_F32 && m > gemv_rows) {
+    panel_product_t(x, m, k, 0, w, k, n, accumulate ? 1.0f : 0.0f, y, ldy, gemv_rows);
     return FERRY_OK;
   }
   const int64_t panel_rows = panel_rows_of(n, k);
@@ -175,7 +182,8 @@ ferry_status ferry__host_matmul_t(const float *x, int64_t m, int64_t k, const vo
     const int64_t rows = k - r0 < panel_rows ? k - r0 : panel_rows;
     const void *src = (const char *)w + (size_t)(r0 * n) * es;
     if (panel) to_f32(wdt, src, panel, (size_t)(rows * n));
-    panel_product_t(x, m, k, r0, panel ? panel : src, rows, n, (accumulate || r0 > 0) ? 1.0f : 0.0f, y, ldy);
+    panel_product_t(x, m, k, r0, panel ? panel : src, rows, n, (accumulate || r0 > 0) ? 1.0f : 0.0f, y, ldy,
+                    gemv_rows);
   }
   return FERRY_OK;
 }

@@ -26,6 +26,10 @@ float *ferry__host_scratch(struct ferry_host_scratch *s, size_t floats);
 void ferry__host_to_f32(enum ferry_dtype dt, const void *src, float *dst, size_t n);
 float ferry__host_load1(enum ferry_dtype dt, const void *base, size_t i);
 void ferry__host_store1(enum ferry_dtype dt, void *base, size_t i, float v);
+/* The most rows a product with weights of this dtype multiplies row by row (sgemv) rather than
+ * with sgemm: 8 for 16-bit weights, 16 for fp32, where the simulator's calibration stops pricing
+ * it as a matrix-vector product. */
+int64_t ferry__host_gemv_rows_max(enum ferry_dtype weight_dtype);
 /* y[m, n] (+)= x[m, k] . W^T (+ bias) with W [n, k] in dtype wdt; ldy is y's row stride.
  * Uses the scratch for weight panels. */
 ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void *w, enum ferry_dtype wdt, int64_t n,
