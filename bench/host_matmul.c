@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
   }
   openblas_set_num_threads(1);
   void *w = ferry_malloc((size_t)(n * k) * ferry_dtype_size(dt));
-  const int64_t panel_rows = n < (1 << 18) / k ? n : (1 << 18) / k > 0 ? (1 << 18) / k : 1; /* as the executor's */
+  const int64_t panel_rows = ferry__host_panel_rows(k, n);
   float *panel = ferry_malloc((size_t)(panel_rows * k) * sizeof *panel);
   float *x = ferry_malloc((size_t)(M_MAX * k) * sizeof *x), *y = ferry_malloc((size_t)(M_MAX * n) * sizeof *y);
   if (!w || !panel || !x || !y) {

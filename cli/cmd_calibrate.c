@@ -228,6 +228,21 @@ static ferry_status runs_kind(sqlite3 *db, const char *db_path, const struct fit
   return st;
 }
 
+/* The sum over the runs of sql's one number for run ?1 (how much of the runs' time a fit covers);
+ * nonzero when the statement does not prepare (the table is missing). */
+static int sum_over_runs(sqlite3 *db, const char *sql, const struct fit_runs *runs, double *total) {
+  sqlite3_stmt *q = NULL;
+  *total = 0;
+  if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) return -1;
+  for (size_t r = 0; r < runs->n; r++) {
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, runs->id[r]);
+    if (sqlite3_step(q) == SQLITE_ROW) *total += sqlite3_column_double(q, 0);
+  }
+  sqlite3_finalize(q);
+  return 0;
+}
+
 /* runtime.step_ns and row_ns: the gaps between steps while requests were in flight, fitted
  * against the batch. A database without engine steps (an import) leaves them as they are. */
 static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, struct ferry_hw_profile *p,
@@ -262,15 +277,8 @@ static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, stru
   sqlite3_finalize(q);
   /* the gaps' share of the runs' time says how much a weak fit of them matters */
   double span_ns = 0;
-  static const char span_sql[] = "SELECT COALESCE(MAX(end_ns) - MIN(start_ns), 0) FROM steps WHERE runId = ?1";
-  if (sqlite3_prepare_v2(db, span_sql, -1, &q, NULL) == SQLITE_OK) {
-    for (size_t r = 0; r < runs->n; r++) {
-      sqlite3_reset(q);
-      sqlite3_bind_int64(q, 1, runs->id[r]);
-      if (sqlite3_step(q) == SQLITE_ROW) span_ns += sqlite3_column_double(q, 0);
-    }
-    sqlite3_finalize(q);
-  }
+  (void)sum_over_runs(db, "SELECT COALESCE(MAX(end_ns) - MIN(start_ns), 0) FROM steps WHERE runId = ?1", runs,
+                      &span_ns); /* failing, it leaves span_ns 0: no share shown */
   const double share_pct = span_ns > 0 ? 100.0 * gaps_ns / span_ns : 0;
   if (n >= 3) {
     struct ferry_hw_cost f;
@@ -365,18 +373,12 @@ static ferry_status fit_kernels(sqlite3 *db, const char *db_path, const struct f
   /* Each kind's share of the kernel time says how much a weak fit matters: a gather of a few
    * rows explained badly moves no simulated figure, an expert product does. */
   double total_ns = 0;
-  sqlite3_stmt *tq = NULL;
-  static const char total_sql[] = "SELECT TOTAL(CASE WHEN end > start THEN end - start ELSE 0 END) "
-                                  "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1";
-  if (sqlite3_prepare_v2(db, total_sql, -1, &tq, NULL) != SQLITE_OK)
+  if (sum_over_runs(db,
+                    "SELECT TOTAL(CASE WHEN end > start THEN end - start ELSE 0 END) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                    "WHERE runId = ?1",
+                    runs, &total_ns))
     return ferry__fail(FERRY_ERR_DB, "%s: not a ferry result database with a timeline (%s)", db_path,
                        sqlite3_errmsg(db));
-  for (size_t r = 0; r < runs->n; r++) {
-    sqlite3_reset(tq);
-    sqlite3_bind_int64(tq, 1, runs->id[r]);
-    if (sqlite3_step(tq) == SQLITE_ROW) total_ns += sqlite3_column_double(tq, 0);
-  }
-  sqlite3_finalize(tq);
   for (int kind = 0; kind < FERRY_HW_COST_KINDS; kind++) {
     /* "<kind>_gemm" takes the ops of <kind> above the GEMM intensity; <kind> the rest */
     const char *name = ferry_hw_cost_kind_name(kind);

@@ -95,9 +95,8 @@ static int supported_weight(enum ferry_dtype dt) {
  * simulator's calibration prices a product as a matrix-vector one: up to 8 flops a byte of
  * weight (FERRY_HW_GEMM_INTENSITY), 2 x rows / element bytes, so 8 rows of 16-bit weights and 16
  * of fp32 (where sgemm is no faster: `bench/host_matmul 1792 512 20 fp32`, 12 rows 2078 us
- * against 938 row by row). Above,
- * sgemm: prefill's hundreds of rows need it. A row's result is the same whichever of the rows
- * up to that limit came with it. */
+ * against 938 row by row). Above, sgemm: prefill's hundreds of rows need it. A row's result is
+ * the same whichever of the rows up to that limit came with it. */
 int64_t ferry__host_gemv_rows_max(enum ferry_dtype weight_dtype) {
   return 4 * (int64_t)ferry_dtype_size(weight_dtype);
 }
@@ -128,8 +127,7 @@ static void panel_product_t(const float *x, int64_t m, int64_t k, int64_t r0, co
   }
 }
 
-/* Rows of a [rows_total, width] weight per panel: PANEL_BYTES of fp32, at least one row. */
-static int64_t panel_rows_of(int64_t width, int64_t rows_total) {
+int64_t ferry__host_panel_rows(int64_t width, int64_t rows_total) {
   int64_t rows = (int64_t)(PANEL_BYTES / sizeof(float)) / (width ? width : 1);
   if (rows < 1) rows = 1;
   return rows > rows_total ? rows_total : rows;
@@ -147,7 +145,7 @@ ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void
   if (wdt == FERRY_DTYPE_F32 && m > gemv_rows) {
     panel_product(x, m, k, w, n, beta, y, ldy, gemv_rows);
   } else {
-    const int64_t panel_rows = panel_rows_of(k, n);
+    const int64_t panel_rows = ferry__host_panel_rows(k, n);
     float *panel = NULL;
     if (wdt != FERRY_DTYPE_F32 && !(panel = scratch(s, (size_t)(panel_rows * k)))) return FERRY_ERR_NOMEM;
     const size_t es = ferry_dtype_size(wdt);
@@ -174,7 +172,7 @@ ferry_status ferry__host_matmul_t(const float *x, int64_t m, int64_t k, const vo
     panel_product_t(x, m, k, 0, w, k, n, accumulate ? 1.0f : 0.0f, y, ldy, gemv_rows);
     return FERRY_OK;
   }
-  const int64_t panel_rows = panel_rows_of(n, k);
+  const int64_t panel_rows = ferry__host_panel_rows(n, k);
   float *panel = NULL;
   if (wdt != FERRY_DTYPE_F32 && !(panel = scratch(s, (size_t)(panel_rows * n)))) return FERRY_ERR_NOMEM;
   const size_t es = ferry_dtype_size(wdt);

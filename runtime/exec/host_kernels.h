@@ -30,6 +30,9 @@ void ferry__host_store1(enum ferry_dtype dt, void *base, size_t i, float v);
  * with sgemm: 8 for 16-bit weights, 16 for fp32, where the simulator's calibration stops pricing
  * it as a matrix-vector product. */
 int64_t ferry__host_gemv_rows_max(enum ferry_dtype weight_dtype);
+/* Rows of a [rows_total, width] weight the products convert or multiply at a time: a panel of
+ * about 1 MiB of fp32, at least one row. */
+int64_t ferry__host_panel_rows(int64_t width, int64_t rows_total);
 /* y[m, n] (+)= x[m, k] . W^T (+ bias) with W [n, k] in dtype wdt; ldy is y's row stride.
  * Uses the scratch for weight panels. */
 ferry_status ferry__host_matmul(const float *x, int64_t m, int64_t k, const void *w, enum ferry_dtype wdt, int64_t n,
