@@ -239,19 +239,25 @@ fail:
 /* The calibrated profile: BASE composed with the measured link rates and GEMM/GEMV
  * efficiencies, listed under "fitted"; reloaded to check it. 0, or 2 on an I/O error. */
 static int write_profile(const char *out_path, const char *base, const char *link, const char *hostp, const char *disk,
-                         double h2d, double d2h, double eff_gemm, double eff_gemv) {
+                         double h2d, double d2h, double pageable_h2d, double eff_gemm, double eff_gemv) {
   FILE *f = fopen(out_path, "w");
   if (!f) {
     fprintf(stderr, "gpu_check: cannot write %s\n", out_path);
     return 2;
   }
+  /* the pageable rate only where it was measured (else the loader derives it from h2d_gbps) */
+  char pageable[64] = "", pageable_fitted[40] = "";
+  if (pageable_h2d > 0) {
+    snprintf(pageable, sizeof pageable, ", \"pageable_h2d_gbps\": %.3f", pageable_h2d);
+    snprintf(pageable_fitted, sizeof pageable_fitted, ", \"link.pageable_h2d_gbps\"");
+  }
   fprintf(f,
           "{\n  \"name\": \"calibrated\",\n  \"kind\": \"gpu\",\n"
           "  \"gpu\": {\"base\": \"%s\", \"efficiency\": {\"gemm\": %.4f, \"gemv\": %.4f}},\n"
-          "  \"link\": {\"base\": \"%s\", \"h2d_gbps\": %.3f, \"d2h_gbps\": %.3f},\n"
+          "  \"link\": {\"base\": \"%s\", \"h2d_gbps\": %.3f, \"d2h_gbps\": %.3f%s},\n"
           "  \"host\": \"%s\",\n  \"disk\": \"%s\",\n"
-          "  \"fitted\": [\"gpu.efficiency.gemm\", \"gpu.efficiency.gemv\", \"link.h2d_gbps\", \"link.d2h_gbps\"]\n}\n",
-          base, eff_gemm, eff_gemv, link, h2d, d2h, hostp, disk);
+          "  \"fitted\": [\"gpu.efficiency.gemm\", \"gpu.efficiency.gemv\", \"link.h2d_gbps\", \"link.d2h_gbps\"%s]\n}\n",
+          base, eff_gemm, eff_gemv, link, h2d, d2h, pageable, hostp, disk, pageable_fitted);
   if (fclose(f) != 0) {
     fprintf(stderr, "gpu_check: cannot write %s\n", out_path);
     return 2;
@@ -279,7 +285,7 @@ static int cmd_profile(int argc, char **argv) {
     }
   }
   return write_profile(argv[2], argc > 7 ? argv[7] : "h200", argc > 8 ? argv[8] : "pcie5-x16",
-                       argc > 9 ? argv[9] : "ddr5", argc > 10 ? argv[10] : "nvme-gen4", v[0], v[1], v[2], v[3]);
+                       argc > 9 ? argv[9] : "ddr5", argc > 10 ? argv[10] : "nvme-gen4", v[0], v[1], 0, v[2], v[3]);
 }
 
 static int cmd_probe(const char *out_path, const char *base, const char *link, const char *hostp, const char *disk) {
@@ -294,16 +300,22 @@ static int cmd_probe(const char *out_path, const char *base, const char *link, c
   const struct ferry_hw_profile *bp = ferry_hw_get(hw);
   const uint64_t N = 512ull << 20;
   int32_t qh, qd, qc;
-  ferry_buf *h = NULL, *d = NULL;
+  ferry_buf *h = NULL, *hp = NULL, *d = NULL;
+  /* the host buffers' kinds named, not left to the configuration's default (pageable): the
+   * profile's link.h2d_gbps is the pinned rate */
   if (ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh) || ferry_exec_queue_create(ex, FERRY_QUEUE_D2H, &qd) ||
-      ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc) || ferry_exec_alloc(ex, FERRY_TIER_HOST, N, "probe host", &h) ||
+      ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc) ||
+      ferry_exec_alloc_host(ex, N, FERRY_HOST_MEMORY_PINNED, "probe pinned host", &h) ||
+      ferry_exec_alloc_host(ex, N, FERRY_HOST_MEMORY_PAGEABLE, "probe pageable host", &hp) ||
       ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 2 * N, "probe device", &d)) {
     rc = die("probe set-up");
     goto out;
   }
   memset(ferry_exec_buf_host_ptr(ex, h), 0, N);
-  struct ferry_ref rh = {h, 0, FERRY_DTYPE_U8}, rd = {d, 0, FERRY_DTYPE_U8};
+  memset(ferry_exec_buf_host_ptr(ex, hp), 0, N); /* its pages touched, as a loaded weight's are */
+  struct ferry_ref rh = {h, 0, FERRY_DTYPE_U8}, rhp = {hp, 0, FERRY_DTYPE_U8}, rd = {d, 0, FERRY_DTYPE_U8};
   const double h2d = copy_gbps(ex, qh, rd, rh, N, 5), d2h = copy_gbps(ex, qd, rh, rd, N, 5);
+  const double pageable_h2d = copy_gbps(ex, qh, rd, rhp, N, 5);
   /* zero the GEMM operands (device to device copies of the zeroed host buffer) */
   struct ferry_ref rd2 = {d, N, FERRY_DTYPE_U8};
   ferry_event *ev = NULL;
@@ -318,8 +330,9 @@ static int cmd_probe(const char *out_path, const char *base, const char *link, c
   /* GEMV: one token through 8192 x 16384 fp16 weights: bytes of the weights over the time */
   const double gemv_tf = gemm_tflops(ex, qc, d, 1, 16384, 8192, FERRY_DTYPE_F16, 100);
   const double gemv_gbps = gemv_tf * 1e3; /* 2 flops and 2 bytes per fp16 weight */
-  printf("probe: pinned h2d %.2f GB/s, d2h %.2f GB/s; gemm fp16 %.1f TFLOP/s, fp32 %.1f TFLOP/s; gemv %.0f GB/s\n",
-         h2d, d2h, tf16, tf32, gemv_gbps);
+  printf("probe: pinned h2d %.2f GB/s, d2h %.2f GB/s; pageable h2d %.2f GB/s; gemm fp16 %.1f TFLOP/s, fp32 %.1f "
+         "TFLOP/s; gemv %.0f GB/s\n",
+         h2d, d2h, pageable_h2d, tf16, tf32, gemv_gbps);
   double eff_gemm = bp->has_gpu && bp->gpu.peak_tflops.fp16 > 0 ? tf16 / bp->gpu.peak_tflops.fp16 : 0.7;
   double eff_gemv = bp->has_gpu && bp->gpu.mem_bw_gbps > 0 ? gemv_gbps / bp->gpu.mem_bw_gbps : 0.8;
   if (eff_gemm > 1) eff_gemm = 1;
@@ -329,7 +342,7 @@ static int cmd_probe(const char *out_path, const char *base, const char *link, c
     rc = 1;
     goto out;
   }
-  rc = write_profile(out_path, base, link, hostp, disk, h2d, d2h, eff_gemm, eff_gemv);
+  rc = write_profile(out_path, base, link, hostp, disk, h2d, d2h, pageable_h2d, eff_gemm, eff_gemv);
   if (rc) goto out;
   printf("probe: wrote %s\n", out_path);
 out:

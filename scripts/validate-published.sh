@@ -8,8 +8,9 @@
 #   every row and source as measured; ctest validation_doc runs it for all three files)
 #   (FERRY=path/to/ferry, ROWS=rows file; about 30 s). The out-of-sample rows (figures the physics
 #   was not developed against): --rows tests/data/published/oos-rows.tsv --no-kernels; the kernel
-#   times of two more GPUs (Vidur's H100 and A40 measurements, tests/data/published/kernels-vidur/):
-#   --kernel-set h100 | a40 (kernels alone); NCCL all-reduces: --kernel-set a100-net | h100-net; a
+#   times of three more GPUs (Vidur's H100 and A40 measurements, tests/data/published/kernels-vidur/,
+#   and this project's H200 products, tests/data/published/kernels-h200/):
+#   --kernel-set h100 | a40 | h200 (kernels alone); NCCL all-reduces: --kernel-set a100-net | h100-net; a
 #   Python serving engine's host time per step (Vidur's A100 and A40 machines) against the runtime
 #   presets': --kernel-set a100-host | a40-host
 set -eu

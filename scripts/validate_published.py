@@ -146,6 +146,9 @@ KERNEL_SETS = {
                                     ("{shared}/validation/gpu-kernels-a100/attention_a100.csv", "attention_a100.csv")]),
     "h100": ("h100-sxm+runtime=graph+runtime.attn_fa2_kvcache=1", "K-H100", [("{root}/tests/data/published/kernels-vidur/mlp_h100.csv", "mlp_a100.csv")]),
     "a40": ("a40+runtime=graph+runtime.attn_fa2_kvcache=1", "K-A40", [("{root}/tests/data/published/kernels-vidur/mlp_a40.csv", "mlp_a100.csv")]),
+    # this project's own measurement on an H200 (scripts/gpu_kernel_times.py, the four linear layers
+    # in CUDA graphs, weights rotated past L2; tests/data/published/kernels-h200/README.md)
+    "h200": ("h200+runtime=graph+runtime.attn_fa2_kvcache=1", "K-H200", [("{root}/tests/data/published/kernels-h200/mlp_h200.csv", "mlp_a100.csv")]),
     # NCCL all-reduce times within one NVSwitch machine: the A100 DGX of D6's folder, and Vidur's H100 DGX
     "a100-net": ("8xa100-80gb-sxm", "D6-net", [("{shared}/validation/gpu-kernels-a100/network_a100.csv",
                                                 "network_a100.csv")]),
@@ -344,7 +347,7 @@ def main():
                     "measured and predicted ms, error %%")
     ap.add_argument("--kernel-set", choices=sorted(KERNEL_SETS), default="a100",
                     help="the GPU whose kernel times to price (default a100, source D6; h100 and a40: Vidur's "
-                    "out-of-sample sets, run alone, without the rows; -net: NCCL all-reduces; -host: a serving "
+                    "out-of-sample sets, h200: this project's products measured on an H200, each run alone, without the rows; -net: NCCL all-reduces; -host: a serving "
                     "engine's host time per step)")
     ap.add_argument("--sensitivity", type=float, metavar="PCT",
                     help="also name the three figures each row hinges on (ferry sim --sensitivity PCT)")
