@@ -2,7 +2,9 @@
 # The GPU check (docs/gpu-check.md): on a machine with one NVIDIA GPU, build ferry with CUDA,
 # check the cuda executor's kernels and logits against the host executor, probe the link and
 # GEMM throughput into a calibrated hardware profile, run a small offload sweep measured and
-# simulated, and print the comparison table. Designed to finish within 8 minutes on one H200.
+# simulated, then resident, pageable and int4 configurations the same way, time the GPU's own
+# products through PyTorch where it is installed, and print the comparison tables. Designed to
+# finish within 8 minutes on one H200 (the first run, sweep only, took 83 s).
 #
 # usage: scripts/gpu-check.sh OUT_DIR
 # exit:  0 all checks passed; 1 a check failed; 2 the set-up failed (no GPU, no build, ...)
@@ -259,35 +261,86 @@ else
   note "simulator: 'ferry sim' is not usable in this build yet ($(tail -n 1 "$OUT/sim-probe.log")); the sim columns stay empty"
 fi
 
+# measure TAG ARGS...: one configuration run for real (into ROWS with its simulation, when the
+# simulator is usable); ARGS are `ferry run` options, the simulation gets the same
+measure() {
+  local tag=$1
+  shift
+  say "$tag: measured"
+  rm -f "$RUNS/$tag-cuda.db" "$RUNS/$tag-sim.db"
+  if run "run-$tag-cuda" 60 "$FERRY" run --backend "$BACKEND" "${PROFILE[@]}" --greedy "$@" --db "$RUNS/$tag-cuda.db" \
+    --quiet; then :; else
+    note "$tag ($BACKEND): FAILED (see run-$tag-cuda.log)"
+    FAILED=1
+  fi
+  local simdb=-
+  if [[ $SIM -eq 1 ]]; then
+    say "$tag: simulated"
+    if run "run-$tag-sim" 60 "$FERRY" sim --hw "$OUT/calibrated.json" "$@" --db "$RUNS/$tag-sim.db" --quiet; then
+      simdb="$RUNS/$tag-sim.db"
+    else
+      note "$tag (sim): failed (see run-$tag-sim.log)"
+    fi
+  fi
+  ROWS+=("$tag" "$RUNS/$tag-cuda.db" "$simdb")
+}
+
 ROWS=()
 for B in 1 2 4; do
   for D in 1 2; do
-    tag="b${B}_d${D}"
-    say "sweep $tag: measured"
-    rm -f "$RUNS/$tag-cuda.db" "$RUNS/$tag-sim.db"
-    if run "run-$tag-cuda" 60 "$FERRY" run --model "$MODEL" --backend "$BACKEND" "${PROFILE[@]}" --greedy \
-      "${WORKLOAD[@]}" --block-layers "$B" --prefetch-depth "$D" --device-budget "$BUDGET" --db "$RUNS/$tag-cuda.db" \
-      --quiet; then :; else
-      note "sweep $tag ($BACKEND): FAILED (see run-$tag-cuda.log)"
-      FAILED=1
-    fi
-    simdb=-
-    if [[ $SIM -eq 1 ]]; then
-      say "sweep $tag: simulated"
-      if run "run-$tag-sim" 60 "$FERRY" sim --model "$MODEL" --hw "$OUT/calibrated.json" "${WORKLOAD[@]}" \
-        --block-layers "$B" --prefetch-depth "$D" --device-budget "$BUDGET" --db "$RUNS/$tag-sim.db" --quiet; then
-        simdb="$RUNS/$tag-sim.db"
-      else
-        note "sweep $tag (sim): failed (see run-$tag-sim.log)"
-      fi
-    fi
-    ROWS+=("$tag" "$RUNS/$tag-cuda.db" "$simdb")
+    measure "b${B}_d${D}" --model "$MODEL" "${WORKLOAD[@]}" --block-layers "$B" --prefetch-depth "$D" --device-budget "$BUDGET"
   done
 done
+SWEEP_ROWS=("${ROWS[@]}")
+
+# --- 4b. beyond streaming: the simulator's kernel and host costs, its pageable and int4 paths ---
+# The sweep is bound by the link, so it checks the link alone. These rows check what the link
+# does not decide: the whole model resident (decode bound by the GPU's memory and the kernels'
+# issue), prefill-heavy and batched; a pageable host tier (the driver's staged copies); int4
+# weights streamed and dequantized on the GPU.
+say "beyond the sweep: resident, pageable, int4"
+ROWS=()
+RESIDENT_BUDGET=16GiB
+[[ $REHEARSAL == 1 ]] && RESIDENT_BUDGET=1GiB
+measure res_b4 --model "$MODEL" --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible --seed 3 \
+  --max-batch 4 --resident all --device-budget "$RESIDENT_BUDGET"
+measure res_b16 --model "$MODEL" --synthetic "rate=1000,n=16,prompt=128,output=32" --as-fast-as-possible --seed 3 \
+  --max-batch 16 --resident all --device-budget "$RESIDENT_BUDGET"
+measure pageable_b1 --model "$MODEL" --synthetic "rate=1000,n=2,prompt=32,output=8" --as-fast-as-possible --seed 3 \
+  --max-batch 2 --max-seq-tokens 40 --block-layers 1 --prefetch-depth 2 --device-budget "$BUDGET" --host-memory pageable
+rm -rf "${WORK:?}/sweep-int4"
+if run gen-sweep-int4 120 "$FERRY" model quantize --format int4-g64 "$MODEL" "$WORK/sweep-int4" >/dev/null; then
+  # a quarter of the fp16 budget: the int4 model (about 0.27 of the fp16 bytes) streams too
+  INT4_BUDGET=512MiB
+  [[ $REHEARSAL == 1 ]] && INT4_BUDGET=12MiB
+  measure int4_b1_d2 --model "$WORK/sweep-int4" "${WORKLOAD[@]}" --block-layers 1 --prefetch-depth 2 \
+    --device-budget "$INT4_BUDGET"
+  measure int4_res_b4 --model "$WORK/sweep-int4" --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible \
+    --seed 3 --max-batch 4 --resident all --device-budget "$RESIDENT_BUDGET"
+else
+  note "ferry model quantize of the sweep model failed (see gen-sweep-int4.log); no int4 rows"
+  FAILED=1
+fi
+EXTRA_ROWS=("${ROWS[@]}")
+
+# --- 4c. the GPU's own GEMM times and copy rates through PyTorch, where it is installed ----------
+# (scripts/gpu_kernel_times.py: the kernel set `validate-published.sh --kernel-set` prices)
+if [[ $REHEARSAL != 1 ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | sed 's/^NVIDIA //' |
+    tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
+  say "kernel times through PyTorch (${GPU_NAME:-gpu})"
+  if run kernel-times 120 python3 "$ROOT/scripts/gpu_kernel_times.py" "${GPU_NAME:-gpu}" "$OUT/kernels" --seconds 90; then
+    note "kernel times: $(tail -n 1 "$OUT/kernel-times.log")"
+  else
+    note "kernel times: failed (see kernel-times.log); not a check of ferry"
+  fi
+else
+  note "kernel times through PyTorch: skipped ($([[ $REHEARSAL == 1 ]] && echo rehearsal || echo 'no PyTorch with CUDA'))"
+fi
 
 # --- 5. the table -----------------------------------------------------------------------------
 say "table"
-"$CHECK" table --h2d-gbps "$H2D" "${ROWS[@]}" | tee "$OUT/table.md" || FAILED=1
+"$CHECK" table --h2d-gbps "$H2D" "${SWEEP_ROWS[@]}" | tee "$OUT/table.md" || FAILED=1
 {
   echo
   echo "Probed pinned H2D: $H2D GB/s. Goals (issue 8): H2D >= 90% of the probe while streaming;"
@@ -295,8 +348,18 @@ say "table"
   echo "Elapsed: $(($(date +%s) - START)) s."
 } | tee -a "$OUT/table.md"
 cat "$OUT/table.md" >>"$SUMMARY"
+if [[ ${#EXTRA_ROWS[@]} -gt 0 ]]; then
+  {
+    echo
+    echo "Beyond the sweep (resident: the whole model on the device; pageable: copies staged by the driver;"
+    echo "int4: int4-g64 weights dequantized on the device). H2D is against the pinned probe:"
+    echo
+    "$CHECK" table --h2d-gbps "$H2D" --goals sim "${EXTRA_ROWS[@]}"
+  } | tee "$OUT/table-more.md" || FAILED=1
+  cat "$OUT/table-more.md" >>"$SUMMARY"
+fi
 
-say "done: results in $OUT (summary.md, table.md, calibrated.json, runs/, *.log)"
+say "done: results in $OUT (summary.md, table.md, table-more.md, calibrated.json, runs/, *.log)"
 if [[ $FAILED -ne 0 ]]; then
   echo "gpu-check: some checks FAILED (see $SUMMARY)" >&2
   exit 1
