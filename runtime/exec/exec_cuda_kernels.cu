@@ -112,12 +112,16 @@ __global__ void norm_kernel(const float *x, float *y, const void *w, int wdt, co
 
 /* One block per token; each thread rotates (head, i) pairs. inv_freq in fp32 as HF computes it,
  * the angle in double, as on the host. */
+/* Blocks (token, slice of the token's rotated pairs): each pair costs a double-precision pow,
+ * cos and sin, so one block per token left a decode step's few tokens a chain of them per
+ * thread (31 us a call for 2 tokens on an H200, the GPU check of 2026-12-04) */
 __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int64_t heads, int64_t kv_heads, int64_t hd,
                             double theta) {
   const int64_t t = blockIdx.x, half = hd / 2;
   const int64_t all_heads = heads + (k ? kv_heads : 0);
   const double p = static_cast<double>(pos[t]);
-  for (int64_t j = threadIdx.x; j < all_heads * half; j += blockDim.x) {
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < all_heads * half;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     const int64_t h = j / half, i = j % half;
     const float inv_freq = static_cast<float>(1.0 / pow(theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
     const double ang = p * static_cast<double>(inv_freq);
@@ -129,12 +133,14 @@ __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int64_t head
   }
 }
 
+/* Blocks (token, slice of its row), as rope_kernel's */
 __global__ void kv_append_kernel(const float *knew, const float *vnew, void *kc, void *vc, int cdt, const int32_t *pos,
                                  const int32_t *slot, int64_t row, int64_t cap) {
   const int64_t t = blockIdx.x;
   const size_t base = (static_cast<size_t>(slot[t]) * static_cast<size_t>(cap) + static_cast<size_t>(pos[t])) *
                       static_cast<size_t>(row);
-  for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; i < row;
+       i += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     store(cdt, kc, base + i, knew[t * row + i]);
     store(cdt, vc, base + i, vnew[t * row + i]);
   }
@@ -338,6 +344,17 @@ __global__ void dequant_kernel(const ferry_cu_dequant d, float *y) {
  * larger m before launching). */
 unsigned rows_grid(int64_t m) { return static_cast<unsigned>(m); }
 
+/* (rows, slices of `per_row` items at `threads` a block): enough blocks to fill the GPU when
+ * the rows are few (a decode step's tokens), one slice a row when they are many */
+dim3 rows_slices_grid(int64_t m, int64_t per_row, int threads) {
+  int64_t slices = (per_row + threads - 1) / threads;
+  const int64_t wanted = (1024 + m - 1) / m; /* about 1024 blocks in all */
+  if (slices > wanted) slices = wanted;
+  if (slices < 1) slices = 1;
+  if (slices > 65535) slices = 65535;
+  return dim3(rows_grid(m), static_cast<unsigned>(slices));
+}
+
 }  // namespace
 
 extern "C" {
@@ -360,7 +377,8 @@ cudaError_t ferry__cu_norm(cudaStream_t s, const float *x, float *y, const void 
 cudaError_t ferry__cu_rope(cudaStream_t s, float *q, float *k, const int32_t *pos, int64_t m, int64_t heads,
                            int64_t kv_heads, int64_t hd, double theta) {
   if (m <= 0 || hd < 2) return cudaSuccess;
-  rope_kernel<<<rows_grid(m), 128, 0, s>>>(q, k, pos, heads, kv_heads, hd, theta);
+  const int64_t pairs = (heads + (k ? kv_heads : 0)) * (hd / 2);
+  rope_kernel<<<rows_slices_grid(m, pairs, 128), 128, 0, s>>>(q, k, pos, heads, kv_heads, hd, theta);
   return cudaGetLastError();
 }
 
@@ -368,7 +386,8 @@ cudaError_t ferry__cu_kv_append(cudaStream_t s, const float *knew, const float *
                                 const int32_t *pos, const int32_t *slot, int64_t m, int64_t kv_heads, int64_t hd,
                                 int64_t cap) {
   if (m <= 0) return cudaSuccess;
-  kv_append_kernel<<<rows_grid(m), kThreads, 0, s>>>(knew, vnew, kc, vc, cdt, pos, slot, kv_heads * hd, cap);
+  kv_append_kernel<<<rows_slices_grid(m, kv_heads * hd, kThreads), kThreads, 0, s>>>(knew, vnew, kc, vc, cdt, pos, slot,
+                                                                                 kv_heads * hd, cap);
   return cudaGetLastError();
 }
 
