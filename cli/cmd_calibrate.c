@@ -44,7 +44,9 @@ static void usage(FILE *f) {
           "                   whichever fits better (relative least squares, coefficients >= 0); copies and\n"
           "                   disk reads: latency + bytes / rate; link.contention (a kernel's extra time per ns\n"
           "                   of a copy beside it) from kernels of one shape run with and without a copy\n"
-          "                   beside them, and taken out of the kernel costs (else the base profile's)\n"
+          "                   beside them, and taken out of the kernel costs (else the base profile's); a\n"
+          "                   timeline of CUDA's kernels (run --profile, an nsys import) has no ferry kinds\n"
+          "                   or sizes: its copies, launches and host times are fitted, its kernels not\n"
           "  --run N[,N...]|all\n"
           "                   the run(s) in RUN.db, or all of them: several runs of one executor are fitted\n"
           "                   together, their ops as one sample (a machine's pace varies from run to run;\n"
@@ -592,13 +594,39 @@ static int fit_from_db(const char *db_path, struct fit_runs *runs, int all, cons
   }
   int any = 0, contention_fitted = 0;
   for (size_t r = 0; r < runs->n && st == FERRY_OK; r++) st = calib_copies_load(db, runs->id[r], &copies[r]);
-  if (st != FERRY_OK || (st = calib_fit_contention(db, runs->id, runs->n, copies, &p, &contention_fitted)) != FERRY_OK) {
+  if (st != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }
-  if (contention_fitted) fitted[n_fitted++] = "link.contention";
-  if ((st = fit_kernels(db, db_path, runs, copies, s, cap, &p, &any, &weak)) != FERRY_OK ||
-      (st = fit_runtime(db, runs, kind, &p, fitted, &n_fitted, &weak)) != FERRY_OK) {
+  /* A GPU timeline recorded by CUPTI (`ferry run --profile`) or imported from Nsight Systems
+   * names each kernel as CUDA does (a cuBLAS `nvjet_...`, a `rope_kernel`), without ferry's
+   * kind, bytes or flops: nothing to fit a kernel cost to, and kernels of one name but many
+   * shapes would make the with/without-a-copy comparison measure shapes, not contention
+   * (0.80 ns per ns from an H200 run whose copies could not have slowed its kernels). Said,
+   * not fitted; the copies, launches and host times still are. */
+  double n_kernels = 0, n_sized = 0;
+  if (!sum_over_runs(db, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1", runs, &n_kernels) &&
+      !sum_over_runs(db, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE runId = ?1 AND (bytes > 0 OR flops > 0)",
+                     runs, &n_sized) &&
+      n_kernels > 0 && n_sized == 0) {
+    fprintf(stderr,
+            "ferry: warning: %s: the %.0f kernels of run%s %s carry no ferry kind, bytes or flops (a GPU timeline "
+            "recorded by CUPTI with --profile, or an Nsight Systems import): kernel costs and link.contention are not "
+            "fitted, the base profile's stay; record the run without --profile to fit them\n",
+            db_path, n_kernels, runs->n > 1 ? "s" : "", run_list);
+    weak++;
+  } else {
+    if ((st = calib_fit_contention(db, runs->id, runs->n, copies, &p, &contention_fitted)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+    if (contention_fitted) fitted[n_fitted++] = "link.contention";
+    if ((st = fit_kernels(db, db_path, runs, copies, s, cap, &p, &any, &weak)) != FERRY_OK) {
+      cli_fail(st, NULL);
+      goto out;
+    }
+  }
+  if ((st = fit_runtime(db, runs, kind, &p, fitted, &n_fitted, &weak)) != FERRY_OK) {
     cli_fail(st, NULL);
     goto out;
   }

@@ -321,9 +321,47 @@ else
   note "ferry model quantize of the sweep model failed (see gen-sweep-int4.log); no int4 rows"
   FAILED=1
 fi
+
+# --- 4c. the simulator calibrated from this GPU's own timeline ---------------------------------
+# `ferry calibrate --db` fits kernel, copy and host costs from runs the executor recorded itself
+# (without --profile: CUPTI's records carry no ferry kinds or sizes); the resident and int4 rows
+# are simulated again with that fit (`*_fit`), beside the probe's profile's simulation
+say "calibrate from the executor's own timeline"
+CAL_DB="$RUNS/calibration.db"
+rm -f "$CAL_DB"
+if run calib-resident 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MODEL" \
+  --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible --seed 3 --max-batch 4 --resident all \
+  --device-budget "$RESIDENT_BUDGET" --db "$CAL_DB" --quiet &&
+  run calib-stream 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MODEL" "${WORKLOAD[@]}" --block-layers 1 \
+    --prefetch-depth 2 --device-budget "$BUDGET" --db "$CAL_DB" --quiet &&
+  run calibrate 60 "$FERRY" calibrate --db "$CAL_DB" --run all --base "$OUT/calibrated.json" --out "$OUT/fitted.json"; then
+  note "calibrate --db: $(grep -c ' ops: ' "$OUT/calibrate.log" || true) kinds fitted, $(grep -c 'warning' "$OUT/calibrate.log" || true) warnings (calibrate.log, fitted.json)"
+  if [[ $SIM -eq 1 ]]; then
+    # simulate_fit TAG ARGS...: the measured TAG's workload simulated with the fitted profile
+    simulate_fit() {
+      local tag=$1
+      shift
+      say "${tag}_fit: simulated with the fitted profile"
+      rm -f "$RUNS/${tag}-fit-sim.db"
+      if run "run-${tag}-fit-sim" 60 "$FERRY" sim --hw "$OUT/fitted.json" "$@" --db "$RUNS/${tag}-fit-sim.db" --quiet; then
+        ROWS+=("${tag}_fit" "$RUNS/$tag-cuda.db" "$RUNS/${tag}-fit-sim.db")
+      else
+        note "${tag}_fit (sim): failed (see run-${tag}-fit-sim.log)"
+      fi
+    }
+    simulate_fit res_b4 --model "$MODEL" --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible \
+      --seed 3 --max-batch 4 --resident all --device-budget "$RESIDENT_BUDGET"
+    simulate_fit res_b16 --model "$MODEL" --synthetic "rate=1000,n=16,prompt=128,output=32" --as-fast-as-possible \
+      --seed 3 --max-batch 16 --resident all --device-budget "$RESIDENT_BUDGET"
+    simulate_fit b1_d2 --model "$MODEL" "${WORKLOAD[@]}" --block-layers 1 --prefetch-depth 2 --device-budget "$BUDGET"
+  fi
+else
+  note "calibration from the executor's timeline: failed (see calib-*.log, calibrate.log)"
+  FAILED=1
+fi
 EXTRA_ROWS=("${ROWS[@]}")
 
-# --- 4c. the GPU's own GEMM times and copy rates through PyTorch, where it is installed ----------
+# --- 4d. the GPU's own GEMM times and copy rates through PyTorch, where it is installed ----------
 # (scripts/gpu_kernel_times.py: the kernel set `validate-published.sh --kernel-set` prices)
 if [[ $REHEARSAL != 1 ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | sed 's/^NVIDIA //' |
@@ -352,7 +390,8 @@ if [[ ${#EXTRA_ROWS[@]} -gt 0 ]]; then
   {
     echo
     echo "Beyond the sweep (resident: the whole model on the device; pageable: copies staged by the driver;"
-    echo "int4: int4-g64 weights dequantized on the device). H2D is against the pinned probe:"
+    echo "int4: int4-g64 weights dequantized on the device; _fit: simulated with the profile ferry calibrate"
+    echo "fitted to the executor's own timeline, fitted.json). H2D is against the pinned probe:"
     echo
     "$CHECK" table --h2d-gbps "$H2D" --goals sim "${EXTRA_ROWS[@]}"
   } | tee "$OUT/table-more.md" || FAILED=1

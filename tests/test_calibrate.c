@@ -206,6 +206,44 @@ static void test_fit_from_run(void **state) {
   free(dir);
 }
 
+/* A run whose kernels carry no ferry kind, bytes or flops (a GPU timeline CUPTI recorded with
+ * --profile, or an Nsight Systems import: here a host run's sizes erased) is said, and neither
+ * kernel costs nor link.contention are fitted from it; its copies still are. */
+static void test_unsized_kernels_said(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("calibunsized"), path[1024], *out = NULL;
+  if (tu_run_ferryf(&out, "model gen --preset tiny-dense --layers 2 --out '%s/m' --quiet", dir) != 0) fail_msg("%s", out);
+  free(out);
+  if (tu_run_ferryf(&out, "run --model '%s/m' --synthetic rate=200,n=6,prompt=24,output=6 --device-budget 4MiB "
+                          "--db '%s/r.db' --quiet", dir, dir) != 0)
+    fail_msg("%s", out);
+  free(out);
+  snprintf(path, sizeof path, "%s/r.db", dir);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET bytes = 0, flops = 0", NULL, NULL, NULL),
+                   SQLITE_OK);
+  assert_true(sqlite3_changes(db) > 0);
+  sqlite3_close(db);
+  if (tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 1 --base h100-pcie --out '%s/fit.json'", dir, dir) != 0)
+    fail_msg("%s", out);
+  assert_true(tu_contains(out, "carry no ferry kind, bytes or flops"));
+  assert_true(tu_contains(out, "record the run without --profile"));
+  assert_false(tu_contains(out, "\nmatmul "));
+  assert_false(tu_contains(out, "\ncontention "));
+  assert_true(tu_contains(out, "\nh2d ")); /* the copies are fitted */
+  free(out);
+  snprintf(path, sizeof path, "%s/fit.json", dir);
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_null(ferry_hw_cost_of(p, "matmul"));
+  for (size_t i = 0; i < p->n_fitted; i++) assert_string_not_equal(p->fitted[i], "link.contention");
+  ferry_hw_close(hw);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 /* The number before " ops:" on the line of kind in calibrate's output (0 when absent). */
 static long ops_of(const char *out, const char *kind) {
   char key[64];
@@ -403,6 +441,7 @@ int main(void) {
       cmocka_unit_test(test_recovers_contention),
       cmocka_unit_test(test_failed_probe),
       cmocka_unit_test(test_fit_from_run),
+      cmocka_unit_test(test_unsized_kernels_said),
       cmocka_unit_test(test_fit_pooled_runs),
       cmocka_unit_test(test_weak_fit_warned),
       cmocka_unit_test(test_write_reads_back),
