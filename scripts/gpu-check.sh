@@ -324,8 +324,9 @@ fi
 
 # --- 4c. the simulator calibrated from this GPU's own timeline ---------------------------------
 # `ferry calibrate --db` fits kernel, copy and host costs from runs the executor recorded itself
-# (without --profile: CUPTI's records carry no ferry kinds or sizes); the resident and int4 rows
-# are simulated again with that fit (`*_fit`), beside the probe's profile's simulation
+# (without --profile: CUPTI's records carry no ferry kinds or sizes); the resident rows and the
+# sweep's b1_d2 are simulated again with that fit (`*_fit`). Their measured columns are the
+# profiled runs', which CUPTI's tracing slows a little: the unprofiled runs' figures are noted.
 say "calibrate from the executor's own timeline"
 CAL_DB="$RUNS/calibration.db"
 rm -f "$CAL_DB"
@@ -335,7 +336,10 @@ if run calib-resident 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MO
   run calib-stream 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MODEL" "${WORKLOAD[@]}" --block-layers 1 \
     --prefetch-depth 2 --device-budget "$BUDGET" --db "$CAL_DB" --quiet &&
   run calibrate 60 "$FERRY" calibrate --db "$CAL_DB" --run all --base "$OUT/calibrated.json" --out "$OUT/fitted.json"; then
-  note "calibrate --db: $(grep -c ' ops: ' "$OUT/calibrate.log" || true) kinds fitted, $(grep -c 'warning' "$OUT/calibrate.log" || true) warnings (calibrate.log, fitted.json)"
+  note "calibrate --db: $(grep -c ' ops: ' "$OUT/calibrate.log" || true) kernel and copy fits, $(grep -c 'warning' "$OUT/calibrate.log" || true) warnings (calibrate.log, fitted.json)"
+  for log in calib-resident calib-stream; do
+    note "$log (unprofiled; the workload of $([[ $log == calib-resident ]] && echo res_b4 || echo b1_d2)): $(grep -E '^(TTFT|TPOT) ' "$OUT/$log.log" | awk '{ print $1, $2, $3 }' | tr '\n' ' ')"
+  done
   if [[ $SIM -eq 1 ]]; then
     # simulate_fit TAG ARGS...: the measured TAG's workload simulated with the fitted profile
     simulate_fit() {
