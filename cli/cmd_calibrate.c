@@ -475,7 +475,18 @@ static void fit_copies(sqlite3 *db, const struct fit_runs *runs, struct ferry_ca
     if (n < 3) continue;
     struct ferry_hw_cost f;
     ferry_calibrate_fit(s, n, &f, NULL);
-    if (f.ns_per_byte <= 0) continue;
+    if (f.ns_per_byte <= 0) {
+      /* copies of about one size (an offload run streams one block size) cannot tell a fixed
+       * cost from a rate, and the fit put all of the time in the fixed cost: said, not used */
+      double lo = s[0].bytes, hi = s[0].bytes;
+      for (size_t i = 0; i < n; i++) {
+        if (s[i].bytes < lo) lo = s[i].bytes;
+        if (s[i].bytes > hi) hi = s[i].bytes;
+      }
+      printf("%-12s %6zu ops: no rate fitted (%.0f to %.0f bytes: %s); the base's stays\n", copies[c].name, n, lo,
+             hi, hi < 2 * lo ? "one size cannot tell a fixed cost from a rate" : "the fit found no cost per byte");
+      continue;
+    }
     (*any) = 1;
     printf("%-12s %6zu ops: latency %.0f ns, %.2f GB/s\n", copies[c].name, n, f.overhead_ns, 1.0 / f.ns_per_byte);
     if (copies[c].copy_kind == 1) {

@@ -244,6 +244,44 @@ static void test_unsized_kernels_said(void **state) {
   free(dir);
 }
 
+/* Host-to-device copies all of one size and duration (an offload run streams one block size)
+ * cannot tell a fixed cost from a rate: said, and the base's rate kept, not a fit that put the
+ * whole time in the fixed cost. */
+static void test_one_size_copies_said(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("calibonesize"), path[1024], *out = NULL;
+  if (tu_run_ferryf(&out, "model gen --preset tiny-dense --layers 2 --out '%s/m' --quiet", dir) != 0) fail_msg("%s", out);
+  free(out);
+  if (tu_run_ferryf(&out, "run --model '%s/m' --synthetic rate=200,n=6,prompt=24,output=6 --device-budget 4MiB "
+                          "--db '%s/r.db' --quiet", dir, dir) != 0)
+    fail_msg("%s", out);
+  free(out);
+  snprintf(path, sizeof path, "%s/r.db", dir);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 1000000, end = start + 50000 "
+                                    "WHERE copyKind = 1", NULL, NULL, NULL),
+                   SQLITE_OK);
+  assert_true(sqlite3_changes(db) >= 3);
+  sqlite3_close(db);
+  if (tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 1 --base h100-pcie --out '%s/fit.json'", dir, dir) != 0)
+    fail_msg("%s", out);
+  if (!tu_contains(out, "no rate fitted (1000000 to 1000000 bytes: one size cannot tell a fixed cost from a rate)"))
+    fail_msg("%s", out);
+  free(out);
+  snprintf(path, sizeof path, "%s/fit.json", dir);
+  ferry_hw *hw = NULL, *base = NULL;
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  assert_int_equal(ferry_hw_open(&base, "h100-pcie"), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_true(p->link.h2d_gbps == ferry_hw_get(base)->link.h2d_gbps);
+  for (size_t i = 0; i < p->n_fitted; i++) assert_string_not_equal(p->fitted[i], "link.h2d_gbps");
+  ferry_hw_close(base);
+  ferry_hw_close(hw);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 /* The number before " ops:" on the line of kind in calibrate's output (0 when absent). */
 static long ops_of(const char *out, const char *kind) {
   char key[64];
@@ -442,6 +480,7 @@ int main(void) {
       cmocka_unit_test(test_failed_probe),
       cmocka_unit_test(test_fit_from_run),
       cmocka_unit_test(test_unsized_kernels_said),
+      cmocka_unit_test(test_one_size_copies_said),
       cmocka_unit_test(test_fit_pooled_runs),
       cmocka_unit_test(test_weak_fit_warned),
       cmocka_unit_test(test_write_reads_back),
