@@ -206,12 +206,10 @@ static void test_fit_from_run(void **state) {
   free(dir);
 }
 
-/* A run whose kernels carry no ferry kind, bytes or flops (a GPU timeline CUPTI recorded with
- * --profile, or an Nsight Systems import: here a host run's sizes erased) is said, and neither
- * kernel costs nor link.contention are fitted from it; its copies still are. */
-static void test_unsized_kernels_said(void **state) {
-  (void)state;
-  char *dir = tu_mkdtemp("calibunsized"), path[1024], *out = NULL;
+/* A tiny model's run recorded in DIR/r.db, then `sql` applied to its database (the timeline
+ * made to look like another recorder's): at least `min_changes` rows must change. */
+static void recorded_run_edited(const char *dir, const char *sql, int min_changes) {
+  char path[1024], *out = NULL;
   if (tu_run_ferryf(&out, "model gen --preset tiny-dense --layers 2 --out '%s/m' --quiet", dir) != 0) fail_msg("%s", out);
   free(out);
   if (tu_run_ferryf(&out, "run --model '%s/m' --synthetic rate=200,n=6,prompt=24,output=6 --device-budget 4MiB "
@@ -221,10 +219,18 @@ static void test_unsized_kernels_said(void **state) {
   snprintf(path, sizeof path, "%s/r.db", dir);
   sqlite3 *db = NULL;
   assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET bytes = 0, flops = 0", NULL, NULL, NULL),
-                   SQLITE_OK);
-  assert_true(sqlite3_changes(db) > 0);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  assert_true(sqlite3_changes(db) >= min_changes);
   sqlite3_close(db);
+}
+
+/* A run whose kernels carry no ferry kind, bytes or flops (a GPU timeline CUPTI recorded with
+ * --profile, or an Nsight Systems import: here a host run's sizes erased) is said, and neither
+ * kernel costs nor link.contention are fitted from it; its copies still are. */
+static void test_unsized_kernels_said(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("calibunsized"), path[1024], *out = NULL;
+  recorded_run_edited(dir, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET bytes = 0, flops = 0", 1);
   if (tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 1 --base h100-pcie --out '%s/fit.json'", dir, dir) != 0)
     fail_msg("%s", out);
   assert_true(tu_contains(out, "carry no ferry kind, bytes or flops"));
@@ -250,20 +256,8 @@ static void test_unsized_kernels_said(void **state) {
 static void test_one_size_copies_said(void **state) {
   (void)state;
   char *dir = tu_mkdtemp("calibonesize"), path[1024], *out = NULL;
-  if (tu_run_ferryf(&out, "model gen --preset tiny-dense --layers 2 --out '%s/m' --quiet", dir) != 0) fail_msg("%s", out);
-  free(out);
-  if (tu_run_ferryf(&out, "run --model '%s/m' --synthetic rate=200,n=6,prompt=24,output=6 --device-budget 4MiB "
-                          "--db '%s/r.db' --quiet", dir, dir) != 0)
-    fail_msg("%s", out);
-  free(out);
-  snprintf(path, sizeof path, "%s/r.db", dir);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-  assert_int_equal(sqlite3_exec(db, "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 1000000, end = start + 50000 "
-                                    "WHERE copyKind = 1", NULL, NULL, NULL),
-                   SQLITE_OK);
-  assert_true(sqlite3_changes(db) >= 3);
-  sqlite3_close(db);
+  recorded_run_edited(dir, "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 1000000, end = start + 50000 WHERE copyKind = 1",
+                      3);
   if (tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 1 --base h100-pcie --out '%s/fit.json'", dir, dir) != 0)
     fail_msg("%s", out);
   if (!tu_contains(out, "no rate fitted (1000000 to 1000000 bytes: one size cannot tell a fixed cost from a rate)"))
