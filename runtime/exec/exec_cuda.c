@@ -775,31 +775,26 @@ static void queue_destroy(struct cu_queue *q) {
 
 /* cuBLAS initialises itself on a handle's first product, not at cublasCreate: measured on an
  * H200 (the GPU check, 2026-12-04), the first GemmEx of a run waited 79-107 ms and each new
- * shape after it about 2.5 ms, all charged to the first request's TTFT. So each compute
- * queue runs a small product of every weight dtype, as a GEMM and as a one-row product (cuBLAS
- * picks other kernels for it), while the executor is created; the operands are the zeroed
- * conversion buffer. */
+ * shape after it about 2.5 ms, all charged to the first request's TTFT. So each compute queue
+ * runs gemm() (the path every product takes) for every weight dtype, as a GEMM and as one row
+ * (cuBLAS picks other kernels for it), while the executor is created. Operands: the zeroed tail
+ * of the conversion buffer, whose head gemm() converts the activations into. */
 static ferry_status blas_warm_up(struct ferry_exec *ex, struct cu_queue *q) {
   enum { DIM = 64 };
-  const int64_t c_off = 64 << 10; /* past A and B of the widest (fp32) case */
-  cudaError_t e = cudaMemsetAsync(q->convert, 0, c_off + DIM * DIM * sizeof(float), q->stream);
+  const size_t operand = DIM * DIM * sizeof(float); /* the widest (fp32) operand */
+  char *tail = (char *)q->convert + CONVERT_BYTES - 3 * operand;
+  cudaError_t e = cudaMemsetAsync(tail, 0, 3 * operand, q->stream);
   if (e != cudaSuccess) return cuda_fail(ex, e, "cuBLAS warm-up");
   const int64_t t0 = ferry__mono_ns();
   const enum ferry_dtype dts[] = {FERRY_DTYPE_F16, FERRY_DTYPE_BF16, FERRY_DTYPE_F32};
+  char msg[256];
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
-    for (int64_t m = 1; m <= DIM; m += DIM - 1) {
-      const cudaDataType t = dts[i] == FERRY_DTYPE_F32 ? CUDA_R_32F : dts[i] == FERRY_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-      const float alpha = 1.0f, beta = 0.0f;
-      const char *a = q->convert, *b = a + (16 << 10);
-      const cublasStatus_t bs = cublasGemmEx(q->blas, CUBLAS_OP_T, CUBLAS_OP_N, DIM, (int)m, DIM, &alpha, a, t, DIM, b, t,
-                                             DIM, &beta, (char *)q->convert + c_off, CUDA_R_32F, DIM, CUBLAS_COMPUTE_32F,
-                                             CUBLAS_GEMM_DEFAULT);
+    for (int64_t m = 1; m <= DIM; m += DIM - 1)
       /* a dtype this GPU's cuBLAS declines (bf16 before Ampere) is skipped: the warm-up only
        * moves time, and a real product of it fails with its own message */
-      if (bs != CUBLAS_STATUS_SUCCESS)
-        FERRY_DEBUG("cuda executor: cuBLAS warm-up: %s product: %s", ferry_dtype_name(dts[i]),
-                    cublasGetStatusString(bs));
-    }
+      if (gemm(q, (const float *)tail, m, DIM, tail + operand, dts[i], DIM, (float *)(tail + 2 * operand), 0, msg,
+               sizeof msg))
+        FERRY_DEBUG("cuda executor: cuBLAS warm-up: %s", msg);
   if ((e = cudaStreamSynchronize(q->stream)) != cudaSuccess) return cuda_fail(ex, e, "cuBLAS warm-up");
   FERRY_INFO("cuda executor: cuBLAS warm-up took %.1f ms", (double)(ferry__mono_ns() - t0) / 1e6);
   return FERRY_OK;

@@ -110,11 +110,10 @@ __global__ void norm_kernel(const float *x, float *y, const void *w, int wdt, co
   }
 }
 
-/* One block per token; each thread rotates (head, i) pairs. inv_freq in fp32 as HF computes it,
- * the angle in double, as on the host. */
-/* Blocks (token, slice of the token's rotated pairs): each pair costs a double-precision pow,
- * cos and sin, so one block per token left a decode step's few tokens a chain of them per
- * thread (31 us a call for 2 tokens on an H200, the GPU check of 2026-12-04) */
+/* Blocks (token, slice of the token's (head, i) pairs), a thread a pair. inv_freq in fp32 as HF
+ * computes it, the angle in double, as on the host. Each pair costs a double-precision pow, cos
+ * and sin, so one block per token left a decode step's few tokens a chain of them per thread
+ * (31 us a call for 2 tokens on an H200, the GPU check of 2026-12-04). */
 __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int64_t heads, int64_t kv_heads, int64_t hd,
                             double theta) {
   const int64_t t = blockIdx.x, half = hd / 2;
