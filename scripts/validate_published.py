@@ -347,8 +347,8 @@ def main():
                     "measured and predicted ms, error %%")
     ap.add_argument("--kernel-set", choices=sorted(KERNEL_SETS), default="a100",
                     help="the GPU whose kernel times to price (default a100, source D6; h100 and a40: Vidur's "
-                    "out-of-sample sets, h200: this project's products measured on an H200, each run alone, without the rows; -net: NCCL all-reduces; -host: a serving "
-                    "engine's host time per step)")
+                    "out-of-sample sets, h200: this project's products measured on an H200, each run alone, "
+                    "without the rows; -net: NCCL all-reduces; -host: a serving engine's host time per step)")
     ap.add_argument("--sensitivity", type=float, metavar="PCT",
                     help="also name the three figures each row hinges on (ferry sim --sensitivity PCT)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --sensitivity: its --jobs")

@@ -18,7 +18,8 @@ for rows in rows heldout-rows oos-rows; do
      --rows "$src/tests/data/published/$rows.tsv" --check-doc "$src/docs/validation.md" \
      >"$out/$rows.log" 2>&1 && touch "$out/$rows.ok") &
 done
-for set in h100 a40 h200 h100-net a40-host; do
+sets="h100 a40 h200 h100-net a40-host"
+for set in $sets; do
   (FERRY=$ferry /usr/bin/python3 "$src/scripts/validate_published.py" --kernel-set $set \
      --check-doc "$src/docs/validation.md" --kernel-csv "$out/kernels-$set.csv" >"$out/kernels-$set.log" 2>&1 &&
      touch "$out/kernels-$set.ok") &
@@ -26,7 +27,7 @@ done
 wait
 status=0
 # --kernel-csv: a header and one line per priced kernel, as many as the summary counts
-for set in h100 a40 h200 h100-net a40-host; do
+for set in $sets; do
   [ -e "$out/kernels-$set.ok" ] || continue
   counted=$(sed -n 's/^ *K-[A-Za-z0-9-]* *\([0-9][0-9]*\) \(kernels\|steps\).*/\1/p' "$out/kernels-$set.log")
   lines=$(wc -l <"$out/kernels-$set.csv")
@@ -35,7 +36,7 @@ for set in h100 a40 h200 h100-net a40-host; do
     status=1
   fi
 done
-for rows in rows heldout-rows oos-rows kernels-h100 kernels-a40 kernels-h200 kernels-h100-net kernels-a40-host; do
+for rows in rows heldout-rows oos-rows $(for set in $sets; do printf 'kernels-%s ' "$set"; done); do
   if [ ! -e "$out/$rows.ok" ]; then
     echo "$rows:" >&2
     tail -n 20 "$out/$rows.log" >&2
