@@ -274,15 +274,20 @@ measure() {
     FAILED=1
   fi
   local simdb=-
-  if [[ $SIM -eq 1 ]]; then
-    say "$tag: simulated"
-    if run "run-$tag-sim" 60 "$FERRY" sim --hw "$OUT/calibrated.json" "$@" --db "$RUNS/$tag-sim.db" --quiet; then
-      simdb="$RUNS/$tag-sim.db"
-    else
-      note "$tag (sim): failed (see run-$tag-sim.log)"
-    fi
-  fi
+  if [[ $SIM -eq 1 ]] && simulate "$tag-sim" "$OUT/calibrated.json" "$@"; then simdb="$RUNS/$tag-sim.db"; fi
   ROWS+=("$tag" "$RUNS/$tag-cuda.db" "$simdb")
+}
+
+# simulate NAME PROFILE ARGS...: `ferry sim` of ARGS on PROFILE into RUNS/NAME.db (log NAME's);
+# a failure is noted and returned
+simulate() {
+  local name=$1 hw=$2
+  shift 2
+  say "$name: simulated"
+  rm -f "$RUNS/$name.db"
+  run "run-$name" 60 "$FERRY" sim --hw "$hw" "$@" --db "$RUNS/$name.db" --quiet && return 0
+  note "$name: failed (see run-$name.log)"
+  return 1
 }
 
 ROWS=()
@@ -345,12 +350,8 @@ if run calib-resident 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MO
     simulate_fit() {
       local tag=$1
       shift
-      say "${tag}_fit: simulated with the fitted profile"
-      rm -f "$RUNS/${tag}-fit-sim.db"
-      if run "run-${tag}-fit-sim" 60 "$FERRY" sim --hw "$OUT/fitted.json" "$@" --db "$RUNS/${tag}-fit-sim.db" --quiet; then
-        ROWS+=("${tag}_fit" "$RUNS/$tag-cuda.db" "$RUNS/${tag}-fit-sim.db")
-      else
-        note "${tag}_fit (sim): failed (see run-${tag}-fit-sim.log)"
+      if simulate "$tag-fit-sim" "$OUT/fitted.json" "$@"; then
+        ROWS+=("${tag}_fit" "$RUNS/$tag-cuda.db" "$RUNS/$tag-fit-sim.db")
       fi
     }
     simulate_fit res_b4 --model "$MODEL" --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible \
