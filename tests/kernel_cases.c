@@ -89,9 +89,10 @@ static struct kcase case_rope(void) {
   return c;
 }
 
-static struct kcase case_attention(const char *name, int64_t window, enum ferry_dtype cdt) {
+/* hd: 64, or 80 (phi-2's), which no whole number of warps covers */
+static struct kcase case_attention(const char *name, int64_t window, enum ferry_dtype cdt, int64_t hd) {
   struct kcase c = base(name, FERRY_K_ATTENTION, 1e-3);
-  const int64_t m = 4, H = 8, KV = 2, hd = 64, cap = 1100, slots = 2;
+  const int64_t m = 4, H = 8, KV = 2, cap = 1100, slots = 2;
   /* slot 0: three new tokens at 0..2; slot 1: one token at 1050 over 1050 cached positions
    * (more than one key tile) */
   const int32_t pos[4] = {0, 1, 2, 1050}, slot[4] = {0, 0, 0, 1};
@@ -339,7 +340,7 @@ out:
 /* A ring cache (Gemma's and Llama 4's local layers): positions past the capacity wrap, a
  * window no longer than the cache. */
 static struct kcase case_attention_ring(void) {
-  struct kcase c = case_attention("attention.ring", 4, FERRY_DTYPE_F32);
+  struct kcase c = case_attention("attention.ring", 4, FERRY_DTYPE_F32, 64);
   const int64_t cap = 8, slots = 2, KV = 2, hd = 64;
   const int32_t pos[4] = {0, 1, 9, 50};
   c.k.kv_capacity = cap;
@@ -417,7 +418,7 @@ static struct kcase case_mla_attention(void) {
 }
 
 const struct kcase *kc_cases(size_t *n) {
-  static struct kcase cases[33];
+  static struct kcase cases[34];
   static int built;
   if (!built) {
     const struct kcase all[] = {
@@ -428,9 +429,10 @@ const struct kcase *kc_cases(size_t *n) {
       case_norm("norm.rms.fp16w", 0, 4, 1000, FERRY_DTYPE_F16),
       case_norm("norm.layer.fp32", 1, 3, 777, FERRY_DTYPE_F32),
       case_rope(),
-      case_attention("attention.f16cache", 0, FERRY_DTYPE_F16),
-      case_attention("attention.window", 3, FERRY_DTYPE_F16),
-      case_attention("attention.f32cache", 0, FERRY_DTYPE_F32),
+      case_attention("attention.f16cache", 0, FERRY_DTYPE_F16, 64),
+      case_attention("attention.window", 3, FERRY_DTYPE_F16, 64),
+      case_attention("attention.f32cache", 0, FERRY_DTYPE_F32, 64),
+      case_attention("attention.hd80", 0, FERRY_DTYPE_BF16, 80),
       case_attention_ring(),
       case_kv_append(),
       case_split_qkv(),
