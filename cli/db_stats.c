@@ -46,6 +46,7 @@ static void print_text(const struct ferry_stats_table *t, int64_t run, const cha
            t->report == FERRY_STATS_KERN_SUM   ? "kernels"
            : t->report == FERRY_STATS_NVTX_SUM ? "NVTX ranges"
            : t->report == FERRY_STATS_STEP_SUM ? "steps"
+           : t->report == FERRY_STATS_API_SUM  ? "CUDA runtime calls (recorded by CUPTI: ferry run --profile)"
                                                : "copies or memsets");
     return;
   }
@@ -85,7 +86,7 @@ static void print_text(const struct ferry_stats_table *t, int64_t run, const cha
 int db_stats(const char *db_path, const char *report, const char *run_text, enum cli_format fmt) {
   enum ferry_stats_report r;
   int64_t run;
-  if (!report) return cli_usage_error("db", "stats needs --report kern_sum|mem_sum|mem_time_sum|nvtx_sum|step_sum");
+  if (!report) return cli_usage_error("db", "stats needs --report kern_sum|mem_sum|mem_time_sum|nvtx_sum|step_sum|api_sum");
   if (ferry_stats_report_parse(report, &r) != FERRY_OK) return cli_usage_error("db", "--report: %s", ferry_last_error());
   if (!run_text) return cli_usage_error("db", "stats needs --run N");
   if (cli_parse_int("--run", run_text, 1, INT64_MAX, &run)) return CLI_USAGE;

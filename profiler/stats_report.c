@@ -1,5 +1,5 @@
 /* `ferry db stats`: summaries of one run's timeline with the names and columns of `nsys stats`
- * (cuda_gpu_kern_sum, cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum, nvtx_sum) and ferry's own
+ * (cuda_gpu_kern_sum, cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum, nvtx_sum, cuda_api_sum) and ferry's own
  * step_sum, over the nsys-layout tables, so ferry runs and imported Nsight Systems exports are
  * summarised alike. Each report is one query ordered by group and value; the groups' statistics
  * (total, count, mean, median, min, max, sample standard deviation) are computed here. */
@@ -20,6 +20,7 @@ static const struct {
     [FERRY_STATS_MEM_TIME_SUM] = {"mem_time_sum", "cuda_gpu_mem_time_sum"},
     [FERRY_STATS_NVTX_SUM] = {"nvtx_sum", "nvtx_sum"},
     [FERRY_STATS_STEP_SUM] = {"step_sum", NULL},
+    [FERRY_STATS_API_SUM] = {"api_sum", "cuda_api_sum"},
 };
 
 const char *ferry_stats_report_name(enum ferry_stats_report r) {
@@ -36,9 +37,9 @@ ferry_status ferry_stats_report_parse(const char *text, enum ferry_stats_report 
       *out = (enum ferry_stats_report)i;
       return FERRY_OK;
     }
-  return ferry__fail(FERRY_ERR_INVALID, "unknown report '%s': expected kern_sum, mem_sum, mem_time_sum, nvtx_sum or "
-                                        "step_sum (or the nsys names cuda_gpu_kern_sum, cuda_gpu_mem_size_sum, "
-                                        "cuda_gpu_mem_time_sum)",
+  return ferry__fail(FERRY_ERR_INVALID, "unknown report '%s': expected kern_sum, mem_sum, mem_time_sum, nvtx_sum, "
+                                        "step_sum or api_sum (or the nsys names cuda_gpu_kern_sum, "
+                                        "cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum, cuda_api_sum)",
                      text ? text : "");
 }
 
@@ -89,6 +90,11 @@ static int query_text(enum ferry_stats_report r, int steps_from_nvtx, char *out,
                       "SELECT CASE WHEN tokens > batch THEN 'prefill + decode' ELSE 'decode' END,"
                       " CAST(end_ns AS REAL) - start_ns, batch, tokens, stall_ns, bytes_disk, bytes_h2d, bytes_d2h"
                       " FROM steps WHERE runId = ?1 ORDER BY 1, 2");
+    case FERRY_STATS_API_SUM:
+      return snprintf(out, len,
+                      "SELECT coalesce(s.value, '[unnamed call]'), CAST(a.\"end\" AS REAL) - a.start"
+                      " FROM CUPTI_ACTIVITY_KIND_RUNTIME a LEFT JOIN StringIds s ON s.id = a.nameId"
+                      " WHERE a.runId = ?1 ORDER BY 1, 2");
     case FERRY_STATS_COUNT: break;
   }
   return 0;
@@ -102,6 +108,8 @@ struct layout {
 
 static const char *const time_cols[] = {"Time (%)",   "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)",
                                         "Min (ns)",   "Max (ns)",        "StdDev (ns)", "Name", NULL};
+static const char *const api_cols[] = {"Time (%)", "Total Time (ns)", "Num Calls",   "Avg (ns)", "Med (ns)",
+                                       "Min (ns)", "Max (ns)",        "StdDev (ns)", "Name",     NULL};
 static const char *const size_cols[] = {"Total (MB)", "Count",   "Avg (MB)",    "Med (MB)", "Min (MB)",
                                         "Max (MB)",   "StdDev (MB)", "Operation", NULL};
 static const char *const mtime_cols[] = {"Time (%)", "Total Time (ns)", "Count",       "Avg (ns)",  "Med (ns)",
@@ -118,6 +126,7 @@ static struct layout layout_of(enum ferry_stats_report r) {
     case FERRY_STATS_MEM_SIZE_SUM: return (struct layout){size_cols, "nnnnnnnt"};
     case FERRY_STATS_MEM_TIME_SUM: return (struct layout){mtime_cols, "nnnnnnnnt"};
     case FERRY_STATS_NVTX_SUM: return (struct layout){nvtx_cols, "nnnnnnnntt"};
+    case FERRY_STATS_API_SUM: return (struct layout){api_cols, "nnnnnnnnt"};
     default: return (struct layout){step_cols, "nnnnnnnnnnnnnnt"};
   }
 }

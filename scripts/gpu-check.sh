@@ -405,7 +405,20 @@ if [[ ${#EXTRA_ROWS[@]} -gt 0 ]]; then
   cat "$OUT/table-more.md" >>"$SUMMARY"
 fi
 
-say "done: results in $OUT (summary.md, table.md, table-more.md, calibrated.json, runs/, *.log)"
+# --- 6. where the time went: per kernel, and per CUDA call on the host (CUPTI; none in a rehearsal) --
+# (session 23 read these by hand: an attention kernel at 68 % of a resident run's GPU time, two
+# event records per op beside each launch)
+STATS=()
+for tag in res_b4 int4_res_b4 b1_d2; do
+  [[ -f $RUNS/$tag-cuda.db ]] || continue
+  if { "$FERRY" db stats --report kern_sum --run 1 --db "$RUNS/$tag-cuda.db" && echo &&
+    "$FERRY" db stats --report api_sum --run 1 --db "$RUNS/$tag-cuda.db"; } >"$OUT/stats-$tag.txt" 2>&1; then
+    STATS+=("stats-$tag.txt")
+  fi
+done
+[[ ${#STATS[@]} -gt 0 ]] && note "time per kernel and per CUDA call (ferry db stats kern_sum, api_sum): ${STATS[*]}"
+
+say "done: results in $OUT (summary.md, table.md, table-more.md, stats-*.txt, calibrated.json, runs/, *.log)"
 if [[ $FAILED -ne 0 ]]; then
   echo "gpu-check: some checks FAILED (see $SUMMARY)" >&2
   exit 1

@@ -42,6 +42,13 @@ done
 grep -q '^Rows with the simulated TPOT within 10% of the measured: [0-9]/8' "$more" ||
   { echo "gpu_check_rehearsal: $more lacks the simulation goal's count over 8 rows" >&2; exit 1; }
 [ -s "$out/fitted.json" ] || { echo "gpu_check_rehearsal: no fitted.json from ferry calibrate --db" >&2; exit 1; }
+# where the time went: the host executor's kernels by name (no CUDA calls in a rehearsal)
+for tag in res_b4 int4_res_b4 b1_d2; do
+  grep -q 'kern_sum, as nsys cuda_gpu_kern_sum' "$out/stats-$tag.txt" 2>/dev/null &&
+    grep -q '  attention$' "$out/stats-$tag.txt" &&
+    grep -q 'api_sum, as nsys cuda_api_sum' "$out/stats-$tag.txt" ||
+    { echo "gpu_check_rehearsal: $out/stats-$tag.txt lacks the kernel or CUDA-call summary" >&2; exit 1; }
+done
 for f in summary.md calibrated.json kernels.log; do
   [ -s "$out/$f" ] || { echo "gpu_check_rehearsal: $out/$f missing or empty" >&2; exit 1; }
 done

@@ -43,6 +43,11 @@ static int setup(void **state) {
   act(db, FERRY_ACT_MEMCPY, "disk_read", 3, 50, 150, 1000000, FERRY_COPY_DISK_TO_HOST);
   act(db, FERRY_ACT_RANGE, "step", -1, 0, 300, 0, 0);
   act(db, FERRY_ACT_RANGE, "step", -1, 300, 700, 0, 0);
+  /* CUDA runtime calls on the host: cudaEventRecord 2, 4, 3 ns; cudaLaunchKernel 9 ns */
+  act(db, FERRY_ACT_RUNTIME, "cudaEventRecord", -1, 90, 92, 0, 0);
+  act(db, FERRY_ACT_RUNTIME, "cudaLaunchKernel", -1, 92, 101, 0, 0);
+  act(db, FERRY_ACT_RUNTIME, "cudaEventRecord", -1, 101, 105, 0, 0);
+  act(db, FERRY_ACT_RUNTIME, "cudaEventRecord", -1, 190, 193, 0, 0);
   /* two steps: a prefill (8 tokens, batch 2) of 300 ns, a decode (2 tokens, batch 2) of 400 ns */
   struct ferry_step_row s1 = {0, 0, 300, 2, 8, 1000000, 2000000, 0, 0, 0, 30, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   struct ferry_step_row s2 = {1, 300, 700, 2, 2, 0, 4000000, 0, 0, 0, 100, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -121,12 +126,27 @@ static void test_library(void **state) {
   assert_true(cell(&t, 1, "Avg Tokens") == 8);
   assert_true(cell(&t, 1, "Disk (MB)") == 1);
   ferry_stats_table_free(&t);
+
+  /* api_sum: the host's calls, by total time (cudaLaunchKernel's single 9 ns call before three
+   * event records of 9 ns together: equal totals order by name) */
+  assert_int_equal(ferry_db_stats_report(db, 1, FERRY_STATS_API_SUM, &t), FERRY_OK);
+  assert_int_equal(t.nrows, 2);
+  assert_string_equal(label(&t, 0), "cudaEventRecord");
+  assert_true(cell(&t, 0, "Num Calls") == 3);
+  assert_true(cell(&t, 0, "Total Time (ns)") == 9);
+  assert_true(cell(&t, 0, "Med (ns)") == 3);
+  assert_true(cell(&t, 0, "Time (%)") == 50);
+  assert_string_equal(label(&t, 1), "cudaLaunchKernel");
+  assert_true(cell(&t, 1, "Max (ns)") == 9);
+  ferry_stats_table_free(&t);
   assert_int_equal(ferry_db_stats_report(db, 9, FERRY_STATS_STEP_SUM, &t), FERRY_ERR_NOT_FOUND);
   ferry_db_close(db);
 
   enum ferry_stats_report r;
   assert_int_equal(ferry_stats_report_parse("cuda_gpu_kern_sum", &r), FERRY_OK);
   assert_int_equal(r, FERRY_STATS_KERN_SUM);
+  assert_int_equal(ferry_stats_report_parse("cuda_api_sum", &r), FERRY_OK);
+  assert_int_equal(r, FERRY_STATS_API_SUM);
   assert_int_equal(ferry_stats_report_parse("osrt_sum", &r), FERRY_ERR_INVALID);
 }
 
@@ -162,6 +182,11 @@ static void test_command(void **state) {
            "'%s/docs/schemas/db-stats.schema.json'",
            path, src ? src : ".");
   if (system(cmd) != 0) fail_msg("%s does not match docs/schemas/db-stats.schema.json", path);
+  snprintf(args, sizeof args, "db stats --report api_sum --run 1 --format md --db '%s'", db_path);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "Num Calls"));
+  assert_true(tu_contains(out, "cudaLaunchKernel"));
+  free(out);
   snprintf(args, sizeof args, "db stats --report osrt_sum --run 1 --db '%s'", db_path);
   assert_int_equal(tu_run_ferry(args, &out), 2);
   assert_true(tu_contains(out, "kern_sum, mem_sum"));
@@ -242,6 +267,11 @@ static void test_import(void **state) {
   snprintf(args, sizeof args, "db stats --report kern_sum --run 1 --db '%s'", into);
   assert_int_equal(tu_run_ferry(args, &out), 0);
   assert_true(tu_contains(out, "gemm_kernel"));
+  free(out);
+  /* the export has no runtime-call table: said, not an empty table */
+  snprintf(args, sizeof args, "db stats --report api_sum --run 1 --db '%s'", into);
+  assert_int_equal(tu_run_ferry(args, &out), 0);
+  assert_true(tu_contains(out, "nothing to summarise: the run has no CUDA runtime calls"));
   free(out);
 }
 

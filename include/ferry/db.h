@@ -622,7 +622,8 @@ enum ferry_stats_report {
   FERRY_STATS_MEM_TIME_SUM = 2, /**< "mem_time_sum", nsys cuda_gpu_mem_time_sum: time per copy kind */
   FERRY_STATS_NVTX_SUM = 3,     /**< "nvtx_sum", nsys nvtx_sum: time per NVTX range name */
   FERRY_STATS_STEP_SUM = 4,     /**< "step_sum" (ferry): engine steps, decode against prefill */
-  FERRY_STATS_COUNT = 5         /**< number of reports, not a report */
+  FERRY_STATS_API_SUM = 5,      /**< "api_sum", nsys cuda_api_sum: host time per CUDA runtime call */
+  FERRY_STATS_COUNT = 6         /**< number of reports, not a report */
 };
 
 /** A report: nrows x ncols cells, numbers in `num` (NAN where a cell is text or unknown), text
@@ -643,7 +644,8 @@ struct ferry_stats_table {
  *        (interpolated), min, max and sample standard deviation. Works on ferry's own runs and
  *        on imported Nsight Systems exports; ferry's disk reads (copyKind 100) are the operation
  *        "[ferry disk read Disk-to-Host]". step_sum reads the steps table, or for a run without
- *        one (an import of a profiled ferry run) its NVTX ranges "step N".
+ *        one (an import of a profiled ferry run) its NVTX ranges "step N". api_sum groups the
+ *        CUDA runtime calls a CUPTI-profiled run (`--profile`) or an import recorded, by name.
  * @param db handle.
  * @param run_id the run.
  * @param report which summary.
