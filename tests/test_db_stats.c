@@ -127,8 +127,8 @@ static void test_library(void **state) {
   assert_true(cell(&t, 1, "Disk (MB)") == 1);
   ferry_stats_table_free(&t);
 
-  /* api_sum: the host's calls, by total time (cudaLaunchKernel's single 9 ns call before three
-   * event records of 9 ns together: equal totals order by name) */
+  /* api_sum: the host's calls by total time; the three event records (2 + 4 + 3 ns) tie with
+   * cudaLaunchKernel's one 9 ns call, and equal totals keep the names' order */
   assert_int_equal(ferry_db_stats_report(db, 1, FERRY_STATS_API_SUM, &t), FERRY_OK);
   assert_int_equal(t.nrows, 2);
   assert_string_equal(label(&t, 0), "cudaEventRecord");
