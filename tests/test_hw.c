@@ -239,7 +239,7 @@ static void test_t4_flexgen_fit(void **state) {
   p = ferry_hw_get(hw);
   assert_int_equal(p->gpu.memory_bytes, 80ull << 30);
   assert_true(p->gpu.mem_bw_gbps == 2000);
-  assert_true(fabs(p->link.h2d_gbps - 48.011) < 1e-9); /* 63.015 GB/s raw x 64/84 */
+  assert_true(fabs(p->link.h2d_gbps - 57.07) < 1e-9); /* pcie5-x16: measured on an H100 VM (hw/pcie5-x16.json) */
   assert_true(p->host.dram_gbps == 307.2);
   ferry_hw_close(hw);
 }
