@@ -177,6 +177,16 @@ static int table_grow(struct ferry_stats_table *t) {
   return 0;
 }
 
+/* CUPTI names runtime calls with the API version that introduced them ("cudaLaunchKernel_v7000");
+ * nsys's cuda_api_sum prints the function's name alone, and so does api_sum. */
+static void strip_api_version(char *name) {
+  char *v = strrchr(name, '_');
+  if (!v || v[1] != 'v' || !v[2]) return;
+  for (const char *c = v + 2; *c; c++)
+    if (*c < '0' || *c > '9') return;
+  *v = '\0';
+}
+
 /* Append the group's row; scale divides the values (1e6: bytes to MB). */
 static int emit_group(struct ferry_stats_table *t, enum ferry_stats_report r, struct group *g, double scale) {
   if (!g->n) return 0;
@@ -218,6 +228,7 @@ static int emit_group(struct ferry_stats_table *t, enum ferry_stats_report r, st
     g->style = NULL;
     c++;
   }
+  if (r == FERRY_STATS_API_SUM) strip_api_version(g->name);
   txt[c] = g->name;
   g->name = NULL;
   return 0;

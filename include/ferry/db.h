@@ -645,7 +645,9 @@ struct ferry_stats_table {
  *        on imported Nsight Systems exports; ferry's disk reads (copyKind 100) are the operation
  *        "[ferry disk read Disk-to-Host]". step_sum reads the steps table, or for a run without
  *        one (an import of a profiled ferry run) its NVTX ranges "step N". api_sum groups the
- *        CUDA runtime calls a CUPTI-profiled run (`--profile`) or an import recorded, by name.
+ *        CUDA runtime calls a CUPTI-profiled run (`--profile`) or an import recorded, by name
+ *        (printed without CUPTI's API-version suffix, "cudaLaunchKernel" for
+ *        "cudaLaunchKernel_v7000", as nsys prints them).
  * @param db handle.
  * @param run_id the run.
  * @param report which summary.
