@@ -411,13 +411,10 @@ static void fmt_err(char *buf, size_t n, double real, double sim) {
  * --goals sim: count only the simulation goal (rows that do not stream pinned weights, whose
  * link figures are not issue 8's) */
 static int cmd_table(int argc, char **argv) {
-  int first = 4, sim_goal_only = 0;
-  if (argc > 5 && !strcmp(argv[4], "--goals")) {
-    sim_goal_only = !strcmp(argv[5], "sim");
-    if (!sim_goal_only && strcmp(argv[5], "all")) first = -1;
-    else first = 6;
-  }
-  if (first < 0 || argc < first + 1 || strcmp(argv[2], "--h2d-gbps") || (argc - first) % 3) {
+  const int goals = argc > 5 && !strcmp(argv[4], "--goals");
+  const int first = goals ? 6 : 4, sim_goal_only = goals && !strcmp(argv[5], "sim");
+  if ((goals && !sim_goal_only && strcmp(argv[5], "all")) || argc < first + 1 || strcmp(argv[2], "--h2d-gbps") ||
+      (argc - first) % 3) {
     fprintf(stderr, "usage: gpu_check table --h2d-gbps X [--goals all|sim] LABEL REAL.db SIM.db|- ...\n");
     return 2;
   }

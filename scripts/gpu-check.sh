@@ -170,7 +170,7 @@ if run conformance 120 "$BUILD/tests/test_exec"; then
     [[ $REHEARSAL == 1 ]] || fatal "no CUDA device visible (the conformance suite ran without cuda; see its log)"
     note "conformance: passed without cuda (no device)"
   else
-    note "conformance: every executor, the 34 kernel cases and the contract, cuda included: passed"
+    note "conformance: every executor, the kernel cases and the contract, cuda included: passed"
   fi
 else
   note "conformance: FAILED (see conformance.log)"
@@ -308,10 +308,15 @@ say "beyond the sweep: resident, pageable, int4"
 ROWS=()
 RESIDENT_BUDGET=16GiB
 [[ $REHEARSAL == 1 ]] && RESIDENT_BUDGET=1GiB
-measure res_b4 --model "$MODEL" --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible --seed 3 \
-  --max-batch 4 --resident all --device-budget "$RESIDENT_BUDGET"
-measure res_b16 --model "$MODEL" --synthetic "rate=1000,n=16,prompt=128,output=32" --as-fast-as-possible --seed 3 \
-  --max-batch 16 --resident all --device-budget "$RESIDENT_BUDGET"
+# the workloads (the model apart: int4 runs RES_B4 too) measured, calibrated from and simulated
+# again with the fit below
+RES_B4=(--synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible --seed 3
+  --max-batch 4 --resident all --device-budget "$RESIDENT_BUDGET")
+RES_B16=(--synthetic "rate=1000,n=16,prompt=128,output=32" --as-fast-as-possible --seed 3
+  --max-batch 16 --resident all --device-budget "$RESIDENT_BUDGET")
+STREAM_B1_D2=(--model "$MODEL" "${WORKLOAD[@]}" --block-layers 1 --prefetch-depth 2 --device-budget "$BUDGET")
+measure res_b4 --model "$MODEL" "${RES_B4[@]}"
+measure res_b16 --model "$MODEL" "${RES_B16[@]}"
 measure pageable_b1 --model "$MODEL" --synthetic "rate=1000,n=2,prompt=32,output=8" --as-fast-as-possible --seed 3 \
   --max-batch 2 --max-seq-tokens 40 --block-layers 1 --prefetch-depth 2 --device-budget "$BUDGET" --host-memory pageable
 rm -rf "${WORK:?}/sweep-int4"
@@ -321,8 +326,7 @@ if run gen-sweep-int4 120 "$FERRY" model quantize --format int4-g64 "$MODEL" "$W
   [[ $REHEARSAL == 1 ]] && INT4_BUDGET=12MiB
   measure int4_b1_d2 --model "$WORK/sweep-int4" "${WORKLOAD[@]}" --block-layers 1 --prefetch-depth 2 \
     --device-budget "$INT4_BUDGET"
-  measure int4_res_b4 --model "$WORK/sweep-int4" --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible \
-    --seed 3 --max-batch 4 --resident all --device-budget "$RESIDENT_BUDGET"
+  measure int4_res_b4 --model "$WORK/sweep-int4" "${RES_B4[@]}"
 else
   note "ferry model quantize of the sweep model failed (see gen-sweep-int4.log); no int4 rows"
   FAILED=1
@@ -336,11 +340,8 @@ fi
 say "calibrate from the executor's own timeline"
 CAL_DB="$RUNS/calibration.db"
 rm -f "$CAL_DB"
-if run calib-resident 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MODEL" \
-  --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible --seed 3 --max-batch 4 --resident all \
-  --device-budget "$RESIDENT_BUDGET" --db "$CAL_DB" --quiet &&
-  run calib-stream 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MODEL" "${WORKLOAD[@]}" --block-layers 1 \
-    --prefetch-depth 2 --device-budget "$BUDGET" --db "$CAL_DB" --quiet &&
+if run calib-resident 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MODEL" "${RES_B4[@]}" --db "$CAL_DB" --quiet &&
+  run calib-stream 60 "$FERRY" run --backend "$BACKEND" --greedy "${STREAM_B1_D2[@]}" --db "$CAL_DB" --quiet &&
   run calibrate 60 "$FERRY" calibrate --db "$CAL_DB" --run all --base "$OUT/calibrated.json" --out "$OUT/fitted.json"; then
   note "calibrate --db: $(grep -c ' ops: ' "$OUT/calibrate.log" || true) kernel and copy fits, $(grep -c 'warning' "$OUT/calibrate.log" || true) warnings (calibrate.log, fitted.json)"
   for log in calib-resident calib-stream; do
@@ -355,11 +356,9 @@ if run calib-resident 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MO
         ROWS+=("${tag}_fit" "$RUNS/$tag-cuda.db" "$RUNS/$tag-fit-sim.db")
       fi
     }
-    simulate_fit res_b4 --model "$MODEL" --synthetic "rate=1000,n=4,prompt=512,output=32" --as-fast-as-possible \
-      --seed 3 --max-batch 4 --resident all --device-budget "$RESIDENT_BUDGET"
-    simulate_fit res_b16 --model "$MODEL" --synthetic "rate=1000,n=16,prompt=128,output=32" --as-fast-as-possible \
-      --seed 3 --max-batch 16 --resident all --device-budget "$RESIDENT_BUDGET"
-    simulate_fit b1_d2 --model "$MODEL" "${WORKLOAD[@]}" --block-layers 1 --prefetch-depth 2 --device-budget "$BUDGET"
+    simulate_fit res_b4 --model "$MODEL" "${RES_B4[@]}"
+    simulate_fit res_b16 --model "$MODEL" "${RES_B16[@]}"
+    simulate_fit b1_d2 "${STREAM_B1_D2[@]}"
   fi
 else
   note "calibration from the executor's timeline: failed (see calib-*.log, calibrate.log)"
@@ -369,7 +368,13 @@ EXTRA_ROWS=("${ROWS[@]}")
 
 # --- 4d. the GPU's own GEMM times and copy rates through PyTorch, where it is installed ----------
 # (scripts/gpu_kernel_times.py: the kernel set `validate-published.sh --kernel-set` prices)
-if [[ $REHEARSAL != 1 && ${GPU_CHECK_KERNEL_TIMES:-1} != 0 ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+KERNEL_TIMES_SKIPPED=
+if [[ $REHEARSAL == 1 ]]; then KERNEL_TIMES_SKIPPED=rehearsal
+elif [[ ${GPU_CHECK_KERNEL_TIMES:-1} == 0 ]]; then KERNEL_TIMES_SKIPPED=GPU_CHECK_KERNEL_TIMES=0
+elif ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  KERNEL_TIMES_SKIPPED='no PyTorch with CUDA'
+fi
+if [[ -z $KERNEL_TIMES_SKIPPED ]]; then
   GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | sed 's/^NVIDIA //' |
     tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
   say "kernel times through PyTorch (${GPU_NAME:-gpu})"
@@ -379,8 +384,7 @@ if [[ $REHEARSAL != 1 && ${GPU_CHECK_KERNEL_TIMES:-1} != 0 ]] && python3 -c 'imp
     note "kernel times: failed (see kernel-times.log); not a check of ferry"
   fi
 else
-  note "kernel times through PyTorch: skipped ($([[ $REHEARSAL == 1 ]] && echo rehearsal ||
-    { [[ ${GPU_CHECK_KERNEL_TIMES:-1} == 0 ]] && echo GPU_CHECK_KERNEL_TIMES=0; } || echo 'no PyTorch with CUDA'))"
+  note "kernel times through PyTorch: skipped ($KERNEL_TIMES_SKIPPED)"
 fi
 
 # --- 5. the table -----------------------------------------------------------------------------
