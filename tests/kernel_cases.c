@@ -94,7 +94,7 @@ static struct kcase case_attention(const char *name, int64_t window, enum ferry_
   struct kcase c = base(name, FERRY_K_ATTENTION, 1e-3);
   const int64_t m = 4, H = 8, KV = 2, cap = 1100, slots = 2;
   /* slot 0: three new tokens at 0..2; slot 1: one token at 1050 over 1050 cached positions
-   * (more than one key tile) */
+   * (more than one key tile; the cuda executor splits it over blocks and combines them) */
   const int32_t pos[4] = {0, 1, 2, 1050}, slot[4] = {0, 0, 0, 1};
   c.k.m = m;
   c.k.heads = H;
@@ -239,9 +239,14 @@ static struct kcase case_embed(int learned_pos) {
   return c;
 }
 
-/* A [37, 200] weight (200 is not a multiple of the groups: tails are exercised). */
-static struct kcase case_dequant(const char *spec_text) {
-  struct kcase c = base(spec_text, FERRY_K_DEQUANTIZE, 1e-6);
+/* A [37, 200] weight (200 is not a multiple of the groups: tails are exercised), expanded into
+ * fp32 or (name "<spec>.fp16") fp16, as the engine asks of an executor whose fast path that is. */
+static struct kcase case_dequant(const char *name, enum ferry_dtype ydt) {
+  char spec_text[32];
+  snprintf(spec_text, sizeof spec_text, "%s", name);
+  char *dot = strchr(spec_text, '.');
+  if (dot) *dot = '\0';
+  struct kcase c = base(name, FERRY_K_DEQUANTIZE, 1e-6);
   c.quant = 1;
   if (ferry_quant_spec_parse(spec_text, &c.qspec) != FERRY_OK ||
       ferry_quant_layout(&c.qspec, 37, 200, &c.qlayout) != FERRY_OK) {
@@ -256,8 +261,10 @@ static struct kcase case_dequant(const char *spec_text) {
   c.blob_off = place(&c, c.qlayout.blob_bytes);
   for (int p = 0; p < FERRY_QPART_COUNT; p++)
     if (c.qlayout.part[p].bytes) c.k.aux[p] = ref(c.blob_off + c.qlayout.part[p].offset, FERRY_DTYPE_U8);
-  c.k.y = f32(&c, 37 * 200);
+  /* fp16 output in the fp32 case's room: the same layout, so the same random weight */
+  c.k.y = ref(place(&c, 37 * 200 * 4), ydt);
   out(&c, c.k.y, 37 * 200);
+  c.out_dt = ydt;
   return c;
 }
 
@@ -418,7 +425,7 @@ static struct kcase case_mla_attention(void) {
 }
 
 const struct kcase *kc_cases(size_t *n) {
-  static struct kcase cases[34];
+  static struct kcase cases[39];
   static int built;
   if (!built) {
     const struct kcase all[] = {
@@ -431,6 +438,7 @@ const struct kcase *kc_cases(size_t *n) {
       case_rope(),
       case_attention("attention.f16cache", 0, FERRY_DTYPE_F16, 64),
       case_attention("attention.window", 3, FERRY_DTYPE_F16, 64),
+      case_attention("attention.window600", 600, FERRY_DTYPE_F32, 64),
       case_attention("attention.f32cache", 0, FERRY_DTYPE_F32, 64),
       case_attention("attention.hd80", 0, FERRY_DTYPE_BF16, 80),
       case_attention_ring(),
@@ -449,13 +457,17 @@ const struct kcase *kc_cases(size_t *n) {
       case_gather(),
       case_embed(0),
       case_embed(1),
-      case_dequant("int8"),
-      case_dequant("int4-g64"),
-      case_dequant("int3-g32"),
-      case_dequant("int2-g64"),
-      case_dequant("nf4"),
-      case_dequant("fp16"),
-      case_dequant("bf16"),
+      case_dequant("int8", FERRY_DTYPE_F32),
+      case_dequant("int4-g64", FERRY_DTYPE_F32),
+      case_dequant("int3-g32", FERRY_DTYPE_F32),
+      case_dequant("int2-g64", FERRY_DTYPE_F32),
+      case_dequant("nf4", FERRY_DTYPE_F32),
+      case_dequant("fp16", FERRY_DTYPE_F32),
+      case_dequant("bf16", FERRY_DTYPE_F32),
+      case_dequant("int8.fp16", FERRY_DTYPE_F16),
+      case_dequant("int4-g64.fp16", FERRY_DTYPE_F16),
+      case_dequant("int3-g32.fp16", FERRY_DTYPE_F16),
+      case_dequant("nf4.fp16", FERRY_DTYPE_F16),
   };
     _Static_assert(sizeof all / sizeof all[0] == sizeof cases / sizeof cases[0], "the table's size");
     memcpy(cases, all, sizeof cases);
@@ -465,15 +477,27 @@ const struct kcase *kc_cases(size_t *n) {
   return cases;
 }
 
+/* Output element j of a case's bytes as read back. */
+static double out_value(const struct kcase *c, const char *bytes, uint64_t j) {
+  if (c->out_dt == FERRY_DTYPE_F16) {
+    uint16_t h;
+    memcpy(&h, bytes + c->out_off + 2 * j, 2);
+    return (double)ferry__f16_to_f32(h);
+  }
+  float f;
+  memcpy(&f, bytes + c->out_off + 4 * j, 4);
+  return (double)f;
+}
+
 double kc_max_rel_error(const struct kcase *c, const char *a, const char *b, int *ids_ok, int *nonfinite) {
-  const float *fa = (const float *)(const void *)(a + c->out_off), *fb = (const float *)(const void *)(b + c->out_off);
   double maxdiff = 0, maxabs = 0;
   *nonfinite = 0;
   for (uint64_t j = 0; j < c->out_floats; j++) {
-    if (!isfinite(fb[j]) && isfinite(fa[j])) *nonfinite = 1;
-    const double d = fabs((double)fa[j] - (double)fb[j]);
+    const double va = out_value(c, a, j), vb = out_value(c, b, j);
+    if (!isfinite(vb) && isfinite(va)) *nonfinite = 1;
+    const double d = fabs(va - vb);
     if (d > maxdiff) maxdiff = d;
-    if (fabs((double)fa[j]) > maxabs) maxabs = fabs((double)fa[j]);
+    if (fabs(va) > maxabs) maxabs = fabs(va);
   }
   *ids_ok = c->ids_n == 0 || !memcmp(a + c->ids_off, b + c->ids_off, c->ids_n * 4);
   return maxdiff / (maxabs > 1e-30 ? maxabs : 1.0);

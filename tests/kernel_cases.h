@@ -1,4 +1,4 @@
-/* The kernel cases every executor is checked on: one or more per kernel kind and variant (33),
+/* The kernel cases every executor is checked on: one or more per kernel kind and variant (39),
  * each a kernel with shapes, typed random inputs and the region of its output. Shared by the
  * conformance suite (tests/test_exec.c, every registered executor) and the GPU check
  * (bench/gpu_check.c, cuda against host), so both run the same table. */
@@ -23,6 +23,7 @@ struct kcase {
   struct kc_region fill[8]; /* typed random contents (everything else: fp32 in [-1, 1]) */
   int n_fill;
   uint64_t out_off, out_floats; /* compared as floats */
+  enum ferry_dtype out_dt;       /* the output's elements: FERRY_DTYPE_F32 (0) or FERRY_DTYPE_F16 */
   uint64_t ids_off, ids_n;      /* compared exactly as int32 (router ids) */
   double tol;
   int32_t ints[64], ints2[64];

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/half.h"
 #include "ferry/exec.h"
 #include "ferry/exec_registry.h"
 #include "ferry/hw.h"
@@ -361,6 +362,60 @@ static void test_kernel_table(void **state) {
   }
 }
 
+/* A weight dequantized into fp16 is the fp32 expansion rounded once to nearest even, element
+ * for element (the kernel cases then hold every other executor to the host's bits); fp16 is the
+ * only narrower output, and none of the executors claims the fp16 fast path but cuda. */
+static void test_dequantize_half(void **state) {
+  (void)state;
+  size_t n;
+  const struct kcase *cases = kc_cases(&n);
+  int pairs = 0;
+  for (size_t h = 0; h < n; h++) {
+    if (cases[h].k.kind != FERRY_K_DEQUANTIZE || cases[h].out_dt != FERRY_DTYPE_F16) continue;
+    const struct kcase *f = NULL;
+    for (size_t c = 0; c < n; c++)
+      if (cases[c].k.kind == FERRY_K_DEQUANTIZE && cases[c].out_dt == FERRY_DTYPE_F32 &&
+          !strncmp(cases[c].name, cases[h].name, strlen(cases[c].name)) && cases[h].name[strlen(cases[c].name)] == '.')
+        f = &cases[c];
+    if (!f) fail_msg("%s: no fp32 case of its format", cases[h].name);
+    ferry_exec *host = NULL;
+    struct ferry_exec_params hp = {.config = {.compute_threads = 0}};
+    assert_int_equal(ferry_exec_open("host", &hp, &host), FERRY_OK);
+    char *wide = NULL, *half = NULL;
+    assert_int_equal(kc_run(host, f, f->bytes, &wide), FERRY_OK);
+    assert_int_equal(kc_run(host, &cases[h], cases[h].bytes, &half), FERRY_OK);
+    assert_int_equal(cases[h].out_floats, f->out_floats);
+    int nonzero = 0;
+    for (uint64_t j = 0; j < f->out_floats; j++) {
+      float v;
+      uint16_t got;
+      memcpy(&v, wide + f->out_off + 4 * j, 4);
+      memcpy(&got, half + cases[h].out_off + 2 * j, 2);
+      if (got != ferry__f32_to_f16(v)) fail_msg("%s: element %llu is 0x%04x, fp16(%.9g) is 0x%04x", cases[h].name,
+                                                 (unsigned long long)j, got, (double)v, ferry__f32_to_f16(v));
+      nonzero += got != 0;
+    }
+    assert_true(nonzero > (int)(f->out_floats / 2));
+    /* bf16 is not an output: the shared contract refuses it */
+    struct kcase bf = cases[h];
+    bf.k.y.dtype = FERRY_DTYPE_BF16;
+    char *none = NULL;
+    assert_int_equal(kc_run(host, &bf, bf.bytes, &none), FERRY_ERR_UNSUPPORTED);
+    assert_true(tu_contains(ferry_exec_errmsg(host), "fp32 or fp16"));
+    free(none);
+    free(wide);
+    free(half);
+    ferry_exec_destroy(host);
+    pairs++;
+  }
+  assert_true(pairs >= 3);
+  for (size_t i = 0; i < N_EXEC; i++) {
+    ferry_exec *ex = make(i, 0, 0);
+    assert_int_equal(ferry_exec_half_dequant(ex), !strcmp(executors[i]->name, "cuda"));
+    ferry_exec_destroy(ex);
+  }
+}
+
 /* The contract is the wrapper's: every case with a device buffer of half its size is refused
  * before it runs, with FERRY_ERR_RANGE and the same message on every executor (it was RANGE on
  * cuda, OK on sim and a heap overflow on host). */
@@ -476,7 +531,8 @@ int main(void) {
       cmocka_unit_test(test_budget_enforced),        cmocka_unit_test(test_bad_refs_rejected),
       cmocka_unit_test(test_queue_order_and_events), cmocka_unit_test(test_wait_blocks_queue),
       cmocka_unit_test(test_matmul_reference),       cmocka_unit_test(test_attention_reference),
-      cmocka_unit_test(test_kernel_table),           cmocka_unit_test(test_undersized_kernel_same_error),
+      cmocka_unit_test(test_kernel_table),           cmocka_unit_test(test_dequantize_half),
+      cmocka_unit_test(test_undersized_kernel_same_error),
       cmocka_unit_test(test_aliased_matmul_refused), cmocka_unit_test(test_window_buffer),
   };
   return cmocka_run_group_tests(tests, find_executors, NULL);

@@ -113,7 +113,8 @@ enum ferry_kernel_kind {
                             expert only */
   FERRY_K_GATHER_ROWS, /**< out[i,:] = x[rows[i],:] */
   FERRY_K_DEQUANTIZE,  /**< packed [n, k] weight (parts in aux[0..4], indexed by ferry_qpart;
-                            m = packed bytes) expanded into y (fp32) */
+                            m = packed bytes) expanded into y: fp32, or fp16 when y.dtype is
+                            FERRY_DTYPE_F16 (each fp32 value rounded to nearest even) */
   FERRY_K_SPLIT_QKV,   /**< x [m, heads, 3, head_dim] (a fused query_key_value output) into q (y),
                             k (aux[0]) and v (aux[1]), each [m, heads x head_dim] */
   FERRY_K_MLA_ATTENTION, /**< multi-head latent attention with absorbed weights: append the new
@@ -354,6 +355,15 @@ FERRY_API void ferry_exec_set_sink(ferry_exec *ex, ferry_activity_fn fn, void *u
  *        The engine reads routing decisions from buffers only when it does.
  */
 FERRY_API int ferry_exec_has_data(const ferry_exec *ex);
+
+/**
+ * @brief Whether a DEQUANTIZE into fp16 is this executor's fast path (the cuda executor: the
+ *        product that reads the weight then runs on fp16 tensor cores and reads half the bytes).
+ *        Every executor computes both outputs; the engine asks for fp16 only where this says so,
+ *        and only for formats fp16 holds to within its own rounding.
+ * @return 1 or 0.
+ */
+FERRY_API int ferry_exec_half_dequant(const ferry_exec *ex);
 
 /**
  * @brief Create a queue. Ops on one queue run in order; different queues may overlap.

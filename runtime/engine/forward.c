@@ -53,6 +53,23 @@ static int64_t tp_of(const struct ferry_engine *e) { return e->tp > 1 ? e->tp : 
  * only the first adds the bias, so the all-reduce that follows gives x + o_proj(attn) + b. */
 static int resid_acc(const struct ferry_engine *e) { return e->tp < 2 || e->cur_dev == 0; }
 
+/* The element type a weight of `format` dequantizes into: fp16 where the executor's products
+ * run faster on it (ferry_exec_half_dequant: the cuda executor's tensor cores) and the format's
+ * values are a small integer times a scale, or fp16 already, so fp16 holds each to within its
+ * own rounding; fp32 otherwise, and on a hybrid run's CPU queue, whose products want fp32. */
+static enum ferry_dtype dequant_dtype(const struct ferry_engine *e, enum ferry_qformat format) {
+  if (!ferry_exec_half_dequant(e->ex) || (ferry__hybrid_on(e) && e->cq == e->q_cpu)) return FERRY_DTYPE_F32;
+  switch (format) {
+    case FERRY_QFORMAT_FP16:
+    case FERRY_QFORMAT_INT8:
+    case FERRY_QFORMAT_INT4:
+    case FERRY_QFORMAT_INT3:
+    case FERRY_QFORMAT_INT2:
+    case FERRY_QFORMAT_NF4: return FERRY_DTYPE_F16;
+    default: return FERRY_DTYPE_F32;
+  }
+}
+
 /* The weight (role, layer, expert) as a kernel reads it: the tensor where it lives, or, when it
  * is stored quantized, a DEQUANTIZE op into dequantization slot `slot` of the workspace first
  * (an op of its own, so every executor can time it and the simulator can cost it), told the
@@ -71,6 +88,7 @@ static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, 
   k.expert = expert;
   ferry__engine_weight_parts(e, loc, k.aux);
   k.y = ferry__ws(e, e->ws.dq[slot]);
+  k.y.dtype = dequant_dtype(e, loc->spec.format);
   k.n = t->shape[0];
   k.k = t->shape[1];
   k.m = (int64_t)loc->packed_bytes;
@@ -78,7 +96,7 @@ static ferry_status weight(struct ferry_engine *e, enum ferry_tensor_role role, 
   k.qgroup = loc->spec.group_size;
   k.dq_rows = rows;
   TRY(ferry_exec_compute(e->ex, e->cq, &k));
-  *out = ferry__ws(e, e->ws.dq[slot]);
+  *out = k.y;
   return FERRY_OK;
 }
 

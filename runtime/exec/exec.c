@@ -37,6 +37,7 @@ void ferry_exec_destroy(ferry_exec *ex) {
 const char *ferry_exec_name(const ferry_exec *ex) { return ex->backend->name; }
 const char *ferry_exec_errmsg(const ferry_exec *ex) { return ex->err.msg; }
 int ferry_exec_has_data(const ferry_exec *ex) { return ex->backend->has_data; }
+int ferry_exec_half_dequant(const ferry_exec *ex) { return ex->backend->half_dequant; }
 
 void ferry_exec_set_launch_hook(ferry_exec *ex, ferry_launch_begin_fn begin, ferry_launch_end_fn end, void *user) {
   if (!ex) return;

@@ -384,6 +384,20 @@ out_blas:
   return -1;
 }
 
+/* The most cached positions a token of an ATTENTION op attends over, from the positions the
+ * host staged for it (first = pos - window + 1 under a sliding window). */
+static int64_t attention_rows(const struct cu_queue *q, const struct cu_pending *p) {
+  const struct ferry_kernel *k = &p->op.u.kernel;
+  const int32_t *pos = (const int32_t *)(const void *)(q->ints_host + p->ints_off);
+  int64_t most = 0;
+  for (int64_t t = 0; t < k->m; t++) {
+    int64_t rows = (int64_t)pos[t] + 1;
+    if (k->sliding_window > 0 && rows > k->sliding_window) rows = k->sliding_window;
+    if (rows > most) most = rows;
+  }
+  return most;
+}
+
 /* Launch one kernel op on the compute stream; 0 or -1 with a message. */
 static int run_kernel(struct cu_queue *q, const struct cu_pending *p, char *msg, size_t len) {
   const struct ferry_kernel *k = &p->op.u.kernel;
@@ -426,9 +440,12 @@ static int run_kernel(struct cu_queue *q, const struct cu_pending *p, char *msg,
     case FERRY_K_ATTENTION:
       e = ferry__cu_kv_append(s, dptr(k->aux[0]), dptr(k->aux[1]), dptr(k->aux[2]), dptr(k->aux[3]),
                               cudt(k->aux[2].dtype), ints, ints2, k->m, k->kv_heads, k->head_dim, k->kv_capacity);
-      if (e == cudaSuccess)
+      if (e == cudaSuccess) {
+        /* the convert buffer is free between products (one stream): the split partials' scratch */
         e = ferry__cu_attention(s, x, y, dptr(k->aux[2]), dptr(k->aux[3]), cudt(k->aux[2].dtype), ints, ints2, k->m,
-                                k->heads, k->kv_heads, k->head_dim, k->kv_capacity, k->sliding_window);
+                                k->heads, k->kv_heads, k->head_dim, k->kv_capacity, k->sliding_window,
+                                attention_rows(q, p), (float *)q->convert, CONVERT_BYTES);
+      }
       break;
     case FERRY_K_KV_APPEND:
       e = ferry__cu_kv_append(s, dptr(k->aux[0]), dptr(k->aux[1]), dptr(k->aux[2]), dptr(k->aux[3]),
@@ -467,7 +484,7 @@ static int run_kernel(struct cu_queue *q, const struct cu_pending *p, char *msg,
     case FERRY_K_DEQUANTIZE: {
       struct ferry_cu_dequant d;
       dequant_args(k, &d);
-      e = ferry__cu_dequantize(s, &d, y);
+      e = ferry__cu_dequantize(s, &d, y, cudt(k->y.dtype));
       break;
     }
     default:
@@ -1096,6 +1113,7 @@ static const struct ferry_exec_backend cuda_backend = {
     .version = FERRY_EXEC_BACKEND_VERSION,
     .name = "cuda",
     .has_data = 1,
+    .half_dequant = 1,
     .destroy = cu_destroy,
     .queue_init = cu_queue_init,
     .buf_alloc = cu_buf_alloc,

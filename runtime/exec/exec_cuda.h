@@ -43,10 +43,15 @@ cudaError_t ferry__cu_kv_append(cudaStream_t s, const float *knew, const float *
                                 const int32_t *pos, const int32_t *slot, int64_t m, int64_t kv_heads, int64_t hd,
                                 int64_t cap);
 
-/* Causal GQA attention of q [m, heads*hd] over positions [first, pos[t]] of slot[t]. */
+/* Causal GQA attention of q [m, heads*hd] over positions [first, pos[t]] of slot[t]. max_rows:
+ * the most positions any token attends over (pos - first + 1, as the host staged them); with
+ * few tokens and heads, longer contexts are split over blocks whose partials go in `part`
+ * (device scratch of part_bytes, free from this launch to the next op on the stream; NULL: no
+ * split) and are combined by a second kernel. */
 cudaError_t ferry__cu_attention(cudaStream_t s, const float *q, float *out, const void *kc, const void *vc, int cdt,
                                 const int32_t *pos, const int32_t *slot, int64_t m, int64_t heads, int64_t kv_heads,
-                                int64_t hd, int64_t cap, int64_t window);
+                                int64_t hd, int64_t cap, int64_t window, int64_t max_rows, float *part,
+                                size_t part_bytes);
 
 /* y[i] = silu(a[i]) * b[i] over n elements (y may alias a). */
 cudaError_t ferry__cu_silu_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
@@ -93,9 +98,11 @@ struct ferry_cu_dequant {
   float dynamic_map[256];
 };
 
-/* y[rows, cols] (fp32) = the weight expanded, element by element with the host's expressions
- * (no fused multiply-add), so the result is bit-identical to ferry_quant_dequantize_rows(). */
-cudaError_t ferry__cu_dequantize(cudaStream_t s, const struct ferry_cu_dequant *d, float *y);
+/* y[rows, cols] (fp32, or fp16 when ydt is FERRY_CU_F16) = the weight expanded, element by
+ * element with the host's expressions (no fused multiply-add), so the fp32 result is
+ * bit-identical to ferry_quant_dequantize_rows() and the fp16 one is that value rounded to
+ * nearest even. */
+cudaError_t ferry__cu_dequantize(cudaStream_t s, const struct ferry_cu_dequant *d, void *y, int ydt);
 
 #ifdef __cplusplus
 }

@@ -156,14 +156,20 @@ __global__ void kv_append_kernel(const float *knew, const float *vnew, void *kc,
  * loads; and the weighted sum of values splits the rows among `groups` copies of the head's
  * dimensions (blockDim / hd_pad threads each), whose partial sums are added at the end. On the
  * H200 this cut a resident run's attention time by 19-38 % against one thread per row, but a
- * decode call over 517 cached rows still takes ~80 us (roofline: ~2 us): each thread's value loop
- * waits on one load at a time. Batching those loads into registers, or splitting long contexts
- * across blocks (flash-decoding), is the next step; neither is measured yet. */
+ * decode call over 517 cached rows still took ~89 us (roofline: ~2 us) with a block per (token,
+ * head): 128 blocks for 4 tokens of 32 heads. So with few blocks a context is split over more
+ * (grid z, flash-decoding): each split writes its max, sum and unnormalised values, and
+ * attention_combine_kernel weighs them; on the H200 a decode call fell to ~30 us + 2.5 us. */
 constexpr int kAttnLanesPerRow = 8;
+/* Splitting a context over blocks (flash-decoding): rows a split takes at least, blocks a launch
+ * aims at (an H200 has 132 SMs), and splits at most. */
+constexpr int64_t kAttnSplitRows = 128;
+constexpr int64_t kAttnBlocks = 1024;
+constexpr int64_t kAttnMaxSplits = 32;
 
-__global__ void attention_kernel(const float *q, float *out, const void *kc, const void *vc, int cdt, const int32_t *pos_a,
-                                 const int32_t *slot_a, int64_t heads, int64_t kv_heads, int64_t hd, int64_t hd_pad,
-                                 int64_t cap, int64_t window, float scale) {
+__global__ void attention_kernel(const float *q, float *out, float *part, const void *kc, const void *vc, int cdt,
+                                 const int32_t *pos_a, const int32_t *slot_a, int64_t heads, int64_t kv_heads, int64_t hd,
+                                 int64_t hd_pad, int64_t cap, int64_t window, int64_t chunk, float scale) {
   extern __shared__ float smem[];
   __shared__ float red[32];
   float *qs = smem;
@@ -173,6 +179,9 @@ __global__ void attention_kernel(const float *q, float *out, const void *kc, con
   const int64_t kvh = h / (heads / kv_heads);
   int64_t first = 0;
   if (window > 0 && pos - window + 1 > 0) first = pos - window + 1;
+  /* split z of gridDim.z takes `chunk` rows from first (none past pos: its partial is empty) */
+  const int64_t lo = first + static_cast<int64_t>(blockIdx.z) * chunk;
+  const int64_t hi = lo + chunk - 1 < pos ? lo + chunk - 1 : pos;
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[(t * heads + h) * hd + i];
   __syncthreads();
 
@@ -182,8 +191,8 @@ __global__ void attention_kernel(const float *q, float *out, const void *kc, con
   const int64_t groups = blockDim.x / hd_pad, group = threadIdx.x / hd_pad, d = threadIdx.x % hd_pad;
   const bool sums = group < groups && d < hd; /* this thread adds values for dimension d */
   float m_run = -INFINITY, l_run = 0.0f, acc = 0.0f;
-  for (int64_t p0 = first; p0 <= pos; p0 += FERRY_CU_ATTN_TILE) {
-    const int64_t cnt = pos - p0 + 1 < FERRY_CU_ATTN_TILE ? pos - p0 + 1 : FERRY_CU_ATTN_TILE;
+  for (int64_t p0 = lo; p0 <= hi; p0 += FERRY_CU_ATTN_TILE) {
+    const int64_t cnt = hi - p0 + 1 < FERRY_CU_ATTN_TILE ? hi - p0 + 1 : FERRY_CU_ATTN_TILE;
     /* the pass bound is the same for the whole warp: every lane reaches the shuffles */
     for (int64_t base = static_cast<int64_t>(warp) * (32 / kAttnLanesPerRow); base < cnt; base += rows_per_pass) {
       const int64_t j = base + row_in_warp;
@@ -226,7 +235,36 @@ __global__ void attention_kernel(const float *q, float *out, const void *kc, con
   if (sums && group == 0) {
     float total = 0.0f;
     for (int64_t g = 0; g < groups; g++) total += sc[g * hd + d];
-    out[(t * heads + h) * hd + d] = total / l_run;
+    if (gridDim.z == 1) {
+      out[(t * heads + h) * hd + d] = total / l_run;
+    } else { /* (max, sum, unnormalised values) of this split, for attention_combine_kernel */
+      float *pp = part + ((t * heads + h) * static_cast<int64_t>(gridDim.z) + blockIdx.z) * (hd + 2);
+      if (d == 0) {
+        pp[0] = m_run;
+        pp[1] = l_run;
+      }
+      pp[2 + d] = total;
+    }
+  }
+}
+
+/* One block per (token, head), a thread per dimension: the splits' partials weighted by
+ * exp(split max - overall max), as flash-decoding combines them. Split 0 always holds rows. */
+__global__ void attention_combine_kernel(const float *part, float *out, int64_t heads, int64_t hd, int splits) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const float *pp = part + (t * heads + h) * splits * (hd + 2);
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; s++) mx = fmaxf(mx, pp[s * (hd + 2)]);
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float l = 0.0f, a = 0.0f;
+    for (int s = 0; s < splits; s++) {
+      const float *ps = pp + s * (hd + 2);
+      if (ps[1] == 0.0f) continue; /* an empty split (max -inf) */
+      const float w = expf(ps[0] - mx);
+      l += ps[1] * w;
+      a += ps[2 + d] * w;
+    }
+    out[(t * heads + h) * hd + d] = a / l;
   }
 }
 
@@ -332,41 +370,74 @@ __device__ __forceinline__ unsigned code_at(const uint8_t *row, int bits, int64_
   return (v >> shift) & ((1u << bits) - 1u);
 }
 
-__global__ void dequant_kernel(const ferry_cu_dequant d, float *y) {
+/* One row a block (grid x), its columns over the block's threads and grid y's slices: the row's
+ * pointer, scale and group base are computed once, and a column's group is a 32-bit division
+ * (a 64-bit div/mod per element made this kernel 55 us a 4096 x 4096 int4 weight on an H200). */
+__global__ void dequant_kernel(const ferry_cu_dequant d, void *y, int ydt) {
+  const int64_t r = blockIdx.x;
+  const int cols = static_cast<int>(d.cols), group = static_cast<int>(d.group);
   const uint64_t row_bytes = (static_cast<uint64_t>(d.cols) * static_cast<uint64_t>(d.bits) + 7) / 8;
-  const int64_t gpr = d.group ? (d.cols + d.group - 1) / d.group : 0;
-  GRID_STRIDE(idx, d.rows * d.cols) {
-    const int64_t r = idx / d.cols, j = idx % d.cols;
-    const uint8_t *row = d.data + static_cast<uint64_t>(r) * row_bytes;
+  const int64_t gpr = group ? (d.cols + group - 1) / group : 0;
+  const uint8_t *row = d.data + static_cast<uint64_t>(r) * row_bytes;
+  const float row_scale = d.format == FERRY_CU_Q_INT8 ? f32_at(d.scales + 4 * r) : 0.0f;
+  const int64_t g0 = r * gpr;
+  const size_t out0 = static_cast<size_t>(r) * static_cast<size_t>(cols);
+  for (int j = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x); j < cols;
+       j += static_cast<int>(gridDim.y * blockDim.x)) {
     float v = 0.0f;
     switch (d.format) {
       case FERRY_CU_Q_F32:
-        v = f32_at(row + 4 * j);
+        v = f32_at(row + 4 * static_cast<size_t>(j));
         break;
       case FERRY_CU_Q_F16:
-        v = __half2float(__ushort_as_half(u16_at(row + 2 * j)));
+        v = __half2float(__ushort_as_half(u16_at(row + 2 * static_cast<size_t>(j))));
         break;
       case FERRY_CU_Q_BF16:
-        v = __uint_as_float(static_cast<uint32_t>(u16_at(row + 2 * j)) << 16);
+        v = __uint_as_float(static_cast<uint32_t>(u16_at(row + 2 * static_cast<size_t>(j))) << 16);
         break;
       case FERRY_CU_Q_INT8:
-        v = static_cast<float>(static_cast<int8_t>(row[j])) * f32_at(d.scales + 4 * r);
+        v = static_cast<float>(static_cast<int8_t>(row[j])) * row_scale;
         break;
       case FERRY_CU_Q_INTN: {
-        const int64_t g = r * gpr + j / d.group;
+        const int64_t g = g0 + j / group;
         const float s = __half2float(__ushort_as_half(u16_at(d.scales + 2 * g)));
         v = static_cast<float>(static_cast<int>(code_at(row, d.bits, j)) - static_cast<int>(d.zeros[g])) * s;
         break;
       }
       case FERRY_CU_Q_NF4: {
-        const int64_t i = r * gpr + j / d.group, b2 = i / 256; /* FERRY_QUANT_NF4_BLOCK2 */
+        const int64_t i = g0 + j / group, b2 = i / 256; /* FERRY_QUANT_NF4_BLOCK2 */
         /* offset2 + map[code] * scale2, rounded twice as on the host (no FMA) */
         const float a = __fadd_rn(f32_at(d.offsets2 + 4 * b2), __fmul_rn(d.dynamic_map[d.scales[i]], f32_at(d.scales2 + 4 * b2)));
         v = __fmul_rn(d.nf4_levels[code_at(row, 4, j)], a);
         break;
       }
     }
-    y[idx] = v;
+    if (ydt == FERRY_CU_F16) static_cast<__half *>(y)[out0 + j] = __float2half_rn(v);
+    else static_cast<float *>(y)[out0 + j] = v;
+  }
+}
+
+/* int4 with groups a multiple of 8 into fp16 (the engine's usual case on this executor): a
+ * thread takes 8 codes from one 32-bit word (code i of the word in bits 4i..4i+3, as the packed
+ * little-endian bit order puts them), which share a group, and stores 8 halves at once. The
+ * launcher checks the alignments. */
+__global__ void dequant_int4_half_kernel(const ferry_cu_dequant d, __half *y) {
+  const int64_t r = blockIdx.x;
+  const int words = static_cast<int>(d.cols / 8), group = static_cast<int>(d.group);
+  const int64_t gpr = (d.cols + group - 1) / group;
+  const uint32_t *row = reinterpret_cast<const uint32_t *>(d.data + static_cast<uint64_t>(r) * static_cast<uint64_t>(d.cols / 2));
+  __half *out = y + static_cast<size_t>(r) * static_cast<size_t>(d.cols);
+  for (int w = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x); w < words;
+       w += static_cast<int>(gridDim.y * blockDim.x)) {
+    const uint32_t packed = row[w];
+    const int64_t g = r * gpr + (w * 8) / group;
+    const float s = __half2float(__ushort_as_half(u16_at(d.scales + 2 * g)));
+    const int z = static_cast<int>(d.zeros[g]);
+    __align__(16) __half h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      h[i] = __float2half_rn(static_cast<float>(static_cast<int>((packed >> (4 * i)) & 15u) - z) * s);
+    *reinterpret_cast<uint4 *>(out + 8 * static_cast<size_t>(w)) = *reinterpret_cast<const uint4 *>(h);
   }
 }
 
@@ -423,7 +494,8 @@ cudaError_t ferry__cu_kv_append(cudaStream_t s, const float *knew, const float *
 
 cudaError_t ferry__cu_attention(cudaStream_t s, const float *q, float *out, const void *kc, const void *vc, int cdt,
                                 const int32_t *pos, const int32_t *slot, int64_t m, int64_t heads, int64_t kv_heads,
-                                int64_t hd, int64_t cap, int64_t window) {
+                                int64_t hd, int64_t cap, int64_t window, int64_t max_rows, float *part,
+                                size_t part_bytes) {
   if (m <= 0 || heads <= 0) return cudaSuccess;
   /* hd_pad: a group of whole warps per copy of the head's dimensions (hd <= 1024, checked at
    * submit); at least 512 threads, so a short head still has rows in flight */
@@ -431,9 +503,28 @@ cudaError_t ferry__cu_attention(cudaStream_t s, const float *q, float *out, cons
   const int64_t threads = hd_pad > 512 ? hd_pad : 512;
   const size_t smem = static_cast<size_t>(hd + FERRY_CU_ATTN_TILE) * sizeof(float);
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  dim3 grid(rows_grid(m), static_cast<unsigned>(heads));
-  attention_kernel<<<grid, static_cast<unsigned>(threads), smem, s>>>(q, out, kc, vc, cdt, pos, slot, heads, kv_heads,
-                                                                       hd, hd_pad, cap, window, scale);
+  /* Few (token, head) blocks over long contexts (decode): split each context into chunks of at
+   * least kAttnSplitRows rows over more blocks, up to about kAttnBlocks in all, where the
+   * partials fit `part` */
+  int64_t splits = 1;
+  const int64_t blocks = m * heads;
+  if (part && max_rows > kAttnSplitRows && blocks < kAttnBlocks) {
+    splits = (max_rows + kAttnSplitRows - 1) / kAttnSplitRows;
+    if (splits > kAttnBlocks / blocks) splits = kAttnBlocks / blocks;
+    if (splits > kAttnMaxSplits) splits = kAttnMaxSplits;
+    while (splits > 1 && static_cast<size_t>(blocks * splits * (hd + 2)) * sizeof(float) > part_bytes) splits--;
+  }
+  const int64_t chunk = splits > 1 ? (max_rows + splits - 1) / splits : (max_rows > 0 ? max_rows : 1);
+  dim3 grid(rows_grid(m), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
+  attention_kernel<<<grid, static_cast<unsigned>(threads), smem, s>>>(
+      q, out, part, kc, vc, cdt, pos, slot, heads, kv_heads, hd, hd_pad, cap, window, splits > 1 ? chunk : INT64_MAX / 2,
+      scale);
+  if (splits > 1) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    attention_combine_kernel<<<dim3(rows_grid(m), static_cast<unsigned>(heads)), static_cast<unsigned>(hd_pad), 0, s>>>(
+        part, out, heads, hd, static_cast<int>(splits));
+  }
   return cudaGetLastError();
 }
 
@@ -496,9 +587,16 @@ cudaError_t ferry__cu_to_half(cudaStream_t s, const float *x, void *out, int dt,
   return cudaGetLastError();
 }
 
-cudaError_t ferry__cu_dequantize(cudaStream_t s, const struct ferry_cu_dequant *d, float *y) {
+cudaError_t ferry__cu_dequantize(cudaStream_t s, const struct ferry_cu_dequant *d, void *y, int ydt) {
   if (d->rows <= 0 || d->cols <= 0) return cudaSuccess;
-  dequant_kernel<<<blocks_for(d->rows * d->cols), kThreads, 0, s>>>(*d, y);
+  const bool int4_half = ydt == FERRY_CU_F16 && d->format == FERRY_CU_Q_INTN && d->bits == 4 && d->group > 0 &&
+                        d->group % 8 == 0 && d->cols % 8 == 0 && reinterpret_cast<uintptr_t>(d->data) % 4 == 0 &&
+                        reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  if (int4_half)
+    dequant_int4_half_kernel<<<rows_slices_grid(d->rows, d->cols / 8, kThreads), kThreads, 0, s>>>(*d,
+                                                                                                  static_cast<__half *>(y));
+  else
+    dequant_kernel<<<rows_slices_grid(d->rows, d->cols, kThreads), kThreads, 0, s>>>(*d, y, ydt);
   return cudaGetLastError();
 }
 

@@ -119,6 +119,7 @@ struct ferry_exec_backend {
   const char *name;
   int has_data;      /* computes on real bytes */
   int virtual_clock; /* now() is simulated time: no NVTX ranges (they would be wall time) */
+  int half_dequant;  /* DEQUANTIZE into fp16 is its fast path (ferry_exec_half_dequant) */
   /* required */
   void (*destroy)(struct ferry_exec *ex);
   ferry_status (*queue_init)(struct ferry_exec *ex, int32_t queue);

@@ -290,11 +290,32 @@ static ferry_status k_activation(const struct ferry_kernel *k) {
   return FERRY_OK;
 }
 
+/* fp32 straight into y; fp16 through fp32 rows in bounded chunks, each value rounded once (the
+ * cuda kernel's __float2half_rn of the same fp32 value). */
 static ferry_status k_dequantize(const struct ferry_kernel *k, char *msg, size_t len) {
   struct ferry_qspec spec = {(enum ferry_qformat)k->qformat, k->qgroup};
   struct ferry_qview view;
   for (int p = 0; p < FERRY_QPART_COUNT; p++) view.part[p] = k->aux[p].buf ? at(k->aux[p]) : NULL;
-  ferry_status st = ferry_quant_dequantize_rows(&spec, &view, k->n, k->k, 0, k->n, at(k->y));
+  ferry_status st = FERRY_OK;
+  if (k->y.dtype != FERRY_DTYPE_F16) {
+    st = ferry_quant_dequantize_rows(&spec, &view, k->n, k->k, 0, k->n, at(k->y));
+  } else {
+    int64_t chunk = (int64_t)(1 << 16) / k->k;
+    if (chunk < 1) chunk = 1;
+    if (chunk > k->n) chunk = k->n;
+    float *rows = ferry__calloc((size_t)(chunk * k->k), sizeof(float));
+    if (!rows) {
+      snprintf(msg, len, "%s: out of memory for a dequantized chunk", k->name);
+      return FERRY_ERR_NOMEM;
+    }
+    uint16_t *y = at(k->y);
+    for (int64_t r0 = 0; r0 < k->n && st == FERRY_OK; r0 += chunk) {
+      const int64_t r1 = r0 + chunk < k->n ? r0 + chunk : k->n;
+      st = ferry_quant_dequantize_rows(&spec, &view, k->n, k->k, r0, r1, rows);
+      for (int64_t i = 0; st == FERRY_OK && i < (r1 - r0) * k->k; i++) y[r0 * k->k + i] = ferry__f32_to_f16(rows[i]);
+    }
+    ferry_free(rows);
+  }
   if (st != FERRY_OK) snprintf(msg, len, "%s: %s", k->name, ferry_last_error());
   return st;
 }

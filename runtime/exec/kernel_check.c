@@ -309,7 +309,9 @@ static ferry_status check_dequantize(struct ferry_exec *ex, const struct ferry_k
     return bad(ex, k, FERRY_ERR_INVALID, "unknown quantization format, group size or empty weight");
   static const char *const part_names[FERRY_QPART_COUNT] = {"qweight", "scales", "zeros", "absmax_scales",
                                                              "absmax_offsets"};
-  NEED("y", k->y, prod(n, kk, 4));
+  if (k->y.dtype != FERRY_DTYPE_F32 && k->y.dtype != FERRY_DTYPE_F16)
+    return bad(ex, k, FERRY_ERR_UNSUPPORTED, "a weight dequantizes into fp32 or fp16");
+  NEED("y", k->y, prod(n, kk, k->y.dtype == FERRY_DTYPE_F16 ? 2 : 4));
   for (int p = 0; p < FERRY_QPART_COUNT; p++)
     if (layout.part[p].bytes) NEED(part_names[p], k->aux[p], layout.part[p].bytes);
   return FERRY_OK;
