@@ -115,6 +115,37 @@ static struct kcase case_attention(const char *name, int64_t window, enum ferry_
   return c;
 }
 
+/* A prefill step: 40 tokens in two runs, a fresh prompt (slot 0 at 0..22) and a chunk after a
+ * cached context (slot 1 at 300..316): each query with its own causal (and window) bound over
+ * rows appended by this very op. The cuda executor splits these contexts in three (320 blocks
+ * of (token, head)), so most of the prompt's splits are empty. */
+static struct kcase case_attention_prefill(const char *name, int64_t window, enum ferry_dtype cdt, int64_t hd) {
+  struct kcase c = base(name, FERRY_K_ATTENTION, 1e-3);
+  const int64_t m = 40, H = 8, KV = 2, cap = 400, slots = 2;
+  int32_t pos[40], slot[40];
+  for (int t = 0; t < 40; t++) {
+    slot[t] = t < 23 ? 0 : 1;
+    pos[t] = t < 23 ? t : 300 + (t - 23);
+  }
+  c.k.m = m;
+  c.k.heads = H;
+  c.k.kv_heads = KV;
+  c.k.head_dim = hd;
+  c.k.kv_capacity = cap;
+  c.k.sliding_window = window;
+  c.k.x = f32(&c, (uint64_t)(m * H * hd));
+  c.k.aux[0] = f32(&c, (uint64_t)(m * KV * hd));
+  c.k.aux[1] = f32(&c, (uint64_t)(m * KV * hd));
+  c.k.aux[2] = typed(&c, (uint64_t)(slots * cap * KV * hd), cdt);
+  c.k.aux[3] = typed(&c, (uint64_t)(slots * cap * KV * hd), cdt);
+  c.k.y = f32(&c, (uint64_t)(m * H * hd));
+  memcpy(c.ints, pos, sizeof pos);
+  memcpy(c.ints2, slot, sizeof slot);
+  c.k.n_ints = m;
+  out(&c, c.k.y, (uint64_t)(m * H * hd));
+  return c;
+}
+
 /* The append alone (attention's first half): rows of two slots written into fp32 K and V caches
  * laid out one after the other, so the output compared is both caches. */
 static struct kcase case_kv_append(void) {
@@ -425,7 +456,7 @@ static struct kcase case_mla_attention(void) {
 }
 
 const struct kcase *kc_cases(size_t *n) {
-  static struct kcase cases[39];
+  static struct kcase cases[42];
   static int built;
   if (!built) {
     const struct kcase all[] = {
@@ -439,6 +470,9 @@ const struct kcase *kc_cases(size_t *n) {
       case_attention("attention.f16cache", 0, FERRY_DTYPE_F16, 64),
       case_attention("attention.window", 3, FERRY_DTYPE_F16, 64),
       case_attention("attention.window600", 600, FERRY_DTYPE_F32, 64),
+      case_attention_prefill("attention.prefill", 0, FERRY_DTYPE_F16, 128),
+      case_attention_prefill("attention.prefill.window", 20, FERRY_DTYPE_F32, 64),
+      case_attention_prefill("attention.prefill.hd80", 0, FERRY_DTYPE_BF16, 80),
       case_attention("attention.f32cache", 0, FERRY_DTYPE_F32, 64),
       case_attention("attention.hd80", 0, FERRY_DTYPE_BF16, 80),
       case_attention_ring(),

@@ -1,4 +1,4 @@
-/* The kernel cases every executor is checked on: one or more per kernel kind and variant (39),
+/* The kernel cases every executor is checked on: one or more per kernel kind and variant (42),
  * each a kernel with shapes, typed random inputs and the region of its output. Shared by the
  * conformance suite (tests/test_exec.c, every registered executor) and the GPU check
  * (bench/gpu_check.c, cuda against host), so both run the same table. */
