@@ -372,7 +372,7 @@ __device__ __forceinline__ unsigned code_at(const uint8_t *row, int bits, int64_
 
 /* One row a block (grid x), its columns over the block's threads and grid y's slices: the row's
  * pointer, scale and group base are computed once, and a column's group is a 32-bit division
- * (a 64-bit div/mod per element made this kernel 55 us a 4096 x 4096 int4 weight on an H200). */
+ * (a 64-bit div/mod per element made it 55 us a call on an H200, for weights of 4-11 M elements). */
 __global__ void dequant_kernel(const ferry_cu_dequant d, void *y, int ydt) {
   const int64_t r = blockIdx.x;
   const int cols = static_cast<int>(d.cols), group = static_cast<int>(d.group);
@@ -514,11 +514,10 @@ cudaError_t ferry__cu_attention(cudaStream_t s, const float *q, float *out, cons
     if (splits > kAttnMaxSplits) splits = kAttnMaxSplits;
     while (splits > 1 && static_cast<size_t>(blocks * splits * (hd + 2)) * sizeof(float) > part_bytes) splits--;
   }
-  const int64_t chunk = splits > 1 ? (max_rows + splits - 1) / splits : (max_rows > 0 ? max_rows : 1);
+  const int64_t chunk = splits > 1 ? (max_rows + splits - 1) / splits : INT64_MAX / 2; /* one split: every row */
   dim3 grid(rows_grid(m), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
-  attention_kernel<<<grid, static_cast<unsigned>(threads), smem, s>>>(
-      q, out, part, kc, vc, cdt, pos, slot, heads, kv_heads, hd, hd_pad, cap, window, splits > 1 ? chunk : INT64_MAX / 2,
-      scale);
+  attention_kernel<<<grid, static_cast<unsigned>(threads), smem, s>>>(q, out, part, kc, vc, cdt, pos, slot, heads,
+                                                                       kv_heads, hd, hd_pad, cap, window, chunk, scale);
   if (splits > 1) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
