@@ -89,13 +89,12 @@ static struct kcase case_rope(void) {
   return c;
 }
 
-/* hd: 64, or 80 (phi-2's), which no whole number of warps covers */
-static struct kcase case_attention(const char *name, int64_t window, enum ferry_dtype cdt, int64_t hd) {
+/* Attention of m tokens at (slot[t], pos[t]) over two slots' caches of cap rows (8 heads over 2
+ * KV heads). hd: 64, or 80 (phi-2's), which no whole number of warps covers. */
+static struct kcase attention_tokens(const char *name, int64_t window, enum ferry_dtype cdt, int64_t hd, int64_t m,
+                                     int64_t cap, const int32_t *pos, const int32_t *slot) {
   struct kcase c = base(name, FERRY_K_ATTENTION, 1e-3);
-  const int64_t m = 4, H = 8, KV = 2, cap = 1100, slots = 2;
-  /* slot 0: three new tokens at 0..2; slot 1: one token at 1050 over 1050 cached positions
-   * (more than one key tile; the cuda executor splits it over blocks and combines them) */
-  const int32_t pos[4] = {0, 1, 2, 1050}, slot[4] = {0, 0, 0, 1};
+  const int64_t H = 8, KV = 2, slots = 2;
   c.k.m = m;
   c.k.heads = H;
   c.k.kv_heads = KV;
@@ -108,11 +107,19 @@ static struct kcase case_attention(const char *name, int64_t window, enum ferry_
   c.k.aux[2] = typed(&c, (uint64_t)(slots * cap * KV * hd), cdt);
   c.k.aux[3] = typed(&c, (uint64_t)(slots * cap * KV * hd), cdt);
   c.k.y = f32(&c, (uint64_t)(m * H * hd));
-  memcpy(c.ints, pos, sizeof pos);
-  memcpy(c.ints2, slot, sizeof slot);
+  memcpy(c.ints, pos, (size_t)m * sizeof *pos);
+  memcpy(c.ints2, slot, (size_t)m * sizeof *slot);
   c.k.n_ints = m;
   out(&c, c.k.y, (uint64_t)(m * H * hd));
   return c;
+}
+
+/* A decode-like step: slot 0 three new tokens at 0..2; slot 1 one token at 1050 over 1050
+ * cached positions (more than one key tile; the cuda executor splits it over blocks and combines
+ * them). */
+static struct kcase case_attention(const char *name, int64_t window, enum ferry_dtype cdt, int64_t hd) {
+  static const int32_t pos[4] = {0, 1, 2, 1050}, slot[4] = {0, 0, 0, 1};
+  return attention_tokens(name, window, cdt, hd, 4, 1100, pos, slot);
 }
 
 /* A prefill step: 40 tokens in two runs, a fresh prompt (slot 0 at 0..22) and a chunk after a
@@ -120,30 +127,12 @@ static struct kcase case_attention(const char *name, int64_t window, enum ferry_
  * rows appended by this very op. The cuda executor splits these contexts in three (320 blocks
  * of (token, head)), so most of the prompt's splits are empty. */
 static struct kcase case_attention_prefill(const char *name, int64_t window, enum ferry_dtype cdt, int64_t hd) {
-  struct kcase c = base(name, FERRY_K_ATTENTION, 1e-3);
-  const int64_t m = 40, H = 8, KV = 2, cap = 400, slots = 2;
   int32_t pos[40], slot[40];
   for (int t = 0; t < 40; t++) {
     slot[t] = t < 23 ? 0 : 1;
     pos[t] = t < 23 ? t : 300 + (t - 23);
   }
-  c.k.m = m;
-  c.k.heads = H;
-  c.k.kv_heads = KV;
-  c.k.head_dim = hd;
-  c.k.kv_capacity = cap;
-  c.k.sliding_window = window;
-  c.k.x = f32(&c, (uint64_t)(m * H * hd));
-  c.k.aux[0] = f32(&c, (uint64_t)(m * KV * hd));
-  c.k.aux[1] = f32(&c, (uint64_t)(m * KV * hd));
-  c.k.aux[2] = typed(&c, (uint64_t)(slots * cap * KV * hd), cdt);
-  c.k.aux[3] = typed(&c, (uint64_t)(slots * cap * KV * hd), cdt);
-  c.k.y = f32(&c, (uint64_t)(m * H * hd));
-  memcpy(c.ints, pos, sizeof pos);
-  memcpy(c.ints2, slot, sizeof slot);
-  c.k.n_ints = m;
-  out(&c, c.k.y, (uint64_t)(m * H * hd));
-  return c;
+  return attention_tokens(name, window, cdt, hd, 40, 400, pos, slot);
 }
 
 /* The append alone (attention's first half): rows of two slots written into fp32 K and V caches
