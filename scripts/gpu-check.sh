@@ -334,8 +334,8 @@ fi
 
 # --- 4c. the simulator calibrated from this GPU's own timeline ---------------------------------
 # `ferry calibrate --db` fits kernel, copy and host costs from runs the executor recorded itself
-# (without --profile: CUPTI's records carry no ferry kinds or sizes); the resident rows and the
-# sweep's b1_d2 are simulated again with that fit (`*_fit`). Their measured columns are the
+# (without --profile: CUPTI's records carry no ferry kinds or sizes); the resident rows, the
+# sweep's b1_d2 and the int4 resident row are simulated again with that fit (`*_fit`). Their measured columns are the
 # profiled runs', which CUPTI's tracing slows a little: the unprofiled runs' figures are noted.
 say "calibrate from the executor's own timeline"
 CAL_DB="$RUNS/calibration.db"
@@ -359,6 +359,9 @@ if run calib-resident 60 "$FERRY" run --backend "$BACKEND" --greedy --model "$MO
     simulate_fit res_b4 --model "$MODEL" "${RES_B4[@]}"
     simulate_fit res_b16 --model "$MODEL" "${RES_B16[@]}"
     simulate_fit b1_d2 "${STREAM_B1_D2[@]}"
+    # the int4 model too, where it was measured: the fit saw no dequantize op (its runs are fp16),
+    # so this prices the executor's unfused expansion out of sample (the fit's fused_dequant is 0)
+    [[ -f "$RUNS/int4_res_b4-cuda.db" ]] && simulate_fit int4_res_b4 --model "$WORK/sweep-int4" "${RES_B4[@]}"
   fi
 else
   note "calibration from the executor's timeline: failed (see calib-*.log, calibrate.log)"
