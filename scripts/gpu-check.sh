@@ -335,8 +335,9 @@ fi
 # --- 4c. the simulator calibrated from this GPU's own timeline ---------------------------------
 # `ferry calibrate --db` fits kernel, copy and host costs from runs the executor recorded itself
 # (without --profile: CUPTI's records carry no ferry kinds or sizes); the resident rows, the
-# sweep's b1_d2 and the int4 resident row are simulated again with that fit (`*_fit`). Their measured columns are the
-# profiled runs', which CUPTI's tracing slows a little: the unprofiled runs' figures are noted.
+# sweep's b1_d2 and the int4 resident row are simulated again with that fit (`*_fit`). Their
+# measured columns are the profiled runs', which CUPTI's tracing slows a little: the unprofiled
+# runs' figures are noted.
 say "calibrate from the executor's own timeline"
 CAL_DB="$RUNS/calibration.db"
 rm -f "$CAL_DB"
