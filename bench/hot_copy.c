@@ -3,12 +3,16 @@
  * multiplied. One reader thread reads the destination and then `lag` other buffers of the same
  * size (as the compute thread reads the experts after it); the main thread then copies a source
  * buffer over the destination, as the copy queue does. Prints the median copy rate per lag,
- * with the bytes the reader read in between.
+ * with the bytes the reader read in between, for memcpy and for the host executor's copy
+ * (ferry__host_copy: streaming stores from 1 MiB on).
  *
- * On this project's 2-core VM (2026-12-04) copies into a buffer read 0-11 MB of other reads ago
- * ran at 5-10 GB/s and from 22 MB on at 13-18 GB/s: the fidelity study's 48 MiB configurations
- * (3 expert slots, the victim read about two experts ago) copy at 8-10 GB/s, the 64-80 MiB ones
- * (6 or more slots) at 13-15 (docs/validation.md section 4).
+ * On this project's 2-core VM (2026-12-04) memcpy into a buffer read 0-11 MB of other reads ago
+ * ran at 5-6 GB/s and from 44 MB on at 13-17 GB/s (the fidelity study's 48 MiB configurations,
+ * 3 expert slots with the victim read about two experts ago, copied at 8-10 GB/s, the 64-80 MiB
+ * ones at 13-15); streaming stores ran at 14-20 GB/s at every lag, and the host executor now
+ * copies that way. An hour later the same VM gave memcpy 30 GB/s at lag 0 and 18-19 at 66 MB,
+ * streaming stores 37-39 and 19-20: what a recently read line costs depends on where the VM's
+ * two vCPUs run; streaming stores were the faster copy either way (docs/validation.md section 4).
  * Usage: hot_copy [copy_bytes [reps]]   (default 5505024, the study's expert, and 41 reps) */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,6 +22,7 @@
 
 #include "common/alloc.h"
 #include "common/units.h"
+#include "runtime/exec/host_copy.h"
 
 enum { BUFFERS = 16, LAGS = 9 };
 
@@ -75,17 +80,23 @@ int main(int argc, char **argv) {
     return 1;
   }
   static const int lags[LAGS] = {0, 1, 2, 3, 4, 5, 6, 8, 12};
-  printf("%6s %12s %12s\n", "lag", "read since", "copy GB/s");
+  printf("%6s %12s %12s %12s\n", "lag", "read since", "memcpy GB/s", "host GB/s");
   for (int li = 0; li < LAGS; li++) {
-    for (int r = 0; r < reps; r++) {
-      const int target = r % BUFFERS;
-      for (int k = 0; k <= lags[li]; k++) read_on_reader((target + k) % BUFFERS);
-      const int64_t t0 = ferry__mono_ns();
-      memcpy(bufs[target], src, copy_bytes);
-      rate[r] = (double)copy_bytes / (double)(ferry__mono_ns() - t0);
+    double median[2];
+    for (int how = 0; how < 2; how++) {
+      for (int r = 0; r < reps; r++) {
+        const int target = r % BUFFERS;
+        for (int k = 0; k <= lags[li]; k++) read_on_reader((target + k) % BUFFERS);
+        const int64_t t0 = ferry__mono_ns();
+        if (how) ferry__host_copy(bufs[target], src, copy_bytes);
+        else memcpy(bufs[target], src, copy_bytes);
+        rate[r] = (double)copy_bytes / (double)(ferry__mono_ns() - t0);
+      }
+      qsort(rate, (size_t)reps, sizeof *rate, cmp_double);
+      median[how] = rate[reps / 2];
     }
-    qsort(rate, (size_t)reps, sizeof *rate, cmp_double);
-    printf("%6d %9.1f MB %12.2f\n", lags[li], (double)lags[li] * (double)copy_bytes / 1e6, rate[reps / 2]);
+    printf("%6d %9.1f MB %12.2f %12.2f\n", lags[li], (double)lags[li] * (double)copy_bytes / 1e6, median[0],
+           median[1]);
   }
   atomic_store(&request, -2);
   pthread_join(th, NULL);

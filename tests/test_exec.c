@@ -17,6 +17,7 @@
 #include "ferry/hw.h"
 #include "ferry/sim.h"
 #include "kernel_cases.h"
+#include "runtime/exec/host_copy.h"
 #include "testutil.h"
 
 static const struct ferry_exec_info *executors[32];
@@ -416,6 +417,32 @@ static void test_dequantize_half(void **state) {
   }
 }
 
+/* The host executor's copy (streaming stores from 1 MiB on): every byte arrives, at every
+ * alignment of source and destination and around the size where it switches, and not one byte
+ * past the end is written. */
+static void test_host_copy(void **state) {
+  (void)state;
+  const size_t sizes[] = {4096, FERRY_HOST_STREAM_COPY_BYTES - 1, FERRY_HOST_STREAM_COPY_BYTES,
+                          FERRY_HOST_STREAM_COPY_BYTES + 1, FERRY_HOST_STREAM_COPY_BYTES + 63, 3 * 1048576 + 17};
+  const size_t room = 3 * 1048576 + 17 + 64;
+  unsigned char *src = malloc(room), *dst = malloc(room);
+  assert_non_null(src);
+  assert_non_null(dst);
+  for (size_t i = 0; i < room; i++) src[i] = (unsigned char)(i * 131 + 7);
+  for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+    for (size_t so = 0; so < 18; so += 5)
+      for (size_t d0 = 0; d0 < 18; d0 += 3) {
+        memset(dst, 0xa5, room);
+        ferry__host_copy(dst + d0, src + so, sizes[z]);
+        if (memcmp(dst + d0, src + so, sizes[z]))
+          fail_msg("%zu bytes from offset %zu to offset %zu differ", sizes[z], so, d0);
+        for (size_t i = 0; i < d0; i++) assert_int_equal(dst[i], 0xa5);
+        for (size_t i = d0 + sizes[z]; i < d0 + sizes[z] + 40 && i < room; i++) assert_int_equal(dst[i], 0xa5);
+      }
+  free(src);
+  free(dst);
+}
+
 /* The contract is the wrapper's: every case with a device buffer of half its size is refused
  * before it runs, with FERRY_ERR_RANGE and the same message on every executor (it was RANGE on
  * cuda, OK on sim and a heap overflow on host). */
@@ -532,6 +559,7 @@ int main(void) {
       cmocka_unit_test(test_queue_order_and_events), cmocka_unit_test(test_wait_blocks_queue),
       cmocka_unit_test(test_matmul_reference),       cmocka_unit_test(test_attention_reference),
       cmocka_unit_test(test_kernel_table),           cmocka_unit_test(test_dequantize_half),
+      cmocka_unit_test(test_host_copy),
       cmocka_unit_test(test_undersized_kernel_same_error),
       cmocka_unit_test(test_aliased_matmul_refused), cmocka_unit_test(test_window_buffer),
   };

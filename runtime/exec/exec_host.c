@@ -1,7 +1,8 @@
 /* The `host` executor: every queue is a worker thread draining a fixed ring of ops; the
  * device tier is a budgeted arena in RAM standing in for GPU memory; reads are real disk reads
- * (pread / O_DIRECT), copies are memcpy (or pread/pwrite of a disk-tier buffer's file,
- * disk_file.c), kernels are real math (host_kernels.c). */
+ * (pread / O_DIRECT), copies are memcpy, large ones with streaming stores as a DMA engine's
+ * (host_copy.c; or pread/pwrite of a disk-tier buffer's file, disk_file.c), kernels are real
+ * math (host_kernels.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "disk_file.h"
 #include "exec_impl.h"
 #include "ferry/store.h"
+#include "host_copy.h"
 #include "host_kernels.h"
 
 #define RING_CAPACITY 4096
@@ -104,8 +106,8 @@ static void run_op(struct host_queue *q, const struct ferry_op *op) {
       if (op->u.copy.copy_kind == FERRY_COPY_DISK_TO_HOST || op->u.copy.copy_kind == FERRY_COPY_HOST_TO_DISK)
         ferry__disk_file_copy(ex, op);
       else
-        memcpy((char *)op->u.copy.dst.buf->ptr + ferry__ref_at(op->u.copy.dst),
-               (const char *)op->u.copy.src.buf->ptr + ferry__ref_at(op->u.copy.src), op->u.copy.bytes);
+        ferry__host_copy((char *)op->u.copy.dst.buf->ptr + ferry__ref_at(op->u.copy.dst),
+                         (const char *)op->u.copy.src.buf->ptr + ferry__ref_at(op->u.copy.src), op->u.copy.bytes);
       break;
     case FERRY_OP_KERNEL: {
       ferry_status st = ferry__host_kernel_run(&op->u.kernel, &q->scratch, msg, sizeof msg);
