@@ -290,9 +290,9 @@ static ferry_status k_activation(const struct ferry_kernel *k) {
   return FERRY_OK;
 }
 
-/* fp32 straight into y; fp16 through fp32 rows in bounded chunks, each value rounded once (the
- * cuda kernel's __float2half_rn of the same fp32 value). */
-static ferry_status k_dequantize(const struct ferry_kernel *k, char *msg, size_t len) {
+/* fp32 straight into y; fp16 through fp32 rows in bounded chunks of the queue's scratch, each
+ * value rounded once (the cuda kernel's __float2half_rn of the same fp32 value). */
+static ferry_status k_dequantize(const struct ferry_kernel *k, struct ferry_host_scratch *s, char *msg, size_t len) {
   struct ferry_qspec spec = {(enum ferry_qformat)k->qformat, k->qgroup};
   struct ferry_qview view;
   for (int p = 0; p < FERRY_QPART_COUNT; p++) view.part[p] = k->aux[p].buf ? at(k->aux[p]) : NULL;
@@ -303,7 +303,7 @@ static ferry_status k_dequantize(const struct ferry_kernel *k, char *msg, size_t
     int64_t chunk = (int64_t)(1 << 16) / k->k;
     if (chunk < 1) chunk = 1;
     if (chunk > k->n) chunk = k->n;
-    float *rows = ferry__calloc((size_t)(chunk * k->k), sizeof(float));
+    float *rows = ferry__host_scratch(s, (size_t)(chunk * k->k));
     if (!rows) {
       snprintf(msg, len, "%s: out of memory for a dequantized chunk", k->name);
       return FERRY_ERR_NOMEM;
@@ -314,7 +314,6 @@ static ferry_status k_dequantize(const struct ferry_kernel *k, char *msg, size_t
       st = ferry_quant_dequantize_rows(&spec, &view, k->n, k->k, r0, r1, rows);
       for (int64_t i = 0; st == FERRY_OK && i < (r1 - r0) * k->k; i++) y[r0 * k->k + i] = ferry__f32_to_f16(rows[i]);
     }
-    ferry_free(rows);
   }
   if (st != FERRY_OK) snprintf(msg, len, "%s: %s", k->name, ferry_last_error());
   return st;
@@ -363,7 +362,7 @@ ferry_status ferry__host_kernel_run(const struct ferry_kernel *k, struct ferry_h
     case FERRY_K_EXPERT: st = ferry__host_expert(k, s); break;
     case FERRY_K_MOE_COMBINE: return ferry__host_combine(k);
     case FERRY_K_GATHER_ROWS: return k_gather(k);
-    case FERRY_K_DEQUANTIZE: return k_dequantize(k, msg, len);
+    case FERRY_K_DEQUANTIZE: return k_dequantize(k, s, msg, len);
     case FERRY_K_ALLREDUCE: return k_allreduce(k);
     default:
       snprintf(msg, len, "%s: kernel kind %s is not implemented by the host executor", k->name,

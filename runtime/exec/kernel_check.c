@@ -311,7 +311,7 @@ static ferry_status check_dequantize(struct ferry_exec *ex, const struct ferry_k
                                                              "absmax_offsets"};
   if (k->y.dtype != FERRY_DTYPE_F32 && k->y.dtype != FERRY_DTYPE_F16)
     return bad(ex, k, FERRY_ERR_UNSUPPORTED, "a weight dequantizes into fp32 or fp16");
-  NEED("y", k->y, prod(n, kk, k->y.dtype == FERRY_DTYPE_F16 ? 2 : 4));
+  NEED("y", k->y, prod(n, kk, esize(k->y.dtype)));
   for (int p = 0; p < FERRY_QPART_COUNT; p++)
     if (layout.part[p].bytes) NEED(part_names[p], k->aux[p], layout.part[p].bytes);
   return FERRY_OK;
