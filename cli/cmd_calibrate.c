@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/calib_overlap.h"
+#include "cli/calib_wake.h"
 #include "cli/cli.h"
 #include "common/alloc.h"
 #include "common/checked.h"
@@ -46,7 +47,9 @@ static void usage(FILE *f) {
           "                   of a copy beside it) from kernels of one shape run with and without a copy\n"
           "                   beside them, and taken out of the kernel costs (else the base profile's); a\n"
           "                   timeline of CUDA's kernels (run --profile, an nsys import) has no ferry kinds\n"
-          "                   or sizes: its copies, launches and host times are fitted, its kernels not\n"
+          "                   or sizes: its copies, launches and host times are fitted, its kernels not;\n"
+          "                   from host-executor runs also host.event_wake_ns (a queue blocked in a wait\n"
+          "                   running on after the event: the median over the runs' waits)\n"
           "  --run N[,N...]|all\n"
           "                   the run(s) in RUN.db, or all of them: several runs of one executor are fitted\n"
           "                   together, their ops as one sample (a machine's pace varies from run to run;\n"
@@ -312,7 +315,9 @@ static ferry_status fit_step_gaps(sqlite3 *db, const struct fit_runs *runs, stru
  * - launch_ns, copy_ns: the median duration of the CUDA runtime's launch and copy calls, where
  *   the timeline has them (CUPTI, nsys imports); else the base profile's;
  * - layer_ns: the median host time of a layer range beyond its ops' issue costs (host.submit_ns
- *   and launch_ns / copy_ns each) and the host's waits inside it ("host wait" ranges).
+ *   and launch_ns / copy_ns each) and the host's waits inside it ("host wait" ranges);
+ * - host.event_wake_ns, for host-executor runs: the median time from an event's completion to the
+ *   queue that was blocked waiting for it running on (calib_wake.h).
  * The quality of each fit is printed; a step fit with R^2 < FERRY_HW_FIT_R2_MIN is warned of. */
 static ferry_status fit_runtime(sqlite3 *db, const struct fit_runs *runs, const char *kind, struct ferry_hw_profile *p,
                                 const char **fitted, size_t *n_fitted, int *weak) {
@@ -362,6 +367,18 @@ static ferry_status fit_runtime(sqlite3 *db, const struct fit_runs *runs, const 
            lf.n, (long long)p->runtime.layer_ns);
   }
   ferry_free(lf.extra);
+  /* the host executor's queues: how long one blocked in a wait takes to run on */
+  if (st == FERRY_OK && p->has_host && !strcmp(kind, "host")) {
+    double wake_ns = 0;
+    size_t n_waits = 0;
+    st = calib_event_wake(db, runs->id, runs->n, &wake_ns, &n_waits);
+    if (st == FERRY_OK && n_waits >= CALIB_WAKE_MIN_WAITS) {
+      p->host.event_wake_ns = ferry__f64_to_i64(round(wake_ns));
+      fitted[(*n_fitted)++] = "host.event_wake_ns";
+      printf("%-12s %6zu waits: %lld ns from the event to the waiting queue running on (median)\n", "event wake",
+             n_waits, (long long)p->host.event_wake_ns);
+    }
+  }
   return st;
 }
 

@@ -54,6 +54,21 @@ void ferry__sim_op_complete(struct sim_queue *q, int64_t start_ns, int64_t end_n
   s->ops_done++;
 }
 
+/* A queue's WAIT, blocked since blocked_since, ends at now: counted as stall, as the host
+ * executor counts the time its queue thread spent in the wait. */
+static void end_wait(struct sim_queue *w, int64_t now) {
+  atomic_fetch_add(&w->s->ex->queues[w->index].stall_ns, now - w->blocked_since);
+  ferry__sim_op_complete(w, w->blocked_since, now);
+  kick(w->s, w->index);
+}
+
+static void wake_from_wait(struct ferry__des *des, void *ctx) {
+  struct sim_queue *w = ctx;
+  w->waking = 0;
+  end_wait(w, ferry__des_now(des));
+  pump(w->s);
+}
+
 /* Released queues are only marked runnable; the pump starts them after the current queue, so
  * the order of everything at one instant is fixed by queue index and submission order. */
 void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen, int64_t now) {
@@ -68,9 +83,12 @@ void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen
     const struct sim_op *head = &w->ring[w->head];
     if (head->op.u.event.ev != ev || head->op.u.event.gen > done) continue;
     w->blocked = 0;
-    atomic_fetch_add(&s->ex->queues[i].stall_ns, now - w->blocked_since);
-    ferry__sim_op_complete(w, w->blocked_since, now);
-    kick(s, i);
+    /* the queue's thread slept in its wait: it runs on once the event's thread woke it */
+    if (s->event_wake_ns > 0 && ferry__des_schedule(s->des, now + s->event_wake_ns, wake_from_wait, w, NULL) == FERRY_OK) {
+      w->waking = 1;
+      continue;
+    }
+    end_wait(w, now);
   }
 }
 
@@ -1049,6 +1067,7 @@ ferry_status ferry_exec_create_sim(ferry_exec **out, const ferry_hw *hw, const s
     s->submit_ns = p->host.submit_ns;
     s->sync_ns = p->host.sync_ns;
     s->wake_ns = p->host.queue_wake_ns;
+    s->event_wake_ns = p->host.event_wake_ns;
   }
   s->hw.sources = NULL;
   s->hw.n_sources = 0;

@@ -250,7 +250,7 @@ ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, s
       break;
     case FERRY_OP_WAIT: {
       const int64_t r = record_end(fo->ev); /* the generation waited for is the latest */
-      if (r > start) end = r;
+      if (r > start) end = r + s->event_wake_ns; /* the queue's thread slept in the wait: woken */
       break;
     }
   }

@@ -150,6 +150,7 @@ struct sim_exec {
   int64_t allreduce_ns;
   int64_t submit_ns, sync_ns; /* the host thread's own costs (profile host.submit_ns, host.sync_ns) */
   int64_t wake_ns;            /* an idle queue's latency to start a newly submitted op (host.queue_wake_ns) */
+  int64_t event_wake_ns;      /* a queue blocked in a WAIT runs on this long after the event (host.event_wake_ns) */
   struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
   int prefill_step;           /* the engine's step under way prefills ("prefill" range): a runtime
                                  with prefill_launch_ns issues its kernels at that cost */

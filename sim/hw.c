@@ -88,6 +88,7 @@ static const struct field fields[] = {
     {"host.submit_ns", T_I64, C_NONNEG, S_HOST, P(host.submit_ns), 0},
     {"host.sync_ns", T_I64, C_NONNEG, S_HOST, P(host.sync_ns), 0},
     {"host.queue_wake_ns", T_I64, C_NONNEG, S_HOST, P(host.queue_wake_ns), 0},
+    {"host.event_wake_ns", T_I64, C_NONNEG, S_HOST, P(host.event_wake_ns), 0},
     {"host.staged_h2d_gbps", T_F64, C_POS, S_HOST, P(host.staged_h2d_gbps), 0},
     {"disk.name", T_STR, C_NONE, S_DISK, S(disk.name)},
     {"disk.read_gbps", T_F64, C_POS, S_DISK, P(disk.read_gbps), 0},

@@ -276,6 +276,43 @@ static void test_one_size_copies_said(void **state) {
   free(dir);
 }
 
+/* host.event_wake_ns from a host run's blocked waits: the time from the last op of another queue
+ * that ended inside a wait to the wait's end, its median. Here the run's own waits are replaced
+ * by 45 at known times: 10 that end 50 us after a copy of another queue ends inside them, 25
+ * alike with an op of the waiting queue's own ending later inside them (not what it waited for:
+ * taken, the median would be 10 us), and 10 inside which no other queue's op ends (not
+ * measured). */
+static void test_event_wake_fitted(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("calibwake"), path[1024], *out = NULL;
+  recorded_run_edited(dir,
+                      "DELETE FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;"
+                      "WITH RECURSIVE i(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM i WHERE n < 44) "
+                      "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (runId, start, end, streamId, syncType) "
+                      "SELECT 1, 1000000000000 + n * 1000000, 1000000000000 + n * 1000000 + 200000, 0, 1 FROM i;"
+                      "WITH RECURSIVE i(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM i WHERE n < 44) "
+                      "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (runId, start, end, streamId, bytes, copyKind) "
+                      "SELECT 1, e - 1000, e, s, 64, 10 FROM (SELECT 1000000000000 + n * 1000000 + 150000 AS e, 5 AS s "
+                      "FROM i WHERE n < 35 UNION ALL SELECT 1000000000000 + n * 1000000 + 190000, 0 FROM i WHERE n >= 10 "
+                      "AND n < 35 UNION ALL SELECT 1000000000000 + n * 1000000 - 5000, 5 FROM i WHERE n >= 35);",
+                      45);
+  if (tu_run_ferryf(&out, "calibrate --db '%s/r.db' --run 1 --base h100-pcie --out '%s/fit.json'", dir, dir) != 0)
+    fail_msg("%s", out);
+  if (!tu_contains(out, "event wake       35 waits: 50000 ns")) fail_msg("%s", out);
+  free(out);
+  snprintf(path, sizeof path, "%s/fit.json", dir);
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
+  const struct ferry_hw_profile *p = ferry_hw_get(hw);
+  assert_int_equal(p->host.event_wake_ns, 50000);
+  int fitted = 0;
+  for (size_t i = 0; i < p->n_fitted; i++) fitted |= !strcmp(p->fitted[i], "host.event_wake_ns");
+  assert_true(fitted);
+  ferry_hw_close(hw);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 /* The number before " ops:" on the line of kind in calibrate's output (0 when absent). */
 static long ops_of(const char *out, const char *kind) {
   char key[64];
@@ -475,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_fit_from_run),
       cmocka_unit_test(test_unsized_kernels_said),
       cmocka_unit_test(test_one_size_copies_said),
+      cmocka_unit_test(test_event_wake_fitted),
       cmocka_unit_test(test_fit_pooled_runs),
       cmocka_unit_test(test_weak_fit_warned),
       cmocka_unit_test(test_write_reads_back),

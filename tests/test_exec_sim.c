@@ -846,6 +846,60 @@ static void test_wait_orders_queues(void **state) {
   ferry_exec_destroy(ex);
 }
 
+/* A queue that slept in a wait runs on host.event_wake_ns after the event (the host executor's
+ * thread woken by the one that completed it), in both modes; a wait for an event already done
+ * costs nothing. */
+static void test_event_wake(void **state) {
+  (void)state;
+  for (int mode = FERRY_SIM_EXACT; mode <= FERRY_SIM_FAST; mode++) {
+    ferry_hw *hw = profile("wake", GPU_JSON ", " LINK_JSON(2) ", \"host\": {\"name\": \"H\", \"dram_gbps\": 100, "
+                                   "\"cpu_gflops\": 1, \"memory_bytes\": 1073741824, \"event_wake_ns\": 7000}");
+    struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = mode};
+    ferry_exec *ex = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
+    ferry_hw_close(hw);
+    struct log log = {0};
+    ferry_exec_set_sink(ex, sink, &log);
+    int32_t qc, qh;
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
+    ferry_buf *host, *dev;
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
+    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "d", &dev), FERRY_OK);
+    ferry_event *copied, *computed;
+    assert_int_equal(ferry_exec_event_create(ex, &copied), FERRY_OK);
+    assert_int_equal(ferry_exec_event_create(ex, &computed), FERRY_OK);
+    /* as test_wait_orders_queues: kernel A (3541 ns) then a wait for a copy ending at 102000 */
+    struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16, acts(ex));
+    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qh, copied), FERRY_OK);
+    assert_int_equal(ferry_exec_queue_wait(ex, qc, copied), FERRY_OK);
+    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qc, computed), FERRY_OK);
+    assert_int_equal(ferry_exec_sync(ex, computed), FERRY_OK);
+    assert_int_equal(copied->done_time_ns, 102000);
+    assert_int_equal(computed->done_time_ns, 102000 + 7000 + 3541);
+    assert_int_equal(find(&log, FERRY_ACT_KERNEL, qc, 1)->start_ns, 109000);
+    const struct ferry_activity *w = find(&log, FERRY_ACT_SYNC, qc, 0);
+    assert_int_equal(w->start_ns, 3541);
+    assert_int_equal(w->end_ns, 109000);
+    assert_int_equal(ferry_exec_queue_stall_ns(ex, qc), 109000 - 3541);
+    /* the copy is long done when the queue reaches this wait: no sleep, no wake-up */
+    assert_int_equal(ferry_exec_queue_wait(ex, qc, copied), FERRY_OK);
+    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
+    assert_int_equal(ferry_exec_record(ex, qc, computed), FERRY_OK);
+    assert_int_equal(ferry_exec_sync(ex, computed), FERRY_OK);
+    assert_int_equal(find(&log, FERRY_ACT_KERNEL, qc, 2)->start_ns, 112541);
+    assert_int_equal(ferry_exec_queue_stall_ns(ex, qc), 109000 - 3541);
+    ferry_exec_event_destroy(ex, copied);
+    ferry_exec_event_destroy(ex, computed);
+    ferry_exec_free(ex, host);
+    ferry_exec_free(ex, dev);
+    ferry_exec_destroy(ex);
+  }
+}
+
 static void test_budgets_and_errors(void **state) {
   (void)state;
   struct ferry_exec_config cfg = {.device_budget_bytes = 1000, .host_budget_bytes = 500, .lock_host_memory = 1};
@@ -1126,7 +1180,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copy_closed_form),      cmocka_unit_test(test_pageable_and_disk),
       cmocka_unit_test(test_compute_roofline_and_order), cmocka_unit_test(test_link_sharing),
-      cmocka_unit_test(test_wait_orders_queues),    cmocka_unit_test(test_budgets_and_errors),
+      cmocka_unit_test(test_wait_orders_queues),    cmocka_unit_test(test_event_wake),
+      cmocka_unit_test(test_budgets_and_errors),
       cmocka_unit_test(test_deadlock_reported),     cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_no_allocation_per_op),  cmocka_unit_test(test_fitted_cost),
       cmocka_unit_test(test_runtime_host_costs),

@@ -84,7 +84,7 @@ static int32_t guess(void *user, const struct ferry_expert_predict_request *rq, 
 struct workload {
   const char *name;
   const char *preset;
-  int host_costs;       /* profile with host.submit_ns, sync_ns, queue_wake_ns */
+  int host_costs;       /* profile with host.submit_ns, sync_ns, queue_wake_ns, event_wake_ns */
   int resident_all, resident_attention, home_disk, lfu, predict;
   int32_t block_layers, prefetch_depth, expert_slots; /* expert_slots: cache size over the minimum */
   const char *quant;    /* a quantization plan, or NULL */
@@ -118,7 +118,7 @@ struct result {
 static void run(const struct workload *w, int mode, struct result *out) {
   char name[32];
   snprintf(name, sizeof name, "%s%s", w->host_costs ? "host_costs" : "plain", w->contention ? "_contended" : "");
-  ferry_hw *hw = profile(name, w->host_costs ? ", \"submit_ns\": 1500, \"sync_ns\": 2500, \"queue_wake_ns\": 4000" : "",
+  ferry_hw *hw = profile(name, w->host_costs ? ", \"submit_ns\": 1500, \"sync_ns\": 2500, \"queue_wake_ns\": 4000, \"event_wake_ns\": 3000" : "",
                          w->contention ? ", \"contention\": 0.3" : "");
   if (w->runtime) assert_int_equal(ferry_hw_set_runtime(hw, w->runtime), FERRY_OK);
   ferry_model *model = NULL;

@@ -177,6 +177,11 @@ struct ferry_hw_host {
   int64_t sync_ns;       /**< host wake-up latency after an event it waits for completes; 0 = none */
   int64_t queue_wake_ns; /**< latency for an idle queue to start an op submitted to it (the host
                               executor's worker threads sleep when idle); 0 = none */
+  int64_t event_wake_ns; /**< latency from an event's completion to a queue that was blocked
+                              waiting for it running its next op (the host executor's worker
+                              thread sleeps in the wait and is woken by the thread that completed
+                              the event); fitted by `ferry calibrate --db` from a host-executor
+                              run's timeline; 0 = none */
   double staged_h2d_gbps; /**< rate at which the host's CPU copies pageable memory into the
                                driver's staging buffer when the driver cannot overlap that copy
                                with the DMA (CUDA under WSL2 stages every pageable copy

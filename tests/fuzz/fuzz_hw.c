@@ -44,7 +44,7 @@ static void check_profile(const struct ferry_hw_profile *p) {
   }
   if (p->has_host) {
     FUZZ_CHECK(RATE(p->host.dram_gbps) && RATE(p->host.cpu_gflops));
-    FUZZ_CHECK(p->host.submit_ns >= 0 && p->host.sync_ns >= 0 && p->host.queue_wake_ns >= 0);
+    FUZZ_CHECK(p->host.submit_ns >= 0 && p->host.sync_ns >= 0 && p->host.queue_wake_ns >= 0 && p->host.event_wake_ns >= 0);
     const struct ferry_hw_core_gflops *c = &p->host.core_gflops;
     FUZZ_CHECK(RATE(c->fp32) && RATE(c->fp16) && RATE(c->bf16) && RATE(c->int8) && RATE(c->amx_bf16) &&
                RATE(c->amx_int8));
