@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "common/alloc.h"
+#include "common/checked.h"
 #include "common/error.h"
 
 struct row {
@@ -19,8 +20,8 @@ static int cmp_end(const void *a, const void *b) {
   return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+static int cmp_f64(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
@@ -46,7 +47,7 @@ static ferry_status load_rows(sqlite3 *db, const char *sql, int64_t run, struct 
 }
 
 /* The lags of one run's blocked waits, appended to *lags. */
-static ferry_status run_lags(sqlite3 *db, int64_t run, int64_t **lags, size_t *n_lags, size_t *cap_lags) {
+static ferry_status run_lags(sqlite3 *db, int64_t run, double **lags, size_t *n_lags, size_t *cap_lags) {
   struct row *waits = NULL, *ends = NULL;
   size_t nw = 0, cw = 0, no = 0, co = 0;
   ferry_status st = load_rows(db,
@@ -71,13 +72,13 @@ static ferry_status run_lags(sqlite3 *db, int64_t run, int64_t **lags, size_t *n
     size_t k = lo;
     while (k > 0 && ends[k - 1].end >= start && ends[k - 1].stream == stream) k--;
     if (k == 0 || ends[k - 1].end < start) continue; /* nothing of another queue ended inside it */
-    int64_t *nl = cli_room(*lags, cap_lags, *n_lags, sizeof **lags, 1024);
+    double *nl = cli_room(*lags, cap_lags, *n_lags, sizeof **lags, 1024);
     if (!nl) {
       st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");
       goto out;
     }
     *lags = nl;
-    (*lags)[(*n_lags)++] = end - ends[k - 1].end;
+    (*lags)[(*n_lags)++] = ferry__span(ends[k - 1].end, end); /* in double: a crafted row may span the range */
   }
 out:
   ferry_free(waits);
@@ -86,14 +87,14 @@ out:
 }
 
 ferry_status calib_event_wake(sqlite3 *db, const int64_t *runs, size_t n_runs, double *median_ns, size_t *n_waits) {
-  int64_t *lags = NULL;
+  double *lags = NULL;
   size_t n = 0, cap = 0;
   ferry_status st = FERRY_OK;
   for (size_t r = 0; r < n_runs && st == FERRY_OK; r++) st = run_lags(db, runs[r], &lags, &n, &cap);
   *n_waits = st == FERRY_OK ? n : 0;
   if (st == FERRY_OK && n) {
-    qsort(lags, n, sizeof *lags, cmp_i64);
-    *median_ns = n % 2 ? (double)lags[n / 2] : ((double)lags[n / 2 - 1] + (double)lags[n / 2]) / 2;
+    qsort(lags, n, sizeof *lags, cmp_f64);
+    *median_ns = n % 2 ? lags[n / 2] : (lags[n / 2 - 1] + lags[n / 2]) / 2;
   }
   ferry_free(lags);
   return st;

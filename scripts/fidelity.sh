@@ -88,6 +88,10 @@ paces=$(sqlite3 "$out/calib.db" "SELECT printf('%.2f', (MAX(end_ns) - MIN(start_
 pace_spread=$(echo "$paces" | range_pct)
 echo "   fitted to all $repeats calibration runs together; they took $(echo "$paces" | paste -sd, - | sed 's/,/, /g') s" \
   "($pace_spread % apart)"
+# the host executor's queue threads sleep in a wait: how long one took to run on after its event
+wake_ns=$(sed -n 's/.*"event_wake_ns":[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$out/fitted.json" | head -n 1)
+[ -n "$wake_ns" ] && echo "   a queue blocked in a wait ran on a median $(awk -v w="$wake_ns" 'BEGIN { printf "%.1f", w / 1000 }') us" \
+  "after its event in those runs (host.event_wake_ns)"
 # Quiet rounds put the calibration runs 2-7 % apart (sessions 16-18); one study whose runs were
 # 27.5 % apart (other work on the machine) fitted a pace the configurations' rounds did not share
 # and missed every goal by 8-13 points, where a rerun on the quiet machine met them.

@@ -162,14 +162,14 @@ static void insert_timeline(sqlite3 *s) {
              "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET(runId, start, end, streamId, bytes, nameId) VALUES"
              " (%d, " MIN ", " MAX ", " MAX ", " MAX ", 1);"
              "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION(runId, start, end, streamId, syncType, nameId) VALUES"
-             " (%d, " MAX ", " MIN ", " MIN ", 1, 2);"
+             " (%d, " MAX ", " MIN ", " MIN ", 1, 2), (%d, " MIN ", " MAX ", 9, 1, 2);"
              "INSERT INTO NVTX_EVENTS(runId, start, end, eventType, text, textId, step, layer, expert) VALUES"
              " (%d, " MIN ", " MAX ", 59, 'r`touch x`\n', NULL, " MAX ", " MIN ", 0),"
              " (%d, " MAX ", NULL, 34, NULL, 3, NULL, NULL, NULL);"
              "INSERT INTO TARGET_INFO_GPU(runId, id, name, totalMemory, memoryBandwidth, clockRate, smCount, computeMajor,"
              " computeMinor, l2CacheSize) VALUES (%d, 0, 'g`touch x`', " MAX ", " MIN ", 1e308, " MAX ", " MIN ", " MAX
              ", -1)",
-             r, r, r, r, r);
+             r, r, r, r, r, r);
     exec_sql(s, sql);
   }
 }
@@ -276,6 +276,8 @@ static void test_commands(void **state) {
   }
   free(run(0, 0, "report --db '%s' --out '%s/report'", db_path, dir));
   free(run(0, 1, "calibrate --db '%s' --run 1 --base h100-pcie --out '%s/fitted.json'", db_path, dir));
+  /* a host run: its waits (one spanning the whole range) are measured for host.event_wake_ns */
+  free(run(0, 1, "calibrate --db '%s' --run 2 --base h100-pcie --out '%s/fitted.json'", db_path, dir));
   no_controls(run(0, 1, "calibrate --db '%s' --run all --base h100-pcie --out '%s/fitted.json'", db_path, dir));
   no_controls(run(0, 1, "calibrate --db '%s' --run 1,3 --base h100-pcie --out '%s/fitted.json'", db_path, dir));
   free(run(0, 0, "report --db '%s' --out '%s/report' --timeline-run 2 --steps 0:9223372036854775807", db_path, dir));
