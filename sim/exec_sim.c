@@ -84,7 +84,8 @@ void ferry__sim_event_complete(struct sim_exec *s, ferry_event *ev, uint64_t gen
     if (head->op.u.event.ev != ev || head->op.u.event.gen > done) continue;
     w->blocked = 0;
     /* the queue's thread slept in its wait: it runs on once the event's thread woke it */
-    if (s->event_wake_ns > 0 && ferry__des_schedule(s->des, now + s->event_wake_ns, wake_from_wait, w, NULL) == FERRY_OK) {
+    if (s->event_wake_ns > 0 &&
+        ferry__des_schedule(s->des, now + s->event_wake_ns, wake_from_wait, w, NULL) == FERRY_OK) {
       w->waking = 1;
       continue;
     }
