@@ -780,25 +780,18 @@ static void test_link_sharing(void **state) {
   ferry_exec_destroy(ex);
 }
 
-static void test_wait_orders_queues(void **state) {
-  (void)state;
-  ferry_exec *ex = make_sim(2, NULL);
-  struct log log = {0};
-  ferry_exec_set_sink(ex, sink, &log);
-  int32_t qc, qh;
-  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
-  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
-  ferry_buf *host, *dev;
-  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
-  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "d", &dev), FERRY_OK);
-  ferry_event *copied, *computed, *never;
-  assert_int_equal(ferry_exec_event_create(ex, &copied), FERRY_OK);
-  assert_int_equal(ferry_exec_event_create(ex, &computed), FERRY_OK);
-  assert_int_equal(ferry_exec_event_create(ex, &never), FERRY_OK);
-  /* waiting for an event never recorded is a no-op */
-  assert_int_equal(ferry_exec_queue_wait(ex, qc, never), FERRY_OK);
-  assert_int_equal(ferry_exec_sync(ex, never), FERRY_OK);
-  /* compute: kernel A (3541 ns), wait for the copy, kernel B; copy ends at 102000 */
+/* A compute and a copy queue on ex, a 1 MB host buffer and a 4 MB device one. */
+static void two_queues(ferry_exec *ex, int32_t *qc, int32_t *qh, ferry_buf **host, ferry_buf **dev) {
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, qc), FERRY_OK);
+  assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, qh), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", host), FERRY_OK);
+  assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "d", dev), FERRY_OK);
+}
+
+/* On an idle executor: compute runs kernel A (3541 ns), waits for a copy of host into dev
+ * (ending at 102000, recorded as copied), runs kernel B and records computed. */
+static void kernel_wait_kernel(ferry_exec *ex, int32_t qc, int32_t qh, ferry_buf *host, ferry_buf *dev,
+                               ferry_event *copied, ferry_event *computed) {
   struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16, acts(ex));
   assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
   assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
@@ -806,6 +799,24 @@ static void test_wait_orders_queues(void **state) {
   assert_int_equal(ferry_exec_queue_wait(ex, qc, copied), FERRY_OK);
   assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
   assert_int_equal(ferry_exec_record(ex, qc, computed), FERRY_OK);
+}
+
+static void test_wait_orders_queues(void **state) {
+  (void)state;
+  ferry_exec *ex = make_sim(2, NULL);
+  struct log log = {0};
+  ferry_exec_set_sink(ex, sink, &log);
+  int32_t qc, qh;
+  ferry_buf *host, *dev;
+  two_queues(ex, &qc, &qh, &host, &dev);
+  ferry_event *copied, *computed, *never;
+  assert_int_equal(ferry_exec_event_create(ex, &copied), FERRY_OK);
+  assert_int_equal(ferry_exec_event_create(ex, &computed), FERRY_OK);
+  assert_int_equal(ferry_exec_event_create(ex, &never), FERRY_OK);
+  /* waiting for an event never recorded is a no-op */
+  assert_int_equal(ferry_exec_queue_wait(ex, qc, never), FERRY_OK);
+  assert_int_equal(ferry_exec_sync(ex, never), FERRY_OK);
+  kernel_wait_kernel(ex, qc, qh, host, dev, copied, computed);
   /* the copy queue then waits for the compute before its next copy */
   assert_int_equal(ferry_exec_queue_wait(ex, qh, computed), FERRY_OK);
   assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000), FERRY_OK);
@@ -861,22 +872,12 @@ static void test_event_wake(void **state) {
     struct log log = {0};
     ferry_exec_set_sink(ex, sink, &log);
     int32_t qc, qh;
-    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_COMPUTE, &qc), FERRY_OK);
-    assert_int_equal(ferry_exec_queue_create(ex, FERRY_QUEUE_H2D, &qh), FERRY_OK);
     ferry_buf *host, *dev;
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_HOST, 1000000, "h", &host), FERRY_OK);
-    assert_int_equal(ferry_exec_alloc(ex, FERRY_TIER_DEVICE, 4000000, "d", &dev), FERRY_OK);
+    two_queues(ex, &qc, &qh, &host, &dev);
     ferry_event *copied, *computed;
     assert_int_equal(ferry_exec_event_create(ex, &copied), FERRY_OK);
     assert_int_equal(ferry_exec_event_create(ex, &computed), FERRY_OK);
-    /* as test_wait_orders_queues: kernel A (3541 ns) then a wait for a copy ending at 102000 */
-    struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16, acts(ex));
-    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
-    assert_int_equal(ferry_exec_copy(ex, qh, ref(dev), ref(host), 1000000), FERRY_OK);
-    assert_int_equal(ferry_exec_record(ex, qh, copied), FERRY_OK);
-    assert_int_equal(ferry_exec_queue_wait(ex, qc, copied), FERRY_OK);
-    assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
-    assert_int_equal(ferry_exec_record(ex, qc, computed), FERRY_OK);
+    kernel_wait_kernel(ex, qc, qh, host, dev, copied, computed);
     assert_int_equal(ferry_exec_sync(ex, computed), FERRY_OK);
     assert_int_equal(copied->done_time_ns, 102000);
     assert_int_equal(computed->done_time_ns, 102000 + 7000 + 3541);
@@ -886,6 +887,7 @@ static void test_event_wake(void **state) {
     assert_int_equal(w->end_ns, 109000);
     assert_int_equal(ferry_exec_queue_stall_ns(ex, qc), 109000 - 3541);
     /* the copy is long done when the queue reaches this wait: no sleep, no wake-up */
+    struct ferry_kernel k = matmul(4, 1000, 1000, dev, FERRY_DTYPE_F16, acts(ex));
     assert_int_equal(ferry_exec_queue_wait(ex, qc, copied), FERRY_OK);
     assert_int_equal(ferry_exec_compute(ex, qc, &k), FERRY_OK);
     assert_int_equal(ferry_exec_record(ex, qc, computed), FERRY_OK);
