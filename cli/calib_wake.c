@@ -69,9 +69,14 @@ static ferry_status run_lags(sqlite3 *db, int64_t run, double **lags, size_t *n_
       if (ends[mid].end <= end) lo = mid + 1;
       else hi = mid;
     }
-    size_t k = lo;
-    while (k > 0 && ends[k - 1].end >= start && ends[k - 1].stream == stream) k--;
-    if (k == 0 || ends[k - 1].end < start) continue; /* nothing of another queue ended inside it */
+    /* a queue in a wait runs nothing, so only an op or two of its own can end inside one: a
+     * crafted timeline with more is not walked through (that would be quadratic) */
+    size_t k = lo, own = 0;
+    while (k > 0 && ends[k - 1].end >= start && ends[k - 1].stream == stream && own < CALIB_WAKE_MAX_OWN) {
+      k--;
+      own++;
+    }
+    if (k == 0 || ends[k - 1].end < start || ends[k - 1].stream == stream) continue; /* no other queue's */
     double *nl = cli_room(*lags, cap_lags, *n_lags, sizeof **lags, 1024);
     if (!nl) {
       st = ferry__fail(FERRY_ERR_NOMEM, "calibrate: out of memory");

@@ -11,6 +11,8 @@
 
 /* The fewest blocked waits a fit of host.event_wake_ns takes. */
 #define CALIB_WAKE_MIN_WAITS 30
+/* The most ops of the waiting queue's own that a wait's lag looks back past. */
+#define CALIB_WAKE_MAX_OWN 16
 
 /* Over the waits of n_runs runs that blocked (a synchronization range of nonzero length), the
  * median time from the end of the last op of another queue that ended inside the wait (the op
