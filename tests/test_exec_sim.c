@@ -56,14 +56,19 @@ static ferry_hw *profile(const char *name, const char *sections) {
   return hw;
 }
 
-static ferry_exec *make_sim(int engines, const struct ferry_exec_config *cfg) {
-  ferry_hw *hw = engines == 1 ? profile("round1", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON ", " DISK_JSON)
-                              : profile("round2", GPU_JSON ", " LINK_JSON(2) ", " HOST_JSON ", " DISK_JSON);
+/* A sim executor of hw, which it closes (the executor keeps its own copy of the figures). */
+static ferry_exec *make_sim_of(ferry_hw *hw, const struct ferry_exec_config *cfg) {
   struct ferry_exec_config def = {.lock_host_memory = 1};
   ferry_exec *ex = NULL;
   assert_int_equal(ferry_exec_create_sim(&ex, hw, cfg ? cfg : &def), FERRY_OK);
-  ferry_hw_close(hw); /* the executor keeps its own copy of the figures */
+  ferry_hw_close(hw);
   return ex;
+}
+
+static ferry_exec *make_sim(int engines, const struct ferry_exec_config *cfg) {
+  return make_sim_of(engines == 1 ? profile("round1", GPU_JSON ", " LINK_JSON(1) ", " HOST_JSON ", " DISK_JSON)
+                                  : profile("round2", GPU_JSON ", " LINK_JSON(2) ", " HOST_JSON ", " DISK_JSON),
+                     cfg);
 }
 
 /* Activities recorded by the sink. */
@@ -485,9 +490,7 @@ static void test_zero3_parameter_path(void **state) {
                          ", \"runtime\": {\"name\": \"Z\", \"fused_dequant\": 1, \"gather_copy\": 1,"
                          " \"read_after_copy\": 1, \"blocking_copy\": 1}");
   struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = FERRY_SIM_FAST};
-  ferry_exec *ex = NULL;
-  assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
-  ferry_hw_close(hw);
+  ferry_exec *ex = make_sim_of(hw, &cfg);
   struct log log = {0};
   ferry_exec_set_sink(ex, sink, &log);
   int32_t qh, qd, qk;
@@ -866,9 +869,7 @@ static void test_event_wake(void **state) {
     ferry_hw *hw = profile("wake", GPU_JSON ", " LINK_JSON(2) ", \"host\": {\"name\": \"H\", \"dram_gbps\": 100, "
                                    "\"cpu_gflops\": 1, \"memory_bytes\": 1073741824, \"event_wake_ns\": 7000}");
     struct ferry_exec_config cfg = {.lock_host_memory = 1, .sim_mode = mode};
-    ferry_exec *ex = NULL;
-    assert_int_equal(ferry_exec_create_sim(&ex, hw, &cfg), FERRY_OK);
-    ferry_hw_close(hw);
+    ferry_exec *ex = make_sim_of(hw, &cfg);
     struct log log = {0};
     ferry_exec_set_sink(ex, sink, &log);
     int32_t qc, qh;
