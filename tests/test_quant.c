@@ -9,8 +9,10 @@
 #include "common/alloc.h"
 #include "common/half.h"
 #include "common/rng.h"
+#include "ferry/gen.h"
 #include "ferry/model.h"
 #include "ferry/quant.h"
+#include "ferry/quantize.h"
 #include "runtime/quant/quant_impl.h"
 #include "testutil.h"
 
@@ -710,10 +712,102 @@ static void test_plan(void **state) {
   assert_int_equal(ferry_quant_class_of_role(FERRY_ROLE_LM_HEAD), FERRY_QCLASS_HEAD);
   assert_int_equal(ferry_quant_class_of_role(FERRY_ROLE_ATTN_Q_BIAS), FERRY_QCLASS_NORM);
   assert_int_equal(ferry_quant_class_of_role(FERRY_ROLE_FINAL_NORM), FERRY_QCLASS_NORM);
+  assert_int_equal(ferry_quant_class_of_role(FERRY_ROLE_ATTN_QKV), FERRY_QCLASS_ATTN);
+  assert_int_equal(ferry_quant_class_of_role(FERRY_ROLE_MLA_KV_B), FERRY_QCLASS_ATTN);
+  assert_int_equal(ferry_quant_class_of_role(FERRY_ROLE_EXPERT_GATE_UP), FERRY_QCLASS_EXPERT);
+  assert_int_equal(ferry_quant_class_of_role(FERRY_ROLE_EXPERT_GATE_UP_BIAS), FERRY_QCLASS_NORM);
   struct ferry_qspec i8 = spec_of("int8");
   ferry_quant_plan_init(&plan, &i8);
   assert_int_equal(plan.spec[FERRY_QCLASS_EMBED].format, FERRY_QFORMAT_INT8);
   assert_int_equal(plan.spec[FERRY_QCLASS_NORM].format, FERRY_QFORMAT_FP32);
+}
+
+/* Every 2-D weight of every catalogue model belongs to a class a plan can quantize: one left in
+ * the norm class (which stays fp32 under a low-bit plan) is what priced gpt-oss's fused expert
+ * gate/up, BLOOM's fused query_key_value and DeepSeek's latent-attention projections as fp32
+ * under --quant int4-g64. The router and the shared expert's gate are 2-D on purpose (router). */
+static void test_every_weight_has_a_class(void **state) {
+  (void)state;
+  size_t presets = ferry_model_preset_count(), checked = 0;
+  for (size_t i = 0; i < presets; i++) {
+    ferry_model *m = NULL;
+    assert_int_equal(ferry_model_open(&m, ferry_model_preset_name(i)), FERRY_OK);
+    for (size_t t = 0; t < ferry_model_tensor_count(m); t++) {
+      const struct ferry_tensor_desc *d = ferry_model_tensor(m, t);
+      if (d->ndim != 2) continue;
+      if (ferry_quant_class_of_role(d->role) == FERRY_QCLASS_NORM)
+        fail_msg("%s: 2-D tensor %s (role %d) falls in the norm class", ferry_model_preset_name(i), d->name,
+                 (int)d->role);
+      checked++;
+    }
+    ferry_model_close(m);
+  }
+  assert_true(checked > 1000);
+}
+
+/* The same weights on the host executor: the fused query_key_value of GPT-NeoX and BLOOM and
+ * DeepSeek-V2's latent-attention projections are quantized by an int8 plan (before, they stayed
+ * fp32 as norms), and the model still computes logits close to fp32's, not equal to them. A model
+ * whose experts are one fused tensor is refused with a message that says so (the writer used to
+ * fail on the second expert's "declared twice"). */
+static void quantized_logits(const char *model_dir, struct tu_logit_log *log) {
+  static const struct ferry_engine_request reqs[] = {{.id = 0, .prompt_tokens = 5, .output_tokens = 4},
+                                                     {.id = 1, .prompt_tokens = 9, .output_tokens = 3}};
+  struct ferry_engine_config c = {.max_batch = 2, .max_step_tokens = 16, .max_seq_tokens = 16, .seed = 9,
+                                  .greedy = 1, .resident_all = 1, .on_logits = tu_on_logits, .logits_user = log};
+  tu_run_host(model_dir, &c, reqs, 2, NULL, NULL);
+}
+
+static void test_fused_attention_quantized(void **state) {
+  (void)state;
+  char *dir = tu_mkdtemp("qfused");
+  struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 5};
+  static const char *const families[] = {"gpt_neox", "bloom", "deepseek_v2"};
+  struct ferry_qplan plan;
+  assert_int_equal(ferry_quant_plan_parse("int8", &plan), FERRY_OK);
+  for (int f = 0; f < 3; f++) {
+    char *model = tu_gen_tiny(dir, families[f], &go), qdir[512];
+    snprintf(qdir, sizeof qdir, "%s/%s-q8", dir, families[f]);
+    struct ferry_quantize_report rep;
+    assert_int_equal(ferry_model_quantize(model, qdir, &plan, NULL, &rep), FERRY_OK);
+    ferry_model *m = NULL;
+    assert_int_equal(ferry_model_open(&m, model), FERRY_OK);
+    int64_t attn = 0;
+    for (size_t t = 0; t < ferry_model_tensor_count(m); t++) {
+      const struct ferry_tensor_desc *d = ferry_model_tensor(m, t);
+      attn += d->ndim == 2 && ferry_quant_class_of_role(d->role) == FERRY_QCLASS_ATTN;
+    }
+    ferry_model_close(m);
+    if (rep.cls[FERRY_QCLASS_ATTN].tensors != attn || attn < 4)
+      fail_msg("%s: %lld attention tensors quantized of %lld", families[f],
+               (long long)rep.cls[FERRY_QCLASS_ATTN].tensors, (long long)attn);
+    assert_true(rep.cls[FERRY_QCLASS_ATTN].bytes_after * 3 < rep.cls[FERRY_QCLASS_ATTN].bytes_before);
+    struct tu_logit_log ref = {0}, got = {0};
+    quantized_logits(model, &ref);
+    quantized_logits(qdir, &got);
+    assert_true(ref.n > 0);
+    assert_int_equal(got.n, ref.n);
+    double dot = 0, na = 0, nb = 0;
+    int differ = 0;
+    for (size_t i = 0; i < ref.n; i++) {
+      dot += (double)ref.v[i] * got.v[i];
+      na += (double)ref.v[i] * ref.v[i];
+      nb += (double)got.v[i] * got.v[i];
+      differ |= ref.v[i] != got.v[i];
+    }
+    assert_true(differ);
+    if (!(1 - dot / sqrt(na * nb) < 1e-3)) fail_msg("%s: int8 logits %.2e from fp32's", families[f], 1 - dot / sqrt(na * nb));
+    free(ref.v);
+    free(got.v);
+    free(model);
+  }
+  char *fused = tu_gen_tiny(dir, "llama4", &go), qdir[512];
+  snprintf(qdir, sizeof qdir, "%s/llama4-q8", dir);
+  assert_int_equal(ferry_model_quantize(fused, qdir, &plan, NULL, NULL), FERRY_ERR_UNSUPPORTED);
+  assert_true(tu_contains(ferry_last_error(), "fused expert tensors is not supported"));
+  free(fused);
+  tu_rmtree(dir);
+  free(dir);
 }
 
 static void test_metrics(void **state) {
@@ -942,7 +1036,8 @@ int main(void) {
       cmocka_unit_test(test_dequant_rows),     cmocka_unit_test(test_dequant_reference),
       cmocka_unit_test(test_simd_matches_portable),
       cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_plan),
-      cmocka_unit_test(test_metrics),
+      cmocka_unit_test(test_metrics),          cmocka_unit_test(test_every_weight_has_a_class),
+      cmocka_unit_test(test_fused_attention_quantized),
       cmocka_unit_test(test_published_formats), cmocka_unit_test(test_published_bytes_agree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -333,9 +333,10 @@ FERRY_API ferry_status ferry_quant_plan_lookup(const struct ferry_qplan *plan, c
 /**
  * @brief The class a model tensor belongs to.
  *
- * Dense FFN roles map to dense_ffn, expert roles to expert, shared expert projections to
- * shared, the router and the shared expert's sigmoid gate to router, every 1-D tensor (norms,
- * biases) to norm.
+ * Attention projections (separate, fused query_key_value, or DeepSeek's latent-attention
+ * projections) map to attn, dense FFN roles to dense_ffn, routed expert roles (a fused gate/up
+ * included) to expert, shared expert projections to shared, the router and the shared expert's
+ * sigmoid gate to router, every 1-D tensor (norms, biases) to norm.
  * @param role the tensor's role.
  * @return the class; FERRY_QCLASS_NORM for a value outside the enum.
  */

@@ -265,11 +265,13 @@ static ferry_status stored_parts(struct ferry_engine *e, const struct ferry_tens
 }
 
 /* A simulated quantized tensor: its parts move and sit in memory at their packed size, laid
- * out one after another from *virtual_offset. */
+ * out one after another from *virtual_offset. Packed formats hold [out, in] rows, so a tensor
+ * stored [in, out] (a bf16 fused expert) is packed as its transpose. */
 static ferry_status virtual_quant_parts(struct ferry_engine *e, const struct ferry_tensor_desc *t,
                                         uint64_t *virtual_offset, struct tensor_file *out) {
   struct ferry_qlayout lay;
-  if (ferry_quant_layout(&out->spec, t->shape[0], t->shape[1], &lay) != FERRY_OK)
+  const int64_t rows = t->transposed ? t->shape[1] : t->shape[0], cols = t->transposed ? t->shape[0] : t->shape[1];
+  if (ferry_quant_layout(&out->spec, rows, cols, &lay) != FERRY_OK)
     return ferry__err_set(&e->err, FERRY_ERR_INVALID, "%s: %s", t->name, ferry_last_error());
   out->quantized = 1;
   out->n_parts = FERRY_QPART_COUNT;

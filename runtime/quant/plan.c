@@ -163,7 +163,12 @@ enum ferry_qclass ferry_quant_class_of_role(enum ferry_tensor_role role) {
     case FERRY_ROLE_ATTN_Q:
     case FERRY_ROLE_ATTN_K:
     case FERRY_ROLE_ATTN_V:
-    case FERRY_ROLE_ATTN_O: return FERRY_QCLASS_ATTN;
+    case FERRY_ROLE_ATTN_O:
+    case FERRY_ROLE_ATTN_QKV: /* BLOOM's and GPT-NeoX's fused query_key_value */
+    case FERRY_ROLE_MLA_Q_A:  /* DeepSeek's latent attention projections */
+    case FERRY_ROLE_MLA_Q_B:
+    case FERRY_ROLE_MLA_KV_A:
+    case FERRY_ROLE_MLA_KV_B: return FERRY_QCLASS_ATTN;
     case FERRY_ROLE_FFN_GATE:
     case FERRY_ROLE_FFN_UP:
     case FERRY_ROLE_FFN_DOWN: return FERRY_QCLASS_DENSE_FFN;
@@ -171,7 +176,8 @@ enum ferry_qclass ferry_quant_class_of_role(enum ferry_tensor_role role) {
     case FERRY_ROLE_SHARED_EXPERT_GATE: return FERRY_QCLASS_ROUTER;
     case FERRY_ROLE_EXPERT_GATE:
     case FERRY_ROLE_EXPERT_UP:
-    case FERRY_ROLE_EXPERT_DOWN: return FERRY_QCLASS_EXPERT;
+    case FERRY_ROLE_EXPERT_DOWN:
+    case FERRY_ROLE_EXPERT_GATE_UP: return FERRY_QCLASS_EXPERT; /* gpt-oss's and Llama 4's fused gate/up */
     case FERRY_ROLE_SHARED_GATE:
     case FERRY_ROLE_SHARED_UP:
     case FERRY_ROLE_SHARED_DOWN: return FERRY_QCLASS_SHARED;

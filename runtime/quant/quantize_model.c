@@ -52,6 +52,17 @@ ferry_status ferry_model_quantize(const char *in_dir, const char *out_dir, const
   cJSON *map = NULL;
   ferry_status st;
   if ((st = ferry_model_open(&m, in_dir)) || (st = ferry_store_open(&in, in_dir))) goto out;
+  /* A fused [experts, ...] checkpoint tensor (gpt-oss, Llama 4) is one tensor in the file and
+   * one slice per expert in the model: the writer would declare it once per expert. */
+  for (size_t i = 0; i < ferry_model_tensor_count(m); i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(m, i);
+    if (t->slice < 0) continue;
+    st = ferry__fail(FERRY_ERR_UNSUPPORTED,
+                     "%s: %s holds every expert's weights in one tensor ([%d experts, ...]); quantizing fused "
+                     "expert tensors is not supported (models with a tensor per expert are)",
+                     in_dir, t->name, (int)t->n_slices);
+    goto out;
+  }
   if (ferry__is_dir(out_dir) && rmdir(out_dir) != 0) {
     st = ferry__fail(FERRY_ERR_EXISTS, "%s: exists and is not empty", out_dir);
     goto out;
