@@ -54,7 +54,7 @@ static ferry_status list_covered(const char *dir, char ***out, size_t *n_out) {
     n++;
   }
   closedir(d);
-  if (st == FERRY_OK) qsort(names, n, sizeof *names, cmp_str);
+  if (st == FERRY_OK && n > 1) qsort(names, n, sizeof *names, cmp_str); /* qsort takes no NULL, even for 0 */
   if (st != FERRY_OK) {
     for (size_t i = 0; i < n; i++) ferry_free(names[i]);
     ferry_free(names);
