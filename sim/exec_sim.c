@@ -659,22 +659,33 @@ static void host_busy(struct sim_exec *s, int64_t ns) {
   else ferry__des_run_until(s->des, ferry__des_now(s->des) + ns);
 }
 
-int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
+int64_t ferry__sim_launch_ns(const struct sim_exec *s) {
   /* a runtime that replays CUDA graphs for decode steps only issues a prefilling step's kernels
    * one by one */
-  const int64_t launch = s->prefill_step && s->rt.prefill_launch_ns > 0 ? s->rt.prefill_launch_ns : s->rt.launch_ns;
+  return s->prefill_step && s->rt.prefill_launch_ns > 0 ? s->rt.prefill_launch_ns : s->rt.launch_ns;
+}
+
+int64_t ferry__sim_issue_launches(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
+  if (op->kind != FERRY_OP_KERNEL || c->folded) return 0;
+  const int one = (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0) ||
+                  (op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1);
+  return one ? 1 : 1 + c->extra_ops; /* a framework's op issues several */
+}
+
+int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
+  const int64_t launches = ferry__sim_issue_launches(s, c, op) * ferry__sim_launch_ns(s);
   switch (op->kind) {
     case FERRY_OP_KERNEL:
       if (c->folded) return 0;
       /* the rows a step samples (the gather of the logits rows, of no layer): the sampler and
        * output processing work per row */
       if (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0)
-        return launch + op->u.kernel.m * s->rt.row_ns;
+        return launches + op->u.kernel.m * s->rt.row_ns;
       /* a runtime that gathers a routed expert's rows one copy at a time: for each of the
        * expert's three products (gate, up, down) one copy per row in and one per row out */
       if (op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1)
-        return launch + 6 * op->u.kernel.m * s->rt.copy_ns;
-      return launch * (1 + c->extra_ops); /* a framework's op issues several */
+        return launches + 6 * op->u.kernel.m * s->rt.copy_ns;
+      return launches;
     case FERRY_OP_COPY:
     case FERRY_OP_READ: return s->rt.copy_ns;
     default: return 0;

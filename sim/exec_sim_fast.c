@@ -259,12 +259,15 @@ ferry_status ferry__sim_enqueue_timed(struct sim_exec *s, struct sim_queue *q, s
   ferry__sim_enqueue_placed(s, q, fo);
   /* queueing takes host time too (the host executor's threads) */
   ferry__sim_fast_host_busy(s, s->submit_ns);
-  /* a runtime that fetches weights synchronously issues compute only once they are there; a
-   * copy from pageable memory returns once done (see sim_submit()) */
+  /* a runtime that fetches weights synchronously issues compute only once they are there: the
+   * host blocks until the awaited record, not until the compute queue reaches the wait (kernels
+   * queued before it may still run; sim_submit() waits for the event's generation alike); a copy
+   * from pageable memory returns once done */
   now = s->now_ns;
-  if (s->rt.sync_fetch && fo->kind == FERRY_OP_WAIT && s->ex->queues[q->index].role == FERRY_QUEUE_COMPUTE && end > now)
-    ferry__sim_fast_host_busy(s, end - now);
-  else if (fo->host_waits && end > now)
+  const int sync_fetch = s->rt.sync_fetch && fo->kind == FERRY_OP_WAIT && s->ex->queues[q->index].role == FERRY_QUEUE_COMPUTE;
+  if (sync_fetch && record_end(fo->ev) > now)
+    ferry__sim_fast_host_busy(s, record_end(fo->ev) - now);
+  else if (!sync_fetch && fo->host_waits && end > now)
     ferry__sim_fast_host_busy(s, end - now);
   return FERRY_OK;
 }

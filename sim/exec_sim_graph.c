@@ -19,11 +19,18 @@
 
 /* A kernel of a graph: what issuing and running it costs. */
 struct graph_item {
-  int64_t issue_ns;    /* host time the runtime spends issuing it */
+  int64_t issue_ns;    /* host time the runtime spends issuing it, less its launches' */
   int64_t duration_ns; /* recorded */
   int32_t kernel;      /* timed again at launch (its cost depends on the step's context): index in kernels, else -1 */
   uint32_t shape_id;   /* its kernel's shape_id (kept here: the launch's memo reads no graph_kernel) */
+  int64_t launches;    /* launches it issues, priced at launch: a CUDA-graph runtime's differ between a
+                          prefilling step and a decode step, and the key does not tell them apart */
 };
+
+/* The host time issuing item it costs in the current step. */
+static int64_t item_issue(const struct sim_exec *s, const struct graph_item *it) {
+  return it->issue_ns + it->launches * ferry__sim_launch_ns(s);
+}
 
 /* An op as a graph keeps it. */
 struct graph_op {
@@ -281,7 +288,8 @@ void ferry__sim_graph_capture_op(struct sim_exec *s, int32_t queue, const struct
     case FERRY_OP_KERNEL: {
       struct graph_item *it = one_more(c, (void **)&c->items, c->n_items, &c->cap_items, sizeof *it);
       if (!it) return;
-      *it = (struct graph_item){issue_ns, cost->duration_ns, -1, 0};
+      const int64_t launches = ferry__sim_issue_launches(s, cost, op);
+      *it = (struct graph_item){issue_ns - launches * ferry__sim_launch_ns(s), cost->duration_ns, -1, 0, launches};
       g->item = c->n_items++;
       g->n = 1;
       const struct ferry_kernel *k = &op->u.kernel;
@@ -347,7 +355,8 @@ static uint64_t content_hash(const struct graph_op *ops, int32_t n, const struct
                    (uint64_t)(uint8_t)o->param << 24 | (uint64_t)o->n << 32);
     h = mix(mix(mix(h, (uint64_t)o->duration_ns), o->flow_bytes), (uint64_t)(uintptr_t)o->ev);
   }
-  for (int32_t i = 0; i < n_items; i++) h = mix(mix(h, (uint64_t)items[i].issue_ns), (uint64_t)items[i].duration_ns);
+  for (int32_t i = 0; i < n_items; i++)
+    h = mix(mix(mix(h, (uint64_t)items[i].issue_ns), (uint64_t)items[i].duration_ns), (uint64_t)items[i].launches);
   return h;
 }
 
@@ -362,7 +371,8 @@ static int same_ops(const struct ferry_exec_graph *g, const struct sim_graph_cap
       return 0;
   }
   for (int32_t i = 0; i < c->n_items; i++)
-    if (g->items[i].issue_ns != c->items[i].issue_ns || g->items[i].duration_ns != c->items[i].duration_ns)
+    if (g->items[i].issue_ns != c->items[i].issue_ns || g->items[i].duration_ns != c->items[i].duration_ns ||
+        g->items[i].launches != c->items[i].launches)
       return 0;
   return 1;
 }
@@ -490,11 +500,12 @@ static ferry_status launch_run(struct sim_exec *s, struct sim_queue *q, const st
                                const struct graph_op *o, int64_t context_tokens) {
   const struct graph_item *it = &g->items[o->item];
   /* the first's share of the layer's host time and the model's copies before it, as at submit */
-  ferry__sim_fast_kernel_host(s, q, ferry__sim_syncs_paid(s, o->host_waits), it[0].issue_ns);
+  ferry__sim_fast_kernel_host(s, q, ferry__sim_syncs_paid(s, o->host_waits), item_issue(s, &it[0]));
   int64_t host = s->now_ns, end = q->fcount ? q->tail_ns : INT64_MIN, start = 0, busy = 0;
   const int contend = s->hw.link.contention > 0 && s->ex->queues[q->index].role != FERRY_QUEUE_CPU;
   for (uint32_t j = 0; j < o->n; j++) {
-    host += it[j].issue_ns + (j ? ferry__sim_layer_share(s, it[j].issue_ns) : 0);
+    const int64_t issue = item_issue(s, &it[j]);
+    host += issue + (j ? ferry__sim_layer_share(s, issue) : 0);
     const int64_t begin = end > host ? end : host,
                   d = it[j].kernel < 0 ? it[j].duration_ns : item_ns(s, g->kernels, &it[j], context_tokens);
     if (j == 0) start = begin;
@@ -539,8 +550,8 @@ ferry_status ferry__sim_graph_launch(struct ferry_exec *ex, const struct ferry_e
     int chan = o->chan;
     if (o->kind == FERRY_OP_KERNEL) {
       const struct graph_item *it = &g->items[o->item];
-      ferry__sim_fast_kernel_host(s, q, ferry__sim_syncs_paid(s, o->host_waits), it->issue_ns);
-      issue = it->issue_ns;
+      issue = item_issue(s, it);
+      ferry__sim_fast_kernel_host(s, q, ferry__sim_syncs_paid(s, o->host_waits), issue);
       d = flow_ns = it->kernel < 0 ? it->duration_ns : item_ns(s, g->kernels, it, context_tokens);
     } else if (o->read >= 0) { /* the page cache decides where it reads from, as at submit */
       struct sim_cost c;
@@ -592,7 +603,7 @@ ferry_status ferry__sim_graph_check(struct ferry_exec *ex, const struct ferry_ex
   /* the kernels, as the launch would time them against what was just built */
   for (int32_t i = 0; i < g->n_items; i++) {
     const struct graph_item *x = &g->items[i], *y = &c->items[i];
-    if (x->issue_ns != y->issue_ns || (x->kernel < 0) != (y->kernel < 0) ||
+    if (x->issue_ns != y->issue_ns || x->launches != y->launches || (x->kernel < 0) != (y->kernel < 0) ||
         item_ns(s, g->kernels, x, context_tokens) != y->duration_ns)
       return FERRY_OK;
     if (y->kernel >= 0 && context_tokens >= 0 && c->kernels[y->kernel].k.context_tokens != context_tokens) return FERRY_OK;

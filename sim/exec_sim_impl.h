@@ -209,6 +209,12 @@ int64_t ferry__sim_kernel_ns(struct sim_exec *s, const struct ferry_kernel *k, c
                              int *folded, struct ferry__gpu_work *work);
 /* Host time the runtime spends issuing an op, before the op reaches its queue. */
 int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op);
+/* The host time of one kernel launch now: a CUDA-graph runtime issues a prefilling step's
+ * kernels one by one (runtime.prefill_launch_ns), a decode step's from its graph. */
+int64_t ferry__sim_launch_ns(const struct sim_exec *s);
+/* How many launches ferry__sim_issue_ns() counts for op (0 for a transfer or a folded kernel):
+ * an op graph recorded in one kind of step and replayed in the other re-prices them. */
+int64_t ferry__sim_issue_launches(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op);
 /* Of host_syncs blocking copies of CPU-made tensors the model's code makes before a kernel
  * (ferry_kernel.host_syncs), those the runtime pays: all where it runs that code
  * (runtime.model_syncs), else 0. */
