@@ -161,6 +161,9 @@ static void show_runtime(const struct ferry_hw_profile *p) {
            "per kernel of a step that prefills: run eagerly, not from a CUDA graph");
   printf("  %-28s %lld ns\n", "runtime.copy_ns", (long long)r->copy_ns);
   printf("  %-28s %lld ns\n", "runtime.layer_ns", (long long)r->layer_ns);
+  if (r->prefill_layer_ns)
+    printf("  %-28s %lld ns (%s)\n", "runtime.prefill_layer_ns", (long long)r->prefill_layer_ns,
+           "per layer of a step that prefills: run eagerly, module by module");
   printf("  %-28s %lld ns\n", "runtime.step_ns", (long long)r->step_ns);
   printf("  %-28s %lld ns\n", "runtime.row_ns", (long long)r->row_ns);
   if (r->worker_step_ns)

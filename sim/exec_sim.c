@@ -523,6 +523,10 @@ static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, c
                           "CPU figures (host.cores with host.core_gflops, or host.cpu_gflops) or host.dram_gbps",
                           s->hw.name, k->name);
   c->duration_ns = ns;
+  /* a prefilling step that a CUDA-graph runtime runs eagerly calls its CPU ops from the model's
+   * Python code, which returns with their result (ktransformers' KExpertsCPU.forward: submit,
+   * then sync), where a graph's replay runs them from a host callback: the host waits for them */
+  c->host_waits = s->prefill_step && s->rt.prefill_launch_ns > 0;
   return FERRY_OK;
 }
 
@@ -665,6 +669,11 @@ int64_t ferry__sim_launch_ns(const struct sim_exec *s) {
   return s->prefill_step && s->rt.prefill_launch_ns > 0 ? s->rt.prefill_launch_ns : s->rt.launch_ns;
 }
 
+/* The same for the runtime's host work per layer beyond its launches. */
+static int64_t layer_host_ns(const struct sim_exec *s) {
+  return s->prefill_step && s->rt.prefill_layer_ns > 0 ? s->rt.prefill_layer_ns : s->rt.layer_ns;
+}
+
 int64_t ferry__sim_issue_launches(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
   if (op->kind != FERRY_OP_KERNEL || c->folded) return 0;
   const int one = (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0) ||
@@ -712,7 +721,7 @@ int64_t ferry__sim_layer_share(struct sim_exec *s, int64_t issue_ns) {
   if (!lh->in_layer || !s->rt.model_syncs) return 0; /* nothing spread: nothing to count */
   lh->issue_ns += issue_ns;
   if (!lh->spread) return 0;
-  return (int64_t)((double)s->rt.layer_ns * (double)issue_ns / (double)lh->ref_ns + 0.5);
+  return (int64_t)((double)layer_host_ns(s) * (double)issue_ns / (double)lh->ref_ns + 0.5);
 }
 
 static ferry_status deadlock(struct ferry_exec *ex, const char *waiting_for);
@@ -923,8 +932,9 @@ static void sim_range_begin(struct ferry_exec *ex, const char *name) {
     lh->ref_ns = lh->in_layer ? lh->issue_ns : 0;
     lh->issue_ns = 0;
     lh->in_layer = 1;
-    lh->spread = s->rt.model_syncs && lh->syncs_seen && lh->ref_ns > 0 && s->rt.layer_ns > 0;
-    if (!lh->spread) host_busy(s, s->rt.layer_ns);
+    const int64_t layer_ns = layer_host_ns(s);
+    lh->spread = s->rt.model_syncs && lh->syncs_seen && lh->ref_ns > 0 && layer_ns > 0;
+    if (!lh->spread) host_busy(s, layer_ns);
   } else if (name[0] == 'p' && !strcmp(name, "prefill")) {
     s->prefill_step = 1;
   }

@@ -153,7 +153,8 @@ struct sim_exec {
   int64_t event_wake_ns;      /* a queue blocked in a WAIT runs on this long after the event (host.event_wake_ns) */
   struct ferry_hw_runtime rt; /* the software issuing the work: host costs, fused low-bit kernels */
   int prefill_step;           /* the engine's step under way prefills ("prefill" range): a runtime
-                                 with prefill_launch_ns issues its kernels at that cost */
+                                 with prefill_launch_ns issues its kernels at that cost, one with
+                                 prefill_layer_ns spends that per layer */
   int pinned;                 /* the configuration's host memory (lock_host_memory): the link channel's
                                  rate is this kind's */
   double h2d_gbps[2];         /* the link's rate to the device from pageable [0] and pinned [1] host

@@ -101,6 +101,7 @@ static const struct field fields[] = {
     {"runtime.prefill_launch_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.prefill_launch_ns), 0},
     {"runtime.copy_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.copy_ns), 0},
     {"runtime.layer_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.layer_ns), 0},
+    {"runtime.prefill_layer_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.prefill_layer_ns), 0},
     {"runtime.step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.step_ns), 0},
     {"runtime.row_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.row_ns), 0},
     {"runtime.worker_step_ns", T_I64, C_NONNEG, S_RUNTIME, P(runtime.worker_step_ns), 0},

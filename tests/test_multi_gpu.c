@@ -437,6 +437,14 @@ static void test_sim_prefill_eager(void **state) {
   /* the prompts' step is launch-bound: 32 layers of several kernels at 1 ms each (the weights'
    * first load, which the launches at 15 us hide under, is shorter) */
   assert_true(slow.ttft_ns >= 32 * 4 * 1e6 && slow.ttft_ns > graph.ttft_ns);
+  /* the eager step's host work per layer (runtime.prefill_layer_ns) alike: 32 layers at 10 ms
+   * each, nothing of it in a decode step */
+  const struct sim_result layers = run_sim("8xh100-sxm+runtime=graph+runtime.prefill_layer_ns=10000000", 1,
+                                           FERRY_PARALLEL_NONE);
+  print_message("prefill host work at 10 ms a layer: TTFT %.3f ms, TPOT %.3f ms\n", layers.ttft_ns / 1e6,
+                layers.tpot_ns / 1e6);
+  assert_true(layers.tpot_ns == graph.tpot_ns);
+  assert_true(layers.ttft_ns >= 32 * 10 * 1e6 && layers.ttft_ns > graph.ttft_ns);
 }
 
 /* Pipeline parallel: one hand-off of the hidden states per step between the two stages, over

@@ -214,6 +214,9 @@ struct ferry_hw_runtime {
   int64_t copy_ns;        /**< host time to issue one copy or disk read */
   int64_t layer_ns;       /**< host time per transformer layer beyond its launches (module
                                dispatch, hooks, the small ops a framework adds) */
+  int64_t prefill_layer_ns; /**< layer_ns in a step that prefills, for a runtime that runs such
+                               steps eagerly, module by module, and replays CUDA graphs for
+                               decode-only ones (ktransformers); 0: layer_ns in every step */
   int64_t step_ns;        /**< host time per engine step (scheduling, input preparation, sampling) */
   int64_t row_ns;         /**< host time per sampled row (sequence) of a step */
   int64_t worker_step_ns; /**< host time per engine step to drive its GPU workers when a run spans
