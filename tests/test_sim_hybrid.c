@@ -31,8 +31,8 @@ static int teardown(void **state) {
 }
 
 /* A GPU with round figures and a CPU of `cores` cores at 10 GFLOP/s each (fp32) reading `dram`
- * GB/s, no fixed cost per CPU op. */
-static ferry_hw *profile(const char *name, int cores, double dram) {
+ * GB/s, no fixed cost per CPU op; `runtime` is a runtime section (with its leading comma) or "". */
+static ferry_hw *profile_with(const char *name, int cores, double dram, const char *runtime) {
   char path[512], text[2048];
   snprintf(path, sizeof path, "%s/%s.json", tmp, name);
   snprintf(text, sizeof text,
@@ -42,13 +42,15 @@ static ferry_hw *profile(const char *name, int cores, double dram) {
            " \"link\": {\"name\": \"L\", \"h2d_gbps\": 1, \"d2h_gbps\": 1, \"latency_ns\": 0, \"copy_engines\": 1},"
            " \"host\": {\"name\": \"H\", \"dram_gbps\": %g, \"cores\": %d, \"core_gflops\": {\"fp32\": 10},"
            " \"cpu_op_ns\": 0, \"memory_bytes\": 1073741824},"
-           " \"disk\": {\"name\": \"D\", \"read_gbps\": 2, \"latency_ns\": 10000, \"queue_depth\": 4}}",
-           name, dram, cores);
+           " \"disk\": {\"name\": \"D\", \"read_gbps\": 2, \"latency_ns\": 10000, \"queue_depth\": 4}%s}",
+           name, dram, cores, runtime);
   tu_write_file(path, text, strlen(text));
   ferry_hw *hw = NULL;
   assert_int_equal(ferry_hw_open(&hw, path), FERRY_OK);
   return hw;
 }
+
+static ferry_hw *profile(const char *name, int cores, double dram) { return profile_with(name, cores, dram, ""); }
 
 static const struct ferry_engine_request requests[] = {
     {.id = 0, .prompt_tokens = 40, .output_tokens = 12},
@@ -176,6 +178,45 @@ static void test_cpu_priced_from_profile(void **state) {
   run_free(&b);
   ferry_hw_close(small);
   ferry_hw_close(big);
+}
+
+/* A prefilling step that a CUDA-graph runtime runs eagerly (ktransformers): the model's code
+ * waits for its CPU experts (submit, then sync) before its next layer's host work, so each layer's
+ * host time (prefill_layer_ns, far above the GPU's) adds to the CPU's instead of hiding under
+ * it; a decode-only step, replayed from a graph, pays neither. */
+static void test_eager_prefill_waits_for_cpu(void **state) {
+  (void)state;
+  const int64_t layer_ns = 2000000;
+  char rt[256];
+  snprintf(rt, sizeof rt,
+           ", \"runtime\": {\"name\": \"R\", \"launch_ns\": 0, \"prefill_launch_ns\": 1000,"
+           " \"layer_ns\": 0, \"prefill_layer_ns\": %lld, \"fused_dequant\": 1}",
+           (long long)layer_ns);
+  ferry_hw *hw = profile_with("eagerprefill", 8, 10, rt);
+  struct ferry_engine_config c = base();
+  c.resident_attention = 1;
+  c.compute_experts = FERRY_COMPUTE_CPU;
+  struct run r;
+  run(&r, "tiny-moe", hw, c, 1 << 20);
+  const int64_t layers = ferry_model_get_config(r.model)->n_layers;
+  int prefills = 0, decodes = 0;
+  for (int64_t s = 0; s < r.n_steps; s++) {
+    const struct ferry_step_metrics *m = &r.steps[s];
+    const int64_t step_ns = m->end_ns - m->start_ns;
+    assert_true(m->cpu_busy_ns > 0);
+    if (m->tokens > m->batch) { /* prompt tokens in the step */
+      prefills++;
+      if (step_ns < m->cpu_busy_ns + layers * layer_ns)
+        fail_msg("step %lld: %lld ns, less than its CPU time %lld ns and %lld layers of host work", (long long)s,
+                 (long long)step_ns, (long long)m->cpu_busy_ns, (long long)layers);
+    } else {
+      decodes++;
+      assert_true(step_ns < layer_ns);
+    }
+  }
+  assert_true(prefills > 0 && decodes > 0);
+  run_free(&r);
+  ferry_hw_close(hw);
 }
 
 /* A profile without CPU figures cannot price a CPU kernel: the run says which figures. */
@@ -336,6 +377,7 @@ int main(void) {
       cmocka_unit_test(test_layers_on_cpu_traffic),
       cmocka_unit_test(test_cpu_priced_from_profile),
       cmocka_unit_test(test_cpu_figures_required),
+      cmocka_unit_test(test_eager_prefill_waits_for_cpu),
       cmocka_unit_test(test_experts_on_cpu_fill_layers),
       cmocka_unit_test(test_plan_only_is_the_runs),
   };
