@@ -209,8 +209,9 @@ struct ferry_hw_runtime {
   int64_t prefill_launch_ns; /**< host time to issue one kernel in a step that prefills (a prompt's
                                tokens, alone or beside decode tokens), where the runtime replays
                                CUDA graphs for decode-only steps and runs the others eagerly, one
-                               PyTorch op at a time (vLLM before V1, ktransformers); 0: launch_ns
-                               in every step */
+                               PyTorch op at a time (vLLM before V1, ktransformers), and whose
+                               model code then waits for each CPU op it calls (the simulated host
+                               blocks until the op ends); 0: launch_ns in every step */
   int64_t copy_ns;        /**< host time to issue one copy or disk read */
   int64_t layer_ns;       /**< host time per transformer layer beyond its launches (module
                                dispatch, hooks, the small ops a framework adds) */
