@@ -502,6 +502,10 @@ void ferry__sim_packed_of(struct sim_exec *s, const struct ferry_kernel *k, cons
   }
 }
 
+/* The step under way prefills and the runtime runs such a step eagerly, one PyTorch op at a time,
+ * where it replays CUDA graphs for decode-only steps (runtime.prefill_launch_ns). */
+static int eager_prefill(const struct sim_exec *s) { return s->prefill_step && s->rt.prefill_launch_ns > 0; }
+
 /* A kernel on a CPU queue: the profile's CPU (cores, per-core peaks, DDR bandwidth). Fitted
  * costs describe the device's kernels, so they do not apply here. */
 static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, const struct ferry_kernel *k) {
@@ -526,7 +530,7 @@ static ferry_status prepare_cpu_kernel(struct sim_exec *s, struct sim_cost *c, c
   /* a prefilling step that a CUDA-graph runtime runs eagerly calls its CPU ops from the model's
    * Python code, which returns with their result (ktransformers' KExpertsCPU.forward: submit,
    * then sync), where a graph's replay runs them from a host callback: the host waits for them */
-  c->host_waits = s->prefill_step && s->rt.prefill_launch_ns > 0;
+  c->host_waits = eager_prefill(s);
   return FERRY_OK;
 }
 
@@ -666,7 +670,7 @@ static void host_busy(struct sim_exec *s, int64_t ns) {
 int64_t ferry__sim_launch_ns(const struct sim_exec *s) {
   /* a runtime that replays CUDA graphs for decode steps only issues a prefilling step's kernels
    * one by one */
-  return s->prefill_step && s->rt.prefill_launch_ns > 0 ? s->rt.prefill_launch_ns : s->rt.launch_ns;
+  return eager_prefill(s) ? s->rt.prefill_launch_ns : s->rt.launch_ns;
 }
 
 /* The same for the runtime's host work per layer beyond its launches. */
@@ -674,11 +678,19 @@ static int64_t layer_host_ns(const struct sim_exec *s) {
   return s->prefill_step && s->rt.prefill_layer_ns > 0 ? s->rt.prefill_layer_ns : s->rt.layer_ns;
 }
 
+/* The rows a step samples: the gather of the logits rows, of no layer. */
+static int sampled_rows(const struct ferry_op *op) {
+  return op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0;
+}
+
+/* A routed expert whose rows the runtime gathers one copy at a time. */
+static int row_copied_expert(const struct sim_exec *s, const struct ferry_op *op) {
+  return op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1;
+}
+
 int64_t ferry__sim_issue_launches(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
   if (op->kind != FERRY_OP_KERNEL || c->folded) return 0;
-  const int one = (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0) ||
-                  (op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1);
-  return one ? 1 : 1 + c->extra_ops; /* a framework's op issues several */
+  return sampled_rows(op) || row_copied_expert(s, op) ? 1 : 1 + c->extra_ops; /* a framework's op issues several */
 }
 
 int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, const struct ferry_op *op) {
@@ -686,14 +698,11 @@ int64_t ferry__sim_issue_ns(const struct sim_exec *s, const struct sim_cost *c, 
   switch (op->kind) {
     case FERRY_OP_KERNEL:
       if (c->folded) return 0;
-      /* the rows a step samples (the gather of the logits rows, of no layer): the sampler and
-       * output processing work per row */
-      if (op->u.kernel.kind == FERRY_K_GATHER_ROWS && op->u.kernel.layer < 0)
-        return launches + op->u.kernel.m * s->rt.row_ns;
+      /* the rows a step samples: the sampler and output processing work per row */
+      if (sampled_rows(op)) return launches + op->u.kernel.m * s->rt.row_ns;
       /* a runtime that gathers a routed expert's rows one copy at a time: for each of the
        * expert's three products (gate, up, down) one copy per row in and one per row out */
-      if (op->u.kernel.kind == FERRY_K_EXPERT && s->rt.moe_row_copy && op->u.kernel.m > 1)
-        return launches + 6 * op->u.kernel.m * s->rt.copy_ns;
+      if (row_copied_expert(s, op)) return launches + 6 * op->u.kernel.m * s->rt.copy_ns;
       return launches;
     case FERRY_OP_COPY:
     case FERRY_OP_READ: return s->rt.copy_ns;

@@ -982,7 +982,12 @@ static void test_published_formats(void **state) {
     assert_int_equal(ferry_quant_dequantize_rows(&sp, &v, 1, 4, 0, 1, row), FERRY_OK);
     assert_true(row[0] == 0.5f && row[1] == 224.0f && row[2] == -0.5f && row[3] == ldexpf(1.0f, -10));
   }
-  /* layouts: the parts their tools write, and ferry never quantizes into them */
+}
+
+/* The layouts of published formats: the parts their tools write, and ferry never quantizes into
+ * them. */
+static void test_published_layouts(void **state) {
+  (void)state;
   struct ferry_qlayout lay;
   struct ferry_qspec sp = spec_of("gptq4-g128");
   assert_int_equal(ferry_quant_layout(&sp, 4096, 11008, &lay), FERRY_OK);
@@ -1038,7 +1043,8 @@ int main(void) {
       cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_plan),
       cmocka_unit_test(test_metrics),          cmocka_unit_test(test_every_weight_has_a_class),
       cmocka_unit_test(test_fused_attention_quantized),
-      cmocka_unit_test(test_published_formats), cmocka_unit_test(test_published_bytes_agree),
+      cmocka_unit_test(test_published_formats),
+      cmocka_unit_test(test_published_layouts), cmocka_unit_test(test_published_bytes_agree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,6 +117,38 @@ struct result {
   int64_t cpu_experts; /* experts computed on the CPU, over the steps */
 };
 
+/* The engine configuration a workload describes (budgets and routing are run()'s). */
+static void engine_config(const struct workload *w, ferry_model *model, struct ferry_engine_config *c) {
+  memset(c, 0, sizeof *c);
+  c->block_layers = w->block_layers;
+  c->prefetch_depth = w->prefetch_depth;
+  c->max_batch = 4;
+  c->max_step_tokens = 48;
+  c->max_seq_tokens = 128;
+  c->seed = 3;
+  c->resident_all = w->resident_all;
+  c->resident_attention = w->resident_attention;
+  c->home_disk = w->home_disk;
+  c->expert_cache_lfu = w->lfu;
+  c->expert_cache = w->policy;
+  c->kv_block_tokens = w->kv_block;
+  c->kv_preempt_swap = w->kv_swap;
+  if (w->kv_pool_blocks) {
+    struct ferry_model_accounting acc;
+    ferry_model_get_accounting(model, &acc);
+    c->kv_pool_bytes = (uint64_t)w->kv_pool_blocks * (uint64_t)w->kv_block * acc.kv_bytes_per_token;
+  }
+  if (w->cpu_experts) c->compute_experts = FERRY_COMPUTE_CPU;
+  c->kv_home_host = w->kv_home_host;
+  c->kv_prefill_device = w->kv_prefill;
+  c->gpu_batches = w->gpu_batches;
+  if (w->drop_cache) c->read_flags = FERRY_READ_DROP_CACHE;
+  if (w->quant) {
+    assert_int_equal(ferry_quant_plan_parse(w->quant, &c->quant), FERRY_OK);
+    c->quant_set = 1;
+  }
+}
+
 static void run(const struct workload *w, int mode, struct result *out) {
   char name[32];
   snprintf(name, sizeof name, "%s%s", w->host_costs ? "host_costs" : "plain", w->contention ? "_contended" : "");
@@ -131,34 +163,7 @@ static void run(const struct workload *w, int mode, struct result *out) {
   assert_int_equal(ferry_model_open(&model, w->preset), FERRY_OK);
   const struct ferry_model_config *mc = ferry_model_get_config(model);
   struct ferry_engine_config c;
-  memset(&c, 0, sizeof c);
-  c.block_layers = w->block_layers;
-  c.prefetch_depth = w->prefetch_depth;
-  c.max_batch = 4;
-  c.max_step_tokens = 48;
-  c.max_seq_tokens = 128;
-  c.seed = 3;
-  c.resident_all = w->resident_all;
-  c.resident_attention = w->resident_attention;
-  c.home_disk = w->home_disk;
-  c.expert_cache_lfu = w->lfu;
-  c.expert_cache = w->policy;
-  c.kv_block_tokens = w->kv_block;
-  c.kv_preempt_swap = w->kv_swap;
-  if (w->kv_pool_blocks) {
-    struct ferry_model_accounting acc;
-    ferry_model_get_accounting(model, &acc);
-    c.kv_pool_bytes = (uint64_t)w->kv_pool_blocks * (uint64_t)w->kv_block * acc.kv_bytes_per_token;
-  }
-  if (w->cpu_experts) c.compute_experts = FERRY_COMPUTE_CPU;
-  c.kv_home_host = w->kv_home_host;
-  c.kv_prefill_device = w->kv_prefill;
-  c.gpu_batches = w->gpu_batches;
-  if (w->drop_cache) c.read_flags = FERRY_READ_DROP_CACHE;
-  if (w->quant) {
-    assert_int_equal(ferry_quant_plan_parse(w->quant, &c.quant), FERRY_OK);
-    c.quant_set = 1;
-  }
+  engine_config(w, model, &c);
   ferry_routing_synth *synth = NULL;
   if (mc->n_experts) {
     struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
