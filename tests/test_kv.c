@@ -18,13 +18,14 @@
 #include "runtime/exec/host_kernels.h"
 #include "testutil.h"
 
-static char *dir, *dense_dir;
+static char *dir, *dense_dir, *gpt_oss_dir;
 
 static int setup(void **state) {
   (void)state;
   dir = tu_mkdtemp("kv");
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 3};
   dense_dir = tu_gen_model(dir, "tiny-dense", "dense", &go);
+  gpt_oss_dir = tu_gen_tiny(dir, "gpt_oss", &go);
   return 0;
 }
 
@@ -33,6 +34,7 @@ static int teardown(void **state) {
   tu_rmtree(dir);
   free(dir);
   free(dense_dir);
+  free(gpt_oss_dir);
   return 0;
 }
 
@@ -58,10 +60,15 @@ static void sum_bytes_act(struct ferry_engine *e, void *user) {
   for (int64_t i = 0; i < n; i++) *bytes_act += sm[i].bytes_act;
 }
 
-static void run_host(struct ferry_engine_config c, struct tu_logit_log *log, uint64_t *bytes_act) {
+static void run_host_on(const char *model_dir, struct ferry_engine_config c, struct tu_logit_log *log,
+                        uint64_t *bytes_act) {
   c.on_logits = tu_on_logits;
   c.logits_user = log;
-  tu_run_host(dense_dir, &c, requests, N_REQ, sum_bytes_act, bytes_act);
+  tu_run_host(model_dir, &c, requests, N_REQ, sum_bytes_act, bytes_act);
+}
+
+static void run_host(struct ferry_engine_config c, struct tu_logit_log *log, uint64_t *bytes_act) {
+  run_host_on(dense_dir, c, log, bytes_act);
 }
 
 /* The cache in host memory, with every weight resident and with layers streamed: the same rows
@@ -81,6 +88,32 @@ static void test_kv_home_host_same_logits(void **state) {
     run_host(c, &got, &act);
     assert_int_equal(got.n, ref.n);
     assert_memory_equal(got.v, ref.v, ref.n * sizeof(float));
+    assert_true(act > 0);
+    free(got.v);
+  }
+  free(ref.v);
+}
+
+/* gpt-oss: a learned sink per head joins each softmax. With the cache in host memory or on disk
+ * the CPU attends with its own copy of every layer's sinks (a CPU op reads host memory only, and
+ * a layer's sinks are on the device, in its pinned part or in a block slot): the resident run's
+ * logits to the bit, with the layers resident and streamed. */
+static void test_kv_home_host_sinks(void **state) {
+  (void)state;
+  struct tu_logit_log ref = {0};
+  uint64_t act = 0;
+  run_host_on(gpt_oss_dir, config(), &ref, &act);
+  assert_true(ref.n > 0);
+  for (int v = 0; v < 4; v++) {
+    struct tu_logit_log got = {0};
+    struct ferry_engine_config c = config();
+    c.kv_home_host = 1;
+    c.kv_home_disk = v >= 2;
+    if (v % 2) c.device_budget_bytes = tu_min_device_budget(gpt_oss_dir, &c);
+    run_host_on(gpt_oss_dir, c, &got, &act);
+    if (got.n != ref.n || memcmp(got.v, ref.v, ref.n * sizeof(float)))
+      fail_msg("variant %d (%s, %s): logits differ from the resident run's", v, v >= 2 ? "disk" : "host",
+               v % 2 ? "streamed" : "resident");
     assert_true(act > 0);
     free(got.v);
   }
@@ -245,7 +278,8 @@ static void test_host_kv_in_plan(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_host_kv_in_plan), cmocka_unit_test(test_quantized_kv_logits),
+      cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_kv_home_host_sinks),
+      cmocka_unit_test(test_host_kv_in_plan), cmocka_unit_test(test_quantized_kv_logits),
       cmocka_unit_test(test_kv_codec),                 cmocka_unit_test(test_kv_group_must_divide_head),
       cmocka_unit_test(test_sim_kv_bytes),
   };

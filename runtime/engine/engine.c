@@ -132,8 +132,10 @@ static void layout_workspace(struct ferry_engine *e) {
   /* the zero row is written in the host copy and copied down (ferry__hybrid_load) */
   const int c_zero = all || (hybrid && pair_rows);
   const int d_exp = !(hybrid && e->experts_cpu_only); /* the device runs routed experts */
+  const uint64_t sinks_elems = c_attn && mc->attn_sinks ? (uint64_t)mc->n_layers * (uint64_t)mc->n_heads : 0;
   uint64_t off = 0, charged = 0;
   e->ws.device_base = 0;
+  e->ws.sinks_elems = sinks_elems;
   for (int pass = 2; pass >= 0; pass--) { /* 2: the CPU's only, 1: both sides', 0: the device's only */
 #define WS_AT(field, elems, elem_bytes, cpu, dev)                                         \
   do {                                                                                    \
@@ -184,6 +186,8 @@ static void layout_workspace(struct ferry_engine *e) {
     WS(sgate, mc->shared_expert_gate ? T : 0, all);
     WS(rows, S * H, all);
     WS(rows_n, S * H, all);
+    /* the sinks the CPU's attention reads, whatever side holds the layer's weights */
+    WS_AT(sinks, sinks_elems, 4, 1, 0);
     WS_AT(logits, S * (uint64_t)mc->vocab, 4, all, 1);
 #undef WS_EXP
 #undef WS
@@ -637,10 +641,6 @@ static ferry_status check_kv_home(const struct ferry_engine_config *c, const str
                           "engine: --kv-home %s: %s's latent attention on the CPU needs kv_b_proj in host memory, "
                           "which a layer resident on the device has not (--offload-compute layers=cpu keeps the "
                           "latent cache of the layers it computes there)", home, mc->name);
-  if (c->kv_home_host && mc->attn_sinks)
-    return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --kv-home %s: %s's attention sinks are weights on the device; not with "
-                          "attention on the CPU", home, mc->name);
   st = check_kv_disk(c, err);
   if (st != FERRY_OK) return st;
   if (c->kv_attention_device && !c->kv_home_host)

@@ -49,7 +49,7 @@ struct tensor_loc {
   /* tensor parallel: split over the devices, kept outside the units (mgpu.c); each device holds
    * its slice at shard_offset of its shard buffer */
   int sharded;                                 /* enum ferry__shard */
-  uint32_t file;
+  uint32_t file;                               /* where part 0 (or a sharded tensor) is stored */
   uint64_t file_offset, shard_offset;
 };
 
@@ -92,6 +92,11 @@ struct workspace {
    * of the pairs the other side computes), the gathered rows a combine reads, and the CPU's sum
    * of its pairs per token; 0 when no expert runs on the CPU */
   uint64_t zero, expert_final, cpu_sum;
+  /* hybrid runs attending on the CPU with attention sinks (gpt-oss): the CPU's copy of every
+   * layer's sinks, n_heads elements of the checkpoint's type at sinks + layer x n_heads x 4,
+   * read from the store with the resident weights (ferry__hybrid_load()); sinks_elems is
+   * layers x heads, 0 without such a copy */
+  uint64_t sinks, sinks_elems;
   /* hybrid runs: the leading bytes of the layout holding every buffer the CPU's ops address
    * (layout_workspace() puts them first), the size of the CPU's copy in host memory; 0 when the
    * run is not hybrid */

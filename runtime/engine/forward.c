@@ -333,6 +333,14 @@ static void token_range(struct ferry_engine *e, int32_t l, struct ferry_kernel *
   k->context_tokens = context_range(e, l, a, b);
 }
 
+/* Layer l's attention sinks for an op on the side ops are issued to: on the CPU its copy of every
+ * layer's (ws.sinks: the layer's own may be on the device), else the layer's own; none without. */
+static struct ferry_ref sinks_ref(struct ferry_engine *e, int32_t l) {
+  const struct ferry_ref own = W(e, FERRY_ROLE_ATTN_SINKS, l);
+  if (!own.buf || !e->w_host || !e->ws.sinks_elems) return own;
+  return (struct ferry_ref){e->hws_buf, e->ws.sinks + (uint64_t)l * (uint64_t)e->mc->n_heads * 4, own.dtype};
+}
+
 /* Layer l's attention op over tokens [a, b) on the side ops are issued to, over the layer's
  * cache; kind FERRY_K_KV_APPEND: only the append of their k and v rows (x, y, heads unset). */
 static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_kind kind, int64_t a, int64_t b,
@@ -349,7 +357,7 @@ static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_ki
     k->host_syncs = hf_host_syncs(mc->family, FERRY_K_ATTENTION);
     k->x = ferry__ws(e, e->ws.q);
     k->y = ferry__ws(e, e->ws.attn);
-    k->aux[4] = W(e, FERRY_ROLE_ATTN_SINKS, l);
+    k->aux[4] = sinks_ref(e, l);
     k->heads = mc->n_heads / tp_of(e);
     /* only a scale other than 1/sqrt(head_dim) is spelled out (executors may lack the option) */
     if (fabsf(e->attn_scale - 1.0f / sqrtf((float)hd)) > 1e-6f * e->attn_scale) k->scale = e->attn_scale;

@@ -460,6 +460,8 @@ static ferry_status pack_unit(struct ferry_engine *e, int32_t u, const int32_t *
     if (pc[i].part == 0) {
       loc->unit_offset = loc->part_offset[0];
       loc->dtype = t->dtype;
+      loc->file = t->file;
+      loc->file_offset = t->offset;
     }
     end = r->unit_offset + r->len;
   }
