@@ -18,7 +18,7 @@
 #include "runtime/exec/host_kernels.h"
 #include "testutil.h"
 
-static char *dir, *dense_dir, *gpt_oss_dir;
+static char *dir, *dense_dir, *gpt_oss_dir, *deepseek_dir;
 
 static int setup(void **state) {
   (void)state;
@@ -26,6 +26,7 @@ static int setup(void **state) {
   struct ferry_gen_options go = {.dtype = FERRY_DTYPE_F32, .seed = 3};
   dense_dir = tu_gen_model(dir, "tiny-dense", "dense", &go);
   gpt_oss_dir = tu_gen_tiny(dir, "gpt_oss", &go);
+  deepseek_dir = tu_gen_tiny(dir, "deepseek_v2", &go);
   return 0;
 }
 
@@ -35,6 +36,7 @@ static int teardown(void **state) {
   free(dir);
   free(dense_dir);
   free(gpt_oss_dir);
+  free(deepseek_dir);
   return 0;
 }
 
@@ -94,30 +96,34 @@ static void test_kv_home_host_same_logits(void **state) {
   free(ref.v);
 }
 
-/* gpt-oss: a learned sink per head joins each softmax. With the cache in host memory or on disk
- * the CPU attends with its own copy of every layer's sinks (a CPU op reads host memory only, and
- * a layer's sinks are on the device, in its pinned part or in a block slot): the resident run's
- * logits to the bit, with the layers resident and streamed. */
-static void test_kv_home_host_sinks(void **state) {
+/* Weights the CPU's attention reads beside its cache: gpt-oss's sinks (a learned logit per head
+ * joins each softmax) and DeepSeek-V2's kv_b_proj (absorbed into the latent attention). With the
+ * cache in host memory or on disk the CPU attends with its own copy of every layer's (a CPU op
+ * reads host memory only, and the layer's copy is on the device, in its pinned part or a block
+ * slot): the resident run's logits to the bit, with the layers resident and streamed. */
+static void test_kv_home_host_mirror(void **state) {
   (void)state;
-  struct tu_logit_log ref = {0};
-  uint64_t act = 0;
-  run_host_on(gpt_oss_dir, config(), &ref, &act);
-  assert_true(ref.n > 0);
-  for (int v = 0; v < 4; v++) {
-    struct tu_logit_log got = {0};
-    struct ferry_engine_config c = config();
-    c.kv_home_host = 1;
-    c.kv_home_disk = v >= 2;
-    if (v % 2) c.device_budget_bytes = tu_min_device_budget(gpt_oss_dir, &c);
-    run_host_on(gpt_oss_dir, c, &got, &act);
-    if (got.n != ref.n || memcmp(got.v, ref.v, ref.n * sizeof(float)))
-      fail_msg("variant %d (%s, %s): logits differ from the resident run's", v, v >= 2 ? "disk" : "host",
-               v % 2 ? "streamed" : "resident");
-    assert_true(act > 0);
-    free(got.v);
+  const char *dirs[2] = {gpt_oss_dir, deepseek_dir};
+  for (int d = 0; d < 2; d++) {
+    struct tu_logit_log ref = {0};
+    uint64_t act = 0;
+    run_host_on(dirs[d], config(), &ref, &act);
+    assert_true(ref.n > 0);
+    for (int v = 0; v < 4; v++) {
+      struct tu_logit_log got = {0};
+      struct ferry_engine_config c = config();
+      c.kv_home_host = 1;
+      c.kv_home_disk = v >= 2;
+      if (v % 2) c.device_budget_bytes = tu_min_device_budget(dirs[d], &c);
+      run_host_on(dirs[d], c, &got, &act);
+      if (got.n != ref.n || memcmp(got.v, ref.v, ref.n * sizeof(float)))
+        fail_msg("%s, variant %d (%s, %s): logits differ from the resident run's", d ? "deepseek_v2" : "gpt_oss", v,
+                 v >= 2 ? "disk" : "host", v % 2 ? "streamed" : "resident");
+      assert_true(act > 0);
+      free(got.v);
+    }
+    free(ref.v);
   }
-  free(ref.v);
 }
 
 /* Quantized caches move the logits by their quantization error, ordered by precision. */
@@ -278,7 +284,7 @@ static void test_host_kv_in_plan(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_kv_home_host_sinks),
+      cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_kv_home_host_mirror),
       cmocka_unit_test(test_host_kv_in_plan), cmocka_unit_test(test_quantized_kv_logits),
       cmocka_unit_test(test_kv_codec),                 cmocka_unit_test(test_kv_group_must_divide_head),
       cmocka_unit_test(test_sim_kv_bytes),

@@ -301,7 +301,9 @@ struct ferry_engine_config {
                                       expert cache; only the routed ones are computed */
   int kv_home_host;              /**< the KV cache in host memory, attention over it on the CPU (the
                                       device sends q, k and v and gets the result back: FlexGen,
-                                      ZeRO-Inference's KV offload); the device holds no cache */
+                                      ZeRO-Inference's KV offload); the device holds no cache. The
+                                      CPU keeps its own copy of the weights that attention reads
+                                      (attention sinks, MLA's kv_b_proj), in its workspace */
   int kv_home_layer;             /**< each layer's KV cache where its weights live (llama.cpp's -ngl:
                                       llama_kv_cache_init allocates a layer's K and V in its buffer
                                       type): on the device for pinned layers, in host memory for

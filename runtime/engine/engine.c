@@ -132,10 +132,8 @@ static void layout_workspace(struct ferry_engine *e) {
   /* the zero row is written in the host copy and copied down (ferry__hybrid_load) */
   const int c_zero = all || (hybrid && pair_rows);
   const int d_exp = !(hybrid && e->experts_cpu_only); /* the device runs routed experts */
-  const uint64_t sinks_elems = c_attn && mc->attn_sinks ? (uint64_t)mc->n_layers * (uint64_t)mc->n_heads : 0;
   uint64_t off = 0, charged = 0;
   e->ws.device_base = 0;
-  e->ws.sinks_elems = sinks_elems;
   for (int pass = 2; pass >= 0; pass--) { /* 2: the CPU's only, 1: both sides', 0: the device's only */
 #define WS_AT(field, elems, elem_bytes, cpu, dev)                                         \
   do {                                                                                    \
@@ -186,8 +184,9 @@ static void layout_workspace(struct ferry_engine *e) {
     WS(sgate, mc->shared_expert_gate ? T : 0, all);
     WS(rows, S * H, all);
     WS(rows_n, S * H, all);
-    /* the sinks the CPU's attention reads, whatever side holds the layer's weights */
-    WS_AT(sinks, sinks_elems, 4, 1, 0);
+    /* the weights the CPU's attention reads, whatever side holds the layer (the plan input
+     * sized them: ferry__engine_plan_input()) */
+    WS_AT(mirror, (e->mirror_bytes + 3) / 4, 4, 1, 0);
     WS_AT(logits, S * (uint64_t)mc->vocab, 4, all, 1);
 #undef WS_EXP
 #undef WS
@@ -222,12 +221,19 @@ static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
  * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see.
  * Layers whose cache is in host memory are laid out in the host's buffer (hkv_bytes); returns
  * the device's bytes. */
+uint64_t ferry__kv_row_bytes(const struct ferry_engine *e) {
+  const struct ferry_model_config *mc = e->mc;
+  const int64_t kv_heads = mc->n_kv_heads / (e->tp > 1 ? e->tp : 1); /* tensor parallel: this device's */
+  return ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
+                                                                  : (uint64_t)(kv_heads * mc->head_dim));
+}
+
+int ferry__kv_regions(const struct ferry_engine *e) { return e->mc->kv_lora_rank ? 1 : 2; }
+
 static uint64_t layout_kv(struct ferry_engine *e, int planned) {
   const struct ferry_model_config *mc = e->mc;
   const uint64_t B = (uint64_t)e->n_seqs;
-  const int64_t kv_heads = mc->n_kv_heads / (e->tp > 1 ? e->tp : 1); /* tensor parallel: this device's */
-  const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
-                                                                              : (uint64_t)(kv_heads * mc->head_dim));
+  const uint64_t row = ferry__kv_row_bytes(e);
   uint64_t off[2] = {0, 0}, most = 0, earlier = 0; /* earlier: the devices before this one */
   int32_t stage = 0;
   for (int64_t l = 0; l < mc->n_layers; l++) {
@@ -246,7 +252,7 @@ static uint64_t layout_kv(struct ferry_engine *e, int planned) {
     const uint64_t region = e->kv_block && !kv->ring ? (uint64_t)e->kv_pool_blocks * (uint64_t)e->kv_block * row
                                                      : B * (uint64_t)kv->rows * row;
     uint64_t *o = &off[kv->host];
-    kv->bytes = mc->kv_lora_rank ? region : 2 * region;
+    kv->bytes = (uint64_t)ferry__kv_regions(e) * region;
     kv->k_off = *o;
     kv->v_off = *o + region;
     *o += kv->bytes;
@@ -351,13 +357,12 @@ static ferry_status hybrid_plan(struct ferry_engine *e) {
 /* Bytes of one block of the paged KV cache over the paged layers (MLA: the latent rows only). */
 uint64_t ferry__kv_pages_block_bytes(const struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
-  const uint64_t row = ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
-                                                                              : (uint64_t)(mc->n_kv_heads * mc->head_dim));
+  const uint64_t row = ferry__kv_row_bytes(e);
   uint64_t b = 0;
   for (int64_t l = 0; l < mc->n_layers; l++) {
     const int64_t vis = e->li[l].kv_visible, need = vis + e->cfg.max_step_tokens;
     if (vis > 0 && need < e->kv_capacity) continue; /* a ring: its own rows */
-    b += (uint64_t)e->kv_block * row * (mc->kv_lora_rank ? 1 : 2);
+    b += (uint64_t)e->kv_block * row * (uint64_t)ferry__kv_regions(e);
   }
   return b;
 }
@@ -633,14 +638,12 @@ static ferry_status check_kv_home_layer(const struct ferry_engine_config *c, con
  * --kv-prefill, --kv-host-memory). */
 static ferry_status check_kv_home(const struct ferry_engine_config *c, const struct ferry_model_config *mc,
                                   struct ferry_err *err) {
-  const char *home = c->kv_home_disk ? "disk" : "host";
   ferry_status st = check_kv_home_layer(c, mc, err);
   if (st != FERRY_OK) return st;
-  if (c->kv_home_host && mc->kv_lora_rank)
+  if (mc->kv_lora_rank && (c->kv_prefill_device || c->kv_attention_device))
     return ferry__err_set(err, FERRY_ERR_UNSUPPORTED,
-                          "engine: --kv-home %s: %s's latent attention on the CPU needs kv_b_proj in host memory, "
-                          "which a layer resident on the device has not (--offload-compute layers=cpu keeps the "
-                          "latent cache of the layers it computes there)", home, mc->name);
+                          "engine: --kv-prefill/--kv-attention device copy K and V rows up to attend on the device; "
+                          "%s's latent (MLA) cache in host memory is attended on the CPU", mc->name);
   st = check_kv_disk(c, err);
   if (st != FERRY_OK) return st;
   if (c->kv_attention_device && !c->kv_home_host)

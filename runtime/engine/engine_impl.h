@@ -49,7 +49,7 @@ struct tensor_loc {
   /* tensor parallel: split over the devices, kept outside the units (mgpu.c); each device holds
    * its slice at shard_offset of its shard buffer */
   int sharded;                                 /* enum ferry__shard */
-  uint32_t file;                               /* where part 0 (or a sharded tensor) is stored */
+  uint32_t file;
   uint64_t file_offset, shard_offset;
 };
 
@@ -92,11 +92,10 @@ struct workspace {
    * of the pairs the other side computes), the gathered rows a combine reads, and the CPU's sum
    * of its pairs per token; 0 when no expert runs on the CPU */
   uint64_t zero, expert_final, cpu_sum;
-  /* hybrid runs attending on the CPU with attention sinks (gpt-oss): the CPU's copy of every
-   * layer's sinks, n_heads elements of the checkpoint's type at sinks + layer x n_heads x 4,
-   * read from the store with the resident weights (ferry__hybrid_load()); sinks_elems is
-   * layers x heads, 0 without such a copy */
-  uint64_t sinks, sinks_elems;
+  /* --kv-home host|disk: the CPU's copies of the weights its attention reads that the device
+   * holds (ferry__engine_load_mirror(): gpt-oss's sinks, MLA's kv_b_proj), mirror_bytes long;
+   * 0 bytes without them */
+  uint64_t mirror;
   /* hybrid runs: the leading bytes of the layout holding every buffer the CPU's ops address
    * (layout_workspace() puts them first), the size of the CPU's copy in host memory; 0 when the
    * run is not hybrid */
@@ -231,6 +230,11 @@ struct ferry_engine {
   int32_t *unit_slot;         /* streamed unit -> slot holding it, or -1 */
   uint64_t max_stage_extra;
   uint64_t max_q_numel;       /* elements of the largest quantized matrix (dequant scratch) */
+  /* --kv-home host|disk (ferry__engine_mirrored()): bytes of the CPU's copies of the weights its
+   * attention reads (ws.mirror), and each copy's parts at (layer x N_MIRROR_ROLES + role) x
+   * FERRY_QPART_COUNT + part, offsets into it (UINT64_MAX: none); NULL until loaded */
+  uint64_t mirror_bytes;
+  uint64_t *mirror_off;
 
   /* queues */
   int32_t q_compute, q_h2d, q_d2h, q_disk;
@@ -413,15 +417,23 @@ struct ferry_engine {
 ferry_status ferry__engine_build_units(struct ferry_engine *e);
 void ferry__engine_free_units(struct ferry_engine *e);
 /* Weight reference of model tensor `role` of layer (and expert), or a ref with buf NULL when
- * the model has no such tensor. */
+ * the model has no such tensor; for the CPU's ops (w_host) its copy in the mirror, if it has one. */
 struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
                                       int32_t expert);
 /* The location record of a tensor (NULL when the model has none). */
 const struct tensor_loc *ferry__engine_loc(const struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer,
                                           int32_t expert);
-/* Device references of a quantized tensor's parts (buf NULL for parts its format lacks). */
+/* References of a quantized tensor's parts where the ops being issued read them (as
+ * ferry__engine_weight()); buf NULL for parts its format lacks. */
 void ferry__engine_weight_parts(struct ferry_engine *e, const struct tensor_loc *loc,
                                 struct ferry_ref parts[FERRY_QPART_COUNT]);
+/* Whether the run keeps the CPU's copies of the weights its attention reads (--kv-home host or
+ * disk): the mirror, sized by ferry__engine_plan_input() (mirror_bytes). */
+#define N_MIRROR_ROLES 2
+int ferry__engine_mirrored(const struct ferry_engine *e);
+/* Read the mirror's tensors from the store into the CPU's workspace (ws.mirror) and record where
+ * each part is (mirror_off); nothing without a mirror. Needs the CPU's workspace allocated. */
+ferry_status ferry__engine_load_mirror(struct ferry_engine *e);
 /* Plan input from the unit table (sizes per layer). */
 ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_input *in, uint64_t **attn,
                                       uint64_t **ffn);
@@ -509,6 +521,11 @@ static inline int32_t ferry__kv_pages_need(const struct ferry_engine *e, int64_t
 int ferry__kv_pages_grow(struct ferry_engine *e, int32_t s, int64_t tokens);
 void ferry__kv_pages_release(struct ferry_engine *e, int32_t s);
 uint64_t ferry__kv_pages_block_bytes(const struct ferry_engine *e); /* engine.c: one block, every paged layer */
+/* engine.c: bytes of one token's cached row of one layer in the cache's format (a K or a V row of
+ * this device's KV heads, or MLA's latent row), and the regions a layer's cache has (K and V: 2;
+ * MLA's latent rows: 1). */
+uint64_t ferry__kv_row_bytes(const struct ferry_engine *e);
+int ferry__kv_regions(const struct ferry_engine *e);
 /* swap preemption: copy slot s's blocks to host swap slots (1), or 0 when they are too few; and
  * back into fresh blocks for a readmitted request (FERRY_ERR_* on an executor error) */
 int ferry__kv_pages_swap_out(struct ferry_engine *e, int32_t s, struct resume *r, ferry_status *st);

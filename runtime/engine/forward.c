@@ -256,15 +256,18 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
       (st = rope(e, l, e->ws.q, NH, 0, 0, qk, mc->qk_nope_dim, mc->qk_rope_dim)) ||
       (st = rope(e, l, e->ws.k, 1, 0, 0, width, rank, mc->qk_rope_dim)))
     return st;
-  /* a latent cache in host memory (a streamed layer of a hybrid run, computed on the device this
-   * step): q and the new latent rows go down, the CPU attends with the layer's host copy of
-   * kv_b_proj, the result comes back */
+  /* a latent cache in host memory (--kv-home host, or a streamed layer of a hybrid run, computed
+   * on the device this step): q and the new latent rows go down, the CPU attends with its copy of
+   * kv_b_proj (the mirror, or the streamed layer's host copy), the result comes back; with the
+   * cache on disk the CPU's op waits for the reads of the micro-batch's cached rows into a
+   * staging, and the step's new rows are written back after it (kv_disk.c) */
   const int remote = e->kv[l].host && !e->layer_on_cpu;
   if (remote) {
     const uint64_t off[2] = {e->ws.q, e->ws.k};
     const uint64_t bytes[2] = {(uint64_t)(T * NH * qk) * 4, (uint64_t)(T * width) * 4};
     if ((st = ferry__cross_down(e, off, bytes, 2))) return st;
     ferry__side_cpu(e);
+    if ((st = ferry__kv_disk_load(e, l))) return st;
   }
   struct ferry_kernel k = kernel(FERRY_K_MLA_ATTENTION, "mla_attention", l);
   if ((st = weight(e, FERRY_ROLE_MLA_KV_B, l, -1, 0, e->n_tok, &k.w))) return st;
@@ -282,6 +285,7 @@ static ferry_status mla_part(struct ferry_engine *e, int32_t l) {
   k.scale = e->attn_scale;
   TRY(ferry_exec_compute(e->ex, e->cq, &k));
   if (remote) {
+    if ((st = ferry__kv_disk_store(e, l))) return st;
     ferry__side_device(e);
     const uint64_t off = e->ws.attn, bytes = (uint64_t)(T * NH * mc->v_head_dim) * 4;
     if ((st = ferry__cross_up(e, &off, &bytes, 1))) return st;
@@ -333,14 +337,6 @@ static void token_range(struct ferry_engine *e, int32_t l, struct ferry_kernel *
   k->context_tokens = context_range(e, l, a, b);
 }
 
-/* Layer l's attention sinks for an op on the side ops are issued to: on the CPU its copy of every
- * layer's (ws.sinks: the layer's own may be on the device), else the layer's own; none without. */
-static struct ferry_ref sinks_ref(struct ferry_engine *e, int32_t l) {
-  const struct ferry_ref own = W(e, FERRY_ROLE_ATTN_SINKS, l);
-  if (!own.buf || !e->w_host || !e->ws.sinks_elems) return own;
-  return (struct ferry_ref){e->hws_buf, e->ws.sinks + (uint64_t)l * (uint64_t)e->mc->n_heads * 4, own.dtype};
-}
-
 /* Layer l's attention op over tokens [a, b) on the side ops are issued to, over the layer's
  * cache; kind FERRY_K_KV_APPEND: only the append of their k and v rows (x, y, heads unset). */
 static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_kind kind, int64_t a, int64_t b,
@@ -357,7 +353,7 @@ static void attention_op(struct ferry_engine *e, int32_t l, enum ferry_kernel_ki
     k->host_syncs = hf_host_syncs(mc->family, FERRY_K_ATTENTION);
     k->x = ferry__ws(e, e->ws.q);
     k->y = ferry__ws(e, e->ws.attn);
-    k->aux[4] = sinks_ref(e, l);
+    k->aux[4] = W(e, FERRY_ROLE_ATTN_SINKS, l);
     k->heads = mc->n_heads / tp_of(e);
     /* only a scale other than 1/sqrt(head_dim) is spelled out (executors may lack the option) */
     if (fabsf(e->attn_scale - 1.0f / sqrtf((float)hd)) > 1e-6f * e->attn_scale) k->scale = e->attn_scale;

@@ -7,7 +7,6 @@
 
 #include "common/alloc.h"
 #include "engine_impl.h"
-#include "ferry/store.h"
 
 #define TRY(call)                                                                              \
   do {                                                                                         \
@@ -59,39 +58,15 @@ ferry_status ferry__hybrid_alloc(struct ferry_engine *e) {
   return FERRY_OK;
 }
 
-/* The CPU's copy of every layer's attention sinks (ws.sinks), read from the store as the resident
- * weights are: the layer's own copy may be on the device, or in a block slot only while its block
- * is there, and the CPU's attention reads them every step. */
-static ferry_status load_sinks(struct ferry_engine *e) {
-  const int32_t L = (int32_t)e->mc->n_layers;
-  const uint64_t heads = (uint64_t)e->mc->n_heads;
-  for (int32_t l = 0; l < L; l++) {
-    const struct tensor_loc *loc = ferry__engine_loc(e, FERRY_ROLE_ATTN_SINKS, l, -1);
-    const size_t es = loc ? ferry_dtype_size(loc->dtype) : 0;
-    if (!loc || !loc->present || loc->quantized || loc->sharded || es == 0 || es > 4 ||
-        loc->packed_bytes != heads * es)
-      return ferry__err_set(&e->err, FERRY_ERR_UNSUPPORTED,
-                            "engine: layer %d: the CPU's attention reads the layer's sinks as %llu plain values of "
-                            "at most 4 bytes; the model stores them otherwise",
-                            l, (unsigned long long)heads);
-    const struct ferry_ref dst = {e->hws_buf, e->ws.sinks + (uint64_t)l * heads * 4, loc->dtype};
-    TRY(ferry_exec_read(e->ex, e->q_disk, e->store, loc->file, loc->file_offset, heads * es, dst,
-                        e->cfg.read_flags & FERRY_READ_DROP_CACHE));
-  }
-  TRY(ferry_exec_drain(e->ex));
-  return FERRY_OK;
-}
-
-/* What the CPU's workspace holds before the first step: the sinks its attention reads, and the
- * zero row both sides gather for the other side's pairs, written into it (host memory the engine
- * can write) and copied to the device's once, when the device's window holds it (not when every
- * routed expert runs on the CPU: the device gathers no pairs). */
+/* What the CPU's workspace holds before the first step: the weights its attention reads that
+ * the device may hold (ferry__engine_load_mirror()), and the zero row both sides gather for the
+ * other side's pairs, written into it (host memory the engine can write) and copied to the
+ * device's once, when the device's window holds it (not when every routed expert runs on the
+ * CPU: the device gathers no pairs). */
 ferry_status ferry__hybrid_load(struct ferry_engine *e) {
   if (!ferry__hybrid_on(e)) return FERRY_OK;
-  if (e->ws.sinks_elems) {
-    const ferry_status st = load_sinks(e);
-    if (st != FERRY_OK) return st;
-  }
+  const ferry_status st = ferry__engine_load_mirror(e);
+  if (st != FERRY_OK) return st;
   if (!e->ws.zero) return FERRY_OK;
   const uint64_t bytes = (uint64_t)e->mc->hidden * 4;
   char *host = ferry_exec_buf_host_ptr(e->ex, e->hws_buf);

@@ -22,12 +22,11 @@
     if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
   } while (0)
 
-/* Bytes of one token's K (or V) row in the cache's format. */
-static uint64_t row_bytes(const struct ferry_engine *e) {
-  return ferry_kv_format_row_bytes(e->kv_format, (uint64_t)(e->mc->n_kv_heads * e->mc->head_dim));
-}
+/* Bytes of one token's K (or V, or MLA latent) row in the cache's format. */
+static uint64_t row_bytes(const struct ferry_engine *e) { return ferry__kv_row_bytes(e); }
 
-/* One staging copy's K region (V follows it): max_batch sequences of kv_capacity rows. */
+/* One staging copy's K region (V follows it; MLA has the latent rows only): max_batch sequences
+ * of kv_capacity rows. */
 static uint64_t region_bytes(const struct ferry_engine *e) {
   return (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * row_bytes(e);
 }
@@ -36,7 +35,7 @@ static uint64_t region_bytes(const struct ferry_engine *e) {
 static int32_t copies(const struct ferry_engine *e) { return e->cfg.prefetch_depth + 1; }
 
 uint64_t ferry__kv_disk_stage_bytes(const struct ferry_engine *e) {
-  return e->cfg.kv_home_disk ? (uint64_t)copies(e) * 2 * region_bytes(e) : 0;
+  return e->cfg.kv_home_disk ? (uint64_t)copies(e) * (uint64_t)ferry__kv_regions(e) * region_bytes(e) : 0;
 }
 
 const char *ferry__kv_disk_shape(const struct ferry_engine *e, char *buf, size_t len) {
@@ -46,10 +45,11 @@ const char *ferry__kv_disk_shape(const struct ferry_engine *e, char *buf, size_t
     return buf;
   }
   snprintf(buf, len,
-           ", on disk %s and its host staging %s: %d x %d sequences x %d tokens x %llu bytes x 2 (K and V; --kv-home "
+           ", on disk %s and its host staging %s: %d x %d sequences x %d tokens x %llu bytes%s; --kv-home "
            "disk, --prefetch-depth + 1, --max-batch, --max-seq-tokens)",
            ferry__format_bytes(e->hkv_bytes, b[0], sizeof b[0]),
-           ferry__format_bytes(ferry__kv_disk_stage_bytes(e), b[1], sizeof b[1]), copies(e), e->cfg.max_batch, e->kv_capacity, (unsigned long long)row_bytes(e));
+           ferry__format_bytes(ferry__kv_disk_stage_bytes(e), b[1], sizeof b[1]), copies(e), e->cfg.max_batch,
+           e->kv_capacity, (unsigned long long)row_bytes(e), ferry__kv_regions(e) == 2 ? " x 2 (K and V" : " (latent rows");
   return buf;
 }
 
@@ -121,7 +121,7 @@ void ferry__kv_disk_split(struct ferry_engine *e) {
 
 /* Staging copy c's K (v 0) or V (v 1) region. */
 static uint64_t stage_off(const struct ferry_engine *e, int32_t c, int v) {
-  return (uint64_t)c * 2 * region_bytes(e) + (v ? region_bytes(e) : 0);
+  return (uint64_t)c * (uint64_t)ferry__kv_regions(e) * region_bytes(e) + (v ? region_bytes(e) : 0);
 }
 
 /* Rows [r, r + n) of staging slot j of copy c and of the file's slot `slot`, K and V, layer l:
@@ -130,7 +130,7 @@ static ferry_status move_rows(struct ferry_engine *e, int32_t l, int32_t c, int3
                               int64_t n, int write) {
   const struct kv_layer *kv = &e->kv[l];
   const uint64_t row = row_bytes(e), bytes = (uint64_t)n * row, rows = (uint64_t)kv->rows;
-  for (int v = 0; v < 2 && bytes; v++) {
+  for (int v = 0; v < ferry__kv_regions(e) && bytes; v++) {
     const uint64_t in_file = (v ? kv->v_off : kv->k_off) + ((uint64_t)slot * rows + (uint64_t)r) * row;
     const uint64_t in_stage = stage_off(e, c, v) + ((uint64_t)j * rows + (uint64_t)r) * row;
     const struct ferry_ref file = {e->dkv_buf, in_file, e->kv_dtype}, stage = {e->kvd_buf, in_stage, e->kv_dtype};
@@ -205,7 +205,8 @@ ferry_status ferry__kv_disk_store(struct ferry_engine *e, int32_t l) {
 
 void ferry__kv_disk_redirect(const struct ferry_engine *e, struct ferry_kernel *k, int32_t l) {
   k->aux[2] = (struct ferry_ref){e->kvd_buf, stage_off(e, e->kvd_cur, 0), e->kv_dtype};
-  k->aux[3] = (struct ferry_ref){e->kvd_buf, stage_off(e, e->kvd_cur, 1), e->kv_dtype};
+  k->aux[3] = ferry__kv_regions(e) == 2 ? (struct ferry_ref){e->kvd_buf, stage_off(e, e->kvd_cur, 1), e->kv_dtype}
+                                        : (struct ferry_ref){NULL, 0, e->kv_dtype}; /* MLA: no V rows */
   k->ints2 = e->mbs[e->cur_mb].kvd_slot;
   k->kv_capacity = e->kv[l].rows;
   k->kv_blocks = NULL;

@@ -14,12 +14,7 @@
  * them waits for them. */
 
 /* Bytes of one paged layer's K (or V, or MLA latent) rows of one block. */
-static uint64_t layer_block_bytes(const struct ferry_engine *e) {
-  const struct ferry_model_config *mc = e->mc;
-  return (uint64_t)e->kv_block *
-         ferry_kv_format_row_bytes(e->kv_format, mc->kv_lora_rank ? (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim)
-                                                               : (uint64_t)(mc->n_kv_heads * mc->head_dim));
-}
+static uint64_t layer_block_bytes(const struct ferry_engine *e) { return (uint64_t)e->kv_block * ferry__kv_row_bytes(e); }
 
 /* Copy block `blk` of every paged layer between the cache and swap slot `slot` (out: to the slot). */
 static ferry_status copy_block(struct ferry_engine *e, int32_t queue, int32_t blk, int32_t slot, int out,

@@ -346,6 +346,72 @@ fail:
   return NULL;
 }
 
+/* The weights the CPU's attention reads when the layer it attends for may be on the device
+ * (forward.c attend(), mla_part()): a layer's attention sinks (gpt-oss) and its kv_b_proj (MLA,
+ * absorbed into the latent attention). */
+static const enum ferry_tensor_role mirror_roles[N_MIRROR_ROLES] = {FERRY_ROLE_ATTN_SINKS, FERRY_ROLE_MLA_KV_B};
+
+static int mirror_role(enum ferry_tensor_role role) {
+  for (int r = 0; r < N_MIRROR_ROLES; r++)
+    if (mirror_roles[r] == role) return r;
+  return -1;
+}
+
+int ferry__engine_mirrored(const struct ferry_engine *e) { return e->cfg.kv_home_host && ferry__hybrid_on(e); }
+
+/* The bytes tensor i's parts take in the mirror, each at a RANGE_ALIGN boundary (0: not mirrored). */
+static uint64_t mirror_span(const struct ferry_engine *e, const struct ferry_tensor_desc *t,
+                            const struct tensor_file *tf) {
+  if (!ferry__engine_mirrored(e) || t->layer < 0 || t->expert >= 0 || mirror_role(t->role) < 0) return 0;
+  uint64_t span = 0;
+  for (int p = 0; p < tf->n_parts; p++) span += (tf->part[p].bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+  return span;
+}
+
+ferry_status ferry__engine_load_mirror(struct ferry_engine *e) {
+  if (!e->mirror_bytes) return FERRY_OK;
+  const size_t slots = (size_t)e->mc->n_layers * N_MIRROR_ROLES * FERRY_QPART_COUNT;
+  if (!e->mirror_off && !(e->mirror_off = ferry__calloc(slots, sizeof *e->mirror_off)))
+    return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
+  for (size_t i = 0; i < slots; i++) e->mirror_off[i] = UINT64_MAX;
+  ferry_status st = FERRY_OK;
+  struct tensor_file *tf = tensor_files(e, &st);
+  if (!tf) return st;
+  const size_t n = ferry_model_tensor_count(e->model);
+  uint64_t pos = 0;
+  for (size_t i = 0; i < n && st == FERRY_OK; i++) {
+    const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+    if (!mirror_span(e, t, &tf[i])) continue;
+    uint64_t *off = &e->mirror_off[((size_t)t->layer * N_MIRROR_ROLES + (size_t)mirror_role(t->role)) * FERRY_QPART_COUNT];
+    for (int p = 0; p < tf[i].n_parts && st == FERRY_OK; p++) {
+      const struct part_file *pf = &tf[i].part[p];
+      if (!pf->bytes && tf[i].quantized) continue; /* as pack_unit(): a part this format has not */
+      if (pos + pf->bytes > e->mirror_bytes) {
+        st = ferry__err_set(&e->err, FERRY_ERR_INTERNAL, "engine: the weights mirrored for the CPU exceed the plan");
+        break;
+      }
+      off[p] = pos;
+      st = ferry_exec_read(e->ex, e->q_disk, e->store, pf->file, pf->offset, pf->bytes,
+                           (struct ferry_ref){e->hws_buf, e->ws.mirror + pos, pf->dtype},
+                           e->cfg.read_flags & FERRY_READ_DROP_CACHE);
+      if (st != FERRY_OK) st = ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+      pos += (pf->bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
+    }
+  }
+  ferry_free(tf);
+  if (st == FERRY_OK && (st = ferry_exec_drain(e->ex)) != FERRY_OK)
+    st = ferry__err_set(&e->err, st, "%s", ferry_exec_errmsg(e->ex));
+  return st;
+}
+
+/* Where the CPU's copy of tensor (role, layer)'s part p is in the mirror, or UINT64_MAX: none, or
+ * the ops are not the CPU's (a streamed unit's host copy, or the device's own, serves them). */
+static uint64_t mirror_at(const struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer, int p) {
+  const int r = mirror_role(role);
+  if (!e->w_host || !e->mirror_off || layer < 0 || r < 0) return UINT64_MAX;
+  return e->mirror_off[((size_t)layer * N_MIRROR_ROLES + (size_t)r) * FERRY_QPART_COUNT + (size_t)p];
+}
+
 ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_input *in, uint64_t **attn,
                                       uint64_t **ffn) {
   const struct ferry_model_config *mc = e->mc;
@@ -368,10 +434,12 @@ ferry_status ferry__engine_plan_input(struct ferry_engine *e, struct ferry_plan_
     return ferry__err_set(&e->err, FERRY_ERR_NOMEM, "engine: out of memory");
   }
   size_t n = ferry_model_tensor_count(e->model);
+  e->mirror_bytes = 0;
   /* Each tensor may start a range aligned to RANGE_ALIGN: count that slack so packed units
    * always fit the slot sizes planned from these figures. */
   for (size_t i = 0; i < n; i++) {
     const struct ferry_tensor_desc *t = ferry_model_tensor(e->model, i);
+    e->mirror_bytes += mirror_span(e, t, &tf[i]);
     if (ferry__mgpu_shard(e, t->role) != SHARD_NONE) continue; /* in the devices' shard buffers, not units */
     uint64_t b = tf[i].bytes + RANGE_ALIGN * (uint64_t)tf[i].n_parts;
     if (tf[i].quantized && t->numel > e->max_q_numel) e->max_q_numel = t->numel;
@@ -460,8 +528,6 @@ static ferry_status pack_unit(struct ferry_engine *e, int32_t u, const int32_t *
     if (pc[i].part == 0) {
       loc->unit_offset = loc->part_offset[0];
       loc->dtype = t->dtype;
-      loc->file = t->file;
-      loc->file_offset = t->offset;
     }
     end = r->unit_offset + r->len;
   }
@@ -683,6 +749,8 @@ struct ferry_ref ferry__engine_weight(struct ferry_engine *e, enum ferry_tensor_
   const struct tensor_loc *loc = ferry__engine_loc(e, role, layer, expert);
   if (!loc) return r;
   if (loc->sharded) return ferry__mgpu_weight(e, loc);
+  const uint64_t mirrored = mirror_at(e, role, layer, 0);
+  if (mirrored != UINT64_MAX) return (struct ferry_ref){e->hws_buf, e->ws.mirror + mirrored, loc->dtype};
   unit_base(e, loc->unit, &r.buf, &r.offset);
   r.offset += loc->unit_offset;
   r.dtype = loc->dtype;
@@ -694,12 +762,22 @@ void ferry__engine_weight_parts(struct ferry_engine *e, const struct tensor_loc 
   ferry_buf *buf;
   uint64_t off;
   unit_base(e, loc->unit, &buf, &off);
-  for (int p = 0; p < FERRY_QPART_COUNT; p++)
-    parts[p] = (loc->part_mask >> p & 1) ? (struct ferry_ref){buf, off + loc->part_offset[p], loc->part_dtype[p]}
-                                         : (struct ferry_ref){NULL, 0, FERRY_DTYPE_U8};
+  const size_t ti = (size_t)(loc - e->tensors);
+  const struct ferry_tensor_desc *t = ti < ferry_model_tensor_count(e->model) ? ferry_model_tensor(e->model, ti) : NULL;
+  const int mirrored = t && mirror_at(e, t->role, t->layer, 0) != UINT64_MAX;
+  for (int p = 0; p < FERRY_QPART_COUNT; p++) {
+    if (!(loc->part_mask >> p & 1)) {
+      parts[p] = (struct ferry_ref){NULL, 0, FERRY_DTYPE_U8};
+      continue;
+    }
+    parts[p] = mirrored ? (struct ferry_ref){e->hws_buf, e->ws.mirror + mirror_at(e, t->role, t->layer, p), loc->part_dtype[p]}
+                        : (struct ferry_ref){buf, off + loc->part_offset[p], loc->part_dtype[p]};
+  }
 }
 
 void ferry__engine_free_units(struct ferry_engine *e) {
+  ferry_free(e->mirror_off);
+  e->mirror_off = NULL;
   for (int32_t u = 0; u < e->n_units; u++) ferry_free(e->units[u].ranges);
   ferry_free(e->units);
   ferry_free(e->tensors);
