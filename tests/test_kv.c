@@ -13,12 +13,13 @@
 #include "ferry/hw.h"
 #include "ferry/model.h"
 #include "ferry/quant.h"
+#include "ferry/quantize.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
 #include "runtime/exec/host_kernels.h"
 #include "testutil.h"
 
-static char *dir, *dense_dir, *gpt_oss_dir, *deepseek_dir;
+static char *dir, *dense_dir, *gpt_oss_dir, *deepseek_dir, *deepseek_q8_dir;
 
 static int setup(void **state) {
   (void)state;
@@ -27,6 +28,13 @@ static int setup(void **state) {
   dense_dir = tu_gen_model(dir, "tiny-dense", "dense", &go);
   gpt_oss_dir = tu_gen_tiny(dir, "gpt_oss", &go);
   deepseek_dir = tu_gen_tiny(dir, "deepseek_v2", &go);
+  struct ferry_qplan plan;
+  assert_int_equal(ferry_quant_plan_parse("int8", &plan), FERRY_OK);
+  const size_t n = strlen(dir) + 32;
+  deepseek_q8_dir = malloc(n);
+  assert_non_null(deepseek_q8_dir);
+  snprintf(deepseek_q8_dir, n, "%s/deepseek_v2-q8", dir);
+  assert_int_equal(ferry_model_quantize(deepseek_dir, deepseek_q8_dir, &plan, NULL, NULL), FERRY_OK);
   return 0;
 }
 
@@ -37,6 +45,7 @@ static int teardown(void **state) {
   free(dense_dir);
   free(gpt_oss_dir);
   free(deepseek_dir);
+  free(deepseek_q8_dir);
   return 0;
 }
 
@@ -97,14 +106,16 @@ static void test_kv_home_host_same_logits(void **state) {
 }
 
 /* Weights the CPU's attention reads beside its cache: gpt-oss's sinks (a learned logit per head
- * joins each softmax) and DeepSeek-V2's kv_b_proj (absorbed into the latent attention). With the
+ * joins each softmax) and DeepSeek-V2's kv_b_proj (absorbed into the latent attention; plain, and
+ * stored int8, its parts dequantized by the CPU from its copy). With the
  * cache in host memory or on disk the CPU attends with its own copy of every layer's (a CPU op
  * reads host memory only, and the layer's copy is on the device, in its pinned part or a block
  * slot): the resident run's logits to the bit, with the layers resident and streamed. */
 static void test_kv_home_host_mirror(void **state) {
   (void)state;
-  const char *dirs[2] = {gpt_oss_dir, deepseek_dir};
-  for (int d = 0; d < 2; d++) {
+  const char *dirs[3] = {gpt_oss_dir, deepseek_dir, deepseek_q8_dir};
+  const char *names[3] = {"gpt_oss", "deepseek_v2", "deepseek_v2 int8"};
+  for (int d = 0; d < 3; d++) {
     struct tu_logit_log ref = {0};
     uint64_t act = 0;
     run_host_on(dirs[d], config(), &ref, &act);
@@ -117,7 +128,7 @@ static void test_kv_home_host_mirror(void **state) {
       if (v % 2) c.device_budget_bytes = tu_min_device_budget(dirs[d], &c);
       run_host_on(dirs[d], c, &got, &act);
       if (got.n != ref.n || memcmp(got.v, ref.v, ref.n * sizeof(float)))
-        fail_msg("%s, variant %d (%s, %s): logits differ from the resident run's", d ? "deepseek_v2" : "gpt_oss", v,
+        fail_msg("%s, variant %d (%s, %s): logits differ from the resident run's", names[d], v,
                  v >= 2 ? "disk" : "host", v % 2 ? "streamed" : "resident");
       assert_true(act > 0);
       free(got.v);
