@@ -217,10 +217,6 @@ static int kv_on_host(const struct ferry_engine *e, int64_t l, int planned) {
   return planned && kv_follows_layers(e) && e->plan.layer_block[l] >= 0;
 }
 
-/* The KV cache, layer by layer: K and V rows (MLA: the latent rows) for max_batch sequences of
- * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see.
- * Layers whose cache is in host memory are laid out in the host's buffer (hkv_bytes); returns
- * the device's bytes. */
 uint64_t ferry__kv_row_bytes(const struct ferry_engine *e) {
   const struct ferry_model_config *mc = e->mc;
   const int64_t kv_heads = mc->n_kv_heads / (e->tp > 1 ? e->tp : 1); /* tensor parallel: this device's */
@@ -230,6 +226,10 @@ uint64_t ferry__kv_row_bytes(const struct ferry_engine *e) {
 
 int ferry__kv_regions(const struct ferry_engine *e) { return e->mc->kv_lora_rank ? 1 : 2; }
 
+/* The KV cache, layer by layer: K and V rows (MLA: the latent rows) for max_batch sequences of
+ * max_seq_tokens; a windowed or chunked layer keeps a ring of what one step's queries can see.
+ * Layers whose cache is in host memory are laid out in the host's buffer (hkv_bytes); returns
+ * the device's bytes. */
 static uint64_t layout_kv(struct ferry_engine *e, int planned) {
   const struct ferry_model_config *mc = e->mc;
   const uint64_t B = (uint64_t)e->n_seqs;
