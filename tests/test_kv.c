@@ -120,6 +120,19 @@ static void test_kv_home_host_mirror(void **state) {
     uint64_t act = 0;
     run_host_on(dirs[d], config(), &ref, &act);
     assert_true(ref.n > 0);
+    ferry_model *m = NULL;
+    assert_int_equal(ferry_model_open(&m, dirs[d]), FERRY_OK);
+    struct ferry_engine_config pc = config();
+    pc.kv_home_host = 1;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    assert_int_equal(ferry_engine_plan_only(m, NULL, &pc, out), FERRY_OK);
+    fclose(out);
+    if (!tu_contains(text, "of it the weights its attention reads")) fail_msg("%s: the plan hides the copies:\n%s", names[d], text);
+    free(text);
+    ferry_model_close(m);
     for (int v = 0; v < 4; v++) {
       struct tu_logit_log got = {0};
       struct ferry_engine_config c = config();

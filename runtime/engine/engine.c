@@ -1232,7 +1232,11 @@ static void print_plan_host(const struct ferry_engine *e, FILE *f) {
   else if (host_kv)
     fprintf(f, "    KV cache (host)  %s (%d sequences x %d tokens, %s; %s)\n", ferry__format_bytes(host_kv, b[0], 32),
             e->n_seqs, e->kv_capacity, ferry_kv_format_name(e->kv_format), why);
-  if (host_ws) fprintf(f, "    CPU workspace    %s (the CPU's ops work in host memory)\n", ferry__format_bytes(host_ws, b[0], 32));
+  if (host_ws && e->mirror_bytes)
+    fprintf(f, "    CPU workspace    %s (the CPU's ops work in host memory; %s of it the weights its attention reads)\n",
+            ferry__format_bytes(host_ws, b[0], 32), ferry__format_bytes(e->mirror_bytes, b[1], 32));
+  else if (host_ws)
+    fprintf(f, "    CPU workspace    %s (the CPU's ops work in host memory)\n", ferry__format_bytes(host_ws, b[0], 32));
   fprintf(f, "    read-back, load  %s (routing and logits read-back, weight-load bounce buffer)\n",
           ferry__format_bytes(p->host_fixed_bytes - host_kv - host_ws, b[0], 32));
   if (e->cfg.kv_preempt_swap) /* what swap preemption can hold; the rest is recomputed */
