@@ -22,7 +22,7 @@ CHOICES = [
     ["", "--quant int4-g64", "--quant int8"],
     ["--prefetch-depth 0", "--prefetch-depth 1", "--prefetch-depth 2"],
     ["--device-budget 8GiB", "--device-budget 12GiB"],
-    ["", "--kv-home host"],
+    ["", "--kv-home host", "--kv-home disk"],
     ["", "--host-memory pageable"],
     ["", "--home disk"],
     ["--max-batch 1", "--max-batch 4", "--max-batch 16"],
