@@ -14,6 +14,7 @@
 #include "ferry/model.h"
 #include "ferry/quant.h"
 #include "ferry/quantize.h"
+#include "ferry/routing.h"
 #include "ferry/sim.h"
 #include "ferry/store.h"
 #include "runtime/exec/host_kernels.h"
@@ -276,6 +277,65 @@ static void test_sim_kv_bytes(void **state) {
   ferry_hw_close(hw);
 }
 
+/* In the simulator, DeepSeek's latent (MLA) cache in host memory: per layer and token q and the new
+ * latent row go down and the attention output comes back (at the runtime's 2 bytes), the CPU
+ * attends, and the device holds no cache; with the cache on disk the same crossings, and the
+ * latent rows are read from and written to the disk. */
+static void test_sim_mla_host_bytes(void **state) {
+  (void)state;
+  ferry_hw *hw = NULL;
+  assert_int_equal(ferry_hw_open(&hw, "h100-pcie"), FERRY_OK);
+  ferry_model *m = NULL;
+  char *cfg = tu_data_path("configs/tiny/deepseek_v2");
+  assert_int_equal(ferry_model_open(&m, cfg), FERRY_OK);
+  free(cfg);
+  const struct ferry_model_config *mc = ferry_model_get_config(m);
+  const uint64_t per_token = (uint64_t)(mc->n_heads * (mc->qk_nope_dim + mc->qk_rope_dim)) +
+                             (uint64_t)(mc->kv_lora_rank + mc->qk_rope_dim) + (uint64_t)(mc->n_heads * mc->v_head_dim);
+  struct ferry_routing_synth_config sc = {.n_layers = (int32_t)mc->n_layers, .n_experts = (int32_t)mc->n_experts,
+                                          .top_k = (int32_t)mc->experts_per_token, .seed = 7};
+  ferry_routing_synth *synth = NULL;
+  assert_int_equal(ferry_routing_synth_create(&synth, &sc), FERRY_OK);
+  uint64_t peak[3], disk[3];
+  for (int i = 0; i < 3; i++) {
+    struct ferry_engine_config c = config();
+    c.kv_home_host = i >= 1;
+    c.kv_home_disk = i == 2;
+    c.resident_all = 1;
+    c.kv_format = FERRY_KV_FP16;
+    c.routing = ferry_routing_synth_fn; /* the simulator computes no router */
+    c.routing_user = synth;
+    ferry_exec *ex = NULL;
+    ferry_engine *e = NULL;
+    assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.lock_host_memory = 1}), FERRY_OK);
+    if (ferry_engine_create(&e, m, NULL, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+    assert_int_equal(ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}), FERRY_OK);
+    int64_t n;
+    const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
+    for (int64_t s = 0; s < n; s++) {
+      const uint64_t expect = i ? (uint64_t)mc->n_layers * (uint64_t)sm[s].tokens * per_token * 2 : 0;
+      if (sm[s].bytes_act != expect)
+        fail_msg("cache %d, step %lld: %llu activation bytes crossed, %llu by hand", i, (long long)s,
+                 (unsigned long long)sm[s].bytes_act, (unsigned long long)expect);
+      assert_true(!i || sm[s].cpu_busy_ns > 0);
+    }
+    struct ferry_serve_summary sum;
+    ferry_engine_summary(e, &sum);
+    peak[i] = sum.peak_bytes[FERRY_TIER_DEVICE];
+    disk[i] = sum.bytes_disk_write;
+    ferry_engine_destroy(e);
+    ferry_exec_destroy(ex);
+  }
+  const uint64_t cache = ferry_model_kv_bytes(m, (int64_t)config().max_batch * config().max_seq_tokens, FERRY_KV_FP16);
+  assert_int_equal(peak[0] - peak[1], cache); /* the host cache holds no device bytes */
+  assert_int_equal(peak[1], peak[2]);
+  assert_int_equal(disk[1], 0);
+  assert_true(disk[2] > 0);
+  ferry_routing_synth_free(synth);
+  ferry_model_close(m);
+  ferry_hw_close(hw);
+}
+
 /* A cache kept in host memory is named in the plan and in the error of a host budget it does not
  * fit, with its size, not folded into the read-back buffers. */
 static void test_host_kv_in_plan(void **state) {
@@ -311,7 +371,7 @@ int main(void) {
       cmocka_unit_test(test_kv_home_host_same_logits), cmocka_unit_test(test_kv_home_host_mirror),
       cmocka_unit_test(test_host_kv_in_plan), cmocka_unit_test(test_quantized_kv_logits),
       cmocka_unit_test(test_kv_codec),                 cmocka_unit_test(test_kv_group_must_divide_head),
-      cmocka_unit_test(test_sim_kv_bytes),
+      cmocka_unit_test(test_sim_kv_bytes), cmocka_unit_test(test_sim_mla_host_bytes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
