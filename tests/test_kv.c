@@ -125,12 +125,7 @@ static void test_kv_home_host_mirror(void **state) {
     assert_int_equal(ferry_model_open(&m, dirs[d]), FERRY_OK);
     struct ferry_engine_config pc = config();
     pc.kv_home_host = 1;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    assert_non_null(out);
-    assert_int_equal(ferry_engine_plan_only(m, NULL, &pc, out), FERRY_OK);
-    fclose(out);
+    char *text = tu_plan_text(m, NULL, &pc);
     if (!tu_contains(text, "of it the weights its attention reads")) fail_msg("%s: the plan hides the copies:\n%s", names[d], text);
     free(text);
     ferry_model_close(m);
@@ -230,6 +225,16 @@ static void test_kv_group_must_divide_head(void **state) {
   ferry_model_close(m);
 }
 
+/* The requests served as fast as possible by model m on simulator profile hw under c: the
+ * engine, and its executor at *ex (destroy both). Any failure fails the test. */
+static ferry_engine *sim_serve(ferry_hw *hw, ferry_model *m, const struct ferry_engine_config *c, ferry_exec **ex) {
+  ferry_engine *e = NULL;
+  assert_int_equal(ferry_exec_create_sim(ex, hw, &(struct ferry_exec_config){.lock_host_memory = 1}), FERRY_OK);
+  if (ferry_engine_create(&e, m, NULL, *ex, c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
+  assert_int_equal(ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}), FERRY_OK);
+  return e;
+}
+
 /* In the simulator: a host cache takes nothing from the device and crosses q, k, v down and the
  * attention output up for every layer and token; int4 holds a quarter of fp16 plus its scales. */
 static void test_sim_kv_bytes(void **state) {
@@ -247,10 +252,7 @@ static void test_sim_kv_bytes(void **state) {
     c.kv_home_host = i == 1;
     c.resident_all = 1;
     ferry_exec *ex = NULL;
-    ferry_engine *e = NULL;
-    assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.lock_host_memory = 1}), FERRY_OK);
-    if (ferry_engine_create(&e, m, NULL, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
-    assert_int_equal(ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}), FERRY_OK);
+    ferry_engine *e = sim_serve(hw, m, &c, &ex);
     int64_t n;
     const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
     for (int64_t s = 0; s < n; s++) {
@@ -306,10 +308,7 @@ static void test_sim_mla_host_bytes(void **state) {
     c.routing = ferry_routing_synth_fn; /* the simulator computes no router */
     c.routing_user = synth;
     ferry_exec *ex = NULL;
-    ferry_engine *e = NULL;
-    assert_int_equal(ferry_exec_create_sim(&ex, hw, &(struct ferry_exec_config){.lock_host_memory = 1}), FERRY_OK);
-    if (ferry_engine_create(&e, m, NULL, ex, &c) != FERRY_OK) fail_msg("engine_create: %s", ferry_last_error());
-    assert_int_equal(ferry_engine_run(e, requests, N_REQ, &(struct ferry_run_options){.as_fast_as_possible = 1}), FERRY_OK);
+    ferry_engine *e = sim_serve(hw, m, &c, &ex);
     int64_t n;
     const struct ferry_step_metrics *sm = ferry_engine_step_metrics(e, &n);
     for (int64_t s = 0; s < n; s++) {
@@ -346,12 +345,7 @@ static void test_host_kv_in_plan(void **state) {
   c.kv_home_host = 1;
   c.kv_format = FERRY_KV_FP32;
   const uint64_t kv = ferry_model_kv_bytes(m, (int64_t)c.max_batch * c.max_seq_tokens, FERRY_KV_FP32);
-  char want[64], *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
-  assert_non_null(out);
-  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, out), FERRY_OK);
-  fclose(out);
+  char want[64], *text = tu_plan_text(m, NULL, &c);
   snprintf(want, sizeof want, "(%d sequences x %d tokens, fp32; --kv-home host)", c.max_batch, c.max_seq_tokens);
   assert_true(tu_contains(text, "KV cache (host)"));
   assert_true(tu_contains(text, want));

@@ -304,12 +304,7 @@ static void test_plan(void **state) {
                                   .pin_last = 2, .kv_home_layer = 1, .compute_layers = FERRY_COMPUTE_AUTO,
                                   .device_budget_bytes = 20ull << 30, .plan_elem_bytes = {4, 2}, .quant_set = 1};
   assert_int_equal(ferry_quant_plan_parse("int4-g64", &c.quant), FERRY_OK);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
-  assert_non_null(out);
-  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, out), FERRY_OK);
-  fclose(out);
+  char *text = tu_plan_text(m, NULL, &c);
   /* 2 pinned layers x 1025 rows x 8 KiB x 2, and a scratch of 1025 rows: 48.05 MiB; 30 x 16.02 MiB */
   if (!tu_contains(text, "KV cache         48.05 MiB (1 sequences x 1025 tokens, fp16, of which the attention scratch "
                          "on the device 16.02 MiB: 1 micro-batches x 1 sequences x 1025 tokens x 8192 bytes x 2 (K and "
@@ -320,11 +315,7 @@ static void test_plan(void **state) {
   free(text);
   /* layers on the CPU only: no scratch (a layer never attends on the device over a host cache) */
   c.compute_layers = FERRY_COMPUTE_CPU;
-  text = NULL;
-  out = open_memstream(&text, &len);
-  assert_non_null(out);
-  assert_int_equal(ferry_engine_plan_only(m, NULL, &c, out), FERRY_OK);
-  fclose(out);
+  text = tu_plan_text(m, NULL, &c);
   if (!tu_contains(text, "KV cache         32.03 MiB (1 sequences x 1025 tokens, fp16)")) fail_msg("%s", text);
   free(text);
   /* 3.09 GiB of streamed weights and 682 MiB of CPU workspace fit 4000 MiB, the cache beside them not:
@@ -374,12 +365,7 @@ static void min_at(struct ferry_engine_config c, int32_t seq, uint64_t *dev, uin
 static char *plan_of(const struct ferry_engine_config *c, int32_t *pinned) {
   ferry_model *m = NULL;
   assert_int_equal(ferry_model_open(&m, "llama-2-7b"), FERRY_OK);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
-  assert_non_null(out);
-  if (ferry_engine_plan_only(m, NULL, c, out) != FERRY_OK) fail_msg("%s", ferry_last_error());
-  fclose(out);
+  char *text = tu_plan_text(m, NULL, c);
   ferry_model_close(m);
   *pinned = 0;
   for (const char *at = strstr(text, "\n    layer "); at; at = strstr(at + 1, "\n    layer ")) {

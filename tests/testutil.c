@@ -93,6 +93,17 @@ void tu_write_file(const char *path, const void *data, size_t len) {
 
 int tu_contains(const char *text, const char *needle) { return text && strstr(text, needle) != NULL; }
 
+char *tu_plan_text(ferry_model *m, ferry_store *s, const struct ferry_engine_config *c) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  assert_non_null(out);
+  const ferry_status st = ferry_engine_plan_only(m, s, c, out);
+  fclose(out);
+  if (st != FERRY_OK) fail_msg("plan refused: %s", ferry_last_error());
+  return text;
+}
+
 void tu_check_schema(const cJSON *doc, const char *name) {
   if (system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") != 0)
     fail_msg("python3-jsonschema is missing (make deps installs it): cannot check %s", name);

@@ -60,6 +60,11 @@ struct ferry_engine_request;
  * destroyed (NULL: none). Any failure fails the test. */
 void tu_run_host(const char *model_dir, const struct ferry_engine_config *c, const struct ferry_engine_request *reqs,
                  int64_t n, void (*inspect)(struct ferry_engine *engine, void *user), void *user);
+struct ferry_model;
+struct ferry_store;
+/* What ferry_engine_plan_only() prints for model m (store s, or NULL) under configuration c;
+ * free() it. A refused plan fails the test with the library's message. */
+char *tu_plan_text(struct ferry_model *m, struct ferry_store *s, const struct ferry_engine_config *c);
 /* The smallest device budget of configuration c for the model at model_dir
  * (ferry_engine_min_budgets(): its pinned layers, block slots and working set). Any failure fails
  * the test. */
