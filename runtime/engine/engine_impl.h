@@ -230,7 +230,7 @@ struct ferry_engine {
   int32_t *unit_slot;         /* streamed unit -> slot holding it, or -1 */
   uint64_t max_stage_extra;
   uint64_t max_q_numel;       /* elements of the largest quantized matrix (dequant scratch) */
-  /* --kv-home host|disk (ferry__engine_mirrored()): bytes of the CPU's copies of the weights its
+  /* --kv-home host|disk: bytes of the CPU's copies of the weights its
    * attention reads (ws.mirror), and each copy's parts at (layer x N_MIRROR_ROLES + role) x
    * FERRY_QPART_COUNT + part, offsets into it (UINT64_MAX: none); NULL until loaded */
   uint64_t mirror_bytes;
@@ -427,10 +427,9 @@ const struct tensor_loc *ferry__engine_loc(const struct ferry_engine *e, enum fe
  * ferry__engine_weight()); buf NULL for parts its format lacks. */
 void ferry__engine_weight_parts(struct ferry_engine *e, const struct tensor_loc *loc,
                                 struct ferry_ref parts[FERRY_QPART_COUNT]);
-/* Whether the run keeps the CPU's copies of the weights its attention reads (--kv-home host or
- * disk): the mirror, sized by ferry__engine_plan_input() (mirror_bytes). */
+/* The roles the CPU keeps copies of with --kv-home host or disk (units.c mirror_roles): the
+ * mirror, sized by ferry__engine_plan_input() (mirror_bytes). */
 #define N_MIRROR_ROLES 2
-int ferry__engine_mirrored(const struct ferry_engine *e);
 /* Read the mirror's tensors from the store into the CPU's workspace (ws.mirror) and record where
  * each part is (mirror_off); nothing without a mirror. Needs the CPU's workspace allocated. */
 ferry_status ferry__engine_load_mirror(struct ferry_engine *e);

@@ -22,13 +22,10 @@
     if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
   } while (0)
 
-/* Bytes of one token's K (or V, or MLA latent) row in the cache's format. */
-static uint64_t row_bytes(const struct ferry_engine *e) { return ferry__kv_row_bytes(e); }
-
 /* One staging copy's K region (V follows it; MLA has the latent rows only): max_batch sequences
  * of kv_capacity rows. */
 static uint64_t region_bytes(const struct ferry_engine *e) {
-  return (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * row_bytes(e);
+  return (uint64_t)e->cfg.max_batch * (uint64_t)e->kv_capacity * ferry__kv_row_bytes(e);
 }
 
 /* Stagings: one per use in flight, the one attended and prefetch_depth read ahead. */
@@ -49,7 +46,7 @@ const char *ferry__kv_disk_shape(const struct ferry_engine *e, char *buf, size_t
            "disk, --prefetch-depth + 1, --max-batch, --max-seq-tokens)",
            ferry__format_bytes(e->hkv_bytes, b[0], sizeof b[0]),
            ferry__format_bytes(ferry__kv_disk_stage_bytes(e), b[1], sizeof b[1]), copies(e), e->cfg.max_batch,
-           e->kv_capacity, (unsigned long long)row_bytes(e), ferry__kv_regions(e) == 2 ? " x 2 (K and V" : " (latent rows");
+           e->kv_capacity, (unsigned long long)ferry__kv_row_bytes(e), ferry__kv_regions(e) == 2 ? " x 2 (K and V" : " (latent rows");
   return buf;
 }
 
@@ -129,7 +126,7 @@ static uint64_t stage_off(const struct ferry_engine *e, int32_t c, int v) {
 static ferry_status move_rows(struct ferry_engine *e, int32_t l, int32_t c, int32_t j, int32_t slot, int64_t r,
                               int64_t n, int write) {
   const struct kv_layer *kv = &e->kv[l];
-  const uint64_t row = row_bytes(e), bytes = (uint64_t)n * row, rows = (uint64_t)kv->rows;
+  const uint64_t row = ferry__kv_row_bytes(e), bytes = (uint64_t)n * row, rows = (uint64_t)kv->rows;
   for (int v = 0; v < ferry__kv_regions(e) && bytes; v++) {
     const uint64_t in_file = (v ? kv->v_off : kv->k_off) + ((uint64_t)slot * rows + (uint64_t)r) * row;
     const uint64_t in_stage = stage_off(e, c, v) + ((uint64_t)j * rows + (uint64_t)r) * row;

@@ -28,11 +28,6 @@
     if (st_ != FERRY_OK) return ferry__err_set(&e->err, st_, "%s", ferry_exec_errmsg(e->ex)); \
   } while (0)
 
-/* Bytes of one token's K (or V) row of the usual attention in the cache's format. */
-static uint64_t kv_row_bytes(const struct ferry_engine *e) {
-  return ferry_kv_format_row_bytes(e->kv_format, (uint64_t)(e->mc->n_kv_heads * e->mc->head_dim));
-}
-
 /* Every token attends on the device over its sequence's rows copied up (not prompts only). */
 static int every_token(const struct ferry_engine *e) {
   return e->cfg.kv_attention_device || e->cfg.kv_home_layer;
@@ -57,7 +52,7 @@ static int32_t host_layer_rows(const struct ferry_engine *e) {
 /* One scratch's K (or V) region for `rows` rows of each of a micro-batch's sequences, and the
  * copies of the K and V pair: one per micro-batch when every token attends there. */
 static uint64_t scratch_region(const struct ferry_engine *e, int32_t rows) {
-  return (uint64_t)e->cfg.max_batch * (uint64_t)rows * kv_row_bytes(e);
+  return (uint64_t)e->cfg.max_batch * (uint64_t)rows * ferry__kv_row_bytes(e);
 }
 
 static int32_t scratch_copies(const struct ferry_engine *e) { return every_token(e) ? e->n_mb : 1; }
@@ -99,13 +94,13 @@ const char *ferry__kv_prefill_shape(const struct ferry_engine *e, char *buf, siz
              ", of which the attention scratch on the device %s: %d micro-batches x %d sequences x %d tokens x %llu "
              "bytes x 2 (K and V; --kv-%s, --gpu-batches, --max-batch, --max-seq-tokens)",
              ferry__format_bytes(e->kvp_bytes, b, sizeof b), e->kvp_copies, e->kvp_slots, e->kvp_rows,
-             (unsigned long long)kv_row_bytes(e), e->cfg.kv_home_layer ? "home layer" : "attention device");
+             (unsigned long long)ferry__kv_row_bytes(e), e->cfg.kv_home_layer ? "home layer" : "attention device");
   else
     snprintf(buf, len,
              ", of which the prefill scratch on the device %s: %d sequences x %d tokens x %llu bytes x 2 (K and V; "
              "--kv-prefill device, --max-batch, --max-step-tokens)",
              ferry__format_bytes(e->kvp_bytes, b, sizeof b), e->kvp_slots, e->kvp_rows,
-             (unsigned long long)kv_row_bytes(e));
+             (unsigned long long)ferry__kv_row_bytes(e));
   return buf;
 }
 
@@ -188,7 +183,7 @@ void ferry__kv_prefill_scratch(struct ferry_engine *e, struct ferry_kernel *k, i
 
 /* Copy rows [r0, r0 + n) of host-cache region row `src_row` to scratch row `dst_row`, K and V. */
 static ferry_status copy_rows(struct ferry_engine *e, int32_t l, uint64_t src_row, uint64_t dst_row, uint64_t n) {
-  const uint64_t row = kv_row_bytes(e), bytes = n * row;
+  const uint64_t row = ferry__kv_row_bytes(e), bytes = n * row;
   for (int v = 0; v < 2 && bytes; v++) {
     const uint64_t src = (v ? e->kv[l].v_off : e->kv[l].k_off) + src_row * row;
     TRY(ferry_exec_copy(e->ex, e->q_up, (struct ferry_ref){e->kv_buf, scratch_off(e, v) + dst_row * row, e->kv_dtype},

@@ -357,12 +357,13 @@ static int mirror_role(enum ferry_tensor_role role) {
   return -1;
 }
 
-int ferry__engine_mirrored(const struct ferry_engine *e) { return e->cfg.kv_home_host && ferry__hybrid_on(e); }
+/* Whether the run keeps those copies: --kv-home host or disk (the CPU attends for every layer). */
+static int mirrored_run(const struct ferry_engine *e) { return e->cfg.kv_home_host && ferry__hybrid_on(e); }
 
 /* The bytes tensor i's parts take in the mirror, each at a RANGE_ALIGN boundary (0: not mirrored). */
 static uint64_t mirror_span(const struct ferry_engine *e, const struct ferry_tensor_desc *t,
                             const struct tensor_file *tf) {
-  if (!ferry__engine_mirrored(e) || t->layer < 0 || t->expert >= 0 || mirror_role(t->role) < 0) return 0;
+  if (!mirrored_run(e) || t->layer < 0 || t->expert >= 0 || mirror_role(t->role) < 0) return 0;
   uint64_t span = 0;
   for (int p = 0; p < tf->n_parts; p++) span += (tf->part[p].bytes + RANGE_ALIGN - 1) / RANGE_ALIGN * RANGE_ALIGN;
   return span;
@@ -407,8 +408,9 @@ ferry_status ferry__engine_load_mirror(struct ferry_engine *e) {
 /* Where the CPU's copy of tensor (role, layer)'s part p is in the mirror, or UINT64_MAX: none, or
  * the ops are not the CPU's (a streamed unit's host copy, or the device's own, serves them). */
 static uint64_t mirror_at(const struct ferry_engine *e, enum ferry_tensor_role role, int32_t layer, int p) {
+  if (!e->w_host || !e->mirror_off || layer < 0) return UINT64_MAX; /* before the role: every lookup passes */
   const int r = mirror_role(role);
-  if (!e->w_host || !e->mirror_off || layer < 0 || r < 0) return UINT64_MAX;
+  if (r < 0) return UINT64_MAX;
   return e->mirror_off[((size_t)layer * N_MIRROR_ROLES + (size_t)r) * FERRY_QPART_COUNT + (size_t)p];
 }
 
@@ -763,7 +765,8 @@ void ferry__engine_weight_parts(struct ferry_engine *e, const struct tensor_loc 
   uint64_t off;
   unit_base(e, loc->unit, &buf, &off);
   const size_t ti = (size_t)(loc - e->tensors);
-  const struct ferry_tensor_desc *t = ti < ferry_model_tensor_count(e->model) ? ferry_model_tensor(e->model, ti) : NULL;
+  const struct ferry_tensor_desc *t =
+      e->mirror_off && ti < ferry_model_tensor_count(e->model) ? ferry_model_tensor(e->model, ti) : NULL;
   const int mirrored = t && mirror_at(e, t->role, t->layer, 0) != UINT64_MAX;
   for (int p = 0; p < FERRY_QPART_COUNT; p++) {
     if (!(loc->part_mask >> p & 1)) {
